@@ -1,0 +1,51 @@
+// Command kakeya-eval measures the engine: logits dumps, perplexity with
+// compressed KV caches side by side, and calibration.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+const usage = `usage: kakeya-eval <command> [flags]
+
+commands:
+  logits     print the logits row for each input id
+  ppl        teacher-forced perplexity, KL and top-1 across KV codecs
+  calibrate  collect query covariances and codebooks into a calibration file
+
+Run "kakeya-eval <command> -h" for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "kakeya-eval:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "logits":
+		return runLogits(ctx, rest, stdout, stderr)
+	case "ppl":
+		return runPPL(ctx, rest, stdout, stderr)
+	case "calibrate":
+		return runCalibrate(ctx, rest, stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
