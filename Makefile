@@ -1,0 +1,50 @@
+# Kakeya build, test and benchmark entry points.
+# GOEXPERIMENT=simd turns on the simd/archsimd kernels; every package also
+# builds and is tested without it (the scalar fallbacks).
+
+GO      ?= go
+SIMD    := GOEXPERIMENT=simd
+SHARED  ?= $(abspath ../shared)
+BIN     := bin
+export KAKEYA_SHARED := $(SHARED)
+
+.PHONY: all build test test-scalar vet fmt-check bench bench-kernels bench-codec bench-tokenizer cuda gpu-check clean
+
+all: build
+
+build:
+	$(SIMD) $(GO) build -o $(BIN)/ ./cmd/...
+
+# THE test command: formatting, vet, the whole suite with SIMD kernels, and the
+# packages with SIMD paths once more through their scalar fallbacks.
+test: fmt-check vet
+	$(SIMD) $(GO) test -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/...
+
+vet:
+	$(GO) vet ./...
+	$(SIMD) $(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Benchmarks are Go benchmarks; the model ones write a Qwen2.5-0.5B-shaped
+# BF16 checkpoint (~1 GB) to a temporary directory first.
+bench: bench-kernels bench-codec bench-tokenizer
+	$(SIMD) $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./model/
+
+bench-kernels:
+	$(SIMD) $(GO) test -run '^$$' -bench . -timeout 20m ./kernels/...
+
+bench-codec:
+	$(SIMD) $(GO) test -run '^$$' -bench . -timeout 20m ./codec/
+
+bench-tokenizer:
+	$(SIMD) $(GO) test -run '^$$' -bench . -cpu 1 -timeout 10m ./tokenizer/
+
+cuda:
+	$(MAKE) -C kernels/cuda
+	$(SIMD) $(GO) build -tags cuda -o $(BIN)/ ./cmd/...
+
+clean:
+	rm -rf $(BIN)
