@@ -1,0 +1,298 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/kernels"
+)
+
+const (
+	// A GEMM tile is tileRows weight rows by tileK columns converted to f32
+	// (16 KiB): small enough to stay in L1 while every token streams past it.
+	tileRows = 16
+	tileK    = 256
+	// gemvRows is the unit of GEMV work handed to a worker.
+	gemvRows = 16
+	// chunksPerThread over-splits work so a core slowed by other processes
+	// does not hold everyone up.
+	chunksPerThread = 8
+)
+
+// kernelSet is one implementation of the inner loops: scalar, or SIMD.
+type kernelSet struct {
+	name string
+	// gemv sets out[r] = W[r]·x for rows [lo, hi).
+	gemv func(out, x []float32, w *kernels.Mat, lo, hi int)
+	// cvt sets dst[i] to element off+i of w's row-major storage.
+	cvt func(dst []float32, w *kernels.Mat, off int)
+	// dot4x2 sets d[j] = w_j·x0 and d[4+j] = w_j·x1 for the four f32 rows
+	// w_j = w[j*ws : j*ws+len(x0)].
+	dot4x2 func(w []float32, ws int, x0, x1 []float32, d *[8]float32)
+	// dot4x1 sets d[j] = w_j·x for the four rows as in dot4x2.
+	dot4x1 func(w []float32, ws int, x []float32, d *[4]float32)
+	dot    func(a, b []float32) float32
+}
+
+var scalarKernels = kernelSet{
+	name:   "scalar",
+	gemv:   gemvScalar,
+	cvt:    cvtScalar,
+	dot4x2: dot4x2Scalar,
+	dot4x1: dot4x1Scalar,
+	dot:    dotScalar,
+}
+
+// Kernel reports which implementation of the inner loops the pool runs
+// ("avx2" or "scalar").
+func (p *Pool) Kernel() string { return p.k.name }
+
+// MatMul computes out[i*w.Rows+r] = Σ_c x[i*w.Cols+c]·W[r][c] for the n
+// token vectors in x, reading W in its stored dtype and accumulating in f32.
+// n == 1 is a memory-bound GEMV; n > 1 converts tiles of W once and reuses
+// them across all tokens. It panics if the lengths do not match the shapes.
+func (p *Pool) MatMul(out, x []float32, n int, w kernels.Mat) {
+	checkMatMul(out, x, n, &w)
+	if n == 0 {
+		return
+	}
+	units := (w.Rows + gemvRows - 1) / gemvRows
+	if n > 1 {
+		units = (w.Rows + tileRows - 1) / tileRows
+	}
+	if p.acquire(units) {
+		p.mm = matmulTask{k: p.k, scratch: p.scratch, out: out, x: x, n: n, w: w}
+		p.wtask = &p.mm
+		p.dispatch(units, min(units, p.threads*chunksPerThread))
+		p.mm = matmulTask{}
+		return
+	}
+	// Busy, closed or single-threaded pool: run on this goroutine. Only a
+	// pool that is busy (a nested or concurrent call) pays for scratch here.
+	var s [][]float32
+	if p.mu.TryLock() {
+		s = p.scratch
+		defer p.mu.Unlock()
+	} else {
+		s = [][]float32{make([]float32, tileRows*tileK)}
+	}
+	t := matmulTask{k: p.k, scratch: s, out: out, x: x, n: n, w: w}
+	t.runWorker(0, 0, units)
+}
+
+func checkMatMul(out, x []float32, n int, w *kernels.Mat) {
+	if n < 0 || w.Rows <= 0 || w.Cols <= 0 {
+		panic(fmt.Sprintf("cpu: MatMul: bad shape n=%d rows=%d cols=%d", n, w.Rows, w.Cols))
+	}
+	size := w.Rows * w.Cols
+	switch w.DType {
+	case kernels.F32:
+		if len(w.F32) != size {
+			panic(fmt.Sprintf("cpu: MatMul: F32 weight has %d elements, want %dx%d", len(w.F32), w.Rows, w.Cols))
+		}
+	case kernels.F16, kernels.BF16:
+		if len(w.U16) != size {
+			panic(fmt.Sprintf("cpu: MatMul: %v weight has %d elements, want %dx%d", w.DType, len(w.U16), w.Rows, w.Cols))
+		}
+	default:
+		panic(fmt.Sprintf("cpu: MatMul: unsupported weight dtype %v", w.DType))
+	}
+	if len(x) < n*w.Cols {
+		panic(fmt.Sprintf("cpu: MatMul: x has %d elements, want %d tokens x %d", len(x), n, w.Cols))
+	}
+	if len(out) < n*w.Rows {
+		panic(fmt.Sprintf("cpu: MatMul: out has %d elements, want %d tokens x %d", len(out), n, w.Rows))
+	}
+}
+
+// matmulTask is one MatMul call split into units: gemvRows-row blocks for
+// n == 1, tileRows-row tiles otherwise.
+type matmulTask struct {
+	k       *kernelSet
+	scratch [][]float32
+	out, x  []float32
+	n       int
+	w       kernels.Mat
+}
+
+func (t *matmulTask) runWorker(worker, lo, hi int) {
+	if t.n == 1 {
+		t.k.gemv(t.out, t.x, &t.w, lo*gemvRows, min(hi*gemvRows, t.w.Rows))
+		return
+	}
+	s := t.scratch[worker]
+	for u := lo; u < hi; u++ {
+		r0 := u * tileRows
+		t.k.gemmTile(t.out, t.x, t.n, &t.w, r0, min(r0+tileRows, t.w.Rows), s)
+	}
+}
+
+// gemmTile computes rows [r0, r1) of the output for all n tokens, converting
+// the weight rows tileK columns at a time into the f32 scratch s.
+func (k *kernelSet) gemmTile(out, x []float32, n int, w *kernels.Mat, r0, r1 int, s []float32) {
+	rows, cols := w.Rows, w.Cols
+	nr := r1 - r0
+	for k0 := 0; k0 < cols; k0 += tileK {
+		kc := min(tileK, cols-k0)
+		for j := range nr {
+			k.cvt(s[j*kc:(j+1)*kc], w, (r0+j)*cols+k0)
+		}
+		first := k0 == 0
+		i := 0
+		for ; i+2 <= n; i += 2 {
+			x0 := x[i*cols+k0 : i*cols+k0+kc]
+			x1 := x[(i+1)*cols+k0 : (i+1)*cols+k0+kc]
+			o0 := out[i*rows+r0 : i*rows+r1]
+			o1 := out[(i+1)*rows+r0 : (i+1)*rows+r1]
+			j := 0
+			for ; j+4 <= nr; j += 4 {
+				var d [8]float32
+				k.dot4x2(s[j*kc:], kc, x0, x1, &d)
+				accum(o0[j:j+4], d[:4], first)
+				accum(o1[j:j+4], d[4:], first)
+			}
+			for ; j < nr; j++ {
+				row := s[j*kc : (j+1)*kc]
+				accum1(&o0[j], k.dot(row, x0), first)
+				accum1(&o1[j], k.dot(row, x1), first)
+			}
+		}
+		if i < n {
+			x0 := x[i*cols+k0 : i*cols+k0+kc]
+			o0 := out[i*rows+r0 : i*rows+r1]
+			j := 0
+			for ; j+4 <= nr; j += 4 {
+				var d [4]float32
+				k.dot4x1(s[j*kc:], kc, x0, &d)
+				accum(o0[j:j+4], d[:], first)
+			}
+			for ; j < nr; j++ {
+				accum1(&o0[j], k.dot(s[j*kc:(j+1)*kc], x0), first)
+			}
+		}
+	}
+}
+
+func accum(dst, src []float32, first bool) {
+	if first {
+		copy(dst, src)
+		return
+	}
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+func accum1(dst *float32, v float32, first bool) {
+	if first {
+		*dst = v
+	} else {
+		*dst += v
+	}
+}
+
+// RowF32 converts row r of w to f32 into dst[:w.Cols] (an embedding lookup).
+// It panics if r is out of range or dst is shorter than a row.
+func RowF32(dst []float32, w kernels.Mat, r int) {
+	if r < 0 || r >= w.Rows || len(dst) < w.Cols {
+		panic(fmt.Sprintf("cpu: RowF32: row %d of %dx%d into %d floats", r, w.Rows, w.Cols, len(dst)))
+	}
+	switch w.DType {
+	case kernels.F32:
+		if len(w.F32) < w.Rows*w.Cols {
+			panic(fmt.Sprintf("cpu: RowF32: F32 weight has %d elements, want %dx%d", len(w.F32), w.Rows, w.Cols))
+		}
+	case kernels.F16, kernels.BF16:
+		if len(w.U16) < w.Rows*w.Cols {
+			panic(fmt.Sprintf("cpu: RowF32: %v weight has %d elements, want %dx%d", w.DType, len(w.U16), w.Rows, w.Cols))
+		}
+	default:
+		panic(fmt.Sprintf("cpu: RowF32: unsupported weight dtype %v", w.DType))
+	}
+	cvtRow(dst[:w.Cols], &w, r*w.Cols)
+}
+
+// Scalar inner loops, used without SIMD and as the reference the SIMD
+// paths are tested against.
+
+func cvtScalar(dst []float32, w *kernels.Mat, off int) {
+	switch w.DType {
+	case kernels.F32:
+		copy(dst, w.F32[off:off+len(dst)])
+	case kernels.BF16:
+		src := w.U16[off : off+len(dst)]
+		for i, b := range src {
+			dst[i] = kernels.BF16ToF32(b)
+		}
+	case kernels.F16:
+		src := w.U16[off : off+len(dst)]
+		for i, h := range src {
+			dst[i] = kernels.F16ToF32(h)
+		}
+	}
+}
+
+func gemvScalar(out, x []float32, w *kernels.Mat, lo, hi int) {
+	cols := w.Cols
+	x = x[:cols]
+	for r := lo; r < hi; r++ {
+		switch w.DType {
+		case kernels.F32:
+			out[r] = dotScalar(w.F32[r*cols:(r+1)*cols], x)
+		case kernels.BF16:
+			row := w.U16[r*cols : (r+1)*cols]
+			var s0, s1, s2, s3 float32
+			c := 0
+			for ; c+4 <= cols; c += 4 {
+				s0 += kernels.BF16ToF32(row[c]) * x[c]
+				s1 += kernels.BF16ToF32(row[c+1]) * x[c+1]
+				s2 += kernels.BF16ToF32(row[c+2]) * x[c+2]
+				s3 += kernels.BF16ToF32(row[c+3]) * x[c+3]
+			}
+			for ; c < cols; c++ {
+				s0 += kernels.BF16ToF32(row[c]) * x[c]
+			}
+			out[r] = (s0 + s1) + (s2 + s3)
+		case kernels.F16:
+			row := w.U16[r*cols : (r+1)*cols]
+			var s0, s1, s2, s3 float32
+			c := 0
+			for ; c+4 <= cols; c += 4 {
+				s0 += kernels.F16ToF32(row[c]) * x[c]
+				s1 += kernels.F16ToF32(row[c+1]) * x[c+1]
+				s2 += kernels.F16ToF32(row[c+2]) * x[c+2]
+				s3 += kernels.F16ToF32(row[c+3]) * x[c+3]
+			}
+			for ; c < cols; c++ {
+				s0 += kernels.F16ToF32(row[c]) * x[c]
+			}
+			out[r] = (s0 + s1) + (s2 + s3)
+		}
+	}
+}
+
+func dot4x2Scalar(w []float32, ws int, x0, x1 []float32, d *[8]float32) {
+	k := len(x0)
+	x1 = x1[:k]
+	w0, w1, w2, w3 := w[:k], w[ws:ws+k], w[2*ws:2*ws+k], w[3*ws:3*ws+k]
+	var a00, a10, a20, a30, a01, a11, a21, a31 float32
+	for c := range k {
+		u, v := x0[c], x1[c]
+		a00 += w0[c] * u
+		a10 += w1[c] * u
+		a20 += w2[c] * u
+		a30 += w3[c] * u
+		a01 += w0[c] * v
+		a11 += w1[c] * v
+		a21 += w2[c] * v
+		a31 += w3[c] * v
+	}
+	*d = [8]float32{a00, a10, a20, a30, a01, a11, a21, a31}
+}
+
+func dot4x1Scalar(w []float32, ws int, x []float32, d *[4]float32) {
+	k := len(x)
+	d[0] = dotScalar(w[:k], x)
+	d[1] = dotScalar(w[ws:ws+k], x)
+	d[2] = dotScalar(w[2*ws:2*ws+k], x)
+	d[3] = dotScalar(w[3*ws:3*ws+k], x)
+}

@@ -1,0 +1,20 @@
+//go:build !(goexperiment.simd && amd64)
+
+package cpu
+
+import "github.com/kakeya-ai/kakeya/kernels"
+
+// Without GOEXPERIMENT=simd on amd64 every op runs its scalar loop.
+
+func bestKernels() *kernelSet { return &scalarKernels }
+
+func cvtRow(dst []float32, w *kernels.Mat, off int) { cvtScalar(dst, w, off) }
+func dot(a, b []float32) float32                    { return dotScalar(a, b) }
+func axpy(alpha float32, x, y []float32)            { axpyScalar(alpha, x, y) }
+func add(dst, x []float32)                          { addScalar(dst, x) }
+func scale(x []float32, s float32)                  { scaleScalar(x, s) }
+func sumSquares(x []float32) float32                { return sumSquaresScalar(x) }
+func mulScaled(out, x, w []float32, s float32)      { mulScaledScalar(out, x, w, s) }
+func siluMul(gate, up []float32)                    { siluMulScalar(gate, up) }
+func softmax(x []float32)                           { softmaxScalar(x) }
+func rope(x, cos, sin []float32)                    { ropeScalar(x, cos, sin) }
