@@ -1,0 +1,168 @@
+package kvcache
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+)
+
+// rawCodec stores float32 bits as they are: lossless, 4 bytes a value.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "raw-f32" }
+
+func (rawCodec) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
+	for _, f := range x[:n*d] {
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(f))
+	}
+	return dst, nil
+}
+
+func (rawCodec) Decode(dst []float32, src []byte, n, d int) error {
+	if len(src) != 4*n*d {
+		return fmt.Errorf("raw-f32: %d bytes for %dx%d", len(src), n, d)
+	}
+	for i := range dst[:n*d] {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+	}
+	return nil
+}
+
+func TestAppendReadBack(t *testing.T) {
+	const layers, kvh, d, total = 2, 3, 4, 37
+	for _, tc := range []struct {
+		name   string
+		bs     int
+		policy Policy
+	}{
+		{"hot bs1", 1, Policy{}},
+		{"hot bs16", 16, Policy{}},
+		{"raw bs4 window5 sinks3", 4, Policy{HotWindow: 5, Sinks: 3, Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}}},
+		{"raw bs8 K only per head", 8, Policy{Layers: []LayerCodecs{{}, {K: []codec.Codec{nil, rawCodec{}, rawCodec{}}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: tc.bs, MaxTokens: 64, Policy: tc.policy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			want := make([][]float32, layers)
+			for l := range want {
+				want[l] = make([]float32, 2*total*kvh*d)
+				for i := range want[l] {
+					want[l][i] = r.Float32()
+				}
+			}
+			row := kvh * d
+			// Append in uneven chunks.
+			for pos := 0; pos < total; {
+				n := min(1+pos%5, total-pos)
+				for l := 0; l < layers; l++ {
+					k := want[l][pos*row : (pos+n)*row]
+					v := want[l][(total+pos)*row : (total+pos+n)*row]
+					if err := c.Append(l, k, v, n); err != nil {
+						t.Fatal(err)
+					}
+				}
+				pos += n
+			}
+			if c.Len() != total {
+				t.Fatalf("Len = %d, want %d", c.Len(), total)
+			}
+			scratch := make([]float32, tc.bs*d)
+			for l := 0; l < layers; l++ {
+				for b := 0; b < c.NumBlocks(l); b++ {
+					for h := 0; h < kvh; h++ {
+						kb, err := c.K(l, h, b, scratch)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
+							pos := b*tc.bs + i
+							for j := 0; j < d; j++ {
+								if got, w := kb[i*d+j], want[l][pos*row+h*d+j]; got != w {
+									t.Fatalf("K layer %d pos %d head %d [%d] = %v, want %v", l, pos, h, j, got, w)
+								}
+							}
+						}
+						vb, err := c.V(l, h, b, scratch)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
+							pos := b*tc.bs + i
+							if got, w := vb[i*d], want[l][(total+pos)*row+h*d]; got != w {
+								t.Fatalf("V layer %d pos %d head %d = %v, want %v", l, pos, h, got, w)
+							}
+						}
+					}
+				}
+			}
+			st := c.Stats()
+			if want := int64(layers * total * 2 * kvh * d * 2); st.BF16 != want {
+				t.Errorf("BF16 = %d, want %d", st.BF16, want)
+			}
+			// Raw codec bytes equal the hot bytes of the blocks they replace,
+			// so the total is the allocated float blocks.
+			blocks := (total + tc.bs - 1) / tc.bs
+			if want := int64(layers * blocks * 2 * kvh * tc.bs * d * 4); st.Bytes() != want {
+				t.Errorf("Bytes = %d, want %d", st.Bytes(), want)
+			}
+			c.Reset()
+			if c.Len() != 0 || c.Stats().Bytes() != 0 {
+				t.Errorf("after Reset: Len %d, Bytes %d", c.Len(), c.Stats().Bytes())
+			}
+		})
+	}
+}
+
+func TestEncodeSchedule(t *testing.T) {
+	// Block size 4, hot window 5, 2 sinks: after 20 tokens blocks 1 and 2 are
+	// encoded (block 0 holds sinks; blocks 3, 4 overlap the newest 5 tokens).
+	c, err := New(Config{Layers: 1, KVHeads: 1, HeadDim: 2, BlockSize: 4, MaxTokens: 32,
+		Policy: Policy{HotWindow: 5, Sinks: 2, Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 2*20)
+	if err := c.Append(0, x, x, 20); err != nil {
+		t.Fatal(err)
+	}
+	for b, want := range []bool{false, true, true, false, false} {
+		for kv := 0; kv < 2; kv++ {
+			if got := c.Encoded(0, 0, b, kv); got != want {
+				t.Errorf("block %d kv %d encoded = %v, want %v", b, kv, got, want)
+			}
+		}
+	}
+	st := c.Stats().Layers[0]
+	if st.KCompressed != 2*4*2*4 || st.KHot != 3*4*2*4 {
+		t.Errorf("K bytes: compressed %d hot %d", st.KCompressed, st.KHot)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	if _, err := New(Config{Layers: 1, KVHeads: 2, HeadDim: 4, BlockSize: 0, MaxTokens: 8}); err == nil {
+		t.Error("BlockSize 0: no error")
+	}
+	if _, err := New(Config{Layers: 1, KVHeads: 2, HeadDim: 4, BlockSize: 4, MaxTokens: 8,
+		Policy: Policy{Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}, rawCodec{}, rawCodec{}}}}}}); err == nil {
+		t.Error("3 K codecs for 2 heads: no error")
+	}
+	c, err := New(Config{Layers: 1, KVHeads: 1, HeadDim: 2, BlockSize: 4, MaxTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 2*9)
+	if err := c.Append(0, x, x, 9); !errors.Is(err, ErrFull) {
+		t.Errorf("overflow: err = %v, want ErrFull", err)
+	}
+	if err := c.Append(0, x[:3], x, 2); err == nil {
+		t.Error("short K: no error")
+	}
+}
