@@ -1,0 +1,220 @@
+// Package attention computes causal multi-head attention (with grouped-query
+// heads) over a sequence's paged KV cache. Keys are cached before RoPE and
+// rotated here, block by block, at their absolute positions.
+package attention
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/kvcache"
+)
+
+// Params are the head geometry of one attention layer.
+type Params struct {
+	Heads, KVHeads, HeadDim int
+	// Window limits each query to the Window newest keys up to its own
+	// position (Mistral's sliding window); 0 attends to every earlier key.
+	Window int
+}
+
+// queryChunk is how many query tokens one task handles: the rotated keys of
+// a block are reused across queryChunk tokens times the group's heads.
+const queryChunk = 8
+
+// Attention holds the scratch memory to run attention for one sequence at a
+// time. It is not safe for concurrent use.
+type Attention struct {
+	p         Params
+	group     int
+	scale     float32
+	blockSize int
+	maxCtx    int
+	pool      *cpu.Pool
+	scratch   chan *scratch
+	t         task
+}
+
+type scratch struct {
+	scores []float32 // [queryChunk][group][maxCtx]
+	dec    []float32 // a decoded block
+	rot    []float32 // the block's keys after RoPE
+}
+
+// New returns an Attention for caches with the given block size holding up
+// to maxContext tokens. It allocates all the scratch memory it will use.
+func New(pool *cpu.Pool, p Params, blockSize, maxContext int) (*Attention, error) {
+	switch {
+	case p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0:
+		return nil, fmt.Errorf("attention: %d query heads cannot share %d KV heads", p.Heads, p.KVHeads)
+	case p.HeadDim <= 0 || p.HeadDim%2 != 0:
+		return nil, fmt.Errorf("attention: head dim %d must be even and positive", p.HeadDim)
+	case blockSize <= 0 || maxContext <= 0:
+		return nil, fmt.Errorf("attention: block size %d and context %d must be positive", blockSize, maxContext)
+	case p.Window < 0:
+		return nil, fmt.Errorf("attention: window %d is negative", p.Window)
+	}
+	a := &Attention{
+		p:         p,
+		group:     p.Heads / p.KVHeads,
+		scale:     float32(1 / math.Sqrt(float64(p.HeadDim))),
+		blockSize: blockSize,
+		maxCtx:    maxContext,
+		pool:      pool,
+	}
+	// One scratch per pool worker, plus one for a call the pool runs inline
+	// while busy.
+	n := pool.Threads() + 1
+	a.scratch = make(chan *scratch, n)
+	for range n {
+		a.scratch <- &scratch{
+			scores: make([]float32, queryChunk*a.group*maxContext),
+			dec:    make([]float32, blockSize*p.HeadDim),
+			rot:    make([]float32, blockSize*p.HeadDim),
+		}
+	}
+	a.t.a = a
+	return a, nil
+}
+
+// Forward sets out (n rows of Heads*HeadDim) to the attention of the n
+// queries q (rows of Heads*HeadDim, RoPE applied) at positions start..
+// start+n-1 over layer's keys and values in c, which must already hold
+// positions 0..start+n-1. cos and sin hold HeadDim/2 values per position.
+// The result does not depend on the block size or the thread count: every
+// sum runs over key positions in order.
+func (a *Attention) Forward(out, q []float32, n, start int, c *kvcache.Cache, layer int, cos, sin []float32) error {
+	d := a.p.HeadDim
+	row := a.p.Heads * d
+	switch {
+	case n <= 0:
+		return nil
+	case len(q) < n*row || len(out) < n*row:
+		return fmt.Errorf("attention: %d queries need %d values of q and out, got %d and %d", n, n*row, len(q), len(out))
+	case start+n > a.maxCtx:
+		return fmt.Errorf("attention: positions up to %d exceed the context of %d", start+n, a.maxCtx)
+	case c.LayerLen(layer) < start+n:
+		return fmt.Errorf("attention: layer %d cache holds %d tokens, queries reach position %d", layer, c.LayerLen(layer), start+n-1)
+	case c.BlockSize() != a.blockSize:
+		return fmt.Errorf("attention: cache block size %d, want %d", c.BlockSize(), a.blockSize)
+	case len(cos) < (start+n)*d/2 || len(sin) < (start+n)*d/2:
+		return fmt.Errorf("attention: RoPE tables of %d and %d values do not reach position %d", len(cos), len(sin), start+n-1)
+	}
+	t := &a.t
+	t.out, t.q, t.n, t.start, t.c, t.layer, t.cos, t.sin = out, q, n, start, c, layer, cos, sin
+	t.err = nil
+	chunks := (n + queryChunk - 1) / queryChunk
+	a.pool.Run(chunks*a.p.KVHeads, t)
+	err := t.err
+	*t = task{a: a}
+	return err
+}
+
+// task is one Forward call; unit i is (KV head i % KVHeads, query chunk
+// i / KVHeads).
+type task struct {
+	a        *Attention
+	out, q   []float32
+	n, start int
+	c        *kvcache.Cache
+	layer    int
+	cos, sin []float32
+
+	mu  sync.Mutex
+	err error
+}
+
+func (t *task) Run(lo, hi int) {
+	s := <-t.a.scratch
+	defer func() { t.a.scratch <- s }()
+	for i := lo; i < hi; i++ {
+		if err := t.unit(s, i%t.a.p.KVHeads, i/t.a.p.KVHeads); err != nil {
+			t.mu.Lock()
+			if t.err == nil {
+				t.err = err
+			}
+			t.mu.Unlock()
+			return
+		}
+	}
+}
+
+// first returns the first key position query position qp attends to.
+func (t *task) first(qp int) int {
+	if w := t.a.p.Window; w > 0 && qp-w+1 > 0 {
+		return qp - w + 1
+	}
+	return 0
+}
+
+func (t *task) unit(s *scratch, g, chunk int) error {
+	a := t.a
+	d, half, bs, G := a.p.HeadDim, a.p.HeadDim/2, a.blockSize, a.group
+	row := a.p.Heads * d
+	i0 := chunk * queryChunk
+	i1 := min(t.n, i0+queryChunk)
+	kEnd := t.start + i1 // keys [kBeg, kEnd) are needed by some query
+	kBeg := t.first(t.start + i0)
+	stride := kEnd
+	sc := s.scores
+
+	// Pass 1: scores of every (query, head) against each rotated key.
+	for b := kBeg / bs; b*bs < kEnd; b++ {
+		kb, err := t.c.K(t.layer, g, b, s.dec)
+		if err != nil {
+			return err
+		}
+		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		for r := r0; r < r1; r++ {
+			pos := b*bs + r
+			kr := s.rot[r*d : (r+1)*d]
+			copy(kr, kb[r*d:(r+1)*d])
+			cpu.RoPE(kr, t.cos[pos*half:(pos+1)*half], t.sin[pos*half:(pos+1)*half])
+		}
+		for qi := i0; qi < i1; qi++ {
+			qp := t.start + qi
+			lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+			for hh := 0; hh < G; hh++ {
+				qv := t.q[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
+				srow := sc[((qi-i0)*G+hh)*stride+b*bs:]
+				for r := lo; r < hi; r++ {
+					srow[r] = cpu.Dot(qv, s.rot[r*d:(r+1)*d]) * a.scale
+				}
+			}
+		}
+	}
+
+	// Pass 2: softmax over each query's own key range.
+	for qi := i0; qi < i1; qi++ {
+		qp := t.start + qi
+		for hh := 0; hh < G; hh++ {
+			srow := sc[((qi-i0)*G+hh)*stride:]
+			cpu.Softmax(srow[t.first(qp) : qp+1])
+			o := t.out[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
+			clear(o)
+		}
+	}
+
+	// Pass 3: probability-weighted sum of the values, in key order.
+	for b := kBeg / bs; b*bs < kEnd; b++ {
+		vb, err := t.c.V(t.layer, g, b, s.dec)
+		if err != nil {
+			return err
+		}
+		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		for qi := i0; qi < i1; qi++ {
+			qp := t.start + qi
+			lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+			for hh := 0; hh < G; hh++ {
+				srow := sc[((qi-i0)*G+hh)*stride+b*bs:]
+				o := t.out[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
+				for r := lo; r < hi; r++ {
+					cpu.Axpy(srow[r], vb[r*d:(r+1)*d], o)
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package attention
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/kvcache"
+)
+
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "raw-f32" }
+func (rawCodec) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
+	for _, f := range x[:n*d] {
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(f))
+	}
+	return dst, nil
+}
+func (rawCodec) Decode(dst []float32, src []byte, n, d int) error {
+	if len(src) != 4*n*d {
+		return fmt.Errorf("raw-f32: %d bytes for %dx%d", len(src), n, d)
+	}
+	for i := range dst[:n*d] {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+	}
+	return nil
+}
+
+// ropeTables returns cos/sin for positions [0, n) with theta 10000.
+func ropeTables(n, d int) (cos, sin []float32) {
+	half := d / 2
+	cos, sin = make([]float32, n*half), make([]float32, n*half)
+	for p := 0; p < n; p++ {
+		for i := 0; i < half; i++ {
+			a := float64(p) / math.Pow(10000, float64(2*i)/float64(d))
+			cos[p*half+i], sin[p*half+i] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+	}
+	return cos, sin
+}
+
+// naive is attention in float64 straight from the definition.
+func naive(q, k, v []float32, n, start int, p Params, cos, sin []float32) []float64 {
+	d, half := p.HeadDim, p.HeadDim/2
+	G := p.Heads / p.KVHeads
+	total := start + n
+	krot := make([]float64, total*p.KVHeads*d)
+	for pos := 0; pos < total; pos++ {
+		for g := 0; g < p.KVHeads; g++ {
+			x := k[(pos*p.KVHeads+g)*d:]
+			o := krot[(pos*p.KVHeads+g)*d:]
+			for i := 0; i < half; i++ {
+				c, s := float64(cos[pos*half+i]), float64(sin[pos*half+i])
+				o[i] = float64(x[i])*c - float64(x[i+half])*s
+				o[i+half] = float64(x[i+half])*c + float64(x[i])*s
+			}
+		}
+	}
+	out := make([]float64, n*p.Heads*d)
+	for qi := 0; qi < n; qi++ {
+		qp := start + qi
+		lo := 0
+		if p.Window > 0 {
+			lo = max(0, qp-p.Window+1)
+		}
+		for h := 0; h < p.Heads; h++ {
+			g := h / G
+			qv := q[(qi*p.Heads+h)*d:]
+			sc := make([]float64, qp+1)
+			m := math.Inf(-1)
+			for pos := lo; pos <= qp; pos++ {
+				var s float64
+				for j := 0; j < d; j++ {
+					s += float64(qv[j]) * krot[(pos*p.KVHeads+g)*d+j]
+				}
+				sc[pos] = s / math.Sqrt(float64(d))
+				m = max(m, sc[pos])
+			}
+			var sum float64
+			for pos := lo; pos <= qp; pos++ {
+				sc[pos] = math.Exp(sc[pos] - m)
+				sum += sc[pos]
+			}
+			for pos := lo; pos <= qp; pos++ {
+				for j := 0; j < d; j++ {
+					out[(qi*p.Heads+h)*d+j] += sc[pos] / sum * float64(v[(pos*p.KVHeads+g)*d+j])
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestForward(t *testing.T) {
+	pool := cpu.NewPool(2)
+	defer pool.Close()
+	const total, maxCtx = 41, 64
+	raw := []codec.Codec{rawCodec{}}
+	for _, tc := range []struct {
+		name     string
+		p        Params
+		policy   kvcache.Policy
+		prefills []int // tokens per Forward call
+	}{
+		{"mha prefill", Params{Heads: 2, KVHeads: 2, HeadDim: 8}, kvcache.Policy{}, []int{total}},
+		{"gqa decode", Params{Heads: 6, KVHeads: 2, HeadDim: 8}, kvcache.Policy{}, nil},
+		{"gqa chunks", Params{Heads: 4, KVHeads: 1, HeadDim: 16}, kvcache.Policy{}, []int{7, 13, 1, 20}},
+		{"window", Params{Heads: 4, KVHeads: 2, HeadDim: 8, Window: 9}, kvcache.Policy{}, []int{30, 11}},
+		{"raw codec", Params{Heads: 4, KVHeads: 2, HeadDim: 8}, kvcache.Policy{HotWindow: 3, Sinks: 1,
+			Layers: []kvcache.LayerCodecs{{K: raw, V: rawCodec{}}}}, []int{25, 16}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, 9))
+			d := tc.p.HeadDim
+			q := make([]float32, total*tc.p.Heads*d)
+			k := make([]float32, total*tc.p.KVHeads*d)
+			v := make([]float32, len(k))
+			for _, x := range [][]float32{q, k, v} {
+				for i := range x {
+					x[i] = float32(r.NormFloat64())
+				}
+			}
+			cos, sin := ropeTables(maxCtx, d)
+			want := naive(q, k, v, total, 0, tc.p, cos, sin)
+			steps := tc.prefills
+			if steps == nil {
+				for range total {
+					steps = append(steps, 1)
+				}
+			}
+			var first []float32
+			for _, bs := range []int{1, 4, 16, 256} {
+				c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: tc.p.KVHeads, HeadDim: d, BlockSize: bs, MaxTokens: maxCtx, Policy: tc.policy})
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, err := New(pool, tc.p, bs, maxCtx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float32, len(q))
+				pos := 0
+				for _, n := range steps {
+					kr := tc.p.KVHeads * d
+					if err := c.Append(0, k[pos*kr:(pos+n)*kr], v[pos*kr:(pos+n)*kr], n); err != nil {
+						t.Fatal(err)
+					}
+					qr := tc.p.Heads * d
+					if err := a.Forward(got[pos*qr:(pos+n)*qr], q[pos*qr:(pos+n)*qr], n, pos, c, 0, cos, sin); err != nil {
+						t.Fatal(err)
+					}
+					pos += n
+				}
+				var worst float64
+				for i := range got {
+					worst = max(worst, math.Abs(float64(got[i])-want[i]))
+				}
+				if worst > 1e-5 {
+					t.Errorf("block size %d: max abs error %g vs float64 reference", bs, worst)
+				}
+				if first == nil {
+					first = got
+				} else {
+					for i := range got {
+						if got[i] != first[i] {
+							t.Fatalf("block size %d: out[%d] = %v, block size 1 gave %v", bs, i, got[i], first[i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	pool := cpu.NewPool(1)
+	defer pool.Close()
+	if _, err := New(pool, Params{Heads: 6, KVHeads: 4, HeadDim: 8}, 16, 32); err == nil {
+		t.Error("6 heads over 4 KV heads: no error")
+	}
+	a, err := New(pool, Params{Heads: 2, KVHeads: 1, HeadDim: 4}, 4, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 1, HeadDim: 4, BlockSize: 4, MaxTokens: 8})
+	cos, sin := ropeTables(8, 4)
+	buf := make([]float32, 2*8)
+	if err := a.Forward(buf, buf, 2, 0, c, 0, cos, sin); err == nil {
+		t.Error("queries beyond the cached keys: no error")
+	}
+}
