@@ -1,0 +1,230 @@
+package eval
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the record of one perplexity run, written as JSON.
+type Report struct {
+	Engine     string         `json:"engine_version"`
+	Model      string         `json:"model"`
+	Data       string         `json:"data"`
+	DataSHA256 string         `json:"data_sha256"`
+	Tokenizer  string         `json:"tokenizer"`
+	Mode       string         `json:"mode"`
+	Ctx        int            `json:"ctx"`
+	NEval      int            `json:"n_eval,omitempty"`
+	Stride     int            `json:"stride,omitempty"`
+	DocSep     string         `json:"doc_sep,omitempty"`
+	Chunk      int            `json:"chunk"`
+	BlockSize  int            `json:"block_size,omitempty"`
+	Calib      string         `json:"calib,omitempty"`
+	Passages   int            `json:"passages"`
+	Tokens     int            `json:"scored_tokens"`
+	Start      time.Time      `json:"start"`
+	Seconds    float64        `json:"duration_s"`
+	GoVersion  string         `json:"go_version"`
+	GOOS       string         `json:"goos"`
+	GOARCH     string         `json:"goarch"`
+	Threads    int            `json:"threads"`
+	Workers    int            `json:"workers"`
+	Configs    []ConfigReport `json:"configs"`
+	// Units lists, per passage (unit), where it starts scoring and, per
+	// configuration in Configs order, its sums and counts.
+	Units []UnitReport `json:"passages_detail"`
+}
+
+// ConfigReport holds one configuration's settings and totals.
+type ConfigReport struct {
+	Config   Config  `json:"config"`
+	Spec     string  `json:"spec"`
+	Total    Stats   `json:"total"`
+	KV       KVUsage `json:"kv"`
+	PPL      Float   `json:"ppl"`
+	MeanNLL  Float   `json:"mean_nll"`
+	DeltaPPL Float   `json:"delta_ppl_pct"`
+	MeanKL   Float   `json:"mean_kl"`
+	Top1     Float   `json:"top1_pct"`
+	KBits    Float   `json:"k_bits"`
+	VBits    Float   `json:"v_bits"`
+	Ratio    Float   `json:"kv_ratio_vs_bf16"`
+	Verdict  Verdict `json:"verdict"`
+}
+
+// UnitReport is one passage's row.
+type UnitReport struct {
+	Doc       int         `json:"doc"`
+	Tokens    int         `json:"tokens"`
+	ScoreFrom int         `json:"score_from"`
+	Configs   []UnitStats `json:"configs"`
+}
+
+// UnitStats is one configuration's sums over one passage.
+type UnitStats struct {
+	NLL     Float `json:"nll_sum"`
+	N       int   `json:"count"`
+	KL      Float `json:"kl_sum"`
+	Top1    int   `json:"top1"`
+	KVBytes int64 `json:"kv_bytes"`
+}
+
+// NewReport fills the configuration rows, passages and environment of a
+// report from a Run result; the caller sets the run's inputs and settings.
+func NewReport(res *Result, units []Unit, start time.Time, dur time.Duration) *Report {
+	r := &Report{
+		Engine:    Version,
+		Start:     start,
+		Seconds:   dur.Seconds(),
+		GoVersion: runtime.Version(),
+		GOOS:      runtime.GOOS,
+		GOARCH:    runtime.GOARCH,
+		Threads:   runtime.GOMAXPROCS(0),
+		Passages:  len(units),
+	}
+	ref := res.Totals[0]
+	r.Tokens = ref.N
+	for c, cfg := range res.Configs {
+		t := res.Totals[c]
+		cr := ConfigReport{
+			Config: cfg, Spec: cfg.String(), Total: t, KV: res.KV[c],
+			PPL: Float(t.PPL()), MeanNLL: Float(t.MeanNLL()), DeltaPPL: Float(DeltaPPL(ref.PPL(), t.PPL())),
+			MeanKL: Float(t.MeanKL()), Top1: Float(t.Top1Rate()),
+			KBits: Float(res.KV[c].KBits()), VBits: Float(res.KV[c].VBits()), Ratio: Float(res.KV[c].Ratio()),
+		}
+		if c == 0 {
+			cr.Verdict = VerdictRef
+		} else {
+			cr.Verdict = Judge(float64(cr.DeltaPPL), float64(cr.Top1))
+		}
+		r.Configs = append(r.Configs, cr)
+	}
+	for i, u := range units {
+		ur := UnitReport{Doc: u.Doc, Tokens: len(u.Tokens), ScoreFrom: u.Score}
+		for c := range res.Configs {
+			st, kv := res.Units[i].Stats[c], res.Units[i].KV[c]
+			ur.Configs = append(ur.Configs, UnitStats{NLL: Float(st.NLL), N: st.N, KL: Float(st.KL), Top1: st.Top1, KVBytes: kv.K + kv.V})
+		}
+		r.Units = append(r.Units, ur)
+	}
+	return r
+}
+
+// FileSHA256 returns the hex SHA-256 of a file's contents.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("eval: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("eval: %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// WriteJSON writes r to path atomically: into a temporary file in the same
+// directory, synced, then renamed over path. On any error the temporary
+// file is removed and path is left as it was. NaN and Inf figures (an
+// diverging run) are written as null.
+func (r *Report) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("eval: report: %w", err)
+	}
+	return WriteFileAtomic(path, append(data, '\n'))
+}
+
+// WriteFileAtomic writes data to path through a synced temporary file in
+// the same directory and a rename, so readers see the old file or the whole
+// new one, never part of it.
+func WriteFileAtomic(path string, data []byte) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("eval: %s: %w", tmp, err)
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return fmt.Errorf("eval: %s: %w", tmp, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("eval: %s: %w", tmp, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("eval: %s: %w", tmp, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
+		d.Sync() // make the rename itself durable; best effort
+		d.Close()
+	}
+	return nil
+}
+
+// Float is a float64 that encodes NaN and ±Inf as JSON null (which
+// encoding/json would otherwise refuse), so that a diverging configuration
+// cannot stop the whole report from being written.
+type Float float64
+
+// MarshalJSON implements json.Marshaler.
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
+}
+
+// MarshalJSON implements json.Marshaler, writing NaN or Inf sums as null.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		NLL  Float `json:"nll_sum"`
+		N    int   `json:"count"`
+		KL   Float `json:"kl_sum"`
+		Top1 int   `json:"top1"`
+	}{Float(s.NLL), s.N, Float(s.KL), s.Top1})
+}
+
+// WriteTable writes the readable summary: one row per configuration.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "config\tK bits\tV bits\tKV ratio\tPPL\tΔPPL %%\tKL\ttop-1 %%\tverdict\t\n")
+	for _, c := range r.Configs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.4f\t%+.2f\t%.5f\t%.2f\t%s\t\n",
+			c.Config.Name, fnum(c.KBits, "%.2f"), fnum(c.VBits, "%.2f"), fnum(c.Ratio, "%.2fx"),
+			c.PPL, c.DeltaPPL, c.MeanKL, c.Top1, c.Verdict)
+	}
+	return tw.Flush()
+}
+
+// fnum formats a byte-derived figure, or "-" when the engine reported no
+// KV footprint.
+func fnum(f Float, format string) string {
+	v := float64(f)
+	if v == 0 || math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
