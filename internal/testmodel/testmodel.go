@@ -1,0 +1,301 @@
+// Package testmodel writes small seeded random checkpoints in Hugging Face
+// layout (config.json, generation_config.json, model.safetensors) so the
+// loader and the forward pass can be tested on every supported architecture
+// without downloading real weights.
+package testmodel
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/kakeya-ai/kakeya/kernels"
+)
+
+// RopeScaling is the rope_scaling entry of config.json.
+type RopeScaling struct {
+	Type                          string  // "llama3" or "linear"
+	Factor                        float64 // all types
+	LowFreqFactor, HighFreqFactor float64 // llama3
+	OriginalMaxPositionEmbeddings int     // llama3
+}
+
+// Spec describes a checkpoint to write.
+type Spec struct {
+	ModelType                                                            string // llama, mistral, qwen2 or qwen3
+	Hidden, Intermediate, Layers, Heads, KVHeads, HeadDim, Vocab, MaxPos int
+	RopeTheta                                                            float64
+	RopeScaling                                                          *RopeScaling
+	RMSNormEps                                                           float64
+	// Tie shares the embedding matrix with the output head.
+	Tie bool
+	// Bias adds q/k/v projection biases (Qwen2).
+	Bias bool
+	// SlidingWindow is Mistral's window, 0 for none.
+	SlidingWindow int
+	DType         kernels.DType
+	Seed          uint64
+}
+
+// Qwen2Tiny is a Qwen2-style model: q/k/v biases, 7:1 grouped-query
+// attention, head_dim 16, rope_theta 1e6 and an untied output head, in BF16.
+var Qwen2Tiny = Spec{
+	ModelType: "qwen2", Hidden: 224, Intermediate: 320, Layers: 2, Heads: 14, KVHeads: 2, HeadDim: 16,
+	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Bias: true, DType: kernels.BF16, Seed: 1,
+}
+
+// Llama3Tiny is a Llama-3-style model with Llama-3 rope_scaling (factor 8,
+// low 1, high 4, original 8192). With rope_theta 5e5 and head_dim 16 its
+// eight wavelengths span 6.3 to 6.3e5 positions, so some frequencies are
+// kept (< 2048), one is smoothed and the rest divided by the factor (> 8192).
+// Stored in F16 with tied embeddings.
+var Llama3Tiny = Spec{
+	ModelType: "llama", Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+	Vocab: 256, MaxPos: 1024, RopeTheta: 5e5, RMSNormEps: 1e-5, Tie: true, DType: kernels.F16, Seed: 2,
+	RopeScaling: &RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
+}
+
+// Qwen3Tiny is a Qwen3-style model: per-head RMSNorm on q and k, and a
+// head_dim (32) that is not hidden/heads, in F32.
+var Qwen3Tiny = Spec{
+	ModelType: "qwen3", Hidden: 64, Intermediate: 96, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
+	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, DType: kernels.F32, Seed: 3,
+}
+
+// Qwen25_05B has Qwen2.5-0.5B's exact shape in BF16 (about 1 GB on disk),
+// for benchmarks.
+var Qwen25_05B = Spec{
+	ModelType: "qwen2", Hidden: 896, Intermediate: 4864, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64,
+	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: kernels.BF16, Seed: 4,
+}
+
+// tensor is one tensor to write: its values are uniform with the given mean
+// and standard deviation, drawn from a generator seeded by name.
+type tensor struct {
+	name      string
+	shape     []int
+	mean, std float64
+}
+
+func (s *Spec) validate() error {
+	switch s.ModelType {
+	case "llama", "mistral", "qwen2", "qwen3":
+	default:
+		return fmt.Errorf("testmodel: model_type %q, want llama, mistral, qwen2 or qwen3", s.ModelType)
+	}
+	if s.Hidden <= 0 || s.Intermediate <= 0 || s.Layers <= 0 || s.Heads <= 0 || s.KVHeads <= 0 || s.HeadDim <= 0 || s.Vocab <= 0 || s.MaxPos <= 0 {
+		return fmt.Errorf("testmodel: every size must be positive: %+v", *s)
+	}
+	if s.DType.Size() == 0 {
+		return fmt.Errorf("testmodel: dtype %v", s.DType)
+	}
+	return nil
+}
+
+func (s *Spec) tensors() []tensor {
+	h, q, kv := s.Hidden, s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	lin := func(name string, out, in int) tensor {
+		return tensor{name: name, shape: []int{out, in}, std: 1 / math.Sqrt(float64(in))}
+	}
+	norm := func(name string, n int) tensor {
+		return tensor{name: name, shape: []int{n}, mean: 1, std: 0.1 / math.Sqrt(3)}
+	}
+	ts := []tensor{{name: "model.embed_tokens.weight", shape: []int{s.Vocab, h}, std: 1}}
+	for i := 0; i < s.Layers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ts = append(ts, norm(p+"input_layernorm.weight", h),
+			lin(p+"self_attn.q_proj.weight", q, h),
+			lin(p+"self_attn.k_proj.weight", kv, h),
+			lin(p+"self_attn.v_proj.weight", kv, h))
+		if s.Bias {
+			ts = append(ts,
+				tensor{name: p + "self_attn.q_proj.bias", shape: []int{q}, std: 0.1},
+				tensor{name: p + "self_attn.k_proj.bias", shape: []int{kv}, std: 0.1},
+				tensor{name: p + "self_attn.v_proj.bias", shape: []int{kv}, std: 0.1})
+		}
+		if s.ModelType == "qwen3" {
+			ts = append(ts, norm(p+"self_attn.q_norm.weight", s.HeadDim), norm(p+"self_attn.k_norm.weight", s.HeadDim))
+		}
+		ts = append(ts, lin(p+"self_attn.o_proj.weight", h, q),
+			norm(p+"post_attention_layernorm.weight", h),
+			lin(p+"mlp.gate_proj.weight", s.Intermediate, h),
+			lin(p+"mlp.up_proj.weight", s.Intermediate, h),
+			lin(p+"mlp.down_proj.weight", h, s.Intermediate))
+	}
+	ts = append(ts, norm("model.norm.weight", h))
+	if !s.Tie {
+		ts = append(ts, lin("lm_head.weight", s.Vocab, h))
+	}
+	return ts
+}
+
+// Write creates dir if needed and writes the checkpoint described by spec.
+func Write(dir string, spec Spec) error {
+	if err := spec.validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("testmodel: %w", err)
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), spec.config()); err != nil {
+		return err
+	}
+	gen := map[string]any{"bos_token_id": 1, "eos_token_id": 2}
+	if err := writeJSON(filepath.Join(dir, "generation_config.json"), gen); err != nil {
+		return err
+	}
+	return writeSafetensors(filepath.Join(dir, "model.safetensors"), &spec)
+}
+
+func (s *Spec) config() map[string]any {
+	arch := map[string]string{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[s.ModelType]
+	dt := map[kernels.DType]string{kernels.F32: "float32", kernels.F16: "float16", kernels.BF16: "bfloat16"}[s.DType]
+	eps := s.RMSNormEps
+	if eps == 0 {
+		eps = 1e-6
+	}
+	c := map[string]any{
+		"architectures":           []string{arch},
+		"model_type":              s.ModelType,
+		"hidden_size":             s.Hidden,
+		"intermediate_size":       s.Intermediate,
+		"num_hidden_layers":       s.Layers,
+		"num_attention_heads":     s.Heads,
+		"num_key_value_heads":     s.KVHeads,
+		"head_dim":                s.HeadDim,
+		"vocab_size":              s.Vocab,
+		"max_position_embeddings": s.MaxPos,
+		"rms_norm_eps":            eps,
+		"rope_theta":              s.RopeTheta,
+		"hidden_act":              "silu",
+		"tie_word_embeddings":     s.Tie,
+		"bos_token_id":            1,
+		"eos_token_id":            2,
+		"torch_dtype":             dt,
+	}
+	if s.ModelType == "llama" {
+		c["attention_bias"] = s.Bias
+		c["mlp_bias"] = false
+	}
+	if s.ModelType == "qwen3" {
+		c["attention_bias"] = false
+	}
+	if s.SlidingWindow > 0 {
+		c["sliding_window"] = s.SlidingWindow
+	} else if s.ModelType == "mistral" {
+		c["sliding_window"] = nil
+	}
+	if rs := s.RopeScaling; rs != nil {
+		m := map[string]any{"rope_type": rs.Type, "factor": rs.Factor}
+		if rs.Type == "llama3" {
+			m["low_freq_factor"] = rs.LowFreqFactor
+			m["high_freq_factor"] = rs.HighFreqFactor
+			m["original_max_position_embeddings"] = rs.OriginalMaxPositionEmbeddings
+		}
+		c["rope_scaling"] = m
+	}
+	return c
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("testmodel: %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("testmodel: %w", err)
+	}
+	return nil
+}
+
+// writeSafetensors streams the tensors to path, generating values as it goes
+// so a 1 GB checkpoint needs no more than a write buffer of memory.
+func writeSafetensors(path string, s *Spec) (err error) {
+	ts := s.tensors()
+	name := map[kernels.DType]string{kernels.F32: "F32", kernels.F16: "F16", kernels.BF16: "BF16"}[s.DType]
+	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt", "generator": "kakeya testmodel"}}
+	var off int64
+	for _, t := range ts {
+		n := int64(1)
+		for _, d := range t.shape {
+			n *= int64(d)
+		}
+		end := off + n*int64(s.DType.Size())
+		hdr[t.name] = map[string]any{"dtype": name, "shape": t.shape, "data_offsets": []int64{off, end}}
+		off = end
+	}
+	hb, err := json.Marshal(hdr)
+	if err != nil {
+		return fmt.Errorf("testmodel: %s: %w", path, err)
+	}
+	for len(hb)%8 != 0 {
+		hb = append(hb, ' ')
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("testmodel: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("testmodel: %w", cerr)
+		}
+	}()
+	w := bufio.NewWriterSize(f, 1<<20)
+	var lenb [8]byte
+	binary.LittleEndian.PutUint64(lenb[:], uint64(len(hb)))
+	w.Write(lenb[:])
+	w.Write(hb)
+	buf := make([]byte, 0, 1<<16)
+	for _, t := range ts {
+		n := 1
+		for _, d := range t.shape {
+			n *= d
+		}
+		hs := fnv.New64a()
+		hs.Write([]byte(t.name))
+		rng := splitmix{s: s.Seed ^ hs.Sum64()}
+		// Uniform on [mean - a, mean + a] has standard deviation a/sqrt(3).
+		a, m := float32(t.std*math.Sqrt(3)), float32(t.mean)
+		for i := 0; i < n; i += 2 {
+			u := rng.next()
+			for j := 0; j < 2 && i+j < n; j++ {
+				// 24 random bits to a float in [-1, 1).
+				x := float32(int32(uint32(u>>(32*j))>>8)-(1<<23)) * (1.0 / (1 << 23))
+				v := m + a*x
+				switch s.DType {
+				case kernels.F32:
+					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+				case kernels.F16:
+					buf = binary.LittleEndian.AppendUint16(buf, kernels.F32ToF16(v))
+				default:
+					buf = binary.LittleEndian.AppendUint16(buf, kernels.F32ToBF16(v))
+				}
+			}
+			if len(buf) >= cap(buf)-8 {
+				w.Write(buf)
+				buf = buf[:0]
+			}
+		}
+	}
+	w.Write(buf)
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("testmodel: %s: %w", path, err)
+	}
+	return nil
+}
+
+// splitmix is SplitMix64: fast, seedable and good enough for weights.
+type splitmix struct{ s uint64 }
+
+func (r *splitmix) next() uint64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
