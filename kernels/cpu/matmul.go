@@ -16,6 +16,8 @@ const (
 	// chunksPerThread over-splits work so a core slowed by other processes
 	// does not hold everyone up.
 	chunksPerThread = 8
+	// scratchLen is one worker's GEMM scratch: a tile and 8 results.
+	scratchLen = tileRows*tileK + 8
 )
 
 // kernelSet is one implementation of the inner loops: scalar, or SIMD.
@@ -73,7 +75,7 @@ func (p *Pool) MatMul(out, x []float32, n int, w kernels.Mat) {
 		s = p.scratch
 		defer p.mu.Unlock()
 	} else {
-		s = [][]float32{make([]float32, tileRows*tileK)}
+		s = [][]float32{make([]float32, scratchLen)}
 	}
 	t := matmulTask{k: p.k, scratch: s, out: out, x: x, n: n, w: w}
 	t.runWorker(0, 0, units)
@@ -131,6 +133,10 @@ func (t *matmulTask) runWorker(worker, lo, hi int) {
 func (k *kernelSet) gemmTile(out, x []float32, n int, w *kernels.Mat, r0, r1 int, s []float32) {
 	rows, cols := w.Rows, w.Cols
 	nr := r1 - r0
+	// The micro-kernels' results go through the scratch: a local array passed
+	// to a function value would escape and allocate on every call.
+	d := (*[8]float32)(s[tileRows*tileK:])
+	d4 := (*[4]float32)(d[:4])
 	for k0 := 0; k0 < cols; k0 += tileK {
 		kc := min(tileK, cols-k0)
 		for j := range nr {
@@ -145,8 +151,7 @@ func (k *kernelSet) gemmTile(out, x []float32, n int, w *kernels.Mat, r0, r1 int
 			o1 := out[(i+1)*rows+r0 : (i+1)*rows+r1]
 			j := 0
 			for ; j+4 <= nr; j += 4 {
-				var d [8]float32
-				k.dot4x2(s[j*kc:], kc, x0, x1, &d)
+				k.dot4x2(s[j*kc:], kc, x0, x1, d)
 				accum(o0[j:j+4], d[:4], first)
 				accum(o1[j:j+4], d[4:], first)
 			}
@@ -161,9 +166,8 @@ func (k *kernelSet) gemmTile(out, x []float32, n int, w *kernels.Mat, r0, r1 int
 			o0 := out[i*rows+r0 : i*rows+r1]
 			j := 0
 			for ; j+4 <= nr; j += 4 {
-				var d [4]float32
-				k.dot4x1(s[j*kc:], kc, x0, &d)
-				accum(o0[j:j+4], d[:], first)
+				k.dot4x1(s[j*kc:], kc, x0, d4)
+				accum(o0[j:j+4], d4[:], first)
 			}
 			for ; j < nr; j++ {
 				accum1(&o0[j], k.dot(s[j*kc:(j+1)*kc], x0), first)

@@ -64,7 +64,7 @@ func newPool(threads int, k *kernelSet) *Pool {
 	p := &Pool{threads: threads, k: k}
 	p.scratch = make([][]float32, threads)
 	for i := range p.scratch {
-		p.scratch[i] = make([]float32, tileRows*tileK)
+		p.scratch[i] = make([]float32, scratchLen)
 	}
 	p.wake = make([]chan struct{}, threads-1)
 	for i := range p.wake {

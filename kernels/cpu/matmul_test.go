@@ -1,0 +1,232 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/kernels"
+)
+
+// testMat returns a random rows x cols matrix stored as dt, and the exact
+// values it holds as float64 (the reference reads the rounded weights).
+func testMat(rng *rand.Rand, dt kernels.DType, rows, cols int) (kernels.Mat, []float64) {
+	m := kernels.Mat{DType: dt, Rows: rows, Cols: cols}
+	ref := make([]float64, rows*cols)
+	switch dt {
+	case kernels.F32:
+		m.F32 = make([]float32, rows*cols)
+	default:
+		m.U16 = make([]uint16, rows*cols)
+	}
+	for i := range ref {
+		v := float32(rng.NormFloat64())
+		switch dt {
+		case kernels.F32:
+			m.F32[i] = v
+			ref[i] = float64(v)
+		case kernels.BF16:
+			m.U16[i] = kernels.F32ToBF16(v)
+			ref[i] = float64(kernels.BF16ToF32(m.U16[i]))
+		case kernels.F16:
+			m.U16[i] = kernels.F32ToF16(v)
+			ref[i] = float64(kernels.F16ToF32(m.U16[i]))
+		}
+	}
+	return m, ref
+}
+
+func randVec(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+// refMatMul returns the float64 products and, per output, Σ|w·x|: the
+// tolerance is relative to it so cancellation does not make it meaningless.
+func refMatMul(x []float32, n int, w []float64, rows, cols int) (want, mag []float64) {
+	want, mag = make([]float64, n*rows), make([]float64, n*rows)
+	for i := range n {
+		for r := range rows {
+			var sum, m float64
+			for c := range cols {
+				p := w[r*cols+c] * float64(x[i*cols+c])
+				sum += p
+				m += math.Abs(p)
+			}
+			want[i*rows+r], mag[i*rows+r] = sum, m
+		}
+	}
+	return want, mag
+}
+
+func checkMatMulResult(t *testing.T, out, x []float32, n int, w []float64, rows, cols int) {
+	t.Helper()
+	want, mag := refMatMul(x, n, w, rows, cols)
+	checkAgainst(t, out, want, mag, rows)
+}
+
+func checkAgainst(t *testing.T, out []float32, want, mag []float64, rows int) {
+	t.Helper()
+	for i, w := range want {
+		if tol := 1e-5*mag[i] + 1e-30; math.Abs(float64(out[i])-w) > tol {
+			t.Fatalf("out[token %d][row %d] = %v, want %v (tol %.3g)", i/rows, i%rows, out[i], w, tol)
+		}
+	}
+}
+
+func testPools(t *testing.T) map[string]*Pool {
+	pools := map[string]*Pool{
+		"best/1":   newPool(1, bestKernels()),
+		"best/2":   newPool(2, bestKernels()),
+		"best/3":   newPool(3, bestKernels()),
+		"scalar/1": newPool(1, &scalarKernels),
+		"scalar/2": newPool(2, &scalarKernels),
+	}
+	t.Cleanup(func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	})
+	return pools
+}
+
+func TestMatMul(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pools := testPools(t)
+	t.Logf("best kernels: %s", pools["best/2"].Kernel())
+	shapes := []struct{ rows, cols int }{{1, 1}, {7, 13}, {33, 65}, {64, 172}, {300, 896}, {5, 300}}
+	for _, dt := range []kernels.DType{kernels.F32, kernels.F16, kernels.BF16} {
+		for _, sh := range shapes {
+			w, ref := testMat(rng, dt, sh.rows, sh.cols)
+			for _, n := range []int{1, 2, 3, 5, 17, 64} {
+				if testing.Short() && sh.rows*sh.cols*n > 1<<20 {
+					continue
+				}
+				x := randVec(rng, n*sh.cols)
+				want, mag := refMatMul(x, n, ref, sh.rows, sh.cols)
+				for name, p := range pools {
+					t.Run(fmt.Sprintf("%v/%dx%d/n=%d/%s", dt, sh.rows, sh.cols, n, name), func(t *testing.T) {
+						out := make([]float32, n*sh.rows+3)
+						for i := range out {
+							out[i] = float32(math.NaN()) // MatMul must overwrite, not accumulate
+						}
+						p.MatMul(out, x, n, w)
+						checkAgainst(t, out, want, mag, sh.rows)
+						for _, v := range out[n*sh.rows:] {
+							if v == v {
+								t.Fatalf("MatMul wrote past n*rows")
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulNested runs MatMul from inside a parallel For on the same pool:
+// the inner calls must run inline, not deadlock, and still be right.
+func TestMatMulNested(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	p := NewPool(2)
+	defer p.Close()
+	w, ref := testMat(rng, kernels.BF16, 40, 70)
+	const n = 3
+	x := randVec(rng, n*70)
+	outs := make([][]float32, 4)
+	for i := range outs {
+		outs[i] = make([]float32, n*40)
+	}
+	p.For(len(outs), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			p.MatMul(outs[i], x, n, w)
+			p.MatMul(outs[i][:40], x[:70], 1, w)
+		}
+	})
+	for _, out := range outs {
+		checkMatMulResult(t, out, x, n, ref, 40, 70)
+	}
+}
+
+func TestMatMulBadShapesPanic(t *testing.T) {
+	w := kernels.Mat{DType: kernels.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 12)}
+	tests := []struct {
+		name   string
+		out, x []float32
+		n      int
+		w      kernels.Mat
+	}{
+		{"short x", make([]float32, 8), make([]float32, 5), 2, w},
+		{"short out", make([]float32, 7), make([]float32, 6), 2, w},
+		{"negative n", make([]float32, 8), make([]float32, 6), -1, w},
+		{"storage", make([]float32, 4), make([]float32, 3), 1, kernels.Mat{DType: kernels.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 11)}},
+		{"dtype", make([]float32, 4), make([]float32, 3), 1, kernels.Mat{Rows: 4, Cols: 3}},
+		{"f32 storage", make([]float32, 4), make([]float32, 3), 1, kernels.Mat{DType: kernels.F32, Rows: 4, Cols: 3, U16: make([]uint16, 12)}},
+	}
+	p := NewPool(2)
+	defer p.Close()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if r == nil {
+					t.Fatal("no panic")
+				}
+				if s, ok := r.(string); !ok || len(s) < 12 || s[:12] != "cpu: MatMul:" {
+					t.Fatalf("panic %v does not name the kernel", r)
+				}
+			}()
+			p.MatMul(tt.out, tt.x, tt.n, tt.w)
+		})
+	}
+}
+
+func TestMatMulAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	p := NewPool(2)
+	defer p.Close()
+	w, _ := testMat(rng, kernels.BF16, 256, 200)
+	for _, n := range []int{1, 64} {
+		x := randVec(rng, n*200)
+		out := make([]float32, n*256)
+		if a := testing.AllocsPerRun(20, func() { p.MatMul(out, x, n, w) }); a != 0 {
+			t.Errorf("MatMul n=%d: %v allocations per call, want 0", n, a)
+		}
+	}
+}
+
+func TestRowF32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, dt := range []kernels.DType{kernels.F32, kernels.F16, kernels.BF16} {
+		w, ref := testMat(rng, dt, 5, 37)
+		dst := make([]float32, 37)
+		for r := range 5 {
+			RowF32(dst, w, r)
+			for c, v := range dst {
+				if float64(v) != ref[r*37+c] {
+					t.Fatalf("%v row %d col %d = %v, want %v", dt, r, c, v, ref[r*37+c])
+				}
+			}
+		}
+	}
+	// Special values go through the vector conversion too.
+	specials := []uint16{0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x3c00, 0xc000, 0x3555, 0x8001, 0x7e00, 0x7c01, 0xfe00}
+	for _, dt := range []kernels.DType{kernels.F16, kernels.BF16} {
+		w := kernels.Mat{DType: dt, Rows: 1, Cols: len(specials), U16: specials}
+		dst := make([]float32, len(specials))
+		RowF32(dst, w, 0)
+		for i, h := range specials {
+			want := kernels.F16ToF32(h)
+			if dt == kernels.BF16 {
+				want = kernels.BF16ToF32(h)
+			}
+			if math.Float32bits(dst[i]) != math.Float32bits(want) && !(want != want && dst[i] != dst[i]) {
+				t.Errorf("%v %#04x -> %v (%#08x), want %v", dt, h, dst[i], math.Float32bits(dst[i]), want)
+			}
+		}
+	}
+}
