@@ -1,0 +1,446 @@
+package weights
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Config is the part of a Hugging Face config.json the engine needs, with
+// the defaults of the transformers config class for its model_type applied.
+//
+// Bias flags follow the checkpoints rather than the JSON: AttentionBias means
+// q_proj, k_proj and v_proj carry a bias (always so for qwen2, which has no
+// such field); OutputBias means o_proj does too (llama and qwen3 with
+// attention_bias=true; never qwen2 or mistral).
+type Config struct {
+	ModelType     string
+	Architectures []string
+
+	HiddenSize            int
+	IntermediateSize      int
+	NumLayers             int // num_hidden_layers
+	NumHeads              int // num_attention_heads
+	NumKVHeads            int // num_key_value_heads
+	HeadDim               int
+	VocabSize             int
+	MaxPositionEmbeddings int
+
+	RMSNormEps  float64
+	RopeTheta   float64
+	RopeScaling *RopeScaling // nil: plain RoPE
+
+	TieWordEmbeddings bool
+	AttentionBias     bool // bias on q, k, v projections
+	OutputBias        bool // bias on o_proj
+	MLPBias           bool // bias on gate, up, down projections
+	QKNorm            bool // per-head RMSNorm on q and k before RoPE (qwen3)
+	HiddenAct         string
+
+	SlidingWindow int // 0: full attention
+
+	BOSTokenID  int   // -1 when the config names none
+	EOSTokenIDs []int // empty when the config names none
+	TorchDType  string
+}
+
+// RopeScaling describes a rescaled RoPE frequency schedule: "linear" divides
+// positions by Factor; "llama3" uses all four fields as in Llama 3.1.
+type RopeScaling struct {
+	Type                          string
+	Factor                        float64
+	LowFreqFactor                 float64
+	HighFreqFactor                float64
+	OriginalMaxPositionEmbeddings int
+}
+
+// SupportedModelTypes lists the config.json model_type values this package
+// accepts.
+func SupportedModelTypes() []string { return []string{"llama", "mistral", "qwen2", "qwen3"} }
+
+// rawConfig mirrors config.json; pointers tell a missing key from a zero.
+type rawConfig struct {
+	ModelType             *string         `json:"model_type"`
+	Architectures         []string        `json:"architectures"`
+	HiddenSize            *int            `json:"hidden_size"`
+	IntermediateSize      *int            `json:"intermediate_size"`
+	NumLayers             *int            `json:"num_hidden_layers"`
+	NumHeads              *int            `json:"num_attention_heads"`
+	NumKVHeads            *int            `json:"num_key_value_heads"`
+	HeadDim               *int            `json:"head_dim"`
+	VocabSize             *int            `json:"vocab_size"`
+	MaxPositionEmbeddings *int            `json:"max_position_embeddings"`
+	RMSNormEps            *float64        `json:"rms_norm_eps"`
+	RopeTheta             *float64        `json:"rope_theta"`
+	RopeScaling           json.RawMessage `json:"rope_scaling"`
+	RopeParameters        json.RawMessage `json:"rope_parameters"` // transformers >= 5
+	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
+	AttentionBias         *bool           `json:"attention_bias"`
+	MLPBias               *bool           `json:"mlp_bias"`
+	HiddenAct             *string         `json:"hidden_act"`
+	SlidingWindow         json.RawMessage `json:"sliding_window"`
+	UseSlidingWindow      *bool           `json:"use_sliding_window"`
+	BOSTokenID            json.RawMessage `json:"bos_token_id"`
+	EOSTokenID            json.RawMessage `json:"eos_token_id"`
+	TorchDType            *string         `json:"torch_dtype"`
+	DType                 *string         `json:"dtype"` // transformers >= 5 name for torch_dtype
+}
+
+// LoadConfig reads and validates dir/config.json.
+func LoadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("weights: %w", err)
+	}
+	return ParseConfig(data, path)
+}
+
+// ParseConfig parses and validates config.json content; name (usually the
+// file path) prefixes every error.
+func ParseConfig(data []byte, name string) (*Config, error) {
+	c, err := parseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("weights: %s: %w", name, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("weights: %s: %w", name, err)
+	}
+	return c, nil
+}
+
+func parseConfig(data []byte) (*Config, error) {
+	var r rawConfig
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %v", err)
+	}
+	if r.ModelType == nil {
+		return nil, errors.New("missing field \"model_type\"")
+	}
+	c := &Config{ModelType: *r.ModelType, Architectures: r.Architectures}
+	if !isSupported(c.ModelType) {
+		return nil, fmt.Errorf("unsupported model_type %q (supported: %s)", c.ModelType, strings.Join(SupportedModelTypes(), ", "))
+	}
+
+	for _, f := range []struct {
+		key string
+		src *int
+		dst *int
+	}{
+		{"hidden_size", r.HiddenSize, &c.HiddenSize},
+		{"intermediate_size", r.IntermediateSize, &c.IntermediateSize},
+		{"num_hidden_layers", r.NumLayers, &c.NumLayers},
+		{"num_attention_heads", r.NumHeads, &c.NumHeads},
+		{"vocab_size", r.VocabSize, &c.VocabSize},
+	} {
+		// transformers would fill in a 7B-sized default; a config without
+		// its dimensions is far more likely a wrong file, so refuse.
+		if f.src == nil {
+			return nil, fmt.Errorf("missing field %q", f.key)
+		}
+		*f.dst = *f.src
+	}
+
+	// Defaults below are those of LlamaConfig, MistralConfig, Qwen2Config
+	// and Qwen3Config in transformers 4.5x.
+	c.NumKVHeads = c.NumHeads // LlamaConfig: None -> num_attention_heads
+	switch c.ModelType {
+	case "mistral":
+		c.NumKVHeads = 8
+	case "qwen2", "qwen3":
+		c.NumKVHeads = 32
+	}
+	if r.NumKVHeads != nil {
+		c.NumKVHeads = *r.NumKVHeads
+	}
+
+	switch {
+	case r.HeadDim != nil:
+		c.HeadDim = *r.HeadDim
+	case c.ModelType == "qwen3":
+		c.HeadDim = 128
+	default:
+		if c.NumHeads <= 0 || c.HiddenSize%c.NumHeads != 0 {
+			return nil, fmt.Errorf("hidden_size=%d is not a multiple of num_attention_heads=%d and head_dim is not given",
+				c.HiddenSize, c.NumHeads)
+		}
+		c.HeadDim = c.HiddenSize / c.NumHeads
+	}
+
+	c.MaxPositionEmbeddings = map[string]int{"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}[c.ModelType]
+	if r.MaxPositionEmbeddings != nil {
+		c.MaxPositionEmbeddings = *r.MaxPositionEmbeddings
+	}
+	c.RMSNormEps = 1e-6
+	if r.RMSNormEps != nil {
+		c.RMSNormEps = *r.RMSNormEps
+	}
+	c.HiddenAct = "silu"
+	if r.HiddenAct != nil {
+		c.HiddenAct = *r.HiddenAct
+	}
+	// All four classes default tie_word_embeddings to false, unlike
+	// PretrainedConfig (true).
+	if r.TieWordEmbeddings != nil {
+		c.TieWordEmbeddings = *r.TieWordEmbeddings
+	}
+
+	switch c.ModelType {
+	case "llama":
+		c.AttentionBias = r.AttentionBias != nil && *r.AttentionBias
+		c.OutputBias = c.AttentionBias
+		c.MLPBias = r.MLPBias != nil && *r.MLPBias
+	case "qwen2":
+		c.AttentionBias = true // Qwen2Attention hard-codes bias on q, k, v
+	case "qwen3":
+		c.AttentionBias = r.AttentionBias != nil && *r.AttentionBias
+		c.OutputBias = c.AttentionBias
+		c.QKNorm = true
+	}
+
+	var err error
+	if c.SlidingWindow, err = slidingWindow(c.ModelType, r); err != nil {
+		return nil, err
+	}
+
+	c.RopeTheta = 10000
+	if r.RopeTheta != nil {
+		c.RopeTheta = *r.RopeTheta
+	}
+	scaling := r.RopeScaling
+	if len(r.RopeParameters) > 0 && !isNull(r.RopeParameters) {
+		var p struct {
+			RopeTheta *float64 `json:"rope_theta"`
+		}
+		if err := json.Unmarshal(r.RopeParameters, &p); err != nil {
+			return nil, fmt.Errorf("rope_parameters: %v", err)
+		}
+		if p.RopeTheta != nil && r.RopeTheta == nil {
+			c.RopeTheta = *p.RopeTheta
+		}
+		if len(scaling) == 0 || isNull(scaling) {
+			scaling = r.RopeParameters
+		}
+	}
+	if c.RopeScaling, err = parseRopeScaling(scaling); err != nil {
+		return nil, err
+	}
+
+	// LlamaConfig and MistralConfig default to BOS 1 / EOS 2; the Qwen
+	// classes name none.
+	c.BOSTokenID = -1
+	if c.ModelType == "llama" || c.ModelType == "mistral" {
+		c.BOSTokenID, c.EOSTokenIDs = 1, []int{2}
+	}
+	if r.BOSTokenID != nil {
+		if isNull(r.BOSTokenID) {
+			c.BOSTokenID = -1
+		} else if err := json.Unmarshal(r.BOSTokenID, &c.BOSTokenID); err != nil {
+			return nil, fmt.Errorf("bos_token_id %s is not an integer", r.BOSTokenID)
+		}
+	}
+	if r.EOSTokenID != nil {
+		if c.EOSTokenIDs, err = parseIDs(r.EOSTokenID); err != nil {
+			return nil, fmt.Errorf("eos_token_id %s: %v", r.EOSTokenID, err)
+		}
+	}
+
+	switch {
+	case r.TorchDType != nil:
+		c.TorchDType = *r.TorchDType
+	case r.DType != nil:
+		c.TorchDType = *r.DType
+	}
+	return c, nil
+}
+
+func isSupported(modelType string) bool {
+	for _, s := range SupportedModelTypes() {
+		if s == modelType {
+			return true
+		}
+	}
+	return false
+}
+
+func isNull(m json.RawMessage) bool { return strings.TrimSpace(string(m)) == "null" }
+
+func slidingWindow(modelType string, r rawConfig) (int, error) {
+	var w *int
+	if len(r.SlidingWindow) > 0 && !isNull(r.SlidingWindow) {
+		w = new(int)
+		if err := json.Unmarshal(r.SlidingWindow, w); err != nil {
+			return 0, fmt.Errorf("sliding_window %s is not an integer", r.SlidingWindow)
+		}
+	}
+	switch modelType {
+	case "mistral":
+		if len(r.SlidingWindow) == 0 {
+			return 4096, nil // MistralConfig default
+		}
+		if w == nil {
+			return 0, nil
+		}
+		return *w, nil
+	case "qwen2", "qwen3":
+		// Qwen configs carry a sliding_window that only applies, to some
+		// layers, with use_sliding_window=true; no released checkpoint of
+		// these families sets it.
+		if r.UseSlidingWindow != nil && *r.UseSlidingWindow {
+			return 0, fmt.Errorf("use_sliding_window=true is not supported for model_type %q", modelType)
+		}
+	}
+	return 0, nil
+}
+
+// parseIDs accepts an integer, a list of integers or null.
+func parseIDs(m json.RawMessage) ([]int, error) {
+	if isNull(m) {
+		return nil, nil
+	}
+	var one int
+	if err := json.Unmarshal(m, &one); err == nil {
+		return []int{one}, nil
+	}
+	var many []int
+	if err := json.Unmarshal(m, &many); err != nil {
+		return nil, errors.New("want an integer or a list of integers")
+	}
+	return many, nil
+}
+
+func parseRopeScaling(m json.RawMessage) (*RopeScaling, error) {
+	if len(m) == 0 || isNull(m) {
+		return nil, nil
+	}
+	var r struct {
+		RopeType  *string  `json:"rope_type"`
+		Type      *string  `json:"type"`
+		Factor    *float64 `json:"factor"`
+		Low       *float64 `json:"low_freq_factor"`
+		High      *float64 `json:"high_freq_factor"`
+		OrigMaxPE *int     `json:"original_max_position_embeddings"`
+	}
+	if err := json.Unmarshal(m, &r); err != nil {
+		return nil, fmt.Errorf("rope_scaling %s: %v", m, err)
+	}
+	var typ string
+	switch {
+	case r.RopeType != nil:
+		typ = *r.RopeType
+	case r.Type != nil:
+		typ = *r.Type
+	default:
+		return nil, fmt.Errorf("rope_scaling %s names no rope_type", m)
+	}
+	need := func(key string, v *float64) (float64, error) {
+		if v == nil {
+			return 0, fmt.Errorf("rope_scaling type %q needs %q", typ, key)
+		}
+		return *v, nil
+	}
+	s := &RopeScaling{Type: typ}
+	var err error
+	switch typ {
+	case "default":
+		return nil, nil
+	case "linear":
+		if s.Factor, err = need("factor", r.Factor); err != nil {
+			return nil, err
+		}
+	case "llama3":
+		if s.Factor, err = need("factor", r.Factor); err != nil {
+			return nil, err
+		}
+		if s.LowFreqFactor, err = need("low_freq_factor", r.Low); err != nil {
+			return nil, err
+		}
+		if s.HighFreqFactor, err = need("high_freq_factor", r.High); err != nil {
+			return nil, err
+		}
+		if r.OrigMaxPE == nil {
+			return nil, fmt.Errorf("rope_scaling type %q needs %q", typ, "original_max_position_embeddings")
+		}
+		s.OriginalMaxPositionEmbeddings = *r.OrigMaxPE
+	default:
+		return nil, fmt.Errorf("unsupported rope_scaling type %q (supported: linear, llama3)", typ)
+	}
+	return s, nil
+}
+
+// Validate checks that the configuration describes a model the engine can
+// build; errors name the config.json field and its value.
+func (c *Config) Validate() error {
+	if !isSupported(c.ModelType) {
+		return fmt.Errorf("unsupported model_type %q (supported: %s)", c.ModelType, strings.Join(SupportedModelTypes(), ", "))
+	}
+	for _, f := range []struct {
+		key string
+		v   int
+	}{
+		{"hidden_size", c.HiddenSize},
+		{"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumLayers},
+		{"num_attention_heads", c.NumHeads},
+		{"num_key_value_heads", c.NumKVHeads},
+		{"head_dim", c.HeadDim},
+		{"vocab_size", c.VocabSize},
+		{"max_position_embeddings", c.MaxPositionEmbeddings},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("%s=%d must be positive", f.key, f.v)
+		}
+	}
+	if c.NumHeads%c.NumKVHeads != 0 {
+		return fmt.Errorf("num_attention_heads=%d is not a multiple of num_key_value_heads=%d", c.NumHeads, c.NumKVHeads)
+	}
+	if c.HeadDim%2 != 0 {
+		return fmt.Errorf("head_dim=%d must be even for rotary embeddings", c.HeadDim)
+	}
+	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
+		return fmt.Errorf("rms_norm_eps=%v must be positive and finite", c.RMSNormEps)
+	}
+	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
+		return fmt.Errorf("rope_theta=%v must be positive and finite", c.RopeTheta)
+	}
+	if c.HiddenAct != "silu" && c.HiddenAct != "swish" {
+		return fmt.Errorf("hidden_act=%q is not supported (supported: silu)", c.HiddenAct)
+	}
+	if c.SlidingWindow < 0 {
+		return fmt.Errorf("sliding_window=%d must not be negative", c.SlidingWindow)
+	}
+	if c.BOSTokenID < -1 {
+		return fmt.Errorf("bos_token_id=%d must not be negative", c.BOSTokenID)
+	}
+	for _, id := range c.EOSTokenIDs {
+		if id < 0 {
+			return fmt.Errorf("eos_token_id=%d must not be negative", id)
+		}
+	}
+	if s := c.RopeScaling; s != nil {
+		switch s.Type {
+		case "linear":
+			if !(s.Factor > 0) || math.IsInf(s.Factor, 0) {
+				return fmt.Errorf("rope_scaling.factor=%v must be positive", s.Factor)
+			}
+		case "llama3":
+			if !(s.Factor >= 1) || math.IsInf(s.Factor, 0) {
+				return fmt.Errorf("rope_scaling.factor=%v must be at least 1", s.Factor)
+			}
+			if !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) || math.IsInf(s.HighFreqFactor, 0) {
+				return fmt.Errorf("rope_scaling low_freq_factor=%v, high_freq_factor=%v: need 0 < low < high",
+					s.LowFreqFactor, s.HighFreqFactor)
+			}
+			if s.OriginalMaxPositionEmbeddings <= 0 {
+				return fmt.Errorf("rope_scaling.original_max_position_embeddings=%d must be positive", s.OriginalMaxPositionEmbeddings)
+			}
+		default:
+			return fmt.Errorf("unsupported rope_scaling type %q (supported: linear, llama3)", s.Type)
+		}
+	}
+	return nil
+}
