@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // Report is the record of one perplexity run, written as JSON.
@@ -209,11 +210,17 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 
 // WriteTable writes the readable summary: one row per configuration.
 func (r *Report) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "config\tK bits\tV bits\tKV ratio\tPPL\tΔPPL %%\tKL\ttop-1 %%\tverdict\t\n")
+	// Names read best left-aligned and figures right-aligned; tabwriter
+	// aligns every column one way, so pad the names to one width first.
+	nw := len("config")
 	for _, c := range r.Configs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.4f\t%+.2f\t%.5f\t%.2f\t%s\t\n",
-			c.Config.Name, fnum(c.KBits, "%.2f"), fnum(c.VBits, "%.2f"), fnum(c.Ratio, "%.2fx"),
+		nw = max(nw, utf8.RuneCountInString(c.Config.Name))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\tK bits\tV bits\tKV ratio\tPPL\tΔPPL %%\tKL\ttop-1 %%\tverdict\t\n", nw, "config")
+	for _, c := range r.Configs {
+		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%.4f\t%+.2f\t%.5f\t%.2f\t%s\t\n",
+			nw, c.Config.Name, fnum(c.KBits, "%.2f"), fnum(c.VBits, "%.2f"), fnum(c.Ratio, "%.2fx"),
 			c.PPL, c.DeltaPPL, c.MeanKL, c.Top1, c.Verdict)
 	}
 	return tw.Flush()
