@@ -121,12 +121,12 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "" +
-		"config          K bits  V bits  KV ratio     PPL  ΔPPL %       KL  top-1 %  verdict\n" +
-		"ref              16.00   16.00     1.00x  5.3812   +0.00  0.00000   100.00      ref\n" +
-		"kk3               3.25    3.50     4.70x  5.4000   +0.35  0.00321    97.50   ACCEPT\n" +
-		"int2-long-name       -       -         -  9.1000  +69.10  0.50000    61.25   REJECT\n"
+		"  config          K bits  V bits  KV ratio     PPL  ΔPPL %       KL  top-1 %  verdict\n" +
+		"  ref              16.00   16.00     1.00x  5.3812   +0.00  0.00000   100.00      ref\n" +
+		"  kk3               3.25    3.50     4.70x  5.4000   +0.35  0.00321    97.50   ACCEPT\n" +
+		"  int2-long-name       -       -         -  9.1000  +69.10  0.50000    61.25   REJECT\n"
 	if got := b.String(); got != want {
-		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+		t.Errorf("table:\n%q\nwant:\n%q", got, want)
 	}
 }
 
