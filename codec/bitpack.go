@@ -1,0 +1,68 @@
+package codec
+
+import "fmt"
+
+// PackedLen returns the bytes PackBits uses for n codes of the given width.
+func PackedLen(n, bits int) int { return (n*bits + 7) / 8 }
+
+// PackBits appends codes (each < 1<<bits, bits in 1..8) to dst as one
+// little-endian bit stream, least significant bit first, and returns the
+// extended slice. Bits above the width are ignored.
+func PackBits(dst []byte, codes []uint8, bits int) []byte {
+	if bits == 8 {
+		return append(dst, codes...)
+	}
+	mask := uint64(1)<<bits - 1
+	var acc uint64
+	nacc := 0
+	for _, c := range codes {
+		acc |= (uint64(c) & mask) << nacc
+		nacc += bits
+		if nacc >= 56 {
+			for nacc >= 8 {
+				dst = append(dst, byte(acc))
+				acc >>= 8
+				nacc -= 8
+			}
+		}
+	}
+	for nacc > 0 {
+		dst = append(dst, byte(acc))
+		acc >>= 8
+		nacc -= 8
+	}
+	return dst
+}
+
+// UnpackBits reads len(dst) codes of the given width (1..8) from src, the
+// inverse of PackBits. It fails when src is shorter than PackedLen.
+func UnpackBits(dst []uint8, src []byte, bits int) error {
+	if bits < 1 || bits > 8 {
+		return fmt.Errorf("codec: unpack: width %d not in 1..8", bits)
+	}
+	if need := PackedLen(len(dst), bits); len(src) < need {
+		return fmt.Errorf("codec: unpack: %d codes of %d bits need %d bytes, have %d", len(dst), bits, need, len(src))
+	}
+	if bits == 8 {
+		copy(dst, src)
+		return nil
+	}
+	mask := uint64(1)<<bits - 1
+	var acc uint64
+	nacc := 0
+	p := 0
+	for i := range dst {
+		if nacc < bits {
+			// Refill whole bytes while they fit in the accumulator.
+			for nacc <= 56 && p < len(src) {
+				acc |= uint64(src[p]) << nacc
+				p++
+				nacc += 8
+			}
+		}
+		dst[i] = uint8(acc & mask)
+		acc >>= bits
+		nacc -= bits
+	}
+	return nil
+}

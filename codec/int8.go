@@ -1,0 +1,95 @@
+package codec
+
+import (
+	"fmt"
+	"math"
+)
+
+// Int8 is the llama.cpp q8_0 scheme applied per vector: each row is cut into
+// groups of 32 values that share one fp16 scale absmax/127, and every value is
+// a signed byte in -127..127. Cost: 8 + 16/32 = 8.5 bits per value when d is a
+// multiple of 32. Encoded length: 16 + 2*n*ceil(d/32) + n*d bytes.
+type Int8 struct{}
+
+const int8Group = 32
+
+// Name returns "int8".
+func (Int8) Name() string { return "int8" }
+
+// Encode appends the header, the n*ceil(d/32) fp16 scales and n*d int8 codes.
+func (Int8) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
+	if err := checkShape("int8", n, d, len(x), "input"); err != nil {
+		return dst, err
+	}
+	x = x[:n*d]
+	am, ok := absMaxFinite(x)
+	if !ok {
+		return dst, nonFiniteErr("int8", x, d)
+	}
+	if am/127 > maxF16 {
+		return dst, fmt.Errorf("codec: int8: |value| %v exceeds the fp16 scale range", am)
+	}
+	g := (d + int8Group - 1) / int8Group
+	start := len(dst)
+	dst = appendHeader(dst, idInt8, 8, n, d, int8Group)
+	dst = grow(dst, 2*n*g+n*d)
+	scales := dst[start+headerLen:]
+	codes := scales[2*n*g:]
+	for i := 0; i < n; i++ {
+		row := x[i*d : (i+1)*d]
+		for k := 0; k < g; k++ {
+			grp := row[k*int8Group : min((k+1)*int8Group, d)]
+			var m float32
+			for _, v := range grp {
+				m = max(m, float32(math.Abs(float64(v))))
+			}
+			s := roundF16(m / 127)
+			putF16(scales[2*(i*g+k):], s)
+			out := codes[i*d+k*int8Group:]
+			if s == 0 {
+				clear(out[:len(grp)])
+				continue
+			}
+			inv := 1 / s
+			for j, v := range grp {
+				q := math.RoundToEven(float64(v * inv))
+				out[j] = byte(int8(max(-127, min(127, q))))
+			}
+		}
+	}
+	seal(dst[start:])
+	return dst, nil
+}
+
+// Decode multiplies every code by its group's scale.
+func (Int8) Decode(dst []float32, src []byte, n, d int) error {
+	if err := checkShape("int8", n, d, len(dst), "destination"); err != nil {
+		return err
+	}
+	p, err := checkHeader("int8", src, idInt8, 8, n, d, int8Group)
+	if err != nil {
+		return err
+	}
+	g := (d + int8Group - 1) / int8Group
+	if want := 2*n*g + n*d; len(p) != want {
+		return fmt.Errorf("codec: int8: payload is %d bytes, want %d", len(p), want)
+	}
+	codes := p[2*n*g:]
+	for i := 0; i < n; i++ {
+		for k := 0; k < g; k++ {
+			s := getF16(p[2*(i*g+k):])
+			if !finite32(s) {
+				return fmt.Errorf("codec: int8: scale of row %d group %d is %v", i, k, s)
+			}
+			lo, hi := i*d+k*int8Group, i*d+min((k+1)*int8Group, d)
+			for j := lo; j < hi; j++ {
+				c := int8(codes[j])
+				if c == -128 {
+					return fmt.Errorf("codec: int8: code -128 at row %d col %d outside -127..127", i, j-i*d)
+				}
+				dst[j] = float32(c) * s
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,586 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"sync"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/lapack"
+	"gonum.org/v1/gonum/lapack/lapack64"
+)
+
+// KakeyaOptions configures the Kakeya codec. Start from
+// DefaultKakeyaOptions and change fields; NewKakeya validates them all.
+type KakeyaOptions struct {
+	// Bits is the residual code width per rotated coordinate, 1..4.
+	Bits int
+	// VarianceRatio stops the PCA skeleton at the smallest rank whose
+	// components explain this share of the block's centred variance, (0, 1].
+	VarianceRatio float64
+	// MaxRank caps the skeleton rank, 0..255; 0 codes only mean + residual.
+	MaxRank int
+	// CoeffBits is the width of the per-token skeleton coefficients: 16
+	// stores fp16, 8 or 4 store symmetric integers with an fp16 scale per
+	// component.
+	CoeffBits int
+	// OutlierThreshold stores a rotated, unit-variance coordinate exactly
+	// (index + fp16) when its magnitude exceeds it; <= 0 turns outliers off.
+	OutlierThreshold float32
+	// MaxOutliers caps the exact coordinates per vector (the largest win).
+	MaxOutliers int
+	// Codebook is the residual quantizer in the unit-variance domain with
+	// 2^Bits levels; nil uses the Gaussian Lloyd–Max codebook.
+	Codebook *Codebook
+	// RandomSigns flips coordinate signs (fixed by Seed) before the
+	// Hadamard transform so structured vectors spread evenly.
+	RandomSigns bool
+	Seed        uint64
+}
+
+// DefaultKakeyaOptions returns the settings chosen from the synthetic K/V
+// sweep (TestSweep): 3-bit residual, skeleton up to rank 4 with 4-bit
+// coefficients, at most 4 outliers per vector above 3: about 3.9 bits per
+// value at d=64 and 3.6 at d=128 for blocks of 256 tokens.
+func DefaultKakeyaOptions() KakeyaOptions {
+	return KakeyaOptions{
+		Bits:             3,
+		VarianceRatio:    0.95,
+		MaxRank:          4,
+		CoeffBits:        4,
+		OutlierThreshold: 3,
+		MaxOutliers:      4,
+		RandomSigns:      true,
+		Seed:             defaultSeed,
+	}
+}
+
+// Kakeya codes a block as mean + low-rank PCA skeleton + a residual that is
+// rotated by a randomized Walsh–Hadamard transform, scaled to unit variance
+// and quantized per coordinate with a Lloyd–Max codebook, plus sparse exact
+// outliers. With p = NextPow2(d), r the block's rank, c = CoeffBits, b = Bits
+// and m outliers, the encoded length is
+//
+//	16 + 6 + 2d + 2rd + [c<16] 2r + ceil(n*r*c/8) + 2n + ceil(n*p*b/8) + m*(s+2)
+//
+// bytes, where s = 2 when n*p <= 65536 and 4 otherwise.
+type Kakeya struct {
+	opt   KakeyaOptions
+	cb    *Codebook
+	signs []float32
+	tag   uint16
+	pool  sync.Pool
+}
+
+type kakeyaScratch struct {
+	xc    []float32 // centred block, then the residual
+	mean  []float32
+	basis []float32 // r x d, fp16-rounded
+	coef  []float32 // n x r, as decoded
+	v     []float32 // one padded row
+	cov   []float64
+	eig   []float64
+	work  []float64
+	codes []uint8
+	cand  []int32
+	opos  []int32
+	oval  []float32
+	eigD  int
+}
+
+// NewKakeya validates o and returns the codec.
+func NewKakeya(o KakeyaOptions) (*Kakeya, error) {
+	switch {
+	case o.Bits < 1 || o.Bits > 4:
+		return nil, fmt.Errorf("codec: kakeya: bits %d not in 1..4", o.Bits)
+	case !(o.VarianceRatio > 0 && o.VarianceRatio <= 1):
+		return nil, fmt.Errorf("codec: kakeya: variance ratio %v not in (0, 1]", o.VarianceRatio)
+	case o.MaxRank < 0 || o.MaxRank > 255:
+		return nil, fmt.Errorf("codec: kakeya: max rank %d not in 0..255", o.MaxRank)
+	case o.CoeffBits != 4 && o.CoeffBits != 8 && o.CoeffBits != 16:
+		return nil, fmt.Errorf("codec: kakeya: coefficient bits %d not 4, 8 or 16", o.CoeffBits)
+	case o.MaxOutliers < 0 || o.MaxOutliers > 255:
+		return nil, fmt.Errorf("codec: kakeya: max outliers %d not in 0..255", o.MaxOutliers)
+	case !finite32(o.OutlierThreshold):
+		return nil, fmt.Errorf("codec: kakeya: outlier threshold %v", o.OutlierThreshold)
+	}
+	cb := o.Codebook
+	if cb == nil {
+		var err error
+		if cb, err = GaussianCodebook(o.Bits); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := cb.Validate(); err != nil {
+			return nil, fmt.Errorf("codec: kakeya: %w", err)
+		}
+		if cb.Bits() != o.Bits {
+			return nil, fmt.Errorf("codec: kakeya: codebook has %d levels, want %d for %d bits", len(cb.Levels), 1<<o.Bits, o.Bits)
+		}
+		cb = &Codebook{Levels: slices.Clone(cb.Levels), Bounds: slices.Clone(cb.Bounds)}
+	}
+	k := &Kakeya{opt: o, cb: cb}
+	k.signs = make([]float32, maxDim)
+	if o.RandomSigns {
+		k.signs = randomSigns(maxDim, o.Seed)
+	} else {
+		for i := range k.signs {
+			k.signs[i] = 1
+		}
+	}
+	// The tag binds a block to the settings its payload does not describe:
+	// the codebook and the rotation signs.
+	h := fnv.New32a()
+	var b [8]byte
+	for _, l := range cb.Levels {
+		binary.LittleEndian.PutUint32(b[:], math.Float32bits(l))
+		h.Write(b[:4])
+	}
+	if o.RandomSigns {
+		binary.LittleEndian.PutUint64(b[:], o.Seed)
+		h.Write(b[:])
+	}
+	s := h.Sum32()
+	k.tag = uint16(s ^ s>>16)
+	return k, nil
+}
+
+// Options returns the codec's settings.
+func (k *Kakeya) Options() KakeyaOptions { return k.opt }
+
+// Name encodes the settings, e.g. "kakeya-b3-r4v0.5c8-o3x4".
+func (k *Kakeya) Name() string {
+	o := k.opt
+	s := fmt.Sprintf("kakeya-b%d", o.Bits)
+	if o.MaxRank > 0 {
+		s += fmt.Sprintf("-r%dv%gc%d", o.MaxRank, o.VarianceRatio, o.CoeffBits)
+	}
+	if o.OutlierThreshold > 0 && o.MaxOutliers > 0 {
+		s += fmt.Sprintf("-o%gx%d", o.OutlierThreshold, o.MaxOutliers)
+	}
+	if o.Codebook != nil {
+		s += "-cal"
+	}
+	if !o.RandomSigns {
+		s += "-nosign"
+	}
+	return s
+}
+
+func (k *Kakeya) scratch() *kakeyaScratch {
+	if s, ok := k.pool.Get().(*kakeyaScratch); ok {
+		return s
+	}
+	return new(kakeyaScratch)
+}
+
+// skeleton centres x into sc.xc, fits the PCA skeleton and leaves the
+// residual (as the decoder will see it) in sc.xc. It returns the rank.
+func (k *Kakeya) skeleton(sc *kakeyaScratch, x []float32, n, d int) int {
+	sc.mean = growF32(sc.mean, d)
+	sc.xc = growF32(sc.xc, n*d)
+	sc.cov = growF64(sc.cov, d*d)
+	acc := sc.cov[:d]
+	clear(acc)
+	for i := 0; i < n; i++ {
+		for j, v := range x[i*d : (i+1)*d] {
+			acc[j] += float64(v)
+		}
+	}
+	for j := range sc.mean {
+		sc.mean[j] = roundF16(float32(acc[j] / float64(n)))
+	}
+	for i := 0; i < n; i++ {
+		row, xr := sc.xc[i*d:(i+1)*d], x[i*d:(i+1)*d]
+		for j := range row {
+			row[j] = xr[j] - sc.mean[j]
+		}
+	}
+	maxR := min(k.opt.MaxRank, n, d)
+	if maxR == 0 {
+		return 0
+	}
+	// Upper triangle of the centred scatter matrix.
+	cov := sc.cov
+	clear(cov)
+	for i := 0; i < n; i++ {
+		row := sc.xc[i*d : (i+1)*d]
+		for a, va := range row {
+			if va == 0 {
+				continue
+			}
+			fa := float64(va)
+			c := cov[a*d : (a+1)*d]
+			for b := a; b < d; b++ {
+				c[b] += fa * float64(row[b])
+			}
+		}
+	}
+	sc.eig = growF64(sc.eig, d)
+	if sc.eigD != d {
+		var q [1]float64
+		lapack64.Syev(lapack.EVCompute, blas64.Symmetric{N: d, Stride: d, Data: cov, Uplo: blas.Upper}, sc.eig, q[:], -1)
+		sc.work = growF64(sc.work, int(q[0]))
+		sc.eigD = d
+	}
+	total := 0.0
+	for a := 0; a < d; a++ {
+		total += cov[a*d+a]
+	}
+	if !(total > 0) {
+		return 0
+	}
+	if !lapack64.Syev(lapack.EVCompute, blas64.Symmetric{N: d, Stride: d, Data: cov, Uplo: blas.Upper}, sc.eig, sc.work, len(sc.work)) {
+		return 0 // no convergence: code the block without a skeleton
+	}
+	r, expl := 0, 0.0
+	for r < maxR && expl < k.opt.VarianceRatio*total {
+		expl += max(sc.eig[d-1-r], 0)
+		r++
+	}
+	// Eigenvectors are the columns of cov, ascending by eigenvalue.
+	sc.basis = growF32(sc.basis, r*d)
+	for c := 0; c < r; c++ {
+		col := d - 1 - c
+		b := sc.basis[c*d : (c+1)*d]
+		for a := range b {
+			b[a] = roundF16(float32(cov[a*d+col]))
+		}
+	}
+	sc.coef = growF32(sc.coef, n*r)
+	for i := 0; i < n; i++ {
+		row := sc.xc[i*d : (i+1)*d]
+		for c := 0; c < r; c++ {
+			var s float32
+			for a, v := range sc.basis[c*d : (c+1)*d] {
+				s += v * row[a]
+			}
+			sc.coef[i*r+c] = s
+		}
+	}
+	return r
+}
+
+// quantCoef rounds the coefficients to what the decoder will see and
+// appends their encoding.
+func (k *Kakeya) quantCoef(dst []byte, sc *kakeyaScratch, n, r int) []byte {
+	cbits := k.opt.CoeffBits
+	coef := sc.coef[:n*r]
+	if cbits == 16 {
+		dst = grow(dst, 2*n*r)
+		p := dst[len(dst)-2*n*r:]
+		for i, v := range coef {
+			putF16(p[2*i:], v)
+			coef[i] = roundF16(v)
+		}
+		return dst
+	}
+	qmax := float32(int(1)<<(cbits-1) - 1)
+	off := float32(int(1) << (cbits - 1))
+	dst = grow(dst, 2*r)
+	sp := dst[len(dst)-2*r:]
+	sc.codes = growU8(sc.codes, n*r)
+	codes := sc.codes[:n*r]
+	for c := 0; c < r; c++ {
+		var m float32
+		for i := 0; i < n; i++ {
+			m = max(m, float32(math.Abs(float64(coef[i*r+c]))))
+		}
+		s := roundF16(m / qmax)
+		putF16(sp[2*c:], s)
+		var inv float32
+		if s > 0 {
+			inv = 1 / s
+		}
+		for i := 0; i < n; i++ {
+			q := float32(math.RoundToEven(float64(coef[i*r+c] * inv)))
+			q = max(-qmax, min(qmax, q))
+			codes[i*r+c] = uint8(q + off)
+			coef[i*r+c] = q * s
+		}
+	}
+	return PackBits(dst, codes, cbits)
+}
+
+// Encode appends the encoded block; see the type comment for the layout.
+func (k *Kakeya) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
+	const name = "kakeya"
+	if err := checkShape(name, n, d, len(x), "input"); err != nil {
+		return dst, err
+	}
+	x = x[:n*d]
+	am, ok := absMaxFinite(x)
+	if !ok {
+		return dst, nonFiniteErr(name, x, d)
+	}
+	if 2*am*float32(math.Sqrt(float64(d))) > maxF16 {
+		return dst, fmt.Errorf("codec: %s: |value| %v too large for fp16 norms and coefficients", name, am)
+	}
+	p := NextPow2(d)
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	r := k.skeleton(sc, x, n, d)
+
+	start := len(dst)
+	dst = appendHeader(dst, idKakeya, byte(k.opt.Bits), n, d, k.tag)
+	dst = append(dst, byte(r), byte(k.opt.CoeffBits), 0, 0, 0, 0)
+	dst = grow(dst, 2*d+2*r*d)
+	q := dst[len(dst)-2*d-2*r*d:]
+	for j, v := range sc.mean {
+		putF16(q[2*j:], v)
+	}
+	for j, v := range sc.basis[:r*d] {
+		putF16(q[2*d+2*j:], v)
+	}
+	if r > 0 {
+		dst = k.quantCoef(dst, sc, n, r)
+		for i := 0; i < n; i++ {
+			row := sc.xc[i*d : (i+1)*d]
+			for c := 0; c < r; c++ {
+				cf := sc.coef[i*r+c]
+				for a, bv := range sc.basis[c*d : (c+1)*d] {
+					row[a] -= cf * bv
+				}
+			}
+		}
+	}
+
+	// Residual: rotate, scale to unit variance, quantize, pick outliers.
+	dst = grow(dst, 2*n)
+	norms := dst[len(dst)-2*n:]
+	sc.codes = growU8(sc.codes, n*p)
+	sc.v = growF32(sc.v, p)
+	sc.cand = growI32(sc.cand, p)[:0]
+	sc.opos = sc.opos[:0]
+	sc.oval = sc.oval[:0]
+	thr := k.opt.OutlierThreshold
+	useOut := thr > 0 && k.opt.MaxOutliers > 0
+	sqrtP := float32(math.Sqrt(float64(p)))
+	for i := 0; i < n; i++ {
+		v := sc.v
+		copy(v, sc.xc[i*d:(i+1)*d])
+		clear(v[d:])
+		for j := range v {
+			v[j] *= k.signs[j]
+		}
+		fwht(v)
+		var ss float64
+		for _, t := range v {
+			ss += float64(t) * float64(t)
+		}
+		nrm := roundF16(float32(math.Sqrt(ss)))
+		putF16(norms[2*i:], nrm)
+		codes := sc.codes[i*p : (i+1)*p]
+		if nrm == 0 {
+			clear(codes)
+			continue
+		}
+		scale := sqrtP / nrm
+		cand := sc.cand[:0]
+		for j, t := range v {
+			u := t * scale
+			v[j] = u
+			codes[j] = uint8(k.cb.Quantize(u))
+			if useOut && (u > thr || u < -thr) {
+				cand = append(cand, int32(j))
+			}
+		}
+		if len(cand) > k.opt.MaxOutliers {
+			// Keep the largest magnitudes, then restore index order.
+			slices.SortFunc(cand, func(a, b int32) int {
+				return cmpDesc(abs32(v[a]), abs32(v[b]))
+			})
+			cand = cand[:k.opt.MaxOutliers]
+			slices.Sort(cand)
+		}
+		for _, j := range cand {
+			sc.opos = append(sc.opos, int32(i*p)+j)
+			sc.oval = append(sc.oval, v[j])
+		}
+		sc.cand = cand
+	}
+	dst = PackBits(dst, sc.codes[:n*p], k.opt.Bits)
+	m := len(sc.opos)
+	binary.LittleEndian.PutUint32(dst[start+headerLen+2:], uint32(m))
+	wide := n*p > 1<<16
+	for t, pos := range sc.opos {
+		if wide {
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(pos))
+		} else {
+			dst = binary.LittleEndian.AppendUint16(dst, uint16(pos))
+		}
+		dst = binary.LittleEndian.AppendUint16(dst, float16bits(sc.oval[t]))
+	}
+	seal(dst[start:])
+	return dst, nil
+}
+
+// Decode reconstructs the block, checking every stored field.
+func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
+	const name = "kakeya"
+	if err := checkShape(name, n, d, len(dst), "destination"); err != nil {
+		return err
+	}
+	pl, err := checkHeader(name, src, idKakeya, byte(k.opt.Bits), n, d, k.tag)
+	if err != nil {
+		return err
+	}
+	if len(pl) < 6 {
+		return fmt.Errorf("codec: %s: payload of %d bytes lacks the 6-byte block header", name, len(pl))
+	}
+	r, cbits, m := int(pl[0]), int(pl[1]), int(binary.LittleEndian.Uint32(pl[2:]))
+	p := NextPow2(d)
+	switch {
+	case r > min(n, d):
+		return fmt.Errorf("codec: %s: rank %d exceeds min(n=%d, d=%d)", name, r, n, d)
+	case cbits != 4 && cbits != 8 && cbits != 16:
+		return fmt.Errorf("codec: %s: coefficient width %d not 4, 8 or 16", name, cbits)
+	case m > n*p || m > n*255:
+		return fmt.Errorf("codec: %s: %d outliers for %d coordinates", name, m, n*p)
+	}
+	coefLen := 2 * n * r
+	if cbits < 16 {
+		coefLen = 2*r + PackedLen(n*r, cbits)
+	}
+	posLen := 2
+	if n*p > 1<<16 {
+		posLen = 4
+	}
+	want := 6 + 2*d + 2*r*d + coefLen + 2*n + PackedLen(n*p, k.opt.Bits) + m*(posLen+2)
+	if len(pl) != want {
+		return fmt.Errorf("codec: %s: payload is %d bytes, want %d for rank %d and %d outliers", name, len(pl), want, r, m)
+	}
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	off := 6
+	sc.mean = growF32(sc.mean, d)
+	sc.basis = growF32(sc.basis, r*d)
+	if err := readF16s(sc.mean, pl[off:], name, "mean"); err != nil {
+		return err
+	}
+	off += 2 * d
+	if err := readF16s(sc.basis, pl[off:], name, "basis"); err != nil {
+		return err
+	}
+	off += 2 * r * d
+	sc.coef = growF32(sc.coef, n*r)
+	if cbits == 16 {
+		if err := readF16s(sc.coef, pl[off:], name, "coefficient"); err != nil {
+			return err
+		}
+	} else if r > 0 {
+		sc.v = growF32(sc.v, max(p, r))
+		scales := sc.v[:r]
+		if err := readF16s(scales, pl[off:], name, "coefficient scale"); err != nil {
+			return err
+		}
+		sc.codes = growU8(sc.codes, n*r)
+		if err := UnpackBits(sc.codes[:n*r], pl[off+2*r:], cbits); err != nil {
+			return fmt.Errorf("codec: %s: %w", name, err)
+		}
+		half := float32(int(1) << (cbits - 1))
+		for i, c := range sc.codes[:n*r] {
+			if c == 0 {
+				return fmt.Errorf("codec: %s: coefficient code 0 at token %d outside the symmetric range", name, i/r)
+			}
+			sc.coef[i] = (float32(c) - half) * scales[i%r]
+		}
+	}
+	off += coefLen
+	norms := pl[off : off+2*n]
+	off += 2 * n
+	sc.codes = growU8(sc.codes, n*p)
+	if err := UnpackBits(sc.codes[:n*p], pl[off:], k.opt.Bits); err != nil {
+		return fmt.Errorf("codec: %s: %w", name, err)
+	}
+	off += PackedLen(n*p, k.opt.Bits)
+	outs := pl[off:]
+	levels := k.cb.Levels
+	sc.v = growF32(sc.v, max(p, r))
+	v := sc.v[:p]
+	sqrtP := float32(math.Sqrt(float64(p)))
+	next, prev := 0, -1
+	for i := 0; i < n; i++ {
+		nrm := getF16(norms[2*i:])
+		if !finite32(nrm) || nrm < 0 {
+			return fmt.Errorf("codec: %s: norm of token %d is %v", name, i, nrm)
+		}
+		for j, c := range sc.codes[i*p : (i+1)*p] {
+			v[j] = levels[c]
+		}
+		for ; next < m; next++ {
+			e := outs[next*(posLen+2):]
+			var pos int
+			if posLen == 2 {
+				pos = int(binary.LittleEndian.Uint16(e))
+			} else {
+				pos = int(binary.LittleEndian.Uint32(e))
+			}
+			if pos <= prev || pos >= n*p {
+				return fmt.Errorf("codec: %s: outlier %d at position %d out of order or outside %d coordinates", name, next, pos, n*p)
+			}
+			if pos >= (i+1)*p {
+				break
+			}
+			val := getF16(e[posLen:])
+			if !finite32(val) {
+				return fmt.Errorf("codec: %s: outlier %d value is %v", name, next, val)
+			}
+			v[pos-i*p] = val
+			prev = pos
+		}
+		s := nrm / sqrtP
+		for j := range v {
+			v[j] *= s
+		}
+		fwht(v)
+		out := dst[i*d : (i+1)*d]
+		for j := range out {
+			out[j] = v[j]*k.signs[j] + sc.mean[j]
+		}
+		for c := 0; c < r; c++ {
+			cf := sc.coef[i*r+c]
+			for a, bv := range sc.basis[c*d : (c+1)*d] {
+				out[a] += cf * bv
+			}
+		}
+	}
+	if next != m {
+		return fmt.Errorf("codec: %s: outlier %d lies outside the block", name, next)
+	}
+	return nil
+}
+
+// readF16s widens len(dst) fp16 values from src, rejecting non-finite ones.
+func readF16s(dst []float32, src []byte, name, what string) error {
+	for i := range dst {
+		v := getF16(src[2*i:])
+		if !finite32(v) {
+			return fmt.Errorf("codec: %s: %s %d is %v", name, what, i, v)
+		}
+		dst[i] = v
+	}
+	return nil
+}
+
+func float16bits(v float32) uint16 {
+	var b [2]byte
+	putF16(b[:], v)
+	return binary.LittleEndian.Uint16(b[:])
+}
+
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
+
+func cmpDesc(a, b float32) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
+}
