@@ -1,0 +1,293 @@
+// Package model runs Llama-family decoders (Llama 2/3, Mistral, SmolLM2,
+// Qwen2/Qwen2.5, Qwen3) loaded from a Hugging Face model directory, on the
+// CPU, over a paged and optionally compressed KV cache.
+package model
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/weights"
+)
+
+// Options tune how a model runs. The zero value is usable.
+type Options struct {
+	// Threads is the number of compute threads; 0 means GOMAXPROCS.
+	Threads int
+	// BlockSize is the number of tokens per KV cache block; 0 means 16.
+	BlockSize int
+	// MaxContext caps the tokens a sequence may hold; 0 means the model's
+	// max_position_embeddings, at most DefaultMaxContext.
+	MaxContext int
+	// Cache says which KV blocks are compressed and how.
+	Cache kvcache.Policy
+}
+
+// DefaultMaxContext bounds the default context so that RoPE tables and
+// attention scratch stay small for models trained on very long contexts.
+const DefaultMaxContext = 32768
+
+// prefillChunk is the most tokens one pass through the layers handles;
+// longer inputs are split, bounding the activation scratch.
+const prefillChunk = 512
+
+// supported lists the config.json model_type values Load accepts.
+var supported = []string{"llama", "mistral", "qwen2", "qwen3"}
+
+// Model is a loaded decoder. Its methods are safe for concurrent use; each
+// Sequence is used by one goroutine at a time.
+type Model struct {
+	cfg   *weights.Config
+	dir   string
+	store *weights.Store
+	pool  *cpu.Pool
+
+	blockSize, maxCtx int
+	policy            kvcache.Policy
+	headDim           int
+	eps               float32
+	window            int
+
+	embed  kernels.Mat
+	layers []layer
+	norm   []float32
+	lmHead kernels.Mat
+
+	invFreq  []float32
+	cos, sin []float32
+}
+
+type layer struct {
+	inNorm, postNorm []float32
+	q, k, v, o       kernels.Mat
+	qBias, kBias     []float32
+	vBias, oBias     []float32
+	qNorm, kNorm     []float32
+	gate, up, down   kernels.Mat
+}
+
+// Load reads the model in dir (a local Hugging Face model directory): its
+// config.json and safetensors weights. It checks every tensor's presence,
+// dtype and shape; large matrices stay in their stored dtype, mapped from
+// the files, while norms and biases are converted to float32.
+func Load(dir string, opt Options) (*Model, error) {
+	cfg, err := weights.LoadConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	m, err := newModel(dir, cfg, opt)
+	if err != nil {
+		return nil, err
+	}
+	if m.store, err = weights.Open(dir); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if err := m.loadTensors(); err != nil {
+		m.store.Close()
+		return nil, err
+	}
+	m.pool = cpu.NewPool(opt.Threads)
+	return m, nil
+}
+
+// newModel validates the configuration and options and computes the RoPE
+// tables.
+func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("model: %s: config.json: %s", dir, fmt.Sprintf(format, args...))
+	}
+	if !slices.Contains(supported, cfg.ModelType) {
+		return nil, bad("model_type %q is not supported (want one of %v)", cfg.ModelType, supported)
+	}
+	switch {
+	case cfg.HiddenSize <= 0, cfg.IntermediateSize <= 0, cfg.NumLayers <= 0, cfg.VocabSize <= 0:
+		return nil, bad("hidden_size %d, intermediate_size %d, num_hidden_layers %d, vocab_size %d: all must be positive",
+			cfg.HiddenSize, cfg.IntermediateSize, cfg.NumLayers, cfg.VocabSize)
+	case cfg.NumHeads <= 0 || cfg.NumKVHeads <= 0 || cfg.NumHeads%cfg.NumKVHeads != 0:
+		return nil, bad("num_attention_heads %d is not a positive multiple of num_key_value_heads %d", cfg.NumHeads, cfg.NumKVHeads)
+	case cfg.MLPBias:
+		return nil, bad("mlp_bias true is not supported")
+	case cfg.HiddenAct != "" && cfg.HiddenAct != "silu":
+		return nil, bad("hidden_act %q is not supported (want silu)", cfg.HiddenAct)
+	case cfg.RMSNormEps <= 0:
+		return nil, bad("rms_norm_eps %g, want > 0", cfg.RMSNormEps)
+	case cfg.RopeTheta <= 0:
+		return nil, bad("rope_theta %g, want > 0", cfg.RopeTheta)
+	}
+	hd := cfg.HeadDim
+	if hd == 0 {
+		hd = cfg.HiddenSize / cfg.NumHeads
+	}
+	if hd <= 0 || hd%2 != 0 {
+		return nil, bad("head_dim %d must be even and positive", hd)
+	}
+	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache}
+	m.blockSize = opt.BlockSize
+	if m.blockSize == 0 {
+		m.blockSize = 16
+	}
+	if m.blockSize < 0 {
+		return nil, fmt.Errorf("model: block size %d, want > 0", opt.BlockSize)
+	}
+	m.maxCtx = opt.MaxContext
+	if m.maxCtx == 0 {
+		m.maxCtx = min(cfg.MaxPositionEmbeddings, DefaultMaxContext)
+		if m.maxCtx <= 0 {
+			m.maxCtx = 2048
+		}
+	}
+	if m.maxCtx < 0 {
+		return nil, fmt.Errorf("model: max context %d, want > 0", opt.MaxContext)
+	}
+	m.window = cfg.SlidingWindow
+	var err error
+	if m.invFreq, err = invFreq(hd, cfg.RopeTheta, cfg.RopeScaling); err != nil {
+		return nil, bad("%v", err)
+	}
+	m.cos, m.sin = ropeTables(m.invFreq, m.maxCtx)
+	return m, nil
+}
+
+// loader fetches tensors by name, keeping the first error.
+type loader struct {
+	dir   string
+	store *weights.Store
+	err   error
+}
+
+func (ld *loader) tensor(name string, shape ...int) *weights.Tensor {
+	if ld.err != nil {
+		return nil
+	}
+	if !ld.store.Has(name) {
+		ld.err = fmt.Errorf("model: %s: tensor %s is missing", ld.dir, name)
+		return nil
+	}
+	t, err := ld.store.Tensor(name)
+	if err != nil {
+		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+		return nil
+	}
+	if !slices.Equal(t.Shape, shape) {
+		ld.err = fmt.Errorf("model: %s: tensor %s has shape %v, want %v", ld.dir, name, t.Shape, shape)
+		return nil
+	}
+	if t.DType.Size() == 0 {
+		ld.err = fmt.Errorf("model: %s: tensor %s has dtype %v, want F32, F16 or BF16", ld.dir, name, t.DType)
+		return nil
+	}
+	return t
+}
+
+func (ld *loader) mat(name string, rows, cols int) kernels.Mat {
+	t := ld.tensor(name, rows, cols)
+	if t == nil {
+		return kernels.Mat{}
+	}
+	m, err := t.Mat()
+	if err != nil {
+		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+	}
+	return m
+}
+
+func (ld *loader) vec(name string, n int) []float32 {
+	t := ld.tensor(name, n)
+	if t == nil {
+		return nil
+	}
+	v, err := t.Float32s()
+	if err != nil {
+		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+	}
+	return v
+}
+
+func (m *Model) loadTensors() error {
+	c := m.cfg
+	h, qd, kvd := c.HiddenSize, c.NumHeads*m.headDim, c.NumKVHeads*m.headDim
+	ld := &loader{dir: m.dir, store: m.store}
+	m.embed = ld.mat("model.embed_tokens.weight", c.VocabSize, h)
+	qkvBias, oBias, qkNorm := c.AttentionBias, c.OutputBias, c.QKNorm
+	m.layers = make([]layer, c.NumLayers)
+	for i := range m.layers {
+		l := &m.layers[i]
+		p := fmt.Sprintf("model.layers.%d.", i)
+		l.inNorm = ld.vec(p+"input_layernorm.weight", h)
+		l.q = ld.mat(p+"self_attn.q_proj.weight", qd, h)
+		l.k = ld.mat(p+"self_attn.k_proj.weight", kvd, h)
+		l.v = ld.mat(p+"self_attn.v_proj.weight", kvd, h)
+		l.o = ld.mat(p+"self_attn.o_proj.weight", h, qd)
+		if qkvBias {
+			l.qBias = ld.vec(p+"self_attn.q_proj.bias", qd)
+			l.kBias = ld.vec(p+"self_attn.k_proj.bias", kvd)
+			l.vBias = ld.vec(p+"self_attn.v_proj.bias", kvd)
+		}
+		if oBias {
+			l.oBias = ld.vec(p+"self_attn.o_proj.bias", h)
+		}
+		if qkNorm {
+			l.qNorm = ld.vec(p+"self_attn.q_norm.weight", m.headDim)
+			l.kNorm = ld.vec(p+"self_attn.k_norm.weight", m.headDim)
+		}
+		l.postNorm = ld.vec(p+"post_attention_layernorm.weight", h)
+		l.gate = ld.mat(p+"mlp.gate_proj.weight", c.IntermediateSize, h)
+		l.up = ld.mat(p+"mlp.up_proj.weight", c.IntermediateSize, h)
+		l.down = ld.mat(p+"mlp.down_proj.weight", h, c.IntermediateSize)
+	}
+	m.norm = ld.vec("model.norm.weight", h)
+	if c.TieWordEmbeddings {
+		m.lmHead = m.embed
+	} else {
+		m.lmHead = ld.mat("lm_head.weight", c.VocabSize, h)
+	}
+	return ld.err
+}
+
+// Config returns the model's configuration. It must not be modified.
+func (m *Model) Config() *weights.Config { return m.cfg }
+
+// MaxContext returns the most tokens a sequence may hold.
+func (m *Model) MaxContext() int { return m.maxCtx }
+
+// InvFreq returns the RoPE inverse frequencies, rope_scaling applied.
+func (m *Model) InvFreq() []float32 { return slices.Clone(m.invFreq) }
+
+// Close stops the compute threads and unmaps the weights. Sequences of the
+// model must not be used afterwards.
+func (m *Model) Close() error {
+	if m.pool != nil {
+		m.pool.Close()
+	}
+	if m.store != nil {
+		return m.store.Close()
+	}
+	return nil
+}
+
+// Logits runs ids through a fresh sequence and returns one row of
+// vocab_size logits per position.
+func (m *Model) Logits(ids []int) ([][]float32, error) {
+	s, err := m.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	flat, err := s.Forward(ids, true)
+	if err != nil {
+		return nil, err
+	}
+	v := m.cfg.VocabSize
+	rows := make([][]float32, len(ids))
+	for i := range rows {
+		rows[i] = flat[i*v : (i+1)*v : (i+1)*v]
+	}
+	return rows, nil
+}
+
+// errClosed is returned by a Sequence used after Close.
+var errClosed = errors.New("model: sequence is closed")

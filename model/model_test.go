@@ -1,0 +1,362 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/weights"
+)
+
+func load(t testing.TB, dir string, opt Options) *Model {
+	t.Helper()
+	m, err := Load(dir, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// decode feeds ids one at a time and returns every position's logits.
+func decode(t testing.TB, m *Model, ids []int) [][]float32 {
+	t.Helper()
+	s, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var rows [][]float32
+	for _, id := range ids {
+		l, err := s.Forward([]int{id}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, append([]float32(nil), l...))
+	}
+	return rows
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return d
+}
+
+func maxAbs(a []float32) float64 {
+	var d float64
+	for _, v := range a {
+		d = max(d, math.Abs(float64(v)))
+	}
+	return d
+}
+
+func TestStories260KReference(t *testing.T) {
+	shared := sharedDir(t)
+	ids, want := reference(t, shared)
+	if len(ids) != 12 {
+		t.Fatalf("reference has %d lines, want 12", len(ids))
+	}
+	m := load(t, filepath.Join(shared, "models", "stories260K"), Options{Threads: 2})
+	prefill, err := m.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][][]float32{"decode": decode(t, m, ids), "prefill": prefill} {
+		var worst float64
+		for p := range ids {
+			if len(got[p]) != len(want[p]) {
+				t.Fatalf("%s: position %d: %d logits, want %d", name, p, len(got[p]), len(want[p]))
+			}
+			worst = max(worst, maxAbsDiff(got[p], want[p]))
+		}
+		t.Logf("%s: max abs error vs llama2.c %.3g", name, worst)
+		if worst > 1e-3 {
+			t.Errorf("%s: max abs error vs llama2.c %.3g, want <= 1e-3", name, worst)
+		}
+	}
+}
+
+// tinyModels writes the testmodel presets once per test.
+func tinyModels(t testing.TB) map[string]string {
+	t.Helper()
+	dirs := map[string]string{}
+	for name, spec := range map[string]testmodel.Spec{
+		"qwen2":  testmodel.Qwen2Tiny,
+		"llama3": testmodel.Llama3Tiny,
+		"qwen3":  testmodel.Qwen3Tiny,
+	} {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := testmodel.Write(dir, spec); err != nil {
+			t.Fatal(err)
+		}
+		dirs[name] = dir
+	}
+	return dirs
+}
+
+// testIDs returns n deterministic token ids below vocab.
+func testIDs(n, vocab int) []int {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = (i*7919 + 13) % vocab
+	}
+	ids[0] = 1
+	return ids
+}
+
+func TestPrefillMatchesDecode(t *testing.T) {
+	dirs := tinyModels(t)
+	dirs["stories260K"] = filepath.Join(sharedDir(t), "models", "stories260K")
+	for name, dir := range dirs {
+		t.Run(name, func(t *testing.T) {
+			m := load(t, dir, Options{Threads: 2})
+			ids := testIDs(40, m.Config().VocabSize)
+			dec := decode(t, m, ids)
+			pre, err := m.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p := range ids {
+				if d, scale := maxAbsDiff(pre[p], dec[p]), maxAbs(dec[p]); d > 1e-4*scale {
+					t.Errorf("position %d: prefill vs decode max abs diff %.3g, row max %.3g", p, d, scale)
+				}
+			}
+			// Mixed chunks agree with decode too.
+			s, _ := m.NewSequence()
+			defer s.Close()
+			for _, r := range [][2]int{{0, 17}, {17, 18}, {18, 40}} {
+				got, err := s.Forward(ids[r[0]:r[1]], false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d, scale := maxAbsDiff(got, dec[r[1]-1]), maxAbs(dec[r[1]-1]); d > 1e-4*scale {
+					t.Errorf("chunk %v: last row differs from decode by %.3g", r, d)
+				}
+			}
+		})
+	}
+}
+
+func TestBlockSizesIdentical(t *testing.T) {
+	dirs := tinyModels(t)
+	dirs["stories260K"] = filepath.Join(sharedDir(t), "models", "stories260K")
+	for name, dir := range dirs {
+		t.Run(name, func(t *testing.T) {
+			var first [][]float32
+			for _, bs := range []int{1, 16, 256} {
+				m := load(t, dir, Options{Threads: 2, BlockSize: bs})
+				ids := testIDs(37, m.Config().VocabSize)
+				got, err := m.Logits(ids)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if first == nil {
+					first = got
+					continue
+				}
+				for p := range got {
+					for i := range got[p] {
+						if got[p][i] != first[p][i] {
+							t.Fatalf("block size %d: position %d logit %d = %v, block size 1 gave %v", bs, p, i, got[p][i], first[p][i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// rawCodec is a lossless test codec: float32 bits as they are.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "raw-f32" }
+func (rawCodec) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
+	for _, f := range x[:n*d] {
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(f))
+	}
+	return dst, nil
+}
+func (rawCodec) Decode(dst []float32, src []byte, n, d int) error {
+	if len(src) != 4*n*d {
+		return fmt.Errorf("raw-f32: %d bytes for %dx%d", len(src), n, d)
+	}
+	for i := range dst[:n*d] {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+	}
+	return nil
+}
+
+func TestLosslessCodecBitIdentical(t *testing.T) {
+	dir := tinyModels(t)["qwen2"]
+	plain := load(t, dir, Options{Threads: 2, BlockSize: 4})
+	ids := testIDs(50, plain.Config().VocabSize)
+	want := decode(t, plain, ids)
+	layers := make([]kvcache.LayerCodecs, plain.Config().NumLayers)
+	for i := range layers {
+		layers[i] = kvcache.LayerCodecs{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}
+	}
+	m := load(t, dir, Options{Threads: 2, BlockSize: 4, Cache: kvcache.Policy{Layers: layers, HotWindow: 8, Sinks: 4}})
+	s, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for p, id := range ids {
+		got, err := s.Forward([]int{id}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if got[i] != want[p][i] {
+				t.Fatalf("position %d logit %d = %v through the codec, %v without", p, i, got[i], want[p][i])
+			}
+		}
+	}
+	st := s.KVStats()
+	if st.Compressed == 0 {
+		t.Errorf("no block was encoded: %+v", st)
+	}
+	t.Logf("KV bytes %d (hot %d, compressed %d), bf16 %d", st.Bytes(), st.Hot, st.Compressed, st.BF16)
+}
+
+func TestLlama3InvFreq(t *testing.T) {
+	dir := tinyModels(t)["llama3"]
+	m := load(t, dir, Options{Threads: 1})
+	spec := testmodel.Llama3Tiny
+	rs := spec.RopeScaling
+	got := m.InvFreq()
+	d := spec.HeadDim
+	var kept, smoothed, divided int
+	for i := 0; i < d/2; i++ {
+		base := 1 / math.Pow(spec.RopeTheta, float64(2*i)/float64(d))
+		wavelen := 2 * math.Pi / base
+		want := base
+		switch lo, hi := float64(rs.OriginalMaxPositionEmbeddings)/rs.LowFreqFactor, float64(rs.OriginalMaxPositionEmbeddings)/rs.HighFreqFactor; {
+		case wavelen < hi:
+			kept++
+		case wavelen > lo:
+			want = base / rs.Factor
+			divided++
+		default:
+			s := (float64(rs.OriginalMaxPositionEmbeddings)/wavelen - rs.LowFreqFactor) / (rs.HighFreqFactor - rs.LowFreqFactor)
+			want = (1-s)*base/rs.Factor + s*base
+			smoothed++
+		}
+		if math.Abs(float64(got[i])-want) > 1e-6*want {
+			t.Errorf("inv_freq[%d] = %v, want %v", i, got[i], want)
+		}
+	}
+	if kept == 0 || smoothed == 0 || divided == 0 {
+		t.Errorf("the preset exercises kept %d, smoothed %d, divided %d frequencies: want each > 0", kept, smoothed, divided)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	good := tinyModels(t)["qwen2"]
+	st, err := weights.Open(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// rewrite copies the good checkpoint with edit applied to its tensors.
+	rewrite := func(t *testing.T, edit func([]weights.Tensor) []weights.Tensor) string {
+		dir := t.TempDir()
+		var ts []weights.Tensor
+		for _, n := range st.Names() {
+			tn, err := st.Tensor(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts = append(ts, *tn)
+		}
+		if err := weights.WriteFile(filepath.Join(dir, "model.safetensors"), edit(ts), nil); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _ := os.ReadFile(filepath.Join(good, "config.json"))
+		os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
+		return dir
+	}
+	for _, tc := range []struct {
+		name string
+		dir  func(t *testing.T) string
+		want []string
+	}{
+		{"missing tensor", func(t *testing.T) string {
+			return rewrite(t, func(ts []weights.Tensor) []weights.Tensor {
+				var out []weights.Tensor
+				for _, x := range ts {
+					if x.Name != "model.layers.1.mlp.up_proj.weight" {
+						out = append(out, x)
+					}
+				}
+				return out
+			})
+		}, []string{"model.layers.1.mlp.up_proj.weight", "missing"}},
+		{"shape mismatch", func(t *testing.T) string {
+			return rewrite(t, func(ts []weights.Tensor) []weights.Tensor {
+				for i, x := range ts {
+					if x.Name == "model.layers.0.self_attn.k_proj.weight" {
+						ts[i].Shape = []int{x.Shape[1], x.Shape[0]}
+					}
+				}
+				return ts
+			})
+		}, []string{"model.layers.0.self_attn.k_proj.weight", "[224 32]", "[32 224]"}},
+		{"gpt2", func(t *testing.T) string {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type": "gpt2", "n_embd": 64}`), 0o644)
+			return dir
+		}, []string{"gpt2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Load(tc.dir(t), Options{})
+			if err == nil {
+				m.Close()
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	m := load(t, tinyModels(t)["llama3"], Options{Threads: 1, MaxContext: 10})
+	s, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Forward(testIDs(11, 256), false); err == nil || !strings.Contains(err.Error(), "prompt of 11 tokens exceeds the context of 10") {
+		t.Errorf("overflow: err = %v", err)
+	}
+	if _, err := s.Forward(testIDs(6, 256), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Forward(testIDs(5, 256), false); err == nil || !strings.Contains(err.Error(), "exceeds the context of 10") {
+		t.Errorf("overflow after 6 tokens: err = %v", err)
+	}
+	if _, err := s.Forward([]int{256}, false); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("id 256 of vocab 256: err = %v", err)
+	}
+	if s.Len() != 6 {
+		t.Errorf("Len = %d after rejected calls, want 6", s.Len())
+	}
+	s.Reset()
+	if s.Len() != 0 {
+		t.Errorf("Len = %d after Reset", s.Len())
+	}
+}

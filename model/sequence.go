@@ -1,0 +1,210 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/attention"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/kvcache"
+)
+
+// Sequence is one token stream being decoded: its KV cache and the scratch
+// memory of the forward pass, allocated once so decoding allocates nothing
+// per token. A Sequence is used by one goroutine at a time.
+type Sequence struct {
+	m     *Model
+	cache *kvcache.Cache
+	attn  *attention.Attention
+	rows  int   // scratch capacity in tokens
+	err   error // a failure that left the cache inconsistent
+
+	x, xn, q, k, v, att, tmp []float32
+	gate, up                 []float32
+	last                     []float32 // logits of the last position
+}
+
+// NewSequence returns an empty sequence.
+func (m *Model) NewSequence() (*Sequence, error) {
+	c := m.cfg
+	cache, err := kvcache.New(kvcache.Config{
+		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
+		BlockSize: m.blockSize, MaxTokens: m.maxCtx, Policy: m.policy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	attn, err := attention.New(m.pool, attention.Params{
+		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Window: m.window,
+	}, m.blockSize, m.maxCtx)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	n := min(prefillChunk, m.maxCtx)
+	h, qd, kvd := c.HiddenSize, c.NumHeads*m.headDim, c.NumKVHeads*m.headDim
+	return &Sequence{
+		m: m, cache: cache, attn: attn, rows: n,
+		x: make([]float32, n*h), xn: make([]float32, n*h), tmp: make([]float32, n*h),
+		q: make([]float32, n*qd), att: make([]float32, n*qd),
+		k: make([]float32, n*kvd), v: make([]float32, n*kvd),
+		gate: make([]float32, n*c.IntermediateSize), up: make([]float32, n*c.IntermediateSize),
+		last: make([]float32, c.VocabSize),
+	}, nil
+}
+
+// Len returns the number of tokens in the sequence.
+func (s *Sequence) Len() int { return s.cache.Len() }
+
+// Reset empties the sequence, keeping its memory for reuse.
+func (s *Sequence) Reset() {
+	s.cache.Reset()
+	s.err = nil
+}
+
+// Close releases the sequence's memory. It must not be used afterwards.
+func (s *Sequence) Close() {
+	*s = Sequence{m: s.m, err: errClosed}
+}
+
+// KVStats returns the bytes the sequence's KV cache holds, and what a bf16
+// cache of the same tokens would take.
+func (s *Sequence) KVStats() kvcache.Stats {
+	if s.cache == nil {
+		return kvcache.Stats{}
+	}
+	return s.cache.Stats()
+}
+
+// Forward appends ids at positions Len(), Len()+1, ... and returns logits:
+// len(ids) rows of vocab_size values if allLogits, else only the last row.
+// The all-rows result is the caller's; the last row lives in the sequence
+// and is overwritten by the next call.
+func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	m := s.m
+	vocab := m.cfg.VocabSize
+	switch {
+	case len(ids) == 0:
+		return nil, fmt.Errorf("model: Forward of no tokens")
+	case s.Len()+len(ids) > m.maxCtx:
+		if s.Len() > 0 {
+			return nil, fmt.Errorf("model: prompt of %d tokens (%d already in the sequence) exceeds the context of %d", s.Len()+len(ids), s.Len(), m.maxCtx)
+		}
+		return nil, fmt.Errorf("model: prompt of %d tokens exceeds the context of %d", len(ids), m.maxCtx)
+	}
+	for i, id := range ids {
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("model: token id %d at index %d is out of range [0, %d)", id, i, vocab)
+		}
+	}
+	var out []float32
+	if allLogits {
+		out = make([]float32, len(ids)*vocab)
+	}
+	for i := 0; i < len(ids); i += s.rows {
+		chunk := ids[i:min(len(ids), i+s.rows)]
+		var logits []float32
+		switch {
+		case allLogits:
+			logits = out[i*vocab : (i+len(chunk))*vocab]
+		case i+len(chunk) == len(ids):
+			logits = s.last
+		}
+		if err := s.forward(chunk, logits, allLogits); err != nil {
+			s.err = fmt.Errorf("model: sequence unusable until Reset: %w", err)
+			return nil, err
+		}
+	}
+	if allLogits {
+		return out, nil
+	}
+	return s.last, nil
+}
+
+// forward runs one chunk of at most s.rows tokens through the layers. If
+// logits is not nil it receives every row's logits (all) or the last row's.
+func (s *Sequence) forward(ids []int, logits []float32, all bool) error {
+	m, c := s.m, s.m.cfg
+	n, start := len(ids), s.Len()
+	h, d, half := c.HiddenSize, m.headDim, m.headDim/2
+	qd, kvd := c.NumHeads*d, c.NumKVHeads*d
+	inter := c.IntermediateSize
+	pool := m.pool
+	x, xn, tmp := s.x[:n*h], s.xn[:n*h], s.tmp[:n*h]
+	q, k, v, att := s.q[:n*qd], s.k[:n*kvd], s.v[:n*kvd], s.att[:n*qd]
+	gate, up := s.gate[:n*inter], s.up[:n*inter]
+
+	for i, id := range ids {
+		cpu.RowF32(x[i*h:(i+1)*h], m.embed, id)
+	}
+	for li := range m.layers {
+		l := &m.layers[li]
+		s.norm(xn, x, l.inNorm, n, h)
+		pool.MatMul(q, xn, n, l.q)
+		pool.MatMul(k, xn, n, l.k)
+		pool.MatMul(v, xn, n, l.v)
+		if l.qBias != nil {
+			addRows(q, l.qBias, n)
+			addRows(k, l.kBias, n)
+			addRows(v, l.vBias, n)
+		}
+		if l.qNorm != nil {
+			s.norm(q, q, l.qNorm, n*c.NumHeads, d)
+			s.norm(k, k, l.kNorm, n*c.NumKVHeads, d)
+		}
+		// Keys enter the cache before RoPE; queries are rotated here.
+		for i := 0; i < n; i++ {
+			p := start + i
+			cs, sn := m.cos[p*half:(p+1)*half], m.sin[p*half:(p+1)*half]
+			for hd := 0; hd < c.NumHeads; hd++ {
+				cpu.RoPE(q[i*qd+hd*d:i*qd+(hd+1)*d], cs, sn)
+			}
+		}
+		if err := s.cache.Append(li, k, v, n); err != nil {
+			return err
+		}
+		if err := s.attn.Forward(att, q, n, start, s.cache, li, m.cos, m.sin); err != nil {
+			return err
+		}
+		pool.MatMul(tmp, att, n, l.o)
+		if l.oBias != nil {
+			addRows(tmp, l.oBias, n)
+		}
+		cpu.Add(x, tmp)
+
+		s.norm(xn, x, l.postNorm, n, h)
+		pool.MatMul(gate, xn, n, l.gate)
+		pool.MatMul(up, xn, n, l.up)
+		cpu.SiLUMul(gate, up)
+		pool.MatMul(tmp, gate, n, l.down)
+		cpu.Add(x, tmp)
+	}
+	if logits == nil {
+		return nil
+	}
+	if all {
+		s.norm(xn, x, m.norm, n, h)
+		pool.MatMul(logits, xn, n, m.lmHead)
+		return nil
+	}
+	last := x[(n-1)*h:]
+	cpu.RMSNorm(xn[:h], last, m.norm, m.eps)
+	pool.MatMul(logits, xn[:h], 1, m.lmHead)
+	return nil
+}
+
+// norm applies RMSNorm with weight w to each of the rows vectors of width d.
+func (s *Sequence) norm(out, x, w []float32, rows, d int) {
+	for r := 0; r < rows; r++ {
+		cpu.RMSNorm(out[r*d:(r+1)*d], x[r*d:(r+1)*d], w, s.m.eps)
+	}
+}
+
+// addRows adds bias to each of the n rows of x.
+func addRows(x, bias []float32, n int) {
+	d := len(bias)
+	for r := 0; r < n; r++ {
+		cpu.Add(x[r*d:(r+1)*d], bias)
+	}
+}

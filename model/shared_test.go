@@ -1,0 +1,63 @@
+package model
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// sharedDir locates the shared data set: $KAKEYA_SHARED, else ../../shared
+// from this package. Tests fail without it unless KAKEYA_ALLOW_NO_SHARED=1.
+func sharedDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("KAKEYA_SHARED")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "shared")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "models", "stories260K", "config.json")); err != nil {
+		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
+			t.Skipf("shared data not found at %s (KAKEYA_ALLOW_NO_SHARED=1): %v", dir, err)
+		}
+		t.Fatalf("shared data not found at %s: set KAKEYA_SHARED to the shared/ directory: %v", dir, err)
+	}
+	return dir
+}
+
+// reference reads the llama2.c logits: per line an input id then the logits.
+func reference(t testing.TB, shared string) (ids []int, rows [][]float32) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(shared, "reference", "stories260K_runc_logits.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) == 0 {
+			continue
+		}
+		id, err := strconv.Atoi(fs[0])
+		if err != nil {
+			t.Fatalf("reference line %d: %v", len(ids)+1, err)
+		}
+		row := make([]float32, len(fs)-1)
+		for i, s := range fs[1:] {
+			v, err := strconv.ParseFloat(s, 32)
+			if err != nil {
+				t.Fatalf("reference line %d: %v", len(ids)+1, err)
+			}
+			row[i] = float32(v)
+		}
+		ids = append(ids, id)
+		rows = append(rows, row)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ids, rows
+}
