@@ -1,11 +1,123 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"strconv"
+	"strings"
+
+	"github.com/kakeya-ai/kakeya/model"
 )
 
+const logitsUsage = `usage: kakeya-eval logits --model DIR --ids 1,2,3 [--threads N] [--step]
+
+Prints one line per input position: the input id, then the full logits row,
+space-separated, each value as C's %g (6 significant digits), the layout of
+llama2.c reference dumps.
+`
+
+// runLogits prints the logits row of every position of --ids.
 func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("logits: not implemented yet")
+	fs := flag.NewFlagSet("logits", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		io.WriteString(stderr, logitsUsage)
+		fs.PrintDefaults()
+	}
+	dir := fs.String("model", "", "model directory (config.json and safetensors)")
+	idList := fs.String("ids", "", "comma-separated input token ids")
+	threads := fs.Int("threads", 0, "compute threads (0: all cores)")
+	step := fs.Bool("step", false, "feed one token per forward call instead of one prefill call")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("logits: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("logits: unexpected argument %q", fs.Arg(0))
+	}
+	if *dir == "" {
+		return errors.New("logits: --model DIR is required")
+	}
+	ids, err := parseIDs(*idList)
+	if err != nil {
+		return fmt.Errorf("logits: --ids: %w", err)
+	}
+	if *threads < 0 {
+		return fmt.Errorf("logits: --threads %d is negative", *threads)
+	}
+	m, err := model.Load(*dir, model.Options{Threads: *threads})
+	if err != nil {
+		return fmt.Errorf("logits: %w", err)
+	}
+	defer m.Close()
+	vocab := m.Config().VocabSize
+	for i, id := range ids {
+		if id >= vocab {
+			return fmt.Errorf("logits: --ids: id %d at index %d is not below the vocabulary size %d", id, i, vocab)
+		}
+	}
+	s, err := m.NewSequence()
+	if err != nil {
+		return fmt.Errorf("logits: %w", err)
+	}
+	defer s.Close()
+
+	w := bufio.NewWriter(stdout)
+	var buf []byte
+	emit := func(id int, row []float32) {
+		buf = strconv.AppendInt(buf[:0], int64(id), 10)
+		for _, v := range row {
+			buf = append(buf, ' ')
+			buf = strconv.AppendFloat(buf, float64(v), 'g', 6, 32)
+		}
+		buf = append(buf, '\n')
+		w.Write(buf)
+	}
+	if *step {
+		for _, id := range ids {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("logits: %w", err)
+			}
+			row, err := s.Forward([]int{id}, false)
+			if err != nil {
+				return fmt.Errorf("logits: %w", err)
+			}
+			emit(id, row)
+		}
+	} else {
+		all, err := s.Forward(ids, true)
+		if err != nil {
+			return fmt.Errorf("logits: %w", err)
+		}
+		for i, id := range ids {
+			emit(id, all[i*vocab:(i+1)*vocab])
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("logits: %w", err)
+	}
+	return nil
+}
+
+// parseIDs parses a comma-separated list of non-negative integers.
+func parseIDs(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("no token ids given")
+	}
+	parts := strings.Split(s, ",")
+	ids := make([]int, len(parts))
+	for i, p := range parts {
+		id, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("%q (item %d) is not an integer", p, i)
+		}
+		if id < 0 {
+			return nil, fmt.Errorf("id %d (item %d) is negative", id, i)
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// logitsShared locates the shared data set ($KAKEYA_SHARED, else
+// ../../../shared, beside the repository); it fails without it unless KAKEYA_ALLOW_NO_SHARED=1.
+func logitsShared(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("KAKEYA_SHARED")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "..", "shared")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "models", "stories260K")); err != nil {
+		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
+			t.Skipf("shared data not found at %s: %v", dir, err)
+		}
+		t.Fatalf("shared data not found at %s: set KAKEYA_SHARED: %v", dir, err)
+	}
+	return dir
+}
+
+// parseLogits parses the dump layout: per line an id then the logits.
+func parseLogits(t *testing.T, text string) (ids []int, rows [][]float64) {
+	t.Helper()
+	for n, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		fs := strings.Fields(line)
+		id, err := strconv.Atoi(fs[0])
+		if err != nil {
+			t.Fatalf("line %d: %v", n+1, err)
+		}
+		row := make([]float64, len(fs)-1)
+		for i, f := range fs[1:] {
+			if row[i], err = strconv.ParseFloat(f, 64); err != nil {
+				t.Fatalf("line %d: %v", n+1, err)
+			}
+		}
+		ids, rows = append(ids, id), append(rows, row)
+	}
+	return ids, rows
+}
+
+func TestLogitsMatchesReference(t *testing.T) {
+	shared := logitsShared(t)
+	ref, err := os.ReadFile(filepath.Join(shared, "reference", "stories260K_runc_logits.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs, want := parseLogits(t, string(ref))
+	var list []string
+	for _, id := range wantIDs {
+		list = append(list, strconv.Itoa(id))
+	}
+	for _, step := range []bool{false, true} {
+		args := []string{"--model", filepath.Join(shared, "models", "stories260K"), "--ids", strings.Join(list, ","), "--threads", "2"}
+		if step {
+			args = append(args, "--step")
+		}
+		var out, errb bytes.Buffer
+		if err := runLogits(context.Background(), args, &out, &errb); err != nil {
+			t.Fatalf("step=%v: %v (stderr %q)", step, err, errb.String())
+		}
+		ids, got := parseLogits(t, out.String())
+		if len(ids) != len(wantIDs) {
+			t.Fatalf("step=%v: %d lines, want %d", step, len(ids), len(wantIDs))
+		}
+		var worst float64
+		for p := range ids {
+			if ids[p] != wantIDs[p] || len(got[p]) != len(want[p]) {
+				t.Fatalf("step=%v: line %d: id %d with %d logits, want id %d with %d", step, p, ids[p], len(got[p]), wantIDs[p], len(want[p]))
+			}
+			for i := range got[p] {
+				worst = math.Max(worst, math.Abs(got[p][i]-want[p][i]))
+			}
+		}
+		if worst > 1e-3 {
+			t.Errorf("step=%v: max abs error vs llama2.c %.3g, want <= 1e-3", step, worst)
+		}
+	}
+}
+
+func TestLogitsBadFlags(t *testing.T) {
+	shared := logitsShared(t)
+	dir := filepath.Join(shared, "models", "stories260K")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no model", []string{"--ids", "1,2"}, "--model"},
+		{"no ids", []string{"--model", dir}, "no token ids"},
+		{"not an integer", []string{"--model", dir, "--ids", "1,x,3"}, `"x"`},
+		{"negative", []string{"--model", dir, "--ids", "1,-4"}, "negative"},
+		{"beyond vocab", []string{"--model", dir, "--ids", "1,512"}, "512"},
+		{"bad model dir", []string{"--model", filepath.Join(t.TempDir(), "none"), "--ids", "1"}, "config.json"},
+		{"unknown flag", []string{"--bogus"}, "bogus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			err := runLogits(context.Background(), tc.args, &out, &errb)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+}
