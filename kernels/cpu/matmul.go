@@ -23,8 +23,9 @@ const (
 // kernelSet is one implementation of the inner loops: scalar, or SIMD.
 type kernelSet struct {
 	name string
-	// gemv sets out[r] = W[r]·x for rows [lo, hi).
-	gemv func(out, x []float32, w *kernels.Mat, lo, hi int)
+	// gemv sets out[r] = W[r]·x for rows [lo, hi), with s (at least
+	// w.Cols long) as scratch.
+	gemv func(out, x []float32, w *kernels.Mat, lo, hi int, s []float32)
 	// cvt sets dst[i] to element off+i of w's row-major storage.
 	cvt func(dst []float32, w *kernels.Mat, off int)
 	// dot4x2 sets d[j] = w_j·x0 and d[4+j] = w_j·x1 for the four f32 rows
@@ -117,11 +118,16 @@ type matmulTask struct {
 }
 
 func (t *matmulTask) runWorker(worker, lo, hi int) {
+	s := t.scratch[worker]
 	if t.n == 1 {
-		t.k.gemv(t.out, t.x, &t.w, lo*gemvRows, min(hi*gemvRows, t.w.Rows))
+		if len(s) < t.w.Cols {
+			// Grown once per worker for the widest matrix it meets.
+			s = make([]float32, max(scratchLen, t.w.Cols))
+			t.scratch[worker] = s
+		}
+		t.k.gemv(t.out, t.x, &t.w, lo*gemvRows, min(hi*gemvRows, t.w.Rows), s)
 		return
 	}
-	s := t.scratch[worker]
 	for u := lo; u < hi; u++ {
 		r0 := u * tileRows
 		t.k.gemmTile(t.out, t.x, t.n, &t.w, r0, min(r0+tileRows, t.w.Rows), s)
@@ -235,7 +241,7 @@ func cvtScalar(dst []float32, w *kernels.Mat, off int) {
 	}
 }
 
-func gemvScalar(out, x []float32, w *kernels.Mat, lo, hi int) {
+func gemvScalar(out, x []float32, w *kernels.Mat, lo, hi int, _ []float32) {
 	cols := w.Cols
 	x = x[:cols]
 	for r := lo; r < hi; r++ {

@@ -102,85 +102,124 @@ func cvtAVX2(dst []float32, w *kernels.Mat, off int) {
 	}
 }
 
-// gemvAVX2 streams each weight row once, four rows at a time so every load
-// of x feeds four FMAs.
-func gemvAVX2(out, x []float32, w *kernels.Mat, lo, hi int) {
+// gemvAVX2 streams the weight rows in memory order, one row at a time, so
+// the whole block is one sequential stream for the hardware prefetcher
+// (interleaving rows would make many short streams it keeps having to pick
+// up anew). Four rows' lane sums are reduced together.
+func gemvAVX2(out, x []float32, w *kernels.Mat, lo, hi int, s []float32) {
 	cols := w.Cols
 	x = x[:cols]
+	n16 := cols &^ 15
+	xp := s[:n16]
+	switch w.DType {
+	case kernels.BF16:
+		deinterleave16(s[:cols], x)
+	default:
+		copy(xp, x)
+	}
 	r := lo
 	for ; r+4 <= hi; r += 4 {
 		var d [4]float32
-		switch w.DType {
-		case kernels.F32:
-			dot4x1AVX2(w.F32[r*cols:], cols, x, &d)
-		case kernels.BF16:
-			gemv4BF16(w.U16[r*cols:(r+4)*cols], cols, x, &d)
-		case kernels.F16:
-			gemv4F16(w.U16[r*cols:(r+4)*cols], cols, x, &d)
+		hsum4(gemvRow(w, r, xp), gemvRow(w, r+1, xp), gemvRow(w, r+2, xp), gemvRow(w, r+3, xp)).Store(&d)
+		for j := range d {
+			d[j] += gemvTail(w, r+j, x, n16)
 		}
 		copy(out[r:r+4], d[:])
 	}
 	for ; r < hi; r++ {
-		switch w.DType {
-		case kernels.F32:
-			out[r] = dotAVX2(w.F32[r*cols:(r+1)*cols], x)
-		default:
-			gemvScalar(out, x, w, r, r+1)
+		out[r] = hsum(gemvRow(w, r, xp)) + gemvTail(w, r, x, n16)
+	}
+}
+
+// deinterleave16 copies x into xp with each 16-element block reordered as
+// its 8 even then its 8 odd elements, the order in which gemvRowBF16 widens a
+// 32-byte load of weights. Elements past the last full block are not copied.
+func deinterleave16(xp, x []float32) {
+	for c := 0; c+16 <= len(x); c += 16 {
+		b, o := (*[16]float32)(x[c:]), (*[16]float32)(xp[c:])
+		for j := range 8 {
+			o[j], o[8+j] = b[2*j], b[2*j+1]
 		}
 	}
 }
 
-func gemv4BF16(w []uint16, cols int, x []float32, d *[4]float32) {
-	w0, w1, w2, w3 := w[:cols], w[cols:2*cols], w[2*cols:3*cols], w[3*cols:4*cols]
-	a0, a1, a2, a3 := zero8(), zero8(), zero8(), zero8()
-	b0, b1, b2, b3 := zero8(), zero8(), zero8(), zero8()
-	c := 0
-	for ; c+16 <= cols; c += 16 {
-		xa, xb := load8(x[c:c+8]), load8(x[c+8:c+16])
-		a0 = bf16x8(w0[c:c+8]).MulAdd(xa, a0)
-		a1 = bf16x8(w1[c:c+8]).MulAdd(xa, a1)
-		a2 = bf16x8(w2[c:c+8]).MulAdd(xa, a2)
-		a3 = bf16x8(w3[c:c+8]).MulAdd(xa, a3)
-		b0 = bf16x8(w0[c+8:c+16]).MulAdd(xb, b0)
-		b1 = bf16x8(w1[c+8:c+16]).MulAdd(xb, b1)
-		b2 = bf16x8(w2[c+8:c+16]).MulAdd(xb, b2)
-		b3 = bf16x8(w3[c+8:c+16]).MulAdd(xb, b3)
+// gemvRow returns the lane sums of row r's first len(xp) columns with xp.
+func gemvRow(w *kernels.Mat, r int, xp []float32) f32x8 {
+	off := r * w.Cols
+	switch w.DType {
+	case kernels.BF16:
+		return gemvRowBF16(w.U16[off:off+len(xp)], xp)
+	case kernels.F16:
+		return gemvRowF16(w.U16[off:off+len(xp)], xp)
 	}
-	if c+8 <= cols {
-		xa := load8(x[c : c+8])
-		a0 = bf16x8(w0[c:c+8]).MulAdd(xa, a0)
-		a1 = bf16x8(w1[c:c+8]).MulAdd(xa, a1)
-		a2 = bf16x8(w2[c:c+8]).MulAdd(xa, a2)
-		a3 = bf16x8(w3[c:c+8]).MulAdd(xa, a3)
-		c += 8
-	}
-	hsum4(a0.Add(b0), a1.Add(b1), a2.Add(b2), a3.Add(b3)).Store(d)
-	for ; c < cols; c++ {
-		d[0] += kernels.BF16ToF32(w0[c]) * x[c]
-		d[1] += kernels.BF16ToF32(w1[c]) * x[c]
-		d[2] += kernels.BF16ToF32(w2[c]) * x[c]
-		d[3] += kernels.BF16ToF32(w3[c]) * x[c]
-	}
+	return gemvRowF32(w.F32[off:off+len(xp)], xp)
 }
 
-func gemv4F16(w []uint16, cols int, x []float32, d *[4]float32) {
-	w0, w1, w2, w3 := w[:cols], w[cols:2*cols], w[2*cols:3*cols], w[3*cols:4*cols]
-	a0, a1, a2, a3 := zero8(), zero8(), zero8(), zero8()
+// gemvTail returns row r's dot product with x over columns [c0, w.Cols).
+func gemvTail(w *kernels.Mat, r int, x []float32, c0 int) float32 {
+	var s float32
+	off := r * w.Cols
+	for c := c0; c < w.Cols; c++ {
+		switch w.DType {
+		case kernels.BF16:
+			s += kernels.BF16ToF32(w.U16[off+c]) * x[c]
+		case kernels.F16:
+			s += kernels.F16ToF32(w.U16[off+c]) * x[c]
+		default:
+			s += w.F32[off+c] * x[c]
+		}
+	}
+	return s
+}
+
+// gemvRowBF16 returns lane sums of w·xp over len(xp) columns, a multiple of
+// 16, with xp reordered by deinterleave16. It loads 16 bfloat16 weights as 8
+// uint32 lanes: a lane's low half is an even column and its high half the
+// next odd one, so one shift and one mask widen all 16 to f32.
+func gemvRowBF16(w []uint16, xp []float32) f32x8 {
+	w = w[:len(xp)]
+	a0, a1, b0, b1 := zero8(), zero8(), zero8(), zero8()
+	hi := archsimd.BroadcastUint32x8(0xffff0000)
 	c := 0
-	for ; c+8 <= cols; c += 8 {
-		xa := load8(x[c : c+8])
-		a0 = f16x8(w0[c:c+8]).MulAdd(xa, a0)
-		a1 = f16x8(w1[c:c+8]).MulAdd(xa, a1)
-		a2 = f16x8(w2[c:c+8]).MulAdd(xa, a2)
-		a3 = f16x8(w3[c:c+8]).MulAdd(xa, a3)
+	for ; c+32 <= len(xp); c += 32 {
+		x := (*[32]float32)(xp[c:])
+		u := archsimd.LoadUint16x16((*[16]uint16)(w[c : c+16])).AsUint32x8()
+		v := archsimd.LoadUint16x16((*[16]uint16)(w[c+16 : c+32])).AsUint32x8()
+		a0 = u.ShiftAllLeft(16).AsFloat32x8().MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[0:8])), a0)
+		b0 = u.And(hi).AsFloat32x8().MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[8:16])), b0)
+		a1 = v.ShiftAllLeft(16).AsFloat32x8().MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[16:24])), a1)
+		b1 = v.And(hi).AsFloat32x8().MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[24:32])), b1)
 	}
-	hsum4(a0, a1, a2, a3).Store(d)
-	for ; c < cols; c++ {
-		d[0] += kernels.F16ToF32(w0[c]) * x[c]
-		d[1] += kernels.F16ToF32(w1[c]) * x[c]
-		d[2] += kernels.F16ToF32(w2[c]) * x[c]
-		d[3] += kernels.F16ToF32(w3[c]) * x[c]
+	if c < len(xp) {
+		u := archsimd.LoadUint16x16((*[16]uint16)(w[c : c+16])).AsUint32x8()
+		a0 = u.ShiftAllLeft(16).AsFloat32x8().MulAdd(load8(xp[c:c+8]), a0)
+		b0 = u.And(hi).AsFloat32x8().MulAdd(load8(xp[c+8:c+16]), b0)
 	}
+	return a0.Add(b0).Add(a1.Add(b1))
+}
+
+// gemvRowF16 is gemvRowBF16 for IEEE halves, with xp in column order.
+func gemvRowF16(w []uint16, xp []float32) f32x8 {
+	w = w[:len(xp)]
+	a0, a1 := zero8(), zero8()
+	for c := 0; c < len(xp); c += 16 {
+		x := (*[16]float32)(xp[c:])
+		a0 = f16x8(w[c:c+8]).MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[0:8])), a0)
+		a1 = f16x8(w[c+8:c+16]).MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[8:16])), a1)
+	}
+	return a0.Add(a1)
+}
+
+// gemvRowF32 is gemvRowBF16 for f32 weights, with xp in column order.
+func gemvRowF32(w []float32, xp []float32) f32x8 {
+	w = w[:len(xp)]
+	a0, a1 := zero8(), zero8()
+	for c := 0; c < len(xp); c += 16 {
+		x, v := (*[16]float32)(xp[c:]), (*[16]float32)(w[c:])
+		a0 = archsimd.LoadFloat32x8((*[8]float32)(v[0:8])).MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[0:8])), a0)
+		a1 = archsimd.LoadFloat32x8((*[8]float32)(v[8:16])).MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[8:16])), a1)
+	}
+	return a0.Add(a1)
 }
 
 // dot4x2AVX2 is the GEMM micro-kernel: 4 weight rows by 2 tokens in eight

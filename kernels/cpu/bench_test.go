@@ -1,0 +1,155 @@
+package cpu
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kakeya-ai/kakeya/kernels"
+)
+
+// benchBF16 fills a rows x cols BF16 matrix with values in ±[1, 2) from a
+// xorshift generator: real random draws would dominate the lm_head setup.
+func benchBF16(rows, cols int) kernels.Mat {
+	u := make([]uint16, rows*cols)
+	s := uint64(0x9e3779b97f4a7c15)
+	for i := range u {
+		s ^= s << 13
+		s ^= s >> 7
+		s ^= s << 17
+		u[i] = 0x3f80 | uint16(s)&0x807f
+	}
+	return kernels.Mat{DType: kernels.BF16, Rows: rows, Cols: cols, U16: u}
+}
+
+// Qwen2.5-0.5B projection shapes as [out, in].
+var qwenShapes = []struct {
+	name       string
+	rows, cols int
+}{
+	{"q_o_896x896", 896, 896},
+	{"kv_128x896", 128, 896},
+	{"gate_up_4864x896", 4864, 896},
+	{"down_896x4864", 896, 4864},
+	{"lm_head_151936x896", 151936, 896},
+}
+
+// BenchmarkMatMul reports GEMV (n=1) as weight bytes streamed per second and
+// GEMM (n=128) as GFLOP/s.
+func BenchmarkMatMul(b *testing.B) {
+	p := NewPool(0)
+	defer p.Close()
+	for _, sh := range qwenShapes {
+		w := benchBF16(sh.rows, sh.cols)
+		for _, n := range []int{1, 128} {
+			b.Run(fmt.Sprintf("%s/n=%d", sh.name, n), func(b *testing.B) {
+				x := make([]float32, n*sh.cols)
+				for i := range x {
+					x[i] = float32(i%7) - 3
+				}
+				out := make([]float32, n*sh.rows)
+				if n == 1 {
+					b.SetBytes(int64(sh.rows * sh.cols * 2))
+				}
+				for b.Loop() {
+					p.MatMul(out, x, n, w)
+				}
+				if n > 1 {
+					flops := 2 * float64(n) * float64(sh.rows) * float64(sh.cols)
+					b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				}
+			})
+		}
+	}
+}
+
+const memBenchBytes = 256 << 20
+
+type memTask struct {
+	dst, src []float32
+	sums     []float32
+}
+
+func (m *memTask) Run(lo, hi int) {
+	if m.dst != nil {
+		copy(m.dst[lo:hi], m.src[lo:hi])
+		return
+	}
+	s := Dot(m.src[lo:hi], m.src[lo:hi]) // one read stream
+	m.sums[lo*len(m.sums)/len(m.src)] += s
+}
+
+// BenchmarkMemCopy measures copy bandwidth (bytes copied per second; the
+// memory traffic is twice that) on one goroutine and across the pool.
+func BenchmarkMemCopy(b *testing.B) {
+	src := make([]float32, memBenchBytes/4)
+	dst := make([]float32, memBenchBytes/4)
+	for i := range src {
+		src[i] = float32(i)
+	}
+	copy(dst, src)
+	for _, threads := range []int{1, 0} {
+		p := NewPool(threads)
+		b.Run(fmt.Sprintf("threads=%d", p.Threads()), func(b *testing.B) {
+			b.SetBytes(memBenchBytes)
+			t := &memTask{dst: dst, src: src}
+			for b.Loop() {
+				p.Run(len(src), t)
+			}
+		})
+		p.Close()
+	}
+}
+
+// BenchmarkMemRead measures read-only streaming bandwidth (a sum of squares
+// over the buffer): the ceiling a memory-bound GEMV can approach.
+func BenchmarkMemRead(b *testing.B) {
+	src := make([]float32, memBenchBytes/4)
+	for i := range src {
+		src[i] = float32(i & 15)
+	}
+	for _, threads := range []int{1, 0} {
+		p := NewPool(threads)
+		b.Run(fmt.Sprintf("threads=%d", p.Threads()), func(b *testing.B) {
+			b.SetBytes(memBenchBytes)
+			t := &memTask{src: src, sums: make([]float32, 64)}
+			for b.Loop() {
+				p.Run(len(src), t)
+			}
+		})
+		p.Close()
+	}
+}
+
+// BenchmarkDecodeVsRead alternates an lm_head GEMV with a read of a buffer of
+// the same size, so the ratio of the two bandwidths holds even when other
+// work on the machine makes each figure drift.
+func BenchmarkDecodeVsRead(b *testing.B) {
+	p := NewPool(0)
+	defer p.Close()
+	w := benchBF16(151936, 896)
+	x := make([]float32, 896)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	out := make([]float32, w.Rows)
+	bytes := len(w.U16) * 2
+	read := &memTask{src: make([]float32, bytes/4), sums: make([]float32, 64)}
+	for i := range read.src {
+		read.src[i] = float32(i & 15)
+	}
+	var tg, tr time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		p.MatMul(out, x, 1, w)
+		t1 := time.Now()
+		p.Run(len(read.src), read)
+		tr += time.Since(t1)
+		tg += t1.Sub(t0)
+	}
+	gemv := float64(bytes) * float64(b.N) / tg.Seconds() / 1e9
+	rd := float64(bytes) * float64(b.N) / tr.Seconds() / 1e9
+	b.ReportMetric(gemv, "gemv_GB/s")
+	b.ReportMetric(rd, "read_GB/s")
+	b.ReportMetric(gemv/rd, "gemv/read")
+}
