@@ -136,3 +136,21 @@ func roundF16(v float32) float32 { return kernels.F16ToF32(kernels.F32ToF16(v)) 
 
 // maxF16 is the largest finite half-precision value.
 const maxF16 = 65504
+
+// f16Floor returns the largest half-precision value <= v (|v| in range), so
+// an asymmetric quantizer's minimum never rounds above the data.
+func f16Floor(v float32) float32 {
+	h := kernels.F32ToF16(v)
+	if kernels.F16ToF32(h) <= v {
+		return kernels.F16ToF32(h)
+	}
+	switch {
+	case h == 0: // +0 above a tiny negative v
+		h = 0x8001
+	case h&0x8000 == 0:
+		h--
+	default:
+		h++
+	}
+	return kernels.F16ToF32(h)
+}

@@ -33,7 +33,8 @@ const defaultSeed = 0x6b616b657961 // "kakeya"
 // or p*ceil(n/G) per channel: 5 bits per value at G = 32.
 type Int4 struct {
 	opt   Int4Options
-	signs []float32 // by padded dimension, built lazily per d
+	name  string
+	signs []float32 // ±1 per padded coordinate when rotating
 	pool  scratchPool
 }
 
@@ -43,6 +44,7 @@ func NewInt4(o Int4Options) (*Int4, error) {
 		return nil, fmt.Errorf("codec: int4: group %d not in 1..65535", o.Group)
 	}
 	c := &Int4{opt: o}
+	c.name = c.makeName()
 	if o.Rotate {
 		c.signs = randomSigns(maxDim, o.Seed)
 	}
@@ -51,7 +53,9 @@ func NewInt4(o Int4Options) (*Int4, error) {
 
 // Name is "int4", "int4-k" (per channel) with "-rot" when rotating and
 // "-g<G>" when the group is not 32.
-func (c *Int4) Name() string {
+func (c *Int4) Name() string { return c.name }
+
+func (c *Int4) makeName() string {
 	s := "int4"
 	if c.opt.PerChannel {
 		s += "-k"
@@ -158,8 +162,8 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		for t, j := 0, first; t < count; t, j = t+1, j+stride {
 			mn, mx = min(mn, z[j]), max(mx, z[j])
 		}
-		m := roundF16(mn)
-		s := roundF16((mx - m) / 15)
+		m := f16Floor(mn)
+		s := roundF16(max(0, (mx-m)/15))
 		putF16(params[4*k:], m)
 		putF16(params[4*k+2:], s)
 		var inv float32

@@ -9,10 +9,10 @@ import (
 type kind int
 
 const (
-	gaussian kind = iota // i.i.d. N(0, 1)
-	studentT             // i.i.d. Student-t, df = 3
-	keyLike              // channel offsets, outlier channels, low rank + t noise
-	valueLike            // weaker structure, lighter tails
+	gaussian  kind = iota // i.i.d. N(0, 1)
+	studentT              // i.i.d. Student-t, df = 3
+	keyLike               // channel offsets, outlier channels, low rank + t noise
+	valueLike             // weaker structure, lighter tails
 )
 
 func (k kind) String() string {

@@ -1,0 +1,390 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func mustKakeya(t testing.TB, mod func(*KakeyaOptions)) *Kakeya {
+	t.Helper()
+	o := DefaultKakeyaOptions()
+	if mod != nil {
+		mod(&o)
+	}
+	k, err := NewKakeya(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func mustInt4(t testing.TB, o Int4Options) *Int4 {
+	t.Helper()
+	c, err := NewInt4(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// expectedLen is the documented encoded length of each codec; for kakeya
+// the block's rank and outlier count are read from its payload.
+func expectedLen(t *testing.T, c Codec, enc []byte, n, d int) int {
+	switch c := c.(type) {
+	case Identity:
+		return 16 + 4*n*d
+	case BF16:
+		return 16 + 2*n*d
+	case Int8:
+		return 16 + 2*n*((d+31)/32) + n*d
+	case *Int4:
+		p, g := d, c.opt.Group
+		if c.opt.Rotate {
+			p = NextPow2(d)
+		}
+		groups := n * ((p + g - 1) / g)
+		if c.opt.PerChannel {
+			groups = p * ((n + g - 1) / g)
+		}
+		return 16 + 4*groups + (n*p+1)/2
+	case *Kakeya:
+		r, cb, m := int(enc[16]), int(enc[17]), int(binary.LittleEndian.Uint32(enc[18:]))
+		p, b := NextPow2(d), c.opt.Bits
+		s := 2
+		if n*p > 65536 {
+			s = 4
+		}
+		l := 16 + 6 + 2*d + 2*r*d + (n*r*cb+7)/8 + 2*n + (n*p*b+7)/8 + m*(s+2)
+		if cb < 16 {
+			l += 2 * r
+		}
+		return l
+	case *Preconditioned:
+		return expectedLen(t, c.Inner, enc, n, d)
+	}
+	t.Fatalf("no length formula for %T", c)
+	return 0
+}
+
+func roundTrip(t *testing.T, c Codec, x []float32, n, d int) ([]float32, []byte) {
+	t.Helper()
+	enc, err := c.Encode([]byte("prefix"), x, n, d)
+	if err != nil {
+		t.Fatalf("%s: encode: %v", c.Name(), err)
+	}
+	if string(enc[:6]) != "prefix" {
+		t.Fatalf("%s: encode clobbered dst", c.Name())
+	}
+	enc = enc[6:]
+	if want := expectedLen(t, c, enc, n, d); len(enc) != want {
+		t.Errorf("%s n=%d d=%d: %d bytes, formula says %d", c.Name(), n, d, len(enc), want)
+	}
+	y := make([]float32, n*d)
+	if err := c.Decode(y, enc, n, d); err != nil {
+		t.Fatalf("%s: decode: %v", c.Name(), err)
+	}
+	return y, enc
+}
+
+func TestRoundTripBounds(t *testing.T) {
+	kb := func(b int) *Kakeya { return mustKakeya(t, func(o *KakeyaOptions) { o.Bits = b }) }
+	// Upper bounds on the error relative to the centred energy, per data
+	// kind; about 1.3x the measured values, in decreasing order along bits.
+	tests := []struct {
+		c      Codec
+		gauss  float64
+		t3     float64
+		keyish float64
+	}{
+		{BF16{}, 1.3e-5, 1.3e-5, 1e-4},
+		{Int8{}, 1.5e-4, 1e-4, 1.5e-3},
+		{mustInt4(t, DefaultInt4Options()), 0.012, 0.013, 0.22},
+		{mustInt4(t, Int4Options{Group: 32, Rotate: true, Seed: 1}), 0.008, 0.008, 0.07},
+		{mustInt4(t, Int4Options{Group: 32, PerChannel: true}), 0.012, 0.013, 0.01},
+		{kb(4), 0.012, 0.012, 0.004},
+		{kb(3), 0.042, 0.042, 0.013},
+		{kb(2), 0.14, 0.14, 0.05},
+		{kb(1), 0.45, 0.45, 0.2},
+	}
+	for _, d := range []int{64, 128, 80} {
+		n := 256
+		for _, kd := range []kind{gaussian, studentT, keyLike} {
+			x := synth(kd, n, d, 3, 11)
+			prevKakeya := 0.0
+			for _, tt := range tests {
+				y, enc := roundTrip(t, tt.c, x, n, d)
+				e := relErr(x, y, n, d)
+				bound := map[kind]float64{gaussian: tt.gauss, studentT: tt.t3, keyLike: tt.keyish}[kd]
+				if d == 80 {
+					bound *= 1.2 // padding to 128 changes the statistics a little
+				}
+				t.Logf("d=%d %-6s %-28s %6.3f bits  rel.err %.6f", d, kd, tt.c.Name(), float64(8*len(enc))/float64(n*d), e)
+				if !(e <= bound) {
+					t.Errorf("d=%d %s %s: relative error %.6f above bound %.6f", d, kd, tt.c.Name(), e, bound)
+				}
+				if k, ok := tt.c.(*Kakeya); ok {
+					if e <= prevKakeya {
+						t.Errorf("d=%d %s: %d bits error %.6f not above the error with more bits %.6f", d, kd, k.opt.Bits, e, prevKakeya)
+					}
+					prevKakeya = e
+				}
+			}
+		}
+	}
+}
+
+func TestIdentityBitExact(t *testing.T) {
+	x := synth(studentT, 33, 7, 1, 1)
+	x[3] = float32(math.Inf(-1))
+	x[4] = math.Float32frombits(0x7fc00123) // NaN with payload
+	x[5] = float32(math.Copysign(0, -1))
+	y, _ := roundTrip(t, Identity{}, x, 33, 7)
+	for i := range x {
+		if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+			t.Fatalf("value %d: %#x -> %#x", i, math.Float32bits(x[i]), math.Float32bits(y[i]))
+		}
+	}
+}
+
+func allCodecs(t *testing.T) []Codec {
+	return []Codec{
+		Identity{}, BF16{}, Int8{},
+		mustInt4(t, DefaultInt4Options()),
+		mustInt4(t, Int4Options{Group: 32, Rotate: true, PerChannel: true, Seed: 9}),
+		mustKakeya(t, nil),
+		mustKakeya(t, func(o *KakeyaOptions) { o.CoeffBits = 16; o.MaxRank = 8 }),
+		mustKakeya(t, func(o *KakeyaOptions) { o.CoeffBits = 8; o.OutlierThreshold = 1.5; o.MaxOutliers = 8 }),
+	}
+}
+
+func TestOddShapes(t *testing.T) {
+	for _, c := range allCodecs(t) {
+		for _, sh := range [][2]int{{1, 1}, {1, 64}, {2, 3}, {5, 33}, {300, 96}, {600, 128}} {
+			n, d := sh[0], sh[1]
+			x := synth(keyLike, n, d, 4, 5)
+			y, _ := roundTrip(t, c, x, n, d)
+			if e := relErr(x, y, n, d); n > 1 && !(e < 0.5) {
+				t.Errorf("%s n=%d d=%d: relative error %v", c.Name(), n, d, e)
+			}
+		}
+		// Constant and zero blocks decode to themselves (up to fp16).
+		x := make([]float32, 16*8)
+		y, _ := roundTrip(t, c, x, 16, 8)
+		for i, v := range y {
+			if v != 0 {
+				t.Fatalf("%s: zero block decoded %v at %d", c.Name(), v, i)
+			}
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	for _, c := range allCodecs(t) {
+		x := synth(gaussian, 8, 16, 1, 1)
+		if _, err := c.Encode(nil, x, 8, 17); err == nil {
+			t.Errorf("%s: short input accepted", c.Name())
+		}
+		if _, err := c.Encode(nil, x, 0, 16); err == nil {
+			t.Errorf("%s: n=0 accepted", c.Name())
+		}
+		switch c.(type) {
+		case Identity, BF16: // format conversions: NaN and Inf survive as such
+			continue
+		}
+		{
+			x[37] = float32(math.NaN())
+			if _, err := c.Encode(nil, x, 8, 16); err == nil || !strings.Contains(err.Error(), "row 2 col 5") {
+				t.Errorf("%s: NaN input: err = %v, want one naming row 2 col 5", c.Name(), err)
+			}
+		}
+		if err := c.Decode(make([]float32, 10), nil, 8, 16); err == nil {
+			t.Errorf("%s: short destination accepted", c.Name())
+		}
+	}
+}
+
+// reseal recomputes a block's checksum after a deliberate edit, so the
+// decoder's semantic checks (not just the CRC) are exercised.
+func reseal(b []byte) []byte {
+	b = append([]byte(nil), b...)
+	seal(b)
+	return b
+}
+
+func TestCorruptBlocks(t *testing.T) {
+	n, d := 64, 32
+	x := synth(keyLike, n, d, 2, 2)
+	for _, c := range allCodecs(t) {
+		enc, err := c.Encode(nil, x, n, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := make([]float32, n*d)
+		bad := map[string][]byte{
+			"empty":     nil,
+			"truncated": enc[:len(enc)-1],
+			"half":      enc[:len(enc)/2],
+			"extended":  append(append([]byte(nil), enc...), 0),
+			"resealed truncated": func() []byte {
+				b := reseal(enc[:len(enc)-1])
+				return b
+			}(),
+		}
+		for i := 0; i < headerLen; i++ {
+			b := append([]byte(nil), enc...)
+			b[i] ^= 0x10
+			bad[fmt.Sprintf("header byte %d", i)] = b
+		}
+		for _, i := range []int{headerLen, len(enc) / 2, len(enc) - 1} {
+			b := append([]byte(nil), enc...)
+			b[i] ^= 0x01
+			bad[fmt.Sprintf("payload byte %d", i)] = b
+		}
+		for name, b := range bad {
+			if err := c.Decode(y, b, n, d); err == nil {
+				t.Errorf("%s: %s block decoded without error", c.Name(), name)
+			}
+		}
+		if err := c.Decode(y, enc, n+1, d); err == nil {
+			t.Errorf("%s: wrong n accepted", c.Name())
+		}
+		if err := c.Decode(y, enc, n/2, d*2); err == nil {
+			t.Errorf("%s: wrong d accepted", c.Name())
+		}
+	}
+	// Semantic checks behind a valid checksum.
+	k := mustKakeya(t, func(o *KakeyaOptions) { o.OutlierThreshold = 1.5; o.MaxOutliers = 8 })
+	enc, _ := k.Encode(nil, x, n, d)
+	m := int(binary.LittleEndian.Uint32(enc[18:]))
+	if m < 2 {
+		t.Fatalf("want outliers in the test block, got %d", m)
+	}
+	y := make([]float32, n*d)
+	cases := map[string]func(b []byte){
+		"rank > d":          func(b []byte) { b[16] = byte(d + 1) },
+		"coefficient width": func(b []byte) { b[17] = 5 },
+		"outlier count":     func(b []byte) { binary.LittleEndian.PutUint32(b[18:], uint32(m+1)) },
+		"outlier index out of range": func(b []byte) {
+			binary.LittleEndian.PutUint16(b[len(b)-4:], uint16(n*d))
+		},
+		"outliers out of order": func(b []byte) {
+			binary.LittleEndian.PutUint16(b[len(b)-4:], 0)
+		},
+		"outlier NaN": func(b []byte) { binary.LittleEndian.PutUint16(b[len(b)-2:], 0x7e00) },
+		"mean NaN":    func(b []byte) { binary.LittleEndian.PutUint16(b[22:], 0x7c00) },
+		"coefficient code 0": func(b []byte) {
+			r := int(b[16])
+			b[22+2*d+2*r*d+2*r] &^= 0x0f // first 4-bit code of token 0
+		},
+	}
+	for name, edit := range cases {
+		b := append([]byte(nil), enc...)
+		edit(b)
+		if err := k.Decode(y, reseal(b), n, d); err == nil {
+			t.Errorf("kakeya: %s accepted", name)
+		} else {
+			t.Logf("kakeya: %s: %v", name, err)
+		}
+	}
+	i8, _ := Int8{}.Encode(nil, x, n, d)
+	i8[len(i8)-1] = 0x80
+	if err := (Int8{}).Decode(y, reseal(i8), n, d); err == nil {
+		t.Error("int8: code -128 accepted")
+	}
+	// A block decoded by a codec with other settings fails on the header.
+	other := mustKakeya(t, func(o *KakeyaOptions) { o.Seed = 99 })
+	if err := other.Decode(y, enc, n, d); err == nil {
+		t.Error("kakeya block decoded by a codec with other signs")
+	}
+	if err := mustKakeya(t, func(o *KakeyaOptions) { o.Bits = 2 }).Decode(y, enc, n, d); err == nil {
+		t.Error("3-bit kakeya block decoded by a 2-bit codec")
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	n, d := 128, 64
+	for _, c := range allCodecs(t) {
+		want := make([][]byte, 8)
+		for g := range want {
+			var err error
+			if want[g], err = c.Encode(nil, synth(keyLike, n, d, 1, uint64(g)), n, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				x := synth(keyLike, n, d, 1, uint64(g))
+				y := make([]float32, n*d)
+				ref := make([]float32, n*d)
+				var buf []byte
+				for it := 0; it < 10; it++ {
+					var err error
+					buf, err = c.Encode(buf[:0], x, n, d)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if string(buf) != string(want[g]) {
+						errs <- fmt.Errorf("%s: goroutine %d: encoding differs from the serial one", c.Name(), g)
+						return
+					}
+					if err := c.Decode(y, buf, n, d); err != nil {
+						errs <- err
+						return
+					}
+					if it == 0 {
+						copy(ref, y)
+					} else if !equalBits(ref, y) {
+						errs <- fmt.Errorf("%s: goroutine %d: decode not deterministic", c.Name(), g)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	}
+}
+
+func equalBits(a, b []float32) bool {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSteadyStateAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts are checked in the full run")
+	}
+	n, d := 256, 128
+	x := synth(keyLike, n, d, 1, 1)
+	y := make([]float32, n*d)
+	for _, c := range allCodecs(t) {
+		buf, _ := c.Encode(nil, x, n, d)
+		enc := allocs(func() { buf, _ = c.Encode(buf[:0], x, n, d) })
+		dec := allocs(func() { _ = c.Decode(y, buf, n, d) })
+		t.Logf("%s: %.1f allocs/encode, %.1f allocs/decode", c.Name(), enc, dec)
+		if dec > 0 {
+			t.Errorf("%s: decode allocates %.1f times", c.Name(), dec)
+		}
+		if enc > 2 {
+			t.Errorf("%s: encode allocates %.1f times", c.Name(), enc)
+		}
+	}
+}
+
+func allocs(f func()) float64 { return testing.AllocsPerRun(20, f) }
