@@ -142,7 +142,8 @@ func (c *Cache) Reset() {
 				if b[j].hot != nil {
 					c.free = append(c.free, b[j].hot)
 				}
-				b[j] = part{}
+				// Keep the encoded buffer's memory for the next use.
+				b[j] = part{enc: b[j].enc[:0]}
 			}
 		}
 		l.blocks = l.blocks[:0]
@@ -182,7 +183,12 @@ func (c *Cache) Append(layerIdx int, k, v []float32, n int) error {
 	for i := 0; i < n; i++ {
 		b, off := l.n/bs, (l.n%bs)*d
 		if b == len(l.blocks) {
-			l.blocks = append(l.blocks, make([]part, 2*kvh))
+			// Reuse the part slices a Reset left in the block table.
+			if b < cap(l.blocks) && l.blocks[:b+1][b] != nil {
+				l.blocks = l.blocks[:b+1]
+			} else {
+				l.blocks = append(l.blocks, make([]part, 2*kvh))
+			}
 			for j := range l.blocks[b] {
 				l.blocks[b][j].hot = c.alloc()
 			}

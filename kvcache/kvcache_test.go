@@ -59,63 +59,65 @@ func TestAppendReadBack(t *testing.T) {
 				}
 			}
 			row := kvh * d
-			// Append in uneven chunks.
-			for pos := 0; pos < total; {
-				n := min(1+pos%5, total-pos)
-				for l := 0; l < layers; l++ {
-					k := want[l][pos*row : (pos+n)*row]
-					v := want[l][(total+pos)*row : (total+pos+n)*row]
-					if err := c.Append(l, k, v, n); err != nil {
-						t.Fatal(err)
-					}
-				}
-				pos += n
-			}
-			if c.Len() != total {
-				t.Fatalf("Len = %d, want %d", c.Len(), total)
-			}
-			scratch := make([]float32, tc.bs*d)
-			for l := 0; l < layers; l++ {
-				for b := 0; b < c.NumBlocks(l); b++ {
-					for h := 0; h < kvh; h++ {
-						kb, err := c.K(l, h, b, scratch)
-						if err != nil {
+			for round := 0; round < 2; round++ { // the second round reuses memory after Reset
+				// Append in uneven chunks.
+				for pos := 0; pos < total; {
+					n := min(1+pos%5, total-pos)
+					for l := 0; l < layers; l++ {
+						k := want[l][pos*row : (pos+n)*row]
+						v := want[l][(total+pos)*row : (total+pos+n)*row]
+						if err := c.Append(l, k, v, n); err != nil {
 							t.Fatal(err)
 						}
-						for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
-							pos := b*tc.bs + i
-							for j := 0; j < d; j++ {
-								if got, w := kb[i*d+j], want[l][pos*row+h*d+j]; got != w {
-									t.Fatalf("K layer %d pos %d head %d [%d] = %v, want %v", l, pos, h, j, got, w)
+					}
+					pos += n
+				}
+				if c.Len() != total {
+					t.Fatalf("Len = %d, want %d", c.Len(), total)
+				}
+				scratch := make([]float32, tc.bs*d)
+				for l := 0; l < layers; l++ {
+					for b := 0; b < c.NumBlocks(l); b++ {
+						for h := 0; h < kvh; h++ {
+							kb, err := c.K(l, h, b, scratch)
+							if err != nil {
+								t.Fatal(err)
+							}
+							for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
+								pos := b*tc.bs + i
+								for j := 0; j < d; j++ {
+									if got, w := kb[i*d+j], want[l][pos*row+h*d+j]; got != w {
+										t.Fatalf("K layer %d pos %d head %d [%d] = %v, want %v", l, pos, h, j, got, w)
+									}
+								}
+							}
+							vb, err := c.V(l, h, b, scratch)
+							if err != nil {
+								t.Fatal(err)
+							}
+							for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
+								pos := b*tc.bs + i
+								if got, w := vb[i*d], want[l][(total+pos)*row+h*d]; got != w {
+									t.Fatalf("V layer %d pos %d head %d = %v, want %v", l, pos, h, got, w)
 								}
 							}
 						}
-						vb, err := c.V(l, h, b, scratch)
-						if err != nil {
-							t.Fatal(err)
-						}
-						for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
-							pos := b*tc.bs + i
-							if got, w := vb[i*d], want[l][(total+pos)*row+h*d]; got != w {
-								t.Fatalf("V layer %d pos %d head %d = %v, want %v", l, pos, h, got, w)
-							}
-						}
 					}
 				}
-			}
-			st := c.Stats()
-			if want := int64(layers * total * 2 * kvh * d * 2); st.BF16 != want {
-				t.Errorf("BF16 = %d, want %d", st.BF16, want)
-			}
-			// Raw codec bytes equal the hot bytes of the blocks they replace,
-			// so the total is the allocated float blocks.
-			blocks := (total + tc.bs - 1) / tc.bs
-			if want := int64(layers * blocks * 2 * kvh * tc.bs * d * 4); st.Bytes() != want {
-				t.Errorf("Bytes = %d, want %d", st.Bytes(), want)
-			}
-			c.Reset()
-			if c.Len() != 0 || c.Stats().Bytes() != 0 {
-				t.Errorf("after Reset: Len %d, Bytes %d", c.Len(), c.Stats().Bytes())
+				st := c.Stats()
+				if want := int64(layers * total * 2 * kvh * d * 2); st.BF16 != want {
+					t.Errorf("BF16 = %d, want %d", st.BF16, want)
+				}
+				// Raw codec bytes equal the hot bytes of the blocks they replace,
+				// so the total is the allocated float blocks.
+				blocks := (total + tc.bs - 1) / tc.bs
+				if want := int64(layers * blocks * 2 * kvh * tc.bs * d * 4); st.Bytes() != want {
+					t.Errorf("Bytes = %d, want %d", st.Bytes(), want)
+				}
+				c.Reset()
+				if c.Len() != 0 || c.Stats().Bytes() != 0 {
+					t.Errorf("after Reset: Len %d, Bytes %d", c.Len(), c.Stats().Bytes())
+				}
 			}
 		})
 	}

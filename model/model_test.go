@@ -360,3 +360,23 @@ func TestForwardErrors(t *testing.T) {
 		t.Errorf("Len = %d after Reset", s.Len())
 	}
 }
+
+func TestDecodeAllocatesNothing(t *testing.T) {
+	m := load(t, tinyModels(t)["qwen2"], Options{Threads: 2, BlockSize: 256})
+	s, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Forward(testIDs(20, 256), false); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		if _, err := s.Forward([]int{5}, false); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("decode step allocates %v times, want 0", allocs)
+	}
+}

@@ -1,0 +1,96 @@
+package model
+
+import (
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+)
+
+// The benchmarks share one Qwen2.5-0.5B-shaped BF16 checkpoint (~1 GB),
+// written on first use and removed by TestMain.
+var (
+	benchOnce sync.Once
+	benchDir  string
+	benchErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if benchDir != "" {
+		os.RemoveAll(benchDir)
+	}
+	os.Exit(code)
+}
+
+func benchModel(b *testing.B) *Model {
+	b.Helper()
+	if testing.Short() {
+		b.Skip("writes a 1 GB checkpoint")
+	}
+	benchOnce.Do(func() {
+		if benchDir, benchErr = os.MkdirTemp("", "kakeya-bench-"); benchErr == nil {
+			benchErr = testmodel.Write(benchDir, testmodel.Qwen25_05B)
+		}
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	m, err := Load(benchDir, Options{MaxContext: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	return m
+}
+
+// BenchmarkDecode times one-token steps at a context of 128 to 256 tokens.
+func BenchmarkDecode(b *testing.B) {
+	m := benchModel(b)
+	s, err := m.NewSequence()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	prompt := testIDs(128, m.Config().VocabSize)
+	if _, err := s.Forward(prompt, false); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if s.Len() >= 256 {
+			b.StopTimer()
+			s.Reset()
+			if _, err := s.Forward(prompt, false); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		if _, err := s.Forward([]int{(i*31 + 7) % 1000}, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkPrefill times a 128-token prompt in one call.
+func BenchmarkPrefill(b *testing.B) {
+	m := benchModel(b)
+	s, err := m.NewSequence()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	prompt := testIDs(128, m.Config().VocabSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		s.Reset()
+		if _, err := s.Forward(prompt, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(128*b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
