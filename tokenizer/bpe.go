@@ -30,8 +30,49 @@ type bpeModel struct {
 
 	fallbackIDs [256]int32 // <0xNN> tokens, -1 when missing
 
+	// splitMark, when set, is a character no merge ever joins to a preceding
+	// different character (SentencePiece's "▁" in Llama-2 vocabularies), so
+	// a long word can be cut before each such character with the same
+	// result; without a pre-tokenizer this keeps whole paragraphs from
+	// becoming one huge word.
+	splitMark string
+
 	scratch sync.Pool // *bpeScratch
 	cache   wordCache
+}
+
+// setSplitMark enables splitting before mark when no merge result holds
+// another character directly followed by mark.
+func (m *bpeModel) setSplitMark(mark string, results []string) {
+	for _, r := range results {
+		for i := 1; i < len(r); i++ {
+			if strings.HasPrefix(r[i:], mark) && !strings.HasSuffix(r[:i], mark) {
+				return
+			}
+		}
+	}
+	m.splitMark = mark
+}
+
+// encode appends the ids of one pre-tokenized piece, cut at splitMark.
+func (m *bpeModel) encode(dst []int, word string) []int {
+	if m.splitMark == "" {
+		return m.encodeWord(dst, word)
+	}
+	start := 0
+	for i := 1; i < len(word); {
+		k := strings.Index(word[i:], m.splitMark)
+		if k < 0 {
+			break
+		}
+		i += k
+		if !strings.HasSuffix(word[start:i], m.splitMark) {
+			dst = m.encodeWord(dst, word[start:i])
+			start = i
+		}
+		i += len(m.splitMark)
+	}
+	return m.encodeWord(dst, word[start:])
 }
 
 type merge struct {

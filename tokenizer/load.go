@@ -37,7 +37,7 @@ type addedTokenJSON struct {
 
 type modelJSON struct {
 	Type                    string          `json:"type"`
-	Vocab                   map[string]int  `json:"vocab"`
+	Vocab                   json.RawMessage `json:"vocab"`
 	Merges                  json.RawMessage `json:"merges"`
 	UnkToken                *string         `json:"unk_token"`
 	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
@@ -214,11 +214,15 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 	if m.Dropout != nil && *m.Dropout > 0 {
 		return t.errorf("model: BPE dropout %v is not supported", *m.Dropout)
 	}
-	if len(m.Vocab) == 0 {
+	var vocab map[string]int
+	if err := json.Unmarshal(m.Vocab, &vocab); err != nil {
+		return t.errorf("model.vocab: %v", err)
+	}
+	if len(vocab) == 0 {
 		return t.errorf("model: empty vocab")
 	}
 	b := &bpeModel{
-		vocab:        m.Vocab,
+		vocab:        vocab,
 		merges:       make(map[uint64]merge),
 		unk:          -1,
 		fuseUnk:      m.FuseUnk,
@@ -232,20 +236,20 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 		b.suffix = *m.EndOfWordSuffix
 	}
 	maxID := -1
-	for s, id := range m.Vocab {
+	for s, id := range vocab {
 		if id < 0 {
 			return t.errorf("model: vocab token %q has negative id %d", s, id)
 		}
 		maxID = max(maxID, id)
 	}
 	t.tokens = make([]string, maxID+1)
-	t.vocab = make(map[string]int, len(m.Vocab))
-	for s, id := range m.Vocab {
+	t.vocab = make(map[string]int, len(vocab))
+	for s, id := range vocab {
 		t.tokens[id] = s
 		t.vocab[s] = id
 	}
 	if m.UnkToken != nil {
-		id, ok := m.Vocab[*m.UnkToken]
+		id, ok := vocab[*m.UnkToken]
 		if !ok {
 			return t.errorf("model: unk_token %q is not in the vocab", *m.UnkToken)
 		}
@@ -253,7 +257,7 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 	}
 	for i := range b.fallbackIDs {
 		b.fallbackIDs[i] = -1
-		if id, ok := m.Vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
+		if id, ok := vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
 			b.fallbackIDs[i] = int32(id)
 		}
 	}
@@ -261,9 +265,10 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 	if err != nil {
 		return t.errorf("model.merges: %v", err)
 	}
+	results := make([]string, 0, len(pairs))
 	for rank, p := range pairs {
-		a, okA := m.Vocab[p[0]]
-		c, okB := m.Vocab[p[1]]
+		a, okA := vocab[p[0]]
+		c, okB := vocab[p[1]]
 		if !okA || !okB {
 			return t.errorf("model.merges[%d]: %q %q: token not in the vocab", rank, p[0], p[1])
 		}
@@ -271,14 +276,18 @@ func (t *Tokenizer) buildModel(m *modelJSON) error {
 		if b.prefix != "" {
 			right = strings.TrimPrefix(right, b.prefix)
 		}
-		id, ok := m.Vocab[p[0]+right]
+		id, ok := vocab[p[0]+right]
 		if !ok {
 			return t.errorf("model.merges[%d]: %q %q: merged token %q not in the vocab", rank, p[0], p[1], p[0]+right)
 		}
+		results = append(results, p[0]+right)
 		k := pairKey(int32(a), int32(c))
 		if _, dup := b.merges[k]; !dup {
 			b.merges[k] = merge{rank: int32(rank), id: int32(id)}
 		}
+	}
+	if _, ok := vocab["▁"]; ok {
+		b.setSplitMark("▁", results)
 	}
 	t.bpe = b
 	return nil

@@ -225,7 +225,7 @@ func (t *Tokenizer) encodeNormalized(dst []int, s string, first bool) []int {
 			if !ok {
 				return dst
 			}
-			dst = t.bpe.encodeWord(dst, piece)
+			dst = t.bpe.encode(dst, piece)
 		}
 	}
 	pieces := []string{s}
@@ -234,7 +234,7 @@ func (t *Tokenizer) encodeNormalized(dst []int, s string, first bool) []int {
 	}
 	for _, piece := range pieces {
 		if piece != "" {
-			dst = t.bpe.encodeWord(dst, piece)
+			dst = t.bpe.encode(dst, piece)
 		}
 	}
 	return dst
