@@ -17,6 +17,7 @@ import (
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
+	"github.com/kakeya-ai/kakeya/weights"
 )
 
 const pplUsage = `usage: kakeya-eval ppl --model DIR [flags]
@@ -281,9 +282,15 @@ func loadModel(f *pplFlags, c eval.Config) (*model.Model, error) {
 	if err != nil || c.IsReference() {
 		return m, err
 	}
-	layers := m.Config().NumLayers
+	cfg := m.Config()
 	m.Close()
-	pol, err := policy(c, layers)
+	var cal *codec.Calibration
+	if c.Precondition {
+		if cal, err = loadCalibration(f.calib, cfg, cfg.HeadDim); err != nil {
+			return nil, err
+		}
+	}
+	pol, err := policy(c, cfg.NumLayers, cal)
 	if err != nil {
 		return nil, err
 	}
@@ -292,9 +299,12 @@ func loadModel(f *pplFlags, c eval.Config) (*model.Model, error) {
 
 // policy turns a configuration into the cache policy of a model with the
 // given number of layers; boundary layers keep their blocks uncompressed.
-func policy(c eval.Config, layers int) (kvcache.Policy, error) {
-	if c.Precondition {
-		return kvcache.Policy{}, errors.New("precond=1: loading calibration files is not wired into ppl yet")
+func policy(c eval.Config, layers int, cal *codec.Calibration) (kvcache.Policy, error) {
+	if c.Precondition && (cal == nil || cal.Chol == nil) {
+		return kvcache.Policy{}, errors.New("precond=1 needs a calibration file with query Cholesky factors (--calib)")
+	}
+	if c.Precondition && c.K == "" {
+		return kvcache.Policy{}, errors.New("precond=1 preconditions key codecs, but k is uncompressed")
 	}
 	boundary := make([]bool, layers)
 	for _, l := range c.Boundary {
@@ -324,19 +334,66 @@ func policy(c eval.Config, layers int) (kvcache.Policy, error) {
 		if boundary[l] {
 			continue
 		}
-		if k != nil {
+		p.Layers[l].V = v
+		switch {
+		case k == nil:
+		case c.Precondition:
+			// One key codec per KV head, each whitened by its own factor.
+			ks := make([]codec.Codec, cal.KVHeads)
+			for h := range ks {
+				L := cal.Chol[l*cal.KVHeads+h]
+				if L == nil {
+					return kvcache.Policy{}, fmt.Errorf("calibration has no Cholesky factor for layer %d kv head %d", l, h)
+				}
+				if ks[h], err = codec.NewPreconditioned(k, L, cal.HeadDim); err != nil {
+					return kvcache.Policy{}, fmt.Errorf("layer %d kv head %d: %w", l, h, err)
+				}
+			}
+			p.Layers[l].K = ks
+		default:
 			p.Layers[l].K = []codec.Codec{k}
 		}
-		p.Layers[l].V = v
 	}
 	return p, nil
 }
 
-// codecFor builds the codec of a spec string. The codec registry
-// (codec.ParseSpec and codec.New) has not landed yet, so only uncompressed
-// configurations can run until this is wired to it.
+// codecFor builds the codec of a spec string through the codec registry.
 func codecFor(spec string) (codec.Codec, error) {
-	return nil, fmt.Errorf("codec %q: the codec registry (codec.ParseSpec/codec.New) is not available yet", spec)
+	sp, err := codec.ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return codec.New(sp)
+}
+
+// loadCalibration reads a calibration file (safetensors written by
+// kakeya-eval calibrate) and checks it against the model's shape.
+func loadCalibration(path string, cfg *weights.Config, headDim int) (*codec.Calibration, error) {
+	st, err := weights.OpenFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	ts := make(map[string]codec.Tensor)
+	for _, name := range st.Names() {
+		t, err := st.Tensor(name)
+		if err != nil {
+			return nil, err
+		}
+		data, err := t.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		ts[name] = codec.Tensor{Shape: append([]int(nil), t.Shape...), Data: data}
+	}
+	cal, err := codec.FromTensors(st.Metadata(), ts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := cal.Validate(cfg.NumLayers, cfg.NumKVHeads, headDim); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cal, nil
 }
 
 func (e *engine) Vocab() int { return e.vocab }
