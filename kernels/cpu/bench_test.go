@@ -153,3 +153,56 @@ func BenchmarkDecodeVsRead(b *testing.B) {
 	b.ReportMetric(rd, "read_GB/s")
 	b.ReportMetric(gemv/rd, "gemv/read")
 }
+
+// BenchmarkOps times the element-wise ops at Qwen2.5-0.5B widths.
+func BenchmarkOps(b *testing.B) {
+	vec := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(i%13)*0.25 - 1.5
+		}
+		return x
+	}
+	x, w := vec(896), vec(896)
+	gate, up := vec(4864), vec(4864)
+	scores := vec(4096)
+	head, cos, sin := vec(64), vec(32), vec(32)
+	b.Run("RMSNorm/896", func(b *testing.B) {
+		out := make([]float32, 896)
+		for b.Loop() {
+			RMSNorm(out, x, w, 1e-6)
+		}
+	})
+	b.Run("SiLUMul/4864", func(b *testing.B) {
+		g := make([]float32, len(gate))
+		for b.Loop() {
+			copy(g, gate)
+			SiLUMul(g, up)
+		}
+	})
+	b.Run("Softmax/4096", func(b *testing.B) {
+		s := make([]float32, len(scores))
+		for b.Loop() {
+			copy(s, scores)
+			Softmax(s)
+		}
+	})
+	b.Run("RoPE/64", func(b *testing.B) {
+		for b.Loop() {
+			RoPE(head, cos, sin)
+		}
+	})
+	b.Run("Dot/896", func(b *testing.B) {
+		var s float32
+		for b.Loop() {
+			s += Dot(x, w)
+		}
+		_ = s
+	})
+	b.Run("ArgMax/151936", func(b *testing.B) {
+		logits := vec(151936)
+		for b.Loop() {
+			ArgMax(logits)
+		}
+	})
+}

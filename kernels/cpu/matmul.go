@@ -52,7 +52,8 @@ func (p *Pool) Kernel() string { return p.k.name }
 // MatMul computes out[i*w.Rows+r] = Σ_c x[i*w.Cols+c]·W[r][c] for the n
 // token vectors in x, reading W in its stored dtype and accumulating in f32.
 // n == 1 is a memory-bound GEMV; n > 1 converts tiles of W once and reuses
-// them across all tokens. It panics if the lengths do not match the shapes.
+// them across all tokens. out must not overlap x. It panics if the lengths
+// do not match the shapes.
 func (p *Pool) MatMul(out, x []float32, n int, w kernels.Mat) {
 	checkMatMul(out, x, n, &w)
 	if n == 0 {

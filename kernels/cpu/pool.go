@@ -31,7 +31,8 @@ type workerTask interface {
 // methods may be called from several goroutines; a call made while the pool
 // is busy (including a nested call from inside a running fn or Task) runs
 // inline on the calling goroutine instead of waiting, so nesting never
-// deadlocks.
+// deadlocks. A panic inside work run on a worker goroutine is not recovered
+// and ends the program, like any goroutine's.
 type Pool struct {
 	threads int
 	k       *kernelSet
