@@ -380,3 +380,35 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 		t.Errorf("decode step allocates %v times, want 0", allocs)
 	}
 }
+
+func TestLongPromptChunks(t *testing.T) {
+	// 600 tokens cross the 512-token prefill chunk.
+	m := load(t, tinyModels(t)["llama3"], Options{Threads: 2})
+	ids := testIDs(600, m.Config().VocabSize)
+	pre, err := m.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := decode(t, m, ids)
+	for _, p := range []int{0, 511, 512, 513, 599} {
+		if d, scale := maxAbsDiff(pre[p], dec[p]), maxAbs(dec[p]); d > 1e-4*scale {
+			t.Errorf("position %d: prefill vs decode max abs diff %.3g, row max %.3g", p, d, scale)
+		}
+	}
+}
+
+func TestClosedSequence(t *testing.T) {
+	m := load(t, tinyModels(t)["qwen3"], Options{Threads: 1})
+	s, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Reset()
+	if _, err := s.Forward([]int{1}, false); err == nil {
+		t.Error("Forward on a closed sequence: no error")
+	}
+	if s.Len() != 0 || s.KVStats().Bytes() != 0 {
+		t.Error("closed sequence reports tokens or bytes")
+	}
+}

@@ -52,10 +52,19 @@ func (m *Model) NewSequence() (*Sequence, error) {
 }
 
 // Len returns the number of tokens in the sequence.
-func (s *Sequence) Len() int { return s.cache.Len() }
+func (s *Sequence) Len() int {
+	if s.cache == nil {
+		return 0
+	}
+	return s.cache.Len()
+}
 
-// Reset empties the sequence, keeping its memory for reuse.
+// Reset empties the sequence, keeping its memory for reuse. A closed
+// sequence stays closed.
 func (s *Sequence) Reset() {
+	if s.cache == nil {
+		return
+	}
 	s.cache.Reset()
 	s.err = nil
 }
