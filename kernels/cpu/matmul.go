@@ -16,6 +16,10 @@ const (
 	// chunksPerThread over-splits work so a core slowed by other processes
 	// does not hold everyone up.
 	chunksPerThread = 8
+	// minParallelWork is the smallest n·rows·cols worth waking workers for:
+	// below it (e.g. a 128x896 k/v projection at decode) the hand-off costs
+	// more than it saves.
+	minParallelWork = 1 << 18
 	// scratchLen is one worker's GEMM scratch: a tile and 8 results.
 	scratchLen = tileRows*tileK + 8
 )
@@ -63,23 +67,23 @@ func (p *Pool) MatMul(out, x []float32, n int, w kernels.Mat) {
 	if n > 1 {
 		units = (w.Rows + tileRows - 1) / tileRows
 	}
-	if p.acquire(units) {
+	if n*w.Rows*w.Cols >= minParallelWork && p.acquire(units) {
 		p.mm = matmulTask{k: p.k, scratch: p.scratch, out: out, x: x, n: n, w: w}
 		p.wtask = &p.mm
 		p.dispatch(units, min(units, p.threads*chunksPerThread))
-		p.mm = matmulTask{}
 		return
 	}
-	// Busy, closed or single-threaded pool: run on this goroutine. Only a
-	// pool that is busy (a nested or concurrent call) pays for scratch here.
-	var s [][]float32
+	// Small, or a busy, closed or single-threaded pool: run on this
+	// goroutine. Only a pool that is busy (a nested or concurrent call) pays
+	// for scratch here.
 	if p.mu.TryLock() {
-		s = p.scratch
-		defer p.mu.Unlock()
-	} else {
-		s = [][]float32{make([]float32, scratchLen)}
+		p.mm = matmulTask{k: p.k, scratch: p.scratch, out: out, x: x, n: n, w: w}
+		p.mm.runWorker(0, 0, units)
+		p.mm = matmulTask{}
+		p.mu.Unlock()
+		return
 	}
-	t := matmulTask{k: p.k, scratch: s, out: out, x: x, n: n, w: w}
+	t := &matmulTask{k: p.k, scratch: [][]float32{nil}, out: out, x: x, n: n, w: w}
 	t.runWorker(0, 0, units)
 }
 
@@ -120,6 +124,10 @@ type matmulTask struct {
 
 func (t *matmulTask) runWorker(worker, lo, hi int) {
 	s := t.scratch[worker]
+	if len(s) < scratchLen {
+		s = make([]float32, scratchLen)
+		t.scratch[worker] = s
+	}
 	if t.n == 1 {
 		if len(s) < t.w.Cols {
 			// Grown once per worker for the widest matrix it meets.

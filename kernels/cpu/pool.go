@@ -184,6 +184,6 @@ func (p *Pool) dispatch(n, chunks int) {
 	}
 	p.work(0)
 	p.wg.Wait()
-	p.fn, p.task, p.wtask = nil, nil, nil
+	p.fn, p.task, p.wtask, p.mm = nil, nil, nil, matmulTask{}
 	p.mu.Unlock()
 }
