@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/kernels"
@@ -229,4 +230,30 @@ func TestRowF32(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMatMulConcurrent calls MatMul on one pool from several goroutines:
+// whichever finds the pool busy runs inline, and every result is right.
+func TestMatMulConcurrent(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	p := NewPool(2)
+	defer p.Close()
+	w, ref := testMat(rng, kernels.BF16, 520, 530) // above minParallelWork
+	const n = 2
+	x := randVec(rng, n*530)
+	want, mag := refMatMul(x, n, ref, 520, 530)
+	want1, mag1 := refMatMul(x, 1, ref, 520, 530)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			out := make([]float32, n*520)
+			for range 5 {
+				p.MatMul(out, x, n, w)
+				checkAgainst(t, out, want, mag, 520)
+				p.MatMul(out[:520], x[:530], 1, w)
+				checkAgainst(t, out[:520], want1, mag1, 520)
+			}
+		})
+	}
+	wg.Wait()
 }
