@@ -25,6 +25,12 @@ type Options struct {
 	MaxContext int
 	// Cache says which KV blocks are compressed and how.
 	Cache kvcache.Policy
+	// Observe, if set, is called for every layer of every forward chunk with
+	// the chunk's queries (n rows of heads*head_dim) and keys (n rows of
+	// kv_heads*head_dim) at positions start..start+n-1, after biases and
+	// QK-norm and before RoPE: what calibration needs. The slices are valid
+	// only during the call and must not be modified.
+	Observe func(layer, start, n int, q, k []float32)
 }
 
 // DefaultMaxContext bounds the default context so that RoPE tables and
@@ -48,6 +54,7 @@ type Model struct {
 
 	blockSize, maxCtx int
 	policy            kvcache.Policy
+	observe           func(layer, start, n int, q, k []float32)
 	headDim           int
 	eps               float32
 	window            int
@@ -125,7 +132,7 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	if hd <= 0 || hd%2 != 0 {
 		return nil, bad("head_dim %d must be even and positive", hd)
 	}
-	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache}
+	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache, observe: opt.Observe}
 	m.blockSize = opt.BlockSize
 	if m.blockSize == 0 {
 		m.blockSize = 16

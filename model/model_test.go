@@ -412,3 +412,43 @@ func TestClosedSequence(t *testing.T) {
 		t.Error("closed sequence reports tokens or bytes")
 	}
 }
+
+func TestObserve(t *testing.T) {
+	dir := tinyModels(t)["qwen3"]
+	var calls []string
+	var k0 []float32 // layer 1 keys as observed
+	m := load(t, dir, Options{Threads: 1, BlockSize: 256, Observe: func(layer, start, n int, q, k []float32) {
+		calls = append(calls, fmt.Sprintf("%d:%d+%d:%d/%d", layer, start, n, len(q), len(k)))
+		if layer == 1 {
+			k0 = append(k0, k...)
+		}
+	}})
+	s, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, chunk := range [][]int{{1, 2, 3}, {4}} {
+		if _, err := s.Forward(chunk, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"0:0+3:384/192", "1:0+3:384/192", "0:3+1:128/64", "1:3+1:128/64"}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+	// The observed keys are what the cache holds (pre-RoPE).
+	for h := 0; h < 2; h++ {
+		kb, err := s.cache.K(1, h, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := 0; p < 4; p++ {
+			for j := 0; j < 32; j++ {
+				if kb[p*32+j] != k0[p*64+h*32+j] {
+					t.Fatalf("cache K[1][%d] pos %d [%d] = %v, observed %v", h, p, j, kb[p*32+j], k0[p*64+h*32+j])
+				}
+			}
+		}
+	}
+}

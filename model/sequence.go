@@ -162,6 +162,9 @@ func (s *Sequence) forward(ids []int, logits []float32, all bool) error {
 			s.norm(q, q, l.qNorm, n*c.NumHeads, d)
 			s.norm(k, k, l.kNorm, n*c.NumKVHeads, d)
 		}
+		if m.observe != nil {
+			m.observe(li, start, n, q, k)
+		}
 		// Keys enter the cache before RoPE; queries are rotated here.
 		for i := 0; i < n; i++ {
 			p := start + i
