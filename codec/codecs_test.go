@@ -325,7 +325,7 @@ func TestConcurrentUse(t *testing.T) {
 				y := make([]float32, n*d)
 				ref := make([]float32, n*d)
 				var buf []byte
-				for it := 0; it < 10; it++ {
+				for it := 0; it < 4; it++ {
 					var err error
 					buf, err = c.Encode(buf[:0], x, n, d)
 					if err != nil {
@@ -387,4 +387,4 @@ func TestSteadyStateAllocations(t *testing.T) {
 	}
 }
 
-func allocs(f func()) float64 { return testing.AllocsPerRun(20, f) }
+func allocs(f func()) float64 { return testing.AllocsPerRun(5, f) }

@@ -7,11 +7,6 @@ import (
 	"math"
 	"slices"
 	"sync"
-
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas64"
-	"gonum.org/v1/gonum/lapack"
-	"gonum.org/v1/gonum/lapack/lapack64"
 )
 
 // KakeyaOptions configures the Kakeya codec. Start from
@@ -89,7 +84,10 @@ type kakeyaScratch struct {
 	cand  []int32
 	opos  []int32
 	oval  []float32
-	eigD  int
+
+	// topEigen scratch
+	qv, zv, tv, wv, smallWork []float64
+	smallWorkM                int
 }
 
 // NewKakeya validates o and returns the codec.
@@ -220,13 +218,6 @@ func (k *Kakeya) skeleton(sc *kakeyaScratch, x []float32, n, d int) int {
 			}
 		}
 	}
-	sc.eig = growF64(sc.eig, d)
-	if sc.eigD != d {
-		var q [1]float64
-		lapack64.Syev(lapack.EVCompute, blas64.Symmetric{N: d, Stride: d, Data: cov, Uplo: blas.Upper}, sc.eig, q[:], -1)
-		sc.work = growF64(sc.work, int(q[0]))
-		sc.eigD = d
-	}
 	total := 0.0
 	for a := 0; a < d; a++ {
 		total += cov[a*d+a]
@@ -234,22 +225,21 @@ func (k *Kakeya) skeleton(sc *kakeyaScratch, x []float32, n, d int) int {
 	if !(total > 0) {
 		return 0
 	}
-	if !lapack64.Syev(lapack.EVCompute, blas64.Symmetric{N: d, Stride: d, Data: cov, Uplo: blas.Upper}, sc.eig, sc.work, len(sc.work)) {
-		return 0 // no convergence: code the block without a skeleton
+	for a := 0; a < d; a++ { // mirror the upper triangle for the products
+		for b := 0; b < a; b++ {
+			cov[a*d+b] = cov[b*d+a]
+		}
 	}
+	sc.eig = growF64(sc.eig, maxR)
+	sc.basis = growF32(sc.basis, maxR*d)
+	topEigen(cov, d, maxR, sc.basis, sc.eig, sc)
 	r, expl := 0, 0.0
 	for r < maxR && expl < k.opt.VarianceRatio*total {
-		expl += max(sc.eig[d-1-r], 0)
+		expl += max(sc.eig[r], 0)
 		r++
 	}
-	// Eigenvectors are the columns of cov, ascending by eigenvalue.
-	sc.basis = growF32(sc.basis, r*d)
-	for c := 0; c < r; c++ {
-		col := d - 1 - c
-		b := sc.basis[c*d : (c+1)*d]
-		for a := range b {
-			b[a] = roundF16(float32(cov[a*d+col]))
-		}
+	for i, v := range sc.basis[:r*d] {
+		sc.basis[i] = roundF16(v)
 	}
 	sc.coef = growF32(sc.coef, n*r)
 	for i := 0; i < n; i++ {
