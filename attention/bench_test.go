@@ -1,0 +1,47 @@
+package attention
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/kvcache"
+)
+
+// BenchmarkDecode times one query token over a full cache with
+// Qwen2.5-0.5B's head geometry (14 query heads, 2 KV heads, head_dim 64).
+func BenchmarkDecode(b *testing.B) {
+	for _, ctx := range []int{512, 4096} {
+		b.Run(fmt.Sprintf("ctx%d", ctx), func(b *testing.B) {
+			p := Params{Heads: 14, KVHeads: 2, HeadDim: 64}
+			pool := cpu.NewPool(0)
+			defer pool.Close()
+			c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxTokens: ctx})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, 1))
+			kv := make([]float32, ctx*2*64)
+			for i := range kv {
+				kv[i] = float32(r.NormFloat64())
+			}
+			if err := c.Append(0, kv, kv, ctx); err != nil {
+				b.Fatal(err)
+			}
+			cos, sin := ropeTables(ctx, 64)
+			a, err := New(pool, p, 16, ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			q, out := kv[:14*64], make([]float32, 14*64)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.Forward(out, q, 1, ctx-1, c, 0, cos, sin); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
