@@ -116,9 +116,12 @@ func testIDs(n, vocab int) []int {
 
 func TestPrefillMatchesDecode(t *testing.T) {
 	dirs := tinyModels(t)
-	dirs["stories260K"] = filepath.Join(sharedDir(t), "models", "stories260K")
+	dirs["stories260K"] = "" // from the shared data set, located in the subtest
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
+			if dir == "" {
+				dir = filepath.Join(sharedDir(t), "models", "stories260K")
+			}
 			m := load(t, dir, Options{Threads: 2})
 			ids := testIDs(40, m.Config().VocabSize)
 			dec := decode(t, m, ids)
@@ -149,9 +152,12 @@ func TestPrefillMatchesDecode(t *testing.T) {
 
 func TestBlockSizesIdentical(t *testing.T) {
 	dirs := tinyModels(t)
-	dirs["stories260K"] = filepath.Join(sharedDir(t), "models", "stories260K")
+	dirs["stories260K"] = "" // from the shared data set, located in the subtest
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
+			if dir == "" {
+				dir = filepath.Join(sharedDir(t), "models", "stories260K")
+			}
 			var first [][]float32
 			for _, bs := range []int{1, 16, 256} {
 				m := load(t, dir, Options{Threads: 2, BlockSize: bs})

@@ -13,10 +13,7 @@ import (
 // from this package. Tests fail without it unless KAKEYA_ALLOW_NO_SHARED=1.
 func sharedDir(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv("KAKEYA_SHARED")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared")
-	}
+	dir := sharedPath()
 	if _, err := os.Stat(filepath.Join(dir, "models", "stories260K", "config.json")); err != nil {
 		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
 			t.Skipf("shared data not found at %s (KAKEYA_ALLOW_NO_SHARED=1): %v", dir, err)
@@ -24,6 +21,14 @@ func sharedDir(t testing.TB) string {
 		t.Fatalf("shared data not found at %s: set KAKEYA_SHARED to the shared/ directory: %v", dir, err)
 	}
 	return dir
+}
+
+// sharedPath returns where the shared data set should be.
+func sharedPath() string {
+	if dir := os.Getenv("KAKEYA_SHARED"); dir != "" {
+		return dir
+	}
+	return filepath.Join("..", "..", "shared")
 }
 
 // reference reads the llama2.c logits: per line an input id then the logits.
