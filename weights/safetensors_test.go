@@ -592,3 +592,31 @@ func FuzzParseHeader(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkOpenStories260K(b *testing.B) {
+	dir := filepath.Join("..", "..", "shared", "models", "stories260K")
+	if d := os.Getenv("KAKEYA_SHARED"); d != "" {
+		dir = filepath.Join(d, "models", "stories260K")
+	}
+	for b.Loop() {
+		st, err := Open(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := st.Tensor("model.embed_tokens.weight"); err != nil {
+			b.Fatal(err)
+		}
+		st.Close()
+	}
+}
+
+func BenchmarkFloat32sBF16(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	tt := BF16Tensor("w", []int{896, 896}, randVals(r, 896*896))
+	b.SetBytes(int64(len(tt.Data)))
+	for b.Loop() {
+		if _, err := tt.Float32s(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
