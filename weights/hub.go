@@ -361,7 +361,19 @@ func (h *hub) fetch(ctx context.Context, sha, file string) error {
 	if err := os.MkdirAll(blobs, 0o755); err != nil {
 		return fmt.Errorf("weights: %w", err)
 	}
-	blob := filepath.Join(blobs, blobName(etag, u))
+	name := blobName(etag, u)
+	blob := filepath.Join(blobs, name)
+	// Where huggingface_hub keeps its locks, so it and we exclude each other.
+	locks := filepath.Join(filepath.Dir(h.repoDir), ".locks", filepath.Base(h.repoDir))
+	if err := os.MkdirAll(locks, 0o755); err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(locks, name+".lock"))
+	if err != nil {
+		return fmt.Errorf("weights: %w", err)
+	}
+	defer unlock()
+	// Checked under the lock: another process may just have finished it.
 	if fi, err := os.Stat(blob); err != nil || (size >= 0 && fi.Size() != size) {
 		if err := h.downloadBlob(ctx, u, file, blob, etag, size); err != nil {
 			return err

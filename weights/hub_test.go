@@ -589,3 +589,25 @@ func TestProgressBarThrottles(t *testing.T) {
 		t.Errorf("final bar %q", s)
 	}
 }
+
+func TestResolveConcurrentCallsShareOneDownload(t *testing.T) {
+	repo := tinyRepo(t, false)
+	h := newFakeHub(t, map[string]*fakeRepo{"org/tiny": repo})
+	opt := h.options(t)
+	var wg sync.WaitGroup
+	dirs := make([]string, 4)
+	errs := make([]error, 4)
+	for i := range dirs {
+		wg.Go(func() { dirs[i], errs[i] = Resolve(context.Background(), "org/tiny", opt) })
+	}
+	wg.Wait()
+	for i := range dirs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		checkModelDir(t, dirs[i], repo)
+	}
+	if h.cdnGets != 1 {
+		t.Errorf("%d downloads of the weights, want 1", h.cdnGets)
+	}
+}
