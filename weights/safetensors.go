@@ -309,7 +309,7 @@ type entry struct {
 // files. It is safe for concurrent reads; Close invalidates every Tensor it
 // handed out.
 type Store struct {
-	dir     string
+	where   string // the file, or the directory of a sharded checkpoint, for errors
 	files   []*mappedFile
 	tensors map[string]entry
 	closed  bool
@@ -321,7 +321,7 @@ func OpenFile(path string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: filepath.Dir(path), files: []*mappedFile{f}, tensors: make(map[string]entry, len(f.hdr.tensors))}
+	s := &Store{where: path, files: []*mappedFile{f}, tensors: make(map[string]entry, len(f.hdr.tensors))}
 	for name, info := range f.hdr.tensors {
 		s.tensors[name] = entry{f, info}
 	}
@@ -390,7 +390,7 @@ func openIndex(dir, index string) (*Store, error) {
 	if len(idx.WeightMap) == 0 {
 		return nil, fmt.Errorf("weights: %s: weight_map is missing or empty", index)
 	}
-	s := &Store{dir: dir, tensors: make(map[string]entry, len(idx.WeightMap))}
+	s := &Store{where: dir, tensors: make(map[string]entry, len(idx.WeightMap))}
 	shards := make(map[string]*mappedFile)
 	names := make([]string, 0, len(idx.WeightMap))
 	for name := range idx.WeightMap {
@@ -426,11 +426,11 @@ func openIndex(dir, index string) (*Store, error) {
 // Tensor returns the named tensor, its Data a view into the mapped file.
 func (s *Store) Tensor(name string) (*Tensor, error) {
 	if s.closed {
-		return nil, fmt.Errorf("weights: %s: tensor %q requested from a closed store", s.dir, name)
+		return nil, fmt.Errorf("weights: %s: tensor %q requested from a closed store", s.where, name)
 	}
 	e, ok := s.tensors[name]
 	if !ok {
-		return nil, fmt.Errorf("weights: %s: tensor %q not found", s.dir, name)
+		return nil, fmt.Errorf("weights: %s: tensor %q not found", s.where, name)
 	}
 	if e.info.dtype == 0 {
 		return nil, fmt.Errorf("weights: %s: unsupported dtype %s for tensor %q (supported: F32, F16, BF16)",
