@@ -269,3 +269,28 @@ func TestStreamHoldsPartialCharacters(t *testing.T) {
 		t.Fatalf("Flush = %q, want U+FFFD", p)
 	}
 }
+
+// TestConcurrentEncode: one Tokenizer serves several goroutines (run with
+// -race to check the word cache and scratch pool).
+func TestConcurrentEncode(t *testing.T) {
+	tk := loadShared(t, "qwen3")
+	text := readWikitext(t)[:200000]
+	want := tk.Encode(text, false)
+	tk.bpe.cache.clear()
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got := tk.Encode(text, false); !equalInts(got, want) {
+				errs <- "concurrent Encode differs"
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
