@@ -1,0 +1,42 @@
+package model_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kakeya-ai/kakeya/model"
+)
+
+// Streaming generation through the Engine API: load a model directory (or a
+// Hugging Face id), then receive text as it is produced.
+func ExampleEngine_Generate() {
+	shared := os.Getenv("KAKEYA_SHARED")
+	if shared == "" {
+		shared = filepath.Join("..", "..", "shared")
+	}
+	ctx := context.Background()
+	eng, err := model.LoadEngine(ctx, filepath.Join(shared, "models", "stories260K"), model.EngineOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer eng.Close()
+
+	var out strings.Builder
+	res, err := eng.Generate(ctx, "Once upon a time", model.GenerateOptions{
+		MaxTokens: 12, // greedy: the zero SamplingOptions
+	}, func(piece string) error {
+		out.WriteString(piece) // e.g. print it and flush
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%q %d %s\n", out.String(), res.GeneratedTokens, res.StopReason)
+	// Output:
+	// ", there was a little girl named Lily. She" 12 length
+}

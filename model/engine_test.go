@@ -1,0 +1,149 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func loadStoriesEngine(t *testing.T) *Engine {
+	t.Helper()
+	dir := filepath.Join(sharedDir(t), "models", "stories260K")
+	e, err := LoadEngine(context.Background(), dir, EngineOptions{Model: Options{Threads: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestGenerateGreedyMatchesArgmax checks that greedy generation is the arg max
+// of the model's own logits at every step, and that the streamed pieces add
+// up to the decoded ids.
+func TestGenerateGreedyMatchesArgmax(t *testing.T) {
+	e := loadStoriesEngine(t)
+	const prompt = "Once upon a time"
+	var streamed strings.Builder
+	res, err := e.Generate(context.Background(), prompt, GenerateOptions{MaxTokens: 30}, func(s string) error {
+		streamed.WriteString(s)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != streamed.String() {
+		t.Fatalf("result text %q differs from the streamed text %q", res.Text, streamed.String())
+	}
+	if res.GeneratedTokens != 30 || res.StopReason != StopLength {
+		t.Fatalf("generated %d tokens, stop %q; want 30, %q", res.GeneratedTokens, res.StopReason, StopLength)
+	}
+
+	ids := e.Tokenizer().Encode(prompt, true)
+	if res.PromptTokens != len(ids) {
+		t.Fatalf("prompt tokens %d, want %d", res.PromptTokens, len(ids))
+	}
+	start := len(ids)
+	for range 30 {
+		rows, err := e.Model().Logits(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, argMax(rows[len(rows)-1]))
+	}
+	want := e.Tokenizer().Decode(ids[start:], true)
+	if res.Text != want {
+		t.Fatalf("greedy text\n%q\nwant (arg max of Logits)\n%q", res.Text, want)
+	}
+}
+
+func TestGenerateStops(t *testing.T) {
+	e := loadStoriesEngine(t)
+	ctx := context.Background()
+
+	full, err := e.Generate(ctx, "Once upon a time", GenerateOptions{MaxTokens: 40}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(full.Text, "Lily")
+	if i < 0 {
+		t.Fatalf("greedy continuation %q has no %q to stop at", full.Text, "Lily")
+	}
+	res, err := e.Generate(ctx, "Once upon a time", GenerateOptions{MaxTokens: 40, Stop: []string{"Lily"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StopReason != StopString || res.Text != full.Text[:i] {
+		t.Fatalf("with stop string: %q (%s), want %q (%s)", res.Text, res.StopReason, full.Text[:i], StopString)
+	}
+
+	// Long enough runs end on EOS (id 2) once a story is finished.
+	res, err = e.Generate(ctx, "Once upon a time", GenerateOptions{MaxTokens: 400}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StopReason != StopEOS && res.GeneratedTokens != 400 {
+		t.Fatalf("stopped for %q after %d tokens", res.StopReason, res.GeneratedTokens)
+	}
+}
+
+func TestGenerateSeeded(t *testing.T) {
+	e := loadStoriesEngine(t)
+	opt := GenerateOptions{MaxTokens: 40, Sampling: SamplingOptions{Temperature: 1, TopK: 40, TopP: 0.95, Seed: 42}}
+	a, err := e.Generate(context.Background(), "Once upon a time", opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.Generate(context.Background(), "Once upon a time", opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Text != b.Text {
+		t.Fatalf("same seed, different text:\n%q\n%q", a.Text, b.Text)
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	e := loadStoriesEngine(t)
+	long := strings.Repeat("Once upon a time there was a girl. ", 80)
+	tests := []struct {
+		name   string
+		prompt string
+		opt    GenerateOptions
+		want   string
+	}{
+		{"prompt longer than the context", long, GenerateOptions{}, "exceeds the context of 512"},
+		{"negative max tokens", "hi", GenerateOptions{MaxTokens: -1}, "max tokens"},
+		{"bad temperature", "hi", GenerateOptions{Sampling: SamplingOptions{Temperature: -1}}, "temperature"},
+		{"no chat template", "hi", GenerateOptions{Chat: true}, "chat"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := e.Generate(context.Background(), tt.prompt, tt.opt, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestGenerateCancel(t *testing.T) {
+	e := loadStoriesEngine(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	_, err := e.Generate(ctx, "Once upon a time", GenerateOptions{MaxTokens: 100}, func(string) error {
+		if n++; n == 3 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	stop := errors.New("enough")
+	_, err = e.Generate(context.Background(), "Once upon a time", GenerateOptions{MaxTokens: 100}, func(string) error { return stop })
+	if !errors.Is(err, stop) {
+		t.Fatalf("error %v, want the callback's error", err)
+	}
+}

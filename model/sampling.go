@@ -1,0 +1,240 @@
+package model
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// SamplingOptions choose how the next token is drawn from the logits.
+// A zero Temperature means greedy decoding (arg max); the other knobs then
+// only matter through RepetitionPenalty.
+type SamplingOptions struct {
+	Temperature float32 // 0 = greedy
+	TopK        int     // keep the K most likely tokens; 0 = all
+	TopP        float32 // keep the smallest set with cumulative probability >= TopP; 0 or 1 = all
+	MinP        float32 // drop tokens with probability < MinP * p(max); 0 = off
+
+	// RepetitionPenalty > 1 discourages tokens seen in the last RepeatLastN
+	// tokens (prompt included), as in HF transformers and llama.cpp: a
+	// positive logit is divided by it, a negative one multiplied.
+	RepetitionPenalty float32
+	RepeatLastN       int // 0 = the whole history
+
+	Seed uint64 // the same seed, prompt and options give the same output
+}
+
+// Validate reports the first out-of-range option.
+func (o SamplingOptions) Validate() error {
+	switch {
+	case o.Temperature < 0 || math.IsNaN(float64(o.Temperature)):
+		return fmt.Errorf("sampling: temperature %v must be >= 0", o.Temperature)
+	case o.TopK < 0:
+		return fmt.Errorf("sampling: top-k %d must be >= 0", o.TopK)
+	case o.TopP < 0 || o.TopP > 1 || math.IsNaN(float64(o.TopP)):
+		return fmt.Errorf("sampling: top-p %v must be in [0, 1]", o.TopP)
+	case o.MinP < 0 || o.MinP > 1 || math.IsNaN(float64(o.MinP)):
+		return fmt.Errorf("sampling: min-p %v must be in [0, 1]", o.MinP)
+	case o.RepetitionPenalty < 0 || math.IsNaN(float64(o.RepetitionPenalty)):
+		return fmt.Errorf("sampling: repetition penalty %v must be >= 0", o.RepetitionPenalty)
+	case o.RepeatLastN < 0:
+		return fmt.Errorf("sampling: repeat-last-n %d must be >= 0", o.RepeatLastN)
+	}
+	return nil
+}
+
+// A Sampler draws tokens under fixed options. It keeps its scratch space
+// between calls, so one Sampler serves one sequence at a time.
+type Sampler struct {
+	opt  SamplingOptions
+	rng  *rand.Rand
+	cand candidates
+	seen map[int]struct{}
+}
+
+// NewSampler returns a sampler seeded from opt.Seed.
+func NewSampler(opt SamplingOptions) (*Sampler, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sampler{
+		opt:  opt,
+		rng:  rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
+		seen: make(map[int]struct{}),
+	}, nil
+}
+
+// Sample picks the next token from one row of logits. history holds the
+// tokens so far (for the repetition penalty). logits is modified in place.
+func (s *Sampler) Sample(logits []float32, history []int) int {
+	s.penalize(logits, history)
+	if s.opt.Temperature == 0 {
+		return argMax(logits)
+	}
+	c := s.topK(logits)
+	// Softmax over the candidates at the given temperature, most likely first.
+	inv := 1 / float64(s.opt.Temperature)
+	maxL := float64(c.logit[0])
+	sum := 0.0
+	for i := range c.id {
+		p := math.Exp((float64(c.logit[i]) - maxL) * inv)
+		c.prob[i] = p
+		sum += p
+	}
+	n := len(c.id)
+	if s.opt.MinP > 0 {
+		floor := float64(s.opt.MinP) * c.prob[0]
+		for n > 1 && c.prob[n-1] < floor {
+			sum -= c.prob[n-1]
+			n--
+		}
+	}
+	if p := float64(s.opt.TopP); p > 0 && p < 1 {
+		cum := 0.0
+		for i := 0; i < n; i++ {
+			cum += c.prob[i]
+			if cum >= p*sum {
+				sum = cum
+				n = i + 1
+				break
+			}
+		}
+	}
+	r := s.rng.Float64() * sum
+	for i := 0; i < n; i++ {
+		r -= c.prob[i]
+		if r < 0 {
+			return int(c.id[i])
+		}
+	}
+	return int(c.id[n-1])
+}
+
+func (s *Sampler) penalize(logits []float32, history []int) {
+	pen := s.opt.RepetitionPenalty
+	if pen == 0 || pen == 1 || len(history) == 0 {
+		return
+	}
+	if n := s.opt.RepeatLastN; n > 0 && len(history) > n {
+		history = history[len(history)-n:]
+	}
+	clear(s.seen)
+	for _, id := range history {
+		if id < 0 || id >= len(logits) {
+			continue
+		}
+		if _, ok := s.seen[id]; ok {
+			continue
+		}
+		s.seen[id] = struct{}{}
+		if logits[id] > 0 {
+			logits[id] /= pen
+		} else {
+			logits[id] *= pen
+		}
+	}
+}
+
+// topK fills the candidate list with the K highest logits (all when K is 0
+// or exceeds the vocabulary), sorted by descending logit.
+func (s *Sampler) topK(logits []float32) *candidates {
+	c := &s.cand
+	k := s.opt.TopK
+	if k <= 0 || k > len(logits) {
+		k = len(logits)
+	}
+	c.reset(k)
+	if k == len(logits) {
+		for i, l := range logits {
+			c.id = append(c.id, int32(i))
+			c.logit = append(c.logit, l)
+		}
+	} else {
+		// A min-heap of the best k seen so far: O(V log k).
+		for i, l := range logits {
+			if len(c.id) < k {
+				c.id = append(c.id, int32(i))
+				c.logit = append(c.logit, l)
+				if len(c.id) == k {
+					heap.Init(c)
+				}
+				continue
+			}
+			if l > c.logit[0] {
+				c.id[0], c.logit[0] = int32(i), l
+				heap.Fix(c, 0)
+			}
+		}
+	}
+	c.sortDesc()
+	c.prob = c.prob[:len(c.id)]
+	return c
+}
+
+// candidates is a struct of parallel slices so heap and sort move no
+// interfaces per element; it implements heap.Interface as a min-heap.
+type candidates struct {
+	id    []int32
+	logit []float32
+	prob  []float64
+	order []int32
+}
+
+func (c *candidates) reset(k int) {
+	if cap(c.id) < k {
+		c.id = make([]int32, 0, k)
+		c.logit = make([]float32, 0, k)
+		c.prob = make([]float64, k)
+		c.order = make([]int32, 0, k)
+	}
+	c.id, c.logit, c.prob = c.id[:0], c.logit[:0], c.prob[:k]
+}
+
+func (c *candidates) Len() int           { return len(c.id) }
+func (c *candidates) Less(i, j int) bool { return c.logit[i] < c.logit[j] }
+func (c *candidates) Swap(i, j int) {
+	c.id[i], c.id[j] = c.id[j], c.id[i]
+	c.logit[i], c.logit[j] = c.logit[j], c.logit[i]
+}
+func (c *candidates) Push(any) { panic("candidates: fixed size") }
+func (c *candidates) Pop() any { panic("candidates: fixed size") }
+
+// sortDesc orders by descending logit, ties by ascending id, so results do
+// not depend on the heap's internal order.
+func (c *candidates) sortDesc() {
+	c.order = c.order[:0]
+	for i := range c.id {
+		c.order = append(c.order, int32(i))
+	}
+	slices.SortFunc(c.order, func(a, b int32) int {
+		la, lb := c.logit[a], c.logit[b]
+		switch {
+		case la > lb:
+			return -1
+		case la < lb:
+			return 1
+		}
+		return int(c.id[a] - c.id[b])
+	})
+	// Gather through scratch: prob holds the logits, order becomes the ids.
+	for i, o := range c.order {
+		c.prob[i] = float64(c.logit[o])
+		c.order[i] = c.id[o]
+	}
+	for i := range c.order {
+		c.logit[i] = float32(c.prob[i])
+	}
+	copy(c.id, c.order)
+}
+
+func argMax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}

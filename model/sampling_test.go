@@ -1,0 +1,162 @@
+package model
+
+import (
+	"math"
+	"testing"
+)
+
+func TestSamplerGreedy(t *testing.T) {
+	s, err := NewSampler(SamplingOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Sample([]float32{0.1, 3, -2, 2.9}, nil); got != 1 {
+		t.Fatalf("greedy picked %d, want 1", got)
+	}
+}
+
+func TestSamplerRepetitionPenalty(t *testing.T) {
+	s, _ := NewSampler(SamplingOptions{RepetitionPenalty: 2})
+	logits := []float32{1, 3, -2, 2}
+	// Token 1 seen: 3/2 = 1.5 < 2, so token 3 wins; token 2 seen: -2*2 = -4.
+	if got := s.Sample(logits, []int{1, 2, 1}); got != 3 {
+		t.Fatalf("picked %d, want 3", got)
+	}
+	want := []float32{1, 1.5, -4, 2}
+	for i := range want {
+		if logits[i] != want[i] {
+			t.Fatalf("penalized logits %v, want %v", logits, want)
+		}
+	}
+}
+
+// TestSamplerDistribution draws many samples and compares the frequencies
+// with the probabilities the options imply.
+func TestSamplerDistribution(t *testing.T) {
+	logits := []float32{2, 1, 0, -1, 0.5}
+	softmax := func(temp float64, keep []int) map[int]float64 {
+		sum := 0.0
+		p := map[int]float64{}
+		for _, i := range keep {
+			p[i] = math.Exp(float64(logits[i]) / temp)
+			sum += p[i]
+		}
+		for i := range p {
+			p[i] /= sum
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		opt  SamplingOptions
+		want map[int]float64
+	}{
+		{"temp1", SamplingOptions{Temperature: 1}, softmax(1, []int{0, 1, 2, 3, 4})},
+		{"temp0.5", SamplingOptions{Temperature: 0.5}, softmax(0.5, []int{0, 1, 2, 3, 4})},
+		{"topk2", SamplingOptions{Temperature: 1, TopK: 2}, softmax(1, []int{0, 1})},
+		// Probabilities at T=1 by id: .563 .207 .076 .028 .126.
+		// Top-p .7 keeps ids 0 and 1 (.770); top-p .8 adds id 4 (.896).
+		{"topp0.7", SamplingOptions{Temperature: 1, TopP: 0.7}, softmax(1, []int{0, 1})},
+		{"topp0.8", SamplingOptions{Temperature: 1, TopP: 0.8}, softmax(1, []int{0, 1, 4})},
+		// Min-p .2 keeps p >= .113: ids 0, 1, 4; min-p .3 keeps p >= .169: ids 0, 1.
+		{"minp0.2", SamplingOptions{Temperature: 1, MinP: 0.2}, softmax(1, []int{0, 1, 4})},
+		{"minp0.3", SamplingOptions{Temperature: 1, MinP: 0.3}, softmax(1, []int{0, 1})},
+		// Top-k 3 renormalises to .628 .231 .141, so top-p .8 keeps ids 0 and 1.
+		{"topk3-topp0.8", SamplingOptions{Temperature: 1, TopK: 3, TopP: 0.8}, softmax(1, []int{0, 1})},
+	}
+	const draws = 40000
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opt.Seed = 7
+			s, err := NewSampler(tt.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := map[int]int{}
+			row := make([]float32, len(logits))
+			for range draws {
+				copy(row, logits)
+				count[s.Sample(row, nil)]++
+			}
+			for id, n := range count {
+				if _, ok := tt.want[id]; !ok {
+					t.Errorf("token %d drawn %d times, should be excluded", id, n)
+				}
+			}
+			for id, p := range tt.want {
+				got := float64(count[id]) / draws
+				if math.Abs(got-p) > 4*math.Sqrt(p*(1-p)/draws)+1e-3 {
+					t.Errorf("token %d: frequency %.4f, want %.4f", id, got, p)
+				}
+			}
+		})
+	}
+}
+
+func TestSamplerSeedReproducible(t *testing.T) {
+	logits := []float32{1, 1.1, 0.9, 1.05, 0.2, 0.3}
+	run := func(seed uint64) []int {
+		s, _ := NewSampler(SamplingOptions{Temperature: 1, Seed: seed})
+		var out []int
+		row := make([]float32, len(logits))
+		for range 50 {
+			copy(row, logits)
+			out = append(out, s.Sample(row, nil))
+		}
+		return out
+	}
+	a, b, c := run(1), run(1), run(2)
+	if !equalInts(a, b) {
+		t.Fatal("same seed gave different draws")
+	}
+	if equalInts(a, c) {
+		t.Fatal("different seeds gave the same 50 draws")
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSamplingOptionsValidate(t *testing.T) {
+	bad := []SamplingOptions{
+		{Temperature: -1},
+		{TopK: -1},
+		{TopP: 1.5},
+		{MinP: -0.1},
+		{RepetitionPenalty: -1},
+		{RepeatLastN: -3},
+		{Temperature: float32(math.NaN())},
+	}
+	for _, o := range bad {
+		if _, err := NewSampler(o); err == nil {
+			t.Errorf("options %+v accepted", o)
+		}
+	}
+}
+
+func TestSamplerAllocs(t *testing.T) {
+	logits := make([]float32, 1000)
+	for i := range logits {
+		logits[i] = float32(i%37) * 0.1
+	}
+	s, _ := NewSampler(SamplingOptions{Temperature: 0.8, TopK: 40, TopP: 0.95, RepetitionPenalty: 1.1})
+	hist := []int{1, 2, 3, 4}
+	row := make([]float32, len(logits))
+	s.Sample(row, hist)
+	allocs := testing.AllocsPerRun(20, func() {
+		copy(row, logits)
+		s.Sample(row, hist)
+	})
+	if allocs != 0 {
+		t.Fatalf("Sample allocates %v times per call", allocs)
+	}
+}
