@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func storiesDir(t *testing.T) string {
+	t.Helper()
+	shared := os.Getenv("KAKEYA_SHARED")
+	if shared == "" {
+		shared = filepath.Join("..", "..", "..", "shared")
+	}
+	dir := filepath.Join(shared, "models", "stories260K")
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
+			t.Skipf("shared data missing: %v", err)
+		}
+		t.Fatalf("shared data not found (set KAKEYA_SHARED): %v", err)
+	}
+	return dir
+}
+
+func TestRunGreedy(t *testing.T) {
+	dir := storiesDir(t)
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "12"}, nil, &out, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ", there was a little girl named Lily. She\n"; out.String() != want {
+		t.Fatalf("stdout %q, want %q", out.String(), want)
+	}
+	for _, s := range []string{"load", "prefill 5 tokens", "decode 12 tokens", "tok/s", "KV cache: 16 tokens"} {
+		if !strings.Contains(errOut.String(), s) {
+			t.Errorf("stderr %q lacks %q", errOut.String(), s)
+		}
+	}
+}
+
+func TestRunTokenize(t *testing.T) {
+	dir := storiesDir(t)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		// Ids from the HF tokenizers reference (tokenizer_cases.json, "Hello world").
+		{nil, "[346,306,414,263,304,341]\n"},
+		{[]string{"--add-special"}, "[1,346,306,414,263,304,341]\n"},
+	}
+	for _, tt := range tests {
+		var out bytes.Buffer
+		args := append([]string{"--model", dir, "--tokenize"}, tt.args...)
+		if err := run(context.Background(), args, strings.NewReader("Hello world"), &out, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != tt.want {
+			t.Errorf("%v: %q, want %q", tt.args, out.String(), tt.want)
+		}
+	}
+}
+
+func TestRunBadFlags(t *testing.T) {
+	dir := storiesDir(t)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--prompt", "x"}, "--model is required"},
+		{[]string{"--model", dir}, "--prompt is required"},
+		{[]string{"--model", dir, "--prompt", "x", "--temperature", "-1"}, "temperature"},
+		{[]string{"--model", dir, "--prompt", "x", "--top-p", "2"}, "top-p"},
+		{[]string{"--model", dir, "--prompt", "x", "--max-tokens", "-5"}, "--max-tokens"},
+		{[]string{"--model", dir, "--prompt", "x", "--top-k", "abc"}, "invalid value"},
+		{[]string{"--model", dir, "--prompt", "x", "--device", "tpu"}, "--device"},
+		{[]string{"--model", dir, "--prompt", "x", "--device", "cuda"}, "without CUDA support"},
+		{[]string{"--model", dir, "--prompt", "x", "stray"}, "unexpected argument"},
+		{[]string{"--model", filepath.Join(t.TempDir(), "nope"), "--prompt", "x"}, "nope"},
+		{[]string{"--model", dir, "--prompt", strings.Repeat("Once upon a time. ", 200)}, "exceeds the context"},
+	}
+	for _, tt := range tests {
+		err := run(context.Background(), tt.args, nil, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want one containing %q", tt.args, err, tt.want)
+		}
+	}
+}
