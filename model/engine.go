@@ -203,7 +203,15 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 		}
 	}
 	if res.StopReason != StopString {
-		if err := emit(filter.flush()); err != nil {
+		// An incomplete character or a held-back stop-string prefix is
+		// still text the model produced.
+		out, stopped := filter.push(stream.Flush())
+		if stopped {
+			res.StopReason = StopString
+		} else {
+			out += filter.flush()
+		}
+		if err := emit(out); err != nil {
 			return nil, err
 		}
 	}
