@@ -234,6 +234,7 @@ func (c *Cache) encodeOld(layerIdx int) error {
 				c.free = append(c.free, pt.hot)
 				pt.hot = nil
 				hot, cb := int64(bs*d*4), int64(len(enc))
+				l.st.CompressedBF16 += int64(bs * d * 2)
 				if kv == 0 {
 					l.st.KHot -= hot
 					l.st.KCompressed += cb
@@ -302,6 +303,9 @@ type LayerStats struct {
 	Tokens            int
 	KHot, KCompressed int64
 	VHot, VCompressed int64
+	// CompressedBF16 is what the encoded parts (K and V) would take in
+	// bf16, the reference for the codec's own ratio.
+	CompressedBF16 int64
 }
 
 // Bytes returns the layer's total bytes in use.
@@ -315,6 +319,8 @@ type Stats struct {
 	Hot, Compressed int64
 	// BF16 is what a plain bf16 cache of the same tokens would take.
 	BF16 int64
+	// CompressedBF16 is what the encoded blocks would take in bf16.
+	CompressedBF16 int64
 }
 
 // Bytes returns the total bytes in use.
@@ -329,6 +335,17 @@ func (s Stats) Ratio() float64 {
 	return float64(s.BF16) / float64(s.Bytes())
 }
 
+// CodecRatio returns CompressedBF16 / Compressed: how many times smaller
+// than bf16 the encoded blocks alone are, leaving out the hot window,
+// sinks, boundary layers and partly filled blocks that Ratio counts (0
+// when nothing is encoded).
+func (s Stats) CodecRatio() float64 {
+	if s.Compressed == 0 {
+		return 0
+	}
+	return float64(s.CompressedBF16) / float64(s.Compressed)
+}
+
 // Stats returns the cache's byte accounting.
 func (c *Cache) Stats() Stats {
 	s := Stats{Tokens: c.Len(), Layers: make([]LayerStats, len(c.layers))}
@@ -337,6 +354,7 @@ func (c *Cache) Stats() Stats {
 		s.Layers[i] = ls
 		s.Hot += ls.KHot + ls.VHot
 		s.Compressed += ls.KCompressed + ls.VCompressed
+		s.CompressedBF16 += ls.CompressedBF16
 		s.BF16 += int64(ls.Tokens) * int64(2*c.cfg.KVHeads*c.cfg.HeadDim*2)
 	}
 	return s

@@ -146,6 +146,16 @@ func TestEncodeSchedule(t *testing.T) {
 	if st.KCompressed != 2*4*2*4 || st.KHot != 3*4*2*4 {
 		t.Errorf("K bytes: compressed %d hot %d", st.KCompressed, st.KHot)
 	}
+	// The raw codec keeps f32, twice bf16: codec ratio 0.5 over the two
+	// encoded blocks (K and V), whatever the hot blocks hold.
+	all := c.Stats()
+	if all.CompressedBF16 != 2*2*4*2*2 || all.CodecRatio() != 0.5 {
+		t.Errorf("encoded bf16 bytes %d, codec ratio %v; want 64, 0.5", all.CompressedBF16, all.CodecRatio())
+	}
+	c.Reset()
+	if st := c.Stats(); st.CompressedBF16 != 0 || st.CodecRatio() != 0 {
+		t.Errorf("after Reset: encoded bf16 bytes %d, codec ratio %v", st.CompressedBF16, st.CodecRatio())
+	}
 }
 
 func TestErrors(t *testing.T) {
