@@ -113,7 +113,7 @@ func TestWriteAtomicFailureLeavesNothing(t *testing.T) {
 func TestWriteTable(t *testing.T) {
 	r := &Report{Configs: []ConfigReport{
 		{Config: Reference(), PPL: 5.3812, DeltaPPL: 0, MeanKL: 0, Top1: 100, Verdict: VerdictRef, KBits: 16, VBits: 16, Ratio: 1},
-		{Config: Config{Name: "kk3"}, PPL: 5.4, DeltaPPL: 0.3494, MeanKL: 0.00321, Top1: 97.5, KBits: 3.25, VBits: 3.5, Ratio: 4.7, Verdict: VerdictAccept},
+		{Config: Config{Name: "kk3"}, PPL: 5.4, DeltaPPL: 0.3494, MeanKL: 0.00321, Top1: 97.5, KBits: 3.25, VBits: 3.5, Ratio: 4.7, CodecRatio: 5.12, Verdict: VerdictAccept},
 		{Config: Config{Name: "int2-long-name"}, PPL: 9.1, DeltaPPL: 69.1, MeanKL: 0.5, Top1: 61.25, Verdict: VerdictReject},
 	}}
 	var b strings.Builder
@@ -121,10 +121,10 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "" +
-		"  config          K bits  V bits  KV ratio     PPL  ΔPPL %       KL  top-1 %  verdict\n" +
-		"  ref              16.00   16.00     1.00x  5.3812   +0.00  0.00000   100.00      ref\n" +
-		"  kk3               3.25    3.50     4.70x  5.4000   +0.35  0.00321    97.50   ACCEPT\n" +
-		"  int2-long-name       -       -         -  9.1000  +69.10  0.50000    61.25   REJECT\n"
+		"  config          K bits  V bits  cache ratio  codec ratio     PPL  ΔPPL %       KL  top-1 %  verdict\n" +
+		"  ref              16.00   16.00        1.00x            -  5.3812   +0.00  0.00000   100.00      ref\n" +
+		"  kk3               3.25    3.50        4.70x        5.12x  5.4000   +0.35  0.00321    97.50   ACCEPT\n" +
+		"  int2-long-name       -       -            -            -  9.1000  +69.10  0.50000    61.25   REJECT\n"
 	if got := b.String(); got != want {
 		t.Errorf("table:\n%q\nwant:\n%q", got, want)
 	}

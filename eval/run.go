@@ -12,6 +12,11 @@ type KVUsage struct {
 	K    int64 `json:"k_bytes"`    // bytes held for keys
 	V    int64 `json:"v_bytes"`    // bytes held for values
 	BF16 int64 `json:"bf16_bytes"` // bytes the same keys and values take in bf16
+	// Encoded is the part of K+V held by encoded (compressed) blocks, and
+	// EncodedBF16 what those blocks' values would take in bf16; engines
+	// that do not tell leave both 0.
+	Encoded     int64 `json:"encoded_bytes,omitempty"`
+	EncodedBF16 int64 `json:"encoded_bf16_bytes,omitempty"`
 }
 
 // Add adds the byte counts of o to u.
@@ -19,6 +24,8 @@ func (u *KVUsage) Add(o KVUsage) {
 	u.K += o.K
 	u.V += o.V
 	u.BF16 += o.BF16
+	u.Encoded += o.Encoded
+	u.EncodedBF16 += o.EncodedBF16
 }
 
 // KBits returns the bits per stored key value (16 for bf16), or 0 when
@@ -42,6 +49,16 @@ func (u KVUsage) Ratio() float64 {
 		return 0
 	}
 	return float64(u.BF16) / float64(u.K+u.V)
+}
+
+// CodecRatio returns how many times smaller than bf16 the encoded blocks
+// alone are, leaving out the hot window, sinks, boundary layers and
+// partly filled blocks that Ratio counts; 0 when nothing is encoded.
+func (u KVUsage) CodecRatio() float64 {
+	if u.Encoded == 0 {
+		return 0
+	}
+	return float64(u.EncodedBF16) / float64(u.Encoded)
 }
 
 // A Sequence is one decoding stream with its own KV cache.

@@ -80,7 +80,8 @@ func (s *fakeSeq) KV() KVUsage {
 	if s.c.K == "" {
 		return KVUsage{K: 4 * n, V: 4 * n, BF16: 4 * n}
 	}
-	return KVUsage{K: n / 2, V: n, BF16: 4 * n}
+	// Half of it encoded at 4x against bf16.
+	return KVUsage{K: n / 2, V: n, BF16: 4 * n, Encoded: n / 2, EncodedBF16: 2 * n}
 }
 
 func (s *fakeSeq) Close() error { return nil }
@@ -149,8 +150,11 @@ func TestRunMatchesBruteForce(t *testing.T) {
 				t.Errorf("passage rows sum to %+v, totals %+v", sum, noisy)
 			}
 			kv := res.KV[2]
-			if kv.KBits() != 4 || kv.VBits() != 8 || kv.Ratio() != 4/1.5 {
-				t.Errorf("noisy KV %+v: K bits %v, V bits %v, ratio %v", kv, kv.KBits(), kv.VBits(), kv.Ratio())
+			if kv.KBits() != 4 || kv.VBits() != 8 || kv.Ratio() != 4/1.5 || kv.CodecRatio() != 4 {
+				t.Errorf("noisy KV %+v: K bits %v, V bits %v, ratio %v, codec ratio %v", kv, kv.KBits(), kv.VBits(), kv.Ratio(), kv.CodecRatio())
+			}
+			if r := res.KV[0].CodecRatio(); r != 0 {
+				t.Errorf("reference codec ratio %v, want 0 (nothing encoded)", r)
 			}
 		})
 	}
