@@ -23,19 +23,48 @@ type Sequence struct {
 	last                     []float32 // logits of the last position
 }
 
-// NewSequence returns an empty sequence.
+// SequenceOptions are the cache settings of one sequence, overriding those
+// the model was loaded with.
+type SequenceOptions struct {
+	// Cache says which KV blocks are compressed and how (see Model.Policy).
+	Cache kvcache.Policy
+	// BlockSize is the number of tokens per KV cache block; 0 means the
+	// model's Options.BlockSize.
+	BlockSize int
+}
+
+// NewSequence returns an empty sequence with the cache policy and block
+// size of the model's Options.
 func (m *Model) NewSequence() (*Sequence, error) {
+	return m.NewSequenceOpts(SequenceOptions{Cache: m.policy})
+}
+
+// NewSequenceWith returns an empty sequence whose cache follows p instead
+// of Options.Cache, so one loaded model can serve several policies.
+func (m *Model) NewSequenceWith(p kvcache.Policy) (*Sequence, error) {
+	return m.NewSequenceOpts(SequenceOptions{Cache: p})
+}
+
+// NewSequenceOpts returns an empty sequence with the cache settings of o.
+func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	c := m.cfg
+	bs := o.BlockSize
+	if bs == 0 {
+		bs = m.blockSize
+	}
+	if bs < 0 {
+		return nil, fmt.Errorf("model: block size %d, want > 0", o.BlockSize)
+	}
 	cache, err := kvcache.New(kvcache.Config{
 		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
-		BlockSize: m.blockSize, MaxTokens: m.maxCtx, Policy: m.policy,
+		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	attn, err := attention.New(m.pool, attention.Params{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Window: m.window,
-	}, m.blockSize, m.maxCtx)
+	}, bs, m.maxCtx)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
