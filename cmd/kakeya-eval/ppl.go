@@ -14,7 +14,6 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
-	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -134,13 +133,8 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		if c.Precondition && f.calib == "" {
 			return fmt.Errorf("ppl: config %s: precond=1 needs --calib", c.Name)
 		}
-		for _, spec := range []string{c.K, c.V} {
-			if spec == "" {
-				continue
-			}
-			if _, err := codecFor(spec); err != nil {
-				return fmt.Errorf("ppl: config %s: %w", c.Name, err)
-			}
+		if err := cacheSpec(c).Validate(); err != nil {
+			return fmt.Errorf("ppl: config %s: %w", c.Name, err)
 		}
 	}
 	if f.workers < 1 || f.threads < 0 || f.block < 0 || f.nEval < 1 || f.passages < 0 || f.stride < 0 || f.chunk < 0 || f.ctx < 0 {
@@ -168,7 +162,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	}
 	defer eng.Close()
 
-	maxCtx := eng.maxCtx
+	maxCtx := eng.m.MaxContext()
 	p := eval.UnitParams{Mode: f.mode, Ctx: f.ctx, NEval: f.nEval, Stride: f.stride, Max: f.passages, DocSep: f.docSep}
 	switch f.mode {
 	case eval.ModePassages:
@@ -243,127 +237,45 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// engine adapts model.Model to eval.Engine. The cache policy is a model
-// option, so each configuration gets its own Model over the same
-// (memory-mapped) weights.
+// engine adapts model.Model to eval.Engine: one loaded model, and per
+// configuration the cache settings its sequences get.
 type engine struct {
-	models map[string]*model.Model
-	vocab  int
-	maxCtx int
+	m    *model.Model
+	opts map[string]model.SequenceOptions
 }
 
 func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
-	e := &engine{models: map[string]*model.Model{}}
+	m, err := model.Load(f.model, model.Options{Threads: f.threads, BlockSize: f.block})
+	if err != nil {
+		return nil, fmt.Errorf("ppl: %w", err)
+	}
+	e := &engine{m: m, opts: map[string]model.SequenceOptions{}}
+	var cal *codec.Calibration
 	for _, c := range configs {
 		if err := ctx.Err(); err != nil {
 			e.Close()
 			return nil, err
 		}
-		m, err := loadModel(f, c)
+		if c.Precondition && cal == nil {
+			cfg := m.Config()
+			if cal, err = loadCalibration(f.calib, cfg, cfg.HeadDim); err != nil {
+				e.Close()
+				return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
+			}
+		}
+		pol, err := m.Policy(cacheSpec(c), cal)
 		if err != nil {
 			e.Close()
 			return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
 		}
-		e.models[c.Name] = m
-		e.vocab, e.maxCtx = m.Config().VocabSize, m.MaxContext()
+		e.opts[c.Name] = model.SequenceOptions{Cache: pol, BlockSize: c.BlockSize}
 	}
 	return e, nil
 }
 
-// loadModel opens the model with c's cache policy.
-func loadModel(f *pplFlags, c eval.Config) (*model.Model, error) {
-	block := c.BlockSize
-	if block == 0 {
-		block = f.block
-	}
-	// The layer count comes from config.json; a first Load without
-	// compression gives it, and is the model itself for the reference.
-	m, err := model.Load(f.model, model.Options{Threads: f.threads, BlockSize: block})
-	if err != nil || c.IsReference() {
-		return m, err
-	}
-	cfg := m.Config()
-	m.Close()
-	var cal *codec.Calibration
-	if c.Precondition {
-		if cal, err = loadCalibration(f.calib, cfg, cfg.HeadDim); err != nil {
-			return nil, err
-		}
-	}
-	pol, err := policy(c, cfg.NumLayers, cal)
-	if err != nil {
-		return nil, err
-	}
-	return model.Load(f.model, model.Options{Threads: f.threads, BlockSize: block, Cache: pol})
-}
-
-// policy turns a configuration into the cache policy of a model with the
-// given number of layers; boundary layers keep their blocks uncompressed.
-func policy(c eval.Config, layers int, cal *codec.Calibration) (kvcache.Policy, error) {
-	if c.Precondition && (cal == nil || cal.Chol == nil) {
-		return kvcache.Policy{}, errors.New("precond=1 needs a calibration file with query Cholesky factors (--calib)")
-	}
-	if c.Precondition && c.K == "" {
-		return kvcache.Policy{}, errors.New("precond=1 preconditions key codecs, but k is uncompressed")
-	}
-	boundary := make([]bool, layers)
-	for _, l := range c.Boundary {
-		i := l
-		if i < 0 {
-			i += layers
-		}
-		if i < 0 || i >= layers {
-			return kvcache.Policy{}, fmt.Errorf("boundary layer %d outside a model of %d layers", l, layers)
-		}
-		boundary[i] = true
-	}
-	var k, v codec.Codec
-	var err error
-	if c.K != "" {
-		if k, err = codecFor(c.K); err != nil {
-			return kvcache.Policy{}, err
-		}
-	}
-	if c.V != "" {
-		if v, err = codecFor(c.V); err != nil {
-			return kvcache.Policy{}, err
-		}
-	}
-	p := kvcache.Policy{Layers: make([]kvcache.LayerCodecs, layers), HotWindow: c.HotWindow, Sinks: c.Sinks}
-	for l := range p.Layers {
-		if boundary[l] {
-			continue
-		}
-		p.Layers[l].V = v
-		switch {
-		case k == nil:
-		case c.Precondition:
-			// One key codec per KV head, each whitened by its own factor.
-			ks := make([]codec.Codec, cal.KVHeads)
-			for h := range ks {
-				L := cal.Chol[l*cal.KVHeads+h]
-				if L == nil {
-					return kvcache.Policy{}, fmt.Errorf("calibration has no Cholesky factor for layer %d kv head %d", l, h)
-				}
-				if ks[h], err = codec.NewPreconditioned(k, L, cal.HeadDim); err != nil {
-					return kvcache.Policy{}, fmt.Errorf("layer %d kv head %d: %w", l, h, err)
-				}
-			}
-			p.Layers[l].K = ks
-		default:
-			p.Layers[l].K = []codec.Codec{k}
-		}
-	}
-	return p, nil
-}
-
-// codecFor builds the codec of a spec string through the codec registry.
-func codecFor(spec string) (codec.Codec, error) {
-	sp, err := codec.ParseSpec(spec)
-	if err != nil {
-		return nil, err
-	}
-	return codec.New(sp)
+// cacheSpec is the model's view of a configuration's cache settings.
+func cacheSpec(c eval.Config) model.CacheSpec {
+	return model.CacheSpec{K: c.K, V: c.V, Boundary: c.Boundary, HotWindow: c.HotWindow, Sinks: c.Sinks, Precondition: c.Precondition}
 }
 
 // loadCalibration reads a calibration file (safetensors written by
@@ -396,25 +308,21 @@ func loadCalibration(path string, cfg *weights.Config, headDim int) (*codec.Cali
 	return cal, nil
 }
 
-func (e *engine) Vocab() int { return e.vocab }
+func (e *engine) Vocab() int { return e.m.Config().VocabSize }
 
 func (e *engine) NewSequence(c eval.Config) (eval.Sequence, error) {
-	m, ok := e.models[c.Name]
+	o, ok := e.opts[c.Name]
 	if !ok {
-		return nil, fmt.Errorf("no model opened for configuration %s", c.Name)
+		return nil, fmt.Errorf("no cache policy built for configuration %s", c.Name)
 	}
-	s, err := m.NewSequence()
+	s, err := e.m.NewSequenceOpts(o)
 	if err != nil {
 		return nil, err
 	}
 	return sequence{s}, nil
 }
 
-func (e *engine) Close() {
-	for _, m := range e.models {
-		m.Close()
-	}
-}
+func (e *engine) Close() { e.m.Close() }
 
 // sequence adapts model.Sequence to eval.Sequence.
 type sequence struct{ s *model.Sequence }
@@ -423,7 +331,7 @@ func (s sequence) Forward(ids []int, all bool) ([]float32, error) { return s.s.F
 
 func (s sequence) KV() eval.KVUsage {
 	st := s.s.KVStats()
-	u := eval.KVUsage{BF16: st.BF16}
+	u := eval.KVUsage{BF16: st.BF16, Encoded: st.Compressed, EncodedBF16: st.CompressedBF16}
 	for _, l := range st.Layers {
 		u.K += l.KHot + l.KCompressed
 		u.V += l.VHot + l.VCompressed

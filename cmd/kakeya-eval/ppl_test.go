@@ -44,6 +44,8 @@ type pplReport struct {
 		MeanKL   float64 `json:"mean_kl"`
 		Top1     float64 `json:"top1_pct"`
 		Verdict  string  `json:"verdict"`
+		Ratio    float64 `json:"kv_ratio_vs_bf16"`
+		Codec    float64 `json:"codec_ratio_vs_bf16"`
 	} `json:"configs"`
 }
 
@@ -112,6 +114,11 @@ func TestPPLPassagesSelf(t *testing.T) {
 	if i8.Total.N != 48 || !(i8.MeanKL > 0) || i8.Verdict == "" || i8.Verdict == "ref" {
 		t.Errorf("int8 row %+v", i8)
 	}
+	// int8 blocks of 16 tokens x head_dim 8 hold 128 bytes of codes and a
+	// header; the whole cache also counts the float32 hot blocks.
+	if r.Configs[0].Codec != 0 || !(i8.Codec > 1.2 && i8.Codec < 2) || !(i8.Ratio > r.Configs[0].Ratio) {
+		t.Errorf("ratios: reference cache %v codec %v, int8 cache %v codec %v", r.Configs[0].Ratio, r.Configs[0].Codec, i8.Ratio, i8.Codec)
+	}
 }
 
 func TestPPLErrors(t *testing.T) {
@@ -130,6 +137,8 @@ func TestPPLErrors(t *testing.T) {
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int5"}, `unknown codec "int5"`},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,precond=1"}, "needs --calib"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,boundary=7"}, "boundary layer 7 outside a model of 5 layers"},
+		{[]string{"--model", model, "--data", data, "--config", "name=x,k=int8,precond=1", "--calib", data + ".missing"}, "val.txt.missing"},
+		{[]string{"--model", model, "--data", data, "--config", "name=x,v=int8,precond=1", "--calib", data}, "K is uncompressed"},
 		{[]string{"--model", model, "--data", data, "--config", "name=ref"}, "used twice"},
 		{[]string{"--model", model, "--data", data + ".missing"}, "no such file"},
 	}
