@@ -18,6 +18,10 @@ type Calibration struct {
 	KCodebooks map[int]*Codebook // by bits
 	VCodebooks map[int]*Codebook // by bits
 	Model      string
+	// Meta holds provenance (how the calibration was made: data, tokens,
+	// ridge, ...) stored as extra file metadata; it cannot override the
+	// keys Metadata sets itself.
+	Meta map[string]string
 }
 
 // Validate checks c against a model's shape and its own consistency.
@@ -101,13 +105,18 @@ func (c *Calibration) Tensors() map[string]Tensor {
 
 // Metadata returns the string metadata stored beside the tensors.
 func (c *Calibration) Metadata() map[string]string {
-	return map[string]string{
+	m := maps.Clone(c.Meta)
+	if m == nil {
+		m = make(map[string]string)
+	}
+	maps.Copy(m, map[string]string{
 		"format":   "kakeya-calibration-v1",
 		"layers":   strconv.Itoa(c.Layers),
 		"kv_heads": strconv.Itoa(c.KVHeads),
 		"head_dim": strconv.Itoa(c.HeadDim),
 		"model":    c.Model,
-	}
+	})
+	return m
 }
 
 // FromTensors rebuilds a Calibration from Metadata and Tensors output,
@@ -128,6 +137,16 @@ func FromTensors(meta map[string]string, ts map[string]Tensor) (*Calibration, er
 		*f.dst = v
 	}
 	c.Model = meta["model"]
+	for k, v := range meta {
+		switch k {
+		case "format", "layers", "kv_heads", "head_dim", "model":
+		default:
+			if c.Meta == nil {
+				c.Meta = make(map[string]string)
+			}
+			c.Meta[k] = v
+		}
+	}
 	d := c.HeadDim
 	// Sorted so the first error reported is deterministic.
 	for _, name := range slices.Sorted(maps.Keys(ts)) {
