@@ -1,0 +1,487 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/weights"
+)
+
+// Calibration defaults.
+const (
+	// DefaultCalibrationCtx is the window length when CalibrateOptions.Ctx
+	// is 0 (capped at the model's context).
+	DefaultCalibrationCtx = 512
+	// DefaultCalibrationRidge is added to the query second moment before its
+	// Cholesky factorization, relative to its mean eigenvalue (tr Σ / d).
+	DefaultCalibrationRidge = 1e-2
+	// DefaultCodebookSamples bounds the residual samples a codebook is
+	// trained on, per side (K or V).
+	DefaultCodebookSamples = 1 << 18
+)
+
+// CalibrateOptions tune Calibrate. The zero value calibrates the query
+// Cholesky factors only, over all the ids, in windows of
+// DefaultCalibrationCtx tokens.
+type CalibrateOptions struct {
+	// Ctx is the window length in tokens: ids are cut into consecutive
+	// windows, each run through a fresh sequence, starting with BOS when the
+	// model has one. 0 means min(DefaultCalibrationCtx, model context).
+	Ctx int
+	// MaxTokens caps the ids used; 0 uses all of them.
+	MaxTokens int
+	// Ridge is the Cholesky ridge relative to tr Σ / d; 0 means
+	// DefaultCalibrationRidge, a negative value means none.
+	Ridge float64
+	// RopeAveraged replaces each query second moment Σ by the mean of
+	// R(Δ) Σ R(Δ)ᵀ over the query-key offsets Δ in [0, Ctx) (see
+	// RopeAverage): keys are coded before RoPE but scored after it.
+	RopeAveraged bool
+	// Bits lists the residual widths to train K and V codebooks for (e.g.
+	// 2, 3, 4); none trains no codebooks.
+	Bits []int
+	// Kakeya is the codec whose residuals the codebooks are fitted to; nil
+	// means codec.DefaultKakeyaOptions (its Bits and Codebook are ignored).
+	Kakeya *codec.KakeyaOptions
+	// BlockSize is the number of tokens per coded block; 0 means 16, the
+	// engine's default.
+	BlockSize int
+	// CodebookSamples bounds the values collected per side for codebooks;
+	// 0 means DefaultCodebookSamples.
+	CodebookSamples int
+	// Threads is the number of compute threads; 0 means GOMAXPROCS.
+	Threads int
+	// Progress, if set, is called after each window with the tokens done
+	// and the total.
+	Progress func(done, total int)
+}
+
+// Calibrate runs the model in dir over ids and returns its calibration:
+// per layer and KV head the Cholesky factor of the uncentred second moment
+// of the pre-RoPE queries of all query heads sharing that KV head, and, for
+// each of opt.Bits, Lloyd–Max codebooks fitted to the Kakeya residuals of
+// the model's keys (whitened by those factors, as Preconditioned codes
+// them) and values. It is deterministic for fixed inputs.
+func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions) (*codec.Calibration, error) {
+	var st *calibState
+	m, err := Load(dir, Options{Threads: opt.Threads, Observe: func(layer, _, n int, q, _ []float32) {
+		st.observe(layer, n, q)
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	cfg := m.cfg
+	layers, kvh, d := cfg.NumLayers, cfg.NumKVHeads, m.headDim
+	o, err := calibDefaults(opt, m.maxCtx)
+	if err != nil {
+		return nil, err
+	}
+	bos := cfg.BOSTokenID
+	if o.MaxTokens > 0 && len(ids) > o.MaxTokens {
+		ids = ids[:o.MaxTokens]
+	}
+	windows := splitWindows(ids, o.Ctx, bos)
+	if len(windows) == 0 {
+		return nil, fmt.Errorf("model: calibrate: %d tokens, want at least 2 per window", len(ids))
+	}
+	total := 0
+	for _, w := range windows {
+		total += len(w)
+	}
+
+	st = &calibState{heads: cfg.NumHeads, kvHeads: kvh, d: d, acc: make([]*codec.CovAccumulator, layers*kvh)}
+	for i := range st.acc {
+		st.acc[i] = codec.NewCovAccumulator(d)
+	}
+	// Keep every stride-th full block per side so the codebook samples
+	// spread over all the windows within the budget.
+	full := 0
+	for _, w := range windows {
+		full += len(w) / o.BlockSize
+	}
+	stride := 1
+	if len(o.Bits) > 0 {
+		stride = max(1, (full*layers*kvh*o.BlockSize*d+o.CodebookSamples-1)/o.CodebookSamples)
+	}
+	var kBlocks, vBlocks []calibBlock
+	seen := 0
+
+	seq, err := m.NewSequenceOpts(SequenceOptions{BlockSize: o.BlockSize})
+	if err != nil {
+		return nil, err
+	}
+	defer seq.Close()
+	done := 0
+	for _, w := range windows {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("model: calibrate: %w", err)
+		}
+		seq.Reset()
+		if _, err := seq.Forward(w, false); err != nil {
+			return nil, fmt.Errorf("model: calibrate: %w", err)
+		}
+		if st.err != nil {
+			return nil, fmt.Errorf("model: calibrate: %w", st.err)
+		}
+		if len(o.Bits) > 0 {
+			for b := 0; b < len(w)/o.BlockSize; b++ {
+				for l := 0; l < layers; l++ {
+					for h := 0; h < kvh; h++ {
+						seen++
+						if (seen-1)%stride != 0 {
+							continue
+						}
+						kb, err := seq.cache.K(l, h, b, nil)
+						if err != nil {
+							return nil, fmt.Errorf("model: calibrate: %w", err)
+						}
+						vb, err := seq.cache.V(l, h, b, nil)
+						if err != nil {
+							return nil, fmt.Errorf("model: calibrate: %w", err)
+						}
+						kBlocks = append(kBlocks, calibBlock{l*kvh + h, slices.Clone(kb)})
+						vBlocks = append(vBlocks, calibBlock{l*kvh + h, slices.Clone(vb)})
+					}
+				}
+			}
+		}
+		done += len(w)
+		if o.Progress != nil {
+			o.Progress(done, total)
+		}
+	}
+
+	cal := &codec.Calibration{Layers: layers, KVHeads: kvh, HeadDim: d, Chol: make([][]float32, layers*kvh), Model: filepath.Base(dir)}
+	var avg *ropeMeans
+	if o.RopeAveraged {
+		avg = newRopeMeans(m.invFreq, o.Ctx)
+	}
+	for i, acc := range st.acc {
+		cov := acc.Cov()
+		if avg != nil {
+			cov = avg.apply(cov, d)
+		}
+		if cal.Chol[i], err = codec.Cholesky(cov, d, o.Ridge); err != nil {
+			return nil, fmt.Errorf("model: calibrate: layer %d kv head %d: %w", i/kvh, i%kvh, err)
+		}
+	}
+	if len(o.Bits) > 0 {
+		if err := trainCodebooks(cal, o, kBlocks, vBlocks); err != nil {
+			return nil, err
+		}
+	}
+	cal.Meta = map[string]string{
+		"tokens":        strconv.Itoa(total),
+		"windows":       strconv.Itoa(len(windows)),
+		"ctx":           strconv.Itoa(o.Ctx),
+		"ridge":         strconv.FormatFloat(o.Ridge, 'g', -1, 64),
+		"rope_averaged": strconv.FormatBool(o.RopeAveraged),
+		"block_size":    strconv.Itoa(o.BlockSize),
+		"query_vectors": strconv.FormatInt(st.acc[0].Count(), 10),
+	}
+	if len(o.Bits) > 0 {
+		cal.Meta["codebook_blocks"] = strconv.Itoa(len(kBlocks))
+	}
+	return cal, nil
+}
+
+// calibDefaults fills in and checks the options.
+func calibDefaults(o CalibrateOptions, maxCtx int) (CalibrateOptions, error) {
+	if o.Ctx == 0 {
+		o.Ctx = min(DefaultCalibrationCtx, maxCtx)
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = 16
+	}
+	if o.CodebookSamples == 0 {
+		o.CodebookSamples = DefaultCodebookSamples
+	}
+	switch {
+	case o.Ridge == 0:
+		o.Ridge = DefaultCalibrationRidge
+	case o.Ridge < 0:
+		o.Ridge = 0
+	case math.IsNaN(o.Ridge) || math.IsInf(o.Ridge, 0):
+		return o, fmt.Errorf("model: calibrate: ridge %v must be finite", o.Ridge)
+	}
+	switch {
+	case o.Ctx < 2 || o.Ctx > maxCtx:
+		return o, fmt.Errorf("model: calibrate: window of %d tokens, want 2..%d (the model context)", o.Ctx, maxCtx)
+	case o.MaxTokens < 0:
+		return o, fmt.Errorf("model: calibrate: max tokens %d, want >= 0", o.MaxTokens)
+	case o.BlockSize < 0:
+		return o, fmt.Errorf("model: calibrate: block size %d, want > 0", o.BlockSize)
+	case o.CodebookSamples < 0:
+		return o, fmt.Errorf("model: calibrate: codebook samples %d, want > 0", o.CodebookSamples)
+	}
+	seen := map[int]bool{}
+	for _, b := range o.Bits {
+		if b < 1 || b > 4 || seen[b] {
+			return o, fmt.Errorf("model: calibrate: codebook bits %v: each must be 1..4 and listed once", o.Bits)
+		}
+		seen[b] = true
+	}
+	return o, nil
+}
+
+// splitWindows cuts ids into consecutive windows of at most ctx tokens, each
+// starting with bos when bos >= 0; a last window shorter than 2 tokens is
+// dropped.
+func splitWindows(ids []int, ctx, bos int) [][]int {
+	per := ctx
+	if bos >= 0 {
+		per--
+	}
+	var out [][]int
+	for i := 0; i < len(ids); i += per {
+		chunk := ids[i:min(len(ids), i+per)]
+		var w []int
+		if bos >= 0 {
+			w = append(w, bos)
+		}
+		w = append(w, chunk...)
+		if len(w) >= 2 {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// calibState collects the query second moments during Forward.
+type calibState struct {
+	heads, kvHeads, d int
+	acc               []*codec.CovAccumulator // layer*kvHeads + kv head
+	err               error
+}
+
+// observe pools each query head into the accumulator of its KV head
+// (query heads g*j .. g*j+g-1 share KV head j, as in repeat_kv).
+func (s *calibState) observe(layer, n int, q []float32) {
+	if s.err != nil {
+		return
+	}
+	d, g := s.d, s.heads/s.kvHeads
+	for r := 0; r < n; r++ {
+		row := q[r*s.heads*d : (r+1)*s.heads*d]
+		for h := 0; h < s.heads; h++ {
+			if err := s.acc[layer*s.kvHeads+h/g].Add(row[h*d : (h+1)*d]); err != nil {
+				s.err = fmt.Errorf("layer %d query head %d: %w", layer, h, err)
+				return
+			}
+		}
+	}
+}
+
+// calibBlock is one cached block of one KV head: BlockSize rows of d.
+type calibBlock struct {
+	head int // layer*kvHeads + kv head
+	x    []float32
+}
+
+// trainCodebooks fits the K and V residual codebooks of cal from the
+// collected blocks; keys are whitened by their head's factor first.
+func trainCodebooks(cal *codec.Calibration, o CalibrateOptions, kBlocks, vBlocks []calibBlock) error {
+	ko := codec.DefaultKakeyaOptions()
+	if o.Kakeya != nil {
+		ko = *o.Kakeya
+	}
+	ko.Bits, ko.Codebook = 3, nil // the residual does not depend on either
+	kk, err := codec.NewKakeya(ko)
+	if err != nil {
+		return fmt.Errorf("model: calibrate: %w", err)
+	}
+	d, n := cal.HeadDim, o.BlockSize
+	y := make([]float32, n*d)
+	var ks, vs []float32
+	for _, b := range kBlocks {
+		L := cal.Chol[b.head]
+		for r := 0; r < n; r++ {
+			whiten(y[r*d:(r+1)*d], b.x[r*d:(r+1)*d], L, d)
+		}
+		if ks, err = kk.ScaledResiduals(ks, y, n, d); err != nil {
+			return fmt.Errorf("model: calibrate: key residuals: %w", err)
+		}
+	}
+	for _, b := range vBlocks {
+		if vs, err = kk.ScaledResiduals(vs, b.x, n, d); err != nil {
+			return fmt.Errorf("model: calibrate: value residuals: %w", err)
+		}
+	}
+	cal.KCodebooks, cal.VCodebooks = map[int]*codec.Codebook{}, map[int]*codec.Codebook{}
+	for _, bits := range o.Bits {
+		if cal.KCodebooks[bits], err = codec.TrainLloydMax(ks, bits); err != nil {
+			return fmt.Errorf("model: calibrate: key codebook: %w", err)
+		}
+		if cal.VCodebooks[bits], err = codec.TrainLloydMax(vs, bits); err != nil {
+			return fmt.Errorf("model: calibrate: value codebook: %w", err)
+		}
+	}
+	return nil
+}
+
+// whiten sets y = x·L for the row vector x and the lower-triangular L
+// (d x d), the transform codec.Preconditioned applies to keys.
+func whiten(y, x, L []float32, d int) {
+	clear(y[:d])
+	for i := 0; i < d; i++ {
+		xi := x[i]
+		for j, v := range L[i*d : i*d+i+1] {
+			y[j] += xi * v
+		}
+	}
+}
+
+// RopeAverage returns the mean over Δ in [0, span) of R(Δ) Σ R(Δ)ᵀ, where
+// R(Δ) is the RoPE rotation (Hugging Face rotate_half layout: coordinate i
+// pairs with i+d/2 at angle Δ·invFreq[i]) and Σ the d x d matrix cov.
+//
+// Keys are coded before RoPE, but a query at position p_q scores a key at
+// p_k = p_q - Δ as q_preᵀ R(-Δ) k_pre, so a key error e costs
+// E[(qᵀ R(-Δ) e)²] = eᵀ R(Δ) Σ R(Δ)ᵀ e. Averaged over offsets, pairs with
+// low frequencies keep their correlations while fast-rotating pairs keep
+// only the rotation-invariant part.
+func RopeAverage(cov []float64, d int, invFreq []float32, span int) ([]float64, error) {
+	switch {
+	case d <= 0 || d%2 != 0 || len(cov) != d*d:
+		return nil, fmt.Errorf("model: rope average: %d values for an even d = %d", len(cov), d)
+	case len(invFreq) != d/2:
+		return nil, fmt.Errorf("model: rope average: %d inverse frequencies, want d/2 = %d", len(invFreq), d/2)
+	case span < 1:
+		return nil, fmt.Errorf("model: rope average: span %d, want >= 1", span)
+	}
+	return newRopeMeans(invFreq, span).apply(cov, d), nil
+}
+
+// ropeMeans holds E[cos_a cos_b], E[sin_a sin_b] and E[cos_a sin_b] over
+// the offsets, for the angles Δ·f_a and Δ·f_b of frequency pairs a and b.
+type ropeMeans struct {
+	h          int
+	cc, ss, cs []float64 // h x h
+}
+
+func newRopeMeans(inv []float32, span int) *ropeMeans {
+	h := len(inv)
+	r := &ropeMeans{h: h, cc: make([]float64, h*h), ss: make([]float64, h*h), cs: make([]float64, h*h)}
+	c, s := make([]float64, h), make([]float64, h)
+	for delta := 0; delta < span; delta++ {
+		for a, f := range inv {
+			// The angle in float32 as the model's RoPE tables compute it.
+			ang := float64(float32(delta) * f)
+			c[a], s[a] = math.Cos(ang), math.Sin(ang)
+		}
+		for a := 0; a < h; a++ {
+			ca, sa := c[a], s[a]
+			cc, ss, cs := r.cc[a*h:(a+1)*h], r.ss[a*h:(a+1)*h], r.cs[a*h:(a+1)*h]
+			for b := 0; b < h; b++ {
+				cc[b] += ca * c[b]
+				ss[b] += sa * s[b]
+				cs[b] += ca * s[b]
+			}
+		}
+	}
+	inv1 := 1 / float64(span)
+	for i := range r.cc {
+		r.cc[i] *= inv1
+		r.ss[i] *= inv1
+		r.cs[i] *= inv1
+	}
+	return r
+}
+
+// apply averages R Σ Rᵀ blockwise. With R = [[C, -S], [S, C]] (C, S the
+// diagonal cos and sin) and Σ = [[P, Q], [Qᵀ, T]], each entry (a, b) of a
+// quarter is a combination of P, Q, Qᵀ, T at (a, b) weighted by the means.
+func (r *ropeMeans) apply(cov []float64, d int) []float64 {
+	h := r.h
+	out := make([]float64, d*d)
+	at := func(i, j int) float64 { return cov[i*d+j] }
+	for a := 0; a < h; a++ {
+		for b := 0; b < h; b++ {
+			cc, ss := r.cc[a*h+b], r.ss[a*h+b]
+			cs, sc := r.cs[a*h+b], r.cs[b*h+a] // sc = E[sin_a cos_b]
+			p, q, qt, t := at(a, b), at(a, h+b), at(h+a, b), at(h+a, h+b)
+			out[a*d+b] = cc*p - sc*qt - cs*q + ss*t
+			out[a*d+h+b] = cs*p - ss*qt + cc*q - sc*t
+			out[(h+a)*d+b] = sc*p + cc*qt - ss*q - cs*t
+			out[(h+a)*d+h+b] = ss*p + cs*qt + sc*q + cc*t
+		}
+	}
+	return out
+}
+
+// SaveCalibration writes c to path as safetensors (tensors named as
+// codec.Calibration.Tensors does, shape and provenance in the metadata),
+// atomically.
+func SaveCalibration(path string, c *codec.Calibration) error {
+	if c == nil {
+		return fmt.Errorf("model: save calibration %s: calibration is nil", path)
+	}
+	if err := c.Validate(c.Layers, c.KVHeads, c.HeadDim); err != nil {
+		return fmt.Errorf("model: save calibration %s: %w", path, err)
+	}
+	ts := c.Tensors()
+	out := make([]weights.Tensor, 0, len(ts))
+	for _, name := range slices.Sorted(maps.Keys(ts)) {
+		out = append(out, weights.F32Tensor(name, ts[name].Shape, ts[name].Data))
+	}
+	if err := weights.WriteFile(path, out, c.Metadata()); err != nil {
+		return fmt.Errorf("model: save calibration: %w", err)
+	}
+	return nil
+}
+
+// LoadCalibration reads a calibration file written by SaveCalibration and
+// checks it fits a model with configuration cfg: same layers, KV heads and
+// head_dim, and a Cholesky factor for every layer and KV head.
+func LoadCalibration(path string, cfg *weights.Config) (*codec.Calibration, error) {
+	if cfg == nil {
+		return nil, errors.New("model: load calibration: config is nil")
+	}
+	st, err := weights.OpenFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: load calibration: %w", err)
+	}
+	defer st.Close()
+	ts := make(map[string]codec.Tensor)
+	for _, name := range st.Names() {
+		t, err := st.Tensor(name)
+		if err != nil {
+			return nil, fmt.Errorf("model: load calibration %s: %w", path, err)
+		}
+		data, err := t.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("model: load calibration %s: tensor %s: %w", path, name, err)
+		}
+		ts[name] = codec.Tensor{Shape: slices.Clone(t.Shape), Data: data}
+	}
+	cal, err := codec.FromTensors(st.Metadata(), ts)
+	if err != nil {
+		return nil, fmt.Errorf("model: load calibration %s: %w", path, err)
+	}
+	hd := cfg.HeadDim
+	if hd == 0 && cfg.NumHeads > 0 {
+		hd = cfg.HiddenSize / cfg.NumHeads
+	}
+	for _, f := range []struct {
+		what       string
+		have, want int
+	}{{"layers", cal.Layers, cfg.NumLayers}, {"kv heads", cal.KVHeads, cfg.NumKVHeads}, {"head_dim", cal.HeadDim, hd}} {
+		if f.have != f.want {
+			return nil, fmt.Errorf("model: calibration %s has %d %s, model has %d", path, f.have, f.what, f.want)
+		}
+	}
+	for i := 0; i < cal.Layers*cal.KVHeads; i++ {
+		if cal.Chol == nil || cal.Chol[i] == nil {
+			return nil, fmt.Errorf("model: calibration %s has no Cholesky factor for layer %d kv head %d", path, i/cal.KVHeads, i%cal.KVHeads)
+		}
+	}
+	return cal, nil
+}

@@ -1,0 +1,433 @@
+package model
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/tokenizer"
+	"github.com/kakeya-ai/kakeya/weights"
+)
+
+// randomSPD returns a random symmetric positive definite d x d matrix.
+func randomSPD(r *rand.Rand, d int) []float64 {
+	a := make([]float64, d*d)
+	for i := range a {
+		a[i] = r.NormFloat64()
+	}
+	cov := make([]float64, d*d)
+	for i := 0; i < d; i++ {
+		for j := 0; j < d; j++ {
+			for k := 0; k < d; k++ {
+				cov[i*d+j] += a[i*d+k] * a[j*d+k]
+			}
+		}
+	}
+	return cov
+}
+
+// TestRopeAverageBruteForce compares RopeAverage with the mean of R Σ Rᵀ
+// built from explicit d x d rotation matrices, one offset at a time.
+func TestRopeAverageBruteForce(t *testing.T) {
+	for _, tc := range []struct {
+		d     int
+		theta float64
+		span  int
+	}{{8, 1e4, 1}, {8, 1e4, 37}, {16, 1e6, 200}, {64, 1e4, 64}} {
+		r := rand.New(rand.NewPCG(uint64(tc.d), uint64(tc.span)))
+		cov := randomSPD(r, tc.d)
+		inv, err := invFreq(tc.d, tc.theta, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := RopeAverage(cov, tc.d, inv, tc.span)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, h := tc.d, tc.d/2
+		want := make([]float64, d*d)
+		rot := make([]float64, d*d)
+		tmp := make([]float64, d*d)
+		for delta := 0; delta < tc.span; delta++ {
+			clear(rot)
+			for a := 0; a < h; a++ {
+				ang := float64(float32(delta) * inv[a])
+				c, s := math.Cos(ang), math.Sin(ang)
+				// x'_a = c x_a - s x_{a+h}; x'_{a+h} = s x_a + c x_{a+h}.
+				rot[a*d+a], rot[a*d+a+h] = c, -s
+				rot[(a+h)*d+a], rot[(a+h)*d+a+h] = s, c
+			}
+			clear(tmp)
+			for i := 0; i < d; i++ { // tmp = R Σ
+				for k := 0; k < d; k++ {
+					for j := 0; j < d; j++ {
+						tmp[i*d+j] += rot[i*d+k] * cov[k*d+j]
+					}
+				}
+			}
+			for i := 0; i < d; i++ { // want += tmp Rᵀ
+				for j := 0; j < d; j++ {
+					var s float64
+					for k := 0; k < d; k++ {
+						s += tmp[i*d+k] * rot[j*d+k]
+					}
+					want[i*d+j] += s / float64(tc.span)
+				}
+			}
+		}
+		for i := range want {
+			if math.Abs(got[i]-want[i]) > 1e-9*(1+math.Abs(want[i])) {
+				t.Fatalf("d=%d span=%d: [%d][%d] = %v, brute force %v", d, tc.span, i/d, i%d, got[i], want[i])
+			}
+		}
+		if tc.span == 1 {
+			for i := range cov {
+				if math.Abs(got[i]-cov[i]) > 1e-12*(1+math.Abs(cov[i])) {
+					t.Fatalf("span 1 (Δ = 0 only) changed [%d][%d]: %v -> %v", i/d, i%d, cov[i], got[i])
+				}
+			}
+		}
+	}
+}
+
+// TestRopeAverageIsAttentionError checks the convention against the RoPE
+// kernel itself: for one query q and key error e, the mean over offsets of
+// the squared post-RoPE score error equals eᵀ RopeAverage(q qᵀ) e.
+func TestRopeAverageIsAttentionError(t *testing.T) {
+	const d, span, pk = 16, 50, 3
+	r := rand.New(rand.NewPCG(5, 6))
+	q, e := make([]float32, d), make([]float32, d)
+	for i := range q {
+		q[i], e[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
+	}
+	inv, err := invFreq(d, 1e4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cos, sin := ropeTables(inv, pk+span)
+	h := d / 2
+	ek := slices.Clone(e)
+	cpu.RoPE(ek, cos[pk*h:(pk+1)*h], sin[pk*h:(pk+1)*h])
+	var want float64
+	for delta := 0; delta < span; delta++ {
+		pq := pk + delta
+		qr := slices.Clone(q)
+		cpu.RoPE(qr, cos[pq*h:(pq+1)*h], sin[pq*h:(pq+1)*h])
+		var s float64
+		for i := range qr {
+			s += float64(qr[i]) * float64(ek[i])
+		}
+		want += s * s / span
+	}
+	outer := make([]float64, d*d)
+	for i := range q {
+		for j := range q {
+			outer[i*d+j] = float64(q[i]) * float64(q[j])
+		}
+	}
+	m, err := RopeAverage(outer, d, inv, span)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for i := range e {
+		for j := range e {
+			got += float64(e[i]) * m[i*d+j] * float64(e[j])
+		}
+	}
+	if math.Abs(got-want) > 1e-4*want {
+		t.Fatalf("eᵀ M e = %v, mean squared score error through RoPE = %v", got, want)
+	}
+}
+
+func TestRopeAverageErrors(t *testing.T) {
+	inv := []float32{1, 0.1}
+	for _, tc := range []struct {
+		cov  []float64
+		d    int
+		inv  []float32
+		span int
+	}{
+		{make([]float64, 16), 4, inv, 0},
+		{make([]float64, 15), 4, inv, 5},
+		{make([]float64, 9), 3, inv, 5},
+		{make([]float64, 16), 4, []float32{1}, 5},
+	} {
+		if _, err := RopeAverage(tc.cov, tc.d, tc.inv, tc.span); err == nil {
+			t.Errorf("d=%d len=%d inv=%d span=%d: no error", tc.d, len(tc.cov), len(tc.inv), tc.span)
+		}
+	}
+}
+
+// storiesIDs returns the tokens of the start of the TinyStories validation
+// text and the stories260K directory.
+func storiesIDs(t *testing.T, n int) ([]int, string) {
+	t.Helper()
+	shared := sharedDir(t)
+	dir := filepath.Join(shared, "models", "stories260K")
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(shared, "data", "tinystories", "val.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(string(raw[:min(len(raw), 8*n)]), false)
+	if len(ids) < n {
+		t.Fatalf("%d tokens, want %d", len(ids), n)
+	}
+	return ids[:n], dir
+}
+
+// observedCov recomputes each (layer, kv head) query second moment with the
+// Observe hook, independently of Calibrate, over the same windows.
+func observedCov(t *testing.T, dir string, ids []int, ctx int) (covs [][]float64, cfg *weights.Config) {
+	t.Helper()
+	var sums [][]float64
+	var count []int
+	var heads, kvh, d int
+	m := load(t, dir, Options{Threads: 1, Observe: func(layer, _, n int, q, _ []float32) {
+		for r := 0; r < n; r++ {
+			for h := 0; h < heads; h++ {
+				i := layer*kvh + h/(heads/kvh)
+				v := q[(r*heads+h)*d : (r*heads+h+1)*d]
+				for a := range v {
+					for b := range v {
+						sums[i][a*d+b] += float64(v[a]) * float64(v[b])
+					}
+				}
+				count[i]++
+			}
+		}
+	}})
+	cfg = m.Config()
+	heads, kvh, d = cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
+	sums, count = make([][]float64, cfg.NumLayers*kvh), make([]int, cfg.NumLayers*kvh)
+	for i := range sums {
+		sums[i] = make([]float64, d*d)
+	}
+	for i := 0; i < len(ids); i += ctx - 1 {
+		w := append([]int{cfg.BOSTokenID}, ids[i:min(len(ids), i+ctx-1)]...)
+		s, err := m.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Forward(w, false); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+	}
+	for i := range sums {
+		for j := range sums[i] {
+			sums[i][j] /= float64(count[i])
+		}
+	}
+	return sums, cfg
+}
+
+func TestCalibrateStories260K(t *testing.T) {
+	const ctx, ridge = 100, 1e-2
+	ids, dir := storiesIDs(t, 400)
+	want, cfg := observedCov(t, dir, ids, ctx)
+	d := cfg.HeadDim
+	inv, err := invFreq(d, cfg.RopeTheta, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ropeAvg := range []bool{false, true} {
+		opt := CalibrateOptions{Ctx: ctx, Ridge: ridge, RopeAveraged: ropeAvg, Bits: []int{2, 3}, Threads: 1}
+		var progress []int
+		opt.Progress = func(done, total int) { progress = append(progress, done, total) }
+		cal, err := Calibrate(context.Background(), dir, ids, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cal.Validate(cfg.NumLayers, cfg.NumKVHeads, d); err != nil {
+			t.Fatal(err)
+		}
+		// 400 ids in windows of BOS + 99: 5 windows, 405 tokens.
+		if n := len(progress); n != 10 || progress[n-2] != 405 || progress[n-1] != 405 {
+			t.Errorf("progress calls %v, want 5 ending at 405 of 405", progress)
+		}
+		if cal.Meta["tokens"] != "405" || cal.Meta["rope_averaged"] != map[bool]string{false: "false", true: "true"}[ropeAvg] {
+			t.Errorf("meta %v", cal.Meta)
+		}
+		for i, L := range cal.Chol {
+			sigma := want[i]
+			if ropeAvg {
+				if sigma, err = RopeAverage(sigma, d, inv, ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr := 0.0
+			for a := 0; a < d; a++ {
+				tr += sigma[a*d+a]
+			}
+			for a := 0; a < d; a++ {
+				for b := 0; b < d; b++ {
+					var llt float64
+					for k := 0; k < d; k++ {
+						llt += float64(L[a*d+k]) * float64(L[b*d+k])
+					}
+					w := sigma[a*d+b]
+					if a == b {
+						w += ridge * tr / float64(d)
+					}
+					if math.Abs(llt-w) > 1e-4*tr/float64(d) {
+						t.Fatalf("rope-avg %v layer %d kv head %d: (L Lᵀ)[%d][%d] = %v, want Σ + ridge = %v",
+							ropeAvg, i/cfg.NumKVHeads, i%cfg.NumKVHeads, a, b, llt, w)
+					}
+				}
+			}
+		}
+		for _, bits := range []int{2, 3} {
+			for _, cb := range []*codec.Codebook{cal.KCodebooks[bits], cal.VCodebooks[bits]} {
+				if cb == nil || cb.Bits() != bits {
+					t.Fatalf("codebook b%d missing or wrong: %v", bits, cb)
+				}
+				// Unit-variance residuals: the outer levels sit near the
+				// Gaussian ones, not at some other scale.
+				top := cb.Levels[len(cb.Levels)-1]
+				if top < 0.8 || top > 4 {
+					t.Errorf("codebook b%d top level %v for unit-variance residuals", bits, top)
+				}
+			}
+		}
+		again, err := Calibrate(context.Background(), dir, ids, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cal.Chol {
+			if !slices.Equal(cal.Chol[i], again.Chol[i]) {
+				t.Fatalf("second run differs at layer %d kv head %d", i/cal.KVHeads, i%cal.KVHeads)
+			}
+		}
+		if !slices.Equal(cal.KCodebooks[3].Levels, again.KCodebooks[3].Levels) {
+			t.Fatal("second run trained another key codebook")
+		}
+	}
+}
+
+func TestCalibrateErrors(t *testing.T) {
+	ids, dir := storiesIDs(t, 50)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		dir  string
+		ids  []int
+		opt  CalibrateOptions
+		want string
+	}{
+		{"no ids", dir, nil, CalibrateOptions{}, "tokens"},
+		{"window too long", dir, ids, CalibrateOptions{Ctx: 10000}, "window"},
+		{"bad bits", dir, ids, CalibrateOptions{Bits: []int{5}}, "bits"},
+		{"missing model", filepath.Join(t.TempDir(), "nope"), ids, CalibrateOptions{}, "nope"},
+		{"bad id", dir, []int{1, 2, 100000}, CalibrateOptions{}, "out of range"},
+	} {
+		if _, err := Calibrate(ctx, tc.dir, tc.ids, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := Calibrate(cctx, dir, ids, CalibrateOptions{}); err == nil {
+		t.Error("cancelled context: no error")
+	}
+}
+
+func TestSaveLoadCalibration(t *testing.T) {
+	ids, dir := storiesIDs(t, 200)
+	cal, err := Calibrate(context.Background(), dir, ids, CalibrateOptions{Ctx: 64, Bits: []int{2, 4}, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal.Meta["data_sha256"] = "abc"
+	path := filepath.Join(t.TempDir(), "calib.safetensors")
+	if err := SaveCalibration(path, cal); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := weights.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadCalibration(path, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Layers != cal.Layers || got.KVHeads != cal.KVHeads || got.HeadDim != cal.HeadDim || got.Model != "stories260K" {
+		t.Fatalf("loaded %d x %d x %d %q", got.Layers, got.KVHeads, got.HeadDim, got.Model)
+	}
+	for i := range cal.Chol {
+		if !slices.Equal(got.Chol[i], cal.Chol[i]) {
+			t.Fatalf("factor %d differs after the round trip", i)
+		}
+	}
+	for _, bits := range []int{2, 4} {
+		if !slices.Equal(got.KCodebooks[bits].Levels, cal.KCodebooks[bits].Levels) ||
+			!slices.Equal(got.VCodebooks[bits].Levels, cal.VCodebooks[bits].Levels) {
+			t.Fatalf("codebooks b%d differ after the round trip", bits)
+		}
+	}
+	for k, v := range cal.Meta {
+		if got.Meta[k] != v {
+			t.Errorf("meta %s = %q after the round trip, want %q", k, got.Meta[k], v)
+		}
+	}
+
+	// Mismatches against other shapes name the file and the field.
+	tiny := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(tiny, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	qcfg, err := weights.LoadConfig(tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, hd := *cfg, *cfg
+	kv.NumKVHeads = 2
+	hd.HeadDim = 16
+	garbage := filepath.Join(t.TempDir(), "garbage.safetensors")
+	if err := os.WriteFile(garbage, []byte("not a safetensors file at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	partial := *cal
+	partial.Chol = slices.Clone(cal.Chol)
+	partial.Chol[7] = nil
+	partialPath := filepath.Join(t.TempDir(), "partial.safetensors")
+	if err := SaveCalibration(partialPath, &partial); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		path string
+		cfg  *weights.Config
+		want string
+	}{
+		{"qwen2 layers", path, qcfg, "has 5 layers, model has 2"},
+		{"kv heads", path, &kv, "has 4 kv heads, model has 2"},
+		{"head_dim", path, &hd, "has 8 head_dim, model has 16"},
+		{"missing file", filepath.Join(t.TempDir(), "none.safetensors"), cfg, "none.safetensors"},
+		{"not safetensors", garbage, cfg, "garbage.safetensors"},
+		{"missing factor", partialPath, cfg, "no Cholesky factor for layer 1 kv head 3"},
+	} {
+		_, err := LoadCalibration(tc.path, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+		if err != nil && !strings.Contains(err.Error(), filepath.Base(tc.path)) {
+			t.Errorf("%s: error %v does not name the file", tc.name, err)
+		}
+	}
+	if err := SaveCalibration(filepath.Join(t.TempDir(), "x"), &codec.Calibration{Layers: 1, KVHeads: 1, HeadDim: 2, Chol: [][]float32{{1, 0, 0, -1}}}); err == nil {
+		t.Error("saving an invalid calibration: no error")
+	}
+}
