@@ -139,7 +139,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	mopt.Threads = o.threads
 
 	start := time.Now()
-	eng, err := model.LoadEngine(ctx, o.model, model.EngineOptions{Model: mopt, Hub: hub})
+	dir, err := weights.Resolve(ctx, o.model, hub)
+	if err != nil {
+		return err
+	}
+	if mopt.Cache, err = o.cache.policy(dir); err != nil {
+		return err
+	}
+	eng, err := model.LoadEngine(ctx, dir, model.EngineOptions{Model: mopt, Hub: hub})
 	if err != nil {
 		return err
 	}
@@ -170,8 +177,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if !o.quiet {
 		fmt.Fprintf(stderr, "\nload %.2fs | prefill %d tokens %.1f tok/s | decode %d tokens %.1f tok/s | stop: %s\n",
 			load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason)
-		fmt.Fprintf(stderr, "KV cache: %d tokens, %s in use (a bf16 cache: %s, ratio %.2fx)\n",
+		fmt.Fprintf(stderr, "KV cache: %d tokens, %s in use (a bf16 cache: %s, ratio %.2fx)",
 			res.KV.Tokens, mib(res.KV.Bytes()), mib(res.KV.BF16), res.KV.Ratio())
+		if res.KV.Compressed > 0 {
+			fmt.Fprintf(stderr, "; encoded blocks %s, codec ratio %.2fx", mib(res.KV.Compressed), res.KV.CodecRatio())
+		}
+		fmt.Fprintln(stderr)
 	}
 	return nil
 }
