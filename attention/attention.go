@@ -167,21 +167,19 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 			return err
 		}
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
-		for r := r0; r < r1; r++ {
-			pos := b*bs + r
-			kr := s.rot[r*d : (r+1)*d]
-			copy(kr, kb[r*d:(r+1)*d])
-			cpu.RoPE(kr, t.cos[pos*half:(pos+1)*half], t.sin[pos*half:(pos+1)*half])
-		}
+		p0 := b*bs + r0
+		cpu.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
 		for qi := i0; qi < i1; qi++ {
 			qp := t.start + qi
 			lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+			if lo >= hi {
+				continue
+			}
 			for hh := 0; hh < G; hh++ {
 				qv := t.q[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
 				srow := sc[((qi-i0)*G+hh)*stride+b*bs:]
-				for r := lo; r < hi; r++ {
-					srow[r] = cpu.Dot(qv, s.rot[r*d:(r+1)*d]) * a.scale
-				}
+				cpu.DotBlock(srow[lo:hi], qv, s.rot[lo*d:hi*d], hi-lo, d)
+				cpu.Scale(srow[lo:hi], a.scale)
 			}
 		}
 	}
@@ -207,12 +205,13 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		for qi := i0; qi < i1; qi++ {
 			qp := t.start + qi
 			lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+			if lo >= hi {
+				continue
+			}
 			for hh := 0; hh < G; hh++ {
 				srow := sc[((qi-i0)*G+hh)*stride+b*bs:]
 				o := t.out[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
-				for r := lo; r < hi; r++ {
-					cpu.Axpy(srow[r], vb[r*d:(r+1)*d], o)
-				}
+				cpu.AxpyBlock(o, srow[lo:hi], vb[lo*d:hi*d], hi-lo, d)
 			}
 		}
 	}

@@ -18,3 +18,7 @@ func mulScaled(out, x, w []float32, s float32)      { mulScaledScalar(out, x, w,
 func siluMul(gate, up []float32)                    { siluMulScalar(gate, up) }
 func softmax(x []float32)                           { softmaxScalar(x) }
 func rope(x, cos, sin []float32)                    { ropeScalar(x, cos, sin) }
+
+func dotBlock(out, q, keys []float32, d int) { dotBlockScalar(out, q, keys, d) }
+func axpyBlock(out, w, vals []float32)       { axpyBlockScalar(out, w, vals) }
+func ropeCopy(dst, src, cos, sin []float32)  { ropeCopyScalar(dst, src, cos, sin) }
