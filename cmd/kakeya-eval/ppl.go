@@ -16,7 +16,6 @@ import (
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
-	"github.com/kakeya-ai/kakeya/weights"
 )
 
 const pplUsage = `usage: kakeya-eval ppl --model DIR [flags]
@@ -257,8 +256,7 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 			return nil, err
 		}
 		if c.Precondition && cal == nil {
-			cfg := m.Config()
-			if cal, err = loadCalibration(f.calib, cfg, cfg.HeadDim); err != nil {
+			if cal, err = model.LoadCalibration(f.calib, m.Config()); err != nil {
 				e.Close()
 				return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
 			}
@@ -276,36 +274,6 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 // cacheSpec is the model's view of a configuration's cache settings.
 func cacheSpec(c eval.Config) model.CacheSpec {
 	return model.CacheSpec{K: c.K, V: c.V, Boundary: c.Boundary, HotWindow: c.HotWindow, Sinks: c.Sinks, Precondition: c.Precondition}
-}
-
-// loadCalibration reads a calibration file (safetensors written by
-// kakeya-eval calibrate) and checks it against the model's shape.
-func loadCalibration(path string, cfg *weights.Config, headDim int) (*codec.Calibration, error) {
-	st, err := weights.OpenFile(path)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	ts := make(map[string]codec.Tensor)
-	for _, name := range st.Names() {
-		t, err := st.Tensor(name)
-		if err != nil {
-			return nil, err
-		}
-		data, err := t.Float32s()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		ts[name] = codec.Tensor{Shape: append([]int(nil), t.Shape...), Data: data}
-	}
-	cal, err := codec.FromTensors(st.Metadata(), ts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := cal.Validate(cfg.NumLayers, cfg.NumKVHeads, headDim); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return cal, nil
 }
 
 func (e *engine) Vocab() int { return e.m.Config().VocabSize }

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/weights"
 )
 
 // sharedDir locates the shared data set: $KAKEYA_SHARED, else ../shared
@@ -163,5 +168,41 @@ func TestPPLCancelledWritesNothing(t *testing.T) {
 	}
 	if _, serr := os.Stat(out); !os.IsNotExist(serr) {
 		t.Errorf("cancelled run left %s (stat: %v)", out, serr)
+	}
+}
+
+// precond=1 configurations read --calib and precondition the keys. A factor
+// of 2*I only scales the keys by a power of two, which int8's own scale
+// undoes, so the preconditioned run must score like plain int8 keys.
+func TestPPLPrecond(t *testing.T) {
+	sh := sharedDir(t)
+	dir := filepath.Join(sh, "models", "stories260K")
+	cfg, err := weights.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.HeadDim
+	cal := &codec.Calibration{Layers: cfg.NumLayers, KVHeads: cfg.NumKVHeads, HeadDim: d, Model: "stories260K"}
+	for range cfg.NumLayers * cfg.NumKVHeads {
+		L := make([]float32, d*d)
+		for i := range d {
+			L[i*d+i] = 2
+		}
+		cal.Chol = append(cal.Chol, L)
+	}
+	calib := filepath.Join(t.TempDir(), "calib.safetensors")
+	if err := model.SaveCalibration(calib, cal); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := runReport(t, "--model", dir, "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+		"--ctx", "48", "--n-eval", "16", "--passages", "2", "--calib", calib,
+		"--config", "name=k8,k=int8,block=16", "--config", "name=pk8,k=int8,precond=1,block=16")
+	if len(r.Configs) != 3 {
+		t.Fatalf("report %+v", r)
+	}
+	k8, pk8 := r.Configs[1], r.Configs[2]
+	t.Logf("KL: int8 keys %.3g, preconditioned %.3g", k8.MeanKL, pk8.MeanKL)
+	if pk8.Total.N != 32 || !(pk8.MeanKL > 0) || math.Abs(pk8.MeanKL-k8.MeanKL) > 0.01*k8.MeanKL {
+		t.Errorf("preconditioned int8 keys: %+v; plain int8 keys: %+v", pk8, k8)
 	}
 }

@@ -216,7 +216,7 @@ func (c *cacheFlags) policy(dir string) (kvcache.Policy, error) {
 	}
 	var cal *codec.Calibration
 	if s.Precondition {
-		if cal, err = loadCalibration(c.calib, cfg); err != nil {
+		if cal, err = model.LoadCalibration(c.calib, cfg); err != nil {
 			return kvcache.Policy{}, fmt.Errorf("--calib: %w", err)
 		}
 	}
@@ -226,36 +226,6 @@ func (c *cacheFlags) policy(dir string) (kvcache.Policy, error) {
 		}
 	}
 	return model.NewPolicy(cfg, s, cal)
-}
-
-// loadCalibration reads a calibration file (safetensors written by
-// kakeya-eval calibrate) and checks it against the model's shape.
-func loadCalibration(path string, cfg *weights.Config) (*codec.Calibration, error) {
-	st, err := weights.OpenFile(path)
-	if err != nil {
-		return nil, err
-	}
-	defer st.Close()
-	ts := make(map[string]codec.Tensor)
-	for _, name := range st.Names() {
-		t, err := st.Tensor(name)
-		if err != nil {
-			return nil, err
-		}
-		data, err := t.Float32s()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		ts[name] = codec.Tensor{Shape: append([]int(nil), t.Shape...), Data: data}
-	}
-	cal, err := codec.FromTensors(st.Metadata(), ts)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := cal.Validate(cfg.NumLayers, cfg.NumKVHeads, cfg.HeadDim); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return cal, nil
 }
 
 func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {

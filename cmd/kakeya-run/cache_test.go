@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"io"
-	"maps"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -132,13 +131,8 @@ func writeCalibration(t *testing.T, dir string) string {
 		}
 		cal.Chol = append(cal.Chol, L)
 	}
-	ts := cal.Tensors()
-	var out []weights.Tensor
-	for _, name := range slices.Sorted(maps.Keys(ts)) {
-		out = append(out, weights.F32Tensor(name, ts[name].Shape, ts[name].Data))
-	}
 	path := filepath.Join(t.TempDir(), "calib.safetensors")
-	if err := weights.WriteFile(path, out, cal.Metadata()); err != nil {
+	if err := model.SaveCalibration(path, cal); err != nil {
 		t.Fatal(err)
 	}
 	return path
