@@ -18,8 +18,9 @@ type CacheSpec struct {
 	// K and V are codec spec strings (see codec.ParseSpec), e.g. "int8" or
 	// "kakeya:b=3,rank=4"; "" keeps that side uncompressed.
 	K, V string
-	// Boundary lists layers kept uncompressed; negative indices count from
-	// the end (-1 is the last layer).
+	// Boundary lists layers that skip the codecs and keep their full blocks
+	// in bf16, as an uncompressed bf16 cache would; negative indices count
+	// from the end (-1 is the last layer).
 	Boundary []int
 	// HotWindow is how many of the newest tokens always stay uncompressed.
 	HotWindow int
@@ -67,7 +68,8 @@ func (m *Model) Policy(spec CacheSpec, cal *codec.Calibration) (kvcache.Policy, 
 }
 
 // NewPolicy turns spec into the cache policy of a model with configuration
-// cfg: one codec per layer outside the boundary, and with Precondition one
+// cfg: one codec per layer outside the boundary (boundary layers store full
+// blocks as bf16), and with Precondition one
 // key codec per KV head whitened by that head's Cholesky factor in cal
 // (which must match the model's shape). cal may be nil otherwise.
 func NewPolicy(cfg *weights.Config, spec CacheSpec, cal *codec.Calibration) (kvcache.Policy, error) {
@@ -113,6 +115,7 @@ func NewPolicy(cfg *weights.Config, spec CacheSpec, cal *codec.Calibration) (kvc
 	p.Layers = make([]kvcache.LayerCodecs, layers)
 	for l := range p.Layers {
 		if boundary[l] {
+			p.Layers[l] = kvcache.LayerCodecs{K: []codec.Codec{codec.BF16{}}, V: codec.BF16{}}
 			continue
 		}
 		p.Layers[l].V = v

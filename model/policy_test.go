@@ -114,10 +114,10 @@ func TestNewPolicy(t *testing.T) {
 		{name: "uncompressed", spec: CacheSpec{HotWindow: 8}, want: []string{"-|-", "-|-", "-|-", "-|-", "-|-"}},
 		{name: "kv int8", spec: CacheSpec{K: "int8", V: "int8"}, want: []string{"int8|int8", "int8|int8", "int8|int8", "int8|int8", "int8|int8"}},
 		{name: "boundary", spec: CacheSpec{K: "int8", V: "int4", Boundary: []int{0, -1, 2}},
-			want: []string{"-|-", "int8|int4", "-|-", "int8|int4", "-|-"}},
+			want: []string{"bf16|bf16", "int8|int4", "bf16|bf16", "int8|int4", "bf16|bf16"}},
 		{name: "k only", spec: CacheSpec{K: "bf16"}, want: []string{"bf16|-", "bf16|-", "bf16|-", "bf16|-", "bf16|-"}},
 		{name: "precond", spec: CacheSpec{K: "int8", V: "int8", Boundary: []int{-5}, Precondition: true}, cal: cal,
-			want: []string{"-|-", "pre+int8|int8", "pre+int8|int8", "pre+int8|int8", "pre+int8|int8"}},
+			want: []string{"bf16|bf16", "pre+int8|int8", "pre+int8|int8", "pre+int8|int8", "pre+int8|int8"}},
 		// A calibration is ignored when nothing is preconditioned.
 		{name: "cal unused", spec: CacheSpec{V: "int8"}, cal: testCalibration(1, 1, 2), want: []string{"-|int8", "-|int8", "-|int8", "-|int8", "-|int8"}},
 		{name: "boundary past the end", spec: CacheSpec{K: "int8", Boundary: []int{7}}, err: "boundary layer 7 outside a model of 5 layers"},

@@ -73,7 +73,7 @@ func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.vBits, "v-bits", 0, "bit width of the value codec, for codecs that have one (kakeya: 2, 3 or 4)")
 	fs.Var(&c.hot, "hot-window", "the newest `N` tokens stay uncompressed (default one block)")
 	fs.IntVar(&c.sinks, "sinks", 0, "first tokens kept uncompressed (attention sinks)")
-	fs.StringVar(&c.boundary, "boundary", defaultBoundary, "layers a codec leaves uncompressed, comma-separated, negative from the end (none = compress every layer)")
+	fs.StringVar(&c.boundary, "boundary", defaultBoundary, "layers that skip the codec and store bf16 blocks, comma-separated, negative from the end (none = compress every layer)")
 	fs.StringVar(&c.calib, "calib", "", "calibration file (kakeya-eval calibrate): precondition each key codec by the model's query covariance")
 }
 
