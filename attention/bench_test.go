@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
@@ -31,6 +32,58 @@ func BenchmarkDecode(b *testing.B) {
 			}
 			cos, sin := ropeTables(ctx, 64)
 			a, err := New(pool, p, 16, ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			q, out := kv[:14*64], make([]float32, 14*64)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := a.Forward(out, q, 1, ctx-1, c, 0, cos, sin); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeCompressed times one query token over a 2048-token cache
+// in 64-token blocks, all but the newest block encoded, with Qwen2.5-0.5B's
+// head geometry: the per-layer cost of decoding compressed blocks inside
+// attention, beside the plain float cache.
+func BenchmarkDecodeCompressed(b *testing.B) {
+	const ctx, bs = 2048, 64
+	for _, spec := range []string{"plain", "int8", "kakeya"} {
+		b.Run(spec, func(b *testing.B) {
+			var policy kvcache.Policy
+			if spec != "plain" {
+				sp, err := codec.ParseSpec(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cd, err := codec.New(sp)
+				if err != nil {
+					b.Fatal(err)
+				}
+				policy = kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{cd}, V: cd}}}
+			}
+			p := Params{Heads: 14, KVHeads: 2, HeadDim: 64}
+			pool := cpu.NewPool(0)
+			defer pool.Close()
+			c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 2, HeadDim: 64, BlockSize: bs, MaxTokens: ctx, Policy: policy})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, 1))
+			kv := make([]float32, ctx*2*64)
+			for i := range kv {
+				kv[i] = float32(r.NormFloat64())
+			}
+			if err := c.Append(0, kv, kv, ctx); err != nil {
+				b.Fatal(err)
+			}
+			cos, sin := ropeTables(ctx, 64)
+			a, err := New(pool, p, bs, ctx)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -226,12 +226,14 @@ func gemvRowF32(w []float32, xp []float32) f32x8 {
 // accumulators, enough independent FMA chains to cover the FMA latency.
 func dot4x2AVX2(w []float32, ws int, x0, x1 []float32, d *[8]float32) {
 	k := len(x0)
-	x1 = x1[:k]
-	w0, w1, w2, w3 := w[:k], w[ws:ws+k], w[2*ws:2*ws+k], w[3*ws:3*ws+k]
+	// Three-index slices pin each length and capacity to k, so the loop
+	// below runs without bounds checks.
+	x0, x1 = x0[:k:k], x1[:k:k]
+	w0, w1, w2, w3 := w[:k:k], w[ws:][:k:k], w[2*ws:][:k:k], w[3*ws:][:k:k]
 	a00, a10, a20, a30 := zero8(), zero8(), zero8(), zero8()
 	a01, a11, a21, a31 := zero8(), zero8(), zero8(), zero8()
 	c := 0
-	for ; c+8 <= k; c += 8 {
+	for ; c <= k-8; c += 8 {
 		u, v := load8(x0[c:c+8]), load8(x1[c:c+8])
 		r := load8(w0[c : c+8])
 		a00 = r.MulAdd(u, a00)
@@ -263,11 +265,12 @@ func dot4x2AVX2(w []float32, ws int, x0, x1 []float32, d *[8]float32) {
 
 func dot4x1AVX2(w []float32, ws int, x []float32, d *[4]float32) {
 	k := len(x)
-	w0, w1, w2, w3 := w[:k], w[ws:ws+k], w[2*ws:2*ws+k], w[3*ws:3*ws+k]
+	x = x[:k:k]
+	w0, w1, w2, w3 := w[:k:k], w[ws:][:k:k], w[2*ws:][:k:k], w[3*ws:][:k:k]
 	a0, a1, a2, a3 := zero8(), zero8(), zero8(), zero8()
 	b0, b1, b2, b3 := zero8(), zero8(), zero8(), zero8()
 	c := 0
-	for ; c+16 <= k; c += 16 {
+	for ; c <= k-16; c += 16 {
 		u, v := load8(x[c:c+8]), load8(x[c+8:c+16])
 		a0 = load8(w0[c:c+8]).MulAdd(u, a0)
 		a1 = load8(w1[c:c+8]).MulAdd(u, a1)
