@@ -87,22 +87,93 @@ func BenchmarkDecode(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 }
 
-// BenchmarkPrefill times a 128-token prompt in one call.
+// BenchmarkPrefill times a prompt of 128 or 512 tokens in one call.
 func BenchmarkPrefill(b *testing.B) {
 	m := benchModel(b)
-	s, err := m.NewSequence()
+	for _, n := range []int{128, 512} {
+		b.Run(fmt.Sprintf("n%d", n), func(b *testing.B) {
+			s, err := m.NewSequence()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			prompt := testIDs(n, m.Config().VocabSize)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				s.Reset()
+				if _, err := s.Forward(prompt, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// decodeDrift is how far past the prefilled context a decode benchmark runs
+// before it prefills again, so the context stays near its nominal length.
+const decodeDrift = 128
+
+// BenchmarkDecodeContext times one-token steps after a prompt of 512 or 2048
+// tokens, with the plain float cache and with every layer's K and V encoded
+// by int8 or kakeya in 64-token blocks (one hot block), so the cost of
+// decoding compressed blocks inside attention shows. The prompt is
+// prefilled outside the timer, once per sub-benchmark unless its steps run
+// decodeDrift tokens past it.
+func BenchmarkDecodeContext(b *testing.B) {
+	if testing.Short() {
+		b.Skip("writes a 1 GB checkpoint and prefills up to 2048 tokens")
+	}
+	benchModel(b) // writes the checkpoint
+	m, err := Load(benchDir, Options{MaxContext: 2048 + decodeDrift + 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	prompt := testIDs(128, m.Config().VocabSize)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		s.Reset()
-		if _, err := s.Forward(prompt, false); err != nil {
-			b.Fatal(err)
+	defer m.Close()
+	for _, cache := range []string{"plain", "int8", "kakeya"} {
+		opts := SequenceOptions{}
+		if cache != "plain" {
+			p, err := m.Policy(CacheSpec{K: cache, V: cache, HotWindow: 64}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts = SequenceOptions{Cache: p, BlockSize: 64}
+		}
+		for _, ctx := range []int{512, 2048} {
+			s, err := m.NewSequenceOpts(opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			prompt := testIDs(ctx, m.Config().VocabSize)
+			// The sequence outlives the calls of the sub-benchmark's
+			// function, so its first b.N=1 probe does not cost a prefill.
+			b.Run(fmt.Sprintf("%s/ctx%d", cache, ctx), func(b *testing.B) {
+				b.StopTimer()
+				if s.Len() == 0 || s.Len()+b.N > ctx+decodeDrift {
+					s.Reset()
+					if _, err := s.Forward(prompt, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportAllocs()
+				b.StartTimer()
+				for i := 0; i < b.N; i++ {
+					if s.Len() >= ctx+decodeDrift {
+						b.StopTimer()
+						s.Reset()
+						if _, err := s.Forward(prompt, false); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					if _, err := s.Forward([]int{(i*31 + 7) % 1000}, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			})
+			s.Close()
 		}
 	}
-	b.ReportMetric(float64(128*b.N)/b.Elapsed().Seconds(), "tokens/s")
 }
