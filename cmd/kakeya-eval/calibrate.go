@@ -36,6 +36,7 @@ Flags:
 type calibFlags struct {
 	model, data, out, bits string
 	ctx, tokens, threads   int
+	ropeSpan               int
 	ridge                  float64
 	ropeAvg                bool
 }
@@ -55,7 +56,8 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&f.tokens, "tokens", 0, "use at most this many tokens of the text (0: all)")
 	fs.Float64Var(&f.ridge, "ridge", model.DefaultCalibrationRidge, "Cholesky ridge relative to tr(Σ)/d (0: none)")
 	fs.StringVar(&f.bits, "bits", "2,3,4", `residual codebook widths to train, comma-separated ("none": no codebooks)`)
-	fs.BoolVar(&f.ropeAvg, "rope-avg", false, "average the query second moment over RoPE offsets [0, ctx) (see model.RopeAverage)")
+	fs.BoolVar(&f.ropeAvg, "rope-avg", false, "average the query second moment over RoPE offsets [0, rope-span) (see model.RopeAverage; off: measured worse on stories260K)")
+	fs.IntVar(&f.ropeSpan, "rope-span", 0, "offsets averaged with --rope-avg (0: ctx)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads (0: GOMAXPROCS)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -93,8 +95,8 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 		return errors.New("calibrate: --model is required")
 	case f.out == "":
 		return errors.New("calibrate: --out is required")
-	case f.ctx < 0 || f.tokens < 0 || f.threads < 0:
-		return errors.New("calibrate: --ctx, --tokens and --threads must be >= 0")
+	case f.ctx < 0 || f.tokens < 0 || f.threads < 0 || f.ropeSpan < 0:
+		return errors.New("calibrate: --ctx, --tokens, --threads and --rope-span must be >= 0")
 	case f.ridge < 0 || math.IsNaN(f.ridge) || math.IsInf(f.ridge, 0):
 		return fmt.Errorf("calibrate: --ridge %v must be finite and >= 0", f.ridge)
 	}
@@ -141,7 +143,7 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 	}
 	lastTen := -1
 	opt := model.CalibrateOptions{
-		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, Bits: bits, Threads: f.threads,
+		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads,
 		Progress: func(done, total int) {
 			if ten := 10 * done / max(total, 1); ten > lastTen {
 				lastTen = ten
@@ -166,8 +168,12 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 // L Lᵀ = Σ + ridge.
 func writeCalibSummary(w io.Writer, cal *codec.Calibration, f *calibFlags, dur time.Duration) error {
 	m := cal.Meta
+	rope := "no"
+	if m["rope_averaged"] == "true" {
+		rope = "over " + m["rope_span"] + " offsets"
+	}
 	fmt.Fprintf(w, "%s: %s tokens of %s in %s windows of %s (ridge %s, rope-averaged %s), %.1fs -> %s\n",
-		cal.Model, m["tokens"], filepath.Base(f.data), m["windows"], m["ctx"], m["ridge"], m["rope_averaged"], dur.Seconds(), f.out)
+		cal.Model, m["tokens"], filepath.Base(f.data), m["windows"], m["ctx"], m["ridge"], rope, dur.Seconds(), f.out)
 	d := cal.HeadDim
 	fmt.Fprintf(w, "%-6s %-24s %s\n", "layer", "tr(Σ) per kv head", "cond(Σ+ridge) per kv head")
 	for l := 0; l < cal.Layers; l++ {
