@@ -16,8 +16,8 @@ type Config struct {
 	// side uncompressed.
 	K string `json:"k,omitempty"`
 	V string `json:"v,omitempty"`
-	// Boundary lists layers kept uncompressed; negative indices count from
-	// the end (-1 is the last layer).
+	// Boundary lists layers that skip the codecs and keep bf16 blocks;
+	// negative indices count from the end (-1 is the last layer).
 	Boundary []int `json:"boundary,omitempty"`
 	// BlockSize is tokens per cache block (0: the run's default).
 	BlockSize int `json:"block,omitempty"`

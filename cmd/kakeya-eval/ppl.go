@@ -38,7 +38,7 @@ Modes:
   name=NAME,k=SPEC,v=SPEC,kv=SPEC,boundary=0;1;-1,block=N,hot=N,sinks=N,precond=0|1
 where SPEC is a codec spec ("int8", "kakeya:b=3"; commas inside a spec are
 kept when the next piece is not one of these keys) and boundary layers,
-separated by ';' (negative from the end), stay uncompressed.
+separated by ';' (negative from the end), skip the codecs and keep bf16 blocks.
 --configs FILE reads a JSON list of {"name","k","v","boundary","block","hot","sinks","precond"}.
 
 The table goes to stdout; the JSON report is written (atomically) only when
