@@ -28,6 +28,9 @@ type Config struct {
 	// Precondition whitens K by the calibrated query covariance (needs a
 	// calibration file).
 	Precondition bool `json:"precond,omitempty"`
+	// Codebooks uses the calibration's Lloyd–Max residual codebooks in
+	// Kakeya codecs (needs a calibration file).
+	Codebooks bool `json:"cb,omitempty"`
 }
 
 // Reference returns the uncompressed configuration every run compares to.
@@ -67,13 +70,16 @@ func (c Config) String() string {
 	if c.Precondition {
 		b.WriteString(",precond=1")
 	}
+	if c.Codebooks {
+		b.WriteString(",cb=1")
+	}
 	return b.String()
 }
 
 // isConfigKey reports whether key belongs to the --config grammar.
 func isConfigKey(key string) bool {
 	switch key {
-	case "name", "k", "v", "kv", "boundary", "block", "hot", "sinks", "precond":
+	case "name", "k", "v", "kv", "boundary", "block", "hot", "sinks", "precond", "cb":
 		return true
 	}
 	return false
@@ -86,7 +92,7 @@ func isConfigKey(key string) bool {
 //
 // Keys: name (required), k and v (codec specs), kv (the same spec for both),
 // boundary (layer indices separated by ';', negative from the end), block,
-// hot, sinks (non-negative integers; block positive), precond (0/1,
+// hot, sinks (non-negative integers; block positive), precond and cb (0/1,
 // true/false). A codec spec may itself hold commas: a comma-separated piece
 // that does not start with one of the keys above and '=' continues the k,
 // v or kv value before it, so "k=kakeya:b=3,r=4,v=int4" gives k
@@ -110,7 +116,7 @@ func ParseConfig(s string) (Config, error) {
 			if !ok {
 				return Config{}, fmt.Errorf("eval: config %q: %q is not key=value", s, piece)
 			}
-			return Config{}, fmt.Errorf("eval: config %q: unknown key %q (want name, k, v, kv, boundary, block, hot, sinks or precond)", s, key)
+			return Config{}, fmt.Errorf("eval: config %q: unknown key %q (want name, k, v, kv, boundary, block, hot, sinks, precond or cb)", s, key)
 		}
 		if seen[key] || (key == "kv" && (seen["k"] || seen["v"])) || ((key == "k" || key == "v") && seen["kv"]) {
 			return Config{}, fmt.Errorf("eval: config %q: %s given twice", s, key)
@@ -140,6 +146,8 @@ func ParseConfig(s string) (Config, error) {
 			c.Sinks, err = parseCount(val)
 		case "precond":
 			c.Precondition, err = parseFlag(val)
+		case "cb":
+			c.Codebooks, err = parseFlag(val)
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("eval: config %q: %s=%q: %w", s, key, val, err)
@@ -207,7 +215,7 @@ func parseFlag(s string) (bool, error) {
 
 // ParseConfigsJSON reads a JSON list of configurations with the field
 // names of Config ("name", "k", "v", "boundary": [0, -1], "block", "hot",
-// "sinks", "precond": true). Unknown fields are errors.
+// "sinks", "precond": true, "cb": true). Unknown fields are errors.
 func ParseConfigsJSON(data []byte) ([]Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -22,6 +22,7 @@ func TestParseConfig(t *testing.T) {
 		{in: "name=m,kv=kakeya:b=2,outliers=8,hot=16", want: Config{Name: "m", K: "kakeya:b=2,outliers=8", V: "kakeya:b=2,outliers=8", HotWindow: 16}},
 		{in: "name=m,boundary=0; 1;-2", want: Config{Name: "m", Boundary: []int{0, 1, -2}}},
 		{in: "name=m,precond=false", want: Config{Name: "m"}},
+		{in: "name=m,kv=kakeya:b=2,precond=1,cb=1", want: Config{Name: "m", K: "kakeya:b=2", V: "kakeya:b=2", Precondition: true, Codebooks: true}},
 
 		{in: "", err: "not key=value"},
 		{in: "k=int4", err: "name is missing"},
@@ -31,6 +32,7 @@ func TestParseConfig(t *testing.T) {
 		{in: "name=a,block=-4", err: "non-negative integer"},
 		{in: "name=a,hot=x", err: "non-negative integer"},
 		{in: "name=a,precond=2", err: "want 0 or 1"},
+		{in: "name=a,cb=maybe", err: `cb="maybe": want 0 or 1`},
 		{in: "name=a,boundary=0,1", err: `"1" is not key=value`},
 		{in: "name=a,boundary=0:1", err: "separate layer indices with ';'"},
 		{in: "name=a,boundary=", err: "no layers"},
@@ -64,14 +66,14 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestParseConfigsJSON(t *testing.T) {
-	good := `[{"name":"kk3","k":"kakeya:b=3","v":"kakeya:b=3","boundary":[0,-1],"block":256,"hot":64,"sinks":4,"precond":true},
+	good := `[{"name":"kk3","k":"kakeya:b=3","v":"kakeya:b=3","boundary":[0,-1],"block":256,"hot":64,"sinks":4,"precond":true,"cb":true},
 	          {"name":"i8","k":"int8","v":"int8"}]`
 	got, err := ParseConfigsJSON([]byte(good))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Config{
-		{Name: "kk3", K: "kakeya:b=3", V: "kakeya:b=3", Boundary: []int{0, -1}, BlockSize: 256, HotWindow: 64, Sinks: 4, Precondition: true},
+		{Name: "kk3", K: "kakeya:b=3", V: "kakeya:b=3", Boundary: []int{0, -1}, BlockSize: 256, HotWindow: 64, Sinks: 4, Precondition: true, Codebooks: true},
 		{Name: "i8", K: "int8", V: "int8"},
 	}
 	if !reflect.DeepEqual(got, want) {

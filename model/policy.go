@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,10 @@ type CacheSpec struct {
 	// Precondition whitens each KV head's keys by the calibrated query
 	// covariance before the K codec; it needs a calibration.
 	Precondition bool
+	// Codebooks gives Kakeya codecs the calibration's Lloyd–Max residual
+	// codebooks for their bit width instead of the Gaussian ones. Keys use
+	// the key codebook only when preconditioned, the domain it was fitted in.
+	Codebooks bool
 }
 
 // Compressed reports whether the spec compresses anything.
@@ -59,6 +64,9 @@ func (s CacheSpec) Validate() error {
 	if s.Precondition && s.K == "" {
 		return errors.New("model: cache: preconditioning wraps the key codec, but K is uncompressed")
 	}
+	if s.Codebooks && !s.Compressed() {
+		return errors.New("model: cache: calibrated codebooks need a codec, but K and V are uncompressed")
+	}
 	return nil
 }
 
@@ -88,6 +96,9 @@ func NewPolicy(cfg *weights.Config, spec CacheSpec, cal *codec.Calibration) (kvc
 		}
 		boundary[i] = true
 	}
+	if spec.Codebooks && cal == nil {
+		return kvcache.Policy{}, errors.New("model: cache: calibrated codebooks need a calibration")
+	}
 	if spec.Precondition {
 		if cal == nil || cal.Chol == nil {
 			return kvcache.Policy{}, errors.New("model: cache: preconditioning needs a calibration with query Cholesky factors")
@@ -109,6 +120,16 @@ func NewPolicy(cfg *weights.Config, spec CacheSpec, cal *codec.Calibration) (kvc
 	}
 	if spec.V != "" {
 		if v, err = newCodec(spec.V); err != nil {
+			return kvcache.Policy{}, fmt.Errorf("model: cache: V codec: %w", err)
+		}
+	}
+	if spec.Codebooks {
+		if spec.Precondition {
+			if k, err = withCodebook(k, cal.KCodebooks); err != nil {
+				return kvcache.Policy{}, fmt.Errorf("model: cache: K codec: %w", err)
+			}
+		}
+		if v, err = withCodebook(v, cal.VCodebooks); err != nil {
 			return kvcache.Policy{}, fmt.Errorf("model: cache: V codec: %w", err)
 		}
 	}
@@ -138,6 +159,28 @@ func NewPolicy(cfg *weights.Config, spec CacheSpec, cal *codec.Calibration) (kvc
 		}
 	}
 	return p, nil
+}
+
+// withCodebook rebuilds a Kakeya codec c with the codebook in cbs for its
+// bit width; other codecs, and Kakeya codecs given an explicit codebook,
+// come back unchanged.
+func withCodebook(c codec.Codec, cbs map[int]*codec.Codebook) (codec.Codec, error) {
+	kk, ok := c.(*codec.Kakeya)
+	if !ok || kk.Options().Codebook != nil {
+		return c, nil
+	}
+	o := kk.Options()
+	cb := cbs[o.Bits]
+	if cb == nil {
+		have := make([]int, 0, len(cbs))
+		for b := range cbs {
+			have = append(have, b)
+		}
+		slices.Sort(have)
+		return nil, fmt.Errorf("calibration has no %d-bit codebook (it has %v; calibrate with --bits %d)", o.Bits, have, o.Bits)
+	}
+	o.Codebook = cb
+	return codec.NewKakeya(o)
 }
 
 // headDimOf returns the per-head width the model uses for cfg.

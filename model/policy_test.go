@@ -104,6 +104,13 @@ func TestNewPolicy(t *testing.T) {
 	cal := testCalibration(5, 2, 4)
 	noChol := testCalibration(5, 2, 4)
 	noChol.Chol[3] = nil // layer 1, head 1
+	cb, err := codec.GaussianCodebook(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal.KCodebooks = map[int]*codec.Codebook{2: cb}
+	cal.VCodebooks = map[int]*codec.Codebook{2: cb}
+	const kk = "kakeya-b2-r4v0.95c4-o3x4"
 	tests := []struct {
 		name string
 		spec CacheSpec
@@ -128,6 +135,15 @@ func TestNewPolicy(t *testing.T) {
 			err: "calibration for \"test\" is for 4 layers x 2 kv heads x head_dim 4, model has 5 x 2 x 4"},
 		{name: "missing factor", spec: CacheSpec{K: "int8", Precondition: true}, cal: noChol, err: "no Cholesky factor for layer 1 kv head 1"},
 		{name: "bad codec", spec: CacheSpec{K: "kakeya:b=9"}, err: "K codec"},
+		// Unwhitened keys keep the Gaussian codebook: the key codebook was
+		// fitted to whitened ones.
+		{name: "codebooks", spec: CacheSpec{K: "kakeya:b=2", V: "kakeya:b=2", Boundary: []int{0}, Codebooks: true}, cal: cal,
+			want: []string{"bf16|bf16", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal"}},
+		{name: "codebooks, precond", spec: CacheSpec{K: "kakeya:b=2", V: "int8", Boundary: []int{0}, Precondition: true, Codebooks: true}, cal: cal,
+			want: []string{"bf16|bf16", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8"}},
+		{name: "codebooks without calibration", spec: CacheSpec{V: "kakeya:b=2", Codebooks: true}, err: "codebooks need a calibration"},
+		{name: "codebooks, nothing compressed", spec: CacheSpec{Codebooks: true}, cal: cal, err: "K and V are uncompressed"},
+		{name: "codebook of other bits", spec: CacheSpec{V: "kakeya:b=3", Codebooks: true}, cal: cal, err: "no 3-bit codebook (it has [2]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -87,7 +87,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.chunk, "chunk", 0, "tokens per Forward call after the prefill (0: 1 in passages mode, i.e. the decode path; 512 otherwise)")
 	fs.Var(&f.configs, "config", "a cache configuration to compare with the reference (repeatable)")
 	fs.StringVar(&f.configsFile, "configs", "", "JSON file with a list of configurations")
-	fs.StringVar(&f.calib, "calib", "", "calibration file for precond=1 configurations")
+	fs.StringVar(&f.calib, "calib", "", "calibration file for precond=1 and cb=1 configurations")
 	fs.StringVar(&f.out, "out", "", "write the JSON report here (default: no report file)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
 	fs.IntVar(&f.block, "block-size", 0, "tokens per KV block for configurations without block= (0: the engine default)")
@@ -129,8 +129,8 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ppl: %w", err)
 	}
 	for _, c := range configs {
-		if c.Precondition && f.calib == "" {
-			return fmt.Errorf("ppl: config %s: precond=1 needs --calib", c.Name)
+		if (c.Precondition || c.Codebooks) && f.calib == "" {
+			return fmt.Errorf("ppl: config %s: precond=1 and cb=1 need --calib", c.Name)
 		}
 		if err := cacheSpec(c).Validate(); err != nil {
 			return fmt.Errorf("ppl: config %s: %w", c.Name, err)
@@ -255,7 +255,7 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 			e.Close()
 			return nil, err
 		}
-		if c.Precondition && cal == nil {
+		if (c.Precondition || c.Codebooks) && cal == nil {
 			if cal, err = model.LoadCalibration(f.calib, m.Config()); err != nil {
 				e.Close()
 				return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
@@ -273,7 +273,7 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 
 // cacheSpec is the model's view of a configuration's cache settings.
 func cacheSpec(c eval.Config) model.CacheSpec {
-	return model.CacheSpec{K: c.K, V: c.V, Boundary: c.Boundary, HotWindow: c.HotWindow, Sinks: c.Sinks, Precondition: c.Precondition}
+	return model.CacheSpec{K: c.K, V: c.V, Boundary: c.Boundary, HotWindow: c.HotWindow, Sinks: c.Sinks, Precondition: c.Precondition, Codebooks: c.Codebooks}
 }
 
 func (e *engine) Vocab() int { return e.m.Config().VocabSize }

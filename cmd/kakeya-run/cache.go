@@ -38,6 +38,7 @@ type cacheFlags struct {
 	sinks                 int
 	boundary              string
 	calib                 string
+	codebooks             bool
 }
 
 // optInt is an int flag that remembers whether it was given.
@@ -75,6 +76,7 @@ func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.sinks, "sinks", 0, "first tokens kept uncompressed (attention sinks)")
 	fs.StringVar(&c.boundary, "boundary", defaultBoundary, "layers that skip the codec and store bf16 blocks, comma-separated, negative from the end (none = compress every layer)")
 	fs.StringVar(&c.calib, "calib", "", "calibration file (kakeya-eval calibrate): precondition each key codec by the model's query covariance")
+	fs.BoolVar(&c.codebooks, "calib-codebooks", false, "kakeya codecs use the Lloyd-Max residual codebooks of --calib instead of Gaussian ones")
 }
 
 // compressed reports whether a codec is set for K or V.
@@ -149,6 +151,9 @@ func (c *cacheFlags) spec() (model.CacheSpec, error) {
 	if c.calib != "" && k == "" {
 		return model.CacheSpec{}, errors.New("--calib preconditions the key codec, but keys are uncompressed: set --kv-codec or --k-codec")
 	}
+	if c.codebooks && c.calib == "" {
+		return model.CacheSpec{}, errors.New("--calib-codebooks needs --calib")
+	}
 	if !s.Compressed() {
 		return s, nil
 	}
@@ -166,6 +171,7 @@ func (c *cacheFlags) spec() (model.CacheSpec, error) {
 		return model.CacheSpec{}, fmt.Errorf("--boundary: %w", err)
 	}
 	s.Precondition = c.calib != ""
+	s.Codebooks = c.codebooks
 	if err := s.Validate(); err != nil {
 		return model.CacheSpec{}, err
 	}

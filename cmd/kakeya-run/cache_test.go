@@ -49,6 +49,8 @@ func TestCacheFlags(t *testing.T) {
 		{[]string{"--kv-codec", "kakeya:b=4", "--k-bits", "4"}, 64, model.CacheSpec{K: "kakeya:b=4", V: "kakeya:b=4", Boundary: []int{0, -1}, HotWindow: 64}},
 		{[]string{"--kv-codec", "INT8", "--k-codec", "None"}, 64, model.CacheSpec{V: "int8", Boundary: []int{0, -1}, HotWindow: 64}},
 		{[]string{"--k-codec", "bf16", "--calib", "c.safetensors"}, 64, model.CacheSpec{K: "bf16", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true}},
+		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks"}, 64,
+			model.CacheSpec{K: "kakeya", V: "kakeya", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, Codebooks: true}},
 	}
 	for _, tt := range tests {
 		c, err := parseCache(t, tt.args)
@@ -69,7 +71,8 @@ func TestCacheFlags(t *testing.T) {
 			t.Errorf("%q: block size %d, want %d", tt.args, opt.BlockSize, tt.block)
 		}
 		if spec.K != tt.spec.K || spec.V != tt.spec.V || !slices.Equal(spec.Boundary, tt.spec.Boundary) ||
-			spec.HotWindow != tt.spec.HotWindow || spec.Sinks != tt.spec.Sinks || spec.Precondition != tt.spec.Precondition {
+			spec.HotWindow != tt.spec.HotWindow || spec.Sinks != tt.spec.Sinks || spec.Precondition != tt.spec.Precondition ||
+			spec.Codebooks != tt.spec.Codebooks {
 			t.Errorf("%q: spec %+v, want %+v", tt.args, spec, tt.spec)
 		}
 	}
@@ -98,6 +101,7 @@ func TestCacheFlagErrors(t *testing.T) {
 		{[]string{"--calib", "c.safetensors"}, "--calib preconditions the key codec, but keys are uncompressed"},
 		{[]string{"--v-codec", "int8", "--calib", "c.safetensors"}, "keys are uncompressed: set --kv-codec or --k-codec"},
 		{[]string{"--kv-codec", "int8", "--k-codec", "none", "--calib", "c.safetensors"}, "keys are uncompressed"},
+		{[]string{"--kv-codec", "kakeya", "--calib-codebooks"}, "--calib-codebooks needs --calib"},
 	}
 	for _, tt := range tests {
 		c, err := parseCache(t, tt.args)
