@@ -35,11 +35,13 @@ Modes:
             with stride --stride, each token scored once
 
 --config grammar (repeatable): comma-separated key=value,
-  name=NAME,k=SPEC,v=SPEC,kv=SPEC,boundary=0;1;-1,block=N,hot=N,sinks=N,precond=0|1
+  name=NAME,k=SPEC,v=SPEC,kv=SPEC,boundary=0;1;-1,block=N,hot=N,sinks=N,precond=0|1,cb=0|1
 where SPEC is a codec spec ("int8", "kakeya:b=3"; commas inside a spec are
 kept when the next piece is not one of these keys) and boundary layers,
 separated by ';' (negative from the end), skip the codecs and keep bf16 blocks.
---configs FILE reads a JSON list of {"name","k","v","boundary","block","hot","sinks","precond"}.
+precond=1 whitens keys by the calibrated query covariance and cb=1 gives kakeya
+codecs the calibrated Lloyd-Max codebooks; both need --calib.
+--configs FILE reads a JSON list of {"name","k","v","boundary","block","hot","sinks","precond","cb"}.
 
 The table goes to stdout; the JSON report is written (atomically) only when
 --out is given. Ctrl-C stops the run and writes nothing.
@@ -129,8 +131,11 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ppl: %w", err)
 	}
 	for _, c := range configs {
-		if (c.Precondition || c.Codebooks) && f.calib == "" {
-			return fmt.Errorf("ppl: config %s: precond=1 and cb=1 need --calib", c.Name)
+		if c.Precondition && f.calib == "" {
+			return fmt.Errorf("ppl: config %s: precond=1 needs --calib", c.Name)
+		}
+		if c.Codebooks && f.calib == "" {
+			return fmt.Errorf("ppl: config %s: cb=1 needs --calib", c.Name)
 		}
 		if err := cacheSpec(c).Validate(); err != nil {
 			return fmt.Errorf("ppl: config %s: %w", c.Name, err)

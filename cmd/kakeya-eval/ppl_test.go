@@ -141,6 +141,7 @@ func TestPPLErrors(t *testing.T) {
 		{[]string{"--model", model, "--data", data, "--config", "name=x,bits=3"}, `unknown key "bits"`},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int5"}, `unknown codec "int5"`},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,precond=1"}, "needs --calib"},
+		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=kakeya,cb=1"}, "cb=1 needs --calib"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,boundary=7"}, "boundary layer 7 outside a model of 5 layers"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,k=int8,precond=1", "--calib", data + ".missing"}, "val.txt.missing"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,v=int8,precond=1", "--calib", data}, "K is uncompressed"},
