@@ -105,6 +105,19 @@ func checkHeader(name string, src []byte, id, param byte, n, d int, tag uint16) 
 	return src[headerLen:], nil
 }
 
+// checkInput checks an encoder's input block (n rows of d values, all
+// finite) and returns max |x| over its n*d values.
+func checkInput(name string, x []float32, n, d int) (float32, error) {
+	if err := checkShape(name, n, d, len(x), "input"); err != nil {
+		return 0, err
+	}
+	am, ok := absMaxFinite(x[:n*d])
+	if !ok {
+		return 0, nonFiniteErr(name, x[:n*d], d)
+	}
+	return am, nil
+}
+
 // absMaxFinite returns max |x| and whether every value is finite.
 func absMaxFinite(x []float32) (float32, bool) {
 	var m float32

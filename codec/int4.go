@@ -118,14 +118,11 @@ func (c *Int4) group(k, n, p int) (first, stride, count int) {
 // of the (rotated) n x p matrix in row-major order, two per byte.
 func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	name := c.Name()
-	if err := checkShape(name, n, d, len(x), "input"); err != nil {
+	am, err := checkInput(name, x, n, d)
+	if err != nil {
 		return dst, err
 	}
 	x = x[:n*d]
-	am, ok := absMaxFinite(x)
-	if !ok {
-		return dst, nonFiniteErr(name, x, d)
-	}
 	p, groups := c.layout(n, d)
 	limit := am
 	if c.opt.Rotate {

@@ -18,14 +18,11 @@ func (Int8) Name() string { return "int8" }
 
 // Encode appends the header, the n*ceil(d/32) fp16 scales and n*d int8 codes.
 func (Int8) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
-	if err := checkShape("int8", n, d, len(x), "input"); err != nil {
+	am, err := checkInput("int8", x, n, d)
+	if err != nil {
 		return dst, err
 	}
 	x = x[:n*d]
-	am, ok := absMaxFinite(x)
-	if !ok {
-		return dst, nonFiniteErr("int8", x, d)
-	}
 	if am/127 > maxF16 {
 		return dst, fmt.Errorf("codec: int8: |value| %v exceeds the fp16 scale range", am)
 	}

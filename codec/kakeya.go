@@ -296,20 +296,26 @@ func (k *Kakeya) quantCoef(dst []byte, sc *kakeyaScratch, n, r int) []byte {
 	return PackBits(dst, codes, cbits)
 }
 
+// checkKakeyaInput checks an input block and that its norms and skeleton
+// coefficients fit fp16.
+func checkKakeyaInput(name string, x []float32, n, d int) error {
+	am, err := checkInput(name, x, n, d)
+	if err != nil {
+		return err
+	}
+	if 2*am*float32(math.Sqrt(float64(d))) > maxF16 {
+		return fmt.Errorf("codec: %s: |value| %v too large for fp16 norms and coefficients", name, am)
+	}
+	return nil
+}
+
 // Encode appends the encoded block; see the type comment for the layout.
 func (k *Kakeya) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	const name = "kakeya"
-	if err := checkShape(name, n, d, len(x), "input"); err != nil {
+	if err := checkKakeyaInput(name, x, n, d); err != nil {
 		return dst, err
 	}
 	x = x[:n*d]
-	am, ok := absMaxFinite(x)
-	if !ok {
-		return dst, nonFiniteErr(name, x, d)
-	}
-	if 2*am*float32(math.Sqrt(float64(d))) > maxF16 {
-		return dst, fmt.Errorf("codec: %s: |value| %v too large for fp16 norms and coefficients", name, am)
-	}
 	p := NextPow2(d)
 	sc := k.scratch()
 	defer k.pool.Put(sc)
@@ -328,70 +334,30 @@ func (k *Kakeya) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	if r > 0 {
 		dst = k.quantCoef(dst, sc, n, r)
-		for i := 0; i < n; i++ {
-			row := sc.xc[i*d : (i+1)*d]
-			for c := 0; c < r; c++ {
-				cf := sc.coef[i*r+c]
-				for a, bv := range sc.basis[c*d : (c+1)*d] {
-					row[a] -= cf * bv
-				}
-			}
-		}
+		subtractSkeleton(sc, n, d, r)
 	}
 
 	// Residual: rotate, scale to unit variance, quantize, pick outliers.
 	dst = grow(dst, 2*n)
 	norms := dst[len(dst)-2*n:]
 	sc.codes = growU8(sc.codes, n*p)
-	sc.v = growF32(sc.v, p)
-	sc.cand = growI32(sc.cand, p)[:0]
 	sc.opos = sc.opos[:0]
 	sc.oval = sc.oval[:0]
-	thr := k.opt.OutlierThreshold
-	useOut := thr > 0 && k.opt.MaxOutliers > 0
-	sqrtP := float32(math.Sqrt(float64(p)))
 	for i := 0; i < n; i++ {
-		v := sc.v
-		copy(v, sc.xc[i*d:(i+1)*d])
-		clear(v[d:])
-		for j := range v {
-			v[j] *= k.signs[j]
-		}
-		fwht(v)
-		var ss float64
-		for _, t := range v {
-			ss += float64(t) * float64(t)
-		}
-		nrm := roundF16(float32(math.Sqrt(ss)))
+		nrm, cand := k.residualRow(sc, i, d, p)
 		putF16(norms[2*i:], nrm)
 		codes := sc.codes[i*p : (i+1)*p]
 		if nrm == 0 {
 			clear(codes)
 			continue
 		}
-		scale := sqrtP / nrm
-		cand := sc.cand[:0]
-		for j, t := range v {
-			u := t * scale
-			v[j] = u
+		for j, u := range sc.v[:p] {
 			codes[j] = uint8(k.cb.Quantize(u))
-			if useOut && (u > thr || u < -thr) {
-				cand = append(cand, int32(j))
-			}
-		}
-		if len(cand) > k.opt.MaxOutliers {
-			// Keep the largest magnitudes, then restore index order.
-			slices.SortFunc(cand, func(a, b int32) int {
-				return cmpDesc(abs32(v[a]), abs32(v[b]))
-			})
-			cand = cand[:k.opt.MaxOutliers]
-			slices.Sort(cand)
 		}
 		for _, j := range cand {
 			sc.opos = append(sc.opos, int32(i*p)+j)
-			sc.oval = append(sc.oval, v[j])
+			sc.oval = append(sc.oval, sc.v[j])
 		}
-		sc.cand = cand
 	}
 	dst = PackBits(dst, sc.codes[:n*p], k.opt.Bits)
 	m := len(sc.opos)
@@ -407,6 +373,64 @@ func (k *Kakeya) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	seal(dst[start:])
 	return dst, nil
+}
+
+// subtractSkeleton leaves in sc.xc the residual of the n x d centred block
+// after its rank-r skeleton, with the coefficients as the decoder sees them.
+func subtractSkeleton(sc *kakeyaScratch, n, d, r int) {
+	for i := 0; i < n; i++ {
+		row := sc.xc[i*d : (i+1)*d]
+		for c := 0; c < r; c++ {
+			cf := sc.coef[i*r+c]
+			for a, bv := range sc.basis[c*d : (c+1)*d] {
+				row[a] -= cf * bv
+			}
+		}
+	}
+}
+
+// residualRow rotates residual row i of sc.xc into sc.v[:p], rounds its
+// norm to fp16 and, unless that is zero, scales the row to unit variance
+// and picks the coordinates stored exactly: those above the outlier
+// threshold, the largest MaxOutliers of them, in increasing index order.
+func (k *Kakeya) residualRow(sc *kakeyaScratch, i, d, p int) (float32, []int32) {
+	v := growF32(sc.v, p)[:p]
+	sc.v = v
+	copy(v, sc.xc[i*d:(i+1)*d])
+	clear(v[d:])
+	for j := range v {
+		v[j] *= k.signs[j]
+	}
+	fwht(v)
+	var ss float64
+	for _, t := range v {
+		ss += float64(t) * float64(t)
+	}
+	nrm := roundF16(float32(math.Sqrt(ss)))
+	if nrm == 0 {
+		return 0, nil
+	}
+	scale := float32(math.Sqrt(float64(p))) / nrm
+	thr := k.opt.OutlierThreshold
+	useOut := thr > 0 && k.opt.MaxOutliers > 0
+	cand := growI32(sc.cand, p)[:0]
+	for j, t := range v {
+		u := t * scale
+		v[j] = u
+		if useOut && (u > thr || u < -thr) {
+			cand = append(cand, int32(j))
+		}
+	}
+	if len(cand) > k.opt.MaxOutliers {
+		// Keep the largest magnitudes, then restore index order.
+		slices.SortFunc(cand, func(a, b int32) int {
+			return cmpDesc(abs32(v[a]), abs32(v[b]))
+		})
+		cand = cand[:k.opt.MaxOutliers]
+		slices.Sort(cand)
+	}
+	sc.cand = cand
+	return nrm, cand
 }
 
 // Decode reconstructs the block, checking every stored field.
