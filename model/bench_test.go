@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 )
 
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	// The Example needs the shared data set and cannot skip itself; where
 	// its absence is allowed, skip it like the tests that need it.
-	if _, err := os.Stat(filepath.Join(sharedPath(), "models", "stories260K")); err != nil && os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
+	if _, err := os.Stat(filepath.Join(shareddata.Path(), "models", "stories260K")); err != nil && os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
 		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() == "" {
 			f.Value.Set("^Example")
 			fmt.Fprintln(os.Stderr, "model: shared data missing (KAKEYA_ALLOW_NO_SHARED=1): skipping the Examples")

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/tokenizer"
@@ -171,7 +172,7 @@ func TestRopeAverageErrors(t *testing.T) {
 // text and the stories260K directory.
 func storiesIDs(t *testing.T, n int) ([]int, string) {
 	t.Helper()
-	shared := sharedDir(t)
+	shared := shareddata.Dir(t)
 	dir := filepath.Join(shared, "models", "stories260K")
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {

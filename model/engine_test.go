@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 )
 
 func loadStoriesEngine(t *testing.T) *Engine {
 	t.Helper()
-	dir := filepath.Join(sharedDir(t), "models", "stories260K")
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	e, err := LoadEngine(context.Background(), dir, EngineOptions{Model: Options{Threads: 2}})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -61,7 +62,7 @@ func maxAbs(a []float32) float64 {
 }
 
 func TestStories260KReference(t *testing.T) {
-	shared := sharedDir(t)
+	shared := shareddata.Dir(t)
 	ids, want := reference(t, shared)
 	if len(ids) != 12 {
 		t.Fatalf("reference has %d lines, want 12", len(ids))
@@ -120,7 +121,7 @@ func TestPrefillMatchesDecode(t *testing.T) {
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
 			if dir == "" {
-				dir = filepath.Join(sharedDir(t), "models", "stories260K")
+				dir = filepath.Join(shareddata.Dir(t), "models", "stories260K")
 			}
 			m := load(t, dir, Options{Threads: 2})
 			ids := testIDs(40, m.Config().VocabSize)
@@ -156,7 +157,7 @@ func TestBlockSizesIdentical(t *testing.T) {
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
 			if dir == "" {
-				dir = filepath.Join(sharedDir(t), "models", "stories260K")
+				dir = filepath.Join(shareddata.Dir(t), "models", "stories260K")
 			}
 			var first [][]float32
 			for _, bs := range []int{1, 16, 256} {

@@ -9,28 +9,6 @@ import (
 	"testing"
 )
 
-// sharedDir locates the shared data set: $KAKEYA_SHARED, else ../../shared
-// from this package. Tests fail without it unless KAKEYA_ALLOW_NO_SHARED=1.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir := sharedPath()
-	if _, err := os.Stat(filepath.Join(dir, "models", "stories260K", "config.json")); err != nil {
-		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
-			t.Skipf("shared data not found at %s (KAKEYA_ALLOW_NO_SHARED=1): %v", dir, err)
-		}
-		t.Fatalf("shared data not found at %s: set KAKEYA_SHARED to the shared/ directory: %v", dir, err)
-	}
-	return dir
-}
-
-// sharedPath returns where the shared data set should be.
-func sharedPath() string {
-	if dir := os.Getenv("KAKEYA_SHARED"); dir != "" {
-		return dir
-	}
-	return filepath.Join("..", "..", "shared")
-}
-
 // reference reads the llama2.c logits: per line an input id then the logits.
 func reference(t testing.TB, shared string) (ids []int, rows [][]float32) {
 	t.Helper()

@@ -2,6 +2,8 @@ package tokenizer
 
 import (
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 )
 
 // BenchmarkEncodeWikitextQwen3 encodes all of wiki.test.raw with the Qwen3
@@ -69,7 +71,7 @@ func BenchmarkEncodeWikitextLlama2(b *testing.B) {
 }
 
 func BenchmarkLoadQwen3(b *testing.B) {
-	path := sharedDir(b) + "/" + tokenizerPaths["qwen3"]
+	path := shareddata.Dir(b) + "/" + tokenizerPaths["qwen3"]
 	for b.Loop() {
 		if _, err := Load(path); err != nil {
 			b.Fatal(err)

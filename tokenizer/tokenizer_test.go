@@ -9,25 +9,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"golang.org/x/text/unicode/norm"
 )
-
-// sharedDir locates the read-only shared data: $KAKEYA_SHARED, else
-// ../../shared from this package directory.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("KAKEYA_SHARED")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "reference", "tokenizer_cases.json")); err != nil {
-		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
-			t.Skipf("shared data not found at %s (KAKEYA_ALLOW_NO_SHARED=1): %v", dir, err)
-		}
-		t.Fatalf("shared data not found at %s (set KAKEYA_SHARED, or KAKEYA_ALLOW_NO_SHARED=1 to skip): %v", dir, err)
-	}
-	return dir
-}
 
 // tokenizerPaths maps the names in tokenizer_cases.json to their files.
 var tokenizerPaths = map[string]string{
@@ -40,7 +24,7 @@ var loaded sync.Map // name -> *Tokenizer, so each test binary parses a file onc
 
 func loadShared(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	dir := sharedDir(t)
+	dir := shareddata.Dir(t)
 	if tk, ok := loaded.Load(name); ok {
 		return tk.(*Tokenizer)
 	}
@@ -63,7 +47,7 @@ type referenceCases struct {
 
 func loadCases(t *testing.T) referenceCases {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(sharedDir(t), "reference", "tokenizer_cases.json"))
+	data, err := os.ReadFile(filepath.Join(shareddata.Dir(t), "reference", "tokenizer_cases.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +109,7 @@ func equalInts(a, b []int) bool {
 
 func readWikitext(t testing.TB) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(sharedDir(t), "data", "wikitext-2-raw", "wiki.test.raw"))
+	data, err := os.ReadFile(filepath.Join(shareddata.Dir(t), "data", "wikitext-2-raw", "wiki.test.raw"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 )
 
 // Real config.json files as published on the Hugging Face Hub.
@@ -214,7 +216,7 @@ func TestParseConfigRealModels(t *testing.T) {
 }
 
 func TestLoadConfigStories260K(t *testing.T) {
-	dir := filepath.Join(sharedDir(t), "models", "stories260K")
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	got, err := LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kernels"
 )
 
@@ -491,7 +492,7 @@ func TestOpenDirErrors(t *testing.T) {
 }
 
 func TestStories260K(t *testing.T) {
-	dir := filepath.Join(sharedDir(t), "models", "stories260K")
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	st, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)

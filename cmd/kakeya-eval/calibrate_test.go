@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -16,7 +17,7 @@ import (
 // and checks that it loads and that ppl runs precond=1 and cb=1
 // configurations with it.
 func TestCalibrateEndToEnd(t *testing.T) {
-	sh := sharedDir(t)
+	sh := shareddata.Dir(t)
 	dir := filepath.Join(sh, "models", "stories260K")
 	data := filepath.Join(sh, "data", "tinystories", "val.txt")
 	out := filepath.Join(t.TempDir(), "calib.safetensors")
@@ -61,7 +62,7 @@ func TestCalibrateEndToEnd(t *testing.T) {
 }
 
 func TestCalibrateErrors(t *testing.T) {
-	sh := sharedDir(t)
+	sh := shareddata.Dir(t)
 	dir := filepath.Join(sh, "models", "stories260K")
 	data := filepath.Join(sh, "data", "tinystories", "val.txt")
 	tmp := t.TempDir()

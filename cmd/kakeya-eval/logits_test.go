@@ -9,24 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// logitsShared locates the shared data set ($KAKEYA_SHARED, else
-// ../../../shared, beside the repository); it fails without it unless KAKEYA_ALLOW_NO_SHARED=1.
-func logitsShared(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("KAKEYA_SHARED")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "models", "stories260K")); err != nil {
-		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
-			t.Skipf("shared data not found at %s: %v", dir, err)
-		}
-		t.Fatalf("shared data not found at %s: set KAKEYA_SHARED: %v", dir, err)
-	}
-	return dir
-}
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
+)
 
 // parseLogits parses the dump layout: per line an id then the logits.
 func parseLogits(t *testing.T, text string) (ids []int, rows [][]float64) {
@@ -49,7 +34,7 @@ func parseLogits(t *testing.T, text string) (ids []int, rows [][]float64) {
 }
 
 func TestLogitsMatchesReference(t *testing.T) {
-	shared := logitsShared(t)
+	shared := shareddata.Dir(t)
 	ref, err := os.ReadFile(filepath.Join(shared, "reference", "stories260K_runc_logits.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +73,7 @@ func TestLogitsMatchesReference(t *testing.T) {
 }
 
 func TestLogitsBadFlags(t *testing.T) {
-	shared := logitsShared(t)
+	shared := shareddata.Dir(t)
 	dir := filepath.Join(shared, "models", "stories260K")
 	for _, tc := range []struct {
 		name string

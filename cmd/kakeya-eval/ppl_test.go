@@ -11,26 +11,10 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
-
-// sharedDir locates the shared data set: $KAKEYA_SHARED, else ../shared
-// beside the checkout (three levels up from this package).
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("KAKEYA_SHARED")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "models", "stories260K", "config.json")); err != nil {
-		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
-			t.Skipf("shared data missing at %s (KAKEYA_ALLOW_NO_SHARED=1)", dir)
-		}
-		t.Fatalf("shared data missing at %s: set KAKEYA_SHARED to the shared directory: %v", dir, err)
-	}
-	return dir
-}
 
 type pplReport struct {
 	Passages   int    `json:"passages"`
@@ -76,7 +60,7 @@ func runReport(t *testing.T, args ...string) (pplReport, string) {
 // (4302 paragraphs) gives PPL 5.371 against the C reference's 5.38; this
 // subset is pinned to its own figure and must be reproducible.
 func TestPPLDocsStories(t *testing.T) {
-	sh := sharedDir(t)
+	sh := shareddata.Dir(t)
 	args := []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
 		"--mode", "docs", "--passages", "50"}
 	r, table := runReport(t, args...)
@@ -105,7 +89,7 @@ func TestPPLDocsStories(t *testing.T) {
 // An uncompressed configuration through the decode path must match the
 // reference exactly; a compressed one must be scored and graded.
 func TestPPLPassagesSelf(t *testing.T) {
-	sh := sharedDir(t)
+	sh := shareddata.Dir(t)
 	r, _ := runReport(t, "--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
 		"--ctx", "48", "--n-eval", "16", "--passages", "3", "--config", "name=same", "--config", "name=i8,kv=int8,block=16")
 	if len(r.Configs) != 3 || r.Tokens != 48 {
@@ -127,7 +111,7 @@ func TestPPLPassagesSelf(t *testing.T) {
 }
 
 func TestPPLErrors(t *testing.T) {
-	sh := sharedDir(t)
+	sh := shareddata.Dir(t)
 	model := filepath.Join(sh, "models", "stories260K")
 	data := filepath.Join(sh, "data", "tinystories", "val.txt")
 	tests := []struct {
@@ -158,7 +142,7 @@ func TestPPLErrors(t *testing.T) {
 
 // Interrupted runs write no report.
 func TestPPLCancelledWritesNothing(t *testing.T) {
-	sh := sharedDir(t)
+	sh := shareddata.Dir(t)
 	out := filepath.Join(t.TempDir(), "r.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -176,7 +160,7 @@ func TestPPLCancelledWritesNothing(t *testing.T) {
 // of 2*I only scales the keys by a power of two, which int8's own scale
 // undoes, so the preconditioned run must score like plain int8 keys.
 func TestPPLPrecond(t *testing.T) {
-	sh := sharedDir(t)
+	sh := shareddata.Dir(t)
 	dir := filepath.Join(sh, "models", "stories260K")
 	cfg, err := weights.LoadConfig(dir)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -143,7 +144,7 @@ func writeCalibration(t *testing.T, dir string) string {
 }
 
 func TestCachePolicy(t *testing.T) {
-	dir := storiesDir(t) // 5 layers, 4 KV heads
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K") // 5 layers, 4 KV heads
 	calib := writeCalibration(t, dir)
 	tests := []struct {
 		args []string
@@ -205,7 +206,7 @@ var kvLine = regexp.MustCompile(`KV cache: (\d+) tokens, .* ratio ([0-9.]+)x\)(;
 // encodes blocks, and the KV line reports a cache smaller than bf16 when
 // every layer is compressed with 16-token blocks.
 func TestRunCompressed(t *testing.T) {
-	dir := storiesDir(t)
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	calib := writeCalibration(t, dir)
 	base := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "300"}
 	tests := []struct {

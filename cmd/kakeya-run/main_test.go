@@ -3,30 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 )
 
-func storiesDir(t *testing.T) string {
-	t.Helper()
-	shared := os.Getenv("KAKEYA_SHARED")
-	if shared == "" {
-		shared = filepath.Join("..", "..", "..", "shared")
-	}
-	dir := filepath.Join(shared, "models", "stories260K")
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		if os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
-			t.Skipf("shared data missing: %v", err)
-		}
-		t.Fatalf("shared data not found (set KAKEYA_SHARED): %v", err)
-	}
-	return dir
-}
-
 func TestRunGreedy(t *testing.T) {
-	dir := storiesDir(t)
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "12"}, nil, &out, &errOut)
 	if err != nil {
@@ -43,7 +28,7 @@ func TestRunGreedy(t *testing.T) {
 }
 
 func TestRunTokenize(t *testing.T) {
-	dir := storiesDir(t)
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	tests := []struct {
 		args []string
 		want string
@@ -65,7 +50,7 @@ func TestRunTokenize(t *testing.T) {
 }
 
 func TestRunBadFlags(t *testing.T) {
-	dir := storiesDir(t)
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	tests := []struct {
 		args []string
 		want string
