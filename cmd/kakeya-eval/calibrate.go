@@ -43,12 +43,7 @@ type calibFlags struct {
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f calibFlags
-	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, calibrateUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("calibrate", calibrateUsage, stderr)
 	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json)")
 	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2/valid.txt, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.out, "out", "", "calibration file to write (safetensors)")
@@ -105,11 +100,7 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 		return fmt.Errorf("calibrate: %w", err)
 	}
 	if f.data == "" {
-		shared := os.Getenv("KAKEYA_SHARED")
-		if shared == "" {
-			shared = "../shared"
-		}
-		f.data = filepath.Join(shared, "data", "wikitext-2", "valid.txt")
+		f.data = sharedFile("data", "wikitext-2", "valid.txt")
 	}
 	if _, err := os.Stat(filepath.Join(f.model, "config.json")); err != nil {
 		return fmt.Errorf("calibrate: model: %w", err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -22,12 +21,7 @@ llama2.c reference dumps.
 
 // runLogits prints the logits row of every position of --ids.
 func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("logits", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		io.WriteString(stderr, logitsUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("logits", logitsUsage, stderr)
 	dir := fs.String("model", "", "model directory (config.json and safetensors)")
 	idList := fs.String("ids", "", "comma-separated input token ids")
 	threads := fs.Int("threads", 0, "compute threads (0: all cores)")

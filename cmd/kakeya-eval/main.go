@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 )
 
 const usage = `usage: kakeya-eval <command> [flags]
@@ -48,4 +50,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// newFlagSet returns a command's flag set: errors are returned, and -h
+// prints usage (the command's help text) and then the flags to stderr.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		io.WriteString(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// sharedFile returns a file of the shared data set: $KAKEYA_SHARED, else
+// ../shared.
+func sharedFile(elem ...string) string {
+	shared := os.Getenv("KAKEYA_SHARED")
+	if shared == "" {
+		shared = filepath.Join("..", "shared")
+	}
+	return filepath.Join(append([]string{shared}, elem...)...)
 }

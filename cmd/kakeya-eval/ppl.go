@@ -72,12 +72,7 @@ type pplFlags struct {
 
 func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f pplFlags
-	fs := flag.NewFlagSet("ppl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, pplUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("ppl", pplUsage, stderr)
 	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json)")
 	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2-raw/wiki.test.raw, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.mode, "mode", eval.ModePassages, "passages, docs or full")
@@ -112,11 +107,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		return errors.New("ppl: --model is required")
 	}
 	if f.data == "" {
-		shared := os.Getenv("KAKEYA_SHARED")
-		if shared == "" {
-			shared = "../shared"
-		}
-		f.data = filepath.Join(shared, "data", "wikitext-2-raw", "wiki.test.raw")
+		f.data = sharedFile("data", "wikitext-2-raw", "wiki.test.raw")
 	}
 	configs := []eval.Config{eval.Reference()}
 	if f.configsFile != "" {
