@@ -1,8 +1,6 @@
 package attention
 
 import (
-	"encoding/binary"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -11,25 +9,6 @@ import (
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
-
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "raw-f32" }
-func (rawCodec) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
-	for _, f := range x[:n*d] {
-		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(f))
-	}
-	return dst, nil
-}
-func (rawCodec) Decode(dst []float32, src []byte, n, d int) error {
-	if len(src) != 4*n*d {
-		return fmt.Errorf("raw-f32: %d bytes for %dx%d", len(src), n, d)
-	}
-	for i := range dst[:n*d] {
-		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
-	}
-	return nil
-}
 
 // ropeTables returns cos/sin for positions [0, n) with theta 10000.
 func ropeTables(n, d int) (cos, sin []float32) {
@@ -100,7 +79,7 @@ func TestForward(t *testing.T) {
 	pool := cpu.NewPool(2)
 	defer pool.Close()
 	const total, maxCtx = 41, 64
-	raw := []codec.Codec{rawCodec{}}
+	raw := []codec.Codec{codec.Identity{}}
 	for _, tc := range []struct {
 		name     string
 		p        Params
@@ -112,7 +91,7 @@ func TestForward(t *testing.T) {
 		{"gqa chunks", Params{Heads: 4, KVHeads: 1, HeadDim: 16}, kvcache.Policy{}, []int{7, 13, 1, 20}},
 		{"window", Params{Heads: 4, KVHeads: 2, HeadDim: 8, Window: 9}, kvcache.Policy{}, []int{30, 11}},
 		{"raw codec", Params{Heads: 4, KVHeads: 2, HeadDim: 8}, kvcache.Policy{HotWindow: 3, Sinks: 1,
-			Layers: []kvcache.LayerCodecs{{K: raw, V: rawCodec{}}}}, []int{25, 16}},
+			Layers: []kvcache.LayerCodecs{{K: raw, V: codec.Identity{}}}}, []int{25, 16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(7, 9))

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -183,26 +182,6 @@ func TestBlockSizesIdentical(t *testing.T) {
 	}
 }
 
-// rawCodec is a lossless test codec: float32 bits as they are.
-type rawCodec struct{}
-
-func (rawCodec) Name() string { return "raw-f32" }
-func (rawCodec) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
-	for _, f := range x[:n*d] {
-		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(f))
-	}
-	return dst, nil
-}
-func (rawCodec) Decode(dst []float32, src []byte, n, d int) error {
-	if len(src) != 4*n*d {
-		return fmt.Errorf("raw-f32: %d bytes for %dx%d", len(src), n, d)
-	}
-	for i := range dst[:n*d] {
-		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
-	}
-	return nil
-}
-
 func TestLosslessCodecBitIdentical(t *testing.T) {
 	dir := tinyModels(t)["qwen2"]
 	plain := load(t, dir, Options{Threads: 2, BlockSize: 4})
@@ -210,7 +189,7 @@ func TestLosslessCodecBitIdentical(t *testing.T) {
 	want := decode(t, plain, ids)
 	layers := make([]kvcache.LayerCodecs, plain.Config().NumLayers)
 	for i := range layers {
-		layers[i] = kvcache.LayerCodecs{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}
+		layers[i] = kvcache.LayerCodecs{K: []codec.Codec{codec.Identity{}}, V: codec.Identity{}}
 	}
 	m := load(t, dir, Options{Threads: 2, BlockSize: 4, Cache: kvcache.Policy{Layers: layers, HotWindow: 8, Sinks: 4}})
 	s, err := m.NewSequence()
