@@ -2,10 +2,13 @@ package model
 
 import (
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/tokenizer"
 )
 
 // TestCacheCodecs runs decode with every layer's full blocks outside a hot
@@ -69,6 +72,107 @@ func TestCacheCodecs(t *testing.T) {
 				t.Errorf("lossless codec changed the logits by %.3g", worst)
 			case tc.tol > 0 && worst > tc.tol:
 				t.Errorf("relative logit diff %.3g, want <= %.3g", worst, tc.tol)
+			}
+		})
+	}
+}
+
+// TestCacheCodecsStories260K runs the serving path of the real stories260K
+// model (a 100-token prefill, then 40 decode steps) with every codec: f32
+// must reproduce the plain cache's logits bit for bit, and the cache's bytes
+// must match each codec's documented encoded length times the blocks the
+// policy encodes. How far the lossy codecs move the logits is logged.
+func TestCacheCodecsStories260K(t *testing.T) {
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball under a tree. She ran to the ball and picked it up. It was very shiny. Lily wanted to show the ball to her mom, so she ran home as fast as she could. Her mom smiled and said, \"What a nice ball!\" Lily was very happy and played with the ball all day.", true)
+	const prefill, steps, bs, hot = 100, 40, 16, 16
+	if len(ids) < prefill+steps {
+		t.Fatalf("text gives %d tokens, want %d", len(ids), prefill+steps)
+	}
+	ids = ids[:prefill+steps]
+	run := func(m *Model) ([][]float32, kvcache.Stats) {
+		s, err := m.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		l, err := s.Forward(ids[:prefill], false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := [][]float32{append([]float32(nil), l...)}
+		for _, id := range ids[prefill : prefill+steps-1] {
+			if l, err = s.Forward([]int{id}, false); err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, append([]float32(nil), l...))
+		}
+		return rows, s.KVStats()
+	}
+	want, _ := run(load(t, dir, Options{Threads: 2, BlockSize: bs}))
+
+	cfg := load(t, dir, Options{Threads: 2}).Config()
+	n, d, kvh, layers := bs, cfg.HeadDim, cfg.NumKVHeads, cfg.NumLayers
+	if d == 0 {
+		d = cfg.HiddenSize / cfg.NumHeads
+	}
+	tokens := prefill + steps - 1
+	encoded := (tokens - hot) / bs      // full blocks older than the hot window, per layer
+	allocated := (tokens + bs - 1) / bs // blocks holding tokens, per layer
+	parts := int64(layers * kvh * 2)    // (K|V) x KV heads x layers per block index
+	hotBytes := int64(allocated-encoded) * parts * int64(n*d*4)
+	for _, tc := range []struct {
+		spec  string
+		block int64 // documented encoded length of one n x d block; 0: data-dependent
+		tol   float64
+	}{
+		{"f32", int64(16 + 4*n*d), 0},
+		{"bf16", int64(16 + 2*n*d), 2e-2},
+		{"int8", int64(16 + 2*n*((d+31)/32) + n*d), 5e-2},
+		{"int4", int64(16 + 4*n*((d+31)/32) + (n*d+1)/2), -1},
+		{"int4-k", int64(16 + 4*d*((n+31)/32) + (n*d+1)/2), -1},
+		{"int4-rot", int64(16 + 4*n*((codec.NextPow2(d)+31)/32) + (n*codec.NextPow2(d)+1)/2), -1},
+		{"kakeya:b=2", 0, -1},
+		{"kakeya:b=3", 0, -1},
+		{"kakeya:b=4", 0, -1},
+	} {
+		t.Run(tc.spec, func(t *testing.T) {
+			p, err := NewPolicy(cfg, CacheSpec{K: tc.spec, V: tc.spec, HotWindow: hot}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, st := run(load(t, dir, Options{Threads: 2, BlockSize: bs, Cache: p}))
+			var worst float64
+			for i := range want {
+				worst = max(worst, maxAbsDiff(got[i], want[i])/maxAbs(want[i]))
+			}
+			if math.IsNaN(worst) {
+				t.Fatal("NaN logits")
+			}
+			t.Logf("%-10s worst relative logit change %.3g; KV %d bytes (hot %d, encoded %d), codec ratio %.2fx",
+				tc.spec, worst, st.Bytes(), st.Hot, st.Compressed, st.CodecRatio())
+			if st.Hot != hotBytes {
+				t.Errorf("hot bytes %d, want %d (%d of %d blocks hot)", st.Hot, hotBytes, allocated-encoded, allocated)
+			}
+			if want := int64(encoded) * parts * int64(n*d*2); st.CompressedBF16 != want {
+				t.Errorf("encoded blocks' bf16 size %d, want %d", st.CompressedBF16, want)
+			}
+			if tc.block != 0 {
+				if want := int64(encoded) * parts * tc.block; st.Compressed != want {
+					t.Errorf("encoded bytes %d, want %d blocks x %d", st.Compressed, int64(encoded)*parts, tc.block)
+				}
+			} else if st.Compressed <= 0 || st.Compressed >= st.CompressedBF16 {
+				t.Errorf("encoded bytes %d, want in (0, %d)", st.Compressed, st.CompressedBF16)
+			}
+			switch {
+			case tc.tol == 0 && worst != 0:
+				t.Errorf("lossless codec changed the logits by %.3g", worst)
+			case tc.tol > 0 && worst > tc.tol:
+				t.Errorf("relative logit change %.3g, want <= %.3g", worst, tc.tol)
 			}
 		})
 	}
