@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // KakeyaOptions configures the Kakeya codec. Start from
@@ -516,15 +518,21 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 	levels := k.cb.Levels
 	sc.v = growF32(sc.v, max(p, r))
 	v := sc.v[:p]
-	sqrtP := float32(math.Sqrt(float64(p)))
+	var lv [16]float32 // the codebook scaled for the current row
 	next, prev := 0, -1
 	for i := 0; i < n; i++ {
 		nrm := getF16(norms[2*i:])
 		if !finite32(nrm) || nrm < 0 {
 			return fmt.Errorf("codec: %s: norm of token %d is %v", name, i, nrm)
 		}
+		// The unit-variance row times nrm/sqrt(p), then the orthonormal
+		// transform's 1/sqrt(p): one scale, applied to the levels.
+		s := nrm / float32(p)
+		for c, l := range levels {
+			lv[c] = l * s
+		}
 		for j, c := range sc.codes[i*p : (i+1)*p] {
-			v[j] = levels[c]
+			v[j] = lv[c&15]
 		}
 		for ; next < m; next++ {
 			e := outs[next*(posLen+2):]
@@ -544,23 +552,14 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 			if !finite32(val) {
 				return fmt.Errorf("codec: %s: outlier %d value is %v", name, next, val)
 			}
-			v[pos-i*p] = val
+			v[pos-i*p] = val * s
 			prev = pos
 		}
-		s := nrm / sqrtP
-		for j := range v {
-			v[j] *= s
-		}
-		fwht(v)
+		fwhtRaw(v)
 		out := dst[i*d : (i+1)*d]
-		for j := range out {
-			out[j] = v[j]*k.signs[j] + sc.mean[j]
-		}
+		cpu.MulAdd(out, v[:d], k.signs[:d], sc.mean[:d])
 		for c := 0; c < r; c++ {
-			cf := sc.coef[i*r+c]
-			for a, bv := range sc.basis[c*d : (c+1)*d] {
-				out[a] += cf * bv
-			}
+			cpu.Axpy(sc.coef[i*r+c], sc.basis[c*d:(c+1)*d], out)
 		}
 	}
 	if next != m {

@@ -3,6 +3,8 @@ package codec
 import (
 	"fmt"
 	"math"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // NextPow2 returns the smallest power of two >= n (1 for n <= 1).
@@ -41,35 +43,46 @@ func WHTPadded(dst, x []float32) []float32 {
 
 // fwht is the unchecked in-place transform; len(x) is a power of two.
 func fwht(x []float32) {
-	n := len(x)
-	if n < 2 {
-		return
-	}
-	// First two stages fused: they touch four neighbours at a time and
-	// dominate the loop overhead for short head dimensions.
-	if n >= 4 {
-		for i := 0; i+4 <= n; i += 4 {
-			a, b, c, d := x[i], x[i+1], x[i+2], x[i+3]
-			s0, d0 := a+b, a-b
-			s1, d1 := c+d, c-d
-			x[i], x[i+1], x[i+2], x[i+3] = s0+s1, d0+d1, s0-s1, d0-d1
-		}
-	} else {
-		x[0], x[1] = x[0]+x[1], x[0]-x[1]
-	}
-	for h := 4; h < n; h <<= 1 {
-		for i := 0; i < n; i += h << 1 {
-			lo := x[i : i+h]
-			hi := x[i+h : i+2*h]
-			for j := range lo {
-				a, b := lo[j], hi[j]
-				lo[j], hi[j] = a+b, a-b
-			}
-		}
-	}
-	s := float32(1 / math.Sqrt(float64(n)))
+	fwhtRaw(x)
+	s := float32(1 / math.Sqrt(float64(len(x))))
 	for i := range x {
 		x[i] *= s
+	}
+}
+
+// fwhtRaw is fwht without the 1/sqrt(n) scale, for callers that fold the
+// scale into a pass of their own.
+func fwhtRaw(x []float32) {
+	n := len(x)
+	switch {
+	case n < 2:
+		return
+	case n == 2:
+		x[0], x[1] = x[0]+x[1], x[0]-x[1]
+		return
+	case n == 4:
+		a, b, c, d := x[0], x[1], x[2], x[3]
+		s0, d0, s1, d1 := a+b, a-b, c+d, c-d
+		x[0], x[1], x[2], x[3] = s0+s1, d0+d1, s0-s1, d0-d1
+		return
+	}
+	// The first three stages stay within groups of eight neighbours: one
+	// pass in registers. Wider stages are vector butterflies.
+	for i := 0; i+8 <= n; i += 8 {
+		g := (*[8]float32)(x[i : i+8])
+		a0, a1 := g[0]+g[1], g[0]-g[1]
+		a2, a3 := g[2]+g[3], g[2]-g[3]
+		a4, a5 := g[4]+g[5], g[4]-g[5]
+		a6, a7 := g[6]+g[7], g[6]-g[7]
+		b0, b1, b2, b3 := a0+a2, a1+a3, a0-a2, a1-a3
+		b4, b5, b6, b7 := a4+a6, a5+a7, a4-a6, a5-a7
+		g[0], g[1], g[2], g[3] = b0+b4, b1+b5, b2+b6, b3+b7
+		g[4], g[5], g[6], g[7] = b0-b4, b1-b5, b2-b6, b3-b7
+	}
+	for h := 8; h < n; h <<= 1 {
+		for i := 0; i < n; i += h << 1 {
+			cpu.Butterfly(x[i:i+h], x[i+h:i+2*h])
+		}
 	}
 }
 

@@ -13,6 +13,8 @@ func dot(a, b []float32) float32                    { return dotScalar(a, b) }
 func axpy(alpha float32, x, y []float32)            { axpyScalar(alpha, x, y) }
 func add(dst, x []float32)                          { addScalar(dst, x) }
 func scale(x []float32, s float32)                  { scaleScalar(x, s) }
+func butterfly(lo, hi []float32)                    { butterflyScalar(lo, hi) }
+func mulAdd(dst, x, y, z []float32)                 { mulAddScalar(dst, x, y, z) }
 func sumSquares(x []float32) float32                { return sumSquaresScalar(x) }
 func mulScaled(out, x, w []float32, s float32)      { mulScaledScalar(out, x, w, s) }
 func siluMul(gate, up []float32)                    { siluMulScalar(gate, up) }

@@ -37,6 +37,23 @@ func Add(dst, x []float32) {
 // Scale multiplies x by s in place.
 func Scale(x []float32, s float32) { scale(x, s) }
 
+// Butterfly sets lo, hi = lo+hi, lo-hi element-wise: one stage of a fast
+// Walsh–Hadamard transform. It panics if the lengths differ.
+func Butterfly(lo, hi []float32) {
+	if len(lo) != len(hi) {
+		panic(fmt.Sprintf("cpu: Butterfly: lengths %d and %d", len(lo), len(hi)))
+	}
+	butterfly(lo, hi)
+}
+
+// MulAdd sets dst = x*y + z element-wise. It panics if the lengths differ.
+func MulAdd(dst, x, y, z []float32) {
+	if len(x) != len(dst) || len(y) != len(dst) || len(z) != len(dst) {
+		panic(fmt.Sprintf("cpu: MulAdd: dst %d, x %d, y %d, z %d elements", len(dst), len(x), len(y), len(z)))
+	}
+	mulAdd(dst, x, y, z)
+}
+
 // RMSNorm sets out = x / sqrt(mean(x²) + eps) · weight in f32, as Hugging
 // Face's RMSNorm does. out may alias x. It panics if the lengths differ.
 func RMSNorm(out, x, weight []float32, eps float32) {
@@ -125,6 +142,21 @@ func addScalar(dst, x []float32) {
 	x = x[:len(dst)]
 	for i := range dst {
 		dst[i] += x[i]
+	}
+}
+
+func butterflyScalar(lo, hi []float32) {
+	hi = hi[:len(lo)]
+	for i, a := range lo {
+		b := hi[i]
+		lo[i], hi[i] = a+b, a-b
+	}
+}
+
+func mulAddScalar(dst, x, y, z []float32) {
+	x, y, z = x[:len(dst)], y[:len(dst)], z[:len(dst)]
+	for i := range dst {
+		dst[i] = x[i]*y[i] + z[i]
 	}
 }
 

@@ -368,6 +368,36 @@ func scale(x []float32, s float32) {
 	scaleScalar(x[i:], s)
 }
 
+func butterfly(lo, hi []float32) {
+	if !hasAVX2 {
+		butterflyScalar(lo, hi)
+		return
+	}
+	n := len(lo)
+	hi = hi[:n]
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		a, b := load8(lo[i:i+8]), load8(hi[i:i+8])
+		store8(a.Add(b), lo[i:i+8])
+		store8(a.Sub(b), hi[i:i+8])
+	}
+	butterflyScalar(lo[i:], hi[i:])
+}
+
+func mulAdd(dst, x, y, z []float32) {
+	if !hasAVX2 {
+		mulAddScalar(dst, x, y, z)
+		return
+	}
+	n := len(dst)
+	x, y, z = x[:n], y[:n], z[:n]
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		store8(load8(x[i:i+8]).MulAdd(load8(y[i:i+8]), load8(z[i:i+8])), dst[i:i+8])
+	}
+	mulAddScalar(dst[i:], x[i:], y[i:], z[i:])
+}
+
 func sumSquares(x []float32) float32 { return dot(x, x) }
 
 func mulScaled(out, x, w []float32, s float32) {
