@@ -1,6 +1,9 @@
 package codec
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // PackedLen returns the bytes PackBits uses for n codes of the given width.
 func PackedLen(n, bits int) int { return (n*bits + 7) / 8 }
@@ -48,10 +51,24 @@ func UnpackBits(dst []uint8, src []byte, bits int) error {
 		return nil
 	}
 	mask := uint64(1)<<bits - 1
+	// Eight codes take exactly bits bytes: unpack whole groups from one
+	// 64-bit load, then finish the tail bit by bit.
+	i, p := 0, 0
+	for ; i+8 <= len(dst) && p+8 <= len(src); i, p = i+8, p+bits {
+		w := binary.LittleEndian.Uint64(src[p:])
+		g := (*[8]uint8)(dst[i : i+8])
+		g[0] = uint8(w & mask)
+		g[1] = uint8(w >> bits & mask)
+		g[2] = uint8(w >> (2 * bits) & mask)
+		g[3] = uint8(w >> (3 * bits) & mask)
+		g[4] = uint8(w >> (4 * bits) & mask)
+		g[5] = uint8(w >> (5 * bits) & mask)
+		g[6] = uint8(w >> (6 * bits) & mask)
+		g[7] = uint8(w >> (7 * bits) & mask)
+	}
 	var acc uint64
 	nacc := 0
-	p := 0
-	for i := range dst {
+	for ; i < len(dst); i++ {
 		if nacc < bits {
 			// Refill whole bytes while they fit in the accumulator.
 			for nacc <= 56 && p < len(src) {

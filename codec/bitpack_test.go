@@ -8,7 +8,7 @@ import (
 func TestPackBitsRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for bits := 1; bits <= 8; bits++ {
-		for _, n := range []int{0, 1, 7, 8, 63, 64, 1000} {
+		for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000} {
 			codes := make([]uint8, n)
 			for i := range codes {
 				codes[i] = uint8(r.IntN(1 << bits))
