@@ -31,6 +31,7 @@ type Report struct {
 	Chunk      int            `json:"chunk"`
 	BlockSize  int            `json:"block_size,omitempty"`
 	Calib      string         `json:"calib,omitempty"`
+	CacheType  string         `json:"cache_type,omitempty"` // storage of uncompressed blocks: f32 or bf16
 	Passages   int            `json:"passages"`
 	Tokens     int            `json:"scored_tokens"`
 	Start      time.Time      `json:"start"`
@@ -213,7 +214,7 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 }
 
 // WriteTable writes the readable summary: one row per configuration. The
-// cache ratio is the whole cache's (hot blocks at their float32 size); the
+// cache ratio is the whole cache's (hot blocks at their stored size); the
 // codec ratio is that of the encoded blocks alone.
 func (r *Report) WriteTable(w io.Writer) error {
 	// Names read best left-aligned and figures right-aligned; tabwriter

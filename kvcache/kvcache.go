@@ -2,9 +2,10 @@
 // token blocks per layer and KV head, keys stored before RoPE so a full block
 // can be handed to a codec as it is, and exact byte accounting.
 //
-// Blocks start hot (float32). Once a full block is older than the policy's
-// hot window (and holds no sink token), it is encoded through the layer's
-// codecs and its float storage returns to the cache's free list.
+// Blocks start hot (float32, or bf16 when the policy asks). Once a full
+// block is older than the policy's hot window (and holds no sink token), it
+// is encoded through the layer's codecs and its hot storage returns to the
+// cache's free list.
 package kvcache
 
 import (
@@ -12,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kernels"
 )
 
 // Policy says how a cache compresses its blocks.
@@ -24,6 +26,9 @@ type Policy struct {
 	// Sinks is how many of the first tokens stay uncompressed (attention
 	// sinks); a block holding any of them is never encoded.
 	Sinks int
+	// HotBF16 stores uncompressed blocks as bf16 (rounded to nearest even)
+	// instead of float32: half the memory, the values a bf16 cache holds.
+	HotBF16 bool
 }
 
 // LayerCodecs are the codecs of one layer. K may hold one codec per KV head
@@ -91,11 +96,15 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// part is the storage of one (block, head, K|V): hot floats or encoded bytes.
+// part is the storage of one (block, head, K|V): hot values (float32 or
+// bf16, by the policy) or encoded bytes.
 type part struct {
-	hot []float32 // BlockSize*HeadDim, nil once encoded
-	enc []byte
+	hot   []float32 // BlockSize*HeadDim, nil once encoded or when bf16
+	hot16 []uint16  // BlockSize*HeadDim bf16 values, nil once encoded or when float32
+	enc   []byte
 }
+
+func (p *part) isHot() bool { return p.hot != nil || p.hot16 != nil }
 
 type layer struct {
 	n       int      // tokens stored
@@ -109,7 +118,9 @@ type layer struct {
 type Cache struct {
 	cfg    Config
 	layers []layer
-	free   [][]float32 // float block buffers ready for reuse
+	free   [][]float32 // float32 block buffers ready for reuse
+	free16 [][]uint16  // bf16 block buffers ready for reuse
+	widen  []float32   // a bf16 block widened for its codec
 }
 
 // New returns an empty cache.
@@ -139,9 +150,7 @@ func (c *Cache) Reset() {
 		l := &c.layers[i]
 		for _, b := range l.blocks {
 			for j := range b {
-				if b[j].hot != nil {
-					c.free = append(c.free, b[j].hot)
-				}
+				c.release(&b[j])
 				// Keep the encoded buffer's memory for the next use.
 				b[j] = part{enc: b[j].enc[:0]}
 			}
@@ -152,13 +161,44 @@ func (c *Cache) Reset() {
 	}
 }
 
-func (c *Cache) alloc() []float32 {
-	if n := len(c.free); n > 0 {
-		b := c.free[n-1]
-		c.free = c.free[:n-1]
-		return b
+// hold gives pt fresh hot storage of the policy's type.
+func (c *Cache) hold(pt *part) {
+	if c.cfg.Policy.HotBF16 {
+		if n := len(c.free16); n > 0 {
+			pt.hot16 = c.free16[n-1]
+			c.free16 = c.free16[:n-1]
+		} else {
+			pt.hot16 = make([]uint16, c.cfg.BlockSize*c.cfg.HeadDim)
+		}
+		return
 	}
-	return make([]float32, c.cfg.BlockSize*c.cfg.HeadDim)
+	if n := len(c.free); n > 0 {
+		pt.hot = c.free[n-1]
+		c.free = c.free[:n-1]
+	} else {
+		pt.hot = make([]float32, c.cfg.BlockSize*c.cfg.HeadDim)
+	}
+}
+
+// release returns pt's hot storage to the free lists.
+func (c *Cache) release(pt *part) {
+	if pt.hot != nil {
+		c.free = append(c.free, pt.hot)
+		pt.hot = nil
+	}
+	if pt.hot16 != nil {
+		c.free16 = append(c.free16, pt.hot16)
+		pt.hot16 = nil
+	}
+}
+
+// hotBytes is the size of one hot part.
+func (c *Cache) hotBytes() int64 {
+	n := int64(c.cfg.BlockSize * c.cfg.HeadDim)
+	if c.cfg.Policy.HotBF16 {
+		return 2 * n
+	}
+	return 4 * n
 }
 
 // ErrFull is returned by Append when the cache has no room left.
@@ -190,16 +230,21 @@ func (c *Cache) Append(layerIdx int, k, v []float32, n int) error {
 				l.blocks = append(l.blocks, make([]part, 2*kvh))
 			}
 			for j := range l.blocks[b] {
-				l.blocks[b][j].hot = c.alloc()
+				c.hold(&l.blocks[b][j])
 			}
-			hot := int64(2 * kvh * bs * d * 4)
-			l.st.KHot += hot / 2
-			l.st.VHot += hot / 2
+			l.st.KHot += int64(kvh) * c.hotBytes()
+			l.st.VHot += int64(kvh) * c.hotBytes()
 		}
 		parts := l.blocks[b]
 		for h := 0; h < kvh; h++ {
-			copy(parts[2*h].hot[off:off+d], k[i*row+h*d:])
-			copy(parts[2*h+1].hot[off:off+d], v[i*row+h*d:])
+			kr, vr := k[i*row+h*d:i*row+(h+1)*d], v[i*row+h*d:i*row+(h+1)*d]
+			if kp, vp := &parts[2*h], &parts[2*h+1]; kp.hot16 != nil {
+				toBF16(kp.hot16[off:off+d], kr)
+				toBF16(vp.hot16[off:off+d], vr)
+			} else {
+				copy(kp.hot[off:off+d], kr)
+				copy(vp.hot[off:off+d], vr)
+			}
 		}
 		l.n++
 	}
@@ -226,14 +271,21 @@ func (c *Cache) encodeOld(layerIdx int) error {
 					continue
 				}
 				pt := &l.blocks[b][2*h+kv]
-				enc, err := cd.Encode(pt.enc[:0], pt.hot, bs, d)
+				x := pt.hot
+				if pt.hot16 != nil {
+					if len(c.widen) < bs*d {
+						c.widen = make([]float32, bs*d)
+					}
+					x = c.widen[:bs*d]
+					fromBF16(x, pt.hot16)
+				}
+				enc, err := cd.Encode(pt.enc[:0], x, bs, d)
 				if err != nil {
 					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %s: %w", layerIdx, b, h, kvName(kv), cd.Name(), err)
 				}
 				pt.enc = enc
-				c.free = append(c.free, pt.hot)
-				pt.hot = nil
-				hot, cb := int64(bs*d*4), int64(len(enc))
+				c.release(pt)
+				hot, cb := c.hotBytes(), int64(len(enc))
 				l.st.CompressedBF16 += int64(bs * d * 2)
 				if kv == 0 {
 					l.st.KHot -= hot
@@ -259,8 +311,9 @@ func kvName(kv int) string {
 func (c *Cache) NumBlocks(layer int) int { return len(c.layers[layer].blocks) }
 
 // K returns the pre-RoPE keys of one block and KV head as BlockSize rows of
-// HeadDim values (rows past LayerLen are stale). A hot block is returned as
-// is; an encoded one is decoded into scratch (BlockSize*HeadDim values).
+// HeadDim values (rows past LayerLen are stale). A float32 hot block is
+// returned as is; a bf16 or encoded one is widened or decoded into scratch
+// (BlockSize*HeadDim values).
 func (c *Cache) K(layer, head, block int, scratch []float32) ([]float32, error) {
 	return c.get(layer, head, block, 0, scratch)
 }
@@ -273,7 +326,7 @@ func (c *Cache) V(layer, head, block int, scratch []float32) ([]float32, error) 
 // Encoded reports whether the K (kv=0) or V (kv=1) part of a block is stored
 // encoded.
 func (c *Cache) Encoded(layer, head, block, kv int) bool {
-	return c.layers[layer].blocks[block][2*head+kv].hot == nil
+	return !c.layers[layer].blocks[block][2*head+kv].isHot()
 }
 
 func (c *Cache) get(layerIdx, head, block, kv int, scratch []float32) ([]float32, error) {
@@ -281,15 +334,19 @@ func (c *Cache) get(layerIdx, head, block, kv int, scratch []float32) ([]float32
 	if pt.hot != nil {
 		return pt.hot, nil
 	}
+	n := c.cfg.BlockSize * c.cfg.HeadDim
+	if len(scratch) < n {
+		return nil, fmt.Errorf("kvcache: decode scratch of %d values, want %d", len(scratch), n)
+	}
+	if pt.hot16 != nil {
+		fromBF16(scratch[:n], pt.hot16)
+		return scratch[:n], nil
+	}
 	var cd codec.Codec
 	if kv == 0 {
 		cd = c.cfg.Policy.KCodec(layerIdx, head)
 	} else {
 		cd = c.cfg.Policy.VCodec(layerIdx)
-	}
-	n := c.cfg.BlockSize * c.cfg.HeadDim
-	if len(scratch) < n {
-		return nil, fmt.Errorf("kvcache: decode scratch of %d values, want %d", len(scratch), n)
 	}
 	if err := cd.Decode(scratch[:n], pt.enc, c.cfg.BlockSize, c.cfg.HeadDim); err != nil {
 		return nil, fmt.Errorf("kvcache: layer %d block %d head %d %s: %s: %w", layerIdx, block, head, kvName(kv), cd.Name(), err)
@@ -358,4 +415,18 @@ func (c *Cache) Stats() Stats {
 		s.BF16 += int64(ls.Tokens) * int64(2*c.cfg.KVHeads*c.cfg.HeadDim*2)
 	}
 	return s
+}
+
+func toBF16(dst []uint16, x []float32) {
+	dst = dst[:len(x)]
+	for i, v := range x {
+		dst[i] = kernels.F32ToBF16(v)
+	}
+}
+
+func fromBF16(dst []float32, x []uint16) {
+	dst = dst[:len(x)]
+	for i, v := range x {
+		dst[i] = kernels.BF16ToF32(v)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kernels"
 )
 
 // rawCodec stores float32 bits as they are: lossless, 4 bytes a value.
@@ -44,6 +45,8 @@ func TestAppendReadBack(t *testing.T) {
 		{"hot bs16", 16, Policy{}},
 		{"raw bs4 window5 sinks3", 4, Policy{HotWindow: 5, Sinks: 3, Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}}},
 		{"raw bs8 K only per head", 8, Policy{Layers: []LayerCodecs{{}, {K: []codec.Codec{nil, rawCodec{}, rawCodec{}}}}}},
+		{"bf16 hot bs4", 4, Policy{HotBF16: true}},
+		{"bf16 hot, raw bs4 window5 sinks3", 4, Policy{HotBF16: true, HotWindow: 5, Sinks: 3, Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := New(Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: tc.bs, MaxTokens: 64, Policy: tc.policy})
@@ -56,6 +59,17 @@ func TestAppendReadBack(t *testing.T) {
 				want[l] = make([]float32, 2*total*kvh*d)
 				for i := range want[l] {
 					want[l][i] = r.Float32()
+				}
+			}
+			// A bf16 cache holds, and its codecs see, the values rounded.
+			stored := want
+			if tc.policy.HotBF16 {
+				stored = make([][]float32, layers)
+				for l := range want {
+					stored[l] = make([]float32, len(want[l]))
+					for i, v := range want[l] {
+						stored[l][i] = kernels.BF16ToF32(kernels.F32ToBF16(v))
+					}
 				}
 			}
 			row := kvh * d
@@ -86,7 +100,7 @@ func TestAppendReadBack(t *testing.T) {
 							for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
 								pos := b*tc.bs + i
 								for j := 0; j < d; j++ {
-									if got, w := kb[i*d+j], want[l][pos*row+h*d+j]; got != w {
+									if got, w := kb[i*d+j], stored[l][pos*row+h*d+j]; got != w {
 										t.Fatalf("K layer %d pos %d head %d [%d] = %v, want %v", l, pos, h, j, got, w)
 									}
 								}
@@ -97,7 +111,7 @@ func TestAppendReadBack(t *testing.T) {
 							}
 							for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
 								pos := b*tc.bs + i
-								if got, w := vb[i*d], want[l][(total+pos)*row+h*d]; got != w {
+								if got, w := vb[i*d], stored[l][(total+pos)*row+h*d]; got != w {
 									t.Fatalf("V layer %d pos %d head %d = %v, want %v", l, pos, h, got, w)
 								}
 							}
@@ -108,11 +122,28 @@ func TestAppendReadBack(t *testing.T) {
 				if want := int64(layers * total * 2 * kvh * d * 2); st.BF16 != want {
 					t.Errorf("BF16 = %d, want %d", st.BF16, want)
 				}
-				// Raw codec bytes equal the hot bytes of the blocks they replace,
-				// so the total is the allocated float blocks.
-				blocks := (total + tc.bs - 1) / tc.bs
-				if want := int64(layers * blocks * 2 * kvh * tc.bs * d * 4); st.Bytes() != want {
-					t.Errorf("Bytes = %d, want %d", st.Bytes(), want)
+				// Every allocated part holds a whole block: 4 bytes a value
+				// encoded by the raw codec or hot as float32, 2 hot as bf16.
+				hotSize := int64(4)
+				if tc.policy.HotBF16 {
+					hotSize = 2
+				}
+				var bytes int64
+				for l := 0; l < layers; l++ {
+					for b := 0; b < c.NumBlocks(l); b++ {
+						for h := 0; h < kvh; h++ {
+							for kv := 0; kv < 2; kv++ {
+								size := hotSize
+								if c.Encoded(l, h, b, kv) {
+									size = 4
+								}
+								bytes += size * int64(tc.bs*d)
+							}
+						}
+					}
+				}
+				if st.Bytes() != bytes {
+					t.Errorf("Bytes = %d, want %d", st.Bytes(), bytes)
 				}
 				c.Reset()
 				if c.Len() != 0 || c.Stats().Bytes() != 0 {

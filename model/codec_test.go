@@ -177,3 +177,48 @@ func TestCacheCodecsStories260K(t *testing.T) {
 		})
 	}
 }
+
+// A bf16 cache holds half the bytes of a float32 one and moves the logits
+// only by bf16 rounding, with or without a codec behind its hot window.
+func TestHotBF16(t *testing.T) {
+	dir := tinyModels(t)["qwen2"]
+	m := load(t, dir, Options{Threads: 2, BlockSize: 16})
+	ids := testIDs(70, m.Config().VocabSize)
+	run := func(spec CacheSpec) ([][]float32, kvcache.Stats) {
+		p, err := m.Policy(spec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := m.NewSequenceOpts(SequenceOptions{Cache: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var rows [][]float32
+		for _, id := range ids {
+			l, err := s.Forward([]int{id}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, append([]float32(nil), l...))
+		}
+		return rows, s.KVStats()
+	}
+	want, st32 := run(CacheSpec{})
+	for _, spec := range []CacheSpec{{HotBF16: true}, {HotBF16: true, K: "int8", V: "int8", HotWindow: 16}} {
+		got, st := run(spec)
+		var worst float64
+		for i := range want {
+			worst = max(worst, maxAbsDiff(got[i], want[i])/maxAbs(want[i]))
+		}
+		if worst == 0 || worst > 2e-2 {
+			t.Errorf("%+v: relative logit change %.3g, want a bf16-sized one", spec, worst)
+		}
+		if !spec.Compressed() && st.Bytes()*2 != st32.Bytes() {
+			t.Errorf("bf16 cache %d bytes, float32 cache %d: want half", st.Bytes(), st32.Bytes())
+		}
+		if spec.Compressed() && st.Hot*2 > st32.Bytes() {
+			t.Errorf("%+v: hot bytes %d", spec, st.Hot)
+		}
+	}
+}

@@ -30,6 +30,9 @@ type CacheSpec struct {
 	// Precondition whitens each KV head's keys by the calibrated query
 	// covariance before the K codec; it needs a calibration.
 	Precondition bool
+	// HotBF16 stores uncompressed blocks (hot window, sinks, every block of
+	// an uncompressed cache) as bf16 instead of float32.
+	HotBF16 bool
 	// Codebooks gives Kakeya codecs the calibration's Lloyd–Max residual
 	// codebooks for their bit width instead of the Gaussian ones. Keys use
 	// the key codebook only when preconditioned, the domain it was fitted in.
@@ -107,7 +110,7 @@ func NewPolicy(cfg *weights.Config, spec CacheSpec, cal *codec.Calibration) (kvc
 			return kvcache.Policy{}, fmt.Errorf("model: cache: %w", err)
 		}
 	}
-	p := kvcache.Policy{HotWindow: spec.HotWindow, Sinks: spec.Sinks}
+	p := kvcache.Policy{HotWindow: spec.HotWindow, Sinks: spec.Sinks, HotBF16: spec.HotBF16}
 	if !spec.Compressed() {
 		return p, nil
 	}

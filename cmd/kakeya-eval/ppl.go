@@ -65,6 +65,7 @@ func (l *configList) Set(s string) error {
 
 type pplFlags struct {
 	model, data, mode, docSep, configsFile, calib, out  string
+	cacheType                                           string
 	ctx, nEval, passages, stride, chunk, threads, block int
 	workers                                             int
 	configs                                             configList
@@ -84,6 +85,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.chunk, "chunk", 0, "tokens per Forward call after the prefill (0: 1 in passages mode, i.e. the decode path; 512 otherwise)")
 	fs.Var(&f.configs, "config", "a cache configuration to compare with the reference (repeatable)")
 	fs.StringVar(&f.configsFile, "configs", "", "JSON file with a list of configurations")
+	fs.StringVar(&f.cacheType, "cache-type", "f32", "storage of uncompressed KV blocks in every configuration, the reference included: f32 or bf16")
 	fs.StringVar(&f.calib, "calib", "", "calibration file for precond=1 and cb=1 configurations")
 	fs.StringVar(&f.out, "out", "", "write the JSON report here (default: no report file)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
@@ -121,6 +123,11 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	if err := eval.CheckNames(configs[1:]); err != nil {
 		return fmt.Errorf("ppl: %w", err)
 	}
+	switch f.cacheType {
+	case "f32", "bf16":
+	default:
+		return fmt.Errorf("ppl: --cache-type %q: want f32 or bf16", f.cacheType)
+	}
 	for _, c := range configs {
 		if c.Precondition && f.calib == "" {
 			return fmt.Errorf("ppl: config %s: precond=1 needs --calib", c.Name)
@@ -128,7 +135,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		if c.Codebooks && f.calib == "" {
 			return fmt.Errorf("ppl: config %s: cb=1 needs --calib", c.Name)
 		}
-		if err := cacheSpec(c).Validate(); err != nil {
+		if err := cacheSpec(c, f.cacheType).Validate(); err != nil {
 			return fmt.Errorf("ppl: config %s: %w", c.Name, err)
 		}
 	}
@@ -207,7 +214,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	r := eval.NewReport(res, units, start, time.Since(start))
 	r.Model, r.Data, r.DataSHA256, r.Tokenizer = f.model, f.data, sum, tokPath
 	r.Mode, r.Ctx, r.Chunk, r.BlockSize, r.Calib, r.Workers = f.mode, p.Ctx, f.chunk, f.block, f.calib, f.workers
-	r.Threads = f.threads
+	r.Threads, r.CacheType = f.threads, f.cacheType
 	if r.Threads == 0 {
 		r.Threads = runtime.GOMAXPROCS(0)
 	}
@@ -219,8 +226,8 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	case eval.ModeFull:
 		r.Stride = p.Stride
 	}
-	fmt.Fprintf(stdout, "%s: %s mode, ctx %d, %d passages, %d scored tokens, %.1fs (run %.1fs)\n",
-		filepath.Base(f.data), f.mode, p.Ctx, len(units), r.Tokens, r.Seconds, time.Since(runStart).Seconds())
+	fmt.Fprintf(stdout, "%s: %s mode, ctx %d, %d passages, %d scored tokens, %s hot blocks, %.1fs (run %.1fs)\n",
+		filepath.Base(f.data), f.mode, p.Ctx, len(units), r.Tokens, f.cacheType, r.Seconds, time.Since(runStart).Seconds())
 	if err := r.WriteTable(stdout); err != nil {
 		return err
 	}
@@ -257,7 +264,7 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 				return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
 			}
 		}
-		pol, err := m.Policy(cacheSpec(c), cal)
+		pol, err := m.Policy(cacheSpec(c, f.cacheType), cal)
 		if err != nil {
 			e.Close()
 			return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
@@ -267,9 +274,11 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 	return e, nil
 }
 
-// cacheSpec is the model's view of a configuration's cache settings.
-func cacheSpec(c eval.Config) model.CacheSpec {
-	return model.CacheSpec{K: c.K, V: c.V, Boundary: c.Boundary, HotWindow: c.HotWindow, Sinks: c.Sinks, Precondition: c.Precondition, Codebooks: c.Codebooks}
+// cacheSpec is the model's view of a configuration's cache settings, with
+// uncompressed blocks stored as cacheType (f32 or bf16).
+func cacheSpec(c eval.Config, cacheType string) model.CacheSpec {
+	return model.CacheSpec{K: c.K, V: c.V, Boundary: c.Boundary, HotWindow: c.HotWindow, Sinks: c.Sinks,
+		Precondition: c.Precondition, Codebooks: c.Codebooks, HotBF16: cacheType == "bf16"}
 }
 
 func (e *engine) Vocab() int { return e.m.Config().VocabSize }

@@ -110,6 +110,28 @@ func TestPPLPassagesSelf(t *testing.T) {
 	}
 }
 
+// With --cache-type bf16 every configuration, the reference too, keeps its
+// uncompressed blocks in bf16: half the bytes, slightly rounded logits.
+func TestPPLCacheTypeBF16(t *testing.T) {
+	sh := shareddata.Dir(t)
+	args := []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+		"--ctx", "48", "--n-eval", "16", "--passages", "3", "--config", "name=i8,kv=int8,block=16"}
+	r32, _ := runReport(t, args...)
+	r16, table := runReport(t, append(args, "--cache-type", "bf16")...)
+	if !strings.Contains(table, "bf16 hot blocks") {
+		t.Errorf("table does not name the storage:\n%s", table)
+	}
+	if got := r16.Configs[0].Ratio / r32.Configs[0].Ratio; math.Abs(got-2) > 1e-9 {
+		t.Errorf("reference cache ratio bf16 %v / f32 %v = %v, want 2", r16.Configs[0].Ratio, r32.Configs[0].Ratio, got)
+	}
+	if !(r16.Configs[1].Ratio > r32.Configs[1].Ratio) {
+		t.Errorf("int8 cache ratio with bf16 hot blocks %v, with f32 %v", r16.Configs[1].Ratio, r32.Configs[1].Ratio)
+	}
+	if d := math.Abs(r16.Configs[0].PPL/r32.Configs[0].PPL - 1); d == 0 || d > 0.01 {
+		t.Errorf("reference PPL bf16 %v vs f32 %v: want a small, nonzero change", r16.Configs[0].PPL, r32.Configs[0].PPL)
+	}
+}
+
 func TestPPLErrors(t *testing.T) {
 	sh := shareddata.Dir(t)
 	model := filepath.Join(sh, "models", "stories260K")
@@ -126,6 +148,7 @@ func TestPPLErrors(t *testing.T) {
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int5"}, `unknown codec "int5"`},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,precond=1"}, "needs --calib"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=kakeya,cb=1"}, "cb=1 needs --calib"},
+		{[]string{"--model", model, "--data", data, "--cache-type", "f16"}, `--cache-type "f16": want f32 or bf16`},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,boundary=7"}, "boundary layer 7 outside a model of 5 layers"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,k=int8,precond=1", "--calib", data + ".missing"}, "val.txt.missing"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,v=int8,precond=1", "--calib", data}, "K is uncompressed"},

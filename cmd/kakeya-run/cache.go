@@ -39,6 +39,7 @@ type cacheFlags struct {
 	boundary              string
 	calib                 string
 	codebooks             bool
+	cacheType             string
 }
 
 // optInt is an int flag that remembers whether it was given.
@@ -76,6 +77,7 @@ func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.sinks, "sinks", 0, "first tokens kept uncompressed (attention sinks)")
 	fs.StringVar(&c.boundary, "boundary", defaultBoundary, "layers that skip the codec and store bf16 blocks, comma-separated, negative from the end (none = compress every layer)")
 	fs.StringVar(&c.calib, "calib", "", "calibration file (kakeya-eval calibrate): precondition each key codec by the model's query covariance")
+	fs.StringVar(&c.cacheType, "cache-type", "f32", "storage of uncompressed KV blocks: f32 or bf16 (half the memory)")
 	fs.BoolVar(&c.codebooks, "calib-codebooks", false, "kakeya codecs use the Lloyd-Max residual codebooks of --calib instead of Gaussian ones")
 }
 
@@ -148,6 +150,13 @@ func (c *cacheFlags) spec() (model.CacheSpec, error) {
 		return model.CacheSpec{}, err
 	}
 	s := model.CacheSpec{K: k, V: v}
+	switch strings.ToLower(c.cacheType) {
+	case "f32", "":
+	case "bf16":
+		s.HotBF16 = true
+	default:
+		return model.CacheSpec{}, fmt.Errorf("--cache-type %q: want f32 or bf16", c.cacheType)
+	}
 	if c.calib != "" && k == "" {
 		return model.CacheSpec{}, errors.New("--calib preconditions the key codec, but keys are uncompressed: set --kv-codec or --k-codec")
 	}
@@ -210,11 +219,12 @@ func withBits(spec string, bits int, codecFlag, bitsFlag string) (string, error)
 }
 
 // policy builds the cache policy of the model in dir (a local model
-// directory). Uncompressed runs need no model and get the zero policy.
+// directory). Uncompressed runs need no model: their policy sets only the
+// storage type of the blocks.
 func (c *cacheFlags) policy(dir string) (kvcache.Policy, error) {
 	s, err := c.spec()
 	if err != nil || !s.Compressed() {
-		return kvcache.Policy{}, err
+		return kvcache.Policy{HotBF16: s.HotBF16}, err
 	}
 	cfg, err := weights.LoadConfig(dir)
 	if err != nil {

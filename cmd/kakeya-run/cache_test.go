@@ -50,6 +50,8 @@ func TestCacheFlags(t *testing.T) {
 		{[]string{"--kv-codec", "kakeya:b=4", "--k-bits", "4"}, 64, model.CacheSpec{K: "kakeya:b=4", V: "kakeya:b=4", Boundary: []int{0, -1}, HotWindow: 64}},
 		{[]string{"--kv-codec", "INT8", "--k-codec", "None"}, 64, model.CacheSpec{V: "int8", Boundary: []int{0, -1}, HotWindow: 64}},
 		{[]string{"--k-codec", "bf16", "--calib", "c.safetensors"}, 64, model.CacheSpec{K: "bf16", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true}},
+		{[]string{"--cache-type", "bf16"}, 16, model.CacheSpec{HotBF16: true}},
+		{[]string{"--kv-codec", "int8", "--cache-type", "BF16"}, 64, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
 		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks"}, 64,
 			model.CacheSpec{K: "kakeya", V: "kakeya", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, Codebooks: true}},
 	}
@@ -73,7 +75,7 @@ func TestCacheFlags(t *testing.T) {
 		}
 		if spec.K != tt.spec.K || spec.V != tt.spec.V || !slices.Equal(spec.Boundary, tt.spec.Boundary) ||
 			spec.HotWindow != tt.spec.HotWindow || spec.Sinks != tt.spec.Sinks || spec.Precondition != tt.spec.Precondition ||
-			spec.Codebooks != tt.spec.Codebooks {
+			spec.Codebooks != tt.spec.Codebooks || spec.HotBF16 != tt.spec.HotBF16 {
 			t.Errorf("%q: spec %+v, want %+v", tt.args, spec, tt.spec)
 		}
 	}
@@ -103,6 +105,7 @@ func TestCacheFlagErrors(t *testing.T) {
 		{[]string{"--v-codec", "int8", "--calib", "c.safetensors"}, "keys are uncompressed: set --kv-codec or --k-codec"},
 		{[]string{"--kv-codec", "int8", "--k-codec", "none", "--calib", "c.safetensors"}, "keys are uncompressed"},
 		{[]string{"--kv-codec", "kakeya", "--calib-codebooks"}, "--calib-codebooks needs --calib"},
+		{[]string{"--cache-type", "f16"}, `--cache-type "f16": want f32 or bf16`},
 	}
 	for _, tt := range tests {
 		c, err := parseCache(t, tt.args)
