@@ -189,20 +189,7 @@ func TestHotBF16(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := m.NewSequenceOpts(SequenceOptions{Cache: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		var rows [][]float32
-		for _, id := range ids {
-			l, err := s.Forward([]int{id}, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows = append(rows, append([]float32(nil), l...))
-		}
-		return rows, s.KVStats()
+		return decodeWith(t, m, SequenceOptions{Cache: p}, ids)
 	}
 	want, st32 := run(CacheSpec{})
 	for _, spec := range []CacheSpec{{HotBF16: true}, {HotBF16: true, K: "int8", V: "int8", HotWindow: 16}} {

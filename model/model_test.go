@@ -28,7 +28,15 @@ func load(t testing.TB, dir string, opt Options) *Model {
 // decode feeds ids one at a time and returns every position's logits.
 func decode(t testing.TB, m *Model, ids []int) [][]float32 {
 	t.Helper()
-	s, err := m.NewSequence()
+	rows, _ := decodeWith(t, m, SequenceOptions{Cache: m.policy}, ids)
+	return rows
+}
+
+// decodeWith is decode on a sequence with options o; it also returns the
+// cache's final byte accounting.
+func decodeWith(t testing.TB, m *Model, o SequenceOptions, ids []int) ([][]float32, kvcache.Stats) {
+	t.Helper()
+	s, err := m.NewSequenceOpts(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +49,7 @@ func decode(t testing.TB, m *Model, ids []int) [][]float32 {
 		}
 		rows = append(rows, append([]float32(nil), l...))
 	}
-	return rows
+	return rows, s.KVStats()
 }
 
 func maxAbsDiff(a, b []float32) float64 {
