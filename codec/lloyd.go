@@ -13,18 +13,18 @@ type Codebook struct {
 	Bounds []float32
 }
 
-// Quantize returns the index of the cell holding x (binary search on Bounds).
+// Quantize returns the index of the cell holding x: the number of bounds
+// below it.
 func (c *Codebook) Quantize(x float32) int {
-	lo, hi := 0, len(c.Bounds)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if x > c.Bounds[m] {
-			lo = m + 1
-		} else {
-			hi = m
+	// A branch-free count beats a binary search over at most 15 bounds:
+	// the comparisons do not depend on each other and never mispredict.
+	n := 0
+	for _, b := range c.Bounds {
+		if x > b {
+			n++
 		}
 	}
-	return lo
+	return n
 }
 
 // Value returns the reconstruction level of index i.
