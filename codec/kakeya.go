@@ -80,6 +80,7 @@ type kakeyaScratch struct {
 	coef  []float32 // n x r, as decoded
 	v     []float32 // one padded row
 	cov   []float64
+	cov32 []float32
 	eig   []float64
 	work  []float64
 	codes []uint8
@@ -204,20 +205,24 @@ func (k *Kakeya) skeleton(sc *kakeyaScratch, x []float32, n, d int) int {
 	if maxR == 0 {
 		return 0
 	}
-	// Upper triangle of the centred scatter matrix.
-	cov := sc.cov
-	clear(cov)
+	// Upper triangle of the centred scatter matrix, accumulated by float32
+	// vector rank-1 updates (the rows are centred, so no large common term
+	// cancels), then widened for the eigensolver.
+	c32 := growF32(sc.cov32, d*d)
+	sc.cov32 = c32
+	clear(c32)
 	for i := 0; i < n; i++ {
 		row := sc.xc[i*d : (i+1)*d]
 		for a, va := range row {
-			if va == 0 {
-				continue
+			if va != 0 {
+				cpu.Axpy(va, row[a:], c32[a*d+a:(a+1)*d])
 			}
-			fa := float64(va)
-			c := cov[a*d : (a+1)*d]
-			for b := a; b < d; b++ {
-				c[b] += fa * float64(row[b])
-			}
+		}
+	}
+	cov := sc.cov
+	for a := 0; a < d; a++ {
+		for b := a; b < d; b++ {
+			cov[a*d+b] = float64(c32[a*d+b])
 		}
 	}
 	total := 0.0
