@@ -44,7 +44,7 @@ type calibFlags struct {
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f calibFlags
 	fs := newFlagSet("calibrate", calibrateUsage, stderr)
-	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json)")
+	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
 	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2/valid.txt, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.out, "out", "", "calibration file to write (safetensors)")
 	fs.IntVar(&f.ctx, "ctx", 0, fmt.Sprintf("window tokens, BOS included (0: min(%d, model context))", model.DefaultCalibrationCtx))
@@ -102,6 +102,11 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 	if f.data == "" {
 		f.data = sharedFile("data", "wikitext-2", "valid.txt")
 	}
+	dir, err := resolveModel(ctx, f.model, stderr)
+	if err != nil {
+		return fmt.Errorf("calibrate: model: %w", err)
+	}
+	f.model = dir
 	if _, err := os.Stat(filepath.Join(f.model, "config.json")); err != nil {
 		return fmt.Errorf("calibrate: model: %w", err)
 	}

@@ -22,7 +22,7 @@ llama2.c reference dumps.
 // runLogits prints the logits row of every position of --ids.
 func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("logits", logitsUsage, stderr)
-	dir := fs.String("model", "", "model directory (config.json and safetensors)")
+	name := fs.String("model", "", "model directory (config.json and safetensors) or Hugging Face id")
 	idList := fs.String("ids", "", "comma-separated input token ids")
 	threads := fs.Int("threads", 0, "compute threads (0: all cores)")
 	step := fs.Bool("step", false, "feed one token per forward call instead of one prefill call")
@@ -32,7 +32,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 {
 		return fmt.Errorf("logits: unexpected argument %q", fs.Arg(0))
 	}
-	if *dir == "" {
+	if *name == "" {
 		return errors.New("logits: --model DIR is required")
 	}
 	ids, err := parseIDs(*idList)
@@ -42,7 +42,11 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *threads < 0 {
 		return fmt.Errorf("logits: --threads %d is negative", *threads)
 	}
-	m, err := model.Load(*dir, model.Options{Threads: *threads})
+	dir, err := resolveModel(ctx, *name, stderr)
+	if err != nil {
+		return fmt.Errorf("logits: %w", err)
+	}
+	m, err := model.Load(dir, model.Options{Threads: *threads})
 	if err != nil {
 		return fmt.Errorf("logits: %w", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -72,6 +73,45 @@ func TestLogitsMatchesReference(t *testing.T) {
 	}
 }
 
+// --model also takes a Hugging Face id, found offline in the HF cache.
+func TestLogitsFromHubCache(t *testing.T) {
+	src := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	cache := t.TempDir()
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	repo := filepath.Join(cache, "models--test-org--stories260K")
+	snap := filepath.Join(repo, "snapshots", commit)
+	if err := os.MkdirAll(snap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json"} {
+		if err := os.Symlink(filepath.Join(src, f), filepath.Join(snap, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(repo, "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "refs", "main"), []byte(commit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HF_HUB_CACHE", cache)
+	t.Setenv("HF_HUB_OFFLINE", "1")
+	var byID, byDir bytes.Buffer
+	if err := runLogits(context.Background(), []string{"--model", "test-org/stories260K", "--ids", "1,403,407"}, &byID, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if err := runLogits(context.Background(), []string{"--model", src, "--ids", "1,403,407"}, &byDir, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if byID.Len() == 0 || byID.String() != byDir.String() {
+		t.Errorf("logits by id differ from logits by directory")
+	}
+	err := runLogits(context.Background(), []string{"--model", "test-org/absent", "--ids", "1"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "offline") {
+		t.Errorf("absent repo offline: err = %v", err)
+	}
+}
+
 func TestLogitsBadFlags(t *testing.T) {
 	shared := shareddata.Dir(t)
 	dir := filepath.Join(shared, "models", "stories260K")
@@ -85,7 +125,8 @@ func TestLogitsBadFlags(t *testing.T) {
 		{"not an integer", []string{"--model", dir, "--ids", "1,x,3"}, `"x"`},
 		{"negative", []string{"--model", dir, "--ids", "1,-4"}, "negative"},
 		{"beyond vocab", []string{"--model", dir, "--ids", "1,512"}, "512"},
-		{"bad model dir", []string{"--model", filepath.Join(t.TempDir(), "none"), "--ids", "1"}, "config.json"},
+		{"bad model dir", []string{"--model", filepath.Join(t.TempDir(), "none"), "--ids", "1"}, "is neither a directory nor a Hugging Face repo id"},
+		{"directory without config", []string{"--model", t.TempDir(), "--ids", "1"}, "config.json"},
 		{"unknown flag", []string{"--bogus"}, "bogus"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

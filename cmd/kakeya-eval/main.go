@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+
+	"github.com/kakeya-ai/kakeya/weights"
 )
 
 const usage = `usage: kakeya-eval <command> [flags]
@@ -72,4 +74,13 @@ func sharedFile(elem ...string) string {
 		shared = filepath.Join("..", "shared")
 	}
 	return filepath.Join(append([]string{shared}, elem...)...)
+}
+
+// resolveModel turns --model, a directory or a Hugging Face id, into a local
+// directory: the id is looked up in the Hugging Face cache and downloaded
+// when missing, under the HF_* environment as kakeya-run does.
+func resolveModel(ctx context.Context, name string, stderr io.Writer) (string, error) {
+	hub := weights.HubOptionsFromEnv()
+	hub.Progress = stderr
+	return weights.Resolve(ctx, name, hub)
 }

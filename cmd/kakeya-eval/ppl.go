@@ -74,7 +74,7 @@ type pplFlags struct {
 func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f pplFlags
 	fs := newFlagSet("ppl", pplUsage, stderr)
-	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json)")
+	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
 	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2-raw/wiki.test.raw, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.mode, "mode", eval.ModePassages, "passages, docs or full")
 	fs.IntVar(&f.ctx, "ctx", 0, "passages: prefix tokens (0: min(1024, model context - n-eval)); docs, full: window tokens (0: model context)")
@@ -143,6 +143,11 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		return errors.New("ppl: --workers must be >= 1, --n-eval >= 1, and --ctx, --passages, --stride, --chunk, --threads, --block-size >= 0")
 	}
 
+	dir, err := resolveModel(ctx, f.model, stderr)
+	if err != nil {
+		return fmt.Errorf("ppl: %w", err)
+	}
+	f.model = dir
 	raw, err := os.ReadFile(f.data)
 	if err != nil {
 		return fmt.Errorf("ppl: %w", err)
