@@ -85,7 +85,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.chunk, "chunk", 0, "tokens per Forward call after the prefill (0: 1 in passages mode, i.e. the decode path; 512 otherwise)")
 	fs.Var(&f.configs, "config", "a cache configuration to compare with the reference (repeatable)")
 	fs.StringVar(&f.configsFile, "configs", "", "JSON file with a list of configurations")
-	fs.StringVar(&f.cacheType, "cache-type", "f32", "storage of uncompressed KV blocks in every configuration, the reference included: f32 or bf16")
+	fs.StringVar(&f.cacheType, "cache-type", "bf16", "storage of uncompressed KV blocks in every configuration, the reference included: bf16 or f32 (exact)")
 	fs.StringVar(&f.calib, "calib", "", "calibration file for precond=1 and cb=1 configurations")
 	fs.StringVar(&f.out, "out", "", "write the JSON report here (default: no report file)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")

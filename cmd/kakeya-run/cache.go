@@ -77,7 +77,7 @@ func (c *cacheFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.sinks, "sinks", 0, "first tokens kept uncompressed (attention sinks)")
 	fs.StringVar(&c.boundary, "boundary", defaultBoundary, "layers that skip the codec and store bf16 blocks, comma-separated, negative from the end (none = compress every layer)")
 	fs.StringVar(&c.calib, "calib", "", "calibration file (kakeya-eval calibrate): precondition each key codec by the model's query covariance")
-	fs.StringVar(&c.cacheType, "cache-type", "f32", "storage of uncompressed KV blocks: f32 or bf16 (half the memory)")
+	fs.StringVar(&c.cacheType, "cache-type", "bf16", "storage of uncompressed KV blocks: bf16, or f32 (exact, twice the memory)")
 	fs.BoolVar(&c.codebooks, "calib-codebooks", false, "kakeya codecs use the Lloyd-Max residual codebooks of --calib instead of Gaussian ones")
 }
 

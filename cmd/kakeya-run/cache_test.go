@@ -37,23 +37,23 @@ func TestCacheFlags(t *testing.T) {
 		block int
 		spec  model.CacheSpec
 	}{
-		{nil, 16, model.CacheSpec{}},
-		{[]string{"--kv-codec", "none", "--sinks", "4"}, 16, model.CacheSpec{}},
-		{[]string{"--block-size", "32"}, 32, model.CacheSpec{}},
-		{[]string{"--kv-codec", "int8"}, 64, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 64}},
-		{[]string{"--kv-codec", "int8", "--block-size", "16"}, 16, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 16}},
-		{[]string{"--kv-codec", "int4", "--v-codec", "none", "--boundary", "none", "--hot-window", "0"}, 64, model.CacheSpec{K: "int4"}},
+		{nil, 16, model.CacheSpec{HotBF16: true}},
+		{[]string{"--kv-codec", "none", "--sinks", "4"}, 16, model.CacheSpec{HotBF16: true}},
+		{[]string{"--block-size", "32"}, 32, model.CacheSpec{HotBF16: true}},
+		{[]string{"--kv-codec", "int8"}, 64, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
+		{[]string{"--kv-codec", "int8", "--block-size", "16"}, 16, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 16, HotBF16: true}},
+		{[]string{"--kv-codec", "int4", "--v-codec", "none", "--boundary", "none", "--hot-window", "0"}, 64, model.CacheSpec{K: "int4", HotBF16: true}},
 		{[]string{"--k-codec", "kakeya:b=3,rank=4", "--v-codec", "int4-rot", "--boundary", "0,1,-2,-1", "--sinks", "4", "--hot-window", "128"}, 64,
-			model.CacheSpec{K: "kakeya:b=3,rank=4", V: "int4-rot", Boundary: []int{0, 1, -2, -1}, HotWindow: 128, Sinks: 4}},
+			model.CacheSpec{K: "kakeya:b=3,rank=4", V: "int4-rot", Boundary: []int{0, 1, -2, -1}, HotWindow: 128, Sinks: 4, HotBF16: true}},
 		{[]string{"--kv-codec", "kakeya", "--k-bits", "3", "--v-bits", "2"}, 64,
-			model.CacheSpec{K: "kakeya:b=3", V: "kakeya:b=2", Boundary: []int{0, -1}, HotWindow: 64}},
-		{[]string{"--kv-codec", "kakeya:b=4", "--k-bits", "4"}, 64, model.CacheSpec{K: "kakeya:b=4", V: "kakeya:b=4", Boundary: []int{0, -1}, HotWindow: 64}},
-		{[]string{"--kv-codec", "INT8", "--k-codec", "None"}, 64, model.CacheSpec{V: "int8", Boundary: []int{0, -1}, HotWindow: 64}},
-		{[]string{"--k-codec", "bf16", "--calib", "c.safetensors"}, 64, model.CacheSpec{K: "bf16", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true}},
-		{[]string{"--cache-type", "bf16"}, 16, model.CacheSpec{HotBF16: true}},
-		{[]string{"--kv-codec", "int8", "--cache-type", "BF16"}, 64, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
+			model.CacheSpec{K: "kakeya:b=3", V: "kakeya:b=2", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
+		{[]string{"--kv-codec", "kakeya:b=4", "--k-bits", "4"}, 64, model.CacheSpec{K: "kakeya:b=4", V: "kakeya:b=4", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
+		{[]string{"--kv-codec", "INT8", "--k-codec", "None"}, 64, model.CacheSpec{V: "int8", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
+		{[]string{"--k-codec", "bf16", "--calib", "c.safetensors"}, 64, model.CacheSpec{K: "bf16", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, HotBF16: true}},
+		{[]string{"--cache-type", "f32"}, 16, model.CacheSpec{}},
+		{[]string{"--kv-codec", "int8", "--cache-type", "F32"}, 64, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 64}},
 		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks"}, 64,
-			model.CacheSpec{K: "kakeya", V: "kakeya", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, Codebooks: true}},
+			model.CacheSpec{K: "kakeya", V: "kakeya", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, Codebooks: true, HotBF16: true}},
 	}
 	for _, tt := range tests {
 		c, err := parseCache(t, tt.args)
