@@ -86,6 +86,21 @@ func TestPPLDocsStories(t *testing.T) {
 	}
 }
 
+// The whole TinyStories validation file, every paragraph its own document
+// from BOS: llama2.c's published protocol, whose figure is 5.38.
+func TestPPLDocsStoriesFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scores 380k tokens (about 20 s); -short skips it")
+	}
+	sh := shareddata.Dir(t)
+	r, _ := runReport(t, "--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+		"--mode", "docs")
+	ppl := r.Configs[0].PPL
+	if math.Abs(ppl/5.38-1) > 0.01 || r.Tokens < 380000 {
+		t.Errorf("TinyStories val PPL %v over %d tokens, want within 1%% of llama2.c's 5.38", ppl, r.Tokens)
+	}
+}
+
 // An uncompressed configuration through the decode path must match the
 // reference exactly; a compressed one must be scored and graded.
 func TestPPLPassagesSelf(t *testing.T) {
