@@ -82,7 +82,6 @@ type kakeyaScratch struct {
 	cov   []float64
 	cov32 []float32
 	eig   []float64
-	work  []float64
 	codes []uint8
 	cand  []int32
 	opos  []int32

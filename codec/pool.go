@@ -5,12 +5,8 @@ import "sync"
 // scratch is per-call working memory, recycled through a codec's pool so
 // steady-state Encode and Decode calls allocate nothing.
 type scratch struct {
-	f   []float32
-	g   []float32
-	u8  []uint8
-	f64 []float64
-	w   []float64
-	i32 []int32
+	f  []float32
+	u8 []uint8
 }
 
 type scratchPool struct{ p sync.Pool }

@@ -148,19 +148,6 @@ func (p *Pool) Run(n int, t Task) {
 	p.dispatch(n, min(n, p.threads))
 }
 
-// runChunks runs t over [0, n) split into chunks pieces claimed dynamically,
-// which balances load when a core is shared with other work. It reports
-// false, doing nothing, when the pool cannot take the job (busy, closed or
-// single-threaded); the caller then runs the work inline.
-func (p *Pool) runChunks(n, chunks int, t workerTask) bool {
-	if !p.acquire(n) {
-		return false
-	}
-	p.wtask = t
-	p.dispatch(n, max(1, min(n, chunks)))
-	return true
-}
-
 // acquire takes the pool for one job; false means run inline.
 func (p *Pool) acquire(n int) bool {
 	if p.threads == 1 || n == 1 || !p.mu.TryLock() {
