@@ -8,7 +8,7 @@ SHARED  ?= $(abspath ../shared)
 BIN     := bin
 export KAKEYA_SHARED := $(SHARED)
 
-.PHONY: all build test test-scalar vet fmt-check bench bench-kernels bench-codec bench-tokenizer cuda gpu-check clean
+.PHONY: all build test test-scalar vet lint fmt-check bench bench-kernels bench-codec bench-tokenizer cuda gpu-check clean
 
 all: build
 
@@ -24,6 +24,12 @@ test: fmt-check vet
 vet:
 	$(GO) vet ./...
 	$(SIMD) $(GO) vet ./...
+
+# staticcheck at a pinned version (fetched through the module proxy); not
+# part of test, so a machine without the proxy can still run the suite.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
+lint: vet
+	$(GO) run $(STATICCHECK) ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
