@@ -79,10 +79,8 @@ func fwhtRaw(x []float32) {
 		g[0], g[1], g[2], g[3] = b0+b4, b1+b5, b2+b6, b3+b7
 		g[4], g[5], g[6], g[7] = b0-b4, b1-b5, b2-b6, b3-b7
 	}
-	for h := 8; h < n; h <<= 1 {
-		for i := 0; i < n; i += h << 1 {
-			cpu.Butterfly(x[i:i+h], x[i+h:i+2*h])
-		}
+	if n > 8 {
+		cpu.HadamardStages(x)
 	}
 }
 

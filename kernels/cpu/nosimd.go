@@ -14,6 +14,7 @@ func axpy(alpha float32, x, y []float32)            { axpyScalar(alpha, x, y) }
 func add(dst, x []float32)                          { addScalar(dst, x) }
 func scale(x []float32, s float32)                  { scaleScalar(x, s) }
 func butterfly(lo, hi []float32)                    { butterflyScalar(lo, hi) }
+func hadamardStages(x []float32)                    { hadamardStagesScalar(x) }
 func mulAdd(dst, x, y, z []float32)                 { mulAddScalar(dst, x, y, z) }
 func sumSquares(x []float32) float32                { return sumSquaresScalar(x) }
 func mulScaled(out, x, w []float32, s float32)      { mulScaledScalar(out, x, w, s) }

@@ -46,6 +46,27 @@ func Butterfly(lo, hi []float32) {
 	butterfly(lo, hi)
 }
 
+// HadamardStages applies the butterfly stages h = 8, 16, ..., len(x)/2 of
+// an unnormalized fast Walsh–Hadamard transform to x, whose length must be
+// a power of two >= 8; the stages below 8 are the caller's (they mix
+// neighbours within one vector register).
+func HadamardStages(x []float32) {
+	n := len(x)
+	if n < 8 || n&(n-1) != 0 {
+		panic(fmt.Sprintf("cpu: HadamardStages: length %d is not a power of two >= 8", n))
+	}
+	hadamardStages(x)
+}
+
+func hadamardStagesScalar(x []float32) {
+	n := len(x)
+	for h := 8; h < n; h <<= 1 {
+		for i := 0; i < n; i += h << 1 {
+			butterfly(x[i:i+h], x[i+h:i+2*h])
+		}
+	}
+}
+
 // MulAdd sets dst = x*y + z element-wise. It panics if the lengths differ.
 func MulAdd(dst, x, y, z []float32) {
 	if len(x) != len(dst) || len(y) != len(dst) || len(z) != len(dst) {

@@ -255,3 +255,35 @@ func TestOpsLengthPanics(t *testing.T) {
 func testMatNoData() kernels.Mat {
 	return kernels.Mat{DType: kernels.BF16, Rows: 2, Cols: 3, U16: make([]uint16, 6)}
 }
+
+func TestHadamardStages(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, n := range []int{8, 16, 32, 64, 128, 256} {
+		x := randVec(rng, n)
+		want := append([]float32(nil), x...)
+		// The stages from 8 up, straight from the definition.
+		for h := 8; h < n; h <<= 1 {
+			for i := 0; i < n; i += 2 * h {
+				for j := i; j < i+h; j++ {
+					want[j], want[j+h] = want[j]+want[j+h], want[j]-want[j+h]
+				}
+			}
+		}
+		HadamardStages(x)
+		for i := range x {
+			if x[i] != want[i] {
+				t.Fatalf("n=%d: [%d] = %v, want %v", n, i, x[i], want[i])
+			}
+		}
+	}
+	for _, n := range []int{0, 4, 24} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("length %d: no panic", n)
+				}
+			}()
+			HadamardStages(make([]float32, n))
+		}()
+	}
+}

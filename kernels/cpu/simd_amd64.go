@@ -384,6 +384,32 @@ func butterfly(lo, hi []float32) {
 	butterflyScalar(lo[i:], hi[i:])
 }
 
+// hadamardStages keeps vectors of up to 128 values in registers for all
+// their stages: one load and one store per element instead of one per stage.
+func hadamardStages(x []float32) {
+	n := len(x)
+	if !hasAVX2 || n > 128 {
+		hadamardStagesScalar(x)
+		return
+	}
+	var r [16]f32x8
+	nv := n / 8
+	for i := 0; i < nv; i++ {
+		r[i] = load8(x[8*i : 8*i+8])
+	}
+	for h := 1; h < nv; h <<= 1 {
+		for i := 0; i < nv; i += h << 1 {
+			for j := i; j < i+h; j++ {
+				a, b := r[j], r[j+h]
+				r[j], r[j+h] = a.Add(b), a.Sub(b)
+			}
+		}
+	}
+	for i := 0; i < nv; i++ {
+		store8(r[i], x[8*i:8*i+8])
+	}
+}
+
 func mulAdd(dst, x, y, z []float32) {
 	if !hasAVX2 {
 		mulAddScalar(dst, x, y, z)
