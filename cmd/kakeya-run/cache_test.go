@@ -49,7 +49,9 @@ func TestCacheFlags(t *testing.T) {
 			model.CacheSpec{K: "kakeya:b=3", V: "kakeya:b=2", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
 		{[]string{"--kv-codec", "kakeya:b=4", "--k-bits", "4"}, 64, model.CacheSpec{K: "kakeya:b=4", V: "kakeya:b=4", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
 		{[]string{"--kv-codec", "INT8", "--k-codec", "None"}, 64, model.CacheSpec{V: "int8", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
-		{[]string{"--k-codec", "bf16", "--calib", "c.safetensors"}, 64, model.CacheSpec{K: "bf16", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, HotBF16: true}},
+		{[]string{"--k-codec", "bf16", "--calib", "c.safetensors"}, 64, model.CacheSpec{K: "bf16", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, Codebooks: true, HotBF16: true}},
+		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks=false"}, 64,
+			model.CacheSpec{K: "kakeya", V: "kakeya", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, HotBF16: true}},
 		{[]string{"--cache-type", "f32"}, 16, model.CacheSpec{}},
 		{[]string{"--kv-codec", "int8", "--cache-type", "F32"}, 64, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 64}},
 		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks"}, 64,
@@ -254,5 +256,11 @@ func TestRunCompressed(t *testing.T) {
 		if tt.sameAsBaseline && out.String() != baseline {
 			t.Errorf("%q: lossless cache changed the greedy text:\n%q\nwant\n%q", tt.args, out.String(), baseline)
 		}
+	}
+	// The calibration above holds no codebooks: used by default only when
+	// present, but asked for explicitly their absence is an error.
+	args := append(base, "--kv-codec", "kakeya", "--calib", calib, "--calib-codebooks")
+	if err := run(context.Background(), args, nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "no 3-bit codebook") {
+		t.Errorf("--calib-codebooks with a calibration without codebooks: err = %v", err)
 	}
 }
