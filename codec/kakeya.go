@@ -535,9 +535,7 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 		for c, l := range levels {
 			lv[c] = l * s
 		}
-		for j, c := range sc.codes[i*p : (i+1)*p] {
-			v[j] = lv[c&15]
-		}
+		cpu.Lookup(v, sc.codes[i*p:n*p], &lv)
 		for ; next < m; next++ {
 			e := outs[next*(posLen+2):]
 			var pos int

@@ -8,19 +8,20 @@ import "github.com/kakeya-ai/kakeya/kernels"
 
 func bestKernels() *kernelSet { return &scalarKernels }
 
-func cvtRow(dst []float32, w *kernels.Mat, off int) { cvtScalar(dst, w, off) }
-func dot(a, b []float32) float32                    { return dotScalar(a, b) }
-func axpy(alpha float32, x, y []float32)            { axpyScalar(alpha, x, y) }
-func add(dst, x []float32)                          { addScalar(dst, x) }
-func scale(x []float32, s float32)                  { scaleScalar(x, s) }
-func butterfly(lo, hi []float32)                    { butterflyScalar(lo, hi) }
-func hadamardStages(x []float32)                    { hadamardStagesScalar(x) }
-func mulAdd(dst, x, y, z []float32)                 { mulAddScalar(dst, x, y, z) }
-func sumSquares(x []float32) float32                { return sumSquaresScalar(x) }
-func mulScaled(out, x, w []float32, s float32)      { mulScaledScalar(out, x, w, s) }
-func siluMul(gate, up []float32)                    { siluMulScalar(gate, up) }
-func softmax(x []float32)                           { softmaxScalar(x) }
-func rope(x, cos, sin []float32)                    { ropeScalar(x, cos, sin) }
+func cvtRow(dst []float32, w *kernels.Mat, off int)       { cvtScalar(dst, w, off) }
+func dot(a, b []float32) float32                          { return dotScalar(a, b) }
+func axpy(alpha float32, x, y []float32)                  { axpyScalar(alpha, x, y) }
+func add(dst, x []float32)                                { addScalar(dst, x) }
+func scale(x []float32, s float32)                        { scaleScalar(x, s) }
+func butterfly(lo, hi []float32)                          { butterflyScalar(lo, hi) }
+func hadamardStages(x []float32)                          { hadamardStagesScalar(x) }
+func lookup(dst []float32, codes []uint8, t *[16]float32) { lookupScalar(dst, codes, t) }
+func mulAdd(dst, x, y, z []float32)                       { mulAddScalar(dst, x, y, z) }
+func sumSquares(x []float32) float32                      { return sumSquaresScalar(x) }
+func mulScaled(out, x, w []float32, s float32)            { mulScaledScalar(out, x, w, s) }
+func siluMul(gate, up []float32)                          { siluMulScalar(gate, up) }
+func softmax(x []float32)                                 { softmaxScalar(x) }
+func rope(x, cos, sin []float32)                          { ropeScalar(x, cos, sin) }
 
 func dotBlock(out, q, keys []float32, d int) { dotBlockScalar(out, q, keys, d) }
 func axpyBlock(out, w, vals []float32)       { axpyBlockScalar(out, w, vals) }

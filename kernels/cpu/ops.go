@@ -67,6 +67,24 @@ func hadamardStagesScalar(x []float32) {
 	}
 }
 
+// Lookup sets dst[i] = table[codes[i]&15] for i < len(dst): decoding
+// scalar-quantizer codes of up to 4 bits. codes may run past len(dst) (the
+// rest of a block); the vector path then reads ahead instead of stopping
+// early. It panics if codes is shorter than dst.
+func Lookup(dst []float32, codes []uint8, table *[16]float32) {
+	if len(codes) < len(dst) {
+		panic(fmt.Sprintf("cpu: Lookup: %d codes for %d values", len(codes), len(dst)))
+	}
+	lookup(dst, codes, table)
+}
+
+func lookupScalar(dst []float32, codes []uint8, table *[16]float32) {
+	codes = codes[:len(dst)]
+	for i, c := range codes {
+		dst[i] = table[c&15]
+	}
+}
+
 // MulAdd sets dst = x*y + z element-wise. It panics if the lengths differ.
 func MulAdd(dst, x, y, z []float32) {
 	if len(x) != len(dst) || len(y) != len(dst) || len(z) != len(dst) {

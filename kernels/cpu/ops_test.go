@@ -287,3 +287,36 @@ func TestHadamardStages(t *testing.T) {
 		}()
 	}
 }
+
+func TestLookup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	var table [16]float32
+	for i := range table {
+		table[i] = float32(rng.NormFloat64())
+	}
+	for n := 0; n <= 70; n++ {
+		for _, extra := range []int{0, 3, 16} {
+			codes := make([]uint8, n+extra)
+			for i := range codes {
+				codes[i] = uint8(rng.IntN(256))
+			}
+			dst := make([]float32, n+1)
+			dst[n] = 42 // must stay: only len(dst[:n]) values are written
+			Lookup(dst[:n], codes, &table)
+			for i := 0; i < n; i++ {
+				if want := table[codes[i]&15]; dst[i] != want {
+					t.Fatalf("n=%d extra=%d: [%d] = %v, want %v (code %d)", n, extra, i, dst[i], want, codes[i])
+				}
+			}
+			if dst[n] != 42 {
+				t.Fatalf("n=%d extra=%d: wrote past dst", n, extra)
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("short codes: no panic")
+		}
+	}()
+	Lookup(make([]float32, 3), make([]uint8, 2), &table)
+}

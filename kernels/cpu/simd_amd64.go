@@ -410,6 +410,27 @@ func hadamardStages(x []float32) {
 	}
 }
 
+// lookup widens eight codes at a time to 32-bit indices and picks their
+// levels with two register permutes (low and high half of the table).
+func lookup(dst []float32, codes []uint8, t *[16]float32) {
+	if !hasAVX2 {
+		lookupScalar(dst, codes, t)
+		return
+	}
+	n := len(dst)
+	lo := archsimd.LoadFloat32x8((*[8]float32)(t[0:8]))
+	hi := archsimd.LoadFloat32x8((*[8]float32)(t[8:16]))
+	eight := archsimd.BroadcastUint32x8(8)
+	i := 0
+	// Sixteen bytes are loaded for eight codes: stop where they run out.
+	for ; i+8 <= n && i+16 <= len(codes); i += 8 {
+		idx := archsimd.LoadUint8x16((*[16]uint8)(codes[i : i+16])).ExtendLo8ToUint32()
+		upper := idx.And(eight).Equal(eight)
+		store8(hi.Permute(idx).Merge(lo.Permute(idx), upper), dst[i:i+8])
+	}
+	lookupScalar(dst[i:], codes[i:], t)
+}
+
 func mulAdd(dst, x, y, z []float32) {
 	if !hasAVX2 {
 		mulAddScalar(dst, x, y, z)
