@@ -15,3 +15,14 @@ type Codec interface {
 	// when src is truncated, corrupt or was encoded for another shape.
 	Decode(dst []float32, src []byte, n, d int) error
 }
+
+// A RowCombiner is a Codec that adds weighted sums of an encoded block's
+// rows without decoding each row: attention's probability-weighted sum of
+// values is such a sum.
+type RowCombiner interface {
+	Codec
+	// AddWeighted adds, for j < m, the sum over rows lo <= i < hi of
+	// w[j*wStride+i] times row i of the block src decodes to (n rows of d)
+	// to dst[j*d:(j+1)*d]. Errors are those of Decode, or bad arguments.
+	AddWeighted(dst []float32, m int, w []float32, wStride int, src []byte, n, d, lo, hi int) error
+}

@@ -391,7 +391,8 @@ func allocs(f func()) float64 { return testing.AllocsPerRun(5, f) }
 
 // FuzzDecodeResealed edits encoded blocks of every codec behind a valid
 // checksum (the CRC catches random damage; this reaches the decoders'
-// own checks) and requires an error or a decode, never a panic.
+// own checks) and requires an error or a decode, never a panic, from Decode
+// and from AddWeighted.
 func FuzzDecodeResealed(f *testing.F) {
 	f.Add(uint8(0), uint16(16), []byte{0xff})
 	f.Add(uint8(5), uint16(17), []byte{0x7f, 0xff, 0xff, 0xff})
@@ -418,6 +419,83 @@ func FuzzDecodeResealed(f *testing.F) {
 			}
 		}
 		y := make([]float32, n*d)
-		_ = codecs[i].Decode(y, reseal(b), n, d)
+		b = reseal(b)
+		_ = codecs[i].Decode(y, b, n, d)
+		if rc, ok := codecs[i].(RowCombiner); ok {
+			w := make([]float32, 2*n)
+			for j := range w {
+				w[j] = 1
+			}
+			_ = rc.AddWeighted(y[:2*d], 2, w, n, b, n, d, int(at)%n, n)
+		}
 	})
+}
+
+// AddWeighted must equal decoding the block and summing its weighted rows.
+func TestAddWeighted(t *testing.T) {
+	const n, d, m = 64, 48, 3
+	x := synth(keyLike, n, d, 4, 4)
+	for _, k := range []*Kakeya{
+		mustKakeya(t, nil),
+		mustKakeya(t, func(o *KakeyaOptions) { o.MaxRank = 0 }),
+		mustKakeya(t, func(o *KakeyaOptions) { o.CoeffBits = 16; o.MaxRank = 8; o.Bits = 2 }),
+		mustKakeya(t, func(o *KakeyaOptions) { o.OutlierThreshold = 1.2; o.MaxOutliers = 16; o.Bits = 4 }),
+	} {
+		var rc RowCombiner = k
+		enc, err := k.Encode(nil, x, n, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := make([]float32, n*d)
+		if err := k.Decode(rows, enc, n, d); err != nil {
+			t.Fatal(err)
+		}
+		const stride = n + 5
+		w := make([]float32, (m-1)*stride+n)
+		for i := range w {
+			w[i] = float32(math.Sin(float64(i)*0.7)) + 0.2
+		}
+		w[stride+3] = 0 // a zero weight is skipped, not mis-summed
+		for _, rg := range [][2]int{{0, n}, {5, n - 3}, {n - 1, n}, {7, 7}} {
+			lo, hi := rg[0], rg[1]
+			got := make([]float32, m*d)
+			want := make([]float64, m*d)
+			for i := range got {
+				got[i] = float32(i%7) - 3 // AddWeighted adds to what is there
+				want[i] = float64(got[i])
+			}
+			if err := rc.AddWeighted(got, m, w, stride, enc, n, d, lo, hi); err != nil {
+				t.Fatalf("%s [%d,%d): %v", k.Name(), lo, hi, err)
+			}
+			var scale float64
+			for j := 0; j < m; j++ {
+				for i := lo; i < hi; i++ {
+					for c := 0; c < d; c++ {
+						want[j*d+c] += float64(w[j*stride+i]) * float64(rows[i*d+c])
+						scale = math.Max(scale, math.Abs(float64(rows[i*d+c])))
+					}
+				}
+			}
+			for i := range got {
+				if diff := math.Abs(float64(got[i]) - want[i]); diff > 1e-5*float64(n)*(scale+1) {
+					t.Fatalf("%s [%d,%d): [%d] = %v, want %v", k.Name(), lo, hi, i, got[i], want[i])
+				}
+			}
+		}
+		dst := make([]float32, m*d)
+		for _, bad := range []struct {
+			name string
+			call func() error
+		}{
+			{"corrupt", func() error { b := append([]byte(nil), enc...); b[len(b)/2] ^= 1; return rc.AddWeighted(dst, m, w, stride, b, n, d, 0, n) }},
+			{"rows past the block", func() error { return rc.AddWeighted(dst, m, w, stride, enc, n, d, 0, n+1) }},
+			{"short weights", func() error { return rc.AddWeighted(dst, m, w[:len(w)-1], stride, enc, n, d, 0, n) }},
+			{"short destination", func() error { return rc.AddWeighted(dst[:m*d-1], m, w, stride, enc, n, d, 0, n) }},
+			{"other shape", func() error { return rc.AddWeighted(dst, m, w, stride, enc, n/2, d*2, 0, n/2) }},
+		} {
+			if err := bad.call(); err == nil {
+				t.Errorf("%s: %s accepted", k.Name(), bad.name)
+			}
+		}
+	}
 }

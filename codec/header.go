@@ -105,6 +105,21 @@ func checkHeader(name string, src []byte, id, param byte, n, d int, tag uint16) 
 	return src[headerLen:], nil
 }
 
+// checkCombine checks the arguments of an AddWeighted call.
+func checkCombine(name string, dst []float32, m int, w []float32, wStride, n, d, lo, hi int) error {
+	switch {
+	case n <= 0 || d <= 0:
+		return fmt.Errorf("codec: %s: block of %d x %d", name, n, d)
+	case lo < 0 || hi > n || lo > hi:
+		return fmt.Errorf("codec: %s: rows [%d, %d) outside a block of %d", name, lo, hi, n)
+	case m < 0 || len(dst) < m*d:
+		return fmt.Errorf("codec: %s: %d weight rows need %d destination values, have %d", name, m, m*d, len(dst))
+	case m > 0 && (wStride < 0 || len(w) < (m-1)*wStride+hi):
+		return fmt.Errorf("codec: %s: %d weight rows of stride %d reaching row %d need %d weights, have %d", name, m, wStride, hi, (m-1)*wStride+hi, len(w))
+	}
+	return nil
+}
+
 // checkInput checks an encoder's input block (n rows of d values, all
 // finite) and returns max |x| over its n*d values.
 func checkInput(name string, x []float32, n, d int) (float32, error) {

@@ -86,6 +86,8 @@ type kakeyaScratch struct {
 	cand  []int32
 	opos  []int32
 	oval  []float32
+	acc   []float32 // AddWeighted: m rotated-domain sums of p values
+	wsum  []float32 // AddWeighted: m x (r coefficient sums, Σw)
 
 	// topEigen scratch
 	qv, zv, tv, wv, smallWork []float64
@@ -439,28 +441,35 @@ func (k *Kakeya) residualRow(sc *kakeyaScratch, i, d, p int) (float32, []int32) 
 	return nrm, cand
 }
 
-// Decode reconstructs the block, checking every stored field.
-func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
+// kakeyaBlock is a parsed block: what Decode and AddWeighted share, plus the
+// cursor over its outliers (sorted by position, consumed row by row).
+type kakeyaBlock struct {
+	n, d, p, r    int
+	m, posLen     int
+	norms, outs   []byte
+	next, prevPos int
+}
+
+// parse checks src (header, lengths, every fixed field) and leaves the mean,
+// basis, skeleton coefficients and residual codes of the block in sc.
+func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, error) {
 	const name = "kakeya"
-	if err := checkShape(name, n, d, len(dst), "destination"); err != nil {
-		return err
-	}
 	pl, err := checkHeader(name, src, idKakeya, byte(k.opt.Bits), n, d, k.tag)
 	if err != nil {
-		return err
+		return kakeyaBlock{}, err
 	}
 	if len(pl) < 6 {
-		return fmt.Errorf("codec: %s: payload of %d bytes lacks the 6-byte block header", name, len(pl))
+		return kakeyaBlock{}, fmt.Errorf("codec: %s: payload of %d bytes lacks the 6-byte block header", name, len(pl))
 	}
 	r, cbits, m := int(pl[0]), int(pl[1]), int(binary.LittleEndian.Uint32(pl[2:]))
 	p := NextPow2(d)
 	switch {
 	case r > min(n, d):
-		return fmt.Errorf("codec: %s: rank %d exceeds min(n=%d, d=%d)", name, r, n, d)
+		return kakeyaBlock{}, fmt.Errorf("codec: %s: rank %d exceeds min(n=%d, d=%d)", name, r, n, d)
 	case cbits != 4 && cbits != 8 && cbits != 16:
-		return fmt.Errorf("codec: %s: coefficient width %d not 4, 8 or 16", name, cbits)
+		return kakeyaBlock{}, fmt.Errorf("codec: %s: coefficient width %d not 4, 8 or 16", name, cbits)
 	case m > n*p || m > n*255:
-		return fmt.Errorf("codec: %s: %d outliers for %d coordinates", name, m, n*p)
+		return kakeyaBlock{}, fmt.Errorf("codec: %s: %d outliers for %d coordinates", name, m, n*p)
 	}
 	coefLen := 2 * n * r
 	if cbits < 16 {
@@ -472,90 +481,136 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 	}
 	want := 6 + 2*d + 2*r*d + coefLen + 2*n + PackedLen(n*p, k.opt.Bits) + m*(posLen+2)
 	if len(pl) != want {
-		return fmt.Errorf("codec: %s: payload is %d bytes, want %d for rank %d and %d outliers", name, len(pl), want, r, m)
+		return kakeyaBlock{}, fmt.Errorf("codec: %s: payload is %d bytes, want %d for rank %d and %d outliers", name, len(pl), want, r, m)
 	}
-	sc := k.scratch()
-	defer k.pool.Put(sc)
 	off := 6
 	sc.mean = growF32(sc.mean, d)
 	sc.basis = growF32(sc.basis, r*d)
 	if err := readF16s(sc.mean, pl[off:], name, "mean"); err != nil {
-		return err
+		return kakeyaBlock{}, err
 	}
 	off += 2 * d
 	if err := readF16s(sc.basis, pl[off:], name, "basis"); err != nil {
-		return err
+		return kakeyaBlock{}, err
 	}
 	off += 2 * r * d
 	sc.coef = growF32(sc.coef, n*r)
 	if cbits == 16 {
 		if err := readF16s(sc.coef, pl[off:], name, "coefficient"); err != nil {
-			return err
+			return kakeyaBlock{}, err
 		}
 	} else if r > 0 {
 		sc.v = growF32(sc.v, max(p, r))
 		scales := sc.v[:r]
 		if err := readF16s(scales, pl[off:], name, "coefficient scale"); err != nil {
-			return err
+			return kakeyaBlock{}, err
 		}
 		sc.codes = growU8(sc.codes, n*r)
 		if err := UnpackBits(sc.codes[:n*r], pl[off+2*r:], cbits); err != nil {
-			return fmt.Errorf("codec: %s: %w", name, err)
+			return kakeyaBlock{}, fmt.Errorf("codec: %s: %w", name, err)
 		}
 		half := float32(int(1) << (cbits - 1))
 		for i, c := range sc.codes[:n*r] {
 			if c == 0 {
-				return fmt.Errorf("codec: %s: coefficient code 0 at token %d outside the symmetric range", name, i/r)
+				return kakeyaBlock{}, fmt.Errorf("codec: %s: coefficient code 0 at token %d outside the symmetric range", name, i/r)
 			}
 			sc.coef[i] = (float32(c) - half) * scales[i%r]
 		}
 	}
 	off += coefLen
-	norms := pl[off : off+2*n]
+	b := kakeyaBlock{n: n, d: d, p: p, r: r, m: m, posLen: posLen, norms: pl[off : off+2*n], prevPos: -1}
 	off += 2 * n
 	sc.codes = growU8(sc.codes, n*p)
 	if err := UnpackBits(sc.codes[:n*p], pl[off:], k.opt.Bits); err != nil {
-		return fmt.Errorf("codec: %s: %w", name, err)
+		return kakeyaBlock{}, fmt.Errorf("codec: %s: %w", name, err)
 	}
 	off += PackedLen(n*p, k.opt.Bits)
-	outs := pl[off:]
-	levels := k.cb.Levels
+	b.outs = pl[off:]
 	sc.v = growF32(sc.v, max(p, r))
+	return b, nil
+}
+
+// outlier returns the position and value of the block's next outlier,
+// checking that positions increase and stay inside the block.
+func (b *kakeyaBlock) outlier() (int, float32, error) {
+	e := b.outs[b.next*(b.posLen+2):]
+	var pos int
+	if b.posLen == 2 {
+		pos = int(binary.LittleEndian.Uint16(e))
+	} else {
+		pos = int(binary.LittleEndian.Uint32(e))
+	}
+	if pos <= b.prevPos || pos >= b.n*b.p {
+		return 0, 0, fmt.Errorf("codec: kakeya: outlier %d at position %d out of order or outside %d coordinates", b.next, pos, b.n*b.p)
+	}
+	val := getF16(e[b.posLen:])
+	if !finite32(val) {
+		return 0, 0, fmt.Errorf("codec: kakeya: outlier %d value is %v", b.next, val)
+	}
+	return pos, val, nil
+}
+
+// skipTo moves the outlier cursor past the rows before row i.
+func (b *kakeyaBlock) skipTo(i int) error {
+	for ; b.next < b.m; b.next++ {
+		pos, _, err := b.outlier()
+		if err != nil {
+			return err
+		}
+		if pos >= i*b.p {
+			return nil
+		}
+		b.prevPos = pos
+	}
+	return nil
+}
+
+// latent sets v (p values) to row i's residual in the rotated domain,
+// scaled so that signs ⊙ fwhtRaw(v) is the residual itself: the form in
+// which rows combine linearly. Rows are visited in increasing order.
+func (k *Kakeya) latent(b *kakeyaBlock, sc *kakeyaScratch, i int, v []float32) error {
+	nrm := getF16(b.norms[2*i:])
+	if !finite32(nrm) || nrm < 0 {
+		return fmt.Errorf("codec: kakeya: norm of token %d is %v", i, nrm)
+	}
+	// The unit-variance row times nrm/sqrt(p), then the orthonormal
+	// transform's 1/sqrt(p): one scale, applied to the levels.
+	s := nrm / float32(b.p)
+	var lv [16]float32
+	for c, l := range k.cb.Levels {
+		lv[c] = l * s
+	}
+	cpu.Lookup(v, sc.codes[i*b.p:b.n*b.p], &lv)
+	for ; b.next < b.m; b.next++ {
+		pos, val, err := b.outlier()
+		if err != nil {
+			return err
+		}
+		if pos >= (i+1)*b.p {
+			break
+		}
+		v[pos-i*b.p] = val * s
+		b.prevPos = pos
+	}
+	return nil
+}
+
+// Decode reconstructs the block, checking every stored field.
+func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
+	if err := checkShape("kakeya", n, d, len(dst), "destination"); err != nil {
+		return err
+	}
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	b, err := k.parse(sc, src, n, d)
+	if err != nil {
+		return err
+	}
+	p, r := b.p, b.r
 	v := sc.v[:p]
-	var lv [16]float32 // the codebook scaled for the current row
-	next, prev := 0, -1
 	for i := 0; i < n; i++ {
-		nrm := getF16(norms[2*i:])
-		if !finite32(nrm) || nrm < 0 {
-			return fmt.Errorf("codec: %s: norm of token %d is %v", name, i, nrm)
-		}
-		// The unit-variance row times nrm/sqrt(p), then the orthonormal
-		// transform's 1/sqrt(p): one scale, applied to the levels.
-		s := nrm / float32(p)
-		for c, l := range levels {
-			lv[c] = l * s
-		}
-		cpu.Lookup(v, sc.codes[i*p:n*p], &lv)
-		for ; next < m; next++ {
-			e := outs[next*(posLen+2):]
-			var pos int
-			if posLen == 2 {
-				pos = int(binary.LittleEndian.Uint16(e))
-			} else {
-				pos = int(binary.LittleEndian.Uint32(e))
-			}
-			if pos <= prev || pos >= n*p {
-				return fmt.Errorf("codec: %s: outlier %d at position %d out of order or outside %d coordinates", name, next, pos, n*p)
-			}
-			if pos >= (i+1)*p {
-				break
-			}
-			val := getF16(e[posLen:])
-			if !finite32(val) {
-				return fmt.Errorf("codec: %s: outlier %d value is %v", name, next, val)
-			}
-			v[pos-i*p] = val * s
-			prev = pos
+		if err := k.latent(&b, sc, i, v); err != nil {
+			return err
 		}
 		fwhtRaw(v)
 		out := dst[i*d : (i+1)*d]
@@ -564,8 +619,65 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 			cpu.Axpy(sc.coef[i*r+c], sc.basis[c*d:(c+1)*d], out)
 		}
 	}
-	if next != m {
-		return fmt.Errorf("codec: %s: outlier %d lies outside the block", name, next)
+	if b.next != b.m {
+		return fmt.Errorf("codec: kakeya: outlier %d lies outside the block", b.next)
+	}
+	return nil
+}
+
+// AddWeighted implements RowCombiner. Rows combine in the rotated domain,
+// so each weight row costs one inverse transform per block rather than one
+// per block row.
+func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src []byte, n, d, lo, hi int) error {
+	if err := checkCombine("kakeya", dst, m, w, wStride, n, d, lo, hi); err != nil {
+		return err
+	}
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	b, err := k.parse(sc, src, n, d)
+	if err != nil {
+		return err
+	}
+	p, r := b.p, b.r
+	sc.acc = growF32(sc.acc, m*p)
+	clear(sc.acc)
+	sc.wsum = growF32(sc.wsum, m*(r+1)) // per weight row: r coefficient sums, then Σw
+	clear(sc.wsum)
+	v := sc.v[:p]
+	if err := b.skipTo(lo); err != nil {
+		return err
+	}
+	for i := lo; i < hi; i++ {
+		if err := k.latent(&b, sc, i, v); err != nil {
+			return err
+		}
+		coef := sc.coef[i*r : (i+1)*r]
+		for j := 0; j < m; j++ {
+			wi := w[j*wStride+i]
+			if wi == 0 {
+				continue
+			}
+			cpu.Axpy(wi, v, sc.acc[j*p:(j+1)*p])
+			ws := sc.wsum[j*(r+1) : (j+1)*(r+1)]
+			for c, cf := range coef {
+				ws[c] += wi * cf
+			}
+			ws[r] += wi
+		}
+	}
+	if hi == n && b.next != b.m {
+		return fmt.Errorf("codec: kakeya: outlier %d lies outside the block", b.next)
+	}
+	for j := 0; j < m; j++ {
+		a := sc.acc[j*p : (j+1)*p]
+		fwhtRaw(a)
+		out := dst[j*d : (j+1)*d]
+		cpu.MulAdd(out, a[:d], k.signs[:d], out)
+		ws := sc.wsum[j*(r+1) : (j+1)*(r+1)]
+		cpu.Axpy(ws[r], sc.mean[:d], out)
+		for c := 0; c < r; c++ {
+			cpu.Axpy(ws[c], sc.basis[c*d:(c+1)*d], out)
+		}
 	}
 	return nil
 }
