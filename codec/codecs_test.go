@@ -487,7 +487,11 @@ func TestAddWeighted(t *testing.T) {
 			name string
 			call func() error
 		}{
-			{"corrupt", func() error { b := append([]byte(nil), enc...); b[len(b)/2] ^= 1; return rc.AddWeighted(dst, m, w, stride, b, n, d, 0, n) }},
+			{"corrupt", func() error {
+				b := append([]byte(nil), enc...)
+				b[len(b)/2] ^= 1
+				return rc.AddWeighted(dst, m, w, stride, b, n, d, 0, n)
+			}},
 			{"rows past the block", func() error { return rc.AddWeighted(dst, m, w, stride, enc, n, d, 0, n+1) }},
 			{"short weights", func() error { return rc.AddWeighted(dst, m, w[:len(w)-1], stride, enc, n, d, 0, n) }},
 			{"short destination", func() error { return rc.AddWeighted(dst[:m*d-1], m, w, stride, enc, n, d, 0, n) }},
