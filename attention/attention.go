@@ -8,6 +8,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
@@ -197,11 +198,22 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 
 	// Pass 3: probability-weighted sum of the values, in key order.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
+		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		if i1-i0 == 1 {
+			// One query (decode): a codec that sums encoded rows itself
+			// skips reconstructing every value row of the block.
+			done, err := t.combine(sc, stride, g, b, i0, r0, r1)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+		}
 		vb, err := t.c.V(t.layer, g, b, s.dec)
 		if err != nil {
 			return err
 		}
-		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
 		for qi := i0; qi < i1; qi++ {
 			qp := t.start + qi
 			lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
@@ -216,4 +228,33 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		}
 	}
 	return nil
+}
+
+// combine adds query qi's weighted sum of the values in rows [r0, r1) of
+// block b for every head of KV group g through the V codec's RowCombiner,
+// reporting false (nothing done) when the block is hot or its codec cannot.
+// sc holds the query's probabilities, one row of stride values per head.
+func (t *task) combine(sc []float32, stride, g, b, qi, r0, r1 int) (bool, error) {
+	enc, cd, ok := t.c.VEncoded(t.layer, g, b)
+	if !ok {
+		return false, nil
+	}
+	rc, ok := cd.(codec.RowCombiner)
+	if !ok {
+		return false, nil
+	}
+	a := t.a
+	d, bs, G := a.p.HeadDim, a.blockSize, a.group
+	qp := t.start + qi
+	lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+	if lo >= hi {
+		return true, nil
+	}
+	row := a.p.Heads * d
+	w := sc[b*bs:]
+	o := t.out[qi*row+g*G*d : qi*row+(g+1)*G*d]
+	if err := rc.AddWeighted(o, G, w, stride, enc, bs, d, lo, hi); err != nil {
+		return true, fmt.Errorf("attention: layer %d block %d head %d V: %s: %w", t.layer, b, g, cd.Name(), err)
+	}
+	return true, nil
 }

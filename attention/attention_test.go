@@ -173,3 +173,67 @@ func TestForwardErrors(t *testing.T) {
 		t.Error("queries beyond the cached keys: no error")
 	}
 }
+
+// decodeOnly hides a codec's RowCombiner, forcing the decode-then-sum path.
+type decodeOnly struct{ codec.Codec }
+
+// At decode, values in blocks whose codec is a RowCombiner are summed by
+// the codec; the result must match decoding the blocks and summing.
+func TestForwardRowCombiner(t *testing.T) {
+	pool := cpu.NewPool(2)
+	defer pool.Close()
+	kk, err := codec.NewKakeya(codec.DefaultKakeyaOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total, maxCtx, bs = 150, 160, 16
+	for _, p := range []Params{
+		{Heads: 6, KVHeads: 2, HeadDim: 32},
+		{Heads: 4, KVHeads: 2, HeadDim: 24, Window: 37}, // windows start inside encoded blocks
+	} {
+		d := p.HeadDim
+		r := rand.New(rand.NewPCG(3, 4))
+		q := make([]float32, total*p.Heads*d)
+		k := make([]float32, total*p.KVHeads*d)
+		v := make([]float32, len(k))
+		for _, x := range [][]float32{q, k, v} {
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+		}
+		cos, sin := ropeTables(maxCtx, d)
+		run := func(vc codec.Codec) []float32 {
+			c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: p.KVHeads, HeadDim: d, BlockSize: bs, MaxTokens: maxCtx,
+				Policy: kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{V: vc}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := New(pool, p, bs, maxCtx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := make([]float32, len(q))
+			kr, qr := p.KVHeads*d, p.Heads*d
+			for pos := 0; pos < total; pos++ {
+				if err := c.Append(0, k[pos*kr:(pos+1)*kr], v[pos*kr:(pos+1)*kr], 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := a.Forward(out[pos*qr:(pos+1)*qr], q[pos*qr:(pos+1)*qr], 1, pos, c, 0, cos, sin); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return out
+		}
+		got, want := run(kk), run(decodeOnly{kk})
+		var worst float64
+		for i := range got {
+			worst = max(worst, math.Abs(float64(got[i])-float64(want[i])))
+		}
+		if worst > 1e-5 {
+			t.Errorf("%+v: combined values differ from decoded ones by %g", p, worst)
+		}
+		if worst == 0 {
+			t.Errorf("%+v: bit-identical to the decode path: was the combiner used?", p)
+		}
+	}
+}

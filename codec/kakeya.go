@@ -87,6 +87,7 @@ type kakeyaScratch struct {
 	opos  []int32
 	oval  []float32
 	acc   []float32 // AddWeighted: m rotated-domain sums of p values
+	lat   []float32 // AddWeighted: the rows' rotated-domain forms
 	wsum  []float32 // AddWeighted: m x (r coefficient sums, Σw)
 
 	// topEigen scratch
@@ -639,27 +640,29 @@ func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src
 		return err
 	}
 	p, r := b.p, b.r
-	sc.acc = growF32(sc.acc, m*p)
-	clear(sc.acc)
-	sc.wsum = growF32(sc.wsum, m*(r+1)) // per weight row: r coefficient sums, then Σw
-	clear(sc.wsum)
-	v := sc.v[:p]
+	rows := hi - lo
+	// The rows' latent forms side by side, then one block sum per weight
+	// row: Σ_i w_i·latent_i, Σ_i w_i·coef_i and Σ_i w_i.
+	sc.lat = growF32(sc.lat, rows*p)
 	if err := b.skipTo(lo); err != nil {
 		return err
 	}
 	for i := lo; i < hi; i++ {
-		if err := k.latent(&b, sc, i, v); err != nil {
+		if err := k.latent(&b, sc, i, sc.lat[(i-lo)*p:(i-lo+1)*p]); err != nil {
 			return err
 		}
-		coef := sc.coef[i*r : (i+1)*r]
-		for j := 0; j < m; j++ {
-			wi := w[j*wStride+i]
-			if wi == 0 {
-				continue
-			}
-			cpu.Axpy(wi, v, sc.acc[j*p:(j+1)*p])
-			ws := sc.wsum[j*(r+1) : (j+1)*(r+1)]
-			for c, cf := range coef {
+	}
+	sc.acc = growF32(sc.acc, m*p)
+	clear(sc.acc)
+	sc.wsum = growF32(sc.wsum, m*(r+1)) // per weight row: r coefficient sums, then Σw
+	clear(sc.wsum)
+	for j := 0; j < m; j++ {
+		wj := w[j*wStride+lo : j*wStride+hi]
+		cpu.AxpyBlock(sc.acc[j*p:(j+1)*p], wj, sc.lat, rows, p)
+		ws := sc.wsum[j*(r+1) : (j+1)*(r+1)]
+		coef := sc.coef[lo*r : hi*r]
+		for i, wi := range wj {
+			for c, cf := range coef[i*r : (i+1)*r] {
 				ws[c] += wi * cf
 			}
 			ws[r] += wi

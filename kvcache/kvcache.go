@@ -323,6 +323,17 @@ func (c *Cache) V(layer, head, block int, scratch []float32) ([]float32, error) 
 	return c.get(layer, head, block, 1, scratch)
 }
 
+// VEncoded returns the encoded bytes of the V part of a block and the codec
+// that wrote them, or ok = false while the part is hot. The bytes belong to
+// the cache: read them, do not keep or change them.
+func (c *Cache) VEncoded(layer, head, block int) (enc []byte, cd codec.Codec, ok bool) {
+	pt := &c.layers[layer].blocks[block][2*head+1]
+	if pt.isHot() {
+		return nil, nil, false
+	}
+	return pt.enc, c.cfg.Policy.VCodec(layer), true
+}
+
 // Encoded reports whether the K (kv=0) or V (kv=1) part of a block is stored
 // encoded.
 func (c *Cache) Encoded(layer, head, block, kv int) bool {
