@@ -117,7 +117,7 @@ func BenchmarkPrefill(b *testing.B) {
 const decodeDrift = 128
 
 // BenchmarkDecodeContext times one-token steps after a prompt of 512 or 2048
-// tokens, with the plain float cache and with every layer's K and V encoded
+// tokens, with the plain float32 and bf16 caches and with every layer's K and V encoded
 // by int8 or kakeya in 64-token blocks (one hot block), so the cost of
 // decoding compressed blocks inside attention shows. The prompt is
 // prefilled outside the timer, once per sub-benchmark unless its steps run
@@ -132,9 +132,13 @@ func BenchmarkDecodeContext(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	for _, cache := range []string{"plain", "int8", "kakeya"} {
+	for _, cache := range []string{"plain", "plain-bf16", "int8", "kakeya"} {
 		opts := SequenceOptions{}
-		if cache != "plain" {
+		switch cache {
+		case "plain":
+		case "plain-bf16": // the tools' default storage
+			opts.Cache.HotBF16 = true
+		default:
 			p, err := m.Policy(CacheSpec{K: cache, V: cache, HotWindow: 64}, nil)
 			if err != nil {
 				b.Fatal(err)
