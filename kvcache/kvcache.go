@@ -14,6 +14,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // Policy says how a cache compresses its blocks.
@@ -435,9 +436,7 @@ func toBF16(dst []uint16, x []float32) {
 	}
 }
 
+// fromBF16 widens x into dst through the weights' conversion kernel.
 func fromBF16(dst []float32, x []uint16) {
-	dst = dst[:len(x)]
-	for i, v := range x {
-		dst[i] = kernels.BF16ToF32(v)
-	}
+	cpu.RowF32(dst, kernels.Mat{DType: kernels.BF16, Rows: 1, Cols: len(x), U16: x}, 0)
 }
