@@ -142,6 +142,13 @@ func (t *task) Run(lo, hi int) {
 	}
 }
 
+// rows returns the rows [lo, hi) of block b, within the rows [r0, r1) the
+// query chunk needs, that query position qp attends to (lo >= hi: none).
+func (t *task) rows(qp, b, r0, r1 int) (lo, hi int) {
+	bs := t.a.blockSize
+	return max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+}
+
 // first returns the first key position query position qp attends to.
 func (t *task) first(qp int) int {
 	if w := t.a.p.Window; w > 0 && qp-w+1 > 0 {
@@ -172,7 +179,7 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		cpu.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
 		for qi := i0; qi < i1; qi++ {
 			qp := t.start + qi
-			lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+			lo, hi := t.rows(qp, b, r0, r1)
 			if lo >= hi {
 				continue
 			}
@@ -216,7 +223,7 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		}
 		for qi := i0; qi < i1; qi++ {
 			qp := t.start + qi
-			lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+			lo, hi := t.rows(qp, b, r0, r1)
 			if lo >= hi {
 				continue
 			}
@@ -246,7 +253,7 @@ func (t *task) combine(sc []float32, stride, g, b, qi, r0, r1 int) (bool, error)
 	a := t.a
 	d, bs, G := a.p.HeadDim, a.blockSize, a.group
 	qp := t.start + qi
-	lo, hi := max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
+	lo, hi := t.rows(qp, b, r0, r1)
 	if lo >= hi {
 		return true, nil
 	}
