@@ -445,7 +445,7 @@ func (k *Kakeya) residualRow(sc *kakeyaScratch, i, d, p int) (float32, []int32) 
 // kakeyaBlock is a parsed block: what Decode and AddWeighted share, plus the
 // cursor over its outliers (sorted by position, consumed row by row).
 type kakeyaBlock struct {
-	n, d, p, r    int
+	n, p, r       int
 	m, posLen     int
 	norms, outs   []byte
 	next, prevPos int
@@ -519,7 +519,7 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 		}
 	}
 	off += coefLen
-	b := kakeyaBlock{n: n, d: d, p: p, r: r, m: m, posLen: posLen, norms: pl[off : off+2*n], prevPos: -1}
+	b := kakeyaBlock{n: n, p: p, r: r, m: m, posLen: posLen, norms: pl[off : off+2*n], prevPos: -1}
 	off += 2 * n
 	sc.codes = growU8(sc.codes, n*p)
 	if err := UnpackBits(sc.codes[:n*p], pl[off:], k.opt.Bits); err != nil {
@@ -549,6 +549,15 @@ func (b *kakeyaBlock) outlier() (int, float32, error) {
 		return 0, 0, fmt.Errorf("codec: kakeya: outlier %d value is %v", b.next, val)
 	}
 	return pos, val, nil
+}
+
+// allOutliersUsed checks, once every row has been read, that no outlier
+// lies past the block's last row.
+func (b *kakeyaBlock) allOutliersUsed() error {
+	if b.next != b.m {
+		return fmt.Errorf("codec: kakeya: outlier %d lies outside the block", b.next)
+	}
+	return nil
 }
 
 // skipTo moves the outlier cursor past the rows before row i.
@@ -620,10 +629,7 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 			cpu.Axpy(sc.coef[i*r+c], sc.basis[c*d:(c+1)*d], out)
 		}
 	}
-	if b.next != b.m {
-		return fmt.Errorf("codec: kakeya: outlier %d lies outside the block", b.next)
-	}
-	return nil
+	return b.allOutliersUsed()
 }
 
 // AddWeighted implements RowCombiner. Rows combine in the rotated domain,
@@ -668,8 +674,10 @@ func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src
 			ws[r] += wi
 		}
 	}
-	if hi == n && b.next != b.m {
-		return fmt.Errorf("codec: kakeya: outlier %d lies outside the block", b.next)
+	if hi == n {
+		if err := b.allOutliersUsed(); err != nil {
+			return err
+		}
 	}
 	for j := 0; j < m; j++ {
 		a := sc.acc[j*p : (j+1)*p]
