@@ -37,15 +37,6 @@ func Add(dst, x []float32) {
 // Scale multiplies x by s in place.
 func Scale(x []float32, s float32) { scale(x, s) }
 
-// Butterfly sets lo, hi = lo+hi, lo-hi element-wise: one stage of a fast
-// Walsh–Hadamard transform. It panics if the lengths differ.
-func Butterfly(lo, hi []float32) {
-	if len(lo) != len(hi) {
-		panic(fmt.Sprintf("cpu: Butterfly: lengths %d and %d", len(lo), len(hi)))
-	}
-	butterfly(lo, hi)
-}
-
 // HadamardStages applies the butterfly stages h = 8, 16, ..., len(x)/2 of
 // an unnormalized fast Walsh–Hadamard transform to x, whose length must be
 // a power of two >= 8; the stages below 8 are the caller's (they mix

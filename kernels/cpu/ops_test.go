@@ -52,10 +52,10 @@ func TestVectorOps(t *testing.T) {
 				}
 			}
 			lo, hi := append([]float32(nil), x...), append([]float32(nil), y...)
-			Butterfly(lo, hi)
+			butterfly(lo, hi) // the stage kernel behind HadamardStages, at every length
 			for i := range lo {
 				if lo[i] != x[i]+y[i] || hi[i] != x[i]-y[i] {
-					t.Fatalf("Butterfly[%d] = %v, %v, want %v, %v", i, lo[i], hi[i], x[i]+y[i], x[i]-y[i])
+					t.Fatalf("butterfly[%d] = %v, %v, want %v, %v", i, lo[i], hi[i], x[i]+y[i], x[i]-y[i])
 				}
 			}
 			z := make([]float32, n)
@@ -230,15 +230,14 @@ func TestArgMax(t *testing.T) {
 func TestOpsLengthPanics(t *testing.T) {
 	a, b := make([]float32, 3), make([]float32, 4)
 	tests := map[string]func(){
-		"Dot":       func() { Dot(a, b) },
-		"Axpy":      func() { Axpy(1, a, b) },
-		"Add":       func() { Add(a, b) },
-		"Butterfly": func() { Butterfly(a, b) },
-		"MulAdd":    func() { MulAdd(a, a, a, b) },
-		"RMSNorm":   func() { RMSNorm(a, a, b, 1e-6) },
-		"SiLUMul":   func() { SiLUMul(a, b) },
-		"RoPE":      func() { RoPE(b, a, a) },
-		"RowF32":    func() { RowF32(a, testMatNoData(), 5) },
+		"Dot":     func() { Dot(a, b) },
+		"Axpy":    func() { Axpy(1, a, b) },
+		"Add":     func() { Add(a, b) },
+		"MulAdd":  func() { MulAdd(a, a, a, b) },
+		"RMSNorm": func() { RMSNorm(a, a, b, 1e-6) },
+		"SiLUMul": func() { SiLUMul(a, b) },
+		"RoPE":    func() { RoPE(b, a, a) },
+		"RowF32":  func() { RowF32(a, testMatNoData(), 5) },
 	}
 	for name, f := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -368,6 +368,8 @@ func scale(x []float32, s float32) {
 	scaleScalar(x[i:], s)
 }
 
+// butterfly sets lo, hi = lo+hi, lo-hi element-wise: one stage of a fast
+// Walsh–Hadamard transform (len(hi) >= len(lo)).
 func butterfly(lo, hi []float32) {
 	if !hasAVX2 {
 		butterflyScalar(lo, hi)
