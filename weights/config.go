@@ -372,27 +372,57 @@ func parseRopeScaling(m json.RawMessage) (*RopeScaling, error) {
 	return s, nil
 }
 
+// Upper bounds on the config.json sizes, each several times the largest
+// released model of the supported families (Llama 3.1 405B: 126 layers,
+// hidden 16384, intermediate 53248, 128 heads; vocabularies up to 256k;
+// contexts up to 10M). They keep a corrupt or hostile config.json from
+// making a loader allocate per-layer or per-position structures without
+// bound before any tensor is read.
+const (
+	maxHiddenSize       = 1 << 16 // 65536
+	maxIntermediateSize = 1 << 18 // 262144
+	maxLayers           = 1 << 10 // 1024
+	maxHeads            = 1 << 10 // 1024
+	maxHeadDim          = 1 << 10 // 1024
+	maxVocabSize        = 1 << 22 // 4194304
+	maxPositions        = 1 << 24 // 16777216
+)
+
 // Validate checks that the configuration describes a model the engine can
-// build; errors name the config.json field and its value.
+// build: every size positive and within a sane upper bound (1024 layers,
+// heads and head_dim, hidden_size 65536, intermediate_size 262144,
+// vocab_size 4194304, max_position_embeddings 16777216), heads that group
+// evenly, and supported activation and RoPE settings. Errors name the
+// config.json field and its value.
+//
+// Validate only looks at the configuration; CheckTensors checks it against
+// a checkpoint.
 func (c *Config) Validate() error {
+	if c == nil {
+		return errors.New("no configuration")
+	}
 	if !isSupported(c.ModelType) {
 		return fmt.Errorf("unsupported model_type %q (supported: %s)", c.ModelType, strings.Join(SupportedModelTypes(), ", "))
 	}
 	for _, f := range []struct {
 		key string
 		v   int
+		max int
 	}{
-		{"hidden_size", c.HiddenSize},
-		{"intermediate_size", c.IntermediateSize},
-		{"num_hidden_layers", c.NumLayers},
-		{"num_attention_heads", c.NumHeads},
-		{"num_key_value_heads", c.NumKVHeads},
-		{"head_dim", c.HeadDim},
-		{"vocab_size", c.VocabSize},
-		{"max_position_embeddings", c.MaxPositionEmbeddings},
+		{"hidden_size", c.HiddenSize, maxHiddenSize},
+		{"intermediate_size", c.IntermediateSize, maxIntermediateSize},
+		{"num_hidden_layers", c.NumLayers, maxLayers},
+		{"num_attention_heads", c.NumHeads, maxHeads},
+		{"num_key_value_heads", c.NumKVHeads, maxHeads},
+		{"head_dim", c.HeadDim, maxHeadDim},
+		{"vocab_size", c.VocabSize, maxVocabSize},
+		{"max_position_embeddings", c.MaxPositionEmbeddings, maxPositions},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("%s=%d must be positive", f.key, f.v)
+		}
+		if f.v > f.max {
+			return fmt.Errorf("%s=%d is implausibly large (at most %d supported)", f.key, f.v, f.max)
 		}
 	}
 	if c.NumHeads%c.NumKVHeads != 0 {
@@ -435,8 +465,9 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("rope_scaling low_freq_factor=%v, high_freq_factor=%v: need 0 < low < high",
 					s.LowFreqFactor, s.HighFreqFactor)
 			}
-			if s.OriginalMaxPositionEmbeddings <= 0 {
-				return fmt.Errorf("rope_scaling.original_max_position_embeddings=%d must be positive", s.OriginalMaxPositionEmbeddings)
+			if s.OriginalMaxPositionEmbeddings <= 0 || s.OriginalMaxPositionEmbeddings > maxPositions {
+				return fmt.Errorf("rope_scaling.original_max_position_embeddings=%d must be positive and at most %d",
+					s.OriginalMaxPositionEmbeddings, maxPositions)
 			}
 		default:
 			return fmt.Errorf("unsupported rope_scaling type %q (supported: linear, llama3)", s.Type)

@@ -1,6 +1,8 @@
 package weights
 
 import (
+	"encoding/json"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -360,5 +362,66 @@ func TestLoadConfigMissingFile(t *testing.T) {
 	_, err := LoadConfig(dir)
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "config.json")) {
 		t.Errorf("error = %v, want it to name the missing file", err)
+	}
+}
+
+func TestParseConfigSizeBounds(t *testing.T) {
+	// An explicit head_dim keeps hidden_size and the head counts independent.
+	base := map[string]any{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+		"num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 8, "vocab_size": 100}
+	cases := []struct {
+		name string
+		set  map[string]any
+		want string // "" for success
+	}{
+		{"layers at bound", map[string]any{"num_hidden_layers": 1024}, ""},
+		{"layers absurd", map[string]any{"num_hidden_layers": 1000000000}, "num_hidden_layers=1000000000 is implausibly large (at most 1024 supported)"},
+		{"layers beyond int", map[string]any{"num_hidden_layers": 1e20}, "invalid JSON"},
+		{"hidden at bound", map[string]any{"hidden_size": 65536}, ""},
+		{"hidden over", map[string]any{"hidden_size": 65537}, "hidden_size=65537 is implausibly large (at most 65536 supported)"},
+		{"intermediate at bound", map[string]any{"intermediate_size": 262144}, ""},
+		{"intermediate over", map[string]any{"intermediate_size": 262145}, "intermediate_size=262145 is implausibly large"},
+		{"heads at bound", map[string]any{"num_attention_heads": 1024, "num_key_value_heads": 1024}, ""},
+		{"heads over", map[string]any{"num_attention_heads": 2048}, "num_attention_heads=2048 is implausibly large"},
+		{"kv heads over", map[string]any{"num_key_value_heads": 1 << 30}, "num_key_value_heads=1073741824 is implausibly large"},
+		{"head_dim at bound", map[string]any{"head_dim": 1024}, ""},
+		{"head_dim over", map[string]any{"head_dim": 1026}, "head_dim=1026 is implausibly large"},
+		{"derived head_dim over", map[string]any{"head_dim": nil, "hidden_size": 16384, "num_attention_heads": 8}, "head_dim=2048 is implausibly large"},
+		{"vocab at bound", map[string]any{"vocab_size": 1 << 22}, ""},
+		{"vocab over", map[string]any{"vocab_size": 1<<22 + 1}, "vocab_size=4194305 is implausibly large"},
+		{"positions at bound", map[string]any{"max_position_embeddings": 1 << 24}, ""},
+		{"positions over", map[string]any{"max_position_embeddings": 1 << 40}, "max_position_embeddings=1099511627776 is implausibly large"},
+		{"llama3 original positions over", map[string]any{"rope_scaling": map[string]any{"rope_type": "llama3", "factor": 8.0,
+			"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 1 << 25}},
+			"rope_scaling.original_max_position_embeddings=33554432 must be positive and at most 16777216"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := maps.Clone(base)
+			for k, v := range c.set {
+				if v == nil {
+					delete(m, k)
+				} else {
+					m[k] = v
+				}
+			}
+			b, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := ParseConfig(b, "big/config.json")
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("ParseConfig: %v", err)
+			case c.want == "":
+				if err := cfg.Validate(); err != nil {
+					t.Errorf("Validate after ParseConfig: %v", err)
+				}
+			case err == nil:
+				t.Fatalf("ParseConfig succeeded, want error containing %q", c.want)
+			case !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "big/config.json"):
+				t.Errorf("error = %q, want it to contain %q and the file name", err, c.want)
+			}
+		})
 	}
 }
