@@ -425,3 +425,35 @@ func TestParseConfigSizeBounds(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseConfig feeds ParseConfig arbitrary config.json content, starting
+// from the real and variant configs in testdata/fuzz/FuzzParseConfig. It must
+// never panic, and must either fail with an error naming the file or return a
+// configuration that passes Validate, whose sizes are therefore bounded, and
+// that CheckTensors safely rejects for an empty checkpoint.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(tinyConfig))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data, "fuzz/config.json")
+		if err != nil {
+			if c != nil {
+				t.Errorf("ParseConfig returned a config with error %v", err)
+			}
+			if !strings.HasPrefix(err.Error(), "weights: fuzz/config.json: ") {
+				t.Errorf("error %q does not name the file", err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("ParseConfig accepted a config that fails Validate: %v", err)
+		}
+		if c.NumLayers > maxLayers || c.HiddenSize > maxHiddenSize || c.VocabSize > maxVocabSize ||
+			c.NumHeads*c.HeadDim > maxHeads*maxHeadDim || c.MaxPositionEmbeddings > maxPositions {
+			t.Fatalf("sizes beyond the bounds passed: %+v", *c)
+		}
+		empty := &Store{where: "empty", tensors: map[string]entry{}}
+		if err := c.CheckTensors(empty); err == nil {
+			t.Fatal("CheckTensors accepted an empty checkpoint")
+		}
+	})
+}
