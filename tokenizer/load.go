@@ -149,6 +149,9 @@ func parse(path string, data []byte, cfgPath string, cfgData []byte) (*Tokenizer
 	if err = t.buildPre(tj.PreTokenizer); err != nil {
 		return nil, err
 	}
+	if err = t.checkAlphabet(); err != nil {
+		return nil, err
+	}
 	if t.decoder, err = t.buildDecoder(tj.Decoder, nil); err != nil {
 		return nil, err
 	}
@@ -527,6 +530,39 @@ func bytesToChars() [256]rune {
 		}
 	}
 	return m
+}
+
+// checkAlphabet makes sure every input byte has a token: byte-level BPE
+// needs the 256 byte symbols in its vocabulary and byte fallback the 256
+// <0xNN> tokens. Without them, text would silently encode to fewer tokens,
+// or none.
+func (t *Tokenizer) checkAlphabet() error {
+	missing := func(ids *[256]int32) (n, first int) {
+		first = -1
+		for i, id := range ids {
+			if id < 0 {
+				n++
+				if first < 0 {
+					first = i
+				}
+			}
+		}
+		return n, first
+	}
+	b := t.bpe
+	if b.byteLevel {
+		if n, first := missing(&b.byteIDs); n > 0 {
+			return t.errorf("model.vocab: byte-level BPE vocabulary lacks %d of the 256 byte symbols (first: %q for byte 0x%02X)",
+				n, bytesToChars()[first], first)
+		}
+	}
+	if b.byteFallback {
+		if n, first := missing(&b.fallbackIDs); n > 0 {
+			return t.errorf("model.vocab: byte_fallback is set but the vocabulary lacks %d of the 256 byte tokens <0x00>..<0xFF> (first: <0x%02X>)",
+				n, first)
+		}
+	}
+	return nil
 }
 
 // useByteLevel switches the model to raw bytes: it records the token of
