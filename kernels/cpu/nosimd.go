@@ -2,7 +2,21 @@
 
 package cpu
 
-import "github.com/kakeya-ai/kakeya/kernels"
+import (
+	"runtime"
+
+	"github.com/kakeya-ai/kakeya/kernels"
+)
+
+// Features describes the kernels this build runs, for a tool to print: here
+// always the scalar loops, because the SIMD kernels need amd64 and a build
+// with GOEXPERIMENT=simd.
+func Features() string {
+	if runtime.GOARCH != "amd64" {
+		return "scalar (no SIMD kernels for " + runtime.GOARCH + ")"
+	}
+	return "scalar (built without GOEXPERIMENT=simd)"
+}
 
 // Without GOEXPERIMENT=simd on amd64 every op runs its scalar loop.
 

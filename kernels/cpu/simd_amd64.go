@@ -23,6 +23,16 @@ var avx2Kernels = kernelSet{
 	dot:    dotAVX2,
 }
 
+// Features describes the kernels this build runs, for a tool to print:
+// "avx2+fma (GOEXPERIMENT=simd)", or the scalar loops when the CPU lacks
+// AVX2 or FMA.
+func Features() string {
+	if hasAVX2 {
+		return "avx2+fma (GOEXPERIMENT=simd)"
+	}
+	return "scalar (the CPU lacks AVX2/FMA)"
+}
+
 func bestKernels() *kernelSet {
 	if hasAVX2 {
 		return &avx2Kernels
