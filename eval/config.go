@@ -7,231 +7,196 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
-// A Config is one KV-cache setting to evaluate against the reference.
+// A Config is one KV-cache setting to evaluate against the reference: a
+// name for the tables and a kvcache.Spec, in the grammar the tools' cache
+// flags share.
 type Config struct {
-	Name string `json:"name"`
-	// K and V are codec spec strings (see codec.ParseSpec); "" keeps that
-	// side uncompressed.
-	K string `json:"k,omitempty"`
-	V string `json:"v,omitempty"`
-	// Boundary lists layers that skip the codecs and keep bf16 blocks;
-	// negative indices count from the end (-1 is the last layer).
-	Boundary []int `json:"boundary,omitempty"`
-	// BlockSize is tokens per cache block (0: the run's default).
-	BlockSize int `json:"block,omitempty"`
-	// HotWindow is how many most recent tokens stay uncompressed.
-	HotWindow int `json:"hot,omitempty"`
-	// Sinks is how many first tokens stay uncompressed.
-	Sinks int `json:"sinks,omitempty"`
-	// Precondition whitens K by the calibrated query covariance (needs a
-	// calibration file).
-	Precondition bool `json:"precond,omitempty"`
-	// Codebooks uses the calibration's Lloyd–Max residual codebooks in
-	// Kakeya codecs (needs a calibration file).
-	Codebooks bool `json:"cb,omitempty"`
+	Name string
+	Spec kvcache.Spec
+	// Settings are the values Spec took for the model evaluated, defaults
+	// applied; the tool fills them in so that reports record them.
+	Settings *kvcache.Settings
 }
 
 // Reference returns the uncompressed configuration every run compares to.
 func Reference() Config { return Config{Name: "ref"} }
 
 // IsReference reports whether c stores K and V uncompressed everywhere.
-func (c Config) IsReference() bool { return c.K == "" && c.V == "" }
+func (c Config) IsReference() bool { return !c.Spec.Compressed() }
 
-// String returns c in the grammar ParseConfig reads.
+// String returns c in the grammar ParseConfig reads; a name that is the
+// settings as written is left out.
 func (c Config) String() string {
-	var b strings.Builder
-	b.WriteString("name=" + c.Name)
-	if c.K != "" {
-		b.WriteString(",k=" + c.K)
+	s := c.Spec.String()
+	if c.Name == s {
+		return s
 	}
-	if c.V != "" {
-		b.WriteString(",v=" + c.V)
+	if s != "" {
+		return "name=" + c.Name + "," + s
 	}
-	if len(c.Boundary) > 0 {
-		b.WriteString(",boundary=")
-		for i, l := range c.Boundary {
-			if i > 0 {
-				b.WriteByte(';')
-			}
-			b.WriteString(strconv.Itoa(l))
-		}
-	}
-	if c.BlockSize != 0 {
-		fmt.Fprintf(&b, ",block=%d", c.BlockSize)
-	}
-	if c.HotWindow != 0 {
-		fmt.Fprintf(&b, ",hot=%d", c.HotWindow)
-	}
-	if c.Sinks != 0 {
-		fmt.Fprintf(&b, ",sinks=%d", c.Sinks)
-	}
-	if c.Precondition {
-		b.WriteString(",precond=1")
-	}
-	if c.Codebooks {
-		b.WriteString(",cb=1")
-	}
-	return b.String()
+
+	return "name=" + c.Name
 }
 
-// isConfigKey reports whether key belongs to the --config grammar.
-func isConfigKey(key string) bool {
-	switch key {
-	case "name", "k", "v", "kv", "boundary", "block", "hot", "sinks", "precond", "cb":
-		return true
-	}
-	return false
+// MarshalJSON writes the name, the spec as written (ParseConfig's grammar)
+// and, when known, the settings in effect.
+func (c Config) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name     string            `json:"name"`
+		Spec     string            `json:"spec"`
+		Settings *kvcache.Settings `json:"settings,omitempty"`
+	}{c.Name, c.Spec.String(), c.Settings})
 }
 
 // ParseConfig reads one configuration written as comma-separated key=value
-// pairs, e.g.
+// pairs: an optional name=NAME and the settings of kvcache.ParseSpec, e.g.
 //
 //	name=kk3,k=kakeya:b=3,v=int4,boundary=0;1;-2;-1,block=256,hot=64,sinks=4,precond=1
 //
-// Keys: name (required), k and v (codec specs), kv (the same spec for both),
-// boundary (layer indices separated by ';', negative from the end), block,
-// hot, sinks (non-negative integers; block positive), precond and cb (0/1,
-// true/false). A codec spec may itself hold commas: a comma-separated piece
-// that does not start with one of the keys above and '=' continues the k,
-// v or kv value before it, so "k=kakeya:b=3,r=4,v=int4" gives k
-// "kakeya:b=3,r=4". Codec specs are checked by the caller.
+// Without a name the configuration is named by its settings as written.
+// The keys are those of the tools' cache flags (kv-codec, block-size,
+// hot-window, ...) or their short forms (kv, k, v, block, hot, sinks,
+// boundary, precond, cb, ...); see kvcache.Keys. Codec specs are checked
+// by Validate.
 func ParseConfig(s string) (Config, error) {
 	var c Config
-	seen := map[string]bool{}
-	var last string // key of the previous piece, for codec-spec continuations
+	var rest []string
 	for _, piece := range strings.Split(s, ",") {
-		key, val, ok := strings.Cut(piece, "=")
-		if !ok || !isConfigKey(key) {
-			if last == "k" || last == "v" || last == "kv" {
-				if last != "v" {
-					c.K += "," + piece
-				}
-				if last != "k" {
-					c.V += "," + piece
-				}
-				continue
+		if name, ok := strings.CutPrefix(strings.TrimSpace(piece), "name="); ok {
+			if c.Name != "" {
+				return Config{}, fmt.Errorf("eval: config %q: name given twice", s)
 			}
-			if !ok {
-				return Config{}, fmt.Errorf("eval: config %q: %q is not key=value", s, piece)
+			if name == "" {
+				return Config{}, fmt.Errorf("eval: config %q: empty name", s)
 			}
-			return Config{}, fmt.Errorf("eval: config %q: unknown key %q (want name, k, v, kv, boundary, block, hot, sinks, precond or cb)", s, key)
+			c.Name = name
+			continue
 		}
-		if seen[key] || (key == "kv" && (seen["k"] || seen["v"])) || ((key == "k" || key == "v") && seen["kv"]) {
-			return Config{}, fmt.Errorf("eval: config %q: %s given twice", s, key)
-		}
-		seen[key] = true
-		last = key
+		rest = append(rest, piece)
+	}
+	if len(rest) > 0 {
 		var err error
-		switch key {
-		case "name":
-			c.Name = val
-		case "k":
-			c.K = val
-		case "v":
-			c.V = val
-		case "kv":
-			c.K, c.V = val, val
-		case "boundary":
-			c.Boundary, err = parseLayers(val)
-		case "block":
-			c.BlockSize, err = parseCount(val)
-			if err == nil && c.BlockSize == 0 {
-				err = fmt.Errorf("must be positive")
-			}
-		case "hot":
-			c.HotWindow, err = parseCount(val)
-		case "sinks":
-			c.Sinks, err = parseCount(val)
-		case "precond":
-			c.Precondition, err = parseFlag(val)
-		case "cb":
-			c.Codebooks, err = parseFlag(val)
-		}
-		if err != nil {
-			return Config{}, fmt.Errorf("eval: config %q: %s=%q: %w", s, key, val, err)
+		if c.Spec, err = kvcache.ParseSpec(strings.Join(rest, ",")); err != nil {
+			return Config{}, fmt.Errorf("eval: config %q: %w", s, err)
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if c.Name == "" {
+		c.Name = c.Spec.String()
+	}
+	if c.Name == "" {
+		return Config{}, fmt.Errorf("eval: config %q: no settings and no name", s)
+	}
+	if err := c.validateName(); err != nil {
 		return Config{}, fmt.Errorf("eval: config %q: %w", s, err)
 	}
 	return c, nil
 }
 
-// Validate checks the fields that do not depend on the codec registry.
-func (c Config) Validate() error {
+// validateName checks the name a configuration file or flag gave.
+func (c Config) validateName() error {
 	if c.Name == "" {
 		return fmt.Errorf("name is missing")
 	}
-	if strings.ContainsAny(c.Name, ",= \t\n") {
-		return fmt.Errorf("name %q holds a comma, '=' or space", c.Name)
-	}
-	if c.BlockSize < 0 || c.HotWindow < 0 || c.Sinks < 0 {
-		return fmt.Errorf("block %d, hot %d, sinks %d: none may be negative", c.BlockSize, c.HotWindow, c.Sinks)
-	}
-	seen := map[int]bool{}
-	for _, l := range c.Boundary {
-		if seen[l] {
-			return fmt.Errorf("boundary layer %d listed twice", l)
-		}
-		seen[l] = true
+	if strings.ContainsAny(c.Name, "\t\n\r") {
+		return fmt.Errorf("name %q holds a tab or a line break", c.Name)
 	}
 	return nil
 }
 
-func parseLayers(s string) ([]int, error) {
-	if s == "" {
-		return nil, fmt.Errorf("no layers (separate layer indices with ';')")
+// Validate checks c's settings as far as they do not depend on a model.
+func (c Config) Validate() error {
+	if err := c.validateName(); err != nil {
+		return err
 	}
-	var out []int
-	for _, f := range strings.Split(s, ";") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("layer %q is not an integer (separate layer indices with ';')", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
+	return c.Spec.Validate()
 }
 
-func parseCount(s string) (int, error) {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("want a non-negative integer")
-	}
-	return n, nil
-}
-
-func parseFlag(s string) (bool, error) {
-	switch strings.ToLower(s) {
-	case "1", "true", "yes", "on":
-		return true, nil
-	case "0", "false", "no", "off":
-		return false, nil
-	}
-	return false, fmt.Errorf("want 0 or 1")
-}
-
-// ParseConfigsJSON reads a JSON list of configurations with the field
-// names of Config ("name", "k", "v", "boundary": [0, -1], "block", "hot",
-// "sinks", "precond": true, "cb": true). Unknown fields are errors.
+// ParseConfigsJSON reads a JSON list of configurations: objects with an
+// optional "name" and the keys of ParseConfig, e.g.
+// {"name": "kk3", "k": "kakeya:b=3", "boundary": [0, -1], "block": 64,
+// "precond": true}. Numbers, booleans and lists of layers are read as
+// their text; unknown keys are errors.
 func ParseConfigsJSON(data []byte) ([]Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var cs []Config
-	if err := dec.Decode(&cs); err != nil {
+	dec.UseNumber()
+	var objs []map[string]any
+	if err := dec.Decode(&objs); err != nil {
 		return nil, fmt.Errorf("eval: configs: %w", err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("eval: configs: trailing data after the list")
 	}
-	for i, c := range cs {
-		if err := c.Validate(); err != nil {
-			return nil, fmt.Errorf("eval: configs: entry %d (%q): %w", i, c.Name, err)
+	cs := make([]Config, 0, len(objs))
+	for i, obj := range objs {
+		c, err := configFromJSON(obj)
+		if err != nil {
+			return nil, fmt.Errorf("eval: configs: entry %d: %w", i, err)
 		}
+		cs = append(cs, c)
 	}
 	return cs, nil
+}
+
+// configFromJSON reads one object of a configuration list through the same
+// setter as the flags and --config strings.
+func configFromJSON(obj map[string]any) (Config, error) {
+	var c Config
+	for k, v := range obj {
+		text, err := jsonText(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("%s: %w", k, err)
+		}
+		if k == "name" {
+			c.Name = text
+			continue
+		}
+		if err := c.Spec.Set(k, text); err != nil {
+			return Config{}, err
+		}
+	}
+	if c.Name == "" {
+		c.Name = c.Spec.String()
+	}
+	if err := c.validateName(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// jsonText writes a decoded JSON value as the text a flag would hold.
+func jsonText(v any) (string, error) {
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case json.Number:
+		return v.String(), nil
+	case bool:
+		if v {
+			return "1", nil
+		}
+		return "0", nil
+	case []any:
+		if len(v) == 0 {
+			return "none", nil
+		}
+		parts := make([]string, len(v))
+		for i, e := range v {
+			n, ok := e.(json.Number)
+			if !ok {
+				return "", fmt.Errorf("list element %v is not a number", e)
+			}
+			if _, err := strconv.Atoi(n.String()); err != nil {
+				return "", fmt.Errorf("list element %v is not an integer", e)
+			}
+			parts[i] = n.String()
+		}
+		return strings.Join(parts, ","), nil
+	}
+	return "", fmt.Errorf("unsupported JSON value %v", v)
 }
 
 // LoadConfigs reads a JSON configuration list from a file.

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,33 +14,40 @@ func TestParseConfig(t *testing.T) {
 		err  string
 	}{
 		{in: "name=kk3,k=kakeya:b=3,v=kakeya:b=3,boundary=0;-1,block=256,hot=64,precond=1",
-			want: Config{Name: "kk3", K: "kakeya:b=3", V: "kakeya:b=3", Boundary: []int{0, -1}, BlockSize: 256, HotWindow: 64, Precondition: true}},
-		{in: "name=i4,kv=int4,sinks=4", want: Config{Name: "i4", K: "int4", V: "int4", Sinks: 4}},
+			want: Config{Name: "kk3", Spec: kvcache.Spec{K: "kakeya:b=3", V: "kakeya:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Precondition: kvcache.On}}},
+		{in: "name=i4,kv=int4,sinks=4", want: Config{Name: "i4", Spec: kvcache.Spec{KV: "int4", Sinks: 4}}},
 		{in: "name=u", want: Config{Name: "u"}},
-		{in: "name=k8,k=int8", want: Config{Name: "k8", K: "int8"}},
+		{in: "name=k8,k=int8", want: Config{Name: "k8", Spec: kvcache.Spec{K: "int8"}}},
+		// name= is optional: the settings name the configuration.
+		{in: "kv=int8,hot=0", want: Config{Name: "kv=int8,hot=0", Spec: kvcache.Spec{KV: "int8", HotWindow: -1}}},
+		{in: "block-size=32,kv-codec=int4", want: Config{Name: "kv=int4,block=32", Spec: kvcache.Spec{KV: "int4", BlockSize: 32}}},
+		// The name may come anywhere; names may hold spaces.
+		{in: "kv=int8,name=my int8", want: Config{Name: "my int8", Spec: kvcache.Spec{KV: "int8"}}},
 		// commas inside a codec spec continue the spec
-		{in: "name=m,k=kakeya:b=3,r=4,v=int4", want: Config{Name: "m", K: "kakeya:b=3,r=4", V: "int4"}},
-		{in: "name=m,kv=kakeya:b=2,outliers=8,hot=16", want: Config{Name: "m", K: "kakeya:b=2,outliers=8", V: "kakeya:b=2,outliers=8", HotWindow: 16}},
-		{in: "name=m,boundary=0; 1;-2", want: Config{Name: "m", Boundary: []int{0, 1, -2}}},
-		{in: "name=m,precond=false", want: Config{Name: "m"}},
-		{in: "name=m,kv=kakeya:b=2,precond=1,cb=1", want: Config{Name: "m", K: "kakeya:b=2", V: "kakeya:b=2", Precondition: true, Codebooks: true}},
+		{in: "name=m,k=kakeya:b=3,r=4,v=int4", want: Config{Name: "m", Spec: kvcache.Spec{K: "kakeya:b=3,r=4", V: "int4"}}},
+		{in: "name=m,kv=kakeya:b=2,outliers=8,hot=16", want: Config{Name: "m", Spec: kvcache.Spec{KV: "kakeya:b=2,outliers=8", HotWindow: 16}}},
+		{in: "name=m,boundary=0; 1;-2", want: Config{Name: "m", Spec: kvcache.Spec{Boundary: "0,1,-2"}}},
+		{in: "name=m,boundary=none", want: Config{Name: "m", Spec: kvcache.Spec{Boundary: "none"}}},
+		{in: "name=m,precond=false", want: Config{Name: "m", Spec: kvcache.Spec{Precondition: kvcache.Off}}},
+		{in: "name=m,kv=kakeya:b=2,precond=1,cb=1", want: Config{Name: "m", Spec: kvcache.Spec{KV: "kakeya:b=2", Precondition: kvcache.On, Codebooks: kvcache.On}}},
+		// k and v override kv, in any order.
+		{in: "name=a,k=int4,kv=int8", want: Config{Name: "a", Spec: kvcache.Spec{KV: "int8", K: "int4"}}},
 
 		{in: "", err: "not key=value"},
-		{in: "k=int4", err: "name is missing"},
-		{in: "name=a,bits=3", err: `unknown key "bits"`},
+		{in: "name=", err: "empty name"},
+		{in: "name=a,foo=1", err: "unknown key foo (valid: kv-codec, kv,"},
+		{in: "name=a,bits=3", err: "unknown key bits"},
 		{in: "name=a,int4", err: "not key=value"},
-		{in: "name=a,block=0", err: "must be positive"},
-		{in: "name=a,block=-4", err: "non-negative integer"},
-		{in: "name=a,hot=x", err: "non-negative integer"},
-		{in: "name=a,precond=2", err: "want 0 or 1"},
-		{in: "name=a,cb=maybe", err: `cb="maybe": want 0 or 1`},
+		{in: "name=a,block=0", err: `block-size "0": want an integer >= 1`},
+		{in: "name=a,block=-4", err: `block-size "-4": want an integer >= 1`},
+		{in: "name=a,hot=x", err: `hot-window "x": want an integer >= 0`},
+		{in: "name=a,precond=2", err: "want 1 or 0"},
+		{in: "name=a,cb=maybe", err: `calib-codebooks "maybe": want 1 or 0`},
 		{in: "name=a,boundary=0,1", err: `"1" is not key=value`},
-		{in: "name=a,boundary=0:1", err: "separate layer indices with ';'"},
-		{in: "name=a,boundary=", err: "no layers"},
+		{in: "name=a,boundary=0:1", err: `"0:1" is not an integer`},
 		{in: "name=a,boundary=1;1", err: "listed twice"},
 		{in: "name=a,name=b", err: "name given twice"},
-		{in: "name=a,k=int4,kv=int8", err: "kv given twice"},
-		{in: "name=a b,k=int4", err: "space"},
+		{in: "name=a\tb,k=int4", err: "tab"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -65,25 +73,49 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+func TestConfigValidate(t *testing.T) {
+	for _, tt := range []struct{ in, err string }{
+		{"name=a,kv=int8", ""},
+		{"name=a,kv=int5", `--kv-codec "int5": codec: unknown codec "int5"`},
+		{"name=a,kv=int8,foo=1", `--kv-codec "int8,foo=1"`},
+		{"name=a,v=int8,precond=1", "keys are uncompressed"},
+		{"name=a,kv=int8,k-bits=3", "--k-bits 3: codec int8 has a fixed width"},
+	} {
+		c, err := ParseConfig(tt.in)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.in, err)
+		}
+		err = c.Validate()
+		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("%s: Validate() = %v, want %q", tt.in, err, tt.err)
+		}
+	}
+}
+
 func TestParseConfigsJSON(t *testing.T) {
 	good := `[{"name":"kk3","k":"kakeya:b=3","v":"kakeya:b=3","boundary":[0,-1],"block":256,"hot":64,"sinks":4,"precond":true,"cb":true},
-	          {"name":"i8","k":"int8","v":"int8"}]`
+	          {"name":"i8","k":"int8","v":"int8","hot":0,"boundary":[]},
+	          {"kv-codec":"int4","block-size":32,"boundary":"none","cb":false}]`
 	got, err := ParseConfigsJSON([]byte(good))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Config{
-		{Name: "kk3", K: "kakeya:b=3", V: "kakeya:b=3", Boundary: []int{0, -1}, BlockSize: 256, HotWindow: 64, Sinks: 4, Precondition: true, Codebooks: true},
-		{Name: "i8", K: "int8", V: "int8"},
+		{Name: "kk3", Spec: kvcache.Spec{K: "kakeya:b=3", V: "kakeya:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Sinks: 4, Precondition: kvcache.On, Codebooks: kvcache.On}},
+		{Name: "i8", Spec: kvcache.Spec{K: "int8", V: "int8", HotWindow: -1, Boundary: "none"}},
+		{Name: "kv=int4,block=32,boundary=none,cb=0", Spec: kvcache.Spec{KV: "int4", BlockSize: 32, Boundary: "none", Codebooks: kvcache.Off}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	for _, bad := range []struct{ in, err string }{
-		{`[{"name":"a","bits":3}]`, `unknown field "bits"`},
-		{`[{"k":"int4"}]`, "entry 0"},
+		{`[{"name":"a","bits":3}]`, "entry 0: unknown key bits (valid:"},
+		{`[{"name":"a","block":1.5}]`, `block-size "1.5"`},
+		{`[{"name":"a","boundary":[0,"x"]}]`, "not a number"},
+		{`[{"name":"a","k":null}]`, "k: unsupported JSON value"},
+		{`[{}]`, "entry 0: name is missing"},
 		{`{"name":"a"}`, "cannot unmarshal"},
-		{`[{"name":"a","hot":-1}]`, "negative"},
+		{`[{"name":"a","hot":-1}]`, `hot-window "-1": want an integer >= 0`},
 		{`[] []`, "trailing"},
 	} {
 		if _, err := ParseConfigsJSON([]byte(bad.in)); err == nil || !strings.Contains(err.Error(), bad.err) {

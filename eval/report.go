@@ -2,6 +2,7 @@ package eval
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -18,30 +20,33 @@ import (
 
 // Report is the record of one perplexity run, written as JSON.
 type Report struct {
-	Engine     string         `json:"engine_version"`
-	Model      string         `json:"model"`
-	Data       string         `json:"data"`
-	DataSHA256 string         `json:"data_sha256"`
-	Tokenizer  string         `json:"tokenizer"`
-	Mode       string         `json:"mode"`
-	Ctx        int            `json:"ctx"`
-	NEval      int            `json:"n_eval,omitempty"`
-	Stride     int            `json:"stride,omitempty"`
-	DocSep     string         `json:"doc_sep,omitempty"`
-	Chunk      int            `json:"chunk"`
-	BlockSize  int            `json:"block_size,omitempty"`
-	Calib      string         `json:"calib,omitempty"`
-	CacheType  string         `json:"cache_type,omitempty"` // storage of uncompressed blocks: f32 or bf16
-	Passages   int            `json:"passages"`
-	Tokens     int            `json:"scored_tokens"`
-	Start      time.Time      `json:"start"`
-	Seconds    float64        `json:"duration_s"`
-	GoVersion  string         `json:"go_version"`
-	GOOS       string         `json:"goos"`
-	GOARCH     string         `json:"goarch"`
-	Threads    int            `json:"threads"`
-	Workers    int            `json:"workers"`
-	Configs    []ConfigReport `json:"configs"`
+	Engine string `json:"engine_version"`
+	Model  string `json:"model"` // the resolved model directory
+	// ModelSHA256 identifies the weights: see ModelSHA256.
+	ModelSHA256 string `json:"model_sha256"`
+	Data        string `json:"data"`
+	DataSHA256  string `json:"data_sha256"`
+	Tokenizer   string `json:"tokenizer"`
+	Mode        string `json:"mode"`
+	Ctx         int    `json:"ctx"`
+	NEval       int    `json:"n_eval,omitempty"`
+	Stride      int    `json:"stride,omitempty"`
+	DocSep      string `json:"doc_sep,omitempty"`
+	Chunk       int    `json:"chunk"`
+	Calib       string `json:"calib,omitempty"`
+	// CalibSHA256 is the SHA-256 of the calibration file.
+	CalibSHA256 string         `json:"calib_sha256,omitempty"`
+	CacheType   string         `json:"cache_type,omitempty"` // storage of uncompressed blocks: f32 or bf16
+	Passages    int            `json:"passages"`
+	Tokens      int            `json:"scored_tokens"`
+	Start       time.Time      `json:"start"`
+	Seconds     float64        `json:"duration_s"`
+	GoVersion   string         `json:"go_version"`
+	GOOS        string         `json:"goos"`
+	GOARCH      string         `json:"goarch"`
+	Threads     int            `json:"threads"`
+	Workers     int            `json:"workers"`
+	Configs     []ConfigReport `json:"configs"`
 	// Units lists, per passage (unit), where it starts scoring and, per
 	// configuration in Configs order, its sums and counts.
 	Units []UnitReport `json:"passages_detail"`
@@ -138,6 +143,71 @@ func FileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("eval: %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ModelSHA256 identifies the weights of the model directory dir without
+// reading them all: the hex SHA-256 of its config.json followed by the
+// JSON header of every *.safetensors file (names, dtypes, shapes and
+// offsets of all tensors), in name order.
+func ModelSHA256(dir string) (string, error) {
+	h := sha256.New()
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return "", fmt.Errorf("eval: %w", err)
+	}
+	h.Write(cfg)
+	files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if err != nil {
+		return "", fmt.Errorf("eval: %w", err)
+	}
+	slices.Sort(files)
+	for _, name := range files {
+		if err := hashHeader(h, name); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashHeader writes a safetensors file's name, 8-byte length prefix and
+// JSON header to h.
+func hashHeader(h io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	defer f.Close()
+	var n [8]byte
+	if _, err := io.ReadFull(f, n[:]); err != nil {
+		return fmt.Errorf("eval: %s: header length: %w", path, err)
+	}
+	size := binary.LittleEndian.Uint64(n[:])
+	const maxHeader = 100 << 20 // the format's own limit
+	if size > maxHeader {
+		return fmt.Errorf("eval: %s: header of %d bytes exceeds %d", path, size, maxHeader)
+	}
+	io.WriteString(h, filepath.Base(path))
+	h.Write(n[:])
+	if _, err := io.CopyN(h, f, int64(size)); err != nil {
+		return fmt.Errorf("eval: %s: header: %w", path, err)
+	}
+	return nil
+}
+
+// CheckWritable reports whether a file can be written at path, before a
+// long run whose result goes there: path must not be a directory and its
+// directory must accept a new file. It leaves nothing behind.
+func CheckWritable(path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".check*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 // WriteJSON writes r to path atomically: into a temporary file in the same

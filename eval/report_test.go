@@ -1,6 +1,8 @@
 package eval
 
 import (
+	"github.com/kakeya-ai/kakeya/kvcache"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,7 +17,8 @@ import (
 func testReport(t *testing.T) *Report {
 	t.Helper()
 	units := testUnits()
-	configs := []Config{Reference(), {Name: "noisy", K: "noise0.5", V: "noise0.5", Boundary: []int{0, -1}, HotWindow: 4}}
+	configs := []Config{Reference(), {Name: "noisy", Spec: kvcache.Spec{KV: "noise0.5", Boundary: "0,-1", HotWindow: 4}}}
+	configs[1].Settings = &kvcache.Settings{K: "noise0.5", V: "noise0.5", BlockSize: 16, HotWindow: 4, Boundary: []int{0, 7}, CacheType: "bf16"}
 	res, err := Run(context.Background(), &fakeEngine{}, units, configs, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +43,11 @@ func TestReportJSON(t *testing.T) {
 		Passages int     `json:"passages"`
 		Seconds  float64 `json:"duration_s"`
 		Configs  []struct {
-			Config  Config  `json:"config"`
+			Config struct {
+				Name     string           `json:"name"`
+				Spec     string           `json:"spec"`
+				Settings kvcache.Settings `json:"settings"`
+			} `json:"config"`
 			Spec    string  `json:"spec"`
 			PPL     float64 `json:"ppl"`
 			Verdict string  `json:"verdict"`
@@ -60,7 +67,8 @@ func TestReportJSON(t *testing.T) {
 		t.Fatalf("read back %+v", back)
 	}
 	c := back.Configs[1]
-	if c.Config.Name != "noisy" || c.Config.HotWindow != 4 || c.Spec != "name=noisy,k=noise0.5,v=noise0.5,boundary=0;-1,hot=4" ||
+	if c.Config.Name != "noisy" || c.Config.Settings.HotWindow != 4 || c.Config.Settings.BlockSize != 16 ||
+		c.Config.Spec != "kv=noise0.5,hot=4,boundary=0;-1" || c.Spec != "name=noisy,kv=noise0.5,hot=4,boundary=0;-1" ||
 		c.PPL != float64(r.Configs[1].PPL) || c.Total != r.Configs[1].Total || back.Configs[0].Verdict != "ref" {
 		t.Errorf("config row read back as %+v", c)
 	}

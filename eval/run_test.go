@@ -1,6 +1,8 @@
 package eval
 
 import (
+	"github.com/kakeya-ai/kakeya/kvcache"
+
 	"context"
 	"errors"
 	"fmt"
@@ -37,10 +39,10 @@ func (e *fakeEngine) Vocab() int { return fakeVocab }
 
 func (e *fakeEngine) NewSequence(c Config) (Sequence, error) {
 	noise := 0.0
-	switch c.K {
+	switch c.Spec.KV {
 	case "", "same":
 	default:
-		fmt.Sscanf(c.K, "noise%g", &noise)
+		fmt.Sscanf(c.Spec.KV, "noise%g", &noise)
 	}
 	return &fakeSeq{e: e, c: c, noise: noise}, nil
 }
@@ -77,7 +79,7 @@ func (s *fakeSeq) Forward(ids []int, all bool) ([]float32, error) {
 
 func (s *fakeSeq) KV() KVUsage {
 	n := int64(len(s.hist)) * 4 // 4 values per token per side
-	if s.c.K == "" {
+	if s.c.Spec.KV == "" {
 		return KVUsage{K: 4 * n, V: 4 * n, BF16: 4 * n}
 	}
 	// Half of it encoded at 4x against bf16.
@@ -119,7 +121,7 @@ func testUnits() []Unit {
 
 func TestRunMatchesBruteForce(t *testing.T) {
 	units := testUnits()
-	configs := []Config{Reference(), {Name: "same", K: "same", V: "same"}, {Name: "noisy", K: "noise0.5", V: "noise0.5"}}
+	configs := []Config{Reference(), {Name: "same", Spec: kvcache.Spec{KV: "same"}}, {Name: "noisy", Spec: kvcache.Spec{KV: "noise0.5"}}}
 	for _, opt := range []Options{{}, {Chunk: 3}, {Workers: 3}, {Chunk: 64, Workers: 2}} {
 		t.Run(fmt.Sprintf("chunk%d-workers%d", opt.Chunk, opt.Workers), func(t *testing.T) {
 			res, err := Run(context.Background(), &fakeEngine{}, units, configs, opt)
@@ -186,7 +188,7 @@ func TestRunErrors(t *testing.T) {
 	units := testUnits()
 	e := &fakeEngine{}
 	ctx := context.Background()
-	if _, err := Run(ctx, e, units, []Config{{Name: "x", K: "int4"}}, Options{}); err == nil {
+	if _, err := Run(ctx, e, units, []Config{{Name: "x", Spec: kvcache.Spec{KV: "int4"}}}, Options{}); err == nil {
 		t.Error("first configuration not the reference: want an error")
 	}
 	if _, err := Run(ctx, e, nil, []Config{Reference()}, Options{}); err == nil {
@@ -198,7 +200,7 @@ func TestRunErrors(t *testing.T) {
 	if _, err := Run(ctx, e, []Unit{{Tokens: []int{1, 2}, Score: 2}}, []Config{Reference()}, Options{}); err == nil {
 		t.Error("nothing scored in a unit: want an error")
 	}
-	if _, err := Run(ctx, &fakeEngine{fail: "bad"}, units, []Config{Reference(), {Name: "bad", K: "x"}}, Options{Workers: 2}); err == nil {
+	if _, err := Run(ctx, &fakeEngine{fail: "bad"}, units, []Config{Reference(), {Name: "bad", Spec: kvcache.Spec{KV: "x"}}}, Options{Workers: 2}); err == nil {
 		t.Error("failing Forward: want an error")
 	}
 	cctx, cancel := context.WithCancel(ctx)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
 // The benchmarks share one Qwen2.5-0.5B-shaped BF16 checkpoint (~1 GB),
@@ -139,7 +140,8 @@ func BenchmarkDecodeContext(b *testing.B) {
 		case "plain-bf16": // the tools' default storage
 			opts.Cache.HotBF16 = true
 		default:
-			p, err := m.Policy(CacheSpec{K: cache, V: cache, HotWindow: 64}, nil)
+			spec := kvcache.Spec{KV: cache, BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "f32"}
+			p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

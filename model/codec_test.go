@@ -141,7 +141,10 @@ func TestCacheCodecsStories260K(t *testing.T) {
 		{"kakeya:b=4", 0, -1},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
-			p, err := NewPolicy(cfg, CacheSpec{K: tc.spec, V: tc.spec, HotWindow: hot}, nil)
+			// The float32 hot blocks and the lack of boundary layers keep
+			// the byte counts above exact.
+			spec := kvcache.Spec{KV: tc.spec, BlockSize: bs, HotWindow: hot, Boundary: "none", CacheType: "f32"}
+			p, _, err := kvcache.NewPolicy(spec, kvcache.Shape{Layers: layers, KVHeads: kvh, HeadDim: d}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,15 +187,15 @@ func TestHotBF16(t *testing.T) {
 	dir := tinyModels(t)["qwen2"]
 	m := load(t, dir, Options{Threads: 2, BlockSize: 16})
 	ids := testIDs(70, m.Config().VocabSize)
-	run := func(spec CacheSpec) ([][]float32, kvcache.Stats) {
-		p, err := m.Policy(spec, nil)
+	run := func(spec kvcache.Spec) ([][]float32, kvcache.Stats) {
+		p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return decodeWith(t, m, SequenceOptions{Cache: p}, ids)
 	}
-	want, st32 := run(CacheSpec{})
-	for _, spec := range []CacheSpec{{HotBF16: true}, {HotBF16: true, K: "int8", V: "int8", HotWindow: 16}} {
+	want, st32 := run(kvcache.Spec{CacheType: "f32"})
+	for _, spec := range []kvcache.Spec{{CacheType: "bf16"}, {KV: "int8", BlockSize: 16, HotWindow: 16, Boundary: "none"}} {
 		got, st := run(spec)
 		var worst float64
 		for i := range want {

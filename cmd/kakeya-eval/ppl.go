@@ -14,6 +14,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 )
@@ -34,14 +35,23 @@ Modes:
   full      the whole text as one stream, sliding windows of ctx tokens
             with stride --stride, each token scored once
 
---config grammar (repeatable): comma-separated key=value,
-  name=NAME,k=SPEC,v=SPEC,kv=SPEC,boundary=0;1;-1,block=N,hot=N,sinks=N,precond=0|1,cb=0|1
-where SPEC is a codec spec ("int8", "kakeya:b=3"; commas inside a spec are
-kept when the next piece is not one of these keys) and boundary layers,
-separated by ';' (negative from the end), skip the codecs and keep bf16 blocks.
-precond=1 whitens keys by the calibrated query covariance and cb=1 gives kakeya
-codecs the calibrated Lloyd-Max codebooks; both need --calib.
---configs FILE reads a JSON list of {"name","k","v","boundary","block","hot","sinks","precond","cb"}.
+Cache settings: the flags below that kakeya-run shares (--kv-codec,
+--k-codec, --v-codec, --k-bits, --v-bits, --block-size, --hot-window,
+--sinks, --boundary, --precond, --calib-codebooks, --cache-type), with the
+same defaults. When they name a codec they form one configuration; their
+other settings are the defaults of every --config and --configs entry
+(--cache-type applies to the reference too).
+
+--config (repeatable) is the compact form of the same settings:
+  name=NAME,k=SPEC,v=SPEC,kv=SPEC,boundary=0;1;-1,block=N,hot=N,sinks=N,precond=0|1,cb=0|1,...
+(every flag name above is a key too; kvcache.Keys lists the short forms).
+name= is optional: the settings as written name the configuration. SPEC is
+a codec spec ("int8", "kakeya:b=3"; commas inside a spec are kept when the
+next piece is not a key) and boundary layers, separated by ';' (negative
+from the end; none for no layer), skip the codecs and keep bf16 blocks.
+With --calib, keys are preconditioned (precond) and kakeya codecs use the
+calibrated codebooks (cb) by default; precond=0 and cb=0 turn them off.
+--configs FILE reads a JSON list of objects with the same keys.
 
 The table goes to stdout; the JSON report is written (atomically) only when
 --out is given. Ctrl-C stops the run and writes nothing.
@@ -64,11 +74,11 @@ func (l *configList) Set(s string) error {
 }
 
 type pplFlags struct {
-	model, data, mode, docSep, configsFile, calib, out  string
-	cacheType                                           string
-	ctx, nEval, passages, stride, chunk, threads, block int
-	workers                                             int
-	configs                                             configList
+	model, data, mode, docSep, configsFile, calib, out string
+	ctx, nEval, passages, stride, chunk, threads       int
+	workers                                            int
+	cache                                              kvcache.Spec // the cache flags
+	configs                                            configList
 }
 
 func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -85,12 +95,11 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.chunk, "chunk", 0, "tokens per Forward call after the prefill (0: 1 in passages mode, i.e. the decode path; 512 otherwise)")
 	fs.Var(&f.configs, "config", "a cache configuration to compare with the reference (repeatable)")
 	fs.StringVar(&f.configsFile, "configs", "", "JSON file with a list of configurations")
-	fs.StringVar(&f.cacheType, "cache-type", "bf16", "storage of uncompressed KV blocks in every configuration, the reference included: bf16 or f32 (exact)")
-	fs.StringVar(&f.calib, "calib", "", "calibration file for precond=1 and cb=1 configurations")
+	fs.StringVar(&f.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned and kakeya codecs use its codebooks unless precond=0, cb=0")
 	fs.StringVar(&f.out, "out", "", "write the JSON report here (default: no report file)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
-	fs.IntVar(&f.block, "block-size", 0, "tokens per KV block for configurations without block= (0: the engine default)")
 	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
+	f.cache.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -98,9 +107,74 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("ppl: %w", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("ppl: unexpected argument %q", fs.Arg(0))
+		return fmt.Errorf("ppl: unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
-	return ppl(ctx, &f, stdout, stderr)
+	err := ppl(ctx, &f, stdout, stderr)
+	var intr interrupted
+	if err != nil && ctx.Err() != nil && !errors.As(err, &intr) {
+		return interrupted("ppl: interrupted before scoring began; nothing written")
+	}
+	return err
+}
+
+// interrupted is the one-line summary of a run stopped by Ctrl-C.
+type interrupted string
+
+func (e interrupted) Error() string { return string(e) }
+
+// checkCounts names the first numeric flag outside its range.
+func (f *pplFlags) checkCounts() error {
+	for _, c := range []struct {
+		name  string
+		v     int
+		least int
+	}{
+		{"--workers", f.workers, 1}, {"--n-eval", f.nEval, 1}, {"--ctx", f.ctx, 0}, {"--passages", f.passages, 0},
+		{"--stride", f.stride, 0}, {"--chunk", f.chunk, 0}, {"--threads", f.threads, 0},
+	} {
+		if c.v < c.least {
+			return fmt.Errorf("%s %d must be >= %d", c.name, c.v, c.least)
+		}
+	}
+	return nil
+}
+
+// configurations gathers the reference and the configurations the flags,
+// --configs and --config name, each completed by the cache flags' settings.
+func (f *pplFlags) configurations() ([]eval.Config, error) {
+	base := f.cache
+	base.KV, base.K, base.V, base.KBits, base.VBits = "", "", "", 0, 0
+	ref := eval.Reference()
+	ref.Spec.CacheType = f.cache.CacheType
+	configs := []eval.Config{ref}
+	if f.cache.Compressed() {
+		configs = append(configs, eval.Config{Name: f.cache.String(), Spec: f.cache})
+	}
+	if f.configsFile != "" {
+		cs, err := eval.LoadConfigs(f.configsFile)
+		if err != nil {
+			return nil, err
+		}
+		configs = append(configs, cs...)
+	}
+	configs = append(configs, f.configs...)
+	if err := eval.CheckNames(configs[1:]); err != nil {
+		return nil, err
+	}
+	for i := range configs[1:] {
+		c := &configs[i+1]
+		c.Spec = c.Spec.Inherit(base)
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("config %s: %w", c.Name, err)
+		}
+		if f.calib == "" && c.Spec.Precondition == kvcache.On {
+			return nil, fmt.Errorf("config %s: precond=1 needs --calib", c.Name)
+		}
+		if f.calib == "" && c.Spec.Codebooks == kvcache.On {
+			return nil, fmt.Errorf("config %s: cb=1 needs --calib", c.Name)
+		}
+	}
+	return configs, nil
 }
 
 func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
@@ -111,36 +185,17 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	if f.data == "" {
 		f.data = sharedFile("data", "wikitext-2-raw", "wiki.test.raw")
 	}
-	configs := []eval.Config{eval.Reference()}
-	if f.configsFile != "" {
-		cs, err := eval.LoadConfigs(f.configsFile)
-		if err != nil {
-			return fmt.Errorf("ppl: %w", err)
-		}
-		configs = append(configs, cs...)
-	}
-	configs = append(configs, f.configs...)
-	if err := eval.CheckNames(configs[1:]); err != nil {
+	if err := f.checkCounts(); err != nil {
 		return fmt.Errorf("ppl: %w", err)
 	}
-	switch f.cacheType {
-	case "f32", "bf16":
-	default:
-		return fmt.Errorf("ppl: --cache-type %q: want f32 or bf16", f.cacheType)
+	configs, err := f.configurations()
+	if err != nil {
+		return fmt.Errorf("ppl: %w", err)
 	}
-	for _, c := range configs {
-		if c.Precondition && f.calib == "" {
-			return fmt.Errorf("ppl: config %s: precond=1 needs --calib", c.Name)
+	if f.out != "" {
+		if err := eval.CheckWritable(f.out); err != nil {
+			return fmt.Errorf("ppl: --out: %w", err)
 		}
-		if c.Codebooks && f.calib == "" {
-			return fmt.Errorf("ppl: config %s: cb=1 needs --calib", c.Name)
-		}
-		if err := cacheSpec(c, f.cacheType).Validate(); err != nil {
-			return fmt.Errorf("ppl: config %s: %w", c.Name, err)
-		}
-	}
-	if f.workers < 1 || f.threads < 0 || f.block < 0 || f.nEval < 1 || f.passages < 0 || f.stride < 0 || f.chunk < 0 || f.ctx < 0 {
-		return errors.New("ppl: --workers must be >= 1, --n-eval >= 1, and --ctx, --passages, --stride, --chunk, --threads, --block-size >= 0")
 	}
 
 	dir, err := resolveModel(ctx, f.model, stderr)
@@ -150,7 +205,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	f.model = dir
 	raw, err := os.ReadFile(f.data)
 	if err != nil {
-		return fmt.Errorf("ppl: %w", err)
+		return fmt.Errorf("ppl: --data: %w", err)
 	}
 	sum, err := eval.FileSHA256(f.data)
 	if err != nil {
@@ -210,16 +265,32 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	}
 
 	prog := eval.NewProgress(stderr, isTerminal(stderr), "ppl", len(units))
+	var done int
 	runStart := time.Now()
-	res, err := eval.Run(ctx, eng, units, configs, eval.Options{Chunk: f.chunk, Workers: f.workers, Progress: prog.Update})
+	res, err := eval.Run(ctx, eng, units, configs, eval.Options{Chunk: f.chunk, Workers: f.workers, Progress: func(d, tokens int) {
+		done = d
+		prog.Update(d, tokens)
+	}})
 	prog.Finish()
 	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted(fmt.Sprintf("ppl: interrupted after %d of %d passages (%.0fs); nothing written", done, len(units), time.Since(start).Seconds()))
+		}
 		return fmt.Errorf("ppl: %w", err)
 	}
 	r := eval.NewReport(res, units, start, time.Since(start))
 	r.Model, r.Data, r.DataSHA256, r.Tokenizer = f.model, f.data, sum, tokPath
-	r.Mode, r.Ctx, r.Chunk, r.BlockSize, r.Calib, r.Workers = f.mode, p.Ctx, f.chunk, f.block, f.calib, f.workers
-	r.Threads, r.CacheType = f.threads, f.cacheType
+	if r.ModelSHA256, err = eval.ModelSHA256(f.model); err != nil {
+		return fmt.Errorf("ppl: %w", err)
+	}
+	if f.calib != "" {
+		r.Calib = f.calib
+		if r.CalibSHA256, err = eval.FileSHA256(f.calib); err != nil {
+			return fmt.Errorf("ppl: %w", err)
+		}
+	}
+	r.Mode, r.Ctx, r.Chunk, r.Workers = f.mode, p.Ctx, f.chunk, f.workers
+	r.Threads, r.CacheType = f.threads, configs[0].Settings.CacheType
 	if r.Threads == 0 {
 		r.Threads = runtime.GOMAXPROCS(0)
 	}
@@ -232,7 +303,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		r.Stride = p.Stride
 	}
 	fmt.Fprintf(stdout, "%s: %s mode, ctx %d, %d passages, %d scored tokens, %s hot blocks, %.1fs (run %.1fs)\n",
-		filepath.Base(f.data), f.mode, p.Ctx, len(units), r.Tokens, f.cacheType, r.Seconds, time.Since(runStart).Seconds())
+		filepath.Base(f.data), f.mode, p.Ctx, len(units), r.Tokens, r.CacheType, r.Seconds, time.Since(runStart).Seconds())
 	if err := r.WriteTable(stdout); err != nil {
 		return err
 	}
@@ -251,39 +322,36 @@ type engine struct {
 	opts map[string]model.SequenceOptions
 }
 
+// openEngine loads the model once and resolves every configuration for it,
+// recording the settings in effect in configs.
 func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
-	m, err := model.Load(f.model, model.Options{Threads: f.threads, BlockSize: f.block})
+	m, err := model.Load(f.model, model.Options{Threads: f.threads})
 	if err != nil {
 		return nil, fmt.Errorf("ppl: %w", err)
 	}
 	e := &engine{m: m, opts: map[string]model.SequenceOptions{}}
 	var cal *codec.Calibration
-	for _, c := range configs {
+	if f.calib != "" {
+		if cal, err = model.LoadCalibration(f.calib, m.Config()); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("ppl: --calib: %w", err)
+		}
+	}
+	for i := range configs {
 		if err := ctx.Err(); err != nil {
 			e.Close()
 			return nil, err
 		}
-		if (c.Precondition || c.Codebooks) && cal == nil {
-			if cal, err = model.LoadCalibration(f.calib, m.Config()); err != nil {
-				e.Close()
-				return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
-			}
-		}
-		pol, err := m.Policy(cacheSpec(c, f.cacheType), cal)
+		c := &configs[i]
+		pol, st, err := kvcache.NewPolicy(c.Spec, m.CacheShape(), cal)
 		if err != nil {
 			e.Close()
 			return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
 		}
-		e.opts[c.Name] = model.SequenceOptions{Cache: pol, BlockSize: c.BlockSize}
+		c.Settings = &st
+		e.opts[c.Name] = model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}
 	}
 	return e, nil
-}
-
-// cacheSpec is the model's view of a configuration's cache settings, with
-// uncompressed blocks stored as cacheType (f32 or bf16).
-func cacheSpec(c eval.Config, cacheType string) model.CacheSpec {
-	return model.CacheSpec{K: c.K, V: c.V, Boundary: c.Boundary, HotWindow: c.HotWindow, Sinks: c.Sinks,
-		Precondition: c.Precondition, Codebooks: c.Codebooks, HotBF16: cacheType == "bf16"}
 }
 
 func (e *engine) Vocab() int { return e.m.Config().VocabSize }

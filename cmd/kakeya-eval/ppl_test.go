@@ -11,16 +11,19 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
 type pplReport struct {
-	Passages   int    `json:"passages"`
-	Tokens     int    `json:"scored_tokens"`
-	DataSHA256 string `json:"data_sha256"`
-	Configs    []struct {
+	Passages    int    `json:"passages"`
+	Tokens      int    `json:"scored_tokens"`
+	DataSHA256  string `json:"data_sha256"`
+	CalibSHA256 string `json:"calib_sha256"`
+	Configs     []struct {
 		Config struct {
 			Name string `json:"name"`
 		} `json:"config"`
@@ -106,7 +109,7 @@ func TestPPLDocsStoriesFull(t *testing.T) {
 func TestPPLPassagesSelf(t *testing.T) {
 	sh := shareddata.Dir(t)
 	r, _ := runReport(t, "--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
-		"--ctx", "48", "--n-eval", "16", "--passages", "3", "--config", "name=same", "--config", "name=i8,kv=int8,block=16")
+		"--ctx", "48", "--n-eval", "16", "--passages", "3", "--config", "name=same", "--config", "name=i8,kv=int8,block=16,boundary=none,hot=0")
 	if len(r.Configs) != 3 || r.Tokens != 48 {
 		t.Fatalf("report %+v", r)
 	}
@@ -159,14 +162,26 @@ func TestPPLErrors(t *testing.T) {
 		{[]string{"--model", model, "--data", data, "--ctx", "500", "--n-eval", "64"}, "ctx 500 + n_eval 64 = 564 tokens exceeds the model context of 512"},
 		{[]string{"--model", model, "--data", data, "--mode", "docs", "--ctx", "1024"}, "exceeds the model context of 512"},
 		{[]string{"--model", model, "--data", data, "--mode", "chunks"}, "unknown --mode"},
-		{[]string{"--model", model, "--data", data, "--config", "name=x,bits=3"}, `unknown key "bits"`},
+		{[]string{"--model", model, "--data", data, "--config", "name=x,bits=3"}, "unknown key bits (valid: kv-codec, kv,"},
+		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,foo=1"}, `config x: --kv-codec "int8,foo=1"`},
+		{[]string{"--model", model, "--data", data, "--config", "block=0"}, `block-size "0": want an integer >= 1`},
+		{[]string{"--model", model, "--data", data, "--config", "block=-4"}, `block-size "-4": want an integer >= 1`},
+		{[]string{"--model", model, "--data", data, "--workers", "0"}, "--workers 0 must be >= 1"},
+		{[]string{"--model", model, "--data", data, "--stride", "-1"}, "--stride -1 must be >= 0"},
+		{[]string{"--model", model, "--data", data, "--block-size", "x"}, `invalid value "x" for flag -block-size`},
+		{[]string{"--model", model, "--data", data, "--kv-codec", "int8", "--k-bits", "3"}, "--k-bits 3: codec int8 has a fixed width"},
+		{[]string{"--model", model, "--data", data, "--out", os.TempDir()}, "--out: " + os.TempDir() + " is a directory"},
+		{[]string{"--model", model, "--data", data, "--out", "/nonexistent-dir/r.json"}, "--out: cannot write /nonexistent-dir/r.json"},
+		{[]string{"--model", model, "--data", data, "--config", "kv=int8", "--config", "kv=int8"}, `name "kv=int8" used twice`},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int5"}, `unknown codec "int5"`},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,precond=1"}, "needs --calib"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=kakeya,cb=1"}, "cb=1 needs --calib"},
-		{[]string{"--model", model, "--data", data, "--cache-type", "f16"}, `--cache-type "f16": want f32 or bf16`},
-		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,boundary=7"}, "boundary layer 7 outside a model of 5 layers"},
+		{[]string{"--model", model, "--data", data, "--cache-type", "f16"}, `invalid value "f16" for flag -cache-type: want bf16 or f32`},
+		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,boundary=7"}, `config x: --boundary "7": layer 7 outside a model of 5 layers`},
+		{[]string{"--model", model, "--data", data, "--kv-codec", "int8", "--boundary", "0,-6"}, `--boundary "0,-6": layer -6 outside a model of 5 layers`},
+		{[]string{"--model", model, "--data", data, "--config", "name=x,kv=int8,block=1000"}, "--block-size 1000 exceeds the context of 512 tokens"},
 		{[]string{"--model", model, "--data", data, "--config", "name=x,k=int8,precond=1", "--calib", data + ".missing"}, "val.txt.missing"},
-		{[]string{"--model", model, "--data", data, "--config", "name=x,v=int8,precond=1", "--calib", data}, "K is uncompressed"},
+		{[]string{"--model", model, "--data", data, "--config", "name=x,v=int8,precond=1", "--calib", data}, "keys are uncompressed"},
 		{[]string{"--model", model, "--data", data, "--config", "name=ref"}, "used twice"},
 		{[]string{"--model", model, "--data", data + ".missing"}, "no such file"},
 	}
@@ -186,8 +201,8 @@ func TestPPLCancelledWritesNothing(t *testing.T) {
 	cancel()
 	err := runPPL(ctx, []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
 		"--mode", "docs", "--passages", "20", "--out", out}, io.Discard, io.Discard)
-	if err == nil {
-		t.Fatal("cancelled run: want an error")
+	if err == nil || err.Error() != "ppl: interrupted before scoring began; nothing written" {
+		t.Fatalf("cancelled run: err = %v, want the one-line summary", err)
 	}
 	if _, serr := os.Stat(out); !os.IsNotExist(serr) {
 		t.Errorf("cancelled run left %s (stat: %v)", out, serr)
@@ -219,13 +234,69 @@ func TestPPLPrecond(t *testing.T) {
 	}
 	r, _ := runReport(t, "--model", dir, "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
 		"--ctx", "48", "--n-eval", "16", "--passages", "2", "--calib", calib,
-		"--config", "name=k8,k=int8,block=16", "--config", "name=pk8,k=int8,precond=1,block=16")
+		"--config", "name=k8,k=int8,block=16,precond=0", "--config", "name=pk8,k=int8,precond=1,block=16")
 	if len(r.Configs) != 3 {
 		t.Fatalf("report %+v", r)
+	}
+	if want, _ := eval.FileSHA256(calib); r.CalibSHA256 != want || len(want) != 64 {
+		t.Errorf("calib_sha256 %q, want %q", r.CalibSHA256, want)
 	}
 	k8, pk8 := r.Configs[1], r.Configs[2]
 	t.Logf("KL: int8 keys %.3g, preconditioned %.3g", k8.MeanKL, pk8.MeanKL)
 	if pk8.Total.N != 32 || !(pk8.MeanKL > 0) || math.Abs(pk8.MeanKL-k8.MeanKL) > 0.01*k8.MeanKL {
 		t.Errorf("preconditioned int8 keys: %+v; plain int8 keys: %+v", pk8, k8)
+	}
+}
+
+// The report records every configuration's settings in effect (defaults
+// applied), the model directory and a hash of its weights' index, and the
+// calibration's hash; the cache flags form a configuration of their own and
+// complete the --config ones, whose names are optional.
+func TestPPLReportSettings(t *testing.T) {
+	sh := shareddata.Dir(t)
+	dir := filepath.Join(sh, "models", "stories260K")
+	out := filepath.Join(t.TempDir(), "r.json")
+	var stdout strings.Builder
+	err := runPPL(context.Background(), []string{"--model", dir, "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+		"--ctx", "48", "--n-eval", "16", "--passages", "2", "--out", out,
+		"--kv-codec", "int8", "--block-size", "16", "--config", "k=int4", "--config", "name=i8-all,kv=int8,boundary=none,hot=0"}, &stdout, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Model       string `json:"model"`
+		ModelSHA256 string `json:"model_sha256"`
+		Configs     []struct {
+			Config struct {
+				Name     string           `json:"name"`
+				Spec     string           `json:"spec"`
+				Settings kvcache.Settings `json:"settings"`
+			} `json:"config"`
+		} `json:"configs"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Model != dir || len(r.ModelSHA256) != 64 {
+		t.Errorf("model %q sha256 %q", r.Model, r.ModelSHA256)
+	}
+	want := []struct{ name, settings string }{
+		{"ref", "uncompressed bf16, block 16"},
+		{"kv=int8,block=16", "k=int8 v=int8 block 16, hot 16, boundary 0;4, bf16 hot blocks"},
+		{"k=int4", "k=int4 v=none block 16, hot 16, boundary 0;4, bf16 hot blocks"},
+		{"i8-all", "k=int8 v=int8 block 16, hot 0, bf16 hot blocks"},
+	}
+	if len(r.Configs) != len(want) {
+		t.Fatalf("%d configurations in the report, want %d", len(r.Configs), len(want))
+	}
+	for i, w := range want {
+		c := r.Configs[i].Config
+		if c.Name != w.name || c.Settings.String() != w.settings {
+			t.Errorf("configuration %d: %q with settings %q, want %q with %q", i, c.Name, c.Settings.String(), w.name, w.settings)
+		}
 	}
 }
