@@ -8,10 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -21,14 +22,50 @@ import (
 )
 
 // HubOptions says where and how Resolve finds models on the Hugging Face Hub.
+// Resolve fills the fields left at their zero value from the environment as
+// HubOptionsFromEnv reads it, so HubOptions{} behaves like the tools; a field
+// that is set wins over the environment. (Offline can only be turned on
+// that way: HF_HUB_OFFLINE=1 makes even Offline: false offline.)
 type HubOptions struct {
-	Endpoint string       // Hub base URL, e.g. https://huggingface.co
-	Token    string       // access token sent as a Bearer token; empty: anonymous
-	CacheDir string       // hub cache root (the layout huggingface_hub uses)
+	Endpoint string       // Hub base URL; empty: HF_ENDPOINT, else https://huggingface.co
+	Token    string       // access token sent as a Bearer token; empty: HF_TOKEN, else anonymous
+	CacheDir string       // hub cache root (the layout huggingface_hub uses); empty: HF_HUB_CACHE, else $HF_HOME/hub, ...
 	Revision string       // branch, tag or commit; empty: main
-	Offline  bool         // never touch the network
+	Offline  bool         // never touch the network; false: as HF_HUB_OFFLINE says
 	Progress io.Writer    // download progress bars; nil: silent
-	Client   *http.Client // nil: http.DefaultClient
+	Client   *http.Client // nil: a client of Resolve's own; the timeouts below apply to any client
+
+	// Every request is bounded by these timeouts (zero or negative: the
+	// default in parentheses), so a download never hangs. A body that
+	// stalls is abandoned and the download resumed from the byte reached,
+	// a few times, before Resolve fails.
+	ConnectTimeout time.Duration // opening each connection, TLS handshake included (30s)
+	HeaderTimeout  time.Duration // from a connection to the response headers (30s)
+	StallTimeout   time.Duration // the longest wait for more of a response body (60s)
+}
+
+// Defaults of the HubOptions timeouts.
+const (
+	DefaultConnectTimeout = 30 * time.Second
+	DefaultHeaderTimeout  = 30 * time.Second
+	DefaultStallTimeout   = 60 * time.Second
+)
+
+// withEnv returns o with its unset fields filled from the environment that
+// getenv reads.
+func (o HubOptions) withEnv(getenv func(string) string) HubOptions {
+	env := HubOptionsFromEnvFunc(getenv)
+	if o.Endpoint == "" {
+		o.Endpoint = env.Endpoint
+	}
+	if o.Token == "" {
+		o.Token = env.Token
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = env.CacheDir
+	}
+	o.Offline = o.Offline || env.Offline
+	return o
 }
 
 // HubOptionsFromEnv reads the huggingface_hub environment variables of this
@@ -90,18 +127,36 @@ const downloadAttempts = 3
 // Resolve returns a local model directory for nameOrDir: an existing
 // directory as is, else a Hugging Face repo id ("org/name") looked up in the
 // cache and, unless offline, downloaded into it. A cached snapshot that has
-// config.json and its safetensors is used without any network access.
+// config.json and its safetensors is used without any network access. A
+// name that can only be a path (it starts with "/", "./", "../" or "~", or
+// has more than one "/") and names no directory fails at once, saying so.
+//
+// Fields of opt left unset come from the environment (see HubOptions).
+// Downloads go through the cache's blob store and appear in the snapshot
+// only once complete and verified; an interrupted one is resumed by the next
+// call.
 func Resolve(ctx context.Context, nameOrDir string, opt HubOptions) (string, error) {
-	if fi, err := os.Stat(nameOrDir); err == nil {
-		if !fi.IsDir() {
-			return "", fmt.Errorf("weights: %s is a file, not a model directory", nameOrDir)
-		}
+	fi, err := os.Stat(nameOrDir)
+	switch {
+	case err == nil && fi.IsDir():
 		return nameOrDir, nil
+	case err == nil:
+		return "", fmt.Errorf("weights: %s is a file, not a model directory", nameOrDir)
+	case errors.Is(err, fs.ErrPermission):
+		return "", fmt.Errorf("weights: model directory %w", err)
+	}
+	if looksLikePath(nameOrDir) {
+		hint := ""
+		if strings.HasPrefix(nameOrDir, "~") {
+			hint = " (a leading ~ is only expanded by a shell, and not inside quotes)"
+		}
+		return "", fmt.Errorf("weights: model directory %s does not exist%s", nameOrDir, hint)
 	}
 	repo := nameOrDir
 	if !repoIDPattern.MatchString(repo) || strings.Contains(repo, "--") || strings.Contains(repo, "..") {
-		return "", fmt.Errorf("weights: %q is neither a directory nor a Hugging Face repo id (org/name)", nameOrDir)
+		return "", fmt.Errorf("weights: %q is neither an existing model directory nor a Hugging Face repo id (org/name)", nameOrDir)
 	}
+	opt = opt.withEnv(os.Getenv)
 	rev := opt.Revision
 	if rev == "" {
 		rev = "main"
@@ -110,25 +165,69 @@ func Resolve(ctx context.Context, nameOrDir string, opt HubOptions) (string, err
 		return "", fmt.Errorf("weights: %s: invalid revision %q", repo, rev)
 	}
 	if opt.CacheDir == "" {
-		return "", fmt.Errorf("weights: %s: no Hugging Face cache directory (set HF_HUB_CACHE or HF_HOME)", repo)
+		return "", fmt.Errorf("weights: no directory %s exists, and there is no Hugging Face cache to look it up in (set HF_HUB_CACHE, HF_HOME or HOME)", repo)
 	}
 	repoDir := filepath.Join(opt.CacheDir, "models--"+strings.ReplaceAll(repo, "/", "--"))
 	if snap, ok := cachedSnapshot(repoDir, rev); ok {
 		return snap, nil
 	}
 	if opt.Offline {
-		return "", fmt.Errorf("weights: %s (revision %s) is not in the Hugging Face cache %s and offline mode (HF_HUB_OFFLINE) forbids downloading it",
-			repo, rev, opt.CacheDir)
+		return "", fmt.Errorf("weights: no directory %s exists, and %s (revision %s) is not in the Hugging Face cache %s; offline mode (HF_HUB_OFFLINE) forbids downloading it",
+			repo, repo, rev, opt.CacheDir)
 	}
-	h := &hub{opt: opt, repo: repo, rev: rev, repoDir: repoDir}
+	h := &hub{opt: opt, repo: repo, rev: rev, repoDir: repoDir,
+		connect: orDefault(opt.ConnectTimeout, DefaultConnectTimeout),
+		header:  orDefault(opt.HeaderTimeout, DefaultHeaderTimeout),
+		stall:   orDefault(opt.StallTimeout, DefaultStallTimeout),
+	}
 	if h.opt.Client == nil {
-		h.opt.Client = http.DefaultClient
+		t := newTransport(h.connect, h.header)
+		defer t.CloseIdleConnections()
+		h.opt.Client = &http.Client{Transport: t}
 	}
 	if h.opt.Endpoint == "" {
 		h.opt.Endpoint = "https://huggingface.co"
 	}
 	h.opt.Endpoint = strings.TrimRight(h.opt.Endpoint, "/")
 	return h.download(ctx)
+}
+
+// looksLikePath reports whether name can only be meant as a file system
+// path, not as a Hugging Face repo id.
+func looksLikePath(name string) bool {
+	for _, p := range []string{"./", "../", "/", "~"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return name == "." || name == ".." || filepath.IsAbs(name) || filepath.VolumeName(name) != "" ||
+		strings.Count(name, "/") > 1 || strings.HasSuffix(name, "/") ||
+		(filepath.Separator != '/' && strings.ContainsRune(name, filepath.Separator))
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// newTransport returns a transport like http.DefaultTransport (proxies from
+// the environment, HTTP/2) whose connections and responses are bounded by
+// the hub timeouts; the watchdog of each request enforces them too, with
+// errors that say what timed out.
+func newTransport(connect, header time.Duration) *http.Transport {
+	var t *http.Transport
+	if dt, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = dt.Clone()
+	} else {
+		t = &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second}
+	}
+	d := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	t.DialContext = d.DialContext
+	t.TLSHandshakeTimeout = connect
+	t.ResponseHeaderTimeout = header
+	return t
 }
 
 // cachedSnapshot finds the snapshot of rev under repoDir and reports whether
@@ -205,6 +304,8 @@ type hub struct {
 	repo    string
 	rev     string
 	repoDir string
+
+	connect, header, stall time.Duration // the HubOptions timeouts, defaults applied
 }
 
 func (h *hub) errorf(format string, args ...any) error {
@@ -284,10 +385,7 @@ func (h *hub) newRequest(ctx context.Context, method, u string) (*http.Request, 
 // statusError turns a failed HTTP response into an error saying what the
 // user can do about it.
 func (h *hub) statusError(resp *http.Response, what string) error {
-	detail := resp.Header.Get("X-Error-Message")
-	if detail != "" {
-		detail = ": " + detail
-	}
+	detail := errorDetail(resp)
 	switch resp.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		if h.opt.Token == "" {
@@ -300,6 +398,15 @@ func (h *hub) statusError(resp *http.Response, what string) error {
 	return h.errorf("%s: HTTP %s%s", what, resp.Status, detail)
 }
 
+// errorDetail returns ": " and the Hub's explanation of a failed response,
+// or "" when it gives none.
+func errorDetail(resp *http.Response) string {
+	if d := resp.Header.Get("X-Error-Message"); d != "" {
+		return ": " + d
+	}
+	return ""
+}
+
 // revisionInfo asks the Hub for the commit a revision names and its files.
 func (h *hub) revisionInfo(ctx context.Context) (string, map[string]bool, error) {
 	u := h.opt.Endpoint + "/api/models/" + h.repo + "/revision/" + url.PathEscape(h.rev)
@@ -307,13 +414,20 @@ func (h *hub) revisionInfo(ctx context.Context) (string, map[string]bool, error)
 	if err != nil {
 		return "", nil, err
 	}
-	resp, err := h.opt.Client.Do(req)
+	resp, err := h.send(h.opt.Client, req)
 	if err != nil {
-		return "", nil, h.errorf("%v", err)
+		return "", nil, h.errorf("revision %s: %v", h.rev, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", nil, h.statusError(resp, "revision "+h.rev)
+		err := h.statusError(resp, "revision "+h.rev)
+		switch resp.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+			if h.opt.Revision == "" { // the repository, not a revision of it, is missing
+				err = fmt.Errorf("%w; no directory %s exists either", err, h.repo)
+			}
+		}
+		return "", nil, err
 	}
 	var info struct {
 		SHA      string `json:"sha"`
@@ -322,6 +436,10 @@ func (h *hub) revisionInfo(ctx context.Context) (string, map[string]bool, error)
 		} `json:"siblings"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&info); err != nil {
+		var te *timeoutError
+		if errors.As(err, &te) {
+			return "", nil, h.errorf("revision %s: %v", h.rev, te)
+		}
 		return "", nil, h.errorf("revision %s: invalid response from %s: %v", h.rev, u, err)
 	}
 	if !commitPattern.MatchString(info.SHA) {
@@ -406,7 +524,7 @@ func (h *hub) head(ctx context.Context, u, file string) (etag string, size int64
 		if err != nil {
 			return "", 0, err
 		}
-		resp, err := client.Do(req)
+		resp, err := h.send(&client, req)
 		if err != nil {
 			return "", 0, h.errorf("%s: %v", file, err)
 		}
@@ -440,33 +558,46 @@ func (h *hub) head(ctx context.Context, u, file string) (etag string, size int64
 	}
 }
 
-// retryable marks failures a new attempt may get past: broken connections
-// and server-side errors.
+// retryable marks failures a new attempt may get past: broken or stalled
+// connections and server-side errors. Its error does not name the
+// repository or file; downloadBlob adds them.
 type retryable struct{ err error }
 
 func (r retryable) Error() string { return r.err.Error() }
 func (r retryable) Unwrap() error { return r.err }
 
 // downloadBlob downloads u into blob through blob.incomplete, resuming a
-// previous partial download, retrying broken transfers, and checking the
-// size and (for LFS files, whose ETag is their sha256) the checksum.
+// previous partial download, retrying broken and stalled transfers, and
+// checking the size and (for LFS files, whose ETag is their sha256) the
+// checksum. The blob appears only once complete and verified.
 func (h *hub) downloadBlob(ctx context.Context, u, file, blob, etag string, size int64) error {
 	part := blob + ".incomplete"
-	bar := newProgressBar(h.opt.Progress, file, size)
+	bar := newProgressBar(h.opt.Progress, file, size, min(time.Second, h.stall/4))
 	defer bar.finish()
 	var err error
-	for attempt := 1; attempt <= downloadAttempts; attempt++ {
+	for attempt := 1; ; attempt++ {
 		before := fileSize(part)
 		err = h.getOnce(ctx, u, file, part, size, bar)
 		var r retryable
-		if err == nil || !errors.As(err, &r) || ctx.Err() != nil {
+		if err == nil || !errors.As(err, &r) {
 			break
 		}
+		if ctx.Err() != nil {
+			return h.errorf("%s: %v", file, ctx.Err())
+		}
+		if attempt == downloadAttempts {
+			kept := ""
+			if n := fileSize(part); n > 0 {
+				kept = fmt.Sprintf("; the %d bytes received are kept in %s and the next run resumes from there", n, part)
+			}
+			return h.errorf("%s: giving up on %s after %d attempts: %v%s", file, h.opt.Endpoint, attempt, r.err, kept)
+		}
+		bar.note(fmt.Sprintf("%s: %v; retrying (attempt %d of %d)", file, r.err, attempt+1, downloadAttempts))
 		if fileSize(part) <= before { // no progress: back off before retrying
 			select {
 			case <-ctx.Done():
 				return h.errorf("%s: %v", file, ctx.Err())
-			case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
+			case <-time.After(min(time.Duration(attempt)*500*time.Millisecond, h.stall)):
 			}
 		}
 	}
@@ -547,9 +678,9 @@ func (h *hub) getOnce(ctx context.Context, u, file, part string, size int64, bar
 	if have > 0 {
 		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", have))
 	}
-	resp, err := h.opt.Client.Do(req)
+	resp, err := h.send(h.opt.Client, req)
 	if err != nil {
-		return retryable{h.errorf("%s: %v", file, err)}
+		return retryable{err}
 	}
 	defer resp.Body.Close()
 
@@ -565,13 +696,13 @@ func (h *hub) getOnce(ctx context.Context, u, file, part string, size int64, bar
 			// Not the continuation we asked for: drop the partial file and
 			// let the next attempt fetch it whole.
 			f.Truncate(0)
-			return retryable{h.errorf("%s: unexpected Content-Range %q for a request from byte %d", file, resp.Header.Get("Content-Range"), have)}
+			return retryable{fmt.Errorf("unexpected Content-Range %q for a request from byte %d", resp.Header.Get("Content-Range"), have)}
 		}
 	case http.StatusRequestedRangeNotSatisfiable:
 		f.Truncate(0)
-		return retryable{h.errorf("%s: server refused to resume at byte %d", file, have)}
+		return retryable{fmt.Errorf("server refused to resume at byte %d", have)}
 	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusInternalServerError:
-		return retryable{h.statusError(resp, file)}
+		return retryable{fmt.Errorf("HTTP %s%s", resp.Status, errorDetail(resp))}
 	default:
 		return h.statusError(resp, file)
 	}
@@ -588,15 +719,27 @@ func (h *hub) getOnce(ctx context.Context, u, file, part string, size int64, bar
 		return fmt.Errorf("weights: %s: %w", part, writeErr)
 	}
 	if readErr != nil {
-		return retryable{h.errorf("%s: download interrupted after %d bytes: %v", file, have+n, readErr)}
+		var te *timeoutError
+		if errors.As(readErr, &te) {
+			return retryable{fmt.Errorf("%v after %s", te, byteCount(have+n, size))}
+		}
+		return retryable{fmt.Errorf("transfer broken after %s: %v", byteCount(have+n, size), readErr)}
 	}
 	if resp.ContentLength >= 0 && n != resp.ContentLength {
-		return retryable{h.errorf("%s: got %d bytes, Content-Length says %d", file, n, resp.ContentLength)}
+		return retryable{fmt.Errorf("got %d bytes, Content-Length says %d", n, resp.ContentLength)}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("weights: %s: %w", part, err)
 	}
 	return nil
+}
+
+// byteCount says how far a download of size bytes (-1: unknown) got.
+func byteCount(n, size int64) string {
+	if size < 0 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return fmt.Sprintf("%d of %d bytes", n, size)
 }
 
 // parseContentRange reads "bytes START-END/TOTAL" (TOTAL may be "*": -1).
@@ -667,77 +810,4 @@ func linkBlob(blob, dst string) error {
 		return fmt.Errorf("weights: linking %s to %s: %w", dst, blob, err)
 	}
 	return nil
-}
-
-// progressBar draws one download's progress on a single terminal line.
-type progressBar struct {
-	w           io.Writer
-	name        string
-	total, done int64
-	base        int64 // bytes already present when this session started
-	start, last time.Time
-	drawn       bool
-}
-
-func newProgressBar(w io.Writer, file string, total int64) *progressBar {
-	return &progressBar{w: w, name: path.Base(file), total: total, start: time.Now()}
-}
-
-func (p *progressBar) resume(have int64) {
-	p.done, p.base = have, have
-	p.start = time.Now()
-}
-
-func (p *progressBar) add(n int64) {
-	p.done += n
-	p.draw(false)
-}
-
-// draw redraws at most ten times a second unless forced.
-func (p *progressBar) draw(force bool) {
-	if p.w == nil {
-		return
-	}
-	now := time.Now()
-	if !force && now.Sub(p.last) < 100*time.Millisecond {
-		return
-	}
-	p.last = now
-	p.drawn = true
-	elapsed := now.Sub(p.start).Seconds()
-	rate := 0.0
-	if elapsed > 0 {
-		rate = float64(p.done-p.base) / elapsed
-	}
-	line := fmt.Sprintf("%-28s %10s", p.name, formatBytes(p.done))
-	if p.total > 0 {
-		line = fmt.Sprintf("%-28s %5.1f%% %10s / %-10s", p.name, 100*float64(p.done)/float64(p.total), formatBytes(p.done), formatBytes(p.total))
-	}
-	line += fmt.Sprintf(" %10s/s", formatBytes(int64(rate)))
-	if p.total > 0 && rate > 0 && p.done < p.total {
-		eta := time.Duration(float64(p.total-p.done) / rate * float64(time.Second)).Round(time.Second)
-		line += " ETA " + eta.String()
-	}
-	fmt.Fprintf(p.w, "\r%-90s", line)
-}
-
-func (p *progressBar) finish() {
-	if p.w == nil || (!p.drawn && p.done == 0) {
-		return
-	}
-	p.draw(true)
-	fmt.Fprintln(p.w)
-}
-
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f, i := float64(n), -1
-	for f >= unit && i < 4 {
-		f /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", f, "KMGTP"[i])
 }

@@ -8,7 +8,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -45,11 +47,24 @@ type fakeHub struct {
 	ranges      []string        // Range header of each CDN GET
 	cdnGets     int             // CDN GETs so far
 	cut         func(n int) int // bytes to send before dropping the n-th CDN GET (1-based); <0: don't
+	stall       func(n int) int // bytes to send before the n-th CDN GET goes silent; <0: don't
 	ignoreRange bool
 	corrupt     bool // serve LFS content with one byte flipped
 }
 
+// isolateHubEnv clears the environment that Resolve reads, so that the
+// tests see neither the developer's cache nor their token.
+func isolateHubEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"HF_ENDPOINT", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE",
+		"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("HOME", t.TempDir())
+}
+
 func newFakeHub(t *testing.T, repos map[string]*fakeRepo) *fakeHub {
+	isolateHubEnv(t)
 	h := &fakeHub{t: t, repos: repos}
 	h.srv = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.srv.Close)
@@ -155,12 +170,16 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 	}
 	h.mu.Lock()
 	corrupt, ignoreRange := h.corrupt, h.ignoreRange
-	cutAt := -1
+	cutAt, stall := -1, false
 	if r.Method == http.MethodGet {
 		h.cdnGets++
 		h.ranges = append(h.ranges, r.Header.Get("Range"))
 		if h.cut != nil {
 			cutAt = h.cut(h.cdnGets)
+		}
+		if h.stall != nil && cutAt < 0 {
+			cutAt = h.stall(h.cdnGets)
+			stall = cutAt >= 0
 		}
 	}
 	h.mu.Unlock()
@@ -175,7 +194,8 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 		http.ServeContent(w, r, sum, time.Time{}, bytes.NewReader(data))
 		return
 	}
-	// Promise the whole (remaining) body, send part of it, drop the line.
+	// Promise the whole (remaining) body, send part of it, then drop the
+	// line or go silent until the client gives up.
 	start := 0
 	if rg := r.Header.Get("Range"); rg != "" {
 		start, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(rg, "bytes="), "-"))
@@ -188,6 +208,14 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request, sum string) {
 	}
 	w.Write(data[start:min(start+cutAt, len(data))])
 	w.(http.Flusher).Flush()
+	if stall {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second): // the client should have given up long ago
+			h.t.Errorf("client still waiting on a stalled body after 10s")
+		}
+		return
+	}
 	panic(http.ErrAbortHandler)
 }
 
@@ -371,8 +399,9 @@ func TestResolveResumesAcrossCalls(t *testing.T) {
 	h.cut = func(int) int { return 5000 } // every attempt breaks
 	opt := h.options(t)
 	_, err := Resolve(context.Background(), "org/tiny", opt)
-	if err == nil || !strings.Contains(err.Error(), "model.safetensors: download interrupted after 15000 bytes") {
-		t.Fatalf("error = %v, want an interrupted download after 3 attempts", err)
+	want := fmt.Sprintf("org/tiny: model.safetensors: giving up on %s after 3 attempts: transfer broken after 15000 of %d bytes", h.srv.URL, len(repo.files["model.safetensors"]))
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %v, want it to contain %q", err, want)
 	}
 	part := filepath.Join(opt.CacheDir, "models--org--tiny", "blobs", sha256Hex(repo.files["model.safetensors"])+".incomplete")
 	if fi, err := os.Stat(part); err != nil || fi.Size() != 15000 {
@@ -495,6 +524,7 @@ func TestResolveErrors(t *testing.T) {
 }
 
 func TestResolveLocalAndNames(t *testing.T) {
+	isolateHubEnv(t)
 	dir := t.TempDir()
 	if got, err := Resolve(context.Background(), dir, HubOptions{Offline: true}); err != nil || got != dir {
 		t.Errorf("Resolve(dir) = %s, %v", got, err)
@@ -504,14 +534,102 @@ func TestResolveLocalAndNames(t *testing.T) {
 	if _, err := Resolve(context.Background(), file, HubOptions{}); err == nil || !strings.Contains(err.Error(), "is a file") {
 		t.Errorf("Resolve(file) error = %v", err)
 	}
-	for _, name := range []string{"a/b/c", "../x/y", "org/a--b", "org/a..b", "", "org/", "/abs/path/none"} {
-		_, err := Resolve(context.Background(), name, HubOptions{CacheDir: dir})
-		if err == nil || !strings.Contains(err.Error(), "neither a directory nor a Hugging Face repo id") {
-			t.Errorf("Resolve(%q) error = %v", name, err)
-		}
+	cache := t.TempDir()
+	cases := []struct {
+		name, want string
+	}{
+		// Only a path: say the directory is missing, never ask the Hub.
+		{"models/foo/bar", "weights: model directory models/foo/bar does not exist"},
+		{"a/b/c", "weights: model directory a/b/c does not exist"},
+		{"./models/foo", "weights: model directory ./models/foo does not exist"},
+		{"../x/y", "weights: model directory ../x/y does not exist"},
+		{"../x", "weights: model directory ../x does not exist"},
+		{"/abs/path/none", "weights: model directory /abs/path/none does not exist"},
+		{"~/models/x", "weights: model directory ~/models/x does not exist (a leading ~ is only expanded by a shell"},
+		{"models/", "weights: model directory models/ does not exist"},
+		// A repo id, not cached, offline: both readings fail.
+		{"models/foo", "weights: no directory models/foo exists, and models/foo (revision main) is not in the Hugging Face cache " + cache + "; offline mode (HF_HUB_OFFLINE) forbids downloading it"},
+		{"gpt2", "weights: no directory gpt2 exists, and gpt2 (revision main) is not in the Hugging Face cache"},
+		// Neither.
+		{"org/a--b", `weights: "org/a--b" is neither an existing model directory nor a Hugging Face repo id (org/name)`},
+		{"org/a..b", `is neither an existing model directory nor a Hugging Face repo id`},
+		{"", `weights: "" is neither an existing model directory nor a Hugging Face repo id`},
+		{"models\\foo", `is neither an existing model directory nor a Hugging Face repo id`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Resolve(context.Background(), c.name, HubOptions{CacheDir: cache, Offline: true})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Resolve(%q) error = %v, want it to contain %q", c.name, err, c.want)
+			}
+		})
 	}
 	if _, err := Resolve(context.Background(), "org/x", HubOptions{CacheDir: dir, Revision: "../../etc"}); err == nil || !strings.Contains(err.Error(), "invalid revision") {
 		t.Errorf("bad revision error = %v", err)
+	}
+}
+
+func TestResolveMissingRepoNamesMissingDirectory(t *testing.T) {
+	h := newFakeHub(t, map[string]*fakeRepo{"org/tiny": tinyRepo(t, false)})
+	opt := h.options(t)
+	_, err := Resolve(context.Background(), "models/foo", opt)
+	want := "weights: models/foo: revision main: repository not found or requires HF_TOKEN (HTTP 401: Repository not found); no directory models/foo exists either"
+	if err == nil || err.Error() != want {
+		t.Errorf("error = %v, want %q", err, want)
+	}
+}
+
+func TestResolveFillsOptionsFromEnvironment(t *testing.T) {
+	repo := tinyRepo(t, false)
+	h := newFakeHub(t, map[string]*fakeRepo{"org/private": repo})
+	repo.private = true
+	home := t.TempDir()
+	t.Setenv("HF_HOME", home)
+	t.Setenv("HF_ENDPOINT", h.srv.URL+"/")
+	t.Setenv("HF_TOKEN", "tok")
+
+	// HubOptions{}: endpoint, token and cache all from the environment.
+	dir, err := Resolve(context.Background(), "org/private", HubOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(home, "hub", "models--org--private", "snapshots", repo.sha); dir != want {
+		t.Errorf("Resolve = %s, want %s", dir, want)
+	}
+	checkModelDir(t, dir, repo)
+
+	// Set fields win: another cache, and a token that gets a 401.
+	other := t.TempDir()
+	_, err = Resolve(context.Background(), "org/private", HubOptions{CacheDir: other, Token: "wrong"})
+	if err == nil || !strings.Contains(err.Error(), "HF_TOKEN has no access to it (HTTP 401") {
+		t.Errorf("explicit token: error = %v, want a 401 for the wrong token", err)
+	}
+	if _, err := os.Stat(filepath.Join(other, "models--org--private")); err == nil {
+		t.Error("explicit CacheDir: nothing should be cached there after a 401")
+	}
+	// An explicit endpoint wins over HF_ENDPOINT: nothing listens there.
+	_, err = Resolve(context.Background(), "org/private", HubOptions{CacheDir: other, Endpoint: "http://127.0.0.1:1", ConnectTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("explicit endpoint: error = %v, want it to name 127.0.0.1:1", err)
+	}
+
+	// HF_HUB_OFFLINE: the cached model resolves without the server, an
+	// uncached one fails naming the cache HF_HOME implies.
+	h.srv.Close()
+	t.Setenv("HF_HUB_OFFLINE", "1")
+	if again, err := Resolve(context.Background(), "org/private", HubOptions{}); err != nil || again != dir {
+		t.Errorf("offline Resolve = %s, %v; want %s", again, err, dir)
+	}
+	_, err = Resolve(context.Background(), "org/other", HubOptions{})
+	if want := "is not in the Hugging Face cache " + filepath.Join(home, "hub") + "; offline mode"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("offline miss: error = %v, want it to contain %q", err, want)
+	}
+
+	// HF_HUB_CACHE beats HF_HOME.
+	t.Setenv("HF_HUB_CACHE", other)
+	_, err = Resolve(context.Background(), "org/private", HubOptions{})
+	if want := "not in the Hugging Face cache " + other; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("HF_HUB_CACHE: error = %v, want it to contain %q", err, want)
 	}
 }
 
@@ -576,7 +694,7 @@ func TestHubOptionsFromEnvFunc(t *testing.T) {
 
 func TestProgressBarThrottles(t *testing.T) {
 	var out bytes.Buffer
-	bar := newProgressBar(&out, "dir/model.safetensors", 1000)
+	bar := newProgressBar(&out, "dir/model.safetensors", 1000, time.Hour)
 	for i := 0; i < 1000; i++ {
 		bar.add(1)
 	}
@@ -609,5 +727,196 @@ func TestResolveConcurrentCallsShareOneDownload(t *testing.T) {
 	}
 	if h.cdnGets != 1 {
 		t.Errorf("%d downloads of the weights, want 1", h.cdnGets)
+	}
+}
+
+// silentServer listens on loopback, accepts connections and never answers.
+func silentServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+func TestResolveServerNeverAnswers(t *testing.T) {
+	isolateHubEnv(t)
+	addr := silentServer(t)
+	// A server that sends the headers of the revision info, then nothing.
+	halfway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"sha": "0123456789abcdef`)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer halfway.Close()
+	halfwayAddr := strings.TrimPrefix(halfway.URL, "http://")
+	cases := []struct {
+		name     string
+		endpoint string
+		client   *http.Client
+		want     string
+	}{
+		{"http", "http://" + addr, nil,
+			"weights: org/tiny: revision main: no response from " + addr + " within 200ms"},
+		{"https: the TLS handshake hangs", "https://" + addr, nil,
+			"weights: org/tiny: revision main: could not connect to " + addr + " within 200ms (TCP connect and TLS handshake)"},
+		{"caller's client without timeouts", "http://" + addr, &http.Client{Transport: &http.Transport{}},
+			"weights: org/tiny: revision main: no response from " + addr + " within 200ms"},
+		{"revision info stalls", halfway.URL, nil,
+			"weights: org/tiny: revision main: no data from " + halfwayAddr + " for 200ms"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			opt := HubOptions{Endpoint: c.endpoint, CacheDir: t.TempDir(), Client: c.client,
+				ConnectTimeout: 200 * time.Millisecond, HeaderTimeout: 200 * time.Millisecond, StallTimeout: 200 * time.Millisecond}
+			start := time.Now()
+			_, err := Resolve(context.Background(), "org/tiny", opt)
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("Resolve took %v", took)
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error = %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestResolveStalledDownload(t *testing.T) {
+	cases := []struct {
+		name  string
+		stall func(n int) int // see fakeHub.stall
+		want  string          // "" for success; else the error after the host, "%d" the file size
+		kept  int64           // bytes of the partial download left for the next run
+	}{
+		{name: "recovers", stall: func(n int) int {
+			if n == 1 {
+				return 10000
+			}
+			return -1
+		}},
+		{name: "stalls every time", stall: func(int) int { return 10000 },
+			want: " for 200ms after 30000 of %d bytes; the 30000 bytes received are kept in ", kept: 30000},
+		{name: "silent after the headers", stall: func(int) int { return 0 },
+			want: " for 200ms after 0 of %d bytes", kept: 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			repo := tinyRepo(t, false)
+			size := len(repo.files["model.safetensors"])
+			h := newFakeHub(t, map[string]*fakeRepo{"org/tiny": repo})
+			h.stall = c.stall
+			opt := h.options(t)
+			opt.StallTimeout = 200 * time.Millisecond
+			var progress bytes.Buffer
+			opt.Progress = &progress
+			start := time.Now()
+			dir, err := Resolve(context.Background(), "org/tiny", opt)
+			if took := time.Since(start); took > 4*time.Second {
+				t.Errorf("Resolve took %v", took)
+			}
+			host := strings.TrimPrefix(h.srv.URL, "http://")
+			if !strings.Contains(progress.String(), "model.safetensors: no data from "+host+" for 200ms") ||
+				!strings.Contains(progress.String(), "retrying (attempt 2 of 3)") {
+				t.Errorf("progress output does not report the stall and the retry: %q", progress.String())
+			}
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkModelDir(t, dir, repo)
+				if want := []string{"", "bytes=10000-"}; !reflect.DeepEqual(h.ranges, want) {
+					t.Errorf("CDN Range headers %q, want %q", h.ranges, want)
+				}
+				return
+			}
+
+			want := "weights: org/tiny: model.safetensors: giving up on " + h.srv.URL + " after 3 attempts: no data from " + host +
+				fmt.Sprintf(c.want, size)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("error = %v, want it to contain %q", err, want)
+			}
+			// Nothing in the snapshot looks complete: no weights file, so
+			// the cache does not offer the model.
+			snap := filepath.Join(opt.CacheDir, "models--org--tiny", "snapshots", repo.sha)
+			if _, err := os.Lstat(filepath.Join(snap, "model.safetensors")); err == nil {
+				t.Error("a failed download left model.safetensors in the snapshot")
+			}
+			blob := filepath.Join(opt.CacheDir, "models--org--tiny", "blobs", sha256Hex(repo.files["model.safetensors"]))
+			if _, err := os.Stat(blob); err == nil {
+				t.Error("a failed download left a complete-looking blob")
+			}
+			if got := fileSize(blob + ".incomplete"); got != c.kept {
+				t.Errorf("partial download holds %d bytes, want %d", got, c.kept)
+			}
+			offline := opt
+			offline.Offline = true
+			if _, err := Resolve(context.Background(), "org/tiny", offline); err == nil {
+				t.Error("offline Resolve accepted the snapshot of a failed download")
+			}
+
+			// The server recovers: the next run resumes where this one stopped.
+			h.mu.Lock()
+			h.stall, h.ranges = nil, nil
+			h.mu.Unlock()
+			dir, err = Resolve(context.Background(), "org/tiny", opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkModelDir(t, dir, repo)
+			wantRange := ""
+			if c.kept > 0 {
+				wantRange = fmt.Sprintf("bytes=%d-", c.kept)
+			}
+			if !reflect.DeepEqual(h.ranges, []string{wantRange}) {
+				t.Errorf("CDN Range headers %q, want %q", h.ranges, wantRange)
+			}
+		})
+	}
+}
+
+func TestProgressBarShowsStall(t *testing.T) {
+	var out bytes.Buffer
+	bar := newProgressBar(&out, "model.safetensors", 1000, 10*time.Millisecond)
+	bar.add(100)
+	time.Sleep(150 * time.Millisecond) // no data: the ticker keeps drawing
+	bar.note("model.safetensors: no data; retrying (attempt 2 of 3)")
+	bar.add(900)
+	bar.finish()
+	s := out.String()
+	for _, want := range []string{"10.0%", "no data for ", "\nmodel.safetensors: no data; retrying (attempt 2 of 3)\n", "100.0%"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q: %q", want, s)
+		}
+	}
+	if n := strings.Count(s, "\r"); n < 4 {
+		t.Errorf("%d drawings, want the idle bar redrawn: %q", n, s)
+	}
+	if !strings.HasSuffix(s, "\n") {
+		t.Errorf("output does not end its line: %q", s)
 	}
 }
