@@ -6,7 +6,10 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/kakeya-ai/kakeya/kernels"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
@@ -16,12 +19,16 @@ import (
 
 // Options tune how a model runs. The zero value is usable.
 type Options struct {
-	// Threads is the number of compute threads; 0 means GOMAXPROCS.
+	// Threads is the number of compute threads; 0 means GOMAXPROCS. It may
+	// not exceed MaxThreads.
 	Threads int
-	// BlockSize is the number of tokens per KV cache block; 0 means 16.
+	// BlockSize is the number of tokens per KV cache block; 0 means 16
+	// (or the context, if that is shorter). It may not exceed the context.
 	BlockSize int
 	// MaxContext caps the tokens a sequence may hold; 0 means the model's
-	// max_position_embeddings, at most DefaultMaxContext.
+	// max_position_embeddings, at most DefaultMaxContext. It may exceed
+	// max_position_embeddings only as far as config.json's rope_scaling
+	// extends the context (factor times the original length).
 	MaxContext int
 	// Cache says which KV blocks are compressed and how.
 	Cache kvcache.Policy
@@ -29,13 +36,19 @@ type Options struct {
 	// the chunk's queries (n rows of heads*head_dim) and keys (n rows of
 	// kv_heads*head_dim) at positions start..start+n-1, after biases and
 	// QK-norm and before RoPE: what calibration needs. The slices are valid
-	// only during the call and must not be modified.
+	// only during the call and must not be modified. Observe must not close
+	// the model or run forward passes on it.
 	Observe func(layer, start, n int, q, k []float32)
 }
 
 // DefaultMaxContext bounds the default context so that RoPE tables and
 // attention scratch stay small for models trained on very long contexts.
 const DefaultMaxContext = 32768
+
+// MaxThreads returns the most compute threads Load accepts: 64 per CPU
+// core, at most 4096. More only costs memory (every thread has its own
+// scratch) and scheduling.
+func MaxThreads() int { return min(64*runtime.NumCPU(), 4096) }
 
 // prefillChunk is the most tokens one pass through the layers handles;
 // longer inputs are split, bounding the activation scratch.
@@ -47,6 +60,11 @@ var supported = []string{"llama", "mistral", "qwen2", "qwen3"}
 // Model is a loaded decoder. Its methods are safe for concurrent use; each
 // Sequence is used by one goroutine at a time.
 type Model struct {
+	// mu is held shared by every forward pass and exclusively by Close, so
+	// Close waits for the passes in flight before unmapping the weights.
+	mu     sync.RWMutex
+	closed bool
+
 	cfg   *weights.Config
 	dir   string
 	store *weights.Store
@@ -132,14 +150,10 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	if hd <= 0 || hd%2 != 0 {
 		return nil, bad("head_dim %d must be even and positive", hd)
 	}
+	if opt.Threads < 0 || opt.Threads > MaxThreads() {
+		return nil, fmt.Errorf("model: %d threads, want 0 (GOMAXPROCS) to %d (64 per CPU core, at most 4096)", opt.Threads, MaxThreads())
+	}
 	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache, observe: opt.Observe}
-	m.blockSize = opt.BlockSize
-	if m.blockSize == 0 {
-		m.blockSize = 16
-	}
-	if m.blockSize < 0 {
-		return nil, fmt.Errorf("model: block size %d, want > 0", opt.BlockSize)
-	}
 	m.maxCtx = opt.MaxContext
 	if m.maxCtx == 0 {
 		m.maxCtx = min(cfg.MaxPositionEmbeddings, DefaultMaxContext)
@@ -150,6 +164,16 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	if m.maxCtx < 0 {
 		return nil, fmt.Errorf("model: max context %d, want > 0", opt.MaxContext)
 	}
+	if err := checkContext(dir, cfg, m.maxCtx); err != nil {
+		return nil, err
+	}
+	m.blockSize = opt.BlockSize
+	if m.blockSize == 0 {
+		m.blockSize = min(16, m.maxCtx)
+	}
+	if err := checkBlockSize(m.blockSize, m.maxCtx); err != nil {
+		return nil, err
+	}
 	m.window = cfg.SlidingWindow
 	var err error
 	if m.invFreq, err = invFreq(hd, cfg.RopeTheta, cfg.RopeScaling); err != nil {
@@ -157,6 +181,60 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	}
 	m.cos, m.sin = ropeTables(m.invFreq, m.maxCtx)
 	return m, nil
+}
+
+// contextLimit returns the most positions the model's RoPE is meant for:
+// max_position_embeddings, or factor times the original length where
+// rope_scaling (linear or llama3) extends it. The second result says whether
+// rope_scaling raised the limit.
+func contextLimit(cfg *weights.Config) (int, bool) {
+	n := cfg.MaxPositionEmbeddings
+	rs := cfg.RopeScaling
+	if rs == nil || (rs.Type != "linear" && rs.Type != "llama3") {
+		return n, false
+	}
+	orig := n
+	if rs.OriginalMaxPositionEmbeddings > 0 {
+		orig = rs.OriginalMaxPositionEmbeddings
+	}
+	ext := rs.Factor * float64(orig)
+	if !(ext > float64(n)) {
+		return n, false
+	}
+	return int(min(ext, math.MaxInt32)), true
+}
+
+// checkContext is the one rule for how long a context may be: at most
+// contextLimit. A max_position_embeddings that is not positive says
+// nothing, so any context passes.
+func checkContext(dir string, cfg *weights.Config, ctx int) error {
+	if cfg.MaxPositionEmbeddings <= 0 {
+		return nil
+	}
+	limit, extended := contextLimit(cfg)
+	switch {
+	case ctx <= limit:
+		return nil
+	case extended:
+		rs := cfg.RopeScaling
+		return fmt.Errorf("model: context %d exceeds %d, the max_position_embeddings %d of %s as its rope_scaling (%s, factor %g) extends it",
+			ctx, limit, cfg.MaxPositionEmbeddings, dir, rs.Type, rs.Factor)
+	default:
+		return fmt.Errorf("model: context %d exceeds max_position_embeddings %d of %s and config.json has no rope_scaling that extends it",
+			ctx, cfg.MaxPositionEmbeddings, dir)
+	}
+}
+
+// checkBlockSize rejects KV cache blocks longer than the context: a block
+// is allocated whole, so they would only waste memory.
+func checkBlockSize(bs, ctx int) error {
+	switch {
+	case bs <= 0:
+		return fmt.Errorf("model: block size %d, want > 0", bs)
+	case bs > ctx:
+		return fmt.Errorf("model: block size %d exceeds the context of %d tokens", bs, ctx)
+	}
+	return nil
 }
 
 // loader fetches tensors by name, keeping the first error.
@@ -264,15 +342,48 @@ func (m *Model) MaxContext() int { return m.maxCtx }
 // InvFreq returns the RoPE inverse frequencies, rope_scaling applied.
 func (m *Model) InvFreq() []float32 { return slices.Clone(m.invFreq) }
 
-// Close stops the compute threads and unmaps the weights. Sequences of the
-// model must not be used afterwards.
+// Close stops the compute threads and unmaps the weights, after waiting for
+// the forward passes in flight. Afterwards every method of the model and of
+// its sequences that returns an error returns one matching ErrClosed; the
+// others stay harmless. Closing twice is not an error.
 func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
 	if m.pool != nil {
 		m.pool.Close()
 	}
 	if m.store != nil {
-		return m.store.Close()
+		if err := m.store.Close(); err != nil {
+			return fmt.Errorf("model: %s: %w", m.dir, err)
+		}
 	}
+	return nil
+}
+
+// acquire keeps the weights mapped until release, failing once Close has
+// begun. Hold it for no longer than a forward pass and never twice on one
+// goroutine: a pending Close blocks new holders.
+func (m *Model) acquire() error {
+	m.mu.RLock()
+	if m.closed {
+		m.mu.RUnlock()
+		return errModelClosed
+	}
+	return nil
+}
+
+func (m *Model) release() { m.mu.RUnlock() }
+
+// checkOpen returns ErrClosed once the model is closed.
+func (m *Model) checkOpen() error {
+	if err := m.acquire(); err != nil {
+		return err
+	}
+	m.release()
 	return nil
 }
 
@@ -296,5 +407,18 @@ func (m *Model) Logits(ids []int) ([][]float32, error) {
 	return rows, nil
 }
 
-// errClosed is returned by a Sequence used after Close.
-var errClosed = errors.New("model: sequence is closed")
+// ErrClosed is the error of a method called on a closed Engine, Model or
+// Sequence, or on a Sequence whose Model is closed. The errors returned
+// name what was closed; test for them with errors.Is(err, ErrClosed).
+var ErrClosed = errors.New("model: closed")
+
+// closedError names what was closed; it matches ErrClosed.
+type closedError string
+
+func (e closedError) Error() string        { return "model: the " + string(e) + " is closed" }
+func (e closedError) Is(target error) bool { return target == ErrClosed }
+
+const (
+	errModelClosed    = closedError("model")
+	errSequenceClosed = closedError("sequence")
+)

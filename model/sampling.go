@@ -19,7 +19,9 @@ type SamplingOptions struct {
 
 	// RepetitionPenalty > 1 discourages tokens seen in the last RepeatLastN
 	// tokens (prompt included), as in HF transformers and llama.cpp: a
-	// positive logit is divided by it, a negative one multiplied.
+	// positive logit is divided by it, a negative one multiplied. 1 is off,
+	// and so is 0, the zero value: an unset penalty. Negative, infinite and
+	// NaN values are rejected.
 	RepetitionPenalty float32
 	RepeatLastN       int // 0 = the whole history
 
@@ -29,16 +31,16 @@ type SamplingOptions struct {
 // Validate reports the first out-of-range option.
 func (o SamplingOptions) Validate() error {
 	switch {
-	case o.Temperature < 0 || math.IsNaN(float64(o.Temperature)):
-		return fmt.Errorf("sampling: temperature %v must be >= 0", o.Temperature)
+	case !(o.Temperature >= 0) || math.IsInf(float64(o.Temperature), 1):
+		return fmt.Errorf("sampling: temperature %v must be >= 0 and finite", o.Temperature)
 	case o.TopK < 0:
 		return fmt.Errorf("sampling: top-k %d must be >= 0", o.TopK)
 	case o.TopP < 0 || o.TopP > 1 || math.IsNaN(float64(o.TopP)):
 		return fmt.Errorf("sampling: top-p %v must be in [0, 1]", o.TopP)
 	case o.MinP < 0 || o.MinP > 1 || math.IsNaN(float64(o.MinP)):
 		return fmt.Errorf("sampling: min-p %v must be in [0, 1]", o.MinP)
-	case o.RepetitionPenalty < 0 || math.IsNaN(float64(o.RepetitionPenalty)):
-		return fmt.Errorf("sampling: repetition penalty %v must be >= 0", o.RepetitionPenalty)
+	case !(o.RepetitionPenalty >= 0) || math.IsInf(float64(o.RepetitionPenalty), 1):
+		return fmt.Errorf("sampling: repetition penalty %v must be > 0 and finite (1 = off; 0 = unset, also off)", o.RepetitionPenalty)
 	case o.RepeatLastN < 0:
 		return fmt.Errorf("sampling: repeat-last-n %d must be >= 0", o.RepeatLastN)
 	}

@@ -52,9 +52,13 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	if bs == 0 {
 		bs = m.blockSize
 	}
-	if bs < 0 {
-		return nil, fmt.Errorf("model: block size %d, want > 0", o.BlockSize)
+	if err := checkBlockSize(bs, m.maxCtx); err != nil {
+		return nil, err
 	}
+	if err := m.acquire(); err != nil {
+		return nil, err
+	}
+	defer m.release()
 	cache, err := kvcache.New(kvcache.Config{
 		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
 		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache,
@@ -98,9 +102,11 @@ func (s *Sequence) Reset() {
 	s.err = nil
 }
 
-// Close releases the sequence's memory. It must not be used afterwards.
+// Close releases the sequence's memory. Afterwards Forward returns an error
+// matching ErrClosed, Len and KVStats report an empty sequence and Reset
+// does nothing. Closing twice is harmless.
 func (s *Sequence) Close() {
-	*s = Sequence{m: s.m, err: errClosed}
+	*s = Sequence{m: s.m, err: errSequenceClosed}
 }
 
 // KVStats returns the bytes the sequence's KV cache holds, and what a bf16
@@ -115,12 +121,18 @@ func (s *Sequence) KVStats() kvcache.Stats {
 // Forward appends ids at positions Len(), Len()+1, ... and returns logits:
 // len(ids) rows of vocab_size values if allLogits, else only the last row.
 // The all-rows result is the caller's; the last row lives in the sequence
-// and is overwritten by the next call.
+// and is overwritten by the next call. Once the sequence or its model is
+// closed, Forward returns an error matching ErrClosed; Close of the model
+// waits for a Forward in flight to return.
 func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
 	m := s.m
+	if err := m.acquire(); err != nil {
+		return nil, err
+	}
+	defer m.release()
 	vocab := m.cfg.VocabSize
 	switch {
 	case len(ids) == 0:
