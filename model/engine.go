@@ -7,29 +7,55 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
-// EngineOptions configure LoadEngine.
+// EngineOptions configure LoadEngine. The zero value runs on all cores
+// with an uncompressed bf16 cache and resolves Hugging Face ids under the
+// HF_* environment, as the tools do.
 type EngineOptions struct {
-	Model Options            // forward pass and KV cache
-	Hub   weights.HubOptions // how a Hugging Face id is resolved and fetched
+	// Model tunes the forward pass (threads, context length). Its Cache and
+	// BlockSize must stay zero: Cache below sets the cache.
+	Model Options
+	// Hub says how a Hugging Face id is resolved and fetched; fields left
+	// zero come from the environment (see weights.HubOptionsFromEnv).
+	Hub weights.HubOptions
+	// Cache is the KV cache of every sequence, in the terms of the tools'
+	// flags, e.g. kvcache.Spec{KV: "kakeya", KBits: 3}; its zero value is
+	// an uncompressed bf16 cache.
+	Cache kvcache.Spec
+	// Calibration is a file written by kakeya-eval calibrate: with it, a
+	// compressed cache preconditions keys and uses its codebooks (see
+	// kvcache.Spec's Precondition and Codebooks). "" for none.
+	Calibration string
 }
 
 // An Engine is a loaded model with its tokenizer: the embedding API for
 // programs that generate text. Its methods may be called from several
-// goroutines; each Generate call runs its own sequence.
+// goroutines; each Generate call runs its own sequence. After Close, the
+// methods that return an error return one matching ErrClosed.
 type Engine struct {
 	model *Model
 	tok   *tokenizer.Tokenizer
 	dir   string
+	calib string
+	seq   SequenceOptions  // the cache of every sequence
+	cache kvcache.Settings // what seq's cache is, in the tools' terms
 }
 
 // LoadEngine loads a model from a local directory or a Hugging Face id
 // (resolved through the HF cache, downloading it when allowed).
 func LoadEngine(ctx context.Context, nameOrDir string, opt EngineOptions) (*Engine, error) {
+	if opt.Model.Cache.Layers != nil || opt.Model.BlockSize != 0 {
+		return nil, errors.New("model: EngineOptions: set the cache through Cache, not Model.Cache or Model.BlockSize")
+	}
+	if err := opt.Cache.Validate(); err != nil {
+		return nil, fmt.Errorf("model: cache: %w", err)
+	}
 	dir, err := weights.Resolve(ctx, nameOrDir, opt.Hub)
 	if err != nil {
 		return nil, err
@@ -46,8 +72,33 @@ func LoadEngine(ctx context.Context, nameOrDir string, opt EngineOptions) (*Engi
 		m.Close()
 		return nil, fmt.Errorf("model: %s: tokenizer has %d tokens but the model's vocab_size is %d", dir, tok.VocabSize(), v)
 	}
-	return &Engine{model: m, tok: tok, dir: dir}, nil
+	e := &Engine{model: m, tok: tok, dir: dir, calib: opt.Calibration}
+	var cal *codec.Calibration
+	if opt.Calibration != "" {
+		if cal, err = LoadCalibration(opt.Calibration, m.Config()); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("model: calibration: %w", err)
+		}
+	}
+	pol, st, err := kvcache.NewPolicy(opt.Cache, m.CacheShape(), cal)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("model: cache: %w", err)
+	}
+	if opt.Calibration != "" && !st.Precondition && !st.Codebooks {
+		m.Close()
+		return nil, fmt.Errorf("model: calibration %s: the cache (%s) uses neither its query factors (keys uncompressed or precond off) nor its codebooks", opt.Calibration, st)
+	}
+	e.seq, e.cache = SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, st
+	return e, nil
 }
+
+// CacheSettings returns the KV cache of the engine's sequences: its Spec
+// with the defaults applied for this model.
+func (e *Engine) CacheSettings() kvcache.Settings { return e.cache }
+
+// Calibration returns the calibration file in use, "" for none.
+func (e *Engine) Calibration() string { return e.calib }
 
 // Model returns the loaded model.
 func (e *Engine) Model() *Model { return e.model }
@@ -58,38 +109,73 @@ func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 // Dir returns the local directory the model was loaded from.
 func (e *Engine) Dir() string { return e.dir }
 
-// Close releases the model's memory maps and workers.
+// Kernels describes the compute kernels this build runs, for example
+// "avx2+fma (GOEXPERIMENT=simd)" or "scalar (built without
+// GOEXPERIMENT=simd)"; see cpu.Features.
+func (e *Engine) Kernels() string { return cpu.Features() }
+
+// Close releases the model's memory maps and workers, after waiting for the
+// forward passes in flight: a Generate running meanwhile ends with an error
+// matching ErrClosed. Closing twice is not an error.
 func (e *Engine) Close() error { return e.model.Close() }
 
-// GenerateOptions control one Generate call.
+// GenerateOptions control one Generate call. The zero value generates
+// greedily until EOS or a full context.
 type GenerateOptions struct {
 	MaxTokens int // generated tokens at most; 0 = until the context is full
 	Sampling  SamplingOptions
-	Stop      []string // generation ends before the first of these strings
+	Stop      []string // generation ends before the first of these (non-empty) strings
 	Chat      bool     // wrap the prompt in the model's chat template
 	System    string   // system message when Chat is set
 }
 
-// Why generation ended.
-const (
-	StopEOS    = "eos"    // the model produced an end-of-sequence token
-	StopString = "stop"   // a stop string appeared
-	StopLength = "length" // MaxTokens or the context was reached
-)
-
-// Result describes a finished generation.
-type Result struct {
-	Text            string
-	StopReason      string
-	PromptTokens    int
-	GeneratedTokens int
-	Prefill, Decode time.Duration
-	KV              kvcache.Stats
+// validate reports the first option Generate cannot honour.
+func (o *GenerateOptions) validate() error {
+	if o.MaxTokens < 0 {
+		return fmt.Errorf("model: max tokens %d must be >= 0", o.MaxTokens)
+	}
+	for i, s := range o.Stop {
+		if s == "" {
+			return fmt.Errorf("model: stop string %d of %d is empty", i+1, len(o.Stop))
+		}
+	}
+	return o.Sampling.Validate()
 }
 
-// PrefillRate and DecodeRate are in tokens per second.
+// Why generation ended: the StopReason of a Result.
+const (
+	StopEOS     = "eos"     // the model produced an end-of-sequence token
+	StopString  = "stop"    // a stop string appeared
+	StopLength  = "length"  // MaxTokens tokens were generated
+	StopContext = "context" // the context filled up before MaxTokens
+)
+
+// Result describes a generation. When Generate returns an error with a
+// Result, the Result covers the work done until the error and StopReason is
+// empty.
+type Result struct {
+	// Text is the generated text, stop strings excluded: what onText
+	// received.
+	Text string
+	// StopReason is StopEOS, StopString, StopLength or StopContext.
+	StopReason string
+	// PromptTokens and GeneratedTokens count the tokens fed and sampled.
+	PromptTokens    int
+	GeneratedTokens int
+	// Prefill and Decode are the wall times of the prompt and of the
+	// generated tokens.
+	Prefill, Decode time.Duration
+	// KV is the size of the sequence's KV cache at the end.
+	KV kvcache.Stats
+	// Kernels names the compute kernels that ran (see Engine.Kernels).
+	Kernels string
+}
+
+// PrefillRate returns the prompt tokens processed per second.
 func (r *Result) PrefillRate() float64 { return rate(r.PromptTokens, r.Prefill) }
-func (r *Result) DecodeRate() float64  { return rate(r.GeneratedTokens, r.Decode) }
+
+// DecodeRate returns the tokens generated per second.
+func (r *Result) DecodeRate() float64 { return rate(r.GeneratedTokens, r.Decode) }
 
 func rate(n int, d time.Duration) float64 {
 	if d <= 0 {
@@ -100,6 +186,9 @@ func rate(n int, d time.Duration) float64 {
 
 // PromptIDs returns the token ids Generate would feed for prompt.
 func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
+	if err := e.model.checkOpen(); err != nil {
+		return nil, err
+	}
 	if !opt.Chat {
 		return e.tok.Encode(prompt, true), nil
 	}
@@ -116,13 +205,58 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	return e.tok.Encode(text, false), nil
 }
 
+// Logits tokenizes prompt as Generate does under opt (only Chat and System
+// matter) and runs it through a fresh sequence. It returns the prompt's
+// token ids and one row of vocab_size logits per id: row i scores the token
+// that follows ids[:i+1], so the last row is the distribution Generate
+// samples its first token from. The rows take len(ids)*vocab_size float32s.
+// Cancelling ctx stops the work between chunks of the prompt.
+func (e *Engine) Logits(ctx context.Context, prompt string, opt GenerateOptions) (ids []int, logits [][]float32, err error) {
+	if ids, err = e.PromptIDs(prompt, opt); err != nil {
+		return nil, nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil, errors.New("model: empty prompt (no tokens and no BOS)")
+	}
+	if n := e.model.MaxContext(); len(ids) > n {
+		return nil, nil, fmt.Errorf("model: prompt of %d tokens exceeds the context of %d", len(ids), n)
+	}
+	seq, err := e.model.NewSequence()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer seq.Close()
+	v := e.model.Config().VocabSize
+	logits = make([][]float32, 0, len(ids))
+	for i := 0; i < len(ids); i += prefillChunk {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		chunk := ids[i:min(len(ids), i+prefillChunk)]
+		flat, err := seq.Forward(chunk, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		for j := range chunk {
+			logits = append(logits, flat[j*v:(j+1)*v:(j+1)*v])
+		}
+	}
+	return ids, logits, nil
+}
+
 // Generate continues prompt, calling onText with each piece of new text as
 // soon as it is complete (never half a UTF-8 character, never part of a stop
 // string). It stops on EOS, a stop string, MaxTokens, a full context, an
 // error from onText or the cancellation of ctx.
+//
+// Errors found before the model runs (bad options, a prompt too long, a
+// closed engine) come with a nil Result. Once the prompt is being processed,
+// an error (ctx's, onText's, ErrClosed from a concurrent Close, non-finite
+// logits) comes with the partial Result: the text passed to onText so far,
+// the token counts, timings and KV statistics.
 func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOptions, onText func(string) error) (*Result, error) {
-	if opt.MaxTokens < 0 {
-		return nil, fmt.Errorf("model: max tokens %d must be >= 0", opt.MaxTokens)
+	if err := opt.validate(); err != nil {
+		return nil, err
 	}
 	sampler, err := NewSampler(opt.Sampling)
 	if err != nil {
@@ -139,11 +273,14 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 	if len(ids) >= ctxLen {
 		return nil, fmt.Errorf("model: prompt of %d tokens exceeds the context of %d", len(ids), ctxLen)
 	}
-	maxNew := ctxLen - len(ids)
-	if opt.MaxTokens > 0 && opt.MaxTokens < maxNew {
-		maxNew = opt.MaxTokens
+	maxNew, limit := ctxLen-len(ids), StopContext
+	if opt.MaxTokens > 0 && opt.MaxTokens <= maxNew {
+		maxNew, limit = opt.MaxTokens, StopLength
 	}
 	eos := e.stopIDs(opt.Chat)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 
 	seq, err := e.model.NewSequence()
 	if err != nil {
@@ -151,18 +288,29 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 	}
 	defer seq.Close()
 
-	res := &Result{PromptTokens: len(ids)}
+	res := &Result{PromptTokens: len(ids), Kernels: cpu.Features()}
+	var text []byte
 	start := time.Now()
-	logits, err := seq.Forward(ids, false)
+	// finish ends a generation that began, setting the duration *d of the
+	// phase it ends in; with an error the result is partial.
+	finish := func(err error, d *time.Duration) (*Result, error) {
+		*d = time.Since(start)
+		res.Text = string(text)
+		res.KV = seq.KVStats()
+		return res, err
+	}
+	logits, err := prefill(ctx, seq, ids)
+	if err == nil {
+		err = e.checkFinite(logits, 0)
+	}
 	if err != nil {
-		return nil, err
+		return finish(err, &res.Prefill)
 	}
 	res.Prefill = time.Since(start)
 
 	history := append(make([]int, 0, len(ids)+maxNew), ids...)
 	stream := e.tok.NewStream()
 	filter := stopFilter{stops: opt.Stop}
-	var text []byte
 	emit := func(s string) error {
 		if s == "" {
 			return nil
@@ -175,50 +323,93 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 	}
 
 	start = time.Now()
-	res.StopReason = StopLength
+	stop := limit
 	for res.GeneratedTokens < maxNew {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return finish(err, &res.Decode)
 		}
 		id := sampler.Sample(logits, history)
 		if eos[id] {
-			res.StopReason = StopEOS
+			stop = StopEOS
 			break
 		}
 		res.GeneratedTokens++
 		history = append(history, id)
 		out, stopped := filter.push(stream.Add(id))
 		if err := emit(out); err != nil {
-			return nil, err
+			return finish(err, &res.Decode)
 		}
 		if stopped {
-			res.StopReason = StopString
+			stop = StopString
 			break
 		}
 		if res.GeneratedTokens == maxNew {
 			break
 		}
-		if logits, err = seq.Forward(history[len(history)-1:], false); err != nil {
-			return nil, err
+		if logits, err = seq.Forward(history[len(history)-1:], false); err == nil {
+			err = e.checkFinite(logits, res.GeneratedTokens)
+		}
+		if err != nil {
+			return finish(err, &res.Decode)
 		}
 	}
-	if res.StopReason != StopString {
+	if stop != StopString {
 		// An incomplete character or a held-back stop-string prefix is
 		// still text the model produced.
 		out, stopped := filter.push(stream.Flush())
 		if stopped {
-			res.StopReason = StopString
+			stop = StopString
 		} else {
 			out += filter.flush()
 		}
 		if err := emit(out); err != nil {
+			return finish(err, &res.Decode)
+		}
+	}
+	res.StopReason = stop
+	return finish(nil, &res.Decode)
+}
+
+// prefill feeds the prompt in chunks, checking ctx between them, and
+// returns the logits of its last position.
+func prefill(ctx context.Context, seq *Sequence, ids []int) ([]float32, error) {
+	var logits []float32
+	for i := 0; i < len(ids); i += prefillChunk {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var err error
+		if logits, err = seq.Forward(ids[i:min(len(ids), i+prefillChunk)], false); err != nil {
 			return nil, err
 		}
 	}
-	res.Decode = time.Since(start)
-	res.Text = string(text)
-	res.KV = seq.KVStats()
-	return res, nil
+	return logits, nil
+}
+
+// checkFinite fails if logits, computed after the prompt and generated
+// tokens, hold a NaN or an infinity: sampling them yields garbage, and the
+// usual cause is NaN or Inf in the weights.
+func (e *Engine) checkFinite(logits []float32, generated int) error {
+	i := firstNonFinite(logits)
+	if i < 0 {
+		return nil
+	}
+	when := "after the prompt"
+	if generated > 0 {
+		when = fmt.Sprintf("after the prompt and %d generated tokens", generated)
+	}
+	return fmt.Errorf("model: non-finite logits %s (%v at token id %d): do the weights in %s hold NaN or Inf?", when, logits[i], i, e.dir)
+}
+
+// firstNonFinite returns the index of the first NaN or ±Inf in x, or -1.
+func firstNonFinite(x []float32) int {
+	for i, v := range x {
+		// v-v is 0 for every finite v and NaN for NaN and ±Inf.
+		if v-v != 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // stopIDs gathers the token ids that end generation: the config's and the

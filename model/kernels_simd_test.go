@@ -1,0 +1,9 @@
+//go:build goexperiment.simd && amd64
+
+package model
+
+// wantKernels lists what cpu.Features may say in a SIMD build: which one
+// depends on the CPU.
+func wantKernels() []string {
+	return []string{"avx2+fma (GOEXPERIMENT=simd)", "scalar (the CPU lacks AVX2/FMA)"}
+}
