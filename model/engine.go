@@ -221,7 +221,7 @@ func (e *Engine) Logits(ctx context.Context, prompt string, opt GenerateOptions)
 	if n := e.model.MaxContext(); len(ids) > n {
 		return nil, nil, fmt.Errorf("model: prompt of %d tokens exceeds the context of %d", len(ids), n)
 	}
-	seq, err := e.model.NewSequence()
+	seq, err := e.model.NewSequenceOpts(e.seq)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -282,7 +282,7 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 		return nil, err
 	}
 
-	seq, err := e.model.NewSequence()
+	seq, err := e.model.NewSequenceOpts(e.seq)
 	if err != nil {
 		return nil, err
 	}

@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
 func loadStoriesEngine(t *testing.T) *Engine {
 	t.Helper()
 	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
-	e, err := LoadEngine(context.Background(), dir, EngineOptions{Model: Options{Threads: 2}})
+	// A float32 cache keeps the engine's logits those of Model.Logits.
+	e, err := LoadEngine(context.Background(), dir, EngineOptions{Model: Options{Threads: 2}, Cache: kvcache.Spec{CacheType: "f32"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,5 +149,48 @@ func TestGenerateCancel(t *testing.T) {
 	_, err = e.Generate(context.Background(), "Once upon a time", GenerateOptions{MaxTokens: 100}, func(string) error { return stop })
 	if !errors.Is(err, stop) {
 		t.Fatalf("error %v, want the callback's error", err)
+	}
+}
+
+// EngineOptions.Cache sets the cache of every sequence the engine runs,
+// with the tools' defaults; the zero value is a bf16 cache.
+func TestEngineCache(t *testing.T) {
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	for _, tt := range []struct {
+		spec       kvcache.Spec
+		settings   string
+		compressed bool
+	}{
+		{kvcache.Spec{}, "uncompressed bf16, block 16", false},
+		{kvcache.Spec{KV: "int8", BlockSize: 16}, "k=int8 v=int8 block 16, hot 16, boundary 0;4, bf16 hot blocks", true},
+	} {
+		e, err := LoadEngine(context.Background(), dir, EngineOptions{Model: Options{Threads: 2}, Cache: tt.spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.CacheSettings().String(); got != tt.settings {
+			t.Errorf("%+v: settings %q, want %q", tt.spec, got, tt.settings)
+		}
+		res, err := e.Generate(context.Background(), "Once upon a time", GenerateOptions{MaxTokens: 60}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (res.KV.Compressed > 0) != tt.compressed || res.KV.Tokens != res.PromptTokens+res.GeneratedTokens-1 {
+			t.Errorf("%+v: KV stats %+v", tt.spec, res.KV)
+		}
+		e.Close()
+	}
+	for _, tt := range []struct {
+		opt EngineOptions
+		err string
+	}{
+		{EngineOptions{Cache: kvcache.Spec{KV: "int5"}}, `model: cache: --kv-codec "int5"`},
+		{EngineOptions{Model: Options{BlockSize: 32}}, "set the cache through Cache"},
+		{EngineOptions{Cache: kvcache.Spec{KV: "int8", Boundary: "9"}}, "layer 9 outside a model of 5 layers"},
+		{EngineOptions{Cache: kvcache.Spec{KV: "int8"}, Calibration: filepath.Join(dir, "missing.safetensors")}, "model: calibration: "},
+	} {
+		if _, err := LoadEngine(context.Background(), dir, tt.opt); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%+v: err = %v, want %q", tt.opt, err, tt.err)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"io"
 	"path/filepath"
 	"regexp"
@@ -14,81 +13,54 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
-// parseCache parses args with only the cache flags registered.
-func parseCache(t *testing.T, args []string) (*cacheFlags, error) {
+// parseCache parses args after --model and --prompt.
+func parseCache(t *testing.T, args []string) (*options, error) {
 	t.Helper()
-	var c cacheFlags
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	c.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return parseFlags(append([]string{"--model", "m", "--prompt", "p"}, args...), io.Discard)
 }
 
+// The cache flags fill a kvcache.Spec; its defaults are tested in kvcache,
+// the settings in effect end to end below.
 func TestCacheFlags(t *testing.T) {
 	tests := []struct {
-		args  []string
-		block int
-		spec  model.CacheSpec
+		args []string
+		want kvcache.Spec
 	}{
-		{nil, 16, model.CacheSpec{HotBF16: true}},
-		{[]string{"--kv-codec", "none", "--sinks", "4"}, 16, model.CacheSpec{HotBF16: true}},
-		{[]string{"--block-size", "32"}, 32, model.CacheSpec{HotBF16: true}},
-		{[]string{"--kv-codec", "int8"}, 64, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
-		{[]string{"--kv-codec", "int8", "--block-size", "16"}, 16, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 16, HotBF16: true}},
-		{[]string{"--kv-codec", "int4", "--v-codec", "none", "--boundary", "none", "--hot-window", "0"}, 64, model.CacheSpec{K: "int4", HotBF16: true}},
-		{[]string{"--k-codec", "kakeya:b=3,rank=4", "--v-codec", "int4-rot", "--boundary", "0,1,-2,-1", "--sinks", "4", "--hot-window", "128"}, 64,
-			model.CacheSpec{K: "kakeya:b=3,rank=4", V: "int4-rot", Boundary: []int{0, 1, -2, -1}, HotWindow: 128, Sinks: 4, HotBF16: true}},
-		{[]string{"--kv-codec", "kakeya", "--k-bits", "3", "--v-bits", "2"}, 64,
-			model.CacheSpec{K: "kakeya:b=3", V: "kakeya:b=2", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
-		{[]string{"--kv-codec", "kakeya:b=4", "--k-bits", "4"}, 64, model.CacheSpec{K: "kakeya:b=4", V: "kakeya:b=4", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
-		{[]string{"--kv-codec", "INT8", "--k-codec", "None"}, 64, model.CacheSpec{V: "int8", Boundary: []int{0, -1}, HotWindow: 64, HotBF16: true}},
-		{[]string{"--k-codec", "bf16", "--calib", "c.safetensors"}, 64, model.CacheSpec{K: "bf16", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, Codebooks: true, HotBF16: true}},
-		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks=false"}, 64,
-			model.CacheSpec{K: "kakeya", V: "kakeya", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, HotBF16: true}},
-		{[]string{"--cache-type", "f32"}, 16, model.CacheSpec{}},
-		{[]string{"--kv-codec", "int8", "--cache-type", "F32"}, 64, model.CacheSpec{K: "int8", V: "int8", Boundary: []int{0, -1}, HotWindow: 64}},
-		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks"}, 64,
-			model.CacheSpec{K: "kakeya", V: "kakeya", Boundary: []int{0, -1}, HotWindow: 64, Precondition: true, Codebooks: true, HotBF16: true}},
+		{nil, kvcache.Spec{}},
+		{[]string{"--kv-codec", "none", "--sinks", "4"}, kvcache.Spec{KV: "none", Sinks: 4}},
+		{[]string{"--kv-codec", "int4", "--v-codec", "none", "--boundary", "none", "--hot-window", "0"}, kvcache.Spec{KV: "int4", V: "none", Boundary: "none", HotWindow: -1}},
+		{[]string{"--k-codec", "kakeya:b=3,rank=4", "--v-codec", "int4-rot", "--boundary", "0,1,-2,-1", "--sinks", "4", "--hot-window", "128"},
+			kvcache.Spec{K: "kakeya:b=3,rank=4", V: "int4-rot", Boundary: "0,1,-2,-1", HotWindow: 128, Sinks: 4}},
+		{[]string{"--kv-codec", "kakeya", "--k-bits", "3", "--v-bits", "2", "--block-size", "32"}, kvcache.Spec{KV: "kakeya", KBits: 3, VBits: 2, BlockSize: 32}},
+		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks=false", "--precond"},
+			kvcache.Spec{KV: "kakeya", Codebooks: kvcache.Off, Precondition: kvcache.On}},
+		{[]string{"--kv-codec", "int8", "--cache-type", "F32"}, kvcache.Spec{KV: "int8", CacheType: "f32"}},
 	}
 	for _, tt := range tests {
-		c, err := parseCache(t, tt.args)
+		o, err := parseCache(t, tt.args)
 		if err != nil {
-			t.Fatalf("%q: %v", tt.args, err)
-		}
-		opt, err := c.options()
-		if err != nil {
-			t.Errorf("%q: options: %v", tt.args, err)
+			t.Errorf("%q: %v", tt.args, err)
 			continue
 		}
-		spec, err := c.spec()
-		if err != nil {
-			t.Errorf("%q: spec: %v", tt.args, err)
-			continue
-		}
-		if opt.BlockSize != tt.block {
-			t.Errorf("%q: block size %d, want %d", tt.args, opt.BlockSize, tt.block)
-		}
-		if spec.K != tt.spec.K || spec.V != tt.spec.V || !slices.Equal(spec.Boundary, tt.spec.Boundary) ||
-			spec.HotWindow != tt.spec.HotWindow || spec.Sinks != tt.spec.Sinks || spec.Precondition != tt.spec.Precondition ||
-			spec.Codebooks != tt.spec.Codebooks || spec.HotBF16 != tt.spec.HotBF16 {
-			t.Errorf("%q: spec %+v, want %+v", tt.args, spec, tt.spec)
+		if o.cache != tt.want {
+			t.Errorf("%q: spec %+v, want %+v", tt.args, o.cache, tt.want)
 		}
 	}
 }
 
-func TestCacheFlagErrors(t *testing.T) {
+// Bad flags fail before anything loads, naming the flag.
+func TestFlagErrors(t *testing.T) {
 	tests := []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--block-size", "-1"}, "--block-size -1 must be > 0"},
+		{[]string{"--block-size", "-1"}, `invalid value "-1" for flag -block-size: want an integer >= 1`},
+		{[]string{"--block-size", "0"}, `invalid value "0" for flag -block-size: want an integer >= 1`},
 		{[]string{"--ctx", "-2"}, "--ctx -2"},
 		{[]string{"--kv-codec", "int5"}, `--kv-codec "int5": codec: unknown codec "int5"`},
 		{[]string{"--kv-codec", "int8", "--k-codec", "kakeya:rank"}, `--k-codec "kakeya:rank"`},
@@ -99,28 +71,30 @@ func TestCacheFlagErrors(t *testing.T) {
 		{[]string{"--kv-codec", "kakeya:b=2", "--k-bits", "3"}, `--k-bits 3 contradicts b=2 in --kv-codec "kakeya:b=2"`},
 		{[]string{"--k-bits", "3"}, "--k-bits 3: no codec is set"},
 		{[]string{"--k-codec", "int8", "--v-bits", "3"}, "--v-bits 3: no codec is set for that side (use --kv-codec)"},
-		{[]string{"--kv-codec", "int8", "--hot-window", "-1"}, "--hot-window -1 must be >= 0"},
-		{[]string{"--kv-codec", "int8", "--sinks", "-1"}, "--sinks -1 must be >= 0"},
-		{[]string{"--kv-codec", "int8", "--boundary", "0,x"}, `--boundary: layer list "0,x": "x" is not an integer`},
-		{[]string{"--kv-codec", "int8", "--boundary", "1,1"}, "--boundary: layer list \"1,1\": layer 1 listed twice"},
-		{[]string{"--calib", "c.safetensors"}, "--calib preconditions the key codec, but keys are uncompressed"},
-		{[]string{"--v-codec", "int8", "--calib", "c.safetensors"}, "keys are uncompressed: set --kv-codec or --k-codec"},
-		{[]string{"--kv-codec", "int8", "--k-codec", "none", "--calib", "c.safetensors"}, "keys are uncompressed"},
+		{[]string{"--kv-codec", "int8", "--hot-window", "-1"}, `invalid value "-1" for flag -hot-window`},
+		{[]string{"--kv-codec", "int8", "--hot-window", "x"}, `invalid value "x" for flag -hot-window`},
+		{[]string{"--kv-codec", "int8", "--sinks", "-1"}, `invalid value "-1" for flag -sinks`},
+		{[]string{"--kv-codec", "int8", "--boundary", "0,x"}, `layer list "0,x": "x" is not an integer`},
+		{[]string{"--kv-codec", "int8", "--boundary", "1,1"}, `layer list "1,1": layer 1 listed twice`},
+		{[]string{"--calib", "c.safetensors"}, "--calib: the cache is uncompressed"},
+		{[]string{"--v-codec", "int8", "--precond", "--calib", "c.safetensors"}, "--precond: preconditioning wraps the key codec, but keys are uncompressed"},
+		{[]string{"--kv-codec", "int8", "--precond"}, "--precond needs --calib"},
 		{[]string{"--kv-codec", "kakeya", "--calib-codebooks"}, "--calib-codebooks needs --calib"},
-		{[]string{"--cache-type", "f16"}, `--cache-type "f16": want f32 or bf16`},
+		{[]string{"--cache-type", "f16"}, `invalid value "f16" for flag -cache-type: want bf16 or f32`},
+		{[]string{"--threads", "1000000"}, "--threads 1000000: want 0 (all cores) to"},
+		{[]string{"--threads", "-1"}, "--threads -1"},
+		{[]string{"--stop", "ok", "--stop", ""}, `--stop "": an empty stop string`},
+		{[]string{"--repeat-penalty", "0"}, "--repeat-penalty 0 must be > 0 (1 is off)"},
+		{[]string{"--repeat-penalty", "-1"}, "--repeat-penalty -1 must be > 0"},
+		{[]string{"--system", "be brief"}, "--system needs --chat"},
+		{[]string{"--tokenize"}, "--prompt and --tokenize exclude each other"},
+		{[]string{"--device", "cuda"}, `--device "cuda": the only device is cpu`},
 	}
 	for _, tt := range tests {
-		c, err := parseCache(t, tt.args)
-		if err == nil {
-			_, err = c.options()
-		}
+		_, err := parseCache(t, tt.args)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: err = %v, want one containing %q", tt.args, err, tt.want)
 		}
-	}
-	// A malformed integer is the flag package's error, naming the flag.
-	if _, err := parseCache(t, []string{"--hot-window", "x"}); err == nil || !strings.Contains(err.Error(), "-hot-window") {
-		t.Errorf("--hot-window x: err = %v", err)
 	}
 }
 
@@ -148,30 +122,34 @@ func writeCalibration(t *testing.T, dir string) string {
 	return path
 }
 
-func TestCachePolicy(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K") // 5 layers, 4 KV heads
+// The settings line names the cache in effect: the defaults kakeya-eval
+// ppl shares, applied for this model (5 layers, context 512).
+func TestRunCacheSettings(t *testing.T) {
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	calib := writeCalibration(t, dir)
+	base := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "4"}
 	tests := []struct {
 		args []string
-		want []string // per layer: K codec name(s) | V codec name; nil: no policy
+		want string // the settings line; "" with err
 		err  string
 	}{
-		{nil, nil, ""},
-		{[]string{"--kv-codec", "int8"}, []string{"bf16|bf16", "int8|int8", "int8|int8", "int8|int8", "bf16|bf16"}, ""},
-		{[]string{"--k-codec", "int4", "--boundary", "none"}, []string{"int4|-", "int4|-", "int4|-", "int4|-", "int4|-"}, ""},
+		{nil, "KV cache: uncompressed bf16, block 16", ""},
+		{[]string{"--cache-type", "f32", "--block-size", "32"}, "KV cache: uncompressed f32, block 32", ""},
+		{[]string{"--kv-codec", "int8"}, "KV cache: k=int8 v=int8 block 64, hot 64, boundary 0;4, bf16 hot blocks", ""},
+		{[]string{"--k-codec", "int4", "--boundary", "none", "--hot-window", "0"}, "KV cache: k=int4 v=none block 64, hot 0, bf16 hot blocks", ""},
 		{[]string{"--kv-codec", "int8", "--calib", calib, "--boundary", "2"},
-			[]string{"pre+int8|int8", "pre+int8|int8", "bf16|bf16", "pre+int8|int8", "pre+int8|int8"}, ""},
-		{[]string{"--kv-codec", "int8", "--boundary", "0,7"}, nil, `--boundary "0,7": layer 7 outside a model of 5 layers`},
-		{[]string{"--kv-codec", "int8", "--boundary", "-6"}, nil, "layer -6 outside a model of 5 layers"},
-		{[]string{"--kv-codec", "int8", "--calib", calib + ".missing"}, nil, "--calib: "},
-		{[]string{"--kv-codec", "int8", "--calib", filepath.Join(dir, "model.safetensors")}, nil, "--calib: "},
+			"KV cache: k=int8 v=int8 block 64, hot 64, boundary 2, preconditioned, bf16 hot blocks, calibration " + calib, ""},
+		{[]string{"--kv-codec", "int8", "--boundary", "0,7"}, "", `--boundary "0,7": layer 7 outside a model of 5 layers`},
+		{[]string{"--kv-codec", "int8", "--boundary", "-6"}, "", "layer -6 outside a model of 5 layers"},
+		{[]string{"--kv-codec", "int8", "--block-size", "1024"}, "", "--block-size 1024 exceeds the context of 512 tokens"},
+		{[]string{"--ctx", "8192"}, "", "context 8192 exceeds max_position_embeddings 512"},
+		{[]string{"--kv-codec", "int8", "--calib", calib + ".missing"}, "", "calibration: "},
+		{[]string{"--kv-codec", "int8", "--calib", filepath.Join(dir, "model.safetensors")}, "", "calibration: "},
+		{[]string{"--kv-codec", "int8", "--calib", calib, "--precond=0"}, "", "uses neither its query factors"},
 	}
 	for _, tt := range tests {
-		c, err := parseCache(t, tt.args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := c.policy(dir)
+		var errOut bytes.Buffer
+		err := run(context.Background(), append(base, tt.args...), nil, io.Discard, &errOut)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("%q: err = %v, want one containing %q", tt.args, err, tt.err)
@@ -182,25 +160,8 @@ func TestCachePolicy(t *testing.T) {
 			t.Errorf("%q: %v", tt.args, err)
 			continue
 		}
-		if tt.want == nil {
-			if p.Layers != nil {
-				t.Errorf("%q: policy %+v, want none", tt.args, p)
-			}
-			continue
-		}
-		var got []string
-		for l := range 5 {
-			k, v := "-", "-"
-			if cd := p.KCodec(l, 3); cd != nil {
-				k = cd.Name()
-			}
-			if cd := p.VCodec(l); cd != nil {
-				v = cd.Name()
-			}
-			got = append(got, k+"|"+v)
-		}
-		if !slices.Equal(got, tt.want) {
-			t.Errorf("%q: codecs %v, want %v", tt.args, got, tt.want)
+		if !slices.Contains(strings.Split(errOut.String(), "\n"), tt.want) {
+			t.Errorf("%q: stderr %q lacks the line %q", tt.args, errOut.String(), tt.want)
 		}
 	}
 }
@@ -220,7 +181,6 @@ func TestRunCompressed(t *testing.T) {
 		minCodec       float64 // encoded blocks vs bf16; 0: none encoded
 		sameAsBaseline bool    // greedy text identical to the uncompressed run's
 	}{
-		{nil, 0.45, 0, true},
 		{[]string{"--kv-codec", "f32", "--boundary", "none", "--block-size", "16"}, 0.45, 0.45, true},
 		{[]string{"--kv-codec", "int8", "--boundary", "none", "--block-size", "16"}, 1.2, 1.4, false},
 		// The default boundary layers (0 and -1) store bf16 blocks, which
@@ -239,7 +199,11 @@ func TestRunCompressed(t *testing.T) {
 			t.Fatalf("%q: no KV line in %q", tt.args, errOut.String())
 		}
 		if i == 0 {
-			baseline = out.String()
+			var plain bytes.Buffer
+			if err := run(context.Background(), base, nil, &plain, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			baseline = plain.String()
 		}
 		ratio, _ := strconv.ParseFloat(m[2], 64)
 		codecRatio, _ := strconv.ParseFloat(m[4], 64) // 0 when absent
@@ -259,7 +223,7 @@ func TestRunCompressed(t *testing.T) {
 	}
 	// The calibration above holds no codebooks: used by default only when
 	// present, but asked for explicitly their absence is an error.
-	args := append(base, "--kv-codec", "kakeya", "--calib", calib, "--calib-codebooks")
+	args := append(base, "--kv-codec", "kakeya", "--calib", calib, "--calib-codebooks=1")
 	if err := run(context.Background(), args, nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "no 3-bit codebook") {
 		t.Errorf("--calib-codebooks with a calibration without codebooks: err = %v", err)
 	}

@@ -12,10 +12,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -39,13 +42,13 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 type options struct {
-	model, prompt, system, device string
-	maxTokens, threads            int
-	chat, tokenize, addSpecial    bool
-	quiet                         bool
-	stops                         stringList
-	sampling                      model.SamplingOptions
-	cache                         cacheFlags
+	model, prompt, system, device, calib string
+	maxTokens, threads, maxContext       int
+	chat, tokenize, addSpecial           bool
+	quiet                                bool
+	stops                                stringList
+	sampling                             model.SamplingOptions
+	cache                                kvcache.Spec
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -63,42 +66,31 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.sampling.TopK, "top-k", 40, "sample from the K most likely tokens (0 = all)")
 	topP := fs.Float64("top-p", 0.95, "nucleus sampling: smallest set with this cumulative probability (1 = off)")
 	minP := fs.Float64("min-p", 0.05, "drop tokens below this fraction of the top token's probability (0 = off)")
-	rep := fs.Float64("repeat-penalty", 1.0, "penalty for tokens seen in the last --repeat-last-n tokens (1 = off)")
+	rep := fs.Float64("repeat-penalty", 1.0, "penalty for tokens seen in the last --repeat-last-n tokens (1 = off; must be > 0)")
 	fs.IntVar(&o.sampling.RepeatLastN, "repeat-last-n", 64, "tokens the repetition penalty looks back (0 = all)")
 	seed := fs.Int64("seed", -1, "random seed (-1 = from the clock)")
 	fs.Var(&o.stops, "stop", "stop before this string (repeatable)")
 	fs.BoolVar(&o.chat, "chat", false, "format the prompt with the model's chat template")
 	fs.StringVar(&o.system, "system", "", "system message for --chat")
 	fs.IntVar(&o.threads, "threads", 0, "worker threads (0 = all cores)")
-	fs.StringVar(&o.device, "device", "cpu", "compute device: cpu or cuda")
+	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
+	fs.StringVar(&o.device, "device", "cpu", "compute device (cpu)")
+	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance and kakeya codecs use its codebooks")
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
 	fs.BoolVar(&o.addSpecial, "add-special", false, "with --tokenize: add the special tokens (BOS) the model expects")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print timings to stderr")
-	o.cache.register(fs)
+	o.cache.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
-	if o.model == "" {
-		return nil, errors.New("--model is required")
+	if err := o.check(); err != nil {
+		return nil, err
 	}
-	if !o.tokenize && o.prompt == "" {
-		return nil, errors.New("--prompt is required (or --tokenize)")
-	}
-	if o.maxTokens < 0 {
-		return nil, fmt.Errorf("--max-tokens %d must be >= 0", o.maxTokens)
-	}
-	if o.threads < 0 {
-		return nil, fmt.Errorf("--threads %d must be >= 0", o.threads)
-	}
-	switch o.device {
-	case "cpu":
-	case "cuda":
-		return nil, errors.New("--device cuda: this binary was built without CUDA support (build with `make cuda`)")
-	default:
-		return nil, fmt.Errorf("--device %q: want cpu or cuda", o.device)
+	if *rep <= 0 {
+		return nil, fmt.Errorf("--repeat-penalty %g must be > 0 (1 is off)", *rep)
 	}
 	o.sampling.Temperature = float32(*temp)
 	o.sampling.TopP = float32(*topP)
@@ -113,6 +105,49 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// check rejects flags that are out of range or contradict each other,
+// before anything loads.
+func (o *options) check() error {
+	switch {
+	case o.model == "":
+		return errors.New("--model is required")
+	case o.tokenize && o.prompt != "":
+		return errors.New("--prompt and --tokenize exclude each other (--tokenize reads stdin)")
+	case !o.tokenize && o.prompt == "":
+		return errors.New("--prompt is required (or --tokenize)")
+	case o.system != "" && !o.chat:
+		return errors.New("--system needs --chat (the system message goes into the chat template)")
+	case o.maxTokens < 0:
+		return fmt.Errorf("--max-tokens %d must be >= 0", o.maxTokens)
+	case o.threads < 0 || o.threads > model.MaxThreads():
+		return fmt.Errorf("--threads %d: want 0 (all cores) to %d", o.threads, model.MaxThreads())
+	case o.maxContext < 0:
+		return fmt.Errorf("--ctx %d must be >= 0", o.maxContext)
+	}
+	for _, s := range o.stops {
+		if s == "" {
+			return errors.New(`--stop "": an empty stop string would stop before the first token`)
+		}
+	}
+	if o.device != "cpu" {
+		return fmt.Errorf("--device %q: the only device is cpu", o.device)
+	}
+	if err := o.cache.Validate(); err != nil {
+		return err
+	}
+	if o.calib == "" {
+		switch {
+		case o.cache.Precondition == kvcache.On:
+			return errors.New("--precond needs --calib")
+		case o.cache.Codebooks == kvcache.On:
+			return errors.New("--calib-codebooks needs --calib")
+		}
+	} else if !o.cache.Compressed() {
+		return errors.New("--calib: the cache is uncompressed; set --kv-codec, --k-codec or --v-codec")
+	}
+	return nil
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -132,22 +167,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		o.prompt = string(b)
 	}
-	mopt, err := o.cache.options()
-	if err != nil {
-		return err
-	}
-	mopt.Threads = o.threads
 
 	start := time.Now()
-	dir, err := weights.Resolve(ctx, o.model, hub)
+	eng, err := model.LoadEngine(ctx, o.model, model.EngineOptions{
+		Model:       model.Options{Threads: o.threads, MaxContext: o.maxContext},
+		Hub:         hub,
+		Cache:       o.cache,
+		Calibration: o.calib,
+	})
 	if err != nil {
-		return err
-	}
-	if mopt.Cache, err = o.cache.policy(dir); err != nil {
-		return err
-	}
-	eng, err := model.LoadEngine(ctx, dir, model.EngineOptions{Model: mopt, Hub: hub})
-	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("interrupted while loading the model")
+		}
 		return err
 	}
 	defer eng.Close()
@@ -168,6 +199,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	})
 	if err != nil {
 		out.Flush()
+		if ctx.Err() != nil {
+			n := 0
+			if res != nil {
+				n = res.GeneratedTokens
+			}
+			return fmt.Errorf("interrupted after generating %d tokens", n)
+		}
 		return err
 	}
 	fmt.Fprintln(out)
@@ -175,16 +213,34 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	if !o.quiet {
-		fmt.Fprintf(stderr, "\nload %.2fs | prefill %d tokens %.1f tok/s | decode %d tokens %.1f tok/s | stop: %s\n",
-			load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason)
-		fmt.Fprintf(stderr, "KV cache: %d tokens, %s in use (a bf16 cache: %s, ratio %.2fx)",
-			res.KV.Tokens, mib(res.KV.Bytes()), mib(res.KV.BF16), res.KV.Ratio())
-		if res.KV.Compressed > 0 {
-			fmt.Fprintf(stderr, "; encoded blocks %s, codec ratio %.2fx", mib(res.KV.Compressed), res.KV.CodecRatio())
-		}
-		fmt.Fprintln(stderr)
+		printStats(stderr, eng, res, load)
 	}
 	return nil
+}
+
+// printStats writes the run's figures: timings, why it stopped, the cache
+// in use and what it holds, the kernels.
+func printStats(w io.Writer, eng *model.Engine, res *model.Result, load time.Duration) {
+	fmt.Fprintf(w, "\nload %.2fs | prefill %d tokens %.1f tok/s | decode %d tokens %.1f tok/s | stop: %s | kernels: %s\n",
+		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels())
+	st := eng.CacheSettings()
+	fmt.Fprintf(w, "KV cache: %s", st)
+	if cal := eng.Calibration(); cal != "" {
+		fmt.Fprintf(w, ", calibration %s", cal)
+	}
+	fmt.Fprintln(w)
+	kv := res.KV
+	if !st.Compressed() {
+		// Without a codec there is no ratio to report: the cache is a bf16
+		// (or float32) cache, whose last block is partly filled.
+		fmt.Fprintf(w, "KV cache: %d tokens, %s in use in %d-token blocks\n", kv.Tokens, mib(kv.Bytes()), st.BlockSize)
+		return
+	}
+	fmt.Fprintf(w, "KV cache: %d tokens, %s in use (a bf16 cache: %s, ratio %.2fx)", kv.Tokens, mib(kv.Bytes()), mib(kv.BF16), kv.Ratio())
+	if kv.Compressed > 0 {
+		fmt.Fprintf(w, "; encoded blocks %s, codec ratio %.2fx", mib(kv.Compressed), kv.CodecRatio())
+	}
+	fmt.Fprintln(w)
 }
 
 func tokenize(ctx context.Context, o *options, hub weights.HubOptions, stdin io.Reader, stdout io.Writer) error {
@@ -192,7 +248,7 @@ func tokenize(ctx context.Context, o *options, hub weights.HubOptions, stdin io.
 	if err != nil {
 		return err
 	}
-	tok, err := loadTokenizer(dir)
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"--model", dir, "--prompt", "x", "--max-tokens", "-5"}, "--max-tokens"},
 		{[]string{"--model", dir, "--prompt", "x", "--top-k", "abc"}, "invalid value"},
 		{[]string{"--model", dir, "--prompt", "x", "--device", "tpu"}, "--device"},
-		{[]string{"--model", dir, "--prompt", "x", "--device", "cuda"}, "without CUDA support"},
+		{[]string{"--model", dir, "--prompt", "x", "--device", "cuda"}, "the only device is cpu"},
 		{[]string{"--model", dir, "--prompt", "x", "stray"}, "unexpected argument"},
 		{[]string{"--model", filepath.Join(t.TempDir(), "nope"), "--prompt", "x"}, "nope"},
 		{[]string{"--model", dir, "--prompt", strings.Repeat("Once upon a time. ", 200)}, "exceeds the context"},
@@ -72,5 +72,33 @@ func TestRunBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: error %v, want one containing %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+// A full context and MaxTokens are told apart; Ctrl-C gives a one-line
+// summary.
+func TestRunStopAndInterrupt(t *testing.T) {
+	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	for _, tt := range []struct {
+		args []string
+		stop string
+	}{
+		{[]string{"--max-tokens", "0", "--ctx", "32"}, "stop: context"},
+		{[]string{"--max-tokens", "3"}, "stop: length"},
+	} {
+		var errOut bytes.Buffer
+		args := append([]string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0"}, tt.args...)
+		if err := run(context.Background(), args, nil, &bytes.Buffer{}, &errOut); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(errOut.String(), tt.stop) || !strings.Contains(errOut.String(), "kernels: ") {
+			t.Errorf("%v: stderr %q lacks %q or the kernels", tt.args, errOut.String(), tt.stop)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := run(ctx, []string{"--model", dir, "--prompt", "Once upon a time"}, nil, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.HasPrefix(err.Error(), "interrupted") {
+		t.Errorf("cancelled run: err = %v, want the interrupted summary", err)
 	}
 }
