@@ -111,6 +111,12 @@ func Load(dir string, opt Options) (*Model, error) {
 	if m.store, err = weights.Open(dir); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
+	// The tensors present must match config.json before anything sized by
+	// it is allocated: a config claiming a billion layers fails here.
+	if err := cfg.CheckTensors(m.store); err != nil {
+		m.store.Close()
+		return nil, fmt.Errorf("model: %w", err)
+	}
 	if err := m.loadTensors(); err != nil {
 		m.store.Close()
 		return nil, err

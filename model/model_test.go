@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -305,7 +306,18 @@ func TestLoadErrors(t *testing.T) {
 				}
 				return ts
 			})
-		}, []string{"model.layers.0.self_attn.k_proj.weight", "[224 32]", "[32 224]"}},
+		}, []string{"model.layers.0.self_attn.k_proj.weight", "[224 32]", "num_key_value_heads*head_dim=32, hidden_size=224"}},
+		// config.json sizes are checked against the tensors present before
+		// anything proportional to them is allocated.
+		{"a billion layers", func(t *testing.T) string {
+			return withConfig(t, rewrite(t, func(ts []weights.Tensor) []weights.Tensor { return ts }), "num_hidden_layers", 1000000000)
+		}, []string{"num_hidden_layers"}},
+		{"more layers than tensors", func(t *testing.T) string {
+			return withConfig(t, rewrite(t, func(ts []weights.Tensor) []weights.Tensor { return ts }), "num_hidden_layers", 3)
+		}, []string{"num_hidden_layers", "3"}},
+		{"vocabulary larger than the embedding", func(t *testing.T) string {
+			return withConfig(t, rewrite(t, func(ts []weights.Tensor) []weights.Tensor { return ts }), "vocab_size", 1<<20)
+		}, []string{"model.embed_tokens.weight", "vocab_size"}},
 		{"gpt2", func(t *testing.T) string {
 			dir := t.TempDir()
 			os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type": "gpt2", "n_embd": 64}`), 0o644)
@@ -325,6 +337,28 @@ func TestLoadErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withConfig sets one integer field of dir's config.json and returns dir.
+func withConfig(t *testing.T, dir, field string, v int) string {
+	t.Helper()
+	path := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg[field] = v
+	if data, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func TestForwardErrors(t *testing.T) {
