@@ -10,8 +10,13 @@ import (
 
 // Progress draws a progress line with an ETA on a terminal, redrawn in
 // place with \r at most five times a second; on anything else (CI logs) it
-// prints a plain line at every tenth of the work instead.
+// never writes \r but prints a plain line, with the ETA, at every tenth of
+// the work instead.
 type Progress struct {
+	// Unit names the units of work counted, plural ("windows",
+	// "documents"); empty means "passages". Set it before the first Update.
+	Unit string
+
 	mu       sync.Mutex
 	w        io.Writer
 	tty      bool
@@ -68,7 +73,11 @@ func (p *Progress) Finish() {
 
 func (p *Progress) figures(done, tokens int, t time.Time) string {
 	el := t.Sub(p.start)
-	s := fmt.Sprintf("%d/%d passages", done, p.total)
+	unit := p.Unit
+	if unit == "" {
+		unit = "passages"
+	}
+	s := fmt.Sprintf("%d/%d %s", done, p.total, unit)
 	if el > 0 {
 		s += fmt.Sprintf(", %.0f tok/s", float64(tokens)/el.Seconds())
 	}

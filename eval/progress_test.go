@@ -52,3 +52,42 @@ func TestProgressTTY(t *testing.T) {
 		t.Errorf("final draw: %q", b.String()[strings.LastIndex(b.String(), "\r"):])
 	}
 }
+
+// TestProgressUnit checks the unit word on both displays, "passages" when
+// Unit is empty, and that only the terminal display redraws with \r.
+func TestProgressUnit(t *testing.T) {
+	for _, tc := range []struct {
+		unit  string
+		tty   bool
+		first string // not a terminal: the first of one line per window
+		last  string // the final line, without \r and the trailing blanks
+	}{
+		{"", false, "calibrate  25% 1/4 passages, 10 tok/s, ETA 3s", "calibrate 100% 4/4 passages, 10 tok/s, took 4s"},
+		{"windows", false, "calibrate  25% 1/4 windows, 10 tok/s, ETA 3s", "calibrate 100% 4/4 windows, 10 tok/s, took 4s"},
+		{"windows", true, "", "calibrate [########################] 4/4 windows, 10 tok/s, took 4s"},
+	} {
+		var b strings.Builder
+		c := &fakeClock{t: time.Unix(0, 0)}
+		p := newProgress(&b, tc.tty, "calibrate", 4, c.now)
+		p.Unit = tc.unit
+		for i := 1; i <= 4; i++ {
+			c.t = c.t.Add(time.Second)
+			p.Update(i, 10*i)
+		}
+		p.Finish()
+		out := b.String()
+		if got := strings.Count(out, "\r"); tc.tty != (got > 0) {
+			t.Errorf("unit %q tty %v: %d carriage returns in %q", tc.unit, tc.tty, got, out)
+		}
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		// Not a terminal: one line per window, as each crosses a tenth.
+		if !tc.tty && (len(lines) != 4 || lines[0] != tc.first) {
+			t.Errorf("unit %q: lines %q, want 4 starting with %q", tc.unit, lines, tc.first)
+		}
+		last := lines[len(lines)-1]
+		last = strings.TrimRight(last[strings.LastIndex(last, "\r")+1:], " ")
+		if last != tc.last {
+			t.Errorf("unit %q tty %v: last line %q, want %q", tc.unit, tc.tty, last, tc.last)
+		}
+	}
+}
