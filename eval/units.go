@@ -140,13 +140,53 @@ func DocUnits(docs [][]int, ctx, stride, bos int) ([]Unit, error) {
 const (
 	SepBlank = "blank" // paragraphs separated by blank lines (TinyStories val.txt)
 	SepLine  = "line"  // every non-empty line (wiki.test.raw)
+	SepAuto  = "auto"  // SepBlank if the text has a blank line between two others, else SepLine
 )
 
+// ResolveDocSep returns the separator SplitDocuments uses for sep on text:
+// SepBlank and SepLine as they are; for SepAuto (or "") SepBlank when the
+// text has a blank line (empty or white space only) between two non-empty
+// lines, else SepLine. Any other sep is an error listing the valid ones.
+func ResolveDocSep(sep, text string) (string, error) {
+	switch sep {
+	case SepBlank, SepLine:
+		return sep, nil
+	case SepAuto, "":
+		if hasBlankLine(text) {
+			return SepBlank, nil
+		}
+		return SepLine, nil
+	}
+	return "", fmt.Errorf("eval: unknown document separator %q (want %s, %s or %s)", sep, SepBlank, SepLine, SepAuto)
+}
+
+// hasBlankLine reports whether a white-space-only line separates two
+// non-empty lines of text.
+func hasBlankLine(text string) bool {
+	seenText, blank := false, false
+	for l := range strings.Lines(text) {
+		if strings.TrimSpace(l) == "" {
+			blank = seenText
+			continue
+		}
+		if blank {
+			return true
+		}
+		seenText = true
+	}
+	return false
+}
+
 // SplitDocuments cuts text into documents: paragraphs between blank lines
-// for SepBlank, non-empty lines for SepLine. Each document is trimmed of
-// surrounding white space (CR of CRLF line ends included); lines inside a
-// paragraph keep their "\n" joins.
+// for SepBlank, non-empty lines for SepLine, either as ResolveDocSep
+// chooses for SepAuto. Each document is trimmed of surrounding white space
+// (CR of CRLF line ends included); lines inside a paragraph keep their "\n"
+// joins.
 func SplitDocuments(text, sep string) ([]string, error) {
+	sep, err := ResolveDocSep(sep, text)
+	if err != nil {
+		return nil, err
+	}
 	lines := strings.Split(text, "\n")
 	var docs []string
 	switch sep {
@@ -173,8 +213,6 @@ func SplitDocuments(text, sep string) ([]string, error) {
 			cur = append(cur, l)
 		}
 		flush()
-	default:
-		return nil, fmt.Errorf("eval: unknown document separator %q (want %q or %q)", sep, SepBlank, SepLine)
 	}
 	if len(docs) == 0 {
 		return nil, fmt.Errorf("eval: text has no documents")
@@ -202,7 +240,7 @@ type UnitParams struct {
 	NEval  int    // passages: teacher-forced tokens per passage
 	Stride int    // docs and full: window stride (0: Ctx/2)
 	Max    int    // at most this many passages, documents or windows (0: all)
-	DocSep string // docs: SepBlank or SepLine
+	DocSep string // docs: SepBlank, SepLine or SepAuto ("" too); see ResolveDocSep
 }
 
 // BuildUnits tokenizes text and cuts it into units for p.Mode. The text is

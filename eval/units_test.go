@@ -157,6 +157,8 @@ func TestSplitDocuments(t *testing.T) {
 		{name: "blank crlf and spaces", sep: SepBlank, text: "\r\n a\r\nb \r\n  \r\nc\r\n", want: []string{"a\nb", "c"}},
 		{name: "line", sep: SepLine, text: " = T = \r\n\r\n x y \r\nz", want: []string{"= T =", "x y", "z"}},
 		{name: "empty", sep: SepBlank, text: "\n \n", err: true},
+		{name: "auto blank", sep: SepAuto, text: "a\nb\n \nc\n", want: []string{"a\nb", "c"}},
+		{name: "auto line", sep: SepAuto, text: "a\nb\n\n", want: []string{"a", "b"}},
 		{name: "bad sep", sep: "para", text: "a", err: true},
 	}
 	for _, tt := range tests {
@@ -167,6 +169,42 @@ func TestSplitDocuments(t *testing.T) {
 		}
 		if !tt.err && !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestResolveDocSep(t *testing.T) {
+	tests := []struct {
+		name, sep, text, want string
+	}{
+		{"blank kept", SepBlank, "a\nb", SepBlank},
+		{"line kept", SepLine, "a\n\nb", SepLine},
+		{"auto paragraphs", SepAuto, "a\nb\n\nc", SepBlank},
+		{"auto crlf", SepAuto, "a\r\n\r\nb\r\n", SepBlank},
+		{"auto white-space line", SepAuto, "a\n \t\nb", SepBlank},
+		{"auto lines", SepAuto, "= T =\nx y\nz\n", SepLine},
+		{"auto blank only at the ends", SepAuto, "\n\na\nb\n\n\n", SepLine},
+		{"empty is auto", "", "a\n\nb", SepBlank},
+		{"auto empty text", SepAuto, "", SepLine},
+	}
+	for _, tt := range tests {
+		got, err := ResolveDocSep(tt.sep, tt.text)
+		if err != nil || got != tt.want {
+			t.Errorf("%s: ResolveDocSep(%q, %q) = %q, %v; want %q", tt.name, tt.sep, tt.text, got, err, tt.want)
+		}
+	}
+	// The error names the value and every valid one, auto included.
+	for _, f := range []func() error{
+		func() error { _, err := ResolveDocSep("para", "a"); return err },
+		func() error { _, err := SplitDocuments("a", "para"); return err },
+		func() error {
+			_, err := BuildUnits("a", byteTok{true}, UnitParams{Mode: ModeDocs, Ctx: 4, DocSep: "para"})
+			return err
+		},
+	} {
+		const want = `unknown document separator "para" (want blank, line or auto)`
+		if err := f(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want one containing %q", err, want)
 		}
 	}
 }
@@ -199,6 +237,8 @@ func TestBuildUnits(t *testing.T) {
 		{name: "docs", tok: byteTok{true}, p: UnitParams{Mode: ModeDocs, Ctx: 16, DocSep: SepBlank},
 			want: []Unit{{Tokens: []int{1, 'a' + 3, 'b' + 3}, Score: 1}, {Tokens: []int{1, 'c' + 3, 'd' + 3, 'e' + 3}, Score: 1, Doc: 1}, {Tokens: []int{1, 'f' + 3}, Score: 1, Doc: 2}}},
 		{name: "docs max", tok: byteTok{true}, p: UnitParams{Mode: ModeDocs, Ctx: 16, DocSep: SepBlank, Max: 1},
+			want: []Unit{{Tokens: []int{1, 'a' + 3, 'b' + 3}, Score: 1}}},
+		{name: "docs auto", tok: byteTok{true}, p: UnitParams{Mode: ModeDocs, Ctx: 16, DocSep: SepAuto, Max: 1},
 			want: []Unit{{Tokens: []int{1, 'a' + 3, 'b' + 3}, Score: 1}}},
 		{name: "docs no bos", tok: byteTok{false}, p: UnitParams{Mode: ModeDocs, Ctx: 16, DocSep: SepBlank},
 			want: []Unit{{Tokens: []int{'a' + 3, 'b' + 3}, Score: 1}, {Tokens: []int{'c' + 3, 'd' + 3, 'e' + 3}, Score: 1, Doc: 1}}},
