@@ -345,7 +345,8 @@ func TestResolveDownloadsThenUsesCache(t *testing.T) {
 				t.Errorf("left over: %v", m)
 			}
 			out := progress.String()
-			if !strings.Contains(out, "\r") || !strings.Contains(out, weightsFile) || !strings.Contains(out, "100.0%") {
+			// Not a terminal: plain lines, no redraws.
+			if strings.Contains(out, "\r") || !strings.Contains(out, weightsFile+" ") || !strings.Contains(out, "100.0%") {
 				t.Errorf("progress output lacks a finished bar for %s: %q", weightsFile, out)
 			}
 
@@ -695,6 +696,7 @@ func TestHubOptionsFromEnvFunc(t *testing.T) {
 func TestProgressBarThrottles(t *testing.T) {
 	var out bytes.Buffer
 	bar := newProgressBar(&out, "dir/model.safetensors", 1000, time.Hour)
+	bar.tty = true
 	for i := 0; i < 1000; i++ {
 		bar.add(1)
 	}
@@ -902,6 +904,7 @@ func TestResolveStalledDownload(t *testing.T) {
 func TestProgressBarShowsStall(t *testing.T) {
 	var out bytes.Buffer
 	bar := newProgressBar(&out, "model.safetensors", 1000, 10*time.Millisecond)
+	bar.tty = true
 	bar.add(100)
 	time.Sleep(150 * time.Millisecond) // no data: the ticker keeps drawing
 	bar.note("model.safetensors: no data; retrying (attempt 2 of 3)")
@@ -918,5 +921,25 @@ func TestProgressBarShowsStall(t *testing.T) {
 	}
 	if !strings.HasSuffix(s, "\n") {
 		t.Errorf("output does not end its line: %q", s)
+	}
+}
+
+// Not on a terminal (a log file, CI): whole lines, one per tenth of the
+// file and per ten heartbeats of waiting, never a \r redraw.
+func TestProgressBarPlainLines(t *testing.T) {
+	var out bytes.Buffer
+	bar := newProgressBar(&out, "model.safetensors", 1000, 10*time.Millisecond)
+	for range 1000 {
+		bar.add(1)
+	}
+	time.Sleep(250 * time.Millisecond) // no data: a waiting line or two
+	bar.finish()
+	s := out.String()
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	if strings.Contains(s, "\r") || !strings.HasSuffix(s, "\n") || len(lines) < 2 || len(lines) > 14 {
+		t.Errorf("%d lines, want a few whole ones: %q", len(lines), s)
+	}
+	if !strings.Contains(lines[len(lines)-1], "100.0%") {
+		t.Errorf("last line %q, want the finished file", lines[len(lines)-1])
 	}
 }

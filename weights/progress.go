@@ -3,17 +3,21 @@ package weights
 import (
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"sync"
 	"time"
 )
 
-// progressBar draws one download's progress on a single terminal line. Its
+// progressBar draws one download's progress on a single terminal line,
+// redrawn in place; on anything else (a log file, CI) it prints a plain line
+// at every tenth of the file and every ten heartbeats (10 s) of waiting. Its
 // methods may be called from several goroutines. While no data arrives a
 // ticker keeps redrawing it, the rate falling and a note saying how long the
 // wait has been, so a stalled download never looks like a frozen one.
 type progressBar struct {
 	w         io.Writer     // nil: draw nothing
+	tty       bool          // w is a terminal: redraw one line with \r
 	name      string        // the file's base name
 	heartbeat time.Duration // redraw interval while idle; 0: no ticker
 	stop      chan struct{} // closed by finish to end the ticker
@@ -26,13 +30,14 @@ type progressBar struct {
 	last        time.Time // last drawing
 	lastData    time.Time // last progress
 	drawn       bool      // the terminal line holds a bar
+	printed     int       // tenths of the file printed (not a terminal)
 }
 
 // newProgressBar starts a bar for file of total bytes (-1: unknown) on w,
 // redrawn every heartbeat while no data arrives.
 func newProgressBar(w io.Writer, file string, total int64, heartbeat time.Duration) *progressBar {
 	now := time.Now()
-	p := &progressBar{w: w, name: path.Base(file), total: total, heartbeat: heartbeat, start: now, lastData: now}
+	p := &progressBar{w: w, tty: isTerminal(w), name: path.Base(file), total: total, heartbeat: heartbeat, start: now, lastData: now, printed: -1}
 	if w != nil && heartbeat > 0 {
 		p.stop = make(chan struct{})
 		p.ticker.Go(p.tick)
@@ -97,8 +102,20 @@ func (p *progressBar) draw(now time.Time) {
 	if p.w == nil {
 		return
 	}
+	idle := now.Sub(p.lastData)
+	if !p.tty {
+		// One line per tenth of the file, or per ten heartbeats of waiting.
+		tenth := 0
+		if p.total > 0 {
+			tenth = int(10 * p.done / p.total)
+		}
+		if tenth == p.printed && (p.heartbeat <= 0 || now.Sub(p.last) < 10*p.heartbeat) {
+			return
+		}
+		p.printed = tenth
+	}
 	p.last = now
-	p.drawn = true
+	p.drawn = p.tty
 	elapsed := now.Sub(p.start).Seconds()
 	rate := 0.0
 	if elapsed > 0 {
@@ -109,13 +126,27 @@ func (p *progressBar) draw(now time.Time) {
 		line = fmt.Sprintf("%-28s %5.1f%% %10s / %-10s", p.name, 100*float64(p.done)/float64(p.total), formatBytes(p.done), formatBytes(p.total))
 	}
 	line += fmt.Sprintf(" %10s/s", formatBytes(int64(rate)))
-	if idle := now.Sub(p.lastData); p.heartbeat > 0 && idle >= 2*p.heartbeat {
+	if p.heartbeat > 0 && idle >= 2*p.heartbeat {
 		line += " no data for " + roundDuration(idle).String()
 	} else if p.total > 0 && rate > 0 && p.done < p.total {
 		eta := time.Duration(float64(p.total-p.done) / rate * float64(time.Second)).Round(time.Second)
 		line += " ETA " + eta.String()
 	}
+	if !p.tty {
+		fmt.Fprintln(p.w, line)
+		return
+	}
 	fmt.Fprintf(p.w, "\r%-90s", line)
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // roundDuration rounds d to whole seconds, or to tenths below ten seconds.
@@ -139,6 +170,13 @@ func (p *progressBar) finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.drawn && p.done == 0 {
+		return
+	}
+	if !p.tty {
+		if p.total <= 0 || p.printed < 10 {
+			p.printed = -1 // the final line, whatever was printed before
+			p.draw(time.Now())
+		}
 		return
 	}
 	p.draw(time.Now())
