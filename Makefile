@@ -4,11 +4,18 @@
 
 GO      ?= go
 SIMD    := GOEXPERIMENT=simd
-SHARED  ?= $(abspath ../shared)
 BIN     := bin
-export KAKEYA_SHARED := $(SHARED)
 
-.PHONY: all build test test-scalar vet lint fmt-check bench bench-kernels bench-codec bench-tokenizer cuda gpu-check clean
+# The shared data set the tests read: $KAKEYA_SHARED from the environment
+# (or the make command line) when set and not empty, else ../shared beside
+# the checkout. Made absolute, since go test runs each package in its own
+# directory.
+ifeq ($(strip $(KAKEYA_SHARED)),)
+KAKEYA_SHARED := ../shared
+endif
+export KAKEYA_SHARED := $(abspath $(KAKEYA_SHARED))
+
+.PHONY: all build test vet lint fmt-check bench bench-kernels bench-codec bench-tokenizer clean
 
 all: build
 
@@ -47,10 +54,6 @@ bench-codec:
 
 bench-tokenizer:
 	$(SIMD) $(GO) test -run '^$$' -bench . -cpu 1 -timeout 10m ./tokenizer/
-
-cuda:
-	$(MAKE) -C kernels/cuda
-	$(SIMD) $(GO) build -tags cuda -o $(BIN)/ ./cmd/...
 
 clean:
 	rm -rf $(BIN)
