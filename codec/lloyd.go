@@ -154,7 +154,7 @@ func TrainLloydMax(samples []float32, bits int) (*Codebook, error) {
 	}
 	k := 1 << bits
 	if len(samples) < k {
-		return nil, fmt.Errorf("codec: train codebook: %d samples for %d levels", len(samples), k)
+		return nil, fmt.Errorf("codec: train codebook: %d samples for a %d-bit codebook, want at least %d (one per level)", len(samples), bits, k)
 	}
 	s := make([]float64, len(samples))
 	for i, v := range samples {
