@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
@@ -39,4 +40,32 @@ func ExampleEngine_Generate() {
 	fmt.Printf("%q %d %s\n", out.String(), res.GeneratedTokens, res.StopReason)
 	// Output:
 	// ", there was a little girl named Lily. She" 12 length
+}
+
+// A compressed KV cache on an Engine: the settings of kakeya-run's cache
+// flags, with the same defaults, as a kvcache.Spec.
+func ExampleEngineOptions_cache() {
+	shared := os.Getenv("KAKEYA_SHARED")
+	if shared == "" {
+		shared = filepath.Join("..", "..", "shared")
+	}
+	ctx := context.Background()
+	eng, err := model.LoadEngine(ctx, filepath.Join(shared, "models", "stories260K"), model.EngineOptions{
+		Cache: kvcache.Spec{KV: "int8", BlockSize: 16}, // like --kv-codec int8 --block-size 16
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer eng.Close()
+	res, err := eng.Generate(ctx, "Once upon a time", model.GenerateOptions{MaxTokens: 60}, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(eng.CacheSettings())
+	fmt.Println(res.KV.Tokens, res.KV.Compressed > 0)
+	// Output:
+	// k=int8 v=int8 block 16, hot 16, boundary 0;4, bf16 hot blocks
+	// 64 true
 }
