@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -25,6 +26,11 @@ const (
 	// DefaultCodebookSamples bounds the residual samples a codebook is
 	// trained on, per side (K or V).
 	DefaultCodebookSamples = 1 << 18
+	// DefaultCalibrationBlockSize is the KV block length when
+	// CalibrateOptions.BlockSize is 0, the engine's default. Codebooks are
+	// fitted to the residuals of full blocks only, so a window shorter
+	// than a block gives them nothing.
+	DefaultCalibrationBlockSize = 16
 )
 
 // CalibrateOptions tune Calibrate. The zero value calibrates the query
@@ -63,9 +69,50 @@ type CalibrateOptions struct {
 	CodebookSamples int
 	// Threads is the number of compute threads; 0 means GOMAXPROCS.
 	Threads int
-	// Progress, if set, is called after each window with the tokens done
-	// and the total.
-	Progress func(done, total int)
+	// Progress, if set, is called once before the first window (Windows
+	// 0) and then after each window.
+	Progress func(CalibrateProgress)
+}
+
+// CalibrateProgress is how far a Calibrate run has got.
+type CalibrateProgress struct {
+	Windows, TotalWindows int // windows run so far, and in all
+	Tokens, TotalTokens   int // tokens run so far (BOS included), and in all
+}
+
+// TooFewTokensError is Calibrate's error when the ids cannot train the
+// codebooks asked for: those are fitted to the Kakeya residuals of full KV
+// blocks only, and the windows must hold enough of them to give at least
+// one sample per level of the widest codebook.
+type TooFewTokensError struct {
+	Tokens    int   // ids used, after MaxTokens
+	Need      int   // the fewest ids that give enough samples
+	Bits      []int // the codebook widths asked for
+	Blocks    int   // full KV blocks needed
+	BlockSize int   // tokens per KV block
+	BOS       bool  // each window starts with a BOS token of its own
+}
+
+func (e *TooFewTokensError) Error() string {
+	bos := ""
+	if e.BOS {
+		bos = ", BOS included"
+	}
+	blocks := "one full KV block"
+	if e.Blocks > 1 {
+		blocks = strconv.Itoa(e.Blocks) + " full KV blocks"
+	}
+	return fmt.Sprintf("model: calibrate: %d tokens; training %s-bit codebooks needs at least %d (%s of %d tokens%s, whose residuals are the samples)",
+		e.Tokens, joinInts(e.Bits), e.Need, blocks, e.BlockSize, bos)
+}
+
+// joinInts formats 2, 3, 4 as "2,3,4".
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }
 
 // Calibrate runs the model in dir over ids and returns its calibration:
@@ -101,16 +148,28 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 	for _, w := range windows {
 		total += len(w)
 	}
-
-	st = &calibState{heads: cfg.NumHeads, kvHeads: kvh, d: d, acc: make([]*codec.CovAccumulator, layers*kvh)}
-	for i := range st.acc {
-		st.acc[i] = codec.NewCovAccumulator(d)
-	}
 	// Keep every stride-th full block per side so the codebook samples
 	// spread over all the windows within the budget.
 	full := 0
 	for _, w := range windows {
 		full += len(w) / o.BlockSize
+	}
+	if len(o.Bits) > 0 {
+		// Checked before any forward pass: codebook training would fail
+		// only after the whole run.
+		need, err := codebookBlocks(o, layers*kvh, d)
+		if err != nil {
+			return nil, err
+		}
+		if full < need {
+			return nil, &TooFewTokensError{Tokens: len(ids), Need: minCalibTokens(need, o.Ctx, o.BlockSize, bos >= 0),
+				Bits: slices.Clone(o.Bits), Blocks: need, BlockSize: o.BlockSize, BOS: bos >= 0}
+		}
+	}
+
+	st = &calibState{heads: cfg.NumHeads, kvHeads: kvh, d: d, acc: make([]*codec.CovAccumulator, layers*kvh)}
+	for i := range st.acc {
+		st.acc[i] = codec.NewCovAccumulator(d)
 	}
 	stride := 1
 	if len(o.Bits) > 0 {
@@ -125,7 +184,10 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 	}
 	defer seq.Close()
 	done := 0
-	for _, w := range windows {
+	if o.Progress != nil {
+		o.Progress(CalibrateProgress{TotalWindows: len(windows), TotalTokens: total})
+	}
+	for i, w := range windows {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("model: calibrate: %w", err)
 		}
@@ -160,7 +222,7 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 		}
 		done += len(w)
 		if o.Progress != nil {
-			o.Progress(done, total)
+			o.Progress(CalibrateProgress{Windows: i + 1, TotalWindows: len(windows), Tokens: done, TotalTokens: total})
 		}
 	}
 
@@ -205,7 +267,7 @@ func calibDefaults(o CalibrateOptions, maxCtx int) (CalibrateOptions, error) {
 		o.Ctx = min(DefaultCalibrationCtx, maxCtx)
 	}
 	if o.BlockSize == 0 {
-		o.BlockSize = 16
+		o.BlockSize = DefaultCalibrationBlockSize
 	}
 	if o.RopeSpan == 0 {
 		o.RopeSpan = o.Ctx
@@ -230,6 +292,9 @@ func calibDefaults(o CalibrateOptions, maxCtx int) (CalibrateOptions, error) {
 		return o, fmt.Errorf("model: calibrate: max tokens %d, want >= 0", o.MaxTokens)
 	case o.BlockSize < 0:
 		return o, fmt.Errorf("model: calibrate: block size %d, want > 0", o.BlockSize)
+	case len(o.Bits) > 0 && o.Ctx < o.BlockSize:
+		return o, fmt.Errorf("model: calibrate: a window of %d tokens holds no full KV block of %d, whose residuals the codebooks are trained on; want a window of at least %d tokens, or no codebook bits",
+			o.Ctx, o.BlockSize, o.BlockSize)
 	case o.CodebookSamples < 0:
 		return o, fmt.Errorf("model: calibrate: codebook samples %d, want > 0", o.CodebookSamples)
 	}
@@ -241,6 +306,56 @@ func calibDefaults(o CalibrateOptions, maxCtx int) (CalibrateOptions, error) {
 		seen[b] = true
 	}
 	return o, nil
+}
+
+// kakeyaOptions returns the options of the codec the codebooks are fitted
+// to, with the Bits and Codebook the residual does not depend on.
+func kakeyaOptions(o CalibrateOptions) codec.KakeyaOptions {
+	ko := codec.DefaultKakeyaOptions()
+	if o.Kakeya != nil {
+		ko = *o.Kakeya
+	}
+	ko.Bits, ko.Codebook = 3, nil
+	return ko
+}
+
+// codebookBlocks returns how many full KV blocks (each one per layer and KV
+// head, heads of them) give at least one residual sample per level of the
+// widest codebook in o.Bits, for head dimension d. A row yields
+// ScaledResiduals' coordinates: p = NextPow2(d) of them less its exact
+// outliers, at most MaxOutliers and, since the p scaled coordinates have
+// mean square 1, fewer than p/OutlierThreshold² (rows the skeleton fits
+// exactly, which real keys and values are not, yield none).
+func codebookBlocks(o CalibrateOptions, heads, d int) (int, error) {
+	ko := kakeyaOptions(o)
+	p := codec.NextPow2(d)
+	outliers := 0
+	if thr := float64(ko.OutlierThreshold); thr > 0 && ko.MaxOutliers > 0 {
+		outliers = min(ko.MaxOutliers, p)
+		if thr >= 1 {
+			outliers = min(outliers, int(float64(p)/(thr*thr)))
+		}
+	}
+	perBlock := heads * o.BlockSize * (p - outliers)
+	if perBlock == 0 {
+		return 0, fmt.Errorf("model: calibrate: the codec keeps all %d residual coordinates of a row exact (max outliers %d), leaving no codebook samples", p, ko.MaxOutliers)
+	}
+	need := 1 << slices.Max(o.Bits)
+	return (need + perBlock - 1) / perBlock, nil
+}
+
+// minCalibTokens returns the fewest ids whose windows (splitWindows) hold
+// blocks full KV blocks of size bs, for windows of ctx >= bs tokens that
+// start with BOS when bos is set.
+func minCalibTokens(blocks, ctx, bs int, bos bool) int {
+	b := 0
+	if bos {
+		b = 1
+	}
+	perWindow := ctx / bs                   // full blocks in a full window
+	fullWindows := (blocks - 1) / perWindow // windows filled before the last
+	rest := blocks - fullWindows*perWindow
+	return fullWindows*(ctx-b) + rest*bs - b
 }
 
 // splitWindows cuts ids into consecutive windows of at most ctx tokens, each
@@ -300,12 +415,7 @@ type calibBlock struct {
 // trainCodebooks fits the K and V residual codebooks of cal from the
 // collected blocks; keys are whitened by their head's factor first.
 func trainCodebooks(cal *codec.Calibration, o CalibrateOptions, kBlocks, vBlocks []calibBlock) error {
-	ko := codec.DefaultKakeyaOptions()
-	if o.Kakeya != nil {
-		ko = *o.Kakeya
-	}
-	ko.Bits, ko.Codebook = 3, nil // the residual does not depend on either
-	kk, err := codec.NewKakeya(ko)
+	kk, err := codec.NewKakeya(kakeyaOptions(o))
 	if err != nil {
 		return fmt.Errorf("model: calibrate: %w", err)
 	}

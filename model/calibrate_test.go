@@ -2,6 +2,8 @@ package model
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -246,8 +248,8 @@ func TestCalibrateStories260K(t *testing.T) {
 	}
 	for _, ropeAvg := range []bool{false, true} {
 		opt := CalibrateOptions{Ctx: ctx, Ridge: ridge, RopeAveraged: ropeAvg, Bits: []int{2, 3}, Threads: 1}
-		var progress []int
-		opt.Progress = func(done, total int) { progress = append(progress, done, total) }
+		var progress []CalibrateProgress
+		opt.Progress = func(p CalibrateProgress) { progress = append(progress, p) }
 		cal, err := Calibrate(context.Background(), dir, ids, opt)
 		if err != nil {
 			t.Fatal(err)
@@ -255,9 +257,11 @@ func TestCalibrateStories260K(t *testing.T) {
 		if err := cal.Validate(cfg.NumLayers, cfg.NumKVHeads, d); err != nil {
 			t.Fatal(err)
 		}
-		// 400 ids in windows of BOS + 99: 5 windows, 405 tokens.
-		if n := len(progress); n != 10 || progress[n-2] != 405 || progress[n-1] != 405 {
-			t.Errorf("progress calls %v, want 5 ending at 405 of 405", progress)
+		// 400 ids in windows of BOS + 99: 5 windows, 405 tokens; one call
+		// before the first window, then one after each.
+		wantProgress := []CalibrateProgress{{0, 5, 0, 405}, {1, 5, 100, 405}, {2, 5, 200, 405}, {3, 5, 300, 405}, {4, 5, 400, 405}, {5, 5, 405, 405}}
+		if !slices.Equal(progress, wantProgress) {
+			t.Errorf("progress calls %v, want %v", progress, wantProgress)
 		}
 		if cal.Meta["tokens"] != "405" || cal.Meta["rope_averaged"] != map[bool]string{false: "false", true: "true"}[ropeAvg] {
 			t.Errorf("meta %v", cal.Meta)
@@ -342,6 +346,129 @@ func TestCalibrateErrors(t *testing.T) {
 	cancel()
 	if _, err := Calibrate(cctx, dir, ids, CalibrateOptions{}); err == nil {
 		t.Error("cancelled context: no error")
+	}
+}
+
+// TestCalibrateTooFewTokens checks the up-front minimum for codebooks: one
+// full KV block in some window. Exactly Need ids train them; one fewer is a
+// TooFewTokensError that gives both counts, before any forward pass.
+func TestCalibrateTooFewTokens(t *testing.T) {
+	ids, dir := storiesIDs(t, 64)
+	for _, tc := range []struct {
+		name string
+		opt  CalibrateOptions
+		need int
+	}{
+		{"defaults", CalibrateOptions{Bits: []int{2, 3, 4}}, 15},               // BOS + 15 = one 16-token block
+		{"window of one block", CalibrateOptions{Ctx: 16, Bits: []int{2}}, 15}, // the same in a window of 16
+		{"block of 32", CalibrateOptions{Ctx: 40, BlockSize: 32, Bits: []int{4}}, 31},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opt.Threads = 1
+			var calls int
+			tc.opt.Progress = func(CalibrateProgress) { calls++ }
+			_, err := Calibrate(context.Background(), dir, ids[:tc.need-1], tc.opt)
+			var few *TooFewTokensError
+			if !errors.As(err, &few) {
+				t.Fatalf("%d ids: error %v, want a TooFewTokensError", tc.need-1, err)
+			}
+			if few.Tokens != tc.need-1 || few.Need != tc.need || few.Blocks != 1 || !few.BOS || !slices.Equal(few.Bits, tc.opt.Bits) {
+				t.Errorf("error %+v, want %d tokens of %d needed, 1 block", few, tc.need-1, tc.need)
+			}
+			for _, want := range []string{fmt.Sprintf("%d tokens", tc.need-1), fmt.Sprintf("at least %d", tc.need)} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			if calls != 0 {
+				t.Errorf("%d progress calls: the check must come before the run", calls)
+			}
+			cal, err := Calibrate(context.Background(), dir, ids[:tc.need], tc.opt)
+			if err != nil {
+				t.Fatalf("%d ids: %v", tc.need, err)
+			}
+			for _, b := range tc.opt.Bits {
+				if cal.KCodebooks[b] == nil || cal.VCodebooks[b] == nil {
+					t.Errorf("%d ids: no %d-bit codebooks", tc.need, b)
+				}
+			}
+		})
+	}
+	// MaxTokens counts: the error gives the tokens left.
+	_, err := Calibrate(context.Background(), dir, ids, CalibrateOptions{MaxTokens: 10, Bits: []int{2}, Threads: 1})
+	if few := (*TooFewTokensError)(nil); !errors.As(err, &few) || few.Tokens != 10 {
+		t.Errorf("MaxTokens 10: error %v, want a TooFewTokensError for 10 tokens", err)
+	}
+	// A window shorter than a block can never give samples.
+	_, err = Calibrate(context.Background(), dir, ids, CalibrateOptions{Ctx: 8, Bits: []int{2}, Threads: 1})
+	if err == nil || !strings.Contains(err.Error(), "window of 8 tokens holds no full KV block of 16") {
+		t.Errorf("ctx 8: error %v", err)
+	}
+	// Without codebooks two tokens do.
+	if _, err := Calibrate(context.Background(), dir, ids[:1], CalibrateOptions{Ctx: 8, Threads: 1}); err != nil {
+		t.Errorf("no codebooks, BOS + 1 token: %v", err)
+	}
+}
+
+func TestMinCalibTokens(t *testing.T) {
+	for _, tc := range []struct {
+		blocks, ctx, bs int
+		bos             bool
+		want            int
+	}{
+		{1, 512, 16, true, 15},
+		{1, 512, 16, false, 16},
+		{32, 512, 16, true, 511},      // one full window
+		{33, 512, 16, true, 511 + 15}, // and BOS + 15 in the next
+		{3, 40, 16, true, 39 + 15},    // 2 blocks per window of BOS + 39, then BOS + 15
+		{3, 40, 16, false, 40 + 16},
+	} {
+		if got := minCalibTokens(tc.blocks, tc.ctx, tc.bs, tc.bos); got != tc.want {
+			t.Errorf("minCalibTokens(%d, %d, %d, %v) = %d, want %d", tc.blocks, tc.ctx, tc.bs, tc.bos, got, tc.want)
+		}
+		// Cross-check against the windows themselves.
+		ids := make([]int, tc.want)
+		bos := -1
+		if tc.bos {
+			bos = 1
+		}
+		count := func(ids []int) (full int) {
+			for _, w := range splitWindows(ids, tc.ctx, bos) {
+				full += len(w) / tc.bs
+			}
+			return full
+		}
+		if full := count(ids); full < tc.blocks {
+			t.Errorf("%d ids give %d full blocks, want %d", tc.want, full, tc.blocks)
+		}
+		if full := count(ids[:tc.want-1]); full >= tc.blocks {
+			t.Errorf("%d ids already give %d full blocks", tc.want-1, full)
+		}
+	}
+}
+
+func TestCodebookBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		kakeya       *codec.KakeyaOptions
+		bits         []int
+		heads, bs, d int
+		want         int
+		err          bool
+	}{
+		// stories260K: 20 heads x 16 rows x 8 coordinates, no outlier fits
+		// under a threshold of 3 (8/9 < 1).
+		{name: "stories260K", bits: []int{2, 3, 4}, heads: 20, bs: 16, d: 8, want: 1},
+		{name: "default outliers cap", bits: []int{4}, heads: 1, bs: 1, d: 2, want: 8}, // 2 per row
+		{name: "pow2 padding", bits: []int{4}, heads: 1, bs: 1, d: 3, want: 4},         // p = 4
+		{name: "low threshold", kakeya: &codec.KakeyaOptions{OutlierThreshold: 0.5, MaxOutliers: 1}, bits: []int{4}, heads: 1, bs: 1, d: 2, want: 16},
+		{name: "big head", kakeya: &codec.KakeyaOptions{OutlierThreshold: 3, MaxOutliers: 4}, bits: []int{4}, heads: 1, bs: 1, d: 64, want: 1}, // 64-4 per row
+		{name: "all exact", kakeya: &codec.KakeyaOptions{OutlierThreshold: 0.5, MaxOutliers: 4}, bits: []int{2}, heads: 1, bs: 1, d: 2, err: true},
+	} {
+		got, err := codebookBlocks(CalibrateOptions{Bits: tc.bits, BlockSize: tc.bs, Kakeya: tc.kakeya}, tc.heads, tc.d)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("%s: codebookBlocks = %d, %v; want %d (error %v)", tc.name, got, err, tc.want, tc.err)
+		}
 	}
 }
 

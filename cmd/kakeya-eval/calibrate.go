@@ -61,9 +61,42 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("calibrate: %w", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("calibrate: unexpected argument %q", fs.Arg(0))
+		return fmt.Errorf("calibrate: unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
-	return calibrate(ctx, &f, stdout, stderr)
+	err := calibrate(ctx, &f, stdout, stderr)
+	var intr interrupted
+	if err != nil && ctx.Err() != nil && !errors.As(err, &intr) {
+		return interrupted("calibrate: interrupted before the first window; nothing written")
+	}
+	return err
+}
+
+// check names the first flag with a value out of range.
+func (f *calibFlags) check() error {
+	switch {
+	case f.model == "":
+		return errors.New("--model is required")
+	case f.out == "":
+		return errors.New("--out is required")
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"--ctx", f.ctx}, {"--tokens", f.tokens}, {"--rope-span", f.ropeSpan}} {
+		if c.v < 0 {
+			return fmt.Errorf("%s %d must be >= 0", c.name, c.v)
+		}
+	}
+	if err := checkThreads(f.threads); err != nil {
+		return err
+	}
+	if f.ridge < 0 || math.IsNaN(f.ridge) || math.IsInf(f.ridge, 0) {
+		return fmt.Errorf("--ridge %v must be finite and >= 0", f.ridge)
+	}
+	if f.ropeSpan > 0 && !f.ropeAvg {
+		return fmt.Errorf("--rope-span %d has no effect without --rope-avg", f.ropeSpan)
+	}
+	return nil
 }
 
 // parseBits reads "2,3,4" or "none".
@@ -85,42 +118,43 @@ func parseBits(s string) ([]int, error) {
 
 func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) error {
 	start := time.Now()
-	switch {
-	case f.model == "":
-		return errors.New("calibrate: --model is required")
-	case f.out == "":
-		return errors.New("calibrate: --out is required")
-	case f.ctx < 0 || f.tokens < 0 || f.threads < 0 || f.ropeSpan < 0:
-		return errors.New("calibrate: --ctx, --tokens, --threads and --rope-span must be >= 0")
-	case f.ridge < 0 || math.IsNaN(f.ridge) || math.IsInf(f.ridge, 0):
-		return fmt.Errorf("calibrate: --ridge %v must be finite and >= 0", f.ridge)
+	if err := f.check(); err != nil {
+		return fmt.Errorf("calibrate: %w", err)
 	}
 	bits, err := parseBits(f.bits)
 	if err != nil {
 		return fmt.Errorf("calibrate: %w", err)
 	}
+	if len(bits) > 0 && f.ctx > 0 && f.ctx < model.DefaultCalibrationBlockSize {
+		return fmt.Errorf("calibrate: --ctx %d is shorter than a KV block of %d tokens, whose residuals the codebooks are trained on; use --ctx %d or more, or --bits none",
+			f.ctx, model.DefaultCalibrationBlockSize, model.DefaultCalibrationBlockSize)
+	}
+	// The run can be long: find an unwritable --out before it, not after.
+	if err := eval.CheckWritable(f.out); err != nil {
+		return fmt.Errorf("calibrate: --out: %w", err)
+	}
 	if f.data == "" {
 		f.data = sharedFile("data", "wikitext-2", "valid.txt")
 	}
-	dir, err := resolveModel(ctx, f.model, stderr)
-	if err != nil {
-		return fmt.Errorf("calibrate: model: %w", err)
-	}
-	f.model = dir
-	if _, err := os.Stat(filepath.Join(f.model, "config.json")); err != nil {
-		return fmt.Errorf("calibrate: model: %w", err)
-	}
 	raw, err := os.ReadFile(f.data)
 	if err != nil {
-		return fmt.Errorf("calibrate: %w", err)
+		return fmt.Errorf("calibrate: --data: %w", err)
 	}
 	sum, err := eval.FileSHA256(f.data)
 	if err != nil {
-		return fmt.Errorf("calibrate: %w", err)
+		return fmt.Errorf("calibrate: --data: %w", err)
+	}
+	dir, err := resolveModel(ctx, f.model, stderr)
+	if err != nil {
+		return fmt.Errorf("calibrate: --model: %w", err)
+	}
+	f.model = dir
+	if _, err := os.Stat(filepath.Join(f.model, "config.json")); err != nil {
+		return fmt.Errorf("calibrate: --model: %w", err)
 	}
 	tok, err := tokenizer.Load(filepath.Join(f.model, "tokenizer.json"))
 	if err != nil {
-		return fmt.Errorf("calibrate: %w", err)
+		return fmt.Errorf("calibrate: --model: %w", err)
 	}
 	// Only what is used gets tokenized: about 4 bytes per token is ample
 	// for English text; fall back to the whole file when it is not.
@@ -130,33 +164,77 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 	}
 	ids := tok.Encode(text, false)
 	if len(ids) < 2 {
-		return fmt.Errorf("calibrate: %s: %d tokens of text, want at least 2", f.data, len(ids))
+		return fmt.Errorf("calibrate: --data %s gives %d tokens, want at least 2", f.data, len(ids))
 	}
 
 	ridge := f.ridge
 	if ridge == 0 {
 		ridge = -1 // model.CalibrateOptions: negative means none
 	}
-	lastTen := -1
+	var (
+		prog *eval.Progress
+		last model.CalibrateProgress
+	)
 	opt := model.CalibrateOptions{
 		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads,
-		Progress: func(done, total int) {
-			if ten := 10 * done / max(total, 1); ten > lastTen {
-				lastTen = ten
-				fmt.Fprintf(stderr, "calibrate %3d%% %d/%d tokens, %.1fs\n", 100*done/max(total, 1), done, total, time.Since(start).Seconds())
+		Progress: func(p model.CalibrateProgress) {
+			last = p
+			if prog == nil {
+				prog = eval.NewProgress(stderr, isTerminal(stderr), "calibrate", p.TotalWindows)
+				prog.Unit = "windows"
 			}
+			prog.Update(p.Windows, p.Tokens)
 		},
 	}
 	cal, err := model.Calibrate(ctx, f.model, ids, opt)
+	if prog != nil {
+		prog.Finish()
+	}
 	if err != nil {
+		var few *model.TooFewTokensError
+		switch {
+		case ctx.Err() != nil && last.Windows > 0:
+			return interrupted(fmt.Sprintf("calibrate: interrupted after %d/%d windows (%.0fs); nothing written",
+				last.Windows, last.TotalWindows, time.Since(start).Seconds()))
+		case errors.As(err, &few):
+			return tooFewTokens(f, few)
+		}
 		return fmt.Errorf("calibrate: %w", err)
 	}
 	cal.Meta["data"] = filepath.Base(f.data)
 	cal.Meta["data_sha256"] = sum
 	if err := model.SaveCalibration(f.out, cal); err != nil {
-		return fmt.Errorf("calibrate: %w", err)
+		return fmt.Errorf("calibrate: --out: %w", err)
 	}
 	return writeCalibSummary(stdout, cal, f, time.Since(start))
+}
+
+// tooFewTokens says, in the command's terms, how much text the codebooks
+// need.
+func tooFewTokens(f *calibFlags, e *model.TooFewTokensError) error {
+	bos := ""
+	if e.BOS {
+		bos = ", BOS included"
+	}
+	blocks := "one full KV block"
+	if e.Blocks > 1 {
+		blocks = fmt.Sprintf("%d full KV blocks", e.Blocks)
+	}
+	src, fix := fmt.Sprintf("--data %s gives", f.data), "a longer --data text"
+	if f.tokens > 0 && e.Tokens >= f.tokens {
+		src, fix = fmt.Sprintf("--tokens %d leaves", f.tokens), "a larger --tokens"
+	}
+	return fmt.Errorf("calibrate: %s %d tokens; calibrating %s-bit codebooks needs at least %d tokens (%s of %d tokens%s, whose residuals the codebooks are trained on); use %s, or --bits none",
+		src, e.Tokens, joinInts(e.Bits), e.Need, blocks, e.BlockSize, bos, fix)
+}
+
+// joinInts formats 2, 3, 4 as "2,3,4".
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }
 
 // writeCalibSummary prints what was used and, per layer, the spread of the

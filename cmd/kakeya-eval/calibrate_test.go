@@ -31,8 +31,15 @@ func TestCalibrateEndToEnd(t *testing.T) {
 	if !strings.Contains(stdout.String(), "305 tokens of val.txt in 5 windows of 64") {
 		t.Errorf("summary does not give the tokens used:\n%s", stdout.String())
 	}
-	if !strings.Contains(stderr.String(), "100%") {
-		t.Errorf("no progress on stderr:\n%s", stderr.String())
+	// Not a terminal: one plain line per window (each is a fifth), with
+	// the ETA, and no \r redraws.
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "calibrate  20% 1/5 windows, ") || !strings.Contains(lines[0], " tok/s, ETA ") ||
+		!strings.HasPrefix(lines[4], "calibrate 100% 5/5 windows, ") || !strings.Contains(lines[4], ", took ") {
+		t.Errorf("progress on stderr, want one line per window with an ETA:\n%s", stderr.String())
+	}
+	if strings.Contains(stderr.String(), "\r") {
+		t.Errorf("carriage return in progress to a non-terminal: %q", stderr.String())
 	}
 	cfg, err := weights.LoadConfig(dir)
 	if err != nil {
@@ -47,8 +54,8 @@ func TestCalibrateEndToEnd(t *testing.T) {
 		t.Errorf("calibration meta %v, k codebooks %v, v codebooks %v", cal.Meta, cal.KCodebooks, cal.VCodebooks)
 	}
 	r, _ := runReport(t, "--model", dir, "--data", data, "--ctx", "32", "--n-eval", "8", "--passages", "2",
-		"--calib", out, "--config", "name=x,k=kakeya:b=3,v=kakeya:b=3,precond=1",
-		"--config", "name=y,kv=kakeya:b=2,precond=1,cb=1")
+		"--calib", out, "--config", "name=x,k=kakeya:b=3,v=kakeya:b=3,precond=1,block=16,boundary=none,hot=0",
+		"--config", "name=y,kv=kakeya:b=2,precond=1,cb=1,block=16,boundary=none,hot=0")
 	if len(r.Configs) != 3 || r.Configs[1].Config.Name != "x" || !(r.Configs[1].MeanKL >= 0) ||
 		r.Configs[2].Config.Name != "y" || !(r.Configs[2].MeanKL > 0) {
 		t.Fatalf("ppl report %+v", r)
@@ -70,12 +77,31 @@ func TestCalibrateErrors(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	short := filepath.Join(tmp, "short.txt") // 10 stories260K tokens
+	if err := os.WriteFile(short, []byte("Spot. Spot saw the s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(tmp, "c.safetensors")
 	for _, tc := range []struct {
 		name string
 		args []string
 		want string
 	}{
+		{"negative ctx", []string{"--model", dir, "--out", out, "--ctx", "-2"}, "--ctx -2 must be >= 0"},
+		{"negative tokens", []string{"--model", dir, "--out", out, "--tokens", "-1"}, "--tokens -1 must be >= 0"},
+		{"negative rope span", []string{"--model", dir, "--out", out, "--rope-avg", "--rope-span", "-3"}, "--rope-span -3 must be >= 0"},
+		{"rope span alone", []string{"--model", dir, "--out", out, "--rope-span", "64"}, "--rope-span 64 has no effect without --rope-avg"},
+		{"negative threads", []string{"--model", dir, "--out", out, "--threads", "-1"}, "--threads -1: want 0 (GOMAXPROCS) to"},
+		{"too many threads", []string{"--model", dir, "--out", out, "--threads", "100000"}, "--threads 100000: want 0 (GOMAXPROCS) to"},
+		{"bits value", []string{"--model", dir, "--out", out, "--bits", "2,9"}, `--bits "2,9": "9" is not a width in 1..4`},
+		{"ctx below a block", []string{"--model", dir, "--out", out, "--data", data, "--ctx", "8"}, "--ctx 8 is shorter than a KV block of 16 tokens"},
+		// --out is checked before the model is even looked at.
+		{"out dir missing", []string{"--model", filepath.Join(tmp, "nomodel"), "--out", filepath.Join(tmp, "no", "c.safetensors")}, "--out: cannot write"},
+		{"out is a dir", []string{"--model", dir, "--out", tmp}, "--out: " + tmp + " is a directory"},
+		{"too little text", []string{"--model", dir, "--out", out, "--data", short},
+			"--data " + short + " gives 10 tokens; calibrating 2,3,4-bit codebooks needs at least 15 tokens"},
+		{"too few tokens", []string{"--model", dir, "--out", out, "--data", data, "--tokens", "10", "--bits", "2"},
+			"--tokens 10 leaves 10 tokens; calibrating 2-bit codebooks needs at least 15 tokens"},
 		{"no model", []string{"--out", out}, "--model is required"},
 		{"no out", []string{"--model", dir}, "--out is required"},
 		{"bad bits", []string{"--model", dir, "--out", out, "--bits", "2,9"}, "--bits"},
@@ -92,13 +118,62 @@ func TestCalibrateErrors(t *testing.T) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
 		}
 	}
-	// An interrupted run writes nothing.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := runCalibrate(ctx, []string{"--model", dir, "--out", out, "--data", data, "--tokens", "100"}, io.Discard, io.Discard); err == nil {
-		t.Error("cancelled run: no error")
-	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("failed runs left %s behind: %v", out, err)
+	}
+	// Without codebooks the short text does.
+	if err := runCalibrate(context.Background(), []string{"--model", dir, "--out", out, "--data", short, "--bits", "none"}, io.Discard, io.Discard); err != nil {
+		t.Errorf("--bits none on 10 tokens: %v", err)
+	}
+}
+
+// cancelAt is a progress writer that cancels the run once it has written
+// the line of window n.
+type cancelAt struct {
+	strings.Builder
+	trigger string
+	cancel  context.CancelFunc
+}
+
+func (w *cancelAt) Write(p []byte) (int, error) {
+	n, err := w.Builder.Write(p)
+	if strings.Contains(w.String(), w.trigger) {
+		w.cancel()
+	}
+	return n, err
+}
+
+// TestCalibrateInterrupted checks that Ctrl-C gives a one-line summary, not
+// a bare "context canceled", and writes nothing.
+func TestCalibrateInterrupted(t *testing.T) {
+	sh := shareddata.Dir(t)
+	dir := filepath.Join(sh, "models", "stories260K")
+	data := filepath.Join(sh, "data", "tinystories", "val.txt")
+	for _, tc := range []struct {
+		name    string
+		trigger string // cancel once stderr holds this; "" before the run
+		want    string
+	}{
+		{"before the run", "", "calibrate: interrupted before the first window; nothing written"},
+		{"after window 2", " 2/5 windows", "calibrate: interrupted after 2/5 windows ("},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "c.safetensors")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stderr := &cancelAt{trigger: tc.trigger, cancel: cancel}
+			if tc.trigger == "" {
+				cancel()
+			}
+			err := runCalibrate(ctx, []string{"--model", dir, "--out", out, "--data", data,
+				"--tokens", "300", "--ctx", "64", "--bits", "2", "--threads", "1"}, io.Discard, stderr)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !strings.HasSuffix(err.Error(), "; nothing written") ||
+				strings.Contains(err.Error(), "context canceled") {
+				t.Errorf("error %v, want a one-line summary starting %q", err, tc.want)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("interrupted run left %s behind: %v", out, err)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 
+	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -64,6 +65,15 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// checkThreads checks a --threads value against what model.Load accepts,
+// so the error names the flag.
+func checkThreads(n int) error {
+	if n < 0 || n > model.MaxThreads() {
+		return fmt.Errorf("--threads %d: want 0 (GOMAXPROCS) to %d (64 per CPU core, at most 4096)", n, model.MaxThreads())
+	}
+	return nil
 }
 
 // sharedFile returns a file of the shared data set: $KAKEYA_SHARED, else
