@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -27,10 +28,13 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	threads := fs.Int("threads", 0, "compute threads (0: all cores)")
 	step := fs.Bool("step", false, "feed one token per forward call instead of one prefill call")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return fmt.Errorf("logits: %w", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("logits: unexpected argument %q", fs.Arg(0))
+		return fmt.Errorf("logits: unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 	if *name == "" {
 		return errors.New("logits: --model DIR is required")
@@ -39,16 +43,16 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: --ids: %w", err)
 	}
-	if *threads < 0 {
-		return fmt.Errorf("logits: --threads %d is negative", *threads)
+	if err := checkThreads(*threads); err != nil {
+		return fmt.Errorf("logits: %w", err)
 	}
 	dir, err := resolveModel(ctx, *name, stderr)
 	if err != nil {
-		return fmt.Errorf("logits: %w", err)
+		return fmt.Errorf("logits: --model: %w", err)
 	}
 	m, err := model.Load(dir, model.Options{Threads: *threads})
 	if err != nil {
-		return fmt.Errorf("logits: %w", err)
+		return fmt.Errorf("logits: --model %s: %w", dir, err)
 	}
 	defer m.Close()
 	vocab := m.Config().VocabSize

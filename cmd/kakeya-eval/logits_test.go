@@ -125,9 +125,12 @@ func TestLogitsBadFlags(t *testing.T) {
 		{"not an integer", []string{"--model", dir, "--ids", "1,x,3"}, `"x"`},
 		{"negative", []string{"--model", dir, "--ids", "1,-4"}, "negative"},
 		{"beyond vocab", []string{"--model", dir, "--ids", "1,512"}, "512"},
-		{"bad model dir", []string{"--model", filepath.Join(t.TempDir(), "none"), "--ids", "1"}, "is neither a directory nor a Hugging Face repo id"},
+		{"bad model dir", []string{"--model", filepath.Join(t.TempDir(), "none"), "--ids", "1"}, "none does not exist"},
 		{"directory without config", []string{"--model", t.TempDir(), "--ids", "1"}, "config.json"},
 		{"unknown flag", []string{"--bogus"}, "bogus"},
+		{"negative threads", []string{"--model", dir, "--ids", "1", "--threads", "-2"}, "--threads -2: want 0 (GOMAXPROCS) to"},
+		{"too many threads", []string{"--model", dir, "--ids", "1", "--threads", "100000"}, "--threads 100000: want 0 (GOMAXPROCS) to"},
+		{"extra argument", []string{"--model", dir, "--ids", "1", "2"}, `unexpected argument "2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
