@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/kakeya-ai/kakeya/codec"
@@ -130,13 +129,13 @@ func (f *pplFlags) checkCounts() error {
 		least int
 	}{
 		{"--workers", f.workers, 1}, {"--n-eval", f.nEval, 1}, {"--ctx", f.ctx, 0}, {"--passages", f.passages, 0},
-		{"--stride", f.stride, 0}, {"--chunk", f.chunk, 0}, {"--threads", f.threads, 0},
+		{"--stride", f.stride, 0}, {"--chunk", f.chunk, 0},
 	} {
 		if c.v < c.least {
 			return fmt.Errorf("%s %d must be >= %d", c.name, c.v, c.least)
 		}
 	}
-	return nil
+	return checkThreads(f.threads)
 }
 
 // configurations gathers the reference and the configurations the flags,
@@ -247,11 +246,8 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		if f.chunk == 0 {
 			f.chunk = 512
 		}
-		if p.DocSep == "auto" {
-			p.DocSep = eval.SepLine
-			if strings.Contains(strings.ReplaceAll(text, "\r\n", "\n"), "\n\n") {
-				p.DocSep = eval.SepBlank
-			}
+		if p.DocSep, err = eval.ResolveDocSep(f.docSep, text); err != nil {
+			return fmt.Errorf("ppl: --doc-sep: %w", err)
 		}
 	default:
 		return fmt.Errorf("ppl: unknown --mode %q (want passages, docs or full)", f.mode)
@@ -265,6 +261,12 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	}
 
 	prog := eval.NewProgress(stderr, isTerminal(stderr), "ppl", len(units))
+	switch f.mode {
+	case eval.ModeDocs:
+		prog.Unit = "documents"
+	case eval.ModeFull:
+		prog.Unit = "windows"
+	}
 	var done int
 	runStart := time.Now()
 	res, err := eval.Run(ctx, eng, units, configs, eval.Options{Chunk: f.chunk, Workers: f.workers, Progress: func(d, tokens int) {
@@ -274,7 +276,11 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	prog.Finish()
 	if err != nil {
 		if ctx.Err() != nil {
-			return interrupted(fmt.Sprintf("ppl: interrupted after %d of %d passages (%.0fs); nothing written", done, len(units), time.Since(start).Seconds()))
+			unit := prog.Unit
+			if unit == "" {
+				unit = "passages"
+			}
+			return interrupted(fmt.Sprintf("ppl: interrupted after %d of %d %s (%.0fs); nothing written", done, len(units), unit, time.Since(start).Seconds()))
 		}
 		return fmt.Errorf("ppl: %w", err)
 	}

@@ -168,6 +168,8 @@ func TestPPLErrors(t *testing.T) {
 		{[]string{"--model", model, "--data", data, "--config", "block=-4"}, `block-size "-4": want an integer >= 1`},
 		{[]string{"--model", model, "--data", data, "--workers", "0"}, "--workers 0 must be >= 1"},
 		{[]string{"--model", model, "--data", data, "--stride", "-1"}, "--stride -1 must be >= 0"},
+		{[]string{"--model", model, "--data", data, "--threads", "100000000"}, "--threads 100000000: want 0"},
+		{[]string{"--model", model, "--data", data, "--mode", "docs", "--doc-sep", "para"}, `--doc-sep: eval: unknown document separator "para" (want blank, line or auto)`},
 		{[]string{"--model", model, "--data", data, "--block-size", "x"}, `invalid value "x" for flag -block-size`},
 		{[]string{"--model", model, "--data", data, "--kv-codec", "int8", "--k-bits", "3"}, "--k-bits 3: codec int8 has a fixed width"},
 		{[]string{"--model", model, "--data", data, "--out", os.TempDir()}, "--out: " + os.TempDir() + " is a directory"},
