@@ -3,10 +3,11 @@ package weights
 import (
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"sync"
 	"time"
+
+	"github.com/kakeya-ai/kakeya/internal/term"
 )
 
 // progressBar draws one download's progress on a single terminal line,
@@ -37,7 +38,7 @@ type progressBar struct {
 // redrawn every heartbeat while no data arrives.
 func newProgressBar(w io.Writer, file string, total int64, heartbeat time.Duration) *progressBar {
 	now := time.Now()
-	p := &progressBar{w: w, tty: isTerminal(w), name: path.Base(file), total: total, heartbeat: heartbeat, start: now, lastData: now, printed: -1}
+	p := &progressBar{w: w, tty: term.IsTerminal(w), name: path.Base(file), total: total, heartbeat: heartbeat, start: now, lastData: now, printed: -1}
 	if w != nil && heartbeat > 0 {
 		p.stop = make(chan struct{})
 		p.ticker.Go(p.tick)
@@ -137,16 +138,6 @@ func (p *progressBar) draw(now time.Time) {
 		return
 	}
 	fmt.Fprintf(p.w, "\r%-90s", line)
-}
-
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // roundDuration rounds d to whole seconds, or to tenths below ten seconds.

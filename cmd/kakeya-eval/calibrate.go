@@ -17,6 +17,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/term"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 )
@@ -180,7 +181,7 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 		Progress: func(p model.CalibrateProgress) {
 			last = p
 			if prog == nil {
-				prog = eval.NewProgress(stderr, isTerminal(stderr), "calibrate", p.TotalWindows)
+				prog = eval.NewProgress(stderr, term.IsTerminal(stderr), "calibrate", p.TotalWindows)
 				prog.Unit = "windows"
 			}
 			prog.Update(p.Windows, p.Tokens)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/term"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
@@ -260,7 +261,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ppl: %s: %w", f.data, err)
 	}
 
-	prog := eval.NewProgress(stderr, isTerminal(stderr), "ppl", len(units))
+	prog := eval.NewProgress(stderr, term.IsTerminal(stderr), "ppl", len(units))
 	switch f.mode {
 	case eval.ModeDocs:
 		prog.Unit = "documents"
@@ -394,14 +395,4 @@ func (s sequence) KV() eval.KVUsage {
 func (s sequence) Close() error {
 	s.s.Close()
 	return nil
-}
-
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
