@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 	"math"
 
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // Every encoded block starts with a 16-byte header:
@@ -156,11 +156,11 @@ func nonFiniteErr(name string, x []float32, d int) error {
 	return fmt.Errorf("codec: %s: non-finite input", name)
 }
 
-func putF16(b []byte, v float32) { binary.LittleEndian.PutUint16(b, kernels.F32ToF16(v)) }
-func getF16(b []byte) float32    { return kernels.F16ToF32(binary.LittleEndian.Uint16(b)) }
+func putF16(b []byte, v float32) { binary.LittleEndian.PutUint16(b, compute.F32ToF16(v)) }
+func getF16(b []byte) float32    { return compute.F16ToF32(binary.LittleEndian.Uint16(b)) }
 
 // roundF16 returns v rounded through half precision.
-func roundF16(v float32) float32 { return kernels.F16ToF32(kernels.F32ToF16(v)) }
+func roundF16(v float32) float32 { return compute.F16ToF32(compute.F32ToF16(v)) }
 
 // maxF16 is the largest finite half-precision value.
 const maxF16 = 65504
@@ -168,9 +168,9 @@ const maxF16 = 65504
 // f16Floor returns the largest half-precision value <= v (|v| in range), so
 // an asymmetric quantizer's minimum never rounds above the data.
 func f16Floor(v float32) float32 {
-	h := kernels.F32ToF16(v)
-	if kernels.F16ToF32(h) <= v {
-		return kernels.F16ToF32(h)
+	h := compute.F32ToF16(v)
+	if compute.F16ToF32(h) <= v {
+		return compute.F16ToF32(h)
 	}
 	switch {
 	case h == 0: // +0 above a tiny negative v
@@ -180,5 +180,5 @@ func f16Floor(v float32) float32 {
 	default:
 		h++
 	}
-	return kernels.F16ToF32(h)
+	return compute.F16ToF32(h)
 }

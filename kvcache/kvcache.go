@@ -13,7 +13,7 @@ import (
 	"fmt"
 
 	"github.com/kakeya-ai/kakeya/codec"
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
@@ -432,11 +432,11 @@ func (c *Cache) Stats() Stats {
 func toBF16(dst []uint16, x []float32) {
 	dst = dst[:len(x)]
 	for i, v := range x {
-		dst[i] = kernels.F32ToBF16(v)
+		dst[i] = compute.F32ToBF16(v)
 	}
 }
 
 // fromBF16 widens x into dst through the weights' conversion kernel.
 func fromBF16(dst []float32, x []uint16) {
-	cpu.RowF32(dst, kernels.Mat{DType: kernels.BF16, Rows: 1, Cols: len(x), U16: x}, 0)
+	cpu.RowF32(dst, compute.Mat{DType: compute.BF16, Rows: 1, Cols: len(x), U16: x}, 0)
 }

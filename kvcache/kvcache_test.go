@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // rawCodec stores float32 bits as they are: lossless, 4 bytes a value.
@@ -68,7 +68,7 @@ func TestAppendReadBack(t *testing.T) {
 				for l := range want {
 					stored[l] = make([]float32, len(want[l]))
 					for i, v := range want[l] {
-						stored[l][i] = kernels.BF16ToF32(kernels.F32ToBF16(v))
+						stored[l][i] = compute.BF16ToF32(compute.F32ToBF16(v))
 					}
 				}
 			}

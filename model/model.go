@@ -11,7 +11,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -77,10 +77,10 @@ type Model struct {
 	eps               float32
 	window            int
 
-	embed  kernels.Mat
+	embed  compute.Mat
 	layers []layer
 	norm   []float32
-	lmHead kernels.Mat
+	lmHead compute.Mat
 
 	invFreq  []float32
 	cos, sin []float32
@@ -88,11 +88,11 @@ type Model struct {
 
 type layer struct {
 	inNorm, postNorm []float32
-	q, k, v, o       kernels.Mat
+	q, k, v, o       compute.Mat
 	qBias, kBias     []float32
 	vBias, oBias     []float32
 	qNorm, kNorm     []float32
-	gate, up, down   kernels.Mat
+	gate, up, down   compute.Mat
 }
 
 // Load reads the model in dir (a local Hugging Face model directory): its
@@ -274,10 +274,10 @@ func (ld *loader) tensor(name string, shape ...int) *weights.Tensor {
 	return t
 }
 
-func (ld *loader) mat(name string, rows, cols int) kernels.Mat {
+func (ld *loader) mat(name string, rows, cols int) compute.Mat {
 	t := ld.tensor(name, rows, cols)
 	if t == nil {
-		return kernels.Mat{}
+		return compute.Mat{}
 	}
 	m, err := t.Mat()
 	if err != nil {

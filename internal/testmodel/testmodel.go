@@ -14,7 +14,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // RopeScaling is the rope_scaling entry of config.json.
@@ -38,7 +38,7 @@ type Spec struct {
 	Bias bool
 	// SlidingWindow is Mistral's window, 0 for none.
 	SlidingWindow int
-	DType         kernels.DType
+	DType         compute.DType
 	Seed          uint64
 }
 
@@ -46,7 +46,7 @@ type Spec struct {
 // attention, head_dim 16, rope_theta 1e6 and an untied output head, in BF16.
 var Qwen2Tiny = Spec{
 	ModelType: "qwen2", Hidden: 224, Intermediate: 320, Layers: 2, Heads: 14, KVHeads: 2, HeadDim: 16,
-	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Bias: true, DType: kernels.BF16, Seed: 1,
+	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Bias: true, DType: compute.BF16, Seed: 1,
 }
 
 // Llama3Tiny is a Llama-3-style model with Llama-3 rope_scaling (factor 8,
@@ -56,7 +56,7 @@ var Qwen2Tiny = Spec{
 // Stored in F16 with tied embeddings.
 var Llama3Tiny = Spec{
 	ModelType: "llama", Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
-	Vocab: 256, MaxPos: 1024, RopeTheta: 5e5, RMSNormEps: 1e-5, Tie: true, DType: kernels.F16, Seed: 2,
+	Vocab: 256, MaxPos: 1024, RopeTheta: 5e5, RMSNormEps: 1e-5, Tie: true, DType: compute.F16, Seed: 2,
 	RopeScaling: &RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
 }
 
@@ -64,14 +64,14 @@ var Llama3Tiny = Spec{
 // head_dim (32) that is not hidden/heads, in F32.
 var Qwen3Tiny = Spec{
 	ModelType: "qwen3", Hidden: 64, Intermediate: 96, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
-	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, DType: kernels.F32, Seed: 3,
+	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, DType: compute.F32, Seed: 3,
 }
 
 // Qwen25_05B has Qwen2.5-0.5B's exact shape in BF16 (about 1 GB on disk),
 // for benchmarks.
 var Qwen25_05B = Spec{
 	ModelType: "qwen2", Hidden: 896, Intermediate: 4864, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64,
-	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: kernels.BF16, Seed: 4,
+	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: compute.BF16, Seed: 4,
 }
 
 // tensor is one tensor to write: its values are uniform with the given mean
@@ -154,7 +154,7 @@ func Write(dir string, spec Spec) error {
 
 func (s *Spec) config() map[string]any {
 	arch := map[string]string{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[s.ModelType]
-	dt := map[kernels.DType]string{kernels.F32: "float32", kernels.F16: "float16", kernels.BF16: "bfloat16"}[s.DType]
+	dt := map[compute.DType]string{compute.F32: "float32", compute.F16: "float16", compute.BF16: "bfloat16"}[s.DType]
 	eps := s.RMSNormEps
 	if eps == 0 {
 		eps = 1e-6
@@ -217,7 +217,7 @@ func writeJSON(path string, v any) error {
 // so a 1 GB checkpoint needs no more than a write buffer of memory.
 func writeSafetensors(path string, s *Spec) (err error) {
 	ts := s.tensors()
-	name := map[kernels.DType]string{kernels.F32: "F32", kernels.F16: "F16", kernels.BF16: "BF16"}[s.DType]
+	name := map[compute.DType]string{compute.F32: "F32", compute.F16: "F16", compute.BF16: "BF16"}[s.DType]
 	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt", "generator": "kakeya testmodel"}}
 	var off int64
 	for _, t := range ts {
@@ -268,12 +268,12 @@ func writeSafetensors(path string, s *Spec) (err error) {
 				x := float32(int32(uint32(u>>(32*j))>>8)-(1<<23)) * (1.0 / (1 << 23))
 				v := m + a*x
 				switch s.DType {
-				case kernels.F32:
+				case compute.F32:
 					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-				case kernels.F16:
-					buf = binary.LittleEndian.AppendUint16(buf, kernels.F32ToF16(v))
+				case compute.F16:
+					buf = binary.LittleEndian.AppendUint16(buf, compute.F32ToF16(v))
 				default:
-					buf = binary.LittleEndian.AppendUint16(buf, kernels.F32ToBF16(v))
+					buf = binary.LittleEndian.AppendUint16(buf, compute.F32ToBF16(v))
 				}
 			}
 			if len(buf) >= cap(buf)-8 {

@@ -3,7 +3,7 @@ package cpu
 import (
 	"fmt"
 
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 const (
@@ -29,9 +29,9 @@ type kernelSet struct {
 	name string
 	// gemv sets out[r] = W[r]·x for rows [lo, hi), with s (at least
 	// w.Cols long) as scratch.
-	gemv func(out, x []float32, w *kernels.Mat, lo, hi int, s []float32)
+	gemv func(out, x []float32, w *compute.Mat, lo, hi int, s []float32)
 	// cvt sets dst[i] to element off+i of w's row-major storage.
-	cvt func(dst []float32, w *kernels.Mat, off int)
+	cvt func(dst []float32, w *compute.Mat, off int)
 	// dot4x2 sets d[j] = w_j·x0 and d[4+j] = w_j·x1 for the four f32 rows
 	// w_j = w[j*ws : j*ws+len(x0)].
 	dot4x2 func(w []float32, ws int, x0, x1 []float32, d *[8]float32)
@@ -58,7 +58,7 @@ func (p *Pool) Kernel() string { return p.k.name }
 // n == 1 is a memory-bound GEMV; n > 1 converts tiles of W once and reuses
 // them across all tokens. out must not overlap x. It panics if the lengths
 // do not match the shapes.
-func (p *Pool) MatMul(out, x []float32, n int, w kernels.Mat) {
+func (p *Pool) MatMul(out, x []float32, n int, w compute.Mat) {
 	checkMatMul(out, x, n, &w)
 	if n == 0 {
 		return
@@ -87,17 +87,17 @@ func (p *Pool) MatMul(out, x []float32, n int, w kernels.Mat) {
 	t.runWorker(0, 0, units)
 }
 
-func checkMatMul(out, x []float32, n int, w *kernels.Mat) {
+func checkMatMul(out, x []float32, n int, w *compute.Mat) {
 	if n < 0 || w.Rows <= 0 || w.Cols <= 0 {
 		panic(fmt.Sprintf("cpu: MatMul: bad shape n=%d rows=%d cols=%d", n, w.Rows, w.Cols))
 	}
 	size := w.Rows * w.Cols
 	switch w.DType {
-	case kernels.F32:
+	case compute.F32:
 		if len(w.F32) != size {
 			panic(fmt.Sprintf("cpu: MatMul: F32 weight has %d elements, want %dx%d", len(w.F32), w.Rows, w.Cols))
 		}
-	case kernels.F16, kernels.BF16:
+	case compute.F16, compute.BF16:
 		if len(w.U16) != size {
 			panic(fmt.Sprintf("cpu: MatMul: %v weight has %d elements, want %dx%d", w.DType, len(w.U16), w.Rows, w.Cols))
 		}
@@ -119,7 +119,7 @@ type matmulTask struct {
 	scratch [][]float32
 	out, x  []float32
 	n       int
-	w       kernels.Mat
+	w       compute.Mat
 }
 
 func (t *matmulTask) runWorker(worker, lo, hi int) {
@@ -145,7 +145,7 @@ func (t *matmulTask) runWorker(worker, lo, hi int) {
 
 // gemmTile computes rows [r0, r1) of the output for all n tokens, converting
 // the weight rows tileK columns at a time into the f32 scratch s.
-func (k *kernelSet) gemmTile(out, x []float32, n int, w *kernels.Mat, r0, r1 int, s []float32) {
+func (k *kernelSet) gemmTile(out, x []float32, n int, w *compute.Mat, r0, r1 int, s []float32) {
 	rows, cols := w.Rows, w.Cols
 	nr := r1 - r0
 	// The micro-kernels' results go through the scratch: a local array passed
@@ -211,16 +211,16 @@ func accum1(dst *float32, v float32, first bool) {
 
 // RowF32 converts row r of w to f32 into dst[:w.Cols] (an embedding lookup).
 // It panics if r is out of range or dst is shorter than a row.
-func RowF32(dst []float32, w kernels.Mat, r int) {
+func RowF32(dst []float32, w compute.Mat, r int) {
 	if r < 0 || r >= w.Rows || len(dst) < w.Cols {
 		panic(fmt.Sprintf("cpu: RowF32: row %d of %dx%d into %d floats", r, w.Rows, w.Cols, len(dst)))
 	}
 	switch w.DType {
-	case kernels.F32:
+	case compute.F32:
 		if len(w.F32) < w.Rows*w.Cols {
 			panic(fmt.Sprintf("cpu: RowF32: F32 weight has %d elements, want %dx%d", len(w.F32), w.Rows, w.Cols))
 		}
-	case kernels.F16, kernels.BF16:
+	case compute.F16, compute.BF16:
 		if len(w.U16) < w.Rows*w.Cols {
 			panic(fmt.Sprintf("cpu: RowF32: %v weight has %d elements, want %dx%d", w.DType, len(w.U16), w.Rows, w.Cols))
 		}
@@ -233,56 +233,56 @@ func RowF32(dst []float32, w kernels.Mat, r int) {
 // Scalar inner loops, used without SIMD and as the reference the SIMD
 // paths are tested against.
 
-func cvtScalar(dst []float32, w *kernels.Mat, off int) {
+func cvtScalar(dst []float32, w *compute.Mat, off int) {
 	switch w.DType {
-	case kernels.F32:
+	case compute.F32:
 		copy(dst, w.F32[off:off+len(dst)])
-	case kernels.BF16:
+	case compute.BF16:
 		src := w.U16[off : off+len(dst)]
 		for i, b := range src {
-			dst[i] = kernels.BF16ToF32(b)
+			dst[i] = compute.BF16ToF32(b)
 		}
-	case kernels.F16:
+	case compute.F16:
 		src := w.U16[off : off+len(dst)]
 		for i, h := range src {
-			dst[i] = kernels.F16ToF32(h)
+			dst[i] = compute.F16ToF32(h)
 		}
 	}
 }
 
-func gemvScalar(out, x []float32, w *kernels.Mat, lo, hi int, _ []float32) {
+func gemvScalar(out, x []float32, w *compute.Mat, lo, hi int, _ []float32) {
 	cols := w.Cols
 	x = x[:cols]
 	for r := lo; r < hi; r++ {
 		switch w.DType {
-		case kernels.F32:
+		case compute.F32:
 			out[r] = dotScalar(w.F32[r*cols:(r+1)*cols], x)
-		case kernels.BF16:
+		case compute.BF16:
 			row := w.U16[r*cols : (r+1)*cols]
 			var s0, s1, s2, s3 float32
 			c := 0
 			for ; c+4 <= cols; c += 4 {
-				s0 += kernels.BF16ToF32(row[c]) * x[c]
-				s1 += kernels.BF16ToF32(row[c+1]) * x[c+1]
-				s2 += kernels.BF16ToF32(row[c+2]) * x[c+2]
-				s3 += kernels.BF16ToF32(row[c+3]) * x[c+3]
+				s0 += compute.BF16ToF32(row[c]) * x[c]
+				s1 += compute.BF16ToF32(row[c+1]) * x[c+1]
+				s2 += compute.BF16ToF32(row[c+2]) * x[c+2]
+				s3 += compute.BF16ToF32(row[c+3]) * x[c+3]
 			}
 			for ; c < cols; c++ {
-				s0 += kernels.BF16ToF32(row[c]) * x[c]
+				s0 += compute.BF16ToF32(row[c]) * x[c]
 			}
 			out[r] = (s0 + s1) + (s2 + s3)
-		case kernels.F16:
+		case compute.F16:
 			row := w.U16[r*cols : (r+1)*cols]
 			var s0, s1, s2, s3 float32
 			c := 0
 			for ; c+4 <= cols; c += 4 {
-				s0 += kernels.F16ToF32(row[c]) * x[c]
-				s1 += kernels.F16ToF32(row[c+1]) * x[c+1]
-				s2 += kernels.F16ToF32(row[c+2]) * x[c+2]
-				s3 += kernels.F16ToF32(row[c+3]) * x[c+3]
+				s0 += compute.F16ToF32(row[c]) * x[c]
+				s1 += compute.F16ToF32(row[c+1]) * x[c+1]
+				s2 += compute.F16ToF32(row[c+2]) * x[c+2]
+				s3 += compute.F16ToF32(row[c+3]) * x[c+3]
 			}
 			for ; c < cols; c++ {
-				s0 += kernels.F16ToF32(row[c]) * x[c]
+				s0 += compute.F16ToF32(row[c]) * x[c]
 			}
 			out[r] = (s0 + s1) + (s2 + s3)
 		}

@@ -7,16 +7,16 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // testMat returns a random rows x cols matrix stored as dt, and the exact
 // values it holds as float64 (the reference reads the rounded weights).
-func testMat(rng *rand.Rand, dt kernels.DType, rows, cols int) (kernels.Mat, []float64) {
-	m := kernels.Mat{DType: dt, Rows: rows, Cols: cols}
+func testMat(rng *rand.Rand, dt compute.DType, rows, cols int) (compute.Mat, []float64) {
+	m := compute.Mat{DType: dt, Rows: rows, Cols: cols}
 	ref := make([]float64, rows*cols)
 	switch dt {
-	case kernels.F32:
+	case compute.F32:
 		m.F32 = make([]float32, rows*cols)
 	default:
 		m.U16 = make([]uint16, rows*cols)
@@ -24,15 +24,15 @@ func testMat(rng *rand.Rand, dt kernels.DType, rows, cols int) (kernels.Mat, []f
 	for i := range ref {
 		v := float32(rng.NormFloat64())
 		switch dt {
-		case kernels.F32:
+		case compute.F32:
 			m.F32[i] = v
 			ref[i] = float64(v)
-		case kernels.BF16:
-			m.U16[i] = kernels.F32ToBF16(v)
-			ref[i] = float64(kernels.BF16ToF32(m.U16[i]))
-		case kernels.F16:
-			m.U16[i] = kernels.F32ToF16(v)
-			ref[i] = float64(kernels.F16ToF32(m.U16[i]))
+		case compute.BF16:
+			m.U16[i] = compute.F32ToBF16(v)
+			ref[i] = float64(compute.BF16ToF32(m.U16[i]))
+		case compute.F16:
+			m.U16[i] = compute.F32ToF16(v)
+			ref[i] = float64(compute.F16ToF32(m.U16[i]))
 		}
 	}
 	return m, ref
@@ -102,7 +102,7 @@ func TestMatMul(t *testing.T) {
 	pools := testPools(t)
 	t.Logf("best kernels: %s", pools["best/2"].Kernel())
 	shapes := []struct{ rows, cols int }{{1, 1}, {7, 13}, {33, 65}, {64, 172}, {300, 896}, {5, 300}}
-	for _, dt := range []kernels.DType{kernels.F32, kernels.F16, kernels.BF16} {
+	for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
 		for _, sh := range shapes {
 			w, ref := testMat(rng, dt, sh.rows, sh.cols)
 			for _, n := range []int{1, 2, 3, 5, 17, 64} {
@@ -137,7 +137,7 @@ func TestMatMulNested(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	p := NewPool(2)
 	defer p.Close()
-	w, ref := testMat(rng, kernels.BF16, 40, 70)
+	w, ref := testMat(rng, compute.BF16, 40, 70)
 	const n = 3
 	x := randVec(rng, n*70)
 	outs := make([][]float32, 4)
@@ -156,19 +156,19 @@ func TestMatMulNested(t *testing.T) {
 }
 
 func TestMatMulBadShapesPanic(t *testing.T) {
-	w := kernels.Mat{DType: kernels.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 12)}
+	w := compute.Mat{DType: compute.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 12)}
 	tests := []struct {
 		name   string
 		out, x []float32
 		n      int
-		w      kernels.Mat
+		w      compute.Mat
 	}{
 		{"short x", make([]float32, 8), make([]float32, 5), 2, w},
 		{"short out", make([]float32, 7), make([]float32, 6), 2, w},
 		{"negative n", make([]float32, 8), make([]float32, 6), -1, w},
-		{"storage", make([]float32, 4), make([]float32, 3), 1, kernels.Mat{DType: kernels.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 11)}},
-		{"dtype", make([]float32, 4), make([]float32, 3), 1, kernels.Mat{Rows: 4, Cols: 3}},
-		{"f32 storage", make([]float32, 4), make([]float32, 3), 1, kernels.Mat{DType: kernels.F32, Rows: 4, Cols: 3, U16: make([]uint16, 12)}},
+		{"storage", make([]float32, 4), make([]float32, 3), 1, compute.Mat{DType: compute.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 11)}},
+		{"dtype", make([]float32, 4), make([]float32, 3), 1, compute.Mat{Rows: 4, Cols: 3}},
+		{"f32 storage", make([]float32, 4), make([]float32, 3), 1, compute.Mat{DType: compute.F32, Rows: 4, Cols: 3, U16: make([]uint16, 12)}},
 	}
 	p := NewPool(2)
 	defer p.Close()
@@ -192,7 +192,7 @@ func TestMatMulAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	p := NewPool(2)
 	defer p.Close()
-	w, _ := testMat(rng, kernels.BF16, 256, 200)
+	w, _ := testMat(rng, compute.BF16, 256, 200)
 	for _, n := range []int{1, 64} {
 		x := randVec(rng, n*200)
 		out := make([]float32, n*256)
@@ -204,7 +204,7 @@ func TestMatMulAllocs(t *testing.T) {
 
 func TestRowF32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, dt := range []kernels.DType{kernels.F32, kernels.F16, kernels.BF16} {
+	for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
 		w, ref := testMat(rng, dt, 5, 37)
 		dst := make([]float32, 37)
 		for r := range 5 {
@@ -218,14 +218,14 @@ func TestRowF32(t *testing.T) {
 	}
 	// Special values go through the vector conversion too.
 	specials := []uint16{0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x3c00, 0xc000, 0x3555, 0x8001, 0x7e00, 0x7c01, 0xfe00}
-	for _, dt := range []kernels.DType{kernels.F16, kernels.BF16} {
-		w := kernels.Mat{DType: dt, Rows: 1, Cols: len(specials), U16: specials}
+	for _, dt := range []compute.DType{compute.F16, compute.BF16} {
+		w := compute.Mat{DType: dt, Rows: 1, Cols: len(specials), U16: specials}
 		dst := make([]float32, len(specials))
 		RowF32(dst, w, 0)
 		for i, h := range specials {
-			want := kernels.F16ToF32(h)
-			if dt == kernels.BF16 {
-				want = kernels.BF16ToF32(h)
+			want := compute.F16ToF32(h)
+			if dt == compute.BF16 {
+				want = compute.BF16ToF32(h)
 			}
 			if math.Float32bits(dst[i]) != math.Float32bits(want) && !(want != want && dst[i] != dst[i]) {
 				t.Errorf("%v %#04x -> %v (%#08x), want %v", dt, h, dst[i], math.Float32bits(dst[i]), want)
@@ -240,7 +240,7 @@ func TestMatMulConcurrent(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	p := NewPool(2)
 	defer p.Close()
-	w, ref := testMat(rng, kernels.BF16, 520, 530) // above minParallelWork
+	w, ref := testMat(rng, compute.BF16, 520, 530) // above minParallelWork
 	const n = 2
 	x := randVec(rng, n*530)
 	want, mag := refMatMul(x, n, ref, 520, 530)

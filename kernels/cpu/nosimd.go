@@ -5,7 +5,7 @@ package cpu
 import (
 	"runtime"
 
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // Features describes the kernels this build runs, for a tool to print: here
@@ -22,7 +22,7 @@ func Features() string {
 
 func bestKernels() *kernelSet { return &scalarKernels }
 
-func cvtRow(dst []float32, w *kernels.Mat, off int)       { cvtScalar(dst, w, off) }
+func cvtRow(dst []float32, w *compute.Mat, off int)       { cvtScalar(dst, w, off) }
 func dot(a, b []float32) float32                          { return dotScalar(a, b) }
 func axpy(alpha float32, x, y []float32)                  { axpyScalar(alpha, x, y) }
 func add(dst, x []float32)                                { addScalar(dst, x) }

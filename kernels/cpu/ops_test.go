@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 var opLengths = []int{0, 1, 7, 8, 9, 16, 31, 33, 64, 896, 1001}
@@ -251,8 +251,8 @@ func TestOpsLengthPanics(t *testing.T) {
 	}
 }
 
-func testMatNoData() kernels.Mat {
-	return kernels.Mat{DType: kernels.BF16, Rows: 2, Cols: 3, U16: make([]uint16, 6)}
+func testMatNoData() compute.Mat {
+	return compute.Mat{DType: compute.BF16, Rows: 2, Cols: 3, U16: make([]uint16, 6)}
 }
 
 func TestHadamardStages(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"math"
 	"simd/archsimd"
 
-	"github.com/kakeya-ai/kakeya/kernels"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // hasAVX2 selects the 256-bit kernels. AVX-512 is not used: on the Zen 4
@@ -77,7 +77,7 @@ func hsum(a f32x8) float32 {
 	return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]))
 }
 
-func cvtRow(dst []float32, w *kernels.Mat, off int) {
+func cvtRow(dst []float32, w *compute.Mat, off int) {
 	if hasAVX2 {
 		cvtAVX2(dst, w, off)
 		return
@@ -85,29 +85,29 @@ func cvtRow(dst []float32, w *kernels.Mat, off int) {
 	cvtScalar(dst, w, off)
 }
 
-func cvtAVX2(dst []float32, w *kernels.Mat, off int) {
+func cvtAVX2(dst []float32, w *compute.Mat, off int) {
 	n := len(dst)
 	switch w.DType {
-	case kernels.F32:
+	case compute.F32:
 		copy(dst, w.F32[off:off+n])
 		return
-	case kernels.BF16:
+	case compute.BF16:
 		src := w.U16[off : off+n]
 		i := 0
 		for ; i+8 <= n; i += 8 {
 			store8(bf16x8(src[i:i+8]), dst[i:i+8])
 		}
 		for ; i < n; i++ {
-			dst[i] = kernels.BF16ToF32(src[i])
+			dst[i] = compute.BF16ToF32(src[i])
 		}
-	case kernels.F16:
+	case compute.F16:
 		src := w.U16[off : off+n]
 		i := 0
 		for ; i+8 <= n; i += 8 {
 			store8(f16x8(src[i:i+8]), dst[i:i+8])
 		}
 		for ; i < n; i++ {
-			dst[i] = kernels.F16ToF32(src[i])
+			dst[i] = compute.F16ToF32(src[i])
 		}
 	}
 }
@@ -116,13 +116,13 @@ func cvtAVX2(dst []float32, w *kernels.Mat, off int) {
 // the whole block is one sequential stream for the hardware prefetcher
 // (interleaving rows would make many short streams it keeps having to pick
 // up anew). Four rows' lane sums are reduced together.
-func gemvAVX2(out, x []float32, w *kernels.Mat, lo, hi int, s []float32) {
+func gemvAVX2(out, x []float32, w *compute.Mat, lo, hi int, s []float32) {
 	cols := w.Cols
 	x = x[:cols]
 	n16 := cols &^ 15
 	xp := s[:n16]
 	switch w.DType {
-	case kernels.BF16:
+	case compute.BF16:
 		deinterleave16(s[:cols], x)
 	default:
 		copy(xp, x)
@@ -154,27 +154,27 @@ func deinterleave16(xp, x []float32) {
 }
 
 // gemvRow returns the lane sums of row r's first len(xp) columns with xp.
-func gemvRow(w *kernels.Mat, r int, xp []float32) f32x8 {
+func gemvRow(w *compute.Mat, r int, xp []float32) f32x8 {
 	off := r * w.Cols
 	switch w.DType {
-	case kernels.BF16:
+	case compute.BF16:
 		return gemvRowBF16(w.U16[off:off+len(xp)], xp)
-	case kernels.F16:
+	case compute.F16:
 		return gemvRowF16(w.U16[off:off+len(xp)], xp)
 	}
 	return gemvRowF32(w.F32[off:off+len(xp)], xp)
 }
 
 // gemvTail returns row r's dot product with x over columns [c0, w.Cols).
-func gemvTail(w *kernels.Mat, r int, x []float32, c0 int) float32 {
+func gemvTail(w *compute.Mat, r int, x []float32, c0 int) float32 {
 	var s float32
 	off := r * w.Cols
 	for c := c0; c < w.Cols; c++ {
 		switch w.DType {
-		case kernels.BF16:
-			s += kernels.BF16ToF32(w.U16[off+c]) * x[c]
-		case kernels.F16:
-			s += kernels.F16ToF32(w.U16[off+c]) * x[c]
+		case compute.BF16:
+			s += compute.BF16ToF32(w.U16[off+c]) * x[c]
+		case compute.F16:
+			s += compute.F16ToF32(w.U16[off+c]) * x[c]
 		default:
 			s += w.F32[off+c] * x[c]
 		}

@@ -1,6 +1,4 @@
-// Package kernels holds what every compute backend shares: element types
-// and the weight-matrix view the backends read in its stored dtype.
-package kernels
+package compute
 
 import (
 	"fmt"
