@@ -2,10 +2,12 @@
 // token blocks per layer and KV head, keys stored before RoPE so a full block
 // can be handed to a codec as it is, and exact byte accounting.
 //
-// Blocks start hot (float32, or bf16 when the policy asks). Once a full
-// block is older than the policy's hot window (and holds no sink token), it
-// is encoded through the layer's codecs and its hot storage returns to the
-// cache's free list.
+// The blocks live in a compute.BlockStore, the memory of the backend whose
+// attention reads them; the cache keeps the block tables, the policy and
+// the accounting. Blocks start hot (float32, or bf16 when the policy asks).
+// Once a full block is older than the policy's hot window (and holds no
+// sink token), it is read back, encoded through the layer's codecs on the
+// host, and its hot storage returns to the store.
 package kvcache
 
 import (
@@ -14,7 +16,6 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // Policy says how a cache compresses its blocks.
@@ -70,6 +71,9 @@ type Config struct {
 	// MaxTokens is the capacity in tokens.
 	MaxTokens int
 	Policy    Policy
+	// Store holds the blocks, in the memory of the backend that attends
+	// over them; it stores hot blocks as bf16 exactly when Policy.HotBF16.
+	Store compute.BlockStore
 }
 
 func (c *Config) validate() error {
@@ -82,6 +86,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("kvcache: HeadDim = %d, want > 0", c.HeadDim)
 	case c.BlockSize <= 0:
 		return fmt.Errorf("kvcache: BlockSize = %d, want > 0", c.BlockSize)
+	case c.Store == nil:
+		return errors.New("kvcache: no block store")
 	case c.MaxTokens <= 0:
 		return fmt.Errorf("kvcache: MaxTokens = %d, want > 0", c.MaxTokens)
 	case c.Policy.HotWindow < 0 || c.Policy.Sinks < 0:
@@ -97,31 +103,29 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// part is the storage of one (block, head, K|V): hot values (float32 or
-// bf16, by the policy) or encoded bytes.
-type part struct {
-	hot   []float32 // BlockSize*HeadDim, nil once encoded or when bf16
-	hot16 []uint16  // BlockSize*HeadDim bf16 values, nil once encoded or when float32
-	enc   []byte
-}
-
-func (p *part) isHot() bool { return p.hot != nil || p.hot16 != nil }
-
 type layer struct {
-	n       int      // tokens stored
-	blocks  [][]part // block table: [block][head*2 + (0 K | 1 V)]
-	nextEnc int      // first block not yet considered for encoding
+	n       int              // tokens stored
+	blocks  [][]compute.Part // block table: [block][head*2 + (0 K | 1 V)]
+	nextEnc int              // first block not yet considered for encoding
 	st      LayerStats
+	view    layerView
 }
 
-// Cache holds the keys and values of one sequence for every layer. A Cache
-// may be read from many goroutines at once (K, V, Len) but is written by one.
+// layerView is one layer as attention reads it (compute.KVLayer).
+type layerView struct{ l *layer }
+
+func (v *layerView) Len() int { return v.l.n }
+
+func (v *layerView) Part(head, block, kv int) compute.Part { return v.l.blocks[block][2*head+kv] }
+
+// Cache holds the keys and values of one sequence for every layer, in the
+// memory of its block store. A Cache may be read from many goroutines at
+// once (Layer, Read, Len) but is written by one.
 type Cache struct {
 	cfg    Config
 	layers []layer
-	free   [][]float32 // float32 block buffers ready for reuse
-	free16 [][]uint16  // bf16 block buffers ready for reuse
-	widen  []float32   // a bf16 block widened for its codec
+	widen  []float32 // a block read back for its codec
+	enc    []byte    // a block's encoding before the store takes it
 }
 
 // New returns an empty cache.
@@ -129,7 +133,11 @@ func New(cfg Config) (*Cache, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Cache{cfg: cfg, layers: make([]layer, cfg.Layers)}, nil
+	c := &Cache{cfg: cfg, layers: make([]layer, cfg.Layers)}
+	for i := range c.layers {
+		c.layers[i].view.l = &c.layers[i]
+	}
+	return c, nil
 }
 
 // Config returns the cache's configuration.
@@ -145,51 +153,22 @@ func (c *Cache) Len() int { return c.layers[0].n }
 // LayerLen returns the number of tokens stored in one layer.
 func (c *Cache) LayerLen(layer int) int { return c.layers[layer].n }
 
-// Reset empties the cache, keeping its float buffers for reuse.
+// Layer returns one layer's block table as attention reads it.
+func (c *Cache) Layer(layer int) compute.KVLayer { return &c.layers[layer].view }
+
+// Reset empties the cache, returning its blocks to the store for reuse.
 func (c *Cache) Reset() {
 	for i := range c.layers {
 		l := &c.layers[i]
 		for _, b := range l.blocks {
 			for j := range b {
-				c.release(&b[j])
-				// Keep the encoded buffer's memory for the next use.
-				b[j] = part{enc: b[j].enc[:0]}
+				c.cfg.Store.Release(b[j])
+				b[j] = nil
 			}
 		}
 		l.blocks = l.blocks[:0]
 		l.n, l.nextEnc = 0, 0
 		l.st = LayerStats{}
-	}
-}
-
-// hold gives pt fresh hot storage of the policy's type.
-func (c *Cache) hold(pt *part) {
-	if c.cfg.Policy.HotBF16 {
-		if n := len(c.free16); n > 0 {
-			pt.hot16 = c.free16[n-1]
-			c.free16 = c.free16[:n-1]
-		} else {
-			pt.hot16 = make([]uint16, c.cfg.BlockSize*c.cfg.HeadDim)
-		}
-		return
-	}
-	if n := len(c.free); n > 0 {
-		pt.hot = c.free[n-1]
-		c.free = c.free[:n-1]
-	} else {
-		pt.hot = make([]float32, c.cfg.BlockSize*c.cfg.HeadDim)
-	}
-}
-
-// release returns pt's hot storage to the free lists.
-func (c *Cache) release(pt *part) {
-	if pt.hot != nil {
-		c.free = append(c.free, pt.hot)
-		pt.hot = nil
-	}
-	if pt.hot16 != nil {
-		c.free16 = append(c.free16, pt.hot16)
-		pt.hot16 = nil
 	}
 }
 
@@ -208,52 +187,52 @@ var ErrFull = errors.New("kvcache: cache full")
 // Append stores n tokens of one layer at positions LayerLen(layer)...: k and
 // v hold n rows of KVHeads*HeadDim values, keys before RoPE. Full blocks that
 // leave the hot window are encoded.
-func (c *Cache) Append(layerIdx int, k, v []float32, n int) error {
+func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 	if layerIdx < 0 || layerIdx >= len(c.layers) {
 		return fmt.Errorf("kvcache: layer %d out of range [0, %d)", layerIdx, len(c.layers))
 	}
 	kvh, d, bs := c.cfg.KVHeads, c.cfg.HeadDim, c.cfg.BlockSize
 	row := kvh * d
-	if len(k) < n*row || len(v) < n*row {
-		return fmt.Errorf("kvcache: append of %d tokens needs %d values of K and V, got %d and %d", n, n*row, len(k), len(v))
+	if k.Len < n*row || v.Len < n*row {
+		return fmt.Errorf("kvcache: append of %d tokens needs %d values of K and V, got %d and %d", n, n*row, k.Len, v.Len)
 	}
 	l := &c.layers[layerIdx]
 	if l.n+n > c.cfg.MaxTokens {
 		return fmt.Errorf("%w: layer %d holds %d tokens, %d more exceed the capacity of %d", ErrFull, layerIdx, l.n, n, c.cfg.MaxTokens)
 	}
-	for i := 0; i < n; i++ {
-		b, off := l.n/bs, (l.n%bs)*d
+	store := c.cfg.Store
+	for i := 0; i < n; {
+		b, off := l.n/bs, l.n%bs
 		if b == len(l.blocks) {
 			// Reuse the part slices a Reset left in the block table.
 			if b < cap(l.blocks) && l.blocks[:b+1][b] != nil {
 				l.blocks = l.blocks[:b+1]
 			} else {
-				l.blocks = append(l.blocks, make([]part, 2*kvh))
+				l.blocks = append(l.blocks, make([]compute.Part, 2*kvh))
 			}
 			for j := range l.blocks[b] {
-				c.hold(&l.blocks[b][j])
+				l.blocks[b][j] = store.NewPart()
 			}
 			l.st.KHot += int64(kvh) * c.hotBytes()
 			l.st.VHot += int64(kvh) * c.hotBytes()
 		}
-		parts := l.blocks[b]
+		// The tokens that go into this block, head by head.
+		m := min(n-i, bs-off)
 		for h := 0; h < kvh; h++ {
-			kr, vr := k[i*row+h*d:i*row+(h+1)*d], v[i*row+h*d:i*row+(h+1)*d]
-			if kp, vp := &parts[2*h], &parts[2*h+1]; kp.hot16 != nil {
-				toBF16(kp.hot16[off:off+d], kr)
-				toBF16(vp.hot16[off:off+d], vr)
-			} else {
-				copy(kp.hot[off:off+d], kr)
-				copy(vp.hot[off:off+d], vr)
-			}
+			src := i*row + h*d
+			store.Write(l.blocks[b][2*h], off, k.Slice(src, src+(m-1)*row+d), row, m)
+			store.Write(l.blocks[b][2*h+1], off, v.Slice(src, src+(m-1)*row+d), row, m)
 		}
-		l.n++
+		l.n += m
+		i += m
 	}
 	l.st.Tokens = l.n
 	return c.encodeOld(layerIdx)
 }
 
-// encodeOld encodes the full blocks of a layer that left the hot window.
+// encodeOld encodes the full blocks of a layer that left the hot window:
+// each part is read back to the host, encoded, and handed to the store when
+// its backend attends over encoded blocks (else it stays hot).
 func (c *Cache) encodeOld(layerIdx int) error {
 	p := &c.cfg.Policy
 	if layerIdx >= len(p.Layers) {
@@ -261,6 +240,8 @@ func (c *Cache) encodeOld(layerIdx int) error {
 	}
 	l := &c.layers[layerIdx]
 	bs, d := c.cfg.BlockSize, c.cfg.HeadDim
+	store := c.cfg.Store
+	ea, _ := store.(compute.EncodedAttention)
 	for ; (l.nextEnc+1)*bs <= l.n-p.HotWindow; l.nextEnc++ {
 		b := l.nextEnc
 		if b*bs < p.Sinks {
@@ -268,24 +249,25 @@ func (c *Cache) encodeOld(layerIdx int) error {
 		}
 		for h := 0; h < c.cfg.KVHeads; h++ {
 			for kv, cd := range [2]codec.Codec{p.KCodec(layerIdx, h), p.VCodec(layerIdx)} {
-				if cd == nil {
+				if cd == nil || ea == nil || !ea.AttendsEncoded(cd) {
 					continue
 				}
-				pt := &l.blocks[b][2*h+kv]
-				x := pt.hot
-				if pt.hot16 != nil {
-					if len(c.widen) < bs*d {
-						c.widen = make([]float32, bs*d)
-					}
-					x = c.widen[:bs*d]
-					fromBF16(x, pt.hot16)
+				pt := l.blocks[b][2*h+kv]
+				if len(c.widen) < bs*d {
+					c.widen = make([]float32, bs*d)
 				}
-				enc, err := cd.Encode(pt.enc[:0], x, bs, d)
+				x := c.widen[:bs*d]
+				if err := store.Read(x, pt); err != nil {
+					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layerIdx, b, h, kvName(kv), err)
+				}
+				enc, err := cd.Encode(c.enc[:0], x, bs, d)
 				if err != nil {
 					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %s: %w", layerIdx, b, h, kvName(kv), cd.Name(), err)
 				}
-				pt.enc = enc
-				c.release(pt)
+				c.enc = enc
+				if err := store.SetEncoded(pt, enc, cd); err != nil {
+					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layerIdx, b, h, kvName(kv), err)
+				}
 				hot, cb := c.hotBytes(), int64(len(enc))
 				l.st.CompressedBF16 += int64(bs * d * 2)
 				if kv == 0 {
@@ -311,59 +293,20 @@ func kvName(kv int) string {
 // NumBlocks returns the number of blocks holding tokens of a layer.
 func (c *Cache) NumBlocks(layer int) int { return len(c.layers[layer].blocks) }
 
-// K returns the pre-RoPE keys of one block and KV head as BlockSize rows of
-// HeadDim values (rows past LayerLen are stale). A float32 hot block is
-// returned as is; a bf16 or encoded one is widened or decoded into scratch
-// (BlockSize*HeadDim values).
-func (c *Cache) K(layer, head, block int, scratch []float32) ([]float32, error) {
-	return c.get(layer, head, block, 0, scratch)
-}
-
-// V is K for the values.
-func (c *Cache) V(layer, head, block int, scratch []float32) ([]float32, error) {
-	return c.get(layer, head, block, 1, scratch)
-}
-
-// VEncoded returns the encoded bytes of the V part of a block and the codec
-// that wrote them, or ok = false while the part is hot. The bytes belong to
-// the cache: read them, do not keep or change them.
-func (c *Cache) VEncoded(layer, head, block int) (enc []byte, cd codec.Codec, ok bool) {
-	pt := &c.layers[layer].blocks[block][2*head+1]
-	if pt.isHot() {
-		return nil, nil, false
+// Read copies the keys (kv 0, before RoPE) or values (kv 1) of one block
+// and KV head to dst as BlockSize rows of HeadDim values (rows past
+// LayerLen are stale), decoding an encoded block.
+func (c *Cache) Read(dst []float32, layer, head, block, kv int) error {
+	if err := c.cfg.Store.Read(dst, c.layers[layer].blocks[block][2*head+kv]); err != nil {
+		return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layer, block, head, kvName(kv), err)
 	}
-	return pt.enc, c.cfg.Policy.VCodec(layer), true
+	return nil
 }
 
 // Encoded reports whether the K (kv=0) or V (kv=1) part of a block is stored
 // encoded.
 func (c *Cache) Encoded(layer, head, block, kv int) bool {
-	return !c.layers[layer].blocks[block][2*head+kv].isHot()
-}
-
-func (c *Cache) get(layerIdx, head, block, kv int, scratch []float32) ([]float32, error) {
-	pt := &c.layers[layerIdx].blocks[block][2*head+kv]
-	if pt.hot != nil {
-		return pt.hot, nil
-	}
-	n := c.cfg.BlockSize * c.cfg.HeadDim
-	if len(scratch) < n {
-		return nil, fmt.Errorf("kvcache: decode scratch of %d values, want %d", len(scratch), n)
-	}
-	if pt.hot16 != nil {
-		fromBF16(scratch[:n], pt.hot16)
-		return scratch[:n], nil
-	}
-	var cd codec.Codec
-	if kv == 0 {
-		cd = c.cfg.Policy.KCodec(layerIdx, head)
-	} else {
-		cd = c.cfg.Policy.VCodec(layerIdx)
-	}
-	if err := cd.Decode(scratch[:n], pt.enc, c.cfg.BlockSize, c.cfg.HeadDim); err != nil {
-		return nil, fmt.Errorf("kvcache: layer %d block %d head %d %s: %s: %w", layerIdx, block, head, kvName(kv), cd.Name(), err)
-	}
-	return scratch[:n], nil
+	return c.layers[layer].blocks[block][2*head+kv].Encoded()
 }
 
 // LayerStats is the memory one layer's cache holds, in bytes. Hot bytes
@@ -427,16 +370,4 @@ func (c *Cache) Stats() Stats {
 		s.BF16 += int64(ls.Tokens) * int64(2*c.cfg.KVHeads*c.cfg.HeadDim*2)
 	}
 	return s
-}
-
-func toBF16(dst []uint16, x []float32) {
-	dst = dst[:len(x)]
-	for i, v := range x {
-		dst[i] = compute.F32ToBF16(v)
-	}
-}
-
-// fromBF16 widens x into dst through the weights' conversion kernel.
-func fromBF16(dst []float32, x []uint16) {
-	cpu.RowF32(dst, compute.Mat{DType: compute.BF16, Rows: 1, Cols: len(x), U16: x}, 0)
 }

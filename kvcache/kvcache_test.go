@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpu"
 )
 
 // rawCodec stores float32 bits as they are: lossless, 4 bytes a value.
@@ -49,7 +51,8 @@ func TestAppendReadBack(t *testing.T) {
 		{"bf16 hot, raw bs4 window5 sinks3", 4, Policy{HotBF16: true, HotWindow: 5, Sinks: 3, Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := New(Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: tc.bs, MaxTokens: 64, Policy: tc.policy})
+			c, err := New(Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: tc.bs, MaxTokens: 64, Policy: tc.policy,
+				Store: backend.NewBlockStore(tc.bs, d, tc.policy.HotBF16)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +83,7 @@ func TestAppendReadBack(t *testing.T) {
 					for l := 0; l < layers; l++ {
 						k := want[l][pos*row : (pos+n)*row]
 						v := want[l][(total+pos)*row : (total+pos+n)*row]
-						if err := c.Append(l, k, v, n); err != nil {
+						if err := c.Append(l, cpu.Wrap(k), cpu.Wrap(v), n); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -93,8 +96,8 @@ func TestAppendReadBack(t *testing.T) {
 				for l := 0; l < layers; l++ {
 					for b := 0; b < c.NumBlocks(l); b++ {
 						for h := 0; h < kvh; h++ {
-							kb, err := c.K(l, h, b, scratch)
-							if err != nil {
+							kb := scratch
+							if err := c.Read(kb, l, h, b, 0); err != nil {
 								t.Fatal(err)
 							}
 							for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
@@ -105,8 +108,8 @@ func TestAppendReadBack(t *testing.T) {
 									}
 								}
 							}
-							vb, err := c.V(l, h, b, scratch)
-							if err != nil {
+							vb := scratch
+							if err := c.Read(vb, l, h, b, 1); err != nil {
 								t.Fatal(err)
 							}
 							for i := 0; i < tc.bs && b*tc.bs+i < total; i++ {
@@ -158,11 +161,12 @@ func TestEncodeSchedule(t *testing.T) {
 	// Block size 4, hot window 5, 2 sinks: after 20 tokens blocks 1 and 2 are
 	// encoded (block 0 holds sinks; blocks 3, 4 overlap the newest 5 tokens).
 	c, err := New(Config{Layers: 1, KVHeads: 1, HeadDim: 2, BlockSize: 4, MaxTokens: 32,
-		Policy: Policy{HotWindow: 5, Sinks: 2, Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}}})
+		Policy: Policy{HotWindow: 5, Sinks: 2, Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}},
+		Store:  backend.NewBlockStore(4, 2, false)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := make([]float32, 2*20)
+	x := cpu.Wrap(make([]float32, 2*20))
 	if err := c.Append(0, x, x, 20); err != nil {
 		t.Fatal(err)
 	}
@@ -190,22 +194,50 @@ func TestEncodeSchedule(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	if _, err := New(Config{Layers: 1, KVHeads: 2, HeadDim: 4, BlockSize: 0, MaxTokens: 8}); err == nil {
+	store := backend.NewBlockStore(4, 2, false)
+	if _, err := New(Config{Layers: 1, KVHeads: 2, HeadDim: 4, BlockSize: 0, MaxTokens: 8, Store: store}); err == nil {
 		t.Error("BlockSize 0: no error")
 	}
-	if _, err := New(Config{Layers: 1, KVHeads: 2, HeadDim: 4, BlockSize: 4, MaxTokens: 8,
+	if _, err := New(Config{Layers: 1, KVHeads: 2, HeadDim: 4, BlockSize: 4, MaxTokens: 8}); err == nil || !strings.Contains(err.Error(), "no block store") {
+		t.Errorf("no store: err = %v", err)
+	}
+	if _, err := New(Config{Layers: 1, KVHeads: 2, HeadDim: 4, BlockSize: 4, MaxTokens: 8, Store: store,
 		Policy: Policy{Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}, rawCodec{}, rawCodec{}}}}}}); err == nil {
 		t.Error("3 K codecs for 2 heads: no error")
 	}
-	c, err := New(Config{Layers: 1, KVHeads: 1, HeadDim: 2, BlockSize: 4, MaxTokens: 8})
+	c, err := New(Config{Layers: 1, KVHeads: 1, HeadDim: 2, BlockSize: 4, MaxTokens: 8, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := make([]float32, 2*9)
+	x := cpu.Wrap(make([]float32, 2*9))
 	if err := c.Append(0, x, x, 9); !errors.Is(err, ErrFull) {
 		t.Errorf("overflow: err = %v, want ErrFull", err)
 	}
-	if err := c.Append(0, x[:3], x, 2); err == nil {
+	if err := c.Append(0, x.Slice(0, 3), x, 2); err == nil {
 		t.Error("short K: no error")
 	}
 }
+
+// A store whose backend does not attend over encoded blocks keeps them
+// hot: the cache still runs its schedule, but nothing is encoded.
+func TestStoreWithoutEncodedAttention(t *testing.T) {
+	c, err := New(Config{Layers: 1, KVHeads: 1, HeadDim: 2, BlockSize: 4, MaxTokens: 32,
+		Policy: Policy{Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}},
+		Store:  plainStore{backend.NewBlockStore(4, 2, false)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := cpu.Wrap(make([]float32, 2*20))
+	if err := c.Append(0, x, x, 20); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Compressed != 0 || st.Hot != 5*2*4*2*4 {
+		t.Errorf("stats %+v: want every block hot", st)
+	}
+}
+
+// plainStore hides the store's EncodedAttention.
+type plainStore struct{ compute.BlockStore }
+
+// backend provides the block stores of these tests.
+var backend = cpu.New(1)

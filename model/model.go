@@ -1,6 +1,8 @@
-// Package model runs Llama-family decoders (Llama 2/3, Mistral, SmolLM2,
-// Qwen2/Qwen2.5, Qwen3) loaded from a Hugging Face model directory, on the
-// CPU, over a paged and optionally compressed KV cache.
+// Package model holds the architectures of Llama-family decoders (Llama
+// 2/3, Mistral, SmolLM2, Qwen2/Qwen2.5, Qwen3) loaded from a Hugging Face
+// model directory, and their forward pass over a paged, optionally
+// compressed KV cache. The pass names no device: its operations run on a
+// compute.Backend (the CPU's by default).
 package model
 
 import (
@@ -12,15 +14,18 @@ import (
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/compute/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
 // Options tune how a model runs. The zero value is usable.
 type Options struct {
-	// Threads is the number of compute threads; 0 means GOMAXPROCS. It may
-	// not exceed MaxThreads.
+	// Backend runs the forward pass; nil means a CPU backend of Threads
+	// threads, which Close stops. A Backend given here stays the caller's.
+	Backend compute.Backend
+	// Threads is the number of compute threads of the default CPU backend;
+	// 0 means GOMAXPROCS. It may not exceed MaxThreads.
 	Threads int
 	// BlockSize is the number of tokens per KV cache block; 0 means 16
 	// (or the context, if that is shorter). It may not exceed the context.
@@ -65,10 +70,11 @@ type Model struct {
 	mu     sync.RWMutex
 	closed bool
 
-	cfg   *weights.Config
-	dir   string
-	store *weights.Store
-	pool  *cpu.Pool
+	cfg      *weights.Config
+	dir      string
+	store    *weights.Store
+	b        compute.Backend
+	ownsB    bool // Close closes b
 
 	blockSize, maxCtx int
 	policy            kvcache.Policy
@@ -77,22 +83,24 @@ type Model struct {
 	eps               float32
 	window            int
 
-	embed  compute.Mat
+	embed  compute.Weight
 	layers []layer
-	norm   []float32
-	lmHead compute.Mat
+	norm   compute.Buffer
+	lmHead compute.Weight
 
 	invFreq  []float32
-	cos, sin []float32
+	cos, sin compute.Buffer // RoPE angles, HeadDim/2 per position
 }
 
+// layer holds one decoder layer's weights on the backend; a bias or norm
+// the architecture lacks is an empty Buffer.
 type layer struct {
-	inNorm, postNorm []float32
-	q, k, v, o       compute.Mat
-	qBias, kBias     []float32
-	vBias, oBias     []float32
-	qNorm, kNorm     []float32
-	gate, up, down   compute.Mat
+	inNorm, postNorm compute.Buffer
+	q, k, v, o       compute.Weight
+	qBias, kBias     compute.Buffer
+	vBias, oBias     compute.Buffer
+	qNorm, kNorm     compute.Buffer
+	gate, up, down   compute.Weight
 }
 
 // Load reads the model in dir (a local Hugging Face model directory): its
@@ -117,13 +125,26 @@ func Load(dir string, opt Options) (*Model, error) {
 		m.store.Close()
 		return nil, fmt.Errorf("model: %w", err)
 	}
+	if m.b = opt.Backend; m.b == nil {
+		m.b, m.ownsB = cpu.New(opt.Threads), true
+	}
 	if err := m.loadTensors(); err != nil {
+		m.closeBackend()
 		m.store.Close()
 		return nil, err
 	}
-	m.pool = cpu.NewPool(opt.Threads)
 	return m, nil
 }
+
+// closeBackend stops the backend if the model started it.
+func (m *Model) closeBackend() {
+	if m.ownsB {
+		m.b.Close()
+	}
+}
+
+// Backend returns the backend the model runs on.
+func (m *Model) Backend() compute.Backend { return m.b }
 
 // newModel validates the configuration and options and computes the RoPE
 // tables.
@@ -185,7 +206,6 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	if m.invFreq, err = invFreq(hd, cfg.RopeTheta, cfg.RopeScaling); err != nil {
 		return nil, bad("%v", err)
 	}
-	m.cos, m.sin = ropeTables(m.invFreq, m.maxCtx)
 	return m, nil
 }
 
@@ -247,6 +267,7 @@ func checkBlockSize(bs, ctx int) error {
 type loader struct {
 	dir   string
 	store *weights.Store
+	b     compute.Backend
 	err   error
 }
 
@@ -274,34 +295,49 @@ func (ld *loader) tensor(name string, shape ...int) *weights.Tensor {
 	return t
 }
 
-func (ld *loader) mat(name string, rows, cols int) compute.Mat {
+// mat uploads a matrix to the backend in its stored dtype.
+func (ld *loader) mat(name string, rows, cols int) compute.Weight {
 	t := ld.tensor(name, rows, cols)
 	if t == nil {
-		return compute.Mat{}
+		return nil
 	}
 	m, err := t.Mat()
 	if err != nil {
 		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+		return nil
 	}
-	return m
+	w, err := ld.b.Upload(m)
+	if err != nil {
+		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+	}
+	return w
 }
 
-func (ld *loader) vec(name string, n int) []float32 {
+// vec uploads a vector (a norm's weight, a bias) as float32.
+func (ld *loader) vec(name string, n int) compute.Buffer {
 	t := ld.tensor(name, n)
 	if t == nil {
-		return nil
+		return compute.Buffer{}
 	}
 	v, err := t.Float32s()
 	if err != nil {
 		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+		return compute.Buffer{}
 	}
-	return v
+	return ld.upload(v)
+}
+
+// upload copies host values into a new backend buffer.
+func (ld *loader) upload(v []float32) compute.Buffer {
+	b := ld.b.Alloc(len(v))
+	ld.b.Write(b, v)
+	return b
 }
 
 func (m *Model) loadTensors() error {
 	c := m.cfg
 	h, qd, kvd := c.HiddenSize, c.NumHeads*m.headDim, c.NumKVHeads*m.headDim
-	ld := &loader{dir: m.dir, store: m.store}
+	ld := &loader{dir: m.dir, store: m.store, b: m.b}
 	m.embed = ld.mat("model.embed_tokens.weight", c.VocabSize, h)
 	qkvBias, oBias, qkNorm := c.AttentionBias, c.OutputBias, c.QKNorm
 	m.layers = make([]layer, c.NumLayers)
@@ -336,6 +372,8 @@ func (m *Model) loadTensors() error {
 	} else {
 		m.lmHead = ld.mat("lm_head.weight", c.VocabSize, h)
 	}
+	cos, sin := ropeTables(m.invFreq, m.maxCtx)
+	m.cos, m.sin = ld.upload(cos), ld.upload(sin)
 	return ld.err
 }
 
@@ -359,8 +397,8 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.closed = true
-	if m.pool != nil {
-		m.pool.Close()
+	if m.b != nil {
+		m.closeBackend()
 	}
 	if m.store != nil {
 		if err := m.store.Close(); err != nil {

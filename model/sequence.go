@@ -3,25 +3,31 @@ package model
 import (
 	"fmt"
 
-	"github.com/kakeya-ai/kakeya/attention"
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
-// Sequence is one token stream being decoded: its KV cache and the scratch
-// memory of the forward pass, allocated once so decoding allocates nothing
-// per token. A Sequence is used by one goroutine at a time.
+// Sequence is one token stream being decoded: its KV cache and the
+// activations of the forward pass, allocated on the backend once so that
+// decoding allocates nothing per token. A Sequence is used by one goroutine
+// at a time.
 type Sequence struct {
 	m     *Model
 	cache *kvcache.Cache
-	attn  *attention.Attention
-	rows  int   // scratch capacity in tokens
+	attn  compute.Attention
+	rows  int   // activation capacity in tokens
 	err   error // a failure that left the cache inconsistent
 
-	x, xn, q, k, v, att, tmp []float32
-	gate, up                 []float32
-	last                     []float32 // logits of the last position
+	x, xn, q, k, v, att, tmp compute.Buffer
+	gate, up                 compute.Buffer
+	logits                   compute.Buffer // logitRows rows of vocab_size
+	last                     []float32      // logits of the last position, on the host
+	obsQ, obsK               []float32      // q and k on the host for Options.Observe
 }
+
+// logitRows is how many positions' logits one lm_head product writes when
+// every position's logits are wanted; longer chunks take several.
+const logitRows = 64
 
 // SequenceOptions are the cache settings of one sequence, overriding those
 // the model was loaded with.
@@ -62,26 +68,34 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	cache, err := kvcache.New(kvcache.Config{
 		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
 		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache,
+		Store: m.b.NewBlockStore(bs, m.headDim, o.Cache.HotBF16),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	attn, err := attention.New(m.pool, attention.Params{
+	attn, err := m.b.NewAttention(compute.AttentionParams{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Window: m.window,
-	}, bs, m.maxCtx)
+		BlockSize: bs, MaxContext: m.maxCtx,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	n := min(prefillChunk, m.maxCtx)
 	h, qd, kvd := c.HiddenSize, c.NumHeads*m.headDim, c.NumKVHeads*m.headDim
-	return &Sequence{
+	b := m.b
+	s := &Sequence{
 		m: m, cache: cache, attn: attn, rows: n,
-		x: make([]float32, n*h), xn: make([]float32, n*h), tmp: make([]float32, n*h),
-		q: make([]float32, n*qd), att: make([]float32, n*qd),
-		k: make([]float32, n*kvd), v: make([]float32, n*kvd),
-		gate: make([]float32, n*c.IntermediateSize), up: make([]float32, n*c.IntermediateSize),
-		last: make([]float32, c.VocabSize),
-	}, nil
+		x: b.Alloc(n * h), xn: b.Alloc(n * h), tmp: b.Alloc(n * h),
+		q: b.Alloc(n * qd), att: b.Alloc(n * qd),
+		k: b.Alloc(n * kvd), v: b.Alloc(n * kvd),
+		gate: b.Alloc(n * c.IntermediateSize), up: b.Alloc(n * c.IntermediateSize),
+		logits: b.Alloc(min(n, logitRows) * c.VocabSize),
+		last:   make([]float32, c.VocabSize),
+	}
+	if m.observe != nil {
+		s.obsQ, s.obsK = make([]float32, n*qd), make([]float32, n*kvd)
+	}
+	return s, nil
 }
 
 // Len returns the number of tokens in the sequence.
@@ -172,92 +186,91 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 	return s.last, nil
 }
 
-// forward runs one chunk of at most s.rows tokens through the layers. If
-// logits is not nil it receives every row's logits (all) or the last row's.
+// forward runs one chunk of at most s.rows tokens through the layers, the
+// way llama2.c's forward() does for one token. If logits is not nil it
+// receives every row's logits (all) or the last row's.
 func (s *Sequence) forward(ids []int, logits []float32, all bool) error {
-	m, c := s.m, s.m.cfg
+	m, c, b := s.m, s.m.cfg, s.m.b
 	n, start := len(ids), s.Len()
-	h, d, half := c.HiddenSize, m.headDim, m.headDim/2
-	qd, kvd := c.NumHeads*d, c.NumKVHeads*d
-	inter := c.IntermediateSize
-	pool := m.pool
-	x, xn, tmp := s.x[:n*h], s.xn[:n*h], s.tmp[:n*h]
-	q, k, v, att := s.q[:n*qd], s.k[:n*kvd], s.v[:n*kvd], s.att[:n*qd]
-	gate, up := s.gate[:n*inter], s.up[:n*inter]
+	h, d := c.HiddenSize, m.headDim
+	heads, kvHeads := c.NumHeads, c.NumKVHeads
+	qd, kvd, inter := heads*d, kvHeads*d, c.IntermediateSize
+	x, xn, tmp := s.x.Slice(0, n*h), s.xn.Slice(0, n*h), s.tmp.Slice(0, n*h)
+	q, k, v, att := s.q.Slice(0, n*qd), s.k.Slice(0, n*kvd), s.v.Slice(0, n*kvd), s.att.Slice(0, n*qd)
+	gate, up := s.gate.Slice(0, n*inter), s.up.Slice(0, n*inter)
 
-	for i, id := range ids {
-		cpu.RowF32(x[i*h:(i+1)*h], m.embed, id)
-	}
+	// Token embeddings: the residual stream starts as each token's row.
+	b.Embed(x, m.embed, ids)
 	for li := range m.layers {
 		l := &m.layers[li]
-		s.norm(xn, x, l.inNorm, n, h)
-		pool.MatMul(q, xn, n, l.q)
-		pool.MatMul(k, xn, n, l.k)
-		pool.MatMul(v, xn, n, l.v)
-		if l.qBias != nil {
-			addRows(q, l.qBias, n)
-			addRows(k, l.kBias, n)
-			addRows(v, l.vBias, n)
+
+		// Attention: normalise the stream, project it to queries, keys and
+		// values (Qwen2 adds biases; Qwen3 normalises each head of q and k).
+		b.RMSNorm(xn, x, l.inNorm, n, m.eps)
+		b.MatMul(q, xn, n, l.q)
+		b.MatMul(k, xn, n, l.k)
+		b.MatMul(v, xn, n, l.v)
+		if l.qBias.Len > 0 {
+			b.AddRows(q, l.qBias, n)
+			b.AddRows(k, l.kBias, n)
+			b.AddRows(v, l.vBias, n)
 		}
-		if l.qNorm != nil {
-			s.norm(q, q, l.qNorm, n*c.NumHeads, d)
-			s.norm(k, k, l.kNorm, n*c.NumKVHeads, d)
+		if l.qNorm.Len > 0 {
+			b.RMSNorm(q, q, l.qNorm, n*heads, m.eps)
+			b.RMSNorm(k, k, l.kNorm, n*kvHeads, m.eps)
 		}
 		if m.observe != nil {
-			m.observe(li, start, n, q, k)
+			// Calibration sees queries and keys before RoPE.
+			b.Read(s.obsQ[:n*qd], q)
+			b.Read(s.obsK[:n*kvd], k)
+			m.observe(li, start, n, s.obsQ[:n*qd], s.obsK[:n*kvd])
 		}
-		// Keys enter the cache before RoPE; queries are rotated here.
-		for i := 0; i < n; i++ {
-			p := start + i
-			cs, sn := m.cos[p*half:(p+1)*half], m.sin[p*half:(p+1)*half]
-			for hd := 0; hd < c.NumHeads; hd++ {
-				cpu.RoPE(q[i*qd+hd*d:i*qd+(hd+1)*d], cs, sn)
-			}
-		}
+		// Keys enter the cache before RoPE, so a codec sees them as the
+		// projection made them (position-free, and whitenable by the query
+		// covariance); attention rotates them at their positions. Queries
+		// are rotated here.
+		b.RoPE(q, n, heads, d, start, m.cos, m.sin)
 		if err := s.cache.Append(li, k, v, n); err != nil {
 			return err
 		}
-		if err := s.attn.Forward(att, q, n, start, s.cache, li, m.cos, m.sin); err != nil {
+		if err := s.attn.Forward(att, q, n, start, s.cache.Layer(li), m.cos, m.sin); err != nil {
 			return err
 		}
-		pool.MatMul(tmp, att, n, l.o)
-		if l.oBias != nil {
-			addRows(tmp, l.oBias, n)
+		// Output projection, added to the residual stream.
+		b.MatMul(tmp, att, n, l.o)
+		if l.oBias.Len > 0 {
+			b.AddRows(tmp, l.oBias, n)
 		}
-		cpu.Add(x, tmp)
+		b.Add(x, tmp)
 
-		s.norm(xn, x, l.postNorm, n, h)
-		pool.MatMul(gate, xn, n, l.gate)
-		pool.MatMul(up, xn, n, l.up)
-		cpu.SiLUMul(gate, up)
-		pool.MatMul(tmp, gate, n, l.down)
-		cpu.Add(x, tmp)
+		// Feed-forward: SwiGLU, down(silu(gate(x)) * up(x)), added to the
+		// residual stream.
+		b.RMSNorm(xn, x, l.postNorm, n, m.eps)
+		b.MatMul(gate, xn, n, l.gate)
+		b.MatMul(up, xn, n, l.up)
+		b.SiLUMul(gate, up)
+		b.MatMul(tmp, gate, n, l.down)
+		b.Add(x, tmp)
 	}
 	if logits == nil {
 		return nil
 	}
-	if all {
-		s.norm(xn, x, m.norm, n, h)
-		pool.MatMul(logits, xn, n, m.lmHead)
+
+	// Final norm and the classifier into logits: every row's, or the last.
+	vocab := c.VocabSize
+	if !all {
+		b.RMSNorm(xn.Slice(0, h), x.Slice((n-1)*h, n*h), m.norm, 1, m.eps)
+		out := s.logits.Slice(0, vocab)
+		b.MatMul(out, xn.Slice(0, h), 1, m.lmHead)
+		b.Read(logits, out)
 		return nil
 	}
-	last := x[(n-1)*h:]
-	cpu.RMSNorm(xn[:h], last, m.norm, m.eps)
-	pool.MatMul(logits, xn[:h], 1, m.lmHead)
+	b.RMSNorm(xn, x, m.norm, n, m.eps)
+	for r := 0; r < n; r += logitRows {
+		rows := min(logitRows, n-r)
+		out := s.logits.Slice(0, rows*vocab)
+		b.MatMul(out, xn.Slice(r*h, (r+rows)*h), rows, m.lmHead)
+		b.Read(logits[r*vocab:(r+rows)*vocab], out)
+	}
 	return nil
-}
-
-// norm applies RMSNorm with weight w to each of the rows vectors of width d.
-func (s *Sequence) norm(out, x, w []float32, rows, d int) {
-	for r := 0; r < rows; r++ {
-		cpu.RMSNorm(out[r*d:(r+1)*d], x[r*d:(r+1)*d], w, s.m.eps)
-	}
-}
-
-// addRows adds bias to each of the n rows of x.
-func addRows(x, bias []float32, n int) {
-	d := len(bias)
-	for r := 0; r < n; r++ {
-		cpu.Add(x[r*d:(r+1)*d], bias)
-	}
 }

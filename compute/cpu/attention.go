@@ -1,7 +1,8 @@
-// Package attention computes causal multi-head attention (with grouped-query
-// heads) over a sequence's paged KV cache. Keys are cached before RoPE and
-// rotated here, block by block, at their absolute positions.
-package attention
+package cpu
+
+// Causal multi-head attention (with grouped-query heads) over a sequence's
+// paged KV cache. Keys are cached before RoPE and rotated here, block by
+// block, at their absolute positions.
 
 import (
 	"fmt"
@@ -9,31 +10,23 @@ import (
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/codec"
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/compute"
+	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
 )
-
-// Params are the head geometry of one attention layer.
-type Params struct {
-	Heads, KVHeads, HeadDim int
-	// Window limits each query to the Window newest keys up to its own
-	// position (Mistral's sliding window); 0 attends to every earlier key.
-	Window int
-}
 
 // queryChunk is how many query tokens one task handles: the rotated keys of
 // a block are reused across queryChunk tokens times the group's heads.
 const queryChunk = 8
 
-// Attention holds the scratch memory to run attention for one sequence at a
+// attention holds the scratch memory to run attention for one sequence at a
 // time. It is not safe for concurrent use.
-type Attention struct {
-	p         Params
+type attention struct {
+	p         compute.AttentionParams
 	group     int
 	scale     float32
 	blockSize int
 	maxCtx    int
-	pool      *cpu.Pool
+	pool      *kern.Pool
 	scratch   chan *scratch
 	t         task
 }
@@ -44,9 +37,10 @@ type scratch struct {
 	rot    []float32 // the block's keys after RoPE
 }
 
-// New returns an Attention for caches with the given block size holding up
-// to maxContext tokens. It allocates all the scratch memory it will use.
-func New(pool *cpu.Pool, p Params, blockSize, maxContext int) (*Attention, error) {
+// NewAttention returns the attention of one sequence, with all the scratch
+// memory it will use.
+func (b *Backend) NewAttention(p compute.AttentionParams) (compute.Attention, error) {
+	blockSize, maxContext := p.BlockSize, p.MaxContext
 	switch {
 	case p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0:
 		return nil, fmt.Errorf("attention: %d query heads cannot share %d KV heads", p.Heads, p.KVHeads)
@@ -57,17 +51,17 @@ func New(pool *cpu.Pool, p Params, blockSize, maxContext int) (*Attention, error
 	case p.Window < 0:
 		return nil, fmt.Errorf("attention: window %d is negative", p.Window)
 	}
-	a := &Attention{
+	a := &attention{
 		p:         p,
 		group:     p.Heads / p.KVHeads,
 		scale:     float32(1 / math.Sqrt(float64(p.HeadDim))),
 		blockSize: blockSize,
 		maxCtx:    maxContext,
-		pool:      pool,
+		pool:      b.pool,
 	}
 	// One scratch per pool worker, plus one for a call the pool runs inline
 	// while busy.
-	n := pool.Threads() + 1
+	n := b.pool.Threads() + 1
 	a.scratch = make(chan *scratch, n)
 	for range n {
 		a.scratch <- &scratch{
@@ -80,13 +74,11 @@ func New(pool *cpu.Pool, p Params, blockSize, maxContext int) (*Attention, error
 	return a, nil
 }
 
-// Forward sets out (n rows of Heads*HeadDim) to the attention of the n
-// queries q (rows of Heads*HeadDim, RoPE applied) at positions start..
-// start+n-1 over layer's keys and values in c, which must already hold
-// positions 0..start+n-1. cos and sin hold HeadDim/2 values per position.
-// The result does not depend on the block size or the thread count: every
-// sum runs over key positions in order.
-func (a *Attention) Forward(out, q []float32, n, start int, c *kvcache.Cache, layer int, cos, sin []float32) error {
+// Forward implements compute.Attention. The result does not depend on the
+// block size or the thread count: every sum runs over key positions in
+// order.
+func (a *attention) Forward(outBuf, qBuf compute.Buffer, n, start int, kv compute.KVLayer, cosBuf, sinBuf compute.Buffer) error {
+	out, q, cos, sin := host(outBuf), host(qBuf), host(cosBuf), host(sinBuf)
 	d := a.p.HeadDim
 	row := a.p.Heads * d
 	switch {
@@ -96,15 +88,13 @@ func (a *Attention) Forward(out, q []float32, n, start int, c *kvcache.Cache, la
 		return fmt.Errorf("attention: %d queries need %d values of q and out, got %d and %d", n, n*row, len(q), len(out))
 	case start+n > a.maxCtx:
 		return fmt.Errorf("attention: positions up to %d exceed the context of %d", start+n, a.maxCtx)
-	case c.LayerLen(layer) < start+n:
-		return fmt.Errorf("attention: layer %d cache holds %d tokens, queries reach position %d", layer, c.LayerLen(layer), start+n-1)
-	case c.BlockSize() != a.blockSize:
-		return fmt.Errorf("attention: cache block size %d, want %d", c.BlockSize(), a.blockSize)
+	case kv.Len() < start+n:
+		return fmt.Errorf("attention: the cache holds %d tokens, queries reach position %d", kv.Len(), start+n-1)
 	case len(cos) < (start+n)*d/2 || len(sin) < (start+n)*d/2:
 		return fmt.Errorf("attention: RoPE tables of %d and %d values do not reach position %d", len(cos), len(sin), start+n-1)
 	}
 	t := &a.t
-	t.out, t.q, t.n, t.start, t.c, t.layer, t.cos, t.sin = out, q, n, start, c, layer, cos, sin
+	t.out, t.q, t.n, t.start, t.kv, t.cos, t.sin = out, q, n, start, kv, cos, sin
 	t.err = nil
 	chunks := (n + queryChunk - 1) / queryChunk
 	a.pool.Run(chunks*a.p.KVHeads, t)
@@ -116,11 +106,10 @@ func (a *Attention) Forward(out, q []float32, n, start int, c *kvcache.Cache, la
 // task is one Forward call; unit i is (KV head i % KVHeads, query chunk
 // i / KVHeads).
 type task struct {
-	a        *Attention
+	a        *attention
 	out, q   []float32
 	n, start int
-	c        *kvcache.Cache
-	layer    int
+	kv       compute.KVLayer
 	cos, sin []float32
 
 	mu  sync.Mutex
@@ -170,13 +159,13 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 
 	// Pass 1: scores of every (query, head) against each rotated key.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
-		kb, err := t.c.K(t.layer, g, b, s.dec)
+		kb, err := t.rowsOf(g, b, 0, s.dec)
 		if err != nil {
 			return err
 		}
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
 		p0 := b*bs + r0
-		cpu.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
+		kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
 		for qi := i0; qi < i1; qi++ {
 			qp := t.start + qi
 			lo, hi := t.rows(qp, b, r0, r1)
@@ -186,8 +175,8 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 			for hh := 0; hh < G; hh++ {
 				qv := t.q[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
 				srow := sc[((qi-i0)*G+hh)*stride+b*bs:]
-				cpu.DotBlock(srow[lo:hi], qv, s.rot[lo*d:hi*d], hi-lo, d)
-				cpu.Scale(srow[lo:hi], a.scale)
+				kern.DotBlock(srow[lo:hi], qv, s.rot[lo*d:hi*d], hi-lo, d)
+				kern.Scale(srow[lo:hi], a.scale)
 			}
 		}
 	}
@@ -197,7 +186,7 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		qp := t.start + qi
 		for hh := 0; hh < G; hh++ {
 			srow := sc[((qi-i0)*G+hh)*stride:]
-			cpu.Softmax(srow[t.first(qp) : qp+1])
+			kern.Softmax(srow[t.first(qp) : qp+1])
 			o := t.out[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
 			clear(o)
 		}
@@ -217,7 +206,7 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 				continue
 			}
 		}
-		vb, err := t.c.V(t.layer, g, b, s.dec)
+		vb, err := t.rowsOf(g, b, 1, s.dec)
 		if err != nil {
 			return err
 		}
@@ -230,11 +219,40 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 			for hh := 0; hh < G; hh++ {
 				srow := sc[((qi-i0)*G+hh)*stride+b*bs:]
 				o := t.out[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
-				cpu.AxpyBlock(o, srow[lo:hi], vb[lo*d:hi*d], hi-lo, d)
+				kern.AxpyBlock(o, srow[lo:hi], vb[lo*d:hi*d], hi-lo, d)
 			}
 		}
 	}
 	return nil
+}
+
+// rowsOf returns the keys (kv 0) or values (kv 1) of block b of KV head g
+// as BlockSize rows: a float32 hot part as it is, a bf16 or encoded one
+// widened or decoded into scratch.
+func (t *task) rowsOf(g, b, kv int, scratch []float32) ([]float32, error) {
+	pt, ok := t.kv.Part(g, b, kv).(*part)
+	if !ok {
+		return nil, fmt.Errorf("attention: block %d head %d is not stored by a CPU block store", b, g)
+	}
+	n := t.a.blockSize * t.a.p.HeadDim
+	switch {
+	case pt.hot != nil:
+		return pt.hot, nil
+	case pt.hot16 != nil:
+		widen(scratch[:n], pt.hot16)
+	default:
+		if err := pt.dec.Decode(scratch[:n], pt.enc, t.a.blockSize, t.a.p.HeadDim); err != nil {
+			return nil, fmt.Errorf("attention: block %d head %d %s: %s: %w", b, g, kvName(kv), pt.dec.Name(), err)
+		}
+	}
+	return scratch[:n], nil
+}
+
+func kvName(kv int) string {
+	if kv == 0 {
+		return "K"
+	}
+	return "V"
 }
 
 // combine adds query qi's weighted sum of the values in rows [r0, r1) of
@@ -242,14 +260,15 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 // reporting false (nothing done) when the block is hot or its codec cannot.
 // sc holds the query's probabilities, one row of stride values per head.
 func (t *task) combine(sc []float32, stride, g, b, qi, r0, r1 int) (bool, error) {
-	enc, cd, ok := t.c.VEncoded(t.layer, g, b)
+	pt, ok := t.kv.Part(g, b, 1).(*part)
+	if !ok || pt.dec == nil {
+		return false, nil
+	}
+	rc, ok := pt.dec.(codec.RowCombiner)
 	if !ok {
 		return false, nil
 	}
-	rc, ok := cd.(codec.RowCombiner)
-	if !ok {
-		return false, nil
-	}
+	enc := pt.enc
 	a := t.a
 	d, bs, G := a.p.HeadDim, a.blockSize, a.group
 	qp := t.start + qi
@@ -261,7 +280,7 @@ func (t *task) combine(sc []float32, stride, g, b, qi, r0, r1 int) (bool, error)
 	w := sc[b*bs:]
 	o := t.out[qi*row+g*G*d : qi*row+(g+1)*G*d]
 	if err := rc.AddWeighted(o, G, w, stride, enc, bs, d, lo, hi); err != nil {
-		return true, fmt.Errorf("attention: layer %d block %d head %d V: %s: %w", t.layer, b, g, cd.Name(), err)
+		return true, fmt.Errorf("attention: block %d head %d V: %s: %w", b, g, pt.dec.Name(), err)
 	}
 	return true, nil
 }

@@ -1,4 +1,4 @@
-package attention
+package cpu
 
 import (
 	"math"
@@ -6,9 +6,22 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
+
+// newCache returns a one-layer cache whose blocks live in be's store.
+func newCache(be *Backend, kvHeads, d, bs, maxCtx int, p kvcache.Policy) (*kvcache.Cache, error) {
+	return kvcache.New(kvcache.Config{Layers: 1, KVHeads: kvHeads, HeadDim: d, BlockSize: bs, MaxTokens: maxCtx, Policy: p,
+		Store: be.NewBlockStore(bs, d, p.HotBF16)})
+}
+
+// newAttention returns be's attention for blocks of bs tokens and maxCtx
+// positions.
+func newAttention(be *Backend, p compute.AttentionParams, bs, maxCtx int) (compute.Attention, error) {
+	p.BlockSize, p.MaxContext = bs, maxCtx
+	return be.NewAttention(p)
+}
 
 // ropeTables returns cos/sin for positions [0, n) with theta 10000.
 func ropeTables(n, d int) (cos, sin []float32) {
@@ -24,7 +37,7 @@ func ropeTables(n, d int) (cos, sin []float32) {
 }
 
 // naive is attention in float64 straight from the definition.
-func naive(q, k, v []float32, n, start int, p Params, cos, sin []float32) []float64 {
+func naive(q, k, v []float32, n, start int, p compute.AttentionParams, cos, sin []float32) []float64 {
 	d, half := p.HeadDim, p.HeadDim/2
 	G := p.Heads / p.KVHeads
 	total := start + n
@@ -76,21 +89,21 @@ func naive(q, k, v []float32, n, start int, p Params, cos, sin []float32) []floa
 }
 
 func TestForward(t *testing.T) {
-	pool := cpu.NewPool(2)
-	defer pool.Close()
+	be := New(2)
+	defer be.Close()
 	const total, maxCtx = 41, 64
 	raw := []codec.Codec{codec.Identity{}}
 	for _, tc := range []struct {
 		name     string
-		p        Params
+		p        compute.AttentionParams
 		policy   kvcache.Policy
 		prefills []int // tokens per Forward call
 	}{
-		{"mha prefill", Params{Heads: 2, KVHeads: 2, HeadDim: 8}, kvcache.Policy{}, []int{total}},
-		{"gqa decode", Params{Heads: 6, KVHeads: 2, HeadDim: 8}, kvcache.Policy{}, nil},
-		{"gqa chunks", Params{Heads: 4, KVHeads: 1, HeadDim: 16}, kvcache.Policy{}, []int{7, 13, 1, 20}},
-		{"window", Params{Heads: 4, KVHeads: 2, HeadDim: 8, Window: 9}, kvcache.Policy{}, []int{30, 11}},
-		{"raw codec", Params{Heads: 4, KVHeads: 2, HeadDim: 8}, kvcache.Policy{HotWindow: 3, Sinks: 1,
+		{"mha prefill", compute.AttentionParams{Heads: 2, KVHeads: 2, HeadDim: 8}, kvcache.Policy{}, []int{total}},
+		{"gqa decode", compute.AttentionParams{Heads: 6, KVHeads: 2, HeadDim: 8}, kvcache.Policy{}, nil},
+		{"gqa chunks", compute.AttentionParams{Heads: 4, KVHeads: 1, HeadDim: 16}, kvcache.Policy{}, []int{7, 13, 1, 20}},
+		{"window", compute.AttentionParams{Heads: 4, KVHeads: 2, HeadDim: 8, Window: 9}, kvcache.Policy{}, []int{30, 11}},
+		{"raw codec", compute.AttentionParams{Heads: 4, KVHeads: 2, HeadDim: 8}, kvcache.Policy{HotWindow: 3, Sinks: 1,
 			Layers: []kvcache.LayerCodecs{{K: raw, V: codec.Identity{}}}}, []int{25, 16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,11 +127,11 @@ func TestForward(t *testing.T) {
 			}
 			var first []float32
 			for _, bs := range []int{1, 4, 16, 256} {
-				c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: tc.p.KVHeads, HeadDim: d, BlockSize: bs, MaxTokens: maxCtx, Policy: tc.policy})
+				c, err := newCache(be, tc.p.KVHeads, d, bs, maxCtx, tc.policy)
 				if err != nil {
 					t.Fatal(err)
 				}
-				a, err := New(pool, tc.p, bs, maxCtx)
+				a, err := newAttention(be, tc.p, bs, maxCtx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -126,11 +139,11 @@ func TestForward(t *testing.T) {
 				pos := 0
 				for _, n := range steps {
 					kr := tc.p.KVHeads * d
-					if err := c.Append(0, k[pos*kr:(pos+n)*kr], v[pos*kr:(pos+n)*kr], n); err != nil {
+					if err := c.Append(0, Wrap(k[pos*kr:(pos+n)*kr]), Wrap(v[pos*kr:(pos+n)*kr]), n); err != nil {
 						t.Fatal(err)
 					}
 					qr := tc.p.Heads * d
-					if err := a.Forward(got[pos*qr:(pos+n)*qr], q[pos*qr:(pos+n)*qr], n, pos, c, 0, cos, sin); err != nil {
+					if err := a.Forward(Wrap(got[pos*qr:(pos+n)*qr]), Wrap(q[pos*qr:(pos+n)*qr]), n, pos, c.Layer(0), Wrap(cos), Wrap(sin)); err != nil {
 						t.Fatal(err)
 					}
 					pos += n
@@ -157,19 +170,19 @@ func TestForward(t *testing.T) {
 }
 
 func TestForwardErrors(t *testing.T) {
-	pool := cpu.NewPool(1)
-	defer pool.Close()
-	if _, err := New(pool, Params{Heads: 6, KVHeads: 4, HeadDim: 8}, 16, 32); err == nil {
+	be := New(1)
+	defer be.Close()
+	if _, err := newAttention(be, compute.AttentionParams{Heads: 6, KVHeads: 4, HeadDim: 8}, 16, 32); err == nil {
 		t.Error("6 heads over 4 KV heads: no error")
 	}
-	a, err := New(pool, Params{Heads: 2, KVHeads: 1, HeadDim: 4}, 4, 8)
+	a, err := newAttention(be, compute.AttentionParams{Heads: 2, KVHeads: 1, HeadDim: 4}, 4, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 1, HeadDim: 4, BlockSize: 4, MaxTokens: 8})
+	c, _ := newCache(be, 1, 4, 4, 8, kvcache.Policy{})
 	cos, sin := ropeTables(8, 4)
 	buf := make([]float32, 2*8)
-	if err := a.Forward(buf, buf, 2, 0, c, 0, cos, sin); err == nil {
+	if err := a.Forward(Wrap(buf), Wrap(buf), 2, 0, c.Layer(0), Wrap(cos), Wrap(sin)); err == nil {
 		t.Error("queries beyond the cached keys: no error")
 	}
 }
@@ -180,14 +193,14 @@ type decodeOnly struct{ codec.Codec }
 // At decode, values in blocks whose codec is a RowCombiner are summed by
 // the codec; the result must match decoding the blocks and summing.
 func TestForwardRowCombiner(t *testing.T) {
-	pool := cpu.NewPool(2)
-	defer pool.Close()
+	be := New(2)
+	defer be.Close()
 	kk, err := codec.NewKakeya(codec.DefaultKakeyaOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	const total, maxCtx, bs = 150, 160, 16
-	for _, p := range []Params{
+	for _, p := range []compute.AttentionParams{
 		{Heads: 6, KVHeads: 2, HeadDim: 32},
 		{Heads: 4, KVHeads: 2, HeadDim: 24, Window: 37}, // windows start inside encoded blocks
 	} {
@@ -203,22 +216,21 @@ func TestForwardRowCombiner(t *testing.T) {
 		}
 		cos, sin := ropeTables(maxCtx, d)
 		run := func(vc codec.Codec) []float32 {
-			c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: p.KVHeads, HeadDim: d, BlockSize: bs, MaxTokens: maxCtx,
-				Policy: kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{V: vc}}}})
+			c, err := newCache(be, p.KVHeads, d, bs, maxCtx, kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{V: vc}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := New(pool, p, bs, maxCtx)
+			a, err := newAttention(be, p, bs, maxCtx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			out := make([]float32, len(q))
 			kr, qr := p.KVHeads*d, p.Heads*d
 			for pos := 0; pos < total; pos++ {
-				if err := c.Append(0, k[pos*kr:(pos+1)*kr], v[pos*kr:(pos+1)*kr], 1); err != nil {
+				if err := c.Append(0, Wrap(k[pos*kr:(pos+1)*kr]), Wrap(v[pos*kr:(pos+1)*kr]), 1); err != nil {
 					t.Fatal(err)
 				}
-				if err := a.Forward(out[pos*qr:(pos+1)*qr], q[pos*qr:(pos+1)*qr], 1, pos, c, 0, cos, sin); err != nil {
+				if err := a.Forward(Wrap(out[pos*qr:(pos+1)*qr]), Wrap(q[pos*qr:(pos+1)*qr]), 1, pos, c.Layer(0), Wrap(cos), Wrap(sin)); err != nil {
 					t.Fatal(err)
 				}
 			}

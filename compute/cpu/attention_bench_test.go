@@ -1,4 +1,4 @@
-package attention
+package cpu
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
@@ -15,10 +15,10 @@ import (
 func BenchmarkDecode(b *testing.B) {
 	for _, ctx := range []int{512, 4096} {
 		b.Run(fmt.Sprintf("ctx%d", ctx), func(b *testing.B) {
-			p := Params{Heads: 14, KVHeads: 2, HeadDim: 64}
-			pool := cpu.NewPool(0)
-			defer pool.Close()
-			c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 2, HeadDim: 64, BlockSize: 16, MaxTokens: ctx})
+			p := compute.AttentionParams{Heads: 14, KVHeads: 2, HeadDim: 64}
+			be := New(0)
+			defer be.Close()
+			c, err := newCache(be, 2, 64, 16, ctx, kvcache.Policy{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -27,19 +27,20 @@ func BenchmarkDecode(b *testing.B) {
 			for i := range kv {
 				kv[i] = float32(r.NormFloat64())
 			}
-			if err := c.Append(0, kv, kv, ctx); err != nil {
+			if err := c.Append(0, Wrap(kv), Wrap(kv), ctx); err != nil {
 				b.Fatal(err)
 			}
 			cos, sin := ropeTables(ctx, 64)
-			a, err := New(pool, p, 16, ctx)
+			a, err := newAttention(be, p, 16, ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
-			q, out := kv[:14*64], make([]float32, 14*64)
+			q, out := Wrap(kv[:14*64]), Wrap(make([]float32, 14*64))
+			cb, sb := Wrap(cos), Wrap(sin)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if err := a.Forward(out, q, 1, ctx-1, c, 0, cos, sin); err != nil {
+				if err := a.Forward(out, q, 1, ctx-1, c.Layer(0), cb, sb); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -67,10 +68,10 @@ func BenchmarkDecodeCompressed(b *testing.B) {
 				}
 				policy = kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{cd}, V: cd}}}
 			}
-			p := Params{Heads: 14, KVHeads: 2, HeadDim: 64}
-			pool := cpu.NewPool(0)
-			defer pool.Close()
-			c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: 2, HeadDim: 64, BlockSize: bs, MaxTokens: ctx, Policy: policy})
+			p := compute.AttentionParams{Heads: 14, KVHeads: 2, HeadDim: 64}
+			be := New(0)
+			defer be.Close()
+			c, err := newCache(be, 2, 64, bs, ctx, policy)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -79,19 +80,20 @@ func BenchmarkDecodeCompressed(b *testing.B) {
 			for i := range kv {
 				kv[i] = float32(r.NormFloat64())
 			}
-			if err := c.Append(0, kv, kv, ctx); err != nil {
+			if err := c.Append(0, Wrap(kv), Wrap(kv), ctx); err != nil {
 				b.Fatal(err)
 			}
 			cos, sin := ropeTables(ctx, 64)
-			a, err := New(pool, p, bs, ctx)
+			a, err := newAttention(be, p, bs, ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
-			q, out := kv[:14*64], make([]float32, 14*64)
+			q, out := Wrap(kv[:14*64]), Wrap(make([]float32, 14*64))
+			cb, sb := Wrap(cos), Wrap(sin)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if err := a.Forward(out, q, 1, ctx-1, c, 0, cos, sin); err != nil {
+				if err := a.Forward(out, q, 1, ctx-1, c.Layer(0), cb, sb); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,0 +1,133 @@
+// Package cpu is the CPU compute backend: the operations of compute.Backend
+// on host memory, run by the SIMD kernels of kernels/cpu over a pool of
+// worker threads, with attention over KV blocks stored in host memory
+// (hot float32 or bf16 rows, or codec bytes decoded as attention reads
+// them).
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/compute"
+	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
+)
+
+// Backend runs compute.Backend's operations on the CPU.
+type Backend struct {
+	pool *kern.Pool
+}
+
+var _ compute.Backend = (*Backend)(nil)
+
+// New starts a CPU backend of threads worker threads counting the caller;
+// threads <= 0 means runtime.GOMAXPROCS(0).
+func New(threads int) *Backend { return &Backend{pool: kern.NewPool(threads)} }
+
+// Threads returns the number of worker threads.
+func (b *Backend) Threads() int { return b.pool.Threads() }
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Close stops the worker threads.
+func (b *Backend) Close() error {
+	b.pool.Close()
+	return nil
+}
+
+// memory is a host allocation.
+type memory struct{ f []float32 }
+
+func (m *memory) Floats() int { return len(m.f) }
+
+// host returns the values of a buffer of this backend.
+func host(b compute.Buffer) []float32 {
+	return b.Mem.(*memory).f[b.Off : b.Off+b.Len : b.Off+b.Len]
+}
+
+// Wrap returns a buffer over the host values f, shared, not copied.
+func Wrap(f []float32) compute.Buffer {
+	return compute.Buffer{Mem: &memory{f: f}, Len: len(f)}
+}
+
+// Alloc returns a zeroed buffer of n values.
+func (b *Backend) Alloc(n int) compute.Buffer { return Wrap(make([]float32, n)) }
+
+// weight is a matrix used where it lies (usually mapped from the
+// checkpoint), in its stored dtype.
+type weight struct{ m compute.Mat }
+
+func (w *weight) Shape() (rows, cols int) { return w.m.Rows, w.m.Cols }
+
+func mat(w compute.Weight) *compute.Mat { return &w.(*weight).m }
+
+// Upload returns a Weight over m's memory: the CPU reads it in place.
+func (b *Backend) Upload(m compute.Mat) (compute.Weight, error) {
+	switch {
+	case m.Rows <= 0 || m.Cols <= 0:
+		return nil, fmt.Errorf("cpu: weight of %dx%d", m.Rows, m.Cols)
+	case m.DType == compute.F32 && len(m.F32) < m.Rows*m.Cols,
+		(m.DType == compute.F16 || m.DType == compute.BF16) && len(m.U16) < m.Rows*m.Cols:
+		return nil, fmt.Errorf("cpu: %v weight of %dx%d holds too few values", m.DType, m.Rows, m.Cols)
+	case m.DType.Size() == 0:
+		return nil, fmt.Errorf("cpu: weight dtype %v", m.DType)
+	}
+	return &weight{m: m}, nil
+}
+
+// Write copies src into dst.
+func (b *Backend) Write(dst compute.Buffer, src []float32) { copy(host(dst), src) }
+
+// Read copies src to dst.
+func (b *Backend) Read(dst []float32, src compute.Buffer) { copy(dst, host(src)) }
+
+// Embed widens row ids[i] of table into row i of out.
+func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
+	t := mat(table)
+	o := host(out)
+	for i, id := range ids {
+		kern.RowF32(o[i*t.Cols:(i+1)*t.Cols], *t, id)
+	}
+}
+
+// MatMul sets out to x times w transposed, split across the threads.
+func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
+	b.pool.MatMul(host(out), host(x), n, *mat(w))
+}
+
+// RMSNorm normalizes each row of x into out.
+func (b *Backend) RMSNorm(out, x, w compute.Buffer, rows int, eps float32) {
+	o, xs, ws := host(out), host(x), host(w)
+	d := len(ws)
+	for r := range rows {
+		kern.RMSNorm(o[r*d:(r+1)*d], xs[r*d:(r+1)*d], ws, eps)
+	}
+}
+
+// AddRows adds bias to each row of x.
+func (b *Backend) AddRows(x, bias compute.Buffer, rows int) {
+	xs, bs := host(x), host(bias)
+	d := len(bs)
+	for r := range rows {
+		kern.Add(xs[r*d:(r+1)*d], bs)
+	}
+}
+
+// Add adds y to x.
+func (b *Backend) Add(x, y compute.Buffer) { kern.Add(host(x), host(y)) }
+
+// SiLUMul sets gate to silu(gate) * up.
+func (b *Backend) SiLUMul(gate, up compute.Buffer) { kern.SiLUMul(host(gate), host(up)) }
+
+// RoPE rotates every head of every row at its position.
+func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin compute.Buffer) {
+	xs, cs, sn := host(x), host(cos), host(sin)
+	half, row := d/2, heads*d
+	for i := range rows {
+		p := start + i
+		c, s := cs[p*half:(p+1)*half], sn[p*half:(p+1)*half]
+		for h := range heads {
+			kern.RoPE(xs[i*row+h*d:i*row+(h+1)*d], c, s)
+		}
+	}
+}
