@@ -206,11 +206,7 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 						if (seen-1)%stride != 0 {
 							continue
 						}
-						kb, err := seq.cache.K(l, h, b, nil)
-						if err != nil {
-							return nil, fmt.Errorf("model: calibrate: %w", err)
-						}
-						vb, err := seq.cache.V(l, h, b, nil)
+						kb, vb, err := seq.KVBlock(l, h, b)
 						if err != nil {
 							return nil, fmt.Errorf("model: calibrate: %w", err)
 						}
