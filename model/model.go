@@ -70,11 +70,11 @@ type Model struct {
 	mu     sync.RWMutex
 	closed bool
 
-	cfg      *weights.Config
-	dir      string
-	store    *weights.Store
-	b        compute.Backend
-	ownsB    bool // Close closes b
+	cfg   *weights.Config
+	dir   string
+	store *weights.Store
+	b     compute.Backend
+	ownsB bool // Close closes b
 
 	blockSize, maxCtx int
 	policy            kvcache.Policy
