@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
@@ -47,7 +48,7 @@ type options struct {
 	chat, tokenize, addSpecial           bool
 	quiet                                bool
 	stops                                stringList
-	sampling                             model.SamplingOptions
+	sampling                             kakeya.SamplingOptions
 	cache                                kvcache.Spec
 }
 
@@ -169,7 +170,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 
 	start := time.Now()
-	eng, err := model.LoadEngine(ctx, o.model, model.EngineOptions{
+	eng, err := kakeya.Load(ctx, o.model, kakeya.Options{
 		Model:       model.Options{Threads: o.threads, MaxContext: o.maxContext},
 		Hub:         hub,
 		Cache:       o.cache,
@@ -185,7 +186,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	load := time.Since(start)
 
 	out := bufio.NewWriter(stdout)
-	res, err := eng.Generate(ctx, o.prompt, model.GenerateOptions{
+	res, err := eng.Generate(ctx, o.prompt, kakeya.GenerateOptions{
 		MaxTokens: o.maxTokens,
 		Sampling:  o.sampling,
 		Stop:      o.stops,
@@ -220,7 +221,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 // printStats writes the run's figures: timings, why it stopped, the cache
 // in use and what it holds, the kernels.
-func printStats(w io.Writer, eng *model.Engine, res *model.Result, load time.Duration) {
+func printStats(w io.Writer, eng *kakeya.Engine, res *kakeya.Result, load time.Duration) {
 	fmt.Fprintf(w, "\nload %.2fs | prefill %d tokens %.1f tok/s | decode %d tokens %.1f tok/s | stop: %s | kernels: %s\n",
 		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels())
 	st := eng.CacheSettings()

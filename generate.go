@@ -1,123 +1,21 @@
-package model
+package kakeya
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
-	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
-	"github.com/kakeya-ai/kakeya/weights"
 )
 
-// EngineOptions configure LoadEngine. The zero value runs on all cores
-// with an uncompressed bf16 cache and resolves Hugging Face ids under the
-// HF_* environment, as the tools do.
-type EngineOptions struct {
-	// Model tunes the forward pass (threads, context length). Its Cache and
-	// BlockSize must stay zero: Cache below sets the cache.
-	Model Options
-	// Hub says how a Hugging Face id is resolved and fetched; fields left
-	// zero come from the environment (see weights.HubOptionsFromEnv).
-	Hub weights.HubOptions
-	// Cache is the KV cache of every sequence, in the terms of the tools'
-	// flags, e.g. kvcache.Spec{KV: "kakeya", KBits: 3}; its zero value is
-	// an uncompressed bf16 cache.
-	Cache kvcache.Spec
-	// Calibration is a file written by kakeya-eval calibrate: with it, a
-	// compressed cache preconditions keys and uses its codebooks (see
-	// kvcache.Spec's Precondition and Codebooks). "" for none.
-	Calibration string
-}
-
-// An Engine is a loaded model with its tokenizer: the embedding API for
-// programs that generate text. Its methods may be called from several
-// goroutines; each Generate call runs its own sequence. After Close, the
-// methods that return an error return one matching ErrClosed.
-type Engine struct {
-	model *Model
-	tok   *tokenizer.Tokenizer
-	dir   string
-	calib string
-	seq   SequenceOptions  // the cache of every sequence
-	cache kvcache.Settings // what seq's cache is, in the tools' terms
-}
-
-// LoadEngine loads a model from a local directory or a Hugging Face id
-// (resolved through the HF cache, downloading it when allowed).
-func LoadEngine(ctx context.Context, nameOrDir string, opt EngineOptions) (*Engine, error) {
-	if opt.Model.Cache.Layers != nil || opt.Model.BlockSize != 0 {
-		return nil, errors.New("model: EngineOptions: set the cache through Cache, not Model.Cache or Model.BlockSize")
-	}
-	if err := opt.Cache.Validate(); err != nil {
-		return nil, fmt.Errorf("model: cache: %w", err)
-	}
-	dir, err := weights.Resolve(ctx, nameOrDir, opt.Hub)
-	if err != nil {
-		return nil, err
-	}
-	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return nil, err
-	}
-	m, err := Load(dir, opt.Model)
-	if err != nil {
-		return nil, err
-	}
-	if v := m.Config().VocabSize; tok.VocabSize() > v {
-		m.Close()
-		return nil, fmt.Errorf("model: %s: tokenizer has %d tokens but the model's vocab_size is %d", dir, tok.VocabSize(), v)
-	}
-	e := &Engine{model: m, tok: tok, dir: dir, calib: opt.Calibration}
-	var cal *codec.Calibration
-	if opt.Calibration != "" {
-		if cal, err = LoadCalibration(opt.Calibration, m.Config()); err != nil {
-			m.Close()
-			return nil, fmt.Errorf("model: calibration: %w", err)
-		}
-	}
-	pol, st, err := kvcache.NewPolicy(opt.Cache, m.CacheShape(), cal)
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("model: cache: %w", err)
-	}
-	if opt.Calibration != "" && !st.Precondition && !st.Codebooks {
-		m.Close()
-		return nil, fmt.Errorf("model: calibration %s: the cache (%s) uses neither its query factors (keys uncompressed or precond off) nor its codebooks", opt.Calibration, st)
-	}
-	e.seq, e.cache = SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, st
-	return e, nil
-}
-
-// CacheSettings returns the KV cache of the engine's sequences: its Spec
-// with the defaults applied for this model.
-func (e *Engine) CacheSettings() kvcache.Settings { return e.cache }
-
-// Calibration returns the calibration file in use, "" for none.
-func (e *Engine) Calibration() string { return e.calib }
-
-// Model returns the loaded model.
-func (e *Engine) Model() *Model { return e.model }
-
-// Tokenizer returns the model's tokenizer.
-func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
-
-// Dir returns the local directory the model was loaded from.
-func (e *Engine) Dir() string { return e.dir }
-
-// Kernels describes the compute kernels this build runs, for example
-// "avx2+fma (GOEXPERIMENT=simd)" or "scalar (built without
-// GOEXPERIMENT=simd)"; see cpu.Features.
-func (e *Engine) Kernels() string { return cpu.Features() }
-
-// Close releases the model's memory maps and workers, after waiting for the
-// forward passes in flight: a Generate running meanwhile ends with an error
-// matching ErrClosed. Closing twice is not an error.
-func (e *Engine) Close() error { return e.model.Close() }
+// prefillChunk is the most prompt tokens fed to one Forward call, the
+// model's own pass size: Generate and Logits check their context between
+// chunks.
+const prefillChunk = 512
 
 // GenerateOptions control one Generate call. The zero value generates
 // greedily until EOS or a full context.
@@ -132,11 +30,11 @@ type GenerateOptions struct {
 // validate reports the first option Generate cannot honour.
 func (o *GenerateOptions) validate() error {
 	if o.MaxTokens < 0 {
-		return fmt.Errorf("model: max tokens %d must be >= 0", o.MaxTokens)
+		return fmt.Errorf("kakeya: max tokens %d must be >= 0", o.MaxTokens)
 	}
 	for i, s := range o.Stop {
 		if s == "" {
-			return fmt.Errorf("model: stop string %d of %d is empty", i+1, len(o.Stop))
+			return fmt.Errorf("kakeya: stop string %d of %d is empty", i+1, len(o.Stop))
 		}
 	}
 	return o.Sampling.Validate()
@@ -186,7 +84,7 @@ func rate(n int, d time.Duration) float64 {
 
 // PromptIDs returns the token ids Generate would feed for prompt.
 func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
-	if err := e.model.checkOpen(); err != nil {
+	if err := e.model.CheckOpen(); err != nil {
 		return nil, err
 	}
 	if !opt.Chat {
@@ -199,7 +97,7 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
 	text, err := e.tok.ApplyChat(msgs, true)
 	if err != nil {
-		return nil, fmt.Errorf("model: %s: %w", e.dir, err)
+		return nil, fmt.Errorf("kakeya: %s: %w", e.dir, err)
 	}
 	// The template already spells out BOS where the family wants one.
 	return e.tok.Encode(text, false), nil
@@ -216,10 +114,10 @@ func (e *Engine) Logits(ctx context.Context, prompt string, opt GenerateOptions)
 		return nil, nil, err
 	}
 	if len(ids) == 0 {
-		return nil, nil, errors.New("model: empty prompt (no tokens and no BOS)")
+		return nil, nil, errors.New("kakeya: empty prompt (no tokens and no BOS)")
 	}
 	if n := e.model.MaxContext(); len(ids) > n {
-		return nil, nil, fmt.Errorf("model: prompt of %d tokens exceeds the context of %d", len(ids), n)
+		return nil, nil, fmt.Errorf("kakeya: prompt of %d tokens exceeds the context of %d", len(ids), n)
 	}
 	seq, err := e.model.NewSequenceOpts(e.seq)
 	if err != nil {
@@ -267,11 +165,11 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 		return nil, err
 	}
 	if len(ids) == 0 {
-		return nil, errors.New("model: empty prompt (no tokens and no BOS)")
+		return nil, errors.New("kakeya: empty prompt (no tokens and no BOS)")
 	}
 	ctxLen := e.model.MaxContext()
 	if len(ids) >= ctxLen {
-		return nil, fmt.Errorf("model: prompt of %d tokens exceeds the context of %d", len(ids), ctxLen)
+		return nil, fmt.Errorf("kakeya: prompt of %d tokens exceeds the context of %d", len(ids), ctxLen)
 	}
 	maxNew, limit := ctxLen-len(ids), StopContext
 	if opt.MaxTokens > 0 && opt.MaxTokens <= maxNew {
@@ -372,7 +270,7 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 
 // prefill feeds the prompt in chunks, checking ctx between them, and
 // returns the logits of its last position.
-func prefill(ctx context.Context, seq *Sequence, ids []int) ([]float32, error) {
+func prefill(ctx context.Context, seq *model.Sequence, ids []int) ([]float32, error) {
 	var logits []float32
 	for i := 0; i < len(ids); i += prefillChunk {
 		if err := ctx.Err(); err != nil {
@@ -398,7 +296,7 @@ func (e *Engine) checkFinite(logits []float32, generated int) error {
 	if generated > 0 {
 		when = fmt.Sprintf("after the prompt and %d generated tokens", generated)
 	}
-	return fmt.Errorf("model: non-finite logits %s (%v at token id %d): do the weights in %s hold NaN or Inf?", when, logits[i], i, e.dir)
+	return fmt.Errorf("kakeya: non-finite logits %s (%v at token id %d): do the weights in %s hold NaN or Inf?", when, logits[i], i, e.dir)
 }
 
 // firstNonFinite returns the index of the first NaN or ±Inf in x, or -1.

@@ -1,4 +1,4 @@
-package model
+package kakeya
 
 import (
 	"context"
@@ -9,13 +9,14 @@ import (
 
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/model"
 )
 
 func loadStoriesEngine(t *testing.T) *Engine {
 	t.Helper()
 	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	// A float32 cache keeps the engine's logits those of Model.Logits.
-	e, err := LoadEngine(context.Background(), dir, EngineOptions{Model: Options{Threads: 2}, Cache: kvcache.Spec{CacheType: "f32"}})
+	e, err := Load(context.Background(), dir, Options{Model: model.Options{Threads: 2}, Cache: kvcache.Spec{CacheType: "f32"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func TestGenerateCancel(t *testing.T) {
 	}
 }
 
-// EngineOptions.Cache sets the cache of every sequence the engine runs,
+// Options.Cache sets the cache of every sequence the engine runs,
 // with the tools' defaults; the zero value is a bf16 cache.
 func TestEngineCache(t *testing.T) {
 	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
@@ -164,7 +165,7 @@ func TestEngineCache(t *testing.T) {
 		{kvcache.Spec{}, "uncompressed bf16, block 16", false},
 		{kvcache.Spec{KV: "int8", BlockSize: 16}, "k=int8 v=int8 block 16, hot 16, boundary 0;4, bf16 hot blocks", true},
 	} {
-		e, err := LoadEngine(context.Background(), dir, EngineOptions{Model: Options{Threads: 2}, Cache: tt.spec})
+		e, err := Load(context.Background(), dir, Options{Model: model.Options{Threads: 2}, Cache: tt.spec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,15 +182,15 @@ func TestEngineCache(t *testing.T) {
 		e.Close()
 	}
 	for _, tt := range []struct {
-		opt EngineOptions
+		opt Options
 		err string
 	}{
-		{EngineOptions{Cache: kvcache.Spec{KV: "int5"}}, `model: cache: --kv-codec "int5"`},
-		{EngineOptions{Model: Options{BlockSize: 32}}, "set the cache through Cache"},
-		{EngineOptions{Cache: kvcache.Spec{KV: "int8", Boundary: "9"}}, "layer 9 outside a model of 5 layers"},
-		{EngineOptions{Cache: kvcache.Spec{KV: "int8"}, Calibration: filepath.Join(dir, "missing.safetensors")}, "model: calibration: "},
+		{Options{Cache: kvcache.Spec{KV: "int5"}}, `kakeya: cache: --kv-codec "int5"`},
+		{Options{Model: model.Options{BlockSize: 32}}, "set the cache through Cache"},
+		{Options{Cache: kvcache.Spec{KV: "int8", Boundary: "9"}}, "layer 9 outside a model of 5 layers"},
+		{Options{Cache: kvcache.Spec{KV: "int8"}, Calibration: filepath.Join(dir, "missing.safetensors")}, "kakeya: calibration: "},
 	} {
-		if _, err := LoadEngine(context.Background(), dir, tt.opt); err == nil || !strings.Contains(err.Error(), tt.err) {
+		if _, err := Load(context.Background(), dir, tt.opt); err == nil || !strings.Contains(err.Error(), tt.err) {
 			t.Errorf("%+v: err = %v, want %q", tt.opt, err, tt.err)
 		}
 	}

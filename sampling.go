@@ -1,4 +1,4 @@
-package model
+package kakeya
 
 import (
 	"container/heap"

@@ -1,4 +1,4 @@
-package model_test
+package kakeya_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/kvcache"
-	"github.com/kakeya-ai/kakeya/model"
 )
 
 // Streaming generation through the Engine API: load a model directory (or a
@@ -16,10 +16,10 @@ import (
 func ExampleEngine_Generate() {
 	shared := os.Getenv("KAKEYA_SHARED")
 	if shared == "" {
-		shared = filepath.Join("..", "..", "shared")
+		shared = filepath.Join("..", "shared")
 	}
 	ctx := context.Background()
-	eng, err := model.LoadEngine(ctx, filepath.Join(shared, "models", "stories260K"), model.EngineOptions{})
+	eng, err := kakeya.Load(ctx, filepath.Join(shared, "models", "stories260K"), kakeya.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -27,7 +27,7 @@ func ExampleEngine_Generate() {
 	defer eng.Close()
 
 	var out strings.Builder
-	res, err := eng.Generate(ctx, "Once upon a time", model.GenerateOptions{
+	res, err := eng.Generate(ctx, "Once upon a time", kakeya.GenerateOptions{
 		MaxTokens: 12, // greedy: the zero SamplingOptions
 	}, func(piece string) error {
 		out.WriteString(piece) // e.g. print it and flush
@@ -44,13 +44,13 @@ func ExampleEngine_Generate() {
 
 // A compressed KV cache on an Engine: the settings of kakeya-run's cache
 // flags, with the same defaults, as a kvcache.Spec.
-func ExampleEngineOptions_cache() {
+func ExampleOptions_cache() {
 	shared := os.Getenv("KAKEYA_SHARED")
 	if shared == "" {
-		shared = filepath.Join("..", "..", "shared")
+		shared = filepath.Join("..", "shared")
 	}
 	ctx := context.Background()
-	eng, err := model.LoadEngine(ctx, filepath.Join(shared, "models", "stories260K"), model.EngineOptions{
+	eng, err := kakeya.Load(ctx, filepath.Join(shared, "models", "stories260K"), kakeya.Options{
 		Cache: kvcache.Spec{KV: "int8", BlockSize: 16}, // like --kv-codec int8 --block-size 16
 	})
 	if err != nil {
@@ -58,7 +58,7 @@ func ExampleEngineOptions_cache() {
 		return
 	}
 	defer eng.Close()
-	res, err := eng.Generate(ctx, "Once upon a time", model.GenerateOptions{MaxTokens: 60}, nil)
+	res, err := eng.Generate(ctx, "Once upon a time", kakeya.GenerateOptions{MaxTokens: 60}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,6 +1,6 @@
 //go:build goexperiment.simd && amd64
 
-package model
+package kakeya
 
 // wantKernels lists what cpu.Features may say in a SIMD build: which one
 // depends on the CPU.

@@ -1,0 +1,23 @@
+// Package kakeya is the embedding API of the Kakeya inference engine: it
+// loads a Llama-family model with its tokenizer, from a local directory or
+// a Hugging Face id, and generates text over a paged and optionally
+// compressed KV cache.
+//
+//	eng, err := kakeya.Load(ctx, "Qwen/Qwen2.5-0.5B-Instruct", kakeya.Options{
+//		Cache: kvcache.Spec{KV: "kakeya", KBits: 3},
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer eng.Close()
+//	res, err := eng.Generate(ctx, "Why is the sky blue?", kakeya.GenerateOptions{
+//		MaxTokens: 200,
+//		Chat:      true,
+//	}, func(piece string) error {
+//		_, err := os.Stdout.WriteString(piece)
+//		return err
+//	})
+//
+// The forward pass itself lives in package model, KV cache calibration in
+// package calibrate.
+package kakeya

@@ -1,0 +1,126 @@
+package kakeya
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/tokenizer"
+	"github.com/kakeya-ai/kakeya/weights"
+)
+
+// ErrClosed is model.ErrClosed, re-exported for the Engine's users: after
+// Close, the Engine's methods that return an error return one matching it
+// (test with errors.Is(err, ErrClosed) or errors.Is(err, model.ErrClosed)).
+var ErrClosed = model.ErrClosed
+
+// Options configure Load. The zero value runs on all cores with an
+// uncompressed bf16 cache and resolves Hugging Face ids under the HF_*
+// environment, as the tools do.
+type Options struct {
+	// Model tunes the forward pass (threads, context length). Its Cache and
+	// BlockSize must stay zero: Cache below sets the cache.
+	Model model.Options
+	// Hub says how a Hugging Face id is resolved and fetched; fields left
+	// zero come from the environment (see weights.HubOptionsFromEnv).
+	Hub weights.HubOptions
+	// Cache is the KV cache of every sequence, in the terms of the tools'
+	// flags, e.g. kvcache.Spec{KV: "kakeya", KBits: 3}; its zero value is
+	// an uncompressed bf16 cache.
+	Cache kvcache.Spec
+	// Calibration is a file written by kakeya-eval calibrate: with it, a
+	// compressed cache preconditions keys and uses its codebooks (see
+	// kvcache.Spec's Precondition and Codebooks). "" for none.
+	Calibration string
+}
+
+// An Engine is a loaded model with its tokenizer: the embedding API for
+// programs that generate text. Its methods may be called from several
+// goroutines; each Generate call runs its own sequence. After Close, the
+// methods that return an error return one matching ErrClosed
+// (model.ErrClosed).
+type Engine struct {
+	model *model.Model
+	tok   *tokenizer.Tokenizer
+	dir   string
+	calib string
+	seq   model.SequenceOptions // the cache of every sequence
+	cache kvcache.Settings      // what seq's cache is, in the tools' terms
+}
+
+// Load loads a model and its tokenizer from a local directory or a Hugging
+// Face id (resolved through the HF cache, downloading it when allowed).
+func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
+	if opt.Model.Cache.Layers != nil || opt.Model.BlockSize != 0 {
+		return nil, errors.New("kakeya: Options: set the cache through Cache, not Model.Cache or Model.BlockSize")
+	}
+	if err := opt.Cache.Validate(); err != nil {
+		return nil, fmt.Errorf("kakeya: cache: %w", err)
+	}
+	dir, err := weights.Resolve(ctx, nameOrDir, opt.Hub)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Load(dir, opt.Model)
+	if err != nil {
+		return nil, err
+	}
+	if v := m.Config().VocabSize; tok.VocabSize() > v {
+		m.Close()
+		return nil, fmt.Errorf("kakeya: %s: tokenizer has %d tokens but the model's vocab_size is %d", dir, tok.VocabSize(), v)
+	}
+	e := &Engine{model: m, tok: tok, dir: dir, calib: opt.Calibration}
+	var cal *codec.Calibration
+	if opt.Calibration != "" {
+		if cal, err = model.LoadCalibration(opt.Calibration, m.Config()); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("kakeya: calibration: %w", err)
+		}
+	}
+	pol, st, err := kvcache.NewPolicy(opt.Cache, m.CacheShape(), cal)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("kakeya: cache: %w", err)
+	}
+	if opt.Calibration != "" && !st.Precondition && !st.Codebooks {
+		m.Close()
+		return nil, fmt.Errorf("kakeya: calibration %s: the cache (%s) uses neither its query factors (keys uncompressed or precond off) nor its codebooks", opt.Calibration, st)
+	}
+	e.seq, e.cache = model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, st
+	return e, nil
+}
+
+// CacheSettings returns the KV cache of the engine's sequences: its Spec
+// with the defaults applied for this model.
+func (e *Engine) CacheSettings() kvcache.Settings { return e.cache }
+
+// Calibration returns the calibration file in use, "" for none.
+func (e *Engine) Calibration() string { return e.calib }
+
+// Model returns the loaded model.
+func (e *Engine) Model() *model.Model { return e.model }
+
+// Tokenizer returns the model's tokenizer.
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// Dir returns the local directory the model was loaded from.
+func (e *Engine) Dir() string { return e.dir }
+
+// Kernels describes the compute kernels this build runs, for example
+// "avx2+fma (GOEXPERIMENT=simd)" or "scalar (built without
+// GOEXPERIMENT=simd)"; see cpu.Features.
+func (e *Engine) Kernels() string { return cpu.Features() }
+
+// Close releases the model's memory maps and workers, after waiting for the
+// forward passes in flight: a Generate running meanwhile ends with an error
+// matching ErrClosed. Closing twice is not an error.
+func (e *Engine) Close() error { return e.model.Close() }
