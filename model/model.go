@@ -59,9 +59,6 @@ func MaxThreads() int { return min(64*runtime.NumCPU(), 4096) }
 // longer inputs are split, bounding the activation scratch.
 const prefillChunk = 512
 
-// supported lists the config.json model_type values Load accepts.
-var supported = []string{"llama", "mistral", "qwen2", "qwen3"}
-
 // Model is a loaded decoder. Its methods are safe for concurrent use; each
 // Sequence is used by one goroutine at a time.
 type Model struct {
@@ -101,6 +98,8 @@ type layer struct {
 	vBias, oBias     compute.Buffer
 	qNorm, kNorm     compute.Buffer
 	gate, up, down   compute.Weight
+	gateBias, upBias compute.Buffer
+	downBias         compute.Buffer
 }
 
 // Load reads the model in dir (a local Hugging Face model directory): its
@@ -146,37 +145,13 @@ func (m *Model) closeBackend() {
 // Backend returns the backend the model runs on.
 func (m *Model) Backend() compute.Backend { return m.b }
 
-// newModel validates the configuration and options and computes the RoPE
-// tables.
+// newModel checks the options against the configuration and computes the
+// RoPE frequencies.
 func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("model: %s: config.json: %s", dir, fmt.Sprintf(format, args...))
-	}
-	if !slices.Contains(supported, cfg.ModelType) {
-		return nil, bad("model_type %q is not supported (want one of %v)", cfg.ModelType, supported)
-	}
-	switch {
-	case cfg.HiddenSize <= 0, cfg.IntermediateSize <= 0, cfg.NumLayers <= 0, cfg.VocabSize <= 0:
-		return nil, bad("hidden_size %d, intermediate_size %d, num_hidden_layers %d, vocab_size %d: all must be positive",
-			cfg.HiddenSize, cfg.IntermediateSize, cfg.NumLayers, cfg.VocabSize)
-	case cfg.NumHeads <= 0 || cfg.NumKVHeads <= 0 || cfg.NumHeads%cfg.NumKVHeads != 0:
-		return nil, bad("num_attention_heads %d is not a positive multiple of num_key_value_heads %d", cfg.NumHeads, cfg.NumKVHeads)
-	case cfg.MLPBias:
-		return nil, bad("mlp_bias true is not supported")
-	case cfg.HiddenAct != "" && cfg.HiddenAct != "silu":
-		return nil, bad("hidden_act %q is not supported (want silu)", cfg.HiddenAct)
-	case cfg.RMSNormEps <= 0:
-		return nil, bad("rms_norm_eps %g, want > 0", cfg.RMSNormEps)
-	case cfg.RopeTheta <= 0:
-		return nil, bad("rope_theta %g, want > 0", cfg.RopeTheta)
-	}
+	// config.json was validated once, as weights.ParseConfig read it
+	// (supported model_type, sizes, head_dim); what is left here are the
+	// options.
 	hd := cfg.HeadDim
-	if hd == 0 {
-		hd = cfg.HiddenSize / cfg.NumHeads
-	}
-	if hd <= 0 || hd%2 != 0 {
-		return nil, bad("head_dim %d must be even and positive", hd)
-	}
 	if opt.Threads < 0 || opt.Threads > MaxThreads() {
 		return nil, fmt.Errorf("model: %d threads, want 0 (GOMAXPROCS) to %d (64 per CPU core, at most 4096)", opt.Threads, MaxThreads())
 	}
@@ -184,9 +159,6 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	m.maxCtx = opt.MaxContext
 	if m.maxCtx == 0 {
 		m.maxCtx = min(cfg.MaxPositionEmbeddings, DefaultMaxContext)
-		if m.maxCtx <= 0 {
-			m.maxCtx = 2048
-		}
 	}
 	if m.maxCtx < 0 {
 		return nil, fmt.Errorf("model: max context %d, want > 0", opt.MaxContext)
@@ -204,7 +176,7 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	m.window = cfg.SlidingWindow
 	var err error
 	if m.invFreq, err = invFreq(hd, cfg.RopeTheta, cfg.RopeScaling); err != nil {
-		return nil, bad("%v", err)
+		return nil, fmt.Errorf("model: %s: config.json: %w", dir, err)
 	}
 	return m, nil
 }
@@ -365,6 +337,11 @@ func (m *Model) loadTensors() error {
 		l.gate = ld.mat(p+"mlp.gate_proj.weight", c.IntermediateSize, h)
 		l.up = ld.mat(p+"mlp.up_proj.weight", c.IntermediateSize, h)
 		l.down = ld.mat(p+"mlp.down_proj.weight", h, c.IntermediateSize)
+		if c.MLPBias {
+			l.gateBias = ld.vec(p+"mlp.gate_proj.bias", c.IntermediateSize)
+			l.upBias = ld.vec(p+"mlp.up_proj.bias", c.IntermediateSize)
+			l.downBias = ld.vec(p+"mlp.down_proj.bias", h)
+		}
 	}
 	m.norm = ld.vec("model.norm.weight", h)
 	if c.TieWordEmbeddings {

@@ -162,13 +162,17 @@ func refForward(t *testing.T, dir string, ids []int) [][]float64 {
 			}
 		}
 		wg, wu, wd := get(pre+"mlp.gate_proj.weight"), get(pre+"mlp.up_proj.weight"), get(pre+"mlp.down_proj.weight")
+		var bg, bu, bd []float64
+		if cfg.MLPBias {
+			bg, bu, bd = get(pre+"mlp.gate_proj.bias"), get(pre+"mlp.up_proj.bias"), get(pre+"mlp.down_proj.bias")
+		}
 		for p := range x {
 			xn := rms(x[p], postNorm)
-			g, u := linear(xn, wg, nil, cfg.IntermediateSize), linear(xn, wu, nil, cfg.IntermediateSize)
+			g, u := linear(xn, wg, bg, cfg.IntermediateSize), linear(xn, wu, bu, cfg.IntermediateSize)
 			for i := range g {
 				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
 			}
-			dn := linear(g, wd, nil, hid)
+			dn := linear(g, wd, bd, hid)
 			for i := range dn {
 				x[p][i] += dn[i]
 			}
@@ -187,6 +191,8 @@ func refForward(t *testing.T, dir string, ids []int) [][]float64 {
 }
 
 func TestMatchesFloat64Reference(t *testing.T) {
+	llamaMLPBias := testmodel.Llama3Tiny
+	llamaMLPBias.MLPBias, llamaMLPBias.RopeScaling = true, nil
 	mistral := testmodel.Llama3Tiny
 	mistral.ModelType, mistral.RopeScaling, mistral.Tie, mistral.SlidingWindow, mistral.RopeTheta, mistral.DType = "mistral", nil, false, 7, 1e4, testmodel.Qwen3Tiny.DType
 	for name, spec := range map[string]testmodel.Spec{
@@ -194,6 +200,7 @@ func TestMatchesFloat64Reference(t *testing.T) {
 		"llama3":         testmodel.Llama3Tiny,
 		"qwen3":          testmodel.Qwen3Tiny,
 		"mistral-window": mistral,
+		"llama-mlp-bias": llamaMLPBias,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), name)

@@ -244,12 +244,19 @@ func (s *Sequence) forward(ids []int, logits []float32, all bool) error {
 		b.Add(x, tmp)
 
 		// Feed-forward: SwiGLU, down(silu(gate(x)) * up(x)), added to the
-		// residual stream.
+		// residual stream (with Llama's mlp_bias, each projection has a bias).
 		b.RMSNorm(xn, x, l.postNorm, n, m.eps)
 		b.MatMul(gate, xn, n, l.gate)
 		b.MatMul(up, xn, n, l.up)
+		if l.gateBias.Len > 0 {
+			b.AddRows(gate, l.gateBias, n)
+			b.AddRows(up, l.upBias, n)
+		}
 		b.SiLUMul(gate, up)
 		b.MatMul(tmp, gate, n, l.down)
+		if l.downBias.Len > 0 {
+			b.AddRows(tmp, l.downBias, n)
+		}
 		b.Add(x, tmp)
 	}
 	if logits == nil {

@@ -36,6 +36,8 @@ type Spec struct {
 	Tie bool
 	// Bias adds q/k/v projection biases (Qwen2).
 	Bias bool
+	// MLPBias adds gate, up and down projection biases (Llama's mlp_bias).
+	MLPBias bool
 	// SlidingWindow is Mistral's window, 0 for none.
 	SlidingWindow int
 	DType         compute.DType
@@ -126,6 +128,12 @@ func (s *Spec) tensors() []tensor {
 			lin(p+"mlp.gate_proj.weight", s.Intermediate, h),
 			lin(p+"mlp.up_proj.weight", s.Intermediate, h),
 			lin(p+"mlp.down_proj.weight", h, s.Intermediate))
+		if s.MLPBias {
+			ts = append(ts,
+				tensor{name: p + "mlp.gate_proj.bias", shape: []int{s.Intermediate}, std: 0.1},
+				tensor{name: p + "mlp.up_proj.bias", shape: []int{s.Intermediate}, std: 0.1},
+				tensor{name: p + "mlp.down_proj.bias", shape: []int{h}, std: 0.1})
+		}
 	}
 	ts = append(ts, norm("model.norm.weight", h))
 	if !s.Tie {
@@ -180,7 +188,7 @@ func (s *Spec) config() map[string]any {
 	}
 	if s.ModelType == "llama" {
 		c["attention_bias"] = s.Bias
-		c["mlp_bias"] = false
+		c["mlp_bias"] = s.MLPBias
 	}
 	if s.ModelType == "qwen3" {
 		c["attention_bias"] = false
