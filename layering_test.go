@@ -1,0 +1,93 @@
+package kakeya_test
+
+import (
+	"go/build"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/kakeya-ai/kakeya"
+
+// allowed lists, for every package of the module (by its path below the
+// module, "" for the root), the packages of the module it may import. Data
+// flows one way: weights → model → (compute, kvcache) → codec, with
+// generation (the root package) and calibration above model and the
+// commands on top; nothing reaches back up. A new package or edge is a
+// decision: add it here.
+var allowed = map[string][]string{
+	"compute":             {},
+	"kernels/cpu":         {"compute"},
+	"codec":               {"compute", "kernels/cpu"},
+	"compute/cpu":         {"compute", "kernels/cpu", "codec"},
+	"compute/reference":   {"compute"},
+	"kvcache":             {"compute", "codec"},
+	"weights":             {"compute", "internal/term"},
+	"tokenizer":           {},
+	"model":               {"compute", "compute/cpu", "kvcache", "weights"},
+	"calibrate":           {"model", "codec", "weights", "kvcache", "compute"},
+	"":                    {"model", "calibrate", "tokenizer", "weights", "kvcache", "codec", "compute", "kernels/cpu"},
+	"eval":                {"kvcache"},
+	"internal/shareddata": {},
+	"internal/term":       {},
+	"internal/testmodel":  {"compute"},
+	"cmd/kakeya-run":      {"", "model", "kvcache", "tokenizer", "weights", "compute", "compute/cpu", "internal/term"},
+	"cmd/kakeya-eval":     {"", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "compute/cpu", "internal/term"},
+}
+
+// TestImportLayering checks every package's imports (tests aside) against
+// allowed, so that the layering stays as designed.
+func TestImportLayering(t *testing.T) {
+	seen := map[string]bool{}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
+			return filepath.SkipDir
+		}
+		pkg, err := build.ImportDir(path, 0)
+		if _, none := err.(*build.NoGoError); none {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rel := filepath.ToSlash(path)
+		if rel == "." {
+			rel = ""
+		}
+		seen[rel] = true
+		ok, known := allowed[rel]
+		if !known {
+			t.Errorf("package %q is not in the layering table (layering_test.go): decide what it may import", rel)
+			return nil
+		}
+		for _, imp := range pkg.Imports {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")
+			if !slices.Contains(ok, dep) {
+				t.Errorf("package %q imports %q, which the layering does not allow (layering_test.go)", rel, dep)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pkg := range allowed {
+		if !seen[pkg] {
+			if _, err := os.Stat(filepath.FromSlash(pkg)); err != nil && pkg != "" {
+				t.Errorf("layering table names %q, which does not exist", pkg)
+			}
+		}
+	}
+}
