@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -81,7 +82,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	e := &Engine{model: m, tok: tok, dir: dir, calib: opt.Calibration}
 	var cal *codec.Calibration
 	if opt.Calibration != "" {
-		if cal, err = model.LoadCalibration(opt.Calibration, m.Config()); err != nil {
+		if cal, err = calibrate.Load(opt.Calibration, m.Config()); err != nil {
 			m.Close()
 			return nil, fmt.Errorf("kakeya: calibration: %w", err)
 		}

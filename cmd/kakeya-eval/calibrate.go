@@ -15,10 +15,10 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/term"
-	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 )
 
@@ -48,11 +48,11 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
 	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2/valid.txt, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.out, "out", "", "calibration file to write (safetensors)")
-	fs.IntVar(&f.ctx, "ctx", 0, fmt.Sprintf("window tokens, BOS included (0: min(%d, model context))", model.DefaultCalibrationCtx))
+	fs.IntVar(&f.ctx, "ctx", 0, fmt.Sprintf("window tokens, BOS included (0: min(%d, model context))", calibrate.DefaultCtx))
 	fs.IntVar(&f.tokens, "tokens", 0, "use at most this many tokens of the text (0: all)")
-	fs.Float64Var(&f.ridge, "ridge", model.DefaultCalibrationRidge, "Cholesky ridge relative to tr(Σ)/d (0: none)")
+	fs.Float64Var(&f.ridge, "ridge", calibrate.DefaultRidge, "Cholesky ridge relative to tr(Σ)/d (0: none)")
 	fs.StringVar(&f.bits, "bits", "2,3,4", `residual codebook widths to train, comma-separated ("none": no codebooks)`)
-	fs.BoolVar(&f.ropeAvg, "rope-avg", false, "average the query second moment over RoPE offsets [0, rope-span) (see model.RopeAverage; off: measured worse on stories260K)")
+	fs.BoolVar(&f.ropeAvg, "rope-avg", false, "average the query second moment over RoPE offsets [0, rope-span) (see calibrate.RopeAverage; off: measured worse on stories260K)")
 	fs.IntVar(&f.ropeSpan, "rope-span", 0, "offsets averaged with --rope-avg (0: ctx)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads (0: GOMAXPROCS)")
 	if err := fs.Parse(args); err != nil {
@@ -64,7 +64,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("calibrate: unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
-	err := calibrate(ctx, &f, stdout, stderr)
+	err := writeCalibration(ctx, &f, stdout, stderr)
 	var intr interrupted
 	if err != nil && ctx.Err() != nil && !errors.As(err, &intr) {
 		return interrupted("calibrate: interrupted before the first window; nothing written")
@@ -117,7 +117,8 @@ func parseBits(s string) ([]int, error) {
 	return out, nil
 }
 
-func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) error {
+// writeCalibration runs the calibration f describes and writes it to --out.
+func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) error {
 	start := time.Now()
 	if err := f.check(); err != nil {
 		return fmt.Errorf("calibrate: %w", err)
@@ -126,9 +127,9 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("calibrate: %w", err)
 	}
-	if len(bits) > 0 && f.ctx > 0 && f.ctx < model.DefaultCalibrationBlockSize {
+	if len(bits) > 0 && f.ctx > 0 && f.ctx < calibrate.DefaultBlockSize {
 		return fmt.Errorf("calibrate: --ctx %d is shorter than a KV block of %d tokens, whose residuals the codebooks are trained on; use --ctx %d or more, or --bits none",
-			f.ctx, model.DefaultCalibrationBlockSize, model.DefaultCalibrationBlockSize)
+			f.ctx, calibrate.DefaultBlockSize, calibrate.DefaultBlockSize)
 	}
 	// The run can be long: find an unwritable --out before it, not after.
 	if err := eval.CheckWritable(f.out); err != nil {
@@ -170,15 +171,15 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 
 	ridge := f.ridge
 	if ridge == 0 {
-		ridge = -1 // model.CalibrateOptions: negative means none
+		ridge = -1 // calibrate.Options: negative means none
 	}
 	var (
 		prog *eval.Progress
-		last model.CalibrateProgress
+		last calibrate.Progress
 	)
-	opt := model.CalibrateOptions{
+	opt := calibrate.Options{
 		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads,
-		Progress: func(p model.CalibrateProgress) {
+		Progress: func(p calibrate.Progress) {
 			last = p
 			if prog == nil {
 				prog = eval.NewProgress(stderr, term.IsTerminal(stderr), "calibrate", p.TotalWindows)
@@ -187,12 +188,12 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 			prog.Update(p.Windows, p.Tokens)
 		},
 	}
-	cal, err := model.Calibrate(ctx, f.model, ids, opt)
+	cal, err := calibrate.Run(ctx, f.model, ids, opt)
 	if prog != nil {
 		prog.Finish()
 	}
 	if err != nil {
-		var few *model.TooFewTokensError
+		var few *calibrate.TooFewTokensError
 		switch {
 		case ctx.Err() != nil && last.Windows > 0:
 			return interrupted(fmt.Sprintf("calibrate: interrupted after %d/%d windows (%.0fs); nothing written",
@@ -204,7 +205,7 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 	}
 	cal.Meta["data"] = filepath.Base(f.data)
 	cal.Meta["data_sha256"] = sum
-	if err := model.SaveCalibration(f.out, cal); err != nil {
+	if err := calibrate.Save(f.out, cal); err != nil {
 		return fmt.Errorf("calibrate: --out: %w", err)
 	}
 	return writeCalibSummary(stdout, cal, f, time.Since(start))
@@ -212,7 +213,7 @@ func calibrate(ctx context.Context, f *calibFlags, stdout, stderr io.Writer) err
 
 // tooFewTokens says, in the command's terms, how much text the codebooks
 // need.
-func tooFewTokens(f *calibFlags, e *model.TooFewTokensError) error {
+func tooFewTokens(f *calibFlags, e *calibrate.TooFewTokensError) error {
 	bos := ""
 	if e.BOS {
 		bos = ", BOS included"

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
-	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -45,7 +45,7 @@ func TestCalibrateEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cal, err := model.LoadCalibration(out, cfg)
+	cal, err := calibrate.Load(out, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/term"
@@ -339,7 +340,7 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 	e := &engine{m: m, opts: map[string]model.SequenceOptions{}}
 	var cal *codec.Calibration
 	if f.calib != "" {
-		if cal, err = model.LoadCalibration(f.calib, m.Config()); err != nil {
+		if cal, err = calibrate.Load(f.calib, m.Config()); err != nil {
 			e.Close()
 			return nil, fmt.Errorf("ppl: --calib: %w", err)
 		}

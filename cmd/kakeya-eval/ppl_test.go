@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache"
-	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -231,7 +231,7 @@ func TestPPLPrecond(t *testing.T) {
 		cal.Chol = append(cal.Chol, L)
 	}
 	calib := filepath.Join(t.TempDir(), "calib.safetensors")
-	if err := model.SaveCalibration(calib, cal); err != nil {
+	if err := calibrate.Save(calib, cal); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := runReport(t, "--model", dir, "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache"
-	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -116,7 +116,7 @@ func writeCalibration(t *testing.T, dir string) string {
 		cal.Chol = append(cal.Chol, L)
 	}
 	path := filepath.Join(t.TempDir(), "calib.safetensors")
-	if err := model.SaveCalibration(path, cal); err != nil {
+	if err := calibrate.Save(path, cal); err != nil {
 		t.Fatal(err)
 	}
 	return path

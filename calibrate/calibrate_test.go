@@ -1,4 +1,4 @@
-package model
+package calibrate
 
 import (
 	"context"
@@ -16,9 +16,36 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
 )
+
+// invFreq returns the RoPE inverse frequencies of a head of dim d without
+// rope_scaling, computed in float32 as Hugging Face (and package model) do.
+func invFreq(d int, theta float64) []float32 {
+	inv := make([]float32, d/2)
+	base := float64(float32(theta))
+	for i := range inv {
+		inv[i] = 1 / float32(math.Pow(base, float64(float32(2*i)/float32(d))))
+	}
+	return inv
+}
+
+// ropeTables returns cos and sin of pos·inv for positions [0, n), d/2
+// values per position, the angle in float32 as in the model.
+func ropeTables(inv []float32, n int) (cos, sin []float32) {
+	half := len(inv)
+	cos, sin = make([]float32, n*half), make([]float32, n*half)
+	for p := 0; p < n; p++ {
+		for i, f := range inv {
+			a := float64(float32(p) * f)
+			cos[p*half+i] = float32(math.Cos(a))
+			sin[p*half+i] = float32(math.Sin(a))
+		}
+	}
+	return cos, sin
+}
 
 // randomSPD returns a random symmetric positive definite d x d matrix.
 func randomSPD(r *rand.Rand, d int) []float64 {
@@ -47,10 +74,7 @@ func TestRopeAverageBruteForce(t *testing.T) {
 	}{{8, 1e4, 1}, {8, 1e4, 37}, {16, 1e6, 200}, {64, 1e4, 64}} {
 		r := rand.New(rand.NewPCG(uint64(tc.d), uint64(tc.span)))
 		cov := randomSPD(r, tc.d)
-		inv, err := invFreq(tc.d, tc.theta, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		inv := invFreq(tc.d, tc.theta)
 		got, err := RopeAverage(cov, tc.d, inv, tc.span)
 		if err != nil {
 			t.Fatal(err)
@@ -111,10 +135,7 @@ func TestRopeAverageIsAttentionError(t *testing.T) {
 	for i := range q {
 		q[i], e[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
 	}
-	inv, err := invFreq(d, 1e4, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inv := invFreq(d, 1e4)
 	cos, sin := ropeTables(inv, pk+span)
 	h := d / 2
 	ek := slices.Clone(e)
@@ -192,13 +213,13 @@ func storiesIDs(t *testing.T, n int) ([]int, string) {
 }
 
 // observedCov recomputes each (layer, kv head) query second moment with the
-// Observe hook, independently of Calibrate, over the same windows.
+// Observe hook, independently of Run, over the same windows.
 func observedCov(t *testing.T, dir string, ids []int, ctx int) (covs [][]float64, cfg *weights.Config) {
 	t.Helper()
 	var sums [][]float64
 	var count []int
 	var heads, kvh, d int
-	m := load(t, dir, Options{Threads: 1, Observe: func(layer, _, n int, q, _ []float32) {
+	m, err := model.Load(dir, model.Options{Threads: 1, Observe: func(layer, _, n int, q, _ []float32) {
 		for r := 0; r < n; r++ {
 			for h := 0; h < heads; h++ {
 				i := layer*kvh + h/(heads/kvh)
@@ -212,6 +233,10 @@ func observedCov(t *testing.T, dir string, ids []int, ctx int) (covs [][]float64
 			}
 		}
 	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
 	cfg = m.Config()
 	heads, kvh, d = cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
 	sums, count = make([][]float64, cfg.NumLayers*kvh), make([]int, cfg.NumLayers*kvh)
@@ -237,20 +262,17 @@ func observedCov(t *testing.T, dir string, ids []int, ctx int) (covs [][]float64
 	return sums, cfg
 }
 
-func TestCalibrateStories260K(t *testing.T) {
+func TestRunStories260K(t *testing.T) {
 	const ctx, ridge = 100, 1e-2
 	ids, dir := storiesIDs(t, 400)
 	want, cfg := observedCov(t, dir, ids, ctx)
 	d := cfg.HeadDim
-	inv, err := invFreq(d, cfg.RopeTheta, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inv := invFreq(d, cfg.RopeTheta)
 	for _, ropeAvg := range []bool{false, true} {
-		opt := CalibrateOptions{Ctx: ctx, Ridge: ridge, RopeAveraged: ropeAvg, Bits: []int{2, 3}, Threads: 1}
-		var progress []CalibrateProgress
-		opt.Progress = func(p CalibrateProgress) { progress = append(progress, p) }
-		cal, err := Calibrate(context.Background(), dir, ids, opt)
+		opt := Options{Ctx: ctx, Ridge: ridge, RopeAveraged: ropeAvg, Bits: []int{2, 3}, Threads: 1}
+		var progress []Progress
+		opt.Progress = func(p Progress) { progress = append(progress, p) }
+		cal, err := Run(context.Background(), dir, ids, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +281,7 @@ func TestCalibrateStories260K(t *testing.T) {
 		}
 		// 400 ids in windows of BOS + 99: 5 windows, 405 tokens; one call
 		// before the first window, then one after each.
-		wantProgress := []CalibrateProgress{{0, 5, 0, 405}, {1, 5, 100, 405}, {2, 5, 200, 405}, {3, 5, 300, 405}, {4, 5, 400, 405}, {5, 5, 405, 405}}
+		wantProgress := []Progress{{0, 5, 0, 405}, {1, 5, 100, 405}, {2, 5, 200, 405}, {3, 5, 300, 405}, {4, 5, 400, 405}, {5, 5, 405, 405}}
 		if !slices.Equal(progress, wantProgress) {
 			t.Errorf("progress calls %v, want %v", progress, wantProgress)
 		}
@@ -307,7 +329,7 @@ func TestCalibrateStories260K(t *testing.T) {
 				}
 			}
 		}
-		again, err := Calibrate(context.Background(), dir, ids, opt)
+		again, err := Run(context.Background(), dir, ids, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,52 +344,52 @@ func TestCalibrateStories260K(t *testing.T) {
 	}
 }
 
-func TestCalibrateErrors(t *testing.T) {
+func TestRunErrors(t *testing.T) {
 	ids, dir := storiesIDs(t, 50)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
 		dir  string
 		ids  []int
-		opt  CalibrateOptions
+		opt  Options
 		want string
 	}{
-		{"no ids", dir, nil, CalibrateOptions{}, "tokens"},
-		{"window too long", dir, ids, CalibrateOptions{Ctx: 10000}, "window"},
-		{"bad bits", dir, ids, CalibrateOptions{Bits: []int{5}}, "bits"},
-		{"missing model", filepath.Join(t.TempDir(), "nope"), ids, CalibrateOptions{}, "nope"},
-		{"bad id", dir, []int{1, 2, 100000}, CalibrateOptions{}, "out of range"},
+		{"no ids", dir, nil, Options{}, "tokens"},
+		{"window too long", dir, ids, Options{Ctx: 10000}, "window"},
+		{"bad bits", dir, ids, Options{Bits: []int{5}}, "bits"},
+		{"missing model", filepath.Join(t.TempDir(), "nope"), ids, Options{}, "nope"},
+		{"bad id", dir, []int{1, 2, 100000}, Options{}, "out of range"},
 	} {
-		if _, err := Calibrate(ctx, tc.dir, tc.ids, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Run(ctx, tc.dir, tc.ids, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
 		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := Calibrate(cctx, dir, ids, CalibrateOptions{}); err == nil {
+	if _, err := Run(cctx, dir, ids, Options{}); err == nil {
 		t.Error("cancelled context: no error")
 	}
 }
 
-// TestCalibrateTooFewTokens checks the up-front minimum for codebooks: one
+// TestRunTooFewTokens checks the up-front minimum for codebooks: one
 // full KV block in some window. Exactly Need ids train them; one fewer is a
 // TooFewTokensError that gives both counts, before any forward pass.
-func TestCalibrateTooFewTokens(t *testing.T) {
+func TestRunTooFewTokens(t *testing.T) {
 	ids, dir := storiesIDs(t, 64)
 	for _, tc := range []struct {
 		name string
-		opt  CalibrateOptions
+		opt  Options
 		need int
 	}{
-		{"defaults", CalibrateOptions{Bits: []int{2, 3, 4}}, 15},               // BOS + 15 = one 16-token block
-		{"window of one block", CalibrateOptions{Ctx: 16, Bits: []int{2}}, 15}, // the same in a window of 16
-		{"block of 32", CalibrateOptions{Ctx: 40, BlockSize: 32, Bits: []int{4}}, 31},
+		{"defaults", Options{Bits: []int{2, 3, 4}}, 15},               // BOS + 15 = one 16-token block
+		{"window of one block", Options{Ctx: 16, Bits: []int{2}}, 15}, // the same in a window of 16
+		{"block of 32", Options{Ctx: 40, BlockSize: 32, Bits: []int{4}}, 31},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.Threads = 1
 			var calls int
-			tc.opt.Progress = func(CalibrateProgress) { calls++ }
-			_, err := Calibrate(context.Background(), dir, ids[:tc.need-1], tc.opt)
+			tc.opt.Progress = func(Progress) { calls++ }
+			_, err := Run(context.Background(), dir, ids[:tc.need-1], tc.opt)
 			var few *TooFewTokensError
 			if !errors.As(err, &few) {
 				t.Fatalf("%d ids: error %v, want a TooFewTokensError", tc.need-1, err)
@@ -383,7 +405,7 @@ func TestCalibrateTooFewTokens(t *testing.T) {
 			if calls != 0 {
 				t.Errorf("%d progress calls: the check must come before the run", calls)
 			}
-			cal, err := Calibrate(context.Background(), dir, ids[:tc.need], tc.opt)
+			cal, err := Run(context.Background(), dir, ids[:tc.need], tc.opt)
 			if err != nil {
 				t.Fatalf("%d ids: %v", tc.need, err)
 			}
@@ -395,17 +417,17 @@ func TestCalibrateTooFewTokens(t *testing.T) {
 		})
 	}
 	// MaxTokens counts: the error gives the tokens left.
-	_, err := Calibrate(context.Background(), dir, ids, CalibrateOptions{MaxTokens: 10, Bits: []int{2}, Threads: 1})
+	_, err := Run(context.Background(), dir, ids, Options{MaxTokens: 10, Bits: []int{2}, Threads: 1})
 	if few := (*TooFewTokensError)(nil); !errors.As(err, &few) || few.Tokens != 10 {
 		t.Errorf("MaxTokens 10: error %v, want a TooFewTokensError for 10 tokens", err)
 	}
 	// A window shorter than a block can never give samples.
-	_, err = Calibrate(context.Background(), dir, ids, CalibrateOptions{Ctx: 8, Bits: []int{2}, Threads: 1})
+	_, err = Run(context.Background(), dir, ids, Options{Ctx: 8, Bits: []int{2}, Threads: 1})
 	if err == nil || !strings.Contains(err.Error(), "window of 8 tokens holds no full KV block of 16") {
 		t.Errorf("ctx 8: error %v", err)
 	}
 	// Without codebooks two tokens do.
-	if _, err := Calibrate(context.Background(), dir, ids[:1], CalibrateOptions{Ctx: 8, Threads: 1}); err != nil {
+	if _, err := Run(context.Background(), dir, ids[:1], Options{Ctx: 8, Threads: 1}); err != nil {
 		t.Errorf("no codebooks, BOS + 1 token: %v", err)
 	}
 }
@@ -465,29 +487,29 @@ func TestCodebookBlocks(t *testing.T) {
 		{name: "big head", kakeya: &codec.KakeyaOptions{OutlierThreshold: 3, MaxOutliers: 4}, bits: []int{4}, heads: 1, bs: 1, d: 64, want: 1}, // 64-4 per row
 		{name: "all exact", kakeya: &codec.KakeyaOptions{OutlierThreshold: 0.5, MaxOutliers: 4}, bits: []int{2}, heads: 1, bs: 1, d: 2, err: true},
 	} {
-		got, err := codebookBlocks(CalibrateOptions{Bits: tc.bits, BlockSize: tc.bs, Kakeya: tc.kakeya}, tc.heads, tc.d)
+		got, err := codebookBlocks(Options{Bits: tc.bits, BlockSize: tc.bs, Kakeya: tc.kakeya}, tc.heads, tc.d)
 		if (err != nil) != tc.err || got != tc.want {
 			t.Errorf("%s: codebookBlocks = %d, %v; want %d (error %v)", tc.name, got, err, tc.want, tc.err)
 		}
 	}
 }
 
-func TestSaveLoadCalibration(t *testing.T) {
+func TestSaveLoad(t *testing.T) {
 	ids, dir := storiesIDs(t, 200)
-	cal, err := Calibrate(context.Background(), dir, ids, CalibrateOptions{Ctx: 64, Bits: []int{2, 4}, Threads: 1})
+	cal, err := Run(context.Background(), dir, ids, Options{Ctx: 64, Bits: []int{2, 4}, Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cal.Meta["data_sha256"] = "abc"
 	path := filepath.Join(t.TempDir(), "calib.safetensors")
-	if err := SaveCalibration(path, cal); err != nil {
+	if err := Save(path, cal); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := weights.LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := LoadCalibration(path, cfg)
+	got, err := Load(path, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +553,7 @@ func TestSaveLoadCalibration(t *testing.T) {
 	partial.Chol = slices.Clone(cal.Chol)
 	partial.Chol[7] = nil
 	partialPath := filepath.Join(t.TempDir(), "partial.safetensors")
-	if err := SaveCalibration(partialPath, &partial); err != nil {
+	if err := Save(partialPath, &partial); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -547,7 +569,7 @@ func TestSaveLoadCalibration(t *testing.T) {
 		{"not safetensors", garbage, cfg, "garbage.safetensors"},
 		{"missing factor", partialPath, cfg, "no Cholesky factor for layer 1 kv head 3"},
 	} {
-		_, err := LoadCalibration(tc.path, tc.cfg)
+		_, err := Load(tc.path, tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
 		}
@@ -555,7 +577,7 @@ func TestSaveLoadCalibration(t *testing.T) {
 			t.Errorf("%s: error %v does not name the file", tc.name, err)
 		}
 	}
-	if err := SaveCalibration(filepath.Join(t.TempDir(), "x"), &codec.Calibration{Layers: 1, KVHeads: 1, HeadDim: 2, Chol: [][]float32{{1, 0, 0, -1}}}); err == nil {
+	if err := Save(filepath.Join(t.TempDir(), "x"), &codec.Calibration{Layers: 1, KVHeads: 1, HeadDim: 2, Chol: [][]float32{{1, 0, 0, -1}}}); err == nil {
 		t.Error("saving an invalid calibration: no error")
 	}
 }

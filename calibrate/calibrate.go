@@ -1,4 +1,11 @@
-package model
+// Package calibrate measures what a compressed KV cache needs to know of a
+// model: per layer and KV head the Cholesky factor of the pre-RoPE query
+// second moment (for preconditioned key codecs) and Lloyd–Max codebooks
+// for the Kakeya residuals of keys and values. Run computes a
+// codec.Calibration from a model directory and some text's token ids; Save
+// and Load keep it in a safetensors file, the one kakeya-eval calibrate
+// writes and the tools' --calib flag reads.
+package calibrate
 
 import (
 	"context"
@@ -12,39 +19,38 @@ import (
 	"strings"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
-// Calibration defaults.
+// Run's defaults.
 const (
-	// DefaultCalibrationCtx is the window length when CalibrateOptions.Ctx
-	// is 0 (capped at the model's context).
-	DefaultCalibrationCtx = 512
-	// DefaultCalibrationRidge is added to the query second moment before its
+	// DefaultCtx is the window length when Options.Ctx is 0 (capped at
+	// the model's context).
+	DefaultCtx = 512
+	// DefaultRidge is added to the query second moment before its
 	// Cholesky factorization, relative to its mean eigenvalue (tr Σ / d).
-	DefaultCalibrationRidge = 1e-2
+	DefaultRidge = 1e-2
 	// DefaultCodebookSamples bounds the residual samples a codebook is
 	// trained on, per side (K or V).
 	DefaultCodebookSamples = 1 << 18
-	// DefaultCalibrationBlockSize is the KV block length when
-	// CalibrateOptions.BlockSize is 0, the engine's default. Codebooks are
-	// fitted to the residuals of full blocks only, so a window shorter
-	// than a block gives them nothing.
-	DefaultCalibrationBlockSize = 16
+	// DefaultBlockSize is the KV block length when Options.BlockSize is 0,
+	// the engine's default. Codebooks are fitted to the residuals of full
+	// blocks only, so a window shorter than a block gives them nothing.
+	DefaultBlockSize = 16
 )
 
-// CalibrateOptions tune Calibrate. The zero value calibrates the query
-// Cholesky factors only, over all the ids, in windows of
-// DefaultCalibrationCtx tokens.
-type CalibrateOptions struct {
+// Options tune Run. The zero value calibrates the query Cholesky factors
+// only, over all the ids, in windows of DefaultCtx tokens.
+type Options struct {
 	// Ctx is the window length in tokens: ids are cut into consecutive
 	// windows, each run through a fresh sequence, starting with BOS when the
-	// model has one. 0 means min(DefaultCalibrationCtx, model context).
+	// model has one. 0 means min(DefaultCtx, model context).
 	Ctx int
 	// MaxTokens caps the ids used; 0 uses all of them.
 	MaxTokens int
 	// Ridge is the Cholesky ridge relative to tr Σ / d; 0 means
-	// DefaultCalibrationRidge, a negative value means none.
+	// DefaultRidge, a negative value means none.
 	Ridge float64
 	// RopeAveraged replaces each query second moment Σ by the mean of
 	// R(Δ) Σ R(Δ)ᵀ over the query-key offsets Δ in [0, RopeSpan) (see
@@ -71,16 +77,16 @@ type CalibrateOptions struct {
 	Threads int
 	// Progress, if set, is called once before the first window (Windows
 	// 0) and then after each window.
-	Progress func(CalibrateProgress)
+	Progress func(Progress)
 }
 
-// CalibrateProgress is how far a Calibrate run has got.
-type CalibrateProgress struct {
+// Progress is how far a Run has got.
+type Progress struct {
 	Windows, TotalWindows int // windows run so far, and in all
 	Tokens, TotalTokens   int // tokens run so far (BOS included), and in all
 }
 
-// TooFewTokensError is Calibrate's error when the ids cannot train the
+// TooFewTokensError is Run's error when the ids cannot train the
 // codebooks asked for: those are fitted to the Kakeya residuals of full KV
 // blocks only, and the windows must hold enough of them to give at least
 // one sample per level of the widest codebook.
@@ -102,7 +108,7 @@ func (e *TooFewTokensError) Error() string {
 	if e.Blocks > 1 {
 		blocks = strconv.Itoa(e.Blocks) + " full KV blocks"
 	}
-	return fmt.Sprintf("model: calibrate: %d tokens; training %s-bit codebooks needs at least %d (%s of %d tokens%s, whose residuals are the samples)",
+	return fmt.Sprintf("calibrate: %d tokens; training %s-bit codebooks needs at least %d (%s of %d tokens%s, whose residuals are the samples)",
 		e.Tokens, joinInts(e.Bits), e.Need, blocks, e.BlockSize, bos)
 }
 
@@ -115,24 +121,24 @@ func joinInts(v []int) string {
 	return strings.Join(s, ",")
 }
 
-// Calibrate runs the model in dir over ids and returns its calibration:
+// Run runs the model in dir over ids and returns its calibration:
 // per layer and KV head the Cholesky factor of the uncentred second moment
 // of the pre-RoPE queries of all query heads sharing that KV head, and, for
 // each of opt.Bits, Lloyd–Max codebooks fitted to the Kakeya residuals of
 // the model's keys (whitened by those factors, as Preconditioned codes
 // them) and values. It is deterministic for fixed inputs.
-func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions) (*codec.Calibration, error) {
+func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibration, error) {
 	var st *calibState
-	m, err := Load(dir, Options{Threads: opt.Threads, Observe: func(layer, _, n int, q, _ []float32) {
+	m, err := model.Load(dir, model.Options{Threads: opt.Threads, Observe: func(layer, _, n int, q, _ []float32) {
 		st.observe(layer, n, q)
 	}})
 	if err != nil {
 		return nil, err
 	}
 	defer m.Close()
-	cfg := m.cfg
-	layers, kvh, d := cfg.NumLayers, cfg.NumKVHeads, m.headDim
-	o, err := calibDefaults(opt, m.maxCtx)
+	cfg := m.Config()
+	layers, kvh, d := cfg.NumLayers, cfg.NumKVHeads, m.CacheShape().HeadDim
+	o, err := calibDefaults(opt, m.MaxContext())
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +148,7 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 	}
 	windows := splitWindows(ids, o.Ctx, bos)
 	if len(windows) == 0 {
-		return nil, fmt.Errorf("model: calibrate: %d tokens, want at least 2 per window", len(ids))
+		return nil, fmt.Errorf("calibrate: %d tokens, want at least 2 per window", len(ids))
 	}
 	total := 0
 	for _, w := range windows {
@@ -178,25 +184,25 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 	var kBlocks, vBlocks []calibBlock
 	seen := 0
 
-	seq, err := m.NewSequenceOpts(SequenceOptions{BlockSize: o.BlockSize})
+	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize})
 	if err != nil {
 		return nil, err
 	}
 	defer seq.Close()
 	done := 0
 	if o.Progress != nil {
-		o.Progress(CalibrateProgress{TotalWindows: len(windows), TotalTokens: total})
+		o.Progress(Progress{TotalWindows: len(windows), TotalTokens: total})
 	}
 	for i, w := range windows {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("model: calibrate: %w", err)
+			return nil, fmt.Errorf("calibrate: %w", err)
 		}
 		seq.Reset()
 		if _, err := seq.Forward(w, false); err != nil {
-			return nil, fmt.Errorf("model: calibrate: %w", err)
+			return nil, fmt.Errorf("calibrate: %w", err)
 		}
 		if st.err != nil {
-			return nil, fmt.Errorf("model: calibrate: %w", st.err)
+			return nil, fmt.Errorf("calibrate: %w", st.err)
 		}
 		if len(o.Bits) > 0 {
 			for b := 0; b < len(w)/o.BlockSize; b++ {
@@ -208,7 +214,7 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 						}
 						kb, vb, err := seq.KVBlock(l, h, b)
 						if err != nil {
-							return nil, fmt.Errorf("model: calibrate: %w", err)
+							return nil, fmt.Errorf("calibrate: %w", err)
 						}
 						kBlocks = append(kBlocks, calibBlock{l*kvh + h, slices.Clone(kb)})
 						vBlocks = append(vBlocks, calibBlock{l*kvh + h, slices.Clone(vb)})
@@ -218,14 +224,14 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 		}
 		done += len(w)
 		if o.Progress != nil {
-			o.Progress(CalibrateProgress{Windows: i + 1, TotalWindows: len(windows), Tokens: done, TotalTokens: total})
+			o.Progress(Progress{Windows: i + 1, TotalWindows: len(windows), Tokens: done, TotalTokens: total})
 		}
 	}
 
 	cal := &codec.Calibration{Layers: layers, KVHeads: kvh, HeadDim: d, Chol: make([][]float32, layers*kvh), Model: filepath.Base(dir)}
 	var avg *ropeMeans
 	if o.RopeAveraged {
-		avg = newRopeMeans(m.invFreq, o.RopeSpan)
+		avg = newRopeMeans(m.InvFreq(), o.RopeSpan)
 	}
 	for i, acc := range st.acc {
 		cov := acc.Cov()
@@ -233,7 +239,7 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 			cov = avg.apply(cov, d)
 		}
 		if cal.Chol[i], err = codec.Cholesky(cov, d, o.Ridge); err != nil {
-			return nil, fmt.Errorf("model: calibrate: layer %d kv head %d: %w", i/kvh, i%kvh, err)
+			return nil, fmt.Errorf("calibrate: layer %d kv head %d: %w", i/kvh, i%kvh, err)
 		}
 	}
 	if len(o.Bits) > 0 {
@@ -258,12 +264,12 @@ func Calibrate(ctx context.Context, dir string, ids []int, opt CalibrateOptions)
 }
 
 // calibDefaults fills in and checks the options.
-func calibDefaults(o CalibrateOptions, maxCtx int) (CalibrateOptions, error) {
+func calibDefaults(o Options, maxCtx int) (Options, error) {
 	if o.Ctx == 0 {
-		o.Ctx = min(DefaultCalibrationCtx, maxCtx)
+		o.Ctx = min(DefaultCtx, maxCtx)
 	}
 	if o.BlockSize == 0 {
-		o.BlockSize = DefaultCalibrationBlockSize
+		o.BlockSize = DefaultBlockSize
 	}
 	if o.RopeSpan == 0 {
 		o.RopeSpan = o.Ctx
@@ -273,31 +279,31 @@ func calibDefaults(o CalibrateOptions, maxCtx int) (CalibrateOptions, error) {
 	}
 	switch {
 	case o.Ridge == 0:
-		o.Ridge = DefaultCalibrationRidge
+		o.Ridge = DefaultRidge
 	case o.Ridge < 0:
 		o.Ridge = 0
 	case math.IsNaN(o.Ridge) || math.IsInf(o.Ridge, 0):
-		return o, fmt.Errorf("model: calibrate: ridge %v must be finite", o.Ridge)
+		return o, fmt.Errorf("calibrate: ridge %v must be finite", o.Ridge)
 	}
 	switch {
 	case o.Ctx < 2 || o.Ctx > maxCtx:
-		return o, fmt.Errorf("model: calibrate: window of %d tokens, want 2..%d (the model context)", o.Ctx, maxCtx)
+		return o, fmt.Errorf("calibrate: window of %d tokens, want 2..%d (the model context)", o.Ctx, maxCtx)
 	case o.RopeSpan < 0:
-		return o, fmt.Errorf("model: calibrate: rope span %d, want >= 0", o.RopeSpan)
+		return o, fmt.Errorf("calibrate: rope span %d, want >= 0", o.RopeSpan)
 	case o.MaxTokens < 0:
-		return o, fmt.Errorf("model: calibrate: max tokens %d, want >= 0", o.MaxTokens)
+		return o, fmt.Errorf("calibrate: max tokens %d, want >= 0", o.MaxTokens)
 	case o.BlockSize < 0:
-		return o, fmt.Errorf("model: calibrate: block size %d, want > 0", o.BlockSize)
+		return o, fmt.Errorf("calibrate: block size %d, want > 0", o.BlockSize)
 	case len(o.Bits) > 0 && o.Ctx < o.BlockSize:
-		return o, fmt.Errorf("model: calibrate: a window of %d tokens holds no full KV block of %d, whose residuals the codebooks are trained on; want a window of at least %d tokens, or no codebook bits",
+		return o, fmt.Errorf("calibrate: a window of %d tokens holds no full KV block of %d, whose residuals the codebooks are trained on; want a window of at least %d tokens, or no codebook bits",
 			o.Ctx, o.BlockSize, o.BlockSize)
 	case o.CodebookSamples < 0:
-		return o, fmt.Errorf("model: calibrate: codebook samples %d, want > 0", o.CodebookSamples)
+		return o, fmt.Errorf("calibrate: codebook samples %d, want > 0", o.CodebookSamples)
 	}
 	seen := map[int]bool{}
 	for _, b := range o.Bits {
 		if b < 1 || b > 4 || seen[b] {
-			return o, fmt.Errorf("model: calibrate: codebook bits %v: each must be 1..4 and listed once", o.Bits)
+			return o, fmt.Errorf("calibrate: codebook bits %v: each must be 1..4 and listed once", o.Bits)
 		}
 		seen[b] = true
 	}
@@ -306,7 +312,7 @@ func calibDefaults(o CalibrateOptions, maxCtx int) (CalibrateOptions, error) {
 
 // kakeyaOptions returns the options of the codec the codebooks are fitted
 // to, with the Bits and Codebook the residual does not depend on.
-func kakeyaOptions(o CalibrateOptions) codec.KakeyaOptions {
+func kakeyaOptions(o Options) codec.KakeyaOptions {
 	ko := codec.DefaultKakeyaOptions()
 	if o.Kakeya != nil {
 		ko = *o.Kakeya
@@ -322,7 +328,7 @@ func kakeyaOptions(o CalibrateOptions) codec.KakeyaOptions {
 // outliers, at most MaxOutliers and, since the p scaled coordinates have
 // mean square 1, fewer than p/OutlierThreshold² (rows the skeleton fits
 // exactly, which real keys and values are not, yield none).
-func codebookBlocks(o CalibrateOptions, heads, d int) (int, error) {
+func codebookBlocks(o Options, heads, d int) (int, error) {
 	ko := kakeyaOptions(o)
 	p := codec.NextPow2(d)
 	outliers := 0
@@ -334,7 +340,7 @@ func codebookBlocks(o CalibrateOptions, heads, d int) (int, error) {
 	}
 	perBlock := heads * o.BlockSize * (p - outliers)
 	if perBlock == 0 {
-		return 0, fmt.Errorf("model: calibrate: the codec keeps all %d residual coordinates of a row exact (max outliers %d), leaving no codebook samples", p, ko.MaxOutliers)
+		return 0, fmt.Errorf("calibrate: the codec keeps all %d residual coordinates of a row exact (max outliers %d), leaving no codebook samples", p, ko.MaxOutliers)
 	}
 	need := 1 << slices.Max(o.Bits)
 	return (need + perBlock - 1) / perBlock, nil
@@ -410,10 +416,10 @@ type calibBlock struct {
 
 // trainCodebooks fits the K and V residual codebooks of cal from the
 // collected blocks; keys are whitened by their head's factor first.
-func trainCodebooks(cal *codec.Calibration, o CalibrateOptions, kBlocks, vBlocks []calibBlock) error {
+func trainCodebooks(cal *codec.Calibration, o Options, kBlocks, vBlocks []calibBlock) error {
 	kk, err := codec.NewKakeya(kakeyaOptions(o))
 	if err != nil {
-		return fmt.Errorf("model: calibrate: %w", err)
+		return fmt.Errorf("calibrate: %w", err)
 	}
 	d, n := cal.HeadDim, o.BlockSize
 	y := make([]float32, n*d)
@@ -424,21 +430,21 @@ func trainCodebooks(cal *codec.Calibration, o CalibrateOptions, kBlocks, vBlocks
 			whiten(y[r*d:(r+1)*d], b.x[r*d:(r+1)*d], L, d)
 		}
 		if ks, err = kk.ScaledResiduals(ks, y, n, d); err != nil {
-			return fmt.Errorf("model: calibrate: key residuals: %w", err)
+			return fmt.Errorf("calibrate: key residuals: %w", err)
 		}
 	}
 	for _, b := range vBlocks {
 		if vs, err = kk.ScaledResiduals(vs, b.x, n, d); err != nil {
-			return fmt.Errorf("model: calibrate: value residuals: %w", err)
+			return fmt.Errorf("calibrate: value residuals: %w", err)
 		}
 	}
 	cal.KCodebooks, cal.VCodebooks = map[int]*codec.Codebook{}, map[int]*codec.Codebook{}
 	for _, bits := range o.Bits {
 		if cal.KCodebooks[bits], err = codec.TrainLloydMax(ks, bits); err != nil {
-			return fmt.Errorf("model: calibrate: key codebook: %w", err)
+			return fmt.Errorf("calibrate: key codebook: %w", err)
 		}
 		if cal.VCodebooks[bits], err = codec.TrainLloydMax(vs, bits); err != nil {
-			return fmt.Errorf("model: calibrate: value codebook: %w", err)
+			return fmt.Errorf("calibrate: value codebook: %w", err)
 		}
 	}
 	return nil
@@ -468,11 +474,11 @@ func whiten(y, x, L []float32, d int) {
 func RopeAverage(cov []float64, d int, invFreq []float32, span int) ([]float64, error) {
 	switch {
 	case d <= 0 || d%2 != 0 || len(cov) != d*d:
-		return nil, fmt.Errorf("model: rope average: %d values for an even d = %d", len(cov), d)
+		return nil, fmt.Errorf("calibrate: rope average: %d values for an even d = %d", len(cov), d)
 	case len(invFreq) != d/2:
-		return nil, fmt.Errorf("model: rope average: %d inverse frequencies, want d/2 = %d", len(invFreq), d/2)
+		return nil, fmt.Errorf("calibrate: rope average: %d inverse frequencies, want d/2 = %d", len(invFreq), d/2)
 	case span < 1:
-		return nil, fmt.Errorf("model: rope average: span %d, want >= 1", span)
+		return nil, fmt.Errorf("calibrate: rope average: span %d, want >= 1", span)
 	}
 	return newRopeMeans(invFreq, span).apply(cov, d), nil
 }
@@ -534,15 +540,15 @@ func (r *ropeMeans) apply(cov []float64, d int) []float64 {
 	return out
 }
 
-// SaveCalibration writes c to path as safetensors (tensors named as
+// Save writes c to path as safetensors (tensors named as
 // codec.Calibration.Tensors does, shape and provenance in the metadata),
 // atomically.
-func SaveCalibration(path string, c *codec.Calibration) error {
+func Save(path string, c *codec.Calibration) error {
 	if c == nil {
-		return fmt.Errorf("model: save calibration %s: calibration is nil", path)
+		return fmt.Errorf("calibrate: save %s: calibration is nil", path)
 	}
 	if err := c.Validate(c.Layers, c.KVHeads, c.HeadDim); err != nil {
-		return fmt.Errorf("model: save calibration %s: %w", path, err)
+		return fmt.Errorf("calibrate: save %s: %w", path, err)
 	}
 	ts := c.Tensors()
 	out := make([]weights.Tensor, 0, len(ts))
@@ -550,38 +556,38 @@ func SaveCalibration(path string, c *codec.Calibration) error {
 		out = append(out, weights.F32Tensor(name, ts[name].Shape, ts[name].Data))
 	}
 	if err := weights.WriteFile(path, out, c.Metadata()); err != nil {
-		return fmt.Errorf("model: save calibration: %w", err)
+		return fmt.Errorf("calibrate: save: %w", err)
 	}
 	return nil
 }
 
-// LoadCalibration reads a calibration file written by SaveCalibration and
-// checks it fits a model with configuration cfg: same layers, KV heads and
-// head_dim, and a Cholesky factor for every layer and KV head.
-func LoadCalibration(path string, cfg *weights.Config) (*codec.Calibration, error) {
+// Load reads a calibration file written by Save and checks it fits a model
+// with configuration cfg: same layers, KV heads and head_dim, and a
+// Cholesky factor for every layer and KV head.
+func Load(path string, cfg *weights.Config) (*codec.Calibration, error) {
 	if cfg == nil {
-		return nil, errors.New("model: load calibration: config is nil")
+		return nil, errors.New("calibrate: load: config is nil")
 	}
 	st, err := weights.OpenFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("model: load calibration: %w", err)
+		return nil, fmt.Errorf("calibrate: load: %w", err)
 	}
 	defer st.Close()
 	ts := make(map[string]codec.Tensor)
 	for _, name := range st.Names() {
 		t, err := st.Tensor(name)
 		if err != nil {
-			return nil, fmt.Errorf("model: load calibration %s: %w", path, err)
+			return nil, fmt.Errorf("calibrate: load %s: %w", path, err)
 		}
 		data, err := t.Float32s()
 		if err != nil {
-			return nil, fmt.Errorf("model: load calibration %s: tensor %s: %w", path, name, err)
+			return nil, fmt.Errorf("calibrate: load %s: tensor %s: %w", path, name, err)
 		}
 		ts[name] = codec.Tensor{Shape: slices.Clone(t.Shape), Data: data}
 	}
 	cal, err := codec.FromTensors(st.Metadata(), ts)
 	if err != nil {
-		return nil, fmt.Errorf("model: load calibration %s: %w", path, err)
+		return nil, fmt.Errorf("calibrate: load %s: %w", path, err)
 	}
 	hd := cfg.HeadDim
 	if hd == 0 && cfg.NumHeads > 0 {
@@ -592,12 +598,12 @@ func LoadCalibration(path string, cfg *weights.Config) (*codec.Calibration, erro
 		have, want int
 	}{{"layers", cal.Layers, cfg.NumLayers}, {"kv heads", cal.KVHeads, cfg.NumKVHeads}, {"head_dim", cal.HeadDim, hd}} {
 		if f.have != f.want {
-			return nil, fmt.Errorf("model: calibration %s has %d %s, model has %d", path, f.have, f.what, f.want)
+			return nil, fmt.Errorf("calibrate: %s has %d %s, model has %d", path, f.have, f.what, f.want)
 		}
 	}
 	for i := 0; i < cal.Layers*cal.KVHeads; i++ {
 		if cal.Chol == nil || cal.Chol[i] == nil {
-			return nil, fmt.Errorf("model: calibration %s has no Cholesky factor for layer %d kv head %d", path, i/cal.KVHeads, i%cal.KVHeads)
+			return nil, fmt.Errorf("calibrate: %s has no Cholesky factor for layer %d kv head %d", path, i/cal.KVHeads, i%cal.KVHeads)
 		}
 	}
 	return cal, nil
