@@ -33,9 +33,10 @@ var allowed = map[string][]string{
 	"eval":                {"kvcache"},
 	"internal/shareddata": {},
 	"internal/term":       {},
+	"internal/device":     {"compute"},
 	"internal/testmodel":  {"compute"},
-	"cmd/kakeya-run":      {"", "model", "kvcache", "tokenizer", "weights", "compute", "compute/cpu", "internal/term"},
-	"cmd/kakeya-eval":     {"", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "compute/cpu", "internal/term"},
+	"cmd/kakeya-run":      {"", "model", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
+	"cmd/kakeya-eval":     {"", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
 }
 
 // TestImportLayering checks every package's imports (tests aside) against

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -73,8 +74,11 @@ type Options struct {
 	// CodebookSamples bounds the values collected per side for codebooks;
 	// 0 means DefaultCodebookSamples.
 	CodebookSamples int
-	// Threads is the number of compute threads; 0 means GOMAXPROCS.
+	// Threads is the number of compute threads of the default CPU
+	// backend; 0 means GOMAXPROCS.
 	Threads int
+	// Backend runs the model; nil means the CPU (see model.Options).
+	Backend compute.Backend
 	// Progress, if set, is called once before the first window (Windows
 	// 0) and then after each window.
 	Progress func(Progress)
@@ -129,7 +133,7 @@ func joinInts(v []int) string {
 // them) and values. It is deterministic for fixed inputs.
 func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibration, error) {
 	var st *calibState
-	m, err := model.Load(dir, model.Options{Threads: opt.Threads, Observe: func(layer, _, n int, q, _ []float32) {
+	m, err := model.Load(dir, model.Options{Backend: opt.Backend, Threads: opt.Threads, Observe: func(layer, _, n int, q, _ []float32) {
 		st.observe(layer, n, q)
 	}})
 	if err != nil {
@@ -589,10 +593,7 @@ func Load(path string, cfg *weights.Config) (*codec.Calibration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("calibrate: load %s: %w", path, err)
 	}
-	hd := cfg.HeadDim
-	if hd == 0 && cfg.NumHeads > 0 {
-		hd = cfg.HiddenSize / cfg.NumHeads
-	}
+	hd := cfg.HeadDim // weights.ParseConfig fills in the default
 	for _, f := range []struct {
 		what       string
 		have, want int

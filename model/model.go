@@ -428,8 +428,8 @@ func (m *Model) Logits(ids []int) ([][]float32, error) {
 	return rows, nil
 }
 
-// ErrClosed is the error of a method called on a closed Engine, Model or
-// Sequence, or on a Sequence whose Model is closed. The errors returned
+// ErrClosed is the error of a method called on a closed Model or Sequence,
+// or on a Sequence whose Model is closed (and of a closed kakeya.Engine). The errors returned
 // name what was closed; test for them with errors.Is(err, ErrClosed).
 var ErrClosed = errors.New("model: closed")
 

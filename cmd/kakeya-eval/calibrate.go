@@ -17,7 +17,9 @@ import (
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/term"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 )
@@ -40,6 +42,8 @@ type calibFlags struct {
 	ropeSpan               int
 	ridge                  float64
 	ropeAvg                bool
+	device                 string
+	backend                compute.Backend // from device
 }
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,6 +59,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.BoolVar(&f.ropeAvg, "rope-avg", false, "average the query second moment over RoPE offsets [0, rope-span) (see calibrate.RopeAverage; off: measured worse on stories260K)")
 	fs.IntVar(&f.ropeSpan, "rope-span", 0, "offsets averaged with --rope-avg (0: ctx)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads (0: GOMAXPROCS)")
+	fs.StringVar(&f.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -88,6 +93,11 @@ func (f *calibFlags) check() error {
 			return fmt.Errorf("%s %d must be >= 0", c.name, c.v)
 		}
 	}
+	backend, err := device.Backend(f.device)
+	if err != nil {
+		return err
+	}
+	f.backend = backend
 	if err := checkThreads(f.threads); err != nil {
 		return err
 	}
@@ -178,7 +188,7 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 		last calibrate.Progress
 	)
 	opt := calibrate.Options{
-		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads,
+		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads, Backend: f.backend,
 		Progress: func(p calibrate.Progress) {
 			last = p
 			if prog == nil {

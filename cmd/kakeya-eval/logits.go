@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
@@ -26,6 +27,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	name := fs.String("model", "", "model directory (config.json and safetensors) or Hugging Face id")
 	idList := fs.String("ids", "", "comma-separated input token ids")
 	threads := fs.Int("threads", 0, "compute threads (0: all cores)")
+	dev := fs.String("device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	step := fs.Bool("step", false, "feed one token per forward call instead of one prefill call")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -43,6 +45,10 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: --ids: %w", err)
 	}
+	backend, err := device.Backend(*dev)
+	if err != nil {
+		return fmt.Errorf("logits: %w", err)
+	}
 	if err := checkThreads(*threads); err != nil {
 		return fmt.Errorf("logits: %w", err)
 	}
@@ -50,7 +56,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: --model: %w", err)
 	}
-	m, err := model.Load(dir, model.Options{Threads: *threads})
+	m, err := model.Load(dir, model.Options{Backend: backend, Threads: *threads})
 	if err != nil {
 		return fmt.Errorf("logits: --model %s: %w", dir, err)
 	}

@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/term"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
@@ -78,6 +80,7 @@ type pplFlags struct {
 	model, data, mode, docSep, configsFile, calib, out string
 	ctx, nEval, passages, stride, chunk, threads       int
 	workers                                            int
+	device                                             string
 	cache                                              kvcache.Spec // the cache flags
 	configs                                            configList
 }
@@ -100,6 +103,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.out, "out", "", "write the JSON report here (default: no report file)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
 	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
+	fs.StringVar(&f.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	f.cache.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -333,7 +337,11 @@ type engine struct {
 // openEngine loads the model once and resolves every configuration for it,
 // recording the settings in effect in configs.
 func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
-	m, err := model.Load(f.model, model.Options{Threads: f.threads})
+	backend, err := device.Backend(f.device)
+	if err != nil {
+		return nil, fmt.Errorf("ppl: %w", err)
+	}
+	m, err := model.Load(f.model, model.Options{Backend: backend, Threads: f.threads})
 	if err != nil {
 		return nil, fmt.Errorf("ppl: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
@@ -75,7 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.system, "system", "", "system message for --chat")
 	fs.IntVar(&o.threads, "threads", 0, "worker threads (0 = all cores)")
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
-	fs.StringVar(&o.device, "device", "cpu", "compute device (cpu)")
+	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance and kakeya codecs use its codebooks")
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
 	fs.BoolVar(&o.addSpecial, "add-special", false, "with --tokenize: add the special tokens (BOS) the model expects")
@@ -132,8 +133,8 @@ func (o *options) check() error {
 			return errors.New(`--stop "": an empty stop string would stop before the first token`)
 		}
 	}
-	if o.device != "cpu" {
-		return fmt.Errorf("--device %q: the only device is cpu", o.device)
+	if _, err := device.Backend(o.device); err != nil {
+		return err
 	}
 	if err := o.cache.Validate(); err != nil {
 		return err
@@ -169,9 +170,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		o.prompt = string(b)
 	}
 
+	backend, err := device.Backend(o.device)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	eng, err := kakeya.Load(ctx, o.model, kakeya.Options{
-		Model:       model.Options{Threads: o.threads, MaxContext: o.maxContext},
+		Model:       model.Options{Backend: backend, Threads: o.threads, MaxContext: o.maxContext},
 		Hub:         hub,
 		Cache:       o.cache,
 		Calibration: o.calib,
