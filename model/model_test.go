@@ -159,7 +159,9 @@ func TestPrefillMatchesDecode(t *testing.T) {
 	}
 }
 
-func TestBlockSizesIdentical(t *testing.T) {
+// Neither the block size nor the thread count changes a logit: every sum
+// runs in a fixed order.
+func TestBlockSizesAndThreadsIdentical(t *testing.T) {
 	dirs := tinyModels(t)
 	dirs["stories260K"] = "" // from the shared data set, located in the subtest
 	for name, dir := range dirs {
@@ -168,8 +170,9 @@ func TestBlockSizesIdentical(t *testing.T) {
 				dir = filepath.Join(shareddata.Dir(t), "models", "stories260K")
 			}
 			var first [][]float32
-			for _, bs := range []int{1, 16, 256} {
-				m := load(t, dir, Options{Threads: 2, BlockSize: bs})
+			for _, c := range []struct{ bs, threads int }{{1, 1}, {16, 2}, {256, 3}, {7, 1}} {
+				bs := c.bs
+				m := load(t, dir, Options{Threads: c.threads, BlockSize: bs})
 				ids := testIDs(37, m.Config().VocabSize)
 				got, err := m.Logits(ids)
 				if err != nil {
@@ -182,7 +185,7 @@ func TestBlockSizesIdentical(t *testing.T) {
 				for p := range got {
 					for i := range got[p] {
 						if got[p][i] != first[p][i] {
-							t.Fatalf("block size %d: position %d logit %d = %v, block size 1 gave %v", bs, p, i, got[p][i], first[p][i])
+							t.Fatalf("block size %d, %d threads: position %d logit %d = %v, block size 1 on 1 thread gave %v", bs, c.threads, p, i, got[p][i], first[p][i])
 						}
 					}
 				}
