@@ -90,11 +90,13 @@ type Decoder interface {
 
 // A BlockStore allocates and writes KV-cache parts of BlockSize x HeadDim
 // values in a backend's memory, reusing the memory of released parts. A
-// store is used by one goroutine at a time.
+// store is used by one goroutine at a time; a store shared by many
+// sequences (a server's block pool) would lock, and may refuse parts past
+// a byte budget.
 type BlockStore interface {
 	// NewPart returns hot storage for one part (float32 or bf16, as the
-	// store was made).
-	NewPart() Part
+	// store was made), or an error when the store has no room.
+	NewPart() (Part, error)
 	// Write stores rows rows of HeadDim values at rows row.. of the hot part
 	// p; row i comes from src at offset i*stride.
 	Write(p Part, row int, src Buffer, stride, rows int)

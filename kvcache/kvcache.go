@@ -211,7 +211,18 @@ func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 				l.blocks = append(l.blocks, make([]compute.Part, 2*kvh))
 			}
 			for j := range l.blocks[b] {
-				l.blocks[b][j] = store.NewPart()
+				p, err := store.NewPart()
+				if err != nil {
+					// Keep the table whole: the parts made so far go back.
+					for _, q := range l.blocks[b][:j] {
+						store.Release(q)
+					}
+					clear(l.blocks[b])
+					l.blocks = l.blocks[:b]
+					l.st.Tokens = l.n
+					return fmt.Errorf("kvcache: layer %d block %d: %w", layerIdx, b, err)
+				}
+				l.blocks[b][j] = p
 			}
 			l.st.KHot += int64(kvh) * c.hotBytes()
 			l.st.VHot += int64(kvh) * c.hotBytes()

@@ -241,3 +241,46 @@ type plainStore struct{ compute.BlockStore }
 
 // backend provides the block stores of these tests.
 var backend = cpu.New(1)
+
+// A store that refuses a part (a pool out of budget) fails Append with its
+// error; the blocks made so far go back to it.
+func TestStoreOutOfRoom(t *testing.T) {
+	st := &budgetStore{BlockStore: backend.NewBlockStore(4, 2, false), left: 5}
+	c, err := New(Config{Layers: 1, KVHeads: 2, HeadDim: 2, BlockSize: 4, MaxTokens: 32, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := cpu.Wrap(make([]float32, 4*12))
+	// The first block takes 4 parts (2 heads x K, V); the second gets 1.
+	err = c.Append(0, x, x, 8)
+	if err == nil || !strings.Contains(err.Error(), "layer 0 block 1: out of budget") {
+		t.Fatalf("err = %v", err)
+	}
+	if st.live != 4 || c.NumBlocks(0) != 1 || c.Len() != 4 {
+		t.Errorf("%d live parts, %d blocks, %d tokens; want 4, 1, 4", st.live, c.NumBlocks(0), c.Len())
+	}
+	c.Reset()
+	if st.live != 0 {
+		t.Errorf("after Reset %d parts live", st.live)
+	}
+}
+
+// budgetStore hands out at most left parts.
+type budgetStore struct {
+	compute.BlockStore
+	left, live int
+}
+
+func (s *budgetStore) NewPart() (compute.Part, error) {
+	if s.left == 0 {
+		return nil, errors.New("out of budget")
+	}
+	s.left--
+	s.live++
+	return s.BlockStore.NewPart()
+}
+
+func (s *budgetStore) Release(p compute.Part) {
+	s.live--
+	s.BlockStore.Release(p)
+}

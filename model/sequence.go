@@ -22,6 +22,7 @@ type Sequence struct {
 	gate, up                 compute.Buffer
 	logits                   compute.Buffer // logitRows rows of vocab_size
 	last                     []float32      // logits of the last position, on the host
+	ids                      []int          // the chunk's ids, so the caller's slice never escapes to the backend
 	obsQ, obsK               []float32      // q and k on the host for Options.Observe
 }
 
@@ -91,6 +92,7 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 		gate: b.Alloc(n * c.IntermediateSize), up: b.Alloc(n * c.IntermediateSize),
 		logits: b.Alloc(min(n, logitRows) * c.VocabSize),
 		last:   make([]float32, c.VocabSize),
+		ids:    make([]int, 0, n),
 	}
 	if m.observe != nil {
 		s.obsQ, s.obsK = make([]float32, n*qd), make([]float32, n*kvd)
@@ -200,7 +202,8 @@ func (s *Sequence) forward(ids []int, logits []float32, all bool) error {
 	gate, up := s.gate.Slice(0, n*inter), s.up.Slice(0, n*inter)
 
 	// Token embeddings: the residual stream starts as each token's row.
-	b.Embed(x, m.embed, ids)
+	s.ids = append(s.ids[:0], ids...)
+	b.Embed(x, m.embed, s.ids)
 	for li := range m.layers {
 		l := &m.layers[li]
 

@@ -37,7 +37,7 @@ func (b *Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
 // blocks as it reads them.
 func (s *store) AttendsEncoded(compute.Decoder) bool { return true }
 
-func (s *store) NewPart() compute.Part {
+func (s *store) NewPart() (compute.Part, error) {
 	var p *part
 	if n := len(s.parts); n > 0 {
 		p, s.parts = s.parts[n-1], s.parts[:n-1]
@@ -52,14 +52,14 @@ func (s *store) NewPart() compute.Part {
 		} else {
 			p.hot16 = make([]uint16, n)
 		}
-		return p
+		return p, nil
 	}
 	if k := len(s.free); k > 0 {
 		p.hot, s.free = s.free[k-1], s.free[:k-1]
 	} else {
 		p.hot = make([]float32, n)
 	}
-	return p
+	return p, nil
 }
 
 // own returns p as a part of this backend.

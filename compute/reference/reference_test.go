@@ -54,7 +54,8 @@ func TestOps(t *testing.T) {
 func TestAttention(t *testing.T) {
 	var b Backend
 	st := b.NewBlockStore(2, 2, false)
-	k, v := st.NewPart(), st.NewPart()
+	k, _ := st.NewPart()
+	v, _ := st.NewPart()
 	st.Write(k, 0, buf(b, 1, 0, 0, 1), 2, 2)
 	st.Write(v, 0, buf(b, 10, 0, 0, 10), 2, 2)
 	a, err := b.NewAttention(compute.AttentionParams{Heads: 1, KVHeads: 1, HeadDim: 2, BlockSize: 2, MaxContext: 2})

@@ -31,8 +31,8 @@ func (Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
 // AttendsEncoded reports true: Forward decodes every part it reads.
 func (*store) AttendsEncoded(compute.Decoder) bool { return true }
 
-func (s *store) NewPart() compute.Part {
-	return &part{rows: make([]float32, s.rows*s.d), n: s.rows, d: s.d}
+func (s *store) NewPart() (compute.Part, error) {
+	return &part{rows: make([]float32, s.rows*s.d), n: s.rows, d: s.d}, nil
 }
 
 func (s *store) Write(p compute.Part, row int, src compute.Buffer, stride, rows int) {
