@@ -9,10 +9,11 @@ import (
 	"testing"
 )
 
-// reference reads the llama2.c logits: per line an input id then the logits.
-func reference(t testing.TB, shared string) (ids []int, rows [][]float32) {
+// reference reads a golden-logits file of the shared data set
+// (reference/NAME): per line an input id then that position's logits.
+func reference(t testing.TB, shared, name string) (ids []int, rows [][]float32) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(shared, "reference", "stories260K_runc_logits.txt"))
+	f, err := os.Open(filepath.Join(shared, "reference", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -278,3 +278,33 @@ func TestConcurrentEncode(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// ref-qwen2-6m's own byte-level BPE tokenizer against the Hugging Face
+// tokenizers library's ids and decodes for the same cases.
+func TestRefQwen2Cases(t *testing.T) {
+	dir := shareddata.Dir(t)
+	data, err := os.ReadFile(filepath.Join(dir, "reference", "ref-qwen2-6m_tokenizer_cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc referenceCases
+	if err := json.Unmarshal(data, &rc); err != nil {
+		t.Fatalf("ref-qwen2-6m_tokenizer_cases.json: %v", err)
+	}
+	ref, ok := rc.Tokenizers["ref-qwen2-6m"]
+	if !ok || len(rc.Cases) == 0 || len(ref.IDs) != len(rc.Cases) || len(ref.Decoded) != len(rc.Cases) {
+		t.Fatalf("ref-qwen2-6m_tokenizer_cases.json: %d cases, %d id lists", len(rc.Cases), len(ref.IDs))
+	}
+	tk, err := Load(filepath.Join(dir, "models", "ref-qwen2-6m", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, text := range rc.Cases {
+		if got := tk.Encode(text, ref.AddSpecialTokens); !equalInts(got, ref.IDs[i]) {
+			t.Errorf("Encode(%q, %v)\n got %v\nwant %v", text, ref.AddSpecialTokens, got, ref.IDs[i])
+		}
+		if dec := tk.Decode(ref.IDs[i], false); dec != ref.Decoded[i] {
+			t.Errorf("Decode(%v) = %q, want %q", ref.IDs[i], dec, ref.Decoded[i])
+		}
+	}
+}
