@@ -26,14 +26,17 @@ type Report struct {
 	ModelSHA256 string `json:"model_sha256"`
 	Data        string `json:"data"`
 	DataSHA256  string `json:"data_sha256"`
-	Tokenizer   string `json:"tokenizer"`
-	Mode        string `json:"mode"`
-	Ctx         int    `json:"ctx"`
-	NEval       int    `json:"n_eval,omitempty"`
-	Stride      int    `json:"stride,omitempty"`
-	DocSep      string `json:"doc_sep,omitempty"`
-	Chunk       int    `json:"chunk"`
-	Calib       string `json:"calib,omitempty"`
+	// Docs is the part of the data scored ("FIRST:END of TOTAL"
+	// documents), empty for all of it.
+	Docs      string `json:"docs,omitempty"`
+	Tokenizer string `json:"tokenizer"`
+	Mode      string `json:"mode"`
+	Ctx       int    `json:"ctx"`
+	NEval     int    `json:"n_eval,omitempty"`
+	Stride    int    `json:"stride,omitempty"`
+	DocSep    string `json:"doc_sep,omitempty"`
+	Chunk     int    `json:"chunk"`
+	Calib     string `json:"calib,omitempty"`
 	// CalibSHA256 is the SHA-256 of the calibration file.
 	CalibSHA256 string         `json:"calib_sha256,omitempty"`
 	CacheType   string         `json:"cache_type,omitempty"` // storage of uncompressed blocks: f32 or bf16

@@ -2,6 +2,8 @@ package eval
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 )
 
@@ -290,4 +292,85 @@ func BuildUnits(text string, tok Tokenizer, p UnitParams) ([]Unit, error) {
 		return DocUnits(ids, p.Ctx, stride, bos)
 	}
 	return nil, fmt.Errorf("eval: unknown mode %q (want %s, %s or %s)", p.Mode, ModePassages, ModeDocs, ModeFull)
+}
+
+// A DocRange selects the documents [From, To) of a text: by index, or,
+// when Fraction is set, by fractions of the document count (From 0.75, To
+// 1: the last quarter).
+type DocRange struct {
+	From, To float64
+	Fraction bool
+}
+
+// ParseDocRange reads FROM:TO, where each end is a document index (0-based,
+// TO excluded) or, when either end has a decimal point or a percent sign,
+// a fraction of the documents ("0.75:1", "75%:"). An empty FROM means the
+// first document, an empty TO the end.
+func ParseDocRange(s string) (DocRange, error) {
+	from, to, ok := strings.Cut(s, ":")
+	if !ok {
+		return DocRange{}, fmt.Errorf("eval: document range %q: want FROM:TO (e.g. 3226:4302 or 0.75:1)", s)
+	}
+	r := DocRange{Fraction: strings.ContainsAny(s, ".%")}
+	parse := func(v string, empty float64) (float64, error) {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			return empty, nil
+		}
+		scale := 1.0
+		if p, ok := strings.CutSuffix(v, "%"); ok {
+			v, scale = p, 0.01
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || math.IsInf(f, 0) || (!r.Fraction && f != math.Trunc(f)) {
+			return 0, fmt.Errorf("eval: document range %q: %q is not a document index or fraction", s, v)
+		}
+		return f * scale, nil
+	}
+	var err error
+	if r.From, err = parse(from, 0); err != nil {
+		return DocRange{}, err
+	}
+	end := math.Inf(1)
+	if r.Fraction {
+		end = 1
+	}
+	if r.To, err = parse(to, end); err != nil {
+		return DocRange{}, err
+	}
+	if r.Fraction && r.To > 1 {
+		return DocRange{}, fmt.Errorf("eval: document range %q: a fraction above 1", s)
+	}
+	if r.To <= r.From {
+		return DocRange{}, fmt.Errorf("eval: document range %q selects nothing", s)
+	}
+	return r, nil
+}
+
+// SelectDocuments returns the documents of text (split by sep, see
+// SplitDocuments) that r selects, joined again by the separator, with the
+// index of the first selected document and the document count. A fraction
+// f of n documents starts at document floor(f*n).
+func SelectDocuments(text, sep string, r DocRange) (selected string, first, total int, err error) {
+	sep, err = ResolveDocSep(sep, text)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	docs, err := SplitDocuments(text, sep)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	n := float64(len(docs))
+	from, to := r.From, min(r.To, n)
+	if r.Fraction {
+		from, to = math.Floor(r.From*n), math.Floor(r.To*n)
+	}
+	if from >= to || from >= n {
+		return "", 0, 0, fmt.Errorf("eval: documents [%g, %g) of a text of %d documents select nothing", from, to, len(docs))
+	}
+	join := "\n"
+	if sep == SepBlank {
+		join = "\n\n"
+	}
+	return strings.Join(docs[int(from):int(to)], join) + "\n", int(from), len(docs), nil
 }

@@ -270,3 +270,42 @@ func TestBuildUnits(t *testing.T) {
 		})
 	}
 }
+
+func TestDocRange(t *testing.T) {
+	text := "a\n\nb\n\nc\n\nd\n"
+	for _, tt := range []struct {
+		in, want string
+		first    int
+		err      string
+	}{
+		{"1:3", "b\n\nc\n", 1, ""},
+		{"2:", "c\n\nd\n", 2, ""},
+		{":1", "a\n", 0, ""},
+		{"0.75:1", "d\n", 3, ""},
+		{"0.5:", "c\n\nd\n", 2, ""},
+		{"25%:75%", "b\n\nc\n", 1, ""},
+		{"1:100", "b\n\nc\n\nd\n", 1, ""},
+		{"4:9", "", 0, "select nothing"},
+		{"3:1", "", 0, "selects nothing"},
+		{"x:1", "", 0, `"x" is not a document index`},
+		{"1.5:2", "", 0, "a fraction above 1"},
+		{"7", "", 0, "want FROM:TO"},
+		{"-1:2", "", 0, `"-1" is not`},
+	} {
+		r, err := ParseDocRange(tt.in)
+		var got string
+		var first, total int
+		if err == nil {
+			got, first, total, err = SelectDocuments(text, SepAuto, r)
+		}
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: err = %v, want %q", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want || first != tt.first || total != 4 {
+			t.Errorf("%q: %q, first %d of %d, %v; want %q, first %d of 4", tt.in, got, first, total, err, tt.want, tt.first)
+		}
+	}
+}

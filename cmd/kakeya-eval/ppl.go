@@ -78,6 +78,7 @@ func (l *configList) Set(s string) error {
 
 type pplFlags struct {
 	model, data, mode, docSep, configsFile, calib, out string
+	docs                                               string // --docs FROM:TO
 	ctx, nEval, passages, stride, chunk, threads       int
 	workers                                            int
 	device                                             string
@@ -95,6 +96,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.nEval, "n-eval", 64, "passages: scored tokens per passage")
 	fs.IntVar(&f.passages, "passages", 0, "at most this many passages, documents (docs) or windows (full); 0: all")
 	fs.IntVar(&f.stride, "stride", 0, "docs, full: window stride (0: ctx/2)")
+	fs.StringVar(&f.docs, "docs", "", "score only documents FROM:TO of --data (split by --doc-sep): indices (3226:4302) or fractions (0.75:1, 75%:)")
 	fs.StringVar(&f.docSep, "doc-sep", "auto", "docs: blank (paragraphs), line (non-empty lines) or auto (blank when the text has blank lines)")
 	fs.IntVar(&f.chunk, "chunk", 0, "tokens per Forward call after the prefill (0: 1 in passages mode, i.e. the decode path; 512 otherwise)")
 	fs.Var(&f.configs, "config", "a cache configuration to compare with the reference (repeatable)")
@@ -193,6 +195,13 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	if err := f.checkCounts(); err != nil {
 		return fmt.Errorf("ppl: %w", err)
 	}
+	var docRange eval.DocRange
+	if f.docs != "" {
+		var err error
+		if docRange, err = eval.ParseDocRange(f.docs); err != nil {
+			return fmt.Errorf("ppl: --docs: %w", err)
+		}
+	}
 	configs, err := f.configurations()
 	if err != nil {
 		return fmt.Errorf("ppl: %w", err)
@@ -217,6 +226,16 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		return fmt.Errorf("ppl: %w", err)
 	}
 	text := string(raw)
+	var docsNote string
+	if f.docs != "" {
+		sel, first, total, err := eval.SelectDocuments(text, f.docSep, docRange)
+		if err != nil {
+			return fmt.Errorf("ppl: --docs %s: %w", f.docs, err)
+		}
+		selDocs, _ := eval.SplitDocuments(sel, f.docSep)
+		docsNote = fmt.Sprintf("%d:%d of %d", first, first+len(selDocs), total)
+		text = sel
+	}
 	tokPath := filepath.Join(f.model, "tokenizer.json")
 	tok, err := tokenizer.Load(tokPath)
 	if err != nil {
@@ -301,7 +320,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 			return fmt.Errorf("ppl: %w", err)
 		}
 	}
-	r.Mode, r.Ctx, r.Chunk, r.Workers = f.mode, p.Ctx, f.chunk, f.workers
+	r.Mode, r.Ctx, r.Chunk, r.Workers, r.Docs = f.mode, p.Ctx, f.chunk, f.workers, docsNote
 	r.Threads, r.CacheType = f.threads, configs[0].Settings.CacheType
 	if r.Threads == 0 {
 		r.Threads = runtime.GOMAXPROCS(0)

@@ -303,3 +303,35 @@ func TestPPLReportSettings(t *testing.T) {
 		}
 	}
 }
+
+// --docs scores part of a file: the last quarter of TinyStories (the part
+// ref-qwen2-6m did not train on) is documents 3226 to 4302.
+func TestPPLDocRange(t *testing.T) {
+	sh := shareddata.Dir(t)
+	out := filepath.Join(t.TempDir(), "r.json")
+	var stdout strings.Builder
+	err := runPPL(context.Background(), []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+		"--mode", "docs", "--passages", "2", "--docs", "0.75:", "--out", out}, &stdout, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Docs     string `json:"docs"`
+		Passages int    `json:"passages"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Docs != "3226:4302 of 4302" || r.Passages != 2 {
+		t.Errorf("docs %q, %d passages; want 3226:4302 of 4302, 2", r.Docs, r.Passages)
+	}
+	err = runPPL(context.Background(), []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+		"--docs", "5000:6000"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--docs 5000:6000: eval: documents [5000, 4302) of a text of 4302 documents select nothing") {
+		t.Errorf("range past the end: err = %v", err)
+	}
+}
