@@ -22,6 +22,17 @@ func mustKakeya(t testing.TB, mod func(*KakeyaOptions)) *Kakeya {
 	return k
 }
 
+func mustTurbo(t testing.TB, bits int) *Turbo {
+	t.Helper()
+	o := DefaultTurboOptions()
+	o.Bits = bits
+	c, err := NewTurbo(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func mustInt4(t testing.TB, o Int4Options) *Int4 {
 	t.Helper()
 	c, err := NewInt4(o)
@@ -50,7 +61,7 @@ func expectedLen(t *testing.T, c Codec, enc []byte, n, d int) int {
 		if c.opt.PerChannel {
 			groups = p * ((n + g - 1) / g)
 		}
-		return 16 + 4*groups + (n*p+1)/2
+		return 16 + 4*groups + (n*p*c.opt.Bits+7)/8
 	case *Kakeya:
 		r, cb, m := int(enc[16]), int(enc[17]), int(binary.LittleEndian.Uint32(enc[18:]))
 		p, b := NextPow2(d), c.opt.Bits
@@ -63,6 +74,9 @@ func expectedLen(t *testing.T, c Codec, enc []byte, n, d int) int {
 			l += 2 * r
 		}
 		return l
+	case *Turbo:
+		b, p := c.layout(d)
+		return 16 + 2*n*p/b + (n*p*c.opt.Bits+7)/8
 	case *Preconditioned:
 		return expectedLen(t, c.Inner, enc, n, d)
 	}
@@ -109,6 +123,12 @@ func TestRoundTripBounds(t *testing.T) {
 		{kb(3), 0.042, 0.042, 0.013},
 		{kb(2), 0.14, 0.14, 0.05},
 		{kb(1), 0.45, 0.45, 0.2},
+		{mustInt4(t, Int4Options{Bits: 2, Group: 32, PerChannel: true}), 0.21, 0.33, 0.21},
+		// The TurboQuant-style codec codes uncentred blocks: keys with a
+		// large mean cost it most.
+		{mustTurbo(t, 4), 0.011, 0.011, 0.12},
+		{mustTurbo(t, 3), 0.041, 0.039, 0.43},
+		{mustTurbo(t, 2), 0.15, 0.14, 1.12},
 	}
 	for _, d := range []int{64, 128, 80} {
 		n := 256

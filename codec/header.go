@@ -38,6 +38,7 @@ const (
 	idInt8
 	idInt4
 	idKakeya
+	idTurbo
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)

@@ -7,6 +7,9 @@ import (
 
 // Int4Options configures Int4.
 type Int4Options struct {
+	// Bits is the code width: 4 (the default when 0) or 2 (KIVI's 2-bit
+	// caches).
+	Bits int
 	// Group is the number of values sharing one fp16 (min, scale) pair.
 	Group int
 	// PerChannel runs groups along the token axis for each channel (KIVI's
@@ -21,16 +24,18 @@ type Int4Options struct {
 	Seed uint64
 }
 
-// DefaultInt4Options returns groups of 32 per token without rotation.
-func DefaultInt4Options() Int4Options { return Int4Options{Group: 32, Seed: defaultSeed} }
+// DefaultInt4Options returns 4-bit codes in groups of 32 per token without
+// rotation.
+func DefaultInt4Options() Int4Options { return Int4Options{Bits: 4, Group: 32, Seed: defaultSeed} }
 
 const defaultSeed = 0x6b616b657961 // "kakeya"
 
-// Int4 is asymmetric 4-bit group quantization: each group of Group values
-// stores an fp16 minimum and fp16 step, and each value a 4-bit code.
-// With p = d (or NextPow2(d) when rotating) and G = Group, the encoded length
-// is 16 + 4*groups + ceil(n*p/2) bytes, where groups = n*ceil(p/G) per token
-// or p*ceil(n/G) per channel: 5 bits per value at G = 32.
+// Int4 is asymmetric 4-bit (or, with Bits 2, 2-bit) group quantization:
+// each group of Group values stores an fp16 minimum and fp16 step, and each
+// value a code of Bits bits. With p = d (or NextPow2(d) when rotating) and
+// G = Group, the encoded length is 16 + 4*groups + ceil(n*p*Bits/8) bytes,
+// where groups = n*ceil(p/G) per token or p*ceil(n/G) per channel: 5 bits
+// per value at 4 bits and G = 32, 3 at 2 bits.
 type Int4 struct {
 	opt   Int4Options
 	name  string
@@ -43,6 +48,13 @@ func NewInt4(o Int4Options) (*Int4, error) {
 	if o.Group < 1 || o.Group > 65535 {
 		return nil, fmt.Errorf("codec: int4: group %d not in 1..65535", o.Group)
 	}
+	switch o.Bits {
+	case 0:
+		o.Bits = 4
+	case 2, 4:
+	default:
+		return nil, fmt.Errorf("codec: int4: bits %d, want 2 or 4", o.Bits)
+	}
 	c := &Int4{opt: o}
 	c.name = c.makeName()
 	if o.Rotate {
@@ -51,12 +63,12 @@ func NewInt4(o Int4Options) (*Int4, error) {
 	return c, nil
 }
 
-// Name is "int4", "int4-k" (per channel) with "-rot" when rotating and
+// Name is "int4" (or "int2"), "-k" per channel, "-rot" when rotating and
 // "-g<G>" when the group is not 32.
 func (c *Int4) Name() string { return c.name }
 
 func (c *Int4) makeName() string {
-	s := "int4"
+	s := fmt.Sprintf("int%d", c.opt.Bits)
 	if c.opt.PerChannel {
 		s += "-k"
 	}
@@ -70,7 +82,7 @@ func (c *Int4) makeName() string {
 }
 
 func (c *Int4) param() byte {
-	p := byte(4)
+	p := byte(c.opt.Bits)
 	if c.opt.PerChannel {
 		p |= 0x10
 	}
@@ -149,6 +161,7 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	sc.u8 = growU8(sc.u8, n*p)
 	codes := sc.u8
+	top := 1<<c.opt.Bits - 1 // the largest code
 	start := len(dst)
 	dst = appendHeader(dst, idInt4, c.param(), n, d, c.tag())
 	dst = grow(dst, 4*groups)
@@ -160,7 +173,7 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 			mn, mx = min(mn, z[j]), max(mx, z[j])
 		}
 		m := f16Floor(mn)
-		s := roundF16(max(0, (mx-m)/15))
+		s := roundF16(max(0, (mx-m)/float32(top)))
 		putF16(params[4*k:], m)
 		putF16(params[4*k+2:], s)
 		var inv float32
@@ -169,10 +182,10 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		}
 		for t, j := 0, first; t < count; t, j = t+1, j+stride {
 			q := math.RoundToEven(float64((z[j] - m) * inv))
-			codes[j] = uint8(max(0, min(15, q)))
+			codes[j] = uint8(max(0, min(float64(top), q)))
 		}
 	}
-	dst = PackBits(dst, codes, 4)
+	dst = PackBits(dst, codes, c.opt.Bits)
 	seal(dst[start:])
 	return dst, nil
 }
@@ -188,14 +201,14 @@ func (c *Int4) Decode(dst []float32, src []byte, n, d int) error {
 		return err
 	}
 	p, groups := c.layout(n, d)
-	if want := 4*groups + PackedLen(n*p, 4); len(pl) != want {
+	if want := 4*groups + PackedLen(n*p, c.opt.Bits); len(pl) != want {
 		return fmt.Errorf("codec: %s: payload is %d bytes, want %d", name, len(pl), want)
 	}
 	sc := c.pool.get()
 	defer c.pool.put(sc)
 	sc.u8 = growU8(sc.u8, n*p)
 	codes := sc.u8
-	if err := UnpackBits(codes, pl[4*groups:], 4); err != nil {
+	if err := UnpackBits(codes, pl[4*groups:], c.opt.Bits); err != nil {
 		return fmt.Errorf("codec: %s: %w", name, err)
 	}
 	z := dst

@@ -20,14 +20,19 @@ type Spec struct {
 
 // Names lists the codec names New accepts.
 func Names() []string {
-	return []string{"f32", "bf16", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "kakeya"}
+	return []string{"f32", "bf16", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-k", "kakeya", "turbo"}
 }
+
+// TakesBits reports whether the codec named name has a bit-width setting
+// (b=N in its spec).
+func TakesBits(name string) bool { return name == "kakeya" || name == "turbo" }
 
 // ParseSpec parses "name" or "name:key=value,key=value". Keys:
 //
-//	int4*:   group=<G>, seed=<uint>
+//	int4*, int2*: group=<G>, seed=<uint>
 //	kakeya:  b|bits=<1..4>, rank=<0..255>, var=<(0,1]>, cbits=<4|8|16>,
 //	         outlier=<T, 0 off>, maxout=<0..255>, signs=<true|false>, seed=<uint>
+//	turbo:   b|bits=<2..4>, group=<block: power of two>, seed=<uint>
 //
 // e.g. "kakeya:b=3,rank=8,outlier=3.5". Values are checked by New.
 func ParseSpec(s string) (Spec, error) {
@@ -89,9 +94,12 @@ func New(s Spec) (Codec, error) {
 		c = BF16{}
 	case "int8":
 		c = Int8{}
-	case "int4", "int4-rot", "int4-k", "int4-k-rot":
+	case "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot":
 		o := DefaultInt4Options()
-		o.PerChannel = strings.HasPrefix(s.Name, "int4-k")
+		if strings.HasPrefix(s.Name, "int2") {
+			o.Bits = 2
+		}
+		o.PerChannel = strings.Contains(s.Name, "-k")
 		o.Rotate = strings.HasSuffix(s.Name, "-rot")
 		p.int("group", &o.Group)
 		p.uint64("seed", &o.Seed)
@@ -115,6 +123,16 @@ func New(s Spec) (Codec, error) {
 		if p.err == nil {
 			c, err = NewKakeya(o)
 		}
+	case "turbo":
+		o := DefaultTurboOptions()
+		if s.Bits != 0 {
+			o.Bits = s.Bits
+		}
+		p.int("group", &o.Block)
+		p.uint64("seed", &o.Seed)
+		if p.err == nil {
+			c, err = NewTurbo(o)
+		}
 	default:
 		return nil, fmt.Errorf("codec: unknown codec %q (valid: %s)", s.Name, strings.Join(Names(), ", "))
 	}
@@ -124,7 +142,7 @@ func New(s Spec) (Codec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("codec: spec %s: %w", s, err)
 	}
-	if s.Bits != 0 && s.Name != "kakeya" {
+	if s.Bits != 0 && !TakesBits(s.Name) {
 		return nil, fmt.Errorf("codec: spec %s: %s takes no bits setting", s, s.Name)
 	}
 	for k := range s.Params {

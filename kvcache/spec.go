@@ -661,8 +661,8 @@ func withBits(spec string, bits int, codecFlag, bitsFlag string) (string, error)
 		return "", fmt.Errorf("%s %q: %w", codecFlag, spec, err)
 	}
 	if bits != 0 {
-		if sp.Name != "kakeya" {
-			return "", fmt.Errorf("%s %d: codec %s has a fixed width (only kakeya takes a bit width)", bitsFlag, bits, sp.Name)
+		if !codec.TakesBits(sp.Name) {
+			return "", fmt.Errorf("%s %d: codec %s has a fixed width (only kakeya and turbo take a bit width)", bitsFlag, bits, sp.Name)
 		}
 		if sp.Bits != 0 && sp.Bits != bits {
 			return "", fmt.Errorf("%s %d contradicts b=%d in %s %q", bitsFlag, bits, sp.Bits, codecFlag, spec)

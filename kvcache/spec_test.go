@@ -137,7 +137,7 @@ func TestSpecValidate(t *testing.T) {
 		{Spec{K: "kakeya:rank=x"}, "rank"},
 		{Spec{V: "int8", Precondition: On}, "keys are uncompressed"},
 		{Spec{Codebooks: On}, "keys and values are uncompressed"},
-		{Spec{KV: "int8", KBits: 4}, "--k-bits 4: codec int8 has a fixed width (only kakeya takes a bit width)"},
+		{Spec{KV: "int8", KBits: 4}, "--k-bits 4: codec int8 has a fixed width (only kakeya and turbo take a bit width)"},
 		{Spec{KV: "kakeya:b=3", KBits: 4}, "--k-bits 4 contradicts b=3 in --kv-codec"},
 		{Spec{VBits: 4}, "--v-bits 4: no codec is set for that side"},
 		{Spec{KV: "kakeya", VBits: 9}, "--v-bits 9"},
