@@ -32,6 +32,7 @@ func DefaultTurboOptions() TurboOptions { return TurboOptions{Bits: 3, Block: 32
 // blocks of 32.
 type Turbo struct {
 	opt   TurboOptions
+	name  string
 	cb    *Codebook
 	signs []float32
 	pool  scratchPool
@@ -49,17 +50,15 @@ func NewTurbo(o TurboOptions) (*Turbo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Turbo{opt: o, cb: cb, signs: randomSigns(maxDim, o.Seed)}, nil
+	name := fmt.Sprintf("turbo%d", o.Bits)
+	if o.Block != 32 {
+		name += fmt.Sprintf("-g%d", o.Block)
+	}
+	return &Turbo{opt: o, name: name, cb: cb, signs: randomSigns(maxDim, o.Seed)}, nil
 }
 
 // Name is "turbo<bits>", with "-g<B>" when the block is not 32.
-func (c *Turbo) Name() string {
-	s := fmt.Sprintf("turbo%d", c.opt.Bits)
-	if c.opt.Block != 32 {
-		s += fmt.Sprintf("-g%d", c.opt.Block)
-	}
-	return s
-}
+func (c *Turbo) Name() string { return c.name }
 
 func (c *Turbo) tag() uint16 {
 	return uint16(c.opt.Block) ^ uint16(c.opt.Seed*0x9e3779b97f4a7c15>>48)&^0x7ff
