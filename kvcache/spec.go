@@ -279,8 +279,10 @@ func (s Spec) String() string {
 	for _, k := range keys() {
 		if v := k.get(s); v != "" {
 			short := k.name
-			if len(k.aliases) > 0 {
-				short = k.aliases[0]
+			for _, a := range k.aliases {
+				if len(a) < len(short) {
+					short = a
+				}
 			}
 			parts = append(parts, short+"="+v)
 		}
