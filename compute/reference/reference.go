@@ -167,10 +167,7 @@ func (Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin comput
 }
 
 // attention is the definition of causal grouped-query attention.
-type attention struct {
-	p compute.AttentionParams
-	s *store // nil until the first Forward
-}
+type attention struct{ p compute.AttentionParams }
 
 // NewAttention returns attention with the geometry p.
 func (Backend) NewAttention(p compute.AttentionParams) (compute.Attention, error) {
