@@ -119,7 +119,7 @@ const decodeDrift = 128
 
 // BenchmarkDecodeContext times one-token steps after a prompt of 512 or 2048
 // tokens, with the plain float32 and bf16 caches and with every layer's K and V encoded
-// by int8 or kakeya in 64-token blocks (one hot block), so the cost of
+// by int8, int4 or kakeya in 64-token blocks (one hot block), so the cost of
 // decoding compressed blocks inside attention shows. The prompt is
 // prefilled outside the timer, once per sub-benchmark unless its steps run
 // decodeDrift tokens past it.
@@ -133,7 +133,7 @@ func BenchmarkDecodeContext(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	for _, cache := range []string{"plain", "plain-bf16", "int8", "kakeya"} {
+	for _, cache := range []string{"plain", "plain-bf16", "int8", "int4", "kakeya"} {
 		opts := SequenceOptions{}
 		switch cache {
 		case "plain":
