@@ -234,18 +234,11 @@ func (t *task) rowsOf(g, b, kv int, scratch []float32) ([]float32, error) {
 	if !ok {
 		return nil, fmt.Errorf("attention: block %d head %d is not stored by a CPU block store", b, g)
 	}
-	n := t.a.blockSize * t.a.p.HeadDim
-	switch {
-	case pt.hot != nil:
-		return pt.hot, nil
-	case pt.hot16 != nil:
-		widen(scratch[:n], pt.hot16)
-	default:
-		if err := pt.dec.Decode(scratch[:n], pt.enc, t.a.blockSize, t.a.p.HeadDim); err != nil {
-			return nil, fmt.Errorf("attention: block %d head %d %s: %s: %w", b, g, kvName(kv), pt.dec.Name(), err)
-		}
+	v, err := pt.values(scratch, t.a.blockSize, t.a.p.HeadDim)
+	if err != nil {
+		return nil, fmt.Errorf("attention: block %d head %d %s: %w", b, g, kvName(kv), err)
 	}
-	return scratch[:n], nil
+	return v, nil
 }
 
 func kvName(kv int) string {

@@ -18,6 +18,23 @@ type part struct {
 
 func (p *part) Encoded() bool { return p.dec != nil }
 
+// values returns the part's rows x d values as float32: a float32 hot part
+// as it is, a bf16 or encoded one widened or decoded into scratch.
+func (p *part) values(scratch []float32, rows, d int) ([]float32, error) {
+	n := rows * d
+	switch {
+	case p.hot != nil:
+		return p.hot, nil
+	case p.hot16 != nil:
+		widen(scratch[:n], p.hot16)
+	default:
+		if err := p.dec.Decode(scratch[:n], p.enc, rows, d); err != nil {
+			return nil, fmt.Errorf("%s: %w", p.dec.Name(), err)
+		}
+	}
+	return scratch[:n], nil
+}
+
 // store is the CPU's compute.BlockStore: parts in host memory, whose hot
 // storage and encoded buffers are reused once released.
 type store struct {
@@ -87,21 +104,14 @@ func (s *store) Write(p compute.Part, row int, src compute.Buffer, stride, rows 
 }
 
 func (s *store) Read(dst []float32, p compute.Part) error {
-	pt, n := own(p), s.rows*s.d
-	if len(dst) < n {
+	if n := s.rows * s.d; len(dst) < n {
 		return fmt.Errorf("cpu: read of a %dx%d block into %d values", s.rows, s.d, len(dst))
 	}
-	switch {
-	case pt.hot != nil:
-		copy(dst, pt.hot)
-	case pt.hot16 != nil:
-		widen(dst[:n], pt.hot16)
-	default:
-		if err := pt.dec.Decode(dst[:n], pt.enc, s.rows, s.d); err != nil {
-			return fmt.Errorf("%s: %w", pt.dec.Name(), err)
-		}
+	v, err := own(p).values(dst, s.rows, s.d)
+	if err == nil {
+		copy(dst, v) // a float32 hot part is returned in place
 	}
-	return nil
+	return err
 }
 
 func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) error {
