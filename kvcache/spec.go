@@ -355,33 +355,33 @@ func (f *specFlag) IsBoolFlag() bool { return f.name == "precond" || f.name == "
 // widths applied and each written as codec.Spec.String does; "" for an
 // uncompressed side.
 func (s Spec) Codecs() (k, v string, err error) {
-	k, v = s.KV, s.KV
-	kFlag, vFlag := "--kv-codec", "--kv-codec"
+	k, v, kFlag, vFlag := s.sides()
+	if k, err = withBits(k, s.KBits, kFlag, "--k-bits"); err != nil {
+		return "", "", err
+	}
+	if v, err = withBits(v, s.VBits, vFlag, "--v-bits"); err != nil {
+		return "", "", err
+	}
+	return k, v, nil
+}
+
+// sides returns the key and value codec specs as written ("" for none),
+// K and V overriding KV, and the flags that set them.
+func (s Spec) sides() (k, v, kFlag, vFlag string) {
+	k, v, kFlag, vFlag = s.KV, s.KV, "--kv-codec", "--kv-codec"
 	if s.K != "" {
 		k, kFlag = s.K, "--k-codec"
 	}
 	if s.V != "" {
 		v, vFlag = s.V, "--v-codec"
 	}
-	if k, err = withBits(effective(k), s.KBits, kFlag, "--k-bits"); err != nil {
-		return "", "", err
-	}
-	if v, err = withBits(effective(v), s.VBits, vFlag, "--v-bits"); err != nil {
-		return "", "", err
-	}
-	return k, v, nil
+	return effective(k), effective(v), kFlag, vFlag
 }
 
 // Compressed reports whether s names a codec for keys or values.
 func (s Spec) Compressed() bool {
-	k, v := s.KV, s.KV
-	if s.K != "" {
-		k = s.K
-	}
-	if s.V != "" {
-		v = s.V
-	}
-	return effective(k) != "" || effective(v) != ""
+	k, v, _, _ := s.sides()
+	return k != "" || v != ""
 }
 
 // Validate checks everything that does not depend on a model or a
