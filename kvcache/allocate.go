@@ -38,6 +38,9 @@ func Allocate(items []Item, budget int64) (pick []int, cost float64, bytes int64
 		parent int // index in the previous frontier
 		choice int
 	}
+	if len(items) == 0 {
+		return nil, 0, 0, errors.New("kvcache: allocate: no items")
+	}
 	frontier := []point{{parent: -1, choice: -1}}
 	var trail [][]point
 	for i, it := range items {
@@ -76,9 +79,6 @@ func Allocate(items []Item, budget int64) (pick []int, cost float64, bytes int64
 		}
 		trail = append(trail, frontier)
 		frontier = kept
-	}
-	if len(items) == 0 {
-		return nil, 0, 0, errors.New("kvcache: allocate: no items")
 	}
 	// The last point of the frontier has the least cost.
 	end := frontier[len(frontier)-1]
