@@ -349,16 +349,16 @@ func ParseDocRange(s string) (DocRange, error) {
 
 // SelectDocuments returns the documents of text (split by sep, see
 // SplitDocuments) that r selects, joined again by the separator, with the
-// index of the first selected document and the document count. A fraction
-// f of n documents starts at document floor(f*n).
-func SelectDocuments(text, sep string, r DocRange) (selected string, first, total int, err error) {
+// range [first, end) they were and the document count. A fraction f of n
+// documents starts at document floor(f*n).
+func SelectDocuments(text, sep string, r DocRange) (selected string, first, end, total int, err error) {
 	sep, err = ResolveDocSep(sep, text)
 	if err != nil {
-		return "", 0, 0, err
+		return "", 0, 0, 0, err
 	}
 	docs, err := SplitDocuments(text, sep)
 	if err != nil {
-		return "", 0, 0, err
+		return "", 0, 0, 0, err
 	}
 	n := float64(len(docs))
 	from, to := r.From, min(r.To, n)
@@ -366,11 +366,11 @@ func SelectDocuments(text, sep string, r DocRange) (selected string, first, tota
 		from, to = math.Floor(r.From*n), math.Floor(r.To*n)
 	}
 	if from >= to || from >= n {
-		return "", 0, 0, fmt.Errorf("eval: documents [%g, %g) of a text of %d documents select nothing", from, to, len(docs))
+		return "", 0, 0, 0, fmt.Errorf("eval: documents [%g, %g) of a text of %d documents select nothing", from, to, len(docs))
 	}
 	join := "\n"
 	if sep == SepBlank {
 		join = "\n\n"
 	}
-	return strings.Join(docs[int(from):int(to)], join) + "\n", int(from), len(docs), nil
+	return strings.Join(docs[int(from):int(to)], join) + "\n", int(from), int(to), len(docs), nil
 }

@@ -294,9 +294,9 @@ func TestDocRange(t *testing.T) {
 	} {
 		r, err := ParseDocRange(tt.in)
 		var got string
-		var first, total int
+		var first, end, total int
 		if err == nil {
-			got, first, total, err = SelectDocuments(text, SepAuto, r)
+			got, first, end, total, err = SelectDocuments(text, SepAuto, r)
 		}
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
@@ -304,8 +304,8 @@ func TestDocRange(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got != tt.want || first != tt.first || total != 4 {
-			t.Errorf("%q: %q, first %d of %d, %v; want %q, first %d of 4", tt.in, got, first, total, err, tt.want, tt.first)
+		if err != nil || got != tt.want || first != tt.first || total != 4 || end-first != strings.Count(got, "\n")-strings.Count(got, "\n\n") {
+			t.Errorf("%q: %q, [%d, %d) of %d, %v; want %q, first %d of 4", tt.in, got, first, end, total, err, tt.want, tt.first)
 		}
 	}
 }

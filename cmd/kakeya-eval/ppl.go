@@ -228,12 +228,11 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	text := string(raw)
 	var docsNote string
 	if f.docs != "" {
-		sel, first, total, err := eval.SelectDocuments(text, f.docSep, docRange)
+		sel, first, end, total, err := eval.SelectDocuments(text, f.docSep, docRange)
 		if err != nil {
 			return fmt.Errorf("ppl: --docs %s: %w", f.docs, err)
 		}
-		selDocs, _ := eval.SplitDocuments(sel, f.docSep)
-		docsNote = fmt.Sprintf("%d:%d of %d", first, first+len(selDocs), total)
+		docsNote = fmt.Sprintf("%d:%d of %d", first, end, total)
 		text = sel
 	}
 	tokPath := filepath.Join(f.model, "tokenizer.json")
