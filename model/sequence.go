@@ -20,7 +20,7 @@ type Sequence struct {
 
 	x, xn, q, k, v, att, tmp compute.Buffer
 	gate, up                 compute.Buffer
-	logits                   compute.Buffer // logitRows rows of vocab_size
+	logits                   compute.Buffer // one row of vocab_size, or logitRows once every row's logits were asked for
 	last                     []float32      // logits of the last position, on the host
 	ids                      []int          // the chunk's ids, so the caller's slice never escapes to the backend
 	obsQ, obsK               []float32      // q and k on the host for Options.Observe
@@ -90,7 +90,7 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 		q: b.Alloc(n * qd), att: b.Alloc(n * qd),
 		k: b.Alloc(n * kvd), v: b.Alloc(n * kvd),
 		gate: b.Alloc(n * c.IntermediateSize), up: b.Alloc(n * c.IntermediateSize),
-		logits: b.Alloc(min(n, logitRows) * c.VocabSize),
+		logits: b.Alloc(c.VocabSize),
 		last:   make([]float32, c.VocabSize),
 		ids:    make([]int, 0, n),
 	}
@@ -274,6 +274,12 @@ func (s *Sequence) forward(ids []int, logits []float32, all bool) error {
 		b.MatMul(out, xn.Slice(0, h), 1, m.lmHead)
 		b.Read(logits, out)
 		return nil
+	}
+	if rows := min(s.rows, logitRows); s.logits.Len < rows*vocab {
+		// Grown on the first call that wants every row: decoding alone
+		// never holds more than one row (a large vocabulary makes 64 rows
+		// tens of MiB per sequence).
+		s.logits = b.Alloc(rows * vocab)
 	}
 	b.RMSNorm(xn, x, m.norm, n, m.eps)
 	for r := 0; r < n; r += logitRows {
