@@ -14,6 +14,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/term"
@@ -82,7 +83,8 @@ type pplFlags struct {
 	ctx, nEval, passages, stride, chunk, threads       int
 	workers                                            int
 	device                                             string
-	cache                                              kvcache.Spec // the cache flags
+	backend                                            compute.Backend // from device
+	cache                                              kvcache.Spec    // the cache flags
 	configs                                            configList
 }
 
@@ -195,9 +197,13 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	if err := f.checkCounts(); err != nil {
 		return fmt.Errorf("ppl: %w", err)
 	}
+	backend, err := device.Backend(f.device)
+	if err != nil {
+		return fmt.Errorf("ppl: %w", err)
+	}
+	f.backend = backend
 	var docRange eval.DocRange
 	if f.docs != "" {
-		var err error
 		if docRange, err = eval.ParseDocRange(f.docs); err != nil {
 			return fmt.Errorf("ppl: --docs: %w", err)
 		}
@@ -355,11 +361,7 @@ type engine struct {
 // openEngine loads the model once and resolves every configuration for it,
 // recording the settings in effect in configs.
 func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
-	backend, err := device.Backend(f.device)
-	if err != nil {
-		return nil, fmt.Errorf("ppl: %w", err)
-	}
-	m, err := model.Load(f.model, model.Options{Backend: backend, Threads: f.threads})
+	m, err := model.Load(f.model, model.Options{Backend: f.backend, Threads: f.threads})
 	if err != nil {
 		return nil, fmt.Errorf("ppl: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
@@ -51,6 +52,7 @@ type options struct {
 	stops                                stringList
 	sampling                             kakeya.SamplingOptions
 	cache                                kvcache.Spec
+	backend                              compute.Backend // from --device
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -133,7 +135,8 @@ func (o *options) check() error {
 			return errors.New(`--stop "": an empty stop string would stop before the first token`)
 		}
 	}
-	if _, err := device.Backend(o.device); err != nil {
+	var err error
+	if o.backend, err = device.Backend(o.device); err != nil {
 		return err
 	}
 	if err := o.cache.Validate(); err != nil {
@@ -170,13 +173,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		o.prompt = string(b)
 	}
 
-	backend, err := device.Backend(o.device)
-	if err != nil {
-		return err
-	}
 	start := time.Now()
 	eng, err := kakeya.Load(ctx, o.model, kakeya.Options{
-		Model:       model.Options{Backend: backend, Threads: o.threads, MaxContext: o.maxContext},
+		Model:       model.Options{Backend: o.backend, Threads: o.threads, MaxContext: o.maxContext},
 		Hub:         hub,
 		Cache:       o.cache,
 		Calibration: o.calib,
