@@ -150,9 +150,6 @@ func (c *Cache) BlockSize() int { return c.cfg.BlockSize }
 // sequence's length between forward passes.
 func (c *Cache) Len() int { return c.layers[0].n }
 
-// LayerLen returns the number of tokens stored in one layer.
-func (c *Cache) LayerLen(layer int) int { return c.layers[layer].n }
-
 // Layer returns one layer's block table as attention reads it.
 func (c *Cache) Layer(layer int) compute.KVLayer { return &c.layers[layer].view }
 
@@ -184,7 +181,7 @@ func (c *Cache) hotBytes() int64 {
 // ErrFull is returned by Append when the cache has no room left.
 var ErrFull = errors.New("kvcache: cache full")
 
-// Append stores n tokens of one layer at positions LayerLen(layer)...: k and
+// Append stores n tokens of one layer after those it holds: k and
 // v hold n rows of KVHeads*HeadDim values, keys before RoPE. Full blocks that
 // leave the hot window are encoded.
 func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
@@ -306,7 +303,7 @@ func (c *Cache) NumBlocks(layer int) int { return len(c.layers[layer].blocks) }
 
 // Read copies the keys (kv 0, before RoPE) or values (kv 1) of one block
 // and KV head to dst as BlockSize rows of HeadDim values (rows past
-// LayerLen are stale), decoding an encoded block.
+// those the layer holds are stale), decoding an encoded block.
 func (c *Cache) Read(dst []float32, layer, head, block, kv int) error {
 	if err := c.cfg.Store.Read(dst, c.layers[layer].blocks[block][2*head+kv]); err != nil {
 		return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layer, block, head, kvName(kv), err)

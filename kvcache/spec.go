@@ -211,8 +211,8 @@ func Keys() []string {
 	return out
 }
 
-// IsKey reports whether name is a setting Set accepts.
-func IsKey(name string) bool {
+// isKey reports whether name is a setting Set accepts.
+func isKey(name string) bool {
 	_, ok := lookup(name)
 	return ok
 }
@@ -245,7 +245,7 @@ func ParseSpec(text string) (Spec, error) {
 	for _, piece := range strings.Split(text, ",") {
 		name, val, ok := strings.Cut(piece, "=")
 		name = strings.TrimSpace(name)
-		if !ok || !IsKey(name) {
+		if !ok || !isKey(name) {
 			if last != nil && *last != "" {
 				*last += "," + piece
 				continue
