@@ -84,16 +84,19 @@ func ParseConfig(s string) (Config, error) {
 			return Config{}, fmt.Errorf("eval: config %q: %w", s, err)
 		}
 	}
-	if c.Name == "" {
-		c.Name = c.Spec.String()
-	}
-	if c.Name == "" {
-		return Config{}, fmt.Errorf("eval: config %q: no settings and no name", s)
-	}
-	if err := c.validateName(); err != nil {
+	if err := c.nameBySpec(); err != nil {
 		return Config{}, fmt.Errorf("eval: config %q: %w", s, err)
 	}
 	return c, nil
+}
+
+// nameBySpec names an unnamed configuration by its settings as written,
+// then checks the name.
+func (c *Config) nameBySpec() error {
+	if c.Name == "" {
+		c.Name = c.Spec.String()
+	}
+	return c.validateName()
 }
 
 // validateName checks the name a configuration file or flag gave.
@@ -158,10 +161,7 @@ func configFromJSON(obj map[string]any) (Config, error) {
 			return Config{}, err
 		}
 	}
-	if c.Name == "" {
-		c.Name = c.Spec.String()
-	}
-	if err := c.validateName(); err != nil {
+	if err := c.nameBySpec(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
