@@ -95,6 +95,11 @@ type Spec struct {
 	// blocks as bf16, separated by commas or semicolons, negative from the
 	// end: "" means DefaultBoundary, "none" no layer.
 	Boundary string
+	// Layers sets every layer's key and value codecs at once, one "K/V"
+	// pair per layer separated by "|" (ParseLayerCodecs), as a policy file
+	// (ReadPlan) holds them; it replaces KV, K, V, the bit widths and
+	// Boundary. A side written "none" keeps bf16 blocks.
+	Layers string
 	// Precondition whitens each KV head's keys by the calibrated query
 	// covariance before the key codec. Auto: on when a calibration is given
 	// and keys are compressed.
@@ -171,6 +176,26 @@ func keys() []key {
 				return nil
 			},
 			func(s Spec) string { return strings.ReplaceAll(s.Boundary, ",", ";") }},
+		{"layer-codecs", []string{"layers"}, "per-layer `CODECS` K/V|K/V|... from layer 0 (none keeps a side bf16), replacing --kv-codec, the bit widths and --boundary",
+			func(s *Spec, v string) error {
+				l, err := ParseLayerCodecs(v)
+				if err != nil {
+					return err
+				}
+				s.Layers = FormatLayerCodecs(l)
+				return nil
+			},
+			func(s Spec) string { return s.Layers }},
+		{"kv-policy", []string{"policy"}, "per-layer policy `FILE` (kakeya-eval allocate): sets --layer-codecs from it",
+			func(s *Spec, v string) error {
+				p, err := ReadPlan(strings.TrimSpace(v))
+				if err != nil {
+					return err
+				}
+				s.Layers = FormatLayerCodecs(p.Layers)
+				return nil
+			},
+			func(s Spec) string { return "" }},
 		{"precond", []string{"precondition"}, "whiten keys by the calibration's query covariance: 1, 0 or auto (auto: on with --calib when keys are compressed)",
 			func(s *Spec, v string) (err error) { s.Precondition, err = parseSwitch(v); return err },
 			func(s Spec) string { return switchValue(s.Precondition) }},
@@ -255,18 +280,29 @@ func ParseSpec(text string) (Spec, error) {
 			}
 			return Spec{}, fmt.Errorf("unknown key %s (valid: %s)", name, strings.Join(Keys(), ", "))
 		}
-		if err := s.Set(name, val); err != nil {
+		k, _ := lookup(name)
+		if k.name == "layer-codecs" {
+			// Checked once whole, after its continuations.
+			s.Layers = val
+		} else if err := s.Set(name, val); err != nil {
 			return Spec{}, err
 		}
-		switch k, _ := lookup(name); k.name {
+		switch k.name {
 		case "kv-codec":
 			last = &s.KV
 		case "k-codec":
 			last = &s.K
 		case "v-codec":
 			last = &s.V
+		case "layer-codecs":
+			last = &s.Layers
 		default:
 			last = nil
+		}
+	}
+	if s.Layers != "" {
+		if err := s.Set("layer-codecs", s.Layers); err != nil {
+			return Spec{}, err
 		}
 	}
 	return s, nil
@@ -293,8 +329,8 @@ func (s Spec) String() string {
 // Inherit returns s with every field left at its default taken from base:
 // a configuration that names only what differs from a tool's flags.
 func (s Spec) Inherit(base Spec) Spec {
-	if s.KV == "" && s.K == "" && s.V == "" {
-		s.KV, s.K, s.V = base.KV, base.K, base.V
+	if s.KV == "" && s.K == "" && s.V == "" && s.Layers == "" {
+		s.KV, s.K, s.V, s.Layers = base.KV, base.K, base.V, base.Layers
 	}
 	fill := func(dst *int, v int) {
 		if *dst == 0 {
@@ -381,8 +417,55 @@ func (s Spec) sides() (k, v, kFlag, vFlag string) {
 // Compressed reports whether s names a codec for keys or values.
 func (s Spec) Compressed() bool {
 	k, v, _, _ := s.sides()
-	return k != "" || v != ""
+	return k != "" || v != "" || s.Layers != ""
 }
+
+// layerPlan returns the codec specs of every layer of an m-layer model:
+// "" keeps a side hot (uncompressed, never encoded), "none" stores its
+// full blocks as bf16 (boundary layers, and plan sides written none).
+func (s Spec) layerPlan(layers int, kSpec, vSpec string) ([]LayerPlan, []int, error) {
+	if s.Layers != "" {
+		plan, err := ParseLayerCodecs(s.Layers)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--layer-codecs: %w", err)
+		}
+		if len(plan) != layers {
+			return nil, nil, fmt.Errorf("--layer-codecs names %d layers, the model has %d", len(plan), layers)
+		}
+		return plan, nil, nil
+	}
+	bnd := s.Boundary
+	if bnd == "" {
+		bnd = DefaultBoundary
+	}
+	rel, _ := ParseLayers(bnd)
+	boundary := make([]bool, layers)
+	for _, l := range rel {
+		i := l
+		if i < 0 {
+			i += layers
+		}
+		if i < 0 || i >= layers {
+			return nil, nil, fmt.Errorf("--boundary %q: layer %d outside a model of %d layers", bnd, l, layers)
+		}
+		boundary[i] = true
+	}
+	plan := make([]LayerPlan, layers)
+	var list []int
+	for i, b := range boundary {
+		if b {
+			plan[i] = LayerPlan{K: "none", V: "none"}
+			list = append(list, i)
+		} else {
+			plan[i] = LayerPlan{K: kSpec, V: vSpec}
+		}
+	}
+	return plan, list, nil
+}
+
+// coded reports whether a plan side is encoded by a codec other than the
+// bf16 storage of an uncompressed side.
+func coded(spec string) bool { return spec != "" && spec != "none" }
 
 // Validate checks everything that does not depend on a model or a
 // calibration: the codec specs name known codecs with valid settings,
@@ -403,6 +486,23 @@ func (s Spec) Validate() error {
 	}
 	if _, err := ParseLayers(s.Boundary); err != nil {
 		return fmt.Errorf("--boundary: %w", err)
+	}
+	if s.Layers != "" {
+		if s.KV != "" || s.K != "" || s.V != "" || s.KBits != 0 || s.VBits != 0 || s.Boundary != "" {
+			return errPlanConflict
+		}
+		plan, err := ParseLayerCodecs(s.Layers)
+		if err != nil {
+			return fmt.Errorf("--layer-codecs: %w", err)
+		}
+		for _, l := range plan {
+			if coded(l.K) {
+				k = l.K
+			}
+			if coded(l.V) {
+				v = l.V
+			}
+		}
 	}
 	switch strings.ToLower(s.CacheType) {
 	case "", "bf16", "f32":
@@ -446,10 +546,12 @@ type Settings struct {
 	Codebooks    bool `json:"cb"`
 	// CacheType is the storage of uncompressed blocks, bf16 or f32.
 	CacheType string `json:"cache_type"`
+	// Layers holds a per-layer plan's codecs (K and V are then empty).
+	Layers []LayerPlan `json:"layers,omitempty"`
 }
 
 // Compressed reports whether any codec is in effect.
-func (st Settings) Compressed() bool { return st.K != "" || st.V != "" }
+func (st Settings) Compressed() bool { return st.K != "" || st.V != "" || len(st.Layers) > 0 }
 
 // String describes the settings in one line, e.g. "k=int8 v=int8 block 64,
 // hot 64, boundary 0;23, bf16 hot blocks".
@@ -464,7 +566,11 @@ func (st Settings) String() string {
 		return s
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "k=%s v=%s block %d, hot %d", side(st.K), side(st.V), st.BlockSize, st.HotWindow)
+	if len(st.Layers) > 0 {
+		fmt.Fprintf(&b, "per-layer k/v %s, block %d, hot %d", FormatLayerCodecs(st.Layers), st.BlockSize, st.HotWindow)
+	} else {
+		fmt.Fprintf(&b, "k=%s v=%s block %d, hot %d", side(st.K), side(st.V), st.BlockSize, st.HotWindow)
+	}
 	if st.Sinks > 0 {
 		fmt.Fprintf(&b, ", sinks %d", st.Sinks)
 	}
@@ -503,7 +609,7 @@ func NewPolicy(s Spec, m Shape, cal *codec.Calibration) (Policy, Settings, error
 	if st.CacheType == "" {
 		st.CacheType = "bf16"
 	}
-	compressed := st.Compressed()
+	compressed := s.Compressed()
 	if st.BlockSize == 0 {
 		st.BlockSize = DefaultBlock
 		if compressed {
@@ -537,73 +643,81 @@ func NewPolicy(s Spec, m Shape, cal *codec.Calibration) (Policy, Settings, error
 		st.HotWindow = s.HotWindow
 	}
 	p.HotWindow, p.Sinks = st.HotWindow, st.Sinks
-	bnd := s.Boundary
-	if bnd == "" {
-		bnd = DefaultBoundary
+	plan, boundary, err := s.layerPlan(m.Layers, kSpec, vSpec)
+	if err != nil {
+		return Policy{}, Settings{}, err
 	}
-	rel, _ := ParseLayers(bnd)
-	boundary := make([]bool, m.Layers)
-	for _, l := range rel {
-		i := l
-		if i < 0 {
-			i += m.Layers
-		}
-		if i < 0 || i >= m.Layers {
-			return Policy{}, Settings{}, fmt.Errorf("--boundary %q: layer %d outside a model of %d layers", bnd, l, m.Layers)
-		}
-		boundary[i] = true
+	st.Boundary = boundary
+	if s.Layers != "" {
+		st.Layers = plan
 	}
-	for i, b := range boundary {
-		if b {
-			st.Boundary = append(st.Boundary, i)
-		}
+	anyK := false
+	for _, l := range plan {
+		anyK = anyK || coded(l.K)
 	}
 
 	hasChol := cal != nil && cal.Chol != nil
-	st.Precondition = kSpec != "" && s.Precondition.resolve(hasChol)
+	st.Precondition = anyK && s.Precondition.resolve(hasChol)
 	if st.Precondition && !hasChol {
 		return Policy{}, Settings{}, errors.New("--precond needs a calibration with query Cholesky factors (--calib)")
 	}
 	if s.Codebooks == On && cal == nil {
 		return Policy{}, Settings{}, errors.New("--calib-codebooks needs a calibration (--calib)")
 	}
-	var k, v codec.Codec
-	var err error
-	if kSpec != "" {
-		if k, err = newCodec(kSpec); err != nil {
-			return Policy{}, Settings{}, fmt.Errorf("key codec: %w", err)
-		}
+	// build makes (once per spec and side) the codec of a plan side, with
+	// the calibrated codebook for its width when the settings ask.
+	type sideSpec struct {
+		spec string
+		kv   int
 	}
-	if vSpec != "" {
-		if v, err = newCodec(vSpec); err != nil {
-			return Policy{}, Settings{}, fmt.Errorf("value codec: %w", err)
+	built := map[sideSpec]codec.Codec{}
+	build := func(spec string, kv int) (codec.Codec, error) {
+		switch spec {
+		case "":
+			return nil, nil
+		case "none":
+			return codec.BF16{}, nil
 		}
-	}
-	if cal != nil && s.Codebooks != Off {
-		must := s.Codebooks == On
-		var used bool
-		if st.Precondition {
-			if k, used, err = withCodebook(k, cal.KCodebooks, must); err != nil {
-				return Policy{}, Settings{}, fmt.Errorf("key codec: %w", err)
+		if c, ok := built[sideSpec{spec, kv}]; ok {
+			return c, nil
+		}
+		side := "value codec"
+		if kv == 0 {
+			side = "key codec"
+		}
+		c, err := newCodec(spec)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", side, err)
+		}
+		// The key codebook is fitted to whitened keys: only preconditioned
+		// keys use it.
+		if cal != nil && s.Codebooks != Off && (kv == 1 || st.Precondition) {
+			cbs := cal.VCodebooks
+			if kv == 0 {
+				cbs = cal.KCodebooks
 			}
-			st.Codebooks = used
+			var used bool
+			if c, used, err = withCodebook(c, cbs, s.Codebooks == On); err != nil {
+				return nil, fmt.Errorf("%s: %w", side, err)
+			}
+			st.Codebooks = st.Codebooks || used
 		}
-		if v, used, err = withCodebook(v, cal.VCodebooks, must); err != nil {
-			return Policy{}, Settings{}, fmt.Errorf("value codec: %w", err)
-		}
-		st.Codebooks = st.Codebooks || used
+		built[sideSpec{spec, kv}] = c
+		return c, nil
 	}
 
 	p.Layers = make([]LayerCodecs, m.Layers)
-	for l := range p.Layers {
-		if boundary[l] {
-			p.Layers[l] = LayerCodecs{K: []codec.Codec{codec.BF16{}}, V: codec.BF16{}}
-			continue
+	for l, lp := range plan {
+		k, err := build(lp.K, 0)
+		if err != nil {
+			return Policy{}, Settings{}, err
 		}
-		p.Layers[l].V = v
+		if p.Layers[l].V, err = build(lp.V, 1); err != nil {
+			return Policy{}, Settings{}, err
+		}
 		switch {
 		case k == nil:
-		case st.Precondition:
+		case st.Precondition && coded(lp.K):
 			ks := make([]codec.Codec, m.KVHeads)
 			for h := range ks {
 				L := cal.Chol[l*cal.KVHeads+h]

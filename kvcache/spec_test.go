@@ -62,6 +62,12 @@ func TestParseSpec(t *testing.T) {
 		{"precond=maybe", Spec{}, `precond "maybe": want 1 or 0`},
 		{"cache-type=f16", Spec{}, `cache-type "f16": want bf16 or f32`},
 		{"block", Spec{}, `"block" is not key=value`},
+		// Per-layer codecs: commas inside a layer's codec spec continue it.
+		{"layers=none/BF16|kakeya:b=3,rank=4/int4,hot=32", Spec{Layers: "none/none|kakeya:b=3,rank=4/int4", HotWindow: 32}, ""},
+		{"layers=int8", Spec{}, `layer 0 "int8": want K/V`},
+		{"layers=int8/", Spec{}, "layer 0 \"int8/\": empty value codec"},
+		{"layers=none/none|int9/none", Spec{}, `layer 1 key codec "int9"`},
+		{"policy=/nonexistent/plan.json", Spec{}, "policy file: open /nonexistent/plan.json"},
 	}
 	for _, tt := range tests {
 		got, err := ParseSpec(tt.in)
@@ -142,6 +148,11 @@ func TestSpecValidate(t *testing.T) {
 		{Spec{VBits: 4}, "--v-bits 4: no codec is set for that side"},
 		{Spec{KV: "kakeya", VBits: 9}, "--v-bits 9"},
 		{Spec{CacheType: "f16"}, `--cache-type "f16"`},
+		{Spec{Layers: "none/int8|int4/none", HotWindow: 32, Precondition: On}, ""},
+		{Spec{Layers: "none/int8", Precondition: On}, "keys are uncompressed"},
+		{Spec{Layers: "none/int8", KV: "int8"}, "drop --kv-codec"},
+		{Spec{Layers: "none/int8", Boundary: "0"}, "--boundary"},
+		{Spec{Layers: "none/int8|x/y"}, `layer 1 key codec "x"`},
 	}
 	for _, tt := range tests {
 		err := tt.spec.Validate()
@@ -296,6 +307,17 @@ func TestNewPolicy(t *testing.T) {
 			st:   Settings{V: "kakeya:b=3", BlockSize: 64, HotWindow: 64, CacheType: "bf16"}},
 		{name: "codebook of other bits", spec: Spec{V: "kakeya:b=3", Codebooks: On}, cal: cal, err: "no 3-bit codebook (it has [2]"},
 		{name: "codebooks without calibration", spec: Spec{V: "kakeya:b=2", Codebooks: On}, err: "--calib-codebooks needs a calibration"},
+		// A per-layer plan: none stores bf16 blocks, as a boundary layer
+		// does; keys coded by any codec are preconditioned, bf16 keys not.
+		{name: "per-layer plan", spec: Spec{Layers: "none/none|int8/int4|kakeya:b=2/none|none/int8|int4/kakeya:b=2"}, cal: cal,
+			want: []string{"bf16|bf16", "pre+int8|int4", "pre+" + kk + "-cal|bf16", "bf16|int8", "pre+int4|" + kk + "-cal"},
+			st: Settings{BlockSize: 64, HotWindow: 64, Precondition: true, Codebooks: true, CacheType: "bf16",
+				Layers: []LayerPlan{{"none", "none"}, {"int8", "int4"}, {"kakeya:b=2", "none"}, {"none", "int8"}, {"int4", "kakeya:b=2"}}}},
+		{name: "per-layer plan, values only", spec: Spec{Layers: "none/int8|none/int8|none/int8|none/int8|none/int8"}, cal: cal,
+			want: []string{"bf16|int8", "bf16|int8", "bf16|int8", "bf16|int8", "bf16|int8"},
+			st: Settings{BlockSize: 64, HotWindow: 64, CacheType: "bf16",
+				Layers: []LayerPlan{{"none", "int8"}, {"none", "int8"}, {"none", "int8"}, {"none", "int8"}, {"none", "int8"}}}},
+		{name: "per-layer plan of another depth", spec: Spec{Layers: "none/int8|int8/int8"}, err: "--layer-codecs names 2 layers, the model has 5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
