@@ -21,6 +21,8 @@ commands:
   logits     print the logits row for each input id
   ppl        teacher-forced perplexity, KL and top-1 across KV codecs
   calibrate  collect query covariances and codebooks into a calibration file
+  sensitivity  measure each layer side's KL under each codec, for allocate
+  allocate   pick per-layer codecs for a byte budget: a policy file (--kv-policy)
 
 Run "kakeya-eval <command> -h" for the flags of a command.
 `
@@ -47,6 +49,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPPL(ctx, rest, stdout, stderr)
 	case "calibrate":
 		return runCalibrate(ctx, rest, stdout, stderr)
+	case "sensitivity":
+		return runSensitivity(ctx, rest, stdout, stderr)
+	case "allocate":
+		return runAllocate(ctx, rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -21,6 +21,7 @@ import (
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
+	"github.com/kakeya-ai/kakeya/weights"
 )
 
 const pplUsage = `usage: kakeya-eval ppl --model DIR [flags]
@@ -78,6 +79,7 @@ func (l *configList) Set(s string) error {
 }
 
 type pplFlags struct {
+	cmd                                                string // the subcommand, for messages
 	model, data, mode, docSep, configsFile, calib, out string
 	docs                                               string // --docs FROM:TO
 	ctx, nEval, passages, stride, chunk, threads       int
@@ -89,7 +91,7 @@ type pplFlags struct {
 }
 
 func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var f pplFlags
+	f := pplFlags{cmd: "ppl"}
 	fs := newFlagSet("ppl", pplUsage, stderr)
 	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
 	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2-raw/wiki.test.raw, KAKEYA_SHARED default ../shared)")
@@ -187,56 +189,94 @@ func (f *pplFlags) configurations() ([]eval.Config, error) {
 }
 
 func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
+	r, run, err := evaluate(ctx, f, nil, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %s mode, ctx %d, %d passages, %d scored tokens, %s hot blocks, %.1fs (run %.1fs)\n",
+		filepath.Base(f.data), f.mode, r.Ctx, r.Passages, r.Tokens, r.CacheType, r.Seconds, run.Seconds())
+	if err := r.WriteTable(stdout); err != nil {
+		return err
+	}
+	if f.out != "" {
+		if err := r.WriteJSON(f.out); err != nil {
+			return fmt.Errorf("ppl: %w", err)
+		}
+	}
+	return nil
+}
+
+// evaluate scores the configurations of f (and of configsFor, when given,
+// which sees the model's layer count) against the reference on the units of
+// f's data, and returns the report and the time the scoring took.
+// evaluate scores the configurations of f (and of configsFor, when given,
+// which sees the model's layer count) against the reference on the units of
+// f's data, and returns the report and the time the scoring took.
+func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]eval.Config, error), stderr io.Writer) (*eval.Report, time.Duration, error) {
 	start := time.Now()
 	if f.model == "" {
-		return errors.New("ppl: --model is required")
+		return nil, 0, fmt.Errorf("%s: --model is required", f.cmd)
 	}
 	if f.data == "" {
 		f.data = sharedFile("data", "wikitext-2-raw", "wiki.test.raw")
 	}
 	if err := f.checkCounts(); err != nil {
-		return fmt.Errorf("ppl: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	backend, err := device.Backend(f.device)
 	if err != nil {
-		return fmt.Errorf("ppl: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	f.backend = backend
 	var docRange eval.DocRange
 	if f.docs != "" {
 		if docRange, err = eval.ParseDocRange(f.docs); err != nil {
-			return fmt.Errorf("ppl: --docs: %w", err)
+			return nil, 0, fmt.Errorf("%s: --docs: %w", f.cmd, err)
 		}
 	}
 	configs, err := f.configurations()
 	if err != nil {
-		return fmt.Errorf("ppl: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	if f.out != "" {
 		if err := eval.CheckWritable(f.out); err != nil {
-			return fmt.Errorf("ppl: --out: %w", err)
+			return nil, 0, fmt.Errorf("%s: --out: %w", f.cmd, err)
 		}
 	}
 
 	dir, err := resolveModel(ctx, f.model, stderr)
 	if err != nil {
-		return fmt.Errorf("ppl: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	f.model = dir
+	if configsFor != nil {
+		cfg, err := weights.LoadConfig(dir)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+		}
+		more, err := configsFor(cfg.NumLayers)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+		}
+		f.configs = append(f.configs, more...)
+		if configs, err = f.configurations(); err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+		}
+	}
 	raw, err := os.ReadFile(f.data)
 	if err != nil {
-		return fmt.Errorf("ppl: --data: %w", err)
+		return nil, 0, fmt.Errorf("%s: --data: %w", f.cmd, err)
 	}
 	sum, err := eval.FileSHA256(f.data)
 	if err != nil {
-		return fmt.Errorf("ppl: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	text := string(raw)
 	var docsNote string
 	if f.docs != "" {
 		sel, first, end, total, err := eval.SelectDocuments(text, f.docSep, docRange)
 		if err != nil {
-			return fmt.Errorf("ppl: --docs %s: %w", f.docs, err)
+			return nil, 0, fmt.Errorf("%s: --docs %s: %w", f.cmd, f.docs, err)
 		}
 		docsNote = fmt.Sprintf("%d:%d of %d", first, end, total)
 		text = sel
@@ -244,12 +284,12 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	tokPath := filepath.Join(f.model, "tokenizer.json")
 	tok, err := tokenizer.Load(tokPath)
 	if err != nil {
-		return fmt.Errorf("ppl: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 
 	eng, err := openEngine(ctx, f, configs)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	defer eng.Close()
 
@@ -261,7 +301,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 			p.Ctx = min(1024, maxCtx-f.nEval)
 		}
 		if p.Ctx < 1 || p.Ctx+f.nEval > maxCtx {
-			return fmt.Errorf("ppl: ctx %d + n_eval %d = %d tokens exceeds the model context of %d", p.Ctx, f.nEval, p.Ctx+f.nEval, maxCtx)
+			return nil, 0, fmt.Errorf("%s: ctx %d + n_eval %d = %d tokens exceeds the model context of %d", f.cmd, p.Ctx, f.nEval, p.Ctx+f.nEval, maxCtx)
 		}
 		if f.chunk == 0 {
 			f.chunk = 1
@@ -271,26 +311,26 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 			p.Ctx = maxCtx
 		}
 		if p.Ctx > maxCtx {
-			return fmt.Errorf("ppl: window ctx %d exceeds the model context of %d", p.Ctx, maxCtx)
+			return nil, 0, fmt.Errorf("%s: window ctx %d exceeds the model context of %d", f.cmd, p.Ctx, maxCtx)
 		}
 		if f.chunk == 0 {
 			f.chunk = 512
 		}
 		if p.DocSep, err = eval.ResolveDocSep(f.docSep, text); err != nil {
-			return fmt.Errorf("ppl: --doc-sep: %w", err)
+			return nil, 0, fmt.Errorf("%s: --doc-sep: %w", f.cmd, err)
 		}
 	default:
-		return fmt.Errorf("ppl: unknown --mode %q (want passages, docs or full)", f.mode)
+		return nil, 0, fmt.Errorf("%s: unknown --mode %q (want passages, docs or full)", f.cmd, f.mode)
 	}
 	if p.Stride == 0 {
 		p.Stride = p.Ctx / 2
 	}
 	units, err := eval.BuildUnits(text, tok, p)
 	if err != nil {
-		return fmt.Errorf("ppl: %s: %w", f.data, err)
+		return nil, 0, fmt.Errorf("%s: %s: %w", f.cmd, f.data, err)
 	}
 
-	prog := eval.NewProgress(stderr, term.IsTerminal(stderr), "ppl", len(units))
+	prog := eval.NewProgress(stderr, term.IsTerminal(stderr), f.cmd, len(units))
 	switch f.mode {
 	case eval.ModeDocs:
 		prog.Unit = "documents"
@@ -310,19 +350,19 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 			if unit == "" {
 				unit = "passages"
 			}
-			return interrupted(fmt.Sprintf("ppl: interrupted after %d of %d %s (%.0fs); nothing written", done, len(units), unit, time.Since(start).Seconds()))
+			return nil, 0, interrupted(fmt.Sprintf("%s: interrupted after %d of %d %s (%.0fs); nothing written", f.cmd, done, len(units), unit, time.Since(start).Seconds()))
 		}
-		return fmt.Errorf("ppl: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	r := eval.NewReport(res, units, start, time.Since(start))
 	r.Model, r.Data, r.DataSHA256, r.Tokenizer = f.model, f.data, sum, tokPath
 	if r.ModelSHA256, err = eval.ModelSHA256(f.model); err != nil {
-		return fmt.Errorf("ppl: %w", err)
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	if f.calib != "" {
 		r.Calib = f.calib
 		if r.CalibSHA256, err = eval.FileSHA256(f.calib); err != nil {
-			return fmt.Errorf("ppl: %w", err)
+			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 		}
 	}
 	r.Mode, r.Ctx, r.Chunk, r.Workers, r.Docs = f.mode, p.Ctx, f.chunk, f.workers, docsNote
@@ -338,17 +378,7 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 	case eval.ModeFull:
 		r.Stride = p.Stride
 	}
-	fmt.Fprintf(stdout, "%s: %s mode, ctx %d, %d passages, %d scored tokens, %s hot blocks, %.1fs (run %.1fs)\n",
-		filepath.Base(f.data), f.mode, p.Ctx, len(units), r.Tokens, r.CacheType, r.Seconds, time.Since(runStart).Seconds())
-	if err := r.WriteTable(stdout); err != nil {
-		return err
-	}
-	if f.out != "" {
-		if err := r.WriteJSON(f.out); err != nil {
-			return fmt.Errorf("ppl: %w", err)
-		}
-	}
-	return nil
+	return r, time.Since(runStart), nil
 }
 
 // engine adapts model.Model to eval.Engine: one loaded model, and per
@@ -363,14 +393,14 @@ type engine struct {
 func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
 	m, err := model.Load(f.model, model.Options{Backend: f.backend, Threads: f.threads})
 	if err != nil {
-		return nil, fmt.Errorf("ppl: %w", err)
+		return nil, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	e := &engine{m: m, opts: map[string]model.SequenceOptions{}}
 	var cal *codec.Calibration
 	if f.calib != "" {
 		if cal, err = calibrate.Load(f.calib, m.Config()); err != nil {
 			e.Close()
-			return nil, fmt.Errorf("ppl: --calib: %w", err)
+			return nil, fmt.Errorf("%s: --calib: %w", f.cmd, err)
 		}
 	}
 	for i := range configs {
@@ -382,7 +412,7 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 		pol, st, err := kvcache.NewPolicy(c.Spec, m.CacheShape(), cal)
 		if err != nil {
 			e.Close()
-			return nil, fmt.Errorf("ppl: config %s: %w", c.Name, err)
+			return nil, fmt.Errorf("%s: config %s: %w", f.cmd, c.Name, err)
 		}
 		c.Settings = &st
 		e.opts[c.Name] = model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}

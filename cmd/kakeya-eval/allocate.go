@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/kvcache"
+)
+
+const sensUsage = `usage: kakeya-eval sensitivity --model DIR|HF_ID --out FILE [flags]
+
+Measures what each layer's keys and each layer's values can take: for every
+layer side and every codec of --choices, the mean KL divergence from the
+uncompressed cache, and the bytes, when only that side is compressed (every
+other side keeps bf16 blocks), over passages of calibration text (the
+passages protocol of kakeya-eval ppl). kakeya-eval allocate turns the file
+into a per-layer policy.
+
+The cache flags other than the codecs (--block-size, --hot-window, --sinks,
+--precond, --calib-codebooks, --cache-type) apply to every measurement, as
+they will to the policy: measure with the settings you will run.
+
+Flags:
+`
+
+const allocUsage = `usage: kakeya-eval allocate --sensitivity FILE (--target-ratio R | --like SPEC) --out FILE
+
+Picks per layer and side (keys, values) one codec measured by kakeya-eval
+sensitivity, or bf16, so that the whole cache is at least R times smaller
+than bf16 (as the sensitivity run accounted its bytes) at the least
+predicted KL (the sum of the chosen sides' measured KL). --like SPEC aims at
+the ratio the codec SPEC reaches on every side. The policy file is what
+kakeya-run and kakeya-eval ppl take with --kv-policy FILE (or
+policy=FILE in a --config).
+
+Flags:
+`
+
+// defaultChoices are the codecs a sensitivity run measures by default.
+const defaultChoices = "int8 int4 kakeya:b=2 kakeya:b=3 kakeya:b=4"
+
+func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := pplFlags{cmd: "sensitivity", mode: eval.ModePassages}
+	var choices string
+	fs := newFlagSet("sensitivity", sensUsage, stderr)
+	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
+	fs.StringVar(&f.data, "data", "", "calibration text (default $KAKEYA_SHARED/data/wikitext-2/valid.txt)")
+	fs.IntVar(&f.ctx, "ctx", 0, "prefix tokens per passage (0: min(1024, model context - n-eval))")
+	fs.IntVar(&f.nEval, "n-eval", 64, "scored tokens per passage")
+	fs.IntVar(&f.passages, "passages", 8, "passages (0: all of --data)")
+	fs.StringVar(&f.docs, "docs", "", "use only documents FROM:TO of --data (as ppl --docs)")
+	fs.StringVar(&f.docSep, "doc-sep", "auto", "document separator for --docs: blank, line or auto")
+	fs.StringVar(&choices, "choices", defaultChoices, "codec `SPECS` to measure, separated by spaces")
+	fs.StringVar(&f.calib, "calib", "", "calibration file: preconditioned keys and calibrated codebooks, as ppl --calib")
+	fs.StringVar(&f.out, "out", "", "write the sensitivity JSON here (required)")
+	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
+	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
+	fs.StringVar(&f.device, "device", "cpu", "compute device")
+	f.cache.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("sensitivity: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("sensitivity: unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	if f.out == "" {
+		return errors.New("sensitivity: --out is required")
+	}
+	if f.cache.Compressed() || f.cache.KBits != 0 || f.cache.VBits != 0 || f.cache.Boundary != "" {
+		return errors.New("sensitivity: the codecs are --choices; drop --kv-codec, --k-codec, --v-codec, the bit widths, --boundary and --layer-codecs")
+	}
+	specs := strings.Fields(choices)
+	if len(specs) == 0 {
+		return errors.New("sensitivity: --choices is empty")
+	}
+	for i, s := range specs {
+		sp, err := codec.ParseSpec(s)
+		if err == nil {
+			_, err = codec.New(sp)
+		}
+		if err != nil {
+			return fmt.Errorf("sensitivity: --choices %q: %w", s, err)
+		}
+		specs[i] = sp.String()
+	}
+	if f.data == "" {
+		f.data = sharedFile("data", "wikitext-2", "valid.txt")
+	}
+	var layers int
+	configsFor := func(n int) ([]eval.Config, error) {
+		layers = n
+		return sensitivityConfigs(n, specs), nil
+	}
+	r, run, err := evaluate(ctx, &f, configsFor, stderr)
+	var intr interrupted
+	if err != nil && ctx.Err() != nil && !errors.As(err, &intr) {
+		return interrupted("sensitivity: interrupted before scoring began; nothing written")
+	}
+	if err != nil {
+		return err
+	}
+	sens, err := sensitivityOf(r, layers)
+	if err != nil {
+		return fmt.Errorf("sensitivity: %w", err)
+	}
+	data, err := json.MarshalIndent(sens, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := eval.WriteFileAtomic(f.out, append(data, '\n')); err != nil {
+		return fmt.Errorf("sensitivity: %w", err)
+	}
+	fmt.Fprintf(stdout, "sensitivity: %d layers x 2 sides x %d codecs, %d passages, %d scored tokens, %.1fs (run %.1fs)\n",
+		layers, len(specs), r.Passages, r.Tokens, r.Seconds, run.Seconds())
+	return writeSensitivityTable(stdout, sens, specs)
+}
+
+// sideName names side kv (0 keys, 1 values) in configuration names.
+func sideName(kv int) string { return [2]string{"k", "v"}[kv] }
+
+// sensitivityConfigs returns the configurations of a sensitivity run: every
+// side bf16 (the byte baseline), then one per layer side and codec with
+// only that side compressed.
+func sensitivityConfigs(layers int, specs []string) []eval.Config {
+	plan := func(layer, kv int, spec string) string {
+		p := make([]kvcache.LayerPlan, layers)
+		for l := range p {
+			p[l] = kvcache.LayerPlan{K: "none", V: "none"}
+		}
+		if layer >= 0 {
+			if kv == 0 {
+				p[layer].K = spec
+			} else {
+				p[layer].V = spec
+			}
+		}
+		return kvcache.FormatLayerCodecs(p)
+	}
+	cs := []eval.Config{{Name: "bf16", Spec: kvcache.Spec{Layers: plan(-1, 0, "")}}}
+	for l := range layers {
+		for kv := range 2 {
+			for _, s := range specs {
+				cs = append(cs, eval.Config{Name: fmt.Sprintf("L%d.%s=%s", l, sideName(kv), s), Spec: kvcache.Spec{Layers: plan(l, kv, s)}})
+			}
+		}
+	}
+	return cs
+}
+
+// sensitivityOf reads a sensitivity run's report: each side's bytes are the
+// configuration's bytes on that side less the other layers' bf16 bytes.
+func sensitivityOf(r *eval.Report, layers int) (kvcache.Sensitivity, error) {
+	byName := map[string]eval.ConfigReport{}
+	for _, c := range r.Configs {
+		byName[c.Config.Name] = c
+	}
+	base, ok := byName["bf16"]
+	if !ok || layers <= 0 || base.KV.K != base.KV.V || base.KV.K%int64(layers) != 0 {
+		return kvcache.Sensitivity{}, fmt.Errorf("the bf16 baseline holds %d key and %d value bytes over %d layers", base.KV.K, base.KV.V, layers)
+	}
+	side := base.KV.K / int64(layers)
+	s := kvcache.Sensitivity{Format: kvcache.SensitivityFormat, Layers: layers, SideBF16: side, BF16: base.KV.BF16,
+		Settings: map[string]any{
+			"model": r.Model, "model_sha256": r.ModelSHA256, "data": r.Data, "data_sha256": r.DataSHA256, "docs": r.Docs,
+			"ctx": r.Ctx, "n_eval": r.NEval, "passages": r.Passages, "scored_tokens": r.Tokens,
+			"calib": r.Calib, "calib_sha256": r.CalibSHA256, "cache": base.Config.Settings, "engine_version": r.Engine,
+		}}
+	for _, c := range r.Configs {
+		var l int
+		var kv, spec string
+		if n, err := fmt.Sscanf(c.Config.Name, "L%d.%1s=", &l, &kv); n != 2 || err != nil {
+			continue
+		}
+		_, spec, _ = strings.Cut(c.Config.Name, "=")
+		k := 0
+		bytes := c.KV.K - int64(layers-1)*side
+		if kv == "v" {
+			k, bytes = 1, c.KV.V-int64(layers-1)*side
+		}
+		s.Entries = append(s.Entries, kvcache.SensitivityEntry{Layer: l, KV: k, Spec: spec, Bytes: bytes, KL: float64(c.MeanKL)})
+	}
+	return s, nil
+}
+
+// writeSensitivityTable prints one row per layer side: each codec's KL and
+// bits per value.
+func writeSensitivityTable(w io.Writer, s kvcache.Sensitivity, specs []string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "layer\tside\t")
+	for _, sp := range specs {
+		fmt.Fprintf(tw, "%s KL\tbits\t", sp)
+	}
+	fmt.Fprintln(tw)
+	at := map[[2]int]map[string]kvcache.SensitivityEntry{}
+	for _, e := range s.Entries {
+		key := [2]int{e.Layer, e.KV}
+		if at[key] == nil {
+			at[key] = map[string]kvcache.SensitivityEntry{}
+		}
+		at[key][e.Spec] = e
+	}
+	for l := range s.Layers {
+		for kv := range 2 {
+			fmt.Fprintf(tw, "%d\t%s\t", l, sideName(kv))
+			for _, sp := range specs {
+				e := at[[2]int{l, kv}][sp]
+				fmt.Fprintf(tw, "%.6f\t%.2f\t", e.KL, 16*float64(e.Bytes)/float64(s.SideBF16))
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	return tw.Flush()
+}
+
+func runAllocate(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	var sensPath, like, out string
+	var ratio float64
+	fs := newFlagSet("allocate", allocUsage, stderr)
+	fs.StringVar(&sensPath, "sensitivity", "", "sensitivity `FILE` (kakeya-eval sensitivity)")
+	fs.Float64Var(&ratio, "target-ratio", 0, "whole-cache ratio `R` to reach (bf16 bytes / bytes)")
+	fs.StringVar(&like, "like", "", "aim at the whole-cache ratio of codec `SPEC` on every side")
+	fs.StringVar(&out, "out", "", "write the policy file here (required)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("allocate: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("allocate: unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	switch {
+	case sensPath == "":
+		return errors.New("allocate: --sensitivity is required")
+	case out == "":
+		return errors.New("allocate: --out is required")
+	case (ratio == 0) == (like == ""):
+		return errors.New("allocate: give one of --target-ratio and --like")
+	}
+	sens, err := readSensitivity(sensPath)
+	if err != nil {
+		return fmt.Errorf("allocate: %w", err)
+	}
+	if like != "" {
+		if ratio, err = uniformRatio(sens, like); err != nil {
+			return fmt.Errorf("allocate: --like %s: %w", like, err)
+		}
+	}
+	p, err := kvcache.PlanFor(sens, ratio)
+	if err != nil {
+		return fmt.Errorf("allocate: %s: %w", sensPath, err)
+	}
+	p.Source = sensPath
+	data, err := json.MarshalIndent(p, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := eval.WriteFileAtomic(out, append(data, '\n')); err != nil {
+		return fmt.Errorf("allocate: %w", err)
+	}
+	fmt.Fprintf(stdout, "allocate: target %.3fx, plan %.3fx (%d of %d bf16 bytes), predicted KL %.6f\n", ratio, p.Ratio, p.Bytes, sens.BF16, p.PredictedKL)
+	for l, lp := range p.Layers {
+		fmt.Fprintf(stdout, "  layer %d: k %s, v %s\n", l, lp.K, lp.V)
+	}
+	return nil
+}
+
+// readSensitivity reads a sensitivity file.
+func readSensitivity(path string) (kvcache.Sensitivity, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return kvcache.Sensitivity{}, err
+	}
+	var s kvcache.Sensitivity
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return kvcache.Sensitivity{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if s.Format != kvcache.SensitivityFormat {
+		return kvcache.Sensitivity{}, fmt.Errorf("%s: format %q, want %q", path, s.Format, kvcache.SensitivityFormat)
+	}
+	return s, nil
+}
+
+// uniformRatio returns the whole-cache ratio of spec on every side, from
+// the bytes the sensitivity run measured for it.
+func uniformRatio(s kvcache.Sensitivity, spec string) (float64, error) {
+	sp, err := codec.ParseSpec(spec)
+	if err != nil {
+		return 0, err
+	}
+	want := sp.String()
+	var bytes int64
+	seen := map[[2]int]bool{}
+	for _, e := range s.Entries {
+		if e.Spec == want && !seen[[2]int{e.Layer, e.KV}] {
+			seen[[2]int{e.Layer, e.KV}] = true
+			bytes += e.Bytes
+		}
+	}
+	if len(seen) != 2*s.Layers || bytes <= 0 {
+		return 0, fmt.Errorf("measured on %d of %d layer sides", len(seen), 2*s.Layers)
+	}
+	return float64(s.BF16) / float64(bytes), nil
+}
