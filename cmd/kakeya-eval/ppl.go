@@ -59,7 +59,8 @@ calibrated codebooks (cb) by default; precond=0 and cb=0 turn them off.
 --configs FILE reads a JSON list of objects with the same keys.
 
 The table goes to stdout; the JSON report is written (atomically) only when
---out is given. Ctrl-C stops the run and writes nothing.
+--out is given, with a Pareto plot beside it (FILE.pareto.png: whole-cache
+ratio against KL on a log scale, one marker per configuration). Ctrl-C stops the run and writes nothing.
 
 Flags:
 `
@@ -202,8 +203,23 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		if err := r.WriteJSON(f.out); err != nil {
 			return fmt.Errorf("ppl: %w", err)
 		}
+		// The Pareto plot goes next to the report, when a configuration
+		// can stand on its log-KL axis.
+		png := paretoPath(f.out)
+		title := fmt.Sprintf("%s on %s: %d passages, %d scored tokens", filepath.Base(r.Model), filepath.Base(f.data), r.Passages, r.Tokens)
+		if err := r.WritePareto(png, title); err == nil {
+			fmt.Fprintf(stdout, "report %s, Pareto plot %s\n", f.out, png)
+		} else {
+			fmt.Fprintf(stdout, "report %s (no Pareto plot: %v)\n", f.out, err)
+		}
 	}
 	return nil
+}
+
+// paretoPath names the Pareto plot of the report at out: out.json gives
+// out.pareto.png.
+func paretoPath(out string) string {
+	return strings.TrimSuffix(out, filepath.Ext(out)) + ".pareto.png"
 }
 
 // evaluate scores the configurations of f (and of configsFor, when given,
