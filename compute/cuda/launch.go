@@ -1,0 +1,384 @@
+package cuda
+
+// Launch descriptions: for every operation, the kernel (its extern "C" name
+// in kernels/*.cu), the geometry and the packed arguments. The geometry is
+// decided here, from the arguments alone, so the host side, the fake
+// driver of the tests (which runs the CPU emulation of the same kernels)
+// and a real device all launch exactly the same thing.
+//
+// Every integer argument is an int32 on the device. A value out of that
+// range, or a shape the kernels do not handle, is a programming error of
+// the caller and panics, like compute.Backend's shape mismatches.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// Ptr is a device address.
+type Ptr uint64
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// Launch is one kernel launch: the kernel's extern "C" name, its geometry,
+// its dynamic shared memory in bytes and its arguments packed the way
+// CU_LAUNCH_PARAM_BUFFER_POINTER expects them: in order, each at an offset
+// rounded up to its own size (4 for int32, uint32 and float32, 8 for
+// pointers), the total rounded up to 8.
+type Launch struct {
+	Kernel      string
+	Grid, Block Dim3
+	Shared      uint32
+	Args        []byte
+}
+
+// maxMatVecRows is the most input rows matVecLaunch takes: the decode
+// kernel keeps one accumulator per input row in registers.
+const maxMatVecRows = 8
+
+// Thread-block shapes the kernels are written for.
+const (
+	elemThreads   = 256  // element-wise kernels: threads per block
+	rowThreads    = 256  // one block per row (embed, rmsnorm)
+	matVecWarps   = 8    // matvec: warps per block, one output row each
+	matVecChunk   = 1024 // matvec: columns of x staged in shared memory at a time
+	matMulTile    = 64   // matmul: output tile (input rows x weight rows)
+	attnThreads   = 256  // attention: 8 warps
+	attnKeyTile   = 32   // attention: keys per shared-memory tile, one per lane
+	attnMaxRows   = 32   // attention: query-head rows per block, at most 4 per warp
+	attnSharedCap = 48 << 10
+	// attnTargetCTAs is how many blocks decode attention aims at by
+	// splitting the context (flash-decoding): about two per SM on the
+	// largest current parts, so short contexts still fill the device.
+	attnTargetCTAs = 256
+	// maxHeadDim is the widest head the attention kernels hold in
+	// registers (8 values per lane).
+	maxHeadDim = 256
+)
+
+// args packs kernel arguments in CUDA's parameter-buffer layout.
+type args struct{ b []byte }
+
+func (a *args) align(n int) {
+	for len(a.b)%n != 0 {
+		a.b = append(a.b, 0)
+	}
+}
+
+// ptr appends a device pointer.
+func (a *args) ptr(p Ptr) *args {
+	a.align(8)
+	a.b = binary.LittleEndian.AppendUint64(a.b, uint64(p))
+	return a
+}
+
+// i32 appends an int, panicking outside the int32 range.
+func (a *args) i32(what string, v int) *args {
+	a.align(4)
+	a.b = binary.LittleEndian.AppendUint32(a.b, uint32(int32Of(what, v)))
+	return a
+}
+
+// f32 appends a float32.
+func (a *args) f32(v float32) *args {
+	a.align(4)
+	a.b = binary.LittleEndian.AppendUint32(a.b, math.Float32bits(v))
+	return a
+}
+
+// bytes returns the buffer, its length rounded up to 8.
+func (a *args) bytes() []byte {
+	a.align(8)
+	return a.b
+}
+
+func int32Of(what string, v int) int32 {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		panic(fmt.Sprintf("cuda: %s = %d does not fit the kernels' int32", what, v))
+	}
+	return int32(v)
+}
+
+// positive panics unless every value is > 0 and within int32, and returns
+// their product's check too, since kernels index flat arrays with it.
+func positive(what string, vs ...int) {
+	prod := 1
+	for _, v := range vs {
+		if v <= 0 {
+			panic(fmt.Sprintf("cuda: %s: sizes %v must be positive", what, vs))
+		}
+		int32Of(what, v)
+		prod *= v
+		int32Of(what+" (elements)", prod)
+	}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func u32(what string, v int) uint32 {
+	if v <= 0 || v > math.MaxInt32 {
+		panic(fmt.Sprintf("cuda: %s = %d out of range for a launch", what, v))
+	}
+	return uint32(v)
+}
+
+// dtypeSuffix names a weight dtype in kernel names.
+func dtypeSuffix(dt compute.DType) string {
+	switch dt {
+	case compute.F32:
+		return "f32"
+	case compute.BF16:
+		return "bf16"
+	case compute.F16:
+		return "f16"
+	}
+	panic(fmt.Sprintf("cuda: no kernels for weights of %v", dt))
+}
+
+// elementwise returns a launch of one thread per element.
+func elementwise(kernel string, n int, a *args) Launch {
+	return Launch{
+		Kernel: kernel,
+		Grid:   Dim3{u32(kernel+" blocks", ceilDiv(n, elemThreads)), 1, 1},
+		Block:  Dim3{elemThreads, 1, 1},
+		Args:   a.bytes(),
+	}
+}
+
+// embedLaunch sets row i of out (n rows of cols float32) to row ids[i] of
+// table (rows of cols values of dt); ids are n int32 on the device, each
+// already checked to be a row of the table.
+// Kernel: embed_<dt>(float *out, const T *table, const int *ids, int n, int cols).
+func embedLaunch(dt compute.DType, out, table, ids Ptr, n, cols int) Launch {
+	positive("embed", n, cols)
+	k := "embed_" + dtypeSuffix(dt)
+	a := new(args).ptr(out).ptr(table).ptr(ids).i32("n", n).i32("cols", cols)
+	return Launch{Kernel: k, Grid: Dim3{u32("embed rows", n), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.bytes()}
+}
+
+// rmsNormLaunch sets each of rows rows of out to the row of x divided by
+// its root mean square plus eps, times w (cols float32). out may equal x.
+// Kernel: rmsnorm(float *out, const float *x, const float *w, int rows, int cols, float eps).
+func rmsNormLaunch(out, x, w Ptr, rows, cols int, eps float32) Launch {
+	positive("rmsnorm", rows, cols)
+	a := new(args).ptr(out).ptr(x).ptr(w).i32("rows", rows).i32("cols", cols).f32(eps)
+	return Launch{Kernel: "rmsnorm", Grid: Dim3{u32("rmsnorm rows", rows), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.bytes()}
+}
+
+// addRowsLaunch adds bias (cols values) to each of rows rows of x.
+// Kernel: add_rows(float *x, const float *bias, int rows, int cols).
+func addRowsLaunch(x, bias Ptr, rows, cols int) Launch {
+	positive("add_rows", rows, cols)
+	return elementwise("add_rows", rows*cols, new(args).ptr(x).ptr(bias).i32("rows", rows).i32("cols", cols))
+}
+
+// addLaunch adds y to x, n values. Kernel: add(float *x, const float *y, int n).
+func addLaunch(x, y Ptr, n int) Launch {
+	positive("add", n)
+	return elementwise("add", n, new(args).ptr(x).ptr(y).i32("n", n))
+}
+
+// siluMulLaunch sets gate to silu(gate) * up, n values.
+// Kernel: silu_mul(float *gate, const float *up, int n).
+func siluMulLaunch(gate, up Ptr, n int) Launch {
+	positive("silu_mul", n)
+	return elementwise("silu_mul", n, new(args).ptr(gate).ptr(up).i32("n", n))
+}
+
+// ropeLaunch rotates the heads vectors of width d of each of rows rows of
+// x by the angles of positions start.., cos and sin holding d/2 values per
+// position (compute/reference's RoPE: rotate-half pairing).
+// Kernel: rope(float *x, int rows, int heads, int d, int start, const float *cos, const float *sin).
+func ropeLaunch(x Ptr, rows, heads, d, start int, cos, sin Ptr) Launch {
+	positive("rope", rows, heads, d)
+	if d%2 != 0 || start < 0 {
+		panic(fmt.Sprintf("cuda: rope of width %d from position %d", d, start))
+	}
+	int32Of("rope positions", (start+rows)*d/2)
+	a := new(args).ptr(x).i32("rows", rows).i32("heads", heads).i32("d", d).i32("start", start).ptr(cos).ptr(sin)
+	return elementwise("rope", rows*heads*d/2, a)
+}
+
+// matVecLaunch sets out (n rows of rows values) to x (n rows of cols)
+// times w (rows x cols of dt) transposed, for decode's few rows: each warp
+// owns one output row and reads it once, with 16-byte loads, for all n
+// input rows, which are staged in shared memory matVecChunk columns at a
+// time. 1 <= n <= maxMatVecRows.
+// Kernel: matvec_<dt>(float *out, const float *x, const T *w, int n, int rows, int cols, int chunk).
+func matVecLaunch(dt compute.DType, out, x, w Ptr, n, rows, cols int) Launch {
+	positive("matvec", rows, cols)
+	if n < 1 || n > maxMatVecRows {
+		panic(fmt.Sprintf("cuda: matvec of %d rows, want 1..%d", n, maxMatVecRows))
+	}
+	int32Of("matvec input", n*cols)
+	int32Of("matvec output", n*rows)
+	chunk := min(matVecChunk, ceilDiv(cols, 8)*8)
+	k := "matvec_" + dtypeSuffix(dt)
+	a := new(args).ptr(out).ptr(x).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk)
+	return Launch{
+		Kernel: k,
+		Grid:   Dim3{u32("matvec blocks", ceilDiv(rows, matVecWarps)), 1, 1},
+		Block:  Dim3{32 * matVecWarps, 1, 1},
+		Shared: uint32(4 * n * chunk),
+		Args:   a.bytes(),
+	}
+}
+
+// matMulLaunch sets out (n rows of rows values) to x (n rows of cols)
+// times w (rows x cols of dt) transposed, any n: a shared-memory tiled
+// GEMM of matMulTile x matMulTile output tiles, the fallback for prefill
+// without cuBLAS.
+// Kernel: matmul_<dt>(float *out, const float *x, const T *w, int n, int rows, int cols).
+func matMulLaunch(dt compute.DType, out, x, w Ptr, n, rows, cols int) Launch {
+	positive("matmul", n, rows, cols)
+	int32Of("matmul input", n*cols)
+	int32Of("matmul output", n*rows)
+	k := "matmul_" + dtypeSuffix(dt)
+	a := new(args).ptr(out).ptr(x).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols)
+	return Launch{
+		Kernel: k,
+		Grid:   Dim3{u32("matmul column tiles", ceilDiv(rows, matMulTile)), u32("matmul row tiles", ceilDiv(n, matMulTile)), 1},
+		Block:  Dim3{256, 1, 1},
+		Args:   a.bytes(),
+	}
+}
+
+// Formats of the KV parts attention reads, one int32 per entry of the
+// block tables: hot parts hold BlockSize x HeadDim values row-major;
+// encoded parts hold exactly the bytes the codec's Encode produced for
+// BlockSize x HeadDim values (header included).
+const (
+	partF32  = iota // float32 hot part
+	partBF16        // bf16 hot part
+	partInt8        // codec "int8"
+	partInt4        // codec "int4" (4 bits, groups of 32 per token, no rotation)
+)
+
+// encodedFormat reports the part format of blocks encoded by the named
+// codec, and false when attention cannot read that codec's bytes (the
+// cache then keeps such blocks hot, holding their decoded values).
+func encodedFormat(codecName string) (int32, bool) {
+	// int8 and int4 join once their kernels are tested.
+	_ = codecName
+	return 0, false
+}
+
+// attnArgs are one attention call over a paged KV layer.
+//
+// KTab and VTab are device arrays of uint64 part addresses indexed
+// [block*KVHeads+kvHead], Fmts a device array of int32 part formats
+// (partF32...) with the same index, Blocks the number of blocks the tables
+// hold (at least ceil((Start+N)/BlockSize)). Keys are stored before RoPE
+// and rotated in the kernel with Cos and Sin (HeadDim/2 values per
+// position, reaching position Start+N-1). Q and Out are N rows of
+// Heads*HeadDim float32; Scratch is attentionScratch(a) bytes of device
+// memory (0 bytes, any pointer, when it says 0).
+type attnArgs struct {
+	Out, Q                                     Ptr
+	N, Start                                   int
+	Heads, KVHeads, HeadDim, Window, BlockSize int
+	KTab, VTab, Fmts                           Ptr
+	Blocks                                     int
+	Cos, Sin                                   Ptr
+	Scratch                                    Ptr
+}
+
+// attnPlan is the geometry of one attention call.
+type attnPlan struct {
+	rows   int // query-head rows per block (a multiple of 8)
+	tiles  int // row tiles per KV head
+	splits int // context splits
+	per    int // KV blocks per split
+	shared int // dynamic shared bytes of the split kernel
+}
+
+// plan checks a and decides the geometry. Every query-head row of a KV
+// head's group (query i, head g*group+j is row i*group+j) is one row of a
+// tile of p.rows rows; each block of the split kernel takes one tile, one
+// KV head and one range of p.per KV blocks, so a KV head's keys and values
+// are read once for all the heads sharing them. The context is split
+// (flash-decoding) until there are about attnTargetCTAs blocks.
+func (a attnArgs) plan() attnPlan {
+	positive("attention", a.N, a.Heads, a.KVHeads, a.HeadDim, a.BlockSize, a.Blocks)
+	switch {
+	case a.Heads%a.KVHeads != 0:
+		panic(fmt.Sprintf("cuda: attention: %d heads do not share %d KV heads", a.Heads, a.KVHeads))
+	case a.HeadDim%2 != 0 || a.HeadDim > maxHeadDim:
+		panic(fmt.Sprintf("cuda: attention: head dim %d must be even and at most %d", a.HeadDim, maxHeadDim))
+	case a.Start < 0 || a.Window < 0:
+		panic(fmt.Sprintf("cuda: attention from position %d with window %d", a.Start, a.Window))
+	case a.Blocks*a.BlockSize < a.Start+a.N:
+		panic(fmt.Sprintf("cuda: attention: %d blocks of %d tokens do not hold position %d", a.Blocks, a.BlockSize, a.Start+a.N-1))
+	}
+	int32Of("attention table", a.Blocks*a.KVHeads)
+	int32Of("attention rows", a.N*a.Heads*(a.HeadDim+2))
+	int32Of("attention positions", (a.Start+a.N)*a.HeadDim/2)
+	d := a.HeadDim
+	group := a.Heads / a.KVHeads
+	tileBytes := 4 * attnKeyTile * (d + 1)
+	probBytes := 4 * attnMaxRows * attnKeyTile
+	rows := (attnSharedCap - tileBytes - probBytes) / (4 * d) / 8 * 8
+	rows = min(rows, attnMaxRows, ceilDiv(a.N*group, 8)*8)
+	p := attnPlan{rows: rows, tiles: ceilDiv(a.N*group, rows)}
+	p.shared = 4*rows*d + tileBytes + probBytes
+	total := ceilDiv(a.Start+a.N, a.BlockSize)
+	p.splits = min(total, max(1, ceilDiv(attnTargetCTAs, a.KVHeads*p.tiles)))
+	p.per = ceilDiv(total, p.splits)
+	p.splits = ceilDiv(total, p.per)
+	if a.KVHeads > 65535 || p.tiles > 65535 {
+		panic(fmt.Sprintf("cuda: attention grid of %d KV heads x %d row tiles exceeds 65535", a.KVHeads, p.tiles))
+	}
+	return p
+}
+
+// attentionScratch returns the bytes of device scratch attentionLaunches
+// needs: each split's running maximum, sum and unnormalised output per
+// query-head row, or 0 when the context is not split.
+func attentionScratch(a attnArgs) int {
+	p := a.plan()
+	if p.splits == 1 {
+		return 0
+	}
+	return 4 * p.splits * a.N * a.Heads * (a.HeadDim + 2)
+}
+
+// attentionLaunches returns the launches of one attention call: the split
+// pass (attn_split), which writes Out itself when the context is not split,
+// else partial softmax states to Scratch, then the combine pass
+// (attn_combine) that merges them into Out.
+//
+// Kernels:
+//
+//	attn_split(float *out, const float *q, float *scratch, int n, int start, int heads, int kv_heads,
+//	           int d, int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
+//	           int blocks, const float *cos, const float *sin, int rows, int per, int splits)
+//	attn_combine(float *out, const float *scratch, int n, int heads, int d, int splits)
+func attentionLaunches(a attnArgs) []Launch {
+	p := a.plan()
+	split := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Scratch).
+		i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
+		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
+		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", a.Blocks).ptr(a.Cos).ptr(a.Sin).
+		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits)
+	ls := []Launch{{
+		Kernel: "attn_split",
+		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},
+		Block:  Dim3{attnThreads, 1, 1},
+		Shared: uint32(p.shared),
+		Args:   split.bytes(),
+	}}
+	if p.splits > 1 {
+		comb := new(args).ptr(a.Out).ptr(a.Scratch).i32("n", a.N).i32("heads", a.Heads).i32("head dim", a.HeadDim).i32("splits", p.splits)
+		ls = append(ls, Launch{
+			Kernel: "attn_combine",
+			Grid:   Dim3{u32("combine rows", a.N*a.Heads), 1, 1},
+			Block:  Dim3{128, 1, 1},
+			Args:   comb.bytes(),
+		})
+	}
+	return ls
+}
