@@ -3,20 +3,39 @@ package device
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cuda"
 )
 
 // Names lists the devices --device accepts.
-func Names() []string { return []string{"cpu"} }
+func Names() []string { return []string{"cpu", "cuda", "cuda:N"} }
 
 // Backend returns the backend of a --device value, for model.Options:
-// "cpu" gives nil, the model's own CPU backend of --threads threads.
+// "cpu" gives nil, the model's own CPU backend of --threads threads;
+// "cuda" opens CUDA device 0 and "cuda:N" device N, failing at once on a
+// machine without the NVIDIA driver or a device, saying what was looked
+// for.
 func Backend(name string) (compute.Backend, error) {
-	switch name {
-	case "cpu":
+	if name == "cpu" {
 		return nil, nil
 	}
-	return nil, fmt.Errorf("--device %q: want one of %s (no GPU backend is built yet)", name, strings.Join(Names(), ", "))
+	if rest, ok := strings.CutPrefix(name, "cuda"); ok {
+		ordinal := 0
+		if rest != "" {
+			n, err := strconv.Atoi(strings.TrimPrefix(rest, ":"))
+			if !strings.HasPrefix(rest, ":") || err != nil || n < 0 {
+				return nil, fmt.Errorf("--device %q: want cuda or cuda:N with N a device ordinal (0, 1, ...)", name)
+			}
+			ordinal = n
+		}
+		b, err := cuda.New(cuda.Options{Device: ordinal})
+		if err != nil {
+			return nil, fmt.Errorf("--device %s: %w", name, err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("--device %q: want one of %s", name, strings.Join(Names(), ", "))
 }
