@@ -311,17 +311,19 @@ type libcuda struct {
 }
 
 // openDriver loads libcuda.so.1, opens device ordinal with its primary
-// context and a stream of its own, and JIT-compiles ptx, a NUL-terminated
-// PTX image.
-func openDriver(ordinal int, ptx []byte) (driver, error) {
+// context and a stream of its own, and JIT-compiles ptx, a PTX image.
+func openDriver(ordinal int, ptx []byte) (driver, error) { return openLibrary(libName, ordinal, ptx) }
+
+// openLibrary is openDriver with the library named (tests load a stub).
+func openLibrary(lib string, ordinal int, ptx []byte) (driver, error) {
 	d := (*C.kk_drv)(C.calloc(1, C.sizeof_kk_drv))
 	var missing *C.char
-	cname := C.CString(libName)
+	cname := C.CString(lib)
 	defer C.free(unsafe.Pointer(cname))
 	if msg := C.kk_open(d, cname, &missing); msg != nil {
-		err := fmt.Errorf("cuda: dlopen(%q): %s (the CUDA backend needs the NVIDIA driver installed; --device cpu runs without it)", libName, C.GoString(msg))
+		err := fmt.Errorf("cuda: dlopen(%q): %s (the CUDA backend needs the NVIDIA driver installed; --device cpu runs without it)", lib, C.GoString(msg))
 		if missing != nil {
-			err = fmt.Errorf("cuda: %s has no %s: the NVIDIA driver is too old for the CUDA backend", libName, C.GoString(missing))
+			err = fmt.Errorf("cuda: %s has no %s: the NVIDIA driver is too old for the CUDA backend", lib, C.GoString(missing))
 		}
 		C.kk_close_lib(d)
 		C.free(unsafe.Pointer(d))

@@ -1,0 +1,239 @@
+//go:build cgo && linux
+
+package cuda
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// stubLibcuda is a stand-in for libcuda.so.1, compiled by the test, so that
+// the real driver's C trampolines, symbol lookup, error mapping, argument
+// packing (cuLaunchKernel's extra buffer) and graph capture run without a
+// GPU. Its "device" is host memory; it implements one kernel, "add"
+// (float *x, const float *y, int n), and records graph captures.
+const stubLibcuda = `
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+typedef int CUresult;
+static const char *names[] = {"CUDA_SUCCESS", "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_MEMORY"};
+CUresult cuInit(unsigned f) {
+#ifdef NO_DEVICE
+	return 100;
+#endif
+	return 0;
+}
+CUresult cuGetErrorName(CUresult r, const char **s) {
+	if (r == 100) { *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
+	if (r < 0 || r > 2) return 1;
+	*s = names[r]; return 0;
+}
+CUresult cuGetErrorString(CUresult r, const char **s) {
+	*s = r == 100 ? "no CUDA-capable device is detected" : r == 2 ? "out of memory" : "stub error";
+	return 0;
+}
+CUresult cuDriverGetVersion(int *v) { *v = 12040; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int *d, int o) { *d = o; return o == 0 ? 0 : 101; }
+CUresult cuDeviceGetName(char *b, int n, int d) { strncpy(b, "Stub GPU", n); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int a, int d) {
+	switch (a) {
+	case 75: *v = 9; return 0;
+	case 76: *v = 0; return 0;
+	case 16: *v = 132; return 0;
+	case 36: *v = 2619000; return 0;
+	case 37: *v = 5120; return 0;
+	}
+	*v = 0; return 0;
+}
+CUresult cuDeviceTotalMem_v2(size_t *n, int d) { *n = (size_t)80 << 30; return 0; }
+static int ctx;
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = &ctx; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
+CUresult cuCtxSetCurrent(void *c) { return 0; }
+CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *opts, void **vals) {
+	// The image must arrive NUL-terminated, as the JIT reads a C string.
+	if (strstr((const char *)img, ".version") == NULL) {
+		strcpy((char *)vals[0], "stub: no .version directive");
+		return 218;
+	}
+	*m = &ctx; return 0;
+}
+CUresult cuModuleUnload(void *m) { return 0; }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+	if (strcmp(name, "add") != 0) return 500;
+	*f = (void *)"add"; return 0;
+}
+#ifndef MISSING_ALLOC
+CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
+	if (n > ((size_t)1 << 20)) return 2;
+	*p = (uint64_t)(uintptr_t)calloc(1, n); return 0;
+}
+#endif
+CUresult cuMemFree_v2(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { memset((void *)(uintptr_t)p, v, n); return 0; }
+CUresult cuMemcpyHtoDAsync_v2(uint64_t d, const void *s, size_t n, void *st) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *d, uint64_t s, size_t n, void *st) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, size_t n, void *st) { memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuStreamCreate(void **s, unsigned f) { *s = &ctx; return 0; }
+CUresult cuStreamDestroy_v2(void *s) { return 0; }
+CUresult cuStreamSynchronize(void *s) { return 0; }
+
+// Launches: the add kernel runs at once, or is recorded while capturing.
+typedef struct { char args[64]; size_t size; } rec;
+static rec graph[64];
+static int capturing, recorded;
+static void run_add(const char *a) {
+	float *x = *(float **)a, *y = *(float **)(a + 8);
+	int n = *(int *)(a + 16);
+	for (int i = 0; i < n; i++) x[i] += y[i];
+}
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		unsigned shared, void *s, void **params, void **extra) {
+	if (params != NULL || extra == NULL || extra[0] != (void *)1 || extra[2] != (void *)2 || extra[4] != NULL) return 1;
+	size_t size = *(size_t *)extra[3];
+	if (size != 24 || gx * bx < 1) return 1;
+	if (capturing) {
+		if (recorded == 64) return 900;
+		memcpy(graph[recorded].args, extra[1], size);
+		graph[recorded++].size = size;
+		return 0;
+	}
+	run_add((const char *)extra[1]);
+	return 0;
+}
+CUresult cuStreamBeginCapture_v2(void *s, int mode) { capturing = 1; recorded = 0; return 0; }
+CUresult cuStreamEndCapture(void *s, void **g) { capturing = 0; *g = graph; return 0; }
+CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long f) {
+#ifdef NO_GRAPHS
+	return 801;
+#endif
+	*e = g; return 0;
+}
+CUresult cuGraphLaunch(void *e, void *s) { for (int i = 0; i < recorded; i++) run_add(graph[i].args); return 0; }
+CUresult cuGraphExecDestroy(void *e) { return 0; }
+CUresult cuGraphDestroy(void *g) { return 0; }
+`
+
+// buildStub compiles the stub library with the given -D flags.
+func buildStub(t *testing.T, defines ...string) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skipf("no C compiler (%s) to build the stub driver: %v", cc, err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "stub.c")
+	if err := os.WriteFile(src, []byte(stubLibcuda), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(dir, "libcuda-stub.so")
+	args := append([]string{"-shared", "-fPIC", "-O1", "-o", lib, src}, defines...)
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, out)
+	}
+	return lib
+}
+
+var stubPTX = []byte(".version 7.8\n.target sm_80\n")
+
+// The real driver's failures name the call, the CUresult by the driver's
+// own name and message, and what was asked.
+func TestLibcudaErrors(t *testing.T) {
+	if _, err := openLibrary("/nonexistent/libcuda.so.1", 0, stubPTX); err == nil ||
+		!strings.Contains(err.Error(), `dlopen("/nonexistent/libcuda.so.1")`) || !strings.Contains(err.Error(), "--device cpu") {
+		t.Errorf("missing library: %v", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		defines []string
+		ordinal int
+		ptx     []byte
+		want    []string
+		code    Result
+	}{
+		{"no device", []string{"-DNO_DEVICE"}, 0, stubPTX, []string{"cuda: cuInit: CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected"}, ErrNoDevice},
+		{"missing symbol", []string{"-DMISSING_ALLOC"}, 0, stubPTX, []string{"has no cuMemAlloc_v2", "too old"}, 0},
+		{"bad ordinal", nil, 3, stubPTX, []string{"cuDeviceGet(3) of 1 devices", "(101)"}, 101},
+		{"bad PTX", nil, 0, []byte("garbage"), []string{"cuModuleLoadDataEx (JIT of the embedded PTX for sm_90)", "(218)", "JIT log: stub: no .version directive"}, 218},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := openLibrary(buildStub(t, tc.defines...), tc.ordinal, tc.ptx)
+			if err == nil {
+				t.Fatal("opened")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if tc.code != 0 && !errors.Is(err, tc.code) {
+				t.Errorf("error %q does not match %v", err, tc.code)
+			}
+		})
+	}
+}
+
+// Through the stub, the backend's buffers, copies and launches reach the
+// driver as they would a GPU: Add computes, a failed allocation says its
+// size, and a repeated run of launches is captured once and replayed.
+func TestLibcudaBackend(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		defines []string
+		graphs  bool
+	}{{"graphs", nil, true}, {"no graphs", []string{"-DNO_GRAPHS"}, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := openLibrary(buildStub(t, tc.defines...), 0, stubPTX)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := newBackend(d, Options{})
+			if got := b.Device(); !strings.Contains(got, "Stub GPU (sm_90, 132 SMs, 80.0 GiB, 3352 GB/s)") {
+				t.Errorf("Device() = %q", got)
+			}
+			x, y := b.Alloc(5), b.Alloc(5)
+			b.Write(x, []float32{1, 2, 3, 4, 5})
+			b.Write(y, []float32{10, 20, 30, 40, 50})
+			for range 4 {
+				// A run of minGraphRun launches, repeated: launched, then
+				// captured and replayed.
+				for range minGraphRun {
+					b.Add(x, y)
+				}
+				b.Read(make([]float32, 1), x)
+			}
+			got := make([]float32, 5)
+			b.Read(got, x)
+			for i, v := range got {
+				if want := float32(i+1) * (1 + 10*4*minGraphRun); v != want {
+					t.Fatalf("x[%d] = %v, want %v", i, v, want)
+				}
+			}
+			captures, replays, direct, off := b.GraphStats()
+			if tc.graphs && (captures != 1 || replays != 3 || direct != minGraphRun || off != nil) {
+				t.Errorf("graphs: %d captures, %d replays, %d direct, off %v; want 1, 3, %d, nil", captures, replays, direct, off, minGraphRun)
+			}
+			if !tc.graphs && (captures != 0 || off == nil || !strings.Contains(off.Error(), "CUDA_ERROR_NOT_SUPPORTED") && !strings.Contains(off.Error(), "(801)")) {
+				t.Errorf("refused graphs: %d captures, off %v", captures, off)
+			}
+			if _, err := b.Upload(compute.Mat{DType: compute.F32, Rows: 1024, Cols: 1024, F32: make([]float32, 1<<20)}); err == nil ||
+				!strings.Contains(err.Error(), "cuMemAlloc of 4 MiB (4194304 bytes): CUDA_ERROR_OUT_OF_MEMORY (2): out of memory") || !errors.Is(err, ErrOutOfMemory) {
+				t.Errorf("oversized upload: %v", err)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
