@@ -37,7 +37,8 @@ type Backend struct {
 	err    error
 	closed bool
 
-	queue  []Launch // launches not yet given to the driver
+	queue  []Launch      // launches not yet given to the driver
+	narrow []narrowWrite // bf16 cache writes not yet done
 	graphs *graphCache
 
 	live       map[Ptr]int // device allocations and their sizes in bytes
@@ -49,6 +50,8 @@ type Backend struct {
 	freedMu sync.Mutex
 	freed   []Ptr
 
+	hostF  []float32 // host scratch of narrowWrites
+	host16 []uint16
 	ids    []int32 // Embed's ids on the host
 	idsDev Ptr     // and on the device
 	idsCap int     // ids idsDev holds
@@ -294,6 +297,9 @@ func (b *Backend) Upload(m compute.Mat) (compute.Weight, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.err != nil {
+		return nil, b.err
+	}
 	mem, err := b.newMemory(len(src), len(src)/4)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: upload of a %dx%d %v weight: %w", m.Rows, m.Cols, m.DType, err)
@@ -364,8 +370,12 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 	if b.err != nil {
 		return
 	}
-	if dynamic {
+	if dynamic || len(b.narrow) > 0 {
+		// Deferred cache writes read their sources first: l may
+		// overwrite them.
 		b.flush()
+	}
+	if dynamic {
 		b.fail(b.drv.launch([]Launch{l}))
 		return
 	}
@@ -373,21 +383,76 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 }
 
 // flush gives the queued launches to the driver, as a replayed graph where
-// the same run was seen before. Called with mu held.
+// the same run was seen before, then does the deferred cache writes.
+// Called with mu held before every other use of the driver.
 func (b *Backend) flush() {
-	if len(b.queue) == 0 {
-		return
+	if len(b.queue) > 0 {
+		q := b.queue
+		b.queue = b.queue[:0]
+		switch {
+		case b.err != nil:
+		case b.graphs != nil:
+			b.fail(b.graphs.run(b.drv, q))
+		default:
+			b.fail(b.drv.launch(q))
+		}
 	}
-	q := b.queue
-	b.queue = b.queue[:0]
+	if len(b.narrow) > 0 {
+		b.narrowWrites()
+	}
+}
+
+// narrowWrite is a bf16 block-store write waiting for the next device
+// operation: rows rows of d float32 values at src, stride apart, to be
+// rounded to bf16 and stored at dst. base is the allocation src lies in.
+type narrowWrite struct {
+	dst, src, base  Ptr
+	stride, rows, d int
+}
+
+// narrowWrites does the deferred bf16 writes: reads their sources back,
+// one copy per source allocation, rounds on the host and copies the rows
+// in. Called by flush, the launch queue empty.
+func (b *Backend) narrowWrites() {
+	ws := b.narrow
+	b.narrow = nil
+	defer func() { b.narrow = ws[:0] }()
 	if b.err != nil {
 		return
 	}
-	if b.graphs != nil {
-		b.fail(b.graphs.run(b.drv, q))
-		return
+	for len(ws) > 0 {
+		// The writes from one allocation (a layer's K or V rows) share
+		// one read of the span they cover.
+		base := ws[0].base
+		lo, hi := ws[0].src, ws[0].src
+		for _, w := range ws {
+			if w.base == base {
+				lo, hi = min(lo, w.src), max(hi, w.src+Ptr(4*((w.rows-1)*w.stride+w.d)))
+			}
+		}
+		b.hostF = grow(b.hostF, int(hi-lo)/4)
+		if b.fail(b.drv.copyOut(bytesOf(b.hostF), lo)); b.err != nil {
+			return
+		}
+		rest := ws[:0]
+		for _, w := range ws {
+			if w.base != base {
+				rest = append(rest, w)
+				continue
+			}
+			b.host16 = grow(b.host16, w.rows*w.d)
+			off := int(w.src-lo) / 4
+			for i := range w.rows {
+				for j, v := range b.hostF[off+i*w.stride : off+i*w.stride+w.d] {
+					b.host16[i*w.d+j] = compute.F32ToBF16(v)
+				}
+			}
+			if b.fail(b.drv.copyIn(w.dst, bytesOf(b.host16))); b.err != nil {
+				return
+			}
+		}
+		ws = rest
 	}
-	b.fail(b.drv.launch(q))
 }
 
 // op queues one launch of an operation, unless an earlier failure stopped
@@ -434,7 +499,8 @@ func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 		b.fail(err)
 		return
 	}
-	b.enqueue(embedLaunch(w.dt, ptr(out), w.mem.ptr, b.idsDev, len(ids), w.cols), true)
+	// Static: a decode step embeds from the same ids buffer every time.
+	b.enqueue(embedLaunch(w.dt, ptr(out), w.mem.ptr, b.idsDev, len(ids), w.cols), false)
 }
 
 // MatMul sets out to x times w transposed: a matrix-vector kernel for a

@@ -200,7 +200,7 @@ func (s *store) Write(p compute.Part, row int, src compute.Buffer, stride, rows 
 	if b.err != nil {
 		return
 	}
-	b.fail(s.write(pt, row, ptr(src), stride, rows))
+	b.fail(s.write(pt, row, ptr(src), ptr(compute.Buffer{Mem: src.Mem}), stride, rows))
 }
 
 // Read copies p's values to dst, decoding an encoded part on the host
@@ -329,8 +329,9 @@ func (s *store) Release(p compute.Part) {
 }
 
 // write copies rows rows of d float32 values, row i at src+4*i*stride, to
-// rows row.. of the hot part pt. Called with the backend's mu held.
-func (s *store) write(pt *part, row int, src Ptr, stride, rows int) error {
+// rows row.. of the hot part pt; base is the start of src's allocation.
+// Called with the backend's mu held.
+func (s *store) write(pt *part, row int, src, base Ptr, stride, rows int) error {
 	b, d := s.b, s.d
 	if !s.bf16 {
 		dst := pt.addr + Ptr(4*row*d)
@@ -357,19 +358,10 @@ func (s *store) write(pt *part, row int, src Ptr, stride, rows int) error {
 		return nil
 	}
 	// bf16 rows: no kernel narrows float32 on the device, so the rows make
-	// a round trip through the host.
-	span := (rows-1)*stride + d
-	s.host = grow(s.host, span)
-	if err := b.copyOut(bytesOf(s.host), src); err != nil {
-		return err
-	}
-	s.host16 = grow(s.host16, rows*d)
-	for i := range rows {
-		for j, v := range s.host[i*stride : i*stride+d] {
-			s.host16[i*d+j] = compute.F32ToBF16(v)
-		}
-	}
-	return b.drv.copyIn(pt.addr+Ptr(2*row*d), bytesOf(s.host16))
+	// a round trip through the host, deferred to the backend's next device
+	// operation so that the writes of all heads of a layer share one wait.
+	b.narrow = append(b.narrow, narrowWrite{dst: pt.addr + Ptr(2*row*d), src: src, base: base, stride: stride, rows: rows, d: d})
+	return nil
 }
 
 // gatherIDs returns device ids 0, k, 2k, ... for s.rows rows, made once.

@@ -1,0 +1,346 @@
+package cuda
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpu"
+)
+
+func randFloats(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+// upload puts host values into a new buffer of b.
+func upload(b compute.Backend, x []float32) compute.Buffer {
+	buf := b.Alloc(len(x))
+	b.Write(buf, x)
+	return buf
+}
+
+func read(b compute.Backend, buf compute.Buffer) []float32 {
+	x := make([]float32, buf.Len)
+	b.Read(x, buf)
+	return x
+}
+
+// Every operation of the backend, on the fake driver and the emulated
+// kernels, gives the CPU backend's results.
+func TestOpsMatchCPU(t *testing.T) {
+	gpu, _ := newFakeBackend(t, Options{})
+	host := cpu.New(1)
+	defer host.Close()
+	r := rand.New(rand.NewPCG(1, 2))
+	const rows, cols, heads, d = 3, 48, 3, 16
+	x, y := randFloats(r, rows*cols), randFloats(r, rows*cols)
+	w := randFloats(r, cols)
+	cos, sin := randFloats(r, 8*d/2), randFloats(r, 8*d/2)
+
+	for _, tc := range []struct {
+		name string
+		op   func(b compute.Backend, x, y, w, cos, sin compute.Buffer)
+	}{
+		{"Add", func(b compute.Backend, x, y, _, _, _ compute.Buffer) { b.Add(x, y) }},
+		{"SiLUMul", func(b compute.Backend, x, y, _, _, _ compute.Buffer) { b.SiLUMul(x, y) }},
+		{"AddRows", func(b compute.Backend, x, _, w, _, _ compute.Buffer) { b.AddRows(x, w, rows) }},
+		{"RMSNorm", func(b compute.Backend, x, y, w, _, _ compute.Buffer) { b.RMSNorm(x, y, w, rows, 1e-5) }},
+		{"RMSNorm in place", func(b compute.Backend, x, _, w, _, _ compute.Buffer) { b.RMSNorm(x, x, w, rows, 1e-5) }},
+		{"RoPE", func(b compute.Backend, x, _, _, cos, sin compute.Buffer) { b.RoPE(x, rows, heads, d, 4, cos, sin) }},
+		{"slices", func(b compute.Backend, x, y, _, _, _ compute.Buffer) {
+			b.Add(x.Slice(cols, 2*cols), y.Slice(5, 5+cols))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got, want []float32
+			for _, b := range []compute.Backend{gpu, host} {
+				bx := upload(b, x)
+				tc.op(b, bx, upload(b, y), upload(b, w), upload(b, cos), upload(b, sin))
+				if b == host {
+					want = read(b, bx)
+				} else {
+					got = read(b, bx)
+				}
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if dd := maxAbsDiff(got, want); dd > 1e-5 || math.IsNaN(dd) {
+				t.Errorf("max abs difference %.3g from the CPU backend", dd)
+			}
+		})
+	}
+}
+
+// MatMul (both kernels) and Embed, for every weight dtype.
+func TestMatMulEmbedMatchCPU(t *testing.T) {
+	needKernels(t, "matvec_f32", "matvec_bf16", "matvec_f16", "matmul_f32", "matmul_bf16", "matmul_f16", "embed_f16")
+	gpu, _ := newFakeBackend(t, Options{})
+	host := cpu.New(1)
+	defer host.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	const rows, cols = 24, 40
+	for _, dt := range []compute.DType{compute.F32, compute.BF16, compute.F16} {
+		m := compute.Mat{DType: dt, Rows: rows, Cols: cols}
+		for _, v := range randFloats(r, rows*cols) {
+			switch dt {
+			case compute.F32:
+				m.F32 = append(m.F32, v)
+			case compute.BF16:
+				m.U16 = append(m.U16, compute.F32ToBF16(v))
+			case compute.F16:
+				m.U16 = append(m.U16, compute.F32ToF16(v))
+			}
+		}
+		for _, n := range []int{1, maxMatVecRows, maxMatVecRows + 3} {
+			t.Run(dt.String()+"/"+map[bool]string{true: "matvec", false: "matmul"}[n <= maxMatVecRows], func(t *testing.T) {
+				x := randFloats(r, n*cols)
+				var got, want []float32
+				for _, b := range []compute.Backend{gpu, host} {
+					w, err := b.Upload(m)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out := b.Alloc(n * rows)
+					b.MatMul(out, upload(b, x), n, w)
+					if b == host {
+						want = read(b, out)
+					} else {
+						got = read(b, out)
+					}
+				}
+				if dd := maxAbsDiff(got, want); dd > 1e-4 || math.IsNaN(dd) {
+					t.Errorf("n=%d: max abs difference %.3g from the CPU backend", n, dd)
+				}
+			})
+		}
+		t.Run(dt.String()+"/embed", func(t *testing.T) {
+			ids := []int{3, 0, 23, 3}
+			var got, want []float32
+			for _, b := range []compute.Backend{gpu, host} {
+				w, err := b.Upload(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := b.Alloc(len(ids) * cols)
+				b.Embed(out, w, ids)
+				if b == host {
+					want = read(b, out)
+				} else {
+					got = read(b, out)
+				}
+			}
+			if dd := maxAbsDiff(got, want); dd != 0 {
+				t.Errorf("embedded rows differ by %.3g", dd)
+			}
+		})
+	}
+	if err := gpu.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The block store keeps hot rows (float32, or bf16 rounded as the CPU
+// rounds them), reads back encoded parts through their decoder, and reuses
+// the device memory of released parts.
+func TestBlockStore(t *testing.T) {
+	const rows, d, kvHeads = 4, 32, 2
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, bf16 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "f32", true: "bf16"}[bf16], func(t *testing.T) {
+			gpu, _ := newFakeBackend(t, Options{})
+			host := cpu.New(1)
+			defer host.Close()
+			src := randFloats(r, rows*kvHeads*d)
+			var parts [2][]compute.Part
+			var stores [2]compute.BlockStore
+			for i, b := range []compute.Backend{gpu, host} {
+				stores[i] = b.NewBlockStore(rows, d, bf16)
+				buf := upload(b, src)
+				for h := range kvHeads {
+					p, err := stores[i].NewPart()
+					if err != nil {
+						t.Fatal(err)
+					}
+					// Two writes, the second of strided rows (one token's K
+					// of every head is a row of kvHeads*d values).
+					stores[i].Write(p, 0, buf.Slice(h*d, h*d+d), d, 1)
+					stores[i].Write(p, 1, buf.Slice(kvHeads*d+h*d, len(src)), kvHeads*d, rows-1)
+					parts[i] = append(parts[i], p)
+				}
+			}
+			got, want := make([]float32, rows*d), make([]float32, rows*d)
+			for h := range kvHeads {
+				if err := stores[0].Read(got, parts[0][h]); err != nil {
+					t.Fatal(err)
+				}
+				if err := stores[1].Read(want, parts[1][h]); err != nil {
+					t.Fatal(err)
+				}
+				if dd := maxAbsDiff(got, want); dd != 0 {
+					t.Fatalf("head %d: hot rows differ from the CPU store's by %.3g", h, dd)
+				}
+			}
+			// Encoded: int8 bytes; the CPU decodes them, and so does Read.
+			enc, err := codec.Int8{}.Encode(nil, want, rows, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			used0, _ := gpu.MemoryStats()
+			for i := range 2 {
+				if err := stores[i].SetEncoded(parts[i][1], enc, codec.Int8{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !parts[0][1].Encoded() {
+				t.Error("encoded part reports hot")
+			}
+			stores[0].Read(got, parts[0][1])
+			stores[1].Read(want, parts[1][1])
+			if dd := maxAbsDiff(got, want); dd != 0 {
+				t.Fatalf("encoded part reads back %.3g away from the CPU store's", dd)
+			}
+			// Released parts' slots are reused: no new device memory.
+			for _, p := range parts[0] {
+				stores[0].Release(p)
+			}
+			used1, _ := gpu.MemoryStats()
+			for range kvHeads {
+				if _, err := stores[0].NewPart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if used2, _ := gpu.MemoryStats(); used2 != used1 {
+				t.Errorf("device memory %d bytes after reusing released parts, %d before (%d before encoding)", used2, used1, used0)
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Driver failures: an allocation the device cannot hold makes the backend
+// fail with an error naming the call, the size and the CUresult; later
+// operations do nothing, Read gives NaN, and the methods that return
+// errors return it.
+func TestDriverErrors(t *testing.T) {
+	gpu, f := newFakeBackend(t, Options{})
+	x := upload(gpu, []float32{1, 2, 3})
+	f.fail["alloc"] = ErrOutOfMemory
+	y := gpu.Alloc(1 << 20)
+	err := gpu.Err()
+	if err == nil || !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("Err() = %v after a failed allocation, want CUDA_ERROR_OUT_OF_MEMORY", err)
+	}
+	for _, w := range []string{"Alloc of 1048576 values", "cuMemAlloc of 4 MiB (4194304 bytes)", "CUDA_ERROR_OUT_OF_MEMORY (2): out of memory", "the backend holds"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Code != ErrOutOfMemory || ce.Name != "CUDA_ERROR_OUT_OF_MEMORY" {
+		t.Errorf("errors.As: %+v", ce)
+	}
+	gpu.Add(x, y) // ignored
+	got := read(gpu, x)
+	for _, v := range got {
+		if !math.IsNaN(float64(v)) {
+			t.Fatalf("Read after a failure gave %v, want NaN", got)
+		}
+	}
+	if _, err := gpu.Upload(compute.Mat{DType: compute.F32, Rows: 1, Cols: 1, F32: []float32{1}}); !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("Upload after the failure: %v", err)
+	}
+	if _, err := gpu.NewBlockStore(4, 8, false).NewPart(); !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("NewPart after the failure: %v", err)
+	}
+	if _, err := gpu.NewAttention(compute.AttentionParams{Heads: 2, KVHeads: 1, HeadDim: 8, BlockSize: 4, MaxContext: 8}); !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("NewAttention after the failure: %v", err)
+	}
+	if err := gpu.Close(); !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("Close: %v", err)
+	}
+	if err := gpu.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if len(f.allocs) != 0 {
+		t.Errorf("%d allocations left after Close", len(f.allocs))
+	}
+}
+
+// Every CUresult a call may return is named with the driver's words, or
+// the table's when the library cannot name it.
+func TestResultNames(t *testing.T) {
+	for _, tc := range []struct {
+		code Result
+		want string
+	}{
+		{ErrOutOfMemory, "CUDA_ERROR_OUT_OF_MEMORY (2): out of memory"},
+		{ErrNoDevice, "CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected"},
+		{Result(700), "CUDA_ERROR_ILLEGAL_ADDRESS (700): an illegal memory access was encountered"},
+		{Result(901), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)"},
+		{Result(12345), "CUresult(12345) (12345): unrecognized error code"},
+	} {
+		err := newError("cuTest(1)", tc.code)
+		if got := err.Error(); got != "cuda: cuTest(1): "+tc.want && !strings.HasPrefix(got, "cuda: cuTest(1): "+tc.want) {
+			t.Errorf("%d: %q, want %q", tc.code, got, tc.want)
+		}
+		if !errors.Is(err, tc.code) {
+			t.Errorf("%d: errors.Is fails", tc.code)
+		}
+	}
+	// Injected into the fake, a code surfaces through the backend's error.
+	for _, call := range []string{"copyIn", "launch", "zero"} {
+		gpu, f := newFakeBackend(t, Options{})
+		x := gpu.Alloc(4)
+		f.fail[call] = Result(700)
+		gpu.Write(x, []float32{1, 2, 3, 4})
+		gpu.Add(x, x)
+		gpu.Alloc(4)
+		read(gpu, x)
+		if err := gpu.Err(); !errors.Is(err, Result(700)) || !strings.Contains(err.Error(), "CUDA_ERROR_ILLEGAL_ADDRESS") {
+			t.Errorf("%s failing: Err() = %v", call, err)
+		}
+	}
+}
+
+// Buffers nobody refers to any more are freed at the next point where the
+// stream is idle (a Read), so a sequence's activations do not outlive it.
+func TestMemoryFreedAfterGC(t *testing.T) {
+	gpu, _ := newFakeBackend(t, Options{})
+	keep := gpu.Alloc(16)
+	before, _ := gpu.MemoryStats()
+	for range 8 {
+		gpu.Alloc(1 << 12)
+	}
+	if used, _ := gpu.MemoryStats(); used != before+8*4<<12 {
+		t.Fatalf("%d bytes held after 8 allocations of 16 KiB, want %d", used, before+8*4<<12)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		runtime.GC()
+		read(gpu, keep)
+		if used, _ := gpu.MemoryStats(); used == before {
+			break
+		}
+		if time.Now().After(deadline) {
+			used, _ := gpu.MemoryStats()
+			t.Fatalf("%d bytes still held, want %d", used, before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, peak := gpu.MemoryStats(); peak < before+8*4<<12 {
+		t.Errorf("peak %d bytes", peak)
+	}
+}
