@@ -24,7 +24,7 @@ build:
 
 # THE test command: formatting, vet, the whole suite with SIMD kernels, and the
 # packages with SIMD paths once more through their scalar fallbacks.
-test: fmt-check vet
+test: fmt-check vet ptx-check
 	$(SIMD) $(GO) test -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./compute/...
 
@@ -57,6 +57,34 @@ bench-tokenizer:
 
 clean:
 	rm -rf $(BIN)
+
+# The CUDA kernels' PTX, compute/cuda/kernels_sm80.ptx, is committed and
+# embedded in the binary; clang makes it from compute/cuda/kernels/*.cu
+# (one translation unit, all.cu) without any CUDA SDK: the kernels bring
+# their own prelude. The compiler is pinned, since the PTX must not change
+# with whoever regenerates it; clang installs it (Debian bookworm, as root)
+# when it is missing. ptx-check, part of test, fails when the committed PTX
+# is not what the sources compile to.
+CLANG     := clang-16
+CLANG_PKG := clang-16=1:16.0.6-15~deb12u1
+PTX       := compute/cuda/kernels_sm80.ptx
+PTX_SRC   := compute/cuda/kernels/all.cu
+PTXFLAGS  := -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O3 \
+	-Xclang -target-feature -Xclang +ptx78 -S
+
+.PHONY: clang ptx ptx-check
+clang:
+	@command -v $(CLANG) >/dev/null 2>&1 || { \
+		apt-get install -y --no-install-recommends $(CLANG_PKG) || \
+		{ apt-get update && apt-get install -y --no-install-recommends $(CLANG_PKG); }; }
+
+ptx: clang
+	$(CLANG) $(PTXFLAGS) -o $(PTX) $(PTX_SRC)
+
+ptx-check: clang
+	@tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; \
+	$(CLANG) $(PTXFLAGS) -o $$tmp $(PTX_SRC) && \
+	if ! cmp -s $$tmp $(PTX); then echo "$(PTX) is stale: run make ptx and commit it"; diff $$tmp $(PTX) | head -20; exit 1; fi
 
 # On a machine with an NVIDIA GPU and its driver (no toolkit needed): the
 # CUDA backend's forward pass against the CPU backend on every tiny

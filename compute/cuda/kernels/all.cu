@@ -1,0 +1,4 @@
+// all.cu: every kernel source, one translation unit. clang compiles it to
+// the committed PTX (make ptx) and the emulator includes it (emu.cc), so
+// the two cannot disagree on the set of kernels.
+#include "elementwise.cu"

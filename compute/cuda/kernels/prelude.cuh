@@ -1,0 +1,107 @@
+// prelude.cuh: what the kernels use of CUDA, without the CUDA SDK.
+//
+// The kernels are compiled two ways: to PTX by clang (-nocudainc
+// -nocudalib, so no SDK header is seen and everything CUDA's headers would
+// give is spelled here over clang's NVPTX builtins), and for the host by
+// g++ with KK_EMU defined, where emu.h supplies the same names over the
+// fiber emulator. Kernel code uses only what this file declares.
+//
+// Conventions: kernels are KK_KERNEL (extern "C" __global__ on the device,
+// internal to the emulator's translation unit on the host); helpers are
+// KK_DEVICE; dynamic shared memory is KK_DYN_SHARED; bf16 and f16 are raw
+// uint16 bit patterns widened by kk_bf16 and kk_f16.
+#ifndef KK_PRELUDE_CUH
+#define KK_PRELUDE_CUH
+
+typedef unsigned char kk_u8;
+typedef signed char kk_i8;
+typedef unsigned short kk_u16;
+typedef unsigned int kk_u32;
+typedef unsigned long long kk_u64;
+// 16 bytes loaded at once: one ld.global.v4.u32 on the device.
+typedef unsigned int kk_u32x4 __attribute__((vector_size(16)));
+
+#ifdef KK_EMU
+#include "emu.h"
+#else
+
+#include <__clang_cuda_builtin_vars.h>
+
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __launch_bounds__(n) __attribute__((launch_bounds(n)))
+
+#define KK_KERNEL extern "C" __global__
+#define KK_DEVICE static __device__ __forceinline__
+#define KK_DYN_SHARED(type, name) extern __shared__ __attribute__((aligned(16))) type name[]
+
+KK_DEVICE void __syncthreads_() { __nvvm_barrier_sync(0); }
+#define __syncthreads() __syncthreads_()
+KK_DEVICE void __syncwarp(unsigned mask = 0xffffffffu) { __nvvm_bar_warp_sync(mask); }
+
+KK_DEVICE float __shfl_xor_sync(unsigned mask, float v, int lane, int width = 32) {
+	return __nvvm_shfl_sync_bfly_f32(mask, v, lane, ((32 - width) << 8) | 0x1f);
+}
+KK_DEVICE int __shfl_xor_sync(unsigned mask, int v, int lane, int width = 32) {
+	return __nvvm_shfl_sync_bfly_i32(mask, v, lane, ((32 - width) << 8) | 0x1f);
+}
+KK_DEVICE float __shfl_down_sync(unsigned mask, float v, unsigned delta, int width = 32) {
+	return __nvvm_shfl_sync_down_f32(mask, v, delta, ((32 - width) << 8) | 0x1f);
+}
+KK_DEVICE int __shfl_down_sync(unsigned mask, int v, unsigned delta, int width = 32) {
+	return __nvvm_shfl_sync_down_i32(mask, v, delta, ((32 - width) << 8) | 0x1f);
+}
+KK_DEVICE float __shfl_sync(unsigned mask, float v, int src, int width = 32) {
+	return __nvvm_shfl_sync_idx_f32(mask, v, src, ((32 - width) << 8) | 0x1f);
+}
+KK_DEVICE int __shfl_sync(unsigned mask, int v, int src, int width = 32) {
+	return __nvvm_shfl_sync_idx_i32(mask, v, src, ((32 - width) << 8) | 0x1f);
+}
+KK_DEVICE unsigned __ballot_sync(unsigned mask, int pred) { return __nvvm_vote_ballot_sync(mask, pred != 0); }
+KK_DEVICE int __any_sync(unsigned mask, int pred) { return __nvvm_vote_any_sync(mask, pred != 0); }
+KK_DEVICE int __all_sync(unsigned mask, int pred) { return __nvvm_vote_all_sync(mask, pred != 0); }
+
+KK_DEVICE float atomicAdd(float *p, float v) { return __nvvm_atom_add_gen_f(p, v); }
+KK_DEVICE int atomicAdd(int *p, int v) { return __nvvm_atom_add_gen_i(p, v); }
+KK_DEVICE int atomicMax(int *p, int v) { return __nvvm_atom_max_gen_i(p, v); }
+KK_DEVICE int atomicCAS(int *p, int cmp, int v) { return __nvvm_atom_cas_gen_i(p, cmp, v); }
+
+// exp through the hardware's ex2.approx (2 ulp), as CUDA's __expf; the
+// emulator computes the same formula with exp2f.
+KK_DEVICE float kk_exp(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
+
+#endif // KK_EMU
+
+KK_DEVICE float kk_bits_f32(kk_u32 u) { return __builtin_bit_cast(float, u); }
+KK_DEVICE kk_u32 kk_f32_bits(float f) { return __builtin_bit_cast(kk_u32, f); }
+
+// kk_bf16 widens a bfloat16 bit pattern.
+KK_DEVICE float kk_bf16(kk_u16 h) { return kk_bits_f32((kk_u32)h << 16); }
+
+// kk_f16 widens an IEEE half bit pattern exactly: the exponent is rebased
+// by one multiplication by 2^112, which also normalises subnormal halves;
+// infinities and NaNs keep an all-ones exponent.
+KK_DEVICE float kk_f16(kk_u16 h) {
+	kk_u32 u = ((kk_u32)h & 0x7fffu) << 13;
+	float f = kk_bits_f32(u) * 5.192296858534828e33f; // 0x1p112
+	if ((h & 0x7c00u) == 0x7c00u)
+		f = kk_bits_f32(u | 0x7f800000u);
+	return kk_bits_f32(kk_f32_bits(f) | ((kk_u32)(h & 0x8000u) << 16));
+}
+
+// Warp reductions over all 32 lanes, by butterfly so every lane holds the
+// result.
+KK_DEVICE float kk_warp_sum(float v) {
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+KK_DEVICE float kk_warp_max(float v) {
+	for (int o = 16; o > 0; o >>= 1)
+		v = __builtin_fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+#endif // KK_PRELUDE_CUH

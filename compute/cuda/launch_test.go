@@ -1,0 +1,312 @@
+package cuda
+
+// The kernels, launched as launch.go describes them, run through the CPU
+// emulator and are checked against compute/reference on random inputs of
+// awkward sizes under several schedules (seeds).
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cuda/kernels"
+	"github.com/kakeya-ai/kakeya/compute/reference"
+)
+
+// emuSeeds are the schedules every launch is run under.
+var emuSeeds = []uint64{1, 2, 0x9e3779b9}
+
+// devMem is emulated device memory that a test frees at its end.
+type devMem struct {
+	t testing.TB
+}
+
+func newDevMem(t testing.TB) *devMem {
+	if _, err := kernels.Alloc(1); err != nil {
+		t.Skipf("no kernel emulation in this build: %v", err)
+	}
+	return &devMem{t: t}
+}
+
+func (m *devMem) bytes(b []byte) Ptr {
+	p, err := kernels.Alloc(len(b))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { kernels.Free(p) })
+	kernels.CopyIn(p, b)
+	return Ptr(p)
+}
+
+func (m *devMem) f32(v []float32) Ptr { return m.bytes(f32Bytes(v)) }
+
+func (m *devMem) u16(v []uint16) Ptr {
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint16(b[2*i:], x)
+	}
+	return m.bytes(b)
+}
+
+func (m *devMem) i32(v []int32) Ptr {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return m.bytes(b)
+}
+
+func (m *devMem) u64(v []uint64) Ptr {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], x)
+	}
+	return m.bytes(b)
+}
+
+func (m *devMem) read(p Ptr, n int) []float32 {
+	b := make([]byte, 4*n)
+	kernels.CopyOut(b, uint64(p))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+// runLaunches runs ls in order through the emulator.
+func runLaunches(t testing.TB, seed uint64, ls ...Launch) {
+	t.Helper()
+	for _, l := range ls {
+		err := kernels.Run(l.Kernel, [3]uint32{l.Grid.X, l.Grid.Y, l.Grid.Z}, [3]uint32{l.Block.X, l.Block.Y, l.Block.Z}, l.Shared, l.Args, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func randF32(r *rand.Rand, n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64()) * scale
+	}
+	return v
+}
+
+// refBuf returns a reference-backend buffer holding v.
+func refBuf(v []float32) compute.Buffer {
+	b := reference.Backend{}.Alloc(len(v))
+	reference.Backend{}.Write(b, v)
+	return b
+}
+
+func refRead(b compute.Buffer) []float32 {
+	v := make([]float32, b.Len)
+	reference.Backend{}.Read(v, b)
+	return v
+}
+
+// checkClose fails when got and want differ by more than tol relative to
+// want's largest magnitude (at least 1).
+func checkClose(t testing.TB, what string, got, want []float32, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	scale := 1.0
+	for _, w := range want {
+		scale = max(scale, math.Abs(float64(w)))
+	}
+	worst, at := 0.0, -1
+	for i := range got {
+		d := math.Abs(float64(got[i]) - float64(want[i]))
+		if math.IsNaN(float64(got[i])) {
+			d = math.Inf(1)
+		}
+		if d > worst {
+			worst, at = d, i
+		}
+	}
+	if worst > tol*scale {
+		t.Fatalf("%s: value %d is %v, want %v (error %.3g > %.3g)", what, at, got[at], want[at], worst, tol*scale)
+	}
+}
+
+// weightOf returns a random rows x cols matrix of dt as the reference
+// uploads it and as the device stores it.
+func weightOf(r *rand.Rand, dt compute.DType, rows, cols int) (compute.Mat, []byte) {
+	m := compute.Mat{DType: dt, Rows: rows, Cols: cols}
+	v := randF32(r, rows*cols, 0.5)
+	if dt == compute.F32 {
+		m.F32 = v
+		return m, f32Bytes(v)
+	}
+	m.U16 = make([]uint16, len(v))
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		if dt == compute.BF16 {
+			m.U16[i] = compute.F32ToBF16(x)
+		} else {
+			m.U16[i] = compute.F32ToF16(x)
+		}
+		binary.LittleEndian.PutUint16(b[2*i:], m.U16[i])
+	}
+	return m, b
+}
+
+var dtypes = []compute.DType{compute.F32, compute.BF16, compute.F16}
+
+func TestLaunchEmbed(t *testing.T) {
+	m := newDevMem(t)
+	ref := reference.Backend{}
+	for _, dt := range dtypes {
+		for _, sz := range []struct{ vocab, cols, n int }{{7, 5, 3}, {50, 300, 9}} {
+			t.Run(fmt.Sprintf("%v/%dx%d/n%d", dt, sz.vocab, sz.cols, sz.n), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(1, uint64(sz.cols)))
+				mat, raw := weightOf(r, dt, sz.vocab, sz.cols)
+				// Special values the conversions must keep: f16
+				// subnormals, infinities, signed zero.
+				if dt == compute.F16 {
+					copy(mat.U16, []uint16{0x0001, 0x8200, 0x7c00, 0xfc00, 0x8000})
+					for i := range 5 {
+						binary.LittleEndian.PutUint16(raw[2*i:], mat.U16[i])
+					}
+				}
+				ids := make([]int, sz.n)
+				ids32 := make([]int32, sz.n)
+				for i := range ids {
+					ids[i] = r.IntN(sz.vocab)
+					ids32[i] = int32(ids[i])
+				}
+				ids[0], ids32[0] = 0, 0
+				w, _ := ref.Upload(mat)
+				want := ref.Alloc(sz.n * sz.cols)
+				ref.Embed(want, w, ids)
+				table, idp := m.bytes(raw), m.i32(ids32)
+				for _, seed := range emuSeeds {
+					out := m.f32(make([]float32, sz.n*sz.cols))
+					runLaunches(t, seed, embedLaunch(dt, out, table, idp, sz.n, sz.cols))
+					checkClose(t, "embed", m.read(out, sz.n*sz.cols), refRead(want), 0)
+				}
+			})
+		}
+	}
+}
+
+func TestLaunchElementwise(t *testing.T) {
+	m := newDevMem(t)
+	ref := reference.Backend{}
+	for _, sz := range []struct{ rows, cols int }{{1, 1}, {3, 7}, {5, 257}, {2, 1000}} {
+		t.Run(fmt.Sprintf("%dx%d", sz.rows, sz.cols), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(2, uint64(sz.rows*sz.cols)))
+			n := sz.rows * sz.cols
+			x, y, w := randF32(r, n, 2), randF32(r, n, 2), randF32(r, sz.cols, 1)
+			cases := []struct {
+				name string
+				ref  func() []float32
+				dev  func(x, y, w Ptr) (Launch, Ptr)
+			}{
+				{"rmsnorm", func() []float32 {
+					out := ref.Alloc(n)
+					ref.RMSNorm(out, refBuf(x), refBuf(w), sz.rows, 1e-5)
+					return refRead(out)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return rmsNormLaunch(x, x, w, sz.rows, sz.cols, 1e-5), x }},
+				{"add_rows", func() []float32 {
+					xb := refBuf(x)
+					ref.AddRows(xb, refBuf(w), sz.rows)
+					return refRead(xb)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return addRowsLaunch(x, w, sz.rows, sz.cols), x }},
+				{"add", func() []float32 {
+					xb := refBuf(x)
+					ref.Add(xb, refBuf(y))
+					return refRead(xb)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return addLaunch(x, y, n), x }},
+				{"silu_mul", func() []float32 {
+					xb := refBuf(x)
+					ref.SiLUMul(xb, refBuf(y))
+					return refRead(xb)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return siluMulLaunch(x, y, n), x }},
+			}
+			for _, c := range cases {
+				want := c.ref()
+				for _, seed := range emuSeeds {
+					l, out := c.dev(m.f32(x), m.f32(y), m.f32(w))
+					runLaunches(t, seed, l)
+					checkClose(t, c.name, m.read(out, n), want, 2e-6)
+				}
+			}
+		})
+	}
+}
+
+func TestLaunchRoPE(t *testing.T) {
+	m := newDevMem(t)
+	ref := reference.Backend{}
+	for _, sz := range []struct{ rows, heads, d, start int }{{1, 1, 2, 0}, {3, 7, 64, 5}, {5, 2, 128, 17}} {
+		t.Run(fmt.Sprintf("%dx%dx%d@%d", sz.rows, sz.heads, sz.d, sz.start), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(3, uint64(sz.d)))
+			n := sz.rows * sz.heads * sz.d
+			pos := sz.start + sz.rows
+			x := randF32(r, n, 1)
+			cos, sin := ropeTables(pos, sz.d)
+			xb := refBuf(x)
+			ref.RoPE(xb, sz.rows, sz.heads, sz.d, sz.start, refBuf(cos), refBuf(sin))
+			cp, sp := m.f32(cos), m.f32(sin)
+			for _, seed := range emuSeeds {
+				xp := m.f32(x)
+				runLaunches(t, seed, ropeLaunch(xp, sz.rows, sz.heads, sz.d, sz.start, cp, sp))
+				checkClose(t, "rope", m.read(xp, n), refRead(xb), 1e-6)
+			}
+		})
+	}
+}
+
+// ropeTables returns cos and sin for positions 0..pos-1, d/2 per position,
+// at base 10000.
+func ropeTables(pos, d int) (cos, sin []float32) {
+	half := d / 2
+	cos, sin = make([]float32, pos*half), make([]float32, pos*half)
+	for p := range pos {
+		for i := range half {
+			a := float64(p) * math.Pow(10000, -float64(2*i)/float64(d))
+			cos[p*half+i], sin[p*half+i] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+	}
+	return cos, sin
+}
+
+// The committed PTX and the emulator hold the same kernels, for sm_80 and
+// PTX ISA 7.8 (what make ptx produces; make ptx-check keeps it current).
+func TestPTXMatchesEmulator(t *testing.T) {
+	ptx := string(ptxImage())
+	if !strings.Contains(ptx, "\n.version 7.8\n") || !strings.Contains(ptx, "\n.target sm_80\n") {
+		t.Fatal("the PTX is not PTX ISA 7.8 for sm_80: run make ptx")
+	}
+	var entries []string
+	for _, m := range regexp.MustCompile(`\.entry ([A-Za-z0-9_]+)\(`).FindAllStringSubmatch(ptx, -1) {
+		entries = append(entries, m[1])
+	}
+	emu := kernels.Kernels()
+	if emu == nil {
+		t.Skip("no kernel emulation in this build")
+	}
+	slices.Sort(entries)
+	emu = slices.Sorted(slices.Values(emu))
+	if !slices.Equal(entries, emu) {
+		t.Fatalf("PTX entries %v, emulated kernels %v", entries, emu)
+	}
+}
