@@ -310,3 +310,60 @@ func TestPTXMatchesEmulator(t *testing.T) {
 		t.Fatalf("PTX entries %v, emulated kernels %v", entries, emu)
 	}
 }
+
+func TestLaunchMatVecMatMul(t *testing.T) {
+	m := newDevMem(t)
+	ref := reference.Backend{}
+	type size struct{ n, rows, cols int }
+	// Rows that fill no whole block, columns that are and are not a
+	// multiple of 8 (the 16-byte path and the scalar one), columns past one
+	// staged chunk, every n of the decode kernel.
+	sizes := []size{{1, 1, 1}, {1, 13, 8}, {3, 9, 21}, {8, 37, 64}, {2, 17, 1032}, {5, 11, 1100}, {7, 70, 72}}
+	matmul := []size{{1, 1, 1}, {9, 13, 21}, {70, 65, 33}, {64, 64, 16}, {3, 130, 200}}
+	for _, dt := range dtypes {
+		for _, kind := range []string{"matvec", "matmul"} {
+			list := sizes
+			if kind == "matmul" {
+				list = matmul
+			}
+			for _, sz := range list {
+				t.Run(fmt.Sprintf("%s/%v/%dx%dx%d", kind, dt, sz.n, sz.rows, sz.cols), func(t *testing.T) {
+					r := rand.New(rand.NewPCG(4, uint64(sz.n*sz.rows*sz.cols)))
+					mat, raw := weightOf(r, dt, sz.rows, sz.cols)
+					x := randF32(r, sz.n*sz.cols, 1)
+					w, _ := ref.Upload(mat)
+					want := ref.Alloc(sz.n * sz.rows)
+					ref.MatMul(want, refBuf(x), sz.n, w)
+					wp, xp := m.bytes(raw), m.f32(x)
+					for _, seed := range emuSeeds[:2] {
+						out := m.f32(make([]float32, sz.n*sz.rows))
+						l := matMulLaunch(dt, out, xp, wp, sz.n, sz.rows, sz.cols)
+						if kind == "matvec" {
+							l = matVecLaunch(dt, out, xp, wp, sz.n, sz.rows, sz.cols)
+						}
+						runLaunches(t, seed, l)
+						checkClose(t, kind, m.read(out, sz.n*sz.rows), refRead(want), 1e-5)
+					}
+				})
+			}
+		}
+	}
+}
+
+// The decode kernels read weights with 16-byte loads.
+func TestMatVecLoads16Bytes(t *testing.T) {
+	ptx := string(ptxImage())
+	for _, k := range []string{"matvec_f32", "matvec_bf16", "matvec_f16"} {
+		i := strings.Index(ptx, ".entry "+k+"(")
+		if i < 0 {
+			t.Fatalf("no %s in the PTX", k)
+		}
+		body := ptx[i:]
+		if j := strings.Index(body, "\n}\n"); j >= 0 {
+			body = body[:j]
+		}
+		if !regexp.MustCompile(`ld\.global(\.nc)?\.v4\.(u32|f32|b32)`).MatchString(body) {
+			t.Errorf("%s loads no 16-byte vectors of weights", k)
+		}
+	}
+}

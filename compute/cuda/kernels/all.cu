@@ -2,3 +2,4 @@
 // the committed PTX (make ptx) and the emulator includes it (emu.cc), so
 // the two cannot disagree on the set of kernels.
 #include "elementwise.cu"
+#include "matvec.cu"

@@ -3,7 +3,7 @@
 package kernels
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O2 -fno-strict-aliasing -Wall -Wno-unused-function
+#cgo CXXFLAGS: -std=c++17 -O2 -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas
 #include <stdint.h>
 #include <stdlib.h>
 

@@ -20,6 +20,7 @@ typedef unsigned int kk_u32;
 typedef unsigned long long kk_u64;
 // 16 bytes loaded at once: one ld.global.v4.u32 on the device.
 typedef unsigned int kk_u32x4 __attribute__((vector_size(16)));
+typedef float kk_f32x4 __attribute__((vector_size(16)));
 
 #ifdef KK_EMU
 #include "emu.h"

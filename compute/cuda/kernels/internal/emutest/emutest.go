@@ -3,7 +3,7 @@
 package emutest
 
 /*
-#cgo CXXFLAGS: -std=c++17 -O2 -fno-strict-aliasing -Wall -Wno-unused-function -I${SRCDIR}
+#cgo CXXFLAGS: -std=c++17 -O2 -fno-strict-aliasing -Wall -Wno-unused-function -Wno-unknown-pragmas -I${SRCDIR}
 #include <stdint.h>
 #include <stdlib.h>
 

@@ -1,0 +1,198 @@
+// Matrix products with a weight stored Rows x Cols (a Hugging Face Linear
+// weight) in f32, bf16 or f16: out (n x rows) = x (n x cols) * w^T, with
+// float32 accumulation. matvec is decode's kernel (n <= 8: memory-bound,
+// every weight read once), matmul the tiled GEMM for any n.
+#include "prelude.cuh"
+
+// Weight element types, as template arguments (bf16 and f16 are both raw
+// uint16 in memory).
+enum { kkF32, kkBF16, kkF16 };
+
+// kk_widen returns element i of w as float32.
+template <int DT> KK_DEVICE float kk_widen(const void *w, long long i) {
+	if (DT == kkF32)
+		return ((const float *)w)[i];
+	kk_u16 h = ((const kk_u16 *)w)[i];
+	return DT == kkBF16 ? kk_bf16(h) : kk_f16(h);
+}
+
+// kk_widen2 widens the two 16-bit elements packed in u, low half first.
+template <int DT> KK_DEVICE void kk_widen2(kk_u32 u, float *o) {
+	if (DT == kkBF16) {
+		o[0] = kk_bits_f32(u << 16);
+		o[1] = kk_bits_f32(u & 0xffff0000u);
+	} else {
+		o[0] = kk_f16((kk_u16)(u & 0xffffu));
+		o[1] = kk_f16((kk_u16)(u >> 16));
+	}
+}
+
+// kk_widen8 loads elements i..i+7 of w (16-byte aligned) with 16-byte
+// loads: one for 16-bit weights, two for float32.
+template <int DT> KK_DEVICE void kk_widen8(const void *w, long long i, float *o) {
+	if (DT == kkF32) {
+		const kk_u32x4 *p = (const kk_u32x4 *)((const float *)w + i);
+		kk_u32x4 a = p[0], b = p[1];
+		for (int k = 0; k < 4; k++) {
+			o[k] = kk_bits_f32(a[k]);
+			o[4 + k] = kk_bits_f32(b[k]);
+		}
+		return;
+	}
+	kk_u32x4 v = *(const kk_u32x4 *)((const kk_u16 *)w + i);
+	for (int k = 0; k < 4; k++)
+		kk_widen2<DT>(v[k], o + 2 * k);
+}
+
+#define KK_MAXN 8
+
+// matvec: each warp owns one output row and reads it once for all n input
+// rows, lane by lane 8 consecutive weights (a 16-byte load) at a time, a
+// warp covering 256 consecutive columns per step. x is staged in shared
+// memory chunk columns at a time (chunk a multiple of 8, so the weights'
+// 16-byte alignment holds in every chunk); the warp's partial sums meet by
+// shuffles. Rows or columns that do not fill the launch are handled by
+// keeping idle warps at the barriers, and a row whose length is not a
+// multiple of 8 (or a weight not 16-byte aligned) by scalar loads.
+template <int DT>
+KK_DEVICE void kk_matvec(float *__restrict__ out, const float *__restrict__ x, const void *__restrict__ w, int n,
+                         int rows, int cols, int chunk) {
+	KK_DYN_SHARED(float, xs);
+	int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+	int row = blockIdx.x * warps + (threadIdx.x >> 5);
+	bool live = row < rows;
+	bool vec = (cols & 7) == 0 && ((unsigned long long)w & 15) == 0;
+	long long base = (long long)row * cols;
+	float acc[KK_MAXN];
+#pragma unroll
+	for (int j = 0; j < KK_MAXN; j++)
+		acc[j] = 0.0f;
+	for (int c0 = 0; c0 < cols; c0 += chunk) {
+		int len = cols - c0 < chunk ? cols - c0 : chunk;
+		__syncthreads(); // the previous chunk is consumed
+		for (int i = threadIdx.x; i < n * len; i += blockDim.x) {
+			int j = i / len, c = i - j * len;
+			xs[j * chunk + c] = x[(long long)j * cols + c0 + c];
+		}
+		__syncthreads();
+		if (!live)
+			continue;
+		if (vec) {
+			for (int c = lane * 8; c < len; c += 256) {
+				float wv[8];
+				kk_widen8<DT>(w, base + c0 + c, wv);
+#pragma unroll
+				for (int j = 0; j < KK_MAXN; j++) {
+					if (j < n) {
+						// Two 16-byte shared loads: j*chunk+c is a multiple of 8.
+						const kk_f32x4 *xr = (const kk_f32x4 *)(xs + j * chunk + c);
+						kk_f32x4 a = xr[0], b = xr[1];
+						float s = acc[j];
+#pragma unroll
+						for (int k = 0; k < 4; k++)
+							s += wv[k] * a[k] + wv[4 + k] * b[k];
+						acc[j] = s;
+					}
+				}
+			}
+		} else {
+			for (int c = lane; c < len; c += 32) {
+				float wv = kk_widen<DT>(w, base + c0 + c);
+#pragma unroll
+				for (int j = 0; j < KK_MAXN; j++)
+					if (j < n)
+						acc[j] += wv * xs[j * chunk + c];
+			}
+		}
+	}
+	if (!live)
+		return;
+#pragma unroll
+	for (int j = 0; j < KK_MAXN; j++) {
+		if (j < n) {
+			float s = kk_warp_sum(acc[j]);
+			if (lane == 0)
+				out[(long long)j * rows + row] = s;
+		}
+	}
+}
+
+KK_KERNEL void __launch_bounds__(256) matvec_f32(float *out, const float *x, const float *w, int n, int rows, int cols, int chunk) {
+	kk_matvec<kkF32>(out, x, w, n, rows, cols, chunk);
+}
+KK_KERNEL void __launch_bounds__(256) matvec_bf16(float *out, const float *x, const kk_u16 *w, int n, int rows, int cols, int chunk) {
+	kk_matvec<kkBF16>(out, x, w, n, rows, cols, chunk);
+}
+KK_KERNEL void __launch_bounds__(256) matvec_f16(float *out, const float *x, const kk_u16 *w, int n, int rows, int cols, int chunk) {
+	kk_matvec<kkF16>(out, x, w, n, rows, cols, chunk);
+}
+
+// matmul: a block computes a 64 x 64 tile of out (64 input rows by 64
+// weight rows), stepping through the columns 16 at a time: both operands'
+// slices are staged in shared memory column-major (so a thread reads its 4
+// consecutive rows of each in one sweep) and each of the 256 threads
+// accumulates a 4 x 4 sub-tile in registers. Out-of-range rows and columns
+// are staged as zeros and not written.
+#define KK_MM_T 64
+#define KK_MM_K 16
+#define KK_MM_PAD 4
+template <int DT>
+KK_DEVICE void kk_matmul(float *__restrict__ out, const float *__restrict__ x, const void *__restrict__ w, int n,
+                         int rows, int cols) {
+	__shared__ float xs[KK_MM_K][KK_MM_T + KK_MM_PAD];
+	__shared__ float ws[KK_MM_K][KK_MM_T + KK_MM_PAD];
+	int t = threadIdx.x, tx = t & 15, ty = t >> 4;
+	int r0 = blockIdx.x * KK_MM_T, i0 = blockIdx.y * KK_MM_T;
+	float acc[4][4];
+#pragma unroll
+	for (int a = 0; a < 4; a++)
+#pragma unroll
+		for (int b = 0; b < 4; b++)
+			acc[a][b] = 0.0f;
+	for (int k0 = 0; k0 < cols; k0 += KK_MM_K) {
+#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			int e = t + 256 * q, rr = e >> 4, k = e & 15;
+			int c = k0 + k;
+			int i = i0 + rr, r = r0 + rr;
+			xs[k][rr] = i < n && c < cols ? x[(long long)i * cols + c] : 0.0f;
+			ws[k][rr] = r < rows && c < cols ? kk_widen<DT>(w, (long long)r * cols + c) : 0.0f;
+		}
+		__syncthreads();
+#pragma unroll
+		for (int k = 0; k < KK_MM_K; k++) {
+			float a[4], b[4];
+#pragma unroll
+			for (int q = 0; q < 4; q++) {
+				a[q] = xs[k][ty * 4 + q];
+				b[q] = ws[k][tx * 4 + q];
+			}
+#pragma unroll
+			for (int p = 0; p < 4; p++)
+#pragma unroll
+				for (int q = 0; q < 4; q++)
+					acc[p][q] += a[p] * b[q];
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		int i = i0 + ty * 4 + p;
+#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			int r = r0 + tx * 4 + q;
+			if (i < n && r < rows)
+				out[(long long)i * rows + r] = acc[p][q];
+		}
+	}
+}
+
+KK_KERNEL void __launch_bounds__(256) matmul_f32(float *out, const float *x, const float *w, int n, int rows, int cols) {
+	kk_matmul<kkF32>(out, x, w, n, rows, cols);
+}
+KK_KERNEL void __launch_bounds__(256) matmul_bf16(float *out, const float *x, const kk_u16 *w, int n, int rows, int cols) {
+	kk_matmul<kkBF16>(out, x, w, n, rows, cols);
+}
+KK_KERNEL void __launch_bounds__(256) matmul_f16(float *out, const float *x, const kk_u16 *w, int n, int rows, int cols) {
+	kk_matmul<kkF16>(out, x, w, n, rows, cols);
+}
