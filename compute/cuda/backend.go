@@ -18,6 +18,13 @@ type Options struct {
 	// NoGraphs launches every kernel on its own instead of replaying
 	// repeated launch sequences as CUDA graphs.
 	NoGraphs bool
+	// NoCUBLAS computes prefill's matrix products with the backend's own
+	// kernel even where cuBLAS (libcublas.so.13 or .12) is installed.
+	NoCUBLAS bool
+	// ExactGEMM makes cuBLAS compute in float32 throughout; by default its
+	// tensor cores round the inputs to TF32 (10-bit mantissa, exact for
+	// bf16 and f16 weights), several times faster.
+	ExactGEMM bool
 }
 
 // Backend runs compute.Backend's operations on one CUDA device: buffers,
@@ -36,6 +43,15 @@ type Backend struct {
 	dev    deviceInfo
 	err    error
 	closed bool
+
+	gemm    gemmer // cuBLAS, nil when absent or off
+	gemmWhy error  // why gemm is nil
+	tf32    bool
+	wide    Ptr // float32 rows of a weight widened for cuBLAS
+	wideN   int // floats wide holds
+	wideMax int // floats wide may hold (wideFloats; less in tests)
+	ident   Ptr // int32 ids 0, 1, ..., identN-1
+	identN  int
 
 	queue  []Launch      // launches not yet given to the driver
 	narrow []narrowWrite // bf16 cache writes not yet done
@@ -73,11 +89,34 @@ func New(opts Options) (*Backend, error) {
 
 // newBackend returns a backend on an opened driver.
 func newBackend(d driver, opts Options) *Backend {
-	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}}
+	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats}
 	if !opts.NoGraphs {
 		b.graphs = newGraphCache()
 	}
+	g, ok := d.(gemmer)
+	switch {
+	case opts.NoCUBLAS:
+		b.gemmWhy = errors.New("cuda: cuBLAS off (Options.NoCUBLAS)")
+	case !ok:
+		b.gemmWhy = errors.New("cuda: the driver has no cuBLAS")
+	default:
+		if b.gemmWhy = g.blas(); b.gemmWhy == nil {
+			b.gemm = g
+		}
+	}
 	return b
+}
+
+// GEMM says how prefill's matrix products run: "cuBLAS (TF32)",
+// "cuBLAS (float32)", or the backend's kernel and why.
+func (b *Backend) GEMM() string {
+	switch {
+	case b.gemm == nil:
+		return fmt.Sprintf("matmul kernel (%v)", b.gemmWhy)
+	case b.tf32:
+		return "cuBLAS (TF32)"
+	}
+	return "cuBLAS (float32)"
 }
 
 // Name returns "cuda".
@@ -514,7 +553,71 @@ func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 		b.op(matVecLaunch(wt.dt, ptr(out), ptr(x), wt.mem.ptr, n, wt.rows, wt.cols), false)
 		return
 	}
+	if b.gemm != nil {
+		b.mu.Lock()
+		b.fail(b.matMulBLAS(ptr(out), ptr(x), n, wt))
+		b.mu.Unlock()
+		return
+	}
 	b.op(matMulLaunch(wt.dt, ptr(out), ptr(x), wt.mem.ptr, n, wt.rows, wt.cols), false)
+}
+
+// wideFloats bounds the scratch of weights widened for cuBLAS: 64 MiB.
+const wideFloats = 16 << 20
+
+// matMulBLAS computes out = x times w transposed with cuBLAS. cuBLAS
+// multiplies operands of one type, and x is float32, so a bf16 or f16
+// weight is widened to float32 first (the embedding kernel copies its
+// rows), a chunk of rows at a time through a bounded scratch: prefill is
+// compute-bound, and widening costs a few bytes per weight per chunk of up
+// to 512 tokens. Called with mu held.
+func (b *Backend) matMulBLAS(out, x Ptr, n int, w *weight) error {
+	if b.err != nil {
+		return b.err
+	}
+	if w.dt == compute.F32 {
+		b.flush()
+		return b.gemm.sgemm(out, x, w.mem.ptr, n, w.rows, w.cols, w.rows, b.tf32)
+	}
+	chunk := max(1, min(w.rows, b.wideMax/w.cols))
+	if b.wideN < chunk*w.cols {
+		if b.wide != 0 {
+			b.freeLater(b.wide) // queued work may still read it
+		}
+		b.wide, b.wideN = 0, 0
+		p, err := b.allocRaw(4 * chunk * w.cols)
+		if err != nil {
+			return fmt.Errorf("cuda: cuBLAS scratch for a %dx%d weight: %w", w.rows, w.cols, err)
+		}
+		b.wide, b.wideN = p, chunk*w.cols
+	}
+	if b.identN < chunk {
+		ids := make([]int32, chunk)
+		for i := range ids {
+			ids[i] = int32(i)
+		}
+		p, err := b.allocRaw(4 * chunk)
+		if err != nil {
+			return fmt.Errorf("cuda: cuBLAS row ids: %w", err)
+		}
+		b.flush()
+		if err := b.drv.copyIn(p, bytesOf(ids)); err != nil {
+			return err
+		}
+		if b.ident != 0 {
+			b.freeLater(b.ident)
+		}
+		b.ident, b.identN = p, chunk
+	}
+	es := w.dt.Size()
+	for r0 := 0; r0 < w.rows; r0 += chunk {
+		rc := min(chunk, w.rows-r0)
+		b.enqueue(embedLaunch(w.dt, b.wide, w.mem.ptr+Ptr(r0*w.cols*es), b.ident, rc, w.cols), true)
+		if err := b.gemm.sgemm(out+Ptr(4*r0), x, b.wide, n, rc, w.cols, w.rows, b.tf32); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RMSNorm normalizes each row of x into out.

@@ -344,3 +344,61 @@ func TestMemoryFreedAfterGC(t *testing.T) {
 		t.Errorf("peak %d bytes", peak)
 	}
 }
+
+// With cuBLAS, prefill's products widen bf16 and f16 weights to float32 a
+// chunk of rows at a time and multiply them with cublasGemmEx (on the fake,
+// a host product), giving the CPU backend's results.
+func TestMatMulCUBLAS(t *testing.T) {
+	needKernels(t, "embed_bf16", "embed_f16")
+	host := cpu.New(1)
+	defer host.Close()
+	r := rand.New(rand.NewPCG(9, 10))
+	const n, rows, cols = maxMatVecRows + 4, 37, 24
+	for _, dt := range []compute.DType{compute.F32, compute.BF16, compute.F16} {
+		for _, wide := range []int{wideFloats, 10 * cols} { // one chunk, four
+			f := newFake()
+			f.cublas = true
+			gpu := newBackend(f, Options{})
+			gpu.wideMax = wide
+			if got := gpu.GEMM(); got != "cuBLAS (TF32)" {
+				t.Errorf("GEMM() = %q", got)
+			}
+			m := compute.Mat{DType: dt, Rows: rows, Cols: cols}
+			for _, v := range randFloats(r, rows*cols) {
+				switch dt {
+				case compute.F32:
+					m.F32 = append(m.F32, v)
+				case compute.BF16:
+					m.U16 = append(m.U16, compute.F32ToBF16(v))
+				case compute.F16:
+					m.U16 = append(m.U16, compute.F32ToF16(v))
+				}
+			}
+			x := randFloats(r, n*cols)
+			var got, want []float32
+			for _, b := range []compute.Backend{gpu, host} {
+				w, err := b.Upload(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := b.Alloc(n * rows)
+				b.MatMul(out, upload(b, x), n, w)
+				if b == host {
+					want = read(b, out)
+				} else {
+					got = read(b, out)
+				}
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if dd := maxAbsDiff(got, want); dd > 1e-4 || math.IsNaN(dd) {
+				t.Errorf("%v, scratch of %d floats: max abs difference %.3g from the CPU backend", dt, wide, dd)
+			}
+			if chunks := (rows + wide/cols - 1) / (wide / cols); dt != compute.F32 && f.gemms != chunks || dt == compute.F32 && f.gemms != 1 {
+				t.Errorf("%v: %d GEMMs", dt, f.gemms)
+			}
+			gpu.Close()
+		}
+	}
+}

@@ -160,3 +160,26 @@ func newError(call string, code Result) *Error {
 func mib(bytes int) string {
 	return fmt.Sprintf("%.4g MiB (%d bytes)", float64(bytes)/(1<<20), bytes)
 }
+
+// gemmer is a driver with cuBLAS, for prefill's matrix products.
+type gemmer interface {
+	// blas returns why GEMMs are unavailable, nil when sgemm works.
+	blas() error
+	// sgemm sets out (n rows of rows values, ldc apart) to x (n rows of
+	// cols) times w (rows x cols) transposed, all float32, in stream
+	// order; tf32 lets the tensor cores round the inputs to TF32.
+	sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) error
+}
+
+// cublasStatus names a cublasStatus_t.
+func cublasStatus(st int) string {
+	name, ok := map[int]string{
+		1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED", 7: "CUBLAS_STATUS_INVALID_VALUE",
+		8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR", 13: "CUBLAS_STATUS_EXECUTION_FAILED",
+		14: "CUBLAS_STATUS_INTERNAL_ERROR", 15: "CUBLAS_STATUS_NOT_SUPPORTED", 16: "CUBLAS_STATUS_LICENSE_ERROR",
+	}[st]
+	if !ok {
+		name = "cublasStatus"
+	}
+	return fmt.Sprintf("%s (%d)", name, st)
+}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -25,7 +26,9 @@ type fakeDriver struct {
 	fail      map[string]Result
 	failAfter map[string]int
 	noGraphs  bool
-	maxBytes  int // 0: no limit on the memory held
+	maxBytes  int  // 0: no limit on the memory held
+	cublas    bool // offer sgemm (computed on the host)
+	gemms     int
 
 	launched []string // kernels run, in order (graph replays included)
 	calls    map[string]int
@@ -234,4 +237,43 @@ func needKernels(t testing.TB, names ...string) {
 			t.Skipf("the emulator has no kernel %s yet", k)
 		}
 	}
+}
+
+func (f *fakeDriver) blas() error {
+	if !f.cublas {
+		return errors.New("fake: no cuBLAS")
+	}
+	return nil
+}
+
+// sgemm is cuBLAS's product computed on the host in float64, with the
+// driver's checks of the operands' memory.
+func (f *fakeDriver) sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) error {
+	if err := f.check("sgemm", "cublasGemmEx"); err != nil {
+		return err
+	}
+	f.gemms++
+	for _, c := range []struct {
+		p     Ptr
+		bytes int
+	}{{x, 4 * n * cols}, {w, 4 * rows * cols}, {out, 4 * ((n-1)*ldc + rows)}} {
+		if err := f.within(c.p, c.bytes, "sgemm operand"); err != nil {
+			return err
+		}
+	}
+	xs, ws := make([]float32, n*cols), make([]float32, rows*cols)
+	kernels.CopyOut(bytesOf(xs), uint64(x))
+	kernels.CopyOut(bytesOf(ws), uint64(w))
+	row := make([]float32, rows)
+	for i := range n {
+		for r := range rows {
+			var s float64
+			for c := range cols {
+				s += float64(xs[i*cols+c]) * float64(ws[r*cols+c])
+			}
+			row[r] = float32(s)
+		}
+		kernels.CopyIn(uint64(out)+uint64(4*i*ldc), bytesOf(row))
+	}
+	return nil
 }

@@ -63,6 +63,15 @@ typedef struct {
 	CUresult (*cuGraphExecDestroy)(CUgraphExec);
 	CUresult (*cuGraphDestroy)(CUgraph);
 
+	// cuBLAS: optional, from its own library.
+	void *blas;
+	int (*cublasCreate)(void **);
+	int (*cublasDestroy)(void *);
+	int (*cublasSetStream)(void *, CUstream);
+	int (*cublasGemmEx)(void *, int, int, int, int, int, const void *, const void *, int, int,
+		const void *, int, int, const void *, void *, int, int, int, int);
+	void *blasHandle;
+
 	CUdevice dev;
 	CUcontext ctx;
 	CUstream stream;
@@ -264,8 +273,50 @@ static CUresult kk_graph_destroy(kk_drv *d, uint64_t e) {
 	return r ? r : d->cuGraphExecDestroy((CUgraphExec)(uintptr_t)e);
 }
 
+// kk_blas_open loads cuBLAS and makes a handle on the backend's stream.
+// It returns a static message on failure, or NULL; *status is cuBLAS's.
+static const char *kk_blas_open(kk_drv *d, const char *lib, int *status) {
+	*status = 0;
+	d->blas = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!d->blas) return dlerror();
+	*(void **)(&d->cublasCreate) = dlsym(d->blas, "cublasCreate_v2");
+	*(void **)(&d->cublasDestroy) = dlsym(d->blas, "cublasDestroy_v2");
+	*(void **)(&d->cublasSetStream) = dlsym(d->blas, "cublasSetStream_v2");
+	*(void **)(&d->cublasGemmEx) = dlsym(d->blas, "cublasGemmEx");
+	if (!d->cublasCreate || !d->cublasDestroy || !d->cublasSetStream || !d->cublasGemmEx) {
+		dlclose(d->blas);
+		d->blas = NULL;
+		return "missing cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2 or cublasGemmEx";
+	}
+	if (d->cuCtxSetCurrent(d->ctx) || (*status = d->cublasCreate(&d->blasHandle))) {
+		d->blasHandle = NULL;
+		return "cublasCreate_v2 failed";
+	}
+	if ((*status = d->cublasSetStream(d->blasHandle, d->stream))) {
+		d->cublasDestroy(d->blasHandle);
+		d->blasHandle = NULL;
+		return "cublasSetStream_v2 failed";
+	}
+	return NULL;
+}
+
+// kk_sgemm sets C (m x n, column-major, leading dimension ldc) to A^T B
+// with A k x m (lda = k) and B k x n (ldb = k), all float32: row-major
+// out[n][ldc] = x[n][k] times w[m][k] transposed.
+static int kk_sgemm(kk_drv *d, uint64_t c, uint64_t a, uint64_t b, int m, int n, int k, int ldc, int compute) {
+	float alpha = 1, beta = 0;
+	if (d->cuCtxSetCurrent(d->ctx)) return 1; // CUBLAS_STATUS_NOT_INITIALIZED
+	return d->cublasGemmEx(d->blasHandle, 1, 0, m, n, k, &alpha, (const void *)(uintptr_t)a, 0, k,
+		(const void *)(uintptr_t)b, 0, k, &beta, (void *)(uintptr_t)c, 0, ldc, compute, -1);
+}
+
 static CUresult kk_shutdown(kk_drv *d) {
 	CUresult r = 0, r2;
+	if (d->blasHandle) {
+		d->cuCtxSetCurrent(d->ctx);
+		d->cublasDestroy(d->blasHandle);
+		d->blasHandle = NULL;
+	}
 	if (d->ctx) {
 		r = d->cuCtxSetCurrent(d->ctx);
 		if (d->stream) { r2 = d->cuStreamSynchronize(d->stream); if (!r) r = r2; r2 = d->cuStreamDestroy(d->stream); if (!r) r = r2; }
@@ -282,6 +333,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 )
 
@@ -303,19 +355,22 @@ const (
 
 // libcuda is the driver of a real device.
 type libcuda struct {
-	d     *C.kk_drv // C memory: it holds C pointers only
-	dev   deviceInfo
-	fns   map[string]uint64 // CUfunction by kernel name, resolved once
-	batch []C.kk_launch
-	args  []byte
+	d       *C.kk_drv // C memory: it holds C pointers only
+	dev     deviceInfo
+	blasErr error             // why cuBLAS is not used, nil when it is
+	fns     map[string]uint64 // CUfunction by kernel name, resolved once
+	batch   []C.kk_launch
+	args    []byte
 }
 
 // openDriver loads libcuda.so.1, opens device ordinal with its primary
 // context and a stream of its own, and JIT-compiles ptx, a PTX image.
-func openDriver(ordinal int, ptx []byte) (driver, error) { return openLibrary(libName, ordinal, ptx) }
+func openDriver(ordinal int, ptx []byte) (driver, error) {
+	return openLibrary(libName, cublasLibs, ordinal, ptx)
+}
 
-// openLibrary is openDriver with the library named (tests load a stub).
-func openLibrary(lib string, ordinal int, ptx []byte) (driver, error) {
+// openLibrary is openDriver with the libraries named (tests load stubs).
+func openLibrary(lib string, blasLibs []string, ordinal int, ptx []byte) (driver, error) {
 	d := (*C.kk_drv)(C.calloc(1, C.sizeof_kk_drv))
 	var missing *C.char
 	cname := C.CString(lib)
@@ -334,8 +389,59 @@ func openLibrary(lib string, ordinal int, ptx []byte) (driver, error) {
 		l.close()
 		return nil, err
 	}
+	l.blasErr = l.openBLAS(blasLibs)
 	return l, nil
 }
+
+// cublasLibs are the cuBLAS libraries tried, newest first: CUDA 13's and
+// 12's (the toolkit's or a pip wheel's, found by the dynamic loader).
+var cublasLibs = []string{"libcublas.so.13", "libcublas.so.12"}
+
+// openBLAS loads cuBLAS for prefill GEMMs; without it the backend uses its
+// own matrix kernel.
+func (l *libcuda) openBLAS(libs []string) error {
+	var errs []string
+	for _, lib := range libs {
+		cname := C.CString(lib)
+		var status C.int
+		msg := C.kk_blas_open(l.d, cname, &status)
+		C.free(unsafe.Pointer(cname))
+		if msg == nil {
+			return nil
+		}
+		e := fmt.Sprintf("%s: %s", lib, C.GoString(msg))
+		if status != 0 {
+			e += fmt.Sprintf(" (cublasStatus %d)", int(status))
+		}
+		errs = append(errs, e)
+		if l.d.blas != nil {
+			break // loaded, but unusable: a later version would not do better
+		}
+	}
+	return fmt.Errorf("cuda: no cuBLAS: %s", strings.Join(errs, "; "))
+}
+
+// blas returns why cuBLAS is unavailable, nil when sgemm works.
+func (l *libcuda) blas() error { return l.blasErr }
+
+// sgemm implements gemmer: cublasGemmEx on float32 operands, in stream
+// order.
+func (l *libcuda) sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) error {
+	compute := C.int(cublasCompute32F)
+	if tf32 {
+		compute = cublasCompute32FFastTF32
+	}
+	if st := C.kk_sgemm(l.d, C.uint64_t(out), C.uint64_t(w), C.uint64_t(x), C.int(rows), C.int(n), C.int(cols), C.int(ldc), compute); st != 0 {
+		return fmt.Errorf("cuda: cublasGemmEx(%d x %d times %d x %d transposed): %s", n, cols, rows, cols, cublasStatus(int(st)))
+	}
+	return nil
+}
+
+// cuBLAS compute types.
+const (
+	cublasCompute32F         = 68
+	cublasCompute32FFastTF32 = 77
+)
 
 // err turns a CUresult into an *Error naming the call, in the driver's own
 // words when it has them.

@@ -123,7 +123,7 @@ CUresult cuGraphDestroy(void *g) { return 0; }
 `
 
 // buildStub compiles the stub library with the given -D flags.
-func buildStub(t *testing.T, defines ...string) string {
+func buildStub(t *testing.T, source string, defines ...string) string {
 	t.Helper()
 	cc := os.Getenv("CC")
 	if cc == "" {
@@ -134,7 +134,7 @@ func buildStub(t *testing.T, defines ...string) string {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "stub.c")
-	if err := os.WriteFile(src, []byte(stubLibcuda), 0o644); err != nil {
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	lib := filepath.Join(dir, "libcuda-stub.so")
@@ -150,7 +150,7 @@ var stubPTX = []byte(".version 7.8\n.target sm_80\n")
 // The real driver's failures name the call, the CUresult by the driver's
 // own name and message, and what was asked.
 func TestLibcudaErrors(t *testing.T) {
-	if _, err := openLibrary("/nonexistent/libcuda.so.1", 0, stubPTX); err == nil ||
+	if _, err := openLibrary("/nonexistent/libcuda.so.1", nil, 0, stubPTX); err == nil ||
 		!strings.Contains(err.Error(), `dlopen("/nonexistent/libcuda.so.1")`) || !strings.Contains(err.Error(), "--device cpu") {
 		t.Errorf("missing library: %v", err)
 	}
@@ -168,7 +168,7 @@ func TestLibcudaErrors(t *testing.T) {
 		{"bad PTX", nil, 0, []byte("garbage"), []string{"cuModuleLoadDataEx (JIT of the embedded PTX for sm_90)", "(218)", "JIT log: stub: no .version directive"}, 218},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := openLibrary(buildStub(t, tc.defines...), tc.ordinal, tc.ptx)
+			_, err := openLibrary(buildStub(t, stubLibcuda, tc.defines...), nil, tc.ordinal, tc.ptx)
 			if err == nil {
 				t.Fatal("opened")
 			}
@@ -194,11 +194,14 @@ func TestLibcudaBackend(t *testing.T) {
 		graphs  bool
 	}{{"graphs", nil, true}, {"no graphs", []string{"-DNO_GRAPHS"}, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := openLibrary(buildStub(t, tc.defines...), 0, stubPTX)
+			d, err := openLibrary(buildStub(t, stubLibcuda, tc.defines...), []string{"/nonexistent/libcublas.so.13"}, 0, stubPTX)
 			if err != nil {
 				t.Fatal(err)
 			}
 			b := newBackend(d, Options{})
+			if got := b.GEMM(); !strings.Contains(got, `matmul kernel (cuda: no cuBLAS: /nonexistent/libcublas.so.13: /nonexistent/libcublas.so.13: cannot open`) {
+				t.Errorf("GEMM() = %q", got)
+			}
 			if got := b.Device(); !strings.Contains(got, "Stub GPU (sm_90, 132 SMs, 80.0 GiB, 3352 GB/s)") {
 				t.Errorf("Device() = %q", got)
 			}
@@ -235,5 +238,75 @@ func TestLibcudaBackend(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// stubCublas stands in for libcublas: cublasGemmEx computes on the host,
+// checking that it is asked for the product the backend means (A
+// transposed, float32 operands) with consistent leading dimensions.
+const stubCublas = `
+#include <stdint.h>
+int cublasCreate_v2(void **h) { static int x; *h = &x; return 0; }
+int cublasDestroy_v2(void *h) { return 0; }
+int cublasSetStream_v2(void *h, void *s) { return 0; }
+int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
+		const void *B, int bt, int ldb, const void *beta, void *C, int ct, int ldc, int compute, int algo) {
+	if (ta != 1 || tb != 0 || at != 0 || bt != 0 || ct != 0 || lda < k || ldb < k || ldc < m) return 7;
+	if (compute != 68 && compute != 77) return 7;
+	if (*(const float *)alpha != 1 || *(const float *)beta != 0) return 7;
+	const float *a = A, *b = B;
+	float *c = C;
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < m; i++) {
+			double s = 0;
+			for (int l = 0; l < k; l++) s += (double)a[i * lda + l] * b[j * ldb + l];
+			c[j * ldc + i] = (float)s;
+		}
+	return 0;
+}
+`
+
+// Through the stub driver and a stub cuBLAS, a prefill product reaches
+// cublasGemmEx with the operands, transposes and leading dimensions that
+// give x times w transposed.
+func TestLibcudaCUBLAS(t *testing.T) {
+	d, err := openLibrary(buildStub(t, stubLibcuda), []string{"/nonexistent/libcublas.so.13", buildStub(t, stubCublas)}, 0, stubPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(d, Options{ExactGEMM: true})
+	defer b.Close()
+	if got := b.GEMM(); got != "cuBLAS (float32)" {
+		t.Fatalf("GEMM() = %q", got)
+	}
+	const n, rows, cols = 10, 3, 4
+	w := compute.Mat{DType: compute.F32, Rows: rows, Cols: cols, F32: make([]float32, rows*cols)}
+	x := make([]float32, n*cols)
+	for i := range w.F32 {
+		w.F32[i] = float32(i%5) - 2
+	}
+	for i := range x {
+		x[i] = float32(i%7) * 0.5
+	}
+	wt, err := b.Upload(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.Alloc(n * rows)
+	b.MatMul(out, upload(b, x), n, wt)
+	got := read(b, out)
+	for i := range n {
+		for r := range rows {
+			var want float32
+			for c := range cols {
+				want += x[i*cols+c] * w.F32[r*cols+c]
+			}
+			if got[i*rows+r] != want {
+				t.Fatalf("out[%d][%d] = %v, want %v", i, r, got[i*rows+r], want)
+			}
+		}
+	}
+	if err := b.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
