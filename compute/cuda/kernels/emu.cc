@@ -3,7 +3,7 @@
 // emu.cc: the CPU emulator of the kernels (see emu.h for the model) and
 // the C API emu.go calls. The kernels are compiled into this translation
 // unit from all.cu. With KK_EMU_TEST_KERNELS defined (the test package
-// internal/emutest does, including this file), the kernels are instead
+// testdata/emutest does, including this file), the kernels are instead
 // that file's, and the API is named by KK_EMU_API_PREFIX so that both
 // emulators link into one test binary.
 #define KK_EMU 1

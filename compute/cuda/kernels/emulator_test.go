@@ -1,6 +1,12 @@
 //go:build cgo && linux
 
-package emutest
+package kernels_test
+
+// Tests of the emulator itself, through the test kernels of
+// testdata/emutest (go test ./... does not walk testdata, so they run
+// here): a faithful emulation must expose a missing barrier, reject
+// kernels that break the execution model and give CUDA's results for
+// warp collectives and atomics.
 
 import (
 	"encoding/binary"
@@ -9,7 +15,11 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute/cuda/kernels"
+	"github.com/kakeya-ai/kakeya/compute/cuda/kernels/testdata/emutest"
 )
+
+// Run runs a test kernel.
+var Run = emutest.Run
 
 // mem is emulated device memory of n bytes, freed when the test ends.
 func mem(t *testing.T, b []byte) uint64 {
