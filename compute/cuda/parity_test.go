@@ -98,6 +98,14 @@ func run(t testing.TB, m *model.Model, spec kvcache.Spec, ids []int, pre int) ([
 	return rows, s.KVStats()
 }
 
+func maxAbs(a []float32) float64 {
+	var m float64
+	for _, v := range a {
+		m = max(m, math.Abs(float64(v)))
+	}
+	return m
+}
+
 func maxAbsDiff(a, b []float32) float64 {
 	var d float64
 	for i := range a {
@@ -108,9 +116,17 @@ func maxAbsDiff(a, b []float32) float64 {
 
 // The whole forward pass on the CUDA backend — host logic on a fake
 // driver, kernels through their CPU emulation — gives the CPU backend's
-// logits within 1e-3 on every architecture and stories260K: a prefill
-// longer than the matrix-vector kernel's rows then decode steps, through
-// float32, bf16 and int8-encoded cache blocks.
+// logits on every architecture and stories260K: a prefill longer than the
+// matrix-vector kernel's rows, then decode steps, through float32, bf16 and
+// int8-encoded cache blocks. With a float32 cache the logits agree within
+// 1e-3 absolute. A bf16 or int8 cache rounds each key and value, and the
+// two backends' float32 sums (in different orders) differ by a few ulps,
+// so now and then a value on a rounding boundary lands one bf16 ulp or one
+// int8 step apart (stories260K: one key of 3840 at position 11 of layer 2,
+// 3.34375 against 3.328125), which moves later logits by up to ~7e-3; those
+// caches are held to 1e-3 times the largest |logit| (at least 1e-3).
+// TestBlockStore checks that the rounding and decoding themselves match
+// the CPU's exactly.
 func TestForwardMatchesCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("emulates every kernel of several forward passes")
@@ -125,6 +141,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		{"f32", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "f32"}},
 		{"bf16", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}},
 		{"int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		{"int8 (f32 hot)", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -138,8 +155,11 @@ func TestForwardMatchesCPU(t *testing.T) {
 				want, stW := run(t, cpuM, sp.spec, ids, pre)
 				got, stG := run(t, gpuM, sp.spec, ids, pre)
 				for p := range want {
-					d := maxAbsDiff(got[p], want[p])
-					if math.IsNaN(d) || d > 1e-3 {
+					d, tol := maxAbsDiff(got[p], want[p]), 1e-3
+					if sp.spec.CacheType != "f32" {
+						tol *= max(1, maxAbs(want[p]))
+					}
+					if math.IsNaN(d) || d > tol {
 						t.Fatalf("%s cache, position %d (%s): max abs logit difference %.3g, CUDA vs CPU", sp.name, p, map[bool]string{true: "prefill", false: "decode"}[p < pre], d)
 					}
 					worst = max(worst, d)
