@@ -262,8 +262,12 @@ const (
 // codec, and false when attention cannot read that codec's bytes (the
 // cache then keeps such blocks hot, holding their decoded values).
 func encodedFormat(codecName string) (int32, bool) {
-	// int8 and int4 join once their kernels are tested.
-	_ = codecName
+	switch codecName {
+	case "int8":
+		return partInt8, true
+	case "int4":
+		return partInt4, true
+	}
 	return 0, false
 }
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cuda/kernels"
 	"github.com/kakeya-ai/kakeya/compute/reference"
@@ -366,4 +367,156 @@ func TestMatVecLoads16Bytes(t *testing.T) {
 			t.Errorf("%s loads no 16-byte vectors of weights", k)
 		}
 	}
+}
+
+// refKV is a KV layer of reference-store parts, indexed block*kvHeads+g.
+type refKV struct {
+	n, kvHeads int
+	parts      [][2]compute.Part
+}
+
+func (k *refKV) Len() int { return k.n }
+func (k *refKV) Part(head, block, kv int) compute.Part {
+	return k.parts[block*k.kvHeads+head][kv]
+}
+
+// attnCase is one attention geometry and the storage of its blocks:
+// hot "f32" or "bf16" parts, full blocks encoded by "int8" or "int4", or
+// "mixed" (full blocks cycle through int8, int4 and hot).
+type attnCase struct {
+	name                            string
+	heads, kvHeads, d, bs, start, n int
+	window                          int
+	hot                             string // f32 or bf16
+	enc                             string // "", int8, int4 or mixed
+}
+
+func TestLaunchAttention(t *testing.T) {
+	cases := []attnCase{
+		{"decode/gqa7/d64", 7, 1, 64, 16, 40, 1, 0, "f32", ""},
+		{"decode/1to1/d128/bf16", 2, 2, 128, 32, 70, 1, 0, "bf16", ""},
+		{"prefill/gqa7/d64", 14, 2, 64, 16, 0, 37, 0, "f32", ""},
+		{"chunk/1to1/d128/bf16", 4, 4, 128, 16, 21, 9, 0, "bf16", ""},
+		{"window/decode", 4, 2, 64, 16, 50, 1, 20, "f32", ""},
+		{"window/prefill", 4, 2, 64, 8, 3, 30, 7, "bf16", ""},
+		{"oneblock/d8", 2, 1, 8, 64, 0, 5, 0, "f32", ""},
+		{"decode/d256", 2, 1, 256, 16, 20, 1, 0, "f32", ""},
+		{"decode/int8/gqa7", 7, 1, 64, 32, 90, 1, 0, "bf16", "int8"},
+		{"prefill/int4/d128", 4, 2, 128, 16, 40, 11, 0, "bf16", "int4"},
+		{"decode/mixed/odd-d", 6, 3, 40, 16, 61, 2, 0, "f32", "mixed"},
+		{"window/mixed", 8, 2, 64, 16, 70, 4, 33, "bf16", "mixed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { testAttention(t, c) })
+	}
+}
+
+func testAttention(t *testing.T, c attnCase) {
+	m := newDevMem(t)
+	ref := reference.Backend{}
+	r := rand.New(rand.NewPCG(5, uint64(c.heads*c.d+c.start)))
+	total := c.start + c.n
+	nb := (total + c.bs - 1) / c.bs
+	blocks := nb + 1 // the tables may hold more blocks than the context reaches
+	int8c := codec.Int8{}
+	int4c, err := codec.New(codec.Spec{Name: "int4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codecFor := func(b int) codec.Codec {
+		if (b+1)*c.bs > total { // a partly filled block stays hot
+			return nil
+		}
+		switch c.enc {
+		case "int8":
+			return int8c
+		case "int4":
+			return int4c
+		case "mixed":
+			return []codec.Codec{int8c, int4c, nil}[b%3]
+		}
+		return nil
+	}
+	store := ref.NewBlockStore(c.bs, c.d, c.hot == "bf16")
+	kv := &refKV{n: total, kvHeads: c.kvHeads, parts: make([][2]compute.Part, nb*c.kvHeads)}
+	ktab, vtab := make([]uint64, blocks*c.kvHeads), make([]uint64, blocks*c.kvHeads)
+	fmts := make([]int32, blocks*c.kvHeads)
+	hotFmt := int32(partF32)
+	if c.hot == "bf16" {
+		hotFmt = partBF16
+	}
+	// Parts are allocated one by one in a shuffled order, so the table's
+	// addresses are scattered and unordered.
+	order := r.Perm(nb * c.kvHeads * 2)
+	for _, o := range order {
+		e, side := o/2, o%2
+		b := e / c.kvHeads
+		vals := randF32(r, c.bs*c.d, 1)
+		p, err := store.NewPart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.Write(p, 0, refBuf(vals), c.d, c.bs)
+		var dev Ptr
+		fmts[e] = hotFmt
+		if cd := codecFor(b); cd != nil {
+			enc, err := cd.Encode(nil, vals, c.bs, c.d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.SetEncoded(p, enc, cd); err != nil {
+				t.Fatal(err)
+			}
+			dev = m.bytes(enc)
+			if cd.Name() == "int8" {
+				fmts[e] = partInt8
+			} else {
+				fmts[e] = partInt4
+			}
+		} else {
+			// Rows past the context are garbage the kernel must not read.
+			for i := (total - b*c.bs) * c.d; i >= 0 && i < len(vals); i++ {
+				vals[i] = float32(math.NaN())
+			}
+			if c.hot == "bf16" {
+				u := make([]uint16, len(vals))
+				for i, v := range vals {
+					u[i] = compute.F32ToBF16(v)
+				}
+				dev = m.u16(u)
+			} else {
+				dev = m.f32(vals)
+			}
+		}
+		kv.parts[e][side] = p
+		if side == 0 {
+			ktab[e] = uint64(dev)
+		} else {
+			vtab[e] = uint64(dev)
+		}
+	}
+	q := randF32(r, c.n*c.heads*c.d, 1)
+	cos, sin := ropeTables(total, c.d)
+	att, err := ref.NewAttention(compute.AttentionParams{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d, Window: c.window, BlockSize: c.bs, MaxContext: total})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ref.Alloc(c.n * c.heads * c.d)
+	if err := att.Forward(want, refBuf(q), c.n, c.start, kv, refBuf(cos), refBuf(sin)); err != nil {
+		t.Fatal(err)
+	}
+	a := attnArgs{Q: m.f32(q), N: c.n, Start: c.start, Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d,
+		Window: c.window, BlockSize: c.bs, KTab: m.u64(ktab), VTab: m.u64(vtab), Fmts: m.i32(fmts), Blocks: blocks,
+		Cos: m.f32(cos), Sin: m.f32(sin)}
+	if n := attentionScratch(a); n > 0 {
+		a.Scratch = m.bytes(make([]byte, n))
+	}
+	ls := attentionLaunches(a)
+	for _, seed := range emuSeeds[:2] {
+		a.Out = m.f32(make([]float32, c.n*c.heads*c.d))
+		ls = attentionLaunches(a)
+		runLaunches(t, seed, ls...)
+		checkClose(t, "attention", m.read(a.Out, c.n*c.heads*c.d), refRead(want), 2e-5)
+	}
+	t.Logf("%d launches, grid %v, %d bytes shared", len(ls), ls[0].Grid, ls[0].Shared)
 }

@@ -3,3 +3,4 @@
 // the two cannot disagree on the set of kernels.
 #include "elementwise.cu"
 #include "matvec.cu"
+#include "attention.cu"
