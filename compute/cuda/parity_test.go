@@ -142,6 +142,9 @@ func TestForwardMatchesCPU(t *testing.T) {
 		{"bf16", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}},
 		{"int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		{"int8 (f32 hot)", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}},
+		// Keys encoded, values hot bf16: the block table's one format per
+		// entry makes attention read both parts of such blocks as float32.
+		{"int8 keys", kvcache.Spec{K: "int8", V: "none", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -171,7 +174,11 @@ func TestForwardMatchesCPU(t *testing.T) {
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("max abs logit difference %.3g; kernels: %s", worst, f.kernelCounts())
+			captures, replays, direct, off := gpu.GraphStats()
+			if captures == 0 || replays <= captures || off != nil {
+				t.Errorf("graphs: %d captured, %d replays, off %v; decode steps should replay", captures, replays, off)
+			}
+			t.Logf("max abs logit difference %.3g; %d graphs captured, %d replays, %d direct launches; kernels: %s", worst, captures, replays, direct, f.kernelCounts())
 		})
 	}
 }
