@@ -374,11 +374,15 @@ void body() {
 struct Stacks {
 	char *base = nullptr;
 	size_t each = 0, len = 0;
+	int count = 0;
 	~Stacks() {
 		if (base)
 			munmap(base, len);
 	}
 	bool make(int n) {
+		if (base)
+			munmap(base, len);
+		count = 0;
 		size_t page = (size_t)sysconf(_SC_PAGESIZE);
 		each = stackSize + page;
 		len = each * n;
@@ -390,6 +394,7 @@ struct Stacks {
 		base = (char *)p;
 		for (int i = 0; i < n; i++)
 			mprotect(base + i * each, page, PROT_NONE);
+		count = n;
 		return true;
 	}
 	char *stack(int i) { return base + i * each + (each - stackSize); }
@@ -479,8 +484,10 @@ int launch(const char *name, const uint32_t *grid, const uint32_t *block, uint32
 		b.d.gdim = {grid[0], grid[1], grid[2]};
 		std::vector<unsigned char> dyn(shared + 16);
 		b.d.dyn = dyn.data() + ((16 - (uintptr_t)dyn.data() % 16) % 16);
-		Stacks st;
-		if (!st.make(b.n))
+		// The stacks are kept per OS thread for the next launch: mapping
+		// them and their guard pages is most of a small launch's cost.
+		thread_local Stacks st;
+		if (st.count < b.n && !st.make(b.n))
 			msg = "no memory for the fiber stacks";
 		// Blocks run in an order drawn from the seed too: no kernel may
 		// depend on another block of its launch.
