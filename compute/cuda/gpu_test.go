@@ -106,7 +106,7 @@ func TestGPUThroughput(t *testing.T) {
 	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: contexts[len(contexts)-1] + decodeSteps})
 	weightBytes := qwenWeightBytes(spec)
 	var table strings.Builder
-	fmt.Fprintf(&table, "%s, Qwen2.5-0.5B shape (bf16 weights, %.0f MB read per token)\n", gpu.Device(), float64(weightBytes)/1e6)
+	fmt.Fprintf(&table, "%s; prefill products: %s\nQwen2.5-0.5B shape (bf16 weights, %.0f MB read per token)\n", gpu.Device(), gpu.GEMM(), float64(weightBytes)/1e6)
 	fmt.Fprintf(&table, "%-7s %6s %12s %12s %12s %10s %10s\n", "cache", "ctx", "prefill t/s", "decode t/s", "bound t/s", "% bound", "KV MB")
 	for _, cache := range []string{"plain", "int8", "kakeya"} {
 		sp := kvcache.Spec{KV: "none", BlockSize: 64, CacheType: "bf16"}

@@ -222,10 +222,9 @@ typedef struct {
 	uint32_t shared, argOff, argLen, pad;
 } kk_launch;
 
-static CUresult kk_launch_all(kk_drv *d, const kk_launch *ls, int n, const unsigned char *args, int *failed) {
-	CUresult r = d->cuCtxSetCurrent(d->ctx);
+static CUresult kk_launch_raw(kk_drv *d, const kk_launch *ls, int n, const unsigned char *args, int *failed) {
+	CUresult r;
 	*failed = -1;
-	if (r) return r;
 	for (int i = 0; i < n; i++) {
 		const kk_launch *l = &ls[i];
 		size_t size = l->argLen;
@@ -235,6 +234,12 @@ static CUresult kk_launch_all(kk_drv *d, const kk_launch *ls, int n, const unsig
 		if (r) { *failed = i; return r; }
 	}
 	return 0;
+}
+
+static CUresult kk_launch_all(kk_drv *d, const kk_launch *ls, int n, const unsigned char *args, int *failed) {
+	CUresult r = d->cuCtxSetCurrent(d->ctx);
+	*failed = -1;
+	return r ? r : kk_launch_raw(d, ls, n, args, failed);
 }
 
 // kk_capture records a batch into an executable graph. Begin, launches, end
@@ -251,7 +256,7 @@ static CUresult kk_capture(kk_drv *d, const kk_launch *ls, int n, const unsigned
 	// Thread-local mode: other threads' calls are not disturbed.
 	if ((r = d->cuStreamBeginCapture(d->stream, 1))) return r;
 	*step = 1;
-	CUresult lr = kk_launch_all(d, ls, n, args, &failed);
+	CUresult lr = kk_launch_raw(d, ls, n, args, &failed);
 	r = d->cuStreamEndCapture(d->stream, &g);
 	if (lr) { if (g) d->cuGraphDestroy(g); return lr; }
 	if (r) { if (g) d->cuGraphDestroy(g); return r; }
@@ -341,6 +346,11 @@ import (
 // installs it (libcuda.so is the toolkit's development link, absent on a
 // machine with only the driver).
 const libName = "libcuda.so.1"
+
+// minMajor is the oldest compute capability the embedded PTX runs on: it
+// is compiled for sm_80, and the driver JIT-compiles PTX only for its
+// target or newer.
+const minMajor = 8
 
 // Device attributes (CUdevice_attribute).
 const (
@@ -500,6 +510,9 @@ func (l *libcuda) init(ordinal int, ptx []byte) error {
 		if r := C.kk_attr(l.d, C.int(a.attr), &v); r == 0 {
 			*a.dst = int(v)
 		}
+	}
+	if l.dev.Major < minMajor {
+		return fmt.Errorf("cuda: %s is sm_%d%d; the CUDA backend's kernels need compute capability %d.0 (Ampere) or newer", l.dev.Name, l.dev.Major, l.dev.Minor, minMajor)
 	}
 	if len(ptx) == 0 || ptx[len(ptx)-1] != 0 {
 		ptx = append(ptx[:len(ptx):len(ptx)], 0)

@@ -45,8 +45,13 @@ CUresult cuDeviceGet(int *d, int o) { *d = o; return o == 0 ? 0 : 101; }
 CUresult cuDeviceGetName(char *b, int n, int d) { strncpy(b, "Stub GPU", n); return 0; }
 CUresult cuDeviceGetAttribute(int *v, int a, int d) {
 	switch (a) {
+#ifdef OLD_GPU
+	case 75: *v = 7; return 0;
+	case 76: *v = 5; return 0;
+#else
 	case 75: *v = 9; return 0;
 	case 76: *v = 0; return 0;
+#endif
 	case 16: *v = 132; return 0;
 	case 36: *v = 2619000; return 0;
 	case 37: *v = 5120; return 0;
@@ -165,6 +170,7 @@ func TestLibcudaErrors(t *testing.T) {
 		{"no device", []string{"-DNO_DEVICE"}, 0, stubPTX, []string{"cuda: cuInit: CUDA_ERROR_NO_DEVICE (100): no CUDA-capable device is detected"}, ErrNoDevice},
 		{"missing symbol", []string{"-DMISSING_ALLOC"}, 0, stubPTX, []string{"has no cuMemAlloc_v2", "too old"}, 0},
 		{"bad ordinal", nil, 3, stubPTX, []string{"cuDeviceGet(3) of 1 devices", "(101)"}, 101},
+		{"old GPU", []string{"-DOLD_GPU"}, 0, stubPTX, []string{"Stub GPU is sm_75", "compute capability 8.0 (Ampere) or newer"}, 0},
 		{"bad PTX", nil, 0, []byte("garbage"), []string{"cuModuleLoadDataEx (JIT of the embedded PTX for sm_90)", "(218)", "JIT log: stub: no .version directive"}, 218},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
