@@ -402,3 +402,32 @@ func TestMatMulCUBLAS(t *testing.T) {
 		}
 	}
 }
+
+// Out of device memory, the backend first frees what the garbage
+// collector reclaimed and retries; a block store out of room refuses the
+// part without failing the backend, so the cache can report it.
+func TestOutOfMemory(t *testing.T) {
+	f := newFake()
+	gpu := newBackend(f, Options{})
+	defer gpu.Close()
+	f.maxBytes = 1 << 20
+	for range 8 {
+		gpu.Alloc(64 << 10) // 256 KiB each, dropped at once
+	}
+	if err := gpu.Err(); err != nil {
+		t.Fatalf("allocations the GC could make room for failed: %v", err)
+	}
+	keep := gpu.Alloc(128 << 10)          // 512 KiB held: no room for a 1 MiB slab
+	s := gpu.NewBlockStore(64, 64, false) // 16 KiB parts, 1 MiB slabs
+	if _, err := s.NewPart(); !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "block store slab of 64 parts of 16384 bytes") {
+		t.Errorf("NewPart past the device's memory: %v", err)
+	}
+	if err := gpu.Err(); err != nil {
+		t.Errorf("a refused part failed the backend: %v", err)
+	}
+	f.maxBytes = 0
+	if _, err := s.NewPart(); err != nil {
+		t.Errorf("NewPart once memory is back: %v", err)
+	}
+	runtime.KeepAlive(keep)
+}
