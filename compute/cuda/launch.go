@@ -42,15 +42,18 @@ const maxMatVecRows = 8
 
 // Thread-block shapes the kernels are written for.
 const (
-	elemThreads   = 256  // element-wise kernels: threads per block
-	rowThreads    = 256  // one block per row (embed, rmsnorm)
-	matVecWarps   = 8    // matvec: warps per block, one output row each
-	matVecChunk   = 1024 // matvec: columns of x staged in shared memory at a time
-	matMulTile    = 64   // matmul: output tile (input rows x weight rows)
-	attnThreads   = 256  // attention: 8 warps
-	attnKeyTile   = 32   // attention: keys per shared-memory tile, one per lane
-	attnMaxRows   = 32   // attention: query-head rows per block, at most 4 per warp
-	attnSharedCap = 48 << 10
+	elemThreads = 256  // element-wise kernels: threads per block
+	rowThreads  = 256  // one block per row (embed, rmsnorm)
+	matVecWarps = 8    // matvec: warps per block, one output row each
+	matVecChunk = 1024 // matvec: columns of x staged in shared memory at a time
+	// matVecTargetBlocks is the fewest matvec blocks wanted before a row's
+	// columns are split between warps: two per SM of the largest parts.
+	matVecTargetBlocks = 264
+	matMulTile         = 64  // matmul: output tile (input rows x weight rows)
+	attnThreads        = 256 // attention: 8 warps
+	attnKeyTile        = 32  // attention: keys per shared-memory tile, one per lane
+	attnMaxRows        = 32  // attention: query-head rows per block, at most 4 per warp
+	attnSharedCap      = 48 << 10
 	// attnTargetCTAs is how many blocks decode attention aims at by
 	// splitting the context (flash-decoding): about two per SM on the
 	// largest current parts, so short contexts still fill the device.
@@ -204,11 +207,13 @@ func ropeLaunch(x Ptr, rows, heads, d, start int, cos, sin Ptr) Launch {
 }
 
 // matVecLaunch sets out (n rows of rows values) to x (n rows of cols)
-// times w (rows x cols of dt) transposed, for decode's few rows: each warp
-// owns one output row and reads it once, with 16-byte loads, for all n
+// times w (rows x cols of dt) transposed, for decode's few rows: wpr warps
+// share one output row and read it once, with 16-byte loads, for all n
 // input rows, which are staged in shared memory matVecChunk columns at a
-// time. 1 <= n <= maxMatVecRows.
-// Kernel: matvec_<dt>(float *out, const float *x, const T *w, int n, int rows, int cols, int chunk).
+// time. wpr is 1 for large matrices and grows (to 8) until there are
+// about matVecTargetBlocks blocks, so a small matrix still has enough
+// warps reading. 1 <= n <= maxMatVecRows.
+// Kernel: matvec_<dt>(float *out, const float *x, const T *w, int n, int rows, int cols, int chunk, int wpr).
 func matVecLaunch(dt compute.DType, out, x, w Ptr, n, rows, cols int) Launch {
 	positive("matvec", rows, cols)
 	if n < 1 || n > maxMatVecRows {
@@ -217,11 +222,17 @@ func matVecLaunch(dt compute.DType, out, x, w Ptr, n, rows, cols int) Launch {
 	int32Of("matvec input", n*cols)
 	int32Of("matvec output", n*rows)
 	chunk := min(matVecChunk, ceilDiv(cols, 8)*8)
+	// Warps per row: split a row's columns while blocks are few and each
+	// warp still gets at least one 256-column step.
+	wpr := 1
+	for wpr < matVecWarps && ceilDiv(rows*wpr, matVecWarps) < matVecTargetBlocks && 256*2*wpr <= cols {
+		wpr *= 2
+	}
 	k := "matvec_" + dtypeSuffix(dt)
-	a := new(args).ptr(out).ptr(x).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk)
+	a := new(args).ptr(out).ptr(x).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
 	return Launch{
 		Kernel: k,
-		Grid:   Dim3{u32("matvec blocks", ceilDiv(rows, matVecWarps)), 1, 1},
+		Grid:   Dim3{u32("matvec blocks", ceilDiv(rows*wpr, matVecWarps)), 1, 1},
 		Block:  Dim3{32 * matVecWarps, 1, 1},
 		Shared: uint32(4 * n * chunk),
 		Args:   a.bytes(),

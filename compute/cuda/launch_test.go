@@ -319,7 +319,10 @@ func TestLaunchMatVecMatMul(t *testing.T) {
 	// Rows that fill no whole block, columns that are and are not a
 	// multiple of 8 (the 16-byte path and the scalar one), columns past one
 	// staged chunk, every n of the decode kernel.
-	sizes := []size{{1, 1, 1}, {1, 13, 8}, {3, 9, 21}, {8, 37, 64}, {2, 17, 1032}, {5, 11, 1100}, {7, 70, 72}}
+	// Rows from 2,112 up take one warp per row, fewer rows split a row
+	// between 2, 4 or 8 warps when it has the columns for it.
+	sizes := []size{{1, 1, 1}, {1, 13, 8}, {3, 9, 21}, {8, 37, 64}, {2, 17, 1032}, {5, 11, 1100}, {7, 70, 72},
+		{1, 40, 4104}, {3, 300, 600}, {2, 700, 1030}, {1, 2200, 24}}
 	matmul := []size{{1, 1, 1}, {9, 13, 21}, {70, 65, 33}, {64, 64, 16}, {3, 130, 200}}
 	for _, dt := range dtypes {
 		for _, kind := range []string{"matvec", "matmul"} {

@@ -46,20 +46,42 @@ template <int DT> KK_DEVICE void kk_widen8(const void *w, long long i, float *o)
 
 #define KK_MAXN 8
 
-// matvec: each warp owns one output row and reads it once for all n input
-// rows, lane by lane 8 consecutive weights (a 16-byte load) at a time, a
-// warp covering 256 consecutive columns per step. x is staged in shared
+// matvec: wpr warps (1, 2, 4 or 8) share one output row and read it once
+// for all n input rows, each lane 8 consecutive weights (a 16-byte load)
+// at a time, a warp covering 256 consecutive columns per step and the
+// wpr warps of a row interleaved by steps; two steps are loaded before
+// either is used, to keep more loads in flight. x is staged in shared
 // memory chunk columns at a time (chunk a multiple of 8, so the weights'
-// 16-byte alignment holds in every chunk); the warp's partial sums meet by
-// shuffles. Rows or columns that do not fill the launch are handled by
-// keeping idle warps at the barriers, and a row whose length is not a
-// multiple of 8 (or a weight not 16-byte aligned) by scalar loads.
+// 16-byte alignment holds in every chunk). A warp's partial sums meet by
+// shuffles, the wpr warps' through shared memory. Small matrices take
+// wpr > 1 so that there are enough warps to keep the memory busy. Warps
+// past the last row stay for the barriers; a row whose length is not a
+// multiple of 8 (or a weight not 16-byte aligned) takes scalar loads.
+// kk_dot8 adds to acc[j] the dot product of 8 weights with the 8 staged
+// values of input row j at xs + j*chunk (32-byte aligned: two 16-byte
+// shared loads), for j < n.
+KK_DEVICE void kk_dot8(float *acc, const float *wv, const float *xs, int chunk, int n) {
+#pragma unroll
+	for (int j = 0; j < KK_MAXN; j++) {
+		if (j < n) {
+			const kk_f32x4 *xr = (const kk_f32x4 *)(xs + j * chunk);
+			kk_f32x4 a = xr[0], b = xr[1];
+			float s = acc[j];
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				s += wv[k] * a[k] + wv[4 + k] * b[k];
+			acc[j] = s;
+		}
+	}
+}
+
 template <int DT>
 KK_DEVICE void kk_matvec(float *__restrict__ out, const float *__restrict__ x, const void *__restrict__ w, int n,
-                         int rows, int cols, int chunk) {
+                         int rows, int cols, int chunk, int wpr) {
 	KK_DYN_SHARED(float, xs);
-	int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-	int row = blockIdx.x * warps + (threadIdx.x >> 5);
+	__shared__ float red[8][KK_MAXN];
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+	int part = warp % wpr, row = blockIdx.x * (warps / wpr) + warp / wpr;
 	bool live = row < rows;
 	bool vec = (cols & 7) == 0 && ((unsigned long long)w & 15) == 0;
 	long long base = (long long)row * cols;
@@ -78,25 +100,19 @@ KK_DEVICE void kk_matvec(float *__restrict__ out, const float *__restrict__ x, c
 		if (!live)
 			continue;
 		if (vec) {
-			for (int c = lane * 8; c < len; c += 256) {
-				float wv[8];
-				kk_widen8<DT>(w, base + c0 + c, wv);
-#pragma unroll
-				for (int j = 0; j < KK_MAXN; j++) {
-					if (j < n) {
-						// Two 16-byte shared loads: j*chunk+c is a multiple of 8.
-						const kk_f32x4 *xr = (const kk_f32x4 *)(xs + j * chunk + c);
-						kk_f32x4 a = xr[0], b = xr[1];
-						float s = acc[j];
-#pragma unroll
-						for (int k = 0; k < 4; k++)
-							s += wv[k] * a[k] + wv[4 + k] * b[k];
-						acc[j] = s;
-					}
-				}
+			int step = 256 * wpr;
+			for (int c = (part * 32 + lane) * 8; c < len; c += 2 * step) {
+				float w0[8], w1[8];
+				bool two = c + step < len;
+				kk_widen8<DT>(w, base + c0 + c, w0);
+				if (two)
+					kk_widen8<DT>(w, base + c0 + c + step, w1);
+				kk_dot8(acc, w0, xs + c, chunk, n);
+				if (two)
+					kk_dot8(acc, w1, xs + c + step, chunk, n);
 			}
 		} else {
-			for (int c = lane; c < len; c += 32) {
+			for (int c = part * 32 + lane; c < len; c += 32 * wpr) {
 				float wv = kk_widen<DT>(w, base + c0 + c);
 #pragma unroll
 				for (int j = 0; j < KK_MAXN; j++)
@@ -105,26 +121,39 @@ KK_DEVICE void kk_matvec(float *__restrict__ out, const float *__restrict__ x, c
 			}
 		}
 	}
-	if (!live)
-		return;
+	if (live) {
 #pragma unroll
-	for (int j = 0; j < KK_MAXN; j++) {
-		if (j < n) {
-			float s = kk_warp_sum(acc[j]);
-			if (lane == 0)
-				out[(long long)j * rows + row] = s;
+		for (int j = 0; j < KK_MAXN; j++) {
+			if (j < n) {
+				float s = kk_warp_sum(acc[j]);
+				if (wpr == 1) {
+					if (lane == 0)
+						out[(long long)j * rows + row] = s;
+				} else if (lane == 0) {
+					red[warp][j] = s;
+				}
+			}
 		}
+	}
+	if (wpr == 1)
+		return;
+	__syncthreads();
+	if (live && part == 0 && lane < n) {
+		float s = 0.0f;
+		for (int p = 0; p < wpr; p++)
+			s += red[warp + p][lane];
+		out[(long long)lane * rows + row] = s;
 	}
 }
 
-KK_KERNEL void __launch_bounds__(256) matvec_f32(float *out, const float *x, const float *w, int n, int rows, int cols, int chunk) {
-	kk_matvec<kkF32>(out, x, w, n, rows, cols, chunk);
+KK_KERNEL void __launch_bounds__(256) matvec_f32(float *out, const float *x, const float *w, int n, int rows, int cols, int chunk, int wpr) {
+	kk_matvec<kkF32>(out, x, w, n, rows, cols, chunk, wpr);
 }
-KK_KERNEL void __launch_bounds__(256) matvec_bf16(float *out, const float *x, const kk_u16 *w, int n, int rows, int cols, int chunk) {
-	kk_matvec<kkBF16>(out, x, w, n, rows, cols, chunk);
+KK_KERNEL void __launch_bounds__(256) matvec_bf16(float *out, const float *x, const kk_u16 *w, int n, int rows, int cols, int chunk, int wpr) {
+	kk_matvec<kkBF16>(out, x, w, n, rows, cols, chunk, wpr);
 }
-KK_KERNEL void __launch_bounds__(256) matvec_f16(float *out, const float *x, const kk_u16 *w, int n, int rows, int cols, int chunk) {
-	kk_matvec<kkF16>(out, x, w, n, rows, cols, chunk);
+KK_KERNEL void __launch_bounds__(256) matvec_f16(float *out, const float *x, const kk_u16 *w, int n, int rows, int cols, int chunk, int wpr) {
+	kk_matvec<kkF16>(out, x, w, n, rows, cols, chunk, wpr);
 }
 
 // matmul: a block computes a 64 x 64 tile of out (64 input rows by 64
