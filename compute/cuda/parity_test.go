@@ -68,20 +68,29 @@ func loadModel(t testing.TB, dir string, opt model.Options) *model.Model {
 // position's logits and the cache's accounting.
 func run(t testing.TB, m *model.Model, spec kvcache.Spec, ids []int, pre int) ([][]float32, kvcache.Stats) {
 	t.Helper()
-	p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
+	rows, st, err := runErr(m, spec, ids, pre)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rows, st
+}
+
+// runErr is run for any goroutine: it returns its failure.
+func runErr(m *model.Model, spec kvcache.Spec, ids []int, pre int) ([][]float32, kvcache.Stats, error) {
+	p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
+	if err != nil {
+		return nil, kvcache.Stats{}, err
+	}
 	s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: p, BlockSize: spec.BlockSize})
 	if err != nil {
-		t.Fatal(err)
+		return nil, kvcache.Stats{}, err
 	}
 	defer s.Close()
 	var rows [][]float32
 	if pre > 0 {
 		l, err := s.Forward(ids[:pre], true)
 		if err != nil {
-			t.Fatal(err)
+			return nil, kvcache.Stats{}, err
 		}
 		vocab := len(l) / pre
 		for i := range pre {
@@ -91,11 +100,11 @@ func run(t testing.TB, m *model.Model, spec kvcache.Spec, ids []int, pre int) ([
 	for _, id := range ids[pre:] {
 		l, err := s.Forward([]int{id}, false)
 		if err != nil {
-			t.Fatal(err)
+			return nil, kvcache.Stats{}, err
 		}
 		rows = append(rows, append([]float32(nil), l...))
 	}
-	return rows, s.KVStats()
+	return rows, s.KVStats(), nil
 }
 
 func maxAbs(a []float32) float64 {
@@ -180,5 +189,44 @@ func TestForwardMatchesCPU(t *testing.T) {
 			}
 			t.Logf("max abs logit difference %.3g; %d graphs captured, %d replays, %d direct launches; kernels: %s", worst, captures, replays, direct, f.kernelCounts())
 		})
+	}
+}
+
+// Sequences decoding at once on one backend (each from its own goroutine,
+// as a server would) give the logits they give alone.
+func TestConcurrentSequences(t *testing.T) {
+	needKernels(t, "matvec_bf16", "attn_split")
+	dir := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	gpu, _ := newFakeBackend(t, Options{})
+	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 32})
+	sp := kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}
+	inputs := [][]int{testIDs(10, 256), testIDs(9, 200)}
+	want := make([][][]float32, len(inputs))
+	for i, ids := range inputs {
+		want[i], _ = run(t, m, sp, ids, 3)
+	}
+	got := make([][][]float32, len(inputs))
+	errs := make(chan error)
+	for i, ids := range inputs {
+		go func() {
+			var err error
+			got[i], _, err = runErr(m, sp, ids, 3)
+			errs <- err
+		}()
+	}
+	for range inputs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range inputs {
+		for p := range want[i] {
+			if d := maxAbsDiff(got[i][p], want[i][p]); d != 0 {
+				t.Errorf("sequence %d position %d: %.3g from its logits alone", i, p, d)
+			}
+		}
 	}
 }
