@@ -18,8 +18,8 @@ type driver interface {
 	free(p Ptr) error
 	// zero sets bytes bytes at p to zero, in stream order.
 	zero(p Ptr, bytes int) error
-	// copyIn copies src to dst in stream order; src may be reused once
-	// copyIn returns.
+	// copyIn copies src to dst after the work queued before it and before
+	// the work queued after; src may be reused once copyIn returns.
 	copyIn(dst Ptr, src []byte) error
 	// copyOut waits for the work queued before it and copies the device
 	// bytes at src to dst.

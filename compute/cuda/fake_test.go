@@ -116,7 +116,7 @@ func (f *fakeDriver) zero(p Ptr, bytes int) error {
 }
 
 func (f *fakeDriver) copyIn(dst Ptr, src []byte) error {
-	if err := f.check("copyIn", "cuMemcpyHtoDAsync"); err != nil {
+	if err := f.check("copyIn", "cuMemcpyHtoD"); err != nil {
 		return err
 	}
 	if err := f.within(dst, len(src), "copy in"); err != nil {

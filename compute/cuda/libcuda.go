@@ -45,7 +45,7 @@ typedef struct {
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
 	CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
-	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
 	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuStreamCreate)(CUstream *, unsigned);
@@ -105,7 +105,7 @@ static const char *kk_open(kk_drv *d, const char *lib, const char **missing) {
 	SYM(cuMemAlloc, "cuMemAlloc_v2", 1)
 	SYM(cuMemFree, "cuMemFree_v2", 1)
 	SYM(cuMemsetD8Async, "cuMemsetD8Async", 1)
-	SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", 1)
+	SYM(cuMemcpyHtoD, "cuMemcpyHtoD_v2", 1)
 	SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 1)
 	SYM(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", 1)
 	SYM(cuStreamCreate, "cuStreamCreate", 1)
@@ -191,11 +191,16 @@ static CUresult kk_zero(kk_drv *d, uint64_t p, size_t n) {
 	return r ? r : d->cuMemsetD8Async(p, 0, n, d->stream);
 }
 
-// Host memory is the Go caller's (pageable): the driver stages it before
-// cuMemcpyHtoDAsync returns, so the caller may reuse it at once.
+// Host memory is the Go caller's (pageable). The synchronous copy is the
+// one documented to have consumed such a buffer when it returns (the
+// asynchronous one only "might be synchronous"); it runs on the legacy
+// stream, with which the backend's stream (created blocking) is ordered
+// both ways, so it follows the queued work and precedes what comes next.
+// Nearly every upload follows a read-back anyway, so the wait costs
+// little.
 static CUresult kk_htod(kk_drv *d, uint64_t dst, const void *src, size_t n) {
 	CUresult r = d->cuCtxSetCurrent(d->ctx);
-	return r ? r : d->cuMemcpyHtoDAsync(dst, src, n, d->stream);
+	return r ? r : d->cuMemcpyHtoD(dst, src, n);
 }
 
 static CUresult kk_dtoh(kk_drv *d, void *dst, uint64_t src, size_t n) {
@@ -555,7 +560,7 @@ func (l *libcuda) copyIn(dst Ptr, src []byte) error {
 		return nil
 	}
 	r := C.kk_htod(l.d, C.uint64_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)))
-	return l.err(fmt.Sprintf("cuMemcpyHtoDAsync(%#x, %d bytes)", uint64(dst), len(src)), r)
+	return l.err(fmt.Sprintf("cuMemcpyHtoD(%#x, %d bytes)", uint64(dst), len(src)), r)
 }
 
 func (l *libcuda) copyOut(dst []byte, src Ptr) error {

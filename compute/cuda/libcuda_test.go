@@ -84,7 +84,7 @@ CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
 #endif
 CUresult cuMemFree_v2(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
 CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { memset((void *)(uintptr_t)p, v, n); return 0; }
-CUresult cuMemcpyHtoDAsync_v2(uint64_t d, const void *s, size_t n, void *st) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *d, uint64_t s, size_t n, void *st) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, size_t n, void *st) { memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
 CUresult cuStreamCreate(void **s, unsigned f) { *s = &ctx; return 0; }
