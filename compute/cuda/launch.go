@@ -142,8 +142,12 @@ func dtypeSuffix(dt compute.DType) string {
 	panic(fmt.Sprintf("cuda: no kernels for weights of %v", dt))
 }
 
-// elementwise returns a launch of one thread per element.
+// elementwise returns a launch of one thread per element. The kernels
+// compute a thread's index in int32, so the grid must not pass MaxInt32.
 func elementwise(kernel string, n int, a *args) Launch {
+	if n > math.MaxInt32-elemThreads {
+		panic(fmt.Sprintf("cuda: %s of %d elements overflows the kernels' int32 indexes", kernel, n))
+	}
 	return Launch{
 		Kernel: kernel,
 		Grid:   Dim3{u32(kernel+" blocks", ceilDiv(n, elemThreads)), 1, 1},

@@ -482,8 +482,15 @@ int launch(const char *name, const uint32_t *grid, const uint32_t *block, uint32
 		b.th.resize(b.n);
 		b.d.bdim = {block[0], block[1], block[2]};
 		b.d.gdim = {grid[0], grid[1], grid[2]};
-		std::vector<unsigned char> dyn(shared + 16);
-		b.d.dyn = dyn.data() + ((16 - (uintptr_t)dyn.data() % 16) % 16);
+		// Dynamic shared memory ends against an inaccessible page, so a
+		// kernel reading past the size its launch gave faults.
+		size_t page = (size_t)sysconf(_SC_PAGESIZE), dynLen = alignUp(shared, 16);
+		size_t mapLen = alignUp(dynLen, page) + page;
+		void *dm = mmap(nullptr, mapLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (dm == MAP_FAILED)
+			return std::snprintf(err, errlen, "%s: no memory for shared memory", name), 1;
+		mprotect((char *)dm + mapLen - page, page, PROT_NONE);
+		b.d.dyn = (unsigned char *)dm + (mapLen - page - dynLen);
 		// The stacks are kept per OS thread for the next launch: mapping
 		// them and their guard pages is most of a small launch's cost.
 		thread_local Stacks st;
@@ -506,6 +513,7 @@ int launch(const char *name, const uint32_t *grid, const uint32_t *block, uint32
 			if (!runBlock(&b, &st))
 				msg = b.err;
 		}
+		munmap(dm, mapLen);
 		if (!msg.empty())
 			msg = std::string(name) + ": " + msg;
 	}

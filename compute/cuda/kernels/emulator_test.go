@@ -11,6 +11,8 @@ package kernels_test
 import (
 	"encoding/binary"
 	"math"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -205,5 +207,35 @@ func TestAtomics(t *testing.T) {
 	got := ints(out, 3)
 	if got[0] != 480 || got[1] != 479 || math.Float32frombits(uint32(got[2])) != 240 {
 		t.Fatalf("atomics: count %d, max %d, float sum %v; want 480, 479, 240", got[0], got[1], math.Float32frombits(uint32(got[2])))
+	}
+}
+
+// A kernel running past the end of an allocation or of its dynamic shared
+// memory faults at once (in a child process, which the fault ends).
+func TestOverrunFaults(t *testing.T) {
+	if which := os.Getenv("KAKEYA_EMU_OVERRUN"); which != "" {
+		g, err := kernels.Alloc(1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// overrun(float *g, int i, int shared): 8 + 4 + 4.
+		a := binary.LittleEndian.AppendUint64(nil, g)
+		if which == "shared" {
+			a = binary.LittleEndian.AppendUint32(a, 16) // 64 bytes given
+			a = binary.LittleEndian.AppendUint32(a, 1)
+		} else {
+			a = binary.LittleEndian.AppendUint32(a, 256) // 1024 bytes allocated
+			a = binary.LittleEndian.AppendUint32(a, 0)
+		}
+		err = Run("overrun", block(1), block(32), 64, a, 1)
+		t.Fatalf("the overrun did not fault (error %v)", err)
+	}
+	for _, which := range []string{"shared", "global"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOverrunFaults$")
+		cmd.Env = append(os.Environ(), "KAKEYA_EMU_OVERRUN="+which)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "SIGSEGV") {
+			t.Errorf("%s overrun: %v, output:\n%s", which, err, out)
+		}
 	}
 }

@@ -78,11 +78,24 @@ KK_KERNEL void count(int *out) {
 	atomicAdd(f, 0.5f);
 }
 
+// overrun reads dynamic shared memory (shared != 0) or writes global
+// memory at index i, past the end the test gave it: the emulator must
+// fault.
+KK_KERNEL void overrun(float *g, int i, int shared) {
+	KK_DYN_SHARED(float, dyn);
+	if (threadIdx.x != 0)
+		return;
+	if (shared)
+		g[0] = dyn[i];
+	else
+		g[i] = 1.0f;
+}
+
 namespace kkemu {
 namespace {
 const Entry kernels[] = {
     KK_ENTRY(reverse), KK_ENTRY(skip_barrier), KK_ENTRY(two_barriers), KK_ENTRY(collectives),
-    KK_ENTRY(lane_exits), KK_ENTRY(warp_race), KK_ENTRY(count),
+    KK_ENTRY(lane_exits), KK_ENTRY(warp_race), KK_ENTRY(count), KK_ENTRY(overrun),
 };
 } // namespace
 } // namespace kkemu
