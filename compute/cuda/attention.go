@@ -54,6 +54,8 @@ func (b *Backend) NewAttention(p compute.AttentionParams) (compute.Attention, er
 		return nil, fmt.Errorf("attention: %d query heads cannot share %d KV heads", p.Heads, p.KVHeads)
 	case p.HeadDim <= 0 || p.HeadDim%2 != 0:
 		return nil, fmt.Errorf("attention: head dim %d must be even and positive", p.HeadDim)
+	case p.HeadDim > maxHeadDim:
+		return nil, fmt.Errorf("attention: head dim %d exceeds the CUDA kernels' %d", p.HeadDim, maxHeadDim)
 	case p.BlockSize <= 0 || p.MaxContext <= 0:
 		return nil, fmt.Errorf("attention: block size %d and context %d must be positive", p.BlockSize, p.MaxContext)
 	case p.Window < 0:
