@@ -2,4 +2,23 @@
 // weights and KV blocks live in device memory and whose operations are CUDA
 // kernels (compiled to PTX by clang, embedded in the binary and JIT-compiled
 // by the driver), driven through the CUDA driver API loaded at run time.
+//
+// Nothing of CUDA is linked at build time: New opens libcuda.so.1 with
+// dlopen (cgo, Linux) and declares the few driver calls it makes itself, so
+// the default binary carries the backend and runs wherever the NVIDIA
+// driver is installed, with no toolkit; without the driver, or built with
+// CGO_ENABLED=0, New fails at once saying why. cuBLAS (libcublas.so.13 or
+// .12), when it loads, computes prefill's matrix products; otherwise the
+// backend's own kernel does.
+//
+// Work goes to one stream in call order and the host waits only where it
+// reads results back (logits, blocks to encode). Runs of launches that
+// repeat exactly from one decode step to the next are captured once as
+// CUDA graphs and replayed. The first driver failure is kept and returned
+// by every method that returns errors (see Backend).
+//
+// The host logic is tested without a GPU against a fake driver whose
+// memory is host memory and whose kernels run in the CPU emulation of
+// package kernels, and the cgo driver path against stub libraries the
+// tests compile; go test -tags gpu (make gpu-check) checks a real device.
 package cuda
