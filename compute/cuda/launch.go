@@ -262,16 +262,36 @@ func matMulLaunch(dt compute.DType, out, x, w Ptr, n, rows, cols int) Launch {
 	}
 }
 
-// Formats of the KV parts attention reads, one int32 per entry of the
-// block tables: hot parts hold BlockSize x HeadDim values row-major;
-// encoded parts hold exactly the bytes the codec's Encode produced for
-// BlockSize x HeadDim values (header included).
+// Formats of the KV parts attention reads: hot parts hold BlockSize x
+// HeadDim values row-major; encoded parts hold exactly the bytes the
+// codec's Encode produced for BlockSize x HeadDim values (header
+// included). The int codecs are those of codec.Int4 with groups of 32, no
+// rotation: per token ("int4", "int2") or per channel ("int4-k", "int2-k",
+// KIVI's layout for keys).
 const (
-	partF32  = iota // float32 hot part
-	partBF16        // bf16 hot part
-	partInt8        // codec "int8"
-	partInt4        // codec "int4" (4 bits, groups of 32 per token, no rotation)
+	partF32   = iota // float32 hot part
+	partBF16         // bf16 hot part
+	partInt8         // codec "int8"
+	partInt4         // codec "int4"
+	partInt4K        // codec "int4-k"
+	partInt2         // codec "int2"
+	partInt2K        // codec "int2-k"
 )
+
+// attnSplitFormats marks a Fmts entry whose key and value parts have
+// different formats (see attnFormat).
+const attnSplitFormats = 1 << 16
+
+// attnFormat returns the Fmts entry of a block whose keys are stored in
+// format k and values in format v: the format itself when they agree (so
+// an entry may always be a plain part format), else k | v<<8 |
+// attnSplitFormats.
+func attnFormat(k, v int32) int32 {
+	if k == v {
+		return k
+	}
+	return k | v<<8 | attnSplitFormats
+}
 
 // encodedFormat reports the part format of blocks encoded by the named
 // codec, and false when attention cannot read that codec's bytes (the
@@ -282,6 +302,12 @@ func encodedFormat(codecName string) (int32, bool) {
 		return partInt8, true
 	case "int4":
 		return partInt4, true
+	case "int4-k":
+		return partInt4K, true
+	case "int2":
+		return partInt2, true
+	case "int2-k":
+		return partInt2K, true
 	}
 	return 0, false
 }
@@ -289,8 +315,9 @@ func encodedFormat(codecName string) (int32, bool) {
 // attnArgs are one attention call over a paged KV layer.
 //
 // KTab and VTab are device arrays of uint64 part addresses indexed
-// [block*KVHeads+kvHead], Fmts a device array of int32 part formats
-// (partF32...) with the same index, Blocks the number of blocks the tables
+// [block*KVHeads+kvHead], Fmts a device array of int32 part formats with
+// the same index (partF32..., one format for both parts, or attnFormat's
+// pair when keys and values differ), Blocks the number of blocks the tables
 // hold (at least ceil((Start+N)/BlockSize)). Keys are stored before RoPE
 // and rotated in the kernel with Cos and Sin (HeadDim/2 values per
 // position, reaching position Start+N-1). Q and Out are N rows of

@@ -384,14 +384,16 @@ func (k *refKV) Part(head, block, kv int) compute.Part {
 }
 
 // attnCase is one attention geometry and the storage of its blocks:
-// hot "f32" or "bf16" parts, full blocks encoded by "int8" or "int4", or
-// "mixed" (full blocks cycle through int8, int4 and hot).
+// hot "f32" or "bf16" parts, and full blocks encoded as enc says: "" (all
+// hot), one codec name for both sides, "K/V" codecs for keys and values
+// ("hot" keeps that side hot), or "mixed" (full blocks cycle through
+// several of those).
 type attnCase struct {
 	name                            string
 	heads, kvHeads, d, bs, start, n int
 	window                          int
 	hot                             string // f32 or bf16
-	enc                             string // "", int8, int4 or mixed
+	enc                             string
 }
 
 func TestLaunchAttention(t *testing.T) {
@@ -406,6 +408,9 @@ func TestLaunchAttention(t *testing.T) {
 		{"decode/d256", 2, 1, 256, 16, 20, 1, 0, "f32", ""},
 		{"decode/int8/gqa7", 7, 1, 64, 32, 90, 1, 0, "bf16", "int8"},
 		{"prefill/int4/d128", 4, 2, 128, 16, 40, 11, 0, "bf16", "int4"},
+		{"decode/kivi4/d64", 7, 1, 64, 64, 150, 1, 0, "bf16", "int4-k/int4"},
+		{"decode/kivi2/bs48", 4, 2, 64, 48, 100, 2, 0, "bf16", "int2-k/int2"},
+		{"decode/int8-int4/d128", 2, 1, 128, 16, 50, 1, 0, "f32", "int8/int4"},
 		{"decode/mixed/odd-d", 6, 3, 40, 16, 61, 2, 0, "f32", "mixed"},
 		{"window/mixed", 8, 2, 64, 16, 70, 4, 33, "bf16", "mixed"},
 	}
@@ -421,24 +426,29 @@ func testAttention(t *testing.T, c attnCase) {
 	total := c.start + c.n
 	nb := (total + c.bs - 1) / c.bs
 	blocks := nb + 1 // the tables may hold more blocks than the context reaches
-	int8c := codec.Int8{}
-	int4c, err := codec.New(codec.Spec{Name: "int4"})
-	if err != nil {
-		t.Fatal(err)
+	codecs := map[string]codec.Codec{"hot": nil}
+	for _, name := range []string{"int8", "int4", "int4-k", "int2", "int2-k"} {
+		cd, err := codec.New(codec.Spec{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		codecs[name] = cd
 	}
-	codecFor := func(b int) codec.Codec {
-		if (b+1)*c.bs > total { // a partly filled block stays hot
+	// codecFor returns the codec of block b's side (0 keys, 1 values), nil
+	// for a hot part.
+	codecFor := func(b, side int) codec.Codec {
+		if (b+1)*c.bs > total || c.enc == "" { // a partly filled block stays hot
 			return nil
 		}
-		switch c.enc {
-		case "int8":
-			return int8c
-		case "int4":
-			return int4c
-		case "mixed":
-			return []codec.Codec{int8c, int4c, nil}[b%3]
+		enc := c.enc
+		if enc == "mixed" {
+			enc = []string{"int8", "int4-k/int4", "hot", "int2/int8", "int2-k"}[b%5]
 		}
-		return nil
+		kv := strings.Split(enc, "/")
+		if len(kv) == 1 {
+			kv = append(kv, kv[0])
+		}
+		return codecs[kv[side]]
 	}
 	store := ref.NewBlockStore(c.bs, c.d, c.hot == "bf16")
 	kv := &refKV{n: total, kvHeads: c.kvHeads, parts: make([][2]compute.Part, nb*c.kvHeads)}
@@ -451,6 +461,7 @@ func testAttention(t *testing.T, c attnCase) {
 	// Parts are allocated one by one in a shuffled order, so the table's
 	// addresses are scattered and unordered.
 	order := r.Perm(nb * c.kvHeads * 2)
+	sideFmt := make([][2]int32, blocks*c.kvHeads)
 	for _, o := range order {
 		e, side := o/2, o%2
 		b := e / c.kvHeads
@@ -461,8 +472,8 @@ func testAttention(t *testing.T, c attnCase) {
 		}
 		store.Write(p, 0, refBuf(vals), c.d, c.bs)
 		var dev Ptr
-		fmts[e] = hotFmt
-		if cd := codecFor(b); cd != nil {
+		sideFmt[e][side] = hotFmt
+		if cd := codecFor(b, side); cd != nil {
 			enc, err := cd.Encode(nil, vals, c.bs, c.d)
 			if err != nil {
 				t.Fatal(err)
@@ -471,11 +482,11 @@ func testAttention(t *testing.T, c attnCase) {
 				t.Fatal(err)
 			}
 			dev = m.bytes(enc)
-			if cd.Name() == "int8" {
-				fmts[e] = partInt8
-			} else {
-				fmts[e] = partInt4
+			f, ok := encodedFormat(cd.Name())
+			if !ok {
+				t.Fatalf("attention does not read %s", cd.Name())
 			}
+			sideFmt[e][side] = f
 		} else {
 			// Rows past the context are garbage the kernel must not read.
 			for i := (total - b*c.bs) * c.d; i >= 0 && i < len(vals); i++ {
@@ -497,6 +508,9 @@ func testAttention(t *testing.T, c attnCase) {
 		} else {
 			vtab[e] = uint64(dev)
 		}
+	}
+	for e := range fmts {
+		fmts[e] = attnFormat(sideFmt[e][0], sideFmt[e][1])
 	}
 	q := randF32(r, c.n*c.heads*c.d, 1)
 	cos, sin := ropeTables(total, c.d)

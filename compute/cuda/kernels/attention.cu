@@ -1,8 +1,9 @@
 // Causal grouped-query attention over a paged KV cache, flash-decoding
 // style. The cache is a block table: for block b and KV head g, entry
 // b*kv_heads+g holds the device address of the keys' part, of the values'
-// part and their format (hot float32 or bf16 rows, or the exact bytes of
-// the int8 or int4 codec). Keys are stored before RoPE and rotated here.
+// part and their formats (hot float32 or bf16 rows, or the exact bytes of
+// the int8, int4 or int2 codecs; keys and values may differ). Keys are
+// stored before RoPE and rotated here.
 //
 // attn_split: block (split, g, tile) takes `rows` query-head rows of KV
 // head g (row f of the head is query f/group, head g*group + f%group, so
@@ -16,7 +17,7 @@
 // and attn_combine merges the splits.
 #include "prelude.cuh"
 
-enum { kkPartF32, kkPartBF16, kkPartInt8, kkPartInt4 };
+enum { kkPartF32, kkPartBF16, kkPartInt8, kkPartInt4, kkPartInt4K, kkPartInt2, kkPartInt2K };
 
 #define KK_AT_TILE 32 // keys per tile, one per lane
 #define KK_AT_SLOTS 4 // query-head rows per warp
@@ -26,32 +27,33 @@ KK_DEVICE float kk_half_at(const kk_u8 *p) { return kk_f16(*(const kk_u16 *)p); 
 
 // kk_part_value returns element (row, col) of a part of bs rows of d
 // values. int8 (codec.Int8): after the 16-byte header, one fp16 scale per
-// row and group of 32 values, then the int8 codes row-major. int4
-// (codec.Int4, 4 bits, groups of 32 per row): after the header, an fp16
-// (min, step) pair per row and group, then the codes row-major, two per
-// byte, low nibble first.
+// row and group of 32 values, then the int8 codes row-major. int4 and int2
+// (codec.Int4, groups of 32, no rotation): after the header, an fp16
+// (min, step) pair per group, then the codes row-major as one bit stream,
+// least significant bits first. Groups run along each row (int4, int2:
+// group row*ceil(d/32) + col/32) or, per channel, along the tokens
+// (int4-k, int2-k: group col*ceil(bs/32) + row/32).
 KK_DEVICE float kk_part_value(const kk_u8 *p, int fmt, int bs, int d, int row, int col) {
 	int i = row * d + col;
-	switch (fmt) {
-	case kkPartF32:
+	if (fmt == kkPartF32)
 		return ((const float *)p)[i];
-	case kkPartBF16:
+	if (fmt == kkPartBF16)
 		return kk_bf16(((const kk_u16 *)p)[i]);
-	case kkPartInt8: {
+	const kk_u8 *pl = p + 16;
+	if (fmt == kkPartInt8) {
 		int groups = (d + 31) >> 5;
-		const kk_u8 *pl = p + 16;
 		float s = kk_half_at(pl + 2 * (row * groups + (col >> 5)));
 		return (float)(kk_i8)pl[2 * bs * groups + i] * s;
 	}
-	default: { // kkPartInt4
-		int groups = (d + 31) >> 5;
-		const kk_u8 *pl = p + 16;
-		const kk_u8 *mp = pl + 4 * (row * groups + (col >> 5));
-		kk_u8 b = pl[4 * bs * groups + (i >> 1)];
-		int code = (i & 1) ? b >> 4 : b & 15;
-		return kk_half_at(mp) + (float)code * kk_half_at(mp + 2);
-	}
-	}
+	bool channel = fmt == kkPartInt4K || fmt == kkPartInt2K;
+	int bits = fmt == kkPartInt2 || fmt == kkPartInt2K ? 2 : 4;
+	int per = channel ? (bs + 31) >> 5 : (d + 31) >> 5;
+	int k = channel ? col * per + (row >> 5) : row * per + (col >> 5);
+	int ngroups = channel ? d * per : bs * per;
+	const kk_u8 *mp = pl + 4 * k;
+	int bit = i * bits;
+	int code = (pl[4 * ngroups + (bit >> 3)] >> (bit & 7)) & ((1 << bits) - 1);
+	return kk_half_at(mp) + (float)code * kk_half_at(mp + 2);
 }
 
 KK_KERNEL void __launch_bounds__(256)
@@ -109,6 +111,8 @@ KK_KERNEL void __launch_bounds__(256)
 		const kk_u8 *kp = (const kk_u8 *)ktab[(long long)b * kv_heads + g];
 		const kk_u8 *vp = (const kk_u8 *)vtab[(long long)b * kv_heads + g];
 		int fmt = fmts[(long long)b * kv_heads + g];
+		// One format for both parts, or the key's and the value's.
+		int kfmt = fmt & 0xff, vfmt = fmt >> 16 ? (fmt >> 8) & 0xff : kfmt;
 		int lo = b * bs > kbeg ? b * bs : kbeg;
 		int hi = (b + 1) * bs < kend ? (b + 1) * bs : kend;
 		for (int p0 = lo; p0 < hi; p0 += KK_AT_TILE) {
@@ -116,8 +120,8 @@ KK_KERNEL void __launch_bounds__(256)
 			__syncthreads(); // the previous tile's values (and the queries) are done
 			for (int i = threadIdx.x; i < tn * half; i += blockDim.x) {
 				int j = i / half, c = i - j * half, pos = p0 + j, row = pos - b * bs;
-				float x0 = kk_part_value(kp, fmt, bs, d, row, c);
-				float x1 = kk_part_value(kp, fmt, bs, d, row, c + half);
+				float x0 = kk_part_value(kp, kfmt, bs, d, row, c);
+				float x1 = kk_part_value(kp, kfmt, bs, d, row, c + half);
 				float cs = cos[(long long)pos * half + c], sn = sin[(long long)pos * half + c];
 				kv[j * ld + c] = x0 * cs - x1 * sn;
 				kv[j * ld + c + half] = x1 * cs + x0 * sn;
@@ -153,7 +157,7 @@ KK_KERNEL void __launch_bounds__(256)
 			__syncthreads(); // the keys are scored
 			for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
 				int j = i / d, c = i - j * d;
-				kv[j * ld + c] = kk_part_value(vp, fmt, bs, d, p0 + j - b * bs, c);
+				kv[j * ld + c] = kk_part_value(vp, vfmt, bs, d, p0 + j - b * bs, c);
 			}
 			__syncthreads();
 #pragma unroll
