@@ -42,6 +42,7 @@ typedef struct {
 	CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
 	CUresult (*cuModuleUnload)(CUmodule);
 	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
 	CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
@@ -102,6 +103,7 @@ static const char *kk_open(kk_drv *d, const char *lib, const char **missing) {
 	SYM(cuModuleLoadDataEx, "cuModuleLoadDataEx", 1)
 	SYM(cuModuleUnload, "cuModuleUnload", 1)
 	SYM(cuModuleGetFunction, "cuModuleGetFunction", 1)
+	SYM(cuFuncSetAttribute, "cuFuncSetAttribute", 1)
 	SYM(cuMemAlloc, "cuMemAlloc_v2", 1)
 	SYM(cuMemFree, "cuMemFree_v2", 1)
 	SYM(cuMemsetD8Async, "cuMemsetD8Async", 1)
@@ -171,6 +173,13 @@ static CUresult kk_function(kk_drv *d, const char *name, uint64_t *fn) {
 	CUresult r = d->cuModuleGetFunction(&f, d->mod, name);
 	*fn = (uint64_t)(uintptr_t)f;
 	return r;
+}
+
+// kk_max_shared lets a kernel take bytes of dynamic shared memory, past
+// the 48 KiB every kernel gets without asking.
+static CUresult kk_max_shared(kk_drv *d, uint64_t fn, int bytes) {
+	CUresult r = d->cuCtxSetCurrent(d->ctx);
+	return r ? r : d->cuFuncSetAttribute((CUfunction)(uintptr_t)fn, 8, bytes); // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 }
 
 static CUresult kk_alloc(kk_drv *d, size_t n, uint64_t *p) {
@@ -352,6 +361,10 @@ import (
 // machine with only the driver).
 const libName = "libcuda.so.1"
 
+// defaultShared is the dynamic shared memory a kernel may use without
+// cuFuncSetAttribute.
+const defaultShared = 48 << 10
+
 // minMajor is the oldest compute capability the embedded PTX runs on: it
 // is compiled for sm_80, and the driver JIT-compiles PTX only for its
 // target or newer.
@@ -374,6 +387,7 @@ type libcuda struct {
 	dev     deviceInfo
 	blasErr error             // why cuBLAS is not used, nil when it is
 	fns     map[string]uint64 // CUfunction by kernel name, resolved once
+	shared  map[uint64]uint32 // dynamic shared memory each function was allowed past 48 KiB
 	batch   []C.kk_launch
 	args    []byte
 }
@@ -399,7 +413,7 @@ func openLibrary(lib string, blasLibs []string, ordinal int, ptx []byte) (driver
 		C.free(unsafe.Pointer(d))
 		return nil, err
 	}
-	l := &libcuda{d: d, fns: map[string]uint64{}}
+	l := &libcuda{d: d, fns: map[string]uint64{}, shared: map[uint64]uint32{}}
 	if err := l.init(ordinal, ptx); err != nil {
 		l.close()
 		return nil, err
@@ -595,6 +609,12 @@ func (l *libcuda) prepare(ls []Launch) error {
 			}
 			fn = uint64(f)
 			l.fns[x.Kernel] = fn
+		}
+		if x.Shared > defaultShared && x.Shared > l.shared[fn] {
+			if r := C.kk_max_shared(l.d, C.uint64_t(fn), C.int(x.Shared)); r != 0 {
+				return l.err(fmt.Sprintf("cuFuncSetAttribute(%s, max dynamic shared memory, %d bytes)", x.Kernel, x.Shared), r)
+			}
+			l.shared[fn] = x.Shared
 		}
 		for len(l.args)%16 != 0 {
 			l.args = append(l.args, 0)

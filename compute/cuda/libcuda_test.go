@@ -72,6 +72,11 @@ CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *opts, vo
 	*m = &ctx; return 0;
 }
 CUresult cuModuleUnload(void *m) { return 0; }
+static int maxShared = 48 * 1024;
+CUresult cuFuncSetAttribute(void *f, int attr, int v) {
+	if (attr != 8 || v > 227 * 1024) return 1;
+	maxShared = v; return 0;
+}
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
 	if (strcmp(name, "add") != 0) return 500;
 	*f = (void *)"add"; return 0;
@@ -104,7 +109,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
 		unsigned shared, void *s, void **params, void **extra) {
 	if (params != NULL || extra == NULL || extra[0] != (void *)1 || extra[2] != (void *)2 || extra[4] != NULL) return 1;
 	size_t size = *(size_t *)extra[3];
-	if (size != 24 || gx * bx < 1) return 1;
+	if (size != 24 || gx * bx < 1 || shared > maxShared) return 1;
 	if (capturing) {
 		if (recorded == 64) return 900;
 		memcpy(graph[recorded].args, extra[1], size);
@@ -314,5 +319,28 @@ func TestLibcudaCUBLAS(t *testing.T) {
 	}
 	if err := b.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A launch asking for more than 48 KiB of dynamic shared memory first
+// raises its kernel's limit; past the device's, it fails naming the call.
+func TestLibcudaSharedMemory(t *testing.T) {
+	d, err := openLibrary(buildStub(t, stubLibcuda), nil, 0, stubPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	x, err := d.alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := addLaunch(x, x, 4)
+	l.Shared = 100 << 10
+	if err := d.launch([]Launch{l}); err != nil {
+		t.Errorf("launch with 100 KiB of shared memory: %v", err)
+	}
+	l.Shared = 300 << 10
+	if err := d.launch([]Launch{l}); err == nil || !strings.Contains(err.Error(), "cuFuncSetAttribute(add, max dynamic shared memory, 307200 bytes)") {
+		t.Errorf("launch past the device's shared memory: %v", err)
 	}
 }
