@@ -15,7 +15,7 @@ KAKEYA_SHARED := ../shared
 endif
 export KAKEYA_SHARED := $(abspath $(KAKEYA_SHARED))
 
-.PHONY: all build test vet lint fmt-check bench bench-kernels bench-codec bench-tokenizer clean
+.PHONY: all build test vet lint fmt-check bench bench-go bench-kernels bench-codec bench-tokenizer clean
 
 all: build
 
@@ -41,9 +41,15 @@ lint: vet
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Benchmarks are Go benchmarks; the model ones write a Qwen2.5-0.5B-shaped
-# BF16 checkpoint (~1 GB) to a temporary directory first.
-bench: bench-kernels bench-codec bench-tokenizer
+# make bench prints one table, llama-bench style: prefill and decode tok/s
+# per KV cache (plain, int8, int4, kakeya), thread count (1, 2) and context
+# (128, 2048) on a seeded Qwen2.5-0.5B-shaped bf16 checkpoint written first
+# (~1 GB); BENCH_FLAGS passes kakeya-bench flags (e.g. --reps 5).
+bench: build
+	$(BIN)/kakeya-bench $(BENCH_FLAGS)
+
+# The Go benchmarks; the model ones write the same checkpoint.
+bench-go: bench-kernels bench-codec bench-tokenizer
 	$(SIMD) $(GO) test -run '^$$' -bench . -benchtime 3x -timeout 30m ./model/
 
 bench-kernels:

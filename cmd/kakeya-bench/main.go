@@ -1,0 +1,302 @@
+// Command kakeya-bench measures prefill and decode speed the way llama.cpp's
+// llama-bench does, and prints one Markdown table: for every KV cache, thread
+// count and context, the prefill rate of a ctx-token prompt and the decode
+// rate of --gen tokens after it.
+//
+// Without --model it writes a seeded random checkpoint with Qwen2.5-0.5B's
+// exact shape (bf16, about 1 GB) to a temporary directory first, so runs on
+// different machines or commits compare like with like.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/model"
+)
+
+const usage = `usage: kakeya-bench [flags]
+
+Prefill and decode tokens/s per KV cache, thread count and context, as one
+Markdown table. Each cell is the median of --reps runs: a fresh sequence
+prefills a prompt of ctx random tokens, then decodes --gen tokens one step
+at a time. Caches: plain (bf16, the tools' default), or a codec spec, each
+compressed cache with every layer compressed (--boundary none), 64-token
+blocks and a hot window of one block.
+
+Flags:
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "kakeya-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the parsed flags.
+type options struct {
+	model          string
+	caches         []string
+	threads, ctxs  []int
+	gen, reps      int
+	keep, progress bool
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	var caches, threads, ctxs string
+	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		io.WriteString(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
+	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
+	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
+	fs.IntVar(&o.gen, "gen", 32, "decoded tokens per run")
+	fs.IntVar(&o.reps, "reps", 3, "runs per cell (the median is reported)")
+	fs.BoolVar(&o.progress, "progress", true, "print each run to stderr as it finishes")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	var err error
+	if o.caches, err = parseCaches(caches); err != nil {
+		return err
+	}
+	if o.threads, err = parseInts("--threads", threads, 1, model.MaxThreads()); err != nil {
+		return err
+	}
+	if o.ctxs, err = parseInts("--ctx", ctxs, 1, 1<<20); err != nil {
+		return err
+	}
+	switch {
+	case o.gen < 1:
+		return fmt.Errorf("--gen %d must be >= 1", o.gen)
+	case o.reps < 1:
+		return fmt.Errorf("--reps %d must be >= 1", o.reps)
+	}
+
+	dir, desc := o.model, "model "+o.model
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "kakeya-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		fmt.Fprintln(stderr, "kakeya-bench: writing a seeded Qwen2.5-0.5B-shaped bf16 checkpoint to", tmp)
+		if err := testmodel.Write(tmp, testmodel.Qwen25_05B); err != nil {
+			return err
+		}
+		dir, desc = tmp, "seeded checkpoint of Qwen2.5-0.5B's shape (bf16)"
+	}
+	rows, err := measure(ctx, dir, o, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s; %s; kernels %s; GOMAXPROCS %d; %d decoded tokens per run, median of %d\n\n",
+		desc, runtime.GOARCH, kcpu.Features(), runtime.GOMAXPROCS(0), o.gen, o.reps)
+	writeTable(stdout, rows)
+	return nil
+}
+
+// row is one cell of the table.
+type row struct {
+	cache           string
+	threads, ctx    int
+	prefill, decode float64 // tokens/s, medians
+	kvMiB, kvRatio  float64 // after the last run's decode
+}
+
+// measure runs every (cache, threads, ctx) cell.
+func measure(ctx context.Context, dir string, o options, stderr io.Writer) ([]row, error) {
+	maxCtx := slices.Max(o.ctxs) + o.gen
+	var rows []row
+	for _, th := range o.threads {
+		m, err := model.Load(dir, model.Options{Threads: th, MaxContext: maxCtx})
+		if err != nil {
+			return nil, err
+		}
+		r, err := measureModel(ctx, m, th, o, stderr)
+		m.Close()
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	// Group by cache, then threads, then context.
+	slices.SortStableFunc(rows, func(a, b row) int {
+		return slices.Index(o.caches, a.cache) - slices.Index(o.caches, b.cache)
+	})
+	return rows, nil
+}
+
+func measureModel(ctx context.Context, m *model.Model, threads int, o options, stderr io.Writer) ([]row, error) {
+	var rows []row
+	vocab := m.Config().VocabSize
+	for _, cache := range o.caches {
+		opts, err := sequenceOptions(cache, m)
+		if err != nil {
+			return nil, fmt.Errorf("--cache %s: %w", cache, err)
+		}
+		for _, n := range o.ctxs {
+			s, err := m.NewSequenceOpts(opts)
+			if err != nil {
+				return nil, err
+			}
+			r := row{cache: cache, threads: threads, ctx: n}
+			var pre, dec []float64
+			rng := rand.New(rand.NewPCG(uint64(n), 1))
+			prompt := make([]int, n)
+			for i := range prompt {
+				prompt[i] = 1 + rng.IntN(vocab-1)
+			}
+			for rep := range o.reps {
+				if err := ctx.Err(); err != nil {
+					s.Close()
+					return nil, err
+				}
+				s.Reset()
+				t0 := time.Now()
+				if _, err := s.Forward(prompt, false); err != nil {
+					s.Close()
+					return nil, err
+				}
+				t1 := time.Now()
+				tok := prompt[n-1]
+				for i := range o.gen {
+					if _, err := s.Forward([]int{tok}, false); err != nil {
+						s.Close()
+						return nil, err
+					}
+					tok = 1 + (tok+i*7919)%(vocab-1)
+				}
+				t2 := time.Now()
+				pre = append(pre, float64(n)/t1.Sub(t0).Seconds())
+				dec = append(dec, float64(o.gen)/t2.Sub(t1).Seconds())
+				if o.progress {
+					fmt.Fprintf(stderr, "kakeya-bench: %s, %d threads, ctx %d, run %d: prefill %.1f tok/s, decode %.2f tok/s\n",
+						cache, threads, n, rep+1, pre[rep], dec[rep])
+				}
+			}
+			kv := s.KVStats()
+			r.kvMiB = float64(kv.Bytes()) / (1 << 20)
+			r.kvRatio = kv.Ratio()
+			s.Close()
+			r.prefill, r.decode = median(pre), median(dec)
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// sequenceOptions builds the sequence options of one --cache entry.
+func sequenceOptions(cache string, m *model.Model) (model.SequenceOptions, error) {
+	spec := kvcache.Spec{}
+	if cache != "plain" {
+		spec = kvcache.Spec{KV: cache, Boundary: "none"}
+	}
+	pol, st, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
+	if err != nil {
+		return model.SequenceOptions{}, err
+	}
+	return model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, nil
+}
+
+// writeTable prints the rows as a Markdown table.
+func writeTable(w io.Writer, rows []row) {
+	fmt.Fprintln(w, "| cache | threads | ctx | prefill tok/s | decode tok/s | decode vs plain | KV MiB | KV ratio |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	plain := map[[2]int]float64{}
+	for _, r := range rows {
+		if r.cache == "plain" {
+			plain[[2]int{r.threads, r.ctx}] = r.decode
+		}
+	}
+	for _, r := range rows {
+		rel := "–"
+		if p, ok := plain[[2]int{r.threads, r.ctx}]; ok && r.cache != "plain" {
+			rel = fmt.Sprintf("%.2fx", r.decode/p)
+		}
+		ratio := "–"
+		if r.cache != "plain" && r.kvRatio > 0 {
+			ratio = fmt.Sprintf("%.2fx", r.kvRatio)
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %.1f | %.2f | %s | %.1f | %s |\n", r.cache, r.threads, r.ctx, r.prefill, r.decode, rel, r.kvMiB, ratio)
+	}
+}
+
+// median returns the middle value (the mean of the middle two for an even
+// count).
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// parseCaches splits the --cache list: by ';' when it holds one (codec specs
+// may hold commas), else by ','.
+func parseCaches(s string) ([]string, error) {
+	sep := ","
+	if strings.Contains(s, ";") {
+		sep = ";"
+	}
+	var out []string
+	for _, c := range strings.Split(s, sep) {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			return nil, fmt.Errorf("--cache %q: empty entry", s)
+		}
+		if slices.Contains(out, c) {
+			return nil, fmt.Errorf("--cache %q: %s listed twice", s, c)
+		}
+		if c != "plain" {
+			if err := (kvcache.Spec{KV: c, Boundary: "none"}).Validate(); err != nil {
+				return nil, fmt.Errorf("--cache %s: %w", c, err)
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// parseInts reads a comma-separated list of integers in [lo, hi].
+func parseInts(flagName, s string, lo, hi int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < lo || n > hi {
+			return nil, fmt.Errorf("%s %q: %q is not an integer in [%d, %d]", flagName, s, f, lo, hi)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
