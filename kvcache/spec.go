@@ -337,14 +337,18 @@ func (s Spec) Inherit(base Spec) Spec {
 			*dst = v
 		}
 	}
-	fill(&s.KBits, base.KBits)
-	fill(&s.VBits, base.VBits)
+	// A per-layer plan names every layer's codecs: the base's bit widths
+	// and boundary layers do not apply to it.
+	if s.Layers == "" {
+		fill(&s.KBits, base.KBits)
+		fill(&s.VBits, base.VBits)
+		if s.Boundary == "" {
+			s.Boundary = base.Boundary
+		}
+	}
 	fill(&s.BlockSize, base.BlockSize)
 	fill(&s.HotWindow, base.HotWindow)
 	fill(&s.Sinks, base.Sinks)
-	if s.Boundary == "" {
-		s.Boundary = base.Boundary
-	}
 	if s.Precondition == Auto {
 		s.Precondition = base.Precondition
 	}

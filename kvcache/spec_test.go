@@ -195,6 +195,15 @@ func TestInherit(t *testing.T) {
 	if got := (Spec{}).Inherit(base); got != base {
 		t.Errorf("zero Inherit = %+v, want the base %+v", got, base)
 	}
+	// A per-layer plan takes the base's block and hot window, not its
+	// codecs, bit widths or boundary layers, so it still validates.
+	plan := Spec{Layers: "int8/none|none/int4"}.Inherit(Spec{KV: "kakeya", KBits: 3, Boundary: "0", BlockSize: 32})
+	if want := (Spec{Layers: "int8/none|none/int4", BlockSize: 32}); plan != want {
+		t.Errorf("plan Inherit = %+v, want %+v", plan, want)
+	}
+	if err := plan.Validate(); err != nil {
+		t.Errorf("inherited plan: %v", err)
+	}
 }
 
 // testCalibration returns a calibration whose Cholesky factors are 2*I.
