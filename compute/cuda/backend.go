@@ -68,6 +68,10 @@ type Backend struct {
 
 	hostF  []float32 // host scratch of narrowWrites
 	host16 []uint16
+	stage  Ptr   // device staging of narrowWrites
+	stageN int   // bf16 values stage holds
+	offs   []int // narrowWrites: each write's rows in host16
+	done   []bool
 	ids    []int32 // Embed's ids on the host
 	idsDev Ptr     // and on the device
 	idsCap int     // ids idsDev holds
@@ -450,8 +454,10 @@ type narrowWrite struct {
 }
 
 // narrowWrites does the deferred bf16 writes: reads their sources back,
-// one copy per source allocation, rounds on the host and copies the rows
-// in. Called by flush, the launch queue empty.
+// one copy per source allocation, rounds on the host, uploads every
+// write's rows in one copy to a staging buffer and scatters them to their
+// parts on the device, so a layer's writes cost two waits, not one per
+// head. Called by flush, the launch queue empty.
 func (b *Backend) narrowWrites() {
 	ws := b.narrow
 	b.narrow = nil
@@ -459,12 +465,27 @@ func (b *Backend) narrowWrites() {
 	if b.err != nil {
 		return
 	}
-	for len(ws) > 0 {
-		// The writes from one allocation (a layer's K or V rows) share
-		// one read of the span they cover.
-		base := ws[0].base
-		lo, hi := ws[0].src, ws[0].src
-		for _, w := range ws {
+	total := 0
+	for _, w := range ws {
+		total += w.rows * w.d
+	}
+	b.host16 = grow(b.host16, total)
+	b.offs = grow(b.offs, len(ws)) // each write's rows in host16
+	b.done = grow(b.done, len(ws))
+	offs, done := b.offs, b.done
+	for o, i := 0, 0; i < len(ws); i++ {
+		offs[i], o = o, o+ws[i].rows*ws[i].d
+		done[i] = false
+	}
+	for first := range ws {
+		if done[first] {
+			continue
+		}
+		// The writes from one allocation (a layer's K or V rows) share one
+		// read of the span they cover.
+		base := ws[first].base
+		lo, hi := ws[first].src, ws[first].src
+		for _, w := range ws[first:] {
 			if w.base == base {
 				lo, hi = min(lo, w.src), max(hi, w.src+Ptr(4*((w.rows-1)*w.stride+w.d)))
 			}
@@ -473,24 +494,39 @@ func (b *Backend) narrowWrites() {
 		if b.fail(b.drv.copyOut(bytesOf(b.hostF), lo)); b.err != nil {
 			return
 		}
-		rest := ws[:0]
-		for _, w := range ws {
+		for i := first; i < len(ws); i++ {
+			w := ws[i]
 			if w.base != base {
-				rest = append(rest, w)
 				continue
 			}
-			b.host16 = grow(b.host16, w.rows*w.d)
-			off := int(w.src-lo) / 4
-			for i := range w.rows {
-				for j, v := range b.hostF[off+i*w.stride : off+i*w.stride+w.d] {
-					b.host16[i*w.d+j] = compute.F32ToBF16(v)
+			done[i] = true
+			src, dst := int(w.src-lo)/4, b.host16[offs[i]:]
+			for r := range w.rows {
+				for j, v := range b.hostF[src+r*w.stride : src+r*w.stride+w.d] {
+					dst[r*w.d+j] = compute.F32ToBF16(v)
 				}
 			}
-			if b.fail(b.drv.copyIn(w.dst, bytesOf(b.host16))); b.err != nil {
-				return
-			}
 		}
-		ws = rest
+	}
+	if b.stageN < total {
+		if b.stage != 0 {
+			b.freeRaw(b.stage) // the stream is idle: copyOut waited
+		}
+		b.stage, b.stageN = 0, 0
+		p, err := b.allocRaw(2 * total)
+		if err != nil {
+			b.fail(fmt.Errorf("cuda: staging of %d bf16 cache values: %w", total, err))
+			return
+		}
+		b.stage, b.stageN = p, total
+	}
+	if b.fail(b.drv.copyIn(b.stage, bytesOf(b.host16))); b.err != nil {
+		return
+	}
+	for i, w := range ws {
+		if b.fail(b.drv.copyDevice(w.dst, b.stage+Ptr(2*offs[i]), 2*w.rows*w.d)); b.err != nil {
+			return
+		}
 	}
 }
 
