@@ -39,7 +39,7 @@ func (b *Backend) freeList(l *devList) {
 // indexed [block*KVHeads+head] as the kernels read it.
 type blockTable struct {
 	k, v []uint64 // part addresses
-	fmts []int32  // part formats, one for the K and V parts of an entry
+	fmts []int32  // formats of an entry's K and V parts (attnFormat)
 	dev  Ptr      // k, then v, then fmts
 	// The store's generation and the blocks when last checked: while
 	// neither moved, no entry can have changed.
@@ -162,25 +162,15 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 			if !ok1 || !ok2 {
 				return nil, fmt.Errorf("attention: block %d head %d is not stored by a CUDA block store", blk, g)
 			}
-			if kp.format != vp.format {
-				// One format serves both parts of an entry: read both as
-				// float32, exactly (bf16 widens, codecs decode). Only a
-				// full block gets here, so neither part is written again.
-				for _, pt := range [2]*part{kp, vp} {
-					if err := pt.s.toF32(pt); err != nil {
-						b.fail(err)
-						return nil, fmt.Errorf("attention: block %d head %d: %w", blk, g, err)
-					}
-				}
-			}
-			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.fmts[i] != kp.format {
-				t.k[i], t.v[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), kp.format
+			f := attnFormat(kp.format, vp.format)
+			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.fmts[i] != f {
+				t.k[i], t.v[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), f
 				lo, hi = min(lo, i), i+1
 			}
 		}
 	}
 	if st != nil {
-		t.gen, t.blocks = st.gen, blocks // after toF32, which moves gen
+		t.gen, t.blocks = st.gen, blocks
 	}
 	if lo >= hi {
 		return t, nil

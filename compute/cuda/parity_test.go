@@ -151,8 +151,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		{"bf16", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}},
 		{"int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		{"int8 (f32 hot)", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}},
-		// Keys encoded, values hot bf16: the block table's one format per
-		// entry makes attention read both parts of such blocks as float32.
+		// Keys encoded, values hot bf16: entries of two formats.
 		{"int8 keys", kvcache.Spec{K: "int8", V: "none", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {

@@ -52,7 +52,6 @@ type store struct {
 	host    []float32 // host scratch: decoded or widened rows
 	host16  []uint16
 	gather  map[int]Ptr // per row stride (in rows of d), the ids 0, k, 2k, ...
-	ident   Ptr         // ids 0, 1, ..., rows-1 (widening bf16 rows)
 	// gen counts the changes of part addresses and formats, so attention
 	// rescans its block tables only when one may have changed.
 	gen uint64
@@ -112,45 +111,6 @@ func (s *store) release(addr Ptr, size int) {
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
-
-// toF32 turns a full part into float32 rows, keeping its values exactly:
-// bf16 rows are widened on the device, encoded bytes decoded on the host.
-// Called with the backend's mu held.
-func (s *store) toF32(pt *part) error {
-	if pt.format == partF32 {
-		return nil
-	}
-	b, n := s.b, s.rows*s.d
-	size := roundUp(4*n, encAlign)
-	addr, err := s.slot(size)
-	if err != nil {
-		return err
-	}
-	if pt.format == partBF16 {
-		if s.ident == 0 {
-			if s.ident, err = s.ids(1); err != nil {
-				return err
-			}
-		}
-		b.enqueue(embedLaunch(compute.BF16, addr, pt.addr, s.ident, s.rows, s.d), true)
-	} else {
-		enc := make([]byte, pt.encLen)
-		if err := b.copyOut(enc, pt.addr); err != nil {
-			return err
-		}
-		s.host = grow(s.host, n)
-		if err := pt.dec.Decode(s.host, enc, s.rows, s.d); err != nil {
-			return fmt.Errorf("cuda: %s: %w", pt.dec.Name(), err)
-		}
-		if err := b.drv.copyIn(addr, bytesOf(s.host)); err != nil {
-			return err
-		}
-	}
-	s.release(pt.addr, pt.size)
-	pt.addr, pt.size, pt.format, pt.encLen = addr, size, partF32, 0
-	s.gen++
-	return nil
-}
 
 func (s *store) NewPart() (compute.Part, error) {
 	s.b.mu.Lock()
@@ -364,20 +324,12 @@ func (s *store) write(pt *part, row int, src, base Ptr, stride, rows int) error 
 	return nil
 }
 
-// gatherIDs returns device ids 0, k, 2k, ... for s.rows rows, made once.
+// gatherIDs returns device ids 0, k, 2k, ... for s.rows rows, uploaded
+// once per k.
 func (s *store) gatherIDs(k int) (Ptr, error) {
 	if p, ok := s.gather[k]; ok {
 		return p, nil
 	}
-	p, err := s.ids(k)
-	if err == nil {
-		s.gather[k] = p
-	}
-	return p, err
-}
-
-// ids uploads ids 0, k, 2k, ... for s.rows rows into a slot.
-func (s *store) ids(k int) (Ptr, error) {
 	ids := make([]int32, s.rows)
 	for i := range ids {
 		ids[i] = int32(i * k)
@@ -390,5 +342,6 @@ func (s *store) ids(k int) (Ptr, error) {
 	if err := s.b.drv.copyIn(p, bytesOf(ids)); err != nil {
 		return 0, err
 	}
+	s.gather[k] = p
 	return p, nil
 }
