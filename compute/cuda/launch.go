@@ -106,17 +106,14 @@ func int32Of(what string, v int) int32 {
 	return int32(v)
 }
 
-// positive panics unless every value is > 0 and within int32, and returns
-// their product's check too, since kernels index flat arrays with it.
+// positive panics unless every value is > 0 and within int32. Products
+// the kernels index with int32 are checked by the callers.
 func positive(what string, vs ...int) {
-	prod := 1
 	for _, v := range vs {
 		if v <= 0 {
 			panic(fmt.Sprintf("cuda: %s: sizes %v must be positive", what, vs))
 		}
 		int32Of(what, v)
-		prod *= v
-		int32Of(what+" (elements)", prod)
 	}
 }
 
@@ -180,6 +177,7 @@ func rmsNormLaunch(out, x, w Ptr, rows, cols int, eps float32) Launch {
 // Kernel: add_rows(float *x, const float *bias, int rows, int cols).
 func addRowsLaunch(x, bias Ptr, rows, cols int) Launch {
 	positive("add_rows", rows, cols)
+	int32Of("add_rows elements", rows*cols)
 	return elementwise("add_rows", rows*cols, new(args).ptr(x).ptr(bias).i32("rows", rows).i32("cols", cols))
 }
 
@@ -206,6 +204,7 @@ func ropeLaunch(x Ptr, rows, heads, d, start int, cos, sin Ptr) Launch {
 		panic(fmt.Sprintf("cuda: rope of width %d from position %d", d, start))
 	}
 	int32Of("rope positions", (start+rows)*d/2)
+	int32Of("rope elements", rows*heads*d)
 	a := new(args).ptr(x).i32("rows", rows).i32("heads", heads).i32("d", d).i32("start", start).ptr(cos).ptr(sin)
 	return elementwise("rope", rows*heads*d/2, a)
 }

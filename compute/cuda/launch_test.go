@@ -29,8 +29,8 @@ type devMem struct {
 }
 
 func newDevMem(t testing.TB) *devMem {
-	if _, err := kernels.Alloc(1); err != nil {
-		t.Skipf("no kernel emulation in this build: %v", err)
+	if !kernels.Available() {
+		t.Skip("no kernel emulation in this build (it needs cgo on Linux)")
 	}
 	return &devMem{t: t}
 }
@@ -536,4 +536,48 @@ func testAttention(t *testing.T, c attnCase) {
 		checkClose(t, "attention", m.read(a.Out, c.n*c.heads*c.d), refRead(want), 2e-5)
 	}
 	t.Logf("%d launches, grid %v, %d bytes shared", len(ls), ls[0].Grid, ls[0].Shared)
+}
+
+// Every launch stays within what the device accepts without opting in:
+// the kernel's __launch_bounds__ (the PTX's .maxntid) and 48 KiB of
+// dynamic shared memory, for the largest shapes each constructor takes.
+func TestLaunchesWithinDeviceLimits(t *testing.T) {
+	ptx := string(ptxImage())
+	bounds := map[string]int{}
+	for _, m := range regexp.MustCompile(`\.entry ([A-Za-z0-9_]+)\([^)]*\)\s*\.maxntid (\d+), 1, 1`).FindAllStringSubmatch(ptx, -1) {
+		var n int
+		fmt.Sscan(m[2], &n)
+		bounds[m[1]] = n
+	}
+	var ls []Launch
+	for _, dt := range dtypes {
+		ls = append(ls, embedLaunch(dt, 0, 0, 0, 512, 8192),
+			matVecLaunch(dt, 0, 0, 0, maxMatVecRows, 151936, 8192), matVecLaunch(dt, 0, 0, 0, 1, 64, 64),
+			matMulLaunch(dt, 0, 0, 0, 4096, 8192, 8192))
+	}
+	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
+		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0))
+	for _, d := range []int{2, 8, 64, 80, 128, 256} {
+		for _, n := range []int{1, 7, 512} {
+			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512})...)
+		}
+	}
+	for _, l := range ls {
+		threads := int(l.Block.X * l.Block.Y * l.Block.Z)
+		if b, ok := bounds[l.Kernel]; ok && threads > b {
+			t.Errorf("%s: %d threads per block, launch bounds %d", l.Kernel, threads, b)
+		}
+		if threads > 1024 || threads%32 != 0 {
+			t.Errorf("%s: %d threads per block", l.Kernel, threads)
+		}
+		if l.Shared > 48<<10 {
+			t.Errorf("%s: %d bytes of dynamic shared memory", l.Kernel, l.Shared)
+		}
+		if len(l.Args)%8 != 0 {
+			t.Errorf("%s: %d bytes of arguments", l.Kernel, len(l.Args))
+		}
+	}
+	if len(bounds) == 0 {
+		t.Fatal("no .maxntid in the PTX")
+	}
 }

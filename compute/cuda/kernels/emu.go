@@ -32,6 +32,10 @@ import (
 //go:embed *.cu *.cuh emu.h emu.cc
 var sources embed.FS
 
+// Available reports whether this build has the emulator (cgo on Linux):
+// without it every call fails, and tests that need it skip.
+func Available() bool { return true }
+
 // Alloc returns bytes of zeroed emulated device memory, 256-byte aligned
 // and followed by an inaccessible page: a kernel that runs past the end
 // of an allocation (rounded up to 256 bytes) faults.

@@ -8,6 +8,9 @@ import "errors"
 // cgo on Linux, where the emulator (C++ run through cgo) is not compiled.
 var errNoEmulation = errors.New("kernels: the CPU emulation needs cgo on Linux")
 
+// Available reports whether this build has the emulator (cgo on Linux).
+func Available() bool { return false }
+
 // Alloc returns bytes of zeroed emulated device memory.
 func Alloc(bytes int) (uint64, error) { return 0, errNoEmulation }
 
