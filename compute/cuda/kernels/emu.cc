@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(KK_EMU_UCONTEXT)
 #include <ucontext.h>
 #endif
 
@@ -30,11 +30,14 @@ namespace {
 
 const size_t stackSize = 64 << 10;
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(KK_EMU_UCONTEXT)
 // A context switch saves the callee-saved registers and the SSE and x87
 // control words on the old stack and restores them from the new one: a
 // few nanoseconds, where swapcontext makes a system call for the signal
-// mask. The symbol is local to this object, so each emulator has its own.
+// mask (about 12 times slower on the kernels' tests). The symbol is local
+// to this object, so each emulator has its own. Other architectures take
+// ucontext, and so does x86-64 with -DKK_EMU_UCONTEXT in CGO_CXXFLAGS,
+// which is how that path is tested.
 extern "C" void kk_emu_fiber_switch(void **save, void *to);
 asm(R"(
 	.pushsection .text
