@@ -126,14 +126,19 @@ func maxAbsDiff(a, b []float32) float64 {
 // The whole forward pass on the CUDA backend — host logic on a fake
 // driver, kernels through their CPU emulation — gives the CPU backend's
 // logits on every architecture and stories260K: a prefill longer than the
-// matrix-vector kernel's rows, then decode steps, through float32, bf16 and
-// int8-encoded cache blocks. With a float32 cache the logits agree within
+// matrix-vector kernel's rows, then decode steps, through float32 and bf16
+// blocks, blocks the kernels read encoded (int8, int4-k/int4, int8 keys
+// beside bf16 values) and blocks of a codec they do not read (stored as
+// its decoded values). With a float32 cache the logits agree within
 // 1e-3 absolute. A bf16 or int8 cache rounds each key and value, and the
 // two backends' float32 sums (in different orders) differ by a few ulps,
 // so now and then a value on a rounding boundary lands one bf16 ulp or one
 // int8 step apart (stories260K: one key of 3840 at position 11 of layer 2,
 // 3.34375 against 3.328125), which moves later logits by up to ~7e-3; those
-// caches are held to 1e-3 times the largest |logit| (at least 1e-3).
+// caches are held to 1e-3 times the largest |logit| (at least 1e-3). A
+// coarse codec such as kakeya at 3 bits turns such a flip into a jump (0.3
+// in one key of stories260K), so it is not compared here: the store's own
+// test checks that its bytes decode to the CPU's values.
 // TestBlockStore checks that the rounding and decoding themselves match
 // the CPU's exactly.
 func TestForwardMatchesCPU(t *testing.T) {
@@ -153,6 +158,11 @@ func TestForwardMatchesCPU(t *testing.T) {
 		{"int8 (f32 hot)", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}},
 		// Keys encoded, values hot bf16: entries of two formats.
 		{"int8 keys", kvcache.Spec{K: "int8", V: "none", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		// KIVI's layout: per-channel int4 keys, per-token int4 values.
+		{"int4-k/int4", kvcache.Spec{K: "int4-k", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		// A codec the kernels do not read (f32, lossless, so no rounding
+		// boundary hides a difference): its decoded values, in float32.
+		{"f32 codec", kvcache.Spec{KV: "f32", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -165,6 +175,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 			for _, sp := range specs {
 				want, stW := run(t, cpuM, sp.spec, ids, pre)
 				got, stG := run(t, gpuM, sp.spec, ids, pre)
+				var specWorst float64
 				for p := range want {
 					d, tol := maxAbsDiff(got[p], want[p]), 1e-3
 					if sp.spec.CacheType != "f32" {
@@ -173,8 +184,9 @@ func TestForwardMatchesCPU(t *testing.T) {
 					if math.IsNaN(d) || d > tol {
 						t.Fatalf("%s cache, position %d (%s): max abs logit difference %.3g, CUDA vs CPU", sp.name, p, map[bool]string{true: "prefill", false: "decode"}[p < pre], d)
 					}
-					worst = max(worst, d)
+					worst, specWorst = max(worst, d), max(specWorst, d/tol)
 				}
+				t.Logf("%s cache: worst difference %.2g of the tolerance", sp.name, specWorst)
 				if stG.Compressed != stW.Compressed || stG.Hot != stW.Hot {
 					t.Errorf("%s cache: CUDA holds %d hot + %d encoded bytes, CPU %d + %d", sp.name, stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
 				}
