@@ -191,24 +191,42 @@ func TestBlockStore(t *testing.T) {
 					t.Fatalf("head %d: hot rows differ from the CPU store's by %.3g", h, dd)
 				}
 			}
-			// Encoded: int8 bytes; the CPU decodes them, and so does Read.
-			enc, err := codec.Int8{}.Encode(nil, want, rows, d)
-			if err != nil {
-				t.Fatal(err)
-			}
+			// Encoded by codecs the kernels read (int8, int4-k) and do not
+			// (kakeya, turbo): Read gives the CPU store's decoded values.
 			used0, _ := gpu.MemoryStats()
-			for i := range 2 {
-				if err := stores[i].SetEncoded(parts[i][1], enc, codec.Int8{}); err != nil {
+			for i, name := range []string{"int8", "int4-k", "kakeya", "turbo"} {
+				sp, err := codec.ParseSpec(name)
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			if !parts[0][1].Encoded() {
-				t.Error("encoded part reports hot")
-			}
-			stores[0].Read(got, parts[0][1])
-			stores[1].Read(want, parts[1][1])
-			if dd := maxAbsDiff(got, want); dd != 0 {
-				t.Fatalf("encoded part reads back %.3g away from the CPU store's", dd)
+				cd, err := codec.New(sp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := i % kvHeads
+				stores[1].Read(want, parts[1][h])
+				enc, err := cd.Encode(nil, want, rows, d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range 2 {
+					p, err := stores[j].NewPart()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := stores[j].SetEncoded(p, enc, cd); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					parts[j] = append(parts[j], p)
+				}
+				if !parts[0][len(parts[0])-1].Encoded() {
+					t.Errorf("%s: encoded part reports hot", name)
+				}
+				stores[0].Read(got, parts[0][len(parts[0])-1])
+				stores[1].Read(want, parts[1][len(parts[1])-1])
+				if dd := maxAbsDiff(got, want); dd != 0 {
+					t.Fatalf("%s: encoded part reads back %.3g away from the CPU store's", name, dd)
+				}
 			}
 			// Released parts' slots are reused: no new device memory.
 			for _, p := range parts[0] {
