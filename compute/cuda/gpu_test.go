@@ -151,11 +151,11 @@ func TestGPUThroughput(t *testing.T) {
 			}
 			decode := float64(decodeSteps-1) / time.Since(start).Seconds()
 			// The bytes attention reads: encoded blocks of a codec the
-			// kernels do not read are float32 on the device.
+			// kernels do not read hold bf16 decoded values on the device.
 			st := s.KVStats()
 			kv := st.Bytes()
 			if _, native := encodedFormat(cache); cache != "plain" && !native {
-				kv = st.Hot + 2*st.CompressedBF16
+				kv = st.Hot + st.CompressedBF16
 			}
 			bound := gpu.Bandwidth() / float64(weightBytes+kv)
 			fmt.Fprintf(&table, "%-7s %6d %12.0f %12.1f %12.1f %9.0f%% %10.1f\n", cache, ctx, prefill, decode, bound, 100*decode/bound, float64(kv)/1e6)

@@ -10,8 +10,8 @@ import (
 // The block store keeps every part in device memory. A part is a few KiB
 // (BlockSize x HeadDim values), far too small for an allocation of its
 // own, so parts are slots of slabs, one slab list per slot size: hot slots
-// (float32 or bf16), float32 slots for blocks a kernel cannot read encoded
-// (they hold the codec's decoded values), and encoded slots in size classes
+// (float32 or bf16; a block of a codec the kernels cannot read keeps its
+// hot slot, holding the decoded values) and encoded slots in size classes
 // of encAlign bytes. Released slots are reused; slabs are freed when the
 // store is garbage collected or the backend closes.
 
@@ -28,8 +28,11 @@ type part struct {
 	addr   Ptr   // the slot: hot rows, decoded float32 rows or codec bytes
 	size   int   // the slot's size class
 	format int32 // how attention reads addr (partF32, partBF16, partInt8, ...)
-	encLen int   // codec bytes at addr, 0 while not encoded
+	encLen int   // codec bytes at addr, 0 unless the kernels read them
 	dec    compute.Decoder
+	// enc keeps the codec bytes on the host when the device holds their
+	// decoded values instead, so Read decodes them exactly.
+	enc []byte
 }
 
 func (p *part) Encoded() bool { return p.dec != nil }
@@ -73,8 +76,8 @@ func (b *Backend) freeSlabs(m *slots) {
 }
 
 // AttendsEncoded reports true for every codec: a block whose codec the
-// kernels read stays encoded on the device, any other is stored as its
-// decoded float32 values, so the cache may encode every block.
+// kernels read stays encoded on the device, any other holds its decoded
+// values in its hot slot, so the cache may encode every block.
 func (s *store) AttendsEncoded(compute.Decoder) bool { return true }
 
 func (s *store) hotBytes() int {
@@ -126,7 +129,7 @@ func (s *store) NewPart() (compute.Part, error) {
 	} else {
 		p = new(part)
 	}
-	*p = part{s: s, addr: addr, size: size, format: partF32}
+	*p = part{s: s, addr: addr, size: size, format: partF32, enc: p.enc[:0]}
 	s.gen++
 	if s.bf16 {
 		p.format = partBF16
@@ -178,6 +181,10 @@ func (s *store) Read(dst []float32, p compute.Part) error {
 		return b.err
 	}
 	switch {
+	case pt.dec != nil && pt.encLen == 0:
+		if err := pt.dec.Decode(dst[:n], pt.enc, s.rows, s.d); err != nil {
+			return fmt.Errorf("cuda: %s: %w", pt.dec.Name(), err)
+		}
 	case pt.format == partF32:
 		b.read(dst[:n], pt.addr)
 	case pt.format == partBF16:
@@ -217,7 +224,8 @@ func grow[T any](x []T, n int) []T {
 }
 
 // SetEncoded stores enc in place of p's hot rows: as codec bytes when the
-// kernels read dec's codec, else as the float32 rows dec decodes them to.
+// kernels read dec's codec, else as the rows dec decodes them to, in the
+// hot type.
 func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) error {
 	pt := own(p)
 	if dec == nil {
@@ -250,31 +258,29 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		s.gen++
 		return nil
 	}
+	// A codec the kernels cannot read: its decoded values take the hot
+	// slot, in the hot type (bf16 rounding is far below any lossy
+	// codec's error, and a float32 copy would make the "compressed" block
+	// twice a bf16 one), and its bytes stay on the host for Read.
 	n := s.rows * s.d
 	s.host = grow(s.host, n)
 	if err := dec.Decode(s.host, enc, s.rows, s.d); err != nil {
 		return fmt.Errorf("cuda: %s: %w", dec.Name(), err)
 	}
-	addr, size := pt.addr, pt.size
+	src := bytesOf(s.host)
 	if s.bf16 {
-		// Decoded values are kept in float32, so attention sees exactly
-		// what the CPU's decoding gives.
-		var err error
-		size = roundUp(4*n, encAlign)
-		if addr, err = s.slot(size); err != nil {
-			return err
+		s.host16 = grow(s.host16, n)
+		for i, v := range s.host {
+			s.host16[i] = compute.F32ToBF16(v)
 		}
+		src = bytesOf(s.host16)
 	}
 	b.flush()
-	if err := b.drv.copyIn(addr, bytesOf(s.host)); err != nil {
+	if err := b.drv.copyIn(pt.addr, src); err != nil {
 		b.fail(err)
 		return err
 	}
-	if addr != pt.addr {
-		s.release(pt.addr, pt.size)
-	}
-	pt.addr, pt.size, pt.format, pt.encLen, pt.dec = addr, size, partF32, 0, dec
-	s.gen++
+	pt.enc, pt.dec = append(pt.enc[:0], enc...), dec
 	return nil
 }
 
@@ -283,7 +289,7 @@ func (s *store) Release(p compute.Part) {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
 	s.release(pt.addr, pt.size)
-	*pt = part{}
+	*pt = part{enc: pt.enc[:0]} // keep the host buffer for reuse
 	s.parts = append(s.parts, pt)
 	s.gen++
 }
