@@ -40,20 +40,20 @@ type Launch struct {
 // kernel keeps one accumulator per input row in registers.
 const maxMatVecRows = 8
 
-// Thread-block shapes the kernels are written for.
+// The geometry the kernels are written for.
 const (
 	elemThreads = 256  // element-wise kernels: threads per block
 	rowThreads  = 256  // one block per row (embed, rmsnorm)
-	matVecWarps = 8    // matvec: warps per block, one output row each
+	matVecWarps = 8    // matvec: warps per block (1 to 8 output rows)
 	matVecChunk = 1024 // matvec: columns of x staged in shared memory at a time
 	// matVecTargetBlocks is the fewest matvec blocks wanted before a row's
 	// columns are split between warps: two per SM of the largest parts.
 	matVecTargetBlocks = 264
-	matMulTile         = 64  // matmul: output tile (input rows x weight rows)
-	attnThreads        = 256 // attention: 8 warps
-	attnKeyTile        = 32  // attention: keys per shared-memory tile, one per lane
-	attnMaxRows        = 32  // attention: query-head rows per block, at most 4 per warp
-	attnSharedCap      = 48 << 10
+	matMulTile         = 64       // matmul: output tile (input rows x weight rows)
+	attnThreads        = 256      // attention: 8 warps
+	attnKeyTile        = 32       // attention: keys per shared-memory tile, one per lane
+	attnMaxRows        = 32       // attention: query-head rows per block, at most 4 per warp
+	attnSharedCap      = 48 << 10 // attention: dynamic shared memory, the most without opting in
 	// attnTargetCTAs is how many blocks decode attention aims at by
 	// splitting the context (flash-decoding): about two per SM on the
 	// largest current parts, so short contexts still fill the device.
