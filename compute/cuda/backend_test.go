@@ -318,7 +318,11 @@ func TestResultNames(t *testing.T) {
 			t.Errorf("%d: errors.Is fails", tc.code)
 		}
 	}
-	// Injected into the fake, a code surfaces through the backend's error.
+}
+
+// A CUresult injected into any driver call surfaces through the
+// backend's error, by name.
+func TestInjectedResults(t *testing.T) {
 	for _, call := range []string{"copyIn", "launch", "zero"} {
 		gpu, f := newFakeBackend(t, Options{})
 		x := gpu.Alloc(4)
@@ -374,7 +378,7 @@ func TestMatMulCUBLAS(t *testing.T) {
 	const n, rows, cols = maxMatVecRows + 4, 37, 24
 	for _, dt := range []compute.DType{compute.F32, compute.BF16, compute.F16} {
 		for _, wide := range []int{wideFloats, 10 * cols} { // one chunk, four
-			f := newFake()
+			f := newFakeOrSkip(t)
 			f.cublas = true
 			gpu := newBackend(f, Options{})
 			gpu.wideMax = wide
@@ -425,7 +429,7 @@ func TestMatMulCUBLAS(t *testing.T) {
 // collector reclaimed and retries; a block store out of room refuses the
 // part without failing the backend, so the cache can report it.
 func TestOutOfMemory(t *testing.T) {
-	f := newFake()
+	f := newFakeOrSkip(t)
 	gpu := newBackend(f, Options{})
 	defer gpu.Close()
 	f.maxBytes = 1 << 20

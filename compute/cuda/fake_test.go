@@ -228,6 +228,16 @@ func (f *fakeDriver) kernelCounts() string {
 	return strings.Join(parts, " ")
 }
 
+// newFakeOrSkip returns a fake driver, or skips the test where the
+// emulator is not built (without cgo on Linux).
+func newFakeOrSkip(t testing.TB) *fakeDriver {
+	t.Helper()
+	if len(kernels.Kernels()) == 0 {
+		t.Skip("the kernels' CPU emulation needs cgo on Linux")
+	}
+	return newFake()
+}
+
 // needKernels skips a test whose kernels the emulator does not run yet.
 func needKernels(t testing.TB, names ...string) {
 	t.Helper()

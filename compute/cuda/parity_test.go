@@ -14,7 +14,7 @@ import (
 // newFakeBackend returns a backend on a fake driver, closed with the test.
 func newFakeBackend(t testing.TB, opts Options) (*Backend, *fakeDriver) {
 	t.Helper()
-	f := newFake()
+	f := newFakeOrSkip(t)
 	b := newBackend(f, opts)
 	t.Cleanup(func() { b.Close() })
 	return b, f
