@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 )
 
@@ -275,6 +276,10 @@ const (
 	partInt4K        // codec "int4-k"
 	partInt2         // codec "int2"
 	partInt2K        // codec "int2-k"
+	// partKakeya is a block of a codec.Kakeya (without preconditioning):
+	// attention reads it with the codec's settings, kakeyaParams, given
+	// as attnArgs.KParams or VParams.
+	partKakeya
 )
 
 // attnSplitFormats marks a Fmts entry whose key and value parts have
@@ -295,6 +300,12 @@ func attnFormat(k, v int32) int32 {
 // encodedFormat reports the part format of blocks encoded by the named
 // codec, and false when attention cannot read that codec's bytes (the
 // cache then keeps such blocks hot, holding their decoded values).
+//
+// Kakeya blocks are not named here although attention reads them
+// (partKakeya): their settings are not in the bytes, so a store that
+// keeps them encoded must also hold kakeyaParams of the layer's key and
+// value codecs on the device and pass them as attnArgs.KParams and
+// VParams.
 func encodedFormat(codecName string) (int32, bool) {
 	switch codecName {
 	case "int8":
@@ -311,6 +322,60 @@ func encodedFormat(codecName string) (int32, bool) {
 	return 0, false
 }
 
+// kakeyaParamsLen is the size of kakeyaParams' block: the code width and
+// 3 words of padding, 16 codebook levels and maxHeadDim rotation signs, all
+// 4-byte words.
+const kakeyaParamsLen = 4 * (4 + 16 + maxHeadDim)
+
+// kakeyaParams returns the device form of what attention needs to read
+// blocks of dec, a *codec.Kakeya, beyond their bytes: the residual's code
+// width, its codebook levels and the randomized Hadamard rotation's signs
+// (derived from the seed as the codec derives them). It reports false for
+// any other decoder and for head dims past maxHeadDim.
+func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
+	k, ok := dec.(*codec.Kakeya)
+	if !ok || d > maxHeadDim {
+		return nil, false
+	}
+	o := k.Options()
+	cb := o.Codebook
+	if cb == nil {
+		var err error
+		if cb, err = codec.GaussianCodebook(o.Bits); err != nil {
+			return nil, false
+		}
+	}
+	if len(cb.Levels) > 16 {
+		return nil, false
+	}
+	b := make([]byte, kakeyaParamsLen)
+	binary.LittleEndian.PutUint32(b, uint32(o.Bits))
+	for i, l := range cb.Levels {
+		binary.LittleEndian.PutUint32(b[16+4*i:], math.Float32bits(l))
+	}
+	// The codec's signs: one SplitMix64 draw per 64 coordinates, lowest
+	// bit first, 1 for a clear bit.
+	var state, bits uint64 = o.Seed, 0
+	for i := range maxHeadDim {
+		sign := float32(1)
+		if o.RandomSigns {
+			if i%64 == 0 {
+				state += 0x9e3779b97f4a7c15
+				z := state
+				z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+				z = (z ^ z>>27) * 0x94d049bb133111eb
+				bits = z ^ z>>31
+			}
+			if bits&1 != 0 {
+				sign = -1
+			}
+			bits >>= 1
+		}
+		binary.LittleEndian.PutUint32(b[80+4*i:], math.Float32bits(sign))
+	}
+	return b, true
+}
+
 // attnArgs are one attention call over a paged KV layer.
 //
 // KTab and VTab are device arrays of uint64 part addresses indexed
@@ -321,7 +386,9 @@ func encodedFormat(codecName string) (int32, bool) {
 // and rotated in the kernel with Cos and Sin (HeadDim/2 values per
 // position, reaching position Start+N-1). Q and Out are N rows of
 // Heads*HeadDim float32; Scratch is attentionScratch(a) bytes of device
-// memory (0 bytes, any pointer, when it says 0).
+// memory (0 bytes, any pointer, when it says 0). KParams and VParams are
+// device copies of kakeyaParams for the layer's key and value codecs when
+// some of its parts are partKakeya (0 otherwise).
 type attnArgs struct {
 	Out, Q                                     Ptr
 	N, Start                                   int
@@ -330,6 +397,7 @@ type attnArgs struct {
 	Blocks                                     int
 	Cos, Sin                                   Ptr
 	Scratch                                    Ptr
+	KParams, VParams                           Ptr
 }
 
 // attnPlan is the geometry of one attention call.
@@ -364,7 +432,9 @@ func (a attnArgs) plan() attnPlan {
 	int32Of("attention positions", (a.Start+a.N)*a.HeadDim/2)
 	d := a.HeadDim
 	group := a.Heads / a.KVHeads
-	tileBytes := 4 * attnKeyTile * (d + 1)
+	// A tile row holds NextPow2(d) values plus one (the odd stride that
+	// spreads lanes over banks): a Kakeya row is rotated at that width.
+	tileBytes := 4 * attnKeyTile * (codec.NextPow2(d) + 1)
 	probBytes := 4 * attnMaxRows * attnKeyTile
 	rows := (attnSharedCap - tileBytes - probBytes) / (4 * d) / 8 * 8
 	rows = min(rows, attnMaxRows, ceilDiv(a.N*group, 8)*8)
@@ -400,7 +470,8 @@ func attentionScratch(a attnArgs) int {
 //
 //	attn_split(float *out, const float *q, float *scratch, int n, int start, int heads, int kv_heads,
 //	           int d, int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
-//	           int blocks, const float *cos, const float *sin, int rows, int per, int splits)
+//	           int blocks, const float *cos, const float *sin, int rows, int per, int splits,
+//	           const float *kparams, const float *vparams)
 //	attn_combine(float *out, const float *scratch, int n, int heads, int d, int splits)
 func attentionLaunches(a attnArgs) []Launch {
 	p := a.plan()
@@ -408,7 +479,7 @@ func attentionLaunches(a attnArgs) []Launch {
 		i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
 		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
 		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", a.Blocks).ptr(a.Cos).ptr(a.Sin).
-		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits)
+		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams)
 	ls := []Launch{{
 		Kernel: "attn_split",
 		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},

@@ -411,6 +411,10 @@ func TestLaunchAttention(t *testing.T) {
 		{"decode/kivi4/d64", 7, 1, 64, 64, 150, 1, 0, "bf16", "int4-k/int4"},
 		{"decode/kivi2/bs48", 4, 2, 64, 48, 100, 2, 0, "bf16", "int2-k/int2"},
 		{"decode/int8-int4/d128", 2, 1, 128, 16, 50, 1, 0, "f32", "int8/int4"},
+		{"decode/kakeya/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "kakeya"},
+		{"prefill/kakeya-int8/d128", 4, 2, 128, 32, 64, 8, 0, "f32", "kakeya/int8"},
+		{"decode/kakeya-variants/d40", 6, 3, 40, 16, 40, 2, 0, "f32", "kakeya-b2c16/kakeya-r0"},
+		{"window/kakeya-b4c8", 4, 1, 64, 16, 60, 3, 21, "bf16", "kakeya-b4c8"},
 		{"decode/mixed/odd-d", 6, 3, 40, 16, 61, 2, 0, "f32", "mixed"},
 		{"window/mixed", 8, 2, 64, 16, 70, 4, 33, "bf16", "mixed"},
 	}
@@ -434,6 +438,20 @@ func testAttention(t *testing.T, c attnCase) {
 		}
 		codecs[name] = cd
 	}
+	for name, edit := range map[string]func(*codec.KakeyaOptions){
+		"kakeya":       func(*codec.KakeyaOptions) {},
+		"kakeya-b2c16": func(o *codec.KakeyaOptions) { o.Bits, o.CoeffBits, o.RandomSigns = 2, 16, false },
+		"kakeya-r0":    func(o *codec.KakeyaOptions) { o.MaxRank, o.OutlierThreshold = 0, 1.5 },
+		"kakeya-b4c8":  func(o *codec.KakeyaOptions) { o.Bits, o.CoeffBits, o.Seed = 4, 8, 12345 },
+	} {
+		o := codec.DefaultKakeyaOptions()
+		edit(&o)
+		cd, err := codec.NewKakeya(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codecs[name] = cd
+	}
 	// codecFor returns the codec of block b's side (0 keys, 1 values), nil
 	// for a hot part.
 	codecFor := func(b, side int) codec.Codec {
@@ -442,7 +460,7 @@ func testAttention(t *testing.T, c attnCase) {
 		}
 		enc := c.enc
 		if enc == "mixed" {
-			enc = []string{"int8", "int4-k/int4", "hot", "int2/int8", "int2-k"}[b%5]
+			enc = []string{"int8", "int4-k/int4", "hot", "int2/int8", "int2-k", "kakeya/int4"}[b%6]
 		}
 		kv := strings.Split(enc, "/")
 		if len(kv) == 1 {
@@ -462,6 +480,7 @@ func testAttention(t *testing.T, c attnCase) {
 	// addresses are scattered and unordered.
 	order := r.Perm(nb * c.kvHeads * 2)
 	sideFmt := make([][2]int32, blocks*c.kvHeads)
+	var params [2]Ptr // the key and value codecs' kakeyaParams
 	for _, o := range order {
 		e, side := o/2, o%2
 		b := e / c.kvHeads
@@ -483,6 +502,12 @@ func testAttention(t *testing.T, c attnCase) {
 			}
 			dev = m.bytes(enc)
 			f, ok := encodedFormat(cd.Name())
+			if prm, isK := kakeyaParams(cd, c.d); isK {
+				f, ok = partKakeya, true
+				if params[side] == 0 {
+					params[side] = m.bytes(prm)
+				}
+			}
 			if !ok {
 				t.Fatalf("attention does not read %s", cd.Name())
 			}
@@ -524,7 +549,7 @@ func testAttention(t *testing.T, c attnCase) {
 	}
 	a := attnArgs{Q: m.f32(q), N: c.n, Start: c.start, Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d,
 		Window: c.window, BlockSize: c.bs, KTab: m.u64(ktab), VTab: m.u64(vtab), Fmts: m.i32(fmts), Blocks: blocks,
-		Cos: m.f32(cos), Sin: m.f32(sin)}
+		Cos: m.f32(cos), Sin: m.f32(sin), KParams: params[0], VParams: params[1]}
 	if n := attentionScratch(a); n > 0 {
 		a.Scratch = m.bytes(make([]byte, n))
 	}

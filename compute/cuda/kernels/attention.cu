@@ -2,22 +2,23 @@
 // style. The cache is a block table: for block b and KV head g, entry
 // b*kv_heads+g holds the device address of the keys' part, of the values'
 // part and their formats (hot float32 or bf16 rows, or the exact bytes of
-// the int8, int4 or int2 codecs; keys and values may differ). Keys are
-// stored before RoPE and rotated here.
+// the int8, int4, int2 or Kakeya codecs; keys and values may differ).
+// Keys are stored before RoPE and rotated here.
 //
 // attn_split: block (split, g, tile) takes `rows` query-head rows of KV
 // head g (row f of the head is query f/group, head g*group + f%group, so
 // every head sharing g reads each key and value once) and the KV blocks
 // [split*per, (split+1)*per) of the range those queries see. It walks the
-// keys 32 at a time (one per lane): the tile is decoded and rotated into
-// shared memory, each warp scores its rows against it and updates their
+// keys 32 at a time (one per lane): the tile is decoded (a Kakeya tile
+// cooperatively: codebook lookup, outliers, inverse Walsh-Hadamard
+// transform, skeleton) and rotated into shared memory, each warp scores its rows against it and updates their
 // online softmax (running max, sum and unnormalised output, in registers),
 // then the value tile replaces the key tile and is accumulated. With one
 // split the result is final; otherwise the partial state goes to scratch
 // and attn_combine merges the splits.
 #include "prelude.cuh"
 
-enum { kkPartF32, kkPartBF16, kkPartInt8, kkPartInt4, kkPartInt4K, kkPartInt2, kkPartInt2K };
+enum { kkPartF32, kkPartBF16, kkPartInt8, kkPartInt4, kkPartInt4K, kkPartInt2, kkPartInt2K, kkPartKakeya };
 
 #define KK_AT_TILE 32 // keys per tile, one per lane
 #define KK_AT_SLOTS 4 // query-head rows per warp
@@ -56,16 +57,102 @@ KK_DEVICE float kk_part_value(const kk_u8 *p, int fmt, int bs, int d, int row, i
 	return kk_half_at(mp) + (float)code * kk_half_at(mp + 2);
 }
 
+// Kakeya parts may sit at any byte offset: read their 16- and 32-bit
+// fields a byte at a time.
+KK_DEVICE kk_u32 kk_u16_at(const kk_u8 *p) { return (kk_u32)p[0] | (kk_u32)p[1] << 8; }
+KK_DEVICE float kk_f16_at(const kk_u8 *p) { return kk_f16((kk_u16)kk_u16_at(p)); }
+
+// kk_bits_at returns the code of the given width (at most 8) at bit offset
+// bit of a little-endian bit stream, least significant bits first.
+KK_DEVICE int kk_bits_at(const kk_u8 *s, long long bit, int width) {
+	kk_u32 v = s[bit >> 3];
+	if ((bit & 7) + width > 8)
+		v |= (kk_u32)s[(bit >> 3) + 1] << 8;
+	return (int)(v >> (bit & 7)) & ((1 << width) - 1);
+}
+
+// kk_kakeya_tile decodes rows row0..row0+tn-1 of a Kakeya part (codec
+// kakeya: mean + low-rank skeleton + Walsh-Hadamard-rotated residual
+// quantized by a codebook, plus exact outliers) into tile (row j at
+// tile + j*ld, ld > P = NextPow2(d)). prm holds what the bytes do not: the
+// residual's code width, its codebook levels and the rotation's signs
+// (kakeyaParams in launch.go). The whole block calls it: it syncs.
+KK_DEVICE void kk_kakeya_tile(float *tile, int ld, const kk_u8 *part, const float *__restrict__ prm, int bs, int d,
+                              int P, int row0, int tn) {
+	const kk_u8 *pl = part + 16;
+	int bits = (int)kk_f32_bits(prm[0]);
+	const float *levels = prm + 4, *signs = prm + 20;
+	int r = pl[0], cbits = pl[1];
+	int m = (int)(kk_u16_at(pl + 2) | kk_u16_at(pl + 4) << 16);
+	const kk_u8 *mean = pl + 6, *basis = mean + 2 * d, *coef = basis + 2 * r * d;
+	long long coefLen = cbits == 16 ? 2LL * bs * r : 2LL * r + (bs * r * cbits + 7) / 8;
+	const kk_u8 *norms = coef + coefLen, *codes = norms + 2 * bs;
+	const kk_u8 *outs = codes + ((long long)bs * P * bits + 7) / 8;
+	int posLen = (long long)bs * P > 65536 ? 4 : 2;
+	float invP = 1.0f / (float)P;
+	// The residual in its rotated domain: levels times norm/P, the
+	// transform's scale folded in.
+	for (int i = threadIdx.x; i < tn * P; i += blockDim.x) {
+		int j = i / P, c = i - j * P, row = row0 + j;
+		int code = kk_bits_at(codes, ((long long)row * P + c) * bits, bits);
+		tile[j * ld + c] = levels[code] * (kk_f16_at(norms + 2 * row) * invP);
+	}
+	__syncthreads();
+	for (int k = threadIdx.x; k < m; k += blockDim.x) {
+		const kk_u8 *e = outs + (long long)k * (posLen + 2);
+		long long pos = posLen == 2 ? (long long)kk_u16_at(e) : (long long)(kk_u16_at(e) | kk_u16_at(e + 2) << 16);
+		int row = (int)(pos / P);
+		if (row >= row0 && row < row0 + tn)
+			tile[(row - row0) * ld + (int)(pos - (long long)row * P)] =
+			    kk_f16_at(e + posLen) * (kk_f16_at(norms + 2 * row) * invP);
+	}
+	// The unnormalised Walsh-Hadamard transform, stage by stage.
+	int halfP = P >> 1;
+	for (int h = 1; h < P; h <<= 1) {
+		__syncthreads();
+		for (int i = threadIdx.x; i < tn * halfP; i += blockDim.x) {
+			int j = i / halfP, t = i - j * halfP;
+			int x = (t / h) * 2 * h + t % h;
+			float *v = tile + j * ld;
+			float a = v[x], b = v[x + h];
+			v[x] = a + b;
+			v[x + h] = a - b;
+		}
+	}
+	__syncthreads();
+	// Signs, mean and skeleton: each thread rewrites its own elements.
+	float half = (float)(1 << (cbits - 1));
+	for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
+		int j = i / d, c = i - j * d, row = row0 + j;
+		float v = tile[j * ld + c] * signs[c] + kk_f16_at(mean + 2 * c);
+		for (int k = 0; k < r; k++) {
+			float cf;
+			if (cbits == 16)
+				cf = kk_f16_at(coef + 2 * ((long long)row * r + k));
+			else
+				cf = ((float)kk_bits_at(coef + 2 * r, ((long long)row * r + k) * cbits, cbits) - half) *
+				     kk_f16_at(coef + 2 * k);
+			v += cf * kk_f16_at(basis + 2 * (k * d + c));
+		}
+		tile[j * ld + c] = v;
+	}
+	__syncthreads();
+}
+
 KK_KERNEL void __launch_bounds__(256)
     attn_split(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,
                int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
                const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
-               const float *__restrict__ sin, int rows, int per, int splits) {
+               const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,
+               const float *__restrict__ vprm) {
 	KK_DYN_SHARED(float, sm);
 	float *qs = sm;                           // rows x d: the queries, scaled
-	float *kv = qs + rows * d;                // KK_AT_TILE x (d+1): keys, then values
-	float *ps = kv + KK_AT_TILE * (d + 1);    // rows x KK_AT_TILE: probabilities
-	const int ld = d + 1;                     // odd stride: lanes reading rows hit distinct banks
+	int P = 1; // NextPow2(d): a Kakeya row's rotated width
+	while (P < d)
+		P <<= 1;
+	const int ld = P + 1;                     // odd stride: lanes reading rows hit distinct banks
+	float *kv = qs + rows * d;                // KK_AT_TILE x ld: keys, then values
+	float *ps = kv + KK_AT_TILE * ld;         // rows x KK_AT_TILE: probabilities
 	int split = blockIdx.x, g = blockIdx.y;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 	int group = heads / kv_heads, half = d >> 1;
@@ -118,10 +205,18 @@ KK_KERNEL void __launch_bounds__(256)
 		for (int p0 = lo; p0 < hi; p0 += KK_AT_TILE) {
 			int tn = hi - p0 < KK_AT_TILE ? hi - p0 : KK_AT_TILE;
 			__syncthreads(); // the previous tile's values (and the queries) are done
+			if (kfmt == kkPartKakeya)
+				kk_kakeya_tile(kv, ld, kp, kprm, bs, d, P, p0 - b * bs, tn);
 			for (int i = threadIdx.x; i < tn * half; i += blockDim.x) {
 				int j = i / half, c = i - j * half, pos = p0 + j, row = pos - b * bs;
-				float x0 = kk_part_value(kp, kfmt, bs, d, row, c);
-				float x1 = kk_part_value(kp, kfmt, bs, d, row, c + half);
+				float x0, x1;
+				if (kfmt == kkPartKakeya) {
+					x0 = kv[j * ld + c];
+					x1 = kv[j * ld + c + half];
+				} else {
+					x0 = kk_part_value(kp, kfmt, bs, d, row, c);
+					x1 = kk_part_value(kp, kfmt, bs, d, row, c + half);
+				}
 				float cs = cos[(long long)pos * half + c], sn = sin[(long long)pos * half + c];
 				kv[j * ld + c] = x0 * cs - x1 * sn;
 				kv[j * ld + c + half] = x1 * cs + x0 * sn;
@@ -155,11 +250,15 @@ KK_KERNEL void __launch_bounds__(256)
 				ps[r * KK_AT_TILE + lane] = p;
 			}
 			__syncthreads(); // the keys are scored
-			for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
-				int j = i / d, c = i - j * d;
-				kv[j * ld + c] = kk_part_value(vp, vfmt, bs, d, p0 + j - b * bs, c);
+			if (vfmt == kkPartKakeya) {
+				kk_kakeya_tile(kv, ld, vp, vprm, bs, d, P, p0 - b * bs, tn);
+			} else {
+				for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
+					int j = i / d, c = i - j * d;
+					kv[j * ld + c] = kk_part_value(vp, vfmt, bs, d, p0 + j - b * bs, c);
+				}
+				__syncthreads();
 			}
-			__syncthreads();
 #pragma unroll
 			for (int s = 0; s < KK_AT_SLOTS; s++) {
 				int r = s * warps + warp;
