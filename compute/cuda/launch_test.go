@@ -394,29 +394,33 @@ type attnCase struct {
 	window                          int
 	hot                             string // f32 or bf16
 	enc                             string
+	seeds                           int // schedules to run (0: two)
 }
 
 func TestLaunchAttention(t *testing.T) {
 	cases := []attnCase{
-		{"decode/gqa7/d64", 7, 1, 64, 16, 40, 1, 0, "f32", ""},
-		{"decode/1to1/d128/bf16", 2, 2, 128, 32, 70, 1, 0, "bf16", ""},
-		{"prefill/gqa7/d64", 14, 2, 64, 16, 0, 37, 0, "f32", ""},
-		{"chunk/1to1/d128/bf16", 4, 4, 128, 16, 21, 9, 0, "bf16", ""},
-		{"window/decode", 4, 2, 64, 16, 50, 1, 20, "f32", ""},
-		{"window/prefill", 4, 2, 64, 8, 3, 30, 7, "bf16", ""},
-		{"oneblock/d8", 2, 1, 8, 64, 0, 5, 0, "f32", ""},
-		{"decode/d256", 2, 1, 256, 16, 20, 1, 0, "f32", ""},
-		{"decode/int8/gqa7", 7, 1, 64, 32, 90, 1, 0, "bf16", "int8"},
-		{"prefill/int4/d128", 4, 2, 128, 16, 40, 11, 0, "bf16", "int4"},
-		{"decode/kivi4/d64", 7, 1, 64, 64, 150, 1, 0, "bf16", "int4-k/int4"},
-		{"decode/kivi2/bs48", 4, 2, 64, 48, 100, 2, 0, "bf16", "int2-k/int2"},
-		{"decode/int8-int4/d128", 2, 1, 128, 16, 50, 1, 0, "f32", "int8/int4"},
-		{"decode/kakeya/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "kakeya"},
-		{"prefill/kakeya-int8/d128", 4, 2, 128, 32, 64, 8, 0, "f32", "kakeya/int8"},
-		{"decode/kakeya-variants/d40", 6, 3, 40, 16, 40, 2, 0, "f32", "kakeya-b2c16/kakeya-r0"},
-		{"window/kakeya-b4c8", 4, 1, 64, 16, 60, 3, 21, "bf16", "kakeya-b4c8"},
-		{"decode/mixed/odd-d", 6, 3, 40, 16, 61, 2, 0, "f32", "mixed"},
-		{"window/mixed", 8, 2, 64, 16, 70, 4, 33, "bf16", "mixed"},
+		{"decode/gqa7/d64", 7, 1, 64, 16, 40, 1, 0, "f32", "", 0},
+		{"decode/1to1/d128/bf16", 2, 2, 128, 32, 70, 1, 0, "bf16", "", 0},
+		{"prefill/gqa7/d64", 14, 2, 64, 16, 0, 37, 0, "f32", "", 0},
+		{"chunk/1to1/d128/bf16", 4, 4, 128, 16, 21, 9, 0, "bf16", "", 0},
+		{"window/decode", 4, 2, 64, 16, 50, 1, 20, "f32", "", 0},
+		{"window/prefill", 4, 2, 64, 8, 3, 30, 7, "bf16", "", 0},
+		{"oneblock/d8", 2, 1, 8, 64, 0, 5, 0, "f32", "", 0},
+		{"decode/d256", 2, 1, 256, 16, 20, 1, 0, "f32", "", 0},
+		{"decode/int8/gqa7", 7, 1, 64, 32, 90, 1, 0, "bf16", "int8", 0},
+		{"prefill/int4/d128", 4, 2, 128, 16, 40, 11, 0, "bf16", "int4", 0},
+		{"decode/kivi4/d64", 7, 1, 64, 64, 150, 1, 0, "bf16", "int4-k/int4", 0},
+		{"decode/kivi2/bs48", 4, 2, 64, 48, 100, 2, 0, "bf16", "int2-k/int2", 0},
+		{"decode/int8-int4/d128", 2, 1, 128, 16, 50, 1, 0, "f32", "int8/int4", 0},
+		{"decode/kakeya/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "kakeya", 0},
+		{"prefill/kakeya-int8/d128", 4, 2, 128, 32, 64, 8, 0, "f32", "kakeya/int8", 0},
+		{"decode/kakeya-variants/d40", 6, 3, 40, 16, 40, 2, 0, "f32", "kakeya-b2c16/kakeya-r0", 0},
+		{"window/kakeya-b4c8", 4, 1, 64, 16, 60, 3, 21, "bf16", "kakeya-b4c8", 0},
+		{"decode/mixed/odd-d", 6, 3, 40, 16, 61, 2, 0, "f32", "mixed", 0},
+		{"window/mixed", 8, 2, 64, 16, 70, 4, 33, "bf16", "mixed", 0},
+		// Under many schedules: a race between the kernel's phases would
+		// show under some.
+		{"schedules/kakeya-int4", 8, 2, 64, 16, 45, 3, 0, "bf16", "kakeya/int4", 24},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { testAttention(t, c) })
@@ -554,7 +558,14 @@ func testAttention(t *testing.T, c attnCase) {
 		a.Scratch = m.bytes(make([]byte, n))
 	}
 	ls := attentionLaunches(a)
-	for _, seed := range emuSeeds[:2] {
+	seeds := emuSeeds[:2]
+	if c.seeds > 0 {
+		seeds = nil
+		for s := range c.seeds {
+			seeds = append(seeds, uint64(s)*0x9e3779b97f4a7c15+7)
+		}
+	}
+	for _, seed := range seeds {
 		a.Out = m.f32(make([]float32, c.n*c.heads*c.d))
 		ls = attentionLaunches(a)
 		runLaunches(t, seed, ls...)
