@@ -83,3 +83,18 @@ func UnpackBits(dst []uint8, src []byte, bits int) error {
 	}
 	return nil
 }
+
+// unpackLookupAt sets dst[i] to table[c] for the codes c of the given width
+// that start at bit off of src: cpu.UnpackLookup for a stream that does not
+// start on a byte boundary.
+func unpackLookupAt(dst []float32, src []byte, off, bits int, table *[16]float32) {
+	mask := uint(1)<<bits - 1
+	for i := range dst {
+		k := off + i*bits
+		w := uint(src[k/8])
+		if k%8+bits > 8 {
+			w |= uint(src[k/8+1]) << 8
+		}
+		dst[i] = table[w>>(k%8)&mask]
+	}
+}

@@ -448,6 +448,8 @@ type kakeyaBlock struct {
 	n, p, r       int
 	m, posLen     int
 	norms, outs   []byte
+	codes         []byte // the packed residual codes, n*p of them
+	rowBytes      int    // bytes per row of codes; 0 when rows do not start on a byte
 	next, prevPos int
 }
 
@@ -501,34 +503,64 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 			return kakeyaBlock{}, err
 		}
 	} else if r > 0 {
-		sc.v = growF32(sc.v, max(p, r))
-		scales := sc.v[:r]
-		if err := readF16s(scales, pl[off:], name, "coefficient scale"); err != nil {
+		if err := k.parseCoef(sc, pl[off:], n, r, cbits); err != nil {
 			return kakeyaBlock{}, err
-		}
-		sc.codes = growU8(sc.codes, n*r)
-		if err := UnpackBits(sc.codes[:n*r], pl[off+2*r:], cbits); err != nil {
-			return kakeyaBlock{}, fmt.Errorf("codec: %s: %w", name, err)
-		}
-		half := float32(int(1) << (cbits - 1))
-		for i, c := range sc.codes[:n*r] {
-			if c == 0 {
-				return kakeyaBlock{}, fmt.Errorf("codec: %s: coefficient code 0 at token %d outside the symmetric range", name, i/r)
-			}
-			sc.coef[i] = (float32(c) - half) * scales[i%r]
 		}
 	}
 	off += coefLen
 	b := kakeyaBlock{n: n, p: p, r: r, m: m, posLen: posLen, norms: pl[off : off+2*n], prevPos: -1}
 	off += 2 * n
-	sc.codes = growU8(sc.codes, n*p)
-	if err := UnpackBits(sc.codes[:n*p], pl[off:], k.opt.Bits); err != nil {
-		return kakeyaBlock{}, fmt.Errorf("codec: %s: %w", name, err)
+	// Codes stay packed: latent unpacks a row at a time straight into its
+	// levels.
+	codeLen := PackedLen(n*p, k.opt.Bits)
+	b.codes = pl[off : off+codeLen]
+	if p*k.opt.Bits%8 == 0 {
+		b.rowBytes = p * k.opt.Bits / 8
 	}
-	off += PackedLen(n*p, k.opt.Bits)
+	off += codeLen
 	b.outs = pl[off:]
 	sc.v = growF32(sc.v, max(p, r))
 	return b, nil
+}
+
+// parseCoef decodes the n x r skeleton coefficients of cbits (4 or 8) bits
+// and their fp16 scales from src into sc.coef.
+func (k *Kakeya) parseCoef(sc *kakeyaScratch, src []byte, n, r, cbits int) error {
+	const name = "kakeya"
+	sc.v = growF32(sc.v, r)
+	scales := sc.v[:r]
+	if err := readF16s(scales, src, name, "coefficient scale"); err != nil {
+		return err
+	}
+	half := float32(int(1) << (cbits - 1))
+	coef := sc.coef[:n*r]
+	if cbits == 4 {
+		// Code c stands for c - half: a lookup table gives those values
+		// (exactly, as float32(c) - half does) without an array of codes.
+		var t [16]float32
+		for c := range t {
+			t[c] = float32(c) - half
+		}
+		cpu.UnpackLookup(coef, src[2*r:], cbits, &t)
+	} else {
+		sc.codes = growU8(sc.codes, n*r)
+		if err := UnpackBits(sc.codes[:n*r], src[2*r:], cbits); err != nil {
+			return fmt.Errorf("codec: %s: %w", name, err)
+		}
+		for i, c := range sc.codes[:n*r] {
+			coef[i] = float32(c) - half
+		}
+	}
+	for i := 0; i < n; i++ {
+		row := coef[i*r : (i+1)*r]
+		for c, q := range row {
+			if q == -half { // code 0
+				return fmt.Errorf("codec: %s: coefficient code 0 at token %d outside the symmetric range", name, i)
+			}
+			row[c] = q * scales[c]
+		}
+	}
+	return nil
 }
 
 // outlier returns the position and value of the block's next outlier,
@@ -578,7 +610,7 @@ func (b *kakeyaBlock) skipTo(i int) error {
 // latent sets v (p values) to row i's residual in the rotated domain,
 // scaled so that signs ⊙ fwhtRaw(v) is the residual itself: the form in
 // which rows combine linearly. Rows are visited in increasing order.
-func (k *Kakeya) latent(b *kakeyaBlock, sc *kakeyaScratch, i int, v []float32) error {
+func (k *Kakeya) latent(b *kakeyaBlock, i int, v []float32) error {
 	nrm := getF16(b.norms[2*i:])
 	if !finite32(nrm) || nrm < 0 {
 		return fmt.Errorf("codec: kakeya: norm of token %d is %v", i, nrm)
@@ -590,7 +622,11 @@ func (k *Kakeya) latent(b *kakeyaBlock, sc *kakeyaScratch, i int, v []float32) e
 	for c, l := range k.cb.Levels {
 		lv[c] = l * s
 	}
-	cpu.Lookup(v, sc.codes[i*b.p:b.n*b.p], &lv)
+	if b.rowBytes > 0 {
+		cpu.UnpackLookup(v, b.codes[i*b.rowBytes:], k.opt.Bits, &lv)
+	} else {
+		unpackLookupAt(v, b.codes, i*b.p*k.opt.Bits, k.opt.Bits, &lv)
+	}
 	for ; b.next < b.m; b.next++ {
 		pos, val, err := b.outlier()
 		if err != nil {
@@ -619,15 +655,14 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 	p, r := b.p, b.r
 	v := sc.v[:p]
 	for i := 0; i < n; i++ {
-		if err := k.latent(&b, sc, i, v); err != nil {
+		if err := k.latent(&b, i, v); err != nil {
 			return err
 		}
 		fwhtRaw(v)
 		out := dst[i*d : (i+1)*d]
 		cpu.MulAdd(out, v[:d], k.signs[:d], sc.mean[:d])
-		for c := 0; c < r; c++ {
-			cpu.Axpy(sc.coef[i*r+c], sc.basis[c*d:(c+1)*d], out)
-		}
+		// r successive axpys, with the row kept in registers.
+		cpu.AxpyBlock(out, sc.coef[i*r:(i+1)*r], sc.basis[:r*d], r, d)
 	}
 	return b.allOutliersUsed()
 }
@@ -654,7 +689,7 @@ func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src
 		return err
 	}
 	for i := lo; i < hi; i++ {
-		if err := k.latent(&b, sc, i, sc.lat[(i-lo)*p:(i-lo+1)*p]); err != nil {
+		if err := k.latent(&b, i, sc.lat[(i-lo)*p:(i-lo+1)*p]); err != nil {
 			return err
 		}
 	}
@@ -695,12 +730,13 @@ func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src
 
 // readF16s widens len(dst) fp16 values from src, rejecting non-finite ones.
 func readF16s(dst []float32, src []byte, name, what string) error {
+	if cpu.WidenF16(dst, src) {
+		return nil
+	}
 	for i := range dst {
-		v := getF16(src[2*i:])
-		if !finite32(v) {
+		if v := getF16(src[2*i:]); !finite32(v) {
 			return fmt.Errorf("codec: %s: %s %d is %v", name, what, i, v)
 		}
-		dst[i] = v
 	}
 	return nil
 }

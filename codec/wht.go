@@ -66,22 +66,7 @@ func fwhtRaw(x []float32) {
 		x[0], x[1], x[2], x[3] = s0+s1, d0+d1, s0-s1, d0-d1
 		return
 	}
-	// The first three stages stay within groups of eight neighbours: one
-	// pass in registers. Wider stages are vector butterflies.
-	for i := 0; i+8 <= n; i += 8 {
-		g := (*[8]float32)(x[i : i+8])
-		a0, a1 := g[0]+g[1], g[0]-g[1]
-		a2, a3 := g[2]+g[3], g[2]-g[3]
-		a4, a5 := g[4]+g[5], g[4]-g[5]
-		a6, a7 := g[6]+g[7], g[6]-g[7]
-		b0, b1, b2, b3 := a0+a2, a1+a3, a0-a2, a1-a3
-		b4, b5, b6, b7 := a4+a6, a5+a7, a4-a6, a5-a7
-		g[0], g[1], g[2], g[3] = b0+b4, b1+b5, b2+b6, b3+b7
-		g[4], g[5], g[6], g[7] = b0-b4, b1-b5, b2-b6, b3-b7
-	}
-	if n > 8 {
-		cpu.HadamardStages(x)
-	}
+	cpu.FWHT(x)
 }
 
 // randomSigns returns n values of ±1 drawn from a SplitMix64 stream seeded

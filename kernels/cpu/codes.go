@@ -1,0 +1,93 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// Kernels for decoding quantized blocks: packed codes straight to their
+// levels, IEEE halves to float32, and the whole Walsh–Hadamard transform.
+
+// UnpackLookup sets dst[i] = table[c] for the i-th code c of width bits
+// (1..4) in src, a little-endian bit stream with the first code in the
+// least significant bits (codec.PackBits's layout). Unpacking and lookup are
+// one pass, with no array of codes in between. It panics if bits is outside
+// 1..4 or src holds fewer than len(dst) codes.
+func UnpackLookup(dst []float32, src []byte, bits int, table *[16]float32) {
+	if bits < 1 || bits > 4 || len(src) < (len(dst)*bits+7)/8 {
+		panic(fmt.Sprintf("cpu: UnpackLookup: %d codes of %d bits from %d bytes", len(dst), bits, len(src)))
+	}
+	unpackLookup(dst, src, bits, table)
+}
+
+func unpackLookupScalar(dst []float32, src []byte, bits int, t *[16]float32) {
+	mask := uint32(1)<<bits - 1
+	var acc uint32
+	nacc, p := 0, 0
+	for i := range dst {
+		if nacc < bits {
+			// A byte at a time never reads past the last code's byte.
+			acc |= uint32(src[p]) << nacc
+			p++
+			nacc += 8
+		}
+		dst[i] = t[acc&mask]
+		acc >>= bits
+		nacc -= bits
+	}
+}
+
+// WidenF16 sets dst[i] to the IEEE half-precision value stored little-endian
+// at src[2i:2i+2], as compute.F16ToF32 does, and reports whether all of them
+// were finite. It panics if src is shorter than 2*len(dst) bytes.
+func WidenF16(dst []float32, src []byte) bool {
+	if len(src) < 2*len(dst) {
+		panic(fmt.Sprintf("cpu: WidenF16: %d values from %d bytes", len(dst), len(src)))
+	}
+	return widenF16(dst, src)
+}
+
+func widenF16Scalar(dst []float32, src []byte) bool {
+	ok := true
+	for i := range dst {
+		h := uint16(src[2*i]) | uint16(src[2*i+1])<<8
+		dst[i] = compute.F16ToF32(h)
+		ok = ok && h&0x7c00 != 0x7c00
+	}
+	return ok
+}
+
+// FWHT applies the unnormalized fast Walsh–Hadamard transform to x in
+// place: the butterfly stages h = 1, 2, 4, ..., len(x)/2 in that order, each
+// setting x[i], x[i+h] = x[i]+x[i+h], x[i]-x[i+h]. Every implementation runs
+// the same additions in the same order, so results are bit-identical across
+// builds. It panics if len(x) is not a power of two >= 8.
+func FWHT(x []float32) {
+	n := len(x)
+	if n < 8 || n&(n-1) != 0 {
+		panic(fmt.Sprintf("cpu: FWHT: length %d is not a power of two >= 8", n))
+	}
+	fwht(x)
+}
+
+// fwht8Scalar runs the stages h = 1, 2, 4, which stay within groups of eight
+// neighbours, on every group of x.
+func fwht8Scalar(x []float32) {
+	for i := 0; i+8 <= len(x); i += 8 {
+		g := (*[8]float32)(x[i : i+8])
+		a0, a1 := g[0]+g[1], g[0]-g[1]
+		a2, a3 := g[2]+g[3], g[2]-g[3]
+		a4, a5 := g[4]+g[5], g[4]-g[5]
+		a6, a7 := g[6]+g[7], g[6]-g[7]
+		b0, b1, b2, b3 := a0+a2, a1+a3, a0-a2, a1-a3
+		b4, b5, b6, b7 := a4+a6, a5+a7, a4-a6, a5-a7
+		g[0], g[1], g[2], g[3] = b0+b4, b1+b5, b2+b6, b3+b7
+		g[4], g[5], g[6], g[7] = b0-b4, b1-b5, b2-b6, b3-b7
+	}
+}
+
+func fwhtScalar(x []float32) {
+	fwht8Scalar(x)
+	hadamardStagesScalar(x)
+}

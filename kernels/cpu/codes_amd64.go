@@ -1,0 +1,169 @@
+//go:build goexperiment.simd && amd64
+
+package cpu
+
+import (
+	"encoding/binary"
+	"simd/archsimd"
+)
+
+// unpackShifts[b][k] is where code k of a group of eight b-bit codes starts
+// in the group's little-endian 32-bit word.
+var unpackShifts = [5][8]uint32{
+	{},
+	{0, 1, 2, 3, 4, 5, 6, 7},
+	{0, 2, 4, 6, 8, 10, 12, 14},
+	{0, 3, 6, 9, 12, 15, 18, 21},
+	{0, 4, 8, 12, 16, 20, 24, 28},
+}
+
+// unpackLookup decodes eight codes at a time: a group of eight b-bit codes
+// is exactly b bytes, so one 32-bit load broadcast to all lanes, a per-lane
+// variable shift and a mask give the eight codes as permute indices into
+// the table's registers.
+func unpackLookup(dst []float32, src []byte, bits int, t *[16]float32) {
+	if !hasAVX2 {
+		unpackLookupScalar(dst, src, bits, t)
+		return
+	}
+	n := len(dst)
+	sh := archsimd.LoadUint32x8(&unpackShifts[bits])
+	mask := archsimd.BroadcastUint32x8(1<<bits - 1)
+	lo := archsimd.LoadFloat32x8((*[8]float32)(t[0:8]))
+	i, p := 0, 0
+	// The 32-bit load reads up to 4-bits bytes past a group: stop the
+	// vector loop where they would run past src.
+	if bits == 4 {
+		hi := archsimd.LoadFloat32x8((*[8]float32)(t[8:16]))
+		eight := archsimd.BroadcastUint32x8(8)
+		for ; i+8 <= n && p+4 <= len(src); i, p = i+8, p+4 {
+			idx := archsimd.BroadcastUint32x8(binary.LittleEndian.Uint32(src[p:])).ShiftRight(sh).And(mask)
+			upper := idx.And(eight).Equal(eight)
+			store8(hi.Permute(idx).Merge(lo.Permute(idx), upper), dst[i:i+8])
+		}
+	} else {
+		for ; i+8 <= n && p+4 <= len(src); i, p = i+8, p+bits {
+			idx := archsimd.BroadcastUint32x8(binary.LittleEndian.Uint32(src[p:])).ShiftRight(sh).And(mask)
+			store8(lo.Permute(idx), dst[i:i+8])
+		}
+	}
+	unpackLookupScalar(dst[i:], src[p:], bits, t)
+}
+
+// widenF16 is f16x8 over little-endian bytes, collecting the lanes whose
+// exponent is 31 (Inf or NaN) to report them once at the end.
+func widenF16(dst []float32, src []byte) bool {
+	if !hasAVX2 {
+		return widenF16Scalar(dst, src)
+	}
+	n := len(dst)
+	magic := archsimd.BroadcastFloat32x8(0x1p112)
+	limit := archsimd.BroadcastInt32x8(0x0f7fffff)
+	expMax := archsimd.BroadcastUint32x8(0x7f800000)
+	emMask := archsimd.BroadcastUint32x8(0x7fff)
+	signMask := archsimd.BroadcastUint32x8(0x8000)
+	special := limit.Greater(limit) // none yet
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		u := archsimd.LoadUint8x16((*[16]uint8)(src[2*i : 2*i+16])).AsUint16x8().ExtendToUint32()
+		em := u.And(emMask).ShiftAllLeft(13)
+		f := em.AsFloat32x8().Mul(magic).AsUint32x8()
+		sp := em.AsInt32x8().Greater(limit)
+		special = special.Or(sp)
+		f = f.Or(expMax.Masked(sp))
+		store8(f.Or(u.And(signMask).ShiftAllLeft(16)).AsFloat32x8(), dst[i:i+8])
+	}
+	ok := widenF16Scalar(dst[i:], src[2*i:])
+	return ok && special.ToBits() == 0
+}
+
+// The stages h = 1, 2, 4 of a Walsh–Hadamard transform mix the lanes of one
+// register: lane i becomes x[i^h] + s·x[i] with s = -1 where i&h != 0, one
+// permute and one exact FMA (s is ±1) per stage.
+var (
+	fwhtPerm = [3][8]uint32{
+		{1, 0, 3, 2, 5, 4, 7, 6},
+		{2, 3, 0, 1, 6, 7, 4, 5},
+		{4, 5, 6, 7, 0, 1, 2, 3},
+	}
+	fwhtSign = [3][8]float32{
+		{1, -1, 1, -1, 1, -1, 1, -1},
+		{1, 1, -1, -1, 1, 1, -1, -1},
+		{1, 1, 1, 1, -1, -1, -1, -1},
+	}
+)
+
+// fwhtLanes holds the permutes and signs of the in-register stages.
+type fwhtLanes struct {
+	p1, p2, p4 archsimd.Uint32x8
+	s1, s2, s4 f32x8
+}
+
+func loadFWHTLanes() fwhtLanes {
+	return fwhtLanes{
+		p1: archsimd.LoadUint32x8(&fwhtPerm[0]),
+		p2: archsimd.LoadUint32x8(&fwhtPerm[1]),
+		p4: archsimd.LoadUint32x8(&fwhtPerm[2]),
+		s1: archsimd.LoadFloat32x8(&fwhtSign[0]),
+		s2: archsimd.LoadFloat32x8(&fwhtSign[1]),
+		s4: archsimd.LoadFloat32x8(&fwhtSign[2]),
+	}
+}
+
+// stages8 runs the stages h = 1, 2, 4 on one register. x[i^h] + (-x[i]) is
+// the scalar x[i^h] - x[i] bit for bit, and addition commutes exactly.
+func (l *fwhtLanes) stages8(v f32x8) f32x8 {
+	v = v.MulAdd(l.s1, v.Permute(l.p1))
+	v = v.MulAdd(l.s2, v.Permute(l.p2))
+	return v.MulAdd(l.s4, v.Permute(l.p4))
+}
+
+func fwht(x []float32) {
+	if !hasAVX2 {
+		fwhtScalar(x)
+		return
+	}
+	if len(x) == 64 {
+		fwht64((*[64]float32)(x))
+		return
+	}
+	l := loadFWHTLanes()
+	for i := 0; i+8 <= len(x); i += 8 {
+		store8(l.stages8(load8(x[i:i+8])), x[i:i+8])
+	}
+	if len(x) > 8 {
+		hadamardStages(x)
+	}
+}
+
+// fwht64 keeps all 64 values in eight registers through the six stages.
+func fwht64(x *[64]float32) {
+	l := loadFWHTLanes()
+	v0, v1 := l.stages8(load8(x[0:8])), l.stages8(load8(x[8:16]))
+	v2, v3 := l.stages8(load8(x[16:24])), l.stages8(load8(x[24:32]))
+	v4, v5 := l.stages8(load8(x[32:40])), l.stages8(load8(x[40:48]))
+	v6, v7 := l.stages8(load8(x[48:56])), l.stages8(load8(x[56:64]))
+	// h = 8
+	v0, v1 = v0.Add(v1), v0.Sub(v1)
+	v2, v3 = v2.Add(v3), v2.Sub(v3)
+	v4, v5 = v4.Add(v5), v4.Sub(v5)
+	v6, v7 = v6.Add(v7), v6.Sub(v7)
+	// h = 16
+	v0, v2 = v0.Add(v2), v0.Sub(v2)
+	v1, v3 = v1.Add(v3), v1.Sub(v3)
+	v4, v6 = v4.Add(v6), v4.Sub(v6)
+	v5, v7 = v5.Add(v7), v5.Sub(v7)
+	// h = 32
+	v0, v4 = v0.Add(v4), v0.Sub(v4)
+	v1, v5 = v1.Add(v5), v1.Sub(v5)
+	v2, v6 = v2.Add(v6), v2.Sub(v6)
+	v3, v7 = v3.Add(v7), v3.Sub(v7)
+	store8(v0, x[0:8])
+	store8(v1, x[8:16])
+	store8(v2, x[16:24])
+	store8(v3, x[24:32])
+	store8(v4, x[32:40])
+	store8(v5, x[40:48])
+	store8(v6, x[48:56])
+	store8(v7, x[56:64])
+}

@@ -1,0 +1,143 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// packCodes packs codes LSB first, as codec.PackBits does.
+func packCodes(codes []uint8, bits int) []byte {
+	out := make([]byte, (len(codes)*bits+7)/8)
+	for i, c := range codes {
+		for b := 0; b < bits; b++ {
+			if c>>b&1 != 0 {
+				k := i*bits + b
+				out[k/8] |= 1 << (k % 8)
+			}
+		}
+	}
+	return out
+}
+
+func TestUnpackLookup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	var table [16]float32
+	for i := range table {
+		table[i] = float32(rng.NormFloat64())
+	}
+	for bits := 1; bits <= 4; bits++ {
+		for n := 0; n <= 140; n++ {
+			for _, extra := range []int{0, 1, 5} {
+				codes := make([]uint8, n)
+				for i := range codes {
+					codes[i] = uint8(rng.IntN(1 << bits))
+				}
+				src := append(packCodes(codes, bits), make([]byte, extra)...)
+				for i := len(src) - extra; i < len(src); i++ {
+					src[i] = 0xff // bytes past the codes must not matter
+				}
+				dst := make([]float32, n+1)
+				dst[n] = 42
+				UnpackLookup(dst[:n], src, bits, &table)
+				for i, c := range codes {
+					if dst[i] != table[c] {
+						t.Fatalf("bits=%d n=%d extra=%d: [%d] = %v, want %v (code %d)", bits, n, extra, i, dst[i], table[c], c)
+					}
+				}
+				if dst[n] != 42 {
+					t.Fatalf("bits=%d n=%d: wrote past dst", bits, n)
+				}
+			}
+		}
+	}
+	for _, c := range []struct{ n, bits, src int }{{8, 0, 8}, {8, 5, 8}, {9, 3, 3}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%+v: no panic", c)
+				}
+			}()
+			UnpackLookup(make([]float32, c.n), make([]byte, c.src), c.bits, &table)
+		}()
+	}
+}
+
+func TestWidenF16(t *testing.T) {
+	// Every half, in runs that start at every offset of a vector.
+	src := make([]byte, 2<<16)
+	for h := range 1 << 16 {
+		src[2*h], src[2*h+1] = byte(h), byte(h>>8)
+	}
+	dst := make([]float32, 1<<16)
+	for _, lo := range []int{0, 3} {
+		finite := true
+		for h := lo; h < 1<<16; h++ {
+			finite = finite && h&0x7c00 != 0x7c00
+		}
+		if ok := WidenF16(dst[lo:], src[2*lo:]); ok != finite {
+			t.Errorf("from %d: finite %v, want %v", lo, ok, finite)
+		}
+		for h := lo; h < 1<<16; h++ {
+			if got, want := math.Float32bits(dst[h]), math.Float32bits(compute.F16ToF32(uint16(h))); got != want {
+				t.Fatalf("half %#04x: %#08x, want %#08x", h, got, want)
+			}
+		}
+	}
+	// The finiteness of short runs, with the bad value in the vector part
+	// and in the tail.
+	for n := 1; n <= 20; n++ {
+		for bad := 0; bad < n; bad++ {
+			b := make([]byte, 2*n)
+			b[2*bad+1] = 0x7c // +Inf
+			if WidenF16(make([]float32, n), b) {
+				t.Fatalf("n=%d: Inf at %d not reported", n, bad)
+			}
+		}
+		if !WidenF16(make([]float32, n), make([]byte, 2*n)) {
+			t.Fatalf("n=%d: zeros reported non-finite", n)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("short src: no panic")
+		}
+	}()
+	WidenF16(make([]float32, 3), make([]byte, 5))
+}
+
+func TestFWHT(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	for _, n := range []int{8, 16, 32, 64, 128, 256, 512} {
+		for range 20 {
+			x := randVec(rng, n)
+			x[rng.IntN(n)] = 0 // signed zeros come out of equal pairs
+			want := append([]float32(nil), x...)
+			for h := 1; h < n; h <<= 1 {
+				for i := 0; i < n; i += 2 * h {
+					for j := i; j < i+h; j++ {
+						want[j], want[j+h] = want[j]+want[j+h], want[j]-want[j+h]
+					}
+				}
+			}
+			FWHT(x)
+			for i := range x {
+				if math.Float32bits(x[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d: [%d] = %v, want %v", n, i, x[i], want[i])
+				}
+			}
+		}
+	}
+	for _, n := range []int{0, 4, 24} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("length %d: no panic", n)
+				}
+			}()
+			FWHT(make([]float32, n))
+		}()
+	}
+}
