@@ -53,8 +53,8 @@ type Backend struct {
 	ident   Ptr // int32 ids 0, 1, ..., identN-1
 	identN  int
 
-	queue  []Launch      // launches not yet given to the driver
-	narrow []narrowWrite // bf16 cache writes not yet done
+	queue  []Launch  // launches not yet given to the driver
+	writes []kvWrite // block-store writes not yet launched
 	graphs *graphCache
 
 	live       map[Ptr]int // device allocations and their sizes in bytes
@@ -66,12 +66,6 @@ type Backend struct {
 	freedMu sync.Mutex
 	freed   []Ptr
 
-	hostF  []float32 // host scratch of narrowWrites
-	host16 []uint16
-	stage  Ptr   // device staging of narrowWrites
-	stageN int   // bf16 values stage holds
-	offs   []int // narrowWrites: each write's rows in host16
-	done   []bool
 	ids    []int32 // Embed's ids on the host
 	idsDev Ptr     // and on the device
 	idsCap int     // ids idsDev holds
@@ -413,7 +407,7 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 	if b.err != nil {
 		return
 	}
-	if dynamic || len(b.narrow) > 0 {
+	if dynamic || len(b.writes) > 0 {
 		// Deferred cache writes read their sources first: l may
 		// overwrite them.
 		b.flush()
@@ -440,93 +434,50 @@ func (b *Backend) flush() {
 			b.fail(b.drv.launch(q))
 		}
 	}
-	if len(b.narrow) > 0 {
-		b.narrowWrites()
+	if len(b.writes) > 0 {
+		b.kvWrites()
 	}
 }
 
-// narrowWrite is a bf16 block-store write waiting for the next device
-// operation: rows rows of d float32 values at src, stride apart, to be
-// rounded to bf16 and stored at dst. base is the allocation src lies in.
-type narrowWrite struct {
-	dst, src, base  Ptr
-	stride, rows, d int
+// kvWrite is a block-store write waiting for the next device operation:
+// rows rows of float32 values at src, stride apart, to rows row.. of the
+// hot part pt of store s, whose rows start at dst.
+type kvWrite struct {
+	s                 *store
+	pt                *part
+	dst, src          Ptr
+	row, rows, stride int
 }
 
-// narrowWrites does the deferred bf16 writes: reads their sources back,
-// one copy per source allocation, rounds on the host, uploads every
-// write's rows in one copy to a staging buffer and scatters them to their
-// parts on the device, so a layer's writes cost two waits, not one per
-// head. Called by flush, the launch queue empty.
-func (b *Backend) narrowWrites() {
-	ws := b.narrow
-	b.narrow = nil
-	defer func() { b.narrow = ws[:0] }()
-	if b.err != nil {
-		return
-	}
-	total := 0
-	for _, w := range ws {
-		total += w.rows * w.d
-	}
-	b.host16 = grow(b.host16, total)
-	b.offs = grow(b.offs, len(ws)) // each write's rows in host16
-	b.done = grow(b.done, len(ws))
-	offs, done := b.offs, b.done
-	for o, i := 0, 0; i < len(ws); i++ {
-		offs[i], o = o, o+ws[i].rows*ws[i].d
-		done[i] = false
-	}
-	for first := range ws {
-		if done[first] {
-			continue
+// kvWrites launches the deferred block-store writes. The cache writes a
+// layer's new rows part by part, each KV head's keys and values, all at
+// the same rows of their parts; such a run is one kv_write launch over a
+// table of its parts that the store uploads only when the parts or the
+// sources changed (a new block), so a decode step's writes cost one
+// launch per layer and no wait. Called by flush, the launch queue empty.
+func (b *Backend) kvWrites() {
+	ws := b.writes
+	b.writes = nil
+	defer func() {
+		clear(ws) // hold no store or part
+		b.writes = ws[:0]
+	}()
+	for rest := ws; len(rest) > 0 && b.err == nil; {
+		w, n := rest[0], 1
+		for n < len(rest) && n < maxKVWrites && rest[n].s == w.s && rest[n].row == w.row && rest[n].rows == w.rows && rest[n].stride == w.stride {
+			n++
 		}
-		// The writes from one allocation (a layer's K or V rows) share one
-		// read of the span they cover.
-		base := ws[first].base
-		lo, hi := ws[first].src, ws[first].src
-		for _, w := range ws[first:] {
-			if w.base == base {
-				lo, hi = min(lo, w.src), max(hi, w.src+Ptr(4*((w.rows-1)*w.stride+w.d)))
-			}
-		}
-		b.hostF = grow(b.hostF, int(hi-lo)/4)
-		if b.fail(b.drv.copyOut(bytesOf(b.hostF), lo)); b.err != nil {
-			return
-		}
-		for i := first; i < len(ws); i++ {
-			w := ws[i]
-			if w.base != base {
-				continue
-			}
-			done[i] = true
-			src, dst := int(w.src-lo)/4, b.host16[offs[i]:]
-			for r := range w.rows {
-				for j, v := range b.hostF[src+r*w.stride : src+r*w.stride+w.d] {
-					dst[r*w.d+j] = compute.F32ToBF16(v)
-				}
-			}
-		}
-	}
-	if b.stageN < total {
-		if b.stage != 0 {
-			b.freeRaw(b.stage) // the stream is idle: copyOut waited
-		}
-		b.stage, b.stageN = 0, 0
-		p, err := b.allocRaw(2 * total)
+		tab, err := w.s.writeTable(rest[:n])
 		if err != nil {
-			b.fail(fmt.Errorf("cuda: staging of %d bf16 cache values: %w", total, err))
+			b.fail(err)
 			return
 		}
-		b.stage, b.stageN = p, total
-	}
-	if b.fail(b.drv.copyIn(b.stage, bytesOf(b.host16))); b.err != nil {
-		return
-	}
-	for i, w := range ws {
-		if b.fail(b.drv.copyDevice(w.dst, b.stage+Ptr(2*offs[i]), 2*w.rows*w.d)); b.err != nil {
-			return
+		format := int32(partF32)
+		if w.s.bf16 {
+			format = partBF16
 		}
+		b.fail(b.drv.launch([]Launch{kvWriteLaunch(tab, n, w.row, w.rows, w.s.d, w.stride, format)}))
+		rest = rest[n:]
 	}
 }
 

@@ -210,6 +210,36 @@ func ropeLaunch(x Ptr, rows, heads, d, start int, cos, sin Ptr) Launch {
 	return elementwise("rope", rows*heads*d/2, a)
 }
 
+// maxKVWrites is the most parts one kvWriteLaunch writes: its grid's y
+// dimension.
+const maxKVWrites = 65535
+
+// kvWriteLaunch copies rows rows of d float32 values into rows row.. of n
+// hot parts, all of one format: partF32, or partBF16 (rounded to nearest
+// even as compute.F32ToBF16 does). tab is a device table of n part addresses
+// then n source addresses; part e's row r comes from its source at
+// offset r*stride values. The table holds no row, so it stays the same
+// while a layer's rows fill a block.
+// Kernel: kv_write(const uint64 *tab, int n, int row, int rows, int d, int stride, int fmt).
+func kvWriteLaunch(tab Ptr, n, row, rows, d, stride int, format int32) Launch {
+	positive("kv_write", n, rows, d, stride)
+	switch {
+	case n > maxKVWrites:
+		panic(fmt.Sprintf("cuda: kv_write of %d parts, at most %d", n, maxKVWrites))
+	case row < 0 || format != partF32 && format != partBF16:
+		panic(fmt.Sprintf("cuda: kv_write at row %d into parts of format %d", row, format))
+	}
+	int32Of("kv_write part values", (row+rows)*d)
+	int32Of("kv_write source values", (rows-1)*stride+d)
+	a := new(args).ptr(tab).i32("n", n).i32("row", row).i32("rows", rows).i32("d", d).i32("stride", stride).i32("format", int(format))
+	return Launch{
+		Kernel: "kv_write",
+		Grid:   Dim3{u32("kv_write blocks", ceilDiv(rows*d, elemThreads)), uint32(n), 1},
+		Block:  Dim3{elemThreads, 1, 1},
+		Args:   a.bytes(),
+	}
+}
+
 // matVecLaunch sets out (n rows of rows values) to x (n rows of cols)
 // times w (rows x cols of dt) transposed, for decode's few rows: wpr warps
 // share one output row and read it once, with 16-byte loads, for all n

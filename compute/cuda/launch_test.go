@@ -276,6 +276,86 @@ func TestLaunchRoPE(t *testing.T) {
 	}
 }
 
+// kv_write stores rows of every part of a run at once, float32 exactly
+// and bf16 rounded as compute.F32ToBF16 rounds (ties to even, NaN kept,
+// overflow to infinity), leaving the part's other rows alone: parts
+// allocated in a shuffled order, sources strided within one buffer, sizes
+// that fill no whole block of threads.
+func TestLaunchKVWrite(t *testing.T) {
+	m := newDevMem(t)
+	type size struct{ parts, bs, d, row, rows, stride int }
+	sizes := []size{{1, 1, 2, 0, 1, 2}, {4, 16, 64, 5, 1, 128}, {6, 7, 40, 2, 5, 3 * 40}, {3, 64, 128, 0, 64, 128}, {10, 32, 256, 31, 1, 1000}, {2, 9, 30, 1, 8, 31}}
+	for _, sz := range sizes {
+		for _, bf16 := range []bool{false, true} {
+			name := fmt.Sprintf("%dx%dx%d/rows%d+%d/stride%d/bf16=%v", sz.parts, sz.bs, sz.d, sz.row, sz.rows, sz.stride, bf16)
+			t.Run(name, func(t *testing.T) {
+				r := rand.New(rand.NewPCG(9, uint64(sz.parts*sz.bs*sz.d+sz.row)))
+				esize := 4
+				if bf16 {
+					esize = 2
+				}
+				// Sources: each part's rows lie at its own offset in one
+				// buffer, stride apart, as a layer's heads do.
+				n := sz.parts*sz.d + (sz.rows-1)*sz.stride
+				src := randF32(r, n, 3)
+				// Values on bf16's edges: exact ties (odd and even), a NaN,
+				// infinities, the largest finite float rounding up,
+				// subnormals, signed zero.
+				special := []uint32{0x3f808000, 0x3f818000, 0x7fc00001, 0xffa00000, 0x7f800000, 0xff800000, 0x7f7fffff, 0x00000001, 0x80008000, 0x80000000, 0x3f80ffff}
+				for i, u := range special {
+					if i < len(src) {
+						src[i] = math.Float32frombits(u)
+					}
+				}
+				srcDev := m.f32(src)
+				order := r.Perm(sz.parts)
+				olds := make([][]byte, sz.parts)
+				dst := make([]Ptr, sz.parts)
+				for _, e := range order {
+					olds[e] = make([]byte, esize*sz.bs*sz.d)
+					for i := range olds[e] {
+						olds[e][i] = byte(r.Uint32())
+					}
+					dst[e] = m.bytes(olds[e])
+				}
+				tab := make([]uint64, 2*sz.parts)
+				for e := range sz.parts {
+					tab[e], tab[sz.parts+e] = uint64(dst[e]), uint64(srcDev)+uint64(4*e*sz.d)
+				}
+				format := int32(partF32)
+				if bf16 {
+					format = partBF16
+				}
+				l := kvWriteLaunch(m.u64(tab), sz.parts, sz.row, sz.rows, sz.d, sz.stride, format)
+				for _, seed := range emuSeeds {
+					runLaunches(t, seed, l)
+					for e := range sz.parts {
+						want := slices.Clone(olds[e])
+						for rr := range sz.rows {
+							for c := range sz.d {
+								v := src[e*sz.d+rr*sz.stride+c]
+								at := (sz.row+rr)*sz.d + c
+								if bf16 {
+									binary.LittleEndian.PutUint16(want[2*at:], compute.F32ToBF16(v))
+								} else {
+									binary.LittleEndian.PutUint32(want[4*at:], math.Float32bits(v))
+								}
+							}
+						}
+						got := make([]byte, len(want))
+						kernels.CopyOut(got, uint64(dst[e]))
+						for i := 0; i < len(got); i += esize {
+							if !slices.Equal(got[i:i+esize], want[i:i+esize]) {
+								t.Fatalf("seed %d part %d value %d (row %d): % x, want % x", seed, e, i/esize, i/esize/sz.d, got[i:i+esize], want[i:i+esize])
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
 // ropeTables returns cos and sin for positions 0..pos-1, d/2 per position,
 // at base 10000.
 func ropeTables(pos, d int) (cos, sin []float32) {

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+	"slices"
 
 	"github.com/kakeya-ai/kakeya/compute"
 )
@@ -33,6 +34,19 @@ type part struct {
 	// enc keeps the codec bytes on the host when the device holds their
 	// decoded values instead, so Read decodes them exactly.
 	enc []byte
+	// wtab is the table of kv_write launches this part leads (it is the
+	// first part written of a layer's rows), nil when it leads none.
+	wtab *writeTable
+}
+
+// writeTable is a device table of one run of kv_write's parts: their
+// addresses, then the addresses of their sources. A layer's writes move
+// down the same parts from the same sources step after step, so the table
+// is uploaded when a block starts and reused until it fills.
+type writeTable struct {
+	addr Ptr      // a slot of the store
+	size int      // its size class
+	host []uint64 // what addr holds
 }
 
 func (p *part) Encoded() bool { return p.dec != nil }
@@ -54,7 +68,8 @@ type store struct {
 	parts   []*part   // released parts, for reuse
 	host    []float32 // host scratch: decoded or widened rows
 	host16  []uint16
-	gather  map[int]Ptr // per row stride (in rows of d), the ids 0, k, 2k, ...
+	tabs    []*writeTable // write tables no part leads, for reuse
+	tabHost []uint64      // host scratch of writeTable
 	// gen counts the changes of part addresses and formats, so attention
 	// rescans its block tables only when one may have changed.
 	gen uint64
@@ -63,7 +78,7 @@ type store struct {
 // NewBlockStore returns a store of parts of rows x d values in device
 // memory, hot in bf16 or float32.
 func (b *Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
-	s := &store{b: b, rows: rows, d: d, bf16: bf16, mem: &slots{free: map[int][]Ptr{}}, gather: map[int]Ptr{}}
+	s := &store{b: b, rows: rows, d: d, bf16: bf16, mem: &slots{free: map[int][]Ptr{}}}
 	runtime.AddCleanup(s, b.freeSlabs, s.mem)
 	return s
 }
@@ -129,6 +144,7 @@ func (s *store) NewPart() (compute.Part, error) {
 	} else {
 		p = new(part)
 	}
+	s.retire(p) // released before its pending writes were launched
 	*p = part{s: s, addr: addr, size: size, format: partF32, enc: p.enc[:0]}
 	s.gen++
 	if s.bf16 {
@@ -163,7 +179,9 @@ func (s *store) Write(p compute.Part, row int, src compute.Buffer, stride, rows 
 	if b.err != nil {
 		return
 	}
-	b.fail(s.write(pt, row, ptr(src), ptr(compute.Buffer{Mem: src.Mem}), stride, rows))
+	// Deferred to the backend's next device operation, so that the writes
+	// of all the layer's heads become one launch (see kvWrites).
+	b.writes = append(b.writes, kvWrite{s: s, pt: pt, dst: pt.addr, src: ptr(src), row: row, rows: rows, stride: stride})
 }
 
 // Read copies p's values to dst, decoding an encoded part on the host
@@ -240,6 +258,8 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	if b.err != nil {
 		return b.err
 	}
+	b.flush()    // the part's pending writes first
+	s.retire(pt) // an encoded part takes no more writes
 	if format, ok := encodedFormat(dec.Name()); ok {
 		size := roundUp(len(enc), encAlign)
 		addr, err := s.slot(size)
@@ -288,66 +308,67 @@ func (s *store) Release(p compute.Part) {
 	pt := own(p)
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
+	s.retire(pt)
 	s.release(pt.addr, pt.size)
 	*pt = part{enc: pt.enc[:0]} // keep the host buffer for reuse
 	s.parts = append(s.parts, pt)
 	s.gen++
 }
 
-// write copies rows rows of d float32 values, row i at src+4*i*stride, to
-// rows row.. of the hot part pt; base is the start of src's allocation.
-// Called with the backend's mu held.
-func (s *store) write(pt *part, row int, src, base Ptr, stride, rows int) error {
-	b, d := s.b, s.d
-	if !s.bf16 {
-		dst := pt.addr + Ptr(4*row*d)
-		if stride == d {
-			b.flush()
-			return b.drv.copyDevice(dst, src, 4*rows*d)
+// writeTable returns the device table of a run of writes to the same
+// rows of parts of s, led by the first write's part: the table that part
+// leads, uploaded again only when its parts or sources changed. A run that
+// fills its parts retires the table: those parts take no more writes.
+// Called by kvWrites with the backend's mu held and the queue flushed.
+func (s *store) writeTable(ws []kvWrite) (Ptr, error) {
+	lead := ws[0].pt
+	t := lead.wtab
+	if t == nil {
+		if n := len(s.tabs); n > 0 {
+			t, s.tabs = s.tabs[n-1], s.tabs[:n-1]
+		} else {
+			t = new(writeTable)
 		}
-		if stride%d == 0 {
-			// Gather the rows with the embedding kernel: src is a table
-			// of rows of d values and row i is its row i*stride/d.
-			ids, err := s.gatherIDs(stride / d)
-			if err != nil {
-				return err
-			}
-			b.enqueue(embedLaunch(compute.F32, dst, src, ids, rows, d), true)
-			return nil
-		}
-		b.flush()
-		for i := range rows {
-			if err := b.drv.copyDevice(dst+Ptr(4*i*d), src+Ptr(4*i*stride), 4*d); err != nil {
-				return err
-			}
-		}
-		return nil
+		lead.wtab = t
 	}
-	// bf16 rows: no kernel narrows float32 on the device, so the rows make
-	// a round trip through the host, deferred to the backend's next device
-	// operation so that the writes of all heads of a layer share one wait.
-	b.narrow = append(b.narrow, narrowWrite{dst: pt.addr + Ptr(2*row*d), src: src, base: base, stride: stride, rows: rows, d: d})
-	return nil
+	want := s.tabHost[:0]
+	for _, w := range ws {
+		want = append(want, uint64(w.dst))
+	}
+	for _, w := range ws {
+		want = append(want, uint64(w.src))
+	}
+	s.tabHost = want
+	if !slices.Equal(t.host, want) {
+		if size := roundUp(8*len(want), encAlign); t.size < size {
+			// A launch queued before may still read the old slot; the
+			// stream orders whatever reuses it after that launch.
+			s.release(t.addr, t.size)
+			t.addr, t.size = 0, 0
+			addr, err := s.slot(size)
+			if err != nil {
+				return 0, err
+			}
+			t.addr, t.size = addr, size
+		}
+		if err := s.b.drv.copyIn(t.addr, bytesOf(want)); err != nil {
+			t.host = t.host[:0]
+			return 0, err
+		}
+		t.host = append(t.host[:0], want...)
+	}
+	addr := t.addr
+	if ws[0].row+ws[0].rows == s.rows {
+		s.retire(lead)
+	}
+	return addr, nil
 }
 
-// gatherIDs returns device ids 0, k, 2k, ... for s.rows rows, uploaded
-// once per k.
-func (s *store) gatherIDs(k int) (Ptr, error) {
-	if p, ok := s.gather[k]; ok {
-		return p, nil
+// retire returns the write table p leads, if any, to the store's tables.
+// Called with the backend's mu held.
+func (s *store) retire(p *part) {
+	if p.wtab != nil {
+		s.tabs = append(s.tabs, p.wtab)
+		p.wtab = nil
 	}
-	ids := make([]int32, s.rows)
-	for i := range ids {
-		ids[i] = int32(i * k)
-	}
-	p, err := s.slot(roundUp(4*s.rows, encAlign))
-	if err != nil {
-		return 0, err
-	}
-	s.b.flush()
-	if err := s.b.drv.copyIn(p, bytesOf(ids)); err != nil {
-		return 0, err
-	}
-	s.gather[k] = p
-	return p, nil
 }

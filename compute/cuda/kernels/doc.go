@@ -4,9 +4,11 @@
 // kernels are tested without a GPU.
 //
 // The sources are one translation unit, all.cu: elementwise.cu (embed,
-// rmsnorm, add_rows, add, silu_mul, rope), matvec.cu (decode's matvec and
-// the tiled matmul, for f32, bf16 and f16 weights) and attention.cu
-// (attn_split and attn_combine over paged, possibly encoded, KV blocks).
+// rmsnorm, add_rows, add, silu_mul, rope, and kv_write, the KV cache's
+// writes of float32 rows into float32 or bf16 parts), matvec.cu
+// (decode's matvec and the tiled matmul, for f32, bf16 and f16 weights)
+// and attention.cu (attn_split and attn_combine over paged, possibly
+// encoded, KV blocks).
 // They use only what prelude.cuh declares. For the device, clang compiles
 // them to PTX without the CUDA SDK (make ptx; the PTX is committed as
 // compute/cuda/kernels_sm80.ptx and embedded by package cuda, whose

@@ -1,5 +1,5 @@
 // Element-wise and row-wise kernels: embedding lookup, RMSNorm, bias and
-// residual adds, SwiGLU's silu(gate)*up and RoPE. Each mirrors the
+// residual adds, SwiGLU's silu(gate)*up, RoPE and the KV cache's writes. Each mirrors the
 // operation of compute/reference in float32 arithmetic. Launch geometry is
 // compute/cuda/launch.go's.
 #include "prelude.cuh"
@@ -84,4 +84,34 @@ KK_KERNEL void rope(float *__restrict__ x, int rows, int heads, int d, int start
 	float a = v[j], b = v[j + half];
 	v[j] = a * c - b * s;
 	v[j + half] = b * c + a * s;
+}
+
+// kk_f32_to_bf16 rounds to the nearest bfloat16, ties to even, as
+// compute.F32ToBF16: a NaN stays a NaN (quiet, sign kept) rather than
+// rounding into an infinity.
+KK_DEVICE kk_u16 kk_f32_to_bf16(float f) {
+	kk_u32 u = kk_f32_bits(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (kk_u16)((u >> 16) | 0x40u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (kk_u16)(u >> 16);
+}
+
+// KV-cache writes: entry e of the table (blockIdx.y) copies rows rows of d
+// values, row r from src_e + r*stride, to rows row.. of the hot part at
+// dst_e, float32 (fmt 0) or rounded to bf16 (fmt 1). tab holds n part
+// addresses, then n source addresses: every KV head's keys and values of
+// a layer in one launch, with the table unchanged while the rows move
+// through a block.
+KK_KERNEL void kv_write(const kk_u64 *__restrict__ tab, int n, int row, int rows, int d, int stride, int fmt) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= rows * d)
+		return;
+	int e = blockIdx.y, r = i / d, c = i - r * d;
+	float v = ((const float *)tab[n + e])[(long long)r * stride + c];
+	long long at = (long long)(row + r) * d + c;
+	if (fmt == 0)
+		((float *)tab[e])[at] = v;
+	else
+		((kk_u16 *)tab[e])[at] = kk_f32_to_bf16(v);
 }
