@@ -41,6 +41,9 @@ type blockTable struct {
 	k, v []uint64 // part addresses
 	fmts []int32  // formats of an entry's K and V parts (attnFormat)
 	dev  Ptr      // k, then v, then fmts
+	// The kakeyaParams of the layer's Kakeya key and value parts (0 when
+	// it has none): the kernels take one codec per side and layer.
+	kprm, vprm Ptr
 	// The store's generation and the blocks when last checked: while
 	// neither moved, no entry can have changed.
 	gen    uint64
@@ -101,7 +104,7 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 		Out: ptr(out), Q: ptr(q), N: n, Start: start,
 		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
 		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), Fmts: t.dev + Ptr(16*len(t.k)), Blocks: blocks,
-		Cos: ptr(cos), Sin: ptr(sin),
+		Cos: ptr(cos), Sin: ptr(sin), KParams: t.kprm, VParams: t.vprm,
 	}
 	if need := attentionScratch(args); need > a.scratchN {
 		if a.scratch != 0 {
@@ -154,6 +157,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 		}
 	}
 	lo, hi := n, 0 // the entries that changed
+	var prm [2]Ptr // the Kakeya keys' and values' params
 	for blk := range blocks {
 		for g := range p.KVHeads {
 			i := blk*p.KVHeads + g
@@ -162,6 +166,15 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 			if !ok1 || !ok2 {
 				return nil, fmt.Errorf("attention: block %d head %d is not stored by a CUDA block store", blk, g)
 			}
+			for side, pt := range [2]*part{kp, vp} {
+				if pt.format != partKakeya {
+					continue
+				}
+				if prm[side] != 0 && prm[side] != pt.prm {
+					return nil, fmt.Errorf("attention: block %d head %d %s: a layer's Kakeya blocks must share one codec's settings (%s)", blk, g, [2]string{"keys", "values"}[side], pt.dec.Name())
+				}
+				prm[side] = pt.prm
+			}
 			f := attnFormat(kp.format, vp.format)
 			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.fmts[i] != f {
 				t.k[i], t.v[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), f
@@ -169,6 +182,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 			}
 		}
 	}
+	t.kprm, t.vprm = prm[0], prm[1]
 	if st != nil {
 		t.gen, t.blocks = st.gen, blocks
 	}

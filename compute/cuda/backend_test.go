@@ -191,8 +191,8 @@ func TestBlockStore(t *testing.T) {
 					t.Fatalf("head %d: hot rows differ from the CPU store's by %.3g", h, dd)
 				}
 			}
-			// Encoded by codecs the kernels read (int8, int4-k) and do not
-			// (kakeya, turbo): Read gives the CPU store's decoded values.
+			// Encoded by codecs the kernels read (int8, int4-k, kakeya) and
+			// do not (turbo): Read gives the CPU store's decoded values.
 			used0, _ := gpu.MemoryStats()
 			for i, name := range []string{"int8", "int4-k", "kakeya", "turbo"} {
 				sp, err := codec.ParseSpec(name)
@@ -452,4 +452,189 @@ func TestOutOfMemory(t *testing.T) {
 		t.Errorf("NewPart once memory is back: %v", err)
 	}
 	runtime.KeepAlive(keep)
+}
+
+// layerOf is a KV layer of parts indexed [block][2*head+side], as the
+// cache lays them out.
+type layerOf struct {
+	n     int
+	parts [][]compute.Part
+}
+
+func (l *layerOf) Len() int                              { return l.n }
+func (l *layerOf) Part(head, block, kv int) compute.Part { return l.parts[block][2*head+kv] }
+
+// Attention over Kakeya blocks kept encoded on the device (keys and
+// values of different settings, beside a hot, partly filled last block)
+// gives the CPU backend's attention, which decodes the same bytes with
+// codec.Kakeya.Decode: the two differ only by float32 reassociation
+// (the kernel's Walsh-Hadamard stages, dot products and softmax sums run
+// in another order). A preconditioned Kakeya codec, which the kernels do
+// not read, keeps the fallback: its blocks hold their decoded values hot.
+// A layer whose Kakeya blocks use two codecs' settings is refused, since
+// the kernels take one per side.
+func TestKakeyaAttentionMatchesCPU(t *testing.T) {
+	needKernels(t, "attn_split", "kv_write")
+	const heads, kvHeads, d, bs = 6, 2, 64, 16
+	r := rand.New(rand.NewPCG(11, 12))
+	kOpt, vOpt := codec.DefaultKakeyaOptions(), codec.DefaultKakeyaOptions()
+	vOpt.Bits, vOpt.CoeffBits, vOpt.Seed = 2, 8, 77
+	kCodec, err := codec.NewKakeya(kOpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vCodec, err := codec.NewKakeya(vOpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A well-conditioned lower-triangular factor for the preconditioner.
+	L := make([]float32, d*d)
+	for i := range d {
+		L[i*d+i] = 1 + r.Float32()
+		for j := range i {
+			L[i*d+j] = 0.1 * float32(r.NormFloat64())
+		}
+	}
+	pre, err := codec.NewPreconditioned(kCodec, L, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		kc        codec.Codec
+		total     int // tokens: the last block is partly filled, hot
+		n         int // queries, the last n positions
+		window    int
+		bf16      bool
+		kakeyaKey bool // whether the keys' parts stay Kakeya on the device
+	}{
+		{"decode/bf16", kCodec, 5*bs + 3, 1, 0, true, true},
+		{"prefill/f32", kCodec, 4*bs + 9, 7, 0, false, true},
+		{"decode/window", kCodec, 6*bs + 1, 2, 40, true, true},
+		// f32 hot: in a bf16 store the fallback rounds the decoded values
+		// to bf16, which the CPU store does not.
+		{"decode/preconditioned keys", pre, 4*bs + 5, 1, 0, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gpu, _ := newFakeBackend(t, Options{})
+			host := cpu.New(1)
+			defer host.Close()
+			nb := (c.total + bs - 1) / bs
+			ap := compute.AttentionParams{Heads: heads, KVHeads: kvHeads, HeadDim: d, Window: c.window, BlockSize: bs, MaxContext: nb * bs}
+			// The new rows of every block, as the cache appends them: a
+			// row of all KV heads per token.
+			rows := randFloats(r, 2*nb*bs*kvHeads*d)
+			q := randFloats(r, c.n*heads*d)
+			cos, sin := ropeTables(nb*bs, d)
+			var outs [2][]float32
+			var gpuParts [][]compute.Part
+			for i, b := range []compute.Backend{gpu, host} {
+				store := b.NewBlockStore(bs, d, c.bf16)
+				src := upload(b, rows)
+				l := &layerOf{n: c.total, parts: make([][]compute.Part, nb)}
+				x := make([]float32, bs*d)
+				for blk := range nb {
+					l.parts[blk] = make([]compute.Part, 2*kvHeads)
+					m := min(bs, c.total-blk*bs)
+					for j := range l.parts[blk] {
+						p, err := store.NewPart()
+						if err != nil {
+							t.Fatal(err)
+						}
+						// Side j%2 of head j/2: keys in the first half of
+						// the rows, values in the second.
+						off := (j%2)*nb*bs*kvHeads*d + blk*bs*kvHeads*d + (j/2)*d
+						store.Write(p, 0, src.Slice(off, off+(m-1)*kvHeads*d+d), kvHeads*d, m)
+						l.parts[blk][j] = p
+						if m < bs {
+							continue // the hot block
+						}
+						cd := c.kc
+						if j%2 == 1 {
+							cd = vCodec
+						}
+						if err := store.Read(x, p); err != nil {
+							t.Fatal(err)
+						}
+						enc, err := cd.Encode(nil, x, bs, d)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := store.SetEncoded(p, enc, cd); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				att, err := b.NewAttention(ap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := b.Alloc(c.n * heads * d)
+				if err := att.Forward(out, upload(b, q), c.n, c.total-c.n, l, upload(b, cos), upload(b, sin)); err != nil {
+					t.Fatal(err)
+				}
+				outs[i] = read(b, out)
+				if i == 0 {
+					gpuParts = l.parts
+				}
+			}
+			for blk := range nb - 1 {
+				for j, p := range gpuParts[blk] {
+					pt := own(p)
+					want := j%2 == 1 || c.kakeyaKey
+					if got := pt.format == partKakeya; got != want || !pt.Encoded() {
+						t.Fatalf("block %d part %d: format %d, encoded %v; want Kakeya on the device: %v", blk, j, pt.format, pt.Encoded(), want)
+					}
+					if want && pt.size >= 2*bs*d {
+						t.Errorf("block %d part %d: a Kakeya slot of %d bytes, no smaller than a bf16 part", blk, j, pt.size)
+					}
+				}
+			}
+			tol := 2e-5 * max(1, maxAbs(outs[1]))
+			dd := maxAbsDiff(outs[0], outs[1])
+			if dd > tol || math.IsNaN(dd) {
+				t.Fatalf("attention differs from the CPU's by %.3g", dd)
+			}
+			t.Logf("worst difference %.2g of the tolerance", dd/tol)
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	t.Run("two codecs in a layer", func(t *testing.T) {
+		gpu, _ := newFakeBackend(t, Options{})
+		other := kOpt
+		other.Seed++
+		oc, err := codec.NewKakeya(other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := gpu.NewBlockStore(bs, d, true)
+		l := &layerOf{n: 2 * bs, parts: make([][]compute.Part, 2)}
+		for blk, cd := range []codec.Codec{kCodec, oc} {
+			enc, err := cd.Encode(nil, randFloats(r, bs*d), bs, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // keys and values of the one KV head
+				p, err := store.NewPart()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := store.SetEncoded(p, enc, cd); err != nil {
+					t.Fatal(err)
+				}
+				l.parts[blk] = append(l.parts[blk], p)
+			}
+		}
+		att, err := gpu.NewAttention(compute.AttentionParams{Heads: 1, KVHeads: 1, HeadDim: d, BlockSize: bs, MaxContext: 2 * bs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cos, sin := ropeTables(2*bs, d)
+		err = att.Forward(gpu.Alloc(d), upload(gpu, randFloats(r, d)), 1, 2*bs-1, l, upload(gpu, cos), upload(gpu, sin))
+		if err == nil || !strings.Contains(err.Error(), "one codec") {
+			t.Fatalf("attention over two Kakeya codecs in a layer: %v", err)
+		}
+	})
 }

@@ -150,13 +150,9 @@ func TestGPUThroughput(t *testing.T) {
 				}
 			}
 			decode := float64(decodeSteps-1) / time.Since(start).Seconds()
-			// The bytes attention reads: encoded blocks of a codec the
-			// kernels do not read hold bf16 decoded values on the device.
-			st := s.KVStats()
-			kv := st.Bytes()
-			if _, native := encodedFormat(cache); cache != "plain" && !native {
-				kv = st.Hot + st.CompressedBF16
-			}
+			// The bytes attention reads: int8 and kakeya blocks stay
+			// encoded on the device.
+			kv := s.KVStats().Bytes()
 			bound := gpu.Bandwidth() / float64(weightBytes+kv)
 			fmt.Fprintf(&table, "%-7s %6d %12.0f %12.1f %12.1f %9.0f%% %10.1f\n", cache, ctx, prefill, decode, bound, 100*decode/bound, float64(kv)/1e6)
 			s.Close()

@@ -327,17 +327,18 @@ func attnFormat(k, v int32) int32 {
 	return k | v<<8 | attnSplitFormats
 }
 
-// encodedFormat reports the part format of blocks encoded by the named
-// codec, and false when attention cannot read that codec's bytes (the
-// cache then keeps such blocks hot, holding their decoded values).
-//
-// Kakeya blocks are not named here although attention reads them
-// (partKakeya): their settings are not in the bytes, so a store that
-// keeps them encoded must also hold kakeyaParams of the layer's key and
-// value codecs on the device and pass them as attnArgs.KParams and
-// VParams.
-func encodedFormat(codecName string) (int32, bool) {
-	switch codecName {
+// encodedFormat reports the part format of blocks encoded by dec for
+// parts of head dim d, and false when attention cannot read that codec's
+// bytes (the cache then keeps such blocks hot, holding their decoded
+// values). A codec.Kakeya (not wrapped, so not preconditioned: the kernels
+// do not undo a preconditioner) is read with its settings, which its
+// bytes lack: a store that keeps such blocks encoded also holds the
+// layer's kakeyaParams on the device for attnArgs.KParams and VParams.
+func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
+	if _, ok := dec.(*codec.Kakeya); ok {
+		return partKakeya, d <= maxHeadDim
+	}
+	switch dec.Name() {
 	case "int8":
 		return partInt8, true
 	case "int4":

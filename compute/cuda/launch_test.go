@@ -585,12 +585,13 @@ func testAttention(t *testing.T, c attnCase) {
 				t.Fatal(err)
 			}
 			dev = m.bytes(enc)
-			f, ok := encodedFormat(cd.Name())
-			if prm, isK := kakeyaParams(cd, c.d); isK {
-				f, ok = partKakeya, true
-				if params[side] == 0 {
-					params[side] = m.bytes(prm)
+			f, ok := encodedFormat(cd, c.d)
+			if f == partKakeya && params[side] == 0 {
+				prm, isK := kakeyaParams(cd, c.d)
+				if !isK {
+					t.Fatalf("no kakeyaParams for %s", cd.Name())
 				}
+				params[side] = m.bytes(prm)
 			}
 			if !ok {
 				t.Fatalf("attention does not read %s", cd.Name())

@@ -14,7 +14,9 @@ import (
 // (float32 or bf16; a block of a codec the kernels cannot read keeps its
 // hot slot, holding the decoded values) and encoded slots in size classes
 // of encAlign bytes. Released slots are reused; slabs are freed when the
-// store is garbage collected or the backend closes.
+// store is garbage collected or the backend closes. Kakeya blocks also
+// need their codec's settings (kakeyaParams), held once per codec in a
+// slot of their own.
 
 // encAlign is the granularity of encoded slots: their byte sizes are
 // rounded up to it, and it aligns every slot for the kernels' wide loads.
@@ -30,6 +32,7 @@ type part struct {
 	size   int   // the slot's size class
 	format int32 // how attention reads addr (partF32, partBF16, partInt8, ...)
 	encLen int   // codec bytes at addr, 0 unless the kernels read them
+	prm    Ptr   // a partKakeya's kakeyaParams, 0 for other formats
 	dec    compute.Decoder
 	// enc keeps the codec bytes on the host when the device holds their
 	// decoded values instead, so Read decodes them exactly.
@@ -70,6 +73,10 @@ type store struct {
 	host16  []uint16
 	tabs    []*writeTable // write tables no part leads, for reuse
 	tabHost []uint64      // host scratch of writeTable
+	// The device copies of kakeyaParams, by codec and by content (codecs
+	// of the same settings share one).
+	prmOf  map[compute.Decoder]Ptr
+	prmFor map[string]Ptr
 	// gen counts the changes of part addresses and formats, so attention
 	// rescans its block tables only when one may have changed.
 	gen uint64
@@ -78,7 +85,8 @@ type store struct {
 // NewBlockStore returns a store of parts of rows x d values in device
 // memory, hot in bf16 or float32.
 func (b *Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
-	s := &store{b: b, rows: rows, d: d, bf16: bf16, mem: &slots{free: map[int][]Ptr{}}}
+	s := &store{b: b, rows: rows, d: d, bf16: bf16, mem: &slots{free: map[int][]Ptr{}},
+		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}}
 	runtime.AddCleanup(s, b.freeSlabs, s.mem)
 	return s
 }
@@ -260,7 +268,15 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	}
 	b.flush()    // the part's pending writes first
 	s.retire(pt) // an encoded part takes no more writes
-	if format, ok := encodedFormat(dec.Name()); ok {
+	format, ok := encodedFormat(dec, s.d)
+	var prm Ptr
+	if ok && format == partKakeya {
+		var err error
+		if prm, ok, err = s.kakeyaParams(dec); err != nil {
+			return err
+		}
+	}
+	if ok {
 		size := roundUp(len(enc), encAlign)
 		addr, err := s.slot(size)
 		if err != nil {
@@ -274,7 +290,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		// The hot slot goes back to the store: anything reading it is
 		// queued before whatever will write it next.
 		s.release(pt.addr, pt.size)
-		pt.addr, pt.size, pt.format, pt.encLen, pt.dec = addr, size, format, len(enc), dec
+		pt.addr, pt.size, pt.format, pt.encLen, pt.dec, pt.prm = addr, size, format, len(enc), dec, prm
 		s.gen++
 		return nil
 	}
@@ -302,6 +318,34 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	}
 	pt.enc, pt.dec = append(pt.enc[:0], enc...), dec
 	return nil
+}
+
+// kakeyaParams returns the device copy of dec's kakeyaParams, uploading
+// it on the codec's first block, and false when the kernels cannot read
+// dec's blocks after all. Called with the backend's mu held.
+func (s *store) kakeyaParams(dec compute.Decoder) (Ptr, bool, error) {
+	if p, ok := s.prmOf[dec]; ok {
+		return p, true, nil
+	}
+	prm, ok := kakeyaParams(dec, s.d)
+	if !ok {
+		return 0, false, nil
+	}
+	p, ok := s.prmFor[string(prm)]
+	if !ok {
+		var err error
+		if p, err = s.slot(roundUp(len(prm), encAlign)); err != nil {
+			return 0, false, err
+		}
+		s.b.flush()
+		if err := s.b.drv.copyIn(p, prm); err != nil {
+			s.b.fail(err)
+			return 0, false, err
+		}
+		s.prmFor[string(prm)] = p
+	}
+	s.prmOf[dec] = p
+	return p, true, nil
 }
 
 func (s *store) Release(p compute.Part) {
