@@ -8,6 +8,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
@@ -116,10 +117,16 @@ func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 // Dir returns the local directory the model was loaded from.
 func (e *Engine) Dir() string { return e.dir }
 
-// Kernels describes the compute kernels this build runs, for example
-// "avx2+fma (GOEXPERIMENT=simd)" or "scalar (built without
-// GOEXPERIMENT=simd)"; see cpu.Features.
-func (e *Engine) Kernels() string { return cpu.Features() }
+// Kernels describes the compute kernels the model runs on: the backend's
+// compute.Describer text, for example "avx2+fma (GOEXPERIMENT=simd)" or
+// "scalar (built without GOEXPERIMENT=simd)" on the CPU (see
+// cpu.Features), or a GPU's name and GEMM path.
+func (e *Engine) Kernels() string {
+	if d, ok := e.model.Backend().(compute.Describer); ok {
+		return d.Describe()
+	}
+	return cpu.Features()
+}
 
 // Close releases the model's memory maps and workers, after waiting for the
 // forward passes in flight: a Generate running meanwhile ends with an error

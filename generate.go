@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
@@ -186,7 +185,7 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 	}
 	defer seq.Close()
 
-	res := &Result{PromptTokens: len(ids), Kernels: cpu.Features()}
+	res := &Result{PromptTokens: len(ids), Kernels: e.Kernels()}
 	var text []byte
 	start := time.Now()
 	// finish ends a generation that began, setting the duration *d of the

@@ -119,6 +119,13 @@ type EncodedAttention interface {
 	AttendsEncoded(dec Decoder) bool
 }
 
+// Describer is implemented by a backend that describes itself for logs
+// and run statistics: the device and the kernels it runs, e.g. "avx2+fma
+// (GOEXPERIMENT=simd)" for the CPU or a GPU's name and its GEMM path.
+type Describer interface {
+	Describe() string
+}
+
 // Backend runs the operations of a decoder's forward pass on one device.
 // Shapes are the caller's contract: a mismatch is a programming error and
 // may panic. Its methods may be called from several goroutines for

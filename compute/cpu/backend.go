@@ -29,6 +29,9 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
+// Describe returns the SIMD kernels this build runs (see kern.Features).
+func (b *Backend) Describe() string { return kern.Features() }
+
 // Close stops the worker threads.
 func (b *Backend) Close() error {
 	b.pool.Close()

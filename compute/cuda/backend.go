@@ -71,7 +71,10 @@ type Backend struct {
 	idsCap int     // ids idsDev holds
 }
 
-var _ compute.Backend = (*Backend)(nil)
+var (
+	_ compute.Backend   = (*Backend)(nil)
+	_ compute.Describer = (*Backend)(nil)
+)
 
 // New opens CUDA device opts.Device through the driver library found at
 // run time (libcuda.so.1) and returns its backend. Without the library, a
@@ -119,6 +122,12 @@ func (b *Backend) GEMM() string {
 
 // Name returns "cuda".
 func (b *Backend) Name() string { return "cuda" }
+
+// Describe names the device and how prefill's matrix products run, for run
+// statistics (compute.Describer): "CUDA <Device>, prefill GEMM <GEMM>".
+func (b *Backend) Describe() string {
+	return fmt.Sprintf("CUDA %s, prefill GEMM %s", b.Device(), b.GEMM())
+}
 
 // Device describes the device: its name, compute capability, memory and
 // peak bandwidth, for logs.

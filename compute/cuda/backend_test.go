@@ -638,3 +638,14 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 		}
 	})
 }
+
+// Describe names the device and the GEMM path, for kakeya-run's stats.
+func TestDescribe(t *testing.T) {
+	gpu, _ := newFakeBackend(t, Options{NoCUBLAS: true})
+	got := gpu.Describe()
+	for _, want := range []string{"CUDA fake (sm_80, 4 SMs", "prefill GEMM matmul kernel (cuda: cuBLAS off"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Describe() = %q, want it to contain %q", got, want)
+		}
+	}
+}
