@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -647,5 +648,105 @@ func TestDescribe(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("Describe() = %q, want it to contain %q", got, want)
 		}
+	}
+}
+
+// A layer's writes, every KV head's keys and values at one row, are one
+// kv_write launch, and its table of parts goes to the device only when a
+// block starts or the sources move: decode steps through a block upload
+// nothing and read nothing back. The parts then hold the CPU store's rows
+// exactly, and a new block reuses the retired table's memory.
+func TestKVWritesOneLaunchPerLayer(t *testing.T) {
+	needKernels(t, "kv_write")
+	const bs, d, kvHeads = 4, 24, 3
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, bf16 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "f32", true: "bf16"}[bf16], func(t *testing.T) {
+			gpu, f := newFakeBackend(t, Options{})
+			host := cpu.New(1)
+			defer host.Close()
+			// Two layers' K and V buffers of one token, as decode's
+			// projections leave them, and a third pair the sources move to.
+			rows := randFloats(r, 6*kvHeads*d)
+			var stores [2]compute.BlockStore
+			var parts [2][][]compute.Part // [backend][layer*blocks+block][2*head+side]
+			var srcs [2]compute.Buffer
+			for i, b := range []compute.Backend{gpu, host} {
+				stores[i] = b.NewBlockStore(bs, d, bf16)
+				srcs[i] = upload(b, rows)
+			}
+			flush := func() { gpu.Read(make([]float32, 1), srcs[0]) }
+			step := func(layer, blk, row, src int) {
+				for i := range 2 {
+					p := parts[i][layer*2+blk]
+					for h := range kvHeads {
+						for side := range 2 {
+							off := (2*src+side)*kvHeads*d + h*d
+							stores[i].Write(p[2*h+side], row, srcs[i].Slice(off, off+d), d, 1)
+						}
+					}
+				}
+			}
+			for i := range 2 {
+				for range 2 * 2 { // 2 layers x 2 blocks
+					p := make([]compute.Part, 2*kvHeads)
+					for j := range p {
+						var err error
+						if p[j], err = stores[i].NewPart(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					parts[i] = append(parts[i], p)
+				}
+			}
+			var used int64
+			for blk := range 2 {
+				for row := range bs {
+					before := maps.Clone(f.calls)
+					for layer := range 2 {
+						src := layer
+						if row == 2 && layer == 1 {
+							src = 2 // the sources move: the table must follow
+						}
+						step(layer, blk, row, src)
+						flush()
+					}
+					launches, uploads := f.calls["launch"]-before["launch"], f.calls["copyIn"]-before["copyIn"]
+					wantUploads := 0
+					if row == 0 {
+						wantUploads = 2 // each layer's table, at the block's start
+					}
+					if row == 2 || row == 3 {
+						wantUploads = 1 // layer 1's sources moved at row 2, and back at 3
+					}
+					if launches != 2 || uploads != wantUploads {
+						t.Errorf("block %d row %d: %d launches and %d uploads for two layers, want 2 and %d", blk, row, launches, uploads, wantUploads)
+					}
+				}
+				if blk == 0 {
+					used, _ = gpu.MemoryStats()
+				}
+			}
+			if now, _ := gpu.MemoryStats(); now != used {
+				t.Errorf("device memory %d bytes after the second blocks, %d after the first", now, used)
+			}
+			got, want := make([]float32, bs*d), make([]float32, bs*d)
+			for e := range parts[0] {
+				for j := range parts[0][e] {
+					if err := stores[0].Read(got, parts[0][e][j]); err != nil {
+						t.Fatal(err)
+					}
+					if err := stores[1].Read(want, parts[1][e][j]); err != nil {
+						t.Fatal(err)
+					}
+					if dd := maxAbsDiff(got, want); dd != 0 {
+						t.Fatalf("block %d part %d differs from the CPU store's by %.3g", e, j, dd)
+					}
+				}
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
