@@ -178,7 +178,10 @@ func (s *store) Write(p compute.Part, row int, src compute.Buffer, stride, rows 
 	if rows <= 0 {
 		return
 	}
-	if row < 0 || row+rows > s.rows || src.Len < (rows-1)*stride+s.d {
+	if rows == 1 {
+		stride = s.d // unused: writes of one row share a run whatever their stride
+	}
+	if row < 0 || row+rows > s.rows || stride <= 0 || src.Len < (rows-1)*stride+s.d {
 		panic(fmt.Sprintf("cuda: write of rows %d..%d (stride %d) from %d values into a part of %d rows", row, row+rows, stride, src.Len, s.rows))
 	}
 	b := s.b
