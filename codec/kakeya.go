@@ -86,9 +86,10 @@ type kakeyaScratch struct {
 	cand  []int32
 	opos  []int32
 	oval  []float32
-	acc   []float32 // AddWeighted: m rotated-domain sums of p values
-	lat   []float32 // AddWeighted: the rows' rotated-domain forms
-	wsum  []float32 // AddWeighted: m x (r coefficient sums, Σw)
+	mb    []float32 // decode: the mean, then the r basis rows
+	norms []float32 // decode: the rows' residual norms
+	acc   []float32 // AddWeighted: m rotated-domain sums of p values, Σw and r coefficient sums
+	lat   []float32 // AddWeighted: the rows' rotated-domain forms, 1 and coefficients
 
 	// topEigen scratch
 	qv, zv, tv, wv, smallWork []float64
@@ -445,16 +446,21 @@ func (k *Kakeya) residualRow(sc *kakeyaScratch, i, d, p int) (float32, []int32) 
 // kakeyaBlock is a parsed block: what Decode and AddWeighted share, plus the
 // cursor over its outliers (sorted by position, consumed row by row).
 type kakeyaBlock struct {
-	n, p, r       int
-	m, posLen     int
-	norms, outs   []byte
-	codes         []byte // the packed residual codes, n*p of them
-	rowBytes      int    // bytes per row of codes; 0 when rows do not start on a byte
-	next, prevPos int
+	n, p, r   int
+	m, posLen int
+	outs      []byte
+	codes     []byte // the packed residual codes, n*p of them
+	rowBytes  int    // bytes per row of codes; 0 when rows do not start on a byte
+	// The cursor: outlier next (pos = n*p once all are used) and the
+	// position of the one before it.
+	next, pos, prevPos int
+	val                float32
 }
 
-// parse checks src (header, lengths, every fixed field) and leaves the mean,
-// basis, skeleton coefficients and residual codes of the block in sc.
+// parse checks src (header, lengths, every fixed field but the outliers
+// after the first) and leaves the mean and basis (sc.mb), the skeleton
+// coefficients (sc.coef) and the norms (sc.norms) of the block in sc; the
+// residual codes stay packed.
 func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, error) {
 	const name = "kakeya"
 	pl, err := checkHeader(name, src, idKakeya, byte(k.opt.Bits), n, d, k.tag)
@@ -487,15 +493,18 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 		return kakeyaBlock{}, fmt.Errorf("codec: %s: payload is %d bytes, want %d for rank %d and %d outliers", name, len(pl), want, r, m)
 	}
 	off := 6
-	sc.mean = growF32(sc.mean, d)
-	sc.basis = growF32(sc.basis, r*d)
-	if err := readF16s(sc.mean, pl[off:], name, "mean"); err != nil {
-		return kakeyaBlock{}, err
+	// The mean and the basis rows are adjacent in the payload and in sc.mb,
+	// so the mean is row 0 of the combination AddWeighted adds.
+	sc.mb = growF32(sc.mb, (r+1)*d)
+	if !cpu.WidenF16(sc.mb[:(r+1)*d], pl[off:]) {
+		if err := readF16s(sc.mb[:d], pl[off:], name, "mean"); err != nil {
+			return kakeyaBlock{}, err
+		}
+		if err := readF16s(sc.mb[d:(r+1)*d], pl[off+2*d:], name, "basis"); err != nil {
+			return kakeyaBlock{}, err
+		}
 	}
 	off += 2 * d
-	if err := readF16s(sc.basis, pl[off:], name, "basis"); err != nil {
-		return kakeyaBlock{}, err
-	}
 	off += 2 * r * d
 	sc.coef = growF32(sc.coef, n*r)
 	if cbits == 16 {
@@ -508,8 +517,20 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 		}
 	}
 	off += coefLen
-	b := kakeyaBlock{n: n, p: p, r: r, m: m, posLen: posLen, norms: pl[off : off+2*n], prevPos: -1}
+	sc.norms = growF32(sc.norms, n)
+	ok := cpu.WidenF16(sc.norms, pl[off:])
+	for _, v := range sc.norms {
+		ok = ok && v >= 0
+	}
+	if !ok {
+		for i := range sc.norms {
+			if v := getF16(pl[off+2*i:]); !finite32(v) || v < 0 {
+				return kakeyaBlock{}, fmt.Errorf("codec: %s: norm of token %d is %v", name, i, v)
+			}
+		}
+	}
 	off += 2 * n
+	b := kakeyaBlock{n: n, p: p, r: r, m: m, posLen: posLen, prevPos: -1}
 	// Codes stay packed: latent unpacks a row at a time straight into its
 	// levels.
 	codeLen := PackedLen(n*p, k.opt.Bits)
@@ -519,6 +540,9 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 	}
 	off += codeLen
 	b.outs = pl[off:]
+	if err := b.load(); err != nil {
+		return kakeyaBlock{}, err
+	}
 	sc.v = growF32(sc.v, max(p, r))
 	return b, nil
 }
@@ -563,9 +587,14 @@ func (k *Kakeya) parseCoef(sc *kakeyaScratch, src []byte, n, r, cbits int) error
 	return nil
 }
 
-// outlier returns the position and value of the block's next outlier,
-// checking that positions increase and stay inside the block.
-func (b *kakeyaBlock) outlier() (int, float32, error) {
+// load reads outlier b.next into the cursor (b.pos = n*p past the last),
+// checking that positions increase and stay inside the block and that the
+// value is finite.
+func (b *kakeyaBlock) load() error {
+	if b.next >= b.m {
+		b.pos = b.n * b.p
+		return nil
+	}
 	e := b.outs[b.next*(b.posLen+2):]
 	var pos int
 	if b.posLen == 2 {
@@ -574,13 +603,21 @@ func (b *kakeyaBlock) outlier() (int, float32, error) {
 		pos = int(binary.LittleEndian.Uint32(e))
 	}
 	if pos <= b.prevPos || pos >= b.n*b.p {
-		return 0, 0, fmt.Errorf("codec: kakeya: outlier %d at position %d out of order or outside %d coordinates", b.next, pos, b.n*b.p)
+		return fmt.Errorf("codec: kakeya: outlier %d at position %d out of order or outside %d coordinates", b.next, pos, b.n*b.p)
 	}
 	val := getF16(e[b.posLen:])
 	if !finite32(val) {
-		return 0, 0, fmt.Errorf("codec: kakeya: outlier %d value is %v", b.next, val)
+		return fmt.Errorf("codec: kakeya: outlier %d value is %v", b.next, val)
 	}
-	return pos, val, nil
+	b.pos, b.val = pos, val
+	return nil
+}
+
+// advance moves the cursor past the current outlier.
+func (b *kakeyaBlock) advance() error {
+	b.prevPos = b.pos
+	b.next++
+	return b.load()
 }
 
 // allOutliersUsed checks, once every row has been read, that no outlier
@@ -594,15 +631,10 @@ func (b *kakeyaBlock) allOutliersUsed() error {
 
 // skipTo moves the outlier cursor past the rows before row i.
 func (b *kakeyaBlock) skipTo(i int) error {
-	for ; b.next < b.m; b.next++ {
-		pos, _, err := b.outlier()
-		if err != nil {
+	for b.pos < i*b.p {
+		if err := b.advance(); err != nil {
 			return err
 		}
-		if pos >= i*b.p {
-			return nil
-		}
-		b.prevPos = pos
 	}
 	return nil
 }
@@ -610,14 +642,10 @@ func (b *kakeyaBlock) skipTo(i int) error {
 // latent sets v (p values) to row i's residual in the rotated domain,
 // scaled so that signs ⊙ fwhtRaw(v) is the residual itself: the form in
 // which rows combine linearly. Rows are visited in increasing order.
-func (k *Kakeya) latent(b *kakeyaBlock, i int, v []float32) error {
-	nrm := getF16(b.norms[2*i:])
-	if !finite32(nrm) || nrm < 0 {
-		return fmt.Errorf("codec: kakeya: norm of token %d is %v", i, nrm)
-	}
+func (k *Kakeya) latent(b *kakeyaBlock, norms []float32, i int, v []float32) error {
 	// The unit-variance row times nrm/sqrt(p), then the orthonormal
 	// transform's 1/sqrt(p): one scale, applied to the levels.
-	s := nrm / float32(b.p)
+	s := norms[i] / float32(b.p)
 	var lv [16]float32
 	for c, l := range k.cb.Levels {
 		lv[c] = l * s
@@ -627,18 +655,27 @@ func (k *Kakeya) latent(b *kakeyaBlock, i int, v []float32) error {
 	} else {
 		unpackLookupAt(v, b.codes, i*b.p*k.opt.Bits, k.opt.Bits, &lv)
 	}
-	for ; b.next < b.m; b.next++ {
-		pos, val, err := b.outlier()
-		if err != nil {
+	for end := (i + 1) * b.p; b.pos < end; {
+		v[b.pos-i*b.p] = b.val * s
+		if err := b.advance(); err != nil {
 			return err
 		}
-		if pos >= (i+1)*b.p {
-			break
-		}
-		v[pos-i*b.p] = val * s
-		b.prevPos = pos
 	}
 	return nil
+}
+
+// finish sets out (d values) to signs ⊙ fwhtRaw(v) + z plus w[c] times row c
+// of rows, in that order: a row's or a weighted sum's way back from the
+// rotated domain. v is overwritten.
+func (k *Kakeya) finish(out, v, z, w, rows []float32) {
+	d := len(out)
+	if len(v) >= 8 {
+		cpu.FWHTAxpy(out, v, k.signs[:d], z, w, rows)
+		return
+	}
+	fwhtRaw(v)
+	cpu.MulAdd(out, v[:d], k.signs[:d], z)
+	cpu.AxpyBlock(out, w, rows, len(w), d)
 }
 
 // Decode reconstructs the block, checking every stored field.
@@ -654,15 +691,12 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 	}
 	p, r := b.p, b.r
 	v := sc.v[:p]
+	mean, basis := sc.mb[:d], sc.mb[d:(r+1)*d]
 	for i := 0; i < n; i++ {
-		if err := k.latent(&b, i, v); err != nil {
+		if err := k.latent(&b, sc.norms, i, v); err != nil {
 			return err
 		}
-		fwhtRaw(v)
-		out := dst[i*d : (i+1)*d]
-		cpu.MulAdd(out, v[:d], k.signs[:d], sc.mean[:d])
-		// r successive axpys, with the row kept in registers.
-		cpu.AxpyBlock(out, sc.coef[i*r:(i+1)*r], sc.basis[:r*d], r, d)
+		k.finish(dst[i*d:(i+1)*d], v, mean, sc.coef[i*r:(i+1)*r], basis)
 	}
 	return b.allOutliersUsed()
 }
@@ -682,48 +716,37 @@ func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src
 	}
 	p, r := b.p, b.r
 	rows := hi - lo
-	// The rows' latent forms side by side, then one block sum per weight
-	// row: Σ_i w_i·latent_i, Σ_i w_i·coef_i and Σ_i w_i.
-	sc.lat = growF32(sc.lat, rows*p)
+	// Row i of the block as q values: its latent form, then 1 and its r
+	// skeleton coefficients, padded to whole vectors. One AxpyBlock per
+	// weight row then sums Σ_i w_i·latent_i, Σ_i w_i and Σ_i w_i·coef_i
+	// together.
+	q := p + (r+1+7)&^7
+	sc.lat = growF32(sc.lat, rows*q)
 	if err := b.skipTo(lo); err != nil {
 		return err
 	}
 	for i := lo; i < hi; i++ {
-		if err := k.latent(&b, i, sc.lat[(i-lo)*p:(i-lo+1)*p]); err != nil {
+		row := sc.lat[(i-lo)*q : (i-lo+1)*q]
+		if err := k.latent(&b, sc.norms, i, row[:p]); err != nil {
 			return err
 		}
-	}
-	sc.acc = growF32(sc.acc, m*p)
-	clear(sc.acc)
-	sc.wsum = growF32(sc.wsum, m*(r+1)) // per weight row: r coefficient sums, then Σw
-	clear(sc.wsum)
-	for j := 0; j < m; j++ {
-		wj := w[j*wStride+lo : j*wStride+hi]
-		cpu.AxpyBlock(sc.acc[j*p:(j+1)*p], wj, sc.lat, rows, p)
-		ws := sc.wsum[j*(r+1) : (j+1)*(r+1)]
-		coef := sc.coef[lo*r : hi*r]
-		for i, wi := range wj {
-			for c, cf := range coef[i*r : (i+1)*r] {
-				ws[c] += wi * cf
-			}
-			ws[r] += wi
-		}
+		row[p] = 1
+		copy(row[p+1:], sc.coef[i*r:(i+1)*r])
+		clear(row[p+1+r:])
 	}
 	if hi == n {
 		if err := b.allOutliersUsed(); err != nil {
 			return err
 		}
 	}
+	sc.acc = growF32(sc.acc, m*q)
+	clear(sc.acc)
 	for j := 0; j < m; j++ {
-		a := sc.acc[j*p : (j+1)*p]
-		fwhtRaw(a)
+		acc := sc.acc[j*q : (j+1)*q]
+		cpu.AxpyBlock(acc, w[j*wStride+lo:j*wStride+hi], sc.lat, rows, q)
+		// out += signs ⊙ fwhtRaw(Σ w·latent) + (Σw)·mean + Σ_c (Σ w·coef_c)·basis_c
 		out := dst[j*d : (j+1)*d]
-		cpu.MulAdd(out, a[:d], k.signs[:d], out)
-		ws := sc.wsum[j*(r+1) : (j+1)*(r+1)]
-		cpu.Axpy(ws[r], sc.mean[:d], out)
-		for c := 0; c < r; c++ {
-			cpu.Axpy(ws[c], sc.basis[c*d:(c+1)*d], out)
-		}
+		k.finish(out, acc[:p], out, acc[p:p+1+r], sc.mb[:(r+1)*d])
 	}
 	return nil
 }

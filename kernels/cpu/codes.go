@@ -91,3 +91,23 @@ func fwhtScalar(x []float32) {
 	fwht8Scalar(x)
 	hadamardStagesScalar(x)
 }
+
+// FWHTAxpy finishes a row decoded in a rotated domain: it applies FWHT to v
+// (len(v) a power of two >= 8; v is overwritten), sets out = v[:d]·signs + z
+// with d = len(out), then adds w[c]·rows[c*d:(c+1)*d] for each c in order.
+// The result is exactly that of FWHT, MulAdd and AxpyBlock in turn; fused,
+// a row of 64 stays in registers from the first stage to the last axpy. z
+// may be out. It panics if the lengths do not match.
+func FWHTAxpy(out, v, signs, z, w, rows []float32) {
+	d, n := len(out), len(v)
+	if n < 8 || n&(n-1) != 0 || d > n || len(signs) < d || len(z) != d || len(rows) < len(w)*d {
+		panic(fmt.Sprintf("cpu: FWHTAxpy: out %d, v %d, signs %d, z %d, w %d, rows %d elements", d, n, len(signs), len(z), len(w), len(rows)))
+	}
+	fwhtAxpy(out, v, signs[:d], z, w, rows[:len(w)*d])
+}
+
+func fwhtAxpyParts(out, v, signs, z, w, rows []float32) {
+	fwht(v)
+	mulAdd(out, v[:len(out)], signs, z)
+	axpyBlock(out, w, rows)
+}

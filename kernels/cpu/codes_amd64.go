@@ -26,28 +26,62 @@ func unpackLookup(dst []float32, src []byte, bits int, t *[16]float32) {
 		unpackLookupScalar(dst, src, bits, t)
 		return
 	}
-	n := len(dst)
+	// The 32-bit load reads up to 4-bits bytes past a group: the vector
+	// loop stops where they would run past src.
+	g := 0
+	if len(src) >= 4 {
+		g = min(len(dst)/8, (len(src)-4)/bits+1)
+	}
+	if bits == 4 {
+		unpackLookup4(dst[:8*g], src, t)
+	} else {
+		unpackLookupNarrow(dst[:8*g], src, bits, t)
+	}
+	unpackLookupScalar(dst[8*g:], src[g*bits:], bits, t)
+}
+
+// unpackLookupNarrow decodes len(dst)/8 groups of codes of 1 to 3 bits,
+// whose levels fit one register. Two groups come from one 64-bit load.
+func unpackLookupNarrow(dst []float32, src []byte, bits int, t *[16]float32) {
 	sh := archsimd.LoadUint32x8(&unpackShifts[bits])
 	mask := archsimd.BroadcastUint32x8(1<<bits - 1)
 	lo := archsimd.LoadFloat32x8((*[8]float32)(t[0:8]))
 	i, p := 0, 0
-	// The 32-bit load reads up to 4-bits bytes past a group: stop the
-	// vector loop where they would run past src.
-	if bits == 4 {
-		hi := archsimd.LoadFloat32x8((*[8]float32)(t[8:16]))
-		eight := archsimd.BroadcastUint32x8(8)
-		for ; i+8 <= n && p+4 <= len(src); i, p = i+8, p+4 {
-			idx := archsimd.BroadcastUint32x8(binary.LittleEndian.Uint32(src[p:])).ShiftRight(sh).And(mask)
-			upper := idx.And(eight).Equal(eight)
-			store8(hi.Permute(idx).Merge(lo.Permute(idx), upper), dst[i:i+8])
-		}
-	} else {
-		for ; i+8 <= n && p+4 <= len(src); i, p = i+8, p+bits {
-			idx := archsimd.BroadcastUint32x8(binary.LittleEndian.Uint32(src[p:])).ShiftRight(sh).And(mask)
-			store8(lo.Permute(idx), dst[i:i+8])
-		}
+	for ; i+16 <= len(dst) && p+8 <= len(src); i, p = i+16, p+2*bits {
+		x := binary.LittleEndian.Uint64(src[p:])
+		d := (*[16]float32)(dst[i : i+16])
+		a := archsimd.BroadcastUint32x8(uint32(x)).ShiftRight(sh).And(mask)
+		b := archsimd.BroadcastUint32x8(uint32(x >> (8 * bits))).ShiftRight(sh).And(mask)
+		store8(lo.Permute(a), d[0:8])
+		store8(lo.Permute(b), d[8:16])
 	}
-	unpackLookupScalar(dst[i:], src[p:], bits, t)
+	for ; i < len(dst); i, p = i+8, p+bits {
+		idx := archsimd.BroadcastUint32x8(binary.LittleEndian.Uint32(src[p:])).ShiftRight(sh).And(mask)
+		store8(lo.Permute(idx), dst[i:i+8])
+	}
+}
+
+// unpackLookup4 decodes len(dst)/8 groups of 4-bit codes: each level is
+// picked from the low or high half of the table by bit 3 of its code.
+func unpackLookup4(dst []float32, src []byte, t *[16]float32) {
+	sh := archsimd.LoadUint32x8(&unpackShifts[4])
+	mask := archsimd.BroadcastUint32x8(15)
+	eight := archsimd.BroadcastUint32x8(8)
+	lo := archsimd.LoadFloat32x8((*[8]float32)(t[0:8]))
+	hi := archsimd.LoadFloat32x8((*[8]float32)(t[8:16]))
+	i, p := 0, 0
+	for ; i+16 <= len(dst) && p+8 <= len(src); i, p = i+16, p+8 {
+		x := binary.LittleEndian.Uint64(src[p:])
+		d := (*[16]float32)(dst[i : i+16])
+		a := archsimd.BroadcastUint32x8(uint32(x)).ShiftRight(sh).And(mask)
+		b := archsimd.BroadcastUint32x8(uint32(x >> 32)).ShiftRight(sh).And(mask)
+		store8(hi.Permute(a).Merge(lo.Permute(a), a.And(eight).Equal(eight)), d[0:8])
+		store8(hi.Permute(b).Merge(lo.Permute(b), b.And(eight).Equal(eight)), d[8:16])
+	}
+	for ; i < len(dst); i, p = i+8, p+4 {
+		idx := archsimd.BroadcastUint32x8(binary.LittleEndian.Uint32(src[p:])).ShiftRight(sh).And(mask)
+		store8(hi.Permute(idx).Merge(lo.Permute(idx), idx.And(eight).Equal(eight)), dst[i:i+8])
+	}
 }
 
 // widenF16 is f16x8 over little-endian bytes, collecting the lanes whose
@@ -166,4 +200,62 @@ func fwht64(x *[64]float32) {
 	store8(v5, x[40:48])
 	store8(v6, x[48:56])
 	store8(v7, x[56:64])
+}
+
+func fwhtAxpy(out, v, signs, z, w, rows []float32) {
+	if !hasAVX2 || len(v) != 64 || len(out) != 64 {
+		fwhtAxpyParts(out, v, signs, z, w, rows)
+		return
+	}
+	fwhtAxpy64((*[64]float32)(out), (*[64]float32)(v), (*[64]float32)(signs), (*[64]float32)(z), w, rows)
+}
+
+// fwhtAxpy64 is fwht64, mulAdd and axpyBlock on one row of 64 in registers.
+func fwhtAxpy64(out, v, signs, z *[64]float32, w, rows []float32) {
+	l := loadFWHTLanes()
+	v0, v1 := l.stages8(load8(v[0:8])), l.stages8(load8(v[8:16]))
+	v2, v3 := l.stages8(load8(v[16:24])), l.stages8(load8(v[24:32]))
+	v4, v5 := l.stages8(load8(v[32:40])), l.stages8(load8(v[40:48]))
+	v6, v7 := l.stages8(load8(v[48:56])), l.stages8(load8(v[56:64]))
+	v0, v1 = v0.Add(v1), v0.Sub(v1)
+	v2, v3 = v2.Add(v3), v2.Sub(v3)
+	v4, v5 = v4.Add(v5), v4.Sub(v5)
+	v6, v7 = v6.Add(v7), v6.Sub(v7)
+	v0, v2 = v0.Add(v2), v0.Sub(v2)
+	v1, v3 = v1.Add(v3), v1.Sub(v3)
+	v4, v6 = v4.Add(v6), v4.Sub(v6)
+	v5, v7 = v5.Add(v7), v5.Sub(v7)
+	v0, v4 = v0.Add(v4), v0.Sub(v4)
+	v1, v5 = v1.Add(v5), v1.Sub(v5)
+	v2, v6 = v2.Add(v6), v2.Sub(v6)
+	v3, v7 = v3.Add(v7), v3.Sub(v7)
+	v0 = v0.MulAdd(load8(signs[0:8]), load8(z[0:8]))
+	v1 = v1.MulAdd(load8(signs[8:16]), load8(z[8:16]))
+	v2 = v2.MulAdd(load8(signs[16:24]), load8(z[16:24]))
+	v3 = v3.MulAdd(load8(signs[24:32]), load8(z[24:32]))
+	v4 = v4.MulAdd(load8(signs[32:40]), load8(z[32:40]))
+	v5 = v5.MulAdd(load8(signs[40:48]), load8(z[40:48]))
+	v6 = v6.MulAdd(load8(signs[48:56]), load8(z[48:56]))
+	v7 = v7.MulAdd(load8(signs[56:64]), load8(z[56:64]))
+	rows = rows[:len(w)*64]
+	for c, a := range w {
+		r := (*[64]float32)(rows[c*64 : c*64+64])
+		av := archsimd.BroadcastFloat32x8(a)
+		v0 = av.MulAdd(load8(r[0:8]), v0)
+		v1 = av.MulAdd(load8(r[8:16]), v1)
+		v2 = av.MulAdd(load8(r[16:24]), v2)
+		v3 = av.MulAdd(load8(r[24:32]), v3)
+		v4 = av.MulAdd(load8(r[32:40]), v4)
+		v5 = av.MulAdd(load8(r[40:48]), v5)
+		v6 = av.MulAdd(load8(r[48:56]), v6)
+		v7 = av.MulAdd(load8(r[56:64]), v7)
+	}
+	store8(v0, out[0:8])
+	store8(v1, out[8:16])
+	store8(v2, out[16:24])
+	store8(v3, out[24:32])
+	store8(v4, out[32:40])
+	store8(v5, out[40:48])
+	store8(v6, out[48:56])
+	store8(v7, out[56:64])
 }

@@ -141,3 +141,41 @@ func TestFWHT(t *testing.T) {
 		}()
 	}
 }
+
+func TestFWHTAxpy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 11))
+	for _, s := range []struct{ d, p int }{{64, 64}, {5, 8}, {8, 8}, {33, 64}, {64, 128}, {100, 128}, {128, 128}} {
+		for r := 0; r <= 5; r++ {
+			for _, alias := range []bool{false, true} {
+				v, signs := randVec(rng, s.p), randVec(rng, s.d+3)
+				z, w, rows := randVec(rng, s.d), randVec(rng, r), randVec(rng, r*s.d+2)
+				want := make([]float32, s.d)
+				vw := append([]float32(nil), v...)
+				FWHT(vw)
+				MulAdd(want, vw[:s.d], signs[:s.d], z)
+				AxpyBlock(want, w, rows, r, s.d)
+				got := make([]float32, s.d)
+				if alias {
+					copy(got, z)
+					z = got
+				}
+				FWHTAxpy(got, v, signs, z, w, rows)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("d=%d p=%d r=%d alias=%v: [%d] = %v, want %v", s.d, s.p, r, alias, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+	for _, c := range []struct{ d, p, z, rows int }{{64, 63, 64, 0}, {65, 64, 65, 0}, {64, 64, 63, 0}, {8, 8, 8, 7}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%+v: no panic", c)
+				}
+			}()
+			FWHTAxpy(make([]float32, c.d), make([]float32, c.p), make([]float32, c.d), make([]float32, c.z), make([]float32, 1), make([]float32, c.rows))
+		}()
+	}
+}
