@@ -12,7 +12,8 @@ import (
 // layer's blocks through a block table in device memory: per KV head and
 // block the address and format of the K and V parts. Each layer has its
 // own table, uploaded only when it changed (a new block, a block encoded),
-// so most decode steps upload nothing.
+// so most decode steps upload nothing. Preconditioned keys add the
+// address of their inverse factor to their entry (attnArgs.LTab).
 type attention struct {
 	b         *Backend
 	p         compute.AttentionParams
@@ -39,8 +40,9 @@ func (b *Backend) freeList(l *devList) {
 // indexed [block*KVHeads+head] as the kernels read it.
 type blockTable struct {
 	k, v []uint64 // part addresses
+	l    []uint64 // the K part's inverse factor, 0 unless preconditioned
 	fmts []int32  // formats of an entry's K and V parts (attnFormat)
-	dev  Ptr      // k, then v, then fmts
+	dev  Ptr      // k, then v, then l, then fmts
 	// The kakeyaParams of the layer's Kakeya key and value parts (0 when
 	// it has none): the kernels take one codec per side and layer.
 	kprm, vprm Ptr
@@ -103,7 +105,7 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	args := attnArgs{
 		Out: ptr(out), Q: ptr(q), N: n, Start: start,
 		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
-		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), Fmts: t.dev + Ptr(16*len(t.k)), Blocks: blocks,
+		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), LTab: t.dev + Ptr(16*len(t.k)), Fmts: t.dev + Ptr(24*len(t.k)), Blocks: blocks,
 		Cos: ptr(cos), Sin: ptr(sin), KParams: t.kprm, VParams: t.vprm,
 	}
 	if need := attentionScratch(args); need > a.scratchN {
@@ -136,14 +138,14 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	t := a.tables[kv]
 	n := p.KVHeads * a.maxBlocks
 	if t == nil {
-		dev, err := b.allocRaw(n * (8 + 8 + 4))
+		dev, err := b.allocRaw(n * (8 + 8 + 8 + 4))
 		if err != nil {
 			err = fmt.Errorf("cuda: attention block table of %d blocks: %w", a.maxBlocks, err)
 			b.fail(err)
 			return nil, err
 		}
 		a.mem.ps = append(a.mem.ps, dev)
-		t = &blockTable{k: make([]uint64, n), v: make([]uint64, n), fmts: make([]int32, n), dev: dev}
+		t = &blockTable{k: make([]uint64, n), v: make([]uint64, n), l: make([]uint64, n), fmts: make([]int32, n), dev: dev}
 		for i := range t.fmts {
 			t.fmts[i] = -1 // no entry matches until written
 		}
@@ -175,9 +177,14 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 				}
 				prm[side] = pt.prm
 			}
+			if vp.linv != 0 {
+				// The kernel un-whitens keys only: values are never
+				// preconditioned (kvcache preconditions keys alone).
+				return nil, fmt.Errorf("attention: block %d head %d: values encoded by %s; the kernels un-whiten keys only", blk, g, vp.dec.Name())
+			}
 			f := attnFormat(kp.format, vp.format)
-			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.fmts[i] != f {
-				t.k[i], t.v[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), f
+			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.l[i] != uint64(kp.linv) || t.fmts[i] != f {
+				t.k[i], t.v[i], t.l[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), uint64(kp.linv), f
 				lo, hi = min(lo, i), i+1
 			}
 		}
@@ -193,7 +200,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	for _, c := range []struct {
 		off int
 		src []byte
-	}{{8 * lo, bytesOf(t.k[lo:hi])}, {8*n + 8*lo, bytesOf(t.v[lo:hi])}, {16*n + 4*lo, bytesOf(t.fmts[lo:hi])}} {
+	}{{8 * lo, bytesOf(t.k[lo:hi])}, {8*n + 8*lo, bytesOf(t.v[lo:hi])}, {16*n + 8*lo, bytesOf(t.l[lo:hi])}, {24*n + 4*lo, bytesOf(t.fmts[lo:hi])}} {
 		if err := b.drv.copyIn(t.dev+Ptr(c.off), c.src); err != nil {
 			b.fail(err)
 			return nil, err

@@ -192,17 +192,21 @@ func TestBlockStore(t *testing.T) {
 					t.Fatalf("head %d: hot rows differ from the CPU store's by %.3g", h, dd)
 				}
 			}
-			// Encoded by codecs the kernels read (int8, int4-k, kakeya) and
-			// do not (turbo): Read gives the CPU store's decoded values.
+			// Encoded by codecs the kernels read (int8, int4-k, kakeya,
+			// preconditioned int4 and kakeya) and do not (turbo): Read
+			// gives the CPU store's decoded values.
 			used0, _ := gpu.MemoryStats()
-			for i, name := range []string{"int8", "int4-k", "kakeya", "turbo"} {
-				sp, err := codec.ParseSpec(name)
+			for i, name := range []string{"int8", "int4-k", "kakeya", "pre+int4", "pre+kakeya", "turbo"} {
+				sp, err := codec.ParseSpec(strings.TrimPrefix(name, "pre+"))
 				if err != nil {
 					t.Fatal(err)
 				}
 				cd, err := codec.New(sp)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if strings.HasPrefix(name, "pre+") {
+					cd = randPreconditioned(t, r, cd, d)
 				}
 				h := i % kvHeads
 				stores[1].Read(want, parts[1][h])
@@ -222,6 +226,9 @@ func TestBlockStore(t *testing.T) {
 				}
 				if !parts[0][len(parts[0])-1].Encoded() {
 					t.Errorf("%s: encoded part reports hot", name)
+				}
+				if pt := own(parts[0][len(parts[0])-1]); (pt.encLen == 0) != (name == "turbo") || (pt.linv == 0) == strings.HasPrefix(name, "pre+") {
+					t.Errorf("%s: %d codec bytes on the device, inverse factor at %#x", name, pt.encLen, pt.linv)
 				}
 				stores[0].Read(got, parts[0][len(parts[0])-1])
 				stores[1].Read(want, parts[1][len(parts[1])-1])
@@ -470,10 +477,12 @@ func (l *layerOf) Part(head, block, kv int) compute.Part { return l.parts[block]
 // gives the CPU backend's attention, which decodes the same bytes with
 // codec.Kakeya.Decode: the two differ only by float32 reassociation
 // (the kernel's Walsh-Hadamard stages, dot products and softmax sums run
-// in another order). A preconditioned Kakeya codec, which the kernels do
-// not read, keeps the fallback: its blocks hold their decoded values hot.
-// A layer whose Kakeya blocks use two codecs' settings is refused, since
-// the kernels take one per side.
+// in another order). Preconditioned keys (Kakeya or int8 inside, each KV
+// head with its own factor) stay encoded too, smaller than bf16, and the
+// kernel un-whitens them as codec.Preconditioned.Decode does. A layer
+// whose Kakeya blocks use two codecs' settings is refused, since the
+// kernels take one per side, and so are preconditioned values, which the
+// kernel does not un-whiten.
 func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split", "kv_write")
 	const heads, kvHeads, d, bs = 6, 2, 64, 16
@@ -488,33 +497,33 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A well-conditioned lower-triangular factor for the preconditioner.
-	L := make([]float32, d*d)
-	for i := range d {
-		L[i*d+i] = 1 + r.Float32()
-		for j := range i {
-			L[i*d+j] = 0.1 * float32(r.NormFloat64())
-		}
-	}
-	pre, err := codec.NewPreconditioned(kCodec, L, d)
+	i8, err := codec.New(codec.Spec{Name: "int8"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Preconditioned key codecs, one factor per KV head as kvcache
+	// builds them.
+	var preK, pre8 []codec.Codec
+	for range kvHeads {
+		preK = append(preK, randPreconditioned(t, r, kCodec, d))
+		pre8 = append(pre8, randPreconditioned(t, r, i8, d))
+	}
 	for _, c := range []struct {
-		name      string
-		kc        codec.Codec
-		total     int // tokens: the last block is partly filled, hot
-		n         int // queries, the last n positions
-		window    int
-		bf16      bool
-		kakeyaKey bool // whether the keys' parts stay Kakeya on the device
+		name   string
+		kc     []codec.Codec // the keys' codec of each KV head (one: all)
+		total  int           // tokens: the last block is partly filled, hot
+		n      int           // queries, the last n positions
+		window int
+		bf16   bool
+		kfmt   int32 // the format of the keys' encoded parts on the device
 	}{
-		{"decode/bf16", kCodec, 5*bs + 3, 1, 0, true, true},
-		{"prefill/f32", kCodec, 4*bs + 9, 7, 0, false, true},
-		{"decode/window", kCodec, 6*bs + 1, 2, 40, true, true},
-		// f32 hot: in a bf16 store the fallback rounds the decoded values
-		// to bf16, which the CPU store does not.
-		{"decode/preconditioned keys", pre, 4*bs + 5, 1, 0, false, false},
+		{"decode/bf16", []codec.Codec{kCodec}, 5*bs + 3, 1, 0, true, partKakeya},
+		{"prefill/f32", []codec.Codec{kCodec}, 4*bs + 9, 7, 0, false, partKakeya},
+		{"decode/window", []codec.Codec{kCodec}, 6*bs + 1, 2, 40, true, partKakeya},
+		{"decode/preconditioned kakeya keys", preK, 4*bs + 5, 1, 0, false, partKakeya},
+		{"prefill/preconditioned kakeya keys/bf16", preK, 5*bs + 2, 6, 0, true, partKakeya},
+		{"decode/preconditioned int8 keys/bf16", pre8, 5*bs + 7, 1, 0, true, partInt8},
+		{"window/preconditioned int8 keys", pre8, 6*bs + 3, 3, 37, false, partInt8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			gpu, _ := newFakeBackend(t, Options{})
@@ -550,7 +559,7 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 						if m < bs {
 							continue // the hot block
 						}
-						cd := c.kc
+						cd := c.kc[(j/2)%len(c.kc)]
 						if j%2 == 1 {
 							cd = vCodec
 						}
@@ -579,17 +588,37 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 					gpuParts = l.parts
 				}
 			}
+			// Every full block's parts stay encoded, in slots smaller than
+			// bf16 rows; the preconditioned keys' parts share their head's
+			// one inverse factor.
+			linv := map[int]Ptr{}
 			for blk := range nb - 1 {
 				for j, p := range gpuParts[blk] {
 					pt := own(p)
-					want := j%2 == 1 || c.kakeyaKey
-					if got := pt.format == partKakeya; got != want || !pt.Encoded() {
-						t.Fatalf("block %d part %d: format %d, encoded %v; want Kakeya on the device: %v", blk, j, pt.format, pt.Encoded(), want)
+					want := c.kfmt
+					if j%2 == 1 {
+						want = partKakeya
 					}
-					if want && pt.size >= 2*bs*d {
-						t.Errorf("block %d part %d: a Kakeya slot of %d bytes, no smaller than a bf16 part", blk, j, pt.size)
+					if pt.format != want || pt.encLen == 0 || !pt.Encoded() {
+						t.Fatalf("block %d part %d: format %d, %d encoded bytes; want format %d, encoded on the device", blk, j, pt.format, pt.encLen, want)
+					}
+					if pt.size >= 2*bs*d {
+						t.Errorf("block %d part %d: an encoded slot of %d bytes, no smaller than a bf16 part", blk, j, pt.size)
+					}
+					_, isPre := c.kc[0].(*codec.Preconditioned)
+					if isPre = isPre && j%2 == 0; isPre != (pt.linv != 0) {
+						t.Fatalf("block %d part %d: inverse factor at %#x; want one: %v", blk, j, pt.linv, isPre)
+					}
+					if isPre {
+						if at, ok := linv[j/2]; ok && at != pt.linv {
+							t.Errorf("block %d head %d: inverse factor at %#x, block 0's at %#x: uploaded twice", blk, j/2, pt.linv, at)
+						}
+						linv[j/2] = pt.linv
 					}
 				}
+			}
+			if len(linv) == kvHeads && linv[0] == linv[1] {
+				t.Errorf("both KV heads' keys read the inverse factor at %#x", linv[0])
 			}
 			tol := 2e-5 * max(1, maxAbs(outs[1]))
 			dd := maxAbsDiff(outs[0], outs[1])
@@ -602,6 +631,35 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 			}
 		})
 	}
+	t.Run("preconditioned values", func(t *testing.T) {
+		gpu, _ := newFakeBackend(t, Options{})
+		store := gpu.NewBlockStore(bs, d, false)
+		x := randFloats(r, bs*d)
+		l := &layerOf{n: bs, parts: [][]compute.Part{nil}}
+		for _, cd := range []codec.Codec{pre8[0], pre8[0]} { // keys, values
+			enc, err := cd.Encode(nil, x, bs, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := store.NewPart()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.SetEncoded(p, enc, cd); err != nil {
+				t.Fatal(err)
+			}
+			l.parts[0] = append(l.parts[0], p)
+		}
+		att, err := gpu.NewAttention(compute.AttentionParams{Heads: 1, KVHeads: 1, HeadDim: d, BlockSize: bs, MaxContext: bs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cos, sin := ropeTables(bs, d)
+		err = att.Forward(gpu.Alloc(d), upload(gpu, randFloats(r, d)), 1, bs-1, l, upload(gpu, cos), upload(gpu, sin))
+		if err == nil || !strings.Contains(err.Error(), "keys only") {
+			t.Fatalf("attention over preconditioned values: %v", err)
+		}
+	})
 	t.Run("two codecs in a layer", func(t *testing.T) {
 		gpu, _ := newFakeBackend(t, Options{})
 		other := kOpt

@@ -306,11 +306,23 @@ const (
 	partInt4K        // codec "int4-k"
 	partInt2         // codec "int2"
 	partInt2K        // codec "int2-k"
-	// partKakeya is a block of a codec.Kakeya (without preconditioning):
-	// attention reads it with the codec's settings, kakeyaParams, given
-	// as attnArgs.KParams or VParams.
+	// partKakeya is a block of a codec.Kakeya: attention reads it with
+	// the codec's settings, kakeyaParams, given as attnArgs.KParams or
+	// VParams.
 	partKakeya
 )
+
+// A key part of any encoded format may hold a codec.Preconditioned's
+// bytes: the inner codec's encoding of the keys whitened by the head's
+// factor L (y = k L). Its attnArgs.LTab entry holds the device address of
+// the factor's inverse (d x d float32, row-major, lower triangular, as
+// codec.Preconditioned.Linv), and the kernel multiplies each decoded row
+// by it (k = y Linv) before RoPE. That is d(d+1)/2 multiply-adds per key
+// row and block of attn_split (at d = 128, about 8K, against the d per
+// query-head row that scores it), with the factor's lower triangle read
+// through the cache once per warp and tile of 32 keys: the whitening
+// cannot move to the queries, since RoPE, applied after it, differs from
+// key to key.
 
 // attnSplitFormats marks a Fmts entry whose key and value parts have
 // different formats (see attnFormat).
@@ -330,11 +342,19 @@ func attnFormat(k, v int32) int32 {
 // encodedFormat reports the part format of blocks encoded by dec for
 // parts of head dim d, and false when attention cannot read that codec's
 // bytes (the cache then keeps such blocks hot, holding their decoded
-// values). A codec.Kakeya (not wrapped, so not preconditioned: the kernels
-// do not undo a preconditioner) is read with its settings, which its
-// bytes lack: a store that keeps such blocks encoded also holds the
-// layer's kakeyaParams on the device for attnArgs.KParams and VParams.
+// values). A codec.Kakeya is read with its settings, which its bytes
+// lack: a store that keeps such blocks encoded also holds the layer's
+// kakeyaParams on the device for attnArgs.KParams and VParams. A
+// codec.Preconditioned is read as its inner codec's format (see
+// preconditioner), the kernel un-whitening the keys with the LTab entry.
 func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
+	if p, ok := dec.(*codec.Preconditioned); ok {
+		inner, linv := preconditioner(p, d)
+		if linv == nil {
+			return 0, false
+		}
+		return encodedFormat(inner, d)
+	}
 	if _, ok := dec.(*codec.Kakeya); ok {
 		return partKakeya, d <= maxHeadDim
 	}
@@ -351,6 +371,17 @@ func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
 		return partInt2K, true
 	}
 	return 0, false
+}
+
+// preconditioner returns the codec p wraps and the inverse factor its
+// Decode applies, or a nil factor when the kernels cannot undo p: a
+// factor not of d x d values or d past maxHeadDim, or an inner codec that
+// is itself preconditioned (the kernel applies one factor).
+func preconditioner(p *codec.Preconditioned, d int) (compute.Decoder, []float32) {
+	if _, nested := p.Inner.(*codec.Preconditioned); nested || p.Inner == nil || d > maxHeadDim || len(p.Linv) != d*d {
+		return nil, nil
+	}
+	return p.Inner, p.Linv
 }
 
 // kakeyaParamsLen is the size of kakeyaParams' block: the code width and
@@ -419,7 +450,10 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 // Heads*HeadDim float32; Scratch is attentionScratch(a) bytes of device
 // memory (0 bytes, any pointer, when it says 0). KParams and VParams are
 // device copies of kakeyaParams for the layer's key and value codecs when
-// some of its parts are partKakeya (0 otherwise).
+// some of its parts are partKakeya (0 otherwise). LTab, indexed like
+// KTab, holds the device addresses of the inverse factors of the keys of
+// preconditioned parts (0 for other parts); LTab itself may be 0 when no
+// part is.
 type attnArgs struct {
 	Out, Q                                     Ptr
 	N, Start                                   int
@@ -429,6 +463,7 @@ type attnArgs struct {
 	Cos, Sin                                   Ptr
 	Scratch                                    Ptr
 	KParams, VParams                           Ptr
+	LTab                                       Ptr
 }
 
 // attnPlan is the geometry of one attention call.
@@ -502,7 +537,7 @@ func attentionScratch(a attnArgs) int {
 //	attn_split(float *out, const float *q, float *scratch, int n, int start, int heads, int kv_heads,
 //	           int d, int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
 //	           int blocks, const float *cos, const float *sin, int rows, int per, int splits,
-//	           const float *kparams, const float *vparams)
+//	           const float *kparams, const float *vparams, const uint64 *ltab)
 //	attn_combine(float *out, const float *scratch, int n, int heads, int d, int splits)
 func attentionLaunches(a attnArgs) []Launch {
 	p := a.plan()
@@ -510,7 +545,7 @@ func attentionLaunches(a attnArgs) []Launch {
 		i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
 		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
 		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", a.Blocks).ptr(a.Cos).ptr(a.Sin).
-		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams)
+		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams).ptr(a.LTab)
 	ls := []Launch{{
 		Kernel: "attn_split",
 		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},

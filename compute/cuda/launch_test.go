@@ -7,6 +7,7 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -466,8 +467,9 @@ func (k *refKV) Part(head, block, kv int) compute.Part {
 // attnCase is one attention geometry and the storage of its blocks:
 // hot "f32" or "bf16" parts, and full blocks encoded as enc says: "" (all
 // hot), one codec name for both sides, "K/V" codecs for keys and values
-// ("hot" keeps that side hot), or "mixed" (full blocks cycle through
-// several of those).
+// ("hot" keeps that side hot; "pre+X" is codec X preconditioned by a
+// factor of each KV head's own, keys only), or "mixed" or "mixed-pre"
+// (full blocks cycle through several of those).
 type attnCase struct {
 	name                            string
 	heads, kvHeads, d, bs, start, n int
@@ -498,9 +500,23 @@ func TestLaunchAttention(t *testing.T) {
 		{"window/kakeya-b4c8", 4, 1, 64, 16, 60, 3, 21, "bf16", "kakeya-b4c8", 0},
 		{"decode/mixed/odd-d", 6, 3, 40, 16, 61, 2, 0, "f32", "mixed", 0},
 		{"window/mixed", 8, 2, 64, 16, 70, 4, 33, "bf16", "mixed", 0},
+		// Preconditioned keys, un-whitened by the kernel with their KV
+		// head's inverse factor.
+		{"decode/pre+int8/gqa7/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "pre+int8/int8", 0},
+		{"decode/pre+int8/gqa7/d128", 7, 1, 128, 32, 70, 1, 0, "f32", "pre+int8/int4", 0},
+		{"decode/pre+kakeya/gqa7/d64", 7, 1, 64, 16, 50, 1, 0, "f32", "pre+kakeya/kakeya", 0},
+		{"decode/pre+kakeya/gqa7/d128", 7, 1, 128, 16, 40, 1, 0, "bf16", "pre+kakeya/int8", 0},
+		{"prefill/pre+kakeya/gqa7/d128", 14, 2, 128, 16, 20, 13, 0, "f32", "pre+kakeya/kakeya-b4c8", 0},
+		{"prefill/pre+int8/d64", 8, 4, 64, 32, 33, 9, 0, "bf16", "pre+int8/int8", 0},
+		{"decode/pre+int8/d256", 2, 1, 256, 16, 35, 1, 0, "f32", "pre+int8/hot", 0},
+		{"window/pre+kakeya-b2c16", 4, 2, 64, 16, 60, 3, 21, "bf16", "pre+kakeya-b2c16/int4", 0},
+		{"decode/mixed-pre/odd-d", 6, 3, 40, 16, 100, 2, 0, "f32", "mixed-pre", 0},
+		{"decode/mixed-pre/gqa7/d128", 7, 1, 128, 16, 100, 1, 0, "bf16", "mixed-pre", 0},
 		// Under many schedules: a race between the kernel's phases would
 		// show under some.
 		{"schedules/kakeya-int4", 8, 2, 64, 16, 45, 3, 0, "bf16", "kakeya/int4", 24},
+		{"schedules/pre+kakeya/gqa7", 7, 1, 64, 16, 45, 2, 0, "bf16", "pre+kakeya/int8", 24},
+		{"schedules/pre+int8/d128", 4, 2, 128, 16, 30, 3, 0, "f32", "pre+int8/kakeya", 12},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { testAttention(t, c) })
@@ -536,19 +552,43 @@ func testAttention(t *testing.T, c attnCase) {
 		}
 		codecs[name] = cd
 	}
-	// codecFor returns the codec of block b's side (0 keys, 1 values), nil
-	// for a hot part.
-	codecFor := func(b, side int) codec.Codec {
+	// Preconditioned key codecs: every codec above wrapped, one per KV
+	// head, each with the Cholesky factor of a covariance of its own
+	// (channels of very different scales, as queries have).
+	pre := map[string][]codec.Codec{}
+	for _, name := range slices.Sorted(maps.Keys(codecs)) { // in order: r draws the factors
+		inner := codecs[name]
+		if inner == nil {
+			continue
+		}
+		for range c.kvHeads {
+			pre["pre+"+name] = append(pre["pre+"+name], randPreconditioned(t, r, inner, c.d))
+		}
+	}
+	// codecFor returns the codec of block b's side (0 keys, 1 values) for
+	// KV head g, nil for a hot part.
+	codecFor := func(b, g, side int) codec.Codec {
 		if (b+1)*c.bs > total || c.enc == "" { // a partly filled block stays hot
 			return nil
 		}
 		enc := c.enc
-		if enc == "mixed" {
+		switch enc {
+		case "mixed":
 			enc = []string{"int8", "int4-k/int4", "hot", "int2/int8", "int2-k", "kakeya/int4"}[b%6]
+		case "mixed-pre":
+			// Preconditioned keys of every inner format beside plain and
+			// hot ones in one layer.
+			enc = []string{"pre+int4/int8", "pre+int4-k/int4", "hot", "pre+int2/kakeya", "pre+int2-k/hot", "int8", "pre+kakeya/int4", "pre+int8/int2"}[b%8]
 		}
 		kv := strings.Split(enc, "/")
 		if len(kv) == 1 {
 			kv = append(kv, kv[0])
+		}
+		if strings.HasPrefix(kv[side], "pre+") {
+			if side == 1 {
+				t.Fatalf("case %s: values are never preconditioned", c.name)
+			}
+			return pre[kv[side]][g]
 		}
 		return codecs[kv[side]]
 	}
@@ -565,9 +605,13 @@ func testAttention(t *testing.T, c attnCase) {
 	order := r.Perm(nb * c.kvHeads * 2)
 	sideFmt := make([][2]int32, blocks*c.kvHeads)
 	var params [2]Ptr // the key and value codecs' kakeyaParams
+	// The preconditioned keys' inverse factors, each uploaded once, and
+	// the table of their addresses.
+	linvs := map[*codec.Preconditioned]Ptr{}
+	ltab := make([]uint64, blocks*c.kvHeads)
 	for _, o := range order {
 		e, side := o/2, o%2
-		b := e / c.kvHeads
+		b, g := e/c.kvHeads, e%c.kvHeads
 		vals := randF32(r, c.bs*c.d, 1)
 		p, err := store.NewPart()
 		if err != nil {
@@ -576,7 +620,7 @@ func testAttention(t *testing.T, c attnCase) {
 		store.Write(p, 0, refBuf(vals), c.d, c.bs)
 		var dev Ptr
 		sideFmt[e][side] = hotFmt
-		if cd := codecFor(b, side); cd != nil {
+		if cd := codecFor(b, g, side); cd != nil {
 			enc, err := cd.Encode(nil, vals, c.bs, c.d)
 			if err != nil {
 				t.Fatal(err)
@@ -586,8 +630,16 @@ func testAttention(t *testing.T, c attnCase) {
 			}
 			dev = m.bytes(enc)
 			f, ok := encodedFormat(cd, c.d)
+			inner := compute.Decoder(cd)
+			if p, isPre := cd.(*codec.Preconditioned); isPre {
+				if linvs[p] == 0 {
+					linvs[p] = m.f32(p.Linv)
+				}
+				ltab[e] = uint64(linvs[p])
+				inner = p.Inner
+			}
 			if f == partKakeya && params[side] == 0 {
-				prm, isK := kakeyaParams(cd, c.d)
+				prm, isK := kakeyaParams(inner, c.d)
 				if !isK {
 					t.Fatalf("no kakeyaParams for %s", cd.Name())
 				}
@@ -635,6 +687,9 @@ func testAttention(t *testing.T, c attnCase) {
 	a := attnArgs{Q: m.f32(q), N: c.n, Start: c.start, Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d,
 		Window: c.window, BlockSize: c.bs, KTab: m.u64(ktab), VTab: m.u64(vtab), Fmts: m.i32(fmts), Blocks: blocks,
 		Cos: m.f32(cos), Sin: m.f32(sin), KParams: params[0], VParams: params[1]}
+	if len(linvs) > 0 {
+		a.LTab = m.u64(ltab)
+	}
 	if n := attentionScratch(a); n > 0 {
 		a.Scratch = m.bytes(make([]byte, n))
 	}
@@ -653,6 +708,44 @@ func testAttention(t *testing.T, c attnCase) {
 		checkClose(t, "attention", m.read(a.Out, c.n*c.heads*c.d), refRead(want), 2e-5)
 	}
 	t.Logf("%d launches, grid %v, %d bytes shared", len(ls), ls[0].Grid, ls[0].Shared)
+}
+
+// randPreconditioned wraps inner with randCholesky's factor.
+func randPreconditioned(t testing.TB, r *rand.Rand, inner codec.Codec, d int) *codec.Preconditioned {
+	t.Helper()
+	p, err := codec.NewPreconditioned(inner, randCholesky(t, r, d), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// randCholesky returns the Cholesky factor of a random d x d covariance
+// whose channels' scales span two orders of magnitude, as queries' do.
+func randCholesky(t testing.TB, r *rand.Rand, d int) []float32 {
+	t.Helper()
+	a := make([]float64, d*d)
+	for j := range d {
+		scale := math.Pow(10, 2*r.Float64()-1)
+		for i := range d {
+			a[i*d+j] = r.NormFloat64() * scale
+		}
+	}
+	cov := make([]float64, d*d)
+	for i := range d {
+		for j := range d {
+			var s float64
+			for k := range d {
+				s += a[i*d+k] * a[j*d+k]
+			}
+			cov[i*d+j] = s / float64(d)
+		}
+	}
+	L, err := codec.Cholesky(cov, d, 1e-3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return L
 }
 
 // Every launch stays within what the device accepts without opting in:

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 )
 
@@ -16,7 +17,8 @@ import (
 // of encAlign bytes. Released slots are reused; slabs are freed when the
 // store is garbage collected or the backend closes. Kakeya blocks also
 // need their codec's settings (kakeyaParams), held once per codec in a
-// slot of their own.
+// slot of their own, and preconditioned keys the inverse of their head's
+// factor, held once per codec.Preconditioned (one per layer and KV head).
 
 // encAlign is the granularity of encoded slots: their byte sizes are
 // rounded up to it, and it aligns every slot for the kernels' wide loads.
@@ -33,6 +35,7 @@ type part struct {
 	format int32 // how attention reads addr (partF32, partBF16, partInt8, ...)
 	encLen int   // codec bytes at addr, 0 unless the kernels read them
 	prm    Ptr   // a partKakeya's kakeyaParams, 0 for other formats
+	linv   Ptr   // a preconditioned part's inverse factor, 0 for others
 	dec    compute.Decoder
 	// enc keeps the codec bytes on the host when the device holds their
 	// decoded values instead, so Read decodes them exactly.
@@ -77,6 +80,8 @@ type store struct {
 	// of the same settings share one).
 	prmOf  map[compute.Decoder]Ptr
 	prmFor map[string]Ptr
+	// The device copies of the preconditioners' inverse factors.
+	linvOf map[*codec.Preconditioned]Ptr
 	// gen counts the changes of part addresses and formats, so attention
 	// rescans its block tables only when one may have changed.
 	gen uint64
@@ -86,7 +91,7 @@ type store struct {
 // memory, hot in bf16 or float32.
 func (b *Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
 	s := &store{b: b, rows: rows, d: d, bf16: bf16, mem: &slots{free: map[int][]Ptr{}},
-		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}}
+		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}, linvOf: map[*codec.Preconditioned]Ptr{}}
 	runtime.AddCleanup(s, b.freeSlabs, s.mem)
 	return s
 }
@@ -272,10 +277,22 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	b.flush()    // the part's pending writes first
 	s.retire(pt) // an encoded part takes no more writes
 	format, ok := encodedFormat(dec, s.d)
-	var prm Ptr
+	// A preconditioned codec's bytes are its inner codec's: the settings
+	// are the inner codec's, and the kernel un-whitens with the factor.
+	inner, pre := dec, (*codec.Preconditioned)(nil)
+	if p, isPre := dec.(*codec.Preconditioned); isPre && ok {
+		inner, pre = p.Inner, p
+	}
+	var prm, linv Ptr
 	if ok && format == partKakeya {
 		var err error
-		if prm, ok, err = s.kakeyaParams(dec); err != nil {
+		if prm, ok, err = s.kakeyaParams(inner); err != nil {
+			return err
+		}
+	}
+	if ok && pre != nil {
+		var err error
+		if linv, err = s.inverseFactor(pre); err != nil {
 			return err
 		}
 	}
@@ -293,7 +310,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		// The hot slot goes back to the store: anything reading it is
 		// queued before whatever will write it next.
 		s.release(pt.addr, pt.size)
-		pt.addr, pt.size, pt.format, pt.encLen, pt.dec, pt.prm = addr, size, format, len(enc), dec, prm
+		pt.addr, pt.size, pt.format, pt.encLen, pt.dec, pt.prm, pt.linv = addr, size, format, len(enc), dec, prm, linv
 		s.gen++
 		return nil
 	}
@@ -349,6 +366,27 @@ func (s *store) kakeyaParams(dec compute.Decoder) (Ptr, bool, error) {
 	}
 	s.prmOf[dec] = p
 	return p, true, nil
+}
+
+// inverseFactor returns the device copy of p's inverse factor (d x d
+// float32), uploading it on p's first block. Called with the backend's mu
+// held.
+func (s *store) inverseFactor(p *codec.Preconditioned) (Ptr, error) {
+	if a, ok := s.linvOf[p]; ok {
+		return a, nil
+	}
+	_, linv := preconditioner(p, s.d)
+	a, err := s.slot(roundUp(4*len(linv), encAlign))
+	if err != nil {
+		return 0, err
+	}
+	s.b.flush()
+	if err := s.b.drv.copyIn(a, bytesOf(linv)); err != nil {
+		s.b.fail(err)
+		return 0, err
+	}
+	s.linvOf[p] = a
+	return a, nil
 }
 
 func (s *store) Release(p compute.Part) {

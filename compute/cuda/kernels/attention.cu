@@ -3,7 +3,11 @@
 // b*kv_heads+g holds the device address of the keys' part, of the values'
 // part and their formats (hot float32 or bf16 rows, or the exact bytes of
 // the int8, int4, int2 or Kakeya codecs; keys and values may differ).
-// Keys are stored before RoPE and rotated here.
+// Keys are stored before RoPE and rotated here. Keys encoded by a
+// preconditioned codec (codec.Preconditioned: whitened by the factor L of
+// their KV head before the inner codec) have an entry in a third table,
+// ltab: the address of that head's inverse factor, by which the decoded
+// row is multiplied (k = y Linv) before RoPE; 0 where keys are plain.
 //
 // attn_split: block (split, g, tile) takes `rows` query-head rows of KV
 // head g (row f of the head is query f/group, head g*group + f%group, so
@@ -11,7 +15,8 @@
 // [split*per, (split+1)*per) of the range those queries see. It walks the
 // keys 32 at a time (one per lane): the tile is decoded (a Kakeya tile
 // cooperatively: codebook lookup, outliers, inverse Walsh-Hadamard
-// transform, skeleton) and rotated into shared memory, each warp scores its rows against it and updates their
+// transform, skeleton), un-whitened when preconditioned, and rotated into
+// shared memory, each warp scores its rows against it and updates their
 // online softmax (running max, sum and unnormalised output, in registers),
 // then the value tile replaces the key tile and is accumulated. With one
 // split the result is final; otherwise the partial state goes to scratch
@@ -139,12 +144,70 @@ KK_DEVICE void kk_kakeya_tile(float *tile, int ld, const kk_u8 *part, const floa
 	__syncthreads();
 }
 
+// kk_unwhiten multiplies each row y of tile (tn <= KK_AT_TILE rows of d
+// values, row j at tile + j*ld) by the lower-triangular d x d matrix linv
+// (row-major, zero above the diagonal), in place: k_c = sum over i >= c of
+// y_i linv[i][c], summed in increasing i as codec.Preconditioned.Decode
+// sums. Warp w owns rows w, w+8, w+16 and w+24 (the kernel runs 8 warps)
+// and lane l their outputs l, l+32, ...: the matrix (64 KiB at d = 128,
+// 256 KiB at 256, too big for shared memory beside the tile, and kept in
+// float32 for accuracy) is read from global memory through the read-only
+// cache, which keeps it since every key tile of the head reads it: once
+// per warp and tile, each row i as coalesced 128-byte segments, only
+// those holding columns <= i, every value serving the warp's four key
+// rows. A warp reads only its own rows, so __syncwarp before the writes is
+// all it needs; the caller syncs the block after.
+KK_DEVICE void kk_unwhiten(float *tile, int ld, const float *__restrict__ linv, int d, int tn) {
+	enum { R = KK_AT_TILE / 8 };
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	float o[R][KK_AT_DV];
+#pragma unroll
+	for (int s = 0; s < R; s++)
+#pragma unroll
+		for (int k = 0; k < KK_AT_DV; k++)
+			o[s][k] = 0.0f;
+	for (int i = 0; i < d; i++) {
+		float y[R];
+#pragma unroll
+		for (int s = 0; s < R; s++) {
+			int j = s * 8 + warp;
+			y[s] = j < tn ? tile[j * ld + i] : 0.0f;
+		}
+		const float *li = linv + (long long)i * d;
+#pragma unroll
+		for (int k = 0; k < KK_AT_DV; k++) {
+			if (32 * k > i)
+				break; // warp-uniform: the rest of row i is above the diagonal
+			int c = lane + 32 * k;
+			if (c <= i) {
+				float l = kk_ldg(li + c);
+#pragma unroll
+				for (int s = 0; s < R; s++)
+					o[s][k] += y[s] * l;
+			}
+		}
+	}
+	__syncwarp();
+#pragma unroll
+	for (int s = 0; s < R; s++) {
+		int j = s * 8 + warp;
+		if (j >= tn)
+			continue;
+#pragma unroll
+		for (int k = 0; k < KK_AT_DV; k++) {
+			int c = lane + 32 * k;
+			if (c < d)
+				tile[j * ld + c] = o[s][k];
+		}
+	}
+}
+
 KK_KERNEL void __launch_bounds__(256)
     attn_split(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,
                int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
                const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
                const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,
-               const float *__restrict__ vprm) {
+               const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab) {
 	KK_DYN_SHARED(float, sm);
 	float *qs = sm;                           // rows x d: the queries, scaled
 	int P = 1; // NextPow2(d): a Kakeya row's rotated width
@@ -198,6 +261,8 @@ KK_KERNEL void __launch_bounds__(256)
 		const kk_u8 *kp = (const kk_u8 *)ktab[(long long)b * kv_heads + g];
 		const kk_u8 *vp = (const kk_u8 *)vtab[(long long)b * kv_heads + g];
 		int fmt = fmts[(long long)b * kv_heads + g];
+		// The head's inverse factor when the keys are preconditioned.
+		const float *kl = ltab ? (const float *)ltab[(long long)b * kv_heads + g] : 0;
 		// One format for both parts, or the key's and the value's.
 		int kfmt = fmt & 0xff, vfmt = fmt >> 16 ? (fmt >> 8) & 0xff : kfmt;
 		int lo = b * bs > kbeg ? b * bs : kbeg;
@@ -205,12 +270,27 @@ KK_KERNEL void __launch_bounds__(256)
 		for (int p0 = lo; p0 < hi; p0 += KK_AT_TILE) {
 			int tn = hi - p0 < KK_AT_TILE ? hi - p0 : KK_AT_TILE;
 			__syncthreads(); // the previous tile's values (and the queries) are done
-			if (kfmt == kkPartKakeya)
+			// The keys are decoded into the tile first when a Kakeya part
+			// needs the whole tile's cooperation or the rows are to be
+			// un-whitened; other rows are read as RoPE rotates them.
+			bool staged = kfmt == kkPartKakeya || kl;
+			if (kfmt == kkPartKakeya) {
 				kk_kakeya_tile(kv, ld, kp, kprm, bs, d, P, p0 - b * bs, tn);
+			} else if (kl) {
+				for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
+					int j = i / d, c = i - j * d;
+					kv[j * ld + c] = kk_part_value(kp, kfmt, bs, d, p0 + j - b * bs, c);
+				}
+				__syncthreads();
+			}
+			if (kl) {
+				kk_unwhiten(kv, ld, kl, d, tn);
+				__syncthreads();
+			}
 			for (int i = threadIdx.x; i < tn * half; i += blockDim.x) {
 				int j = i / half, c = i - j * half, pos = p0 + j, row = pos - b * bs;
 				float x0, x1;
-				if (kfmt == kkPartKakeya) {
+				if (staged) {
 					x0 = kv[j * ld + c];
 					x1 = kv[j * ld + c + half];
 				} else {

@@ -125,4 +125,7 @@ static inline int atomicCAS(int *p, int cmp, int v) {
 // The device's exp is ex2.approx of x*log2(e); the same formula here.
 static inline float kk_exp(float x) { return exp2f(x * 1.4426950408889634f); }
 
+// Global memory is host memory: the read-only cache is a plain load.
+static inline float kk_ldg(const float *p) { return *p; }
+
 #endif // KK_EMU_H

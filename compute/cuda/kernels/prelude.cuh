@@ -73,6 +73,11 @@ KK_DEVICE int atomicCAS(int *p, int cmp, int v) { return __nvvm_atom_cas_gen_i(p
 // emulator computes the same formula with exp2f.
 KK_DEVICE float kk_exp(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
 
+// kk_ldg reads a float of global memory that no thread writes during the
+// launch through the read-only data cache (ld.global.nc), for data
+// reached through an address the compiler cannot prove global.
+KK_DEVICE float kk_ldg(const float *p) { return __nvvm_ldg_f(p); }
+
 #endif // KK_EMU
 
 KK_DEVICE float kk_bits_f32(kk_u32 u) { return __builtin_bit_cast(float, u); }
