@@ -52,7 +52,7 @@ func maxRelDiff(got, want []float32) float64 {
 
 // The real CUDA forward pass gives the CPU backend's logits within 1e-2
 // relative on every architecture, prefill and decode, through float32,
-// bf16 and int8 cache blocks.
+// bf16, int8 and preconditioned int8 (keys) cache blocks.
 func TestGPUParity(t *testing.T) {
 	newGPU(t) // fails at once without a device
 	dirs := tinyArchitectures(t)
@@ -66,6 +66,7 @@ func TestGPUParity(t *testing.T) {
 				cpuM := loadModel(t, dir, model.Options{MaxContext: 64})
 				gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 				ids := testIDs(tokens, cpuM.Config().VocabSize)
+				cal := randCalibration(t, cpuM, 13)
 				for _, sp := range []struct {
 					name string
 					spec kvcache.Spec
@@ -73,9 +74,14 @@ func TestGPUParity(t *testing.T) {
 					{"f32", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "f32"}},
 					{"bf16", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}},
 					{"int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+					{"pre+int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvcache.On, Codebooks: kvcache.Off}},
 				} {
-					want, _ := run(t, cpuM, sp.spec, ids, pre)
-					got, _ := run(t, gpuM, sp.spec, ids, pre)
+					c := cal
+					if sp.spec.Precondition != kvcache.On {
+						c = nil
+					}
+					want, _ := runCal(t, cpuM, sp.spec, c, ids, pre)
+					got, _ := runCal(t, gpuM, sp.spec, c, ids, pre)
 					var worst float64
 					for p := range want {
 						d := maxRelDiff(got[p], want[p])

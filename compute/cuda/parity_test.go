@@ -2,9 +2,11 @@ package cuda
 
 import (
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -68,16 +70,36 @@ func loadModel(t testing.TB, dir string, opt model.Options) *model.Model {
 // position's logits and the cache's accounting.
 func run(t testing.TB, m *model.Model, spec kvcache.Spec, ids []int, pre int) ([][]float32, kvcache.Stats) {
 	t.Helper()
-	rows, st, err := runErr(m, spec, ids, pre)
+	return runCal(t, m, spec, nil, ids, pre)
+}
+
+// runCal is run with the calibration cal (nil for none).
+func runCal(t testing.TB, m *model.Model, spec kvcache.Spec, cal *codec.Calibration, ids []int, pre int) ([][]float32, kvcache.Stats) {
+	t.Helper()
+	rows, st, err := runErr(m, spec, cal, ids, pre)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rows, st
 }
 
-// runErr is run for any goroutine: it returns its failure.
-func runErr(m *model.Model, spec kvcache.Spec, ids []int, pre int) ([][]float32, kvcache.Stats, error) {
-	p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
+// randCalibration returns a calibration of m's shape holding only
+// Cholesky factors, each of a random covariance of its own (see
+// randCholesky), for preconditioned keys without calibrating.
+func randCalibration(t testing.TB, m *model.Model, seed uint64) *codec.Calibration {
+	t.Helper()
+	sh := m.CacheShape()
+	r := rand.New(rand.NewPCG(seed, uint64(sh.HeadDim)))
+	cal := &codec.Calibration{Layers: sh.Layers, KVHeads: sh.KVHeads, HeadDim: sh.HeadDim, Model: "random"}
+	for range sh.Layers * sh.KVHeads {
+		cal.Chol = append(cal.Chol, randCholesky(t, r, sh.HeadDim))
+	}
+	return cal
+}
+
+// runErr is runCal for any goroutine: it returns its failure.
+func runErr(m *model.Model, spec kvcache.Spec, cal *codec.Calibration, ids []int, pre int) ([][]float32, kvcache.Stats, error) {
+	p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), cal)
 	if err != nil {
 		return nil, kvcache.Stats{}, err
 	}
@@ -128,8 +150,10 @@ func maxAbsDiff(a, b []float32) float64 {
 // logits on every architecture and stories260K: a prefill longer than the
 // matrix-vector kernel's rows, then decode steps, through float32 and bf16
 // blocks, blocks the kernels read encoded (int8, int4-k/int4, int8 keys
-// beside bf16 values, kakeya) and blocks of a codec they do not read
-// (stored as its decoded values). With a float32 cache the logits agree within
+// beside bf16 values, kakeya, and preconditioned int8 and kakeya keys,
+// whitened by a random factor per layer and KV head, which the kernel
+// un-whitens) and blocks of a codec they do not read (stored as its
+// decoded values). With a float32 cache the logits agree within
 // 1e-3 absolute. A bf16 or int8 cache rounds each key and value, and the
 // two backends' float32 sums (in different orders) differ by a few ulps,
 // so now and then a value on a rounding boundary lands one bf16 ulp or one
@@ -172,6 +196,10 @@ func TestForwardMatchesCPU(t *testing.T) {
 		{"f32 codec", kvcache.Spec{KV: "f32", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// Kakeya blocks, kept encoded and decoded by the attention kernel.
 		{"kakeya", kvcache.Spec{KV: "kakeya", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		// Preconditioned keys (a random factor per layer and KV head),
+		// kept encoded and un-whitened by the attention kernel.
+		{"pre+int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvcache.On, Codebooks: kvcache.Off}},
+		{"pre+kakeya/int4", kvcache.Spec{K: "kakeya", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvcache.On, Codebooks: kvcache.Off}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -180,10 +208,15 @@ func TestForwardMatchesCPU(t *testing.T) {
 			cpuM := loadModel(t, dir, model.Options{Threads: 1, MaxContext: 64})
 			gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 			ids := testIDs(tokens, cpuM.Config().VocabSize)
+			cal := randCalibration(t, cpuM, 13)
 			var worst float64
 			for _, sp := range specs {
-				want, stW := run(t, cpuM, sp.spec, ids, pre)
-				got, stG := run(t, gpuM, sp.spec, ids, pre)
+				c := cal
+				if sp.spec.Precondition != kvcache.On {
+					c = nil
+				}
+				want, stW := runCal(t, cpuM, sp.spec, c, ids, pre)
+				got, stG := runCal(t, gpuM, sp.spec, c, ids, pre)
 				var specWorst float64
 				for p := range want {
 					d, tol := maxAbsDiff(got[p], want[p]), 1e-3
@@ -233,7 +266,7 @@ func TestConcurrentSequences(t *testing.T) {
 	for i, ids := range inputs {
 		go func() {
 			var err error
-			got[i], _, err = runErr(m, sp, ids, 3)
+			got[i], _, err = runErr(m, sp, nil, ids, 3)
 			errs <- err
 		}()
 	}
