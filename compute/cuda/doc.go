@@ -11,6 +11,15 @@
 // .12), when it loads, computes prefill's matrix products; otherwise the
 // backend's own kernel does.
 //
+// The KV cache stays on the device as the cache encodes it: the attention
+// kernel reads blocks of the int8, int4, int2 (per token or per channel)
+// and Kakeya codecs from their bytes, decoding each tile of keys and
+// values in shared memory, and keys of a preconditioned codec
+// (codec.Preconditioned, whitened per layer and KV head) likewise, each
+// decoded key row multiplied there by its head's inverse factor, uploaded
+// once, before RoPE and the dot products. Blocks of other codecs hold
+// their decoded values.
+//
 // Work goes to one stream in call order and the host waits only where it
 // reads results back (logits, blocks to encode). Runs of launches that
 // repeat exactly from one decode step to the next are captured once as
