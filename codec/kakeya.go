@@ -66,11 +66,12 @@ func DefaultKakeyaOptions() KakeyaOptions {
 //
 // bytes, where s = 2 when n*p <= 65536 and 4 otherwise.
 type Kakeya struct {
-	opt   KakeyaOptions
-	cb    *Codebook
-	signs []float32
-	tag   uint16
-	pool  sync.Pool
+	opt    KakeyaOptions
+	cb     *Codebook
+	levels [16]float32 // cb.Levels, zero-padded for the decoding kernels
+	signs  []float32
+	tag    uint16
+	pool   sync.Pool
 }
 
 type kakeyaScratch struct {
@@ -87,7 +88,7 @@ type kakeyaScratch struct {
 	opos  []int32
 	oval  []float32
 	mb    []float32 // decode: the mean, then the r basis rows
-	norms []float32 // decode: the rows' residual norms
+	norms []float32 // decode: the rows' residual norms / p: their level scales
 	acc   []float32 // AddWeighted: m rotated-domain sums of p values, Σw and r coefficient sums
 	lat   []float32 // AddWeighted: the rows' rotated-domain forms, 1 and coefficients
 
@@ -128,6 +129,7 @@ func NewKakeya(o KakeyaOptions) (*Kakeya, error) {
 		cb = &Codebook{Levels: slices.Clone(cb.Levels), Bounds: slices.Clone(cb.Bounds)}
 	}
 	k := &Kakeya{opt: o, cb: cb}
+	copy(k.levels[:], cb.Levels)
 	k.signs = make([]float32, maxDim)
 	if o.RandomSigns {
 		k.signs = randomSigns(maxDim, o.Seed)
@@ -529,6 +531,11 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 			}
 		}
 	}
+	// A row's unit-variance levels times nrm/sqrt(p), then the orthonormal
+	// transform's 1/sqrt(p): one scale per row, applied to the levels.
+	for i, v := range sc.norms {
+		sc.norms[i] = v / float32(p)
+	}
 	off += 2 * n
 	b := kakeyaBlock{n: n, p: p, r: r, m: m, posLen: posLen, prevPos: -1}
 	// Codes stay packed: latent unpacks a row at a time straight into its
@@ -543,7 +550,6 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 	if err := b.load(); err != nil {
 		return kakeyaBlock{}, err
 	}
-	sc.v = growF32(sc.v, max(p, r))
 	return b, nil
 }
 
@@ -575,13 +581,13 @@ func (k *Kakeya) parseCoef(sc *kakeyaScratch, src []byte, n, r, cbits int) error
 			coef[i] = float32(c) - half
 		}
 	}
-	for i := 0; i < n; i++ {
-		row := coef[i*r : (i+1)*r]
+	for i := 0; i+r <= len(coef); i += r {
+		row, s := coef[i:i+r], scales[:r]
 		for c, q := range row {
 			if q == -half { // code 0
-				return fmt.Errorf("codec: %s: coefficient code 0 at token %d outside the symmetric range", name, i)
+				return fmt.Errorf("codec: %s: coefficient code 0 at token %d outside the symmetric range", name, i/r)
 			}
-			row[c] = q * scales[c]
+			row[c] = q * s[c]
 		}
 	}
 	return nil
@@ -639,24 +645,26 @@ func (b *kakeyaBlock) skipTo(i int) error {
 	return nil
 }
 
-// latent sets v (p values) to row i's residual in the rotated domain,
-// scaled so that signs ⊙ fwhtRaw(v) is the residual itself: the form in
-// which rows combine linearly. Rows are visited in increasing order.
-func (k *Kakeya) latent(b *kakeyaBlock, norms []float32, i int, v []float32) error {
-	// The unit-variance row times nrm/sqrt(p), then the orthonormal
-	// transform's 1/sqrt(p): one scale, applied to the levels.
-	s := norms[i] / float32(b.p)
-	var lv [16]float32
-	for c, l := range k.cb.Levels {
-		lv[c] = l * s
-	}
+// latents sets row i-lo of lat (at (i-lo)*stride) to the p values of row
+// i's residual in the rotated domain, for lo <= i < hi, scaled so that
+// signs ⊙ fwhtRaw(row) is the residual itself: the form in which rows
+// combine linearly. The outlier cursor must be at row lo; it ends at hi.
+func (k *Kakeya) latents(b *kakeyaBlock, scales, lat []float32, stride, lo, hi int) error {
+	p, bits := b.p, k.opt.Bits
 	if b.rowBytes > 0 {
-		cpu.UnpackLookup(v, b.codes[i*b.rowBytes:], k.opt.Bits, &lv)
+		cpu.UnpackLookupRows(lat, stride, p, b.codes[lo*b.rowBytes:], bits, &k.levels, scales[lo:hi])
 	} else {
-		unpackLookupAt(v, b.codes, i*b.p*k.opt.Bits, k.opt.Bits, &lv)
+		for i := lo; i < hi; i++ {
+			var lv [16]float32
+			for c, l := range k.levels {
+				lv[c] = l * scales[i]
+			}
+			unpackLookupAt(lat[(i-lo)*stride:(i-lo)*stride+p], b.codes, i*p*bits, bits, &lv)
+		}
 	}
-	for end := (i + 1) * b.p; b.pos < end; {
-		v[b.pos-i*b.p] = b.val * s
+	for b.pos < hi*p {
+		i := b.pos / p
+		lat[(i-lo)*stride+b.pos-i*p] = b.val * scales[i]
 		if err := b.advance(); err != nil {
 			return err
 		}
@@ -690,13 +698,17 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 		return err
 	}
 	p, r := b.p, b.r
-	v := sc.v[:p]
+	sc.lat = growF32(sc.lat, n*p)
+	if err := k.latents(&b, sc.norms, sc.lat, p, 0, n); err != nil {
+		return err
+	}
 	mean, basis := sc.mb[:d], sc.mb[d:(r+1)*d]
-	for i := 0; i < n; i++ {
-		if err := k.latent(&b, sc.norms, i, v); err != nil {
-			return err
+	if p >= 8 {
+		cpu.FWHTAxpyRows(dst, sc.lat, k.signs[:d], mean, sc.coef[:n*r], basis, n, d, p, r)
+	} else {
+		for i := 0; i < n; i++ {
+			k.finish(dst[i*d:(i+1)*d], sc.lat[i*p:(i+1)*p], mean, sc.coef[i*r:(i+1)*r], basis)
 		}
-		k.finish(dst[i*d:(i+1)*d], v, mean, sc.coef[i*r:(i+1)*r], basis)
 	}
 	return b.allOutliersUsed()
 }
@@ -725,11 +737,11 @@ func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src
 	if err := b.skipTo(lo); err != nil {
 		return err
 	}
+	if err := k.latents(&b, sc.norms, sc.lat, q, lo, hi); err != nil {
+		return err
+	}
 	for i := lo; i < hi; i++ {
 		row := sc.lat[(i-lo)*q : (i-lo+1)*q]
-		if err := k.latent(&b, sc.norms, i, row[:p]); err != nil {
-			return err
-		}
 		row[p] = 1
 		copy(row[p+1:], sc.coef[i*r:(i+1)*r])
 		clear(row[p+1+r:])

@@ -106,8 +106,51 @@ func FWHTAxpy(out, v, signs, z, w, rows []float32) {
 	fwhtAxpy(out, v, signs[:d], z, w, rows[:len(w)*d])
 }
 
+// FWHTAxpyRows is FWHTAxpy on n rows: row i of out (d values at i*d) from
+// row i of v (p values at i*p) and w[i*r:(i+1)*r], with the same signs, z
+// and rows for all. It panics if the lengths do not match.
+func FWHTAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
+	if n < 0 || r < 0 || p < 8 || p&(p-1) != 0 || d > p || len(out) < n*d || len(v) < n*p ||
+		len(signs) < d || len(z) != d || len(w) < n*r || len(rows) < r*d {
+		panic(fmt.Sprintf("cpu: FWHTAxpyRows: n=%d d=%d p=%d r=%d with out %d, v %d, signs %d, z %d, w %d, rows %d elements", n, d, p, r, len(out), len(v), len(signs), len(z), len(w), len(rows)))
+	}
+	fwhtAxpyRows(out, v, signs[:d], z, w, rows[:r*d], n, d, p, r)
+}
+
+func fwhtAxpyRowsParts(out, v, signs, z, w, rows []float32, n, d, p, r int) {
+	for i := range n {
+		fwhtAxpyParts(out[i*d:(i+1)*d], v[i*p:(i+1)*p], signs, z, w[i*r:(i+1)*r], rows)
+	}
+}
+
 func fwhtAxpyParts(out, v, signs, z, w, rows []float32) {
 	fwht(v)
 	mulAdd(out, v[:len(out)], signs, z)
 	axpyBlock(out, w, rows)
+}
+
+// UnpackLookupRows decodes len(scales) rows of cols codes of width bits
+// (1..4) from src, laid out as UnpackLookup's stream with each row starting
+// on a byte (cols*bits a multiple of 8): element j of row i, at
+// dst[i*stride+j], is table[c]·scales[i] for the row's j-th code c. That is
+// UnpackLookup with the table scaled per row, for a whole block in one call.
+// It panics if the lengths do not match.
+func UnpackLookupRows(dst []float32, stride, cols int, src []byte, bits int, table *[16]float32, scales []float32) {
+	n := len(scales)
+	if bits < 1 || bits > 4 || cols < 0 || cols*bits%8 != 0 || stride < cols ||
+		n > 0 && (len(dst) < (n-1)*stride+cols || len(src) < n*cols*bits/8) {
+		panic(fmt.Sprintf("cpu: UnpackLookupRows: %d rows of %d codes of %d bits (stride %d) into %d values from %d bytes", n, cols, bits, stride, len(dst), len(src)))
+	}
+	unpackLookupRows(dst, stride, cols, src, bits, table, scales)
+}
+
+func unpackLookupRowsScalar(dst []float32, stride, cols int, src []byte, bits int, table *[16]float32, scales []float32) {
+	rowBytes := cols * bits / 8
+	for i, s := range scales {
+		var t [16]float32
+		for c, l := range table {
+			t[c] = l * s
+		}
+		unpackLookupScalar(dst[i*stride:i*stride+cols], src[i*rowBytes:(i+1)*rowBytes], bits, &t)
+	}
 }

@@ -127,29 +127,14 @@ var (
 	}
 )
 
-// fwhtLanes holds the permutes and signs of the in-register stages.
-type fwhtLanes struct {
-	p1, p2, p4 archsimd.Uint32x8
-	s1, s2, s4 f32x8
-}
-
-func loadFWHTLanes() fwhtLanes {
-	return fwhtLanes{
-		p1: archsimd.LoadUint32x8(&fwhtPerm[0]),
-		p2: archsimd.LoadUint32x8(&fwhtPerm[1]),
-		p4: archsimd.LoadUint32x8(&fwhtPerm[2]),
-		s1: archsimd.LoadFloat32x8(&fwhtSign[0]),
-		s2: archsimd.LoadFloat32x8(&fwhtSign[1]),
-		s4: archsimd.LoadFloat32x8(&fwhtSign[2]),
-	}
-}
-
 // stages8 runs the stages h = 1, 2, 4 on one register. x[i^h] + (-x[i]) is
-// the scalar x[i^h] - x[i] bit for bit, and addition commutes exactly.
-func (l *fwhtLanes) stages8(v f32x8) f32x8 {
-	v = v.MulAdd(l.s1, v.Permute(l.p1))
-	v = v.MulAdd(l.s2, v.Permute(l.p2))
-	return v.MulAdd(l.s4, v.Permute(l.p4))
+// the scalar x[i^h] - x[i] bit for bit, and addition commutes exactly. The
+// permutes and signs are loaded where they are used: cheap L1 loads that
+// leave the registers to the row.
+func stages8(v f32x8) f32x8 {
+	v = v.MulAdd(archsimd.LoadFloat32x8(&fwhtSign[0]), v.Permute(archsimd.LoadUint32x8(&fwhtPerm[0])))
+	v = v.MulAdd(archsimd.LoadFloat32x8(&fwhtSign[1]), v.Permute(archsimd.LoadUint32x8(&fwhtPerm[1])))
+	return v.MulAdd(archsimd.LoadFloat32x8(&fwhtSign[2]), v.Permute(archsimd.LoadUint32x8(&fwhtPerm[2])))
 }
 
 func fwht(x []float32) {
@@ -161,9 +146,8 @@ func fwht(x []float32) {
 		fwht64((*[64]float32)(x))
 		return
 	}
-	l := loadFWHTLanes()
 	for i := 0; i+8 <= len(x); i += 8 {
-		store8(l.stages8(load8(x[i:i+8])), x[i:i+8])
+		store8(stages8(load8(x[i:i+8])), x[i:i+8])
 	}
 	if len(x) > 8 {
 		hadamardStages(x)
@@ -172,11 +156,10 @@ func fwht(x []float32) {
 
 // fwht64 keeps all 64 values in eight registers through the six stages.
 func fwht64(x *[64]float32) {
-	l := loadFWHTLanes()
-	v0, v1 := l.stages8(load8(x[0:8])), l.stages8(load8(x[8:16]))
-	v2, v3 := l.stages8(load8(x[16:24])), l.stages8(load8(x[24:32]))
-	v4, v5 := l.stages8(load8(x[32:40])), l.stages8(load8(x[40:48]))
-	v6, v7 := l.stages8(load8(x[48:56])), l.stages8(load8(x[56:64]))
+	v0, v1 := stages8(load8(x[0:8])), stages8(load8(x[8:16]))
+	v2, v3 := stages8(load8(x[16:24])), stages8(load8(x[24:32]))
+	v4, v5 := stages8(load8(x[32:40])), stages8(load8(x[40:48]))
+	v6, v7 := stages8(load8(x[48:56])), stages8(load8(x[56:64]))
 	// h = 8
 	v0, v1 = v0.Add(v1), v0.Sub(v1)
 	v2, v3 = v2.Add(v3), v2.Sub(v3)
@@ -202,6 +185,17 @@ func fwht64(x *[64]float32) {
 	store8(v7, x[56:64])
 }
 
+func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
+	if !hasAVX2 || p != 64 || d != 64 {
+		fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r)
+		return
+	}
+	s, zz := (*[64]float32)(signs), (*[64]float32)(z)
+	for i := range n {
+		fwhtAxpy64((*[64]float32)(out[i*64:]), (*[64]float32)(v[i*64:]), s, zz, w[i*r:(i+1)*r], rows)
+	}
+}
+
 func fwhtAxpy(out, v, signs, z, w, rows []float32) {
 	if !hasAVX2 || len(v) != 64 || len(out) != 64 {
 		fwhtAxpyParts(out, v, signs, z, w, rows)
@@ -212,11 +206,10 @@ func fwhtAxpy(out, v, signs, z, w, rows []float32) {
 
 // fwhtAxpy64 is fwht64, mulAdd and axpyBlock on one row of 64 in registers.
 func fwhtAxpy64(out, v, signs, z *[64]float32, w, rows []float32) {
-	l := loadFWHTLanes()
-	v0, v1 := l.stages8(load8(v[0:8])), l.stages8(load8(v[8:16]))
-	v2, v3 := l.stages8(load8(v[16:24])), l.stages8(load8(v[24:32]))
-	v4, v5 := l.stages8(load8(v[32:40])), l.stages8(load8(v[40:48]))
-	v6, v7 := l.stages8(load8(v[48:56])), l.stages8(load8(v[56:64]))
+	v0, v1 := stages8(load8(v[0:8])), stages8(load8(v[8:16]))
+	v2, v3 := stages8(load8(v[16:24])), stages8(load8(v[24:32]))
+	v4, v5 := stages8(load8(v[32:40])), stages8(load8(v[40:48]))
+	v6, v7 := stages8(load8(v[48:56])), stages8(load8(v[56:64]))
 	v0, v1 = v0.Add(v1), v0.Sub(v1)
 	v2, v3 = v2.Add(v3), v2.Sub(v3)
 	v4, v5 = v4.Add(v5), v4.Sub(v5)
@@ -258,4 +251,60 @@ func fwhtAxpy64(out, v, signs, z *[64]float32, w, rows []float32) {
 	store8(v5, out[40:48])
 	store8(v6, out[48:56])
 	store8(v7, out[56:64])
+}
+
+// unpackLookupRows scales the table's registers per row and decodes the
+// row's codes sixteen at a time, from one 64-bit load per pair of groups.
+// The rows at the end of src, where that load would run past it, take
+// unpackLookup's careful loop.
+func unpackLookupRows(dst []float32, stride, cols int, src []byte, bits int, t *[16]float32, scales []float32) {
+	if !hasAVX2 || cols%16 != 0 {
+		unpackLookupRowsScalar(dst, stride, cols, src, bits, t, scales)
+		return
+	}
+	rowBytes := cols * bits / 8
+	fast := len(scales)
+	for fast > 0 && fast*rowBytes+8-2*bits > len(src) {
+		fast--
+	}
+	sh := archsimd.LoadUint32x8(&unpackShifts[bits])
+	mask := archsimd.BroadcastUint32x8(1<<bits - 1)
+	tlo := archsimd.LoadFloat32x8((*[8]float32)(t[0:8]))
+	thi := archsimd.LoadFloat32x8((*[8]float32)(t[8:16]))
+	if bits == 4 {
+		eight := archsimd.BroadcastUint32x8(8)
+		for i, s := range scales[:fast] {
+			sv := archsimd.BroadcastFloat32x8(s)
+			lo, hi := tlo.Mul(sv), thi.Mul(sv)
+			d := dst[i*stride : i*stride+cols]
+			for j, p := 0, i*rowBytes; j < len(d); j, p = j+16, p+8 {
+				x := binary.LittleEndian.Uint64(src[p:])
+				o := (*[16]float32)(d[j : j+16])
+				a := archsimd.BroadcastUint32x8(uint32(x)).ShiftRight(sh).And(mask)
+				b := archsimd.BroadcastUint32x8(uint32(x >> 32)).ShiftRight(sh).And(mask)
+				store8(hi.Permute(a).Merge(lo.Permute(a), a.And(eight).Equal(eight)), o[0:8])
+				store8(hi.Permute(b).Merge(lo.Permute(b), b.And(eight).Equal(eight)), o[8:16])
+			}
+		}
+	} else {
+		for i, s := range scales[:fast] {
+			lo := tlo.Mul(archsimd.BroadcastFloat32x8(s))
+			d := dst[i*stride : i*stride+cols]
+			for j, p := 0, i*rowBytes; j < len(d); j, p = j+16, p+2*bits {
+				x := binary.LittleEndian.Uint64(src[p:])
+				o := (*[16]float32)(d[j : j+16])
+				a := archsimd.BroadcastUint32x8(uint32(x)).ShiftRight(sh).And(mask)
+				b := archsimd.BroadcastUint32x8(uint32(x >> (8 * bits))).ShiftRight(sh).And(mask)
+				store8(lo.Permute(a), o[0:8])
+				store8(lo.Permute(b), o[8:16])
+			}
+		}
+	}
+	for i := fast; i < len(scales); i++ {
+		var ts [16]float32
+		for c, l := range t {
+			ts[c] = l * scales[i]
+		}
+		unpackLookup(dst[i*stride:i*stride+cols], src[i*rowBytes:(i+1)*rowBytes], bits, &ts)
+	}
 }

@@ -11,3 +11,11 @@ func unpackLookup(dst []float32, src []byte, bits int, t *[16]float32) {
 func widenF16(dst []float32, src []byte) bool      { return widenF16Scalar(dst, src) }
 func fwht(x []float32)                             { fwhtScalar(x) }
 func fwhtAxpy(out, v, signs, z, w, rows []float32) { fwhtAxpyParts(out, v, signs, z, w, rows) }
+
+func unpackLookupRows(dst []float32, stride, cols int, src []byte, bits int, t *[16]float32, scales []float32) {
+	unpackLookupRowsScalar(dst, stride, cols, src, bits, t, scales)
+}
+
+func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
+	fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r)
+}

@@ -179,3 +179,81 @@ func TestFWHTAxpy(t *testing.T) {
 		}()
 	}
 }
+
+func TestUnpackLookupRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 12))
+	var table [16]float32
+	for i := range table {
+		table[i] = float32(rng.NormFloat64())
+	}
+	for bits := 1; bits <= 4; bits++ {
+		for _, cols := range []int{0, 8, 16, 24, 64, 128} {
+			for _, n := range []int{0, 1, 3, 64} {
+				for _, pad := range []int{0, 8} {
+					stride := cols + pad
+					codes := make([]uint8, n*cols)
+					for i := range codes {
+						codes[i] = uint8(rng.IntN(1 << bits))
+					}
+					src := packCodes(codes, bits)
+					scales := randVec(rng, n)
+					dst := make([]float32, n*stride)
+					for i := range dst {
+						dst[i] = 42
+					}
+					UnpackLookupRows(dst, stride, cols, src, bits, &table, scales)
+					for i := range n {
+						for j := range stride {
+							want := float32(42) // padding stays
+							if j < cols {
+								want = table[codes[i*cols+j]] * scales[i]
+							}
+							if got := dst[i*stride+j]; math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("bits=%d cols=%d n=%d pad=%d: [%d][%d] = %v, want %v", bits, cols, n, pad, i, j, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, c := range []struct{ cols, stride, bits, dst, src int }{{4, 4, 3, 8, 3}, {8, 7, 3, 16, 6}, {8, 8, 3, 15, 6}, {8, 8, 3, 16, 5}, {8, 8, 5, 16, 10}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%+v: no panic", c)
+				}
+			}()
+			UnpackLookupRows(make([]float32, c.dst), c.stride, c.cols, make([]byte, c.src), c.bits, &table, make([]float32, 2))
+		}()
+	}
+}
+
+func TestFWHTAxpyRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 13))
+	for _, s := range []struct{ d, p int }{{64, 64}, {5, 8}, {100, 128}} {
+		for _, r := range []int{0, 1, 4} {
+			const n = 5
+			v, signs, z := randVec(rng, n*s.p), randVec(rng, s.d), randVec(rng, s.d)
+			w, rows := randVec(rng, n*r), randVec(rng, r*s.d)
+			want := make([]float32, n*s.d)
+			vw := append([]float32(nil), v...)
+			for i := range n {
+				FWHTAxpy(want[i*s.d:(i+1)*s.d], vw[i*s.p:(i+1)*s.p], signs, z, w[i*r:(i+1)*r], rows)
+			}
+			got := make([]float32, n*s.d)
+			FWHTAxpyRows(got, v, signs, z, w, rows, n, s.d, s.p, r)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("d=%d p=%d r=%d: [%d] = %v, want %v", s.d, s.p, r, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("short v: no panic")
+		}
+	}()
+	FWHTAxpyRows(make([]float32, 128), make([]float32, 127), make([]float32, 64), make([]float32, 64), nil, nil, 2, 64, 64, 0)
+}
