@@ -3,15 +3,19 @@ package eval
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"image/color"
 	"math"
+	"os"
 	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
 // paretoPoint is one configuration on the ratio–KL plane.
@@ -140,4 +144,53 @@ func (r *Report) WritePareto(path, title string) error {
 		return fmt.Errorf("eval: pareto plot: %w", err)
 	}
 	return WriteFileAtomic(path, buf.Bytes())
+}
+
+// ReadReportPoints reads the configurations of a JSON report (WriteJSON)
+// back, enough of each to draw it: name, spec, whole-cache ratio and mean
+// KL. Plots of old reports can then be redrawn without rerunning them.
+func ReadReportPoints(path string) (*Report, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	var in struct {
+		Model    string `json:"model"`
+		Data     string `json:"data"`
+		Passages int    `json:"passages"`
+		Tokens   int    `json:"scored_tokens"`
+		Configs  []struct {
+			Config struct {
+				Name string `json:"name"`
+				Spec string `json:"spec"`
+			} `json:"config"`
+			Ratio  *float64 `json:"kv_ratio_vs_bf16"`
+			MeanKL *float64 `json:"mean_kl"`
+		} `json:"configs"`
+	}
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, fmt.Errorf("eval: %s: %w", path, err)
+	}
+	if len(in.Configs) == 0 {
+		return nil, fmt.Errorf("eval: %s: no configurations", path)
+	}
+	r := &Report{Model: in.Model, Data: in.Data, Passages: in.Passages, Tokens: in.Tokens}
+	for _, c := range in.Configs {
+		spec, err := kvcache.ParseSpec(c.Config.Spec)
+		if c.Config.Spec == "" {
+			spec, err = kvcache.Spec{}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("eval: %s: configuration %s: %w", path, c.Config.Name, err)
+		}
+		cr := ConfigReport{Config: Config{Name: c.Config.Name, Spec: spec}, Ratio: Float(math.NaN()), MeanKL: Float(math.NaN())}
+		if c.Ratio != nil {
+			cr.Ratio = Float(*c.Ratio)
+		}
+		if c.MeanKL != nil {
+			cr.MeanKL = Float(*c.MeanKL)
+		}
+		r.Configs = append(r.Configs, cr)
+	}
+	return r, nil
 }

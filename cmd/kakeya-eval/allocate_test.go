@@ -86,6 +86,20 @@ func TestSensitivityAllocatePolicy(t *testing.T) {
 			int4KL = c.MeanKL
 		}
 	}
+	// The report's plot is written beside it, and pareto redraws it from
+	// the JSON alone.
+	if _, err := os.Stat(paretoPath(out)); err != nil {
+		t.Errorf("ppl wrote no Pareto plot: %v", err)
+	}
+	png := filepath.Join(tmp, "again.png")
+	if err := runPareto(context.Background(), []string{"--report", out, "--out", png}, io.Discard, io.Discard); err != nil {
+		t.Errorf("pareto: %v", err)
+	} else if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
+		t.Errorf("pareto wrote %v, %v", st, err)
+	}
+	if err := runPareto(context.Background(), []string{"--report", sensPath}, io.Discard, io.Discard); err == nil {
+		t.Error("pareto of a sensitivity file: no error")
+	}
 	if planBytes != plan.Bytes {
 		t.Errorf("the policy's cache holds %v bytes, the allocation predicted %d", planBytes, plan.Bytes)
 	}

@@ -23,6 +23,7 @@ commands:
   calibrate  collect query covariances and codebooks into a calibration file
   sensitivity  measure each layer side's KL under each codec, for allocate
   allocate   pick per-layer codecs for a byte budget: a policy file (--kv-policy)
+  pareto     draw a ppl report's Pareto plot (ratio vs KL)
 
 Run "kakeya-eval <command> -h" for the flags of a command.
 `
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSensitivity(ctx, rest, stdout, stderr)
 	case "allocate":
 		return runAllocate(ctx, rest, stdout, stderr)
+	case "pareto":
+		return runPareto(ctx, rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
