@@ -46,6 +46,9 @@ type blockTable struct {
 	// The kakeyaParams of the layer's Kakeya key and value parts (0 when
 	// it has none): the kernels take one codec per side and layer.
 	kprm, vprm Ptr
+	// pre says whether some of the blocks read hold preconditioned keys,
+	// which only attn_split_pre un-whitens.
+	pre bool
 	// The store's generation and the blocks when last checked: while
 	// neither moved, no entry can have changed.
 	gen    uint64
@@ -105,8 +108,11 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	args := attnArgs{
 		Out: ptr(out), Q: ptr(q), N: n, Start: start,
 		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
-		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), LTab: t.dev + Ptr(16*len(t.k)), Fmts: t.dev + Ptr(24*len(t.k)), Blocks: blocks,
+		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), Fmts: t.dev + Ptr(24*len(t.k)), Blocks: blocks,
 		Cos: ptr(cos), Sin: ptr(sin), KParams: t.kprm, VParams: t.vprm,
+	}
+	if t.pre {
+		args.LTab = t.dev + Ptr(16*len(t.k))
 	}
 	if need := attentionScratch(args); need > a.scratchN {
 		if a.scratch != 0 {
@@ -160,6 +166,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	}
 	lo, hi := n, 0 // the entries that changed
 	var prm [2]Ptr // the Kakeya keys' and values' params
+	pre := false
 	for blk := range blocks {
 		for g := range p.KVHeads {
 			i := blk*p.KVHeads + g
@@ -182,6 +189,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 				// preconditioned (kvcache preconditions keys alone).
 				return nil, fmt.Errorf("attention: block %d head %d: values encoded by %s; the kernels un-whiten keys only", blk, g, vp.dec.Name())
 			}
+			pre = pre || kp.linv != 0
 			f := attnFormat(kp.format, vp.format)
 			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.l[i] != uint64(kp.linv) || t.fmts[i] != f {
 				t.k[i], t.v[i], t.l[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), uint64(kp.linv), f
@@ -189,7 +197,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 			}
 		}
 	}
-	t.kprm, t.vprm = prm[0], prm[1]
+	t.kprm, t.vprm, t.pre = prm[0], prm[1], pre
 	if st != nil {
 		t.gen, t.blocks = st.gen, blocks
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -484,7 +485,7 @@ func (l *layerOf) Part(head, block, kv int) compute.Part { return l.parts[block]
 // kernels take one per side, and so are preconditioned values, which the
 // kernel does not un-whiten.
 func TestKakeyaAttentionMatchesCPU(t *testing.T) {
-	needKernels(t, "attn_split", "kv_write")
+	needKernels(t, "attn_split", "attn_split_pre", "kv_write")
 	const heads, kvHeads, d, bs = 6, 2, 64, 16
 	r := rand.New(rand.NewPCG(11, 12))
 	kOpt, vOpt := codec.DefaultKakeyaOptions(), codec.DefaultKakeyaOptions()
@@ -526,7 +527,7 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 		{"window/preconditioned int8 keys", pre8, 6*bs + 3, 3, 37, false, partInt8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			gpu, _ := newFakeBackend(t, Options{})
+			gpu, f := newFakeBackend(t, Options{})
 			host := cpu.New(1)
 			defer host.Close()
 			nb := (c.total + bs - 1) / bs
@@ -619,6 +620,11 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 			}
 			if len(linv) == kvHeads && linv[0] == linv[1] {
 				t.Errorf("both KV heads' keys read the inverse factor at %#x", linv[0])
+			}
+			// The un-whitening kernel only where keys are preconditioned.
+			want := map[bool]string{false: "attn_split", true: "attn_split_pre"}[len(linv) > 0]
+			if !slices.Contains(f.launched, want) {
+				t.Errorf("launched %s, want %s", f.kernelCounts(), want)
 			}
 			tol := 2e-5 * max(1, maxAbs(outs[1]))
 			dd := maxAbsDiff(outs[0], outs[1])

@@ -315,14 +315,13 @@ const (
 // A key part of any encoded format may hold a codec.Preconditioned's
 // bytes: the inner codec's encoding of the keys whitened by the head's
 // factor L (y = k L). Its attnArgs.LTab entry holds the device address of
-// the factor's inverse (d x d float32, row-major, lower triangular, as
-// codec.Preconditioned.Linv), and the kernel multiplies each decoded row
-// by it (k = y Linv) before RoPE. That is d(d+1)/2 multiply-adds per key
-// row and block of attn_split (at d = 128, about 8K, against the d per
-// query-head row that scores it), with the factor's lower triangle read
-// through the cache once per warp and tile of 32 keys: the whitening
-// cannot move to the queries, since RoPE, applied after it, differs from
-// key to key.
+// the factor's inverse (codec.Preconditioned.Linv, in unwhitenLayout's
+// order), and the kernel multiplies each decoded row by it (k = y Linv)
+// before RoPE. That is d(d+1)/2 multiply-adds per key row and block of
+// attn_split (at d = 128, about 8K, against d per query-head row to score
+// it), and the factor's lower triangle read through the cache once per
+// tile of 32 keys: the whitening cannot move to the queries, since RoPE,
+// applied after it, differs from key to key.
 
 // attnSplitFormats marks a Fmts entry whose key and value parts have
 // different formats (see attnFormat).
@@ -382,6 +381,30 @@ func preconditioner(p *codec.Preconditioned, d int) (compute.Decoder, []float32)
 		return nil, nil
 	}
 	return p.Inner, p.Linv
+}
+
+// attnWarps is the number of warps of an attention block.
+const attnWarps = attnThreads / 32
+
+// unwhitenLayout returns the inverse factor linv (d x d, row-major, lower
+// triangular) in the order the attention kernel reads it: lane j of warp
+// w computes columns w, w+8, ... of key row j, so for each row i and warp
+// w the M = ceil(d/8) values linv[i][w+8m] are stored together, padded
+// with zeros to a multiple of 4 values (each 4 one 16-byte load), and so
+// are the values past the diagonal, which the kernel does not read.
+func unwhitenLayout(linv []float32, d int) []float32 {
+	m4 := (ceilDiv(d, attnWarps) + 3) &^ 3
+	out := make([]float32, d*attnWarps*m4)
+	for i := range d {
+		for w := range attnWarps {
+			for m := range m4 {
+				if c := w + attnWarps*m; c <= i {
+					out[(i*attnWarps+w)*m4+m] = linv[i*d+c]
+				}
+			}
+		}
+	}
+	return out
 }
 
 // kakeyaParamsLen is the size of kakeyaParams' block: the code width and
@@ -452,8 +475,8 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 // device copies of kakeyaParams for the layer's key and value codecs when
 // some of its parts are partKakeya (0 otherwise). LTab, indexed like
 // KTab, holds the device addresses of the inverse factors of the keys of
-// preconditioned parts (0 for other parts); LTab itself may be 0 when no
-// part is.
+// preconditioned parts (0 for other parts), or is 0 when no part is: the
+// call then launches the kernel that does not read it.
 type attnArgs struct {
 	Out, Q                                     Ptr
 	N, Start                                   int
@@ -528,13 +551,15 @@ func attentionScratch(a attnArgs) int {
 }
 
 // attentionLaunches returns the launches of one attention call: the split
-// pass (attn_split), which writes Out itself when the context is not split,
-// else partial softmax states to Scratch, then the combine pass
-// (attn_combine) that merges them into Out.
+// pass (attn_split, or attn_split_pre when LTab is set: the same kernel
+// with the un-whitening, whose registers the other is spared), which
+// writes Out itself when the context is not split, else partial softmax
+// states to Scratch, then the combine pass (attn_combine) that merges them
+// into Out.
 //
 // Kernels:
 //
-//	attn_split(float *out, const float *q, float *scratch, int n, int start, int heads, int kv_heads,
+//	attn_split[_pre](float *out, const float *q, float *scratch, int n, int start, int heads, int kv_heads,
 //	           int d, int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
 //	           int blocks, const float *cos, const float *sin, int rows, int per, int splits,
 //	           const float *kparams, const float *vparams, const uint64 *ltab)
@@ -546,8 +571,12 @@ func attentionLaunches(a attnArgs) []Launch {
 		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
 		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", a.Blocks).ptr(a.Cos).ptr(a.Sin).
 		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams).ptr(a.LTab)
+	kernel := "attn_split"
+	if a.LTab != 0 {
+		kernel = "attn_split_pre"
+	}
 	ls := []Launch{{
-		Kernel: "attn_split",
+		Kernel: kernel,
 		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},
 		Block:  Dim3{attnThreads, 1, 1},
 		Shared: uint32(p.shared),

@@ -510,6 +510,10 @@ func TestLaunchAttention(t *testing.T) {
 		{"prefill/pre+int8/d64", 8, 4, 64, 32, 33, 9, 0, "bf16", "pre+int8/int8", 0},
 		{"decode/pre+int8/d256", 2, 1, 256, 16, 35, 1, 0, "f32", "pre+int8/hot", 0},
 		{"window/pre+kakeya-b2c16", 4, 2, 64, 16, 60, 3, 21, "bf16", "pre+kakeya-b2c16/int4", 0},
+		// Head dims that leave warps without columns (d < 8) or with
+		// fewer columns than others (d not a multiple of 8).
+		{"prefill/pre+int4/d6", 2, 1, 6, 16, 10, 9, 0, "f32", "pre+int4/int4", 0},
+		{"decode/pre+int2-k/d46", 3, 1, 46, 16, 40, 1, 0, "f32", "pre+int2-k/int8", 0},
 		{"decode/mixed-pre/odd-d", 6, 3, 40, 16, 100, 2, 0, "f32", "mixed-pre", 0},
 		{"decode/mixed-pre/gqa7/d128", 7, 1, 128, 16, 100, 1, 0, "bf16", "mixed-pre", 0},
 		// Under many schedules: a race between the kernel's phases would
@@ -633,7 +637,7 @@ func testAttention(t *testing.T, c attnCase) {
 			inner := compute.Decoder(cd)
 			if p, isPre := cd.(*codec.Preconditioned); isPre {
 				if linvs[p] == 0 {
-					linvs[p] = m.f32(p.Linv)
+					linvs[p] = m.f32(unwhitenLayout(p.Linv, c.d))
 				}
 				ltab[e] = uint64(linvs[p])
 				inner = p.Inner
@@ -769,7 +773,9 @@ func TestLaunchesWithinDeviceLimits(t *testing.T) {
 		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0))
 	for _, d := range []int{2, 8, 64, 80, 128, 256} {
 		for _, n := range []int{1, 7, 512} {
-			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512})...)
+			for _, lt := range []Ptr{0, 1} { // attn_split and attn_split_pre
+				ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, LTab: lt})...)
+			}
 		}
 	}
 	for _, l := range ls {

@@ -176,7 +176,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("emulates every kernel of several forward passes")
 	}
-	needKernels(t, "matvec_f32", "matvec_bf16", "matvec_f16", "matmul_f32", "matmul_bf16", "matmul_f16", "attn_split", "attn_combine")
+	needKernels(t, "matvec_f32", "matvec_bf16", "matvec_f16", "matmul_f32", "matmul_bf16", "matmul_f16", "attn_split", "attn_split_pre", "attn_combine")
 	dirs := tinyArchitectures(t)
 	const tokens, pre = 14, 10 // prefill > maxMatVecRows, then decode
 	specs := []struct {

@@ -368,20 +368,21 @@ func (s *store) kakeyaParams(dec compute.Decoder) (Ptr, bool, error) {
 	return p, true, nil
 }
 
-// inverseFactor returns the device copy of p's inverse factor (d x d
-// float32), uploading it on p's first block. Called with the backend's mu
-// held.
+// inverseFactor returns the device copy of p's inverse factor (float32,
+// in unwhitenLayout's order), uploading it on p's first block. Called with
+// the backend's mu held.
 func (s *store) inverseFactor(p *codec.Preconditioned) (Ptr, error) {
 	if a, ok := s.linvOf[p]; ok {
 		return a, nil
 	}
 	_, linv := preconditioner(p, s.d)
-	a, err := s.slot(roundUp(4*len(linv), encAlign))
+	lay := unwhitenLayout(linv, s.d)
+	a, err := s.slot(roundUp(4*len(lay), encAlign))
 	if err != nil {
 		return 0, err
 	}
 	s.b.flush()
-	if err := s.b.drv.copyIn(a, bytesOf(linv)); err != nil {
+	if err := s.b.drv.copyIn(a, bytesOf(lay)); err != nil {
 		s.b.fail(err)
 		return 0, err
 	}

@@ -6,8 +6,9 @@
 // Keys are stored before RoPE and rotated here. Keys encoded by a
 // preconditioned codec (codec.Preconditioned: whitened by the factor L of
 // their KV head before the inner codec) have an entry in a third table,
-// ltab: the address of that head's inverse factor, by which the decoded
-// row is multiplied (k = y Linv) before RoPE; 0 where keys are plain.
+// ltab: the address of that head's inverse factor, by which
+// attn_split_pre multiplies the decoded row (k = y Linv) before RoPE; 0
+// where keys are plain. attn_split is the same kernel without ltab.
 //
 // attn_split: block (split, g, tile) takes `rows` query-head rows of KV
 // head g (row f of the head is query f/group, head g*group + f%group, so
@@ -144,70 +145,71 @@ KK_DEVICE void kk_kakeya_tile(float *tile, int ld, const kk_u8 *part, const floa
 	__syncthreads();
 }
 
+#define KK_AT_UW 32 // un-whitened columns per warp: head_dim / 8 <= 32
+
 // kk_unwhiten multiplies each row y of tile (tn <= KK_AT_TILE rows of d
-// values, row j at tile + j*ld) by the lower-triangular d x d matrix linv
-// (row-major, zero above the diagonal), in place: k_c = sum over i >= c of
-// y_i linv[i][c], summed in increasing i as codec.Preconditioned.Decode
-// sums. Warp w owns rows w, w+8, w+16 and w+24 (the kernel runs 8 warps)
-// and lane l their outputs l, l+32, ...: the matrix (64 KiB at d = 128,
-// 256 KiB at 256, too big for shared memory beside the tile, and kept in
-// float32 for accuracy) is read from global memory through the read-only
-// cache, which keeps it since every key tile of the head reads it: once
-// per warp and tile, each row i as coalesced 128-byte segments, only
-// those holding columns <= i, every value serving the warp's four key
-// rows. A warp reads only its own rows, so __syncwarp before the writes is
-// all it needs; the caller syncs the block after.
-KK_DEVICE void kk_unwhiten(float *tile, int ld, const float *__restrict__ linv, int d, int tn) {
-	enum { R = KK_AT_TILE / 8 };
+// values, row j at tile + j*ld) by a head's lower-triangular inverse
+// factor Linv (d x d), in place: k_c = sum over i >= c of y_i Linv[i][c],
+// summed in increasing i as codec.Preconditioned.Decode sums. Lane j
+// computes row j (its reads of the tile fall in distinct banks, ld being
+// odd) and warp w the columns w, w+8, ... (M = ceil(d/8) of them, spread
+// so that every warp's share of the triangle is about the same); each
+// value of Linv it reads then serves 32 key rows. lp holds Linv as
+// unwhitenLayout (launch.go) lays it out for that: for each row i and warp
+// w, the M values [i][w+8m], zero-padded to a multiple of 4, each 4 one
+// 16-byte load, the same address for the whole warp. The factor (64 KiB
+// at d = 128, 256 KiB at 256, in float32 for accuracy) stays in global
+// memory, too big for shared memory beside the tile; every key tile of
+// the head reads it, so it stays in the caches. The whole block calls it:
+// it syncs between the reads of the tile and the writes.
+KK_DEVICE void kk_unwhiten(float *tile, int ld, const float *__restrict__ lp, int d, int tn) {
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	float o[R][KK_AT_DV];
+	int m4 = (((d + 7) >> 3) + 3) & ~3;
+	bool live = lane < tn;
+	const float *y = tile + lane * ld;
+	float o[KK_AT_UW];
 #pragma unroll
-	for (int s = 0; s < R; s++)
+	for (int m = 0; m < KK_AT_UW; m++)
+		o[m] = 0.0f;
+	// Row i of Linv reaches columns <= i: this warp's m <= (i-warp)/8.
+	for (int i = warp; i < d; i++) {
+		float yi = live ? y[i] : 0.0f;
+		int last = (i - warp) >> 3;
+		const float *li = lp + ((long long)i * 8 + warp) * m4;
 #pragma unroll
-		for (int k = 0; k < KK_AT_DV; k++)
-			o[s][k] = 0.0f;
-	for (int i = 0; i < d; i++) {
-		float y[R];
+		for (int g = 0; g < KK_AT_UW / 4; g++) {
+			if (4 * g > last)
+				break; // warp-uniform
+			kk_f32x4 v = kk_ldg4(li + 4 * g);
 #pragma unroll
-		for (int s = 0; s < R; s++) {
-			int j = s * 8 + warp;
-			y[s] = j < tn ? tile[j * ld + i] : 0.0f;
-		}
-		const float *li = linv + (long long)i * d;
-#pragma unroll
-		for (int k = 0; k < KK_AT_DV; k++) {
-			if (32 * k > i)
-				break; // warp-uniform: the rest of row i is above the diagonal
-			int c = lane + 32 * k;
-			if (c <= i) {
-				float l = kk_ldg(li + c);
-#pragma unroll
-				for (int s = 0; s < R; s++)
-					o[s][k] += y[s] * l;
-			}
+			for (int e = 0; e < 4; e++)
+				if (4 * g + e <= last)
+					o[4 * g + e] += yi * v[e];
 		}
 	}
-	__syncwarp();
+	__syncthreads(); // every warp has read the rows
+	if (live) {
 #pragma unroll
-	for (int s = 0; s < R; s++) {
-		int j = s * 8 + warp;
-		if (j >= tn)
-			continue;
-#pragma unroll
-		for (int k = 0; k < KK_AT_DV; k++) {
-			int c = lane + 32 * k;
+		for (int m = 0; m < KK_AT_UW; m++) {
+			int c = warp + 8 * m;
 			if (c < d)
-				tile[j * ld + c] = o[s][k];
+				tile[lane * ld + c] = o[m];
 		}
 	}
 }
 
-KK_KERNEL void __launch_bounds__(256)
-    attn_split(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,
-               int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
-               const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
-               const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,
-               const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab) {
+// kk_attn_split is attn_split, and with PRE attn_split_pre, which also
+// un-whitens the keys of the parts whose ltab entry is set: a kernel of
+// its own, so that the registers kk_unwhiten holds do not cost the
+// occupancy of layers without preconditioned keys.
+template <bool PRE>
+KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n,
+                             int start, int heads, int kv_heads, int d, int window, int bs,
+                             const kk_u64 *__restrict__ ktab, const kk_u64 *__restrict__ vtab,
+                             const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
+                             const float *__restrict__ sin, int rows, int per, int splits,
+                             const float *__restrict__ kprm, const float *__restrict__ vprm,
+                             const kk_u64 *__restrict__ ltab) {
 	KK_DYN_SHARED(float, sm);
 	float *qs = sm;                           // rows x d: the queries, scaled
 	int P = 1; // NextPow2(d): a Kakeya row's rotated width
@@ -262,7 +264,7 @@ KK_KERNEL void __launch_bounds__(256)
 		const kk_u8 *vp = (const kk_u8 *)vtab[(long long)b * kv_heads + g];
 		int fmt = fmts[(long long)b * kv_heads + g];
 		// The head's inverse factor when the keys are preconditioned.
-		const float *kl = ltab ? (const float *)ltab[(long long)b * kv_heads + g] : 0;
+		const float *kl = PRE ? (const float *)ltab[(long long)b * kv_heads + g] : 0;
 		// One format for both parts, or the key's and the value's.
 		int kfmt = fmt & 0xff, vfmt = fmt >> 16 ? (fmt >> 8) & 0xff : kfmt;
 		int lo = b * bs > kbeg ? b * bs : kbeg;
@@ -389,6 +391,25 @@ KK_KERNEL void __launch_bounds__(256)
 				o[c] = acc[s][k];
 		}
 	}
+}
+
+KK_KERNEL void __launch_bounds__(256)
+    attn_split(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,
+               int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
+               const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
+               const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,
+               const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab) {
+	kk_attn_split<false>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks, cos, sin,
+	                     rows, per, splits, kprm, vprm, ltab);
+}
+KK_KERNEL void __launch_bounds__(256)
+    attn_split_pre(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,
+                   int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
+                   const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks,
+                   const float *__restrict__ cos, const float *__restrict__ sin, int rows, int per, int splits,
+                   const float *__restrict__ kprm, const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab) {
+	kk_attn_split<true>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks, cos, sin,
+	                    rows, per, splits, kprm, vprm, ltab);
 }
 
 // attn_combine: block R merges the splits' states of query-head row R:

@@ -8,7 +8,7 @@
 // writes of float32 rows into float32 or bf16 parts), matvec.cu
 // (decode's matvec and the tiled matmul, for f32, bf16 and f16 weights)
 // and attention.cu (attn_split and attn_combine over paged, possibly
-// encoded, KV blocks, preconditioned keys un-whitened in the kernel).
+// encoded, KV blocks; attn_split_pre also un-whitens preconditioned keys).
 // They use only what prelude.cuh declares. For the device, clang compiles
 // them to PTX without the CUDA SDK (make ptx; the PTX is committed as
 // compute/cuda/kernels_sm80.ptx and embedded by package cuda, whose

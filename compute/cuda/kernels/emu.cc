@@ -160,7 +160,7 @@ const Entry kernels[] = {
     KK_ENTRY(add),       KK_ENTRY(silu_mul),   KK_ENTRY(rope),       KK_ENTRY(kv_write),
     KK_ENTRY(matvec_f32), KK_ENTRY(matvec_bf16), KK_ENTRY(matvec_f16),
     KK_ENTRY(matmul_f32), KK_ENTRY(matmul_bf16), KK_ENTRY(matmul_f16),
-    KK_ENTRY(attn_split), KK_ENTRY(attn_combine),
+    KK_ENTRY(attn_split), KK_ENTRY(attn_split_pre), KK_ENTRY(attn_combine),
 };
 } // namespace
 } // namespace kkemu

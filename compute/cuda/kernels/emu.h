@@ -126,6 +126,10 @@ static inline int atomicCAS(int *p, int cmp, int v) {
 static inline float kk_exp(float x) { return exp2f(x * 1.4426950408889634f); }
 
 // Global memory is host memory: the read-only cache is a plain load.
-static inline float kk_ldg(const float *p) { return *p; }
+static inline kk_f32x4 kk_ldg4(const float *p) {
+	kk_f32x4 v;
+	std::memcpy(&v, p, 16);
+	return v;
+}
 
 #endif // KK_EMU_H

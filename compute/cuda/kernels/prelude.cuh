@@ -73,10 +73,17 @@ KK_DEVICE int atomicCAS(int *p, int cmp, int v) { return __nvvm_atom_cas_gen_i(p
 // emulator computes the same formula with exp2f.
 KK_DEVICE float kk_exp(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
 
-// kk_ldg reads a float of global memory that no thread writes during the
-// launch through the read-only data cache (ld.global.nc), for data
-// reached through an address the compiler cannot prove global.
-KK_DEVICE float kk_ldg(const float *p) { return __nvvm_ldg_f(p); }
+// kk_ldg4 reads 16 bytes of global memory (16-byte aligned) that no
+// thread writes during the launch through the read-only data cache
+// (ld.global.nc.v4.f32), for data reached through an address the compiler
+// cannot prove global. The builtin takes clang's vector type; kernels use
+// the GCC-style one the emulator also knows.
+typedef float kk_ldg_v4 __attribute__((ext_vector_type(4)));
+KK_DEVICE kk_f32x4 kk_ldg4(const float *p) {
+	kk_ldg_v4 v = __nvvm_ldg_f4((const kk_ldg_v4 *)p);
+	kk_f32x4 r = {v.x, v.y, v.z, v.w};
+	return r;
+}
 
 #endif // KK_EMU
 
