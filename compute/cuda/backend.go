@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/kakeya-ai/kakeya/compute"
@@ -225,14 +226,22 @@ func (b *Backend) allocRaw(bytes int) (Ptr, error) {
 	p, err := b.drv.alloc(bytes)
 	if errors.Is(err, ErrOutOfMemory) {
 		// Buffers dropped by their owners are freed only once the GC has
-		// run their cleanups; wait for the stream, collect and retry once.
+		// run their cleanups, which run on a goroutine of their own after
+		// the collection: runtime.GC does not wait for them. Wait for the
+		// stream, collect, and retry while giving the cleanups a few
+		// growing pauses (about 60 ms in all) to queue what they free.
 		b.flush()
 		if b.fail(b.drv.sync()); b.err != nil {
 			return 0, b.err
 		}
 		runtime.GC()
-		b.freePending()
-		p, err = b.drv.alloc(bytes)
+		for pause := time.Millisecond; ; pause *= 2 {
+			b.freePending()
+			if p, err = b.drv.alloc(bytes); !errors.Is(err, ErrOutOfMemory) || pause > 32*time.Millisecond {
+				break
+			}
+			time.Sleep(pause)
+		}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("%w (the backend holds %s of the device's %s)", err, mib(int(b.used)), mib(int(b.dev.TotalMem)))
