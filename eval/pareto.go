@@ -85,7 +85,7 @@ func (r *Report) WritePareto(path, title string) error {
 		p.X.Label.Text += fmt.Sprintf("\nKL 0, not drawn: %v", off)
 	}
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: 1}
 	p.Add(plotter.NewGrid())
 
 	xys := make(plotter.XYs, len(pts))
