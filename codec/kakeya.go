@@ -459,10 +459,10 @@ type kakeyaBlock struct {
 	val                float32
 }
 
-// parse checks src (header, lengths, every fixed field but the outliers
-// after the first) and leaves the mean and basis (sc.mb), the skeleton
-// coefficients (sc.coef) and the norms (sc.norms) of the block in sc; the
-// residual codes stay packed.
+// parse checks src (header, lengths, every fixed field, and the first
+// outlier: the cursor checks each as it reaches it) and leaves the mean and
+// basis (sc.mb), the skeleton coefficients (sc.coef) and the rows' level
+// scales (sc.norms) of the block in sc; the residual codes stay packed.
 func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, error) {
 	const name = "kakeya"
 	pl, err := checkHeader(name, src, idKakeya, byte(k.opt.Bits), n, d, k.tag)
@@ -506,8 +506,7 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 			return kakeyaBlock{}, err
 		}
 	}
-	off += 2 * d
-	off += 2 * r * d
+	off += 2 * (r + 1) * d
 	sc.coef = growF32(sc.coef, n*r)
 	if cbits == 16 {
 		if err := readF16s(sc.coef, pl[off:], name, "coefficient"); err != nil {
@@ -538,7 +537,7 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 	}
 	off += 2 * n
 	b := kakeyaBlock{n: n, p: p, r: r, m: m, posLen: posLen, prevPos: -1}
-	// Codes stay packed: latent unpacks a row at a time straight into its
+	// The codes stay packed: latents unpacks them straight into their
 	// levels.
 	codeLen := PackedLen(n*p, k.opt.Bits)
 	b.codes = pl[off : off+codeLen]
