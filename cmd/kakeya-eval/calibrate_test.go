@@ -93,7 +93,7 @@ func TestCalibrateErrors(t *testing.T) {
 		{"rope span alone", []string{"--model", dir, "--out", out, "--rope-span", "64"}, "--rope-span 64 has no effect without --rope-avg"},
 		{"negative threads", []string{"--model", dir, "--out", out, "--threads", "-1"}, "--threads -1: want 0 (GOMAXPROCS) to"},
 		{"too many threads", []string{"--model", dir, "--out", out, "--threads", "100000"}, "--threads 100000: want 0 (GOMAXPROCS) to"},
-		{"unknown device", []string{"--model", dir, "--out", out, "--device", "cuda"}, `--device "cuda": want one of cpu`},
+		{"unknown device", []string{"--model", dir, "--out", out, "--device", "tpu"}, `--device "tpu": want one of cpu, cuda`},
 		{"bits value", []string{"--model", dir, "--out", out, "--bits", "2,9"}, `--bits "2,9": "9" is not a width in 1..4`},
 		{"ctx below a block", []string{"--model", dir, "--out", out, "--data", data, "--ctx", "8"}, "--ctx 8 is shorter than a KV block of 16 tokens"},
 		// --out is checked before the model is even looked at.

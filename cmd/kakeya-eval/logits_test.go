@@ -130,7 +130,7 @@ func TestLogitsBadFlags(t *testing.T) {
 		{"unknown flag", []string{"--bogus"}, "bogus"},
 		{"negative threads", []string{"--model", dir, "--ids", "1", "--threads", "-2"}, "--threads -2: want 0 (GOMAXPROCS) to"},
 		{"too many threads", []string{"--model", dir, "--ids", "1", "--threads", "100000"}, "--threads 100000: want 0 (GOMAXPROCS) to"},
-		{"unknown device", []string{"--model", dir, "--ids", "1", "--device", "cuda"}, `logits: --device "cuda": want one of cpu`},
+		{"unknown device", []string{"--model", dir, "--ids", "1", "--device", "tpu"}, `logits: --device "tpu": want one of cpu, cuda`},
 		{"extra argument", []string{"--model", dir, "--ids", "1", "2"}, `unexpected argument "2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -88,7 +88,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--repeat-penalty", "-1"}, "--repeat-penalty -1 must be > 0"},
 		{[]string{"--system", "be brief"}, "--system needs --chat"},
 		{[]string{"--tokenize"}, "--prompt and --tokenize exclude each other"},
-		{[]string{"--device", "cuda"}, `--device "cuda": want one of cpu (no GPU backend is built yet)`},
+		{[]string{"--device", "tpu"}, `--device "tpu": want one of cpu, cuda`},
 	}
 	for _, tt := range tests {
 		_, err := parseCache(t, tt.args)

@@ -62,7 +62,7 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"--model", dir, "--prompt", "x", "--max-tokens", "-5"}, "--max-tokens"},
 		{[]string{"--model", dir, "--prompt", "x", "--top-k", "abc"}, "invalid value"},
 		{[]string{"--model", dir, "--prompt", "x", "--device", "tpu"}, "--device"},
-		{[]string{"--model", dir, "--prompt", "x", "--device", "cuda"}, "want one of cpu"},
+		{[]string{"--model", dir, "--prompt", "x", "--device", "tpu"}, "want one of cpu, cuda"},
 		{[]string{"--model", dir, "--prompt", "x", "stray"}, "unexpected argument"},
 		{[]string{"--model", filepath.Join(t.TempDir(), "nope"), "--prompt", "x"}, "nope"},
 		{[]string{"--model", dir, "--prompt", strings.Repeat("Once upon a time. ", 200)}, "exceeds the context"},
