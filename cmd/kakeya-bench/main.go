@@ -52,11 +52,11 @@ func main() {
 
 // options are the parsed flags.
 type options struct {
-	model          string
-	caches         []string
-	threads, ctxs  []int
-	gen, reps      int
-	keep, progress bool
+	model         string
+	caches        []string
+	threads, ctxs []int
+	gen, reps     int
+	progress      bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
