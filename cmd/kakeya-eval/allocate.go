@@ -99,9 +99,12 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 		f.data = sharedFile("data", "wikitext-2", "valid.txt")
 	}
 	var layers int
+	var sides map[string]kvcache.SensitivityEntry
 	configsFor := func(n int) ([]eval.Config, error) {
+		var cs []eval.Config
 		layers = n
-		return sensitivityConfigs(n, specs), nil
+		cs, sides = sensitivityConfigs(n, specs)
+		return cs, nil
 	}
 	r, run, err := evaluate(ctx, &f, configsFor, stderr)
 	var intr interrupted
@@ -111,7 +114,7 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	sens, err := sensitivityOf(r, layers)
+	sens, err := sensitivityOf(r, layers, sides)
 	if err != nil {
 		return fmt.Errorf("sensitivity: %w", err)
 	}
@@ -132,8 +135,9 @@ func sideName(kv int) string { return [2]string{"k", "v"}[kv] }
 
 // sensitivityConfigs returns the configurations of a sensitivity run: every
 // side bf16 (the byte baseline), then one per layer side and codec with
-// only that side compressed.
-func sensitivityConfigs(layers int, specs []string) []eval.Config {
+// only that side compressed, and by name the layer side and codec each of
+// those measures.
+func sensitivityConfigs(layers int, specs []string) ([]eval.Config, map[string]kvcache.SensitivityEntry) {
 	plan := func(layer, kv int, spec string) string {
 		p := make([]kvcache.LayerPlan, layers)
 		for l := range p {
@@ -149,19 +153,23 @@ func sensitivityConfigs(layers int, specs []string) []eval.Config {
 		return kvcache.FormatLayerCodecs(p)
 	}
 	cs := []eval.Config{{Name: "bf16", Spec: kvcache.Spec{Layers: plan(-1, 0, "")}}}
+	sides := map[string]kvcache.SensitivityEntry{}
 	for l := range layers {
 		for kv := range 2 {
 			for _, s := range specs {
-				cs = append(cs, eval.Config{Name: fmt.Sprintf("L%d.%s=%s", l, sideName(kv), s), Spec: kvcache.Spec{Layers: plan(l, kv, s)}})
+				name := fmt.Sprintf("L%d.%s=%s", l, sideName(kv), s)
+				cs = append(cs, eval.Config{Name: name, Spec: kvcache.Spec{Layers: plan(l, kv, s)}})
+				sides[name] = kvcache.SensitivityEntry{Layer: l, KV: kv, Spec: s}
 			}
 		}
 	}
-	return cs
+	return cs, sides
 }
 
-// sensitivityOf reads a sensitivity run's report: each side's bytes are the
-// configuration's bytes on that side less the other layers' bf16 bytes.
-func sensitivityOf(r *eval.Report, layers int) (kvcache.Sensitivity, error) {
+// sensitivityOf reads a sensitivity run's report, whose configurations
+// sides names: each side's bytes are the configuration's bytes on that side
+// less the other layers' bf16 bytes.
+func sensitivityOf(r *eval.Report, layers int, sides map[string]kvcache.SensitivityEntry) (kvcache.Sensitivity, error) {
 	byName := map[string]eval.ConfigReport{}
 	for _, c := range r.Configs {
 		byName[c.Config.Name] = c
@@ -178,18 +186,16 @@ func sensitivityOf(r *eval.Report, layers int) (kvcache.Sensitivity, error) {
 			"calib": r.Calib, "calib_sha256": r.CalibSHA256, "cache": base.Config.Settings, "engine_version": r.Engine,
 		}}
 	for _, c := range r.Configs {
-		var l int
-		var kv, spec string
-		if n, err := fmt.Sscanf(c.Config.Name, "L%d.%1s=", &l, &kv); n != 2 || err != nil {
+		e, ok := sides[c.Config.Name]
+		if !ok {
 			continue
 		}
-		_, spec, _ = strings.Cut(c.Config.Name, "=")
-		k := 0
-		bytes := c.KV.K - int64(layers-1)*side
-		if kv == "v" {
-			k, bytes = 1, c.KV.V-int64(layers-1)*side
+		held := c.KV.K
+		if e.KV == 1 {
+			held = c.KV.V
 		}
-		s.Entries = append(s.Entries, kvcache.SensitivityEntry{Layer: l, KV: k, Spec: spec, Bytes: bytes, KL: float64(c.MeanKL)})
+		e.Bytes, e.KL = held-int64(layers-1)*side, float64(c.MeanKL)
+		s.Entries = append(s.Entries, e)
 	}
 	return s, nil
 }
