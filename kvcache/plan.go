@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,7 +94,7 @@ func ReadPlan(path string) (Plan, error) {
 		return Plan{}, fmt.Errorf("policy file: %w", err)
 	}
 	var p Plan
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
 		return Plan{}, fmt.Errorf("policy file %s: %w", path, err)
