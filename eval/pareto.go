@@ -176,12 +176,11 @@ func ReadReportPoints(path string) (*Report, error) {
 	}
 	r := &Report{Model: in.Model, Data: in.Data, Passages: in.Passages, Tokens: in.Tokens}
 	for _, c := range in.Configs {
-		spec, err := kvcache.ParseSpec(c.Config.Spec)
-		if c.Config.Spec == "" {
-			spec, err = kvcache.Spec{}, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("eval: %s: configuration %s: %w", path, c.Config.Name, err)
+		var spec kvcache.Spec // the reference's is empty
+		if c.Config.Spec != "" {
+			if spec, err = kvcache.ParseSpec(c.Config.Spec); err != nil {
+				return nil, fmt.Errorf("eval: %s: configuration %s: %w", path, c.Config.Name, err)
+			}
 		}
 		cr := ConfigReport{Config: Config{Name: c.Config.Name, Spec: spec}, Ratio: Float(math.NaN()), MeanKL: Float(math.NaN())}
 		if c.Ratio != nil {
