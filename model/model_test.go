@@ -498,3 +498,82 @@ func TestObserve(t *testing.T) {
 		}
 	}
 }
+
+// With Options.MatMul "bf16x2" or "bf16" the activations that multiply bf16
+// weights are split into two bf16 terms or rounded to one (llama.cpp's
+// arithmetic): ref-qwen2-6m's logits then stay within 1e-3 of PyTorch's
+// fp32 ones, or within bf16 rounding of them (KL and top-1 below), prefill
+// and token by token.
+func TestMatMulPrecisionReference(t *testing.T) {
+	shared := shareddata.Dir(t)
+	ids, want := reference(t, shared, "ref-qwen2-6m_logits.txt")
+	for _, tc := range []struct {
+		matmul        string
+		maxAbs, maxKL float64
+	}{
+		// Seen: 2.4e-5 (the f32 loops' too), and 0.022 with KL 1.2e-5.
+		{"bf16x2", 1e-3, 1e-7},
+		{"bf16", 0.05, 1e-4},
+	} {
+		m := load(t, filepath.Join(shared, "models", "ref-qwen2-6m"), Options{Threads: 2, MatMul: tc.matmul})
+		prefill, err := m.Logits(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, got := range map[string][][]float32{"decode": decode(t, m, ids), "prefill": prefill} {
+			var worst, worstKL float64
+			top1 := 0
+			for p := range ids {
+				worst = max(worst, maxAbsDiff(got[p], want[p]))
+				worstKL = max(worstKL, klDiv(want[p], got[p]))
+				if argmax(got[p]) == argmax(want[p]) {
+					top1++
+				}
+			}
+			t.Logf("%s %s: max abs error %.3g, max KL %.3g, top-1 %d/%d", tc.matmul, name, worst, worstKL, top1, len(ids))
+			if worst > tc.maxAbs || worstKL > tc.maxKL || top1 < len(ids)-1 {
+				t.Errorf("%s %s: max abs error %.3g (want <= %g), max KL %.3g (<= %g), top-1 %d/%d (>= %d)",
+					tc.matmul, name, worst, tc.maxAbs, worstKL, tc.maxKL, top1, len(ids), len(ids)-1)
+			}
+		}
+	}
+	if _, err := Load(filepath.Join(shared, "models", "ref-qwen2-6m"), Options{MatMul: "fp16"}); err == nil || !strings.Contains(err.Error(), `"fp16"`) {
+		t.Errorf("MatMul fp16: err = %v, want one naming the value", err)
+	}
+}
+
+// klDiv returns KL(softmax(p) || softmax(q)) in nats.
+func klDiv(p, q []float32) float64 {
+	lp, lq := logSoftmax(p), logSoftmax(q)
+	var kl float64
+	for i := range lp {
+		kl += math.Exp(lp[i]) * (lp[i] - lq[i])
+	}
+	return kl
+}
+
+func logSoftmax(x []float32) []float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = max(m, float64(v))
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - m)
+	}
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v) - m - math.Log(s)
+	}
+	return out
+}
+
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}

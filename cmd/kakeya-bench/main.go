@@ -54,6 +54,7 @@ func main() {
 type options struct {
 	model         string
 	caches        []string
+	matmuls       []string
 	threads, ctxs []int
 	gen, reps     int
 	progress      bool
@@ -61,7 +62,7 @@ type options struct {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o options
-	var caches, threads, ctxs string
+	var caches, matmuls, threads, ctxs string
 	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -70,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
+	fs.StringVar(&matmuls, "matmul", "f32", "precisions of the activations in bf16 matrix products, comma-separated: f32 (the other tools' default), bf16x2, bf16 (llama.cpp's arithmetic)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
 	fs.IntVar(&o.gen, "gen", 32, "decoded tokens per run")
@@ -86,6 +88,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var err error
 	if o.caches, err = parseCaches(caches); err != nil {
+		return err
+	}
+	if o.matmuls, err = parseMatMuls(matmuls); err != nil {
 		return err
 	}
 	if o.threads, err = parseInts("--threads", threads, 1, model.MaxThreads()); err != nil {
@@ -126,7 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // row is one cell of the table.
 type row struct {
-	cache           string
+	cache, matmul   string
 	threads, ctx    int
 	prefill, decode float64 // tokens/s, medians
 	kvMiB, kvRatio  float64 // after the last run's decode
@@ -136,26 +141,28 @@ type row struct {
 func measure(ctx context.Context, dir string, o options, stderr io.Writer) ([]row, error) {
 	maxCtx := slices.Max(o.ctxs) + o.gen
 	var rows []row
-	for _, th := range o.threads {
-		m, err := model.Load(dir, model.Options{Threads: th, MaxContext: maxCtx})
-		if err != nil {
-			return nil, err
+	for _, mm := range o.matmuls {
+		for _, th := range o.threads {
+			m, err := model.Load(dir, model.Options{Threads: th, MaxContext: maxCtx, MatMul: mm})
+			if err != nil {
+				return nil, err
+			}
+			r, err := measureModel(ctx, m, mm, th, o, stderr)
+			m.Close()
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
 		}
-		r, err := measureModel(ctx, m, th, o, stderr)
-		m.Close()
-		if err != nil {
-			return nil, err
-		}
-		rows = append(rows, r...)
 	}
-	// Group by cache, then threads, then context.
+	// Group by cache, then precision, threads and context.
 	slices.SortStableFunc(rows, func(a, b row) int {
 		return slices.Index(o.caches, a.cache) - slices.Index(o.caches, b.cache)
 	})
 	return rows, nil
 }
 
-func measureModel(ctx context.Context, m *model.Model, threads int, o options, stderr io.Writer) ([]row, error) {
+func measureModel(ctx context.Context, m *model.Model, matmul string, threads int, o options, stderr io.Writer) ([]row, error) {
 	var rows []row
 	vocab := m.Config().VocabSize
 	for _, cache := range o.caches {
@@ -168,7 +175,7 @@ func measureModel(ctx context.Context, m *model.Model, threads int, o options, s
 			if err != nil {
 				return nil, err
 			}
-			r := row{cache: cache, threads: threads, ctx: n}
+			r := row{cache: cache, matmul: matmul, threads: threads, ctx: n}
 			var pre, dec []float64
 			rng := rand.New(rand.NewPCG(uint64(n), 1))
 			prompt := make([]int, n)
@@ -199,8 +206,8 @@ func measureModel(ctx context.Context, m *model.Model, threads int, o options, s
 				pre = append(pre, float64(n)/t1.Sub(t0).Seconds())
 				dec = append(dec, float64(o.gen)/t2.Sub(t1).Seconds())
 				if o.progress {
-					fmt.Fprintf(stderr, "kakeya-bench: %s, %d threads, ctx %d, run %d: prefill %.1f tok/s, decode %.2f tok/s\n",
-						cache, threads, n, rep+1, pre[rep], dec[rep])
+					fmt.Fprintf(stderr, "kakeya-bench: %s, %s matmul, %d threads, ctx %d, run %d: prefill %.1f tok/s, decode %.2f tok/s\n",
+						cache, matmul, threads, n, rep+1, pre[rep], dec[rep])
 				}
 			}
 			kv := s.KVStats()
@@ -229,24 +236,28 @@ func sequenceOptions(cache string, m *model.Model) (model.SequenceOptions, error
 
 // writeTable prints the rows as a Markdown table.
 func writeTable(w io.Writer, rows []row) {
-	fmt.Fprintln(w, "| cache | threads | ctx | prefill tok/s | decode tok/s | decode vs plain | KV MiB | KV ratio |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	plain := map[[2]int]float64{}
+	fmt.Fprintln(w, "| cache | matmul | threads | ctx | prefill tok/s | decode tok/s | decode vs plain | KV MiB | KV ratio |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	type cell struct {
+		matmul       string
+		threads, ctx int
+	}
+	plain := map[cell]float64{}
 	for _, r := range rows {
 		if r.cache == "plain" {
-			plain[[2]int{r.threads, r.ctx}] = r.decode
+			plain[cell{r.matmul, r.threads, r.ctx}] = r.decode
 		}
 	}
 	for _, r := range rows {
 		rel := "–"
-		if p, ok := plain[[2]int{r.threads, r.ctx}]; ok && r.cache != "plain" {
+		if p, ok := plain[cell{r.matmul, r.threads, r.ctx}]; ok && r.cache != "plain" {
 			rel = fmt.Sprintf("%.2fx", r.decode/p)
 		}
 		ratio := "–"
 		if r.cache != "plain" && r.kvRatio > 0 {
 			ratio = fmt.Sprintf("%.2fx", r.kvRatio)
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %.1f | %.2f | %s | %.1f | %s |\n", r.cache, r.threads, r.ctx, r.prefill, r.decode, rel, r.kvMiB, ratio)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f | %.2f | %s | %.1f | %s |\n", r.cache, r.matmul, r.threads, r.ctx, r.prefill, r.decode, rel, r.kvMiB, ratio)
 	}
 }
 
@@ -284,6 +295,22 @@ func parseCaches(s string) ([]string, error) {
 			}
 		}
 		out = append(out, c)
+	}
+	return out, nil
+}
+
+// parseMatMuls reads the --matmul list.
+func parseMatMuls(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f != "f32" && f != "bf16x2" && f != "bf16" {
+			return nil, fmt.Errorf("--matmul %q: %q is not f32, bf16x2 or bf16", s, f)
+		}
+		if slices.Contains(out, f) {
+			return nil, fmt.Errorf("--matmul %q: %s listed twice", s, f)
+		}
+		out = append(out, f)
 	}
 	return out, nil
 }

@@ -15,24 +15,29 @@ func TestTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	err := run(context.Background(), []string{"--model", dir, "--cache", "plain,int8", "--threads", "1", "--ctx", "16,80", "--gen", "3", "--reps", "1", "--progress=false"}, &out, io.Discard)
+	err := run(context.Background(), []string{"--model", dir, "--cache", "plain,int8", "--matmul", "f32,bf16", "--threads", "1", "--ctx", "16,80", "--gen", "3", "--reps", "1", "--progress=false"}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	// Header line, blank, table header, separator, four rows.
-	if len(lines) != 8 {
+	// Header line, blank, table header, separator, eight rows.
+	if len(lines) != 12 {
 		t.Fatalf("output:\n%s", out.String())
 	}
-	for i, want := range []string{"| plain | 1 | 16 |", "| plain | 1 | 80 |", "| int8 | 1 | 16 |", "| int8 | 1 | 80 |"} {
+	for i, want := range []string{
+		"| plain | f32 | 1 | 16 |", "| plain | f32 | 1 | 80 |", "| plain | bf16 | 1 | 16 |", "| plain | bf16 | 1 | 80 |",
+		"| int8 | f32 | 1 | 16 |", "| int8 | f32 | 1 | 80 |", "| int8 | bf16 | 1 | 16 |", "| int8 | bf16 | 1 | 80 |",
+	} {
 		if !strings.HasPrefix(lines[4+i], want) {
 			t.Errorf("row %d = %q, want it to start with %q", i, lines[4+i], want)
 		}
 	}
 	// At ctx 80 with 64-token blocks int8 has encoded a block: a ratio is
-	// reported against the plain row.
-	if f := strings.Split(lines[7], "|"); len(f) < 9 || !strings.HasSuffix(strings.TrimSpace(f[6]), "x") || !strings.HasSuffix(strings.TrimSpace(f[8]), "x") {
-		t.Errorf("int8 ctx 80 row %q lacks its ratios", lines[7])
+	// reported against the plain row of the same precision.
+	for _, l := range []int{9, 11} {
+		if f := strings.Split(lines[l], "|"); len(f) < 10 || !strings.HasSuffix(strings.TrimSpace(f[7]), "x") || !strings.HasSuffix(strings.TrimSpace(f[9]), "x") {
+			t.Errorf("int8 ctx 80 row %q lacks its ratios", lines[l])
+		}
 	}
 }
 
@@ -45,6 +50,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"--cache", "plain,,int8"}, "empty entry"},
 		{[]string{"--cache", "int8,int8"}, "int8 listed twice"},
 		{[]string{"--threads", "0"}, `--threads "0"`},
+		{[]string{"--matmul", "fp16"}, `--matmul "fp16": "fp16" is not f32, bf16x2 or bf16`},
+		{[]string{"--matmul", "bf16,bf16"}, "bf16 listed twice"},
 		{[]string{"--ctx", "x"}, `--ctx "x": "x" is not an integer`},
 		{[]string{"--gen", "0"}, "--gen 0 must be >= 1"},
 		{[]string{"--reps", "0"}, "--reps 0 must be >= 1"},

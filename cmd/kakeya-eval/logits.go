@@ -28,6 +28,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	idList := fs.String("ids", "", "comma-separated input token ids")
 	threads := fs.Int("threads", 0, "compute threads (0: all cores)")
 	dev := fs.String("device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
+	matmul := fs.String("matmul", "f32", device.MatMulUsage)
 	step := fs.Bool("step", false, "feed one token per forward call instead of one prefill call")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -45,6 +46,10 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: --ids: %w", err)
 	}
+	mm, err := device.MatMul(*dev, *matmul)
+	if err != nil {
+		return fmt.Errorf("logits: %w", err)
+	}
 	backend, err := device.Backend(*dev)
 	if err != nil {
 		return fmt.Errorf("logits: %w", err)
@@ -56,7 +61,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: --model: %w", err)
 	}
-	m, err := model.Load(dir, model.Options{Backend: backend, Threads: *threads})
+	m, err := model.Load(dir, model.Options{Backend: backend, Threads: *threads, MatMul: mm})
 	if err != nil {
 		return fmt.Errorf("logits: --model %s: %w", dir, err)
 	}

@@ -85,7 +85,7 @@ type pplFlags struct {
 	docs                                               string // --docs FROM:TO
 	ctx, nEval, passages, stride, chunk, threads       int
 	workers                                            int
-	device                                             string
+	device, matmul                                     string
 	backend                                            compute.Backend // from device
 	cache                                              kvcache.Spec    // the cache flags
 	configs                                            configList
@@ -111,6 +111,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
 	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
 	fs.StringVar(&f.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
+	fs.StringVar(&f.matmul, "matmul", "f32", device.MatMulUsage)
 	f.cache.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -239,6 +240,11 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 	if err := f.checkCounts(); err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
+	mm, err := device.MatMul(f.device, f.matmul)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	f.matmul = mm
 	backend, err := device.Backend(f.device)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
@@ -407,7 +413,7 @@ type engine struct {
 // openEngine loads the model once and resolves every configuration for it,
 // recording the settings in effect in configs.
 func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
-	m, err := model.Load(f.model, model.Options{Backend: f.backend, Threads: f.threads})
+	m, err := model.Load(f.model, model.Options{Backend: f.backend, Threads: f.threads, MatMul: f.matmul})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.cmd, err)
 	}

@@ -46,6 +46,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 type options struct {
 	model, prompt, system, device, calib string
+	matmul                               string
 	maxTokens, threads, maxContext       int
 	chat, tokenize, addSpecial           bool
 	quiet                                bool
@@ -79,6 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.threads, "threads", 0, "worker threads (0 = all cores)")
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
+	fs.StringVar(&o.matmul, "matmul", "f32", device.MatMulUsage)
 	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance and kakeya codecs use its codebooks")
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
 	fs.BoolVar(&o.addSpecial, "add-special", false, "with --tokenize: add the special tokens (BOS) the model expects")
@@ -136,6 +138,9 @@ func (o *options) check() error {
 		}
 	}
 	var err error
+	if o.matmul, err = device.MatMul(o.device, o.matmul); err != nil {
+		return err
+	}
 	if o.backend, err = device.Backend(o.device); err != nil {
 		return err
 	}
@@ -175,7 +180,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 	start := time.Now()
 	eng, err := kakeya.Load(ctx, o.model, kakeya.Options{
-		Model:       model.Options{Backend: o.backend, Threads: o.threads, MaxContext: o.maxContext},
+		Model:       model.Options{Backend: o.backend, Threads: o.threads, MaxContext: o.maxContext, MatMul: o.matmul},
 		Hub:         hub,
 		Cache:       o.cache,
 		Calibration: o.calib,

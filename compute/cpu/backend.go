@@ -23,14 +23,31 @@ var _ compute.Backend = (*Backend)(nil)
 // threads <= 0 means runtime.GOMAXPROCS(0).
 func New(threads int) *Backend { return &Backend{pool: kern.NewPool(threads)} }
 
+// NewMatMul is New with the precision of the activations that multiply
+// bf16 weights named: "" or "f32" (the default), "bf16x2" or "bf16" (see
+// kern.Precision).
+func NewMatMul(threads int, matmul string) (*Backend, error) {
+	prec, err := kern.ParsePrecision(matmul)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{pool: kern.NewPoolPrecision(threads, prec)}, nil
+}
+
 // Threads returns the number of worker threads.
 func (b *Backend) Threads() int { return b.pool.Threads() }
 
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// Describe returns the SIMD kernels this build runs (see kern.Features).
-func (b *Backend) Describe() string { return kern.Features() }
+// Describe returns the SIMD kernels this build runs (see kern.Features) and,
+// when not the default, the precision of bf16 matrix products.
+func (b *Backend) Describe() string {
+	if p := b.pool.Precision(); p != kern.PrecisionF32 {
+		return kern.Features() + "; " + p.String() + " activations in bf16 matmuls"
+	}
+	return kern.Features()
+}
 
 // Close stops the worker threads.
 func (b *Backend) Close() error {

@@ -35,30 +35,48 @@ var qwenShapes = []struct {
 }
 
 // BenchmarkMatMul reports GEMV (n=1) as weight bytes streamed per second and
-// GEMM (n=128) as GFLOP/s.
+// GEMM (n=128) as GFLOP/s, for each kernel set and precision this machine
+// runs: with VDPBF16PS, also the AVX2 loops it replaces for bf16 weights.
 func BenchmarkMatMul(b *testing.B) {
-	p := NewPool(0)
-	defer p.Close()
-	for _, sh := range qwenShapes {
-		w := benchBF16(sh.rows, sh.cols)
-		for _, n := range []int{1, 128} {
-			b.Run(fmt.Sprintf("%s/n=%d", sh.name, n), func(b *testing.B) {
-				x := make([]float32, n*sh.cols)
-				for i := range x {
-					x[i] = float32(i%7) - 3
+	best := bestKernels()
+	kernels := []*kernelSet{best}
+	if best.dotBF16 {
+		k := *best
+		k.name, k.dotBF16 = "avx2", false
+		kernels = append(kernels, &k)
+	}
+	// Each kernel set at the precisions it is for: the f32 loops at f32
+	// (at the others they run on rounded activations, no faster), the
+	// VDPBF16PS kernels at bf16x2 and bf16.
+	for _, k := range kernels {
+		for _, prec := range []Precision{PrecisionF32, PrecisionBF16x2, PrecisionBF16} {
+			if (prec == PrecisionF32) == k.dotBF16 {
+				continue // the f32 loops: measured once, as avx2/f32
+			}
+			p := newPool(0, k, prec)
+			for _, sh := range qwenShapes {
+				w := benchBF16(sh.rows, sh.cols)
+				for _, n := range []int{1, 128} {
+					b.Run(fmt.Sprintf("%s/%v/%s/n=%d", k.name, prec, sh.name, n), func(b *testing.B) {
+						x := make([]float32, n*sh.cols)
+						for i := range x {
+							x[i] = float32(i%7) - 3
+						}
+						out := make([]float32, n*sh.rows)
+						if n == 1 {
+							b.SetBytes(int64(sh.rows * sh.cols * 2))
+						}
+						for b.Loop() {
+							p.MatMul(out, x, n, w)
+						}
+						if n > 1 {
+							flops := 2 * float64(n) * float64(sh.rows) * float64(sh.cols)
+							b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+						}
+					})
 				}
-				out := make([]float32, n*sh.rows)
-				if n == 1 {
-					b.SetBytes(int64(sh.rows * sh.cols * 2))
-				}
-				for b.Loop() {
-					p.MatMul(out, x, n, w)
-				}
-				if n > 1 {
-					flops := 2 * float64(n) * float64(sh.rows) * float64(sh.cols)
-					b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-				}
-			})
+			}
+			p.Close()
 		}
 	}
 }

@@ -36,7 +36,9 @@ type workerTask interface {
 type Pool struct {
 	threads int
 	k       *kernelSet
+	prec    Precision
 	scratch [][]float32 // per worker (index 0 is the caller), GEMM weight tiles
+	planes  xPlanes     // MatMul's converted activations
 
 	mu     sync.Mutex // held by the caller whose job is in flight
 	wake   []chan struct{}
@@ -55,14 +57,20 @@ type Pool struct {
 // NewPool starts a pool of threads workers counting the calling goroutine,
 // so threads-1 goroutines are started. threads <= 0 means runtime.GOMAXPROCS(0).
 func NewPool(threads int) *Pool {
-	return newPool(threads, bestKernels())
+	return newPool(threads, bestKernels(), PrecisionF32)
 }
 
-func newPool(threads int, k *kernelSet) *Pool {
+// NewPoolPrecision is NewPool with MatMul's treatment of the activations
+// that multiply bf16 weights.
+func NewPoolPrecision(threads int, prec Precision) *Pool {
+	return newPool(threads, bestKernels(), prec)
+}
+
+func newPool(threads int, k *kernelSet, prec Precision) *Pool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	p := &Pool{threads: threads, k: k}
+	p := &Pool{threads: threads, k: k, prec: prec}
 	p.scratch = make([][]float32, threads)
 	for i := range p.scratch {
 		p.scratch[i] = make([]float32, scratchLen)
@@ -74,6 +82,9 @@ func newPool(threads int, k *kernelSet) *Pool {
 	}
 	return p
 }
+
+// Precision returns MatMul's treatment of activations (see Precision).
+func (p *Pool) Precision() Precision { return p.prec }
 
 // Threads reports how many goroutines, the caller included, share the work.
 func (p *Pool) Threads() int { return p.threads }

@@ -9,9 +9,11 @@ import (
 	"github.com/kakeya-ai/kakeya/compute"
 )
 
-// hasAVX2 selects the 256-bit kernels. AVX-512 is not used: on the Zen 4
-// cores this was tuned on, 512-bit FMAs issue as two 256-bit halves, so the
-// wider registers add no throughput to these loops.
+// hasAVX2 selects the 256-bit kernels. AVX-512 f32 loops are not used: on
+// the Zen 4 cores this was tuned on, 512-bit FMAs issue as two 256-bit
+// halves, so the wider registers add no throughput to them. AVX512_BF16's
+// VDPBF16PS does (two products per f32 lane): where the CPU has it, bf16
+// weights go through bf16dot_amd64.c's kernels.
 var hasAVX2 = archsimd.X86.AVX2() && archsimd.X86.FMA()
 
 var avx2Kernels = kernelSet{
@@ -27,13 +29,26 @@ var avx2Kernels = kernelSet{
 // "avx2+fma (GOEXPERIMENT=simd)", or the scalar loops when the CPU lacks
 // AVX2 or FMA.
 func Features() string {
+	if hasAVX2 && hasBF16Dot {
+		return "avx2+fma, avx512_bf16 for bf16 weights (GOEXPERIMENT=simd)"
+	}
 	if hasAVX2 {
 		return "avx2+fma (GOEXPERIMENT=simd)"
 	}
 	return "scalar (the CPU lacks AVX2/FMA)"
 }
 
+// avx512bf16Kernels are the AVX2 loops with bf16 weights on VDPBF16PS.
+var avx512bf16Kernels = func() kernelSet {
+	k := avx2Kernels
+	k.name, k.dotBF16 = "avx512bf16", true
+	return k
+}()
+
 func bestKernels() *kernelSet {
+	if hasAVX2 && hasBF16Dot {
+		return &avx512bf16Kernels
+	}
 	if hasAVX2 {
 		return &avx2Kernels
 	}
