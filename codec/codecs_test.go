@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -532,6 +533,47 @@ func TestAddWeighted(t *testing.T) {
 		} {
 			if err := bad.call(); err == nil {
 				t.Errorf("%s: %s accepted", k.Name(), bad.name)
+			}
+		}
+	}
+}
+
+// The byte-aligned per-token int4 layouts decode through one fused kernel;
+// each value must still be exactly m + c·s of its group (then the inverse
+// rotation), as the general loop computes it from the payload.
+func TestInt4DecodeMatchesPayload(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	const n, d = 24, 64
+	x := make([]float32, n*d)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	for _, o := range []Int4Options{
+		{Bits: 4, Group: 32}, {Bits: 2, Group: 32}, {Bits: 4, Group: 16}, {Bits: 4, Group: 64},
+	} {
+		c, err := NewInt4(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := c.Encode(nil, x, n, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, n*d)
+		if err := c.Decode(got, enc, n, d); err != nil {
+			t.Fatal(err)
+		}
+		pl := enc[headerLen:]
+		groups := n * d / o.Group
+		codes := make([]uint8, n*d)
+		if err := UnpackBits(codes, pl[4*groups:], o.Bits); err != nil {
+			t.Fatal(err)
+		}
+		for j, cd := range codes {
+			k := j / o.Group
+			m, s := getF16(pl[4*k:]), getF16(pl[4*k+2:])
+			if want := m + float32(cd)*s; math.Float32bits(got[j]) != math.Float32bits(want) {
+				t.Fatalf("%s: value %d = %v, want %v", c.Name(), j, got[j], want)
 			}
 		}
 	}

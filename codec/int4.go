@@ -3,6 +3,8 @@ package codec
 import (
 	"fmt"
 	"math"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // Int4Options configures Int4.
@@ -206,24 +208,41 @@ func (c *Int4) Decode(dst []float32, src []byte, n, d int) error {
 	}
 	sc := c.pool.get()
 	defer c.pool.put(sc)
-	sc.u8 = growU8(sc.u8, n*p)
-	codes := sc.u8
-	if err := UnpackBits(codes, pl[4*groups:], c.opt.Bits); err != nil {
-		return fmt.Errorf("codec: %s: %w", name, err)
-	}
 	z := dst
 	if c.opt.Rotate {
 		sc.f = growF32(sc.f, n*p)
 		z = sc.f
 	}
-	for k := 0; k < groups; k++ {
-		m, s := getF16(pl[4*k:]), getF16(pl[4*k+2:])
-		if !finite32(m) || !finite32(s) || s < 0 {
-			return fmt.Errorf("codec: %s: group %d has min %v step %v", name, k, m, s)
+	bits, g := c.opt.Bits, c.opt.Group
+	if !c.opt.PerChannel && g*bits%8 == 0 && p%g == 0 {
+		// Per-token groups that start on a byte (the default layout):
+		// widen the parameters at once, check them, then unpack each
+		// group's codes straight to its levels m + c·s, computed as the
+		// loop below does.
+		sc.params = growF32(sc.params, 2*groups)
+		prm := sc.params
+		ok := cpu.WidenF16(prm, pl[:4*groups])
+		for k := 0; k < groups; k++ {
+			if m, s := prm[2*k], prm[2*k+1]; !ok && (!finite32(m) || !finite32(s)) || s < 0 {
+				return fmt.Errorf("codec: %s: group %d has min %v step %v", name, k, m, s)
+			}
 		}
-		first, stride, count := c.group(k, n, p)
-		for t, j := 0, first; t < count; t, j = t+1, j+stride {
-			z[j] = m + float32(codes[j])*s
+		cpu.UnpackAffine(z, pl[4*groups:], bits, g, prm)
+	} else {
+		sc.u8 = growU8(sc.u8, n*p)
+		codes := sc.u8
+		if err := UnpackBits(codes, pl[4*groups:], bits); err != nil {
+			return fmt.Errorf("codec: %s: %w", name, err)
+		}
+		for k := 0; k < groups; k++ {
+			m, s := getF16(pl[4*k:]), getF16(pl[4*k+2:])
+			if !finite32(m) || !finite32(s) || s < 0 {
+				return fmt.Errorf("codec: %s: group %d has min %v step %v", name, k, m, s)
+			}
+			first, stride, count := c.group(k, n, p)
+			for t, j := 0, first; t < count; t, j = t+1, j+stride {
+				z[j] = m + float32(codes[j])*s
+			}
 		}
 	}
 	if c.opt.Rotate {

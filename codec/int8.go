@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // Int8 is the llama.cpp q8_0 scheme applied per vector: each row is cut into
@@ -77,6 +79,23 @@ func (Int8) Decode(dst []float32, src []byte, n, d int) error {
 	// finds it, leaving the conversion loop free of branches.
 	if j := bytes.IndexByte(codes, 0x80); j >= 0 {
 		return fmt.Errorf("codec: int8: code -128 at row %d col %d outside -127..127", j/d, j%d)
+	}
+	if d%int8Group == 0 {
+		// Whole groups: widen a batch of scales at a time, then dequantize
+		// their groups in one call.
+		var scales [64]float32
+		for k0 := 0; k0 < n*g; k0 += len(scales) {
+			sc := scales[:min(len(scales), n*g-k0)]
+			if !cpu.WidenF16(sc, p[2*k0:]) {
+				for k, s := range sc {
+					if !finite32(s) {
+						return fmt.Errorf("codec: int8: scale of row %d group %d is %v", (k0+k)/g, (k0+k)%g, s)
+					}
+				}
+			}
+			cpu.DequantInt8(dst[k0*int8Group:], codes[k0*int8Group:], int8Group, sc)
+		}
+		return nil
 	}
 	for i := 0; i < n; i++ {
 		for k := 0; k < g; k++ {

@@ -5,8 +5,9 @@ import "sync"
 // scratch is per-call working memory, recycled through a codec's pool so
 // steady-state Encode and Decode calls allocate nothing.
 type scratch struct {
-	f  []float32
-	u8 []uint8
+	f      []float32
+	u8     []uint8
+	params []float32 // Int4's widened (min, step) pairs
 }
 
 type scratchPool struct{ p sync.Pool }

@@ -54,7 +54,7 @@ func BenchmarkDecode(b *testing.B) {
 // attention, beside the plain float cache.
 func BenchmarkDecodeCompressed(b *testing.B) {
 	const ctx, bs = 2048, 64
-	for _, spec := range []string{"plain", "int8", "kakeya"} {
+	for _, spec := range []string{"plain", "int8", "int4", "kakeya"} {
 		b.Run(spec, func(b *testing.B) {
 			var policy kvcache.Policy
 			if spec != "plain" {

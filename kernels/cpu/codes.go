@@ -154,3 +154,49 @@ func unpackLookupRowsScalar(dst []float32, stride, cols int, src []byte, bits in
 		unpackLookupScalar(dst[i*stride:i*stride+cols], src[i*rowBytes:(i+1)*rowBytes], bits, &t)
 	}
 }
+
+// UnpackAffine decodes len(params)/2 groups of g codes of width bits (1..4)
+// from src, laid out as UnpackLookup's stream with g*bits a multiple of 8:
+// group k's values, dst[k*g:(k+1)*g], are m + float32(c)*s for its codes c,
+// with (m, s) = (params[2k], params[2k+1]) — a multiply, then an add, each
+// rounded, as the scalar expression is. It panics if the lengths do not
+// match.
+func UnpackAffine(dst []float32, src []byte, bits, g int, params []float32) {
+	groups := len(params) / 2
+	if bits < 1 || bits > 4 || g <= 0 || g*bits%8 != 0 || len(params)%2 != 0 ||
+		len(dst) < groups*g || len(src) < groups*g*bits/8 {
+		panic(fmt.Sprintf("cpu: UnpackAffine: %d groups of %d codes of %d bits into %d values from %d bytes", groups, g, bits, len(dst), len(src)))
+	}
+	var t [16]float32
+	gb := g * bits / 8
+	for k := range groups {
+		affineTable(&t, params[2*k], params[2*k+1])
+		unpackLookup(dst[k*g:(k+1)*g], src[k*gb:(k+1)*gb], bits, &t)
+	}
+}
+
+func affineTableScalar(t *[16]float32, m, s float32) {
+	for q := range t {
+		t[q] = m + float32(q)*s
+	}
+}
+
+// DequantInt8 sets dst[k*g+j] = float32(int8(src[k*g+j])) * scales[k] for
+// the len(scales) groups of g signed bytes in src. It panics if the lengths
+// do not match.
+func DequantInt8(dst []float32, src []byte, g int, scales []float32) {
+	n := len(scales) * g
+	if g <= 0 || len(dst) < n || len(src) < n {
+		panic(fmt.Sprintf("cpu: DequantInt8: %d groups of %d into %d values from %d bytes", len(scales), g, len(dst), len(src)))
+	}
+	dequantInt8(dst[:n], src[:n], g, scales)
+}
+
+func dequantInt8Scalar(dst []float32, src []byte, g int, scales []float32) {
+	for k, s := range scales {
+		out, in := dst[k*g:(k+1)*g], src[k*g:(k+1)*g]
+		for j, c := range in {
+			out[j] = float32(int8(c)) * s
+		}
+	}
+}

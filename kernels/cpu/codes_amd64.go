@@ -308,3 +308,33 @@ func unpackLookupRows(dst []float32, stride, cols int, src []byte, bits int, t *
 		unpackLookup(dst[i*stride:i*stride+cols], src[i*rowBytes:(i+1)*rowBytes], bits, &ts)
 	}
 }
+
+var iota16 = [16]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+
+// affineTable sets t[q] = m + q·s, a multiply and an add per lane.
+func affineTable(t *[16]float32, m, s float32) {
+	if !hasAVX2 {
+		affineTableScalar(t, m, s)
+		return
+	}
+	mv, sv := archsimd.BroadcastFloat32x8(m), archsimd.BroadcastFloat32x8(s)
+	archsimd.LoadFloat32x8((*[8]float32)(iota16[0:8])).Mul(sv).Add(mv).Store((*[8]float32)(t[0:8]))
+	archsimd.LoadFloat32x8((*[8]float32)(iota16[8:16])).Mul(sv).Add(mv).Store((*[8]float32)(t[8:16]))
+}
+
+// dequantInt8 sign-extends sixteen codes at a time to int32 lanes, converts
+// them and scales them.
+func dequantInt8(dst []float32, src []byte, g int, scales []float32) {
+	if !hasAVX2 || g%16 != 0 {
+		dequantInt8Scalar(dst, src, g, scales)
+		return
+	}
+	for k, s := range scales {
+		sv := archsimd.BroadcastFloat32x8(s)
+		for j := k * g; j < (k+1)*g; j += 16 {
+			x := archsimd.LoadUint8x16((*[16]uint8)(src[j : j+16])).AsInt8x16().ExtendToInt16()
+			store8(x.GetLo().ExtendToInt32().ConvertToFloat32().Mul(sv), dst[j:j+8])
+			store8(x.GetHi().ExtendToInt32().ConvertToFloat32().Mul(sv), dst[j+8:j+16])
+		}
+	}
+}

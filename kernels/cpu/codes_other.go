@@ -19,3 +19,9 @@ func unpackLookupRows(dst []float32, stride, cols int, src []byte, bits int, t *
 func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 	fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r)
 }
+
+func affineTable(t *[16]float32, m, s float32) { affineTableScalar(t, m, s) }
+
+func dequantInt8(dst []float32, src []byte, g int, scales []float32) {
+	dequantInt8Scalar(dst, src, g, scales)
+}

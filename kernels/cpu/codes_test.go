@@ -257,3 +257,72 @@ func TestFWHTAxpyRows(t *testing.T) {
 	}()
 	FWHTAxpyRows(make([]float32, 128), make([]float32, 127), make([]float32, 64), make([]float32, 64), nil, nil, 2, 64, 64, 0)
 }
+
+// UnpackAffine is bit-identical to m + float32(c)*s per value, for every
+// code width and several group sizes.
+func TestUnpackAffine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for bits := 1; bits <= 4; bits++ {
+		for _, g := range []int{8, 16, 32, 64, 24} {
+			if g*bits%8 != 0 {
+				continue
+			}
+			for _, groups := range []int{0, 1, 3, 8} {
+				codes := make([]uint8, groups*g)
+				for i := range codes {
+					codes[i] = uint8(rng.IntN(1 << bits))
+				}
+				params := make([]float32, 2*groups)
+				for i := range params {
+					params[i] = float32(rng.NormFloat64())
+				}
+				dst := make([]float32, groups*g+1)
+				dst[groups*g] = 42
+				UnpackAffine(dst, packCodes(codes, bits), bits, g, params)
+				for i, c := range codes {
+					m, s := params[2*(i/g)], params[2*(i/g)+1]
+					if want := m + float32(c)*s; math.Float32bits(dst[i]) != math.Float32bits(want) {
+						t.Fatalf("bits %d g %d: dst[%d] = %v, want %v", bits, g, i, dst[i], want)
+					}
+				}
+				if dst[groups*g] != 42 {
+					t.Fatalf("bits %d g %d: wrote past the groups", bits, g)
+				}
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("UnpackAffine with 12-bit groups did not panic")
+		}
+	}()
+	UnpackAffine(make([]float32, 3), make([]byte, 2), 4, 3, []float32{0, 1})
+}
+
+// DequantInt8 is bit-identical to float32(int8(c))*s, at every byte value
+// and at group sizes the vector loop takes and the scalar one does.
+func TestDequantInt8(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, g := range []int{32, 16, 48, 7, 1} {
+		for _, groups := range []int{0, 1, 9} {
+			src := make([]byte, groups*g)
+			for i := range src {
+				src[i] = byte(rng.IntN(256))
+			}
+			if len(src) > 0 {
+				src[0], src[len(src)-1] = 0x80, 0x7f
+			}
+			scales := make([]float32, groups)
+			for i := range scales {
+				scales[i] = float32(rng.ExpFloat64())
+			}
+			dst := make([]float32, groups*g)
+			DequantInt8(dst, src, g, scales)
+			for i, c := range src {
+				if want := float32(int8(c)) * scales[i/g]; math.Float32bits(dst[i]) != math.Float32bits(want) {
+					t.Fatalf("g %d: dst[%d] = %v, want %v", g, i, dst[i], want)
+				}
+			}
+		}
+	}
+}
