@@ -14,7 +14,8 @@ import (
 )
 
 // The benchmarks share one Qwen2.5-0.5B-shaped BF16 checkpoint (~1 GB),
-// written on first use and removed by TestMain.
+// written on first use and removed by TestMain. $KAKEYA_BENCH_MATMUL, when
+// set, is their Options.MatMul ("bf16" for llama.cpp's arithmetic).
 var (
 	benchOnce sync.Once
 	benchDir  string
@@ -51,7 +52,7 @@ func benchModel(b *testing.B) *Model {
 	if benchErr != nil {
 		b.Fatal(benchErr)
 	}
-	m, err := Load(benchDir, Options{MaxContext: 1024})
+	m, err := Load(benchDir, Options{MaxContext: 1024, MatMul: os.Getenv("KAKEYA_BENCH_MATMUL")})
 	if err != nil {
 		b.Fatal(err)
 	}

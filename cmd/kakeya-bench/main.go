@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
-	fs.StringVar(&matmuls, "matmul", "f32", "precisions of the activations in bf16 matrix products, comma-separated: f32 (the other tools' default), bf16x2, bf16 (llama.cpp's arithmetic)")
+	fs.StringVar(&matmuls, "matmul", "f32", "precisions of the activations in bf16 matrix products, comma-separated: f32 (the other tools' default) and/or bf16 (llama.cpp's arithmetic)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
 	fs.IntVar(&o.gen, "gen", 32, "decoded tokens per run")
@@ -304,8 +304,8 @@ func parseMatMuls(s string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if f != "f32" && f != "bf16x2" && f != "bf16" {
-			return nil, fmt.Errorf("--matmul %q: %q is not f32, bf16x2 or bf16", s, f)
+		if f != "f32" && f != "bf16" {
+			return nil, fmt.Errorf("--matmul %q: %q is not f32 or bf16", s, f)
 		}
 		if slices.Contains(out, f) {
 			return nil, fmt.Errorf("--matmul %q: %s listed twice", s, f)

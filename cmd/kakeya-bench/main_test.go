@@ -50,7 +50,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--cache", "plain,,int8"}, "empty entry"},
 		{[]string{"--cache", "int8,int8"}, "int8 listed twice"},
 		{[]string{"--threads", "0"}, `--threads "0"`},
-		{[]string{"--matmul", "fp16"}, `--matmul "fp16": "fp16" is not f32, bf16x2 or bf16`},
+		{[]string{"--matmul", "fp16"}, `--matmul "fp16": "fp16" is not f32 or bf16`},
 		{[]string{"--matmul", "bf16,bf16"}, "bf16 listed twice"},
 		{[]string{"--ctx", "x"}, `--ctx "x": "x" is not an integer`},
 		{[]string{"--gen", "0"}, "--gen 0 must be >= 1"},

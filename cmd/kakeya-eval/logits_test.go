@@ -131,7 +131,7 @@ func TestLogitsBadFlags(t *testing.T) {
 		{"negative threads", []string{"--model", dir, "--ids", "1", "--threads", "-2"}, "--threads -2: want 0 (GOMAXPROCS) to"},
 		{"too many threads", []string{"--model", dir, "--ids", "1", "--threads", "100000"}, "--threads 100000: want 0 (GOMAXPROCS) to"},
 		{"unknown device", []string{"--model", dir, "--ids", "1", "--device", "tpu"}, `logits: --device "tpu": want one of cpu, cuda`},
-		{"unknown matmul", []string{"--model", dir, "--ids", "1", "--matmul", "fp16"}, `logits: --matmul "fp16": want f32, bf16x2 or bf16`},
+		{"unknown matmul", []string{"--model", dir, "--ids", "1", "--matmul", "fp16"}, `logits: --matmul "fp16": want f32 or bf16`},
 		{"extra argument", []string{"--model", dir, "--ids", "1", "2"}, `unexpected argument "2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,7 +89,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--system", "be brief"}, "--system needs --chat"},
 		{[]string{"--tokenize"}, "--prompt and --tokenize exclude each other"},
 		{[]string{"--device", "tpu"}, `--device "tpu": want one of cpu, cuda`},
-		{[]string{"--matmul", "fp16"}, `--matmul "fp16": want f32, bf16x2 or bf16`},
+		{[]string{"--matmul", "fp16"}, `--matmul "fp16": want f32 or bf16`},
 		{[]string{"--matmul", "bf16", "--device", "cuda"}, "--matmul bf16 applies to --device cpu, not cuda"},
 	}
 	for _, tt := range tests {

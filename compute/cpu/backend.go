@@ -24,7 +24,7 @@ var _ compute.Backend = (*Backend)(nil)
 func New(threads int) *Backend { return &Backend{pool: kern.NewPool(threads)} }
 
 // NewMatMul is New with the precision of the activations that multiply
-// bf16 weights named: "" or "f32" (the default), "bf16x2" or "bf16" (see
+// bf16 weights named: "" or "f32" (the default) or "bf16" (see
 // kern.Precision).
 func NewMatMul(threads int, matmul string) (*Backend, error) {
 	prec, err := kern.ParsePrecision(matmul)

@@ -4,9 +4,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -218,17 +220,31 @@ func TestForwardMatchesCPU(t *testing.T) {
 				want, stW := runCal(t, cpuM, sp.spec, c, ids, pre)
 				got, stG := runCal(t, gpuM, sp.spec, c, ids, pre)
 				var specWorst float64
+				lossy := !slices.Contains([]string{"f32", "bf16", "f32 codec"}, sp.name)
+				flips := 0
 				for p := range want {
 					d, tol := maxAbsDiff(got[p], want[p]), 1e-3
 					if sp.spec.CacheType != "f32" {
 						tol *= max(1, maxAbs(want[p]))
+					}
+					if lossy && d > tol && d < 100*tol && klDiv(t, want[p], got[p]) < 1e-5 && eval.Argmax(got[p]) == eval.Argmax(want[p]) {
+						// Keys or values that differ in their last bits
+						// (the backends sum in different orders) can land
+						// on either side of a quantization boundary: one
+						// code apart, a small, smooth change of the
+						// distribution, unlike a misread block.
+						flips++
+						continue
 					}
 					if math.IsNaN(d) || d > tol {
 						t.Fatalf("%s cache, position %d (%s): max abs logit difference %.3g, CUDA vs CPU", sp.name, p, map[bool]string{true: "prefill", false: "decode"}[p < pre], d)
 					}
 					worst, specWorst = max(worst, d), max(specWorst, d/tol)
 				}
-				t.Logf("%s cache: worst difference %.2g of the tolerance", sp.name, specWorst)
+				if flips > len(want)/4 {
+					t.Errorf("%s cache: %d of %d positions differ by more than the tolerance", sp.name, flips, len(want))
+				}
+				t.Logf("%s cache: worst difference %.2g of the tolerance (%d positions past it by a rounding flip)", sp.name, specWorst, flips)
 				if stG.Compressed != stW.Compressed || stG.Hot != stW.Hot {
 					t.Errorf("%s cache: CUDA holds %d hot + %d encoded bytes, CPU %d + %d", sp.name, stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
 				}
@@ -282,4 +298,16 @@ func TestConcurrentSequences(t *testing.T) {
 			}
 		}
 	}
+}
+
+// klDiv returns KL(softmax(p) || softmax(q)) in nats, as kakeya-eval
+// computes it.
+func klDiv(t testing.TB, p, q []float32) float64 {
+	t.Helper()
+	var sc eval.Scorer
+	kl, err := sc.KL(p, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kl
 }

@@ -41,17 +41,17 @@ func Backend(name string) (compute.Backend, error) {
 }
 
 // MatMulUsage is the help text of the tools' --matmul flag.
-const MatMulUsage = "precision of the activations in bf16 matrix products on the CPU: f32; bf16x2 (two bf16 terms, each product within 2^-17 of f32's, about 2x the prefill speed with AVX512_BF16); or bf16 (llama.cpp's arithmetic, about 3x)"
+const MatMulUsage = "precision of the activations in bf16 matrix products on the CPU: f32, or bf16 (rounded first, llama.cpp's arithmetic: about 1.5x the prefill speed with AVX512_BF16)"
 
 // MatMul checks a --matmul value against the --device value and returns
-// it as model.Options.MatMul takes it: "" for f32 (the default, also given as ""), and bf16x2
-// or bf16 only for the CPU, the one device they apply to.
+// it as model.Options.MatMul takes it: "" for f32 (the default, also given
+// as ""), and bf16 only for the CPU, the one device it applies to.
 func MatMul(dev, matmul string) (string, error) {
 	switch {
 	case matmul == "f32" || matmul == "":
 		return "", nil
-	case matmul != "bf16x2" && matmul != "bf16":
-		return "", fmt.Errorf("--matmul %q: want f32, bf16x2 or bf16", matmul)
+	case matmul != "bf16":
+		return "", fmt.Errorf("--matmul %q: want f32 or bf16", matmul)
 	case dev != "cpu":
 		return "", fmt.Errorf("--matmul %s applies to --device cpu, not %s", matmul, dev)
 	}

@@ -42,9 +42,8 @@ func TestMatMul(t *testing.T) {
 		{"cpu", "f32", "", ""},
 		{"cuda", "f32", "", ""},
 		{"cpu", "bf16", "bf16", ""},
-		{"cpu", "bf16x2", "bf16x2", ""},
 		{"cuda:1", "bf16", "", "--matmul bf16 applies to --device cpu, not cuda:1"},
-		{"cpu", "fp16", "", `--matmul "fp16": want f32, bf16x2 or bf16`},
+		{"cpu", "fp16", "", `--matmul "fp16": want f32 or bf16`},
 	} {
 		got, err := MatMul(tt.dev, tt.in)
 		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && err.Error() != tt.err) {

@@ -35,23 +35,21 @@ var qwenShapes = []struct {
 }
 
 // BenchmarkMatMul reports GEMV (n=1) as weight bytes streamed per second and
-// GEMM (n=128) as GFLOP/s, for each kernel set and precision this machine
-// runs: with VDPBF16PS, also the AVX2 loops it replaces for bf16 weights.
+// GEMM (n=128) as GFLOP/s, for each kernel set this machine runs (with
+// AVX-512, also the AVX2 loops it replaces for bf16 weights) at f32, and
+// with VDPBF16PS at bf16 as well.
 func BenchmarkMatMul(b *testing.B) {
 	best := bestKernels()
 	kernels := []*kernelSet{best}
-	if best.dotBF16 {
+	if best.avx512 {
 		k := *best
-		k.name, k.dotBF16 = "avx2", false
+		k.name, k.avx512, k.dotBF16 = "avx2", false, false
 		kernels = append(kernels, &k)
 	}
-	// Each kernel set at the precisions it is for: the f32 loops at f32
-	// (at the others they run on rounded activations, no faster), the
-	// VDPBF16PS kernels at bf16x2 and bf16.
 	for _, k := range kernels {
-		for _, prec := range []Precision{PrecisionF32, PrecisionBF16x2, PrecisionBF16} {
-			if (prec == PrecisionF32) == k.dotBF16 {
-				continue // the f32 loops: measured once, as avx2/f32
+		for _, prec := range []Precision{PrecisionF32, PrecisionBF16} {
+			if prec == PrecisionBF16 && !k.dotBF16 {
+				continue // the f32 kernels on rounded activations: no faster
 			}
 			p := newPool(0, k, prec)
 			for _, sh := range qwenShapes {

@@ -28,7 +28,7 @@ const (
 )
 
 // Precision says how MatMul treats the activations it multiplies bf16
-// weights by. Products accumulate in f32 at every precision, and no result
+// weights by. Products accumulate in f32 at either precision, and no result
 // depends on the number of threads.
 type Precision int
 
@@ -36,40 +36,30 @@ const (
 	// PrecisionF32 multiplies by the activations as they are, in f32: the
 	// default.
 	PrecisionF32 Precision = iota
-	// PrecisionBF16x2 splits each activation into two bf16 terms, hi =
-	// bf16(x) and lo = bf16(x - hi), which carry 16 of its 24 mantissa bits:
-	// each product is within 2^-17 of f32's. With VDPBF16PS (AVX512_BF16)
-	// that is about twice PrecisionF32's prefill speed.
-	PrecisionBF16x2
-	// PrecisionBF16 rounds the activations to bf16, the arithmetic of
-	// llama.cpp's BF16 matmul: about three times PrecisionF32's prefill
-	// speed with VDPBF16PS, and within bf16 rounding of its results.
+	// PrecisionBF16 rounds the activations to bf16 first, the arithmetic of
+	// llama.cpp's BF16 matmul: with VDPBF16PS (AVX512_BF16) about 1.5 times
+	// PrecisionF32's prefill speed, and within bf16 rounding of its
+	// results.
 	PrecisionBF16
 )
 
-// String returns the name ParsePrecision accepts: "f32", "bf16x2" or "bf16".
+// String returns the name ParsePrecision accepts: "f32" or "bf16".
 func (pr Precision) String() string {
-	switch pr {
-	case PrecisionBF16x2:
-		return "bf16x2"
-	case PrecisionBF16:
+	if pr == PrecisionBF16 {
 		return "bf16"
 	}
 	return "f32"
 }
 
-// ParsePrecision returns the Precision named "f32" (or ""), "bf16x2" or
-// "bf16".
+// ParsePrecision returns the Precision named "f32" (or "") or "bf16".
 func ParsePrecision(s string) (Precision, error) {
 	switch s {
 	case "", "f32":
 		return PrecisionF32, nil
-	case "bf16x2":
-		return PrecisionBF16x2, nil
 	case "bf16":
 		return PrecisionBF16, nil
 	}
-	return 0, fmt.Errorf("matmul precision %q: want f32, bf16x2 or bf16", s)
+	return 0, fmt.Errorf("matmul precision %q: want f32 or bf16", s)
 }
 
 // kernelSet is one implementation of the inner loops: scalar, or SIMD.
@@ -86,9 +76,10 @@ type kernelSet struct {
 	// dot4x1 sets d[j] = w_j·x for the four rows as in dot4x2.
 	dot4x1 func(w []float32, ws int, x []float32, d *[4]float32)
 	dot    func(a, b []float32) float32
-	// dotBF16 says bf16 weights go through the VDPBF16PS kernels of
-	// bf16dot_amd64.c instead of the loops above.
-	dotBF16 bool
+	// avx512 says bf16 weights go through avx512_amd64.c's kernels
+	// instead of the loops above: the f32 ones, and with dotBF16 the
+	// VDPBF16PS ones for PrecisionBF16.
+	avx512, dotBF16 bool
 }
 
 var scalarKernels = kernelSet{
@@ -101,7 +92,7 @@ var scalarKernels = kernelSet{
 }
 
 // Kernel reports which implementation of the inner loops the pool runs
-// ("avx512bf16", "avx2" or "scalar").
+// ("avx512bf16", "avx512", "avx2" or "scalar").
 func (p *Pool) Kernel() string { return p.k.name }
 
 // MatMul computes out[i*w.Rows+r] = Σ_c x[i*w.Cols+c]·W[r][c] for the n
@@ -114,19 +105,19 @@ func (p *Pool) MatMul(out, x []float32, n int, w compute.Mat) {
 	if n == 0 {
 		return
 	}
-	dot := w.DType == compute.BF16 && p.k.dotBF16 && p.prec != PrecisionF32
+	mode := p.k.mode(&w, p.prec)
 	units := (w.Rows + gemvRows - 1) / gemvRows
 	switch {
-	case n > 1 && dot:
+	case n > 1 && mode != modeLoops:
 		units = (w.Rows + panelRows - 1) / panelRows
 	case n > 1:
 		units = (w.Rows + tileRows - 1) / tileRows
 	}
 	parallel := n*w.Rows*w.Cols >= minParallelWork && p.acquire(units)
 	if parallel || p.mu.TryLock() {
-		// The pool is ours: its buffers hold the activations' planes.
+		// The pool is ours, and so are its buffers for the activations.
 		p.mm = matmulTask{k: p.k, scratch: p.scratch, out: out, x: x, n: n, w: w}
-		p.mm.prepare(&p.planes, p.prec, dot)
+		p.mm.prepare(&p.acts, mode, p.prec)
 		if parallel {
 			p.wtask = &p.mm
 			p.dispatch(units, min(units, p.threads*chunksPerThread))
@@ -139,11 +130,32 @@ func (p *Pool) MatMul(out, x []float32, n int, w compute.Mat) {
 		p.mu.Unlock()
 		return
 	}
-	// A busy pool (a nested or concurrent call): run here, with scratch of
+	// A busy pool (a nested or concurrent call): run here, with memory of
 	// its own.
 	t := &matmulTask{k: p.k, scratch: [][]float32{nil}, out: out, x: x, n: n, w: w}
-	t.prepare(&xPlanes{}, p.prec, dot)
+	t.prepare(&activations{}, mode, p.prec)
 	t.runWorker(0, 0, units)
+}
+
+// matmulMode is the family of kernels a MatMul call runs.
+type matmulMode int
+
+const (
+	modeLoops matmulMode = iota // the kernel set's loops (gemv, gemmTile)
+	modeF32                     // avx512_amd64.c's f32 kernels
+	modeBF16                    // avx512_amd64.c's VDPBF16PS kernels
+)
+
+// mode picks the kernels for weights w at precision prec.
+func (k *kernelSet) mode(w *compute.Mat, prec Precision) matmulMode {
+	switch {
+	case w.DType != compute.BF16 || !k.avx512:
+		return modeLoops
+	case prec == PrecisionBF16 && k.dotBF16:
+		return modeBF16
+	}
+	// At PrecisionBF16 without VDPBF16PS, prepare rounds the activations.
+	return modeF32
 }
 
 func checkMatMul(out, x []float32, n int, w *compute.Mat) {
@@ -179,66 +191,54 @@ type matmulTask struct {
 	out, x  []float32
 	n       int
 	w       compute.Mat
-	// On the VDPBF16PS path, x as bf16 planes of row stride ld (xl nil
-	// for PrecisionBF16).
-	dot    bool
-	xh, xl []uint16
+	mode    matmulMode
+	// The activations as the mode's kernels read them: bf16 rows of
+	// stride ld (modeBF16), or for a modeF32 GEMV x's even and odd halves.
+	xb     []uint16
 	ld     int
+	xe, xo []float32
 }
 
-// xPlanes is the memory behind a task's activations when they are
-// converted: bf16 planes, or x rounded as the precision says for the f32
-// loops.
-type xPlanes struct {
-	h, l []uint16
-	r    []float32
+// activations is the memory behind a task's converted activations.
+type activations struct {
+	b       []uint16
+	e, o, r []float32
 }
 
-// prepare converts the task's activations for its weights and precision,
-// into b's memory (grown to fit).
-func (t *matmulTask) prepare(b *xPlanes, prec Precision, dot bool) {
-	if t.w.DType != compute.BF16 || prec == PrecisionF32 {
-		return
-	}
+// prepare converts the task's activations for its mode and precision into
+// a's memory (grown to fit): rounded to bf16 where prec says so, and laid
+// out as the mode's kernels read them.
+func (t *matmulTask) prepare(a *activations, mode matmulMode, prec Precision) {
+	t.mode = mode
 	cols := t.w.Cols
-	if dot {
-		t.dot, t.ld = true, cols+cols&1
-		size := t.n * t.ld
-		b.h = growU16(b.h, size)
-		t.xh = b.h[:size]
-		if prec == PrecisionBF16x2 {
-			b.l = growU16(b.l, size)
-			t.xl = b.l[:size]
-		}
-		packX(t.x, t.n, cols, t.ld, t.xh, t.xl)
+	if mode == modeBF16 {
+		t.ld = cols + cols&1
+		a.b = grow(a.b, t.n*t.ld)
+		t.xb = a.b
+		packX(t.x, t.n, cols, t.ld, t.xb)
 		return
 	}
-	// Without VDPBF16PS the f32 loops give the same arithmetic on the
-	// activations as the precision rounds them.
-	size := t.n * cols
-	if cap(b.r) < size {
-		b.r = make([]float32, size)
+	if prec == PrecisionBF16 && t.w.DType == compute.BF16 {
+		// Without VDPBF16PS the f32 kernels and loops give the same
+		// arithmetic on rounded activations.
+		a.r = grow(a.r, t.n*cols)
+		for i, v := range t.x[:t.n*cols] {
+			a.r[i] = compute.BF16ToF32(compute.F32ToBF16(v))
+		}
+		t.x = a.r
 	}
-	r := b.r[:size]
-	for i, v := range t.x[:size] {
-		r[i] = roundActivation(v, prec)
+	if mode == modeF32 && t.n == 1 {
+		h := splitLen(cols)
+		a.e, a.o = grow(a.e, h), grow(a.o, h)
+		t.xe, t.xo = a.e, a.o
+		splitX(t.x[:cols], t.xe, t.xo)
 	}
-	t.x = r
 }
 
-// roundActivation returns the value x multiplies weights as under prec:
-// bf16(x) for PrecisionBF16, hi + bf16(x - hi) for PrecisionBF16x2.
-func roundActivation(x float32, prec Precision) float32 {
-	hi := compute.BF16ToF32(compute.F32ToBF16(x))
-	if prec == PrecisionBF16 {
-		return hi
-	}
-	return hi + compute.BF16ToF32(compute.F32ToBF16(x-hi))
-}
-
-func growU16(s []uint16, n int) []uint16 {
+// grow returns s resliced to n elements, reallocated if it is too short.
+func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]uint16, n)
+		return make([]T, n)
 	}
 	return s[:n]
 }
@@ -249,20 +249,31 @@ func (t *matmulTask) runWorker(worker, lo, hi int) {
 		s = make([]float32, scratchLen)
 		t.scratch[worker] = s
 	}
-	if t.dot {
+	if t.mode != modeLoops {
 		rows := t.w.Rows
 		if t.n == 1 {
-			gemvBF16(&t.w, lo*gemvRows, min(hi*gemvRows, rows), t.xh, t.xl, t.out)
+			r0, r1 := lo*gemvRows, min(hi*gemvRows, rows)
+			if t.mode == modeBF16 {
+				gemvBF16(&t.w, r0, r1, t.xb, t.out)
+			} else {
+				gemvF32(&t.w, r0, r1, t.xe, t.xo, t.out)
+			}
 			return
 		}
-		if need := panelRows * t.ld / 2; len(s) < need {
+		ld := t.w.Cols + t.w.Cols&1
+		if need := panelRows * ld / 2; len(s) < need {
 			// Grown once per worker for the widest matrix it meets.
 			s = make([]float32, need)
 			t.scratch[worker] = s
 		}
 		for u := lo; u < hi; u++ {
 			r0 := u * panelRows
-			gemmPanelBF16(&t.w, r0, min(panelRows, rows-r0), s, t.xh, t.xl, t.ld, t.n, t.out[r0:], rows)
+			nr := min(panelRows, rows-r0)
+			if t.mode == modeBF16 {
+				gemmPanelBF16(&t.w, r0, nr, s, t.xb, t.ld, t.n, t.out[r0:], rows)
+			} else {
+				gemmPanelF32(&t.w, r0, nr, s, t.x, t.n, t.out[r0:], rows)
+			}
 		}
 		return
 	}

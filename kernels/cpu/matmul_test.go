@@ -82,13 +82,31 @@ func checkAgainst(t *testing.T, out []float32, want, mag []float64, rows int) {
 	}
 }
 
+// kernelSets returns the kernel sets this machine runs, by name: the best,
+// and below it the same loops without the AVX-512 kernels (and without
+// VDPBF16PS alone), so each path is tested wherever the CPU has it.
+func kernelSets() map[string]*kernelSet {
+	best := bestKernels()
+	sets := map[string]*kernelSet{"best": best, "scalar": &scalarKernels}
+	if best.avx512 {
+		loops := *best
+		loops.name, loops.avx512, loops.dotBF16 = "loops", false, false
+		sets["loops"] = &loops
+	}
+	if best.dotBF16 {
+		f32 := *best
+		f32.name, f32.dotBF16 = "avx512", false
+		sets["avx512"] = &f32
+	}
+	return sets
+}
+
 func testPools(t *testing.T) map[string]*Pool {
-	pools := map[string]*Pool{
-		"best/1":   newPool(1, bestKernels(), PrecisionF32),
-		"best/2":   newPool(2, bestKernels(), PrecisionF32),
-		"best/3":   newPool(3, bestKernels(), PrecisionF32),
-		"scalar/1": newPool(1, &scalarKernels, PrecisionF32),
-		"scalar/2": newPool(2, &scalarKernels, PrecisionF32),
+	pools := map[string]*Pool{}
+	for name, k := range kernelSets() {
+		for _, threads := range []int{1, 2, 3} {
+			pools[fmt.Sprintf("%s/%d", name, threads)] = newPool(threads, k, PrecisionF32)
+		}
 	}
 	t.Cleanup(func() {
 		for _, p := range pools {
@@ -261,49 +279,50 @@ func TestMatMulConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// TestMatMulPrecision checks MatMul with activations rounded to bf16, or
-// split into two bf16 terms, against the float64 products of the rounded
-// activations, on every kernel set this machine runs (the VDPBF16PS kernels
-// where the CPU has them), and that PrecisionF32 stays the default.
-func TestMatMulPrecision(t *testing.T) {
+// TestMatMulBF16 checks MatMul with activations rounded to bf16 against
+// the float64 products of the rounded activations, on every kernel set this
+// machine runs (the VDPBF16PS kernels where the CPU has them), and that
+// PrecisionF32 stays the default.
+func TestMatMulBF16(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	if p := NewPool(1); p.Precision() != PrecisionF32 {
 		t.Errorf("NewPool's precision is %v, want f32", p.Precision())
 	}
-	for _, prec := range []Precision{PrecisionBF16x2, PrecisionBF16} {
-		pools := map[string]*Pool{
-			"best/1":   newPool(1, bestKernels(), prec),
-			"best/2":   newPool(2, bestKernels(), prec),
-			"scalar/2": newPool(2, &scalarKernels, prec),
+	pools := map[string]*Pool{}
+	for name, k := range kernelSets() {
+		for _, threads := range []int{1, 2} {
+			pools[fmt.Sprintf("%s/%d", name, threads)] = newPool(threads, k, PrecisionBF16)
 		}
-		for _, sh := range []struct{ rows, cols int }{{1, 1}, {7, 13}, {33, 65}, {300, 896}, {45, 31}} {
-			w, ref := testMat(rng, compute.BF16, sh.rows, sh.cols)
-			for _, n := range []int{1, 2, 13, 40} {
-				x := randVec(rng, n*sh.cols)
-				xr := make([]float32, len(x))
-				for i, v := range x {
-					xr[i] = roundActivation(v, prec)
-				}
-				want, mag := refMatMul(xr, n, ref, sh.rows, sh.cols)
-				for name, p := range pools {
-					t.Run(fmt.Sprintf("%v/%dx%d/n=%d/%s", prec, sh.rows, sh.cols, n, name), func(t *testing.T) {
-						out := make([]float32, n*sh.rows)
-						p.MatMul(out, x, n, w)
-						checkAgainst(t, out, want, mag, sh.rows)
-					})
-				}
-			}
-		}
-		// F32 weights are not rounded: the precision is about bf16 weights.
-		w, ref := testMat(rng, compute.F32, 20, 30)
-		x := randVec(rng, 3*30)
-		out := make([]float32, 3*20)
-		pools["best/2"].MatMul(out, x, 3, w)
-		checkMatMulResult(t, out, x, 3, ref, 20, 30)
+	}
+	defer func() {
 		for _, p := range pools {
 			p.Close()
 		}
+	}()
+	for _, sh := range []struct{ rows, cols int }{{1, 1}, {7, 13}, {33, 65}, {300, 896}, {45, 31}} {
+		w, ref := testMat(rng, compute.BF16, sh.rows, sh.cols)
+		for _, n := range []int{1, 2, 13, 40} {
+			x := randVec(rng, n*sh.cols)
+			xr := make([]float32, len(x))
+			for i, v := range x {
+				xr[i] = compute.BF16ToF32(compute.F32ToBF16(v))
+			}
+			want, mag := refMatMul(xr, n, ref, sh.rows, sh.cols)
+			for name, p := range pools {
+				t.Run(fmt.Sprintf("%dx%d/n=%d/%s", sh.rows, sh.cols, n, name), func(t *testing.T) {
+					out := make([]float32, n*sh.rows)
+					p.MatMul(out, x, n, w)
+					checkAgainst(t, out, want, mag, sh.rows)
+				})
+			}
+		}
 	}
+	// F32 weights are not rounded: the precision is about bf16 weights.
+	w, ref := testMat(rng, compute.F32, 20, 30)
+	x := randVec(rng, 3*30)
+	out := make([]float32, 3*20)
+	pools["best/2"].MatMul(out, x, 3, w)
+	checkMatMulResult(t, out, x, 3, ref, 20, 30)
 }
 
 // TestMatMulThreadsBitIdentical checks that the number of threads does not
@@ -311,7 +330,7 @@ func TestMatMulPrecision(t *testing.T) {
 func TestMatMulThreadsBitIdentical(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	w, _ := testMat(rng, compute.BF16, 333, 515)
-	for _, prec := range []Precision{PrecisionF32, PrecisionBF16x2, PrecisionBF16} {
+	for _, prec := range []Precision{PrecisionF32, PrecisionBF16} {
 		for _, n := range []int{1, 2, 29} {
 			x := randVec(rng, n*515)
 			var first []float32
@@ -338,7 +357,7 @@ func TestParsePrecision(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
 		want Precision
-	}{{"", PrecisionF32}, {"f32", PrecisionF32}, {"bf16x2", PrecisionBF16x2}, {"bf16", PrecisionBF16}} {
+	}{{"", PrecisionF32}, {"f32", PrecisionF32}, {"bf16", PrecisionBF16}} {
 		if got, err := ParsePrecision(tt.in); err != nil || got != tt.want {
 			t.Errorf("ParsePrecision(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 		}

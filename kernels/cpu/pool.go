@@ -38,7 +38,7 @@ type Pool struct {
 	k       *kernelSet
 	prec    Precision
 	scratch [][]float32 // per worker (index 0 is the caller), GEMM weight tiles
-	planes  xPlanes     // MatMul's converted activations
+	acts    activations // MatMul's converted activations
 
 	mu     sync.Mutex // held by the caller whose job is in flight
 	wake   []chan struct{}

@@ -9,11 +9,10 @@ import (
 	"github.com/kakeya-ai/kakeya/compute"
 )
 
-// hasAVX2 selects the 256-bit kernels. AVX-512 f32 loops are not used: on
-// the Zen 4 cores this was tuned on, 512-bit FMAs issue as two 256-bit
-// halves, so the wider registers add no throughput to them. AVX512_BF16's
-// VDPBF16PS does (two products per f32 lane): where the CPU has it, bf16
-// weights go through bf16dot_amd64.c's kernels.
+// hasAVX2 selects the 256-bit kernels. Where the CPU has AVX-512, bf16
+// weights go through avx512_amd64.c's kernels instead: a GEMM with a 12x32
+// register tile needs all 32 zmm registers, and AVX512_BF16's VDPBF16PS
+// does two products per f32 lane.
 var hasAVX2 = archsimd.X86.AVX2() && archsimd.X86.FMA()
 
 var avx2Kernels = kernelSet{
@@ -29,8 +28,11 @@ var avx2Kernels = kernelSet{
 // "avx2+fma (GOEXPERIMENT=simd)", or the scalar loops when the CPU lacks
 // AVX2 or FMA.
 func Features() string {
-	if hasAVX2 && hasBF16Dot {
-		return "avx2+fma, avx512_bf16 for bf16 weights (GOEXPERIMENT=simd)"
+	switch {
+	case hasAVX2 && hasBF16Dot:
+		return "avx2+fma, avx512+avx512_bf16 for bf16 weights (GOEXPERIMENT=simd, cgo)"
+	case hasAVX2 && hasAVX512:
+		return "avx2+fma, avx512 for bf16 weights (GOEXPERIMENT=simd, cgo)"
 	}
 	if hasAVX2 {
 		return "avx2+fma (GOEXPERIMENT=simd)"
@@ -38,18 +40,23 @@ func Features() string {
 	return "scalar (the CPU lacks AVX2/FMA)"
 }
 
-// avx512bf16Kernels are the AVX2 loops with bf16 weights on VDPBF16PS.
-var avx512bf16Kernels = func() kernelSet {
+// avx512Kernels are the AVX2 loops with bf16 weights on avx512_amd64.c's
+// kernels, and avx512bf16Kernels those with VDPBF16PS as well.
+var avx512Kernels, avx512bf16Kernels = func() (kernelSet, kernelSet) {
 	k := avx2Kernels
-	k.name, k.dotBF16 = "avx512bf16", true
-	return k
+	k.name, k.avx512 = "avx512", true
+	b := k
+	b.name, b.dotBF16 = "avx512bf16", true
+	return k, b
 }()
 
 func bestKernels() *kernelSet {
-	if hasAVX2 && hasBF16Dot {
+	switch {
+	case hasAVX2 && hasBF16Dot:
 		return &avx512bf16Kernels
-	}
-	if hasAVX2 {
+	case hasAVX2 && hasAVX512:
+		return &avx512Kernels
+	case hasAVX2:
 		return &avx2Kernels
 	}
 	return &scalarKernels

@@ -1,0 +1,283 @@
+//go:build cgo
+
+// Matrix products of bf16 weights with AVX-512, as C with compiler
+// intrinsics: Go's assembler lacks VDPBF16PS, and a register-tiled GEMM
+// wants all 32 zmm registers and masked stores. Two families on one packed
+// weight layout:
+//
+//   - f32 (AVX-512F/BW/VL): weights widened in registers, f32 activations,
+//     one FMA per product in column order: exact f32 arithmetic.
+//   - bf16 (AVX512_BF16): VDPBF16PS multiplies pairs of bf16 values and adds
+//     both products to an f32 lane, so the activations are rounded to bf16
+//     first, the arithmetic of llama.cpp's BF16 matmul, for twice the
+//     products per instruction.
+//
+// Accumulation is f32 throughout, and every output's sum runs in one fixed
+// order whatever the split of work across threads.
+
+#include <stdint.h>
+#include <immintrin.h>
+
+#define KK_INLINE static inline __attribute__((always_inline))
+
+// kk_avx512_supported reports whether the CPU and OS run the f32 kernels
+// (AVX-512 F, BW and VL).
+int kk_avx512_supported(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl");
+}
+
+// kk_bf16_supported reports whether they also run the VDPBF16PS kernels.
+int kk_bf16_supported(void) { return kk_avx512_supported() && __builtin_cpu_supports("avx512bf16"); }
+
+// Everything below runs only after kk_avx512_supported said yes, and the
+// VDPBF16PS kernels only after kk_bf16_supported did.
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+
+// KK_PANEL is the number of weight rows a GEMM panel holds: two zmm
+// registers of f32 outputs.
+#define KK_PANEL 32
+// KK_MR is the number of tokens one micro-tile holds: 2*KK_MR accumulators
+// plus the weight registers and a broadcast fit AVX-512's 32 registers.
+#define KK_MR 12
+
+// KK_SWITCH calls TILE(mr, ...) with mr a constant 1..KK_MR, so each tile
+// size gets its own unrolled register allocation.
+#define KK_SWITCH(TILE, mr, ...)                 \
+	switch (mr) {                            \
+	case 12: TILE(12, __VA_ARGS__); break;   \
+	case 11: TILE(11, __VA_ARGS__); break;   \
+	case 10: TILE(10, __VA_ARGS__); break;   \
+	case 9: TILE(9, __VA_ARGS__); break;     \
+	case 8: TILE(8, __VA_ARGS__); break;     \
+	case 7: TILE(7, __VA_ARGS__); break;     \
+	case 6: TILE(6, __VA_ARGS__); break;     \
+	case 5: TILE(5, __VA_ARGS__); break;     \
+	case 4: TILE(4, __VA_ARGS__); break;     \
+	case 3: TILE(3, __VA_ARGS__); break;     \
+	case 2: TILE(2, __VA_ARGS__); break;     \
+	default: TILE(1, __VA_ARGS__); break;    \
+	}
+
+// pack_panel copies rows [0, nr) of w (row stride cols) into panel as pairs:
+// for pair q, KK_PANEL dwords holding (w[j][2q], w[j][2q+1]) for j = 0..31,
+// zero past nr rows or cols columns.
+KK_INLINE void pack_panel(const uint16_t *w, long cols, int nr, uint32_t *panel) {
+	long pairs = (cols + 1) / 2, even = cols & ~1L;
+	for (int j = 0; j < KK_PANEL; j++) {
+		uint32_t *dst = panel + j;
+		if (j >= nr) {
+			for (long q = 0; q < pairs; q++) dst[q * KK_PANEL] = 0;
+			continue;
+		}
+		const uint16_t *row = w + (long)j * cols;
+		long q = 0;
+		for (; 2 * q < even; q++) {
+			dst[q * KK_PANEL] = (uint32_t)row[2 * q] | (uint32_t)row[2 * q + 1] << 16;
+		}
+		if (cols & 1) dst[q * KK_PANEL] = row[cols - 1];
+	}
+}
+
+// panel_masks sets the store masks of a panel of nr <= 32 rows.
+KK_INLINE void panel_masks(int nr, __mmask16 *m0, __mmask16 *m1) {
+	*m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+	*m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+}
+
+// The bf16 kernels.
+
+// kk_pack_x rounds the n rows of x (each cols floats) to bf16, to nearest
+// even, into dst, each row padded with zeros to ld values (ld even, >=
+// cols).
+void kk_pack_x(const float *x, long n, long cols, long ld, uint16_t *dst) {
+	for (long t = 0; t < n; t++) {
+		const float *xr = x + t * cols;
+		uint16_t *h = dst + t * ld;
+		long c = 0;
+		for (; c + 16 <= cols; c += 16) {
+			__m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(xr + c));
+			_mm256_storeu_si256((__m256i *)(h + c), (__m256i)b);
+		}
+		if (c < cols) {
+			__mmask16 m = (__mmask16)((1u << (cols - c)) - 1);
+			__m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, xr + c));
+			_mm256_mask_storeu_epi16(h + c, m, (__m256i)b);
+		}
+		for (c = cols; c < ld; c++) h[c] = 0;
+	}
+}
+
+// tile computes mr tokens' outputs for the panel's rows: out[i*ldo + j] for
+// j < 32 under masks m0 (rows 0..15) and m1 (16..31), from the tokens' bf16
+// activations read as dword pairs (row stride ldq dwords); pairs is the
+// panel's depth.
+KK_INLINE void tile(const int mr, const uint32_t *restrict panel, const uint32_t *restrict xq, long ldq,
+		    long pairs, float *restrict out, long ldo, __mmask16 m0, __mmask16 m1) {
+	__m512 a0[KK_MR], a1[KK_MR];
+#pragma GCC unroll 12
+	for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm512_setzero_ps();
+	for (long q = 0; q < pairs; q++) {
+		__m512bh w0 = (__m512bh)_mm512_loadu_si512(panel + q * KK_PANEL);
+		__m512bh w1 = (__m512bh)_mm512_loadu_si512(panel + q * KK_PANEL + 16);
+#pragma GCC unroll 12
+		for (int i = 0; i < mr; i++) {
+			__m512bh b = (__m512bh)_mm512_set1_epi32((int)xq[i * ldq + q]);
+			a0[i] = _mm512_dpbf16_ps(a0[i], w0, b);
+			a1[i] = _mm512_dpbf16_ps(a1[i], w1, b);
+		}
+	}
+#pragma GCC unroll 12
+	for (int i = 0; i < mr; i++) {
+		_mm512_mask_storeu_ps(out + i * ldo, m0, a0[i]);
+		_mm512_mask_storeu_ps(out + i * ldo + 16, m1, a1[i]);
+	}
+}
+
+// kk_gemm_panel computes out[t*ldo + j] = Σ_c x[t][c]·w[j][c] for the n
+// tokens and the nr <= 32 weight rows starting at w (row stride cols),
+// packing the rows into panel (KK_PANEL * ld/2 dwords of scratch) first. x
+// holds kk_pack_x's bf16 rows of stride ld.
+void kk_gemm_panel(const uint16_t *w, long cols, int nr, uint32_t *panel, const uint16_t *x, long ld, long n,
+		   float *out, long ldo) {
+	long pairs = (cols + 1) / 2, ldq = ld / 2;
+	pack_panel(w, cols, nr, panel);
+	__mmask16 m0, m1;
+	panel_masks(nr, &m0, &m1);
+	for (long t = 0; t < n; t += KK_MR) {
+		int mr = n - t < KK_MR ? (int)(n - t) : KK_MR;
+		KK_SWITCH(tile, mr, panel, (const uint32_t *)x + t * ldq, ldq, pairs, out + t * ldo, ldo, m0, m1)
+	}
+}
+
+// gemv_row returns the dot product of one weight row with the bf16
+// activations x. Rows are read one after another, whole: one sequential
+// stream for the hardware prefetcher, which interleaved rows break into
+// several (measured on the lm_head: 30 GB/s for one stream, 13 for two
+// rows interleaved, 12 for four).
+KK_INLINE float gemv_row(const uint16_t *restrict w, long cols, const uint16_t *restrict x) {
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0;
+	long c = 0;
+	for (; c + 64 <= cols; c += 64) {
+		a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + c), (__m512bh)_mm512_loadu_si512(x + c));
+		a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + c + 32), (__m512bh)_mm512_loadu_si512(x + c + 32));
+	}
+	for (; c < cols; c += 32) {
+		__mmask32 m = cols - c >= 32 ? 0xffffffffu : (__mmask32)((1ull << (cols - c)) - 1);
+		a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, w + c),
+				      (__m512bh)_mm512_maskz_loadu_epi16(m, x + c));
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+// kk_gemv sets out[r] = w[r]·x for rows [lo, hi) of w (row stride cols),
+// x holding kk_pack_x's bf16 values.
+void kk_gemv(const uint16_t *w, long cols, long lo, long hi, const uint16_t *x, float *out) {
+	for (long r = lo; r < hi; r++) out[r] = gemv_row(w + r * cols, cols, x);
+}
+
+// The exact f32 kernels: bf16 weights widened in registers (a bf16 is the
+// high half of an f32), f32 activations, one FMA per product in column
+// order, so every output is the plain f32 sum of its products, c = 0 first.
+
+// tile_f32 is tile for f32 activations x (row stride ldx) on the same
+// packed panel: each pair's dword holds the even column in its low half and
+// the odd one in its high half, widened by a shift and a mask.
+KK_INLINE void tile_f32(const int mr, const uint32_t *restrict panel, const float *restrict x, long ldx,
+			long cols, float *restrict out, long ldo, __mmask16 m0, __mmask16 m1) {
+	__m512 a0[KK_MR], a1[KK_MR];
+	const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+#pragma GCC unroll 12
+	for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm512_setzero_ps();
+	long pairs = cols / 2;
+	for (long q = 0; q < pairs; q++) {
+		__m512i p0 = _mm512_loadu_si512(panel + q * KK_PANEL);
+		__m512i p1 = _mm512_loadu_si512(panel + q * KK_PANEL + 16);
+		__m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(p0, 16));
+		__m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(p1, 16));
+		__m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(p0, hi));
+		__m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(p1, hi));
+#pragma GCC unroll 12
+		for (int i = 0; i < mr; i++) {
+			__m512 b = _mm512_set1_ps(x[i * ldx + 2 * q]);
+			a0[i] = _mm512_fmadd_ps(e0, b, a0[i]);
+			a1[i] = _mm512_fmadd_ps(e1, b, a1[i]);
+			b = _mm512_set1_ps(x[i * ldx + 2 * q + 1]);
+			a0[i] = _mm512_fmadd_ps(o0, b, a0[i]);
+			a1[i] = _mm512_fmadd_ps(o1, b, a1[i]);
+		}
+	}
+	if (cols & 1) {
+		// The last column sits alone in the low half of its pair.
+		__m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(panel + pairs * KK_PANEL), 16));
+		__m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(panel + pairs * KK_PANEL + 16), 16));
+#pragma GCC unroll 12
+		for (int i = 0; i < mr; i++) {
+			__m512 b = _mm512_set1_ps(x[i * ldx + cols - 1]);
+			a0[i] = _mm512_fmadd_ps(e0, b, a0[i]);
+			a1[i] = _mm512_fmadd_ps(e1, b, a1[i]);
+		}
+	}
+#pragma GCC unroll 12
+	for (int i = 0; i < mr; i++) {
+		_mm512_mask_storeu_ps(out + i * ldo, m0, a0[i]);
+		_mm512_mask_storeu_ps(out + i * ldo + 16, m1, a1[i]);
+	}
+}
+
+// kk_gemm_panel_f32 is kk_gemm_panel with the n tokens' f32 activations x
+// (row stride cols) used as they are.
+void kk_gemm_panel_f32(const uint16_t *w, long cols, int nr, uint32_t *panel, const float *x, long n,
+		       float *out, long ldo) {
+	pack_panel(w, cols, nr, panel);
+	__mmask16 m0, m1;
+	panel_masks(nr, &m0, &m1);
+	for (long t = 0; t < n; t += KK_MR) {
+		int mr = n - t < KK_MR ? (int)(n - t) : KK_MR;
+		KK_SWITCH(tile_f32, mr, panel, x + t * cols, cols, cols, out + t * ldo, ldo, m0, m1)
+	}
+}
+
+// kk_split_x copies x's cols values into its even-indexed ones, xe, and its
+// odd-indexed ones, xo, each padded with zeros to a multiple of 16 values:
+// the order in which gemv_row_f32 widens a load of 32 weights.
+void kk_split_x(const float *x, long cols, float *xe, float *xo) {
+	long half = (cols + 1) / 2, padded = (half + 15) & ~15L;
+	for (long i = 0; i < half; i++) {
+		xe[i] = x[2 * i];
+		xo[i] = 2 * i + 1 < cols ? x[2 * i + 1] : 0;
+	}
+	for (long i = half; i < padded; i++) xe[i] = xo[i] = 0;
+}
+
+// gemv_row_f32 returns one weight row's dot product with x, split as
+// kk_split_x does, at f32 precision: 32 weights per load widened into their
+// even and odd columns, four FMA chains to cover the FMA latency. One row at
+// a time, as gemv_row.
+KK_INLINE float gemv_row_f32(const uint16_t *restrict w, long cols, const float *restrict xe,
+			     const float *restrict xo) {
+	const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	long c = 0;
+	for (; c + 64 <= cols; c += 64) {
+		__m512i v = _mm512_loadu_si512(w + c), u = _mm512_loadu_si512(w + c + 32);
+		a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_loadu_ps(xe + c / 2), a0);
+		a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_loadu_ps(xo + c / 2), a1);
+		a2 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), _mm512_loadu_ps(xe + c / 2 + 16), a2);
+		a3 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(u, hi)), _mm512_loadu_ps(xo + c / 2 + 16), a3);
+	}
+	for (; c < cols; c += 32) {
+		__mmask32 m = cols - c >= 32 ? 0xffffffffu : (__mmask32)((1ull << (cols - c)) - 1);
+		__m512i v = _mm512_maskz_loadu_epi16(m, w + c);
+		a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_loadu_ps(xe + c / 2), a0);
+		a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_loadu_ps(xo + c / 2), a1);
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+// kk_gemv_f32 sets out[r] = w[r]·x for rows [lo, hi), x split by
+// kk_split_x.
+void kk_gemv_f32(const uint16_t *w, long cols, long lo, long hi, const float *xe, const float *xo, float *out) {
+	for (long r = lo; r < hi; r++) out[r] = gemv_row_f32(w + r * cols, cols, xe, xo);
+}

@@ -1,0 +1,29 @@
+//go:build !cgo || !amd64
+
+package cpu
+
+import "github.com/kakeya-ai/kakeya/compute"
+
+// Without cgo on amd64 there are no AVX-512 kernels (avx512_amd64.c).
+const (
+	hasAVX512  = false
+	hasBF16Dot = false
+)
+
+func packX(x []float32, n, cols, ld int, dst []uint16) { panic("cpu: no AVX-512 kernels") }
+
+func gemmPanelBF16(w *compute.Mat, r0, nr int, panel []float32, x []uint16, ld, n int, out []float32, ldo int) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func gemvBF16(w *compute.Mat, lo, hi int, x []uint16, out []float32) { panic("cpu: no AVX-512 kernels") }
+
+func gemmPanelF32(w *compute.Mat, r0, nr int, panel, x []float32, n int, out []float32, ldo int) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func splitLen(cols int) int { return ((cols+1)/2 + 15) &^ 15 }
+
+func splitX(x, xe, xo []float32) { panic("cpu: no AVX-512 kernels") }
+
+func gemvF32(w *compute.Mat, lo, hi int, xe, xo, out []float32) { panic("cpu: no AVX-512 kernels") }
