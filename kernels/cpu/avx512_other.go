@@ -16,7 +16,9 @@ func gemmPanelBF16(w *compute.Mat, r0, nr int, panel []float32, x []uint16, ld, 
 	panic("cpu: no AVX-512 kernels")
 }
 
-func gemvBF16(w *compute.Mat, lo, hi int, x []uint16, out []float32) { panic("cpu: no AVX-512 kernels") }
+func gemvBF16(w *compute.Mat, lo, hi int, x []uint16, out []float32) {
+	panic("cpu: no AVX-512 kernels")
+}
 
 func gemmPanelF32(w *compute.Mat, r0, nr int, panel, x []float32, n int, out []float32, ldo int) {
 	panic("cpu: no AVX-512 kernels")
