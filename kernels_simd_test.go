@@ -5,5 +5,10 @@ package kakeya
 // wantKernels lists what cpu.Features may say in a SIMD build: which one
 // depends on the CPU.
 func wantKernels() []string {
-	return []string{"avx2+fma (GOEXPERIMENT=simd)", "scalar (the CPU lacks AVX2/FMA)"}
+	return []string{
+		"avx2+fma, avx512+avx512_bf16 for bf16 weights (GOEXPERIMENT=simd, cgo)",
+		"avx2+fma, avx512 for bf16 weights (GOEXPERIMENT=simd, cgo)",
+		"avx2+fma (GOEXPERIMENT=simd)",
+		"scalar (the CPU lacks AVX2/FMA)",
+	}
 }

@@ -25,8 +25,9 @@ var avx2Kernels = kernelSet{
 }
 
 // Features describes the kernels this build runs, for a tool to print:
-// "avx2+fma (GOEXPERIMENT=simd)", or the scalar loops when the CPU lacks
-// AVX2 or FMA.
+// "avx2+fma (GOEXPERIMENT=simd)", with the AVX-512 kernels for bf16 weights
+// named where the CPU runs them, or the scalar loops when it lacks AVX2 or
+// FMA.
 func Features() string {
 	switch {
 	case hasAVX2 && hasBF16Dot:
