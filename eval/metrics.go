@@ -146,6 +146,13 @@ func (sc *Scorer) Score(st *Stats, ref, alt []float32, target int) error {
 	return nil
 }
 
+// KL returns KL(ref || alt) in nats for two logits rows of the same
+// length, as Scorer.KL does, for a caller with a row or two to compare.
+func KL(ref, alt []float32) (float64, error) {
+	var sc Scorer
+	return sc.KL(ref, alt)
+}
+
 // KL returns KL(ref || alt) = sum p_ref (log p_ref - log p_alt) in nats
 // for two logits rows of the same length.
 func (sc *Scorer) KL(ref, alt []float32) (float64, error) {

@@ -88,10 +88,16 @@ func TestKL(t *testing.T) {
 			if !near(got, tt.want, tt.tol) {
 				t.Errorf("KL = %.17g, want %.17g", got, tt.want)
 			}
+			if f, err := KL(tt.ref, tt.alt); err != nil || f != got {
+				t.Errorf("package KL = %v, %v; Scorer.KL %v", f, err, got)
+			}
 		})
 	}
 	if _, err := sc.KL([]float32{0, 0}, []float32{0}); err == nil {
 		t.Error("KL of rows of different lengths: want an error")
+	}
+	if _, err := KL([]float32{0, 0}, []float32{0}); err == nil {
+		t.Error("package KL of rows of different lengths: want an error")
 	}
 }
 

@@ -525,7 +525,11 @@ func TestMatMulPrecisionReference(t *testing.T) {
 			top1 := 0
 			for p := range ids {
 				worst = max(worst, maxAbsDiff(got[p], want[p]))
-				worstKL = max(worstKL, klDiv(t, want[p], got[p]))
+				kl, err := eval.KL(want[p], got[p])
+				if err != nil {
+					t.Fatal(err)
+				}
+				worstKL = max(worstKL, kl)
 				if eval.Argmax(got[p]) == eval.Argmax(want[p]) {
 					top1++
 				}
@@ -540,16 +544,4 @@ func TestMatMulPrecisionReference(t *testing.T) {
 	if _, err := Load(filepath.Join(shared, "models", "ref-qwen2-6m"), Options{MatMul: "fp16"}); err == nil || !strings.Contains(err.Error(), `"fp16"`) {
 		t.Errorf("MatMul fp16: err = %v, want one naming the value", err)
 	}
-}
-
-// klDiv returns KL(softmax(p) || softmax(q)) in nats, as kakeya-eval
-// computes it.
-func klDiv(t testing.TB, p, q []float32) float64 {
-	t.Helper()
-	var sc eval.Scorer
-	kl, err := sc.KL(p, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kl
 }
