@@ -8,19 +8,37 @@ import (
 	"github.com/kakeya-ai/kakeya/compute"
 )
 
-// Features describes the kernels this build runs, for a tool to print: here
-// always the scalar loops, because the SIMD kernels need amd64 and a build
-// with GOEXPERIMENT=simd.
+// Features describes the kernels this build runs, for a tool to print: the
+// scalar loops, because the SIMD kernels need amd64 and a build with
+// GOEXPERIMENT=simd, and the AVX-512 C kernels for bf16 weights where the
+// CPU runs them (they need cgo, not the experiment).
 func Features() string {
-	if runtime.GOARCH != "amd64" {
+	switch {
+	case runtime.GOARCH != "amd64":
 		return "scalar (no SIMD kernels for " + runtime.GOARCH + ")"
+	case hasBF16Dot:
+		return "scalar (built without GOEXPERIMENT=simd), avx512+avx512_bf16 for bf16 weights (cgo)"
+	case hasAVX512:
+		return "scalar (built without GOEXPERIMENT=simd), avx512 for bf16 weights (cgo)"
 	}
 	return "scalar (built without GOEXPERIMENT=simd)"
 }
 
-// Without GOEXPERIMENT=simd on amd64 every op runs its scalar loop.
+// Without GOEXPERIMENT=simd on amd64 every op runs its scalar loop, but for
+// the matrix products of bf16 weights where the AVX-512 kernels run.
 
-func bestKernels() *kernelSet { return &scalarKernels }
+var scalarAVX512Kernels = func() kernelSet {
+	k := scalarKernels
+	k.name, k.avx512, k.dotBF16 = "scalar+avx512", true, hasBF16Dot
+	return k
+}()
+
+func bestKernels() *kernelSet {
+	if hasAVX512 {
+		return &scalarAVX512Kernels
+	}
+	return &scalarKernels
+}
 
 func cvtRow(dst []float32, w *compute.Mat, off int)       { cvtScalar(dst, w, off) }
 func dot(a, b []float32) float32                          { return dotScalar(a, b) }
