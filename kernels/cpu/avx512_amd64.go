@@ -37,6 +37,7 @@ func u16p(s []uint16) *C.uint16_t { return (*C.uint16_t)(unsafe.Pointer(&s[0])) 
 
 func f32p(s []float32) *C.float { return (*C.float)(unsafe.Pointer(&s[0])) }
 
+// u32p passes float32 scratch to C as the dwords of a packed panel.
 func u32p(s []float32) *C.uint32_t { return (*C.uint32_t)(unsafe.Pointer(&s[0])) }
 
 // packX rounds x's n rows of cols values to bf16 rows of stride ld (even,

@@ -22,8 +22,8 @@ const (
 	minParallelWork = 1 << 18
 	// scratchLen is one worker's GEMM scratch: a tile and 8 results.
 	scratchLen = tileRows*tileK + 8
-	// panelRows is the number of weight rows of a VDPBF16PS GEMM panel
-	// (KK_PANEL in bf16dot_amd64.c).
+	// panelRows is the number of weight rows of an AVX-512 GEMM panel
+	// (KK_PANEL in avx512_amd64.c).
 	panelRows = 32
 )
 
