@@ -69,6 +69,10 @@ func NewInt4(o Int4Options) (*Int4, error) {
 // "-g<G>" when the group is not 32.
 func (c *Int4) Name() string { return c.name }
 
+// Options returns the codec's settings (Bits filled in), for a backend
+// that reads its blocks itself.
+func (c *Int4) Options() Int4Options { return c.opt }
+
 func (c *Int4) makeName() string {
 	s := fmt.Sprintf("int%d", c.opt.Bits)
 	if c.opt.PerChannel {

@@ -12,8 +12,8 @@
 // backend's own kernel does.
 //
 // The KV cache stays on the device as the cache encodes it: the attention
-// kernel reads blocks of the int8, int4, int2 (per token or per channel)
-// and Kakeya codecs from their bytes, decoding each tile of keys and
+// kernel reads blocks of the int8, int4, int2 (per token or per channel,
+// any power-of-two group, no rotation) and Kakeya codecs from their bytes, decoding each tile of keys and
 // values in shared memory, and keys of a preconditioned codec
 // (codec.Preconditioned, whitened per layer and KV head) likewise, each
 // decoded key row multiplied there by its head's inverse factor, uploaded

@@ -295,14 +295,14 @@ func matMulLaunch(dt compute.DType, out, x, w Ptr, n, rows, cols int) Launch {
 // Formats of the KV parts attention reads: hot parts hold BlockSize x
 // HeadDim values row-major; encoded parts hold exactly the bytes the
 // codec's Encode produced for BlockSize x HeadDim values (header
-// included). The int codecs are those of codec.Int4 with groups of 32, no
-// rotation: per token ("int4", "int2") or per channel ("int4-k", "int2-k",
-// KIVI's layout for keys).
+// included). The int codecs are those of codec.Int4 without rotation and
+// with a power-of-two group (32 by default): per token ("int4", "int2") or
+// per channel ("int4-k", "int2-k", KIVI's layout for keys).
 const (
 	partF32   = iota // float32 hot part
 	partBF16         // bf16 hot part
 	partInt8         // codec "int8"
-	partInt4         // codec "int4"
+	partInt4         // codec "int4" (any power-of-two group)
 	partInt4K        // codec "int4-k"
 	partInt2         // codec "int2"
 	partInt2K        // codec "int2-k"
@@ -357,17 +357,25 @@ func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
 	if _, ok := dec.(*codec.Kakeya); ok {
 		return partKakeya, d <= maxHeadDim
 	}
-	switch dec.Name() {
-	case "int8":
-		return partInt8, true
-	case "int4":
-		return partInt4, true
-	case "int4-k":
-		return partInt4K, true
-	case "int2":
+	if c, ok := dec.(*codec.Int4); ok {
+		// Any group of a power of two (the kernel reads it from the
+		// block's header), no rotation.
+		o := c.Options()
+		if o.Rotate || o.Group&(o.Group-1) != 0 {
+			return 0, false
+		}
+		switch {
+		case o.Bits == 4 && o.PerChannel:
+			return partInt4K, true
+		case o.Bits == 4:
+			return partInt4, true
+		case o.PerChannel:
+			return partInt2K, true
+		}
 		return partInt2, true
-	case "int2-k":
-		return partInt2K, true
+	}
+	if dec.Name() == "int8" {
+		return partInt8, true
 	}
 	return 0, false
 }

@@ -494,6 +494,11 @@ func TestLaunchAttention(t *testing.T) {
 		{"decode/kivi4/d64", 7, 1, 64, 64, 150, 1, 0, "bf16", "int4-k/int4", 0},
 		{"decode/kivi2/bs48", 4, 2, 64, 48, 100, 2, 0, "bf16", "int2-k/int2", 0},
 		{"decode/int8-int4/d128", 2, 1, 128, 16, 50, 1, 0, "f32", "int8/int4", 0},
+		// Groups other than 32, read from the block header: 64 values
+		// (q4_0's 4.5 bits at head_dim 64), 16, and per channel 8 tokens.
+		{"decode/int4-g64/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "int4-g64", 0},
+		{"prefill/int4-g16-int2-g64/d128", 4, 2, 128, 16, 40, 11, 0, "f32", "int4-g16/int2-g64", 0},
+		{"decode/int4-k-g8/d40", 6, 3, 40, 16, 40, 2, 0, "f32", "int4-k-g8/int4-g64", 0},
 		{"decode/kakeya/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "kakeya", 0},
 		{"prefill/kakeya-int8/d128", 4, 2, 128, 32, 64, 8, 0, "f32", "kakeya/int8", 0},
 		{"decode/kakeya-variants/d40", 6, 3, 40, 16, 40, 2, 0, "f32", "kakeya-b2c16/kakeya-r0", 0},
@@ -539,6 +544,24 @@ func testAttention(t *testing.T, c attnCase) {
 		cd, err := codec.New(codec.Spec{Name: name})
 		if err != nil {
 			t.Fatal(err)
+		}
+		codecs[name] = cd
+	}
+	for name, o := range map[string]codec.Int4Options{
+		"int4-g64":  {Bits: 4, Group: 64},
+		"int4-g16":  {Bits: 4, Group: 16},
+		"int2-g64":  {Bits: 2, Group: 64},
+		"int4-k-g8": {Bits: 4, Group: 8, PerChannel: true},
+	} {
+		cd, err := codec.NewInt4(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cd.Name() != name {
+			t.Fatalf("codec %s is named %s", name, cd.Name())
+		}
+		if _, ok := encodedFormat(cd, c.d); !ok {
+			t.Fatalf("%s: the kernels do not read it", name)
 		}
 		codecs[name] = cd
 	}

@@ -35,11 +35,12 @@ KK_DEVICE float kk_half_at(const kk_u8 *p) { return kk_f16(*(const kk_u16 *)p); 
 // kk_part_value returns element (row, col) of a part of bs rows of d
 // values. int8 (codec.Int8): after the 16-byte header, one fp16 scale per
 // row and group of 32 values, then the int8 codes row-major. int4 and int2
-// (codec.Int4, groups of 32, no rotation): after the header, an fp16
+// (codec.Int4, no rotation, groups of G values, G a power of two that the
+// header's tag field, bytes 10-11, holds): after the header, an fp16
 // (min, step) pair per group, then the codes row-major as one bit stream,
 // least significant bits first. Groups run along each row (int4, int2:
-// group row*ceil(d/32) + col/32) or, per channel, along the tokens
-// (int4-k, int2-k: group col*ceil(bs/32) + row/32).
+// group row*ceil(d/G) + col/G) or, per channel, along the tokens (int4-k,
+// int2-k: group col*ceil(bs/G) + row/G).
 KK_DEVICE float kk_part_value(const kk_u8 *p, int fmt, int bs, int d, int row, int col) {
 	int i = row * d + col;
 	if (fmt == kkPartF32)
@@ -54,8 +55,9 @@ KK_DEVICE float kk_part_value(const kk_u8 *p, int fmt, int bs, int d, int row, i
 	}
 	bool channel = fmt == kkPartInt4K || fmt == kkPartInt2K;
 	int bits = fmt == kkPartInt2 || fmt == kkPartInt2K ? 2 : 4;
-	int per = channel ? (bs + 31) >> 5 : (d + 31) >> 5;
-	int k = channel ? col * per + (row >> 5) : row * per + (col >> 5);
+	int g = (int)p[10] | (int)p[11] << 8, gs = __builtin_ctz(g);
+	int per = channel ? (bs + g - 1) >> gs : (d + g - 1) >> gs;
+	int k = channel ? col * per + (row >> gs) : row * per + (col >> gs);
 	int ngroups = channel ? d * per : bs * per;
 	const kk_u8 *mp = pl + 4 * k;
 	int bit = i * bits;
