@@ -1,7 +1,9 @@
-// Package cpu is the pure-Go compute backend: matrix products that read
-// weights in their stored dtype (F32, F16, BF16) and the element-wise ops of a
-// decoder layer. With GOEXPERIMENT=simd on amd64 the hot loops use AVX2+FMA
-// through simd/archsimd when the CPU has them; otherwise scalar code runs.
+// Package cpu holds the CPU's kernels: matrix products that read weights in
+// their stored dtype (F32, F16, BF16) and the element-wise ops of a decoder
+// layer. With GOEXPERIMENT=simd on amd64 the hot loops use AVX2+FMA through
+// simd/archsimd when the CPU has them; otherwise scalar code runs. Matrix
+// products of bf16 weights run avx512_amd64.c's C kernels (cgo) where the
+// CPU has AVX-512, chosen at run time; every path is pure Go otherwise.
 //
 // The kernels are internal hot paths: shape errors are programmer errors
 // (the model validates shapes when it loads) and panic with a message that
