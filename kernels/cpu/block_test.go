@@ -149,14 +149,7 @@ func TestBlockLengthPanics(t *testing.T) {
 		"RoPEBlock odd":  func() { RoPEBlock(f, f, f, f, 2, 7) },
 		"RoPEBlock cos":  func() { RoPEBlock(f, f, f[:7], f, 2, 8) },
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: no panic", name)
-				}
-			}()
-			fn()
-		}()
+		wantPanic(t, name, fn)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -54,14 +55,7 @@ func TestUnpackLookup(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ n, bits, src int }{{8, 0, 8}, {8, 5, 8}, {9, 3, 3}} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%+v: no panic", c)
-				}
-			}()
-			UnpackLookup(make([]float32, c.n), make([]byte, c.src), c.bits, &table)
-		}()
+		wantPanic(t, fmt.Sprintf("%+v", c), func() { UnpackLookup(make([]float32, c.n), make([]byte, c.src), c.bits, &table) })
 	}
 }
 
@@ -100,12 +94,7 @@ func TestWidenF16(t *testing.T) {
 			t.Fatalf("n=%d: zeros reported non-finite", n)
 		}
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("short src: no panic")
-		}
-	}()
-	WidenF16(make([]float32, 3), make([]byte, 5))
+	wantPanic(t, "short src", func() { WidenF16(make([]float32, 3), make([]byte, 5)) })
 }
 
 func TestFWHT(t *testing.T) {
@@ -131,14 +120,7 @@ func TestFWHT(t *testing.T) {
 		}
 	}
 	for _, n := range []int{0, 4, 24} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("length %d: no panic", n)
-				}
-			}()
-			FWHT(make([]float32, n))
-		}()
+		wantPanic(t, fmt.Sprintf("length %d", n), func() { FWHT(make([]float32, n)) })
 	}
 }
 
@@ -169,14 +151,9 @@ func TestFWHTAxpy(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ d, p, z, rows int }{{64, 63, 64, 0}, {65, 64, 65, 0}, {64, 64, 63, 0}, {8, 8, 8, 7}} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%+v: no panic", c)
-				}
-			}()
+		wantPanic(t, fmt.Sprintf("%+v", c), func() {
 			FWHTAxpy(make([]float32, c.d), make([]float32, c.p), make([]float32, c.d), make([]float32, c.z), make([]float32, 1), make([]float32, c.rows))
-		}()
+		})
 	}
 }
 
@@ -218,14 +195,9 @@ func TestUnpackLookupRows(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ cols, stride, bits, dst, src int }{{4, 4, 3, 8, 3}, {8, 7, 3, 16, 6}, {8, 8, 3, 15, 6}, {8, 8, 3, 16, 5}, {8, 8, 5, 16, 10}} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%+v: no panic", c)
-				}
-			}()
+		wantPanic(t, fmt.Sprintf("%+v", c), func() {
 			UnpackLookupRows(make([]float32, c.dst), c.stride, c.cols, make([]byte, c.src), c.bits, &table, make([]float32, 2))
-		}()
+		})
 	}
 }
 
@@ -250,12 +222,9 @@ func TestFWHTAxpyRows(t *testing.T) {
 			}
 		}
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("short v: no panic")
-		}
-	}()
-	FWHTAxpyRows(make([]float32, 128), make([]float32, 127), make([]float32, 64), make([]float32, 64), nil, nil, 2, 64, 64, 0)
+	wantPanic(t, "short v", func() {
+		FWHTAxpyRows(make([]float32, 128), make([]float32, 127), make([]float32, 64), make([]float32, 64), nil, nil, 2, 64, 64, 0)
+	})
 }
 
 // UnpackAffine is bit-identical to m + float32(c)*s per value, for every
@@ -291,12 +260,7 @@ func TestUnpackAffine(t *testing.T) {
 			}
 		}
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("UnpackAffine with 12-bit groups did not panic")
-		}
-	}()
-	UnpackAffine(make([]float32, 3), make([]byte, 2), 4, 3, []float32{0, 1})
+	wantPanic(t, "UnpackAffine with 12-bit groups", func() { UnpackAffine(make([]float32, 3), make([]byte, 2), 4, 3, []float32{0, 1}) })
 }
 
 // DequantInt8 is bit-identical to float32(int8(c))*s, at every byte value

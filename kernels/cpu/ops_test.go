@@ -240,14 +240,7 @@ func TestOpsLengthPanics(t *testing.T) {
 		"RowF32":  func() { RowF32(a, testMatNoData(), 5) },
 	}
 	for name, f := range tests {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if recover() == nil {
-					t.Fatal("no panic")
-				}
-			}()
-			f()
-		})
+		t.Run(name, func(t *testing.T) { wantPanic(t, name, f) })
 	}
 }
 
@@ -276,14 +269,7 @@ func TestHadamardStages(t *testing.T) {
 		}
 	}
 	for _, n := range []int{0, 4, 24} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("length %d: no panic", n)
-				}
-			}()
-			HadamardStages(make([]float32, n))
-		}()
+		wantPanic(t, fmt.Sprintf("length %d", n), func() { HadamardStages(make([]float32, n)) })
 	}
 }
 
@@ -312,10 +298,17 @@ func TestLookup(t *testing.T) {
 			}
 		}
 	}
+	wantPanic(t, "short codes", func() { Lookup(make([]float32, 3), make([]uint8, 2), &table) })
+}
+
+// wantPanic reports an error naming what unless f panics: the kernels
+// panic on lengths that do not match.
+func wantPanic(t *testing.T, what string, f func()) {
+	t.Helper()
 	defer func() {
 		if recover() == nil {
-			t.Error("short codes: no panic")
+			t.Errorf("%s: no panic", what)
 		}
 	}()
-	Lookup(make([]float32, 3), make([]uint8, 2), &table)
+	f()
 }
