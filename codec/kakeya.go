@@ -158,6 +158,11 @@ func NewKakeya(o KakeyaOptions) (*Kakeya, error) {
 // Options returns the codec's settings.
 func (k *Kakeya) Options() KakeyaOptions { return k.opt }
 
+// Signs returns the first n signs (±1) of the codec's randomized Hadamard
+// rotation (all 1 without RandomSigns), for a backend that decodes its
+// blocks itself. n may not exceed the largest head dim a codec takes.
+func (k *Kakeya) Signs(n int) []float32 { return slices.Clone(k.signs[:n]) }
+
 // Name encodes the settings, e.g. "kakeya-b3-r4v0.5c8-o3x4".
 func (k *Kakeya) Name() string {
 	o := k.opt

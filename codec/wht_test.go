@@ -113,3 +113,20 @@ func TestRandomSignsDeterministic(t *testing.T) {
 		t.Errorf("%d of 256 signs positive, want about half", plus)
 	}
 }
+
+// Kakeya.Signs gives the rotation's signs as the codec draws them, and all
+// ones without RandomSigns.
+func TestKakeyaSigns(t *testing.T) {
+	for _, random := range []bool{true, false} {
+		k := mustKakeya(t, func(o *KakeyaOptions) { o.RandomSigns, o.Seed = random, 7 })
+		want := randomSigns(256, 7)
+		for i, s := range k.Signs(256) {
+			if !random {
+				want[i] = 1
+			}
+			if s != want[i] {
+				t.Fatalf("random %v: sign %d = %v, want %v", random, i, s, want[i])
+			}
+		}
+	}
+}

@@ -423,8 +423,8 @@ const kakeyaParamsLen = 4 * (4 + 16 + maxHeadDim)
 // kakeyaParams returns the device form of what attention needs to read
 // blocks of dec, a *codec.Kakeya, beyond their bytes: the residual's code
 // width, its codebook levels and the randomized Hadamard rotation's signs
-// (derived from the seed as the codec derives them). It reports false for
-// any other decoder and for head dims past maxHeadDim.
+// (the codec's own, Kakeya.Signs). It reports false for any other decoder
+// and for head dims past maxHeadDim.
 func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 	k, ok := dec.(*codec.Kakeya)
 	if !ok || d > maxHeadDim {
@@ -446,24 +446,7 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 	for i, l := range cb.Levels {
 		binary.LittleEndian.PutUint32(b[16+4*i:], math.Float32bits(l))
 	}
-	// The codec's signs: one SplitMix64 draw per 64 coordinates, lowest
-	// bit first, 1 for a clear bit.
-	var state, bits uint64 = o.Seed, 0
-	for i := range maxHeadDim {
-		sign := float32(1)
-		if o.RandomSigns {
-			if i%64 == 0 {
-				state += 0x9e3779b97f4a7c15
-				z := state
-				z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-				z = (z ^ z>>27) * 0x94d049bb133111eb
-				bits = z ^ z>>31
-			}
-			if bits&1 != 0 {
-				sign = -1
-			}
-			bits >>= 1
-		}
+	for i, sign := range k.Signs(maxHeadDim) {
 		binary.LittleEndian.PutUint32(b[80+4*i:], math.Float32bits(sign))
 	}
 	return b, true
