@@ -304,7 +304,7 @@ func parseMatMuls(s string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if f != "f32" && f != "bf16" {
+		if _, err := kcpu.ParsePrecision(f); err != nil || f == "" {
 			return nil, fmt.Errorf("--matmul %q: %q is not f32 or bf16", s, f)
 		}
 		if slices.Contains(out, f) {

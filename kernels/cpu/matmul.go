@@ -192,10 +192,12 @@ type matmulTask struct {
 	n       int
 	w       compute.Mat
 	mode    matmulMode
-	// The activations as the mode's kernels read them: bf16 rows of
-	// stride ld (modeBF16), or for a modeF32 GEMV x's even and odd halves.
-	xb     []uint16
+	// ld is the packed rows' length in bf16 values (w.Cols rounded up to
+	// even) outside modeLoops; the activations as the mode's kernels read
+	// them: bf16 rows of stride ld (modeBF16), or for a modeF32 GEMV x's
+	// even and odd halves.
 	ld     int
+	xb     []uint16
 	xe, xo []float32
 }
 
@@ -211,8 +213,10 @@ type activations struct {
 func (t *matmulTask) prepare(a *activations, mode matmulMode, prec Precision) {
 	t.mode = mode
 	cols := t.w.Cols
-	if mode == modeBF16 {
+	if mode != modeLoops {
 		t.ld = cols + cols&1
+	}
+	if mode == modeBF16 {
 		a.b = grow(a.b, t.n*t.ld)
 		t.xb = a.b
 		packX(t.x, t.n, cols, t.ld, t.xb)
@@ -260,8 +264,7 @@ func (t *matmulTask) runWorker(worker, lo, hi int) {
 			}
 			return
 		}
-		ld := t.w.Cols + t.w.Cols&1
-		if need := panelRows * ld / 2; len(s) < need {
+		if need := panelRows * t.ld / 2; len(s) < need {
 			// Grown once per worker for the widest matrix it meets.
 			s = make([]float32, need)
 			t.scratch[worker] = s
