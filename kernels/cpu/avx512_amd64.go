@@ -71,9 +71,6 @@ func gemmPanelF32(w *compute.Mat, r0, nr int, panel, x []float32, n int, out []f
 		f32p(x), C.long(n), f32p(out), C.long(ldo))
 }
 
-// splitLen is the length of each half splitX writes for cols values.
-func splitLen(cols int) int { return ((cols+1)/2 + 15) &^ 15 }
-
 // splitX copies x's even-indexed values into xe and odd-indexed ones into
 // xo, zero-padded to splitLen(len(x)), for gemvF32.
 func splitX(x, xe, xo []float32) {

@@ -24,8 +24,6 @@ func gemmPanelF32(w *compute.Mat, r0, nr int, panel, x []float32, n int, out []f
 	panic("cpu: no AVX-512 kernels")
 }
 
-func splitLen(cols int) int { return ((cols+1)/2 + 15) &^ 15 }
-
 func splitX(x, xe, xo []float32) { panic("cpu: no AVX-512 kernels") }
 
 func gemvF32(w *compute.Mat, lo, hi int, xe, xo, out []float32) { panic("cpu: no AVX-512 kernels") }

@@ -239,6 +239,10 @@ func (t *matmulTask) prepare(a *activations, mode matmulMode, prec Precision) {
 	}
 }
 
+// splitLen is the length of each half splitX writes for cols values: the
+// even- or odd-indexed ones, zero-padded to a multiple of 16.
+func splitLen(cols int) int { return ((cols+1)/2 + 15) &^ 15 }
+
 // grow returns s resliced to n elements, reallocated if it is too short.
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
