@@ -42,13 +42,13 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # make bench prints one table, llama-bench style: prefill and decode tok/s
-# per KV cache (plain, int8, int4, kakeya), matmul precision (f32, the
-# tools' default, and bf16, llama.cpp's arithmetic), thread count (1, 2)
-# and context (128, 2048) on a seeded Qwen2.5-0.5B-shaped bf16 checkpoint
-# written first (~1 GB); BENCH_FLAGS passes more kakeya-bench flags (e.g.
-# --reps 5, or --matmul f32 for half the run).
+# per KV cache (plain, int8, int4, kakeya), matmul precision (bf16,
+# llama.cpp's arithmetic and kakeya-run's default, and f32, exact), thread
+# count (1, 2) and context (128, 2048) on a seeded Qwen2.5-0.5B-shaped bf16
+# checkpoint written first (~1 GB); BENCH_FLAGS passes more kakeya-bench
+# flags (e.g. --reps 5, or --matmul bf16 for half the run).
 bench: build
-	$(BIN)/kakeya-bench --matmul f32,bf16 $(BENCH_FLAGS)
+	$(BIN)/kakeya-bench --matmul bf16,f32 $(BENCH_FLAGS)
 
 # The Go benchmarks; the model ones write the same checkpoint.
 bench-go: bench-kernels bench-codec bench-tokenizer

@@ -267,7 +267,7 @@ func TestGenerateErrorReturnsPartial(t *testing.T) {
 			if res.PromptTokens != full.PromptTokens || res.GeneratedTokens < n || res.GeneratedTokens >= 30 {
 				t.Errorf("prompt %d, generated %d tokens after %d pieces; want prompt %d and fewer than 30 generated", res.PromptTokens, res.GeneratedTokens, n, full.PromptTokens)
 			}
-			if res.StopReason != "" || res.Prefill <= 0 || res.Decode <= 0 || res.KV.Bytes() <= 0 || res.Kernels != cpu.Features() {
+			if res.StopReason != "" || res.Prefill <= 0 || res.Decode <= 0 || res.KV.Bytes() <= 0 || res.Kernels != cpu.Features()+bf16Suffix {
 				t.Errorf("partial result %+v: want no stop reason, timings, KV stats and kernels", res)
 			}
 		})
@@ -460,13 +460,19 @@ func TestGenerateOptionValidation(t *testing.T) {
 	}
 }
 
-// TestKernels: the engine reports the kernel set this build runs.
+// bf16Suffix ends the CPU backend's description at the default matmul
+// precision.
+const bf16Suffix = "; bf16 activations in bf16 matmuls"
+
+// TestKernels: the engine reports the kernel set this build runs and the
+// matmul precision.
 func TestKernels(t *testing.T) {
 	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), model.Options{Threads: 1})
-	got := e.Kernels()
-	if want := wantKernels(); !slices.Contains(want, got) {
-		t.Fatalf("Kernels() = %q, want one of %q", got, want)
+	got, ok := strings.CutSuffix(e.Kernels(), bf16Suffix)
+	if want := wantKernels(); !ok || !slices.Contains(want, got) {
+		t.Fatalf("Kernels() = %q, want one of %q followed by %q (the default matmul precision)", e.Kernels(), want, bf16Suffix)
 	}
+	got = e.Kernels()
 	res, err := e.Generate(context.Background(), "hi", GenerateOptions{MaxTokens: 2}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -130,10 +130,16 @@ func joinInts(v []int) string {
 // of the pre-RoPE queries of all query heads sharing that KV head, and, for
 // each of opt.Bits, Lloyd–Max codebooks fitted to the Kakeya residuals of
 // the model's keys (whitened by those factors, as Preconditioned codes
-// them) and values. It is deterministic for fixed inputs.
+// them) and values. It is deterministic for fixed inputs. On the default
+// CPU backend the model runs exact f32 matrix products, so a calibration
+// does not carry bf16 rounding of the activations.
 func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibration, error) {
 	var st *calibState
-	m, err := model.Load(dir, model.Options{Backend: opt.Backend, Threads: opt.Threads, Observe: func(layer, _, n int, q, _ []float32) {
+	mm := ""
+	if opt.Backend == nil {
+		mm = "f32"
+	}
+	m, err := model.Load(dir, model.Options{Backend: opt.Backend, Threads: opt.Threads, MatMul: mm, Observe: func(layer, _, n int, q, _ []float32) {
 		st.observe(layer, n, q)
 	}})
 	if err != nil {

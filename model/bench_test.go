@@ -15,7 +15,8 @@ import (
 
 // The benchmarks share one Qwen2.5-0.5B-shaped BF16 checkpoint (~1 GB),
 // written on first use and removed by TestMain. $KAKEYA_BENCH_MATMUL, when
-// set, is their Options.MatMul ("bf16" for llama.cpp's arithmetic).
+// set, is their Options.MatMul ("f32" for exact products; the default is
+// bf16, llama.cpp's arithmetic).
 var (
 	benchOnce sync.Once
 	benchDir  string

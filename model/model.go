@@ -28,10 +28,13 @@ type Options struct {
 	// 0 means GOMAXPROCS. It may not exceed MaxThreads.
 	Threads int
 	// MatMul is the precision of the activations the default CPU backend
-	// multiplies bf16 weights by: "" or "f32" uses them as they are; "bf16"
-	// rounds them to bf16 first, as llama.cpp's BF16 matmul does, which on
-	// CPUs with AVX512_BF16 is about 1.5 times as fast in prefill and moves
-	// logits by bf16 rounding. Products accumulate in f32 either way.
+	// multiplies bf16 weights by: "" means DefaultMatMul; "bf16" rounds
+	// them to bf16 first, as llama.cpp's BF16 matmul does, which on CPUs
+	// with AVX512_BF16 is about 1.5 times as fast in prefill and moves
+	// logits by bf16 rounding; "f32" uses them as they are (exact f32
+	// products, what the reference comparisons pin). Products accumulate
+	// in f32 and results do not depend on the thread count either way;
+	// f32 and f16 weights always multiply f32 activations.
 	MatMul string
 	// BlockSize is the number of tokens per KV cache block; 0 means 16
 	// (or the context, if that is shorter). It may not exceed the context.
@@ -51,6 +54,11 @@ type Options struct {
 	// the model or run forward passes on it.
 	Observe func(layer, start, n int, q, k []float32)
 }
+
+// DefaultMatMul is the precision Options.MatMul "" stands for: bf16, the
+// arithmetic of llama.cpp's BF16 matmul (fp32 accumulation) and the one
+// fast enough to beat it in prefill; "f32" is exact.
+const DefaultMatMul = "bf16"
 
 // DefaultMaxContext bounds the default context so that RoPE tables and
 // attention scratch stay small for models trained on very long contexts.
@@ -131,7 +139,11 @@ func Load(dir string, opt Options) (*Model, error) {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	if m.b = opt.Backend; m.b == nil {
-		b, err := cpu.NewMatMul(opt.Threads, opt.MatMul)
+		mm := opt.MatMul
+		if mm == "" {
+			mm = DefaultMatMul
+		}
+		b, err := cpu.NewMatMul(opt.Threads, mm)
 		if err != nil {
 			m.store.Close()
 			return nil, fmt.Errorf("model: %w", err)

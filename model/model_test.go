@@ -89,7 +89,7 @@ func TestRealModelsReference(t *testing.T) {
 			if len(ids) != tc.positions {
 				t.Fatalf("%s has %d lines, want %d", tc.golden, len(ids), tc.positions)
 			}
-			m := load(t, filepath.Join(shared, "models", tc.model), Options{Threads: 2})
+			m := load(t, filepath.Join(shared, "models", tc.model), Options{Threads: 2, MatMul: "f32"})
 			prefill, err := m.Logits(ids)
 			if err != nil {
 				t.Fatal(err)
@@ -500,13 +500,15 @@ func TestObserve(t *testing.T) {
 	}
 }
 
-// With Options.MatMul "bf16" the activations that multiply bf16 weights are
-// rounded to bf16 (llama.cpp's arithmetic): ref-qwen2-6m's logits then stay
-// within bf16 rounding of PyTorch's fp32 ones (KL and top-1 below), prefill
-// and token by token; "f32" is TestRealModelsReference's default.
+// With Options.MatMul "bf16", the default (""), the activations that
+// multiply bf16 weights are rounded to bf16 (llama.cpp's arithmetic):
+// ref-qwen2-6m's logits then stay within bf16 rounding of PyTorch's fp32
+// ones (KL and top-1 below), prefill and token by token; "f32" is exact
+// (TestRealModelsReference pins it).
 func TestMatMulPrecisionReference(t *testing.T) {
 	shared := shareddata.Dir(t)
 	ids, want := reference(t, shared, "ref-qwen2-6m_logits.txt")
+	var bf16 [][]float32
 	for _, tc := range []struct {
 		matmul        string
 		maxAbs, maxKL float64
@@ -514,11 +516,23 @@ func TestMatMulPrecisionReference(t *testing.T) {
 		// Seen: 2.4e-5 and 4e-11; 0.022 and 1.2e-5.
 		{"f32", 1e-3, 1e-7},
 		{"bf16", 0.05, 1e-4},
+		{"", 0.05, 1e-4},
 	} {
 		m := load(t, filepath.Join(shared, "models", "ref-qwen2-6m"), Options{Threads: 2, MatMul: tc.matmul})
 		prefill, err := m.Logits(ids)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if tc.matmul == "bf16" {
+			bf16 = prefill
+		}
+		if tc.matmul == "" {
+			// The default is bf16, bit for bit.
+			for p := range ids {
+				if d := maxAbsDiff(prefill[p], bf16[p]); d != 0 {
+					t.Errorf("default precision, position %d: %g from bf16's logits, want 0", p, d)
+				}
+			}
 		}
 		for name, got := range map[string][][]float32{"decode": decode(t, m, ids), "prefill": prefill} {
 			var worst, worstKL float64

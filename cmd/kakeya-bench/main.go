@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
-	fs.StringVar(&matmuls, "matmul", "f32", "precisions of the activations in bf16 matrix products, comma-separated: f32 (the other tools' default) and/or bf16 (llama.cpp's arithmetic)")
+	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
 	fs.IntVar(&o.gen, "gen", 32, "decoded tokens per run")

@@ -111,7 +111,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
 	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
 	fs.StringVar(&f.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
-	fs.StringVar(&f.matmul, "matmul", "f32", device.MatMulUsage)
+	fs.StringVar(&f.matmul, "matmul", "f32", device.MatMulUsage+"; f32 by default here, so measurements do not mix the codec's error with bf16 rounding")
 	f.cache.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

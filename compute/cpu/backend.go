@@ -24,8 +24,7 @@ var _ compute.Backend = (*Backend)(nil)
 func New(threads int) *Backend { return &Backend{pool: kern.NewPool(threads)} }
 
 // NewMatMul is New with the precision of the activations that multiply
-// bf16 weights named: "" or "f32" (the default) or "bf16" (see
-// kern.Precision).
+// bf16 weights named: "f32" (New's) or "bf16" (see kern.Precision).
 func NewMatMul(threads int, matmul string) (*Backend, error) {
 	prec, err := kern.ParsePrecision(matmul)
 	if err != nil {
@@ -40,13 +39,10 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// Describe returns the SIMD kernels this build runs (see kern.Features) and,
-// when not the default, the precision of bf16 matrix products.
+// Describe returns the SIMD kernels this build runs (see kern.Features) and
+// the precision of the activations in bf16 matrix products.
 func (b *Backend) Describe() string {
-	if p := b.pool.Precision(); p != kern.PrecisionF32 {
-		return kern.Features() + "; " + p.String() + " activations in bf16 matmuls"
-	}
-	return kern.Features()
+	return kern.Features() + "; " + b.pool.Precision().String() + " activations in bf16 matmuls"
 }
 
 // Close stops the worker threads.

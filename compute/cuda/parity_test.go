@@ -207,7 +207,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			gpu, f := newFakeBackend(t, Options{})
-			cpuM := loadModel(t, dir, model.Options{Threads: 1, MaxContext: 64})
+			cpuM := loadModel(t, dir, model.Options{Threads: 1, MaxContext: 64, MatMul: "f32"})
 			gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 			ids := testIDs(tokens, cpuM.Config().VocabSize)
 			cal := randCalibration(t, cpuM, 13)

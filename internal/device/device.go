@@ -41,19 +41,22 @@ func Backend(name string) (compute.Backend, error) {
 }
 
 // MatMulUsage is the help text of the tools' --matmul flag.
-const MatMulUsage = "precision of the activations in bf16 matrix products on the CPU: f32, or bf16 (rounded first, llama.cpp's arithmetic: about 1.5x the prefill speed with AVX512_BF16)"
+const MatMulUsage = "precision of the activations in bf16 matrix products on the CPU: bf16 (rounded first, llama.cpp's arithmetic: about 1.5x the prefill speed with AVX512_BF16) or f32 (exact)"
 
 // MatMul checks a --matmul value against the --device value and returns
-// it as model.Options.MatMul takes it: "" for f32 (the default, also given
-// as ""), and bf16 only for the CPU, the one device it applies to.
+// it as model.Options.MatMul takes it: "" (the default precision) for ""
+// and, on devices other than the CPU, for f32, their only arithmetic; bf16
+// only for the CPU, the one device it applies to.
 func MatMul(dev, matmul string) (string, error) {
 	switch {
-	case matmul == "f32" || matmul == "":
+	case matmul == "":
 		return "", nil
-	case matmul != "bf16":
+	case matmul != "f32" && matmul != "bf16":
 		return "", fmt.Errorf("--matmul %q: want f32 or bf16", matmul)
-	case dev != "cpu":
-		return "", fmt.Errorf("--matmul %s applies to --device cpu, not %s", matmul, dev)
+	case dev == "cpu":
+		return matmul, nil
+	case matmul == "f32":
+		return "", nil
 	}
-	return matmul, nil
+	return "", fmt.Errorf("--matmul %s applies to --device cpu, not %s", matmul, dev)
 }

@@ -39,7 +39,9 @@ func TestMatMul(t *testing.T) {
 	for _, tt := range []struct {
 		dev, in, want, err string
 	}{
-		{"cpu", "f32", "", ""},
+		{"cpu", "", "", ""},
+		{"cuda", "", "", ""},
+		{"cpu", "f32", "f32", ""},
 		{"cuda", "f32", "", ""},
 		{"cpu", "bf16", "bf16", ""},
 		{"cuda:1", "bf16", "", "--matmul bf16 applies to --device cpu, not cuda:1"},

@@ -29,17 +29,18 @@ const (
 
 // Precision says how MatMul treats the activations it multiplies bf16
 // weights by. Products accumulate in f32 at either precision, and no result
-// depends on the number of threads.
+// depends on the number of threads. Weights of other dtypes always multiply
+// the activations as they are.
 type Precision int
 
 const (
-	// PrecisionF32 multiplies by the activations as they are, in f32: the
-	// default.
+	// PrecisionF32 multiplies by the activations as they are, in f32: exact
+	// f32 products, a pool's zero value.
 	PrecisionF32 Precision = iota
 	// PrecisionBF16 rounds the activations to bf16 first, the arithmetic of
 	// llama.cpp's BF16 matmul: with VDPBF16PS (AVX512_BF16) about 1.5 times
 	// PrecisionF32's prefill speed, and within bf16 rounding of its
-	// results.
+	// results. model.Load's default.
 	PrecisionBF16
 )
 
@@ -51,10 +52,10 @@ func (pr Precision) String() string {
 	return "f32"
 }
 
-// ParsePrecision returns the Precision named "f32" (or "") or "bf16".
+// ParsePrecision returns the Precision named "f32" or "bf16".
 func ParsePrecision(s string) (Precision, error) {
 	switch s {
-	case "", "f32":
+	case "f32":
 		return PrecisionF32, nil
 	case "bf16":
 		return PrecisionBF16, nil

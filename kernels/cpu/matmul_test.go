@@ -357,15 +357,17 @@ func TestParsePrecision(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
 		want Precision
-	}{{"", PrecisionF32}, {"f32", PrecisionF32}, {"bf16", PrecisionBF16}} {
+	}{{"f32", PrecisionF32}, {"bf16", PrecisionBF16}} {
 		if got, err := ParsePrecision(tt.in); err != nil || got != tt.want {
 			t.Errorf("ParsePrecision(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 		}
-		if tt.in != "" && tt.want.String() != tt.in {
+		if tt.want.String() != tt.in {
 			t.Errorf("%v.String() = %q", tt.want, tt.want.String())
 		}
 	}
-	if _, err := ParsePrecision("fp16"); err == nil || !strings.Contains(err.Error(), `"fp16"`) {
-		t.Errorf("ParsePrecision(fp16): err = %v, want one naming the value", err)
+	for _, in := range []string{"fp16", ""} {
+		if _, err := ParsePrecision(in); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", in)) {
+			t.Errorf("ParsePrecision(%q): err = %v, want one naming the value", in, err)
+		}
 	}
 }
