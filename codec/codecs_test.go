@@ -62,7 +62,7 @@ func expectedLen(t *testing.T, c Codec, enc []byte, n, d int) int {
 		if c.opt.PerChannel {
 			groups = p * ((n + g - 1) / g)
 		}
-		return 16 + 4*groups + (n*p*c.opt.Bits+7)/8
+		return 16 + c.paramLen(groups) + (n*p*c.opt.Bits+7)/8
 	case *Kakeya:
 		r, cb, m := int(enc[16]), int(enc[17]), int(binary.LittleEndian.Uint32(enc[18:]))
 		p, b := NextPow2(d), c.opt.Bits
@@ -117,8 +117,15 @@ func TestRoundTripBounds(t *testing.T) {
 	}{
 		{BF16{}, 1.3e-5, 1.3e-5, 1e-4},
 		{Int8{}, 1.5e-4, 1e-4, 1.5e-3},
-		{mustInt4(t, DefaultInt4Options()), 0.012, 0.013, 0.22},
+		// 8-bit group parameters (the default) against fp16 ones: 10% fewer
+		// bits at about the same error (their least-squares choice of step
+		// and zero point gains what the parameters' precision loses).
+		{mustInt4(t, DefaultInt4Options()), 0.012, 0.013, 0.26},
+		{mustInt4(t, Int4Options{Group: 32, F16Params: true}), 0.012, 0.013, 0.22},
 		{mustInt4(t, Int4Options{Group: 32, Rotate: true, Seed: 1}), 0.008, 0.008, 0.07},
+		{mustInt4(t, Int4Options{Group: 32, Rotate: true, Seed: 1, F16Params: true}), 0.008, 0.008, 0.07},
+		{mustInt4(t, Int4Options{Group: 32, PerChannel: true, F16Params: true}), 0.012, 0.013, 0.01},
+		{mustInt4(t, Int4Options{Bits: 2, Group: 32, PerChannel: true, F16Params: true}), 0.21, 0.33, 0.21},
 		{mustInt4(t, Int4Options{Group: 32, PerChannel: true}), 0.012, 0.013, 0.01},
 		{kb(4), 0.012, 0.012, 0.004},
 		{kb(3), 0.042, 0.042, 0.013},
@@ -538,6 +545,16 @@ func TestAddWeighted(t *testing.T) {
 	}
 }
 
+// The default int4 layout's step codes: 2^(-e/16), as the CUDA kernel's
+// copy of the table gives them too.
+func TestStepScale(t *testing.T) {
+	for e := 0; e < 256; e++ {
+		if got, want := stepScale(byte(e)), float32(math.Exp2(-float64(e)/16)); got != want {
+			t.Errorf("stepScale(%d) = %v, want %v", e, got, want)
+		}
+	}
+}
+
 // The byte-aligned per-token int4 layouts decode through one fused kernel;
 // each value must still be exactly m + c·s of its group (then the inverse
 // rotation), as the general loop computes it from the payload.
@@ -550,6 +567,7 @@ func TestInt4DecodeMatchesPayload(t *testing.T) {
 	}
 	for _, o := range []Int4Options{
 		{Bits: 4, Group: 32}, {Bits: 2, Group: 32}, {Bits: 4, Group: 16}, {Bits: 4, Group: 64},
+		{Bits: 4, Group: 32, F16Params: true}, {Bits: 2, Group: 32, F16Params: true},
 	} {
 		c, err := NewInt4(o)
 		if err != nil {
@@ -566,12 +584,17 @@ func TestInt4DecodeMatchesPayload(t *testing.T) {
 		pl := enc[headerLen:]
 		groups := n * d / o.Group
 		codes := make([]uint8, n*d)
-		if err := UnpackBits(codes, pl[4*groups:], o.Bits); err != nil {
+		if err := UnpackBits(codes, pl[c.paramLen(groups):], o.Bits); err != nil {
 			t.Fatal(err)
 		}
 		for j, cd := range codes {
 			k := j / o.Group
 			m, s := getF16(pl[4*k:]), getF16(pl[4*k+2:])
+			if !o.F16Params {
+				// s = S * 2^(-e/16), m = z*s.
+				s = getF16(pl) * float32(math.Exp2(-float64(pl[2+2*k])/16))
+				m = float32(int8(pl[3+2*k])) * s
+			}
 			if want := m + float32(cd)*s; math.Float32bits(got[j]) != math.Float32bits(want) {
 				t.Fatalf("%s: value %d = %v, want %v", c.Name(), j, got[j], want)
 			}

@@ -1,9 +1,11 @@
 package codec
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
@@ -12,8 +14,16 @@ type Int4Options struct {
 	// Bits is the code width: 4 (the default when 0) or 2 (KIVI's 2-bit
 	// caches).
 	Bits int
-	// Group is the number of values sharing one fp16 (min, scale) pair.
+	// Group is the number of values sharing one minimum and step.
 	Group int
+	// F16Params stores each group's minimum and step as two fp16 values
+	// (KIVI's layout: 32 bits per group, 1 bit per value at groups of 32).
+	// Otherwise, the default, a group stores its step as an 8-bit code on
+	// a log scale below one fp16 step per encoded block, and its minimum as
+	// an 8-bit integer multiple of that step (a zero point): 16 bits per
+	// group, 0.5 bits per value at groups of 32 — llama.cpp q4_0's
+	// overhead, with q4_1's asymmetric range.
+	F16Params bool
 	// PerChannel runs groups along the token axis for each channel (KIVI's
 	// choice for keys, whose outliers live in fixed channels); otherwise
 	// groups run along each vector (KIVI's choice for values).
@@ -27,17 +37,23 @@ type Int4Options struct {
 }
 
 // DefaultInt4Options returns 4-bit codes in groups of 32 per token without
-// rotation.
+// rotation, with 8-bit group parameters: 4.5 bits per value.
 func DefaultInt4Options() Int4Options { return Int4Options{Bits: 4, Group: 32, Seed: defaultSeed} }
 
 const defaultSeed = 0x6b616b657961 // "kakeya"
 
 // Int4 is asymmetric 4-bit (or, with Bits 2, 2-bit) group quantization:
-// each group of Group values stores an fp16 minimum and fp16 step, and each
-// value a code of Bits bits. With p = d (or NextPow2(d) when rotating) and
-// G = Group, the encoded length is 16 + 4*groups + ceil(n*p*Bits/8) bytes,
-// where groups = n*ceil(p/G) per token or p*ceil(n/G) per channel: 5 bits
-// per value at 4 bits and G = 32, 3 at 2 bits.
+// each group of Group values has a minimum m and a step s, and each value a
+// code c of Bits bits, decoded as m + c*s. With p = d (or NextPow2(d) when
+// rotating) and G = Group, the encoded length is 16 + 2 + 2*groups +
+// ceil(n*p*Bits/8) bytes (with F16Params 16 + 4*groups + ...), where groups
+// = n*ceil(p/G) per token or p*ceil(n/G) per channel: 4.5 bits per value at
+// 4 bits and G = 32 (5 with F16Params), 2.5 at 2 bits (3).
+//
+// The default parameters: after the header one fp16 step S for the block,
+// then per group a byte e and a signed byte z, giving s = S * 2^(-e/16)
+// (stepScale) and m = z*s: the group's 2^Bits levels are consecutive
+// multiples of its step, placed to cover its range.
 type Int4 struct {
 	opt   Int4Options
 	name  string
@@ -65,8 +81,8 @@ func NewInt4(o Int4Options) (*Int4, error) {
 	return c, nil
 }
 
-// Name is "int4" (or "int2"), "-k" per channel, "-rot" when rotating and
-// "-g<G>" when the group is not 32.
+// Name is "int4" (or "int2"), "-k" per channel, "-rot" when rotating,
+// "-f16" with F16Params and "-g<G>" when the group is not 32.
 func (c *Int4) Name() string { return c.name }
 
 // Options returns the codec's settings (Bits filled in), for a backend
@@ -80,6 +96,9 @@ func (c *Int4) makeName() string {
 	}
 	if c.opt.Rotate {
 		s += "-rot"
+	}
+	if c.opt.F16Params {
+		s += "-f16"
 	}
 	if c.opt.Group != 32 {
 		s += fmt.Sprintf("-g%d", c.opt.Group)
@@ -95,7 +114,34 @@ func (c *Int4) param() byte {
 	if c.opt.Rotate {
 		p |= 0x20
 	}
+	if !c.opt.F16Params {
+		p |= 0x40
+	}
 	return p
+}
+
+// paramLen is the length of the group parameters of a block of the given
+// number of groups.
+func (c *Int4) paramLen(groups int) int {
+	if c.opt.F16Params {
+		return 4 * groups
+	}
+	return 2 + 2*groups
+}
+
+// stepScales[r] is 2^(-r/16) rounded to float32 (the CUDA kernel holds the
+// same constants).
+var stepScales = [16]float32{
+	0x1p+0, 0x1.ea4afap-1, 0x1.d5818ep-1, 0x1.c199bep-1,
+	0x1.ae89fap-1, 0x1.9c4918p-1, 0x1.8ace54p-1, 0x1.7a1148p-1,
+	0x1.6a09e6p-1, 0x1.5ab07ep-1, 0x1.4bfdaep-1, 0x1.3dea64p-1,
+	0x1.306fep-1, 0x1.2387a6p-1, 0x1.172b84p-1, 0x1.0b5586p-1,
+}
+
+// stepScale returns 2^(-e/16) for a step code e: exact products of a table
+// value and a power of two, so every decoder computes the same step S*scale.
+func stepScale(e byte) float32 {
+	return stepScales[e&15] * math.Float32frombits(uint32(127-e>>4)<<23)
 }
 
 func (c *Int4) tag() uint16 {
@@ -170,8 +216,14 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	top := 1<<c.opt.Bits - 1 // the largest code
 	start := len(dst)
 	dst = appendHeader(dst, idInt4, c.param(), n, d, c.tag())
-	dst = grow(dst, 4*groups)
-	params := dst[len(dst)-4*groups:]
+	dst = grow(dst, c.paramLen(groups))
+	params := dst[len(dst)-c.paramLen(groups):]
+	if !c.opt.F16Params {
+		c.quantize(params, codes, z, n, p, groups, sc)
+		dst = PackBits(dst, codes, c.opt.Bits)
+		seal(dst[start:])
+		return dst, nil
+	}
 	for k := 0; k < groups; k++ {
 		first, stride, count := c.group(k, n, p)
 		mn, mx := float32(math.Inf(1)), float32(math.Inf(-1))
@@ -196,6 +248,115 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	return dst, nil
 }
 
+// quantize writes the default layout's parameters (S, then e and z per
+// group) to params and every value's code to codes.
+func (c *Int4) quantize(params, codes []byte, z []float32, n, p, groups int, sc *scratch) {
+	top := 1<<c.opt.Bits - 1
+	// Each group's smallest step: its levels must span its range, and its
+	// zero point fit a signed byte. The block's step S is the largest.
+	sc.params = growF32(sc.params, 2*groups)
+	mins, need := sc.params[:groups], sc.params[groups:2*groups]
+	var S float32
+	for k := 0; k < groups; k++ {
+		first, stride, count := c.group(k, n, p)
+		mn, mx := float32(math.Inf(1)), float32(math.Inf(-1))
+		for t, j := 0, first; t < count; t, j = t+1, j+stride {
+			mn, mx = min(mn, z[j]), max(mx, z[j])
+		}
+		mins[k] = mn
+		need[k] = max((mx-mn)/float32(top), -mn/128, mn/127)
+		S = max(S, need[k])
+	}
+	// S rounded up to fp16, so that e = 0 leaves every group room (at
+	// most one level lost to the zero point's rounding: (top-1)*S still
+	// spans the range the largest group needs).
+	S16 := compute.F32ToF16(S)
+	if compute.F16ToF32(S16) < S {
+		S16++
+	}
+	S = compute.F16ToF32(S16)
+	binary.LittleEndian.PutUint16(params, S16)
+	for k := 0; k < groups; k++ {
+		first, stride, count := c.group(k, n, p)
+		var e byte
+		var zp int
+		if need[k] > 0 {
+			// e0 is the smallest step at or above the need. The levels of
+			// a step sit at its multiples, so the group's extremes rarely
+			// fall on one (fp16 minima and steps put them there): of the
+			// steps near e0's and the zero points near the minimum, keep
+			// the pair with the least squared error.
+			e0 := int(min(255, max(0, math.Floor(16*math.Log2(float64(S/need[k]))))))
+			best := math.Inf(1)
+			for ec := max(0, e0-4); ec <= min(255, e0+2); ec++ {
+				s := S * stepScale(byte(ec))
+				fl := int(math.Floor(float64(mins[k] / s)))
+				for zc := max(-128, fl-1); zc <= min(127, fl+1); zc++ {
+					if sse := c.groupError(z, first, stride, count, float32(zc)*s, s, top); sse < best {
+						best, e, zp = sse, byte(ec), zc
+					}
+				}
+			}
+		}
+		params[2+2*k], params[3+2*k] = e, byte(int8(zp))
+		s := S * stepScale(e)
+		c.codeGroup(codes, z, first, stride, count, float32(zp)*s, s, top)
+	}
+}
+
+// codeGroup sets the codes of a group's values for levels m + c*s, c in
+// [0, top]: the nearest, ties to even.
+func (c *Int4) codeGroup(codes []byte, z []float32, first, stride, count int, m, s float32, top int) {
+	var inv float32
+	if s > 0 {
+		inv = 1 / s
+	}
+	for t, j := 0, first; t < count; t, j = t+1, j+stride {
+		q := math.RoundToEven(float64((z[j] - m) * inv))
+		codes[j] = uint8(max(0, min(float64(top), q)))
+	}
+}
+
+// groupError returns the squared error of coding a group's values with
+// levels m + c*s, c in [0, top], as codeGroup and Decode would.
+func (c *Int4) groupError(z []float32, first, stride, count int, m, s float32, top int) float64 {
+	var inv float32
+	if s > 0 {
+		inv = 1 / s
+	}
+	var sse float64
+	for t, j := 0, first; t < count; t, j = t+1, j+stride {
+		q := math.RoundToEven(float64((z[j] - m) * inv))
+		r := m + float32(max(0, min(float64(top), q)))*s
+		sse += float64(z[j]-r) * float64(z[j]-r)
+	}
+	return sse
+}
+
+// readParams widens the groups' parameters in pl to (m, s) pairs in prm
+// and returns the codes after them.
+func (c *Int4) readParams(prm []float32, pl []byte, groups int) ([]byte, error) {
+	name := c.Name()
+	if c.opt.F16Params {
+		ok := cpu.WidenF16(prm, pl[:4*groups])
+		for k := 0; k < groups; k++ {
+			if m, s := prm[2*k], prm[2*k+1]; !ok && (!finite32(m) || !finite32(s)) || s < 0 {
+				return nil, fmt.Errorf("codec: %s: group %d has min %v step %v", name, k, m, s)
+			}
+		}
+		return pl[4*groups:], nil
+	}
+	S := getF16(pl)
+	if !finite32(S) || S < 0 {
+		return nil, fmt.Errorf("codec: %s: block step %v", name, S)
+	}
+	for k := 0; k < groups; k++ {
+		s := S * stepScale(pl[2+2*k])
+		prm[2*k], prm[2*k+1] = float32(int8(pl[3+2*k]))*s, s
+	}
+	return pl[2+2*groups:], nil
+}
+
 // Decode dequantizes every group and undoes the rotation.
 func (c *Int4) Decode(dst []float32, src []byte, n, d int) error {
 	name := c.Name()
@@ -207,7 +368,7 @@ func (c *Int4) Decode(dst []float32, src []byte, n, d int) error {
 		return err
 	}
 	p, groups := c.layout(n, d)
-	if want := 4*groups + PackedLen(n*p, c.opt.Bits); len(pl) != want {
+	if want := c.paramLen(groups) + PackedLen(n*p, c.opt.Bits); len(pl) != want {
 		return fmt.Errorf("codec: %s: payload is %d bytes, want %d", name, len(pl), want)
 	}
 	sc := c.pool.get()
@@ -217,32 +378,26 @@ func (c *Int4) Decode(dst []float32, src []byte, n, d int) error {
 		sc.f = growF32(sc.f, n*p)
 		z = sc.f
 	}
+	sc.params = growF32(sc.params, 2*groups)
+	prm := sc.params
+	packed, err := c.readParams(prm, pl, groups)
+	if err != nil {
+		return err
+	}
 	bits, g := c.opt.Bits, c.opt.Group
 	if !c.opt.PerChannel && g*bits%8 == 0 && p%g == 0 {
 		// Per-token groups that start on a byte (the default layout):
-		// widen the parameters at once, check them, then unpack each
-		// group's codes straight to its levels m + c·s, computed as the
-		// loop below does.
-		sc.params = growF32(sc.params, 2*groups)
-		prm := sc.params
-		ok := cpu.WidenF16(prm, pl[:4*groups])
-		for k := 0; k < groups; k++ {
-			if m, s := prm[2*k], prm[2*k+1]; !ok && (!finite32(m) || !finite32(s)) || s < 0 {
-				return fmt.Errorf("codec: %s: group %d has min %v step %v", name, k, m, s)
-			}
-		}
-		cpu.UnpackAffine(z, pl[4*groups:], bits, g, prm)
+		// unpack each group's codes straight to its levels m + c·s,
+		// computed as the loop below does.
+		cpu.UnpackAffine(z, packed, bits, g, prm)
 	} else {
 		sc.u8 = growU8(sc.u8, n*p)
 		codes := sc.u8
-		if err := UnpackBits(codes, pl[4*groups:], bits); err != nil {
+		if err := UnpackBits(codes, packed, bits); err != nil {
 			return fmt.Errorf("codec: %s: %w", name, err)
 		}
 		for k := 0; k < groups; k++ {
-			m, s := getF16(pl[4*k:]), getF16(pl[4*k+2:])
-			if !finite32(m) || !finite32(s) || s < 0 {
-				return fmt.Errorf("codec: %s: group %d has min %v step %v", name, k, m, s)
-			}
+			m, s := prm[2*k], prm[2*k+1]
 			first, stride, count := c.group(k, n, p)
 			for t, j := 0, first; t < count; t, j = t+1, j+stride {
 				z[j] = m + float32(codes[j])*s

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -29,7 +30,7 @@ func TakesBits(name string) bool { return name == "kakeya" || name == "turbo" }
 
 // ParseSpec parses "name" or "name:key=value,key=value". Keys:
 //
-//	int4*, int2*: group=<G>, seed=<uint>
+//	int4*, int2*: group=<G>, params=<8bit|f16>, seed=<uint>
 //	kakeya:  b|bits=<1..4>, rank=<0..255>, var=<(0,1]>, cbits=<4|8|16>,
 //	         outlier=<T, 0 off>, maxout=<0..255>, signs=<true|false>, seed=<uint>
 //	turbo:   b|bits=<2..4>, group=<block: power of two>, seed=<uint>
@@ -103,6 +104,15 @@ func New(s Spec) (Codec, error) {
 		o.Rotate = strings.HasSuffix(s.Name, "-rot")
 		p.int("group", &o.Group)
 		p.uint64("seed", &o.Seed)
+		if v, ok := p.get("params"); ok {
+			switch v {
+			case "f16":
+				o.F16Params = true
+			case "8bit":
+			default:
+				p.fail("params", v, errors.New("want 8bit (the default) or f16"))
+			}
+		}
 		if p.err == nil {
 			c, err = NewInt4(o)
 		}

@@ -15,6 +15,8 @@ func TestParseSpecAndNew(t *testing.T) {
 		{"int4", "int4", "int4"},
 		{"int4-rot", "int4-rot", "int4-rot"},
 		{"int4-k:group=64", "int4-k-g64", "int4-k:group=64"},
+		{"int4:params=f16", "int4-f16", "int4:params=f16"},
+		{"int2-k:params=8bit", "int2-k", "int2-k:params=8bit"},
 		{"kakeya", "kakeya-b3-r4v0.95c4-o3x4", "kakeya"},
 		{"kakeya:b=3,rank=8,outlier=3.5", "kakeya-b3-r8v0.95c4-o3.5x4", "kakeya:b=3,outlier=3.5,rank=8"},
 		{" Kakeya:bits=2,rank=0,outlier=0,signs=false ", "kakeya-b2-nosign", "kakeya:b=2,outlier=0,rank=0,signs=false"},
@@ -52,6 +54,7 @@ func TestSpecErrors(t *testing.T) {
 		"kakeya:signs=maybe":   "signs",
 		"int8:b=4":             "takes no bits",
 		"int4:group=0":         "group 0",
+		"int4:params=f32":      `params="f32": want 8bit (the default) or f16`,
 	} {
 		s, err := ParseSpec(in)
 		if err == nil {

@@ -497,6 +497,8 @@ func TestLaunchAttention(t *testing.T) {
 		// Groups other than 32, read from the block header: 64 values
 		// (q4_0's 4.5 bits at head_dim 64), 16, and per channel 8 tokens.
 		{"decode/int4-g64/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "int4-g64", 0},
+		{"decode/int4-f16/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "int4-f16", 0},
+		{"prefill/int2-k-f16-int4-f16-g64/d128", 4, 2, 128, 16, 40, 11, 0, "f32", "int2-k-f16/int4-f16-g64", 0},
 		{"prefill/int4-g16-int2-g64/d128", 4, 2, 128, 16, 40, 11, 0, "f32", "int4-g16/int2-g64", 0},
 		{"decode/int4-k-g8/d40", 6, 3, 40, 16, 40, 2, 0, "f32", "int4-k-g8/int4-g64", 0},
 		{"decode/kakeya/d64", 7, 1, 64, 16, 50, 1, 0, "bf16", "kakeya", 0},
@@ -552,6 +554,11 @@ func testAttention(t *testing.T, c attnCase) {
 		"int4-g16":  {Bits: 4, Group: 16},
 		"int2-g64":  {Bits: 2, Group: 64},
 		"int4-k-g8": {Bits: 4, Group: 8, PerChannel: true},
+		// fp16 group parameters (KIVI's layout) beside the default 8-bit
+		// ones.
+		"int4-f16":     {Bits: 4, Group: 32, F16Params: true},
+		"int2-k-f16":   {Bits: 2, Group: 32, PerChannel: true, F16Params: true},
+		"int4-f16-g64": {Bits: 4, Group: 64, F16Params: true},
 	} {
 		cd, err := codec.NewInt4(o)
 		if err != nil {

@@ -32,15 +32,30 @@ enum { kkPartF32, kkPartBF16, kkPartInt8, kkPartInt4, kkPartInt4K, kkPartInt2, k
 
 KK_DEVICE float kk_half_at(const kk_u8 *p) { return kk_f16(*(const kk_u16 *)p); }
 
+// kk_step_scale returns 2^(-e/16) as codec.stepScale does: a float32
+// table value for e mod 16 (a select tree, not an indexed array, which
+// would live in local memory) times an exact power of two.
+KK_DEVICE float kk_step_scale(int e) {
+	int r = e & 15;
+	float t = r < 8 ? (r < 4 ? (r < 2 ? (r == 0 ? 0x1p+0f : 0x1.ea4afap-1f) : (r == 2 ? 0x1.d5818ep-1f : 0x1.c199bep-1f))
+	                         : (r < 6 ? (r == 4 ? 0x1.ae89fap-1f : 0x1.9c4918p-1f) : (r == 6 ? 0x1.8ace54p-1f : 0x1.7a1148p-1f)))
+	                : (r < 12 ? (r < 10 ? (r == 8 ? 0x1.6a09e6p-1f : 0x1.5ab07ep-1f) : (r == 10 ? 0x1.4bfdaep-1f : 0x1.3dea64p-1f))
+	                          : (r < 14 ? (r == 12 ? 0x1.306fe0p-1f : 0x1.2387a6p-1f) : (r == 14 ? 0x1.172b84p-1f : 0x1.0b5586p-1f)));
+	return t * kk_bits_f32((kk_u32)(127 - (e >> 4)) << 23);
+}
+
 // kk_part_value returns element (row, col) of a part of bs rows of d
 // values. int8 (codec.Int8): after the 16-byte header, one fp16 scale per
 // row and group of 32 values, then the int8 codes row-major. int4 and int2
 // (codec.Int4, no rotation, groups of G values, G a power of two that the
-// header's tag field, bytes 10-11, holds): after the header, an fp16
-// (min, step) pair per group, then the codes row-major as one bit stream,
-// least significant bits first. Groups run along each row (int4, int2:
-// group row*ceil(d/G) + col/G) or, per channel, along the tokens (int4-k,
-// int2-k: group col*ceil(bs/G) + row/G).
+// header's tag field, bytes 10-11, holds): after the header the groups'
+// parameters, then the codes row-major as one bit stream, least
+// significant bits first. The parameters are, when the header's parameter
+// byte (byte 3) has bit 0x40 (the default), an fp16 block step S and per
+// group a step code e and a signed zero point z (step s = S*2^(-e/16),
+// minimum z*s); else an fp16 (min, step) pair per group. Groups run along
+// each row (int4, int2: group row*ceil(d/G) + col/G) or, per channel,
+// along the tokens (int4-k, int2-k: group col*ceil(bs/G) + row/G).
 KK_DEVICE float kk_part_value(const kk_u8 *p, int fmt, int bs, int d, int row, int col) {
 	int i = row * d + col;
 	if (fmt == kkPartF32)
@@ -59,8 +74,13 @@ KK_DEVICE float kk_part_value(const kk_u8 *p, int fmt, int bs, int d, int row, i
 	int per = channel ? (bs + g - 1) >> gs : (d + g - 1) >> gs;
 	int k = channel ? col * per + (row >> gs) : row * per + (col >> gs);
 	int ngroups = channel ? d * per : bs * per;
-	const kk_u8 *mp = pl + 4 * k;
 	int bit = i * bits;
+	if (p[3] & 0x40) {
+		float s = kk_half_at(pl) * kk_step_scale(pl[2 + 2 * k]);
+		int code = (pl[2 + 2 * ngroups + (bit >> 3)] >> (bit & 7)) & ((1 << bits) - 1);
+		return (float)(kk_i8)pl[3 + 2 * k] * s + (float)code * s;
+	}
+	const kk_u8 *mp = pl + 4 * k;
 	int code = (pl[4 * ngroups + (bit >> 3)] >> (bit & 7)) & ((1 << bits) - 1);
 	return kk_half_at(mp) + (float)code * kk_half_at(mp + 2);
 }
