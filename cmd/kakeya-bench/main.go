@@ -35,8 +35,8 @@ Prefill and decode tokens/s per KV cache, thread count and context, as one
 Markdown table. Each cell is the median of --reps runs: a fresh sequence
 prefills a prompt of ctx random tokens, then decodes --gen tokens one step
 at a time. Caches: plain (bf16, the tools' default), or a codec spec, each
-compressed cache with every layer compressed (--boundary none), 64-token
-blocks and a hot window of one block.
+compressed cache with every layer compressed (--boundary none, unless
+given), 64-token blocks and a hot window of one block.
 
 Flags:
 `
@@ -53,6 +53,7 @@ func main() {
 // options are the parsed flags.
 type options struct {
 	model         string
+	boundary      string
 	caches        []string
 	matmuls       []string
 	threads, ctxs []int
@@ -70,6 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
+	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvcache.DefaultBoundary+" is the tools' default)")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
@@ -87,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 	var err error
-	if o.caches, err = parseCaches(caches); err != nil {
+	if o.caches, err = parseCaches(caches, o.boundary); err != nil {
 		return err
 	}
 	if o.matmuls, err = parseMatMuls(matmuls); err != nil {
@@ -166,7 +168,7 @@ func measureModel(ctx context.Context, m *model.Model, matmul string, threads in
 	var rows []row
 	vocab := m.Config().VocabSize
 	for _, cache := range o.caches {
-		opts, err := sequenceOptions(cache, m)
+		opts, err := sequenceOptions(cache, o.boundary, m)
 		if err != nil {
 			return nil, fmt.Errorf("--cache %s: %w", cache, err)
 		}
@@ -222,10 +224,10 @@ func measureModel(ctx context.Context, m *model.Model, matmul string, threads in
 }
 
 // sequenceOptions builds the sequence options of one --cache entry.
-func sequenceOptions(cache string, m *model.Model) (model.SequenceOptions, error) {
+func sequenceOptions(cache, boundary string, m *model.Model) (model.SequenceOptions, error) {
 	spec := kvcache.Spec{}
 	if cache != "plain" {
-		spec = kvcache.Spec{KV: cache, Boundary: "none"}
+		spec = kvcache.Spec{KV: cache, Boundary: boundary}
 	}
 	pol, st, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
 	if err != nil {
@@ -274,8 +276,9 @@ func median(v []float64) float64 {
 }
 
 // parseCaches splits the --cache list: by ';' when it holds one (codec specs
-// may hold commas), else by ','.
-func parseCaches(s string) ([]string, error) {
+// may hold commas), else by ','; each compressed cache is checked with the
+// --boundary value.
+func parseCaches(s, boundary string) ([]string, error) {
 	sep := ","
 	if strings.Contains(s, ";") {
 		sep = ";"
@@ -290,7 +293,7 @@ func parseCaches(s string) ([]string, error) {
 			return nil, fmt.Errorf("--cache %q: %s listed twice", s, c)
 		}
 		if c != "plain" {
-			if err := (kvcache.Spec{KV: c, Boundary: "none"}).Validate(); err != nil {
+			if err := (kvcache.Spec{KV: c, Boundary: boundary}).Validate(); err != nil {
 				return nil, fmt.Errorf("--cache %s: %w", c, err)
 			}
 		}

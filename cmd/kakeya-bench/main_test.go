@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -41,6 +42,34 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// --boundary keeps the listed layers bf16: on a two-layer model "0,-1"
+// keeps every layer, and the whole-cache ratio falls below 1x (the blocks
+// a codec would have encoded stay whole, besides the hot window).
+func TestBoundary(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	ratio := func(boundary string) float64 {
+		var out strings.Builder
+		err := run(context.Background(), []string{"--model", dir, "--cache", "int8", "--boundary", boundary, "--threads", "1", "--ctx", "400", "--gen", "1", "--reps", "1", "--progress=false"}, &out, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		f := strings.Split(lines[len(lines)-1], "|")
+		r, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(f[9]), "x"), 64)
+		if err != nil {
+			t.Fatalf("--boundary %s: row %q: %v", boundary, lines[len(lines)-1], err)
+		}
+		return r
+	}
+	none, one, both := ratio("none"), ratio("0"), ratio("0,-1")
+	if !(none > one && one > both) {
+		t.Errorf("KV ratio %.2fx with --boundary none, %.2fx with 0, %.2fx with 0,-1; want them falling", none, one, both)
+	}
+}
+
 func TestFlags(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
@@ -49,6 +78,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--cache", "int9"}, "--cache int9"},
 		{[]string{"--cache", "plain,,int8"}, "empty entry"},
 		{[]string{"--cache", "int8,int8"}, "int8 listed twice"},
+		{[]string{"--boundary", "x"}, "--cache int8"},
 		{[]string{"--threads", "0"}, `--threads "0"`},
 		{[]string{"--matmul", "fp16"}, `--matmul "fp16": "fp16" is not f32 or bf16`},
 		{[]string{"--matmul", "bf16,bf16"}, "bf16 listed twice"},
