@@ -281,18 +281,25 @@ func (c *Int4) quantize(params, codes []byte, z []float32, n, p, groups int, sc 
 		var e byte
 		var zp int
 		if need[k] > 0 {
+			// The group's values, contiguous, for groupError.
+			g := sc.group[:0]
+			for t, j := 0, first; t < count; t, j = t+1, j+stride {
+				g = append(g, z[j])
+			}
+			sc.group = g
 			// e0 is the smallest step at or above the need. The levels of
 			// a step sit at its multiples, so the group's extremes rarely
 			// fall on one (fp16 minima and steps put them there): of the
-			// steps near e0's and the zero points near the minimum, keep
-			// the pair with the least squared error.
+			// two steps either side of e0's and the zero points at or just
+			// above the minimum, keep the pair with the least squared
+			// error weighted by each value's square (groupError).
 			e0 := int(min(255, max(0, math.Floor(16*math.Log2(float64(S/need[k]))))))
-			best := math.Inf(1)
-			for ec := max(0, e0-4); ec <= min(255, e0+2); ec++ {
+			best := float32(math.Inf(1))
+			for ec := max(0, e0-2); ec <= min(255, e0+2); ec++ {
 				s := S * stepScale(byte(ec))
 				fl := int(math.Floor(float64(mins[k] / s)))
-				for zc := max(-128, fl-1); zc <= min(127, fl+1); zc++ {
-					if sse := c.groupError(z, first, stride, count, float32(zc)*s, s, top); sse < best {
+				for zc := max(-128, fl); zc <= min(127, fl+1); zc++ {
+					if sse := groupError(g, float32(zc)*s, s, float32(top), best); sse < best {
 						best, e, zp = sse, byte(ec), zc
 					}
 				}
@@ -317,18 +324,38 @@ func (c *Int4) codeGroup(codes []byte, z []float32, first, stride, count int, m,
 	}
 }
 
-// groupError returns the squared error of coding a group's values with
-// levels m + c*s, c in [0, top], as codeGroup and Decode would.
-func (c *Int4) groupError(z []float32, first, stride, count int, m, s float32, top int) float64 {
+// groupError returns the squared error of coding the group's values g
+// with levels m + c*s, c in [0, top], as codeGroup and Decode would, each
+// value's weighted by its square; once the sum reaches
+// best it stops there. The weights keep the large components
+// most exact, as fp16 parameters keep a group's extremes: a key's outlier
+// channels meet the queries' large components, and on ref-qwen2-6m
+// (WikiText, 100 passages) the weighted choice has the KL of the 5-bit
+// fp16 layout (7.9e-5 against 7.5e-5; 1.06e-4 unweighted).
+func groupError(g []float32, m, s, top, best float32) float32 {
 	var inv float32
 	if s > 0 {
 		inv = 1 / s
 	}
-	var sse float64
-	for t, j := 0, first; t < count; t, j = t+1, j+stride {
-		q := math.RoundToEven(float64((z[j] - m) * inv))
-		r := m + float32(max(0, min(float64(top), q)))*s
-		sse += float64(z[j]-r) * float64(z[j]-r)
+	var sse float32
+	for i, v := range g {
+		// Plain comparisons: the min and max builtins order NaNs and
+		// signed zeros, which costs several instructions each.
+		x := (v - m) * inv
+		if x < 0 {
+			x = 0
+		}
+		if x > top {
+			x = top
+		}
+		// x + 1.5*2^23 rounds x (in [0, 16]) to an integer, ties to
+		// even as codeGroup does, without an int conversion (whose
+		// partial register write chains the iterations).
+		d := v - (m + ((x+0x1.8p23)-0x1.8p23)*s)
+		sse += v * v * d * d
+		if i&7 == 7 && sse >= best {
+			break
+		}
 	}
 	return sse
 }

@@ -8,6 +8,7 @@ type scratch struct {
 	f      []float32
 	u8     []uint8
 	params []float32 // Int4's widened (min, step) pairs
+	group  []float32 // Int4: one group's values while its parameters are chosen
 }
 
 type scratchPool struct{ p sync.Pool }
