@@ -226,22 +226,12 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	for k := 0; k < groups; k++ {
 		first, stride, count := c.group(k, n, p)
-		mn, mx := float32(math.Inf(1)), float32(math.Inf(-1))
-		for t, j := 0, first; t < count; t, j = t+1, j+stride {
-			mn, mx = min(mn, z[j]), max(mx, z[j])
-		}
+		mn, mx := groupRange(z, first, stride, count)
 		m := f16Floor(mn)
 		s := roundF16(max(0, (mx-m)/float32(top)))
 		putF16(params[4*k:], m)
 		putF16(params[4*k+2:], s)
-		var inv float32
-		if s > 0 {
-			inv = 1 / s
-		}
-		for t, j := 0, first; t < count; t, j = t+1, j+stride {
-			q := math.RoundToEven(float64((z[j] - m) * inv))
-			codes[j] = uint8(max(0, min(float64(top), q)))
-		}
+		c.codeGroup(codes, z, first, stride, count, m, s, top)
 	}
 	dst = PackBits(dst, codes, c.opt.Bits)
 	seal(dst[start:])
@@ -259,10 +249,7 @@ func (c *Int4) quantize(params, codes []byte, z []float32, n, p, groups int, sc 
 	var S float32
 	for k := 0; k < groups; k++ {
 		first, stride, count := c.group(k, n, p)
-		mn, mx := float32(math.Inf(1)), float32(math.Inf(-1))
-		for t, j := 0, first; t < count; t, j = t+1, j+stride {
-			mn, mx = min(mn, z[j]), max(mx, z[j])
-		}
+		mn, mx := groupRange(z, first, stride, count)
 		mins[k] = mn
 		need[k] = max((mx-mn)/float32(top), -mn/128, mn/127)
 		S = max(S, need[k])
@@ -311,6 +298,15 @@ func (c *Int4) quantize(params, codes []byte, z []float32, n, p, groups int, sc 
 	}
 }
 
+// groupRange returns the smallest and largest of a group's values.
+func groupRange(z []float32, first, stride, count int) (mn, mx float32) {
+	mn, mx = float32(math.Inf(1)), float32(math.Inf(-1))
+	for t, j := 0, first; t < count; t, j = t+1, j+stride {
+		mn, mx = min(mn, z[j]), max(mx, z[j])
+	}
+	return mn, mx
+}
+
 // codeGroup sets the codes of a group's values for levels m + c*s, c in
 // [0, top]: the nearest, ties to even.
 func (c *Int4) codeGroup(codes []byte, z []float32, first, stride, count int, m, s float32, top int) {
@@ -326,12 +322,12 @@ func (c *Int4) codeGroup(codes []byte, z []float32, first, stride, count int, m,
 
 // groupError returns the squared error of coding the group's values g
 // with levels m + c*s, c in [0, top], as codeGroup and Decode would, each
-// value's weighted by its square; once the sum reaches
-// best it stops there. The weights keep the large components
-// most exact, as fp16 parameters keep a group's extremes: a key's outlier
-// channels meet the queries' large components, and on ref-qwen2-6m
-// (WikiText, 100 passages) the weighted choice has the KL of the 5-bit
-// fp16 layout (7.9e-5 against 7.5e-5; 1.06e-4 unweighted).
+// value's weighted by its square; once the sum reaches best it stops
+// there. The weights keep the large components most exact, as fp16
+// parameters keep a group's extremes: a key's outlier channels meet the
+// queries' large components, and on ref-qwen2-6m (WikiText, 100
+// passages) the weighted choice has about the KL of the 5-bit fp16 layout
+// (7.9e-5 against 7.5e-5; 1.06e-4 unweighted).
 func groupError(g []float32, m, s, top, best float32) float32 {
 	var inv float32
 	if s > 0 {
