@@ -268,7 +268,7 @@ func (c *Int4) quantize(params, codes []byte, z []float32, n, p, groups int, sc 
 		var e byte
 		var zp int
 		if need[k] > 0 {
-			// The group's values, contiguous, for groupError.
+			// The group's values, contiguous, for cpu.QuantError.
 			g := sc.group[:0]
 			for t, j := 0, first; t < count; t, j = t+1, j+stride {
 				g = append(g, z[j])
@@ -279,14 +279,20 @@ func (c *Int4) quantize(params, codes []byte, z []float32, n, p, groups int, sc 
 			// fall on one (fp16 minima and steps put them there): of the
 			// two steps either side of e0's and the zero points at or just
 			// above the minimum, keep the pair with the least squared
-			// error weighted by each value's square (groupError).
+			// error weighted by each value's square (cpu.QuantError). The
+			// weights keep the large components most exact, as fp16
+			// parameters keep a group's extremes: a key's outlier channels
+			// meet the queries' large components, and on ref-qwen2-6m
+			// (WikiText, 100 passages) the weighted choice has about the
+			// KL of the 5-bit fp16 layout (7.9e-5 against 7.5e-5; 1.06e-4
+			// unweighted).
 			e0 := int(min(255, max(0, math.Floor(16*math.Log2(float64(S/need[k]))))))
 			best := float32(math.Inf(1))
 			for ec := max(0, e0-2); ec <= min(255, e0+2); ec++ {
 				s := S * stepScale(byte(ec))
 				fl := int(math.Floor(float64(mins[k] / s)))
 				for zc := max(-128, fl); zc <= min(127, fl+1); zc++ {
-					if sse := groupError(g, float32(zc)*s, s, float32(top), best); sse < best {
+					if sse := cpu.QuantError(g, float32(zc)*s, s, float32(top), best); sse < best {
 						best, e, zp = sse, byte(ec), zc
 					}
 				}
@@ -314,46 +320,20 @@ func (c *Int4) codeGroup(codes []byte, z []float32, first, stride, count int, m,
 	if s > 0 {
 		inv = 1 / s
 	}
+	tf := float32(top)
 	for t, j := 0, first; t < count; t, j = t+1, j+stride {
-		q := math.RoundToEven(float64((z[j] - m) * inv))
-		codes[j] = uint8(max(0, min(float64(top), q)))
-	}
-}
-
-// groupError returns the squared error of coding the group's values g
-// with levels m + c*s, c in [0, top], as codeGroup and Decode would, each
-// value's weighted by its square; once the sum reaches best it stops
-// there. The weights keep the large components most exact, as fp16
-// parameters keep a group's extremes: a key's outlier channels meet the
-// queries' large components, and on ref-qwen2-6m (WikiText, 100
-// passages) the weighted choice has about the KL of the 5-bit fp16 layout
-// (7.9e-5 against 7.5e-5; 1.06e-4 unweighted).
-func groupError(g []float32, m, s, top, best float32) float32 {
-	var inv float32
-	if s > 0 {
-		inv = 1 / s
-	}
-	var sse float32
-	for i, v := range g {
-		// Plain comparisons: the min and max builtins order NaNs and
-		// signed zeros, which costs several instructions each.
-		x := (v - m) * inv
+		// Clamped, then rounded (ties to even) by adding and taking away
+		// 1.5*2^23: the same codes as rounding first, without a float64
+		// round trip.
+		x := (z[j] - m) * inv
 		if x < 0 {
 			x = 0
 		}
-		if x > top {
-			x = top
+		if x > tf {
+			x = tf
 		}
-		// x + 1.5*2^23 rounds x (in [0, 16]) to an integer, ties to
-		// even as codeGroup does, without an int conversion (whose
-		// partial register write chains the iterations).
-		d := v - (m + ((x+0x1.8p23)-0x1.8p23)*s)
-		sse += v * v * d * d
-		if i&7 == 7 && sse >= best {
-			break
-		}
+		codes[j] = uint8(float32(x+0x1.8p23) - 0x1.8p23)
 	}
-	return sse
 }
 
 // readParams widens the groups' parameters in pl to (m, s) pairs in prm

@@ -181,6 +181,62 @@ func affineTableScalar(t *[16]float32, m, s float32) {
 	}
 }
 
+// QuantError returns the squared error of coding the values g on the
+// levels m + q*s, q an integer in [0, top], each term weighted by the
+// value's square: the sum of v^2 * (v - (m + q*s))^2 with q = (v-m)/s
+// rounded to the nearest integer (ties to even) and clamped, or q = 0
+// when s is 0. Once a partial sum reaches best it may stop there and
+// return it (a value >= best), so a search that keeps the smallest result
+// loses nothing. Every implementation sums in one order (value i in lane
+// i%8, then the lanes pairwise), so results are bit-identical across
+// builds. top must be below 2^22 and the values finite.
+func QuantError(g []float32, m, s, top, best float32) float32 {
+	var inv float32
+	if s > 0 {
+		inv = 1 / s
+	}
+	return quantError(g, m, s, inv, top, best)
+}
+
+// quantTerm is one value's term of QuantError.
+func quantTerm(v, m, s, inv, top float32) float32 {
+	x := (v - m) * inv
+	if x < 0 {
+		x = 0
+	}
+	if x > top {
+		x = top
+	}
+	// x + 1.5*2^23 rounds x (in [0, 2^22)) to an integer, ties to even,
+	// without an int conversion. The conversions keep the compiler from
+	// fusing the multiply and add, as the SIMD kernel does not.
+	q := float32(x+0x1.8p23) - 0x1.8p23
+	d := v - (m + float32(q*s))
+	return v * v * d * d
+}
+
+// laneSum adds QuantError's eight lanes in its fixed order.
+func laneSum(l *[8]float32) float32 {
+	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+}
+
+func quantErrorScalar(g []float32, m, s, inv, top, best float32) float32 {
+	var l [8]float32
+	i := 0
+	for ; i+8 <= len(g); i += 8 {
+		for k := range l {
+			l[k] += quantTerm(g[i+k], m, s, inv, top)
+		}
+		if i&24 == 8 && laneSum(&l) >= best {
+			return laneSum(&l)
+		}
+	}
+	for ; i < len(g); i++ {
+		l[i&7] += quantTerm(g[i], m, s, inv, top)
+	}
+	return laneSum(&l)
+}
+
 // DequantInt8 sets dst[k*g+j] = float32(int8(src[k*g+j])) * scales[k] for
 // the len(scales) groups of g signed bytes in src. It panics if the lengths
 // do not match.

@@ -324,6 +324,33 @@ func affineTable(t *[16]float32, m, s float32) {
 
 // dequantInt8 sign-extends sixteen codes at a time to int32 lanes, converts
 // them and scales them.
+// quantError runs QuantError's terms eight at a time, in its lanes: the
+// same operations, each rounded, as quantTerm.
+func quantError(g []float32, m, s, inv, top, best float32) float32 {
+	if !hasAVX2 {
+		return quantErrorScalar(g, m, s, inv, top, best)
+	}
+	mv, sv, iv := archsimd.BroadcastFloat32x8(m), archsimd.BroadcastFloat32x8(s), archsimd.BroadcastFloat32x8(inv)
+	zero, tv, c := zero8(), archsimd.BroadcastFloat32x8(top), archsimd.BroadcastFloat32x8(0x1.8p23)
+	acc := zero
+	i := 0
+	for ; i+8 <= len(g); i += 8 {
+		v := load8(g[i:])
+		q := v.Sub(mv).Mul(iv).Max(zero).Min(tv).Add(c).Sub(c)
+		d := v.Sub(mv.Add(q.Mul(sv)))
+		acc = acc.Add(v.Mul(v).Mul(d).Mul(d))
+		if i&24 == 8 && hsum(acc) >= best {
+			return hsum(acc)
+		}
+	}
+	var l [8]float32
+	acc.Store(&l)
+	for ; i < len(g); i++ {
+		l[i&7] += quantTerm(g[i], m, s, inv, top)
+	}
+	return laneSum(&l)
+}
+
 func dequantInt8(dst []float32, src []byte, g int, scales []float32) {
 	if !hasAVX2 || g%16 != 0 {
 		dequantInt8Scalar(dst, src, g, scales)

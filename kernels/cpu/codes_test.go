@@ -290,3 +290,46 @@ func TestDequantInt8(t *testing.T) {
 		}
 	}
 }
+
+// QuantError: the kernel this build runs against the scalar loop (bit for
+// bit) and a float64 sum, with and without an early stop.
+func TestQuantError(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for n := 0; n <= 41; n++ {
+		g := make([]float32, n)
+		for i := range g {
+			g[i] = float32(r.NormFloat64() * 3)
+		}
+		for _, tc := range []struct{ m, s, top float32 }{{-6, 0.8, 15}, {-2.5, 0.37, 15}, {0, 0, 15}, {-4, 2.7, 3}, {1, 0.1, 15}} {
+			var inv float32
+			if tc.s > 0 {
+				inv = 1 / tc.s
+			}
+			inf := float32(math.Inf(1))
+			got := QuantError(g, tc.m, tc.s, tc.top, inf)
+			if want := quantErrorScalar(g, tc.m, tc.s, inv, tc.top, inf); math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("n=%d %+v: %v, scalar %v", n, tc, got, want)
+			}
+			var ref float64
+			for _, v := range g {
+				q := 0.0
+				if tc.s > 0 {
+					q = math.Max(0, math.Min(float64(tc.top), math.RoundToEven(float64((v-tc.m)*inv))))
+				}
+				d := float64(v) - (float64(tc.m) + q*float64(tc.s))
+				ref += float64(v) * float64(v) * d * d
+			}
+			if math.Abs(float64(got)-ref) > 1e-5*ref+1e-6 {
+				t.Fatalf("n=%d %+v: %v, float64 sum %v", n, tc, got, ref)
+			}
+			// A bound below the sum: the result may stop early, but never
+			// below the bound.
+			if ref > 0 {
+				best := float32(ref / 3)
+				if e := QuantError(g, tc.m, tc.s, tc.top, best); e < best {
+					t.Fatalf("n=%d %+v: %v with best %v", n, tc, e, best)
+				}
+			}
+		}
+	}
+}
