@@ -218,20 +218,18 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	dst = appendHeader(dst, idInt4, c.param(), n, d, c.tag())
 	dst = grow(dst, c.paramLen(groups))
 	params := dst[len(dst)-c.paramLen(groups):]
-	if !c.opt.F16Params {
+	if c.opt.F16Params {
+		for k := 0; k < groups; k++ {
+			first, stride, count := c.group(k, n, p)
+			mn, mx := groupRange(z, first, stride, count)
+			m := f16Floor(mn)
+			s := roundF16(max(0, (mx-m)/float32(top)))
+			putF16(params[4*k:], m)
+			putF16(params[4*k+2:], s)
+			codeGroup(codes, z, first, stride, count, m, s, top)
+		}
+	} else {
 		c.quantize(params, codes, z, n, p, groups, sc)
-		dst = PackBits(dst, codes, c.opt.Bits)
-		seal(dst[start:])
-		return dst, nil
-	}
-	for k := 0; k < groups; k++ {
-		first, stride, count := c.group(k, n, p)
-		mn, mx := groupRange(z, first, stride, count)
-		m := f16Floor(mn)
-		s := roundF16(max(0, (mx-m)/float32(top)))
-		putF16(params[4*k:], m)
-		putF16(params[4*k+2:], s)
-		c.codeGroup(codes, z, first, stride, count, m, s, top)
 	}
 	dst = PackBits(dst, codes, c.opt.Bits)
 	seal(dst[start:])
@@ -300,7 +298,7 @@ func (c *Int4) quantize(params, codes []byte, z []float32, n, p, groups int, sc 
 		}
 		params[2+2*k], params[3+2*k] = e, byte(int8(zp))
 		s := S * stepScale(e)
-		c.codeGroup(codes, z, first, stride, count, float32(zp)*s, s, top)
+		codeGroup(codes, z, first, stride, count, float32(zp)*s, s, top)
 	}
 }
 
@@ -315,7 +313,7 @@ func groupRange(z []float32, first, stride, count int) (mn, mx float32) {
 
 // codeGroup sets the codes of a group's values for levels m + c*s, c in
 // [0, top]: the nearest, ties to even.
-func (c *Int4) codeGroup(codes []byte, z []float32, first, stride, count int, m, s float32, top int) {
+func codeGroup(codes []byte, z []float32, first, stride, count int, m, s float32, top int) {
 	var inv float32
 	if s > 0 {
 		inv = 1 / s

@@ -7,7 +7,7 @@ import "sync"
 type scratch struct {
 	f      []float32
 	u8     []uint8
-	params []float32 // Int4's widened (min, step) pairs
+	params []float32 // Int4's widened (min, step) pairs; while encoding, its groups' minima and least steps
 	group  []float32 // Int4: one group's values while its parameters are chosen
 }
 
