@@ -33,6 +33,7 @@ type attention struct {
 
 type scratch struct {
 	scores []float32 // [queryChunk][group][maxCtx]
+	q, o   []float32 // a chunk's query and output rows, [queryChunk][group][HeadDim]
 	dec    []float32 // a decoded block
 	rot    []float32 // the block's keys after RoPE
 }
@@ -66,6 +67,8 @@ func (b *Backend) NewAttention(p compute.AttentionParams) (compute.Attention, er
 	for range n {
 		a.scratch <- &scratch{
 			scores: make([]float32, queryChunk*a.group*maxContext),
+			q:      make([]float32, queryChunk*a.group*p.HeadDim),
+			o:      make([]float32, queryChunk*a.group*p.HeadDim),
 			dec:    make([]float32, blockSize*p.HeadDim),
 			rot:    make([]float32, blockSize*p.HeadDim),
 		}
@@ -104,7 +107,8 @@ func (a *attention) Forward(outBuf, qBuf compute.Buffer, n, start int, kv comput
 }
 
 // task is one Forward call; unit i is (KV head i % KVHeads, query chunk
-// i / KVHeads).
+// chunks-1 - i / KVHeads): the last chunks, which attend to the most keys,
+// come first so the pool's threads finish together.
 type task struct {
 	a        *attention
 	out, q   []float32
@@ -120,7 +124,8 @@ func (t *task) Run(lo, hi int) {
 	s := <-t.a.scratch
 	defer func() { t.a.scratch <- s }()
 	for i := lo; i < hi; i++ {
-		if err := t.unit(s, i%t.a.p.KVHeads, i/t.a.p.KVHeads); err != nil {
+		chunks := (t.n + queryChunk - 1) / queryChunk
+		if err := t.unit(s, i%t.a.p.KVHeads, chunks-1-i/t.a.p.KVHeads); err != nil {
 			t.mu.Lock()
 			if t.err == nil {
 				t.err = err
@@ -129,13 +134,6 @@ func (t *task) Run(lo, hi int) {
 			return
 		}
 	}
-}
-
-// rows returns the rows [lo, hi) of block b, within the rows [r0, r1) the
-// query chunk needs, that query position qp attends to (lo >= hi: none).
-func (t *task) rows(qp, b, r0, r1 int) (lo, hi int) {
-	bs := t.a.blockSize
-	return max(r0, t.first(qp)-b*bs), min(r1, qp+1-b*bs)
 }
 
 // first returns the first key position query position qp attends to.
@@ -152,12 +150,23 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 	row := a.p.Heads * d
 	i0 := chunk * queryChunk
 	i1 := min(t.n, i0+queryChunk)
+	m := (i1 - i0) * G   // query rows: the chunk's tokens, each with the group's heads
 	kEnd := t.start + i1 // keys [kBeg, kEnd) are needed by some query
 	kBeg := t.first(t.start + i0)
 	stride := kEnd
-	sc := s.scores
+	sc := s.scores // row r of m holds its scores at [r*stride, (r+1)*stride)
 
-	// Pass 1: scores of every (query, head) against each rotated key.
+	// Gather the group's query rows; a token's heads of one group are
+	// adjacent, so each token is one copy.
+	qs, os := s.q[:m*d], s.o[:m*d]
+	for qi := i0; qi < i1; qi++ {
+		copy(qs[(qi-i0)*G*d:(qi-i0+1)*G*d], t.q[qi*row+g*G*d:qi*row+(g+1)*G*d])
+	}
+
+	// Pass 1: scores of every query row against each rotated key of the
+	// chunk's range, whether or not that row attends to it (pass 2 keeps
+	// only its own range): a few wasted products on the diagonal buy one
+	// tiled kernel call per block.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
 		kb, err := t.rowsOf(g, b, 0, s.dec)
 		if err != nil {
@@ -166,39 +175,31 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
 		p0 := b*bs + r0
 		kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
-		for qi := i0; qi < i1; qi++ {
-			qp := t.start + qi
-			lo, hi := t.rows(qp, b, r0, r1)
-			if lo >= hi {
-				continue
-			}
-			for hh := 0; hh < G; hh++ {
-				qv := t.q[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
-				srow := sc[((qi-i0)*G+hh)*stride+b*bs:]
-				kern.DotBlock(srow[lo:hi], qv, s.rot[lo*d:hi*d], hi-lo, d)
-				kern.Scale(srow[lo:hi], a.scale)
-			}
-		}
+		kern.ScoreBlock(sc[p0:], stride, qs, m, s.rot[r0*d:r1*d], r1-r0, d, a.scale)
 	}
 
-	// Pass 2: softmax over each query's own key range.
+	// Pass 2: softmax over each query's own key range, and zero weights
+	// for the rest of the chunk's range so pass 3 can sum whole blocks.
 	for qi := i0; qi < i1; qi++ {
 		qp := t.start + qi
+		lo := t.first(qp)
 		for hh := 0; hh < G; hh++ {
 			srow := sc[((qi-i0)*G+hh)*stride:]
-			kern.Softmax(srow[t.first(qp) : qp+1])
-			o := t.out[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
-			clear(o)
+			kern.Softmax(srow[lo : qp+1])
+			clear(srow[kBeg:lo])
+			clear(srow[qp+1 : kEnd])
 		}
 	}
 
 	// Pass 3: probability-weighted sum of the values, in key order.
+	clear(os)
 	for b := kBeg / bs; b*bs < kEnd; b++ {
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		p0 := b*bs + r0
 		if i1-i0 == 1 {
 			// One query (decode): a codec that sums encoded rows itself
 			// skips reconstructing every value row of the block.
-			done, err := t.combine(sc, stride, g, b, i0, r0, r1)
+			done, err := t.combine(os, sc, stride, g, b, r0, r1)
 			if err != nil {
 				return err
 			}
@@ -210,18 +211,10 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		if err != nil {
 			return err
 		}
-		for qi := i0; qi < i1; qi++ {
-			qp := t.start + qi
-			lo, hi := t.rows(qp, b, r0, r1)
-			if lo >= hi {
-				continue
-			}
-			for hh := 0; hh < G; hh++ {
-				srow := sc[((qi-i0)*G+hh)*stride+b*bs:]
-				o := t.out[qi*row+(g*G+hh)*d : qi*row+(g*G+hh+1)*d]
-				kern.AxpyBlock(o, srow[lo:hi], vb[lo*d:hi*d], hi-lo, d)
-			}
-		}
+		kern.MixBlock(os, m, sc[p0:], stride, vb[r0*d:r1*d], r1-r0, d)
+	}
+	for qi := i0; qi < i1; qi++ {
+		copy(t.out[qi*row+g*G*d:qi*row+(g+1)*G*d], os[(qi-i0)*G*d:(qi-i0+1)*G*d])
 	}
 	return nil
 }
@@ -248,11 +241,12 @@ func kvName(kv int) string {
 	return "V"
 }
 
-// combine adds query qi's weighted sum of the values in rows [r0, r1) of
-// block b for every head of KV group g through the V codec's RowCombiner,
-// reporting false (nothing done) when the block is hot or its codec cannot.
-// sc holds the query's probabilities, one row of stride values per head.
-func (t *task) combine(sc []float32, stride, g, b, qi, r0, r1 int) (bool, error) {
+// combine adds one query's weighted sum of the values in rows [r0, r1) of
+// block b to o, the G output rows of KV group g, through the V codec's
+// RowCombiner, reporting false (nothing done) when the block is hot or its
+// codec cannot. sc holds the query's probabilities, one row of stride
+// values per head, zero outside the query's own range.
+func (t *task) combine(o, sc []float32, stride, g, b, r0, r1 int) (bool, error) {
 	pt, ok := t.kv.Part(g, b, 1).(*part)
 	if !ok || pt.dec == nil {
 		return false, nil
@@ -261,18 +255,9 @@ func (t *task) combine(sc []float32, stride, g, b, qi, r0, r1 int) (bool, error)
 	if !ok {
 		return false, nil
 	}
-	enc := pt.enc
 	a := t.a
 	d, bs, G := a.p.HeadDim, a.blockSize, a.group
-	qp := t.start + qi
-	lo, hi := t.rows(qp, b, r0, r1)
-	if lo >= hi {
-		return true, nil
-	}
-	row := a.p.Heads * d
-	w := sc[b*bs:]
-	o := t.out[qi*row+g*G*d : qi*row+(g+1)*G*d]
-	if err := rc.AddWeighted(o, G, w, stride, enc, bs, d, lo, hi); err != nil {
+	if err := rc.AddWeighted(o, G, sc[b*bs:], stride, pt.enc, bs, d, r0, r1); err != nil {
 		return true, fmt.Errorf("attention: block %d head %d V: %s: %w", b, g, pt.dec.Name(), err)
 	}
 	return true, nil

@@ -281,3 +281,136 @@ KK_INLINE float gemv_row_f32(const uint16_t *restrict w, long cols, const float 
 void kk_gemv_f32(const uint16_t *w, long cols, long lo, long hi, const float *xe, const float *xo, float *out) {
 	for (long r = lo; r < hi; r++) out[r] = gemv_row_f32(w + r * cols, cols, xe, xo);
 }
+
+// Attention over a block of cached rows: scores of m query rows against n
+// key rows, and the probability-weighted sum of n value rows into m output
+// rows. Both are small matrix products (m is a KV group's heads times a few
+// query tokens, n a cache block), tiled so each key or value row loaded
+// serves several query rows. Every output's arithmetic is the same wherever
+// it falls in a tile: a score sums lane-wise FMAs over its row in 16-value
+// steps and then its 16 lanes by one fixed tree; an output value adds one
+// FMA per row, rows in order.
+
+// KK_QR and KK_KR are the query and key rows of a score tile: 16
+// accumulators, one zmm of scores after the reduction.
+#define KK_QR 4
+#define KK_KR 4
+
+// reduce16 returns the lane sums of a[0..15] as one vector, lane p holding
+// a[p]'s sum, every sum by the same tree: lanes 0+2 and 1+3 of each
+// 128-bit quarter, their sum, then quarters 0+1 and 2+3, their sum.
+KK_INLINE __m512 reduce16(const __m512 a[16]) {
+	__m512 t[8], u[4];
+#pragma GCC unroll 8
+	for (int i = 0; i < 8; i++)
+		t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+				     _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 4
+	for (int i = 0; i < 4; i++) {
+		__m512d x = _mm512_castps_pd(t[2 * i]), y = _mm512_castps_pd(t[2 * i + 1]);
+		u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+				     _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+	}
+	__m512 v0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
+	__m512 v1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
+	return _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0x88), _mm512_shuffle_f32x4(v0, v1, 0xdd));
+}
+
+// kk_scores sets s[i*lds + k] = scale * (q[i*d:]·keys[k*d:]) for the m
+// query rows and n key rows of d values. Tiles past the last row or key
+// repeat it and store nothing for it.
+void kk_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds) {
+	const __m512 sc = _mm512_set1_ps(scale);
+	const __mmask16 tail = d % 16 ? (__mmask16)((1u << (d % 16)) - 1) : 0xffff;
+	for (long i0 = 0; i0 < m; i0 += KK_QR) {
+		const float *qr[KK_QR];
+		for (int r = 0; r < KK_QR; r++) qr[r] = q + (i0 + r < m ? i0 + r : m - 1) * d;
+		int mr = m - i0 < KK_QR ? (int)(m - i0) : KK_QR;
+		for (long k0 = 0; k0 < n; k0 += KK_KR) {
+			const float *kr[KK_KR];
+			for (int c = 0; c < KK_KR; c++) kr[c] = keys + (k0 + c < n ? k0 + c : n - 1) * d;
+			__m512 acc[KK_QR * KK_KR];
+#pragma GCC unroll 16
+			for (int i = 0; i < KK_QR * KK_KR; i++) acc[i] = _mm512_setzero_ps();
+			for (long j = 0; j < d; j += 16) {
+				__mmask16 mk = j + 16 <= d ? 0xffff : tail;
+				__m512 qv[KK_QR], kv[KK_KR];
+#pragma GCC unroll 4
+				for (int r = 0; r < KK_QR; r++) qv[r] = _mm512_maskz_loadu_ps(mk, qr[r] + j);
+#pragma GCC unroll 4
+				for (int c = 0; c < KK_KR; c++) kv[c] = _mm512_maskz_loadu_ps(mk, kr[c] + j);
+#pragma GCC unroll 4
+				for (int r = 0; r < KK_QR; r++)
+#pragma GCC unroll 4
+					for (int c = 0; c < KK_KR; c++)
+						acc[r * KK_KR + c] = _mm512_fmadd_ps(qv[r], kv[c], acc[r * KK_KR + c]);
+			}
+			__m512 sum = _mm512_mul_ps(reduce16(acc), sc);
+			__mmask8 keep = n - k0 < KK_KR ? (__mmask8)((1u << (n - k0)) - 1) : 0xf;
+			for (int r = 0; r < mr; r++) {
+				__m128 row;
+				switch (r) {
+				case 0: row = _mm512_extractf32x4_ps(sum, 0); break;
+				case 1: row = _mm512_extractf32x4_ps(sum, 1); break;
+				case 2: row = _mm512_extractf32x4_ps(sum, 2); break;
+				default: row = _mm512_extractf32x4_ps(sum, 3); break;
+				}
+				_mm_mask_storeu_ps(s + (i0 + r) * lds + k0, keep, row);
+			}
+		}
+	}
+}
+
+// KK_PR is the output rows of a weighted-sum tile, each 64 values in four
+// zmm accumulators: 24 of AVX-512's 32 registers.
+#define KK_PR 6
+
+// mix_tile adds p's weights times the n value rows to mr <= KK_PR output
+// rows, values [j, j+64) of each (masks m[c] for the four vectors).
+KK_INLINE void mix_tile(const int mr, float *o, long d, const float *p, long ldp, const float *v, long n, long j,
+			const __mmask16 m[4]) {
+	__m512 acc[KK_PR][4];
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) acc[r][c] = _mm512_maskz_loadu_ps(m[c], o + r * d + j + 16 * c);
+	for (long k = 0; k < n; k++) {
+		__m512 vv[4];
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) vv[c] = _mm512_maskz_loadu_ps(m[c], v + k * d + j + 16 * c);
+#pragma GCC unroll 6
+		for (int r = 0; r < mr; r++) {
+			__m512 w = _mm512_set1_ps(p[r * ldp + k]);
+#pragma GCC unroll 4
+			for (int c = 0; c < 4; c++) acc[r][c] = _mm512_fmadd_ps(w, vv[c], acc[r][c]);
+		}
+	}
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(o + r * d + j + 16 * c, m[c], acc[r][c]);
+}
+
+// kk_mix adds sum_k p[i*ldp + k] * v[k*d:] to o[i*d:] for the m output rows
+// and n value rows of d values, k in order for every output value.
+void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n) {
+	for (long j = 0; j < d; j += 64) {
+		__mmask16 mk[4];
+		for (int c = 0; c < 4; c++) {
+			long left = d - j - 16 * c;
+			mk[c] = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+		}
+		for (long i0 = 0; i0 < m; i0 += KK_PR) {
+			float *oi = o + i0 * d;
+			const float *pi = p + i0 * ldp;
+			switch (m - i0 < KK_PR ? m - i0 : KK_PR) {
+			case 6: mix_tile(6, oi, d, pi, ldp, v, n, j, mk); break;
+			case 5: mix_tile(5, oi, d, pi, ldp, v, n, j, mk); break;
+			case 4: mix_tile(4, oi, d, pi, ldp, v, n, j, mk); break;
+			case 3: mix_tile(3, oi, d, pi, ldp, v, n, j, mk); break;
+			case 2: mix_tile(2, oi, d, pi, ldp, v, n, j, mk); break;
+			default: mix_tile(1, oi, d, pi, ldp, v, n, j, mk); break;
+			}
+		}
+	}
+}

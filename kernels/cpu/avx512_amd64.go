@@ -13,6 +13,8 @@ void kk_gemv(const uint16_t *w, long cols, long lo, long hi, const uint16_t *x, 
 void kk_gemm_panel_f32(const uint16_t *w, long cols, int nr, uint32_t *panel, const float *x, long n, float *out, long ldo);
 void kk_split_x(const float *x, long cols, float *xe, float *xo);
 void kk_gemv_f32(const uint16_t *w, long cols, long lo, long hi, const float *xe, const float *xo, float *out);
+void kk_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds);
+void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
 */
 import "C"
 
@@ -84,4 +86,14 @@ func gemvF32(w *compute.Mat, lo, hi int, xe, xo, out []float32) {
 	n := splitLen(w.Cols)
 	_, _, _, _ = w.U16[hi*w.Cols-1], xe[n-1], xo[n-1], out[hi-1]
 	C.kk_gemv_f32(u16p(w.U16), C.long(w.Cols), C.long(lo), C.long(hi), f32p(xe), f32p(xo), f32p(out))
+}
+
+// scoresAVX512 is ScoreBlock's AVX-512 kernel; the lengths are checked.
+func scoresAVX512(s []float32, lds int, q []float32, m int, keys []float32, n, d int, scale float32) {
+	C.kk_scores(f32p(q), C.long(m), C.long(d), f32p(keys), C.long(n), C.float(scale), f32p(s), C.long(lds))
+}
+
+// mixAVX512 is MixBlock's AVX-512 kernel; the lengths are checked.
+func mixAVX512(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
+	C.kk_mix(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n))
 }

@@ -27,3 +27,11 @@ func gemmPanelF32(w *compute.Mat, r0, nr int, panel, x []float32, n int, out []f
 func splitX(x, xe, xo []float32) { panic("cpu: no AVX-512 kernels") }
 
 func gemvF32(w *compute.Mat, lo, hi int, xe, xo, out []float32) { panic("cpu: no AVX-512 kernels") }
+
+func scoresAVX512(s []float32, lds int, q []float32, m int, keys []float32, n, d int, scale float32) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func mixAVX512(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
+	panic("cpu: no AVX-512 kernels")
+}

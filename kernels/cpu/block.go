@@ -26,6 +26,61 @@ func AxpyBlock(out, w, vals []float32, n, d int) {
 	axpyBlock(out, w[:n], vals[:n*d])
 }
 
+// ScoreBlock sets s[i*lds+k] = factor·(q[i*d:(i+1)*d]·keys[k*d:(k+1)*d]) for
+// the m query rows of q and the n key rows of keys: attention's scores of
+// several heads and tokens against a cache block at once, so each key row
+// loaded serves several queries. Each score is computed the same way
+// wherever its query and key sit, so results do not depend on how rows are
+// grouped into blocks or calls. It panics if the lengths do not match.
+func ScoreBlock(s []float32, lds int, q []float32, m int, keys []float32, n, d int, factor float32) {
+	if m < 0 || n < 0 || d <= 0 || lds < n || len(q) < m*d || len(keys) < n*d || (m > 0 && len(s) < (m-1)*lds+n) {
+		panic(fmt.Sprintf("cpu: ScoreBlock: m=%d n=%d d=%d lds=%d with s %d, q %d, keys %d elements", m, n, d, lds, len(s), len(q), len(keys)))
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if hasAVX512 {
+		scoresAVX512(s, lds, q, m, keys, n, d, factor)
+		return
+	}
+	scoreRows(s, lds, q, m, keys, n, d, factor)
+}
+
+// scoreRows is ScoreBlock without AVX-512: one DotBlock kernel per query
+// row.
+func scoreRows(s []float32, lds int, q []float32, m int, keys []float32, n, d int, factor float32) {
+	for i := range m {
+		row := s[i*lds : i*lds+n]
+		dotBlock(row, q[i*d:(i+1)*d], keys[:n*d], d)
+		scale(row, factor)
+	}
+}
+
+// MixBlock adds Σ_k p[i*ldp+k]·vals[k*d:(k+1)*d] to o[i*d:(i+1)*d] for the m
+// output rows of o and the n value rows of vals, summing over k in order:
+// each output row gets what AxpyBlock would add, with each value row loaded
+// once for several outputs. It panics if the lengths do not match.
+func MixBlock(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
+	if m < 0 || n < 0 || d <= 0 || ldp < n || len(o) < m*d || len(vals) < n*d || (m > 0 && len(p) < (m-1)*ldp+n) {
+		panic(fmt.Sprintf("cpu: MixBlock: m=%d n=%d d=%d ldp=%d with o %d, p %d, vals %d elements", m, n, d, ldp, len(o), len(p), len(vals)))
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if hasAVX512 {
+		mixAVX512(o, m, p, ldp, vals, n, d)
+		return
+	}
+	mixRows(o, m, p, ldp, vals, n, d)
+}
+
+// mixRows is MixBlock without AVX-512: one AxpyBlock kernel per output row.
+func mixRows(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
+	for i := range m {
+		axpyBlock(o[i*d:(i+1)*d], p[i*ldp:i*ldp+n], vals[:n*d])
+	}
+}
+
 // RoPEBlock sets each of the n rows of dst (d values) to the matching row of
 // src rotated by RoPE at consecutive positions: row r uses cos and sin
 // [r*d/2, (r+1)*d/2). It is RoPE applied to a copy, row by row; dst must not

@@ -167,3 +167,108 @@ func TestBlockAllocs(t *testing.T) {
 		t.Errorf("%v allocations per run, want 0", a)
 	}
 }
+
+// tileShapes cover ScoreBlock's and MixBlock's tiles (4 queries × 4 keys,
+// 6 outputs × 64 values) whole and cut short on every side.
+var tileShapes = []struct{ m, n, d int }{
+	{1, 1, 2}, {1, 16, 64}, {7, 16, 64}, {56, 64, 64}, {13, 17, 80}, {5, 3, 128}, {6, 33, 130}, {9, 5, 8}, {4, 4, 7}, {3, 0, 64}, {0, 5, 64},
+}
+
+// tileKernels are the block kernels' implementations this machine runs:
+// the exported ones (AVX-512 where the CPU has it) and the per-row
+// fallbacks.
+var tileKernels = []struct {
+	name  string
+	score func(s []float32, lds int, q []float32, m int, keys []float32, n, d int, factor float32)
+	mix   func(o []float32, m int, p []float32, ldp int, vals []float32, n, d int)
+}{
+	{"best", ScoreBlock, MixBlock},
+	{"rows", scoreRows, mixRows},
+}
+
+func TestScoreBlock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, kn := range tileKernels {
+		for _, s := range tileShapes {
+			t.Run(fmt.Sprintf("%s/m%d_n%d_d%d", kn.name, s.m, s.n, s.d), func(t *testing.T) {
+				const factor = 0.125
+				lds := s.n + 3
+				q, keys := randVec(rng, s.m*s.d), randVec(rng, s.n*s.d)
+				out := make([]float32, s.m*lds)
+				for i := range out {
+					out[i] = 42 // past n in each row: must stay untouched
+				}
+				kn.score(out, lds, q, s.m, keys, s.n, s.d, factor)
+				for i := range s.m {
+					for k := range lds {
+						got := out[i*lds+k]
+						if k >= s.n {
+							if got != 42 {
+								t.Fatalf("s[%d][%d] overwritten: %v", i, k, got)
+							}
+							continue
+						}
+						var want, mag float64
+						for c := range s.d {
+							p := float64(q[i*s.d+c]) * float64(keys[k*s.d+c])
+							want += p
+							mag += math.Abs(p)
+						}
+						if !closeTo(got, factor*want, 1e-6*factor*mag+1e-30) {
+							t.Errorf("s[%d][%d] = %v, want %v", i, k, got, factor*want)
+						}
+						// A score must not depend on where its query and
+						// key sit: the pair alone gives the same bits.
+						var one [1]float32
+						kn.score(one[:], 1, q[i*s.d:(i+1)*s.d], 1, keys[k*s.d:(k+1)*s.d], 1, s.d, factor)
+						if one[0] != got {
+							t.Errorf("s[%d][%d] = %v, alone %v", i, k, got, one[0])
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestMixBlock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 6))
+	for _, kn := range tileKernels {
+		for _, s := range tileShapes {
+			t.Run(fmt.Sprintf("%s/m%d_n%d_d%d", kn.name, s.m, s.n, s.d), func(t *testing.T) {
+				ldp := s.n + 2
+				p, vals, o := randVec(rng, s.m*ldp), randVec(rng, s.n*s.d), randVec(rng, s.m*s.d+1)
+				got := append([]float32(nil), o...)
+				kn.mix(got, s.m, p, ldp, vals, s.n, s.d)
+				if got[s.m*s.d] != o[s.m*s.d] {
+					t.Errorf("o[%d] past m rows overwritten", s.m*s.d)
+				}
+				for i := range s.m {
+					// Each output row, alone and with its value rows split
+					// in two calls, must give the same bits: attention's
+					// results do not depend on block size or on the rows
+					// beside.
+					one := append([]float32(nil), o[i*s.d:(i+1)*s.d]...)
+					h := s.n / 2
+					kn.mix(one, 1, p[i*ldp:], ldp, vals, h, s.d)
+					kn.mix(one, 1, p[i*ldp+h:], ldp, vals[h*s.d:], s.n-h, s.d)
+					for j := range s.d {
+						want, mag := float64(o[i*s.d+j]), math.Abs(float64(o[i*s.d+j]))
+						for k := range s.n {
+							x := float64(p[i*ldp+k]) * float64(vals[k*s.d+j])
+							want += x
+							mag += math.Abs(x)
+						}
+						g := got[i*s.d+j]
+						if !closeTo(g, want, 1e-6*mag+1e-30) {
+							t.Errorf("o[%d][%d] = %v, want %v", i, j, g, want)
+						}
+						if one[j] != g {
+							t.Errorf("o[%d][%d] = %v, the row alone in two calls %v", i, j, g, one[j])
+						}
+					}
+				}
+			})
+		}
+	}
+}

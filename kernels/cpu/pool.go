@@ -148,7 +148,9 @@ func (p *Pool) For(n int, fn func(lo, hi int)) {
 }
 
 // Run is For with a Task: t.Run is called on contiguous, disjoint ranges that
-// cover [0, n). It does not allocate.
+// cover [0, n), several per thread and claimed in order as threads come
+// free, so units of uneven cost balance best when the costly ones come
+// first. It does not allocate.
 func (p *Pool) Run(n int, t Task) {
 	if n <= 0 {
 		return
@@ -158,7 +160,7 @@ func (p *Pool) Run(n int, t Task) {
 		return
 	}
 	p.task = t
-	p.dispatch(n, min(n, p.threads))
+	p.dispatch(n, min(n, p.threads*chunksPerThread))
 }
 
 // acquire takes the pool for one job; false means run inline.
