@@ -733,8 +733,8 @@ func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src
 	p, r := b.p, b.r
 	rows := hi - lo
 	// Row i of the block as q values: its latent form, then 1 and its r
-	// skeleton coefficients, padded to whole vectors. One AxpyBlock per
-	// weight row then sums Σ_i w_i·latent_i, Σ_i w_i and Σ_i w_i·coef_i
+	// skeleton coefficients, padded to whole vectors. One MixBlock then
+	// sums, for every weight row, Σ_i w_i·latent_i, Σ_i w_i and Σ_i w_i·coef_i
 	// together.
 	q := p + (r+1+7)&^7
 	sc.lat = growF32(sc.lat, rows*q)
@@ -757,9 +757,11 @@ func (k *Kakeya) AddWeighted(dst []float32, m int, w []float32, wStride int, src
 	}
 	sc.acc = growF32(sc.acc, m*q)
 	clear(sc.acc)
+	// One pass over the rows for all m weight rows: each latent row is
+	// loaded once.
+	cpu.MixBlock(sc.acc, m, w[lo:], wStride, sc.lat, rows, q)
 	for j := 0; j < m; j++ {
 		acc := sc.acc[j*q : (j+1)*q]
-		cpu.AxpyBlock(acc, w[j*wStride+lo:j*wStride+hi], sc.lat, rows, q)
 		// out += signs ⊙ fwhtRaw(Σ w·latent) + (Σw)·mean + Σ_c (Σ w·coef_c)·basis_c
 		out := dst[j*d : (j+1)*d]
 		k.finish(out, acc[:p], out, acc[p:p+1+r], sc.mb[:(r+1)*d])

@@ -167,6 +167,9 @@ func UnpackAffine(dst []float32, src []byte, bits, g int, params []float32) {
 		len(dst) < groups*g || len(src) < groups*g*bits/8 {
 		panic(fmt.Sprintf("cpu: UnpackAffine: %d groups of %d codes of %d bits into %d values from %d bytes", groups, g, bits, len(dst), len(src)))
 	}
+	if bits == 4 && g%16 == 0 && unpackAffine4(dst, src, g, params) {
+		return
+	}
 	var t [16]float32
 	gb := g * bits / 8
 	for k := range groups {

@@ -84,6 +84,33 @@ func unpackLookup4(dst []float32, src []byte, t *[16]float32) {
 	}
 }
 
+// unpackAffine4 is UnpackAffine for 4-bit codes in groups of a multiple of
+// 16, each level computed in registers as m + float32(c)*s (a multiply,
+// then an add, as the scalar expression) instead of looked up in a table
+// built per group. It reports false, doing nothing, without AVX2.
+func unpackAffine4(dst []float32, src []byte, g int, params []float32) bool {
+	if !hasAVX2 {
+		return false
+	}
+	sh := archsimd.LoadUint32x8(&unpackShifts[4])
+	mask := archsimd.BroadcastUint32x8(15)
+	gb := g / 2
+	for k := range len(params) / 2 {
+		m := archsimd.BroadcastFloat32x8(params[2*k])
+		s := archsimd.BroadcastFloat32x8(params[2*k+1])
+		out, in := dst[k*g:(k+1)*g], src[k*gb:(k+1)*gb]
+		for i, p := 0, 0; i+16 <= len(out); i, p = i+16, p+8 {
+			x := binary.LittleEndian.Uint64(in[p:])
+			a := archsimd.BroadcastUint32x8(uint32(x)).ShiftRight(sh).And(mask)
+			b := archsimd.BroadcastUint32x8(uint32(x >> 32)).ShiftRight(sh).And(mask)
+			d := (*[16]float32)(out[i : i+16])
+			store8(a.AsInt32x8().ConvertToFloat32().Mul(s).Add(m), d[0:8])
+			store8(b.AsInt32x8().ConvertToFloat32().Mul(s).Add(m), d[8:16])
+		}
+	}
+	return true
+}
+
 // widenF16 is f16x8 over little-endian bytes, collecting the lanes whose
 // exponent is 31 (Inf or NaN) to report them once at the end.
 func widenF16(dst []float32, src []byte) bool {

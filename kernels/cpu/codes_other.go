@@ -22,6 +22,8 @@ func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 
 func affineTable(t *[16]float32, m, s float32) { affineTableScalar(t, m, s) }
 
+func unpackAffine4(dst []float32, src []byte, g int, params []float32) bool { return false }
+
 func quantError(g []float32, m, s, inv, top, best float32) float32 {
 	return quantErrorScalar(g, m, s, inv, top, best)
 }
