@@ -361,35 +361,47 @@ void kk_scores(const float *q, long m, long d, const float *keys, long n, float 
 	}
 }
 
-// KK_PR is the output rows of a weighted-sum tile, each 64 values in four
-// zmm accumulators: 24 of AVX-512's 32 registers.
+// KK_PR is the output rows of a weighted-sum tile, each up to 64 values
+// in nc <= 4 zmm accumulators: 24 of AVX-512's 32 registers at most.
 #define KK_PR 6
 
 // mix_tile adds p's weights times the n value rows to mr <= KK_PR output
-// rows, values [j, j+64) of each (masks m[c] for the four vectors).
-KK_INLINE void mix_tile(const int mr, float *o, long d, const float *p, long ldp, const float *v, long n, long j,
-			const __mmask16 m[4]) {
+// rows, values [j, j+16*nc) of each (masks m[c] for the nc vectors).
+KK_INLINE void mix_tile(const int mr, const int nc, float *o, long d, const float *p, long ldp, const float *v,
+			long n, long j, const __mmask16 m[4]) {
 	__m512 acc[KK_PR][4];
 #pragma GCC unroll 6
 	for (int r = 0; r < mr; r++)
 #pragma GCC unroll 4
-		for (int c = 0; c < 4; c++) acc[r][c] = _mm512_maskz_loadu_ps(m[c], o + r * d + j + 16 * c);
+		for (int c = 0; c < nc; c++) acc[r][c] = _mm512_maskz_loadu_ps(m[c], o + r * d + j + 16 * c);
 	for (long k = 0; k < n; k++) {
 		__m512 vv[4];
 #pragma GCC unroll 4
-		for (int c = 0; c < 4; c++) vv[c] = _mm512_maskz_loadu_ps(m[c], v + k * d + j + 16 * c);
+		for (int c = 0; c < nc; c++) vv[c] = _mm512_maskz_loadu_ps(m[c], v + k * d + j + 16 * c);
 #pragma GCC unroll 6
 		for (int r = 0; r < mr; r++) {
 			__m512 w = _mm512_set1_ps(p[r * ldp + k]);
 #pragma GCC unroll 4
-			for (int c = 0; c < 4; c++) acc[r][c] = _mm512_fmadd_ps(w, vv[c], acc[r][c]);
+			for (int c = 0; c < nc; c++) acc[r][c] = _mm512_fmadd_ps(w, vv[c], acc[r][c]);
 		}
 	}
 #pragma GCC unroll 6
 	for (int r = 0; r < mr; r++)
 #pragma GCC unroll 4
-		for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(o + r * d + j + 16 * c, m[c], acc[r][c]);
+		for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(o + r * d + j + 16 * c, m[c], acc[r][c]);
 }
+
+// MIX_ROWS calls mix_tile for mr rows (1..KK_PR) and nc vectors, each pair
+// of constants its own unrolled register allocation.
+#define MIX_ROWS(nc)                                                                 \
+	switch (mr) {                                                                \
+	case 6: mix_tile(6, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
+	case 5: mix_tile(5, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
+	case 4: mix_tile(4, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
+	case 3: mix_tile(3, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
+	case 2: mix_tile(2, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
+	default: mix_tile(1, nc, oi, d, pi, ldp, v, n, j, mk); break;                \
+	}
 
 // kk_mix adds sum_k p[i*ldp + k] * v[k*d:] to o[i*d:] for the m output rows
 // and n value rows of d values, k in order for every output value.
@@ -400,16 +412,17 @@ void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, 
 			long left = d - j - 16 * c;
 			mk[c] = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 		}
+		long left = d - j;
+		int nc = left >= 64 ? 4 : (int)((left + 15) / 16);
 		for (long i0 = 0; i0 < m; i0 += KK_PR) {
 			float *oi = o + i0 * d;
 			const float *pi = p + i0 * ldp;
-			switch (m - i0 < KK_PR ? m - i0 : KK_PR) {
-			case 6: mix_tile(6, oi, d, pi, ldp, v, n, j, mk); break;
-			case 5: mix_tile(5, oi, d, pi, ldp, v, n, j, mk); break;
-			case 4: mix_tile(4, oi, d, pi, ldp, v, n, j, mk); break;
-			case 3: mix_tile(3, oi, d, pi, ldp, v, n, j, mk); break;
-			case 2: mix_tile(2, oi, d, pi, ldp, v, n, j, mk); break;
-			default: mix_tile(1, oi, d, pi, ldp, v, n, j, mk); break;
+			int mr = m - i0 < KK_PR ? (int)(m - i0) : KK_PR;
+			switch (nc) {
+			case 4: MIX_ROWS(4) break;
+			case 3: MIX_ROWS(3) break;
+			case 2: MIX_ROWS(2) break;
+			default: MIX_ROWS(1) break;
 			}
 		}
 	}
