@@ -16,6 +16,17 @@ type Codec interface {
 	Decode(dst []float32, src []byte, n, d int) error
 }
 
+// A RotaryDecoder is a Codec that rotates the rows it decodes by RoPE in
+// the same pass: attention caches keys before RoPE and rotates each block
+// as it reads it.
+type RotaryDecoder interface {
+	Codec
+	// DecodeRotated is Decode followed by cpu.RoPEBlock(dst, dst, cos,
+	// sin, n, d), bit for bit: row i is rotated by cos and sin
+	// [i*d/2, (i+1)*d/2).
+	DecodeRotated(dst []float32, src []byte, n, d int, cos, sin []float32) error
+}
+
 // A RowCombiner is a Codec that adds weighted sums of an encoded block's
 // rows without decoding each row: attention's probability-weighted sum of
 // values is such a sum.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 func mustKakeya(t testing.TB, mod func(*KakeyaOptions)) *Kakeya {
@@ -322,6 +324,10 @@ func TestCorruptBlocks(t *testing.T) {
 			r := int(b[16])
 			b[22+2*d+2*r*d+2*r] &^= 0x0f // first 4-bit code of token 0
 		},
+		"last coefficient code 0": func(b []byte) {
+			r := int(b[16])
+			b[22+2*d+2*r*d+2*r+(n*r+1)/2-1] &^= 0xf0 // last 4-bit code
+		},
 	}
 	for name, edit := range cases {
 		b := append([]byte(nil), enc...)
@@ -598,6 +604,78 @@ func TestInt4DecodeMatchesPayload(t *testing.T) {
 			}
 			if want := m + float32(cd)*s; math.Float32bits(got[j]) != math.Float32bits(want) {
 				t.Fatalf("%s: value %d = %v, want %v", c.Name(), j, got[j], want)
+			}
+		}
+	}
+}
+
+// hasZeroNibble agrees with a code-by-code scan for every length and for a
+// zero in each position.
+func TestHasZeroNibble(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	for n := 0; n <= 40; n++ {
+		b := make([]byte, (n+1)/2)
+		for i := range b {
+			b[i] = byte(rng.IntN(15)+1) | byte(rng.IntN(15)+1)<<4
+		}
+		if hasZeroNibble(b, n) {
+			t.Fatalf("n=%d: zero reported in nonzero codes", n)
+		}
+		for j := 0; j < n; j++ {
+			c := append([]byte(nil), b...)
+			c[j/2] &^= 15 << (4 * (j % 2))
+			if !hasZeroNibble(c, n) {
+				t.Errorf("n=%d: zero code %d missed", n, j)
+			}
+		}
+		if n%2 == 1 {
+			// The unused high nibble of the last byte does not count.
+			c := append([]byte(nil), b...)
+			c[len(c)-1] &^= 0xf0
+			if hasZeroNibble(c, n) {
+				t.Errorf("n=%d: the padding nibble counted", n)
+			}
+		}
+	}
+}
+
+// DecodeRotated must equal Decode followed by RoPEBlock, bit for bit, on
+// the fused 64-wide path and the general ones.
+func TestDecodeRotated(t *testing.T) {
+	const n = 64
+	for _, d := range []int{64, 48, 6} {
+		x := synth(keyLike, n, d, 5, 5)
+		cos, sin := make([]float32, n*d/2), make([]float32, n*d/2)
+		for i := range cos {
+			a := 0.37 * float64(i)
+			cos[i], sin[i] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+		for _, k := range []*Kakeya{
+			mustKakeya(t, nil),
+			mustKakeya(t, func(o *KakeyaOptions) { o.MaxRank = 0 }),
+			mustKakeya(t, func(o *KakeyaOptions) { o.OutlierThreshold = 1.2; o.MaxOutliers = 16; o.Bits = 4 }),
+		} {
+			var rd RotaryDecoder = k
+			enc, err := k.Encode(nil, x, n, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, n*d)
+			if err := k.Decode(want, enc, n, d); err != nil {
+				t.Fatal(err)
+			}
+			cpu.RoPEBlock(want, want, cos, sin, n, d)
+			got := make([]float32, n*d)
+			if err := rd.DecodeRotated(got, enc, n, d, cos, sin); err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s d=%d: [%d] = %v, want %v", k.Name(), d, i, got[i], want[i])
+				}
+			}
+			if err := rd.DecodeRotated(got, enc, n, d, cos[:len(cos)-1], sin); err == nil {
+				t.Errorf("%s d=%d: short cos accepted", k.Name(), d)
 			}
 		}
 	}

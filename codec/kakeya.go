@@ -537,9 +537,8 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 	}
 	// A row's unit-variance levels times nrm/sqrt(p), then the orthonormal
 	// transform's 1/sqrt(p): one scale per row, applied to the levels.
-	for i, v := range sc.norms {
-		sc.norms[i] = v / float32(p)
-	}
+	// p is a power of two, so multiplying by 1/p is exactly dividing by it.
+	cpu.Scale(sc.norms, 1/float32(p))
 	off += 2 * n
 	b := kakeyaBlock{n: n, p: p, r: r, m: m, posLen: posLen, prevPos: -1}
 	// The codes stay packed: latents unpacks them straight into their
@@ -585,6 +584,16 @@ func (k *Kakeya) parseCoef(sc *kakeyaScratch, src []byte, n, r, cbits int) error
 			coef[i] = float32(c) - half
 		}
 	}
+	if cbits == 4 && !hasZeroNibble(src[2*r:2*r+(n*r+1)/2], n*r) {
+		// No code 0 (the check below, done on the packed bytes).
+		for i := 0; i+r <= len(coef); i += r {
+			row, s := coef[i:i+r], scales[:r]
+			for c := range row {
+				row[c] *= s[c]
+			}
+		}
+		return nil
+	}
 	for i := 0; i+r <= len(coef); i += r {
 		row, s := coef[i:i+r], scales[:r]
 		for c, q := range row {
@@ -595,6 +604,27 @@ func (k *Kakeya) parseCoef(sc *kakeyaScratch, src []byte, n, r, cbits int) error
 		}
 	}
 	return nil
+}
+
+// hasZeroNibble reports whether any of the first n 4-bit codes packed in b
+// (two per byte) is 0, eight bytes at a time.
+func hasZeroNibble(b []byte, n int) bool {
+	const ones = 0x1111111111111111
+	i := 0
+	for ; 2*(i+8) <= n; i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		x |= x >> 1
+		x |= x >> 2 // bit 0 of each nibble: the nibble is not 0
+		if x&ones != ones {
+			return true
+		}
+	}
+	for j := 2 * i; j < n; j++ {
+		if b[j/2]>>(4*(j%2))&15 == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // load reads outlier b.next into the cursor (b.pos = n*p past the last),
@@ -692,6 +722,20 @@ func (k *Kakeya) finish(out, v, z, w, rows []float32) {
 
 // Decode reconstructs the block, checking every stored field.
 func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
+	return k.decode(dst, src, n, d, nil, nil)
+}
+
+// DecodeRotated implements RotaryDecoder: the rotation joins the last pass
+// over each row.
+func (k *Kakeya) DecodeRotated(dst []float32, src []byte, n, d int, cos, sin []float32) error {
+	if d%2 != 0 || len(cos) < n*d/2 || len(sin) < n*d/2 {
+		return fmt.Errorf("codec: kakeya: RoPE of %d rows of %d values with %d cosines and %d sines", n, d, len(cos), len(sin))
+	}
+	return k.decode(dst, src, n, d, cos, sin)
+}
+
+// decode is Decode, with each row then rotated by RoPE when cos is not nil.
+func (k *Kakeya) decode(dst []float32, src []byte, n, d int, cos, sin []float32) error {
 	if err := checkShape("kakeya", n, d, len(dst), "destination"); err != nil {
 		return err
 	}
@@ -707,11 +751,17 @@ func (k *Kakeya) Decode(dst []float32, src []byte, n, d int) error {
 		return err
 	}
 	mean, basis := sc.mb[:d], sc.mb[d:(r+1)*d]
-	if p >= 8 {
+	switch {
+	case p >= 8 && cos != nil:
+		cpu.FWHTAxpyRoPERows(dst, sc.lat, k.signs[:d], mean, sc.coef[:n*r], basis, n, d, p, r, cos, sin)
+	case p >= 8:
 		cpu.FWHTAxpyRows(dst, sc.lat, k.signs[:d], mean, sc.coef[:n*r], basis, n, d, p, r)
-	} else {
+	default:
 		for i := 0; i < n; i++ {
 			k.finish(dst[i*d:(i+1)*d], sc.lat[i*p:(i+1)*p], mean, sc.coef[i*r:(i+1)*r], basis)
+		}
+		if cos != nil {
+			cpu.RoPEBlock(dst, dst, cos, sin, n, d)
 		}
 	}
 	return b.allOutliersUsed()

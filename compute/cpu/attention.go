@@ -168,13 +168,19 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 	// only its own range): a few wasted products on the diagonal buy one
 	// tiled kernel call per block.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
-		kb, err := t.rowsOf(g, b, 0, s.dec)
+		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		p0 := b*bs + r0
+		done, err := t.decodeRotated(s.rot, g, b)
 		if err != nil {
 			return err
 		}
-		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
-		p0 := b*bs + r0
-		kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
+		if !done {
+			kb, err := t.rowsOf(g, b, 0, s.dec)
+			if err != nil {
+				return err
+			}
+			kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
+		}
 		kern.ScoreBlock(sc[p0:], stride, qs, m, s.rot[r0*d:r1*d], r1-r0, d, a.scale)
 	}
 
@@ -217,6 +223,27 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		copy(t.out[qi*row+g*G*d:qi*row+(g+1)*G*d], os[(qi-i0)*G*d:(qi-i0+1)*G*d])
 	}
 	return nil
+}
+
+// decodeRotated decodes the keys of block b of KV head g into rot already
+// rotated, when the block is encoded by a codec that rotates as it decodes
+// (codec.RotaryDecoder) and the RoPE tables cover the whole block;
+// otherwise it reports false and does nothing.
+func (t *task) decodeRotated(rot []float32, g, b int) (bool, error) {
+	pt, ok := t.kv.Part(g, b, 0).(*part)
+	if !ok || pt.dec == nil {
+		return false, nil
+	}
+	rd, ok := pt.dec.(codec.RotaryDecoder)
+	bs, d := t.a.blockSize, t.a.p.HeadDim
+	lo, hi := b*bs*d/2, (b+1)*bs*d/2
+	if !ok || hi > len(t.cos) || hi > len(t.sin) {
+		return false, nil
+	}
+	if err := rd.DecodeRotated(rot[:bs*d], pt.enc, bs, d, t.cos[lo:hi], t.sin[lo:hi]); err != nil {
+		return true, fmt.Errorf("attention: block %d head %d K: %s: %w", b, g, pt.dec.Name(), err)
+	}
+	return true, nil
 }
 
 // rowsOf returns the keys (kv 0) or values (kv 1) of block b of KV head g

@@ -117,6 +117,28 @@ func FWHTAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 	fwhtAxpyRows(out, v, signs[:d], z, w, rows[:r*d], n, d, p, r)
 }
 
+// FWHTAxpyRoPERows is FWHTAxpyRows followed by RoPEBlock on out in place
+// (row i rotated by cos and sin [i*d/2, (i+1)*d/2)), bit for bit, in one
+// pass: attention's keys are cached before RoPE and rotated as a block is
+// decoded. It panics if d is odd or the lengths do not match.
+func FWHTAxpyRoPERows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
+	h := d / 2
+	if n < 0 || r < 0 || p < 8 || p&(p-1) != 0 || d > p || d%2 != 0 || len(out) < n*d || len(v) < n*p ||
+		len(signs) < d || len(z) != d || len(w) < n*r || len(rows) < r*d || len(cos) < n*h || len(sin) < n*h {
+		panic(fmt.Sprintf("cpu: FWHTAxpyRoPERows: n=%d d=%d p=%d r=%d with out %d, v %d, signs %d, z %d, w %d, rows %d, cos %d, sin %d elements", n, d, p, r, len(out), len(v), len(signs), len(z), len(w), len(rows), len(cos), len(sin)))
+	}
+	fwhtAxpyRoPERows(out, v, signs[:d], z, w, rows[:r*d], n, d, p, r, cos, sin)
+}
+
+func fwhtAxpyRoPERowsParts(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
+	h := d / 2
+	for i := range n {
+		o := out[i*d : (i+1)*d]
+		fwhtAxpyParts(o, v[i*p:(i+1)*p], signs, z, w[i*r:(i+1)*r], rows)
+		ropeCopy(o, o, cos[i*h:(i+1)*h], sin[i*h:(i+1)*h])
+	}
+}
+
 func fwhtAxpyRowsParts(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 	for i := range n {
 		fwhtAxpyParts(out[i*d:(i+1)*d], v[i*p:(i+1)*p], signs, z, w[i*r:(i+1)*r], rows)

@@ -219,7 +219,19 @@ func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 	}
 	s, zz := (*[64]float32)(signs), (*[64]float32)(z)
 	for i := range n {
-		fwhtAxpy64((*[64]float32)(out[i*64:]), (*[64]float32)(v[i*64:]), s, zz, w[i*r:(i+1)*r], rows)
+		fwhtAxpy64((*[64]float32)(out[i*64:]), (*[64]float32)(v[i*64:]), s, zz, w[i*r:(i+1)*r], rows, nil, nil)
+	}
+}
+
+func fwhtAxpyRoPERows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
+	if !hasAVX2 || p != 64 || d != 64 {
+		fwhtAxpyRoPERowsParts(out, v, signs, z, w, rows, n, d, p, r, cos, sin)
+		return
+	}
+	s, zz := (*[64]float32)(signs), (*[64]float32)(z)
+	for i := range n {
+		fwhtAxpy64((*[64]float32)(out[i*64:]), (*[64]float32)(v[i*64:]), s, zz, w[i*r:(i+1)*r], rows,
+			(*[32]float32)(cos[i*32:]), (*[32]float32)(sin[i*32:]))
 	}
 }
 
@@ -228,11 +240,12 @@ func fwhtAxpy(out, v, signs, z, w, rows []float32) {
 		fwhtAxpyParts(out, v, signs, z, w, rows)
 		return
 	}
-	fwhtAxpy64((*[64]float32)(out), (*[64]float32)(v), (*[64]float32)(signs), (*[64]float32)(z), w, rows)
+	fwhtAxpy64((*[64]float32)(out), (*[64]float32)(v), (*[64]float32)(signs), (*[64]float32)(z), w, rows, nil, nil)
 }
 
-// fwhtAxpy64 is fwht64, mulAdd and axpyBlock on one row of 64 in registers.
-func fwhtAxpy64(out, v, signs, z *[64]float32, w, rows []float32) {
+// fwhtAxpy64 is fwht64, mulAdd and axpyBlock on one row of 64 in registers,
+// then, when cos is not nil, ropeCopy's rotation of the row.
+func fwhtAxpy64(out, v, signs, z *[64]float32, w, rows []float32, cos, sin *[32]float32) {
 	v0, v1 := stages8(load8(v[0:8])), stages8(load8(v[8:16]))
 	v2, v3 := stages8(load8(v[16:24])), stages8(load8(v[24:32]))
 	v4, v5 := stages8(load8(v[32:40])), stages8(load8(v[40:48]))
@@ -269,6 +282,17 @@ func fwhtAxpy64(out, v, signs, z *[64]float32, w, rows []float32) {
 		v5 = av.MulAdd(load8(r[40:48]), v5)
 		v6 = av.MulAdd(load8(r[48:56]), v6)
 		v7 = av.MulAdd(load8(r[56:64]), v7)
+	}
+	if cos != nil {
+		// ropeCopy's arithmetic: values i and i+32 rotate together.
+		c, s := load8(cos[0:8]), load8(sin[0:8])
+		v0, v4 = v0.Mul(c).Sub(v4.Mul(s)), v4.Mul(c).Add(v0.Mul(s))
+		c, s = load8(cos[8:16]), load8(sin[8:16])
+		v1, v5 = v1.Mul(c).Sub(v5.Mul(s)), v5.Mul(c).Add(v1.Mul(s))
+		c, s = load8(cos[16:24]), load8(sin[16:24])
+		v2, v6 = v2.Mul(c).Sub(v6.Mul(s)), v6.Mul(c).Add(v2.Mul(s))
+		c, s = load8(cos[24:32]), load8(sin[24:32])
+		v3, v7 = v3.Mul(c).Sub(v7.Mul(s)), v7.Mul(c).Add(v3.Mul(s))
 	}
 	store8(v0, out[0:8])
 	store8(v1, out[8:16])

@@ -20,6 +20,10 @@ func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 	fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r)
 }
 
+func fwhtAxpyRoPERows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
+	fwhtAxpyRoPERowsParts(out, v, signs, z, w, rows, n, d, p, r, cos, sin)
+}
+
 func affineTable(t *[16]float32, m, s float32) { affineTableScalar(t, m, s) }
 
 func unpackAffine4(dst []float32, src []byte, g int, params []float32) bool { return false }

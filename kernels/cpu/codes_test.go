@@ -227,6 +227,32 @@ func TestFWHTAxpyRows(t *testing.T) {
 	})
 }
 
+// FWHTAxpyRoPERows equals FWHTAxpyRows then RoPEBlock in place, bit for bit.
+func TestFWHTAxpyRoPERows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, s := range []struct{ d, p int }{{64, 64}, {6, 8}, {100, 128}} {
+		for _, r := range []int{0, 1, 4} {
+			const n = 5
+			v, signs, z := randVec(rng, n*s.p), randVec(rng, s.d), randVec(rng, s.d)
+			w, rows := randVec(rng, n*r), randVec(rng, r*s.d)
+			cos, sin := randVec(rng, n*s.d/2), randVec(rng, n*s.d/2)
+			want := make([]float32, n*s.d)
+			FWHTAxpyRows(want, append([]float32(nil), v...), signs, z, w, rows, n, s.d, s.p, r)
+			RoPEBlock(want, want, cos, sin, n, s.d)
+			got := make([]float32, n*s.d)
+			FWHTAxpyRoPERows(got, v, signs, z, w, rows, n, s.d, s.p, r, cos, sin)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("d=%d p=%d r=%d: [%d] = %v, want %v", s.d, s.p, r, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	wantPanic(t, "short cos", func() {
+		FWHTAxpyRoPERows(make([]float32, 128), make([]float32, 128), make([]float32, 64), make([]float32, 64), nil, nil, 2, 64, 64, 0, make([]float32, 63), make([]float32, 64))
+	})
+}
+
 // UnpackAffine is bit-identical to m + float32(c)*s per value, for every
 // code width and several group sizes.
 func TestUnpackAffine(t *testing.T) {
