@@ -133,7 +133,7 @@ func (b *Backend) AddRows(x, bias compute.Buffer, rows int) {
 func (b *Backend) Add(x, y compute.Buffer) { kern.Add(host(x), host(y)) }
 
 // SiLUMul sets gate to silu(gate) * up.
-func (b *Backend) SiLUMul(gate, up compute.Buffer) { kern.SiLUMul(host(gate), host(up)) }
+func (b *Backend) SiLUMul(gate, up compute.Buffer) { b.pool.SiLUMul(host(gate), host(up)) }
 
 // RoPE rotates every head of every row at its position.
 func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin compute.Buffer) {

@@ -11,6 +11,7 @@
 package cpu
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,7 @@ type Pool struct {
 	task      Task
 	wtask     workerTask
 	mm        matmulTask // MatMul's job, kept here so dispatching it does not allocate
+	silu      siluTask   // SiLUMul's job, likewise
 }
 
 // NewPool starts a pool of threads workers counting the calling goroutine,
@@ -186,6 +188,39 @@ func (p *Pool) dispatch(n, chunks int) {
 	}
 	p.work(0)
 	p.wg.Wait()
-	p.fn, p.task, p.wtask, p.mm = nil, nil, nil, matmulTask{}
+	p.fn, p.task, p.wtask, p.mm, p.silu = nil, nil, nil, matmulTask{}, siluTask{}
 	p.mu.Unlock()
+}
+
+// siluChunk is how many values one unit of a parallel SiLUMul covers, and
+// minParallelSiLU the fewest values worth waking workers for (a prefill's
+// tokens; a decode step's 4864 stay on the caller).
+const (
+	siluChunk       = 4096
+	minParallelSiLU = 1 << 16
+)
+
+// siluTask is SiLUMul over units of siluChunk values.
+type siluTask struct{ gate, up []float32 }
+
+func (t *siluTask) Run(lo, hi int) {
+	a, b := lo*siluChunk, min(hi*siluChunk, len(t.gate))
+	siluMul(t.gate[a:b], t.up[a:b])
+}
+
+// SiLUMul is the package's SiLUMul split across the pool when gate is long
+// enough to pay for it; every value is computed as SiLUMul computes it. It
+// does not allocate.
+func (p *Pool) SiLUMul(gate, up []float32) {
+	if len(gate) != len(up) {
+		panic(fmt.Sprintf("cpu: Pool.SiLUMul: lengths %d and %d", len(gate), len(up)))
+	}
+	n := (len(gate) + siluChunk - 1) / siluChunk
+	if len(gate) < minParallelSiLU || !p.acquire(n) {
+		siluMul(gate, up)
+		return
+	}
+	p.silu = siluTask{gate: gate, up: up}
+	p.task = &p.silu
+	p.dispatch(n, min(n, p.threads*chunksPerThread))
 }

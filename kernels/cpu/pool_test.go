@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -107,4 +109,30 @@ func TestPoolRunAllocs(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { p.Run(100, task) }); a != 0 {
 		t.Errorf("Run: %v allocations per call, want 0", a)
 	}
+}
+
+// Pool.SiLUMul gives SiLUMul's values bit for bit whatever the split, and
+// does not allocate.
+func TestPoolSiLUMul(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, threads := range []int{1, 2, 3} {
+		p := NewPool(threads)
+		for _, n := range []int{0, 7, minParallelSiLU - 1, minParallelSiLU, 3*siluChunk*chunksPerThread + 5} {
+			gate, up := randVec(rng, n), randVec(rng, n)
+			want := append([]float32(nil), gate...)
+			SiLUMul(want, up)
+			p.SiLUMul(gate, up)
+			for i := range want {
+				if math.Float32bits(gate[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("threads %d n %d: [%d] = %v, want %v", threads, n, i, gate[i], want[i])
+				}
+			}
+		}
+		g, u := randVec(rng, 1<<17), randVec(rng, 1<<17)
+		if a := testing.AllocsPerRun(20, func() { p.SiLUMul(g, u) }); a != 0 {
+			t.Errorf("threads %d: %v allocations per call, want 0", threads, a)
+		}
+		p.Close()
+	}
+	wantPanic(t, "Pool.SiLUMul lengths", func() { NewPool(1).SiLUMul(make([]float32, 3), make([]float32, 2)) })
 }

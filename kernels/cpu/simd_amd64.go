@@ -574,13 +574,20 @@ func softmax(x []float32) {
 		store8(e, x[i:i+8])
 		sv = sv.Add(e)
 	}
-	var sum float32
-	for ; i < n; i++ {
-		e := float32(math.Exp(float64(x[i] - m)))
-		x[i] = e
-		sum += e
+	if i < n {
+		// The last 1..7 values through exp8 too, padded with -Inf (whose
+		// exponentials are 0).
+		t := [8]float32{}
+		for j := range t {
+			t[j] = float32(math.Inf(-1))
+		}
+		copy(t[:], x[i:])
+		e := exp8(load8(t[:]).Sub(mv))
+		store8(e, t[:])
+		copy(x[i:], t[:])
+		sv = sv.Add(e)
 	}
-	scale(x, 1/(sum+hsum(sv)))
+	scale(x, 1/hsum(sv))
 }
 
 func rope(x, cos, sin []float32) {
