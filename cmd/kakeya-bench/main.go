@@ -34,7 +34,7 @@ const usage = `usage: kakeya-bench [flags]
 Prefill and decode tokens/s per KV cache, thread count and context, as one
 Markdown table. Each cell is the median of --reps runs: a fresh sequence
 prefills a prompt of ctx random tokens, then decodes --gen tokens one step
-at a time. Caches: plain (bf16, the tools' default), or a codec spec, each
+at a time. Each model load is warmed up first by an untimed short run. Caches: plain (bf16, the tools' default), or a codec spec, each
 compressed cache with every layer compressed (--boundary none, unless
 given), 64-token blocks and a hot window of one block.
 
@@ -58,6 +58,7 @@ type options struct {
 	matmuls       []string
 	threads, ctxs []int
 	gen, reps     int
+	warmup        bool
 	progress      bool
 }
 
@@ -78,6 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
 	fs.IntVar(&o.gen, "gen", 32, "decoded tokens per run")
 	fs.IntVar(&o.reps, "reps", 3, "runs per cell (the median is reported)")
+	fs.BoolVar(&o.warmup, "warmup", true, "after each model load, run one untimed short prefill and decode step first (llama-bench's warmup): the first timed run then does not pay for paging the weights in")
 	fs.BoolVar(&o.progress, "progress", true, "print each run to stderr as it finishes")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -167,6 +169,11 @@ func measure(ctx context.Context, dir string, o options, stderr io.Writer) ([]ro
 func measureModel(ctx context.Context, m *model.Model, matmul string, threads int, o options, stderr io.Writer) ([]row, error) {
 	var rows []row
 	vocab := m.Config().VocabSize
+	if o.warmup {
+		if err := warmUp(m); err != nil {
+			return nil, fmt.Errorf("warmup: %w", err)
+		}
+	}
 	for _, cache := range o.caches {
 		opts, err := sequenceOptions(cache, o.boundary, m)
 		if err != nil {
@@ -221,6 +228,27 @@ func measureModel(ctx context.Context, m *model.Model, matmul string, threads in
 		}
 	}
 	return rows, nil
+}
+
+// warmUp runs a 16-token prefill and one decode step on a plain-cache
+// sequence, so every weight page has been touched and the kernels' scratch
+// grown before the clock starts.
+func warmUp(m *model.Model) error {
+	s, err := m.NewSequence()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	prompt := make([]int, min(16, m.MaxContext()-1))
+	vocab := m.Config().VocabSize
+	for i := range prompt {
+		prompt[i] = 1 + i%(vocab-1)
+	}
+	if _, err := s.Forward(prompt, false); err != nil {
+		return err
+	}
+	_, err = s.Forward([]int{1}, false)
+	return err
 }
 
 // sequenceOptions builds the sequence options of one --cache entry.

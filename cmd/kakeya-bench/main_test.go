@@ -52,7 +52,7 @@ func TestBoundary(t *testing.T) {
 	}
 	ratio := func(boundary string) float64 {
 		var out strings.Builder
-		err := run(context.Background(), []string{"--model", dir, "--cache", "int8", "--boundary", boundary, "--threads", "1", "--ctx", "400", "--gen", "1", "--reps", "1", "--progress=false"}, &out, io.Discard)
+		err := run(context.Background(), []string{"--model", dir, "--cache", "int8", "--boundary", boundary, "--threads", "1", "--ctx", "400", "--gen", "1", "--reps", "1", "--warmup=false", "--progress=false"}, &out, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
