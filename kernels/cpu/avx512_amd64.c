@@ -20,6 +20,15 @@
 
 #define KK_INLINE static inline __attribute__((always_inline))
 
+// A product and a sum written apart stay apart: no fused multiply-add the
+// source does not ask for (GCC contracts by default), so the kernels that
+// mirror Go code give its bits.
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 // kk_avx512_supported reports whether the CPU and OS run the f32 kernels
 // (AVX-512 F, BW and VL).
 int kk_avx512_supported(void) {
@@ -425,5 +434,68 @@ void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, 
 			default: MIX_ROWS(1) break;
 			}
 		}
+	}
+}
+
+// The Walsh-Hadamard rows of a kakeya block: each row of 64 held in four
+// zmm registers through the six butterfly stages, in the order and with
+// the arithmetic of codes_amd64.go's fwhtAxpy64 (stage h adds x[i^h] to
+// +-x[i] with one FMA, h = 1, 2, 4, 8 inside a register, 16 and 32
+// across), so both give the same bits.
+
+// fwht_stages runs the in-register stages h = 1, 2, 4, 8 on one register,
+// each partner x[i^h] brought by an immediate shuffle.
+KK_INLINE __m512 fwht_stages(__m512 v, const __m512 sign[4]) {
+	v = _mm512_fmadd_ps(v, sign[0], _mm512_permute_ps(v, 0xb1));
+	v = _mm512_fmadd_ps(v, sign[1], _mm512_permute_ps(v, 0x4e));
+	v = _mm512_fmadd_ps(v, sign[2], _mm512_shuffle_f32x4(v, v, 0xb1));
+	return _mm512_fmadd_ps(v, sign[3], _mm512_shuffle_f32x4(v, v, 0x4e));
+}
+
+// kk_fwht_rows64 sets out row i (64 values) to signs ⊙ FWHT(v row i) + z +
+// sum_c w[i*r + c] * rows[c*64:], then, when cos is not NULL, rotates it by
+// RoPE with cos and sin [i*32, i*32+32) as ropeCopy does.
+void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
+		    const float *rows, long n, const float *cos, const float *sin) {
+	__m512 sign[4];
+	for (int s = 0; s < 4; s++) {
+		float si[16];
+		for (int i = 0; i < 16; i++) si[i] = (i & (1 << s)) ? -1.0f : 1.0f;
+		sign[s] = _mm512_loadu_ps(si);
+	}
+	__m512 sg[4], zz[4];
+	for (int c = 0; c < 4; c++) {
+		sg[c] = _mm512_loadu_ps(signs + 16 * c);
+		zz[c] = _mm512_loadu_ps(z + 16 * c);
+	}
+	for (long i = 0; i < n; i++) {
+		__m512 x[4];
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			x[c] = fwht_stages(_mm512_loadu_ps(v + i * 64 + 16 * c), sign);
+		}
+		__m512 t0 = _mm512_add_ps(x[0], x[1]), t1 = _mm512_sub_ps(x[0], x[1]);
+		__m512 t2 = _mm512_add_ps(x[2], x[3]), t3 = _mm512_sub_ps(x[2], x[3]);
+		x[0] = _mm512_add_ps(t0, t2), x[2] = _mm512_sub_ps(t0, t2);
+		x[1] = _mm512_add_ps(t1, t3), x[3] = _mm512_sub_ps(t1, t3);
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) x[c] = _mm512_fmadd_ps(x[c], sg[c], zz[c]);
+		for (long c = 0; c < r; c++) {
+			__m512 a = _mm512_set1_ps(w[i * r + c]);
+#pragma GCC unroll 4
+			for (int k = 0; k < 4; k++) x[k] = _mm512_fmadd_ps(a, _mm512_loadu_ps(rows + c * 64 + 16 * k), x[k]);
+		}
+		if (cos) {
+			// Values j and j+32 rotate together: x[0], x[1] with x[2], x[3].
+#pragma GCC unroll 2
+			for (int k = 0; k < 2; k++) {
+				__m512 co = _mm512_loadu_ps(cos + i * 32 + 16 * k), si = _mm512_loadu_ps(sin + i * 32 + 16 * k);
+				__m512 a = x[k], b = x[k + 2];
+				x[k] = _mm512_sub_ps(_mm512_mul_ps(a, co), _mm512_mul_ps(b, si));
+				x[k + 2] = _mm512_add_ps(_mm512_mul_ps(b, co), _mm512_mul_ps(a, si));
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) _mm512_storeu_ps(out + i * 64 + 16 * c, x[c]);
 	}
 }

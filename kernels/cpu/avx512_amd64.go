@@ -15,6 +15,8 @@ void kk_split_x(const float *x, long cols, float *xe, float *xo);
 void kk_gemv_f32(const uint16_t *w, long cols, long lo, long hi, const float *xe, const float *xo, float *out);
 void kk_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds);
 void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
+void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
+		    const float *rows, long n, const float *cos, const float *sin);
 */
 import "C"
 
@@ -96,4 +98,20 @@ func scoresAVX512(s []float32, lds int, q []float32, m int, keys []float32, n, d
 // mixAVX512 is MixBlock's AVX-512 kernel; the lengths are checked.
 func mixAVX512(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
 	C.kk_mix(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n))
+}
+
+// fwhtRows64AVX512 is FWHTAxpyRows (cos nil) or FWHTAxpyRoPERows for rows of
+// 64 values (d = p = 64); the lengths are checked.
+func fwhtRows64AVX512(out, v, signs, z, w, rows []float32, n, r int, cos, sin []float32) {
+	if n == 0 {
+		return
+	}
+	var wp, rp, cp, sp *C.float
+	if r > 0 {
+		wp, rp = f32p(w), f32p(rows)
+	}
+	if cos != nil {
+		cp, sp = f32p(cos), f32p(sin)
+	}
+	C.kk_fwht_rows64(f32p(out), f32p(v), f32p(signs), f32p(z), wp, C.long(r), rp, C.long(n), cp, sp)
 }

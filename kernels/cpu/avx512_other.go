@@ -35,3 +35,7 @@ func scoresAVX512(s []float32, lds int, q []float32, m int, keys []float32, n, d
 func mixAVX512(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
 	panic("cpu: no AVX-512 kernels")
 }
+
+func fwhtRows64AVX512(out, v, signs, z, w, rows []float32, n, r int, cos, sin []float32) {
+	panic("cpu: no AVX-512 kernels")
+}

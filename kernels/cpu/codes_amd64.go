@@ -212,9 +212,16 @@ func fwht64(x *[64]float32) {
 	store8(v7, x[56:64])
 }
 
+// fwhtAxpyRows and fwhtAxpyRoPERows run rows of 64 through avx512_amd64.c's
+// kk_fwht_rows64 where the CPU has AVX-512: fwhtAxpy64's arithmetic, four
+// registers a row instead of eight.
 func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 	if !hasAVX2 || p != 64 || d != 64 {
 		fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r)
+		return
+	}
+	if hasAVX512 {
+		fwhtRows64AVX512(out, v, signs, z, w, rows, n, r, nil, nil)
 		return
 	}
 	s, zz := (*[64]float32)(signs), (*[64]float32)(z)
@@ -226,6 +233,10 @@ func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 func fwhtAxpyRoPERows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
 	if !hasAVX2 || p != 64 || d != 64 {
 		fwhtAxpyRoPERowsParts(out, v, signs, z, w, rows, n, d, p, r, cos, sin)
+		return
+	}
+	if hasAVX512 {
+		fwhtRows64AVX512(out, v, signs, z, w, rows, n, r, cos, sin)
 		return
 	}
 	s, zz := (*[64]float32)(signs), (*[64]float32)(z)
