@@ -1,0 +1,6 @@
+//go:build !linux
+
+package weights
+
+// adviseHugePages does nothing where madvise has no huge-page advice.
+func adviseHugePages([]byte) {}
