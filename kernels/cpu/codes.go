@@ -114,7 +114,7 @@ func FWHTAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
 		len(signs) < d || len(z) != d || len(w) < n*r || len(rows) < r*d {
 		panic(fmt.Sprintf("cpu: FWHTAxpyRows: n=%d d=%d p=%d r=%d with out %d, v %d, signs %d, z %d, w %d, rows %d elements", n, d, p, r, len(out), len(v), len(signs), len(z), len(w), len(rows)))
 	}
-	fwhtAxpyRows(out, v, signs[:d], z, w, rows[:r*d], n, d, p, r)
+	fwhtAxpyRows(out, v, signs[:d], z, w, rows[:r*d], n, d, p, r, nil, nil)
 }
 
 // FWHTAxpyRoPERows is FWHTAxpyRows followed by RoPEBlock on out in place
@@ -127,21 +127,19 @@ func FWHTAxpyRoPERows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, 
 		len(signs) < d || len(z) != d || len(w) < n*r || len(rows) < r*d || len(cos) < n*h || len(sin) < n*h {
 		panic(fmt.Sprintf("cpu: FWHTAxpyRoPERows: n=%d d=%d p=%d r=%d with out %d, v %d, signs %d, z %d, w %d, rows %d, cos %d, sin %d elements", n, d, p, r, len(out), len(v), len(signs), len(z), len(w), len(rows), len(cos), len(sin)))
 	}
-	fwhtAxpyRoPERows(out, v, signs[:d], z, w, rows[:r*d], n, d, p, r, cos, sin)
+	fwhtAxpyRows(out, v, signs[:d], z, w, rows[:r*d], n, d, p, r, cos, sin)
 }
 
-func fwhtAxpyRoPERowsParts(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
+// fwhtAxpyRowsParts is FWHTAxpyRows, then RoPE when cos is not nil, one
+// row at a time through the separate kernels.
+func fwhtAxpyRowsParts(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
 	h := d / 2
 	for i := range n {
 		o := out[i*d : (i+1)*d]
 		fwhtAxpyParts(o, v[i*p:(i+1)*p], signs, z, w[i*r:(i+1)*r], rows)
-		ropeCopy(o, o, cos[i*h:(i+1)*h], sin[i*h:(i+1)*h])
-	}
-}
-
-func fwhtAxpyRowsParts(out, v, signs, z, w, rows []float32, n, d, p, r int) {
-	for i := range n {
-		fwhtAxpyParts(out[i*d:(i+1)*d], v[i*p:(i+1)*p], signs, z, w[i*r:(i+1)*r], rows)
+		if cos != nil {
+			ropeCopy(o, o, cos[i*h:(i+1)*h], sin[i*h:(i+1)*h])
+		}
 	}
 }
 

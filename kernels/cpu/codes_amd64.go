@@ -212,27 +212,12 @@ func fwht64(x *[64]float32) {
 	store8(v7, x[56:64])
 }
 
-// fwhtAxpyRows and fwhtAxpyRoPERows run rows of 64 through avx512_amd64.c's
-// kk_fwht_rows64 where the CPU has AVX-512: fwhtAxpy64's arithmetic, four
-// registers a row instead of eight.
-func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
+// fwhtAxpyRows is FWHTAxpyRows, then RoPE when cos is not nil. Rows of 64
+// run through avx512_amd64.c's kk_fwht_rows64 where the CPU has AVX-512:
+// fwhtAxpy64's arithmetic, four registers a row instead of eight.
+func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
 	if !hasAVX2 || p != 64 || d != 64 {
-		fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r)
-		return
-	}
-	if hasAVX512 {
-		fwhtRows64AVX512(out, v, signs, z, w, rows, n, r, nil, nil)
-		return
-	}
-	s, zz := (*[64]float32)(signs), (*[64]float32)(z)
-	for i := range n {
-		fwhtAxpy64((*[64]float32)(out[i*64:]), (*[64]float32)(v[i*64:]), s, zz, w[i*r:(i+1)*r], rows, nil, nil)
-	}
-}
-
-func fwhtAxpyRoPERows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
-	if !hasAVX2 || p != 64 || d != 64 {
-		fwhtAxpyRoPERowsParts(out, v, signs, z, w, rows, n, d, p, r, cos, sin)
+		fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r, cos, sin)
 		return
 	}
 	if hasAVX512 {
@@ -241,8 +226,11 @@ func fwhtAxpyRoPERows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, 
 	}
 	s, zz := (*[64]float32)(signs), (*[64]float32)(z)
 	for i := range n {
-		fwhtAxpy64((*[64]float32)(out[i*64:]), (*[64]float32)(v[i*64:]), s, zz, w[i*r:(i+1)*r], rows,
-			(*[32]float32)(cos[i*32:]), (*[32]float32)(sin[i*32:]))
+		var c, sn *[32]float32
+		if cos != nil {
+			c, sn = (*[32]float32)(cos[i*32:]), (*[32]float32)(sin[i*32:])
+		}
+		fwhtAxpy64((*[64]float32)(out[i*64:]), (*[64]float32)(v[i*64:]), s, zz, w[i*r:(i+1)*r], rows, c, sn)
 	}
 }
 
@@ -384,8 +372,6 @@ func affineTable(t *[16]float32, m, s float32) {
 	archsimd.LoadFloat32x8((*[8]float32)(iota16[8:16])).Mul(sv).Add(mv).Store((*[8]float32)(t[8:16]))
 }
 
-// dequantInt8 sign-extends sixteen codes at a time to int32 lanes, converts
-// them and scales them.
 // quantError runs QuantError's terms eight at a time, in its lanes: the
 // same operations, each rounded, as quantTerm.
 func quantError(g []float32, m, s, inv, top, best float32) float32 {
@@ -413,6 +399,8 @@ func quantError(g []float32, m, s, inv, top, best float32) float32 {
 	return laneSum(&l)
 }
 
+// dequantInt8 sign-extends sixteen codes at a time to int32 lanes, converts
+// them and scales them.
 func dequantInt8(dst []float32, src []byte, g int, scales []float32) {
 	if !hasAVX2 || g%16 != 0 {
 		dequantInt8Scalar(dst, src, g, scales)

@@ -16,12 +16,8 @@ func unpackLookupRows(dst []float32, stride, cols int, src []byte, bits int, t *
 	unpackLookupRowsScalar(dst, stride, cols, src, bits, t, scales)
 }
 
-func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int) {
-	fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r)
-}
-
-func fwhtAxpyRoPERows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
-	fwhtAxpyRoPERowsParts(out, v, signs, z, w, rows, n, d, p, r, cos, sin)
+func fwhtAxpyRows(out, v, signs, z, w, rows []float32, n, d, p, r int, cos, sin []float32) {
+	fwhtAxpyRowsParts(out, v, signs, z, w, rows, n, d, p, r, cos, sin)
 }
 
 func affineTable(t *[16]float32, m, s float32) { affineTableScalar(t, m, s) }
