@@ -123,8 +123,8 @@ type task struct {
 func (t *task) Run(lo, hi int) {
 	s := <-t.a.scratch
 	defer func() { t.a.scratch <- s }()
+	chunks := (t.n + queryChunk - 1) / queryChunk
 	for i := lo; i < hi; i++ {
-		chunks := (t.n + queryChunk - 1) / queryChunk
 		if err := t.unit(s, i%t.a.p.KVHeads, chunks-1-i/t.a.p.KVHeads); err != nil {
 			t.mu.Lock()
 			if t.err == nil {
@@ -146,7 +146,7 @@ func (t *task) first(qp int) int {
 
 func (t *task) unit(s *scratch, g, chunk int) error {
 	a := t.a
-	d, half, bs, G := a.p.HeadDim, a.p.HeadDim/2, a.blockSize, a.group
+	d, bs, G := a.p.HeadDim, a.blockSize, a.group
 	row := a.p.Heads * d
 	i0 := chunk * queryChunk
 	i1 := min(t.n, i0+queryChunk)
@@ -169,19 +169,10 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 	// tiled kernel call per block.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
-		p0 := b*bs + r0
-		done, err := t.decodeRotated(s.rot, g, b)
-		if err != nil {
+		if err := t.rotatedKeys(s, g, b, r0, r1); err != nil {
 			return err
 		}
-		if !done {
-			kb, err := t.rowsOf(g, b, 0, s.dec)
-			if err != nil {
-				return err
-			}
-			kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
-		}
-		kern.ScoreBlock(sc[p0:], stride, qs, m, s.rot[r0*d:r1*d], r1-r0, d, a.scale)
+		kern.ScoreBlock(sc[b*bs+r0:], stride, qs, m, s.rot[r0*d:r1*d], r1-r0, d, a.scale)
 	}
 
 	// Pass 2: softmax over each query's own key range, and zero weights
@@ -225,25 +216,29 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 	return nil
 }
 
-// decodeRotated decodes the keys of block b of KV head g into rot already
-// rotated, when the block is encoded by a codec that rotates as it decodes
-// (codec.RotaryDecoder) and the RoPE tables cover the whole block;
-// otherwise it reports false and does nothing.
-func (t *task) decodeRotated(rot []float32, g, b int) (bool, error) {
-	pt, ok := t.kv.Part(g, b, 0).(*part)
-	if !ok || pt.dec == nil {
-		return false, nil
+// rotatedKeys sets rows [r0, r1) of s.rot to the keys of block b of KV
+// head g rotated at their positions: in one pass where the block is
+// encoded by a codec that rotates as it decodes (codec.RotaryDecoder) and
+// the RoPE tables cover the whole block, else decoded or widened first and
+// rotated by RoPEBlock.
+func (t *task) rotatedKeys(s *scratch, g, b, r0, r1 int) error {
+	bs, d, half := t.a.blockSize, t.a.p.HeadDim, t.a.p.HeadDim/2
+	if pt, ok := t.kv.Part(g, b, 0).(*part); ok && pt.dec != nil {
+		lo, hi := b*bs*half, (b+1)*bs*half
+		if rd, ok := pt.dec.(codec.RotaryDecoder); ok && hi <= len(t.cos) && hi <= len(t.sin) {
+			if err := rd.DecodeRotated(s.rot[:bs*d], pt.enc, bs, d, t.cos[lo:hi], t.sin[lo:hi]); err != nil {
+				return fmt.Errorf("attention: block %d head %d K: %s: %w", b, g, pt.dec.Name(), err)
+			}
+			return nil
+		}
 	}
-	rd, ok := pt.dec.(codec.RotaryDecoder)
-	bs, d := t.a.blockSize, t.a.p.HeadDim
-	lo, hi := b*bs*d/2, (b+1)*bs*d/2
-	if !ok || hi > len(t.cos) || hi > len(t.sin) {
-		return false, nil
+	kb, err := t.rowsOf(g, b, 0, s.dec)
+	if err != nil {
+		return err
 	}
-	if err := rd.DecodeRotated(rot[:bs*d], pt.enc, bs, d, t.cos[lo:hi], t.sin[lo:hi]); err != nil {
-		return true, fmt.Errorf("attention: block %d head %d K: %s: %w", b, g, pt.dec.Name(), err)
-	}
-	return true, nil
+	p0 := b*bs + r0
+	kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
+	return nil
 }
 
 // rowsOf returns the keys (kv 0) or values (kv 1) of block b of KV head g
