@@ -34,9 +34,10 @@ const usage = `usage: kakeya-bench [flags]
 Prefill and decode tokens/s per KV cache, thread count and context, as one
 Markdown table. Each cell is the median of --reps runs: a fresh sequence
 prefills a prompt of ctx random tokens, then decodes --gen tokens one step
-at a time. Each model load is warmed up first by an untimed short run. Caches: plain (bf16, the tools' default), or a codec spec, each
-compressed cache with every layer compressed (--boundary none, unless
-given), 64-token blocks and a hot window of one block.
+at a time; each model load is warmed up first by an untimed short run.
+Caches: plain (bf16, the tools' default), or a codec spec, each compressed
+cache with every layer compressed (--boundary none, unless given),
+64-token blocks and a hot window of one block.
 
 Flags:
 `
