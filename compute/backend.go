@@ -119,6 +119,16 @@ type EncodedAttention interface {
 	AttendsEncoded(dec Decoder) bool
 }
 
+// Preparer is implemented by a backend that lays weights out for its
+// kernels ahead of use (the CPU's packed panels): Prepare does now what the
+// first MatMul with w would otherwise do, so a model pays for it at load
+// rather than in its first request. It reports whether MatMul now reads a
+// copy of its own, so the host memory of the Mat that was uploaded is read
+// only by Embed, if at all.
+type Preparer interface {
+	Prepare(w Weight) (copied bool)
+}
+
 // Describer is implemented by a backend that describes itself for logs
 // and run statistics: the device and the kernels it runs, e.g. "avx2+fma
 // (GOEXPERIMENT=simd)" for the CPU or a GPU's name and its GEMM path.

@@ -267,6 +267,13 @@ type loader struct {
 	store *weights.Store
 	b     compute.Backend
 	err   error
+	mats  []namedWeight // the matrices uploaded, in order
+}
+
+// namedWeight is an uploaded matrix and the tensor it came from.
+type namedWeight struct {
+	name string
+	w    compute.Weight
 }
 
 func (ld *loader) tensor(name string, shape ...int) *weights.Tensor {
@@ -307,7 +314,9 @@ func (ld *loader) mat(name string, rows, cols int) compute.Weight {
 	w, err := ld.b.Upload(m)
 	if err != nil {
 		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+		return nil
 	}
+	ld.mats = append(ld.mats, namedWeight{name, w})
 	return w
 }
 
@@ -377,7 +386,30 @@ func (m *Model) loadTensors() error {
 	}
 	cos, sin := ropeTables(m.invFreq, m.maxCtx)
 	m.cos, m.sin = ld.upload(cos), ld.upload(sin)
+	if ld.err == nil {
+		m.prepare(ld.mats)
+	}
 	return ld.err
+}
+
+// prepare has a backend that lays weights out for its kernels do so now for
+// every matrix the forward pass multiplies (the embedding table only where
+// it is also the output head), and lets go of the mapped pages of those it
+// copied: the checkpoint's pages would otherwise stay resident beside the
+// copy. (Embed reads the few rows it needs back from the page cache.)
+func (m *Model) prepare(mats []namedWeight) {
+	p, ok := m.b.(compute.Preparer)
+	if !ok {
+		return
+	}
+	for _, nw := range mats {
+		if nw.name == "model.embed_tokens.weight" && !m.cfg.TieWordEmbeddings {
+			continue
+		}
+		if p.Prepare(nw.w) {
+			m.store.Evict(nw.name)
+		}
+	}
 }
 
 // Config returns the model's configuration. It must not be modified.

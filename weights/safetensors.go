@@ -444,6 +444,18 @@ func (s *Store) Tensor(name string) (*Tensor, error) {
 	}, nil
 }
 
+// Evict tells the operating system that the named tensor's mapped pages
+// are not needed now, when a backend has copied it into a layout of its
+// own: they leave the process's resident memory and, if the tensor is read
+// again, come back from the page cache. The tensor's data stays valid.
+// Where the store read its files instead of mapping them it does nothing,
+// as it does for an unknown name or a closed store.
+func (s *Store) Evict(name string) {
+	if e, ok := s.tensors[name]; ok && !s.closed {
+		evict(e.file.data[e.info.begin:e.info.end])
+	}
+}
+
 // Has reports whether the store holds a tensor of that name.
 func (s *Store) Has(name string) bool {
 	_, ok := s.tensors[name]

@@ -621,3 +621,46 @@ func BenchmarkFloat32sBF16(b *testing.B) {
 		}
 	}
 }
+
+// TestEvict: a tensor's data reads the same after Evict drops its pages
+// (several pages' worth, with neighbours on either side), and Evict of an
+// unknown name or on a closed store does nothing.
+func TestEvict(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	tensors := []Tensor{
+		F32Tensor("before", []int{3}, randVals(r, 3)),
+		BF16Tensor("big", []int{5, 3001}, randVals(r, 5*3001)),
+		F32Tensor("after", []int{2}, randVals(r, 2)),
+	}
+	path := filepath.Join(t.TempDir(), "evict.safetensors")
+	if err := WriteFile(path, tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for _, name := range s.Names() {
+		tt, err := s.Tensor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[name] = bytes.Clone(tt.Data)
+	}
+	s.Evict("big")
+	s.Evict("no such tensor")
+	for name, w := range want {
+		tt, err := s.Tensor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(tt.Data, w) {
+			t.Errorf("%s: data changed after Evict", name)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.Evict("big")
+}

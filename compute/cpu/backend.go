@@ -17,7 +17,10 @@ type Backend struct {
 	pool *kern.Pool
 }
 
-var _ compute.Backend = (*Backend)(nil)
+var (
+	_ compute.Backend  = (*Backend)(nil)
+	_ compute.Preparer = (*Backend)(nil)
+)
 
 // New starts a CPU backend of threads worker threads counting the caller;
 // threads <= 0 means runtime.GOMAXPROCS(0).
@@ -26,6 +29,9 @@ func New(threads int) *Backend { return &Backend{pool: kern.NewPool(threads)} }
 // NewMatMul is New with the precision of the activations that multiply
 // bf16 weights named: "f32" (New's) or "bf16" (see kern.Precision).
 func NewMatMul(threads int, matmul string) (*Backend, error) {
+	if err := kern.CheckEnv(); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
 	prec, err := kern.ParsePrecision(matmul)
 	if err != nil {
 		return nil, err
@@ -69,9 +75,13 @@ func Wrap(f []float32) compute.Buffer {
 // Alloc returns a zeroed buffer of n values.
 func (b *Backend) Alloc(n int) compute.Buffer { return Wrap(make([]float32, n)) }
 
-// weight is a matrix used where it lies (usually mapped from the
-// checkpoint), in its stored dtype.
-type weight struct{ m compute.Mat }
+// weight is a matrix in its stored dtype, read where it lies (usually
+// mapped from the checkpoint) by Embed and, where the kernels read weights
+// in panels, packed into them on first use by MatMul.
+type weight struct {
+	m  compute.Mat
+	mm *kern.Matrix
+}
 
 func (w *weight) Shape() (rows, cols int) { return w.m.Rows, w.m.Cols }
 
@@ -88,8 +98,18 @@ func (b *Backend) Upload(m compute.Mat) (compute.Weight, error) {
 	case m.DType.Size() == 0:
 		return nil, fmt.Errorf("cpu: weight dtype %v", m.DType)
 	}
-	return &weight{m: m}, nil
+	// The kernels take storage of exactly the matrix's size.
+	if size := m.Rows * m.Cols; m.DType == compute.F32 {
+		m.F32, m.U16 = m.F32[:size:size], nil
+	} else {
+		m.F32, m.U16 = nil, m.U16[:size:size]
+	}
+	return &weight{m: m, mm: kern.NewMatrix(m)}, nil
 }
+
+// Prepare packs w into the panels the kernels read, where they read any
+// (see kern.Pool.Prepare), and reports whether it did.
+func (b *Backend) Prepare(w compute.Weight) bool { return b.pool.Prepare(w.(*weight).mm) }
 
 // Write copies src into dst.
 func (b *Backend) Write(dst compute.Buffer, src []float32) { copy(host(dst), src) }
@@ -108,7 +128,7 @@ func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 
 // MatMul sets out to x times w transposed, split across the threads.
 func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
-	b.pool.MatMul(host(out), host(x), n, *mat(w))
+	b.pool.MatMul(host(out), host(x), n, w.(*weight).mm)
 }
 
 // RMSNorm normalizes each row of x into out.

@@ -2,8 +2,9 @@
 
 // Matrix products of bf16 weights with AVX-512, as C with compiler
 // intrinsics: Go's assembler lacks VDPBF16PS, and a register-tiled GEMM
-// wants all 32 zmm registers and masked stores. Two families on one packed
-// weight layout:
+// wants all 32 zmm registers and masked stores. The weights come packed in
+// 32-row panels of column pairs (kk_pack_pairs, avx2_amd64.c). Two
+// families on that layout:
 //
 //   - f32 (AVX-512F/BW/VL): weights widened in registers, f32 activations,
 //     one FMA per product in column order: exact f32 arithmetic.
@@ -12,13 +13,18 @@
 //     first, the arithmetic of llama.cpp's BF16 matmul, for twice the
 //     products per instruction.
 //
-// Accumulation is f32 throughout, and every output's sum runs in one fixed
-// order whatever the split of work across threads.
+// Accumulation is f32 throughout. Each output is one lane of one tile,
+// summed over the columns in order by the same instructions whatever the
+// tile's token count, so a token's results do not depend on how many
+// tokens share the call (a decode step's GEMV is the GEMM's tile of one
+// token), nor on the split of work across threads.
 
 #include <stdint.h>
 #include <immintrin.h>
 
 #define KK_INLINE static inline __attribute__((always_inline))
+
+int kk_avx2_supported(void);
 
 // A product and a sum written apart stay apart: no fused multiply-add the
 // source does not ask for (GCC contracts by default), so the kernels that
@@ -30,11 +36,11 @@
 #endif
 
 // kk_avx512_supported reports whether the CPU and OS run the f32 kernels
-// (AVX-512 F, BW and VL).
+// (AVX-512 F, BW and VL) and avx2_amd64.c's, which pack their panels.
 int kk_avx512_supported(void) {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl");
+	       __builtin_cpu_supports("avx512vl") && kk_avx2_supported();
 }
 
 // kk_bf16_supported reports whether they also run the VDPBF16PS kernels.
@@ -68,26 +74,6 @@ int kk_bf16_supported(void) { return kk_avx512_supported() && __builtin_cpu_supp
 	case 2: TILE(2, __VA_ARGS__); break;     \
 	default: TILE(1, __VA_ARGS__); break;    \
 	}
-
-// pack_panel copies rows [0, nr) of w (row stride cols) into panel as pairs:
-// for pair q, KK_PANEL dwords holding (w[j][2q], w[j][2q+1]) for j = 0..31,
-// zero past nr rows or cols columns.
-KK_INLINE void pack_panel(const uint16_t *w, long cols, int nr, uint32_t *panel) {
-	long pairs = (cols + 1) / 2, even = cols & ~1L;
-	for (int j = 0; j < KK_PANEL; j++) {
-		uint32_t *dst = panel + j;
-		if (j >= nr) {
-			for (long q = 0; q < pairs; q++) dst[q * KK_PANEL] = 0;
-			continue;
-		}
-		const uint16_t *row = w + (long)j * cols;
-		long q = 0;
-		for (; 2 * q < even; q++) {
-			dst[q * KK_PANEL] = (uint32_t)row[2 * q] | (uint32_t)row[2 * q + 1] << 16;
-		}
-		if (cols & 1) dst[q * KK_PANEL] = row[cols - 1];
-	}
-}
 
 // panel_masks sets the store masks of a panel of nr <= 32 rows.
 KK_INLINE void panel_masks(int nr, __mmask16 *m0, __mmask16 *m1) {
@@ -144,46 +130,23 @@ KK_INLINE void tile(const int mr, const uint32_t *restrict panel, const uint32_t
 	}
 }
 
-// kk_gemm_panel computes out[t*ldo + j] = Σ_c x[t][c]·w[j][c] for the n
-// tokens and the nr <= 32 weight rows starting at w (row stride cols),
-// packing the rows into panel (KK_PANEL * ld/2 dwords of scratch) first. x
-// holds kk_pack_x's bf16 rows of stride ld.
-void kk_gemm_panel(const uint16_t *w, long cols, int nr, uint32_t *panel, const uint16_t *x, long ld, long n,
-		   float *out, long ldo) {
+// kk_gemm_bf16 computes out[t*ldo + r] = Σ_c x[t][c]·w[r][c] for the n
+// tokens and the rows of panels [p0, p1) of the rows x cols weights packed
+// at panels. x holds kk_pack_x's bf16 rows of stride ld.
+void kk_gemm_bf16(const uint32_t *panels, long rows, long cols, long p0, long p1, const uint16_t *x, long ld, long n,
+		  float *out, long ldo) {
 	long pairs = (cols + 1) / 2, ldq = ld / 2;
-	pack_panel(w, cols, nr, panel);
-	__mmask16 m0, m1;
-	panel_masks(nr, &m0, &m1);
-	for (long t = 0; t < n; t += KK_MR) {
-		int mr = n - t < KK_MR ? (int)(n - t) : KK_MR;
-		KK_SWITCH(tile, mr, panel, (const uint32_t *)x + t * ldq, ldq, pairs, out + t * ldo, ldo, m0, m1)
+	for (long p = p0; p < p1; p++) {
+		const uint32_t *panel = panels + p * KK_PANEL * pairs;
+		long r0 = p * KK_PANEL;
+		int nr = rows - r0 < KK_PANEL ? (int)(rows - r0) : KK_PANEL;
+		__mmask16 m0, m1;
+		panel_masks(nr, &m0, &m1);
+		for (long t = 0; t < n; t += KK_MR) {
+			int mr = n - t < KK_MR ? (int)(n - t) : KK_MR;
+			KK_SWITCH(tile, mr, panel, (const uint32_t *)x + t * ldq, ldq, pairs, out + t * ldo + r0, ldo, m0, m1)
+		}
 	}
-}
-
-// gemv_row returns the dot product of one weight row with the bf16
-// activations x. Rows are read one after another, whole: one sequential
-// stream for the hardware prefetcher, which interleaved rows break into
-// several (measured on the lm_head: 30 GB/s for one stream, 13 for two
-// rows interleaved, 12 for four).
-KK_INLINE float gemv_row(const uint16_t *restrict w, long cols, const uint16_t *restrict x) {
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0;
-	long c = 0;
-	for (; c + 64 <= cols; c += 64) {
-		a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + c), (__m512bh)_mm512_loadu_si512(x + c));
-		a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + c + 32), (__m512bh)_mm512_loadu_si512(x + c + 32));
-	}
-	for (; c < cols; c += 32) {
-		__mmask32 m = cols - c >= 32 ? 0xffffffffu : (__mmask32)((1ull << (cols - c)) - 1);
-		a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(m, w + c),
-				      (__m512bh)_mm512_maskz_loadu_epi16(m, x + c));
-	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
-
-// kk_gemv sets out[r] = w[r]·x for rows [lo, hi) of w (row stride cols),
-// x holding kk_pack_x's bf16 values.
-void kk_gemv(const uint16_t *w, long cols, long lo, long hi, const uint16_t *x, float *out) {
-	for (long r = lo; r < hi; r++) out[r] = gemv_row(w + r * cols, cols, x);
 }
 
 // The exact f32 kernels: bf16 weights widened in registers (a bf16 is the
@@ -235,60 +198,22 @@ KK_INLINE void tile_f32(const int mr, const uint32_t *restrict panel, const floa
 	}
 }
 
-// kk_gemm_panel_f32 is kk_gemm_panel with the n tokens' f32 activations x
-// (row stride cols) used as they are.
-void kk_gemm_panel_f32(const uint16_t *w, long cols, int nr, uint32_t *panel, const float *x, long n,
-		       float *out, long ldo) {
-	pack_panel(w, cols, nr, panel);
-	__mmask16 m0, m1;
-	panel_masks(nr, &m0, &m1);
-	for (long t = 0; t < n; t += KK_MR) {
-		int mr = n - t < KK_MR ? (int)(n - t) : KK_MR;
-		KK_SWITCH(tile_f32, mr, panel, x + t * cols, cols, cols, out + t * ldo, ldo, m0, m1)
+// kk_gemm_f32 is kk_gemm_bf16 with the n tokens' f32 activations x (row
+// stride cols) used as they are.
+void kk_gemm_f32(const uint32_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out,
+		 long ldo) {
+	long pairs = (cols + 1) / 2;
+	for (long p = p0; p < p1; p++) {
+		const uint32_t *panel = panels + p * KK_PANEL * pairs;
+		long r0 = p * KK_PANEL;
+		int nr = rows - r0 < KK_PANEL ? (int)(rows - r0) : KK_PANEL;
+		__mmask16 m0, m1;
+		panel_masks(nr, &m0, &m1);
+		for (long t = 0; t < n; t += KK_MR) {
+			int mr = n - t < KK_MR ? (int)(n - t) : KK_MR;
+			KK_SWITCH(tile_f32, mr, panel, x + t * cols, cols, cols, out + t * ldo + r0, ldo, m0, m1)
+		}
 	}
-}
-
-// kk_split_x copies x's cols values into its even-indexed ones, xe, and its
-// odd-indexed ones, xo, each padded with zeros to a multiple of 16 values:
-// the order in which gemv_row_f32 widens a load of 32 weights.
-void kk_split_x(const float *x, long cols, float *xe, float *xo) {
-	long half = (cols + 1) / 2, padded = (half + 15) & ~15L;
-	for (long i = 0; i < half; i++) {
-		xe[i] = x[2 * i];
-		xo[i] = 2 * i + 1 < cols ? x[2 * i + 1] : 0;
-	}
-	for (long i = half; i < padded; i++) xe[i] = xo[i] = 0;
-}
-
-// gemv_row_f32 returns one weight row's dot product with x, split as
-// kk_split_x does, at f32 precision: 32 weights per load widened into their
-// even and odd columns, four FMA chains to cover the FMA latency. One row at
-// a time, as gemv_row.
-KK_INLINE float gemv_row_f32(const uint16_t *restrict w, long cols, const float *restrict xe,
-			     const float *restrict xo) {
-	const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	long c = 0;
-	for (; c + 64 <= cols; c += 64) {
-		__m512i v = _mm512_loadu_si512(w + c), u = _mm512_loadu_si512(w + c + 32);
-		a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_loadu_ps(xe + c / 2), a0);
-		a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_loadu_ps(xo + c / 2), a1);
-		a2 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), _mm512_loadu_ps(xe + c / 2 + 16), a2);
-		a3 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(u, hi)), _mm512_loadu_ps(xo + c / 2 + 16), a3);
-	}
-	for (; c < cols; c += 32) {
-		__mmask32 m = cols - c >= 32 ? 0xffffffffu : (__mmask32)((1ull << (cols - c)) - 1);
-		__m512i v = _mm512_maskz_loadu_epi16(m, w + c);
-		a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), _mm512_loadu_ps(xe + c / 2), a0);
-		a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi)), _mm512_loadu_ps(xo + c / 2), a1);
-	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-// kk_gemv_f32 sets out[r] = w[r]·x for rows [lo, hi), x split by
-// kk_split_x.
-void kk_gemv_f32(const uint16_t *w, long cols, long lo, long hi, const float *xe, const float *xo, float *out) {
-	for (long r = lo; r < hi; r++) out[r] = gemv_row_f32(w + r * cols, cols, xe, xo);
 }
 
 // Attention over a block of cached rows: scores of m query rows against n

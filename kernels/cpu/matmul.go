@@ -2,16 +2,19 @@ package cpu
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kakeya-ai/kakeya/compute"
 )
 
 const (
-	// A GEMM tile is tileRows weight rows by tileK columns converted to f32
-	// (16 KiB): small enough to stay in L1 while every token streams past it.
+	// A GEMM tile of the Go loops is tileRows weight rows by tileK columns
+	// converted to f32 (16 KiB): small enough to stay in L1 while every
+	// token streams past it.
 	tileRows = 16
 	tileK    = 256
-	// gemvRows is the unit of GEMV work handed to a worker.
+	// gemvRows is the unit of Go-loop GEMV work handed to a worker.
 	gemvRows = 16
 	// chunksPerThread over-splits work so a core slowed by other processes
 	// does not hold everyone up.
@@ -22,9 +25,6 @@ const (
 	minParallelWork = 1 << 18
 	// scratchLen is one worker's GEMM scratch: a tile and 8 results.
 	scratchLen = tileRows*tileK + 8
-	// panelRows is the number of weight rows of an AVX-512 GEMM panel
-	// (KK_PANEL in avx512_amd64.c).
-	panelRows = 32
 )
 
 // Precision says how MatMul treats the activations it multiplies bf16
@@ -76,11 +76,19 @@ type kernelSet struct {
 	dot4x2 func(w []float32, ws int, x0, x1 []float32, d *[8]float32)
 	// dot4x1 sets d[j] = w_j·x for the four rows as in dot4x2.
 	dot4x1 func(w []float32, ws int, x []float32, d *[4]float32)
-	dot    func(a, b []float32) float32
-	// avx512 says bf16 weights go through avx512_amd64.c's kernels
-	// instead of the loops above: the f32 ones, and with dotBF16 the
-	// VDPBF16PS ones for PrecisionBF16.
-	avx512, dotBF16 bool
+	// dot1 returns w·x for one row.
+	//
+	// dot4x2, dot4x1, dot1 and gemv compute each output by one arithmetic
+	// (the kernel set's order of products and sums over each tileK-column
+	// tile, tiles added in column order), so an output does not depend on
+	// how many tokens a call multiplies or where a token sits among them:
+	// prefill, decode and any batch of tokens agree bit for bit.
+	dot1 func(w, x []float32) float32
+	// avx2c says bf16 and f16 weights go through avx2_amd64.c's kernels
+	// instead of the loops above, and avx512 that bf16 ones go through
+	// avx512_amd64.c's: the f32 ones, and with dotBF16 the VDPBF16PS ones
+	// for PrecisionBF16.
+	avx2c, avx512, dotBF16 bool
 }
 
 var scalarKernels = kernelSet{
@@ -89,35 +97,136 @@ var scalarKernels = kernelSet{
 	cvt:    cvtScalar,
 	dot4x2: dot4x2Scalar,
 	dot4x1: dot4x1Scalar,
-	dot:    dotScalar,
+	dot1:   dot1Scalar,
 }
 
-// Kernel reports which implementation of the inner loops the pool runs
-// ("avx512bf16", "avx512", "avx2" or "scalar").
+// Kernel reports which kernels the pool runs, by level: "avx512bf16",
+// "avx512", "avx2" or "scalar"; "scalar+avx2" and the like where the Go
+// loops are scalar (a build without GOEXPERIMENT=simd) and the C kernels
+// multiply bf16 and f16 weights.
 func (p *Pool) Kernel() string { return p.k.name }
+
+// A Matrix is a weight matrix as Pool.MatMul multiplies it: the rows as
+// stored (compute.Mat), and, made on first use for the C kernels that read
+// weights in panels, the rows packed into those panels (as much memory
+// again as the matrix). A Matrix may be used by several pools and
+// goroutines at once.
+type Matrix struct {
+	m      compute.Mat
+	mu     sync.Mutex // held while packing
+	panels [numLayouts]atomic.Pointer[[]uint16]
+}
+
+// NewMatrix returns the Matrix of m, whose storage it shares. It panics if
+// m's storage does not match its shape and dtype.
+func NewMatrix(m compute.Mat) *Matrix {
+	checkMat("NewMatrix", &m)
+	return &Matrix{m: m}
+}
+
+// Mat returns the matrix as stored.
+func (w *Matrix) Mat() compute.Mat { return w.m }
+
+// layout is an arrangement of a matrix's rows for a family of kernels.
+type layout int
+
+const (
+	layoutRows      layout = iota // as stored: the Go loops
+	layoutPairs32                 // 32-row panels of bf16 column pairs: avx512_amd64.c
+	layoutColumns16               // 16-row panels of columns: avx2_amd64.c
+	numLayouts
+)
+
+// width returns the rows of one of l's panels.
+func (l layout) width() int {
+	switch l {
+	case layoutPairs32:
+		return 32
+	case layoutColumns16:
+		return 16
+	}
+	return 1
+}
+
+// pairsLen is the uint16 values of p panels of width rows of cols columns
+// in the column-pair layout, and columnsLen in the column layout.
+func pairsLen(p, width, cols int) int   { return p * width * 2 * ((cols + 1) / 2) }
+func columnsLen(p, width, cols int) int { return p * width * cols }
+
+// packed returns w's rows packed in layout l (not layoutRows), packing
+// them across p's threads the first time.
+func (w *Matrix) packed(p *Pool, l layout) []uint16 {
+	if s := w.panels[l].Load(); s != nil {
+		return *s
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s := w.panels[l].Load(); s != nil {
+		return *s
+	}
+	rows, cols, width := w.m.Rows, w.m.Cols, l.width()
+	np := (rows + width - 1) / width
+	size := columnsLen(np, width, cols)
+	if l == layoutPairs32 {
+		size = pairsLen(np, width, cols)
+	}
+	dst := make([]uint16, size)
+	p.For(np, func(lo, hi int) {
+		if l == layoutColumns16 {
+			packColumns(w.m.U16, rows, cols, width, lo, hi, dst)
+		} else {
+			packPairs(w.m.U16, rows, cols, width, lo, hi, dst)
+		}
+	})
+	w.panels[l].Store(&dst)
+	return dst
+}
+
+// Prepare lays w out for the pool's kernels now, packing its panels where
+// they read any, instead of in w's first MatMul: a model pays at load, not
+// in its first request. It reports whether it packed (MatMul then no
+// longer reads the matrix as stored).
+func (p *Pool) Prepare(w *Matrix) bool {
+	l := p.k.mode(w.m.DType, p.prec).layout()
+	if l == layoutRows {
+		return false
+	}
+	w.packed(p, l)
+	return true
+}
 
 // MatMul computes out[i*w.Rows+r] = Σ_c x[i*w.Cols+c]·W[r][c] for the n
 // token vectors in x, reading W in its stored dtype and accumulating in f32.
-// n == 1 is a memory-bound GEMV; n > 1 converts tiles of W once and reuses
-// them across all tokens. out must not overlap x. It panics if the lengths
+// Each output is computed by one arithmetic whatever n is and wherever its
+// token sits among the n: a prefill's rows equal a decode step's bit for
+// bit. n == 1 is a memory-bound GEMV; n > 1 reuses each piece of W it
+// loads across all tokens. out must not overlap x. It panics if the lengths
 // do not match the shapes.
-func (p *Pool) MatMul(out, x []float32, n int, w compute.Mat) {
-	checkMatMul(out, x, n, &w)
+func (p *Pool) MatMul(out, x []float32, n int, w *Matrix) {
+	checkMatMul(out, x, n, &w.m)
 	if n == 0 {
 		return
 	}
-	mode := p.k.mode(&w, p.prec)
-	units := (w.Rows + gemvRows - 1) / gemvRows
-	switch {
-	case n > 1 && mode != modeLoops:
-		units = (w.Rows + panelRows - 1) / panelRows
-	case n > 1:
-		units = (w.Rows + tileRows - 1) / tileRows
+	mode := p.k.mode(w.m.DType, p.prec)
+	var panels []uint16
+	if l := mode.layout(); l != layoutRows {
+		panels = w.packed(p, l)
 	}
-	parallel := n*w.Rows*w.Cols >= minParallelWork && p.acquire(units)
+	rows := w.m.Rows
+	var units int
+	switch {
+	case mode != modeLoops:
+		width := mode.layout().width()
+		units = (rows + width - 1) / width
+	case n > 1:
+		units = (rows + tileRows - 1) / tileRows
+	default:
+		units = (rows + gemvRows - 1) / gemvRows
+	}
+	parallel := n*rows*w.m.Cols >= minParallelWork && p.acquire(units)
 	if parallel || p.mu.TryLock() {
 		// The pool is ours, and so are its buffers for the activations.
-		p.mm = matmulTask{k: p.k, scratch: p.scratch, out: out, x: x, n: n, w: w}
+		p.mm = matmulTask{k: p.k, scratch: p.scratch, out: out, x: x, n: n, w: w.m, panels: panels}
 		p.mm.prepare(&p.acts, mode, p.prec)
 		if parallel {
 			p.wtask = &p.mm
@@ -133,7 +242,7 @@ func (p *Pool) MatMul(out, x []float32, n int, w compute.Mat) {
 	}
 	// A busy pool (a nested or concurrent call): run here, with memory of
 	// its own.
-	t := &matmulTask{k: p.k, scratch: [][]float32{nil}, out: out, x: x, n: n, w: w}
+	t := &matmulTask{k: p.k, scratch: [][]float32{nil}, out: out, x: x, n: n, w: w.m, panels: panels}
 	t.prepare(&activations{}, mode, p.prec)
 	t.runWorker(0, 0, units)
 }
@@ -142,39 +251,63 @@ func (p *Pool) MatMul(out, x []float32, n int, w compute.Mat) {
 type matmulMode int
 
 const (
-	modeLoops matmulMode = iota // the kernel set's loops (gemv, gemmTile)
-	modeF32                     // avx512_amd64.c's f32 kernels
-	modeBF16                    // avx512_amd64.c's VDPBF16PS kernels
+	modeLoops      matmulMode = iota // the kernel set's loops (gemv, gemmTile)
+	modeAVX512F32                    // avx512_amd64.c's f32 kernels
+	modeAVX512BF16                   // avx512_amd64.c's VDPBF16PS kernels
+	modeAVX2BF16                     // avx2_amd64.c's kernels for bf16 weights
+	modeAVX2F16                      // avx2_amd64.c's kernels for f16 weights
 )
 
-// mode picks the kernels for weights w at precision prec.
-func (k *kernelSet) mode(w *compute.Mat, prec Precision) matmulMode {
-	switch {
-	case w.DType != compute.BF16 || !k.avx512:
-		return modeLoops
-	case prec == PrecisionBF16 && k.dotBF16:
-		return modeBF16
+// layout returns the arrangement of the weights m's kernels read.
+func (m matmulMode) layout() layout {
+	switch m {
+	case modeAVX512F32, modeAVX512BF16:
+		return layoutPairs32
+	case modeAVX2BF16, modeAVX2F16:
+		return layoutColumns16
 	}
-	// At PrecisionBF16 without VDPBF16PS, prepare rounds the activations.
-	return modeF32
+	return layoutRows
 }
 
-func checkMatMul(out, x []float32, n int, w *compute.Mat) {
-	if n < 0 || w.Rows <= 0 || w.Cols <= 0 {
-		panic(fmt.Sprintf("cpu: MatMul: bad shape n=%d rows=%d cols=%d", n, w.Rows, w.Cols))
+// mode picks the kernels for weights of dtype dt at precision prec.
+func (k *kernelSet) mode(dt compute.DType, prec Precision) matmulMode {
+	switch {
+	case dt == compute.BF16 && k.dotBF16 && prec == PrecisionBF16:
+		return modeAVX512BF16
+	case dt == compute.BF16 && k.avx512:
+		// At PrecisionBF16 without VDPBF16PS, prepare rounds the
+		// activations.
+		return modeAVX512F32
+	case dt == compute.BF16 && k.avx2c:
+		return modeAVX2BF16
+	case dt == compute.F16 && k.avx2c:
+		return modeAVX2F16
+	}
+	return modeLoops
+}
+
+func checkMat(fn string, w *compute.Mat) {
+	if w.Rows <= 0 || w.Cols <= 0 {
+		panic(fmt.Sprintf("cpu: %s: bad shape rows=%d cols=%d", fn, w.Rows, w.Cols))
 	}
 	size := w.Rows * w.Cols
 	switch w.DType {
 	case compute.F32:
 		if len(w.F32) != size {
-			panic(fmt.Sprintf("cpu: MatMul: F32 weight has %d elements, want %dx%d", len(w.F32), w.Rows, w.Cols))
+			panic(fmt.Sprintf("cpu: %s: F32 weight has %d elements, want %dx%d", fn, len(w.F32), w.Rows, w.Cols))
 		}
 	case compute.F16, compute.BF16:
 		if len(w.U16) != size {
-			panic(fmt.Sprintf("cpu: MatMul: %v weight has %d elements, want %dx%d", w.DType, len(w.U16), w.Rows, w.Cols))
+			panic(fmt.Sprintf("cpu: %s: %v weight has %d elements, want %dx%d", fn, w.DType, len(w.U16), w.Rows, w.Cols))
 		}
 	default:
-		panic(fmt.Sprintf("cpu: MatMul: unsupported weight dtype %v", w.DType))
+		panic(fmt.Sprintf("cpu: %s: unsupported weight dtype %v", fn, w.DType))
+	}
+}
+
+func checkMatMul(out, x []float32, n int, w *compute.Mat) {
+	if n < 0 {
+		panic(fmt.Sprintf("cpu: MatMul: bad shape n=%d rows=%d cols=%d", n, w.Rows, w.Cols))
 	}
 	if len(x) < n*w.Cols {
 		panic(fmt.Sprintf("cpu: MatMul: x has %d elements, want %d tokens x %d", len(x), n, w.Cols))
@@ -184,28 +317,27 @@ func checkMatMul(out, x []float32, n int, w *compute.Mat) {
 	}
 }
 
-// matmulTask is one MatMul call split into units: gemvRows-row blocks for
-// n == 1, tileRows-row tiles otherwise.
+// matmulTask is one MatMul call split into units: panels for the C
+// kernels; for the loops gemvRows-row blocks for n == 1, tileRows-row tiles
+// otherwise.
 type matmulTask struct {
 	k       *kernelSet
 	scratch [][]float32
 	out, x  []float32
 	n       int
 	w       compute.Mat
+	panels  []uint16
 	mode    matmulMode
-	// ld is the packed rows' length in bf16 values (w.Cols rounded up to
-	// even) outside modeLoops; the activations as the mode's kernels read
-	// them: bf16 rows of stride ld (modeBF16), or for a modeF32 GEMV x's
-	// even and odd halves.
-	ld     int
-	xb     []uint16
-	xe, xo []float32
+	// ld is the length in bf16 values (w.Cols rounded up to even) of the
+	// activations' rows as modeAVX512BF16 reads them, in xb.
+	ld int
+	xb []uint16
 }
 
 // activations is the memory behind a task's converted activations.
 type activations struct {
-	b       []uint16
-	e, o, r []float32
+	b []uint16
+	r []float32
 }
 
 // prepare converts the task's activations for its mode and precision into
@@ -214,10 +346,8 @@ type activations struct {
 func (t *matmulTask) prepare(a *activations, mode matmulMode, prec Precision) {
 	t.mode = mode
 	cols := t.w.Cols
-	if mode != modeLoops {
+	if mode == modeAVX512BF16 {
 		t.ld = cols + cols&1
-	}
-	if mode == modeBF16 {
 		a.b = grow(a.b, t.n*t.ld)
 		t.xb = a.b
 		packX(t.x, t.n, cols, t.ld, t.xb)
@@ -232,17 +362,7 @@ func (t *matmulTask) prepare(a *activations, mode matmulMode, prec Precision) {
 		}
 		t.x = a.r
 	}
-	if mode == modeF32 && t.n == 1 {
-		h := splitLen(cols)
-		a.e, a.o = grow(a.e, h), grow(a.o, h)
-		t.xe, t.xo = a.e, a.o
-		splitX(t.x[:cols], t.xe, t.xo)
-	}
 }
-
-// splitLen is the length of each half splitX writes for cols values: the
-// even- or odd-indexed ones, zero-padded to a multiple of 16.
-func splitLen(cols int) int { return ((cols+1)/2 + 15) &^ 15 }
 
 // grow returns s resliced to n elements, reallocated if it is too short.
 func grow[T any](s []T, n int) []T {
@@ -253,50 +373,33 @@ func grow[T any](s []T, n int) []T {
 }
 
 func (t *matmulTask) runWorker(worker, lo, hi int) {
+	rows, cols := t.w.Rows, t.w.Cols
+	switch t.mode {
+	case modeAVX512BF16:
+		gemmBF16(t.panels, rows, cols, lo, hi, t.xb, t.ld, t.n, t.out)
+		return
+	case modeAVX512F32:
+		gemmF32(t.panels, rows, cols, lo, hi, t.x, t.n, t.out)
+		return
+	case modeAVX2BF16:
+		gemm2BF16(t.panels, rows, cols, lo, hi, t.x, t.n, t.out)
+		return
+	case modeAVX2F16:
+		gemm2F16(t.panels, rows, cols, lo, hi, t.x, t.n, t.out)
+		return
+	}
 	s := t.scratch[worker]
 	if len(s) < scratchLen {
 		s = make([]float32, scratchLen)
 		t.scratch[worker] = s
 	}
-	if t.mode != modeLoops {
-		rows := t.w.Rows
-		if t.n == 1 {
-			r0, r1 := lo*gemvRows, min(hi*gemvRows, rows)
-			if t.mode == modeBF16 {
-				gemvBF16(&t.w, r0, r1, t.xb, t.out)
-			} else {
-				gemvF32(&t.w, r0, r1, t.xe, t.xo, t.out)
-			}
-			return
-		}
-		if need := panelRows * t.ld / 2; len(s) < need {
-			// Grown once per worker for the widest matrix it meets.
-			s = make([]float32, need)
-			t.scratch[worker] = s
-		}
-		for u := lo; u < hi; u++ {
-			r0 := u * panelRows
-			nr := min(panelRows, rows-r0)
-			if t.mode == modeBF16 {
-				gemmPanelBF16(&t.w, r0, nr, s, t.xb, t.ld, t.n, t.out[r0:], rows)
-			} else {
-				gemmPanelF32(&t.w, r0, nr, s, t.x, t.n, t.out[r0:], rows)
-			}
-		}
-		return
-	}
 	if t.n == 1 {
-		if len(s) < t.w.Cols {
-			// Grown once per worker for the widest matrix it meets.
-			s = make([]float32, max(scratchLen, t.w.Cols))
-			t.scratch[worker] = s
-		}
-		t.k.gemv(t.out, t.x, &t.w, lo*gemvRows, min(hi*gemvRows, t.w.Rows), s)
+		t.k.gemv(t.out, t.x, &t.w, lo*gemvRows, min(hi*gemvRows, rows), s)
 		return
 	}
 	for u := lo; u < hi; u++ {
 		r0 := u * tileRows
-		t.k.gemmTile(t.out, t.x, t.n, &t.w, r0, min(r0+tileRows, t.w.Rows), s)
+		t.k.gemmTile(t.out, t.x, t.n, &t.w, r0, min(r0+tileRows, rows), s)
 	}
 }
 
@@ -329,8 +432,8 @@ func (k *kernelSet) gemmTile(out, x []float32, n int, w *compute.Mat, r0, r1 int
 			}
 			for ; j < nr; j++ {
 				row := s[j*kc : (j+1)*kc]
-				accum1(&o0[j], k.dot(row, x0), first)
-				accum1(&o1[j], k.dot(row, x1), first)
+				accum1(&o0[j], k.dot1(row, x0), first)
+				accum1(&o1[j], k.dot1(row, x1), first)
 			}
 		}
 		if i < n {
@@ -342,7 +445,7 @@ func (k *kernelSet) gemmTile(out, x []float32, n int, w *compute.Mat, r0, r1 int
 				accum(o0[j:j+4], d4[:], first)
 			}
 			for ; j < nr; j++ {
-				accum1(&o0[j], k.dot(s[j*kc:(j+1)*kc], x0), first)
+				accum1(&o0[j], k.dot1(s[j*kc:(j+1)*kc], x0), first)
 			}
 		}
 	}
@@ -407,44 +510,25 @@ func cvtScalar(dst []float32, w *compute.Mat, off int) {
 	}
 }
 
-func gemvScalar(out, x []float32, w *compute.Mat, lo, hi int, _ []float32) {
+// gemvScalar is gemmTile's arithmetic for one token: each row converted a
+// tile of tileK columns at a time into the scratch s (at least w.Cols long)
+// and summed by dot1Scalar, tiles added in column order.
+func gemvScalar(out, x []float32, w *compute.Mat, lo, hi int, s []float32) {
 	cols := w.Cols
-	x = x[:cols]
 	for r := lo; r < hi; r++ {
-		switch w.DType {
-		case compute.F32:
-			out[r] = dotScalar(w.F32[r*cols:(r+1)*cols], x)
-		case compute.BF16:
-			row := w.U16[r*cols : (r+1)*cols]
-			var s0, s1, s2, s3 float32
-			c := 0
-			for ; c+4 <= cols; c += 4 {
-				s0 += compute.BF16ToF32(row[c]) * x[c]
-				s1 += compute.BF16ToF32(row[c+1]) * x[c+1]
-				s2 += compute.BF16ToF32(row[c+2]) * x[c+2]
-				s3 += compute.BF16ToF32(row[c+3]) * x[c+3]
-			}
-			for ; c < cols; c++ {
-				s0 += compute.BF16ToF32(row[c]) * x[c]
-			}
-			out[r] = (s0 + s1) + (s2 + s3)
-		case compute.F16:
-			row := w.U16[r*cols : (r+1)*cols]
-			var s0, s1, s2, s3 float32
-			c := 0
-			for ; c+4 <= cols; c += 4 {
-				s0 += compute.F16ToF32(row[c]) * x[c]
-				s1 += compute.F16ToF32(row[c+1]) * x[c+1]
-				s2 += compute.F16ToF32(row[c+2]) * x[c+2]
-				s3 += compute.F16ToF32(row[c+3]) * x[c+3]
-			}
-			for ; c < cols; c++ {
-				s0 += compute.F16ToF32(row[c]) * x[c]
-			}
-			out[r] = (s0 + s1) + (s2 + s3)
+		var sum float32
+		for k0 := 0; k0 < cols; k0 += tileK {
+			kc := min(tileK, cols-k0)
+			cvtScalar(s[:kc], w, r*cols+k0)
+			accum1(&sum, dot1Scalar(s[:kc], x[k0:k0+kc]), k0 == 0)
 		}
+		out[r] = sum
 	}
 }
+
+// The scalar micro-kernels sum each output's products one after another
+// in column order. Every product is converted to float32 before it is
+// added, so no compiler fuses it into an FMA in one loop and not another.
 
 func dot4x2Scalar(w []float32, ws int, x0, x1 []float32, d *[8]float32) {
 	k := len(x0)
@@ -453,22 +537,31 @@ func dot4x2Scalar(w []float32, ws int, x0, x1 []float32, d *[8]float32) {
 	var a00, a10, a20, a30, a01, a11, a21, a31 float32
 	for c := range k {
 		u, v := x0[c], x1[c]
-		a00 += w0[c] * u
-		a10 += w1[c] * u
-		a20 += w2[c] * u
-		a30 += w3[c] * u
-		a01 += w0[c] * v
-		a11 += w1[c] * v
-		a21 += w2[c] * v
-		a31 += w3[c] * v
+		a00 += float32(w0[c] * u)
+		a10 += float32(w1[c] * u)
+		a20 += float32(w2[c] * u)
+		a30 += float32(w3[c] * u)
+		a01 += float32(w0[c] * v)
+		a11 += float32(w1[c] * v)
+		a21 += float32(w2[c] * v)
+		a31 += float32(w3[c] * v)
 	}
 	*d = [8]float32{a00, a10, a20, a30, a01, a11, a21, a31}
 }
 
 func dot4x1Scalar(w []float32, ws int, x []float32, d *[4]float32) {
 	k := len(x)
-	d[0] = dotScalar(w[:k], x)
-	d[1] = dotScalar(w[ws:ws+k], x)
-	d[2] = dotScalar(w[2*ws:2*ws+k], x)
-	d[3] = dotScalar(w[3*ws:3*ws+k], x)
+	d[0] = dot1Scalar(w[:k], x)
+	d[1] = dot1Scalar(w[ws:ws+k], x)
+	d[2] = dot1Scalar(w[2*ws:2*ws+k], x)
+	d[3] = dot1Scalar(w[3*ws:3*ws+k], x)
+}
+
+func dot1Scalar(w, x []float32) float32 {
+	x = x[:len(w)]
+	var a float32
+	for c, v := range w {
+		a += float32(v * x[c])
+	}
+	return a
 }

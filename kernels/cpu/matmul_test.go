@@ -13,7 +13,7 @@ import (
 
 // testMat returns a random rows x cols matrix stored as dt, and the exact
 // values it holds as float64 (the reference reads the rounded weights).
-func testMat(rng *rand.Rand, dt compute.DType, rows, cols int) (compute.Mat, []float64) {
+func testMat(rng *rand.Rand, dt compute.DType, rows, cols int) (*Matrix, []float64) {
 	m := compute.Mat{DType: dt, Rows: rows, Cols: cols}
 	ref := make([]float64, rows*cols)
 	switch dt {
@@ -36,7 +36,7 @@ func testMat(rng *rand.Rand, dt compute.DType, rows, cols int) (compute.Mat, []f
 			ref[i] = float64(compute.F16ToF32(m.U16[i]))
 		}
 	}
-	return m, ref
+	return NewMatrix(m), ref
 }
 
 func randVec(rng *rand.Rand, n int) []float32 {
@@ -83,15 +83,20 @@ func checkAgainst(t *testing.T, out []float32, want, mag []float64, rows int) {
 }
 
 // kernelSets returns the kernel sets this machine runs, by name: the best,
-// and below it the same loops without the AVX-512 kernels (and without
-// VDPBF16PS alone), so each path is tested wherever the CPU has it.
+// the scalar loops, and between them the best without each family of C
+// kernels in turn, so each path is tested wherever the CPU has it.
 func kernelSets() map[string]*kernelSet {
 	best := bestKernels()
 	sets := map[string]*kernelSet{"best": best, "scalar": &scalarKernels}
-	if best.avx512 {
+	if best.avx2c || best.avx512 {
 		loops := *best
-		loops.name, loops.avx512, loops.dotBF16 = "loops", false, false
+		loops.name, loops.avx2c, loops.avx512, loops.dotBF16 = "loops", false, false, false
 		sets["loops"] = &loops
+	}
+	if best.avx2c && best.avx512 {
+		avx2 := *best
+		avx2.name, avx2.avx512, avx2.dotBF16 = "avx2c", false, false
+		sets["avx2c"] = &avx2
 	}
 	if best.dotBF16 {
 		f32 := *best
@@ -175,34 +180,32 @@ func TestMatMulNested(t *testing.T) {
 }
 
 func TestMatMulBadShapesPanic(t *testing.T) {
-	w := compute.Mat{DType: compute.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 12)}
-	tests := []struct {
-		name   string
-		out, x []float32
-		n      int
-		w      compute.Mat
-	}{
-		{"short x", make([]float32, 8), make([]float32, 5), 2, w},
-		{"short out", make([]float32, 7), make([]float32, 6), 2, w},
-		{"negative n", make([]float32, 8), make([]float32, 6), -1, w},
-		{"storage", make([]float32, 4), make([]float32, 3), 1, compute.Mat{DType: compute.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 11)}},
-		{"dtype", make([]float32, 4), make([]float32, 3), 1, compute.Mat{Rows: 4, Cols: 3}},
-		{"f32 storage", make([]float32, 4), make([]float32, 3), 1, compute.Mat{DType: compute.F32, Rows: 4, Cols: 3, U16: make([]uint16, 12)}},
-	}
+	w := NewMatrix(compute.Mat{DType: compute.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 12)})
 	p := NewPool(2)
 	defer p.Close()
-	for _, tt := range tests {
+	for _, tt := range []struct {
+		name, kernel string
+		call         func()
+	}{
+		{"short x", "MatMul", func() { p.MatMul(make([]float32, 8), make([]float32, 5), 2, w) }},
+		{"short out", "MatMul", func() { p.MatMul(make([]float32, 7), make([]float32, 6), 2, w) }},
+		{"negative n", "MatMul", func() { p.MatMul(make([]float32, 8), make([]float32, 6), -1, w) }},
+		{"storage", "NewMatrix", func() { NewMatrix(compute.Mat{DType: compute.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 11)}) }},
+		{"dtype", "NewMatrix", func() { NewMatrix(compute.Mat{Rows: 4, Cols: 3}) }},
+		{"f32 storage", "NewMatrix", func() { NewMatrix(compute.Mat{DType: compute.F32, Rows: 4, Cols: 3, U16: make([]uint16, 12)}) }},
+		{"shape", "NewMatrix", func() { NewMatrix(compute.Mat{DType: compute.F32, Rows: 0, Cols: 3}) }},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			defer func() {
 				r := recover()
 				if r == nil {
 					t.Fatal("no panic")
 				}
-				if s, ok := r.(string); !ok || len(s) < 12 || s[:12] != "cpu: MatMul:" {
-					t.Fatalf("panic %v does not name the kernel", r)
+				if s, ok := r.(string); !ok || !strings.HasPrefix(s, "cpu: "+tt.kernel+":") {
+					t.Fatalf("panic %v does not name %s", r, tt.kernel)
 				}
 			}()
-			p.MatMul(tt.out, tt.x, tt.n, tt.w)
+			tt.call()
 		})
 	}
 }
@@ -227,7 +230,7 @@ func TestRowF32(t *testing.T) {
 		w, ref := testMat(rng, dt, 5, 37)
 		dst := make([]float32, 37)
 		for r := range 5 {
-			RowF32(dst, w, r)
+			RowF32(dst, w.Mat(), r)
 			for c, v := range dst {
 				if float64(v) != ref[r*37+c] {
 					t.Fatalf("%v row %d col %d = %v, want %v", dt, r, c, v, ref[r*37+c])
@@ -368,6 +371,53 @@ func TestParsePrecision(t *testing.T) {
 	for _, in := range []string{"fp16", ""} {
 		if _, err := ParsePrecision(in); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", in)) {
 			t.Errorf("ParsePrecision(%q): err = %v, want one naming the value", in, err)
+		}
+	}
+}
+
+// TestMatMulBatchInvariant checks that a token's outputs do not depend on
+// the call: multiplied alone (a decode step's GEMV), in the whole batch, or
+// in a chunk of it, every output is the same to the bit, on every kernel
+// set this machine runs, at both precisions, for each weight dtype, with
+// row and column counts on either side of every panel, tile and vector
+// width and token counts on either side of the micro-tiles'.
+func TestMatMulBatchInvariant(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	rowCounts := []int{1, 7, 15, 17, 31, 33, 65}
+	colCounts := []int{1, 2, 7, 9, 17, 255, 257, 513}
+	const n = 27 // tiles of 12 and 6 tokens and a ragged one
+	chunks := [][2]int{{0, 1}, {1, 7}, {7, 13}, {13, 25}, {25, 26}, {26, 27}}
+	for name, k := range kernelSets() {
+		for _, prec := range []Precision{PrecisionF32, PrecisionBF16} {
+			p := newPool(2, k, prec)
+			defer p.Close()
+			for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
+				t.Run(fmt.Sprintf("%s/%v/%v", name, prec, dt), func(t *testing.T) {
+					for _, rows := range rowCounts {
+						for _, cols := range colCounts {
+							w, _ := testMat(rng, dt, rows, cols)
+							x := randVec(rng, n*cols)
+							all := make([]float32, n*rows)
+							p.MatMul(all, x, n, w)
+							part := make([]float32, n*rows)
+							for _, c := range chunks {
+								p.MatMul(part[c[0]*rows:c[1]*rows], x[c[0]*cols:c[1]*cols], c[1]-c[0], w)
+							}
+							one := make([]float32, rows)
+							for i := range n {
+								p.MatMul(one, x[i*cols:(i+1)*cols], 1, w)
+								for r := range rows {
+									a, b, c := all[i*rows+r], part[i*rows+r], one[r]
+									if math.Float32bits(a) != math.Float32bits(c) || math.Float32bits(b) != math.Float32bits(c) {
+										t.Fatalf("%dx%d: token %d row %d: %v in the batch of %d, %v in its chunk, %v alone",
+											rows, cols, i, r, a, n, b, c)
+									}
+								}
+							}
+						}
+					}
+				})
+			}
 		}
 	}
 }

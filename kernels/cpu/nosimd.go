@@ -8,36 +8,16 @@ import (
 	"github.com/kakeya-ai/kakeya/compute"
 )
 
-// Features describes the kernels this build runs, for a tool to print: the
-// scalar loops, because the SIMD kernels need amd64 and a build with
-// GOEXPERIMENT=simd, and the AVX-512 C kernels for bf16 weights where the
-// CPU runs them (they need cgo, not the experiment).
-func Features() string {
-	switch {
-	case runtime.GOARCH != "amd64":
-		return "scalar (no SIMD kernels for " + runtime.GOARCH + ")"
-	case hasBF16Dot:
-		return "scalar (built without GOEXPERIMENT=simd), avx512+avx512_bf16 for bf16 weights (cgo)"
-	case hasAVX512:
-		return "scalar (built without GOEXPERIMENT=simd), avx512 for bf16 weights (cgo)"
+// cpuAVX2 is false: this build has no SIMD Go loops to run.
+const cpuAVX2 = false
+
+// loops returns the Go loops this build runs, the scalar ones: the SIMD
+// loops need amd64 and a build with GOEXPERIMENT=simd.
+func loops() (*kernelSet, string) {
+	if runtime.GOARCH != "amd64" {
+		return &scalarKernels, "scalar (no SIMD kernels for " + runtime.GOARCH + ")"
 	}
-	return "scalar (built without GOEXPERIMENT=simd)"
-}
-
-// Without GOEXPERIMENT=simd on amd64 every op runs its scalar loop, but for
-// the matrix products of bf16 weights where the AVX-512 kernels run.
-
-var scalarAVX512Kernels = func() kernelSet {
-	k := scalarKernels
-	k.name, k.avx512, k.dotBF16 = "scalar+avx512", true, hasBF16Dot
-	return k
-}()
-
-func bestKernels() *kernelSet {
-	if hasAVX512 {
-		return &scalarAVX512Kernels
-	}
-	return &scalarKernels
+	return &scalarKernels, "scalar (built without GOEXPERIMENT=simd)"
 }
 
 func cvtRow(dst []float32, w *compute.Mat, off int)       { cvtScalar(dst, w, off) }

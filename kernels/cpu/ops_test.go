@@ -132,6 +132,31 @@ func TestSiLUMul(t *testing.T) {
 	}
 }
 
+// TestSiLUMulPositionIndependent checks that a value's SiLUMul does not
+// depend on where it sits in the slice: at prefill the slice holds several
+// tokens' rows back to back, at decode one row, and the two must agree bit
+// for bit, vector lanes and the tail alike.
+func TestSiLUMulPositionIndependent(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 5))
+	gate, up := randVec(rng, 64), randVec(rng, 64)
+	for i := range gate {
+		gate[i] *= 8
+	}
+	whole := append([]float32(nil), gate...)
+	SiLUMul(whole, up)
+	for lo := range 9 {
+		for _, hi := range []int{lo + 1, lo + 7, lo + 9, 64} {
+			g := append([]float32(nil), gate[lo:hi]...)
+			SiLUMul(g, up[lo:hi])
+			for i, v := range g {
+				if math.Float32bits(v) != math.Float32bits(whole[lo+i]) {
+					t.Fatalf("SiLUMul of [%d:%d], value %d: %v, %v within the whole slice", lo, hi, lo+i, v, whole[lo+i])
+				}
+			}
+		}
+	}
+}
+
 func TestSoftmax(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	ninf := float32(math.Inf(-1))

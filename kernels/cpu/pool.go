@@ -2,8 +2,16 @@
 // their stored dtype (F32, F16, BF16) and the element-wise ops of a decoder
 // layer. With GOEXPERIMENT=simd on amd64 the hot loops use AVX2+FMA through
 // simd/archsimd when the CPU has them; otherwise scalar code runs. Matrix
-// products of bf16 weights run avx512_amd64.c's C kernels (cgo) where the
-// CPU has AVX-512, chosen at run time; every path is pure Go otherwise.
+// products of bf16 and f16 weights run C kernels (cgo) where the CPU has
+// AVX2/FMA/F16C (avx2_amd64.c) or AVX-512 (avx512_amd64.c, bf16), on
+// weights packed once into panels (Matrix); every path is pure Go
+// otherwise. The level is chosen at run time, and $KAKEYA_CPU can cap it
+// (EnvCPU) so the slower paths run on a faster CPU.
+//
+// Every kernel computes a value by one arithmetic wherever it sits: a
+// token's matmul outputs do not depend on the other tokens of the call,
+// nor an element-wise result on its offset in a multi-token buffer, so a
+// prefill, a decode step and any batch agree bit for bit.
 //
 // The kernels are internal hot paths: shape errors are programmer errors
 // (the model validates shapes when it loads) and panic with a message that

@@ -9,11 +9,13 @@ import (
 	"github.com/kakeya-ai/kakeya/compute"
 )
 
-// hasAVX2 selects the 256-bit kernels. Where the CPU has AVX-512, bf16
-// weights go through avx512_amd64.c's kernels instead: a GEMM with a 12x32
-// register tile needs all 32 zmm registers, and AVX512_BF16's VDPBF16PS
-// does two products per f32 lane.
-var hasAVX2 = archsimd.X86.AVX2() && archsimd.X86.FMA()
+// hasAVX2 selects the 256-bit Go loops. Matrix products of bf16 and f16
+// weights go through the C kernels instead where the CPU runs them
+// (hasAVX2C, hasAVX512).
+var (
+	cpuAVX2 = archsimd.X86.AVX2() && archsimd.X86.FMA()
+	hasAVX2 = cpuAVX2 && isaCap >= levelAVX2
+)
 
 var avx2Kernels = kernelSet{
 	name:   "avx2",
@@ -21,46 +23,18 @@ var avx2Kernels = kernelSet{
 	cvt:    cvtAVX2,
 	dot4x2: dot4x2AVX2,
 	dot4x1: dot4x1AVX2,
-	dot:    dotAVX2,
+	dot1:   dot1AVX2,
 }
 
-// Features describes the kernels this build runs, for a tool to print:
-// "avx2+fma (GOEXPERIMENT=simd)", with the AVX-512 kernels for bf16 weights
-// named where the CPU runs them, or the scalar loops when it lacks AVX2 or
-// FMA.
-func Features() string {
-	switch {
-	case hasAVX2 && hasBF16Dot:
-		return "avx2+fma, avx512+avx512_bf16 for bf16 weights (GOEXPERIMENT=simd, cgo)"
-	case hasAVX2 && hasAVX512:
-		return "avx2+fma, avx512 for bf16 weights (GOEXPERIMENT=simd, cgo)"
-	}
+// loops returns the Go loops this CPU runs and their description.
+func loops() (*kernelSet, string) {
 	if hasAVX2 {
-		return "avx2+fma (GOEXPERIMENT=simd)"
+		return &avx2Kernels, "avx2+fma (GOEXPERIMENT=simd)"
 	}
-	return "scalar (the CPU lacks AVX2/FMA)"
-}
-
-// avx512Kernels are the AVX2 loops with bf16 weights on avx512_amd64.c's
-// kernels, and avx512bf16Kernels those with VDPBF16PS as well.
-var avx512Kernels, avx512bf16Kernels = func() (kernelSet, kernelSet) {
-	k := avx2Kernels
-	k.name, k.avx512 = "avx512", true
-	b := k
-	b.name, b.dotBF16 = "avx512bf16", true
-	return k, b
-}()
-
-func bestKernels() *kernelSet {
-	switch {
-	case hasAVX2 && hasBF16Dot:
-		return &avx512bf16Kernels
-	case hasAVX2 && hasAVX512:
-		return &avx512Kernels
-	case hasAVX2:
-		return &avx2Kernels
+	if isaCap < levelAVX2 {
+		return &scalarKernels, "scalar"
 	}
-	return &scalarKernels
+	return &scalarKernels, "scalar (the CPU lacks AVX2/FMA)"
 }
 
 type f32x8 = archsimd.Float32x8
@@ -135,124 +109,127 @@ func cvtAVX2(dst []float32, w *compute.Mat, off int) {
 	}
 }
 
-// gemvAVX2 streams the weight rows in memory order, one row at a time, so
-// the whole block is one sequential stream for the hardware prefetcher
-// (interleaving rows would make many short streams it keeps having to pick
-// up anew). Four rows' lane sums are reduced together.
-func gemvAVX2(out, x []float32, w *compute.Mat, lo, hi int, s []float32) {
+// gemvAVX2 is gemmTile's arithmetic for one token (see kernelSet.dot1):
+// four rows at a time, one FMA chain each, over each tileK-column tile,
+// widening the weights in registers instead of through a scratch tile.
+func gemvAVX2(out, x []float32, w *compute.Mat, lo, hi int, _ []float32) {
 	cols := w.Cols
 	x = x[:cols]
-	n16 := cols &^ 15
-	xp := s[:n16]
-	switch w.DType {
-	case compute.BF16:
-		deinterleave16(s[:cols], x)
-	default:
-		copy(xp, x)
-	}
 	r := lo
 	for ; r+4 <= hi; r += 4 {
-		var d [4]float32
-		hsum4(gemvRow(w, r, xp), gemvRow(w, r+1, xp), gemvRow(w, r+2, xp), gemvRow(w, r+3, xp)).Store(&d)
-		for j := range d {
-			d[j] += gemvTail(w, r+j, x, n16)
+		var sum, d [4]float32
+		for k0 := 0; k0 < cols; k0 += tileK {
+			kc := min(tileK, cols-k0)
+			gemv4(&d, w, r, k0, x[k0:k0+kc])
+			if k0 == 0 {
+				sum = d
+				continue
+			}
+			for j := range sum {
+				sum[j] += d[j]
+			}
 		}
-		copy(out[r:r+4], d[:])
+		copy(out[r:r+4], sum[:])
 	}
 	for ; r < hi; r++ {
-		out[r] = hsum(gemvRow(w, r, xp)) + gemvTail(w, r, x, n16)
-	}
-}
-
-// deinterleave16 copies x into xp with each 16-element block reordered as
-// its 8 even then its 8 odd elements, the order in which gemvRowBF16 widens a
-// 32-byte load of weights. Elements past the last full block are not copied.
-func deinterleave16(xp, x []float32) {
-	for c := 0; c+16 <= len(x); c += 16 {
-		b, o := (*[16]float32)(x[c:]), (*[16]float32)(xp[c:])
-		for j := range 8 {
-			o[j], o[8+j] = b[2*j], b[2*j+1]
+		var sum float32
+		for k0 := 0; k0 < cols; k0 += tileK {
+			kc := min(tileK, cols-k0)
+			accum1(&sum, gemv1(w, r, k0, x[k0:k0+kc]), k0 == 0)
 		}
+		out[r] = sum
 	}
 }
 
-// gemvRow returns the lane sums of row r's first len(xp) columns with xp.
-func gemvRow(w *compute.Mat, r int, xp []float32) f32x8 {
-	off := r * w.Cols
+// gemv4 sets d[j] to the dot product of x with columns [k0, k0+len(x)) of
+// row r+j, as dot4x1AVX2 computes it on the converted rows.
+func gemv4(d *[4]float32, w *compute.Mat, r, k0 int, x []float32) {
+	k, cols := len(x), w.Cols
+	o := r*cols + k0
 	switch w.DType {
 	case compute.BF16:
-		return gemvRowBF16(w.U16[off:off+len(xp)], xp)
+		gemv4BF16(d, w.U16[o:], cols, x)
 	case compute.F16:
-		return gemvRowF16(w.U16[off:off+len(xp)], xp)
+		gemv4F16(d, w.U16[o:], cols, x)
+	default:
+		dot4x1AVX2(w.F32[o:], cols, x, d)
+		return
 	}
-	return gemvRowF32(w.F32[off:off+len(xp)], xp)
+	for c := k &^ 7; c < k; c++ {
+		u := x[c]
+		d[0] += float32(widen(w, o+c) * u)
+		d[1] += float32(widen(w, o+cols+c) * u)
+		d[2] += float32(widen(w, o+2*cols+c) * u)
+		d[3] += float32(widen(w, o+3*cols+c) * u)
+	}
 }
 
-// gemvTail returns row r's dot product with x over columns [c0, w.Cols).
-func gemvTail(w *compute.Mat, r int, x []float32, c0 int) float32 {
-	var s float32
-	off := r * w.Cols
-	for c := c0; c < w.Cols; c++ {
-		switch w.DType {
-		case compute.BF16:
-			s += compute.BF16ToF32(w.U16[off+c]) * x[c]
-		case compute.F16:
-			s += compute.F16ToF32(w.U16[off+c]) * x[c]
-		default:
-			s += w.F32[off+c] * x[c]
+// gemv1 is gemv4 for the one row r.
+func gemv1(w *compute.Mat, r, k0 int, x []float32) float32 {
+	k := len(x)
+	o := r*w.Cols + k0
+	a, z := zero8(), zero8()
+	switch w.DType {
+	case compute.BF16:
+		row := w.U16[o : o+k]
+		for c := 0; c <= k-8; c += 8 {
+			a = bf16x8(row[c:c+8]).MulAdd(load8(x[c:c+8]), a)
 		}
+	case compute.F16:
+		row := w.U16[o : o+k]
+		for c := 0; c <= k-8; c += 8 {
+			a = f16x8(row[c:c+8]).MulAdd(load8(x[c:c+8]), a)
+		}
+	default:
+		return dot1AVX2(w.F32[o:o+k], x)
 	}
-	return s
+	var d [4]float32
+	hsum4(a, z, z, z).Store(&d)
+	for c := k &^ 7; c < k; c++ {
+		d[0] += float32(widen(w, o+c) * x[c])
+	}
+	return d[0]
 }
 
-// gemvRowBF16 returns lane sums of w·xp over len(xp) columns, a multiple of
-// 16, with xp reordered by deinterleave16. It loads 16 bfloat16 weights as 8
-// uint32 lanes: a lane's low half is an even column and its high half the
-// next odd one, so one shift and one mask widen all 16 to f32.
-func gemvRowBF16(w []uint16, xp []float32) f32x8 {
-	w = w[:len(xp)]
-	a0, a1, b0, b1 := zero8(), zero8(), zero8(), zero8()
-	hi := archsimd.BroadcastUint32x8(0xffff0000)
-	c := 0
-	for ; c+32 <= len(xp); c += 32 {
-		x := (*[32]float32)(xp[c:])
-		u := archsimd.LoadUint16x16((*[16]uint16)(w[c : c+16])).AsUint32x8()
-		v := archsimd.LoadUint16x16((*[16]uint16)(w[c+16 : c+32])).AsUint32x8()
-		a0 = u.ShiftAllLeft(16).AsFloat32x8().MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[0:8])), a0)
-		b0 = u.And(hi).AsFloat32x8().MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[8:16])), b0)
-		a1 = v.ShiftAllLeft(16).AsFloat32x8().MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[16:24])), a1)
-		b1 = v.And(hi).AsFloat32x8().MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[24:32])), b1)
+// widen returns the weight at offset off of w's 16-bit storage as f32.
+func widen(w *compute.Mat, off int) float32 {
+	if w.DType == compute.BF16 {
+		return compute.BF16ToF32(w.U16[off])
 	}
-	if c < len(xp) {
-		u := archsimd.LoadUint16x16((*[16]uint16)(w[c : c+16])).AsUint32x8()
-		a0 = u.ShiftAllLeft(16).AsFloat32x8().MulAdd(load8(xp[c:c+8]), a0)
-		b0 = u.And(hi).AsFloat32x8().MulAdd(load8(xp[c+8:c+16]), b0)
-	}
-	return a0.Add(b0).Add(a1.Add(b1))
+	return compute.F16ToF32(w.U16[off])
 }
 
-// gemvRowF16 is gemvRowBF16 for IEEE halves, with xp in column order.
-func gemvRowF16(w []uint16, xp []float32) f32x8 {
-	w = w[:len(xp)]
-	a0, a1 := zero8(), zero8()
-	for c := 0; c < len(xp); c += 16 {
-		x := (*[16]float32)(xp[c:])
-		a0 = f16x8(w[c:c+8]).MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[0:8])), a0)
-		a1 = f16x8(w[c+8:c+16]).MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[8:16])), a1)
+// gemv4BF16 sets d to the lane sums of four bf16 rows (stride ws) with x,
+// reduced by hsum4, over the len(x) &^ 7 columns that fill vectors.
+func gemv4BF16(d *[4]float32, w []uint16, ws int, x []float32) {
+	k := len(x)
+	x = x[:k:k]
+	w0, w1, w2, w3 := w[:k:k], w[ws:][:k:k], w[2*ws:][:k:k], w[3*ws:][:k:k]
+	a0, a1, a2, a3 := zero8(), zero8(), zero8(), zero8()
+	for c := 0; c <= k-8; c += 8 {
+		u := load8(x[c : c+8])
+		a0 = bf16x8(w0[c:c+8]).MulAdd(u, a0)
+		a1 = bf16x8(w1[c:c+8]).MulAdd(u, a1)
+		a2 = bf16x8(w2[c:c+8]).MulAdd(u, a2)
+		a3 = bf16x8(w3[c:c+8]).MulAdd(u, a3)
 	}
-	return a0.Add(a1)
+	hsum4(a0, a1, a2, a3).Store(d)
 }
 
-// gemvRowF32 is gemvRowBF16 for f32 weights, with xp in column order.
-func gemvRowF32(w []float32, xp []float32) f32x8 {
-	w = w[:len(xp)]
-	a0, a1 := zero8(), zero8()
-	for c := 0; c < len(xp); c += 16 {
-		x, v := (*[16]float32)(xp[c:]), (*[16]float32)(w[c:])
-		a0 = archsimd.LoadFloat32x8((*[8]float32)(v[0:8])).MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[0:8])), a0)
-		a1 = archsimd.LoadFloat32x8((*[8]float32)(v[8:16])).MulAdd(archsimd.LoadFloat32x8((*[8]float32)(x[8:16])), a1)
+// gemv4F16 is gemv4BF16 for IEEE halves.
+func gemv4F16(d *[4]float32, w []uint16, ws int, x []float32) {
+	k := len(x)
+	x = x[:k:k]
+	w0, w1, w2, w3 := w[:k:k], w[ws:][:k:k], w[2*ws:][:k:k], w[3*ws:][:k:k]
+	a0, a1, a2, a3 := zero8(), zero8(), zero8(), zero8()
+	for c := 0; c <= k-8; c += 8 {
+		u := load8(x[c : c+8])
+		a0 = f16x8(w0[c:c+8]).MulAdd(u, a0)
+		a1 = f16x8(w1[c:c+8]).MulAdd(u, a1)
+		a2 = f16x8(w2[c:c+8]).MulAdd(u, a2)
+		a3 = f16x8(w3[c:c+8]).MulAdd(u, a3)
 	}
-	return a0.Add(a1)
+	hsum4(a0, a1, a2, a3).Store(d)
 }
 
 // dot4x2AVX2 is the GEMM micro-kernel: 4 weight rows by 2 tokens in eight
@@ -285,14 +262,14 @@ func dot4x2AVX2(w []float32, ws int, x0, x1 []float32, d *[8]float32) {
 	hsum4(a01, a11, a21, a31).Store((*[4]float32)(d[4:]))
 	for ; c < k; c++ {
 		u, v := x0[c], x1[c]
-		d[0] += w0[c] * u
-		d[1] += w1[c] * u
-		d[2] += w2[c] * u
-		d[3] += w3[c] * u
-		d[4] += w0[c] * v
-		d[5] += w1[c] * v
-		d[6] += w2[c] * v
-		d[7] += w3[c] * v
+		d[0] += float32(w0[c] * u)
+		d[1] += float32(w1[c] * u)
+		d[2] += float32(w2[c] * u)
+		d[3] += float32(w3[c] * u)
+		d[4] += float32(w0[c] * v)
+		d[5] += float32(w1[c] * v)
+		d[6] += float32(w2[c] * v)
+		d[7] += float32(w3[c] * v)
 	}
 }
 
@@ -301,34 +278,39 @@ func dot4x1AVX2(w []float32, ws int, x []float32, d *[4]float32) {
 	x = x[:k:k]
 	w0, w1, w2, w3 := w[:k:k], w[ws:][:k:k], w[2*ws:][:k:k], w[3*ws:][:k:k]
 	a0, a1, a2, a3 := zero8(), zero8(), zero8(), zero8()
-	b0, b1, b2, b3 := zero8(), zero8(), zero8(), zero8()
 	c := 0
-	for ; c <= k-16; c += 16 {
-		u, v := load8(x[c:c+8]), load8(x[c+8:c+16])
-		a0 = load8(w0[c:c+8]).MulAdd(u, a0)
-		a1 = load8(w1[c:c+8]).MulAdd(u, a1)
-		a2 = load8(w2[c:c+8]).MulAdd(u, a2)
-		a3 = load8(w3[c:c+8]).MulAdd(u, a3)
-		b0 = load8(w0[c+8:c+16]).MulAdd(v, b0)
-		b1 = load8(w1[c+8:c+16]).MulAdd(v, b1)
-		b2 = load8(w2[c+8:c+16]).MulAdd(v, b2)
-		b3 = load8(w3[c+8:c+16]).MulAdd(v, b3)
-	}
-	if c+8 <= k {
+	for ; c <= k-8; c += 8 {
 		u := load8(x[c : c+8])
 		a0 = load8(w0[c:c+8]).MulAdd(u, a0)
 		a1 = load8(w1[c:c+8]).MulAdd(u, a1)
 		a2 = load8(w2[c:c+8]).MulAdd(u, a2)
 		a3 = load8(w3[c:c+8]).MulAdd(u, a3)
-		c += 8
 	}
-	hsum4(a0.Add(b0), a1.Add(b1), a2.Add(b2), a3.Add(b3)).Store(d)
+	hsum4(a0, a1, a2, a3).Store(d)
 	for ; c < k; c++ {
-		d[0] += w0[c] * x[c]
-		d[1] += w1[c] * x[c]
-		d[2] += w2[c] * x[c]
-		d[3] += w3[c] * x[c]
+		d[0] += float32(w0[c] * x[c])
+		d[1] += float32(w1[c] * x[c])
+		d[2] += float32(w2[c] * x[c])
+		d[3] += float32(w3[c] * x[c])
 	}
+}
+
+// dot1AVX2 is dot4x1AVX2 for one row: the same chain and reduction tree
+// (a lane of hsum4 depends only on its own vector).
+func dot1AVX2(w, x []float32) float32 {
+	k := len(w)
+	x = x[:k:k]
+	a, z := zero8(), zero8()
+	c := 0
+	for ; c <= k-8; c += 8 {
+		a = load8(w[c:c+8]).MulAdd(load8(x[c:c+8]), a)
+	}
+	var d [4]float32
+	hsum4(a, z, z, z).Store(&d)
+	for ; c < k; c++ {
+		d[0] += float32(w[c] * x[c])
+	}
+	return d[0]
 }
 
 func dot(a, b []float32) float32 {
@@ -541,7 +523,18 @@ func siluMul(gate, up []float32) {
 		e := exp8(g.Mul(neg))
 		store8(g.Div(e.Add(one)).Mul(load8(up[i:i+8])), gate[i:i+8])
 	}
-	siluMulScalar(gate[i:], up[i:])
+	if i < n {
+		// The last 1..7 values through exp8 too, padded with zeros: a
+		// value's result must not depend on where it falls in gate, which
+		// holds several tokens' rows back to back at prefill.
+		var g8, u8 [8]float32
+		copy(g8[:], gate[i:])
+		copy(u8[:], up[i:])
+		g := load8(g8[:])
+		e := exp8(g.Mul(neg))
+		store8(g.Div(e.Add(one)).Mul(load8(u8[:])), g8[:])
+		copy(gate[i:], g8[:])
+	}
 }
 
 func softmax(x []float32) {

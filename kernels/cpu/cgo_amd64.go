@@ -1,0 +1,143 @@
+//go:build cgo
+
+package cpu
+
+/*
+#cgo CFLAGS: -O2
+#include <stdint.h>
+int kk_avx2_supported(void);
+int kk_avx512_supported(void);
+int kk_bf16_supported(void);
+void kk_pack_pairs(const uint16_t *w, long rows, long cols, long width, long p0, long p1, uint32_t *dst);
+void kk_pack_columns(const uint16_t *w, long rows, long cols, long width, long p0, long p1, uint16_t *dst);
+void kk_pack_x(const float *x, long n, long cols, long ld, uint16_t *dst);
+void kk_gemm_bf16(const uint32_t *panels, long rows, long cols, long p0, long p1, const uint16_t *x, long ld, long n, float *out, long ldo);
+void kk_gemm_f32(const uint32_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out, long ldo);
+void kk2_gemm_bf16(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out, long ldo);
+void kk2_gemm_f16(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out, long ldo);
+void kk_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds);
+void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
+void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
+		    const float *rows, long n, const float *cos, const float *sin);
+*/
+import "C"
+
+import "unsafe"
+
+// cpuAVX2C reports whether this CPU runs avx2_amd64.c's kernels (AVX2, FMA
+// and F16C), cpuAVX512 whether it runs avx512_amd64.c's f32 kernels
+// (AVX-512 F, BW and VL, with the OS saving their state), and cpuBF16Dot
+// whether it also runs the VDPBF16PS ones (AVX512_BF16). The has flags are
+// the same as far as $KAKEYA_CPU allows.
+var (
+	cpuAVX2C   = C.kk_avx2_supported() != 0
+	cpuAVX512  = C.kk_avx512_supported() != 0
+	cpuBF16Dot = C.kk_bf16_supported() != 0
+	hasAVX2C   = cpuAVX2C && isaCap >= levelAVX2
+	hasAVX512  = cpuAVX512 && isaCap >= levelAVX512
+	hasBF16Dot = cpuBF16Dot && isaCap >= levelAVX512BF16
+)
+
+// The wrappers below check the extent of every slice they pass, since C
+// cannot; the C side keeps no pointer past the call.
+
+func u16p(s []uint16) *C.uint16_t { return (*C.uint16_t)(unsafe.Pointer(&s[0])) }
+
+func f32p(s []float32) *C.float { return (*C.float)(unsafe.Pointer(&s[0])) }
+
+// packX rounds x's n rows of cols values to bf16 rows of stride ld (even,
+// >= cols) in dst.
+func packX(x []float32, n, cols, ld int, dst []uint16) {
+	_, _ = x[n*cols-1], dst[n*ld-1]
+	C.kk_pack_x(f32p(x), C.long(n), C.long(cols), C.long(ld), u16p(dst))
+}
+
+// u32q passes packed uint16 panels to C as the dwords of column pairs.
+func u32q(s []uint16) *C.uint32_t { return (*C.uint32_t)(unsafe.Pointer(&s[0])) }
+
+// packPairs packs panels [p0, p1) of the rows x cols matrix w into dst in
+// the column-pair layout (kk_pack_pairs).
+func packPairs(w []uint16, rows, cols, width, p0, p1 int, dst []uint16) {
+	if p0 >= p1 {
+		return
+	}
+	_, _ = w[rows*cols-1], dst[pairsLen(p1, width, cols)-1]
+	C.kk_pack_pairs(u16p(w), C.long(rows), C.long(cols), C.long(width), C.long(p0), C.long(p1), u32q(dst))
+}
+
+// packColumns packs panels [p0, p1) in the column layout (kk_pack_columns).
+func packColumns(w []uint16, rows, cols, width, p0, p1 int, dst []uint16) {
+	if p0 >= p1 {
+		return
+	}
+	_, _ = w[rows*cols-1], dst[columnsLen(p1, width, cols)-1]
+	C.kk_pack_columns(u16p(w), C.long(rows), C.long(cols), C.long(width), C.long(p0), C.long(p1), u16p(dst))
+}
+
+// checkGemm checks the extents a panel GEMM reads and writes: the need
+// values of panels that reach panel p1, and n tokens' outputs of the rows
+// those panels hold.
+func checkGemm(panels []uint16, need, rows, p1, width, n int, out []float32) {
+	_, _ = panels[need-1], out[(n-1)*rows+min(p1*width, rows)-1]
+}
+
+// gemmBF16 sets out[t*rows+r] = w[r]·x[t] for the rows of panels [p0, p1)
+// of the 32-row column-pair panels and the n tokens of packX's bf16 rows x
+// (stride ld): the VDPBF16PS kernels.
+func gemmBF16(panels []uint16, rows, cols, p0, p1 int, x []uint16, ld, n int, out []float32) {
+	checkGemm(panels, pairsLen(p1, 32, cols), rows, p1, 32, n, out)
+	_ = x[n*ld-1]
+	C.kk_gemm_bf16(u32q(panels), C.long(rows), C.long(cols), C.long(p0), C.long(p1), u16p(x), C.long(ld), C.long(n),
+		f32p(out), C.long(rows))
+}
+
+// gemmF32 is gemmBF16 with the f32 activations x (row stride cols): the
+// AVX-512 f32 kernels.
+func gemmF32(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
+	checkGemm(panels, pairsLen(p1, 32, cols), rows, p1, 32, n, out)
+	_ = x[n*cols-1]
+	C.kk_gemm_f32(u32q(panels), C.long(rows), C.long(cols), C.long(p0), C.long(p1), f32p(x), C.long(n),
+		f32p(out), C.long(rows))
+}
+
+// gemm2BF16 is gemmF32 on 16-row column panels: the AVX2 kernels.
+func gemm2BF16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
+	checkGemm(panels, columnsLen(p1, 16, cols), rows, p1, 16, n, out)
+	_ = x[n*cols-1]
+	C.kk2_gemm_bf16(u16p(panels), C.long(rows), C.long(cols), C.long(p0), C.long(p1), f32p(x), C.long(n),
+		f32p(out), C.long(rows))
+}
+
+// gemm2F16 is gemm2BF16 for f16 weights.
+func gemm2F16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
+	checkGemm(panels, columnsLen(p1, 16, cols), rows, p1, 16, n, out)
+	_ = x[n*cols-1]
+	C.kk2_gemm_f16(u16p(panels), C.long(rows), C.long(cols), C.long(p0), C.long(p1), f32p(x), C.long(n),
+		f32p(out), C.long(rows))
+}
+
+// scoresAVX512 is ScoreBlock's AVX-512 kernel; the lengths are checked.
+func scoresAVX512(s []float32, lds int, q []float32, m int, keys []float32, n, d int, scale float32) {
+	C.kk_scores(f32p(q), C.long(m), C.long(d), f32p(keys), C.long(n), C.float(scale), f32p(s), C.long(lds))
+}
+
+// mixAVX512 is MixBlock's AVX-512 kernel; the lengths are checked.
+func mixAVX512(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
+	C.kk_mix(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n))
+}
+
+// fwhtRows64AVX512 is FWHTAxpyRows (cos nil) or FWHTAxpyRoPERows for rows of
+// 64 values (d = p = 64); the lengths are checked.
+func fwhtRows64AVX512(out, v, signs, z, w, rows []float32, n, r int, cos, sin []float32) {
+	if n == 0 {
+		return
+	}
+	var wp, rp, cp, sp *C.float
+	if r > 0 {
+		wp, rp = f32p(w), f32p(rows)
+	}
+	if cos != nil {
+		cp, sp = f32p(cos), f32p(sin)
+	}
+	C.kk_fwht_rows64(f32p(out), f32p(v), f32p(signs), f32p(z), wp, C.long(r), rp, C.long(n), cp, sp)
+}

@@ -1,0 +1,45 @@
+//go:build !cgo || !amd64
+
+package cpu
+
+// Without cgo on amd64 there are no C kernels (avx2_amd64.c,
+// avx512_amd64.c).
+const (
+	cpuAVX2C, cpuAVX512, cpuBF16Dot = false, false, false
+
+	hasAVX2C   = false
+	hasAVX512  = false
+	hasBF16Dot = false
+)
+
+func packPairs(w []uint16, rows, cols, width, p0, p1 int, dst []uint16)   { panic("cpu: no C kernels") }
+func packColumns(w []uint16, rows, cols, width, p0, p1 int, dst []uint16) { panic("cpu: no C kernels") }
+func packX(x []float32, n, cols, ld int, dst []uint16)                    { panic("cpu: no C kernels") }
+
+func gemmBF16(panels []uint16, rows, cols, p0, p1 int, x []uint16, ld, n int, out []float32) {
+	panic("cpu: no C kernels")
+}
+
+func gemmF32(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
+	panic("cpu: no C kernels")
+}
+
+func gemm2BF16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
+	panic("cpu: no C kernels")
+}
+
+func gemm2F16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
+	panic("cpu: no C kernels")
+}
+
+func scoresAVX512(s []float32, lds int, q []float32, m int, keys []float32, n, d int, scale float32) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func mixAVX512(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func fwhtRows64AVX512(out, v, signs, z, w, rows []float32, n, r int, cos, sin []float32) {
+	panic("cpu: no AVX-512 kernels")
+}
