@@ -37,6 +37,7 @@ var allowed = map[string][]string{
 	"internal/term":        {},
 	"internal/device":      {"compute", "compute/cuda"},
 	"internal/testmodel":   {"compute"},
+	"internal/leveltest":   {"kernels/cpu"},
 	"cmd/kakeya-run":       {"", "model", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
 	"cmd/kakeya-bench":     {"model", "kvcache", "kernels/cpu", "internal/testmodel"},
 	"cmd/kakeya-eval":      {"", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},

@@ -1,0 +1,12 @@
+package codec_test
+
+import (
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/leveltest"
+)
+
+// TestKernelLevels reruns this package's tests at every kernel level below
+// the best this CPU runs: the codecs encode and decode through the SIMD
+// kernels of kernels/cpu, each path of which must keep their bounds.
+func TestKernelLevels(t *testing.T) { leveltest.Rerun(t, ".") }

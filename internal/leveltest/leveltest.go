@@ -1,0 +1,62 @@
+// Package leveltest runs a test binary's tests again at each kernel level
+// below the best this CPU runs ($KAKEYA_CPU, see kernels/cpu), so that a
+// machine with AVX-512 also tests the AVX2 and scalar paths.
+package leveltest
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
+)
+
+// marker starts the line a child logs to show the level it ran at.
+const marker = "leveltest: kernel level "
+
+// Rerun runs the tests of this test binary that match the regular
+// expression pattern once per kernel level below the best of kcpu.Levels,
+// each in a child process with $KAKEYA_CPU naming the level, and fails t,
+// with the child's output, if a child fails, ran no test or did not run at
+// its level. In a child (where $KAKEYA_CPU is set) it logs the level in
+// force and returns: the parent covers the levels. A test a child skips
+// (the shared data set missing where that is allowed) is logged.
+func Rerun(t *testing.T, pattern string) {
+	t.Helper()
+	if v := os.Getenv(kcpu.EnvCPU); v != "" {
+		t.Logf("%s%s (%s=%s)", marker, kcpu.Level(), kcpu.EnvCPU, v)
+		return
+	}
+	levels := kcpu.Levels()
+	t.Logf("this process runs %s; rerunning at %v", kcpu.Level(), levels[:len(levels)-1])
+	run := "^" + t.Name() + "$|" + pattern
+	for _, level := range levels[:len(levels)-1] {
+		t.Run(level, func(t *testing.T) {
+			ctx := context.Background()
+			if d, ok := t.Deadline(); ok {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, d)
+				defer cancel()
+			}
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", run, "-test.count", "1", "-test.v")
+			cmd.Env = append(os.Environ(), kcpu.EnvCPU+"="+level)
+			out, err := cmd.CombinedOutput()
+			s := string(out)
+			switch {
+			case err != nil:
+				t.Fatalf("%s=%s: %v\n%s", kcpu.EnvCPU, level, err, s)
+			case !strings.Contains(s, marker+level+" "):
+				t.Fatalf("%s=%s: the child did not report running at %s\n%s", kcpu.EnvCPU, level, level, s)
+			case strings.Count(s, "--- PASS") < 2:
+				t.Fatalf("%s=%s: no test matched %q\n%s", kcpu.EnvCPU, level, pattern, s)
+			}
+			for _, line := range strings.Split(s, "\n") {
+				if strings.Contains(line, "--- SKIP") {
+					t.Logf("%s=%s: %s", kcpu.EnvCPU, level, strings.TrimSpace(line))
+				}
+			}
+		})
+	}
+}
