@@ -58,7 +58,7 @@ func TestForwardConsistency(t *testing.T) {
 			matmul string
 			tol    float64 // relative to the row's largest logit
 		}{
-			{"f32", 1e-4}, // seen: 9.7e-7
+			{"f32", 1e-4},  // seen: 9.7e-7
 			{"bf16", 2e-2}, // seen: 4.9e-3
 		} {
 			t.Run(name+"/"+tc.matmul, func(t *testing.T) {
