@@ -118,9 +118,10 @@ func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 func (e *Engine) Dir() string { return e.dir }
 
 // Kernels describes the compute kernels the model runs on: the backend's
-// compute.Describer text, for example "avx2+fma (GOEXPERIMENT=simd); bf16
-// activations in bf16 matmuls" on the CPU (cpu.Features and the matmul
-// precision), or a GPU's name and GEMM path.
+// compute.Describer text, for example "avx2+fma (GOEXPERIMENT=simd), ...
+// (cgo); matmuls: bf16 weights x bf16 activations" on the CPU
+// (cpu.Features and the products the weights get), or a GPU's name and
+// GEMM path.
 func (e *Engine) Kernels() string {
 	if d, ok := e.model.Backend().(compute.Describer); ok {
 		return d.Describe()

@@ -3,11 +3,15 @@ package kakeya
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 )
@@ -118,10 +122,12 @@ func TestGenerateErrors(t *testing.T) {
 		opt    GenerateOptions
 		want   string
 	}{
-		{"prompt longer than the context", long, GenerateOptions{}, "exceeds the context of 512"},
+		{"prompt longer than the context", long, GenerateOptions{}, "more than the context of 512, the most this model allows: shorten the prompt"},
 		{"negative max tokens", "hi", GenerateOptions{MaxTokens: -1}, "max tokens"},
 		{"bad temperature", "hi", GenerateOptions{Sampling: SamplingOptions{Temperature: -1}}, "temperature"},
 		{"no chat template", "hi", GenerateOptions{Chat: true}, "chat"},
+		{"system without chat", "hi", GenerateOptions{System: "Be brief."},
+			"kakeya: GenerateOptions.System needs Chat: the system message goes into the chat template (set Chat, or leave System empty)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,13 +191,70 @@ func TestEngineCache(t *testing.T) {
 		opt Options
 		err string
 	}{
-		{Options{Cache: kvcache.Spec{KV: "int5"}}, `kakeya: cache: --kv-codec "int5"`},
+		// The library names the Spec's fields, not the tools' flags.
+		{Options{Cache: kvcache.Spec{KV: "int5"}}, `kakeya: cache: Spec.KV "int5": codec: unknown codec "int5"`},
 		{Options{Model: model.Options{BlockSize: 32}}, "set the cache through Cache"},
-		{Options{Cache: kvcache.Spec{KV: "int8", Boundary: "9"}}, "layer 9 outside a model of 5 layers"},
+		{Options{Cache: kvcache.Spec{KV: "int8", Boundary: "9"}}, `kakeya: cache: Spec.Boundary "9": layer 9 outside a model of 5 layers`},
 		{Options{Cache: kvcache.Spec{KV: "int8"}, Calibration: filepath.Join(dir, "missing.safetensors")}, "kakeya: calibration: "},
 	} {
 		if _, err := Load(context.Background(), dir, tt.opt); err == nil || !strings.Contains(err.Error(), tt.err) {
 			t.Errorf("%+v: err = %v, want %q", tt.opt, err, tt.err)
 		}
+	}
+	// A hot window (or sinks) covering the whole context compresses
+	// nothing: the engine loads, and its settings carry the warning.
+	for _, tt := range []struct {
+		spec kvcache.Spec
+		want string
+	}{
+		{kvcache.Spec{KV: "int8"}, ""},
+		{kvcache.Spec{KV: "int8", HotWindow: 448}, ""}, // one block of 64 + 448 = 512 tokens, the context
+		{kvcache.Spec{KV: "int8", HotWindow: 449}, "nothing will be compressed: with Spec.HotWindow 449, Spec.Sinks 0 and 64-token blocks the first block is encoded once a sequence holds 513 tokens, and sequences here hold at most 512; lower Spec.HotWindow or Spec.Sinks (or Spec.BlockSize)"},
+		{kvcache.Spec{KV: "int8", HotWindow: 512}, "with Spec.HotWindow 512, Spec.Sinks 0 and 64-token blocks the first block is encoded once a sequence holds 576 tokens"},
+		{kvcache.Spec{KV: "int8", Sinks: 1000}, "nothing will be compressed: with Spec.HotWindow 64, Spec.Sinks 1000 and 64-token blocks the first block is encoded once a sequence holds 1152 tokens"},
+	} {
+		e, err := Load(context.Background(), dir, Options{Model: model.Options{Threads: 2}, Cache: tt.spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		werr := e.CacheSettings().Warning
+		e.Close()
+		w := ""
+		if werr != nil {
+			w = werr.Error()
+		}
+		if tt.want == "" && w != "" || !strings.Contains(w, tt.want) {
+			t.Errorf("%+v: warning %q, want %q", tt.spec, w, tt.want)
+		}
+	}
+}
+
+// generation_config.json's eos ids stop generation as config.json's do
+// (transformers' generate stops on them).
+func TestGenerationConfigEOS(t *testing.T) {
+	dir := tinyEngineDir(t, testmodel.Qwen3Tiny, nil)
+	e := loadEngine(t, dir, model.Options{Threads: 1})
+	greedy := GenerateOptions{MaxTokens: 4, Sampling: SamplingOptions{Temperature: 0}}
+	ids, err := e.PromptIDs("hi", greedy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Generate(context.Background(), "hi", greedy, nil)
+	if err != nil || res.StopReason != StopLength || res.GeneratedTokens != 4 {
+		t.Fatalf("without: %+v, %v", res, err)
+	}
+	_, logits, err := e.Logits(context.Background(), "hi", greedy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := slices.Index(logits[len(ids)-1], slices.Max(logits[len(ids)-1])) // greedy's first token
+	gen := fmt.Sprintf(`{"bos_token_id": 1, "eos_token_id": [2, %d]}`, first)
+	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(gen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e = loadEngine(t, dir, model.Options{Threads: 1})
+	res, err = e.Generate(context.Background(), "hi", greedy, nil)
+	if err != nil || res.StopReason != StopEOS || res.GeneratedTokens != 0 {
+		t.Errorf("eos %d in generation_config.json: %+v, %v; want a stop at eos before any token", first, res, err)
 	}
 }

@@ -23,11 +23,14 @@ type GenerateOptions struct {
 	Sampling  SamplingOptions
 	Stop      []string // generation ends before the first of these (non-empty) strings
 	Chat      bool     // wrap the prompt in the model's chat template
-	System    string   // system message when Chat is set
+	System    string   // system message, only with Chat (an error without)
 }
 
 // validate reports the first option Generate cannot honour.
 func (o *GenerateOptions) validate() error {
+	if err := o.checkPrompt(); err != nil {
+		return err
+	}
 	if o.MaxTokens < 0 {
 		return fmt.Errorf("kakeya: max tokens %d must be >= 0", o.MaxTokens)
 	}
@@ -37,6 +40,14 @@ func (o *GenerateOptions) validate() error {
 		}
 	}
 	return o.Sampling.Validate()
+}
+
+// checkPrompt reports options that shape the prompt but would be ignored.
+func (o *GenerateOptions) checkPrompt() error {
+	if o.System != "" && !o.Chat {
+		return errors.New("kakeya: GenerateOptions.System needs Chat: the system message goes into the chat template (set Chat, or leave System empty)")
+	}
+	return nil
 }
 
 // Why generation ended: the StopReason of a Result.
@@ -86,6 +97,9 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	if err := e.model.CheckOpen(); err != nil {
 		return nil, err
 	}
+	if err := opt.checkPrompt(); err != nil {
+		return nil, err
+	}
 	if !opt.Chat {
 		return e.tok.Encode(prompt, true), nil
 	}
@@ -116,7 +130,7 @@ func (e *Engine) Logits(ctx context.Context, prompt string, opt GenerateOptions)
 		return nil, nil, errors.New("kakeya: empty prompt (no tokens and no BOS)")
 	}
 	if n := e.model.MaxContext(); len(ids) > n {
-		return nil, nil, fmt.Errorf("kakeya: prompt of %d tokens exceeds the context of %d", len(ids), n)
+		return nil, nil, fmt.Errorf("kakeya: %w", &model.ContextError{Tokens: len(ids), Context: n, Limit: e.model.ContextLimit()})
 	}
 	seq, err := e.model.NewSequenceOpts(e.seq)
 	if err != nil {
@@ -168,7 +182,7 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 	}
 	ctxLen := e.model.MaxContext()
 	if len(ids) >= ctxLen {
-		return nil, fmt.Errorf("kakeya: prompt of %d tokens exceeds the context of %d", len(ids), ctxLen)
+		return nil, fmt.Errorf("kakeya: %w", &model.ContextError{Tokens: len(ids), Context: ctxLen, Limit: e.model.ContextLimit(), Generate: true})
 	}
 	maxNew, limit := ctxLen-len(ids), StopContext
 	if opt.MaxTokens > 0 && opt.MaxTokens <= maxNew {
@@ -309,12 +323,19 @@ func firstNonFinite(x []float32) int {
 	return -1
 }
 
-// stopIDs gathers the token ids that end generation: the config's and the
-// tokenizer's EOS, plus the chat turn terminators in chat mode.
+// stopIDs gathers the token ids that end generation: the EOS ids of
+// config.json, generation_config.json (as transformers' generate stops on
+// them) and the tokenizer, plus the chat turn terminators in chat mode.
 func (e *Engine) stopIDs(chat bool) map[int]bool {
 	ids := map[int]bool{}
-	for _, id := range e.model.Config().EOSTokenIDs {
+	cfg := e.model.Config()
+	for _, id := range cfg.EOSTokenIDs {
 		ids[id] = true
+	}
+	if cfg.Generation != nil {
+		for _, id := range cfg.Generation.EOSTokenIDs {
+			ids[id] = true
+		}
 	}
 	for _, id := range e.tok.EOS() {
 		ids[id] = true

@@ -267,7 +267,7 @@ func TestGenerateErrorReturnsPartial(t *testing.T) {
 			if res.PromptTokens != full.PromptTokens || res.GeneratedTokens < n || res.GeneratedTokens >= 30 {
 				t.Errorf("prompt %d, generated %d tokens after %d pieces; want prompt %d and fewer than 30 generated", res.PromptTokens, res.GeneratedTokens, n, full.PromptTokens)
 			}
-			if res.StopReason != "" || res.Prefill <= 0 || res.Decode <= 0 || res.KV.Bytes() <= 0 || res.Kernels != cpu.Features()+bf16Suffix {
+			if res.StopReason != "" || res.Prefill <= 0 || res.Decode <= 0 || res.KV.Bytes() <= 0 || res.Kernels != cpu.Features()+f32Suffix {
 				t.Errorf("partial result %+v: want no stop reason, timings, KV stats and kernels", res)
 			}
 		})
@@ -326,6 +326,7 @@ func TestEngineLogits(t *testing.T) {
 	}{
 		{"cancelled", ctx, GenerateOptions{}, "context canceled"},
 		{"no chat template", context.Background(), GenerateOptions{Chat: true}, "chat"},
+		{"system without chat", context.Background(), GenerateOptions{System: "Be brief."}, "kakeya: GenerateOptions.System needs Chat"},
 	} {
 		if _, _, err := e.Logits(tc.ctx, prompt, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
@@ -460,21 +461,34 @@ func TestGenerateOptionValidation(t *testing.T) {
 	}
 }
 
-// bf16Suffix ends the CPU backend's description at the default matmul
-// precision.
-const bf16Suffix = "; bf16 activations in bf16 matmuls"
+// f32Suffix ends the CPU backend's description for a model of f32 weights.
+const f32Suffix = "; matmuls: f32 weights x f32 activations"
 
-// TestKernels: the engine reports the kernel set this build runs and the
-// matmul precision.
+// TestKernels: the engine reports the kernels this process runs and the
+// matrix products its weights really get.
 func TestKernels(t *testing.T) {
+	for _, tc := range []struct {
+		spec   testmodel.Spec
+		matmul string
+		suffix string
+	}{
+		{testmodel.Qwen2Tiny, "", "; matmuls: bf16 weights x bf16 activations"},
+		{testmodel.Qwen2Tiny, "f32", "; matmuls: bf16 weights x f32 activations"},
+		{testmodel.Llama3Tiny, "", "; matmuls: f16 weights x f32 activations"},
+	} {
+		e := loadEngine(t, tinyEngineDir(t, tc.spec, nil), model.Options{Threads: 1, MatMul: tc.matmul})
+		if got := e.Kernels(); got != cpu.Features()+tc.suffix {
+			t.Errorf("%s weights, matmul %q: Kernels() = %q, want %q", tc.spec.DType, tc.matmul, got, cpu.Features()+tc.suffix)
+		}
+	}
 	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), model.Options{Threads: 1})
-	got, ok := strings.CutSuffix(e.Kernels(), bf16Suffix)
+	got, ok := strings.CutSuffix(e.Kernels(), f32Suffix)
 	if v := os.Getenv(cpu.EnvCPU); v != "" {
 		// A capped run (TestKernelLevels' children, or a user's) says so.
 		got = strings.TrimSuffix(got, " ["+cpu.EnvCPU+"="+v+"]")
 	}
 	if want := wantKernels(); !ok || !slices.Contains(want, got) {
-		t.Fatalf("Kernels() = %q, want one of %q followed by %q (the default matmul precision)", e.Kernels(), want, bf16Suffix)
+		t.Fatalf("Kernels() = %q, want one of %q followed by %q", e.Kernels(), want, f32Suffix)
 	}
 	got = e.Kernels()
 	res, err := e.Generate(context.Background(), "hi", GenerateOptions{MaxTokens: 2}, nil)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,23 +20,32 @@ type Spec struct {
 	Params map[string]string
 }
 
-// Names lists the codec names New accepts.
-func Names() []string {
-	return []string{"f32", "bf16", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-k", "kakeya", "turbo"}
-}
+// names are the codecs New builds, in the order help lists them: the one
+// list Names, New and the tools' help read.
+var names = []string{"f32", "bf16", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot", "kakeya", "turbo"}
+
+// Names lists the codec names New accepts ("identity" aside, an alias of
+// f32).
+func Names() []string { return slices.Clone(names) }
 
 // TakesBits reports whether the codec named name has a bit-width setting
 // (b=N in its spec).
-func TakesBits(name string) bool { return name == "kakeya" || name == "turbo" }
+func TakesBits(name string) bool {
+	_, _, ok := bitsRange(name)
+	return ok
+}
 
 // ParseSpec parses "name" or "name:key=value,key=value". Keys:
 //
-//	int4*, int2*: group=<G>, params=<8bit|f16>, seed=<uint>
+//	int4*, int2*: group=<1..65535>, params=<8bit|f16>, seed=<uint>
 //	kakeya:  b|bits=<1..4>, rank=<0..255>, var=<(0,1]>, cbits=<4|8|16>,
-//	         outlier=<T, 0 off>, maxout=<0..255>, signs=<true|false>, seed=<uint>
-//	turbo:   b|bits=<2..4>, group=<block: power of two>, seed=<uint>
+//	         outlier=<T >= 0, 0 off>, maxout=<0..255>, signs=<true|false>, seed=<uint>
+//	turbo:   b|bits=<2..4>, group=<block: power of two, 2..1024>, seed=<uint>
 //
-// e.g. "kakeya:b=3,rank=8,outlier=3.5". Values are checked by New.
+// e.g. "kakeya:b=3,rank=8,outlier=3.5". A key given twice (b and bits
+// count as one) is an error, and so is a bit width outside the codec's
+// range; the other values are checked by New, whose errors name the key,
+// the value and the valid range.
 func ParseSpec(s string) (Spec, error) {
 	name, rest, has := strings.Cut(strings.TrimSpace(s), ":")
 	sp := Spec{Name: strings.ToLower(name)}
@@ -46,6 +56,7 @@ func ParseSpec(s string) (Spec, error) {
 		return sp, nil
 	}
 	sp.Params = make(map[string]string)
+	bitsKey := "" // the key that set Bits, b or bits
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
@@ -53,19 +64,41 @@ func ParseSpec(s string) (Spec, error) {
 			return sp, fmt.Errorf("codec: spec %q: %q is not key=value", s, kv)
 		}
 		if k == "b" || k == "bits" {
+			if bitsKey != "" {
+				return sp, fmt.Errorf("codec: spec %q: the bit width is given twice (%s=%d, then %s=%s); give it once", s, bitsKey, sp.Bits, k, v)
+			}
 			b, err := strconv.Atoi(v)
 			if err != nil {
 				return sp, fmt.Errorf("codec: spec %q: bits %q: %w", s, v, err)
 			}
-			sp.Bits = b
+			// Bits 0 means "the codec's default" in a Spec, so a written
+			// width must be a real one.
+			if lo, hi, ok := bitsRange(sp.Name); ok && (b < lo || b > hi) {
+				return sp, fmt.Errorf("codec: spec %q: %s=%d: want a bit width in %d..%d for %s", s, k, b, lo, hi, sp.Name)
+			} else if !ok && b <= 0 {
+				return sp, fmt.Errorf("codec: spec %q: %s=%d: want a bit width >= 1", s, k, b)
+			}
+			sp.Bits, bitsKey = b, k
 			continue
 		}
-		if _, dup := sp.Params[k]; dup {
-			return sp, fmt.Errorf("codec: spec %q: key %q given twice", s, k)
+		if old, dup := sp.Params[k]; dup {
+			return sp, fmt.Errorf("codec: spec %q: key %q given twice (%s=%s, then %s=%s); give it once", s, k, k, old, k, v)
 		}
 		sp.Params[k] = v
 	}
 	return sp, nil
+}
+
+// bitsRange returns the bit widths (b=N) the codec named name accepts, and
+// false for a codec without a bit-width setting.
+func bitsRange(name string) (lo, hi int, ok bool) {
+	switch name {
+	case "kakeya":
+		return 1, 4, true
+	case "turbo":
+		return 2, 4, true
+	}
+	return 0, 0, false
 }
 
 // String formats s in the grammar ParseSpec reads, keys sorted.
@@ -86,6 +119,9 @@ func (s Spec) String() string {
 // New builds the codec s describes; unknown names or keys are errors.
 func New(s Spec) (Codec, error) {
 	p := params{spec: s, used: map[string]bool{}}
+	if s.Name != "identity" && !slices.Contains(names, s.Name) {
+		return nil, fmt.Errorf("codec: unknown codec %q (valid: %s)", s.Name, strings.Join(names, ", "))
+	}
 	var c Codec
 	var err error
 	switch s.Name {
@@ -102,7 +138,7 @@ func New(s Spec) (Codec, error) {
 		}
 		o.PerChannel = strings.Contains(s.Name, "-k")
 		o.Rotate = strings.HasSuffix(s.Name, "-rot")
-		p.int("group", &o.Group)
+		p.intIn("group", &o.Group, 1, 65535)
 		p.uint64("seed", &o.Seed)
 		if v, ok := p.get("params"); ok {
 			switch v {
@@ -121,13 +157,16 @@ func New(s Spec) (Codec, error) {
 		if s.Bits != 0 {
 			o.Bits = s.Bits
 		}
-		p.int("rank", &o.MaxRank)
+		p.intIn("rank", &o.MaxRank, 0, 255)
 		p.float("var", &o.VarianceRatio)
+		p.want("var", o.VarianceRatio > 0 && o.VarianceRatio <= 1, "want a variance ratio in (0, 1]")
 		p.int("cbits", &o.CoeffBits)
+		p.want("cbits", o.CoeffBits == 4 || o.CoeffBits == 8 || o.CoeffBits == 16, "want 4, 8 or 16")
 		var t float64 = float64(o.OutlierThreshold)
 		p.float("outlier", &t)
+		p.want("outlier", t >= 0 && t <= math.MaxFloat32, "want a threshold >= 0 in standard deviations (0 turns outliers off)")
 		o.OutlierThreshold = float32(t)
-		p.int("maxout", &o.MaxOutliers)
+		p.intIn("maxout", &o.MaxOutliers, 0, 255)
 		p.bool("signs", &o.RandomSigns)
 		p.uint64("seed", &o.Seed)
 		if p.err == nil {
@@ -139,12 +178,13 @@ func New(s Spec) (Codec, error) {
 			o.Bits = s.Bits
 		}
 		p.int("group", &o.Block)
+		p.want("group", o.Block >= 2 && o.Block <= 1024 && o.Block&(o.Block-1) == 0, "want a power of two in 2..1024")
 		p.uint64("seed", &o.Seed)
 		if p.err == nil {
 			c, err = NewTurbo(o)
 		}
 	default:
-		return nil, fmt.Errorf("codec: unknown codec %q (valid: %s)", s.Name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("codec: %q is listed but New does not build it", s.Name)
 	}
 	if p.err != nil {
 		return nil, p.err
@@ -190,6 +230,20 @@ func (p *params) int(k string, dst *int) {
 			return
 		}
 		*dst = n
+	}
+}
+
+// intIn reads an integer setting that must lie in lo..hi.
+func (p *params) intIn(k string, dst *int, lo, hi int) {
+	p.int(k, dst)
+	p.want(k, *dst >= lo && *dst <= hi, fmt.Sprintf("want an integer in %d..%d", lo, hi))
+}
+
+// want fails setting k, when it was given and read, unless ok; what says
+// which values are valid.
+func (p *params) want(k string, ok bool, what string) {
+	if v, given := p.spec.Params[k]; given && p.err == nil && !ok {
+		p.fail(k, v, errors.New(what))
 	}
 }
 

@@ -1,6 +1,8 @@
 package codec
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,27 +43,115 @@ func TestParseSpecAndNew(t *testing.T) {
 }
 
 func TestSpecErrors(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                     "empty codec name",
-		"zstd":                 "valid: f32, bf16",
-		"kakeya:b":             "not key=value",
-		"kakeya:b=x":           "bits",
-		"kakeya:rank=1,rank=2": "twice",
-		"kakeya:foo=1":         `unknown key "foo"`,
-		"kakeya:b=5":           "bits 5 not in 1..4",
-		"kakeya:rank=-1":       "max rank",
-		"kakeya:cbits=3":       "coefficient bits",
-		"kakeya:signs=maybe":   "signs",
-		"int8:b=4":             "takes no bits",
-		"int4:group=0":         "group 0",
-		"int4:params=f32":      `params="f32": want 8bit (the default) or f16`,
-	} {
-		s, err := ParseSpec(in)
+	tests := []struct{ in, want string }{
+		{"", "empty codec name"},
+		{"zstd", "valid: f32, bf16"},
+		{"kakeya:b", "not key=value"},
+		{"kakeya:b=x", "bits"},
+		{"kakeya:rank=1,rank=2", `codec: spec "kakeya:rank=1,rank=2": key "rank" given twice (rank=1, then rank=2); give it once`},
+		{"kakeya:b=3,b=4", `codec: spec "kakeya:b=3,b=4": the bit width is given twice (b=3, then b=4); give it once`},
+		{"kakeya:bits=3,b=3", `the bit width is given twice (bits=3, then b=3)`},
+		{"kakeya:foo=1", `unknown key "foo"`},
+		{"kakeya:b=0", `codec: spec "kakeya:b=0": b=0: want a bit width in 1..4 for kakeya`},
+		{"kakeya:b=5", `codec: spec "kakeya:b=5": b=5: want a bit width in 1..4 for kakeya`},
+		{"turbo:bits=1", `codec: spec "turbo:bits=1": bits=1: want a bit width in 2..4 for turbo`},
+		{"int8:b=0", `codec: spec "int8:b=0": b=0: want a bit width >= 1`},
+		{"kakeya:rank=-1", `codec: spec kakeya:rank=-1: rank="-1": want an integer in 0..255`},
+		{"kakeya:rank=256", `rank="256": want an integer in 0..255`},
+		{"kakeya:maxout=300", `maxout="300": want an integer in 0..255`},
+		{"kakeya:cbits=3", `codec: spec kakeya:cbits=3: cbits="3": want 4, 8 or 16`},
+		{"kakeya:var=0", `var="0": want a variance ratio in (0, 1]`},
+		{"kakeya:var=NaN", `var="NaN": want a variance ratio in (0, 1]`},
+		{"kakeya:outlier=-1", `codec: spec kakeya:outlier=-1: outlier="-1": want a threshold >= 0 in standard deviations (0 turns outliers off)`},
+		{"kakeya:outlier=Inf", `outlier="Inf": want a threshold >= 0`},
+		{"kakeya:outlier=1e39", `outlier="1e39": want a threshold >= 0`},
+		{"kakeya:signs=maybe", "signs"},
+		{"turbo:group=48", `codec: spec turbo:group=48: group="48": want a power of two in 2..1024`},
+		{"int8:b=4", "takes no bits"},
+		{"int4:group=0", `codec: spec int4:group=0: group="0": want an integer in 1..65535`},
+		{"int4:params=f32", `params="f32": want 8bit (the default) or f16`},
+	}
+	for _, tt := range tests {
+		s, err := ParseSpec(tt.in)
 		if err == nil {
 			_, err = New(s)
 		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: error %v, want one containing %q", in, err, want)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want one containing %q", tt.in, err, tt.want)
 		}
+	}
+}
+
+// FuzzParseSpec checks that no text makes the codec grammar panic, that
+// errors come from this package, and that an accepted spec survives a
+// round trip through String: the same Spec, and the same codec from New.
+func FuzzParseSpec(f *testing.F) {
+	for _, s := range []string{
+		"int8", "kakeya", "kakeya:b=3,rank=8,outlier=3.5", " Kakeya:bits=2,rank=0,outlier=0,signs=false ",
+		"kakeya:cbits=16,var=0.9,maxout=8,seed=0x10", "int4-k:group=64", "int4:params=f16", "turbo:b=3,group=64",
+		"kakeya:b=3,b=4", "kakeya:b=0", "kakeya:outlier=-1", "int8:b=4", "kakeya:rank=1,rank=2", "", ":",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		s, err := ParseSpec(text)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "codec: ") {
+				t.Errorf("ParseSpec(%q): error %q does not name the package", text, err)
+			}
+			return
+		}
+		if lo, hi, ok := bitsRange(s.Name); s.Bits != 0 && ok && (s.Bits < lo || s.Bits > hi) {
+			t.Fatalf("ParseSpec(%q) accepted bits %d outside %d..%d", text, s.Bits, lo, hi)
+		}
+		back, err := ParseSpec(s.String())
+		if err != nil || back.Name != s.Name || back.Bits != s.Bits || !maps.Equal(back.Params, s.Params) {
+			t.Fatalf("ParseSpec(%q) = %+v; its String %q reads back as %+v, %v", text, s, s.String(), back, err)
+		}
+		c, err := New(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "codec: ") {
+				t.Errorf("New(%q): error %q does not name the package", text, err)
+			}
+			return
+		}
+		c2, err := New(back)
+		if err != nil || c2.Name() != c.Name() {
+			t.Fatalf("New(%q) = %s, but its String %q builds %v, %v", text, c.Name(), s.String(), c2, err)
+		}
+	})
+}
+
+// TestNamesBuild: every name Names lists (the list the tools' help prints)
+// builds a codec that round-trips a block, and a name it does not list is
+// unknown.
+func TestNamesBuild(t *testing.T) {
+	for _, name := range Names() {
+		c, err := New(Spec{Name: name})
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		const n, d = 64, 64
+		x := make([]float32, n*d)
+		for i := range x {
+			x[i] = float32(i%17) - 8
+		}
+		enc, err := c.Encode(nil, x, n, d)
+		if err != nil {
+			t.Errorf("%s: encode: %v", name, err)
+			continue
+		}
+		if err := c.Decode(make([]float32, n*d), enc, n, d); err != nil {
+			t.Errorf("%s: decode: %v", name, err)
+		}
+	}
+	for _, name := range []string{"int2-rot", "int2-k-rot"} {
+		if !slices.Contains(Names(), name) {
+			t.Errorf("Names() lacks %s", name)
+		}
+	}
+	if _, err := New(Spec{Name: "int3"}); err == nil || !strings.Contains(err.Error(), `unknown codec "int3" (valid: f32, bf16, int8, int4, int4-rot, int4-k, int4-k-rot, int2, int2-rot, int2-k, int2-k-rot, kakeya, turbo)`) {
+		t.Errorf("int3: %v", err)
 	}
 }

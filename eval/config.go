@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -122,7 +124,8 @@ func (c Config) Validate() error {
 // optional "name" and the keys of ParseConfig, e.g.
 // {"name": "kk3", "k": "kakeya:b=3", "boundary": [0, -1], "block": 64,
 // "precond": true}. Numbers, booleans and lists of layers are read as
-// their text; unknown keys are errors.
+// their text; unknown keys, and two keys of one setting (kv and
+// kv-codec), are errors.
 func ParseConfigsJSON(data []byte) ([]Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -148,14 +151,23 @@ func ParseConfigsJSON(data []byte) ([]Config, error) {
 // setter as the flags and --config strings.
 func configFromJSON(obj map[string]any) (Config, error) {
 	var c Config
-	for k, v := range obj {
-		text, err := jsonText(v)
+	seen := map[string]string{} // setting -> the key that gave it
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		text, err := jsonText(obj[k])
 		if err != nil {
 			return Config{}, fmt.Errorf("%s: %w", k, err)
 		}
 		if k == "name" {
 			c.Name = text
 			continue
+		}
+		// Two keys of one setting (kv and kv-codec) would leave it to
+		// whichever came last.
+		if set, ok := kvcache.SettingName(k); ok {
+			if prev, dup := seen[set]; dup {
+				return Config{}, fmt.Errorf("%s: %s is already set by %s; give each setting once", k, set, prev)
+			}
+			seen[set] = k
 		}
 		if err := c.Spec.Set(k, text); err != nil {
 			return Config{}, err

@@ -47,6 +47,8 @@ func TestParseConfig(t *testing.T) {
 		{in: "name=a,boundary=0:1", err: `"0:1" is not an integer`},
 		{in: "name=a,boundary=1;1", err: "listed twice"},
 		{in: "name=a,name=b", err: "name given twice"},
+		{in: "name=a,kv=int8,kv=int4", err: `eval: config "name=a,kv=int8,kv=int4": kv=int4: kv-codec is already set by kv=int8; give each setting once`},
+		{in: "name=a,hot=8,hot-window=16", err: "hot-window=16: hot-window is already set by hot=8"},
 		{in: "name=a\tb,k=int4", err: "tab"},
 	}
 	for _, tt := range tests {
@@ -76,10 +78,10 @@ func TestParseConfig(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	for _, tt := range []struct{ in, err string }{
 		{"name=a,kv=int8", ""},
-		{"name=a,kv=int5", `--kv-codec "int5": codec: unknown codec "int5"`},
-		{"name=a,kv=int8,foo=1", `--kv-codec "int8,foo=1"`},
+		{"name=a,kv=int5", `Spec.KV "int5": codec: unknown codec "int5"`},
+		{"name=a,kv=int8,foo=1", `Spec.KV "int8,foo=1"`},
 		{"name=a,v=int8,precond=1", "keys are uncompressed"},
-		{"name=a,kv=int8,k-bits=3", "--k-bits 3: codec int8 has a fixed width"},
+		{"name=a,kv=int8,k-bits=3", "Spec.KBits 3: codec int8 has a fixed width"},
 	} {
 		c, err := ParseConfig(tt.in)
 		if err != nil {
@@ -117,6 +119,8 @@ func TestParseConfigsJSON(t *testing.T) {
 		{`{"name":"a"}`, "cannot unmarshal"},
 		{`[{"name":"a","hot":-1}]`, `hot-window "-1": want an integer >= 0`},
 		{`[] []`, "trailing"},
+		{`[{"name":"a","kv":"int8","kv-codec":"int4"}]`, "eval: configs: entry 0: kv-codec: kv-codec is already set by kv; give each setting once"},
+		{`[{"name":"a","policy":"p.json","layers":"int8/int8"}]`, "entry 0: policy: layer-codecs is already set by layers; give each setting once"},
 	} {
 		if _, err := ParseConfigsJSON([]byte(bad.in)); err == nil || !strings.Contains(err.Error(), bad.err) {
 			t.Errorf("%s: err = %v, want %q", bad.in, err, bad.err)

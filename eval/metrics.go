@@ -187,13 +187,39 @@ func (sc *Scorer) KL(ref, alt []float32) (float64, error) {
 // Verdict grades a configuration against the reference.
 type Verdict string
 
-// Verdicts, from best to worst; the reference row gets VerdictRef.
+// Verdicts, from best to worst; the reference row gets VerdictRef, and a
+// compressed configuration whose cache encoded no block (its hot window and
+// sinks covered every sequence) VerdictNothingCompressed: its figures are
+// the reference's and grade nothing.
 const (
-	VerdictRef      Verdict = "ref"
-	VerdictAccept   Verdict = "ACCEPT"
-	VerdictMarginal Verdict = "MARGINAL"
-	VerdictReject   Verdict = "REJECT"
+	VerdictRef               Verdict = "ref"
+	VerdictAccept            Verdict = "ACCEPT"
+	VerdictMarginal          Verdict = "MARGINAL"
+	VerdictReject            Verdict = "REJECT"
+	VerdictNothingCompressed Verdict = "nothing compressed"
 )
+
+// Grade returns the verdict of configuration c, scored against the
+// reference on sequences of at most longest tokens:
+// VerdictNothingCompressed when c's settings in effect (c.Settings, filled
+// in by the tool) name a codec but encode no block of such a sequence (see
+// kvcache.Settings.NothingCompressed), else Judge's verdict.
+func Grade(c Config, longest int, deltaPPL, top1 float64) Verdict {
+	if c.Settings != nil && c.Settings.NothingCompressed(longest) != nil {
+		return VerdictNothingCompressed
+	}
+	return Judge(deltaPPL, top1)
+}
+
+// LongestFed returns the most tokens Run feeds one sequence over units:
+// all of a unit's tokens but the last, which is only a target.
+func LongestFed(units []Unit) int {
+	n := 0
+	for _, u := range units {
+		n = max(n, len(u.Tokens)-1)
+	}
+	return n
+}
 
 // Judge returns ACCEPT when |ΔPPL| <= 1% and top-1 >= 95%, MARGINAL when
 // |ΔPPL| <= 3% and top-1 >= 90%, and REJECT otherwise (NaN included).

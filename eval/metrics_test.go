@@ -3,6 +3,8 @@ package eval
 import (
 	"math"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
@@ -200,5 +202,31 @@ func TestJudge(t *testing.T) {
 		if got := Judge(tt.dppl, tt.top1); got != tt.want {
 			t.Errorf("Judge(%v, %v) = %s, want %s", tt.dppl, tt.top1, got, tt.want)
 		}
+	}
+}
+
+// A compressed configuration whose settings encode no block of the longest
+// sequence is graded "nothing compressed", whatever its figures.
+func TestGradeNothingCompressed(t *testing.T) {
+	st := func(hot, sinks int) *kvcache.Settings {
+		return &kvcache.Settings{K: "int8", V: "int8", BlockSize: 16, HotWindow: hot, Sinks: sinks}
+	}
+	for _, tt := range []struct {
+		c       Config
+		longest int
+		want    Verdict
+	}{
+		{Config{Name: "hot47", Spec: kvcache.Spec{KV: "int8"}, Settings: st(47, 0)}, 63, VerdictAccept},
+		{Config{Name: "hot48", Spec: kvcache.Spec{KV: "int8"}, Settings: st(48, 0)}, 63, VerdictNothingCompressed},
+		{Config{Name: "sinks", Spec: kvcache.Spec{KV: "int8"}, Settings: st(0, 63)}, 63, VerdictNothingCompressed},
+		{Config{Name: "unknown settings", Spec: kvcache.Spec{KV: "int8"}}, 63, VerdictAccept},
+		{Config{Name: "uncompressed", Settings: &kvcache.Settings{BlockSize: 16}}, 63, VerdictAccept},
+	} {
+		if got := Grade(tt.c, tt.longest, 0, 100); got != tt.want {
+			t.Errorf("%s: Grade = %q, want %q", tt.c.Name, got, tt.want)
+		}
+	}
+	if n := LongestFed([]Unit{{Tokens: make([]int, 64)}, {Tokens: make([]int, 10)}}); n != 63 {
+		t.Errorf("LongestFed = %d, want 63", n)
 	}
 }

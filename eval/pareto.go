@@ -15,6 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/kakeya-ai/kakeya/internal/outfile"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
@@ -69,7 +70,8 @@ func frontier(pts []paretoPoint) []paretoPoint {
 
 // WritePareto draws the report's configurations as whole-cache ratio
 // against mean KL (log scale), one labelled marker per configuration and
-// the Pareto frontier as a line, and writes the PNG to path atomically.
+// the Pareto frontier as a line, and writes the PNG to path as
+// outfile.Write does (a regular file atomically).
 // Configurations with KL 0 cannot be drawn on a log axis and are named in
 // the caption.
 func (r *Report) WritePareto(path, title string) error {
@@ -143,7 +145,10 @@ func (r *Report) WritePareto(path, title string) error {
 	if _, err := wt.WriteTo(&buf); err != nil {
 		return fmt.Errorf("eval: pareto plot: %w", err)
 	}
-	return WriteFileAtomic(path, buf.Bytes())
+	if err := outfile.WriteFile(path, buf.Bytes()); err != nil {
+		return fmt.Errorf("eval: pareto plot: %w", err)
+	}
+	return nil
 }
 
 // ReadReportPoints reads the configurations of a JSON report (WriteJSON)

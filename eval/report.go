@@ -16,6 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/kakeya-ai/kakeya/internal/outfile"
 )
 
 // Report is the record of one perplexity run, written as JSON.
@@ -119,7 +121,7 @@ func NewReport(res *Result, units []Unit, start time.Time, dur time.Duration) *R
 		if c == 0 {
 			cr.Verdict = VerdictRef
 		} else {
-			cr.Verdict = Judge(float64(cr.DeltaPPL), float64(cr.Top1))
+			cr.Verdict = Grade(cfg, LongestFed(units), float64(cr.DeltaPPL), float64(cr.Top1))
 		}
 		r.Configs = append(r.Configs, cr)
 	}
@@ -197,67 +199,17 @@ func hashHeader(h io.Writer, path string) error {
 	return nil
 }
 
-// CheckWritable reports whether a file can be written at path, before a
-// long run whose result goes there: path must not be a directory and its
-// directory must accept a new file. It leaves nothing behind.
-func CheckWritable(path string) error {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return fmt.Errorf("%s is a directory", path)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".check*")
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
-}
-
-// WriteJSON writes r to path atomically: into a temporary file in the same
-// directory, synced, then renamed over path. On any error the temporary
-// file is removed and path is left as it was. NaN and Inf figures (an
+// WriteJSON writes r to path as outfile.Write does: a regular file is
+// replaced atomically (on any error it is left as it was), a device or
+// FIFO such as /dev/stdout is written in place. NaN and Inf figures (a
 // diverging run) are written as null.
 func (r *Report) WriteJSON(path string) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("eval: report: %w", err)
 	}
-	return WriteFileAtomic(path, append(data, '\n'))
-}
-
-// WriteFileAtomic writes data to path through a synced temporary file in
-// the same directory and a rename, so readers see the old file or the whole
-// new one, never part of it.
-func WriteFileAtomic(path string, data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	if err := outfile.WriteFile(path, append(data, '\n')); err != nil {
 		return fmt.Errorf("eval: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("eval: %s: %w", tmp, err)
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return fmt.Errorf("eval: %s: %w", tmp, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("eval: %s: %w", tmp, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("eval: %s: %w", tmp, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
-		d.Sync() // make the rename itself durable; best effort
-		d.Close()
 	}
 	return nil
 }
@@ -287,8 +239,9 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 }
 
 // WriteTable writes the readable summary: one row per configuration. The
-// cache ratio is the whole cache's (hot blocks at their stored size); the
-// codec ratio is that of the encoded blocks alone.
+// cache ratio is the whole cache's (hot blocks at their stored size), blank
+// for the reference row; the codec ratio is that of the encoded blocks
+// alone.
 func (r *Report) WriteTable(w io.Writer) error {
 	// Names read best left-aligned and figures right-aligned; tabwriter
 	// aligns every column one way, so pad the names to one width first.
@@ -299,8 +252,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\tK bits\tV bits\tcache ratio\tcodec ratio\tPPL\tΔPPL %%\tKL\ttop-1 %%\tverdict\t\n", nw, "config")
 	for _, c := range r.Configs {
+		ratio := fnum(c.Ratio, "%.2fx")
+		if c.Verdict == VerdictRef {
+			// The row the others are measured against has no ratio of its
+			// own to show (its partly filled last blocks would read as
+			// 0.9x); the JSON report keeps its bytes.
+			ratio = "-"
+		}
 		fmt.Fprintf(tw, "%-*s\t%s\t%s\t%s\t%s\t%.4f\t%+.2f\t%.5f\t%.2f\t%s\t\n",
-			nw, c.Config.Name, fnum(c.KBits, "%.2f"), fnum(c.VBits, "%.2f"), fnum(c.Ratio, "%.2fx"), fnum(c.CodecRatio, "%.2fx"),
+			nw, c.Config.Name, fnum(c.KBits, "%.2f"), fnum(c.VBits, "%.2f"), ratio, fnum(c.CodecRatio, "%.2fx"),
 			c.PPL, c.DeltaPPL, c.MeanKL, c.Top1, c.Verdict)
 	}
 	return tw.Flush()

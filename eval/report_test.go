@@ -90,8 +90,8 @@ func TestReportJSON(t *testing.T) {
 
 func TestWriteAtomicFailureLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
-	// The target is a directory: the temporary file is written and synced,
-	// the rename fails, and nothing may be left behind.
+	// The target is a directory: the write is refused and nothing may be
+	// left behind.
 	target := filepath.Join(dir, "out.json")
 	if err := os.Mkdir(target, 0o755); err != nil {
 		t.Fatal(err)
@@ -104,23 +104,23 @@ func TestWriteAtomicFailureLeavesNothing(t *testing.T) {
 		t.Errorf("directory holds %v after a failed write, want only the original out.json/", entries)
 	}
 	// A missing directory fails before anything is written.
-	if err := WriteFileAtomic(filepath.Join(dir, "no", "such", "r.json"), []byte("x")); err == nil {
+	if err := testReport(t).WriteJSON(filepath.Join(dir, "no", "such", "r.json")); err == nil {
 		t.Error("missing directory: want an error")
 	}
 	// An existing file is replaced whole.
 	p := filepath.Join(dir, "f.json")
-	os.WriteFile(p, []byte("old contents that are longer"), 0o644)
-	if err := WriteFileAtomic(p, []byte("new")); err != nil {
+	os.WriteFile(p, []byte(strings.Repeat("old contents that are longer ", 1000)), 0o644)
+	if err := testReport(t).WriteJSON(p); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(p); string(b) != "new" {
-		t.Errorf("file holds %q, want %q", b, "new")
+	if b, _ := os.ReadFile(p); !json.Valid(b) {
+		t.Errorf("file holds %q, want the JSON report alone", b)
 	}
 }
 
 func TestWriteTable(t *testing.T) {
 	r := &Report{Configs: []ConfigReport{
-		{Config: Reference(), PPL: 5.3812, DeltaPPL: 0, MeanKL: 0, Top1: 100, Verdict: VerdictRef, KBits: 16, VBits: 16, Ratio: 1},
+		{Config: Reference(), PPL: 5.3812, DeltaPPL: 0, MeanKL: 0, Top1: 100, Verdict: VerdictRef, KBits: 16, VBits: 16, Ratio: 0.93},
 		{Config: Config{Name: "kk3"}, PPL: 5.4, DeltaPPL: 0.3494, MeanKL: 0.00321, Top1: 97.5, KBits: 3.25, VBits: 3.5, Ratio: 4.7, CodecRatio: 5.12, Verdict: VerdictAccept},
 		{Config: Config{Name: "int2-long-name"}, PPL: 9.1, DeltaPPL: 69.1, MeanKL: 0.5, Top1: 61.25, Verdict: VerdictReject},
 	}}
@@ -130,7 +130,7 @@ func TestWriteTable(t *testing.T) {
 	}
 	want := "" +
 		"  config          K bits  V bits  cache ratio  codec ratio     PPL  ΔPPL %       KL  top-1 %  verdict\n" +
-		"  ref              16.00   16.00        1.00x            -  5.3812   +0.00  0.00000   100.00      ref\n" +
+		"  ref              16.00   16.00            -            -  5.3812   +0.00  0.00000   100.00      ref\n" +
 		"  kk3               3.25    3.50        4.70x        5.12x  5.4000   +0.35  0.00321    97.50   ACCEPT\n" +
 		"  int2-long-name       -       -            -            -  9.1000  +69.10  0.50000    61.25   REJECT\n"
 	if got := b.String(); got != want {

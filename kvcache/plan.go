@@ -3,7 +3,6 @@ package kvcache
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -171,7 +170,7 @@ func (s Sensitivity) Items() ([]Item, error) {
 // least targetRatio times smaller than bf16, as s accounted the bytes.
 func PlanFor(s Sensitivity, targetRatio float64) (Plan, error) {
 	if !(targetRatio >= 1) || math.IsInf(targetRatio, 0) {
-		return Plan{}, fmt.Errorf("--target-ratio %v: want a finite ratio >= 1", targetRatio)
+		return Plan{}, fmt.Errorf("target ratio %v: want a finite ratio >= 1", targetRatio)
 	}
 	items, err := s.Items()
 	if err != nil {
@@ -189,7 +188,7 @@ func PlanFor(s Sensitivity, targetRatio float64) (Plan, error) {
 			least += m
 		}
 		if least > 0 {
-			return Plan{}, fmt.Errorf("--target-ratio %v: the smallest measured codecs reach only %.3fx", targetRatio, float64(s.BF16)/float64(least))
+			return Plan{}, fmt.Errorf("target ratio %v: the smallest measured codecs reach only %.3fx", targetRatio, float64(s.BF16)/float64(least))
 		}
 		return Plan{}, err
 	}
@@ -210,4 +209,4 @@ func PlanFor(s Sensitivity, targetRatio float64) (Plan, error) {
 
 // errPlanConflict is returned by Validate when a per-layer plan is combined
 // with settings it replaces.
-var errPlanConflict = errors.New("--layer-codecs (or --kv-policy) sets every layer's codecs: drop --kv-codec, --k-codec, --v-codec, --k-bits, --v-bits and --boundary")
+var errPlanConflict = settingErrorf("{layer-codecs}{or-kv-policy} sets every layer's codecs: drop {kv-codec}, {k-codec}, {v-codec}, {k-bits}, {v-bits} and {boundary}")

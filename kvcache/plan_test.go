@@ -143,7 +143,7 @@ func TestPlanForMeetsBudget(t *testing.T) {
 	if _, err := PlanFor(sens, 100); err == nil || !strings.Contains(err.Error(), "the smallest measured codecs reach only") {
 		t.Errorf("ratio 100: err = %v", err)
 	}
-	if _, err := PlanFor(sens, 0.5); err == nil || !strings.Contains(err.Error(), "--target-ratio 0.5") {
+	if _, err := PlanFor(sens, 0.5); err == nil || !strings.Contains(err.Error(), "target ratio 0.5: want a finite ratio >= 1") {
 		t.Errorf("ratio 0.5: err = %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,15 @@ type key struct {
 	get     func(s Spec) string // "" when the field holds its default
 }
 
+// setting returns the name of the setting k writes: its own, except for
+// kv-policy, which sets layer-codecs.
+func (k key) setting() string {
+	if k.name == "kv-policy" {
+		return "layer-codecs"
+	}
+	return k.name
+}
+
 // keys lists the grammar, in the order Spec.String writes it.
 func keys() []key {
 	return []key{
@@ -242,6 +252,18 @@ func isKey(name string) bool {
 	return ok
 }
 
+// SettingName returns the setting a key of Keys writes, by its flag name:
+// "kv-codec" for "kv" and "kv-codec", "layer-codecs" for "kv-policy"
+// too. Two keys with one SettingName set the same field, so a source of
+// settings that gives both gives one setting twice.
+func SettingName(name string) (string, bool) {
+	k, ok := lookup(name)
+	if !ok {
+		return "", false
+	}
+	return k.setting(), true
+}
+
 // Set reads one setting, named by its flag name (without dashes) or a short
 // alias (see Keys), e.g. Set("block", "64") or Set("kv-codec", "int8").
 func (s *Spec) Set(name, value string) error {
@@ -263,10 +285,12 @@ func (s *Spec) Set(name, value string) error {
 // Boundary layers are separated by ';' here, since ',' separates pairs. A
 // codec spec may itself hold commas: a piece that does not start with a
 // key and '=' continues the codec spec before it, so the example's k is
-// "kakeya:b=3,rank=4". Later keys override earlier ones.
+// "kakeya:b=3,rank=4". A setting given twice, under any of its names, is
+// an error.
 func ParseSpec(text string) (Spec, error) {
 	var s Spec
-	var last *string // the codec field the previous piece set, for continuations
+	var last *string            // the codec field the previous piece set, for continuations
+	seen := map[string]string{} // setting -> the piece that gave it
 	for _, piece := range strings.Split(text, ",") {
 		name, val, ok := strings.Cut(piece, "=")
 		name = strings.TrimSpace(name)
@@ -281,6 +305,10 @@ func ParseSpec(text string) (Spec, error) {
 			return Spec{}, fmt.Errorf("unknown key %s (valid: %s)", name, strings.Join(Keys(), ", "))
 		}
 		k, _ := lookup(name)
+		if prev, dup := seen[k.setting()]; dup {
+			return Spec{}, fmt.Errorf("%s: %s is already set by %s; give each setting once", strings.TrimSpace(piece), k.setting(), strings.TrimSpace(prev))
+		}
+		seen[k.setting()] = piece
 		if k.name == "layer-codecs" {
 			// Checked once whole, after its continuations.
 			s.Layers = val
@@ -362,10 +390,13 @@ func (s Spec) Inherit(base Spec) Spec {
 }
 
 // RegisterFlags defines one flag per setting on fs, named as in Keys
-// (--kv-codec, --block-size, ...), each writing into s.
+// (--kv-codec, --block-size, ...), each writing into s. As in ParseSpec,
+// a setting given twice (--kv-policy and --layer-codecs are one) is an
+// error.
 func (s *Spec) RegisterFlags(fs *flag.FlagSet) {
+	seen := map[string]string{}
 	for _, k := range keys() {
-		fs.Var(&specFlag{s: s, name: k.name}, k.name, k.usage)
+		fs.Var(&specFlag{s: s, name: k.name, seen: seen}, k.name, k.usage)
 	}
 }
 
@@ -373,6 +404,7 @@ func (s *Spec) RegisterFlags(fs *flag.FlagSet) {
 type specFlag struct {
 	s    *Spec
 	name string
+	seen map[string]string // setting -> the flag and value that gave it, shared by a FlagSet's flags
 }
 
 func (f *specFlag) String() string {
@@ -385,7 +417,16 @@ func (f *specFlag) String() string {
 
 func (f *specFlag) Set(v string) error {
 	k, _ := lookup(f.name)
-	return k.set(f.s, v)
+	if prev, dup := f.seen[k.setting()]; dup {
+		return fmt.Errorf("--%s is already set by %s; give each setting once", k.setting(), prev)
+	}
+	if err := k.set(f.s, v); err != nil {
+		return err
+	}
+	if f.seen != nil {
+		f.seen[k.setting()] = fmt.Sprintf("--%s %q", f.name, v)
+	}
+	return nil
 }
 
 // IsBoolFlag lets the on/off settings be given without a value.
@@ -396,24 +437,24 @@ func (f *specFlag) IsBoolFlag() bool { return f.name == "precond" || f.name == "
 // uncompressed side.
 func (s Spec) Codecs() (k, v string, err error) {
 	k, v, kFlag, vFlag := s.sides()
-	if k, err = withBits(k, s.KBits, kFlag, "--k-bits"); err != nil {
+	if k, err = withBits(k, s.KBits, kFlag, "k-bits"); err != nil {
 		return "", "", err
 	}
-	if v, err = withBits(v, s.VBits, vFlag, "--v-bits"); err != nil {
+	if v, err = withBits(v, s.VBits, vFlag, "v-bits"); err != nil {
 		return "", "", err
 	}
 	return k, v, nil
 }
 
 // sides returns the key and value codec specs as written ("" for none),
-// K and V overriding KV, and the flags that set them.
+// K and V overriding KV, and the keys of the settings that set them.
 func (s Spec) sides() (k, v, kFlag, vFlag string) {
-	k, v, kFlag, vFlag = s.KV, s.KV, "--kv-codec", "--kv-codec"
+	k, v, kFlag, vFlag = s.KV, s.KV, "kv-codec", "kv-codec"
 	if s.K != "" {
-		k, kFlag = s.K, "--k-codec"
+		k, kFlag = s.K, "k-codec"
 	}
 	if s.V != "" {
-		v, vFlag = s.V, "--v-codec"
+		v, vFlag = s.V, "v-codec"
 	}
 	return effective(k), effective(v), kFlag, vFlag
 }
@@ -431,10 +472,10 @@ func (s Spec) layerPlan(layers int, kSpec, vSpec string) ([]LayerPlan, []int, er
 	if s.Layers != "" {
 		plan, err := ParseLayerCodecs(s.Layers)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--layer-codecs: %w", err)
+			return nil, nil, settingErrorf("{layer-codecs}: %w", err)
 		}
 		if len(plan) != layers {
-			return nil, nil, fmt.Errorf("--layer-codecs names %d layers, the model has %d", len(plan), layers)
+			return nil, nil, settingErrorf("{layer-codecs} names %d layers, the model has %d", len(plan), layers)
 		}
 		return plan, nil, nil
 	}
@@ -450,7 +491,7 @@ func (s Spec) layerPlan(layers int, kSpec, vSpec string) ([]LayerPlan, []int, er
 			i += layers
 		}
 		if i < 0 || i >= layers {
-			return nil, nil, fmt.Errorf("--boundary %q: layer %d outside a model of %d layers", bnd, l, layers)
+			return nil, nil, settingErrorf("{boundary} %q: layer %d outside a model of %d layers", bnd, l, layers)
 		}
 		boundary[i] = true
 	}
@@ -474,7 +515,8 @@ func coded(spec string) bool { return spec != "" && spec != "none" }
 // Validate checks everything that does not depend on a model or a
 // calibration: the codec specs name known codecs with valid settings,
 // counts are in range, the boundary list parses, and the switches have
-// something to act on. Errors name the setting by its flag.
+// something to act on. Errors are *SettingError, naming the Spec's fields
+// (FlagError turns them into the tools' flags).
 func (s Spec) Validate() error {
 	k, v, err := s.Codecs()
 	if err != nil {
@@ -482,14 +524,14 @@ func (s Spec) Validate() error {
 	}
 	switch {
 	case s.BlockSize < 0:
-		return fmt.Errorf("--block-size %d must be > 0", s.BlockSize)
+		return settingErrorf("{block-size} %d must be > 0", s.BlockSize)
 	case s.Sinks < 0:
-		return fmt.Errorf("--sinks %d must be >= 0", s.Sinks)
+		return settingErrorf("{sinks} %d must be >= 0", s.Sinks)
 	case s.KBits < 0 || s.VBits < 0:
-		return fmt.Errorf("--k-bits %d, --v-bits %d: bit widths must be > 0", s.KBits, s.VBits)
+		return settingErrorf("{k-bits} %d, {v-bits} %d: bit widths must be > 0", s.KBits, s.VBits)
 	}
 	if _, err := ParseLayers(s.Boundary); err != nil {
-		return fmt.Errorf("--boundary: %w", err)
+		return settingErrorf("{boundary}: %w", err)
 	}
 	if s.Layers != "" {
 		if s.KV != "" || s.K != "" || s.V != "" || s.KBits != 0 || s.VBits != 0 || s.Boundary != "" {
@@ -497,7 +539,7 @@ func (s Spec) Validate() error {
 		}
 		plan, err := ParseLayerCodecs(s.Layers)
 		if err != nil {
-			return fmt.Errorf("--layer-codecs: %w", err)
+			return settingErrorf("{layer-codecs}: %w", err)
 		}
 		for _, l := range plan {
 			if coded(l.K) {
@@ -511,13 +553,13 @@ func (s Spec) Validate() error {
 	switch strings.ToLower(s.CacheType) {
 	case "", "bf16", "f32":
 	default:
-		return fmt.Errorf("--cache-type %q: want bf16 or f32", s.CacheType)
+		return settingErrorf("{cache-type} %q: want bf16 or f32", s.CacheType)
 	}
 	if s.Precondition == On && k == "" {
-		return errors.New("--precond: preconditioning wraps the key codec, but keys are uncompressed (set --kv-codec or --k-codec)")
+		return settingErrorf("{precond}: preconditioning wraps the key codec, but keys are uncompressed (set {kv-codec} or {k-codec})")
 	}
 	if s.Codebooks == On && k == "" && v == "" {
-		return errors.New("--calib-codebooks: calibrated codebooks need a codec, but keys and values are uncompressed")
+		return settingErrorf("{calib-codebooks}: calibrated codebooks need a codec, but keys and values are uncompressed")
 	}
 	return nil
 }
@@ -552,10 +594,53 @@ type Settings struct {
 	CacheType string `json:"cache_type"`
 	// Layers holds a per-layer plan's codecs (K and V are then empty).
 	Layers []LayerPlan `json:"layers,omitempty"`
+	// Warning is what NewPolicy found wrong without it being an error: a
+	// compressed cache that never encodes a block within the model's
+	// context (see NothingCompressed); nil when all is well. Tools print
+	// it (FlagError words it with their flags); reports do not record it.
+	Warning error `json:"-"`
 }
 
 // Compressed reports whether any codec is in effect.
 func (st Settings) Compressed() bool { return st.K != "" || st.V != "" || len(st.Layers) > 0 }
+
+// FirstEncoded returns how many tokens a sequence holds when the cache
+// encodes its first block: the sinks rounded up to whole blocks, one
+// block, and the hot window (a block is encoded once it is full, past the
+// sinks and older than the hot window); math.MaxInt when that overflows,
+// and 0 for an uncompressed cache.
+func (st Settings) FirstEncoded() int {
+	bs := st.BlockSize
+	if !st.Compressed() || bs <= 0 {
+		return 0
+	}
+	if bs > math.MaxInt/4 || st.Sinks > math.MaxInt-2*bs {
+		return math.MaxInt
+	}
+	n := (st.Sinks+bs-1)/bs*bs + bs
+	if st.HotWindow > math.MaxInt-n {
+		return math.MaxInt
+	}
+	return n + st.HotWindow
+}
+
+// NothingCompressed returns a warning, a *SettingError, when a compressed
+// cache encodes no block of a sequence of up to n tokens because the hot
+// window and the sinks cover it all, and nil otherwise (an uncompressed
+// cache, or n <= 0, unknown). Such a cache costs and measures as much as
+// an uncompressed one.
+func (st Settings) NothingCompressed(n int) error {
+	first := st.FirstEncoded()
+	if first == 0 || n <= 0 || first <= n {
+		return nil
+	}
+	need := fmt.Sprintf("%d tokens", first)
+	if first == math.MaxInt {
+		need = fmt.Sprintf("more than %d tokens", n)
+	}
+	return settingErrorf("nothing will be compressed: with {hot-window} %d, {sinks} %d and %d-token blocks the first block is encoded once a sequence holds %s, and sequences here hold at most %d; lower {hot-window} or {sinks} (or {block-size})",
+		st.HotWindow, st.Sinks, st.BlockSize, need, n)
+}
 
 // String describes the settings in one line, e.g. "k=int8 v=int8 block 64,
 // hot 64, boundary 0;23, bf16 hot blocks".
@@ -603,7 +688,9 @@ func (st Settings) String() string {
 // calibration's shape), and builds the policy: one codec per layer outside
 // the boundary (boundary layers store full blocks as bf16), and with
 // preconditioning one key codec per KV head whitened by that head's
-// Cholesky factor. It returns the policy and the settings in effect.
+// Cholesky factor. It returns the policy and the settings in effect, whose
+// Warning is set when the hot window and sinks leave nothing to compress
+// within m.MaxContext.
 func NewPolicy(s Spec, m Shape, cal *codec.Calibration) (Policy, Settings, error) {
 	if err := s.Validate(); err != nil {
 		return Policy{}, Settings{}, err
@@ -624,7 +711,7 @@ func NewPolicy(s Spec, m Shape, cal *codec.Calibration) (Policy, Settings, error
 		}
 	}
 	if m.MaxContext > 0 && st.BlockSize > m.MaxContext {
-		return Policy{}, Settings{}, fmt.Errorf("--block-size %d exceeds the context of %d tokens", st.BlockSize, m.MaxContext)
+		return Policy{}, Settings{}, settingErrorf("{block-size} %d exceeds the context of %d tokens", st.BlockSize, m.MaxContext)
 	}
 	if cal != nil {
 		if err := cal.Validate(m.Layers, m.KVHeads, m.HeadDim); err != nil {
@@ -634,7 +721,7 @@ func NewPolicy(s Spec, m Shape, cal *codec.Calibration) (Policy, Settings, error
 	p := Policy{HotBF16: st.CacheType == "bf16"}
 	if !compressed {
 		if s.Precondition == On || s.Codebooks == On {
-			return Policy{}, Settings{}, errors.New("a calibration setting is on, but keys and values are uncompressed")
+			return Policy{}, Settings{}, settingErrorf("{precond} or {calib-codebooks} is on, but keys and values are uncompressed")
 		}
 		return p, st, nil
 	}
@@ -647,6 +734,7 @@ func NewPolicy(s Spec, m Shape, cal *codec.Calibration) (Policy, Settings, error
 		st.HotWindow = s.HotWindow
 	}
 	p.HotWindow, p.Sinks = st.HotWindow, st.Sinks
+	st.Warning = st.NothingCompressed(m.MaxContext)
 	plan, boundary, err := s.layerPlan(m.Layers, kSpec, vSpec)
 	if err != nil {
 		return Policy{}, Settings{}, err
@@ -663,10 +751,10 @@ func NewPolicy(s Spec, m Shape, cal *codec.Calibration) (Policy, Settings, error
 	hasChol := cal != nil && cal.Chol != nil
 	st.Precondition = anyK && s.Precondition.resolve(hasChol)
 	if st.Precondition && !hasChol {
-		return Policy{}, Settings{}, errors.New("--precond needs a calibration with query Cholesky factors (--calib)")
+		return Policy{}, Settings{}, settingErrorf("{precond} needs a calibration with query Cholesky factors{calib}")
 	}
 	if s.Codebooks == On && cal == nil {
-		return Policy{}, Settings{}, errors.New("--calib-codebooks needs a calibration (--calib)")
+		return Policy{}, Settings{}, settingErrorf("{calib-codebooks} needs a calibration{calib}")
 	}
 	// build makes (once per spec and side) the codec of a plan side, with
 	// the calibrated codebook for its width when the settings ask.
@@ -760,7 +848,7 @@ func withCodebook(c codec.Codec, cbs map[int]*codec.Codebook, must bool) (codec.
 			have = append(have, b)
 		}
 		slices.Sort(have)
-		return nil, false, fmt.Errorf("calibration has no %d-bit codebook (it has %v; calibrate with --bits %d)", o.Bits, have, o.Bits)
+		return nil, false, fmt.Errorf("calibration has no %d-bit codebook (it has %v; calibrate %d-bit codebooks too)", o.Bits, have, o.Bits)
 	}
 	o.Codebook = cb
 	out, err := codec.NewKakeya(o)
@@ -769,31 +857,32 @@ func withCodebook(c codec.Codec, cbs map[int]*codec.Codebook, must bool) (codec.
 
 // withBits checks one side's codec spec (given by codecFlag) and applies
 // the bit width of bitsFlag to it, returning the canonical spec string.
-func withBits(spec string, bits int, codecFlag, bitsFlag string) (string, error) {
+func withBits(spec string, bits int, codecKey, bitsKey string) (string, error) {
+	c, b := "{"+codecKey+"}", "{"+bitsKey+"}"
 	if spec == "" {
 		if bits != 0 {
-			return "", fmt.Errorf("%s %d: no codec is set for that side (use %s)", bitsFlag, bits, codecFlag)
+			return "", settingErrorf(b+" %d: no codec is set for that side (use "+c+")", bits)
 		}
 		return "", nil
 	}
 	sp, err := codec.ParseSpec(spec)
 	if err != nil {
-		return "", fmt.Errorf("%s %q: %w", codecFlag, spec, err)
+		return "", settingErrorf(c+" %q: %w", spec, err)
 	}
 	if bits != 0 {
 		if !codec.TakesBits(sp.Name) {
-			return "", fmt.Errorf("%s %d: codec %s has a fixed width (only kakeya and turbo take a bit width)", bitsFlag, bits, sp.Name)
+			return "", settingErrorf(b+" %d: codec %s has a fixed width (only kakeya and turbo take a bit width)", bits, sp.Name)
 		}
 		if sp.Bits != 0 && sp.Bits != bits {
-			return "", fmt.Errorf("%s %d contradicts b=%d in %s %q", bitsFlag, bits, sp.Bits, codecFlag, spec)
+			return "", settingErrorf(b+" %d contradicts b=%d in "+c+" %q", bits, sp.Bits, spec)
 		}
 		sp.Bits = bits
 	}
 	if _, err := codec.New(sp); err != nil {
 		if bits != 0 {
-			return "", fmt.Errorf("%s %d: %w", bitsFlag, bits, err)
+			return "", settingErrorf(b+" %d: %w", bits, err)
 		}
-		return "", fmt.Errorf("%s %q: %w", codecFlag, spec, err)
+		return "", settingErrorf(c+" %q: %w", spec, err)
 	}
 	return sp.String(), nil
 }

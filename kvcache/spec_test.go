@@ -2,7 +2,9 @@ package kvcache
 
 import (
 	"flag"
+	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -155,9 +157,13 @@ func TestSpecValidate(t *testing.T) {
 		{Spec{Layers: "none/int8|x/y"}, `layer 1 key codec "x"`},
 	}
 	for _, tt := range tests {
+		// The tools' words; the library's name the Spec's fields.
 		err := tt.spec.Validate()
-		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(FlagError(err).Error(), tt.err)) {
 			t.Errorf("%+v: Validate() = %v, want %q", tt.spec, err, tt.err)
+		}
+		if err != nil && strings.Contains(err.Error(), "--") {
+			t.Errorf("%+v: Validate() = %v: a library error names a flag", tt.spec, err)
 		}
 	}
 }
@@ -336,7 +342,7 @@ func TestNewPolicy(t *testing.T) {
 			}
 			p, st, err := NewPolicy(tt.spec, m, tt.cal)
 			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
+				if err == nil || !strings.Contains(FlagError(err).Error(), tt.err) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.err)
 				}
 				return
@@ -360,13 +366,16 @@ func TestNewPolicy(t *testing.T) {
 	}
 }
 
-// FuzzParseSpec checks that no text makes the grammar panic, and that a
-// parsed Spec that validates survives a round trip through String.
+// FuzzParseSpec checks that no text makes the grammar panic, that a parsed
+// Spec that validates survives a round trip through String, and that
+// NewPolicy warns exactly when the hot window and sinks leave nothing to
+// compress.
 func FuzzParseSpec(f *testing.F) {
 	for _, s := range []string{
 		"kv=int8", "k=kakeya:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0",
 		"kv-codec=kakeya,k-bits=2,v-bits=4,block-size=32,hot-window=0,calib-codebooks=1,cache-type=f32",
 		"kv=int8,k=none,boundary=none", "foo=1", "k=int4:group=32,seed=7,v=int4-rot", "",
+		"kv=int8,kv=int4", "kv=kakeya:b=3,b=4", "kv=kakeya:b=0", "kv=kakeya:outlier=-1", "kv=int8,hot=256", "kv=int8,sinks=300,block=16",
 	} {
 		f.Add(s)
 	}
@@ -385,8 +394,171 @@ func FuzzParseSpec(f *testing.F) {
 		if err != nil || back != s {
 			t.Fatalf("ParseSpec(%q) = %+v; its String %q reads back as %+v, %v", text, s, s.String(), back, err)
 		}
-		if _, _, err := NewPolicy(s, Shape{Layers: 3, KVHeads: 2, HeadDim: 8, MaxContext: 256}, nil); err != nil && !strings.Contains(err.Error(), "--") {
-			t.Fatalf("NewPolicy(%+v): error %q names no setting", s, err)
+		const ctx = 256
+		_, st, err := NewPolicy(s, Shape{Layers: 3, KVHeads: 2, HeadDim: 8, MaxContext: ctx}, nil)
+		if err != nil {
+			if !strings.Contains(FlagError(err).Error(), "--") {
+				t.Fatalf("NewPolicy(%+v): error %q names no setting", s, err)
+			}
+			return
+		}
+		// The warning is given exactly when no block is encoded within the
+		// context.
+		if first := st.FirstEncoded(); st.Compressed() && (st.Warning == nil) != (first <= ctx) {
+			t.Fatalf("NewPolicy(%+v): warning %q with the first block encoded at %d tokens of %d", s, st.Warning, first, ctx)
+		}
+	})
+}
+
+// A setting given twice, under any of its names, is an error in the
+// grammar, in the flags and for SettingName's users; the error names both.
+func TestDuplicateSettings(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"kv=int8,kv=int4", "kv=int4: kv-codec is already set by kv=int8; give each setting once"},
+		{"kv=int8,kv-codec=int4", "kv-codec=int4: kv-codec is already set by kv=int8; give each setting once"},
+		{"k=kakeya:b=3,rank=4,k=int8", "k=int8: k-codec is already set by k=kakeya:b=3; give each setting once"},
+		{"hot=64,block=16,hot-window=0", "hot-window=0: hot-window is already set by hot=64"},
+		{"sinks=4,sinks=4", "sinks=4: sinks is already set by sinks=4"},
+		{"precond=1,precondition=0", "precondition=0: precond is already set by precond=1"},
+		{"layers=int8/int8,policy=/nonexistent.json", "policy=/nonexistent.json: layer-codecs is already set by layers=int8/int8"},
+		// Inside a codec spec the codec's own grammar finds the repeat.
+		{"kv=kakeya:b=3,b=4", `the bit width is given twice (b=3, then b=4)`},
+	} {
+		s, err := ParseSpec(tt.in)
+		if err == nil {
+			err = s.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseSpec(%q): error %v, want one containing %q", tt.in, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kv-codec", "int8", "--kv-codec", "int4"}, `invalid value "int4" for flag -kv-codec: --kv-codec is already set by --kv-codec "int8"; give each setting once`},
+		{[]string{"--hot-window=64", "--hot-window=64"}, `--hot-window is already set by --hot-window "64"`},
+		{[]string{"--precond", "--precond=false"}, `--precond is already set by --precond "true"`},
+		{[]string{"--layer-codecs", "int8/int8", "--kv-policy", "p.json"}, `--layer-codecs is already set by --layer-codecs "int8/int8"`},
+	} {
+		var s Spec
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		s.RegisterFlags(fs)
+		if err := fs.Parse(tt.args); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want one containing %q", tt.args, err, tt.want)
+		}
+	}
+	for _, tt := range []struct{ key, want string }{
+		{"kv", "kv-codec"}, {"kv-codec", "kv-codec"}, {"hot", "hot-window"}, {"cb", "calib-codebooks"},
+		{"policy", "layer-codecs"}, {"layers", "layer-codecs"}, {"foo", ""},
+	} {
+		if got, ok := SettingName(tt.key); got != tt.want || ok != (tt.want != "") {
+			t.Errorf("SettingName(%q) = %q, %v; want %q", tt.key, got, ok, tt.want)
+		}
+	}
+}
+
+// A compressed cache encodes a block once the sequence holds the sinks
+// (in whole blocks), one block and the hot window; when no sequence gets
+// that long, NothingCompressed says so and NewPolicy's settings carry it.
+func TestNothingCompressed(t *testing.T) {
+	const msg = "nothing will be compressed: with --hot-window %d, --sinks %d and %d-token blocks the first block is encoded once a sequence holds %s, and sequences here hold at most %d; lower --hot-window or --sinks (or --block-size)"
+	for _, tt := range []struct {
+		st    Settings
+		n     int
+		first int
+		want  string
+	}{
+		{Settings{BlockSize: 16}, 10, 0, ""}, // uncompressed
+		{Settings{K: "int8", BlockSize: 16, HotWindow: 16}, 32, 32, ""},
+		{Settings{K: "int8", BlockSize: 16, HotWindow: 16}, 31, 32, fmt.Sprintf(msg, 16, 0, 16, "32 tokens", 31)},
+		{Settings{K: "int8", BlockSize: 16, HotWindow: 16}, 0, 32, ""}, // unknown length
+		{Settings{V: "int4", BlockSize: 16, HotWindow: 47, Sinks: 1}, 79, 79, ""},
+		{Settings{V: "int4", BlockSize: 16, HotWindow: 47, Sinks: 1}, 78, 79, fmt.Sprintf(msg, 47, 1, 16, "79 tokens", 78)},
+		{Settings{V: "int4", BlockSize: 16, Sinks: 32}, 48, 48, ""},
+		{Settings{K: "int8", BlockSize: 64, HotWindow: 4096}, 2048, 4160, fmt.Sprintf(msg, 4096, 0, 64, "4160 tokens", 2048)},
+		{Settings{K: "int8", BlockSize: 64, Sinks: 2048}, 2048, 2112, fmt.Sprintf(msg, 0, 2048, 64, "2112 tokens", 2048)},
+		{Settings{K: "int8", BlockSize: 64, HotWindow: math.MaxInt}, 2048, math.MaxInt, fmt.Sprintf(msg, math.MaxInt, 0, 64, "more than 2048 tokens", 2048)},
+		{Settings{K: "int8", BlockSize: 64, Sinks: math.MaxInt - 64}, 2048, math.MaxInt, fmt.Sprintf(msg, 0, math.MaxInt-64, 64, "more than 2048 tokens", 2048)},
+		{Settings{Layers: []LayerPlan{{"none", "int8"}}, BlockSize: 8, HotWindow: 8}, 15, 16, fmt.Sprintf(msg, 8, 0, 8, "16 tokens", 15)},
+	} {
+		got := ""
+		if w := tt.st.NothingCompressed(tt.n); w != nil {
+			got = FlagError(w).Error() // the tools' words
+			if lib := w.Error(); !strings.Contains(lib, "with Spec.HotWindow") || strings.Contains(lib, "--") {
+				t.Errorf("%+v.NothingCompressed(%d) = %q, want the Spec's fields named", tt.st, tt.n, lib)
+			}
+		}
+		if got != tt.want {
+			t.Errorf("%+v.NothingCompressed(%d) = %q\nwant %q", tt.st, tt.n, got, tt.want)
+		}
+		if got := tt.st.FirstEncoded(); got != tt.first {
+			t.Errorf("%+v.FirstEncoded() = %d, want %d", tt.st, got, tt.first)
+		}
+	}
+	m := Shape{Layers: 3, KVHeads: 2, HeadDim: 8, MaxContext: 256}
+	for _, tt := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{KV: "int8"}, ""},
+		{Spec{}, ""},
+		{Spec{KV: "int8", HotWindow: 192}, ""},
+		{Spec{KV: "int8", HotWindow: 193}, fmt.Sprintf(msg, 193, 0, 64, "257 tokens", 256)},
+		{Spec{KV: "int8", HotWindow: 1 << 20}, fmt.Sprintf(msg, 1<<20, 0, 64, "1048640 tokens", 256)},
+		{Spec{KV: "int8", Sinks: 256}, fmt.Sprintf(msg, 64, 256, 64, "384 tokens", 256)},
+		{Spec{KV: "int8", BlockSize: 256}, fmt.Sprintf(msg, 256, 0, 256, "512 tokens", 256)},
+	} {
+		_, st, err := NewPolicy(tt.spec, m, nil)
+		if err != nil {
+			t.Fatalf("%+v: %v", tt.spec, err)
+		}
+		got := ""
+		if st.Warning != nil {
+			got = FlagError(st.Warning).Error()
+		}
+		if got != tt.want {
+			t.Errorf("%+v: Warning %q\nwant %q", tt.spec, got, tt.want)
+		}
+	}
+}
+
+// FuzzSpecFlags checks the flag form of the settings: no argument list
+// makes it panic, a setting repeated is refused, and flags that parse and
+// validate fill the Spec that their String form reads back as.
+func FuzzSpecFlags(f *testing.F) {
+	for _, s := range []string{
+		"--kv-codec int8", "--k-codec kakeya:b=3,rank=4 --v-codec=int4 --boundary 0;-1 --block-size 64 --hot-window 64 --sinks 4 --precond --calib-codebooks=false",
+		"--kv-codec int8 --kv-codec int4", "--hot-window 0 --cache-type f32", "--layer-codecs none/int8|int8/none --hot-window 8",
+		"--kv-codec kakeya:b=0", "--k-bits 0", "--precond --precond", "--block-size -1",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		args := strings.Fields(line)
+		var s Spec
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		s.RegisterFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			return
+		}
+		// Each setting appeared at most once among the parsed flags.
+		seen := map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) {
+			set, _ := SettingName(fl.Name)
+			if seen[set] {
+				t.Fatalf("%q: setting %s accepted twice", line, set)
+			}
+			seen[set] = true
+		})
+		if s.Validate() != nil || s.String() == "" {
+			return
+		}
+		back, err := ParseSpec(s.String())
+		if err != nil || back != s {
+			t.Fatalf("flags %q gave %+v; its String %q reads back as %+v, %v", line, s, s.String(), back, err)
 		}
 	})
 }

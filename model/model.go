@@ -415,6 +415,44 @@ func (m *Model) prepare(mats []namedWeight) {
 // Config returns the model's configuration. It must not be modified.
 func (m *Model) Config() *weights.Config { return m.cfg }
 
+// ContextLimit returns the most positions Options.MaxContext may ask for:
+// max_position_embeddings, or as far as rope_scaling extends it (0 where
+// config.json sets no limit).
+func (m *Model) ContextLimit() int {
+	if m.cfg.MaxPositionEmbeddings <= 0 {
+		return 0
+	}
+	n, _ := contextLimit(m.cfg)
+	return n
+}
+
+// A ContextError is a prompt that does not fit a sequence's context.
+type ContextError struct {
+	Tokens  int // the prompt's tokens, those already in the sequence included
+	Context int // the context: Options.MaxContext, or the model's default
+	Limit   int // the most Options.MaxContext may be (ContextLimit), 0 if none
+	// Generate says the prompt must also leave room for a generated token.
+	Generate bool
+}
+
+func (e *ContextError) Error() string { return e.Explain("Options.MaxContext") }
+
+// Explain says what is wrong and what to do, naming raise as the setting
+// that raises the context (a command names its flag).
+func (e *ContextError) Explain(raise string) string {
+	what := fmt.Sprintf("the prompt is %d tokens, more than the context of %d", e.Tokens, e.Context)
+	if e.Generate && e.Tokens == e.Context {
+		what = fmt.Sprintf("the prompt is %d tokens and fills the context of %d, leaving no room to generate", e.Tokens, e.Context)
+	}
+	switch {
+	case e.Limit == 0:
+		return fmt.Sprintf("%s: raise %s or shorten the prompt", what, raise)
+	case e.Limit > e.Context:
+		return fmt.Sprintf("%s: raise %s (this model allows up to %d) or shorten the prompt", what, raise, e.Limit)
+	}
+	return fmt.Sprintf("%s, the most this model allows: shorten the prompt", what)
+}
+
 // MaxContext returns the most tokens a sequence may hold.
 func (m *Model) MaxContext() int { return m.maxCtx }
 

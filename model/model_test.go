@@ -407,13 +407,13 @@ func TestForwardErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Forward(testIDs(11, 256), false); err == nil || !strings.Contains(err.Error(), "prompt of 11 tokens exceeds the context of 10") {
+	if _, err := s.Forward(testIDs(11, 256), false); err == nil || !strings.Contains(err.Error(), "model: the prompt is 11 tokens, more than the context of 10: raise Options.MaxContext (this model allows up to 65536) or shorten the prompt") {
 		t.Errorf("overflow: err = %v", err)
 	}
 	if _, err := s.Forward(testIDs(6, 256), false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Forward(testIDs(5, 256), false); err == nil || !strings.Contains(err.Error(), "exceeds the context of 10") {
+	if _, err := s.Forward(testIDs(5, 256), false); err == nil || !strings.Contains(err.Error(), "the prompt is 11 tokens, more than the context of 10") {
 		t.Errorf("overflow after 6 tokens: err = %v", err)
 	}
 	if _, err := s.Forward([]int{256}, false); err == nil || !strings.Contains(err.Error(), "out of range") {

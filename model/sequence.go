@@ -154,10 +154,7 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 	case len(ids) == 0:
 		return nil, fmt.Errorf("model: Forward of no tokens")
 	case s.Len()+len(ids) > m.maxCtx:
-		if s.Len() > 0 {
-			return nil, fmt.Errorf("model: prompt of %d tokens (%d already in the sequence) exceeds the context of %d", s.Len()+len(ids), s.Len(), m.maxCtx)
-		}
-		return nil, fmt.Errorf("model: prompt of %d tokens exceeds the context of %d", len(ids), m.maxCtx)
+		return nil, fmt.Errorf("model: %w", &ContextError{Tokens: s.Len() + len(ids), Context: m.maxCtx, Limit: m.ContextLimit()})
 	}
 	for i, id := range ids {
 		if id < 0 || id >= vocab {

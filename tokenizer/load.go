@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -104,6 +106,10 @@ type configJSON struct {
 	BOS          json.RawMessage `json:"bos_token"`
 	EOS          json.RawMessage `json:"eos_token"`
 	ChatTemplate json.RawMessage `json:"chat_template"`
+	// AddedTokensDecoder maps token ids, written as strings, to the
+	// AddedToken objects transformers restores: only checked against
+	// tokenizer.json, whose added_tokens this package reads.
+	AddedTokensDecoder json.RawMessage `json:"added_tokens_decoder"`
 }
 
 // gpt2Pattern is the split ByteLevel applies when use_regex is set.
@@ -160,24 +166,38 @@ func parse(path string, data []byte, cfgPath string, cfgData []byte) (*Tokenizer
 		if err := json.Unmarshal(cfgData, &cfg); err != nil {
 			return nil, fmt.Errorf("tokenizer: %s: malformed JSON: %v", cfgPath, err)
 		}
+		if err := t.checkAddedDecoder(cfgPath, cfg.AddedTokensDecoder); err != nil {
+			return nil, err
+		}
+	}
+	if t.bos, t.hasBOS, err = t.configToken(cfgPath, "bos_token", cfg.BOS); err != nil {
+		return nil, err
+	}
+	eos, hasEOS, err := t.configToken(cfgPath, "eos_token", cfg.EOS)
+	if err != nil {
+		return nil, err
+	}
+	if hasEOS {
+		t.eos = []int{eos}
 	}
 	if isNull(tj.PostProcessor) {
+		// Without a post-processor, transformers' Llama tokenizers add
+		// BOS/EOS as these flags say, and refuse a flag whose token is
+		// not set.
 		if cfg.AddBOS != nil && *cfg.AddBOS {
-			if id, ok := t.configToken(cfg.BOS); ok {
-				t.post.prefix = []int{id}
+			if !t.hasBOS {
+				return nil, fmt.Errorf("tokenizer: %s: add_bos_token is true but bos_token is not set: name the BOS token or set add_bos_token to false", cfgPath)
 			}
+			t.post.prefix = []int{t.bos}
 		}
 		if cfg.AddEOS != nil && *cfg.AddEOS {
-			if id, ok := t.configToken(cfg.EOS); ok {
-				t.post.suffix = []int{id}
+			if !hasEOS {
+				return nil, fmt.Errorf("tokenizer: %s: add_eos_token is true but eos_token is not set: name the EOS token or set add_eos_token to false", cfgPath)
 			}
+			t.post.suffix = []int{eos}
 		}
 	} else if err := t.buildPost(tj.PostProcessor); err != nil {
 		return nil, err
-	}
-	t.bos, t.hasBOS = t.configToken(cfg.BOS)
-	if id, ok := t.configToken(cfg.EOS); ok {
-		t.eos = []int{id}
 	}
 	if err := t.buildChat(cfg.ChatTemplate, cfgPath); err != nil {
 		return nil, err
@@ -190,24 +210,90 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
-// configToken resolves a tokenizer_config token entry, a string or an
-// AddedToken object with "content".
-func (t *Tokenizer) configToken(raw json.RawMessage) (int, bool) {
+// configToken resolves the tokenizer_config.json token entry field
+// (bos_token, eos_token): a string or an AddedToken object with "content".
+// Null, absent or "" gives ok false; a token outside the vocabulary is an
+// error, as transformers would otherwise append it as a new token the
+// model has no embedding for.
+func (t *Tokenizer) configToken(cfgPath, field string, raw json.RawMessage) (id int, ok bool, err error) {
 	if isNull(raw) {
-		return 0, false
+		return 0, false, nil
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {
 		var obj struct {
-			Content string `json:"content"`
+			Content *string `json:"content"`
 		}
-		if json.Unmarshal(raw, &obj) != nil {
-			return 0, false
+		if json.Unmarshal(raw, &obj) != nil || obj.Content == nil {
+			return 0, false, fmt.Errorf("tokenizer: %s: %s %s: want a token string or an object with \"content\"", cfgPath, field, raw)
 		}
-		s = obj.Content
+		s = *obj.Content
 	}
-	id, ok := t.vocab[s]
-	return id, ok
+	if s == "" {
+		return 0, false, nil // an empty token names none
+	}
+	id, ok = t.vocab[s]
+	if !ok {
+		return 0, false, fmt.Errorf("tokenizer: %s: %s %q is not a token of the vocabulary (%s)", cfgPath, field, s, t.vocabDesc())
+	}
+	return id, true, nil
+}
+
+// vocabDesc describes the vocabulary for errors: its file and size.
+func (t *Tokenizer) vocabDesc() string {
+	return fmt.Sprintf("%s has %d tokens, ids 0..%d", filepath.Base(t.path), len(t.tokens), len(t.tokens)-1)
+}
+
+// known reports whether id is a token of the vocabulary: in range and not
+// a gap between the vocabulary and added tokens.
+func (t *Tokenizer) known(id int) bool {
+	if id < 0 || id >= len(t.tokens) {
+		return false
+	}
+	if t.tokens[id] != "" {
+		return true
+	}
+	v, ok := t.vocab[""]
+	return ok && v == id
+}
+
+// checkAddedDecoder checks tokenizer_config.json's added_tokens_decoder
+// against tokenizer.json: every key a token id of the vocabulary, holding
+// the token of its "content". transformers adds the tokens it does not
+// find, under new ids, so a mismatch means ids that differ from the
+// model's.
+func (t *Tokenizer) checkAddedDecoder(cfgPath string, raw json.RawMessage) error {
+	if isNull(raw) {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("tokenizer: %s: added_tokens_decoder: want an object mapping token ids to tokens: %v", cfgPath, err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		var e struct {
+			Content *string `json:"content"`
+		}
+		if err := json.Unmarshal(m[k], &e); err != nil || e.Content == nil {
+			return fmt.Errorf("tokenizer: %s: added_tokens_decoder[%q]: want an object with \"content\"", cfgPath, k)
+		}
+		id, err := strconv.Atoi(k)
+		if err != nil || id < 0 {
+			return fmt.Errorf("tokenizer: %s: added_tokens_decoder key %q (%q) is not a token id (want an integer 0..%d: %s)", cfgPath, k, *e.Content, len(t.tokens)-1, t.vocabDesc())
+		}
+		if !t.known(id) {
+			return fmt.Errorf("tokenizer: %s: added_tokens_decoder[%q] %q: id %d is not in the vocabulary (%s)", cfgPath, k, *e.Content, id, t.vocabDesc())
+		}
+		if t.tokens[id] != *e.Content {
+			return fmt.Errorf("tokenizer: %s: added_tokens_decoder[%q] is %q, but %s has %q at id %d", cfgPath, k, *e.Content, filepath.Base(t.path), t.tokens[id], id)
+		}
+	}
+	return nil
 }
 
 func (t *Tokenizer) buildModel(m *modelJSON) error {
@@ -701,8 +787,8 @@ func (t *Tokenizer) buildPost(raw json.RawMessage) error {
 					return t.errorf("post_processor TemplateProcessing: single[%d]: special token %q not in special_tokens", i, it.SpecialToken.ID)
 				}
 				for _, id := range sp.IDs {
-					if id < 0 || id >= len(t.tokens) {
-						return t.errorf("post_processor TemplateProcessing: special token %q id %d out of range", it.SpecialToken.ID, id)
+					if !t.known(id) {
+						return t.errorf("post_processor TemplateProcessing: special token %q: id %d is not in the vocabulary (%d tokens, ids 0..%d)", it.SpecialToken.ID, id, len(t.tokens), len(t.tokens)-1)
 					}
 				}
 				if seen {

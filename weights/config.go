@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -45,7 +46,13 @@ type Config struct {
 
 	BOSTokenID  int   // -1 when the config names none
 	EOSTokenIDs []int // empty when the config names none
+	PadTokenID  int   // -1 when the config names none
 	TorchDType  string
+
+	// Generation holds the token ids of generation_config.json beside
+	// config.json, checked against VocabSize when LoadConfig read it; nil
+	// when there is no such file (and always after ParseConfig alone).
+	Generation *GenerationConfig
 }
 
 // RopeScaling describes a rescaled RoPE frequency schedule: "linear" divides
@@ -86,18 +93,36 @@ type rawConfig struct {
 	UseSlidingWindow      *bool           `json:"use_sliding_window"`
 	BOSTokenID            json.RawMessage `json:"bos_token_id"`
 	EOSTokenID            json.RawMessage `json:"eos_token_id"`
+	PadTokenID            json.RawMessage `json:"pad_token_id"`
 	TorchDType            *string         `json:"torch_dtype"`
 	DType                 *string         `json:"dtype"` // transformers >= 5 name for torch_dtype
 }
 
-// LoadConfig reads and validates dir/config.json.
+// LoadConfig reads and validates dir/config.json and, when present,
+// dir/generation_config.json, whose token ids must fall inside config.json's
+// vocab_size (see ParseGenerationConfig).
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, "config.json")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
-	return ParseConfig(data, path)
+	c, err := ParseConfig(data, path)
+	if err != nil {
+		return nil, err
+	}
+	path = filepath.Join(dir, "generation_config.json")
+	data, err = os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return c, nil
+	case err != nil:
+		return nil, fmt.Errorf("weights: %w", err)
+	}
+	if c.Generation, err = ParseGenerationConfig(data, path, c.VocabSize); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // ParseConfig parses and validates config.json content; name (usually the
@@ -232,20 +257,23 @@ func parseConfig(data []byte) (*Config, error) {
 
 	// LlamaConfig and MistralConfig default to BOS 1 / EOS 2; the Qwen
 	// classes name none.
-	c.BOSTokenID = -1
+	c.BOSTokenID, c.PadTokenID = -1, -1
 	if c.ModelType == "llama" || c.ModelType == "mistral" {
 		c.BOSTokenID, c.EOSTokenIDs = 1, []int{2}
 	}
 	if r.BOSTokenID != nil {
-		if isNull(r.BOSTokenID) {
-			c.BOSTokenID = -1
-		} else if err := json.Unmarshal(r.BOSTokenID, &c.BOSTokenID); err != nil {
-			return nil, fmt.Errorf("bos_token_id %s is not an integer", r.BOSTokenID)
+		if c.BOSTokenID, err = parseID("bos_token_id", r.BOSTokenID); err != nil {
+			return nil, err
 		}
 	}
 	if r.EOSTokenID != nil {
 		if c.EOSTokenIDs, err = parseIDs(r.EOSTokenID); err != nil {
 			return nil, fmt.Errorf("eos_token_id %s: %v", r.EOSTokenID, err)
+		}
+	}
+	if r.PadTokenID != nil {
+		if c.PadTokenID, err = parseID("pad_token_id", r.PadTokenID); err != nil {
+			return nil, err
 		}
 	}
 
@@ -297,6 +325,18 @@ func slidingWindow(modelType string, r rawConfig) (int, error) {
 	return 0, nil
 }
 
+// parseID reads a token id field: an integer, or null (-1, none).
+func parseID(key string, m json.RawMessage) (int, error) {
+	if isNull(m) {
+		return -1, nil
+	}
+	var id int
+	if err := json.Unmarshal(m, &id); err != nil {
+		return 0, fmt.Errorf("%s %s is not an integer", key, m)
+	}
+	return id, nil
+}
+
 // parseIDs accepts an integer, a list of integers or null.
 func parseIDs(m json.RawMessage) ([]int, error) {
 	if isNull(m) {
@@ -306,11 +346,56 @@ func parseIDs(m json.RawMessage) ([]int, error) {
 	if err := json.Unmarshal(m, &one); err == nil {
 		return []int{one}, nil
 	}
-	var many []int
+	// Pointers, since encoding/json leaves an int at 0 for a null element.
+	var many []*int
 	if err := json.Unmarshal(m, &many); err != nil {
 		return nil, errors.New("want an integer or a list of integers")
 	}
-	return many, nil
+	ids := make([]int, len(many))
+	for i, p := range many {
+		if p == nil {
+			return nil, fmt.Errorf("element %d is null; want an integer or a list of integers", i)
+		}
+		ids[i] = *p
+	}
+	return ids, nil
+}
+
+// checkTokenID checks one token id of a configuration file against the
+// model's vocabulary: 0 <= id < vocab, or -1 (none) where orNone allows
+// it. field names it in errors as it is written in the file; vocabFrom,
+// when not empty, names the file vocab comes from.
+func checkTokenID(field string, id, vocab int, orNone bool, vocabFrom string) error {
+	if orNone && id == -1 || id >= 0 && id < vocab {
+		return nil
+	}
+	v := fmt.Sprintf("vocab_size=%d", vocab)
+	if vocabFrom != "" {
+		v = fmt.Sprintf("%s has vocab_size=%d", vocabFrom, vocab)
+	}
+	if id < 0 {
+		none := ""
+		if orNone {
+			none = "; null for none"
+		}
+		return fmt.Errorf("%s=%d must not be negative (%s: token ids run 0..%d%s)", field, id, v, vocab-1, none)
+	}
+	return fmt.Errorf("%s=%d is outside the vocabulary (%s: token ids run 0..%d)", field, id, v, vocab-1)
+}
+
+// checkTokenIDs checks a list of token ids as checkTokenID does, naming an
+// element field[i] when the list has several.
+func checkTokenIDs(field string, ids []int, vocab int, vocabFrom string) error {
+	for i, id := range ids {
+		f := field
+		if len(ids) > 1 {
+			f = fmt.Sprintf("%s[%d]", field, i)
+		}
+		if err := checkTokenID(f, id, vocab, false, vocabFrom); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func parseRopeScaling(m json.RawMessage) (*RopeScaling, error) {
@@ -392,7 +477,9 @@ const (
 // build: every size positive and within a sane upper bound (1024 layers,
 // heads and head_dim, hidden_size 65536, intermediate_size 262144,
 // vocab_size 4194304, max_position_embeddings 16777216), heads that group
-// evenly, and supported activation and RoPE settings. Errors name the
+// evenly, supported activation and RoPE settings, and token ids
+// (bos_token_id, every eos_token_id, pad_token_id) that are rows of
+// vocab_size; with Generation set, its ids too. Errors name the
 // config.json field and its value.
 //
 // Validate only looks at the configuration; CheckTensors checks it against
@@ -443,12 +530,21 @@ func (c *Config) Validate() error {
 	if c.SlidingWindow < 0 {
 		return fmt.Errorf("sliding_window=%d must not be negative", c.SlidingWindow)
 	}
-	if c.BOSTokenID < -1 {
-		return fmt.Errorf("bos_token_id=%d must not be negative", c.BOSTokenID)
+	// Token ids index the embedding and the logits: each must name a row
+	// of vocab_size (transformers builds its embedding with
+	// padding_idx=pad_token_id, which torch also requires to be in range).
+	if err := checkTokenID("bos_token_id", c.BOSTokenID, c.VocabSize, true, ""); err != nil {
+		return err
 	}
-	for _, id := range c.EOSTokenIDs {
-		if id < 0 {
-			return fmt.Errorf("eos_token_id=%d must not be negative", id)
+	if err := checkTokenIDs("eos_token_id", c.EOSTokenIDs, c.VocabSize, ""); err != nil {
+		return err
+	}
+	if err := checkTokenID("pad_token_id", c.PadTokenID, c.VocabSize, true, ""); err != nil {
+		return err
+	}
+	if c.Generation != nil {
+		if err := c.Generation.Validate(c.VocabSize); err != nil {
+			return fmt.Errorf("generation_config.json: %w", err)
 		}
 	}
 	if s := c.RopeScaling; s != nil {

@@ -3,6 +3,7 @@ package weights
 import (
 	"encoding/json"
 	"maps"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -164,7 +165,7 @@ func TestParseConfigRealModels(t *testing.T) {
 			HiddenSize: 896, IntermediateSize: 4864, NumLayers: 24, NumHeads: 14, NumKVHeads: 2, HeadDim: 64,
 			VocabSize: 151936, MaxPositionEmbeddings: 32768, RMSNormEps: 1e-6, RopeTheta: 1e6,
 			TieWordEmbeddings: true, AttentionBias: true, HiddenAct: "silu",
-			BOSTokenID: 151643, EOSTokenIDs: []int{151643}, TorchDType: "bfloat16",
+			BOSTokenID: 151643, EOSTokenIDs: []int{151643}, PadTokenID: -1, TorchDType: "bfloat16",
 		}},
 		{"Llama-3.2-1B", llama32_1B, Config{
 			ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
@@ -172,7 +173,7 @@ func TestParseConfigRealModels(t *testing.T) {
 			VocabSize: 128256, MaxPositionEmbeddings: 131072, RMSNormEps: 1e-5, RopeTheta: 500000,
 			RopeScaling:       &RopeScaling{Type: "llama3", Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
 			TieWordEmbeddings: true, HiddenAct: "silu",
-			BOSTokenID: 128000, EOSTokenIDs: []int{128001}, TorchDType: "bfloat16",
+			BOSTokenID: 128000, EOSTokenIDs: []int{128001}, PadTokenID: -1, TorchDType: "bfloat16",
 		}},
 		{"Llama-3.2-1B-Instruct eos list", strings.Replace(llama32_1B, `"eos_token_id": 128001`, llama32_1B_Instruct_EOS, 1), Config{
 			ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
@@ -180,28 +181,28 @@ func TestParseConfigRealModels(t *testing.T) {
 			VocabSize: 128256, MaxPositionEmbeddings: 131072, RMSNormEps: 1e-5, RopeTheta: 500000,
 			RopeScaling:       &RopeScaling{Type: "llama3", Factor: 32, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
 			TieWordEmbeddings: true, HiddenAct: "silu",
-			BOSTokenID: 128000, EOSTokenIDs: []int{128001, 128008, 128009}, TorchDType: "bfloat16",
+			BOSTokenID: 128000, EOSTokenIDs: []int{128001, 128008, 128009}, PadTokenID: -1, TorchDType: "bfloat16",
 		}},
 		{"Mistral-7B-v0.1", mistral7Bv01, Config{
 			ModelType: "mistral", Architectures: []string{"MistralForCausalLM"},
 			HiddenSize: 4096, IntermediateSize: 14336, NumLayers: 32, NumHeads: 32, NumKVHeads: 8, HeadDim: 128,
 			VocabSize: 32000, MaxPositionEmbeddings: 32768, RMSNormEps: 1e-5, RopeTheta: 10000,
 			HiddenAct: "silu", SlidingWindow: 4096,
-			BOSTokenID: 1, EOSTokenIDs: []int{2}, TorchDType: "bfloat16",
+			BOSTokenID: 1, EOSTokenIDs: []int{2}, PadTokenID: -1, TorchDType: "bfloat16",
 		}},
 		{"Qwen3-0.6B", qwen3_06B, Config{
 			ModelType: "qwen3", Architectures: []string{"Qwen3ForCausalLM"},
 			HiddenSize: 1024, IntermediateSize: 3072, NumLayers: 28, NumHeads: 16, NumKVHeads: 8, HeadDim: 128,
 			VocabSize: 151936, MaxPositionEmbeddings: 40960, RMSNormEps: 1e-6, RopeTheta: 1e6,
 			TieWordEmbeddings: true, QKNorm: true, HiddenAct: "silu",
-			BOSTokenID: 151643, EOSTokenIDs: []int{151645}, TorchDType: "bfloat16",
+			BOSTokenID: 151643, EOSTokenIDs: []int{151645}, PadTokenID: -1, TorchDType: "bfloat16",
 		}},
 		{"SmolLM2-135M", smolLM2_135M, Config{
 			ModelType: "llama", Architectures: []string{"LlamaForCausalLM"},
 			HiddenSize: 576, IntermediateSize: 1536, NumLayers: 30, NumHeads: 9, NumKVHeads: 3, HeadDim: 64,
 			VocabSize: 49152, MaxPositionEmbeddings: 8192, RMSNormEps: 1e-5, RopeTheta: 100000,
 			TieWordEmbeddings: true, HiddenAct: "silu",
-			BOSTokenID: 0, EOSTokenIDs: []int{0}, TorchDType: "bfloat16",
+			BOSTokenID: 0, EOSTokenIDs: []int{0}, PadTokenID: -1, TorchDType: "bfloat16",
 		}},
 	}
 	for _, c := range cases {
@@ -228,7 +229,8 @@ func TestLoadConfigStories260K(t *testing.T) {
 		HiddenSize: 64, IntermediateSize: 172, NumLayers: 5, NumHeads: 8, NumKVHeads: 4, HeadDim: 8,
 		VocabSize: 512, MaxPositionEmbeddings: 512, RMSNormEps: 1e-5, RopeTheta: 10000,
 		TieWordEmbeddings: true, HiddenAct: "silu",
-		BOSTokenID: 1, EOSTokenIDs: []int{2}, TorchDType: "float32",
+		BOSTokenID: 1, EOSTokenIDs: []int{2}, PadTokenID: -1, TorchDType: "float32",
+		Generation: &GenerationConfig{BOSTokenID: 1, EOSTokenIDs: []int{2}, PadTokenID: -1},
 	}
 	if !reflect.DeepEqual(*got, want) {
 		t.Errorf("got  %+v\nwant %+v", *got, want)
@@ -337,7 +339,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"llama3 low >= high", `{"model_type": "llama", "num_attention_heads": 8, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4, "high_freq_factor": 1, "original_max_position_embeddings": 8192}, ` + base + `}`, "need 0 < low < high"},
 		{"linear zero factor", `{"model_type": "llama", "num_attention_heads": 8, "rope_scaling": {"type": "linear", "factor": 0}, ` + base + `}`, "rope_scaling.factor=0 must be positive"},
 		{"eos string", `{"model_type": "llama", "num_attention_heads": 8, "eos_token_id": "2", ` + base + `}`, `eos_token_id "2": want an integer or a list of integers`},
-		{"negative eos", `{"model_type": "llama", "num_attention_heads": 8, "eos_token_id": [2, -1], ` + base + `}`, "eos_token_id=-1 must not be negative"},
+		{"negative eos", `{"model_type": "llama", "num_attention_heads": 8, "eos_token_id": [2, -1], ` + base + `}`, "eos_token_id[1]=-1 must not be negative (vocab_size=100: token ids run 0..99)"},
 		{"bos list", `{"model_type": "llama", "num_attention_heads": 8, "bos_token_id": [1], ` + base + `}`, "bos_token_id [1] is not an integer"},
 		{"qwen2 sliding", `{"model_type": "qwen2", "num_attention_heads": 8, "num_key_value_heads": 2, "use_sliding_window": true, ` + base + `}`, `use_sliding_window=true is not supported for model_type "qwen2"`},
 		{"sliding string", `{"model_type": "mistral", "num_attention_heads": 8, "sliding_window": "4096", ` + base + `}`, `sliding_window "4096" is not an integer`},
@@ -429,8 +431,9 @@ func TestParseConfigSizeBounds(t *testing.T) {
 // FuzzParseConfig feeds ParseConfig arbitrary config.json content, starting
 // from the real and variant configs in testdata/fuzz/FuzzParseConfig. It must
 // never panic, and must either fail with an error naming the file or return a
-// configuration that passes Validate, whose sizes are therefore bounded, and
-// that CheckTensors safely rejects for an empty checkpoint.
+// configuration that passes Validate, whose sizes are therefore bounded and
+// whose token ids are rows of vocab_size, and that CheckTensors safely
+// rejects for an empty checkpoint.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(tinyConfig))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -451,9 +454,152 @@ func FuzzParseConfig(f *testing.F) {
 			c.NumHeads*c.HeadDim > maxHeads*maxHeadDim || c.MaxPositionEmbeddings > maxPositions {
 			t.Fatalf("sizes beyond the bounds passed: %+v", *c)
 		}
+		// Token ids index the embedding: none may fall outside it.
+		for _, id := range append([]int{c.BOSTokenID, c.PadTokenID}, c.EOSTokenIDs...) {
+			if id < -1 || id >= c.VocabSize {
+				t.Fatalf("token id %d outside vocab_size %d passed: %+v", id, c.VocabSize, *c)
+			}
+		}
+		for _, id := range c.EOSTokenIDs {
+			if id < 0 {
+				t.Fatalf("eos_token_id %d passed", id)
+			}
+		}
 		empty := &Store{where: "empty", tensors: map[string]entry{}}
 		if err := c.CheckTensors(empty); err == nil {
 			t.Fatal("CheckTensors accepted an empty checkpoint")
 		}
 	})
+}
+
+// Every token id of config.json and generation_config.json must be a row of
+// config.json's vocab_size; errors name the file, the field, the value and
+// the vocabulary size.
+func TestTokenIDsInVocabulary(t *testing.T) {
+	const base = `"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 512`
+	cases := []struct {
+		name, config, generation string
+		want                     string // "" for success
+	}{
+		{"ids in range", `"bos_token_id": 1, "eos_token_id": [2, 511], "pad_token_id": 0`, `{"bos_token_id": 1, "eos_token_id": [2, 511], "pad_token_id": 0}`, ""},
+		{"null and -1 ids are none", `"bos_token_id": null, "eos_token_id": null, "pad_token_id": -1`, `{"bos_token_id": -1, "pad_token_id": null, "temperature": 0.7}`, ""},
+		{"no generation_config.json", `"eos_token_id": 2`, "", ""},
+		{"eos out of range", `"eos_token_id": 99999`, "",
+			"config.json: eos_token_id=99999 is outside the vocabulary (vocab_size=512: token ids run 0..511)"},
+		{"eos list element out of range", `"eos_token_id": [2, 512]`, "",
+			"config.json: eos_token_id[1]=512 is outside the vocabulary (vocab_size=512: token ids run 0..511)"},
+		{"bos out of range", `"bos_token_id": 512`, "",
+			"config.json: bos_token_id=512 is outside the vocabulary (vocab_size=512: token ids run 0..511)"},
+		{"bos below -1", `"bos_token_id": -2`, "",
+			"config.json: bos_token_id=-2 must not be negative (vocab_size=512: token ids run 0..511; null for none)"},
+		{"pad out of range", `"pad_token_id": 32000`, "",
+			"config.json: pad_token_id=32000 is outside the vocabulary (vocab_size=512: token ids run 0..511)"},
+		{"pad not an integer", `"pad_token_id": "0"`, "", `config.json: pad_token_id "0" is not an integer`},
+		{"eos list with null", `"eos_token_id": [2, null]`, "", "config.json: eos_token_id [2, null]: element 1 is null"},
+		{"generation eos out of range", `"eos_token_id": 2`, `{"eos_token_id": [2, 99999]}`,
+			"generation_config.json: eos_token_id[1]=99999 is outside the vocabulary (config.json has vocab_size=512: token ids run 0..511)"},
+		{"generation bos out of range", `"eos_token_id": 2`, `{"bos_token_id": 600}`,
+			"generation_config.json: bos_token_id=600 is outside the vocabulary (config.json has vocab_size=512: token ids run 0..511)"},
+		{"generation pad negative", `"eos_token_id": 2`, `{"pad_token_id": -7}`,
+			"generation_config.json: pad_token_id=-7 must not be negative (config.json has vocab_size=512: token ids run 0..511; null for none)"},
+		{"generation eos not integers", `"eos_token_id": 2`, `{"eos_token_id": ["</s>"]}`,
+			`generation_config.json: eos_token_id ["</s>"]: want an integer or a list of integers`},
+		{"generation invalid JSON", `"eos_token_id": 2`, `{"eos_token_id": `, "generation_config.json: invalid JSON"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, filepath.Join(dir, "config.json"), `{`+base+`, `+c.config+`}`)
+			if c.generation != "" {
+				writeFile(t, filepath.Join(dir, "generation_config.json"), c.generation)
+			}
+			cfg, err := LoadConfig(dir)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("LoadConfig: %v", err)
+				}
+				if err := cfg.Validate(); err != nil {
+					t.Errorf("Validate after LoadConfig: %v", err)
+				}
+				if (cfg.Generation != nil) != (c.generation != "") {
+					t.Errorf("Generation = %+v with generation_config.json %q", cfg.Generation, c.generation)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("LoadConfig succeeded, want an error containing %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "weights: "+dir+string(filepath.Separator)) {
+				t.Errorf("error = %q, want it to contain %q after the file's path", err, c.want)
+			}
+		})
+	}
+}
+
+// The shared checkpoints, real configurations whose generation_config.json
+// lists more stop ids than config.json, load with their ids.
+func TestLoadConfigSharedGeneration(t *testing.T) {
+	sh := shareddata.Dir(t)
+	for _, c := range []struct {
+		model string
+		want  GenerationConfig
+	}{
+		{"stories260K", GenerationConfig{BOSTokenID: 1, EOSTokenIDs: []int{2}, PadTokenID: -1}},
+		{"ref-qwen2-6m", GenerationConfig{BOSTokenID: 4093, EOSTokenIDs: []int{4093, 4095}, PadTokenID: -1}},
+	} {
+		cfg, err := LoadConfig(filepath.Join(sh, "models", c.model))
+		if err != nil {
+			t.Fatalf("%s: %v", c.model, err)
+		}
+		if cfg.Generation == nil || !reflect.DeepEqual(*cfg.Generation, c.want) {
+			t.Errorf("%s: Generation = %+v, want %+v", c.model, cfg.Generation, c.want)
+		}
+	}
+}
+
+// FuzzParseGenerationConfig feeds ParseGenerationConfig arbitrary
+// generation_config.json content and vocabulary sizes. It must never panic,
+// must fail with an error naming the file, or return ids that are rows of
+// the vocabulary (or -1, none, for bos and pad) and pass Validate.
+func FuzzParseGenerationConfig(f *testing.F) {
+	for _, s := range []string{
+		`{"bos_token_id": 1, "eos_token_id": 2, "max_length": 512}`,
+		`{"bos_token_id": 4093, "eos_token_id": [4093, 4095], "do_sample": true, "temperature": 0.7, "top_p": 0.9}`,
+		`{"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "pad_token_id": null}`,
+		`{"eos_token_id": [2, null]}`, `{"pad_token_id": -1}`, `[]`, `null`, ``,
+	} {
+		f.Add([]byte(s), 4096)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, vocab int) {
+		g, err := ParseGenerationConfig(data, "fuzz/generation_config.json", vocab)
+		if err != nil {
+			if g != nil {
+				t.Errorf("returned %+v with error %v", g, err)
+			}
+			if !strings.HasPrefix(err.Error(), "weights: fuzz/generation_config.json: ") {
+				t.Errorf("error %q does not name the file", err)
+			}
+			return
+		}
+		if err := g.Validate(vocab); err != nil {
+			t.Fatalf("accepted a generation config that fails Validate: %v", err)
+		}
+		for _, id := range append([]int{g.BOSTokenID, g.PadTokenID}, g.EOSTokenIDs...) {
+			if id < -1 || id >= vocab {
+				t.Fatalf("id %d outside a vocabulary of %d accepted: %+v", id, vocab, *g)
+			}
+		}
+		for _, id := range g.EOSTokenIDs {
+			if id < 0 {
+				t.Fatalf("eos id %d accepted: %+v", id, *g)
+			}
+		}
+	})
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

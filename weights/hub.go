@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kakeya-ai/kakeya/internal/outfile"
 )
 
 // HubOptions says where and how Resolve finds models on the Hugging Face Hub.
@@ -357,11 +359,8 @@ func (h *hub) download(ctx context.Context) (string, error) {
 		if err := os.MkdirAll(filepath.Dir(ref), 0o755); err != nil {
 			return "", fmt.Errorf("weights: %w", err)
 		}
-		if err := writeAtomic(ref, func(f *os.File) error {
-			_, err := io.WriteString(f, sha)
-			return err
-		}); err != nil {
-			return "", err
+		if err := outfile.WriteFile(ref, []byte(sha)); err != nil {
+			return "", fmt.Errorf("weights: %w", err)
 		}
 	}
 	return snap, nil

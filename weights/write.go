@@ -5,14 +5,14 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/internal/outfile"
 )
 
 // F32Tensor builds an F32 tensor holding vals.
@@ -42,8 +42,9 @@ func F16Tensor(name string, shape []int, vals []float32) Tensor {
 	return Tensor{Name: name, DType: compute.F16, Shape: slices.Clone(shape), Data: b}
 }
 
-// WriteFile writes tensors and metadata as a safetensors file, atomically:
-// the file appears complete under path or not at all. The header lists the
+// WriteFile writes tensors and metadata as a safetensors file, as
+// outfile.Write does: a regular file appears complete under path or not at
+// all. The header lists the
 // tensors in the order given; their data is laid out widest dtype first (in
 // the given order within a width), which keeps every tensor naturally
 // aligned without the gaps the reference implementation rejects.
@@ -120,7 +121,7 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 		hb.WriteByte(' ')
 	}
 
-	return writeAtomic(path, func(f *os.File) error {
+	err := outfile.Write(path, func(f io.Writer) error {
 		var n [8]byte
 		binary.LittleEndian.PutUint64(n[:], uint64(hb.Len()))
 		if _, err := f.Write(n[:]); err != nil {
@@ -136,47 +137,8 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 		}
 		return nil
 	})
-}
-
-// writeAtomic writes a temporary file next to path with fill, syncs it and
-// renames it over path, so readers never see a partial file.
-func writeAtomic(path string, fill func(*os.File) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("weights: %w", err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := fill(f); err != nil {
-		return fmt.Errorf("weights: %s: %w", path, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("weights: %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("weights: %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("weights: %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("weights: %w", err)
-	}
-	syncDir(dir)
 	return nil
-}
-
-// syncDir makes a rename durable where the platform allows; failure only
-// weakens durability, never correctness, so it is not reported.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }

@@ -16,13 +16,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -43,12 +43,9 @@ Flags:
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "kakeya-bench:", err)
-		os.Exit(1)
-	}
+	cli.Main("kakeya-bench", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+		return kvcache.FlagError(run(ctx, args, stdout, stderr))
+	})
 }
 
 // options are the parsed flags.
@@ -67,11 +64,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o options
 	var caches, matmuls, threads, ctxs string
 	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		io.WriteString(stderr, usage)
-		fs.PrintDefaults()
-	}
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvcache.DefaultBoundary+" is the tools' default)")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
@@ -82,7 +74,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.reps, "reps", 3, "runs per cell (the median is reported)")
 	fs.BoolVar(&o.warmup, "warmup", true, "after each model load, run one untimed short prefill and decode step first (llama-bench's warmup): the first timed run then does not pay for paging the weights in")
 	fs.BoolVar(&o.progress, "progress", true, "print each run to stderr as it finishes")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
+		io.WriteString(w, usage)
+		cli.PrintDefaults(fs, w)
+	}); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -118,6 +113,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
+		// Interrupted, the command may exit before run returns: the
+		// checkpoint goes as soon as the signal comes (a mapped file
+		// stays readable once unlinked).
+		stop := context.AfterFunc(ctx, func() { os.RemoveAll(tmp) })
+		defer stop()
 		fmt.Fprintln(stderr, "kakeya-bench: writing a seeded Qwen2.5-0.5B-shaped bf16 checkpoint to", tmp)
 		if err := testmodel.Write(tmp, testmodel.Qwen25_05B); err != nil {
 			return err

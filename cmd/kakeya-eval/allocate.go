@@ -13,6 +13,8 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/cli"
+	"github.com/kakeya-ai/kakeya/internal/outfile"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
@@ -65,8 +67,10 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
 	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
 	fs.StringVar(&f.device, "device", "cpu", "compute device")
+	f.maxInput = cli.DefaultMaxInput
+	fs.Var(&f.maxInput, "max-input", cli.MaxInputUsage)
 	f.cache.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, sensUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -112,7 +116,7 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 		return interrupted("sensitivity: interrupted before scoring began; nothing written")
 	}
 	if err != nil {
-		return err
+		return kvcache.FlagError(err)
 	}
 	sens, err := sensitivityOf(r, layers, sides)
 	if err != nil {
@@ -122,7 +126,7 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	if err := eval.WriteFileAtomic(f.out, append(data, '\n')); err != nil {
+	if err := outfile.WriteFile(f.out, append(data, '\n')); err != nil {
 		return fmt.Errorf("sensitivity: %w", err)
 	}
 	fmt.Fprintf(stdout, "sensitivity: %d layers x 2 sides x %d codecs, %d passages, %d scored tokens, %.1fs (run %.1fs)\n",
@@ -238,7 +242,7 @@ func runAllocate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&ratio, "target-ratio", 0, "whole-cache ratio `R` to reach (bf16 bytes / bytes)")
 	fs.StringVar(&like, "like", "", "aim at the whole-cache ratio of codec `SPEC` on every side")
 	fs.StringVar(&out, "out", "", "write the policy file here (required)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, allocUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -254,6 +258,9 @@ func runAllocate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return errors.New("allocate: --out is required")
 	case (ratio == 0) == (like == ""):
 		return errors.New("allocate: give one of --target-ratio and --like")
+	}
+	if err := outfile.Check(out); err != nil {
+		return fmt.Errorf("allocate: --out: %w", err)
 	}
 	sens, err := readSensitivity(sensPath)
 	if err != nil {
@@ -273,7 +280,7 @@ func runAllocate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if err := eval.WriteFileAtomic(out, append(data, '\n')); err != nil {
+	if err := outfile.WriteFile(out, append(data, '\n')); err != nil {
 		return fmt.Errorf("allocate: %w", err)
 	}
 	fmt.Fprintf(stdout, "allocate: target %.3fx, plan %.3fx (%d of %d bf16 bytes), predicted KL %.6f\n", ratio, p.Ratio, p.Bytes, sens.BF16, p.PredictedKL)

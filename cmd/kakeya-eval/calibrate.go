@@ -19,7 +19,9 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
+	"github.com/kakeya-ai/kakeya/internal/outfile"
 	"github.com/kakeya-ai/kakeya/internal/term"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 )
@@ -42,6 +44,7 @@ type calibFlags struct {
 	ropeSpan               int
 	ridge                  float64
 	ropeAvg                bool
+	maxInput               cli.ByteSize // --max-input
 	device                 string
 	backend                compute.Backend // from device
 }
@@ -60,7 +63,9 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&f.ropeSpan, "rope-span", 0, "offsets averaged with --rope-avg (0: ctx)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads (0: GOMAXPROCS)")
 	fs.StringVar(&f.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
-	if err := fs.Parse(args); err != nil {
+	f.maxInput = cli.DefaultMaxInput
+	fs.Var(&f.maxInput, "max-input", cli.MaxInputUsage)
+	if err := parse(fs, calibrateUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -142,20 +147,17 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 			f.ctx, calibrate.DefaultBlockSize, calibrate.DefaultBlockSize)
 	}
 	// The run can be long: find an unwritable --out before it, not after.
-	if err := eval.CheckWritable(f.out); err != nil {
+	if err := outfile.Check(f.out); err != nil {
 		return fmt.Errorf("calibrate: --out: %w", err)
 	}
 	if f.data == "" {
 		f.data = sharedFile("data", "wikitext-2", "valid.txt")
 	}
-	raw, err := os.ReadFile(f.data)
+	raw, err := cli.ReadFile(ctx, f.data, int64(f.maxInput), "--max-input")
 	if err != nil {
 		return fmt.Errorf("calibrate: --data: %w", err)
 	}
-	sum, err := eval.FileSHA256(f.data)
-	if err != nil {
-		return fmt.Errorf("calibrate: --data: %w", err)
-	}
+	sum := sha256Hex(raw)
 	dir, err := resolveModel(ctx, f.model, stderr)
 	if err != nil {
 		return fmt.Errorf("calibrate: --model: %w", err)

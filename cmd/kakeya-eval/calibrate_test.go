@@ -98,7 +98,7 @@ func TestCalibrateErrors(t *testing.T) {
 		{"ctx below a block", []string{"--model", dir, "--out", out, "--data", data, "--ctx", "8"}, "--ctx 8 is shorter than a KV block of 16 tokens"},
 		// --out is checked before the model is even looked at.
 		{"out dir missing", []string{"--model", filepath.Join(tmp, "nomodel"), "--out", filepath.Join(tmp, "no", "c.safetensors")}, "--out: cannot write"},
-		{"out is a dir", []string{"--model", dir, "--out", tmp}, "--out: " + tmp + " is a directory"},
+		{"out is a dir", []string{"--model", dir, "--out", tmp}, "--out: cannot write " + tmp + ": it is a directory"},
 		{"too little text", []string{"--model", dir, "--out", out, "--data", short},
 			"--data " + short + " gives 10 tokens; calibrating 2,3,4-bit codebooks needs at least 15 tokens"},
 		{"too few tokens", []string{"--model", dir, "--out", out, "--data", data, "--tokens", "10", "--bits", "2"},

@@ -30,7 +30,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	dev := fs.String("device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	matmul := fs.String("matmul", "f32", device.MatMulUsage+"; f32 by default here, so logits compare with references exactly")
 	step := fs.Bool("step", false, "feed one token per forward call instead of one prefill call")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, logitsUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}

@@ -4,13 +4,16 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 
+	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -29,18 +32,14 @@ Run "kakeya-eval <command> -h" for the flags of a command.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "kakeya-eval:", err)
-		os.Exit(1)
-	}
+	cli.Main("kakeya-eval", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+		return run(ctx, args, stdout, stderr)
+	})
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("no command given")
+		return &cli.UsageError{Err: errors.New("no command given"), Usage: func() { fmt.Fprint(stderr, usage) }}
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
@@ -60,20 +59,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", cmd)
+	return &cli.UsageError{Err: fmt.Errorf("unknown command %q", cmd), Usage: func() { fmt.Fprint(stderr, usage) }}
 }
 
-// newFlagSet returns a command's flag set: errors are returned, and -h
-// prints usage (the command's help text) and then the flags to stderr.
-func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+// newFlagSet returns a command's flag set, which parse parses.
+func newFlagSet(name, _ string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		io.WriteString(stderr, usage)
-		fs.PrintDefaults()
-	}
 	return fs
+}
+
+// parse parses a command's flags (cli.Parse): -h prints the command's
+// usage text and flags to stdout; a bad flag is reported once, then they
+// follow on stderr.
+func parse(fs *flag.FlagSet, usage string, args []string, stdout, stderr io.Writer) error {
+	return cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
+		io.WriteString(w, usage)
+		cli.PrintDefaults(fs, w)
+	})
+}
+
+// sha256Hex returns the hex SHA-256 of data: a report names the text it
+// measured by the bytes it read.
+func sha256Hex(data []byte) string {
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:])
 }
 
 // checkThreads checks a --threads value against what model.Load accepts,

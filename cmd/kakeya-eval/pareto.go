@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/outfile"
 )
 
 const paretoUsage = `usage: kakeya-eval pareto --report FILE.json [--out FILE.png] [--title TEXT]
@@ -26,7 +27,7 @@ func runPareto(_ context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&report, "report", "", "JSON report of kakeya-eval ppl (required)")
 	fs.StringVar(&out, "out", "", "PNG to write (default: the report's name with .pareto.png)")
 	fs.StringVar(&title, "title", "", "plot title (default: model, data, passages and tokens of the report)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, paretoUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -38,12 +39,15 @@ func runPareto(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if report == "" {
 		return errors.New("pareto: --report is required")
 	}
+	if out == "" {
+		out = paretoPath(report)
+	}
+	if err := outfile.Check(out); err != nil {
+		return fmt.Errorf("pareto: --out: %w", err)
+	}
 	r, err := eval.ReadReportPoints(report)
 	if err != nil {
 		return fmt.Errorf("pareto: %w", err)
-	}
-	if out == "" {
-		out = paretoPath(report)
 	}
 	if title == "" {
 		title = fmt.Sprintf("%s on %s: %d passages, %d scored tokens", filepath.Base(r.Model), filepath.Base(r.Data), r.Passages, r.Tokens)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -16,7 +15,9 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
+	"github.com/kakeya-ai/kakeya/internal/outfile"
 	"github.com/kakeya-ai/kakeya/internal/term"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
@@ -58,9 +59,11 @@ With --calib, keys are preconditioned (precond) and kakeya codecs use the
 calibrated codebooks (cb) by default; precond=0 and cb=0 turn them off.
 --configs FILE reads a JSON list of objects with the same keys.
 
-The table goes to stdout; the JSON report is written (atomically) only when
---out is given, with a Pareto plot beside it (FILE.pareto.png: whole-cache
-ratio against KL on a log scale, one marker per configuration). Ctrl-C stops the run and writes nothing.
+The table goes to stdout; the JSON report is written only when --out is
+given (a file atomically, a device or FIFO such as /dev/stdout in place),
+with a Pareto plot beside a file (FILE.pareto.png: whole-cache ratio
+against KL on a log scale, one marker per configuration). Both paths are
+checked before the run starts. Ctrl-C stops the run and writes nothing.
 
 Flags:
 `
@@ -81,10 +84,12 @@ func (l *configList) Set(s string) error {
 
 type pplFlags struct {
 	cmd                                                string // the subcommand, for messages
+	plot                                               bool   // a Pareto plot goes beside --out
 	model, data, mode, docSep, configsFile, calib, out string
 	docs                                               string // --docs FROM:TO
 	ctx, nEval, passages, stride, chunk, threads       int
 	workers                                            int
+	maxInput                                           cli.ByteSize // --max-input
 	device, matmul                                     string
 	backend                                            compute.Backend // from device
 	cache                                              kvcache.Spec    // the cache flags
@@ -92,7 +97,7 @@ type pplFlags struct {
 }
 
 func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := pplFlags{cmd: "ppl"}
+	f := pplFlags{cmd: "ppl", plot: true}
 	fs := newFlagSet("ppl", pplUsage, stderr)
 	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
 	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2-raw/wiki.test.raw, KAKEYA_SHARED default ../shared)")
@@ -112,8 +117,10 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
 	fs.StringVar(&f.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&f.matmul, "matmul", "f32", device.MatMulUsage+"; f32 by default here, so measurements do not mix the codec's error with bf16 rounding")
+	f.maxInput = cli.DefaultMaxInput
+	fs.Var(&f.maxInput, "max-input", cli.MaxInputUsage)
 	f.cache.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, pplUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -127,7 +134,8 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil && ctx.Err() != nil && !errors.As(err, &intr) {
 		return interrupted("ppl: interrupted before scoring began; nothing written")
 	}
-	return err
+	// The library names cache settings by their Spec fields; say the flags.
+	return kvcache.FlagError(err)
 }
 
 // interrupted is the one-line summary of a run stopped by Ctrl-C.
@@ -206,7 +214,11 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 		}
 		// The Pareto plot goes next to the report, when a configuration
 		// can stand on its log-KL axis.
-		png := paretoPath(f.out)
+		png, ok := f.plotPath()
+		if !ok {
+			fmt.Fprintf(stdout, "report %s (no Pareto plot beside a device or FIFO)\n", f.out)
+			return nil
+		}
 		title := fmt.Sprintf("%s on %s: %d passages, %d scored tokens", filepath.Base(r.Model), filepath.Base(f.data), r.Passages, r.Tokens)
 		if err := r.WritePareto(png, title); err == nil {
 			fmt.Fprintf(stdout, "report %s, Pareto plot %s\n", f.out, png)
@@ -221,6 +233,33 @@ func ppl(ctx context.Context, f *pplFlags, stdout, stderr io.Writer) error {
 // out.pareto.png.
 func paretoPath(out string) string {
 	return strings.TrimSuffix(out, filepath.Ext(out)) + ".pareto.png"
+}
+
+// plotPath returns where ppl draws the Pareto plot of its report, beside
+// --out; there is none without a report or when the report is written in
+// place (--out /dev/stdout would put it in /dev).
+func (f *pplFlags) plotPath() (string, bool) {
+	if !f.plot || f.out == "" || outfile.IsInPlace(f.out) {
+		return "", false
+	}
+	return paretoPath(f.out), true
+}
+
+// checkOutputs finds an output of f that cannot be written before the
+// run, not after it.
+func (f *pplFlags) checkOutputs() error {
+	if f.out == "" {
+		return nil
+	}
+	if err := outfile.Check(f.out); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if png, ok := f.plotPath(); ok {
+		if err := outfile.Check(png); err != nil {
+			return fmt.Errorf("pareto plot beside --out: %w", err)
+		}
+	}
+	return nil
 }
 
 // evaluate scores the configurations of f (and of configsFor, when given,
@@ -238,6 +277,9 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 		f.data = sharedFile("data", "wikitext-2-raw", "wiki.test.raw")
 	}
 	if err := f.checkCounts(); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	if err := f.checkOutputs(); err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	mm, err := device.MatMul(f.device, f.matmul)
@@ -260,11 +302,6 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
-	if f.out != "" {
-		if err := eval.CheckWritable(f.out); err != nil {
-			return nil, 0, fmt.Errorf("%s: --out: %w", f.cmd, err)
-		}
-	}
 
 	dir, err := resolveModel(ctx, f.model, stderr)
 	if err != nil {
@@ -285,14 +322,11 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 		}
 	}
-	raw, err := os.ReadFile(f.data)
+	raw, err := cli.ReadFile(ctx, f.data, int64(f.maxInput), "--max-input")
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: --data: %w", f.cmd, err)
 	}
-	sum, err := eval.FileSHA256(f.data)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
-	}
+	sum := sha256Hex(raw)
 	text := string(raw)
 	var docsNote string
 	if f.docs != "" {
@@ -350,6 +384,17 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 	units, err := eval.BuildUnits(text, tok, p)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %s: %w", f.cmd, f.data, err)
+	}
+	// A configuration whose hot window and sinks cover every unit scores
+	// as the reference: say so once here (the table marks its row).
+	longest := eval.LongestFed(units)
+	for _, c := range configs[1:] {
+		if c.Settings == nil {
+			continue
+		}
+		if w := c.Settings.NothingCompressed(longest); w != nil {
+			fmt.Fprintf(stderr, "%s: warning: config %s: %s\n", f.cmd, c.Name, kvcache.FlagError(w))
+		}
 	}
 
 	prog := eval.NewProgress(stderr, term.IsTerminal(stderr), f.cmd, len(units))

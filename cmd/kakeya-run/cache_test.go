@@ -21,7 +21,7 @@ import (
 // parseCache parses args after --model and --prompt.
 func parseCache(t *testing.T, args []string) (*options, error) {
 	t.Helper()
-	return parseFlags(append([]string{"--model", "m", "--prompt", "p"}, args...), io.Discard)
+	return parseFlags(append([]string{"--model", "m", "--prompt", "p"}, args...), io.Discard, io.Discard)
 }
 
 // The cache flags fill a kvcache.Spec; its defaults are tested in kvcache,

@@ -10,14 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
@@ -25,18 +24,7 @@ import (
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kakeya-run:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("kakeya-run", run) }
 
 // stringList is a repeatable string flag.
 type stringList []string
@@ -51,19 +39,15 @@ type options struct {
 	chat, tokenize, addSpecial           bool
 	quiet                                bool
 	stops                                stringList
+	maxInput                             cli.ByteSize
 	sampling                             kakeya.SamplingOptions
 	cache                                kvcache.Spec
 	backend                              compute.Backend // from --device
 }
 
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
+func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("kakeya-run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: kakeya-run --model DIR|HF_ID --prompt TEXT [flags]\n       kakeya-run --model DIR|HF_ID --tokenize [--add-special] < text\n\nflags:")
-		fs.PrintDefaults()
-	}
 	fs.StringVar(&o.model, "model", "", "model directory or Hugging Face id (ORG/NAME)")
 	fs.StringVar(&o.prompt, "prompt", "", "prompt text (- reads it from stdin)")
 	fs.IntVar(&o.maxTokens, "max-tokens", 256, "generate at most this many tokens (0 = until the context is full)")
@@ -85,8 +69,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
 	fs.BoolVar(&o.addSpecial, "add-special", false, "with --tokenize: add the special tokens (BOS) the model expects")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print timings to stderr")
+	o.maxInput = cli.DefaultMaxInput
+	fs.Var(&o.maxInput, "max-input", cli.MaxInputUsage)
 	o.cache.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
+		fmt.Fprintln(w, "usage: kakeya-run --model DIR|HF_ID --prompt TEXT [flags]\n       kakeya-run --model DIR|HF_ID --tokenize [--add-special] < text\n\nflags:")
+		cli.PrintDefaults(fs, w)
+	}); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -145,7 +134,7 @@ func (o *options) check() error {
 		return err
 	}
 	if err := o.cache.Validate(); err != nil {
-		return err
+		return kvcache.FlagError(err)
 	}
 	if o.calib == "" {
 		switch {
@@ -160,8 +149,10 @@ func (o *options) check() error {
 	return nil
 }
 
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	o, err := parseFlags(args, stderr)
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
+	// The library names cache settings by their Spec fields; say the flags.
+	defer func() { err = kvcache.FlagError(err) }()
+	o, err := parseFlags(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -171,9 +162,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return tokenize(ctx, o, hub, stdin, stdout)
 	}
 	if o.prompt == "-" {
-		b, err := io.ReadAll(stdin)
+		b, err := cli.ReadAll(ctx, stdin, int64(o.maxInput), "the prompt on standard input", "--max-input")
 		if err != nil {
-			return fmt.Errorf("reading the prompt from stdin: %w", err)
+			return err
 		}
 		o.prompt = string(b)
 	}
@@ -187,12 +178,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return errors.New("interrupted while loading the model")
+			return &cli.InterruptedError{Detail: "while loading the model"}
 		}
 		return err
 	}
 	defer eng.Close()
 	load := time.Since(start)
+	if w := eng.CacheSettings().Warning; w != nil {
+		fmt.Fprintf(stderr, "kakeya-run: warning: KV cache: %s\n", kvcache.FlagError(w))
+	}
 
 	out := bufio.NewWriter(stdout)
 	res, err := eng.Generate(ctx, o.prompt, kakeya.GenerateOptions{
@@ -209,12 +203,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	})
 	if err != nil {
 		out.Flush()
+		if ce := (*model.ContextError)(nil); errors.As(err, &ce) {
+			return errors.New(ce.Explain("--ctx"))
+		}
 		if ctx.Err() != nil {
 			n := 0
 			if res != nil {
 				n = res.GeneratedTokens
 			}
-			return fmt.Errorf("interrupted after generating %d tokens", n)
+			return &cli.InterruptedError{Detail: fmt.Sprintf("after generating %d tokens", n)}
 		}
 		return err
 	}
@@ -262,9 +259,9 @@ func tokenize(ctx context.Context, o *options, hub weights.HubOptions, stdin io.
 	if err != nil {
 		return err
 	}
-	text, err := io.ReadAll(stdin)
+	text, err := cli.ReadAll(ctx, stdin, int64(o.maxInput), "standard input", "--max-input")
 	if err != nil {
-		return fmt.Errorf("reading stdin: %w", err)
+		return err
 	}
 	ids := tok.Encode(string(text), o.addSpecial)
 	if ids == nil {

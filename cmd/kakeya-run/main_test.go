@@ -65,7 +65,8 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"--model", dir, "--prompt", "x", "--device", "tpu"}, "want one of cpu, cuda"},
 		{[]string{"--model", dir, "--prompt", "x", "stray"}, "unexpected argument"},
 		{[]string{"--model", filepath.Join(t.TempDir(), "nope"), "--prompt", "x"}, "nope"},
-		{[]string{"--model", dir, "--prompt", strings.Repeat("Once upon a time. ", 200)}, "exceeds the context"},
+		{[]string{"--model", dir, "--prompt", strings.Repeat("Once upon a time. ", 200)}, "the prompt is 1002 tokens, more than the context of 512, the most this model allows: shorten the prompt"},
+		{[]string{"--model", dir, "--prompt", "Once upon a time there was", "--ctx", "5"}, "the prompt is 7 tokens, more than the context of 5: raise --ctx (this model allows up to 512) or shorten the prompt"},
 	}
 	for _, tt := range tests {
 		err := run(context.Background(), tt.args, nil, &bytes.Buffer{}, &bytes.Buffer{})

@@ -7,6 +7,8 @@ package cpu
 
 import (
 	"fmt"
+	"strings"
+	"sync/atomic"
 
 	"github.com/kakeya-ai/kakeya/compute"
 	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
@@ -15,6 +17,9 @@ import (
 // Backend runs compute.Backend's operations on the CPU.
 type Backend struct {
 	pool *kern.Pool
+	// dtypes has bit 1<<DType set for each dtype of the weights uploaded,
+	// so Describe names the matmuls that really run.
+	dtypes atomic.Uint32
 }
 
 var (
@@ -45,10 +50,26 @@ func (b *Backend) Threads() int { return b.pool.Threads() }
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// Describe returns the SIMD kernels this build runs (see kern.Features) and
-// the precision of the activations in bf16 matrix products.
+// Describe returns the kernels this process runs (see kern.Features) and
+// the matrix products the weights uploaded so far get: "; matmuls: bf16
+// weights x bf16 activations" (the default precision on bf16 weights),
+// "f32 weights x f32 activations", ...
 func (b *Backend) Describe() string {
-	return kern.Features() + "; " + b.pool.Precision().String() + " activations in bf16 matmuls"
+	var mm []string
+	for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.F32} {
+		if b.dtypes.Load()&(1<<dt) == 0 {
+			continue
+		}
+		acts := "f32"
+		if dt == compute.BF16 {
+			acts = b.pool.Precision().String()
+		}
+		mm = append(mm, fmt.Sprintf("%s weights x %s activations", strings.ToLower(dt.String()), acts))
+	}
+	if len(mm) == 0 {
+		return kern.Features()
+	}
+	return kern.Features() + "; matmuls: " + strings.Join(mm, ", ")
 }
 
 // Close stops the worker threads.
@@ -104,6 +125,7 @@ func (b *Backend) Upload(m compute.Mat) (compute.Weight, error) {
 	} else {
 		m.F32, m.U16 = nil, m.U16[:size:size]
 	}
+	b.dtypes.Or(1 << m.DType)
 	return &weight{m: m, mm: kern.NewMatrix(m)}, nil
 }
 

@@ -405,7 +405,7 @@ func openLibrary(lib string, blasLibs []string, ordinal int, ptx []byte) (driver
 	cname := C.CString(lib)
 	defer C.free(unsafe.Pointer(cname))
 	if msg := C.kk_open(d, cname, &missing); msg != nil {
-		err := fmt.Errorf("cuda: dlopen(%q): %s (the CUDA backend needs the NVIDIA driver installed; --device cpu runs without it)", lib, C.GoString(msg))
+		err := fmt.Errorf("cuda: dlopen(%q): %s (the CUDA backend needs the NVIDIA driver installed; the CPU backend runs without it)", lib, C.GoString(msg))
 		if missing != nil {
 			err = fmt.Errorf("cuda: %s has no %s: the NVIDIA driver is too old for the CUDA backend", lib, C.GoString(missing))
 		}

@@ -69,6 +69,14 @@ var Qwen3Tiny = Spec{
 	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, DType: compute.F32, Seed: 3,
 }
 
+// LongTiny is a tiny Llama with a 32k context and the vocabulary of
+// stories260K's tokenizer (512), in F32: long prompts make it slow enough to
+// catch a command in prefill or decode.
+var LongTiny = Spec{
+	ModelType: "llama", Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+	Vocab: 512, MaxPos: 32768, RopeTheta: 1e4, DType: compute.F32, Seed: 21,
+}
+
 // Qwen25_05B has Qwen2.5-0.5B's exact shape in BF16 (about 1 GB on disk),
 // for benchmarks.
 var Qwen25_05B = Spec{
