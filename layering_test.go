@@ -44,6 +44,9 @@ var allowed = map[string][]string{
 	"cmd/kakeya-run":       {"internal/cli", "", "model", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
 	"cmd/kakeya-bench":     {"internal/cli", "model", "kvcache", "kernels/cpu", "internal/testmodel"},
 	"cmd/kakeya-eval":      {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
+
+	// Developer tools: the GPU report's checkpoint writer.
+	"internal/cmd/kakeya-testmodel": {"internal/cli", "internal/testmodel"},
 }
 
 // TestImportLayering checks every package's imports (tests aside) against

@@ -129,6 +129,14 @@ type Preparer interface {
 	Prepare(w Weight) (copied bool)
 }
 
+// Checker is implemented by a backend whose operations can fail after
+// they return, as a GPU's queued work does: Err returns the first failure,
+// nil if none. The model checks it after every forward step, so a failure
+// surfaces as an error, never as NaN logits.
+type Checker interface {
+	Err() error
+}
+
 // Describer is implemented by a backend that describes itself for logs
 // and run statistics: the device and the kernels it runs, e.g. "avx2+fma
 // (GOEXPERIMENT=simd)" for the CPU or a GPU's name and its GEMM path.

@@ -174,7 +174,15 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 		case i+len(chunk) == len(ids):
 			logits = s.last
 		}
-		if err := s.forward(chunk, logits, allLogits); err != nil {
+		err := s.forward(chunk, logits, allLogits)
+		if chk, ok := s.m.b.(compute.Checker); ok && err == nil {
+			// A device's queued work fails after the call that queued
+			// it; the read-back of the logits waited for it.
+			if err = chk.Err(); err != nil {
+				err = fmt.Errorf("model: %s backend: %w", s.m.b.Name(), err)
+			}
+		}
+		if err != nil {
 			s.err = fmt.Errorf("model: sequence unusable until Reset: %w", err)
 			return nil, err
 		}

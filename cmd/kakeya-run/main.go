@@ -37,7 +37,7 @@ type options struct {
 	matmul                               string
 	maxTokens, threads, maxContext       int
 	chat, tokenize, addSpecial           bool
-	quiet                                bool
+	quiet, verbose                       bool
 	stops                                stringList
 	maxInput                             cli.ByteSize
 	sampling                             kakeya.SamplingOptions
@@ -69,6 +69,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
 	fs.BoolVar(&o.addSpecial, "add-special", false, "with --tokenize: add the special tokens (BOS) the model expects")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print timings to stderr")
+	fs.BoolVar(&o.verbose, "verbose", false, "print the device and, on a GPU, where cuBLAS was looked for to stderr at load")
 	o.maxInput = cli.DefaultMaxInput
 	fs.Var(&o.maxInput, "max-input", cli.MaxInputUsage)
 	o.cache.RegisterFlags(fs)
@@ -169,6 +170,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		o.prompt = string(b)
 	}
 
+	if o.verbose {
+		printDevice(stderr, o.backend)
+	}
 	start := time.Now()
 	eng, err := kakeya.Load(ctx, o.model, kakeya.Options{
 		Model:       model.Options{Backend: o.backend, Threads: o.threads, MaxContext: o.maxContext, MatMul: o.matmul},
@@ -184,6 +188,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	defer eng.Close()
 	load := time.Since(start)
+	if o.verbose && o.backend == nil {
+		fmt.Fprintf(stderr, "kakeya-run: device: cpu, kernels: %s\n", eng.Kernels())
+	}
 	if w := eng.CacheSettings().Warning; w != nil {
 		fmt.Fprintf(stderr, "kakeya-run: warning: KV cache: %s\n", kvcache.FlagError(w))
 	}
@@ -248,6 +255,18 @@ func printStats(w io.Writer, eng *kakeya.Engine, res *kakeya.Result, load time.D
 		fmt.Fprintf(w, "; encoded blocks %s, codec ratio %.2fx", mib(kv.Compressed), kv.CodecRatio())
 	}
 	fmt.Fprintln(w)
+}
+
+// printDevice writes, for --verbose, the description of a backend that
+// has one (a GPU's: device, and which cuBLAS runs prefill's products) and
+// the search for cuBLAS of one that made it.
+func printDevice(w io.Writer, b compute.Backend) {
+	if d, ok := b.(compute.Describer); ok {
+		fmt.Fprintf(w, "kakeya-run: device: %s\n", d.Describe())
+	}
+	if s, ok := b.(interface{ CUBLASSearch() string }); ok && s.CUBLASSearch() != "" {
+		fmt.Fprintf(w, "kakeya-run: %s", s.CUBLASSearch())
+	}
 }
 
 func tokenize(ctx context.Context, o *options, hub weights.HubOptions, stdin io.Reader, stdout io.Writer) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -26,7 +27,15 @@ type Options struct {
 	// tensor cores round the inputs to TF32 (10-bit mantissa, exact for
 	// bf16 and f16 weights), several times faster.
 	ExactGEMM bool
+	// Sync waits for the device after every kernel and cuBLAS call, and an
+	// error names the first that failed with its grid, block and argument
+	// sizes: slow, for finding a failing kernel. KAKEYA_CUDA_SYNC=1 in the
+	// environment sets it for New.
+	Sync bool
 }
+
+// EnvSync names the environment variable that sets Options.Sync for New.
+const EnvSync = "KAKEYA_CUDA_SYNC"
 
 // Backend runs compute.Backend's operations on one CUDA device: buffers,
 // weights and KV blocks live in device memory and every operation is a
@@ -48,10 +57,11 @@ type Backend struct {
 	gemm    gemmer // cuBLAS, nil when absent or off
 	gemmWhy error  // why gemm is nil
 	tf32    bool
-	wide    Ptr // float32 rows of a weight widened for cuBLAS
-	wideN   int // floats wide holds
-	wideMax int // floats wide may hold (wideFloats; less in tests)
-	ident   Ptr // int32 ids 0, 1, ..., identN-1
+	sync    bool // Options.Sync
+	wide    Ptr  // float32 rows of a weight widened for cuBLAS
+	wideN   int  // floats wide holds
+	wideMax int  // floats wide may hold (wideFloats; less in tests)
+	ident   Ptr  // int32 ids 0, 1, ..., identN-1
 	identN  int
 
 	queue  []Launch  // launches not yet given to the driver
@@ -82,6 +92,9 @@ var (
 // device or a driver that can JIT-compile the kernels it fails, saying
 // which.
 func New(opts Options) (*Backend, error) {
+	if os.Getenv(EnvSync) == "1" {
+		opts.Sync = true
+	}
 	d, err := openDriver(opts.Device, ptxImage())
 	if err != nil {
 		return nil, err
@@ -91,8 +104,8 @@ func New(opts Options) (*Backend, error) {
 
 // newBackend returns a backend on an opened driver.
 func newBackend(d driver, opts Options) *Backend {
-	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats}
-	if !opts.NoGraphs {
+	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats, sync: opts.Sync}
+	if !opts.NoGraphs && !opts.Sync {
 		b.graphs = newGraphCache()
 	}
 	g, ok := d.(gemmer)
@@ -125,9 +138,10 @@ func (b *Backend) GEMM() string {
 func (b *Backend) Name() string { return "cuda" }
 
 // Describe names the device and how prefill's matrix products run, for run
-// statistics (compute.Describer): "CUDA <Device>, prefill GEMM <GEMM>".
+// statistics (compute.Describer): "CUDA <Device>, prefill GEMM <GEMM>",
+// with cuBLAS's version and file when it runs them.
 func (b *Backend) Describe() string {
-	return fmt.Sprintf("CUDA %s, prefill GEMM %s", b.Device(), b.GEMM())
+	return fmt.Sprintf("CUDA %s, prefill GEMM %s", b.Device(), b.gemmDescription())
 }
 
 // Device describes the device: its name, compute capability, memory and
@@ -431,10 +445,46 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 		b.flush()
 	}
 	if dynamic {
-		b.fail(b.drv.launch([]Launch{l}))
+		b.fail(b.launch([]Launch{l}, false))
 		return
 	}
 	b.queue = append(b.queue, l)
+}
+
+// launch gives ls to the driver now, in order; a queued run (graphs true)
+// as a replayed graph where the cache allows (see graphCache). With
+// Options.Sync each launch goes alone and is waited for, and a failure
+// names the kernel. Called with mu held.
+func (b *Backend) launch(ls []Launch, graphs bool) error {
+	switch {
+	case !b.sync && graphs && b.graphs != nil:
+		return b.graphs.run(b.drv, ls)
+	case !b.sync:
+		return b.drv.launch(ls)
+	}
+	for _, l := range ls {
+		err := b.drv.launch([]Launch{l})
+		if err == nil {
+			err = b.drv.sync()
+		}
+		if err != nil {
+			return fmt.Errorf("cuda: kernel %s (grid %v, block %v, %d bytes of dynamic shared memory, %d parameters in %d bytes) failed: %w",
+				l.Kernel, l.Grid, l.Block, l.Shared, len(l.Params), len(l.Args), err)
+		}
+	}
+	return nil
+}
+
+// sgemm runs cuBLAS's GEMM (see gemmer.sgemm), waited for with
+// Options.Sync. Called with mu held.
+func (b *Backend) sgemm(out, x, w Ptr, n, rows, cols, ldc int) error {
+	err := b.gemm.sgemm(out, x, w, n, rows, cols, ldc, b.tf32)
+	if err == nil && b.sync {
+		if err = b.drv.sync(); err != nil {
+			err = fmt.Errorf("cuda: cuBLAS GEMM of %d x %d x %d failed: %w", n, rows, cols, err)
+		}
+	}
+	return err
 }
 
 // flush gives the queued launches to the driver, as a replayed graph where
@@ -444,12 +494,8 @@ func (b *Backend) flush() {
 	if len(b.queue) > 0 {
 		q := b.queue
 		b.queue = b.queue[:0]
-		switch {
-		case b.err != nil:
-		case b.graphs != nil:
-			b.fail(b.graphs.run(b.drv, q))
-		default:
-			b.fail(b.drv.launch(q))
+		if b.err == nil {
+			b.fail(b.launch(q, true))
 		}
 	}
 	if len(b.writes) > 0 {
@@ -494,7 +540,7 @@ func (b *Backend) kvWrites() {
 		if w.s.bf16 {
 			format = partBF16
 		}
-		b.fail(b.drv.launch([]Launch{kvWriteLaunch(tab, n, w.row, w.rows, w.s.d, w.stride, format)}))
+		b.fail(b.launch([]Launch{kvWriteLaunch(tab, n, w.row, w.rows, w.s.d, w.stride, format)}, false))
 		rest = rest[n:]
 	}
 }
@@ -582,7 +628,7 @@ func (b *Backend) matMulBLAS(out, x Ptr, n int, w *weight) error {
 	}
 	if w.dt == compute.F32 {
 		b.flush()
-		return b.gemm.sgemm(out, x, w.mem.ptr, n, w.rows, w.cols, w.rows, b.tf32)
+		return b.sgemm(out, x, w.mem.ptr, n, w.rows, w.cols, w.rows)
 	}
 	chunk := max(1, min(w.rows, b.wideMax/w.cols))
 	if b.wideN < chunk*w.cols {
@@ -618,7 +664,7 @@ func (b *Backend) matMulBLAS(out, x Ptr, n int, w *weight) error {
 	for r0 := 0; r0 < w.rows; r0 += chunk {
 		rc := min(chunk, w.rows-r0)
 		b.enqueue(embedLaunch(w.dt, b.wide, w.mem.ptr+Ptr(r0*w.cols*es), b.ident, rc, w.cols), true)
-		if err := b.gemm.sgemm(out+Ptr(4*r0), x, b.wide, n, rc, w.cols, w.rows, b.tf32); err != nil {
+		if err := b.sgemm(out+Ptr(4*r0), x, b.wide, n, rc, w.cols, w.rows); err != nil {
 			return err
 		}
 	}

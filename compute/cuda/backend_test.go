@@ -14,6 +14,7 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpu"
+	"github.com/kakeya-ai/kakeya/model"
 )
 
 func randFloats(r *rand.Rand, n int) []float32 {
@@ -812,5 +813,43 @@ func TestKVWritesOneLaunchPerLayer(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A kernel that faults on the device shows up at the next synchronizing
+// call, as on a GPU: the model returns the error from that forward step
+// (never NaN logits), and with Options.Sync the error names the kernel,
+// its geometry and its parameters.
+func TestKernelFaultIsAnError(t *testing.T) {
+	dir := tinyArchitectures(t)["qwen2"]
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want []string
+	}{
+		{"async", Options{}, []string{"model: cuda backend", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
+		{"sync", Options{Sync: true}, []string{"kernel silu_mul (grid {", "block {256 1 1}", "3 parameters in 20 bytes) failed", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, f := newFakeBackend(t, tc.opts)
+			f.fault = "silu_mul"
+			m := loadModel(t, dir, model.Options{Backend: b})
+			logits, err := m.Logits(testIDs(5, m.Config().VocabSize))
+			if err == nil {
+				t.Fatalf("no error; logits %v", logits[0][:4])
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	// KAKEYA_CUDA_SYNC=1 sets Options.Sync for New (the driver is absent
+	// here, so New fails, but only after reading it): tested through the
+	// option's effect on graphs.
+	b, _ := newFakeBackend(t, Options{Sync: true})
+	if _, _, _, off := b.GraphStats(); off == nil {
+		t.Error("graphs on with Options.Sync")
 	}
 }

@@ -30,6 +30,11 @@ type fakeDriver struct {
 	cublas    bool // offer sgemm (computed on the host)
 	noop      bool // record launches without running them (host-cost benchmarks)
 	gemms     int
+	// fault names a kernel whose next run faults as a GPU kernel does:
+	// the launch succeeds, and the fault (CUDA_ERROR_ILLEGAL_ADDRESS)
+	// comes back from the next synchronizing call and every call after.
+	fault   string
+	faulted error
 
 	launched []string // kernels run, in order (graph replays included)
 	calls    map[string]int
@@ -131,6 +136,9 @@ func (f *fakeDriver) copyOut(dst []byte, src Ptr) error {
 	if err := f.check("copyOut", "cuMemcpyDtoHAsync"); err != nil {
 		return err
 	}
+	if f.faulted != nil {
+		return f.faulted
+	}
 	if err := f.within(src, len(dst), "copy out"); err != nil {
 		return err
 	}
@@ -160,6 +168,9 @@ func (f *fakeDriver) run(ls []Launch) error {
 		return nil
 	}
 	for _, l := range ls {
+		if l.Kernel == f.fault && f.faulted == nil {
+			f.faulted = newError("cuStreamSynchronize", Result(700))
+		}
 		f.launched = append(f.launched, l.Kernel)
 		g, bl := [3]uint32{l.Grid.X, l.Grid.Y, l.Grid.Z}, [3]uint32{l.Block.X, l.Block.Y, l.Block.Z}
 		if err := kernels.Run(l.Kernel, g, bl, l.Shared, l.Args, uint64(len(f.launched))); err != nil {
@@ -176,7 +187,12 @@ func (f *fakeDriver) launch(ls []Launch) error {
 	return f.run(ls)
 }
 
-func (f *fakeDriver) sync() error { return f.check("sync", "cuStreamSynchronize") }
+func (f *fakeDriver) sync() error {
+	if f.faulted != nil {
+		return f.faulted
+	}
+	return f.check("sync", "cuStreamSynchronize")
+}
 
 func (f *fakeDriver) capture(ls []Launch) (graphExec, error) {
 	if f.noGraphs {

@@ -26,15 +26,18 @@ type Ptr uint64
 type Dim3 struct{ X, Y, Z uint32 }
 
 // Launch is one kernel launch: the kernel's extern "C" name, its geometry,
-// its dynamic shared memory in bytes and its arguments packed the way
-// CU_LAUNCH_PARAM_BUFFER_POINTER expects them: in order, each at an offset
-// rounded up to its own size (4 for int32, uint32 and float32, 8 for
-// pointers), the total rounded up to 8.
+// its dynamic shared memory in bytes and its arguments. Args holds them in
+// the layout of the kernel's .param space: in declaration order, each at an
+// offset rounded up to its own size (4 for int32, uint32 and float32, 8
+// for pointers), no padding after the last; Params holds each one's
+// offset. The driver is handed a pointer to each (cuLaunchKernel's
+// kernelParams), so it reads exactly the parameters the kernel declares.
 type Launch struct {
 	Kernel      string
 	Grid, Block Dim3
 	Shared      uint32
 	Args        []byte
+	Params      []uint32
 }
 
 // maxMatVecRows is the most input rows matVecLaunch takes: the decode
@@ -64,40 +67,47 @@ const (
 	maxHeadDim = 256
 )
 
-// args packs kernel arguments in CUDA's parameter-buffer layout.
-type args struct{ b []byte }
+// maxParams is the most arguments a kernel takes (attn_split_pre's 22),
+// with room to spare: the C trampoline's array of parameter pointers.
+const maxParams = 32
 
-func (a *args) align(n int) {
+// args packs kernel arguments in the layout of a .param space (see
+// Launch).
+type args struct {
+	b    []byte
+	offs []uint32
+}
+
+// next aligns the buffer for a parameter of n bytes and records its offset.
+func (a *args) next(n int) {
 	for len(a.b)%n != 0 {
 		a.b = append(a.b, 0)
+	}
+	a.offs = append(a.offs, uint32(len(a.b)))
+	if len(a.offs) > maxParams {
+		panic(fmt.Sprintf("cuda: more than %d kernel parameters", maxParams))
 	}
 }
 
 // ptr appends a device pointer.
 func (a *args) ptr(p Ptr) *args {
-	a.align(8)
+	a.next(8)
 	a.b = binary.LittleEndian.AppendUint64(a.b, uint64(p))
 	return a
 }
 
 // i32 appends an int, panicking outside the int32 range.
 func (a *args) i32(what string, v int) *args {
-	a.align(4)
+	a.next(4)
 	a.b = binary.LittleEndian.AppendUint32(a.b, uint32(int32Of(what, v)))
 	return a
 }
 
 // f32 appends a float32.
 func (a *args) f32(v float32) *args {
-	a.align(4)
+	a.next(4)
 	a.b = binary.LittleEndian.AppendUint32(a.b, math.Float32bits(v))
 	return a
-}
-
-// bytes returns the buffer, its length rounded up to 8.
-func (a *args) bytes() []byte {
-	a.align(8)
-	return a.b
 }
 
 func int32Of(what string, v int) int32 {
@@ -150,7 +160,7 @@ func elementwise(kernel string, n int, a *args) Launch {
 		Kernel: kernel,
 		Grid:   Dim3{u32(kernel+" blocks", ceilDiv(n, elemThreads)), 1, 1},
 		Block:  Dim3{elemThreads, 1, 1},
-		Args:   a.bytes(),
+		Args:   a.b, Params: a.offs,
 	}
 }
 
@@ -162,7 +172,7 @@ func embedLaunch(dt compute.DType, out, table, ids Ptr, n, cols int) Launch {
 	positive("embed", n, cols)
 	k := "embed_" + dtypeSuffix(dt)
 	a := new(args).ptr(out).ptr(table).ptr(ids).i32("n", n).i32("cols", cols)
-	return Launch{Kernel: k, Grid: Dim3{u32("embed rows", n), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.bytes()}
+	return Launch{Kernel: k, Grid: Dim3{u32("embed rows", n), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.b, Params: a.offs}
 }
 
 // rmsNormLaunch sets each of rows rows of out to the row of x divided by
@@ -171,7 +181,7 @@ func embedLaunch(dt compute.DType, out, table, ids Ptr, n, cols int) Launch {
 func rmsNormLaunch(out, x, w Ptr, rows, cols int, eps float32) Launch {
 	positive("rmsnorm", rows, cols)
 	a := new(args).ptr(out).ptr(x).ptr(w).i32("rows", rows).i32("cols", cols).f32(eps)
-	return Launch{Kernel: "rmsnorm", Grid: Dim3{u32("rmsnorm rows", rows), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.bytes()}
+	return Launch{Kernel: "rmsnorm", Grid: Dim3{u32("rmsnorm rows", rows), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.b, Params: a.offs}
 }
 
 // addRowsLaunch adds bias (cols values) to each of rows rows of x.
@@ -236,7 +246,7 @@ func kvWriteLaunch(tab Ptr, n, row, rows, d, stride int, format int32) Launch {
 		Kernel: "kv_write",
 		Grid:   Dim3{u32("kv_write blocks", ceilDiv(rows*d, elemThreads)), uint32(n), 1},
 		Block:  Dim3{elemThreads, 1, 1},
-		Args:   a.bytes(),
+		Args:   a.b, Params: a.offs,
 	}
 }
 
@@ -269,7 +279,7 @@ func matVecLaunch(dt compute.DType, out, x, w Ptr, n, rows, cols int) Launch {
 		Grid:   Dim3{u32("matvec blocks", ceilDiv(rows*wpr, matVecWarps)), 1, 1},
 		Block:  Dim3{32 * matVecWarps, 1, 1},
 		Shared: uint32(4 * n * chunk),
-		Args:   a.bytes(),
+		Args:   a.b, Params: a.offs,
 	}
 }
 
@@ -288,7 +298,7 @@ func matMulLaunch(dt compute.DType, out, x, w Ptr, n, rows, cols int) Launch {
 		Kernel: k,
 		Grid:   Dim3{u32("matmul column tiles", ceilDiv(rows, matMulTile)), u32("matmul row tiles", ceilDiv(n, matMulTile)), 1},
 		Block:  Dim3{256, 1, 1},
-		Args:   a.bytes(),
+		Args:   a.b, Params: a.offs,
 	}
 }
 
@@ -571,7 +581,7 @@ func attentionLaunches(a attnArgs) []Launch {
 		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},
 		Block:  Dim3{attnThreads, 1, 1},
 		Shared: uint32(p.shared),
-		Args:   split.bytes(),
+		Args:   split.b, Params: split.offs,
 	}}
 	if p.splits > 1 {
 		comb := new(args).ptr(a.Out).ptr(a.Scratch).i32("n", a.N).i32("heads", a.Heads).i32("head dim", a.HeadDim).i32("splits", p.splits)
@@ -579,7 +589,7 @@ func attentionLaunches(a attnArgs) []Launch {
 			Kernel: "attn_combine",
 			Grid:   Dim3{u32("combine rows", a.N*a.Heads), 1, 1},
 			Block:  Dim3{128, 1, 1},
-			Args:   comb.bytes(),
+			Args:   comb.b, Params: comb.offs,
 		})
 	}
 	return ls

@@ -782,6 +782,27 @@ func randCholesky(t testing.TB, r *rand.Rand, d int) []float32 {
 	return L
 }
 
+// sampleLaunches returns launches of every kernel the launchers make, at
+// the largest shapes each constructor takes.
+func sampleLaunches() []Launch {
+	var ls []Launch
+	for _, dt := range dtypes {
+		ls = append(ls, embedLaunch(dt, 0, 0, 0, 512, 8192),
+			matVecLaunch(dt, 0, 0, 0, maxMatVecRows, 151936, 8192), matVecLaunch(dt, 0, 0, 0, 1, 64, 64),
+			matMulLaunch(dt, 0, 0, 0, 4096, 8192, 8192))
+	}
+	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
+		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16))
+	for _, d := range []int{2, 8, 64, 80, 128, 256} {
+		for _, n := range []int{1, 7, 512} {
+			for _, lt := range []Ptr{0, 1} { // attn_split and attn_split_pre
+				ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, LTab: lt})...)
+			}
+		}
+	}
+	return ls
+}
+
 // Every launch stays within what the device accepts without opting in:
 // the kernel's __launch_bounds__ (the PTX's .maxntid) and 48 KiB of
 // dynamic shared memory, for the largest shapes each constructor takes.
@@ -793,22 +814,7 @@ func TestLaunchesWithinDeviceLimits(t *testing.T) {
 		fmt.Sscan(m[2], &n)
 		bounds[m[1]] = n
 	}
-	var ls []Launch
-	for _, dt := range dtypes {
-		ls = append(ls, embedLaunch(dt, 0, 0, 0, 512, 8192),
-			matVecLaunch(dt, 0, 0, 0, maxMatVecRows, 151936, 8192), matVecLaunch(dt, 0, 0, 0, 1, 64, 64),
-			matMulLaunch(dt, 0, 0, 0, 4096, 8192, 8192))
-	}
-	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
-		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0))
-	for _, d := range []int{2, 8, 64, 80, 128, 256} {
-		for _, n := range []int{1, 7, 512} {
-			for _, lt := range []Ptr{0, 1} { // attn_split and attn_split_pre
-				ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, LTab: lt})...)
-			}
-		}
-	}
-	for _, l := range ls {
+	for _, l := range sampleLaunches() {
 		threads := int(l.Block.X * l.Block.Y * l.Block.Z)
 		if b, ok := bounds[l.Kernel]; ok && threads > b {
 			t.Errorf("%s: %d threads per block, launch bounds %d", l.Kernel, threads, b)
@@ -819,11 +825,80 @@ func TestLaunchesWithinDeviceLimits(t *testing.T) {
 		if l.Shared > 48<<10 {
 			t.Errorf("%s: %d bytes of dynamic shared memory", l.Kernel, l.Shared)
 		}
-		if len(l.Args)%8 != 0 {
-			t.Errorf("%s: %d bytes of arguments", l.Kernel, len(l.Args))
-		}
 	}
 	if len(bounds) == 0 {
 		t.Fatal("no .maxntid in the PTX")
+	}
+}
+
+// ptxParam is one parameter of a PTX entry: its size and alignment.
+type ptxParam struct{ size, align int }
+
+// ptxEntries returns every .entry of the PTX with its parameter list.
+func ptxEntries(t *testing.T, ptx string) map[string][]ptxParam {
+	t.Helper()
+	entries := map[string][]ptxParam{}
+	param := regexp.MustCompile(`^\.param\s+(?:\.align\s+(\d+)\s+)?\.([bfsu])(\d+)\s+(?:\.ptr\s+\S+\s+(?:\.align\s+\d+\s+)?)?(\w+?)(?:\[(\d+)\])?,?$`)
+	for _, m := range regexp.MustCompile(`(?s)\.entry ([A-Za-z0-9_]+)\((.*?)\)`).FindAllStringSubmatch(ptx, -1) {
+		var ps []ptxParam
+		for _, line := range strings.Split(m[2], "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" {
+				continue
+			}
+			p := param.FindStringSubmatch(line)
+			if p == nil {
+				t.Fatalf("%s: cannot read the parameter %q", m[1], line)
+			}
+			var bits, align, count int
+			fmt.Sscan(p[3], &bits)
+			size := bits / 8
+			align = size
+			if p[1] != "" {
+				fmt.Sscan(p[1], &align)
+			}
+			if p[5] != "" {
+				fmt.Sscan(p[5], &count)
+				size *= count
+			}
+			ps = append(ps, ptxParam{size, align})
+		}
+		entries[m[1]] = ps
+	}
+	return entries
+}
+
+// Every kernel's launcher passes exactly the parameters its PTX entry
+// declares: as many, each at the offset the .param layout gives it, and
+// the arguments' bytes end where the last parameter ends. A launcher whose
+// arguments drift from the kernel's signature fails here, not on a GPU.
+func TestLaunchParamsMatchPTX(t *testing.T) {
+	entries := ptxEntries(t, string(ptxImage()))
+	covered := map[string]bool{}
+	for _, l := range sampleLaunches() {
+		ps, ok := entries[l.Kernel]
+		if !ok {
+			t.Errorf("%s is launched but not in the PTX", l.Kernel)
+			continue
+		}
+		covered[l.Kernel] = true
+		off := 0
+		var want []uint32
+		for _, p := range ps {
+			off = (off + p.align - 1) / p.align * p.align
+			want = append(want, uint32(off))
+			off += p.size
+		}
+		if !slices.Equal(l.Params, want) || len(l.Args) != off {
+			t.Errorf("%s: parameters at %v in %d bytes, the PTX declares them at %v in %d bytes", l.Kernel, l.Params, len(l.Args), want, off)
+		}
+	}
+	for name := range entries {
+		if !covered[name] {
+			t.Errorf("no launcher test covers the PTX entry %s: add it to sampleLaunches", name)
+		}
+	}
+	if len(entries) < 10 {
+		t.Fatalf("only %d entries read from the PTX", len(entries))
 	}
 }

@@ -170,7 +170,8 @@ static CUresult kk_load(kk_drv *d, const void *image, char *log, unsigned logSiz
 
 static CUresult kk_function(kk_drv *d, const char *name, uint64_t *fn) {
 	CUfunction f = NULL;
-	CUresult r = d->cuModuleGetFunction(&f, d->mod, name);
+	CUresult r = d->cuCtxSetCurrent(d->ctx);
+	if (!r) r = d->cuModuleGetFunction(&f, d->mod, name);
 	*fn = (uint64_t)(uintptr_t)f;
 	return r;
 }
@@ -228,38 +229,48 @@ static CUresult kk_sync(kk_drv *d) {
 	return r ? r : d->cuStreamSynchronize(d->stream);
 }
 
-// One launch of a batch. The arguments live at args+argOff in one buffer,
-// so the Go side passes no pointers inside Go memory.
+// KK_MAX_PARAMS is the most parameters a kernel takes (maxParams).
+#define KK_MAX_PARAMS 32
+
+// One launch of a batch. Its arguments live at args+argOff in one buffer
+// shared by the batch, each at the offset offs[paramOff+i] from there, so
+// the Go side passes no pointers inside Go memory.
 typedef struct {
 	uint64_t fn;
 	uint32_t grid[3], block[3];
-	uint32_t shared, argOff, argLen, pad;
+	uint32_t shared, argOff, paramOff, nparams;
 } kk_launch;
 
-static CUresult kk_launch_raw(kk_drv *d, const kk_launch *ls, int n, const unsigned char *args, int *failed) {
+// kk_launch_raw launches through kernelParams, an array of pointers to each
+// argument: the driver reads each parameter the kernel declares at its
+// size, so the arguments' layout cannot disagree with the kernel's.
+static CUresult kk_launch_raw(kk_drv *d, const kk_launch *ls, int n, const unsigned char *args,
+		const uint32_t *offs, int *failed) {
 	CUresult r;
+	void *params[KK_MAX_PARAMS];
 	*failed = -1;
 	for (int i = 0; i < n; i++) {
 		const kk_launch *l = &ls[i];
-		size_t size = l->argLen;
-		void *extra[] = {(void *)1, (void *)(args + l->argOff), (void *)2, &size, (void *)0};
+		for (uint32_t j = 0; j < l->nparams && j < KK_MAX_PARAMS; j++)
+			params[j] = (void *)(args + l->argOff + offs[l->paramOff + j]);
 		r = d->cuLaunchKernel((CUfunction)(uintptr_t)l->fn, l->grid[0], l->grid[1], l->grid[2],
-			l->block[0], l->block[1], l->block[2], l->shared, d->stream, NULL, extra);
+			l->block[0], l->block[1], l->block[2], l->shared, d->stream, params, NULL);
 		if (r) { *failed = i; return r; }
 	}
 	return 0;
 }
 
-static CUresult kk_launch_all(kk_drv *d, const kk_launch *ls, int n, const unsigned char *args, int *failed) {
+static CUresult kk_launch_all(kk_drv *d, const kk_launch *ls, int n, const unsigned char *args,
+		const uint32_t *offs, int *failed) {
 	CUresult r = d->cuCtxSetCurrent(d->ctx);
 	*failed = -1;
-	return r ? r : kk_launch_raw(d, ls, n, args, failed);
+	return r ? r : kk_launch_raw(d, ls, n, args, offs, failed);
 }
 
 // kk_capture records a batch into an executable graph. Begin, launches, end
 // and instantiation happen in this one call, so they share an OS thread.
 static CUresult kk_capture(kk_drv *d, const kk_launch *ls, int n, const unsigned char *args,
-		uint64_t *exec, int *step) {
+		const uint32_t *offs, uint64_t *exec, int *step) {
 	CUgraph g = NULL;
 	CUgraphExec e = NULL;
 	int failed;
@@ -270,7 +281,7 @@ static CUresult kk_capture(kk_drv *d, const kk_launch *ls, int n, const unsigned
 	// Thread-local mode: other threads' calls are not disturbed.
 	if ((r = d->cuStreamBeginCapture(d->stream, 1))) return r;
 	*step = 1;
-	CUresult lr = kk_launch_raw(d, ls, n, args, &failed);
+	CUresult lr = kk_launch_raw(d, ls, n, args, offs, &failed);
 	r = d->cuStreamEndCapture(d->stream, &g);
 	if (lr) { if (g) d->cuGraphDestroy(g); return lr; }
 	if (r) { if (g) d->cuGraphDestroy(g); return r; }
@@ -386,16 +397,12 @@ type libcuda struct {
 	d       *C.kk_drv // C memory: it holds C pointers only
 	dev     deviceInfo
 	blasErr error             // why cuBLAS is not used, nil when it is
+	cublas  cublasLoad        // the cuBLAS loaded and what was tried (blasload.go)
 	fns     map[string]uint64 // CUfunction by kernel name, resolved once
 	shared  map[uint64]uint32 // dynamic shared memory each function was allowed past 48 KiB
 	batch   []C.kk_launch
 	args    []byte
-}
-
-// openDriver loads libcuda.so.1, opens device ordinal with its primary
-// context and a stream of its own, and JIT-compiles ptx, a PTX image.
-func openDriver(ordinal int, ptx []byte) (driver, error) {
-	return openLibrary(libName, cublasLibs, ordinal, ptx)
+	offs    []uint32 // parameter offsets of the batch's launches
 }
 
 // openLibrary is openDriver with the libraries named (tests load stubs).
@@ -422,27 +429,25 @@ func openLibrary(lib string, blasLibs []string, ordinal int, ptx []byte) (driver
 	return l, nil
 }
 
-// cublasLibs are the cuBLAS libraries tried, newest first: CUDA 13's and
-// 12's (the toolkit's or a pip wheel's, found by the dynamic loader).
-var cublasLibs = []string{"libcublas.so.13", "libcublas.so.12"}
-
 // openBLAS loads cuBLAS for prefill GEMMs; without it the backend uses its
 // own matrix kernel.
 func (l *libcuda) openBLAS(libs []string) error {
 	var errs []string
 	for _, lib := range libs {
+		lt := openCublasLt(lib) // a wheel's or toolkit's libcublas needs it, maybe without RPATH
 		cname := C.CString(lib)
 		var status C.int
 		msg := C.kk_blas_open(l.d, cname, &status)
 		C.free(unsafe.Pointer(cname))
 		if msg == nil {
+			l.cublas.loaded(lib, lt, unsafe.Pointer(l.d.blas), unsafe.Pointer(l.d.blasHandle))
 			return nil
 		}
 		e := fmt.Sprintf("%s: %s", lib, C.GoString(msg))
 		if status != 0 {
 			e += fmt.Sprintf(" (cublasStatus %d)", int(status))
 		}
-		errs = append(errs, e)
+		errs = append(errs, l.cublas.failed(lib, e, lt, l.d.blas != nil))
 		if l.d.blas != nil {
 			break // loaded, but unusable: a later version would not do better
 		}
@@ -596,7 +601,7 @@ func (l *libcuda) sync() error { return l.err("cuStreamSynchronize", C.kk_sync(l
 // buffer, each at a 16-byte aligned offset (the parameter buffer's
 // alignment is that of its widest member).
 func (l *libcuda) prepare(ls []Launch) error {
-	l.batch, l.args = l.batch[:0], l.args[:0]
+	l.batch, l.args, l.offs = l.batch[:0], l.args[:0], l.offs[:0]
 	for _, x := range ls {
 		fn, ok := l.fns[x.Kernel]
 		if !ok {
@@ -619,16 +624,24 @@ func (l *libcuda) prepare(ls []Launch) error {
 		for len(l.args)%16 != 0 {
 			l.args = append(l.args, 0)
 		}
+		if len(x.Params) > maxParams {
+			return fmt.Errorf("cuda: %s: %d parameters, more than %d", x.Kernel, len(x.Params), maxParams)
+		}
 		l.batch = append(l.batch, C.kk_launch{
 			fn:     C.uint64_t(fn),
 			grid:   [3]C.uint32_t{C.uint32_t(x.Grid.X), C.uint32_t(x.Grid.Y), C.uint32_t(x.Grid.Z)},
 			block:  [3]C.uint32_t{C.uint32_t(x.Block.X), C.uint32_t(x.Block.Y), C.uint32_t(x.Block.Z)},
-			shared: C.uint32_t(x.Shared), argOff: C.uint32_t(len(l.args)), argLen: C.uint32_t(len(x.Args)),
+			shared: C.uint32_t(x.Shared), argOff: C.uint32_t(len(l.args)),
+			paramOff: C.uint32_t(len(l.offs)), nparams: C.uint32_t(len(x.Params)),
 		})
 		l.args = append(l.args, x.Args...)
+		l.offs = append(l.offs, x.Params...)
 	}
 	if len(l.args) == 0 {
 		l.args = append(l.args, 0) // a valid address for the empty case
+	}
+	if len(l.offs) == 0 {
+		l.offs = append(l.offs, 0)
 	}
 	return nil
 }
@@ -641,7 +654,7 @@ func (l *libcuda) launch(ls []Launch) error {
 		return err
 	}
 	var failed C.int
-	r := C.kk_launch_all(l.d, &l.batch[0], C.int(len(ls)), (*C.uchar)(unsafe.Pointer(&l.args[0])), &failed)
+	r := C.kk_launch_all(l.d, &l.batch[0], C.int(len(ls)), (*C.uchar)(unsafe.Pointer(&l.args[0])), (*C.uint32_t)(&l.offs[0]), &failed)
 	if r != 0 {
 		x := ls[max(int(failed), 0)]
 		return l.err(fmt.Sprintf("cuLaunchKernel(%s, grid %v, block %v, %d bytes shared)", x.Kernel, x.Grid, x.Block, x.Shared), r)
@@ -658,7 +671,7 @@ func (l *libcuda) capture(ls []Launch) (graphExec, error) {
 	}
 	var e C.uint64_t
 	var step C.int
-	r := C.kk_capture(l.d, &l.batch[0], C.int(len(ls)), (*C.uchar)(unsafe.Pointer(&l.args[0])), &e, &step)
+	r := C.kk_capture(l.d, &l.batch[0], C.int(len(ls)), (*C.uchar)(unsafe.Pointer(&l.args[0])), (*C.uint32_t)(&l.offs[0]), &e, &step)
 	if r != 0 {
 		call := [...]string{"cuStreamBeginCapture", "capture of launches", "cuGraphInstantiateWithFlags"}[step]
 		return 0, l.err(fmt.Sprintf("%s (%d launches)", call, len(ls)), r)

@@ -3,10 +3,13 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -15,9 +18,13 @@ import (
 
 // stubLibcuda is a stand-in for libcuda.so.1, compiled by the test, so that
 // the real driver's C trampolines, symbol lookup, error mapping, argument
-// packing (cuLaunchKernel's extra buffer) and graph capture run without a
-// GPU. Its "device" is host memory; it implements one kernel, "add"
-// (float *x, const float *y, int n), and records graph captures.
+// passing and graph capture run without a GPU. Its "device" is host
+// memory; it implements one kernel, "add" (float *x, const float *y, int
+// n: 20 bytes of parameters), and records graph captures. As the real
+// driver does, it reads a launch's parameters through kernelParams, or
+// from an extra buffer only of exactly the kernel's parameter size, and it
+// fails a call that needs a context on a thread where none is current
+// (the current context is per OS thread).
 const stubLibcuda = `
 #include <stdint.h>
 #include <stdlib.h>
@@ -60,10 +67,13 @@ CUresult cuDeviceGetAttribute(int *v, int a, int d) {
 }
 CUresult cuDeviceTotalMem_v2(size_t *n, int d) { *n = (size_t)80 << 30; return 0; }
 static int ctx;
+static __thread void *current;
+#define NEED_CTX if (current != &ctx) return 201 // CUDA_ERROR_INVALID_CONTEXT
 CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = &ctx; return 0; }
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
-CUresult cuCtxSetCurrent(void *c) { return 0; }
+CUresult cuCtxSetCurrent(void *c) { current = c; return 0; }
 CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *opts, void **vals) {
+	NEED_CTX;
 	// The image must arrive NUL-terminated, as the JIT reads a C string.
 	if (strstr((const char *)img, ".version") == NULL) {
 		strcpy((char *)vals[0], "stub: no .version directive");
@@ -71,65 +81,82 @@ CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *opts, vo
 	}
 	*m = &ctx; return 0;
 }
-CUresult cuModuleUnload(void *m) { return 0; }
+CUresult cuModuleUnload(void *m) { NEED_CTX; return 0; }
 static int maxShared = 48 * 1024;
 CUresult cuFuncSetAttribute(void *f, int attr, int v) {
+	NEED_CTX;
 	if (attr != 8 || v > 227 * 1024) return 1;
 	maxShared = v; return 0;
 }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+	NEED_CTX;
 	if (strcmp(name, "add") != 0) return 500;
 	*f = (void *)"add"; return 0;
 }
 #ifndef MISSING_ALLOC
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
+	NEED_CTX;
 	if (n > ((size_t)1 << 20)) return 2;
 	*p = (uint64_t)(uintptr_t)calloc(1, n); return 0;
 }
 #endif
-CUresult cuMemFree_v2(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
-CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { memset((void *)(uintptr_t)p, v, n); return 0; }
-CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
-CUresult cuMemcpyDtoHAsync_v2(void *d, uint64_t s, size_t n, void *st) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
-CUresult cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, size_t n, void *st) { memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
-CUresult cuStreamCreate(void **s, unsigned f) { *s = &ctx; return 0; }
-CUresult cuStreamDestroy_v2(void *s) { return 0; }
-CUresult cuStreamSynchronize(void *s) { return 0; }
+CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { NEED_CTX; memset((void *)(uintptr_t)p, v, n); return 0; }
+CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { NEED_CTX; memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *d, uint64_t s, size_t n, void *st) { NEED_CTX; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, size_t n, void *st) { NEED_CTX; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuStreamCreate(void **s, unsigned f) { NEED_CTX; *s = &ctx; return 0; }
+CUresult cuStreamDestroy_v2(void *s) { NEED_CTX; return 0; }
+CUresult cuStreamSynchronize(void *s) { NEED_CTX; return 0; }
 
 // Launches: the add kernel runs at once, or is recorded while capturing.
-typedef struct { char args[64]; size_t size; } rec;
-static rec graph[64];
+// Its parameters: x at 0, y at 8, n at 16; 20 bytes.
+typedef struct { float *x, *y; int n; } add_args;
+static add_args graph[64];
 static int capturing, recorded;
-static void run_add(const char *a) {
-	float *x = *(float **)a, *y = *(float **)(a + 8);
-	int n = *(int *)(a + 16);
-	for (int i = 0; i < n; i++) x[i] += y[i];
+static void run_add(add_args a) {
+	for (int i = 0; i < a.n; i++) a.x[i] += a.y[i];
 }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shared, void *s, void **params, void **extra) {
-	if (params != NULL || extra == NULL || extra[0] != (void *)1 || extra[2] != (void *)2 || extra[4] != NULL) return 1;
-	size_t size = *(size_t *)extra[3];
-	if (size != 24 || gx * bx < 1 || shared > maxShared) return 1;
+	NEED_CTX;
+	add_args a;
+	if (params != NULL) {
+		if (extra != NULL) return 1;
+		a.x = *(float **)params[0];
+		a.y = *(float **)params[1];
+		a.n = *(int *)params[2];
+	} else {
+		// CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE: the
+		// size must be the kernel's own.
+		if (extra == NULL || extra[0] != (void *)1 || extra[2] != (void *)2 || extra[4] != NULL) return 1;
+		if (*(size_t *)extra[3] != 20) return 1;
+		const char *b = extra[1];
+		memcpy(&a.x, b, 8);
+		memcpy(&a.y, b + 8, 8);
+		memcpy(&a.n, b + 16, 4);
+	}
+	if (gx * bx < 1 || shared > maxShared) return 1;
 	if (capturing) {
 		if (recorded == 64) return 900;
-		memcpy(graph[recorded].args, extra[1], size);
-		graph[recorded++].size = size;
+		graph[recorded++] = a;
 		return 0;
 	}
-	run_add((const char *)extra[1]);
+	run_add(a);
 	return 0;
 }
-CUresult cuStreamBeginCapture_v2(void *s, int mode) { capturing = 1; recorded = 0; return 0; }
-CUresult cuStreamEndCapture(void *s, void **g) { capturing = 0; *g = graph; return 0; }
+CUresult cuStreamBeginCapture_v2(void *s, int mode) { NEED_CTX; capturing = 1; recorded = 0; return 0; }
+CUresult cuStreamEndCapture(void *s, void **g) { NEED_CTX; capturing = 0; *g = graph; return 0; }
 CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long f) {
+	NEED_CTX;
 #ifdef NO_GRAPHS
 	return 801;
 #endif
 	*e = g; return 0;
 }
-CUresult cuGraphLaunch(void *e, void *s) { for (int i = 0; i < recorded; i++) run_add(graph[i].args); return 0; }
-CUresult cuGraphExecDestroy(void *e) { return 0; }
-CUresult cuGraphDestroy(void *g) { return 0; }
+CUresult cuGraphLaunch(void *e, void *s) { NEED_CTX; for (int i = 0; i < recorded; i++) run_add(graph[i]); return 0; }
+CUresult cuGraphExecDestroy(void *e) { NEED_CTX; return 0; }
+CUresult cuGraphDestroy(void *g) { NEED_CTX; return 0; }
 `
 
 // buildStub compiles the stub library with the given -D flags.
@@ -343,4 +370,58 @@ func TestLibcudaSharedMemory(t *testing.T) {
 	if err := d.launch([]Launch{l}); err == nil || !strings.Contains(err.Error(), "cuFuncSetAttribute(add, max dynamic shared memory, 307200 bytes)") {
 		t.Errorf("launch past the device's shared memory: %v", err)
 	}
+}
+
+// The current context is per OS thread, and a goroutine may run on any:
+// every driver call must make the backend's context current itself. Each
+// call here runs on a fresh OS thread (a goroutine that locks its thread
+// and exits without unlocking ends the thread), on which the stub, as the
+// real driver, has no context unless the call sets it.
+func TestLibcudaAnyThread(t *testing.T) {
+	d, err := openLibrary(buildStub(t, stubLibcuda), nil, 0, stubPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onFreshThread := func(f func()) {
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			defer close(done)
+			f()
+		}()
+		<-done
+	}
+	var x, y Ptr
+	call := func(what string, f func() error) {
+		t.Helper()
+		onFreshThread(func() {
+			if err := f(); err != nil {
+				t.Errorf("%s on a fresh thread: %v", what, err)
+			}
+		})
+	}
+	call("alloc", func() (err error) { x, err = d.alloc(20); return err })
+	call("alloc", func() (err error) { y, err = d.alloc(20); return err })
+	call("zero", func() error { return d.zero(x, 20) })
+	ones := make([]byte, 20)
+	for i := 0; i < 20; i += 4 {
+		binary.LittleEndian.PutUint32(ones[i:], math.Float32bits(1))
+	}
+	call("copyIn", func() error { return d.copyIn(y, ones) })
+	add := addLaunch(x, y, 5)
+	call("launch", func() error { return d.launch([]Launch{add, add}) })
+	var g graphExec
+	call("capture", func() (err error) { g, err = d.capture([]Launch{add}); return err })
+	call("launchGraph", func() error { return d.launchGraph(g) })
+	call("sync", d.sync)
+	call("copyDevice", func() error { return d.copyDevice(y, x, 20) })
+	out := make([]byte, 20)
+	call("copyOut", func() error { return d.copyOut(out, y) })
+	if v := math.Float32frombits(binary.LittleEndian.Uint32(out)); v != 3 {
+		t.Errorf("x[0] = %v after three adds of 1, want 3", v)
+	}
+	call("destroyGraph", func() error { return d.destroyGraph(g) })
+	call("free", func() error { return d.free(x) })
+	call("free", func() error { return d.free(y) })
+	call("close", d.close)
 }

@@ -13,6 +13,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/kakeya-ai/kakeya/compute"
 )
@@ -82,6 +84,46 @@ var LongTiny = Spec{
 var Qwen25_05B = Spec{
 	ModelType: "qwen2", Hidden: 896, Intermediate: 4864, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64,
 	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: compute.BF16, Seed: 4,
+}
+
+// Qwen25_15B has Qwen2.5-1.5B's exact shape in BF16 (about 3.1 GB on
+// disk): head_dim 128, 6:1 grouped-query attention, tied embeddings.
+var Qwen25_15B = Spec{
+	ModelType: "qwen2", Hidden: 1536, Intermediate: 8960, Layers: 28, Heads: 12, KVHeads: 2, HeadDim: 128,
+	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: compute.BF16, Seed: 5,
+}
+
+// Qwen25_7B has Qwen2.5-7B's exact shape in BF16 (about 15.2 GB on disk):
+// head_dim 128, 7:1 grouped-query attention, an untied output head.
+var Qwen25_7B = Spec{
+	ModelType: "qwen2", Hidden: 3584, Intermediate: 18944, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128,
+	Vocab: 152064, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Bias: true, DType: compute.BF16, Seed: 6,
+}
+
+// Presets names the specs above, for tools that write one
+// (internal/cmd/kakeya-testmodel) and reports that name their shape.
+var Presets = map[string]Spec{
+	"qwen2.5-0.5b": Qwen25_05B,
+	"qwen2.5-1.5b": Qwen25_15B,
+	"qwen2.5-7b":   Qwen25_7B,
+	"qwen2-tiny":   Qwen2Tiny,
+	"llama3-tiny":  Llama3Tiny,
+	"qwen3-tiny":   Qwen3Tiny,
+	"long-tiny":    LongTiny,
+}
+
+// Bytes returns the size of the checkpoint's tensors in bytes (the
+// safetensors file less its header).
+func (s Spec) Bytes() int64 {
+	var n int64
+	for _, t := range s.tensors() {
+		m := int64(1)
+		for _, d := range t.shape {
+			m *= int64(d)
+		}
+		n += m
+	}
+	return n * int64(s.DType.Size())
 }
 
 // tensor is one tensor to write: its values are uniform with the given mean
@@ -230,7 +272,8 @@ func writeJSON(path string, v any) error {
 }
 
 // writeSafetensors streams the tensors to path, generating values as it goes
-// so a 1 GB checkpoint needs no more than a write buffer of memory.
+// so a checkpoint of any size needs no more memory than a few chunks of
+// values per core.
 func writeSafetensors(path string, s *Spec) (err error) {
 	ts := s.tensors()
 	name := map[compute.DType]string{compute.F32: "F32", compute.F16: "F16", compute.BF16: "BF16"}[s.DType]
@@ -266,50 +309,98 @@ func writeSafetensors(path string, s *Spec) (err error) {
 	binary.LittleEndian.PutUint64(lenb[:], uint64(len(hb)))
 	w.Write(lenb[:])
 	w.Write(hb)
-	buf := make([]byte, 0, 1<<16)
-	for _, t := range ts {
-		n := 1
-		for _, d := range t.shape {
-			n *= d
-		}
-		hs := fnv.New64a()
-		hs.Write([]byte(t.name))
-		rng := splitmix{s: s.Seed ^ hs.Sum64()}
-		// Uniform on [mean - a, mean + a] has standard deviation a/sqrt(3).
-		a, m := float32(t.std*math.Sqrt(3)), float32(t.mean)
-		for i := 0; i < n; i += 2 {
-			u := rng.next()
-			for j := 0; j < 2 && i+j < n; j++ {
-				// 24 random bits to a float in [-1, 1).
-				x := float32(int32(uint32(u>>(32*j))>>8)-(1<<23)) * (1.0 / (1 << 23))
-				v := m + a*x
-				switch s.DType {
-				case compute.F32:
-					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-				case compute.F16:
-					buf = binary.LittleEndian.AppendUint16(buf, compute.F32ToF16(v))
-				default:
-					buf = binary.LittleEndian.AppendUint16(buf, compute.F32ToBF16(v))
+	// The values are generated in chunks on every core and written in
+	// order: SplitMix64's state after k draws is its seed plus k times
+	// its increment, so a chunk starts its generator where the sequential
+	// one would be, and the file is the same whatever the core count (on
+	// 16 cores a 7B shape's 15 GB goes at the disk's speed, not a core's
+	// 300 MB/s).
+	type chunk struct {
+		t          *tensor
+		seed       uint64
+		start, end int // values [start, end) of the tensor; start is even
+		out        chan []byte
+	}
+	workers := runtime.GOMAXPROCS(0)
+	jobs, order := make(chan *chunk, workers), make(chan *chunk, 2*workers)
+	var failed atomic.Bool
+	go func() {
+		defer close(order)
+		defer close(jobs)
+		for i := range ts {
+			n := 1
+			for _, d := range ts[i].shape {
+				n *= d
+			}
+			hs := fnv.New64a()
+			hs.Write([]byte(ts[i].name))
+			for start := 0; start < n; start += chunkValues {
+				if failed.Load() {
+					return
 				}
+				c := &chunk{t: &ts[i], seed: s.Seed ^ hs.Sum64(), start: start, end: min(n, start+chunkValues), out: make(chan []byte, 1)}
+				order <- c
+				jobs <- c
 			}
-			if len(buf) >= cap(buf)-8 {
-				w.Write(buf)
-				buf = buf[:0]
+		}
+	}()
+	for range workers {
+		go func() {
+			for c := range jobs {
+				c.out <- s.values(c.t, c.seed, c.start, c.end)
 			}
+		}()
+	}
+	for c := range order {
+		b := <-c.out
+		if _, err := w.Write(b); err != nil {
+			failed.Store(true) // the error stays in w; drain the rest
 		}
 	}
-	w.Write(buf)
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("testmodel: %s: %w", path, err)
 	}
 	return nil
 }
 
+// chunkValues is the values one worker generates at a time (even).
+const chunkValues = 1 << 19
+
+// values returns the values [start, end) of tensor t, whose generator is
+// seeded with seed, encoded in s's dtype. start is even: each draw makes
+// two values.
+func (s *Spec) values(t *tensor, seed uint64, start, end int) []byte {
+	buf := make([]byte, 0, (end-start)*s.DType.Size())
+	rng := splitmix{s: seed + uint64(start/2)*splitmixGamma}
+	// Uniform on [mean - a, mean + a] has standard deviation a/sqrt(3).
+	a, m := float32(t.std*math.Sqrt(3)), float32(t.mean)
+	for i := start; i < end; i += 2 {
+		u := rng.next()
+		for j := 0; j < 2 && i+j < end; j++ {
+			// 24 random bits to a float in [-1, 1).
+			x := float32(int32(uint32(u>>(32*j))>>8)-(1<<23)) * (1.0 / (1 << 23))
+			v := m + a*x
+			switch s.DType {
+			case compute.F32:
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+			case compute.F16:
+				buf = binary.LittleEndian.AppendUint16(buf, compute.F32ToF16(v))
+			default:
+				buf = binary.LittleEndian.AppendUint16(buf, compute.F32ToBF16(v))
+			}
+		}
+	}
+	return buf
+}
+
+// splitmixGamma is SplitMix64's increment.
+const splitmixGamma = 0x9e3779b97f4a7c15
+
 // splitmix is SplitMix64: fast, seedable and good enough for weights.
 type splitmix struct{ s uint64 }
 
 func (r *splitmix) next() uint64 {
-	r.s += 0x9e3779b97f4a7c15
+	r.s += splitmixGamma
 	z := r.s
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb

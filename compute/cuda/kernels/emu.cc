@@ -119,8 +119,9 @@ struct Entry {
 
 constexpr size_t alignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-// Thunk<F> unpacks CUDA's parameter buffer (each argument at an offset
-// rounded up to its size, the total rounded up to 8) into F's parameters.
+// Thunk<F> unpacks a kernel's parameters, laid out as its .param space is
+// (each argument at an offset rounded up to its size, nothing after the
+// last), into F's parameters.
 template <auto F> struct Thunk;
 template <class... A, void (*F)(A...)> struct Thunk<F> {
 	static constexpr size_t offset(size_t i) {
@@ -133,7 +134,7 @@ template <class... A, void (*F)(A...)> struct Thunk<F> {
 			off += sizes[j];
 		}
 	}
-	static constexpr size_t size() { return alignUp(offset(sizeof...(A)), 8); }
+	static constexpr size_t size() { return offset(sizeof...(A)); }
 	template <size_t... I> static void call(const unsigned char *b, std::index_sequence<I...>) {
 		std::tuple<A...> t;
 		(std::memcpy(&std::get<I>(t), b + offset(I), sizeof(A)), ...);

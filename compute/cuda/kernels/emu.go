@@ -69,8 +69,9 @@ func CopyOut(dst []byte, src uint64) {
 
 // Run runs one launch of kernel on the CPU: every block of grid in turn,
 // the threads of a block as fibers scheduled in an order drawn from seed.
-// args are packed as CU_LAUNCH_PARAM_BUFFER_POINTER expects them, and
-// pointers in them are addresses from Alloc. An unknown kernel, arguments
+// args are laid out as the kernel's .param space (each at an offset
+// rounded up to its size, nothing after the last), and pointers in them
+// are addresses from Alloc. An unknown kernel, arguments
 // of the wrong size, a geometry the device would refuse, and a kernel that
 // breaks the execution model (threads that diverge at __syncthreads, a
 // warp collective some lane of its mask never reaches, a deadlock) are

@@ -39,8 +39,9 @@ func TestRunRejectsBadLaunches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer Free(p)
-	// add(float *x, const float *y, int n): 8 + 8 + 4, rounded to 24.
-	good := make([]byte, 24)
+	// add(float *x, const float *y, int n): 8 + 8 + 4 bytes, the .param
+	// space's size (no padding after the last).
+	good := make([]byte, 20)
 	for _, c := range []struct {
 		name        string
 		kernel      string
@@ -50,7 +51,8 @@ func TestRunRejectsBadLaunches(t *testing.T) {
 		want        string
 	}{
 		{"unknown kernel", "nope", [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, good, "no kernel"},
-		{"short arguments", "add", [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, good[:20], "bytes of arguments"},
+		{"short arguments", "add", [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, good[:16], "bytes of arguments"},
+		{"padded arguments", "add", [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, 0, append(good, 0, 0, 0, 0), "bytes of arguments"},
 		{"empty grid", "add", [3]uint32{0, 1, 1}, [3]uint32{32, 1, 1}, 0, good, "grid"},
 		{"grid y", "add", [3]uint32{1, 65536, 1}, [3]uint32{32, 1, 1}, 0, good, "grid"},
 		{"big block", "add", [3]uint32{1, 1, 1}, [3]uint32{1025, 1, 1}, 0, good, "block"},

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# build.sh DIR: what make gpu-bundle runs. Writes the GPU report bundle
+# into DIR (replacing it): the gpu-tagged test binary of compute/cuda, the
+# kakeya-run, kakeya-bench and kakeya-testmodel binaries (all built with
+# GOEXPERIMENT=simd, stripped), the small data the checks read from
+# $KAKEYA_SHARED, run.sh and BUILD.txt; then checks that it fits the GPU
+# machine's limit (64 MiB) and that run.sh is executable and parses.
+#
+# Environment: GO (default go), KAKEYA_SHARED (the shared data set).
+set -euo pipefail
+
+out=${1:?usage: build.sh DIR}
+GO=${GO:-go}
+shared=${KAKEYA_SHARED:?build.sh needs KAKEYA_SHARED, the shared data set}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+limit=$((64 << 20))
+
+for f in models/stories260K/config.json models/ref-qwen2-6m/config.json \
+	reference/stories260K_runc_logits.txt reference/ref-qwen2-6m_logits.txt reference/tokenizer_cases.json; do
+	[[ -e $shared/$f ]] || { echo "build.sh: $shared/$f is missing (KAKEYA_SHARED=$shared)" >&2; exit 1; }
+done
+
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+if [[ -e $out ]]; then
+	chmod -R u+w "$out"
+	rm -rf "$out"
+fi
+mkdir -p "$out/bin" "$out/data/models" "$out/data/reference"
+
+cd "$root"
+export GOEXPERIMENT=simd
+ldflags='-s -w'
+# The test binary and the commands link at once.
+"$GO" test -c -tags gpu -ldflags="$ldflags" -o "$out/bin/cuda.test" ./compute/cuda/ &
+test_pid=$!
+"$GO" build -ldflags="$ldflags" -o "$out/bin/" ./cmd/kakeya-run ./cmd/kakeya-bench ./internal/cmd/kakeya-testmodel
+wait "$test_pid"
+
+cp -R "$shared/models/stories260K" "$shared/models/ref-qwen2-6m" "$out/data/models/"
+cp "$shared/reference/stories260K_runc_logits.txt" "$shared/reference/ref-qwen2-6m_logits.txt" \
+	"$shared/reference/tokenizer_cases.json" "$out/data/reference/"
+chmod -R u+w,go-w "$out/data" # the shared files are read-only
+install -m 755 internal/gpubundle/run.sh "$out/run.sh"
+
+{
+	commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+	if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+		commit+=+dirty
+	fi
+	echo "kakeya GPU bundle: commit $commit, $("$GO" version | cut -d' ' -f3-), GOEXPERIMENT=simd, built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
+	(cd "$out" && find . -type f ! -name BUILD.txt | LC_ALL=C sort | xargs du -b | awk '{printf "%10d %s\n", $1, $2}')
+} >"$out/BUILD.txt"
+
+size=$(du -sb "$out" | cut -f1)
+if ((size > limit)); then
+	echo "build.sh: $out holds $size bytes, more than the GPU machine's $limit (64 MiB)" >&2
+	exit 1
+fi
+[[ -x $out/run.sh ]] || { echo "build.sh: $out/run.sh is not executable" >&2; exit 1; }
+bash -n "$out/run.sh"
+awk -v o="$out" -v s="$size" 'BEGIN { printf "build.sh: %s: %.1f MiB of 64\n", o, s / 1048576 }'
