@@ -26,7 +26,7 @@ build:
 # kernel level below the CPU's best is rerun by TestKernelLevels), and the
 # packages with SIMD paths once more through their scalar fallbacks. About
 # a minute on 2 cores.
-test: fmt-check vet ptx-check
+test: fmt-check vet ptx-check gpu-bundle-check
 	$(SIMD) $(GO) test -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./compute/...
 
@@ -40,6 +40,7 @@ test-long: test
 vet:
 	$(GO) vet ./...
 	$(SIMD) $(GO) vet ./...
+	$(SIMD) $(GO) vet -tags gpu ./compute/cuda/
 
 # staticcheck at a pinned version (fetched through the module proxy); not
 # part of test, so a machine without the proxy can still run the suite.
@@ -124,3 +125,43 @@ ptx-check:
 .PHONY: gpu-check
 gpu-check:
 	$(SIMD) $(GO) test -tags gpu -count=1 -timeout 30m -run '^TestGPU' -v ./compute/cuda/
+
+# test-arm64 runs the tests built for linux/arm64 (cgo, so the NEON kernels
+# of kernels/cpu/neon_arm64.c run, and TestKernelLevels reruns at scalar)
+# under qemu-user, through go test -exec. It installs the pinned
+# qemu-user-static and aarch64 cross compiler from Debian when missing
+# (about 150 MB; it says so first). Emulation says nothing of speed: that
+# needs real arm64 hardware.
+ARM64_PKGS := qemu-user-static=1:7.2+dfsg-7+deb12u18+b3 gcc-aarch64-linux-gnu=4:12.2.0-3 libc6-dev-arm64-cross=2.36-8cross1
+ARM64_RUN  := qemu-aarch64-static -L /usr/aarch64-linux-gnu
+# Every package but the CUDA backend (its stub drivers are host libraries)
+# and the commands (whose signal tests time a second, which emulation
+# does not keep).
+ARM64_PKGS_TESTED = $(shell $(GO) list ./... | grep -v -e /compute/cuda -e /cmd/)
+.PHONY: test-arm64
+test-arm64:
+	@command -v qemu-aarch64-static >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || { \
+		echo "make: installing $(ARM64_PKGS) with apt-get: they build the arm64 tests and run them under emulation"; \
+		apt-get install -y --no-install-recommends $(ARM64_PKGS) || \
+		{ apt-get update && apt-get install -y --no-install-recommends $(ARM64_PKGS); }; }
+	KAKEYA_TEST_EXEC='$(ARM64_RUN)' CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc \
+		$(GO) test -count=1 -timeout 60m -exec '$(ARM64_RUN)' $(ARM64_PKGS_TESTED)
+
+# make gpu-bundle writes gpu-bundle/ (GPU_BUNDLE=DIR for another place):
+# everything the GPU report needs on a machine with an NVIDIA GPU and its
+# driver but no Go, network or shared data: the gpu-tagged test binary of
+# compute/cuda, kakeya-run, kakeya-bench and kakeya-testmodel (all
+# GOEXPERIMENT=simd), stories260K, ref-qwen2-6m and their golden logits,
+# and run.sh. There, "gpu-bundle/run.sh OUTDIR" runs every GPU check and
+# measurement in under 8 minutes into OUTDIR/log.txt and results.json
+# (see internal/gpubundle/run.sh). gpu-bundle-check, part of test, builds
+# it into a temporary directory: it must build, fit in 64 MiB, and its
+# run.sh must parse.
+GPU_BUNDLE ?= gpu-bundle
+.PHONY: gpu-bundle gpu-bundle-check
+gpu-bundle:
+	GO=$(GO) internal/gpubundle/build.sh $(GPU_BUNDLE)
+
+gpu-bundle-check:
+	@tmp=$$(mktemp -d); trap 'chmod -R u+w $$tmp; rm -rf $$tmp' EXIT; \
+		GO=$(GO) internal/gpubundle/build.sh $$tmp/gpu-bundle

@@ -8,7 +8,8 @@ import "runtime"
 // kernels: on amd64 with cgo the AVX-512 kernels may still run.
 func wantKernels() []string {
 	if runtime.GOARCH != "amd64" {
-		return []string{"scalar (no SIMD kernels for " + runtime.GOARCH + ")"}
+		scalar := "scalar (no SIMD kernels for " + runtime.GOARCH + ")"
+		return []string{scalar, scalar + ", neon for bf16 and f16 weights (cgo)"}
 	}
 	return []string{
 		"scalar (built without GOEXPERIMENT=simd)",

@@ -48,7 +48,13 @@ type Proc struct {
 // test ends if it is still running.
 func Start(t testing.TB, args []string, stdin io.Reader, env ...string) *Proc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	argv := append([]string{os.Args[0]}, args...)
+	if w := strings.Fields(os.Getenv("KAKEYA_TEST_EXEC")); len(w) > 0 {
+		// A test binary for another architecture runs under the emulator
+		// that runs this one (go test -exec; see leveltest.EnvExec).
+		argv = append(w, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), append(env, envMain+"=1")...)
 	cmd.Stdin = stdin
 	// A stdin that is not a file is copied in by a goroutine Wait would

@@ -13,6 +13,12 @@ import (
 	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
+// EnvExec names the environment variable holding the command line that
+// runs a test binary built for another architecture (the go test -exec
+// wrapper, e.g. "qemu-aarch64-static -L /usr/aarch64-linux-gnu"): Rerun
+// starts its children through it.
+const EnvExec = "KAKEYA_TEST_EXEC"
+
 // marker starts the line a child logs to show the level it ran at.
 const marker = "leveltest: kernel level "
 
@@ -40,7 +46,13 @@ func Rerun(t *testing.T, pattern string) {
 				ctx, cancel = context.WithDeadline(ctx, d)
 				defer cancel()
 			}
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run", run, "-test.count", "1", "-test.v")
+			argv := []string{os.Args[0], "-test.run", run, "-test.count", "1", "-test.v"}
+			if w := strings.Fields(os.Getenv(EnvExec)); len(w) > 0 {
+				// A test binary for another architecture runs under the
+				// emulator that runs this one (go test -exec).
+				argv = append(w, argv...)
+			}
+			cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 			cmd.Env = append(os.Environ(), kcpu.EnvCPU+"="+level)
 			out, err := cmd.CombinedOutput()
 			s := string(out)

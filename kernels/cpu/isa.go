@@ -3,39 +3,56 @@ package cpu
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 )
 
 // EnvCPU names the environment variable that caps the kernel level the
-// process runs: "scalar", "avx2", "avx512" or "avx512bf16" (or empty, the
-// best the CPU runs). A cap above what the CPU runs changes nothing; a cap
-// below it lets the slower paths be measured and tested on a faster CPU. It
-// is read once, when the package initialises.
+// process runs: "scalar", "avx2", "avx512" or "avx512bf16" on amd64,
+// "scalar" or "neon" on arm64 (or empty, the best the CPU runs). A cap
+// above what the CPU runs changes nothing; a cap below it lets the slower
+// paths be measured and tested on a faster CPU. It is read once, when the
+// package initialises.
 const EnvCPU = "KAKEYA_CPU"
 
 // level is a kernel level, each including those below it.
 type level int
 
 const (
-	levelScalar level = iota
-	levelAVX2
-	levelAVX512
-	levelAVX512BF16
+	levelScalar     level = iota
+	levelSIMD             // the first vector level: AVX2 (amd64), NEON (arm64)
+	levelAVX512           // amd64
+	levelAVX512BF16       // amd64
+	levelMax              // above every level: no cap
 )
 
-var levelNames = [...]string{"scalar", "avx2", "avx512", "avx512bf16"}
+// levelAVX2 is levelSIMD on amd64.
+const levelAVX2 = levelSIMD
 
-// parseLevel returns the level s names; empty is the highest.
+// levelNames returns the names of this architecture's levels, lowest
+// first.
+func levelNames() []string {
+	switch runtime.GOARCH {
+	case "amd64":
+		return []string{"scalar", "avx2", "avx512", "avx512bf16"}
+	case "arm64":
+		return []string{"scalar", "neon"}
+	}
+	return []string{"scalar"}
+}
+
+// parseLevel returns the level s names; empty is no cap.
 func parseLevel(s string) (level, error) {
 	if s == "" {
-		return levelAVX512BF16, nil
+		return levelMax, nil
 	}
-	for l, name := range levelNames {
+	names := levelNames()
+	for l, name := range names {
 		if s == name {
 			return level(l), nil
 		}
 	}
-	return levelAVX512BF16, fmt.Errorf("%s=%q: want one of %s", EnvCPU, s, strings.Join(levelNames[:], ", "))
+	return levelMax, fmt.Errorf("%s=%q: want one of %s", EnvCPU, s, strings.Join(names, ", "))
 }
 
 // isaCap is the level $KAKEYA_CPU allows, and isaCapErr what was wrong
@@ -52,7 +69,7 @@ func CheckEnv() error { return isaCapErr }
 var bestSet = func() kernelSet {
 	l, _ := loops()
 	k := *l
-	k.avx2c, k.avx512, k.dotBF16 = hasAVX2C, hasAVX512, hasBF16Dot
+	k.avx2c, k.avx512, k.dotBF16, k.neon = hasAVX2C, hasAVX512, hasBF16Dot, hasNEON
 	c := ""
 	switch {
 	case hasBF16Dot:
@@ -61,6 +78,8 @@ var bestSet = func() kernelSet {
 		c = "avx512"
 	case hasAVX2C:
 		c = "avx2"
+	case hasNEON:
+		c = "neon"
 	}
 	switch {
 	case c == "":
@@ -91,8 +110,10 @@ func Features() string {
 		s += ", avx2+fma+f16c for f16 weights"
 	case hasAVX2C:
 		s += ", avx2+fma+f16c for bf16 and f16 weights"
+	case hasNEON:
+		s += ", neon for bf16 and f16 weights"
 	}
-	if hasAVX2C || hasAVX512 {
+	if hasAVX2C || hasAVX512 || hasNEON {
 		s += " (cgo)"
 	}
 	return s + capNote()
@@ -100,12 +121,16 @@ func Features() string {
 
 // Levels returns the kernel levels this CPU and build run, lowest first, as
 // $KAKEYA_CPU names them: "scalar", then "avx2", "avx512" and "avx512bf16"
-// where there are kernels for them. The cap does not change the list; it
-// is what $KAKEYA_CPU can select, for a test or a benchmark.
+// (amd64) or "neon" (arm64) where there are kernels for them. The cap does
+// not change the list; it is what $KAKEYA_CPU can select, for a test or a
+// benchmark.
 func Levels() []string {
 	l := []string{"scalar"}
-	if cpuAVX2 || cpuAVX2C {
+	switch {
+	case cpuAVX2 || cpuAVX2C:
 		l = append(l, "avx2")
+	case cpuNEON:
+		l = append(l, "neon")
 	}
 	if cpuAVX512 {
 		l = append(l, "avx512")

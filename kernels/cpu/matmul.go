@@ -87,8 +87,9 @@ type kernelSet struct {
 	// avx2c says bf16 and f16 weights go through avx2_amd64.c's kernels
 	// instead of the loops above, and avx512 that bf16 ones go through
 	// avx512_amd64.c's: the f32 ones, and with dotBF16 the VDPBF16PS ones
-	// for PrecisionBF16.
-	avx2c, avx512, dotBF16 bool
+	// for PrecisionBF16. neon says bf16 and f16 weights go through
+	// neon_arm64.c's.
+	avx2c, avx512, dotBF16, neon bool
 }
 
 var scalarKernels = kernelSet{
@@ -256,6 +257,8 @@ const (
 	modeAVX512BF16                   // avx512_amd64.c's VDPBF16PS kernels
 	modeAVX2BF16                     // avx2_amd64.c's kernels for bf16 weights
 	modeAVX2F16                      // avx2_amd64.c's kernels for f16 weights
+	modeNEONBF16                     // neon_arm64.c's kernels for bf16 weights
+	modeNEONF16                      // neon_arm64.c's kernels for f16 weights
 )
 
 // layout returns the arrangement of the weights m's kernels read.
@@ -263,7 +266,7 @@ func (m matmulMode) layout() layout {
 	switch m {
 	case modeAVX512F32, modeAVX512BF16:
 		return layoutPairs32
-	case modeAVX2BF16, modeAVX2F16:
+	case modeAVX2BF16, modeAVX2F16, modeNEONBF16, modeNEONF16:
 		return layoutColumns16
 	}
 	return layoutRows
@@ -282,6 +285,10 @@ func (k *kernelSet) mode(dt compute.DType, prec Precision) matmulMode {
 		return modeAVX2BF16
 	case dt == compute.F16 && k.avx2c:
 		return modeAVX2F16
+	case dt == compute.BF16 && k.neon:
+		return modeNEONBF16
+	case dt == compute.F16 && k.neon:
+		return modeNEONF16
 	}
 	return modeLoops
 }
@@ -386,6 +393,12 @@ func (t *matmulTask) runWorker(worker, lo, hi int) {
 		return
 	case modeAVX2F16:
 		gemm2F16(t.panels, rows, cols, lo, hi, t.x, t.n, t.out)
+		return
+	case modeNEONBF16:
+		gemmNEONBF16(t.panels, rows, cols, lo, hi, t.x, t.n, t.out)
+		return
+	case modeNEONF16:
+		gemmNEONF16(t.panels, rows, cols, lo, hi, t.x, t.n, t.out)
 		return
 	}
 	s := t.scratch[worker]

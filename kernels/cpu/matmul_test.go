@@ -88,9 +88,9 @@ func checkAgainst(t *testing.T, out []float32, want, mag []float64, rows int) {
 func kernelSets() map[string]*kernelSet {
 	best := bestKernels()
 	sets := map[string]*kernelSet{"best": best, "scalar": &scalarKernels}
-	if best.avx2c || best.avx512 {
+	if best.avx2c || best.avx512 || best.neon {
 		loops := *best
-		loops.name, loops.avx2c, loops.avx512, loops.dotBF16 = "loops", false, false, false
+		loops.name, loops.avx2c, loops.avx512, loops.dotBF16, loops.neon = "loops", false, false, false, false
 		sets["loops"] = &loops
 	}
 	if best.avx2c && best.avx512 {
