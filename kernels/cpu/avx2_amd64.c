@@ -137,8 +137,12 @@ void kk_pack_columns(const uint16_t *w, long rows, long cols, long width, long p
 	}
 }
 
-// KK2_PANEL is the rows of a panel: two ymm registers of f32 outputs.
-#define KK2_PANEL 16
+// KK2_PANEL is the rows of a panel, KK2_ROWS those of a GEMM tile (two ymm
+// registers of f32 outputs): a tile covers half a panel. A GEMV (one token)
+// covers a whole panel at once: four FMA chains, one per 8 rows, over one
+// contiguous stream of weights; with two, their latency would bound it.
+#define KK2_PANEL 32
+#define KK2_ROWS 16
 // KK2_MR is the tokens of a tile: 12 accumulators, two weight vectors and
 // a broadcast fit the 16 ymm registers.
 #define KK2_MR 6
@@ -153,92 +157,214 @@ void kk_pack_columns(const uint16_t *w, long rows, long cols, long width, long p
 	default: TILE(1, __VA_ARGS__); break;   \
 	}
 
-// store16 writes the nr <= 16 values of a0 (rows 0..7) and a1 (8..15).
-KK_INLINE void store16(float *out, int nr, __m256 a0, __m256 a1) {
-	if (nr == KK2_PANEL) {
-		_mm256_storeu_ps(out, a0);
-		_mm256_storeu_ps(out + 8, a1);
+// store8 writes the nr values of a (at most 8; none when nr <= 0).
+KK_INLINE void store8(float *out, int nr, __m256 a) {
+	if (nr >= 8) {
+		_mm256_storeu_ps(out, a);
 		return;
 	}
+	if (nr <= 0) return;
 	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane);
-	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), lane);
-	_mm256_maskstore_ps(out, m0, a0);
-	_mm256_maskstore_ps(out + 8, m1, a1);
+	_mm256_maskstore_ps(out, _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane), a);
 }
 
-// tile_bf16 sets out[i*ldo + j] for mr tokens and the panel's nr rows:
-// the dot products of the bf16 rows, packed column by column, with the
-// tokens' f32 activations x (row stride ldx), adding the products in
-// column order. A bf16 is the high half of an f32: zero-extended to 32 bits
-// and shifted left 16, eight of them are eight f32s.
-KK_INLINE void tile_bf16(const int mr, const uint16_t *restrict panel, const float *restrict x, long ldx, long cols,
-			 float *restrict out, long ldo, int nr) {
-	__m256 a0[KK2_MR], a1[KK2_MR];
-#pragma GCC unroll 6
-	for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();
-	for (long c = 0; c < cols; c++) {
-		const __m128i *p = (const __m128i *)(panel + c * KK2_PANEL);
-		__m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p)), 16));
-		__m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p + 1)), 16));
-#pragma GCC unroll 6
-		for (int i = 0; i < mr; i++) {
-			__m256 b = _mm256_broadcast_ss(x + i * ldx + c);
-			a0[i] = _mm256_fmadd_ps(w0, b, a0[i]);
-			a1[i] = _mm256_fmadd_ps(w1, b, a1[i]);
-		}
+// The weights of 8 rows of one column: bf16 zero-extended and shifted left
+// 16 (a bf16 is the high half of an f32), f16 through VCVTPH2PS.
+#define KK2_WIDEN_BF16(q) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q)), 16))
+#define KK2_WIDEN_F16(q) _mm256_cvtph_ps(_mm_loadu_si128(q))
+
+// KK2_TILE defines name: out[i*ldo + j] for mr tokens and the nr rows of a
+// tile from panel (the tile's first row of each column, columns KK2_PANEL
+// values apart), the dot products of the weights widened by WIDEN with the
+// tokens' f32 activations x (row stride ldx), the products added in column
+// order.
+#define KK2_TILE(name, WIDEN)                                                                           \
+	KK_INLINE void name(const int mr, const uint16_t *restrict panel, const float *restrict x, long ldx, \
+			    long cols, float *restrict out, long ldo, int nr) {                           \
+		__m256 a0[KK2_MR], a1[KK2_MR];                                                           \
+		_Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();    \
+		for (long c = 0; c < cols; c++) {                                                        \
+			const __m128i *p = (const __m128i *)(panel + c * KK2_PANEL);                     \
+			__m256 w0 = WIDEN(p), w1 = WIDEN(p + 1);                                         \
+			_Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {                           \
+				__m256 b = _mm256_broadcast_ss(x + i * ldx + c);                         \
+				a0[i] = _mm256_fmadd_ps(w0, b, a0[i]);                                   \
+				a1[i] = _mm256_fmadd_ps(w1, b, a1[i]);                                   \
+			}                                                                                \
+		}                                                                                        \
+		_Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {                                   \
+			store8(out + i * ldo, nr, a0[i]);                                                \
+			store8(out + i * ldo + 8, nr - 8, a1[i]);                                        \
+		}                                                                                        \
 	}
-#pragma GCC unroll 6
-	for (int i = 0; i < mr; i++) store16(out + i * ldo, nr, a0[i], a1[i]);
-}
 
-// tile_f16 is tile_bf16 for f16 rows packed column by column.
-KK_INLINE void tile_f16(const int mr, const uint16_t *restrict panel, const float *restrict x, long ldx, long cols,
-			float *restrict out, long ldo, int nr) {
-	__m256 a0[KK2_MR], a1[KK2_MR];
-#pragma GCC unroll 6
-	for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();
-	for (long c = 0; c < cols; c++) {
-		const __m128i *p = (const __m128i *)(panel + c * KK2_PANEL);
-		__m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(p));
-		__m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(p + 1));
-#pragma GCC unroll 6
-		for (int i = 0; i < mr; i++) {
-			__m256 b = _mm256_broadcast_ss(x + i * ldx + c);
-			a0[i] = _mm256_fmadd_ps(w0, b, a0[i]);
-			a1[i] = _mm256_fmadd_ps(w1, b, a1[i]);
-		}
+// KK2_GEMV defines name: one token's outputs for the nr rows of a whole
+// panel, each summed as a tile of one token sums it (the same FMAs in the
+// same order), four chains at once.
+#define KK2_GEMV(name, WIDEN)                                                                            \
+	KK_INLINE void name(const uint16_t *restrict panel, const float *restrict x, long cols,              \
+			    float *restrict out, int nr) {                                                 \
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                             \
+		for (long c = 0; c < cols; c++) {                                                        \
+			const __m128i *p = (const __m128i *)(panel + c * KK2_PANEL);                     \
+			__m256 b = _mm256_broadcast_ss(x + c);                                           \
+			a0 = _mm256_fmadd_ps(WIDEN(p), b, a0);                                           \
+			a1 = _mm256_fmadd_ps(WIDEN(p + 1), b, a1);                                       \
+			a2 = _mm256_fmadd_ps(WIDEN(p + 2), b, a2);                                       \
+			a3 = _mm256_fmadd_ps(WIDEN(p + 3), b, a3);                                       \
+		}                                                                                        \
+		store8(out, nr, a0);                                                                     \
+		store8(out + 8, nr - 8, a1);                                                             \
+		store8(out + 16, nr - 16, a2);                                                           \
+		store8(out + 24, nr - 24, a3);                                                           \
 	}
-#pragma GCC unroll 6
-	for (int i = 0; i < mr; i++) store16(out + i * ldo, nr, a0[i], a1[i]);
-}
 
-// kk2_gemm_bf16 computes out[t*ldo + r] = Σ_c x[t][c]·w[r][c] for the n
+KK2_TILE(tile_bf16, KK2_WIDEN_BF16)
+KK2_TILE(tile_f16, KK2_WIDEN_F16)
+KK2_GEMV(gemv_bf16, KK2_WIDEN_BF16)
+KK2_GEMV(gemv_f16, KK2_WIDEN_F16)
+
+// KK2_GEMM defines name: out[t*ldo + r] = Σ_c x[t][c]·w[r][c] for the n
 // tokens (f32 rows of stride cols) and the rows of panels [p0, p1) of the
-// rows x cols bf16 weights packed at panels by kk_pack_columns.
-void kk2_gemm_bf16(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out,
-		   long ldo) {
-	for (long p = p0; p < p1; p++) {
-		const uint16_t *panel = panels + p * KK2_PANEL * cols;
-		long r0 = p * KK2_PANEL;
-		int nr = rows - r0 < KK2_PANEL ? (int)(rows - r0) : KK2_PANEL;
-		for (long t = 0; t < n; t += KK2_MR) {
-			int mr = n - t < KK2_MR ? (int)(n - t) : KK2_MR;
-			KK2_SWITCH(tile_bf16, mr, panel, x + t * cols, cols, cols, out + t * ldo + r0, ldo, nr)
+// rows x cols weights packed at panels by kk_pack_columns (width
+// KK2_PANEL): one token by GEMV, more by tiles of KK2_MR tokens and half a
+// panel.
+#define KK2_GEMM(name, TILE, GEMV)                                                                       \
+	void name(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n,     \
+		  float *out, long ldo) {                                                                \
+		for (long p = p0; p < p1; p++) {                                                         \
+			const uint16_t *panel = panels + p * KK2_PANEL * cols;                           \
+			long r0 = p * KK2_PANEL;                                                         \
+			int nr = rows - r0 < KK2_PANEL ? (int)(rows - r0) : KK2_PANEL;                   \
+			if (n == 1) {                                                                    \
+				GEMV(panel, x, cols, out + r0, nr);                                      \
+				continue;                                                                \
+			}                                                                                \
+			for (int h = 0; h < nr; h += KK2_ROWS) {                                         \
+				int hr = nr - h < KK2_ROWS ? nr - h : KK2_ROWS;                          \
+				for (long t = 0; t < n; t += KK2_MR) {                                   \
+					int mr = n - t < KK2_MR ? (int)(n - t) : KK2_MR;                 \
+					KK2_SWITCH(TILE, mr, panel + h, x + t * cols, cols, cols,        \
+						   out + t * ldo + r0 + h, ldo, hr)                      \
+				}                                                                        \
+			}                                                                                \
+		}                                                                                        \
+	}
+
+// kk2_gemm_bf16 and kk2_gemm_f16 multiply bf16 and f16 weights.
+KK2_GEMM(kk2_gemm_bf16, tile_bf16, gemv_bf16)
+KK2_GEMM(kk2_gemm_f16, tile_f16, gemv_f16)
+
+// Attention over a block of cached rows, as avx512_amd64.c's kk_scores and
+// kk_mix do it with AVX-512: scores of m query rows against n key rows, and
+// the probability-weighted sum of n value rows into m output rows, tiled
+// so each key or value row loaded serves several query rows. Every
+// output's arithmetic is the same wherever it falls in a tile: a score sums
+// lane-wise FMAs over its row in 8-value steps (the last one masked), then
+// its 8 lanes by one fixed tree; an output value adds one FMA per row, rows
+// in order.
+
+// KK2_QR and KK2_KR are the query and key rows of a score tile: 8
+// accumulators, one ymm of scores after the reduction.
+#define KK2_QR 4
+#define KK2_KR 2
+
+// reduce8 returns the lane sums of a[0..7] as one vector, lane p holding
+// a[p]'s sum, every sum by the same tree: adjacent lanes, then pairs, then
+// the two halves.
+KK_INLINE __m256 reduce8(const __m256 a[8]) {
+	__m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+	__m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+	__m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+	return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// kk2_scores sets s[i*lds + k] = scale * (q[i*d:]·keys[k*d:]) for the m
+// query rows and n key rows of d values. Tiles past the last row or key
+// repeat it and store nothing for it.
+void kk2_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds) {
+	const __m256 sc = _mm256_set1_ps(scale);
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d % 8 ? d % 8 : 8)), lane);
+	for (long i0 = 0; i0 < m; i0 += KK2_QR) {
+		const float *qr[KK2_QR];
+		for (int r = 0; r < KK2_QR; r++) qr[r] = q + (i0 + r < m ? i0 + r : m - 1) * d;
+		int mr = m - i0 < KK2_QR ? (int)(m - i0) : KK2_QR;
+		for (long k0 = 0; k0 < n; k0 += KK2_KR) {
+			const float *kr[KK2_KR];
+			for (int c = 0; c < KK2_KR; c++) kr[c] = keys + (k0 + c < n ? k0 + c : n - 1) * d;
+			__m256 acc[KK2_QR * KK2_KR];
+#pragma GCC unroll 8
+			for (int i = 0; i < KK2_QR * KK2_KR; i++) acc[i] = _mm256_setzero_ps();
+			for (long j = 0; j < d; j += 8) {
+				__m256i mk = j + 8 <= d ? _mm256_set1_epi32(-1) : tail;
+				__m256 qv[KK2_QR], kv[KK2_KR];
+#pragma GCC unroll 4
+				for (int r = 0; r < KK2_QR; r++) qv[r] = _mm256_maskload_ps(qr[r] + j, mk);
+#pragma GCC unroll 2
+				for (int c = 0; c < KK2_KR; c++) kv[c] = _mm256_maskload_ps(kr[c] + j, mk);
+#pragma GCC unroll 4
+				for (int r = 0; r < KK2_QR; r++)
+#pragma GCC unroll 2
+					for (int c = 0; c < KK2_KR; c++)
+						acc[r * KK2_KR + c] = _mm256_fmadd_ps(qv[r], kv[c], acc[r * KK2_KR + c]);
+			}
+			float out[8];
+			_mm256_storeu_ps(out, _mm256_mul_ps(reduce8(acc), sc));
+			int kc = n - k0 < KK2_KR ? (int)(n - k0) : KK2_KR;
+			for (int r = 0; r < mr; r++)
+				for (int c = 0; c < kc; c++) s[(i0 + r) * lds + k0 + c] = out[r * KK2_KR + c];
 		}
 	}
 }
 
-// kk2_gemm_f16 is kk2_gemm_bf16 for f16 weights packed by kk_pack_columns.
-void kk2_gemm_f16(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out,
-		  long ldo) {
-	for (long p = p0; p < p1; p++) {
-		const uint16_t *panel = panels + p * KK2_PANEL * cols;
-		long r0 = p * KK2_PANEL;
-		int nr = rows - r0 < KK2_PANEL ? (int)(rows - r0) : KK2_PANEL;
-		for (long t = 0; t < n; t += KK2_MR) {
-			int mr = n - t < KK2_MR ? (int)(n - t) : KK2_MR;
-			KK2_SWITCH(tile_f16, mr, panel, x + t * cols, cols, cols, out + t * ldo + r0, ldo, nr)
+// KK2_PR is the output rows of a weighted-sum tile, each 16 values in two
+// ymm accumulators.
+#define KK2_PR 4
+
+// mix_tile adds p's weights times the n value rows to mr <= KK2_PR output
+// rows, values [j, j+16) of each (masks m0, m1 for the two vectors).
+KK_INLINE void mix_tile(const int mr, float *o, long d, const float *p, long ldp, const float *v, long n, long j,
+			__m256i m0, __m256i m1) {
+	__m256 a0[KK2_PR], a1[KK2_PR];
+#pragma GCC unroll 4
+	for (int r = 0; r < mr; r++) {
+		a0[r] = _mm256_maskload_ps(o + r * d + j, m0);
+		a1[r] = _mm256_maskload_ps(o + r * d + j + 8, m1);
+	}
+	for (long k = 0; k < n; k++) {
+		__m256 v0 = _mm256_maskload_ps(v + k * d + j, m0), v1 = _mm256_maskload_ps(v + k * d + j + 8, m1);
+#pragma GCC unroll 4
+		for (int r = 0; r < mr; r++) {
+			__m256 b = _mm256_broadcast_ss(p + r * ldp + k);
+			a0[r] = _mm256_fmadd_ps(b, v0, a0[r]);
+			a1[r] = _mm256_fmadd_ps(b, v1, a1[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < mr; r++) {
+		_mm256_maskstore_ps(o + r * d + j, m0, a0[r]);
+		_mm256_maskstore_ps(o + r * d + j + 8, m1, a1[r]);
+	}
+}
+
+// kk2_mix adds Σ_k p[i*ldp + k]·v[k*d:] to o[i*d:] for the m output rows
+// and n value rows of d values, k in order.
+void kk2_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n) {
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	for (long j = 0; j < d; j += 16) {
+		__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d - j)), lane);
+		__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d - j - 8)), lane);
+		for (long i0 = 0; i0 < m; i0 += KK2_PR) {
+			int mr = m - i0 < KK2_PR ? (int)(m - i0) : KK2_PR;
+			float *oi = o + i0 * d;
+			const float *pi = p + i0 * ldp;
+			switch (mr) {
+			case 4: mix_tile(4, oi, d, pi, ldp, v, n, j, m0, m1); break;
+			case 3: mix_tile(3, oi, d, pi, ldp, v, n, j, m0, m1); break;
+			case 2: mix_tile(2, oi, d, pi, ldp, v, n, j, m0, m1); break;
+			default: mix_tile(1, oi, d, pi, ldp, v, n, j, m0, m1); break;
+			}
 		}
 	}
 }

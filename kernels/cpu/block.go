@@ -39,11 +39,14 @@ func ScoreBlock(s []float32, lds int, q []float32, m int, keys []float32, n, d i
 	if m == 0 || n == 0 {
 		return
 	}
-	if hasAVX512 {
+	switch {
+	case hasAVX512:
 		scoresAVX512(s, lds, q, m, keys, n, d, factor)
-		return
+	case hasAVX2C:
+		scoresAVX2(s, lds, q, m, keys, n, d, factor)
+	default:
+		scoreRows(s, lds, q, m, keys, n, d, factor)
 	}
-	scoreRows(s, lds, q, m, keys, n, d, factor)
 }
 
 // scoreRows is ScoreBlock without AVX-512: one DotBlock kernel per query
@@ -67,11 +70,14 @@ func MixBlock(o []float32, m int, p []float32, ldp int, vals []float32, n, d int
 	if m == 0 || n == 0 {
 		return
 	}
-	if hasAVX512 {
+	switch {
+	case hasAVX512:
 		mixAVX512(o, m, p, ldp, vals, n, d)
-		return
+	case hasAVX2C:
+		mixAVX2(o, m, p, ldp, vals, n, d)
+	default:
+		mixRows(o, m, p, ldp, vals, n, d)
 	}
-	mixRows(o, m, p, ldp, vals, n, d)
 }
 
 // mixRows is MixBlock without AVX-512: one AxpyBlock kernel per output row.

@@ -187,6 +187,17 @@ var tileKernels = []struct {
 	{"rows", scoreRows, mixRows},
 }
 
+func init() {
+	if hasAVX2C && hasAVX512 {
+		// The AVX2 kernels too, which best does not reach here.
+		tileKernels = append(tileKernels, struct {
+			name  string
+			score func(s []float32, lds int, q []float32, m int, keys []float32, n, d int, factor float32)
+			mix   func(o []float32, m int, p []float32, ldp int, vals []float32, n, d int)
+		}{"avx2", scoresAVX2, mixAVX2})
+	}
+}
+
 func TestScoreBlock(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	for _, kn := range tileKernels {

@@ -16,6 +16,8 @@ void kk_gemm_f32(const uint32_t *panels, long rows, long cols, long p0, long p1,
 void kk2_gemm_bf16(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out, long ldo);
 void kk2_gemm_f16(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out, long ldo);
 void kk_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds);
+void kk2_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds);
+void kk2_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
 void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
 void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
 		    const float *rows, long n, const float *cos, const float *sin);
@@ -100,9 +102,9 @@ func gemmF32(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []
 		f32p(out), C.long(rows))
 }
 
-// gemm2BF16 is gemmF32 on 16-row column panels: the AVX2 kernels.
+// gemm2BF16 is gemmF32 on 32-row column panels: the AVX2 kernels.
 func gemm2BF16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
-	checkGemm(panels, columnsLen(p1, 16, cols), rows, p1, 16, n, out)
+	checkGemm(panels, columnsLen(p1, 32, cols), rows, p1, 32, n, out)
 	_ = x[n*cols-1]
 	C.kk2_gemm_bf16(u16p(panels), C.long(rows), C.long(cols), C.long(p0), C.long(p1), f32p(x), C.long(n),
 		f32p(out), C.long(rows))
@@ -110,7 +112,7 @@ func gemm2BF16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out 
 
 // gemm2F16 is gemm2BF16 for f16 weights.
 func gemm2F16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
-	checkGemm(panels, columnsLen(p1, 16, cols), rows, p1, 16, n, out)
+	checkGemm(panels, columnsLen(p1, 32, cols), rows, p1, 32, n, out)
 	_ = x[n*cols-1]
 	C.kk2_gemm_f16(u16p(panels), C.long(rows), C.long(cols), C.long(p0), C.long(p1), f32p(x), C.long(n),
 		f32p(out), C.long(rows))
@@ -119,6 +121,22 @@ func gemm2F16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out [
 // scoresAVX512 is ScoreBlock's AVX-512 kernel; the lengths are checked.
 func scoresAVX512(s []float32, lds int, q []float32, m int, keys []float32, n, d int, scale float32) {
 	C.kk_scores(f32p(q), C.long(m), C.long(d), f32p(keys), C.long(n), C.float(scale), f32p(s), C.long(lds))
+}
+
+// scoresAVX2 and mixAVX2 are ScoreBlock's and MixBlock's AVX2 kernels; the
+// lengths are checked.
+func scoresAVX2(s []float32, lds int, q []float32, m int, keys []float32, n, d int, scale float32) {
+	if m == 0 || n == 0 {
+		return
+	}
+	C.kk2_scores(f32p(q), C.long(m), C.long(d), f32p(keys), C.long(n), C.float(scale), f32p(s), C.long(lds))
+}
+
+func mixAVX2(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	C.kk2_mix(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n))
 }
 
 // mixAVX512 is MixBlock's AVX-512 kernel; the lengths are checked.

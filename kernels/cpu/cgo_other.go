@@ -39,6 +39,14 @@ func mixAVX512(o []float32, m int, p []float32, ldp int, vals []float32, n, d in
 	panic("cpu: no AVX-512 kernels")
 }
 
+func scoresAVX2(s []float32, lds int, q []float32, m int, keys []float32, n, d int, scale float32) {
+	panic("cpu: no AVX2 kernels")
+}
+
+func mixAVX2(o []float32, m int, p []float32, ldp int, vals []float32, n, d int) {
+	panic("cpu: no AVX2 kernels")
+}
+
 func fwhtRows64AVX512(out, v, signs, z, w, rows []float32, n, r int, cos, sin []float32) {
 	panic("cpu: no AVX-512 kernels")
 }

@@ -134,7 +134,7 @@ type layout int
 const (
 	layoutRows      layout = iota // as stored: the Go loops
 	layoutPairs32                 // 32-row panels of bf16 column pairs: avx512_amd64.c
-	layoutColumns16               // 16-row panels of columns: avx2_amd64.c
+	layoutColumns32               // 32-row panels of columns: avx2_amd64.c, neon_arm64.c
 	numLayouts
 )
 
@@ -143,8 +143,8 @@ func (l layout) width() int {
 	switch l {
 	case layoutPairs32:
 		return 32
-	case layoutColumns16:
-		return 16
+	case layoutColumns32:
+		return 32
 	}
 	return 1
 }
@@ -173,7 +173,7 @@ func (w *Matrix) packed(p *Pool, l layout) []uint16 {
 	}
 	dst := make([]uint16, size)
 	p.For(np, func(lo, hi int) {
-		if l == layoutColumns16 {
+		if l == layoutColumns32 {
 			packColumns(w.m.U16, rows, cols, width, lo, hi, dst)
 		} else {
 			packPairs(w.m.U16, rows, cols, width, lo, hi, dst)
@@ -267,7 +267,7 @@ func (m matmulMode) layout() layout {
 	case modeAVX512F32, modeAVX512BF16:
 		return layoutPairs32
 	case modeAVX2BF16, modeAVX2F16, modeNEONBF16, modeNEONF16:
-		return layoutColumns16
+		return layoutColumns32
 	}
 	return layoutRows
 }

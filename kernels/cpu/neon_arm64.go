@@ -33,15 +33,15 @@ func packColumns(w []uint16, rows, cols, width, p0, p1 int, dst []uint16) {
 }
 
 // gemmNEONBF16 sets out[t*rows+r] = w[r]·x[t] for the rows of panels [p0,
-// p1) of the 16-row column panels of bf16 weights and the n tokens of f32
+// p1) of the 32-row column panels of bf16 weights and the n tokens of f32
 // activations x (row stride cols).
 func gemmNEONBF16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
-	_, _, _ = panels[columnsLen(p1, 16, cols)-1], out[(n-1)*rows+min(p1*16, rows)-1], x[n*cols-1]
+	_, _, _ = panels[columnsLen(p1, 32, cols)-1], out[(n-1)*rows+min(p1*32, rows)-1], x[n*cols-1]
 	C.kkn_gemm_bf16(u16n(panels), C.long(rows), C.long(cols), C.long(p0), C.long(p1), f32n(x), C.long(n), f32n(out), C.long(rows))
 }
 
 // gemmNEONF16 is gemmNEONBF16 for f16 weights.
 func gemmNEONF16(panels []uint16, rows, cols, p0, p1 int, x []float32, n int, out []float32) {
-	_, _, _ = panels[columnsLen(p1, 16, cols)-1], out[(n-1)*rows+min(p1*16, rows)-1], x[n*cols-1]
+	_, _, _ = panels[columnsLen(p1, 32, cols)-1], out[(n-1)*rows+min(p1*32, rows)-1], x[n*cols-1]
 	C.kkn_gemm_f16(u16n(panels), C.long(rows), C.long(cols), C.long(p0), C.long(p1), f32n(x), C.long(n), f32n(out), C.long(rows))
 }
