@@ -131,7 +131,9 @@ gpu-check:
 # under qemu-user, through go test -exec. It installs the pinned
 # qemu-user-static and aarch64 cross compiler from Debian when missing
 # (about 150 MB; it says so first). Emulation says nothing of speed: that
-# needs real arm64 hardware.
+# needs real arm64 hardware. It also builds for darwin/arm64 (pure Go, as
+# a cross build without an Apple SDK must) and compiles the NEON kernels
+# for macOS with clang, Apple's compiler.
 ARM64_PKGS := qemu-user-static=1:7.2+dfsg-7+deb12u18+b3 gcc-aarch64-linux-gnu=4:12.2.0-3 libc6-dev-arm64-cross=2.36-8cross1
 ARM64_RUN  := qemu-aarch64-static -L /usr/aarch64-linux-gnu
 # Every package but the CUDA backend (its stub drivers are host libraries)
@@ -139,13 +141,15 @@ ARM64_RUN  := qemu-aarch64-static -L /usr/aarch64-linux-gnu
 # does not keep).
 ARM64_PKGS_TESTED = $(shell $(GO) list ./... | grep -v -e /compute/cuda -e /cmd/)
 .PHONY: test-arm64
-test-arm64:
+test-arm64: clang
 	@command -v qemu-aarch64-static >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || { \
 		echo "make: installing $(ARM64_PKGS) with apt-get: they build the arm64 tests and run them under emulation"; \
 		apt-get install -y --no-install-recommends $(ARM64_PKGS) || \
 		{ apt-get update && apt-get install -y --no-install-recommends $(ARM64_PKGS); }; }
 	KAKEYA_TEST_EXEC='$(ARM64_RUN)' CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc \
 		$(GO) test -count=1 -timeout 60m -exec '$(ARM64_RUN)' $(ARM64_PKGS_TESTED)
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
+	$(CLANG) --target=arm64-apple-macos11 -ffreestanding -O2 -Wall -Werror -c -o /dev/null kernels/cpu/neon_arm64.c
 
 # make gpu-bundle writes gpu-bundle/ (GPU_BUNDLE=DIR for another place):
 # everything the GPU report needs on a machine with an NVIDIA GPU and its
