@@ -28,7 +28,7 @@ build:
 # a minute on 2 cores.
 test: fmt-check vet ptx-check gpu-bundle-check
 	$(SIMD) $(GO) test -count=1 -timeout 15m ./...
-	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./compute/...
+	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/...
 
 # test plus the full-corpus checks make test leaves out (KAKEYA_LONG=1):
 # stories260K's perplexity over all of TinyStories val against llama2.c's
@@ -40,7 +40,7 @@ test-long: test
 vet:
 	$(GO) vet ./...
 	$(SIMD) $(GO) vet ./...
-	$(SIMD) $(GO) vet -tags gpu ./compute/cuda/
+	$(SIMD) $(GO) vet -tags gpu ./compute/cudabackend/
 
 # staticcheck at a pinned version (fetched through the module proxy); not
 # part of test, so a machine without the proxy can still run the suite.
@@ -76,8 +76,8 @@ bench-tokenizer:
 clean:
 	rm -rf $(BIN)
 
-# The CUDA kernels' PTX, compute/cuda/kernels_sm80.ptx, is committed and
-# embedded in the binary; clang makes it from compute/cuda/kernels/*.cu
+# The CUDA kernels' PTX, kernels/cuda/kernels_sm80.ptx, is committed and
+# embedded in the binary; clang makes it from kernels/cuda/*.cu
 # (one translation unit, all.cu) without any CUDA SDK: the kernels bring
 # their own prelude. The compiler is pinned, since the PTX must not change
 # with whoever regenerates it; clang installs it (Debian bookworm, as root)
@@ -85,8 +85,8 @@ clean:
 # is not what the sources compile to.
 CLANG     := clang-16
 CLANG_PKG := clang-16=1:16.0.6-15~deb12u1
-PTX       := compute/cuda/kernels_sm80.ptx
-PTX_SRC   := compute/cuda/kernels/all.cu
+PTX       := kernels/cuda/kernels_sm80.ptx
+PTX_SRC   := kernels/cuda/all.cu
 PTXFLAGS  := -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O3 \
 	-Xclang -target-feature -Xclang +ptx78 -S
 
@@ -124,7 +124,7 @@ ptx-check:
 # of a Qwen2.5-0.5B-shaped checkpoint next to the memory-bandwidth bound.
 .PHONY: gpu-check
 gpu-check:
-	$(SIMD) $(GO) test -tags gpu -count=1 -timeout 30m -run '^TestGPU' -v ./compute/cuda/
+	$(SIMD) $(GO) test -tags gpu -count=1 -timeout 30m -run '^TestGPU' -v ./compute/cudabackend/
 
 # test-arm64 runs the tests built for linux/arm64 (cgo, so the NEON kernels
 # of kernels/cpu/neon_arm64.c run, and TestKernelLevels reruns at scalar)
@@ -139,7 +139,7 @@ ARM64_RUN  := qemu-aarch64-static -L /usr/aarch64-linux-gnu
 # Every package but the CUDA backend (its stub drivers are host libraries)
 # and the commands (whose signal tests time a second, which emulation
 # does not keep).
-ARM64_PKGS_TESTED = $(shell $(GO) list ./... | grep -v -e /compute/cuda -e /cmd/)
+ARM64_PKGS_TESTED = $(shell $(GO) list ./... | grep -v -e /compute/cudabackend -e /kernels/cuda/emu -e /cmd/)
 .PHONY: test-arm64
 test-arm64: clang
 	@command -v qemu-aarch64-static >/dev/null 2>&1 && command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || { \
@@ -154,7 +154,7 @@ test-arm64: clang
 # make gpu-bundle writes gpu-bundle/ (GPU_BUNDLE=DIR for another place):
 # everything the GPU report needs on a machine with an NVIDIA GPU and its
 # driver but no Go, network or shared data: the gpu-tagged test binary of
-# compute/cuda, kakeya-run, kakeya-bench and kakeya-testmodel (all
+# compute/cudabackend, kakeya-run, kakeya-bench and kakeya-testmodel (all
 # GOEXPERIMENT=simd), stories260K, ref-qwen2-6m and their golden logits,
 # and run.sh. There, "gpu-bundle/run.sh OUTDIR" runs every GPU check and
 # measurement in under 8 minutes into OUTDIR/log.txt and results.json

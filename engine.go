@@ -9,7 +9,6 @@ import (
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
@@ -119,14 +118,15 @@ func (e *Engine) Dir() string { return e.dir }
 
 // Kernels describes the compute kernels the model runs on: the backend's
 // compute.Describer text, for example "avx2+fma (GOEXPERIMENT=simd), ...
-// (cgo); matmuls: bf16 weights x bf16 activations" on the CPU
-// (cpu.Features and the products the weights get), or a GPU's name and
-// GEMM path.
+// (cgo); matmuls: bf16 weights x bf16 activations" on the CPU (its
+// kernels' features and the products the weights get), or a GPU's name
+// and GEMM path; the backend's name if it does not describe itself.
 func (e *Engine) Kernels() string {
-	if d, ok := e.model.Backend().(compute.Describer); ok {
+	b := e.model.Backend()
+	if d, ok := b.(compute.Describer); ok {
 		return d.Describe()
 	}
-	return cpu.Features()
+	return b.Name()
 }
 
 // Close releases the model's memory maps and workers, after waiting for the

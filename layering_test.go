@@ -14,36 +14,53 @@ const module = "github.com/kakeya-ai/kakeya"
 
 // allowed lists, for every package of the module (by its path below the
 // module, "" for the root), the packages of the module it may import. Data
-// flows one way: weights → model → (compute, kvcache) → codec, with
-// generation (the root package) and calibration above model and the
-// commands on top; nothing reaches back up. A new package or edge is a
-// decision: add it here.
+// flows one way: the commands → the engine (the root package) → model →
+// compute, the seam, which the backends implement; the kv cache and the
+// codecs sit below model, and a codec's fast paths in a kernel package
+// below the codec; tensor (element types) is at the bottom. Nothing
+// reaches back up: model names no backend, the engine no kernel, and
+// kernels and codecs no seam. A new package or edge is a decision: add it
+// here.
 var allowed = map[string][]string{
-	"compute":              {},
-	"kernels/cpu":          {"compute"},
-	"codec":                {"compute", "kernels/cpu"},
-	"compute/cpu":          {"compute", "kernels/cpu", "codec"},
-	"compute/reference":    {"compute"},
-	"compute/cuda":         {"compute", "codec"},
-	"compute/cuda/kernels": {},
-	"kvcache":              {"compute", "codec"},
-	"weights":              {"compute", "internal/term", "internal/outfile"},
-	"tokenizer":            {},
-	"model":                {"compute", "compute/cpu", "kvcache", "weights"},
-	"calibrate":            {"model", "codec", "weights", "kvcache", "compute"},
-	"":                     {"model", "calibrate", "tokenizer", "weights", "kvcache", "codec", "compute", "kernels/cpu"},
-	"eval":                 {"kvcache", "internal/outfile"},
-	"internal/shareddata":  {},
-	"internal/term":        {},
-	"internal/outfile":     {},
-	"internal/device":      {"compute", "compute/cuda"},
-	"internal/testmodel":   {"compute"},
-	"internal/leveltest":   {"kernels/cpu"},
-	"internal/cli":         {},
-	"internal/clitest":     {},
-	"cmd/kakeya-run":       {"internal/cli", "", "model", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
-	"cmd/kakeya-bench":     {"internal/cli", "model", "kvcache", "kernels/cpu", "internal/testmodel"},
-	"cmd/kakeya-eval":      {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
+	// The bottom: element types, then the kernels over them.
+	"tensor":           {},
+	"kernels/cpu":      {"tensor"},
+	"kernels/cuda":     {},
+	"kernels/cuda/emu": {"kernels/cuda"},
+
+	// Codecs: pure Go, fast paths in kernels/cpu.
+	"codec": {"tensor", "kernels/cpu"},
+
+	// The seam and its backends; attention is the host attention the CPU
+	// backend runs.
+	"compute":             {"tensor"},
+	"attention":           {"compute", "tensor", "codec", "kernels/cpu"},
+	"compute/cpubackend":  {"compute", "tensor", "attention", "kernels/cpu"},
+	"compute/cudabackend": {"compute", "tensor", "codec", "kernels/cuda"},
+	"compute/reference":   {"compute", "tensor"},
+
+	// Above the seam.
+	"kvcache":   {"compute", "codec"},
+	"weights":   {"tensor", "internal/term", "internal/outfile"},
+	"tokenizer": {},
+	"model":     {"compute", "kvcache", "weights", "compute/cpubackend"}, // the default backend: to go (issue 23)
+	"calibrate": {"model", "codec", "weights", "kvcache", "compute"},
+	"eval":      {"kvcache", "internal/outfile"},
+	"":          {"model", "calibrate", "tokenizer", "weights", "kvcache", "codec", "compute"},
+
+	"internal/shareddata": {},
+	"internal/term":       {},
+	"internal/outfile":    {},
+	"internal/device":     {"compute", "compute/cudabackend"},
+	"internal/testmodel":  {"tensor"},
+	"internal/leveltest":  {"kernels/cpu"},
+	"internal/cli":        {},
+	"internal/clitest":    {},
+
+	// The commands.
+	"cmd/kakeya-run":   {"internal/cli", "", "model", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
+	"cmd/kakeya-bench": {"internal/cli", "model", "kvcache", "kernels/cpu", "internal/testmodel"},
+	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
 
 	// Developer tools: the GPU report's checkpoint writer.
 	"internal/cmd/kakeya-testmodel": {"internal/cli", "internal/testmodel"},

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // Identity stores raw float32 values: lossless, 32 bits per value plus the
@@ -66,7 +66,7 @@ func (BF16) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	dst = grow(dst, 2*n*d)
 	p := dst[len(dst)-2*n*d:]
 	for i, v := range x[:n*d] {
-		binary.LittleEndian.PutUint16(p[2*i:], compute.F32ToBF16(v))
+		binary.LittleEndian.PutUint16(p[2*i:], tensor.F32ToBF16(v))
 	}
 	seal(dst[start:])
 	return dst, nil
@@ -85,7 +85,7 @@ func (BF16) Decode(dst []float32, src []byte, n, d int) error {
 		return fmt.Errorf("codec: bf16: payload is %d bytes, want %d", len(p), 2*n*d)
 	}
 	for i := range dst[:n*d] {
-		dst[i] = compute.BF16ToF32(binary.LittleEndian.Uint16(p[2*i:]))
+		dst[i] = tensor.BF16ToF32(binary.LittleEndian.Uint16(p[2*i:]))
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 	"math"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // Every encoded block starts with a 16-byte header:
@@ -157,11 +157,11 @@ func nonFiniteErr(name string, x []float32, d int) error {
 	return fmt.Errorf("codec: %s: non-finite input", name)
 }
 
-func putF16(b []byte, v float32) { binary.LittleEndian.PutUint16(b, compute.F32ToF16(v)) }
-func getF16(b []byte) float32    { return compute.F16ToF32(binary.LittleEndian.Uint16(b)) }
+func putF16(b []byte, v float32) { binary.LittleEndian.PutUint16(b, tensor.F32ToF16(v)) }
+func getF16(b []byte) float32    { return tensor.F16ToF32(binary.LittleEndian.Uint16(b)) }
 
 // roundF16 returns v rounded through half precision.
-func roundF16(v float32) float32 { return compute.F16ToF32(compute.F32ToF16(v)) }
+func roundF16(v float32) float32 { return tensor.F16ToF32(tensor.F32ToF16(v)) }
 
 // maxF16 is the largest finite half-precision value.
 const maxF16 = 65504
@@ -169,9 +169,9 @@ const maxF16 = 65504
 // f16Floor returns the largest half-precision value <= v (|v| in range), so
 // an asymmetric quantizer's minimum never rounds above the data.
 func f16Floor(v float32) float32 {
-	h := compute.F32ToF16(v)
-	if compute.F16ToF32(h) <= v {
-		return compute.F16ToF32(h)
+	h := tensor.F32ToF16(v)
+	if tensor.F16ToF32(h) <= v {
+		return tensor.F16ToF32(h)
 	}
 	switch {
 	case h == 0: // +0 above a tiny negative v
@@ -181,5 +181,5 @@ func f16Floor(v float32) float32 {
 	default:
 		h++
 	}
-	return compute.F16ToF32(h)
+	return tensor.F16ToF32(h)
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // Int4Options configures Int4.
@@ -255,11 +255,11 @@ func (c *Int4) quantize(params, codes []byte, z []float32, n, p, groups int, sc 
 	// S rounded up to fp16, so that e = 0 leaves every group room (at
 	// most one level lost to the zero point's rounding: (top-1)*S still
 	// spans the range the largest group needs).
-	S16 := compute.F32ToF16(S)
-	if compute.F16ToF32(S16) < S {
+	S16 := tensor.F32ToF16(S)
+	if tensor.F16ToF32(S16) < S {
 		S16++
 	}
-	S = compute.F16ToF32(S16)
+	S = tensor.F16ToF32(S16)
 	binary.LittleEndian.PutUint16(params, S16)
 	for k := 0; k < groups; k++ {
 		first, stride, count := c.group(k, n, p)

@@ -1,6 +1,6 @@
 // Package compute is the seam between the forward pass and the devices that
 // run it. It holds what every backend shares: element types and the host
-// view of a weight matrix (Mat), device memory (Buffer, Weight), the
+// device memory (Buffer, Weight), the
 // storage of KV-cache blocks (BlockStore), and the Backend interface: the
 // dozen operations one decoder family needs. The model names no device; a
 // backend (compute/cpu, the reference in compute/reference, a GPU later)
@@ -10,7 +10,11 @@
 // store may implement, discovered by type assertion (see EncodedAttention).
 package compute
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/tensor"
+)
 
 // Memory is one allocation in a backend's memory. Only the backend that
 // made it looks inside.
@@ -155,7 +159,7 @@ type Backend interface {
 	Alloc(n int) Buffer
 	// Upload makes a weight matrix available to the backend in its stored
 	// dtype (the backend may keep the host view rather than copy it).
-	Upload(m Mat) (Weight, error)
+	Upload(m tensor.Mat) (Weight, error)
 	// Write copies host values into dst; Read copies src back to the host.
 	Write(dst Buffer, src []float32)
 	Read(dst []float32, src Buffer)

@@ -11,7 +11,8 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/compute/cpu"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // rawCodec stores float32 bits as they are: lossless, 4 bytes a value.
@@ -71,7 +72,7 @@ func TestAppendReadBack(t *testing.T) {
 				for l := range want {
 					stored[l] = make([]float32, len(want[l]))
 					for i, v := range want[l] {
-						stored[l][i] = compute.BF16ToF32(compute.F32ToBF16(v))
+						stored[l][i] = tensor.BF16ToF32(tensor.F32ToBF16(v))
 					}
 				}
 			}
@@ -83,7 +84,7 @@ func TestAppendReadBack(t *testing.T) {
 					for l := 0; l < layers; l++ {
 						k := want[l][pos*row : (pos+n)*row]
 						v := want[l][(total+pos)*row : (total+pos+n)*row]
-						if err := c.Append(l, cpu.Wrap(k), cpu.Wrap(v), n); err != nil {
+						if err := c.Append(l, cpubackend.Wrap(k), cpubackend.Wrap(v), n); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -166,7 +167,7 @@ func TestEncodeSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := cpu.Wrap(make([]float32, 2*20))
+	x := cpubackend.Wrap(make([]float32, 2*20))
 	if err := c.Append(0, x, x, 20); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := cpu.Wrap(make([]float32, 2*9))
+	x := cpubackend.Wrap(make([]float32, 2*9))
 	if err := c.Append(0, x, x, 9); !errors.Is(err, ErrFull) {
 		t.Errorf("overflow: err = %v, want ErrFull", err)
 	}
@@ -227,7 +228,7 @@ func TestStoreWithoutEncodedAttention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := cpu.Wrap(make([]float32, 2*20))
+	x := cpubackend.Wrap(make([]float32, 2*20))
 	if err := c.Append(0, x, x, 20); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func TestStoreWithoutEncodedAttention(t *testing.T) {
 type plainStore struct{ compute.BlockStore }
 
 // backend provides the block stores of these tests.
-var backend = cpu.New(1)
+var backend = cpubackend.New(1)
 
 // A store that refuses a part (a pool out of budget) fails Append with its
 // error; the blocks made so far go back to it.
@@ -250,7 +251,7 @@ func TestStoreOutOfRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := cpu.Wrap(make([]float32, 4*12))
+	x := cpubackend.Wrap(make([]float32, 4*12))
 	// The first block takes 4 parts (2 heads x K, V); the second gets 1.
 	err = c.Append(0, x, x, 8)
 	if err == nil || !strings.Contains(err.Error(), "layer 0 block 1: out of budget") {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/compute/cpu"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 )
 
 func TestReadPlan(t *testing.T) {
@@ -60,7 +60,7 @@ func fillCache(t *testing.T, c *Cache, n int, seed uint64) {
 		for i := range k {
 			k[i], v[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
 		}
-		if err := c.Append(l, cpu.Wrap(k), cpu.Wrap(v), n); err != nil {
+		if err := c.Append(l, cpubackend.Wrap(k), cpubackend.Wrap(v), n); err != nil {
 			t.Fatal(err)
 		}
 	}

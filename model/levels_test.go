@@ -6,11 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/compute"
 	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/internal/leveltest"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // TestKernelLevels reruns the forward-pass tests at every kernel level
@@ -33,11 +33,11 @@ func TestForwardConsistency(t *testing.T) {
 	t.Logf("kernels: %s (%s)", kcpu.Level(), kcpu.Features())
 	specs := map[string]testmodel.Spec{
 		"qwen2-bias-gqa-bf16": {ModelType: "qwen2", Hidden: 264, Intermediate: 520, Layers: 2, Heads: 6, KVHeads: 2, HeadDim: 44,
-			Vocab: 259, MaxPos: 128, RopeTheta: 1e6, Bias: true, DType: compute.BF16, Seed: 11},
+			Vocab: 259, MaxPos: 128, RopeTheta: 1e6, Bias: true, DType: tensor.BF16, Seed: 11},
 		"llama-mqa-f16": {ModelType: "llama", Hidden: 248, Intermediate: 255, Layers: 2, Heads: 4, KVHeads: 1, HeadDim: 62,
-			Vocab: 97, MaxPos: 128, RopeTheta: 1e4, Tie: true, DType: compute.F16, Seed: 12},
+			Vocab: 97, MaxPos: 128, RopeTheta: 1e4, Tie: true, DType: tensor.F16, Seed: 12},
 		"qwen3-mha-f32": {ModelType: "qwen3", Hidden: 40, Intermediate: 72, Layers: 2, Heads: 5, KVHeads: 5, HeadDim: 24,
-			Vocab: 131, MaxPos: 128, RopeTheta: 1e6, DType: compute.F32, Seed: 13},
+			Vocab: 131, MaxPos: 128, RopeTheta: 1e6, DType: tensor.F32, Seed: 13},
 	}
 	// 37 tokens: micro-tiles of 12 and 6 tokens and ragged ones, attention
 	// chunks of 8, KV blocks of 5. The chunks cut across all of them.

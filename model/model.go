@@ -14,7 +14,7 @@ import (
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/compute/cpu"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -143,7 +143,7 @@ func Load(dir string, opt Options) (*Model, error) {
 		if mm == "" {
 			mm = DefaultMatMul
 		}
-		b, err := cpu.NewMatMul(opt.Threads, mm)
+		b, err := cpubackend.NewMatMul(opt.Threads, mm)
 		if err != nil {
 			m.store.Close()
 			return nil, fmt.Errorf("model: %w", err)

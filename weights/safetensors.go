@@ -14,7 +14,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // maxHeaderLen bounds the JSON header like the reference implementation
@@ -26,7 +26,7 @@ const maxHeaderLen = 100 << 20
 // the mapped file, valid until the Store is closed, and must not be written.
 type Tensor struct {
 	Name  string
-	DType compute.DType
+	DType tensor.DType
 	Shape []int
 	Data  []byte
 }
@@ -65,19 +65,19 @@ func (t *Tensor) check() error {
 // Mat returns the tensor as a 2-D matrix in its stored dtype. The view shares
 // the tensor's bytes when they are suitably aligned (the usual case) and is
 // an aligned copy otherwise; either way it must not be modified.
-func (t *Tensor) Mat() (compute.Mat, error) {
+func (t *Tensor) Mat() (tensor.Mat, error) {
 	if len(t.Shape) != 2 {
-		return compute.Mat{}, fmt.Errorf("weights: tensor %q has shape %v, want 2-D", t.Name, t.Shape)
+		return tensor.Mat{}, fmt.Errorf("weights: tensor %q has shape %v, want 2-D", t.Name, t.Shape)
 	}
 	if err := t.check(); err != nil {
-		return compute.Mat{}, fmt.Errorf("weights: %w", err)
+		return tensor.Mat{}, fmt.Errorf("weights: %w", err)
 	}
-	m := compute.Mat{DType: t.DType, Rows: t.Shape[0], Cols: t.Shape[1]}
+	m := tensor.Mat{DType: t.DType, Rows: t.Shape[0], Cols: t.Shape[1]}
 	n := m.Rows * m.Cols
 	switch t.DType {
-	case compute.F32:
+	case tensor.F32:
 		m.F32 = f32View(t.Data, n)
-	case compute.F16, compute.BF16:
+	case tensor.F16, tensor.BF16:
 		m.U16 = u16View(t.Data, n)
 	}
 	return m, nil
@@ -91,17 +91,17 @@ func (t *Tensor) Float32s() ([]float32, error) {
 	n := t.NumElements()
 	out := make([]float32, n)
 	switch t.DType {
-	case compute.F32:
+	case tensor.F32:
 		for i := range out {
 			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
 		}
-	case compute.F16:
+	case tensor.F16:
 		for i := range out {
-			out[i] = compute.F16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
+			out[i] = tensor.F16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
 		}
-	case compute.BF16:
+	case tensor.BF16:
 		for i := range out {
-			out[i] = compute.BF16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
+			out[i] = tensor.BF16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
 		}
 	}
 	return out, nil
@@ -150,14 +150,14 @@ var dtypeSizes = map[string]int{
 	"BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "C64": 8,
 }
 
-func supportedDType(name string) compute.DType {
+func supportedDType(name string) tensor.DType {
 	switch name {
 	case "F32":
-		return compute.F32
+		return tensor.F32
 	case "F16":
-		return compute.F16
+		return tensor.F16
 	case "BF16":
-		return compute.BF16
+		return tensor.BF16
 	}
 	return 0
 }
@@ -166,7 +166,7 @@ func supportedDType(name string) compute.DType {
 // the file (not into the data section).
 type tensorInfo struct {
 	dtypeName  string
-	dtype      compute.DType // 0 when the format knows the dtype but we do not compute in it
+	dtype      tensor.DType // 0 when the format knows the dtype but we do not compute in it
 	shape      []int
 	begin, end int64
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 func randVals(r *rand.Rand, n int) []float32 {
@@ -27,16 +27,16 @@ func randVals(r *rand.Rand, n int) []float32 {
 }
 
 // rounded returns what a tensor of dtype dt stores for vals.
-func rounded(dt compute.DType, vals []float32) []float32 {
+func rounded(dt tensor.DType, vals []float32) []float32 {
 	out := make([]float32, len(vals))
 	for i, v := range vals {
 		switch dt {
-		case compute.F32:
+		case tensor.F32:
 			out[i] = v
-		case compute.F16:
-			out[i] = compute.F16ToF32(compute.F32ToF16(v))
-		case compute.BF16:
-			out[i] = compute.BF16ToF32(compute.F32ToBF16(v))
+		case tensor.F16:
+			out[i] = tensor.F16ToF32(tensor.F32ToF16(v))
+		case tensor.BF16:
+			out[i] = tensor.BF16ToF32(tensor.F32ToBF16(v))
 		}
 	}
 	return out
@@ -67,19 +67,19 @@ func TestRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	type spec struct {
 		name  string
-		dt    compute.DType
+		dt    tensor.DType
 		shape []int
 	}
 	specs := []spec{
 		// An odd-sized 16-bit tensor first: the writer must still keep the
 		// F32 tensors 4-byte aligned.
-		{"odd.bf16", compute.BF16, []int{3}},
-		{"w.f32", compute.F32, []int{5, 7}},
-		{"w.f16", compute.F16, []int{4, 6}},
-		{"w.bf16", compute.BF16, []int{6, 4}},
-		{"scalar", compute.F32, []int{}},
-		{"empty", compute.F16, []int{0, 4}},
-		{"v.f32", compute.F32, []int{3}},
+		{"odd.bf16", tensor.BF16, []int{3}},
+		{"w.f32", tensor.F32, []int{5, 7}},
+		{"w.f16", tensor.F16, []int{4, 6}},
+		{"w.bf16", tensor.BF16, []int{6, 4}},
+		{"scalar", tensor.F32, []int{}},
+		{"empty", tensor.F16, []int{0, 4}},
+		{"v.f32", tensor.F32, []int{3}},
 	}
 	var tensors []Tensor
 	want := map[string][]float32{}
@@ -91,11 +91,11 @@ func TestRoundTrip(t *testing.T) {
 		vals := randVals(r, n)
 		var tt Tensor
 		switch s.dt {
-		case compute.F32:
+		case tensor.F32:
 			tt = F32Tensor(s.name, s.shape, vals)
-		case compute.F16:
+		case tensor.F16:
 			tt = F16Tensor(s.name, s.shape, vals)
-		case compute.BF16:
+		case tensor.BF16:
 			tt = BF16Tensor(s.name, s.shape, vals)
 		}
 		tensors = append(tensors, tt)
@@ -169,22 +169,22 @@ func TestRoundTrip(t *testing.T) {
 		for i, w := range want[s.name] {
 			var g float32
 			switch s.dt {
-			case compute.F32:
+			case tensor.F32:
 				g = m.F32[i]
-			case compute.F16:
-				g = compute.F16ToF32(m.U16[i])
-			case compute.BF16:
-				g = compute.BF16ToF32(m.U16[i])
+			case tensor.F16:
+				g = tensor.F16ToF32(m.U16[i])
+			case tensor.BF16:
+				g = tensor.BF16ToF32(m.U16[i])
 			}
 			if g != w {
 				t.Fatalf("%s: Mat element %d = %v, want %v", s.name, i, g, w)
 			}
 		}
 		// The view must share the mapped bytes, not copy them.
-		if s.dt == compute.F32 && unsafe.Pointer(&m.F32[0]) != unsafe.Pointer(&tt.Data[0]) {
+		if s.dt == tensor.F32 && unsafe.Pointer(&m.F32[0]) != unsafe.Pointer(&tt.Data[0]) {
 			t.Errorf("%s: Mat copied aligned F32 data", s.name)
 		}
-		if s.dt != compute.F32 && m.Rows > 0 && unsafe.Pointer(&m.U16[0]) != unsafe.Pointer(&tt.Data[0]) {
+		if s.dt != tensor.F32 && m.Rows > 0 && unsafe.Pointer(&m.U16[0]) != unsafe.Pointer(&tt.Data[0]) {
 			t.Errorf("%s: Mat copied aligned 16-bit data", s.name)
 		}
 	}
@@ -207,7 +207,7 @@ func TestMatMisalignedAndErrors(t *testing.T) {
 	src := F32Tensor("m", []int{2, 3}, vals)
 	buf := make([]byte, len(src.Data)+1)
 	copy(buf[1:], src.Data)
-	tt := Tensor{Name: "m", DType: compute.F32, Shape: []int{2, 3}, Data: buf[1:]}
+	tt := Tensor{Name: "m", DType: tensor.F32, Shape: []int{2, 3}, Data: buf[1:]}
 	m, err := tt.Mat()
 	if err != nil {
 		t.Fatal(err)
@@ -221,12 +221,12 @@ func TestMatMisalignedAndErrors(t *testing.T) {
 	bf := BF16Tensor("b", []int{3}, []float32{1, 2, 3})
 	buf = make([]byte, len(bf.Data)+1)
 	copy(buf[1:], bf.Data)
-	tb := Tensor{Name: "b", DType: compute.BF16, Shape: []int{1, 3}, Data: buf[1:]}
+	tb := Tensor{Name: "b", DType: tensor.BF16, Shape: []int{1, 3}, Data: buf[1:]}
 	mb, err := tb.Mat()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := []float32{compute.BF16ToF32(mb.U16[0]), compute.BF16ToF32(mb.U16[2])}; got[0] != 1 || got[1] != 3 {
+	if got := []float32{tensor.BF16ToF32(mb.U16[0]), tensor.BF16ToF32(mb.U16[2])}; got[0] != 1 || got[1] != 3 {
 		t.Errorf("misaligned BF16 Mat = %v", got)
 	}
 
@@ -237,7 +237,7 @@ func TestMatMisalignedAndErrors(t *testing.T) {
 	}{
 		{"1-D", F32Tensor("vec", []int{6}, vals), `"vec" has shape [6], want 2-D`},
 		{"3-D", F32Tensor("cube", []int{1, 2, 3}, vals), `"cube" has shape [1 2 3]`},
-		{"short data", Tensor{Name: "short", DType: compute.F32, Shape: []int{2, 3}, Data: make([]byte, 20)}, `"short": shape [2 3] of F32 needs 24 bytes, have 20`},
+		{"short data", Tensor{Name: "short", DType: tensor.F32, Shape: []int{2, 3}, Data: make([]byte, 20)}, `"short": shape [2 3] of F32 needs 24 bytes, have 20`},
 		{"bad dtype", Tensor{Name: "x", DType: 0, Shape: []int{1, 1}, Data: make([]byte, 4)}, `"x": unsupported dtype`},
 	}
 	for _, c := range bad {
@@ -316,7 +316,7 @@ func TestShardedRoundTrip(t *testing.T) {
 		t.Errorf("Names() = %v", got)
 	}
 	for name, want := range map[string][]float32{
-		"a": rounded(compute.BF16, a), "b": rounded(compute.F16, b), "c": c,
+		"a": rounded(tensor.BF16, a), "b": rounded(tensor.F16, b), "c": c,
 	} {
 		tt, err := st.Tensor(name)
 		if err != nil {
@@ -524,7 +524,7 @@ func TestStories260K(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tt.DType != compute.F32 || !reflect.DeepEqual(tt.Shape, shape) {
+		if tt.DType != tensor.F32 || !reflect.DeepEqual(tt.Shape, shape) {
 			t.Errorf("%s: %v %v, want F32 %v", name, tt.DType, tt.Shape, shape)
 		}
 	}

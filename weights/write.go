@@ -11,8 +11,8 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/internal/outfile"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // F32Tensor builds an F32 tensor holding vals.
@@ -21,25 +21,25 @@ func F32Tensor(name string, shape []int, vals []float32) Tensor {
 	for i, v := range vals {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 	}
-	return Tensor{Name: name, DType: compute.F32, Shape: slices.Clone(shape), Data: b}
+	return Tensor{Name: name, DType: tensor.F32, Shape: slices.Clone(shape), Data: b}
 }
 
 // BF16Tensor builds a BF16 tensor holding vals rounded to nearest even.
 func BF16Tensor(name string, shape []int, vals []float32) Tensor {
 	b := make([]byte, 2*len(vals))
 	for i, v := range vals {
-		binary.LittleEndian.PutUint16(b[2*i:], compute.F32ToBF16(v))
+		binary.LittleEndian.PutUint16(b[2*i:], tensor.F32ToBF16(v))
 	}
-	return Tensor{Name: name, DType: compute.BF16, Shape: slices.Clone(shape), Data: b}
+	return Tensor{Name: name, DType: tensor.BF16, Shape: slices.Clone(shape), Data: b}
 }
 
 // F16Tensor builds an F16 tensor holding vals rounded to nearest even.
 func F16Tensor(name string, shape []int, vals []float32) Tensor {
 	b := make([]byte, 2*len(vals))
 	for i, v := range vals {
-		binary.LittleEndian.PutUint16(b[2*i:], compute.F32ToF16(v))
+		binary.LittleEndian.PutUint16(b[2*i:], tensor.F32ToF16(v))
 	}
-	return Tensor{Name: name, DType: compute.F16, Shape: slices.Clone(shape), Data: b}
+	return Tensor{Name: name, DType: tensor.F16, Shape: slices.Clone(shape), Data: b}
 }
 
 // WriteFile writes tensors and metadata as a safetensors file, as

@@ -10,6 +10,7 @@ import (
 	"math"
 
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // Backend is the reference compute.Backend.
@@ -23,16 +24,11 @@ func (Backend) Name() string { return "reference" }
 // Close does nothing: the backend holds no resources.
 func (Backend) Close() error { return nil }
 
-// memory is a host allocation.
-type memory struct{ f []float32 }
-
-func (m *memory) Floats() int { return len(m.f) }
-
-func vals(b compute.Buffer) []float32 { return b.Mem.(*memory).f[b.Off : b.Off+b.Len] }
+func vals(b compute.Buffer) []float32 { return compute.Host(b) }
 
 // Alloc returns a zeroed buffer of n values.
 func (Backend) Alloc(n int) compute.Buffer {
-	return compute.Buffer{Mem: &memory{f: make([]float32, n)}, Len: n}
+	return compute.Wrap(make([]float32, n))
 }
 
 // Write copies src into dst.
@@ -42,7 +38,7 @@ func (Backend) Write(dst compute.Buffer, src []float32) { copy(vals(dst), src) }
 func (Backend) Read(dst []float32, src compute.Buffer) { copy(dst, vals(src)) }
 
 // weight keeps the host matrix and reads one element at a time.
-type weight struct{ m compute.Mat }
+type weight struct{ m tensor.Mat }
 
 func (w weight) Shape() (rows, cols int) { return w.m.Rows, w.m.Cols }
 
@@ -50,17 +46,17 @@ func (w weight) Shape() (rows, cols int) { return w.m.Rows, w.m.Cols }
 func (w weight) at(r, c int) float64 {
 	i := r*w.m.Cols + c
 	switch w.m.DType {
-	case compute.F32:
+	case tensor.F32:
 		return float64(w.m.F32[i])
-	case compute.F16:
-		return float64(compute.F16ToF32(w.m.U16[i]))
+	case tensor.F16:
+		return float64(tensor.F16ToF32(w.m.U16[i]))
 	default:
-		return float64(compute.BF16ToF32(w.m.U16[i]))
+		return float64(tensor.BF16ToF32(w.m.U16[i]))
 	}
 }
 
 // Upload keeps m.
-func (Backend) Upload(m compute.Mat) (compute.Weight, error) {
+func (Backend) Upload(m tensor.Mat) (compute.Weight, error) {
 	if m.DType.Size() == 0 || m.Rows <= 0 || m.Cols <= 0 {
 		return nil, fmt.Errorf("reference: weight %v %dx%d", m.DType, m.Rows, m.Cols)
 	}

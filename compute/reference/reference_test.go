@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 func buf(b Backend, v ...float32) compute.Buffer {
@@ -29,7 +30,7 @@ func TestOps(t *testing.T) {
 	b.RMSNorm(x, x, buf(b, 1, 2), 1, 0) // rms = sqrt(12.5)
 	near(t, "RMSNorm", vals(x), 3/math.Sqrt(12.5), 8/math.Sqrt(12.5))
 
-	w, err := b.Upload(compute.Mat{DType: compute.F32, Rows: 2, Cols: 2, F32: []float32{1, 2, 3, 4}})
+	w, err := b.Upload(tensor.Mat{DType: tensor.F32, Rows: 2, Cols: 2, F32: []float32{1, 2, 3, 4}})
 	if err != nil {
 		t.Fatal(err)
 	}

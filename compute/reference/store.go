@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // part holds one block's rows as float32 (rounded to bf16 when the store
@@ -41,7 +42,7 @@ func (s *store) Write(p compute.Part, row int, src compute.Buffer, stride, rows 
 		for j := 0; j < s.d; j++ {
 			v := x[i*stride+j]
 			if s.bf16 {
-				v = compute.BF16ToF32(compute.F32ToBF16(v))
+				v = tensor.BF16ToF32(tensor.F32ToBF16(v))
 			}
 			pt.rows[(row+i)*s.d+j] = v
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/compute/cuda"
+	"github.com/kakeya-ai/kakeya/compute/cudabackend"
 )
 
 // Names lists the devices --device accepts.
@@ -31,7 +31,7 @@ func Backend(name string) (compute.Backend, error) {
 			}
 			ordinal = n
 		}
-		b, err := cuda.New(cuda.Options{Device: ordinal})
+		b, err := cudabackend.New(cudabackend.Options{Device: ordinal})
 		if err != nil {
 			return nil, fmt.Errorf("--device %s: %w", name, err)
 		}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build.sh DIR: what make gpu-bundle runs. Writes the GPU report bundle
-# into DIR (replacing it): the gpu-tagged test binary of compute/cuda, the
+# into DIR (replacing it): the gpu-tagged test binary of compute/cudabackend, the
 # kakeya-run, kakeya-bench and kakeya-testmodel binaries (all built with
 # GOEXPERIMENT=simd, stripped), the small data the checks read from
 # $KAKEYA_SHARED, run.sh and BUILD.txt; then checks that it fits the GPU
@@ -31,7 +31,7 @@ cd "$root"
 export GOEXPERIMENT=simd
 ldflags='-s -w'
 # The test binary and the commands link at once.
-"$GO" test -c -tags gpu -ldflags="$ldflags" -o "$out/bin/cuda.test" ./compute/cuda/ &
+"$GO" test -c -tags gpu -ldflags="$ldflags" -o "$out/bin/cuda.test" ./compute/cudabackend/ &
 test_pid=$!
 "$GO" build -ldflags="$ldflags" -o "$out/bin/" ./cmd/kakeya-run ./cmd/kakeya-bench ./internal/cmd/kakeya-testmodel
 wait "$test_pid"

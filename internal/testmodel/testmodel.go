@@ -16,7 +16,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // RopeScaling is the rope_scaling entry of config.json.
@@ -42,7 +42,7 @@ type Spec struct {
 	MLPBias bool
 	// SlidingWindow is Mistral's window, 0 for none.
 	SlidingWindow int
-	DType         compute.DType
+	DType         tensor.DType
 	Seed          uint64
 }
 
@@ -50,7 +50,7 @@ type Spec struct {
 // attention, head_dim 16, rope_theta 1e6 and an untied output head, in BF16.
 var Qwen2Tiny = Spec{
 	ModelType: "qwen2", Hidden: 224, Intermediate: 320, Layers: 2, Heads: 14, KVHeads: 2, HeadDim: 16,
-	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Bias: true, DType: compute.BF16, Seed: 1,
+	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Bias: true, DType: tensor.BF16, Seed: 1,
 }
 
 // Llama3Tiny is a Llama-3-style model with Llama-3 rope_scaling (factor 8,
@@ -60,7 +60,7 @@ var Qwen2Tiny = Spec{
 // Stored in F16 with tied embeddings.
 var Llama3Tiny = Spec{
 	ModelType: "llama", Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
-	Vocab: 256, MaxPos: 1024, RopeTheta: 5e5, RMSNormEps: 1e-5, Tie: true, DType: compute.F16, Seed: 2,
+	Vocab: 256, MaxPos: 1024, RopeTheta: 5e5, RMSNormEps: 1e-5, Tie: true, DType: tensor.F16, Seed: 2,
 	RopeScaling: &RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 8192},
 }
 
@@ -68,7 +68,7 @@ var Llama3Tiny = Spec{
 // head_dim (32) that is not hidden/heads, in F32.
 var Qwen3Tiny = Spec{
 	ModelType: "qwen3", Hidden: 64, Intermediate: 96, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
-	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, DType: compute.F32, Seed: 3,
+	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, DType: tensor.F32, Seed: 3,
 }
 
 // LongTiny is a tiny Llama with a 32k context and the vocabulary of
@@ -76,28 +76,28 @@ var Qwen3Tiny = Spec{
 // catch a command in prefill or decode.
 var LongTiny = Spec{
 	ModelType: "llama", Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
-	Vocab: 512, MaxPos: 32768, RopeTheta: 1e4, DType: compute.F32, Seed: 21,
+	Vocab: 512, MaxPos: 32768, RopeTheta: 1e4, DType: tensor.F32, Seed: 21,
 }
 
 // Qwen25_05B has Qwen2.5-0.5B's exact shape in BF16 (about 1 GB on disk),
 // for benchmarks.
 var Qwen25_05B = Spec{
 	ModelType: "qwen2", Hidden: 896, Intermediate: 4864, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64,
-	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: compute.BF16, Seed: 4,
+	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: tensor.BF16, Seed: 4,
 }
 
 // Qwen25_15B has Qwen2.5-1.5B's exact shape in BF16 (about 3.1 GB on
 // disk): head_dim 128, 6:1 grouped-query attention, tied embeddings.
 var Qwen25_15B = Spec{
 	ModelType: "qwen2", Hidden: 1536, Intermediate: 8960, Layers: 28, Heads: 12, KVHeads: 2, HeadDim: 128,
-	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: compute.BF16, Seed: 5,
+	Vocab: 151936, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, Bias: true, DType: tensor.BF16, Seed: 5,
 }
 
 // Qwen25_7B has Qwen2.5-7B's exact shape in BF16 (about 15.2 GB on disk):
 // head_dim 128, 7:1 grouped-query attention, an untied output head.
 var Qwen25_7B = Spec{
 	ModelType: "qwen2", Hidden: 3584, Intermediate: 18944, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128,
-	Vocab: 152064, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Bias: true, DType: compute.BF16, Seed: 6,
+	Vocab: 152064, MaxPos: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6, Bias: true, DType: tensor.BF16, Seed: 6,
 }
 
 // Presets names the specs above, for tools that write one
@@ -126,9 +126,9 @@ func (s Spec) Bytes() int64 {
 	return n * int64(s.DType.Size())
 }
 
-// tensor is one tensor to write: its values are uniform with the given mean
+// tensorSpec is one tensor to write: its values are uniform with the given mean
 // and standard deviation, drawn from a generator seeded by name.
-type tensor struct {
+type tensorSpec struct {
 	name      string
 	shape     []int
 	mean, std float64
@@ -149,15 +149,15 @@ func (s *Spec) validate() error {
 	return nil
 }
 
-func (s *Spec) tensors() []tensor {
+func (s *Spec) tensors() []tensorSpec {
 	h, q, kv := s.Hidden, s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
-	lin := func(name string, out, in int) tensor {
-		return tensor{name: name, shape: []int{out, in}, std: 1 / math.Sqrt(float64(in))}
+	lin := func(name string, out, in int) tensorSpec {
+		return tensorSpec{name: name, shape: []int{out, in}, std: 1 / math.Sqrt(float64(in))}
 	}
-	norm := func(name string, n int) tensor {
-		return tensor{name: name, shape: []int{n}, mean: 1, std: 0.1 / math.Sqrt(3)}
+	norm := func(name string, n int) tensorSpec {
+		return tensorSpec{name: name, shape: []int{n}, mean: 1, std: 0.1 / math.Sqrt(3)}
 	}
-	ts := []tensor{{name: "model.embed_tokens.weight", shape: []int{s.Vocab, h}, std: 1}}
+	ts := []tensorSpec{{name: "model.embed_tokens.weight", shape: []int{s.Vocab, h}, std: 1}}
 	for i := 0; i < s.Layers; i++ {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		ts = append(ts, norm(p+"input_layernorm.weight", h),
@@ -166,9 +166,9 @@ func (s *Spec) tensors() []tensor {
 			lin(p+"self_attn.v_proj.weight", kv, h))
 		if s.Bias {
 			ts = append(ts,
-				tensor{name: p + "self_attn.q_proj.bias", shape: []int{q}, std: 0.1},
-				tensor{name: p + "self_attn.k_proj.bias", shape: []int{kv}, std: 0.1},
-				tensor{name: p + "self_attn.v_proj.bias", shape: []int{kv}, std: 0.1})
+				tensorSpec{name: p + "self_attn.q_proj.bias", shape: []int{q}, std: 0.1},
+				tensorSpec{name: p + "self_attn.k_proj.bias", shape: []int{kv}, std: 0.1},
+				tensorSpec{name: p + "self_attn.v_proj.bias", shape: []int{kv}, std: 0.1})
 		}
 		if s.ModelType == "qwen3" {
 			ts = append(ts, norm(p+"self_attn.q_norm.weight", s.HeadDim), norm(p+"self_attn.k_norm.weight", s.HeadDim))
@@ -180,9 +180,9 @@ func (s *Spec) tensors() []tensor {
 			lin(p+"mlp.down_proj.weight", h, s.Intermediate))
 		if s.MLPBias {
 			ts = append(ts,
-				tensor{name: p + "mlp.gate_proj.bias", shape: []int{s.Intermediate}, std: 0.1},
-				tensor{name: p + "mlp.up_proj.bias", shape: []int{s.Intermediate}, std: 0.1},
-				tensor{name: p + "mlp.down_proj.bias", shape: []int{h}, std: 0.1})
+				tensorSpec{name: p + "mlp.gate_proj.bias", shape: []int{s.Intermediate}, std: 0.1},
+				tensorSpec{name: p + "mlp.up_proj.bias", shape: []int{s.Intermediate}, std: 0.1},
+				tensorSpec{name: p + "mlp.down_proj.bias", shape: []int{h}, std: 0.1})
 		}
 	}
 	ts = append(ts, norm("model.norm.weight", h))
@@ -212,7 +212,7 @@ func Write(dir string, spec Spec) error {
 
 func (s *Spec) config() map[string]any {
 	arch := map[string]string{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[s.ModelType]
-	dt := map[compute.DType]string{compute.F32: "float32", compute.F16: "float16", compute.BF16: "bfloat16"}[s.DType]
+	dt := map[tensor.DType]string{tensor.F32: "float32", tensor.F16: "float16", tensor.BF16: "bfloat16"}[s.DType]
 	eps := s.RMSNormEps
 	if eps == 0 {
 		eps = 1e-6
@@ -276,7 +276,7 @@ func writeJSON(path string, v any) error {
 // values per core.
 func writeSafetensors(path string, s *Spec) (err error) {
 	ts := s.tensors()
-	name := map[compute.DType]string{compute.F32: "F32", compute.F16: "F16", compute.BF16: "BF16"}[s.DType]
+	name := map[tensor.DType]string{tensor.F32: "F32", tensor.F16: "F16", tensor.BF16: "BF16"}[s.DType]
 	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt", "generator": "kakeya testmodel"}}
 	var off int64
 	for _, t := range ts {
@@ -316,7 +316,7 @@ func writeSafetensors(path string, s *Spec) (err error) {
 	// 16 cores a 7B shape's 15 GB goes at the disk's speed, not a core's
 	// 300 MB/s).
 	type chunk struct {
-		t          *tensor
+		t          *tensorSpec
 		seed       uint64
 		start, end int // values [start, end) of the tensor; start is even
 		out        chan []byte
@@ -369,7 +369,7 @@ const chunkValues = 1 << 19
 // values returns the values [start, end) of tensor t, whose generator is
 // seeded with seed, encoded in s's dtype. start is even: each draw makes
 // two values.
-func (s *Spec) values(t *tensor, seed uint64, start, end int) []byte {
+func (s *Spec) values(t *tensorSpec, seed uint64, start, end int) []byte {
 	buf := make([]byte, 0, (end-start)*s.DType.Size())
 	rng := splitmix{s: seed + uint64(start/2)*splitmixGamma}
 	// Uniform on [mean - a, mean + a] has standard deviation a/sqrt(3).
@@ -381,12 +381,12 @@ func (s *Spec) values(t *tensor, seed uint64, start, end int) []byte {
 			x := float32(int32(uint32(u>>(32*j))>>8)-(1<<23)) * (1.0 / (1 << 23))
 			v := m + a*x
 			switch s.DType {
-			case compute.F32:
+			case tensor.F32:
 				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-			case compute.F16:
-				buf = binary.LittleEndian.AppendUint16(buf, compute.F32ToF16(v))
+			case tensor.F16:
+				buf = binary.LittleEndian.AppendUint16(buf, tensor.F32ToF16(v))
 			default:
-				buf = binary.LittleEndian.AppendUint16(buf, compute.F32ToBF16(v))
+				buf = binary.LittleEndian.AppendUint16(buf, tensor.F32ToBF16(v))
 			}
 		}
 	}

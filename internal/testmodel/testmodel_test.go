@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -93,7 +93,7 @@ func TestBadSpec(t *testing.T) {
 		t.Error("model_type gpt2: no error")
 	}
 	s = Qwen2Tiny
-	s.DType = compute.DType(9)
+	s.DType = tensor.DType(9)
 	if err := Write(t.TempDir(), s); err == nil {
 		t.Error("bad dtype: no error")
 	}

@@ -5,12 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // benchBF16 fills a rows x cols BF16 matrix with values in ±[1, 2) from a
 // xorshift generator: real random draws would dominate the lm_head setup.
-func benchBF16(rows, cols int) compute.Mat {
+func benchBF16(rows, cols int) tensor.Mat {
 	u := make([]uint16, rows*cols)
 	s := uint64(0x9e3779b97f4a7c15)
 	for i := range u {
@@ -19,7 +19,7 @@ func benchBF16(rows, cols int) compute.Mat {
 		s ^= s << 17
 		u[i] = 0x3f80 | uint16(s)&0x807f
 	}
-	return compute.Mat{DType: compute.BF16, Rows: rows, Cols: cols, U16: u}
+	return tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, U16: u}
 }
 
 // Qwen2.5-0.5B projection shapes as [out, in].

@@ -3,7 +3,7 @@ package cpu
 import (
 	"fmt"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // Kernels for decoding quantized blocks: packed codes straight to their
@@ -39,7 +39,7 @@ func unpackLookupScalar(dst []float32, src []byte, bits int, t *[16]float32) {
 }
 
 // WidenF16 sets dst[i] to the IEEE half-precision value stored little-endian
-// at src[2i:2i+2], as compute.F16ToF32 does, and reports whether all of them
+// at src[2i:2i+2], as tensor.F16ToF32 does, and reports whether all of them
 // were finite. It panics if src is shorter than 2*len(dst) bytes.
 func WidenF16(dst []float32, src []byte) bool {
 	if len(src) < 2*len(dst) {
@@ -52,7 +52,7 @@ func widenF16Scalar(dst []float32, src []byte) bool {
 	ok := true
 	for i := range dst {
 		h := uint16(src[2*i]) | uint16(src[2*i+1])<<8
-		dst[i] = compute.F16ToF32(h)
+		dst[i] = tensor.F16ToF32(h)
 		ok = ok && h&0x7c00 != 0x7c00
 	}
 	return ok

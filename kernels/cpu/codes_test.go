@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // packCodes packs codes LSB first, as codec.PackBits does.
@@ -75,7 +75,7 @@ func TestWidenF16(t *testing.T) {
 			t.Errorf("from %d: finite %v, want %v", lo, ok, finite)
 		}
 		for h := lo; h < 1<<16; h++ {
-			if got, want := math.Float32bits(dst[h]), math.Float32bits(compute.F16ToF32(uint16(h))); got != want {
+			if got, want := math.Float32bits(dst[h]), math.Float32bits(tensor.F16ToF32(uint16(h))); got != want {
 				t.Fatalf("half %#04x: %#08x, want %#08x", h, got, want)
 			}
 		}

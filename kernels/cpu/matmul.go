@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 const (
@@ -68,9 +68,9 @@ type kernelSet struct {
 	name string
 	// gemv sets out[r] = W[r]·x for rows [lo, hi), with s (at least
 	// w.Cols long) as scratch.
-	gemv func(out, x []float32, w *compute.Mat, lo, hi int, s []float32)
+	gemv func(out, x []float32, w *tensor.Mat, lo, hi int, s []float32)
 	// cvt sets dst[i] to element off+i of w's row-major storage.
-	cvt func(dst []float32, w *compute.Mat, off int)
+	cvt func(dst []float32, w *tensor.Mat, off int)
 	// dot4x2 sets d[j] = w_j·x0 and d[4+j] = w_j·x1 for the four f32 rows
 	// w_j = w[j*ws : j*ws+len(x0)].
 	dot4x2 func(w []float32, ws int, x0, x1 []float32, d *[8]float32)
@@ -108,25 +108,25 @@ var scalarKernels = kernelSet{
 func (p *Pool) Kernel() string { return p.k.name }
 
 // A Matrix is a weight matrix as Pool.MatMul multiplies it: the rows as
-// stored (compute.Mat), and, made on first use for the C kernels that read
+// stored (tensor.Mat), and, made on first use for the C kernels that read
 // weights in panels, the rows packed into those panels (as much memory
 // again as the matrix). A Matrix may be used by several pools and
 // goroutines at once.
 type Matrix struct {
-	m      compute.Mat
+	m      tensor.Mat
 	mu     sync.Mutex // held while packing
 	panels [numLayouts]atomic.Pointer[[]uint16]
 }
 
 // NewMatrix returns the Matrix of m, whose storage it shares. It panics if
 // m's storage does not match its shape and dtype.
-func NewMatrix(m compute.Mat) *Matrix {
+func NewMatrix(m tensor.Mat) *Matrix {
 	checkMat("NewMatrix", &m)
 	return &Matrix{m: m}
 }
 
 // Mat returns the matrix as stored.
-func (w *Matrix) Mat() compute.Mat { return w.m }
+func (w *Matrix) Mat() tensor.Mat { return w.m }
 
 // layout is an arrangement of a matrix's rows for a family of kernels.
 type layout int
@@ -273,37 +273,37 @@ func (m matmulMode) layout() layout {
 }
 
 // mode picks the kernels for weights of dtype dt at precision prec.
-func (k *kernelSet) mode(dt compute.DType, prec Precision) matmulMode {
+func (k *kernelSet) mode(dt tensor.DType, prec Precision) matmulMode {
 	switch {
-	case dt == compute.BF16 && k.dotBF16 && prec == PrecisionBF16:
+	case dt == tensor.BF16 && k.dotBF16 && prec == PrecisionBF16:
 		return modeAVX512BF16
-	case dt == compute.BF16 && k.avx512:
+	case dt == tensor.BF16 && k.avx512:
 		// At PrecisionBF16 without VDPBF16PS, prepare rounds the
 		// activations.
 		return modeAVX512F32
-	case dt == compute.BF16 && k.avx2c:
+	case dt == tensor.BF16 && k.avx2c:
 		return modeAVX2BF16
-	case dt == compute.F16 && k.avx2c:
+	case dt == tensor.F16 && k.avx2c:
 		return modeAVX2F16
-	case dt == compute.BF16 && k.neon:
+	case dt == tensor.BF16 && k.neon:
 		return modeNEONBF16
-	case dt == compute.F16 && k.neon:
+	case dt == tensor.F16 && k.neon:
 		return modeNEONF16
 	}
 	return modeLoops
 }
 
-func checkMat(fn string, w *compute.Mat) {
+func checkMat(fn string, w *tensor.Mat) {
 	if w.Rows <= 0 || w.Cols <= 0 {
 		panic(fmt.Sprintf("cpu: %s: bad shape rows=%d cols=%d", fn, w.Rows, w.Cols))
 	}
 	size := w.Rows * w.Cols
 	switch w.DType {
-	case compute.F32:
+	case tensor.F32:
 		if len(w.F32) != size {
 			panic(fmt.Sprintf("cpu: %s: F32 weight has %d elements, want %dx%d", fn, len(w.F32), w.Rows, w.Cols))
 		}
-	case compute.F16, compute.BF16:
+	case tensor.F16, tensor.BF16:
 		if len(w.U16) != size {
 			panic(fmt.Sprintf("cpu: %s: %v weight has %d elements, want %dx%d", fn, w.DType, len(w.U16), w.Rows, w.Cols))
 		}
@@ -312,7 +312,7 @@ func checkMat(fn string, w *compute.Mat) {
 	}
 }
 
-func checkMatMul(out, x []float32, n int, w *compute.Mat) {
+func checkMatMul(out, x []float32, n int, w *tensor.Mat) {
 	if n < 0 {
 		panic(fmt.Sprintf("cpu: MatMul: bad shape n=%d rows=%d cols=%d", n, w.Rows, w.Cols))
 	}
@@ -332,7 +332,7 @@ type matmulTask struct {
 	scratch [][]float32
 	out, x  []float32
 	n       int
-	w       compute.Mat
+	w       tensor.Mat
 	panels  []uint16
 	mode    matmulMode
 	// ld is the length in bf16 values (w.Cols rounded up to even) of the
@@ -360,12 +360,12 @@ func (t *matmulTask) prepare(a *activations, mode matmulMode, prec Precision) {
 		packX(t.x, t.n, cols, t.ld, t.xb)
 		return
 	}
-	if prec == PrecisionBF16 && t.w.DType == compute.BF16 {
+	if prec == PrecisionBF16 && t.w.DType == tensor.BF16 {
 		// Without VDPBF16PS the f32 kernels and loops give the same
 		// arithmetic on rounded activations.
 		a.r = grow(a.r, t.n*cols)
 		for i, v := range t.x[:t.n*cols] {
-			a.r[i] = compute.BF16ToF32(compute.F32ToBF16(v))
+			a.r[i] = tensor.BF16ToF32(tensor.F32ToBF16(v))
 		}
 		t.x = a.r
 	}
@@ -418,7 +418,7 @@ func (t *matmulTask) runWorker(worker, lo, hi int) {
 
 // gemmTile computes rows [r0, r1) of the output for all n tokens, converting
 // the weight rows tileK columns at a time into the f32 scratch s.
-func (k *kernelSet) gemmTile(out, x []float32, n int, w *compute.Mat, r0, r1 int, s []float32) {
+func (k *kernelSet) gemmTile(out, x []float32, n int, w *tensor.Mat, r0, r1 int, s []float32) {
 	rows, cols := w.Rows, w.Cols
 	nr := r1 - r0
 	// The micro-kernels' results go through the scratch: a local array passed
@@ -484,16 +484,16 @@ func accum1(dst *float32, v float32, first bool) {
 
 // RowF32 converts row r of w to f32 into dst[:w.Cols] (an embedding lookup).
 // It panics if r is out of range or dst is shorter than a row.
-func RowF32(dst []float32, w compute.Mat, r int) {
+func RowF32(dst []float32, w tensor.Mat, r int) {
 	if r < 0 || r >= w.Rows || len(dst) < w.Cols {
 		panic(fmt.Sprintf("cpu: RowF32: row %d of %dx%d into %d floats", r, w.Rows, w.Cols, len(dst)))
 	}
 	switch w.DType {
-	case compute.F32:
+	case tensor.F32:
 		if len(w.F32) < w.Rows*w.Cols {
 			panic(fmt.Sprintf("cpu: RowF32: F32 weight has %d elements, want %dx%d", len(w.F32), w.Rows, w.Cols))
 		}
-	case compute.F16, compute.BF16:
+	case tensor.F16, tensor.BF16:
 		if len(w.U16) < w.Rows*w.Cols {
 			panic(fmt.Sprintf("cpu: RowF32: %v weight has %d elements, want %dx%d", w.DType, len(w.U16), w.Rows, w.Cols))
 		}
@@ -506,19 +506,19 @@ func RowF32(dst []float32, w compute.Mat, r int) {
 // Scalar inner loops, used without SIMD and as the reference the SIMD
 // paths are tested against.
 
-func cvtScalar(dst []float32, w *compute.Mat, off int) {
+func cvtScalar(dst []float32, w *tensor.Mat, off int) {
 	switch w.DType {
-	case compute.F32:
+	case tensor.F32:
 		copy(dst, w.F32[off:off+len(dst)])
-	case compute.BF16:
+	case tensor.BF16:
 		src := w.U16[off : off+len(dst)]
 		for i, b := range src {
-			dst[i] = compute.BF16ToF32(b)
+			dst[i] = tensor.BF16ToF32(b)
 		}
-	case compute.F16:
+	case tensor.F16:
 		src := w.U16[off : off+len(dst)]
 		for i, h := range src {
-			dst[i] = compute.F16ToF32(h)
+			dst[i] = tensor.F16ToF32(h)
 		}
 	}
 }
@@ -526,7 +526,7 @@ func cvtScalar(dst []float32, w *compute.Mat, off int) {
 // gemvScalar is gemmTile's arithmetic for one token: each row converted a
 // tile of tileK columns at a time into the scratch s (at least w.Cols long)
 // and summed by dot1Scalar, tiles added in column order.
-func gemvScalar(out, x []float32, w *compute.Mat, lo, hi int, s []float32) {
+func gemvScalar(out, x []float32, w *tensor.Mat, lo, hi int, s []float32) {
 	cols := w.Cols
 	for r := lo; r < hi; r++ {
 		var sum float32

@@ -8,16 +8,16 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // testMat returns a random rows x cols matrix stored as dt, and the exact
 // values it holds as float64 (the reference reads the rounded weights).
-func testMat(rng *rand.Rand, dt compute.DType, rows, cols int) (*Matrix, []float64) {
-	m := compute.Mat{DType: dt, Rows: rows, Cols: cols}
+func testMat(rng *rand.Rand, dt tensor.DType, rows, cols int) (*Matrix, []float64) {
+	m := tensor.Mat{DType: dt, Rows: rows, Cols: cols}
 	ref := make([]float64, rows*cols)
 	switch dt {
-	case compute.F32:
+	case tensor.F32:
 		m.F32 = make([]float32, rows*cols)
 	default:
 		m.U16 = make([]uint16, rows*cols)
@@ -25,15 +25,15 @@ func testMat(rng *rand.Rand, dt compute.DType, rows, cols int) (*Matrix, []float
 	for i := range ref {
 		v := float32(rng.NormFloat64())
 		switch dt {
-		case compute.F32:
+		case tensor.F32:
 			m.F32[i] = v
 			ref[i] = float64(v)
-		case compute.BF16:
-			m.U16[i] = compute.F32ToBF16(v)
-			ref[i] = float64(compute.BF16ToF32(m.U16[i]))
-		case compute.F16:
-			m.U16[i] = compute.F32ToF16(v)
-			ref[i] = float64(compute.F16ToF32(m.U16[i]))
+		case tensor.BF16:
+			m.U16[i] = tensor.F32ToBF16(v)
+			ref[i] = float64(tensor.BF16ToF32(m.U16[i]))
+		case tensor.F16:
+			m.U16[i] = tensor.F32ToF16(v)
+			ref[i] = float64(tensor.F16ToF32(m.U16[i]))
 		}
 	}
 	return NewMatrix(m), ref
@@ -126,7 +126,7 @@ func TestMatMul(t *testing.T) {
 	pools := testPools(t)
 	t.Logf("best kernels: %s", pools["best/2"].Kernel())
 	shapes := []struct{ rows, cols int }{{1, 1}, {7, 13}, {33, 65}, {64, 172}, {300, 896}, {5, 300}}
-	for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		for _, sh := range shapes {
 			w, ref := testMat(rng, dt, sh.rows, sh.cols)
 			for _, n := range []int{1, 2, 3, 5, 17, 64} {
@@ -161,7 +161,7 @@ func TestMatMulNested(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	p := NewPool(2)
 	defer p.Close()
-	w, ref := testMat(rng, compute.BF16, 40, 70)
+	w, ref := testMat(rng, tensor.BF16, 40, 70)
 	const n = 3
 	x := randVec(rng, n*70)
 	outs := make([][]float32, 4)
@@ -180,7 +180,7 @@ func TestMatMulNested(t *testing.T) {
 }
 
 func TestMatMulBadShapesPanic(t *testing.T) {
-	w := NewMatrix(compute.Mat{DType: compute.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 12)})
+	w := NewMatrix(tensor.Mat{DType: tensor.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 12)})
 	p := NewPool(2)
 	defer p.Close()
 	for _, tt := range []struct {
@@ -190,10 +190,10 @@ func TestMatMulBadShapesPanic(t *testing.T) {
 		{"short x", "MatMul", func() { p.MatMul(make([]float32, 8), make([]float32, 5), 2, w) }},
 		{"short out", "MatMul", func() { p.MatMul(make([]float32, 7), make([]float32, 6), 2, w) }},
 		{"negative n", "MatMul", func() { p.MatMul(make([]float32, 8), make([]float32, 6), -1, w) }},
-		{"storage", "NewMatrix", func() { NewMatrix(compute.Mat{DType: compute.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 11)}) }},
-		{"dtype", "NewMatrix", func() { NewMatrix(compute.Mat{Rows: 4, Cols: 3}) }},
-		{"f32 storage", "NewMatrix", func() { NewMatrix(compute.Mat{DType: compute.F32, Rows: 4, Cols: 3, U16: make([]uint16, 12)}) }},
-		{"shape", "NewMatrix", func() { NewMatrix(compute.Mat{DType: compute.F32, Rows: 0, Cols: 3}) }},
+		{"storage", "NewMatrix", func() { NewMatrix(tensor.Mat{DType: tensor.BF16, Rows: 4, Cols: 3, U16: make([]uint16, 11)}) }},
+		{"dtype", "NewMatrix", func() { NewMatrix(tensor.Mat{Rows: 4, Cols: 3}) }},
+		{"f32 storage", "NewMatrix", func() { NewMatrix(tensor.Mat{DType: tensor.F32, Rows: 4, Cols: 3, U16: make([]uint16, 12)}) }},
+		{"shape", "NewMatrix", func() { NewMatrix(tensor.Mat{DType: tensor.F32, Rows: 0, Cols: 3}) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			defer func() {
@@ -214,7 +214,7 @@ func TestMatMulAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	p := NewPool(2)
 	defer p.Close()
-	w, _ := testMat(rng, compute.BF16, 256, 200)
+	w, _ := testMat(rng, tensor.BF16, 256, 200)
 	for _, n := range []int{1, 64} {
 		x := randVec(rng, n*200)
 		out := make([]float32, n*256)
@@ -226,7 +226,7 @@ func TestMatMulAllocs(t *testing.T) {
 
 func TestRowF32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		w, ref := testMat(rng, dt, 5, 37)
 		dst := make([]float32, 37)
 		for r := range 5 {
@@ -240,14 +240,14 @@ func TestRowF32(t *testing.T) {
 	}
 	// Special values go through the vector conversion too.
 	specials := []uint16{0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x3c00, 0xc000, 0x3555, 0x8001, 0x7e00, 0x7c01, 0xfe00}
-	for _, dt := range []compute.DType{compute.F16, compute.BF16} {
-		w := compute.Mat{DType: dt, Rows: 1, Cols: len(specials), U16: specials}
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		w := tensor.Mat{DType: dt, Rows: 1, Cols: len(specials), U16: specials}
 		dst := make([]float32, len(specials))
 		RowF32(dst, w, 0)
 		for i, h := range specials {
-			want := compute.F16ToF32(h)
-			if dt == compute.BF16 {
-				want = compute.BF16ToF32(h)
+			want := tensor.F16ToF32(h)
+			if dt == tensor.BF16 {
+				want = tensor.BF16ToF32(h)
 			}
 			if math.Float32bits(dst[i]) != math.Float32bits(want) && !(want != want && dst[i] != dst[i]) {
 				t.Errorf("%v %#04x -> %v (%#08x), want %v", dt, h, dst[i], math.Float32bits(dst[i]), want)
@@ -262,7 +262,7 @@ func TestMatMulConcurrent(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	p := NewPool(2)
 	defer p.Close()
-	w, ref := testMat(rng, compute.BF16, 520, 530) // above minParallelWork
+	w, ref := testMat(rng, tensor.BF16, 520, 530) // above minParallelWork
 	const n = 2
 	x := randVec(rng, n*530)
 	want, mag := refMatMul(x, n, ref, 520, 530)
@@ -303,12 +303,12 @@ func TestMatMulBF16(t *testing.T) {
 		}
 	}()
 	for _, sh := range []struct{ rows, cols int }{{1, 1}, {7, 13}, {33, 65}, {300, 896}, {45, 31}} {
-		w, ref := testMat(rng, compute.BF16, sh.rows, sh.cols)
+		w, ref := testMat(rng, tensor.BF16, sh.rows, sh.cols)
 		for _, n := range []int{1, 2, 13, 40} {
 			x := randVec(rng, n*sh.cols)
 			xr := make([]float32, len(x))
 			for i, v := range x {
-				xr[i] = compute.BF16ToF32(compute.F32ToBF16(v))
+				xr[i] = tensor.BF16ToF32(tensor.F32ToBF16(v))
 			}
 			want, mag := refMatMul(xr, n, ref, sh.rows, sh.cols)
 			for name, p := range pools {
@@ -321,7 +321,7 @@ func TestMatMulBF16(t *testing.T) {
 		}
 	}
 	// F32 weights are not rounded: the precision is about bf16 weights.
-	w, ref := testMat(rng, compute.F32, 20, 30)
+	w, ref := testMat(rng, tensor.F32, 20, 30)
 	x := randVec(rng, 3*30)
 	out := make([]float32, 3*20)
 	pools["best/2"].MatMul(out, x, 3, w)
@@ -332,7 +332,7 @@ func TestMatMulBF16(t *testing.T) {
 // change a single bit of MatMul's results, for either precision.
 func TestMatMulThreadsBitIdentical(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
-	w, _ := testMat(rng, compute.BF16, 333, 515)
+	w, _ := testMat(rng, tensor.BF16, 333, 515)
 	for _, prec := range []Precision{PrecisionF32, PrecisionBF16} {
 		for _, n := range []int{1, 2, 29} {
 			x := randVec(rng, n*515)
@@ -391,7 +391,7 @@ func TestMatMulBatchInvariant(t *testing.T) {
 		for _, prec := range []Precision{PrecisionF32, PrecisionBF16} {
 			p := newPool(2, k, prec)
 			defer p.Close()
-			for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
+			for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 				t.Run(fmt.Sprintf("%s/%v/%v", name, prec, dt), func(t *testing.T) {
 					for _, rows := range rowCounts {
 						for _, cols := range colCounts {

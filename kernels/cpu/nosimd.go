@@ -5,7 +5,7 @@ package cpu
 import (
 	"runtime"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // cpuAVX2 is false: this build has no SIMD Go loops to run.
@@ -20,7 +20,7 @@ func loops() (*kernelSet, string) {
 	return &scalarKernels, "scalar (built without GOEXPERIMENT=simd)"
 }
 
-func cvtRow(dst []float32, w *compute.Mat, off int)       { cvtScalar(dst, w, off) }
+func cvtRow(dst []float32, w *tensor.Mat, off int)        { cvtScalar(dst, w, off) }
 func dot(a, b []float32) float32                          { return dotScalar(a, b) }
 func axpy(alpha float32, x, y []float32)                  { axpyScalar(alpha, x, y) }
 func add(dst, x []float32)                                { addScalar(dst, x) }

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 var opLengths = []int{0, 1, 7, 8, 9, 16, 31, 33, 64, 896, 1001}
@@ -269,8 +269,8 @@ func TestOpsLengthPanics(t *testing.T) {
 	}
 }
 
-func testMatNoData() compute.Mat {
-	return compute.Mat{DType: compute.BF16, Rows: 2, Cols: 3, U16: make([]uint16, 6)}
+func testMatNoData() tensor.Mat {
+	return tensor.Mat{DType: tensor.BF16, Rows: 2, Cols: 3, U16: make([]uint16, 6)}
 }
 
 func TestHadamardStages(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"math"
 	"simd/archsimd"
 
-	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // hasAVX2 selects the 256-bit Go loops. Matrix products of bf16 and f16
@@ -74,7 +74,7 @@ func hsum(a f32x8) float32 {
 	return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]))
 }
 
-func cvtRow(dst []float32, w *compute.Mat, off int) {
+func cvtRow(dst []float32, w *tensor.Mat, off int) {
 	if hasAVX2 {
 		cvtAVX2(dst, w, off)
 		return
@@ -82,29 +82,29 @@ func cvtRow(dst []float32, w *compute.Mat, off int) {
 	cvtScalar(dst, w, off)
 }
 
-func cvtAVX2(dst []float32, w *compute.Mat, off int) {
+func cvtAVX2(dst []float32, w *tensor.Mat, off int) {
 	n := len(dst)
 	switch w.DType {
-	case compute.F32:
+	case tensor.F32:
 		copy(dst, w.F32[off:off+n])
 		return
-	case compute.BF16:
+	case tensor.BF16:
 		src := w.U16[off : off+n]
 		i := 0
 		for ; i+8 <= n; i += 8 {
 			store8(bf16x8(src[i:i+8]), dst[i:i+8])
 		}
 		for ; i < n; i++ {
-			dst[i] = compute.BF16ToF32(src[i])
+			dst[i] = tensor.BF16ToF32(src[i])
 		}
-	case compute.F16:
+	case tensor.F16:
 		src := w.U16[off : off+n]
 		i := 0
 		for ; i+8 <= n; i += 8 {
 			store8(f16x8(src[i:i+8]), dst[i:i+8])
 		}
 		for ; i < n; i++ {
-			dst[i] = compute.F16ToF32(src[i])
+			dst[i] = tensor.F16ToF32(src[i])
 		}
 	}
 }
@@ -112,7 +112,7 @@ func cvtAVX2(dst []float32, w *compute.Mat, off int) {
 // gemvAVX2 is gemmTile's arithmetic for one token (see kernelSet.dot1):
 // four rows at a time, one FMA chain each, over each tileK-column tile,
 // widening the weights in registers instead of through a scratch tile.
-func gemvAVX2(out, x []float32, w *compute.Mat, lo, hi int, _ []float32) {
+func gemvAVX2(out, x []float32, w *tensor.Mat, lo, hi int, _ []float32) {
 	cols := w.Cols
 	x = x[:cols]
 	r := lo
@@ -143,13 +143,13 @@ func gemvAVX2(out, x []float32, w *compute.Mat, lo, hi int, _ []float32) {
 
 // gemv4 sets d[j] to the dot product of x with columns [k0, k0+len(x)) of
 // row r+j, as dot4x1AVX2 computes it on the converted rows.
-func gemv4(d *[4]float32, w *compute.Mat, r, k0 int, x []float32) {
+func gemv4(d *[4]float32, w *tensor.Mat, r, k0 int, x []float32) {
 	k, cols := len(x), w.Cols
 	o := r*cols + k0
 	switch w.DType {
-	case compute.BF16:
+	case tensor.BF16:
 		gemv4BF16(d, w.U16[o:], cols, x)
-	case compute.F16:
+	case tensor.F16:
 		gemv4F16(d, w.U16[o:], cols, x)
 	default:
 		dot4x1AVX2(w.F32[o:], cols, x, d)
@@ -165,17 +165,17 @@ func gemv4(d *[4]float32, w *compute.Mat, r, k0 int, x []float32) {
 }
 
 // gemv1 is gemv4 for the one row r.
-func gemv1(w *compute.Mat, r, k0 int, x []float32) float32 {
+func gemv1(w *tensor.Mat, r, k0 int, x []float32) float32 {
 	k := len(x)
 	o := r*w.Cols + k0
 	a, z := zero8(), zero8()
 	switch w.DType {
-	case compute.BF16:
+	case tensor.BF16:
 		row := w.U16[o : o+k]
 		for c := 0; c <= k-8; c += 8 {
 			a = bf16x8(row[c:c+8]).MulAdd(load8(x[c:c+8]), a)
 		}
-	case compute.F16:
+	case tensor.F16:
 		row := w.U16[o : o+k]
 		for c := 0; c <= k-8; c += 8 {
 			a = f16x8(row[c:c+8]).MulAdd(load8(x[c:c+8]), a)
@@ -192,11 +192,11 @@ func gemv1(w *compute.Mat, r, k0 int, x []float32) float32 {
 }
 
 // widen returns the weight at offset off of w's 16-bit storage as f32.
-func widen(w *compute.Mat, off int) float32 {
-	if w.DType == compute.BF16 {
-		return compute.BF16ToF32(w.U16[off])
+func widen(w *tensor.Mat, off int) float32 {
+	if w.DType == tensor.BF16 {
+		return tensor.BF16ToF32(w.U16[off])
 	}
-	return compute.F16ToF32(w.U16[off])
+	return tensor.F16ToF32(w.U16[off])
 }
 
 // gemv4BF16 sets d to the lane sums of four bf16 rows (stride ws) with x,

@@ -1,0 +1,286 @@
+package attention
+
+// Causal multi-head attention (with grouped-query heads) over a sequence's
+// paged KV cache. Keys are cached before RoPE and rotated here, block by
+// block, at their absolute positions.
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
+)
+
+// queryChunk is how many query tokens one task handles: the rotated keys of
+// a block are reused across queryChunk tokens times the group's heads.
+const queryChunk = 8
+
+// attention holds the scratch memory to run attention for one sequence at a
+// time. It is not safe for concurrent use.
+type attention struct {
+	p         compute.AttentionParams
+	group     int
+	scale     float32
+	blockSize int
+	maxCtx    int
+	pool      *kern.Pool
+	scratch   chan *scratch
+	t         task
+}
+
+type scratch struct {
+	scores []float32 // [queryChunk][group][maxCtx]
+	q, o   []float32 // a chunk's query and output rows, [queryChunk][group][HeadDim]
+	dec    []float32 // a decoded block
+	rot    []float32 // the block's keys after RoPE
+}
+
+// New returns the attention of one sequence over parts of a NewStore, with
+// all the scratch memory it will use; its work runs on pool's threads.
+func New(pool *kern.Pool, p compute.AttentionParams) (compute.Attention, error) {
+	blockSize, maxContext := p.BlockSize, p.MaxContext
+	switch {
+	case p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0:
+		return nil, fmt.Errorf("attention: %d query heads cannot share %d KV heads", p.Heads, p.KVHeads)
+	case p.HeadDim <= 0 || p.HeadDim%2 != 0:
+		return nil, fmt.Errorf("attention: head dim %d must be even and positive", p.HeadDim)
+	case blockSize <= 0 || maxContext <= 0:
+		return nil, fmt.Errorf("attention: block size %d and context %d must be positive", blockSize, maxContext)
+	case p.Window < 0:
+		return nil, fmt.Errorf("attention: window %d is negative", p.Window)
+	}
+	a := &attention{
+		p:         p,
+		group:     p.Heads / p.KVHeads,
+		scale:     float32(1 / math.Sqrt(float64(p.HeadDim))),
+		blockSize: blockSize,
+		maxCtx:    maxContext,
+		pool:      pool,
+	}
+	// One scratch per pool worker, plus one for a call the pool runs inline
+	// while busy.
+	n := pool.Threads() + 1
+	a.scratch = make(chan *scratch, n)
+	for range n {
+		a.scratch <- &scratch{
+			scores: make([]float32, queryChunk*a.group*maxContext),
+			q:      make([]float32, queryChunk*a.group*p.HeadDim),
+			o:      make([]float32, queryChunk*a.group*p.HeadDim),
+			dec:    make([]float32, blockSize*p.HeadDim),
+			rot:    make([]float32, blockSize*p.HeadDim),
+		}
+	}
+	a.t.a = a
+	return a, nil
+}
+
+// Forward implements compute.Attention. The result does not depend on the
+// block size or the thread count: every sum runs over key positions in
+// order.
+func (a *attention) Forward(outBuf, qBuf compute.Buffer, n, start int, kv compute.KVLayer, cosBuf, sinBuf compute.Buffer) error {
+	out, q, cos, sin := compute.Host(outBuf), compute.Host(qBuf), compute.Host(cosBuf), compute.Host(sinBuf)
+	d := a.p.HeadDim
+	row := a.p.Heads * d
+	switch {
+	case n <= 0:
+		return nil
+	case len(q) < n*row || len(out) < n*row:
+		return fmt.Errorf("attention: %d queries need %d values of q and out, got %d and %d", n, n*row, len(q), len(out))
+	case start+n > a.maxCtx:
+		return fmt.Errorf("attention: positions up to %d exceed the context of %d", start+n, a.maxCtx)
+	case kv.Len() < start+n:
+		return fmt.Errorf("attention: the cache holds %d tokens, queries reach position %d", kv.Len(), start+n-1)
+	case len(cos) < (start+n)*d/2 || len(sin) < (start+n)*d/2:
+		return fmt.Errorf("attention: RoPE tables of %d and %d values do not reach position %d", len(cos), len(sin), start+n-1)
+	}
+	t := &a.t
+	t.out, t.q, t.n, t.start, t.kv, t.cos, t.sin = out, q, n, start, kv, cos, sin
+	t.err = nil
+	chunks := (n + queryChunk - 1) / queryChunk
+	a.pool.Run(chunks*a.p.KVHeads, t)
+	err := t.err
+	*t = task{a: a}
+	return err
+}
+
+// task is one Forward call; unit i is (KV head i % KVHeads, query chunk
+// chunks-1 - i / KVHeads): the last chunks, which attend to the most keys,
+// come first so the pool's threads finish together.
+type task struct {
+	a        *attention
+	out, q   []float32
+	n, start int
+	kv       compute.KVLayer
+	cos, sin []float32
+
+	mu  sync.Mutex
+	err error
+}
+
+func (t *task) Run(lo, hi int) {
+	s := <-t.a.scratch
+	defer func() { t.a.scratch <- s }()
+	chunks := (t.n + queryChunk - 1) / queryChunk
+	for i := lo; i < hi; i++ {
+		if err := t.unit(s, i%t.a.p.KVHeads, chunks-1-i/t.a.p.KVHeads); err != nil {
+			t.mu.Lock()
+			if t.err == nil {
+				t.err = err
+			}
+			t.mu.Unlock()
+			return
+		}
+	}
+}
+
+// first returns the first key position query position qp attends to.
+func (t *task) first(qp int) int {
+	if w := t.a.p.Window; w > 0 && qp-w+1 > 0 {
+		return qp - w + 1
+	}
+	return 0
+}
+
+func (t *task) unit(s *scratch, g, chunk int) error {
+	a := t.a
+	d, bs, G := a.p.HeadDim, a.blockSize, a.group
+	row := a.p.Heads * d
+	i0 := chunk * queryChunk
+	i1 := min(t.n, i0+queryChunk)
+	m := (i1 - i0) * G   // query rows: the chunk's tokens, each with the group's heads
+	kEnd := t.start + i1 // keys [kBeg, kEnd) are needed by some query
+	kBeg := t.first(t.start + i0)
+	stride := kEnd
+	sc := s.scores // row r of m holds its scores at [r*stride, (r+1)*stride)
+
+	// Gather the group's query rows; a token's heads of one group are
+	// adjacent, so each token is one copy.
+	qs, os := s.q[:m*d], s.o[:m*d]
+	for qi := i0; qi < i1; qi++ {
+		copy(qs[(qi-i0)*G*d:(qi-i0+1)*G*d], t.q[qi*row+g*G*d:qi*row+(g+1)*G*d])
+	}
+
+	// Pass 1: scores of every query row against each rotated key of the
+	// chunk's range, whether or not that row attends to it (pass 2 keeps
+	// only its own range): a few wasted products on the diagonal buy one
+	// tiled kernel call per block.
+	for b := kBeg / bs; b*bs < kEnd; b++ {
+		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		if err := t.rotatedKeys(s, g, b, r0, r1); err != nil {
+			return err
+		}
+		kern.ScoreBlock(sc[b*bs+r0:], stride, qs, m, s.rot[r0*d:r1*d], r1-r0, d, a.scale)
+	}
+
+	// Pass 2: softmax over each query's own key range, and zero weights
+	// for the rest of the chunk's range so pass 3 can sum whole blocks.
+	for qi := i0; qi < i1; qi++ {
+		qp := t.start + qi
+		lo := t.first(qp)
+		for hh := 0; hh < G; hh++ {
+			srow := sc[((qi-i0)*G+hh)*stride:]
+			kern.Softmax(srow[lo : qp+1])
+			clear(srow[kBeg:lo])
+			clear(srow[qp+1 : kEnd])
+		}
+	}
+
+	// Pass 3: probability-weighted sum of the values, in key order.
+	clear(os)
+	for b := kBeg / bs; b*bs < kEnd; b++ {
+		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		p0 := b*bs + r0
+		if i1-i0 == 1 {
+			// One query (decode): a codec that sums encoded rows itself
+			// skips reconstructing every value row of the block.
+			done, err := t.combine(os, sc, stride, g, b, r0, r1)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+		}
+		vb, err := t.rowsOf(g, b, 1, s.dec)
+		if err != nil {
+			return err
+		}
+		kern.MixBlock(os, m, sc[p0:], stride, vb[r0*d:r1*d], r1-r0, d)
+	}
+	for qi := i0; qi < i1; qi++ {
+		copy(t.out[qi*row+g*G*d:qi*row+(g+1)*G*d], os[(qi-i0)*G*d:(qi-i0+1)*G*d])
+	}
+	return nil
+}
+
+// rotatedKeys sets rows [r0, r1) of s.rot to the keys of block b of KV
+// head g rotated at their positions: in one pass where the block is
+// encoded by a codec that rotates as it decodes (codec.RotaryDecoder) and
+// the RoPE tables cover the whole block, else decoded or widened first and
+// rotated by RoPEBlock.
+func (t *task) rotatedKeys(s *scratch, g, b, r0, r1 int) error {
+	bs, d, half := t.a.blockSize, t.a.p.HeadDim, t.a.p.HeadDim/2
+	if pt, ok := t.kv.Part(g, b, 0).(*part); ok && pt.dec != nil {
+		lo, hi := b*bs*half, (b+1)*bs*half
+		if rd, ok := pt.dec.(codec.RotaryDecoder); ok && hi <= len(t.cos) && hi <= len(t.sin) {
+			if err := rd.DecodeRotated(s.rot[:bs*d], pt.enc, bs, d, t.cos[lo:hi], t.sin[lo:hi]); err != nil {
+				return fmt.Errorf("attention: block %d head %d K: %s: %w", b, g, pt.dec.Name(), err)
+			}
+			return nil
+		}
+	}
+	kb, err := t.rowsOf(g, b, 0, s.dec)
+	if err != nil {
+		return err
+	}
+	p0 := b*bs + r0
+	kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
+	return nil
+}
+
+// rowsOf returns the keys (kv 0) or values (kv 1) of block b of KV head g
+// as BlockSize rows: a float32 hot part as it is, a bf16 or encoded one
+// widened or decoded into scratch.
+func (t *task) rowsOf(g, b, kv int, scratch []float32) ([]float32, error) {
+	pt, ok := t.kv.Part(g, b, kv).(*part)
+	if !ok {
+		return nil, fmt.Errorf("attention: block %d head %d is not stored by a CPU block store", b, g)
+	}
+	v, err := pt.values(scratch, t.a.blockSize, t.a.p.HeadDim)
+	if err != nil {
+		return nil, fmt.Errorf("attention: block %d head %d %s: %w", b, g, kvName(kv), err)
+	}
+	return v, nil
+}
+
+func kvName(kv int) string {
+	if kv == 0 {
+		return "K"
+	}
+	return "V"
+}
+
+// combine adds one query's weighted sum of the values in rows [r0, r1) of
+// block b to o, the G output rows of KV group g, through the V codec's
+// RowCombiner, reporting false (nothing done) when the block is hot or its
+// codec cannot. sc holds the query's probabilities, one row of stride
+// values per head, zero outside the query's own range.
+func (t *task) combine(o, sc []float32, stride, g, b, r0, r1 int) (bool, error) {
+	pt, ok := t.kv.Part(g, b, 1).(*part)
+	if !ok || pt.dec == nil {
+		return false, nil
+	}
+	rc, ok := pt.dec.(codec.RowCombiner)
+	if !ok {
+		return false, nil
+	}
+	a := t.a
+	d, bs, G := a.p.HeadDim, a.blockSize, a.group
+	if err := rc.AddWeighted(o, G, sc[b*bs:], stride, pt.enc, bs, d, r0, r1); err != nil {
+		return true, fmt.Errorf("attention: block %d head %d V: %s: %w", b, g, pt.dec.Name(), err)
+	}
+	return true, nil
+}

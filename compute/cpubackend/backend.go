@@ -1,0 +1,195 @@
+// Package cpubackend is the CPU compute backend: the operations of compute.Backend
+// on host memory, run by the SIMD kernels of kernels/cpu over a pool of
+// worker threads, with attention over KV blocks stored in host memory
+// (hot float32 or bf16 rows, or codec bytes decoded as attention reads
+// them).
+package cpubackend
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/kakeya-ai/kakeya/attention"
+	"github.com/kakeya-ai/kakeya/compute"
+	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/tensor"
+)
+
+// Backend runs compute.Backend's operations on the CPU.
+type Backend struct {
+	pool *kern.Pool
+	// dtypes has bit 1<<DType set for each dtype of the weights uploaded,
+	// so Describe names the matmuls that really run.
+	dtypes atomic.Uint32
+}
+
+var (
+	_ compute.Backend  = (*Backend)(nil)
+	_ compute.Preparer = (*Backend)(nil)
+)
+
+// New starts a CPU backend of threads worker threads counting the caller;
+// threads <= 0 means runtime.GOMAXPROCS(0).
+func New(threads int) *Backend { return &Backend{pool: kern.NewPool(threads)} }
+
+// NewMatMul is New with the precision of the activations that multiply
+// bf16 weights named: "f32" (New's) or "bf16" (see kern.Precision).
+func NewMatMul(threads int, matmul string) (*Backend, error) {
+	if err := kern.CheckEnv(); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	prec, err := kern.ParsePrecision(matmul)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{pool: kern.NewPoolPrecision(threads, prec)}, nil
+}
+
+// Threads returns the number of worker threads.
+func (b *Backend) Threads() int { return b.pool.Threads() }
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Describe returns the kernels this process runs (see kern.Features) and
+// the matrix products the weights uploaded so far get: "; matmuls: bf16
+// weights x bf16 activations" (the default precision on bf16 weights),
+// "f32 weights x f32 activations", ...
+func (b *Backend) Describe() string {
+	var mm []string
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32} {
+		if b.dtypes.Load()&(1<<dt) == 0 {
+			continue
+		}
+		acts := "f32"
+		if dt == tensor.BF16 {
+			acts = b.pool.Precision().String()
+		}
+		mm = append(mm, fmt.Sprintf("%s weights x %s activations", strings.ToLower(dt.String()), acts))
+	}
+	if len(mm) == 0 {
+		return kern.Features()
+	}
+	return kern.Features() + "; matmuls: " + strings.Join(mm, ", ")
+}
+
+// Close stops the worker threads.
+func (b *Backend) Close() error {
+	b.pool.Close()
+	return nil
+}
+
+// host returns the values of a buffer of this backend.
+func host(b compute.Buffer) []float32 { return compute.Host(b) }
+
+// Wrap returns a buffer over the host values f, shared, not copied.
+func Wrap(f []float32) compute.Buffer { return compute.Wrap(f) }
+
+// Alloc returns a zeroed buffer of n values.
+func (b *Backend) Alloc(n int) compute.Buffer { return Wrap(make([]float32, n)) }
+
+// weight is a matrix in its stored dtype, read where it lies (usually
+// mapped from the checkpoint) by Embed and, where the kernels read weights
+// in panels, packed into them on first use by MatMul.
+type weight struct {
+	m  tensor.Mat
+	mm *kern.Matrix
+}
+
+func (w *weight) Shape() (rows, cols int) { return w.m.Rows, w.m.Cols }
+
+func mat(w compute.Weight) *tensor.Mat { return &w.(*weight).m }
+
+// Upload returns a Weight over m's memory: the CPU reads it in place.
+func (b *Backend) Upload(m tensor.Mat) (compute.Weight, error) {
+	switch {
+	case m.Rows <= 0 || m.Cols <= 0:
+		return nil, fmt.Errorf("cpu: weight of %dx%d", m.Rows, m.Cols)
+	case m.DType == tensor.F32 && len(m.F32) < m.Rows*m.Cols,
+		(m.DType == tensor.F16 || m.DType == tensor.BF16) && len(m.U16) < m.Rows*m.Cols:
+		return nil, fmt.Errorf("cpu: %v weight of %dx%d holds too few values", m.DType, m.Rows, m.Cols)
+	case m.DType.Size() == 0:
+		return nil, fmt.Errorf("cpu: weight dtype %v", m.DType)
+	}
+	// The kernels take storage of exactly the matrix's size.
+	if size := m.Rows * m.Cols; m.DType == tensor.F32 {
+		m.F32, m.U16 = m.F32[:size:size], nil
+	} else {
+		m.F32, m.U16 = nil, m.U16[:size:size]
+	}
+	b.dtypes.Or(1 << m.DType)
+	return &weight{m: m, mm: kern.NewMatrix(m)}, nil
+}
+
+// Prepare packs w into the panels the kernels read, where they read any
+// (see kern.Pool.Prepare), and reports whether it did.
+func (b *Backend) Prepare(w compute.Weight) bool { return b.pool.Prepare(w.(*weight).mm) }
+
+// Write copies src into dst.
+func (b *Backend) Write(dst compute.Buffer, src []float32) { copy(host(dst), src) }
+
+// Read copies src to dst.
+func (b *Backend) Read(dst []float32, src compute.Buffer) { copy(dst, host(src)) }
+
+// Embed widens row ids[i] of table into row i of out.
+func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
+	t := mat(table)
+	o := host(out)
+	for i, id := range ids {
+		kern.RowF32(o[i*t.Cols:(i+1)*t.Cols], *t, id)
+	}
+}
+
+// MatMul sets out to x times w transposed, split across the threads.
+func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
+	b.pool.MatMul(host(out), host(x), n, w.(*weight).mm)
+}
+
+// RMSNorm normalizes each row of x into out.
+func (b *Backend) RMSNorm(out, x, w compute.Buffer, rows int, eps float32) {
+	o, xs, ws := host(out), host(x), host(w)
+	d := len(ws)
+	for r := range rows {
+		kern.RMSNorm(o[r*d:(r+1)*d], xs[r*d:(r+1)*d], ws, eps)
+	}
+}
+
+// AddRows adds bias to each row of x.
+func (b *Backend) AddRows(x, bias compute.Buffer, rows int) {
+	xs, bs := host(x), host(bias)
+	d := len(bs)
+	for r := range rows {
+		kern.Add(xs[r*d:(r+1)*d], bs)
+	}
+}
+
+// Add adds y to x.
+func (b *Backend) Add(x, y compute.Buffer) { kern.Add(host(x), host(y)) }
+
+// SiLUMul sets gate to silu(gate) * up.
+func (b *Backend) SiLUMul(gate, up compute.Buffer) { b.pool.SiLUMul(host(gate), host(up)) }
+
+// RoPE rotates every head of every row at its position.
+func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin compute.Buffer) {
+	xs, cs, sn := host(x), host(cos), host(sin)
+	half, row := d/2, heads*d
+	for i := range rows {
+		p := start + i
+		c, s := cs[p*half:(p+1)*half], sn[p*half:(p+1)*half]
+		for h := range heads {
+			kern.RoPE(xs[i*row+h*d:i*row+(h+1)*d], c, s)
+		}
+	}
+}
+
+// NewAttention returns the host attention of one sequence, run on the
+// backend's threads.
+func (b *Backend) NewAttention(p compute.AttentionParams) (compute.Attention, error) {
+	return attention.New(b.pool, p)
+}
+
+// NewBlockStore returns a store of parts of rows x d values in host memory.
+func (b *Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
+	return attention.NewStore(rows, d, bf16)
+}

@@ -1,0 +1,218 @@
+package cudabackend
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// attention is one sequence's attention on the device. The kernels find a
+// layer's blocks through a block table in device memory: per KV head and
+// block the address and format of the K and V parts. Each layer has its
+// own table, uploaded only when it changed (a new block, a block encoded),
+// so most decode steps upload nothing. Preconditioned keys add the
+// address of their inverse factor to their entry (attnArgs.LTab).
+type attention struct {
+	b         *Backend
+	p         compute.AttentionParams
+	maxBlocks int
+	tables    map[compute.KVLayer]*blockTable
+	scratch   Ptr
+	scratchN  int
+	// mem lists the device memory above, freed once the attention is
+	// garbage collected (a closed sequence drops it).
+	mem *devList
+}
+
+// devList is device memory owned by a value the garbage collector frees.
+type devList struct{ ps []Ptr }
+
+// freeList hands a collected owner's device memory to freeLater.
+func (b *Backend) freeList(l *devList) {
+	for _, p := range l.ps {
+		b.freeLater(p)
+	}
+}
+
+// blockTable is one layer's block table, on the host and on the device,
+// indexed [block*KVHeads+head] as the kernels read it.
+type blockTable struct {
+	k, v []uint64 // part addresses
+	l    []uint64 // the K part's inverse factor, 0 unless preconditioned
+	fmts []int32  // formats of an entry's K and V parts (attnFormat)
+	dev  Ptr      // k, then v, then l, then fmts
+	// The kakeyaParams of the layer's Kakeya key and value parts (0 when
+	// it has none): the kernels take one codec per side and layer.
+	kprm, vprm Ptr
+	// pre says whether some of the blocks read hold preconditioned keys,
+	// which only attn_split_pre un-whitens.
+	pre bool
+	// The store's generation and the blocks when last checked: while
+	// neither moved, no entry can have changed.
+	gen    uint64
+	blocks int
+}
+
+// NewAttention returns the attention of one sequence.
+func (b *Backend) NewAttention(p compute.AttentionParams) (compute.Attention, error) {
+	switch {
+	case p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0:
+		return nil, fmt.Errorf("attention: %d query heads cannot share %d KV heads", p.Heads, p.KVHeads)
+	case p.HeadDim <= 0 || p.HeadDim%2 != 0:
+		return nil, fmt.Errorf("attention: head dim %d must be even and positive", p.HeadDim)
+	case p.HeadDim > maxHeadDim:
+		return nil, fmt.Errorf("attention: head dim %d exceeds the CUDA kernels' %d", p.HeadDim, maxHeadDim)
+	case p.BlockSize <= 0 || p.MaxContext <= 0:
+		return nil, fmt.Errorf("attention: block size %d and context %d must be positive", p.BlockSize, p.MaxContext)
+	case p.Window < 0:
+		return nil, fmt.Errorf("attention: window %d is negative", p.Window)
+	}
+	if err := b.Err(); err != nil {
+		return nil, err
+	}
+	a := &attention{b: b, p: p, maxBlocks: (p.MaxContext + p.BlockSize - 1) / p.BlockSize, tables: map[compute.KVLayer]*blockTable{}, mem: &devList{}}
+	runtime.AddCleanup(a, b.freeList, a.mem)
+	return a, nil
+}
+
+// Forward implements compute.Attention.
+func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLayer, cos, sin compute.Buffer) error {
+	p := a.p
+	d := p.HeadDim
+	row := p.Heads * d
+	switch {
+	case n <= 0:
+		return a.b.Err()
+	case q.Len < n*row || out.Len < n*row:
+		return fmt.Errorf("attention: %d queries need %d values of q and out, got %d and %d", n, n*row, q.Len, out.Len)
+	case start+n > p.MaxContext:
+		return fmt.Errorf("attention: positions up to %d exceed the context of %d", start+n, p.MaxContext)
+	case kv.Len() < start+n:
+		return fmt.Errorf("attention: the cache holds %d tokens, queries reach position %d", kv.Len(), start+n-1)
+	case cos.Len < (start+n)*d/2 || sin.Len < (start+n)*d/2:
+		return fmt.Errorf("attention: RoPE tables of %d and %d values do not reach position %d", cos.Len, sin.Len, start+n-1)
+	}
+	blocks := (start + n + p.BlockSize - 1) / p.BlockSize
+	b := a.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return b.err
+	}
+	t, err := a.table(kv, blocks)
+	if err != nil {
+		return err
+	}
+	args := attnArgs{
+		Out: ptr(out), Q: ptr(q), N: n, Start: start,
+		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
+		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), Fmts: t.dev + Ptr(24*len(t.k)), Blocks: blocks,
+		Cos: ptr(cos), Sin: ptr(sin), KParams: t.kprm, VParams: t.vprm,
+	}
+	if t.pre {
+		args.LTab = t.dev + Ptr(16*len(t.k))
+	}
+	if need := attentionScratch(args); need > a.scratchN {
+		if a.scratch != 0 {
+			// Queued launches may still use it: free at the next idle point.
+			b.freeLater(a.scratch)
+			a.mem.ps = slices.DeleteFunc(a.mem.ps, func(p Ptr) bool { return p == a.scratch })
+		}
+		a.scratch, a.scratchN = 0, 0
+		sp, err := b.allocRaw(need)
+		if err != nil {
+			err = fmt.Errorf("cuda: attention scratch for %d queries over %d blocks: %w", n, blocks, err)
+			b.fail(err)
+			return err
+		}
+		a.scratch, a.scratchN = sp, need
+		a.mem.ps = append(a.mem.ps, sp)
+	}
+	args.Scratch = a.scratch
+	for _, l := range attentionLaunches(args) {
+		b.enqueue(l, true)
+	}
+	return b.err
+}
+
+// table returns kv's block table with its first blocks blocks up to date
+// on the device. Called with the backend's mu held.
+func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
+	b, p := a.b, a.p
+	t := a.tables[kv]
+	n := p.KVHeads * a.maxBlocks
+	if t == nil {
+		dev, err := b.allocRaw(n * (8 + 8 + 8 + 4))
+		if err != nil {
+			err = fmt.Errorf("cuda: attention block table of %d blocks: %w", a.maxBlocks, err)
+			b.fail(err)
+			return nil, err
+		}
+		a.mem.ps = append(a.mem.ps, dev)
+		t = &blockTable{k: make([]uint64, n), v: make([]uint64, n), l: make([]uint64, n), fmts: make([]int32, n), dev: dev}
+		for i := range t.fmts {
+			t.fmts[i] = -1 // no entry matches until written
+		}
+		a.tables[kv] = t
+	}
+	var st *store
+	if pt, ok := kv.Part(0, 0, 0).(*part); ok {
+		st = pt.s
+		if st.gen == t.gen && blocks <= t.blocks {
+			return t, nil
+		}
+	}
+	lo, hi := n, 0 // the entries that changed
+	var prm [2]Ptr // the Kakeya keys' and values' params
+	pre := false
+	for blk := range blocks {
+		for g := range p.KVHeads {
+			i := blk*p.KVHeads + g
+			kp, ok1 := kv.Part(g, blk, 0).(*part)
+			vp, ok2 := kv.Part(g, blk, 1).(*part)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("attention: block %d head %d is not stored by a CUDA block store", blk, g)
+			}
+			for side, pt := range [2]*part{kp, vp} {
+				if pt.format != partKakeya {
+					continue
+				}
+				if prm[side] != 0 && prm[side] != pt.prm {
+					return nil, fmt.Errorf("attention: block %d head %d %s: a layer's Kakeya blocks must share one codec's settings (%s)", blk, g, [2]string{"keys", "values"}[side], pt.dec.Name())
+				}
+				prm[side] = pt.prm
+			}
+			if vp.linv != 0 {
+				// The kernel un-whitens keys only: values are never
+				// preconditioned (kvcache preconditions keys alone).
+				return nil, fmt.Errorf("attention: block %d head %d: values encoded by %s; the kernels un-whiten keys only", blk, g, vp.dec.Name())
+			}
+			pre = pre || kp.linv != 0
+			f := attnFormat(kp.format, vp.format)
+			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.l[i] != uint64(kp.linv) || t.fmts[i] != f {
+				t.k[i], t.v[i], t.l[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), uint64(kp.linv), f
+				lo, hi = min(lo, i), i+1
+			}
+		}
+	}
+	t.kprm, t.vprm, t.pre = prm[0], prm[1], pre
+	if st != nil {
+		t.gen, t.blocks = st.gen, blocks
+	}
+	if lo >= hi {
+		return t, nil
+	}
+	b.flush()
+	for _, c := range []struct {
+		off int
+		src []byte
+	}{{8 * lo, bytesOf(t.k[lo:hi])}, {8*n + 8*lo, bytesOf(t.v[lo:hi])}, {16*n + 8*lo, bytesOf(t.l[lo:hi])}, {24*n + 4*lo, bytesOf(t.fmts[lo:hi])}} {
+		if err := b.drv.copyIn(t.dev+Ptr(c.off), c.src); err != nil {
+			b.fail(err)
+			return nil, err
+		}
+	}
+	return t, nil
+}

@@ -1,0 +1,715 @@
+package cudabackend
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/kakeya-ai/kakeya/compute"
+	kcuda "github.com/kakeya-ai/kakeya/kernels/cuda"
+	"github.com/kakeya-ai/kakeya/tensor"
+)
+
+// Options configure New.
+type Options struct {
+	// Device is the CUDA device ordinal.
+	Device int
+	// NoGraphs launches every kernel on its own instead of replaying
+	// repeated launch sequences as CUDA graphs.
+	NoGraphs bool
+	// NoCUBLAS computes prefill's matrix products with the backend's own
+	// kernel even where cuBLAS (libcublas.so.13 or .12) is installed.
+	NoCUBLAS bool
+	// ExactGEMM makes cuBLAS compute in float32 throughout; by default its
+	// tensor cores round the inputs to TF32 (10-bit mantissa, exact for
+	// bf16 and f16 weights), several times faster.
+	ExactGEMM bool
+	// Sync waits for the device after every kernel and cuBLAS call, and an
+	// error names the first that failed with its grid, block and argument
+	// sizes: slow, for finding a failing kernel. KAKEYA_CUDA_SYNC=1 in the
+	// environment sets it for New.
+	Sync bool
+}
+
+// EnvSync names the environment variable that sets Options.Sync for New.
+const EnvSync = "KAKEYA_CUDA_SYNC"
+
+// Backend runs compute.Backend's operations on one CUDA device: buffers,
+// weights and KV blocks live in device memory and every operation is a
+// kernel launch on one stream, so the host waits only where it reads
+// results back.
+//
+// compute.Backend's operations return no errors, so the first failure of
+// the driver (an allocation the device cannot hold, a failed launch) is
+// kept: later operations do nothing, Read fills its destination with NaN,
+// and the error is returned by Err and by every method that can return one
+// (attention, the block store, Upload, Close).
+type Backend struct {
+	mu     sync.Mutex
+	drv    driver
+	dev    deviceInfo
+	err    error
+	closed bool
+
+	gemm    gemmer // cuBLAS, nil when absent or off
+	gemmWhy error  // why gemm is nil
+	tf32    bool
+	sync    bool // Options.Sync
+	wide    Ptr  // float32 rows of a weight widened for cuBLAS
+	wideN   int  // floats wide holds
+	wideMax int  // floats wide may hold (wideFloats; less in tests)
+	ident   Ptr  // int32 ids 0, 1, ..., identN-1
+	identN  int
+
+	queue  []Launch  // launches not yet given to the driver
+	writes []kvWrite // block-store writes not yet launched
+	graphs *graphCache
+
+	live       map[Ptr]int // device allocations and their sizes in bytes
+	used, peak int64       // bytes of live, and its high-water mark
+
+	// freed holds allocations whose Go owners the garbage collector
+	// reclaimed; they are freed at the next point where the stream is idle,
+	// since queued work may still read them.
+	freedMu sync.Mutex
+	freed   []Ptr
+
+	ids    []int32 // Embed's ids on the host
+	idsDev Ptr     // and on the device
+	idsCap int     // ids idsDev holds
+}
+
+var (
+	_ compute.Backend   = (*Backend)(nil)
+	_ compute.Describer = (*Backend)(nil)
+)
+
+// New opens CUDA device opts.Device through the driver library found at
+// run time (libcuda.so.1) and returns its backend. Without the library, a
+// device or a driver that can JIT-compile the kernels it fails, saying
+// which.
+func New(opts Options) (*Backend, error) {
+	if os.Getenv(EnvSync) == "1" {
+		opts.Sync = true
+	}
+	d, err := openDriver(opts.Device, kcuda.PTX())
+	if err != nil {
+		return nil, err
+	}
+	return newBackend(d, opts), nil
+}
+
+// newBackend returns a backend on an opened driver.
+func newBackend(d driver, opts Options) *Backend {
+	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats, sync: opts.Sync}
+	if !opts.NoGraphs && !opts.Sync {
+		b.graphs = newGraphCache()
+	}
+	g, ok := d.(gemmer)
+	switch {
+	case opts.NoCUBLAS:
+		b.gemmWhy = errors.New("cuda: cuBLAS off (Options.NoCUBLAS)")
+	case !ok:
+		b.gemmWhy = errors.New("cuda: the driver has no cuBLAS")
+	default:
+		if b.gemmWhy = g.blas(); b.gemmWhy == nil {
+			b.gemm = g
+		}
+	}
+	return b
+}
+
+// GEMM says how prefill's matrix products run: "cuBLAS (TF32)",
+// "cuBLAS (float32)", or the backend's kernel and why.
+func (b *Backend) GEMM() string {
+	switch {
+	case b.gemm == nil:
+		return fmt.Sprintf("matmul kernel (%v)", b.gemmWhy)
+	case b.tf32:
+		return "cuBLAS (TF32)"
+	}
+	return "cuBLAS (float32)"
+}
+
+// Name returns "cuda".
+func (b *Backend) Name() string { return "cuda" }
+
+// Describe names the device and how prefill's matrix products run, for run
+// statistics (compute.Describer): "CUDA <Device>, prefill GEMM <GEMM>",
+// with cuBLAS's version and file when it runs them.
+func (b *Backend) Describe() string {
+	return fmt.Sprintf("CUDA %s, prefill GEMM %s", b.Device(), b.gemmDescription())
+}
+
+// Device describes the device: its name, compute capability, memory and
+// peak bandwidth, for logs.
+func (b *Backend) Device() string {
+	d := b.dev
+	return fmt.Sprintf("%s (sm_%d%d, %d SMs, %.1f GiB, %.0f GB/s)", d.Name, d.Major, d.Minor, d.SMs,
+		float64(d.TotalMem)/(1<<30), d.Bandwidth()/1e9)
+}
+
+// Bandwidth returns the device's peak memory bandwidth in bytes per
+// second, from its memory clock and bus width (0 if the driver does not
+// report them).
+func (b *Backend) Bandwidth() float64 { return b.dev.Bandwidth() }
+
+// MemoryStats returns the device memory the backend holds now and at most
+// so far, in bytes.
+func (b *Backend) MemoryStats() (used, peak int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used, b.peak
+}
+
+// Err returns the first error the backend met, nil if none.
+func (b *Backend) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// fail keeps the first error. It is called with mu held.
+func (b *Backend) fail(err error) {
+	if b.err == nil && err != nil {
+		b.err = err
+	}
+}
+
+// errClosed is the sticky error of a closed backend.
+var errClosed = errors.New("cuda: backend closed")
+
+// Close waits for the device, frees every allocation and releases the
+// context. It returns the first error the backend met.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.flush()
+	b.fail(b.drv.sync())
+	if b.graphs != nil {
+		b.fail(b.graphs.destroy(b.drv))
+	}
+	for p := range b.live {
+		b.fail(b.drv.free(p))
+	}
+	b.live, b.used = nil, 0
+	b.fail(b.drv.close())
+	b.closed = true
+	err := b.err
+	if err == nil {
+		b.err = errClosed
+	}
+	return err
+}
+
+// memory is one device allocation.
+type memory struct {
+	ptr Ptr
+	n   int // float32 values
+}
+
+func (m *memory) Floats() int { return m.n }
+
+// ptr returns the device address of a buffer of this backend.
+func ptr(buf compute.Buffer) Ptr {
+	if buf.Mem == nil {
+		return 0
+	}
+	m, ok := buf.Mem.(*memory)
+	if !ok {
+		panic(fmt.Sprintf("cuda: a buffer in %T memory is not the CUDA backend's", buf.Mem))
+	}
+	return m.ptr + Ptr(4*buf.Off)
+}
+
+// allocRaw returns bytes of device memory, tracked for Close and the
+// memory statistics. A device out of memory first gets back what the
+// garbage collector has reclaimed; the error names the size and what the
+// backend holds. Called with mu held.
+func (b *Backend) allocRaw(bytes int) (Ptr, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	bytes = max(bytes, 4)
+	p, err := b.drv.alloc(bytes)
+	if errors.Is(err, ErrOutOfMemory) {
+		// Buffers dropped by their owners are freed only once the GC has
+		// run their cleanups, which run on a goroutine of their own after
+		// the collection: runtime.GC does not wait for them. Wait for the
+		// stream, collect, and retry while giving the cleanups a few
+		// growing pauses (about 60 ms in all) to queue what they free.
+		b.flush()
+		if b.fail(b.drv.sync()); b.err != nil {
+			return 0, b.err
+		}
+		runtime.GC()
+		for pause := time.Millisecond; ; pause *= 2 {
+			b.freePending()
+			if p, err = b.drv.alloc(bytes); !errors.Is(err, ErrOutOfMemory) || pause > 32*time.Millisecond {
+				break
+			}
+			time.Sleep(pause)
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w (the backend holds %s of the device's %s)", err, mib(int(b.used)), mib(int(b.dev.TotalMem)))
+	}
+	b.live[p] = bytes
+	b.used += int64(bytes)
+	b.peak = max(b.peak, b.used)
+	return p, nil
+}
+
+// freeRaw frees an allocation at once. Called with mu held, the stream
+// idle or not using p.
+func (b *Backend) freeRaw(p Ptr) {
+	n, ok := b.live[p]
+	if !ok {
+		return
+	}
+	delete(b.live, p)
+	b.used -= int64(n)
+	b.fail(b.drv.free(p))
+}
+
+// freeLater queues p to be freed at the next idle point; the garbage
+// collector's cleanups call it from their own goroutine.
+func (b *Backend) freeLater(p Ptr) {
+	b.freedMu.Lock()
+	b.freed = append(b.freed, p)
+	b.freedMu.Unlock()
+}
+
+// freePending frees what freeLater queued. Called with mu held and the
+// stream idle.
+func (b *Backend) freePending() {
+	b.freedMu.Lock()
+	ps := b.freed
+	b.freed = nil
+	b.freedMu.Unlock()
+	if b.closed {
+		return
+	}
+	for _, p := range ps {
+		b.freeRaw(p)
+	}
+}
+
+// newMemory allocates n zeroed float32 values whose device memory is freed
+// when the garbage collector reclaims the returned value. Called with mu
+// held.
+func (b *Backend) newMemory(bytes, floats int) (*memory, error) {
+	p, err := b.allocRaw(bytes)
+	if err != nil {
+		return &memory{n: floats}, err
+	}
+	m := &memory{ptr: p, n: floats}
+	runtime.AddCleanup(m, b.freeLater, p)
+	return m, nil
+}
+
+// Alloc returns a zeroed buffer of n values in device memory, freed once
+// nothing refers to it. An allocation the device cannot hold makes the
+// backend fail (see Err) and returns a buffer that operations ignore.
+func (b *Backend) Alloc(n int) compute.Buffer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, err := b.newMemory(4*n, n)
+	if err != nil {
+		b.fail(fmt.Errorf("cuda: Alloc of %d values: %w", n, err))
+		return compute.Buffer{Mem: m, Len: n}
+	}
+	b.flush()
+	b.fail(b.drv.zero(m.ptr, max(4*n, 4)))
+	return compute.Buffer{Mem: m, Len: n}
+}
+
+// weight is a matrix in device memory in its stored dtype.
+type weight struct {
+	mem        *memory
+	dt         tensor.DType
+	rows, cols int
+}
+
+func (w *weight) Shape() (rows, cols int) { return w.rows, w.cols }
+
+// own returns w as a weight of this backend.
+func ownWeight(w compute.Weight) *weight {
+	x, ok := w.(*weight)
+	if !ok {
+		panic(fmt.Sprintf("cuda: a %T is not a weight of the CUDA backend", w))
+	}
+	return x
+}
+
+// Upload copies m to the device once, in its stored dtype.
+func (b *Backend) Upload(m tensor.Mat) (compute.Weight, error) {
+	var src []byte
+	n := m.Rows * m.Cols
+	switch {
+	case m.Rows <= 0 || m.Cols <= 0:
+		return nil, fmt.Errorf("cuda: weight of %dx%d", m.Rows, m.Cols)
+	case m.DType == tensor.F32 && len(m.F32) >= n:
+		src = bytesOf(m.F32[:n])
+	case (m.DType == tensor.F16 || m.DType == tensor.BF16) && len(m.U16) >= n:
+		src = bytesOf(m.U16[:n])
+	case m.DType.Size() == 0:
+		return nil, fmt.Errorf("cuda: weight dtype %v", m.DType)
+	default:
+		return nil, fmt.Errorf("cuda: %v weight of %dx%d holds too few values", m.DType, m.Rows, m.Cols)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return nil, b.err
+	}
+	mem, err := b.newMemory(len(src), len(src)/4)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: upload of a %dx%d %v weight: %w", m.Rows, m.Cols, m.DType, err)
+	}
+	b.flush()
+	if err := b.drv.copyIn(mem.ptr, src); err != nil {
+		b.fail(err)
+		return nil, err
+	}
+	return &weight{mem: mem, dt: m.DType, rows: m.Rows, cols: m.Cols}, nil
+}
+
+// bytesOf returns the memory of a slice of float32 or uint16 values as
+// bytes.
+func bytesOf[T float32 | uint16 | int32 | uint64](x []T) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), len(x)*int(unsafe.Sizeof(x[0])))
+}
+
+// Write copies host values into dst.
+func (b *Backend) Write(dst compute.Buffer, src []float32) {
+	if len(src) > dst.Len {
+		panic(fmt.Sprintf("cuda: write of %d values into a buffer of %d", len(src), dst.Len))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return
+	}
+	b.flush()
+	b.fail(b.drv.copyIn(ptr(dst), bytesOf(src)))
+}
+
+// Read copies src to dst, waiting for the work queued before. After a
+// failure it fills dst with NaN, so that a result never passes for valid.
+func (b *Backend) Read(dst []float32, src compute.Buffer) {
+	if len(dst) > src.Len {
+		dst = dst[:src.Len]
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.read(dst, ptr(src))
+}
+
+// read copies len(dst) values at p to dst. Called with mu held.
+func (b *Backend) read(dst []float32, p Ptr) {
+	if b.err == nil {
+		b.flush()
+		b.fail(b.drv.copyOut(bytesOf(dst), p))
+		if b.err == nil {
+			b.freePending() // the stream is idle
+		}
+	}
+	if b.err != nil {
+		for i := range dst {
+			dst[i] = float32(math.NaN())
+		}
+	}
+}
+
+// enqueue adds a launch to the queue. dynamic marks a launch whose
+// arguments change from one decode step to the next (positions, cache
+// blocks): it ends the run of launches a graph may replay. Called with mu
+// held.
+func (b *Backend) enqueue(l Launch, dynamic bool) {
+	if b.err != nil {
+		return
+	}
+	if dynamic || len(b.writes) > 0 {
+		// Deferred cache writes read their sources first: l may
+		// overwrite them.
+		b.flush()
+	}
+	if dynamic {
+		b.fail(b.launch([]Launch{l}, false))
+		return
+	}
+	b.queue = append(b.queue, l)
+}
+
+// launch gives ls to the driver now, in order; a queued run (graphs true)
+// as a replayed graph where the cache allows (see graphCache). With
+// Options.Sync each launch goes alone and is waited for, and a failure
+// names the kernel. Called with mu held.
+func (b *Backend) launch(ls []Launch, graphs bool) error {
+	switch {
+	case !b.sync && graphs && b.graphs != nil:
+		return b.graphs.run(b.drv, ls)
+	case !b.sync:
+		return b.drv.launch(ls)
+	}
+	for _, l := range ls {
+		err := b.drv.launch([]Launch{l})
+		if err == nil {
+			err = b.drv.sync()
+		}
+		if err != nil {
+			return fmt.Errorf("cuda: kernel %s (grid %v, block %v, %d bytes of dynamic shared memory, %d parameters in %d bytes) failed: %w",
+				l.Kernel, l.Grid, l.Block, l.Shared, len(l.Params), len(l.Args), err)
+		}
+	}
+	return nil
+}
+
+// sgemm runs cuBLAS's GEMM (see gemmer.sgemm), waited for with
+// Options.Sync. Called with mu held.
+func (b *Backend) sgemm(out, x, w Ptr, n, rows, cols, ldc int) error {
+	err := b.gemm.sgemm(out, x, w, n, rows, cols, ldc, b.tf32)
+	if err == nil && b.sync {
+		if err = b.drv.sync(); err != nil {
+			err = fmt.Errorf("cuda: cuBLAS GEMM of %d x %d x %d failed: %w", n, rows, cols, err)
+		}
+	}
+	return err
+}
+
+// flush gives the queued launches to the driver, as a replayed graph where
+// the same run was seen before, then does the deferred cache writes.
+// Called with mu held before every other use of the driver.
+func (b *Backend) flush() {
+	if len(b.queue) > 0 {
+		q := b.queue
+		b.queue = b.queue[:0]
+		if b.err == nil {
+			b.fail(b.launch(q, true))
+		}
+	}
+	if len(b.writes) > 0 {
+		b.kvWrites()
+	}
+}
+
+// kvWrite is a block-store write waiting for the next device operation:
+// rows rows of float32 values at src, stride apart, to rows row.. of the
+// hot part pt of store s, whose rows start at dst.
+type kvWrite struct {
+	s                 *store
+	pt                *part
+	dst, src          Ptr
+	row, rows, stride int
+}
+
+// kvWrites launches the deferred block-store writes. The cache writes a
+// layer's new rows part by part, each KV head's keys and values, all at
+// the same rows of their parts; such a run is one kv_write launch over a
+// table of its parts that the store uploads only when the parts or the
+// sources changed (a new block), so a decode step's writes cost one
+// launch per layer and no wait. Called by flush, the launch queue empty.
+func (b *Backend) kvWrites() {
+	ws := b.writes
+	b.writes = nil
+	defer func() {
+		clear(ws) // hold no store or part
+		b.writes = ws[:0]
+	}()
+	for rest := ws; len(rest) > 0 && b.err == nil; {
+		w, n := rest[0], 1
+		for n < len(rest) && n < maxKVWrites && rest[n].s == w.s && rest[n].row == w.row && rest[n].rows == w.rows && rest[n].stride == w.stride {
+			n++
+		}
+		tab, err := w.s.writeTable(rest[:n])
+		if err != nil {
+			b.fail(err)
+			return
+		}
+		format := int32(partF32)
+		if w.s.bf16 {
+			format = partBF16
+		}
+		b.fail(b.launch([]Launch{kvWriteLaunch(tab, n, w.row, w.rows, w.s.d, w.stride, format)}, false))
+		rest = rest[n:]
+	}
+}
+
+// op queues one launch of an operation, unless an earlier failure stopped
+// the backend.
+func (b *Backend) op(l Launch, dynamic bool) {
+	b.mu.Lock()
+	b.enqueue(l, dynamic)
+	b.mu.Unlock()
+}
+
+// Embed sets row i of out to row ids[i] of table; the ids go to the device
+// as int32.
+func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
+	w := ownWeight(table)
+	if len(ids) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return
+	}
+	b.ids = b.ids[:0]
+	for _, id := range ids {
+		if id < 0 || id >= w.rows {
+			panic(fmt.Sprintf("cuda: token id %d outside the table of %d rows", id, w.rows))
+		}
+		b.ids = append(b.ids, int32(id))
+	}
+	b.flush()
+	if b.idsCap < len(ids) {
+		if b.idsDev != 0 {
+			// Queued work may still read the old ids: free at idle.
+			b.freeLater(b.idsDev)
+		}
+		p, err := b.allocRaw(4 * max(len(ids), 64))
+		if err != nil {
+			b.fail(fmt.Errorf("cuda: Embed of %d ids: %w", len(ids), err))
+			return
+		}
+		b.idsDev, b.idsCap = p, max(len(ids), 64)
+	}
+	if err := b.drv.copyIn(b.idsDev, bytesOf(b.ids)); err != nil {
+		b.fail(err)
+		return
+	}
+	// Static: a decode step embeds from the same ids buffer every time.
+	b.enqueue(embedLaunch(w.dt, ptr(out), w.mem.ptr, b.idsDev, len(ids), w.cols), false)
+}
+
+// MatMul sets out to x times w transposed: a matrix-vector kernel for a
+// few rows (decode), the tiled matrix kernel for more (prefill).
+func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
+	wt := ownWeight(w)
+	if n <= 0 {
+		return
+	}
+	if n <= maxMatVecRows {
+		b.op(matVecLaunch(wt.dt, ptr(out), ptr(x), wt.mem.ptr, n, wt.rows, wt.cols), false)
+		return
+	}
+	if b.gemm != nil {
+		b.mu.Lock()
+		b.fail(b.matMulBLAS(ptr(out), ptr(x), n, wt))
+		b.mu.Unlock()
+		return
+	}
+	b.op(matMulLaunch(wt.dt, ptr(out), ptr(x), wt.mem.ptr, n, wt.rows, wt.cols), false)
+}
+
+// wideFloats bounds the scratch of weights widened for cuBLAS: 64 MiB.
+const wideFloats = 16 << 20
+
+// matMulBLAS computes out = x times w transposed with cuBLAS. cuBLAS
+// multiplies operands of one type, and x is float32, so a bf16 or f16
+// weight is widened to float32 first (the embedding kernel copies its
+// rows), a chunk of rows at a time through a bounded scratch: prefill is
+// compute-bound, and widening costs a few bytes per weight per chunk of up
+// to 512 tokens. Called with mu held.
+func (b *Backend) matMulBLAS(out, x Ptr, n int, w *weight) error {
+	if b.err != nil {
+		return b.err
+	}
+	if w.dt == tensor.F32 {
+		b.flush()
+		return b.sgemm(out, x, w.mem.ptr, n, w.rows, w.cols, w.rows)
+	}
+	chunk := max(1, min(w.rows, b.wideMax/w.cols))
+	if b.wideN < chunk*w.cols {
+		if b.wide != 0 {
+			b.freeLater(b.wide) // queued work may still read it
+		}
+		b.wide, b.wideN = 0, 0
+		p, err := b.allocRaw(4 * chunk * w.cols)
+		if err != nil {
+			return fmt.Errorf("cuda: cuBLAS scratch for a %dx%d weight: %w", w.rows, w.cols, err)
+		}
+		b.wide, b.wideN = p, chunk*w.cols
+	}
+	if b.identN < chunk {
+		ids := make([]int32, chunk)
+		for i := range ids {
+			ids[i] = int32(i)
+		}
+		p, err := b.allocRaw(4 * chunk)
+		if err != nil {
+			return fmt.Errorf("cuda: cuBLAS row ids: %w", err)
+		}
+		b.flush()
+		if err := b.drv.copyIn(p, bytesOf(ids)); err != nil {
+			return err
+		}
+		if b.ident != 0 {
+			b.freeLater(b.ident)
+		}
+		b.ident, b.identN = p, chunk
+	}
+	es := w.dt.Size()
+	for r0 := 0; r0 < w.rows; r0 += chunk {
+		rc := min(chunk, w.rows-r0)
+		b.enqueue(embedLaunch(w.dt, b.wide, w.mem.ptr+Ptr(r0*w.cols*es), b.ident, rc, w.cols), true)
+		if err := b.sgemm(out+Ptr(4*r0), x, b.wide, n, rc, w.cols, w.rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RMSNorm normalizes each row of x into out.
+func (b *Backend) RMSNorm(out, x, w compute.Buffer, rows int, eps float32) {
+	if rows <= 0 {
+		return
+	}
+	b.op(rmsNormLaunch(ptr(out), ptr(x), ptr(w), rows, w.Len, eps), false)
+}
+
+// AddRows adds bias to each row of x.
+func (b *Backend) AddRows(x, bias compute.Buffer, rows int) {
+	if rows <= 0 {
+		return
+	}
+	b.op(addRowsLaunch(ptr(x), ptr(bias), rows, bias.Len), false)
+}
+
+// Add adds y to x.
+func (b *Backend) Add(x, y compute.Buffer) {
+	if x.Len == 0 {
+		return
+	}
+	b.op(addLaunch(ptr(x), ptr(y), x.Len), false)
+}
+
+// SiLUMul sets gate to silu(gate) * up.
+func (b *Backend) SiLUMul(gate, up compute.Buffer) {
+	if gate.Len == 0 {
+		return
+	}
+	b.op(siluMulLaunch(ptr(gate), ptr(up), gate.Len), false)
+}
+
+// RoPE rotates every head of every row at its position. Its start moves
+// with every decode step, so it is launched on its own, outside graphs.
+func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin compute.Buffer) {
+	if rows <= 0 {
+		return
+	}
+	b.op(ropeLaunch(ptr(x), rows, heads, d, start, ptr(cos), ptr(sin)), true)
+}

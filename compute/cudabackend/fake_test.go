@@ -1,0 +1,310 @@
+package cudabackend
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/kernels/cuda/emu"
+)
+
+// fakeDriver is a driver whose device memory is host memory (the
+// emulator's allocations) and whose launches run the kernels' CPU
+// emulation, so the backend's host logic and the kernels are tested
+// together without a GPU. It records every launch, can fail any call with
+// a given CUresult, and can refuse graph capture.
+type fakeDriver struct {
+	dev    deviceInfo
+	allocs map[Ptr]int
+	// fail maps a call ("alloc", "free", "zero", "copyIn", "copyOut",
+	// "copyDevice", "launch", "sync", "capture", "launchGraph") to the code
+	// it returns from then on; failAfter[call] > 0 lets that many calls
+	// succeed first.
+	fail      map[string]Result
+	failAfter map[string]int
+	noGraphs  bool
+	maxBytes  int  // 0: no limit on the memory held
+	cublas    bool // offer sgemm (computed on the host)
+	noop      bool // record launches without running them (host-cost benchmarks)
+	gemms     int
+	// fault names a kernel whose next run faults as a GPU kernel does:
+	// the launch succeeds, and the fault (CUDA_ERROR_ILLEGAL_ADDRESS)
+	// comes back from the next synchronizing call and every call after.
+	fault   string
+	faulted error
+
+	launched []string // kernels run, in order (graph replays included)
+	calls    map[string]int
+	graphs   map[graphExec][]Launch
+	nextG    graphExec
+	held     int
+	closed   bool
+}
+
+func newFake() *fakeDriver {
+	return &fakeDriver{
+		dev: deviceInfo{Name: "fake", TotalMem: 1 << 30, Major: 8, Minor: 0, SMs: 4,
+			MemClockKHz: 1000000, BusWidth: 256, MaxThreadsPerBlock: 1024, MaxSharedPerBlockOptin: 99 << 10},
+		allocs: map[Ptr]int{}, fail: map[string]Result{}, failAfter: map[string]int{},
+		calls: map[string]int{}, graphs: map[graphExec][]Launch{},
+	}
+}
+
+// check counts a call and returns the error injected for it.
+func (f *fakeDriver) check(call, what string) error {
+	f.calls[call]++
+	code, ok := f.fail[call]
+	if !ok {
+		return nil
+	}
+	if f.failAfter[call] > 0 {
+		f.failAfter[call]--
+		return nil
+	}
+	return newError(what, code)
+}
+
+func (f *fakeDriver) info() deviceInfo { return f.dev }
+
+func (f *fakeDriver) alloc(bytes int) (Ptr, error) {
+	if err := f.check("alloc", "cuMemAlloc of "+mib(bytes)); err != nil {
+		return 0, err
+	}
+	if f.maxBytes > 0 && f.held+bytes > f.maxBytes {
+		return 0, newError("cuMemAlloc of "+mib(bytes), ErrOutOfMemory)
+	}
+	p, err := emu.Alloc(bytes)
+	if err != nil {
+		return 0, err
+	}
+	f.allocs[Ptr(p)] = bytes
+	f.held += bytes
+	return Ptr(p), nil
+}
+
+func (f *fakeDriver) free(p Ptr) error {
+	if err := f.check("free", fmt.Sprintf("cuMemFree(%#x)", uint64(p))); err != nil {
+		return err
+	}
+	n, ok := f.allocs[p]
+	if !ok {
+		return newError(fmt.Sprintf("cuMemFree(%#x) of no allocation", uint64(p)), ErrInvalidValue)
+	}
+	delete(f.allocs, p)
+	f.held -= n
+	emu.Free(uint64(p))
+	return nil
+}
+
+// within checks that [p, p+n) lies in one allocation, as the device's
+// memory protection would.
+func (f *fakeDriver) within(p Ptr, n int, call string) error {
+	for a, size := range f.allocs {
+		if p >= a && uint64(p)+uint64(n) <= uint64(a)+uint64(size) {
+			return nil
+		}
+	}
+	return newError(fmt.Sprintf("%s of %d bytes at %#x outside every allocation", call, n, uint64(p)), Result(700))
+}
+
+func (f *fakeDriver) zero(p Ptr, bytes int) error {
+	if err := f.check("zero", "cuMemsetD8Async"); err != nil {
+		return err
+	}
+	if err := f.within(p, bytes, "memset"); err != nil {
+		return err
+	}
+	emu.CopyIn(uint64(p), make([]byte, bytes))
+	return nil
+}
+
+func (f *fakeDriver) copyIn(dst Ptr, src []byte) error {
+	if err := f.check("copyIn", "cuMemcpyHtoD"); err != nil {
+		return err
+	}
+	if err := f.within(dst, len(src), "copy in"); err != nil {
+		return err
+	}
+	emu.CopyIn(uint64(dst), src)
+	return nil
+}
+
+func (f *fakeDriver) copyOut(dst []byte, src Ptr) error {
+	if err := f.check("copyOut", "cuMemcpyDtoHAsync"); err != nil {
+		return err
+	}
+	if f.faulted != nil {
+		return f.faulted
+	}
+	if err := f.within(src, len(dst), "copy out"); err != nil {
+		return err
+	}
+	emu.CopyOut(dst, uint64(src))
+	return nil
+}
+
+func (f *fakeDriver) copyDevice(dst, src Ptr, bytes int) error {
+	if err := f.check("copyDevice", "cuMemcpyDtoDAsync"); err != nil {
+		return err
+	}
+	if err := f.within(src, bytes, "copy from"); err != nil {
+		return err
+	}
+	if err := f.within(dst, bytes, "copy to"); err != nil {
+		return err
+	}
+	buf := make([]byte, bytes)
+	emu.CopyOut(buf, uint64(src))
+	emu.CopyIn(uint64(dst), buf)
+	return nil
+}
+
+func (f *fakeDriver) run(ls []Launch) error {
+	if f.noop {
+		f.calls["kernels"] += len(ls)
+		return nil
+	}
+	for _, l := range ls {
+		if l.Kernel == f.fault && f.faulted == nil {
+			f.faulted = newError("cuStreamSynchronize", Result(700))
+		}
+		f.launched = append(f.launched, l.Kernel)
+		g, bl := [3]uint32{l.Grid.X, l.Grid.Y, l.Grid.Z}, [3]uint32{l.Block.X, l.Block.Y, l.Block.Z}
+		if err := emu.Run(l.Kernel, g, bl, l.Shared, l.Args, uint64(len(f.launched))); err != nil {
+			return fmt.Errorf("emulated %s: %w", l.Kernel, err)
+		}
+	}
+	return nil
+}
+
+func (f *fakeDriver) launch(ls []Launch) error {
+	if err := f.check("launch", "cuLaunchKernel("+ls[0].Kernel+")"); err != nil {
+		return err
+	}
+	return f.run(ls)
+}
+
+func (f *fakeDriver) sync() error {
+	if f.faulted != nil {
+		return f.faulted
+	}
+	return f.check("sync", "cuStreamSynchronize")
+}
+
+func (f *fakeDriver) capture(ls []Launch) (graphExec, error) {
+	if f.noGraphs {
+		return 0, fmt.Errorf("fake: %w", errGraphsUnsupported)
+	}
+	if err := f.check("capture", "cuStreamBeginCapture"); err != nil {
+		return 0, err
+	}
+	f.nextG++
+	f.graphs[f.nextG] = slices.Clone(ls)
+	for i := range f.graphs[f.nextG] {
+		f.graphs[f.nextG][i].Args = slices.Clone(ls[i].Args)
+	}
+	return f.nextG, nil
+}
+
+func (f *fakeDriver) launchGraph(g graphExec) error {
+	if err := f.check("launchGraph", "cuGraphLaunch"); err != nil {
+		return err
+	}
+	ls, ok := f.graphs[g]
+	if !ok {
+		return newError("cuGraphLaunch of a destroyed graph", Result(400))
+	}
+	return f.run(ls)
+}
+
+func (f *fakeDriver) destroyGraph(g graphExec) error {
+	if _, ok := f.graphs[g]; !ok {
+		return newError("cuGraphExecDestroy of an unknown graph", Result(400))
+	}
+	delete(f.graphs, g)
+	return nil
+}
+
+func (f *fakeDriver) close() error {
+	if f.closed {
+		return newError("close twice", Result(201))
+	}
+	f.closed = true
+	return nil
+}
+
+// kernelCounts summarises f.launched, e.g. "embed:1 rmsnorm:3".
+func (f *fakeDriver) kernelCounts() string {
+	n := map[string]int{}
+	for _, k := range f.launched {
+		n[k]++
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(n)) {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, n[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// newFakeOrSkip returns a fake driver, or skips the test where the
+// emulator is not built (without cgo on Linux).
+func newFakeOrSkip(t testing.TB) *fakeDriver {
+	t.Helper()
+	if len(emu.Kernels()) == 0 {
+		t.Skip("the kernels' CPU emulation needs cgo on Linux")
+	}
+	return newFake()
+}
+
+// needKernels skips a test whose kernels the emulator does not run yet.
+func needKernels(t testing.TB, names ...string) {
+	t.Helper()
+	have := emu.Kernels()
+	for _, k := range names {
+		if !slices.Contains(have, k) {
+			t.Skipf("the emulator has no kernel %s yet", k)
+		}
+	}
+}
+
+func (f *fakeDriver) blas() error {
+	if !f.cublas {
+		return errors.New("fake: no cuBLAS")
+	}
+	return nil
+}
+
+// sgemm is cuBLAS's product computed on the host in float64, with the
+// driver's checks of the operands' memory.
+func (f *fakeDriver) sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) error {
+	if err := f.check("sgemm", "cublasGemmEx"); err != nil {
+		return err
+	}
+	f.gemms++
+	for _, c := range []struct {
+		p     Ptr
+		bytes int
+	}{{x, 4 * n * cols}, {w, 4 * rows * cols}, {out, 4 * ((n-1)*ldc + rows)}} {
+		if err := f.within(c.p, c.bytes, "sgemm operand"); err != nil {
+			return err
+		}
+	}
+	xs, ws := make([]float32, n*cols), make([]float32, rows*cols)
+	emu.CopyOut(bytesOf(xs), uint64(x))
+	emu.CopyOut(bytesOf(ws), uint64(w))
+	row := make([]float32, rows)
+	for i := range n {
+		for r := range rows {
+			var s float64
+			for c := range cols {
+				s += float64(xs[i*cols+c]) * float64(ws[r*cols+c])
+			}
+			row[r] = float32(s)
+		}
+		emu.CopyIn(uint64(out)+uint64(4*i*ldc), bytesOf(row))
+	}
+	return nil
+}

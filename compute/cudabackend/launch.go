@@ -1,0 +1,597 @@
+package cudabackend
+
+// Launch descriptions: for every operation, the kernel (its extern "C" name
+// in kernels/*.cu), the geometry and the packed arguments. The geometry is
+// decided here, from the arguments alone, so the host side, the fake
+// driver of the tests (which runs the CPU emulation of the same kernels)
+// and a real device all launch exactly the same thing.
+//
+// Every integer argument is an int32 on the device. A value out of that
+// range, or a shape the kernels do not handle, is a programming error of
+// the caller and panics, like compute.Backend's shape mismatches.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
+)
+
+// Ptr is a device address.
+type Ptr uint64
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// Launch is one kernel launch: the kernel's extern "C" name, its geometry,
+// its dynamic shared memory in bytes and its arguments. Args holds them in
+// the layout of the kernel's .param space: in declaration order, each at an
+// offset rounded up to its own size (4 for int32, uint32 and float32, 8
+// for pointers), no padding after the last; Params holds each one's
+// offset. The driver is handed a pointer to each (cuLaunchKernel's
+// kernelParams), so it reads exactly the parameters the kernel declares.
+type Launch struct {
+	Kernel      string
+	Grid, Block Dim3
+	Shared      uint32
+	Args        []byte
+	Params      []uint32
+}
+
+// maxMatVecRows is the most input rows matVecLaunch takes: the decode
+// kernel keeps one accumulator per input row in registers.
+const maxMatVecRows = 8
+
+// The geometry the kernels are written for.
+const (
+	elemThreads = 256  // element-wise kernels: threads per block
+	rowThreads  = 256  // one block per row (embed, rmsnorm)
+	matVecWarps = 8    // matvec: warps per block (1 to 8 output rows)
+	matVecChunk = 1024 // matvec: columns of x staged in shared memory at a time
+	// matVecTargetBlocks is the fewest matvec blocks wanted before a row's
+	// columns are split between warps: two per SM of the largest parts.
+	matVecTargetBlocks = 264
+	matMulTile         = 64       // matmul: output tile (input rows x weight rows)
+	attnThreads        = 256      // attention: 8 warps
+	attnKeyTile        = 32       // attention: keys per shared-memory tile, one per lane
+	attnMaxRows        = 32       // attention: query-head rows per block, at most 4 per warp
+	attnSharedCap      = 48 << 10 // attention: dynamic shared memory, the most without opting in
+	// attnTargetCTAs is how many blocks decode attention aims at by
+	// splitting the context (flash-decoding): about two per SM on the
+	// largest current parts, so short contexts still fill the device.
+	attnTargetCTAs = 256
+	// maxHeadDim is the widest head the attention kernels hold in
+	// registers (8 values per lane).
+	maxHeadDim = 256
+)
+
+// maxParams is the most arguments a kernel takes (attn_split_pre's 22),
+// with room to spare: the C trampoline's array of parameter pointers.
+const maxParams = 32
+
+// args packs kernel arguments in the layout of a .param space (see
+// Launch).
+type args struct {
+	b    []byte
+	offs []uint32
+}
+
+// next aligns the buffer for a parameter of n bytes and records its offset.
+func (a *args) next(n int) {
+	for len(a.b)%n != 0 {
+		a.b = append(a.b, 0)
+	}
+	a.offs = append(a.offs, uint32(len(a.b)))
+	if len(a.offs) > maxParams {
+		panic(fmt.Sprintf("cuda: more than %d kernel parameters", maxParams))
+	}
+}
+
+// ptr appends a device pointer.
+func (a *args) ptr(p Ptr) *args {
+	a.next(8)
+	a.b = binary.LittleEndian.AppendUint64(a.b, uint64(p))
+	return a
+}
+
+// i32 appends an int, panicking outside the int32 range.
+func (a *args) i32(what string, v int) *args {
+	a.next(4)
+	a.b = binary.LittleEndian.AppendUint32(a.b, uint32(int32Of(what, v)))
+	return a
+}
+
+// f32 appends a float32.
+func (a *args) f32(v float32) *args {
+	a.next(4)
+	a.b = binary.LittleEndian.AppendUint32(a.b, math.Float32bits(v))
+	return a
+}
+
+func int32Of(what string, v int) int32 {
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		panic(fmt.Sprintf("cuda: %s = %d does not fit the kernels' int32", what, v))
+	}
+	return int32(v)
+}
+
+// positive panics unless every value is > 0 and within int32. Products
+// the kernels index with int32 are checked by the callers.
+func positive(what string, vs ...int) {
+	for _, v := range vs {
+		if v <= 0 {
+			panic(fmt.Sprintf("cuda: %s: sizes %v must be positive", what, vs))
+		}
+		int32Of(what, v)
+	}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func u32(what string, v int) uint32 {
+	if v <= 0 || v > math.MaxInt32 {
+		panic(fmt.Sprintf("cuda: %s = %d out of range for a launch", what, v))
+	}
+	return uint32(v)
+}
+
+// dtypeSuffix names a weight dtype in kernel names.
+func dtypeSuffix(dt tensor.DType) string {
+	switch dt {
+	case tensor.F32:
+		return "f32"
+	case tensor.BF16:
+		return "bf16"
+	case tensor.F16:
+		return "f16"
+	}
+	panic(fmt.Sprintf("cuda: no kernels for weights of %v", dt))
+}
+
+// elementwise returns a launch of one thread per element. The kernels
+// compute a thread's index in int32, so the grid must not pass MaxInt32.
+func elementwise(kernel string, n int, a *args) Launch {
+	if n > math.MaxInt32-elemThreads {
+		panic(fmt.Sprintf("cuda: %s of %d elements overflows the kernels' int32 indexes", kernel, n))
+	}
+	return Launch{
+		Kernel: kernel,
+		Grid:   Dim3{u32(kernel+" blocks", ceilDiv(n, elemThreads)), 1, 1},
+		Block:  Dim3{elemThreads, 1, 1},
+		Args:   a.b, Params: a.offs,
+	}
+}
+
+// embedLaunch sets row i of out (n rows of cols float32) to row ids[i] of
+// table (rows of cols values of dt); ids are n int32 on the device, each
+// already checked to be a row of the table.
+// Kernel: embed_<dt>(float *out, const T *table, const int *ids, int n, int cols).
+func embedLaunch(dt tensor.DType, out, table, ids Ptr, n, cols int) Launch {
+	positive("embed", n, cols)
+	k := "embed_" + dtypeSuffix(dt)
+	a := new(args).ptr(out).ptr(table).ptr(ids).i32("n", n).i32("cols", cols)
+	return Launch{Kernel: k, Grid: Dim3{u32("embed rows", n), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.b, Params: a.offs}
+}
+
+// rmsNormLaunch sets each of rows rows of out to the row of x divided by
+// its root mean square plus eps, times w (cols float32). out may equal x.
+// Kernel: rmsnorm(float *out, const float *x, const float *w, int rows, int cols, float eps).
+func rmsNormLaunch(out, x, w Ptr, rows, cols int, eps float32) Launch {
+	positive("rmsnorm", rows, cols)
+	a := new(args).ptr(out).ptr(x).ptr(w).i32("rows", rows).i32("cols", cols).f32(eps)
+	return Launch{Kernel: "rmsnorm", Grid: Dim3{u32("rmsnorm rows", rows), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.b, Params: a.offs}
+}
+
+// addRowsLaunch adds bias (cols values) to each of rows rows of x.
+// Kernel: add_rows(float *x, const float *bias, int rows, int cols).
+func addRowsLaunch(x, bias Ptr, rows, cols int) Launch {
+	positive("add_rows", rows, cols)
+	int32Of("add_rows elements", rows*cols)
+	return elementwise("add_rows", rows*cols, new(args).ptr(x).ptr(bias).i32("rows", rows).i32("cols", cols))
+}
+
+// addLaunch adds y to x, n values. Kernel: add(float *x, const float *y, int n).
+func addLaunch(x, y Ptr, n int) Launch {
+	positive("add", n)
+	return elementwise("add", n, new(args).ptr(x).ptr(y).i32("n", n))
+}
+
+// siluMulLaunch sets gate to silu(gate) * up, n values.
+// Kernel: silu_mul(float *gate, const float *up, int n).
+func siluMulLaunch(gate, up Ptr, n int) Launch {
+	positive("silu_mul", n)
+	return elementwise("silu_mul", n, new(args).ptr(gate).ptr(up).i32("n", n))
+}
+
+// ropeLaunch rotates the heads vectors of width d of each of rows rows of
+// x by the angles of positions start.., cos and sin holding d/2 values per
+// position (compute/reference's RoPE: rotate-half pairing).
+// Kernel: rope(float *x, int rows, int heads, int d, int start, const float *cos, const float *sin).
+func ropeLaunch(x Ptr, rows, heads, d, start int, cos, sin Ptr) Launch {
+	positive("rope", rows, heads, d)
+	if d%2 != 0 || start < 0 {
+		panic(fmt.Sprintf("cuda: rope of width %d from position %d", d, start))
+	}
+	int32Of("rope positions", (start+rows)*d/2)
+	int32Of("rope elements", rows*heads*d)
+	a := new(args).ptr(x).i32("rows", rows).i32("heads", heads).i32("d", d).i32("start", start).ptr(cos).ptr(sin)
+	return elementwise("rope", rows*heads*d/2, a)
+}
+
+// maxKVWrites is the most parts one kvWriteLaunch writes: its grid's y
+// dimension.
+const maxKVWrites = 65535
+
+// kvWriteLaunch copies rows rows of d float32 values into rows row.. of n
+// hot parts, all of one format: partF32, or partBF16 (rounded to nearest
+// even as tensor.F32ToBF16 does). tab is a device table of n part addresses
+// then n source addresses; part e's row r comes from its source at
+// offset r*stride values. The table holds no row, so it stays the same
+// while a layer's rows fill a block.
+// Kernel: kv_write(const uint64 *tab, int n, int row, int rows, int d, int stride, int fmt).
+func kvWriteLaunch(tab Ptr, n, row, rows, d, stride int, format int32) Launch {
+	positive("kv_write", n, rows, d, stride)
+	switch {
+	case n > maxKVWrites:
+		panic(fmt.Sprintf("cuda: kv_write of %d parts, at most %d", n, maxKVWrites))
+	case row < 0 || format != partF32 && format != partBF16:
+		panic(fmt.Sprintf("cuda: kv_write at row %d into parts of format %d", row, format))
+	}
+	int32Of("kv_write part values", (row+rows)*d)
+	int32Of("kv_write source values", (rows-1)*stride+d)
+	a := new(args).ptr(tab).i32("n", n).i32("row", row).i32("rows", rows).i32("d", d).i32("stride", stride).i32("format", int(format))
+	return Launch{
+		Kernel: "kv_write",
+		Grid:   Dim3{u32("kv_write blocks", ceilDiv(rows*d, elemThreads)), uint32(n), 1},
+		Block:  Dim3{elemThreads, 1, 1},
+		Args:   a.b, Params: a.offs,
+	}
+}
+
+// matVecLaunch sets out (n rows of rows values) to x (n rows of cols)
+// times w (rows x cols of dt) transposed, for decode's few rows: wpr warps
+// share one output row and read it once, with 16-byte loads, for all n
+// input rows, which are staged in shared memory matVecChunk columns at a
+// time. wpr is 1 for large matrices and grows (to 8) until there are
+// about matVecTargetBlocks blocks, so a small matrix still has enough
+// warps reading. 1 <= n <= maxMatVecRows.
+// Kernel: matvec_<dt>(float *out, const float *x, const T *w, int n, int rows, int cols, int chunk, int wpr).
+func matVecLaunch(dt tensor.DType, out, x, w Ptr, n, rows, cols int) Launch {
+	positive("matvec", rows, cols)
+	if n < 1 || n > maxMatVecRows {
+		panic(fmt.Sprintf("cuda: matvec of %d rows, want 1..%d", n, maxMatVecRows))
+	}
+	int32Of("matvec input", n*cols)
+	int32Of("matvec output", n*rows)
+	chunk := min(matVecChunk, ceilDiv(cols, 8)*8)
+	// Warps per row: split a row's columns while blocks are few and each
+	// warp still gets at least one 256-column step.
+	wpr := 1
+	for wpr < matVecWarps && ceilDiv(rows*wpr, matVecWarps) < matVecTargetBlocks && 256*2*wpr <= cols {
+		wpr *= 2
+	}
+	k := "matvec_" + dtypeSuffix(dt)
+	a := new(args).ptr(out).ptr(x).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
+	return Launch{
+		Kernel: k,
+		Grid:   Dim3{u32("matvec blocks", ceilDiv(rows*wpr, matVecWarps)), 1, 1},
+		Block:  Dim3{32 * matVecWarps, 1, 1},
+		Shared: uint32(4 * n * chunk),
+		Args:   a.b, Params: a.offs,
+	}
+}
+
+// matMulLaunch sets out (n rows of rows values) to x (n rows of cols)
+// times w (rows x cols of dt) transposed, any n: a shared-memory tiled
+// GEMM of matMulTile x matMulTile output tiles, the fallback for prefill
+// without cuBLAS.
+// Kernel: matmul_<dt>(float *out, const float *x, const T *w, int n, int rows, int cols).
+func matMulLaunch(dt tensor.DType, out, x, w Ptr, n, rows, cols int) Launch {
+	positive("matmul", n, rows, cols)
+	int32Of("matmul input", n*cols)
+	int32Of("matmul output", n*rows)
+	k := "matmul_" + dtypeSuffix(dt)
+	a := new(args).ptr(out).ptr(x).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols)
+	return Launch{
+		Kernel: k,
+		Grid:   Dim3{u32("matmul column tiles", ceilDiv(rows, matMulTile)), u32("matmul row tiles", ceilDiv(n, matMulTile)), 1},
+		Block:  Dim3{256, 1, 1},
+		Args:   a.b, Params: a.offs,
+	}
+}
+
+// Formats of the KV parts attention reads: hot parts hold BlockSize x
+// HeadDim values row-major; encoded parts hold exactly the bytes the
+// codec's Encode produced for BlockSize x HeadDim values (header
+// included). The int codecs are those of codec.Int4 without rotation and
+// with a power-of-two group (32 by default): per token ("int4", "int2") or
+// per channel ("int4-k", "int2-k", KIVI's layout for keys).
+const (
+	partF32   = iota // float32 hot part
+	partBF16         // bf16 hot part
+	partInt8         // codec "int8"
+	partInt4         // codec "int4" (any power-of-two group)
+	partInt4K        // codec "int4-k"
+	partInt2         // codec "int2"
+	partInt2K        // codec "int2-k"
+	// partKakeya is a block of a codec.Kakeya: attention reads it with
+	// the codec's settings, kakeyaParams, given as attnArgs.KParams or
+	// VParams.
+	partKakeya
+)
+
+// A key part of any encoded format may hold a codec.Preconditioned's
+// bytes: the inner codec's encoding of the keys whitened by the head's
+// factor L (y = k L). Its attnArgs.LTab entry holds the device address of
+// the factor's inverse (codec.Preconditioned.Linv, in unwhitenLayout's
+// order), and the kernel multiplies each decoded row by it (k = y Linv)
+// before RoPE. That is d(d+1)/2 multiply-adds per key row and block of
+// attn_split (at d = 128, about 8K, against d per query-head row to score
+// it), and the factor's lower triangle read through the cache once per
+// tile of 32 keys: the whitening cannot move to the queries, since RoPE,
+// applied after it, differs from key to key.
+
+// attnSplitFormats marks a Fmts entry whose key and value parts have
+// different formats (see attnFormat).
+const attnSplitFormats = 1 << 16
+
+// attnFormat returns the Fmts entry of a block whose keys are stored in
+// format k and values in format v: the format itself when they agree (so
+// an entry may always be a plain part format), else k | v<<8 |
+// attnSplitFormats.
+func attnFormat(k, v int32) int32 {
+	if k == v {
+		return k
+	}
+	return k | v<<8 | attnSplitFormats
+}
+
+// encodedFormat reports the part format of blocks encoded by dec for
+// parts of head dim d, and false when attention cannot read that codec's
+// bytes (the cache then keeps such blocks hot, holding their decoded
+// values). A codec.Kakeya is read with its settings, which its bytes
+// lack: a store that keeps such blocks encoded also holds the layer's
+// kakeyaParams on the device for attnArgs.KParams and VParams. A
+// codec.Preconditioned is read as its inner codec's format (see
+// preconditioner), the kernel un-whitening the keys with the LTab entry.
+func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
+	if p, ok := dec.(*codec.Preconditioned); ok {
+		inner, linv := preconditioner(p, d)
+		if linv == nil {
+			return 0, false
+		}
+		return encodedFormat(inner, d)
+	}
+	if _, ok := dec.(*codec.Kakeya); ok {
+		return partKakeya, d <= maxHeadDim
+	}
+	if c, ok := dec.(*codec.Int4); ok {
+		// Any group of a power of two (the kernel reads it from the
+		// block's header), no rotation.
+		o := c.Options()
+		if o.Rotate || o.Group&(o.Group-1) != 0 {
+			return 0, false
+		}
+		switch {
+		case o.Bits == 4 && o.PerChannel:
+			return partInt4K, true
+		case o.Bits == 4:
+			return partInt4, true
+		case o.PerChannel:
+			return partInt2K, true
+		}
+		return partInt2, true
+	}
+	if dec.Name() == "int8" {
+		return partInt8, true
+	}
+	return 0, false
+}
+
+// preconditioner returns the codec p wraps and the inverse factor its
+// Decode applies, or a nil factor when the kernels cannot undo p: a
+// factor not of d x d values or d past maxHeadDim, or an inner codec that
+// is itself preconditioned (the kernel applies one factor).
+func preconditioner(p *codec.Preconditioned, d int) (compute.Decoder, []float32) {
+	if _, nested := p.Inner.(*codec.Preconditioned); nested || p.Inner == nil || d > maxHeadDim || len(p.Linv) != d*d {
+		return nil, nil
+	}
+	return p.Inner, p.Linv
+}
+
+// attnWarps is the number of warps of an attention block.
+const attnWarps = attnThreads / 32
+
+// unwhitenLayout returns the inverse factor linv (d x d, row-major, lower
+// triangular) in the order the attention kernel reads it: lane j of warp
+// w computes columns w, w+8, ... of key row j, so for each row i and warp
+// w the M = ceil(d/8) values linv[i][w+8m] are stored together, padded
+// with zeros to a multiple of 4 values (each 4 one 16-byte load), and so
+// are the values past the diagonal, which the kernel does not read.
+func unwhitenLayout(linv []float32, d int) []float32 {
+	m4 := (ceilDiv(d, attnWarps) + 3) &^ 3
+	out := make([]float32, d*attnWarps*m4)
+	for i := range d {
+		for w := range attnWarps {
+			for m := range m4 {
+				if c := w + attnWarps*m; c <= i {
+					out[(i*attnWarps+w)*m4+m] = linv[i*d+c]
+				}
+			}
+		}
+	}
+	return out
+}
+
+// kakeyaParamsLen is the size of kakeyaParams' block: the code width and
+// 3 words of padding, 16 codebook levels and maxHeadDim rotation signs, all
+// 4-byte words.
+const kakeyaParamsLen = 4 * (4 + 16 + maxHeadDim)
+
+// kakeyaParams returns the device form of what attention needs to read
+// blocks of dec, a *codec.Kakeya, beyond their bytes: the residual's code
+// width, its codebook levels and the randomized Hadamard rotation's signs
+// (the codec's own, Kakeya.Signs). It reports false for any other decoder
+// and for head dims past maxHeadDim.
+func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
+	k, ok := dec.(*codec.Kakeya)
+	if !ok || d > maxHeadDim {
+		return nil, false
+	}
+	o := k.Options()
+	cb := o.Codebook
+	if cb == nil {
+		var err error
+		if cb, err = codec.GaussianCodebook(o.Bits); err != nil {
+			return nil, false
+		}
+	}
+	if len(cb.Levels) > 16 {
+		return nil, false
+	}
+	b := make([]byte, kakeyaParamsLen)
+	binary.LittleEndian.PutUint32(b, uint32(o.Bits))
+	for i, l := range cb.Levels {
+		binary.LittleEndian.PutUint32(b[16+4*i:], math.Float32bits(l))
+	}
+	for i, sign := range k.Signs(maxHeadDim) {
+		binary.LittleEndian.PutUint32(b[80+4*i:], math.Float32bits(sign))
+	}
+	return b, true
+}
+
+// attnArgs are one attention call over a paged KV layer.
+//
+// KTab and VTab are device arrays of uint64 part addresses indexed
+// [block*KVHeads+kvHead], Fmts a device array of int32 part formats with
+// the same index (partF32..., one format for both parts, or attnFormat's
+// pair when keys and values differ), Blocks the number of blocks the tables
+// hold (at least ceil((Start+N)/BlockSize)). Keys are stored before RoPE
+// and rotated in the kernel with Cos and Sin (HeadDim/2 values per
+// position, reaching position Start+N-1). Q and Out are N rows of
+// Heads*HeadDim float32; Scratch is attentionScratch(a) bytes of device
+// memory (0 bytes, any pointer, when it says 0). KParams and VParams are
+// device copies of kakeyaParams for the layer's key and value codecs when
+// some of its parts are partKakeya (0 otherwise). LTab, indexed like
+// KTab, holds the device addresses of the inverse factors of the keys of
+// preconditioned parts (0 for other parts), or is 0 when no part is: the
+// call then launches the kernel that does not read it.
+type attnArgs struct {
+	Out, Q                                     Ptr
+	N, Start                                   int
+	Heads, KVHeads, HeadDim, Window, BlockSize int
+	KTab, VTab, Fmts                           Ptr
+	Blocks                                     int
+	Cos, Sin                                   Ptr
+	Scratch                                    Ptr
+	KParams, VParams                           Ptr
+	LTab                                       Ptr
+}
+
+// attnPlan is the geometry of one attention call.
+type attnPlan struct {
+	rows   int // query-head rows per block (a multiple of 8)
+	tiles  int // row tiles per KV head
+	splits int // context splits
+	per    int // KV blocks per split
+	shared int // dynamic shared bytes of the split kernel
+}
+
+// plan checks a and decides the geometry. Every query-head row of a KV
+// head's group (query i, head g*group+j is row i*group+j) is one row of a
+// tile of p.rows rows; each block of the split kernel takes one tile, one
+// KV head and one range of p.per KV blocks, so a KV head's keys and values
+// are read once for all the heads sharing them. The context is split
+// (flash-decoding) until there are about attnTargetCTAs blocks.
+func (a attnArgs) plan() attnPlan {
+	positive("attention", a.N, a.Heads, a.KVHeads, a.HeadDim, a.BlockSize, a.Blocks)
+	switch {
+	case a.Heads%a.KVHeads != 0:
+		panic(fmt.Sprintf("cuda: attention: %d heads do not share %d KV heads", a.Heads, a.KVHeads))
+	case a.HeadDim%2 != 0 || a.HeadDim > maxHeadDim:
+		panic(fmt.Sprintf("cuda: attention: head dim %d must be even and at most %d", a.HeadDim, maxHeadDim))
+	case a.Start < 0 || a.Window < 0:
+		panic(fmt.Sprintf("cuda: attention from position %d with window %d", a.Start, a.Window))
+	case a.Blocks*a.BlockSize < a.Start+a.N:
+		panic(fmt.Sprintf("cuda: attention: %d blocks of %d tokens do not hold position %d", a.Blocks, a.BlockSize, a.Start+a.N-1))
+	}
+	int32Of("attention table", a.Blocks*a.KVHeads)
+	int32Of("attention rows", a.N*a.Heads*(a.HeadDim+2))
+	int32Of("attention positions", (a.Start+a.N)*a.HeadDim/2)
+	d := a.HeadDim
+	group := a.Heads / a.KVHeads
+	// A tile row holds NextPow2(d) values plus one (the odd stride that
+	// spreads lanes over banks): a Kakeya row is rotated at that width.
+	tileBytes := 4 * attnKeyTile * (codec.NextPow2(d) + 1)
+	probBytes := 4 * attnMaxRows * attnKeyTile
+	rows := (attnSharedCap - tileBytes - probBytes) / (4 * d) / 8 * 8
+	rows = min(rows, attnMaxRows, ceilDiv(a.N*group, 8)*8)
+	p := attnPlan{rows: rows, tiles: ceilDiv(a.N*group, rows)}
+	p.shared = 4*rows*d + tileBytes + probBytes
+	total := ceilDiv(a.Start+a.N, a.BlockSize)
+	p.splits = min(total, max(1, ceilDiv(attnTargetCTAs, a.KVHeads*p.tiles)))
+	p.per = ceilDiv(total, p.splits)
+	p.splits = ceilDiv(total, p.per)
+	if a.KVHeads > 65535 || p.tiles > 65535 {
+		panic(fmt.Sprintf("cuda: attention grid of %d KV heads x %d row tiles exceeds 65535", a.KVHeads, p.tiles))
+	}
+	return p
+}
+
+// attentionScratch returns the bytes of device scratch attentionLaunches
+// needs: each split's running maximum, sum and unnormalised output per
+// query-head row, or 0 when the context is not split.
+func attentionScratch(a attnArgs) int {
+	p := a.plan()
+	if p.splits == 1 {
+		return 0
+	}
+	return 4 * p.splits * a.N * a.Heads * (a.HeadDim + 2)
+}
+
+// attentionLaunches returns the launches of one attention call: the split
+// pass (attn_split, or attn_split_pre when LTab is set: the same kernel
+// with the un-whitening, whose registers the other is spared), which
+// writes Out itself when the context is not split, else partial softmax
+// states to Scratch, then the combine pass (attn_combine) that merges them
+// into Out.
+//
+// Kernels:
+//
+//	attn_split[_pre](float *out, const float *q, float *scratch, int n, int start, int heads, int kv_heads,
+//	           int d, int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
+//	           int blocks, const float *cos, const float *sin, int rows, int per, int splits,
+//	           const float *kparams, const float *vparams, const uint64 *ltab)
+//	attn_combine(float *out, const float *scratch, int n, int heads, int d, int splits)
+func attentionLaunches(a attnArgs) []Launch {
+	p := a.plan()
+	split := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Scratch).
+		i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
+		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
+		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", a.Blocks).ptr(a.Cos).ptr(a.Sin).
+		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams).ptr(a.LTab)
+	kernel := "attn_split"
+	if a.LTab != 0 {
+		kernel = "attn_split_pre"
+	}
+	ls := []Launch{{
+		Kernel: kernel,
+		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},
+		Block:  Dim3{attnThreads, 1, 1},
+		Shared: uint32(p.shared),
+		Args:   split.b, Params: split.offs,
+	}}
+	if p.splits > 1 {
+		comb := new(args).ptr(a.Out).ptr(a.Scratch).i32("n", a.N).i32("heads", a.Heads).i32("head dim", a.HeadDim).i32("splits", p.splits)
+		ls = append(ls, Launch{
+			Kernel: "attn_combine",
+			Grid:   Dim3{u32("combine rows", a.N*a.Heads), 1, 1},
+			Block:  Dim3{128, 1, 1},
+			Args:   comb.b, Params: comb.offs,
+		})
+	}
+	return ls
+}

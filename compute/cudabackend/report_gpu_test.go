@@ -1,0 +1,141 @@
+//go:build gpu
+
+package cudabackend
+
+// The GPU report's tests, which the bundle's run.sh (make gpu-bundle)
+// runs one at a time with -test.run, each printing its rows as it
+// measures them (see report_test.go). Without a GPU each fails at once,
+// TestReportDevice with a line "NODEVICE|why" that run.sh reads to
+// report the GPU rows as not run. TestReportCPUGolden needs no GPU.
+//
+// The environment: KAKEYA_SHARED (the data set: the bundle's data/),
+// KAKEYA_REPORT_JSON and KAKEYA_REPORT_BUDGET (report_test.go), and for
+// the checkpoint measurements KAKEYA_REPORT_MODEL, a checkpoint written
+// by kakeya-testmodel, and KAKEYA_REPORT_SHAPE, its preset's name;
+// KAKEYA_REPORT_SHAPES lists the presets TestReportKernels measures.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/model"
+)
+
+// reportContexts are the contexts of the attention and throughput rows.
+var reportContexts = []int{512, 2048, 8192}
+
+// noDevice says why err means the machine has no GPU to report on ("no
+// CUDA driver", "no CUDA device"), or "" when it is another failure.
+func noDevice(err error) string {
+	switch {
+	case strings.Contains(err.Error(), "dlopen(") || strings.Contains(err.Error(), "cannot open shared object file") ||
+		strings.Contains(err.Error(), "needs cgo"):
+		return "no CUDA driver"
+	case errors.Is(err, ErrNoDevice):
+		return "no CUDA device"
+	}
+	return ""
+}
+
+// The device, its driver and memory; without one, the line run.sh reads.
+func TestReportDevice(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	b, err := New(Options{})
+	if err != nil {
+		if why := noDevice(err); why != "" {
+			fmt.Printf("NODEVICE|%s: %v\n", why, err)
+			t.Fatalf("%s: %v", why, err)
+		}
+		r.row("device", "cuda", statusFail, err.Error(), nil)
+		return
+	}
+	deviceRow(r, b)
+	if err := b.Close(); err != nil {
+		r.row("device", "close", statusFail, err.Error(), nil)
+	}
+}
+
+// The CPU backend's logits against the golden files: the reference the
+// GPU rows are read against, on the machine that runs them.
+func TestReportCPUGolden(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	goldenRows(r, "cpu-golden", shareddata.Dir(t), goldenCases, []goldenRun{
+		{name: "cpu", opts: model.Options{MatMul: "f32"}, decTol: 1e-3, preTol: 1e-3},
+	})
+}
+
+// The CUDA backend's logits against the golden files, with cuBLAS in
+// float32 (exact-gemm: as exact as the CPU, less a bf16 cache rounding
+// flip) and by default, in TF32, which rounds prefill's activations to 10
+// mantissa bits (the same rows twice where cuBLAS does not load).
+func TestReportGolden(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	shared := shareddata.Dir(t)
+	exact, tf32 := openGPU(t, Options{ExactGEMM: true}), openGPU(t, Options{})
+	goldenRows(r, "golden", shared, goldenCases, []goldenRun{
+		{name: "cuda exact-gemm", opts: model.Options{Backend: exact}, decTol: 1e-3, preTol: 1e-3, rel: true},
+		{name: "cuda", opts: model.Options{Backend: tf32}, decTol: 1e-3, preTol: 1e-2, rel: true},
+	})
+}
+
+// Greedy generation on the GPU against the CPU, token for token.
+func TestReportGreedy(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	greedyRows(r, "greedy", shareddata.Dir(t), goldenCases, newGPU(t), 128)
+}
+
+// Each kernel at the layer shapes of every preset in
+// KAKEYA_REPORT_SHAPES (default Qwen2.5 0.5B, 1.5B and 7B) against its
+// reference, with its time and bandwidth.
+func TestReportKernels(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	b := openGPU(t, Options{NoGraphs: true})
+	shapes := "qwen2.5-0.5b,qwen2.5-1.5b,qwen2.5-7b"
+	if s := os.Getenv("KAKEYA_REPORT_SHAPES"); s != "" {
+		shapes = s
+	}
+	for _, name := range strings.Split(shapes, ",") {
+		spec, ok := testmodel.Presets[name]
+		if !ok {
+			t.Fatalf("KAKEYA_REPORT_SHAPES: no preset %q", name)
+		}
+		(&kernelBench{r: r, b: b, shape: name, spec: spec, prefill: 512, contexts: reportContexts, block: 64, timing: 50 * time.Millisecond}).run()
+	}
+	if err := b.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reportModel returns the checkpoint KAKEYA_REPORT_MODEL names and its
+// preset, KAKEYA_REPORT_SHAPE.
+func reportModel(t *testing.T) (dir, shape string, spec testmodel.Spec) {
+	dir, shape = os.Getenv("KAKEYA_REPORT_MODEL"), os.Getenv("KAKEYA_REPORT_SHAPE")
+	spec, ok := testmodel.Presets[shape]
+	if dir == "" || !ok {
+		t.Fatalf("KAKEYA_REPORT_MODEL=%q KAKEYA_REPORT_SHAPE=%q: want a checkpoint written by kakeya-testmodel and its shape", dir, shape)
+	}
+	return dir, shape, spec
+}
+
+// Prefill and decode tokens/s of the checkpoint with plain, int8 and
+// kakeya caches at each context, next to the bandwidth bound, with the
+// driver calls of a decode step.
+func TestReportThroughput(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	dir, shape, spec := reportModel(t)
+	(&throughput{r: r, step: "throughput", b: newGPU(t), shape: shape, spec: spec, dir: dir,
+		caches: []string{"plain", "int8", "kakeya"}, contexts: reportContexts, steps: 64, block: 64}).run()
+}
+
+// The kernels launched per decode step, with CUDA graphs and without.
+func TestReportLaunches(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	dir, shape, spec := reportModel(t)
+	launchRows(r, "launches", func(o Options) *Backend { return openGPU(t, o) }, shape, spec, dir, 512, 32, 64)
+}

@@ -1,0 +1,1045 @@
+package cudabackend
+
+// The GPU report's measurements. make gpu-bundle builds this package's
+// tests with -tags gpu, and the bundle's run.sh runs the TestReport*
+// tests of report_gpu_test.go on a machine with an NVIDIA GPU (their
+// names keep them out of make gpu-check's ^TestGPU). The measurements
+// themselves are written here against any backend, so that
+// TestReportFake runs every one of them without a GPU, at tiny shapes:
+// make test checks each row's setup, reference and formatting; only the
+// numbers need the device.
+//
+// A measurement prints each row as soon as it has it: one line to stdout,
+// "ROW|" then the text (run.sh shows these lines and keeps the rest of the
+// output apart), and, where $KAKEYA_REPORT_JSON names a file, one JSON
+// object per line appended to it (run.sh's results.json).
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/tensor"
+)
+
+// The report's environment: the file its JSON rows are appended to, and
+// the seconds a measurement may take before it skips what is left.
+const (
+	envReportJSON   = "KAKEYA_REPORT_JSON"
+	envReportBudget = "KAKEYA_REPORT_BUDGET"
+)
+
+// reporter prints a measurement's rows.
+type reporter struct {
+	t        testing.TB
+	out      io.Writer
+	json     string    // file of JSON rows, "" for none
+	deadline time.Time // zero: none
+	rows     []map[string]any
+}
+
+// newReporter returns a reporter printing to out, with the JSON file and
+// the time budget the environment names.
+func newReporter(t testing.TB, out io.Writer) *reporter {
+	r := &reporter{t: t, out: out, json: os.Getenv(envReportJSON)}
+	if s := os.Getenv(envReportBudget); s != "" {
+		sec, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want seconds", envReportBudget, s)
+		}
+		r.deadline = time.Now().Add(time.Duration(sec * float64(time.Second)))
+	}
+	return r
+}
+
+// Row statuses: a check that passed or failed, a measurement with nothing
+// to check, and one not taken (no time left).
+const (
+	statusPass = "pass"
+	statusFail = "fail"
+	statusInfo = "info"
+	statusSkip = "skip"
+)
+
+// row reports one result: "[step] name: text", with the status unless it
+// is info. A failed row fails the test.
+func (r *reporter) row(step, name, status, text string, fields map[string]any) {
+	r.t.Helper()
+	line := fmt.Sprintf("[%s] %s: %s", step, name, text)
+	if status != statusInfo {
+		line += "  " + strings.ToUpper(status)
+	}
+	fmt.Fprintln(r.out, "ROW|"+line)
+	obj := map[string]any{"step": step, "name": name, "status": status, "text": text}
+	for k, v := range fields {
+		if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			v = fmt.Sprint(f) // JSON has no NaN
+		}
+		obj[k] = v
+	}
+	r.rows = append(r.rows, obj)
+	if r.json != "" {
+		b, err := json.Marshal(obj)
+		if err == nil {
+			err = appendLine(r.json, b)
+		}
+		if err != nil {
+			r.t.Errorf("%s: %v", envReportJSON, err)
+		}
+	}
+	if status == statusFail {
+		r.t.Errorf("%s", line)
+	}
+}
+
+// appendLine appends b and a newline to the file at path.
+func appendLine(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// left returns the time left before the deadline (a day without one).
+func (r *reporter) left() time.Duration {
+	if r.deadline.IsZero() {
+		return 24 * time.Hour
+	}
+	return time.Until(r.deadline)
+}
+
+// status returns pass when ok, else fail.
+func status(ok bool) string {
+	if ok {
+		return statusPass
+	}
+	return statusFail
+}
+
+// deviceRow reports the device, its driver and how prefill's products run.
+func deviceRow(r *reporter, b *Backend) {
+	d := b.dev
+	drv := fmt.Sprintf("%d.%d", d.DriverVersion/1000, d.DriverVersion%1000/10)
+	r.row("device", "cuda", statusInfo, fmt.Sprintf("%s; CUDA driver API %s", b.Describe(), drv), map[string]any{
+		"gpu": d.Name, "sm": fmt.Sprintf("%d%d", d.Major, d.Minor), "sms": d.SMs, "memory_bytes": d.TotalMem,
+		"bandwidth_gbs": b.Bandwidth() / 1e9, "driver_api": drv, "gemm": b.GEMM(),
+	})
+}
+
+// kernelBench times the backend's kernels at one model's layer shapes,
+// each against a reference computed on the host: the matrix products in
+// float64, attention by the CPU backend over the same cache blocks.
+type kernelBench struct {
+	r        *reporter
+	b        *Backend
+	shape    string // the preset's name
+	spec     testmodel.Spec
+	prefill  int           // rows of the matrix products after the matrix-vector ones
+	contexts []int         // attention's
+	block    int           // tokens per cache block
+	timing   time.Duration // the timed repetitions of one row take about this long
+}
+
+// run reports every kernel row: matrix-vector products (a decode step's)
+// of every weight shape, matrix products (prefill's) of the layers' ones,
+// RMSNorm over one row and prefill rows, and a decode step's attention at
+// each context over bf16 and int8 blocks.
+func (k *kernelBench) run() {
+	s := k.spec
+	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	weights := []struct {
+		name       string
+		rows, cols int
+	}{
+		{"q_proj", q, s.Hidden}, {"k_proj/v_proj", kv, s.Hidden}, {"o_proj", s.Hidden, q},
+		{"gate_proj/up_proj", s.Intermediate, s.Hidden}, {"down_proj", s.Hidden, s.Intermediate},
+		{"lm_head", s.Vocab, s.Hidden},
+	}
+	for _, w := range weights {
+		ns := []int{1, k.prefill}
+		if w.name == "lm_head" {
+			ns = ns[:1] // prefill computes the last row's logits alone
+		}
+		k.matMul(w.name, w.rows, w.cols, ns)
+		runtime.GC() // free the device memory of the weights done with
+	}
+	k.rmsNorm(1)
+	k.rmsNorm(k.prefill)
+	for _, ctx := range k.contexts {
+		for _, cache := range []string{"bf16", "int8"} {
+			k.attention(ctx, cache)
+			runtime.GC()
+		}
+	}
+}
+
+// skip reports a row not measured for want of time, and reports whether
+// it did.
+func (k *kernelBench) skip(label string) bool {
+	if k.r.left() > 0 {
+		return false
+	}
+	k.r.row("kernels", label, statusSkip, "out of the time budget", map[string]any{"shape": k.shape})
+	return true
+}
+
+// timeOp runs op once to warm up, then about k.timing's worth of times,
+// and returns the time per run: wall time until a read-back of sync (one
+// value) returns, so the host's launches and the device's work overlap as
+// they do in a forward pass.
+func (k *kernelBench) timeOp(sync compute.Buffer, op func()) (time.Duration, int) {
+	one := make([]float32, 1)
+	wait := func() { k.b.Read(one, sync.Slice(0, 1)) }
+	op()
+	wait()
+	t0 := time.Now()
+	op()
+	wait()
+	reps := int(min(1000, max(1, k.timing/max(time.Since(t0), time.Microsecond))))
+	t0 = time.Now()
+	for range reps {
+		op()
+	}
+	wait()
+	return time.Since(t0) / time.Duration(reps), reps
+}
+
+// rate formats bytes moved in d as GB/s and a share of the device's peak.
+func (k *kernelBench) rate(bytes int64, d time.Duration) (string, float64) {
+	gbs := float64(bytes) / d.Seconds() / 1e9
+	s := fmt.Sprintf("%.0f GB/s", gbs)
+	if peak := k.b.Bandwidth(); peak > 0 {
+		s += fmt.Sprintf(" (%.0f%% of %.0f)", 100*gbs*1e9/peak, peak/1e9)
+	}
+	return s, gbs
+}
+
+// matMul reports out = x times w transposed for a random bf16 weight of
+// rows x cols and each n of ns rows of x: the matrix-vector kernel up to
+// maxMatVecRows rows, cuBLAS or the matrix kernel past them, as MatMul
+// picks. Up to three rows of each result are checked against float64.
+func (k *kernelBench) matMul(name string, rows, cols int, ns []int) {
+	label := func(n int) string {
+		if n > maxMatVecRows {
+			return fmt.Sprintf("%s matmul %s", k.shape, name)
+		}
+		return fmt.Sprintf("%s matvec %s", k.shape, name)
+	}
+	if k.r.left() <= 0 {
+		for _, n := range ns {
+			k.skip(label(n))
+		}
+		return
+	}
+	b := k.b
+	w := randBF16(seedOf(k.shape+name), rows, cols)
+	wt, err := b.Upload(tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, U16: w})
+	if err != nil {
+		k.r.row("kernels", label(ns[0]), statusFail, err.Error(), nil)
+		return
+	}
+	for _, n := range ns {
+		if k.skip(label(n)) {
+			continue
+		}
+		k.matMulRows(label(n), name, w, wt, rows, cols, n)
+	}
+}
+
+// matMulRows reports one matMul row: n rows of x times the weight w,
+// uploaded as wt.
+func (k *kernelBench) matMulRows(label, name string, w []uint16, wt compute.Weight, rows, cols, n int) {
+	b := k.b
+	x := randNormal(seedOf(label+"/x"), n*cols)
+	xb, out := upload(b, x), b.Alloc(n*rows)
+	per, reps := k.timeOp(out, func() { b.MatMul(out, xb, n, wt) })
+	var worst float64
+	got := make([]float32, rows)
+	for _, i := range slices.Compact([]int{0, n / 2, n - 1}) {
+		b.Read(got, out.Slice(i*rows, (i+1)*rows))
+		worst = max(worst, relErr(got, refMatVec(w, rows, cols, x[i*cols:(i+1)*cols])))
+	}
+	kind, tol := "matvec", 1e-4
+	if n > maxMatVecRows {
+		kind = "matmul"
+		if b.gemm != nil && b.tf32 {
+			tol = 5e-3 // TF32 rounds x to 10 mantissa bits
+		}
+	}
+	if err := b.Err(); err != nil {
+		k.r.row("kernels", label, statusFail, err.Error(), nil)
+		return
+	}
+	bytes := int64(rows)*int64(cols)*2 + int64(n)*int64(cols+rows)*4
+	flops := 2 * float64(n) * float64(rows) * float64(cols)
+	rate, gbs := k.rate(bytes, per)
+	text := fmt.Sprintf("%dx%d bf16 x %d rows: %s, %s, %.2f TFLOP/s; max rel err %.2g (tol %.0g) vs float64", rows, cols, n, fmtDur(per), rate, flops/per.Seconds()/1e12, worst, tol)
+	k.r.row("kernels", label, status(worst <= tol), text, map[string]any{
+		"shape": k.shape, "kernel": kind, "weight": name, "rows": rows, "cols": cols, "n": n, "reps": reps,
+		"us": float64(per) / 1e3, "gbs": gbs, "tflops": flops / per.Seconds() / 1e12, "rel_err": worst, "tol": tol,
+	})
+}
+
+// rmsNorm reports RMSNorm of n rows of the hidden width against float64.
+func (k *kernelBench) rmsNorm(n int) {
+	label := fmt.Sprintf("%s rmsnorm %d rows", k.shape, n)
+	if k.skip(label) {
+		return
+	}
+	b, h := k.b, k.spec.Hidden
+	const eps = 1e-6
+	x := randNormal(seedOf(label), n*h)
+	w := randNormal(seedOf(label+"/w"), h)
+	xb, wb, out := upload(b, x), upload(b, w), b.Alloc(n*h)
+	per, reps := k.timeOp(out, func() { b.RMSNorm(out, xb, wb, n, eps) })
+	got := read(b, out)
+	want := make([]float64, n*h)
+	for i := range n {
+		var ss float64
+		for _, v := range x[i*h : (i+1)*h] {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/float64(h)+eps)
+		for j := range h {
+			want[i*h+j] = float64(x[i*h+j]) * inv * float64(w[j])
+		}
+	}
+	if err := b.Err(); err != nil {
+		k.r.row("kernels", label, statusFail, err.Error(), nil)
+		return
+	}
+	worst, tol := relErr(got, want), 1e-5
+	bytes := int64(2*n*h+h) * 4
+	rate, gbs := k.rate(bytes, per)
+	k.r.row("kernels", label, status(worst <= tol), fmt.Sprintf("width %d: %s, %s; max rel err %.2g (tol %.0g) vs float64", h, fmtDur(per), rate, worst, tol), map[string]any{
+		"shape": k.shape, "kernel": "rmsnorm", "rows": n, "cols": h, "reps": reps, "us": float64(per) / 1e3, "gbs": gbs, "rel_err": worst, "tol": tol,
+	})
+}
+
+// attention reports one decode step's attention (one query row at the
+// last of ctx positions) over bf16 blocks or int8 ones kept encoded on
+// the device, the last block hot, against the CPU backend's attention over
+// the same blocks (the int8 ones encoded once, from the device's bf16
+// rows, and given to both).
+func (k *kernelBench) attention(ctx int, cache string) {
+	label := fmt.Sprintf("%s attention ctx %d %s", k.shape, ctx, cache)
+	if k.skip(label) {
+		return
+	}
+	s, bs := k.spec, k.block
+	heads, kvh, d := s.Heads, s.KVHeads, s.HeadDim
+	nb := (ctx + bs - 1) / bs
+	host := cpubackend.New(runtime.NumCPU())
+	defer host.Close()
+	var int8c codec.Codec
+	if cache == "int8" {
+		c, err := codec.New(codec.Spec{Name: "int8"})
+		if err != nil {
+			k.r.row("kernels", label, statusFail, err.Error(), nil)
+			return
+		}
+		int8c = c
+	}
+	// Keys in the first half, values in the second, a row of every KV
+	// head per token, as the cache appends them.
+	src := randNormal(seedOf(label), 2*nb*bs*kvh*d)
+	q := randNormal(seedOf(label+"/q"), heads*d)
+	cos, sin := ropeCosSin(nb*bs, d, s.RopeTheta)
+	encs := map[[2]int][]byte{}
+	var bytes int64
+	outs := make([][]float32, 2)
+	var per time.Duration
+	var reps int
+	for i, be := range []compute.Backend{k.b, host} {
+		store := be.NewBlockStore(bs, d, true)
+		srcB := upload(be, src)
+		layer := &reportLayer{n: ctx, parts: make([][]compute.Part, nb)}
+		x := make([]float32, bs*d)
+		for blk := range nb {
+			layer.parts[blk] = make([]compute.Part, 2*kvh)
+			m := min(bs, ctx-blk*bs)
+			for j := range layer.parts[blk] {
+				p, err := store.NewPart()
+				if err != nil {
+					k.r.row("kernels", label, statusFail, err.Error(), nil)
+					return
+				}
+				layer.parts[blk][j] = p
+				off := (j%2)*nb*bs*kvh*d + blk*bs*kvh*d + (j/2)*d
+				store.Write(p, 0, srcB.Slice(off, off+(m-1)*kvh*d+d), kvh*d, m)
+				if int8c == nil || blk == nb-1 {
+					if i == 0 {
+						bytes += int64(m * d * 2)
+					}
+					continue // bf16, or the hot block
+				}
+				enc, ok := encs[[2]int{blk, j}]
+				if !ok {
+					if err := store.Read(x, p); err != nil {
+						k.r.row("kernels", label, statusFail, err.Error(), nil)
+						return
+					}
+					if enc, err = int8c.Encode(nil, x, bs, d); err != nil {
+						k.r.row("kernels", label, statusFail, err.Error(), nil)
+						return
+					}
+					encs[[2]int{blk, j}] = enc
+					bytes += int64(len(enc))
+				}
+				if err := store.SetEncoded(p, enc, int8c); err != nil {
+					k.r.row("kernels", label, statusFail, err.Error(), nil)
+					return
+				}
+			}
+		}
+		att, err := be.NewAttention(compute.AttentionParams{Heads: heads, KVHeads: kvh, HeadDim: d, BlockSize: bs, MaxContext: nb * bs})
+		if err != nil {
+			k.r.row("kernels", label, statusFail, err.Error(), nil)
+			return
+		}
+		qb, out, cb, sb := upload(be, q), be.Alloc(heads*d), upload(be, cos), upload(be, sin)
+		fwd := func() {
+			if err := att.Forward(out, qb, 1, ctx-1, layer, cb, sb); err != nil {
+				k.r.t.Error(err)
+			}
+		}
+		if be == compute.Backend(k.b) {
+			per, reps = k.timeOp(out, fwd)
+		} else {
+			fwd()
+		}
+		outs[i] = read(be, out)
+		for _, ps := range layer.parts {
+			for _, p := range ps {
+				store.Release(p)
+			}
+		}
+	}
+	if err := k.b.Err(); err != nil {
+		k.r.row("kernels", label, statusFail, err.Error(), nil)
+		return
+	}
+	want := make([]float64, len(outs[1]))
+	for i, v := range outs[1] {
+		want[i] = float64(v)
+	}
+	// Both read the same bf16 or int8 values and differ by float32
+	// reassociation (sums over the context in another order); a misread
+	// block is off by the size of the values.
+	worst, tol := relErr(outs[0], want), 1e-3
+	bytes += int64(2 * heads * d * 4)
+	rate, gbs := k.rate(bytes, per)
+	text := fmt.Sprintf("%d heads / %d KV heads of %d, %d-token blocks, %.1f MB of cache: %s, %s; max rel err %.2g (tol %.0g) vs the CPU backend",
+		heads, kvh, d, bs, float64(bytes)/1e6, fmtDur(per), rate, worst, tol)
+	k.r.row("kernels", label, status(worst <= tol), text, map[string]any{
+		"shape": k.shape, "kernel": "attention", "ctx": ctx, "cache": cache, "bytes": bytes, "reps": reps,
+		"us": float64(per) / 1e3, "gbs": gbs, "rel_err": worst, "tol": tol,
+	})
+}
+
+// reportLayer is a KV layer of parts indexed [block][2*head+side].
+type reportLayer struct {
+	n     int
+	parts [][]compute.Part
+}
+
+func (l *reportLayer) Len() int                              { return l.n }
+func (l *reportLayer) Part(head, block, kv int) compute.Part { return l.parts[block][2*head+kv] }
+
+// ropeCosSin returns RoPE's cos and sin for positions 0..pos-1, d/2 per
+// position, at base theta.
+func ropeCosSin(pos, d int, theta float64) (cos, sin []float32) {
+	half := d / 2
+	cos, sin = make([]float32, pos*half), make([]float32, pos*half)
+	for p := range pos {
+		for i := range half {
+			a := float64(p) * math.Pow(theta, -float64(2*i)/float64(d))
+			cos[p*half+i], sin[p*half+i] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+	}
+	return cos, sin
+}
+
+// seedOf hashes a row's label into a seed.
+func seedOf(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// parallel runs f over [0, n) in chunks on every core.
+func parallel(n, chunk int, f func(lo, hi int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for lo := range next {
+				f(lo, min(n, lo+chunk))
+			}
+		})
+	}
+	for lo := 0; lo < n; lo += chunk {
+		next <- lo
+	}
+	close(next)
+	wg.Wait()
+}
+
+// randBF16 returns a rows x cols bf16 matrix, uniform with standard
+// deviation 1/sqrt(cols), as testmodel's linear layers.
+func randBF16(seed uint64, rows, cols int) []uint16 {
+	w := make([]uint16, rows*cols)
+	a := float32(math.Sqrt(3 / float64(cols)))
+	const chunk = 1 << 20
+	parallel(len(w), chunk, func(lo, hi int) {
+		r := rand.New(rand.NewPCG(seed, uint64(lo/chunk)))
+		for i := lo; i < hi; i++ {
+			w[i] = tensor.F32ToBF16(a * (2*r.Float32() - 1))
+		}
+	})
+	return w
+}
+
+// randNormal returns n standard normal values.
+func randNormal(seed uint64, n int) []float32 {
+	r := rand.New(rand.NewPCG(seed, 1))
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+// refMatVec returns w (rows x cols, bf16) times x in float64.
+func refMatVec(w []uint16, rows, cols int, x []float32) []float64 {
+	out := make([]float64, rows)
+	parallel(rows, max(1, (1<<18)/cols), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			var s float64
+			for c, v := range w[r*cols : (r+1)*cols] {
+				s += float64(tensor.BF16ToF32(v)) * float64(x[c])
+			}
+			out[r] = s
+		}
+	})
+	return out
+}
+
+// relErr returns the largest |got-want| over the largest |want|; NaN
+// when got holds one.
+func relErr(got []float32, want []float64) float64 {
+	var d, scale float64
+	for i, w := range want {
+		g := float64(got[i])
+		if math.IsNaN(g) {
+			return math.NaN()
+		}
+		d, scale = max(d, math.Abs(g-w)), max(scale, math.Abs(w))
+	}
+	return d / max(scale, 1e-30)
+}
+
+// fmtDur formats a kernel's time: "12.3 µs", "4.56 ms".
+func fmtDur(d time.Duration) string {
+	if d < time.Millisecond {
+		return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+	}
+	return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+}
+
+// goldenCase is a real model of the shared data set and the logits an
+// independent implementation computed for it.
+type goldenCase struct{ model, file, by string }
+
+var goldenCases = []goldenCase{
+	{"stories260K", "stories260K_runc_logits.txt", "llama2.c"},
+	{"ref-qwen2-6m", "ref-qwen2-6m_logits.txt", "PyTorch"},
+}
+
+// readGolden reads a golden file: per line, the input id and the logits
+// after it.
+func readGolden(path string) (ids []int, logits [][]float32, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 2 {
+			continue
+		}
+		id, err := strconv.Atoi(fs[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: line %d: %v", path, len(ids)+1, err)
+		}
+		row := make([]float32, len(fs)-1)
+		for i, s := range fs[1:] {
+			v, err := strconv.ParseFloat(s, 32)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: line %d: %v", path, len(ids)+1, err)
+			}
+			row[i] = float32(v)
+		}
+		ids, logits = append(ids, id), append(logits, row)
+	}
+	return ids, logits, sc.Err()
+}
+
+// goldenRun is a way of running the golden models: a name, the model
+// options and the tolerances of its decode and prefill logits (absolute,
+// or, when rel, times the largest |logit| of the position, at least 1).
+type goldenRun struct {
+	name           string
+	opts           model.Options
+	decTol, preTol float64
+	rel            bool
+}
+
+// goldenRows reports, for each run and model, the largest difference of
+// its logits from the golden ones, token by token (decode) and all at once
+// (prefill).
+func goldenRows(r *reporter, step, shared string, cases []goldenCase, runs []goldenRun) {
+	for _, gc := range cases {
+		ids, want, err := readGolden(filepath.Join(shared, "reference", gc.file))
+		if err != nil {
+			r.row(step, gc.model, statusFail, err.Error(), nil)
+			continue
+		}
+		for _, run := range runs {
+			label := gc.model + " " + run.name
+			m, err := model.Load(filepath.Join(shared, "models", gc.model), run.opts)
+			if err != nil {
+				r.row(step, label, statusFail, err.Error(), nil)
+				continue
+			}
+			pre, err := m.Logits(ids)
+			var dec [][]float32
+			if err == nil {
+				dec, err = decodeAll(m, ids)
+			}
+			m.Close()
+			if err != nil {
+				r.row(step, label, statusFail, err.Error(), nil)
+				continue
+			}
+			worst := func(got [][]float32, tol float64) (float64, bool) {
+				var w float64
+				ok := len(got) == len(want)
+				for p := range min(len(got), len(want)) {
+					if len(got[p]) != len(want[p]) {
+						return math.NaN(), false
+					}
+					d := maxAbsDiff(got[p], want[p])
+					t := tol
+					if run.rel {
+						t *= max(1, maxAbs(want[p]))
+					}
+					if math.IsNaN(d) || d > t {
+						ok = false
+					}
+					w = max(w, d)
+				}
+				return w, ok
+			}
+			dw, dok := worst(dec, run.decTol)
+			pw, pok := worst(pre, run.preTol)
+			unit := ""
+			if run.rel {
+				unit = " x max(1, max|logit|)"
+			}
+			text := fmt.Sprintf("%d positions vs %s: max abs err decode %.2g (tol %.0g%s), prefill %.2g (tol %.0g%s)",
+				len(ids), gc.by, dw, run.decTol, unit, pw, run.preTol, unit)
+			r.row(step, label, status(dok && pok), text, map[string]any{
+				"model": gc.model, "run": run.name, "positions": len(ids), "decode_err": dw, "prefill_err": pw,
+				"decode_tol": run.decTol, "prefill_tol": run.preTol, "relative_tol": run.rel,
+			})
+		}
+	}
+}
+
+// decodeAll feeds ids one at a time to a new sequence and returns every
+// position's logits.
+func decodeAll(m *model.Model, ids []int) ([][]float32, error) {
+	s, err := m.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var rows [][]float32
+	for _, id := range ids {
+		l, err := s.Forward([]int{id}, false)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, slices.Clone(l))
+	}
+	return rows, nil
+}
+
+// greedyRows reports whether greedy generation of up to tokens tokens
+// after each golden prompt gives the same tokens on the backend as on the
+// CPU (float32 products), and where and by how close a call it first
+// differs.
+func greedyRows(r *reporter, step, shared string, cases []goldenCase, gpu compute.Backend, tokens int) {
+	for _, gc := range cases {
+		ids, _, err := readGolden(filepath.Join(shared, "reference", gc.file))
+		if err != nil {
+			r.row(step, gc.model, statusFail, err.Error(), nil)
+			continue
+		}
+		dir := filepath.Join(shared, "models", gc.model)
+		var gen [2][]int
+		var margins []float32
+		for i, opts := range []model.Options{{MatMul: "f32"}, {Backend: gpu}} {
+			m, err := model.Load(dir, opts)
+			if err == nil {
+				gen[i], margins, err = greedy(m, ids, min(tokens, m.MaxContext()-len(ids)))
+				m.Close()
+			}
+			if err != nil {
+				r.row(step, gc.model, statusFail, err.Error(), nil)
+				gen[0] = nil
+				break
+			}
+		}
+		if gen[0] == nil {
+			continue
+		}
+		same := 0
+		for same < len(gen[0]) && same < len(gen[1]) && gen[0][same] == gen[1][same] {
+			same++
+		}
+		ok := same == len(gen[0]) && len(gen[0]) == len(gen[1])
+		text := fmt.Sprintf("%d of %d greedy tokens after a %d-token prompt equal to the CPU's", same, len(gen[0]), len(ids))
+		fields := map[string]any{"model": gc.model, "prompt": len(ids), "tokens": len(gen[0]), "equal": same}
+		if !ok && same < len(margins) {
+			text += fmt.Sprintf("; first difference at token %d (CPU %d, device %d; the CPU's top-2 logit margin there %.3g)", same, gen[0][same], gen[1][same], margins[same])
+			fields["cpu_margin"] = float64(margins[same])
+		}
+		r.row(step, gc.model, status(ok), text, fields)
+	}
+}
+
+// greedy generates n tokens after prompt, always the most likely, and
+// returns them with the margin of each choice over the runner-up.
+func greedy(m *model.Model, prompt []int, n int) (toks []int, margins []float32, err error) {
+	s, err := m.NewSequence()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.Close()
+	l, err := s.Forward(prompt, false)
+	for range n {
+		if err != nil {
+			return nil, nil, err
+		}
+		best, second := 0, -1
+		for i, v := range l {
+			switch {
+			case v > l[best]:
+				best, second = i, best
+			case i != best && (second < 0 || v > l[second]):
+				second = i
+			}
+		}
+		toks, margins = append(toks, best), append(margins, l[best]-l[max(second, 0)])
+		l, err = s.Forward([]int{best}, false)
+	}
+	return toks, margins, err
+}
+
+// decodeBytes returns the bytes of weights a decode step reads once each:
+// the layers' matrices and the output head (tied or not).
+func decodeBytes(s testmodel.Spec) int64 {
+	h, q, kv, inter := int64(s.Hidden), int64(s.Heads*s.HeadDim), int64(s.KVHeads*s.HeadDim), int64(s.Intermediate)
+	perLayer := h*q + 2*h*kv + q*h + 3*h*inter
+	return int64(s.DType.Size()) * (int64(s.Layers)*perLayer + int64(s.Vocab)*h)
+}
+
+// throughput is a prefill and decode speed measurement of one checkpoint.
+type throughput struct {
+	r        *reporter
+	step     string
+	b        *Backend
+	shape    string
+	spec     testmodel.Spec
+	dir      string
+	caches   []string // plain, or a codec every layer's blocks are encoded with
+	contexts []int
+	steps    int // decode steps timed after each prefill
+	block    int
+}
+
+// cacheSpec returns the cache settings of one of the report's caches:
+// plain bf16 blocks, or a codec on every layer with a hot window of one
+// block.
+func cacheSpec(cache string, block int) kvcache.Spec {
+	if cache == "plain" {
+		return kvcache.Spec{KV: "none", BlockSize: block, CacheType: "bf16"}
+	}
+	return kvcache.Spec{KV: cache, BlockSize: block, HotWindow: block, Boundary: "none", CacheType: "bf16"}
+}
+
+// run reports a row per cache and context: prefill and decode tokens/s,
+// the bound memory bandwidth puts on decode (the weights and the cache as
+// the device holds it, read once per token), and the driver calls per
+// decode step. A cell its predecessors say would not finish in the time
+// left is skipped.
+func (tp *throughput) run() {
+	r, b := tp.r, tp.b
+	b.Launches() // count from before the load, so every graph is sized
+	maxCtx := slices.Max(tp.contexts) + tp.steps + 1
+	m, err := model.Load(tp.dir, model.Options{Backend: b, MaxContext: maxCtx})
+	if err != nil {
+		r.row(tp.step, tp.shape, statusFail, err.Error(), nil)
+		return
+	}
+	defer m.Close()
+	wbytes := decodeBytes(tp.spec)
+	// Seconds per token of the slowest cell so far, doubled for a longer
+	// context than any so far (attention's share of prefill grows with
+	// the context).
+	var perToken float64
+	seen := 0
+	for _, cache := range tp.caches {
+		sp := cacheSpec(cache, tp.block)
+		pol, _, err := kvcache.NewPolicy(sp, m.CacheShape(), nil)
+		if err != nil {
+			r.row(tp.step, tp.shape+" "+cache, statusFail, err.Error(), nil)
+			continue
+		}
+		for _, ctx := range tp.contexts {
+			label := fmt.Sprintf("%s %s ctx %d", tp.shape, cache, ctx)
+			need := time.Duration(perToken * float64(ctx+tp.steps) * float64(time.Second))
+			if ctx > seen {
+				need *= 2
+			}
+			if need > r.left() {
+				r.row(tp.step, label, statusSkip, fmt.Sprintf("out of the time budget (about %.0fs needed, %.0fs left)", need.Seconds(), max(0, r.left().Seconds())), map[string]any{"shape": tp.shape, "cache": cache, "ctx": ctx})
+				continue
+			}
+			cellStart := time.Now()
+			row, err := tp.cell(m, pol, sp.BlockSize, ctx, wbytes)
+			perToken, seen = max(perToken, time.Since(cellStart).Seconds()/float64(ctx+tp.steps)), max(seen, ctx)
+			if err == nil {
+				err = b.Err()
+			}
+			if err != nil {
+				r.row(tp.step, label, statusFail, err.Error(), nil)
+				continue
+			}
+			row["shape"], row["cache"], row["ctx"] = tp.shape, cache, ctx
+			text := fmt.Sprintf("prefill %.0f tok/s, decode %.1f tok/s, bound %.1f tok/s (%.0f%%), KV %.1f MB; per decode step %.1f launch calls (%.1f kernels + %.1f graphs), %.1f kernels run, %.1f waits",
+				row["prefill_tps"], row["decode_tps"], row["bound_tps"], 100*row["decode_tps"].(float64)/row["bound_tps"].(float64), row["kv_mb"],
+				row["launch_calls"], row["kernel_launches"], row["graph_launches"], row["kernels_run"], row["waits"])
+			r.row(tp.step, label, statusPass, text, row)
+		}
+	}
+}
+
+// cell measures one prefill of ctx tokens and tp.steps decode steps after
+// it (the first untimed: graphs are captured on a run's second sight).
+func (tp *throughput) cell(m *model.Model, pol kvcache.Policy, block, ctx int, wbytes int64) (map[string]any, error) {
+	s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol, BlockSize: block})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	vocab := tp.spec.Vocab
+	t0 := time.Now()
+	if _, err := s.Forward(testIDs(ctx, vocab), false); err != nil {
+		return nil, err
+	}
+	prefill := float64(ctx) / time.Since(t0).Seconds()
+	if _, err := s.Forward([]int{7}, false); err != nil {
+		return nil, err
+	}
+	before := tp.b.Launches()
+	t0 = time.Now()
+	steps := max(1, tp.steps-1)
+	for i := range steps {
+		if _, err := s.Forward([]int{(i*31 + 7) % vocab}, false); err != nil {
+			return nil, err
+		}
+	}
+	decode := float64(steps) / time.Since(t0).Seconds()
+	n := tp.b.Launches().Sub(before)
+	kv := s.KVStats().Bytes()
+	per := func(v int64) float64 { return float64(v) / float64(steps) }
+	return map[string]any{
+		"prefill_tps": prefill, "decode_tps": decode, "bound_tps": tp.b.Bandwidth() / float64(wbytes+kv), "kv_mb": float64(kv) / 1e6,
+		"weight_mb": float64(wbytes) / 1e6, "launch_calls": per(n.Calls()), "kernel_launches": per(n.Kernels), "graph_launches": per(n.Graphs),
+		"kernels_run": per(n.Kernels + n.GraphKernels), "waits": per(n.CopiesOut + n.Syncs),
+	}, nil
+}
+
+// launchRows reports the driver calls of a decode step with graphs on and
+// off, a backend opened for each, with the decode speed each gives.
+func launchRows(r *reporter, step string, open func(Options) *Backend, shape string, spec testmodel.Spec, dir string, ctx, steps, block int) {
+	for _, opts := range []Options{{}, {NoGraphs: true}} {
+		label := fmt.Sprintf("%s ctx %d graphs %v", shape, ctx, !opts.NoGraphs)
+		if r.left() <= 0 {
+			r.row(step, label, statusSkip, "out of the time budget", nil)
+			continue
+		}
+		b := open(opts)
+		tp := &throughput{r: r, step: step, b: b, shape: shape, spec: spec, dir: dir, steps: steps}
+		b.Launches()
+		m, err := model.Load(dir, model.Options{Backend: b, MaxContext: ctx + steps + 1})
+		if err != nil {
+			r.row(step, label, statusFail, err.Error(), nil)
+			continue
+		}
+		pol, _, err := kvcache.NewPolicy(cacheSpec("plain", block), m.CacheShape(), nil)
+		var row map[string]any
+		if err == nil {
+			row, err = tp.cell(m, pol, block, ctx, decodeBytes(spec))
+		}
+		m.Close()
+		if err == nil {
+			err = b.Err()
+		}
+		if err != nil {
+			r.row(step, label, statusFail, err.Error(), nil)
+			continue
+		}
+		row["shape"], row["ctx"], row["graphs"] = shape, ctx, !opts.NoGraphs
+		r.row(step, label, statusPass, fmt.Sprintf("per decode step %.1f launch calls (%.1f kernels + %.1f graphs), %.1f kernels run, %.1f waits; decode %.1f tok/s",
+			row["launch_calls"], row["kernel_launches"], row["graph_launches"], row["kernels_run"], row["waits"], row["decode_tps"]), row)
+	}
+}
+
+// Every measurement of the GPU report runs at tiny shapes, on the fake
+// driver, and reports passing rows, each printed and written as JSON.
+func TestReportFake(t *testing.T) {
+	t.Parallel()
+	needKernels(t, "matvec_bf16", "matmul_bf16", "rmsnorm", "attn_split")
+	var out strings.Builder
+	r := newReporter(t, &out)
+	r.json = filepath.Join(t.TempDir(), "results.json")
+	open := func(opts Options) *Backend {
+		b, _ := newFakeBackend(t, opts)
+		return b
+	}
+	gpu := open(Options{})
+	deviceRow(r, gpu)
+
+	spec := testmodel.Qwen2Tiny
+	(&kernelBench{r: r, b: gpu, shape: "qwen2-tiny", spec: spec, prefill: maxMatVecRows + 4, contexts: []int{20}, block: 16, timing: time.Millisecond}).run()
+	// Prefill's products through (the fake's) cuBLAS, in TF32.
+	f := newFakeOrSkip(t)
+	f.cublas = true
+	blas := newBackend(f, Options{})
+	t.Cleanup(func() { blas.Close() })
+	(&kernelBench{r: r, b: blas, shape: "qwen2-tiny cublas", spec: spec, timing: time.Millisecond}).matMul("o_proj", spec.Hidden, spec.Heads*spec.HeadDim, []int{12})
+
+	// The golden and greedy rows take any backend: a CPU backend stands
+	// in for the device here, which is quicker than the emulator, whose
+	// forward pass TestForwardMatchesCPU checks.
+	shared := shareddata.Dir(t)
+	host := cpubackend.New(1)
+	defer host.Close()
+	goldenRows(r, "golden", shared, goldenCases[:1], []goldenRun{
+		{name: "cpu", opts: model.Options{MatMul: "f32"}, decTol: 1e-3, preTol: 1e-3},
+		{name: "stand-in", opts: model.Options{Backend: host}, decTol: 1e-3, preTol: 1e-3, rel: true},
+	})
+	greedyRows(r, "greedy", shared, goldenCases[:1], host, 6)
+
+	dir := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	(&throughput{r: r, step: "throughput", b: open(Options{}), shape: "qwen2-tiny", spec: spec, dir: dir,
+		caches: []string{"int8"}, contexts: []int{20}, steps: 3, block: 16}).run()
+	launchRows(r, "launches", open, "qwen2-tiny", spec, dir, 12, 3, 16)
+
+	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
+	// rows; 2 golden rows, 1 greedy row, 1 throughput row, 2 launch rows
+	// and the device.
+	if len(r.rows) != 1+16+2+1+1+2 {
+		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
+	}
+	for _, row := range r.rows {
+		if row["name"] == "qwen2-tiny cublas matmul o_proj" && row["tol"] != 5e-3 {
+			t.Errorf("a TF32 cuBLAS product is held to %v", row["tol"])
+		}
+		// 20 tokens of keys and values of 2 KV heads of 16 in bf16, and
+		// the query and output rows of 14 heads in float32.
+		if row["kernel"] == "attention" && row["cache"] == "bf16" && row["bytes"] != int64(20*2*16*2*2+2*14*16*4) {
+			t.Errorf("attention over bf16 blocks reads %v bytes", row["bytes"])
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	b, err := os.ReadFile(r.json)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != len(r.rows) || len(objs) != len(r.rows) {
+		t.Errorf("%d rows, %d lines printed, %d JSON lines", len(r.rows), len(lines), len(objs))
+	}
+	for i, l := range lines {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(objs[min(i, len(objs)-1)]), &obj); err != nil {
+			t.Errorf("JSON row %d: %v", i, err)
+		}
+		if !strings.HasPrefix(l, "ROW|[") || obj["status"] == statusFail || obj["status"] == statusSkip {
+			t.Errorf("row %d: %s (status %v)", i, l, obj["status"])
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("report:\n%s", out.String())
+	}
+}
+
+// A report past its time budget skips what is left, row by row.
+func TestReportBudget(t *testing.T) {
+	var out strings.Builder
+	t.Setenv(envReportBudget, "0")
+	r := newReporter(t, &out)
+	gpu, _ := newFakeBackend(t, Options{})
+	(&kernelBench{r: r, b: gpu, shape: "qwen2-tiny", spec: testmodel.Qwen2Tiny, prefill: 12, contexts: []int{20}, block: 16, timing: time.Millisecond}).run()
+	dir := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	(&throughput{r: r, step: "throughput", b: gpu, shape: "qwen2-tiny", spec: testmodel.Qwen2Tiny, dir: dir,
+		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
+	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
+	if len(r.rows) != 15+4+2 {
+		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
+	}
+	for _, row := range r.rows {
+		if row["status"] != statusSkip {
+			t.Errorf("%v", row)
+		}
+	}
+}

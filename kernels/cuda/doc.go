@@ -1,0 +1,17 @@
+// Package cuda holds the CUDA C++ sources of the GPU backend's kernels and
+// their PTX for the device (PTX, embedded); package emu below it runs the
+// same sources on the CPU against a runtime that runs a grid's threads as
+// fibers, so the kernels are tested without a GPU.
+//
+// The sources are one translation unit, all.cu: elementwise.cu (embed,
+// rmsnorm, add_rows, add, silu_mul, rope, and kv_write, the KV cache's
+// writes of float32 rows into float32 or bf16 parts), matvec.cu
+// (decode's matvec and the tiled matmul, for f32, bf16 and f16 weights)
+// and attention.cu (attn_split and attn_combine over paged, possibly
+// encoded, KV blocks; attn_split_pre also un-whitens preconditioned keys).
+// They use only what prelude.cuh declares. For the device, clang compiles
+// them to PTX without the CUDA SDK (make ptx; the PTX is committed as
+// kernels_sm80.ptx and embedded here; compute/cudabackend's launch.go
+// describes every launch). For the host, emu.h maps the same names onto
+// the emulator of emu/emu.cc.
+package cuda

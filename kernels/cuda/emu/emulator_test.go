@@ -1,0 +1,242 @@
+//go:build cgo && linux
+
+package emu_test
+
+// Tests of the emulator itself, through the test kernels of
+// testdata/emutest (go test ./... does not walk testdata, so they run
+// here): a faithful emulation must expose a missing barrier, reject
+// kernels that break the execution model and give CUDA's results for
+// warp collectives and atomics.
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/kernels/cuda/emu"
+	"github.com/kakeya-ai/kakeya/kernels/cuda/emu/testdata/emutest"
+)
+
+// Run runs a test kernel.
+var Run = emutest.Run
+
+// mem is emulated device memory of n bytes, freed when the test ends.
+func mem(t *testing.T, b []byte) uint64 {
+	t.Helper()
+	p, err := emu.Alloc(len(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { emu.Free(p) })
+	emu.CopyIn(p, b)
+	return p
+}
+
+func args(vs ...uint64) []byte {
+	var b []byte
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return b
+}
+
+func ints(p uint64, n int) []int32 {
+	b := make([]byte, 4*n)
+	emu.CopyOut(b, p)
+	v := make([]int32, n)
+	for i := range v {
+		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+func block(x uint32) [3]uint32 { return [3]uint32{x, 1, 1} }
+
+// A missing __syncthreads must give a wrong result under some schedule,
+// and the same kernel with the barrier the right one under all.
+func TestMissingBarrierIsCaught(t *testing.T) {
+	const n, blocks = 256, 2
+	in := make([]byte, 4*n*blocks)
+	for i := range n * blocks {
+		binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(i)))
+	}
+	inp := mem(t, in)
+	wrong := 0
+	for seed := range uint64(8) {
+		for _, sync := range []uint64{0, 1} {
+			out := mem(t, make([]byte, len(in)))
+			// int32 sync after two pointers: offset 16, 20 bytes in all.
+			if err := Run("reverse", [3]uint32{blocks, 1, 1}, block(n), 0, args(out, inp, sync)[:20], seed); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, len(in))
+			emu.CopyOut(b, out)
+			ok := true
+			for i := range n * blocks {
+				want := float32(i/n*n + n - 1 - i%n)
+				if math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) != want {
+					ok = false
+				}
+			}
+			if sync == 1 && !ok {
+				t.Fatalf("seed %d: the kernel with its barrier gave a wrong result", seed)
+			}
+			if sync == 0 && !ok {
+				wrong++
+			}
+		}
+	}
+	if wrong == 0 {
+		t.Fatal("no schedule exposed the missing __syncthreads")
+	}
+	t.Logf("%d of 8 schedules exposed the missing barrier", wrong)
+}
+
+// So must a missing __syncwarp: lanes do not run in lock step.
+func TestMissingSyncwarpIsCaught(t *testing.T) {
+	wrong := 0
+	for seed := range uint64(8) {
+		for _, sync := range []uint64{0, 1} {
+			out := mem(t, make([]byte, 4*32))
+			// int32 sync after a pointer: 12 bytes.
+			if err := Run("warp_race", block(1), block(32), 0, args(out, sync)[:12], seed); err != nil {
+				t.Fatal(err)
+			}
+			ok := true
+			for l, v := range ints(out, 32) {
+				if v != int32((l^1)*10) {
+					ok = false
+				}
+			}
+			if sync == 1 && !ok {
+				t.Fatalf("seed %d: the kernel with __syncwarp gave a wrong result", seed)
+			}
+			if sync == 0 && !ok {
+				wrong++
+			}
+		}
+	}
+	if wrong == 0 {
+		t.Fatal("no schedule exposed the missing __syncwarp")
+	}
+}
+
+// Kernels that break the execution model fail the launch, whatever the
+// schedule, instead of hanging.
+func TestModelViolationsAreErrors(t *testing.T) {
+	for _, c := range []struct {
+		kernel string
+		want   string
+	}{
+		{"skip_barrier", "barrier divergence"},
+		{"two_barriers", "different __syncthreads"},
+		{"lane_exits", "exited"},
+	} {
+		t.Run(c.kernel, func(t *testing.T) {
+			for seed := range uint64(4) {
+				out := mem(t, make([]byte, 4*64))
+				err := Run(c.kernel, block(1), block(64), 0, args(out), seed)
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("seed %d: error %v, want one saying %q", seed, err, c.want)
+				}
+			}
+		})
+	}
+}
+
+// Warp shuffles and votes return what CUDA specifies, as in lock step.
+func TestCollectives(t *testing.T) {
+	const n = 64
+	for seed := range uint64(3) {
+		out := mem(t, make([]byte, 4*12*n))
+		if err := Run("collectives", block(1), block(n), 0, args(out), seed); err != nil {
+			t.Fatal(err)
+		}
+		got := ints(out, 12*n)
+		for tid := range n {
+			lane, base := tid&31, tid&^31
+			var ballot uint32
+			for l := 0; l < 32; l += 3 {
+				ballot |= 1 << l
+			}
+			sum := 0
+			for l := range 32 {
+				sum += base + l
+			}
+			seg := lane &^ 7
+			want := []int32{
+				int32(base + lane ^ 5),
+				int32(tid + 3*b2i(lane+3 < 32)),
+				int32(tid - 3*b2i(lane >= 3)),
+				int32(base + 7),
+				int32(ballot),
+				1,
+				0,
+				int32(tid + 3*b2i(lane-seg+3 < 8)),
+				int32(base + seg + 9%8),
+				int32(base + lane ^ 4),
+				-1,
+				int32(sum),
+			}
+			if lane&1 == 0 {
+				want[10] = int32(base + lane ^ 2)
+			}
+			for k, w := range want {
+				if got[tid*12+k] != w {
+					t.Fatalf("seed %d thread %d op %d: %d, want %d", seed, tid, k, got[tid*12+k], w)
+				}
+			}
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestAtomics(t *testing.T) {
+	out := mem(t, make([]byte, 12))
+	if err := Run("count", [3]uint32{5, 1, 1}, block(96), 0, args(out), 7); err != nil {
+		t.Fatal(err)
+	}
+	got := ints(out, 3)
+	if got[0] != 480 || got[1] != 479 || math.Float32frombits(uint32(got[2])) != 240 {
+		t.Fatalf("atomics: count %d, max %d, float sum %v; want 480, 479, 240", got[0], got[1], math.Float32frombits(uint32(got[2])))
+	}
+}
+
+// A kernel running past the end of an allocation or of its dynamic shared
+// memory faults at once (in a child process, which the fault ends).
+func TestOverrunFaults(t *testing.T) {
+	if which := os.Getenv("KAKEYA_EMU_OVERRUN"); which != "" {
+		g, err := emu.Alloc(1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// overrun(float *g, int i, int shared): 8 + 4 + 4.
+		a := binary.LittleEndian.AppendUint64(nil, g)
+		if which == "shared" {
+			a = binary.LittleEndian.AppendUint32(a, 16) // 64 bytes given
+			a = binary.LittleEndian.AppendUint32(a, 1)
+		} else {
+			a = binary.LittleEndian.AppendUint32(a, 256) // 1024 bytes allocated
+			a = binary.LittleEndian.AppendUint32(a, 0)
+		}
+		err = Run("overrun", block(1), block(32), 64, a, 1)
+		t.Fatalf("the overrun did not fault (error %v)", err)
+	}
+	for _, which := range []string{"shared", "global"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOverrunFaults$")
+		cmd.Env = append(os.Environ(), "KAKEYA_EMU_OVERRUN="+which)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "SIGSEGV") {
+			t.Errorf("%s overrun: %v, output:\n%s", which, err, out)
+		}
+	}
+}
