@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
@@ -24,8 +26,20 @@ var ErrClosed = model.ErrClosed
 // uncompressed bf16 cache and resolves Hugging Face ids under the HF_*
 // environment, as the tools do.
 type Options struct {
-	// Model tunes the forward pass (threads, context length). Its Cache and
-	// BlockSize must stay zero: Cache below sets the cache.
+	// Backend runs the forward pass; nil means a CPU backend of Threads
+	// threads and MatMul precision, which Close stops. A Backend given
+	// here stays the caller's.
+	Backend compute.Backend
+	// Threads is the number of compute threads of the default CPU backend;
+	// 0 means GOMAXPROCS (see cpubackend.MaxThreads for the bound).
+	Threads int
+	// MatMul is the precision of the activations the default CPU backend
+	// multiplies bf16 weights by: "" (bf16, llama.cpp's arithmetic) or
+	// "f32" (exact); see cpubackend.NewMatMul.
+	MatMul string
+	// Model tunes the forward pass (context length). Its Backend, Cache
+	// and BlockSize must stay zero: the fields above and Cache below set
+	// them.
 	Model model.Options
 	// Hub says how a Hugging Face id is resolved and fetched; fields left
 	// zero come from the environment (see weights.HubOptionsFromEnv).
@@ -52,6 +66,8 @@ type Engine struct {
 	calib string
 	seq   model.SequenceOptions // the cache of every sequence
 	cache kvcache.Settings      // what seq's cache is, in the tools' terms
+	ownB  compute.Backend       // the backend Load started, nil if given
+	once  sync.Once             // closes ownB once
 }
 
 // Load loads a model and its tokenizer from a local directory or a Hugging
@@ -59,6 +75,12 @@ type Engine struct {
 func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	if opt.Model.Cache.Layers != nil || opt.Model.BlockSize != 0 {
 		return nil, errors.New("kakeya: Options: set the cache through Cache, not Model.Cache or Model.BlockSize")
+	}
+	if opt.Model.Backend != nil {
+		return nil, errors.New("kakeya: Options: set the backend through Backend, not Model.Backend")
+	}
+	if opt.Backend != nil && (opt.Threads != 0 || opt.MatMul != "") {
+		return nil, fmt.Errorf("kakeya: Options: Threads and MatMul apply to the default CPU backend, not to a given one (%s)", opt.Backend.Name())
 	}
 	if err := opt.Cache.Validate(); err != nil {
 		return nil, fmt.Errorf("kakeya: cache: %w", err)
@@ -71,33 +93,55 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.Load(dir, opt.Model)
+	b, own := opt.Backend, compute.Backend(nil)
+	if b == nil {
+		cpu, err := cpubackend.NewMatMul(opt.Threads, opt.MatMul)
+		if err != nil {
+			return nil, fmt.Errorf("kakeya: %w", err)
+		}
+		b, own = cpu, cpu
+	}
+	mopt := opt.Model
+	mopt.Backend = b
+	m, err := model.Load(dir, mopt)
 	if err != nil {
+		if own != nil {
+			own.Close()
+		}
 		return nil, err
 	}
-	if v := m.Config().VocabSize; tok.VocabSize() > v {
-		m.Close()
-		return nil, fmt.Errorf("kakeya: %s: tokenizer has %d tokens but the model's vocab_size is %d", dir, tok.VocabSize(), v)
+	e := &Engine{model: m, tok: tok, dir: dir, calib: opt.Calibration, ownB: own}
+	if err := e.setCache(opt.Cache, opt.Calibration); err != nil {
+		e.Close()
+		return nil, err
 	}
-	e := &Engine{model: m, tok: tok, dir: dir, calib: opt.Calibration}
+	return e, nil
+}
+
+// setCache checks the tokenizer against the model and sets the cache of
+// the engine's sequences: spec's policy for this model, with the
+// calibration file's query factors and codebooks if one is named.
+func (e *Engine) setCache(spec kvcache.Spec, calibration string) error {
+	m := e.model
+	if v := m.Config().VocabSize; e.tok.VocabSize() > v {
+		return fmt.Errorf("kakeya: %s: tokenizer has %d tokens but the model's vocab_size is %d", e.dir, e.tok.VocabSize(), v)
+	}
 	var cal *codec.Calibration
-	if opt.Calibration != "" {
-		if cal, err = calibrate.Load(opt.Calibration, m.Config()); err != nil {
-			m.Close()
-			return nil, fmt.Errorf("kakeya: calibration: %w", err)
+	if calibration != "" {
+		var err error
+		if cal, err = calibrate.Load(calibration, m.Config()); err != nil {
+			return fmt.Errorf("kakeya: calibration: %w", err)
 		}
 	}
-	pol, st, err := kvcache.NewPolicy(opt.Cache, m.CacheShape(), cal)
+	pol, st, err := kvcache.NewPolicy(spec, m.CacheShape(), cal)
 	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("kakeya: cache: %w", err)
+		return fmt.Errorf("kakeya: cache: %w", err)
 	}
-	if opt.Calibration != "" && !st.Precondition && !st.Codebooks {
-		m.Close()
-		return nil, fmt.Errorf("kakeya: calibration %s: the cache (%s) uses neither its query factors (keys uncompressed or precond off) nor its codebooks", opt.Calibration, st)
+	if calibration != "" && !st.Precondition && !st.Codebooks {
+		return fmt.Errorf("kakeya: calibration %s: the cache (%s) uses neither its query factors (keys uncompressed or precond off) nor its codebooks", calibration, st)
 	}
 	e.seq, e.cache = model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, st
-	return e, nil
+	return nil
 }
 
 // CacheSettings returns the KV cache of the engine's sequences: its Spec
@@ -132,4 +176,15 @@ func (e *Engine) Kernels() string {
 // Close releases the model's memory maps and workers, after waiting for the
 // forward passes in flight: a Generate running meanwhile ends with an error
 // matching ErrClosed. Closing twice is not an error.
-func (e *Engine) Close() error { return e.model.Close() }
+func (e *Engine) Close() error {
+	err := e.model.Close()
+	e.once.Do(func() {
+		if e.ownB == nil {
+			return
+		}
+		if berr := e.ownB.Close(); err == nil {
+			err = berr
+		}
+	})
+	return err
+}

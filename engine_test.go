@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -20,7 +21,7 @@ func loadStoriesEngine(t *testing.T) *Engine {
 	t.Helper()
 	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	// A float32 cache keeps the engine's logits those of Model.Logits.
-	e, err := Load(context.Background(), dir, Options{Model: model.Options{Threads: 2}, Cache: kvcache.Spec{CacheType: "f32"}})
+	e, err := Load(context.Background(), dir, Options{Threads: 2, Cache: kvcache.Spec{CacheType: "f32"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestEngineCache(t *testing.T) {
 		{kvcache.Spec{}, "uncompressed bf16, block 16", false},
 		{kvcache.Spec{KV: "int8", BlockSize: 16}, "k=int8 v=int8 block 16, hot 16, boundary 0;4, bf16 hot blocks", true},
 	} {
-		e, err := Load(context.Background(), dir, Options{Model: model.Options{Threads: 2}, Cache: tt.spec})
+		e, err := Load(context.Background(), dir, Options{Threads: 2, Cache: tt.spec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,6 +188,8 @@ func TestEngineCache(t *testing.T) {
 		}
 		e.Close()
 	}
+	cpu := cpubackend.New(1)
+	defer cpu.Close()
 	for _, tt := range []struct {
 		opt Options
 		err string
@@ -194,6 +197,10 @@ func TestEngineCache(t *testing.T) {
 		// The library names the Spec's fields, not the tools' flags.
 		{Options{Cache: kvcache.Spec{KV: "int5"}}, `kakeya: cache: Spec.KV "int5": codec: unknown codec "int5"`},
 		{Options{Model: model.Options{BlockSize: 32}}, "set the cache through Cache"},
+		{Options{Model: model.Options{Backend: cpu}}, "set the backend through Backend"},
+		{Options{Backend: cpu, Threads: 2}, "Threads and MatMul apply to the default CPU backend, not to a given one (cpu)"},
+		{Options{Threads: -1}, "kakeya: cpu: -1 threads"},
+		{Options{MatMul: "fp16"}, `"fp16"`},
 		{Options{Cache: kvcache.Spec{KV: "int8", Boundary: "9"}}, `kakeya: cache: Spec.Boundary "9": layer 9 outside a model of 5 layers`},
 		{Options{Cache: kvcache.Spec{KV: "int8"}, Calibration: filepath.Join(dir, "missing.safetensors")}, "kakeya: calibration: "},
 	} {
@@ -213,7 +220,7 @@ func TestEngineCache(t *testing.T) {
 		{kvcache.Spec{KV: "int8", HotWindow: 512}, "with Spec.HotWindow 512, Spec.Sinks 0 and 64-token blocks the first block is encoded once a sequence holds 576 tokens"},
 		{kvcache.Spec{KV: "int8", Sinks: 1000}, "nothing will be compressed: with Spec.HotWindow 64, Spec.Sinks 1000 and 64-token blocks the first block is encoded once a sequence holds 1152 tokens"},
 	} {
-		e, err := Load(context.Background(), dir, Options{Model: model.Options{Threads: 2}, Cache: tt.spec})
+		e, err := Load(context.Background(), dir, Options{Threads: 2, Cache: tt.spec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +240,7 @@ func TestEngineCache(t *testing.T) {
 // (transformers' generate stops on them).
 func TestGenerationConfigEOS(t *testing.T) {
 	dir := tinyEngineDir(t, testmodel.Qwen3Tiny, nil)
-	e := loadEngine(t, dir, model.Options{Threads: 1})
+	e := loadEngine(t, dir, Options{Threads: 1})
 	greedy := GenerateOptions{MaxTokens: 4, Sampling: SamplingOptions{Temperature: 0}}
 	ids, err := e.PromptIDs("hi", greedy)
 	if err != nil {
@@ -252,7 +259,7 @@ func TestGenerationConfigEOS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(gen), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e = loadEngine(t, dir, model.Options{Threads: 1})
+	e = loadEngine(t, dir, Options{Threads: 1})
 	res, err = e.Generate(context.Background(), "hi", greedy, nil)
 	if err != nil || res.StopReason != StopEOS || res.GeneratedTokens != 0 {
 		t.Errorf("eos %d in generation_config.json: %+v, %v; want a stop at eos before any token", first, res, err)

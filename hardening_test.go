@@ -88,9 +88,9 @@ func tinyEngineDir(t testing.TB, spec testmodel.Spec, edit func(name string, dat
 	return dir
 }
 
-func loadEngine(t testing.TB, dir string, opt model.Options) *Engine {
+func loadEngine(t testing.TB, dir string, opt Options) *Engine {
 	t.Helper()
-	e, err := Load(context.Background(), dir, Options{Model: opt})
+	e, err := Load(context.Background(), dir, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +361,7 @@ func TestGenerateNonFiniteLogits(t *testing.T) {
 					put(data, tt.index, tt.value)
 				}
 			})
-			e := loadEngine(t, dir, model.Options{Threads: 1})
+			e := loadEngine(t, dir, Options{Threads: 1})
 			var streamed strings.Builder
 			res, err := e.Generate(context.Background(), "hi", GenerateOptions{MaxTokens: 5}, func(s string) error {
 				streamed.WriteString(s)
@@ -381,7 +381,7 @@ func TestGenerateNonFiniteLogits(t *testing.T) {
 		})
 	}
 
-	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), model.Options{Threads: 1})
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
 	if res, err := e.Generate(context.Background(), "hi", GenerateOptions{MaxTokens: 5}, nil); err != nil || res.GeneratedTokens+len(res.StopReason) == 0 {
 		t.Errorf("unmodified checkpoint: %+v, %v", res, err)
 	}
@@ -410,7 +410,7 @@ func TestFirstNonFinite(t *testing.T) {
 // StopContext.
 func TestStopReasons(t *testing.T) {
 	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
-	e := loadEngine(t, dir, model.Options{Threads: 2, MaxContext: 24})
+	e := loadEngine(t, dir, Options{Threads: 2, Model: model.Options{MaxContext: 24}})
 	ids, err := e.PromptIDs("Once upon a time", GenerateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -440,7 +440,7 @@ func TestStopReasons(t *testing.T) {
 // TestGenerateOptionValidation: generation options the library must refuse
 // itself, with errors naming the value and the bound.
 func TestGenerateOptionValidation(t *testing.T) {
-	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), model.Options{Threads: 1})
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
 	nan := float32(math.NaN())
 	gens := []struct {
 		name string
@@ -476,12 +476,12 @@ func TestKernels(t *testing.T) {
 		{testmodel.Qwen2Tiny, "f32", "; matmuls: bf16 weights x f32 activations"},
 		{testmodel.Llama3Tiny, "", "; matmuls: f16 weights x f32 activations"},
 	} {
-		e := loadEngine(t, tinyEngineDir(t, tc.spec, nil), model.Options{Threads: 1, MatMul: tc.matmul})
+		e := loadEngine(t, tinyEngineDir(t, tc.spec, nil), Options{Threads: 1, MatMul: tc.matmul})
 		if got := e.Kernels(); got != cpu.Features()+tc.suffix {
 			t.Errorf("%s weights, matmul %q: Kernels() = %q, want %q", tc.spec.DType, tc.matmul, got, cpu.Features()+tc.suffix)
 		}
 	}
-	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), model.Options{Threads: 1})
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
 	got, ok := strings.CutSuffix(e.Kernels(), f32Suffix)
 	if v := os.Getenv(cpu.EnvCPU); v != "" {
 		// A capped run (TestKernelLevels' children, or a user's) says so.

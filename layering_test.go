@@ -43,15 +43,15 @@ var allowed = map[string][]string{
 	"kvcache":   {"compute", "codec"},
 	"weights":   {"tensor", "internal/term", "internal/outfile"},
 	"tokenizer": {},
-	"model":     {"compute", "kvcache", "weights", "compute/cpubackend"}, // the default backend: to go (issue 23)
-	"calibrate": {"model", "codec", "weights", "kvcache", "compute"},
+	"model":     {"compute", "kvcache", "weights"},
+	"calibrate": {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
 	"eval":      {"kvcache", "internal/outfile"},
-	"":          {"model", "calibrate", "tokenizer", "weights", "kvcache", "codec", "compute"},
+	"":          {"model", "calibrate", "tokenizer", "weights", "kvcache", "codec", "compute", "compute/cpubackend"},
 
 	"internal/shareddata": {},
 	"internal/term":       {},
 	"internal/outfile":    {},
-	"internal/device":     {"compute", "compute/cudabackend"},
+	"internal/device":     {"compute", "compute/cpubackend", "compute/cudabackend"},
 	"internal/testmodel":  {"tensor"},
 	"internal/leveltest":  {"kernels/cpu"},
 	"internal/cli":        {},
@@ -59,7 +59,7 @@ var allowed = map[string][]string{
 
 	// The commands.
 	"cmd/kakeya-run":   {"internal/cli", "", "model", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
-	"cmd/kakeya-bench": {"internal/cli", "model", "kvcache", "kernels/cpu", "internal/testmodel"},
+	"cmd/kakeya-bench": {"internal/cli", "model", "kvcache", "compute/cpubackend", "kernels/cpu", "internal/testmodel"},
 	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
 
 	// Developer tools: the GPU report's checkpoint writer.

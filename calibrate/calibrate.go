@@ -20,6 +20,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -77,7 +78,7 @@ type Options struct {
 	// Threads is the number of compute threads of the default CPU
 	// backend; 0 means GOMAXPROCS.
 	Threads int
-	// Backend runs the model; nil means the CPU (see model.Options).
+	// Backend runs the model; nil means a CPU backend of Threads threads.
 	Backend compute.Backend
 	// Progress, if set, is called once before the first window (Windows
 	// 0) and then after each window.
@@ -135,11 +136,16 @@ func joinInts(v []int) string {
 // does not carry bf16 rounding of the activations.
 func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibration, error) {
 	var st *calibState
-	mm := ""
-	if opt.Backend == nil {
-		mm = "f32"
+	b := opt.Backend
+	if b == nil {
+		cpu, err := cpubackend.NewMatMul(opt.Threads, "f32")
+		if err != nil {
+			return nil, fmt.Errorf("calibrate: %w", err)
+		}
+		defer cpu.Close()
+		b = cpu
 	}
-	m, err := model.Load(dir, model.Options{Backend: opt.Backend, Threads: opt.Threads, MatMul: mm, Observe: func(layer, _, n int, q, _ []float32) {
+	m, err := model.Load(dir, model.Options{Backend: b, Observe: func(layer, _, n int, q, _ []float32) {
 		st.observe(layer, n, q)
 	}})
 	if err != nil {

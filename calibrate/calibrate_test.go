@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
@@ -219,7 +220,12 @@ func observedCov(t *testing.T, dir string, ids []int, ctx int) (covs [][]float64
 	var sums [][]float64
 	var count []int
 	var heads, kvh, d int
-	m, err := model.Load(dir, model.Options{Threads: 1, Observe: func(layer, _, n int, q, _ []float32) {
+	cpu, err := cpubackend.NewMatMul(1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	m, err := model.Load(dir, model.Options{Backend: cpu, Observe: func(layer, _, n int, q, _ []float32) {
 		for r := 0; r < n; r++ {
 			for h := 0; h < heads; h++ {
 				i := layer*kvh + h/(heads/kvh)

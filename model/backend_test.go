@@ -35,7 +35,7 @@ func TestBackendMatchesReference(t *testing.T) {
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
-			cpuM := load(t, dir, Options{Threads: 2, BlockSize: 4, MatMul: "f32"})
+			cpuM := load(t, dir, Options{Backend: cpuBackend(t, 2, "f32"), BlockSize: 4})
 			refM := load(t, dir, Options{Backend: refbackend.Backend{}, BlockSize: 4})
 			ids := testIDs(21, cpuM.Config().VocabSize)
 			var worst float64

@@ -15,7 +15,7 @@ import (
 
 // The benchmarks share one Qwen2.5-0.5B-shaped BF16 checkpoint (~1 GB),
 // written on first use and removed by TestMain. $KAKEYA_BENCH_MATMUL, when
-// set, is their Options.MatMul ("f32" for exact products; the default is
+// set, is their CPU backend's matmul precision ("f32" for exact products; the default is
 // bf16, llama.cpp's arithmetic).
 var (
 	benchOnce sync.Once
@@ -53,7 +53,7 @@ func benchModel(b *testing.B) *Model {
 	if benchErr != nil {
 		b.Fatal(benchErr)
 	}
-	m, err := Load(benchDir, Options{MaxContext: 1024, MatMul: os.Getenv("KAKEYA_BENCH_MATMUL")})
+	m, err := Load(benchDir, Options{Backend: cpuBackend(b, 0, os.Getenv("KAKEYA_BENCH_MATMUL")), MaxContext: 1024})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func BenchmarkDecodeContext(b *testing.B) {
 		b.Skip("writes a 1 GB checkpoint and prefills up to 2048 tokens")
 	}
 	benchModel(b) // writes the checkpoint
-	m, err := Load(benchDir, Options{MaxContext: 2048 + decodeDrift + 1})
+	m, err := Load(benchDir, Options{Backend: cpuBackend(b, 0, ""), MaxContext: 2048 + decodeDrift + 1})
 	if err != nil {
 		b.Fatal(err)
 	}

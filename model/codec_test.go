@@ -17,7 +17,7 @@ import (
 func TestCacheCodecs(t *testing.T) {
 	dir := tinyModels(t)["qwen2"]
 	const bs = 16
-	plain := load(t, dir, Options{Threads: 2, BlockSize: bs})
+	plain := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: bs})
 	ids := testIDs(100, plain.Config().VocabSize)
 	want := decode(t, plain, ids)
 	for _, tc := range []struct {
@@ -43,7 +43,7 @@ func TestCacheCodecs(t *testing.T) {
 			for i := range layers {
 				layers[i] = kvcache.LayerCodecs{K: []codec.Codec{c}, V: c}
 			}
-			m := load(t, dir, Options{Threads: 2, BlockSize: bs, Cache: kvcache.Policy{Layers: layers, HotWindow: bs}})
+			m := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: bs, Cache: kvcache.Policy{Layers: layers, HotWindow: bs}})
 			s, err := m.NewSequence()
 			if err != nil {
 				t.Fatal(err)
@@ -113,9 +113,9 @@ func TestCacheCodecsStories260K(t *testing.T) {
 		}
 		return rows, s.KVStats()
 	}
-	want, _ := run(load(t, dir, Options{Threads: 2, BlockSize: bs}))
+	want, _ := run(load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: bs}))
 
-	cfg := load(t, dir, Options{Threads: 2}).Config()
+	cfg := load(t, dir, Options{Backend: cpuBackend(t, 2, "")}).Config()
 	n, d, kvh, layers := bs, cfg.HeadDim, cfg.NumKVHeads, cfg.NumLayers
 	if d == 0 {
 		d = cfg.HiddenSize / cfg.NumHeads
@@ -149,7 +149,7 @@ func TestCacheCodecsStories260K(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, st := run(load(t, dir, Options{Threads: 2, BlockSize: bs, Cache: p}))
+			got, st := run(load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: bs, Cache: p}))
 			var worst float64
 			for i := range want {
 				worst = max(worst, maxAbsDiff(got[i], want[i])/maxAbs(want[i]))
@@ -186,7 +186,7 @@ func TestCacheCodecsStories260K(t *testing.T) {
 // only by bf16 rounding, with or without a codec behind its hot window.
 func TestHotBF16(t *testing.T) {
 	dir := tinyModels(t)["qwen2"]
-	m := load(t, dir, Options{Threads: 2, BlockSize: 16})
+	m := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: 16})
 	ids := testIDs(70, m.Config().VocabSize)
 	run := func(spec kvcache.Spec) ([][]float32, kvcache.Stats) {
 		p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/model"
 )
@@ -15,7 +16,15 @@ func Example() {
 	if shared == "" {
 		shared = filepath.Join("..", "..", "shared")
 	}
-	m, err := model.Load(filepath.Join(shared, "models", "stories260K"), model.Options{Threads: 2})
+	// The model runs on the backend it is given: here the CPU's, with two
+	// threads and its default matmul precision.
+	be, err := cpubackend.NewMatMul(2, "")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer be.Close()
+	m, err := model.Load(filepath.Join(shared, "models", "stories260K"), model.Options{Backend: be})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -18,27 +17,25 @@ func TestOptionValidation(t *testing.T) {
 	if err := testmodel.Write(linear, spec); err != nil {
 		t.Fatal(err)
 	}
-	bound := MaxThreads()
+	cpu := cpuBackend(t, 1, "")
 	loads := []struct {
 		name string
 		dir  string
 		opt  Options
 		want []string // nil: loads
 	}{
-		{"negative threads", models["qwen3"], Options{Threads: -1}, []string{"-1 threads", fmt.Sprint(bound)}},
-		{"too many threads", models["qwen3"], Options{Threads: 1000000}, []string{"1000000 threads", fmt.Sprintf("to %d", bound)}},
-		{"threads at the bound", models["qwen3"], Options{Threads: bound, MaxContext: 16}, nil},
-		{"block larger than the context", models["qwen3"], Options{Threads: 1, BlockSize: 1000000}, []string{"block size 1000000 exceeds the context of 512 tokens"}},
-		{"block larger than a set context", models["qwen3"], Options{Threads: 1, BlockSize: 32, MaxContext: 16}, []string{"block size 32 exceeds the context of 16 tokens"}},
-		{"default block in a short context", models["qwen3"], Options{Threads: 1, MaxContext: 10}, nil},
-		{"context beyond max_position_embeddings", models["qwen3"], Options{Threads: 1, MaxContext: 8192},
+		{"no backend", models["qwen3"], Options{MaxContext: 16}, []string{"Options.Backend is nil"}},
+		{"block larger than the context", models["qwen3"], Options{Backend: cpu, BlockSize: 1000000}, []string{"block size 1000000 exceeds the context of 512 tokens"}},
+		{"block larger than a set context", models["qwen3"], Options{Backend: cpu, BlockSize: 32, MaxContext: 16}, []string{"block size 32 exceeds the context of 16 tokens"}},
+		{"default block in a short context", models["qwen3"], Options{Backend: cpu, MaxContext: 10}, nil},
+		{"context beyond max_position_embeddings", models["qwen3"], Options{Backend: cpu, MaxContext: 8192},
 			[]string{"context 8192 exceeds max_position_embeddings 512 of " + models["qwen3"], "no rope_scaling that extends it"}},
-		{"context at max_position_embeddings", models["qwen3"], Options{Threads: 1, MaxContext: 512}, nil},
-		{"linear rope_scaling extends the context", linear, Options{Threads: 1, MaxContext: 2048}, nil},
-		{"beyond linear rope_scaling", linear, Options{Threads: 1, MaxContext: 2049},
+		{"context at max_position_embeddings", models["qwen3"], Options{Backend: cpu, MaxContext: 512}, nil},
+		{"linear rope_scaling extends the context", linear, Options{Backend: cpu, MaxContext: 2048}, nil},
+		{"beyond linear rope_scaling", linear, Options{Backend: cpu, MaxContext: 2049},
 			[]string{"context 2049 exceeds 2048", "max_position_embeddings 512", "rope_scaling (linear, factor 4)"}},
-		{"llama3 rope_scaling extends the context", models["llama3"], Options{Threads: 1, MaxContext: 65536}, nil},
-		{"beyond llama3 rope_scaling", models["llama3"], Options{Threads: 1, MaxContext: 65537},
+		{"llama3 rope_scaling extends the context", models["llama3"], Options{Backend: cpu, MaxContext: 65536}, nil},
+		{"beyond llama3 rope_scaling", models["llama3"], Options{Backend: cpu, MaxContext: 65537},
 			[]string{"context 65537 exceeds 65536", "max_position_embeddings 1024", "rope_scaling (llama3, factor 8)"}},
 	}
 	for _, tt := range loads {
@@ -63,7 +60,7 @@ func TestOptionValidation(t *testing.T) {
 		})
 	}
 
-	m := load(t, models["qwen3"], Options{Threads: 1, MaxContext: 64})
+	m := load(t, models["qwen3"], Options{Backend: cpu, MaxContext: 64})
 	if _, err := m.NewSequenceOpts(SequenceOptions{BlockSize: 65}); err == nil || !strings.Contains(err.Error(), "block size 65 exceeds the context of 64 tokens") {
 		t.Errorf("sequence block larger than the context: %v", err)
 	}

@@ -62,7 +62,7 @@ func TestForwardConsistency(t *testing.T) {
 			{"bf16", 2e-2}, // seen: 4.9e-3
 		} {
 			t.Run(name+"/"+tc.matmul, func(t *testing.T) {
-				m := load(t, dir, Options{Threads: 2, BlockSize: 5, MatMul: tc.matmul})
+				m := load(t, dir, Options{Backend: cpuBackend(t, 2, tc.matmul), BlockSize: 5})
 				prefill, err := m.Logits(ids)
 				if err != nil {
 					t.Fatal(err)

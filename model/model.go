@@ -2,40 +2,27 @@
 // 2/3, Mistral, SmolLM2, Qwen2/Qwen2.5, Qwen3) loaded from a Hugging Face
 // model directory, and their forward pass over a paged, optionally
 // compressed KV cache. The pass names no device: its operations run on a
-// compute.Backend (the CPU's by default).
+// compute.Backend the caller chooses (the CPU's is compute/cpubackend).
 package model
 
 import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
-// Options tune how a model runs. The zero value is usable.
+// Options tune how a model runs. Backend is required; the other fields'
+// zero values are defaults.
 type Options struct {
-	// Backend runs the forward pass; nil means a CPU backend of Threads
-	// threads, which Close stops. A Backend given here stays the caller's.
+	// Backend runs the forward pass; it is required, and stays the
+	// caller's: Close does not close it.
 	Backend compute.Backend
-	// Threads is the number of compute threads of the default CPU backend;
-	// 0 means GOMAXPROCS. It may not exceed MaxThreads.
-	Threads int
-	// MatMul is the precision of the activations the default CPU backend
-	// multiplies bf16 weights by: "" means DefaultMatMul; "bf16" rounds
-	// them to bf16 first, as llama.cpp's BF16 matmul does, which on CPUs
-	// with AVX512_BF16 is about 1.5 times as fast in prefill and moves
-	// logits by bf16 rounding; "f32" uses them as they are (exact f32
-	// products, what the reference comparisons pin). Products accumulate
-	// in f32 and results do not depend on the thread count either way;
-	// f32 and f16 weights always multiply f32 activations.
-	MatMul string
 	// BlockSize is the number of tokens per KV cache block; 0 means 16
 	// (or the context, if that is shorter). It may not exceed the context.
 	BlockSize int
@@ -55,19 +42,9 @@ type Options struct {
 	Observe func(layer, start, n int, q, k []float32)
 }
 
-// DefaultMatMul is the precision Options.MatMul "" stands for: bf16, the
-// arithmetic of llama.cpp's BF16 matmul (fp32 accumulation) and the one
-// fast enough to beat it in prefill; "f32" is exact.
-const DefaultMatMul = "bf16"
-
 // DefaultMaxContext bounds the default context so that RoPE tables and
 // attention scratch stay small for models trained on very long contexts.
 const DefaultMaxContext = 32768
-
-// MaxThreads returns the most compute threads Load accepts: 64 per CPU
-// core, at most 4096. More only costs memory (every thread has its own
-// scratch) and scheduling.
-func MaxThreads() int { return min(64*runtime.NumCPU(), 4096) }
 
 // prefillChunk is the most tokens one pass through the layers handles;
 // longer inputs are split, bounding the activation scratch.
@@ -85,7 +62,6 @@ type Model struct {
 	dir   string
 	store *weights.Store
 	b     compute.Backend
-	ownsB bool // Close closes b
 
 	blockSize, maxCtx int
 	policy            kvcache.Policy
@@ -138,31 +114,12 @@ func Load(dir string, opt Options) (*Model, error) {
 		m.store.Close()
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	if m.b = opt.Backend; m.b == nil {
-		mm := opt.MatMul
-		if mm == "" {
-			mm = DefaultMatMul
-		}
-		b, err := cpubackend.NewMatMul(opt.Threads, mm)
-		if err != nil {
-			m.store.Close()
-			return nil, fmt.Errorf("model: %w", err)
-		}
-		m.b, m.ownsB = b, true
-	}
+	m.b = opt.Backend
 	if err := m.loadTensors(); err != nil {
-		m.closeBackend()
 		m.store.Close()
 		return nil, err
 	}
 	return m, nil
-}
-
-// closeBackend stops the backend if the model started it.
-func (m *Model) closeBackend() {
-	if m.ownsB {
-		m.b.Close()
-	}
 }
 
 // Backend returns the backend the model runs on.
@@ -175,13 +132,10 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	// (supported model_type, sizes, head_dim); what is left here are the
 	// options.
 	hd := cfg.HeadDim
-	if opt.Threads < 0 || opt.Threads > MaxThreads() {
-		return nil, fmt.Errorf("model: %d threads, want 0 (GOMAXPROCS) to %d (64 per CPU core, at most 4096)", opt.Threads, MaxThreads())
+	if opt.Backend == nil {
+		return nil, errors.New("model: Options.Backend is nil: the model needs a compute backend (compute/cpubackend's for the CPU)")
 	}
 	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache, observe: opt.Observe}
-	if opt.Backend != nil && opt.MatMul != "" {
-		return nil, fmt.Errorf("model: matmul precision %q applies to the default CPU backend, not to a given one (%s)", opt.MatMul, opt.Backend.Name())
-	}
 	m.maxCtx = opt.MaxContext
 	if m.maxCtx == 0 {
 		m.maxCtx = min(cfg.MaxPositionEmbeddings, DefaultMaxContext)
@@ -459,7 +413,7 @@ func (m *Model) MaxContext() int { return m.maxCtx }
 // InvFreq returns the RoPE inverse frequencies, rope_scaling applied.
 func (m *Model) InvFreq() []float32 { return slices.Clone(m.invFreq) }
 
-// Close stops the compute threads and unmaps the weights, after waiting for
+// Close unmaps the weights (the backend stays the caller's), after waiting for
 // the forward passes in flight. Afterwards every method of the model and of
 // its sequences that returns an error returns one matching ErrClosed; the
 // others stay harmless. Closing twice is not an error.
@@ -470,9 +424,6 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.closed = true
-	if m.b != nil {
-		m.closeBackend()
-	}
 	if m.store != nil {
 		if err := m.store.Close(); err != nil {
 			return fmt.Errorf("model: %s: %w", m.dir, err)

@@ -10,12 +10,26 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/weights"
 )
+
+// cpuBackend returns a CPU backend of threads threads and matmul
+// precision, closed when the test ends.
+func cpuBackend(t testing.TB, threads int, matmul string) compute.Backend {
+	t.Helper()
+	b, err := cpubackend.NewMatMul(threads, matmul)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
 
 func load(t testing.TB, dir string, opt Options) *Model {
 	t.Helper()
@@ -89,7 +103,7 @@ func TestRealModelsReference(t *testing.T) {
 			if len(ids) != tc.positions {
 				t.Fatalf("%s has %d lines, want %d", tc.golden, len(ids), tc.positions)
 			}
-			m := load(t, filepath.Join(shared, "models", tc.model), Options{Threads: 2, MatMul: "f32"})
+			m := load(t, filepath.Join(shared, "models", tc.model), Options{Backend: cpuBackend(t, 2, "f32")})
 			prefill, err := m.Logits(ids)
 			if err != nil {
 				t.Fatal(err)
@@ -153,7 +167,7 @@ func TestPrefillMatchesDecode(t *testing.T) {
 			if dir == "" {
 				dir = filepath.Join(shareddata.Dir(t), "models", "stories260K")
 			}
-			m := load(t, dir, Options{Threads: 2})
+			m := load(t, dir, Options{Backend: cpuBackend(t, 2, "")})
 			ids := testIDs(40, m.Config().VocabSize)
 			dec := decode(t, m, ids)
 			pre, err := m.Logits(ids)
@@ -208,7 +222,7 @@ func TestBlockSizesAndThreadsIdentical(t *testing.T) {
 			var first [][]float32
 			for _, c := range []struct{ bs, threads int }{{1, 1}, {16, 2}, {256, 3}, {7, 1}} {
 				bs := c.bs
-				m := load(t, dir, Options{Threads: c.threads, BlockSize: bs})
+				m := load(t, dir, Options{Backend: cpuBackend(t, c.threads, ""), BlockSize: bs})
 				ids := testIDs(37, m.Config().VocabSize)
 				got, err := m.Logits(ids)
 				if err != nil {
@@ -232,14 +246,14 @@ func TestBlockSizesAndThreadsIdentical(t *testing.T) {
 
 func TestLosslessCodecBitIdentical(t *testing.T) {
 	dir := tinyModels(t)["qwen2"]
-	plain := load(t, dir, Options{Threads: 2, BlockSize: 4})
+	plain := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: 4})
 	ids := testIDs(50, plain.Config().VocabSize)
 	want := decode(t, plain, ids)
 	layers := make([]kvcache.LayerCodecs, plain.Config().NumLayers)
 	for i := range layers {
 		layers[i] = kvcache.LayerCodecs{K: []codec.Codec{codec.Identity{}}, V: codec.Identity{}}
 	}
-	m := load(t, dir, Options{Threads: 2, BlockSize: 4, Cache: kvcache.Policy{Layers: layers, HotWindow: 8, Sinks: 4}})
+	m := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: 4, Cache: kvcache.Policy{Layers: layers, HotWindow: 8, Sinks: 4}})
 	s, err := m.NewSequence()
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +279,7 @@ func TestLosslessCodecBitIdentical(t *testing.T) {
 
 func TestLlama3InvFreq(t *testing.T) {
 	dir := tinyModels(t)["llama3"]
-	m := load(t, dir, Options{Threads: 1})
+	m := load(t, dir, Options{Backend: cpuBackend(t, 1, "")})
 	spec := testmodel.Llama3Tiny
 	rs := spec.RopeScaling
 	got := m.InvFreq()
@@ -364,7 +378,7 @@ func TestLoadErrors(t *testing.T) {
 		}, []string{"gpt2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := Load(tc.dir(t), Options{})
+			m, err := Load(tc.dir(t), Options{Backend: cpuBackend(t, 1, "")})
 			if err == nil {
 				m.Close()
 				t.Fatal("no error")
@@ -401,7 +415,7 @@ func withConfig(t *testing.T, dir, field string, v int) string {
 }
 
 func TestForwardErrors(t *testing.T) {
-	m := load(t, tinyModels(t)["llama3"], Options{Threads: 1, MaxContext: 10})
+	m := load(t, tinyModels(t)["llama3"], Options{Backend: cpuBackend(t, 1, ""), MaxContext: 10})
 	s, err := m.NewSequence()
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +443,7 @@ func TestForwardErrors(t *testing.T) {
 }
 
 func TestDecodeAllocatesNothing(t *testing.T) {
-	m := load(t, tinyModels(t)["qwen2"], Options{Threads: 2, BlockSize: 256})
+	m := load(t, tinyModels(t)["qwen2"], Options{Backend: cpuBackend(t, 2, ""), BlockSize: 256})
 	s, err := m.NewSequence()
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +464,7 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 
 func TestLongPromptChunks(t *testing.T) {
 	// 600 tokens cross the 512-token prefill chunk.
-	m := load(t, tinyModels(t)["llama3"], Options{Threads: 2})
+	m := load(t, tinyModels(t)["llama3"], Options{Backend: cpuBackend(t, 2, "")})
 	ids := testIDs(600, m.Config().VocabSize)
 	pre, err := m.Logits(ids)
 	if err != nil {
@@ -465,7 +479,7 @@ func TestLongPromptChunks(t *testing.T) {
 }
 
 func TestClosedSequence(t *testing.T) {
-	m := load(t, tinyModels(t)["qwen3"], Options{Threads: 1})
+	m := load(t, tinyModels(t)["qwen3"], Options{Backend: cpuBackend(t, 1, "")})
 	s, err := m.NewSequence()
 	if err != nil {
 		t.Fatal(err)
@@ -484,7 +498,7 @@ func TestObserve(t *testing.T) {
 	dir := tinyModels(t)["qwen3"]
 	var calls []string
 	var k0 []float32 // layer 1 keys as observed
-	m := load(t, dir, Options{Threads: 1, BlockSize: 256, Observe: func(layer, start, n int, q, k []float32) {
+	m := load(t, dir, Options{Backend: cpuBackend(t, 1, ""), BlockSize: 256, Observe: func(layer, start, n int, q, k []float32) {
 		calls = append(calls, fmt.Sprintf("%d:%d+%d:%d/%d", layer, start, n, len(q), len(k)))
 		if layer == 1 {
 			k0 = append(k0, k...)
@@ -520,7 +534,7 @@ func TestObserve(t *testing.T) {
 	}
 }
 
-// With Options.MatMul "bf16", the default (""), the activations that
+// With the CPU backend's matmul precision "bf16", the default (""), the activations that
 // multiply bf16 weights are rounded to bf16 (llama.cpp's arithmetic):
 // ref-qwen2-6m's logits then stay within bf16 rounding of PyTorch's fp32
 // ones (KL and top-1 below), prefill and token by token; "f32" is exact
@@ -538,7 +552,7 @@ func TestMatMulPrecisionReference(t *testing.T) {
 		{"bf16", 0.05, 1e-4},
 		{"", 0.05, 1e-4},
 	} {
-		m := load(t, filepath.Join(shared, "models", "ref-qwen2-6m"), Options{Threads: 2, MatMul: tc.matmul})
+		m := load(t, filepath.Join(shared, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 2, tc.matmul)})
 		prefill, err := m.Logits(ids)
 		if err != nil {
 			t.Fatal(err)
@@ -574,8 +588,5 @@ func TestMatMulPrecisionReference(t *testing.T) {
 					tc.matmul, name, worst, tc.maxAbs, worstKL, tc.maxKL, top1, len(ids), len(ids)-1)
 			}
 		}
-	}
-	if _, err := Load(filepath.Join(shared, "models", "ref-qwen2-6m"), Options{MatMul: "fp16"}); err == nil || !strings.Contains(err.Error(), `"fp16"`) {
-		t.Errorf("MatMul fp16: err = %v, want one naming the value", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 )
 
 func TestCacheShape(t *testing.T) {
-	m := load(t, tinyModels(t)["qwen3"], Options{Threads: 1, MaxContext: 96})
+	m := load(t, tinyModels(t)["qwen3"], Options{Backend: cpuBackend(t, 1, ""), MaxContext: 96})
 	c := m.Config()
 	want := kvcache.Shape{Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim, MaxContext: 96}
 	if got := m.CacheShape(); got != want || got.HeadDim <= 0 {
@@ -22,7 +22,7 @@ func TestCacheShape(t *testing.T) {
 func TestNewSequenceWith(t *testing.T) {
 	dir := tinyModels(t)["llama3"]
 	spec := kvcache.Spec{K: "int8", V: "int4", Boundary: "-1", BlockSize: 8, HotWindow: 8, Sinks: 2, CacheType: "f32"}
-	plain := load(t, dir, Options{Threads: 2, BlockSize: 8})
+	plain := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: 8})
 	pol, _, err := kvcache.NewPolicy(spec, plain.CacheShape(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -33,8 +33,8 @@ func TestNewSequenceWith(t *testing.T) {
 		block int // 0: the model's
 		want  *Model
 	}{
-		{"same block size", 0, load(t, dir, Options{Threads: 2, BlockSize: 8, Cache: pol})},
-		{"own block size", 16, load(t, dir, Options{Threads: 2, BlockSize: 16, Cache: pol})},
+		{"same block size", 0, load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: 8, Cache: pol})},
+		{"own block size", 16, load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: 16, Cache: pol})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := decode(t, tc.want, ids)

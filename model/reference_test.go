@@ -207,7 +207,7 @@ func TestMatchesFloat64Reference(t *testing.T) {
 			if err := testmodel.Write(dir, spec); err != nil {
 				t.Fatal(err)
 			}
-			m := load(t, dir, Options{Threads: 2, BlockSize: 4, MatMul: "f32"})
+			m := load(t, dir, Options{Backend: cpuBackend(t, 2, "f32"), BlockSize: 4})
 			ids := testIDs(24, spec.Vocab)
 			got, err := m.Logits(ids)
 			if err != nil {

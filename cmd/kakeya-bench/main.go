@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
@@ -93,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.matmuls, err = parseMatMuls(matmuls); err != nil {
 		return err
 	}
-	if o.threads, err = parseInts("--threads", threads, 1, model.MaxThreads()); err != nil {
+	if o.threads, err = parseInts("--threads", threads, 1, cpubackend.MaxThreads()); err != nil {
 		return err
 	}
 	if o.ctxs, err = parseInts("--ctx", ctxs, 1, 1<<20); err != nil {
@@ -142,18 +143,29 @@ type row struct {
 	kvMiB, kvRatio  float64 // after the last run's decode
 }
 
+// measureLoad loads the model on a CPU backend of th threads and matmul
+// precision mm and runs its cells.
+func measureLoad(ctx context.Context, dir string, maxCtx int, mm string, th int, o options, stderr io.Writer) ([]row, error) {
+	cpu, err := cpubackend.NewMatMul(th, mm)
+	if err != nil {
+		return nil, err
+	}
+	defer cpu.Close()
+	m, err := model.Load(dir, model.Options{Backend: cpu, MaxContext: maxCtx})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	return measureModel(ctx, m, mm, th, o, stderr)
+}
+
 // measure runs every (cache, threads, ctx) cell.
 func measure(ctx context.Context, dir string, o options, stderr io.Writer) ([]row, error) {
 	maxCtx := slices.Max(o.ctxs) + o.gen
 	var rows []row
 	for _, mm := range o.matmuls {
 		for _, th := range o.threads {
-			m, err := model.Load(dir, model.Options{Threads: th, MaxContext: maxCtx, MatMul: mm})
-			if err != nil {
-				return nil, err
-			}
-			r, err := measureModel(ctx, m, mm, th, o, stderr)
-			m.Close()
+			r, err := measureLoad(ctx, dir, maxCtx, mm, th, o, stderr)
 			if err != nil {
 				return nil, err
 			}

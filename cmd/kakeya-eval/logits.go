@@ -61,7 +61,12 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: --model: %w", err)
 	}
-	m, err := model.Load(dir, model.Options{Backend: backend, Threads: *threads, MatMul: mm})
+	backend, done, err := device.OrCPU(backend, *threads, mm)
+	if err != nil {
+		return fmt.Errorf("logits: %w", err)
+	}
+	defer done()
+	m, err := model.Load(dir, model.Options{Backend: backend})
 	if err != nil {
 		return fmt.Errorf("logits: --model %s: %w", dir, err)
 	}

@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 
 	"github.com/kakeya-ai/kakeya/internal/cli"
-	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -86,11 +86,11 @@ func sha256Hex(data []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// checkThreads checks a --threads value against what model.Load accepts,
+// checkThreads checks a --threads value against what the CPU backend accepts,
 // so the error names the flag.
 func checkThreads(n int) error {
-	if n < 0 || n > model.MaxThreads() {
-		return fmt.Errorf("--threads %d: want 0 (GOMAXPROCS) to %d (64 per CPU core, at most 4096)", n, model.MaxThreads())
+	if n < 0 || n > device.MaxThreads() {
+		return fmt.Errorf("--threads %d: want 0 (GOMAXPROCS) to %d (64 per CPU core, at most 4096)", n, device.MaxThreads())
 	}
 	return nil
 }

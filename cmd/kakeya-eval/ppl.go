@@ -453,16 +453,22 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 type engine struct {
 	m    *model.Model
 	opts map[string]model.SequenceOptions
+	done func() // releases the CPU backend openEngine started
 }
 
 // openEngine loads the model once and resolves every configuration for it,
 // recording the settings in effect in configs.
 func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
-	m, err := model.Load(f.model, model.Options{Backend: f.backend, Threads: f.threads, MatMul: f.matmul})
+	b, done, err := device.OrCPU(f.backend, f.threads, f.matmul)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.cmd, err)
 	}
-	e := &engine{m: m, opts: map[string]model.SequenceOptions{}}
+	m, err := model.Load(f.model, model.Options{Backend: b})
+	if err != nil {
+		done()
+		return nil, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	e := &engine{m: m, opts: map[string]model.SequenceOptions{}, done: done}
 	var cal *codec.Calibration
 	if f.calib != "" {
 		if cal, err = calibrate.Load(f.calib, m.Config()); err != nil {
@@ -501,7 +507,10 @@ func (e *engine) NewSequence(c eval.Config) (eval.Sequence, error) {
 	return sequence{s}, nil
 }
 
-func (e *engine) Close() { e.m.Close() }
+func (e *engine) Close() {
+	e.m.Close()
+	e.done()
+}
 
 // sequence adapts model.Sequence to eval.Sequence.
 type sequence struct{ s *model.Sequence }

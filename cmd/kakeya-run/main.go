@@ -117,8 +117,8 @@ func (o *options) check() error {
 		return errors.New("--system needs --chat (the system message goes into the chat template)")
 	case o.maxTokens < 0:
 		return fmt.Errorf("--max-tokens %d must be >= 0", o.maxTokens)
-	case o.threads < 0 || o.threads > model.MaxThreads():
-		return fmt.Errorf("--threads %d: want 0 (all cores) to %d", o.threads, model.MaxThreads())
+	case o.threads < 0 || o.threads > device.MaxThreads():
+		return fmt.Errorf("--threads %d: want 0 (all cores) to %d", o.threads, device.MaxThreads())
 	case o.maxContext < 0:
 		return fmt.Errorf("--ctx %d must be >= 0", o.maxContext)
 	}
@@ -174,12 +174,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		printDevice(stderr, o.backend)
 	}
 	start := time.Now()
-	eng, err := kakeya.Load(ctx, o.model, kakeya.Options{
-		Model:       model.Options{Backend: o.backend, Threads: o.threads, MaxContext: o.maxContext, MatMul: o.matmul},
+	opt := kakeya.Options{
+		Backend:     o.backend,
+		Model:       model.Options{MaxContext: o.maxContext},
 		Hub:         hub,
 		Cache:       o.cache,
 		Calibration: o.calib,
-	})
+	}
+	if o.backend == nil {
+		// --threads and --matmul tune the CPU backend the engine starts.
+		opt.Threads, opt.MatMul = o.threads, o.matmul
+	}
+	eng, err := kakeya.Load(ctx, o.model, opt)
 	if err != nil {
 		if ctx.Err() != nil {
 			return &cli.InterruptedError{Detail: "while loading the model"}

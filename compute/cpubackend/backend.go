@@ -7,6 +7,7 @@ package cpubackend
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 
@@ -33,11 +34,34 @@ var (
 // threads <= 0 means runtime.GOMAXPROCS(0).
 func New(threads int) *Backend { return &Backend{pool: kern.NewPool(threads)} }
 
-// NewMatMul is New with the precision of the activations that multiply
-// bf16 weights named: "f32" (New's) or "bf16" (see kern.Precision).
+// DefaultMatMul is the precision NewMatMul's "" stands for: bf16, the
+// arithmetic of llama.cpp's BF16 matmul (fp32 accumulation) and the one
+// fast enough to beat it in prefill; "f32" is exact.
+const DefaultMatMul = "bf16"
+
+// MaxThreads returns the most compute threads NewMatMul accepts: 64 per
+// CPU core, at most 4096. More only costs memory (every thread has its own
+// scratch) and scheduling.
+func MaxThreads() int { return min(64*runtime.NumCPU(), 4096) }
+
+// NewMatMul starts a CPU backend of threads worker threads (0 means
+// GOMAXPROCS, at most MaxThreads) whose matrix products multiply bf16
+// weights by activations of the precision matmul names: "" means
+// DefaultMatMul; "bf16" rounds them to bf16 first, as llama.cpp's BF16
+// matmul does, which on CPUs with AVX512_BF16 is about 1.5 times as fast in
+// prefill and moves logits by bf16 rounding; "f32" uses them as they are
+// (exact f32 products, what the reference comparisons pin). Products
+// accumulate in f32 and results do not depend on the thread count either
+// way; f32 and f16 weights always multiply f32 activations.
 func NewMatMul(threads int, matmul string) (*Backend, error) {
+	if threads < 0 || threads > MaxThreads() {
+		return nil, fmt.Errorf("cpu: %d threads, want 0 (GOMAXPROCS) to %d (64 per CPU core, at most 4096)", threads, MaxThreads())
+	}
 	if err := kern.CheckEnv(); err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	if matmul == "" {
+		matmul = DefaultMatMul
 	}
 	prec, err := kern.ParsePrecision(matmul)
 	if err != nil {

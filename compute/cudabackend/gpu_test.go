@@ -63,7 +63,7 @@ func TestGPUParity(t *testing.T) {
 		t.Logf("%+v: prefill products by %s", opts, gpu.GEMM())
 		for name, dir := range dirs {
 			t.Run(fmt.Sprintf("%s/graphs=%v", name, !opts.NoGraphs), func(t *testing.T) {
-				cpuM := loadModel(t, dir, model.Options{MaxContext: 64, MatMul: "f32"})
+				cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 0), MaxContext: 64})
 				gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 				ids := testIDs(tokens, cpuM.Config().VocabSize)
 				cal := randCalibration(t, cpuM, 13)

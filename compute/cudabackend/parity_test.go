@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
@@ -55,6 +57,19 @@ func testIDs(n, vocab int) []int {
 	}
 	ids[0] = 1
 	return ids
+}
+
+// cpuF32 returns a CPU backend of threads threads (0: GOMAXPROCS) with
+// exact f32 matrix products, the reference the GPU rows are read against,
+// closed when the test ends.
+func cpuF32(t testing.TB, threads int) compute.Backend {
+	t.Helper()
+	b, err := cpubackend.NewMatMul(threads, "f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 func loadModel(t testing.TB, dir string, opt model.Options) *model.Model {
@@ -207,7 +222,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			gpu, f := newFakeBackend(t, Options{})
-			cpuM := loadModel(t, dir, model.Options{Threads: 1, MaxContext: 64, MatMul: "f32"})
+			cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 64})
 			gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 			ids := testIDs(tokens, cpuM.Config().VocabSize)
 			cal := randCalibration(t, cpuM, 13)

@@ -66,7 +66,7 @@ func TestReportDevice(t *testing.T) {
 func TestReportCPUGolden(t *testing.T) {
 	r := newReporter(t, os.Stdout)
 	goldenRows(r, "cpu-golden", shareddata.Dir(t), goldenCases, []goldenRun{
-		{name: "cpu", opts: model.Options{MatMul: "f32"}, decTol: 1e-3, preTol: 1e-3},
+		{name: "cpu", opts: model.Options{Backend: cpuF32(t, 0)}, decTol: 1e-3, preTol: 1e-3},
 	})
 }
 

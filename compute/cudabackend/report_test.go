@@ -718,7 +718,7 @@ func greedyRows(r *reporter, step, shared string, cases []goldenCase, gpu comput
 		dir := filepath.Join(shared, "models", gc.model)
 		var gen [2][]int
 		var margins []float32
-		for i, opts := range []model.Options{{MatMul: "f32"}, {Backend: gpu}} {
+		for i, opts := range []model.Options{{Backend: cpuF32(r.t, 0)}, {Backend: gpu}} {
 			m, err := model.Load(dir, opts)
 			if err == nil {
 				gen[i], margins, err = greedy(m, ids, min(tokens, m.MaxContext()-len(ids)))
@@ -968,7 +968,7 @@ func TestReportFake(t *testing.T) {
 	host := cpubackend.New(1)
 	defer host.Close()
 	goldenRows(r, "golden", shared, goldenCases[:1], []goldenRun{
-		{name: "cpu", opts: model.Options{MatMul: "f32"}, decTol: 1e-3, preTol: 1e-3},
+		{name: "cpu", opts: model.Options{Backend: cpuF32(t, 0)}, decTol: 1e-3, preTol: 1e-3},
 		{name: "stand-in", opts: model.Options{Backend: host}, decTol: 1e-3, preTol: 1e-3, rel: true},
 	})
 	greedyRows(r, "greedy", shared, goldenCases[:1], host, 6)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/compute/cudabackend"
 )
 
@@ -39,6 +40,25 @@ func Backend(name string) (compute.Backend, error) {
 	}
 	return nil, fmt.Errorf("--device %q: want one of %s", name, strings.Join(Names(), ", "))
 }
+
+// OrCPU returns b, the backend of a --device value, or for "cpu" (b nil)
+// a new CPU backend of threads threads (--threads) and matmul precision
+// (--matmul, as MatMul returns it). done releases what OrCPU started; the
+// caller calls it once the model is closed.
+func OrCPU(b compute.Backend, threads int, matmul string) (be compute.Backend, done func(), err error) {
+	if b != nil {
+		return b, func() {}, nil
+	}
+	cpu, err := cpubackend.NewMatMul(threads, matmul)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cpu, func() { cpu.Close() }, nil
+}
+
+// MaxThreads returns the most compute threads the CPU backend takes
+// (--threads): 64 per CPU core, at most 4096.
+func MaxThreads() int { return cpubackend.MaxThreads() }
 
 // MatMulUsage is the help text of the tools' --matmul flag.
 const MatMulUsage = "precision of the activations in bf16 matrix products on the CPU: bf16 (rounded first, llama.cpp's arithmetic: about 1.5x the prefill speed with AVX512_BF16) or f32 (exact)"
