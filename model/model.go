@@ -92,6 +92,57 @@ type layer struct {
 	downBias         compute.Buffer
 }
 
+// mat returns the field of the matrix of role r, nil if r is not a matrix.
+func (l *layer) mat(r weights.Role) *compute.Weight {
+	switch r {
+	case weights.Q:
+		return &l.q
+	case weights.K:
+		return &l.k
+	case weights.V:
+		return &l.v
+	case weights.O:
+		return &l.o
+	case weights.Gate:
+		return &l.gate
+	case weights.Up:
+		return &l.up
+	case weights.Down:
+		return &l.down
+	}
+	return nil
+}
+
+// vec returns the field of the vector of role r (a norm's weight, a
+// bias), nil if r is not a vector.
+func (l *layer) vec(r weights.Role) *compute.Buffer {
+	switch r {
+	case weights.InputNorm:
+		return &l.inNorm
+	case weights.PostNorm:
+		return &l.postNorm
+	case weights.QBias:
+		return &l.qBias
+	case weights.KBias:
+		return &l.kBias
+	case weights.VBias:
+		return &l.vBias
+	case weights.OBias:
+		return &l.oBias
+	case weights.QNorm:
+		return &l.qNorm
+	case weights.KNorm:
+		return &l.kNorm
+	case weights.GateBias:
+		return &l.gateBias
+	case weights.UpBias:
+		return &l.upBias
+	case weights.DownBias:
+		return &l.downBias
+	}
+	return nil
+}
+
 // Load reads the model in dir (a local Hugging Face model directory): its
 // config.json and safetensors weights. It checks every tensor's presence,
 // dtype and shape; large matrices stay in their stored dtype, mapped from
@@ -230,7 +281,8 @@ type namedWeight struct {
 	w    compute.Weight
 }
 
-func (ld *loader) tensor(name string, shape ...int) *weights.Tensor {
+func (ld *loader) tensor(ts weights.TensorSpec) *weights.Tensor {
+	name, shape := ts.Name, ts.Shape()
 	if ld.err != nil {
 		return nil
 	}
@@ -255,8 +307,9 @@ func (ld *loader) tensor(name string, shape ...int) *weights.Tensor {
 }
 
 // mat uploads a matrix to the backend in its stored dtype.
-func (ld *loader) mat(name string, rows, cols int) compute.Weight {
-	t := ld.tensor(name, rows, cols)
+func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
+	name := ts.Name
+	t := ld.tensor(ts)
 	if t == nil {
 		return nil
 	}
@@ -275,8 +328,9 @@ func (ld *loader) mat(name string, rows, cols int) compute.Weight {
 }
 
 // vec uploads a vector (a norm's weight, a bias) as float32.
-func (ld *loader) vec(name string, n int) compute.Buffer {
-	t := ld.tensor(name, n)
+func (ld *loader) vec(ts weights.TensorSpec) compute.Buffer {
+	name := ts.Name
+	t := ld.tensor(ts)
 	if t == nil {
 		return compute.Buffer{}
 	}
@@ -295,48 +349,37 @@ func (ld *loader) upload(v []float32) compute.Buffer {
 	return b
 }
 
+// loadTensors uploads the tensors weights' architecture table lists for
+// the configuration (the table CheckTensors checked them against), each to
+// its place in the forward pass.
 func (m *Model) loadTensors() error {
 	c := m.cfg
-	h, qd, kvd := c.HiddenSize, c.NumHeads*m.headDim, c.NumKVHeads*m.headDim
 	ld := &loader{dir: m.dir, store: m.store, b: m.b}
-	m.embed = ld.mat("model.embed_tokens.weight", c.VocabSize, h)
-	qkvBias, oBias, qkNorm := c.AttentionBias, c.OutputBias, c.QKNorm
+	for _, t := range c.ModelTensors() {
+		switch t.Role {
+		case weights.Embed:
+			m.embed = ld.mat(t)
+		case weights.FinalNorm:
+			m.norm = ld.vec(t)
+		case weights.LMHead:
+			m.lmHead = ld.mat(t)
+		}
+	}
+	if c.TieWordEmbeddings {
+		m.lmHead = m.embed
+	}
 	m.layers = make([]layer, c.NumLayers)
 	for i := range m.layers {
 		l := &m.layers[i]
-		p := fmt.Sprintf("model.layers.%d.", i)
-		l.inNorm = ld.vec(p+"input_layernorm.weight", h)
-		l.q = ld.mat(p+"self_attn.q_proj.weight", qd, h)
-		l.k = ld.mat(p+"self_attn.k_proj.weight", kvd, h)
-		l.v = ld.mat(p+"self_attn.v_proj.weight", kvd, h)
-		l.o = ld.mat(p+"self_attn.o_proj.weight", h, qd)
-		if qkvBias {
-			l.qBias = ld.vec(p+"self_attn.q_proj.bias", qd)
-			l.kBias = ld.vec(p+"self_attn.k_proj.bias", kvd)
-			l.vBias = ld.vec(p+"self_attn.v_proj.bias", kvd)
+		for _, t := range c.LayerTensors(i) {
+			if mat := l.mat(t.Role); mat != nil {
+				*mat = ld.mat(t)
+			} else if vec := l.vec(t.Role); vec != nil {
+				*vec = ld.vec(t)
+			} else {
+				return fmt.Errorf("model: %s: tensor %s has a role the forward pass does not know (%d)", m.dir, t.Name, t.Role)
+			}
 		}
-		if oBias {
-			l.oBias = ld.vec(p+"self_attn.o_proj.bias", h)
-		}
-		if qkNorm {
-			l.qNorm = ld.vec(p+"self_attn.q_norm.weight", m.headDim)
-			l.kNorm = ld.vec(p+"self_attn.k_norm.weight", m.headDim)
-		}
-		l.postNorm = ld.vec(p+"post_attention_layernorm.weight", h)
-		l.gate = ld.mat(p+"mlp.gate_proj.weight", c.IntermediateSize, h)
-		l.up = ld.mat(p+"mlp.up_proj.weight", c.IntermediateSize, h)
-		l.down = ld.mat(p+"mlp.down_proj.weight", h, c.IntermediateSize)
-		if c.MLPBias {
-			l.gateBias = ld.vec(p+"mlp.gate_proj.bias", c.IntermediateSize)
-			l.upBias = ld.vec(p+"mlp.up_proj.bias", c.IntermediateSize)
-			l.downBias = ld.vec(p+"mlp.down_proj.bias", h)
-		}
-	}
-	m.norm = ld.vec("model.norm.weight", h)
-	if c.TieWordEmbeddings {
-		m.lmHead = m.embed
-	} else {
-		m.lmHead = ld.mat("lm_head.weight", c.VocabSize, h)
 	}
 	cos, sin := ropeTables(m.invFreq, m.maxCtx)
 	m.cos, m.sin = ld.upload(cos), ld.upload(sin)

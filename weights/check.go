@@ -6,25 +6,6 @@ import (
 	"strings"
 )
 
-// layerPrefix starts the name of every per-layer tensor of the supported
-// architectures: "model.layers.N." followed by the tensor's own name.
-const layerPrefix = "model.layers."
-
-// dim is one expected tensor dimension and the config.json fields it comes
-// from, for error messages.
-type dim struct {
-	n     int
-	field string
-}
-
-// wantTensor is a tensor the configuration calls for; why, when set, says
-// which setting requires it.
-type wantTensor struct {
-	name string
-	dims []dim
-	why  string
-}
-
 // CheckTensors checks the configuration against the tensors of an opened
 // checkpoint. It reads only the safetensors headers and allocates nothing in
 // proportion to the configuration's sizes, so a loader should call it right
@@ -59,22 +40,13 @@ func (c *Config) CheckTensors(s *Store) error {
 	if err := c.checkLayerCount(s); err != nil {
 		return fail("%v", err)
 	}
-	h := dim{c.HiddenSize, "hidden_size"}
-	vocab := dim{c.VocabSize, "vocab_size"}
-	want := []wantTensor{
-		{name: "model.embed_tokens.weight", dims: []dim{vocab, h}},
-		{name: "model.norm.weight", dims: []dim{h}},
-	}
-	if !c.TieWordEmbeddings {
-		want = append(want, wantTensor{name: "lm_head.weight", dims: []dim{vocab, h}, why: "tie_word_embeddings is false"})
-	}
-	for _, w := range want {
+	for _, w := range c.ModelTensors() {
 		if err := checkTensor(s, w); err != nil {
 			return fail("%v", err)
 		}
 	}
 	for i := range c.NumLayers { // bounded by the checkpoint: checkLayerCount saw every layer
-		for _, w := range c.layerTensors(i) {
+		for _, w := range c.LayerTensors(i) {
 			if err := checkTensor(s, w); err != nil {
 				return fail("%v", err)
 			}
@@ -125,76 +97,28 @@ func (c *Config) checkLayerCount(s *Store) error {
 	return nil // len(seen) == NumLayers and all are below it: exactly 0..NumLayers-1
 }
 
-// layerTensors lists the tensors layer i must have.
-func (c *Config) layerTensors(i int) []wantTensor {
-	h := dim{c.HiddenSize, "hidden_size"}
-	ff := dim{c.IntermediateSize, "intermediate_size"}
-	hd := dim{c.HeadDim, "head_dim"}
-	q := dim{c.NumHeads * c.HeadDim, "num_attention_heads*head_dim"}
-	kv := dim{c.NumKVHeads * c.HeadDim, "num_key_value_heads*head_dim"}
-	p := layerPrefix + strconv.Itoa(i) + "."
-	w := []wantTensor{
-		{name: p + "input_layernorm.weight", dims: []dim{h}},
-		{name: p + "post_attention_layernorm.weight", dims: []dim{h}},
-		{name: p + "self_attn.q_proj.weight", dims: []dim{q, h}},
-		{name: p + "self_attn.k_proj.weight", dims: []dim{kv, h}},
-		{name: p + "self_attn.v_proj.weight", dims: []dim{kv, h}},
-		{name: p + "self_attn.o_proj.weight", dims: []dim{h, q}},
-		{name: p + "mlp.gate_proj.weight", dims: []dim{ff, h}},
-		{name: p + "mlp.up_proj.weight", dims: []dim{ff, h}},
-		{name: p + "mlp.down_proj.weight", dims: []dim{h, ff}},
-	}
-	if c.AttentionBias {
-		why := "attention_bias is true"
-		if c.ModelType == "qwen2" {
-			why = "model_type qwen2 has q, k and v biases"
-		}
-		w = append(w,
-			wantTensor{name: p + "self_attn.q_proj.bias", dims: []dim{q}, why: why},
-			wantTensor{name: p + "self_attn.k_proj.bias", dims: []dim{kv}, why: why},
-			wantTensor{name: p + "self_attn.v_proj.bias", dims: []dim{kv}, why: why})
-	}
-	if c.OutputBias {
-		w = append(w, wantTensor{name: p + "self_attn.o_proj.bias", dims: []dim{h}, why: "attention_bias is true"})
-	}
-	if c.MLPBias {
-		why := "mlp_bias is true"
-		w = append(w,
-			wantTensor{name: p + "mlp.gate_proj.bias", dims: []dim{ff}, why: why},
-			wantTensor{name: p + "mlp.up_proj.bias", dims: []dim{ff}, why: why},
-			wantTensor{name: p + "mlp.down_proj.bias", dims: []dim{h}, why: why})
-	}
-	if c.QKNorm {
-		why := "model_type " + c.ModelType + " normalizes q and k"
-		w = append(w,
-			wantTensor{name: p + "self_attn.q_norm.weight", dims: []dim{hd}, why: why},
-			wantTensor{name: p + "self_attn.k_norm.weight", dims: []dim{hd}, why: why})
-	}
-	return w
-}
-
 // checkTensor checks one expected tensor's presence, shape and dtype.
-func checkTensor(s *Store, w wantTensor) error {
-	e, ok := s.tensors[w.name]
+func checkTensor(s *Store, w TensorSpec) error {
+	e, ok := s.tensors[w.Name]
 	if !ok {
-		if w.why != "" {
-			return fmt.Errorf("tensor %s is missing (config.json: %s)", w.name, w.why)
+		if w.Why != "" {
+			return fmt.Errorf("tensor %s is missing (config.json: %s)", w.Name, w.Why)
 		}
-		return fmt.Errorf("tensor %s is missing", w.name)
+		return fmt.Errorf("tensor %s is missing", w.Name)
 	}
-	same := len(e.info.shape) == len(w.dims)
-	for i := 0; same && i < len(w.dims); i++ {
-		same = e.info.shape[i] == w.dims[i].n
+	same := len(e.info.shape) == len(w.Dims)
+	for i := 0; same && i < len(w.Dims); i++ {
+		same = e.info.shape[i] == w.Dims[i].N
 	}
 	if !same {
-		parts := make([]string, len(w.dims))
-		for i, d := range w.dims {
-			parts[i] = d.field + "=" + strconv.Itoa(d.n)
+		parts := make([]string, len(w.Dims))
+		for i, d := range w.Dims {
+			parts[i] = d.Field + "=" + strconv.Itoa(d.N)
 		}
-		return fmt.Errorf("tensor %s has shape %v, but config.json implies [%s]", w.name, e.info.shape, strings.Join(parts, ", "))
+		return fmt.Errorf("tensor %s has shape %v, but config.json implies [%s]", w.Name, e.info.shape, strings.Join(parts, ", "))
 	}
 	if e.info.dtype == 0 {
-		return fmt.Errorf("tensor %s has dtype %s (supported: F32, F16, BF16)", w.name, e.info.dtypeName)
+		return fmt.Errorf("tensor %s has dtype %s (supported: F32, F16, BF16)", w.Name, e.info.dtypeName)
 	}
 	return nil
 }

@@ -43,12 +43,8 @@ func shapesFor(c *Config) map[string][]int {
 		s["lm_head.weight"] = []int{c.VocabSize, c.HiddenSize}
 	}
 	for i := range c.NumLayers {
-		for _, w := range c.layerTensors(i) {
-			shape := make([]int, len(w.dims))
-			for j, d := range w.dims {
-				shape[j] = d.n
-			}
-			s[w.name] = shape
+		for _, w := range c.LayerTensors(i) {
+			s[w.Name] = w.Shape()
 		}
 	}
 	return s
