@@ -66,6 +66,47 @@ var allowed = map[string][]string{
 	"internal/cmd/kakeya-testmodel": {"internal/cli", "internal/testmodel"},
 }
 
+// forbidden are edges the design rules out, some of which the code once
+// had: the model naming a backend, the engine or a codec reaching the seam
+// or a kernel it should reach through a backend, kernels above the bottom.
+// TestForbiddenEdges keeps them out of allowed.
+var forbidden = [][2]string{
+	{"model", "compute/cpubackend"},
+	{"model", "compute/cudabackend"},
+	{"model", "kernels/cpu"},
+	{"", "kernels/cpu"},
+	{"codec", "compute"},
+	{"kernels/cpu", "compute"},
+	{"kernels/cuda", "compute"},
+	{"kvcache", "model"},
+	{"compute", "codec"},
+	{"compute", "kvcache"},
+}
+
+// backends are the packages that implement compute.Backend; only those
+// that choose a device (the engine, calibration, the tools and their
+// helpers) may import one.
+var backends = []string{"compute/cpubackend", "compute/cudabackend", "compute/reference"}
+
+func TestForbiddenEdges(t *testing.T) {
+	for _, e := range forbidden {
+		if slices.Contains(allowed[e[0]], e[1]) {
+			t.Errorf("layering table allows %q -> %q, which the design rules out", e[0], e[1])
+		}
+	}
+	choosers := []string{"", "calibrate", "internal/device"}
+	for pkg, deps := range allowed {
+		if strings.HasPrefix(pkg, "cmd/") || slices.Contains(choosers, pkg) {
+			continue
+		}
+		for _, b := range backends {
+			if slices.Contains(deps, b) && !strings.HasPrefix(pkg, "compute/") {
+				t.Errorf("layering table lets %q import the backend %q: only the engine, calibration and the commands choose a backend", pkg, b)
+			}
+		}
+	}
+}
+
 // TestImportLayering checks every package's imports (tests aside) against
 // allowed, so that the layering stays as designed.
 func TestImportLayering(t *testing.T) {
@@ -80,7 +121,11 @@ func TestImportLayering(t *testing.T) {
 		if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
 			return filepath.SkipDir
 		}
-		pkg, err := build.ImportDir(path, 0)
+		// Every file counts, whatever its build tags (gpu, arm64, !cgo):
+		// an edge in any build is an edge.
+		ctx := build.Default
+		ctx.UseAllFiles = true
+		pkg, err := ctx.ImportDir(path, 0)
 		if _, none := err.(*build.NoGoError); none {
 			return nil
 		}
