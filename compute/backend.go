@@ -146,12 +146,31 @@ type BlockStore interface {
 }
 
 // EncodedAttention is implemented by a BlockStore whose backend's attention
-// reads blocks encoded by some codecs directly. The cache encodes a block
-// into the store only when AttendsEncoded says so; a store without this
-// interface, or a codec it declines, keeps the block hot, holding the
-// codec's decoded values so the results are the same.
+// reads blocks encoded by some codecs. The cache encodes a full block that
+// left the hot window only when its store implements this interface and
+// AttendsEncoded reports true for the block's codec: it then reads the
+// block back, encodes it on the host and hands the bytes to SetEncoded.
+// Otherwise the block stays hot with the values it was written with, not
+// those the codec would decode to: the codec is not applied to it, its
+// attention is that of an uncompressed cache, and the cache's Stats count
+// it hot.
+//
+// A store that accepts a codec must give attention the values the codec
+// decodes the block to. It may keep the encoded bytes (the CPU's store) or,
+// for a codec its kernels cannot read, the decoded values in the block's
+// hot storage (the CUDA store); a part kept so implements HotDecoded, and
+// the cache counts it hot.
 type EncodedAttention interface {
 	AttendsEncoded(dec Decoder) bool
+}
+
+// HotDecoded is implemented by a Part that SetEncoded may leave in hot
+// storage holding its codec's decoded values rather than the codec's
+// bytes, as the CUDA store does for codecs its kernels cannot read.
+// HotDecoded reports whether the part is so held: it takes the memory of
+// a hot part, and the cache counts it so.
+type HotDecoded interface {
+	HotDecoded() bool
 }
 
 // Preparer is implemented by a backend that lays weights out for its

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/compute/reference"
@@ -165,5 +166,76 @@ func TestFailureReachesEngine(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The cache's Stats count what the CUDA store holds: a block of a codec
+// the kernels read (int8) is compressed as on the CPU, one whose codec
+// they cannot read (turbo) keeps its hot slot, holding the decoded values,
+// and counts hot; the values read back are the CPU store's either way.
+func TestStatsOfCUDAStore(t *testing.T) {
+	const kvHeads, d, bs, tokens = 2, 64, 4, 22
+	gpu, _ := newFakeBackend(t, Options{})
+	cpu := cpubackend.New(1)
+	t.Cleanup(func() { cpu.Close() })
+	newCodec := func(name string) codec.Codec {
+		sp, err := codec.ParseSpec(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cd, err := codec.New(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cd
+	}
+	pol := kvcache.Policy{HotBF16: true, HotWindow: 4, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{newCodec("int8")}, V: newCodec("turbo")}}}
+	x := randNormal(7, tokens*kvHeads*d)
+	var caches [2]*kvcache.Cache
+	for i, be := range []compute.Backend{gpu, cpu} {
+		c, err := kvcache.New(kvcache.Config{Layers: 1, KVHeads: kvHeads, HeadDim: d, BlockSize: bs, MaxTokens: 32, Policy: pol,
+			Store: be.NewBlockStore(bs, d, true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := upload(be, x)
+		if err := c.Append(0, buf, buf, tokens); err != nil {
+			t.Fatal(err)
+		}
+		caches[i] = c
+	}
+	if err := gpu.Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, want := caches[0].Stats().Layers[0], caches[1].Stats().Layers[0]
+	// 22 tokens in blocks of 4, the newest 4 hot: blocks 0..3 encoded.
+	const encoded, hotPart = 4 * kvHeads, 2 * bs * d
+	if want.VCompressed == 0 || want.KCompressed == 0 {
+		t.Fatalf("CPU stats %+v: want K and V encoded", want)
+	}
+	if got.KHot != want.KHot || got.KCompressed != want.KCompressed {
+		t.Errorf("int8 keys: CUDA holds %d hot + %d encoded bytes, CPU %d + %d", got.KHot, got.KCompressed, want.KHot, want.KCompressed)
+	}
+	if wantHot := want.VHot + encoded*hotPart; got.VHot != wantHot || got.VCompressed != 0 {
+		t.Errorf("turbo values: CUDA holds %d hot + %d encoded bytes, want %d + 0", got.VHot, got.VCompressed, wantHot)
+	}
+	if wantBF16 := int64(encoded * hotPart); got.CompressedBF16 != wantBF16 {
+		t.Errorf("CompressedBF16 %d, want %d (the keys alone)", got.CompressedBF16, wantBF16)
+	}
+	g, w := make([]float32, bs*d), make([]float32, bs*d)
+	for b := range caches[0].NumBlocks(0) {
+		for h := range kvHeads {
+			for kv := range 2 {
+				if err := caches[0].Read(g, 0, h, b, kv); err != nil {
+					t.Fatal(err)
+				}
+				if err := caches[1].Read(w, 0, h, b, kv); err != nil {
+					t.Fatal(err)
+				}
+				if dd := maxAbsDiff(g, w); dd != 0 {
+					t.Fatalf("block %d head %d kv %d: CUDA reads back %.3g away from the CPU", b, h, kv, dd)
+				}
+			}
+		}
 	}
 }
