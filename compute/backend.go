@@ -21,9 +21,10 @@
 //     recorded since the backend was made. It is sticky: the memory of
 //     the backend is in doubt after it, so the operations that follow may
 //     do nothing, and a Backend.Read may leave garbage in its destination.
-//     A backend also records a failure it returned when that failure puts
-//     its memory in doubt (a device fault; a KV block that no longer
-//     decodes).
+//     A backend may also record a failure it returned that puts its memory
+//     in doubt, so that the steps after it fail too: the CUDA backend
+//     records every driver failure, the CPU's the failure of attention
+//     over a KV block that no longer decodes.
 //
 // A backend never panics on a failure and never lets one pass for a
 // result: values read back after a failure are not results, and Err says
@@ -33,8 +34,8 @@
 // step), after the step's results were read back and before it uses them:
 // a GPU's work is known done only then. The model does so for every
 // chunk of Sequence.Forward and returns the failure wrapped with context,
-// so errors.Is matches the backend's own error at the engine's API
-// (Engine.Generate, Engine.Logits) and in the tools.
+// so errors.Is matches the backend's own error at the engine's API and in
+// the tools.
 //
 // Optional capabilities are separate interfaces a backend or its block
 // store may implement, discovered by type assertion (see EncodedAttention).

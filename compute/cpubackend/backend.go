@@ -21,8 +21,9 @@ import (
 //
 // Its arithmetic cannot fail; what can is attention over a KV block that
 // does not decode (memory corrupted, or a codec's bug). Forward returns that
-// failure and the backend records it for Err, as compute's contract asks
-// of a failure that puts the backend's memory in doubt.
+// failure and the backend records it for Err too, since it puts the
+// backend's memory in doubt (see compute's contract): the steps after it
+// fail rather than run over corrupted blocks.
 type Backend struct {
 	pool *kern.Pool
 	// dtypes has bit 1<<DType set for each dtype of the weights uploaded,
