@@ -162,9 +162,12 @@ func (e *Engine) Logits(ctx context.Context, prompt string, opt GenerateOptions)
 //
 // Errors found before the model runs (bad options, a prompt too long, a
 // closed engine) come with a nil Result. Once the prompt is being processed,
-// an error (ctx's, onText's, ErrClosed from a concurrent Close, non-finite
-// logits) comes with the partial Result: the text passed to onText so far,
-// the token counts, timings and KV statistics.
+// an error (ctx's, onText's, ErrClosed from a concurrent Close, a failure
+// of the model's backend, non-finite logits) comes with the partial Result:
+// the text passed to onText so far, the token counts, timings and KV
+// statistics. A backend's failure (see compute's contract) ends the forward
+// step it happened in, whose logits are never sampled; the error matches
+// the backend's own with errors.Is, and the backend may stay failed.
 func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOptions, onText func(string) error) (*Result, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err

@@ -3,8 +3,39 @@
 // device memory (Buffer, Weight), the
 // storage of KV-cache blocks (BlockStore), and the Backend interface: the
 // dozen operations one decoder family needs. The model names no device; a
-// backend (compute/cpu, the reference in compute/reference, a GPU later)
-// implements the interface.
+// backend (compute/cpubackend, the reference in compute/reference, the GPU's
+// in compute/cudabackend) implements the interface.
+//
+// # Failures
+//
+// A backend's operations fail in two ways, and the contract is the same
+// for every backend:
+//
+//   - An operation with an error result (Upload, NewAttention,
+//     Attention.Forward, BlockStore's NewPart, Read and SetEncoded) returns
+//     its failure.
+//   - An operation without one (Alloc, Write, Read, Embed, MatMul, RMSNorm,
+//     AddRows, Add, SiLUMul, RoPE, BlockStore's Write and Release) records
+//     its failure, as does a device's queued work that fails after the call
+//     that queued it returned. Backend.Err returns the first failure
+//     recorded since the backend was made. It is sticky: the memory of
+//     the backend is in doubt after it, so the operations that follow may
+//     do nothing, and a Backend.Read may leave garbage in its destination.
+//     A backend may also record a failure it returned that puts its memory
+//     in doubt, so that the steps after it fail too: the CUDA backend
+//     records every driver failure, the CPU's the failure of attention
+//     over a KV block that no longer decodes.
+//
+// A backend never panics on a failure and never lets one pass for a
+// result: values read back after a failure are not results, and Err says
+// so. Shape mismatches are the caller's bugs and may panic.
+//
+// The caller checks Err once per forward step (a prefill chunk or a decode
+// step), after the step's results were read back and before it uses them:
+// a GPU's work is known done only then. The model does so for every
+// chunk of Sequence.Forward and returns the failure wrapped with context,
+// so errors.Is matches the backend's own error at the engine's API and in
+// the tools.
 //
 // Optional capabilities are separate interfaces a backend or its block
 // store may implement, discovered by type assertion (see EncodedAttention).
@@ -102,7 +133,8 @@ type BlockStore interface {
 	// store was made), or an error when the store has no room.
 	NewPart() (Part, error)
 	// Write stores rows rows of HeadDim values at rows row.. of the hot part
-	// p; row i comes from src at offset i*stride.
+	// p; row i comes from src at offset i*stride. A failure is recorded
+	// for the backend's Err, like its other operations without an error.
 	Write(p Part, row int, src Buffer, stride, rows int)
 	// Read copies p's values to dst on the host (BlockSize*HeadDim values),
 	// decoding an encoded part.
@@ -115,12 +147,31 @@ type BlockStore interface {
 }
 
 // EncodedAttention is implemented by a BlockStore whose backend's attention
-// reads blocks encoded by some codecs directly. The cache encodes a block
-// into the store only when AttendsEncoded says so; a store without this
-// interface, or a codec it declines, keeps the block hot, holding the
-// codec's decoded values so the results are the same.
+// reads blocks encoded by some codecs. The cache encodes a full block that
+// left the hot window only when its store implements this interface and
+// AttendsEncoded reports true for the block's codec: it then reads the
+// block back, encodes it on the host and hands the bytes to SetEncoded.
+// Otherwise the block stays hot with the values it was written with, not
+// those the codec would decode to: the codec is not applied to it, its
+// attention is that of an uncompressed cache, and the cache's Stats count
+// it hot.
+//
+// A store that accepts a codec must give attention the values the codec
+// decodes the block to. It may keep the encoded bytes (the CPU's store) or,
+// for a codec its kernels cannot read, the decoded values in the block's
+// hot storage (the CUDA store); a part kept so implements HotDecoded, and
+// the cache counts it hot.
 type EncodedAttention interface {
 	AttendsEncoded(dec Decoder) bool
+}
+
+// HotDecoded is implemented by a Part that SetEncoded may leave in hot
+// storage holding its codec's decoded values rather than the codec's
+// bytes, as the CUDA store does for codecs its kernels cannot read.
+// HotDecoded reports whether the part is so held: it takes the memory of
+// a hot part, and the cache counts it so.
+type HotDecoded interface {
+	HotDecoded() bool
 }
 
 // Preparer is implemented by a backend that lays weights out for its
@@ -131,14 +182,6 @@ type EncodedAttention interface {
 // only by Embed, if at all.
 type Preparer interface {
 	Prepare(w Weight) (copied bool)
-}
-
-// Checker is implemented by a backend whose operations can fail after
-// they return, as a GPU's queued work does: Err returns the first failure,
-// nil if none. The model checks it after every forward step, so a failure
-// surfaces as an error, never as NaN logits.
-type Checker interface {
-	Err() error
 }
 
 // Describer is implemented by a backend that describes itself for logs
@@ -152,13 +195,24 @@ type Describer interface {
 // Shapes are the caller's contract: a mismatch is a programming error and
 // may panic. Its methods may be called from several goroutines for
 // different buffers.
+//
+// Failures follow the package's contract (see Failures in the package
+// documentation): operations with an error result return it, the others
+// record it for Err, and the caller checks Err once per forward step,
+// before it uses what the step read back.
 type Backend interface {
 	// Name names the device, e.g. "cpu".
 	Name() string
-	// Alloc returns a zeroed buffer of n values.
+	// Err returns the first failure recorded since the backend was made,
+	// nil if none. It is sticky: once set, it stays.
+	Err() error
+	// Alloc returns a zeroed buffer of n values. When the memory cannot be
+	// had it records the failure and returns a buffer of n values that the
+	// operations ignore.
 	Alloc(n int) Buffer
 	// Upload makes a weight matrix available to the backend in its stored
-	// dtype (the backend may keep the host view rather than copy it).
+	// dtype (the backend may keep the host view rather than copy it). It
+	// returns an error for a matrix the backend cannot hold.
 	Upload(m tensor.Mat) (Weight, error)
 	// Write copies host values into dst; Read copies src back to the host.
 	Write(dst Buffer, src []float32)
@@ -182,10 +236,12 @@ type Backend interface {
 	// of x by the angles of positions start.., with cos and sin holding
 	// d/2 values per position (rotate-half pairing, as Hugging Face).
 	RoPE(x Buffer, rows, heads, d, start int, cos, sin Buffer)
-	// NewAttention returns the attention of one sequence.
+	// NewAttention returns the attention of one sequence, or an error for
+	// geometry the backend cannot run or after a recorded failure.
 	NewAttention(p AttentionParams) (Attention, error)
 	// NewBlockStore returns a store of parts of rows x d values, bf16 or
-	// float32.
+	// float32. It allocates nothing yet: the store's methods report their
+	// failures (see BlockStore).
 	NewBlockStore(rows, d int, bf16 bool) BlockStore
 	// Close releases the backend's workers and memory.
 	Close() error

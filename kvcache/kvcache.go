@@ -276,6 +276,11 @@ func (c *Cache) encodeOld(layerIdx int) error {
 				if err := store.SetEncoded(pt, enc, cd); err != nil {
 					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layerIdx, b, h, kvName(kv), err)
 				}
+				if hd, ok := pt.(compute.HotDecoded); ok && hd.HotDecoded() {
+					// The store holds the decoded values in the hot
+					// memory the part already had: still hot bytes.
+					continue
+				}
 				hot, cb := c.hotBytes(), int64(len(enc))
 				l.st.CompressedBF16 += int64(bs * d * 2)
 				if kv == 0 {
@@ -317,8 +322,11 @@ func (c *Cache) Encoded(layer, head, block, kv int) bool {
 	return c.layers[layer].blocks[block][2*head+kv].Encoded()
 }
 
-// LayerStats is the memory one layer's cache holds, in bytes. Hot bytes
-// count whole allocated blocks, including the unfilled tail of the last.
+// LayerStats is the memory one layer's cache holds in its store, in bytes.
+// Hot bytes count whole allocated blocks, including the unfilled tail of
+// the last, and the blocks a store keeps hot although their codec applies
+// (see compute.EncodedAttention); compressed bytes count the codec bytes
+// the store holds.
 type LayerStats struct {
 	Tokens            int
 	KHot, KCompressed int64

@@ -285,3 +285,109 @@ func (s *budgetStore) Release(p compute.Part) {
 	s.live--
 	s.BlockStore.Release(p)
 }
+
+// Stats counts the bytes the store really holds: a block the store
+// declines (no EncodedAttention) or keeps hot with its decoded values
+// (compute.HotDecoded, as the CUDA store does for codecs its kernels cannot
+// read) is hot, only codec bytes the store keeps are compressed.
+func TestStatsCountHeldBytes(t *testing.T) {
+	const bs, d, tokens = 4, 2, 20
+	const blocks, hotPart, rawPart = tokens / bs, 2 * bs * d, 4 * bs * d // bf16 hot, raw-f32 encoded
+	for _, tc := range []struct {
+		name            string
+		store           compute.BlockStore
+		hot, compressed int64
+	}{
+		{"cpu", backend.NewBlockStore(bs, d, true), 0, 2 * blocks * rawPart},
+		{"no EncodedAttention", plainStore{backend.NewBlockStore(bs, d, true)}, 2 * blocks * hotPart, 0},
+		{"hot decoded", &decodedStore{BlockStore: backend.NewBlockStore(bs, d, true), n: bs, d: d}, 2 * blocks * hotPart, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(Config{Layers: 1, KVHeads: 1, HeadDim: d, BlockSize: bs, MaxTokens: 32,
+				Policy: Policy{HotBF16: true, Layers: []LayerCodecs{{K: []codec.Codec{rawCodec{}}, V: rawCodec{}}}},
+				Store:  tc.store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := make([]float32, tokens*d)
+			for i := range x {
+				x[i] = float32(i)
+			}
+			if err := c.Append(0, cpubackend.Wrap(x), cpubackend.Wrap(x), tokens); err != nil {
+				t.Fatal(err)
+			}
+			st := c.Stats()
+			var bf16 int64
+			if tc.compressed > 0 {
+				bf16 = 2 * blocks * hotPart
+			}
+			if st.Hot != tc.hot || st.Compressed != tc.compressed || st.CompressedBF16 != bf16 {
+				t.Errorf("Hot %d, Compressed %d, CompressedBF16 %d; want %d, %d, %d", st.Hot, st.Compressed, st.CompressedBF16, tc.hot, tc.compressed, bf16)
+			}
+			if l := st.Layers[0]; l.KHot+l.VHot != st.Hot || l.KCompressed+l.VCompressed != st.Compressed || l.KHot != l.VHot {
+				t.Errorf("layer stats %+v do not add up to %+v", l, st)
+			}
+			// Whatever the store holds, the values read back are the ones
+			// written (raw-f32 is lossless; bf16 rounds nothing here).
+			got := make([]float32, bs*d)
+			for b := range blocks {
+				if err := c.Read(got, 0, 0, b, 1); err != nil {
+					t.Fatal(err)
+				}
+				for i, v := range got {
+					if want := x[b*bs*d+i]; v != want {
+						t.Fatalf("block %d value %d = %v, want %v", b, i, v, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// decodedStore accepts every codec but keeps each block hot, holding its
+// decoded values, as the CUDA store does for codecs its kernels cannot
+// read.
+type decodedStore struct {
+	compute.BlockStore
+	n, d int // a part's rows and their width
+}
+
+// decodedPart is a part of a decodedStore.
+type decodedPart struct {
+	compute.Part
+	decoded bool
+}
+
+func (p *decodedPart) HotDecoded() bool { return p.decoded }
+
+func (s *decodedStore) AttendsEncoded(compute.Decoder) bool { return true }
+
+func (s *decodedStore) NewPart() (compute.Part, error) {
+	p, err := s.BlockStore.NewPart()
+	if err != nil {
+		return nil, err
+	}
+	return &decodedPart{Part: p}, nil
+}
+
+func (s *decodedStore) Write(p compute.Part, row int, src compute.Buffer, stride, rows int) {
+	s.BlockStore.Write(p.(*decodedPart).Part, row, src, stride, rows)
+}
+
+func (s *decodedStore) Read(dst []float32, p compute.Part) error {
+	return s.BlockStore.Read(dst, p.(*decodedPart).Part)
+}
+
+// SetEncoded decodes enc into the part's hot rows.
+func (s *decodedStore) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) error {
+	dp := p.(*decodedPart)
+	rows := make([]float32, s.n*s.d)
+	if err := dec.Decode(rows, enc, s.n, s.d); err != nil {
+		return err
+	}
+	s.BlockStore.Write(dp.Part, 0, cpubackend.Wrap(rows), s.d, s.n)
+	dp.decoded = true
+	return nil
+}
+
+func (s *decodedStore) Release(p compute.Part) { s.BlockStore.Release(p.(*decodedPart).Part) }

@@ -97,7 +97,24 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	if m.observe != nil {
 		s.obsQ, s.obsK = make([]float32, n*qd), make([]float32, n*kvd)
 	}
+	if err := m.backendErr(); err != nil {
+		// An allocation failed (or an earlier step did): the sequence
+		// could not run.
+		return nil, err
+	}
 	return s, nil
+}
+
+// backendErr returns the failure the backend recorded (compute's contract),
+// wrapped with the backend's name, nil if none. The model checks it once
+// per forward step, after the step's results were read back (a device's
+// queued work fails after the call that queued it, and the read-back
+// waited for it) and before they are returned.
+func (m *Model) backendErr() error {
+	if err := m.b.Err(); err != nil {
+		return fmt.Errorf("model: %s backend: %w", m.b.Name(), err)
+	}
+	return nil
 }
 
 // Len returns the number of tokens in the sequence.
@@ -140,6 +157,12 @@ func (s *Sequence) KVStats() kvcache.Stats {
 // and is overwritten by the next call. Once the sequence or its model is
 // closed, Forward returns an error matching ErrClosed; Close of the model
 // waits for a Forward in flight to return.
+//
+// A failure of the backend (see compute's contract) is checked after every
+// chunk of at most the model's pass size: Forward then returns it, wrapped
+// so that errors.Is matches the backend's error, and no logits; the
+// sequence is unusable until Reset, and the backend itself may stay
+// failed.
 func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 	if s.err != nil {
 		return nil, s.err
@@ -175,12 +198,8 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 			logits = s.last
 		}
 		err := s.forward(chunk, logits, allLogits)
-		if chk, ok := s.m.b.(compute.Checker); ok && err == nil {
-			// A device's queued work fails after the call that queued
-			// it; the read-back of the logits waited for it.
-			if err = chk.Err(); err != nil {
-				err = fmt.Errorf("model: %s backend: %w", s.m.b.Name(), err)
-			}
+		if err == nil {
+			err = s.m.backendErr()
 		}
 		if err != nil {
 			s.err = fmt.Errorf("model: sequence unusable until Reset: %w", err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kakeya-ai/kakeya/attention"
@@ -18,11 +19,20 @@ import (
 )
 
 // Backend runs compute.Backend's operations on the CPU.
+//
+// Its arithmetic cannot fail; what can is attention over a KV block that
+// does not decode (memory corrupted, or a codec's bug). Forward returns that
+// failure and the backend records it for Err too, since it puts the
+// backend's memory in doubt (see compute's contract): the steps after it
+// fail rather than run over corrupted blocks.
 type Backend struct {
 	pool *kern.Pool
 	// dtypes has bit 1<<DType set for each dtype of the weights uploaded,
 	// so Describe names the matmuls that really run.
 	dtypes atomic.Uint32
+
+	mu  sync.Mutex
+	err error // the first failure recorded, see Err
 }
 
 var (
@@ -96,6 +106,22 @@ func (b *Backend) Describe() string {
 		return kern.Features()
 	}
 	return kern.Features() + "; matmuls: " + strings.Join(mm, ", ")
+}
+
+// Err returns the first failure the backend recorded, nil if none.
+func (b *Backend) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// fail records err if it is the first failure.
+func (b *Backend) fail(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = err
+	}
 }
 
 // Close stops the worker threads.
@@ -208,9 +234,32 @@ func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin com
 }
 
 // NewAttention returns the host attention of one sequence, run on the
-// backend's threads.
+// backend's threads, whose failures the backend records. After a recorded
+// failure it returns that failure.
 func (b *Backend) NewAttention(p compute.AttentionParams) (compute.Attention, error) {
-	return attention.New(b.pool, p)
+	if err := b.Err(); err != nil {
+		return nil, err
+	}
+	a, err := attention.New(b.pool, p)
+	if err != nil {
+		return nil, err
+	}
+	return &recorded{Attention: a, b: b}, nil
+}
+
+// recorded is an attention whose failures its backend records.
+type recorded struct {
+	compute.Attention
+	b *Backend
+}
+
+// Forward runs the attention and records its failure.
+func (a *recorded) Forward(out, q compute.Buffer, n, start int, kv compute.KVLayer, cos, sin compute.Buffer) error {
+	err := a.Attention.Forward(out, q, n, start, kv, cos, sin)
+	if err != nil {
+		a.b.fail(err)
+	}
+	return err
 }
 
 // NewBlockStore returns a store of parts of rows x d values in host memory.

@@ -44,11 +44,11 @@ const EnvSync = "KAKEYA_CUDA_SYNC"
 // kernel launch on one stream, so the host waits only where it reads
 // results back.
 //
-// compute.Backend's operations return no errors, so the first failure of
-// the driver (an allocation the device cannot hold, a failed launch) is
-// kept: later operations do nothing, Read fills its destination with NaN,
-// and the error is returned by Err and by every method that can return one
-// (attention, the block store, Upload, Close).
+// As compute's contract asks, the first failure of the driver (an
+// allocation the device cannot hold, a failed launch, a kernel's fault) is
+// recorded: later operations do nothing, Read fills its destination with
+// NaN, and the error is returned by Err and by every method that can
+// return one (attention, the block store, Upload, Close).
 type Backend struct {
 	mu     sync.Mutex
 	drv    driver
@@ -167,7 +167,8 @@ func (b *Backend) MemoryStats() (used, peak int64) {
 	return b.used, b.peak
 }
 
-// Err returns the first error the backend met, nil if none.
+// Err returns the first error the backend met, nil if none: a driver
+// call's *Error, matching its Result with errors.Is.
 func (b *Backend) Err() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -58,6 +58,10 @@ type writeTable struct {
 
 func (p *part) Encoded() bool { return p.dec != nil }
 
+// HotDecoded reports whether p is encoded by a codec the kernels cannot
+// read, so that its hot slot holds the decoded values (compute.HotDecoded).
+func (p *part) HotDecoded() bool { return p.dec != nil && p.encLen == 0 }
+
 // slots is the device memory of one store: free slots by size, and the
 // slabs they come from. It is separate from the store so that the store's
 // cleanup can hold it without keeping the store reachable.

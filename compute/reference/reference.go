@@ -21,6 +21,12 @@ var _ compute.Backend = Backend{}
 // Name returns "reference".
 func (Backend) Name() string { return "reference" }
 
+// Err returns nil: the reference records no failure, since its operations
+// without an error result cannot fail, and those with one (Upload,
+// attention, its block store) return theirs. It holds no state a failure
+// could put in doubt.
+func (Backend) Err() error { return nil }
+
 // Close does nothing: the backend holds no resources.
 func (Backend) Close() error { return nil }
 
