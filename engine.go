@@ -9,7 +9,8 @@ import (
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -31,12 +32,13 @@ type Options struct {
 	// zero come from the environment (see weights.HubOptionsFromEnv).
 	Hub weights.HubOptions
 	// Cache is the KV cache of every sequence, in the terms of the tools'
-	// flags, e.g. kvcache.Spec{KV: "kakeya", KBits: 3}; its zero value is
-	// an uncompressed bf16 cache.
-	Cache kvcache.Spec
+	// flags, e.g. kvconfig.Spec{KV: "kakeya", KBits: 3}, or as
+	// kvconfig.Parse reads it; its zero value is an uncompressed bf16
+	// cache. Load checks it once, before it loads anything.
+	Cache kvconfig.Spec
 	// Calibration is a file written by kakeya-eval calibrate: with it, a
 	// compressed cache preconditions keys and uses its codebooks (see
-	// kvcache.Spec's Precondition and Codebooks). "" for none.
+	// kvconfig.Spec's Precondition and Codebooks). "" for none.
 	Calibration string
 }
 
@@ -51,7 +53,7 @@ type Engine struct {
 	dir   string
 	calib string
 	seq   model.SequenceOptions // the cache of every sequence
-	cache kvcache.Settings      // what seq's cache is, in the tools' terms
+	cache kvconfig.Settings     // what seq's cache is, in the tools' terms
 }
 
 // Load loads a model and its tokenizer from a local directory or a Hugging
@@ -60,7 +62,8 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	if opt.Model.Cache.Layers != nil || opt.Model.BlockSize != 0 {
 		return nil, errors.New("kakeya: Options: set the cache through Cache, not Model.Cache or Model.BlockSize")
 	}
-	if err := opt.Cache.Validate(); err != nil {
+	spec, err := opt.Cache.Check()
+	if err != nil {
 		return nil, fmt.Errorf("kakeya: cache: %w", err)
 	}
 	dir, err := weights.Resolve(ctx, nameOrDir, opt.Hub)
@@ -87,7 +90,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 			return nil, fmt.Errorf("kakeya: calibration: %w", err)
 		}
 	}
-	pol, st, err := kvcache.NewPolicy(opt.Cache, m.CacheShape(), cal)
+	pol, st, err := kvplan.Build(spec, m.CacheShape(), cal)
 	if err != nil {
 		m.Close()
 		return nil, fmt.Errorf("kakeya: cache: %w", err)
@@ -102,7 +105,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 
 // CacheSettings returns the KV cache of the engine's sequences: its Spec
 // with the defaults applied for this model.
-func (e *Engine) CacheSettings() kvcache.Settings { return e.cache }
+func (e *Engine) CacheSettings() kvconfig.Settings { return e.cache }
 
 // Calibration returns the calibration file in use, "" for none.
 func (e *Engine) Calibration() string { return e.calib }
