@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -120,4 +121,28 @@ func ParsePlan(data []byte) (Plan, error) {
 		return Plan{}, err
 	}
 	return p, nil
+}
+
+// ParseLayers reads a list of layer indices separated by commas or
+// semicolons, e.g. "0,1,-2,-1" (negative from the end). "" and "none" give
+// no layers; a repeated layer is an error.
+func ParseLayers(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "none") {
+		return nil, nil
+	}
+	var out []int
+	seen := map[int]bool{}
+	for _, f := range strings.Split(strings.ReplaceAll(s, ";", ","), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("layer list %q: %q is not an integer", s, f)
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("layer list %q: layer %d listed twice", s, n)
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	return out, nil
 }

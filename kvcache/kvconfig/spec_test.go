@@ -173,9 +173,9 @@ func TestSpecCodecs(t *testing.T) {
 		{Spec{K: "KAKEYA:b=3"}, "kakeya:b=3", ""},
 	}
 	for _, tt := range tests {
-		k, v, err := tt.spec.Codecs()
-		if err != nil || k != tt.k || v != tt.v {
-			t.Errorf("%+v: Codecs() = %q, %q, %v; want %q, %q", tt.spec, k, v, err, tt.k, tt.v)
+		c, err := tt.spec.Check()
+		if err != nil || c.KCodec != tt.k || c.VCodec != tt.v {
+			t.Errorf("%+v: Check() = %q, %q, %v; want codecs %q, %q", tt.spec, c.KCodec, c.VCodec, err, tt.k, tt.v)
 		}
 		if c := tt.spec.Compressed(); c != (tt.k != "" || tt.v != "") {
 			t.Errorf("%+v: Compressed() = %v", tt.spec, c)
