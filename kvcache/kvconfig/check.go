@@ -78,6 +78,9 @@ func (s Spec) Check() (Checked, error) {
 		if c.Layers, err = ParseLayerCodecs(s.Layers); err != nil {
 			return Checked{}, Errorf("{layer-codecs}: %w", err)
 		}
+		if len(c.Layers) == 0 {
+			return Checked{}, Errorf("{layer-codecs} %q names no layer", s.Layers)
+		}
 		c.Boundary = nil
 	}
 	if !c.Compressed() {

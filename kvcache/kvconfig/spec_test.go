@@ -147,6 +147,7 @@ func TestSpecValidate(t *testing.T) {
 		{Spec{Layers: "none/int8", KV: "int8"}, "drop --kv-codec"},
 		{Spec{Layers: "none/int8", Boundary: "0"}, "--boundary"},
 		{Spec{Layers: "none/int8|x/y"}, `layer 1 key codec "x"`},
+		{Spec{Layers: " "}, `--layer-codecs " " names no layer`},
 	}
 	for _, tt := range tests {
 		// The tools' words; the library's name the Spec's fields.

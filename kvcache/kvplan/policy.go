@@ -26,8 +26,8 @@ func NewPolicy(s kvconfig.Spec, m kvcache.Shape, cal *codec.Calibration) (kvcach
 	return Build(c, m, cal)
 }
 
-// Build resolves the checked configuration c for a model of shape m and
-// the calibration cal (nil for none): it applies the defaults, checks what
+// Build resolves the configuration c, as kvconfig.Spec.Check returned it,
+// for a model of shape m and the calibration cal (nil for none): it applies the defaults, checks what
 // depends on the model (boundary layers in range, blocks no longer than
 // the context, the calibration's shape), and builds the policy: one codec
 // per layer outside the boundary (boundary layers store full blocks as

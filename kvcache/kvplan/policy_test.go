@@ -229,3 +229,24 @@ func FuzzNewPolicy(f *testing.F) {
 		}
 	})
 }
+
+// Build works from what Check read: it does not read the Spec's text
+// again, so the codecs it builds are Check's whatever the text says now.
+func TestBuildFromChecked(t *testing.T) {
+	c, err := kvconfig.Spec{K: "int8", V: "int4", Boundary: "1"}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.K, c.Spec.V, c.Spec.Boundary = "not a codec", "nor this", "x"
+	m := kvcache.Shape{Layers: 3, KVHeads: 2, HeadDim: 8, MaxContext: 256}
+	p, st, err := Build(c, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := codecNames(p, m.Layers, m.KVHeads), []string{"int8|int4", "bf16|bf16", "int8|int4"}; !slices.Equal(got, want) {
+		t.Errorf("codecs %v, want %v", got, want)
+	}
+	if st.K != "int8" || st.V != "int4" || !slices.Equal(st.Boundary, []int{1}) {
+		t.Errorf("settings %+v, want k=int8 v=int4 boundary [1]", st)
+	}
+}
