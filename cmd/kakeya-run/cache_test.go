@@ -24,7 +24,7 @@ func parseCache(t *testing.T, args []string) (*options, error) {
 	return parseFlags(append([]string{"--model", "m", "--prompt", "p"}, args...), io.Discard, io.Discard)
 }
 
-// The cache flags fill a kvconfig.Spec; its defaults are tested in kvcache,
+// The cache flags fill a kvconfig.Spec; its defaults are tested in kvplan,
 // the settings in effect end to end below.
 func TestCacheFlags(t *testing.T) {
 	tests := []struct {

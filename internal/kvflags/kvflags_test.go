@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -33,6 +35,39 @@ func TestRegister(t *testing.T) {
 		Register(fs, &s)
 		if err := fs.Parse(args); err == nil || !strings.Contains(err.Error(), args[0][2:]) {
 			t.Errorf("%v: err = %v, want one naming the flag", args, err)
+		}
+	}
+}
+
+// --kv-policy reads its file from the file system into the per-layer
+// codecs; a missing file is the flag's error.
+func TestPolicyFlag(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.json")
+	plan := `{"format": "kakeya-kv-plan/1", "layers": [{"k": "none", "v": "int8"}, {"k": "kakeya:b=3,rank=4", "v": "bf16"}]}`
+	if err := os.WriteFile(path, []byte(plan), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args   []string
+		layers string
+		err    string
+	}{
+		{[]string{"--kv-policy", path, "--hot-window", "8"}, "none/int8|kakeya:b=3,rank=4/none", ""},
+		{[]string{"--kv-policy", path + ".missing"}, "", "invalid value \"" + path + ".missing\" for flag -kv-policy: policy file: open " + path + ".missing"},
+	} {
+		var s kvconfig.Spec
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		Register(fs, &s)
+		err := fs.Parse(tt.args)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: err = %v, want one containing %q", tt.args, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || s.Layers != tt.layers || s.HotWindow != 8 {
+			t.Errorf("%q: spec %+v, %v; want layers %q", tt.args, s, err, tt.layers)
 		}
 	}
 }
