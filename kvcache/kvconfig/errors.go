@@ -23,7 +23,7 @@ func Errorf(format string, args ...any) error {
 	return &SettingError{format: format, args: args}
 }
 
-func (e *SettingError) Error() string { return e.Render(FieldName) }
+func (e *SettingError) Error() string { return e.Render(fieldName) }
 
 // Unwrap returns the error the message wraps (%w), if any.
 func (e *SettingError) Unwrap() error { return errors.Unwrap(fmt.Errorf(e.format, e.args...)) }
@@ -51,9 +51,9 @@ func (e *SettingError) Render(name func(key string) string) string {
 	return fmt.Errorf(b.String(), e.args...).Error()
 }
 
-// FieldName returns the Spec field a setting's key name stands for,
+// fieldName returns the Spec field a setting's key name stands for,
 // "Spec.BlockSize" for "block-size"; "" for the tools' hints.
-func FieldName(key string) string {
+func fieldName(key string) string {
 	switch key {
 	case "kv-codec":
 		return "Spec.KV"

@@ -128,8 +128,8 @@ func Grammar() []Key {
 	}
 }
 
-// Lookup finds a key by its name or an alias.
-func Lookup(name string) (Key, bool) {
+// lookup finds a key by its name or an alias.
+func lookup(name string) (Key, bool) {
 	for _, k := range Grammar() {
 		if k.Name == name || slices.Contains(k.Aliases, name) {
 			return k, true
@@ -154,7 +154,7 @@ func Keys() []string {
 // too. Two keys with one SettingName set the same field, so a source of
 // settings that gives both gives one setting twice.
 func SettingName(name string) (string, bool) {
-	k, ok := Lookup(name)
+	k, ok := lookup(name)
 	if !ok {
 		return "", false
 	}
@@ -177,7 +177,7 @@ func Parse(text string) (Spec, error) { return Parser{}.Parse(text) }
 // a short alias (see Keys), e.g. Set(&s, "block", "64") or
 // Set(&s, "kv-codec", "int8"). The error names the key and the value.
 func (p Parser) Set(s *Spec, name, value string) error {
-	k, ok := Lookup(name)
+	k, ok := lookup(name)
 	if !ok {
 		return fmt.Errorf("unknown key %s (valid: %s)", name, strings.Join(Keys(), ", "))
 	}
@@ -209,7 +209,7 @@ func (p Parser) Parse(text string) (Spec, error) {
 	for _, piece := range strings.Split(text, ",") {
 		name, val, ok := strings.Cut(piece, "=")
 		name = strings.TrimSpace(name)
-		k, known := Lookup(name)
+		k, known := lookup(name)
 		if !ok || !known {
 			if last != nil && *last != "" {
 				*last += "," + piece
