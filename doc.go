@@ -4,7 +4,7 @@
 // compressed KV cache.
 //
 //	eng, err := kakeya.Load(ctx, "Qwen/Qwen2.5-0.5B-Instruct", kakeya.Options{
-//		Cache: kvcache.Spec{KV: "kakeya", KBits: 3},
+//		Cache: kvconfig.Spec{KV: "kakeya", KBits: 3},
 //	})
 //	if err != nil {
 //		return err

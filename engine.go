@@ -11,7 +11,8 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -45,12 +46,13 @@ type Options struct {
 	// zero come from the environment (see weights.HubOptionsFromEnv).
 	Hub weights.HubOptions
 	// Cache is the KV cache of every sequence, in the terms of the tools'
-	// flags, e.g. kvcache.Spec{KV: "kakeya", KBits: 3}; its zero value is
-	// an uncompressed bf16 cache.
-	Cache kvcache.Spec
+	// flags, e.g. kvconfig.Spec{KV: "kakeya", KBits: 3}, or as
+	// kvconfig.Parse reads it; its zero value is an uncompressed bf16
+	// cache. Load checks it once, before it loads anything.
+	Cache kvconfig.Spec
 	// Calibration is a file written by kakeya-eval calibrate: with it, a
 	// compressed cache preconditions keys and uses its codebooks (see
-	// kvcache.Spec's Precondition and Codebooks). "" for none.
+	// kvconfig.Spec's Precondition and Codebooks). "" for none.
 	Calibration string
 }
 
@@ -65,7 +67,7 @@ type Engine struct {
 	dir   string
 	calib string
 	seq   model.SequenceOptions // the cache of every sequence
-	cache kvcache.Settings      // what seq's cache is, in the tools' terms
+	cache kvconfig.Settings     // what seq's cache is, in the tools' terms
 	ownB  compute.Backend       // the backend Load started, nil if given
 	once  sync.Once             // closes ownB once
 }
@@ -82,7 +84,8 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	if opt.Backend != nil && (opt.Threads != 0 || opt.MatMul != "") {
 		return nil, fmt.Errorf("kakeya: Options: Threads and MatMul apply to the default CPU backend, not to a given one (%s)", opt.Backend.Name())
 	}
-	if err := opt.Cache.Validate(); err != nil {
+	spec, err := opt.Cache.Check()
+	if err != nil {
 		return nil, fmt.Errorf("kakeya: cache: %w", err)
 	}
 	dir, err := weights.Resolve(ctx, nameOrDir, opt.Hub)
@@ -111,7 +114,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{model: m, tok: tok, dir: dir, calib: opt.Calibration, ownB: own}
-	if err := e.setCache(opt.Cache, opt.Calibration); err != nil {
+	if err := e.setCache(spec, opt.Calibration); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -121,7 +124,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 // setCache checks the tokenizer against the model and sets the cache of
 // the engine's sequences: spec's policy for this model, with the
 // calibration file's query factors and codebooks if one is named.
-func (e *Engine) setCache(spec kvcache.Spec, calibration string) error {
+func (e *Engine) setCache(spec kvconfig.Checked, calibration string) error {
 	m := e.model
 	if v := m.Config().VocabSize; e.tok.VocabSize() > v {
 		return fmt.Errorf("kakeya: %s: tokenizer has %d tokens but the model's vocab_size is %d", e.dir, e.tok.VocabSize(), v)
@@ -133,7 +136,7 @@ func (e *Engine) setCache(spec kvcache.Spec, calibration string) error {
 			return fmt.Errorf("kakeya: calibration: %w", err)
 		}
 	}
-	pol, st, err := kvcache.NewPolicy(spec, m.CacheShape(), cal)
+	pol, st, err := kvplan.Build(spec, m.CacheShape(), cal)
 	if err != nil {
 		return fmt.Errorf("kakeya: cache: %w", err)
 	}
@@ -146,7 +149,7 @@ func (e *Engine) setCache(spec kvcache.Spec, calibration string) error {
 
 // CacheSettings returns the KV cache of the engine's sequences: its Spec
 // with the defaults applied for this model.
-func (e *Engine) CacheSettings() kvcache.Settings { return e.cache }
+func (e *Engine) CacheSettings() kvconfig.Settings { return e.cache }
 
 // Calibration returns the calibration file in use, "" for none.
 func (e *Engine) Calibration() string { return e.calib }

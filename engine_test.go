@@ -13,7 +13,7 @@ import (
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
@@ -21,7 +21,7 @@ func loadStoriesEngine(t *testing.T) *Engine {
 	t.Helper()
 	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	// A float32 cache keeps the engine's logits those of Model.Logits.
-	e, err := Load(context.Background(), dir, Options{Threads: 2, Cache: kvcache.Spec{CacheType: "f32"}})
+	e, err := Load(context.Background(), dir, Options{Threads: 2, Cache: kvconfig.Spec{CacheType: "f32"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,12 +165,12 @@ func TestGenerateCancel(t *testing.T) {
 func TestEngineCache(t *testing.T) {
 	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
 	for _, tt := range []struct {
-		spec       kvcache.Spec
+		spec       kvconfig.Spec
 		settings   string
 		compressed bool
 	}{
-		{kvcache.Spec{}, "uncompressed bf16, block 16", false},
-		{kvcache.Spec{KV: "int8", BlockSize: 16}, "k=int8 v=int8 block 16, hot 16, boundary 0;4, bf16 hot blocks", true},
+		{kvconfig.Spec{}, "uncompressed bf16, block 16", false},
+		{kvconfig.Spec{KV: "int8", BlockSize: 16}, "k=int8 v=int8 block 16, hot 16, boundary 0;4, bf16 hot blocks", true},
 	} {
 		e, err := Load(context.Background(), dir, Options{Threads: 2, Cache: tt.spec})
 		if err != nil {
@@ -195,14 +195,14 @@ func TestEngineCache(t *testing.T) {
 		err string
 	}{
 		// The library names the Spec's fields, not the tools' flags.
-		{Options{Cache: kvcache.Spec{KV: "int5"}}, `kakeya: cache: Spec.KV "int5": codec: unknown codec "int5"`},
+		{Options{Cache: kvconfig.Spec{KV: "int5"}}, `kakeya: cache: Spec.KV "int5": codec: unknown codec "int5"`},
 		{Options{Model: model.Options{BlockSize: 32}}, "set the cache through Cache"},
 		{Options{Model: model.Options{Backend: cpu}}, "set the backend through Backend"},
 		{Options{Backend: cpu, Threads: 2}, "Threads and MatMul apply to the default CPU backend, not to a given one (cpu)"},
 		{Options{Threads: -1}, "kakeya: cpu: -1 threads"},
 		{Options{MatMul: "fp16"}, `"fp16"`},
-		{Options{Cache: kvcache.Spec{KV: "int8", Boundary: "9"}}, `kakeya: cache: Spec.Boundary "9": layer 9 outside a model of 5 layers`},
-		{Options{Cache: kvcache.Spec{KV: "int8"}, Calibration: filepath.Join(dir, "missing.safetensors")}, "kakeya: calibration: "},
+		{Options{Cache: kvconfig.Spec{KV: "int8", Boundary: "9"}}, `kakeya: cache: Spec.Boundary "9": layer 9 outside a model of 5 layers`},
+		{Options{Cache: kvconfig.Spec{KV: "int8"}, Calibration: filepath.Join(dir, "missing.safetensors")}, "kakeya: calibration: "},
 	} {
 		if _, err := Load(context.Background(), dir, tt.opt); err == nil || !strings.Contains(err.Error(), tt.err) {
 			t.Errorf("%+v: err = %v, want %q", tt.opt, err, tt.err)
@@ -211,14 +211,14 @@ func TestEngineCache(t *testing.T) {
 	// A hot window (or sinks) covering the whole context compresses
 	// nothing: the engine loads, and its settings carry the warning.
 	for _, tt := range []struct {
-		spec kvcache.Spec
+		spec kvconfig.Spec
 		want string
 	}{
-		{kvcache.Spec{KV: "int8"}, ""},
-		{kvcache.Spec{KV: "int8", HotWindow: 448}, ""}, // one block of 64 + 448 = 512 tokens, the context
-		{kvcache.Spec{KV: "int8", HotWindow: 449}, "nothing will be compressed: with Spec.HotWindow 449, Spec.Sinks 0 and 64-token blocks the first block is encoded once a sequence holds 513 tokens, and sequences here hold at most 512; lower Spec.HotWindow or Spec.Sinks (or Spec.BlockSize)"},
-		{kvcache.Spec{KV: "int8", HotWindow: 512}, "with Spec.HotWindow 512, Spec.Sinks 0 and 64-token blocks the first block is encoded once a sequence holds 576 tokens"},
-		{kvcache.Spec{KV: "int8", Sinks: 1000}, "nothing will be compressed: with Spec.HotWindow 64, Spec.Sinks 1000 and 64-token blocks the first block is encoded once a sequence holds 1152 tokens"},
+		{kvconfig.Spec{KV: "int8"}, ""},
+		{kvconfig.Spec{KV: "int8", HotWindow: 448}, ""}, // one block of 64 + 448 = 512 tokens, the context
+		{kvconfig.Spec{KV: "int8", HotWindow: 449}, "nothing will be compressed: with Spec.HotWindow 449, Spec.Sinks 0 and 64-token blocks the first block is encoded once a sequence holds 513 tokens, and sequences here hold at most 512; lower Spec.HotWindow or Spec.Sinks (or Spec.BlockSize)"},
+		{kvconfig.Spec{KV: "int8", HotWindow: 512}, "with Spec.HotWindow 512, Spec.Sinks 0 and 64-token blocks the first block is encoded once a sequence holds 576 tokens"},
+		{kvconfig.Spec{KV: "int8", Sinks: 1000}, "nothing will be compressed: with Spec.HotWindow 64, Spec.Sinks 1000 and 64-token blocks the first block is encoded once a sequence holds 1152 tokens"},
 	} {
 		e, err := Load(context.Background(), dir, Options{Threads: 2, Cache: tt.spec})
 		if err != nil {

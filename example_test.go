@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/kakeya-ai/kakeya"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 // Streaming generation through the Engine API: load a model directory (or a
@@ -43,7 +43,7 @@ func ExampleEngine_Generate() {
 }
 
 // A compressed KV cache on an Engine: the settings of kakeya-run's cache
-// flags, with the same defaults, as a kvcache.Spec.
+// flags, with the same defaults, as a kvconfig.Spec.
 func ExampleOptions_cache() {
 	shared := os.Getenv("KAKEYA_SHARED")
 	if shared == "" {
@@ -51,7 +51,7 @@ func ExampleOptions_cache() {
 	}
 	ctx := context.Background()
 	eng, err := kakeya.Load(ctx, filepath.Join(shared, "models", "stories260K"), kakeya.Options{
-		Cache: kvcache.Spec{KV: "int8", BlockSize: 16}, // like --kv-codec int8 --block-size 16
+		Cache: kvconfig.Spec{KV: "int8", BlockSize: 16}, // like --kv-codec int8 --block-size 16
 	})
 	if err != nil {
 		fmt.Println(err)

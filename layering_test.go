@@ -17,7 +17,9 @@ const module = "github.com/kakeya-ai/kakeya"
 // flows one way: the commands → the engine (the root package) → model →
 // compute, the seam, which the backends implement; the kv cache and the
 // codecs sit below model, and a codec's fast paths in a kernel package
-// below the codec; tensor (element types) is at the bottom. Nothing
+// below the codec; the cache's configuration sits beside the codecs,
+// knowing no model, and its planning above the cache; tensor (element
+// types) is at the bottom. Nothing
 // reaches back up: model names no backend, the engine no kernel, and
 // kernels and codecs no seam. A new package or edge is a decision: add it
 // here.
@@ -39,14 +41,22 @@ var allowed = map[string][]string{
 	"compute/cudabackend": {"compute", "tensor", "codec", "kernels/cuda"},
 	"compute/reference":   {"compute", "tensor"},
 
+	// The cache's configuration: a value and its grammar, which names
+	// codecs and checks their specs, and nothing else.
+	"kvcache/kvconfig": {"codec"},
+
 	// Above the seam.
 	"kvcache":   {"compute", "codec"},
 	"weights":   {"tensor", "internal/term", "internal/outfile"},
 	"tokenizer": {},
 	"model":     {"compute", "kvcache", "weights"},
 	"calibrate": {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
-	"eval":      {"kvcache", "internal/outfile"},
-	"":          {"model", "calibrate", "tokenizer", "weights", "kvcache", "codec", "compute", "compute/cpubackend"},
+	"eval":      {"kvcache/kvconfig", "internal/outfile"},
+	"":          {"model", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
+
+	// The cache's planning: a configuration, a model's shape and a
+	// calibration make the runtime's policy.
+	"kvcache/kvplan": {"kvcache", "kvcache/kvconfig", "codec"},
 
 	"internal/shareddata": {},
 	"internal/term":       {},
@@ -57,10 +67,13 @@ var allowed = map[string][]string{
 	"internal/cli":        {},
 	"internal/clitest":    {},
 
+	// The cache flags the commands share.
+	"internal/kvflags": {"kvcache/kvconfig"},
+
 	// The commands.
-	"cmd/kakeya-run":   {"internal/cli", "", "model", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
-	"cmd/kakeya-bench": {"internal/cli", "model", "kvcache", "compute/cpubackend", "kernels/cpu", "internal/testmodel"},
-	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
+	"cmd/kakeya-run":   {"internal/cli", "", "model", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
+	"cmd/kakeya-bench": {"internal/cli", "model", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "compute/cpubackend", "kernels/cpu", "internal/testmodel"},
+	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
 
 	// Developer tools: the GPU report's checkpoint writer.
 	"internal/cmd/kakeya-testmodel": {"internal/cli", "internal/testmodel"},

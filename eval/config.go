@@ -10,18 +10,18 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 // A Config is one KV-cache setting to evaluate against the reference: a
-// name for the tables and a kvcache.Spec, in the grammar the tools' cache
+// name for the tables and a kvconfig.Spec, in the grammar the tools' cache
 // flags share.
 type Config struct {
 	Name string
-	Spec kvcache.Spec
+	Spec kvconfig.Spec
 	// Settings are the values Spec took for the model evaluated, defaults
 	// applied; the tool fills them in so that reports record them.
-	Settings *kvcache.Settings
+	Settings *kvconfig.Settings
 }
 
 // Reference returns the uncompressed configuration every run compares to.
@@ -48,21 +48,21 @@ func (c Config) String() string {
 // and, when known, the settings in effect.
 func (c Config) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Name     string            `json:"name"`
-		Spec     string            `json:"spec"`
-		Settings *kvcache.Settings `json:"settings,omitempty"`
+		Name     string             `json:"name"`
+		Spec     string             `json:"spec"`
+		Settings *kvconfig.Settings `json:"settings,omitempty"`
 	}{c.Name, c.Spec.String(), c.Settings})
 }
 
 // ParseConfig reads one configuration written as comma-separated key=value
-// pairs: an optional name=NAME and the settings of kvcache.ParseSpec, e.g.
+// pairs: an optional name=NAME and the settings of kvconfig.Parse, e.g.
 //
 //	name=kk3,k=kakeya:b=3,v=int4,boundary=0;1;-2;-1,block=256,hot=64,sinks=4,precond=1
 //
 // Without a name the configuration is named by its settings as written.
 // The keys are those of the tools' cache flags (kv-codec, block-size,
 // hot-window, ...) or their short forms (kv, k, v, block, hot, sinks,
-// boundary, precond, cb, ...); see kvcache.Keys. Codec specs are checked
+// boundary, precond, cb, ...); see kvconfig.Keys. Codec specs are checked
 // by Validate.
 func ParseConfig(s string) (Config, error) {
 	var c Config
@@ -82,7 +82,7 @@ func ParseConfig(s string) (Config, error) {
 	}
 	if len(rest) > 0 {
 		var err error
-		if c.Spec, err = kvcache.ParseSpec(strings.Join(rest, ",")); err != nil {
+		if c.Spec, err = specParser().Parse(strings.Join(rest, ",")); err != nil {
 			return Config{}, fmt.Errorf("eval: config %q: %w", s, err)
 		}
 	}
@@ -91,6 +91,10 @@ func ParseConfig(s string) (Config, error) {
 	}
 	return c, nil
 }
+
+// specParser returns the parser of the cache settings in configurations:
+// policy=FILE reads its file.
+func specParser() kvconfig.Parser { return kvconfig.Parser{ReadFile: os.ReadFile} }
 
 // nameBySpec names an unnamed configuration by its settings as written,
 // then checks the name.
@@ -163,13 +167,13 @@ func configFromJSON(obj map[string]any) (Config, error) {
 		}
 		// Two keys of one setting (kv and kv-codec) would leave it to
 		// whichever came last.
-		if set, ok := kvcache.SettingName(k); ok {
+		if set, ok := kvconfig.SettingName(k); ok {
 			if prev, dup := seen[set]; dup {
 				return Config{}, fmt.Errorf("%s: %s is already set by %s; give each setting once", k, set, prev)
 			}
 			seen[set] = k
 		}
-		if err := c.Spec.Set(k, text); err != nil {
+		if err := specParser().Set(&c.Spec, k, text); err != nil {
 			return Config{}, err
 		}
 	}

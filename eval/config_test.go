@@ -1,10 +1,11 @@
 package eval
 
 import (
-	"github.com/kakeya-ai/kakeya/kvcache"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -14,24 +15,24 @@ func TestParseConfig(t *testing.T) {
 		err  string
 	}{
 		{in: "name=kk3,k=kakeya:b=3,v=kakeya:b=3,boundary=0;-1,block=256,hot=64,precond=1",
-			want: Config{Name: "kk3", Spec: kvcache.Spec{K: "kakeya:b=3", V: "kakeya:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Precondition: kvcache.On}}},
-		{in: "name=i4,kv=int4,sinks=4", want: Config{Name: "i4", Spec: kvcache.Spec{KV: "int4", Sinks: 4}}},
+			want: Config{Name: "kk3", Spec: kvconfig.Spec{K: "kakeya:b=3", V: "kakeya:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Precondition: kvconfig.On}}},
+		{in: "name=i4,kv=int4,sinks=4", want: Config{Name: "i4", Spec: kvconfig.Spec{KV: "int4", Sinks: 4}}},
 		{in: "name=u", want: Config{Name: "u"}},
-		{in: "name=k8,k=int8", want: Config{Name: "k8", Spec: kvcache.Spec{K: "int8"}}},
+		{in: "name=k8,k=int8", want: Config{Name: "k8", Spec: kvconfig.Spec{K: "int8"}}},
 		// name= is optional: the settings name the configuration.
-		{in: "kv=int8,hot=0", want: Config{Name: "kv=int8,hot=0", Spec: kvcache.Spec{KV: "int8", HotWindow: -1}}},
-		{in: "block-size=32,kv-codec=int4", want: Config{Name: "kv=int4,block=32", Spec: kvcache.Spec{KV: "int4", BlockSize: 32}}},
+		{in: "kv=int8,hot=0", want: Config{Name: "kv=int8,hot=0", Spec: kvconfig.Spec{KV: "int8", HotWindow: -1}}},
+		{in: "block-size=32,kv-codec=int4", want: Config{Name: "kv=int4,block=32", Spec: kvconfig.Spec{KV: "int4", BlockSize: 32}}},
 		// The name may come anywhere; names may hold spaces.
-		{in: "kv=int8,name=my int8", want: Config{Name: "my int8", Spec: kvcache.Spec{KV: "int8"}}},
+		{in: "kv=int8,name=my int8", want: Config{Name: "my int8", Spec: kvconfig.Spec{KV: "int8"}}},
 		// commas inside a codec spec continue the spec
-		{in: "name=m,k=kakeya:b=3,r=4,v=int4", want: Config{Name: "m", Spec: kvcache.Spec{K: "kakeya:b=3,r=4", V: "int4"}}},
-		{in: "name=m,kv=kakeya:b=2,outliers=8,hot=16", want: Config{Name: "m", Spec: kvcache.Spec{KV: "kakeya:b=2,outliers=8", HotWindow: 16}}},
-		{in: "name=m,boundary=0; 1;-2", want: Config{Name: "m", Spec: kvcache.Spec{Boundary: "0,1,-2"}}},
-		{in: "name=m,boundary=none", want: Config{Name: "m", Spec: kvcache.Spec{Boundary: "none"}}},
-		{in: "name=m,precond=false", want: Config{Name: "m", Spec: kvcache.Spec{Precondition: kvcache.Off}}},
-		{in: "name=m,kv=kakeya:b=2,precond=1,cb=1", want: Config{Name: "m", Spec: kvcache.Spec{KV: "kakeya:b=2", Precondition: kvcache.On, Codebooks: kvcache.On}}},
+		{in: "name=m,k=kakeya:b=3,r=4,v=int4", want: Config{Name: "m", Spec: kvconfig.Spec{K: "kakeya:b=3,r=4", V: "int4"}}},
+		{in: "name=m,kv=kakeya:b=2,outliers=8,hot=16", want: Config{Name: "m", Spec: kvconfig.Spec{KV: "kakeya:b=2,outliers=8", HotWindow: 16}}},
+		{in: "name=m,boundary=0; 1;-2", want: Config{Name: "m", Spec: kvconfig.Spec{Boundary: "0,1,-2"}}},
+		{in: "name=m,boundary=none", want: Config{Name: "m", Spec: kvconfig.Spec{Boundary: "none"}}},
+		{in: "name=m,precond=false", want: Config{Name: "m", Spec: kvconfig.Spec{Precondition: kvconfig.Off}}},
+		{in: "name=m,kv=kakeya:b=2,precond=1,cb=1", want: Config{Name: "m", Spec: kvconfig.Spec{KV: "kakeya:b=2", Precondition: kvconfig.On, Codebooks: kvconfig.On}}},
 		// k and v override kv, in any order.
-		{in: "name=a,k=int4,kv=int8", want: Config{Name: "a", Spec: kvcache.Spec{KV: "int8", K: "int4"}}},
+		{in: "name=a,k=int4,kv=int8", want: Config{Name: "a", Spec: kvconfig.Spec{KV: "int8", K: "int4"}}},
 
 		{in: "", err: "not key=value"},
 		{in: "name=", err: "empty name"},
@@ -103,9 +104,9 @@ func TestParseConfigsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Config{
-		{Name: "kk3", Spec: kvcache.Spec{K: "kakeya:b=3", V: "kakeya:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Sinks: 4, Precondition: kvcache.On, Codebooks: kvcache.On}},
-		{Name: "i8", Spec: kvcache.Spec{K: "int8", V: "int8", HotWindow: -1, Boundary: "none"}},
-		{Name: "kv=int4,block=32,boundary=none,cb=0", Spec: kvcache.Spec{KV: "int4", BlockSize: 32, Boundary: "none", Codebooks: kvcache.Off}},
+		{Name: "kk3", Spec: kvconfig.Spec{K: "kakeya:b=3", V: "kakeya:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Sinks: 4, Precondition: kvconfig.On, Codebooks: kvconfig.On}},
+		{Name: "i8", Spec: kvconfig.Spec{K: "int8", V: "int8", HotWindow: -1, Boundary: "none"}},
+		{Name: "kv=int4,block=32,boundary=none,cb=0", Spec: kvconfig.Spec{KV: "int4", BlockSize: 32, Boundary: "none", Codebooks: kvconfig.Off}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)

@@ -203,7 +203,7 @@ const (
 // reference on sequences of at most longest tokens:
 // VerdictNothingCompressed when c's settings in effect (c.Settings, filled
 // in by the tool) name a codec but encode no block of such a sequence (see
-// kvcache.Settings.NothingCompressed), else Judge's verdict.
+// kvconfig.Settings.NothingCompressed), else Judge's verdict.
 func Grade(c Config, longest int, deltaPPL, top1 float64) Verdict {
 	if c.Settings != nil && c.Settings.NothingCompressed(longest) != nil {
 		return VerdictNothingCompressed

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
@@ -208,19 +208,19 @@ func TestJudge(t *testing.T) {
 // A compressed configuration whose settings encode no block of the longest
 // sequence is graded "nothing compressed", whatever its figures.
 func TestGradeNothingCompressed(t *testing.T) {
-	st := func(hot, sinks int) *kvcache.Settings {
-		return &kvcache.Settings{K: "int8", V: "int8", BlockSize: 16, HotWindow: hot, Sinks: sinks}
+	st := func(hot, sinks int) *kvconfig.Settings {
+		return &kvconfig.Settings{K: "int8", V: "int8", BlockSize: 16, HotWindow: hot, Sinks: sinks}
 	}
 	for _, tt := range []struct {
 		c       Config
 		longest int
 		want    Verdict
 	}{
-		{Config{Name: "hot47", Spec: kvcache.Spec{KV: "int8"}, Settings: st(47, 0)}, 63, VerdictAccept},
-		{Config{Name: "hot48", Spec: kvcache.Spec{KV: "int8"}, Settings: st(48, 0)}, 63, VerdictNothingCompressed},
-		{Config{Name: "sinks", Spec: kvcache.Spec{KV: "int8"}, Settings: st(0, 63)}, 63, VerdictNothingCompressed},
-		{Config{Name: "unknown settings", Spec: kvcache.Spec{KV: "int8"}}, 63, VerdictAccept},
-		{Config{Name: "uncompressed", Settings: &kvcache.Settings{BlockSize: 16}}, 63, VerdictAccept},
+		{Config{Name: "hot47", Spec: kvconfig.Spec{KV: "int8"}, Settings: st(47, 0)}, 63, VerdictAccept},
+		{Config{Name: "hot48", Spec: kvconfig.Spec{KV: "int8"}, Settings: st(48, 0)}, 63, VerdictNothingCompressed},
+		{Config{Name: "sinks", Spec: kvconfig.Spec{KV: "int8"}, Settings: st(0, 63)}, 63, VerdictNothingCompressed},
+		{Config{Name: "unknown settings", Spec: kvconfig.Spec{KV: "int8"}}, 63, VerdictAccept},
+		{Config{Name: "uncompressed", Settings: &kvconfig.Settings{BlockSize: 16}}, 63, VerdictAccept},
 	} {
 		if got := Grade(tt.c, tt.longest, 0, 100); got != tt.want {
 			t.Errorf("%s: Grade = %q, want %q", tt.c.Name, got, tt.want)

@@ -16,7 +16,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/kakeya-ai/kakeya/internal/outfile"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 // paretoPoint is one configuration on the ratio–KL plane.
@@ -181,9 +181,9 @@ func ReadReportPoints(path string) (*Report, error) {
 	}
 	r := &Report{Model: in.Model, Data: in.Data, Passages: in.Passages, Tokens: in.Tokens}
 	for _, c := range in.Configs {
-		var spec kvcache.Spec // the reference's is empty
+		var spec kvconfig.Spec // the reference's is empty
 		if c.Config.Spec != "" {
-			if spec, err = kvcache.ParseSpec(c.Config.Spec); err != nil {
+			if spec, err = kvconfig.Parse(c.Config.Spec); err != nil {
 				return nil, fmt.Errorf("eval: %s: configuration %s: %w", path, c.Config.Name, err)
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 func TestFrontier(t *testing.T) {
@@ -29,7 +29,7 @@ func TestFrontier(t *testing.T) {
 
 func TestWritePareto(t *testing.T) {
 	cfg := func(name, spec string) Config {
-		s, err := kvcache.ParseSpec(spec)
+		s, err := kvconfig.Parse(spec)
 		if err != nil {
 			t.Fatal(err)
 		}

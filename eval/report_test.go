@@ -1,8 +1,6 @@
 package eval
 
 import (
-	"github.com/kakeya-ai/kakeya/kvcache"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,13 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 func testReport(t *testing.T) *Report {
 	t.Helper()
 	units := testUnits()
-	configs := []Config{Reference(), {Name: "noisy", Spec: kvcache.Spec{KV: "noise0.5", Boundary: "0,-1", HotWindow: 4}}}
-	configs[1].Settings = &kvcache.Settings{K: "noise0.5", V: "noise0.5", BlockSize: 16, HotWindow: 4, Boundary: []int{0, 7}, CacheType: "bf16"}
+	configs := []Config{Reference(), {Name: "noisy", Spec: kvconfig.Spec{KV: "noise0.5", Boundary: "0,-1", HotWindow: 4}}}
+	configs[1].Settings = &kvconfig.Settings{K: "noise0.5", V: "noise0.5", BlockSize: 16, HotWindow: 4, Boundary: []int{0, 7}, CacheType: "bf16"}
 	res, err := Run(context.Background(), &fakeEngine{}, units, configs, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -44,9 +44,9 @@ func TestReportJSON(t *testing.T) {
 		Seconds  float64 `json:"duration_s"`
 		Configs  []struct {
 			Config struct {
-				Name     string           `json:"name"`
-				Spec     string           `json:"spec"`
-				Settings kvcache.Settings `json:"settings"`
+				Name     string            `json:"name"`
+				Spec     string            `json:"spec"`
+				Settings kvconfig.Settings `json:"settings"`
 			} `json:"config"`
 			Spec    string  `json:"spec"`
 			PPL     float64 `json:"ppl"`

@@ -1,8 +1,6 @@
 package eval
 
 import (
-	"github.com/kakeya-ai/kakeya/kvcache"
-
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +8,8 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 const fakeVocab = 7
@@ -121,7 +121,7 @@ func testUnits() []Unit {
 
 func TestRunMatchesBruteForce(t *testing.T) {
 	units := testUnits()
-	configs := []Config{Reference(), {Name: "same", Spec: kvcache.Spec{KV: "same"}}, {Name: "noisy", Spec: kvcache.Spec{KV: "noise0.5"}}}
+	configs := []Config{Reference(), {Name: "same", Spec: kvconfig.Spec{KV: "same"}}, {Name: "noisy", Spec: kvconfig.Spec{KV: "noise0.5"}}}
 	for _, opt := range []Options{{}, {Chunk: 3}, {Workers: 3}, {Chunk: 64, Workers: 2}} {
 		t.Run(fmt.Sprintf("chunk%d-workers%d", opt.Chunk, opt.Workers), func(t *testing.T) {
 			res, err := Run(context.Background(), &fakeEngine{}, units, configs, opt)
@@ -188,7 +188,7 @@ func TestRunErrors(t *testing.T) {
 	units := testUnits()
 	e := &fakeEngine{}
 	ctx := context.Background()
-	if _, err := Run(ctx, e, units, []Config{{Name: "x", Spec: kvcache.Spec{KV: "int4"}}}, Options{}); err == nil {
+	if _, err := Run(ctx, e, units, []Config{{Name: "x", Spec: kvconfig.Spec{KV: "int4"}}}, Options{}); err == nil {
 		t.Error("first configuration not the reference: want an error")
 	}
 	if _, err := Run(ctx, e, nil, []Config{Reference()}, Options{}); err == nil {
@@ -200,7 +200,7 @@ func TestRunErrors(t *testing.T) {
 	if _, err := Run(ctx, e, []Unit{{Tokens: []int{1, 2}, Score: 2}}, []Config{Reference()}, Options{}); err == nil {
 		t.Error("nothing scored in a unit: want an error")
 	}
-	if _, err := Run(ctx, &fakeEngine{fail: "bad"}, units, []Config{Reference(), {Name: "bad", Spec: kvcache.Spec{KV: "x"}}}, Options{Workers: 2}); err == nil {
+	if _, err := Run(ctx, &fakeEngine{fail: "bad"}, units, []Config{Reference(), {Name: "bad", Spec: kvconfig.Spec{KV: "x"}}}, Options{Workers: 2}); err == nil {
 		t.Error("failing Forward: want an error")
 	}
 	cctx, cancel := context.WithCancel(ctx)

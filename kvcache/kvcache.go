@@ -63,6 +63,16 @@ func (p *Policy) VCodec(layer int) codec.Codec {
 	return p.Layers[layer].V
 }
 
+// A Shape is what a cache policy is made for: a model's layers, KV heads
+// and head dimension, and the longest sequence the cache will hold
+// (kvplan.NewPolicy takes it; model.Model.CacheShape gives it).
+type Shape struct {
+	Layers, KVHeads, HeadDim int
+	// MaxContext is the longest sequence the cache will hold (0: unknown);
+	// no block may be longer.
+	MaxContext int
+}
+
 // Config sizes a cache.
 type Config struct {
 	Layers, KVHeads, HeadDim int

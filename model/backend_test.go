@@ -8,7 +8,8 @@ import (
 	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 )
 
 // The forward pass names no device: run on the reference backend (plain
@@ -61,12 +62,12 @@ func TestBackendMatchesReference(t *testing.T) {
 			check("decode", decode(t, cpuM, ids), decode(t, refM, ids))
 
 			// Encoded blocks: the same codec on both backends, every layer.
-			spec := kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}
-			cpuP, _, err := kvcache.NewPolicy(spec, cpuM.CacheShape(), nil)
+			spec := kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}
+			cpuP, _, err := kvplan.NewPolicy(spec, cpuM.CacheShape(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			refP, _, err := kvcache.NewPolicy(spec, refM.CacheShape(), nil)
+			refP, _, err := kvplan.NewPolicy(spec, refM.CacheShape(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,8 @@ import (
 
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 )
 
 // The benchmarks share one Qwen2.5-0.5B-shaped BF16 checkpoint (~1 GB),
@@ -147,8 +148,8 @@ func BenchmarkDecodeContext(b *testing.B) {
 		case "plain-bf16": // the tools' default storage
 			opts.Cache.HotBF16 = true
 		default:
-			spec := kvcache.Spec{KV: cache, BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "f32"}
-			p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
+			spec := kvconfig.Spec{KV: cache, BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "f32"}
+			p, _, err := kvplan.NewPolicy(spec, m.CacheShape(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -8,6 +8,8 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 )
 
@@ -144,8 +146,8 @@ func TestCacheCodecsStories260K(t *testing.T) {
 		t.Run(tc.spec, func(t *testing.T) {
 			// The float32 hot blocks and the lack of boundary layers keep
 			// the byte counts above exact.
-			spec := kvcache.Spec{KV: tc.spec, BlockSize: bs, HotWindow: hot, Boundary: "none", CacheType: "f32"}
-			p, _, err := kvcache.NewPolicy(spec, kvcache.Shape{Layers: layers, KVHeads: kvh, HeadDim: d}, nil)
+			spec := kvconfig.Spec{KV: tc.spec, BlockSize: bs, HotWindow: hot, Boundary: "none", CacheType: "f32"}
+			p, _, err := kvplan.NewPolicy(spec, kvcache.Shape{Layers: layers, KVHeads: kvh, HeadDim: d}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,15 +190,15 @@ func TestHotBF16(t *testing.T) {
 	dir := tinyModels(t)["qwen2"]
 	m := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: 16})
 	ids := testIDs(70, m.Config().VocabSize)
-	run := func(spec kvcache.Spec) ([][]float32, kvcache.Stats) {
-		p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
+	run := func(spec kvconfig.Spec) ([][]float32, kvcache.Stats) {
+		p, _, err := kvplan.NewPolicy(spec, m.CacheShape(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return decodeWith(t, m, SequenceOptions{Cache: p}, ids)
 	}
-	want, st32 := run(kvcache.Spec{CacheType: "f32"})
-	for _, spec := range []kvcache.Spec{{CacheType: "bf16"}, {KV: "int8", BlockSize: 16, HotWindow: 16, Boundary: "none"}} {
+	want, st32 := run(kvconfig.Spec{CacheType: "f32"})
+	for _, spec := range []kvconfig.Spec{{CacheType: "bf16"}, {KV: "int8", BlockSize: 16, HotWindow: 16, Boundary: "none"}} {
 		got, st := run(spec)
 		var worst float64
 		for i := range want {

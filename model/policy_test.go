@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 )
 
 func TestCacheShape(t *testing.T) {
@@ -21,9 +23,9 @@ func TestCacheShape(t *testing.T) {
 // with that block size computes.
 func TestNewSequenceWith(t *testing.T) {
 	dir := tinyModels(t)["llama3"]
-	spec := kvcache.Spec{K: "int8", V: "int4", Boundary: "-1", BlockSize: 8, HotWindow: 8, Sinks: 2, CacheType: "f32"}
+	spec := kvconfig.Spec{K: "int8", V: "int4", Boundary: "-1", BlockSize: 8, HotWindow: 8, Sinks: 2, CacheType: "f32"}
 	plain := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), BlockSize: 8})
-	pol, _, err := kvcache.NewPolicy(spec, plain.CacheShape(), nil)
+	pol, _, err := kvplan.NewPolicy(spec, plain.CacheShape(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,9 +24,11 @@ import (
 
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/cli"
+	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
@@ -45,7 +47,7 @@ Flags:
 
 func main() {
 	cli.Main("kakeya-bench", func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-		return kvcache.FlagError(run(ctx, args, stdout, stderr))
+		return kvflags.Error(run(ctx, args, stdout, stderr))
 	})
 }
 
@@ -66,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var caches, matmuls, threads, ctxs string
 	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
-	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvcache.DefaultBoundary+" is the tools' default)")
+	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
@@ -266,11 +268,11 @@ func warmUp(m *model.Model) error {
 
 // sequenceOptions builds the sequence options of one --cache entry.
 func sequenceOptions(cache, boundary string, m *model.Model) (model.SequenceOptions, error) {
-	spec := kvcache.Spec{}
+	spec := kvconfig.Spec{}
 	if cache != "plain" {
-		spec = kvcache.Spec{KV: cache, Boundary: boundary}
+		spec = kvconfig.Spec{KV: cache, Boundary: boundary}
 	}
-	pol, st, err := kvcache.NewPolicy(spec, m.CacheShape(), nil)
+	pol, st, err := kvplan.NewPolicy(spec, m.CacheShape(), nil)
 	if err != nil {
 		return model.SequenceOptions{}, err
 	}
@@ -334,7 +336,7 @@ func parseCaches(s, boundary string) ([]string, error) {
 			return nil, fmt.Errorf("--cache %q: %s listed twice", s, c)
 		}
 		if c != "plain" {
-			if err := (kvcache.Spec{KV: c, Boundary: boundary}).Validate(); err != nil {
+			if err := (kvconfig.Spec{KV: c, Boundary: boundary}).Validate(); err != nil {
 				return nil, fmt.Errorf("--cache %s: %w", c, err)
 			}
 		}

@@ -14,8 +14,10 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/cli"
+	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/internal/outfile"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 )
 
 const sensUsage = `usage: kakeya-eval sensitivity --model DIR|HF_ID --out FILE [flags]
@@ -69,7 +71,7 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&f.device, "device", "cpu", "compute device")
 	f.maxInput = cli.DefaultMaxInput
 	fs.Var(&f.maxInput, "max-input", cli.MaxInputUsage)
-	f.cache.RegisterFlags(fs)
+	kvflags.Register(fs, &f.cache)
 	if err := parse(fs, sensUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -103,7 +105,7 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 		f.data = sharedFile("data", "wikitext-2", "valid.txt")
 	}
 	var layers int
-	var sides map[string]kvcache.SensitivityEntry
+	var sides map[string]kvplan.SensitivityEntry
 	configsFor := func(n int) ([]eval.Config, error) {
 		var cs []eval.Config
 		layers = n
@@ -116,7 +118,7 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 		return interrupted("sensitivity: interrupted before scoring began; nothing written")
 	}
 	if err != nil {
-		return kvcache.FlagError(err)
+		return kvflags.Error(err)
 	}
 	sens, err := sensitivityOf(r, layers, sides)
 	if err != nil {
@@ -141,11 +143,11 @@ func sideName(kv int) string { return [2]string{"k", "v"}[kv] }
 // side bf16 (the byte baseline), then one per layer side and codec with
 // only that side compressed, and by name the layer side and codec each of
 // those measures.
-func sensitivityConfigs(layers int, specs []string) ([]eval.Config, map[string]kvcache.SensitivityEntry) {
+func sensitivityConfigs(layers int, specs []string) ([]eval.Config, map[string]kvplan.SensitivityEntry) {
 	plan := func(layer, kv int, spec string) string {
-		p := make([]kvcache.LayerPlan, layers)
+		p := make([]kvconfig.LayerPlan, layers)
 		for l := range p {
-			p[l] = kvcache.LayerPlan{K: "none", V: "none"}
+			p[l] = kvconfig.LayerPlan{K: "none", V: "none"}
 		}
 		if layer >= 0 {
 			if kv == 0 {
@@ -154,16 +156,16 @@ func sensitivityConfigs(layers int, specs []string) ([]eval.Config, map[string]k
 				p[layer].V = spec
 			}
 		}
-		return kvcache.FormatLayerCodecs(p)
+		return kvconfig.FormatLayerCodecs(p)
 	}
-	cs := []eval.Config{{Name: "bf16", Spec: kvcache.Spec{Layers: plan(-1, 0, "")}}}
-	sides := map[string]kvcache.SensitivityEntry{}
+	cs := []eval.Config{{Name: "bf16", Spec: kvconfig.Spec{Layers: plan(-1, 0, "")}}}
+	sides := map[string]kvplan.SensitivityEntry{}
 	for l := range layers {
 		for kv := range 2 {
 			for _, s := range specs {
 				name := fmt.Sprintf("L%d.%s=%s", l, sideName(kv), s)
-				cs = append(cs, eval.Config{Name: name, Spec: kvcache.Spec{Layers: plan(l, kv, s)}})
-				sides[name] = kvcache.SensitivityEntry{Layer: l, KV: kv, Spec: s}
+				cs = append(cs, eval.Config{Name: name, Spec: kvconfig.Spec{Layers: plan(l, kv, s)}})
+				sides[name] = kvplan.SensitivityEntry{Layer: l, KV: kv, Spec: s}
 			}
 		}
 	}
@@ -173,17 +175,17 @@ func sensitivityConfigs(layers int, specs []string) ([]eval.Config, map[string]k
 // sensitivityOf reads a sensitivity run's report, whose configurations
 // sides names: each side's bytes are the configuration's bytes on that side
 // less the other layers' bf16 bytes.
-func sensitivityOf(r *eval.Report, layers int, sides map[string]kvcache.SensitivityEntry) (kvcache.Sensitivity, error) {
+func sensitivityOf(r *eval.Report, layers int, sides map[string]kvplan.SensitivityEntry) (kvplan.Sensitivity, error) {
 	byName := map[string]eval.ConfigReport{}
 	for _, c := range r.Configs {
 		byName[c.Config.Name] = c
 	}
 	base, ok := byName["bf16"]
 	if !ok || layers <= 0 || base.KV.K != base.KV.V || base.KV.K%int64(layers) != 0 {
-		return kvcache.Sensitivity{}, fmt.Errorf("the bf16 baseline holds %d key and %d value bytes over %d layers", base.KV.K, base.KV.V, layers)
+		return kvplan.Sensitivity{}, fmt.Errorf("the bf16 baseline holds %d key and %d value bytes over %d layers", base.KV.K, base.KV.V, layers)
 	}
 	side := base.KV.K / int64(layers)
-	s := kvcache.Sensitivity{Format: kvcache.SensitivityFormat, Layers: layers, SideBF16: side, BF16: base.KV.BF16,
+	s := kvplan.Sensitivity{Format: kvplan.SensitivityFormat, Layers: layers, SideBF16: side, BF16: base.KV.BF16,
 		Settings: map[string]any{
 			"model": r.Model, "model_sha256": r.ModelSHA256, "data": r.Data, "data_sha256": r.DataSHA256, "docs": r.Docs,
 			"ctx": r.Ctx, "n_eval": r.NEval, "passages": r.Passages, "scored_tokens": r.Tokens,
@@ -206,18 +208,18 @@ func sensitivityOf(r *eval.Report, layers int, sides map[string]kvcache.Sensitiv
 
 // writeSensitivityTable prints one row per layer side: each codec's KL and
 // bits per value.
-func writeSensitivityTable(w io.Writer, s kvcache.Sensitivity, specs []string) error {
+func writeSensitivityTable(w io.Writer, s kvplan.Sensitivity, specs []string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "layer\tside\t")
 	for _, sp := range specs {
 		fmt.Fprintf(tw, "%s KL\tbits\t", sp)
 	}
 	fmt.Fprintln(tw)
-	at := map[[2]int]map[string]kvcache.SensitivityEntry{}
+	at := map[[2]int]map[string]kvplan.SensitivityEntry{}
 	for _, e := range s.Entries {
 		key := [2]int{e.Layer, e.KV}
 		if at[key] == nil {
-			at[key] = map[string]kvcache.SensitivityEntry{}
+			at[key] = map[string]kvplan.SensitivityEntry{}
 		}
 		at[key][e.Spec] = e
 	}
@@ -271,7 +273,7 @@ func runAllocate(_ context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("allocate: --like %s: %w", like, err)
 		}
 	}
-	p, err := kvcache.PlanFor(sens, ratio)
+	p, err := kvplan.PlanFor(sens, ratio)
 	if err != nil {
 		return fmt.Errorf("allocate: %s: %w", sensPath, err)
 	}
@@ -291,24 +293,24 @@ func runAllocate(_ context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // readSensitivity reads a sensitivity file.
-func readSensitivity(path string) (kvcache.Sensitivity, error) {
+func readSensitivity(path string) (kvplan.Sensitivity, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return kvcache.Sensitivity{}, err
+		return kvplan.Sensitivity{}, err
 	}
-	var s kvcache.Sensitivity
+	var s kvplan.Sensitivity
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return kvcache.Sensitivity{}, fmt.Errorf("%s: %w", path, err)
+		return kvplan.Sensitivity{}, fmt.Errorf("%s: %w", path, err)
 	}
-	if s.Format != kvcache.SensitivityFormat {
-		return kvcache.Sensitivity{}, fmt.Errorf("%s: format %q, want %q", path, s.Format, kvcache.SensitivityFormat)
+	if s.Format != kvplan.SensitivityFormat {
+		return kvplan.Sensitivity{}, fmt.Errorf("%s: format %q, want %q", path, s.Format, kvplan.SensitivityFormat)
 	}
 	return s, nil
 }
 
 // uniformRatio returns the whole-cache ratio of spec on every side, from
 // the bytes the sensitivity run measured for it.
-func uniformRatio(s kvcache.Sensitivity, spec string) (float64, error) {
+func uniformRatio(s kvplan.Sensitivity, spec string) (float64, error) {
 	sp, err := codec.ParseSpec(spec)
 	if err != nil {
 		return 0, err

@@ -10,7 +10,8 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 )
 
 // A sensitivity run, an allocation from it, and ppl with the policy on the
@@ -43,7 +44,7 @@ func TestSensitivityAllocatePolicy(t *testing.T) {
 	if err := runAllocate(context.Background(), []string{"--sensitivity", sensPath, "--like", "int4", "--out", planPath}, &stdout, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := kvcache.ReadPlan(planPath)
+	plan, err := kvplan.ReadPlan(planPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestSensitivityAllocatePolicy(t *testing.T) {
 	if planKL > 1.5*int4KL {
 		t.Errorf("policy KL %.6f, uniform int4 %.6f at no more bytes", planKL, int4KL)
 	}
-	t.Logf("int4 ratio %.3f KL %.6f; plan ratio %.3f KL %.6f (predicted %.6f): %s", int4Ratio, int4KL, plan.Ratio, planKL, plan.PredictedKL, kvcache.FormatLayerCodecs(plan.Layers))
+	t.Logf("int4 ratio %.3f KL %.6f; plan ratio %.3f KL %.6f (predicted %.6f): %s", int4Ratio, int4KL, plan.Ratio, planKL, plan.PredictedKL, kvconfig.FormatLayerCodecs(plan.Layers))
 
 	for _, tt := range []struct {
 		args []string

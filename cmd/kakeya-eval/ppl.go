@@ -17,9 +17,11 @@ import (
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
+	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/internal/outfile"
 	"github.com/kakeya-ai/kakeya/internal/term"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -50,7 +52,7 @@ other settings are the defaults of every --config and --configs entry
 
 --config (repeatable) is the compact form of the same settings:
   name=NAME,k=SPEC,v=SPEC,kv=SPEC,boundary=0;1;-1,block=N,hot=N,sinks=N,precond=0|1,cb=0|1,...
-(every flag name above is a key too; kvcache.Keys lists the short forms).
+(every flag name above is a key too; kvconfig.Keys lists the short forms).
 name= is optional: the settings as written name the configuration. SPEC is
 a codec spec ("int8", "kakeya:b=3"; commas inside a spec are kept when the
 next piece is not a key) and boundary layers, separated by ';' (negative
@@ -92,7 +94,7 @@ type pplFlags struct {
 	maxInput                                           cli.ByteSize // --max-input
 	device, matmul                                     string
 	backend                                            compute.Backend // from device
-	cache                                              kvcache.Spec    // the cache flags
+	cache                                              kvconfig.Spec   // the cache flags
 	configs                                            configList
 }
 
@@ -119,7 +121,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.matmul, "matmul", "f32", device.MatMulUsage+"; f32 by default here, so measurements do not mix the codec's error with bf16 rounding")
 	f.maxInput = cli.DefaultMaxInput
 	fs.Var(&f.maxInput, "max-input", cli.MaxInputUsage)
-	f.cache.RegisterFlags(fs)
+	kvflags.Register(fs, &f.cache)
 	if err := parse(fs, pplUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -135,7 +137,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return interrupted("ppl: interrupted before scoring began; nothing written")
 	}
 	// The library names cache settings by their Spec fields; say the flags.
-	return kvcache.FlagError(err)
+	return kvflags.Error(err)
 }
 
 // interrupted is the one-line summary of a run stopped by Ctrl-C.
@@ -188,10 +190,10 @@ func (f *pplFlags) configurations() ([]eval.Config, error) {
 		if err := c.Validate(); err != nil {
 			return nil, fmt.Errorf("config %s: %w", c.Name, err)
 		}
-		if f.calib == "" && c.Spec.Precondition == kvcache.On {
+		if f.calib == "" && c.Spec.Precondition == kvconfig.On {
 			return nil, fmt.Errorf("config %s: precond=1 needs --calib", c.Name)
 		}
-		if f.calib == "" && c.Spec.Codebooks == kvcache.On {
+		if f.calib == "" && c.Spec.Codebooks == kvconfig.On {
 			return nil, fmt.Errorf("config %s: cb=1 needs --calib", c.Name)
 		}
 	}
@@ -393,7 +395,7 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 			continue
 		}
 		if w := c.Settings.NothingCompressed(longest); w != nil {
-			fmt.Fprintf(stderr, "%s: warning: config %s: %s\n", f.cmd, c.Name, kvcache.FlagError(w))
+			fmt.Fprintf(stderr, "%s: warning: config %s: %s\n", f.cmd, c.Name, kvflags.Error(w))
 		}
 	}
 
@@ -482,7 +484,7 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 			return nil, err
 		}
 		c := &configs[i]
-		pol, st, err := kvcache.NewPolicy(c.Spec, m.CacheShape(), cal)
+		pol, st, err := kvplan.NewPolicy(c.Spec, m.CacheShape(), cal)
 		if err != nil {
 			e.Close()
 			return nil, fmt.Errorf("%s: config %s: %w", f.cmd, c.Name, err)

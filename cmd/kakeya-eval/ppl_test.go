@@ -14,7 +14,7 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -290,9 +290,9 @@ func TestPPLReportSettings(t *testing.T) {
 		ModelSHA256 string `json:"model_sha256"`
 		Configs     []struct {
 			Config struct {
-				Name     string           `json:"name"`
-				Spec     string           `json:"spec"`
-				Settings kvcache.Settings `json:"settings"`
+				Name     string            `json:"name"`
+				Spec     string            `json:"spec"`
+				Settings kvconfig.Settings `json:"settings"`
 			} `json:"config"`
 		} `json:"configs"`
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -24,22 +24,22 @@ func parseCache(t *testing.T, args []string) (*options, error) {
 	return parseFlags(append([]string{"--model", "m", "--prompt", "p"}, args...), io.Discard, io.Discard)
 }
 
-// The cache flags fill a kvcache.Spec; its defaults are tested in kvcache,
+// The cache flags fill a kvconfig.Spec; its defaults are tested in kvplan,
 // the settings in effect end to end below.
 func TestCacheFlags(t *testing.T) {
 	tests := []struct {
 		args []string
-		want kvcache.Spec
+		want kvconfig.Spec
 	}{
-		{nil, kvcache.Spec{}},
-		{[]string{"--kv-codec", "none", "--sinks", "4"}, kvcache.Spec{KV: "none", Sinks: 4}},
-		{[]string{"--kv-codec", "int4", "--v-codec", "none", "--boundary", "none", "--hot-window", "0"}, kvcache.Spec{KV: "int4", V: "none", Boundary: "none", HotWindow: -1}},
+		{nil, kvconfig.Spec{}},
+		{[]string{"--kv-codec", "none", "--sinks", "4"}, kvconfig.Spec{KV: "none", Sinks: 4}},
+		{[]string{"--kv-codec", "int4", "--v-codec", "none", "--boundary", "none", "--hot-window", "0"}, kvconfig.Spec{KV: "int4", V: "none", Boundary: "none", HotWindow: -1}},
 		{[]string{"--k-codec", "kakeya:b=3,rank=4", "--v-codec", "int4-rot", "--boundary", "0,1,-2,-1", "--sinks", "4", "--hot-window", "128"},
-			kvcache.Spec{K: "kakeya:b=3,rank=4", V: "int4-rot", Boundary: "0,1,-2,-1", HotWindow: 128, Sinks: 4}},
-		{[]string{"--kv-codec", "kakeya", "--k-bits", "3", "--v-bits", "2", "--block-size", "32"}, kvcache.Spec{KV: "kakeya", KBits: 3, VBits: 2, BlockSize: 32}},
+			kvconfig.Spec{K: "kakeya:b=3,rank=4", V: "int4-rot", Boundary: "0,1,-2,-1", HotWindow: 128, Sinks: 4}},
+		{[]string{"--kv-codec", "kakeya", "--k-bits", "3", "--v-bits", "2", "--block-size", "32"}, kvconfig.Spec{KV: "kakeya", KBits: 3, VBits: 2, BlockSize: 32}},
 		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks=false", "--precond"},
-			kvcache.Spec{KV: "kakeya", Codebooks: kvcache.Off, Precondition: kvcache.On}},
-		{[]string{"--kv-codec", "int8", "--cache-type", "F32"}, kvcache.Spec{KV: "int8", CacheType: "f32"}},
+			kvconfig.Spec{KV: "kakeya", Codebooks: kvconfig.Off, Precondition: kvconfig.On}},
+		{[]string{"--kv-codec", "int8", "--cache-type", "F32"}, kvconfig.Spec{KV: "int8", CacheType: "f32"}},
 	}
 	for _, tt := range tests {
 		o, err := parseCache(t, tt.args)

@@ -18,7 +18,8 @@ import (
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/internal/kvflags"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -41,7 +42,7 @@ type options struct {
 	stops                                stringList
 	maxInput                             cli.ByteSize
 	sampling                             kakeya.SamplingOptions
-	cache                                kvcache.Spec
+	cache                                kvconfig.Spec
 	backend                              compute.Backend // from --device
 }
 
@@ -72,7 +73,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.verbose, "verbose", false, "print the device and, on a GPU, where cuBLAS was looked for to stderr at load")
 	o.maxInput = cli.DefaultMaxInput
 	fs.Var(&o.maxInput, "max-input", cli.MaxInputUsage)
-	o.cache.RegisterFlags(fs)
+	kvflags.Register(fs, &o.cache)
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
 		fmt.Fprintln(w, "usage: kakeya-run --model DIR|HF_ID --prompt TEXT [flags]\n       kakeya-run --model DIR|HF_ID --tokenize [--add-special] < text\n\nflags:")
 		cli.PrintDefaults(fs, w)
@@ -135,13 +136,13 @@ func (o *options) check() error {
 		return err
 	}
 	if err := o.cache.Validate(); err != nil {
-		return kvcache.FlagError(err)
+		return kvflags.Error(err)
 	}
 	if o.calib == "" {
 		switch {
-		case o.cache.Precondition == kvcache.On:
+		case o.cache.Precondition == kvconfig.On:
 			return errors.New("--precond needs --calib")
-		case o.cache.Codebooks == kvcache.On:
+		case o.cache.Codebooks == kvconfig.On:
 			return errors.New("--calib-codebooks needs --calib")
 		}
 	} else if !o.cache.Compressed() {
@@ -152,7 +153,7 @@ func (o *options) check() error {
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	// The library names cache settings by their Spec fields; say the flags.
-	defer func() { err = kvcache.FlagError(err) }()
+	defer func() { err = kvflags.Error(err) }()
 	o, err := parseFlags(args, stdout, stderr)
 	if err != nil {
 		return err
@@ -198,7 +199,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "kakeya-run: device: cpu, kernels: %s\n", eng.Kernels())
 	}
 	if w := eng.CacheSettings().Warning; w != nil {
-		fmt.Fprintf(stderr, "kakeya-run: warning: KV cache: %s\n", kvcache.FlagError(w))
+		fmt.Fprintf(stderr, "kakeya-run: warning: KV cache: %s\n", kvflags.Error(w))
 	}
 
 	out := bufio.NewWriter(stdout)

@@ -504,7 +504,7 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Preconditioned key codecs, one factor per KV head as kvcache
+	// Preconditioned key codecs, one factor per KV head as kvplan
 	// builds them.
 	var preK, pre8 []codec.Codec
 	for range kvHeads {

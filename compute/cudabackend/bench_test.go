@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
@@ -29,11 +30,11 @@ func BenchmarkDecodeHost(b *testing.B) {
 			gpu := newBackend(f, Options{})
 			defer gpu.Close()
 			m := loadModel(b, dir, model.Options{Backend: gpu, MaxContext: 4096})
-			sp := kvcache.Spec{KV: "none", BlockSize: 64, CacheType: cache}
+			sp := kvconfig.Spec{KV: "none", BlockSize: 64, CacheType: cache}
 			if cache == "int8" {
-				sp = kvcache.Spec{KV: "int8", BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "bf16"}
+				sp = kvconfig.Spec{KV: "int8", BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "bf16"}
 			}
-			p, _, err := kvcache.NewPolicy(sp, m.CacheShape(), nil)
+			p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
 			if err != nil {
 				b.Fatal(err)
 			}

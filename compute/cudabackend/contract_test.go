@@ -19,6 +19,7 @@ import (
 	"github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 // failStep wraps a backend so that forward step step (1 for the prompt's
@@ -123,7 +124,7 @@ func TestFailureReachesEngine(t *testing.T) {
 	}
 	generate := func(t *testing.T, be compute.Backend) (*kakeya.Engine, *kakeya.Result, []string, error) {
 		t.Helper()
-		e, err := kakeya.Load(context.Background(), dir, kakeya.Options{Backend: be, Cache: kvcache.Spec{CacheType: "f32"}})
+		e, err := kakeya.Load(context.Background(), dir, kakeya.Options{Backend: be, Cache: kvconfig.Spec{CacheType: "f32"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,8 @@ import (
 	"time"
 
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
-	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
@@ -69,15 +70,15 @@ func TestGPUParity(t *testing.T) {
 				cal := randCalibration(t, cpuM, 13)
 				for _, sp := range []struct {
 					name string
-					spec kvcache.Spec
+					spec kvconfig.Spec
 				}{
-					{"f32", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "f32"}},
-					{"bf16", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}},
-					{"int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
-					{"pre+int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvcache.On, Codebooks: kvcache.Off}},
+					{"f32", kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "f32"}},
+					{"bf16", kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}},
+					{"int8", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+					{"pre+int8", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
 				} {
 					c := cal
-					if sp.spec.Precondition != kvcache.On {
+					if sp.spec.Precondition != kvconfig.On {
 						c = nil
 					}
 					want, _ := runCal(t, cpuM, sp.spec, c, ids, pre)
@@ -125,11 +126,11 @@ func TestGPUThroughput(t *testing.T) {
 	fmt.Fprintf(&table, "%s; prefill products: %s\nQwen2.5-0.5B shape (bf16 weights, %.0f MB read per token)\n", gpu.Device(), gpu.GEMM(), float64(weightBytes)/1e6)
 	fmt.Fprintf(&table, "%-7s %6s %12s %12s %12s %10s %10s\n", "cache", "ctx", "prefill t/s", "decode t/s", "bound t/s", "% bound", "KV MB")
 	for _, cache := range []string{"plain", "int8", "kakeya"} {
-		sp := kvcache.Spec{KV: "none", BlockSize: 64, CacheType: "bf16"}
+		sp := kvconfig.Spec{KV: "none", BlockSize: 64, CacheType: "bf16"}
 		if cache != "plain" {
-			sp = kvcache.Spec{KV: cache, BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "bf16"}
+			sp = kvconfig.Spec{KV: cache, BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "bf16"}
 		}
-		p, _, err := kvcache.NewPolicy(sp, m.CacheShape(), nil)
+		p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,8 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
@@ -85,13 +87,13 @@ func loadModel(t testing.TB, dir string, opt model.Options) *model.Model {
 // run feeds ids to a new sequence with cache settings spec: a prefill of
 // the first pre tokens, then one token at a time. It returns every
 // position's logits and the cache's accounting.
-func run(t testing.TB, m *model.Model, spec kvcache.Spec, ids []int, pre int) ([][]float32, kvcache.Stats) {
+func run(t testing.TB, m *model.Model, spec kvconfig.Spec, ids []int, pre int) ([][]float32, kvcache.Stats) {
 	t.Helper()
 	return runCal(t, m, spec, nil, ids, pre)
 }
 
 // runCal is run with the calibration cal (nil for none).
-func runCal(t testing.TB, m *model.Model, spec kvcache.Spec, cal *codec.Calibration, ids []int, pre int) ([][]float32, kvcache.Stats) {
+func runCal(t testing.TB, m *model.Model, spec kvconfig.Spec, cal *codec.Calibration, ids []int, pre int) ([][]float32, kvcache.Stats) {
 	t.Helper()
 	rows, st, err := runErr(m, spec, cal, ids, pre)
 	if err != nil {
@@ -115,8 +117,8 @@ func randCalibration(t testing.TB, m *model.Model, seed uint64) *codec.Calibrati
 }
 
 // runErr is runCal for any goroutine: it returns its failure.
-func runErr(m *model.Model, spec kvcache.Spec, cal *codec.Calibration, ids []int, pre int) ([][]float32, kvcache.Stats, error) {
-	p, _, err := kvcache.NewPolicy(spec, m.CacheShape(), cal)
+func runErr(m *model.Model, spec kvconfig.Spec, cal *codec.Calibration, ids []int, pre int) ([][]float32, kvcache.Stats, error) {
+	p, _, err := kvplan.NewPolicy(spec, m.CacheShape(), cal)
 	if err != nil {
 		return nil, kvcache.Stats{}, err
 	}
@@ -198,25 +200,25 @@ func TestForwardMatchesCPU(t *testing.T) {
 	const tokens, pre = 14, 10 // prefill > maxMatVecRows, then decode
 	specs := []struct {
 		name string
-		spec kvcache.Spec
+		spec kvconfig.Spec
 	}{
-		{"f32", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "f32"}},
-		{"bf16", kvcache.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}},
-		{"int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
-		{"int8 (f32 hot)", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}},
+		{"f32", kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "f32"}},
+		{"bf16", kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}},
+		{"int8", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		{"int8 (f32 hot)", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}},
 		// Keys encoded, values hot bf16: entries of two formats.
-		{"int8 keys", kvcache.Spec{K: "int8", V: "none", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		{"int8 keys", kvconfig.Spec{K: "int8", V: "none", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// KIVI's layout: per-channel int4 keys, per-token int4 values.
-		{"int4-k/int4", kvcache.Spec{K: "int4-k", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		{"int4-k/int4", kvconfig.Spec{K: "int4-k", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// A codec the kernels do not read (f32, lossless, so no rounding
 		// boundary hides a difference): its decoded values, in float32.
-		{"f32 codec", kvcache.Spec{KV: "f32", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		{"f32 codec", kvconfig.Spec{KV: "f32", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// Kakeya blocks, kept encoded and decoded by the attention kernel.
-		{"kakeya", kvcache.Spec{KV: "kakeya", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		{"kakeya", kvconfig.Spec{KV: "kakeya", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// Preconditioned keys (a random factor per layer and KV head),
 		// kept encoded and un-whitened by the attention kernel.
-		{"pre+int8", kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvcache.On, Codebooks: kvcache.Off}},
-		{"pre+kakeya/int4", kvcache.Spec{K: "kakeya", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvcache.On, Codebooks: kvcache.Off}},
+		{"pre+int8", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
+		{"pre+kakeya/int4", kvconfig.Spec{K: "kakeya", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -229,7 +231,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 			var worst float64
 			for _, sp := range specs {
 				c := cal
-				if sp.spec.Precondition != kvcache.On {
+				if sp.spec.Precondition != kvconfig.On {
 					c = nil
 				}
 				want, stW := runCal(t, cpuM, sp.spec, c, ids, pre)
@@ -297,7 +299,7 @@ func TestConcurrentSequences(t *testing.T) {
 	}
 	gpu, _ := newFakeBackend(t, Options{})
 	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 32})
-	sp := kvcache.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}
+	sp := kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}
 	inputs := [][]int{testIDs(10, 256), testIDs(9, 200)}
 	want := make([][][]float32, len(inputs))
 	for i, ids := range inputs {

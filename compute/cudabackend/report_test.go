@@ -38,6 +38,8 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tensor"
 )
@@ -801,11 +803,11 @@ type throughput struct {
 // cacheSpec returns the cache settings of one of the report's caches:
 // plain bf16 blocks, or a codec on every layer with a hot window of one
 // block.
-func cacheSpec(cache string, block int) kvcache.Spec {
+func cacheSpec(cache string, block int) kvconfig.Spec {
 	if cache == "plain" {
-		return kvcache.Spec{KV: "none", BlockSize: block, CacheType: "bf16"}
+		return kvconfig.Spec{KV: "none", BlockSize: block, CacheType: "bf16"}
 	}
-	return kvcache.Spec{KV: cache, BlockSize: block, HotWindow: block, Boundary: "none", CacheType: "bf16"}
+	return kvconfig.Spec{KV: cache, BlockSize: block, HotWindow: block, Boundary: "none", CacheType: "bf16"}
 }
 
 // run reports a row per cache and context: prefill and decode tokens/s,
@@ -831,7 +833,7 @@ func (tp *throughput) run() {
 	seen := 0
 	for _, cache := range tp.caches {
 		sp := cacheSpec(cache, tp.block)
-		pol, _, err := kvcache.NewPolicy(sp, m.CacheShape(), nil)
+		pol, _, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
 		if err != nil {
 			r.row(tp.step, tp.shape+" "+cache, statusFail, err.Error(), nil)
 			continue
@@ -918,7 +920,7 @@ func launchRows(r *reporter, step string, open func(Options) *Backend, shape str
 			r.row(step, label, statusFail, err.Error(), nil)
 			continue
 		}
-		pol, _, err := kvcache.NewPolicy(cacheSpec("plain", block), m.CacheShape(), nil)
+		pol, _, err := kvplan.NewPolicy(cacheSpec("plain", block), m.CacheShape(), nil)
 		var row map[string]any
 		if err == nil {
 			row, err = tp.cell(m, pol, block, ctx, decodeBytes(spec))

@@ -1,4 +1,4 @@
-package kvcache
+package kvplan
 
 import (
 	"math"

@@ -1,4 +1,4 @@
-package kvcache
+package kvplan
 
 import (
 	"cmp"
@@ -39,19 +39,19 @@ func Allocate(items []Item, budget int64) (pick []int, cost float64, bytes int64
 		choice int
 	}
 	if len(items) == 0 {
-		return nil, 0, 0, errors.New("kvcache: allocate: no items")
+		return nil, 0, 0, errors.New("kvplan: allocate: no items")
 	}
 	frontier := []point{{parent: -1, choice: -1}}
 	var trail [][]point
 	for i, it := range items {
 		if len(it.Choices) == 0 {
-			return nil, 0, 0, fmt.Errorf("kvcache: allocate: layer %d %s has no choices", it.Layer, kvName(it.KV))
+			return nil, 0, 0, fmt.Errorf("kvplan: allocate: layer %d %s has no choices", it.Layer, kvName(it.KV))
 		}
 		var next []point
 		for pi, p := range frontier {
 			for ci, c := range it.Choices {
 				if c.Bytes < 0 || math.IsNaN(c.Cost) {
-					return nil, 0, 0, fmt.Errorf("kvcache: allocate: layer %d %s choice %q: bytes %d, cost %v", it.Layer, kvName(it.KV), c.Spec, c.Bytes, c.Cost)
+					return nil, 0, 0, fmt.Errorf("kvplan: allocate: layer %d %s choice %q: bytes %d, cost %v", it.Layer, kvName(it.KV), c.Spec, c.Bytes, c.Cost)
 				}
 				if b := p.bytes + c.Bytes; b <= budget {
 					next = append(next, point{bytes: b, cost: p.cost + c.Cost, parent: pi, choice: ci})
@@ -59,7 +59,7 @@ func Allocate(items []Item, budget int64) (pick []int, cost float64, bytes int64
 			}
 		}
 		if len(next) == 0 {
-			return nil, 0, 0, fmt.Errorf("kvcache: allocate: the smallest choices of the first %d layer sides already exceed the budget of %d bytes", i+1, budget)
+			return nil, 0, 0, fmt.Errorf("kvplan: allocate: the smallest choices of the first %d layer sides already exceed the budget of %d bytes", i+1, budget)
 		}
 		// Keep the Pareto frontier: by bytes ascending, each point must
 		// cost strictly less than every point with fewer bytes.

@@ -1,4 +1,4 @@
-package kvcache
+package kvplan
 
 import (
 	"math/rand/v2"
@@ -8,7 +8,12 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
+	"github.com/kakeya-ai/kakeya/internal/kvflags"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
+
+var backend = cpubackend.New(1)
 
 func TestReadPlan(t *testing.T) {
 	dir := t.TempDir()
@@ -39,18 +44,18 @@ func TestReadPlan(t *testing.T) {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		// The tools' --kv-policy reads the file into the per-layer form.
-		var s Spec
-		if err := s.Set("kv-policy", path); err != nil {
+		var s kvconfig.Spec
+		if err := kvflags.Parser().Set(&s, "kv-policy", path); err != nil {
 			t.Fatal(err)
 		}
-		if want := "none/int8|kakeya:b=3,rank=4/none"; s.Layers != want || FormatLayerCodecs(p.Layers) != want {
-			t.Errorf("policy %s read as %q (spec %q), want %q", path, FormatLayerCodecs(p.Layers), s.Layers, want)
+		if want := "none/int8|kakeya:b=3,rank=4/none"; s.Layers != want || kvconfig.FormatLayerCodecs(p.Layers) != want {
+			t.Errorf("policy %s read as %q (spec %q), want %q", path, kvconfig.FormatLayerCodecs(p.Layers), s.Layers, want)
 		}
 	}
 }
 
 // fillCache appends n tokens of random keys and values to every layer.
-func fillCache(t *testing.T, c *Cache, n int, seed uint64) {
+func fillCache(t *testing.T, c *kvcache.Cache, n int, seed uint64) {
 	t.Helper()
 	cfg := c.Config()
 	r := rand.New(rand.NewPCG(seed, 1))
@@ -73,14 +78,14 @@ func fillCache(t *testing.T, c *Cache, n int, seed uint64) {
 // finds.
 func TestPlanForMeetsBudget(t *testing.T) {
 	const layers, kvh, d, bs, tokens = 3, 2, 32, 8, 40
-	shape := Shape{Layers: layers, KVHeads: kvh, HeadDim: d, MaxContext: 64}
-	cacheBytes := func(spec Spec) (Stats, [][2]int64) {
+	shape := kvcache.Shape{Layers: layers, KVHeads: kvh, HeadDim: d, MaxContext: 64}
+	cacheBytes := func(spec kvconfig.Spec) (kvcache.Stats, [][2]int64) {
 		t.Helper()
 		pol, st, err := NewPolicy(spec, shape, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := New(Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: st.BlockSize, MaxTokens: 64, Policy: pol,
+		c, err := kvcache.New(kvcache.Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: st.BlockSize, MaxTokens: 64, Policy: pol,
 			Store: backend.NewBlockStore(st.BlockSize, d, pol.HotBF16)})
 		if err != nil {
 			t.Fatal(err)
@@ -94,18 +99,18 @@ func TestPlanForMeetsBudget(t *testing.T) {
 		return s, sides
 	}
 	one := func(layer, kv int, spec string) string {
-		plan := make([]LayerPlan, layers)
+		plan := make([]kvconfig.LayerPlan, layers)
 		for l := range plan {
-			plan[l] = LayerPlan{K: "none", V: "none"}
+			plan[l] = kvconfig.LayerPlan{K: "none", V: "none"}
 		}
 		if kv == 0 {
 			plan[layer].K = spec
 		} else {
 			plan[layer].V = spec
 		}
-		return FormatLayerCodecs(plan)
+		return kvconfig.FormatLayerCodecs(plan)
 	}
-	base, baseSides := cacheBytes(Spec{Layers: one(0, 0, "none"), BlockSize: bs, HotWindow: bs})
+	base, baseSides := cacheBytes(kvconfig.Spec{Layers: one(0, 0, "none"), BlockSize: bs, HotWindow: bs})
 	sens := Sensitivity{Format: SensitivityFormat, Layers: layers, SideBF16: baseSides[0][0], BF16: base.BF16}
 	if 2*layers*sens.SideBF16 != base.Bytes() {
 		t.Fatalf("an all-bf16 plan holds %d bytes (side %d), bf16 cache %d", base.Bytes(), sens.SideBF16, base.BF16)
@@ -114,7 +119,7 @@ func TestPlanForMeetsBudget(t *testing.T) {
 	for l := range layers {
 		for kv := range 2 {
 			for _, spec := range []string{"int8", "int4", "kakeya:b=2"} {
-				_, sides := cacheBytes(Spec{Layers: one(l, kv, spec), BlockSize: bs, HotWindow: bs})
+				_, sides := cacheBytes(kvconfig.Spec{Layers: one(l, kv, spec), BlockSize: bs, HotWindow: bs})
 				sens.Entries = append(sens.Entries, SensitivityEntry{Layer: l, KV: kv, Spec: spec, Bytes: sides[l][kv], KL: r.Float64()})
 			}
 		}
@@ -129,9 +134,9 @@ func TestPlanForMeetsBudget(t *testing.T) {
 			t.Fatalf("ratio %v: %v", ratio, err)
 		}
 		budget := int64(float64(sens.BF16) / ratio)
-		got, _ := cacheBytes(Spec{Layers: FormatLayerCodecs(p.Layers), BlockSize: bs, HotWindow: bs})
+		got, _ := cacheBytes(kvconfig.Spec{Layers: kvconfig.FormatLayerCodecs(p.Layers), BlockSize: bs, HotWindow: bs})
 		if got.Bytes() != p.Bytes || p.Bytes > budget {
-			t.Errorf("ratio %v: plan %s predicts %d bytes (budget %d), its cache holds %d", ratio, FormatLayerCodecs(p.Layers), p.Bytes, budget, got.Bytes())
+			t.Errorf("ratio %v: plan %s predicts %d bytes (budget %d), its cache holds %d", ratio, kvconfig.FormatLayerCodecs(p.Layers), p.Bytes, budget, got.Bytes())
 		}
 		if want, _, _ := brute(items, budget); p.PredictedKL > want+1e-12 {
 			t.Errorf("ratio %v: predicted KL %v, brute force finds %v", ratio, p.PredictedKL, want)

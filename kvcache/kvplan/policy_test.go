@@ -1,0 +1,252 @@
+package kvplan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/kvflags"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+)
+
+// testCalibration returns a calibration whose Cholesky factors are 2*I.
+func testCalibration(layers, kvHeads, d int) *codec.Calibration {
+	cal := &codec.Calibration{Layers: layers, KVHeads: kvHeads, HeadDim: d, Model: "test"}
+	for range layers * kvHeads {
+		L := make([]float32, d*d)
+		for i := range d {
+			L[i*d+i] = 2
+		}
+		cal.Chol = append(cal.Chol, L)
+	}
+	return cal
+}
+
+// codecNames lists each layer's codecs as "K|V" names ("-" for none).
+func codecNames(p kvcache.Policy, layers, kvHeads int) []string {
+	var out []string
+	for l := range layers {
+		var ks []string
+		for h := range kvHeads {
+			k := "-"
+			if c := p.KCodec(l, h); c != nil {
+				k = c.Name()
+			}
+			if !slices.Contains(ks, k) {
+				ks = append(ks, k)
+			}
+		}
+		v := "-"
+		if c := p.VCodec(l); c != nil {
+			v = c.Name()
+		}
+		out = append(out, strings.Join(ks, "/")+"|"+v)
+	}
+	return out
+}
+
+func TestNewPolicy(t *testing.T) {
+	shape := kvcache.Shape{Layers: 5, KVHeads: 2, HeadDim: 4, MaxContext: 512}
+	cal := testCalibration(5, 2, 4)
+	noChol := testCalibration(5, 2, 4)
+	noChol.Chol[3] = nil // layer 1, head 1
+	cb, err := codec.GaussianCodebook(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal.KCodebooks = map[int]*codec.Codebook{2: cb}
+	cal.VCodebooks = map[int]*codec.Codebook{2: cb}
+	const kk = "kakeya-b2-r4v0.95c4-o3x4"
+	plain := []string{"-|-", "-|-", "-|-", "-|-", "-|-"}
+	tests := []struct {
+		name  string
+		spec  kvconfig.Spec
+		cal   *codec.Calibration
+		shape *kvcache.Shape
+		want  []string
+		st    kvconfig.Settings
+		err   string
+	}{
+		{name: "zero", spec: kvconfig.Spec{}, want: plain, st: kvconfig.Settings{BlockSize: 16, CacheType: "bf16"}},
+		{name: "uncompressed ignores the cache settings", spec: kvconfig.Spec{HotWindow: 8, Boundary: "1", CacheType: "f32"}, want: plain,
+			st: kvconfig.Settings{BlockSize: 16, CacheType: "f32"}},
+		{name: "kv int8 at the defaults", spec: kvconfig.Spec{KV: "int8"},
+			want: []string{"bf16|bf16", "int8|int8", "int8|int8", "int8|int8", "bf16|bf16"},
+			st:   kvconfig.Settings{K: "int8", V: "int8", BlockSize: 64, HotWindow: 64, Boundary: []int{0, 4}, CacheType: "bf16"}},
+		{name: "no boundary, no hot window", spec: kvconfig.Spec{KV: "int8", Boundary: "none", HotWindow: -1, BlockSize: 32},
+			want: []string{"int8|int8", "int8|int8", "int8|int8", "int8|int8", "int8|int8"},
+			st:   kvconfig.Settings{K: "int8", V: "int8", BlockSize: 32, CacheType: "bf16"}},
+		{name: "boundary", spec: kvconfig.Spec{K: "int8", V: "int4", Boundary: "0,-1,2", HotWindow: 8, Sinks: 2},
+			want: []string{"bf16|bf16", "int8|int4", "bf16|bf16", "int8|int4", "bf16|bf16"},
+			st:   kvconfig.Settings{K: "int8", V: "int4", BlockSize: 64, HotWindow: 8, Sinks: 2, Boundary: []int{0, 2, 4}, CacheType: "bf16"}},
+		{name: "k only", spec: kvconfig.Spec{K: "bf16", Boundary: "none"}, want: []string{"bf16|-", "bf16|-", "bf16|-", "bf16|-", "bf16|-"},
+			st: kvconfig.Settings{K: "bf16", BlockSize: 64, HotWindow: 64, CacheType: "bf16"}},
+		{name: "precond with a calibration by default", spec: kvconfig.Spec{KV: "int8", Boundary: "-5", Codebooks: kvconfig.Off}, cal: cal,
+			want: []string{"bf16|bf16", "pre+int8|int8", "pre+int8|int8", "pre+int8|int8", "pre+int8|int8"},
+			st:   kvconfig.Settings{K: "int8", V: "int8", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Precondition: true, CacheType: "bf16"}},
+		{name: "precond off", spec: kvconfig.Spec{KV: "int8", Boundary: "none", Precondition: kvconfig.Off}, cal: cal,
+			want: []string{"int8|int8", "int8|int8", "int8|int8", "int8|int8", "int8|int8"},
+			st:   kvconfig.Settings{K: "int8", V: "int8", BlockSize: 64, HotWindow: 64, CacheType: "bf16"}},
+		{name: "values only: nothing to precondition", spec: kvconfig.Spec{V: "int8", Boundary: "none"}, cal: cal,
+			want: []string{"-|int8", "-|int8", "-|int8", "-|int8", "-|int8"},
+			st:   kvconfig.Settings{V: "int8", BlockSize: 64, HotWindow: 64, CacheType: "bf16"}},
+		{name: "block clamped to a short context", spec: kvconfig.Spec{KV: "int8", Boundary: "none"}, shape: &kvcache.Shape{Layers: 5, KVHeads: 2, HeadDim: 4, MaxContext: 48},
+			want: []string{"int8|int8", "int8|int8", "int8|int8", "int8|int8", "int8|int8"},
+			st:   kvconfig.Settings{K: "int8", V: "int8", BlockSize: 48, HotWindow: 48, CacheType: "bf16"}},
+		{name: "block longer than the context", spec: kvconfig.Spec{KV: "int8", BlockSize: 1000000}, err: "--block-size 1000000 exceeds the context of 512 tokens"},
+		{name: "boundary past the end", spec: kvconfig.Spec{K: "int8", Boundary: "7"}, err: `--boundary "7": layer 7 outside a model of 5 layers`},
+		{name: "boundary before the start", spec: kvconfig.Spec{K: "int8", Boundary: "-6"}, err: "layer -6 outside a model of 5 layers"},
+		{name: "precond without calibration", spec: kvconfig.Spec{K: "int8", Precondition: kvconfig.On}, err: "--precond needs a calibration"},
+		{name: "precond, K uncompressed", spec: kvconfig.Spec{V: "int8", Precondition: kvconfig.On}, cal: cal, err: "keys are uncompressed"},
+		{name: "calibration of another model", spec: kvconfig.Spec{K: "int8"}, cal: testCalibration(4, 2, 4),
+			err: "calibration for \"test\" is for 4 layers x 2 kv heads x head_dim 4, model has 5 x 2 x 4"},
+		{name: "missing factor", spec: kvconfig.Spec{K: "int8"}, cal: noChol, err: "no Cholesky factor for layer 1 kv head 1"},
+		{name: "bad codec", spec: kvconfig.Spec{K: "kakeya:b=9"}, err: "--k-codec"},
+		// Unwhitened keys keep the Gaussian codebook: the key codebook was
+		// fitted to whitened ones.
+		{name: "codebooks", spec: kvconfig.Spec{KV: "kakeya:b=2", Boundary: "0", Precondition: kvconfig.Off}, cal: cal,
+			want: []string{"bf16|bf16", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal"},
+			st:   kvconfig.Settings{K: "kakeya:b=2", V: "kakeya:b=2", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Codebooks: true, CacheType: "bf16"}},
+		{name: "codebooks, precond", spec: kvconfig.Spec{K: "kakeya:b=2", V: "int8", Boundary: "0"}, cal: cal,
+			want: []string{"bf16|bf16", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8"},
+			st:   kvconfig.Settings{K: "kakeya:b=2", V: "int8", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Precondition: true, Codebooks: true, CacheType: "bf16"}},
+		{name: "codebooks off", spec: kvconfig.Spec{K: "kakeya:b=2", V: "int8", Boundary: "0", Codebooks: kvconfig.Off}, cal: cal,
+			want: []string{"bf16|bf16", "pre+" + kk + "|int8", "pre+" + kk + "|int8", "pre+" + kk + "|int8", "pre+" + kk + "|int8"},
+			st:   kvconfig.Settings{K: "kakeya:b=2", V: "int8", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Precondition: true, CacheType: "bf16"}},
+		// Auto codebooks skip a width the calibration lacks; asked for, it is an error.
+		{name: "auto codebook of other bits", spec: kvconfig.Spec{V: "kakeya:b=3", Boundary: "none"}, cal: cal,
+			want: []string{"-|kakeya-b3-r4v0.95c4-o3x4", "-|kakeya-b3-r4v0.95c4-o3x4", "-|kakeya-b3-r4v0.95c4-o3x4", "-|kakeya-b3-r4v0.95c4-o3x4", "-|kakeya-b3-r4v0.95c4-o3x4"},
+			st:   kvconfig.Settings{V: "kakeya:b=3", BlockSize: 64, HotWindow: 64, CacheType: "bf16"}},
+		{name: "codebook of other bits", spec: kvconfig.Spec{V: "kakeya:b=3", Codebooks: kvconfig.On}, cal: cal, err: "no 3-bit codebook (it has [2]"},
+		{name: "codebooks without calibration", spec: kvconfig.Spec{V: "kakeya:b=2", Codebooks: kvconfig.On}, err: "--calib-codebooks needs a calibration"},
+		// A per-layer plan: none stores bf16 blocks, as a boundary layer
+		// does; keys coded by any codec are preconditioned, bf16 keys not.
+		{name: "per-layer plan", spec: kvconfig.Spec{Layers: "none/none|int8/int4|kakeya:b=2/none|none/int8|int4/kakeya:b=2"}, cal: cal,
+			want: []string{"bf16|bf16", "pre+int8|int4", "pre+" + kk + "-cal|bf16", "bf16|int8", "pre+int4|" + kk + "-cal"},
+			st: kvconfig.Settings{BlockSize: 64, HotWindow: 64, Precondition: true, Codebooks: true, CacheType: "bf16",
+				Layers: []kvconfig.LayerPlan{{K: "none", V: "none"}, {K: "int8", V: "int4"}, {K: "kakeya:b=2", V: "none"}, {K: "none", V: "int8"}, {K: "int4", V: "kakeya:b=2"}}}},
+		{name: "per-layer plan, values only", spec: kvconfig.Spec{Layers: "none/int8|none/int8|none/int8|none/int8|none/int8"}, cal: cal,
+			want: []string{"bf16|int8", "bf16|int8", "bf16|int8", "bf16|int8", "bf16|int8"},
+			st: kvconfig.Settings{BlockSize: 64, HotWindow: 64, CacheType: "bf16",
+				Layers: []kvconfig.LayerPlan{{K: "none", V: "int8"}, {K: "none", V: "int8"}, {K: "none", V: "int8"}, {K: "none", V: "int8"}, {K: "none", V: "int8"}}}},
+		{name: "per-layer plan of another depth", spec: kvconfig.Spec{Layers: "none/int8|int8/int8"}, err: "--layer-codecs names 2 layers, the model has 5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := shape
+			if tt.shape != nil {
+				m = *tt.shape
+			}
+			p, st, err := NewPolicy(tt.spec, m, tt.cal)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(kvflags.Error(err).Error(), tt.err) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := codecNames(p, m.Layers, m.KVHeads); !slices.Equal(got, tt.want) {
+				t.Errorf("codecs %v, want %v", got, tt.want)
+			}
+			if st.String() != tt.st.String() || !slices.Equal(st.Boundary, tt.st.Boundary) {
+				t.Errorf("settings %+v, want %+v", st, tt.st)
+			}
+			if p.HotWindow != st.HotWindow || p.Sinks != st.Sinks || p.HotBF16 != (st.CacheType == "bf16") {
+				t.Errorf("policy hot %d sinks %d bf16 %v disagrees with settings %+v", p.HotWindow, p.Sinks, p.HotBF16, st)
+			}
+			if st.Precondition && len(p.Layers[1].K) != m.KVHeads {
+				t.Errorf("preconditioned layer has %d K codecs, want one per KV head", len(p.Layers[1].K))
+			}
+		})
+	}
+}
+
+// NewPolicy's settings carry the warning of Settings.NothingCompressed
+// for the model's context.
+func TestNewPolicyWarning(t *testing.T) {
+	const msg = "nothing will be compressed: with --hot-window %d, --sinks %d and %d-token blocks the first block is encoded once a sequence holds %s, and sequences here hold at most %d; lower --hot-window or --sinks (or --block-size)"
+	m := kvcache.Shape{Layers: 3, KVHeads: 2, HeadDim: 8, MaxContext: 256}
+	for _, tt := range []struct {
+		spec kvconfig.Spec
+		want string
+	}{
+		{kvconfig.Spec{KV: "int8"}, ""},
+		{kvconfig.Spec{}, ""},
+		{kvconfig.Spec{KV: "int8", HotWindow: 192}, ""},
+		{kvconfig.Spec{KV: "int8", HotWindow: 193}, fmt.Sprintf(msg, 193, 0, 64, "257 tokens", 256)},
+		{kvconfig.Spec{KV: "int8", HotWindow: 1 << 20}, fmt.Sprintf(msg, 1<<20, 0, 64, "1048640 tokens", 256)},
+		{kvconfig.Spec{KV: "int8", Sinks: 256}, fmt.Sprintf(msg, 64, 256, 64, "384 tokens", 256)},
+		{kvconfig.Spec{KV: "int8", BlockSize: 256}, fmt.Sprintf(msg, 256, 0, 256, "512 tokens", 256)},
+	} {
+		_, st, err := NewPolicy(tt.spec, m, nil)
+		if err != nil {
+			t.Fatalf("%+v: %v", tt.spec, err)
+		}
+		got := ""
+		if st.Warning != nil {
+			got = kvflags.Error(st.Warning).Error()
+		}
+		if got != tt.want {
+			t.Errorf("%+v: Warning %q\nwant %q", tt.spec, got, tt.want)
+		}
+	}
+}
+
+// FuzzNewPolicy checks that no valid parsed Spec makes NewPolicy panic,
+// that its errors name a setting, and that it warns exactly when the hot
+// window and sinks leave nothing to compress.
+func FuzzNewPolicy(f *testing.F) {
+	for _, s := range []string{
+		"kv=int8", "k=kakeya:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0",
+		"kv-codec=kakeya,k-bits=2,v-bits=4,block-size=32,hot-window=0,calib-codebooks=1,cache-type=f32",
+		"kv=int8,k=none,boundary=none", "k=int4:group=32,seed=7,v=int4-rot", "kv=int8,boundary=5",
+		"kv=int8,hot=256", "kv=int8,sinks=300,block=16", "layers=int8/none|none/int4|int8/int8", "block=300",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		s, err := kvconfig.Parse(text)
+		if err != nil || s.Validate() != nil {
+			return
+		}
+		const ctx = 256
+		_, st, err := NewPolicy(s, kvcache.Shape{Layers: 3, KVHeads: 2, HeadDim: 8, MaxContext: ctx}, nil)
+		if err != nil {
+			if !strings.Contains(kvflags.Error(err).Error(), "--") {
+				t.Fatalf("NewPolicy(%+v): error %q names no setting", s, err)
+			}
+			return
+		}
+		// The warning is given exactly when no block is encoded within the
+		// context.
+		if first := st.FirstEncoded(); st.Compressed() && (st.Warning == nil) != (first <= ctx) {
+			t.Fatalf("NewPolicy(%+v): warning %q with the first block encoded at %d tokens of %d", s, st.Warning, first, ctx)
+		}
+	})
+}
+
+// Build works from what Check read: it does not read the Spec's text
+// again, so the codecs it builds are Check's whatever the text says now.
+func TestBuildFromChecked(t *testing.T) {
+	c, err := kvconfig.Spec{K: "int8", V: "int4", Boundary: "1"}.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.K, c.Spec.V, c.Spec.Boundary = "not a codec", "nor this", "x"
+	m := kvcache.Shape{Layers: 3, KVHeads: 2, HeadDim: 8, MaxContext: 256}
+	p, st, err := Build(c, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := codecNames(p, m.Layers, m.KVHeads), []string{"int8|int4", "bf16|bf16", "int8|int4"}; !slices.Equal(got, want) {
+		t.Errorf("codecs %v, want %v", got, want)
+	}
+	if st.K != "int8" || st.V != "int4" || !slices.Equal(st.Boundary, []int{1}) {
+		t.Errorf("settings %+v, want k=int8 v=int4 boundary [1]", st)
+	}
+}
