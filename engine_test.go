@@ -18,7 +18,7 @@ import (
 
 func loadStoriesEngine(t *testing.T) *Engine {
 	t.Helper()
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	// A float32 cache keeps the engine's logits those of Model.Logits.
 	e, err := Load(context.Background(), dir, Options{Model: model.Options{Threads: 2}, Cache: kvcache.Spec{CacheType: "f32"}})
 	if err != nil {
@@ -162,7 +162,7 @@ func TestGenerateCancel(t *testing.T) {
 // Options.Cache sets the cache of every sequence the engine runs,
 // with the tools' defaults; the zero value is a bf16 cache.
 func TestEngineCache(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	for _, tt := range []struct {
 		spec       kvcache.Spec
 		settings   string

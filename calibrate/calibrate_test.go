@@ -195,13 +195,12 @@ func TestRopeAverageErrors(t *testing.T) {
 // text and the stories260K directory.
 func storiesIDs(t *testing.T, n int) ([]int, string) {
 	t.Helper()
-	shared := shareddata.Dir(t)
-	dir := filepath.Join(shared, "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(shared, "data", "tinystories", "val.txt"))
+	raw, err := os.ReadFile(shareddata.File(t, "data", "tinystories", "val.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

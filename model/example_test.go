@@ -2,20 +2,17 @@ package model_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
 // Greedy decoding with stories260K from the shared data set.
 func Example() {
-	shared := os.Getenv("KAKEYA_SHARED")
-	if shared == "" {
-		shared = filepath.Join("..", "..", "shared")
-	}
-	m, err := model.Load(filepath.Join(shared, "models", "stories260K"), model.Options{Threads: 2})
+	dir := filepath.Join(shareddata.Path(), "models", "stories260K")
+	m, err := model.Load(dir, model.Options{Threads: 2})
 	if err != nil {
 		fmt.Println(err)
 		return
