@@ -51,17 +51,6 @@ func Path() string {
 	return filepath.Join("..", "shared")
 }
 
-// Available reports whether Path holds the data set, and why not.
-func Available() (string, error) {
-	dir := Path()
-	for _, m := range markers {
-		if _, err := os.Stat(filepath.Join(append([]string{dir}, m...)...)); err != nil {
-			return dir, err
-		}
-	}
-	return dir, nil
-}
-
 // Required reports whether the environment demands the data set
 // (KAKEYA_REQUIRE_SHARED=1), so that its absence fails rather than skips.
 func Required() bool {
@@ -120,12 +109,17 @@ func need(t testing.TB, paths ...[]string) {
 }
 
 // SkipExamples is for a TestMain, after flag.Parse: Examples cannot skip
-// themselves, so where the data set lacks elem (and is not Required) it
-// makes go test skip the package's Examples, unless -test.skip is already
-// set, and prints Message to stderr. It reports whether it did.
+// themselves, so where the data set lacks elem it makes go test skip the
+// package's Examples (unless -test.skip is already set) and prints Message
+// to stderr. When Required it prints Message and skips nothing, so the
+// Examples fail. It reports whether it skipped them.
 func SkipExamples(elem ...string) bool {
 	name := Missing(elem)
-	if name == "" || Required() {
+	if name == "" {
+		return false
+	}
+	if Required() {
+		fmt.Fprintln(os.Stderr, Message(name))
 		return false
 	}
 	f := flag.Lookup("test.skip")

@@ -28,10 +28,24 @@ func TestPath(t *testing.T) {
 	}
 }
 
-func TestAvailableNames(t *testing.T) {
-	t.Setenv("KAKEYA_SHARED", t.TempDir())
-	if _, err := Available(); err == nil || !os.IsNotExist(err) {
-		t.Errorf("empty directory: err = %v, want a missing file", err)
+func TestMissing(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("KAKEYA_SHARED", dir)
+	if err := os.Mkdir(filepath.Join(dir, "models"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		paths [][]string
+		want  string
+	}{
+		{nil, ""},
+		{[][]string{{"models"}}, ""},
+		{[][]string{{"models"}, {"models", "stories260K"}, {"reference"}}, filepath.Join(dir, "models", "stories260K")},
+		{[][]string{{"reference", "tokenizer_cases.json"}}, filepath.Join(dir, "reference", "tokenizer_cases.json")},
+	} {
+		if got := Missing(c.paths...); got != c.want {
+			t.Errorf("Missing(%q) = %q, want %q", c.paths, got, c.want)
+		}
 	}
 }
 
