@@ -267,7 +267,7 @@ func (f *pplFlags) checkOutputs() error {
 // f's data, and returns the report and the time the scoring took.
 func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]eval.Config, error), stderr io.Writer) (*eval.Report, time.Duration, error) {
 	start := time.Now()
-	docRange, err := f.check()
+	docRange, err := f.prepare()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -317,10 +317,10 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 	return r, time.Since(runStart), nil
 }
 
-// check validates f's flags before anything is read, settles the
+// prepare validates f's flags before anything is read, settles the
 // defaults that depend on none of the input (--data, the device's
 // --matmul and backend), and returns --docs parsed.
-func (f *pplFlags) check() (eval.DocRange, error) {
+func (f *pplFlags) prepare() (eval.DocRange, error) {
 	var docRange eval.DocRange
 	if f.model == "" {
 		return docRange, fmt.Errorf("%s: --model is required", f.cmd)
