@@ -9,7 +9,9 @@ BIN     := bin
 # The shared data set the tests read: $KAKEYA_SHARED from the environment
 # (or the make command line) when set and not empty, else ../shared beside
 # the checkout. Made absolute, since go test runs each package in its own
-# directory.
+# directory. A test that needs it skips where it is missing, naming the
+# missing file, unless KAKEYA_REQUIRE_SHARED=1 (which .ci/run sets) makes
+# that a failure.
 ifeq ($(strip $(KAKEYA_SHARED)),)
 KAKEYA_SHARED := ../shared
 endif

@@ -19,7 +19,7 @@ import (
 
 func loadStoriesEngine(t *testing.T) *Engine {
 	t.Helper()
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	// A float32 cache keeps the engine's logits those of Model.Logits.
 	e, err := Load(context.Background(), dir, Options{Threads: 2, Cache: kvconfig.Spec{CacheType: "f32"}})
 	if err != nil {
@@ -163,7 +163,7 @@ func TestGenerateCancel(t *testing.T) {
 // Options.Cache sets the cache of every sequence the engine runs,
 // with the tools' defaults; the zero value is a bf16 cache.
 func TestEngineCache(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	for _, tt := range []struct {
 		spec       kvconfig.Spec
 		settings   string

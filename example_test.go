@@ -3,21 +3,18 @@ package kakeya_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 // Streaming generation through the Engine API: load a model directory (or a
 // Hugging Face id), then receive text as it is produced.
 func ExampleEngine_Generate() {
-	shared := os.Getenv("KAKEYA_SHARED")
-	if shared == "" {
-		shared = filepath.Join("..", "shared")
-	}
+	shared := shareddata.Path() // the shared data set
 	ctx := context.Background()
 	eng, err := kakeya.Load(ctx, filepath.Join(shared, "models", "stories260K"), kakeya.Options{})
 	if err != nil {
@@ -45,10 +42,7 @@ func ExampleEngine_Generate() {
 // A compressed KV cache on an Engine: the settings of kakeya-run's cache
 // flags, with the same defaults, as a kvconfig.Spec.
 func ExampleOptions_cache() {
-	shared := os.Getenv("KAKEYA_SHARED")
-	if shared == "" {
-		shared = filepath.Join("..", "shared")
-	}
+	shared := shareddata.Path() // the shared data set
 	ctx := context.Background()
 	eng, err := kakeya.Load(ctx, filepath.Join(shared, "models", "stories260K"), kakeya.Options{
 		Cache: kvconfig.Spec{KV: "int8", BlockSize: 16}, // like --kv-codec int8 --block-size 16

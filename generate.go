@@ -169,6 +169,44 @@ func (e *Engine) Logits(ctx context.Context, prompt string, opt GenerateOptions)
 // step it happened in, whose logits are never sampled; the error matches
 // the backend's own with errors.Is, and the backend may stay failed.
 func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOptions, onText func(string) error) (*Result, error) {
+	g, err := e.newGeneration(prompt, opt, onText)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	seq, err := e.model.NewSequenceOpts(e.seq)
+	if err != nil {
+		return nil, err
+	}
+	defer seq.Close()
+	return g.run(ctx, seq)
+}
+
+// generation is one Generate call: what it was asked for, once checked,
+// and the state of its run.
+type generation struct {
+	e       *Engine
+	sampler *Sampler
+	ids     []int        // the prompt's tokens
+	maxNew  int          // tokens it may generate
+	limit   string       // the StopReason when it generates maxNew
+	eos     map[int]bool // the tokens that end it
+	onText  func(string) error
+
+	seq     *model.Sequence
+	res     *Result
+	text    []byte // what emit passed on
+	history []int  // the prompt and the tokens sampled
+	stream  *tokenizer.Stream
+	filter  stopFilter
+}
+
+// newGeneration checks opt and the prompt, which must leave room in the
+// context for a token, and settles how many tokens Generate may add and
+// what ends it. Nothing runs on the model yet.
+func (e *Engine) newGeneration(prompt string, opt GenerateOptions, onText func(string) error) (*generation, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
@@ -187,101 +225,112 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 	if len(ids) >= ctxLen {
 		return nil, fmt.Errorf("kakeya: %w", &model.ContextError{Tokens: len(ids), Context: ctxLen, Limit: e.model.ContextLimit(), Generate: true})
 	}
-	maxNew, limit := ctxLen-len(ids), StopContext
-	if opt.MaxTokens > 0 && opt.MaxTokens <= maxNew {
-		maxNew, limit = opt.MaxTokens, StopLength
+	g := &generation{e: e, sampler: sampler, ids: ids, maxNew: ctxLen - len(ids), limit: StopContext, eos: e.stopIDs(opt.Chat), onText: onText}
+	if opt.MaxTokens > 0 && opt.MaxTokens <= g.maxNew {
+		g.maxNew, g.limit = opt.MaxTokens, StopLength
 	}
-	eos := e.stopIDs(opt.Chat)
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	g.filter = stopFilter{stops: opt.Stop}
+	return g, nil
+}
 
-	seq, err := e.model.NewSequenceOpts(e.seq)
-	if err != nil {
-		return nil, err
-	}
-	defer seq.Close()
-
-	res := &Result{PromptTokens: len(ids), Kernels: e.Kernels()}
-	var text []byte
+// run prefills the prompt into seq, then decodes. Once it has begun, an
+// error comes with the partial Result.
+func (g *generation) run(ctx context.Context, seq *model.Sequence) (*Result, error) {
+	g.seq = seq
+	g.res = &Result{PromptTokens: len(g.ids), Kernels: g.e.Kernels()}
 	start := time.Now()
-	// finish ends a generation that began, setting the duration *d of the
-	// phase it ends in; with an error the result is partial.
-	finish := func(err error, d *time.Duration) (*Result, error) {
-		*d = time.Since(start)
-		res.Text = string(text)
-		res.KV = seq.KVStats()
-		return res, err
-	}
-	logits, err := prefill(ctx, seq, ids)
+	logits, err := prefill(ctx, seq, g.ids)
 	if err == nil {
-		err = e.checkFinite(logits, 0)
+		err = g.e.checkFinite(logits, 0)
 	}
 	if err != nil {
-		return finish(err, &res.Prefill)
+		return g.finish(err, &g.res.Prefill, start)
 	}
-	res.Prefill = time.Since(start)
+	g.res.Prefill = time.Since(start)
 
-	history := append(make([]int, 0, len(ids)+maxNew), ids...)
-	stream := e.tok.NewStream()
-	filter := stopFilter{stops: opt.Stop}
-	emit := func(s string) error {
-		if s == "" {
-			return nil
-		}
-		text = append(text, s...)
-		if onText != nil {
-			return onText(s)
-		}
-		return nil
-	}
-
+	g.history = append(make([]int, 0, len(g.ids)+g.maxNew), g.ids...)
+	g.stream = g.e.tok.NewStream()
 	start = time.Now()
-	stop := limit
-	for res.GeneratedTokens < maxNew {
+	stop, err := g.decode(ctx, logits)
+	if err != nil {
+		return g.finish(err, &g.res.Decode, start)
+	}
+	g.res.StopReason = stop
+	return g.finish(nil, &g.res.Decode, start)
+}
+
+// decode samples tokens from logits, the prompt's, feeding each back, and
+// emits their text until a stop; it returns the StopReason.
+func (g *generation) decode(ctx context.Context, logits []float32) (string, error) {
+	for g.res.GeneratedTokens < g.maxNew {
 		if err := ctx.Err(); err != nil {
-			return finish(err, &res.Decode)
+			return "", err
 		}
-		id := sampler.Sample(logits, history)
-		if eos[id] {
-			stop = StopEOS
-			break
+		id := g.sampler.Sample(logits, g.history)
+		if g.eos[id] {
+			return g.end(StopEOS)
 		}
-		res.GeneratedTokens++
-		history = append(history, id)
-		out, stopped := filter.push(stream.Add(id))
-		if err := emit(out); err != nil {
-			return finish(err, &res.Decode)
+		g.res.GeneratedTokens++
+		g.history = append(g.history, id)
+		out, stopped := g.filter.push(g.stream.Add(id))
+		if err := g.emit(out); err != nil {
+			return "", err
 		}
 		if stopped {
-			stop = StopString
+			return StopString, nil
+		}
+		if g.res.GeneratedTokens == g.maxNew {
 			break
 		}
-		if res.GeneratedTokens == maxNew {
-			break
-		}
-		if logits, err = seq.Forward(history[len(history)-1:], false); err == nil {
-			err = e.checkFinite(logits, res.GeneratedTokens)
+		var err error
+		if logits, err = g.seq.Forward(g.history[len(g.history)-1:], false); err == nil {
+			err = g.e.checkFinite(logits, g.res.GeneratedTokens)
 		}
 		if err != nil {
-			return finish(err, &res.Decode)
+			return "", err
 		}
 	}
-	if stop != StopString {
-		// An incomplete character or a held-back stop-string prefix is
-		// still text the model produced.
-		out, stopped := filter.push(stream.Flush())
-		if stopped {
-			stop = StopString
-		} else {
-			out += filter.flush()
-		}
-		if err := emit(out); err != nil {
-			return finish(err, &res.Decode)
-		}
+	return g.end(g.limit)
+}
+
+// end emits what the stream and the stop filter hold back when generation
+// ends other than by a stop string (an incomplete character or a held-back
+// stop-string prefix is still text the model produced) and returns reason,
+// or StopString where that text completes a stop string.
+func (g *generation) end(reason string) (string, error) {
+	out, stopped := g.filter.push(g.stream.Flush())
+	if stopped {
+		reason = StopString
+	} else {
+		out += g.filter.flush()
 	}
-	res.StopReason = stop
-	return finish(nil, &res.Decode)
+	if err := g.emit(out); err != nil {
+		return "", err
+	}
+	return reason, nil
+}
+
+// emit passes a non-empty piece of text on to onText, keeping it for the
+// Result.
+func (g *generation) emit(s string) error {
+	if s == "" {
+		return nil
+	}
+	g.text = append(g.text, s...)
+	if g.onText != nil {
+		return g.onText(s)
+	}
+	return nil
+}
+
+// finish ends a generation that began, setting the duration *d of the
+// phase it ends in, which began at start; with an error the result is
+// partial.
+func (g *generation) finish(err error, d *time.Duration, start time.Time) (*Result, error) {
+	*d = time.Since(start)
+	g.res.Text = string(g.text)
+	g.res.KV = g.seq.KVStats()
+	return g.res, err
 }
 
 // prefill feeds the prompt in chunks, checking ctx between them, and

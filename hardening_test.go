@@ -409,7 +409,7 @@ func TestFirstNonFinite(t *testing.T) {
 // TestStopReasons: MaxTokens reached is StopLength, a full context
 // StopContext.
 func TestStopReasons(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	e := loadEngine(t, dir, Options{Threads: 2, Model: model.Options{MaxContext: 24}})
 	ids, err := e.PromptIDs("Once upon a time", GenerateOptions{})
 	if err != nil {

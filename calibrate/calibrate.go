@@ -158,90 +158,14 @@ func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibr
 	if err != nil {
 		return nil, err
 	}
-	bos := cfg.BOSTokenID
-	if o.MaxTokens > 0 && len(ids) > o.MaxTokens {
-		ids = ids[:o.MaxTokens]
-	}
-	windows := splitWindows(ids, o.Ctx, bos)
-	if len(windows) == 0 {
-		return nil, fmt.Errorf("calibrate: %d tokens, want at least 2 per window", len(ids))
-	}
-	total := 0
-	for _, w := range windows {
-		total += len(w)
-	}
-	// Keep every stride-th full block per side so the codebook samples
-	// spread over all the windows within the budget.
-	full := 0
-	for _, w := range windows {
-		full += len(w) / o.BlockSize
-	}
-	if len(o.Bits) > 0 {
-		// Checked before any forward pass: codebook training would fail
-		// only after the whole run.
-		need, err := codebookBlocks(o, layers*kvh, d)
-		if err != nil {
-			return nil, err
-		}
-		if full < need {
-			return nil, &TooFewTokensError{Tokens: len(ids), Need: minCalibTokens(need, o.Ctx, o.BlockSize, bos >= 0),
-				Bits: slices.Clone(o.Bits), Blocks: need, BlockSize: o.BlockSize, BOS: bos >= 0}
-		}
-	}
-
-	st = &calibState{heads: cfg.NumHeads, kvHeads: kvh, d: d, acc: make([]*codec.CovAccumulator, layers*kvh)}
-	for i := range st.acc {
-		st.acc[i] = codec.NewCovAccumulator(d)
-	}
-	stride := 1
-	if len(o.Bits) > 0 {
-		stride = max(1, (full*layers*kvh*o.BlockSize*d+o.CodebookSamples-1)/o.CodebookSamples)
-	}
-	var kBlocks, vBlocks []calibBlock
-	seen := 0
-
-	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize})
+	p, err := planWindows(ids, o, cfg.BOSTokenID, layers*kvh, d)
 	if err != nil {
 		return nil, err
 	}
-	defer seq.Close()
-	done := 0
-	if o.Progress != nil {
-		o.Progress(Progress{TotalWindows: len(windows), TotalTokens: total})
-	}
-	for i, w := range windows {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("calibrate: %w", err)
-		}
-		seq.Reset()
-		if _, err := seq.Forward(w, false); err != nil {
-			return nil, fmt.Errorf("calibrate: %w", err)
-		}
-		if st.err != nil {
-			return nil, fmt.Errorf("calibrate: %w", st.err)
-		}
-		if len(o.Bits) > 0 {
-			for b := 0; b < len(w)/o.BlockSize; b++ {
-				for l := 0; l < layers; l++ {
-					for h := 0; h < kvh; h++ {
-						seen++
-						if (seen-1)%stride != 0 {
-							continue
-						}
-						kb, vb, err := seq.KVBlock(l, h, b)
-						if err != nil {
-							return nil, fmt.Errorf("calibrate: %w", err)
-						}
-						kBlocks = append(kBlocks, calibBlock{l*kvh + h, slices.Clone(kb)})
-						vBlocks = append(vBlocks, calibBlock{l*kvh + h, slices.Clone(vb)})
-					}
-				}
-			}
-		}
-		done += len(w)
-		if o.Progress != nil {
-			o.Progress(Progress{Windows: i + 1, TotalWindows: len(windows), Tokens: done, TotalTokens: total})
-		}
+	st = newCalibState(layers, cfg.NumHeads, kvh, d)
+	samples := &blockSampler{stride: p.stride, layers: layers, kvHeads: kvh, blockSize: o.BlockSize}
+	if err := feed(ctx, m, st, samples, p, o); err != nil {
+		return nil, err
 	}
 
 	cal := &codec.Calibration{Layers: layers, KVHeads: kvh, HeadDim: d, Chol: make([][]float32, layers*kvh), Model: filepath.Base(dir)}
@@ -249,34 +173,163 @@ func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibr
 	if o.RopeAveraged {
 		avg = newRopeMeans(m.InvFreq(), o.RopeSpan)
 	}
-	for i, acc := range st.acc {
-		cov := acc.Cov()
-		if avg != nil {
-			cov = avg.apply(cov, d)
-		}
-		if cal.Chol[i], err = codec.Cholesky(cov, d, o.Ridge); err != nil {
-			return nil, fmt.Errorf("calibrate: layer %d kv head %d: %w", i/kvh, i%kvh, err)
-		}
+	if err := factorCovariances(cal, st, avg, o.Ridge); err != nil {
+		return nil, err
 	}
 	if len(o.Bits) > 0 {
-		if err := trainCodebooks(cal, o, kBlocks, vBlocks); err != nil {
+		if err := trainCodebooks(cal, o, samples.k, samples.v); err != nil {
 			return nil, err
 		}
 	}
-	cal.Meta = map[string]string{
-		"tokens":        strconv.Itoa(total),
-		"windows":       strconv.Itoa(len(windows)),
+	cal.Meta = p.meta(o, st.acc[0].Count(), len(samples.k))
+	return cal, nil
+}
+
+// windowPlan is how Run covers its tokens: the windows it feeds the model
+// and how densely it samples their KV blocks for codebook training.
+type windowPlan struct {
+	windows [][]int
+	tokens  int // in all the windows, BOS included
+	stride  int // keep every stride-th (block, layer, KV head) seen
+}
+
+// planWindows cuts the first o.MaxTokens of ids into windows and sets the
+// sampling stride so that the codebook samples spread over all the windows
+// within o.CodebookSamples. With o.Bits it checks, before any forward pass
+// (codebook training would fail only after the whole run), that the
+// windows hold enough full blocks for heads KV heads of size d, and
+// returns a TooFewTokensError if not.
+func planWindows(ids []int, o Options, bos, heads, d int) (*windowPlan, error) {
+	if o.MaxTokens > 0 && len(ids) > o.MaxTokens {
+		ids = ids[:o.MaxTokens]
+	}
+	p := &windowPlan{windows: splitWindows(ids, o.Ctx, bos), stride: 1}
+	if len(p.windows) == 0 {
+		return nil, fmt.Errorf("calibrate: %d tokens, want at least 2 per window", len(ids))
+	}
+	full := 0
+	for _, w := range p.windows {
+		p.tokens += len(w)
+		full += len(w) / o.BlockSize
+	}
+	if len(o.Bits) == 0 {
+		return p, nil
+	}
+	need, err := codebookBlocks(o, heads, d)
+	if err != nil {
+		return nil, err
+	}
+	if full < need {
+		return nil, &TooFewTokensError{Tokens: len(ids), Need: minCalibTokens(need, o.Ctx, o.BlockSize, bos >= 0),
+			Bits: slices.Clone(o.Bits), Blocks: need, BlockSize: o.BlockSize, BOS: bos >= 0}
+	}
+	p.stride = max(1, (full*heads*o.BlockSize*d+o.CodebookSamples-1)/o.CodebookSamples)
+	return p, nil
+}
+
+// meta records how the calibration was made: the plan's coverage, o's
+// settings, the query vectors per accumulator and, with o.Bits, the
+// blocks sampled for codebooks.
+func (p *windowPlan) meta(o Options, queries int64, sampled int) map[string]string {
+	meta := map[string]string{
+		"tokens":        strconv.Itoa(p.tokens),
+		"windows":       strconv.Itoa(len(p.windows)),
 		"ctx":           strconv.Itoa(o.Ctx),
 		"ridge":         strconv.FormatFloat(o.Ridge, 'g', -1, 64),
 		"rope_averaged": strconv.FormatBool(o.RopeAveraged),
 		"rope_span":     strconv.Itoa(o.RopeSpan),
 		"block_size":    strconv.Itoa(o.BlockSize),
-		"query_vectors": strconv.FormatInt(st.acc[0].Count(), 10),
+		"query_vectors": strconv.FormatInt(queries, 10),
 	}
 	if len(o.Bits) > 0 {
-		cal.Meta["codebook_blocks"] = strconv.Itoa(len(kBlocks))
+		meta["codebook_blocks"] = strconv.Itoa(sampled)
 	}
-	return cal, nil
+	return meta
+}
+
+// feed runs each window of p through m from an empty cache, so that m's
+// Observe hook fills st, and with o.Bits hands each window's full KV
+// blocks to samples. It reports progress through o.Progress and stops
+// when ctx is done.
+func feed(ctx context.Context, m *model.Model, st *calibState, samples *blockSampler, p *windowPlan, o Options) error {
+	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize})
+	if err != nil {
+		return err
+	}
+	defer seq.Close()
+	done := 0
+	if o.Progress != nil {
+		o.Progress(Progress{TotalWindows: len(p.windows), TotalTokens: p.tokens})
+	}
+	for i, w := range p.windows {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("calibrate: %w", err)
+		}
+		seq.Reset()
+		if _, err := seq.Forward(w, false); err != nil {
+			return fmt.Errorf("calibrate: %w", err)
+		}
+		if st.err != nil {
+			return fmt.Errorf("calibrate: %w", st.err)
+		}
+		if len(o.Bits) > 0 {
+			if err := samples.sample(seq, len(w)/o.BlockSize); err != nil {
+				return fmt.Errorf("calibrate: %w", err)
+			}
+		}
+		done += len(w)
+		if o.Progress != nil {
+			o.Progress(Progress{Windows: i + 1, TotalWindows: len(p.windows), Tokens: done, TotalTokens: p.tokens})
+		}
+	}
+	return nil
+}
+
+// blockSampler keeps every stride-th KV block a run sees, counting across
+// windows block by block, then layer, then KV head, for codebook training.
+type blockSampler struct {
+	stride, layers, kvHeads, blockSize int
+
+	seen int          // blocks seen so far
+	k, v []calibBlock // the kept blocks, copied out of the cache
+}
+
+// sample looks at the first blocks full KV blocks of seq.
+func (s *blockSampler) sample(seq *model.Sequence, blocks int) error {
+	for b := range blocks {
+		for l := range s.layers {
+			for h := range s.kvHeads {
+				s.seen++
+				if (s.seen-1)%s.stride != 0 {
+					continue
+				}
+				kb, vb, err := seq.KVBlock(l, h, b)
+				if err != nil {
+					return err
+				}
+				s.k = append(s.k, calibBlock{l*s.kvHeads + h, slices.Clone(kb)})
+				s.v = append(s.v, calibBlock{l*s.kvHeads + h, slices.Clone(vb)})
+			}
+		}
+	}
+	return nil
+}
+
+// factorCovariances sets cal.Chol to the Cholesky factor of each KV head's
+// query second moment in st, RoPE-averaged by avg when it is not nil,
+// with ridge the relative ridge of Options.Ridge.
+func factorCovariances(cal *codec.Calibration, st *calibState, avg *ropeMeans, ridge float64) error {
+	for i, acc := range st.acc {
+		cov := acc.Cov()
+		if avg != nil {
+			cov = avg.apply(cov, st.d)
+		}
+		var err error
+		if cal.Chol[i], err = codec.Cholesky(cov, st.d, ridge); err != nil {
+			return fmt.Errorf("calibrate: layer %d kv head %d: %w", i/st.kvHeads, i%st.kvHeads, err)
+		}
+	}
+	return nil
 }
 
 // calibDefaults fills in and checks the options.
@@ -404,6 +457,16 @@ type calibState struct {
 	heads, kvHeads, d int
 	acc               []*codec.CovAccumulator // layer*kvHeads + kv head
 	err               error
+}
+
+// newCalibState returns an empty calibState for a model of layers layers,
+// heads query heads and kvHeads KV heads of size d.
+func newCalibState(layers, heads, kvHeads, d int) *calibState {
+	st := &calibState{heads: heads, kvHeads: kvHeads, d: d, acc: make([]*codec.CovAccumulator, layers*kvHeads)}
+	for i := range st.acc {
+		st.acc[i] = codec.NewCovAccumulator(d)
+	}
+	return st
 }
 
 // observe pools each query head into the accumulator of its KV head

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -196,13 +197,12 @@ func TestRopeAverageErrors(t *testing.T) {
 // text and the stories260K directory.
 func storiesIDs(t *testing.T, n int) ([]int, string) {
 	t.Helper()
-	shared := shareddata.Dir(t)
-	dir := filepath.Join(shared, "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(shared, "data", "tinystories", "val.txt"))
+	raw, err := os.ReadFile(shareddata.File(t, "data", "tinystories", "val.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,5 +585,81 @@ func TestSaveLoad(t *testing.T) {
 	}
 	if err := Save(filepath.Join(t.TempDir(), "x"), &codec.Calibration{Layers: 1, KVHeads: 1, HeadDim: 2, Chol: [][]float32{{1, 0, 0, -1}}}); err == nil {
 		t.Error("saving an invalid calibration: no error")
+	}
+}
+
+// planWindows caps and cuts the ids, counts the tokens fed, spreads the
+// codebook samples over every block with its stride, and refuses too few
+// tokens for the codebooks before any forward pass.
+func TestPlanWindows(t *testing.T) {
+	ids := make([]int, 100)
+	for i := range ids {
+		ids[i] = 10 + i
+	}
+	const heads, d = 2, 8
+	for _, tc := range []struct {
+		name       string
+		ids        []int
+		o          Options
+		bos        int
+		wantLens   []int // window lengths
+		wantTokens int
+		wantStride int
+		wantErr    string
+		wantTooFew *TooFewTokensError
+	}{
+		{name: "no codebooks", ids: ids, o: Options{Ctx: 40, BlockSize: 16}, bos: 1,
+			wantLens: []int{40, 40, 23}, wantTokens: 103, wantStride: 1},
+		{name: "no BOS", ids: ids, o: Options{Ctx: 40, BlockSize: 16}, bos: -1,
+			wantLens: []int{40, 40, 20}, wantTokens: 100, wantStride: 1},
+		{name: "capped", ids: ids, o: Options{Ctx: 40, BlockSize: 16, MaxTokens: 50}, bos: 1,
+			wantLens: []int{40, 12}, wantTokens: 52, wantStride: 1},
+		// 2+2+1 full blocks of 2 heads, 16 rows of 8: 1280 values over 100 samples.
+		{name: "sampled", ids: ids, o: Options{Ctx: 40, BlockSize: 16, Bits: []int{1}, CodebookSamples: 100}, bos: 1,
+			wantLens: []int{40, 40, 23}, wantTokens: 103, wantStride: 13},
+		{name: "every block", ids: ids, o: Options{Ctx: 40, BlockSize: 16, Bits: []int{1}, CodebookSamples: 1 << 20}, bos: 1,
+			wantLens: []int{40, 40, 23}, wantTokens: 103, wantStride: 1},
+		{name: "one token", ids: ids[:1], o: Options{Ctx: 40, BlockSize: 16}, bos: -1,
+			wantErr: "calibrate: 1 tokens, want at least 2 per window"},
+		{name: "no full block", ids: ids[:10], o: Options{Ctx: 40, BlockSize: 16, Bits: []int{1, 4}, CodebookSamples: 100}, bos: 1,
+			wantTooFew: &TooFewTokensError{Tokens: 10, Bits: []int{1, 4}, BlockSize: 16, BOS: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := planWindows(tc.ids, tc.o, tc.bos, heads, d)
+			switch {
+			case tc.wantErr != "":
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			case tc.wantTooFew != nil:
+				var tf *TooFewTokensError
+				if !errors.As(err, &tf) {
+					t.Fatalf("err = %v, want a TooFewTokensError", err)
+				}
+				need, err := codebookBlocks(tc.o, heads, d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := *tc.wantTooFew
+				want.Blocks, want.Need = need, minCalibTokens(need, tc.o.Ctx, tc.o.BlockSize, true)
+				if !reflect.DeepEqual(*tf, want) {
+					t.Errorf("got %+v, want %+v", *tf, want)
+				}
+				return
+			case err != nil:
+				t.Fatal(err)
+			}
+			var lens []int
+			for _, w := range p.windows {
+				lens = append(lens, len(w))
+				if tc.bos >= 0 && w[0] != tc.bos {
+					t.Errorf("window starts with %d, want BOS %d", w[0], tc.bos)
+				}
+			}
+			if !slices.Equal(lens, tc.wantLens) || p.tokens != tc.wantTokens || p.stride != tc.wantStride {
+				t.Errorf("windows %v, %d tokens, stride %d; want %v, %d, %d", lens, p.tokens, p.stride, tc.wantLens, tc.wantTokens, tc.wantStride)
+			}
+		})
 	}
 }

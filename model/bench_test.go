@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -26,14 +25,8 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// The Example needs the shared data set and cannot skip itself; where
-	// its absence is allowed, skip it like the tests that need it.
-	if _, err := os.Stat(filepath.Join(shareddata.Path(), "models", "stories260K")); err != nil && os.Getenv("KAKEYA_ALLOW_NO_SHARED") == "1" {
-		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() == "" {
-			f.Value.Set("^Example")
-			fmt.Fprintln(os.Stderr, "model: shared data missing (KAKEYA_ALLOW_NO_SHARED=1): skipping the Examples")
-		}
-	}
+	// The Example needs the shared data set and cannot skip itself.
+	shareddata.SkipExamples("models", "stories260K")
 	code := m.Run()
 	if benchDir != "" {
 		os.RemoveAll(benchDir)

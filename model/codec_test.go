@@ -85,7 +85,7 @@ func TestCacheCodecs(t *testing.T) {
 // must match each codec's documented encoded length times the blocks the
 // policy encodes. How far the lossy codecs move the logits is logged.
 func TestCacheCodecsStories260K(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,20 +2,17 @@ package model_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/model"
 )
 
 // Greedy decoding with stories260K from the shared data set.
 func Example() {
-	shared := os.Getenv("KAKEYA_SHARED")
-	if shared == "" {
-		shared = filepath.Join("..", "..", "shared")
-	}
+	dir := filepath.Join(shareddata.Path(), "models", "stories260K")
 	// The model runs on the backend it is given: here the CPU's, with two
 	// threads and its default matmul precision.
 	be, err := cpubackend.NewMatMul(2, "")
@@ -24,7 +21,7 @@ func Example() {
 		return
 	}
 	defer be.Close()
-	m, err := model.Load(filepath.Join(shared, "models", "stories260K"), model.Options{Backend: be})
+	m, err := model.Load(dir, model.Options{Backend: be})
 	if err != nil {
 		fmt.Println(err)
 		return

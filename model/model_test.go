@@ -90,7 +90,6 @@ func maxAbs(a []float32) float64 {
 // against a PyTorch transcription of Hugging Face's modeling_qwen2.py in
 // fp32. Prefill and token by token, within 1e-3.
 func TestRealModelsReference(t *testing.T) {
-	shared := shareddata.Dir(t)
 	for _, tc := range []struct {
 		model, golden, by string
 		positions         int
@@ -99,11 +98,11 @@ func TestRealModelsReference(t *testing.T) {
 		{"ref-qwen2-6m", "ref-qwen2-6m_logits.txt", "PyTorch", 64},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
-			ids, want := reference(t, shared, tc.golden)
+			ids, want := reference(t, tc.golden)
 			if len(ids) != tc.positions {
 				t.Fatalf("%s has %d lines, want %d", tc.golden, len(ids), tc.positions)
 			}
-			m := load(t, filepath.Join(shared, "models", tc.model), Options{Backend: cpuBackend(t, 2, "f32")})
+			m := load(t, shareddata.File(t, "models", tc.model), Options{Backend: cpuBackend(t, 2, "f32")})
 			prefill, err := m.Logits(ids)
 			if err != nil {
 				t.Fatal(err)
@@ -165,7 +164,7 @@ func TestPrefillMatchesDecode(t *testing.T) {
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
 			if dir == "" {
-				dir = filepath.Join(shareddata.Dir(t), "models", "stories260K")
+				dir = shareddata.File(t, "models", "stories260K")
 			}
 			m := load(t, dir, Options{Backend: cpuBackend(t, 2, "")})
 			ids := testIDs(40, m.Config().VocabSize)
@@ -217,7 +216,7 @@ func TestBlockSizesAndThreadsIdentical(t *testing.T) {
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
 			if dir == "" {
-				dir = filepath.Join(shareddata.Dir(t), "models", "stories260K")
+				dir = shareddata.File(t, "models", "stories260K")
 			}
 			var first [][]float32
 			for _, c := range []struct{ bs, threads int }{{1, 1}, {16, 2}, {256, 3}, {7, 1}} {
@@ -540,8 +539,7 @@ func TestObserve(t *testing.T) {
 // ones (KL and top-1 below), prefill and token by token; "f32" is exact
 // (TestRealModelsReference pins it).
 func TestMatMulPrecisionReference(t *testing.T) {
-	shared := shareddata.Dir(t)
-	ids, want := reference(t, shared, "ref-qwen2-6m_logits.txt")
+	ids, want := reference(t, "ref-qwen2-6m_logits.txt")
 	var bf16 [][]float32
 	for _, tc := range []struct {
 		matmul        string
@@ -552,7 +550,7 @@ func TestMatMulPrecisionReference(t *testing.T) {
 		{"bf16", 0.05, 1e-4},
 		{"", 0.05, 1e-4},
 	} {
-		m := load(t, filepath.Join(shared, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 2, tc.matmul)})
+		m := load(t, shareddata.File(t, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 2, tc.matmul)})
 		prefill, err := m.Logits(ids)
 		if err != nil {
 			t.Fatal(err)

@@ -3,17 +3,18 @@ package model
 import (
 	"bufio"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 )
 
 // reference reads a golden-logits file of the shared data set
 // (reference/NAME): per line an input id then that position's logits.
-func reference(t testing.TB, shared, name string) (ids []int, rows [][]float32) {
+func reference(t testing.TB, name string) (ids []int, rows [][]float32) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(shared, "reference", name))
+	f, err := os.Open(shareddata.File(t, "reference", name))
 	if err != nil {
 		t.Fatal(err)
 	}

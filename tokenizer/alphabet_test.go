@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -89,7 +88,6 @@ func TestLoadChecksAlphabet(t *testing.T) {
 // TestSharedTokenizersCoverBytes: every real tokenizer in the shared data
 // passes the alphabet check, and encodes bytes outside its merges.
 func TestSharedTokenizersCoverBytes(t *testing.T) {
-	dir := shareddata.Dir(t)
 	for _, path := range []string{
 		"tokenizers/qwen3/tokenizer.json",
 		"tokenizers/llama2-format/tokenizer.json",
@@ -97,7 +95,7 @@ func TestSharedTokenizersCoverBytes(t *testing.T) {
 		"models/ref-qwen2-6m/tokenizer.json",
 	} {
 		t.Run(path, func(t *testing.T) {
-			tk, err := Load(filepath.Join(dir, path))
+			tk, err := Load(shareddata.File(t, path))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -71,7 +71,7 @@ func BenchmarkEncodeWikitextLlama2(b *testing.B) {
 }
 
 func BenchmarkLoadQwen3(b *testing.B) {
-	path := shareddata.Dir(b) + "/" + tokenizerPaths["qwen3"]
+	path := shareddata.File(b, tokenizerPaths["qwen3"])
 	for b.Loop() {
 		if _, err := Load(path); err != nil {
 			b.Fatal(err)

@@ -3,7 +3,6 @@ package tokenizer
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,11 +23,10 @@ var loaded sync.Map // name -> *Tokenizer, so each test binary parses a file onc
 
 func loadShared(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	dir := shareddata.Dir(t)
 	if tk, ok := loaded.Load(name); ok {
 		return tk.(*Tokenizer)
 	}
-	tk, err := Load(filepath.Join(dir, tokenizerPaths[name]))
+	tk, err := Load(shareddata.File(t, tokenizerPaths[name]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +45,7 @@ type referenceCases struct {
 
 func loadCases(t *testing.T) referenceCases {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(shareddata.Dir(t), "reference", "tokenizer_cases.json"))
+	data, err := os.ReadFile(shareddata.File(t, "reference", "tokenizer_cases.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +107,7 @@ func equalInts(a, b []int) bool {
 
 func readWikitext(t testing.TB) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(shareddata.Dir(t), "data", "wikitext-2-raw", "wiki.test.raw"))
+	data, err := os.ReadFile(shareddata.File(t, "data", "wikitext-2-raw", "wiki.test.raw"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,8 +280,7 @@ func TestConcurrentEncode(t *testing.T) {
 // ref-qwen2-6m's own byte-level BPE tokenizer against the Hugging Face
 // tokenizers library's ids and decodes for the same cases.
 func TestRefQwen2Cases(t *testing.T) {
-	dir := shareddata.Dir(t)
-	data, err := os.ReadFile(filepath.Join(dir, "reference", "ref-qwen2-6m_tokenizer_cases.json"))
+	data, err := os.ReadFile(shareddata.File(t, "reference", "ref-qwen2-6m_tokenizer_cases.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +292,7 @@ func TestRefQwen2Cases(t *testing.T) {
 	if !ok || len(rc.Cases) == 0 || len(ref.IDs) != len(rc.Cases) || len(ref.Decoded) != len(rc.Cases) {
 		t.Fatalf("ref-qwen2-6m_tokenizer_cases.json: %d cases, %d id lists", len(rc.Cases), len(ref.IDs))
 	}
-	tk, err := Load(filepath.Join(dir, "models", "ref-qwen2-6m", "tokenizer.json"))
+	tk, err := Load(shareddata.File(t, "models", "ref-qwen2-6m", "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

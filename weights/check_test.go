@@ -206,7 +206,7 @@ func TestCheckTensorsOnFiles(t *testing.T) {
 		}
 	})
 	t.Run("stories260K", func(t *testing.T) {
-		dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+		dir := shareddata.File(t, "models", "stories260K")
 		cfg, err := LoadConfig(dir)
 		if err != nil {
 			t.Fatal(err)

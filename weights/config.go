@@ -138,6 +138,10 @@ func ParseConfig(data []byte, name string) (*Config, error) {
 	return c, nil
 }
 
+// parseConfig decodes config.json and fills in what it leaves out with the
+// defaults of the transformers config class for its model_type (those of
+// LlamaConfig, MistralConfig, Qwen2Config and Qwen3Config in transformers
+// 4.5x); ParseConfig then validates the result.
 func parseConfig(data []byte) (*Config, error) {
 	var r rawConfig
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -150,7 +154,33 @@ func parseConfig(data []byte) (*Config, error) {
 	if !isSupported(c.ModelType) {
 		return nil, fmt.Errorf("unsupported model_type %q (supported: %s)", c.ModelType, strings.Join(SupportedModelTypes(), ", "))
 	}
+	if err := c.setShape(&r); err != nil {
+		return nil, err
+	}
+	c.setLayerDefaults(&r)
+	c.setBiases(&r)
+	var err error
+	if c.SlidingWindow, err = slidingWindow(c.ModelType, r); err != nil {
+		return nil, err
+	}
+	if err := c.setRope(&r); err != nil {
+		return nil, err
+	}
+	if err := c.setTokenIDs(&r); err != nil {
+		return nil, err
+	}
+	switch {
+	case r.TorchDType != nil:
+		c.TorchDType = *r.TorchDType
+	case r.DType != nil:
+		c.TorchDType = *r.DType
+	}
+	return c, nil
+}
 
+// setShape sets the model's dimensions: those config.json must name, then
+// the KV heads and head size, which default per model_type.
+func (c *Config) setShape(r *rawConfig) error {
 	for _, f := range []struct {
 		key string
 		src *int
@@ -165,13 +195,11 @@ func parseConfig(data []byte) (*Config, error) {
 		// transformers would fill in a 7B-sized default; a config without
 		// its dimensions is far more likely a wrong file, so refuse.
 		if f.src == nil {
-			return nil, fmt.Errorf("missing field %q", f.key)
+			return fmt.Errorf("missing field %q", f.key)
 		}
 		*f.dst = *f.src
 	}
 
-	// Defaults below are those of LlamaConfig, MistralConfig, Qwen2Config
-	// and Qwen3Config in transformers 4.5x.
 	c.NumKVHeads = c.NumHeads // LlamaConfig: None -> num_attention_heads
 	switch c.ModelType {
 	case "mistral":
@@ -190,12 +218,17 @@ func parseConfig(data []byte) (*Config, error) {
 		c.HeadDim = 128
 	default:
 		if c.NumHeads <= 0 || c.HiddenSize%c.NumHeads != 0 {
-			return nil, fmt.Errorf("hidden_size=%d is not a multiple of num_attention_heads=%d and head_dim is not given",
+			return fmt.Errorf("hidden_size=%d is not a multiple of num_attention_heads=%d and head_dim is not given",
 				c.HiddenSize, c.NumHeads)
 		}
 		c.HeadDim = c.HiddenSize / c.NumHeads
 	}
+	return nil
+}
 
+// setLayerDefaults sets the context length, RMSNorm epsilon, activation
+// and embedding tying, from r or the model_type's defaults.
+func (c *Config) setLayerDefaults(r *rawConfig) {
 	c.MaxPositionEmbeddings = map[string]int{"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}[c.ModelType]
 	if r.MaxPositionEmbeddings != nil {
 		c.MaxPositionEmbeddings = *r.MaxPositionEmbeddings
@@ -213,7 +246,11 @@ func parseConfig(data []byte) (*Config, error) {
 	if r.TieWordEmbeddings != nil {
 		c.TieWordEmbeddings = *r.TieWordEmbeddings
 	}
+}
 
+// setBiases sets which projections carry a bias, and qwen3's QK norm, the
+// way each model_type's attention and MLP modules build them.
+func (c *Config) setBiases(r *rawConfig) {
 	switch c.ModelType {
 	case "llama":
 		c.AttentionBias = r.AttentionBias != nil && *r.AttentionBias
@@ -226,12 +263,11 @@ func parseConfig(data []byte) (*Config, error) {
 		c.OutputBias = c.AttentionBias
 		c.QKNorm = true
 	}
+}
 
-	var err error
-	if c.SlidingWindow, err = slidingWindow(c.ModelType, r); err != nil {
-		return nil, err
-	}
-
+// setRope sets RoPE's base and scaling from rope_theta and rope_scaling,
+// or from rope_parameters (transformers >= 5) where those are absent.
+func (c *Config) setRope(r *rawConfig) error {
 	c.RopeTheta = 10000
 	if r.RopeTheta != nil {
 		c.RopeTheta = *r.RopeTheta
@@ -242,7 +278,7 @@ func parseConfig(data []byte) (*Config, error) {
 			RopeTheta *float64 `json:"rope_theta"`
 		}
 		if err := json.Unmarshal(r.RopeParameters, &p); err != nil {
-			return nil, fmt.Errorf("rope_parameters: %v", err)
+			return fmt.Errorf("rope_parameters: %v", err)
 		}
 		if p.RopeTheta != nil && r.RopeTheta == nil {
 			c.RopeTheta = *p.RopeTheta
@@ -251,39 +287,35 @@ func parseConfig(data []byte) (*Config, error) {
 			scaling = r.RopeParameters
 		}
 	}
-	if c.RopeScaling, err = parseRopeScaling(scaling); err != nil {
-		return nil, err
-	}
+	var err error
+	c.RopeScaling, err = parseRopeScaling(scaling)
+	return err
+}
 
-	// LlamaConfig and MistralConfig default to BOS 1 / EOS 2; the Qwen
-	// classes name none.
+// setTokenIDs sets the BOS, EOS and padding ids. LlamaConfig and
+// MistralConfig default to BOS 1 / EOS 2; the Qwen classes name none.
+func (c *Config) setTokenIDs(r *rawConfig) error {
 	c.BOSTokenID, c.PadTokenID = -1, -1
 	if c.ModelType == "llama" || c.ModelType == "mistral" {
 		c.BOSTokenID, c.EOSTokenIDs = 1, []int{2}
 	}
+	var err error
 	if r.BOSTokenID != nil {
 		if c.BOSTokenID, err = parseID("bos_token_id", r.BOSTokenID); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if r.EOSTokenID != nil {
 		if c.EOSTokenIDs, err = parseIDs(r.EOSTokenID); err != nil {
-			return nil, fmt.Errorf("eos_token_id %s: %v", r.EOSTokenID, err)
+			return fmt.Errorf("eos_token_id %s: %v", r.EOSTokenID, err)
 		}
 	}
 	if r.PadTokenID != nil {
 		if c.PadTokenID, err = parseID("pad_token_id", r.PadTokenID); err != nil {
-			return nil, err
+			return err
 		}
 	}
-
-	switch {
-	case r.TorchDType != nil:
-		c.TorchDType = *r.TorchDType
-	case r.DType != nil:
-		c.TorchDType = *r.DType
-	}
-	return c, nil
+	return nil
 }
 
 func isSupported(modelType string) bool {

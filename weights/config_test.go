@@ -219,7 +219,7 @@ func TestParseConfigRealModels(t *testing.T) {
 }
 
 func TestLoadConfigStories260K(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	got, err := LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -539,7 +539,6 @@ func TestTokenIDsInVocabulary(t *testing.T) {
 // The shared checkpoints, real configurations whose generation_config.json
 // lists more stop ids than config.json, load with their ids.
 func TestLoadConfigSharedGeneration(t *testing.T) {
-	sh := shareddata.Dir(t)
 	for _, c := range []struct {
 		model string
 		want  GenerationConfig
@@ -547,7 +546,7 @@ func TestLoadConfigSharedGeneration(t *testing.T) {
 		{"stories260K", GenerationConfig{BOSTokenID: 1, EOSTokenIDs: []int{2}, PadTokenID: -1}},
 		{"ref-qwen2-6m", GenerationConfig{BOSTokenID: 4093, EOSTokenIDs: []int{4093, 4095}, PadTokenID: -1}},
 	} {
-		cfg, err := LoadConfig(filepath.Join(sh, "models", c.model))
+		cfg, err := LoadConfig(shareddata.File(t, "models", c.model))
 		if err != nil {
 			t.Fatalf("%s: %v", c.model, err)
 		}

@@ -492,7 +492,7 @@ func TestOpenDirErrors(t *testing.T) {
 }
 
 func TestStories260K(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	st, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -595,10 +595,7 @@ func FuzzParseHeader(f *testing.F) {
 }
 
 func BenchmarkOpenStories260K(b *testing.B) {
-	dir := filepath.Join("..", "..", "shared", "models", "stories260K")
-	if d := os.Getenv("KAKEYA_SHARED"); d != "" {
-		dir = filepath.Join(d, "models", "stories260K")
-	}
+	dir := shareddata.File(b, "models", "stories260K")
 	for b.Loop() {
 		st, err := Open(dir)
 		if err != nil {

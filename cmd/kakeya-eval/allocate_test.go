@@ -20,9 +20,8 @@ import (
 // uniform int4's on those passages (the costs are additive only
 // approximately, so allow a margin).
 func TestSensitivityAllocatePolicy(t *testing.T) {
-	sh := shareddata.Dir(t)
-	dir := filepath.Join(sh, "models", "stories260K")
-	data := filepath.Join(sh, "data", "tinystories", "val.txt")
+	dir := shareddata.File(t, "models", "stories260K")
+	data := shareddata.File(t, "data", "tinystories", "val.txt")
 	tmp := t.TempDir()
 	sensPath, planPath := filepath.Join(tmp, "sens.json"), filepath.Join(tmp, "plan.json")
 	common := []string{"--model", dir, "--data", data, "--ctx", "96", "--n-eval", "16", "--passages", "2", "--block-size", "16", "--hot-window", "16"}

@@ -17,9 +17,8 @@ import (
 // and checks that it loads and that ppl runs precond=1 and cb=1
 // configurations with it.
 func TestCalibrateEndToEnd(t *testing.T) {
-	sh := shareddata.Dir(t)
-	dir := filepath.Join(sh, "models", "stories260K")
-	data := filepath.Join(sh, "data", "tinystories", "val.txt")
+	dir := shareddata.File(t, "models", "stories260K")
+	data := shareddata.File(t, "data", "tinystories", "val.txt")
 	out := filepath.Join(t.TempDir(), "calib.safetensors")
 	var stdout, stderr strings.Builder
 	err := runCalibrate(context.Background(), []string{"--model", dir, "--data", data, "--out", out,
@@ -69,9 +68,8 @@ func TestCalibrateEndToEnd(t *testing.T) {
 }
 
 func TestCalibrateErrors(t *testing.T) {
-	sh := shareddata.Dir(t)
-	dir := filepath.Join(sh, "models", "stories260K")
-	data := filepath.Join(sh, "data", "tinystories", "val.txt")
+	dir := shareddata.File(t, "models", "stories260K")
+	data := shareddata.File(t, "data", "tinystories", "val.txt")
 	tmp := t.TempDir()
 	empty := filepath.Join(tmp, "empty.txt")
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
@@ -147,9 +145,8 @@ func (w *cancelAt) Write(p []byte) (int, error) {
 // TestCalibrateInterrupted checks that Ctrl-C gives a one-line summary, not
 // a bare "context canceled", and writes nothing.
 func TestCalibrateInterrupted(t *testing.T) {
-	sh := shareddata.Dir(t)
-	dir := filepath.Join(sh, "models", "stories260K")
-	data := filepath.Join(sh, "data", "tinystories", "val.txt")
+	dir := shareddata.File(t, "models", "stories260K")
+	data := shareddata.File(t, "data", "tinystories", "val.txt")
 	for _, tc := range []struct {
 		name    string
 		trigger string // cancel once stderr holds this; "" before the run

@@ -35,8 +35,7 @@ func parseLogits(t *testing.T, text string) (ids []int, rows [][]float64) {
 }
 
 func TestLogitsMatchesReference(t *testing.T) {
-	shared := shareddata.Dir(t)
-	ref, err := os.ReadFile(filepath.Join(shared, "reference", "stories260K_runc_logits.txt"))
+	ref, err := os.ReadFile(shareddata.File(t, "reference", "stories260K_runc_logits.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +45,7 @@ func TestLogitsMatchesReference(t *testing.T) {
 		list = append(list, strconv.Itoa(id))
 	}
 	for _, step := range []bool{false, true} {
-		args := []string{"--model", filepath.Join(shared, "models", "stories260K"), "--ids", strings.Join(list, ","), "--threads", "2"}
+		args := []string{"--model", shareddata.File(t, "models", "stories260K"), "--ids", strings.Join(list, ","), "--threads", "2"}
 		if step {
 			args = append(args, "--step")
 		}
@@ -75,7 +74,7 @@ func TestLogitsMatchesReference(t *testing.T) {
 
 // --model also takes a Hugging Face id, found offline in the HF cache.
 func TestLogitsFromHubCache(t *testing.T) {
-	src := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	src := shareddata.File(t, "models", "stories260K")
 	cache := t.TempDir()
 	const commit = "0123456789abcdef0123456789abcdef01234567"
 	repo := filepath.Join(cache, "models--test-org--stories260K")
@@ -113,8 +112,7 @@ func TestLogitsFromHubCache(t *testing.T) {
 }
 
 func TestLogitsBadFlags(t *testing.T) {
-	shared := shareddata.Dir(t)
-	dir := filepath.Join(shared, "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	for _, tc := range []struct {
 		name string
 		args []string

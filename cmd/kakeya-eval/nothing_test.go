@@ -17,11 +17,10 @@ import (
 // figures that are the reference's. Passages of 48+16 tokens feed 63
 // tokens: with blocks of 16, a hot window of 47 still encodes one block.
 func TestPPLNothingCompressed(t *testing.T) {
-	sh := shareddata.Dir(t)
 	out := filepath.Join(t.TempDir(), "r.json")
 	var stdout, stderr strings.Builder
-	err := runPPL(context.Background(), []string{"--model", filepath.Join(sh, "models", "stories260K"),
-		"--data", filepath.Join(sh, "data", "tinystories", "val.txt"), "--ctx", "48", "--n-eval", "16", "--passages", "2",
+	err := runPPL(context.Background(), []string{"--model", shareddata.File(t, "models", "stories260K"),
+		"--data", shareddata.File(t, "data", "tinystories", "val.txt"), "--ctx", "48", "--n-eval", "16", "--passages", "2",
 		"--config", "name=hot47,kv=int8,block=16,boundary=none,hot=47",
 		"--config", "name=hot48,kv=int8,block=16,boundary=none,hot=48",
 		"--config", "name=sinks,kv=int8,block=16,boundary=none,hot=0,sinks=64",

@@ -71,8 +71,7 @@ func TestOutputCheckedFirst(t *testing.T) {
 // point to get the report, the device stays a device and gets no plot
 // beside it.
 func TestPPLOutLinksAndDevices(t *testing.T) {
-	sh := shareddata.Dir(t)
-	args := []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	args := []string{"--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--ctx", "96", "--n-eval", "16", "--passages", "2", "--block-size", "16", "--hot-window", "16", "--config", "name=int4,kv=int4,boundary=none"}
 	ppl := func(out string) string {
 		t.Helper()

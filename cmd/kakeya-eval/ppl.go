@@ -267,91 +267,142 @@ func (f *pplFlags) checkOutputs() error {
 // evaluate scores the configurations of f (and of configsFor, when given,
 // which sees the model's layer count) against the reference on the units of
 // f's data, and returns the report and the time the scoring took.
-// evaluate scores the configurations of f (and of configsFor, when given,
-// which sees the model's layer count) against the reference on the units of
-// f's data, and returns the report and the time the scoring took.
 func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]eval.Config, error), stderr io.Writer) (*eval.Report, time.Duration, error) {
 	start := time.Now()
-	if f.model == "" {
-		return nil, 0, fmt.Errorf("%s: --model is required", f.cmd)
-	}
-	if f.data == "" {
-		f.data = sharedFile("data", "wikitext-2-raw", "wiki.test.raw")
-	}
-	if err := f.checkCounts(); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
-	}
-	if err := f.checkOutputs(); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
-	}
-	mm, err := device.MatMul(f.device, f.matmul)
+	docRange, err := f.prepare()
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
-	}
-	f.matmul = mm
-	backend, err := device.Backend(f.device)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
-	}
-	f.backend = backend
-	var docRange eval.DocRange
-	if f.docs != "" {
-		if docRange, err = eval.ParseDocRange(f.docs); err != nil {
-			return nil, 0, fmt.Errorf("%s: --docs: %w", f.cmd, err)
-		}
+		return nil, 0, err
 	}
 	configs, err := f.configurations()
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
-
 	dir, err := resolveModel(ctx, f.model, stderr)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	f.model = dir
 	if configsFor != nil {
-		cfg, err := weights.LoadConfig(dir)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
-		}
-		more, err := configsFor(cfg.NumLayers)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
-		}
-		f.configs = append(f.configs, more...)
-		if configs, err = f.configurations(); err != nil {
+		if configs, err = f.addConfigs(configsFor); err != nil {
 			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
 		}
 	}
-	raw, err := cli.ReadFile(ctx, f.data, int64(f.maxInput), "--max-input")
+	in, err := f.readInput(ctx, docRange)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: --data: %w", f.cmd, err)
+		return nil, 0, err
 	}
-	sum := sha256Hex(raw)
-	text := string(raw)
-	var docsNote string
-	if f.docs != "" {
-		sel, first, end, total, err := eval.SelectDocuments(text, f.docSep, docRange)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: --docs %s: %w", f.cmd, f.docs, err)
-		}
-		docsNote = fmt.Sprintf("%d:%d of %d", first, end, total)
-		text = sel
-	}
-	tokPath := filepath.Join(f.model, "tokenizer.json")
-	tok, err := tokenizer.Load(tokPath)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
-	}
-
 	eng, err := openEngine(ctx, f, configs)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer eng.Close()
 
-	maxCtx := eng.m.MaxContext()
+	p, err := f.unitParams(eng.m.MaxContext(), in.text)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	units, err := eval.BuildUnits(in.text, in.tok, p)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %s: %w", f.cmd, f.data, err)
+	}
+	warnNothingCompressed(stderr, f.cmd, configs, units)
+
+	runStart := time.Now()
+	res, err := f.run(ctx, eng, units, configs, start, stderr)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := f.report(res, units, configs, p, in, start)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	return r, time.Since(runStart), nil
+}
+
+// prepare validates f's flags before anything is read, settles the
+// defaults that depend on none of the input (--data, the device's
+// --matmul and backend), and returns --docs parsed.
+func (f *pplFlags) prepare() (eval.DocRange, error) {
+	var docRange eval.DocRange
+	if f.model == "" {
+		return docRange, fmt.Errorf("%s: --model is required", f.cmd)
+	}
+	if f.data == "" {
+		f.data = sharedFile("data", "wikitext-2-raw", "wiki.test.raw")
+	}
+	if err := f.checkCounts(); err != nil {
+		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	if err := f.checkOutputs(); err != nil {
+		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	mm, err := device.MatMul(f.device, f.matmul)
+	if err != nil {
+		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	f.matmul = mm
+	backend, err := device.Backend(f.device)
+	if err != nil {
+		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	f.backend = backend
+	if f.docs != "" {
+		if docRange, err = eval.ParseDocRange(f.docs); err != nil {
+			return docRange, fmt.Errorf("%s: --docs: %w", f.cmd, err)
+		}
+	}
+	return docRange, nil
+}
+
+// addConfigs appends the configurations configsFor makes for the model's
+// layer count to f's, and returns them all resolved again.
+func (f *pplFlags) addConfigs(configsFor func(layers int) ([]eval.Config, error)) ([]eval.Config, error) {
+	cfg, err := weights.LoadConfig(f.model)
+	if err != nil {
+		return nil, err
+	}
+	more, err := configsFor(cfg.NumLayers)
+	if err != nil {
+		return nil, err
+	}
+	f.configs = append(f.configs, more...)
+	return f.configurations()
+}
+
+// input is the text an evaluation scores and what its report says of it.
+type input struct {
+	text     string               // the selected documents of --data
+	sum      string               // SHA-256 of all of --data, hex
+	docsNote string               // "first:end of total" under --docs
+	tok      *tokenizer.Tokenizer // the model's
+	tokPath  string
+}
+
+// readInput reads --data (its --docs selection) and the model's tokenizer.
+func (f *pplFlags) readInput(ctx context.Context, docRange eval.DocRange) (*input, error) {
+	raw, err := cli.ReadFile(ctx, f.data, int64(f.maxInput), "--max-input")
+	if err != nil {
+		return nil, fmt.Errorf("%s: --data: %w", f.cmd, err)
+	}
+	in := &input{text: string(raw), sum: sha256Hex(raw), tokPath: filepath.Join(f.model, "tokenizer.json")}
+	if f.docs != "" {
+		sel, first, end, total, err := eval.SelectDocuments(in.text, f.docSep, docRange)
+		if err != nil {
+			return nil, fmt.Errorf("%s: --docs %s: %w", f.cmd, f.docs, err)
+		}
+		in.docsNote = fmt.Sprintf("%d:%d of %d", first, end, total)
+		in.text = sel
+	}
+	if in.tok, err = tokenizer.Load(in.tokPath); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	return in, nil
+}
+
+// unitParams returns how f's mode cuts text into units for a model of
+// maxCtx positions: --ctx, --stride and the document separator with their
+// defaults filled in. It defaults --chunk too, per mode.
+func (f *pplFlags) unitParams(maxCtx int, text string) (eval.UnitParams, error) {
 	p := eval.UnitParams{Mode: f.mode, Ctx: f.ctx, NEval: f.nEval, Stride: f.stride, Max: f.passages, DocSep: f.docSep}
 	switch f.mode {
 	case eval.ModePassages:
@@ -359,7 +410,7 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 			p.Ctx = min(1024, maxCtx-f.nEval)
 		}
 		if p.Ctx < 1 || p.Ctx+f.nEval > maxCtx {
-			return nil, 0, fmt.Errorf("%s: ctx %d + n_eval %d = %d tokens exceeds the model context of %d", f.cmd, p.Ctx, f.nEval, p.Ctx+f.nEval, maxCtx)
+			return p, fmt.Errorf("ctx %d + n_eval %d = %d tokens exceeds the model context of %d", p.Ctx, f.nEval, p.Ctx+f.nEval, maxCtx)
 		}
 		if f.chunk == 0 {
 			f.chunk = 1
@@ -369,36 +420,43 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 			p.Ctx = maxCtx
 		}
 		if p.Ctx > maxCtx {
-			return nil, 0, fmt.Errorf("%s: window ctx %d exceeds the model context of %d", f.cmd, p.Ctx, maxCtx)
+			return p, fmt.Errorf("window ctx %d exceeds the model context of %d", p.Ctx, maxCtx)
 		}
 		if f.chunk == 0 {
 			f.chunk = 512
 		}
+		var err error
 		if p.DocSep, err = eval.ResolveDocSep(f.docSep, text); err != nil {
-			return nil, 0, fmt.Errorf("%s: --doc-sep: %w", f.cmd, err)
+			return p, fmt.Errorf("--doc-sep: %w", err)
 		}
 	default:
-		return nil, 0, fmt.Errorf("%s: unknown --mode %q (want passages, docs or full)", f.cmd, f.mode)
+		return p, fmt.Errorf("unknown --mode %q (want passages, docs or full)", f.mode)
 	}
 	if p.Stride == 0 {
 		p.Stride = p.Ctx / 2
 	}
-	units, err := eval.BuildUnits(text, tok, p)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %s: %w", f.cmd, f.data, err)
-	}
-	// A configuration whose hot window and sinks cover every unit scores
-	// as the reference: say so once here (the table marks its row).
+	return p, nil
+}
+
+// warnNothingCompressed warns, once per configuration, where its hot
+// window and sinks cover every unit, so that it scores as the reference
+// (the table marks its row).
+func warnNothingCompressed(stderr io.Writer, cmd string, configs []eval.Config, units []eval.Unit) {
 	longest := eval.LongestFed(units)
 	for _, c := range configs[1:] {
 		if c.Settings == nil {
 			continue
 		}
 		if w := c.Settings.NothingCompressed(longest); w != nil {
-			fmt.Fprintf(stderr, "%s: warning: config %s: %s\n", f.cmd, c.Name, kvflags.Error(w))
+			fmt.Fprintf(stderr, "%s: warning: config %s: %s\n", cmd, c.Name, kvflags.Error(w))
 		}
 	}
+}
 
+// run scores units under every configuration with a progress line on
+// stderr. Stopped by ctx, it returns interrupted, saying how far it got
+// since start.
+func (f *pplFlags) run(ctx context.Context, eng *engine, units []eval.Unit, configs []eval.Config, start time.Time, stderr io.Writer) (*eval.Result, error) {
 	prog := eval.NewProgress(stderr, term.IsTerminal(stderr), f.cmd, len(units))
 	switch f.mode {
 	case eval.ModeDocs:
@@ -407,7 +465,6 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 		prog.Unit = "windows"
 	}
 	var done int
-	runStart := time.Now()
 	res, err := eval.Run(ctx, eng, units, configs, eval.Options{Chunk: f.chunk, Workers: f.workers, Progress: func(d, tokens int) {
 		done = d
 		prog.Update(d, tokens)
@@ -419,22 +476,29 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 			if unit == "" {
 				unit = "passages"
 			}
-			return nil, 0, interrupted(fmt.Sprintf("%s: interrupted after %d of %d %s (%.0fs); nothing written", f.cmd, done, len(units), unit, time.Since(start).Seconds()))
+			return nil, interrupted(fmt.Sprintf("%s: interrupted after %d of %d %s (%.0fs); nothing written", f.cmd, done, len(units), unit, time.Since(start).Seconds()))
 		}
-		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+		return nil, fmt.Errorf("%s: %w", f.cmd, err)
 	}
+	return res, nil
+}
+
+// report builds the run's report: the results, and the inputs and
+// settings that reproduce them.
+func (f *pplFlags) report(res *eval.Result, units []eval.Unit, configs []eval.Config, p eval.UnitParams, in *input, start time.Time) (*eval.Report, error) {
 	r := eval.NewReport(res, units, start, time.Since(start))
-	r.Model, r.Data, r.DataSHA256, r.Tokenizer = f.model, f.data, sum, tokPath
+	r.Model, r.Data, r.DataSHA256, r.Tokenizer = f.model, f.data, in.sum, in.tokPath
+	var err error
 	if r.ModelSHA256, err = eval.ModelSHA256(f.model); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+		return nil, err
 	}
 	if f.calib != "" {
 		r.Calib = f.calib
 		if r.CalibSHA256, err = eval.FileSHA256(f.calib); err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+			return nil, err
 		}
 	}
-	r.Mode, r.Ctx, r.Chunk, r.Workers, r.Docs = f.mode, p.Ctx, f.chunk, f.workers, docsNote
+	r.Mode, r.Ctx, r.Chunk, r.Workers, r.Docs = f.mode, p.Ctx, f.chunk, f.workers, in.docsNote
 	r.Threads, r.CacheType = f.threads, configs[0].Settings.CacheType
 	if r.Threads == 0 {
 		r.Threads = runtime.GOMAXPROCS(0)
@@ -447,7 +511,7 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 	case eval.ModeFull:
 		r.Stride = p.Stride
 	}
-	return r, time.Since(runStart), nil
+	return r, nil
 }
 
 // engine adapts model.Model to eval.Engine: one loaded model, and per

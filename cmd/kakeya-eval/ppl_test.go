@@ -63,8 +63,7 @@ func runReport(t *testing.T, args ...string) (pplReport, string) {
 // (4302 paragraphs) gives PPL 5.370 (bf16 cache; 5.371 in float32) against the C reference's 5.38; this
 // subset is pinned to its own figure and must be reproducible.
 func TestPPLDocsStories(t *testing.T) {
-	sh := shareddata.Dir(t)
-	args := []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	args := []string{"--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--mode", "docs", "--passages", "50"}
 	r, table := runReport(t, args...)
 	if r.Passages != 50 || len(r.Configs) != 1 || r.Configs[0].Verdict != "ref" {
@@ -93,8 +92,7 @@ func TestPPLDocsStories(t *testing.T) {
 // BOS: the C reference's figure on that text is PPL 127 (shared/README.md).
 // About 100k tokens, 4 s: the reference check make test keeps.
 func TestPPLDocsWikiReference(t *testing.T) {
-	sh := shareddata.Dir(t)
-	r, _ := runReport(t, "--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "wikitext-2-raw", "wiki.test.raw"),
+	r, _ := runReport(t, "--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "wikitext-2-raw", "wiki.test.raw"),
 		"--mode", "docs", "--doc-sep", "line", "--docs", "0:300")
 	ppl := r.Configs[0].PPL
 	if math.Abs(ppl/127-1) > 0.01 || r.Tokens < 90000 { // measured 127.82 over 99,993 tokens
@@ -109,8 +107,7 @@ func TestPPLDocsStoriesFull(t *testing.T) {
 	if os.Getenv("KAKEYA_LONG") != "1" {
 		t.Skip("scores all 381k tokens of TinyStories val: make test-long (KAKEYA_LONG=1) runs it; TestPPLDocsWikiReference checks a C reference figure here")
 	}
-	sh := shareddata.Dir(t)
-	r, _ := runReport(t, "--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	r, _ := runReport(t, "--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--mode", "docs")
 	ppl := r.Configs[0].PPL
 	if math.Abs(ppl/5.38-1) > 0.01 || r.Tokens < 380000 {
@@ -121,8 +118,7 @@ func TestPPLDocsStoriesFull(t *testing.T) {
 // An uncompressed configuration through the decode path must match the
 // reference exactly; a compressed one must be scored and graded.
 func TestPPLPassagesSelf(t *testing.T) {
-	sh := shareddata.Dir(t)
-	r, _ := runReport(t, "--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	r, _ := runReport(t, "--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--ctx", "48", "--n-eval", "16", "--passages", "3", "--config", "name=same", "--config", "name=i8,kv=int8,block=16,boundary=none,hot=0")
 	if len(r.Configs) != 3 || r.Tokens != 48 {
 		t.Fatalf("report %+v", r)
@@ -145,8 +141,7 @@ func TestPPLPassagesSelf(t *testing.T) {
 // With --cache-type bf16 (the default) every configuration, the reference too, keeps its
 // uncompressed blocks in bf16: half the bytes, slightly rounded logits.
 func TestPPLCacheTypeBF16(t *testing.T) {
-	sh := shareddata.Dir(t)
-	args := []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	args := []string{"--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--ctx", "48", "--n-eval", "16", "--passages", "3", "--config", "name=i8,kv=int8,block=16"}
 	r32, _ := runReport(t, append(args, "--cache-type", "f32")...)
 	r16, table := runReport(t, args...) // bf16 is the default
@@ -165,9 +160,8 @@ func TestPPLCacheTypeBF16(t *testing.T) {
 }
 
 func TestPPLErrors(t *testing.T) {
-	sh := shareddata.Dir(t)
-	model := filepath.Join(sh, "models", "stories260K")
-	data := filepath.Join(sh, "data", "tinystories", "val.txt")
+	model := shareddata.File(t, "models", "stories260K")
+	data := shareddata.File(t, "data", "tinystories", "val.txt")
 	tests := []struct {
 		args []string
 		want string
@@ -213,11 +207,10 @@ func TestPPLErrors(t *testing.T) {
 
 // Interrupted runs write no report.
 func TestPPLCancelledWritesNothing(t *testing.T) {
-	sh := shareddata.Dir(t)
 	out := filepath.Join(t.TempDir(), "r.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := runPPL(ctx, []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	err := runPPL(ctx, []string{"--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--mode", "docs", "--passages", "20", "--out", out}, io.Discard, io.Discard)
 	if err == nil || err.Error() != "ppl: interrupted before scoring began; nothing written" {
 		t.Fatalf("cancelled run: err = %v, want the one-line summary", err)
@@ -231,8 +224,7 @@ func TestPPLCancelledWritesNothing(t *testing.T) {
 // of 2*I only scales the keys by a power of two, which int8's own scale
 // undoes, so the preconditioned run must score like plain int8 keys.
 func TestPPLPrecond(t *testing.T) {
-	sh := shareddata.Dir(t)
-	dir := filepath.Join(sh, "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	cfg, err := weights.LoadConfig(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +242,7 @@ func TestPPLPrecond(t *testing.T) {
 	if err := calibrate.Save(calib, cal); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := runReport(t, "--model", dir, "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	r, _ := runReport(t, "--model", dir, "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--ctx", "48", "--n-eval", "16", "--passages", "2", "--calib", calib,
 		"--config", "name=k8,k=int8,block=16,precond=0", "--config", "name=pk8,k=int8,precond=1,block=16")
 	if len(r.Configs) != 3 {
@@ -271,11 +263,10 @@ func TestPPLPrecond(t *testing.T) {
 // calibration's hash; the cache flags form a configuration of their own and
 // complete the --config ones, whose names are optional.
 func TestPPLReportSettings(t *testing.T) {
-	sh := shareddata.Dir(t)
-	dir := filepath.Join(sh, "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	out := filepath.Join(t.TempDir(), "r.json")
 	var stdout strings.Builder
-	err := runPPL(context.Background(), []string{"--model", dir, "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	err := runPPL(context.Background(), []string{"--model", dir, "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--ctx", "48", "--n-eval", "16", "--passages", "2", "--out", out,
 		"--kv-codec", "int8", "--block-size", "16", "--config", "k=int4", "--config", "name=i8-all,kv=int8,boundary=none,hot=0"}, &stdout, io.Discard)
 	if err != nil {
@@ -322,10 +313,9 @@ func TestPPLReportSettings(t *testing.T) {
 // --docs scores part of a file: the last quarter of TinyStories (the part
 // ref-qwen2-6m did not train on) is documents 3226 to 4302.
 func TestPPLDocRange(t *testing.T) {
-	sh := shareddata.Dir(t)
 	out := filepath.Join(t.TempDir(), "r.json")
 	var stdout strings.Builder
-	err := runPPL(context.Background(), []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	err := runPPL(context.Background(), []string{"--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--mode", "docs", "--passages", "2", "--docs", "0.75:", "--out", out}, &stdout, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +334,7 @@ func TestPPLDocRange(t *testing.T) {
 	if r.Docs != "3226:4302 of 4302" || r.Passages != 2 {
 		t.Errorf("docs %q, %d passages; want 3226:4302 of 4302, 2", r.Docs, r.Passages)
 	}
-	err = runPPL(context.Background(), []string{"--model", filepath.Join(sh, "models", "stories260K"), "--data", filepath.Join(sh, "data", "tinystories", "val.txt"),
+	err = runPPL(context.Background(), []string{"--model", shareddata.File(t, "models", "stories260K"), "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--docs", "5000:6000"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--docs 5000:6000: eval: documents [5000, 4302) of a text of 4302 documents select nothing") {
 		t.Errorf("range past the end: err = %v", err)

@@ -29,9 +29,8 @@ func TestSignalPhases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the command several times, each run a second or two")
 	}
-	sh := shareddata.Dir(t)
-	model := filepath.Join(sh, "models", "stories260K")
-	stories := filepath.Join(sh, "data", "tinystories", "val.txt")
+	model := shareddata.File(t, "models", "stories260K")
+	stories := shareddata.File(t, "data", "tinystories", "val.txt")
 	for _, tc := range []struct {
 		name string
 		sig  syscall.Signal
@@ -82,7 +81,7 @@ func TestSignalPhases(t *testing.T) {
 // --data /dev/zero ends in an error naming the input limit and its flag,
 // quickly and in bounded memory.
 func TestEndlessData(t *testing.T) {
-	model := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	model := shareddata.File(t, "models", "stories260K")
 	for _, cmd := range []string{"ppl", "calibrate", "sensitivity"} {
 		t.Run(cmd, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")

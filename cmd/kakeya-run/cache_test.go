@@ -127,7 +127,7 @@ func writeCalibration(t *testing.T, dir string) string {
 // The settings line names the cache in effect: the defaults kakeya-eval
 // ppl shares, applied for this model (5 layers, context 512).
 func TestRunCacheSettings(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	calib := writeCalibration(t, dir)
 	base := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "4"}
 	tests := []struct {
@@ -174,7 +174,7 @@ var kvLine = regexp.MustCompile(`KV cache: (\d+) tokens, .* ratio ([0-9.]+)x\)(;
 // encodes blocks, and the KV line reports a cache smaller than bf16 when
 // every layer is compressed with 16-token blocks.
 func TestRunCompressed(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	calib := writeCalibration(t, dir)
 	base := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "300"}
 	tests := []struct {

@@ -11,7 +11,7 @@ import (
 )
 
 func TestRunGreedy(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "12"}, nil, &out, &errOut)
 	if err != nil {
@@ -28,7 +28,7 @@ func TestRunGreedy(t *testing.T) {
 }
 
 func TestRunTokenize(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	tests := []struct {
 		args []string
 		want string
@@ -50,7 +50,7 @@ func TestRunTokenize(t *testing.T) {
 }
 
 func TestRunBadFlags(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	tests := []struct {
 		args []string
 		want string
@@ -79,7 +79,7 @@ func TestRunBadFlags(t *testing.T) {
 // A full context and MaxTokens are told apart; Ctrl-C gives a one-line
 // summary.
 func TestRunStopAndInterrupt(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	for _, tt := range []struct {
 		args []string
 		stop string

@@ -33,7 +33,7 @@ func longModel(t *testing.T) string {
 	if err := testmodel.Write(dir, testmodel.LongTiny); err != nil {
 		t.Fatal(err)
 	}
-	stories := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	stories := shareddata.File(t, "models", "stories260K")
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
 		b, err := os.ReadFile(filepath.Join(stories, f))
 		if err != nil {
@@ -81,7 +81,7 @@ func TestSignalPhases(t *testing.T) {
 		t.Skip("starts the command several times, each run a second or two")
 	}
 	long := longModel(t)
-	story, err := os.ReadFile(filepath.Join(shareddata.Dir(t), "data", "tinystories", "val.txt"))
+	story, err := os.ReadFile(shareddata.File(t, "data", "tinystories", "val.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestSignalPhases(t *testing.T) {
 // Endless standard input ends in an error naming the limit and the flag
 // that raises it, quickly and in bounded memory.
 func TestEndlessInput(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	for _, args := range [][]string{
 		{"--model", dir, "--prompt", "-"},
 		{"--model", dir, "--tokenize"},

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,7 +13,7 @@ import (
 
 // --verbose names the device on stderr: the CPU's kernels after the load.
 func TestRunVerboseCPU(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	var errOut bytes.Buffer
 	args := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "2", "--quiet", "--verbose"}
 	if err := run(context.Background(), args, nil, io.Discard, &errOut); err != nil {

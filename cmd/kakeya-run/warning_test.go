@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,7 +14,7 @@ import (
 // A hot window or sinks covering the whole context (512 tokens here) is no
 // error, but kakeya-run says on stderr, once, that nothing gets compressed.
 func TestRunWarnsNothingCompressed(t *testing.T) {
-	dir := filepath.Join(shareddata.Dir(t), "models", "stories260K")
+	dir := shareddata.File(t, "models", "stories260K")
 	base := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "4", "--quiet"}
 	for _, tt := range []struct {
 		args []string

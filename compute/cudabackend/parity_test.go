@@ -36,7 +36,7 @@ func tinyArchitectures(t testing.TB) map[string]string {
 	llama.RopeScaling, llama.Tie, llama.DType, llama.Seed = nil, false, testmodel.Qwen2Tiny.DType, 5
 	mistral := testmodel.Llama3Tiny
 	mistral.ModelType, mistral.RopeScaling, mistral.Tie, mistral.SlidingWindow, mistral.RopeTheta, mistral.DType = "mistral", nil, false, 7, 1e4, testmodel.Qwen3Tiny.DType
-	dirs := map[string]string{"stories260K": filepath.Join(shareddata.Dir(t), "models", "stories260K")}
+	dirs := map[string]string{"stories260K": shareddata.File(t, "models", "stories260K")}
 	for name, spec := range map[string]testmodel.Spec{
 		"llama":          llama,
 		"llama3-scaling": testmodel.Llama3Tiny,

@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/model"
 )
@@ -65,7 +64,7 @@ func TestReportDevice(t *testing.T) {
 // GPU rows are read against, on the machine that runs them.
 func TestReportCPUGolden(t *testing.T) {
 	r := newReporter(t, os.Stdout)
-	goldenRows(r, "cpu-golden", shareddata.Dir(t), goldenCases, []goldenRun{
+	goldenRows(r, "cpu-golden", goldenShared(t, goldenCases), goldenCases, []goldenRun{
 		{name: "cpu", opts: model.Options{Backend: cpuF32(t, 0)}, decTol: 1e-3, preTol: 1e-3},
 	})
 }
@@ -76,7 +75,7 @@ func TestReportCPUGolden(t *testing.T) {
 // mantissa bits (the same rows twice where cuBLAS does not load).
 func TestReportGolden(t *testing.T) {
 	r := newReporter(t, os.Stdout)
-	shared := shareddata.Dir(t)
+	shared := goldenShared(t, goldenCases)
 	exact, tf32 := openGPU(t, Options{ExactGEMM: true}), openGPU(t, Options{})
 	goldenRows(r, "golden", shared, goldenCases, []goldenRun{
 		{name: "cuda exact-gemm", opts: model.Options{Backend: exact}, decTol: 1e-3, preTol: 1e-3, rel: true},
@@ -87,7 +86,7 @@ func TestReportGolden(t *testing.T) {
 // Greedy generation on the GPU against the CPU, token for token.
 func TestReportGreedy(t *testing.T) {
 	r := newReporter(t, os.Stdout)
-	greedyRows(r, "greedy", shareddata.Dir(t), goldenCases, newGPU(t), 128)
+	greedyRows(r, "greedy", goldenShared(t, goldenCases), goldenCases, newGPU(t), 128)
 }
 
 // Each kernel at the layer shapes of every preset in

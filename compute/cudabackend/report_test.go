@@ -583,6 +583,18 @@ var goldenCases = []goldenCase{
 	{"ref-qwen2-6m", "ref-qwen2-6m_logits.txt", "PyTorch"},
 }
 
+// goldenShared returns the shared data set's directory once it holds every
+// model and golden file of cases; without one, t is skipped (or fails,
+// where the data set is required) naming it.
+func goldenShared(t testing.TB, cases []goldenCase) string {
+	t.Helper()
+	for _, gc := range cases {
+		shareddata.File(t, "models", gc.model)
+		shareddata.File(t, "reference", gc.file)
+	}
+	return shareddata.Path()
+}
+
 // readGolden reads a golden file: per line, the input id and the logits
 // after it.
 func readGolden(path string) (ids []int, logits [][]float32, err error) {
@@ -966,7 +978,7 @@ func TestReportFake(t *testing.T) {
 	// The golden and greedy rows take any backend: a CPU backend stands
 	// in for the device here, which is quicker than the emulator, whose
 	// forward pass TestForwardMatchesCPU checks.
-	shared := shareddata.Dir(t)
+	shared := goldenShared(t, goldenCases[:1])
 	host := cpubackend.New(1)
 	defer host.Close()
 	goldenRows(r, "golden", shared, goldenCases[:1], []goldenRun{
