@@ -64,6 +64,8 @@ var allowed = map[string][]string{
 
 	// Developer tools: the GPU report's checkpoint writer.
 	"internal/cmd/kakeya-testmodel": {"internal/cli", "internal/testmodel"},
+	// The generator of kernels/cuda/formats.h from the codecs' formats.
+	"internal/cmd/kakeya-formats": {"codec"},
 }
 
 // TestImportLayering checks every package's imports (tests aside) against
