@@ -21,9 +21,10 @@ func (Identity) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		return dst, err
 	}
 	start := len(dst)
+	l := formatIdentity.Layout(&Vars{VarN: n, VarD: d})
 	dst = appendHeader(dst, FormatIdentity, 32, n, d, 0)
-	dst = grow(dst, 4*n*d)
-	p := dst[len(dst)-4*n*d:]
+	dst = grow(dst, l.Len(0))
+	p := dst[start+l.Off(0):]
 	for i, v := range x[:n*d] {
 		binary.LittleEndian.PutUint32(p[4*i:], math.Float32bits(v))
 	}
@@ -70,9 +71,10 @@ func (BF16) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		return dst, err
 	}
 	start := len(dst)
+	l := formatBF16.Layout(&Vars{VarN: n, VarD: d})
 	dst = appendHeader(dst, FormatBF16, 16, n, d, 0)
-	dst = grow(dst, 2*n*d)
-	p := dst[len(dst)-2*n*d:]
+	dst = grow(dst, l.Len(0))
+	p := dst[start+l.Off(0):]
 	for i, v := range x[:n*d] {
 		binary.LittleEndian.PutUint16(p[2*i:], tensor.F32ToBF16(v))
 	}

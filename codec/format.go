@@ -214,7 +214,9 @@ type Quantity struct {
 const maxSections = 8
 
 // A Format is the layout of one kind of encoded block: the 16-byte header
-// (header.go), then Sections in order.
+// (header.go), then Sections in order. A Format is read-only once made:
+// codecs hand out pointers to one shared table, and backends recognise
+// the built-in formats by those pointers (BuiltinFormat).
 type Format struct {
 	ID   FormatID
 	Name string

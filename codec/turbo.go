@@ -93,7 +93,6 @@ func (c *Turbo) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		return dst, err
 	}
 	b, p := c.layout(d)
-	blocks := n * p / b
 	sc := c.pool.get()
 	defer c.pool.put(sc)
 	sc.f = growF32(sc.f, p)
@@ -102,8 +101,9 @@ func (c *Turbo) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	codes := sc.u8
 	start := len(dst)
 	dst = appendHeader(dst, FormatTurbo, byte(c.opt.Bits), n, d, c.tag())
-	dst = grow(dst, 2*blocks)
-	norms := dst[len(dst)-2*blocks:]
+	l := formatTurbo.Layout(&Vars{VarN: n, VarD: d, VarBits: c.opt.Bits, VarBlock: c.opt.Block})
+	dst = grow(dst, l.Len(turboNorms))
+	norms := dst[start+l.Off(turboNorms):]
 	scale := float32(math.Sqrt(float64(b))) // rotated unit-norm coordinates have variance 1/b
 	for i := 0; i < n; i++ {
 		copy(row, x[i*d:(i+1)*d])
