@@ -304,23 +304,24 @@ func matMulLaunch(dt tensor.DType, out, x, w Ptr, n, rows, cols int) Launch {
 }
 
 // Formats of the KV parts attention reads: hot parts hold BlockSize x
-// HeadDim values row-major; encoded parts hold exactly the bytes the
-// codec's Encode produced for BlockSize x HeadDim values (header
-// included). The int codecs are those of codec.Int4 without rotation and
-// with a power-of-two group (32 by default): per token ("int4", "int2") or
-// per channel ("int4-k", "int2-k", KIVI's layout for keys).
+// HeadDim values row-major (partF32, partBF16: kv_write's formats);
+// encoded parts hold exactly the bytes the codec's Encode produced for
+// BlockSize x HeadDim values (header included), and their format is
+// partEncoded plus the block format's id (codec.FormatID), whose layout
+// the kernels take from formats.h. The int codecs are those of codec.Int4
+// without rotation and with a power-of-two group (32 by default): per
+// token ("int4", "int2") or per channel ("int4-k", "int2-k", KIVI's layout
+// for keys), which the kernel reads from the block's header.
 const (
-	partF32   = iota // float32 hot part
-	partBF16         // bf16 hot part
-	partInt8         // codec "int8"
-	partInt4         // codec "int4" (any power-of-two group)
-	partInt4K        // codec "int4-k"
-	partInt2         // codec "int2"
-	partInt2K        // codec "int2-k"
+	partF32     = 0  // float32 hot part
+	partBF16    = 1  // bf16 hot part
+	partEncoded = 16 // plus a codec.FormatID: an encoded part
+	partInt8    = partEncoded + int32(codec.FormatInt8)
+	partInt4    = partEncoded + int32(codec.FormatInt4) // int4 and int2, per token or per channel
 	// partKakeya is a block of the kakeya format: attention reads it
 	// with the codec's settings, kakeyaParams, given as attnArgs.KParams
 	// or VParams.
-	partKakeya
+	partKakeya = partEncoded + int32(codec.FormatKakeya)
 )
 
 // A key part of any encoded format may hold the bytes of a whitened codec
@@ -381,19 +382,10 @@ func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
 		// Any group of a power of two (the kernel reads it from the
 		// block's header), no rotation.
 		st := c.Settings()
-		if st.Rotated || st.Group&(st.Group-1) != 0 {
+		if st.Rotated || st.Group&(st.Group-1) != 0 || st.Bits != 2 && st.Bits != 4 {
 			return 0, false
 		}
-		switch {
-		case st.Bits == 4 && st.PerChannel:
-			return partInt4K, true
-		case st.Bits == 4:
-			return partInt4, true
-		case st.Bits == 2 && st.PerChannel:
-			return partInt2K, true
-		case st.Bits == 2:
-			return partInt2, true
-		}
+		return partInt4, true
 	case codec.FormatInt8:
 		return partInt8, true
 	}

@@ -29,7 +29,15 @@
 #define KK_FORMAT_FN KK_DEVICE
 #include "formats.h"
 
-enum { kkPartF32, kkPartBF16, kkPartInt8, kkPartInt4, kkPartInt4K, kkPartInt2, kkPartInt2K, kkPartKakeya };
+// Part formats: hot rows (float32 or bf16, kv_write's formats 0 and 1),
+// or the bytes of an encoded block: kkPartEncoded plus its format id,
+// whose layout formats.h describes.
+enum { kkPartF32, kkPartBF16, kkPartEncoded = 16 };
+enum {
+	kkPartInt8 = kkPartEncoded + KK_FORMAT_INT8,
+	kkPartInt4 = kkPartEncoded + KK_FORMAT_INT4, // int4 and int2, by row or by channel
+	kkPartKakeya = kkPartEncoded + KK_FORMAT_KAKEYA,
+};
 
 #define KK_AT_TILE 32 // keys per tile, one per lane
 #define KK_AT_SLOTS 4 // query-head rows per warp
@@ -55,7 +63,8 @@ KK_DEVICE float kk_step_scale(int e) {
 // groups, read once per loop rather than once per element. int8
 // (codec.Int8): one fp16 scale per row and group of 32 values, then the
 // int8 codes row-major. int4 and int2 (codec.Int4, no rotation, groups of
-// G values, G a power of two that the header's tag holds): the groups'
+// G values, G a power of two that the header's tag holds, the code width
+// and the groups' direction in its parameter byte): the groups'
 // parameters, then the codes row-major as one bit stream, least
 // significant bits first. With byte_params (the default) a group's
 // parameters are a step code e and a signed zero point z (step s =
@@ -83,9 +92,9 @@ KK_DEVICE kk_part kk_part_open(const kk_u8 *p, int fmt, int bs, int d) {
 		v.groups = p + kk_int8_scales_off(bs, d);
 		v.codes = p + kk_int8_codes_off(bs, d);
 		v.per = (d + 31) >> 5;
-	} else if (fmt != kkPartF32 && fmt != kkPartBF16) {
-		v.channel = fmt == kkPartInt4K || fmt == kkPartInt2K;
-		v.bits = fmt == kkPartInt2 || fmt == kkPartInt2K ? 2 : 4;
+	} else if (fmt == kkPartInt4) {
+		v.channel = kk_int4_per_channel(p) != 0;
+		v.bits = (int)kk_int4_bits(p);
 		long long g = kk_int4_group(p), bp = kk_int4_byte_params(p);
 		v.bp = bp != 0;
 		v.gs = __builtin_ctz((unsigned)g);
