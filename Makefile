@@ -92,6 +92,16 @@ PTX_SRC   := kernels/cuda/all.cu
 PTXFLAGS  := -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib -O3 \
 	-Xclang -target-feature -Xclang +ptx78 -S
 
+# The block formats' C header, kernels/cuda/formats.h, is generated from
+# their one description, codec/format.go, and committed; the kernels
+# include it. The codec package's tests (part of test) fail when it is
+# stale. ptx regenerates it first, since the PTX compiles it.
+FORMATS_H := kernels/cuda/formats.h
+
+.PHONY: formats
+formats:
+	$(GO) run ./internal/cmd/kakeya-formats -o $(FORMATS_H)
+
 .PHONY: clang ptx ptx-check
 # clang installs the pinned clang-16 (about 45 MB with its libraries) when it
 # is missing, saying so first; it fails where it cannot (not root, no
@@ -102,7 +112,7 @@ clang:
 		apt-get install -y --no-install-recommends $(CLANG_PKG) || \
 		{ apt-get update && apt-get install -y --no-install-recommends $(CLANG_PKG); }; }
 
-ptx: clang
+ptx: clang formats
 	$(CLANG) $(PTXFLAGS) -o $(PTX) $(PTX_SRC)
 
 # ptx-check, part of test, installs clang-16 like clang where it can; where it

@@ -77,6 +77,8 @@ var allowed = map[string][]string{
 
 	// Developer tools: the GPU report's checkpoint writer.
 	"internal/cmd/kakeya-testmodel": {"internal/cli", "internal/testmodel"},
+	// The generator of kernels/cuda/formats.h from the codecs' formats.
+	"internal/cmd/kakeya-formats": {"codec"},
 }
 
 // forbidden are edges the design rules out, some of which the code once

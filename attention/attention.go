@@ -9,7 +9,6 @@ import (
 	"math"
 	"sync"
 
-	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
 )
@@ -225,8 +224,8 @@ func (t *task) rotatedKeys(s *scratch, g, b, r0, r1 int) error {
 	bs, d, half := t.a.blockSize, t.a.p.HeadDim, t.a.p.HeadDim/2
 	if pt, ok := t.kv.Part(g, b, 0).(*part); ok && pt.dec != nil {
 		lo, hi := b*bs*half, (b+1)*bs*half
-		if rd, ok := pt.dec.(codec.RotaryDecoder); ok && hi <= len(t.cos) && hi <= len(t.sin) {
-			if err := rd.DecodeRotated(s.rot[:bs*d], pt.enc, bs, d, t.cos[lo:hi], t.sin[lo:hi]); err != nil {
+		if pt.rot != nil && hi <= len(t.cos) && hi <= len(t.sin) {
+			if err := pt.rot.DecodeRotated(s.rot[:bs*d], pt.enc, bs, d, t.cos[lo:hi], t.sin[lo:hi]); err != nil {
 				return fmt.Errorf("attention: block %d head %d K: %s: %w", b, g, pt.dec.Name(), err)
 			}
 			return nil
@@ -270,16 +269,12 @@ func kvName(kv int) string {
 // values per head, zero outside the query's own range.
 func (t *task) combine(o, sc []float32, stride, g, b, r0, r1 int) (bool, error) {
 	pt, ok := t.kv.Part(g, b, 1).(*part)
-	if !ok || pt.dec == nil {
-		return false, nil
-	}
-	rc, ok := pt.dec.(codec.RowCombiner)
-	if !ok {
+	if !ok || pt.comb == nil {
 		return false, nil
 	}
 	a := t.a
 	d, bs, G := a.p.HeadDim, a.blockSize, a.group
-	if err := rc.AddWeighted(o, G, sc[b*bs:], stride, pt.enc, bs, d, r0, r1); err != nil {
+	if err := pt.comb.AddWeighted(o, G, sc[b*bs:], stride, pt.enc, bs, d, r0, r1); err != nil {
 		return true, fmt.Errorf("attention: block %d head %d V: %s: %w", b, g, pt.dec.Name(), err)
 	}
 	return true, nil

@@ -3,6 +3,7 @@ package attention
 import (
 	"fmt"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/tensor"
@@ -15,6 +16,10 @@ type part struct {
 	hot16 []uint16  // rows*d bf16 values, nil once encoded or when float32
 	enc   []byte
 	dec   compute.Decoder // nil while hot
+	// The fast paths dec declares, resolved once when the part is
+	// encoded: nil where its codec has none.
+	rot  codec.RotaryDecoder
+	comb codec.RowCombiner
 }
 
 func (p *part) Encoded() bool { return p.dec != nil }
@@ -63,7 +68,7 @@ func (s *store) NewPart() (compute.Part, error) {
 	} else {
 		p = new(part)
 	}
-	p.enc, p.dec = p.enc[:0], nil
+	p.enc, p.dec, p.rot, p.comb = p.enc[:0], nil, nil, nil
 	n := s.rows * s.d
 	if s.bf16 {
 		if k := len(s.free16); k > 0 {
@@ -122,6 +127,8 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		return fmt.Errorf("cpu: encoded block without a decoder")
 	}
 	pt.enc, pt.dec = append(pt.enc[:0], enc...), dec
+	pt.rot, _ = dec.(codec.RotaryDecoder)
+	pt.comb, _ = dec.(codec.RowCombiner)
 	s.releaseHot(pt)
 	return nil
 }
@@ -129,7 +136,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 func (s *store) Release(p compute.Part) {
 	pt := own(p)
 	s.releaseHot(pt)
-	pt.dec = nil
+	pt.dec, pt.rot, pt.comb = nil, nil, nil
 	s.parts = append(s.parts, pt)
 }
 

@@ -21,9 +21,10 @@ func (Identity) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		return dst, err
 	}
 	start := len(dst)
-	dst = appendHeader(dst, idIdentity, 32, n, d, 0)
-	dst = grow(dst, 4*n*d)
-	p := dst[len(dst)-4*n*d:]
+	l := formatIdentity.Layout(&Vars{VarN: n, VarD: d})
+	dst = appendHeader(dst, FormatIdentity, 32, n, d, 0)
+	dst = grow(dst, l.Len(0))
+	p := dst[start+l.Off(0):]
 	for i, v := range x[:n*d] {
 		binary.LittleEndian.PutUint32(p[4*i:], math.Float32bits(v))
 	}
@@ -36,18 +37,26 @@ func (Identity) Decode(dst []float32, src []byte, n, d int) error {
 	if err := checkShape("f32", n, d, len(dst), "destination"); err != nil {
 		return err
 	}
-	p, err := checkHeader("f32", src, idIdentity, 32, n, d, 0)
+	p, err := checkHeader("f32", src, FormatIdentity, 32, n, d, 0)
 	if err != nil {
 		return err
 	}
-	if len(p) != 4*n*d {
-		return fmt.Errorf("codec: f32: payload is %d bytes, want %d", len(p), 4*n*d)
+	l := formatIdentity.Layout(&Vars{VarN: n, VarD: d})
+	if len(src) != l.Size() {
+		return fmt.Errorf("codec: f32: payload is %d bytes, want %d", len(p), l.Size()-headerLen)
 	}
+	p = src[l.Off(0):]
 	for i := range dst[:n*d] {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:]))
 	}
 	return nil
 }
+
+// Format returns the f32 format.
+func (Identity) Format() *Format { return formatIdentity }
+
+// Settings returns the zero Settings: the format has none.
+func (Identity) Settings() Settings { return Settings{} }
 
 // BF16 stores each value as bfloat16 (round to nearest even): 16 bits per
 // value plus the header.
@@ -62,9 +71,10 @@ func (BF16) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		return dst, err
 	}
 	start := len(dst)
-	dst = appendHeader(dst, idBF16, 16, n, d, 0)
-	dst = grow(dst, 2*n*d)
-	p := dst[len(dst)-2*n*d:]
+	l := formatBF16.Layout(&Vars{VarN: n, VarD: d})
+	dst = appendHeader(dst, FormatBF16, 16, n, d, 0)
+	dst = grow(dst, l.Len(0))
+	p := dst[start+l.Off(0):]
 	for i, v := range x[:n*d] {
 		binary.LittleEndian.PutUint16(p[2*i:], tensor.F32ToBF16(v))
 	}
@@ -77,18 +87,26 @@ func (BF16) Decode(dst []float32, src []byte, n, d int) error {
 	if err := checkShape("bf16", n, d, len(dst), "destination"); err != nil {
 		return err
 	}
-	p, err := checkHeader("bf16", src, idBF16, 16, n, d, 0)
+	p, err := checkHeader("bf16", src, FormatBF16, 16, n, d, 0)
 	if err != nil {
 		return err
 	}
-	if len(p) != 2*n*d {
-		return fmt.Errorf("codec: bf16: payload is %d bytes, want %d", len(p), 2*n*d)
+	l := formatBF16.Layout(&Vars{VarN: n, VarD: d})
+	if len(src) != l.Size() {
+		return fmt.Errorf("codec: bf16: payload is %d bytes, want %d", len(p), l.Size()-headerLen)
 	}
+	p = src[l.Off(0):]
 	for i := range dst[:n*d] {
 		dst[i] = tensor.BF16ToF32(binary.LittleEndian.Uint16(p[2*i:]))
 	}
 	return nil
 }
+
+// Format returns the bf16 format.
+func (BF16) Format() *Format { return formatBF16 }
+
+// Settings returns the zero Settings: the format has none.
+func (BF16) Settings() Settings { return Settings{} }
 
 // grow extends dst by k bytes (contents unspecified) without a second copy.
 func grow(dst []byte, k int) []byte {

@@ -13,7 +13,7 @@ import (
 //
 //	[0]     magic 0x4B ('K')
 //	[1]     format version (1)
-//	[2]     codec id (idIdentity, ...)
+//	[2]     format id (FormatIdentity, ...: the layouts of format.go)
 //	[3]     codec parameter byte (bits, mode flags)
 //	[4:8]   n, uint32 little-endian
 //	[8:10]  d, uint16 little-endian
@@ -31,16 +31,6 @@ const (
 	maxRows       = 1 << 24
 )
 
-// Codec ids stored in the header.
-const (
-	idIdentity byte = 1 + iota
-	idBF16
-	idInt8
-	idInt4
-	idKakeya
-	idTurbo
-)
-
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // checkShape validates an Encode or Decode call's shape and buffer length.
@@ -56,9 +46,9 @@ func checkShape(name string, n, d, have int, what string) error {
 
 // appendHeader appends a header with a zero CRC; seal fills the CRC in once
 // the payload is complete.
-func appendHeader(dst []byte, id, param byte, n, d int, tag uint16) []byte {
+func appendHeader(dst []byte, id FormatID, param byte, n, d int, tag uint16) []byte {
 	var h [headerLen]byte
-	h[0], h[1], h[2], h[3] = headerMagic, formatVersion, id, param
+	h[0], h[1], h[2], h[3] = headerMagic, formatVersion, byte(id), param
 	binary.LittleEndian.PutUint32(h[4:], uint32(n))
 	binary.LittleEndian.PutUint16(h[8:], uint16(d))
 	binary.LittleEndian.PutUint16(h[10:], tag)
@@ -77,7 +67,7 @@ func seal(block []byte) {
 
 // checkHeader validates src's header against the decoding codec and shape and
 // the CRC against the whole block, and returns the payload.
-func checkHeader(name string, src []byte, id, param byte, n, d int, tag uint16) ([]byte, error) {
+func checkHeader(name string, src []byte, id FormatID, param byte, n, d int, tag uint16) ([]byte, error) {
 	if len(src) < headerLen {
 		return nil, fmt.Errorf("codec: %s: block of %d bytes is shorter than the %d-byte header", name, len(src), headerLen)
 	}
@@ -86,7 +76,7 @@ func checkHeader(name string, src []byte, id, param byte, n, d int, tag uint16) 
 		return nil, fmt.Errorf("codec: %s: bad magic byte %#x, want %#x", name, src[0], headerMagic)
 	case src[1] != formatVersion:
 		return nil, fmt.Errorf("codec: %s: format version %d, want %d", name, src[1], formatVersion)
-	case src[2] != id:
+	case src[2] != byte(id):
 		return nil, fmt.Errorf("codec: %s: block holds codec id %d, want %d", name, src[2], id)
 	case src[3] != param:
 		return nil, fmt.Errorf("codec: %s: block parameter byte %#x, want %#x (encoded with other settings)", name, src[3], param)

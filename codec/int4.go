@@ -121,12 +121,44 @@ func (c *Int4) param() byte {
 }
 
 // paramLen is the length of the group parameters of a block of the given
-// number of groups.
+// number of groups: the step and groups sections of formatInt4.
 func (c *Int4) paramLen(groups int) int {
 	if c.opt.F16Params {
 		return 4 * groups
 	}
 	return 2 + 2*groups
+}
+
+// The sections of formatInt4.
+const (
+	int4Step = iota
+	int4Groups
+	int4Codes
+)
+
+// vars returns the layout variables of a block of n x d.
+func (c *Int4) vars(n, d int) Vars {
+	var v Vars
+	v[VarN], v[VarD], v[VarBits], v[VarGroup] = n, d, c.opt.Bits, c.opt.Group
+	v[VarPerChannel], v[VarRotated], v[VarByteParams] = b2i(c.opt.PerChannel), b2i(c.opt.Rotate), b2i(!c.opt.F16Params)
+	return v
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Format returns the int4 format (int2 blocks are int4's with 2-bit codes).
+func (c *Int4) Format() *Format { return formatInt4 }
+
+// Settings returns the code width, group and layout flags, and the
+// rotation's signs when rotating.
+func (c *Int4) Settings() Settings {
+	return Settings{Bits: c.opt.Bits, Group: c.opt.Group, PerChannel: c.opt.PerChannel, Rotated: c.opt.Rotate,
+		ByteParams: !c.opt.F16Params, signs: c.signs}
 }
 
 // stepScales[r] is 2^(-r/16) rounded to float32 (the CUDA kernel holds the
@@ -215,9 +247,11 @@ func (c *Int4) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	codes := sc.u8
 	top := 1<<c.opt.Bits - 1 // the largest code
 	start := len(dst)
-	dst = appendHeader(dst, idInt4, c.param(), n, d, c.tag())
-	dst = grow(dst, c.paramLen(groups))
-	params := dst[len(dst)-c.paramLen(groups):]
+	v := c.vars(n, d)
+	l := formatInt4.Layout(&v)
+	dst = appendHeader(dst, FormatInt4, c.param(), n, d, c.tag())
+	dst = grow(dst, l.Off(int4Codes)-headerLen)
+	params := dst[start+l.Off(int4Step):]
 	if c.opt.F16Params {
 		for k := 0; k < groups; k++ {
 			first, stride, count := c.group(k, n, p)
@@ -334,28 +368,29 @@ func codeGroup(codes []byte, z []float32, first, stride, count int, m, s float32
 	}
 }
 
-// readParams widens the groups' parameters in pl to (m, s) pairs in prm
-// and returns the codes after them.
-func (c *Int4) readParams(prm []float32, pl []byte, groups int) ([]byte, error) {
+// readParams widens the groups' parameters of block src (laid out as l
+// says) to (m, s) pairs in prm.
+func (c *Int4) readParams(prm []float32, src []byte, l *Layout, groups int) error {
 	name := c.Name()
+	gp := src[l.Off(int4Groups):]
 	if c.opt.F16Params {
-		ok := cpu.WidenF16(prm, pl[:4*groups])
+		ok := cpu.WidenF16(prm, gp[:4*groups])
 		for k := 0; k < groups; k++ {
 			if m, s := prm[2*k], prm[2*k+1]; !ok && (!finite32(m) || !finite32(s)) || s < 0 {
-				return nil, fmt.Errorf("codec: %s: group %d has min %v step %v", name, k, m, s)
+				return fmt.Errorf("codec: %s: group %d has min %v step %v", name, k, m, s)
 			}
 		}
-		return pl[4*groups:], nil
+		return nil
 	}
-	S := getF16(pl)
+	S := getF16(src[l.Off(int4Step):])
 	if !finite32(S) || S < 0 {
-		return nil, fmt.Errorf("codec: %s: block step %v", name, S)
+		return fmt.Errorf("codec: %s: block step %v", name, S)
 	}
 	for k := 0; k < groups; k++ {
-		s := S * stepScale(pl[2+2*k])
-		prm[2*k], prm[2*k+1] = float32(int8(pl[3+2*k]))*s, s
+		s := S * stepScale(gp[2*k])
+		prm[2*k], prm[2*k+1] = float32(int8(gp[2*k+1]))*s, s
 	}
-	return pl[2+2*groups:], nil
+	return nil
 }
 
 // Decode dequantizes every group and undoes the rotation.
@@ -364,13 +399,15 @@ func (c *Int4) Decode(dst []float32, src []byte, n, d int) error {
 	if err := checkShape(name, n, d, len(dst), "destination"); err != nil {
 		return err
 	}
-	pl, err := checkHeader(name, src, idInt4, c.param(), n, d, c.tag())
+	pl, err := checkHeader(name, src, FormatInt4, c.param(), n, d, c.tag())
 	if err != nil {
 		return err
 	}
 	p, groups := c.layout(n, d)
-	if want := c.paramLen(groups) + PackedLen(n*p, c.opt.Bits); len(pl) != want {
-		return fmt.Errorf("codec: %s: payload is %d bytes, want %d", name, len(pl), want)
+	v := c.vars(n, d)
+	l := formatInt4.Layout(&v)
+	if len(src) != l.Size() {
+		return fmt.Errorf("codec: %s: payload is %d bytes, want %d", name, len(pl), l.Size()-headerLen)
 	}
 	sc := c.pool.get()
 	defer c.pool.put(sc)
@@ -381,10 +418,10 @@ func (c *Int4) Decode(dst []float32, src []byte, n, d int) error {
 	}
 	sc.params = growF32(sc.params, 2*groups)
 	prm := sc.params
-	packed, err := c.readParams(prm, pl, groups)
-	if err != nil {
+	if err := c.readParams(prm, src, &l, groups); err != nil {
 		return err
 	}
+	packed := src[l.Off(int4Codes):]
 	bits, g := c.opt.Bits, c.opt.Group
 	if !c.opt.PerChannel && g*bits%8 == 0 && p%g == 0 {
 		// Per-token groups that start on a byte (the default layout):

@@ -16,6 +16,18 @@ type Int8 struct{}
 
 const int8Group = 32
 
+// The sections of formatInt8.
+const (
+	int8Scales = iota
+	int8Codes
+)
+
+// Format returns the int8 format.
+func (Int8) Format() *Format { return formatInt8 }
+
+// Settings returns the code width, 8, and the group, 32.
+func (Int8) Settings() Settings { return Settings{Bits: 8, Group: int8Group} }
+
 // Name returns "int8".
 func (Int8) Name() string { return "int8" }
 
@@ -31,10 +43,10 @@ func (Int8) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	g := (d + int8Group - 1) / int8Group
 	start := len(dst)
-	dst = appendHeader(dst, idInt8, 8, n, d, int8Group)
-	dst = grow(dst, 2*n*g+n*d)
-	scales := dst[start+headerLen:]
-	codes := scales[2*n*g:]
+	l := formatInt8.Layout(&Vars{VarN: n, VarD: d})
+	dst = appendHeader(dst, FormatInt8, 8, n, d, int8Group)
+	dst = grow(dst, l.Size()-headerLen)
+	scales, codes := dst[start+l.Off(int8Scales):], dst[start+l.Off(int8Codes):]
 	for i := 0; i < n; i++ {
 		row := x[i*d : (i+1)*d]
 		for k := 0; k < g; k++ {
@@ -66,15 +78,16 @@ func (Int8) Decode(dst []float32, src []byte, n, d int) error {
 	if err := checkShape("int8", n, d, len(dst), "destination"); err != nil {
 		return err
 	}
-	p, err := checkHeader("int8", src, idInt8, 8, n, d, int8Group)
+	p, err := checkHeader("int8", src, FormatInt8, 8, n, d, int8Group)
 	if err != nil {
 		return err
 	}
 	g := (d + int8Group - 1) / int8Group
-	if want := 2*n*g + n*d; len(p) != want {
-		return fmt.Errorf("codec: int8: payload is %d bytes, want %d", len(p), want)
+	l := formatInt8.Layout(&Vars{VarN: n, VarD: d})
+	if len(src) != l.Size() {
+		return fmt.Errorf("codec: int8: payload is %d bytes, want %d", len(p), l.Size()-headerLen)
 	}
-	codes := p[2*n*g:]
+	p, codes := src[l.Off(int8Scales):], src[l.Off(int8Codes):]
 	// -128 is never written (codes are symmetric); one vectorised scan
 	// finds it, leaving the conversion loop free of branches.
 	if j := bytes.IndexByte(codes, 0x80); j >= 0 {

@@ -97,6 +97,29 @@ type kakeyaScratch struct {
 	smallWorkM                int
 }
 
+// The sections and fields of formatKakeya.
+const (
+	kkInfo = iota
+	kkMean
+	kkBasis
+	kkCoefScales
+	kkCoefs
+	kkNorms
+	kkCodes
+	kkOutliers
+
+	kkFieldOutliers = 3
+)
+
+// Format returns the kakeya format.
+func (k *Kakeya) Format() *Format { return formatKakeya }
+
+// Settings returns the residual's code width, its codebook levels and the
+// rotation's signs (all 1 without RandomSigns).
+func (k *Kakeya) Settings() Settings {
+	return Settings{Bits: k.opt.Bits, Rotated: true, Levels: append([]float32(nil), k.cb.Levels...), signs: k.signs}
+}
+
 // NewKakeya validates o and returns the codec.
 func NewKakeya(o KakeyaOptions) (*Kakeya, error) {
 	switch {
@@ -339,7 +362,7 @@ func (k *Kakeya) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	r := k.skeleton(sc, x, n, d)
 
 	start := len(dst)
-	dst = appendHeader(dst, idKakeya, byte(k.opt.Bits), n, d, k.tag)
+	dst = appendHeader(dst, FormatKakeya, byte(k.opt.Bits), n, d, k.tag)
 	dst = append(dst, byte(r), byte(k.opt.CoeffBits), 0, 0, 0, 0)
 	dst = grow(dst, 2*d+2*r*d)
 	q := dst[len(dst)-2*d-2*r*d:]
@@ -378,7 +401,7 @@ func (k *Kakeya) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	dst = PackBits(dst, sc.codes[:n*p], k.opt.Bits)
 	m := len(sc.opos)
-	binary.LittleEndian.PutUint32(dst[start+headerLen+2:], uint32(m))
+	binary.LittleEndian.PutUint32(dst[start+formatKakeya.Fields[kkFieldOutliers].Off:], uint32(m))
 	wide := n*p > 1<<16
 	for t, pos := range sc.opos {
 		if wide {
@@ -470,14 +493,18 @@ type kakeyaBlock struct {
 // scales (sc.norms) of the block in sc; the residual codes stay packed.
 func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, error) {
 	const name = "kakeya"
-	pl, err := checkHeader(name, src, idKakeya, byte(k.opt.Bits), n, d, k.tag)
+	pl, err := checkHeader(name, src, FormatKakeya, byte(k.opt.Bits), n, d, k.tag)
 	if err != nil {
 		return kakeyaBlock{}, err
 	}
 	if len(pl) < 6 {
 		return kakeyaBlock{}, fmt.Errorf("codec: %s: payload of %d bytes lacks the 6-byte block header", name, len(pl))
 	}
-	r, cbits, m := int(pl[0]), int(pl[1]), int(binary.LittleEndian.Uint32(pl[2:]))
+	var v Vars
+	if err := formatKakeya.ReadFields(src, &v); err != nil {
+		return kakeyaBlock{}, err
+	}
+	r, cbits, m := v[VarRank], v[VarCoefBits], v[VarOutliers]
 	p := NextPow2(d)
 	switch {
 	case r > min(n, d):
@@ -487,50 +514,41 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 	case m > n*p || m > n*255:
 		return kakeyaBlock{}, fmt.Errorf("codec: %s: %d outliers for %d coordinates", name, m, n*p)
 	}
-	coefLen := 2 * n * r
-	if cbits < 16 {
-		coefLen = 2*r + PackedLen(n*r, cbits)
+	l := formatKakeya.Layout(&v)
+	if len(src) != l.Size() {
+		return kakeyaBlock{}, fmt.Errorf("codec: %s: payload is %d bytes, want %d for rank %d and %d outliers", name, len(pl), l.Size()-headerLen, r, m)
 	}
-	posLen := 2
-	if n*p > 1<<16 {
-		posLen = 4
-	}
-	want := 6 + 2*d + 2*r*d + coefLen + 2*n + PackedLen(n*p, k.opt.Bits) + m*(posLen+2)
-	if len(pl) != want {
-		return kakeyaBlock{}, fmt.Errorf("codec: %s: payload is %d bytes, want %d for rank %d and %d outliers", name, len(pl), want, r, m)
-	}
-	off := 6
-	// The mean and the basis rows are adjacent in the payload and in sc.mb,
+	// The mean and the basis rows are adjacent in the block and in sc.mb,
 	// so the mean is row 0 of the combination AddWeighted adds.
+	mean, basis := src[l.Off(kkMean):], src[l.Off(kkBasis):]
 	sc.mb = growF32(sc.mb, (r+1)*d)
-	if !cpu.WidenF16(sc.mb[:(r+1)*d], pl[off:]) {
-		if err := readF16s(sc.mb[:d], pl[off:], name, "mean"); err != nil {
+	if !cpu.WidenF16(sc.mb[:(r+1)*d], mean) {
+		if err := readF16s(sc.mb[:d], mean, name, "mean"); err != nil {
 			return kakeyaBlock{}, err
 		}
-		if err := readF16s(sc.mb[d:(r+1)*d], pl[off+2*d:], name, "basis"); err != nil {
+		if err := readF16s(sc.mb[d:(r+1)*d], basis, name, "basis"); err != nil {
 			return kakeyaBlock{}, err
 		}
 	}
-	off += 2 * (r + 1) * d
 	sc.coef = growF32(sc.coef, n*r)
 	if cbits == 16 {
-		if err := readF16s(sc.coef, pl[off:], name, "coefficient"); err != nil {
+		if err := readF16s(sc.coef, src[l.Off(kkCoefs):], name, "coefficient"); err != nil {
 			return kakeyaBlock{}, err
 		}
 	} else if r > 0 {
-		if err := k.parseCoef(sc, pl[off:], n, r, cbits); err != nil {
+		if err := k.parseCoef(sc, src[l.Off(kkCoefScales):], src[l.Off(kkCoefs):], n, r, cbits); err != nil {
 			return kakeyaBlock{}, err
 		}
 	}
-	off += coefLen
+	norms := src[l.Off(kkNorms):]
 	sc.norms = growF32(sc.norms, n)
-	ok := cpu.WidenF16(sc.norms, pl[off:])
+	ok := cpu.WidenF16(sc.norms, norms)
 	for _, v := range sc.norms {
 		ok = ok && v >= 0
 	}
 	if !ok {
 		for i := range sc.norms {
-			if v := getF16(pl[off+2*i:]); !finite32(v) || v < 0 {
+			if v := getF16(norms[2*i:]); !finite32(v) || v < 0 {
 				return kakeyaBlock{}, fmt.Errorf("codec: %s: norm of token %d is %v", name, i, v)
 			}
 		}
@@ -539,17 +557,15 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 	// transform's 1/sqrt(p): one scale per row, applied to the levels.
 	// p is a power of two, so multiplying by 1/p is exactly dividing by it.
 	cpu.Scale(sc.norms, 1/float32(p))
-	off += 2 * n
+	posLen := kakeyaPosBytes.Eval(&v)
 	b := kakeyaBlock{n: n, p: p, r: r, m: m, posLen: posLen, prevPos: -1}
 	// The codes stay packed: latents unpacks them straight into their
 	// levels.
-	codeLen := PackedLen(n*p, k.opt.Bits)
-	b.codes = pl[off : off+codeLen]
+	b.codes = src[l.Off(kkCodes) : l.Off(kkCodes)+l.Len(kkCodes)]
 	if p*k.opt.Bits%8 == 0 {
 		b.rowBytes = p * k.opt.Bits / 8
 	}
-	off += codeLen
-	b.outs = pl[off:]
+	b.outs = src[l.Off(kkOutliers):]
 	if err := b.load(); err != nil {
 		return kakeyaBlock{}, err
 	}
@@ -558,11 +574,11 @@ func (k *Kakeya) parse(sc *kakeyaScratch, src []byte, n, d int) (kakeyaBlock, er
 
 // parseCoef decodes the n x r skeleton coefficients of cbits (4 or 8) bits
 // and their fp16 scales from src into sc.coef.
-func (k *Kakeya) parseCoef(sc *kakeyaScratch, src []byte, n, r, cbits int) error {
+func (k *Kakeya) parseCoef(sc *kakeyaScratch, scaleBytes, codeBytes []byte, n, r, cbits int) error {
 	const name = "kakeya"
 	sc.v = growF32(sc.v, r)
 	scales := sc.v[:r]
-	if err := readF16s(scales, src, name, "coefficient scale"); err != nil {
+	if err := readF16s(scales, scaleBytes, name, "coefficient scale"); err != nil {
 		return err
 	}
 	half := float32(int(1) << (cbits - 1))
@@ -574,17 +590,17 @@ func (k *Kakeya) parseCoef(sc *kakeyaScratch, src []byte, n, r, cbits int) error
 		for c := range t {
 			t[c] = float32(c) - half
 		}
-		cpu.UnpackLookup(coef, src[2*r:], cbits, &t)
+		cpu.UnpackLookup(coef, codeBytes, cbits, &t)
 	} else {
 		sc.codes = growU8(sc.codes, n*r)
-		if err := UnpackBits(sc.codes[:n*r], src[2*r:], cbits); err != nil {
+		if err := UnpackBits(sc.codes[:n*r], codeBytes, cbits); err != nil {
 			return fmt.Errorf("codec: %s: %w", name, err)
 		}
 		for i, c := range sc.codes[:n*r] {
 			coef[i] = float32(c) - half
 		}
 	}
-	if cbits == 4 && !hasZeroNibble(src[2*r:2*r+(n*r+1)/2], n*r) {
+	if cbits == 4 && !hasZeroNibble(codeBytes[:(n*r+1)/2], n*r) {
 		// No code 0 (the check below, done on the packed bytes).
 		for i := 0; i+r <= len(coef); i += r {
 			row, s := coef[i:i+r], scales[:r]

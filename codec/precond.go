@@ -163,3 +163,10 @@ func (p *Preconditioned) Decode(dst []float32, src []byte, n, d int) error {
 	}
 	return nil
 }
+
+// Unwrap returns the inner codec, whose format the blocks have.
+func (p *Preconditioned) Unwrap() Codec { return p.Inner }
+
+// InverseFactor returns Linv, by which Decode multiplies the inner codec's
+// rows; the caller must not modify it.
+func (p *Preconditioned) InverseFactor() []float32 { return p.Linv }

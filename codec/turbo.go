@@ -60,6 +60,21 @@ func NewTurbo(o TurboOptions) (*Turbo, error) {
 // Name is "turbo<bits>", with "-g<B>" when the block is not 32.
 func (c *Turbo) Name() string { return c.name }
 
+// The sections of formatTurbo.
+const (
+	turboNorms = iota
+	turboCodes
+)
+
+// Format returns the turbo format.
+func (c *Turbo) Format() *Format { return formatTurbo }
+
+// Settings returns the code width, the norm block, the codebook levels
+// and the rotation's signs.
+func (c *Turbo) Settings() Settings {
+	return Settings{Bits: c.opt.Bits, Block: c.opt.Block, Rotated: true, Levels: append([]float32(nil), c.cb.Levels...), signs: c.signs}
+}
+
 func (c *Turbo) tag() uint16 {
 	return uint16(c.opt.Block) ^ uint16(c.opt.Seed*0x9e3779b97f4a7c15>>48)&^0x7ff
 }
@@ -78,7 +93,6 @@ func (c *Turbo) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		return dst, err
 	}
 	b, p := c.layout(d)
-	blocks := n * p / b
 	sc := c.pool.get()
 	defer c.pool.put(sc)
 	sc.f = growF32(sc.f, p)
@@ -86,9 +100,10 @@ func (c *Turbo) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	sc.u8 = growU8(sc.u8, n*p)
 	codes := sc.u8
 	start := len(dst)
-	dst = appendHeader(dst, idTurbo, byte(c.opt.Bits), n, d, c.tag())
-	dst = grow(dst, 2*blocks)
-	norms := dst[len(dst)-2*blocks:]
+	dst = appendHeader(dst, FormatTurbo, byte(c.opt.Bits), n, d, c.tag())
+	l := formatTurbo.Layout(&Vars{VarN: n, VarD: d, VarBits: c.opt.Bits, VarBlock: c.opt.Block})
+	dst = grow(dst, l.Len(turboNorms))
+	norms := dst[start+l.Off(turboNorms):]
 	scale := float32(math.Sqrt(float64(b))) // rotated unit-norm coordinates have variance 1/b
 	for i := 0; i < n; i++ {
 		copy(row, x[i*d:(i+1)*d])
@@ -142,20 +157,21 @@ func (c *Turbo) Decode(dst []float32, src []byte, n, d int) error {
 	if err := checkShape(name, n, d, len(dst), "destination"); err != nil {
 		return err
 	}
-	pl, err := checkHeader(name, src, idTurbo, byte(c.opt.Bits), n, d, c.tag())
+	pl, err := checkHeader(name, src, FormatTurbo, byte(c.opt.Bits), n, d, c.tag())
 	if err != nil {
 		return err
 	}
 	b, p := c.layout(d)
-	blocks := n * p / b
-	if want := 2*blocks + PackedLen(n*p, c.opt.Bits); len(pl) != want {
-		return fmt.Errorf("codec: %s: payload is %d bytes, want %d", name, len(pl), want)
+	l := formatTurbo.Layout(&Vars{VarN: n, VarD: d, VarBits: c.opt.Bits, VarBlock: c.opt.Block})
+	if len(src) != l.Size() {
+		return fmt.Errorf("codec: %s: payload is %d bytes, want %d", name, len(pl), l.Size()-headerLen)
 	}
+	pl = src[l.Off(turboNorms):]
 	sc := c.pool.get()
 	defer c.pool.put(sc)
 	sc.u8 = growU8(sc.u8, n*p)
 	codes := sc.u8
-	if err := UnpackBits(codes, pl[2*blocks:], c.opt.Bits); err != nil {
+	if err := UnpackBits(codes, src[l.Off(turboCodes):], c.opt.Bits); err != nil {
 		return fmt.Errorf("codec: %s: %w", name, err)
 	}
 	sc.f = growF32(sc.f, p)

@@ -304,29 +304,30 @@ func matMulLaunch(dt tensor.DType, out, x, w Ptr, n, rows, cols int) Launch {
 }
 
 // Formats of the KV parts attention reads: hot parts hold BlockSize x
-// HeadDim values row-major; encoded parts hold exactly the bytes the
-// codec's Encode produced for BlockSize x HeadDim values (header
-// included). The int codecs are those of codec.Int4 without rotation and
-// with a power-of-two group (32 by default): per token ("int4", "int2") or
-// per channel ("int4-k", "int2-k", KIVI's layout for keys).
+// HeadDim values row-major (partF32, partBF16: kv_write's formats);
+// encoded parts hold exactly the bytes the codec's Encode produced for
+// BlockSize x HeadDim values (header included), and their format is
+// partEncoded plus the block format's id (codec.FormatID), whose layout
+// the kernels take from formats.h. The int codecs are those of codec.Int4
+// without rotation and with a power-of-two group (32 by default): per
+// token ("int4", "int2") or per channel ("int4-k", "int2-k", KIVI's layout
+// for keys), which the kernel reads from the block's header.
 const (
-	partF32   = iota // float32 hot part
-	partBF16         // bf16 hot part
-	partInt8         // codec "int8"
-	partInt4         // codec "int4" (any power-of-two group)
-	partInt4K        // codec "int4-k"
-	partInt2         // codec "int2"
-	partInt2K        // codec "int2-k"
-	// partKakeya is a block of a codec.Kakeya: attention reads it with
-	// the codec's settings, kakeyaParams, given as attnArgs.KParams or
-	// VParams.
-	partKakeya
+	partF32     = 0  // float32 hot part
+	partBF16    = 1  // bf16 hot part
+	partEncoded = 16 // plus a codec.FormatID: an encoded part
+	partInt8    = partEncoded + int32(codec.FormatInt8)
+	partInt4    = partEncoded + int32(codec.FormatInt4) // int4 and int2, per token or per channel
+	// partKakeya is a block of the kakeya format: attention reads it
+	// with the codec's settings, kakeyaParams, given as attnArgs.KParams
+	// or VParams.
+	partKakeya = partEncoded + int32(codec.FormatKakeya)
 )
 
-// A key part of any encoded format may hold a codec.Preconditioned's
-// bytes: the inner codec's encoding of the keys whitened by the head's
-// factor L (y = k L). Its attnArgs.LTab entry holds the device address of
-// the factor's inverse (codec.Preconditioned.Linv, in unwhitenLayout's
+// A key part of any encoded format may hold the bytes of a whitened codec
+// (codec.Whitened, e.g. codec.Preconditioned): the inner codec's encoding
+// of the keys whitened by the head's factor L (y = k L). Its attnArgs.LTab entry holds the device address of
+// the factor's inverse (codec.Whitened.InverseFactor, in unwhitenLayout's
 // order), and the kernel multiplies each decoded row by it (k = y Linv)
 // before RoPE. That is d(d+1)/2 multiply-adds per key row and block of
 // attn_split (at d = 128, about 8K, against d per query-head row to score
@@ -352,54 +353,71 @@ func attnFormat(k, v int32) int32 {
 // encodedFormat reports the part format of blocks encoded by dec for
 // parts of head dim d, and false when attention cannot read that codec's
 // bytes (the cache then keeps such blocks hot, holding their decoded
-// values). A codec.Kakeya is read with its settings, which its bytes
-// lack: a store that keeps such blocks encoded also holds the layer's
-// kakeyaParams on the device for attnArgs.KParams and VParams. A
-// codec.Preconditioned is read as its inner codec's format (see
-// preconditioner), the kernel un-whitening the keys with the LTab entry.
+// values). It dispatches on the block format the codec declares
+// (codec.Described) and its settings, not on the codec's Go type: the
+// kernels read the built-in formats kakeya, int4 (no rotation, a
+// power-of-two group) and int8, from the layouts of formats.h. A Kakeya
+// block is read with its codec's settings, which its bytes lack: a store
+// that keeps such blocks encoded also holds the layer's kakeyaParams on
+// the device for attnArgs.KParams and VParams. A whitened codec
+// (codec.Whitened, e.g. codec.Preconditioned) is read as its inner
+// codec's format (see preconditioner), the kernel un-whitening the keys
+// with the LTab entry.
 func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
-	if p, ok := dec.(*codec.Preconditioned); ok {
-		inner, linv := preconditioner(p, d)
+	if w, ok := dec.(codec.Whitened); ok {
+		inner, linv := preconditioner(w, d)
 		if linv == nil {
 			return 0, false
 		}
 		return encodedFormat(inner, d)
 	}
-	if _, ok := dec.(*codec.Kakeya); ok {
-		return partKakeya, d <= maxHeadDim
+	c, f, ok := builtinFormat(dec)
+	if !ok {
+		return 0, false
 	}
-	if c, ok := dec.(*codec.Int4); ok {
+	switch f.ID {
+	case codec.FormatKakeya:
+		return partKakeya, d <= maxHeadDim
+	case codec.FormatInt4:
 		// Any group of a power of two (the kernel reads it from the
 		// block's header), no rotation.
-		o := c.Options()
-		if o.Rotate || o.Group&(o.Group-1) != 0 {
+		st := c.Settings()
+		if st.Rotated || st.Group&(st.Group-1) != 0 || st.Bits != 2 && st.Bits != 4 {
 			return 0, false
 		}
-		switch {
-		case o.Bits == 4 && o.PerChannel:
-			return partInt4K, true
-		case o.Bits == 4:
-			return partInt4, true
-		case o.PerChannel:
-			return partInt2K, true
-		}
-		return partInt2, true
-	}
-	if dec.Name() == "int8" {
+		return partInt4, true
+	case codec.FormatInt8:
 		return partInt8, true
 	}
 	return 0, false
 }
 
-// preconditioner returns the codec p wraps and the inverse factor its
-// Decode applies, or a nil factor when the kernels cannot undo p: a
+// builtinFormat returns dec as a codec.Described and its format, and
+// false unless that format is one of package codec's, which formats.h
+// describes: a format of another package may reuse an id, but no kernel
+// reads it.
+func builtinFormat(dec compute.Decoder) (codec.Described, *codec.Format, bool) {
+	c, ok := dec.(codec.Described)
+	if !ok {
+		return nil, nil, false
+	}
+	f := c.Format()
+	if b, ok := codec.BuiltinFormat(f.ID); !ok || b != f {
+		return nil, nil, false
+	}
+	return c, f, true
+}
+
+// preconditioner returns the codec w wraps and the inverse factor its
+// Decode applies, or a nil factor when the kernels cannot undo w: a
 // factor not of d x d values or d past maxHeadDim, or an inner codec that
-// is itself preconditioned (the kernel applies one factor).
-func preconditioner(p *codec.Preconditioned, d int) (compute.Decoder, []float32) {
-	if _, nested := p.Inner.(*codec.Preconditioned); nested || p.Inner == nil || d > maxHeadDim || len(p.Linv) != d*d {
+// is itself whitened (the kernel applies one factor).
+func preconditioner(w codec.Whitened, d int) (compute.Decoder, []float32) {
+	inner, linv := w.Unwrap(), w.InverseFactor()
+	if _, nested := inner.(codec.Whitened); nested || inner == nil || d > maxHeadDim || len(linv) != d*d {
 		return nil, nil
 	}
-	return p.Inner, p.Linv
+	return inner, linv
 }
 
 // attnWarps is the number of warps of an attention block.
@@ -432,32 +450,25 @@ func unwhitenLayout(linv []float32, d int) []float32 {
 const kakeyaParamsLen = 4 * (4 + 16 + maxHeadDim)
 
 // kakeyaParams returns the device form of what attention needs to read
-// blocks of dec, a *codec.Kakeya, beyond their bytes: the residual's code
-// width, its codebook levels and the randomized Hadamard rotation's signs
-// (the codec's own, Kakeya.Signs). It reports false for any other decoder
-// and for head dims past maxHeadDim.
+// blocks of dec, a codec of the kakeya format, beyond their bytes: the
+// residual's code width, its codebook levels and the randomized Hadamard
+// rotation's signs (the codec's Settings). It reports false for any other
+// decoder and for head dims past maxHeadDim.
 func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
-	k, ok := dec.(*codec.Kakeya)
-	if !ok || d > maxHeadDim {
+	c, f, ok := builtinFormat(dec)
+	if !ok || f.ID != codec.FormatKakeya || d > maxHeadDim {
 		return nil, false
 	}
-	o := k.Options()
-	cb := o.Codebook
-	if cb == nil {
-		var err error
-		if cb, err = codec.GaussianCodebook(o.Bits); err != nil {
-			return nil, false
-		}
-	}
-	if len(cb.Levels) > 16 {
+	st := c.Settings()
+	if len(st.Levels) > 16 {
 		return nil, false
 	}
 	b := make([]byte, kakeyaParamsLen)
-	binary.LittleEndian.PutUint32(b, uint32(o.Bits))
-	for i, l := range cb.Levels {
+	binary.LittleEndian.PutUint32(b, uint32(st.Bits))
+	for i, l := range st.Levels {
 		binary.LittleEndian.PutUint32(b[16+4*i:], math.Float32bits(l))
 	}
-	for i, sign := range k.Signs(maxHeadDim) {
+	for i, sign := range st.Signs(maxHeadDim) {
 		binary.LittleEndian.PutUint32(b[80+4*i:], math.Float32bits(sign))
 	}
 	return b, true

@@ -19,7 +19,8 @@ import (
 // store is garbage collected or the backend closes. Kakeya blocks also
 // need their codec's settings (kakeyaParams), held once per codec in a
 // slot of their own, and preconditioned keys the inverse of their head's
-// factor, held once per codec.Preconditioned (one per layer and KV head).
+// factor, held once per whitened codec (codec.Whitened, e.g.
+// codec.Preconditioned: one per layer and KV head).
 
 // encAlign is the granularity of encoded slots: their byte sizes are
 // rounded up to it, and it aligns every slot for the kernels' wide loads.
@@ -86,7 +87,7 @@ type store struct {
 	prmOf  map[compute.Decoder]Ptr
 	prmFor map[string]Ptr
 	// The device copies of the preconditioners' inverse factors.
-	linvOf map[*codec.Preconditioned]Ptr
+	linvOf map[compute.Decoder]Ptr
 	// gen counts the changes of part addresses and formats, so attention
 	// rescans its block tables only when one may have changed.
 	gen uint64
@@ -96,7 +97,7 @@ type store struct {
 // memory, hot in bf16 or float32.
 func (b *Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
 	s := &store{b: b, rows: rows, d: d, bf16: bf16, mem: &slots{free: map[int][]Ptr{}},
-		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}, linvOf: map[*codec.Preconditioned]Ptr{}}
+		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}, linvOf: map[compute.Decoder]Ptr{}}
 	runtime.AddCleanup(s, b.freeSlabs, s.mem)
 	return s
 }
@@ -284,9 +285,9 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	format, ok := encodedFormat(dec, s.d)
 	// A preconditioned codec's bytes are its inner codec's: the settings
 	// are the inner codec's, and the kernel un-whitens with the factor.
-	inner, pre := dec, (*codec.Preconditioned)(nil)
-	if p, isPre := dec.(*codec.Preconditioned); isPre && ok {
-		inner, pre = p.Inner, p
+	inner, pre := dec, codec.Whitened(nil)
+	if w, isPre := dec.(codec.Whitened); isPre && ok {
+		inner, pre = w.Unwrap(), w
 	}
 	var prm, linv Ptr
 	if ok && format == partKakeya {
@@ -376,7 +377,7 @@ func (s *store) kakeyaParams(dec compute.Decoder) (Ptr, bool, error) {
 // inverseFactor returns the device copy of p's inverse factor (float32,
 // in unwhitenLayout's order), uploading it on p's first block. Called with
 // the backend's mu held.
-func (s *store) inverseFactor(p *codec.Preconditioned) (Ptr, error) {
+func (s *store) inverseFactor(p codec.Whitened) (Ptr, error) {
 	if a, ok := s.linvOf[p]; ok {
 		return a, nil
 	}

@@ -24,7 +24,20 @@
 // and attn_combine merges the splits.
 #include "prelude.cuh"
 
-enum { kkPartF32, kkPartBF16, kkPartInt8, kkPartInt4, kkPartInt4K, kkPartInt2, kkPartInt2K, kkPartKakeya };
+// The block formats' layouts, generated from codec/format.go, as device
+// functions.
+#define KK_FORMAT_FN KK_DEVICE
+#include "formats.h"
+
+// Part formats: hot rows (float32 or bf16, kv_write's formats 0 and 1),
+// or the bytes of an encoded block: kkPartEncoded plus its format id,
+// whose layout formats.h describes.
+enum { kkPartF32, kkPartBF16, kkPartEncoded = 16 };
+enum {
+	kkPartInt8 = kkPartEncoded + KK_FORMAT_INT8,
+	kkPartInt4 = kkPartEncoded + KK_FORMAT_INT4, // int4 and int2, by row or by channel
+	kkPartKakeya = kkPartEncoded + KK_FORMAT_KAKEYA,
+};
 
 #define KK_AT_TILE 32 // keys per tile, one per lane
 #define KK_AT_SLOTS 4 // query-head rows per warp
@@ -44,44 +57,75 @@ KK_DEVICE float kk_step_scale(int e) {
 	return t * kk_bits_f32((kk_u32)(127 - (e >> 4)) << 23);
 }
 
-// kk_part_value returns element (row, col) of a part of bs rows of d
-// values. int8 (codec.Int8): after the 16-byte header, one fp16 scale per
-// row and group of 32 values, then the int8 codes row-major. int4 and int2
-// (codec.Int4, no rotation, groups of G values, G a power of two that the
-// header's tag field, bytes 10-11, holds): after the header the groups'
+// A kk_part is a part opened for reading element by element: where its
+// sections start, which formats.h (generated from codec/format.go, the
+// one description of each block format) says, and the settings of its
+// groups, read once per loop rather than once per element. int8
+// (codec.Int8): one fp16 scale per row and group of 32 values, then the
+// int8 codes row-major. int4 and int2 (codec.Int4, no rotation, groups of
+// G values, G a power of two that the header's tag holds, the code width
+// and the groups' direction in its parameter byte): the groups'
 // parameters, then the codes row-major as one bit stream, least
-// significant bits first. The parameters are, when the header's parameter
-// byte (byte 3) has bit 0x40 (the default), an fp16 block step S and per
-// group a step code e and a signed zero point z (step s = S*2^(-e/16),
-// minimum z*s); else an fp16 (min, step) pair per group. Groups run along
-// each row (int4, int2: group row*ceil(d/G) + col/G) or, per channel,
-// along the tokens (int4-k, int2-k: group col*ceil(bs/G) + row/G).
-KK_DEVICE float kk_part_value(const kk_u8 *p, int fmt, int bs, int d, int row, int col) {
-	int i = row * d + col;
-	if (fmt == kkPartF32)
-		return ((const float *)p)[i];
-	if (fmt == kkPartBF16)
-		return kk_bf16(((const kk_u16 *)p)[i]);
-	const kk_u8 *pl = p + 16;
+// significant bits first. With byte_params (the default) a group's
+// parameters are a step code e and a signed zero point z (step s =
+// S*2^(-e/16) for the block's fp16 step S, minimum z*s); else an fp16
+// (min, step) pair. Groups run along each row (int4, int2: group
+// row*ceil(d/G) + col/G) or, per channel, along the tokens (int4-k,
+// int2-k: group col*ceil(bs/G) + row/G).
+struct kk_part {
+	const kk_u8 *p;      // the part: hot rows, or the block with its header
+	const kk_u8 *groups; // int8 scales, int4 group parameters
+	const kk_u8 *codes;
+	int fmt, d, bits, gs, per;
+	bool channel, bp;
+	float S; // int4 with byte_params: the block's step
+};
+
+// kk_part_open opens a part of format fmt (kkPart...) of bs rows of d
+// values at p.
+KK_DEVICE kk_part kk_part_open(const kk_u8 *p, int fmt, int bs, int d) {
+	kk_part v = {};
+	v.p = p;
+	v.fmt = fmt;
+	v.d = d;
 	if (fmt == kkPartInt8) {
-		int groups = (d + 31) >> 5;
-		float s = kk_half_at(pl + 2 * (row * groups + (col >> 5)));
-		return (float)(kk_i8)pl[2 * bs * groups + i] * s;
+		v.groups = p + kk_int8_scales_off(bs, d);
+		v.codes = p + kk_int8_codes_off(bs, d);
+		v.per = (d + 31) >> 5;
+	} else if (fmt == kkPartInt4) {
+		v.channel = kk_int4_per_channel(p) != 0;
+		v.bits = (int)kk_int4_bits(p);
+		long long g = kk_int4_group(p), bp = kk_int4_byte_params(p);
+		v.bp = bp != 0;
+		v.gs = __builtin_ctz((unsigned)g);
+		v.per = v.channel ? (bs + (int)g - 1) >> v.gs : (d + (int)g - 1) >> v.gs;
+		v.groups = p + kk_int4_groups_off(bs, d, v.bits, g, v.channel, 0, bp);
+		v.codes = p + kk_int4_codes_off(bs, d, v.bits, g, v.channel, 0, bp);
+		if (v.bp)
+			v.S = kk_half_at(p + kk_int4_step_off(bs, d, v.bits, g, v.channel, 0, bp));
 	}
-	bool channel = fmt == kkPartInt4K || fmt == kkPartInt2K;
-	int bits = fmt == kkPartInt2 || fmt == kkPartInt2K ? 2 : 4;
-	int g = (int)p[10] | (int)p[11] << 8, gs = __builtin_ctz(g);
-	int per = channel ? (bs + g - 1) >> gs : (d + g - 1) >> gs;
-	int k = channel ? col * per + (row >> gs) : row * per + (col >> gs);
-	int ngroups = channel ? d * per : bs * per;
-	int bit = i * bits;
-	if (p[3] & 0x40) {
-		float s = kk_half_at(pl) * kk_step_scale(pl[2 + 2 * k]);
-		int code = (pl[2 + 2 * ngroups + (bit >> 3)] >> (bit & 7)) & ((1 << bits) - 1);
-		return (float)(kk_i8)pl[3 + 2 * k] * s + (float)code * s;
+	return v;
+}
+
+// kk_part_value returns element (row, col) of an opened part.
+KK_DEVICE float kk_part_value(const kk_part &v, int row, int col) {
+	int i = row * v.d + col;
+	if (v.fmt == kkPartF32)
+		return ((const float *)v.p)[i];
+	if (v.fmt == kkPartBF16)
+		return kk_bf16(((const kk_u16 *)v.p)[i]);
+	if (v.fmt == kkPartInt8) {
+		float s = kk_half_at(v.groups + 2 * (row * v.per + (col >> 5)));
+		return (float)(kk_i8)v.codes[i] * s;
 	}
-	const kk_u8 *mp = pl + 4 * k;
-	int code = (pl[4 * ngroups + (bit >> 3)] >> (bit & 7)) & ((1 << bits) - 1);
+	int k = v.channel ? col * v.per + (row >> v.gs) : row * v.per + (col >> v.gs);
+	int bit = i * v.bits;
+	int code = (v.codes[bit >> 3] >> (bit & 7)) & ((1 << v.bits) - 1);
+	if (v.bp) {
+		float s = v.S * kk_step_scale(v.groups[2 * k]);
+		return (float)(kk_i8)v.groups[2 * k + 1] * s + (float)code * s;
+	}
+	const kk_u8 *mp = v.groups + 4 * k;
 	return kk_half_at(mp) + (float)code * kk_half_at(mp + 2);
 }
 
@@ -107,16 +151,17 @@ KK_DEVICE int kk_bits_at(const kk_u8 *s, long long bit, int width) {
 // (kakeyaParams in launch.go). The whole block calls it: it syncs.
 KK_DEVICE void kk_kakeya_tile(float *tile, int ld, const kk_u8 *part, const float *__restrict__ prm, int bs, int d,
                               int P, int row0, int tn) {
-	const kk_u8 *pl = part + 16;
 	int bits = (int)kk_f32_bits(prm[0]);
 	const float *levels = prm + 4, *signs = prm + 20;
-	int r = pl[0], cbits = pl[1];
-	int m = (int)(kk_u16_at(pl + 2) | kk_u16_at(pl + 4) << 16);
-	const kk_u8 *mean = pl + 6, *basis = mean + 2 * d, *coef = basis + 2 * r * d;
-	long long coefLen = cbits == 16 ? 2LL * bs * r : 2LL * r + (bs * r * cbits + 7) / 8;
-	const kk_u8 *norms = coef + coefLen, *codes = norms + 2 * bs;
-	const kk_u8 *outs = codes + ((long long)bs * P * bits + 7) / 8;
-	int posLen = (long long)bs * P > 65536 ? 4 : 2;
+	// The layout, from formats.h.
+	int r = (int)kk_kakeya_rank(part), cbits = (int)kk_kakeya_coef_bits(part);
+	int m = (int)kk_kakeya_outliers(part);
+#define KK_KAKEYA_AT(section) (part + kk_kakeya_##section##_off(bs, d, bits, r, cbits, m))
+	const kk_u8 *mean = KK_KAKEYA_AT(mean), *basis = KK_KAKEYA_AT(basis);
+	const kk_u8 *cscales = KK_KAKEYA_AT(coef_scales), *coef = KK_KAKEYA_AT(coefs);
+	const kk_u8 *norms = KK_KAKEYA_AT(norms), *codes = KK_KAKEYA_AT(codes), *outs = KK_KAKEYA_AT(outliers);
+#undef KK_KAKEYA_AT
+	int posLen = (int)kk_kakeya_pos_bytes(bs, d, bits, r, cbits, m);
 	float invP = 1.0f / (float)P;
 	// The residual in its rotated domain: levels times norm/P, the
 	// transform's scale folded in.
@@ -158,8 +203,8 @@ KK_DEVICE void kk_kakeya_tile(float *tile, int ld, const kk_u8 *part, const floa
 			if (cbits == 16)
 				cf = kk_f16_at(coef + 2 * ((long long)row * r + k));
 			else
-				cf = ((float)kk_bits_at(coef + 2 * r, ((long long)row * r + k) * cbits, cbits) - half) *
-				     kk_f16_at(coef + 2 * k);
+				cf = ((float)kk_bits_at(coef, ((long long)row * r + k) * cbits, cbits) - half) *
+				     kk_f16_at(cscales + 2 * k);
 			v += cf * kk_f16_at(basis + 2 * (k * d + c));
 		}
 		tile[j * ld + c] = v;
@@ -301,9 +346,10 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 			if (kfmt == kkPartKakeya) {
 				kk_kakeya_tile(kv, ld, kp, kprm, bs, d, P, p0 - b * bs, tn);
 			} else if (kl) {
+				kk_part kpart = kk_part_open(kp, kfmt, bs, d);
 				for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
 					int j = i / d, c = i - j * d;
-					kv[j * ld + c] = kk_part_value(kp, kfmt, bs, d, p0 + j - b * bs, c);
+					kv[j * ld + c] = kk_part_value(kpart, p0 + j - b * bs, c);
 				}
 				__syncthreads();
 			}
@@ -311,6 +357,7 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 				kk_unwhiten(kv, ld, kl, d, tn);
 				__syncthreads();
 			}
+			kk_part kpart = kk_part_open(kp, staged ? kkPartF32 : kfmt, bs, d);
 			for (int i = threadIdx.x; i < tn * half; i += blockDim.x) {
 				int j = i / half, c = i - j * half, pos = p0 + j, row = pos - b * bs;
 				float x0, x1;
@@ -318,8 +365,8 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 					x0 = kv[j * ld + c];
 					x1 = kv[j * ld + c + half];
 				} else {
-					x0 = kk_part_value(kp, kfmt, bs, d, row, c);
-					x1 = kk_part_value(kp, kfmt, bs, d, row, c + half);
+					x0 = kk_part_value(kpart, row, c);
+					x1 = kk_part_value(kpart, row, c + half);
 				}
 				float cs = cos[(long long)pos * half + c], sn = sin[(long long)pos * half + c];
 				kv[j * ld + c] = x0 * cs - x1 * sn;
@@ -357,9 +404,10 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 			if (vfmt == kkPartKakeya) {
 				kk_kakeya_tile(kv, ld, vp, vprm, bs, d, P, p0 - b * bs, tn);
 			} else {
+				kk_part vpart = kk_part_open(vp, vfmt, bs, d);
 				for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
 					int j = i / d, c = i - j * d;
-					kv[j * ld + c] = kk_part_value(vp, vfmt, bs, d, p0 + j - b * bs, c);
+					kv[j * ld + c] = kk_part_value(vpart, p0 + j - b * bs, c);
 				}
 				__syncthreads();
 			}

@@ -12,7 +12,7 @@ import (
 // also makes an edited kernel change this package's build ID, so packages
 // that compile them (the emulator) are rebuilt.
 //
-//go:embed *.cu *.cuh emu.h kernels_sm80.ptx
+//go:embed *.cu *.cuh emu.h formats.h kernels_sm80.ptx
 var files embed.FS
 
 // PTX returns the PTX module of every kernel.
@@ -24,5 +24,6 @@ func PTX() []byte {
 	return b
 }
 
-// Sources returns the kernels' CUDA C++ sources (*.cu, *.cuh, emu.h).
+// Sources returns the kernels' CUDA C++ sources (*.cu, *.cuh, emu.h,
+// formats.h).
 func Sources() fs.FS { return files }
