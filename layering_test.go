@@ -54,7 +54,7 @@ var allowed = map[string][]string{
 	"internal/device":     {"compute", "compute/cudabackend"},
 	"internal/testmodel":  {"tensor"},
 	"internal/leveltest":  {"kernels/cpu"},
-	"internal/cli":        {},
+	"internal/cli":        {"kernels/cpu"}, // --version names the CPU kernels
 	"internal/clitest":    {},
 
 	// The commands.
