@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 )
@@ -35,8 +36,9 @@ import (
 //     fenced block or an inline code span, must use only flags that the
 //     tool (or kakeya-eval's command) defines.
 //
-// Besides: every flag of every tool appears in docs/cli.md, and every
-// package of the module in docs/architecture.md's map.
+// Besides: every flag of every tool appears in docs/cli.md, every package
+// of the module in docs/architecture.md's map, and every relative link
+// leads to a file and heading that exist.
 
 const (
 	markQuick  = "<!-- test: quick -->"
@@ -405,5 +407,63 @@ func TestDocPackageMap(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// headingAnchor returns the anchor GitHub gives a Markdown heading: lower
+// case, punctuation dropped, spaces as hyphens.
+func headingAnchor(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Every relative link of README.md and docs/ leads to a file that exists
+// and, with a #fragment into a Markdown file, to one of its headings.
+func TestDocLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading := regexp.MustCompile(`(?m)^#+ (.*)$`)
+	anchors := map[string]map[string]bool{}
+	prose := map[string]string{}
+	for _, file := range docFiles(t) {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, err := parseBlocks(file, string(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		prose[file] = p
+		anchors[file] = map[string]bool{}
+		for _, m := range heading.FindAllStringSubmatch(p, -1) {
+			anchors[file][headingAnchor(m[1])] = true
+		}
+	}
+	for file, p := range prose {
+		for _, m := range link.FindAllStringSubmatch(p, -1) {
+			target, frag, _ := strings.Cut(m[1], "#")
+			if strings.Contains(target, "://") {
+				continue
+			}
+			path := file
+			if target != "" {
+				path = filepath.Join(filepath.Dir(file), filepath.FromSlash(target))
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s: link %s: %v", file, m[1], err)
+					continue
+				}
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !anchors[filepath.Clean(path)][frag] {
+				t.Errorf("%s: link %s: %s has no heading #%s", file, m[1], path, frag)
+			}
+		}
 	}
 }
