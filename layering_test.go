@@ -64,7 +64,7 @@ var allowed = map[string][]string{
 	"internal/device":     {"compute", "compute/cpubackend", "compute/cudabackend"},
 	"internal/testmodel":  {"tensor"},
 	"internal/leveltest":  {"kernels/cpu"},
-	"internal/cli":        {},
+	"internal/cli":        {"kernels/cpu"}, // --version names the CPU kernels
 	"internal/clitest":    {},
 
 	// The cache flags the commands share.

@@ -28,7 +28,8 @@ commands:
   allocate   pick per-layer codecs for a byte budget: a policy file (--kv-policy)
   pareto     draw a ppl report's Pareto plot (ratio vs KL)
 
-Run "kakeya-eval <command> -h" for the flags of a command.
+Run "kakeya-eval <command> -h" for the flags of a command, and
+"kakeya-eval --version" for the version and the build (SIMD, cgo).
 `
 
 func main() {
@@ -58,13 +59,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	case "-version", "--version", "version":
+		cli.WriteVersion(stdout, "kakeya-eval", cli.CurrentBuild())
+		return nil
 	}
 	return &cli.UsageError{Err: fmt.Errorf("unknown command %q", cmd), Usage: func() { fmt.Fprint(stderr, usage) }}
 }
 
-// newFlagSet returns a command's flag set, which parse parses.
+// newFlagSet returns a command's flag set, which parse parses. It is
+// named for the tool and the command ("kakeya-eval ppl"), the name
+// --version reports.
 func newFlagSet(name, _ string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("kakeya-eval "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
 }

@@ -126,12 +126,21 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // returns flag.ErrHelp; on a bad flag it returns a *UsageError that prints
 // help to stderr after Main has printed the error, so the error is said
 // once and not buried above the usage.
+//
+// Parse also gives every command --version (unless fs defines a flag of
+// that name): it writes WriteVersion's report for fs's name to stdout and
+// returns flag.ErrHelp, so the command ends there with status 0 and no
+// other flag, required or not, is checked.
 func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, help func(w io.Writer)) error {
+	version := addVersionFlag(fs)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	err := fs.Parse(args)
 	fs.SetOutput(stderr)
 	switch {
+	case err == nil && version != nil && *version:
+		WriteVersion(stdout, fs.Name(), CurrentBuild())
+		return flag.ErrHelp
 	case err == nil:
 		return nil
 	case errors.Is(err, flag.ErrHelp):
