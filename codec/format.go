@@ -28,6 +28,7 @@ const (
 	FormatInt4                         // codec Int4 (int4*, int2*)
 	FormatKakeya                       // codec Kakeya
 	FormatTurbo                        // codec Turbo
+	FormatFP8                          // codec FP8
 )
 
 // A Var is one quantity a block layout is computed from: the block's
@@ -342,6 +343,15 @@ var (
 			{Name: "codes", Count: Mul(n, d), Width: Lit(8), Doc: "int8 codes, row-major"},
 		},
 	}
+	formatFP8 = &Format{
+		ID: FormatFP8, Name: "fp8",
+		Doc:  "OCP FP8 E4M3 (e4m3fn: bias 7, max 448, no infinities, NaN 0x7f/0xff never written) times one float32 scale per block, absmax/448.",
+		Vars: []Var{VarN, VarD},
+		Sections: []Section{
+			{Name: "scale", Count: Lit(1), Width: Lit(32), Doc: "the block's float32 scale"},
+			{Name: "codes", Count: Mul(n, d), Width: Lit(8), Doc: "E4M3 codes, row-major"},
+		},
+	}
 	formatInt4 = &Format{
 		ID: FormatInt4, Name: "int4",
 		Doc: "Asymmetric group quantization (int4*, int2*): value = min + code*step per group of `group` values, along each row of p = d " +
@@ -415,7 +425,7 @@ var (
 	}
 )
 
-var builtinFormats = []*Format{formatIdentity, formatBF16, formatInt8, formatInt4, formatKakeya, formatTurbo}
+var builtinFormats = []*Format{formatIdentity, formatBF16, formatInt8, formatInt4, formatKakeya, formatTurbo, formatFP8}
 
 // Formats returns the built-in block formats in id order.
 func Formats() []*Format { return append([]*Format(nil), builtinFormats...) }

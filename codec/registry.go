@@ -22,7 +22,7 @@ type Spec struct {
 
 // names are the codecs New builds, in the order help lists them: the one
 // list Names, New and the tools' help read.
-var names = []string{"f32", "bf16", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot", "kakeya", "turbo"}
+var names = []string{"f32", "bf16", "fp8", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot", "kakeya", "turbo"}
 
 // Names lists the codec names New accepts ("identity" aside, an alias of
 // f32).
@@ -129,6 +129,8 @@ func New(s Spec) (Codec, error) {
 		c = Identity{}
 	case "bf16":
 		c = BF16{}
+	case "fp8":
+		c = FP8{}
 	case "int8":
 		c = Int8{}
 	case "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot":

@@ -151,7 +151,7 @@ func TestNamesBuild(t *testing.T) {
 			t.Errorf("Names() lacks %s", name)
 		}
 	}
-	if _, err := New(Spec{Name: "int3"}); err == nil || !strings.Contains(err.Error(), `unknown codec "int3" (valid: f32, bf16, int8, int4, int4-rot, int4-k, int4-k-rot, int2, int2-rot, int2-k, int2-k-rot, kakeya, turbo)`) {
+	if _, err := New(Spec{Name: "int3"}); err == nil || !strings.Contains(err.Error(), `unknown codec "int3" (valid: f32, bf16, fp8, int8, int4, int4-rot, int4-k, int4-k-rot, int2, int2-rot, int2-k, int2-k-rot, kakeya, turbo)`) {
 		t.Errorf("int3: %v", err)
 	}
 }

@@ -205,4 +205,19 @@ KK_FORMAT_FN long long kk_turbo_b(long long n, long long d, long long bits, long
 // kk_turbo_p: padded values per row.
 KK_FORMAT_FN long long kk_turbo_p(long long n, long long d, long long bits, long long block) { return (((d + kk_fmt_min(block, kk_fmt_pow2(d)) - 1) / kk_fmt_min(block, kk_fmt_pow2(d))) * kk_fmt_min(block, kk_fmt_pow2(d))); }
 
+// Format fp8, id 7.
+// OCP FP8 E4M3 (e4m3fn: bias 7, max 448, no infinities, NaN 0x7f/0xff never
+// written) times one float32 scale per block, absmax/448.
+#define KK_FORMAT_FP8 7
+// Section scale: the block's float32 scale.
+KK_FORMAT_FN long long kk_fp8_scale_off(long long n, long long d) { return 16; }
+KK_FORMAT_FN long long kk_fp8_scale_width(long long n, long long d) { return 32; }
+KK_FORMAT_FN long long kk_fp8_scale_len(long long n, long long d) { return (1 * kk_fp8_scale_width(n, d) + 7) / 8; }
+// Section codes: E4M3 codes, row-major.
+KK_FORMAT_FN long long kk_fp8_codes_off(long long n, long long d) { return kk_fp8_scale_off(n, d) + kk_fp8_scale_len(n, d); }
+KK_FORMAT_FN long long kk_fp8_codes_width(long long n, long long d) { return 8; }
+KK_FORMAT_FN long long kk_fp8_codes_len(long long n, long long d) { return ((n * d) * kk_fp8_codes_width(n, d) + 7) / 8; }
+// kk_fp8_size is the length of the whole block.
+KK_FORMAT_FN long long kk_fp8_size(long long n, long long d) { return kk_fp8_codes_off(n, d) + kk_fp8_codes_len(n, d); }
+
 #endif // KK_FORMATS_H
