@@ -20,7 +20,6 @@ type Sequence struct {
 	err   error // a failure that left the cache inconsistent
 
 	sc   scratch
-	pass [1]pass   // Forward's one-item step
 	last []float32 // logits of the last position, on the host
 }
 
