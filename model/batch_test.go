@@ -3,12 +3,16 @@ package model
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
@@ -141,22 +145,42 @@ func (r *batchRun) solo(t *testing.T, m *Model, steps int) (logits [][]float32, 
 // alone, bit for bit: mixed prompt lengths, sequences joining while others
 // decode (prefill chunks and decode tokens in one step), a different cache
 // per sequence (float32, bf16, int8, int4, kakeya), on the tiny seeded
-// checkpoints and the real ref-qwen2-6m. Bit-identical holds because every
+// checkpoints (Mistral's sliding window included), the real ref-qwen2-6m
+// and on the reference backend too. Bit-identical holds because every
 // CPU matrix product computes a row by one arithmetic whatever the rows
 // beside it (the kernels' batch invariance), and attention runs per
 // sequence as it does alone. Greedy decoding then picks the same tokens
 // for 20 steps.
 func TestBatchMatchesSequential(t *testing.T) {
 	dirs := tinyModels(t)
-	models := []string{"qwen2", "llama3", "qwen3", "ref-qwen2-6m"}
+	mistral := testmodel.Llama3Tiny
+	mistral.ModelType, mistral.RopeScaling, mistral.Tie, mistral.SlidingWindow, mistral.RopeTheta, mistral.DType = "mistral", nil, false, 7, 1e4, testmodel.Qwen3Tiny.DType
+	dirs["mistral-window"] = filepath.Join(t.TempDir(), "mistral-window")
+	if err := testmodel.Write(dirs["mistral-window"], mistral); err != nil {
+		t.Fatal(err)
+	}
 	const decodeSteps = 20
-	for _, name := range models {
-		t.Run(name, func(t *testing.T) {
-			dir := dirs[name]
+	for _, tc := range []struct {
+		model   string
+		backend string // "cpu" or "reference"
+	}{
+		{"qwen2", "cpu"},
+		{"llama3", "cpu"},
+		{"qwen3", "cpu"},
+		{"mistral-window", "cpu"},
+		{"ref-qwen2-6m", "cpu"},
+		{"qwen2", "reference"},
+	} {
+		t.Run(tc.model+"/"+tc.backend, func(t *testing.T) {
+			dir := dirs[tc.model]
 			if dir == "" {
-				dir = shareddata.File(t, "models", name)
+				dir = shareddata.File(t, "models", tc.model)
 			}
-			m := load(t, dir, Options{Backend: cpuBackend(t, 2, ""), MaxContext: 128})
+			var b compute.Backend = refbackend.Backend{}
+			if tc.backend == "cpu" {
+				b = cpuBackend(t, 2, "")
+			}
+			m := load(t, dir, Options{Backend: b, MaxContext: 128})
 			vocab := m.Config().VocabSize
 			bt, err := m.NewBatch(64)
 			if err != nil {
