@@ -185,6 +185,7 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 		case i+len(chunk) == len(ids):
 			p.logits, dst = lastRow, s.last
 		}
+		// A step of one pass: the layer code Batch.Forward runs.
 		passes := [1]pass{p}
 		_, err := m.step(&s.sc, passes[:], dst)
 		if err == nil {
