@@ -185,3 +185,65 @@ func BenchmarkDecodeContext(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeBatch times batched decode steps of 1, 4, 16 and 64
+// sequences at a context of 128 to 256 tokens each, and reports the
+// aggregate decode rate: every sequence's token counts. The prompts are
+// prefilled outside the timer, through the batch too.
+func BenchmarkDecodeBatch(b *testing.B) {
+	m := benchModel(b)
+	vocab := m.Config().VocabSize
+	prompt := testIDs(128, vocab)
+	for _, n := range []int{1, 4, 16, 64} {
+		b.Run(fmt.Sprintf("seqs%d", n), func(b *testing.B) {
+			bt, err := m.NewBatch(max(n, 512))
+			if err != nil {
+				b.Fatal(err)
+			}
+			items := make([]BatchItem, n)
+			tokens := make([]int, n)
+			for i := range items {
+				s, err := m.NewSequence()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				items[i].Seq = s
+			}
+			// prefill resets every sequence and feeds it the prompt, four
+			// sequences (512 tokens) per step.
+			prefill := func() {
+				for i := 0; i < n; i += 4 {
+					step := items[i:min(n, i+4)]
+					for j := range step {
+						step[j].Seq.Reset()
+						step[j].IDs = prompt
+					}
+					if err := bt.Forward(step); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for i := range items {
+					items[i].IDs = tokens[i : i+1]
+				}
+			}
+			prefill()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for it := 0; it < b.N; it++ {
+				if items[0].Seq.Len() >= 256 {
+					b.StopTimer()
+					prefill()
+					b.StartTimer()
+				}
+				for i := range tokens {
+					tokens[i] = (it*31 + i*17 + 7) % 1000
+				}
+				if err := bt.Forward(items); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}

@@ -7,23 +7,20 @@ import (
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
-// Sequence is one token stream being decoded: its KV cache and the
-// activations of the forward pass, allocated on the backend once so that
-// decoding allocates nothing per token. A Sequence is used by one goroutine
-// at a time.
+// Sequence is one token stream being decoded: its KV cache and attention,
+// and the activation scratch of its own forward passes, allocated on the
+// backend by the first Forward so that decoding allocates nothing per
+// token (a sequence that only runs in a Batch never allocates it). A
+// Sequence is used by one goroutine at a time.
 type Sequence struct {
 	m     *Model
 	cache *kvcache.Cache
 	attn  compute.Attention
-	rows  int   // activation capacity in tokens
+	rows  int   // activation capacity of Forward's passes, in tokens
 	err   error // a failure that left the cache inconsistent
 
-	x, xn, q, k, v, att, tmp compute.Buffer
-	gate, up                 compute.Buffer
-	logits                   compute.Buffer // one row of vocab_size, or logitRows once every row's logits were asked for
-	last                     []float32      // logits of the last position, on the host
-	ids                      []int          // the chunk's ids, so the caller's slice never escapes to the backend
-	obsQ, obsK               []float32      // q and k on the host for Options.Observe
+	sc   scratch
+	last []float32 // logits of the last position, on the host
 }
 
 // logitRows is how many positions' logits one lm_head product writes when
@@ -81,25 +78,13 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	n := min(prefillChunk, m.maxCtx)
-	h, qd, kvd := c.HiddenSize, c.NumHeads*m.headDim, c.NumKVHeads*m.headDim
-	b := m.b
 	s := &Sequence{
-		m: m, cache: cache, attn: attn, rows: n,
-		x: b.Alloc(n * h), xn: b.Alloc(n * h), tmp: b.Alloc(n * h),
-		q: b.Alloc(n * qd), att: b.Alloc(n * qd),
-		k: b.Alloc(n * kvd), v: b.Alloc(n * kvd),
-		gate: b.Alloc(n * c.IntermediateSize), up: b.Alloc(n * c.IntermediateSize),
-		logits: b.Alloc(c.VocabSize),
-		last:   make([]float32, c.VocabSize),
-		ids:    make([]int, 0, n),
-	}
-	if m.observe != nil {
-		s.obsQ, s.obsK = make([]float32, n*qd), make([]float32, n*kvd)
+		m: m, cache: cache, attn: attn, rows: min(prefillChunk, m.maxCtx),
+		last: make([]float32, c.VocabSize),
 	}
 	if err := m.backendErr(); err != nil {
-		// An allocation failed (or an earlier step did): the sequence
-		// could not run.
+		// The cache's store could not be made (or an earlier step
+		// failed): the sequence could not run.
 		return nil, err
 	}
 	return s, nil
@@ -188,18 +173,23 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 	if allLogits {
 		out = make([]float32, len(ids)*vocab)
 	}
+	s.sc.grow(m, s.rows)
 	for i := 0; i < len(ids); i += s.rows {
 		chunk := ids[i:min(len(ids), i+s.rows)]
-		var logits []float32
+		s.sc.reset()
+		p := s.sc.add(s, chunk)
+		var dst []float32
 		switch {
 		case allLogits:
-			logits = out[i*vocab : (i+len(chunk))*vocab]
+			p.logits, dst = allRows, out[i*vocab:(i+len(chunk))*vocab]
 		case i+len(chunk) == len(ids):
-			logits = s.last
+			p.logits, dst = lastRow, s.last
 		}
-		err := s.forward(chunk, logits, allLogits)
+		// A step of one pass: the layer code Batch.Forward runs.
+		passes := [1]pass{p}
+		_, err := m.step(&s.sc, passes[:], dst)
 		if err == nil {
-			err = s.m.backendErr()
+			err = m.backendErr()
 		}
 		if err != nil {
 			s.err = fmt.Errorf("model: sequence unusable until Reset: %w", err)
@@ -210,107 +200,4 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 		return out, nil
 	}
 	return s.last, nil
-}
-
-// forward runs one chunk of at most s.rows tokens through the layers, the
-// way llama2.c's forward() does for one token. If logits is not nil it
-// receives every row's logits (all) or the last row's.
-func (s *Sequence) forward(ids []int, logits []float32, all bool) error {
-	m, c, b := s.m, s.m.cfg, s.m.b
-	n, start := len(ids), s.Len()
-	h, d := c.HiddenSize, m.headDim
-	heads, kvHeads := c.NumHeads, c.NumKVHeads
-	qd, kvd, inter := heads*d, kvHeads*d, c.IntermediateSize
-	x, xn, tmp := s.x.Slice(0, n*h), s.xn.Slice(0, n*h), s.tmp.Slice(0, n*h)
-	q, k, v, att := s.q.Slice(0, n*qd), s.k.Slice(0, n*kvd), s.v.Slice(0, n*kvd), s.att.Slice(0, n*qd)
-	gate, up := s.gate.Slice(0, n*inter), s.up.Slice(0, n*inter)
-
-	// Token embeddings: the residual stream starts as each token's row.
-	s.ids = append(s.ids[:0], ids...)
-	b.Embed(x, m.embed, s.ids)
-	for li := range m.layers {
-		l := &m.layers[li]
-
-		// Attention: normalise the stream, project it to queries, keys and
-		// values (Qwen2 adds biases; Qwen3 normalises each head of q and k).
-		b.RMSNorm(xn, x, l.inNorm, n, m.eps)
-		b.MatMul(q, xn, n, l.q)
-		b.MatMul(k, xn, n, l.k)
-		b.MatMul(v, xn, n, l.v)
-		if l.qBias.Len > 0 {
-			b.AddRows(q, l.qBias, n)
-			b.AddRows(k, l.kBias, n)
-			b.AddRows(v, l.vBias, n)
-		}
-		if l.qNorm.Len > 0 {
-			b.RMSNorm(q, q, l.qNorm, n*heads, m.eps)
-			b.RMSNorm(k, k, l.kNorm, n*kvHeads, m.eps)
-		}
-		if m.observe != nil {
-			// Calibration sees queries and keys before RoPE.
-			b.Read(s.obsQ[:n*qd], q)
-			b.Read(s.obsK[:n*kvd], k)
-			m.observe(li, start, n, s.obsQ[:n*qd], s.obsK[:n*kvd])
-		}
-		// Keys enter the cache before RoPE, so a codec sees them as the
-		// projection made them (position-free, and whitenable by the query
-		// covariance); attention rotates them at their positions. Queries
-		// are rotated here.
-		b.RoPE(q, n, heads, d, start, m.cos, m.sin)
-		if err := s.cache.Append(li, k, v, n); err != nil {
-			return err
-		}
-		if err := s.attn.Forward(att, q, n, start, s.cache.Layer(li), m.cos, m.sin); err != nil {
-			return err
-		}
-		// Output projection, added to the residual stream.
-		b.MatMul(tmp, att, n, l.o)
-		if l.oBias.Len > 0 {
-			b.AddRows(tmp, l.oBias, n)
-		}
-		b.Add(x, tmp)
-
-		// Feed-forward: SwiGLU, down(silu(gate(x)) * up(x)), added to the
-		// residual stream (with Llama's mlp_bias, each projection has a bias).
-		b.RMSNorm(xn, x, l.postNorm, n, m.eps)
-		b.MatMul(gate, xn, n, l.gate)
-		b.MatMul(up, xn, n, l.up)
-		if l.gateBias.Len > 0 {
-			b.AddRows(gate, l.gateBias, n)
-			b.AddRows(up, l.upBias, n)
-		}
-		b.SiLUMul(gate, up)
-		b.MatMul(tmp, gate, n, l.down)
-		if l.downBias.Len > 0 {
-			b.AddRows(tmp, l.downBias, n)
-		}
-		b.Add(x, tmp)
-	}
-	if logits == nil {
-		return nil
-	}
-
-	// Final norm and the classifier into logits: every row's, or the last.
-	vocab := c.VocabSize
-	if !all {
-		b.RMSNorm(xn.Slice(0, h), x.Slice((n-1)*h, n*h), m.norm, 1, m.eps)
-		out := s.logits.Slice(0, vocab)
-		b.MatMul(out, xn.Slice(0, h), 1, m.lmHead)
-		b.Read(logits, out)
-		return nil
-	}
-	if rows := min(s.rows, logitRows); s.logits.Len < rows*vocab {
-		// Grown on the first call that wants every row: decoding alone
-		// never holds more than one row (a large vocabulary makes 64 rows
-		// tens of MiB per sequence).
-		s.logits = b.Alloc(rows * vocab)
-	}
-	b.RMSNorm(xn, x, m.norm, n, m.eps)
-	for r := 0; r < n; r += logitRows {
-		rows := min(logitRows, n-r)
-		out := s.logits.Slice(0, rows*vocab)
-		b.MatMul(out, xn.Slice(r*h, (r+rows)*h), rows, m.lmHead)
-		b.Read(logits[r*vocab:(r+rows)*vocab], out)
-	}
-	return nil
 }

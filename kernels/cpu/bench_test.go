@@ -54,7 +54,7 @@ func BenchmarkMatMul(b *testing.B) {
 			p := newPool(0, k, prec)
 			for _, sh := range qwenShapes {
 				w := NewMatrix(benchBF16(sh.rows, sh.cols))
-				for _, n := range []int{1, 128} {
+				for _, n := range []int{1, 4, 16, 64, 128} {
 					b.Run(fmt.Sprintf("%s/%v/%s/n=%d", k.name, prec, sh.name, n), func(b *testing.B) {
 						x := make([]float32, n*sh.cols)
 						for i := range x {

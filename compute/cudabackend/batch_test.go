@@ -1,0 +1,131 @@
+package cudabackend
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/model"
+)
+
+// A batched forward step on the GPU computes for each sequence what the
+// sequence computes alone: three sequences with a cache type each (hot
+// bf16, int8, kakeya), prompts of different lengths joining at different
+// steps, so steps mix prefill chunks with decode tokens and a step's rows
+// cross maxMatVecRows, then greedy decoding. Logits agree within 1e-5 of
+// each row's largest, and greedy tokens are identical.
+func TestBatchMatchesSequences(t *testing.T) {
+	if testing.Short() {
+		t.Skip("emulates every kernel of several forward passes")
+	}
+	needKernels(t, "matvec_bf16", "matmul_bf16", "attn_split", "attn_combine")
+	dir := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	gpu, _ := newFakeBackend(t, Options{})
+	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+	vocab := m.Config().VocabSize
+	const decodeSteps = 8
+	type run struct {
+		spec   kvconfig.Spec
+		prompt []int
+		join   int
+		opts   model.SequenceOptions
+		seq    *model.Sequence
+		next   int
+		logits [][]float32
+		tokens []int
+	}
+	runs := []*run{
+		{spec: kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}, prompt: testIDs(10, vocab), join: 0},
+		{spec: kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(3, vocab-1), join: 0},
+		{spec: kvconfig.Spec{KV: "kakeya", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(6, vocab-2), join: 1},
+	}
+	for _, r := range runs {
+		p, _, err := kvplan.NewPolicy(r.spec, m.CacheShape(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.opts = model.SequenceOptions{Cache: p, BlockSize: r.spec.BlockSize}
+		if r.seq, err = m.NewSequenceOpts(r.opts); err != nil {
+			t.Fatal(err)
+		}
+		defer r.seq.Close()
+	}
+	bt, err := m.NewBatch(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for st := 0; ; st++ {
+		var items []model.BatchItem
+		var owners []*run
+		for _, r := range runs {
+			switch {
+			case st < r.join || len(r.tokens) == decodeSteps:
+			case r.seq.Len() == 0:
+				items = append(items, model.BatchItem{Seq: r.seq, IDs: r.prompt})
+				owners = append(owners, r)
+			default:
+				items = append(items, model.BatchItem{Seq: r.seq, IDs: []int{r.next}})
+				owners = append(owners, r)
+				r.tokens = append(r.tokens, r.next)
+			}
+		}
+		if len(items) == 0 {
+			break
+		}
+		if err := bt.Forward(items); err != nil {
+			t.Fatalf("step %d: %v", st, err)
+		}
+		for i, it := range items {
+			r := owners[i]
+			r.logits = append(r.logits, slices.Clone(it.Logits))
+			r.next = argmax(it.Logits)
+		}
+	}
+	for i, r := range runs {
+		s, err := m.NewSequenceOpts(r.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var tokens []int
+		worst := 0.0
+		in := r.prompt
+		for st := range r.logits {
+			l, err := s.Forward(in, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := maxAbsDiff(l, r.logits[st]) / maxAbs(l)
+			if !(d <= 1e-5) {
+				t.Errorf("sequence %d (%s): step %d: logits differ by %.3g of the largest from its solo run, want <= 1e-5", i, r.spec.KV, st, d)
+			}
+			worst = max(worst, d)
+			if st < decodeSteps {
+				next := argmax(l)
+				tokens = append(tokens, next)
+				in = []int{next}
+			}
+		}
+		if !slices.Equal(tokens, r.tokens) {
+			t.Errorf("sequence %d (%s): greedy tokens %v batched, %v alone", i, r.spec.KV, r.tokens, tokens)
+		}
+		t.Logf("sequence %d (%s): worst relative logit difference batched vs alone %.3g", i, r.spec.KV, worst)
+	}
+}
+
+// argmax returns the index of the largest value.
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,0 +1,171 @@
+package model
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// A BatchItem is one sequence's part of a batched forward step: a prefill
+// chunk or a decode token, appended at the sequence's own position.
+type BatchItem struct {
+	// Seq is the sequence the ids are appended to; a step holds each
+	// sequence at most once.
+	Seq *Sequence
+	// IDs are the tokens, at positions Seq.Len(), Seq.Len()+1, ...; at
+	// least one.
+	IDs []int
+	// All asks for the logits of every position, not only the last.
+	All bool
+	// Logits is set by Batch.Forward: the last position's vocab_size
+	// logits, or len(IDs) rows of them if All. It lives in the Batch and
+	// is overwritten by its next Forward.
+	Logits []float32
+}
+
+// A Batch runs forward steps over several sequences at once: every matrix
+// product of a step runs once over all its tokens, so the weights are read
+// once per step rather than once per sequence, which is what makes
+// concurrent decoding faster than decoding the sequences in turn. Its
+// activation scratch is allocated on the backend by the first steps and
+// grown to the largest step, so steady decoding allocates nothing. A Batch
+// is used by one goroutine at a time; its sequences must not run Forward
+// while a step holds them.
+type Batch struct {
+	m       *Model
+	maxRows int
+	sc      scratch
+	passes  []pass
+	logits  []float32 // every item's logits, on the host
+}
+
+// NewBatch returns a Batch whose steps hold at most maxRows tokens in
+// all (a scheduler's token budget per step): it bounds the activation
+// scratch, which takes about (3*hidden + 2*(q+kv) + 2*intermediate)*4
+// bytes per token.
+func (m *Model) NewBatch(maxRows int) (*Batch, error) {
+	if maxRows <= 0 {
+		return nil, fmt.Errorf("model: batch of at most %d tokens, want > 0", maxRows)
+	}
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	return &Batch{m: m, maxRows: maxRows}, nil
+}
+
+// Forward runs one step over items, each a prefill chunk or a decode token
+// of its own sequence, and sets each item's Logits. A bad item (no ids, an
+// id out of range, a sequence closed, unusable, of another model or in the
+// step twice, a step past a sequence's context or past the batch's tokens)
+// fails the step before it runs, with an error naming the item, and leaves
+// every sequence as it was.
+//
+// A failure while the step runs (a sequence's cache or attention, the
+// backend's recorded failure, checked once per step as for Sequence.Forward)
+// returns an error naming the failing item if one did, and leaves every
+// sequence of the step unusable until Reset: each may hold the new tokens
+// in some layers and not in others.
+func (bt *Batch) Forward(items []BatchItem) error {
+	m := bt.m
+	if err := m.acquire(); err != nil {
+		return err
+	}
+	defer m.release()
+	rows, want, err := bt.check(items)
+	if err != nil {
+		return err
+	}
+	vocab := m.cfg.VocabSize
+	bt.sc.grow(m, roundUp(rows, bt.maxRows))
+	if n := want * vocab; len(bt.logits) < n {
+		bt.logits = make([]float32, n)
+	}
+	bt.passes = bt.passes[:0]
+	bt.sc.reset()
+	for i := range items {
+		it := &items[i]
+		p := bt.sc.add(it.Seq, it.IDs)
+		p.logits = lastRow
+		if it.All {
+			p.logits = allRows
+		}
+		bt.passes = append(bt.passes, p)
+	}
+	failed, err := m.step(&bt.sc, bt.passes, bt.logits[:want*vocab])
+	if err == nil {
+		err = m.backendErr()
+	}
+	if err != nil {
+		if failed >= 0 {
+			err = fmt.Errorf("model: batch item %d (a sequence of %d tokens): %w", failed, bt.passes[failed].start, err)
+		}
+		for i := range items {
+			items[i].Seq.err = fmt.Errorf("model: sequence unusable until Reset: a batched step failed: %w", err)
+			items[i].Logits = nil
+		}
+		return err
+	}
+	off := 0
+	for i := range items {
+		w := bt.passes[i].wanted() * vocab
+		items[i].Logits = bt.logits[off : off+w : off+w]
+		off += w
+	}
+	return nil
+}
+
+// check validates items, returning the step's tokens and the rows of
+// logits it asks for.
+func (bt *Batch) check(items []BatchItem) (rows, want int, err error) {
+	m := bt.m
+	if len(items) == 0 {
+		return 0, 0, fmt.Errorf("model: batch step of no items")
+	}
+	vocab := m.cfg.VocabSize
+	for i := range items {
+		it := &items[i]
+		s := it.Seq
+		switch {
+		case s == nil:
+			return 0, 0, fmt.Errorf("model: batch item %d: nil sequence", i)
+		case s.m != m:
+			return 0, 0, fmt.Errorf("model: batch item %d: the sequence belongs to another model", i)
+		case s.err != nil:
+			return 0, 0, fmt.Errorf("model: batch item %d: %w", i, s.err)
+		case len(it.IDs) == 0:
+			return 0, 0, fmt.Errorf("model: batch item %d: no token ids", i)
+		case s.Len()+len(it.IDs) > m.maxCtx:
+			return 0, 0, fmt.Errorf("model: batch item %d: %w", i, &ContextError{Tokens: s.Len() + len(it.IDs), Context: m.maxCtx, Limit: m.ContextLimit()})
+		}
+		// A quadratic scan: steps hold tens of sequences, and a map
+		// would allocate every step.
+		for j := range i {
+			if items[j].Seq == s {
+				return 0, 0, fmt.Errorf("model: batch items %d and %d are the same sequence", j, i)
+			}
+		}
+		for j, id := range it.IDs {
+			if id < 0 || id >= vocab {
+				return 0, 0, fmt.Errorf("model: batch item %d: token id %d at index %d is out of range [0, %d)", i, id, j, vocab)
+			}
+		}
+		rows += len(it.IDs)
+		if it.All {
+			want += len(it.IDs)
+		} else {
+			want++
+		}
+	}
+	if rows > bt.maxRows {
+		return 0, 0, fmt.Errorf("model: batch step of %d tokens exceeds the batch's %d", rows, bt.maxRows)
+	}
+	return rows, want, nil
+}
+
+// roundUp returns the power of two at or above n, at most limit (n ≤
+// limit), so a growing step reallocates the scratch a few times only.
+func roundUp(n, limit int) int {
+	if n <= 1 {
+		return 1
+	}
+	return min(1<<bits.Len(uint(n-1)), limit)
+}

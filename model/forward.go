@@ -1,0 +1,204 @@
+package model
+
+import (
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// logitsOf says which rows of a pass get logits.
+type logitsOf uint8
+
+const (
+	noRows  logitsOf = iota // none: a prefill chunk before the prompt's last
+	lastRow                 // the pass's last row
+	allRows                 // every row
+)
+
+// pass is one sequence's part of a forward step: n tokens appended to s
+// at positions start.., and which rows' logits are wanted. The tokens' ids
+// are in the step's scratch, pass after pass (see scratch.add): a pass
+// holds no caller's slice, so the callers' ids stay off the heap.
+type pass struct {
+	s      *Sequence
+	n      int
+	start  int
+	logits logitsOf
+}
+
+// wanted returns how many rows of logits p asks for.
+func (p *pass) wanted() int {
+	switch p.logits {
+	case lastRow:
+		return 1
+	case allRows:
+		return p.n
+	}
+	return 0
+}
+
+// scratch is the activation memory of forward steps of up to rows tokens,
+// on the backend; it is grown, never shrunk, so steady steps allocate
+// nothing.
+type scratch struct {
+	rows                     int
+	x, xn, q, k, v, att, tmp compute.Buffer
+	gate, up                 compute.Buffer
+	logits                   compute.Buffer // logitRows rows of vocab_size at most
+	ids                      []int          // the step's ids, so no caller's slice escapes to the backend
+	obsQ, obsK               []float32      // q and k on the host for Options.Observe
+}
+
+// grow makes sc hold steps of n tokens.
+func (sc *scratch) grow(m *Model, n int) {
+	if n <= sc.rows {
+		return
+	}
+	c, b := m.cfg, m.b
+	h, qd, kvd := c.HiddenSize, c.NumHeads*m.headDim, c.NumKVHeads*m.headDim
+	sc.rows = n
+	sc.x, sc.xn, sc.tmp = b.Alloc(n*h), b.Alloc(n*h), b.Alloc(n*h)
+	sc.q, sc.att = b.Alloc(n*qd), b.Alloc(n*qd)
+	sc.k, sc.v = b.Alloc(n*kvd), b.Alloc(n*kvd)
+	sc.gate, sc.up = b.Alloc(n*c.IntermediateSize), b.Alloc(n*c.IntermediateSize)
+	sc.ids = make([]int, 0, n)
+	if m.observe != nil {
+		sc.obsQ, sc.obsK = make([]float32, n*qd), make([]float32, n*kvd)
+	}
+}
+
+// add appends ids to the step's ids and returns a pass of them for s, of
+// no logits; reset empties the step first.
+func (sc *scratch) add(s *Sequence, ids []int) pass {
+	sc.ids = append(sc.ids, ids...)
+	return pass{s: s, n: len(ids), start: s.Len()}
+}
+
+// reset empties the step's ids.
+func (sc *scratch) reset() { sc.ids = sc.ids[:0] }
+
+// growLogits makes sc's logits hold rows rows. Decoding alone never holds
+// more than one row per sequence: a large vocabulary makes 64 rows tens of
+// MiB.
+func (sc *scratch) growLogits(m *Model, rows int) {
+	if n := rows * m.cfg.VocabSize; sc.logits.Len < n {
+		sc.logits = m.b.Alloc(n)
+	}
+}
+
+// step runs one forward step over passes, each one sequence's tokens at
+// its own positions, their ids concatenated in sc.ids (which sc must have
+// room for), the way llama2.c's forward() does for one token: every matrix
+// product once over all the rows (a weight is read once per step),
+// attention per sequence over its own cache. The logits asked for are
+// written to dst, pass after pass, vocab_size values per row.
+//
+// On failure it returns the index of the pass whose sequence failed (-1
+// when no one sequence did) and the error; every sequence of the step may
+// then have keys and values of some layers appended and not of others.
+func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
+	c, b := m.cfg, m.b
+	h, d := c.HiddenSize, m.headDim
+	heads, kvHeads := c.NumHeads, c.NumKVHeads
+	qd, kvd, inter := heads*d, kvHeads*d, c.IntermediateSize
+	n := len(sc.ids)
+	x, xn, tmp := sc.x.Slice(0, n*h), sc.xn.Slice(0, n*h), sc.tmp.Slice(0, n*h)
+	q, k, v, att := sc.q.Slice(0, n*qd), sc.k.Slice(0, n*kvd), sc.v.Slice(0, n*kvd), sc.att.Slice(0, n*qd)
+	gate, up := sc.gate.Slice(0, n*inter), sc.up.Slice(0, n*inter)
+
+	// Token embeddings: the residual stream starts as each token's row.
+	b.Embed(x, m.embed, sc.ids)
+	for li := range m.layers {
+		l := &m.layers[li]
+
+		// Attention: normalise the stream, project it to queries, keys and
+		// values (Qwen2 adds biases; Qwen3 normalises each head of q and k).
+		b.RMSNorm(xn, x, l.inNorm, n, m.eps)
+		b.MatMul(q, xn, n, l.q)
+		b.MatMul(k, xn, n, l.k)
+		b.MatMul(v, xn, n, l.v)
+		if l.qBias.Len > 0 {
+			b.AddRows(q, l.qBias, n)
+			b.AddRows(k, l.kBias, n)
+			b.AddRows(v, l.vBias, n)
+		}
+		if l.qNorm.Len > 0 {
+			b.RMSNorm(q, q, l.qNorm, n*heads, m.eps)
+			b.RMSNorm(k, k, l.kNorm, n*kvHeads, m.eps)
+		}
+
+		// Per sequence, at its own positions: keys and values enter its
+		// cache before RoPE, so a codec sees them as the projection made
+		// them (position-free, and whitenable by the query covariance);
+		// queries are rotated here, keys by attention at their positions.
+		for i, row := 0, 0; i < len(passes); i++ {
+			p := &passes[i]
+			r := p.n
+			pq, pk := q.Slice(row*qd, (row+r)*qd), k.Slice(row*kvd, (row+r)*kvd)
+			if m.observe != nil {
+				// Calibration sees queries and keys before RoPE.
+				b.Read(sc.obsQ[:r*qd], pq)
+				b.Read(sc.obsK[:r*kvd], pk)
+				m.observe(li, p.start, r, sc.obsQ[:r*qd], sc.obsK[:r*kvd])
+			}
+			b.RoPE(pq, r, heads, d, p.start, m.cos, m.sin)
+			if err := p.s.cache.Append(li, pk, v.Slice(row*kvd, (row+r)*kvd), r); err != nil {
+				return i, err
+			}
+			if err := p.s.attn.Forward(att.Slice(row*qd, (row+r)*qd), pq, r, p.start, p.s.cache.Layer(li), m.cos, m.sin); err != nil {
+				return i, err
+			}
+			row += r
+		}
+
+		// Output projection, added to the residual stream.
+		b.MatMul(tmp, att, n, l.o)
+		if l.oBias.Len > 0 {
+			b.AddRows(tmp, l.oBias, n)
+		}
+		b.Add(x, tmp)
+
+		// Feed-forward: SwiGLU, down(silu(gate(x)) * up(x)), added to the
+		// residual stream (with Llama's mlp_bias, each projection has a bias).
+		b.RMSNorm(xn, x, l.postNorm, n, m.eps)
+		b.MatMul(gate, xn, n, l.gate)
+		b.MatMul(up, xn, n, l.up)
+		if l.gateBias.Len > 0 {
+			b.AddRows(gate, l.gateBias, n)
+			b.AddRows(up, l.upBias, n)
+		}
+		b.SiLUMul(gate, up)
+		b.MatMul(tmp, gate, n, l.down)
+		if l.downBias.Len > 0 {
+			b.AddRows(tmp, l.downBias, n)
+		}
+		b.Add(x, tmp)
+	}
+
+	// Final norm of the rows whose logits are wanted, gathered at the top
+	// of xn (each pass's last row, or all its rows).
+	want := 0
+	for i, row := 0, 0; i < len(passes); i++ {
+		p := &passes[i]
+		r, w := p.n, p.wanted()
+		if w > 0 {
+			src := x.Slice((row+r-w)*h, (row+r)*h)
+			b.RMSNorm(xn.Slice(want*h, (want+w)*h), src, m.norm, w, m.eps)
+			want += w
+		}
+		row += r
+	}
+	if want == 0 {
+		return -1, nil
+	}
+
+	// The classifier into logits, at most logitRows rows per product so the
+	// logits scratch stays small.
+	vocab := c.VocabSize
+	sc.growLogits(m, min(want, logitRows))
+	for r := 0; r < want; r += logitRows {
+		rows := min(logitRows, want-r)
+		out := sc.logits.Slice(0, rows*vocab)
+		b.MatMul(out, xn.Slice(r*h, (r+rows)*h), rows, m.lmHead)
+		b.Read(dst[r*vocab:(r+rows)*vocab], out)
+	}
+	return -1, nil
+}
