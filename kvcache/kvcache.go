@@ -8,6 +8,13 @@
 // Once a full block is older than the policy's hot window (and holds no
 // sink token), it is read back, encoded through the layer's codecs on the
 // host, and its hot storage returns to the store.
+//
+// A Pool holds the blocks of many caches under one byte budget and shares
+// their full blocks by prefix: a cache made with Config.Pool registers each
+// block once it is final under a hash of its tokens (AppendTokens), and a
+// new cache starts from the longest cached run of its prompt
+// (AttachPrefix). Config.BytesFor says what a number of tokens costs, so
+// a scheduler can admit by bytes.
 package kvcache
 
 import (
@@ -361,7 +368,8 @@ func (c *Cache) Encoded(layer, head, block, kv int) bool {
 // Hot bytes count whole allocated blocks, including the unfilled tail of
 // the last, and the blocks a store keeps hot although their codec applies
 // (see compute.EncodedAttention); compressed bytes count the codec bytes
-// the store holds.
+// the store holds. A block a pooled cache shares with others (see Pool) is
+// counted by each of them; the pool counts it once.
 type LayerStats struct {
 	Tokens            int
 	KHot, KCompressed int64

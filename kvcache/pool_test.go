@@ -202,6 +202,10 @@ func TestPoolEvictionAndFull(t *testing.T) {
 		}
 		defer x.Reset()
 	}
+	// c's two blocks and b's, which x attached: each counted once.
+	if s := p.Stats(); s.Referenced != 3 || s.Cached != 0 {
+		t.Fatalf("%s, want 3 referenced blocks and none cached", s)
+	}
 	// Every block is referenced now: the next one cannot fit.
 	err = appendTokens(c, seq(4, 4), 8)
 	var full *PoolFullError
