@@ -8,6 +8,13 @@
 // Once a full block is older than the policy's hot window (and holds no
 // sink token), it is read back, encoded through the layer's codecs on the
 // host, and its hot storage returns to the store.
+//
+// A Pool holds the blocks of many caches under one byte budget and shares
+// their full blocks by prefix: a cache made with Config.Pool registers each
+// block once it is final under a hash of its tokens (AppendTokens), and a
+// new cache starts from the longest cached run of its prompt
+// (AttachPrefix). Config.BytesFor says what a number of tokens costs, so
+// a scheduler can admit by bytes.
 package kvcache
 
 import (
@@ -84,6 +91,10 @@ type Config struct {
 	// Store holds the blocks, in the memory of the backend that attends
 	// over them; it stores hot blocks as bf16 exactly when Policy.HotBF16.
 	Store compute.BlockStore
+	// Pool, when set instead of Store, holds the blocks in memory shared
+	// with other sequences, under its byte budget, and lets full blocks be
+	// shared by prefix (see AppendTokens and AttachPrefix).
+	Pool *Pool
 }
 
 func (c *Config) validate() error {
@@ -96,8 +107,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("kvcache: HeadDim = %d, want > 0", c.HeadDim)
 	case c.BlockSize <= 0:
 		return fmt.Errorf("kvcache: BlockSize = %d, want > 0", c.BlockSize)
-	case c.Store == nil:
+	case c.Store == nil && c.Pool == nil:
 		return errors.New("kvcache: no block store")
+	case c.Store != nil && c.Pool != nil:
+		return errors.New("kvcache: both a block store and a pool; set one")
+	case c.Pool != nil && (c.Pool.cfg.BlockSize != c.BlockSize || c.Pool.cfg.HeadDim != c.HeadDim || c.Pool.cfg.HotBF16 != c.Policy.HotBF16):
+		pc := &c.Pool.cfg
+		return fmt.Errorf("kvcache: pool holds %dx%d parts (bf16 %t), the cache wants %dx%d (bf16 %t)",
+			pc.BlockSize, pc.HeadDim, pc.HotBF16, c.BlockSize, c.HeadDim, c.Policy.HotBF16)
 	case c.MaxTokens <= 0:
 		return fmt.Errorf("kvcache: MaxTokens = %d, want > 0", c.MaxTokens)
 	case c.Policy.HotWindow < 0 || c.Policy.Sinks < 0:
@@ -133,9 +150,11 @@ func (v *layerView) Part(head, block, kv int) compute.Part { return v.l.blocks[b
 // once (Layer, Read, Len) but is written by one.
 type Cache struct {
 	cfg    Config
+	store  compute.BlockStore // cfg.Store, or the pool's
 	layers []layer
 	widen  []float32 // a block read back for its codec
 	enc    []byte    // a block's encoding before the store takes it
+	share  sharing
 }
 
 // New returns an empty cache.
@@ -143,9 +162,13 @@ func New(cfg Config) (*Cache, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{cfg: cfg, layers: make([]layer, cfg.Layers)}
+	c := &Cache{cfg: cfg, store: cfg.Store, layers: make([]layer, cfg.Layers)}
 	for i := range c.layers {
 		c.layers[i].view.l = &c.layers[i]
+	}
+	if cfg.Pool != nil {
+		c.store = poolStore{cfg.Pool}
+		c.share.key = policyKey(&c.cfg)
 	}
 	return c, nil
 }
@@ -163,13 +186,18 @@ func (c *Cache) Len() int { return c.layers[0].n }
 // Layer returns one layer's block table as attention reads it.
 func (c *Cache) Layer(layer int) compute.KVLayer { return &c.layers[layer].view }
 
-// Reset empties the cache, returning its blocks to the store for reuse.
+// Reset empties the cache, returning its blocks to the store for reuse
+// (with a pool: dropping its references to shared blocks, which stay
+// cached).
 func (c *Cache) Reset() {
 	for i := range c.layers {
 		l := &c.layers[i]
-		for _, b := range l.blocks {
+		for bi, b := range l.blocks {
+			shared := bi < len(c.share.blocks) && c.share.blocks[bi] != nil
 			for j := range b {
-				c.cfg.Store.Release(b[j])
+				if !shared {
+					c.store.Release(b[j])
+				}
 				b[j] = nil
 			}
 		}
@@ -177,6 +205,7 @@ func (c *Cache) Reset() {
 		l.n, l.nextEnc = 0, 0
 		l.st = LayerStats{}
 	}
+	c.share.reset(c.cfg.Pool)
 }
 
 // hotBytes is the size of one hot part.
@@ -207,7 +236,7 @@ func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 	if l.n+n > c.cfg.MaxTokens {
 		return fmt.Errorf("%w: layer %d holds %d tokens, %d more exceed the capacity of %d", ErrFull, layerIdx, l.n, n, c.cfg.MaxTokens)
 	}
-	store := c.cfg.Store
+	store := c.store
 	for i := 0; i < n; {
 		b, off := l.n/bs, l.n%bs
 		if b == len(l.blocks) {
@@ -245,7 +274,10 @@ func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 		i += m
 	}
 	l.st.Tokens = l.n
-	return c.encodeOld(layerIdx)
+	if err := c.encodeOld(layerIdx); err != nil {
+		return err
+	}
+	return c.registerFinal()
 }
 
 // encodeOld encodes the full blocks of a layer that left the hot window:
@@ -258,7 +290,7 @@ func (c *Cache) encodeOld(layerIdx int) error {
 	}
 	l := &c.layers[layerIdx]
 	bs, d := c.cfg.BlockSize, c.cfg.HeadDim
-	store := c.cfg.Store
+	store := c.store
 	ea, _ := store.(compute.EncodedAttention)
 	for ; (l.nextEnc+1)*bs <= l.n-p.HotWindow; l.nextEnc++ {
 		b := l.nextEnc
@@ -320,7 +352,7 @@ func (c *Cache) NumBlocks(layer int) int { return len(c.layers[layer].blocks) }
 // and KV head to dst as BlockSize rows of HeadDim values (rows past
 // those the layer holds are stale), decoding an encoded block.
 func (c *Cache) Read(dst []float32, layer, head, block, kv int) error {
-	if err := c.cfg.Store.Read(dst, c.layers[layer].blocks[block][2*head+kv]); err != nil {
+	if err := c.store.Read(dst, c.layers[layer].blocks[block][2*head+kv]); err != nil {
 		return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layer, block, head, kvName(kv), err)
 	}
 	return nil
@@ -336,7 +368,8 @@ func (c *Cache) Encoded(layer, head, block, kv int) bool {
 // Hot bytes count whole allocated blocks, including the unfilled tail of
 // the last, and the blocks a store keeps hot although their codec applies
 // (see compute.EncodedAttention); compressed bytes count the codec bytes
-// the store holds.
+// the store holds. A block a pooled cache shares with others (see Pool) is
+// counted by each of them; the pool counts it once.
 type LayerStats struct {
 	Tokens            int
 	KHot, KCompressed int64

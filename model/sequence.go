@@ -35,6 +35,12 @@ type SequenceOptions struct {
 	// BlockSize is the number of tokens per KV cache block; 0 means the
 	// model's Options.BlockSize.
 	BlockSize int
+	// Pool, when set, holds the cache's blocks in memory shared with other
+	// sequences under its byte budget, and lets the sequence share full
+	// blocks by prefix (see Sequence.AttachPrefix). It must have been made
+	// over a block store of the model's backend, for this block size, head
+	// dimension and hot dtype.
+	Pool *kvcache.Pool
 }
 
 // NewSequence returns an empty sequence with the cache policy and block
@@ -63,11 +69,14 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 		return nil, err
 	}
 	defer m.release()
-	cache, err := kvcache.New(kvcache.Config{
+	kc := kvcache.Config{
 		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
-		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache,
-		Store: m.b.NewBlockStore(bs, m.headDim, o.Cache.HotBF16),
-	})
+		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache, Pool: o.Pool,
+	}
+	if o.Pool == nil {
+		kc.Store = m.b.NewBlockStore(bs, m.headDim, o.Cache.HotBF16)
+	}
+	cache, err := kvcache.New(kc)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
@@ -124,7 +133,30 @@ func (s *Sequence) Reset() {
 // matching ErrClosed, Len and KVStats report an empty sequence and Reset
 // does nothing. Closing twice is harmless.
 func (s *Sequence) Close() {
+	if s.cache != nil && s.cache.Config().Pool != nil {
+		// A pooled cache's blocks go back to the pool (shared ones stay
+		// cached there); a private store's go with the sequence anyway.
+		s.cache.Reset()
+	}
 	*s = Sequence{m: s.m, err: errSequenceClosed}
+}
+
+// AttachPrefix starts an empty pooled sequence with the longest run of
+// cached KV blocks holding a prefix of prompt (see kvcache.Cache.AttachPrefix)
+// and returns the tokens it reused: the caller runs Forward on
+// prompt[reused:], with the logits a cold sequence would give for prompt.
+func (s *Sequence) AttachPrefix(prompt []int) (reused int, err error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	if s.cache == nil {
+		return 0, errSequenceClosed
+	}
+	n, err := s.cache.AttachPrefix(prompt)
+	if err != nil {
+		return 0, fmt.Errorf("model: %w", err)
+	}
+	return n, nil
 }
 
 // KVStats returns the bytes the sequence's KV cache holds, and what a bf16
@@ -190,6 +222,10 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 		_, err := m.step(&s.sc, passes[:], dst)
 		if err == nil {
 			err = m.backendErr()
+		}
+		if err == nil {
+			// With a pool, the tokens name the blocks they filled.
+			err = s.cache.AppendTokens(chunk)
 		}
 		if err != nil {
 			s.err = fmt.Errorf("model: sequence unusable until Reset: %w", err)

@@ -1,0 +1,386 @@
+package kvcache
+
+import (
+	"container/list"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// ErrPoolFull is matched (errors.Is) by a *PoolFullError.
+var ErrPoolFull = errors.New("kvcache: block pool full")
+
+// PoolFullError is returned when an allocation in a Pool would exceed its
+// byte budget even after every unreferenced cached block was evicted.
+type PoolFullError struct {
+	Need, Free, Budget int64
+}
+
+func (e *PoolFullError) Error() string {
+	return fmt.Sprintf("kvcache: block pool full: need %d bytes, %d free of a budget of %d", e.Need, e.Free, e.Budget)
+}
+
+// Is makes errors.Is(err, ErrPoolFull) match.
+func (e *PoolFullError) Is(target error) bool { return target == ErrPoolFull }
+
+// PoolConfig sizes a Pool.
+type PoolConfig struct {
+	// Store holds the parts, in the memory of the backend that attends
+	// over them; made for BlockSize x HeadDim parts, bf16 when HotBF16.
+	Store              compute.BlockStore
+	BlockSize, HeadDim int
+	HotBF16            bool
+	// Budget is the most bytes the pool's parts may hold, hot and encoded.
+	Budget int64
+}
+
+// A Pool is the block memory shared by the caches of many sequences (all
+// those of an engine), under one byte budget. It accounts the real bytes of
+// every part it holds: hot bytes while a part is hot, the codec's bytes once
+// it is encoded. A full block that is final (see Cache.AppendTokens) is
+// registered under a hash of its tokens, positions and cache configuration
+// and reference-counted; a new sequence can attach it (Cache.AttachPrefix).
+// Blocks no sequence references stay cached until an allocation needs their
+// bytes, then they are evicted least recently used first.
+//
+// A Pool is safe for concurrent use: one mutex serializes every use of its
+// store, which is used by one goroutine at a time.
+type Pool struct {
+	mu       sync.Mutex
+	cfg      PoolConfig
+	hot      int64 // bytes of one hot part
+	used     int64
+	parts    map[compute.Part]partInfo
+	byFormat map[string]int64
+	blocks   map[[32]byte]*poolBlock
+	lru      list.List // of *poolBlock with no reference, least recent first
+
+	referenced                  int
+	queries, hits, hitTokens    int64
+	evictions, evictedBytes     int64
+	registered, duplicateBlocks int64
+}
+
+// partInfo is what the pool counts for one part.
+type partInfo struct {
+	bytes  int64
+	format string
+}
+
+// A poolBlock is the KV of BlockSize positions across all layers and KV
+// heads, shared by reference: parts[layer][head*2 + (0 K | 1 V)].
+type poolBlock struct {
+	hash  [32]byte
+	parts [][]compute.Part
+	refs  int
+	elem  *list.Element // in lru while refs == 0
+}
+
+// NewPool returns an empty pool.
+func NewPool(cfg PoolConfig) (*Pool, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("kvcache: pool has no block store")
+	case cfg.BlockSize <= 0 || cfg.HeadDim <= 0:
+		return nil, fmt.Errorf("kvcache: pool BlockSize %d and HeadDim %d must be > 0", cfg.BlockSize, cfg.HeadDim)
+	case cfg.Budget <= 0:
+		return nil, fmt.Errorf("kvcache: pool Budget = %d bytes, want > 0", cfg.Budget)
+	}
+	hot := int64(cfg.BlockSize*cfg.HeadDim) * 4
+	if cfg.HotBF16 {
+		hot /= 2
+	}
+	return &Pool{cfg: cfg, hot: hot, parts: map[compute.Part]partInfo{}, byFormat: map[string]int64{}, blocks: map[[32]byte]*poolBlock{}}, nil
+}
+
+func (p *Pool) hotFormat() string {
+	if p.cfg.HotBF16 {
+		return "hot-bf16"
+	}
+	return "hot-f32"
+}
+
+// reserve makes room for need more bytes, evicting cached blocks least
+// recently used first; p.mu is held.
+func (p *Pool) reserve(need int64) error {
+	for p.used+need > p.cfg.Budget {
+		if !p.evictOldest() {
+			return &PoolFullError{Need: need, Free: p.cfg.Budget - p.used, Budget: p.cfg.Budget}
+		}
+	}
+	return nil
+}
+
+// evictOldest evicts the least recently used cached block, reporting
+// false when none is cached; p.mu is held.
+func (p *Pool) evictOldest() bool {
+	e := p.lru.Front()
+	if e == nil {
+		return false
+	}
+	b := e.Value.(*poolBlock)
+	p.lru.Remove(e)
+	b.elem = nil
+	delete(p.blocks, b.hash)
+	before := p.used
+	for _, l := range b.parts {
+		for _, pt := range l {
+			p.release(pt)
+		}
+	}
+	p.evictions++
+	p.evictedBytes += before - p.used
+	return true
+}
+
+// release returns a part to the store and its bytes to the budget; p.mu is
+// held.
+func (p *Pool) release(pt compute.Part) {
+	if pi, ok := p.parts[pt]; ok {
+		p.used -= pi.bytes
+		p.byFormat[pi.format] -= pi.bytes
+		if p.byFormat[pi.format] == 0 {
+			delete(p.byFormat, pi.format)
+		}
+		delete(p.parts, pt)
+	}
+	p.cfg.Store.Release(pt)
+}
+
+// info returns what the pool counts for a part.
+func (p *Pool) info(pt compute.Part) partInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.parts[pt]
+}
+
+// register makes a final block of a sequence shared under hash, with one
+// reference (the sequence's). It returns nil when a block of that hash is
+// already registered: the sequence keeps its own copy.
+func (p *Pool) register(hash [32]byte, parts [][]compute.Part) *poolBlock {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.blocks[hash]; ok {
+		p.duplicateBlocks++
+		return nil
+	}
+	b := &poolBlock{hash: hash, parts: parts, refs: 1}
+	p.blocks[hash] = b
+	p.referenced++
+	p.registered++
+	return b
+}
+
+// acquire adds a reference to the block of hash, nil when none is cached;
+// p.mu is held.
+func (p *Pool) acquire(hash [32]byte) *poolBlock {
+	b := p.blocks[hash]
+	if b == nil {
+		return nil
+	}
+	if b.refs == 0 {
+		p.lru.Remove(b.elem)
+		b.elem = nil
+		p.referenced++
+	}
+	b.refs++
+	return b
+}
+
+// unref drops a reference; a block no longer referenced stays cached as
+// the most recently used.
+func (p *Pool) unref(b *poolBlock) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.refs--
+	if b.refs == 0 {
+		b.elem = p.lru.PushBack(b)
+		p.referenced--
+	}
+}
+
+// Evict drops every cached block no sequence references and returns the
+// bytes it freed.
+func (p *Pool) Evict() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	before := p.used
+	for p.evictOldest() {
+	}
+	return before - p.used
+}
+
+// PoolStats is a snapshot of a pool's accounting.
+type PoolStats struct {
+	// Used and Budget are bytes; ByFormat splits Used by the format the
+	// parts are held in: "hot-f32", "hot-bf16" or a codec's name.
+	Used, Budget int64
+	ByFormat     map[string]int64
+	// Cached is the number of registered blocks no sequence references,
+	// Referenced those at least one does.
+	Cached, Referenced int
+	// Queries counts AttachPrefix calls, Hits those that reused a block,
+	// HitTokens the tokens reused.
+	Queries, Hits, HitTokens int64
+	// Evictions counts cached blocks evicted to make room, EvictedBytes
+	// the bytes that freed.
+	Evictions, EvictedBytes int64
+}
+
+// String formats the stats on one line, formats sorted by name.
+func (s PoolStats) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "pool %d/%d bytes", s.Used, s.Budget)
+	names := make([]string, 0, len(s.ByFormat))
+	for f := range s.ByFormat {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	for _, f := range names {
+		fmt.Fprintf(&sb, " %s=%d", f, s.ByFormat[f])
+	}
+	fmt.Fprintf(&sb, ", blocks %d referenced %d cached, prefix %d/%d hits (%d tokens), %d evictions",
+		s.Referenced, s.Cached, s.Hits, s.Queries, s.HitTokens, s.Evictions)
+	return sb.String()
+}
+
+// Stats returns the pool's accounting.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := PoolStats{Used: p.used, Budget: p.cfg.Budget, ByFormat: make(map[string]int64, len(p.byFormat)),
+		Cached: p.lru.Len(), Referenced: p.referenced, Queries: p.queries, Hits: p.hits, HitTokens: p.hitTokens,
+		Evictions: p.evictions, EvictedBytes: p.evictedBytes}
+	for f, n := range p.byFormat {
+		s.ByFormat[f] = n
+	}
+	return s
+}
+
+// poolStore is the pool's store as a cache uses it: every call locked, and
+// every part's bytes counted against the budget.
+type poolStore struct{ p *Pool }
+
+func (s poolStore) AttendsEncoded(dec compute.Decoder) bool {
+	ea, ok := s.p.cfg.Store.(compute.EncodedAttention)
+	return ok && ea.AttendsEncoded(dec)
+}
+
+func (s poolStore) NewPart() (compute.Part, error) {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.reserve(p.hot); err != nil {
+		return nil, err
+	}
+	pt, err := p.cfg.Store.NewPart()
+	if err != nil {
+		return nil, err
+	}
+	f := p.hotFormat()
+	p.parts[pt] = partInfo{bytes: p.hot, format: f}
+	p.used += p.hot
+	p.byFormat[f] += p.hot
+	return pt, nil
+}
+
+func (s poolStore) Write(pt compute.Part, row int, src compute.Buffer, stride, rows int) {
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	s.p.cfg.Store.Write(pt, row, src, stride, rows)
+}
+
+func (s poolStore) Read(dst []float32, pt compute.Part) error {
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	return s.p.cfg.Store.Read(dst, pt)
+}
+
+func (s poolStore) SetEncoded(pt compute.Part, enc []byte, dec compute.Decoder) error {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.parts[pt]
+	if grow := int64(len(enc)) - old.bytes; grow > 0 {
+		if err := p.reserve(grow); err != nil {
+			return err
+		}
+	}
+	if err := p.cfg.Store.SetEncoded(pt, enc, dec); err != nil {
+		return err
+	}
+	if hd, ok := pt.(compute.HotDecoded); ok && hd.HotDecoded() {
+		return nil // still the hot memory it had
+	}
+	n := partInfo{bytes: int64(len(enc)), format: dec.Name()}
+	p.used += n.bytes - old.bytes
+	p.byFormat[old.format] -= old.bytes
+	if p.byFormat[old.format] == 0 {
+		delete(p.byFormat, old.format)
+	}
+	p.byFormat[n.format] += n.bytes
+	p.parts[pt] = n
+	return nil
+}
+
+func (s poolStore) Release(pt compute.Part) {
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	s.p.release(pt)
+}
+
+// policyKey names a cache configuration for block hashes: the geometry,
+// the hot dtype, the sinks and every codec by name and identity (a codec
+// value behind a pointer is named by its address too, so two calibrations
+// of one codec never share blocks).
+func policyKey(cfg *Config) []byte {
+	var sb strings.Builder
+	p := &cfg.Policy
+	fmt.Fprintf(&sb, "L%d H%d D%d B%d bf16=%t sinks=%d", cfg.Layers, cfg.KVHeads, cfg.HeadDim, cfg.BlockSize, p.HotBF16, p.Sinks)
+	name := func(c codec.Codec) {
+		if c == nil {
+			sb.WriteString(" -")
+			return
+		}
+		fmt.Fprintf(&sb, " %s/%T", c.Name(), c)
+		if v := reflect.ValueOf(c); v.Kind() == reflect.Pointer {
+			fmt.Fprintf(&sb, "@%x", v.Pointer())
+		}
+	}
+	for l := range p.Layers {
+		fmt.Fprintf(&sb, " |%d", l)
+		for h := 0; h < cfg.KVHeads; h++ {
+			name(p.KCodec(l, h))
+		}
+		name(p.VCodec(l))
+	}
+	sum := sha256.Sum256([]byte(sb.String()))
+	return sum[:]
+}
+
+// blockHash chains the hash of block b: it covers the previous block's hash
+// (so the whole prefix), the configuration, the block's index (its
+// positions) and its tokens.
+func blockHash(prev [32]byte, key []byte, b int, tokens []int) [32]byte {
+	h := sha256.New()
+	h.Write(prev[:])
+	h.Write(key)
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(b))
+	h.Write(buf[:])
+	for _, t := range tokens {
+		binary.LittleEndian.PutUint64(buf[:], uint64(t))
+		h.Write(buf[:])
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}

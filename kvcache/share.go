@@ -1,0 +1,239 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// sharing is a pooled cache's side of prefix sharing: the tokens it holds,
+// the chained hash of each full final block, and the pool's block for each
+// block the cache shares (nil for one it owns alone).
+type sharing struct {
+	key    []byte // policyKey of the cache's configuration
+	tokens []int
+	hashes [][32]byte
+	blocks []*poolBlock
+}
+
+func (s *sharing) reset(p *Pool) {
+	for i, b := range s.blocks {
+		if b != nil {
+			p.unref(b)
+		}
+		s.blocks[i] = nil
+	}
+	s.tokens, s.hashes, s.blocks = s.tokens[:0], s.hashes[:0], s.blocks[:0]
+}
+
+// final reports whether block b of a layer will never change again: it is
+// full and, in a layer the policy names, the cache has passed it through
+// encodeOld (encoded, or kept hot for good as a sink block or one whose
+// codec the store does not attend over).
+func (c *Cache) final(li, b int) bool {
+	l := &c.layers[li]
+	return l.n >= (b+1)*c.cfg.BlockSize && (li >= len(c.cfg.Policy.Layers) || l.nextEnc > b)
+}
+
+// AppendTokens records the token ids at the positions the cache holds
+// next, in order; Append stores their keys and values (before or after,
+// layer by layer). With a pool, every block whose tokens are known and
+// which is final in every layer is registered for prefix sharing: only
+// final blocks are shared, so a block is never written once shared, and
+// a block shared under a compressing policy holds exactly what the cache
+// of a cold sequence holds once it left the hot window. Without a pool
+// AppendTokens does nothing.
+func (c *Cache) AppendTokens(ids []int) error {
+	if c.cfg.Pool == nil {
+		return nil
+	}
+	if len(c.share.tokens)+len(ids) > c.cfg.MaxTokens {
+		return fmt.Errorf("%w: %d tokens known, %d more exceed the capacity of %d", ErrFull, len(c.share.tokens), len(ids), c.cfg.MaxTokens)
+	}
+	c.share.tokens = append(c.share.tokens, ids...)
+	return c.registerFinal()
+}
+
+// registerFinal registers with the pool the blocks that became final.
+func (c *Cache) registerFinal() error {
+	p := c.cfg.Pool
+	if p == nil {
+		return nil
+	}
+	bs := c.cfg.BlockSize
+	for b := len(c.share.hashes); (b+1)*bs <= len(c.share.tokens); b++ {
+		for li := range c.layers {
+			if !c.final(li, b) {
+				return nil
+			}
+		}
+		var prev [32]byte
+		if b > 0 {
+			prev = c.share.hashes[b-1]
+		}
+		h := blockHash(prev, c.share.key, b, c.share.tokens[b*bs:(b+1)*bs])
+		parts := make([][]compute.Part, len(c.layers))
+		for li := range c.layers {
+			parts[li] = append([]compute.Part(nil), c.layers[li].blocks[b]...)
+		}
+		c.share.hashes = append(c.share.hashes, h)
+		c.share.blocks = append(c.share.blocks, p.register(h, parts))
+	}
+	return nil
+}
+
+// AttachPrefix makes an empty pooled cache start with the longest run of
+// cached blocks that hold the prefix of tokens (the sequence's prompt), in
+// this configuration: it adds a reference to each, sets the cache's length
+// to the tokens they hold and returns it. The caller appends the rest of
+// the prompt (tokens[reused:]) as usual; the cache never writes an
+// attached block.
+//
+// Only full blocks are shared, and only those a cold sequence would hold
+// in the same form after appending the whole prompt in one step: at most
+// len(tokens)-1 tokens are reused (one is left to run for the logits), and
+// under a policy that names layers only blocks that have left the hot
+// window of the whole prompt (a shared block there is encoded, where a
+// cold sequence might still hold it hot).
+func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
+	p := c.cfg.Pool
+	switch {
+	case p == nil:
+		return 0, errors.New("kvcache: AttachPrefix needs a cache with a pool")
+	case c.Len() != 0 || len(c.share.tokens) != 0:
+		return 0, fmt.Errorf("kvcache: AttachPrefix on a cache holding %d tokens, want an empty one", c.Len())
+	}
+	bs := c.cfg.BlockSize
+	lim := min(len(tokens)-1, c.cfg.MaxTokens)
+	if len(c.cfg.Policy.Layers) > 0 {
+		lim = min(lim, len(tokens)-c.cfg.Policy.HotWindow)
+	}
+	nb := max(lim, 0) / bs
+
+	var hashes [][32]byte
+	var blocks []*poolBlock
+	var prev [32]byte
+	p.mu.Lock()
+	p.queries++
+	for b := 0; b < nb; b++ {
+		h := blockHash(prev, c.share.key, b, tokens[b*bs:(b+1)*bs])
+		pb := p.acquire(h)
+		if pb == nil {
+			break
+		}
+		hashes, blocks, prev = append(hashes, h), append(blocks, pb), h
+	}
+	if len(blocks) > 0 {
+		p.hits++
+		p.hitTokens += int64(len(blocks) * bs)
+	}
+	p.mu.Unlock()
+
+	n := len(blocks) * bs
+	for li := range c.layers {
+		l := &c.layers[li]
+		for b, pb := range blocks {
+			if b < cap(l.blocks) && l.blocks[:b+1][b] != nil {
+				l.blocks = l.blocks[:b+1]
+			} else {
+				l.blocks = append(l.blocks, make([]compute.Part, 2*c.cfg.KVHeads))
+			}
+			copy(l.blocks[b], pb.parts[li])
+			for j, pt := range pb.parts[li] {
+				c.countAttached(&l.st, pt, j%2)
+			}
+		}
+		l.n, l.nextEnc, l.st.Tokens = n, len(blocks), n
+	}
+	c.share.tokens = append(c.share.tokens, tokens[:n]...)
+	c.share.hashes = append(c.share.hashes, hashes...)
+	c.share.blocks = append(c.share.blocks, blocks...)
+	return n, nil
+}
+
+// countAttached adds an attached part's bytes to a layer's stats, as
+// encodeOld counts them.
+func (c *Cache) countAttached(st *LayerStats, pt compute.Part, kv int) {
+	hot, comp := c.hotBytes(), int64(0)
+	hd, ok := pt.(compute.HotDecoded)
+	if pt.Encoded() && !(ok && hd.HotDecoded()) {
+		hot, comp = 0, c.cfg.Pool.info(pt).bytes
+		st.CompressedBF16 += int64(c.cfg.BlockSize * c.cfg.HeadDim * 2)
+	}
+	if kv == 0 {
+		st.KHot += hot
+		st.KCompressed += comp
+	} else {
+		st.VHot += hot
+		st.VCompressed += comp
+	}
+}
+
+// BytesFor returns the bytes a cache of this configuration holds after
+// appending n tokens, what its Stats would report: per layer, KV head and
+// K/V part, the blocks that left the hot window (holding no sink) in the
+// codec's bytes where the store attends over it, the others hot, whole
+// blocks. A scheduler admits by it. A codec's block size is measured by
+// encoding one probe block, exact for the fixed-size codecs (all of this
+// project's but the outlier lists of kakeya, whose size varies a few bytes
+// with the data); a store that keeps some codecs' blocks hot-decoded (see
+// compute.HotDecoded) holds more than this says.
+func (c Config) BytesFor(n int) (int64, error) {
+	if err := c.validate(); err != nil {
+		return 0, err
+	}
+	if n < 0 || n > c.MaxTokens {
+		return 0, fmt.Errorf("kvcache: BytesFor(%d) outside [0, %d]", n, c.MaxTokens)
+	}
+	var store compute.BlockStore = c.Store
+	if c.Pool != nil {
+		store = poolStore{c.Pool}
+	}
+	ea, _ := store.(compute.EncodedAttention)
+	bs, d := c.BlockSize, c.HeadDim
+	hot := int64(bs * d * 4)
+	if c.Policy.HotBF16 {
+		hot /= 2
+	}
+	sizes := map[codec.Codec]int64{}
+	size := func(cd codec.Codec) (int64, error) {
+		if s, ok := sizes[cd]; ok {
+			return s, nil
+		}
+		r := rand.New(rand.NewPCG(uint64(bs), uint64(d)))
+		x := make([]float32, bs*d)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		enc, err := cd.Encode(nil, x, bs, d)
+		if err != nil {
+			return 0, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
+		}
+		sizes[cd] = int64(len(enc))
+		return int64(len(enc)), nil
+	}
+	blocks := (n + bs - 1) / bs
+	var total int64
+	for li := 0; li < c.Layers; li++ {
+		for b := 0; b < blocks; b++ {
+			old := li < len(c.Policy.Layers) && (b+1)*bs <= n-c.Policy.HotWindow && b*bs >= c.Policy.Sinks
+			for h := 0; h < c.KVHeads; h++ {
+				for _, cd := range [2]codec.Codec{c.Policy.KCodec(li, h), c.Policy.VCodec(li)} {
+					if !old || cd == nil || ea == nil || !ea.AttendsEncoded(cd) {
+						total += hot
+						continue
+					}
+					s, err := size(cd)
+					if err != nil {
+						return 0, err
+					}
+					total += s
+				}
+			}
+		}
+	}
+	return total, nil
+}
