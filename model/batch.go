@@ -94,6 +94,13 @@ func (bt *Batch) Forward(items []BatchItem) error {
 	if err == nil {
 		err = m.backendErr()
 	}
+	// With a pool, the tokens name the blocks they filled, so later
+	// sequences can share them (a no-op for a cache of its own).
+	for i := 0; err == nil && i < len(items); i++ {
+		if err = items[i].Seq.cache.AppendTokens(items[i].IDs); err != nil {
+			failed = i
+		}
+	}
 	if err != nil {
 		if failed >= 0 {
 			err = fmt.Errorf("model: batch item %d (a sequence of %d tokens): %w", failed, bt.passes[failed].start, err)

@@ -23,10 +23,17 @@ func TestPoolPrefixReuseLogits(t *testing.T) {
 		name   string
 		policy kvcache.Policy
 		reused int
+		batch  bool // the first sequence is fed by batched steps
 	}{
-		{"f32", kvcache.Policy{}, 32},
-		{"bf16", kvcache.Policy{HotBF16: true}, 32},
-		{"int8 window8 sinks4", kvcache.Policy{Layers: plainLayers, HotWindow: 8, Sinks: 4}, 28},
+		{"f32", kvcache.Policy{}, 32, false},
+		{"bf16", kvcache.Policy{HotBF16: true}, 32, false},
+		{"int8 window8 sinks4", kvcache.Policy{Layers: plainLayers, HotWindow: 8, Sinks: 4}, 28, false},
+		// Batched steps register the blocks they fill as Forward does. (Only
+		// uncompressed here: under a compressing policy, blocks written by
+		// decode steps hold the writer's history, not a cold prefill's; see
+		// Sequence.AttachPrefix.)
+		{"f32 batched", kvcache.Policy{}, 32, true},
+		{"bf16 batched", kvcache.Policy{HotBF16: true}, 32, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pool, err := kvcache.NewPool(kvcache.PoolConfig{Store: b.NewBlockStore(bs, m.headDim, tc.policy.HotBF16),
@@ -40,8 +47,32 @@ func TestPoolPrefixReuseLogits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := a.Forward(first, false); err != nil {
-				t.Fatal(err)
+			closeOther := func() {}
+			if !tc.batch {
+				if _, err := a.Forward(first, false); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// A prefill step, then decode steps beside another
+				// sequence: Batch.Forward registers the blocks too.
+				bt, err := m.NewBatch(64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				other, err := m.NewSequenceOpts(SequenceOptions{Cache: tc.policy, Pool: pool})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Closed before the pool is checked empty below.
+				closeOther = other.Close
+				if err := bt.Forward([]BatchItem{{Seq: a, IDs: first[:21]}, {Seq: other, IDs: first[30:33]}}); err != nil {
+					t.Fatal(err)
+				}
+				for i := 21; i < len(first); i++ {
+					if err := bt.Forward([]BatchItem{{Seq: a, IDs: first[i : i+1]}, {Seq: other, IDs: []int{1}}}); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			s, err := m.NewSequenceOpts(SequenceOptions{Cache: tc.policy, Pool: pool})
 			if err != nil {
@@ -80,6 +111,7 @@ func TestPoolPrefixReuseLogits(t *testing.T) {
 			}
 			a.Close()
 			s.Close()
+			closeOther()
 			pool.Evict()
 			if st := pool.Stats(); st.Used != 0 || st.Referenced != 0 {
 				t.Errorf("after Close and Evict: %s, want empty", st)

@@ -145,6 +145,14 @@ func (s *Sequence) Close() {
 // cached KV blocks holding a prefix of prompt (see kvcache.Cache.AttachPrefix)
 // and returns the tokens it reused: the caller runs Forward on
 // prompt[reused:], with the logits a cold sequence would give for prompt.
+//
+// A shared block holds what the sequence that wrote it computed. With an
+// uncompressed cache that does not depend on how the tokens were fed; with
+// a compressing policy the keys and values of later layers do (a token
+// decoded after older blocks were encoded attended to their decoded
+// values, a token of a one-step prefill to the exact ones), so reuse gives
+// a cold prefill's logits when the writer prefilled those tokens, and its
+// own continuation's otherwise.
 func (s *Sequence) AttachPrefix(prompt []int) (reused int, err error) {
 	if s.err != nil {
 		return 0, s.err
