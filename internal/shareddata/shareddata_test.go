@@ -135,7 +135,13 @@ func goTest(t *testing.T, env ...string) []testEvent {
 	if err != nil {
 		t.Fatalf("go test puts the go command on PATH: %v", err)
 	}
-	cmd := exec.Command(goBin, "test", "-json", "-count=1", "github.com/kakeya-ai/kakeya/tokenizer")
+	args := []string{"test", "-json", "-count=1"}
+	if w := os.Getenv("KAKEYA_TEST_EXEC"); w != "" {
+		// Cross-built tests (make test-arm64) run under the same wrapper
+		// as this one.
+		args = append(args, "-exec", w)
+	}
+	cmd := exec.Command(goBin, append(args, "github.com/kakeya-ai/kakeya/tokenizer")...)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.Output()
 	var events []testEvent
