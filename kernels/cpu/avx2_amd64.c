@@ -146,10 +146,13 @@ void kk_pack_columns(const uint16_t *w, long rows, long cols, long width, long p
 // KK2_MR is the tokens of a tile: 12 accumulators, two weight vectors and
 // a broadcast fit the 16 ymm registers.
 #define KK2_MR 6
-// KK2_PF is how many columns ahead of its loads a GEMV asks for the
-// panel's next cache lines (8 KB): with four 16-byte loads per line the
-// hardware prefetcher alone falls behind, and one decode thread streamed
-// 28-31 GB/s without it, 35-38 with it (a plain read: 30).
+// KK2_PF is how many columns ahead of its loads a GEMV or a tile asks for
+// the panel's next cache lines (8 KB): with four 16-byte loads per line
+// the hardware prefetcher alone falls behind, and one decode thread
+// streamed 28-31 GB/s without it, 35-38 with it (a plain read: 30). A
+// batched decode step's tiles (a few tokens) stream the weights as a GEMV
+// does; there the prefetch took 16 sequences from 127 to 156 tok/s. The
+// later tiles of a panel find it cached and the hint costs them little.
 #define KK2_PF 128
 
 #define KK2_SWITCH(TILE, mr, ...)               \
@@ -190,6 +193,7 @@ KK_INLINE void store8(float *out, int nr, __m256 a) {
 		_Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm256_setzero_ps();    \
 		for (long c = 0; c < cols; c++) {                                                        \
 			const __m128i *p = (const __m128i *)(panel + c * KK2_PANEL);                     \
+			_mm_prefetch((const char *)(panel + (c + KK2_PF) * KK2_PANEL), _MM_HINT_T0);     \
 			__m256 w0 = WIDEN(p), w1 = WIDEN(p + 1);                                         \
 			_Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {                           \
 				__m256 b = _mm256_broadcast_ss(x + i * ldx + c);                         \
