@@ -114,6 +114,12 @@ KK_INLINE void tile(const int mr, const uint32_t *restrict panel, const uint32_t
 #pragma GCC unroll 12
 	for (int i = 0; i < mr; i++) a0[i] = a1[i] = _mm512_setzero_ps();
 	for (long q = 0; q < pairs; q++) {
+		// The panel's lines 8 KB (64 pairs) ahead: a batched decode step's
+		// few-token tiles stream the weights from memory, and the hardware
+		// prefetcher alone left the FMAs waiting (16 sequences: 316-329
+		// tok/s without, 348-381 with; prefill unchanged).
+		_mm_prefetch((const char *)(panel + (q + 64) * KK_PANEL), _MM_HINT_T0);
+		_mm_prefetch((const char *)(panel + (q + 64) * KK_PANEL + 16), _MM_HINT_T0);
 		__m512bh w0 = (__m512bh)_mm512_loadu_si512(panel + q * KK_PANEL);
 		__m512bh w1 = (__m512bh)_mm512_loadu_si512(panel + q * KK_PANEL + 16);
 #pragma GCC unroll 12
