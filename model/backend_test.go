@@ -17,15 +17,11 @@ import (
 // prefill and token by token, uncompressed and through encoded blocks, on
 // every architecture and on stories260K.
 func TestBackendMatchesReference(t *testing.T) {
-	llama := testmodel.Llama3Tiny
-	llama.RopeScaling, llama.Tie, llama.DType, llama.Seed = nil, false, testmodel.Qwen2Tiny.DType, 5
-	mistral := testmodel.Llama3Tiny
-	mistral.ModelType, mistral.RopeScaling, mistral.Tie, mistral.SlidingWindow, mistral.RopeTheta, mistral.DType = "mistral", nil, false, 7, 1e4, testmodel.Qwen3Tiny.DType
 	dirs := map[string]string{"stories260K": shareddata.File(t, "models", "stories260K")}
 	for name, spec := range map[string]testmodel.Spec{
-		"llama":          llama,
+		"llama":          testmodel.LlamaTiny,
 		"llama3-scaling": testmodel.Llama3Tiny,
-		"mistral-window": mistral,
+		"mistral-window": testmodel.MistralTiny,
 		"qwen2":          testmodel.Qwen2Tiny,
 		"qwen3":          testmodel.Qwen3Tiny,
 	} {

@@ -153,10 +153,8 @@ func (r *batchRun) solo(t *testing.T, m *Model, steps int) (logits [][]float32, 
 // for 20 steps.
 func TestBatchMatchesSequential(t *testing.T) {
 	dirs := tinyModels(t)
-	mistral := testmodel.Llama3Tiny
-	mistral.ModelType, mistral.RopeScaling, mistral.Tie, mistral.SlidingWindow, mistral.RopeTheta, mistral.DType = "mistral", nil, false, 7, 1e4, testmodel.Qwen3Tiny.DType
 	dirs["mistral-window"] = filepath.Join(t.TempDir(), "mistral-window")
-	if err := testmodel.Write(dirs["mistral-window"], mistral); err != nil {
+	if err := testmodel.Write(dirs["mistral-window"], testmodel.MistralTiny); err != nil {
 		t.Fatal(err)
 	}
 	const decodeSteps = 20

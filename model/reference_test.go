@@ -193,13 +193,11 @@ func refForward(t *testing.T, dir string, ids []int) [][]float64 {
 func TestMatchesFloat64Reference(t *testing.T) {
 	llamaMLPBias := testmodel.Llama3Tiny
 	llamaMLPBias.MLPBias, llamaMLPBias.RopeScaling = true, nil
-	mistral := testmodel.Llama3Tiny
-	mistral.ModelType, mistral.RopeScaling, mistral.Tie, mistral.SlidingWindow, mistral.RopeTheta, mistral.DType = "mistral", nil, false, 7, 1e4, testmodel.Qwen3Tiny.DType
 	for name, spec := range map[string]testmodel.Spec{
 		"qwen2":          testmodel.Qwen2Tiny,
 		"llama3":         testmodel.Llama3Tiny,
 		"qwen3":          testmodel.Qwen3Tiny,
-		"mistral-window": mistral,
+		"mistral-window": testmodel.MistralTiny,
 		"llama-mlp-bias": llamaMLPBias,
 	} {
 		t.Run(name, func(t *testing.T) {

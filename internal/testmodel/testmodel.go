@@ -71,6 +71,21 @@ var Qwen3Tiny = Spec{
 	Vocab: 256, MaxPos: 512, RopeTheta: 1e6, RMSNormEps: 1e-6, Tie: true, DType: tensor.F32, Seed: 3,
 }
 
+// LlamaTiny is a Llama-2-style model: Llama3Tiny's shape without
+// rope_scaling, with an untied output head, in BF16.
+var LlamaTiny = Spec{
+	ModelType: "llama", Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+	Vocab: 256, MaxPos: 1024, RopeTheta: 5e5, RMSNormEps: 1e-5, DType: tensor.BF16, Seed: 5,
+}
+
+// MistralTiny is a Mistral-style model: Llama3Tiny's shape with a sliding
+// window of 7 tokens, rope_theta 1e4, no rope_scaling and an untied head,
+// in F32.
+var MistralTiny = Spec{
+	ModelType: "mistral", Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+	Vocab: 256, MaxPos: 1024, RopeTheta: 1e4, RMSNormEps: 1e-5, SlidingWindow: 7, DType: tensor.F32, Seed: 2,
+}
+
 // LongTiny is a tiny Llama with a 32k context and the vocabulary of
 // stories260K's tokenizer (512), in F32: long prompts make it slow enough to
 // catch a command in prefill or decode.
