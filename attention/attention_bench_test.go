@@ -58,11 +58,7 @@ func BenchmarkDecodeCompressed(b *testing.B) {
 		b.Run(spec, func(b *testing.B) {
 			var policy kvcache.Policy
 			if spec != "plain" {
-				sp, err := codec.ParseSpec(spec)
-				if err != nil {
-					b.Fatal(err)
-				}
-				cd, err := codec.New(sp)
+				cd, err := codec.Parse(spec)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -116,6 +116,15 @@ func (s Spec) String() string {
 	return s.Name + ":" + strings.Join(kv, ",")
 }
 
+// Parse builds the codec a spec string names: ParseSpec, then New.
+func Parse(spec string) (Codec, error) {
+	sp, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return New(sp)
+}
+
 // New builds the codec s describes; unknown names or keys are errors.
 func New(s Spec) (Codec, error) {
 	p := params{spec: s, used: map[string]bool{}}

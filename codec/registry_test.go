@@ -155,3 +155,27 @@ func TestNamesBuild(t *testing.T) {
 		t.Errorf("int3: %v", err)
 	}
 }
+
+// Parse is ParseSpec then New: the codec it builds, and either's errors.
+func TestParse(t *testing.T) {
+	c, err := Parse("kakeya:b=2,rank=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, _ := ParseSpec("kakeya:b=2,rank=3")
+	want, _ := New(sp)
+	x := make([]float32, 16*8)
+	for i := range x {
+		x[i] = float32(i%11) - 5
+	}
+	got, _ := c.Encode(nil, x, 16, 8)
+	exp, _ := want.Encode(nil, x, 16, 8)
+	if c.Name() != want.Name() || string(got) != string(exp) {
+		t.Errorf("Parse built %s encoding %d bytes, New %s %d", c.Name(), len(got), want.Name(), len(exp))
+	}
+	for _, bad := range []string{"", "kakeya:b", "int3", "int8:rank=2"} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%q): no error", bad)
+		}
+	}
+}

@@ -38,11 +38,7 @@ func appendTokens(c *Cache, tokens []int, start int) error {
 
 func mustCodec(t testing.TB, name string) codec.Codec {
 	t.Helper()
-	sp, err := codec.ParseSpec(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cd, err := codec.New(sp)
+	cd, err := codec.Parse(name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -350,11 +350,7 @@ func (brokenCodec) Decode([]float32, []byte, int, int) error { return errBroken 
 // are unusable until Reset.
 func TestBatchFailingSequence(t *testing.T) {
 	m := load(t, tinyModels(t)["qwen2"], Options{Backend: cpuBackend(t, 1, ""), BlockSize: 4})
-	sp, err := codec.ParseSpec("f32")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f32, err := codec.New(sp)
+	f32, err := codec.Parse("f32")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,11 +33,7 @@ func TestCacheCodecs(t *testing.T) {
 		{"kakeya", -1},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
-			sp, err := codec.ParseSpec(tc.spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := codec.New(sp)
+			c, err := codec.Parse(tc.spec)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -200,11 +200,7 @@ func TestBlockStore(t *testing.T) {
 			// gives the CPU store's decoded values.
 			used0, _ := gpu.MemoryStats()
 			for i, name := range []string{"int8", "int4-k", "kakeya", "pre+int4", "pre+kakeya", "turbo"} {
-				sp, err := codec.ParseSpec(strings.TrimPrefix(name, "pre+"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				cd, err := codec.New(sp)
+				cd, err := codec.Parse(strings.TrimPrefix(name, "pre+"))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -179,11 +179,7 @@ func TestStatsOfCUDAStore(t *testing.T) {
 	cpu := cpubackend.New(1)
 	t.Cleanup(func() { cpu.Close() })
 	newCodec := func(name string) codec.Codec {
-		sp, err := codec.ParseSpec(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cd, err := codec.New(sp)
+		cd, err := codec.Parse(name)
 		if err != nil {
 			t.Fatal(err)
 		}

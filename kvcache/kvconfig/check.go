@@ -163,15 +163,6 @@ func withBits(spec string, bits int, codecKey, bitsKey string) (string, error) {
 	return sp.String(), nil
 }
 
-// newCodec builds the codec of a spec string through the codec registry.
-func newCodec(spec string) (codec.Codec, error) {
-	sp, err := codec.ParseSpec(spec)
-	if err != nil {
-		return nil, err
-	}
-	return codec.New(sp)
-}
-
 // coded reports whether a plan side is encoded by a codec other than the
 // bf16 storage of an uncompressed side.
 func coded(spec string) bool { return spec != "" && spec != "none" }

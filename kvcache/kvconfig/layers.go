@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/kakeya-ai/kakeya/codec"
 )
 
 // PlanFormat names the policy-file format ReadPlan reads.
@@ -41,7 +43,7 @@ func ParseLayerCodecs(s string) ([]LayerPlan, error) {
 			if side.spec == "none" {
 				continue
 			}
-			if _, err := newCodec(side.spec); err != nil {
+			if _, err := codec.Parse(side.spec); err != nil {
 				return nil, fmt.Errorf("layer %d %s codec %q: %w", i, side.name, side.spec, err)
 			}
 		}

@@ -249,7 +249,7 @@ func (b *builder) codec(sd side) (codec.Codec, error) {
 	if sd.kv == 0 {
 		name = "key codec"
 	}
-	c, err := newCodec(sd.spec)
+	c, err := codec.Parse(sd.spec)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -268,15 +268,6 @@ func (b *builder) codec(sd side) (codec.Codec, error) {
 	}
 	b.built[sd] = c
 	return c, nil
-}
-
-// newCodec builds the codec of a spec string through the codec registry.
-func newCodec(spec string) (codec.Codec, error) {
-	sp, err := codec.ParseSpec(spec)
-	if err != nil {
-		return nil, err
-	}
-	return codec.New(sp)
 }
 
 // withCodebook rebuilds a kakeya codec c with the codebook in cbs for its
