@@ -84,7 +84,7 @@ func TestAppendReadBack(t *testing.T) {
 					for l := 0; l < layers; l++ {
 						k := want[l][pos*row : (pos+n)*row]
 						v := want[l][(total+pos)*row : (total+pos+n)*row]
-						if err := c.Append(l, cpubackend.Wrap(k), cpubackend.Wrap(v), n); err != nil {
+						if err := c.Append(l, compute.Wrap(k), compute.Wrap(v), n); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -167,7 +167,7 @@ func TestEncodeSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := cpubackend.Wrap(make([]float32, 2*20))
+	x := compute.Wrap(make([]float32, 2*20))
 	if err := c.Append(0, x, x, 20); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := cpubackend.Wrap(make([]float32, 2*9))
+	x := compute.Wrap(make([]float32, 2*9))
 	if err := c.Append(0, x, x, 9); !errors.Is(err, ErrFull) {
 		t.Errorf("overflow: err = %v, want ErrFull", err)
 	}
@@ -228,7 +228,7 @@ func TestStoreWithoutEncodedAttention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := cpubackend.Wrap(make([]float32, 2*20))
+	x := compute.Wrap(make([]float32, 2*20))
 	if err := c.Append(0, x, x, 20); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestStoreOutOfRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := cpubackend.Wrap(make([]float32, 4*12))
+	x := compute.Wrap(make([]float32, 4*12))
 	// The first block takes 4 parts (2 heads x K, V); the second gets 1.
 	err = c.Append(0, x, x, 8)
 	if err == nil || !strings.Contains(err.Error(), "layer 0 block 1: out of budget") {
@@ -313,7 +313,7 @@ func TestStatsCountHeldBytes(t *testing.T) {
 			for i := range x {
 				x[i] = float32(i)
 			}
-			if err := c.Append(0, cpubackend.Wrap(x), cpubackend.Wrap(x), tokens); err != nil {
+			if err := c.Append(0, compute.Wrap(x), compute.Wrap(x), tokens); err != nil {
 				t.Fatal(err)
 			}
 			st := c.Stats()
@@ -385,7 +385,7 @@ func (s *decodedStore) SetEncoded(p compute.Part, enc []byte, dec compute.Decode
 	if err := dec.Decode(rows, enc, s.n, s.d); err != nil {
 		return err
 	}
-	s.BlockStore.Write(dp.Part, 0, cpubackend.Wrap(rows), s.d, s.n)
+	s.BlockStore.Write(dp.Part, 0, compute.Wrap(rows), s.d, s.n)
 	dp.decoded = true
 	return nil
 }

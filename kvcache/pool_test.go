@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
-	"github.com/kakeya-ai/kakeya/compute/cpubackend"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // appendTokens appends the keys and values of tokens at positions
@@ -29,7 +29,7 @@ func appendTokens(c *Cache, tokens []int, start int) error {
 				v[i*row+j] = float32(r.NormFloat64())
 			}
 		}
-		if err := c.Append(l, cpubackend.Wrap(k), cpubackend.Wrap(v), n); err != nil {
+		if err := c.Append(l, compute.Wrap(k), compute.Wrap(v), n); err != nil {
 			return err
 		}
 	}

@@ -50,7 +50,7 @@ func TestAttentionFailureIsRecorded(t *testing.T) {
 			if parts[i], err = store.NewPart(); err != nil {
 				t.Fatal(err)
 			}
-			store.Write(parts[i], 0, Wrap(x), d, bs)
+			store.Write(parts[i], 0, compute.Wrap(x), d, bs)
 		}
 		kv.parts = append(kv.parts, parts)
 	}
@@ -59,8 +59,8 @@ func TestAttentionFailureIsRecorded(t *testing.T) {
 	for i := range ones {
 		ones[i] = 1
 	}
-	cos, sin := Wrap(ones), Wrap(make([]float32, len(ones)))
-	out, q := b.Alloc(bs*blocks*d), Wrap(append(append([]float32(nil), x...), x...))
+	cos, sin := compute.Wrap(ones), compute.Wrap(make([]float32, len(ones)))
+	out, q := b.Alloc(bs*blocks*d), compute.Wrap(append(append([]float32(nil), x...), x...))
 	if err := attn.Forward(out, q, bs*blocks, 0, kv, cos, sin); err != nil {
 		t.Fatalf("hot blocks: %v", err)
 	}

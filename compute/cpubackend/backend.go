@@ -130,14 +130,8 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// host returns the values of a buffer of this backend.
-func host(b compute.Buffer) []float32 { return compute.Host(b) }
-
-// Wrap returns a buffer over the host values f, shared, not copied.
-func Wrap(f []float32) compute.Buffer { return compute.Wrap(f) }
-
 // Alloc returns a zeroed buffer of n values.
-func (b *Backend) Alloc(n int) compute.Buffer { return Wrap(make([]float32, n)) }
+func (b *Backend) Alloc(n int) compute.Buffer { return compute.Wrap(make([]float32, n)) }
 
 // weight is a matrix in its stored dtype, read where it lies (usually
 // mapped from the checkpoint) by Embed and, where the kernels read weights
@@ -177,15 +171,15 @@ func (b *Backend) Upload(m tensor.Mat) (compute.Weight, error) {
 func (b *Backend) Prepare(w compute.Weight) bool { return b.pool.Prepare(w.(*weight).mm) }
 
 // Write copies src into dst.
-func (b *Backend) Write(dst compute.Buffer, src []float32) { copy(host(dst), src) }
+func (b *Backend) Write(dst compute.Buffer, src []float32) { copy(compute.Host(dst), src) }
 
 // Read copies src to dst.
-func (b *Backend) Read(dst []float32, src compute.Buffer) { copy(dst, host(src)) }
+func (b *Backend) Read(dst []float32, src compute.Buffer) { copy(dst, compute.Host(src)) }
 
 // Embed widens row ids[i] of table into row i of out.
 func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 	t := mat(table)
-	o := host(out)
+	o := compute.Host(out)
 	for i, id := range ids {
 		kern.RowF32(o[i*t.Cols:(i+1)*t.Cols], *t, id)
 	}
@@ -193,12 +187,12 @@ func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 
 // MatMul sets out to x times w transposed, split across the threads.
 func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
-	b.pool.MatMul(host(out), host(x), n, w.(*weight).mm)
+	b.pool.MatMul(compute.Host(out), compute.Host(x), n, w.(*weight).mm)
 }
 
 // RMSNorm normalizes each row of x into out.
 func (b *Backend) RMSNorm(out, x, w compute.Buffer, rows int, eps float32) {
-	o, xs, ws := host(out), host(x), host(w)
+	o, xs, ws := compute.Host(out), compute.Host(x), compute.Host(w)
 	d := len(ws)
 	for r := range rows {
 		kern.RMSNorm(o[r*d:(r+1)*d], xs[r*d:(r+1)*d], ws, eps)
@@ -207,7 +201,7 @@ func (b *Backend) RMSNorm(out, x, w compute.Buffer, rows int, eps float32) {
 
 // AddRows adds bias to each row of x.
 func (b *Backend) AddRows(x, bias compute.Buffer, rows int) {
-	xs, bs := host(x), host(bias)
+	xs, bs := compute.Host(x), compute.Host(bias)
 	d := len(bs)
 	for r := range rows {
 		kern.Add(xs[r*d:(r+1)*d], bs)
@@ -215,14 +209,16 @@ func (b *Backend) AddRows(x, bias compute.Buffer, rows int) {
 }
 
 // Add adds y to x.
-func (b *Backend) Add(x, y compute.Buffer) { kern.Add(host(x), host(y)) }
+func (b *Backend) Add(x, y compute.Buffer) { kern.Add(compute.Host(x), compute.Host(y)) }
 
 // SiLUMul sets gate to silu(gate) * up.
-func (b *Backend) SiLUMul(gate, up compute.Buffer) { b.pool.SiLUMul(host(gate), host(up)) }
+func (b *Backend) SiLUMul(gate, up compute.Buffer) {
+	b.pool.SiLUMul(compute.Host(gate), compute.Host(up))
+}
 
 // RoPE rotates every head of every row at its position.
 func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin compute.Buffer) {
-	xs, cs, sn := host(x), host(cos), host(sin)
+	xs, cs, sn := compute.Host(x), compute.Host(cos), compute.Host(sin)
 	half, row := d/2, heads*d
 	for i := range rows {
 		p := start + i

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -65,7 +66,7 @@ func fillCache(t *testing.T, c *kvcache.Cache, n int, seed uint64) {
 		for i := range k {
 			k[i], v[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
 		}
-		if err := c.Append(l, cpubackend.Wrap(k), cpubackend.Wrap(v), n); err != nil {
+		if err := c.Append(l, compute.Wrap(k), compute.Wrap(v), n); err != nil {
 			t.Fatal(err)
 		}
 	}
