@@ -52,7 +52,10 @@ var allowed = map[string][]string{
 	"model":     {"compute", "kvcache", "weights"},
 	"calibrate": {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
 	"eval":      {"kvcache/kvconfig", "internal/outfile"},
-	"":          {"model", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
+	// The serving scheduler: continuous batching of many requests over
+	// one model and its shared block pool.
+	"scheduler": {"model", "kvcache"},
+	"":          {"scheduler", "model", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
 
 	// The cache's planning: a configuration, a model's shape and a
 	// calibration make the runtime's policy.

@@ -176,17 +176,38 @@ func (c *Cache) countAttached(st *LayerStats, pt compute.Part, kv int) {
 // appending n tokens, what its Stats would report: per layer, KV head and
 // K/V part, the blocks that left the hot window (holding no sink) in the
 // codec's bytes where the store attends over it, the others hot, whole
-// blocks. A scheduler admits by it. A codec's block size is measured by
-// encoding one probe block, exact for the fixed-size codecs (all of this
-// project's but the outlier lists of kakeya, whose size varies a few bytes
-// with the data); a store that keeps some codecs' blocks hot-decoded (see
+// blocks. A scheduler admits by it (see Sizer for the same answer in
+// constant time). A codec's block size is measured by encoding one probe
+// block, exact for the fixed-size codecs (all of this project's but the
+// outlier lists of kakeya, whose size varies a few bytes with the data); a
+// store that keeps some codecs' blocks hot-decoded (see
 // compute.HotDecoded) holds more than this says.
 func (c Config) BytesFor(n int) (int64, error) {
-	if err := c.validate(); err != nil {
+	z, err := c.Sizer()
+	if err != nil {
 		return 0, err
 	}
 	if n < 0 || n > c.MaxTokens {
 		return 0, fmt.Errorf("kvcache: BytesFor(%d) outside [0, %d]", n, c.MaxTokens)
+	}
+	return z.Bytes(n), nil
+}
+
+// A Sizer answers BytesFor for one configuration in constant time, once
+// the codecs' block sizes are measured: a scheduler asks it at every step.
+type Sizer struct {
+	bs, hotWindow, sinks, max int
+	// hot and old are the bytes of one block position across every
+	// layer, KV head and K/V part: while the block is in the hot window,
+	// and once it left it.
+	hot, old int64
+}
+
+// Sizer measures what one block of this configuration takes, hot and
+// once it left the hot window, for Sizer.Bytes.
+func (c Config) Sizer() (Sizer, error) {
+	if err := c.validate(); err != nil {
+		return Sizer{}, err
 	}
 	var store compute.BlockStore = c.Store
 	if c.Pool != nil {
@@ -215,25 +236,38 @@ func (c Config) BytesFor(n int) (int64, error) {
 		sizes[cd] = int64(len(enc))
 		return int64(len(enc)), nil
 	}
-	blocks := (n + bs - 1) / bs
-	var total int64
+	z := Sizer{bs: bs, hotWindow: c.Policy.HotWindow, sinks: c.Policy.Sinks, max: c.MaxTokens}
 	for li := 0; li < c.Layers; li++ {
-		for b := 0; b < blocks; b++ {
-			old := li < len(c.Policy.Layers) && (b+1)*bs <= n-c.Policy.HotWindow && b*bs >= c.Policy.Sinks
-			for h := 0; h < c.KVHeads; h++ {
-				for _, cd := range [2]codec.Codec{c.Policy.KCodec(li, h), c.Policy.VCodec(li)} {
-					if !old || cd == nil || ea == nil || !ea.AttendsEncoded(cd) {
-						total += hot
-						continue
-					}
-					s, err := size(cd)
-					if err != nil {
-						return 0, err
-					}
-					total += s
+		for h := 0; h < c.KVHeads; h++ {
+			for _, cd := range [2]codec.Codec{c.Policy.KCodec(li, h), c.Policy.VCodec(li)} {
+				z.hot += hot
+				if li >= len(c.Policy.Layers) || cd == nil || ea == nil || !ea.AttendsEncoded(cd) {
+					z.old += hot
+					continue
 				}
+				s, err := size(cd)
+				if err != nil {
+					return Sizer{}, err
+				}
+				z.old += s
 			}
 		}
 	}
-	return total, nil
+	return z, nil
 }
+
+// Bytes returns what the cache holds after appending n tokens (0 ≤ n ≤
+// the configuration's MaxTokens), as Config.BytesFor does.
+func (z Sizer) Bytes(n int) int64 {
+	blocks := (n + z.bs - 1) / z.bs
+	// Old blocks: b*bs >= sinks and (b+1)*bs <= n-hotWindow.
+	old := 0
+	if n >= z.hotWindow {
+		first := (z.sinks + z.bs - 1) / z.bs
+		old = max(0, (n-z.hotWindow)/z.bs-first)
+	}
+	return int64(blocks-old)*z.hot + int64(old)*z.old
+}
+
+// MaxTokens returns the configuration's capacity in tokens.
+func (z Sizer) MaxTokens() int { return z.max }

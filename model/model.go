@@ -453,6 +453,10 @@ func (e *ContextError) Explain(raise string) string {
 // MaxContext returns the most tokens a sequence may hold.
 func (m *Model) MaxContext() int { return m.maxCtx }
 
+// BlockSize returns the KV cache block size of the model's Options, the
+// default of SequenceOptions.BlockSize.
+func (m *Model) BlockSize() int { return m.blockSize }
+
 // InvFreq returns the RoPE inverse frequencies, rope_scaling applied.
 func (m *Model) InvFreq() []float32 { return slices.Clone(m.invFreq) }
 

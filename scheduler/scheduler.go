@@ -1,0 +1,715 @@
+// Package scheduler serves many generation requests over one model at once:
+// continuous batching over a shared, byte-budgeted KV block pool.
+//
+// Requests join and leave at step boundaries. Each step is one batched
+// forward pass (model.Batch): a decode token for every running request
+// that has its prompt in, then prompt chunks of the requests still
+// prefilling, under a token budget per step, so every weight matrix is
+// read once per step however many requests run. A request is admitted when
+// the pool can hold its prompt plus a decode reserve in the cache's real
+// formats (kvcache.Sizer); its prompt first reuses the cached blocks that
+// already hold a prefix of it (kvcache.Pool's prefix sharing). When a
+// running request needs more bytes than are left, the newest running
+// request is preempted: its blocks go back to the pool and it is
+// recomputed later, from the prefix its own finished blocks left cached.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/model"
+)
+
+// Errors of Submit and of requests.
+var (
+	// ErrQueueFull is returned by Submit when Config.MaxWaiting requests
+	// already wait to be admitted.
+	ErrQueueFull = errors.New("scheduler: queue full")
+	// ErrCanceled ends a request cancelled by Handle.Cancel.
+	ErrCanceled = errors.New("scheduler: request cancelled")
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultStepTokens    = 512
+	DefaultMaxRunning    = 64
+	DefaultMaxWaiting    = 1024
+	DefaultDecodeReserve = 32
+)
+
+// Config sets up a Scheduler.
+type Config struct {
+	// Model runs the requests; the Scheduler does not close it.
+	Model *model.Model
+	// Cache is the KV cache of every request's sequence. Its Pool must
+	// be nil: the Scheduler makes the pool, over a block store of the
+	// model's backend.
+	Cache model.SequenceOptions
+	// KVMemory is the byte budget of the pool, hot and encoded blocks
+	// together; it must hold at least one sequence of two tokens.
+	KVMemory int64
+	// StepTokens is the most tokens one step runs, decode tokens and
+	// prompt chunks together: it bounds the activation scratch and the
+	// latency a long prompt adds to the running requests' steps. 0 means
+	// DefaultStepTokens.
+	StepTokens int
+	// MaxRunning bounds the requests admitted at once; 0 means
+	// DefaultMaxRunning. It may not exceed StepTokens.
+	MaxRunning int
+	// MaxWaiting bounds the requests waiting for admission; Submit
+	// returns ErrQueueFull beyond it. 0 means DefaultMaxWaiting.
+	MaxWaiting int
+	// DecodeReserve is how many generated tokens, beyond its prompt, a
+	// request must find room for to be admitted, and how far ahead a
+	// running request's room is kept; 0 means DefaultDecodeReserve.
+	DecodeReserve int
+}
+
+// A Request is a prompt to continue.
+type Request struct {
+	// Prompt holds the token ids to continue: at least one, and fewer
+	// than the Scheduler's MaxTokens.
+	Prompt []int
+	// MaxNew is the most tokens to generate, at least 1. Where the
+	// prompt leaves less room (MaxTokens), generation ends there with
+	// EndContext.
+	MaxNew int
+	// Next picks the token that follows logits (vocab_size values, valid
+	// during the call only); history holds the prompt and the tokens
+	// picked so far. It runs on the Scheduler's goroutine between steps,
+	// so it must be quick and must not call the Scheduler. end says the
+	// token ends the request without being part of its output (an
+	// end-of-sequence token); an error fails the request.
+	Next func(logits []float32, history []int) (id int, end bool, err error)
+}
+
+// Why a request ended: the Reason of its Outcome.
+const (
+	EndToken   = "end"     // Next returned end
+	EndLength  = "length"  // MaxNew tokens were generated
+	EndContext = "context" // the sequence reached MaxTokens
+)
+
+// An Outcome is how a request ended.
+type Outcome struct {
+	// Reason is EndToken, EndLength or EndContext; "" when Err is set.
+	Reason string
+	// Err is the request's failure: its context's error, ErrCanceled,
+	// Next's error, model.ErrClosed, or the forward step's error.
+	Err error
+	// Prompt and Generated count the prompt's tokens and those picked.
+	Prompt, Generated int
+	// Reused is the prompt tokens the request's last admission found in
+	// the prefix cache instead of running them.
+	Reused int
+	// Preempted counts the times the request was preempted.
+	Preempted int
+	// Submitted, FirstToken and Finished time the request: its Submit,
+	// its first picked token (zero if none) and its end.
+	Submitted, FirstToken, Finished time.Time
+	// KV is the size of the request's KV cache at its end.
+	KV kvcache.Stats
+}
+
+// Stats is a snapshot of a Scheduler's state.
+type Stats struct {
+	// Running and Waiting count the requests admitted and those queued.
+	Running, Waiting int
+	// PeakRunning is the most requests that ran at once.
+	PeakRunning int
+	// Reserved is the pool bytes the running requests have claimed
+	// (each up to its next steps plus the decode reserve).
+	Reserved int64
+	// Pool is the pool's accounting: bytes used and budget by format,
+	// prefix-cache queries and hits, evictions.
+	Pool kvcache.PoolStats
+	// Steps, Admitted, Finished and Preemptions count forward steps,
+	// admissions (re-admissions of preempted requests included),
+	// requests ended, and preemptions.
+	Steps, Admitted, Finished, Preemptions int64
+	// MaxTokens is the longest sequence the pool can hold, prompt and
+	// generated tokens together.
+	MaxTokens int
+}
+
+// A Scheduler runs submitted requests in batched steps on one goroutine of
+// its own. Its methods are safe for concurrent use.
+type Scheduler struct {
+	cfg     Config
+	m       *model.Model
+	pool    *kvcache.Pool
+	bt      *model.Batch
+	peak    []int64 // peak[n]: the most bytes a sequence holds on its way to n tokens
+	maxToks int     // the longest sequence the budget holds
+
+	mu       sync.Mutex
+	incoming []*Handle
+	closed   bool
+	stats    Stats // the counters, and a snapshot of Running/Waiting/Reserved
+	wake     chan struct{}
+	done     chan struct{}
+	arrivals uint64
+
+	// Owned by the loop goroutine.
+	running  []*Handle // in arrival order
+	waiting  []*Handle // in arrival order
+	reserved int64
+	items    []model.BatchItem
+	owners   []*Handle
+}
+
+// New checks cfg, makes the pool and starts the Scheduler's goroutine.
+func New(cfg Config) (*Scheduler, error) {
+	m := cfg.Model
+	if m == nil {
+		return nil, errors.New("scheduler: Config.Model is nil")
+	}
+	if cfg.Cache.Pool != nil {
+		return nil, errors.New("scheduler: Config.Cache.Pool must be nil: the scheduler makes its pool")
+	}
+	if cfg.StepTokens == 0 {
+		cfg.StepTokens = DefaultStepTokens
+	}
+	if cfg.MaxRunning == 0 {
+		cfg.MaxRunning = min(DefaultMaxRunning, cfg.StepTokens)
+	}
+	if cfg.MaxWaiting == 0 {
+		cfg.MaxWaiting = DefaultMaxWaiting
+	}
+	if cfg.DecodeReserve == 0 {
+		cfg.DecodeReserve = DefaultDecodeReserve
+	}
+	switch {
+	case cfg.StepTokens < 0:
+		return nil, fmt.Errorf("scheduler: step tokens %d, want > 0", cfg.StepTokens)
+	case cfg.MaxRunning < 0 || cfg.MaxRunning > cfg.StepTokens:
+		return nil, fmt.Errorf("scheduler: max running %d, want 1..%d (the step tokens)", cfg.MaxRunning, cfg.StepTokens)
+	case cfg.MaxWaiting < 0:
+		return nil, fmt.Errorf("scheduler: max waiting %d, want > 0", cfg.MaxWaiting)
+	case cfg.DecodeReserve < 0:
+		return nil, fmt.Errorf("scheduler: decode reserve %d, want > 0", cfg.DecodeReserve)
+	case cfg.KVMemory <= 0:
+		return nil, fmt.Errorf("scheduler: KV memory %d bytes, want > 0", cfg.KVMemory)
+	}
+	shape := m.CacheShape()
+	bs := cfg.Cache.BlockSize
+	if bs == 0 {
+		bs = m.BlockSize()
+	}
+	pool, err := kvcache.NewPool(kvcache.PoolConfig{
+		Store:     m.Backend().NewBlockStore(bs, shape.HeadDim, cfg.Cache.Cache.HotBF16),
+		BlockSize: bs, HeadDim: shape.HeadDim, HotBF16: cfg.Cache.Cache.HotBF16, Budget: cfg.KVMemory,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	cfg.Cache.Pool = pool
+	cfg.Cache.BlockSize = bs
+	z, err := kvcache.Config{
+		Layers: shape.Layers, KVHeads: shape.KVHeads, HeadDim: shape.HeadDim, BlockSize: bs,
+		MaxTokens: m.MaxContext(), Policy: cfg.Cache.Cache, Pool: pool,
+	}.Sizer()
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	s := &Scheduler{cfg: cfg, m: m, pool: pool, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	// The bytes a sequence holds do not grow monotonically (a block
+	// leaving the hot window shrinks when it is encoded), so a request
+	// is held to the peak on its way.
+	s.peak = make([]int64, z.MaxTokens()+1)
+	for n := range s.peak {
+		s.peak[n] = z.Bytes(n)
+		if n > 0 {
+			s.peak[n] = max(s.peak[n], s.peak[n-1])
+		}
+		if s.cost(n) <= cfg.KVMemory {
+			s.maxToks = n
+		}
+	}
+	if s.maxToks < 2 {
+		return nil, fmt.Errorf("scheduler: KV memory of %d bytes holds no sequence of 2 tokens (%d bytes) in this cache", cfg.KVMemory, s.cost(2))
+	}
+	if s.bt, err = m.NewBatch(cfg.StepTokens); err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	s.stats.MaxTokens = s.maxToks
+	go s.loop()
+	return s, nil
+}
+
+// cost returns the bytes reserved for a sequence on its way to n tokens:
+// the peak of what it holds, with a margin, under a compressing policy,
+// for the few bytes by which a variable-size codec's blocks may exceed the
+// measured probe.
+func (s *Scheduler) cost(n int) int64 {
+	p := s.peak[n]
+	if len(s.cfg.Cache.Cache.Layers) > 0 {
+		p += p / 64
+	}
+	return p
+}
+
+// MaxTokens returns the longest sequence, prompt and generated tokens
+// together, the pool's budget holds (at most the model's context).
+func (s *Scheduler) MaxTokens() int { return s.maxToks }
+
+// Pool returns the scheduler's block pool.
+func (s *Scheduler) Pool() *kvcache.Pool { return s.pool }
+
+// Stats returns a snapshot of the scheduler's state.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	st := s.stats
+	st.Waiting += len(s.incoming)
+	s.mu.Unlock()
+	st.Pool = s.pool.Stats()
+	return st
+}
+
+// Submit queues r and returns its Handle. It fails at once, with an error
+// that says why, when r is malformed, its prompt can never fit the pool or
+// the context, the queue is full or the Scheduler is closed (an error
+// matching model.ErrClosed). Cancelling ctx, or Handle.Cancel, ends the
+// request at the next step boundary and frees its blocks.
+func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
+	switch {
+	case len(r.Prompt) == 0:
+		return nil, errors.New("scheduler: request with an empty prompt")
+	case r.MaxNew < 1:
+		return nil, fmt.Errorf("scheduler: request to generate %d tokens, want >= 1", r.MaxNew)
+	case r.Next == nil:
+		return nil, errors.New("scheduler: request without a Next function")
+	case len(r.Prompt) >= s.maxToks:
+		if s.maxToks < s.m.MaxContext() {
+			return nil, fmt.Errorf("scheduler: a prompt of %d tokens and one generated token need %d bytes of KV cache; the KV memory is %d bytes (it holds %d tokens)",
+				len(r.Prompt), s.peakOrOver(len(r.Prompt)+1), s.cfg.KVMemory, s.maxToks)
+		}
+		return nil, fmt.Errorf("scheduler: %w", &model.ContextError{Tokens: len(r.Prompt), Context: s.m.MaxContext(), Limit: s.m.ContextLimit(), Generate: true})
+	}
+	vocab := s.m.Config().VocabSize
+	for i, id := range r.Prompt {
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("scheduler: prompt token %d is id %d, outside [0, %d)", i, id, vocab)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	h := &Handle{s: s, req: r, ctx: ctx, notify: make(chan struct{}, 1), maxTotal: min(s.maxToks, len(r.Prompt)+r.MaxNew)}
+	h.out.Submitted = time.Now()
+	h.out.Prompt = len(r.Prompt)
+	h.history = append(make([]int, 0, h.maxTotal), r.Prompt...)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("scheduler: %w", model.ErrClosed)
+	}
+	if s.stats.Waiting+len(s.incoming) >= s.cfg.MaxWaiting {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d requests wait", ErrQueueFull, s.cfg.MaxWaiting)
+	}
+	s.arrivals++
+	h.arrival = s.arrivals
+	s.incoming = append(s.incoming, h)
+	s.mu.Unlock()
+	h.stopWake = context.AfterFunc(ctx, s.poke)
+	s.poke()
+	return h, nil
+}
+
+// peakOrOver returns cost(n), or a figure past the budget where n is
+// beyond the model's context.
+func (s *Scheduler) peakOrOver(n int) int64 {
+	if n < len(s.peak) {
+		return s.cost(n)
+	}
+	return s.cost(len(s.peak) - 1)
+}
+
+// poke wakes the loop.
+func (s *Scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close ends every request with an error matching model.ErrClosed, frees
+// their blocks and stops the Scheduler's goroutine, after the step in
+// flight. The model stays open. Closing twice is harmless.
+func (s *Scheduler) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.poke()
+	<-s.done
+}
+
+// A Handle is a submitted request: the tokens it generates as they come,
+// and how it ended.
+type Handle struct {
+	s        *Scheduler
+	req      Request
+	ctx      context.Context
+	arrival  uint64
+	stopWake func() bool
+	canceled atomic.Bool
+	notify   chan struct{} // a token or the end is ready
+
+	mu     sync.Mutex
+	tokens []int // generated, not yet taken by Tokens
+	ended  bool
+	out    Outcome
+
+	// Owned by the loop goroutine.
+	seq      *model.Sequence
+	history  []int // the prompt and the tokens picked
+	maxTotal int   // the sequence's length at most
+	reserved int64 // bytes claimed in the pool
+}
+
+// Cancel ends the request at the next step boundary with ErrCanceled (if
+// it has not ended already), freeing its blocks.
+func (h *Handle) Cancel() {
+	h.canceled.Store(true)
+	h.s.poke()
+}
+
+// Tokens waits until the request has generated tokens not yet returned, or
+// has ended, and returns those tokens; done reports that the request
+// ended and every token was returned (see Outcome). It returns ctx's error
+// if ctx ends first.
+func (h *Handle) Tokens(ctx context.Context) (ids []int, done bool, err error) {
+	for {
+		h.mu.Lock()
+		ids, done = h.tokens, h.ended
+		h.tokens = nil
+		h.mu.Unlock()
+		if len(ids) > 0 || done {
+			return ids, done, nil
+		}
+		select {
+		case <-h.notify:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+// Outcome returns how the request ended; ok is false while it runs.
+func (h *Handle) Outcome() (o Outcome, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.out, h.ended
+}
+
+// deliver passes a picked token on to the caller.
+func (h *Handle) deliver(id int) {
+	h.mu.Lock()
+	h.tokens = append(h.tokens, id)
+	h.out.Generated++
+	if h.out.FirstToken.IsZero() {
+		h.out.FirstToken = time.Now()
+	}
+	h.mu.Unlock()
+	h.signal()
+}
+
+func (h *Handle) signal() {
+	select {
+	case h.notify <- struct{}{}:
+	default:
+	}
+}
+
+// end records how the request ended; the loop has freed its sequence.
+func (h *Handle) end(reason string, err error, kv kvcache.Stats) {
+	h.stopWake()
+	h.mu.Lock()
+	h.out.Reason, h.out.Err, h.out.KV, h.out.Finished = reason, err, kv, time.Now()
+	if err != nil {
+		h.out.Reason = ""
+	}
+	h.ended = true
+	h.mu.Unlock()
+	h.signal()
+}
+
+// loop runs steps until Close.
+func (s *Scheduler) loop() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		closed := s.closed
+		for _, h := range s.incoming {
+			s.waiting = append(s.waiting, h) // arrivals are increasing
+		}
+		s.incoming = s.incoming[:0]
+		s.mu.Unlock()
+		if closed {
+			s.failAll(fmt.Errorf("scheduler: %w", model.ErrClosed))
+			return
+		}
+		s.dropCanceled()
+		if !s.plan() {
+			s.publish()
+			<-s.wake
+			continue
+		}
+		s.step()
+		s.publish()
+	}
+}
+
+// publish copies the loop's state into the stats snapshot.
+func (s *Scheduler) publish() {
+	s.mu.Lock()
+	s.stats.Running, s.stats.Waiting, s.stats.Reserved = len(s.running), len(s.waiting), s.reserved
+	s.stats.PeakRunning = max(s.stats.PeakRunning, len(s.running))
+	s.mu.Unlock()
+}
+
+// count adds to the counters under the lock.
+func (s *Scheduler) count(f func(*Stats)) {
+	s.mu.Lock()
+	f(&s.stats)
+	s.mu.Unlock()
+}
+
+// dropCanceled ends the requests whose context ended or that were
+// cancelled.
+func (s *Scheduler) dropCanceled() {
+	for _, list := range []*[]*Handle{&s.running, &s.waiting} {
+		*list = slices.DeleteFunc(*list, func(h *Handle) bool {
+			err := h.ctx.Err()
+			if err == nil && h.canceled.Load() {
+				err = ErrCanceled
+			}
+			if err == nil {
+				return false
+			}
+			s.finish(h, "", err)
+			return true
+		})
+	}
+}
+
+// failAll ends every request with err.
+func (s *Scheduler) failAll(err error) {
+	for _, h := range s.running {
+		s.finish(h, "", err)
+	}
+	for _, h := range s.waiting {
+		s.finish(h, "", err)
+	}
+	s.running, s.waiting = nil, nil
+}
+
+// finish frees h's sequence and reservation and records its end; the
+// caller removes h from its list.
+func (s *Scheduler) finish(h *Handle, reason string, err error) {
+	var kv kvcache.Stats
+	if h.seq != nil {
+		kv = h.seq.KVStats()
+		h.seq.Close()
+		h.seq = nil
+	}
+	s.reserved -= h.reserved
+	h.reserved = 0
+	h.end(reason, err, kv)
+	s.count(func(st *Stats) { st.Finished++ })
+}
+
+// claim makes h's reservation cover a sequence of n tokens plus the decode
+// reserve (within its most tokens), preempting the newest running requests
+// while the pool cannot hold it; it reports false when h itself was
+// preempted (or, running alone, can grow no further).
+func (s *Scheduler) claim(h *Handle, n int) bool {
+	need := s.cost(min(n+s.cfg.DecodeReserve, h.maxTotal))
+	for s.reserved-h.reserved+need > s.cfg.KVMemory {
+		v := s.running[len(s.running)-1]
+		s.preempt(v)
+		if v == h {
+			return false
+		}
+	}
+	s.reserved += need - h.reserved
+	h.reserved = need
+	return true
+}
+
+// preempt frees the blocks of running request v and queues it again, first
+// among the waiting (they arrived after it); it recomputes its history on
+// readmission.
+func (s *Scheduler) preempt(v *Handle) {
+	s.running = slices.DeleteFunc(s.running, func(h *Handle) bool { return h == v })
+	if i := slices.Index(s.owners, v); i >= 0 {
+		s.owners = slices.Delete(s.owners, i, i+1)
+		s.items = slices.Delete(s.items, i, i+1)
+	}
+	v.seq.Close()
+	v.seq = nil
+	s.reserved -= v.reserved
+	v.reserved = 0
+	i, _ := slices.BinarySearchFunc(s.waiting, v.arrival, func(w *Handle, a uint64) int { return cmpU(w.arrival, a) })
+	s.waiting = slices.Insert(s.waiting, i, v)
+	v.mu.Lock()
+	v.out.Preempted++
+	v.mu.Unlock()
+	s.count(func(st *Stats) { st.Preemptions++ })
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// plan fills the step's items: a decode token for each running request
+// whose history is in, then prompt chunks of those prefilling, oldest
+// first, then newly admitted requests' first chunks, all under the token
+// budget and each within its claim on the pool. It reports false when
+// there is nothing to run.
+func (s *Scheduler) plan() bool {
+	s.items, s.owners = s.items[:0], s.owners[:0]
+	budget := s.cfg.StepTokens
+	add := func(h *Handle) bool {
+		n := min(len(h.history)-h.seq.Len(), budget)
+		if n == 0 {
+			return true
+		}
+		if !s.claim(h, h.seq.Len()+n) {
+			return false
+		}
+		s.items = append(s.items, model.BatchItem{Seq: h.seq, IDs: h.history[h.seq.Len() : h.seq.Len()+n]})
+		s.owners = append(s.owners, h)
+		budget -= n
+		return true
+	}
+	// Decodes first: a running request waits for no prompt. (claim may
+	// preempt requests later in s.running, so iterate by arrival.)
+	for _, prefilling := range []bool{false, true} {
+		for i := 0; i < len(s.running); i++ {
+			h := s.running[i]
+			if (len(h.history)-h.seq.Len() > 1) != prefilling {
+				continue
+			}
+			if !add(h) {
+				i-- // h left s.running
+			}
+		}
+	}
+	for budget > 0 && len(s.waiting) > 0 && len(s.running) < s.cfg.MaxRunning {
+		h := s.waiting[0]
+		need := s.cost(min(len(h.history)+s.cfg.DecodeReserve, h.maxTotal))
+		if s.reserved+need > s.cfg.KVMemory {
+			break // it waits for bytes, in arrival order
+		}
+		if err := s.admit(h); err != nil {
+			s.waiting = s.waiting[1:]
+			s.finish(h, "", err)
+			continue
+		}
+		s.waiting = s.waiting[1:]
+		s.running = append(s.running, h)
+		if !add(h) {
+			break
+		}
+	}
+	if len(s.items) == 0 && len(s.running) == 0 && len(s.waiting) > 0 {
+		// Nothing runs and the oldest request cannot be admitted: only
+		// a pool whose blocks outgrew their estimate gets here; fail it
+		// rather than wait for ever.
+		h := s.waiting[0]
+		s.waiting = s.waiting[1:]
+		s.finish(h, "", fmt.Errorf("scheduler: %w: the pool cannot hold a sequence of %d tokens", kvcache.ErrPoolFull, len(h.history)))
+		return s.plan()
+	}
+	return len(s.items) > 0
+}
+
+// admit gives h a pooled sequence starting with the cached blocks that
+// hold a prefix of its history.
+func (s *Scheduler) admit(h *Handle) error {
+	seq, err := s.m.NewSequenceOpts(s.cfg.Cache)
+	if err != nil {
+		return err
+	}
+	reused, err := seq.AttachPrefix(h.history)
+	if err != nil {
+		seq.Close()
+		return err
+	}
+	h.seq = seq
+	h.mu.Lock()
+	h.out.Reused = reused
+	h.mu.Unlock()
+	s.count(func(st *Stats) { st.Admitted++ })
+	return nil
+}
+
+// step runs the planned items and hands each request whose history is in
+// the token Next picks.
+func (s *Scheduler) step() {
+	err := s.bt.Forward(s.items)
+	s.count(func(st *Stats) { st.Steps++ })
+	if err != nil {
+		s.stepFailed(err)
+		return
+	}
+	for i := range s.items {
+		h := s.owners[i]
+		if h.seq.Len() < len(h.history) {
+			continue // a prompt chunk with more to come
+		}
+		id, end, err := h.req.Next(s.items[i].Logits, h.history)
+		switch {
+		case err != nil:
+			s.remove(h, "", err)
+		case end:
+			s.remove(h, EndToken, nil)
+		default:
+			h.history = append(h.history, id)
+			h.deliver(id)
+			switch {
+			case len(h.history)-len(h.req.Prompt) >= h.req.MaxNew:
+				s.remove(h, EndLength, nil)
+			case len(h.history) >= h.maxTotal:
+				s.remove(h, EndContext, nil)
+			}
+		}
+	}
+}
+
+// remove ends running request h.
+func (s *Scheduler) remove(h *Handle, reason string, err error) {
+	s.running = slices.DeleteFunc(s.running, func(r *Handle) bool { return r == h })
+	s.finish(h, reason, err)
+}
+
+// stepFailed handles a failed step: every sequence in it is unusable. A
+// pool that ran out of bytes (blocks larger than their estimate) preempts
+// them, to be recomputed; any other failure ends them with it.
+func (s *Scheduler) stepFailed(err error) {
+	owners := slices.Clone(s.owners)
+	if errors.Is(err, kvcache.ErrPoolFull) && len(owners) > 1 {
+		for _, h := range owners {
+			s.preempt(h)
+		}
+		return
+	}
+	for _, h := range owners {
+		s.remove(h, "", err)
+	}
+}

@@ -1,0 +1,400 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/model"
+)
+
+// loadTiny loads a seeded Qwen2-style checkpoint with 16-token blocks.
+func loadTiny(t testing.TB) *model.Model {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	b := cpubackend.New(2)
+	t.Cleanup(func() { b.Close() })
+	m, err := model.Load(dir, model.Options{Backend: b, BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// greedy picks the largest logit; eos (if >= 0) ends the request.
+func greedy(eos int) func([]float32, []int) (int, bool, error) {
+	return func(logits []float32, _ []int) (int, bool, error) {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return best, best == eos, nil
+	}
+}
+
+// solo decodes prompt greedily on a sequence of its own, one token per
+// step after the prompt, as a lone Generate would.
+func solo(t testing.TB, m *model.Model, pol kvcache.Policy, prompt []int, maxNew int) []int {
+	t.Helper()
+	seq, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Close()
+	logits, err := seq.Forward(prompt, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	next := greedy(-1)
+	for len(out) < maxNew && seq.Len() < m.MaxContext() {
+		id, _, _ := next(logits, nil)
+		out = append(out, id)
+		if len(out) == maxNew || seq.Len()+1 > m.MaxContext() {
+			break
+		}
+		if logits, err = seq.Forward([]int{id}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// collect reads every token of h.
+func collect(ctx context.Context, h *Handle) ([]int, Outcome, error) {
+	var out []int
+	for {
+		ids, done, err := h.Tokens(ctx)
+		if err != nil {
+			return out, Outcome{}, err
+		}
+		out = append(out, ids...)
+		if done {
+			o, _ := h.Outcome()
+			return out, o, o.Err
+		}
+	}
+}
+
+func int8Policy(layers int) kvcache.Policy {
+	l := make([]kvcache.LayerCodecs, layers)
+	for i := range l {
+		l[i] = kvcache.LayerCodecs{K: []codec.Codec{codec.Int8{}}, V: codec.Int8{}}
+	}
+	return kvcache.Policy{Layers: l, HotWindow: 16, HotBF16: true}
+}
+
+func randomPrompt(r *rand.Rand, n, vocab int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = r.IntN(vocab)
+	}
+	return p
+}
+
+// Concurrent requests of mixed lengths, batched, each get exactly the
+// greedy tokens of their solo run, for an uncompressed and an encoded
+// cache, and leave the pool holding no referenced block.
+func TestBatchedEqualsSolo(t *testing.T) {
+	m := loadTiny(t)
+	vocab := m.Config().VocabSize
+	for _, tc := range []struct {
+		name string
+		pol  kvcache.Policy
+	}{
+		{"bf16", kvcache.Policy{HotBF16: true}},
+		{"int8", int8Policy(m.Config().NumLayers)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: tc.pol}, KVMemory: 64 << 20, StepTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			r := rand.New(rand.NewPCG(1, 2))
+			const n = 12
+			prompts := make([][]int, n)
+			maxNew := make([]int, n)
+			for i := range prompts {
+				prompts[i] = randomPrompt(r, 1+r.IntN(90), vocab)
+				maxNew[i] = 1 + r.IntN(40)
+			}
+			got := make([][]int, n)
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := range prompts {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					h, err := s.Submit(context.Background(), Request{Prompt: prompts[i], MaxNew: maxNew[i], Next: greedy(-1)})
+					if err != nil {
+						errs <- err
+						return
+					}
+					out, o, err := collect(context.Background(), h)
+					if err == nil && o.Reason != EndLength {
+						err = fmt.Errorf("request %d ended with %q, want %q", i, o.Reason, EndLength)
+					}
+					got[i] = out
+					if err != nil {
+						errs <- err
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			for i := range prompts {
+				if want := solo(t, m, tc.pol, prompts[i], maxNew[i]); !slices.Equal(got[i], want) {
+					t.Errorf("request %d (prompt %d tokens): batched %v, solo %v", i, len(prompts[i]), got[i], want)
+				}
+			}
+			st := s.Stats()
+			if st.PeakRunning < 2 {
+				t.Errorf("at most %d requests ran at once: nothing was batched", st.PeakRunning)
+			}
+			if st.Pool.Referenced != 0 || st.Running != 0 || st.Reserved != 0 {
+				t.Errorf("after every request ended: %+v", st)
+			}
+		})
+	}
+}
+
+// A request whose prompt starts with blocks another request left cached
+// reuses them and gets the tokens of a cold run.
+func TestPrefixReuse(t *testing.T) {
+	m := loadTiny(t)
+	pol := kvcache.Policy{HotBF16: true}
+	s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: pol}, KVMemory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	shared := randomPrompt(r, 100, m.Config().VocabSize)
+	run := func(prompt []int) ([]int, Outcome) {
+		h, err := s.Submit(context.Background(), Request{Prompt: prompt, MaxNew: 8, Next: greedy(-1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, o, err := collect(context.Background(), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, o
+	}
+	if _, o := run(shared[:70]); o.Reused != 0 {
+		t.Fatalf("the first request reused %d tokens of an empty pool", o.Reused)
+	}
+	prompt := append(slices.Clone(shared[:90]), 5, 6)
+	out, o := run(prompt)
+	if o.Reused != 64 {
+		t.Errorf("reused %d tokens, want 64 (the 4 full blocks of the first prompt)", o.Reused)
+	}
+	if want := solo(t, m, pol, prompt, 8); !slices.Equal(out, want) {
+		t.Errorf("after reuse %v, cold %v", out, want)
+	}
+	if st := s.Stats(); st.Pool.Hits != 1 || st.Pool.HitTokens != 64 {
+		t.Errorf("pool stats %+v, want one hit of 64 tokens", st.Pool)
+	}
+}
+
+// A randomized schedule of joins, cancellations and preemptions under a
+// tight budget: no request fails for want of bytes, the pool never holds
+// more than its budget, no block leaks, and every request that was not
+// cancelled gets its solo greedy output.
+func TestRandomSchedule(t *testing.T) {
+	m := loadTiny(t)
+	vocab := m.Config().VocabSize
+	pol := kvcache.Policy{HotBF16: true}
+	seeds := 6
+	if testing.Short() {
+		seeds = 3
+	}
+	for seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(seed), 99))
+			// Room for about three 120-token sequences at once.
+			budget := int64(3 * 128 * 2 * 2 * 2 * 16 * 2)
+			s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: pol}, KVMemory: budget, StepTokens: 48, MaxRunning: 8, DecodeReserve: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			const n = 16
+			type job struct {
+				prompt []int
+				maxNew int
+				cancel bool
+			}
+			jobs := make([]job, n)
+			base := randomPrompt(r, 64, vocab)
+			for i := range jobs {
+				p := randomPrompt(r, 1+r.IntN(80), vocab)
+				if r.IntN(3) == 0 { // a shared prefix
+					p = append(slices.Clone(base[:16*(1+r.IntN(3))]), p...)
+				}
+				jobs[i] = job{prompt: p, maxNew: 1 + r.IntN(48), cancel: r.IntN(5) == 0}
+			}
+			stop := make(chan struct{})
+			var maxUsed int64
+			var watch sync.WaitGroup
+			watch.Add(1)
+			go func() {
+				defer watch.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(200 * time.Microsecond):
+						maxUsed = max(maxUsed, s.Stats().Pool.Used)
+					}
+				}
+			}()
+			got := make([][]int, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i, j := range jobs {
+				time.Sleep(time.Duration(r.IntN(3)) * time.Millisecond)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					h, err := s.Submit(ctx, Request{Prompt: j.prompt, MaxNew: j.maxNew, Next: greedy(-1)})
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					if j.cancel {
+						ids, _, err := h.Tokens(ctx)
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						got[i] = ids
+						cancel()
+						_, _, err = collect(context.Background(), h)
+						if err != nil && !errors.Is(err, context.Canceled) {
+							errs[i] = fmt.Errorf("cancelled request ended with %v", err)
+						}
+						return
+					}
+					got[i], _, errs[i] = collect(context.Background(), h)
+				}()
+			}
+			wg.Wait()
+			close(stop)
+			watch.Wait()
+			for i, j := range jobs {
+				if errs[i] != nil {
+					t.Fatalf("request %d: %v", i, errs[i])
+				}
+				want := solo(t, m, pol, j.prompt, j.maxNew)
+				if j.cancel {
+					want = want[:min(len(want), len(got[i]))]
+				}
+				if !slices.Equal(got[i], want) {
+					t.Errorf("request %d (prompt %d, max %d, cancel %v): got %v, solo %v", i, len(j.prompt), j.maxNew, j.cancel, got[i], want)
+				}
+			}
+			st := s.Stats()
+			if maxUsed > budget {
+				t.Errorf("the pool held %d bytes, budget %d", maxUsed, budget)
+			}
+			if st.Running != 0 || st.Waiting != 0 || st.Reserved != 0 || st.Pool.Referenced != 0 {
+				t.Errorf("after the schedule: %+v", st)
+			}
+			s.Pool().Evict()
+			if u := s.Pool().Stats().Used; u != 0 {
+				t.Errorf("after Evict the pool holds %d bytes: a block leaked", u)
+			}
+			t.Logf("peak running %d, preemptions %d, steps %d, prefix hits %d", st.PeakRunning, st.Preemptions, st.Steps, st.Pool.Hits)
+		})
+	}
+}
+
+// Requests that can never run fail at Submit with an error that says why.
+func TestSubmitErrors(t *testing.T) {
+	m := loadTiny(t)
+	pol := kvcache.Policy{HotBF16: true}
+	// 4 blocks of 16 tokens: 2 layers x 2 heads x K,V x 16 x 16 x 2 bytes.
+	s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: pol}, KVMemory: 4 * 2 * 2 * 2 * 16 * 16 * 2, MaxWaiting: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MaxTokens() != 64 {
+		t.Errorf("MaxTokens = %d, want 64", s.MaxTokens())
+	}
+	next := greedy(-1)
+	for _, tc := range []struct {
+		r    Request
+		want string
+	}{
+		{Request{MaxNew: 1, Next: next}, "empty prompt"},
+		{Request{Prompt: []int{1}, Next: next}, "generate 0 tokens"},
+		{Request{Prompt: []int{1}, MaxNew: 1}, "Next"},
+		{Request{Prompt: []int{1, 999}, MaxNew: 1, Next: next}, "id 999"},
+		{Request{Prompt: make([]int, 64), MaxNew: 1, Next: next}, "KV memory"},
+	} {
+		if _, err := s.Submit(context.Background(), tc.r); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Submit(%d tokens) = %v, want an error naming %q", len(tc.r.Prompt), err, tc.want)
+		}
+	}
+	// A request longer than MaxTokens allows ends with EndContext.
+	h, err := s.Submit(context.Background(), Request{Prompt: make([]int, 60), MaxNew: 100, Next: next})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, o, err := collect(context.Background(), h)
+	if err != nil || len(out) != 4 || o.Reason != EndContext {
+		t.Errorf("60-token prompt in 64 tokens of memory: %d tokens, %q, %v; want 4, %q", len(out), o.Reason, err, EndContext)
+	}
+	s.Close()
+	if _, err := s.Submit(context.Background(), Request{Prompt: []int{1}, MaxNew: 1, Next: next}); !errors.Is(err, model.ErrClosed) {
+		t.Errorf("Submit after Close = %v, want ErrClosed", err)
+	}
+	if _, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: pol}, KVMemory: 100}); err == nil || !strings.Contains(err.Error(), "KV memory") {
+		t.Errorf("New with 100 bytes = %v, want an error naming the KV memory", err)
+	}
+}
+
+// Close ends the requests in flight with ErrClosed.
+func TestCloseEndsRequests(t *testing.T) {
+	m := loadTiny(t)
+	s, err := New(Config{Model: m, KVMemory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Submit(context.Background(), Request{Prompt: []int{1, 2, 3}, MaxNew: 400, Next: greedy(-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.Tokens(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, _, err := collect(context.Background(), h); !errors.Is(err, model.ErrClosed) {
+		t.Errorf("a request running at Close ended with %v, want ErrClosed", err)
+	}
+	s.Close()
+}
