@@ -14,6 +14,7 @@ import (
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/scheduler"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -54,13 +55,23 @@ type Options struct {
 	// compressed cache preconditions keys and uses its codebooks (see
 	// kvconfig.Spec's Precondition and Codebooks). "" for none.
 	Calibration string
+	// KVMemory is the byte budget of the KV block pool every sequence
+	// shares, hot and encoded blocks together; 0 means half the memory
+	// available when Load runs (see DefaultKVMemory). The longest
+	// sequence is what the budget holds, at most the context.
+	KVMemory int64
+	// Serving tunes the batching of concurrent Generate calls; its zero
+	// fields take scheduler's defaults. Model, Cache and KVMemory are set
+	// by Load and must stay zero.
+	Serving scheduler.Config
 }
 
 // An Engine is a loaded model with its tokenizer: the embedding API for
 // programs that generate text. Its methods may be called from several
 // goroutines; each Generate call runs its own sequence. After Close, the
 // methods that return an error return one matching ErrClosed
-// (model.ErrClosed).
+// (model.ErrClosed). Concurrent Generate calls are batched: each step of
+// the engine's scheduler runs every matrix product once over all of them.
 type Engine struct {
 	model *model.Model
 	tok   *tokenizer.Tokenizer
@@ -68,6 +79,7 @@ type Engine struct {
 	calib string
 	seq   model.SequenceOptions // the cache of every sequence
 	cache kvconfig.Settings     // what seq's cache is, in the tools' terms
+	sched *scheduler.Scheduler  // runs every Generate call
 	ownB  compute.Backend       // the backend Load started, nil if given
 	once  sync.Once             // closes ownB once
 }
@@ -80,6 +92,12 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	}
 	if opt.Model.Backend != nil {
 		return nil, errors.New("kakeya: Options: set the backend through Backend, not Model.Backend")
+	}
+	if sv := opt.Serving; sv.Model != nil || sv.Cache.Pool != nil || sv.Cache.Cache.Layers != nil || sv.Cache.BlockSize != 0 || sv.KVMemory != 0 {
+		return nil, errors.New("kakeya: Options: Serving's Model, Cache and KVMemory are set by Load (set KVMemory and Cache in Options)")
+	}
+	if opt.KVMemory < 0 {
+		return nil, fmt.Errorf("kakeya: Options: KV memory %d bytes, want > 0 (or 0 for the default)", opt.KVMemory)
 	}
 	if opt.Backend != nil && (opt.Threads != 0 || opt.MatMul != "") {
 		return nil, fmt.Errorf("kakeya: Options: Threads and MatMul apply to the default CPU backend, not to a given one (%s)", opt.Backend.Name())
@@ -117,6 +135,15 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	if err := e.setCache(spec, opt.Calibration); err != nil {
 		e.Close()
 		return nil, err
+	}
+	sv := opt.Serving
+	sv.Model, sv.Cache, sv.KVMemory = m, e.seq, opt.KVMemory
+	if sv.KVMemory == 0 {
+		sv.KVMemory = DefaultKVMemory()
+	}
+	if e.sched, err = scheduler.New(sv); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("kakeya: %w", err)
 	}
 	return e, nil
 }
@@ -160,6 +187,16 @@ func (e *Engine) Model() *model.Model { return e.model }
 // Tokenizer returns the model's tokenizer.
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
+// Stats returns a snapshot of the engine's serving state: requests running
+// and waiting, the KV block pool's bytes by format and budget, its
+// prefix-cache queries and hits, preemptions.
+func (e *Engine) Stats() scheduler.Stats { return e.sched.Stats() }
+
+// MaxTokens returns the longest sequence, prompt and generated tokens
+// together, that Generate can run: the context, or less where the KV
+// memory holds fewer tokens.
+func (e *Engine) MaxTokens() int { return e.sched.MaxTokens() }
+
 // Dir returns the local directory the model was loaded from.
 func (e *Engine) Dir() string { return e.dir }
 
@@ -180,6 +217,9 @@ func (e *Engine) Kernels() string {
 // forward passes in flight: a Generate running meanwhile ends with an error
 // matching ErrClosed. Closing twice is not an error.
 func (e *Engine) Close() error {
+	if e.sched != nil {
+		e.sched.Close()
+	}
 	err := e.model.Close()
 	e.once.Do(func() {
 		if e.ownB == nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/scheduler"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 )
 
@@ -176,12 +177,7 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	seq, err := e.model.NewSequenceOpts(e.seq)
-	if err != nil {
-		return nil, err
-	}
-	defer seq.Close()
-	return g.run(ctx, seq)
+	return g.run(ctx)
 }
 
 // generation is one Generate call: what it was asked for, once checked,
@@ -195,12 +191,10 @@ type generation struct {
 	eos     map[int]bool // the tokens that end it
 	onText  func(string) error
 
-	seq     *model.Sequence
-	res     *Result
-	text    []byte // what emit passed on
-	history []int  // the prompt and the tokens sampled
-	stream  *tokenizer.Stream
-	filter  stopFilter
+	res    *Result
+	text   []byte // what emit passed on
+	stream *tokenizer.Stream
+	filter stopFilter
 }
 
 // newGeneration checks opt and the prompt, which must leave room in the
@@ -233,64 +227,89 @@ func (e *Engine) newGeneration(prompt string, opt GenerateOptions, onText func(s
 	return g, nil
 }
 
-// run prefills the prompt into seq, then decodes. Once it has begun, an
-// error comes with the partial Result.
-func (g *generation) run(ctx context.Context, seq *model.Sequence) (*Result, error) {
-	g.seq = seq
-	g.res = &Result{PromptTokens: len(g.ids), Kernels: g.e.Kernels()}
-	start := time.Now()
-	logits, err := prefill(ctx, seq, g.ids)
-	if err == nil {
-		err = g.e.checkFinite(logits, 0)
+// next is the scheduler's Request.Next: it checks the logits, computed
+// after history, and samples the next token, which ends the generation
+// if it is an end-of-sequence token. It runs on the scheduler's goroutine.
+func (g *generation) next(logits []float32, history []int) (int, bool, error) {
+	if err := g.e.checkFinite(logits, len(history)-len(g.ids)); err != nil {
+		return 0, false, err
 	}
-	if err != nil {
-		return g.finish(err, &g.res.Prefill, start)
-	}
-	g.res.Prefill = time.Since(start)
-
-	g.history = append(make([]int, 0, len(g.ids)+g.maxNew), g.ids...)
-	g.stream = g.e.tok.NewStream()
-	start = time.Now()
-	stop, err := g.decode(ctx, logits)
-	if err != nil {
-		return g.finish(err, &g.res.Decode, start)
-	}
-	g.res.StopReason = stop
-	return g.finish(nil, &g.res.Decode, start)
+	id := g.sampler.Sample(logits, history)
+	return id, g.eos[id], nil
 }
 
-// decode samples tokens from logits, the prompt's, feeding each back, and
-// emits their text until a stop; it returns the StopReason.
-func (g *generation) decode(ctx context.Context, logits []float32) (string, error) {
-	for g.res.GeneratedTokens < g.maxNew {
-		if err := ctx.Err(); err != nil {
-			return "", err
-		}
-		id := g.sampler.Sample(logits, g.history)
-		if g.eos[id] {
-			return g.end(StopEOS)
-		}
-		g.res.GeneratedTokens++
-		g.history = append(g.history, id)
-		out, stopped := g.filter.push(g.stream.Add(id))
-		if err := g.emit(out); err != nil {
-			return "", err
-		}
-		if stopped {
-			return StopString, nil
-		}
-		if g.res.GeneratedTokens == g.maxNew {
+// run submits the generation to the engine's scheduler and passes its
+// tokens' text on as they come, until a stop. Once it was submitted, an
+// error comes with the partial Result.
+func (g *generation) run(ctx context.Context) (*Result, error) {
+	h, err := g.e.sched.Submit(ctx, scheduler.Request{Prompt: g.ids, MaxNew: g.maxNew, Next: g.next})
+	if err != nil {
+		return nil, fmt.Errorf("kakeya: %w", err)
+	}
+	g.res = &Result{PromptTokens: len(g.ids), Kernels: g.e.Kernels()}
+	g.stream = g.e.tok.NewStream()
+	stop, err := g.receive(ctx, h)
+	// A stop string, or an error here, leaves the request running:
+	// cancel it and wait the step it may be in, so that its blocks are
+	// free when Generate returns and the Result has its KV statistics.
+	h.Cancel()
+	for {
+		if _, done, _ := h.Tokens(context.Background()); done {
 			break
 		}
-		var err error
-		if logits, err = g.seq.Forward(g.history[len(g.history)-1:], false); err == nil {
-			err = g.e.checkFinite(logits, g.res.GeneratedTokens)
-		}
+	}
+	o, _ := h.Outcome()
+	if !o.FirstToken.IsZero() {
+		g.res.Prefill = o.FirstToken.Sub(o.Submitted)
+		g.res.Decode = o.Finished.Sub(o.FirstToken)
+	} else {
+		g.res.Prefill = o.Finished.Sub(o.Submitted)
+	}
+	g.res.Text = string(g.text)
+	g.res.KV = o.KV
+	if err != nil {
+		return g.res, err
+	}
+	g.res.StopReason = stop
+	return g.res, nil
+}
+
+// receive emits the text of the request's tokens as they come and returns
+// the StopReason.
+func (g *generation) receive(ctx context.Context, h *scheduler.Handle) (string, error) {
+	for {
+		ids, done, err := h.Tokens(ctx)
 		if err != nil {
 			return "", err
 		}
+		for _, id := range ids {
+			g.res.GeneratedTokens++
+			out, stopped := g.filter.push(g.stream.Add(id))
+			if err := g.emit(out); err != nil {
+				return "", err
+			}
+			if stopped {
+				return StopString, nil
+			}
+		}
+		if !done {
+			continue
+		}
+		o, _ := h.Outcome()
+		switch {
+		case o.Err != nil:
+			if errors.Is(o.Err, context.Canceled) || errors.Is(o.Err, context.DeadlineExceeded) {
+				return "", ctx.Err()
+			}
+			return "", o.Err
+		case o.Reason == scheduler.EndToken:
+			return g.end(StopEOS)
+		case o.Reason == scheduler.EndLength:
+			return g.end(g.limit)
+		default:
+			return g.end(StopContext)
+		}
 	}
-	return g.end(g.limit)
 }
 
 // end emits what the stream and the stop filter hold back when generation
@@ -321,32 +340,6 @@ func (g *generation) emit(s string) error {
 		return g.onText(s)
 	}
 	return nil
-}
-
-// finish ends a generation that began, setting the duration *d of the
-// phase it ends in, which began at start; with an error the result is
-// partial.
-func (g *generation) finish(err error, d *time.Duration, start time.Time) (*Result, error) {
-	*d = time.Since(start)
-	g.res.Text = string(g.text)
-	g.res.KV = g.seq.KVStats()
-	return g.res, err
-}
-
-// prefill feeds the prompt in chunks, checking ctx between them, and
-// returns the logits of its last position.
-func prefill(ctx context.Context, seq *model.Sequence, ids []int) ([]float32, error) {
-	var logits []float32
-	for i := 0; i < len(ids); i += prefillChunk {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		var err error
-		if logits, err = seq.Forward(ids[i:min(len(ids), i+prefillChunk)], false); err != nil {
-			return nil, err
-		}
-	}
-	return logits, nil
 }
 
 // checkFinite fails if logits, computed after the prompt and generated
