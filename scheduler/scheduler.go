@@ -306,20 +306,22 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 	h.out.Submitted = time.Now()
 	h.out.Prompt = len(r.Prompt)
 	h.history = append(make([]int, 0, h.maxTotal), r.Prompt...)
+	h.stopWake = context.AfterFunc(ctx, s.poke)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		h.stopWake()
 		return nil, fmt.Errorf("scheduler: %w", model.ErrClosed)
 	}
 	if s.stats.Waiting+len(s.incoming) >= s.cfg.MaxWaiting {
 		s.mu.Unlock()
+		h.stopWake()
 		return nil, fmt.Errorf("%w: %d requests wait", ErrQueueFull, s.cfg.MaxWaiting)
 	}
 	s.arrivals++
 	h.arrival = s.arrivals
 	s.incoming = append(s.incoming, h)
 	s.mu.Unlock()
-	h.stopWake = context.AfterFunc(ctx, s.poke)
 	s.poke()
 	return h, nil
 }
