@@ -40,7 +40,7 @@ type options struct {
 	chat, tokenize, addSpecial           bool
 	quiet, verbose                       bool
 	stops                                stringList
-	maxInput                             cli.ByteSize
+	maxInput, kvMemory                   cli.ByteSize
 	sampling                             kakeya.SamplingOptions
 	cache                                kvconfig.Spec
 	backend                              compute.Backend // from --device
@@ -73,6 +73,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.verbose, "verbose", false, "print the device and, on a GPU, where cuBLAS was looked for to stderr at load")
 	o.maxInput = cli.DefaultMaxInput
 	fs.Var(&o.maxInput, "max-input", cli.MaxInputUsage)
+	fs.Var(&o.kvMemory, "kv-memory", cli.KVMemoryUsage)
 	kvflags.Register(fs, &o.cache)
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
 		fmt.Fprintln(w, "usage: kakeya-run --model DIR|HF_ID --prompt TEXT [flags]\n       kakeya-run --model DIR|HF_ID --tokenize [--add-special] < text\n\nflags:")
@@ -181,6 +182,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		Hub:         hub,
 		Cache:       o.cache,
 		Calibration: o.calib,
+		KVMemory:    int64(o.kvMemory),
 	}
 	if o.backend == nil {
 		// --threads and --matmul tune the CPU backend the engine starts.

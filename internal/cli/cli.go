@@ -166,6 +166,9 @@ const DefaultMaxInput = 64 << 20
 // MaxInputUsage is the usage line of the commands' --max-input flag.
 const MaxInputUsage = "the most input (standard input, --data) read whole, in bytes with an optional K, M or G (binary) suffix; more is an error"
 
+// KVMemoryUsage is the usage line of the commands' --kv-memory flag.
+const KVMemoryUsage = "the KV cache's memory, shared by all sequences, e.g. 2G or 512M (binary); the longest sequence is what it holds (default: half the available memory)"
+
 // A ByteSize is a flag.Value holding a count of bytes, set from "4096",
 // "64M", "64MiB", "1G" (binary multiples).
 type ByteSize int64
