@@ -58,6 +58,7 @@ type Pool struct {
 	cfg      PoolConfig
 	hot      int64 // bytes of one hot part
 	used     int64
+	peak     int64 // the most used ever
 	parts    map[compute.Part]partInfo
 	byFormat map[string]int64
 	blocks   map[[32]byte]*poolBlock
@@ -224,6 +225,11 @@ type PoolStats struct {
 	// parts are held in: "hot-f32", "hot-bf16" or a codec's name.
 	Used, Budget int64
 	ByFormat     map[string]int64
+	// Peak is the most bytes the pool ever held at once.
+	Peak int64
+	// CachedBytes is the part of Used held by cached blocks no sequence
+	// references: memory an allocation reclaims by evicting them.
+	CachedBytes int64
 	// Cached is the number of registered blocks no sequence references,
 	// Referenced those at least one does.
 	Cached, Referenced int
@@ -258,7 +264,14 @@ func (p *Pool) Stats() PoolStats {
 	defer p.mu.Unlock()
 	s := PoolStats{Used: p.used, Budget: p.cfg.Budget, ByFormat: make(map[string]int64, len(p.byFormat)),
 		Cached: p.lru.Len(), Referenced: p.referenced, Queries: p.queries, Hits: p.hits, HitTokens: p.hitTokens,
-		Evictions: p.evictions, EvictedBytes: p.evictedBytes}
+		Evictions: p.evictions, EvictedBytes: p.evictedBytes, Peak: p.peak}
+	for e := p.lru.Front(); e != nil; e = e.Next() {
+		for _, l := range e.Value.(*poolBlock).parts {
+			for _, pt := range l {
+				s.CachedBytes += p.parts[pt].bytes
+			}
+		}
+	}
 	for f, n := range p.byFormat {
 		s.ByFormat[f] = n
 	}
@@ -288,6 +301,7 @@ func (s poolStore) NewPart() (compute.Part, error) {
 	f := p.hotFormat()
 	p.parts[pt] = partInfo{bytes: p.hot, format: f}
 	p.used += p.hot
+	p.peak = max(p.peak, p.used)
 	p.byFormat[f] += p.hot
 	return pt, nil
 }
@@ -322,6 +336,7 @@ func (s poolStore) SetEncoded(pt compute.Part, enc []byte, dec compute.Decoder) 
 	}
 	n := partInfo{bytes: int64(len(enc)), format: dec.Name()}
 	p.used += n.bytes - old.bytes
+	p.peak = max(p.peak, p.used)
 	p.byFormat[old.format] -= old.bytes
 	if p.byFormat[old.format] == 0 {
 		delete(p.byFormat, old.format)

@@ -148,12 +148,14 @@ func TestPoolPrefixReuseMatchesCold(t *testing.T) {
 			}
 			a.Reset()
 			b.Reset()
-			if s := p.Stats(); s.Referenced != 0 || s.Cached == 0 {
-				t.Errorf("after Reset: %d referenced %d cached blocks, want 0 and some", s.Referenced, s.Cached)
+			before := p.Stats()
+			if s := before; s.Referenced != 0 || s.Cached == 0 || s.CachedBytes != s.Used || s.Peak < s.Used {
+				t.Errorf("after Reset: %d referenced %d cached blocks of %d bytes, %d used, peak %d; want 0, some, all used, peak >= used",
+					s.Referenced, s.Cached, s.CachedBytes, s.Used, s.Peak)
 			}
 			p.Evict()
-			if s := p.Stats(); s.Used != 0 || len(s.ByFormat) != 0 || s.Cached != 0 {
-				t.Errorf("after Evict: %s, want empty", s)
+			if s := p.Stats(); s.Used != 0 || len(s.ByFormat) != 0 || s.Cached != 0 || s.CachedBytes != 0 || s.Peak != before.Peak {
+				t.Errorf("after Evict: %s, cached bytes %d, peak %d; want empty, peak kept", s, s.CachedBytes, s.Peak)
 			}
 		})
 	}

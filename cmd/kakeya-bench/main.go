@@ -61,11 +61,13 @@ type options struct {
 	gen, reps     int
 	warmup        bool
 	progress      bool
+	serve         serveOptions // with --concurrency
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o options
-	var caches, matmuls, threads, ctxs string
+	var caches, matmuls, threads, ctxs, conc string
+	kvMemory := cli.ByteSize(2 << 30)
 	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
@@ -77,6 +79,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.reps, "reps", 3, "runs per cell (the median is reported)")
 	fs.BoolVar(&o.warmup, "warmup", true, "after each model load, run one untimed short prefill and decode step first (llama-bench's warmup): the first timed run then does not pay for paging the weights in")
 	fs.BoolVar(&o.progress, "progress", true, "print each run to stderr as it finishes")
+	fs.StringVar(&conc, "concurrency", "", "serving mode: client counts, comma-separated (e.g. 1,4,16,64); each level sends synthetic requests through the scheduler")
+	fs.Var(&kvMemory, "kv-memory", "serving mode: the KV block pool's budget (K, M, G suffixes, binary)")
+	fs.IntVar(&o.serve.promptLen, "prompt-len", 128, "serving mode: prompt tokens per request")
+	fs.Float64Var(&o.serve.sharedPrefix, "shared-prefix", 0, "serving mode: the fraction of each prompt that every request shares (0..1)")
+	fs.IntVar(&o.serve.requests, "requests", 0, "serving mode: requests per level (0: one per client); a client sends its next when its last ended")
+	fs.IntVar(&o.serve.stepTokens, "step-tokens", 512, "serving mode: the most tokens one batched step runs")
+	fs.BoolVar(&o.serve.json, "json", false, "serving mode: print the rows as JSON instead of a table")
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
 		io.WriteString(w, usage)
 		cli.PrintDefaults(fs, w)
@@ -108,6 +117,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case o.reps < 1:
 		return fmt.Errorf("--reps %d must be >= 1", o.reps)
 	}
+	if conc != "" {
+		if o.serve.concurrency, err = parseInts("--concurrency", conc, 1, 4096); err != nil {
+			return err
+		}
+		o.serve.kvMemory = int64(kvMemory)
+		switch {
+		case o.serve.promptLen < 1:
+			return fmt.Errorf("--prompt-len %d must be >= 1", o.serve.promptLen)
+		case !(o.serve.sharedPrefix >= 0 && o.serve.sharedPrefix <= 1):
+			return fmt.Errorf("--shared-prefix %v must be in [0, 1]", o.serve.sharedPrefix)
+		case o.serve.requests < 0:
+			return fmt.Errorf("--requests %d must be >= 0", o.serve.requests)
+		case o.serve.stepTokens < 1:
+			return fmt.Errorf("--step-tokens %d must be >= 1", o.serve.stepTokens)
+		}
+	}
 
 	dir, desc := o.model, "model "+o.model
 	if dir == "" {
@@ -126,6 +151,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		dir, desc = tmp, "seeded checkpoint of Qwen2.5-0.5B's shape (bf16)"
+	}
+	if o.serve.concurrency != nil {
+		rows, err := measureServing(ctx, dir, o, stderr)
+		if err != nil {
+			return err
+		}
+		if !o.serve.json {
+			fmt.Fprintf(stdout, "%s; %s; kernels %s; GOMAXPROCS %d; serving: %d-token prompts (%.0f%% shared), %d generated tokens each, KV memory %s, steps of %d tokens\n\n",
+				desc, runtime.GOARCH, kcpu.Features(), runtime.GOMAXPROCS(0), o.serve.promptLen, 100*o.serve.sharedPrefix, o.gen, cli.Bytes(o.serve.kvMemory), o.serve.stepTokens)
+		}
+		return writeServe(stdout, rows, o.serve.json)
 	}
 	rows, err := measure(ctx, dir, o, stderr)
 	if err != nil {
@@ -159,6 +195,33 @@ func measureLoad(ctx context.Context, dir string, maxCtx int, mm string, th int,
 	}
 	defer m.Close()
 	return measureModel(ctx, m, mm, th, o, stderr)
+}
+
+// measureServing runs every (threads, cache, concurrency) level of the
+// serving mode.
+func measureServing(ctx context.Context, dir string, o options, stderr io.Writer) ([]serveRow, error) {
+	var rows []serveRow
+	for _, mm := range o.matmuls {
+		for _, th := range o.threads {
+			cpu, err := cpubackend.NewMatMul(th, mm)
+			if err != nil {
+				return nil, err
+			}
+			m, err := model.Load(dir, model.Options{Backend: cpu, MaxContext: o.serve.promptLen + o.gen})
+			if err != nil {
+				cpu.Close()
+				return nil, err
+			}
+			r, err := measureServe(ctx, m, mm, th, o, stderr)
+			m.Close()
+			cpu.Close()
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+		}
+	}
+	return rows, nil
 }
 
 // measure runs every (cache, threads, ctx) cell.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"strconv"
 	"strings"
@@ -93,5 +94,54 @@ func TestFlags(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"-h"}, io.Discard, io.Discard); err != nil {
 		t.Errorf("-h: %v", err)
+	}
+}
+
+// The serving mode sends its requests through the scheduler and reports,
+// per level, the prefix cache's share of the prompts exactly: with one
+// client, every request after the first finds the shared 16-token block.
+func TestServe(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	err := run(context.Background(), []string{"--model", dir, "--cache", "plain,int8", "--threads", "1", "--concurrency", "1,3",
+		"--requests", "3", "--prompt-len", "40", "--shared-prefix", "0.5", "--gen", "5", "--kv-memory", "8M", "--json", "--progress=false"}, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []serveRow
+	if err := json.Unmarshal([]byte(out.String()), &rows); err != nil {
+		t.Fatalf("--json output %q: %v", out.String(), err)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4 (2 caches x 2 levels):\n%s", len(rows), out.String())
+	}
+	for i, r := range rows {
+		wantCache, wantC := []string{"plain", "plain", "int8", "int8"}[i], []int{1, 3, 1, 3}[i]
+		if r.Cache != wantCache || r.Concurrency != wantC || r.Requests != 3 || r.PromptLen != 40 || r.GenLen != 5 || r.KVMemory != 8<<20 {
+			t.Errorf("row %d = %+v, want cache %s, concurrency %d, 3 requests of 40+5 tokens in 8 MiB", i, r, wantCache, wantC)
+		}
+		if r.DecodeRate <= 0 || r.OutputRate <= 0 || r.TTFTp50 <= 0 || r.TTFTp99 < r.TTFTp50 || r.PeakRunning < 1 || r.PeakRunning > wantC || r.PeakKVMiB <= 0 {
+			t.Errorf("row %d has implausible figures: %+v", i, r)
+		}
+	}
+	// One client, plain 16-token blocks: requests 2 and 3 reuse the shared
+	// first block of 16 of their 40 tokens. (int8 uses 64-token blocks: no
+	// full block is shared.)
+	if r := rows[0]; r.HitRate != 2*16/120.0 || r.TTFTCached <= 0 || r.TTFTCold <= 0 || r.PeakRunning != 1 {
+		t.Errorf("plain, one client: %+v; want a prefix hit rate of 32/120 with cold and cached TTFTs", r)
+	}
+	if r := rows[2]; r.HitRate != 0 {
+		t.Errorf("int8, one client: prefix hit rate %v, want 0", r.HitRate)
+	}
+	var bad strings.Builder
+	for _, args := range [][]string{{"--shared-prefix", "2"}, {"--prompt-len", "0"}, {"--concurrency", "0"}, {"--kv-memory", "x"}} {
+		bad.Reset()
+		err := run(context.Background(), append([]string{"--model", dir, "--concurrency", "1"}, args...), &bad, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("%v: err = %v, want one naming the flag", args, err)
+		}
 	}
 }

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kakeya-ai/kakeya/internal/cli"
+	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/scheduler"
+)
+
+// serveOptions are the flags of the serving mode (--concurrency).
+type serveOptions struct {
+	concurrency  []int
+	kvMemory     int64
+	promptLen    int
+	sharedPrefix float64 // fraction of each prompt that all requests share
+	requests     int     // per level; 0: one per client
+	stepTokens   int
+	json         bool
+}
+
+// serveRow is one (cache, threads, concurrency) level of the serving mode.
+type serveRow struct {
+	Cache       string  `json:"cache"`
+	MatMul      string  `json:"matmul"`
+	Threads     int     `json:"threads"`
+	Concurrency int     `json:"concurrency"`
+	Requests    int     `json:"requests"`
+	PromptLen   int     `json:"prompt_tokens"`
+	GenLen      int     `json:"gen_tokens"`
+	KVMemory    int64   `json:"kv_memory_bytes"`
+	Seconds     float64 `json:"seconds"`
+	// OutputRate is every generated token over the whole run; DecodeRate
+	// the tokens after each request's first over the decode window (the
+	// first request's first token to the last request's end).
+	OutputRate float64 `json:"output_tok_s"`
+	DecodeRate float64 `json:"decode_tok_s"`
+	// Time to first token, over all requests and split by whether the
+	// prefix cache held part of the prompt.
+	TTFTp50    float64 `json:"ttft_p50_ms"`
+	TTFTp99    float64 `json:"ttft_p99_ms"`
+	TTFTCold   float64 `json:"ttft_cold_p50_ms"`
+	TTFTCached float64 `json:"ttft_cached_p50_ms"`
+	// PeakRunning is the most requests admitted at once.
+	PeakRunning int `json:"peak_running"`
+	// HitRate is the prompt tokens the prefix cache supplied over all
+	// prompt tokens.
+	HitRate     float64 `json:"prefix_hit_rate"`
+	Preemptions int64   `json:"preemptions"`
+	// PeakKVMiB is the most pool memory in use at once; MaxTokens the
+	// longest sequence the budget holds.
+	PeakKVMiB float64 `json:"peak_kv_mib"`
+	MaxTokens int     `json:"max_tokens"`
+}
+
+// measureServe runs the serving levels of one loaded model.
+func measureServe(ctx context.Context, m *model.Model, matmul string, threads int, o options, stderr io.Writer) ([]serveRow, error) {
+	if o.warmup {
+		if err := warmUp(m); err != nil {
+			return nil, fmt.Errorf("warmup: %w", err)
+		}
+	}
+	var rows []serveRow
+	for _, cache := range o.caches {
+		opts, err := sequenceOptions(cache, o.boundary, m)
+		if err != nil {
+			return nil, fmt.Errorf("--cache %s: %w", cache, err)
+		}
+		for _, c := range o.serve.concurrency {
+			r, err := serveLevel(ctx, m, opts, c, o)
+			if err != nil {
+				return nil, fmt.Errorf("--cache %s, concurrency %d: %w", cache, c, err)
+			}
+			r.Cache, r.MatMul, r.Threads = cache, matmul, threads
+			if o.progress {
+				fmt.Fprintf(stderr, "kakeya-bench: %s, %s matmul, %d threads, concurrency %d: %d requests in %.1fs, decode %.1f tok/s, TTFT p50 %.0f ms, peak running %d, prefix hits %.0f%%, preemptions %d\n",
+					cache, matmul, threads, c, r.Requests, r.Seconds, r.DecodeRate, r.TTFTp50, r.PeakRunning, 100*r.HitRate, r.Preemptions)
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+// serveLevel runs o.serve.requests synthetic requests (one per client if
+// 0) from c clients, each sending its next request when the last ended,
+// through a fresh scheduler (an empty prefix cache).
+func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions, c int, o options) (serveRow, error) {
+	so := o.serve
+	s, err := scheduler.New(scheduler.Config{
+		Model: m, Cache: opts, KVMemory: so.kvMemory, StepTokens: so.stepTokens,
+		MaxRunning: min(max(c, scheduler.DefaultMaxRunning), so.stepTokens), MaxWaiting: max(c, 1),
+	})
+	if err != nil {
+		return serveRow{}, err
+	}
+	defer s.Close()
+	n := so.requests
+	if n == 0 {
+		n = c
+	}
+	vocab := m.Config().VocabSize
+	rng := rand.New(rand.NewPCG(uint64(so.promptLen), 7))
+	shared := int(float64(so.promptLen) * so.sharedPrefix)
+	prefix := randomIDs(rng, shared, vocab)
+	prompts := make([][]int, n)
+	for i := range prompts {
+		prompts[i] = append(slices.Clone(prefix), randomIDs(rng, so.promptLen-shared, vocab)...)
+	}
+	outs := make([]scheduler.Outcome, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, c)
+	start := time.Now()
+	for range c {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				h, err := s.Submit(ctx, scheduler.Request{Prompt: prompts[i], MaxNew: o.gen, Next: argMax})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for {
+					_, done, err := h.Tokens(ctx)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if done {
+						break
+					}
+				}
+				outs[i], _ = h.Outcome()
+				if outs[i].Err != nil {
+					errs <- outs[i].Err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return serveRow{}, err
+	}
+	end := time.Now()
+	st := s.Stats()
+	r := serveRow{
+		Concurrency: c, Requests: n, PromptLen: so.promptLen, GenLen: o.gen, KVMemory: so.kvMemory,
+		Seconds: end.Sub(start).Seconds(), PeakRunning: st.PeakRunning, Preemptions: st.Preemptions,
+		PeakKVMiB: float64(st.Pool.Peak) / (1 << 20), MaxTokens: st.MaxTokens,
+	}
+	var gen, after, hit int
+	firstToken := end
+	var all, cold, cached []float64
+	for _, out := range outs {
+		gen += out.Generated
+		after += out.Generated - 1
+		hit += out.Reused
+		if out.FirstToken.Before(firstToken) {
+			firstToken = out.FirstToken
+		}
+		ttft := float64(out.FirstToken.Sub(out.Submitted).Microseconds()) / 1e3
+		all = append(all, ttft)
+		if out.Reused > 0 {
+			cached = append(cached, ttft)
+		} else {
+			cold = append(cold, ttft)
+		}
+	}
+	r.OutputRate = float64(gen) / r.Seconds
+	if w := end.Sub(firstToken).Seconds(); w > 0 {
+		r.DecodeRate = float64(after) / w
+	}
+	r.TTFTp50, r.TTFTp99 = percentile(all, 0.5), percentile(all, 0.99)
+	r.TTFTCold, r.TTFTCached = percentile(cold, 0.5), percentile(cached, 0.5)
+	r.HitRate = float64(hit) / float64(n*so.promptLen)
+	return r, nil
+}
+
+// argMax is the requests' Next: greedy, never ending before MaxNew.
+func argMax(logits []float32, _ []int) (int, bool, error) {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	return best, false, nil
+}
+
+// randomIDs returns n token ids in [1, vocab).
+func randomIDs(r *rand.Rand, n, vocab int) []int {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = 1 + r.IntN(vocab-1)
+	}
+	return ids
+}
+
+// percentile returns the q-quantile of v (nearest rank), 0 for none.
+func percentile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// writeServe prints the serving rows as a Markdown table, or as JSON.
+func writeServe(w io.Writer, rows []serveRow, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	fmt.Fprintln(w, "| cache | threads | concurrency | requests | decode tok/s | vs 1 | output tok/s | TTFT p50 ms | TTFT p99 ms | cold / cached p50 ms | peak running | prefix hits | preemptions | peak KV |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	type key struct {
+		cache, matmul string
+		threads       int
+	}
+	one := map[key]float64{}
+	for _, r := range rows {
+		if r.Concurrency == 1 {
+			one[key{r.Cache, r.MatMul, r.Threads}] = r.DecodeRate
+		}
+	}
+	for _, r := range rows {
+		rel := "–"
+		if b, ok := one[key{r.Cache, r.MatMul, r.Threads}]; ok && b > 0 {
+			rel = fmt.Sprintf("%.2fx", r.DecodeRate/b)
+		}
+		split := "–"
+		if r.TTFTCached > 0 {
+			split = fmt.Sprintf("%.0f / %.0f", r.TTFTCold, r.TTFTCached)
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %.1f | %s | %.1f | %.0f | %.0f | %s | %d | %.0f%% | %d | %s |\n",
+			r.Cache, r.Threads, r.Concurrency, r.Requests, r.DecodeRate, rel, r.OutputRate, r.TTFTp50, r.TTFTp99, split,
+			r.PeakRunning, 100*r.HitRate, r.Preemptions, cli.Bytes(int64(r.PeakKVMiB*(1<<20))))
+	}
+	return nil
+}
