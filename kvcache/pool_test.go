@@ -386,3 +386,24 @@ func TestBytesFor(t *testing.T) {
 		}
 	}
 }
+
+// Sizer.Variable tells the codecs whose blocks vary in size with the data
+// (kakeya's outlier lists) from the fixed-size ones.
+func TestSizerVariable(t *testing.T) {
+	const d, bs = 64, 64
+	for _, tc := range []struct {
+		codec string
+		want  bool
+	}{{"int8", false}, {"int4", false}, {"kakeya", true}} {
+		cd := mustCodec(t, tc.codec)
+		cfg := Config{Layers: 1, KVHeads: 1, HeadDim: d, BlockSize: bs, MaxTokens: 256,
+			Policy: Policy{HotBF16: true, Layers: []LayerCodecs{{K: []codec.Codec{cd}, V: cd}}}, Store: backend.NewBlockStore(bs, d, true)}
+		z, err := cfg.Sizer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if z.Variable() != tc.want {
+			t.Errorf("%s: Variable() = %v, want %v", tc.codec, z.Variable(), tc.want)
+		}
+	}
+}

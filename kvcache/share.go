@@ -177,9 +177,10 @@ func (c *Cache) countAttached(st *LayerStats, pt compute.Part, kv int) {
 // K/V part, the blocks that left the hot window (holding no sink) in the
 // codec's bytes where the store attends over it, the others hot, whole
 // blocks. A scheduler admits by it (see Sizer for the same answer in
-// constant time). A codec's block size is measured by encoding one probe
-// block, exact for the fixed-size codecs (all of this project's but the
-// outlier lists of kakeya, whose size varies a few bytes with the data); a
+// constant time). A codec's block size is measured by encoding probe
+// blocks, exact for the fixed-size codecs (all of this project's but the
+// outlier lists of kakeya, whose size varies with the data; see
+// Sizer.Variable); a
 // store that keeps some codecs' blocks hot-decoded (see
 // compute.HotDecoded) holds more than this says.
 func (c Config) BytesFor(n int) (int64, error) {
@@ -201,6 +202,7 @@ type Sizer struct {
 	// layer, KV head and K/V part: while the block is in the hot window,
 	// and once it left it.
 	hot, old int64
+	variable bool // some codec's blocks vary in size with the data
 }
 
 // Sizer measures what one block of this configuration takes, hot and
@@ -219,22 +221,35 @@ func (c Config) Sizer() (Sizer, error) {
 	if c.Policy.HotBF16 {
 		hot /= 2
 	}
+	// Two probes: Gaussian rows, and the same with every seventh value
+	// an outlier; a codec whose size differs between them (kakeya's
+	// outlier lists) is variable-size, and the larger size counts.
+	probes := [2][]float32{make([]float32, bs*d), make([]float32, bs*d)}
+	r := rand.New(rand.NewPCG(uint64(bs), uint64(d)))
+	for i := range probes[0] {
+		probes[0][i] = float32(r.NormFloat64())
+		probes[1][i] = probes[0][i]
+		if i%7 == 0 {
+			probes[1][i] *= 20
+		}
+	}
 	sizes := map[codec.Codec]int64{}
+	variable := false
 	size := func(cd codec.Codec) (int64, error) {
 		if s, ok := sizes[cd]; ok {
 			return s, nil
 		}
-		r := rand.New(rand.NewPCG(uint64(bs), uint64(d)))
-		x := make([]float32, bs*d)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
+		var n [2]int64
+		for i, x := range probes {
+			enc, err := cd.Encode(nil, x, bs, d)
+			if err != nil {
+				return 0, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
+			}
+			n[i] = int64(len(enc))
 		}
-		enc, err := cd.Encode(nil, x, bs, d)
-		if err != nil {
-			return 0, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
-		}
-		sizes[cd] = int64(len(enc))
-		return int64(len(enc)), nil
+		variable = variable || n[0] != n[1]
+		sizes[cd] = max(n[0], n[1])
+		return sizes[cd], nil
 	}
 	z := Sizer{bs: bs, hotWindow: c.Policy.HotWindow, sinks: c.Policy.Sinks, max: c.MaxTokens}
 	for li := 0; li < c.Layers; li++ {
@@ -253,6 +268,7 @@ func (c Config) Sizer() (Sizer, error) {
 			}
 		}
 	}
+	z.variable = variable
 	return z, nil
 }
 
@@ -268,6 +284,12 @@ func (z Sizer) Bytes(n int) int64 {
 	}
 	return int64(blocks-old)*z.hot + int64(old)*z.old
 }
+
+// Variable reports whether some codec's encoded blocks vary in size with
+// the data (kakeya's outlier lists): Bytes then counts the larger of two
+// probe blocks, one of them with outliers, and real blocks may still
+// exceed it by a few bytes.
+func (z Sizer) Variable() bool { return z.variable }
 
 // MaxTokens returns the configuration's capacity in tokens.
 func (z Sizer) MaxTokens() int { return z.max }

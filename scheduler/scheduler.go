@@ -147,6 +147,7 @@ type Scheduler struct {
 	pool    *kvcache.Pool
 	bt      *model.Batch
 	peak    []int64 // peak[n]: the most bytes a sequence holds on its way to n tokens
+	margin  bool    // the cache's block sizes vary with the data
 	maxToks int     // the longest sequence the budget holds
 
 	mu       sync.Mutex
@@ -219,7 +220,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	s := &Scheduler{cfg: cfg, m: m, pool: pool, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &Scheduler{cfg: cfg, m: m, pool: pool, margin: z.Variable(), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	// The bytes a sequence holds do not grow monotonically (a block
 	// leaving the hot window shrinks when it is encoded), so a request
 	// is held to the peak on its way.
@@ -245,12 +246,13 @@ func New(cfg Config) (*Scheduler, error) {
 }
 
 // cost returns the bytes reserved for a sequence on its way to n tokens:
-// the peak of what it holds, with a margin, under a compressing policy,
-// for the few bytes by which a variable-size codec's blocks may exceed the
-// measured probe.
+// the peak of what it holds, with a margin where the codecs' block sizes
+// vary with the data, for the bytes by which real blocks may exceed the
+// measured probes. (Should they exceed the margin too, the step that runs
+// out of bytes preempts its sequences; see stepFailed.)
 func (s *Scheduler) cost(n int) int64 {
 	p := s.peak[n]
-	if len(s.cfg.Cache.Cache.Layers) > 0 {
+	if s.margin {
 		p += p / 64
 	}
 	return p
