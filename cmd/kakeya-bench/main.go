@@ -40,7 +40,13 @@ prefills a prompt of ctx random tokens, then decodes --gen tokens one step
 at a time; each model load is warmed up first by an untimed short run.
 Caches: plain (bf16, the tools' default), or a codec spec, each compressed
 cache with every layer compressed (--boundary none, unless given),
-64-token blocks and a hot window of one block.
+64-token blocks (--block-size) and a hot window of one block.
+
+With --concurrency, the serving mode instead: per cache, thread count and
+client count, synthetic requests (--prompt-len, --shared-prefix, --gen)
+run through the scheduler over one block pool of --kv-memory bytes, and
+the table gives decode and output tok/s, time to first token, the most
+requests admitted at once, the prefix hit rate and preemptions.
 
 Flags:
 `
@@ -55,6 +61,7 @@ func main() {
 type options struct {
 	model         string
 	boundary      string
+	blockSize     int
 	caches        []string
 	matmuls       []string
 	threads, ctxs []int
@@ -71,6 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
+	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
@@ -116,6 +124,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--gen %d must be >= 1", o.gen)
 	case o.reps < 1:
 		return fmt.Errorf("--reps %d must be >= 1", o.reps)
+	case o.blockSize < 0:
+		return fmt.Errorf("--block-size %d must be >= 0", o.blockSize)
 	}
 	if conc != "" {
 		if o.serve.concurrency, err = parseInts("--concurrency", conc, 1, 4096); err != nil {
@@ -253,7 +263,7 @@ func measureModel(ctx context.Context, m *model.Model, matmul string, threads in
 		}
 	}
 	for _, cache := range o.caches {
-		opts, err := sequenceOptions(cache, o.boundary, m)
+		opts, err := sequenceOptions(cache, o.boundary, o.blockSize, m)
 		if err != nil {
 			return nil, fmt.Errorf("--cache %s: %w", cache, err)
 		}
@@ -330,10 +340,10 @@ func warmUp(m *model.Model) error {
 }
 
 // sequenceOptions builds the sequence options of one --cache entry.
-func sequenceOptions(cache, boundary string, m *model.Model) (model.SequenceOptions, error) {
+func sequenceOptions(cache, boundary string, blockSize int, m *model.Model) (model.SequenceOptions, error) {
 	spec := kvconfig.Spec{}
 	if cache != "plain" {
-		spec = kvconfig.Spec{KV: cache, Boundary: boundary}
+		spec = kvconfig.Spec{KV: cache, Boundary: boundary, BlockSize: blockSize}
 	}
 	pol, st, err := kvplan.NewPolicy(spec, m.CacheShape(), nil)
 	if err != nil {
