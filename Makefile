@@ -30,6 +30,7 @@ build:
 # a minute on 2 cores.
 test: fmt-check vet ptx-check gpu-bundle-check
 	$(SIMD) $(GO) test -count=1 -timeout 15m ./...
+	$(SIMD) $(GO) test -race -count=1 -timeout 5m ./scheduler/
 	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/...
 
 # test plus the full-corpus checks make test leaves out (KAKEYA_LONG=1):
