@@ -475,9 +475,14 @@ func (s *Scheduler) loop() {
 // publish copies the loop's state into the stats snapshot.
 func (s *Scheduler) publish() {
 	s.mu.Lock()
+	s.publishLocked()
+	s.mu.Unlock()
+}
+
+// publishLocked is publish with s.mu held.
+func (s *Scheduler) publishLocked() {
 	s.stats.Running, s.stats.Waiting, s.stats.Reserved = len(s.running), len(s.waiting), s.reserved
 	s.stats.PeakRunning = max(s.stats.PeakRunning, len(s.running))
-	s.mu.Unlock()
 }
 
 // count adds to the counters under the lock.
@@ -490,34 +495,37 @@ func (s *Scheduler) count(f func(*Stats)) {
 // dropCanceled ends the requests whose context ended or that were
 // cancelled.
 func (s *Scheduler) dropCanceled() {
+	var ended []*Handle
+	var errs []error
 	for _, list := range []*[]*Handle{&s.running, &s.waiting} {
 		*list = slices.DeleteFunc(*list, func(h *Handle) bool {
 			err := h.ctx.Err()
 			if err == nil && h.canceled.Load() {
 				err = ErrCanceled
 			}
-			if err == nil {
-				return false
+			if err != nil {
+				ended, errs = append(ended, h), append(errs, err)
 			}
-			s.finish(h, "", err)
-			return true
+			return err != nil
 		})
+	}
+	for i, h := range ended {
+		s.finish(h, "", errs[i])
 	}
 }
 
 // failAll ends every request with err.
 func (s *Scheduler) failAll(err error) {
-	for _, h := range s.running {
-		s.finish(h, "", err)
-	}
-	for _, h := range s.waiting {
-		s.finish(h, "", err)
-	}
+	all := append(s.running, s.waiting...)
 	s.running, s.waiting = nil, nil
+	for _, h := range all {
+		s.finish(h, "", err)
+	}
 }
 
-// finish frees h's sequence and reservation and records its end; the
-// caller removes h from its list.
+// finish frees the sequence and reservation of h, which the caller took
+// out of its list, and records its end: the stats say so before h's
+// caller learns it ended.
 func (s *Scheduler) finish(h *Handle, reason string, err error) {
 	var kv kvcache.Stats
 	if h.seq != nil {
@@ -527,8 +535,11 @@ func (s *Scheduler) finish(h *Handle, reason string, err error) {
 	}
 	s.reserved -= h.reserved
 	h.reserved = 0
+	s.mu.Lock()
+	s.stats.Finished++
+	s.publishLocked()
+	s.mu.Unlock()
 	h.end(reason, err, kv)
-	s.count(func(st *Stats) { st.Finished++ })
 }
 
 // claim makes h's reservation cover a sequence of n tokens plus the decode
