@@ -226,7 +226,7 @@ func TestRandomSchedule(t *testing.T) {
 	m := loadTiny(t)
 	vocab := m.Config().VocabSize
 	pol := kvcache.Policy{HotBF16: true}
-	seeds := 6
+	seeds := 12
 	if testing.Short() {
 		seeds = 3
 	}
