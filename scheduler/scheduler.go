@@ -452,9 +452,7 @@ func (s *Scheduler) loop() {
 	for {
 		s.mu.Lock()
 		closed := s.closed
-		for _, h := range s.incoming {
-			s.waiting = append(s.waiting, h) // arrivals are increasing
-		}
+		s.waiting = append(s.waiting, s.incoming...) // arrivals are increasing
 		s.incoming = s.incoming[:0]
 		s.mu.Unlock()
 		if closed {
