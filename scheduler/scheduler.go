@@ -15,6 +15,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -571,22 +572,12 @@ func (s *Scheduler) preempt(v *Handle) {
 	v.seq = nil
 	s.reserved -= v.reserved
 	v.reserved = 0
-	i, _ := slices.BinarySearchFunc(s.waiting, v.arrival, func(w *Handle, a uint64) int { return cmpU(w.arrival, a) })
+	i, _ := slices.BinarySearchFunc(s.waiting, v.arrival, func(w *Handle, a uint64) int { return cmp.Compare(w.arrival, a) })
 	s.waiting = slices.Insert(s.waiting, i, v)
 	v.mu.Lock()
 	v.out.Preempted++
 	v.mu.Unlock()
 	s.count(func(st *Stats) { st.Preemptions++ })
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // plan fills the step's items: a decode token for each running request
