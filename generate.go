@@ -71,8 +71,9 @@ type Result struct {
 	// PromptTokens and GeneratedTokens count the tokens fed and sampled.
 	PromptTokens    int
 	GeneratedTokens int
-	// Prefill and Decode are the wall times of the prompt and of the
-	// generated tokens.
+	// Prefill and Decode are the wall times of the prompt (from the call
+	// to the first token: the time to first token, a wait for admission
+	// included) and of the generated tokens (from the first to the end).
 	Prefill, Decode time.Duration
 	// KV is the size of the sequence's KV cache at the end.
 	KV kvcache.Stats
