@@ -455,6 +455,8 @@ func (s *Scheduler) loop() {
 		closed := s.closed
 		s.waiting = append(s.waiting, s.incoming...) // arrivals are increasing
 		s.incoming = s.incoming[:0]
+		// Submit bounds Waiting plus incoming: count the moved ones now.
+		s.stats.Waiting = len(s.waiting)
 		s.mu.Unlock()
 		if closed {
 			s.failAll(fmt.Errorf("scheduler: %w", model.ErrClosed))
