@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -195,6 +196,9 @@ func generate(t testing.TB, e *kakeya.Engine, prompt string, opt kakeya.Generate
 	}
 	return res
 }
+
+// discardLog returns a logger that writes nothing.
+func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
 type syncBuffer struct {

@@ -220,7 +220,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "model", o.model, "served_model_name", o.served)
+	log.Info("listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "model", o.model, "served_model_name", o.served)
 
 	hub := weights.HubOptionsFromEnv()
 	hub.Progress = stderr
@@ -281,6 +281,7 @@ func drain(s *server, hs *http.Server, cancelRequests context.CancelFunc, grace 
 	}
 	// Past the grace: cancel what still runs, each ends at the next step
 	// and its handler answers; give them a moment, then close.
+	s.aborting.Store(true)
 	cancelRequests()
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()

@@ -33,6 +33,7 @@ type server struct {
 
 	eng      atomic.Pointer[kakeya.Engine]
 	draining atomic.Bool
+	aborting atomic.Bool // the drain's grace ran out: requests are being cancelled
 }
 
 // serverConfig sets up a server.
@@ -326,9 +327,10 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 }
 
 // gone reports whether the client went away, and marks the request's log
-// line with 499 (nginx's "client closed request") if so.
+// line with 499 (nginx's "client closed request") if so. A request the
+// drain cancelled is not gone: its client is told.
 func (s *server) gone(r *http.Request) bool {
-	if r.Context().Err() == nil {
+	if r.Context().Err() == nil || s.aborting.Load() {
 		return false
 	}
 	info(r).status = 499
@@ -361,7 +363,8 @@ func generateError(err error, ran bool) *apiError {
 	switch {
 	case errors.Is(err, scheduler.ErrQueueFull):
 		return &apiError{status: http.StatusTooManyRequests, message: "the server's queue is full: retry later", typ: "rate_limit_error", code: "queue_full"}
-	case errors.Is(err, kakeya.ErrClosed):
+	case errors.Is(err, kakeya.ErrClosed) || errors.Is(err, context.Canceled):
+		// context.Canceled reaches a client only from the drain.
 		return &apiError{status: http.StatusServiceUnavailable, message: "the server is shutting down", typ: "server_error", code: "unavailable"}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{status: http.StatusGatewayTimeout, message: "the request ran past the server's time limit (--request-timeout)", typ: "server_error", code: "timeout"}
