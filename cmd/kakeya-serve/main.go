@@ -215,6 +215,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	hs := &http.Server{
 		Handler:           s.handler(),
 		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute, // keep-alive connections left unused
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
 	}

@@ -285,7 +285,7 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, generateError(err, false))
 		return
 	}
-	if aerr := checkLength(len(ids), req.maxTokens, eng.MaxTokens()); aerr != nil {
+	if aerr := checkLength(len(ids), req.maxTokens, eng.MaxTokens(), chat); aerr != nil {
 		writeError(w, aerr)
 		return
 	}
@@ -339,13 +339,17 @@ func (s *server) gone(r *http.Request) bool {
 
 // checkLength answers a prompt that leaves no room in maxTotal tokens (the
 // context, or what the KV memory holds), or a max_tokens beyond it, with
-// a 400.
-func checkLength(prompt, maxTokens, maxTotal int) *apiError {
+// a 400; chat says the prompt came as messages.
+func checkLength(prompt, maxTokens, maxTotal int, chat bool) *apiError {
+	field := "prompt"
+	if chat {
+		field = "messages"
+	}
 	switch {
 	case prompt == 0:
-		return badRequest("prompt", "the prompt is empty (no tokens)")
+		return badRequest(field, "the prompt is empty (no tokens)")
 	case prompt >= maxTotal:
-		e := badRequest("messages", "the prompt is %d tokens; this server holds %d tokens per request, prompt and completion together: shorten the prompt", prompt, maxTotal)
+		e := badRequest(field, "the prompt is %d tokens; this server holds %d tokens per request, prompt and completion together: shorten the prompt", prompt, maxTotal)
 		e.code = "context_length_exceeded"
 		return e
 	case maxTokens > maxTotal-prompt:
