@@ -309,6 +309,12 @@ func (g *generation) receive(ctx context.Context, h *scheduler.Handle) (string, 
 			if stopped {
 				return StopString, nil
 			}
+			// The scheduler may have run ahead: a ctx cancelled while
+			// onText ran stops the tokens already taken too, as it
+			// would the next step (a server's client gone mid-burst).
+			if err := ctx.Err(); err != nil {
+				return "", err
+			}
 		}
 		if !done {
 			continue
