@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/model"
@@ -136,9 +139,26 @@ func TestAPIKey(t *testing.T) {
 		}
 	}
 	// The official client sends it.
-	c := s.client()
-	if _, err := c.Models.List(context.Background()); err == nil {
+	wrong, right := s.client(), s.client(option.WithAPIKey("sekrit"))
+	if _, err := wrong.Models.List(context.Background()); err == nil {
 		t.Error("the client with a wrong key listed the models")
+	}
+	if _, err := right.Models.List(context.Background()); err != nil {
+		t.Errorf("the client with the key: %v", err)
+	}
+
+	// $KAKEYA_API_KEY is the default, which -h does not print.
+	t.Setenv("KAKEYA_API_KEY", "from-env")
+	s = startServer(t)
+	if code, _ := s.post(t, "/v1/completions", req); code != 401 {
+		t.Errorf("$KAKEYA_API_KEY set, no key sent: %d, want 401", code)
+	}
+	if code, body := s.post(t, "/v1/completions", req, "Authorization", "Bearer from-env"); code != 200 {
+		t.Errorf("$KAKEYA_API_KEY sent: %d: %s", code, body)
+	}
+	var help strings.Builder
+	if err := run(context.Background(), []string{"-h"}, &help, io.Discard); !errors.Is(err, flag.ErrHelp) || strings.Contains(help.String(), "from-env") {
+		t.Errorf("-h: %v, printing the key from the environment:\n%s", err, help.String())
 	}
 }
 

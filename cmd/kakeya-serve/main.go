@@ -100,7 +100,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.model, "model", "", "model directory or Hugging Face id (ORG/NAME)")
 	fs.StringVar(&o.served, "served-model-name", "", "the model id the API names and requests must use (default: --model as given)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on, HOST:PORT (0.0.0.0:8080 for every interface)")
-	fs.StringVar(&o.apiKey, "api-key", os.Getenv("KAKEYA_API_KEY"), "require this key as Authorization: Bearer KEY on /v1/*, /tokenize and /detokenize (default: $KAKEYA_API_KEY; empty: no key)")
+	fs.StringVar(&o.apiKey, "api-key", "", "require this key as Authorization: Bearer KEY on /v1/*, /tokenize and /detokenize (default: $KAKEYA_API_KEY, which keeps it out of the process list; none: no key)")
 	fs.IntVar(&o.threads, "threads", 0, "worker threads (0 = all cores)")
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
@@ -127,6 +127,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	}
 	if o.served == "" {
 		o.served = o.model
+	}
+	if o.apiKey == "" {
+		// Read here, not as the flag's default, which -h would print.
+		o.apiKey = os.Getenv("KAKEYA_API_KEY")
 	}
 	return o, o.check()
 }
