@@ -25,6 +25,11 @@ type GenerateOptions struct {
 	Stop      []string // generation ends before the first of these (non-empty) strings
 	Chat      bool     // wrap the prompt in the model's chat template
 	System    string   // system message, only with Chat (an error without)
+	// IgnoreEOS generates past end-of-sequence tokens (and a chat turn's
+	// end), which are then text like any other, up to MaxTokens or a full
+	// context: runs of a fixed length, for benchmarks and tests, as
+	// vLLM's ignore_eos.
+	IgnoreEOS bool
 	// Messages, with Chat, is the whole conversation the chat template
 	// renders (system, user and assistant turns), for a server that is
 	// sent one: the model continues it as the assistant. It replaces the
@@ -237,7 +242,10 @@ func (e *Engine) newGeneration(prompt string, opt GenerateOptions, onText func(s
 	if len(ids) >= ctxLen {
 		return nil, fmt.Errorf("kakeya: %w", &model.ContextError{Tokens: len(ids), Context: ctxLen, Limit: e.model.ContextLimit(), Generate: true})
 	}
-	g := &generation{e: e, sampler: sampler, ids: ids, maxNew: ctxLen - len(ids), limit: StopContext, eos: e.stopIDs(opt.Chat), onText: onText}
+	g := &generation{e: e, sampler: sampler, ids: ids, maxNew: ctxLen - len(ids), limit: StopContext, onText: onText}
+	if !opt.IgnoreEOS {
+		g.eos = e.stopIDs(opt.Chat)
+	}
 	if opt.MaxTokens > 0 && opt.MaxTokens <= g.maxNew {
 		g.maxNew, g.limit = opt.MaxTokens, StopLength
 	}

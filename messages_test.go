@@ -82,3 +82,28 @@ func TestGenerateMessages(t *testing.T) {
 		})
 	}
 }
+
+// IgnoreEOS runs to MaxTokens where the same greedy generation stops at
+// EOS, with the same text up to there.
+func TestGenerateIgnoreEOS(t *testing.T) {
+	dir := shareddata.File(t, "models", "ref-qwen2-6m")
+	e, err := Load(context.Background(), dir, Options{Threads: 2, KVMemory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	stops, err := e.Generate(context.Background(), "Hello", GenerateOptions{MaxTokens: 40}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stops.StopReason != StopEOS || stops.GeneratedTokens >= 40 {
+		t.Fatalf("greedy from %q: %d tokens, stop %q; the test wants a prompt that ends at EOS", "Hello", stops.GeneratedTokens, stops.StopReason)
+	}
+	runs, err := e.Generate(context.Background(), "Hello", GenerateOptions{MaxTokens: 40, IgnoreEOS: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs.StopReason != StopLength || runs.GeneratedTokens != 40 || !strings.HasPrefix(runs.Text, stops.Text) {
+		t.Errorf("IgnoreEOS: %d tokens, stop %q, text %q; want 40, %q, and a text starting %q", runs.GeneratedTokens, runs.StopReason, runs.Text, StopLength, stops.Text)
+	}
+}
