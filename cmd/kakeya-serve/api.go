@@ -60,7 +60,8 @@ type request struct {
 	prompt   string              // /v1/completions
 	messages []tokenizer.Message // /v1/chat/completions
 
-	maxTokens    int // 0: until EOS or the context is full
+	maxTokens    int  // 0: until EOS or the context is full
+	ignoreEOS    bool // vLLM's ignore_eos: generate to maxTokens
 	sampling     kakeya.SamplingOptions
 	seeded       bool // sampling.Seed was given
 	stop         []string
@@ -150,6 +151,8 @@ func decodeRequest(body []byte, chat bool) (*request, *apiError) {
 			r.stop, err = decodeStop(raw)
 		case "stream":
 			err = decodeField(raw, k, &r.stream)
+		case "ignore_eos":
+			err = decodeField(raw, k, &r.ignoreEOS)
 		case "stream_options":
 			var so map[string]json.RawMessage
 			if err = decodeField(raw, k, &so); err == nil {

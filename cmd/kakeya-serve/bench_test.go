@@ -16,9 +16,9 @@ import (
 // Load run parameters (make bench-serve): a fixed number of streamed chat
 // requests from a fixed number of clients, all of it bounded by
 // loadLimit. Each request is a system message all share (a prefix the
-// pool's cache can serve) and a prompt of its own; loadMaxTokens is long
-// enough for a compressed cache to encode blocks (kakeya's are 64 tokens
-// on ref-qwen2-6m).
+// pool's cache can serve) and a prompt of its own, and generates exactly
+// loadMaxTokens tokens (ignore_eos), long enough for a compressed cache
+// to encode blocks (kakeya's are 64 tokens on ref-qwen2-6m).
 const (
 	loadRequests  = 128
 	loadClients   = 16
@@ -99,7 +99,7 @@ const loadSystem = "You are a helpful assistant. Answer in plain words, in a few
 // streamChat sends one streamed greedy chat completion and returns the
 // time to its first content chunk and its completion tokens.
 func streamChat(ctx context.Context, url, prompt string) (time.Duration, int, error) {
-	body := fmt.Sprintf(`{"messages": [{"role": "system", "content": %q}, {"role": "user", "content": %q}], "max_tokens": %d, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`,
+	body := fmt.Sprintf(`{"messages": [{"role": "system", "content": %q}, {"role": "user", "content": %q}], "max_tokens": %d, "ignore_eos": true, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`,
 		loadSystem, prompt, loadMaxTokens)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {

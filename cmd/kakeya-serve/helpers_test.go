@@ -147,6 +147,19 @@ func (s *testServer) waitMetric(t testing.TB, series string, want float64, timeo
 	}
 }
 
+// waitMetricAtLeast polls /metrics until series is at least min, failing
+// after timeout.
+func (s *testServer) waitMetricAtLeast(t testing.TB, series string, min float64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for v := s.metric(t, series); v < min; v = s.metric(t, series) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %g after %v, want at least %g", series, v, timeout, min)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // errorBody is the OpenAI error shape; a field the server left out stays
 // nil, so a test can tell null from absent.
 type errorBody struct {
