@@ -77,7 +77,7 @@ bench-tokenizer:
 
 # make bench-serve is kakeya-serve's load run: for a bf16 and a kakeya
 # cache, a server on 127.0.0.1 serving ref-qwen2-6m of the shared data set
-# and 128 streamed chat completions (256 tokens at most each) from 16
+# and 128 streamed chat completions (256 tokens each, ignore_eos) from 16
 # clients, bounded by 60 s; it reports req/s, generated tok/s, the time to
 # first token's p50 and p99 as the clients see it, the KV compression
 # achieved, and the errors, which must be 0.

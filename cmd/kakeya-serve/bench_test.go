@@ -89,7 +89,7 @@ func loadRun(b *testing.B, s *testServer) {
 	b.ReportMetric(float64(errs.Load()), "errors")
 	b.ReportMetric(s.metric(b, "kakeya_kv_cache_compression_ratio"), "kv-ratio")
 	b.ReportMetric(s.metric(b, "kakeya_prefix_cache_hit_tokens_total")/loadRequests, "prefix-hit-tok/req")
-	b.Logf("%d requests (%d clients, %d tokens at most each) in %v: %.1f req/s, TTFT p50 %.1f ms p99 %.1f ms, 0 errors",
+	b.Logf("%d requests (%d clients, %d tokens each) in %v: %.1f req/s, TTFT p50 %.1f ms p99 %.1f ms, 0 errors",
 		loadRequests, loadClients, loadMaxTokens, wall.Round(time.Millisecond), float64(loadRequests)/wall.Seconds(), pct(0.5), pct(0.99))
 }
 
