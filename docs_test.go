@@ -33,7 +33,7 @@ import (
 //     block: each of its non-blank lines must appear in that block's output
 //     (stdout and stderr), so it shows only what does not vary from run to
 //     run or machine to machine.
-//   - every other kakeya-run, kakeya-eval or kakeya-bench command, in a
+//   - every other kakeya-run, kakeya-serve, kakeya-eval or kakeya-bench command, in a
 //     fenced block or an inline code span, must use only flags that the
 //     tool (or kakeya-eval's command) defines.
 //
@@ -157,7 +157,7 @@ func commandLines(text string) []string {
 	return out
 }
 
-var toolName = regexp.MustCompile(`^(?:.*/)?(kakeya-(?:run|eval|bench))$`)
+var toolName = regexp.MustCompile(`^(?:.*/)?(kakeya-(?:run|eval|bench|serve))$`)
 
 // A docCall is one tool invocation in the docs: the tool (kakeya-eval with
 // its command, "kakeya-eval ppl") and the flags it is given.
@@ -212,7 +212,7 @@ func toolFlags(t *testing.T, bin string) map[string][]string {
 		return string(out)
 	}
 	flags := map[string][]string{}
-	for _, tool := range []string{"kakeya-run", "kakeya-bench"} {
+	for _, tool := range []string{"kakeya-run", "kakeya-bench", "kakeya-serve"} {
 		for _, m := range helpFlag.FindAllStringSubmatch(help(filepath.Join(bin, tool), "-h"), -1) {
 			flags[tool] = append(flags[tool], m[1])
 		}

@@ -25,6 +25,16 @@ type GenerateOptions struct {
 	Stop      []string // generation ends before the first of these (non-empty) strings
 	Chat      bool     // wrap the prompt in the model's chat template
 	System    string   // system message, only with Chat (an error without)
+	// IgnoreEOS generates past end-of-sequence tokens (and a chat turn's
+	// end), which are then text like any other, up to MaxTokens or a full
+	// context: runs of a fixed length, for benchmarks and tests, as
+	// vLLM's ignore_eos.
+	IgnoreEOS bool
+	// Messages, with Chat, is the whole conversation the chat template
+	// renders (system, user and assistant turns), for a server that is
+	// sent one: the model continues it as the assistant. It replaces the
+	// prompt and System, which must then be empty.
+	Messages []tokenizer.Message
 }
 
 // validate reports the first option Generate cannot honour.
@@ -47,6 +57,14 @@ func (o *GenerateOptions) validate() error {
 func (o *GenerateOptions) checkPrompt() error {
 	if o.System != "" && !o.Chat {
 		return errors.New("kakeya: GenerateOptions.System needs Chat: the system message goes into the chat template (set Chat, or leave System empty)")
+	}
+	if len(o.Messages) > 0 {
+		switch {
+		case !o.Chat:
+			return errors.New("kakeya: GenerateOptions.Messages needs Chat: the conversation goes into the chat template")
+		case o.System != "":
+			return errors.New("kakeya: GenerateOptions.Messages and System exclude each other: put the system message first among the Messages")
+		}
 	}
 	return nil
 }
@@ -105,11 +123,16 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	if !opt.Chat {
 		return e.tok.Encode(prompt, true), nil
 	}
-	var msgs []tokenizer.Message
-	if opt.System != "" {
-		msgs = append(msgs, tokenizer.Message{Role: "system", Content: opt.System})
+	msgs := opt.Messages
+	if len(msgs) > 0 && prompt != "" {
+		return nil, errors.New("kakeya: a prompt and GenerateOptions.Messages exclude each other: the Messages are the whole conversation (pass an empty prompt)")
 	}
-	msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
+	if len(msgs) == 0 {
+		if opt.System != "" {
+			msgs = append(msgs, tokenizer.Message{Role: "system", Content: opt.System})
+		}
+		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
+	}
 	text, err := e.tok.ApplyChat(msgs, true)
 	if err != nil {
 		return nil, fmt.Errorf("kakeya: %s: %w", e.dir, err)
@@ -220,7 +243,10 @@ func (e *Engine) newGeneration(prompt string, opt GenerateOptions, onText func(s
 	if len(ids) >= ctxLen {
 		return nil, fmt.Errorf("kakeya: %w", &model.ContextError{Tokens: len(ids), Context: ctxLen, Limit: e.model.ContextLimit(), Generate: true})
 	}
-	g := &generation{e: e, sampler: sampler, ids: ids, maxNew: ctxLen - len(ids), limit: StopContext, eos: e.stopIDs(opt.Chat), onText: onText}
+	g := &generation{e: e, sampler: sampler, ids: ids, maxNew: ctxLen - len(ids), limit: StopContext, onText: onText}
+	if !opt.IgnoreEOS {
+		g.eos = e.stopIDs(opt.Chat)
+	}
 	if opt.MaxTokens > 0 && opt.MaxTokens <= g.maxNew {
 		g.maxNew, g.limit = opt.MaxTokens, StopLength
 	}
@@ -291,6 +317,12 @@ func (g *generation) receive(ctx context.Context, h *scheduler.Handle) (string, 
 			}
 			if stopped {
 				return StopString, nil
+			}
+			// The scheduler may have run ahead: a ctx cancelled while
+			// onText ran stops the tokens already taken too, as it
+			// would the next step (a server's client gone mid-burst).
+			if err := ctx.Err(); err != nil {
+				return "", err
 			}
 		}
 		if !done {

@@ -1,0 +1,402 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/tokenizer"
+)
+
+// An apiError is an error the way the OpenAI API reports one: an HTTP
+// status and a JSON body {"error": {"message", "type", "param", "code"}}.
+type apiError struct {
+	status  int
+	message string
+	typ     string // "invalid_request_error", "authentication_error", ...
+	param   string // the request field at fault, "" for none
+	code    string // a machine-readable reason, "" for none
+}
+
+func (e *apiError) Error() string { return e.message }
+
+// MarshalJSON writes the error body; an empty param or code is null, as
+// the OpenAI API sends it.
+func (e *apiError) MarshalJSON() ([]byte, error) {
+	type body struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	b := body{Message: e.message, Type: e.typ}
+	if e.param != "" {
+		b.Param = &e.param
+	}
+	if e.code != "" {
+		b.Code = &e.code
+	}
+	return json.Marshal(struct {
+		Error body `json:"error"`
+	}{b})
+}
+
+// badRequest returns a 400 about field param.
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, message: fmt.Sprintf(format, args...), typ: "invalid_request_error", param: param}
+}
+
+// A request is a decoded, checked /v1/chat/completions or /v1/completions
+// body.
+type request struct {
+	chat     bool
+	model    string              // "" means the served model
+	prompt   string              // /v1/completions
+	messages []tokenizer.Message // /v1/chat/completions
+
+	maxTokens    int  // 0: until EOS or the context is full
+	ignoreEOS    bool // vLLM's ignore_eos: generate to maxTokens
+	sampling     kakeya.SamplingOptions
+	seeded       bool // sampling.Seed was given
+	stop         []string
+	stream       bool
+	includeUsage bool
+}
+
+// maxStops bounds the stop strings of a request (the OpenAI API allows 4).
+const maxStops = 16
+
+// decodeRequest parses a completions (chat false) or chat completions
+// body. Every field it does not implement is a 400 naming it, unless the
+// field holds its neutral value (null, false, 0, n=1): a request is never
+// run with a parameter silently ignored.
+func decodeRequest(body []byte, chat bool) (*request, *apiError) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, badJSON(err)
+	}
+	if fields == nil {
+		return nil, badRequest("", "the request body must be a JSON object")
+	}
+	r := &request{chat: chat, sampling: kakeya.SamplingOptions{Temperature: 1}}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the first bad field named is always the same one
+	var maxTokens, maxCompletion *int
+	for _, k := range keys {
+		raw := fields[k]
+		if isNull(raw) {
+			continue
+		}
+		var err *apiError
+		switch k {
+		case "model":
+			err = decodeField(raw, k, &r.model)
+		case "messages":
+			if !chat {
+				return nil, unsupported(k, "; /v1/completions takes a prompt (/v1/chat/completions takes messages)")
+			}
+			r.messages, err = decodeMessages(raw)
+		case "prompt":
+			if chat {
+				return nil, unsupported(k, "; /v1/chat/completions takes messages (/v1/completions takes a prompt)")
+			}
+			r.prompt, err = decodePrompt(raw)
+		case "max_tokens":
+			err = decodeField(raw, k, &maxTokens)
+		case "max_completion_tokens":
+			if !chat {
+				return nil, unsupported(k, "; /v1/completions takes max_tokens")
+			}
+			err = decodeField(raw, k, &maxCompletion)
+		case "temperature":
+			err = decodeFloat(raw, k, 0, 2, &r.sampling.Temperature)
+		case "top_p":
+			err = decodeFloat(raw, k, 0, 1, &r.sampling.TopP)
+			if err == nil && r.sampling.TopP == 0 {
+				err = badRequest(k, "top_p must be in (0, 1], got 0")
+			}
+		case "min_p":
+			err = decodeFloat(raw, k, 0, 1, &r.sampling.MinP)
+		case "repetition_penalty":
+			err = decodeFloat(raw, k, 0, 100, &r.sampling.RepetitionPenalty)
+			if err == nil && r.sampling.RepetitionPenalty == 0 {
+				err = badRequest(k, "repetition_penalty must be > 0 (1 is off), got 0")
+			}
+		case "top_k":
+			var k64 int64
+			if err = decodeField(raw, k, &k64); err == nil {
+				switch {
+				case k64 == -1 || k64 == 0: // vLLM's and llama.cpp's "all"
+				case k64 < -1 || k64 > math.MaxInt32:
+					err = badRequest(k, "top_k must be -1 or 0 (all tokens) or a positive count, got %d", k64)
+				default:
+					r.sampling.TopK = int(k64)
+				}
+			}
+		case "seed":
+			var s int64
+			if err = decodeField(raw, k, &s); err == nil {
+				r.sampling.Seed, r.seeded = uint64(s), true
+			}
+		case "stop":
+			r.stop, err = decodeStop(raw)
+		case "stream":
+			err = decodeField(raw, k, &r.stream)
+		case "ignore_eos":
+			err = decodeField(raw, k, &r.ignoreEOS)
+		case "stream_options":
+			var so map[string]json.RawMessage
+			if err = decodeField(raw, k, &so); err == nil {
+				for name, v := range so {
+					if name != "include_usage" {
+						return nil, unsupported(k+"."+name, "")
+					}
+					if !isNull(v) {
+						err = decodeField(v, k+".include_usage", &r.includeUsage)
+					}
+				}
+			}
+		case "n", "best_of":
+			var n int64
+			if err = decodeField(raw, k, &n); err == nil && n != 1 {
+				err = badRequest(k, "%s = %d is not supported: this server returns one choice per request (send several requests)", k, n)
+			}
+		case "presence_penalty", "frequency_penalty":
+			var f float64
+			if err = decodeField(raw, k, &f); err == nil && f != 0 {
+				err = unsupported(k, " (use repetition_penalty)")
+			}
+		case "logprobs", "echo":
+			// A bool in chat, a count in completions: only off is served.
+			if !bytes.Equal(raw, []byte("false")) && !bytes.Equal(raw, []byte("0")) {
+				err = unsupported(k, "")
+			}
+		case "top_logprobs":
+			if !bytes.Equal(raw, []byte("0")) {
+				err = unsupported(k, "")
+			}
+		case "user":
+			// An end-user id for the caller's own accounting: it changes
+			// nothing in the output.
+			var u string
+			err = decodeField(raw, k, &u)
+		default:
+			// tools, tool_choice, response_format, logit_bias, suffix,
+			// functions, ... and fields no API has.
+			return nil, unsupported(k, "")
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case maxTokens != nil && maxCompletion != nil && *maxTokens != *maxCompletion:
+		return nil, badRequest("max_completion_tokens", "max_tokens (%d) and max_completion_tokens (%d) disagree: send one", *maxTokens, *maxCompletion)
+	case maxCompletion != nil:
+		maxTokens = maxCompletion
+	}
+	if maxTokens != nil {
+		if *maxTokens <= 0 {
+			return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d", *maxTokens)
+		}
+		r.maxTokens = *maxTokens
+	}
+	if chat && len(r.messages) == 0 {
+		return nil, badRequest("messages", "messages must hold at least one message")
+	}
+	if !chat && fields["prompt"] == nil {
+		return nil, badRequest("prompt", "prompt is required")
+	}
+	if r.includeUsage && !r.stream {
+		return nil, badRequest("stream_options", "stream_options is only allowed with stream: true")
+	}
+	if err := r.sampling.Validate(); err != nil {
+		return nil, badRequest("", "%v", err)
+	}
+	return r, nil
+}
+
+// isNull reports whether raw is JSON null, which stands for an absent
+// field.
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+// decodeField decodes raw into v, naming field and the type it wants on
+// a mismatch.
+func decodeField(raw json.RawMessage, field string, v any) *apiError {
+	if err := json.Unmarshal(raw, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return badRequest(field, "%s must be %s, got a JSON %s", field, typeName(te.Type.String()), te.Value)
+		}
+		return badRequest(field, "%s: %v", field, err)
+	}
+	return nil
+}
+
+// typeName names a Go type in the API's terms.
+func typeName(goType string) string {
+	switch {
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	case strings.Contains(goType, "float"):
+		return "a number"
+	case strings.Contains(goType, "bool"):
+		return "a boolean"
+	case strings.Contains(goType, "string"):
+		return "a string"
+	}
+	return "an object"
+}
+
+// decodeFloat decodes a number in [lo, hi] into *f.
+func decodeFloat(raw json.RawMessage, field string, lo, hi float64, f *float32) *apiError {
+	var v float64
+	if err := decodeField(raw, field, &v); err != nil {
+		return err
+	}
+	if !(v >= lo && v <= hi) {
+		return badRequest(field, "%s must be in [%g, %g], got %g", field, lo, hi, v)
+	}
+	*f = float32(v)
+	return nil
+}
+
+// badJSON is the 400 of a body that is not JSON.
+func badJSON(err error) *apiError {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return badRequest("", "the request body must be a JSON object, got a JSON %s", te.Value)
+	}
+	return badRequest("", "the request body is not valid JSON: %v", err)
+}
+
+// unsupported is the 400 of a parameter this server does not implement.
+func unsupported(field, hint string) *apiError {
+	return badRequest(field, "parameter %q is not supported by this server%s", field, hint)
+}
+
+// decodeMessages decodes chat messages: role system, developer (a
+// system message), user or assistant, and content a string or a list of
+// text parts.
+func decodeMessages(raw json.RawMessage) ([]tokenizer.Message, *apiError) {
+	var list []map[string]json.RawMessage
+	if err := decodeField(raw, "messages", &list); err != nil {
+		return nil, badRequest("messages", "messages must be a list of objects with a role and a content")
+	}
+	msgs := make([]tokenizer.Message, 0, len(list))
+	for i, m := range list {
+		at := fmt.Sprintf("messages[%d]", i)
+		var role string
+		var content *string
+		for k, v := range m {
+			switch k {
+			case "role":
+				if err := decodeField(v, at+".role", &role); err != nil {
+					return nil, err
+				}
+			case "content":
+				c, err := decodeContent(v, at+".content")
+				if err != nil {
+					return nil, err
+				}
+				content = c
+			default:
+				if !isNull(v) {
+					return nil, unsupported(at+"."+k, "")
+				}
+			}
+		}
+		switch role {
+		case "system", "user", "assistant":
+		case "developer":
+			role = "system" // the OpenAI API's newer name for it
+		case "":
+			return nil, badRequest(at+".role", "%s has no role", at)
+		default:
+			return nil, badRequest(at+".role", "%s: role %q is not supported (system, developer, user or assistant)", at, role)
+		}
+		if content == nil {
+			return nil, badRequest(at+".content", "%s has no content", at)
+		}
+		msgs = append(msgs, tokenizer.Message{Role: role, Content: *content})
+	}
+	return msgs, nil
+}
+
+// decodeContent decodes a message's content: a string, or a list of
+// {"type": "text", "text": ...} parts, joined.
+func decodeContent(raw json.RawMessage, field string) (*string, *apiError) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return &s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return nil, badRequest(field, "%s must be a string or a list of text parts", field)
+	}
+	var sb strings.Builder
+	for i, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return nil, badRequest(field, "%s[%d]: only text parts are supported, got type %q", field, i, p.Type)
+		}
+		sb.WriteString(*p.Text)
+	}
+	s = sb.String()
+	return &s, nil
+}
+
+// decodePrompt decodes a completions prompt: a string, or a list of one
+// string. Batches and token-id prompts are not served.
+func decodePrompt(raw json.RawMessage) (string, *apiError) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return "", badRequest("prompt", "prompt must be a string (token-id prompts are not supported)")
+	}
+	if len(list) != 1 {
+		return "", badRequest("prompt", "prompt holds %d prompts: this server takes one per request", len(list))
+	}
+	return list[0], nil
+}
+
+// decodeStop decodes stop: a string or a list of strings, none empty.
+func decodeStop(raw json.RawMessage) ([]string, *apiError) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "" {
+			return nil, badRequest("stop", "stop must not be empty")
+		}
+		return []string{s}, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, badRequest("stop", "stop must be a string or a list of strings")
+	}
+	if len(list) > maxStops {
+		return nil, badRequest("stop", "stop holds %d strings, at most %d", len(list), maxStops)
+	}
+	for i, s := range list {
+		if s == "" {
+			return nil, badRequest("stop", "stop[%d] is empty", i)
+		}
+	}
+	return list, nil
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Load run parameters (make bench-serve): a fixed number of streamed chat
+// requests from a fixed number of clients, all of it bounded by
+// loadLimit. Each request is a system message all share (a prefix the
+// pool's cache can serve) and a prompt of its own, and generates exactly
+// loadMaxTokens tokens (ignore_eos), long enough for a compressed cache
+// to encode blocks (kakeya's are 64 tokens on ref-qwen2-6m).
+const (
+	loadRequests  = 128
+	loadClients   = 16
+	loadMaxTokens = 256
+	loadLimit     = 60 * time.Second
+)
+
+// BenchmarkServe is the load run: for each KV cache, a server on loopback
+// and loadRequests streamed chat completions from loadClients clients.
+// It reports requests per second, the time to first token's p50 and p99
+// as the clients see it, and the errors, which must be none.
+func BenchmarkServe(b *testing.B) {
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"bf16", nil},
+		{"kakeya", []string{"--kv-codec", "kakeya"}},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			s := startServer(b, append([]string{"--threads", "0", "--kv-memory", "256M"}, tt.args...)...)
+			for b.Loop() {
+				loadRun(b, s)
+			}
+		})
+	}
+}
+
+// loadRun sends the load and reports its figures.
+func loadRun(b *testing.B, s *testServer) {
+	ctx, cancel := context.WithTimeout(context.Background(), loadLimit)
+	defer cancel()
+	ps := prompts(loadRequests)
+	ttft := make([]time.Duration, loadRequests)
+	var next, errs, tokens atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range loadClients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= loadRequests {
+					return
+				}
+				t, n, err := streamChat(ctx, s.url, ps[i])
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				ttft[i] = t
+				tokens.Add(int64(n))
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if n := errs.Load(); n > 0 {
+		b.Fatalf("%d of %d requests failed, the first with: %v", n, loadRequests, firstErr.Load())
+	}
+	slices.Sort(ttft)
+	pct := func(p float64) float64 { return float64(ttft[int(p*float64(len(ttft)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(float64(loadRequests)/wall.Seconds(), "req/s")
+	b.ReportMetric(float64(tokens.Load())/wall.Seconds(), "tok/s")
+	b.ReportMetric(pct(0.5), "ttft-p50-ms")
+	b.ReportMetric(pct(0.99), "ttft-p99-ms")
+	b.ReportMetric(float64(errs.Load()), "errors")
+	b.ReportMetric(s.metric(b, "kakeya_kv_cache_compression_ratio"), "kv-ratio")
+	b.ReportMetric(s.metric(b, "kakeya_prefix_cache_hit_tokens_total")/loadRequests, "prefix-hit-tok/req")
+	b.Logf("%d requests (%d clients, %d tokens each) in %v: %.1f req/s, TTFT p50 %.1f ms p99 %.1f ms, 0 errors",
+		loadRequests, loadClients, loadMaxTokens, wall.Round(time.Millisecond), float64(loadRequests)/wall.Seconds(), pct(0.5), pct(0.99))
+}
+
+// loadSystem is the system message of every load request.
+const loadSystem = "You are a helpful assistant. Answer in plain words, in a few short sentences, and stay on the subject you are asked about."
+
+// streamChat sends one streamed greedy chat completion and returns the
+// time to its first content chunk and its completion tokens.
+func streamChat(ctx context.Context, url, prompt string) (time.Duration, int, error) {
+	body := fmt.Sprintf(`{"messages": [{"role": "system", "content": %q}, {"role": "user", "content": %q}], "max_tokens": %d, "ignore_eos": true, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`,
+		loadSystem, prompt, loadMaxTokens)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	var ttft time.Duration
+	n, done := 0, false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case ttft == 0 && strings.Contains(l, `"delta"`):
+			ttft = time.Since(start)
+		case strings.Contains(l, `"error"`):
+			return 0, 0, fmt.Errorf("error event: %s", l)
+		case strings.HasPrefix(l, `data: [DONE]`):
+			done = true
+		case strings.Contains(l, `"usage"`):
+			if _, err := fmt.Sscanf(l[strings.Index(l, `"completion_tokens":`):], `"completion_tokens":%d`, &n); err != nil {
+				return 0, 0, fmt.Errorf("usage chunk %s: %v", l, err)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if !done {
+		return 0, 0, fmt.Errorf("the stream ended without [DONE]")
+	}
+	return ttft, n, nil
+}

@@ -1,0 +1,675 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/scheduler"
+)
+
+// A server serves one engine over the OpenAI API. It answers /health and
+// /metrics from the start, and everything else with 503 until setEngine.
+type server struct {
+	name    string        // the served model's id
+	apiKey  string        // "" for none
+	maxBody int64         // bytes of a request body at most
+	timeout time.Duration // of one request, 0 for none
+	log     *slog.Logger
+	metrics *metrics
+	created int64 // Unix time the server started, /v1/models's created
+
+	eng      atomic.Pointer[kakeya.Engine]
+	draining atomic.Bool
+	aborting atomic.Bool // the drain's grace ran out: requests are being cancelled
+}
+
+// serverConfig sets up a server.
+type serverConfig struct {
+	name, apiKey string
+	maxBody      int64
+	timeout      time.Duration
+	log          *slog.Logger
+}
+
+func newServer(cfg serverConfig) *server {
+	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, log: cfg.log, created: time.Now().Unix()}
+	s.metrics = newMetrics(func() (scheduler.Stats, bool) {
+		if e := s.eng.Load(); e != nil {
+			return e.Stats(), true
+		}
+		return scheduler.Stats{}, false
+	})
+	return s
+}
+
+// setEngine makes the server ready to serve e.
+func (s *server) setEngine(e *kakeya.Engine) { s.eng.Store(e) }
+
+// handler returns the server's routes, each behind the logging and, for
+// the API, the key check.
+func (s *server) handler() http.Handler {
+	mux := http.NewServeMux()
+	api := func(path, method string, h http.HandlerFunc) {
+		mux.Handle(path, s.logged(path, s.authorized(allow(method, h))))
+	}
+	api("/v1/chat/completions", http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
+	api("/v1/completions", http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	api("/v1/models", http.MethodGet, s.models)
+	api("/tokenize", http.MethodPost, s.tokenize)
+	api("/detokenize", http.MethodPost, s.detokenize)
+	mux.Handle("/health", s.logged("/health", allow(http.MethodGet, s.health)))
+	mux.Handle("/metrics", s.logged("/metrics", allow(http.MethodGet, s.metrics.handler().ServeHTTP)))
+	mux.Handle("/", s.logged("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path), typ: "invalid_request_error", code: "not_found"})
+	})))
+	return mux
+}
+
+// allow answers a method other than method with a 405.
+func allow(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			writeError(w, &apiError{status: http.StatusMethodNotAllowed, message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method), typ: "invalid_request_error"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// authorized requires the API key, when the server has one, as a Bearer
+// token.
+func (s *server) authorized(h http.Handler) http.Handler {
+	if s.apiKey == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(key), []byte(s.apiKey)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kakeya-serve"`)
+			writeError(w, &apiError{status: http.StatusUnauthorized, message: "missing or incorrect API key: send it as Authorization: Bearer KEY", typ: "invalid_request_error", code: "invalid_api_key"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// A reqInfo is what a handler tells the request's log line beyond the
+// status: the tokens and timings of a generation.
+type reqInfo struct {
+	id                string
+	prompt, generated int
+	ttft              time.Duration
+	status            int // overrides the written status: 499 when the client went away
+}
+
+type reqInfoKey struct{}
+
+// info returns the request's reqInfo, which logged put in its context.
+func info(r *http.Request) *reqInfo {
+	if ri, ok := r.Context().Value(reqInfoKey{}).(*reqInfo); ok {
+		return ri
+	}
+	return &reqInfo{}
+}
+
+// logged writes one log line per request (health checks and scrapes at
+// debug level) and counts it in kakeya_requests_total.
+func (s *server) logged(endpoint string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &reqInfo{}
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri)))
+		status := sw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if ri.status != 0 {
+			status = ri.status
+		}
+		s.metrics.requests.WithLabelValues(endpoint, fmt.Sprint(status)).Inc()
+		level := slog.LevelInfo
+		if endpoint == "/health" || endpoint == "/metrics" {
+			level = slog.LevelDebug
+		}
+		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status)}
+		if ri.id != "" {
+			attrs = append(attrs, slog.String("id", ri.id), slog.Int("prompt_tokens", ri.prompt), slog.Int("generated_tokens", ri.generated),
+				slog.Duration("ttft", ri.ttft))
+		}
+		attrs = append(attrs, slog.Duration("duration", time.Since(start)), slog.String("remote", r.RemoteAddr))
+		s.log.LogAttrs(r.Context(), level, "request", attrs...)
+	})
+}
+
+// statusWriter records the status a handler writes; Unwrap lets
+// http.ResponseController flush through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeError sends e as the OpenAI API does.
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.status, e)
+}
+
+// writeJSON sends v as a JSON body with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// ready returns the engine, or the 503 of a server still loading or
+// draining.
+func (s *server) ready() (*kakeya.Engine, *apiError) {
+	e := s.eng.Load()
+	switch {
+	case s.draining.Load():
+		return nil, &apiError{status: http.StatusServiceUnavailable, message: "the server is shutting down", typ: "server_error", code: "unavailable"}
+	case e == nil:
+		return nil, &apiError{status: http.StatusServiceUnavailable, message: "the model is loading", typ: "server_error", code: "unavailable"}
+	}
+	return e, nil
+}
+
+// readBody reads the request body, at most s.maxBody bytes.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit), typ: "invalid_request_error", code: "request_too_large"}
+		}
+		return nil, badRequest("", "reading the request body: %v", err)
+	}
+	return b, nil
+}
+
+// checkModel answers a request for another model than the served one with
+// a 404; an empty model means the served one.
+func (s *server) checkModel(name string) *apiError {
+	if name != "" && name != s.name {
+		return &apiError{status: http.StatusNotFound, message: fmt.Sprintf("the model %q does not exist: this server serves %q", name, s.name), typ: "invalid_request_error", param: "model", code: "model_not_found"}
+	}
+	return nil
+}
+
+// usage is the token counts of a response.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func usageOf(res *kakeya.Result) *usage {
+	return &usage{res.PromptTokens, res.GeneratedTokens, res.PromptTokens + res.GeneratedTokens}
+}
+
+// finishReason maps a StopReason to the API's finish_reason.
+func finishReason(stop string) string {
+	if stop == kakeya.StopLength || stop == kakeya.StopContext {
+		return "length"
+	}
+	return "stop"
+}
+
+// generate serves /v1/chat/completions (chat) and /v1/completions.
+func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
+	eng, aerr := s.ready()
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	req, aerr := decodeRequest(body, chat)
+	if aerr == nil {
+		aerr = s.checkModel(req.model)
+	}
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	opt := kakeya.GenerateOptions{MaxTokens: req.maxTokens, Sampling: req.sampling, Stop: req.stop, IgnoreEOS: req.ignoreEOS}
+	if !req.seeded {
+		opt.Sampling.Seed = rand.Uint64()
+	}
+	prompt := req.prompt
+	if chat {
+		opt.Chat, opt.Messages, prompt = true, req.messages, ""
+	}
+	ids, err := eng.PromptIDs(prompt, opt)
+	if err != nil {
+		writeError(w, generateError(err, false))
+		return
+	}
+	if aerr := checkLength(len(ids), req.maxTokens, eng.MaxTokens(), chat); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+
+	ri := info(r)
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	ri.id = fmt.Sprintf("%s%016x", prefix, rand.Uint64())
+	w.Header().Set("X-Request-Id", ri.id)
+	ctx := r.Context()
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat}
+	var res *kakeya.Result
+	if req.stream {
+		sse := &sseWriter{w: w, rc: http.NewResponseController(w), resp: out}
+		res, err = eng.Generate(ctx, prompt, opt, sse.text)
+		s.finishStream(r, sse, req, res, err)
+	} else {
+		res, err = eng.Generate(ctx, prompt, opt, nil)
+		if err == nil {
+			writeJSON(w, http.StatusOK, out.whole(res))
+		} else if !s.gone(r) {
+			writeError(w, generateError(err, res != nil))
+		}
+	}
+	if res != nil {
+		s.metrics.observe(res)
+		ri.prompt, ri.generated = res.PromptTokens, res.GeneratedTokens
+		if res.GeneratedTokens > 0 {
+			ri.ttft = res.Prefill
+		}
+	}
+}
+
+// gone reports whether the client went away, and marks the request's log
+// line with 499 (nginx's "client closed request") if so. A request the
+// drain cancelled is not gone: its client is told.
+func (s *server) gone(r *http.Request) bool {
+	if r.Context().Err() == nil || s.aborting.Load() {
+		return false
+	}
+	info(r).status = 499
+	return true
+}
+
+// checkLength answers a prompt that leaves no room in maxTotal tokens (the
+// context, or what the KV memory holds), or a max_tokens beyond it, with
+// a 400; chat says the prompt came as messages.
+func checkLength(prompt, maxTokens, maxTotal int, chat bool) *apiError {
+	field := "prompt"
+	if chat {
+		field = "messages"
+	}
+	switch {
+	case prompt == 0:
+		return badRequest(field, "the prompt is empty (no tokens)")
+	case prompt >= maxTotal:
+		e := badRequest(field, "the prompt is %d tokens; this server holds %d tokens per request, prompt and completion together: shorten the prompt", prompt, maxTotal)
+		e.code = "context_length_exceeded"
+		return e
+	case maxTokens > maxTotal-prompt:
+		e := badRequest("max_tokens", "max_tokens is %d, but the prompt is %d tokens and this server holds %d tokens per request: at most %d", maxTokens, prompt, maxTotal, maxTotal-prompt)
+		e.code = "context_length_exceeded"
+		return e
+	}
+	return nil
+}
+
+// generateError maps an error of Engine.Generate (or PromptIDs) to the
+// API's; ran says the model had started on the request.
+func generateError(err error, ran bool) *apiError {
+	var ce *model.ContextError
+	switch {
+	case errors.Is(err, scheduler.ErrQueueFull):
+		return &apiError{status: http.StatusTooManyRequests, message: "the server's queue is full: retry later", typ: "rate_limit_error", code: "queue_full"}
+	case errors.Is(err, kakeya.ErrClosed) || errors.Is(err, context.Canceled):
+		// context.Canceled reaches a client only from the drain.
+		return &apiError{status: http.StatusServiceUnavailable, message: "the server is shutting down", typ: "server_error", code: "unavailable"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &apiError{status: http.StatusGatewayTimeout, message: "the request ran past the server's time limit (--request-timeout)", typ: "server_error", code: "timeout"}
+	case errors.As(err, &ce) || strings.Contains(err.Error(), "KV memory"):
+		return &apiError{status: http.StatusBadRequest, message: err.Error(), typ: "invalid_request_error", code: "context_length_exceeded"}
+	case !ran:
+		return badRequest("", "%v", err)
+	}
+	return &apiError{status: http.StatusInternalServerError, message: err.Error(), typ: "server_error"}
+}
+
+// A response builds the JSON of one completion, whole or in chunks.
+type response struct {
+	id, model string
+	created   int64
+	chat      bool
+}
+
+type chatMessage struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content"`
+}
+
+type choice struct {
+	Index        int          `json:"index"`
+	Message      *chatMessage `json:"message,omitempty"` // chat, whole
+	Delta        *chatMessage `json:"delta,omitempty"`   // chat, chunk
+	Text         *string      `json:"text,omitempty"`    // completions
+	Logprobs     *struct{}    `json:"logprobs"`          // always null
+	FinishReason *string      `json:"finish_reason"`
+}
+
+type completion struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *usage   `json:"usage,omitempty"`
+}
+
+// whole returns the non-streamed response for res.
+func (o *response) whole(res *kakeya.Result) *completion {
+	fr := finishReason(res.StopReason)
+	c := choice{FinishReason: &fr}
+	obj := "text_completion"
+	if o.chat {
+		obj = "chat.completion"
+		c.Message = &chatMessage{Role: "assistant", Content: res.Text}
+	} else {
+		c.Text = &res.Text
+	}
+	return &completion{ID: o.id, Object: obj, Created: o.created, Model: o.model, Choices: []choice{c}, Usage: usageOf(res)}
+}
+
+// chunk returns a streamed chunk with text and, if not "", finish_reason;
+// the first chat chunk carries the role.
+func (o *response) chunk(text, finish string, first bool) *completion {
+	c := choice{}
+	if finish != "" {
+		c.FinishReason = &finish
+	}
+	obj := "text_completion"
+	if o.chat {
+		obj = "chat.completion.chunk"
+		c.Delta = &chatMessage{Content: text}
+		if first {
+			c.Delta.Role = "assistant"
+		}
+	} else {
+		c.Text = &text
+	}
+	return &completion{ID: o.id, Object: obj, Created: o.created, Model: o.model, Choices: []choice{c}}
+}
+
+// An sseWriter streams a completion as server-sent events. It sends the
+// headers with the first event, so that an error before any text (a full
+// queue, a bad prompt) still gets its own status.
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	resp    *response
+	started bool
+	buf     bytes.Buffer
+}
+
+// text is Generate's onText: one chunk per piece of text.
+func (s *sseWriter) text(t string) error {
+	return s.event(s.resp.chunk(t, "", !s.started))
+}
+
+// event sends v as one "data:" event and flushes it.
+func (s *sseWriter) event(v any) error {
+	if !s.started {
+		h := s.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		s.w.WriteHeader(http.StatusOK)
+		s.started = true
+	}
+	s.buf.Reset()
+	s.buf.WriteString("data: ")
+	if raw, ok := v.(string); ok {
+		s.buf.WriteString(raw)
+	} else {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		s.buf.Write(b)
+	}
+	s.buf.WriteString("\n\n")
+	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// finishStream ends a stream: the last chunk with finish_reason, the
+// usage chunk if asked for, and [DONE]; or the error, as a status before
+// any event or as an error event after.
+func (s *server) finishStream(r *http.Request, sse *sseWriter, req *request, res *kakeya.Result, err error) {
+	if err != nil {
+		if s.gone(r) {
+			return
+		}
+		aerr := generateError(err, res != nil)
+		if !sse.started {
+			writeError(sse.w, aerr)
+			return
+		}
+		if sse.event(aerr) == nil {
+			sse.event("[DONE]")
+		}
+		return
+	}
+	if sse.event(sse.resp.chunk("", finishReason(res.StopReason), !sse.started)) != nil {
+		return
+	}
+	if req.includeUsage {
+		c := &completion{ID: sse.resp.id, Object: "chat.completion.chunk", Created: sse.resp.created, Model: sse.resp.model, Choices: []choice{}, Usage: usageOf(res)}
+		if !sse.resp.chat {
+			c.Object = "text_completion"
+		}
+		if sse.event(c) != nil {
+			return
+		}
+	}
+	sse.event("[DONE]")
+}
+
+// models serves /v1/models: the one model served.
+func (s *server) models(w http.ResponseWriter, r *http.Request) {
+	eng, aerr := s.ready()
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	type entry struct {
+		ID          string `json:"id"`
+		Object      string `json:"object"`
+		Created     int64  `json:"created"`
+		OwnedBy     string `json:"owned_by"`
+		MaxModelLen int    `json:"max_model_len"`
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object string  `json:"object"`
+		Data   []entry `json:"data"`
+	}{"list", []entry{{s.name, "model", s.created, "kakeya", eng.MaxTokens()}}})
+}
+
+// health serves /health: 200 when the model is loaded and the server
+// takes requests, 503 while it loads or drains.
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	status, code := "ok", http.StatusOK
+	switch {
+	case s.draining.Load():
+		status, code = "draining", http.StatusServiceUnavailable
+	case s.eng.Load() == nil:
+		status, code = "loading", http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]string{"status": status})
+}
+
+// decodeStrict decodes body into v, rejecting unknown fields.
+func decodeStrict(body []byte, v any) *apiError {
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return badRequest(te.Field, "%s must be %s, got a JSON %s", te.Field, typeName(te.Type.String()), te.Value)
+		}
+		return badRequest("", "the request body: %v", err)
+	}
+	if d.More() {
+		return badRequest("", "the request body holds more than one JSON value")
+	}
+	return nil
+}
+
+// tokenize serves /tokenize, as vLLM does: the token ids of a prompt
+// (with the model's special tokens unless add_special_tokens is false) or
+// of chat messages through the chat template.
+func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
+	eng, aerr := s.ready()
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var req struct {
+		Model            string          `json:"model"`
+		Prompt           *string         `json:"prompt"`
+		Messages         json.RawMessage `json:"messages"`
+		AddSpecialTokens *bool           `json:"add_special_tokens"`
+	}
+	if aerr := decodeStrict(body, &req); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if aerr := s.checkModel(req.Model); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var ids []int
+	switch {
+	case req.Prompt != nil && req.Messages != nil:
+		writeError(w, badRequest("messages", "send prompt or messages, not both"))
+		return
+	case req.Prompt != nil:
+		ids = eng.Tokenizer().Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
+	case req.Messages != nil:
+		msgs, aerr := decodeMessages(req.Messages)
+		if aerr == nil && len(msgs) == 0 {
+			aerr = badRequest("messages", "messages must hold at least one message")
+		}
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		var err error
+		if ids, err = eng.PromptIDs("", kakeya.GenerateOptions{Chat: true, Messages: msgs}); err != nil {
+			writeError(w, badRequest("messages", "%v", err))
+			return
+		}
+	default:
+		writeError(w, badRequest("prompt", "prompt or messages is required"))
+		return
+	}
+	if ids == nil {
+		ids = []int{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Count       int   `json:"count"`
+		MaxModelLen int   `json:"max_model_len"`
+		Tokens      []int `json:"tokens"`
+	}{len(ids), eng.MaxTokens(), ids})
+}
+
+// detokenize serves /detokenize: the text of token ids.
+func (s *server) detokenize(w http.ResponseWriter, r *http.Request) {
+	eng, aerr := s.ready()
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	var req struct {
+		Model  string `json:"model"`
+		Tokens []int  `json:"tokens"`
+	}
+	if aerr := decodeStrict(body, &req); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if aerr := s.checkModel(req.Model); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if req.Tokens == nil {
+		writeError(w, badRequest("tokens", "tokens is required"))
+		return
+	}
+	tok := eng.Tokenizer()
+	for i, id := range req.Tokens {
+		if id < 0 || id >= tok.VocabSize() {
+			writeError(w, badRequest("tokens", "tokens[%d] = %d is not a token id (0 to %d)", i, id, tok.VocabSize()-1))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Prompt string `json:"prompt"`
+	}{tok.Decode(req.Tokens, false)})
+}
