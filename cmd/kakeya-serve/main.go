@@ -237,13 +237,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		start := time.Now()
 		e, err := kakeya.Load(loadCtx, o.model, o.engineOptions(hub))
 		if err == nil {
-			log.Info("ready", "load", time.Since(start).Round(time.Millisecond), "kv_cache", e.CacheSettings().String(),
-				"max_tokens", e.MaxTokens(), "kernels", e.Kernels())
 			if w := e.CacheSettings().Warning; w != nil {
 				log.Warn("KV cache: " + kvflags.Error(w).Error())
 			}
+			// Serving first, then the line that says so: a client
+			// watching the log for "ready" must not get a 503.
 			eng = e
 			s.setEngine(e)
+			log.Info("ready", "load", time.Since(start).Round(time.Millisecond), "kv_cache", e.CacheSettings().String(),
+				"max_tokens", e.MaxTokens(), "kernels", e.Kernels())
 		}
 		loaded <- err
 	}()
