@@ -82,6 +82,11 @@ type KakeyaPCOptions struct {
 	// fp16 mean and scale to (per-block costs spread over Block rows);
 	// blocks of other lengths still code, at a slightly different rate.
 	Block int
+	// QueryWeighted asks the planner (kvplan) to weigh a key component's
+	// error by the queries' second moment along it, E[(qᵀu_j)²], from the
+	// calibration's query factors: the allocation then minimizes the error
+	// of attention scores instead of the keys' own. Values ignore it.
+	QueryWeighted bool
 }
 
 // DefaultKakeyaPCOptions returns 2.5 bits per value (with the header,
@@ -267,6 +272,9 @@ func (k *KakeyaPC) Name() string {
 	}
 	if k.opt.Block != 64 {
 		s += fmt.Sprintf("-n%d", k.opt.Block)
+	}
+	if k.opt.QueryWeighted {
+		s += "-qw"
 	}
 	return s
 }

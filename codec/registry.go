@@ -40,7 +40,8 @@ func TakesBits(name string) bool {
 //	int4*, int2*: group=<1..65535>, params=<8bit|f16>, seed=<uint>
 //	kakeya:  b|bits=<1..4>, rank=<0..255>, var=<(0,1]>, cbits=<4|8|16>,
 //	         outlier=<T >= 0, 0 off>, maxout=<0..255>, signs=<true|false>, seed=<uint>
-//	kakeya-pc: rate=<bits per value, 0..16>, maxbits=<1..6>, block=<rows the allocation assumes>
+//	kakeya-pc: rate=<bits per value, 0..16>, maxbits=<1..6>, block=<rows the allocation assumes>,
+//	         qw=<true|false: weigh key components by the queries>
 //	turbo:   b|bits=<2..4>, group=<block: power of two, 2..1024>, seed=<uint>
 //
 // e.g. "kakeya:b=3,rank=8,outlier=3.5". A key given twice (b and bits
@@ -192,6 +193,7 @@ func New(s Spec) (Codec, error) {
 		p.want("rate", o.Rate >= 0 && o.Rate <= 16, "want bits per value in 0..16")
 		p.intIn("maxbits", &o.MaxBits, 1, pcMaxBits)
 		p.intIn("block", &o.Block, 1, maxRows)
+		p.bool("qw", &o.QueryWeighted)
 		if p.err == nil {
 			c, err = NewKakeyaPC(o, nil, nil)
 		}

@@ -25,6 +25,7 @@ func TestParseSpecAndNew(t *testing.T) {
 		{"kakeya:cbits=16,var=0.9,maxout=8,seed=0x10", "kakeya-b3-r4v0.9c16-o3x8", "kakeya:cbits=16,maxout=8,seed=0x10,var=0.9"},
 		{"kakeya-pc", "kakeya-pc-r2.5", "kakeya-pc"},
 		{"kakeya-pc:rate=1.75,maxbits=4,block=32", "kakeya-pc-r1.75-m4-n32", "kakeya-pc:block=32,maxbits=4,rate=1.75"},
+		{"kakeya-pc:qw=true", "kakeya-pc-r2.5-qw", "kakeya-pc:qw=true"},
 	}
 	for _, tt := range tests {
 		s, err := ParseSpec(tt.in)
