@@ -517,11 +517,13 @@ func (k *KakeyaPC) Decode(dst []float32, src []byte, n, d int) error {
 	if err != nil {
 		return err
 	}
-	c := len(k.codedIdx)
 	for i := 0; i < n; i++ {
-		row := dst[i*d : (i+1)*d]
-		copy(row, sc.base)
-		cpu.AxpyBlock(row, sc.lat[i*b.q:i*b.q+c], k.coded, c, d)
+		copy(dst[i*d:(i+1)*d], sc.base)
+	}
+	// Every row at once: dst += lat · coded, the latents as an n x C
+	// matrix of stride q, in MixBlock's tiles.
+	if c := len(k.codedIdx); c > 0 {
+		cpu.MixBlock(dst, n, sc.lat, b.q, k.coded, c, d)
 	}
 	return nil
 }
