@@ -150,6 +150,8 @@ type KakeyaPC struct {
 	meanIdx, codedIdx []int
 	coded             []float32 // the coded components' basis rows, C x d
 	width             []uint8   // the coded components' code widths
+	levOff            []int32   // where each coded component's levels start in a block's level table
+	levels            int       // the level table's length, Σ 2^width
 	rowBits           int
 	tab               *pcTables
 	tag               uint16
@@ -163,6 +165,7 @@ type pcScratch struct {
 	base  []float32 // the block's constant row
 	means []float32
 	scale []float32
+	lv    []float32 // decode: every coded component's levels times its scale
 	codes []uint8
 }
 
@@ -224,6 +227,8 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 			k.codedIdx = append(k.codedIdx, j)
 			k.coded = append(k.coded, st.Basis[j*d:(j+1)*d]...)
 			k.width = append(k.width, uint8(a))
+			k.levOff = append(k.levOff, int32(k.levels))
+			k.levels += 1 << a
 			k.rowBits += int(a)
 		}
 	}
@@ -484,21 +489,43 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
 		return pcBlock{}, err
 	}
 	// The coded components' means are in the base row; their latents are
-	// the scaled levels alone.
+	// the scaled levels alone, looked up in one table of every coded
+	// component's levels times its scale.
+	sc.lv = growF32(sc.lv, k.levels)
+	for t, w := range k.width {
+		lv, s := sc.lv[k.levOff[t]:], sc.scale[t]
+		for j, v := range k.tab.levels[w] {
+			lv[j] = v * s
+		}
+	}
 	q := (c + 1 + 7) &^ 7
 	sc.lat = growF32(sc.lat, n*q)
 	codes := src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
+	// Rows whose codes lie 8 bytes before the stream's end read them a
+	// 64-bit word at a time (no code is wider than 8 bits, none starts
+	// past bit 7 of its byte); the last rows byte by byte.
+	fast := n
+	for fast > 0 && ((fast*k.rowBits)>>3)+8 > len(codes) {
+		fast--
+	}
 	pos := 0
 	for i := 0; i < n; i++ {
 		row := sc.lat[i*q : (i+1)*q]
-		for t, w := range k.width {
-			v := uint16(codes[pos>>3])
-			if pos>>3+1 < len(codes) {
-				v |= uint16(codes[pos>>3+1]) << 8
+		if i < fast {
+			for t, w := range k.width {
+				word := binary.LittleEndian.Uint64(codes[pos>>3:])
+				row[t] = sc.lv[k.levOff[t]+int32(word>>(pos&7))&(1<<w-1)]
+				pos += int(w)
 			}
-			code := v >> (pos & 7) & (1<<w - 1)
-			row[t] = k.tab.levels[w][code] * sc.scale[t]
-			pos += int(w)
+		} else {
+			for t, w := range k.width {
+				v := uint16(codes[pos>>3])
+				if pos>>3+1 < len(codes) {
+					v |= uint16(codes[pos>>3+1]) << 8
+				}
+				row[t] = sc.lv[k.levOff[t]+int32(v>>(pos&7))&(1<<w-1)]
+				pos += int(w)
+			}
 		}
 		row[c] = 1
 		clear(row[c+1:])
