@@ -153,6 +153,7 @@ type KakeyaPC struct {
 	levOff            []int32   // where each coded component's levels start in a block's level table
 	levels            int       // the level table's length, Σ 2^width
 	rowBits           int
+	meanNorm          float32 // ||μ||, for Encode's fp16 range check
 	tab               *pcTables
 	tag               uint16
 	pool              sync.Pool
@@ -232,6 +233,14 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 			k.rowBits += int(a)
 		}
 	}
+	if k.rowBits > math.MaxUint16 {
+		return nil, fmt.Errorf("codec: kakeya-pc: %d code bits per row exceed the block's 16-bit field; lower the rate or max bits", k.rowBits)
+	}
+	var mn float64
+	for _, v := range k.mean {
+		mn += float64(v) * float64(v)
+	}
+	k.meanNorm = float32(math.Sqrt(mn))
 	// The tag binds a block to what its bytes do not carry: the basis, the
 	// mean and the allocation.
 	h := fnv.New32a()
@@ -319,7 +328,9 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	if 2*am*float32(math.Sqrt(float64(d))) > maxF16 {
+	// |y_j| <= ||x - μ|| <= sqrt(d)·max|x| + ||μ||; a scale is at most
+	// 1.6 times a component's RMS.
+	if 2*(am*float32(math.Sqrt(float64(d)))+k.meanNorm) > maxF16 {
 		return dst, fmt.Errorf("codec: %s: |value| %v too large for fp16 means and scales", name, am)
 	}
 	sc := k.scratch()

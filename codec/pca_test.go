@@ -328,6 +328,11 @@ func TestKakeyaPCErrors(t *testing.T) {
 			t.Errorf("options %+v accepted", o)
 		}
 	}
+	huge := slices.Clone(x)
+	huge[5] = 3e4
+	if _, err := k.Encode(nil, huge, n, d); err == nil || !strings.Contains(err.Error(), "too large for fp16") {
+		t.Errorf("value 3e4: %v", err)
+	}
 	st := pcStats(t, blocks[:10], n, d)
 	st.Var[3] = -1
 	if _, err := NewKakeyaPC(DefaultKakeyaPCOptions(), st, nil); err == nil || !strings.Contains(err.Error(), "variance 3") {
