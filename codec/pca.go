@@ -615,7 +615,15 @@ func (k *KakeyaPC) AddWeighted(dst []float32, m int, w []float32, wStride int, s
 // bits per block, a coded component 32 plus b per row.
 func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, dist *[pcMaxBits + 1]float64) []int8 {
 	d, n := st.Dim(), o.Block
+	// Costs in units of their common divisor, exact in the common case;
+	// a budget of more than pcMaxStates/d units (long blocks, wide heads)
+	// takes coarser units, each cost rounded up, so that the table stays
+	// small and the allocation still never exceeds the budget.
 	unit := gcd(16, n)
+	for o.Rate*float64(n*d)/float64(unit) > float64(max(pcMaxStates/d, 1)) {
+		unit *= 2
+	}
+	units := func(bits int) int { return (bits + unit - 1) / unit }
 	budget := int(o.Rate * float64(n*d) / float64(unit))
 	type option struct {
 		state int8
@@ -629,9 +637,9 @@ func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, dist *[pcMaxBits +
 			wj = float64(w[j])
 		}
 		v, bt := float64(st.Var[j]), float64(st.Between[j])
-		o2 := []option{{-1, 0, wj * (v + bt)}, {0, 16 / unit, wj * v}}
+		o2 := []option{{-1, 0, wj * (v + bt)}, {0, units(16), wj * v}}
 		for b := 1; b <= o.MaxBits; b++ {
-			o2 = append(o2, option{int8(b), (32 + b*n) / unit, wj * v * dist[b]})
+			o2 = append(o2, option{int8(b), units(32 + b*n), wj * v * dist[b]})
 		}
 		opts[j] = o2
 	}
@@ -664,6 +672,10 @@ func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, dist *[pcMaxBits +
 	}
 	return alloc
 }
+
+// pcMaxStates bounds the dynamic program's table, components times
+// budget units: 4 MB of choices.
+const pcMaxStates = 1 << 22
 
 func gcd(a, b int) int {
 	for b != 0 {

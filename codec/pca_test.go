@@ -220,6 +220,23 @@ func TestAllocatePCOptimal(t *testing.T) {
 			t.Errorf("rate %v weights %v: allocation %v (cost %d, distortion %v), the best is %v (distortion %v)", tc.rate, tc.w, got, gc, gd, best, bestD)
 		}
 	}
+	// A budget too fine for the table (a block of 2^20 rows at 16 bits)
+	// takes coarser units and still stays within it.
+	st8 := &PCAStats{Mean: make([]float32, 4), Basis: st.Basis, Var: st.Var, Between: st.Between}
+	o := KakeyaPCOptions{Rate: 16, MaxBits: 6, Block: 1 << 20}
+	a := allocatePC(st8, nil, o, &tab.dist)
+	bits := 0
+	for _, s := range a {
+		if s >= 0 {
+			bits += 16
+		}
+		if s > 0 {
+			bits += 16 + int(s)*o.Block
+		}
+	}
+	if bits > 16*o.Block*4 || !slices.Equal(a, []int8{6, 6, 6, 6}) {
+		t.Errorf("rate 16 over blocks of 2^20: allocation %v, %d bits", a, bits)
+	}
 	if math.Abs(tab.dist[1]-0.3634) > 1e-4 || math.Abs(tab.dist[2]-0.1175) > 1e-4 || math.Abs(tab.dist[3]-0.03455) > 1e-4 {
 		t.Errorf("Gaussian Lloyd–Max distortions %v, want 0.3634, 0.1175, 0.03455 at 1..3 bits", tab.dist[1:4])
 	}
