@@ -31,8 +31,10 @@ func NewPolicy(s kvconfig.Spec, m kvcache.Shape, cal *codec.Calibration) (kvcach
 // depends on the model (boundary layers in range, blocks no longer than
 // the context, the calibration's shape), and builds the policy: one codec
 // per layer outside the boundary (boundary layers store full blocks as
-// bf16), and with preconditioning one key codec per KV head whitened by
-// that head's Cholesky factor. It returns the policy and the settings in
+// bf16), with preconditioning one key codec per KV head whitened by
+// that head's Cholesky factor, and for kakeya-pc one value codec per layer
+// and one key codec per layer and KV head, built from the calibration's
+// principal components (never preconditioned). It returns the policy and the settings in
 // effect, whose Warning is set when the hot window and sinks leave nothing
 // to compress within m.MaxContext. Errors about the settings are
 // *kvconfig.SettingError.
