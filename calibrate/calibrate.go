@@ -1,7 +1,8 @@
 // Package calibrate measures what a compressed KV cache needs to know of a
 // model: per layer and KV head the Cholesky factor of the pre-RoPE query
-// second moment (for preconditioned key codecs) and Lloyd–Max codebooks
-// for the Kakeya residuals of keys and values. Run computes a
+// second moment (for preconditioned key codecs), Lloyd–Max codebooks
+// for the Kakeya residuals of keys and values, and the principal
+// components of keys and values (for kakeya-pc). Run computes a
 // codec.Calibration from a model directory and some text's token ids; Save
 // and Load keep it in a safetensors file, the one kakeya-eval calibrate
 // writes and the tools' --calib flag reads.
@@ -75,6 +76,11 @@ type Options struct {
 	// CodebookSamples bounds the values collected per side for codebooks;
 	// 0 means DefaultCodebookSamples.
 	CodebookSamples int
+	// PCA measures the principal components of every full KV block (per
+	// layer and KV head for keys, per layer for values), which kakeya-pc
+	// allocates its bits from; they depend on BlockSize, which should be
+	// the cache's.
+	PCA bool
 	// Threads is the number of compute threads of the default CPU
 	// backend; 0 means GOMAXPROCS.
 	Threads int
@@ -164,7 +170,11 @@ func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibr
 	}
 	st = newCalibState(layers, cfg.NumHeads, kvh, d)
 	samples := &blockSampler{stride: p.stride, layers: layers, kvHeads: kvh, blockSize: o.BlockSize}
-	if err := feed(ctx, m, st, samples, p, o); err != nil {
+	var pca *pcaState
+	if o.PCA {
+		pca = newPCAState(layers, kvh, d)
+	}
+	if err := feed(ctx, m, st, samples, pca, p, o); err != nil {
 		return nil, err
 	}
 
@@ -182,7 +192,68 @@ func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibr
 		}
 	}
 	cal.Meta = p.meta(o, st.acc[0].Count(), len(samples.k))
+	if pca != nil {
+		if cal.KPCA, cal.VPCA, err = pca.stats(); err != nil {
+			return nil, fmt.Errorf("calibrate: %w", err)
+		}
+		cal.Meta["pca_blocks"] = strconv.FormatInt(pca.v[0].Blocks(), 10)
+	}
 	return cal, nil
+}
+
+// pcaState accumulates the moments of every full KV block for PCA: keys
+// per layer and KV head, values per layer (the heads pooled).
+type pcaState struct {
+	layers, kvHeads int
+	k, v            []*codec.PCAAccumulator
+}
+
+func newPCAState(layers, kvHeads, d int) *pcaState {
+	s := &pcaState{layers: layers, kvHeads: kvHeads, k: make([]*codec.PCAAccumulator, layers*kvHeads), v: make([]*codec.PCAAccumulator, layers)}
+	for i := range s.k {
+		s.k[i] = codec.NewPCAAccumulator(d)
+	}
+	for i := range s.v {
+		s.v[i] = codec.NewPCAAccumulator(d)
+	}
+	return s
+}
+
+// add accumulates the first blocks full KV blocks of seq, of n rows each.
+func (s *pcaState) add(seq *model.Sequence, blocks, n int) error {
+	for b := range blocks {
+		for l := range s.layers {
+			for h := range s.kvHeads {
+				kb, vb, err := seq.KVBlock(l, h, b)
+				if err != nil {
+					return err
+				}
+				if err := s.k[l*s.kvHeads+h].AddBlock(kb, n); err != nil {
+					return fmt.Errorf("layer %d kv head %d keys: %w", l, h, err)
+				}
+				if err := s.v[l].AddBlock(vb, n); err != nil {
+					return fmt.Errorf("layer %d kv head %d values: %w", l, h, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stats returns the keys' and the values' statistics.
+func (s *pcaState) stats() (k, v []*codec.PCAStats, err error) {
+	k, v = make([]*codec.PCAStats, len(s.k)), make([]*codec.PCAStats, len(s.v))
+	for i, a := range s.k {
+		if k[i], err = a.Stats(); err != nil {
+			return nil, nil, fmt.Errorf("layer %d kv head %d keys: %w", i/s.kvHeads, i%s.kvHeads, err)
+		}
+	}
+	for l, a := range s.v {
+		if v[l], err = a.Stats(); err != nil {
+			return nil, nil, fmt.Errorf("layer %d values: %w", l, err)
+		}
+	}
+	return k, v, nil
 }
 
 // windowPlan is how Run covers its tokens: the windows it feeds the model
@@ -251,7 +322,7 @@ func (p *windowPlan) meta(o Options, queries int64, sampled int) map[string]stri
 // Observe hook fills st, and with o.Bits hands each window's full KV
 // blocks to samples. It reports progress through o.Progress and stops
 // when ctx is done.
-func feed(ctx context.Context, m *model.Model, st *calibState, samples *blockSampler, p *windowPlan, o Options) error {
+func feed(ctx context.Context, m *model.Model, st *calibState, samples *blockSampler, pca *pcaState, p *windowPlan, o Options) error {
 	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize})
 	if err != nil {
 		return err
@@ -274,6 +345,11 @@ func feed(ctx context.Context, m *model.Model, st *calibState, samples *blockSam
 		}
 		if len(o.Bits) > 0 {
 			if err := samples.sample(seq, len(w)/o.BlockSize); err != nil {
+				return fmt.Errorf("calibrate: %w", err)
+			}
+		}
+		if pca != nil {
+			if err := pca.add(seq, len(w)/o.BlockSize, o.BlockSize); err != nil {
 				return fmt.Errorf("calibrate: %w", err)
 			}
 		}
@@ -365,6 +441,9 @@ func calibDefaults(o Options, maxCtx int) (Options, error) {
 		return o, fmt.Errorf("calibrate: block size %d, want > 0", o.BlockSize)
 	case len(o.Bits) > 0 && o.Ctx < o.BlockSize:
 		return o, fmt.Errorf("calibrate: a window of %d tokens holds no full KV block of %d, whose residuals the codebooks are trained on; want a window of at least %d tokens, or no codebook bits",
+			o.Ctx, o.BlockSize, o.BlockSize)
+	case o.PCA && o.Ctx < o.BlockSize:
+		return o, fmt.Errorf("calibrate: a window of %d tokens holds no full KV block of %d, whose principal components PCA measures; want a window of at least %d tokens",
 			o.Ctx, o.BlockSize, o.BlockSize)
 	case o.CodebookSamples < 0:
 		return o, fmt.Errorf("calibrate: codebook samples %d, want > 0", o.CodebookSamples)

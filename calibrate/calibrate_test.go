@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -661,5 +662,127 @@ func TestPlanWindows(t *testing.T) {
 				t.Errorf("windows %v, %d tokens, stride %d; want %v, %d, %d", lens, p.tokens, p.stride, tc.wantLens, tc.wantTokens, tc.wantStride)
 			}
 		})
+	}
+}
+
+// TestRunPCA: the keys' mean and within-block variance (the trace of the
+// within-block covariance, Σ Var) per layer and KV head agree with sums
+// over the keys the Observe hook sees, independently of Run; the values'
+// statistics are complete, and both survive Save and Load.
+func TestRunPCA(t *testing.T) {
+	const ctx, bs = 64, 16
+	ids, dir := storiesIDs(t, 200)
+	cal, err := Run(context.Background(), dir, ids, Options{Ctx: ctx, BlockSize: bs, PCA: true, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := weights.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, kvh, d := cfg.NumLayers, cfg.NumKVHeads, cfg.HeadDim
+	if err := cal.Validate(layers, kvh, d); err != nil {
+		t.Fatal(err)
+	}
+	if len(cal.KPCA) != layers*kvh || len(cal.VPCA) != layers {
+		t.Fatalf("%d key and %d value statistics", len(cal.KPCA), len(cal.VPCA))
+	}
+	// Independently: the keys of each window's full blocks, as Observe
+	// sees them (before RoPE, as the cache stores them).
+	keys := make([][]float32, layers) // one window's keys, position-major
+	cpu, err := cpubackend.NewMatMul(1, "f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	m, err := model.Load(dir, model.Options{Backend: cpu, Observe: func(layer, start, n int, _, k []float32) {
+		need := (start + n) * kvh * d
+		if len(keys[layer]) < need {
+			keys[layer] = append(keys[layer], make([]float32, need-len(keys[layer]))...)
+		}
+		copy(keys[layer][start*kvh*d:], k[:n*kvh*d])
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	sum := make([][]float64, layers*kvh)
+	within := make([]float64, layers*kvh)
+	for i := range sum {
+		sum[i] = make([]float64, d)
+	}
+	rows, blocks := 0, 0
+	for _, w := range splitWindows(ids, ctx, cfg.BOSTokenID) {
+		s, err := m.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Forward(w, false); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		full := len(w) / bs
+		rows += full * bs
+		blocks += full
+		for l := 0; l < layers; l++ {
+			for h := 0; h < kvh; h++ {
+				i := l*kvh + h
+				for b := 0; b < full; b++ {
+					mean := make([]float64, d)
+					for r := b * bs; r < (b+1)*bs; r++ {
+						for a, v := range keys[l][(r*kvh+h)*d : (r*kvh+h+1)*d] {
+							mean[a] += float64(v) / bs
+							sum[i][a] += float64(v)
+						}
+					}
+					for r := b * bs; r < (b+1)*bs; r++ {
+						for a, v := range keys[l][(r*kvh+h)*d : (r*kvh+h+1)*d] {
+							within[i] += (float64(v) - mean[a]) * (float64(v) - mean[a])
+						}
+					}
+				}
+			}
+		}
+	}
+	if got := cal.Meta["pca_blocks"]; got != strconv.Itoa(blocks*kvh) {
+		t.Errorf("meta pca_blocks %s, want %d blocks x %d kv heads", got, blocks, kvh)
+	}
+	for i, st := range cal.KPCA {
+		var tr float64
+		for j, v := range st.Var {
+			tr += float64(v)
+			if j > 0 && v > st.Var[j-1] {
+				t.Errorf("layer %d kv head %d: variances not decreasing at %d", i/kvh, i%kvh, j)
+			}
+		}
+		want := within[i] / float64(rows)
+		if math.Abs(tr-want) > 1e-4*want {
+			t.Errorf("layer %d kv head %d: Σ Var = %v, the keys' within-block variance is %v", i/kvh, i%kvh, tr, want)
+		}
+		for a := 0; a < d; a++ {
+			if mu := sum[i][a] / float64(rows); math.Abs(float64(st.Mean[a])-mu) > 1e-5*(1+math.Abs(mu)) {
+				t.Fatalf("layer %d kv head %d: mean[%d] = %v, want %v", i/kvh, i%kvh, a, st.Mean[a], mu)
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "pca.safetensors")
+	if err := Save(path, cal); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cal.KPCA {
+		for _, p := range [][2][]float32{{got.KPCA[i].Basis, cal.KPCA[i].Basis}, {got.KPCA[i].Between, cal.KPCA[i].Between}} {
+			if !slices.Equal(p[0], p[1]) {
+				t.Fatalf("key statistics %d differ after the round trip", i)
+			}
+		}
+	}
+	for l := range cal.VPCA {
+		if !slices.Equal(got.VPCA[l].Var, cal.VPCA[l].Var) || !slices.Equal(got.VPCA[l].Mean, cal.VPCA[l].Mean) {
+			t.Fatalf("value statistics %d differ after the round trip", l)
+		}
 	}
 }

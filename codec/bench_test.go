@@ -47,3 +47,66 @@ func BenchmarkCodecs(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKakeyaPC measures kakeya-pc (statistics from 64 blocks of the
+// synthetic keys) beside kakeya-b2 at blocks of 64 tokens, head_dim 64 and
+// 128: encode and decode in vectors/s, and AddWeighted (the value path of
+// attention, one weight row) in vectors/s.
+func BenchmarkKakeyaPC(b *testing.B) {
+	const n = 64
+	for _, d := range []int{64, 128} {
+		acc := NewPCAAccumulator(d)
+		for s := range 64 {
+			if err := acc.AddBlock(synth(keyLike, n, d, 1, uint64(s+2)), n); err != nil {
+				b.Fatal(err)
+			}
+		}
+		st, err := acc.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		pc, err := NewKakeyaPC(DefaultKakeyaPCOptions(), st, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		o := DefaultKakeyaOptions()
+		o.Bits = 2
+		kk, _ := NewKakeya(o)
+		x := synth(keyLike, n, d, 1, 1)
+		for _, c := range []RowCombiner{pc, kk} {
+			enc, err := c.Encode(nil, x, n, d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			y := make([]float32, n*d)
+			w := make([]float32, n)
+			for i := range w {
+				w[i] = 1 / float32(n)
+			}
+			name := fmt.Sprintf("%s/d=%d/n=%d", c.Name(), d, n)
+			b.Run("encode/"+name, func(b *testing.B) {
+				buf := make([]byte, 0, len(enc))
+				for b.Loop() {
+					buf, _ = c.Encode(buf[:0], x, n, d)
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "vectors/s")
+			})
+			b.Run("decode/"+name, func(b *testing.B) {
+				for b.Loop() {
+					if err := c.Decode(y, enc, n, d); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "vectors/s")
+			})
+			b.Run("addweighted/"+name, func(b *testing.B) {
+				for b.Loop() {
+					if err := c.AddWeighted(y[:d], 1, w, n, enc, n, d, 0, n); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "vectors/s")
+			})
+		}
+	}
+}

@@ -9,7 +9,8 @@ import (
 
 // Calibration holds what the codecs learn from a model offline: per layer
 // and KV head the Cholesky factor of the pooled query second moment (for
-// Preconditioned keys), and residual codebooks for keys and values by width.
+// Preconditioned keys), residual codebooks for keys and values by width,
+// and the principal components KakeyaPC allocates its bits from.
 type Calibration struct {
 	Layers, KVHeads, HeadDim int
 	// Chol is indexed layer*KVHeads+head; each entry is a d x d row-major
@@ -17,7 +18,13 @@ type Calibration struct {
 	Chol       [][]float32
 	KCodebooks map[int]*Codebook // by bits
 	VCodebooks map[int]*Codebook // by bits
-	Model      string
+	// KPCA holds the keys' (before RoPE) principal components per layer
+	// and KV head, indexed layer*KVHeads+head; VPCA the values' per layer,
+	// the KV heads pooled (a layer has one value codec). Both nil when the
+	// calibration has none.
+	KPCA  []*PCAStats
+	VPCA  []*PCAStats
+	Model string
 	// Meta holds provenance (how the calibration was made: data, tokens,
 	// ridge, ...) stored as extra file metadata; it cannot override the
 	// keys Metadata sets itself.
@@ -57,6 +64,9 @@ func (c *Calibration) Validate(layers, kvHeads, headDim int) error {
 			}
 		}
 	}
+	if err := c.validatePCA(layers, kvHeads, headDim); err != nil {
+		return err
+	}
 	for _, set := range []struct {
 		name string
 		m    map[int]*Codebook
@@ -73,6 +83,70 @@ func (c *Calibration) Validate(layers, kvHeads, headDim int) error {
 	return nil
 }
 
+// validatePCA checks the principal components: all present or none, of
+// dimension headDim.
+func (c *Calibration) validatePCA(layers, kvHeads, headDim int) error {
+	if c.KPCA == nil && c.VPCA == nil {
+		return nil
+	}
+	if len(c.KPCA) != layers*kvHeads || len(c.VPCA) != layers {
+		return fmt.Errorf("codec: calibration: %d key and %d value PCA entries, want layers*kv_heads = %d and layers = %d",
+			len(c.KPCA), len(c.VPCA), layers*kvHeads, layers)
+	}
+	for i, st := range c.KPCA {
+		if err := st.Validate(); err != nil {
+			return fmt.Errorf("codec: calibration: layer %d kv head %d keys: %w", i/kvHeads, i%kvHeads, err)
+		}
+		if st.Dim() != headDim {
+			return fmt.Errorf("codec: calibration: layer %d kv head %d keys: PCA of dimension %d, want %d", i/kvHeads, i%kvHeads, st.Dim(), headDim)
+		}
+	}
+	for l, st := range c.VPCA {
+		if err := st.Validate(); err != nil {
+			return fmt.Errorf("codec: calibration: layer %d values: %w", l, err)
+		}
+		if st.Dim() != headDim {
+			return fmt.Errorf("codec: calibration: layer %d values: PCA of dimension %d, want %d", l, st.Dim(), headDim)
+		}
+	}
+	return nil
+}
+
+// pcaParts names the arrays of a PCAStats in its tensors' names.
+var pcaParts = []string{"mean", "basis", "var", "between"}
+
+// pcaTensors adds st's arrays to out under prefix + "." + part.
+func pcaTensors(out map[string]Tensor, prefix string, st *PCAStats) {
+	d := st.Dim()
+	out[prefix+".mean"] = Tensor{Shape: []int{d}, Data: st.Mean}
+	out[prefix+".basis"] = Tensor{Shape: []int{d, d}, Data: st.Basis}
+	out[prefix+".var"] = Tensor{Shape: []int{d}, Data: st.Var}
+	out[prefix+".between"] = Tensor{Shape: []int{d}, Data: st.Between}
+}
+
+// setPCAPart stores tensor t as part of st, checking its shape for d.
+func setPCAPart(st *PCAStats, part, name string, t Tensor, d int) error {
+	want := []int{d}
+	if part == "basis" {
+		want = []int{d, d}
+	}
+	if !slices.Equal(t.Shape, want) {
+		return fmt.Errorf("codec: calibration: tensor %s has shape %v, want %v", name, t.Shape, want)
+	}
+	v := slices.Clone(t.Data)
+	switch part {
+	case "mean":
+		st.Mean = v
+	case "basis":
+		st.Basis = v
+	case "var":
+		st.Var = v
+	case "between":
+		st.Between = v
+	}
+	return nil
+}
+
 // Tensor is a named flat array with its shape, ready for safetensors.
 type Tensor struct {
 	Shape []int
@@ -84,6 +158,8 @@ type Tensor struct {
 //	"layers.{l}.kv_heads.{h}.chol"  [d, d]    lower-triangular L
 //	"codebook.k.b{bits}"            [2^bits]  key residual levels
 //	"codebook.v.b{bits}"            [2^bits]  value residual levels
+//	"layers.{l}.kv_heads.{h}.pca.k.{mean,basis,var,between}"  [d] ([d, d] for basis)  keys' PCAStats
+//	"layers.{l}.pca.v.{mean,basis,var,between}"               [d] ([d, d] for basis)  values' PCAStats
 //
 // Shape and model travel as Metadata. The slices are shared, not copied.
 func (c *Calibration) Tensors() map[string]Tensor {
@@ -93,6 +169,12 @@ func (c *Calibration) Tensors() map[string]Tensor {
 		if l != nil {
 			out[fmt.Sprintf("layers.%d.kv_heads.%d.chol", i/c.KVHeads, i%c.KVHeads)] = Tensor{Shape: []int{d, d}, Data: l}
 		}
+	}
+	for i, st := range c.KPCA {
+		pcaTensors(out, fmt.Sprintf("layers.%d.kv_heads.%d.pca.k", i/c.KVHeads, i%c.KVHeads), st)
+	}
+	for l, st := range c.VPCA {
+		pcaTensors(out, fmt.Sprintf("layers.%d.pca.v", l), st)
 	}
 	for bits, cb := range c.KCodebooks {
 		out[fmt.Sprintf("codebook.k.b%d", bits)] = Tensor{Shape: []int{len(cb.Levels)}, Data: cb.Levels}
@@ -159,8 +241,25 @@ func FromTensors(meta map[string]string, ts map[string]Tensor) (*Calibration, er
 			return nil, fmt.Errorf("codec: calibration: tensor %s has shape %v but %d values", name, t.Shape, len(t.Data))
 		}
 		var l, h, bits int
-		var which string
+		var which, part string
 		switch {
+		case pcaName(name, &l, &h, &which, &part):
+			if l < 0 || l >= c.Layers || which == "k" && (h < 0 || h >= c.KVHeads) {
+				return nil, fmt.Errorf("codec: calibration: tensor %s outside %d layers x %d kv heads", name, c.Layers, c.KVHeads)
+			}
+			if c.KPCA == nil {
+				c.KPCA, c.VPCA = make([]*PCAStats, c.Layers*c.KVHeads), make([]*PCAStats, c.Layers)
+			}
+			slot := &c.VPCA[l]
+			if which == "k" {
+				slot = &c.KPCA[l*c.KVHeads+h]
+			}
+			if *slot == nil {
+				*slot = new(PCAStats)
+			}
+			if err := setPCAPart(*slot, part, name, t, d); err != nil {
+				return nil, err
+			}
 		case scan(name, "layers.%d.kv_heads.%d.chol", &l, &h):
 			if l < 0 || l >= c.Layers || h < 0 || h >= c.KVHeads {
 				return nil, fmt.Errorf("codec: calibration: tensor %s outside %d layers x %d kv heads", name, c.Layers, c.KVHeads)
@@ -195,10 +294,36 @@ func FromTensors(meta map[string]string, ts map[string]Tensor) (*Calibration, er
 			return nil, fmt.Errorf("codec: calibration: unknown tensor %q", name)
 		}
 	}
+	for i, st := range c.KPCA {
+		if st == nil {
+			return nil, fmt.Errorf("codec: calibration: no key PCA for layer %d kv head %d", i/c.KVHeads, i%c.KVHeads)
+		}
+	}
+	for l, st := range c.VPCA {
+		if st == nil {
+			return nil, fmt.Errorf("codec: calibration: no value PCA for layer %d", l)
+		}
+	}
 	if err := c.Validate(c.Layers, c.KVHeads, c.HeadDim); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// pcaName matches the name of a PCA tensor, setting the layer, the KV
+// head (keys only), the side ("k" or "v") and the part.
+func pcaName(name string, l, h *int, which, part *string) bool {
+	for _, p := range pcaParts {
+		if scan(name, "layers.%d.kv_heads.%d.pca.k."+p, l, h) {
+			*which, *part = "k", p
+			return true
+		}
+		if scan(name, "layers.%d.pca.v."+p, l) {
+			*which, *part = "v", p
+			return true
+		}
+	}
+	return false
 }
 
 // scan matches name against format exactly (fmt.Sscanf plus a round trip,

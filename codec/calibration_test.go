@@ -140,3 +140,76 @@ func TestCovAccumulator(t *testing.T) {
 		t.Error("Inf accepted")
 	}
 }
+
+// TestCalibrationPCA: principal components round-trip through Tensors and
+// FromTensors under their names, and missing, misshapen or out-of-range
+// ones are errors.
+func TestCalibrationPCA(t *testing.T) {
+	const d = 8
+	c := testCalibration(t)
+	st := func(seed float32) *PCAStats {
+		s := &PCAStats{Mean: make([]float32, d), Basis: make([]float32, d*d), Var: make([]float32, d), Between: make([]float32, d)}
+		for j := range d {
+			s.Basis[j*d+j] = 1
+			s.Var[j] = seed / float32(j+1)
+			s.Between[j] = seed
+			s.Mean[j] = seed * float32(j)
+		}
+		return s
+	}
+	for i := range 4 {
+		c.KPCA = append(c.KPCA, st(float32(i+1)))
+	}
+	c.VPCA = []*PCAStats{st(10), st(20)}
+	if err := c.Validate(2, 2, d); err != nil {
+		t.Fatal(err)
+	}
+	meta, ts := c.Metadata(), c.Tensors()
+	if s := ts["layers.1.kv_heads.0.pca.k.basis"].Shape; !slices.Equal(s, []int{d, d}) {
+		t.Errorf("basis shape %v", s)
+	}
+	if _, ok := ts["layers.1.pca.v.between"]; !ok {
+		t.Error("no tensor layers.1.pca.v.between")
+	}
+	back, err := FromTensors(meta, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.KPCA {
+		if !slices.Equal(back.KPCA[i].Var, c.KPCA[i].Var) || !slices.Equal(back.KPCA[i].Mean, c.KPCA[i].Mean) {
+			t.Errorf("key statistics %d differ after the round trip", i)
+		}
+	}
+	if !slices.Equal(back.VPCA[1].Between, c.VPCA[1].Between) || !slices.Equal(back.VPCA[0].Basis, c.VPCA[0].Basis) {
+		t.Error("value statistics differ after the round trip")
+	}
+	for name, edit := range map[string]func(ts map[string]Tensor){
+		"missing part": func(ts map[string]Tensor) { delete(ts, "layers.0.pca.v.var") },
+		"missing side": func(ts map[string]Tensor) {
+			delete(ts, "layers.1.kv_heads.1.pca.k.mean")
+			delete(ts, "layers.1.kv_heads.1.pca.k.basis")
+			delete(ts, "layers.1.kv_heads.1.pca.k.var")
+			delete(ts, "layers.1.kv_heads.1.pca.k.between")
+		},
+		"layer range": func(ts map[string]Tensor) { ts["layers.2.pca.v.var"] = ts["layers.0.pca.v.var"] },
+		"shape": func(ts map[string]Tensor) {
+			ts["layers.0.pca.v.var"] = Tensor{Shape: []int{2, 4}, Data: ts["layers.0.pca.v.var"].Data}
+		},
+		"negative": func(ts map[string]Tensor) {
+			ts["layers.0.pca.v.var"] = Tensor{Shape: []int{d}, Data: []float32{1, 1, 1, -1, 1, 1, 1, 1}}
+		},
+		"not unit basis": func(ts map[string]Tensor) {
+			ts["layers.0.pca.v.basis"] = Tensor{Shape: []int{d, d}, Data: make([]float32, d*d)}
+		},
+	} {
+		t2 := maps.Clone(ts)
+		edit(t2)
+		if _, err := FromTensors(meta, t2); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	c.VPCA = c.VPCA[:1]
+	if err := c.Validate(2, 2, d); err == nil || !strings.Contains(err.Error(), "1 value PCA entries") {
+		t.Errorf("one value entry for two layers: %v", err)
+	}
+}

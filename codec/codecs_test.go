@@ -80,6 +80,8 @@ func expectedLen(t *testing.T, c Codec, enc []byte, n, d int) int {
 	case *Turbo:
 		b, p := c.layout(d)
 		return 16 + 2*n*p/b + (n*p*c.opt.Bits+7)/8
+	case *KakeyaPC:
+		return 16 + 6 + 2*len(c.meanIdx) + 2*len(c.codedIdx) + (n*c.rowBits+7)/8
 	case *Preconditioned:
 		return expectedLen(t, c.Inner, enc, n, d)
 	}

@@ -29,6 +29,7 @@ const (
 	FormatKakeya                       // codec Kakeya
 	FormatTurbo                        // codec Turbo
 	FormatFP8                          // codec FP8
+	FormatKakeyaPC                     // codec KakeyaPC
 )
 
 // A Var is one quantity a block layout is computed from: the block's
@@ -50,10 +51,13 @@ const (
 	VarCoefBits              // Kakeya's skeleton coefficient width: 4, 8 or 16
 	VarOutliers              // Kakeya's count of exact outliers
 	VarBlock                 // Turbo's values per norm block (a power of two)
+	VarMeans                 // KakeyaPC's count of stored component means
+	VarCoded                 // KakeyaPC's count of coded components
+	VarRowBits               // KakeyaPC's code bits per row
 	NumVars                  // the number of layout variables
 )
 
-var varNames = [NumVars]string{"n", "d", "bits", "group", "per_channel", "rotated", "byte_params", "rank", "coef_bits", "outliers", "block"}
+var varNames = [NumVars]string{"n", "d", "bits", "group", "per_channel", "rotated", "byte_params", "rank", "coef_bits", "outliers", "block", "means", "coded", "row_bits"}
 
 // String returns the variable's name in the C header, e.g. "coef_bits".
 func (v Var) String() string {
@@ -405,6 +409,24 @@ var (
 			{Name: "pos_bytes", Value: kakeyaPosBytes, Doc: "bytes of an outlier's position"},
 		},
 	}
+	formatKakeyaPC = &Format{
+		ID: FormatKakeyaPC, Name: "kakeya_pc",
+		Doc: "Rows in a calibrated principal basis (y = U(x - mu), U and mu the codec's settings, bound by the tag) with bits allocated per component: " +
+			"a component is left out, stored as the block's fp16 mean only, or coded with that mean, an fp16 scale and per row a code of its width " +
+			"(the Gaussian Lloyd-Max level times the scale, plus the mean). Which components, and their widths, are the codec's settings.",
+		Fields: []Field{
+			{Name: "means", Off: 16, Bytes: 2, Var: VarMeans, Doc: "count M of components with a stored mean"},
+			{Name: "coded", Off: 18, Bytes: 2, Var: VarCoded, Doc: "count C of coded components"},
+			{Name: "row_bits", Off: 20, Bytes: 2, Var: VarRowBits, Doc: "code bits per row, the sum of the coded components' widths"},
+		},
+		Vars: []Var{VarN, VarD, VarMeans, VarCoded, VarRowBits},
+		Sections: []Section{
+			{Name: "info", Count: Lit(6), Width: Lit(8), Doc: "means, coded, row_bits (the fields above)"},
+			{Name: "means", Count: V(VarMeans), Width: Lit(16), Doc: "fp16 block mean of each component with one, by increasing component"},
+			{Name: "scales", Count: V(VarCoded), Width: Lit(16), Doc: "fp16 scale of each coded component, by increasing component"},
+			{Name: "codes", Count: Mul(n, V(VarRowBits)), Width: Lit(1), Doc: "per row, each coded component's code in its width, by increasing component, one bit stream"},
+		},
+	}
 	formatTurbo = &Format{
 		ID: FormatTurbo, Name: "turbo",
 		Doc: "TurboQuant-style: each row cut into blocks of b = min(block, NextPow2(d)) values (d padded to p, a multiple of b), " +
@@ -425,7 +447,7 @@ var (
 	}
 )
 
-var builtinFormats = []*Format{formatIdentity, formatBF16, formatInt8, formatInt4, formatKakeya, formatTurbo, formatFP8}
+var builtinFormats = []*Format{formatIdentity, formatBF16, formatInt8, formatInt4, formatKakeya, formatTurbo, formatFP8, formatKakeyaPC}
 
 // Formats returns the built-in block formats in id order.
 func Formats() []*Format { return append([]*Format(nil), builtinFormats...) }

@@ -23,6 +23,9 @@ func TestParseSpecAndNew(t *testing.T) {
 		{"kakeya:b=3,rank=8,outlier=3.5", "kakeya-b3-r8v0.95c4-o3.5x4", "kakeya:b=3,outlier=3.5,rank=8"},
 		{" Kakeya:bits=2,rank=0,outlier=0,signs=false ", "kakeya-b2-nosign", "kakeya:b=2,outlier=0,rank=0,signs=false"},
 		{"kakeya:cbits=16,var=0.9,maxout=8,seed=0x10", "kakeya-b3-r4v0.9c16-o3x8", "kakeya:cbits=16,maxout=8,seed=0x10,var=0.9"},
+		{"kakeya-pc", "kakeya-pc-r2.5", "kakeya-pc"},
+		{"kakeya-pc:rate=1.75,maxbits=4,block=32", "kakeya-pc-r1.75-m4-n32", "kakeya-pc:block=32,maxbits=4,rate=1.75"},
+		{"kakeya-pc:qw=true", "kakeya-pc-r2.5-qw", "kakeya-pc:qw=true"},
 	}
 	for _, tt := range tests {
 		s, err := ParseSpec(tt.in)
@@ -124,7 +127,8 @@ func FuzzParseSpec(f *testing.F) {
 
 // TestNamesBuild: every name Names lists (the list the tools' help prints)
 // builds a codec that round-trips a block, and a name it does not list is
-// unknown.
+// unknown. kakeya-pc, which needs a calibration's statistics, refuses to
+// code without them and round-trips once given them.
 func TestNamesBuild(t *testing.T) {
 	for _, name := range Names() {
 		c, err := New(Spec{Name: name})
@@ -136,6 +140,22 @@ func TestNamesBuild(t *testing.T) {
 		x := make([]float32, n*d)
 		for i := range x {
 			x[i] = float32(i%17) - 8
+		}
+		if pc, ok := c.(*KakeyaPC); ok {
+			if _, err := pc.Encode(nil, x, n, d); err == nil || !strings.Contains(err.Error(), "calibration") {
+				t.Errorf("%s without statistics: encode error %v, want one naming the calibration", name, err)
+			}
+			acc := NewPCAAccumulator(d)
+			if err := acc.AddBlock(x, n); err != nil {
+				t.Fatal(err)
+			}
+			st, err := acc.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, err = NewKakeyaPC(pc.Options(), st, nil); err != nil {
+				t.Fatal(err)
+			}
 		}
 		enc, err := c.Encode(nil, x, n, d)
 		if err != nil {
@@ -151,7 +171,7 @@ func TestNamesBuild(t *testing.T) {
 			t.Errorf("Names() lacks %s", name)
 		}
 	}
-	if _, err := New(Spec{Name: "int3"}); err == nil || !strings.Contains(err.Error(), `unknown codec "int3" (valid: f32, bf16, fp8, int8, int4, int4-rot, int4-k, int4-k-rot, int2, int2-rot, int2-k, int2-k-rot, kakeya, turbo)`) {
+	if _, err := New(Spec{Name: "int3"}); err == nil || !strings.Contains(err.Error(), `unknown codec "int3" (valid: f32, bf16, fp8, int8, int4, int4-rot, int4-k, int4-k-rot, int2, int2-rot, int2-k, int2-k-rot, kakeya, kakeya-pc, turbo)`) {
 		t.Errorf("int3: %v", err)
 	}
 }

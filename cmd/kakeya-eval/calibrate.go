@@ -30,8 +30,11 @@ const calibrateUsage = `usage: kakeya-eval calibrate --model DIR --out FILE.safe
 
 Runs the model over a text and writes its KV-cache calibration: per layer
 and KV head the Cholesky factor of the second moment of the pre-RoPE
-queries sharing that KV head (for precond=1 key codecs), and Kakeya
-residual codebooks for keys (whitened) and values at each of --bits.
+queries sharing that KV head (for precond=1 key codecs), Kakeya
+residual codebooks for keys (whitened) and values at each of --bits, and
+with --pca the principal components of the cached keys (per layer and KV
+head) and values (per layer) over blocks of --block-size tokens, which the
+kakeya-pc codec allocates its bits from.
 The text is cut into windows of --ctx tokens, each starting with BOS.
 The file is written atomically; progress goes to stderr, a summary to stdout.
 
@@ -41,7 +44,8 @@ Flags:
 type calibFlags struct {
 	model, data, out, bits string
 	ctx, tokens, threads   int
-	ropeSpan               int
+	ropeSpan, blockSize    int
+	pca                    bool
 	ridge                  float64
 	ropeAvg                bool
 	maxInput               cli.ByteSize // --max-input
@@ -62,6 +66,8 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.BoolVar(&f.ropeAvg, "rope-avg", false, "average the query second moment over RoPE offsets [0, rope-span) (see calibrate.RopeAverage; off: measured worse on stories260K)")
 	fs.IntVar(&f.ropeSpan, "rope-span", 0, "offsets averaged with --rope-avg (0: ctx)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads (0: GOMAXPROCS)")
+	fs.BoolVar(&f.pca, "pca", false, "measure the principal components of cached keys and values (for kakeya-pc)")
+	fs.IntVar(&f.blockSize, "block-size", 0, fmt.Sprintf("KV block tokens of the codebook samples and the PCA (0: %d; use the cache's)", calibrate.DefaultBlockSize))
 	fs.StringVar(&f.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	f.maxInput = cli.DefaultMaxInput
 	fs.Var(&f.maxInput, "max-input", cli.MaxInputUsage)
@@ -93,7 +99,7 @@ func (f *calibFlags) check() error {
 	for _, c := range []struct {
 		name string
 		v    int
-	}{{"--ctx", f.ctx}, {"--tokens", f.tokens}, {"--rope-span", f.ropeSpan}} {
+	}{{"--ctx", f.ctx}, {"--tokens", f.tokens}, {"--rope-span", f.ropeSpan}, {"--block-size", f.blockSize}} {
 		if c.v < 0 {
 			return fmt.Errorf("%s %d must be >= 0", c.name, c.v)
 		}
@@ -142,9 +148,16 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("calibrate: %w", err)
 	}
-	if len(bits) > 0 && f.ctx > 0 && f.ctx < calibrate.DefaultBlockSize {
+	bs := f.blockSize
+	if bs == 0 {
+		bs = calibrate.DefaultBlockSize
+	}
+	if len(bits) > 0 && f.ctx > 0 && f.ctx < bs {
 		return fmt.Errorf("calibrate: --ctx %d is shorter than a KV block of %d tokens, whose residuals the codebooks are trained on; use --ctx %d or more, or --bits none",
-			f.ctx, calibrate.DefaultBlockSize, calibrate.DefaultBlockSize)
+			f.ctx, bs, bs)
+	}
+	if f.pca && f.ctx > 0 && f.ctx < bs {
+		return fmt.Errorf("calibrate: --ctx %d is shorter than a KV block of %d tokens, whose principal components --pca measures; use --ctx %d or more", f.ctx, bs, bs)
 	}
 	// The run can be long: find an unwritable --out before it, not after.
 	if err := outfile.Check(f.out); err != nil {
@@ -191,6 +204,7 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 	)
 	opt := calibrate.Options{
 		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads, Backend: f.backend,
+		BlockSize: f.blockSize, PCA: f.pca,
 		Progress: func(p calibrate.Progress) {
 			last = p
 			if prog == nil {
@@ -287,6 +301,16 @@ func writeCalibSummary(w io.Writer, cal *codec.Calibration, f *calibFlags, dur t
 		}
 		fmt.Fprintf(w, "%-6d %-24s %s\n", l, strings.Join(trs, " "), strings.Join(conds, " "))
 	}
+	if cal.VPCA != nil {
+		fmt.Fprintf(w, "PCA over %s blocks of %s tokens: components holding 90%% / 99%% of the within-block variance\n", m["pca_blocks"], m["block_size"])
+		for l := 0; l < cal.Layers; l++ {
+			var ks []string
+			for h := 0; h < cal.KVHeads; h++ {
+				ks = append(ks, pcaSpread(cal.KPCA[l*cal.KVHeads+h]))
+			}
+			fmt.Fprintf(w, "layer %d: K %s  V %s\n", l, strings.Join(ks, " "), pcaSpread(cal.VPCA[l]))
+		}
+	}
 	for _, side := range []struct {
 		name string
 		cbs  map[int]*codec.Codebook
@@ -298,4 +322,23 @@ func writeCalibSummary(w io.Writer, cal *codec.Calibration, f *calibFlags, dur t
 		}
 	}
 	return nil
+}
+
+// pcaSpread formats how many components hold 90% and 99% of st's
+// within-block variance, e.g. "12/40".
+func pcaSpread(st *codec.PCAStats) string {
+	var total float64
+	for _, v := range st.Var {
+		total += float64(v)
+	}
+	at := func(share float64) int {
+		var s float64
+		for j, v := range st.Var {
+			if s += float64(v); s >= share*total {
+				return j + 1
+			}
+		}
+		return len(st.Var)
+	}
+	return fmt.Sprintf("%d/%d", at(0.9), at(0.99))
 }

@@ -27,6 +27,7 @@ commands:
   sensitivity  measure each layer side's KL under each codec, for allocate
   allocate   pick per-layer codecs for a byte budget: a policy file (--kv-policy)
   pareto     draw a ppl report's Pareto plot (ratio vs KL)
+  project    project the whole-cache ratio at long contexts for model shapes
 
 Run "kakeya-eval <command> -h" for the flags of a command, and
 "kakeya-eval --version" for the version and the build (SIMD, cgo).
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSensitivity(ctx, rest, stdout, stderr)
 	case "allocate":
 		return runAllocate(ctx, rest, stdout, stderr)
+	case "project":
+		return runProject(args[1:], stdout, stderr)
 	case "pareto":
 		return runPareto(ctx, rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":

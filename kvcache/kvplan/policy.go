@@ -31,8 +31,10 @@ func NewPolicy(s kvconfig.Spec, m kvcache.Shape, cal *codec.Calibration) (kvcach
 // depends on the model (boundary layers in range, blocks no longer than
 // the context, the calibration's shape), and builds the policy: one codec
 // per layer outside the boundary (boundary layers store full blocks as
-// bf16), and with preconditioning one key codec per KV head whitened by
-// that head's Cholesky factor. It returns the policy and the settings in
+// bf16), with preconditioning one key codec per KV head whitened by
+// that head's Cholesky factor, and for kakeya-pc one value codec per layer
+// and one key codec per layer and KV head, built from the calibration's
+// principal components (never preconditioned). It returns the policy and the settings in
 // effect, whose Warning is set when the hot window and sinks leave nothing
 // to compress within m.MaxContext. Errors about the settings are
 // *kvconfig.SettingError.
@@ -162,7 +164,7 @@ func layerPlan(c kvconfig.Checked, layers int) ([]kvconfig.LayerPlan, []int, err
 // are encoded somewhere and the switch says so, or says auto and the
 // calibration has query Cholesky factors.
 func precondition(sw kvconfig.Switch, plan []kvconfig.LayerPlan, cal *codec.Calibration) (bool, error) {
-	anyK := slices.ContainsFunc(plan, func(l kvconfig.LayerPlan) bool { return coded(l.K) })
+	anyK := slices.ContainsFunc(plan, func(l kvconfig.LayerPlan) bool { return coded(l.K) && !principal(l.K) })
 	hasChol := cal != nil && cal.Chol != nil
 	on := anyK && sw.Or(hasChol)
 	if on && !hasChol {
@@ -174,6 +176,13 @@ func precondition(sw kvconfig.Switch, plan []kvconfig.LayerPlan, cal *codec.Cali
 // coded reports whether a plan side is encoded by a codec other than the
 // bf16 storage of an uncompressed side.
 func coded(spec string) bool { return spec != "" && spec != "none" }
+
+// principal reports whether a plan side's codec is kakeya-pc, whose keys
+// are never whitened (it weighs them by the queries instead).
+func principal(spec string) bool {
+	sp, err := codec.ParseSpec(spec)
+	return err == nil && sp.Name == "kakeya-pc"
+}
 
 // A side is one codec spec on one side (kv 0 keys, 1 values).
 type side struct {
@@ -202,8 +211,18 @@ func (b *builder) layers(plan []kvconfig.LayerPlan, kvHeads int) ([]kvcache.Laye
 		if out[l].V, err = b.codec(side{lp.V, 1}); err != nil {
 			return nil, err
 		}
+		if pc, ok := out[l].V.(*codec.KakeyaPC); ok {
+			if out[l].V, err = b.pcValues(pc, l); err != nil {
+				return nil, err
+			}
+		}
+		pc, isPC := k.(*codec.KakeyaPC)
 		switch {
 		case k == nil:
+		case isPC:
+			if out[l].K, err = b.pcKeys(pc, l, kvHeads); err != nil {
+				return nil, err
+			}
 		case b.precond && coded(lp.K):
 			if out[l].K, err = b.preconditioned(k, l, kvHeads); err != nil {
 				return nil, err
@@ -213,6 +232,77 @@ func (b *builder) layers(plan []kvconfig.LayerPlan, kvHeads int) ([]kvcache.Laye
 		}
 	}
 	return out, nil
+}
+
+// pcCalibration checks that the calibration has the principal components
+// a kakeya-pc codec is built from.
+func (b *builder) pcCalibration() error {
+	if b.cal == nil || b.cal.KPCA == nil {
+		return kvconfig.Errorf("kakeya-pc needs a calibration with principal components (kakeya-eval calibrate --pca){calib}")
+	}
+	return nil
+}
+
+// pcValues returns the value codec of layer l for the kakeya-pc settings
+// of pc: the layer's value statistics (its KV heads pooled).
+func (b *builder) pcValues(pc *codec.KakeyaPC, l int) (codec.Codec, error) {
+	if err := b.pcCalibration(); err != nil {
+		return nil, err
+	}
+	c, err := codec.NewKakeyaPC(pc.Options(), b.cal.VPCA[l], nil)
+	if err != nil {
+		return nil, fmt.Errorf("layer %d value codec: %w", l, err)
+	}
+	return c, nil
+}
+
+// pcKeys returns the key codecs of layer l, one per KV head, for the
+// kakeya-pc settings of pc: each head's statistics and, with
+// QueryWeighted, each component u weighed by uᵀ L Lᵀ u, the queries'
+// second moment along it (L the head's factor). Keys coded in a principal
+// basis are not whitened: the weights take the queries into account.
+func (b *builder) pcKeys(pc *codec.KakeyaPC, l, kvHeads int) ([]codec.Codec, error) {
+	if err := b.pcCalibration(); err != nil {
+		return nil, err
+	}
+	o := pc.Options()
+	ks := make([]codec.Codec, kvHeads)
+	for h := range ks {
+		i := l*b.cal.KVHeads + h
+		st := b.cal.KPCA[i]
+		var w []float32
+		if o.QueryWeighted {
+			L := b.cal.Chol[i]
+			if L == nil {
+				return nil, fmt.Errorf("layer %d kv head %d key codec: query weights need the calibration's Cholesky factor", l, h)
+			}
+			w = queryWeights(st, L, b.cal.HeadDim)
+		}
+		var err error
+		if ks[h], err = codec.NewKakeyaPC(o, st, w); err != nil {
+			return nil, fmt.Errorf("layer %d kv head %d key codec: %w", l, h, err)
+		}
+	}
+	return ks, nil
+}
+
+// queryWeights returns ||Lᵀu_j||² = u_jᵀ L Lᵀ u_j for each component u_j
+// of st, L lower-triangular d x d.
+func queryWeights(st *codec.PCAStats, L []float32, d int) []float32 {
+	w := make([]float32, d)
+	for j := range w {
+		u := st.Basis[j*d : (j+1)*d]
+		var s float64
+		for c := 0; c < d; c++ { // (Lᵀu)_c = Σ_r L[r][c] u_r over r >= c
+			var t float64
+			for r := c; r < d; r++ {
+				t += float64(L[r*d+c]) * float64(u[r])
+			}
+			s += t * t
+		}
+		w[j] = float32(s)
+	}
+	return w
 }
 
 // preconditioned wraps the key codec k of layer l once per KV head, each

@@ -250,3 +250,85 @@ func TestBuildFromChecked(t *testing.T) {
 		t.Errorf("settings %+v, want k=int8 v=int4 boundary [1]", st)
 	}
 }
+
+// pcCalibration adds to cal principal components along the coordinate
+// axes whose variances differ by layer, so each layer's allocation does.
+func pcCalibration(cal *codec.Calibration) {
+	d := cal.HeadDim
+	stats := func(scale float32) *codec.PCAStats {
+		st := &codec.PCAStats{Mean: make([]float32, d), Basis: make([]float32, d*d), Var: make([]float32, d), Between: make([]float32, d)}
+		for j := range d {
+			st.Basis[j*d+j] = 1
+			st.Var[j] = scale / float32(1+j*j)
+		}
+		return st
+	}
+	for i := range cal.Layers * cal.KVHeads {
+		cal.KPCA = append(cal.KPCA, stats(float32(1+i)))
+	}
+	for l := range cal.Layers {
+		cal.VPCA = append(cal.VPCA, stats(float32(1+l)))
+	}
+}
+
+// TestKakeyaPCPolicy: kakeya-pc builds one value codec per layer and one
+// key codec per layer and KV head from the calibration's statistics, never
+// whitens its keys, weighs them by the queries with qw, and needs a
+// calibration with principal components.
+func TestKakeyaPCPolicy(t *testing.T) {
+	const layers, kvHeads, d = 3, 2, 8
+	m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: d, MaxContext: 256}
+	cal := testCalibration(layers, kvHeads, d)
+	// Queries only along the last axis of layer 0 head 0: with qw its keys'
+	// bits go there.
+	for i := range d * d {
+		cal.Chol[0][i] = 0
+	}
+	for i := range d {
+		cal.Chol[0][i*d+i] = 1e-3
+	}
+	cal.Chol[0][d*d-1] = 10
+	pcCalibration(cal)
+	for _, qw := range []bool{false, true} {
+		spec := kvconfig.Spec{KV: fmt.Sprintf("kakeya-pc:rate=3,block=16,qw=%v", qw), Boundary: "none", BlockSize: 16}
+		p, st, err := NewPolicy(spec, m, cal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Precondition {
+			t.Error("kakeya-pc keys preconditioned")
+		}
+		var allocs [][]int
+		for l := range layers {
+			v, ok := p.VCodec(l).(*codec.KakeyaPC)
+			if !ok || !v.Calibrated() {
+				t.Fatalf("layer %d value codec %T", l, p.VCodec(l))
+			}
+			allocs = append(allocs, v.Allocation())
+			for h := range kvHeads {
+				k, ok := p.KCodec(l, h).(*codec.KakeyaPC)
+				if !ok || !k.Calibrated() {
+					t.Fatalf("layer %d kv head %d key codec %T", l, h, p.KCodec(l, h))
+				}
+				allocs = append(allocs, k.Allocation())
+			}
+		}
+		// Layer 0's keys: by variance the first axis gets the most bits;
+		// weighted by queries along the last axis only, the last does.
+		k0 := allocs[1]
+		if qw && !(k0[d-1] > k0[0]) || !qw && !(k0[0] > k0[d-1]) {
+			t.Errorf("qw=%v: layer 0 head 0 key allocation %v", qw, k0)
+		}
+		// The statistics differ only in scale, and so do the allocations'
+		// inputs: the codecs are built per layer side, each its own.
+		if p.VCodec(0) == p.VCodec(1) || p.KCodec(0, 0) == p.KCodec(0, 1) {
+			t.Error("layer sides share one codec")
+		}
+	}
+	for _, c := range []*codec.Calibration{nil, testCalibration(layers, kvHeads, d)} {
+		_, _, err := NewPolicy(kvconfig.Spec{KV: "kakeya-pc", Boundary: "none"}, m, c)
+		if err == nil || !strings.Contains(err.Error(), "calibrate --pca") {
+			t.Errorf("calibration %v without principal components: %v", c != nil, err)
+		}
+	}
+}

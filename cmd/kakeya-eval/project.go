@@ -1,0 +1,248 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/kakeya-ai/kakeya/calibrate"
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/weights"
+)
+
+const projectUsage = `usage: kakeya-eval project [flags]
+
+Projects the whole-cache ratio against a bf16 cache at long contexts, byte
+for byte from the block sizes the codecs write (kvplan.CacheBytes, the
+accounting of kvcache.Config.BytesFor for the CPU store), for model shapes,
+without running a model. Prints a Markdown table: one row per shape, codec,
+block and hot window (--windows) and boundary setting, one column per
+--tokens. A kakeya-pc spec without block= gets the row's block size, so
+that its allocation charges its per-block costs to the blocks it codes.
+
+kakeya-pc's blocks depend on its calibration only through its allocation,
+which fills the rate's budget: a shape --calib fits uses that calibration's
+statistics; other shapes get synthetic ones (a spectrum falling 64-fold
+over the head dim), marked "synthetic" in the table.
+
+Flags:
+`
+
+// projectShapes are the shapes --shapes names, from the models'
+// config.json: layers, KV heads, head_dim.
+var projectShapes = map[string][3]int{
+	"ref-qwen2-6m": {6, 2, 64},
+	"qwen2.5-0.5b": {24, 2, 64},
+	"qwen3-0.6b":   {28, 8, 128},
+	"llama-3-8b":   {32, 8, 128},
+}
+
+type projectFlags struct {
+	shapes, kv, windows, tokens, boundary, calib, model string
+}
+
+func runProject(args []string, stdout, stderr io.Writer) error {
+	var f projectFlags
+	fs := newFlagSet("project", projectUsage, stderr)
+	fs.StringVar(&f.shapes, "shapes", "qwen2.5-0.5b,qwen3-0.6b,llama-3-8b", "model shapes, comma-separated: "+strings.Join(shapeNames(), ", ")+", or LAYERSxKVHEADSxHEADDIM")
+	fs.StringVar(&f.kv, "kv", "fp8 int4 kakeya:b=2 kakeya-pc:rate=2.5", "codec `SPECS` for keys and values, separated by spaces")
+	fs.StringVar(&f.windows, "windows", "64:64,32:32,16:16", "block and hot window sizes in tokens, BLOCK:HOT, comma-separated")
+	fs.StringVar(&f.tokens, "tokens", "8192,32768,131072", "context lengths in tokens, comma-separated")
+	fs.StringVar(&f.boundary, "boundary", "none,0;-1", `boundary settings, comma-separated, layers within one joined by ";" ("none": every layer coded)`)
+	fs.StringVar(&f.calib, "calib", "", "calibration file whose statistics kakeya-pc uses for the shape it fits (with --model)")
+	fs.StringVar(&f.model, "model", "", "the model directory whose config.json --calib is checked against")
+	if err := parse(fs, projectUsage, args, stdout, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("project: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("project: unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	if err := writeProjection(stdout, &f); err != nil {
+		return fmt.Errorf("project: %w", err)
+	}
+	return nil
+}
+
+func shapeNames() []string {
+	return []string{"ref-qwen2-6m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3-8b"}
+}
+
+// parseShape reads a name of projectShapes or LAYERSxKVHEADSxHEADDIM.
+func parseShape(s string) ([3]int, error) {
+	if sh, ok := projectShapes[s]; ok {
+		return sh, nil
+	}
+	var sh [3]int
+	parts := strings.Split(s, "x")
+	if len(parts) != 3 {
+		return sh, fmt.Errorf("--shapes %q: not one of %s, nor LAYERSxKVHEADSxHEADDIM", s, strings.Join(shapeNames(), ", "))
+	}
+	for i, p := range parts {
+		v, err := strconv.Atoi(p)
+		if err != nil || v <= 0 {
+			return sh, fmt.Errorf("--shapes %q: %q is not a positive integer", s, p)
+		}
+		sh[i] = v
+	}
+	return sh, nil
+}
+
+// parseInts reads a comma-separated list of integers >= lo.
+func parseInts(flag, s string, lo int) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || v < lo {
+			return nil, fmt.Errorf("%s %q: %q is not an integer >= %d", flag, s, p, lo)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// writeProjection prints the table f asks for.
+func writeProjection(w io.Writer, f *projectFlags) error {
+	windows, err := parseWindows(f.windows)
+	if err != nil {
+		return err
+	}
+	tokens, err := parseInts("--tokens", f.tokens, 1)
+	if err != nil {
+		return err
+	}
+	var real *codec.Calibration
+	if f.calib != "" {
+		if f.model == "" {
+			return errors.New("--calib needs --model, the model directory it was made for")
+		}
+		cfg, err := weights.LoadConfig(f.model)
+		if err != nil {
+			return fmt.Errorf("--model: %w", err)
+		}
+		if real, err = calibrate.Load(f.calib, cfg); err != nil {
+			return fmt.Errorf("--calib: %w", err)
+		}
+	}
+	fmt.Fprintf(w, "| model | layers x kv heads x head_dim | codec | block | hot | boundary |")
+	for _, n := range tokens {
+		fmt.Fprintf(w, " %s |", tokenLabel(n))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "| --- | --- | --- | --- | --- | --- |"+strings.Repeat(" --- |", len(tokens))+"\n")
+	for _, name := range strings.Split(f.shapes, ",") {
+		name = strings.TrimSpace(name)
+		sh, err := parseShape(name)
+		if err != nil {
+			return err
+		}
+		cal, synthetic := real, false
+		if cal == nil || cal.Layers != sh[0] || cal.KVHeads != sh[1] || cal.HeadDim != sh[2] {
+			cal, synthetic = syntheticCalibration(sh[0], sh[1], sh[2]), true
+		}
+		for _, kv := range strings.Fields(f.kv) {
+			for _, bnd := range strings.Split(f.boundary, ",") {
+				for _, win := range windows {
+					block, hot := win[0], win[1]
+					spec, err := withBlock(kv, block)
+					if err != nil {
+						return err
+					}
+					sp := kvconfig.Spec{KV: spec, BlockSize: block, HotWindow: hot, Boundary: strings.ReplaceAll(bnd, ";", ","), Precondition: kvconfig.Off}
+					if hot == 0 {
+						sp.HotWindow = -1 // none: 0 in a Spec means one block
+					}
+					pr, err := kvplan.ProjectSpec(sp, sh[0], sh[1], sh[2], cal, tokens)
+					if err != nil {
+						return fmt.Errorf("%s %s: %w", name, kv, err)
+					}
+					label := kv
+					if synthetic && strings.HasPrefix(kv, "kakeya-pc") {
+						label += " (synthetic)"
+					}
+					fmt.Fprintf(w, "| %s | %dx%dx%d | %s | %d | %d | %s |", name, sh[0], sh[1], sh[2], label, block, hot, bnd)
+					for _, x := range pr {
+						fmt.Fprintf(w, " %.2fx |", x.Ratio())
+					}
+					fmt.Fprintln(w)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// parseWindows reads "64:64,32:16" as block and hot window pairs.
+func parseWindows(s string) ([][2]int, error) {
+	var out [][2]int
+	for _, p := range strings.Split(s, ",") {
+		b, h, ok := strings.Cut(strings.TrimSpace(p), ":")
+		block, err1 := strconv.Atoi(b)
+		hot, err2 := strconv.Atoi(h)
+		if !ok || err1 != nil || err2 != nil || block < 1 || hot < 0 {
+			return nil, fmt.Errorf("--windows %q: %q is not BLOCK:HOT with BLOCK >= 1 and HOT >= 0", s, p)
+		}
+		out = append(out, [2]int{block, hot})
+	}
+	return out, nil
+}
+
+// withBlock returns the codec spec s with block=n added when it names
+// kakeya-pc without a block.
+func withBlock(s string, n int) (string, error) {
+	sp, err := codec.ParseSpec(s)
+	if err != nil {
+		return "", fmt.Errorf("--kv: %w", err)
+	}
+	if sp.Name != "kakeya-pc" || sp.Params["block"] != "" {
+		return s, nil
+	}
+	if sp.Params == nil {
+		sp.Params = map[string]string{}
+	}
+	sp.Params["block"] = strconv.Itoa(n)
+	return sp.String(), nil
+}
+
+// tokenLabel writes 8192 as "8k" and 1000 as "1000".
+func tokenLabel(n int) string {
+	if n%1024 == 0 {
+		return strconv.Itoa(n/1024) + "k"
+	}
+	return strconv.Itoa(n)
+}
+
+// syntheticCalibration returns identity query factors and, per layer
+// side, principal components along the axes whose standard deviations
+// fall geometrically 64-fold over d, with between-block variances a tenth
+// of the within-block ones.
+func syntheticCalibration(layers, kvHeads, d int) *codec.Calibration {
+	st := &codec.PCAStats{Mean: make([]float32, d), Basis: make([]float32, d*d), Var: make([]float32, d), Between: make([]float32, d)}
+	for j := 0; j < d; j++ {
+		st.Basis[j*d+j] = 1
+		sd := math.Pow(2, -6*float64(j)/float64(d))
+		st.Var[j] = float32(sd * sd)
+		st.Between[j] = st.Var[j] / 10
+	}
+	cal := &codec.Calibration{Layers: layers, KVHeads: kvHeads, HeadDim: d, Model: "synthetic"}
+	eye := make([]float32, d*d)
+	for i := 0; i < d; i++ {
+		eye[i*d+i] = 1
+	}
+	for range layers * kvHeads {
+		cal.Chol = append(cal.Chol, eye)
+		cal.KPCA = append(cal.KPCA, st)
+	}
+	for range layers {
+		cal.VPCA = append(cal.VPCA, st)
+	}
+	return cal
+}

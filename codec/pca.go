@@ -1,0 +1,715 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sync"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+)
+
+// PCAStats are the principal components of one layer side's cached
+// vectors (keys before RoPE, or values), measured offline over blocks of
+// a calibration text: what KakeyaPC allocates its bits from.
+type PCAStats struct {
+	// Mean is the mean vector, d values.
+	Mean []float32
+	// Basis holds the d orthonormal components as rows (d x d, row-major),
+	// in decreasing order of Var: the eigenvectors of the within-block
+	// covariance.
+	Basis []float32
+	// Var is each component's variance within a block (around the block's
+	// own mean): what a coded component's quantizer sees.
+	Var []float32
+	// Between is the variance of each component's block mean around
+	// Mean: what a component loses when a block does not store its mean.
+	Between []float32
+}
+
+// Dim returns the vector dimension d.
+func (s *PCAStats) Dim() int { return len(s.Mean) }
+
+// Validate checks the shapes (d values, a d x d basis), that every value is
+// finite, the variances are not negative and the basis rows are unit
+// vectors to within 1e-3.
+func (s *PCAStats) Validate() error {
+	if s == nil {
+		return fmt.Errorf("codec: pca statistics are nil")
+	}
+	d := len(s.Mean)
+	switch {
+	case d == 0 || d > maxDim:
+		return fmt.Errorf("codec: pca: dimension %d not in 1..%d", d, maxDim)
+	case len(s.Basis) != d*d:
+		return fmt.Errorf("codec: pca: basis has %d values, want d*d = %d", len(s.Basis), d*d)
+	case len(s.Var) != d || len(s.Between) != d:
+		return fmt.Errorf("codec: pca: %d variances and %d between-block variances, want d = %d each", len(s.Var), len(s.Between), d)
+	}
+	for _, a := range []struct {
+		name string
+		v    []float32
+		pos  bool
+	}{{"mean", s.Mean, false}, {"basis", s.Basis, false}, {"variance", s.Var, true}, {"between-block variance", s.Between, true}} {
+		for i, v := range a.v {
+			if !finite32(v) || a.pos && v < 0 {
+				return fmt.Errorf("codec: pca: %s %d is %v", a.name, i, v)
+			}
+		}
+	}
+	for j := 0; j < d; j++ {
+		var nn float64
+		for _, v := range s.Basis[j*d : (j+1)*d] {
+			nn += float64(v) * float64(v)
+		}
+		if math.Abs(nn-1) > 1e-3 {
+			return fmt.Errorf("codec: pca: basis row %d has squared norm %v, want 1", j, nn)
+		}
+	}
+	return nil
+}
+
+// KakeyaPCOptions configures KakeyaPC. Start from DefaultKakeyaPCOptions.
+type KakeyaPCOptions struct {
+	// Rate is the payload budget in bits per value (component means,
+	// scales and codes; the 22 bytes of header and counts aside), for
+	// blocks of Block rows. The allocation spends at most this.
+	Rate float64
+	// MaxBits is the widest code a component may get, 1..pcMaxBits.
+	MaxBits int
+	// Block is the block length the allocation charges a component's
+	// fp16 mean and scale to (per-block costs spread over Block rows);
+	// blocks of other lengths still code, at a slightly different rate.
+	Block int
+	// QueryWeighted asks the planner (kvplan) to weigh a key component's
+	// error by the queries' second moment along it, E[(qᵀu_j)²], from the
+	// calibration's query factors: the allocation then minimizes the error
+	// of attention scores instead of the keys' own. Values ignore it.
+	QueryWeighted bool
+}
+
+// DefaultKakeyaPCOptions returns 2.5 bits per value (with the header,
+// about 6.3x smaller than bf16 at d = 64 and blocks of 64), codes of up to
+// 6 bits, allocated for blocks of 64 rows.
+func DefaultKakeyaPCOptions() KakeyaPCOptions {
+	return KakeyaPCOptions{Rate: 2.5, MaxBits: pcMaxBits, Block: 64}
+}
+
+// pcMaxBits is the widest component code: 64 levels, whose Gaussian
+// Lloyd–Max codebook takes 30 ms to compute (256 levels take a second).
+const pcMaxBits = 6
+
+// A pcTables holds the Gaussian Lloyd–Max codebooks of 1..pcMaxBits bits
+// and their distortions on N(0, 1).
+type pcTables struct {
+	levels, bounds [pcMaxBits + 1][]float32
+	dist           [pcMaxBits + 1]float64
+}
+
+// gaussianTables computes the tables once; they are never written after.
+var gaussianTables = sync.OnceValues(func() (*pcTables, error) {
+	t := new(pcTables)
+	t.dist[0] = 1
+	for b := 1; b <= pcMaxBits; b++ {
+		cb, err := GaussianCodebook(b)
+		if err != nil {
+			return nil, err
+		}
+		t.levels[b], t.bounds[b] = cb.Levels, cb.Bounds
+		t.dist[b] = codebookDistortion(cb)
+	}
+	return t, nil
+})
+
+// KakeyaPC codes a block in a calibrated principal basis with bits
+// allocated per component: each row x becomes y = U(x - μ) (U and μ from
+// PCAStats), and component j is, by the allocation, left out (decoded as
+// μ's), stored as the block's fp16 mean of y_j only, or coded: the mean,
+// an fp16 scale, and per row a code of b_j bits of the Gaussian Lloyd–Max
+// quantizer (the mean subtracted, divided by the scale). The allocation
+// minimizes the expected weighted squared error Σ_j w_j·E[(y_j - ŷ_j)²]
+// under the bit budget by dynamic programming over the components
+// (allocatePC), from the calibrated within-block and between-block
+// variances. With M means, C coded components and T = Σ b_j bits per row,
+// the encoded length is
+//
+//	16 + 6 + 2M + 2C + ceil(n*T/8)
+//
+// bytes. A KakeyaPC made without statistics (New with a spec, before a
+// calibration gives it a basis) names its settings but encodes and
+// decodes nothing: its calls return an error saying it needs a
+// calibration.
+type KakeyaPC struct {
+	opt   KakeyaPCOptions
+	d     int
+	mean  []float32 // μ
+	basis []float32 // U, d x d
+	alloc []int8    // per component: -1 left out, 0 mean only, b > 0 coded with b bits
+	// The components in block order: means (alloc >= 0), then coded.
+	meanIdx, codedIdx []int
+	coded             []float32 // the coded components' basis rows, C x d
+	width             []uint8   // the coded components' code widths
+	levOff            []int32   // where each coded component's levels start in a block's level table
+	levels            int       // the level table's length, Σ 2^width
+	rowBits           int
+	meanNorm          float32 // ||μ||, for Encode's fp16 range check
+	tab               *pcTables
+	tag               uint16
+	pool              sync.Pool
+}
+
+type pcScratch struct {
+	y     []float32 // n x d coefficients while encoding
+	lat   []float32 // n x q decoded latents (scale times level, then 1)
+	acc   []float32 // AddWeighted: m x q sums
+	base  []float32 // the block's constant row
+	means []float32
+	scale []float32
+	lv    []float32 // decode: every coded component's levels times its scale
+	codes []uint8
+}
+
+// The sections of formatKakeyaPC.
+const (
+	pcInfo = iota
+	pcMeans
+	pcScales
+	pcCodes
+)
+
+// pcScaleSteps are the factors of a coded component's RMS the encoder
+// tries as its scale, keeping the one of least squared error: heavy tails
+// favour wider cells than the Gaussian optimum at RMS 1.
+var pcScaleSteps = [...]float32{0.8, 0.9, 1, 1.1, 1.25, 1.4, 1.6}
+
+// NewKakeyaPC returns the codec for the statistics st (nil for a codec
+// that only names its settings) with the per-component distortion weights
+// w (nil weighs all components alike): for keys, E[(qᵀu_j)²] over the
+// queries makes the allocation minimize the error of attention scores.
+func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error) {
+	switch {
+	case !(o.Rate >= 0 && o.Rate <= 16):
+		return nil, fmt.Errorf("codec: kakeya-pc: rate %v bits per value not in [0, 16]", o.Rate)
+	case o.MaxBits < 1 || o.MaxBits > pcMaxBits:
+		return nil, fmt.Errorf("codec: kakeya-pc: max bits %d not in 1..%d", o.MaxBits, pcMaxBits)
+	case o.Block < 1 || o.Block > maxRows:
+		return nil, fmt.Errorf("codec: kakeya-pc: block %d not in 1..%d", o.Block, maxRows)
+	}
+	k := &KakeyaPC{opt: o}
+	if st == nil {
+		return k, nil
+	}
+	if err := st.Validate(); err != nil {
+		return nil, fmt.Errorf("codec: kakeya-pc: %w", err)
+	}
+	d := st.Dim()
+	if w != nil && len(w) != d {
+		return nil, fmt.Errorf("codec: kakeya-pc: %d weights for %d components", len(w), d)
+	}
+	for i, v := range w {
+		if !finite32(v) || v < 0 {
+			return nil, fmt.Errorf("codec: kakeya-pc: weight %d is %v", i, v)
+		}
+	}
+	tab, err := gaussianTables()
+	if err != nil {
+		return nil, err
+	}
+	k.tab, k.d = tab, d
+	k.mean = append([]float32(nil), st.Mean...)
+	k.basis = append([]float32(nil), st.Basis...)
+	k.alloc = allocatePC(st, w, o, &tab.dist)
+	for j, a := range k.alloc {
+		if a >= 0 {
+			k.meanIdx = append(k.meanIdx, j)
+		}
+		if a > 0 {
+			k.codedIdx = append(k.codedIdx, j)
+			k.coded = append(k.coded, st.Basis[j*d:(j+1)*d]...)
+			k.width = append(k.width, uint8(a))
+			k.levOff = append(k.levOff, int32(k.levels))
+			k.levels += 1 << a
+			k.rowBits += int(a)
+		}
+	}
+	if k.rowBits > math.MaxUint16 {
+		return nil, fmt.Errorf("codec: kakeya-pc: %d code bits per row exceed the block's 16-bit field; lower the rate or max bits", k.rowBits)
+	}
+	var mn float64
+	for _, v := range k.mean {
+		mn += float64(v) * float64(v)
+	}
+	k.meanNorm = float32(math.Sqrt(mn))
+	// The tag binds a block to what its bytes do not carry: the basis, the
+	// mean and the allocation.
+	h := fnv.New32a()
+	var b [4]byte
+	for _, s := range [][]float32{k.mean, k.basis} {
+		for _, v := range s {
+			binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
+			h.Write(b[:])
+		}
+	}
+	for _, a := range k.alloc {
+		h.Write([]byte{byte(a)})
+	}
+	s := h.Sum32()
+	k.tag = uint16(s ^ s>>16)
+	return k, nil
+}
+
+// Options returns the codec's settings.
+func (k *KakeyaPC) Options() KakeyaPCOptions { return k.opt }
+
+// Allocation returns each component's allocation: -1 left out, 0 the
+// block mean only, b > 0 coded with b bits; nil without statistics.
+func (k *KakeyaPC) Allocation() []int {
+	if k.alloc == nil {
+		return nil
+	}
+	out := make([]int, len(k.alloc))
+	for i, a := range k.alloc {
+		out[i] = int(a)
+	}
+	return out
+}
+
+// Calibrated reports whether k has statistics, so that it can code.
+func (k *KakeyaPC) Calibrated() bool { return k.alloc != nil }
+
+// Name encodes the settings, e.g. "kakeya-pc-r2.5".
+func (k *KakeyaPC) Name() string {
+	s := fmt.Sprintf("kakeya-pc-r%g", k.opt.Rate)
+	if k.opt.MaxBits != pcMaxBits {
+		s += fmt.Sprintf("-m%d", k.opt.MaxBits)
+	}
+	if k.opt.Block != 64 {
+		s += fmt.Sprintf("-n%d", k.opt.Block)
+	}
+	if k.opt.QueryWeighted {
+		s += "-qw"
+	}
+	return s
+}
+
+// Format returns the kakeya-pc format.
+func (k *KakeyaPC) Format() *Format { return formatKakeyaPC }
+
+// Settings returns no settings a kernel reads: no backend kernel reads
+// the format.
+func (k *KakeyaPC) Settings() Settings { return Settings{} }
+
+func (k *KakeyaPC) scratch() *pcScratch {
+	if s, ok := k.pool.Get().(*pcScratch); ok {
+		return s
+	}
+	return new(pcScratch)
+}
+
+// ready checks that k can code blocks of n x d.
+func (k *KakeyaPC) ready(n, d int) error {
+	if k.alloc == nil {
+		return fmt.Errorf("codec: %s: no PCA statistics: the codec needs a calibration made with them (kakeya-eval calibrate --pca)", k.Name())
+	}
+	if d != k.d {
+		return fmt.Errorf("codec: %s: rows of %d values, the calibration's components have %d", k.Name(), d, k.d)
+	}
+	return checkShape("kakeya-pc", n, d, n*d, "block")
+}
+
+// Encode appends the encoded block; see the type comment for the layout.
+func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
+	const name = "kakeya-pc"
+	if err := k.ready(n, d); err != nil {
+		return dst, err
+	}
+	am, err := checkInput(name, x, n, d)
+	if err != nil {
+		return dst, err
+	}
+	// |y_j| <= ||x - μ|| <= sqrt(d)·max|x| + ||μ||; a scale is at most
+	// 1.6 times a component's RMS.
+	if 2*(am*float32(math.Sqrt(float64(d)))+k.meanNorm) > maxF16 {
+		return dst, fmt.Errorf("codec: %s: |value| %v too large for fp16 means and scales", name, am)
+	}
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	// y = U (x - μ), one row at a time: U's rows are the components.
+	sc.y = growF32(sc.y, n*d)
+	sc.base = growF32(sc.base, d)
+	for i := 0; i < n; i++ {
+		xc := sc.base
+		for a, v := range x[i*d : (i+1)*d] {
+			xc[a] = v - k.mean[a]
+		}
+		cpu.DotBlock(sc.y[i*d:(i+1)*d], xc, k.basis, d, d)
+	}
+	start := len(dst)
+	dst = appendHeader(dst, FormatKakeyaPC, 0, n, d, k.tag)
+	var info [6]byte
+	binary.LittleEndian.PutUint16(info[0:], uint16(len(k.meanIdx)))
+	binary.LittleEndian.PutUint16(info[2:], uint16(len(k.codedIdx)))
+	binary.LittleEndian.PutUint16(info[4:], uint16(k.rowBits))
+	dst = append(dst, info[:]...)
+	sc.means = growF32(sc.means, d)
+	for _, j := range k.meanIdx {
+		var s float64
+		for i := 0; i < n; i++ {
+			s += float64(sc.y[i*d+j])
+		}
+		m := roundF16(float32(s / float64(n)))
+		sc.means[j] = m
+		dst = binary.LittleEndian.AppendUint16(dst, float16bits(m))
+	}
+	c := len(k.codedIdx)
+	sc.scale = growF32(sc.scale, c)
+	sc.codes = growU8(sc.codes, n*c)
+	for t, j := range k.codedIdx {
+		s := k.codeComponent(sc, t, j, n, d)
+		dst = binary.LittleEndian.AppendUint16(dst, float16bits(s))
+	}
+	dst = k.packRows(dst, sc.codes[:n*c], n)
+	seal(dst[start:])
+	return dst, nil
+}
+
+// codeComponent picks the scale of coded component t (component j) and
+// sets its n codes in sc.codes (row-major, n x C), returning the scale.
+func (k *KakeyaPC) codeComponent(sc *pcScratch, t, j, n, d int) float32 {
+	c, b := len(k.codedIdx), int(k.width[t])
+	m := sc.means[j]
+	var ss float64
+	for i := 0; i < n; i++ {
+		r := float64(sc.y[i*d+j] - m)
+		ss += r * r
+	}
+	rms := float32(math.Sqrt(ss / float64(n)))
+	best, bestErr := float32(0), math.Inf(1)
+	lv, bd := k.tab.levels[b], k.tab.bounds[b]
+	for _, f := range pcScaleSteps {
+		s := roundF16(rms * f)
+		if !(s > 0) {
+			break
+		}
+		inv := 1 / s
+		var e float64
+		for i := 0; i < n; i++ {
+			r := sc.y[i*d+j] - m
+			q := lv[quantizeBounds(bd, r*inv)] * s
+			e += float64(r-q) * float64(r-q)
+		}
+		if e < bestErr {
+			best, bestErr = s, e
+		}
+	}
+	if best == 0 {
+		// A constant component: any code decodes to the mean when the
+		// scale is 0; code the middle one.
+		for i := 0; i < n; i++ {
+			sc.codes[i*c+t] = uint8(len(lv) / 2)
+		}
+		return 0
+	}
+	inv := 1 / best
+	for i := 0; i < n; i++ {
+		sc.codes[i*c+t] = uint8(quantizeBounds(bd, (sc.y[i*d+j]-m)*inv))
+	}
+	return best
+}
+
+// quantizeBounds returns the number of bounds below x, by binary search.
+func quantizeBounds(bounds []float32, x float32) int {
+	lo, hi := 0, len(bounds)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if x > bounds[mid] {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// packRows appends the codes (n x C, component t of width width[t]) as
+// one little-endian bit stream, row after row.
+func (k *KakeyaPC) packRows(dst []byte, codes []uint8, n int) []byte {
+	total := (n*k.rowBits + 7) / 8
+	dst = grow(dst, total)
+	out := dst[len(dst)-total:]
+	clear(out)
+	pos := 0
+	c := len(k.width)
+	for i := 0; i < n; i++ {
+		for t, w := range k.width {
+			v := uint16(codes[i*c+t]) << (pos & 7)
+			out[pos>>3] |= byte(v)
+			if hi := byte(v >> 8); hi != 0 {
+				out[pos>>3+1] |= hi
+			}
+			pos += int(w)
+		}
+	}
+	return dst
+}
+
+// pcBlock is a parsed block: the constant row and the latents.
+type pcBlock struct {
+	q int // latent stride: C + 1 rounded up to 8
+}
+
+// parse checks src and leaves in sc.base the block's constant row μ +
+// Σ_j m_j u_j over the stored means, and in sc.lat (n x q) each row's
+// coded latents (scale times level) followed by a 1 and zero padding.
+func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
+	const name = "kakeya-pc"
+	if err := k.ready(n, d); err != nil {
+		return pcBlock{}, err
+	}
+	if _, err := checkHeader(name, src, FormatKakeyaPC, 0, n, d, k.tag); err != nil {
+		return pcBlock{}, err
+	}
+	var v Vars
+	if err := formatKakeyaPC.ReadFields(src, &v); err != nil {
+		return pcBlock{}, err
+	}
+	if v[VarMeans] != len(k.meanIdx) || v[VarCoded] != len(k.codedIdx) || v[VarRowBits] != k.rowBits {
+		return pcBlock{}, fmt.Errorf("codec: %s: block holds %d means, %d coded components of %d bits per row; the codec has %d, %d, %d",
+			name, v[VarMeans], v[VarCoded], v[VarRowBits], len(k.meanIdx), len(k.codedIdx), k.rowBits)
+	}
+	l := formatKakeyaPC.Layout(&v)
+	if len(src) != l.Size() {
+		return pcBlock{}, fmt.Errorf("codec: %s: block is %d bytes, want %d", name, len(src), l.Size())
+	}
+	sc.base = growF32(sc.base, d)
+	copy(sc.base, k.mean)
+	mb := src[l.Off(pcMeans):]
+	sc.means = growF32(sc.means, len(k.meanIdx))
+	if err := readF16s(sc.means, mb, name, "component mean"); err != nil {
+		return pcBlock{}, err
+	}
+	for t, j := range k.meanIdx {
+		if m := sc.means[t]; m != 0 {
+			cpu.Axpy(m, k.basis[j*d:(j+1)*d], sc.base)
+		}
+	}
+	c := len(k.codedIdx)
+	sc.scale = growF32(sc.scale, c)
+	if err := readF16s(sc.scale, src[l.Off(pcScales):], name, "component scale"); err != nil {
+		return pcBlock{}, err
+	}
+	// The coded components' means are in the base row; their latents are
+	// the scaled levels alone, looked up in one table of every coded
+	// component's levels times its scale.
+	sc.lv = growF32(sc.lv, k.levels)
+	for t, w := range k.width {
+		lv, s := sc.lv[k.levOff[t]:], sc.scale[t]
+		for j, v := range k.tab.levels[w] {
+			lv[j] = v * s
+		}
+	}
+	q := (c + 1 + 7) &^ 7
+	sc.lat = growF32(sc.lat, n*q)
+	codes := src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
+	// Rows whose codes lie 8 bytes before the stream's end read them a
+	// 64-bit word at a time (no code is wider than 8 bits, none starts
+	// past bit 7 of its byte); the last rows byte by byte.
+	fast := n
+	for fast > 0 && ((fast*k.rowBits)>>3)+8 > len(codes) {
+		fast--
+	}
+	pos := 0
+	for i := 0; i < n; i++ {
+		row := sc.lat[i*q : (i+1)*q]
+		if i < fast {
+			for t, w := range k.width {
+				word := binary.LittleEndian.Uint64(codes[pos>>3:])
+				row[t] = sc.lv[k.levOff[t]+int32(word>>(pos&7))&(1<<w-1)]
+				pos += int(w)
+			}
+		} else {
+			for t, w := range k.width {
+				v := uint16(codes[pos>>3])
+				if pos>>3+1 < len(codes) {
+					v |= uint16(codes[pos>>3+1]) << 8
+				}
+				row[t] = sc.lv[k.levOff[t]+int32(v>>(pos&7))&(1<<w-1)]
+				pos += int(w)
+			}
+		}
+		row[c] = 1
+		clear(row[c+1:])
+	}
+	return pcBlock{q: q}, nil
+}
+
+// Decode reconstructs the block, checking every stored field.
+func (k *KakeyaPC) Decode(dst []float32, src []byte, n, d int) error {
+	if err := checkShape("kakeya-pc", n, d, len(dst), "destination"); err != nil {
+		return err
+	}
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	b, err := k.parse(sc, src, n, d)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		copy(dst[i*d:(i+1)*d], sc.base)
+	}
+	// Every row at once: dst += lat · coded, the latents as an n x C
+	// matrix of stride q, in MixBlock's tiles.
+	if c := len(k.codedIdx); c > 0 {
+		cpu.MixBlock(dst, n, sc.lat, b.q, k.coded, c, d)
+	}
+	return nil
+}
+
+// DecodeRotated implements RotaryDecoder: Decode, then RoPE.
+func (k *KakeyaPC) DecodeRotated(dst []float32, src []byte, n, d int, cos, sin []float32) error {
+	if d%2 != 0 || len(cos) < n*d/2 || len(sin) < n*d/2 {
+		return fmt.Errorf("codec: kakeya-pc: RoPE of %d rows of %d values with %d cosines and %d sines", n, d, len(cos), len(sin))
+	}
+	if err := k.Decode(dst, src, n, d); err != nil {
+		return err
+	}
+	cpu.RoPEBlock(dst, dst, cos, sin, n, d)
+	return nil
+}
+
+// AddWeighted implements RowCombiner: the weighted sums of the rows'
+// latents (and of 1, for the constant row) are taken first, so each weight
+// row costs one C x d product per block rather than one per block row.
+func (k *KakeyaPC) AddWeighted(dst []float32, m int, w []float32, wStride int, src []byte, n, d, lo, hi int) error {
+	if err := checkCombine("kakeya-pc", dst, m, w, wStride, n, d, lo, hi); err != nil {
+		return err
+	}
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	b, err := k.parse(sc, src, n, d)
+	if err != nil {
+		return err
+	}
+	if m == 0 || hi == lo {
+		return nil
+	}
+	c, q := len(k.codedIdx), b.q
+	sc.acc = growF32(sc.acc, m*q)
+	clear(sc.acc)
+	cpu.MixBlock(sc.acc, m, w[lo:], wStride, sc.lat[lo*q:], hi-lo, q)
+	for j := 0; j < m; j++ {
+		acc, out := sc.acc[j*q:(j+1)*q], dst[j*d:(j+1)*d]
+		cpu.AxpyBlock(out, acc[:c], k.coded, c, d)
+		cpu.Axpy(acc[c], sc.base, out)
+	}
+	return nil
+}
+
+// allocatePC chooses each component's state (-1 left out, 0 mean only, b
+// coded with b bits) minimizing Σ_j w_j·D_j under the budget of o.Rate
+// bits per value for blocks of o.Block rows, by dynamic programming over
+// the components in units of the per-block costs' common divisor. D_j is
+// Var_j + Between_j left out, Var_j with the mean only and Var_j·G(b)
+// coded, G(b) the Gaussian Lloyd–Max distortion at b bits; a mean costs 16
+// bits per block, a coded component 32 plus b per row.
+func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, dist *[pcMaxBits + 1]float64) []int8 {
+	d, n := st.Dim(), o.Block
+	// Costs in units of their common divisor, exact in the common case;
+	// a budget of more than pcMaxStates/d units (long blocks, wide heads)
+	// takes coarser units, each cost rounded up, so that the table stays
+	// small and the allocation still never exceeds the budget.
+	unit := gcd(16, n)
+	for o.Rate*float64(n*d)/float64(unit) > float64(max(pcMaxStates/d, 1)) {
+		unit *= 2
+	}
+	units := func(bits int) int { return (bits + unit - 1) / unit }
+	budget := int(o.Rate * float64(n*d) / float64(unit))
+	type option struct {
+		state int8
+		cost  int // units
+		dist  float64
+	}
+	opts := make([][]option, d)
+	for j := 0; j < d; j++ {
+		wj := 1.0
+		if w != nil {
+			wj = float64(w[j])
+		}
+		v, bt := float64(st.Var[j]), float64(st.Between[j])
+		o2 := []option{{-1, 0, wj * (v + bt)}, {0, units(16), wj * v}}
+		for b := 1; b <= o.MaxBits; b++ {
+			o2 = append(o2, option{int8(b), units(32 + b*n), wj * v * dist[b]})
+		}
+		opts[j] = o2
+	}
+	// best[c] is the least distortion of the components so far in at most
+	// c units; choice[j][c] the state component j took there.
+	best := make([]float64, budget+1)
+	next := make([]float64, budget+1)
+	choice := make([][]int8, d)
+	for j := 0; j < d; j++ {
+		choice[j] = make([]int8, budget+1)
+		for c := 0; c <= budget; c++ {
+			next[c] = math.Inf(1)
+			for t, op := range opts[j] {
+				if op.cost > c {
+					continue
+				}
+				if v := best[c-op.cost] + op.dist; v < next[c] {
+					next[c], choice[j][c] = v, int8(t)
+				}
+			}
+		}
+		best, next = next, best
+	}
+	alloc := make([]int8, d)
+	c := budget
+	for j := d - 1; j >= 0; j-- {
+		op := opts[j][choice[j][c]]
+		alloc[j] = op.state
+		c -= op.cost
+	}
+	return alloc
+}
+
+// pcMaxStates bounds the dynamic program's table, components times
+// budget units: 4 MB of choices.
+const pcMaxStates = 1 << 22
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// codebookDistortion returns the mean squared error of cb on N(0, 1),
+// integrated exactly over its cells.
+func codebookDistortion(cb *Codebook) float64 {
+	var e float64
+	k := len(cb.Levels)
+	for i := 0; i < k; i++ {
+		lo, hi := math.Inf(-1), math.Inf(1)
+		if i > 0 {
+			lo = float64(cb.Bounds[i-1])
+		}
+		if i < k-1 {
+			hi = float64(cb.Bounds[i])
+		}
+		y := float64(cb.Levels[i])
+		mass := gaussMass(lo, hi)
+		m1 := normPDF(lo) - normPDF(hi)
+		m2 := mass + xPDF(lo) - xPDF(hi)
+		e += m2 - 2*y*m1 + y*y*mass
+	}
+	return e
+}
+
+// xPDF is x·φ(x), 0 at ±∞.
+func xPDF(x float64) float64 {
+	if math.IsInf(x, 0) {
+		return 0
+	}
+	return x * normPDF(x)
+}

@@ -1,0 +1,430 @@
+package codec
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+)
+
+// pcBlocks returns blocks of n rows of d values: a per-block offset plus
+// a random rotation of independent coordinates whose standard deviations
+// fall geometrically from 4 to 4/2^6, the spectrum of real keys and values
+// in miniature.
+func pcBlocks(rng *rand.Rand, blocks, n, d int) [][]float32 {
+	rot := make([]float32, d*d)
+	for i := range rot {
+		rot[i] = float32(rng.NormFloat64())
+	}
+	orthonormalizeRows(rot, d)
+	out := make([][]float32, blocks)
+	for b := range out {
+		off := make([]float32, d)
+		for j := range off {
+			off[j] = float32(rng.NormFloat64()) * 0.5
+		}
+		x := make([]float32, n*d)
+		z := make([]float32, d)
+		for i := 0; i < n; i++ {
+			for j := range z {
+				z[j] = float32(rng.NormFloat64() * 4 * math.Pow(2, -6*float64(j)/float64(d)))
+			}
+			row := x[i*d : (i+1)*d]
+			copy(row, off)
+			cpu.AxpyBlock(row, z, rot, d, d)
+		}
+		out[b] = x
+	}
+	return out
+}
+
+// orthonormalizeRows runs Gram–Schmidt on the rows of the d x d matrix m.
+func orthonormalizeRows(m []float32, d int) {
+	for a := 0; a < d; a++ {
+		ra := m[a*d : (a+1)*d]
+		for b := 0; b < a; b++ {
+			rb := m[b*d : (b+1)*d]
+			var s float32
+			for i := range ra {
+				s += ra[i] * rb[i]
+			}
+			for i := range ra {
+				ra[i] -= s * rb[i]
+			}
+		}
+		var nn float64
+		for _, v := range ra {
+			nn += float64(v) * float64(v)
+		}
+		for i := range ra {
+			ra[i] /= float32(math.Sqrt(nn))
+		}
+	}
+}
+
+// pcStats accumulates the statistics of blocks.
+func pcStats(t testing.TB, blocks [][]float32, n, d int) *PCAStats {
+	t.Helper()
+	acc := NewPCAAccumulator(d)
+	for _, b := range blocks {
+		if err := acc.AddBlock(b, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := acc.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func mustPC(t testing.TB, rate float64, st *PCAStats) *KakeyaPC {
+	t.Helper()
+	o := DefaultKakeyaPCOptions()
+	o.Rate = rate
+	k, err := NewKakeyaPC(o, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestKakeyaPCRoundTrip: on held-out blocks of the calibrated
+// distribution the error falls as the rate rises and stays near the
+// allocation's prediction; the length is the documented formula and
+// within the budget.
+func TestKakeyaPCRoundTrip(t *testing.T) {
+	const n, d = 64, 64
+	rng := rand.New(rand.NewPCG(7, 8))
+	st := pcStats(t, pcBlocks(rng, 200, n, d), n, d)
+	// Held out: the same rotation and spectrum, other draws.
+	rng2 := rand.New(rand.NewPCG(7, 8))
+	test := pcBlocks(rng2, 220, n, d)[200:]
+	var total float64
+	for _, v := range st.Var {
+		total += float64(v)
+	}
+	prev := math.Inf(1)
+	for _, rate := range []float64{0.5, 1, 2, 2.5, 4, 6} {
+		k := mustPC(t, rate, st)
+		var se, ss float64
+		var predicted float64
+		tab, _ := gaussianTables()
+		for j, a := range k.alloc {
+			switch {
+			case a < 0:
+				predicted += float64(st.Var[j] + st.Between[j])
+			case a == 0:
+				predicted += float64(st.Var[j])
+			default:
+				predicted += float64(st.Var[j]) * tab.dist[a]
+			}
+		}
+		for _, x := range test {
+			y, enc := roundTrip(t, k, x, n, d)
+			if bits := 8 * (len(enc) - 22); float64(bits) > rate*n*d {
+				t.Errorf("rate %v: payload of %d bits over the budget of %v", rate, bits, rate*n*d)
+			}
+			for i := range x {
+				e := float64(x[i] - y[i])
+				se += e * e
+				ss += float64(x[i]) * float64(x[i])
+			}
+		}
+		mse := se / float64(len(test)*n)
+		t.Logf("rate %v: %d coded, %d bits/row, error %.4g per row (predicted %.4g), relative %.4g", rate, len(k.codedIdx), k.rowBits, mse, predicted, se/ss)
+		if !(mse < prev) {
+			t.Errorf("rate %v: error %v not below the lower rate's %v", rate, mse, prev)
+		}
+		if mse > 1.5*predicted+1e-3 || mse < 0.5*predicted {
+			t.Errorf("rate %v: error %v per row, the allocation predicted %v", rate, mse, predicted)
+		}
+		prev = mse
+	}
+	if prev > 1e-3*total {
+		t.Errorf("6 bits per value: error %v, want below 1e-3 of the variance %v", prev, total)
+	}
+}
+
+// TestAllocatePCOptimal: the dynamic program finds the least weighted
+// distortion within the budget, checked against every allocation of four
+// components.
+func TestAllocatePCOptimal(t *testing.T) {
+	tab, err := gaussianTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &PCAStats{
+		Mean:    make([]float32, 4),
+		Basis:   []float32{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1},
+		Var:     []float32{16, 3, 1, 0.02},
+		Between: []float32{1, 40, 0.5, 0.01},
+	}
+	for _, tc := range []struct {
+		rate float64
+		w    []float32
+	}{{0.25, nil}, {0.8, nil}, {1.5, nil}, {3, nil}, {1.5, []float32{0.01, 1, 1, 100}}} {
+		o := KakeyaPCOptions{Rate: tc.rate, MaxBits: 3, Block: 16}
+		got := allocatePC(st, tc.w, o, &tab.dist)
+		cost := func(a int8) int {
+			switch {
+			case a < 0:
+				return 0
+			case a == 0:
+				return 16
+			}
+			return 32 + int(a)*o.Block
+		}
+		dist := func(j int, a int8) float64 {
+			w := 1.0
+			if tc.w != nil {
+				w = float64(tc.w[j])
+			}
+			switch {
+			case a < 0:
+				return w * float64(st.Var[j]+st.Between[j])
+			case a == 0:
+				return w * float64(st.Var[j])
+			}
+			return w * float64(st.Var[j]) * tab.dist[a]
+		}
+		budget := tc.rate * float64(o.Block*4)
+		best, bestD := []int8(nil), math.Inf(1)
+		var walk func(j int, cur []int8)
+		walk = func(j int, cur []int8) {
+			if j == 4 {
+				c, dd := 0, 0.0
+				for i, a := range cur {
+					c += cost(a)
+					dd += dist(i, a)
+				}
+				if float64(c) <= budget && dd < bestD-1e-12 {
+					best, bestD = slices.Clone(cur), dd
+				}
+				return
+			}
+			for a := int8(-1); a <= 3; a++ {
+				walk(j+1, append(cur, a))
+			}
+		}
+		walk(0, nil)
+		gc, gd := 0, 0.0
+		for i, a := range got {
+			gc += cost(a)
+			gd += dist(i, a)
+		}
+		if float64(gc) > budget || math.Abs(gd-bestD) > 1e-9 {
+			t.Errorf("rate %v weights %v: allocation %v (cost %d, distortion %v), the best is %v (distortion %v)", tc.rate, tc.w, got, gc, gd, best, bestD)
+		}
+	}
+	// A budget too fine for the table (a block of 2^20 rows at 16 bits)
+	// takes coarser units and still stays within it.
+	st8 := &PCAStats{Mean: make([]float32, 4), Basis: st.Basis, Var: st.Var, Between: st.Between}
+	o := KakeyaPCOptions{Rate: 16, MaxBits: 6, Block: 1 << 20}
+	a := allocatePC(st8, nil, o, &tab.dist)
+	bits := 0
+	for _, s := range a {
+		if s >= 0 {
+			bits += 16
+		}
+		if s > 0 {
+			bits += 16 + int(s)*o.Block
+		}
+	}
+	if bits > 16*o.Block*4 || !slices.Equal(a, []int8{6, 6, 6, 6}) {
+		t.Errorf("rate 16 over blocks of 2^20: allocation %v, %d bits", a, bits)
+	}
+	if math.Abs(tab.dist[1]-0.3634) > 1e-4 || math.Abs(tab.dist[2]-0.1175) > 1e-4 || math.Abs(tab.dist[3]-0.03455) > 1e-4 {
+		t.Errorf("Gaussian Lloyd–Max distortions %v, want 0.3634, 0.1175, 0.03455 at 1..3 bits", tab.dist[1:4])
+	}
+}
+
+// TestKakeyaPCFastPaths: DecodeRotated is Decode then RoPE bit for bit,
+// and AddWeighted adds the weighted sums of the decoded rows.
+func TestKakeyaPCFastPaths(t *testing.T) {
+	const n, d = 32, 48
+	rng := rand.New(rand.NewPCG(3, 4))
+	blocks := pcBlocks(rng, 40, n, d)
+	k := mustPC(t, 2.5, pcStats(t, blocks[:39], n, d))
+	x := blocks[39]
+	enc, err := k.Encode(nil, x, n, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := make([]float32, n*d)
+	if err := k.Decode(dec, enc, n, d); err != nil {
+		t.Fatal(err)
+	}
+	cos, sin := make([]float32, n*d/2), make([]float32, n*d/2)
+	for i := range cos {
+		a := rng.Float64() * 6
+		cos[i], sin[i] = float32(math.Cos(a)), float32(math.Sin(a))
+	}
+	rot := make([]float32, n*d)
+	if err := k.DecodeRotated(rot, enc, n, d, cos, sin); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(dec)
+	cpu.RoPEBlock(want, want, cos, sin, n, d)
+	if !slices.Equal(rot, want) {
+		t.Error("DecodeRotated differs from Decode then RoPEBlock")
+	}
+	const m, stride = 3, 40
+	w := make([]float32, (m-1)*stride+n)
+	for i := range w {
+		w[i] = rng.Float32()
+	}
+	for _, r := range [][2]int{{0, n}, {5, 17}, {9, 9}} {
+		lo, hi := r[0], r[1]
+		got := make([]float32, m*d)
+		for i := range got {
+			got[i] = 1
+		}
+		if err := k.AddWeighted(got, m, w, stride, enc, n, d, lo, hi); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < m; j++ {
+			for c := 0; c < d; c++ {
+				s := 1.0
+				for i := lo; i < hi; i++ {
+					s += float64(w[j*stride+i]) * float64(dec[i*d+c])
+				}
+				if e := math.Abs(float64(got[j*d+c]) - s); e > 1e-4*(1+math.Abs(s)) {
+					t.Fatalf("rows [%d,%d) weight row %d col %d: %v, want %v", lo, hi, j, c, got[j*d+c], s)
+				}
+			}
+		}
+	}
+}
+
+// TestKakeyaPCErrors: a codec without statistics, another shape, another
+// calibration's blocks and corrupt bytes are errors, never panics.
+func TestKakeyaPCErrors(t *testing.T) {
+	const n, d = 16, 32
+	rng := rand.New(rand.NewPCG(5, 6))
+	blocks := pcBlocks(rng, 20, n, d)
+	k := mustPC(t, 3, pcStats(t, blocks[:10], n, d))
+	other := mustPC(t, 3, pcStats(t, blocks[10:19], n, d))
+	x := blocks[19]
+	enc, err := k.Encode(nil, x, n, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, n*d)
+	bare, err := Parse("kakeya-pc:rate=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bare.Encode(nil, x, n, d); err == nil || !strings.Contains(err.Error(), "calibration") {
+		t.Errorf("encode without statistics: %v, want an error naming the calibration", err)
+	}
+	if err := bare.Decode(out, enc, n, d); err == nil || !strings.Contains(err.Error(), "calibration") {
+		t.Errorf("decode without statistics: %v", err)
+	}
+	if _, err := k.Encode(nil, x[:n*16], n, 16); err == nil || !strings.Contains(err.Error(), "components have 32") {
+		t.Errorf("encode of rows of 16: %v", err)
+	}
+	if err := other.Decode(out, enc, n, d); err == nil || !strings.Contains(err.Error(), "tag") {
+		t.Errorf("decode with another calibration: %v", err)
+	}
+	for i := 0; i < len(enc); i += 7 {
+		bad := slices.Clone(enc)
+		bad[i] ^= 0x24
+		if err := k.Decode(out, bad, n, d); err == nil {
+			t.Errorf("byte %d flipped: decoded", i)
+		}
+	}
+	if err := k.Decode(out, enc[:len(enc)-1], n, d); err == nil {
+		t.Error("truncated block decoded")
+	}
+	for _, o := range []KakeyaPCOptions{{Rate: -1, MaxBits: 4, Block: 64}, {Rate: 2, MaxBits: 7, Block: 64}, {Rate: 2, MaxBits: 4, Block: 0}} {
+		if _, err := NewKakeyaPC(o, nil, nil); err == nil {
+			t.Errorf("options %+v accepted", o)
+		}
+	}
+	huge := slices.Clone(x)
+	huge[5] = 3e4
+	if _, err := k.Encode(nil, huge, n, d); err == nil || !strings.Contains(err.Error(), "too large for fp16") {
+		t.Errorf("value 3e4: %v", err)
+	}
+	st := pcStats(t, blocks[:10], n, d)
+	st.Var[3] = -1
+	if _, err := NewKakeyaPC(DefaultKakeyaPCOptions(), st, nil); err == nil || !strings.Contains(err.Error(), "variance 3") {
+		t.Errorf("negative variance: %v", err)
+	}
+}
+
+// TestKakeyaPCAllocations: steady-state Encode, Decode and AddWeighted
+// allocate nothing.
+func TestKakeyaPCAllocations(t *testing.T) {
+	const n, d = 64, 64
+	rng := rand.New(rand.NewPCG(9, 9))
+	blocks := pcBlocks(rng, 30, n, d)
+	k := mustPC(t, 2.5, pcStats(t, blocks, n, d))
+	enc, err := k.Encode(nil, blocks[0], n, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, len(enc))
+	out := make([]float32, n*d)
+	w := make([]float32, 2*n)
+	acc := make([]float32, 2*d)
+	for name, f := range map[string]func(){
+		"encode":      func() { _, _ = k.Encode(buf[:0], blocks[1], n, d) },
+		"decode":      func() { _ = k.Decode(out, enc, n, d) },
+		"addweighted": func() { _ = k.AddWeighted(acc, 2, w, n, enc, n, d, 0, n) },
+	} {
+		if a := testing.AllocsPerRun(20, f); a != 0 {
+			t.Errorf("%s: %v allocations per call", name, a)
+		}
+	}
+}
+
+// TestPCAAccumulator: the statistics of known blocks, and Merge equal to
+// adding every block to one accumulator.
+func TestPCAAccumulator(t *testing.T) {
+	// Two blocks of two rows in 2-D: within-block deviations only along
+	// the first axis (±1 and ±3: variance 5), block means (0, 2) and
+	// (0, -2) around the mean row 0: between-block variance 4 along the
+	// second.
+	b1 := []float32{1, 2, -1, 2}
+	b2 := []float32{3, -2, -3, -2}
+	a, b := NewPCAAccumulator(2), NewPCAAccumulator(2)
+	for _, x := range []struct {
+		acc *PCAAccumulator
+		x   []float32
+	}{{a, b1}, {b, b2}} {
+		if err := x.acc.AddBlock(x.x, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Merge(b); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(got, want float32) bool { return math.Abs(float64(got-want)) < 1e-5 }
+	if !near(st.Mean[0], 0) || !near(st.Mean[1], 0) {
+		t.Errorf("mean %v, want 0", st.Mean)
+	}
+	if !near(st.Var[0], 5) || !near(st.Var[1], 0) || !near(st.Between[0], 0) || !near(st.Between[1], 4) {
+		t.Errorf("variances %v between %v, want [5 0] and [0 4]", st.Var, st.Between)
+	}
+	if !near(float32(math.Abs(float64(st.Basis[0]))), 1) || !near(st.Basis[1], 0) {
+		t.Errorf("first component %v, want ±(1, 0)", st.Basis[:2])
+	}
+	if err := a.AddBlock([]float32{1, 2, 3}, 2); err == nil {
+		t.Error("block of 3 values for n=2, d=2 accepted")
+	}
+	if err := a.AddBlock([]float32{1, float32(math.NaN())}, 1); err == nil {
+		t.Error("NaN accepted")
+	}
+	if _, err := NewPCAAccumulator(3).Stats(); err == nil {
+		t.Error("statistics of no blocks")
+	}
+}
