@@ -118,12 +118,19 @@ func TestBatchedEqualsSolo(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		pol  kvcache.Policy
+		step int
 	}{
-		{"bf16", kvcache.Policy{HotBF16: true}},
-		{"int8", int8Policy(m.Config().NumLayers)},
+		// Steps of 64 tokens split prompts across steps, which an
+		// uncompressed cache does not notice.
+		{"bf16", kvcache.Policy{HotBF16: true}, 64},
+		// Under a compressing policy a prompt's later chunk attends to
+		// its earlier chunks' encoded blocks, as a decode step does, so
+		// only prompts run whole in one step give a one-step prefill's
+		// logits: steps of 2,048 tokens hold every prompt here.
+		{"int8", int8Policy(m.Config().NumLayers), 2048},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: tc.pol}, KVMemory: 64 << 20, StepTokens: 64})
+			s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: tc.pol}, KVMemory: 64 << 20, StepTokens: tc.step})
 			if err != nil {
 				t.Fatal(err)
 			}
