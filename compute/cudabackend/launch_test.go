@@ -437,10 +437,16 @@ func TestLaunchMatVecMatMul(t *testing.T) {
 	}
 }
 
-// The decode kernels read weights with 16-byte loads.
+// The decode kernels, fused or not, read weights with 16-byte loads.
 func TestMatVecLoads16Bytes(t *testing.T) {
 	ptx := string(kcuda.PTX())
-	for _, k := range []string{"matvec_f32", "matvec_bf16", "matvec_f16"} {
+	var kernels []string
+	for _, k := range []string{"matvec", "norm_qkv", "norm_swiglu", "matvec_add"} {
+		for _, dt := range dtypes {
+			kernels = append(kernels, k+"_"+dtypeSuffix(dt))
+		}
+	}
+	for _, k := range kernels {
 		i := strings.Index(ptx, ".entry "+k+"(")
 		if i < 0 {
 			t.Fatalf("no %s in the PTX", k)

@@ -13,10 +13,13 @@
 // and is tested by emulation against compute/reference.
 #include "prelude.cuh"
 
-// kk_inv_rms returns 1/sqrt(mean(row^2) + eps) of the n input rows of x
-// to every thread, in inv, summed as rmsnorm sums them (a block of 256
-// threads, each taking every 256th column). red is 32 floats of shared
-// memory.
+// kk_inv_rms sets inv[j] (shared memory, visible to every thread after
+// the block's next barrier) to 1/sqrt(mean(row^2) + eps) of each of the n
+// input rows of x, summed as rmsnorm sums them (a block of 256 threads,
+// each taking every 256th column). red is 32 floats of shared memory.
+// inv is in shared memory rather than registers because the staging
+// indexes it by a row computed at run time, which would put a register
+// array in local memory.
 KK_DEVICE void kk_inv_rms(float *inv, const float *x, int n, int cols, float eps, float *red) {
 #pragma unroll
 	for (int j = 0; j < KK_MAXN; j++) {
@@ -26,7 +29,8 @@ KK_DEVICE void kk_inv_rms(float *inv, const float *x, int n, int cols, float eps
 			for (int c = threadIdx.x; c < cols; c += blockDim.x)
 				ss += row[c] * row[c];
 			ss = kk_block_sum(ss, red);
-			inv[j] = 1.0f / __builtin_sqrtf(ss / (float)cols + eps);
+			if (threadIdx.x == 0)
+				inv[j] = 1.0f / __builtin_sqrtf(ss / (float)cols + eps);
 		}
 	}
 }
@@ -36,9 +40,9 @@ KK_DEVICE void kk_inv_rms(float *inv, const float *x, int n, int cols, float eps
 // and row rb of wb when two) with each of the n input rows of x, the input
 // normalised first when g is set (x * inv * g, as rmsnorm writes it). x is
 // staged in shared memory xs chunk columns at a time, as kk_matvec does;
-// every warp stays for the barriers. On return part[warp][0 or 1][j] holds
-// each warp's share: a unit's dot products are the sums over its wpr
-// warps, in warp order.
+// every warp stays for the barriers (the first makes inv visible). On
+// return part[warp][0 or 1][j] holds each warp's share: a unit's dot
+// products are the sums over its wpr warps, in warp order.
 template <int DT, bool TWO>
 KK_DEVICE void kk_dots2(float (*part)[2][KK_MAXN], float *xs, const float *x, const float *g, const float *inv,
                         const void *wa, long long ra, const void *wb, long long rb, bool live, int n, int cols,
@@ -137,7 +141,7 @@ KK_DEVICE void kk_norm_qkv(float *q, float *k, float *v, const float *x, const f
 	int h = ui / half, jj = ui - h * half;
 	const void *w = m == 0 ? wq : m == 1 ? wk : wv;
 	long long ra = (long long)h * d + jj;
-	float inv[KK_MAXN];
+	__shared__ float inv[KK_MAXN];
 	kk_inv_rms(inv, x, n, cols, eps, red);
 	kk_dots2<DT, true>(part, xs, x, g, inv, w, ra, w, ra + half, u < qu + 2 * ku, n, cols, chunk, wpr);
 	// Epilogue: a thread per unit and input row.
@@ -194,7 +198,7 @@ KK_DEVICE void kk_norm_swiglu(float *out, const float *x, const float *g, float 
 	__shared__ float part[8][2][KK_MAXN];
 	int warp = threadIdx.x >> 5, per = (blockDim.x >> 5) / wpr;
 	int r = blockIdx.x * per + warp / wpr;
-	float inv[KK_MAXN];
+	__shared__ float inv[KK_MAXN];
 	kk_inv_rms(inv, x, n, cols, eps, red);
 	kk_dots2<DT, true>(part, xs, x, g, inv, wg, r, wu, r, r < rows, n, cols, chunk, wpr);
 	int t = threadIdx.x;
