@@ -27,6 +27,10 @@ type Fused interface {
 	// (none when bias.Len is 0) to each row, to acc: a projection added to
 	// the residual stream.
 	MatMulAdd(acc, x Buffer, n int, w Weight, bias Buffer) bool
+	// NormMatMul sets out (n rows of w's Rows) to the n rows of x
+	// normalised by RMSNorm (weight norm, eps) times w transposed: the
+	// final norm and the output head.
+	NormMatMul(out, x, norm Buffer, eps float32, n int, w Weight) bool
 }
 
 // QKV is a decoder layer's attention input, for Fused.NormQKV: the

@@ -175,6 +175,12 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		m.matMulAdd(x, gate, tmp, n, l.down, l.downBias)
 	}
 
+	// Final norm and classifier in one fused step where the backend has
+	// it and the rows whose logits are wanted are one run of x.
+	if m.fusedLogits(sc, passes, x, dst) {
+		return -1, nil
+	}
+
 	// Final norm of the rows whose logits are wanted, gathered at the top
 	// of xn (each pass's last row, or all its rows).
 	want := 0
@@ -215,6 +221,44 @@ func (m *Model) fusedQKV(l *layer, q, k, v, x compute.Buffer, passes []pass) boo
 		return false
 	}
 	return m.fused.NormQKV(q, k, v, x, passes[0].n, passes[0].start, &l.qkv)
+}
+
+// fusedLogits writes to dst the logits of the rows the passes want
+// through the backend's fused final norm and classifier
+// (compute.Fused.NormMatMul), and reports whether it did: it does not
+// when the backend has no such step or declines the rows, when no row is
+// wanted, or when the wanted rows are not one run of x (each pass's last
+// rows following the previous pass's).
+func (m *Model) fusedLogits(sc *scratch, passes []pass, x compute.Buffer, dst []float32) bool {
+	if m.fused == nil {
+		return false
+	}
+	lo, want := 0, 0
+	for i, row := 0, 0; i < len(passes); i++ {
+		p := &passes[i]
+		if w := p.wanted(); w > 0 {
+			first := row + p.n - w
+			if want > 0 && first != lo+want {
+				return false
+			}
+			if want == 0 {
+				lo = first
+			}
+			want += w
+		}
+		row += p.n
+	}
+	if want == 0 || want > logitRows {
+		return false
+	}
+	h, vocab := m.cfg.HiddenSize, m.cfg.VocabSize
+	sc.growLogits(m, want)
+	out := sc.logits.Slice(0, want*vocab)
+	if !m.fused.NormMatMul(out, x.Slice(lo*h, (lo+want)*h), m.norm, m.eps, want, m.lmHead) {
+		return false
+	}
+	m.b.Read(dst[:want*vocab], out)
+	return true
 }
 
 // matMulAdd adds x times w transposed, plus bias when the layer has one,

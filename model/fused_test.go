@@ -14,8 +14,8 @@ import (
 // ones. It counts the steps it ran.
 type fusing struct {
 	compute.Backend
-	maxRows                int
-	qkv, swiglu, matMulAdd int
+	maxRows                            int
+	qkv, swiglu, matMulAdd, normMatMul int
 }
 
 func (f *fusing) NormQKV(q, k, v, x compute.Buffer, n, start int, p *compute.QKV) bool {
@@ -74,12 +74,24 @@ func (f *fusing) MatMulAdd(acc, x compute.Buffer, n int, w compute.Weight, bias 
 	return true
 }
 
+func (f *fusing) NormMatMul(out, x, norm compute.Buffer, eps float32, n int, w compute.Weight) bool {
+	if n > f.maxRows {
+		return false
+	}
+	f.normMatMul++
+	xn := f.Alloc(x.Len)
+	f.RMSNorm(xn, x, norm, n, eps)
+	f.MatMul(out, xn, n, w)
+	return true
+}
+
 // A backend's fused steps replace exactly the operations they stand for:
 // with fused steps that run those operations, the logits are the
 // reference backend's bit for bit, for prompts the steps decline and
 // decode steps they run, on every architecture (Qwen2's biases, Qwen3's
 // per-head norms, Llama's rope scaling); and the forward pass uses each
-// step once per layer and decode step.
+// step once per layer and decode step, and the classifier's once per
+// decode step.
 func TestFusedStepsReplaceTheirOperations(t *testing.T) {
 	for name, dir := range tinyModels(t) {
 		t.Run(name, func(t *testing.T) {
@@ -95,7 +107,7 @@ func TestFusedStepsReplaceTheirOperations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.qkv+f.swiglu+f.matMulAdd != 0 {
+			if f.qkv+f.swiglu+f.matMulAdd+f.normMatMul != 0 {
 				t.Fatalf("fused steps ran for a prompt of 11 rows: %+v", f)
 			}
 			got = append(got, decode(t, fusedM, ids)...)
@@ -108,8 +120,8 @@ func TestFusedStepsReplaceTheirOperations(t *testing.T) {
 				}
 			}
 			layers := refM.Config().NumLayers
-			if f.qkv != len(ids)*layers || f.swiglu != len(ids)*layers || f.matMulAdd != 2*len(ids)*layers {
-				t.Errorf("%d decode steps of %d layers ran %d NormQKV, %d NormSwiGLU and %d MatMulAdd", len(ids), layers, f.qkv, f.swiglu, f.matMulAdd)
+			if f.qkv != len(ids)*layers || f.swiglu != len(ids)*layers || f.matMulAdd != 2*len(ids)*layers || f.normMatMul != len(ids) {
+				t.Errorf("%d decode steps of %d layers ran %d NormQKV, %d NormSwiGLU, %d MatMulAdd and %d NormMatMul", len(ids), layers, f.qkv, f.swiglu, f.matMulAdd, f.normMatMul)
 			}
 		})
 	}

@@ -1,7 +1,8 @@
 package cudabackend
 
 // The decode fusions (compute.Fused): a decoder layer's decode step as
-// five kernels, down from about twenty. norm_qkv computes the attention
+// five kernels, down from about twenty, and the final norm with the
+// output head as one (norm_matvec). norm_qkv computes the attention
 // input — RMSNorm, the q/k/v projections and biases, RoPE on q — and
 // writes the new keys and values into the cache; attention follows
 // (attn_split, and attn_combine when the context is split); matvec_add
@@ -148,6 +149,29 @@ func matVecAddLaunch(dt tensor.DType, acc, x, w, bias Ptr, n, rows, cols int) La
 	}
 }
 
+// normMatVecLaunch sets out (n rows of rows values) to xn times w (rows
+// x cols of dt) transposed, xn the RMSNorm of x (n rows of cols) by g and
+// eps. 1 <= n <= maxMatVecRows.
+// Kernel: norm_matvec_<dt>(float *out, const float *x, const float *g, float eps, const T *w, int n,
+// int rows, int cols, int chunk, int wpr).
+func normMatVecLaunch(dt tensor.DType, out, x, g Ptr, eps float32, w Ptr, n, rows, cols int) Launch {
+	positive("norm_matvec", n, rows, cols)
+	if n > maxMatVecRows {
+		panic(fmt.Sprintf("cuda: norm_matvec of %d rows, want 1..%d", n, maxMatVecRows))
+	}
+	int32Of("norm_matvec input", n*cols)
+	int32Of("norm_matvec output", n*rows)
+	chunk, wpr, blocks := unitGeometry("norm_matvec", rows, cols)
+	p := new(args).ptr(out).ptr(x).ptr(g).f32(eps).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
+	return Launch{
+		Kernel: "norm_matvec_" + dtypeSuffix(dt),
+		Grid:   Dim3{blocks, 1, 1},
+		Block:  Dim3{32 * matVecWarps, 1, 1},
+		Shared: uint32(4 * n * chunk),
+		Args:   p.b, Params: p.offs,
+	}
+}
+
 // vecPtr returns the device address of a bias or norm weight, 0 for an
 // empty Buffer (none).
 func vecPtr(buf compute.Buffer) Ptr {
@@ -231,6 +255,21 @@ func (b *Backend) MatMulAdd(acc, x compute.Buffer, n int, w compute.Weight, bias
 			n, wt.rows, wt.cols, acc.Len, x.Len, bias.Len))
 	}
 	b.op(matVecAddLaunch(wt.dt, ptr(acc), ptr(x), wt.mem.ptr, vecPtr(bias), n, wt.rows, wt.cols), false)
+	return true
+}
+
+// NormMatMul runs the final norm and the output head as one norm_matvec
+// kernel (compute.Fused). It declines prefill's many rows.
+func (b *Backend) NormMatMul(out, x, norm compute.Buffer, eps float32, n int, w compute.Weight) bool {
+	if !b.fuses(n) {
+		return false
+	}
+	wt := ownWeight(w)
+	if out.Len < n*wt.rows || x.Len < n*wt.cols || norm.Len != wt.cols {
+		panic(fmt.Sprintf("cuda: NormMatMul of %d rows by a %dx%d weight: buffers of %d and %d values, norm of %d",
+			n, wt.rows, wt.cols, out.Len, x.Len, norm.Len))
+	}
+	b.op(normMatVecLaunch(wt.dt, ptr(out), ptr(x), ptr(norm), eps, wt.mem.ptr, n, wt.rows, wt.cols), false)
 	return true
 }
 

@@ -65,9 +65,9 @@ func decodeKernels(t *testing.T, spec testmodel.Spec, opts Options, prompt, bloc
 // The decode fusions cut the kernels of a decode step (launched directly
 // or inside replayed graphs) more than 3x at Qwen2.5-0.5B's layer
 // structure: from 18 per layer (19 once attention splits the context) to
-// 5 (6), plus the embedding, the final norm and the output head. No
-// kv_write, rope, bias or residual add, or silu_mul runs on its own any
-// more.
+// 5 (6), plus the embedding, and the final norm with the output head (2
+// kernels, 1 fused). No kv_write, rope, bias or residual add, silu_mul,
+// rmsnorm or plain matvec runs any more.
 func TestDecodeKernels(t *testing.T) {
 	qwen := testmodel.Qwen25_05B
 	qwen.Intermediate, qwen.Vocab = 64, 256 // the kernels do not depend on these sizes
@@ -77,9 +77,9 @@ func TestDecodeKernels(t *testing.T) {
 		prompt, block int
 		before, after float64
 	}{
-		{"qwen2.5-0.5B/context 20", qwen, 20, 64, 435, 123},            // attention in one split: 3 + 24*18, 3 + 24*5
-		{"qwen2.5-0.5B/context 400", qwen, 400, 64, 459, 147},          // split, with attn_combine: 3 + 24*19, 3 + 24*6
-		{"qwen2-tiny/context 20", testmodel.Qwen2Tiny, 20, 16, 41, 15}, // 2 layers: the fixed 3 weigh more
+		{"qwen2.5-0.5B/context 20", qwen, 20, 64, 435, 122},            // attention in one split: 3 + 24*18, 2 + 24*5
+		{"qwen2.5-0.5B/context 400", qwen, 400, 64, 459, 146},          // split, with attn_combine: 3 + 24*19, 2 + 24*6
+		{"qwen2-tiny/context 20", testmodel.Qwen2Tiny, 20, 16, 41, 14}, // 2 layers: the fixed kernels weigh more
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, was := decodeKernels(t, tc.spec, Options{NoFusion: true}, tc.prompt, tc.block)
@@ -91,8 +91,8 @@ func TestDecodeKernels(t *testing.T) {
 			if tc.spec.Layers >= 24 && before < 3*after {
 				t.Errorf("the fusions cut the kernels of a decode step %.2fx, want at least 3x", before/after)
 			}
-			for _, k := range []string{"kv_write", "rope", "add", "add_rows", "silu_mul", "matvec_bf16"} {
-				if n := strings.Count(" "+is, " "+k+":"); (n > 0) != (k == "matvec_bf16") {
+			for _, k := range []string{"kv_write", "rope", "add", "add_rows", "silu_mul", "rmsnorm", "matvec_bf16"} {
+				if n := strings.Count(" "+is, " "+k+":"); n > 0 {
 					t.Errorf("%s in the fused decode steps: %s", k, is)
 				}
 			}
@@ -239,9 +239,9 @@ func TestFusedNormQKV(t *testing.T) {
 	}
 }
 
-// norm_swiglu and matvec_add compute what the separate operations
-// compute, by the reference, with and without biases.
-func TestFusedSwiGLUAndMatVecAdd(t *testing.T) {
+// norm_swiglu, matvec_add and norm_matvec compute what the separate
+// operations compute, by the reference, with and without biases.
+func TestFusedMatVecs(t *testing.T) {
 	m := newDevMem(t)
 	const eps = 1e-5
 	type size struct{ n, rows, cols int }
@@ -265,6 +265,9 @@ func TestFusedSwiGLUAndMatVecAdd(t *testing.T) {
 					want := refProj(xn, matG, bg, sz.n)
 					ref.SiLUMul(want, refProj(xn, matU, bu, sz.n))
 
+					// norm_matvec: xn wg^T.
+					wantHead := refProj(xn, matG, nil, sz.n)
+
 					// matvec_add: acc += x wg^T + bg.
 					acc := randF32(r, sz.n*sz.rows, 1)
 					wantAcc := refBuf(acc)
@@ -278,6 +281,11 @@ func TestFusedSwiGLUAndMatVecAdd(t *testing.T) {
 						accp := m.f32(acc)
 						runLaunches(t, seed, matVecAddLaunch(dt, accp, xp, wgp, bgp, sz.n, sz.rows, sz.cols))
 						checkClose(t, "matvec_add", m.read(accp, sz.n*sz.rows), refRead(wantAcc), 1e-5)
+						if !biased { // norm_matvec has no bias
+							head := m.f32(make([]float32, sz.n*sz.rows))
+							runLaunches(t, seed, normMatVecLaunch(dt, head, xp, gp, eps, wgp, sz.n, sz.rows, sz.cols))
+							checkClose(t, "norm_matvec", m.read(head, sz.n*sz.rows), refRead(wantHead), 1e-5)
+						}
 					}
 				})
 			}
@@ -323,10 +331,10 @@ func TestFusedForward(t *testing.T) {
 			}
 			t.Logf("separate: %s\nfused: %s", kernels[0], kernels[1])
 			has := func(k string) bool { return countOf(kernels[1], k) > 0 }
-			if !has("norm_swiglu_") || !has("matvec_add_") || has("silu_mul") || has("add") {
+			qkNorm := name == "qwen3"
+			if !has("norm_swiglu_") || !has("matvec_add_") || !has("norm_matvec_") || has("silu_mul") || has("add") || has("rmsnorm") != qkNorm {
 				t.Errorf("the feed-forward and projections did not run fused: %s", kernels[1])
 			}
-			qkNorm := name == "qwen3"
 			if has("norm_qkv_") == qkNorm || has("rope") != qkNorm {
 				t.Errorf("norm_qkv ran %v, rope %v, for per-head norms %v: %s", has("norm_qkv_"), has("rope"), qkNorm, kernels[1])
 			}

@@ -441,7 +441,7 @@ func TestLaunchMatVecMatMul(t *testing.T) {
 func TestMatVecLoads16Bytes(t *testing.T) {
 	ptx := string(kcuda.PTX())
 	var kernels []string
-	for _, k := range []string{"matvec", "norm_qkv", "norm_swiglu", "matvec_add"} {
+	for _, k := range []string{"matvec", "norm_qkv", "norm_swiglu", "matvec_add", "norm_matvec"} {
 		for _, dt := range dtypes {
 			kernels = append(kernels, k+"_"+dtypeSuffix(dt))
 		}
@@ -801,7 +801,8 @@ func sampleLaunches() []Launch {
 			normQKVLaunch(qkvArgs{N: maxMatVecRows, Heads: 64, KVHeads: 8, HeadDim: 128, Cols: 8192, Start: 32760, Row: 56, Format: partBF16, dt: dt}),
 			normQKVLaunch(qkvArgs{N: 1, Heads: 1, KVHeads: 1, HeadDim: 2, Cols: 1, dt: dt}),
 			normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, maxMatVecRows, 29568, 8192), normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, 1, 1, 1),
-			matVecAddLaunch(dt, 0, 0, 0, 0, maxMatVecRows, 8192, 29568), matVecAddLaunch(dt, 0, 0, 0, 0, 1, 1, 1))
+			matVecAddLaunch(dt, 0, 0, 0, 0, maxMatVecRows, 8192, 29568), matVecAddLaunch(dt, 0, 0, 0, 0, 1, 1, 1),
+			normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, maxMatVecRows, 152064, 8192), normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, 1, 1, 1))
 	}
 	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
 		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16))

@@ -6,7 +6,8 @@
 //     on q and the new keys and values written into the KV cache;
 //   - norm_swiglu: RMSNorm, the gate and up projections, their biases and
 //     silu(gate)*up;
-//   - matvec_add: a projection and its bias added to the residual stream.
+//   - matvec_add: a projection and its bias added to the residual stream;
+//   - norm_matvec: the final RMSNorm and the output head.
 //
 // Each computes what the separate kernels compute, in the same float32
 // operations (the normalised row is staged exactly as rmsnorm writes it),
@@ -240,6 +241,29 @@ KK_DEVICE void kk_matvec_add(float *acc, const float *x, const void *w, const fl
 	acc[(long long)j * rows + r] += s;
 }
 
+// norm_matvec: out (n rows of rows values) = xn*w^T for xn the RMSNorm of
+// x (weight g): the final norm and the output head. A unit is one output
+// row.
+template <int DT>
+KK_DEVICE void kk_norm_matvec(float *out, const float *x, const float *g, float eps, const void *w, int n, int rows,
+                              int cols, int chunk, int wpr) {
+	KK_DYN_SHARED(float, xs);
+	__shared__ float red[32];
+	__shared__ float inv[KK_MAXN];
+	__shared__ float part[8][2][KK_MAXN];
+	int warp = threadIdx.x >> 5, per = (blockDim.x >> 5) / wpr;
+	int r = blockIdx.x * per + warp / wpr;
+	kk_inv_rms(inv, x, n, cols, eps, red);
+	kk_dots2<DT, false>(part, xs, x, g, inv, w, r, w, r, r < rows, n, cols, chunk, wpr);
+	int t = threadIdx.x;
+	if (t >= per * n)
+		return;
+	int lu = t / n, j = t - lu * n;
+	r = blockIdx.x * per + lu;
+	if (r < rows)
+		out[(long long)j * rows + r] = kk_unit_sum(part, lu * wpr, wpr, 0, j);
+}
+
 #define KK_FUSED(DT, sfx, T)                                                                                        \
 	KK_KERNEL void __launch_bounds__(256)                                                                            \
 	    norm_qkv_##sfx(float *q, float *k, float *v, const float *x, const float *g, float eps, const T *wq,          \
@@ -257,6 +281,11 @@ KK_DEVICE void kk_matvec_add(float *acc, const float *x, const void *w, const fl
 	KK_KERNEL void __launch_bounds__(256) matvec_add_##sfx(float *acc, const float *x, const T *w, const float *bias, \
 	                                                       int n, int rows, int cols, int chunk, int wpr) {          \
 		kk_matvec_add<DT>(acc, x, w, bias, n, rows, cols, chunk, wpr);                                               \
+	}                                                                                                                \
+	KK_KERNEL void __launch_bounds__(256) norm_matvec_##sfx(float *out, const float *x, const float *g, float eps,   \
+	                                                        const T *w, int n, int rows, int cols, int chunk,       \
+	                                                        int wpr) {                                               \
+		kk_norm_matvec<DT>(out, x, g, eps, w, n, rows, cols, chunk, wpr);                                            \
 	}
 KK_FUSED(kkF32, f32, float)
 KK_FUSED(kkBF16, bf16, kk_u16)
