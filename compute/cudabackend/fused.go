@@ -72,19 +72,7 @@ func unitGeometry(what string, units, cols int) (chunk, wpr int, blocks uint32) 
 // int heads, int kv_heads, int d, int cols, int start, const float *cos, const float *sin,
 // const uint64 *tab, int row, int fmt, int chunk, int wpr).
 func normQKVLaunch(a qkvArgs) Launch {
-	positive("norm_qkv", a.N, a.Heads, a.KVHeads, a.HeadDim, a.Cols)
-	switch {
-	case a.N > maxMatVecRows:
-		panic(fmt.Sprintf("cuda: norm_qkv of %d rows, want 1..%d", a.N, maxMatVecRows))
-	case a.HeadDim%2 != 0 || a.Start < 0 || a.Row < 0:
-		panic(fmt.Sprintf("cuda: norm_qkv of head dim %d at position %d, cache row %d", a.HeadDim, a.Start, a.Row))
-	case a.Format != partF32 && a.Format != partBF16:
-		panic(fmt.Sprintf("cuda: norm_qkv into parts of format %d", a.Format))
-	}
-	int32Of("norm_qkv input", a.N*a.Cols)
-	int32Of("norm_qkv weights", a.Heads*a.HeadDim*a.Cols)
-	int32Of("norm_qkv positions", (a.Start+a.N)*a.HeadDim/2)
-	int32Of("norm_qkv cache rows", (a.Row+a.N)*a.HeadDim)
+	a.check()
 	units := (a.Heads + 2*a.KVHeads) * a.HeadDim / 2
 	chunk, wpr, blocks := unitGeometry("norm_qkv", units, a.Cols)
 	p := new(args).ptr(a.Q).ptr(a.K).ptr(a.V).ptr(a.X).ptr(a.Norm).f32(a.Eps).
@@ -99,6 +87,24 @@ func normQKVLaunch(a qkvArgs) Launch {
 		Shared: uint32(4 * a.N * chunk),
 		Args:   p.b, Params: p.offs,
 	}
+}
+
+// check panics unless the kernel takes a's sizes (see normQKVLaunch).
+func (a *qkvArgs) check() {
+	positive("norm_qkv", a.N, a.Heads, a.KVHeads, a.HeadDim, a.Cols)
+	switch {
+	case a.N > maxMatVecRows:
+		panic(fmt.Sprintf("cuda: norm_qkv of %d rows, want 1..%d", a.N, maxMatVecRows))
+	case a.HeadDim%2 != 0 || a.Start < 0 || a.Row < 0:
+		panic(fmt.Sprintf("cuda: norm_qkv of head dim %d at position %d, cache row %d", a.HeadDim, a.Start, a.Row))
+	case a.Format != partF32 && a.Format != partBF16:
+		panic(fmt.Sprintf("cuda: norm_qkv into parts of format %d", a.Format))
+	}
+	int32Of("norm_qkv input", a.N*a.Cols)
+	int32Of("norm_qkv weights", a.Heads*a.HeadDim*a.Cols)
+	int32Of("norm_qkv positions", (a.Start+a.N)*a.HeadDim/2)
+	int32Of("norm_qkv cache rows", (a.Row+a.N)*a.HeadDim)
+	dtypeSuffix(a.dt)
 }
 
 // normSwiGLULaunch sets out (n rows of rows values) to silu(xn wg^T + bg)
@@ -212,7 +218,7 @@ func (b *Backend) NormQKV(q, k, v, x compute.Buffer, n, start int, p *compute.QK
 		N: n, Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: p.HeadDim, Cols: cols, Start: start,
 		Cos: ptr(p.Cos), Sin: ptr(p.Sin), dt: wq.dt,
 	}
-	normQKVLaunch(a) // check the arguments now, in the caller's frame
+	a.check() // now, in the caller's frame, rather than when it launches
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
