@@ -10,14 +10,15 @@ package compute
 // replaces up to float32 rounding, and it records its failures for Err as
 // they do.
 type Fused interface {
-	// NormQKV sets q, k and v (n rows of p.Heads, p.KVHeads and p.KVHeads
-	// heads of p.HeadDim values) to the n rows of x normalised by RMSNorm
-	// (weight p.Norm, p.Eps) times p.Q, p.K and p.V transposed, plus
-	// their biases; then normalises each head of q and k by RMSNorm
-	// (p.QNorm, p.KNorm) when the layer has those weights, and rotates
-	// q's heads at positions start.. by p.Cos and p.Sin as RoPE does. k
-	// is left unrotated, as the KV cache stores it.
-	NormQKV(q, k, v, x Buffer, n, start int, p *QKV) bool
+	// NormQKV sets q, k and v (n = len(pos) rows of p.Heads, p.KVHeads
+	// and p.KVHeads heads of p.HeadDim values) to the n rows of x
+	// normalised by RMSNorm (weight p.Norm, p.Eps) times p.Q, p.K and p.V
+	// transposed, plus their biases; then normalises each head of q and k
+	// by RMSNorm (p.QNorm, p.KNorm) when the layer has those weights, and
+	// rotates the heads of row i of q at position pos[i] by p.Cos and
+	// p.Sin as RoPE does (a step's rows may be several sequences'). k is
+	// left unrotated, as the KV cache stores it.
+	NormQKV(q, k, v, x Buffer, pos []int, p *QKV) bool
 	// NormSwiGLU sets gate (n rows of p.Gate's Rows) to silu(xn Wg^T + bg)
 	// * (xn Wu^T + bu), xn being the n rows of x normalised by RMSNorm
 	// (weight p.Norm, p.Eps): a SwiGLU feed-forward up to its down

@@ -44,6 +44,7 @@ type scratch struct {
 	gate, up                 compute.Buffer
 	logits                   compute.Buffer // logitRows rows of vocab_size at most
 	ids                      []int          // the step's ids, so no caller's slice escapes to the backend
+	pos                      []int          // the step's rows' positions, for Fused.NormQKV
 	obsQ, obsK               []float32      // q and k on the host for Options.Observe
 }
 
@@ -59,7 +60,7 @@ func (sc *scratch) grow(m *Model, n int) {
 	sc.q, sc.att = b.Alloc(n*qd), b.Alloc(n*qd)
 	sc.k, sc.v = b.Alloc(n*kvd), b.Alloc(n*kvd)
 	sc.gate, sc.up = b.Alloc(n*c.IntermediateSize), b.Alloc(n*c.IntermediateSize)
-	sc.ids = make([]int, 0, n)
+	sc.ids, sc.pos = make([]int, 0, n), make([]int, 0, n)
 	if m.observe != nil {
 		sc.obsQ, sc.obsK = make([]float32, n*qd), make([]float32, n*kvd)
 	}
@@ -112,8 +113,8 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		// Attention: normalise the stream, project it to queries, keys and
 		// values (Qwen2 adds biases; Qwen3 normalises each head of q and k).
 		// A backend with fused steps does it all in one, rotating the
-		// queries too when the step is one sequence's (rotated).
-		rotated := m.fusedQKV(l, q, k, v, x, passes)
+		// queries too (rotated).
+		rotated := m.fusedQKV(l, sc, q, k, v, x, passes)
 		if !rotated {
 			b.RMSNorm(xn, x, l.inNorm, n, m.eps)
 			b.MatMul(q, xn, n, l.q)
@@ -212,15 +213,21 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 }
 
 // fusedQKV runs a layer's attention input as the backend's one fused step
-// (compute.Fused.NormQKV), queries rotated, and reports whether it did: it
-// does not when the backend has no such step or declines these rows, nor
-// for a step of several sequences (each rotates at its own positions) or
-// one whose queries and keys Options.Observe must see before RoPE.
-func (m *Model) fusedQKV(l *layer, q, k, v, x compute.Buffer, passes []pass) bool {
-	if m.fused == nil || len(passes) != 1 || m.observe != nil {
+// (compute.Fused.NormQKV), each row's queries rotated at its sequence's
+// position, and reports whether it did: it does not when the backend has
+// no such step or declines these rows, nor for a step whose queries and
+// keys Options.Observe must see before RoPE.
+func (m *Model) fusedQKV(l *layer, sc *scratch, q, k, v, x compute.Buffer, passes []pass) bool {
+	if m.fused == nil || m.observe != nil {
 		return false
 	}
-	return m.fused.NormQKV(q, k, v, x, passes[0].n, passes[0].start, &l.qkv)
+	sc.pos = sc.pos[:0]
+	for i := range passes {
+		for r := range passes[i].n {
+			sc.pos = append(sc.pos, passes[i].start+r)
+		}
+	}
+	return m.fused.NormQKV(q, k, v, x, sc.pos, &l.qkv)
 }
 
 // fusedLogits writes to dst the logits of the rows the passes want

@@ -18,7 +18,8 @@ type fusing struct {
 	qkv, swiglu, matMulAdd, normMatMul int
 }
 
-func (f *fusing) NormQKV(q, k, v, x compute.Buffer, n, start int, p *compute.QKV) bool {
+func (f *fusing) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) bool {
+	n := len(pos)
 	if n > f.maxRows {
 		return false
 	}
@@ -37,7 +38,17 @@ func (f *fusing) NormQKV(q, k, v, x compute.Buffer, n, start int, p *compute.QKV
 		f.RMSNorm(q, q, p.QNorm, n*p.Heads, p.Eps)
 		f.RMSNorm(k, k, p.KNorm, n*p.KVHeads, p.Eps)
 	}
-	f.RoPE(q, n, p.Heads, p.HeadDim, start, p.Cos, p.Sin)
+	// Each run of consecutive positions (a sequence's rows) as the
+	// forward pass rotates it.
+	qd := p.Heads * p.HeadDim
+	for i := 0; i < n; {
+		r := 1
+		for i+r < n && pos[i+r] == pos[i]+r {
+			r++
+		}
+		f.RoPE(q.Slice(i*qd, (i+r)*qd), r, p.Heads, p.HeadDim, pos[i], p.Cos, p.Sin)
+		i += r
+	}
 	return true
 }
 
@@ -124,5 +135,57 @@ func TestFusedStepsReplaceTheirOperations(t *testing.T) {
 				t.Errorf("%d decode steps of %d layers ran %d NormQKV, %d NormSwiGLU, %d MatMulAdd and %d NormMatMul", len(ids), layers, f.qkv, f.swiglu, f.matMulAdd, f.normMatMul)
 			}
 		})
+	}
+}
+
+// A step of several sequences hands the fused attention input every
+// row's own position: batched decode steps through the fused steps give
+// the reference backend's batched logits bit for bit.
+func TestFusedStepsBatched(t *testing.T) {
+	dir := tinyModels(t)["qwen2"]
+	var logits [2][][]float32
+	f := &fusing{Backend: refbackend.Backend{}, maxRows: 4}
+	for i, b := range []compute.Backend{refbackend.Backend{}, f} {
+		m := load(t, dir, Options{Backend: b, BlockSize: 4})
+		bt, err := m.NewBatch(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []*Sequence
+		for range 3 {
+			s, err := m.NewSequence()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			seqs = append(seqs, s)
+		}
+		vocab := m.Config().VocabSize
+		for st := range 6 {
+			var items []BatchItem
+			for j, s := range seqs {
+				ids := []int{(st*7 + j*13 + 1) % vocab}
+				if st == 0 {
+					ids = testIDs(2+3*j, vocab) // prompts of 2, 5 and 8 tokens
+				}
+				items = append(items, BatchItem{Seq: s, IDs: ids})
+			}
+			if err := bt.Forward(items); err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range items {
+				logits[i] = append(logits[i], append([]float32(nil), it.Logits...))
+			}
+		}
+	}
+	for p := range logits[0] {
+		for j := range logits[0][p] {
+			if logits[1][p][j] != logits[0][p][j] {
+				t.Fatalf("row %d, logit %d: %v with fused steps, %v without", p, j, logits[1][p][j], logits[0][p][j])
+			}
+		}
+	}
+	if f.qkv == 0 || f.normMatMul == 0 {
+		t.Errorf("the batched decode steps ran %d NormQKV and %d NormMatMul", f.qkv, f.normMatMul)
 	}
 }

@@ -93,6 +93,10 @@ type Backend struct {
 	ids    []int32 // Embed's ids on the host
 	idsDev Ptr     // and on the device
 	idsCap int     // ids idsDev holds
+
+	posHost []int32 // NormQKV's last positions of several sequences' rows
+	posDev  Ptr     // and on the device
+	posCap  int     // positions posDev holds
 }
 
 var (

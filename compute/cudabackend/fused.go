@@ -32,8 +32,9 @@ var _ compute.Fused = (*Backend)(nil)
 // qkvArgs are one norm_qkv launch: X (N rows of Cols) normalised by Norm
 // and Eps, projected by WQ, WK and WV (of one dtype) plus biases BQ, BK,
 // BV (0 for none) into Q, K and V (N rows of Heads, KVHeads and KVHeads
-// heads of HeadDim values), Q rotated at positions Start.. by Cos and Sin
-// (HeadDim/2 values per position). When Tab is set, K and V are also
+// heads of HeadDim values), Q rotated at positions Start.. (or row i at
+// position Pos[i] when Pos is set: a device array of N int32) by Cos and
+// Sin (HeadDim/2 values per position). When Tab is set, K and V are also
 // written to rows Row.. of the hot parts whose addresses Tab holds (the
 // KVHeads key parts, then the value parts), of format Format (partF32 or
 // partBF16).
@@ -44,6 +45,7 @@ type qkvArgs struct {
 	BQ, BK, BV           Ptr
 	N, Heads, KVHeads    int
 	HeadDim, Cols, Start int
+	Pos                  Ptr
 	Cos, Sin             Ptr
 	Tab                  Ptr
 	Row                  int
@@ -69,7 +71,7 @@ func unitGeometry(what string, units, cols int) (chunk, wpr int, blocks uint32) 
 // thread. 1 <= N <= maxMatVecRows.
 // Kernel: norm_qkv_<dt>(float *q, float *k, float *v, const float *x, const float *g, float eps,
 // const T *wq, const T *wk, const T *wv, const float *bq, const float *bk, const float *bv, int n,
-// int heads, int kv_heads, int d, int cols, int start, const float *cos, const float *sin,
+// int heads, int kv_heads, int d, int cols, int start, const int *pos, const float *cos, const float *sin,
 // const uint64 *tab, int row, int fmt, int chunk, int wpr).
 func normQKVLaunch(a qkvArgs) Launch {
 	a.check()
@@ -78,7 +80,7 @@ func normQKVLaunch(a qkvArgs) Launch {
 	p := new(args).ptr(a.Q).ptr(a.K).ptr(a.V).ptr(a.X).ptr(a.Norm).f32(a.Eps).
 		ptr(a.WQ).ptr(a.WK).ptr(a.WV).ptr(a.BQ).ptr(a.BK).ptr(a.BV).
 		i32("n", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).i32("head dim", a.HeadDim).i32("cols", a.Cols).
-		i32("start", a.Start).ptr(a.Cos).ptr(a.Sin).ptr(a.Tab).i32("row", a.Row).i32("format", int(a.Format)).
+		i32("start", a.Start).ptr(a.Pos).ptr(a.Cos).ptr(a.Sin).ptr(a.Tab).i32("row", a.Row).i32("format", int(a.Format)).
 		i32("chunk", chunk).i32("wpr", wpr)
 	return Launch{
 		Kernel: "norm_qkv_" + dtypeSuffix(a.dt),
@@ -193,10 +195,14 @@ func (b *Backend) fuses(n int) bool { return !b.noFusion && n >= 1 && n <= maxMa
 // NormQKV runs a layer's attention input as one norm_qkv kernel
 // (compute.Fused), held back until the next device operation so that it
 // also makes the cache writes of k and v that follow it (see the file's
-// comment). It declines prefill's many rows, Qwen3's per-head norms (the
-// norm needs a whole head, which one kernel's blocks do not hold), and
-// projections of different dtypes or shapes other than the geometry's.
-func (b *Backend) NormQKV(q, k, v, x compute.Buffer, n, start int, p *compute.QKV) bool {
+// comment) when its rows are one sequence's. Rows of several sequences
+// take their positions from a device copy of pos, uploaded when they
+// change (once per step), and their cache writes go through kv_write. It
+// declines prefill's many rows, Qwen3's per-head norms (the norm needs a
+// whole head, which one kernel's blocks do not hold), and projections of
+// different dtypes.
+func (b *Backend) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) bool {
+	n := len(pos)
 	if !b.fuses(n) || p.QNorm.Len > 0 || p.KNorm.Len > 0 || p.HeadDim%2 != 0 {
 		return false
 	}
@@ -212,11 +218,22 @@ func (b *Backend) NormQKV(q, k, v, x compute.Buffer, n, start int, p *compute.QK
 	case q.Len < n*qRows || k.Len < n*kvRows || v.Len < n*kvRows || x.Len < n*cols:
 		panic(fmt.Sprintf("cuda: NormQKV of %d rows into buffers of %d, %d and %d values from %d", n, q.Len, k.Len, v.Len, x.Len))
 	}
+	consecutive, last := true, 0
+	for i, at := range pos {
+		if at < 0 || (at+1)*p.HeadDim/2 > min(p.Cos.Len, p.Sin.Len) {
+			panic(fmt.Sprintf("cuda: NormQKV at position %d with RoPE tables of %d and %d values", at, p.Cos.Len, p.Sin.Len))
+		}
+		consecutive = consecutive && at == pos[0]+i
+		last = max(last, at)
+	}
 	a := qkvArgs{
 		Q: ptr(q), K: ptr(k), V: ptr(v), X: ptr(x), Norm: ptr(p.Norm), Eps: p.Eps,
 		WQ: wq.mem.ptr, WK: wk.mem.ptr, WV: wv.mem.ptr, BQ: vecPtr(p.QBias), BK: vecPtr(p.KBias), BV: vecPtr(p.VBias),
-		N: n, Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: p.HeadDim, Cols: cols, Start: start,
+		N: n, Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: p.HeadDim, Cols: cols, Start: pos[0],
 		Cos: ptr(p.Cos), Sin: ptr(p.Sin), dt: wq.dt,
+	}
+	if !consecutive {
+		a.Start = last + 1 - n // only checked: the kernel reads Pos
 	}
 	a.check() // now, in the caller's frame, rather than when it launches
 	b.mu.Lock()
@@ -225,8 +242,48 @@ func (b *Backend) NormQKV(q, k, v, x compute.Buffer, n, start int, p *compute.QK
 		return true
 	}
 	b.flush() // what was queued runs first
+	if !consecutive {
+		var err error
+		if a.Pos, err = b.positions(pos); err != nil {
+			b.fail(err)
+			return true
+		}
+	}
 	b.held, b.holding = a, true
 	return true
+}
+
+// positions returns a device copy of pos as int32, uploading it only when
+// it differs from the last one (a step's layers share it). Called with mu
+// held and the launch queue flushed.
+func (b *Backend) positions(pos []int) (Ptr, error) {
+	same := len(pos) == len(b.posHost)
+	for i := 0; same && i < len(pos); i++ {
+		same = int(b.posHost[i]) == pos[i]
+	}
+	if same && b.posDev != 0 {
+		return b.posDev, nil
+	}
+	if b.posCap < len(pos) {
+		if b.posDev != 0 {
+			b.freeLater(b.posDev) // queued work may still read it
+		}
+		b.posDev, b.posCap = 0, 0
+		p, err := b.allocRaw(4 * max(len(pos), 64))
+		if err != nil {
+			return 0, fmt.Errorf("cuda: NormQKV positions of %d rows: %w", len(pos), err)
+		}
+		b.posDev, b.posCap = p, max(len(pos), 64)
+	}
+	b.posHost = b.posHost[:0]
+	for _, at := range pos {
+		b.posHost = append(b.posHost, int32(at))
+	}
+	if err := b.drv.copyIn(b.posDev, bytesOf(b.posHost)); err != nil {
+		b.posHost = b.posHost[:0]
+		return 0, err
+	}
+	return b.posDev, nil
 }
 
 // NormSwiGLU runs a layer's feed-forward up to its down projection as one
@@ -288,7 +345,10 @@ func (b *Backend) launchHeld() {
 	if b.err != nil {
 		return
 	}
-	if n := b.foldWrites(&a); n > 0 {
+	// Rows of several sequences (Pos set) have their writes made by
+	// kv_write.
+	if a.Pos == 0 {
+		n := b.foldWrites(&a)
 		rest := copy(b.writes, b.writes[n:])
 		clear(b.writes[rest:]) // hold no store or part
 		b.writes = b.writes[:rest]

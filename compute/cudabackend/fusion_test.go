@@ -139,7 +139,7 @@ func refProj(x compute.Buffer, mat tensor.Mat, bias []float32, n int) compute.Bu
 // and writes k and v into rows row.. of the cache's parts, float32 or
 // rounded to bf16 exactly as kv_write rounds (checked against the k and v
 // it wrote), leaving their other rows alone; without a table it writes
-// no part.
+// no part; rows of several sequences are rotated at their own positions.
 func TestFusedNormQKV(t *testing.T) {
 	m := newDevMem(t)
 	const eps = 1e-6
@@ -161,7 +161,7 @@ func TestFusedNormQKV(t *testing.T) {
 				if row+sz.n > sz.bs {
 					row = 0
 				}
-				cos, sin := ropeTables(start+sz.n, sz.d)
+				cos, sin := ropeTables(start+3*sz.n, sz.d) // for the scattered positions too
 
 				xn := refNorm(x, g, sz.n, eps)
 				wantQ := refProj(xn, matQ, bq, sz.n)
@@ -219,6 +219,23 @@ func TestFusedNormQKV(t *testing.T) {
 						}
 					}
 				}
+				// Rows of several sequences: row i at position
+				// start+3i, from a device array.
+				if sz.n > 1 {
+					pos := make([]int32, sz.n)
+					want := refRead(refProj(xn, matQ, bq, sz.n))
+					for i := range pos {
+						pos[i] = int32(start + 3*i)
+						row := refBuf(want[i*qd : (i+1)*qd])
+						reference.Backend{}.RoPE(row, 1, sz.heads, sz.d, int(pos[i]), refBuf(cos), refBuf(sin))
+						copy(want[i*qd:], refRead(row))
+					}
+					c := a
+					c.Tab, c.Pos, c.Q = 0, m.i32(pos), m.f32(make([]float32, sz.n*qd))
+					runLaunches(t, 2, normQKVLaunch(c))
+					checkClose(t, "q at scattered positions", m.read(c.Q, sz.n*qd), want, 1e-5)
+				}
+
 				// Without a table the same launch writes no part.
 				snap := make([][]byte, len(parts))
 				for e := range parts {

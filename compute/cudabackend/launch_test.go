@@ -799,7 +799,7 @@ func sampleLaunches() []Launch {
 			matVecLaunch(dt, 0, 0, 0, maxMatVecRows, 151936, 8192), matVecLaunch(dt, 0, 0, 0, 1, 64, 64),
 			matMulLaunch(dt, 0, 0, 0, 4096, 8192, 8192),
 			normQKVLaunch(qkvArgs{N: maxMatVecRows, Heads: 64, KVHeads: 8, HeadDim: 128, Cols: 8192, Start: 32760, Row: 56, Format: partBF16, dt: dt}),
-			normQKVLaunch(qkvArgs{N: 1, Heads: 1, KVHeads: 1, HeadDim: 2, Cols: 1, dt: dt}),
+			normQKVLaunch(qkvArgs{N: 1, Heads: 1, KVHeads: 1, HeadDim: 2, Cols: 1, Pos: 1, dt: dt}),
 			normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, maxMatVecRows, 29568, 8192), normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, 1, 1, 1),
 			matVecAddLaunch(dt, 0, 0, 0, 0, maxMatVecRows, 8192, 29568), matVecAddLaunch(dt, 0, 0, 0, 0, 1, 1, 1),
 			normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, maxMatVecRows, 152064, 8192), normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, 1, 1, 1))

@@ -371,7 +371,8 @@ func (k *kernelBench) fused() {
 			p := compute.QKV{Norm: gb, Eps: eps, Q: tq, K: tk, V: tv, QBias: upload(b, bq), KBias: upload(b, bk), VBias: upload(b, bv),
 				Heads: s.Heads, KVHeads: s.KVHeads, HeadDim: d, Cos: upload(b, cos), Sin: upload(b, sin)}
 			qb, kb, vb := b.Alloc(qd), b.Alloc(kvd), b.Alloc(kvd)
-			per, reps := k.timeOp(vb, func() { b.NormQKV(qb, kb, vb, xb, 1, start, &p) })
+			pos := []int{start}
+			per, reps := k.timeOp(vb, func() { b.NormQKV(qb, kb, vb, xb, pos, &p) })
 			want := make([]float64, 0, qd+2*kvd)
 			pq := refMatVec(wq, qd, h, xn)
 			half := d / 2

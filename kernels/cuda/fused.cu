@@ -118,9 +118,10 @@ KK_DEVICE float kk_unit_sum(float (*part)[2][KK_MAXN], int w0, int wpr, int k, i
 
 // norm_qkv: RMSNorm of x (weight g), then the q, k and v projections plus
 // their biases (bq, bk, bv; null for none); q's heads are rotated at
-// positions start.. (RoPE, rotate-half pairing, d/2 cos and sin values
-// per position), k and v are written unrotated to k and v and, when tab is
-// set, to rows row.. of the cache's hot parts: tab holds the part
+// positions start.. (or, when pos is set, row j at position pos[j], rows
+// of several sequences), RoPE with rotate-half pairing and d/2 cos and
+// sin values per position; k and v are written unrotated to k and v and,
+// when tab is set, to rows row.. of the cache's hot parts: tab holds the part
 // addresses of the kv_heads heads' keys, then of their values, float32
 // (fmt 0) or bf16 (fmt 1, rounded as kv_write rounds). A unit is a pair of
 // rows (j, j + d/2) of one head, so that the rotation's two values meet in
@@ -128,8 +129,8 @@ KK_DEVICE float kk_unit_sum(float (*part)[2][KK_MAXN], int w0, int wpr, int k, i
 template <int DT>
 KK_DEVICE void kk_norm_qkv(float *q, float *k, float *v, const float *x, const float *g, float eps, const void *wq,
                            const void *wk, const void *wv, const float *bq, const float *bk, const float *bv, int n,
-                           int heads, int kv_heads, int d, int cols, int start, const float *cos, const float *sin,
-                           const kk_u64 *tab, int row, int fmt, int chunk, int wpr) {
+                           int heads, int kv_heads, int d, int cols, int start, const int *pos, const float *cos,
+                           const float *sin, const kk_u64 *tab, int row, int fmt, int chunk, int wpr) {
 	KK_DYN_SHARED(float, xs);
 	__shared__ float red[32];
 	__shared__ float part[8][2][KK_MAXN];
@@ -165,7 +166,7 @@ KK_DEVICE void kk_norm_qkv(float *q, float *k, float *v, const float *x, const f
 	}
 	if (m == 0) {
 		long long o = (long long)j * heads * d;
-		int p = (start + j) * half + jj;
+		int p = (pos ? pos[j] : start + j) * half + jj;
 		float c = cos[p], s = sin[p];
 		q[o + r0] = a * c - b * s;
 		q[o + r1] = b * c + a * s;
@@ -268,9 +269,9 @@ KK_DEVICE void kk_norm_matvec(float *out, const float *x, const float *g, float 
 	KK_KERNEL void __launch_bounds__(256)                                                                            \
 	    norm_qkv_##sfx(float *q, float *k, float *v, const float *x, const float *g, float eps, const T *wq,          \
 	                   const T *wk, const T *wv, const float *bq, const float *bk, const float *bv, int n, int heads,    \
-	                   int kv_heads, int d, int cols, int start, const float *cos, const float *sin,                     \
+	                   int kv_heads, int d, int cols, int start, const int *pos, const float *cos, const float *sin,     \
 	                   const kk_u64 *tab, int row, int fmt, int chunk, int wpr) {                                       \
-		kk_norm_qkv<DT>(q, k, v, x, g, eps, wq, wk, wv, bq, bk, bv, n, heads, kv_heads, d, cols, start, cos, sin,     \
+		kk_norm_qkv<DT>(q, k, v, x, g, eps, wq, wk, wv, bq, bk, bv, n, heads, kv_heads, d, cols, start, pos, cos, sin,\
 		                tab, row, fmt, chunk, wpr);                                                                    \
 	}                                                                                                                \
 	KK_KERNEL void __launch_bounds__(256)                                                                            \
