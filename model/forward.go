@@ -44,6 +44,7 @@ type scratch struct {
 	gate, up                 compute.Buffer
 	logits                   compute.Buffer // logitRows rows of vocab_size at most
 	ids                      []int          // the step's ids, so no caller's slice escapes to the backend
+	pos                      []int          // the step's rows' positions, for Fused.NormQKV
 	obsQ, obsK               []float32      // q and k on the host for Options.Observe
 }
 
@@ -59,7 +60,7 @@ func (sc *scratch) grow(m *Model, n int) {
 	sc.q, sc.att = b.Alloc(n*qd), b.Alloc(n*qd)
 	sc.k, sc.v = b.Alloc(n*kvd), b.Alloc(n*kvd)
 	sc.gate, sc.up = b.Alloc(n*c.IntermediateSize), b.Alloc(n*c.IntermediateSize)
-	sc.ids = make([]int, 0, n)
+	sc.ids, sc.pos = make([]int, 0, n), make([]int, 0, n)
 	if m.observe != nil {
 		sc.obsQ, sc.obsK = make([]float32, n*qd), make([]float32, n*kvd)
 	}
@@ -111,24 +112,30 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 
 		// Attention: normalise the stream, project it to queries, keys and
 		// values (Qwen2 adds biases; Qwen3 normalises each head of q and k).
-		b.RMSNorm(xn, x, l.inNorm, n, m.eps)
-		b.MatMul(q, xn, n, l.q)
-		b.MatMul(k, xn, n, l.k)
-		b.MatMul(v, xn, n, l.v)
-		if l.qBias.Len > 0 {
-			b.AddRows(q, l.qBias, n)
-			b.AddRows(k, l.kBias, n)
-			b.AddRows(v, l.vBias, n)
-		}
-		if l.qNorm.Len > 0 {
-			b.RMSNorm(q, q, l.qNorm, n*heads, m.eps)
-			b.RMSNorm(k, k, l.kNorm, n*kvHeads, m.eps)
+		// A backend with fused steps does it all in one, rotating the
+		// queries too (rotated).
+		rotated := m.fusedQKV(l, sc, q, k, v, x, passes)
+		if !rotated {
+			b.RMSNorm(xn, x, l.inNorm, n, m.eps)
+			b.MatMul(q, xn, n, l.q)
+			b.MatMul(k, xn, n, l.k)
+			b.MatMul(v, xn, n, l.v)
+			if l.qBias.Len > 0 {
+				b.AddRows(q, l.qBias, n)
+				b.AddRows(k, l.kBias, n)
+				b.AddRows(v, l.vBias, n)
+			}
+			if l.qNorm.Len > 0 {
+				b.RMSNorm(q, q, l.qNorm, n*heads, m.eps)
+				b.RMSNorm(k, k, l.kNorm, n*kvHeads, m.eps)
+			}
 		}
 
 		// Per sequence, at its own positions: keys and values enter its
 		// cache before RoPE, so a codec sees them as the projection made
 		// them (position-free, and whitenable by the query covariance);
-		// queries are rotated here, keys by attention at their positions.
+		// queries are rotated here (unless the fused step did), keys by
+		// attention at their positions.
 		for i, row := 0, 0; i < len(passes); i++ {
 			p := &passes[i]
 			r := p.n
@@ -139,7 +146,9 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 				b.Read(sc.obsK[:r*kvd], pk)
 				m.observe(li, p.start, r, sc.obsQ[:r*qd], sc.obsK[:r*kvd])
 			}
-			b.RoPE(pq, r, heads, d, p.start, m.cos, m.sin)
+			if !rotated {
+				b.RoPE(pq, r, heads, d, p.start, m.cos, m.sin)
+			}
 			if err := p.s.cache.Append(li, pk, v.Slice(row*kvd, (row+r)*kvd), r); err != nil {
 				return i, err
 			}
@@ -150,27 +159,27 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		}
 
 		// Output projection, added to the residual stream.
-		b.MatMul(tmp, att, n, l.o)
-		if l.oBias.Len > 0 {
-			b.AddRows(tmp, l.oBias, n)
-		}
-		b.Add(x, tmp)
+		m.matMulAdd(x, att, tmp, n, l.o, l.oBias)
 
 		// Feed-forward: SwiGLU, down(silu(gate(x)) * up(x)), added to the
 		// residual stream (with Llama's mlp_bias, each projection has a bias).
-		b.RMSNorm(xn, x, l.postNorm, n, m.eps)
-		b.MatMul(gate, xn, n, l.gate)
-		b.MatMul(up, xn, n, l.up)
-		if l.gateBias.Len > 0 {
-			b.AddRows(gate, l.gateBias, n)
-			b.AddRows(up, l.upBias, n)
+		if m.fused == nil || !m.fused.NormSwiGLU(gate, x, n, &l.mlp) {
+			b.RMSNorm(xn, x, l.postNorm, n, m.eps)
+			b.MatMul(gate, xn, n, l.gate)
+			b.MatMul(up, xn, n, l.up)
+			if l.gateBias.Len > 0 {
+				b.AddRows(gate, l.gateBias, n)
+				b.AddRows(up, l.upBias, n)
+			}
+			b.SiLUMul(gate, up)
 		}
-		b.SiLUMul(gate, up)
-		b.MatMul(tmp, gate, n, l.down)
-		if l.downBias.Len > 0 {
-			b.AddRows(tmp, l.downBias, n)
-		}
-		b.Add(x, tmp)
+		m.matMulAdd(x, gate, tmp, n, l.down, l.downBias)
+	}
+
+	// Final norm and classifier in one fused step where the backend has
+	// it and the rows whose logits are wanted are one run of x.
+	if m.fusedLogits(sc, passes, x, dst) {
+		return -1, nil
 	}
 
 	// Final norm of the rows whose logits are wanted, gathered at the top
@@ -201,4 +210,75 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		b.Read(dst[r*vocab:(r+rows)*vocab], out)
 	}
 	return -1, nil
+}
+
+// fusedQKV runs a layer's attention input as the backend's one fused step
+// (compute.Fused.NormQKV), each row's queries rotated at its sequence's
+// position, and reports whether it did: it does not when the backend has
+// no such step or declines these rows, nor for a step whose queries and
+// keys Options.Observe must see before RoPE.
+func (m *Model) fusedQKV(l *layer, sc *scratch, q, k, v, x compute.Buffer, passes []pass) bool {
+	if m.fused == nil || m.observe != nil {
+		return false
+	}
+	sc.pos = sc.pos[:0]
+	for i := range passes {
+		for r := range passes[i].n {
+			sc.pos = append(sc.pos, passes[i].start+r)
+		}
+	}
+	return m.fused.NormQKV(q, k, v, x, sc.pos, &l.qkv)
+}
+
+// fusedLogits writes to dst the logits of the rows the passes want
+// through the backend's fused final norm and classifier
+// (compute.Fused.NormMatMul), and reports whether it did: it does not
+// when the backend has no such step or declines the rows, when no row is
+// wanted, or when the wanted rows are not one run of x (each pass's last
+// rows following the previous pass's).
+func (m *Model) fusedLogits(sc *scratch, passes []pass, x compute.Buffer, dst []float32) bool {
+	if m.fused == nil {
+		return false
+	}
+	lo, want := 0, 0
+	for i, row := 0, 0; i < len(passes); i++ {
+		p := &passes[i]
+		if w := p.wanted(); w > 0 {
+			first := row + p.n - w
+			if want > 0 && first != lo+want {
+				return false
+			}
+			if want == 0 {
+				lo = first
+			}
+			want += w
+		}
+		row += p.n
+	}
+	if want == 0 || want > logitRows {
+		return false
+	}
+	h, vocab := m.cfg.HiddenSize, m.cfg.VocabSize
+	sc.growLogits(m, want)
+	out := sc.logits.Slice(0, want*vocab)
+	if !m.fused.NormMatMul(out, x.Slice(lo*h, (lo+want)*h), m.norm, m.eps, want, m.lmHead) {
+		return false
+	}
+	m.b.Read(dst[:want*vocab], out)
+	return true
+}
+
+// matMulAdd adds x times w transposed, plus bias when the layer has one,
+// to the residual stream res: in one fused step where the backend has it,
+// else through tmp.
+func (m *Model) matMulAdd(res, x, tmp compute.Buffer, n int, w compute.Weight, bias compute.Buffer) {
+	if m.fused != nil && m.fused.MatMulAdd(res, x, n, w, bias) {
+		return
+	}
+	b := m.b
+	b.MatMul(tmp, x, n, w)
+	if bias.Len > 0 {
+		b.AddRows(tmp, bias, n)
+	}
+	b.Add(res, tmp)
 }

@@ -77,6 +77,8 @@ type Model struct {
 
 	invFreq  []float32
 	cos, sin compute.Buffer // RoPE angles, HeadDim/2 per position
+
+	fused compute.Fused // the backend's fused steps, nil if it has none
 }
 
 // layer holds one decoder layer's weights on the backend; a bias or norm
@@ -90,6 +92,11 @@ type layer struct {
 	gate, up, down   compute.Weight
 	gateBias, upBias compute.Buffer
 	downBias         compute.Buffer
+
+	// The layer's fused steps, for a backend that implements
+	// compute.Fused (set by Model.fuse).
+	qkv compute.QKV
+	mlp compute.SwiGLU
 }
 
 // mat returns the field of the matrix of role r, nil if r is not a matrix.
@@ -385,8 +392,30 @@ func (m *Model) loadTensors() error {
 	m.cos, m.sin = ld.upload(cos), ld.upload(sin)
 	if ld.err == nil {
 		m.prepare(ld.mats)
+		m.fuse()
 	}
 	return ld.err
+}
+
+// fuse describes each layer's fused steps for a backend that runs them
+// (compute.Fused); the forward pass hands them over by pointer, so a step
+// allocates nothing.
+func (m *Model) fuse() {
+	f, ok := m.b.(compute.Fused)
+	if !ok {
+		return
+	}
+	m.fused = f
+	c := m.cfg
+	for i := range m.layers {
+		l := &m.layers[i]
+		l.qkv = compute.QKV{
+			Norm: l.inNorm, Eps: m.eps, Q: l.q, K: l.k, V: l.v,
+			QBias: l.qBias, KBias: l.kBias, VBias: l.vBias, QNorm: l.qNorm, KNorm: l.kNorm,
+			Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Cos: m.cos, Sin: m.sin,
+		}
+		l.mlp = compute.SwiGLU{Norm: l.postNorm, Eps: m.eps, Gate: l.gate, Up: l.up, GateBias: l.gateBias, UpBias: l.upBias}
+	}
 }
 
 // prepare has a backend that lays weights out for its kernels do so now for

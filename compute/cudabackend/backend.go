@@ -34,6 +34,10 @@ type Options struct {
 	// sizes: slow, for finding a failing kernel. KAKEYA_CUDA_SYNC=1 in the
 	// environment sets it for New.
 	Sync bool
+	// NoFusion runs every operation of the forward pass as its own
+	// kernels, as before the decode fusions (compute.Fused), whose methods
+	// then decline: for comparisons.
+	NoFusion bool
 }
 
 // EnvSync names the environment variable that sets Options.Sync for New.
@@ -56,19 +60,26 @@ type Backend struct {
 	err    error
 	closed bool
 
-	gemm    gemmer // cuBLAS, nil when absent or off
-	gemmWhy error  // why gemm is nil
-	tf32    bool
-	sync    bool // Options.Sync
-	wide    Ptr  // float32 rows of a weight widened for cuBLAS
-	wideN   int  // floats wide holds
-	wideMax int  // floats wide may hold (wideFloats; less in tests)
-	ident   Ptr  // int32 ids 0, 1, ..., identN-1
-	identN  int
+	gemm     gemmer // cuBLAS, nil when absent or off
+	gemmWhy  error  // why gemm is nil
+	tf32     bool
+	sync     bool // Options.Sync
+	noFusion bool // Options.NoFusion
+	wide     Ptr  // float32 rows of a weight widened for cuBLAS
+	wideN    int  // floats wide holds
+	wideMax  int  // floats wide may hold (wideFloats; less in tests)
+	ident    Ptr  // int32 ids 0, 1, ..., identN-1
+	identN   int
 
 	queue  []Launch  // launches not yet given to the driver
 	writes []kvWrite // block-store writes not yet launched
-	graphs *graphCache
+	// held is a norm_qkv launch kept back until the next device
+	// operation (while holding), to make the cache writes that follow it
+	// (see fused.go); fold is foldWrites' scratch.
+	held    qkvArgs
+	holding bool
+	fold    []kvWrite
+	graphs  *graphCache
 
 	live       map[Ptr]int // device allocations and their sizes in bytes
 	used, peak int64       // bytes of live, and its high-water mark
@@ -82,6 +93,10 @@ type Backend struct {
 	ids    []int32 // Embed's ids on the host
 	idsDev Ptr     // and on the device
 	idsCap int     // ids idsDev holds
+
+	posHost []int32 // NormQKV's last positions of several sequences' rows
+	posDev  Ptr     // and on the device
+	posCap  int     // positions posDev holds
 }
 
 var (
@@ -106,7 +121,7 @@ func New(opts Options) (*Backend, error) {
 
 // newBackend returns a backend on an opened driver.
 func newBackend(d driver, opts Options) *Backend {
-	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats, sync: opts.Sync}
+	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats, sync: opts.Sync, noFusion: opts.NoFusion}
 	if !opts.NoGraphs && !opts.Sync {
 		b.graphs = newGraphCache()
 	}
@@ -442,9 +457,9 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 	if b.err != nil {
 		return
 	}
-	if dynamic || len(b.writes) > 0 {
+	if dynamic || len(b.writes) > 0 || b.holding {
 		// Deferred cache writes read their sources first: l may
-		// overwrite them.
+		// overwrite them; a held launch goes before l.
 		b.flush()
 	}
 	if dynamic {
@@ -491,7 +506,8 @@ func (b *Backend) sgemm(out, x, w Ptr, n, rows, cols, ldc int) error {
 }
 
 // flush gives the queued launches to the driver, as a replayed graph where
-// the same run was seen before, then does the deferred cache writes.
+// the same run was seen before, then the held norm_qkv launch with the
+// cache writes it makes, then does the other deferred cache writes.
 // Called with mu held before every other use of the driver.
 func (b *Backend) flush() {
 	if len(b.queue) > 0 {
@@ -500,6 +516,9 @@ func (b *Backend) flush() {
 		if b.err == nil {
 			b.fail(b.launch(q, true))
 		}
+	}
+	if b.holding {
+		b.launchHeld()
 	}
 	if len(b.writes) > 0 {
 		b.kvWrites()

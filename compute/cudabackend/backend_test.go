@@ -820,16 +820,19 @@ func TestKVWritesOneLaunchPerLayer(t *testing.T) {
 func TestKernelFaultIsAnError(t *testing.T) {
 	dir := tinyArchitectures(t)["qwen2"]
 	for _, tc := range []struct {
-		name string
-		opts Options
-		want []string
+		name   string
+		opts   Options
+		kernel string
+		want   []string
 	}{
-		{"async", Options{}, []string{"model: cuda backend", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
-		{"sync", Options{Sync: true}, []string{"kernel silu_mul (grid {", "block {256 1 1}", "3 parameters in 20 bytes) failed", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
+		{"async", Options{NoFusion: true}, "silu_mul", []string{"model: cuda backend", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
+		{"sync", Options{Sync: true, NoFusion: true}, "silu_mul", []string{"kernel silu_mul (grid {", "block {256 1 1}", "3 parameters in 20 bytes) failed", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
+		{"fused/async", Options{}, "norm_swiglu_bf16", []string{"model: cuda backend", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
+		{"fused/sync", Options{Sync: true}, "norm_qkv_bf16", []string{"kernel norm_qkv_bf16 (grid {", "block {256 1 1}", "26 parameters in 168 bytes) failed", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, f := newFakeBackend(t, tc.opts)
-			f.fault = "silu_mul"
+			f.fault = tc.kernel
 			m := loadModel(t, dir, model.Options{Backend: b})
 			logits, err := m.Logits(testIDs(5, m.Config().VocabSize))
 			if err == nil {

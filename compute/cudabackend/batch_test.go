@@ -15,8 +15,9 @@ import (
 // sequence computes alone: three sequences with a cache type each (hot
 // bf16, int8, kakeya), prompts of different lengths joining at different
 // steps, so steps mix prefill chunks with decode tokens and a step's rows
-// cross maxMatVecRows, then greedy decoding. Logits agree within 1e-5 of
-// each row's largest, and greedy tokens are identical.
+// cross maxMatVecRows, then greedy decoding (the decode fusions run over
+// the sequences' rows at once). Logits agree within 1e-5 of each row's
+// largest, and greedy tokens are identical.
 func TestBatchMatchesSequences(t *testing.T) {
 	if testing.Short() {
 		t.Skip("emulates every kernel of several forward passes")
@@ -116,6 +117,11 @@ func TestBatchMatchesSequences(t *testing.T) {
 			t.Errorf("sequence %d (%s): greedy tokens %v batched, %v alone", i, r.spec.KV, r.tokens, tokens)
 		}
 		t.Logf("sequence %d (%s): worst relative logit difference batched vs alone %.3g", i, r.spec.KV, worst)
+	}
+	// The decode steps of several sequences ran the fused attention
+	// input, each row at its own position.
+	if gpu.posDev == 0 {
+		t.Error("no step ran norm_qkv over rows of several sequences")
 	}
 }
 

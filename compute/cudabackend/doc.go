@@ -23,6 +23,12 @@
 // once, before RoPE and the dot products. Blocks of other codecs hold
 // their decoded values.
 //
+// A decode step runs each decoder layer as five kernels (compute.Fused,
+// see fused.go): the normalisation, projections, biases, RoPE and cache
+// write of the attention input in one, the feed-forward's normalisation,
+// gate, up and SiLU in another, and each residual projection with its add;
+// the final norm and the output head are one more.
+//
 // Work goes to one stream in call order and the host waits only where it
 // reads results back (logits, blocks to encode). Runs of launches that
 // repeat exactly from one decode step to the next are captured once as

@@ -29,6 +29,7 @@ type fakeDriver struct {
 	maxBytes  int  // 0: no limit on the memory held
 	cublas    bool // offer sgemm (computed on the host)
 	noop      bool // record launches without running them (host-cost benchmarks)
+	names     bool // with noop, still record the kernels' names in launched
 	gemms     int
 	// fault names a kernel whose next run faults as a GPU kernel does:
 	// the launch succeeds, and the fault (CUDA_ERROR_ILLEGAL_ADDRESS)
@@ -165,6 +166,11 @@ func (f *fakeDriver) copyDevice(dst, src Ptr, bytes int) error {
 func (f *fakeDriver) run(ls []Launch) error {
 	if f.noop {
 		f.calls["kernels"] += len(ls)
+		if f.names {
+			for _, l := range ls {
+				f.launched = append(f.launched, l.Kernel)
+			}
+		}
 		return nil
 	}
 	for _, l := range ls {

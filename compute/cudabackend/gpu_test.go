@@ -58,8 +58,9 @@ func TestGPUParity(t *testing.T) {
 	newGPU(t) // fails at once without a device
 	dirs := tinyArchitectures(t)
 	const tokens, pre = 40, 24
-	// Default options (cuBLAS if it loads, graphs) and the kernels alone.
-	for _, opts := range []Options{{}, {NoCUBLAS: true, NoGraphs: true}} {
+	// Default options (cuBLAS if it loads, graphs, the decode fusions)
+	// and the separate kernels alone.
+	for _, opts := range []Options{{}, {NoCUBLAS: true, NoGraphs: true, NoFusion: true}} {
 		gpu := openGPU(t, opts)
 		t.Logf("%+v: prefill products by %s", opts, gpu.GEMM())
 		for name, dir := range dirs {

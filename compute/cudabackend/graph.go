@@ -6,12 +6,14 @@ import (
 	"fmt"
 )
 
-// A decode step is about ten launches per layer, each costing the host a
-// few microseconds in the driver, which for a small model is more than the
+// A decode step is several launches per layer (five with the decode
+// fusions, about twenty without), each costing the host a few
+// microseconds in the driver, which for a small model is more than the
 // GPU's time for the step. Most of them repeat exactly from one step to the
 // next: the projections, norms and feed-forward of a layer read and write
-// the same buffers with the same shapes at every position. Only RoPE,
-// attention and the cache writes move with the position; the backend
+// the same buffers with the same shapes at every position. Only RoPE (or
+// norm_qkv, which applies it), attention and the cache writes move with
+// the position; the backend
 // launches those on their own ("dynamic") and queues the rest, so the
 // queue holds the runs of static launches between them. A run seen once
 // is launched kernel by kernel; seen again, it is captured into a CUDA

@@ -437,10 +437,16 @@ func TestLaunchMatVecMatMul(t *testing.T) {
 	}
 }
 
-// The decode kernels read weights with 16-byte loads.
+// The decode kernels, fused or not, read weights with 16-byte loads.
 func TestMatVecLoads16Bytes(t *testing.T) {
 	ptx := string(kcuda.PTX())
-	for _, k := range []string{"matvec_f32", "matvec_bf16", "matvec_f16"} {
+	var kernels []string
+	for _, k := range []string{"matvec", "norm_qkv", "norm_swiglu", "matvec_add", "norm_matvec"} {
+		for _, dt := range dtypes {
+			kernels = append(kernels, k+"_"+dtypeSuffix(dt))
+		}
+	}
+	for _, k := range kernels {
 		i := strings.Index(ptx, ".entry "+k+"(")
 		if i < 0 {
 			t.Fatalf("no %s in the PTX", k)
@@ -791,7 +797,12 @@ func sampleLaunches() []Launch {
 	for _, dt := range dtypes {
 		ls = append(ls, embedLaunch(dt, 0, 0, 0, 512, 8192),
 			matVecLaunch(dt, 0, 0, 0, maxMatVecRows, 151936, 8192), matVecLaunch(dt, 0, 0, 0, 1, 64, 64),
-			matMulLaunch(dt, 0, 0, 0, 4096, 8192, 8192))
+			matMulLaunch(dt, 0, 0, 0, 4096, 8192, 8192),
+			normQKVLaunch(qkvArgs{N: maxMatVecRows, Heads: 64, KVHeads: 8, HeadDim: 128, Cols: 8192, Start: 32760, Row: 56, Format: partBF16, dt: dt}),
+			normQKVLaunch(qkvArgs{N: 1, Heads: 1, KVHeads: 1, HeadDim: 2, Cols: 1, Pos: 1, dt: dt}),
+			normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, maxMatVecRows, 29568, 8192), normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, 1, 1, 1),
+			matVecAddLaunch(dt, 0, 0, 0, 0, maxMatVecRows, 8192, 29568), matVecAddLaunch(dt, 0, 0, 0, 0, 1, 1, 1),
+			normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, maxMatVecRows, 152064, 8192), normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, 1, 1, 1))
 	}
 	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
 		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16))

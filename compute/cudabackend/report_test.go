@@ -190,6 +190,8 @@ func (k *kernelBench) run() {
 		k.matMul(w.name, w.rows, w.cols, ns)
 		runtime.GC() // free the device memory of the weights done with
 	}
+	k.fused()
+	runtime.GC()
 	k.rmsNorm(1)
 	k.rmsNorm(k.prefill)
 	for _, ctx := range k.contexts {
@@ -305,6 +307,136 @@ func (k *kernelBench) matMulRows(label, name string, w []uint16, wt compute.Weig
 		"shape": k.shape, "kernel": kind, "weight": name, "rows": rows, "cols": cols, "n": n, "reps": reps,
 		"us": float64(per) / 1e3, "gbs": gbs, "tflops": flops / per.Seconds() / 1e12, "rel_err": worst, "tol": tol,
 	})
+}
+
+// fused reports the decode fusions' kernels for one row at the shape's
+// sizes against float64: norm_qkv (RMSNorm, the q, k and v projections
+// with biases, RoPE on q, at position 100), norm_swiglu (RMSNorm, gate
+// and up, silu(gate)*up) and matvec_add (down_proj added to the residual
+// stream), through the backend's compute.Fused methods.
+func (k *kernelBench) fused() {
+	labels := []string{k.shape + " fused norm_qkv", k.shape + " fused norm_swiglu", k.shape + " fused matvec_add down_proj"}
+	if k.r.left() <= 0 {
+		for _, l := range labels {
+			k.skip(l)
+		}
+		return
+	}
+	s, b := k.spec, k.b
+	h, d, inter := s.Hidden, s.HeadDim, s.Intermediate
+	qd, kvd := s.Heads*d, s.KVHeads*d
+	const eps, start = 1e-6, 100
+	x, g := randNormal(seedOf(k.shape+"fused/x"), h), randNormal(seedOf(k.shape+"fused/g"), h)
+	// The normalised row in float64, rounded to float32 for refMatVec.
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	inv := 1 / math.Sqrt(ss/float64(h)+eps)
+	xn := make([]float32, h)
+	for i := range xn {
+		xn[i] = float32(float64(x[i]) * inv * float64(g[i]))
+	}
+	xb, gb := upload(b, x), upload(b, g)
+	weight := func(name string, rows, cols int) ([]uint16, compute.Weight, bool) {
+		w := randBF16(seedOf(k.shape+"fused/"+name), rows, cols)
+		wt, err := b.Upload(tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, U16: w})
+		if err != nil {
+			k.r.row("kernels", k.shape+" fused "+name, statusFail, err.Error(), nil)
+			return nil, nil, false
+		}
+		return w, wt, true
+	}
+	report := func(label, kernel string, per time.Duration, reps int, bytes int64, got []float32, want []float64) {
+		const tol = 1e-4
+		if err := b.Err(); err != nil {
+			k.r.row("kernels", label, statusFail, err.Error(), nil)
+			return
+		}
+		worst := relErr(got, want)
+		rate, gbs := k.rate(bytes, per)
+		k.r.row("kernels", label, status(worst <= tol), fmt.Sprintf("1 row: %s, %s; max rel err %.2g (tol %.0g) vs float64", fmtDur(per), rate, worst, tol), map[string]any{
+			"shape": k.shape, "kernel": kernel, "n": 1, "reps": reps, "us": float64(per) / 1e3, "gbs": gbs, "rel_err": worst, "tol": tol,
+		})
+	}
+
+	// norm_qkv: q rotated, k and v as projected.
+	if !k.skip(labels[0]) {
+		wq, tq, okq := weight("q", qd, h)
+		wk, tk, okk := weight("k", kvd, h)
+		wv, tv, okv := weight("v", kvd, h)
+		if okq && okk && okv {
+			bq, bk, bv := randNormal(seedOf(k.shape+"fused/bq"), qd), randNormal(seedOf(k.shape+"fused/bk"), kvd), randNormal(seedOf(k.shape+"fused/bv"), kvd)
+			cos, sin := ropeTables(start+1, d)
+			p := compute.QKV{Norm: gb, Eps: eps, Q: tq, K: tk, V: tv, QBias: upload(b, bq), KBias: upload(b, bk), VBias: upload(b, bv),
+				Heads: s.Heads, KVHeads: s.KVHeads, HeadDim: d, Cos: upload(b, cos), Sin: upload(b, sin)}
+			qb, kb, vb := b.Alloc(qd), b.Alloc(kvd), b.Alloc(kvd)
+			pos := []int{start}
+			per, reps := k.timeOp(vb, func() { b.NormQKV(qb, kb, vb, xb, pos, &p) })
+			want := make([]float64, 0, qd+2*kvd)
+			pq := refMatVec(wq, qd, h, xn)
+			half := d / 2
+			for i := range pq {
+				pq[i] += float64(bq[i])
+			}
+			for hd := range s.Heads {
+				for j := range half {
+					c, sn := float64(cos[start*half+j]), float64(sin[start*half+j])
+					a, bb := pq[hd*d+j], pq[hd*d+j+half]
+					pq[hd*d+j], pq[hd*d+j+half] = a*c-bb*sn, bb*c+a*sn
+				}
+			}
+			want = append(want, pq...)
+			for _, m := range []struct {
+				w    []uint16
+				bias []float32
+			}{{wk, bk}, {wv, bv}} {
+				pk := refMatVec(m.w, kvd, h, xn)
+				for i := range pk {
+					pk[i] += float64(m.bias[i])
+				}
+				want = append(want, pk...)
+			}
+			got := append(append(read(b, qb), read(b, kb)...), read(b, vb)...)
+			report(labels[0], "norm_qkv", per, reps, int64(qd+2*kvd)*int64(h)*2+int64(h+qd+2*kvd)*4, got, want)
+		}
+	}
+	runtime.GC()
+
+	// norm_swiglu: silu(gate)*up.
+	if !k.skip(labels[1]) {
+		wg, tg, okg := weight("gate", inter, h)
+		wu, tu, oku := weight("up", inter, h)
+		if okg && oku {
+			p := compute.SwiGLU{Norm: gb, Eps: eps, Gate: tg, Up: tu}
+			out := b.Alloc(inter)
+			per, reps := k.timeOp(out, func() { b.NormSwiGLU(out, xb, 1, &p) })
+			gate, up := refMatVec(wg, inter, h, xn), refMatVec(wu, inter, h, xn)
+			for i := range gate {
+				gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
+			}
+			report(labels[1], "norm_swiglu", per, reps, 2*int64(inter)*int64(h)*2+int64(h+inter)*4, read(b, out), gate)
+		}
+	}
+	runtime.GC()
+
+	// matvec_add: the residual plus down_proj of one row, checked after
+	// one run from a known residual, then timed.
+	if !k.skip(labels[2]) {
+		if wd, td, ok := weight("down", h, inter); ok {
+			act := randNormal(seedOf(k.shape+"fused/act"), inter)
+			res := randNormal(seedOf(k.shape+"fused/res"), h)
+			ab, rb := upload(b, act), upload(b, res)
+			b.MatMulAdd(rb, ab, 1, td, compute.Buffer{})
+			got := read(b, rb)
+			want := refMatVec(wd, h, inter, act)
+			for i := range want {
+				want[i] += float64(res[i])
+			}
+			per, reps := k.timeOp(rb, func() { b.MatMulAdd(rb, ab, 1, td, compute.Buffer{}) })
+			report(labels[2], "matvec_add", per, reps, int64(h)*int64(inter)*2+int64(inter+2*h)*4, got, want)
+		}
+	}
 }
 
 // rmsNorm reports RMSNorm of n rows of the hidden width against float64.
@@ -915,11 +1047,12 @@ func (tp *throughput) cell(m *model.Model, pol kvcache.Policy, block, ctx int, w
 	}, nil
 }
 
-// launchRows reports the driver calls of a decode step with graphs on and
-// off, a backend opened for each, with the decode speed each gives.
+// launchRows reports the driver calls of a decode step as the backend
+// runs it, without the decode fusions, and without graphs, a backend
+// opened for each, with the decode speed each gives.
 func launchRows(r *reporter, step string, open func(Options) *Backend, shape string, spec testmodel.Spec, dir string, ctx, steps, block int) {
-	for _, opts := range []Options{{}, {NoGraphs: true}} {
-		label := fmt.Sprintf("%s ctx %d graphs %v", shape, ctx, !opts.NoGraphs)
+	for _, opts := range []Options{{}, {NoFusion: true}, {NoGraphs: true}} {
+		label := fmt.Sprintf("%s ctx %d graphs %v fused %v", shape, ctx, !opts.NoGraphs, !opts.NoFusion)
 		if r.left() <= 0 {
 			r.row(step, label, statusSkip, "out of the time budget", nil)
 			continue
@@ -945,7 +1078,7 @@ func launchRows(r *reporter, step string, open func(Options) *Backend, shape str
 			r.row(step, label, statusFail, err.Error(), nil)
 			continue
 		}
-		row["shape"], row["ctx"], row["graphs"] = shape, ctx, !opts.NoGraphs
+		row["shape"], row["ctx"], row["graphs"], row["fused"] = shape, ctx, !opts.NoGraphs, !opts.NoFusion
 		r.row(step, label, statusPass, fmt.Sprintf("per decode step %.1f launch calls (%.1f kernels + %.1f graphs), %.1f kernels run, %.1f waits; decode %.1f tok/s",
 			row["launch_calls"], row["kernel_launches"], row["graph_launches"], row["kernels_run"], row["waits"], row["decode_tps"]), row)
 	}
@@ -996,9 +1129,9 @@ func TestReportFake(t *testing.T) {
 	launchRows(r, "launches", open, "qwen2-tiny", spec, dir, 12, 3, 16)
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
-	// rows; 2 golden rows, 1 greedy row, 1 throughput row, 2 launch rows
-	// and the device.
-	if len(r.rows) != 1+16+2+1+1+2 {
+	// rows, 3 fused rows; 2 golden rows, 1 greedy row, 1 throughput row,
+	// 3 launch rows and the device.
+	if len(r.rows) != 1+16+3+2+1+1+3 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {
@@ -1048,7 +1181,7 @@ func TestReportBudget(t *testing.T) {
 	(&throughput{r: r, step: "throughput", b: gpu, shape: "qwen2-tiny", spec: testmodel.Qwen2Tiny, dir: dir,
 		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
-	if len(r.rows) != 15+4+2 {
+	if len(r.rows) != 15+3+4+3 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

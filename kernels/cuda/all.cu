@@ -3,4 +3,5 @@
 // the two cannot disagree on the set of kernels.
 #include "elementwise.cu"
 #include "matvec.cu"
+#include "fused.cu"
 #include "attention.cu"

@@ -1,0 +1,411 @@
+package cudabackend
+
+// The decode fusions (compute.Fused): a decoder layer's decode step as
+// five kernels, down from about twenty, and the final norm with the
+// output head as one (norm_matvec). norm_qkv computes the attention
+// input — RMSNorm, the q/k/v projections and biases, RoPE on q — and
+// writes the new keys and values into the cache; attention follows
+// (attn_split, and attn_combine when the context is split); matvec_add
+// adds the output projection to the residual stream; norm_swiglu computes
+// the feed-forward's RMSNorm, gate and up projections and silu(gate)*up;
+// matvec_add adds the down projection. The kernels are those of
+// kernels/cuda/fused.cu, the decode matvec with the operations around it
+// in its prologue and epilogue.
+//
+// The cache asks for its writes after norm_qkv made the values (the model
+// appends the new keys and values once they are projected), so the
+// backend holds the norm_qkv launch back until its next device operation:
+// by then the cache's writes of the layer's new rows are queued, and when
+// they are exactly the keys and values norm_qkv makes (one sequence's
+// rows, into one block), norm_qkv writes them itself and no kv_write runs.
+// Any other writes go through kv_write as before.
+
+import (
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/tensor"
+)
+
+var _ compute.Fused = (*Backend)(nil)
+
+// qkvArgs are one norm_qkv launch: X (N rows of Cols) normalised by Norm
+// and Eps, projected by WQ, WK and WV (of one dtype) plus biases BQ, BK,
+// BV (0 for none) into Q, K and V (N rows of Heads, KVHeads and KVHeads
+// heads of HeadDim values), Q rotated at positions Start.. (or row i at
+// position Pos[i] when Pos is set: a device array of N int32) by Cos and
+// Sin (HeadDim/2 values per position). When Tab is set, K and V are also
+// written to rows Row.. of the hot parts whose addresses Tab holds (the
+// KVHeads key parts, then the value parts), of format Format (partF32 or
+// partBF16).
+type qkvArgs struct {
+	Q, K, V, X, Norm     Ptr
+	Eps                  float32
+	WQ, WK, WV           Ptr
+	BQ, BK, BV           Ptr
+	N, Heads, KVHeads    int
+	HeadDim, Cols, Start int
+	Pos                  Ptr
+	Cos, Sin             Ptr
+	Tab                  Ptr
+	Row                  int
+	Format               int32
+	dt                   tensor.DType // the weights'
+}
+
+// unitGeometry returns the staged chunk, the warps per unit and the
+// blocks of a fused matvec of units units (each one or two weight rows)
+// over cols columns, as matVecLaunch decides them for rows rows: a unit's
+// columns are split between warps while blocks are few.
+func unitGeometry(what string, units, cols int) (chunk, wpr int, blocks uint32) {
+	chunk = min(matVecChunk, ceilDiv(cols, 8)*8)
+	wpr = 1
+	for wpr < matVecWarps && ceilDiv(units*wpr, matVecWarps) < matVecTargetBlocks && 256*2*wpr <= cols {
+		wpr *= 2
+	}
+	return chunk, wpr, u32(what+" blocks", ceilDiv(units*wpr, matVecWarps))
+}
+
+// normQKVLaunch returns the norm_qkv launch of a: a unit is a pair of
+// rows (j, j+HeadDim/2) of one head, so RoPE's two values meet in one
+// thread. 1 <= N <= maxMatVecRows.
+// Kernel: norm_qkv_<dt>(float *q, float *k, float *v, const float *x, const float *g, float eps,
+// const T *wq, const T *wk, const T *wv, const float *bq, const float *bk, const float *bv, int n,
+// int heads, int kv_heads, int d, int cols, int start, const int *pos, const float *cos, const float *sin,
+// const uint64 *tab, int row, int fmt, int chunk, int wpr).
+func normQKVLaunch(a qkvArgs) Launch {
+	a.check()
+	units := (a.Heads + 2*a.KVHeads) * a.HeadDim / 2
+	chunk, wpr, blocks := unitGeometry("norm_qkv", units, a.Cols)
+	p := new(args).ptr(a.Q).ptr(a.K).ptr(a.V).ptr(a.X).ptr(a.Norm).f32(a.Eps).
+		ptr(a.WQ).ptr(a.WK).ptr(a.WV).ptr(a.BQ).ptr(a.BK).ptr(a.BV).
+		i32("n", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).i32("head dim", a.HeadDim).i32("cols", a.Cols).
+		i32("start", a.Start).ptr(a.Pos).ptr(a.Cos).ptr(a.Sin).ptr(a.Tab).i32("row", a.Row).i32("format", int(a.Format)).
+		i32("chunk", chunk).i32("wpr", wpr)
+	return Launch{
+		Kernel: "norm_qkv_" + dtypeSuffix(a.dt),
+		Grid:   Dim3{blocks, 1, 1},
+		Block:  Dim3{32 * matVecWarps, 1, 1},
+		Shared: uint32(4 * a.N * chunk),
+		Args:   p.b, Params: p.offs,
+	}
+}
+
+// check panics unless the kernel takes a's sizes (see normQKVLaunch).
+func (a *qkvArgs) check() {
+	positive("norm_qkv", a.N, a.Heads, a.KVHeads, a.HeadDim, a.Cols)
+	switch {
+	case a.N > maxMatVecRows:
+		panic(fmt.Sprintf("cuda: norm_qkv of %d rows, want 1..%d", a.N, maxMatVecRows))
+	case a.HeadDim%2 != 0 || a.Start < 0 || a.Row < 0:
+		panic(fmt.Sprintf("cuda: norm_qkv of head dim %d at position %d, cache row %d", a.HeadDim, a.Start, a.Row))
+	case a.Format != partF32 && a.Format != partBF16:
+		panic(fmt.Sprintf("cuda: norm_qkv into parts of format %d", a.Format))
+	}
+	int32Of("norm_qkv input", a.N*a.Cols)
+	int32Of("norm_qkv weights", a.Heads*a.HeadDim*a.Cols)
+	int32Of("norm_qkv positions", (a.Start+a.N)*a.HeadDim/2)
+	int32Of("norm_qkv cache rows", (a.Row+a.N)*a.HeadDim)
+	dtypeSuffix(a.dt)
+}
+
+// normSwiGLULaunch sets out (n rows of rows values) to silu(xn wg^T + bg)
+// * (xn wu^T + bu), xn the RMSNorm of x (n rows of cols) by g and eps;
+// bg and bu may be 0. A unit is one output row, its gate and up rows read
+// by the same warps. 1 <= n <= maxMatVecRows.
+// Kernel: norm_swiglu_<dt>(float *out, const float *x, const float *g, float eps, const T *wg,
+// const T *wu, const float *bg, const float *bu, int n, int rows, int cols, int chunk, int wpr).
+func normSwiGLULaunch(dt tensor.DType, out, x, g Ptr, eps float32, wg, wu, bg, bu Ptr, n, rows, cols int) Launch {
+	positive("norm_swiglu", n, rows, cols)
+	if n > maxMatVecRows {
+		panic(fmt.Sprintf("cuda: norm_swiglu of %d rows, want 1..%d", n, maxMatVecRows))
+	}
+	int32Of("norm_swiglu input", n*cols)
+	int32Of("norm_swiglu output", n*rows)
+	chunk, wpr, blocks := unitGeometry("norm_swiglu", rows, cols)
+	p := new(args).ptr(out).ptr(x).ptr(g).f32(eps).ptr(wg).ptr(wu).ptr(bg).ptr(bu).
+		i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
+	return Launch{
+		Kernel: "norm_swiglu_" + dtypeSuffix(dt),
+		Grid:   Dim3{blocks, 1, 1},
+		Block:  Dim3{32 * matVecWarps, 1, 1},
+		Shared: uint32(4 * n * chunk),
+		Args:   p.b, Params: p.offs,
+	}
+}
+
+// matVecAddLaunch adds x (n rows of cols) times w (rows x cols of dt)
+// transposed, plus bias (0 for none), to acc (n rows of rows values).
+// 1 <= n <= maxMatVecRows.
+// Kernel: matvec_add_<dt>(float *acc, const float *x, const T *w, const float *bias, int n, int rows,
+// int cols, int chunk, int wpr).
+func matVecAddLaunch(dt tensor.DType, acc, x, w, bias Ptr, n, rows, cols int) Launch {
+	positive("matvec_add", n, rows, cols)
+	if n > maxMatVecRows {
+		panic(fmt.Sprintf("cuda: matvec_add of %d rows, want 1..%d", n, maxMatVecRows))
+	}
+	int32Of("matvec_add input", n*cols)
+	int32Of("matvec_add output", n*rows)
+	chunk, wpr, blocks := unitGeometry("matvec_add", rows, cols)
+	p := new(args).ptr(acc).ptr(x).ptr(w).ptr(bias).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
+	return Launch{
+		Kernel: "matvec_add_" + dtypeSuffix(dt),
+		Grid:   Dim3{blocks, 1, 1},
+		Block:  Dim3{32 * matVecWarps, 1, 1},
+		Shared: uint32(4 * n * chunk),
+		Args:   p.b, Params: p.offs,
+	}
+}
+
+// normMatVecLaunch sets out (n rows of rows values) to xn times w (rows
+// x cols of dt) transposed, xn the RMSNorm of x (n rows of cols) by g and
+// eps. 1 <= n <= maxMatVecRows.
+// Kernel: norm_matvec_<dt>(float *out, const float *x, const float *g, float eps, const T *w, int n,
+// int rows, int cols, int chunk, int wpr).
+func normMatVecLaunch(dt tensor.DType, out, x, g Ptr, eps float32, w Ptr, n, rows, cols int) Launch {
+	positive("norm_matvec", n, rows, cols)
+	if n > maxMatVecRows {
+		panic(fmt.Sprintf("cuda: norm_matvec of %d rows, want 1..%d", n, maxMatVecRows))
+	}
+	int32Of("norm_matvec input", n*cols)
+	int32Of("norm_matvec output", n*rows)
+	chunk, wpr, blocks := unitGeometry("norm_matvec", rows, cols)
+	p := new(args).ptr(out).ptr(x).ptr(g).f32(eps).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
+	return Launch{
+		Kernel: "norm_matvec_" + dtypeSuffix(dt),
+		Grid:   Dim3{blocks, 1, 1},
+		Block:  Dim3{32 * matVecWarps, 1, 1},
+		Shared: uint32(4 * n * chunk),
+		Args:   p.b, Params: p.offs,
+	}
+}
+
+// vecPtr returns the device address of a bias or norm weight, 0 for an
+// empty Buffer (none).
+func vecPtr(buf compute.Buffer) Ptr {
+	if buf.Len == 0 {
+		return 0
+	}
+	return ptr(buf)
+}
+
+// fuses reports whether the fused kernels take n input rows.
+func (b *Backend) fuses(n int) bool { return !b.noFusion && n >= 1 && n <= maxMatVecRows }
+
+// NormQKV runs a layer's attention input as one norm_qkv kernel
+// (compute.Fused), held back until the next device operation so that it
+// also makes the cache writes of k and v that follow it (see the file's
+// comment) when its rows are one sequence's. Rows of several sequences
+// take their positions from a device copy of pos, uploaded when they
+// change (once per step), and their cache writes go through kv_write. It
+// declines prefill's many rows, Qwen3's per-head norms (the norm needs a
+// whole head, which one kernel's blocks do not hold), and projections of
+// different dtypes.
+func (b *Backend) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) bool {
+	n := len(pos)
+	if !b.fuses(n) || p.QNorm.Len > 0 || p.KNorm.Len > 0 || p.HeadDim%2 != 0 {
+		return false
+	}
+	wq, wk, wv := ownWeight(p.Q), ownWeight(p.K), ownWeight(p.V)
+	qRows, kvRows := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	cols := p.Norm.Len
+	switch {
+	case wk.dt != wq.dt || wv.dt != wq.dt:
+		return false
+	case wq.rows != qRows || wk.rows != kvRows || wv.rows != kvRows || wq.cols != cols || wk.cols != cols || wv.cols != cols:
+		panic(fmt.Sprintf("cuda: NormQKV: weights of %dx%d, %dx%d and %dx%d for %d heads and %d KV heads of %d over %d columns",
+			wq.rows, wq.cols, wk.rows, wk.cols, wv.rows, wv.cols, p.Heads, p.KVHeads, p.HeadDim, cols))
+	case q.Len < n*qRows || k.Len < n*kvRows || v.Len < n*kvRows || x.Len < n*cols:
+		panic(fmt.Sprintf("cuda: NormQKV of %d rows into buffers of %d, %d and %d values from %d", n, q.Len, k.Len, v.Len, x.Len))
+	}
+	consecutive, last := true, 0
+	for i, at := range pos {
+		if at < 0 || (at+1)*p.HeadDim/2 > min(p.Cos.Len, p.Sin.Len) {
+			panic(fmt.Sprintf("cuda: NormQKV at position %d with RoPE tables of %d and %d values", at, p.Cos.Len, p.Sin.Len))
+		}
+		consecutive = consecutive && at == pos[0]+i
+		last = max(last, at)
+	}
+	a := qkvArgs{
+		Q: ptr(q), K: ptr(k), V: ptr(v), X: ptr(x), Norm: ptr(p.Norm), Eps: p.Eps,
+		WQ: wq.mem.ptr, WK: wk.mem.ptr, WV: wv.mem.ptr, BQ: vecPtr(p.QBias), BK: vecPtr(p.KBias), BV: vecPtr(p.VBias),
+		N: n, Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: p.HeadDim, Cols: cols, Start: pos[0],
+		Cos: ptr(p.Cos), Sin: ptr(p.Sin), dt: wq.dt,
+	}
+	if !consecutive {
+		a.Start = last + 1 - n // only checked: the kernel reads Pos
+	}
+	a.check() // now, in the caller's frame, rather than when it launches
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return true
+	}
+	b.flush() // what was queued runs first
+	if !consecutive {
+		var err error
+		if a.Pos, err = b.positions(pos); err != nil {
+			b.fail(err)
+			return true
+		}
+	}
+	b.held, b.holding = a, true
+	return true
+}
+
+// positions returns a device copy of pos as int32, uploading it only when
+// it differs from the last one (a step's layers share it). Called with mu
+// held and the launch queue flushed.
+func (b *Backend) positions(pos []int) (Ptr, error) {
+	same := len(pos) == len(b.posHost)
+	for i := 0; same && i < len(pos); i++ {
+		same = int(b.posHost[i]) == pos[i]
+	}
+	if same && b.posDev != 0 {
+		return b.posDev, nil
+	}
+	if b.posCap < len(pos) {
+		if b.posDev != 0 {
+			b.freeLater(b.posDev) // queued work may still read it
+		}
+		b.posDev, b.posCap = 0, 0
+		p, err := b.allocRaw(4 * max(len(pos), 64))
+		if err != nil {
+			return 0, fmt.Errorf("cuda: NormQKV positions of %d rows: %w", len(pos), err)
+		}
+		b.posDev, b.posCap = p, max(len(pos), 64)
+	}
+	b.posHost = b.posHost[:0]
+	for _, at := range pos {
+		b.posHost = append(b.posHost, int32(at))
+	}
+	if err := b.drv.copyIn(b.posDev, bytesOf(b.posHost)); err != nil {
+		b.posHost = b.posHost[:0]
+		return 0, err
+	}
+	return b.posDev, nil
+}
+
+// NormSwiGLU runs a layer's feed-forward up to its down projection as one
+// norm_swiglu kernel (compute.Fused). It declines prefill's many rows and
+// gate and up projections of different dtypes.
+func (b *Backend) NormSwiGLU(gate, x compute.Buffer, n int, p *compute.SwiGLU) bool {
+	if !b.fuses(n) {
+		return false
+	}
+	wg, wu := ownWeight(p.Gate), ownWeight(p.Up)
+	if wg.dt != wu.dt {
+		return false
+	}
+	if wg.rows != wu.rows || wg.cols != p.Norm.Len || wu.cols != p.Norm.Len || gate.Len < n*wg.rows || x.Len < n*wg.cols {
+		panic(fmt.Sprintf("cuda: NormSwiGLU of %d rows: weights of %dx%d and %dx%d, norm of %d, buffers of %d and %d values",
+			n, wg.rows, wg.cols, wu.rows, wu.cols, p.Norm.Len, gate.Len, x.Len))
+	}
+	b.op(normSwiGLULaunch(wg.dt, ptr(gate), ptr(x), ptr(p.Norm), p.Eps, wg.mem.ptr, wu.mem.ptr,
+		vecPtr(p.GateBias), vecPtr(p.UpBias), n, wg.rows, wg.cols), false)
+	return true
+}
+
+// MatMulAdd adds a projection to the residual stream as one matvec_add
+// kernel (compute.Fused). It declines prefill's many rows.
+func (b *Backend) MatMulAdd(acc, x compute.Buffer, n int, w compute.Weight, bias compute.Buffer) bool {
+	if !b.fuses(n) {
+		return false
+	}
+	wt := ownWeight(w)
+	if acc.Len < n*wt.rows || x.Len < n*wt.cols || bias.Len != 0 && bias.Len != wt.rows {
+		panic(fmt.Sprintf("cuda: MatMulAdd of %d rows by a %dx%d weight: buffers of %d and %d values, bias of %d",
+			n, wt.rows, wt.cols, acc.Len, x.Len, bias.Len))
+	}
+	b.op(matVecAddLaunch(wt.dt, ptr(acc), ptr(x), wt.mem.ptr, vecPtr(bias), n, wt.rows, wt.cols), false)
+	return true
+}
+
+// NormMatMul runs the final norm and the output head as one norm_matvec
+// kernel (compute.Fused). It declines prefill's many rows.
+func (b *Backend) NormMatMul(out, x, norm compute.Buffer, eps float32, n int, w compute.Weight) bool {
+	if !b.fuses(n) {
+		return false
+	}
+	wt := ownWeight(w)
+	if out.Len < n*wt.rows || x.Len < n*wt.cols || norm.Len != wt.cols {
+		panic(fmt.Sprintf("cuda: NormMatMul of %d rows by a %dx%d weight: buffers of %d and %d values, norm of %d",
+			n, wt.rows, wt.cols, out.Len, x.Len, norm.Len))
+	}
+	b.op(normMatVecLaunch(wt.dt, ptr(out), ptr(x), ptr(norm), eps, wt.mem.ptr, n, wt.rows, wt.cols), false)
+	return true
+}
+
+// launchHeld launches the held norm_qkv, making the cache writes of its
+// keys and values that lead the queued writes (see foldWrites). Called by
+// flush with mu held, the launch queue empty.
+func (b *Backend) launchHeld() {
+	a := b.held
+	b.held, b.holding = qkvArgs{}, false
+	if b.err != nil {
+		return
+	}
+	// Rows of several sequences (Pos set) have their writes made by
+	// kv_write.
+	if a.Pos == 0 {
+		n := b.foldWrites(&a)
+		rest := copy(b.writes, b.writes[n:])
+		clear(b.writes[rest:]) // hold no store or part
+		b.writes = b.writes[:rest]
+	}
+	if b.err == nil {
+		b.fail(b.launch([]Launch{normQKVLaunch(a)}, false))
+	}
+}
+
+// foldWrites sets a's cache table when the queued writes begin with the
+// writes of exactly the keys and values a makes, each KV head's once, all
+// into the same rows of hot parts of one store, and returns how many
+// writes a now makes (0 when it makes none). Called with mu held.
+func (b *Backend) foldWrites(a *qkvArgs) int {
+	m := 2 * a.KVHeads
+	if len(b.writes) < m {
+		return 0
+	}
+	ws := b.writes[:m]
+	s, d, kvd := ws[0].s, a.HeadDim, a.KVHeads*a.HeadDim
+	if s.d != d || s.rows < ws[0].row+a.N {
+		return 0
+	}
+	if cap(b.fold) < m {
+		b.fold = make([]kvWrite, m)
+	}
+	b.fold = b.fold[:m]
+	clear(b.fold)
+	defer clear(b.fold) // hold no store or part
+	for _, w := range ws {
+		if w.s != s || w.row != ws[0].row || w.rows != a.N || a.N > 1 && w.stride != kvd {
+			return 0
+		}
+		var e int
+		switch off := int64(w.src) - int64(a.K); {
+		case off >= 0 && off < int64(4*kvd) && off%int64(4*d) == 0:
+			e = int(off / int64(4*d))
+		default:
+			off = int64(w.src) - int64(a.V)
+			if off < 0 || off >= int64(4*kvd) || off%int64(4*d) != 0 {
+				return 0
+			}
+			e = a.KVHeads + int(off/int64(4*d))
+		}
+		if b.fold[e].pt != nil {
+			return 0
+		}
+		b.fold[e] = w
+	}
+	tab, err := s.writeTable(b.fold)
+	if err != nil {
+		b.fail(err)
+		return 0
+	}
+	a.Tab, a.Row, a.Format = tab, ws[0].row, partF32
+	if s.bf16 {
+		a.Format = partBF16
+	}
+	return m
+}
