@@ -89,6 +89,12 @@ type Request struct {
 	// token ends the request without being part of its output (an
 	// end-of-sequence token); an error fails the request.
 	Next func(logits []float32, history []int) (id int, end bool, err error)
+	// Payload, if set, is called on the Scheduler's goroutine right after
+	// each call of Next that picked a token the request keeps (neither an
+	// end nor an error), with that token; what it returns travels with
+	// the token to Handle.TokensWith. A Next that works out more than the
+	// id (log-probabilities, say) keeps it for Payload to hand over.
+	Payload func(id int) any
 }
 
 // Why a request ended: the Reason of its Outcome.
@@ -368,10 +374,11 @@ type Handle struct {
 	canceled atomic.Bool
 	notify   chan struct{} // a token or the end is ready
 
-	mu     sync.Mutex
-	tokens []int // generated, not yet taken by Tokens
-	ended  bool
-	out    Outcome
+	mu       sync.Mutex
+	tokens   []int // generated, not yet taken by Tokens
+	payloads []any // Request.Payload's values of tokens, when it is set
+	ended    bool
+	out      Outcome
 
 	// Owned by the loop goroutine.
 	seq      *model.Sequence
@@ -392,18 +399,26 @@ func (h *Handle) Cancel() {
 // ended and every token was returned (see Outcome). It returns ctx's error
 // if ctx ends first.
 func (h *Handle) Tokens(ctx context.Context) (ids []int, done bool, err error) {
+	ids, _, done, err = h.TokensWith(ctx)
+	return ids, done, err
+}
+
+// TokensWith is Tokens that also returns the value Request.Payload gave
+// each token: payloads[i] goes with ids[i]. payloads is nil when the
+// request has no Payload.
+func (h *Handle) TokensWith(ctx context.Context) (ids []int, payloads []any, done bool, err error) {
 	for {
 		h.mu.Lock()
-		ids, done = h.tokens, h.ended
-		h.tokens = nil
+		ids, payloads, done = h.tokens, h.payloads, h.ended
+		h.tokens, h.payloads = nil, nil
 		h.mu.Unlock()
 		if len(ids) > 0 || done {
-			return ids, done, nil
+			return ids, payloads, done, nil
 		}
 		select {
 		case <-h.notify:
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, nil, false, ctx.Err()
 		}
 	}
 }
@@ -415,10 +430,18 @@ func (h *Handle) Outcome() (o Outcome, ok bool) {
 	return h.out, h.ended
 }
 
-// deliver passes a picked token on to the caller.
+// deliver passes a picked token, and its payload if the request has a
+// Payload, on to the caller.
 func (h *Handle) deliver(id int) {
+	var p any
+	if h.req.Payload != nil {
+		p = h.req.Payload(id)
+	}
 	h.mu.Lock()
 	h.tokens = append(h.tokens, id)
+	if h.req.Payload != nil {
+		h.payloads = append(h.payloads, p)
+	}
 	h.out.Generated++
 	if h.out.FirstToken.IsZero() {
 		h.out.FirstToken = time.Now()

@@ -388,3 +388,107 @@ func TestCloseEndsRequests(t *testing.T) {
 	}
 	s.Close()
 }
+
+// Request.Payload's value for each kept token reaches TokensWith beside
+// that token, in order, across concurrent requests; an end token gets no
+// payload, and a request without Payload gets none.
+func TestPayload(t *testing.T) {
+	m := loadTiny(t)
+	pol := kvcache.Policy{HotBF16: true}
+	s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: pol}, KVMemory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	type pick struct {
+		id, pos int     // the token and its place in the history
+		logit   float32 // its logit, as Next saw it
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	vocab := m.Config().VocabSize
+	prompts := [][]int{randomPrompt(r, 20, vocab), randomPrompt(r, 37, vocab), randomPrompt(r, 9, vocab)}
+	const maxNew = 6
+	// The second request ends on the third token of its solo run.
+	eos := solo(t, m, pol, prompts[1], maxNew)[2]
+	type result struct {
+		ids      []int
+		payloads []any
+		calls    int
+		err      error
+	}
+	results := make([]result, len(prompts))
+	var wg sync.WaitGroup
+	for i, prompt := range prompts {
+		var last pick
+		end := -1
+		if i == 1 {
+			end = eos
+		}
+		g := greedy(end)
+		req := Request{Prompt: prompt, MaxNew: maxNew, Next: func(logits []float32, history []int) (int, bool, error) {
+			id, stop, err := g(logits, history)
+			last = pick{id, len(history), logits[id]}
+			return id, stop, err
+		}}
+		if i != 2 {
+			req.Payload = func(id int) any {
+				results[i].calls++
+				if id != last.id {
+					return fmt.Sprintf("Payload(%d) after Next picked %d", id, last.id)
+				}
+				return last
+			}
+		}
+		h, err := s.Submit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			res := &results[i]
+			for {
+				ids, ps, done, err := h.TokensWith(context.Background())
+				if err != nil {
+					res.err = err
+					return
+				}
+				if ps != nil && len(ps) != len(ids) {
+					res.err = fmt.Errorf("%d payloads for %d tokens", len(ps), len(ids))
+					return
+				}
+				res.ids, res.payloads = append(res.ids, ids...), append(res.payloads, ps...)
+				if done {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, res := range results {
+		if res.err != nil {
+			t.Fatalf("request %d: %v", i, res.err)
+		}
+		want := solo(t, m, pol, prompts[i], maxNew)
+		if i == 1 {
+			want = want[:2]
+		}
+		if !slices.Equal(res.ids, want) {
+			t.Errorf("request %d: tokens %v, want %v", i, res.ids, want)
+		}
+		if i == 2 {
+			if res.payloads != nil {
+				t.Errorf("request %d has no Payload but got payloads %v", i, res.payloads)
+			}
+			continue
+		}
+		if res.calls != len(res.ids) || len(res.payloads) != len(res.ids) {
+			t.Errorf("request %d: %d tokens, %d payloads, %d Payload calls", i, len(res.ids), len(res.payloads), res.calls)
+			continue
+		}
+		for j, p := range res.payloads {
+			got, ok := p.(pick)
+			if !ok || got.id != res.ids[j] || got.pos != len(prompts[i])+j || got.logit == 0 {
+				t.Errorf("request %d token %d (id %d at %d): payload %v", i, j, res.ids[j], len(prompts[i])+j, p)
+			}
+		}
+	}
+}
