@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -35,6 +36,22 @@ type GenerateOptions struct {
 	// sent one: the model continues it as the assistant. It replaces the
 	// prompt and System, which must then be empty.
 	Messages []tokenizer.Message
+	// Logprobs computes each generated token's log-probability under the
+	// model's distribution: the log-softmax of the raw logits, before the
+	// repetition penalty, temperature, top-k, top-p and min-p (see
+	// TokenInfo.Logprob). It costs a pass over the vocabulary per token.
+	// The results reach OnToken and Result.Logprobs.
+	Logprobs bool
+	// TopLogprobs, with Logprobs, is how many of the most likely tokens
+	// at each position (0 to MaxTopLogprobs) a TokenInfo lists.
+	TopLogprobs int
+	// OnToken, if set, is called with each generated token, in order, on
+	// Generate's goroutine, before the text the token completes reaches
+	// onText. A token's text may reach onText with a later token's call
+	// (an incomplete UTF-8 character, a possible stop string held back)
+	// or never (the tokens of a stop string, which OnToken still sees).
+	// An error from it ends Generate as one from onText does.
+	OnToken func(TokenInfo) error
 }
 
 // validate reports the first option Generate cannot honour.
@@ -44,6 +61,12 @@ func (o *GenerateOptions) validate() error {
 	}
 	if o.MaxTokens < 0 {
 		return fmt.Errorf("kakeya: max tokens %d must be >= 0", o.MaxTokens)
+	}
+	switch {
+	case o.TopLogprobs < 0 || o.TopLogprobs > MaxTopLogprobs:
+		return fmt.Errorf("kakeya: top logprobs %d must be in [0, %d]", o.TopLogprobs, MaxTopLogprobs)
+	case o.TopLogprobs > 0 && !o.Logprobs:
+		return fmt.Errorf("kakeya: top logprobs %d needs GenerateOptions.Logprobs", o.TopLogprobs)
 	}
 	for i, s := range o.Stop {
 		if s == "" {
@@ -97,6 +120,9 @@ type Result struct {
 	KV kvcache.Stats
 	// Kernels names the compute kernels that ran (see Engine.Kernels).
 	Kernels string
+	// Logprobs describes each generated token, with GenerateOptions.Logprobs
+	// (nil without): what OnToken received.
+	Logprobs []TokenInfo
 }
 
 // PrefillRate returns the prompt tokens processed per second.
@@ -214,6 +240,10 @@ type generation struct {
 	limit   string       // the StopReason when it generates maxNew
 	eos     map[int]bool // the tokens that end it
 	onText  func(string) error
+	onToken func(TokenInfo) error
+	lp      *logprober // nil without GenerateOptions.Logprobs
+	prev    int        // the token before the one being described
+	pair    [2]int     // scratch for decoding a token after prev
 
 	res    *Result
 	text   []byte // what emit passed on
@@ -251,17 +281,29 @@ func (e *Engine) newGeneration(prompt string, opt GenerateOptions, onText func(s
 		g.maxNew, g.limit = opt.MaxTokens, StopLength
 	}
 	g.filter = stopFilter{stops: opt.Stop}
+	g.onToken = opt.OnToken
+	if opt.Logprobs {
+		g.lp = &logprober{k: opt.TopLogprobs}
+	}
 	return g, nil
 }
 
 // next is the scheduler's Request.Next: it checks the logits, computed
 // after history, and samples the next token, which ends the generation
-// if it is an end-of-sequence token. It runs on the scheduler's goroutine.
+// if it is an end-of-sequence token. With logprobs, it measures the
+// logits before sampling changes them. It runs on the scheduler's
+// goroutine.
 func (g *generation) next(logits []float32, history []int) (int, bool, error) {
 	if err := g.e.checkFinite(logits, len(history)-len(g.ids)); err != nil {
 		return 0, false, err
 	}
+	if g.lp != nil {
+		g.lp.measure(logits, g.sampler.penalizes())
+	}
 	id := g.sampler.Sample(logits, history)
+	if g.lp != nil {
+		g.lp.pick(id, logits)
+	}
 	return id, g.eos[id], nil
 }
 
@@ -269,11 +311,16 @@ func (g *generation) next(logits []float32, history []int) (int, bool, error) {
 // tokens' text on as they come, until a stop. Once it was submitted, an
 // error comes with the partial Result.
 func (g *generation) run(ctx context.Context) (*Result, error) {
-	h, err := g.e.sched.Submit(ctx, scheduler.Request{Prompt: g.ids, MaxNew: g.maxNew, Next: g.next})
+	req := scheduler.Request{Prompt: g.ids, MaxNew: g.maxNew, Next: g.next}
+	if g.lp != nil {
+		req.Payload = g.lp.payload
+	}
+	h, err := g.e.sched.Submit(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("kakeya: %w", err)
 	}
 	g.res = &Result{PromptTokens: len(g.ids), Kernels: g.e.Kernels()}
+	g.prev = g.ids[len(g.ids)-1]
 	g.stream = g.e.tok.NewStream()
 	stop, err := g.receive(ctx, h)
 	// A stop string, or an error here, leaves the request running:
@@ -305,12 +352,20 @@ func (g *generation) run(ctx context.Context) (*Result, error) {
 // the StopReason.
 func (g *generation) receive(ctx context.Context, h *scheduler.Handle) (string, error) {
 	for {
-		ids, done, err := h.Tokens(ctx)
+		ids, payloads, done, err := h.TokensWith(ctx)
 		if err != nil {
 			return "", err
 		}
-		for _, id := range ids {
+		for i, id := range ids {
 			g.res.GeneratedTokens++
+			var lp *tokenLogprobs
+			if payloads != nil {
+				lp = payloads[i].(*tokenLogprobs)
+			}
+			if err := g.token(id, lp); err != nil {
+				return "", err
+			}
+			g.prev = id
 			out, stopped := g.filter.push(g.stream.Add(id))
 			if err := g.emit(out); err != nil {
 				return "", err
@@ -343,6 +398,43 @@ func (g *generation) receive(ctx context.Context, h *scheduler.Handle) (string, 
 			return g.end(StopContext)
 		}
 	}
+}
+
+// token passes a generated token, with its log-probabilities if computed,
+// on to OnToken and Result.Logprobs.
+func (g *generation) token(id int, lp *tokenLogprobs) error {
+	if g.onToken == nil && lp == nil {
+		return nil
+	}
+	info := TokenInfo{ID: id, Text: g.decode(id)}
+	if lp != nil {
+		info.Logprob = lp.logprob
+		if lp.n > 0 {
+			info.Top = make([]TopLogprob, lp.n)
+		}
+		for i := range info.Top {
+			t := lp.top[i]
+			info.Top[i] = TopLogprob{ID: int(t.id), Text: g.decode(int(t.id)), Logprob: t.logprob}
+		}
+		g.res.Logprobs = append(g.res.Logprobs, info)
+	}
+	if g.onToken != nil {
+		return g.onToken(info)
+	}
+	return nil
+}
+
+// decode returns the text of token id alone, as it reads after the token
+// before it: decoders that strip a leading space from the first token
+// (SentencePiece's) would otherwise drop it from every token.
+func (g *generation) decode(id int) string {
+	tok := g.e.tok
+	g.pair = [2]int{g.prev, id}
+	both, before := tok.Decode(g.pair[:], false), tok.Decode(g.pair[:1], false)
+	if s, ok := strings.CutPrefix(both, before); ok && !strings.HasSuffix(before, "\uFFFD") {
+		return s
+	}
+	return tok.Decode(g.pair[1:], false)
 }
 
 // end emits what the stream and the stop filter hold back when generation

@@ -114,9 +114,16 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 	return int(c.id[n-1])
 }
 
+// penalizes reports whether Sample changes the logits it is given (the
+// repetition penalty does, in place).
+func (s *Sampler) penalizes() bool {
+	pen := s.opt.RepetitionPenalty
+	return pen != 0 && pen != 1
+}
+
 func (s *Sampler) penalize(logits []float32, history []int) {
 	pen := s.opt.RepetitionPenalty
-	if pen == 0 || pen == 1 || len(history) == 0 {
+	if !s.penalizes() || len(history) == 0 {
 		return
 	}
 	if n := s.opt.RepeatLastN; n > 0 && len(history) > n {
