@@ -67,7 +67,16 @@ type request struct {
 	stop         []string
 	stream       bool
 	includeUsage bool
+	// logprobs asks for each generated token's logprob and the
+	// topLogprobs most likely alternatives: chat's logprobs and
+	// top_logprobs, completions' logprobs (a count).
+	logprobs    bool
+	topLogprobs int
 }
+
+// maxLogprobs bounds completions' logprobs, as the OpenAI API does; chat's
+// top_logprobs goes to kakeya.MaxTopLogprobs.
+const maxLogprobs = 5
 
 // maxStops bounds the stop strings of a request (the OpenAI API allows 4).
 const maxStops = 16
@@ -175,13 +184,39 @@ func decodeRequest(body []byte, chat bool) (*request, *apiError) {
 			if err = decodeField(raw, k, &f); err == nil && f != 0 {
 				err = unsupported(k, " (use repetition_penalty)")
 			}
-		case "logprobs", "echo":
-			// A bool in chat, a count in completions: only off is served.
-			if !bytes.Equal(raw, []byte("false")) && !bytes.Equal(raw, []byte("0")) {
-				err = unsupported(k, "")
+		case "logprobs":
+			if chat {
+				err = decodeField(raw, k, &r.logprobs)
+				break
+			}
+			// A count in completions, 0 asking for the sampled tokens'
+			// logprobs alone; false, as some clients send, is off.
+			if bytes.Equal(raw, []byte("false")) {
+				break
+			}
+			var n int64
+			if err = decodeField(raw, k, &n); err == nil {
+				if n < 0 || n > maxLogprobs {
+					err = badRequest(k, "logprobs must be in [0, %d], got %d", maxLogprobs, n)
+				}
+				r.logprobs, r.topLogprobs = true, int(n)
 			}
 		case "top_logprobs":
-			if !bytes.Equal(raw, []byte("0")) {
+			if !chat {
+				if !bytes.Equal(raw, []byte("0")) {
+					err = unsupported(k, "; /v1/completions takes logprobs: N")
+				}
+				break
+			}
+			var n int64
+			if err = decodeField(raw, k, &n); err == nil {
+				if n < 0 || n > kakeya.MaxTopLogprobs {
+					err = badRequest(k, "top_logprobs must be in [0, %d], got %d", kakeya.MaxTopLogprobs, n)
+				}
+				r.topLogprobs = int(n)
+			}
+		case "echo":
+			if !bytes.Equal(raw, []byte("false")) && !bytes.Equal(raw, []byte("0")) {
 				err = unsupported(k, "")
 			}
 		case "user":
@@ -215,6 +250,9 @@ func decodeRequest(body []byte, chat bool) (*request, *apiError) {
 	}
 	if !chat && fields["prompt"] == nil {
 		return nil, badRequest("prompt", "prompt is required")
+	}
+	if r.topLogprobs > 0 && !r.logprobs {
+		return nil, badRequest("top_logprobs", "top_logprobs needs logprobs: true")
 	}
 	if r.includeUsage && !r.stream {
 		return nil, badRequest("stream_options", "stream_options is only allowed with stream: true")

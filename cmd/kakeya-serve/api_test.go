@@ -25,8 +25,14 @@ func TestDecodeRequest(t *testing.T) {
 		{"sampling", false, `{"prompt": "hi", "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "seed": 7}`,
 			request{prompt: "hi", sampling: kakeya.SamplingOptions{Temperature: 0.5, TopP: 0.9, TopK: 40, MinP: 0.05, RepetitionPenalty: 1.1, Seed: 7}, seeded: true}},
 		{"top_k -1 is all", false, `{"prompt": "hi", "top_k": -1}`, request{prompt: "hi", sampling: deflt}},
-		{"neutral values", false, `{"prompt": ["hi"], "n": 1, "best_of": 1, "echo": false, "logprobs": 0, "presence_penalty": 0, "frequency_penalty": 0, "user": "u1"}`,
+		{"neutral values", false, `{"prompt": ["hi"], "n": 1, "best_of": 1, "echo": false, "logprobs": false, "top_logprobs": 0, "presence_penalty": 0, "frequency_penalty": 0, "user": "u1"}`,
 			request{prompt: "hi", sampling: deflt}},
+		{"completions logprobs", false, `{"prompt": "hi", "logprobs": 5}`, request{prompt: "hi", sampling: deflt, logprobs: true, topLogprobs: 5}},
+		{"completions logprobs 0: the sampled tokens'", false, `{"prompt": "hi", "logprobs": 0}`, request{prompt: "hi", sampling: deflt, logprobs: true}},
+		{"chat logprobs", true, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 20}`,
+			request{chat: true, sampling: deflt, messages: []tokenizer.Message{{Role: "user", Content: "hi"}}, logprobs: true, topLogprobs: 20}},
+		{"chat logprobs off", true, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": false, "top_logprobs": 0}`,
+			request{chat: true, sampling: deflt, messages: []tokenizer.Message{{Role: "user", Content: "hi"}}}},
 		{"ignore_eos", false, `{"prompt": "hi", "max_tokens": 3, "ignore_eos": true}`, request{prompt: "hi", sampling: deflt, maxTokens: 3, ignoreEOS: true}},
 		{"stop string", false, `{"prompt": "hi", "stop": "\n"}`, request{prompt: "hi", sampling: deflt, stop: []string{"\n"}}},
 		{"stop list", false, `{"prompt": "hi", "stop": ["a", "b"]}`, request{prompt: "hi", sampling: deflt, stop: []string{"a", "b"}}},
@@ -62,6 +68,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"prompt": "hi", "max_tokens": 1e30}`,
 		`{"prompt": "hi", "temperature": NaN}`,
 		`{"prompt": "hi", "tools": [], "response_format": {}}`,
+		`{"prompt": "hi", "logprobs": 3, "top_logprobs": 1}`,
+		`{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 25}`,
 		`{"messages": null}`,
 		`[]`, `null`, `{`, `"x"`, `{"prompt": {"a": 1}}`,
 	} {
@@ -82,7 +90,8 @@ func FuzzDecodeRequest(f *testing.F) {
 		if verr := r.sampling.Validate(); verr != nil {
 			t.Fatalf("accepted sampling options that do not validate: %v", verr)
 		}
-		if r.maxTokens < 0 || chat != r.chat || chat && len(r.messages) == 0 || r.includeUsage && !r.stream {
+		if r.maxTokens < 0 || chat != r.chat || chat && len(r.messages) == 0 || r.includeUsage && !r.stream ||
+			r.topLogprobs < 0 || r.topLogprobs > kakeya.MaxTopLogprobs || r.topLogprobs > 0 && !r.logprobs {
 			t.Fatalf("accepted %+v", r)
 		}
 		for _, s := range r.stop {

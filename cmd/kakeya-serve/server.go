@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/model"
@@ -272,7 +273,8 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, aerr)
 		return
 	}
-	opt := kakeya.GenerateOptions{MaxTokens: req.maxTokens, Sampling: req.sampling, Stop: req.stop, IgnoreEOS: req.ignoreEOS}
+	opt := kakeya.GenerateOptions{MaxTokens: req.maxTokens, Sampling: req.sampling, Stop: req.stop, IgnoreEOS: req.ignoreEOS,
+		Logprobs: req.logprobs, TopLogprobs: req.topLogprobs}
 	if !req.seeded {
 		opt.Sampling.Seed = rand.Uint64()
 	}
@@ -303,10 +305,13 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat}
+	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat, logprobs: req.logprobs}
 	var res *kakeya.Result
 	if req.stream {
 		sse := &sseWriter{w: w, rc: http.NewResponseController(w), resp: out}
+		if req.logprobs {
+			opt.OnToken = sse.token
+		}
 		res, err = eng.Generate(ctx, prompt, opt, sse.text)
 		s.finishStream(r, sse, req, res, err)
 	} else {
@@ -385,6 +390,8 @@ type response struct {
 	id, model string
 	created   int64
 	chat      bool
+	logprobs  bool // the request asked for logprobs
+	offset    int  // completions' text_offset of the next token
 }
 
 type chatMessage struct {
@@ -397,7 +404,7 @@ type choice struct {
 	Message      *chatMessage `json:"message,omitempty"` // chat, whole
 	Delta        *chatMessage `json:"delta,omitempty"`   // chat, chunk
 	Text         *string      `json:"text,omitempty"`    // completions
-	Logprobs     *struct{}    `json:"logprobs"`          // always null
+	Logprobs     any          `json:"logprobs"`          // *chatLogprobs, *textLogprobs or null
 	FinishReason *string      `json:"finish_reason"`
 }
 
@@ -421,13 +428,15 @@ func (o *response) whole(res *kakeya.Result) *completion {
 	} else {
 		c.Text = &res.Text
 	}
+	c.Logprobs = o.logprobsOf(res.Logprobs)
 	return &completion{ID: o.id, Object: obj, Created: o.created, Model: o.model, Choices: []choice{c}, Usage: usageOf(res)}
 }
 
-// chunk returns a streamed chunk with text and, if not "", finish_reason;
-// the first chat chunk carries the role.
-func (o *response) chunk(text, finish string, first bool) *completion {
-	c := choice{}
+// chunk returns a streamed chunk with text, the logprobs of toks if the
+// request asked for them and, if not "", finish_reason; the first chat
+// chunk carries the role.
+func (o *response) chunk(text, finish string, first bool, toks []kakeya.TokenInfo) *completion {
+	c := choice{Logprobs: o.logprobsOf(toks)}
 	if finish != "" {
 		c.FinishReason = &finish
 	}
@@ -444,20 +453,116 @@ func (o *response) chunk(text, finish string, first bool) *completion {
 	return &completion{ID: o.id, Object: obj, Created: o.created, Model: o.model, Choices: []choice{c}}
 }
 
+// chatLogprobs is a chat choice's logprobs.
+type chatLogprobs struct {
+	Content []chatTokenLogprob `json:"content"`
+	Refusal []chatTokenLogprob `json:"refusal"` // always null: no refusals here
+}
+
+// chatTokenLogprob is one token of chatLogprobs.Content.
+type chatTokenLogprob struct {
+	chatTopLogprob
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+// chatTopLogprob is a token with its logprob and its text's UTF-8 bytes.
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// textLogprobs is a completions choice's logprobs: parallel lists, one
+// entry per token.
+type textLogprobs struct {
+	Tokens        []string  `json:"tokens"`
+	TokenLogprobs []float32 `json:"token_logprobs"`
+	// TopLogprobs maps the text of the most likely tokens, and of the
+	// sampled one, to their logprobs (up to logprobs+1 entries, fewer
+	// where two tokens have the same text).
+	TopLogprobs []map[string]float32 `json:"top_logprobs"`
+	// TextOffset is where each token's text starts in the completion's
+	// text, in Unicode characters as Python counts them (as vLLM).
+	TextOffset []int `json:"text_offset"`
+}
+
+// logprobsOf returns the logprobs of toks in the endpoint's shape, or nil
+// (null) when the request did not ask for them or toks is empty. It
+// advances the completions' text offset past toks.
+func (o *response) logprobsOf(toks []kakeya.TokenInfo) any {
+	if !o.logprobs || len(toks) == 0 {
+		return nil
+	}
+	if o.chat {
+		lp := &chatLogprobs{Content: make([]chatTokenLogprob, len(toks))}
+		for i, t := range toks {
+			top := make([]chatTopLogprob, len(t.Top))
+			for j, a := range t.Top {
+				top[j] = chatTopLogprob{a.Text, a.Logprob, utf8Bytes(a.Text)}
+			}
+			lp.Content[i] = chatTokenLogprob{chatTopLogprob{t.Text, t.Logprob, utf8Bytes(t.Text)}, top}
+		}
+		return lp
+	}
+	lp := &textLogprobs{
+		Tokens: make([]string, len(toks)), TokenLogprobs: make([]float32, len(toks)),
+		TopLogprobs: make([]map[string]float32, len(toks)), TextOffset: make([]int, len(toks)),
+	}
+	for i, t := range toks {
+		lp.Tokens[i], lp.TokenLogprobs[i], lp.TextOffset[i] = t.Text, t.Logprob, o.offset
+		o.offset += utf8.RuneCountInString(t.Text)
+		top := map[string]float32{t.Text: t.Logprob}
+		for _, a := range t.Top {
+			if _, ok := top[a.Text]; !ok {
+				top[a.Text] = a.Logprob
+			}
+		}
+		lp.TopLogprobs[i] = top
+	}
+	return lp
+}
+
+// utf8Bytes returns the bytes of s as the API lists them, numbers.
+func utf8Bytes(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
+}
+
 // An sseWriter streams a completion as server-sent events. It sends the
 // headers with the first event, so that an error before any text (a full
 // queue, a bad prompt) still gets its own status.
+//
+// With logprobs, each chunk carries the tokens generated since the chunk
+// before it, so a chunk's tokens are those whose text it completes. Text
+// held back (an incomplete UTF-8 character, what may start a stop string)
+// goes out with a later token's chunk, and the tokens it was held with go
+// with it; the tokens of a stop string, whose text never goes out, ride on
+// the last chunk, with finish_reason. Every generated token is reported
+// once, as usage.completion_tokens counts them.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	resp    *response
 	started bool
 	buf     bytes.Buffer
+	pending []kakeya.TokenInfo // tokens not yet sent, with logprobs
 }
 
-// text is Generate's onText: one chunk per piece of text.
+// token is Generate's OnToken: it keeps the token for the next chunk.
+func (s *sseWriter) token(t kakeya.TokenInfo) error {
+	s.pending = append(s.pending, t)
+	return nil
+}
+
+// text is Generate's onText: one chunk per piece of text, with the tokens
+// that came since the last chunk.
 func (s *sseWriter) text(t string) error {
-	return s.event(s.resp.chunk(t, "", !s.started))
+	c := s.resp.chunk(t, "", !s.started, s.pending)
+	s.pending = s.pending[:0]
+	return s.event(c)
 }
 
 // event sends v as one "data:" event and flushes it.
@@ -506,7 +611,7 @@ func (s *server) finishStream(r *http.Request, sse *sseWriter, req *request, res
 		}
 		return
 	}
-	if sse.event(sse.resp.chunk("", finishReason(res.StopReason), !sse.started)) != nil {
+	if sse.event(sse.resp.chunk("", finishReason(res.StopReason), !sse.started, sse.pending)) != nil {
 		return
 	}
 	if req.includeUsage {
