@@ -168,7 +168,7 @@ func TestAllocatePCOptimal(t *testing.T) {
 		w    []float32
 	}{{0.25, nil}, {0.8, nil}, {1.5, nil}, {3, nil}, {1.5, []float32{0.01, 1, 1, 100}}} {
 		o := KakeyaPCOptions{Rate: tc.rate, MaxBits: 3, Block: 16}
-		got := allocatePC(st, tc.w, o, &tab.dist)
+		got := allocatePC(st, tc.w, o, tab)
 		cost := func(a int8) int {
 			switch {
 			case a < 0:
@@ -224,7 +224,7 @@ func TestAllocatePCOptimal(t *testing.T) {
 	// takes coarser units and still stays within it.
 	st8 := &PCAStats{Mean: make([]float32, 4), Basis: st.Basis, Var: st.Var, Between: st.Between}
 	o := KakeyaPCOptions{Rate: 16, MaxBits: 6, Block: 1 << 20}
-	a := allocatePC(st8, nil, o, &tab.dist)
+	a := allocatePC(st8, nil, o, tab)
 	bits := 0
 	for _, s := range a {
 		if s >= 0 {
