@@ -417,15 +417,13 @@ var (
 			"a component is left out, stored as the block's fp16 mean only, or coded with that mean, an fp16 scale and per row a code of its width " +
 			"(the Gaussian Lloyd-Max level times the scale, plus the mean). Which components, and their widths, are the codec's settings.",
 		Fields: []Field{
-			{Name: "means", Off: 16, Bytes: 2, Var: VarMeans, Doc: "count M of components with a stored mean"},
-			{Name: "coded", Off: 18, Bytes: 2, Var: VarCoded, Doc: "count C of coded components"},
+			pcMeansField, pcCodedField,
 			{Name: "row_bits", Off: 20, Bytes: 2, Var: VarRowBits, Doc: "code bits per row, the sum of the coded components' widths"},
 		},
 		Vars: []Var{VarN, VarD, VarMeans, VarCoded, VarRowBits},
 		Sections: []Section{
 			{Name: "info", Count: Lit(6), Width: Lit(8), Doc: "means, coded, row_bits (the fields above)"},
-			{Name: "means", Count: V(VarMeans), Width: Lit(16), Doc: "fp16 block mean of each component with one, by increasing component"},
-			{Name: "scales", Count: V(VarCoded), Width: Lit(16), Doc: "fp16 scale of each coded component, by increasing component"},
+			pcMeansSection, pcScalesSection,
 			{Name: "codes", Count: Mul(n, V(VarRowBits)), Width: Lit(1), Doc: "per row, each coded component's code in its width, by increasing component, one bit stream"},
 		},
 	}
@@ -436,15 +434,13 @@ var (
 			"(the N(0,1) probabilities of its quantizer's cells, Lloyd-Max or, for kvtc, uniform); the stream starts with the coder's final state, " +
 			"little-endian, and decodes forward. Which components, their widths and the quantizer are the codec's settings.",
 		Fields: []Field{
-			{Name: "means", Off: 16, Bytes: 2, Var: VarMeans, Doc: "count M of components with a stored mean"},
-			{Name: "coded", Off: 18, Bytes: 2, Var: VarCoded, Doc: "count C of coded components"},
+			pcMeansField, pcCodedField,
 			{Name: "code_bytes", Off: 20, Bytes: 4, Var: VarCodeBytes, Doc: "length of the rANS stream in bytes"},
 		},
 		Vars: []Var{VarN, VarD, VarMeans, VarCoded, VarCodeBytes},
 		Sections: []Section{
 			{Name: "info", Count: Lit(8), Width: Lit(8), Doc: "means, coded, code_bytes (the fields above)"},
-			{Name: "means", Count: V(VarMeans), Width: Lit(16), Doc: "fp16 block mean of each component with one, by increasing component"},
-			{Name: "scales", Count: V(VarCoded), Width: Lit(16), Doc: "fp16 scale of each coded component, by increasing component"},
+			pcMeansSection, pcScalesSection,
 			{Name: "codes", Count: V(VarCodeBytes), Width: Lit(8), Doc: "the rANS stream of the n x C codes"},
 		},
 	}
@@ -466,6 +462,14 @@ var (
 			{Name: "p", Value: turboP, Doc: "padded values per row"},
 		},
 	}
+)
+
+// The fields and sections kakeya_pc and kakeya_pc_ec share.
+var (
+	pcMeansField    = Field{Name: "means", Off: 16, Bytes: 2, Var: VarMeans, Doc: "count M of components with a stored mean"}
+	pcCodedField    = Field{Name: "coded", Off: 18, Bytes: 2, Var: VarCoded, Doc: "count C of coded components"}
+	pcMeansSection  = Section{Name: "means", Count: V(VarMeans), Width: Lit(16), Doc: "fp16 block mean of each component with one, by increasing component"}
+	pcScalesSection = Section{Name: "scales", Count: V(VarCoded), Width: Lit(16), Doc: "fp16 scale of each coded component, by increasing component"}
 )
 
 var builtinFormats = []*Format{formatIdentity, formatBF16, formatInt8, formatInt4, formatKakeya, formatTurbo, formatFP8, formatKakeyaPC, formatKakeyaPCEC}

@@ -137,33 +137,25 @@ func (t *pcTables) set(b int, cb *Codebook) {
 
 // gaussianTables computes the Lloyd–Max tables once; they are never
 // written after.
-var gaussianTables = sync.OnceValues(func() (*pcTables, error) {
-	t := new(pcTables)
-	t.dist[0] = 1
-	for b := 1; b <= pcMaxBits; b++ {
-		cb, err := GaussianCodebook(b)
-		if err != nil {
-			return nil, err
-		}
-		t.set(b, cb)
-	}
-	return t, nil
-})
+var gaussianTables = sync.OnceValues(func() (*pcTables, error) { return newPCTables(GaussianCodebook) })
 
 // uniformTables computes once the uniform quantizers of 2^b levels whose
 // step minimizes the squared error on N(0, 1) (KVTC's quantizer).
-var uniformTables = sync.OnceValues(func() (*pcTables, error) {
+var uniformTables = sync.OnceValues(func() (*pcTables, error) { return newPCTables(gaussianUniform) })
+
+// newPCTables makes the tables of the quantizers quant returns for 1..pcMaxBits bits.
+func newPCTables(quant func(bits int) (*Codebook, error)) (*pcTables, error) {
 	t := new(pcTables)
 	t.dist[0] = 1
 	for b := 1; b <= pcMaxBits; b++ {
-		cb, err := gaussianUniform(b)
+		cb, err := quant(b)
 		if err != nil {
 			return nil, err
 		}
 		t.set(b, cb)
 	}
 	return t, nil
-})
+}
 
 // gaussianUniform returns the midpoint-bounded uniform quantizer of 2^bits
 // levels, symmetric about 0, with the step of least mean squared error on

@@ -119,17 +119,7 @@ func TestKakeyaPCEntropy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var predicted float64
-			for j, a := range k.alloc {
-				switch {
-				case a < 0:
-					predicted += float64(st.Var[j] + st.Between[j])
-				case a == 0:
-					predicted += float64(st.Var[j])
-				default:
-					predicted += float64(st.Var[j]) * k.tab.dist[a]
-				}
-			}
+			predicted := pcPredicted(k, st)
 			var se float64
 			var bytes int
 			for _, x := range test {
@@ -188,38 +178,5 @@ func checkStreamErrors(t *testing.T, k *KakeyaPC, enc []byte, n, d int) {
 	Seal(short)
 	if err := k.Decode(out, short, n, d); err == nil {
 		t.Errorf("%s: stream cut by a byte: decoded without error", k.Name())
-	}
-}
-
-// TestKakeyaPCEntropyAllocations: with entropy coding, steady-state
-// Encode, Decode and AddWeighted allocate nothing.
-func TestKakeyaPCEntropyAllocations(t *testing.T) {
-	const n, d = 64, 64
-	blocks := pcBlocks(rand.New(rand.NewPCG(9, 9)), 30, n, d)
-	st := pcStats(t, blocks, n, d)
-	for _, uniform := range []bool{false, true} {
-		o := DefaultKakeyaPCOptions()
-		o.Entropy, o.Uniform = true, uniform
-		k, err := NewKakeyaPC(o, st, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		enc, err := k.Encode(nil, blocks[0], n, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 0, 2*len(enc))
-		out := make([]float32, n*d)
-		w := make([]float32, 2*n)
-		acc := make([]float32, 2*d)
-		for name, f := range map[string]func(){
-			"encode":      func() { _, _ = k.Encode(buf[:0], blocks[1], n, d) },
-			"decode":      func() { _ = k.Decode(out, enc, n, d) },
-			"addweighted": func() { _ = k.AddWeighted(acc, 2, w, n, enc, n, d, 0, n) },
-		} {
-			if a := testing.AllocsPerRun(20, f); a != 0 {
-				t.Errorf("%s %s: %v allocations per call", k.Name(), name, a)
-			}
-		}
 	}
 }
