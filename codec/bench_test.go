@@ -51,7 +51,9 @@ func BenchmarkCodecs(b *testing.B) {
 // BenchmarkKakeyaPC measures kakeya-pc (statistics from 64 blocks of the
 // synthetic keys) beside kakeya-b2 at blocks of 64 tokens, head_dim 64 and
 // 128: encode and decode in vectors/s, and AddWeighted (the value path of
-// attention, one weight row) in vectors/s.
+// attention, one weight row) in vectors/s; the entropy-coded kakeya-pc
+// (ec) and kvtc at the same rate beside them, with each one's encoded
+// bytes per block.
 func BenchmarkKakeyaPC(b *testing.B) {
 	const n = 64
 	for _, d := range []int{64, 128} {
@@ -65,15 +67,21 @@ func BenchmarkKakeyaPC(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		pc, err := NewKakeyaPC(DefaultKakeyaPCOptions(), st, nil)
-		if err != nil {
-			b.Fatal(err)
+		var pcs []RowCombiner
+		for _, mode := range [][2]bool{{false, false}, {true, false}, {true, true}} {
+			o := DefaultKakeyaPCOptions()
+			o.Entropy, o.Uniform = mode[0], mode[1]
+			pc, err := NewKakeyaPC(o, st, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pcs = append(pcs, pc)
 		}
 		o := DefaultKakeyaOptions()
 		o.Bits = 2
 		kk, _ := NewKakeya(o)
 		x := synth(keyLike, n, d, 1, 1)
-		for _, c := range []RowCombiner{pc, kk} {
+		for _, c := range append(pcs, kk) {
 			enc, err := c.Encode(nil, x, n, d)
 			if err != nil {
 				b.Fatal(err)
@@ -90,6 +98,7 @@ func BenchmarkKakeyaPC(b *testing.B) {
 					buf, _ = c.Encode(buf[:0], x, n, d)
 				}
 				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "vectors/s")
+				b.ReportMetric(float64(len(enc)), "bytes/block")
 			})
 			b.Run("decode/"+name, func(b *testing.B) {
 				for b.Loop() {

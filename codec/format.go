@@ -22,14 +22,15 @@ type FormatID byte
 
 // The built-in formats' ids, as block headers store them.
 const (
-	FormatIdentity FormatID = 1 + iota // float32 rows (codec "f32")
-	FormatBF16                         // bfloat16 rows (codec "bf16")
-	FormatInt8                         // codec Int8
-	FormatInt4                         // codec Int4 (int4*, int2*)
-	FormatKakeya                       // codec Kakeya
-	FormatTurbo                        // codec Turbo
-	FormatFP8                          // codec FP8
-	FormatKakeyaPC                     // codec KakeyaPC
+	FormatIdentity   FormatID = 1 + iota // float32 rows (codec "f32")
+	FormatBF16                           // bfloat16 rows (codec "bf16")
+	FormatInt8                           // codec Int8
+	FormatInt4                           // codec Int4 (int4*, int2*)
+	FormatKakeya                         // codec Kakeya
+	FormatTurbo                          // codec Turbo
+	FormatFP8                            // codec FP8
+	FormatKakeyaPC                       // codec KakeyaPC
+	FormatKakeyaPCEC                     // codec KakeyaPC with entropy coding (kakeya-pc:ec=true, kvtc)
 )
 
 // A Var is one quantity a block layout is computed from: the block's
@@ -54,10 +55,11 @@ const (
 	VarMeans                 // KakeyaPC's count of stored component means
 	VarCoded                 // KakeyaPC's count of coded components
 	VarRowBits               // KakeyaPC's code bits per row
+	VarCodeBytes             // KakeyaPC's entropy-coded stream length in bytes
 	NumVars                  // the number of layout variables
 )
 
-var varNames = [NumVars]string{"n", "d", "bits", "group", "per_channel", "rotated", "byte_params", "rank", "coef_bits", "outliers", "block", "means", "coded", "row_bits"}
+var varNames = [NumVars]string{"n", "d", "bits", "group", "per_channel", "rotated", "byte_params", "rank", "coef_bits", "outliers", "block", "means", "coded", "row_bits", "code_bytes"}
 
 // String returns the variable's name in the C header, e.g. "coef_bits".
 func (v Var) String() string {
@@ -415,16 +417,31 @@ var (
 			"a component is left out, stored as the block's fp16 mean only, or coded with that mean, an fp16 scale and per row a code of its width " +
 			"(the Gaussian Lloyd-Max level times the scale, plus the mean). Which components, and their widths, are the codec's settings.",
 		Fields: []Field{
-			{Name: "means", Off: 16, Bytes: 2, Var: VarMeans, Doc: "count M of components with a stored mean"},
-			{Name: "coded", Off: 18, Bytes: 2, Var: VarCoded, Doc: "count C of coded components"},
+			pcMeansField, pcCodedField,
 			{Name: "row_bits", Off: 20, Bytes: 2, Var: VarRowBits, Doc: "code bits per row, the sum of the coded components' widths"},
 		},
 		Vars: []Var{VarN, VarD, VarMeans, VarCoded, VarRowBits},
 		Sections: []Section{
 			{Name: "info", Count: Lit(6), Width: Lit(8), Doc: "means, coded, row_bits (the fields above)"},
-			{Name: "means", Count: V(VarMeans), Width: Lit(16), Doc: "fp16 block mean of each component with one, by increasing component"},
-			{Name: "scales", Count: V(VarCoded), Width: Lit(16), Doc: "fp16 scale of each coded component, by increasing component"},
+			pcMeansSection, pcScalesSection,
 			{Name: "codes", Count: Mul(n, V(VarRowBits)), Width: Lit(1), Doc: "per row, each coded component's code in its width, by increasing component, one bit stream"},
+		},
+	}
+	formatKakeyaPCEC = &Format{
+		ID: FormatKakeyaPCEC, Name: "kakeya_pc_ec",
+		Doc: "kakeya_pc with its codes entropy coded: the same means and scales, then one rANS stream (32-bit state, byte renormalization, " +
+			"frequencies of 14 bits) of every row's codes, row after row, by increasing component, each under the static table of its width " +
+			"(the N(0,1) probabilities of its quantizer's cells, Lloyd-Max or, for kvtc, uniform); the stream starts with the coder's final state, " +
+			"little-endian, and decodes forward. Which components, their widths and the quantizer are the codec's settings.",
+		Fields: []Field{
+			pcMeansField, pcCodedField,
+			{Name: "code_bytes", Off: 20, Bytes: 4, Var: VarCodeBytes, Doc: "length of the rANS stream in bytes"},
+		},
+		Vars: []Var{VarN, VarD, VarMeans, VarCoded, VarCodeBytes},
+		Sections: []Section{
+			{Name: "info", Count: Lit(8), Width: Lit(8), Doc: "means, coded, code_bytes (the fields above)"},
+			pcMeansSection, pcScalesSection,
+			{Name: "codes", Count: V(VarCodeBytes), Width: Lit(8), Doc: "the rANS stream of the n x C codes"},
 		},
 	}
 	formatTurbo = &Format{
@@ -447,7 +464,15 @@ var (
 	}
 )
 
-var builtinFormats = []*Format{formatIdentity, formatBF16, formatInt8, formatInt4, formatKakeya, formatTurbo, formatFP8, formatKakeyaPC}
+// The fields and sections kakeya_pc and kakeya_pc_ec share.
+var (
+	pcMeansField    = Field{Name: "means", Off: 16, Bytes: 2, Var: VarMeans, Doc: "count M of components with a stored mean"}
+	pcCodedField    = Field{Name: "coded", Off: 18, Bytes: 2, Var: VarCoded, Doc: "count C of coded components"}
+	pcMeansSection  = Section{Name: "means", Count: V(VarMeans), Width: Lit(16), Doc: "fp16 block mean of each component with one, by increasing component"}
+	pcScalesSection = Section{Name: "scales", Count: V(VarCoded), Width: Lit(16), Doc: "fp16 scale of each coded component, by increasing component"}
+)
+
+var builtinFormats = []*Format{formatIdentity, formatBF16, formatInt8, formatInt4, formatKakeya, formatTurbo, formatFP8, formatKakeyaPC, formatKakeyaPCEC}
 
 // Formats returns the built-in block formats in id order.
 func Formats() []*Format { return append([]*Format(nil), builtinFormats...) }

@@ -265,6 +265,10 @@ func TestFormatsAgree(t *testing.T) {
 			o := DefaultKakeyaPCOptions()
 			o.Rate = rate
 			add(NewKakeyaPC(o, st, nil))
+			o.Entropy = true
+			add(NewKakeyaPC(o, st, nil))
+			o.Uniform = true
+			add(NewKakeyaPC(o, st, nil))
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))

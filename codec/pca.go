@@ -87,6 +87,17 @@ type KakeyaPCOptions struct {
 	// calibration's query factors: the allocation then minimizes the error
 	// of attention scores instead of the keys' own. Values ignore it.
 	QueryWeighted bool
+	// Entropy codes each block's component codes with a static rANS coder
+	// over the quantizer's cell probabilities on N(0, 1) (format
+	// kakeya_pc_ec), and the allocation charges a code its expected
+	// entropy-coded length instead of its width: at the same rate it
+	// affords more bits. Blocks then vary in size with their data. Off,
+	// the codes are fixed-width (format kakeya_pc): the fast mode.
+	Entropy bool
+	// Uniform quantizes with the uniform quantizer of 2^b levels of least
+	// Gaussian error instead of Lloyd–Max's: with Entropy, the KVTC-style
+	// codec ("kvtc").
+	Uniform bool
 }
 
 // DefaultKakeyaPCOptions returns 2.5 bits per value (with the header,
@@ -100,27 +111,90 @@ func DefaultKakeyaPCOptions() KakeyaPCOptions {
 // Lloyd–Max codebook takes 30 ms to compute (256 levels take a second).
 const pcMaxBits = 6
 
-// A pcTables holds the Gaussian Lloyd–Max codebooks of 1..pcMaxBits bits
-// and their distortions on N(0, 1).
+// A pcTables holds the quantizers of 1..pcMaxBits bits for N(0, 1), their
+// distortions, and the rANS tables of their cells' probabilities with the
+// expected entropy-coded bits per code.
 type pcTables struct {
 	levels, bounds [pcMaxBits + 1][]float32
 	dist           [pcMaxBits + 1]float64
+	ans            [pcMaxBits + 1]*ransTable
 }
 
-// gaussianTables computes the tables once; they are never written after.
-var gaussianTables = sync.OnceValues(func() (*pcTables, error) {
+// codeBits returns the bits a code of width b costs: b, or with entropy
+// coding its expected length.
+func (t *pcTables) codeBits(b int, entropy bool) float64 {
+	if entropy {
+		return t.ans[b].bits
+	}
+	return float64(b)
+}
+
+func (t *pcTables) set(b int, cb *Codebook) {
+	t.levels[b], t.bounds[b] = cb.Levels, cb.Bounds
+	t.dist[b] = codebookDistortion(cb)
+	t.ans[b] = newRANSTable(cellProbs(cb.Bounds))
+}
+
+// gaussianTables computes the Lloyd–Max tables once; they are never
+// written after.
+var gaussianTables = sync.OnceValues(func() (*pcTables, error) { return newPCTables(GaussianCodebook) })
+
+// uniformTables computes once the uniform quantizers of 2^b levels whose
+// step minimizes the squared error on N(0, 1) (KVTC's quantizer).
+var uniformTables = sync.OnceValues(func() (*pcTables, error) { return newPCTables(gaussianUniform) })
+
+// newPCTables makes the tables of the quantizers quant returns for 1..pcMaxBits bits.
+func newPCTables(quant func(bits int) (*Codebook, error)) (*pcTables, error) {
 	t := new(pcTables)
 	t.dist[0] = 1
 	for b := 1; b <= pcMaxBits; b++ {
-		cb, err := GaussianCodebook(b)
+		cb, err := quant(b)
 		if err != nil {
 			return nil, err
 		}
-		t.levels[b], t.bounds[b] = cb.Levels, cb.Bounds
-		t.dist[b] = codebookDistortion(cb)
+		t.set(b, cb)
 	}
 	return t, nil
-})
+}
+
+// gaussianUniform returns the midpoint-bounded uniform quantizer of 2^bits
+// levels, symmetric about 0, with the step of least mean squared error on
+// N(0, 1), found by golden-section search (the error is unimodal in it).
+func gaussianUniform(bits int) (*Codebook, error) {
+	k := 1 << bits
+	make1 := func(step float64) *Codebook {
+		lv := make([]float32, k)
+		for i := range lv {
+			lv[i] = float32((float64(i) - float64(k-1)/2) * step)
+		}
+		cb, err := CodebookFromLevels(lv)
+		if err != nil {
+			return nil
+		}
+		return cb
+	}
+	errAt := func(step float64) float64 { return codebookDistortion(make1(step)) }
+	lo, hi := 0.01, 4.0
+	g := (math.Sqrt(5) - 1) / 2
+	a, b := hi-g*(hi-lo), lo+g*(hi-lo)
+	fa, fb := errAt(a), errAt(b)
+	for hi-lo > 1e-7 {
+		if fa < fb {
+			hi, b, fb = b, a, fa
+			a = hi - g*(hi-lo)
+			fa = errAt(a)
+		} else {
+			lo, a, fa = a, b, fb
+			b = lo + g*(hi-lo)
+			fb = errAt(b)
+		}
+	}
+	cb := make1((lo + hi) / 2)
+	if cb == nil {
+		return nil, fmt.Errorf("codec: uniform quantizer of %d bits: no valid step", bits)
+	}
+	return cb, nil
+}
 
 // KakeyaPC codes a block in a calibrated principal basis with bits
 // allocated per component: each row x becomes y = U(x - μ) (U and μ from
@@ -153,7 +227,8 @@ type KakeyaPC struct {
 	levOff            []int32   // where each coded component's levels start in a block's level table
 	levels            int       // the level table's length, Σ 2^width
 	rowBits           int
-	meanNorm          float32 // ||μ||, for Encode's fp16 range check
+	ans               []*ransTable // with Entropy, each coded component's coder
+	meanNorm          float32      // ||μ||, for Encode's fp16 range check
 	tab               *pcTables
 	tag               uint16
 	pool              sync.Pool
@@ -168,6 +243,7 @@ type pcScratch struct {
 	scale []float32
 	lv    []float32 // decode: every coded component's levels times its scale
 	codes []uint8
+	ans   []byte // Encode with entropy coding: the stream, built from its end
 }
 
 // The sections of formatKakeyaPC.
@@ -212,14 +288,18 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 			return nil, fmt.Errorf("codec: kakeya-pc: weight %d is %v", i, v)
 		}
 	}
-	tab, err := gaussianTables()
+	tables := gaussianTables
+	if o.Uniform {
+		tables = uniformTables
+	}
+	tab, err := tables()
 	if err != nil {
 		return nil, err
 	}
 	k.tab, k.d = tab, d
 	k.mean = append([]float32(nil), st.Mean...)
 	k.basis = append([]float32(nil), st.Basis...)
-	k.alloc = allocatePC(st, w, o, &tab.dist)
+	k.alloc = allocatePC(st, w, o, tab)
 	for j, a := range k.alloc {
 		if a >= 0 {
 			k.meanIdx = append(k.meanIdx, j)
@@ -231,6 +311,7 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 			k.levOff = append(k.levOff, int32(k.levels))
 			k.levels += 1 << a
 			k.rowBits += int(a)
+			k.ans = append(k.ans, tab.ans[a])
 		}
 	}
 	if k.rowBits > math.MaxUint16 {
@@ -253,6 +334,11 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 	}
 	for _, a := range k.alloc {
 		h.Write([]byte{byte(a)})
+	}
+	// The quantizer is bound too: a uniform code read with Lloyd–Max
+	// levels would decode without error.
+	if o.Uniform {
+		h.Write([]byte("uniform"))
 	}
 	s := h.Sum32()
 	k.tag = uint16(s ^ s>>16)
@@ -278,9 +364,13 @@ func (k *KakeyaPC) Allocation() []int {
 // Calibrated reports whether k has statistics, so that it can code.
 func (k *KakeyaPC) Calibrated() bool { return k.alloc != nil }
 
-// Name encodes the settings, e.g. "kakeya-pc-r2.5".
+// Name encodes the settings, e.g. "kakeya-pc-r2.5", "kakeya-pc-r2-ec" (entropy
+// coded) or "kvtc-r2" (uniform and entropy coded).
 func (k *KakeyaPC) Name() string {
 	s := fmt.Sprintf("kakeya-pc-r%g", k.opt.Rate)
+	if k.opt.Uniform && k.opt.Entropy {
+		s = fmt.Sprintf("kvtc-r%g", k.opt.Rate)
+	}
 	if k.opt.MaxBits != pcMaxBits {
 		s += fmt.Sprintf("-m%d", k.opt.MaxBits)
 	}
@@ -290,11 +380,23 @@ func (k *KakeyaPC) Name() string {
 	if k.opt.QueryWeighted {
 		s += "-qw"
 	}
+	if k.opt.Entropy && !k.opt.Uniform {
+		s += "-ec"
+	}
+	if k.opt.Uniform && !k.opt.Entropy {
+		s += "-uniform"
+	}
 	return s
 }
 
-// Format returns the kakeya-pc format.
-func (k *KakeyaPC) Format() *Format { return formatKakeyaPC }
+// Format returns the kakeya-pc format, or with entropy coding
+// kakeya-pc-ec's.
+func (k *KakeyaPC) Format() *Format {
+	if k.opt.Entropy {
+		return formatKakeyaPCEC
+	}
+	return formatKakeyaPC
+}
 
 // Settings returns no settings a kernel reads: no backend kernel reads
 // the format.
@@ -346,12 +448,17 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		cpu.DotBlock(sc.y[i*d:(i+1)*d], xc, k.basis, d, d)
 	}
 	start := len(dst)
-	dst = appendHeader(dst, FormatKakeyaPC, 0, n, d, k.tag)
-	var info [6]byte
+	dst = appendHeader(dst, k.Format().ID, 0, n, d, k.tag)
+	var info [8]byte
 	binary.LittleEndian.PutUint16(info[0:], uint16(len(k.meanIdx)))
 	binary.LittleEndian.PutUint16(info[2:], uint16(len(k.codedIdx)))
-	binary.LittleEndian.PutUint16(info[4:], uint16(k.rowBits))
-	dst = append(dst, info[:]...)
+	infoLen := 6
+	if !k.opt.Entropy {
+		binary.LittleEndian.PutUint16(info[4:], uint16(k.rowBits))
+	} else {
+		infoLen = 8 // the stream's length, set once it is coded
+	}
+	dst = append(dst, info[:infoLen]...)
 	sc.means = growF32(sc.means, d)
 	for _, j := range k.meanIdx {
 		var s float64
@@ -369,7 +476,13 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		s := k.codeComponent(sc, t, j, n, d)
 		dst = binary.LittleEndian.AppendUint16(dst, float16bits(s))
 	}
-	dst = k.packRows(dst, sc.codes[:n*c], n)
+	if k.opt.Entropy {
+		at := len(dst)
+		dst, sc.ans = ransEncode(dst, sc.ans, sc.codes[:n*c], k.ans)
+		binary.LittleEndian.PutUint32(dst[start+headerLen+4:], uint32(len(dst)-at))
+	} else {
+		dst = k.packRows(dst, sc.codes[:n*c], n)
+	}
 	seal(dst[start:])
 	return dst, nil
 }
@@ -467,18 +580,24 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
 	if err := k.ready(n, d); err != nil {
 		return pcBlock{}, err
 	}
-	if _, err := checkHeader(name, src, FormatKakeyaPC, 0, n, d, k.tag); err != nil {
+	f := k.Format()
+	if _, err := checkHeader(name, src, f.ID, 0, n, d, k.tag); err != nil {
 		return pcBlock{}, err
 	}
 	var v Vars
-	if err := formatKakeyaPC.ReadFields(src, &v); err != nil {
+	if err := f.ReadFields(src, &v); err != nil {
 		return pcBlock{}, err
 	}
-	if v[VarMeans] != len(k.meanIdx) || v[VarCoded] != len(k.codedIdx) || v[VarRowBits] != k.rowBits {
-		return pcBlock{}, fmt.Errorf("codec: %s: block holds %d means, %d coded components of %d bits per row; the codec has %d, %d, %d",
-			name, v[VarMeans], v[VarCoded], v[VarRowBits], len(k.meanIdx), len(k.codedIdx), k.rowBits)
+	if !k.opt.Entropy {
+		if v[VarRowBits] != k.rowBits {
+			return pcBlock{}, fmt.Errorf("codec: %s: block holds codes of %d bits per row; the codec has %d", name, v[VarRowBits], k.rowBits)
+		}
 	}
-	l := formatKakeyaPC.Layout(&v)
+	if v[VarMeans] != len(k.meanIdx) || v[VarCoded] != len(k.codedIdx) {
+		return pcBlock{}, fmt.Errorf("codec: %s: block holds %d means and %d coded components; the codec has %d and %d",
+			name, v[VarMeans], v[VarCoded], len(k.meanIdx), len(k.codedIdx))
+	}
+	l := f.Layout(&v)
 	if len(src) != l.Size() {
 		return pcBlock{}, fmt.Errorf("codec: %s: block is %d bytes, want %d", name, len(src), l.Size())
 	}
@@ -512,6 +631,12 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
 	q := (c + 1 + 7) &^ 7
 	sc.lat = growF32(sc.lat, n*q)
 	codes := src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
+	if k.opt.Entropy {
+		if err := k.decodeStream(sc, codes, n, q); err != nil {
+			return pcBlock{}, fmt.Errorf("codec: %s: %w", name, err)
+		}
+		return pcBlock{q: q}, nil
+	}
 	// Rows whose codes lie 8 bytes before the stream's end read them a
 	// 64-bit word at a time (no code is wider than 8 bits, none starts
 	// past bit 7 of its byte); the last rows byte by byte.
@@ -542,6 +667,31 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
 		clear(row[c+1:])
 	}
 	return pcBlock{q: q}, nil
+}
+
+// decodeStream sets sc.lat's rows from an entropy-coded stream.
+func (k *KakeyaPC) decodeStream(sc *pcScratch, codes []byte, n, q int) error {
+	var r ransDecoder
+	if err := r.init(codes); err != nil {
+		return err
+	}
+	c := len(k.ans)
+	for i := 0; i < n; i++ {
+		row := sc.lat[i*q : (i+1)*q]
+		for t, tab := range k.ans {
+			sym, ok := r.next(tab)
+			if !ok {
+				return fmt.Errorf("code stream of %d bytes ends at row %d of %d", len(codes), i, n)
+			}
+			row[t] = sc.lv[k.levOff[t]+int32(sym)]
+		}
+		row[c] = 1
+		clear(row[c+1:])
+	}
+	if !r.done() {
+		return fmt.Errorf("code stream of %d bytes: %d unread or a final state %#x, not %#x: corrupt", len(codes), len(codes)-r.pos, r.x, ransL)
+	}
+	return nil
 }
 
 // Decode reconstructs the block, checking every stored field.
@@ -611,9 +761,10 @@ func (k *KakeyaPC) AddWeighted(dst []float32, m int, w []float32, wStride int, s
 // bits per value for blocks of o.Block rows, by dynamic programming over
 // the components in units of the per-block costs' common divisor. D_j is
 // Var_j + Between_j left out, Var_j with the mean only and Var_j·G(b)
-// coded, G(b) the Gaussian Lloyd–Max distortion at b bits; a mean costs 16
-// bits per block, a coded component 32 plus b per row.
-func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, dist *[pcMaxBits + 1]float64) []int8 {
+// coded, G(b) the quantizer's Gaussian distortion at b bits; a mean costs
+// 16 bits per block, a coded component 32 plus per row b, or with
+// o.Entropy the code's expected entropy-coded length.
+func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, tab *pcTables) []int8 {
 	d, n := st.Dim(), o.Block
 	// Costs in units of their common divisor, exact in the common case;
 	// a budget of more than pcMaxStates/d units (long blocks, wide heads)
@@ -639,7 +790,8 @@ func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, dist *[pcMaxBits +
 		v, bt := float64(st.Var[j]), float64(st.Between[j])
 		o2 := []option{{-1, 0, wj * (v + bt)}, {0, units(16), wj * v}}
 		for b := 1; b <= o.MaxBits; b++ {
-			o2 = append(o2, option{int8(b), units(32 + b*n), wj * v * dist[b]})
+			bits := 32 + int(math.Ceil(float64(n)*tab.codeBits(b, o.Entropy)))
+			o2 = append(o2, option{int8(b), units(bits), wj * v * tab.dist[b]})
 		}
 		opts[j] = o2
 	}

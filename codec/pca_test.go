@@ -92,6 +92,23 @@ func mustPC(t testing.TB, rate float64, st *PCAStats) *KakeyaPC {
 	return k
 }
 
+// pcPredicted returns the squared error per row k's allocation expects
+// on blocks of st's distribution.
+func pcPredicted(k *KakeyaPC, st *PCAStats) float64 {
+	var e float64
+	for j, a := range k.alloc {
+		switch {
+		case a < 0:
+			e += float64(st.Var[j] + st.Between[j])
+		case a == 0:
+			e += float64(st.Var[j])
+		default:
+			e += float64(st.Var[j]) * k.tab.dist[a]
+		}
+	}
+	return e
+}
+
 // TestKakeyaPCRoundTrip: on held-out blocks of the calibrated
 // distribution the error falls as the rate rises and stays near the
 // allocation's prediction; the length is the documented formula and
@@ -111,18 +128,7 @@ func TestKakeyaPCRoundTrip(t *testing.T) {
 	for _, rate := range []float64{0.5, 1, 2, 2.5, 4, 6} {
 		k := mustPC(t, rate, st)
 		var se, ss float64
-		var predicted float64
-		tab, _ := gaussianTables()
-		for j, a := range k.alloc {
-			switch {
-			case a < 0:
-				predicted += float64(st.Var[j] + st.Between[j])
-			case a == 0:
-				predicted += float64(st.Var[j])
-			default:
-				predicted += float64(st.Var[j]) * tab.dist[a]
-			}
-		}
+		predicted := pcPredicted(k, st)
 		for _, x := range test {
 			y, enc := roundTrip(t, k, x, n, d)
 			if bits := 8 * (len(enc) - 22); float64(bits) > rate*n*d {
@@ -168,7 +174,7 @@ func TestAllocatePCOptimal(t *testing.T) {
 		w    []float32
 	}{{0.25, nil}, {0.8, nil}, {1.5, nil}, {3, nil}, {1.5, []float32{0.01, 1, 1, 100}}} {
 		o := KakeyaPCOptions{Rate: tc.rate, MaxBits: 3, Block: 16}
-		got := allocatePC(st, tc.w, o, &tab.dist)
+		got := allocatePC(st, tc.w, o, tab)
 		cost := func(a int8) int {
 			switch {
 			case a < 0:
@@ -224,7 +230,7 @@ func TestAllocatePCOptimal(t *testing.T) {
 	// takes coarser units and still stays within it.
 	st8 := &PCAStats{Mean: make([]float32, 4), Basis: st.Basis, Var: st.Var, Between: st.Between}
 	o := KakeyaPCOptions{Rate: 16, MaxBits: 6, Block: 1 << 20}
-	a := allocatePC(st8, nil, o, &tab.dist)
+	a := allocatePC(st8, nil, o, tab)
 	bits := 0
 	for _, s := range a {
 		if s >= 0 {
@@ -358,27 +364,35 @@ func TestKakeyaPCErrors(t *testing.T) {
 }
 
 // TestKakeyaPCAllocations: steady-state Encode, Decode and AddWeighted
-// allocate nothing.
+// allocate nothing, with fixed-width codes, entropy coded, and as kvtc.
 func TestKakeyaPCAllocations(t *testing.T) {
 	const n, d = 64, 64
 	rng := rand.New(rand.NewPCG(9, 9))
 	blocks := pcBlocks(rng, 30, n, d)
-	k := mustPC(t, 2.5, pcStats(t, blocks, n, d))
-	enc, err := k.Encode(nil, blocks[0], n, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 0, len(enc))
-	out := make([]float32, n*d)
-	w := make([]float32, 2*n)
-	acc := make([]float32, 2*d)
-	for name, f := range map[string]func(){
-		"encode":      func() { _, _ = k.Encode(buf[:0], blocks[1], n, d) },
-		"decode":      func() { _ = k.Decode(out, enc, n, d) },
-		"addweighted": func() { _ = k.AddWeighted(acc, 2, w, n, enc, n, d, 0, n) },
-	} {
-		if a := testing.AllocsPerRun(20, f); a != 0 {
-			t.Errorf("%s: %v allocations per call", name, a)
+	st := pcStats(t, blocks, n, d)
+	for _, mode := range [][2]bool{{false, false}, {true, false}, {true, true}} {
+		o := DefaultKakeyaPCOptions()
+		o.Entropy, o.Uniform = mode[0], mode[1]
+		k, err := NewKakeyaPC(o, st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := k.Encode(nil, blocks[0], n, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 0, 2*len(enc))
+		out := make([]float32, n*d)
+		w := make([]float32, 2*n)
+		acc := make([]float32, 2*d)
+		for name, f := range map[string]func(){
+			"encode":      func() { _, _ = k.Encode(buf[:0], blocks[1], n, d) },
+			"decode":      func() { _ = k.Decode(out, enc, n, d) },
+			"addweighted": func() { _ = k.AddWeighted(acc, 2, w, n, enc, n, d, 0, n) },
+		} {
+			if a := testing.AllocsPerRun(20, f); a != 0 {
+				t.Errorf("%s %s: %v allocations per call", k.Name(), name, a)
+			}
 		}
 	}
 }

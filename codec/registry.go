@@ -22,7 +22,7 @@ type Spec struct {
 
 // names are the codecs New builds, in the order help lists them: the one
 // list Names, New and the tools' help read.
-var names = []string{"f32", "bf16", "fp8", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot", "kakeya", "kakeya-pc", "turbo"}
+var names = []string{"f32", "bf16", "fp8", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot", "kakeya", "kakeya-pc", "kvtc", "turbo"}
 
 // Names lists the codec names New accepts ("identity" aside, an alias of
 // f32).
@@ -41,7 +41,9 @@ func TakesBits(name string) bool {
 //	kakeya:  b|bits=<1..4>, rank=<0..255>, var=<(0,1]>, cbits=<4|8|16>,
 //	         outlier=<T >= 0, 0 off>, maxout=<0..255>, signs=<true|false>, seed=<uint>
 //	kakeya-pc: rate=<bits per value, 0..16>, maxbits=<1..6>, block=<rows the allocation assumes>,
-//	         qw=<true|false: weigh key components by the queries>
+//	         qw=<true|false: weigh key components by the queries>, ec=<true|false: entropy code the codes>
+//	kvtc:    KVTC-style: kakeya-pc's basis and allocation, uniform quantizers, entropy coded;
+//	         rate=, maxbits=, block=, qw= as kakeya-pc's
 //	turbo:   b|bits=<2..4>, group=<block: power of two, 2..1024>, seed=<uint>
 //
 // e.g. "kakeya:b=3,rank=8,outlier=3.5". A key given twice (b and bits
@@ -185,7 +187,7 @@ func New(s Spec) (Codec, error) {
 		if p.err == nil {
 			c, err = NewKakeya(o)
 		}
-	case "kakeya-pc":
+	case "kakeya-pc", "kvtc":
 		// The statistics come from a calibration (kvplan builds one codec
 		// per layer side from it); this one only carries the settings.
 		o := DefaultKakeyaPCOptions()
@@ -194,6 +196,11 @@ func New(s Spec) (Codec, error) {
 		p.intIn("maxbits", &o.MaxBits, 1, pcMaxBits)
 		p.intIn("block", &o.Block, 1, maxRows)
 		p.bool("qw", &o.QueryWeighted)
+		if s.Name == "kvtc" {
+			o.Entropy, o.Uniform = true, true
+		} else {
+			p.bool("ec", &o.Entropy)
+		}
 		if p.err == nil {
 			c, err = NewKakeyaPC(o, nil, nil)
 		}

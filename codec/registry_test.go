@@ -26,6 +26,8 @@ func TestParseSpecAndNew(t *testing.T) {
 		{"kakeya-pc", "kakeya-pc-r2.5", "kakeya-pc"},
 		{"kakeya-pc:rate=1.75,maxbits=4,block=32", "kakeya-pc-r1.75-m4-n32", "kakeya-pc:block=32,maxbits=4,rate=1.75"},
 		{"kakeya-pc:qw=true", "kakeya-pc-r2.5-qw", "kakeya-pc:qw=true"},
+		{"kakeya-pc:rate=2,ec=true", "kakeya-pc-r2-ec", "kakeya-pc:ec=true,rate=2"},
+		{"kvtc:rate=2", "kvtc-r2", "kvtc:rate=2"},
 	}
 	for _, tt := range tests {
 		s, err := ParseSpec(tt.in)
@@ -171,7 +173,7 @@ func TestNamesBuild(t *testing.T) {
 			t.Errorf("Names() lacks %s", name)
 		}
 	}
-	if _, err := New(Spec{Name: "int3"}); err == nil || !strings.Contains(err.Error(), `unknown codec "int3" (valid: f32, bf16, fp8, int8, int4, int4-rot, int4-k, int4-k-rot, int2, int2-rot, int2-k, int2-k-rot, kakeya, kakeya-pc, turbo)`) {
+	if _, err := New(Spec{Name: "int3"}); err == nil || !strings.Contains(err.Error(), `unknown codec "int3" (valid: f32, bf16, fp8, int8, int4, int4-rot, int4-k, int4-k-rot, int2, int2-rot, int2-k, int2-k-rot, kakeya, kakeya-pc, kvtc, turbo)`) {
 		t.Errorf("int3: %v", err)
 	}
 }

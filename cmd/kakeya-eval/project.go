@@ -23,11 +23,14 @@ for byte from the block sizes the codecs write (kvplan.CacheBytes, the
 accounting of kvcache.Config.BytesFor for the CPU store), for model shapes,
 without running a model. Prints a Markdown table: one row per shape, codec,
 block and hot window (--windows) and boundary setting, one column per
---tokens. A kakeya-pc spec without block= gets the row's block size, so
-that its allocation charges its per-block costs to the blocks it codes.
+--tokens. A kakeya-pc or kvtc spec without block= gets the row's block
+size, so that its allocation charges its per-block costs to the blocks it
+codes.
 
-kakeya-pc's blocks depend on its calibration only through its allocation,
-which fills the rate's budget: a shape --calib fits uses that calibration's
+kakeya-pc's and kvtc's blocks depend on their calibration mostly through
+the allocation, which fills the rate's budget (entropy-coded blocks also
+vary a little with their data: the projection counts the size of one
+Gaussian probe block): a shape --calib fits uses that calibration's
 statistics; other shapes get synthetic ones (a spectrum falling 64-fold
 over the head dim), marked "synthetic" in the table.
 
@@ -165,7 +168,7 @@ func writeProjection(w io.Writer, f *projectFlags) error {
 						return fmt.Errorf("%s %s: %w", name, kv, err)
 					}
 					label := kv
-					if synthetic && strings.HasPrefix(kv, "kakeya-pc") {
+					if synthetic && principal(kv) {
 						label += " (synthetic)"
 					}
 					fmt.Fprintf(w, "| %s | %dx%dx%d | %s | %d | %d | %s |", name, sh[0], sh[1], sh[2], label, block, hot, bnd)
@@ -195,14 +198,21 @@ func parseWindows(s string) ([][2]int, error) {
 	return out, nil
 }
 
+// principal reports whether the codec spec s names a codec in a
+// calibrated principal basis: kakeya-pc or kvtc.
+func principal(s string) bool {
+	sp, err := codec.ParseSpec(s)
+	return err == nil && (sp.Name == "kakeya-pc" || sp.Name == "kvtc")
+}
+
 // withBlock returns the codec spec s with block=n added when it names
-// kakeya-pc without a block.
+// kakeya-pc or kvtc without a block.
 func withBlock(s string, n int) (string, error) {
 	sp, err := codec.ParseSpec(s)
 	if err != nil {
 		return "", fmt.Errorf("--kv: %w", err)
 	}
-	if sp.Name != "kakeya-pc" || sp.Params["block"] != "" {
+	if !principal(s) || sp.Params["block"] != "" {
 		return s, nil
 	}
 	if sp.Params == nil {

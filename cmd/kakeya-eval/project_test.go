@@ -6,17 +6,17 @@ import (
 	"testing"
 )
 
-// TestProject: the table's ratios, one checked by hand, kakeya-pc's
-// synthetic statistics marked, and bad flags refused.
+// TestProject: the table's ratios, one checked by hand, kakeya-pc's and
+// kvtc's synthetic statistics marked, and bad flags refused.
 func TestProject(t *testing.T) {
 	var out strings.Builder
-	args := []string{"--shapes", "2x1x16", "--kv", "int8 kakeya-pc:rate=2", "--windows", "16:16", "--tokens", "64,1024", "--boundary", "none,0"}
+	args := []string{"--shapes", "2x1x16", "--kv", "int8 kakeya-pc:rate=2 kvtc:rate=2", "--windows", "16:16", "--tokens", "64,1024", "--boundary", "none,0"}
 	if err := runProject(args, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2+2*2 {
-		t.Fatalf("%d lines, want a header, a rule and 4 rows:\n%s", len(lines), out.String())
+	if len(lines) != 2+3*2 {
+		t.Fatalf("%d lines, want a header, a rule and 6 rows:\n%s", len(lines), out.String())
 	}
 	// int8 blocks of 16 x 16: 16 + 2*16 + 256 = 304 bytes against 512 in
 	// bf16. At 64 tokens with a hot window of 16, 3 of 4 blocks are coded:
@@ -27,6 +27,7 @@ func TestProject(t *testing.T) {
 		"| 2x1x16 | 2x1x16 | int8 | 16 | 16 | none | 1.44x |",
 		"| 2x1x16 | 2x1x16 | int8 | 16 | 16 | 0 | 1.16x |",
 		"| kakeya-pc:rate=2 (synthetic) | 16 | 16 | none |",
+		"| kvtc:rate=2 (synthetic) | 16 | 16 | none |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in\n%s", want, out.String())

@@ -253,4 +253,38 @@ KK_FORMAT_FN long long kk_kakeya_pc_codes_len(long long n, long long d, long lon
 // kk_kakeya_pc_size is the length of the whole block.
 KK_FORMAT_FN long long kk_kakeya_pc_size(long long n, long long d, long long means, long long coded, long long row_bits) { return kk_kakeya_pc_codes_off(n, d, means, coded, row_bits) + kk_kakeya_pc_codes_len(n, d, means, coded, row_bits); }
 
+// Format kakeya_pc_ec, id 9.
+// kakeya_pc with its codes entropy coded: the same means and scales, then one
+// rANS stream (32-bit state, byte renormalization, frequencies of 14 bits)
+// of every row's codes, row after row, by increasing component, each under
+// the static table of its width (the N(0,1) probabilities of its
+// quantizer's cells, Lloyd-Max or, for kvtc, uniform); the stream starts
+// with the coder's final state, little-endian, and decodes forward. Which
+// components, their widths and the quantizer are the codec's settings.
+#define KK_FORMAT_KAKEYA_PC_EC 9
+// kk_kakeya_pc_ec_means: count M of components with a stored mean.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_means(const unsigned char *b) { return kk_fmt_u(b, 16, 2); }
+// kk_kakeya_pc_ec_coded: count C of coded components.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_coded(const unsigned char *b) { return kk_fmt_u(b, 18, 2); }
+// kk_kakeya_pc_ec_code_bytes: length of the rANS stream in bytes.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_code_bytes(const unsigned char *b) { return kk_fmt_u(b, 20, 4); }
+// Section info: means, coded, code_bytes (the fields above).
+KK_FORMAT_FN long long kk_kakeya_pc_ec_info_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
+KK_FORMAT_FN long long kk_kakeya_pc_ec_info_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 8; }
+KK_FORMAT_FN long long kk_kakeya_pc_ec_info_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (8 * kk_kakeya_pc_ec_info_width(n, d, means, coded, code_bytes) + 7) / 8; }
+// Section means: fp16 block mean of each component with one, by increasing component.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_means_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_info_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_info_len(n, d, means, coded, code_bytes); }
+KK_FORMAT_FN long long kk_kakeya_pc_ec_means_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
+KK_FORMAT_FN long long kk_kakeya_pc_ec_means_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (means * kk_kakeya_pc_ec_means_width(n, d, means, coded, code_bytes) + 7) / 8; }
+// Section scales: fp16 scale of each coded component, by increasing component.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_means_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_means_len(n, d, means, coded, code_bytes); }
+KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
+KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (coded * kk_kakeya_pc_ec_scales_width(n, d, means, coded, code_bytes) + 7) / 8; }
+// Section codes: the rANS stream of the n x C codes.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_scales_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_scales_len(n, d, means, coded, code_bytes); }
+KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 8; }
+KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (code_bytes * kk_kakeya_pc_ec_codes_width(n, d, means, coded, code_bytes) + 7) / 8; }
+// kk_kakeya_pc_ec_size is the length of the whole block.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_size(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_codes_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_codes_len(n, d, means, coded, code_bytes); }
+
 #endif // KK_FORMATS_H

@@ -274,7 +274,8 @@ func pcCalibration(cal *codec.Calibration) {
 // TestKakeyaPCPolicy: kakeya-pc builds one value codec per layer and one
 // key codec per layer and KV head from the calibration's statistics, never
 // whitens its keys, weighs them by the queries with qw, and needs a
-// calibration with principal components.
+// calibration with principal components; kvtc (the same codec, uniform
+// and entropy coded) is built alike.
 func TestKakeyaPCPolicy(t *testing.T) {
 	const layers, kvHeads, d = 3, 2, 8
 	m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: d, MaxContext: 256}
@@ -289,8 +290,12 @@ func TestKakeyaPCPolicy(t *testing.T) {
 	}
 	cal.Chol[0][d*d-1] = 10
 	pcCalibration(cal)
-	for _, qw := range []bool{false, true} {
-		spec := kvconfig.Spec{KV: fmt.Sprintf("kakeya-pc:rate=3,block=16,qw=%v", qw), Boundary: "none", BlockSize: 16}
+	for _, tc := range []struct {
+		name string
+		qw   bool
+	}{{"kakeya-pc", false}, {"kakeya-pc", true}, {"kvtc", false}, {"kvtc", true}} {
+		qw := tc.qw
+		spec := kvconfig.Spec{KV: fmt.Sprintf("%s:rate=3,block=16,qw=%v", tc.name, qw), Boundary: "none", BlockSize: 16}
 		p, st, err := NewPolicy(spec, m, cal)
 		if err != nil {
 			t.Fatal(err)
@@ -303,6 +308,9 @@ func TestKakeyaPCPolicy(t *testing.T) {
 			v, ok := p.VCodec(l).(*codec.KakeyaPC)
 			if !ok || !v.Calibrated() {
 				t.Fatalf("layer %d value codec %T", l, p.VCodec(l))
+			}
+			if o := v.Options(); o.Entropy != (tc.name == "kvtc") || o.Uniform != (tc.name == "kvtc") {
+				t.Errorf("%s: layer %d value codec options %+v", tc.name, l, o)
 			}
 			allocs = append(allocs, v.Allocation())
 			for h := range kvHeads {
@@ -317,7 +325,7 @@ func TestKakeyaPCPolicy(t *testing.T) {
 		// weighted by queries along the last axis only, the last does.
 		k0 := allocs[1]
 		if qw && !(k0[d-1] > k0[0]) || !qw && !(k0[0] > k0[d-1]) {
-			t.Errorf("qw=%v: layer 0 head 0 key allocation %v", qw, k0)
+			t.Errorf("%s qw=%v: layer 0 head 0 key allocation %v", tc.name, qw, k0)
 		}
 		// The statistics differ only in scale, and so do the allocations'
 		// inputs: the codecs are built per layer side, each its own.

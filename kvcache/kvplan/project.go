@@ -17,9 +17,10 @@ import (
 // codec cost a hot part (bs*d bf16 values with p.HotBF16, else float32);
 // the others their codec's encoded length, measured by encoding one probe
 // block of Gaussian values (exact for every codec but kakeya, whose
-// outlier lists vary a few bytes with the data). It projects long
-// contexts without running the model: the count is arithmetic over the
-// block table.
+// outlier lists vary a few bytes with the data, and the entropy-coded
+// kakeya-pc:ec and kvtc, whose code streams vary with the data). It
+// projects long contexts without running the model: the count is
+// arithmetic over the block table.
 func CacheBytes(p kvcache.Policy, m kvcache.Shape, bs, tokens int) (int64, error) {
 	switch {
 	case m.Layers <= 0 || m.KVHeads <= 0 || m.HeadDim <= 0:

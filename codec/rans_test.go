@@ -1,0 +1,182 @@
+package codec
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestRANSTables: each width's frequencies sum to the coder's scale with
+// none zero, the expected code length is within 0.01 bit of the cells'
+// entropy and below the width from 2 bits on, and the uniform quantizers
+// have Max's optimal Gaussian steps.
+func TestRANSTables(t *testing.T) {
+	// Max (1960), table of optimum uniform quantizers for N(0, 1).
+	maxStep := map[int]float64{1: 1.596, 2: 0.9957, 3: 0.5860, 4: 0.3352}
+	for _, q := range []struct {
+		name string
+		tab  func() (*pcTables, error)
+	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}} {
+		tab, err := q.tab()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := 1; b <= pcMaxBits; b++ {
+			a := tab.ans[b]
+			var sum uint32
+			for _, f := range a.freq {
+				if f == 0 {
+					t.Errorf("%s b=%d: a zero frequency", q.name, b)
+				}
+				sum += f
+			}
+			if sum != 1<<ransScaleBits {
+				t.Errorf("%s b=%d: frequencies sum to %d", q.name, b, sum)
+			}
+			var h float64
+			for _, p := range cellProbs(tab.bounds[b]) {
+				if p > 0 {
+					h -= p * math.Log2(p)
+				}
+			}
+			if a.bits < h-1e-9 || a.bits > h+0.01 {
+				t.Errorf("%s b=%d: %v bits per code, entropy %v", q.name, b, a.bits, h)
+			}
+			if b >= 2 && !(a.bits < float64(b)-0.05) {
+				t.Errorf("%s b=%d: %v bits per code, no gain over the width", q.name, b, a.bits)
+			}
+			t.Logf("%s b=%d: %.4f bits per code, distortion %.5f", q.name, b, a.bits, tab.dist[b])
+			if s, ok := maxStep[b]; ok && q.name == "uniform" {
+				step := float64(tab.levels[b][1] - tab.levels[b][0])
+				if math.Abs(step-s) > 2e-3 {
+					t.Errorf("uniform b=%d: step %v, Max's optimum %v", b, step, s)
+				}
+			}
+		}
+	}
+}
+
+// TestRANSRoundTrip: symbols drawn from each table's distribution decode
+// back exactly, in about their entropy; an altered stream is refused.
+func TestRANSRoundTrip(t *testing.T) {
+	tab, err := gaussianTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs := []*ransTable{tab.ans[1], tab.ans[3], tab.ans[6], tab.ans[2]}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, count := range []int{0, 1, 4, 4000} {
+		syms := make([]uint8, count)
+		var want float64
+		for i := range syms {
+			a := tabs[i%len(tabs)]
+			r := uint32(rng.IntN(1 << ransScaleBits))
+			syms[i] = a.slot[r]
+			want += ransScaleBits - math.Log2(float64(a.freq[syms[i]]))
+		}
+		stream, _ := ransEncode([]byte("prefix"), nil, syms, tabs)
+		stream = stream[len("prefix"):]
+		if got := float64(8 * len(stream)); got > want+40 {
+			t.Errorf("%d symbols: %v bits, their information is %v", count, got, want)
+		}
+		var r ransDecoder
+		if err := r.init(stream); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range syms {
+			got, ok := r.next(tabs[i%len(tabs)])
+			if !ok || got != s {
+				t.Fatalf("%d symbols: symbol %d decoded %d (ok %v), want %d", count, i, got, ok, s)
+			}
+		}
+		if !r.done() {
+			t.Errorf("%d symbols: stream not consumed exactly (%d of %d bytes, state %#x)", count, r.pos, len(stream), r.x)
+		}
+	}
+}
+
+// TestKakeyaPCEntropy: entropy-coded kakeya-pc and kvtc on held-out
+// blocks: the payload stays near the rate's budget (the allocation
+// charges expected code lengths), the error near the allocation's
+// prediction, and at equal rate kakeya-pc:ec has less error than the
+// fixed-width codes (it affords more bits); an altered stream is an
+// error, never a panic.
+func TestKakeyaPCEntropy(t *testing.T) {
+	const n, d = 64, 64
+	rng := rand.New(rand.NewPCG(7, 8))
+	st := pcStats(t, pcBlocks(rng, 200, n, d), n, d)
+	test := pcBlocks(rand.New(rand.NewPCG(7, 8)), 220, n, d)[200:]
+	for _, rate := range []float64{1, 2, 2.5, 4} {
+		mse := map[string]float64{}
+		for _, mode := range []struct {
+			name             string
+			entropy, uniform bool
+		}{{"fixed", false, false}, {"ec", true, false}, {"kvtc", true, true}} {
+			o := DefaultKakeyaPCOptions()
+			o.Rate, o.Entropy, o.Uniform = rate, mode.entropy, mode.uniform
+			k, err := NewKakeyaPC(o, st, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			predicted := pcPredicted(k, st)
+			var se float64
+			var bytes int
+			for _, x := range test {
+				y, enc := roundTrip(t, k, x, n, d)
+				bytes += len(enc)
+				for i := range x {
+					e := float64(x[i] - y[i])
+					se += e * e
+				}
+			}
+			mse[mode.name] = se / float64(len(test)*n)
+			payload := 8 * (float64(bytes)/float64(len(test)) - 24)
+			t.Logf("%s rate %v: %d coded, %.0f payload bits per block (budget %v), error %.4g per row (predicted %.4g)",
+				mode.name, rate, len(k.codedIdx), payload, rate*n*d, mse[mode.name], predicted)
+			if payload > 1.03*rate*n*d+32 {
+				t.Errorf("%s rate %v: %v payload bits per block, budget %v", mode.name, rate, payload, rate*n*d)
+			}
+			if m := mse[mode.name]; m > 1.5*predicted+1e-3 || m < 0.5*predicted {
+				t.Errorf("%s rate %v: error %v per row, the allocation predicted %v", mode.name, rate, m, predicted)
+			}
+			if mode.entropy {
+				enc, err := k.Encode(nil, test[0], n, d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkStreamErrors(t, k, enc, n, d)
+			}
+		}
+		if rate >= 2 && !(mse["ec"] < mse["fixed"]) {
+			t.Errorf("rate %v: entropy-coded error %v not below the fixed-width codes' %v", rate, mse["ec"], mse["fixed"])
+		}
+	}
+}
+
+// checkStreamErrors alters enc's code stream (byte flips, resealed so that
+// the checksum passes) and its length field, expecting errors.
+func checkStreamErrors(t *testing.T, k *KakeyaPC, enc []byte, n, d int) {
+	t.Helper()
+	out := make([]float32, n*d)
+	var v Vars
+	if err := formatKakeyaPCEC.ReadFields(enc, &v); err != nil {
+		t.Fatal(err)
+	}
+	l := formatKakeyaPCEC.Layout(&v)
+	start := l.Off(pcCodes)
+	for _, at := range []int{0, 3, 4, l.Len(pcCodes) / 2, l.Len(pcCodes) - 1} {
+		bad := append([]byte(nil), enc...)
+		bad[start+at] ^= 0x5a
+		Seal(bad)
+		if err := k.Decode(out, bad, n, d); err == nil {
+			t.Errorf("%s: stream byte %d altered: decoded without error", k.Name(), at)
+		}
+	}
+	short := append([]byte(nil), enc[:len(enc)-1]...)
+	binary.LittleEndian.PutUint32(short[20:], uint32(l.Len(pcCodes)-1))
+	Seal(short)
+	if err := k.Decode(out, short, n, d); err == nil {
+		t.Errorf("%s: stream cut by a byte: decoded without error", k.Name())
+	}
+}
