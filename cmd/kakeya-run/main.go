@@ -136,18 +136,8 @@ func (o *options) check() error {
 	if o.backend, err = device.Backend(o.device); err != nil {
 		return err
 	}
-	if err := o.cache.Validate(); err != nil {
-		return kvflags.Error(err)
-	}
-	if o.calib == "" {
-		switch {
-		case o.cache.Precondition == kvconfig.On:
-			return errors.New("--precond needs --calib")
-		case o.cache.Codebooks == kvconfig.On:
-			return errors.New("--calib-codebooks needs --calib")
-		}
-	} else if !o.cache.Compressed() {
-		return errors.New("--calib: the cache is uncompressed; set --kv-codec, --k-codec or --v-codec")
+	if err := kvflags.Check(o.cache, o.calib); err != nil {
+		return err
 	}
 	return nil
 }

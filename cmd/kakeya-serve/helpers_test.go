@@ -12,11 +12,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/internal/clitest"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 )
 
@@ -37,7 +37,7 @@ func serverArgs(dir string) []string {
 // A testServer is kakeya-serve's run in this process, on a loopback port.
 type testServer struct {
 	url  string
-	logs *syncBuffer
+	logs *clitest.SyncBuffer
 	stop context.CancelFunc
 	done chan error
 }
@@ -47,7 +47,7 @@ type testServer struct {
 func startServer(t testing.TB, args ...string) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &testServer{logs: &syncBuffer{}, stop: cancel, done: make(chan error, 1)}
+	s := &testServer{logs: &clitest.SyncBuffer{}, stop: cancel, done: make(chan error, 1)}
 	go func() { s.done <- run(ctx, append(serverArgs(refModel(t)), args...), io.Discard, s.logs) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(s.logs.String(), `"msg":"ready"`) {
@@ -212,24 +212,6 @@ func generate(t testing.TB, e *kakeya.Engine, prompt string, opt kakeya.Generate
 
 // discardLog returns a logger that writes nothing.
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // readEvents reads a server-sent event stream to its end and returns the
 // data of each event.

@@ -159,18 +159,8 @@ func (o *options) check() error {
 	if o.matmul, err = device.MatMul(o.device, o.matmul); err != nil {
 		return err
 	}
-	if err := o.cache.Validate(); err != nil {
-		return kvflags.Error(err)
-	}
-	if o.calib == "" {
-		switch {
-		case o.cache.Precondition == kvconfig.On:
-			return errors.New("--precond needs --calib")
-		case o.cache.Codebooks == kvconfig.On:
-			return errors.New("--calib-codebooks needs --calib")
-		}
-	} else if !o.cache.Compressed() {
-		return errors.New("--calib: the cache is uncompressed; set --kv-codec, --k-codec or --v-codec")
+	if err := kvflags.Check(o.cache, o.calib); err != nil {
+		return err
 	}
 	o.backend, err = device.Backend(o.device)
 	return err

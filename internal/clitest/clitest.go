@@ -6,13 +6,11 @@
 package clitest
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,8 +35,8 @@ func RunMain(main func()) bool {
 type Proc struct {
 	t      testing.TB
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout SyncBuffer
+	stderr SyncBuffer
 	done   chan struct{}
 	err    error
 }
@@ -169,24 +167,6 @@ func (p *Proc) Stdout() string { return p.stdout.String() }
 
 // Stderr returns what the command has written to stderr so far.
 func (p *Proc) Stderr() string { return p.stderr.String() }
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Endless is a reader that never ends: "yes\n" forever, like yes(1).
 type Endless struct{}

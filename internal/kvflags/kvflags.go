@@ -81,3 +81,24 @@ func flagName(key string) string {
 	}
 	return "--" + key
 }
+
+// Check validates the cache flags of a tool that loads one model, with
+// its --calib file (empty for none): the Spec's own errors said in flag
+// terms, a calibration setting asked for without --calib, and --calib for
+// an uncompressed cache.
+func Check(s kvconfig.Spec, calib string) error {
+	if err := s.Validate(); err != nil {
+		return Error(err)
+	}
+	if calib == "" {
+		switch {
+		case s.Precondition == kvconfig.On:
+			return errors.New("--precond needs --calib")
+		case s.Codebooks == kvconfig.On:
+			return errors.New("--calib-codebooks needs --calib")
+		}
+	} else if !s.Compressed() {
+		return errors.New("--calib: the cache is uncompressed; set --kv-codec, --k-codec or --v-codec")
+	}
+	return nil
+}
