@@ -253,16 +253,26 @@ func finishReason(stop string) string {
 	return "stop"
 }
 
+// begin starts a handler that reads a body: the engine and the body, or
+// false once the 503 of a server not ready (or the body's error) was
+// written.
+func (s *server) begin(w http.ResponseWriter, r *http.Request) (*kakeya.Engine, []byte, bool) {
+	eng, aerr := s.ready()
+	var body []byte
+	if aerr == nil {
+		body, aerr = s.readBody(w, r)
+	}
+	if aerr != nil {
+		writeError(w, aerr)
+		return nil, nil, false
+	}
+	return eng, body, true
+}
+
 // generate serves /v1/chat/completions (chat) and /v1/completions.
 func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
-	eng, aerr := s.ready()
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		writeError(w, aerr)
+	eng, body, ok := s.begin(w, r)
+	if !ok {
 		return
 	}
 	req, aerr := decodeRequest(body, chat)
@@ -680,14 +690,8 @@ func decodeStrict(body []byte, v any) *apiError {
 // (with the model's special tokens unless add_special_tokens is false) or
 // of chat messages through the chat template.
 func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
-	eng, aerr := s.ready()
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		writeError(w, aerr)
+	eng, body, ok := s.begin(w, r)
+	if !ok {
 		return
 	}
 	var req struct {
@@ -741,14 +745,8 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 
 // detokenize serves /detokenize: the text of token ids.
 func (s *server) detokenize(w http.ResponseWriter, r *http.Request) {
-	eng, aerr := s.ready()
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	body, aerr := s.readBody(w, r)
-	if aerr != nil {
-		writeError(w, aerr)
+	eng, body, ok := s.begin(w, r)
+	if !ok {
 		return
 	}
 	var req struct {
