@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
+
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
@@ -39,17 +41,6 @@ func cacheOptions(t testing.TB, m *Model, name string) SequenceOptions {
 		t.Fatal(err)
 	}
 	return SequenceOptions{Cache: p, BlockSize: 8}
-}
-
-// argmax returns the index of the largest value.
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }
 
 // batchRun is one sequence of a batch test: a prompt fed in chunks from
@@ -105,7 +96,7 @@ func (r *batchRun) record(it BatchItem) {
 	} else {
 		r.tokens = append(r.tokens, r.next)
 	}
-	r.next = argmax(it.Logits[len(it.Logits)-vocab:])
+	r.next = kcpu.ArgMax(it.Logits[len(it.Logits)-vocab:])
 }
 
 // solo replays the run alone through Sequence.Forward: the same chunks,
@@ -129,7 +120,7 @@ func (r *batchRun) solo(t *testing.T, m *Model, steps int) (logits [][]float32, 
 		fed += r.chunks[i]
 	}
 	for range steps {
-		next := argmax(last)
+		next := kcpu.ArgMax(last)
 		tokens = append(tokens, next)
 		l, err := s.Forward([]int{next}, false)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
+
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
@@ -39,12 +41,7 @@ func loadTiny(t testing.TB) *model.Model {
 // greedy picks the largest logit; eos (if >= 0) ends the request.
 func greedy(eos int) func([]float32, []int) (int, bool, error) {
 	return func(logits []float32, _ []int) (int, bool, error) {
-		best := 0
-		for i, v := range logits {
-			if v > logits[best] {
-				best = i
-			}
-		}
+		best := kcpu.ArgMax(logits)
 		return best, best == eos, nil
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
+
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
@@ -85,7 +87,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 		for i, it := range items {
 			r := owners[i]
 			r.logits = append(r.logits, slices.Clone(it.Logits))
-			r.next = argmax(it.Logits)
+			r.next = kcpu.ArgMax(it.Logits)
 		}
 	}
 	for i, r := range runs {
@@ -108,7 +110,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 			}
 			worst = max(worst, d)
 			if st < decodeSteps {
-				next := argmax(l)
+				next := kcpu.ArgMax(l)
 				tokens = append(tokens, next)
 				in = []int{next}
 			}
@@ -123,15 +125,4 @@ func TestBatchMatchesSequences(t *testing.T) {
 	if gpu.posDev == 0 {
 		t.Error("no step ran norm_qkv over rows of several sequences")
 	}
-}
-
-// argmax returns the index of the largest value.
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }
