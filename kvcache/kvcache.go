@@ -40,6 +40,19 @@ type Policy struct {
 	HotBF16 bool
 }
 
+// EncodedBlocks returns how many blocks of bs tokens a cache of n tokens
+// holds encoded under p, where its codecs are attended encoded: the full
+// blocks older than the hot window (b*bs+bs <= n-HotWindow) that hold no
+// sink (b*bs >= Sinks). Byte accounting (Sizer, and projections without
+// a cache) counts by it.
+func (p Policy) EncodedBlocks(n, bs int) int {
+	if n < p.HotWindow {
+		return 0
+	}
+	first := (p.Sinks + bs - 1) / bs
+	return max(0, (n-p.HotWindow)/bs-first)
+}
+
 // LayerCodecs are the codecs of one layer. K may hold one codec per KV head
 // (so each head can carry its own calibration) or a single codec for all.
 type LayerCodecs struct {

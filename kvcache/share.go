@@ -276,12 +276,7 @@ func (c Config) Sizer() (Sizer, error) {
 // the configuration's MaxTokens), as Config.BytesFor does.
 func (z Sizer) Bytes(n int) int64 {
 	blocks := (n + z.bs - 1) / z.bs
-	// Old blocks: b*bs >= sinks and (b+1)*bs <= n-hotWindow.
-	old := 0
-	if n >= z.hotWindow {
-		first := (z.sinks + z.bs - 1) / z.bs
-		old = max(0, (n-z.hotWindow)/z.bs-first)
-	}
+	old := Policy{HotWindow: z.hotWindow, Sinks: z.sinks}.EncodedBlocks(n, z.bs)
 	return int64(blocks-old)*z.hot + int64(old)*z.old
 }
 

@@ -54,11 +54,7 @@ func CacheBytes(p kvcache.Policy, m kvcache.Shape, bs, tokens int) (int64, error
 		return int64(len(enc)), nil
 	}
 	blocks := (tokens + bs - 1) / bs
-	// Full blocks past the sinks and older than the hot window are
-	// encoded: blocks lo..hi-1.
-	lo := (p.Sinks + bs - 1) / bs
-	hi := max(tokens-p.HotWindow, 0) / bs
-	old := max(hi-lo, 0)
+	old := p.EncodedBlocks(tokens, bs)
 	var total int64
 	for l := 0; l < m.Layers; l++ {
 		for h := 0; h < m.KVHeads; h++ {
