@@ -27,6 +27,34 @@ func randFloats(r *rand.Rand, n int) []float32 {
 }
 
 // upload puts host values into a new buffer of b.
+// randMat returns a rows x cols matrix of random values stored as dt.
+func randMat(r *rand.Rand, dt tensor.DType, rows, cols int) tensor.Mat {
+	m := tensor.Mat{DType: dt, Rows: rows, Cols: cols}
+	for _, v := range randFloats(r, rows*cols) {
+		switch dt {
+		case tensor.F32:
+			m.F32 = append(m.F32, v)
+		case tensor.BF16:
+			m.U16 = append(m.U16, tensor.F32ToBF16(v))
+		case tensor.F16:
+			m.U16 = append(m.U16, tensor.F32ToF16(v))
+		}
+	}
+	return m
+}
+
+// matMulOn uploads m to b and returns x (n rows) times it, read back.
+func matMulOn(t *testing.T, b compute.Backend, m tensor.Mat, x []float32, n int) []float32 {
+	t.Helper()
+	w, err := b.Upload(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.Alloc(n * m.Rows)
+	b.MatMul(out, upload(b, x), n, w)
+	return read(b, out)
+}
+
 func upload(b compute.Backend, x []float32) compute.Buffer {
 	buf := b.Alloc(len(x))
 	b.Write(buf, x)
@@ -95,34 +123,11 @@ func TestMatMulEmbedMatchCPU(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const rows, cols = 24, 40
 	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
-		m := tensor.Mat{DType: dt, Rows: rows, Cols: cols}
-		for _, v := range randFloats(r, rows*cols) {
-			switch dt {
-			case tensor.F32:
-				m.F32 = append(m.F32, v)
-			case tensor.BF16:
-				m.U16 = append(m.U16, tensor.F32ToBF16(v))
-			case tensor.F16:
-				m.U16 = append(m.U16, tensor.F32ToF16(v))
-			}
-		}
+		m := randMat(r, dt, rows, cols)
 		for _, n := range []int{1, maxMatVecRows, maxMatVecRows + 3} {
 			t.Run(dt.String()+"/"+map[bool]string{true: "matvec", false: "matmul"}[n <= maxMatVecRows], func(t *testing.T) {
 				x := randFloats(r, n*cols)
-				var got, want []float32
-				for _, b := range []compute.Backend{gpu, host} {
-					w, err := b.Upload(m)
-					if err != nil {
-						t.Fatal(err)
-					}
-					out := b.Alloc(n * rows)
-					b.MatMul(out, upload(b, x), n, w)
-					if b == host {
-						want = read(b, out)
-					} else {
-						got = read(b, out)
-					}
-				}
+				got, want := matMulOn(t, gpu, m, x, n), matMulOn(t, host, m, x, n)
 				if dd := maxAbsDiff(got, want); dd > 1e-4 || math.IsNaN(dd) {
 					t.Errorf("n=%d: max abs difference %.3g from the CPU backend", n, dd)
 				}
@@ -392,32 +397,9 @@ func TestMatMulCUBLAS(t *testing.T) {
 			if got := gpu.GEMM(); got != "cuBLAS (TF32)" {
 				t.Errorf("GEMM() = %q", got)
 			}
-			m := tensor.Mat{DType: dt, Rows: rows, Cols: cols}
-			for _, v := range randFloats(r, rows*cols) {
-				switch dt {
-				case tensor.F32:
-					m.F32 = append(m.F32, v)
-				case tensor.BF16:
-					m.U16 = append(m.U16, tensor.F32ToBF16(v))
-				case tensor.F16:
-					m.U16 = append(m.U16, tensor.F32ToF16(v))
-				}
-			}
+			m := randMat(r, dt, rows, cols)
 			x := randFloats(r, n*cols)
-			var got, want []float32
-			for _, b := range []compute.Backend{gpu, host} {
-				w, err := b.Upload(m)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := b.Alloc(n * rows)
-				b.MatMul(out, upload(b, x), n, w)
-				if b == host {
-					want = read(b, out)
-				} else {
-					got = read(b, out)
-				}
-			}
+			got, want := matMulOn(t, gpu, m, x, n), matMulOn(t, host, m, x, n)
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)
 			}
