@@ -59,6 +59,7 @@ type Pool struct {
 	hot      int64 // bytes of one hot part
 	used     int64
 	peak     int64 // the most used ever
+	cached   int64 // bytes of the blocks in lru
 	parts    map[compute.Part]partInfo
 	byFormat map[string]int64
 	blocks   map[[32]byte]*poolBlock
@@ -83,6 +84,7 @@ type poolBlock struct {
 	parts [][]compute.Part
 	refs  int
 	elem  *list.Element // in lru while refs == 0
+	bytes int64         // what its parts hold, counted while in lru
 }
 
 // NewPool returns an empty pool.
@@ -130,6 +132,7 @@ func (p *Pool) evictOldest() bool {
 	b := e.Value.(*poolBlock)
 	p.lru.Remove(e)
 	b.elem = nil
+	p.cached -= b.bytes
 	delete(p.blocks, b.hash)
 	before := p.used
 	for _, l := range b.parts {
@@ -190,6 +193,7 @@ func (p *Pool) acquire(hash [32]byte) *poolBlock {
 	if b.refs == 0 {
 		p.lru.Remove(b.elem)
 		b.elem = nil
+		p.cached -= b.bytes
 		p.referenced++
 	}
 	b.refs++
@@ -203,6 +207,15 @@ func (p *Pool) unref(b *poolBlock) {
 	defer p.mu.Unlock()
 	b.refs--
 	if b.refs == 0 {
+		// No sequence can change an unreferenced block's parts, so its
+		// bytes hold until it is acquired or evicted.
+		b.bytes = 0
+		for _, l := range b.parts {
+			for _, pt := range l {
+				b.bytes += p.parts[pt].bytes
+			}
+		}
+		p.cached += b.bytes
 		b.elem = p.lru.PushBack(b)
 		p.referenced--
 	}
@@ -264,14 +277,7 @@ func (p *Pool) Stats() PoolStats {
 	defer p.mu.Unlock()
 	s := PoolStats{Used: p.used, Budget: p.cfg.Budget, ByFormat: make(map[string]int64, len(p.byFormat)),
 		Cached: p.lru.Len(), Referenced: p.referenced, Queries: p.queries, Hits: p.hits, HitTokens: p.hitTokens,
-		Evictions: p.evictions, EvictedBytes: p.evictedBytes, Peak: p.peak}
-	for e := p.lru.Front(); e != nil; e = e.Next() {
-		for _, l := range e.Value.(*poolBlock).parts {
-			for _, pt := range l {
-				s.CachedBytes += p.parts[pt].bytes
-			}
-		}
-	}
+		Evictions: p.evictions, EvictedBytes: p.evictedBytes, Peak: p.peak, CachedBytes: p.cached}
 	for f, n := range p.byFormat {
 		s.ByFormat[f] = n
 	}
