@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya/calibrate"
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/kvflags"
@@ -62,6 +64,7 @@ type options struct {
 	model         string
 	boundary      string
 	blockSize     int
+	calib         string // --calib: a calibration file for codecs that need one
 	caches        []string
 	matmuls       []string
 	threads, ctxs []int
@@ -79,6 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
+	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
@@ -263,7 +267,7 @@ func measureModel(ctx context.Context, m *model.Model, matmul string, threads in
 		}
 	}
 	for _, cache := range o.caches {
-		opts, err := sequenceOptions(cache, o.boundary, o.blockSize, m)
+		opts, err := sequenceOptions(cache, o, m)
 		if err != nil {
 			return nil, fmt.Errorf("--cache %s: %w", cache, err)
 		}
@@ -340,12 +344,19 @@ func warmUp(m *model.Model) error {
 }
 
 // sequenceOptions builds the sequence options of one --cache entry.
-func sequenceOptions(cache, boundary string, blockSize int, m *model.Model) (model.SequenceOptions, error) {
+func sequenceOptions(cache string, o options, m *model.Model) (model.SequenceOptions, error) {
 	spec := kvconfig.Spec{}
+	var cal *codec.Calibration
 	if cache != "plain" {
-		spec = kvconfig.Spec{KV: cache, Boundary: boundary, BlockSize: blockSize}
+		spec = kvconfig.Spec{KV: cache, Boundary: o.boundary, BlockSize: o.blockSize}
+		if o.calib != "" {
+			var err error
+			if cal, err = calibrate.Load(o.calib, m.Config()); err != nil {
+				return model.SequenceOptions{}, fmt.Errorf("--calib: %w", err)
+			}
+		}
 	}
-	pol, st, err := kvplan.NewPolicy(spec, m.CacheShape(), nil)
+	pol, st, err := kvplan.NewPolicy(spec, m.CacheShape(), cal)
 	if err != nil {
 		return model.SequenceOptions{}, err
 	}

@@ -72,7 +72,7 @@ func measureServe(ctx context.Context, m *model.Model, matmul string, threads in
 	}
 	var rows []serveRow
 	for _, cache := range o.caches {
-		opts, err := sequenceOptions(cache, o.boundary, o.blockSize, m)
+		opts, err := sequenceOptions(cache, o, m)
 		if err != nil {
 			return nil, fmt.Errorf("--cache %s: %w", cache, err)
 		}
