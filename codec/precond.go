@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // Cholesky returns the row-major lower-triangular L (d x d) with
@@ -109,22 +111,6 @@ func NewPreconditioned(inner Codec, L []float32, d int) (*Preconditioned, error)
 // Name is "pre+" followed by the inner codec's name.
 func (p *Preconditioned) Name() string { return "pre+" + p.Inner.Name() }
 
-// mulLower sets out = x·M for the lower-triangular row-major M (d x d):
-// out_j = Σ_{i>=j} x_i M_ij, accumulated row by row for contiguous access.
-func mulLower(out, x, m []float32, d int) {
-	clear(out[:d])
-	for i := 0; i < d; i++ {
-		xi := x[i]
-		if xi == 0 {
-			continue
-		}
-		row := m[i*d : i*d+i+1]
-		for j, v := range row {
-			out[j] += xi * v
-		}
-	}
-}
-
 // Encode whitens x and encodes it with the inner codec.
 func (p *Preconditioned) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	name := p.Name()
@@ -137,9 +123,8 @@ func (p *Preconditioned) Encode(dst []byte, x []float32, n, d int) ([]byte, erro
 	sc := p.pool.get()
 	defer p.pool.put(sc)
 	sc.f = growF32(sc.f, n*d)
-	for i := 0; i < n; i++ {
-		mulLower(sc.f[i*d:(i+1)*d], x[i*d:(i+1)*d], p.L, d)
-	}
+	clear(sc.f[:n*d])
+	cpu.MixBlock(sc.f, n, x, d, p.L, d, d)
 	return p.Inner.Encode(dst, sc.f, n, d)
 }
 
@@ -158,9 +143,10 @@ func (p *Preconditioned) Decode(dst []float32, src []byte, n, d int) error {
 	if err := p.Inner.Decode(sc.f, src, n, d); err != nil {
 		return err
 	}
-	for i := 0; i < n; i++ {
-		mulLower(dst[i*d:(i+1)*d], sc.f[i*d:(i+1)*d], p.Linv, d)
-	}
+	// Every row at once, in MixBlock's tiles: a per-row triangular
+	// product was most of a preconditioned cache's decode time.
+	clear(dst[:n*d])
+	cpu.MixBlock(dst, n, sc.f, d, p.Linv, d, d)
 	return nil
 }
 
