@@ -23,15 +23,16 @@ const (
 // A ransTable codes the 2^b symbols of one width.
 type ransTable struct {
 	freq, start []uint32
-	slot        []uint8 // symbol of each of the 1 << ransScaleBits slots
-	bits        float64 // expected code length per symbol on N(0, 1), in bits
+	slot        []uint8   // symbol of each of the 1 << ransScaleBits slots
+	cost        []float32 // each symbol's code length in bits
+	bits        float64   // expected code length per symbol on N(0, 1), in bits
 }
 
 // newRANSTable quantizes the cell probabilities p (summing to about 1) to
 // frequencies of at least 1 summing to 1 << ransScaleBits.
 func newRANSTable(p []float64) *ransTable {
 	const total = 1 << ransScaleBits
-	t := &ransTable{freq: make([]uint32, len(p)), start: make([]uint32, len(p)), slot: make([]uint8, total)}
+	t := &ransTable{freq: make([]uint32, len(p)), start: make([]uint32, len(p)), slot: make([]uint8, total), cost: make([]float32, len(p))}
 	sum, big := 0, 0
 	for i, v := range p {
 		f := max(int(math.Round(v*total)), 1)
@@ -51,7 +52,9 @@ func newRANSTable(p []float64) *ransTable {
 			t.slot[s] = uint8(i)
 		}
 		c += f
-		t.bits += p[i] * (ransScaleBits - math.Log2(float64(f)))
+		l := ransScaleBits - math.Log2(float64(f))
+		t.cost[i] = float32(l)
+		t.bits += p[i] * l
 	}
 	return t
 }

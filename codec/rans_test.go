@@ -57,6 +57,58 @@ func TestRANSTables(t *testing.T) {
 	}
 }
 
+// TestECSQTables: the entropy-constrained option b has cells of entropy
+// b/2 bits, a rANS table within 0.02 bit of it, less error than the
+// coarser options, and less error than the Lloyd–Max and uniform
+// quantizers of 2^w levels at the coded length of those (interpolated
+// between the two options around it, as an allocation mixing them gets).
+func TestECSQTables(t *testing.T) {
+	ec, err := ecsqTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b := 1; b <= ec.n; b++ {
+		h := cellEntropy(ec.bounds[b])
+		if math.Abs(h-float64(b)/2) > 1e-6 {
+			t.Errorf("option %d: entropy %v, want %v", b, h, float64(b)/2)
+		}
+		if a := ec.ans[b].bits; a < h-1e-9 || a > h+0.02 {
+			t.Errorf("option %d: %v bits per code, entropy %v", b, a, h)
+		}
+		if b > 1 && !(ec.dist[b] < ec.dist[b-1]) {
+			t.Errorf("option %d: distortion %v, not below option %d's %v", b, ec.dist[b], b-1, ec.dist[b-1])
+		}
+		t.Logf("ecsq b=%d: %d cells, %.4f bits per code, distortion %.5f", b, len(ec.levels[b]), ec.ans[b].bits, ec.dist[b])
+	}
+	// distAt interpolates the ECSQ distortion at h bits between options.
+	distAt := func(h float64) float64 {
+		b := int(math.Floor(2 * h))
+		if b < 1 {
+			return math.Inf(1)
+		}
+		if b >= ec.n {
+			return ec.dist[ec.n]
+		}
+		f := 2*h - float64(b)
+		return (1-f)*ec.dist[b] + f*ec.dist[b+1]
+	}
+	for _, q := range []struct {
+		name string
+		tab  func() (*pcTables, error)
+	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}} {
+		tab, err := q.tab()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := 2; b <= pcMaxBits; b++ {
+			h := tab.ans[b].bits
+			if got := distAt(h); !(got < tab.dist[b]) {
+				t.Errorf("%s b=%d at %.3f bits: distortion %v, the entropy-constrained options' %v", q.name, b, h, tab.dist[b], got)
+			}
+		}
+	}
+}
+
 // TestRANSRoundTrip: symbols drawn from each table's distribution decode
 // back exactly, in about their entropy; an altered stream is refused.
 func TestRANSRoundTrip(t *testing.T) {
