@@ -221,35 +221,19 @@ func (c Config) Sizer() (Sizer, error) {
 	if c.Policy.HotBF16 {
 		hot /= 2
 	}
-	// Two probes: Gaussian rows, and the same with every seventh value
-	// an outlier; a codec whose size differs between them (kakeya's
-	// outlier lists) is variable-size, and the larger size counts.
-	probes := [2][]float32{make([]float32, bs*d), make([]float32, bs*d)}
-	r := rand.New(rand.NewPCG(uint64(bs), uint64(d)))
-	for i := range probes[0] {
-		probes[0][i] = float32(r.NormFloat64())
-		probes[1][i] = probes[0][i]
-		if i%7 == 0 {
-			probes[1][i] *= 20
-		}
-	}
 	sizes := map[codec.Codec]int64{}
 	variable := false
 	size := func(cd codec.Codec) (int64, error) {
 		if s, ok := sizes[cd]; ok {
 			return s, nil
 		}
-		var n [2]int64
-		for i, x := range probes {
-			enc, err := cd.Encode(nil, x, bs, d)
-			if err != nil {
-				return 0, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
-			}
-			n[i] = int64(len(enc))
+		s, v, err := EncodedBlockBytes(cd, bs, d)
+		if err != nil {
+			return 0, err
 		}
-		variable = variable || n[0] != n[1]
-		sizes[cd] = max(n[0], n[1])
-		return sizes[cd], nil
+		variable = variable || v
+		sizes[cd] = s
+		return s, nil
 	}
 	z := Sizer{bs: bs, hotWindow: c.Policy.HotWindow, sinks: c.Policy.Sinks, max: c.MaxTokens}
 	for li := 0; li < c.Layers; li++ {
@@ -270,6 +254,32 @@ func (c Config) Sizer() (Sizer, error) {
 	}
 	z.variable = variable
 	return z, nil
+}
+
+// EncodedBlockBytes returns the bytes cd takes for a block of bs rows of
+// d values, as the cache's accounting counts them: the larger of two probe
+// blocks, Gaussian rows and the same with every seventh value an outlier.
+// variable reports that the two differ: the codec's blocks vary in size
+// with the data (kakeya's outlier lists, entropy-coded streams).
+func EncodedBlockBytes(cd codec.Codec, bs, d int) (size int64, variable bool, err error) {
+	r := rand.New(rand.NewPCG(uint64(bs), uint64(d)))
+	probes := [2][]float32{make([]float32, bs*d), make([]float32, bs*d)}
+	for i := range probes[0] {
+		probes[0][i] = float32(r.NormFloat64())
+		probes[1][i] = probes[0][i]
+		if i%7 == 0 {
+			probes[1][i] *= 20
+		}
+	}
+	var n [2]int64
+	for i, x := range probes {
+		enc, err := cd.Encode(nil, x, bs, d)
+		if err != nil {
+			return 0, false, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
+		}
+		n[i] = int64(len(enc))
+	}
+	return max(n[0], n[1]), n[0] != n[1], nil
 }
 
 // Bytes returns what the cache holds after appending n tokens (0 ≤ n ≤

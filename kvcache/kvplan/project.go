@@ -2,7 +2,6 @@ package kvplan
 
 import (
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -15,10 +14,11 @@ import (
 // accounting, which TestCacheBytesIsBytesFor checks it against. Blocks in
 // the hot window, holding a sink, partial, or of a layer side without a
 // codec cost a hot part (bs*d bf16 values with p.HotBF16, else float32);
-// the others their codec's encoded length, measured by encoding one probe
-// block of Gaussian values (exact for every codec but kakeya, whose
-// outlier lists vary a few bytes with the data, and the entropy-coded
-// kakeya-pc:ec and kvtc, whose code streams vary with the data). It
+// the others their codec's encoded length as the cache's own accounting
+// measures it (kvcache.EncodedBlockBytes: the larger of two probe blocks;
+// exact for every codec but kakeya, whose outlier lists vary a few bytes
+// with the data, and the entropy-coded kakeya-pc:ec and kvtc, whose code
+// streams vary with the data). It
 // projects long contexts without running the model: the count is
 // arithmetic over the block table.
 func CacheBytes(p kvcache.Policy, m kvcache.Shape, bs, tokens int) (int64, error) {
@@ -40,18 +40,12 @@ func CacheBytes(p kvcache.Policy, m kvcache.Shape, bs, tokens int) (int64, error
 		if s, ok := sizes[c]; ok {
 			return s, nil
 		}
-		// The probe BytesFor encodes.
-		r := rand.New(rand.NewPCG(uint64(bs), uint64(d)))
-		x := make([]float32, bs*d)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		enc, err := c.Encode(nil, x, bs, d)
+		s, _, err := kvcache.EncodedBlockBytes(c, bs, d)
 		if err != nil {
-			return 0, fmt.Errorf("kvplan: cache bytes: probe block for %s: %w", c.Name(), err)
+			return 0, fmt.Errorf("kvplan: cache bytes: %w", err)
 		}
-		sizes[c] = int64(len(enc))
-		return int64(len(enc)), nil
+		sizes[c] = s
+		return s, nil
 	}
 	blocks := (tokens + bs - 1) / bs
 	old := p.EncodedBlocks(tokens, bs)
