@@ -591,8 +591,9 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	c := len(k.codedIdx)
 	sc.scale = growF32(sc.scale, c)
 	sc.codes = growU8(sc.codes, n*c)
+	slack := 0.0 // entropy-constrained codes: bits left unspent by the components before
 	for t, j := range k.codedIdx {
-		s := k.codeComponent(sc, t, j, n, d)
+		s := k.codeComponent(sc, t, j, n, d, &slack)
 		dst = binary.LittleEndian.AppendUint16(dst, float16bits(s))
 	}
 	if k.opt.Entropy {
@@ -608,7 +609,9 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 
 // codeComponent picks the scale of coded component t (component j) and
 // sets its n codes in sc.codes (row-major, n x C), returning the scale.
-func (k *KakeyaPC) codeComponent(sc *pcScratch, t, j, n, d int) float32 {
+// An entropy-constrained code may also spend *slack, the bits the
+// components before it left unspent, and leaves there what it does not.
+func (k *KakeyaPC) codeComponent(sc *pcScratch, t, j, n, d int, slack *float64) float32 {
 	c, b := len(k.codedIdx), int(k.width[t])
 	m := sc.means[j]
 	var ss float64
@@ -621,15 +624,16 @@ func (k *KakeyaPC) codeComponent(sc *pcScratch, t, j, n, d int) float32 {
 	lv, bd := k.tab.levels[b], k.tab.bounds[b]
 	steps := pcScaleSteps[:]
 	// Entropy-constrained codes: the allocation charged n codes their
-	// expected length on N(0, 1), ecBudget bits; real components, heavier
-	// tailed, code shorter at the RMS, so the scale is the one of least
-	// error whose codes fit that budget (or, where none fits, the
-	// shortest), and the block spends what it was allotted.
+	// expected length on N(0, 1); real components, heavier tailed, code
+	// shorter at the RMS, so the scale is the one of least error whose
+	// codes fit that charge plus what the components before left unspent
+	// (or, where none fits, the shortest), and the block spends about
+	// what it was allotted.
 	var ecCost []float32
 	ecBudget, bestLen := 0.0, math.Inf(1)
 	if k.opt.Entropy && !k.opt.Uniform {
 		steps = pcECSQScales[:]
-		ecCost, ecBudget = k.ans[t].cost, float64(n)*k.ans[t].bits
+		ecCost, ecBudget = k.ans[t].cost, float64(n)*k.ans[t].bits+*slack
 	}
 	for _, f := range steps {
 		s := roundF16(rms * f)
@@ -658,6 +662,9 @@ func (k *KakeyaPC) codeComponent(sc *pcScratch, t, j, n, d int) float32 {
 		if e < bestErr {
 			best, bestErr = s, e
 		}
+	}
+	if ecCost != nil && best != 0 {
+		*slack = ecBudget - bestLen
 	}
 	if best == 0 {
 		// A constant component: any code decodes to the mean when the
