@@ -37,7 +37,7 @@ func TestPreset(t *testing.T) {
 		{"per-side codec", Spec{KV: "kakeya", V: "int4"}, false, "kakeya", "int4", 0, 0, []int{0, -1}},
 		{"precond", Spec{KV: "kakeya", Precondition: On}, false, "kakeya", "kakeya", 0, 0, []int{0, -1}},
 		{"codebooks", Spec{KV: "kakeya", Codebooks: On}, false, "kakeya", "kakeya", 0, 0, []int{0, -1}},
-		{"kakeya-pc spelled out", Spec{KV: "kakeya-pc:rate=2"}, false, pc, pc, 0, 0, []int{0, -1}},
+		{"kakeya-pc spelled out", Spec{KV: PresetCodec}, false, pc, pc, 0, 0, []int{0, -1}},
 	}
 	for _, tt := range tests {
 		if got := tt.spec.IsPreset(); got != tt.preset {
@@ -91,7 +91,7 @@ func TestPresetParse(t *testing.T) {
 // The settings line names the preset the settings came from.
 func TestSettingsPreset(t *testing.T) {
 	st := Settings{K: PresetCodec, V: PresetCodec, BlockSize: 64, HotWindow: 32, CacheType: "bf16", Preset: PresetName}
-	const want = "k=kakeya-pc:rate=2 v=kakeya-pc:rate=2 block 64, hot 32, bf16 hot blocks, preset kakeya"
+	const want = "k=kakeya-pc:rate=2.5 v=kakeya-pc:rate=2.5 block 64, hot 32, bf16 hot blocks, preset kakeya"
 	if got := st.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}

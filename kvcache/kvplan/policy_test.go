@@ -359,8 +359,8 @@ func TestPresetPolicy(t *testing.T) {
 		t.Errorf("preset settings %+v", st)
 	}
 	for l := range layers {
-		if v, ok := p.VCodec(l).(*codec.KakeyaPC); !ok || v.Options().Rate != 2 {
-			t.Errorf("layer %d value codec %T, want kakeya-pc at rate 2", l, p.VCodec(l))
+		if v, ok := p.VCodec(l).(*codec.KakeyaPC); !ok || v.Options().Rate != 2.5 {
+			t.Errorf("layer %d value codec %T, want kakeya-pc at rate 2.5", l, p.VCodec(l))
 		}
 	}
 	if _, _, err := NewPolicy(kvconfig.Spec{KV: "kakeya"}, m, nil); err == nil || !strings.Contains(err.Error(), "calibrate --pca") {
