@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync"
 
@@ -53,8 +54,27 @@ type Options struct {
 	Cache kvconfig.Spec
 	// Calibration is a file written by kakeya-eval calibrate: with it, a
 	// compressed cache preconditions keys and uses its codebooks (see
-	// kvconfig.Spec's Precondition and Codebooks). "" for none.
+	// kvconfig.Spec's Precondition and Codebooks), and kakeya-pc and kvtc
+	// codecs take its principal components. "" for none: a cache whose
+	// codecs need principal components (the kakeya preset,
+	// kvconfig.Spec{KV: "kakeya"}) is then calibrated automatically, see
+	// CalibrationCache.
 	Calibration string
+	// CalibrationCache is the directory of automatic calibrations: when
+	// the cache needs principal components and Calibration is "", Load
+	// reads this model's calibration from there, or makes it on
+	// CalibrationTokens tokens of the built-in text (calibrate.Text) and
+	// writes it there, logging how long it took. "" means
+	// DefaultCalibrationCache(). A directory that cannot be written leaves
+	// the calibration in memory, with a warning.
+	CalibrationCache string
+	// CalibrationTokens bounds an automatic calibration's text in tokens;
+	// 0 means DefaultCalibrationTokens.
+	CalibrationTokens int
+	// Log receives the automatic calibration's lines (Info: calibrated, in
+	// how long, to which file; Warn: a cache file replaced or not
+	// written); nil means slog.Default().
+	Log *slog.Logger
 	// KVMemory is the byte budget of the KV block pool every sequence
 	// shares, hot and encoded blocks together; 0 means half the memory
 	// available when Load runs (see DefaultKVMemory). The longest
@@ -76,7 +96,7 @@ type Engine struct {
 	model *model.Model
 	tok   *tokenizer.Tokenizer
 	dir   string
-	calib string
+	calib CalibrationInfo
 	seq   model.SequenceOptions // the cache of every sequence
 	cache kvconfig.Settings     // what seq's cache is, in the tools' terms
 	sched *scheduler.Scheduler  // runs every Generate call
@@ -95,6 +115,9 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	}
 	if sv := opt.Serving; sv.Model != nil || sv.Cache.Pool != nil || sv.Cache.Cache.Layers != nil || sv.Cache.BlockSize != 0 || sv.KVMemory != 0 {
 		return nil, errors.New("kakeya: Options: Serving's Model, Cache and KVMemory are set by Load (set KVMemory and Cache in Options)")
+	}
+	if opt.CalibrationTokens < 0 {
+		return nil, fmt.Errorf("kakeya: Options: CalibrationTokens %d, want > 0 (or 0 for the default)", opt.CalibrationTokens)
 	}
 	if opt.KVMemory < 0 {
 		return nil, fmt.Errorf("kakeya: Options: KV memory %d bytes, want > 0 (or 0 for the default)", opt.KVMemory)
@@ -131,8 +154,8 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 		}
 		return nil, err
 	}
-	e := &Engine{model: m, tok: tok, dir: dir, calib: opt.Calibration, ownB: own}
-	if err := e.setCache(spec, opt.Calibration); err != nil {
+	e := &Engine{model: m, tok: tok, dir: dir, ownB: own}
+	if err := e.setCache(ctx, spec, opt); err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -150,25 +173,46 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 
 // setCache checks the tokenizer against the model and sets the cache of
 // the engine's sequences: spec's policy for this model, with the
-// calibration file's query factors and codebooks if one is named.
-func (e *Engine) setCache(spec kvconfig.Checked, calibration string) error {
+// calibration file's query factors, codebooks and principal components if
+// opt names one, or an automatic calibration if the codecs need principal
+// components and it names none.
+func (e *Engine) setCache(ctx context.Context, spec kvconfig.Checked, opt Options) error {
 	m := e.model
 	if v := m.Config().VocabSize; e.tok.VocabSize() > v {
 		return fmt.Errorf("kakeya: %s: tokenizer has %d tokens but the model's vocab_size is %d", e.dir, e.tok.VocabSize(), v)
 	}
+	bs, needPCA, err := kvplan.NeedsPCA(spec, m.CacheShape().MaxContext)
+	if err != nil {
+		return fmt.Errorf("kakeya: cache: %w", err)
+	}
 	var cal *codec.Calibration
-	if calibration != "" {
-		var err error
-		if cal, err = calibrate.Load(calibration, m.Config()); err != nil {
+	switch {
+	case opt.Calibration != "":
+		if cal, err = calibrate.Load(opt.Calibration, m.Config()); err != nil {
 			return fmt.Errorf("kakeya: calibration: %w", err)
+		}
+		e.calib = CalibrationInfo{Path: opt.Calibration}
+	case needPCA:
+		a := autoCalibration{
+			modelDir: e.dir, cfg: m.Config(), tok: e.tok, blockSize: bs,
+			tokens: opt.CalibrationTokens, cacheDir: opt.CalibrationCache, threads: opt.Threads, log: opt.Log,
+		}
+		if a.tokens == 0 {
+			a.tokens = DefaultCalibrationTokens
+		}
+		if a.log == nil {
+			a.log = slog.Default()
+		}
+		if cal, e.calib, err = a.run(ctx); err != nil {
+			return err
 		}
 	}
 	pol, st, err := kvplan.Build(spec, m.CacheShape(), cal)
 	if err != nil {
 		return fmt.Errorf("kakeya: cache: %w", err)
 	}
-	if calibration != "" && !st.Precondition && !st.Codebooks {
-		return fmt.Errorf("kakeya: calibration %s: the cache (%s) uses neither its query factors (keys uncompressed or precond off) nor its codebooks", calibration, st)
+	if opt.Calibration != "" && !st.Precondition && !st.Codebooks && !needPCA {
+		return fmt.Errorf("kakeya: calibration %s: the cache (%s) uses neither its query factors (keys uncompressed or precond off), its codebooks nor its principal components", opt.Calibration, st)
 	}
 	e.seq, e.cache = model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, st
 	return nil
@@ -178,8 +222,13 @@ func (e *Engine) setCache(spec kvconfig.Checked, calibration string) error {
 // with the defaults applied for this model.
 func (e *Engine) CacheSettings() kvconfig.Settings { return e.cache }
 
-// Calibration returns the calibration file in use, "" for none.
-func (e *Engine) Calibration() string { return e.calib }
+// Calibration returns the calibration file in use, "" for none (and for
+// an automatic calibration kept in memory).
+func (e *Engine) Calibration() string { return e.calib.Path }
+
+// CalibrationInfo says where the calibration in use came from: the file
+// given, or an automatic calibration read from or written to the cache.
+func (e *Engine) CalibrationInfo() CalibrationInfo { return e.calib }
 
 // Model returns the loaded model.
 func (e *Engine) Model() *model.Model { return e.model }

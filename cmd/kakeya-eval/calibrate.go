@@ -57,7 +57,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var f calibFlags
 	fs := newFlagSet("calibrate", calibrateUsage, stderr)
 	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
-	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2/valid.txt, KAKEYA_SHARED default ../shared)")
+	fs.StringVar(&f.data, "data", "", "text file, or builtin for the calibration text built into the binary (default $KAKEYA_SHARED/data/wikitext-2/valid.txt, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.out, "out", "", "calibration file to write (safetensors)")
 	fs.IntVar(&f.ctx, "ctx", 0, fmt.Sprintf("window tokens, BOS included (0: min(%d, model context))", calibrate.DefaultCtx))
 	fs.IntVar(&f.tokens, "tokens", 0, "use at most this many tokens of the text (0: all)")
@@ -166,7 +166,7 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 	if f.data == "" {
 		f.data = sharedFile("data", "wikitext-2", "valid.txt")
 	}
-	raw, err := cli.ReadFile(ctx, f.data, int64(f.maxInput), "--max-input")
+	raw, err := readCalibData(ctx, f)
 	if err != nil {
 		return fmt.Errorf("calibrate: --data: %w", err)
 	}
@@ -235,6 +235,16 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 		return fmt.Errorf("calibrate: --out: %w", err)
 	}
 	return writeCalibSummary(stdout, cal, f, time.Since(start))
+}
+
+// readCalibData returns the text of --data: the calibration text built
+// into the binary for "builtin" (calibrate.Text, what the engine calibrates
+// on when it is given no calibration), else the file's bytes.
+func readCalibData(ctx context.Context, f *calibFlags) ([]byte, error) {
+	if f.data == calibrate.BuiltinData {
+		return []byte(calibrate.Text()), nil
+	}
+	return cli.ReadFile(ctx, f.data, int64(f.maxInput), "--max-input")
 }
 
 // tooFewTokens says, in the command's terms, how much text the codebooks

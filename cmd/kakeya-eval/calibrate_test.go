@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -173,5 +178,51 @@ func TestCalibrateInterrupted(t *testing.T) {
 				t.Errorf("interrupted run left %s behind: %v", out, err)
 			}
 		})
+	}
+}
+
+// TestCalibrateBuiltinIsAuto: --data builtin calibrates on the text built
+// into the binary, and with the automatic calibration's recipe (--pca
+// --rope-avg --bits none, the preset's blocks) writes exactly the
+// calibration kakeya.Load makes for the kakeya preset: what the
+// evaluations of the preset measure is what its users get.
+func TestCalibrateBuiltinIsAuto(t *testing.T) {
+	dir := shareddata.File(t, "models", "stories260K")
+	out := filepath.Join(t.TempDir(), "builtin.safetensors")
+	var stdout strings.Builder
+	err := runCalibrate(context.Background(), []string{"--model", dir, "--data", "builtin", "--out", out, "--tokens", "1024",
+		"--pca", "--rope-avg", "--bits", "none", "--block-size", "64", "--threads", "1"}, &stdout, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "tokens of builtin in") {
+		t.Errorf("summary does not name the built-in text:\n%s", stdout.String())
+	}
+	eng, err := kakeya.Load(context.Background(), dir, kakeya.Options{Threads: 1, Cache: kvconfig.Spec{KV: "kakeya"},
+		CalibrationCache: t.TempDir(), CalibrationTokens: 1024, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	cfg := eng.Model().Config()
+	got, err := calibrate.Load(out, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := calibrate.Load(eng.Calibration(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got.Meta, want.Meta) {
+		t.Errorf("--data builtin meta %v\nautomatic calibration's %v", got.Meta, want.Meta)
+	}
+	gt, wt := got.Tensors(), want.Tensors()
+	if len(gt) != len(wt) || len(gt) == 0 {
+		t.Fatalf("--data builtin has %d tensors, the automatic calibration %d", len(gt), len(wt))
+	}
+	for name, w := range wt {
+		if g, ok := gt[name]; !ok || !slices.Equal(g.Shape, w.Shape) || !slices.Equal(g.Data, w.Data) {
+			t.Errorf("tensor %s differs between --data builtin and the automatic calibration", name)
+		}
 	}
 }

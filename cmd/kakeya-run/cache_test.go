@@ -230,3 +230,34 @@ func TestRunCompressed(t *testing.T) {
 		t.Errorf("--calib-codebooks with a calibration without codebooks: err = %v", err)
 	}
 }
+
+// kakeya-run --kv-codec kakeya runs the preset: the first run calibrates
+// into --calib-cache and says so on stderr, the settings line names the
+// preset and the file, and a second run reuses the file.
+func TestRunPreset(t *testing.T) {
+	dir := shareddata.File(t, "models", "stories260K")
+	cache := t.TempDir()
+	args := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "120",
+		"--kv-codec", "kakeya", "--calib-cache", cache, "--threads", "1"}
+	settings := regexp.MustCompile(`KV cache: k=kakeya-pc:rate=2\.5 v=kakeya-pc:rate=2\.5 block 64, hot 32, bf16 hot blocks, preset kakeya, calibration auto: (\S+)\n`)
+	var first string
+	for i := range 2 {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), args, nil, &out, &errOut); err != nil {
+			t.Fatalf("run %d: %v\n%s", i, err, errOut.String())
+		}
+		m := settings.FindStringSubmatch(errOut.String())
+		if m == nil || filepath.Dir(m[1]) != cache {
+			t.Fatalf("run %d: no preset settings line naming a file in %s:\n%s", i, cache, errOut.String())
+		}
+		calibrated := strings.Contains(errOut.String(), "calibrated the KV cache on")
+		if calibrated != (i == 0) {
+			t.Errorf("run %d: calibrated %v, want %v:\n%s", i, calibrated, i == 0, errOut.String())
+		}
+		if i == 0 {
+			first = out.String()
+		} else if out.String() != first {
+			t.Errorf("the second run generated\n%q\nwant the first's\n%q", out.String(), first)
+		}
+	}
+}

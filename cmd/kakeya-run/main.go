@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -35,7 +36,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 type options struct {
 	model, prompt, system, device, calib string
-	matmul                               string
+	matmul, calibCache                   string
 	maxTokens, threads, maxContext       int
 	chat, tokenize, addSpecial           bool
 	quiet, verbose                       bool
@@ -66,7 +67,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&o.matmul, "matmul", "", device.MatMulUsage+" (default: bf16 on the CPU)")
-	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance and kakeya codecs use its codebooks")
+	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (default for the kakeya preset and kakeya-pc: made automatically, see --calib-cache)")
+	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations a cache without --calib gets (the kakeya preset, kakeya-pc): reused per model, made once on the built-in text (default: the user cache directory's kakeya/calib)")
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
 	fs.BoolVar(&o.addSpecial, "add-special", false, "with --tokenize: add the special tokens (BOS) the model expects")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print timings to stderr")
@@ -167,12 +169,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	start := time.Now()
 	opt := kakeya.Options{
-		Backend:     o.backend,
-		Model:       model.Options{MaxContext: o.maxContext},
-		Hub:         hub,
-		Cache:       o.cache,
-		Calibration: o.calib,
-		KVMemory:    int64(o.kvMemory),
+		Backend:          o.backend,
+		Model:            model.Options{MaxContext: o.maxContext},
+		Hub:              hub,
+		Cache:            o.cache,
+		Calibration:      o.calib,
+		CalibrationCache: o.calibCache,
+		KVMemory:         int64(o.kvMemory),
+		Log:              logger(stderr, o.quiet),
 	}
 	if o.backend == nil {
 		// --threads and --matmul tune the CPU backend the engine starts.
@@ -231,6 +235,23 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return nil
 }
 
+// logger returns the engine's log on stderr: the line of an automatic
+// calibration (how long it took, which file) and the warnings, without
+// the time stamps a one-shot command does not need; only the warnings
+// with --quiet.
+func logger(stderr io.Writer, quiet bool) *slog.Logger {
+	level := slog.LevelInfo
+	if quiet {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+}
+
 // printStats writes the run's figures: timings, why it stopped, the cache
 // in use and what it holds, the kernels.
 func printStats(w io.Writer, eng *kakeya.Engine, res *kakeya.Result, load time.Duration) {
@@ -238,8 +259,8 @@ func printStats(w io.Writer, eng *kakeya.Engine, res *kakeya.Result, load time.D
 		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels())
 	st := eng.CacheSettings()
 	fmt.Fprintf(w, "KV cache: %s", st)
-	if cal := eng.Calibration(); cal != "" {
-		fmt.Fprintf(w, ", calibration %s", cal)
+	if cal := eng.CalibrationInfo().String(); cal != "" {
+		fmt.Fprintf(w, ", %s", cal)
 	}
 	fmt.Fprintln(w)
 	kv := res.KV

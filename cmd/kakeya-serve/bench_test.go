@@ -36,7 +36,7 @@ func BenchmarkServe(b *testing.B) {
 		args []string
 	}{
 		{"bf16", nil},
-		{"kakeya", []string{"--kv-codec", "kakeya"}},
+		{"kakeya", []string{"--kv-codec", "kakeya", "--calib-cache", b.TempDir()}},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			s := startServer(b, append([]string{"--threads", "0", "--kv-memory", "256M"}, tt.args...)...)

@@ -84,6 +84,7 @@ func report(err error, stderr io.Writer) int {
 type options struct {
 	model, served, addr, apiKey string
 	device, matmul, calib       string
+	calibCache                  string
 	logFormat                   string
 	threads, maxContext         int
 	maxRunning, maxWaiting      int
@@ -105,7 +106,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&o.matmul, "matmul", "", device.MatMulUsage+" (default: bf16 on the CPU)")
-	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance and kakeya codecs use its codebooks")
+	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (default for the kakeya preset and kakeya-pc: made automatically, see --calib-cache)")
+	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations a cache without --calib gets (the kakeya preset, kakeya-pc): reused per model, made once on the built-in text (default: the user cache directory's kakeya/calib)")
 	fs.Var(&o.kvMemory, "kv-memory", cli.KVMemoryUsage)
 	fs.IntVar(&o.maxRunning, "max-running", 0, fmt.Sprintf("requests batched at once at most (0 = %d)", scheduler.DefaultMaxRunning))
 	fs.IntVar(&o.maxWaiting, "max-waiting", 0, fmt.Sprintf("requests queued for admission at most; more get 429 (0 = %d)", scheduler.DefaultMaxWaiting))
@@ -167,15 +169,17 @@ func (o *options) check() error {
 }
 
 // engineOptions returns what kakeya.Load is given.
-func (o *options) engineOptions(hub weights.HubOptions) kakeya.Options {
+func (o *options) engineOptions(hub weights.HubOptions, log *slog.Logger) kakeya.Options {
 	opt := kakeya.Options{
-		Backend:     o.backend,
-		Model:       model.Options{MaxContext: o.maxContext},
-		Hub:         hub,
-		Cache:       o.cache,
-		Calibration: o.calib,
-		KVMemory:    int64(o.kvMemory),
-		Serving:     scheduler.Config{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens},
+		Backend:          o.backend,
+		Model:            model.Options{MaxContext: o.maxContext},
+		Hub:              hub,
+		Cache:            o.cache,
+		Calibration:      o.calib,
+		CalibrationCache: o.calibCache,
+		KVMemory:         int64(o.kvMemory),
+		Serving:          scheduler.Config{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens},
+		Log:              log,
 	}
 	if o.backend == nil {
 		opt.Threads, opt.MatMul = o.threads, o.matmul
@@ -225,7 +229,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	var eng *kakeya.Engine
 	go func() {
 		start := time.Now()
-		e, err := kakeya.Load(loadCtx, o.model, o.engineOptions(hub))
+		e, err := kakeya.Load(loadCtx, o.model, o.engineOptions(hub, log))
 		if err == nil {
 			if w := e.CacheSettings().Warning; w != nil {
 				log.Warn("KV cache: " + kvflags.Error(w).Error())
@@ -235,7 +239,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			eng = e
 			s.setEngine(e)
 			log.Info("ready", "load", time.Since(start).Round(time.Millisecond), "kv_cache", e.CacheSettings().String(),
-				"max_tokens", e.MaxTokens(), "kernels", e.Kernels())
+				"calibration", e.CalibrationInfo().String(), "max_tokens", e.MaxTokens(), "kernels", e.Kernels())
 		}
 		loaded <- err
 	}()

@@ -10,8 +10,12 @@ import (
 // A Checked is a Spec that passed Check, its text read once: what
 // kvplan builds a policy from without reading the Spec again.
 type Checked struct {
-	// Spec is the Spec as written.
+	// Spec is the Spec as written, with the kakeya preset expanded when
+	// it names it (Preset says so): the settings kvplan builds.
 	Spec Spec
+	// Preset is PresetName when Spec was written as the kakeya preset
+	// (Spec.IsPreset), "" otherwise.
+	Preset string
 	// KCodec and VCodec are the codec specs of keys and values with the
 	// bit widths applied, as codec.Spec.String writes them; "" for an
 	// uncompressed side, and both "" with a per-layer plan.
@@ -49,9 +53,14 @@ func (s Spec) Validate() error {
 // Check checks everything that does not depend on a model or a
 // calibration: the codec specs name known codecs with valid settings,
 // counts are in range, the boundary list parses, and the switches have
-// something to act on. It returns the Spec with its text read. Errors are
-// *SettingError, naming the Spec's fields.
+// something to act on. It returns the Spec with its text read and, when s
+// is the kakeya preset (IsPreset), expanded to the settings the preset
+// stands for. Errors are *SettingError, naming the Spec's fields.
 func (s Spec) Check() (Checked, error) {
+	var preset string
+	if s.IsPreset() {
+		s, preset = s.expandPreset(), PresetName
+	}
 	k, v, err := s.codecs()
 	if err != nil {
 		return Checked{}, err
@@ -64,7 +73,7 @@ func (s Spec) Check() (Checked, error) {
 	case s.KBits < 0 || s.VBits < 0:
 		return Checked{}, Errorf("{k-bits} %d, {v-bits} %d: bit widths must be > 0", s.KBits, s.VBits)
 	}
-	c := Checked{Spec: s, KCodec: k, VCodec: v}
+	c := Checked{Spec: s, Preset: preset, KCodec: k, VCodec: v}
 	if c.Boundary, err = ParseLayers(s.Boundary); err != nil {
 		return Checked{}, Errorf("{boundary}: %w", err)
 	}

@@ -41,7 +41,7 @@ func (k Key) IsSwitch() bool { return k.Name == "precond" || k.Name == "calib-co
 // them.
 func Grammar() []Key {
 	return []Key{
-		{"kv-codec", []string{"kv"}, "codec `SPEC` for keys and values: none or one of " + strings.Join(codec.Names(), ", ") + ` (a spec such as "kakeya:b=3,rank=4" also works)`,
+		{"kv-codec", []string{"kv"}, "codec `SPEC` for keys and values: none or one of " + strings.Join(codec.Names(), ", ") + ` (a spec such as "kakeya:b=3,rank=4" also works; kakeya alone is the kakeya preset, ` + PresetCodec + ` on every layer with a hot window of ` + strconv.Itoa(PresetHotWindow) + `)`,
 			func(_ Parser, s *Spec, v string) error { s.KV = codecValue(v); return nil },
 			func(s Spec) string { return s.KV }},
 		{"k-codec", []string{"k"}, "key codec `SPEC`, overriding --kv-codec for keys (none keeps keys uncompressed)",
@@ -59,7 +59,7 @@ func Grammar() []Key {
 		{"block-size", []string{"block"}, fmt.Sprintf("tokens per cache block `N` (default %d, or %d when a codec is set)", DefaultBlock, DefaultCodecBlock),
 			func(_ Parser, s *Spec, v string) (err error) { s.BlockSize, err = parseCount(v, 1); return err },
 			func(s Spec) string { return itoa(s.BlockSize) }},
-		{"hot-window", []string{"hot"}, "the newest `N` tokens stay uncompressed (default one block)",
+		{"hot-window", []string{"hot"}, "the newest `N` tokens stay uncompressed (default one block; " + strconv.Itoa(PresetHotWindow) + " for the kakeya preset)",
 			func(_ Parser, s *Spec, v string) error {
 				n, err := parseCount(v, 0)
 				if err != nil {
@@ -80,7 +80,7 @@ func Grammar() []Key {
 		{"sinks", nil, "the first `N` tokens stay uncompressed (attention sinks)",
 			func(_ Parser, s *Spec, v string) (err error) { s.Sinks, err = parseCount(v, 0); return err },
 			func(s Spec) string { return itoa(s.Sinks) }},
-		{"boundary", nil, "`LAYERS` that skip the codec and keep bf16 blocks, separated by , or ; and negative from the end (default " + DefaultBoundary + "; none compresses every layer)",
+		{"boundary", nil, "`LAYERS` that skip the codec and keep bf16 blocks, separated by , or ; and negative from the end (default " + DefaultBoundary + ", " + PresetBoundary + " for the kakeya preset; none compresses every layer)",
 			func(_ Parser, s *Spec, v string) error {
 				if _, err := ParseLayers(v); err != nil {
 					return err

@@ -29,6 +29,9 @@ type Settings struct {
 	CacheType string `json:"cache_type"`
 	// Layers holds a per-layer plan's codecs (K and V are then empty).
 	Layers []LayerPlan `json:"layers,omitempty"`
+	// Preset names the preset the settings were written as (PresetName),
+	// "" when they were spelled out.
+	Preset string `json:"preset,omitempty"`
 	// Warning is what kvplan.NewPolicy found wrong without it being an
 	// error: a compressed cache that never encodes a block within the
 	// model's context (see NothingCompressed); nil when all is well. Tools
@@ -115,5 +118,8 @@ func (st Settings) String() string {
 		b.WriteString(", calibrated codebooks")
 	}
 	fmt.Fprintf(&b, ", %s hot blocks", st.CacheType)
+	if st.Preset != "" {
+		fmt.Fprintf(&b, ", preset %s", st.Preset)
+	}
 	return b.String()
 }

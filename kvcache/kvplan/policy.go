@@ -89,7 +89,7 @@ func Build(c kvconfig.Checked, m kvcache.Shape, cal *codec.Calibration) (kvcache
 // kvconfig.DefaultBlock (kvconfig.DefaultCodecBlock with a codec) within
 // the context and may not exceed it.
 func blocks(c kvconfig.Checked, maxContext int) (kvconfig.Settings, error) {
-	st := kvconfig.Settings{K: c.KCodec, V: c.VCodec, BlockSize: c.Spec.BlockSize, CacheType: strings.ToLower(c.Spec.CacheType)}
+	st := kvconfig.Settings{K: c.KCodec, V: c.VCodec, BlockSize: c.Spec.BlockSize, CacheType: strings.ToLower(c.Spec.CacheType), Preset: c.Preset}
 	if st.CacheType == "" {
 		st.CacheType = "bf16"
 	}
@@ -106,6 +106,28 @@ func blocks(c kvconfig.Checked, maxContext int) (kvconfig.Settings, error) {
 		return kvconfig.Settings{}, kvconfig.Errorf("{block-size} %d exceeds the context of %d tokens", st.BlockSize, maxContext)
 	}
 	return st, nil
+}
+
+// NeedsPCA reports whether the configuration c codes some layer side with
+// a codec built from a calibration's principal components (kakeya-pc,
+// kvtc), and returns the block size, for a model of context maxContext,
+// that its calibration must measure them over: c's block size with the
+// defaults applied, or Build's error when it exceeds the context. It lets
+// a caller that has no calibration make one (kakeya.Load does) before
+// Build.
+func NeedsPCA(c kvconfig.Checked, maxContext int) (blockSize int, need bool, err error) {
+	sides := []string{c.KCodec, c.VCodec}
+	for _, l := range c.Layers {
+		sides = append(sides, l.K, l.V)
+	}
+	if !slices.ContainsFunc(sides, principal) {
+		return 0, false, nil
+	}
+	st, err := blocks(c, maxContext)
+	if err != nil {
+		return 0, false, err
+	}
+	return st.BlockSize, true, nil
 }
 
 // window sets the tokens a compressed cache keeps uncompressed, the hot

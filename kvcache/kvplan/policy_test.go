@@ -340,3 +340,59 @@ func TestKakeyaPCPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestPresetPolicy: the kakeya preset builds kakeya-pc at the preset's rate
+// on every layer, its settings naming the preset; it needs a calibration
+// with principal components (the engine makes one when none is given), and
+// NeedsPCA says so, with the block size to measure them over.
+func TestPresetPolicy(t *testing.T) {
+	const layers, kvHeads, d = 3, 2, 8
+	m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: d, MaxContext: 256}
+	cal := testCalibration(layers, kvHeads, d)
+	pcCalibration(cal)
+	p, st, err := NewPolicy(kvconfig.Spec{KV: "kakeya"}, m, cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.K != kvconfig.PresetCodec || st.V != kvconfig.PresetCodec || st.BlockSize != 64 || st.HotWindow != 32 ||
+		len(st.Boundary) != 0 || st.Preset != kvconfig.PresetName || st.Precondition {
+		t.Errorf("preset settings %+v", st)
+	}
+	for l := range layers {
+		if v, ok := p.VCodec(l).(*codec.KakeyaPC); !ok || v.Options().Rate != 2.5 {
+			t.Errorf("layer %d value codec %T, want kakeya-pc at rate 2.5", l, p.VCodec(l))
+		}
+	}
+	if _, _, err := NewPolicy(kvconfig.Spec{KV: "kakeya"}, m, nil); err == nil || !strings.Contains(err.Error(), "calibrate --pca") {
+		t.Errorf("preset without a calibration: %v", err)
+	}
+	for _, tt := range []struct {
+		spec    kvconfig.Spec
+		maxCtx  int
+		block   int
+		need    bool
+		errWant string
+	}{
+		{kvconfig.Spec{KV: "kakeya"}, 256, 64, true, ""},
+		{kvconfig.Spec{KV: "kakeya", BlockSize: 32}, 256, 32, true, ""},
+		{kvconfig.Spec{Layers: "int8/none|kvtc/int8"}, 256, 64, true, ""},
+		{kvconfig.Spec{KV: "kakeya:b=3"}, 256, 0, false, ""},
+		{kvconfig.Spec{}, 256, 0, false, ""},
+		{kvconfig.Spec{KV: "kakeya"}, 48, 0, false, "Spec.BlockSize 64 exceeds the context of 48 tokens"},
+	} {
+		c, err := tt.spec.Check()
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, need, err := NeedsPCA(c, tt.maxCtx)
+		if tt.errWant != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.errWant) {
+				t.Errorf("NeedsPCA(%+v, %d): %v, want an error containing %q", tt.spec, tt.maxCtx, err, tt.errWant)
+			}
+			continue
+		}
+		if err != nil || block != tt.block || need != tt.need {
+			t.Errorf("NeedsPCA(%+v, %d) = %d, %v, %v; want %d, %v", tt.spec, tt.maxCtx, block, need, err, tt.block, tt.need)
+		}
+	}
+}
