@@ -500,7 +500,10 @@ type Settings struct {
 	Block      int  // values per norm (Turbo)
 	// Levels are the codebook's values in code order (Kakeya, Turbo).
 	Levels []float32
-	signs  []float32
+	// PC is a calibrated kakeya_pc codec's basis, mean and allocation
+	// (KakeyaPC without entropy coding), nil for other codecs.
+	PC    *PCSettings
+	signs []float32
 }
 
 // Signs returns the first n (at most 32768) signs (±1) of the randomized

@@ -398,9 +398,16 @@ func (k *KakeyaPC) Format() *Format {
 	return formatKakeyaPC
 }
 
-// Settings returns no settings a kernel reads: no backend kernel reads
-// the format.
-func (k *KakeyaPC) Settings() Settings { return Settings{} }
+// Settings returns, for a calibrated codec of the fixed-rate format
+// (kakeya_pc), its basis, mean and allocation (Settings.PC): what a
+// kernel reads its blocks with. The entropy-coded format's are empty: no
+// kernel reads it.
+func (k *KakeyaPC) Settings() Settings {
+	if k.opt.Entropy || k.alloc == nil {
+		return Settings{}
+	}
+	return Settings{PC: k.pcSettings()}
+}
 
 func (k *KakeyaPC) scratch() *pcScratch {
 	if s, ok := k.pool.Get().(*pcScratch); ok {

@@ -811,6 +811,8 @@ func sampleLaunches() []Launch {
 			for _, lt := range []Ptr{0, 1} { // attn_split and attn_split_pre
 				ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, LTab: lt})...)
 			}
+			// attn_split_pc
+			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2})...)
 		}
 	}
 	return ls

@@ -18,7 +18,9 @@ import (
 // of encAlign bytes. Released slots are reused; slabs are freed when the
 // store is garbage collected or the backend closes. Kakeya blocks also
 // need their codec's settings (kakeyaParams), held once per codec in a
-// slot of their own, and preconditioned keys the inverse of their head's
+// slot of their own (kakeya_pc blocks their calibrated basis, pcParams,
+// once per codec: per layer and KV head for keys), and preconditioned
+// keys the inverse of their head's
 // factor, held once per whitened codec (codec.Whitened, e.g.
 // codec.Preconditioned: one per layer and KV head).
 
@@ -36,7 +38,7 @@ type part struct {
 	size   int   // the slot's size class
 	format int32 // how attention reads addr (partF32, partBF16, partInt8, ...)
 	encLen int   // codec bytes at addr, 0 unless the kernels read them
-	prm    Ptr   // a partKakeya's kakeyaParams, 0 for other formats
+	prm    Ptr   // a partKakeya's kakeyaParams or a partKakeyaPC's pcParams, 0 for other formats
 	linv   Ptr   // a preconditioned part's inverse factor, 0 for others
 	dec    compute.Decoder
 	// enc keeps the codec bytes on the host when the device holds their
@@ -82,8 +84,8 @@ type store struct {
 	host16  []uint16
 	tabs    []*writeTable // write tables no part leads, for reuse
 	tabHost []uint64      // host scratch of writeTable
-	// The device copies of kakeyaParams, by codec and by content (codecs
-	// of the same settings share one).
+	// The device copies of kakeyaParams and pcParams, by codec and by
+	// content (codecs of the same settings share one).
 	prmOf  map[compute.Decoder]Ptr
 	prmFor map[string]Ptr
 	// The device copies of the preconditioners' inverse factors.
@@ -290,9 +292,9 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		inner, pre = w.Unwrap(), w
 	}
 	var prm, linv Ptr
-	if ok && format == partKakeya {
+	if ok && (format == partKakeya || format == partKakeyaPC) {
 		var err error
-		if prm, ok, err = s.kakeyaParams(inner); err != nil {
+		if prm, ok, err = s.codecParams(inner, format); err != nil {
 			return err
 		}
 	}
@@ -346,14 +348,21 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	return nil
 }
 
-// kakeyaParams returns the device copy of dec's kakeyaParams, uploading
-// it on the codec's first block, and false when the kernels cannot read
-// dec's blocks after all. Called with the backend's mu held.
-func (s *store) kakeyaParams(dec compute.Decoder) (Ptr, bool, error) {
+// codecParams returns the device copy of the settings attention reads
+// dec's blocks of part format format with (kakeyaParams, pcParams),
+// uploading it on the codec's first block, and false when the kernels
+// cannot read dec's blocks after all. Called with the backend's mu held.
+func (s *store) codecParams(dec compute.Decoder, format int32) (Ptr, bool, error) {
 	if p, ok := s.prmOf[dec]; ok {
 		return p, true, nil
 	}
-	prm, ok := kakeyaParams(dec, s.d)
+	var prm []byte
+	var ok bool
+	if format == partKakeyaPC {
+		prm, ok = pcParams(dec, s.rows, s.d)
+	} else {
+		prm, ok = kakeyaParams(dec, s.d)
+	}
 	if !ok {
 		return 0, false, nil
 	}

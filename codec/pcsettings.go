@@ -1,0 +1,84 @@
+package codec
+
+// PCSettings are what a reader of kakeya_pc blocks needs beyond their
+// bytes, from a calibrated KakeyaPC (Settings.PC): the components with a
+// stored block mean (M of them, increasing), their basis rows, the
+// calibration mean, each one's code width and the quantizers' tables. A
+// block's row i is
+//
+//	x_i = Mean + Σ_k (m_k + s_t·Levels[Widths[k]][c_it]) Basis[k]
+//
+// over the stored components k, m_k the block's mean of component k, and,
+// for the coded ones (Widths[k] > 0, the t-th such), s_t the block's
+// scale and c_it the row's code, at CodeBit(t, i, n) of the codes
+// section.
+type PCSettings struct {
+	// Mean is the calibration mean μ, d values.
+	Mean []float32
+	// Stored lists the components with a stored block mean, increasing.
+	Stored []int
+	// Basis holds the stored components' basis rows, len(Stored) x d.
+	Basis []float32
+	// Widths is each stored component's code width, 0 for the mean only.
+	Widths []int
+	// Levels[b] and Bounds[b] are the quantizer of b bits on N(0, 1)
+	// (b = 1..6; index 0 is empty): its 2^b levels in code order and the
+	// 2^b - 1 cell bounds between them.
+	Levels, Bounds [][]float32
+	// ScaleSteps are the factors of a coded component's RMS the encoder
+	// tries as its scale, in order, keeping the first of least error.
+	ScaleSteps []float32
+	// Tag is the blocks' configuration tag (header bytes 10..11).
+	Tag uint16
+}
+
+// Coded returns the code widths of the coded components, in block order.
+func (s *PCSettings) Coded() []int {
+	var w []int
+	for _, b := range s.Widths {
+		if b > 0 {
+			w = append(w, b)
+		}
+	}
+	return w
+}
+
+// CodeBit returns the bit offset, in the codes section of a block of n
+// rows, of the code of row i of coded component t (counted in block
+// order): the codes are one little-endian bit stream, least significant
+// bits first, row after row, each row's codes by increasing component.
+func (s *PCSettings) CodeBit(t, i, n int) int {
+	w := s.Coded()
+	rowBits, before := 0, 0
+	for u, b := range w {
+		if u < t {
+			before += b
+		}
+		rowBits += b
+	}
+	return i*rowBits + before
+}
+
+// pcSettings returns k's PCSettings; k is calibrated.
+func (k *KakeyaPC) pcSettings() *PCSettings {
+	d := k.d
+	s := &PCSettings{
+		Mean:       append([]float32(nil), k.mean...),
+		Stored:     append([]int(nil), k.meanIdx...),
+		Basis:      make([]float32, 0, len(k.meanIdx)*d),
+		Widths:     make([]int, len(k.meanIdx)),
+		Levels:     make([][]float32, pcMaxBits+1),
+		Bounds:     make([][]float32, pcMaxBits+1),
+		ScaleSteps: append([]float32(nil), pcScaleSteps[:]...),
+		Tag:        k.tag,
+	}
+	for t, j := range k.meanIdx {
+		s.Basis = append(s.Basis, k.basis[j*d:(j+1)*d]...)
+		s.Widths[t] = int(k.alloc[j])
+	}
+	for b := 1; b <= pcMaxBits; b++ {
+		s.Levels[b] = append([]float32(nil), k.tab.levels[b]...)
+		s.Bounds[b] = append([]float32(nil), k.tab.bounds[b]...)
+	}
+	return s
+}
