@@ -483,21 +483,24 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 	return b, true
 }
 
-// pcParams returns the device form of what attention needs to read
-// kakeya_pc blocks of n rows of d values encoded by dec beyond their
-// bytes (codec.PCSettings), all 4-byte words:
+// pcParams returns the device form of what the kernels need to read
+// (attention) and write (enc_pc) kakeya_pc blocks of n rows of d values
+// encoded by dec beyond their bytes (codec.PCSettings), all 4-byte words:
 //
-//	[0..7]         M (stored components), C (coded), d, n, then zeros
+//	[0..7]         M (stored components), C (coded), d, n, the blocks'
+//	               tag, code bits per row, ||mean|| (float32), 0
 //	[8+4k..11+4k]  stored component k: code width (0: mean only), first
 //	               code bit and bits between rows' codes (CodeBit), and
 //	               its index among the coded components (-1 if none)
 //	[8+4M..]       the quantizers' levels, width b's 2^b at 2^b - 2
-//	               (pcLevelWords of them)
+//	               (pcLevelWords of them), then their bounds, width b's
+//	               2^b - 1 at 2^b - 2 (pcLevelWords)
+//	[..+8]         the scale steps (pcStepWords, unused ones 0)
 //	[..+d]         the calibration mean, float32
 //	[..+M*d]       the stored components' basis rows, float32
 //
-// It reports false for any other decoder and for head dims past
-// maxHeadDim.
+// It reports false for any other decoder, for head dims past maxHeadDim
+// and for settings that do not fit these words.
 func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 	c, f, ok := builtinFormat(dec)
 	if !ok || f.ID != codec.FormatKakeyaPC || d > maxHeadDim {
@@ -514,7 +517,19 @@ func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 			b = binary.LittleEndian.AppendUint32(b, w)
 		}
 	}
-	put(uint32(m), uint32(len(pc.Coded())), uint32(d), uint32(n), 0, 0, 0, 0)
+	if len(pc.ScaleSteps) > pcStepWords {
+		return nil, false
+	}
+	rowBits := 0
+	for _, w := range pc.Coded() {
+		rowBits += w
+	}
+	var mn float64
+	for _, v := range pc.Mean {
+		mn += float64(v) * float64(v)
+	}
+	put(uint32(m), uint32(len(pc.Coded())), uint32(d), uint32(n), uint32(pc.Tag), uint32(rowBits),
+		math.Float32bits(float32(math.Sqrt(mn))), 0)
 	t := 0
 	for _, w := range pc.Widths {
 		if w < 0 || 1<<w-2+1<<w > pcLevelWords {
@@ -532,19 +547,28 @@ func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 		put(uint32(w), uint32(base), uint32(stride), uint32(t))
 		t++
 	}
-	var lv [pcLevelWords]uint32
+	var lv, bd [pcLevelWords]uint32
 	for w, l := range pc.Levels {
 		if w == 0 || 1<<w-2+1<<w > pcLevelWords {
 			continue
 		}
-		if len(l) != 1<<w {
+		if len(l) != 1<<w || len(pc.Bounds[w]) != 1<<w-1 {
 			return nil, false
 		}
 		for i, v := range l {
 			lv[1<<w-2+i] = math.Float32bits(v)
 		}
+		for i, v := range pc.Bounds[w] {
+			bd[1<<w-2+i] = math.Float32bits(v)
+		}
 	}
 	put(lv[:]...)
+	put(bd[:]...)
+	var st [pcStepWords]uint32
+	for i, v := range pc.ScaleSteps {
+		st[i] = math.Float32bits(v)
+	}
+	put(st[:]...)
 	for _, v := range pc.Mean {
 		put(math.Float32bits(v))
 	}
@@ -554,9 +578,13 @@ func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 	return b, true
 }
 
-// pcLevelWords is the room pcParams gives the quantizers' levels: widths
-// 1..6, 2^b levels each at 2^b - 2.
-const pcLevelWords = 128
+// pcLevelWords is the room pcParams gives the quantizers' levels (and
+// their bounds): widths 1..6, 2^b levels each at 2^b - 2; pcStepWords
+// the room for the scale steps.
+const (
+	pcLevelWords = 128
+	pcStepWords  = 8
+)
 
 // attnArgs are one attention call over a paged KV layer.
 //

@@ -90,6 +90,9 @@ type store struct {
 	prmFor map[string]Ptr
 	// The device copies of the preconditioners' inverse factors.
 	linvOf map[compute.Decoder]Ptr
+	// enc is enc_pc's scratch, a slot of encN bytes (0 until needed).
+	enc  Ptr
+	encN int
 	// gen counts the changes of part addresses and formats, so attention
 	// rescans its block tables only when one may have changed.
 	gen uint64

@@ -214,7 +214,8 @@ KK_DEVICE void kk_kakeya_tile(float *tile, int ld, const kk_u8 *part, const floa
 }
 
 #define KK_AT_UW 32     // un-whitened columns per warp: head_dim / 8 <= 32
-#define KK_PC_LEVELS 128 // pcParams' level words: widths 1..6, 2^b levels at 2^b - 2
+#define KK_PC_LEVELS 128 // pcParams' level words (and bound words): widths 1..6, 2^b levels at 2^b - 2
+#define KK_PC_STEPS 8     // pcParams' scale step words
 
 // kk_unwhiten multiplies each row y of tile (tn <= KK_AT_TILE rows of d
 // values, row j at tile + j*ld) by a head's lower-triangular inverse
@@ -272,7 +273,7 @@ KK_DEVICE void kk_unwhiten(float *tile, int ld, const float *__restrict__ lp, in
 // component) into tile (row j at tile + j*ld, ld > d). prm is the codec's
 // pcParams (launch.go): M stored components, each with its code width,
 // where its codes lie, its index among the coded ones; the quantizers'
-// levels; the calibration mean mu and the stored components' basis rows
+// levels and bounds, the scale steps; the calibration mean mu and the stored components' basis rows
 // B (M x d). First each row's latents, y_k = m_k + s_t level(c_k) (the
 // block's mean of component k, plus for a coded one its scale times the
 // level of its code), go to the tile's first M columns; then lane j of
@@ -290,7 +291,7 @@ KK_DEVICE void kk_pc_tile(float *tile, int ld, const kk_u8 *part, const float *_
 	const kk_u8 *scales = part + kk_kakeya_pc_scales_off(bs, d, M, C, rb);
 	const kk_u8 *codes = part + kk_kakeya_pc_codes_off(bs, d, M, C, rb);
 	const int *info = pi + 8;
-	const float *levels = prm + 8 + 4 * M, *mu = levels + KK_PC_LEVELS, *basis = mu + d;
+	const float *levels = prm + 8 + 4 * M, *mu = levels + 2 * KK_PC_LEVELS + KK_PC_STEPS, *basis = mu + d;
 	for (int i = threadIdx.x; i < tn * M; i += blockDim.x) {
 		int j = i / M, k = i - j * M, row = row0 + j;
 		float y = kk_f16_at(means + 2 * k);
