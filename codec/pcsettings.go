@@ -11,7 +11,7 @@ package codec
 // over the stored components k, m_k the block's mean of component k, and,
 // for the coded ones (Widths[k] > 0, the t-th such), s_t the block's
 // scale and c_it the row's code, at CodeBit(t, i, n) of the codes
-// section.
+// section (CodeBytes(n) long).
 type PCSettings struct {
 	// Mean is the calibration mean μ, d values.
 	Mean []float32
@@ -28,8 +28,10 @@ type PCSettings struct {
 	// ScaleSteps are the factors of a coded component's RMS the encoder
 	// tries as its scale, in order, keeping the first of least error.
 	ScaleSteps []float32
-	// Tag is the blocks' configuration tag (header bytes 10..11).
-	Tag uint16
+	// Tag is the blocks' configuration tag (header bytes 10..11), Param
+	// their parameter byte (header byte 3: the code layout).
+	Tag   uint16
+	Param byte
 }
 
 // Coded returns the code widths of the coded components, in block order.
@@ -45,18 +47,25 @@ func (s *PCSettings) Coded() []int {
 
 // CodeBit returns the bit offset, in the codes section of a block of n
 // rows, of the code of row i of coded component t (counted in block
-// order): the codes are one little-endian bit stream, least significant
-// bits first, row after row, each row's codes by increasing component.
+// order): each coded component's n codes lie in a plane of their own,
+// LSB first, padded to a byte, the planes in block order.
 func (s *PCSettings) CodeBit(t, i, n int) int {
 	w := s.Coded()
-	rowBits, before := 0, 0
-	for u, b := range w {
-		if u < t {
-			before += b
-		}
-		rowBits += b
+	before := 0
+	for _, b := range w[:t] {
+		before += planeBytes(n, uint8(b))
 	}
-	return i*rowBits + before
+	return 8*before + i*w[t]
+}
+
+// CodeBytes returns the length of the codes section of a block of n rows
+// (the format's code_bytes).
+func (s *PCSettings) CodeBytes(n int) int {
+	total := 0
+	for _, b := range s.Coded() {
+		total += planeBytes(n, uint8(b))
+	}
+	return total
 }
 
 // pcSettings returns k's PCSettings; k is calibrated.
@@ -71,6 +80,7 @@ func (k *KakeyaPC) pcSettings() *PCSettings {
 		Bounds:     make([][]float32, pcMaxBits+1),
 		ScaleSteps: append([]float32(nil), pcScaleSteps[:]...),
 		Tag:        k.tag,
+		Param:      k.param(),
 	}
 	for t, j := range k.meanIdx {
 		s.Basis = append(s.Basis, k.basis[j*d:(j+1)*d]...)

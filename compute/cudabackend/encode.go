@@ -58,7 +58,8 @@ func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
 		for _, w := range coded {
 			rowBits += w
 		}
-		v := codec.Vars{codec.VarN: s.rows, codec.VarD: s.d, codec.VarMeans: len(pc.Stored), codec.VarCoded: len(coded), codec.VarRowBits: rowBits}
+		v := codec.Vars{codec.VarN: s.rows, codec.VarD: s.d, codec.VarMeans: len(pc.Stored), codec.VarCoded: len(coded),
+			codec.VarRowBits: rowBits, codec.VarCodeBytes: pc.CodeBytes(s.rows)}
 		l := f.Layout(&v)
 		codes := l.Len(len(f.Sections) - 1)
 		e := encoding{format: partKakeyaPC, size: l.Size(), stored: len(pc.Stored), scratch: 4 * s.rows * len(pc.Stored)}

@@ -488,7 +488,9 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 // encoded by dec beyond their bytes (codec.PCSettings), all 4-byte words:
 //
 //	[0..7]         M (stored components), C (coded), d, n, the blocks'
-//	               tag, code bits per row, ||mean|| (float32), 0
+//	               tag, code bits per row, ||mean|| (float32), the
+//	               header's parameter byte, then the codes' bytes (the
+//	               format's code_bytes)
 //	[8+4k..11+4k]  stored component k: code width (0: mean only), first
 //	               code bit and bits between rows' codes (CodeBit), and
 //	               its index among the coded components (-1 if none)
@@ -511,7 +513,7 @@ func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 		return nil, false
 	}
 	m := len(pc.Stored)
-	b := make([]byte, 0, 4*(8+4*m+pcLevelWords+d+m*d))
+	b := make([]byte, 0, 4*(8+4*m+2*pcLevelWords+pcStepWords+d+m*d))
 	put := func(ws ...uint32) {
 		for _, w := range ws {
 			b = binary.LittleEndian.AppendUint32(b, w)
@@ -529,7 +531,7 @@ func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 		mn += float64(v) * float64(v)
 	}
 	put(uint32(m), uint32(len(pc.Coded())), uint32(d), uint32(n), uint32(pc.Tag), uint32(rowBits),
-		math.Float32bits(float32(math.Sqrt(mn))), 0)
+		math.Float32bits(float32(math.Sqrt(mn))), uint32(pc.Param)|uint32(pc.CodeBytes(n))<<8)
 	t := 0
 	for _, w := range pc.Widths {
 		if w < 0 || 1<<w-2+1<<w > pcLevelWords {

@@ -286,10 +286,10 @@ KK_DEVICE void kk_pc_tile(float *tile, int ld, const kk_u8 *part, const float *_
 	const int *pi = (const int *)prm;
 	int M = pi[0];
 	// The layout, from formats.h.
-	long long C = kk_kakeya_pc_coded(part), rb = kk_kakeya_pc_row_bits(part);
-	const kk_u8 *means = part + kk_kakeya_pc_means_off(bs, d, M, C, rb);
-	const kk_u8 *scales = part + kk_kakeya_pc_scales_off(bs, d, M, C, rb);
-	const kk_u8 *codes = part + kk_kakeya_pc_codes_off(bs, d, M, C, rb);
+	long long C = pi[1], cb = pi[7] >> 8;
+	const kk_u8 *means = part + kk_kakeya_pc_means_off(bs, d, M, C, cb);
+	const kk_u8 *scales = part + kk_kakeya_pc_scales_off(bs, d, M, C, cb);
+	const kk_u8 *codes = part + kk_kakeya_pc_codes_off(bs, d, M, C, cb);
 	const int *info = pi + 8;
 	const float *levels = prm + 8 + 4 * M, *mu = levels + 2 * KK_PC_LEVELS + KK_PC_STEPS, *basis = mu + d;
 	for (int i = threadIdx.x; i < tn * M; i += blockDim.x) {

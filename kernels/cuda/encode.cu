@@ -210,11 +210,11 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
                                              int d, const float *__restrict__ prm, float *__restrict__ y) {
 	KK_DYN_SHARED(float, smp);
 	const int *pi = (const int *)prm;
-	int M = pi[0], C = pi[1], rb = pi[5];
+	int M = pi[0], C = pi[1], rb = pi[5], param = pi[7] & 0xff, cbytes = pi[7] >> 8;
 	const int *info = pi + 8;
 	const float *levels = prm + 8 + 4 * M, *bounds = levels + KK_PC_LEVELS, *steps = bounds + KK_PC_LEVELS;
 	const float *mu = steps + KK_PC_STEPS, *basis = mu + d;
-	long long codesLen = kk_kakeya_pc_codes_len(n, d, M, C, rb);
+	long long codesLen = kk_kakeya_pc_codes_len(n, d, M, C, cbytes);
 	int words = (int)((codesLen + 3) >> 2);
 	float *means = smp, *scales = smp + M;
 	kk_u32 *stage = (kk_u32 *)(scales + C), *seal = stage + words, *bad = seal + 2 * blockDim.x + 32;
@@ -245,7 +245,7 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
 		y[i] = s;
 	}
 	__syncthreads();
-	kk_u8 *mb = dst + kk_kakeya_pc_means_off(n, d, M, C, rb), *sb = dst + kk_kakeya_pc_scales_off(n, d, M, C, rb);
+	kk_u8 *mb = dst + kk_kakeya_pc_means_off(n, d, M, C, cbytes), *sb = dst + kk_kakeya_pc_scales_off(n, d, M, C, cbytes);
 	for (int k = threadIdx.x; k < M; k += blockDim.x) {
 		double s = 0.0;
 		for (int r = 0; r < n; r++)
@@ -301,14 +301,14 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
 		}
 	}
 	__syncthreads();
-	kk_u8 *cb = dst + kk_kakeya_pc_codes_off(n, d, M, C, rb);
+	kk_u8 *cb = dst + kk_kakeya_pc_codes_off(n, d, M, C, cbytes);
 	for (long long i = threadIdx.x; i < codesLen; i += blockDim.x)
 		cb[i] = (kk_u8)(stage[i >> 2] >> (8 * (i & 3)));
 	if (threadIdx.x == 0) {
-		kk_header(dst, KK_FORMAT_KAKEYA_PC, 0, n, d, pi[4], *bad == 0);
+		kk_header(dst, KK_FORMAT_KAKEYA_PC, param, n, d, pi[4], *bad == 0);
 		kk_put_u16(dst + 16, (kk_u32)M);
 		kk_put_u16(dst + 18, (kk_u32)C);
 		kk_put_u16(dst + 20, (kk_u32)rb);
 	}
-	kk_seal(dst, kk_kakeya_pc_size(n, d, M, C, rb), seal);
+	kk_seal(dst, kk_kakeya_pc_size(n, d, M, C, cbytes), seal);
 }
