@@ -28,29 +28,50 @@ type encoding struct {
 	shared  int   // dynamic shared bytes of the kernel
 	stored  int   // kakeya_pc: components with a stored mean
 	scratch int   // kakeya_pc: bytes of device scratch (y)
+	ok      bool  // the device encodes the codec's blocks
 }
 
 // deviceEncoding returns how the device encodes dec's blocks of the
 // store's shape, and false when it does not (any codec but int8 and
 // kakeya_pc, a whitened codec, a head past maxHeadDim, a kakeya_pc block
 // whose codes do not fit shared memory).
+// A kakeya_pc codec's result is kept: its settings are a copy of its
+// calibration, too large to make per block.
 func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
+	_, f, ok := builtinFormat(dec)
+	if !ok || f.ID != codec.FormatKakeyaPC {
+		return deviceEncoding(dec, s.rows, s.d)
+	}
+	// A built-in format's codec: *codec.KakeyaPC, a valid map key.
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	e, ok := s.encOf[dec]
+	if !ok {
+		e, e.ok = deviceEncoding(dec, s.rows, s.d)
+		s.encOf[dec] = e
+	}
+	return e, e.ok
+}
+
+// deviceEncoding returns how the device encodes dec's blocks of n rows of
+// d values (see store.deviceEncoding).
+func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 	if _, ok := dec.(codec.Whitened); ok {
 		return encoding{}, false
 	}
 	c, f, ok := builtinFormat(dec)
-	if !ok || s.d > maxHeadDim {
+	if !ok || d > maxHeadDim {
 		return encoding{}, false
 	}
 	seal := 4 * (2*encThreads + 33)
 	switch f.ID {
 	case codec.FormatInt8:
-		l := f.Layout(&codec.Vars{codec.VarN: s.rows, codec.VarD: s.d})
+		l := f.Layout(&codec.Vars{codec.VarN: n, codec.VarD: d})
 		size := l.Size()
 		return encoding{format: partInt8, size: size, shared: seal}, true
 	case codec.FormatKakeyaPC:
 		pc := c.Settings().PC
-		if pc == nil || len(pc.Mean) != s.d {
+		if pc == nil || len(pc.Mean) != d {
 			return encoding{}, false
 		}
 		coded := pc.Coded()
@@ -58,11 +79,11 @@ func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
 		for _, w := range coded {
 			rowBits += w
 		}
-		v := codec.Vars{codec.VarN: s.rows, codec.VarD: s.d, codec.VarMeans: len(pc.Stored), codec.VarCoded: len(coded),
-			codec.VarRowBits: rowBits, codec.VarCodeBytes: pc.CodeBytes(s.rows)}
+		v := codec.Vars{codec.VarN: n, codec.VarD: d, codec.VarMeans: len(pc.Stored), codec.VarCoded: len(coded),
+			codec.VarRowBits: rowBits, codec.VarCodeBytes: pc.CodeBytes(n)}
 		l := f.Layout(&v)
 		codes := l.Len(len(f.Sections) - 1)
-		e := encoding{format: partKakeyaPC, size: l.Size(), stored: len(pc.Stored), scratch: 4 * s.rows * len(pc.Stored)}
+		e := encoding{format: partKakeyaPC, size: l.Size(), stored: len(pc.Stored), scratch: 4 * n * len(pc.Stored)}
 		e.shared = 4*(len(pc.Stored)+len(coded)+ceilDiv(codes, 4)) + seal
 		return e, e.shared <= attnSharedCap
 	}

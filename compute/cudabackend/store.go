@@ -93,6 +93,8 @@ type store struct {
 	// enc is enc_pc's scratch, a slot of encN bytes (0 until needed).
 	enc  Ptr
 	encN int
+	// encOf is how the device encodes each codec's blocks.
+	encOf map[compute.Decoder]encoding
 	// gen counts the changes of part addresses and formats, so attention
 	// rescans its block tables only when one may have changed.
 	gen uint64
@@ -102,7 +104,8 @@ type store struct {
 // memory, hot in bf16 or float32.
 func (b *Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
 	s := &store{b: b, rows: rows, d: d, bf16: bf16, mem: &slots{free: map[int][]Ptr{}},
-		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}, linvOf: map[compute.Decoder]Ptr{}}
+		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}, linvOf: map[compute.Decoder]Ptr{},
+		encOf: map[compute.Decoder]encoding{}}
 	runtime.AddCleanup(s, b.freeSlabs, s.mem)
 	return s
 }

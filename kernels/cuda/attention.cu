@@ -2,7 +2,9 @@
 // style. The cache is a block table: for block b and KV head g, entry
 // b*kv_heads+g holds the device address of the keys' part, of the values'
 // part and their formats (hot float32 or bf16 rows, or the exact bytes of
-// the int8, int4, int2 or Kakeya codecs; keys and values may differ).
+// the int8, int4, int2, Kakeya or kakeya-pc codecs; keys and values may
+// differ). A kakeya-pc part's entry in kptab (keys) or vptab (values)
+// holds the address of its codec's pcParams; attn_split_pc reads them.
 // Keys are stored before RoPE and rotated here. Keys encoded by a
 // preconditioned codec (codec.Preconditioned: whitened by the factor L of
 // their KV head before the inner codec) have an entry in a third table,
