@@ -140,7 +140,7 @@ func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 			s.enc, s.encN = a, roundUp(e.scratch, encAlign)
 		}
 	}
-	size := roundUp(e.size, encAlign)
+	size := roundUp(e.size, slotAlign(e.format))
 	addr, err := s.slot(size)
 	if err != nil {
 		return err

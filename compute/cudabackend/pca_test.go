@@ -90,7 +90,7 @@ func newPC(t testing.TB, o codec.KakeyaPCOptions, st *codec.PCAStats) *codec.Kak
 // as kvplan builds them), values of one per layer, some of the uniform
 // quantizer, beside a hot, partly filled last block. Every full block's
 // parts hold exactly the codec's bytes on the device, its slot the
-// encoded size rounded to encAlign, each codec's basis uploaded once; the
+// encoded size rounded to fixedAlign, each codec's basis uploaded once; the
 // entropy-coded format 9, which no kernel reads, stays hot and decoded.
 func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split", "attn_split_pc", "attn_combine", "kv_write")
@@ -210,7 +210,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 						continue
 					}
 					want := encLen[[2]int{blk, j}]
-					if pt.format != partKakeyaPC || pt.encLen != want || pt.size != roundUp(want, encAlign) || pt.HotDecoded() {
+					if pt.format != partKakeyaPC || pt.encLen != want || pt.size != roundUp(want, fixedAlign) || pt.HotDecoded() {
 						t.Fatalf("block %d part %d: format %d, %d encoded bytes in a slot of %d; want format %d, the codec's %d bytes",
 							blk, j, pt.format, pt.encLen, pt.size, partKakeyaPC, want)
 					}

@@ -15,7 +15,7 @@ import (
 // own, so parts are slots of slabs, one slab list per slot size: hot slots
 // (float32 or bf16; a block of a codec the kernels cannot read keeps its
 // hot slot, holding the decoded values) and encoded slots in size classes
-// of encAlign bytes. Released slots are reused; slabs are freed when the
+// of encAlign bytes (fixedAlign for codecs of one block length). Released slots are reused; slabs are freed when the
 // store is garbage collected or the backend closes. Kakeya blocks also
 // need their codec's settings (kakeyaParams), held once per codec in a
 // slot of their own (kakeya_pc blocks their calibrated basis, pcParams,
@@ -26,7 +26,25 @@ import (
 
 // encAlign is the granularity of encoded slots: their byte sizes are
 // rounded up to it, and it aligns every slot for the kernels' wide loads.
+// Coarse, since blocks of a variable-size codec (kakeya's outlier lists)
+// would otherwise make a size class, and a slab, of each length.
 const encAlign = 256
+
+// fixedAlign is the granularity of the slots of codecs whose blocks all
+// have one length (int8, kakeya_pc): one size class per codec whatever
+// the granularity, so the slot wastes less (at most 15 bytes, where
+// encAlign's 255 would be a fifth of a kakeya-pc block of 64 x 64). It
+// is the kernels' widest load, 16 bytes.
+const fixedAlign = 16
+
+// slotAlign returns the granularity of the encoded slots of part format
+// format.
+func slotAlign(format int32) int {
+	if format == partInt8 || format == partKakeyaPC {
+		return fixedAlign
+	}
+	return encAlign
+}
 
 // slabBytes is the target size of one slab.
 const slabBytes = 1 << 20
@@ -129,7 +147,7 @@ func (s *store) hotBytes() int {
 	return 4 * s.rows * s.d
 }
 
-// slot returns a free slot of size bytes (a multiple of encAlign), cutting
+// slot returns a free slot of size bytes (a multiple of fixedAlign), cutting
 // a new slab when there is none. Called with the backend's mu held.
 func (s *store) slot(size int) (Ptr, error) {
 	if f := s.mem.free[size]; len(f) > 0 {
@@ -311,7 +329,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		}
 	}
 	if ok {
-		size := roundUp(len(enc), encAlign)
+		size := roundUp(len(enc), slotAlign(format))
 		addr, err := s.slot(size)
 		if err != nil {
 			return err
