@@ -123,6 +123,7 @@ func TestEncodePCOnDevice(t *testing.T) {
 		{"f32", 16, 64, false, 2.5, false}, {"bf16", 16, 64, true, 2.5, false},
 		{"d128/block 64", 64, 128, true, 2.5, false}, {"uniform", 16, 64, false, 3, true},
 		{"low rate", 32, 32, false, 0.75, false}, {"high rate", 16, 64, false, 6, false},
+		{"d256/odd block", 13, 256, true, 2.5, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(5, uint64(c.n*c.d)))

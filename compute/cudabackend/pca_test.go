@@ -111,6 +111,8 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 		{name: "decode/window/uniform values", d: 64, total: 6*bs + 1, n: 2, window: 40, bf16: true, uniform: true, rate: 2},
 		{name: "decode/d128/split", d: 128, total: 20*bs + 5, n: 1, bf16: true, rate: 2.5},
 		{name: "decode/d32/low rate", d: 32, total: 3*bs + 2, n: 1, rate: 0.75},
+		{name: "decode/d80", d: 80, total: 3*bs + 1, n: 1, bf16: true, rate: 2.5},
+		{name: "decode/d256", d: 256, total: 2*bs + 3, n: 1, bf16: true, rate: 2},
 		{name: "decode/entropy-coded values stay hot", d: 64, total: 4*bs + 3, n: 1, bf16: true, rate: 2.5, vec: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

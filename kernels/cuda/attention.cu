@@ -270,6 +270,47 @@ KK_DEVICE void kk_unwhiten(float *tile, int ld, const float *__restrict__ lp, in
 	}
 }
 
+// kk_pc_mix sets rows j < tn of tile (row j at tile + j*ld) to mu + sum_k
+// y_jk B[k] from their latents y_j0..y_j(M-1) in the same row's first M
+// columns: lane j of each warp computes row j for the warp's columns (w,
+// w+warps, ...; NC of them at most), reading each basis value once for
+// the tile's rows (the same address across the warp: one broadcast load),
+// summed in registers and written back after a barrier. The whole block
+// calls it: it syncs.
+template <int NC>
+KK_DEVICE void kk_pc_mix(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ basis, int M, int d,
+                         int tn) {
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+	bool live = lane < tn;
+	const float *y = tile + lane * ld;
+	float o[NC];
+#pragma unroll
+	for (int m = 0; m < NC; m++) {
+		int c = warp + warps * m;
+		o[m] = c < d ? mu[c] : 0.0f;
+	}
+	for (int k = 0; k < M; k++) {
+		float yk = live ? y[k] : 0.0f;
+		const float *bk = basis + (long long)k * d;
+#pragma unroll
+		for (int m = 0; m < NC; m++) {
+			int c = warp + warps * m;
+			if (c < d)
+				o[m] += yk * bk[c];
+		}
+	}
+	__syncthreads(); // every warp has read the latents
+	if (live) {
+#pragma unroll
+		for (int m = 0; m < NC; m++) {
+			int c = warp + warps * m;
+			if (c < d)
+				tile[lane * ld + c] = o[m];
+		}
+	}
+	__syncthreads();
+}
+
 // kk_pc_tile decodes rows row0..row0+tn-1 (tn <= 32) of a kakeya_pc part
 // (codec.KakeyaPC: rows in a calibrated principal basis, bits per
 // component) into tile (row j at tile + j*ld, ld > d). prm is the codec's
@@ -278,11 +319,8 @@ KK_DEVICE void kk_unwhiten(float *tile, int ld, const float *__restrict__ lp, in
 // levels and bounds, the scale steps; the calibration mean mu and the stored components' basis rows
 // B (M x d). First each row's latents, y_k = m_k + s_t level(c_k) (the
 // block's mean of component k, plus for a coded one its scale times the
-// level of its code), go to the tile's first M columns; then lane j of
-// each warp computes row j as mu + sum_k y_k B[k] for the warp's columns
-// (w, w+warps, ...), reading each basis value once for the 32 rows (the
-// same address across the warp: one broadcast load), summed in registers
-// and written back after a barrier. The whole block calls it: it syncs.
+// level of its code), go to the tile's first M columns; then kk_pc_mix
+// multiplies them by the basis. The whole block calls it: it syncs.
 KK_DEVICE void kk_pc_tile(float *tile, int ld, const kk_u8 *part, const float *__restrict__ prm, int bs, int d,
                           int row0, int tn) {
 	const int *pi = (const int *)prm;
@@ -305,35 +343,15 @@ KK_DEVICE void kk_pc_tile(float *tile, int ld, const kk_u8 *part, const float *_
 		tile[j * ld + k] = y;
 	}
 	__syncthreads();
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-	bool live = lane < tn;
-	const float *y = tile + lane * ld;
-	float o[KK_AT_UW];
-#pragma unroll
-	for (int m = 0; m < KK_AT_UW; m++) {
-		int c = warp + warps * m;
-		o[m] = c < d ? mu[c] : 0.0f;
-	}
-	for (int k = 0; k < M; k++) {
-		float yk = live ? y[k] : 0.0f;
-		const float *bk = basis + (long long)k * d;
-#pragma unroll
-		for (int m = 0; m < KK_AT_UW; m++) {
-			int c = warp + warps * m;
-			if (c < d)
-				o[m] += yk * bk[c];
-		}
-	}
-	__syncthreads(); // every warp has read the latents
-	if (live) {
-#pragma unroll
-		for (int m = 0; m < KK_AT_UW; m++) {
-			int c = warp + warps * m;
-			if (c < d)
-				tile[lane * ld + c] = o[m];
-		}
-	}
-	__syncthreads();
+	// Columns per warp: the unrolled products sized to them (at d = 64
+	// 8 per basis row, not kk_pc_mix's most, 32, mostly predicated off).
+	int nc = (d + (blockDim.x >> 5) - 1) / (blockDim.x >> 5);
+	if (nc <= 8)
+		kk_pc_mix<8>(tile, ld, mu, basis, M, d, tn);
+	else if (nc <= 16)
+		kk_pc_mix<16>(tile, ld, mu, basis, M, d, tn);
+	else
+		kk_pc_mix<KK_AT_UW>(tile, ld, mu, basis, M, d, tn);
 }
 
 // kk_attn_split is attn_split, and with PRE attn_split_pre, which also
