@@ -32,6 +32,24 @@ type PCSettings struct {
 	// their parameter byte (header byte 3: the code layout).
 	Tag   uint16
 	Param byte
+	// Rate and Block are the allocation's budget (KakeyaPCOptions): its
+	// means, scales and codes take at most Rate bits per value in blocks
+	// of Block rows, so such a block (Block a multiple of 8) is at most
+	// MaxLen bytes, whatever the codec's calibration.
+	Rate  float64
+	Block int
+}
+
+// MaxLen returns the most bytes a block of n rows of d values takes under
+// s's rate, whatever the calibration (every codec of the same options
+// fits it), and false where the budget does not bound it: n other than
+// the allocation's Block, or not a multiple of 8 (each code plane's
+// padding to a byte then costs more than its bits).
+func (s *PCSettings) MaxLen(n, d int) (int, bool) {
+	if n != s.Block || n%8 != 0 {
+		return 0, false
+	}
+	return headerLen + 6 + int(s.Rate*float64(n*d))/8, true
 }
 
 // Coded returns the code widths of the coded components, in block order.
@@ -81,6 +99,8 @@ func (k *KakeyaPC) pcSettings() *PCSettings {
 		ScaleSteps: append([]float32(nil), pcScaleSteps[:]...),
 		Tag:        k.tag,
 		Param:      k.param(),
+		Rate:       k.opt.Rate,
+		Block:      k.opt.Block,
 	}
 	for t, j := range k.meanIdx {
 		s.Basis = append(s.Basis, k.basis[j*d:(j+1)*d]...)

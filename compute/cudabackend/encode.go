@@ -21,10 +21,11 @@ import (
 const encThreads = 256
 
 // encoding is how the device encodes one codec's blocks: its kernel, the
-// encoded size, and for kakeya_pc its settings' shape.
+// encoded size and its slot's, and for kakeya_pc its settings' shape.
 type encoding struct {
 	format  int32 // partInt8 or partKakeyaPC
 	size    int   // the encoded length
+	slot    int   // the size of the slot a block takes (see slotSize)
 	shared  int   // dynamic shared bytes of the kernel
 	stored  int   // kakeya_pc: components with a stored mean
 	scratch int   // kakeya_pc: bytes of device scratch (y)
@@ -38,13 +39,18 @@ type encoding struct {
 // A kakeya_pc codec's result is kept: its settings are a copy of its
 // calibration, too large to make per block.
 func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.encodingOf(dec)
+}
+
+// encodingOf is deviceEncoding with the backend's mu held.
+func (s *store) encodingOf(dec compute.Decoder) (encoding, bool) {
 	_, f, ok := builtinFormat(dec)
 	if !ok || f.ID != codec.FormatKakeyaPC {
 		return deviceEncoding(dec, s.rows, s.d)
 	}
 	// A built-in format's codec: *codec.KakeyaPC, a valid map key.
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
 	e, ok := s.encOf[dec]
 	if !ok {
 		e, e.ok = deviceEncoding(dec, s.rows, s.d)
@@ -68,7 +74,7 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 	case codec.FormatInt8:
 		l := f.Layout(&codec.Vars{codec.VarN: n, codec.VarD: d})
 		size := l.Size()
-		return encoding{format: partInt8, size: size, shared: seal}, true
+		return encoding{format: partInt8, size: size, slot: roundUp(size, fixedAlign), shared: seal}, true
 	case codec.FormatKakeyaPC:
 		pc := c.Settings().PC
 		if pc == nil || len(pc.Mean) != d {
@@ -83,7 +89,10 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 			codec.VarRowBits: rowBits, codec.VarCodeBytes: pc.CodeBytes(n)}
 		l := f.Layout(&v)
 		codes := l.Len(len(f.Sections) - 1)
-		e := encoding{format: partKakeyaPC, size: l.Size(), stored: len(pc.Stored), scratch: 4 * n * len(pc.Stored)}
+		e := encoding{format: partKakeyaPC, size: l.Size(), slot: roundUp(l.Size(), encAlign), stored: len(pc.Stored), scratch: 4 * n * len(pc.Stored)}
+		if bound, ok := pc.MaxLen(n, d); ok && e.size <= bound {
+			e.slot = roundUp(bound, fixedAlign)
+		}
 		e.shared = 4*(len(pc.Stored)+len(coded)+ceilDiv(codes, 4)) + seal
 		return e, e.shared <= attnSharedCap
 	}
@@ -140,7 +149,7 @@ func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 			s.enc, s.encN = a, roundUp(e.scratch, encAlign)
 		}
 	}
-	size := roundUp(e.size, slotAlign(e.format))
+	size := e.slot
 	addr, err := s.slot(size)
 	if err != nil {
 		return err

@@ -89,9 +89,10 @@ func newPC(t testing.TB, o codec.KakeyaPCOptions, st *codec.PCAStats) *codec.Kak
 // tolerance: keys of a codec per KV head (each its own calibrated basis,
 // as kvplan builds them), values of one per layer, some of the uniform
 // quantizer, beside a hot, partly filled last block. Every full block's
-// parts hold exactly the codec's bytes on the device, its slot the
-// encoded size rounded to fixedAlign, each codec's basis uploaded once; the
-// entropy-coded format 9, which no kernel reads, stays hot and decoded.
+// parts hold exactly the codec's bytes on the device, in a slot of the
+// most bytes the rate allows (one size class for every codec), each
+// codec's basis uploaded once; the entropy-coded format 9, which no
+// kernel reads, stays hot and decoded.
 func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split", "attn_split_pc", "attn_combine", "kv_write")
 	const heads, kvHeads, bs = 6, 2, 16
@@ -212,9 +213,16 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 						continue
 					}
 					want := encLen[[2]int{blk, j}]
-					if pt.format != partKakeyaPC || pt.encLen != want || pt.size != roundUp(want, fixedAlign) || pt.HotDecoded() {
-						t.Fatalf("block %d part %d: format %d, %d encoded bytes in a slot of %d; want format %d, the codec's %d bytes",
-							blk, j, pt.format, pt.encLen, pt.size, partKakeyaPC, want)
+					// Every codec's blocks take the slot of the most
+					// bytes the rate allows: one size class.
+					cd := kc[j/2].(*codec.KakeyaPC)
+					if j%2 == 1 {
+						cd = vc
+					}
+					bound, _ := cd.Settings().PC.MaxLen(bs, d)
+					if pt.format != partKakeyaPC || pt.encLen != want || pt.size != roundUp(bound, fixedAlign) || pt.HotDecoded() {
+						t.Fatalf("block %d part %d: format %d, %d encoded bytes in a slot of %d; want format %d, the codec's %d bytes in a slot of %d",
+							blk, j, pt.format, pt.encLen, pt.size, partKakeyaPC, want, roundUp(bound, fixedAlign))
 					}
 					if pt.prm == 0 {
 						t.Fatalf("block %d part %d: no pcParams", blk, j)

@@ -15,7 +15,8 @@ import (
 // own, so parts are slots of slabs, one slab list per slot size: hot slots
 // (float32 or bf16; a block of a codec the kernels cannot read keeps its
 // hot slot, holding the decoded values) and encoded slots in size classes
-// of encAlign bytes (fixedAlign for codecs of one block length). Released slots are reused; slabs are freed when the
+// of encAlign bytes (fixedAlign for int8 and kakeya_pc, see slotSize).
+// Released slots are reused; slabs are freed when the
 // store is garbage collected or the backend closes. Kakeya blocks also
 // need their codec's settings (kakeyaParams), held once per codec in a
 // slot of their own (kakeya_pc blocks their calibrated basis, pcParams,
@@ -30,20 +31,23 @@ import (
 // would otherwise make a size class, and a slab, of each length.
 const encAlign = 256
 
-// fixedAlign is the granularity of the slots of codecs whose blocks all
-// have one length (int8, kakeya_pc): one size class per codec whatever
-// the granularity, so the slot wastes less (at most 15 bytes, where
-// encAlign's 255 would be a fifth of a kakeya-pc block of 64 x 64). It
-// is the kernels' widest load, 16 bytes.
+// fixedAlign is the granularity of the slots of codecs whose blocks have
+// a length known ahead (encoding.slot): int8's, the same for every block,
+// and kakeya_pc's, at most the bytes its rate allows (codec.PCSettings'
+// MaxLen), whatever the codec's calibration, so that the key codecs of
+// every layer and KV head share one size class. It is the kernels'
+// widest load, 16 bytes.
 const fixedAlign = 16
 
-// slotAlign returns the granularity of the encoded slots of part format
-// format.
-func slotAlign(format int32) int {
-	if format == partInt8 || format == partKakeyaPC {
-		return fixedAlign
+// slotSize returns the size of the slot of an encoded block of n bytes
+// and part format format by dec: its encoding's slot where the device
+// encodes dec's blocks and n is their length, else n rounded to encAlign.
+// Called with the backend's mu held.
+func (s *store) slotSize(dec compute.Decoder, n int) int {
+	if e, ok := s.encodingOf(dec); ok && e.size == n {
+		return e.slot
 	}
-	return encAlign
+	return roundUp(n, encAlign)
 }
 
 // slabBytes is the target size of one slab.
@@ -329,7 +333,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		}
 	}
 	if ok {
-		size := roundUp(len(enc), slotAlign(format))
+		size := s.slotSize(inner, len(enc))
 		addr, err := s.slot(size)
 		if err != nil {
 			return err
