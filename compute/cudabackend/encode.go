@@ -27,7 +27,6 @@ type encoding struct {
 	size    int   // the encoded length
 	slot    int   // the size of the slot a block takes (see slotSize)
 	shared  int   // dynamic shared bytes of the kernel
-	stored  int   // kakeya_pc: components with a stored mean
 	scratch int   // kakeya_pc: bytes of device scratch (y)
 	ok      bool  // the device encodes the codec's blocks
 }
@@ -35,9 +34,9 @@ type encoding struct {
 // deviceEncoding returns how the device encodes dec's blocks of the
 // store's shape, and false when it does not (any codec but int8 and
 // kakeya_pc, a whitened codec, a head past maxHeadDim, a kakeya_pc block
-// whose codes do not fit shared memory).
-// A kakeya_pc codec's result is kept: its settings are a copy of its
-// calibration, too large to make per block.
+// whose codes do not fit shared memory or whose settings pcParams cannot
+// hold). A kakeya_pc codec's result is kept: its settings are a copy of
+// its calibration, too large to make per block.
 func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
@@ -80,6 +79,9 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 		if pc == nil || len(pc.Mean) != d {
 			return encoding{}, false
 		}
+		if _, ok := pcParams(dec, n, d); !ok {
+			return encoding{}, false // enc_pc reads its settings there
+		}
 		coded := pc.Coded()
 		rowBits := 0
 		for _, w := range coded {
@@ -89,7 +91,7 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 			codec.VarRowBits: rowBits, codec.VarCodeBytes: pc.CodeBytes(n)}
 		l := f.Layout(&v)
 		codes := l.Len(len(f.Sections) - 1)
-		e := encoding{format: partKakeyaPC, size: l.Size(), slot: roundUp(l.Size(), encAlign), stored: len(pc.Stored), scratch: 4 * n * len(pc.Stored)}
+		e := encoding{format: partKakeyaPC, size: l.Size(), slot: roundUp(l.Size(), encAlign), scratch: 4 * n * len(pc.Stored)}
 		if bound, ok := pc.MaxLen(n, d); ok && e.size <= bound {
 			e.slot = roundUp(bound, fixedAlign)
 		}
