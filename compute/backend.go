@@ -165,6 +165,22 @@ type EncodedAttention interface {
 	AttendsEncoded(dec Decoder) bool
 }
 
+// PartEncoder is implemented by a BlockStore that encodes full parts by
+// some codecs itself, in its backend's memory (the CUDA store, on the
+// device): the cache then encodes a block that left the hot window with
+// EncodePart instead of reading it back, encoding it on the host and
+// handing the bytes to SetEncoded, so the block never crosses to the
+// host.
+type PartEncoder interface {
+	// EncodedLen returns the length of dec's encoding of a part, and
+	// false when the store cannot encode dec's blocks itself.
+	EncodedLen(dec Decoder) (int, bool)
+	// EncodePart replaces p's hot rows by dec's encoding of them, of
+	// EncodedLen bytes, as SetEncoded does with the bytes dec's Encode
+	// makes (the store documents how exactly its bytes match them).
+	EncodePart(p Part, dec Decoder) error
+}
+
 // HotDecoded is implemented by a Part that SetEncoded may leave in hot
 // storage holding its codec's decoded values rather than the codec's
 // bytes, as the CUDA store does for codecs its kernels cannot read.

@@ -293,9 +293,11 @@ func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 	return c.registerFinal()
 }
 
-// encodeOld encodes the full blocks of a layer that left the hot window:
-// each part is read back to the host, encoded, and handed to the store when
-// its backend attends over encoded blocks (else it stays hot).
+// encodeOld encodes the full blocks of a layer that left the hot window
+// when the store's backend attends over encoded blocks (else they stay
+// hot): by the store itself where it encodes the codec's blocks
+// (compute.PartEncoder), else each part read back to the host, encoded
+// and handed to the store.
 func (c *Cache) encodeOld(layerIdx int) error {
 	p := &c.cfg.Policy
 	if layerIdx >= len(p.Layers) {
@@ -305,6 +307,7 @@ func (c *Cache) encodeOld(layerIdx int) error {
 	bs, d := c.cfg.BlockSize, c.cfg.HeadDim
 	store := c.store
 	ea, _ := store.(compute.EncodedAttention)
+	pe, _ := store.(compute.PartEncoder)
 	for ; (l.nextEnc+1)*bs <= l.n-p.HotWindow; l.nextEnc++ {
 		b := l.nextEnc
 		if b*bs < p.Sinks {
@@ -316,19 +319,8 @@ func (c *Cache) encodeOld(layerIdx int) error {
 					continue
 				}
 				pt := l.blocks[b][2*h+kv]
-				if len(c.widen) < bs*d {
-					c.widen = make([]float32, bs*d)
-				}
-				x := c.widen[:bs*d]
-				if err := store.Read(x, pt); err != nil {
-					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layerIdx, b, h, kvName(kv), err)
-				}
-				enc, err := cd.Encode(c.enc[:0], x, bs, d)
+				size, err := c.encodePart(store, pe, pt, cd)
 				if err != nil {
-					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %s: %w", layerIdx, b, h, kvName(kv), cd.Name(), err)
-				}
-				c.enc = enc
-				if err := store.SetEncoded(pt, enc, cd); err != nil {
 					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layerIdx, b, h, kvName(kv), err)
 				}
 				if hd, ok := pt.(compute.HotDecoded); ok && hd.HotDecoded() {
@@ -336,7 +328,7 @@ func (c *Cache) encodeOld(layerIdx int) error {
 					// memory the part already had: still hot bytes.
 					continue
 				}
-				hot, cb := c.hotBytes(), int64(len(enc))
+				hot, cb := c.hotBytes(), int64(size)
 				l.st.CompressedBF16 += int64(bs * d * 2)
 				if kv == 0 {
 					l.st.KHot -= hot
@@ -349,6 +341,32 @@ func (c *Cache) encodeOld(layerIdx int) error {
 		}
 	}
 	return nil
+}
+
+// encodePart encodes the full part pt by cd: by the store where it
+// encodes cd's blocks itself (pe, nil if it encodes none), else read back,
+// encoded on the host and handed to the store. It returns the encoded
+// length.
+func (c *Cache) encodePart(store compute.BlockStore, pe compute.PartEncoder, pt compute.Part, cd codec.Codec) (int, error) {
+	if pe != nil {
+		if size, ok := pe.EncodedLen(cd); ok {
+			return size, pe.EncodePart(pt, cd)
+		}
+	}
+	bs, d := c.cfg.BlockSize, c.cfg.HeadDim
+	if len(c.widen) < bs*d {
+		c.widen = make([]float32, bs*d)
+	}
+	x := c.widen[:bs*d]
+	if err := store.Read(x, pt); err != nil {
+		return 0, err
+	}
+	enc, err := cd.Encode(c.enc[:0], x, bs, d)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", cd.Name(), err)
+	}
+	c.enc = enc
+	return len(enc), store.SetEncoded(pt, enc, cd)
 }
 
 func kvName(kv int) string {

@@ -337,10 +337,54 @@ func (s poolStore) SetEncoded(pt compute.Part, enc []byte, dec compute.Decoder) 
 	if err := p.cfg.Store.SetEncoded(pt, enc, dec); err != nil {
 		return err
 	}
-	if hd, ok := pt.(compute.HotDecoded); ok && hd.HotDecoded() {
-		return nil // still the hot memory it had
+	p.encoded(pt, old, int64(len(enc)), dec)
+	return nil
+}
+
+// EncodedLen forwards to the pool's store when it encodes parts itself.
+func (s poolStore) EncodedLen(dec compute.Decoder) (int, bool) {
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	if pe, ok := s.p.cfg.Store.(compute.PartEncoder); ok {
+		return pe.EncodedLen(dec)
 	}
-	n := partInfo{bytes: int64(len(enc)), format: dec.Name()}
+	return 0, false
+}
+
+// EncodePart has the pool's store encode pt, counting its encoded bytes
+// as SetEncoded does.
+func (s poolStore) EncodePart(pt compute.Part, dec compute.Decoder) error {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pe, ok := p.cfg.Store.(compute.PartEncoder)
+	var size int
+	if ok {
+		size, ok = pe.EncodedLen(dec)
+	}
+	if !ok {
+		return fmt.Errorf("kvcache: the pool's store does not encode %s blocks itself", dec.Name())
+	}
+	old := p.parts[pt]
+	if grow := int64(size) - old.bytes; grow > 0 {
+		if err := p.reserve(grow); err != nil {
+			return err
+		}
+	}
+	if err := pe.EncodePart(pt, dec); err != nil {
+		return err
+	}
+	p.encoded(pt, old, int64(size), dec)
+	return nil
+}
+
+// encoded counts pt, whose bytes were old, as holding size bytes of dec's
+// encoding, unless the store keeps it in hot memory; p.mu is held.
+func (p *Pool) encoded(pt compute.Part, old partInfo, size int64, dec compute.Decoder) {
+	if hd, ok := pt.(compute.HotDecoded); ok && hd.HotDecoded() {
+		return // still the hot memory it had
+	}
+	n := partInfo{bytes: size, format: dec.Name()}
 	p.used += n.bytes - old.bytes
 	p.peak = max(p.peak, p.used)
 	p.byFormat[old.format] -= old.bytes
@@ -349,7 +393,6 @@ func (s poolStore) SetEncoded(pt compute.Part, enc []byte, dec compute.Decoder) 
 	}
 	p.byFormat[n.format] += n.bytes
 	p.parts[pt] = n
-	return nil
 }
 
 func (s poolStore) Release(pt compute.Part) {

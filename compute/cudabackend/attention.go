@@ -13,7 +13,8 @@ import (
 // block the address and format of the K and V parts. Each layer has its
 // own table, uploaded only when it changed (a new block, a block encoded),
 // so most decode steps upload nothing. Preconditioned keys add the
-// address of their inverse factor to their entry (attnArgs.LTab).
+// address of their inverse factor to their entry (attnArgs.LTab), and
+// kakeya_pc parts the address of their codec's pcParams (KPTab, VPTab).
 type attention struct {
 	b         *Backend
 	p         compute.AttentionParams
@@ -41,14 +42,17 @@ func (b *Backend) freeList(l *devList) {
 type blockTable struct {
 	k, v []uint64 // part addresses
 	l    []uint64 // the K part's inverse factor, 0 unless preconditioned
-	fmts []int32  // formats of an entry's K and V parts (attnFormat)
-	dev  Ptr      // k, then v, then l, then fmts
+	// The K and V parts' pcParams, 0 unless the part is partKakeyaPC.
+	kp, vp []uint64
+	fmts   []int32 // formats of an entry's K and V parts (attnFormat)
+	dev    Ptr     // k, then v, l, kp, vp, then fmts
 	// The kakeyaParams of the layer's Kakeya key and value parts (0 when
 	// it has none): the kernels take one codec per side and layer.
 	kprm, vprm Ptr
 	// pre says whether some of the blocks read hold preconditioned keys,
-	// which only attn_split_pre un-whitens.
-	pre bool
+	// which only attn_split_pre and attn_split_pc un-whiten; pc whether
+	// some hold kakeya_pc parts, which only attn_split_pc reads.
+	pre, pc bool
 	// The store's generation and the blocks when last checked: while
 	// neither moved, no entry can have changed.
 	gen    uint64
@@ -108,11 +112,14 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	args := attnArgs{
 		Out: ptr(out), Q: ptr(q), N: n, Start: start,
 		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
-		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), Fmts: t.dev + Ptr(24*len(t.k)), Blocks: blocks,
+		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), Fmts: t.dev + Ptr(40*len(t.k)), Blocks: blocks,
 		Cos: ptr(cos), Sin: ptr(sin), KParams: t.kprm, VParams: t.vprm,
 	}
 	if t.pre {
 		args.LTab = t.dev + Ptr(16*len(t.k))
+	}
+	if t.pc {
+		args.KPTab, args.VPTab = t.dev+Ptr(24*len(t.k)), t.dev+Ptr(32*len(t.k))
 	}
 	if need := attentionScratch(args); need > a.scratchN {
 		if a.scratch != 0 {
@@ -144,14 +151,15 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	t := a.tables[kv]
 	n := p.KVHeads * a.maxBlocks
 	if t == nil {
-		dev, err := b.allocRaw(n * (8 + 8 + 8 + 4))
+		dev, err := b.allocRaw(n * (5*8 + 4))
 		if err != nil {
 			err = fmt.Errorf("cuda: attention block table of %d blocks: %w", a.maxBlocks, err)
 			b.fail(err)
 			return nil, err
 		}
 		a.mem.ps = append(a.mem.ps, dev)
-		t = &blockTable{k: make([]uint64, n), v: make([]uint64, n), l: make([]uint64, n), fmts: make([]int32, n), dev: dev}
+		t = &blockTable{k: make([]uint64, n), v: make([]uint64, n), l: make([]uint64, n),
+			kp: make([]uint64, n), vp: make([]uint64, n), fmts: make([]int32, n), dev: dev}
 		for i := range t.fmts {
 			t.fmts[i] = -1 // no entry matches until written
 		}
@@ -166,7 +174,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	}
 	lo, hi := n, 0 // the entries that changed
 	var prm [2]Ptr // the Kakeya keys' and values' params
-	pre := false
+	pre, pc := false, false
 	for blk := range blocks {
 		for g := range p.KVHeads {
 			i := blk*p.KVHeads + g
@@ -175,7 +183,11 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 			if !ok1 || !ok2 {
 				return nil, fmt.Errorf("attention: block %d head %d is not stored by a CUDA block store", blk, g)
 			}
+			var pp [2]uint64 // the parts' pcParams
 			for side, pt := range [2]*part{kp, vp} {
+				if pt.format == partKakeyaPC {
+					pp[side], pc = uint64(pt.prm), true
+				}
 				if pt.format != partKakeya {
 					continue
 				}
@@ -191,13 +203,14 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 			}
 			pre = pre || kp.linv != 0
 			f := attnFormat(kp.format, vp.format)
-			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.l[i] != uint64(kp.linv) || t.fmts[i] != f {
-				t.k[i], t.v[i], t.l[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), uint64(kp.linv), f
+			if t.k[i] != uint64(kp.addr) || t.v[i] != uint64(vp.addr) || t.l[i] != uint64(kp.linv) ||
+				t.kp[i] != pp[0] || t.vp[i] != pp[1] || t.fmts[i] != f {
+				t.k[i], t.v[i], t.l[i], t.kp[i], t.vp[i], t.fmts[i] = uint64(kp.addr), uint64(vp.addr), uint64(kp.linv), pp[0], pp[1], f
 				lo, hi = min(lo, i), i+1
 			}
 		}
 	}
-	t.kprm, t.vprm, t.pre = prm[0], prm[1], pre
+	t.kprm, t.vprm, t.pre, t.pc = prm[0], prm[1], pre, pc
 	if st != nil {
 		t.gen, t.blocks = st.gen, blocks
 	}
@@ -208,7 +221,10 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	for _, c := range []struct {
 		off int
 		src []byte
-	}{{8 * lo, bytesOf(t.k[lo:hi])}, {8*n + 8*lo, bytesOf(t.v[lo:hi])}, {16*n + 8*lo, bytesOf(t.l[lo:hi])}, {24*n + 4*lo, bytesOf(t.fmts[lo:hi])}} {
+	}{
+		{8 * lo, bytesOf(t.k[lo:hi])}, {8*n + 8*lo, bytesOf(t.v[lo:hi])}, {16*n + 8*lo, bytesOf(t.l[lo:hi])},
+		{24*n + 8*lo, bytesOf(t.kp[lo:hi])}, {32*n + 8*lo, bytesOf(t.vp[lo:hi])}, {40*n + 4*lo, bytesOf(t.fmts[lo:hi])},
+	} {
 		if err := b.drv.copyIn(t.dev+Ptr(c.off), c.src); err != nil {
 			b.fail(err)
 			return nil, err

@@ -16,12 +16,16 @@
 //
 // The KV cache stays on the device as the cache encodes it: the attention
 // kernel reads blocks of the int8, int4, int2 (per token or per channel,
-// any power-of-two group, no rotation) and Kakeya codecs from their bytes, decoding each tile of keys and
+// any power-of-two group, no rotation), Kakeya and kakeya-pc (fixed rate;
+// its calibrated basis uploaded once per codec) codecs from their bytes,
+// decoding each tile of keys and
 // values in shared memory, and keys of a preconditioned codec
 // (codec.Preconditioned, whitened per layer and KV head) likewise, each
 // decoded key row multiplied there by its head's inverse factor, uploaded
 // once, before RoPE and the dot products. Blocks of other codecs hold
-// their decoded values.
+// their decoded values. Full int8 and kakeya-pc blocks are encoded on the
+// device (the store is a compute.PartEncoder, encode.go), the others on
+// the host.
 //
 // A decode step runs each decoder layer as five kernels (compute.Fused,
 // see fused.go): the normalisation, projections, biases, RoPE and cache
@@ -30,7 +34,7 @@
 // the final norm and the output head are one more.
 //
 // Work goes to one stream in call order and the host waits only where it
-// reads results back (logits, blocks to encode). Runs of launches that
+// reads results back (logits, blocks the host encodes). Runs of launches that
 // repeat exactly from one decode step to the next are captured once as
 // CUDA graphs and replayed. A kernel's arguments reach it through
 // cuLaunchKernel's kernelParams, laid out as its PTX .param list declares

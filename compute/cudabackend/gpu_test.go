@@ -125,13 +125,13 @@ func TestGPUThroughput(t *testing.T) {
 	weightBytes := qwenWeightBytes(spec)
 	var table strings.Builder
 	fmt.Fprintf(&table, "%s; prefill products: %s\nQwen2.5-0.5B shape (bf16 weights, %.0f MB read per token)\n", gpu.Device(), gpu.GEMM(), float64(weightBytes)/1e6)
-	fmt.Fprintf(&table, "%-7s %6s %12s %12s %12s %10s %10s\n", "cache", "ctx", "prefill t/s", "decode t/s", "bound t/s", "% bound", "KV MB")
-	for _, cache := range []string{"plain", "int8", "kakeya:b=3"} {
+	fmt.Fprintf(&table, "%-10s %6s %12s %12s %12s %10s %10s\n", "cache", "ctx", "prefill t/s", "decode t/s", "bound t/s", "% bound", "KV MB")
+	for _, cache := range []string{"plain", "int8", "kakeya:b=3", "kakeya-pc"} {
 		sp := kvconfig.Spec{KV: "none", BlockSize: 64, CacheType: "bf16"}
 		if cache != "plain" {
 			sp = kvconfig.Spec{KV: cache, BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "bf16"}
 		}
-		p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
+		p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), cacheCalibration(cache, m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,11 +158,11 @@ func TestGPUThroughput(t *testing.T) {
 				}
 			}
 			decode := float64(decodeSteps-1) / time.Since(start).Seconds()
-			// The bytes attention reads: int8 and kakeya blocks stay
-			// encoded on the device.
+			// The bytes attention reads: int8, kakeya and kakeya-pc
+			// blocks stay encoded on the device.
 			kv := s.KVStats().Bytes()
 			bound := gpu.Bandwidth() / float64(weightBytes+kv)
-			fmt.Fprintf(&table, "%-7s %6d %12.0f %12.1f %12.1f %9.0f%% %10.1f\n", cache, ctx, prefill, decode, bound, 100*decode/bound, float64(kv)/1e6)
+			fmt.Fprintf(&table, "%-9s %6d %12.0f %12.1f %12.1f %9.0f%% %10.1f\n", cache, ctx, prefill, decode, bound, 100*decode/bound, float64(kv)/1e6)
 			s.Close()
 		}
 	}

@@ -68,7 +68,7 @@ const (
 	maxHeadDim = 256
 )
 
-// maxParams is the most arguments a kernel takes (attn_split_pre's 22),
+// maxParams is the most arguments a kernel takes (attn_split_pc's 24),
 // with room to spare: the C trampoline's array of parameter pointers.
 const maxParams = 32
 
@@ -322,6 +322,12 @@ const (
 	// with the codec's settings, kakeyaParams, given as attnArgs.KParams
 	// or VParams.
 	partKakeya = partEncoded + int32(codec.FormatKakeya)
+	// partKakeyaPC is a block of the kakeya_pc format (codec.KakeyaPC
+	// without entropy coding): attention reads it with its codec's
+	// calibrated basis, mean and allocation, pcParams, whose device
+	// address is the part's entry of attnArgs.KPTab or VPTab (keys have a
+	// codec per layer and KV head).
+	partKakeyaPC = partEncoded + int32(codec.FormatKakeyaPC)
 )
 
 // A key part of any encoded format may hold the bytes of a whitened codec
@@ -388,6 +394,9 @@ func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
 		return partInt4, true
 	case codec.FormatInt8:
 		return partInt8, true
+	case codec.FormatKakeyaPC:
+		pc := c.Settings().PC
+		return partKakeyaPC, pc != nil && len(pc.Mean) == d && d <= maxHeadDim
 	}
 	return 0, false
 }
@@ -474,6 +483,111 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 	return b, true
 }
 
+// pcParams returns the device form of what the kernels need to read
+// (attention) and write (enc_pc) kakeya_pc blocks of n rows of d values
+// encoded by dec beyond their bytes (codec.PCSettings), all 4-byte words:
+//
+//	[0..7]         M (stored components), C (coded), d, n, the blocks'
+//	               tag, code bits per row, ||mean|| (float32), the
+//	               header's parameter byte, then the codes' bytes (the
+//	               format's code_bytes)
+//	[8+4k..11+4k]  stored component k: code width (0: mean only), first
+//	               code bit and bits between rows' codes (CodeBit), and
+//	               its index among the coded components (-1 if none)
+//	[8+4M..]       the quantizers' levels, width b's 2^b at 2^b - 2
+//	               (pcLevelWords of them), then their bounds, width b's
+//	               2^b - 1 at 2^b - 2 (pcLevelWords)
+//	[..+8]         the scale steps (pcStepWords, unused ones 0)
+//	[..+d]         the calibration mean, float32
+//	[..+M*d]       the stored components' basis rows, float32
+//
+// It reports false for any other decoder, for head dims past maxHeadDim
+// and for settings that do not fit these words.
+func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
+	c, f, ok := builtinFormat(dec)
+	if !ok || f.ID != codec.FormatKakeyaPC || d > maxHeadDim {
+		return nil, false
+	}
+	pc := c.Settings().PC
+	if pc == nil || len(pc.Mean) != d || len(pc.Basis) != len(pc.Stored)*d {
+		return nil, false
+	}
+	m := len(pc.Stored)
+	b := make([]byte, 0, 4*(8+4*m+2*pcLevelWords+pcStepWords+d+m*d))
+	put := func(ws ...uint32) {
+		for _, w := range ws {
+			b = binary.LittleEndian.AppendUint32(b, w)
+		}
+	}
+	if len(pc.ScaleSteps) > pcStepWords {
+		return nil, false
+	}
+	rowBits := 0
+	for _, w := range pc.Coded() {
+		rowBits += w
+	}
+	var mn float64
+	for _, v := range pc.Mean {
+		mn += float64(v) * float64(v)
+	}
+	put(uint32(m), uint32(len(pc.Coded())), uint32(d), uint32(n), uint32(pc.Tag), uint32(rowBits),
+		math.Float32bits(float32(math.Sqrt(mn))), uint32(pc.Param)|uint32(pc.CodeBytes(n))<<8)
+	t := 0
+	for _, w := range pc.Widths {
+		if w < 0 || 1<<w-2+1<<w > pcLevelWords {
+			return nil, false // no room for its levels
+		}
+		if w == 0 {
+			put(0, 0, 0, math.MaxUint32) // -1: not coded
+			continue
+		}
+		base := pc.CodeBit(t, 0, n)
+		stride := 0
+		if n > 1 {
+			stride = pc.CodeBit(t, 1, n) - base
+		}
+		put(uint32(w), uint32(base), uint32(stride), uint32(t))
+		t++
+	}
+	var lv, bd [pcLevelWords]uint32
+	for w, l := range pc.Levels {
+		if w == 0 || 1<<w-2+1<<w > pcLevelWords {
+			continue
+		}
+		if len(l) != 1<<w || len(pc.Bounds[w]) != 1<<w-1 {
+			return nil, false
+		}
+		for i, v := range l {
+			lv[1<<w-2+i] = math.Float32bits(v)
+		}
+		for i, v := range pc.Bounds[w] {
+			bd[1<<w-2+i] = math.Float32bits(v)
+		}
+	}
+	put(lv[:]...)
+	put(bd[:]...)
+	var st [pcStepWords]uint32
+	for i, v := range pc.ScaleSteps {
+		st[i] = math.Float32bits(v)
+	}
+	put(st[:]...)
+	for _, v := range pc.Mean {
+		put(math.Float32bits(v))
+	}
+	for _, v := range pc.Basis {
+		put(math.Float32bits(v))
+	}
+	return b, true
+}
+
+// pcLevelWords is the room pcParams gives the quantizers' levels (and
+// their bounds): widths 1..6, 2^b levels each at 2^b - 2; pcStepWords
+// the room for the scale steps.
+const (
+	pcLevelWords = 128
+	pcStepWords  = 8
+)
+
 // attnArgs are one attention call over a paged KV layer.
 //
 // KTab and VTab are device arrays of uint64 part addresses indexed
@@ -489,7 +603,10 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 // some of its parts are partKakeya (0 otherwise). LTab, indexed like
 // KTab, holds the device addresses of the inverse factors of the keys of
 // preconditioned parts (0 for other parts), or is 0 when no part is: the
-// call then launches the kernel that does not read it.
+// call then launches the kernel that does not read it. KPTab and VPTab,
+// indexed like KTab, hold the device addresses of the pcParams of the
+// partKakeyaPC key and value parts (0 for other parts), or are both 0
+// when no part is: only attn_split_pc reads them.
 type attnArgs struct {
 	Out, Q                                     Ptr
 	N, Start                                   int
@@ -500,6 +617,7 @@ type attnArgs struct {
 	Scratch                                    Ptr
 	KParams, VParams                           Ptr
 	LTab                                       Ptr
+	KPTab, VPTab                               Ptr
 }
 
 // attnPlan is the geometry of one attention call.
@@ -564,8 +682,10 @@ func attentionScratch(a attnArgs) int {
 }
 
 // attentionLaunches returns the launches of one attention call: the split
-// pass (attn_split, or attn_split_pre when LTab is set: the same kernel
-// with the un-whitening, whose registers the other is spared), which
+// pass (attn_split; attn_split_pre when LTab is set: the same kernel
+// with the un-whitening, whose registers the other is spared;
+// attn_split_pc, which also reads kakeya_pc parts, when KPTab or VPTab is
+// set), which
 // writes Out itself when the context is not split, else partial softmax
 // states to Scratch, then the combine pass (attn_combine) that merges them
 // into Out.
@@ -575,7 +695,8 @@ func attentionScratch(a attnArgs) int {
 //	attn_split[_pre](float *out, const float *q, float *scratch, int n, int start, int heads, int kv_heads,
 //	           int d, int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
 //	           int blocks, const float *cos, const float *sin, int rows, int per, int splits,
-//	           const float *kparams, const float *vparams, const uint64 *ltab)
+//	           const float *kparams, const float *vparams, const uint64 *ltab,
+//	           const uint64 *kptab, const uint64 *vptab)
 //	attn_combine(float *out, const float *scratch, int n, int heads, int d, int splits)
 func attentionLaunches(a attnArgs) []Launch {
 	p := a.plan()
@@ -583,9 +704,12 @@ func attentionLaunches(a attnArgs) []Launch {
 		i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
 		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
 		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", a.Blocks).ptr(a.Cos).ptr(a.Sin).
-		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams).ptr(a.LTab)
+		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams).ptr(a.LTab).ptr(a.KPTab).ptr(a.VPTab)
 	kernel := "attn_split"
-	if a.LTab != 0 {
+	switch {
+	case a.KPTab != 0 || a.VPTab != 0:
+		kernel = "attn_split_pc"
+	case a.LTab != 0:
 		kernel = "attn_split_pre"
 	}
 	ls := []Launch{{

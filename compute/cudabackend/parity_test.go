@@ -112,6 +112,22 @@ func randCalibration(t testing.TB, m *model.Model, seed uint64) *codec.Calibrati
 	return cal
 }
 
+// synthPCACalibration returns a calibration of m's shape holding only
+// principal components (synthPCA's), for kakeya-pc caches without
+// calibrating.
+func synthPCACalibration(m *model.Model, seed uint64) *codec.Calibration {
+	sh := m.CacheShape()
+	r := rand.New(rand.NewPCG(seed, uint64(sh.HeadDim)))
+	cal := &codec.Calibration{Layers: sh.Layers, KVHeads: sh.KVHeads, HeadDim: sh.HeadDim, Model: "random"}
+	for range sh.Layers * sh.KVHeads {
+		cal.KPCA = append(cal.KPCA, synthPCA(r, sh.HeadDim))
+	}
+	for range sh.Layers {
+		cal.VPCA = append(cal.VPCA, synthPCA(r, sh.HeadDim))
+	}
+	return cal
+}
+
 // runErr is runCal for any goroutine: it returns its failure.
 func runErr(m *model.Model, spec kvconfig.Spec, cal *codec.Calibration, ids []int, pre int) ([][]float32, kvcache.Stats, error) {
 	p, _, err := kvplan.NewPolicy(spec, m.CacheShape(), cal)
@@ -215,6 +231,10 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// kept encoded and un-whitened by the attention kernel.
 		{"pre+int8", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
 		{"pre+kakeya/int4", kvconfig.Spec{K: "kakeya", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
+		// kakeya-pc blocks (a synthetic calibration's basis per layer and
+		// KV head), encoded on the device and read by the attention
+		// kernel.
+		{"kakeya-pc", kvconfig.Spec{KV: "kakeya-pc", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -224,11 +244,15 @@ func TestForwardMatchesCPU(t *testing.T) {
 			gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 			ids := testIDs(tokens, cpuM.Config().VocabSize)
 			cal := randCalibration(t, cpuM, 13)
+			pcCal := synthPCACalibration(cpuM, 17)
 			var worst float64
 			for _, sp := range specs {
 				c := cal
 				if sp.spec.Precondition != kvconfig.On {
 					c = nil
+				}
+				if sp.spec.KV == "kakeya-pc" {
+					c = pcCal
 				}
 				want, stW := runCal(t, cpuM, sp.spec, c, ids, pre)
 				got, stG := runCal(t, gpuM, sp.spec, c, ids, pre)

@@ -122,14 +122,14 @@ func reportModel(t *testing.T) (dir, shape string, spec testmodel.Spec) {
 	return dir, shape, spec
 }
 
-// Prefill and decode tokens/s of the checkpoint with plain, int8 and
-// kakeya caches at each context, next to the bandwidth bound, with the
-// driver calls of a decode step.
+// Prefill and decode tokens/s of the checkpoint with plain, int8, kakeya
+// and kakeya-pc (a synthetic calibration) caches at each context, next to
+// the bandwidth bound, with the driver calls of a decode step.
 func TestReportThroughput(t *testing.T) {
 	r := newReporter(t, os.Stdout)
 	dir, shape, spec := reportModel(t)
 	(&throughput{r: r, step: "throughput", b: newGPU(t), shape: shape, spec: spec, dir: dir,
-		caches: []string{"plain", "int8", "kakeya:b=3"}, contexts: reportContexts, steps: 64, block: 64}).run()
+		caches: []string{"plain", "int8", "kakeya:b=3", "kakeya-pc"}, contexts: reportContexts, steps: 64, block: 64}).run()
 }
 
 // The kernels launched per decode step, with CUDA graphs and without.

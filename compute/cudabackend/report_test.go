@@ -954,6 +954,16 @@ func cacheSpec(cache string, block int) kvconfig.Spec {
 	return kvconfig.Spec{KV: cache, BlockSize: block, HotWindow: block, Boundary: "none", CacheType: "bf16"}
 }
 
+// cacheCalibration returns the calibration a report's cache needs: for
+// kakeya-pc a synthetic one (synthPCACalibration: a speed measurement,
+// not a quality one), else none.
+func cacheCalibration(cache string, m *model.Model) *codec.Calibration {
+	if cache == "kakeya-pc" {
+		return synthPCACalibration(m, 1)
+	}
+	return nil
+}
+
 // run reports a row per cache and context: prefill and decode tokens/s,
 // the bound memory bandwidth puts on decode (the weights and the cache as
 // the device holds it, read once per token), and the driver calls per
@@ -977,7 +987,7 @@ func (tp *throughput) run() {
 	seen := 0
 	for _, cache := range tp.caches {
 		sp := cacheSpec(cache, tp.block)
-		pol, _, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
+		pol, _, err := kvplan.NewPolicy(sp, m.CacheShape(), cacheCalibration(cache, m))
 		if err != nil {
 			r.row(tp.step, tp.shape+" "+cache, statusFail, err.Error(), nil)
 			continue
@@ -1125,13 +1135,13 @@ func TestReportFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	(&throughput{r: r, step: "throughput", b: open(Options{}), shape: "qwen2-tiny", spec: spec, dir: dir,
-		caches: []string{"int8"}, contexts: []int{20}, steps: 3, block: 16}).run()
+		caches: []string{"int8", "kakeya-pc"}, contexts: []int{20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", open, "qwen2-tiny", spec, dir, 12, 3, 16)
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
-	// rows, 3 fused rows; 2 golden rows, 1 greedy row, 1 throughput row,
+	// rows, 3 fused rows; 2 golden rows, 1 greedy row, 2 throughput rows,
 	// 3 launch rows and the device.
-	if len(r.rows) != 1+16+3+2+1+1+3 {
+	if len(r.rows) != 1+16+3+2+1+2+3 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

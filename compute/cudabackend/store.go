@@ -15,16 +15,40 @@ import (
 // own, so parts are slots of slabs, one slab list per slot size: hot slots
 // (float32 or bf16; a block of a codec the kernels cannot read keeps its
 // hot slot, holding the decoded values) and encoded slots in size classes
-// of encAlign bytes. Released slots are reused; slabs are freed when the
+// of encAlign bytes (fixedAlign for int8 and kakeya_pc, see slotSize).
+// Released slots are reused; slabs are freed when the
 // store is garbage collected or the backend closes. Kakeya blocks also
 // need their codec's settings (kakeyaParams), held once per codec in a
-// slot of their own, and preconditioned keys the inverse of their head's
+// slot of their own (kakeya_pc blocks their calibrated basis, pcParams,
+// once per codec: per layer and KV head for keys), and preconditioned
+// keys the inverse of their head's
 // factor, held once per whitened codec (codec.Whitened, e.g.
 // codec.Preconditioned: one per layer and KV head).
 
 // encAlign is the granularity of encoded slots: their byte sizes are
 // rounded up to it, and it aligns every slot for the kernels' wide loads.
+// Coarse, since blocks of a variable-size codec (kakeya's outlier lists)
+// would otherwise make a size class, and a slab, of each length.
 const encAlign = 256
+
+// fixedAlign is the granularity of the slots of codecs whose blocks have
+// a length known ahead (encoding.slot): int8's, the same for every block,
+// and kakeya_pc's, at most the bytes its rate allows (codec.PCSettings'
+// MaxLen), whatever the codec's calibration, so that the key codecs of
+// every layer and KV head share one size class. It is the kernels'
+// widest load, 16 bytes.
+const fixedAlign = 16
+
+// slotSize returns the size of the slot of an encoded block of n bytes
+// and part format format by dec: its encoding's slot where the device
+// encodes dec's blocks and n is their length, else n rounded to encAlign.
+// Called with the backend's mu held.
+func (s *store) slotSize(dec compute.Decoder, n int) int {
+	if e, ok := s.encodingOf(dec); ok && e.size == n {
+		return e.slot
+	}
+	return roundUp(n, encAlign)
+}
 
 // slabBytes is the target size of one slab.
 const slabBytes = 1 << 20
@@ -36,7 +60,7 @@ type part struct {
 	size   int   // the slot's size class
 	format int32 // how attention reads addr (partF32, partBF16, partInt8, ...)
 	encLen int   // codec bytes at addr, 0 unless the kernels read them
-	prm    Ptr   // a partKakeya's kakeyaParams, 0 for other formats
+	prm    Ptr   // a partKakeya's kakeyaParams or a partKakeyaPC's pcParams, 0 for other formats
 	linv   Ptr   // a preconditioned part's inverse factor, 0 for others
 	dec    compute.Decoder
 	// enc keeps the codec bytes on the host when the device holds their
@@ -82,12 +106,17 @@ type store struct {
 	host16  []uint16
 	tabs    []*writeTable // write tables no part leads, for reuse
 	tabHost []uint64      // host scratch of writeTable
-	// The device copies of kakeyaParams, by codec and by content (codecs
-	// of the same settings share one).
+	// The device copies of kakeyaParams and pcParams, by codec and by
+	// content (codecs of the same settings share one).
 	prmOf  map[compute.Decoder]Ptr
 	prmFor map[string]Ptr
 	// The device copies of the preconditioners' inverse factors.
 	linvOf map[compute.Decoder]Ptr
+	// enc is enc_pc's scratch, a slot of encN bytes (0 until needed).
+	enc  Ptr
+	encN int
+	// encOf is how the device encodes each codec's blocks.
+	encOf map[compute.Decoder]encoding
 	// gen counts the changes of part addresses and formats, so attention
 	// rescans its block tables only when one may have changed.
 	gen uint64
@@ -97,7 +126,8 @@ type store struct {
 // memory, hot in bf16 or float32.
 func (b *Backend) NewBlockStore(rows, d int, bf16 bool) compute.BlockStore {
 	s := &store{b: b, rows: rows, d: d, bf16: bf16, mem: &slots{free: map[int][]Ptr{}},
-		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}, linvOf: map[compute.Decoder]Ptr{}}
+		prmOf: map[compute.Decoder]Ptr{}, prmFor: map[string]Ptr{}, linvOf: map[compute.Decoder]Ptr{},
+		encOf: map[compute.Decoder]encoding{}}
 	runtime.AddCleanup(s, b.freeSlabs, s.mem)
 	return s
 }
@@ -121,7 +151,7 @@ func (s *store) hotBytes() int {
 	return 4 * s.rows * s.d
 }
 
-// slot returns a free slot of size bytes (a multiple of encAlign), cutting
+// slot returns a free slot of size bytes (a multiple of fixedAlign), cutting
 // a new slab when there is none. Called with the backend's mu held.
 func (s *store) slot(size int) (Ptr, error) {
 	if f := s.mem.free[size]; len(f) > 0 {
@@ -290,9 +320,9 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		inner, pre = w.Unwrap(), w
 	}
 	var prm, linv Ptr
-	if ok && format == partKakeya {
+	if ok && (format == partKakeya || format == partKakeyaPC) {
 		var err error
-		if prm, ok, err = s.kakeyaParams(inner); err != nil {
+		if prm, ok, err = s.codecParams(inner, format); err != nil {
 			return err
 		}
 	}
@@ -303,7 +333,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		}
 	}
 	if ok {
-		size := roundUp(len(enc), encAlign)
+		size := s.slotSize(inner, len(enc))
 		addr, err := s.slot(size)
 		if err != nil {
 			return err
@@ -346,14 +376,21 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	return nil
 }
 
-// kakeyaParams returns the device copy of dec's kakeyaParams, uploading
-// it on the codec's first block, and false when the kernels cannot read
-// dec's blocks after all. Called with the backend's mu held.
-func (s *store) kakeyaParams(dec compute.Decoder) (Ptr, bool, error) {
+// codecParams returns the device copy of the settings attention reads
+// dec's blocks of part format format with (kakeyaParams, pcParams),
+// uploading it on the codec's first block, and false when the kernels
+// cannot read dec's blocks after all. Called with the backend's mu held.
+func (s *store) codecParams(dec compute.Decoder, format int32) (Ptr, bool, error) {
 	if p, ok := s.prmOf[dec]; ok {
 		return p, true, nil
 	}
-	prm, ok := kakeyaParams(dec, s.d)
+	var prm []byte
+	var ok bool
+	if format == partKakeyaPC {
+		prm, ok = pcParams(dec, s.rows, s.d)
+	} else {
+		prm, ok = kakeyaParams(dec, s.d)
+	}
 	if !ok {
 		return 0, false, nil
 	}

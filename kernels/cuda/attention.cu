@@ -2,7 +2,9 @@
 // style. The cache is a block table: for block b and KV head g, entry
 // b*kv_heads+g holds the device address of the keys' part, of the values'
 // part and their formats (hot float32 or bf16 rows, or the exact bytes of
-// the int8, int4, int2 or Kakeya codecs; keys and values may differ).
+// the int8, int4, int2, Kakeya or kakeya-pc codecs; keys and values may
+// differ). A kakeya-pc part's entry in kptab (keys) or vptab (values)
+// holds the address of its codec's pcParams; attn_split_pc reads them.
 // Keys are stored before RoPE and rotated here. Keys encoded by a
 // preconditioned codec (codec.Preconditioned: whitened by the factor L of
 // their KV head before the inner codec) have an entry in a third table,
@@ -37,6 +39,7 @@ enum {
 	kkPartInt8 = kkPartEncoded + KK_FORMAT_INT8,
 	kkPartInt4 = kkPartEncoded + KK_FORMAT_INT4, // int4 and int2, by row or by channel
 	kkPartKakeya = kkPartEncoded + KK_FORMAT_KAKEYA,
+	kkPartKakeyaPC = kkPartEncoded + KK_FORMAT_KAKEYA_PC,
 };
 
 #define KK_AT_TILE 32 // keys per tile, one per lane
@@ -212,7 +215,9 @@ KK_DEVICE void kk_kakeya_tile(float *tile, int ld, const kk_u8 *part, const floa
 	__syncthreads();
 }
 
-#define KK_AT_UW 32 // un-whitened columns per warp: head_dim / 8 <= 32
+#define KK_AT_UW 32     // un-whitened columns per warp: head_dim / 8 <= 32
+#define KK_PC_LEVELS 128 // pcParams' level words (and bound words): widths 1..6, 2^b levels at 2^b - 2
+#define KK_PC_STEPS 8     // pcParams' scale step words
 
 // kk_unwhiten multiplies each row y of tile (tn <= KK_AT_TILE rows of d
 // values, row j at tile + j*ld) by a head's lower-triangular inverse
@@ -265,18 +270,105 @@ KK_DEVICE void kk_unwhiten(float *tile, int ld, const float *__restrict__ lp, in
 	}
 }
 
+// kk_pc_mix sets rows j < tn of tile (row j at tile + j*ld) to mu + sum_k
+// y_jk B[k] from their latents y_j0..y_j(M-1) in the same row's first M
+// columns: lane j of each warp computes row j for the warp's columns (w,
+// w+warps, ...; NC of them at most), reading each basis value once for
+// the tile's rows (the same address across the warp: one broadcast load),
+// summed in registers and written back after a barrier. The whole block
+// calls it: it syncs.
+template <int NC>
+KK_DEVICE void kk_pc_mix(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ basis, int M, int d,
+                         int tn) {
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+	bool live = lane < tn;
+	const float *y = tile + lane * ld;
+	float o[NC];
+#pragma unroll
+	for (int m = 0; m < NC; m++) {
+		int c = warp + warps * m;
+		o[m] = c < d ? mu[c] : 0.0f;
+	}
+	for (int k = 0; k < M; k++) {
+		float yk = live ? y[k] : 0.0f;
+		const float *bk = basis + (long long)k * d;
+#pragma unroll
+		for (int m = 0; m < NC; m++) {
+			int c = warp + warps * m;
+			if (c < d)
+				o[m] += yk * bk[c];
+		}
+	}
+	__syncthreads(); // every warp has read the latents
+	if (live) {
+#pragma unroll
+		for (int m = 0; m < NC; m++) {
+			int c = warp + warps * m;
+			if (c < d)
+				tile[lane * ld + c] = o[m];
+		}
+	}
+	__syncthreads();
+}
+
+// kk_pc_tile decodes rows row0..row0+tn-1 (tn <= 32) of a kakeya_pc part
+// (codec.KakeyaPC: rows in a calibrated principal basis, bits per
+// component) into tile (row j at tile + j*ld, ld > d). prm is the codec's
+// pcParams (launch.go): M stored components, each with its code width,
+// where its codes lie, its index among the coded ones; the quantizers'
+// levels and bounds, the scale steps; the calibration mean mu and the stored components' basis rows
+// B (M x d). First each row's latents, y_k = m_k + s_t level(c_k) (the
+// block's mean of component k, plus for a coded one its scale times the
+// level of its code), go to the tile's first M columns; then kk_pc_mix
+// multiplies them by the basis. The whole block calls it: it syncs.
+KK_DEVICE void kk_pc_tile(float *tile, int ld, const kk_u8 *part, const float *__restrict__ prm, int bs, int d,
+                          int row0, int tn) {
+	const int *pi = (const int *)prm;
+	int M = pi[0];
+	// The layout, from formats.h.
+	long long C = pi[1], cb = pi[7] >> 8;
+	const kk_u8 *means = part + kk_kakeya_pc_means_off(bs, d, M, C, cb);
+	const kk_u8 *scales = part + kk_kakeya_pc_scales_off(bs, d, M, C, cb);
+	const kk_u8 *codes = part + kk_kakeya_pc_codes_off(bs, d, M, C, cb);
+	const int *info = pi + 8;
+	const float *levels = prm + 8 + 4 * M, *mu = levels + 2 * KK_PC_LEVELS + KK_PC_STEPS, *basis = mu + d;
+	for (int i = threadIdx.x; i < tn * M; i += blockDim.x) {
+		int j = i / M, k = i - j * M, row = row0 + j;
+		float y = kk_f16_at(means + 2 * k);
+		int w = info[4 * k];
+		if (w > 0) {
+			int code = kk_bits_at(codes, (long long)info[4 * k + 1] + (long long)row * info[4 * k + 2], w);
+			y += kk_f16_at(scales + 2 * info[4 * k + 3]) * levels[(1 << w) - 2 + code];
+		}
+		tile[j * ld + k] = y;
+	}
+	__syncthreads();
+	// Columns per warp: the unrolled products sized to them (at d = 64
+	// 8 per basis row, not kk_pc_mix's most, 32, mostly predicated off).
+	int nc = (d + (blockDim.x >> 5) - 1) / (blockDim.x >> 5);
+	if (nc <= 8)
+		kk_pc_mix<8>(tile, ld, mu, basis, M, d, tn);
+	else if (nc <= 16)
+		kk_pc_mix<16>(tile, ld, mu, basis, M, d, tn);
+	else
+		kk_pc_mix<KK_AT_UW>(tile, ld, mu, basis, M, d, tn);
+}
+
 // kk_attn_split is attn_split, and with PRE attn_split_pre, which also
 // un-whitens the keys of the parts whose ltab entry is set: a kernel of
 // its own, so that the registers kk_unwhiten holds do not cost the
-// occupancy of layers without preconditioned keys.
-template <bool PRE>
+// occupancy of layers without preconditioned keys; with PC too
+// attn_split_pc, which also reads kakeya_pc parts (kk_pc_tile, with the
+// pcParams of their kptab and vptab entries).
+template <bool PRE, bool PC>
 KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n,
                              int start, int heads, int kv_heads, int d, int window, int bs,
                              const kk_u64 *__restrict__ ktab, const kk_u64 *__restrict__ vtab,
                              const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
                              const float *__restrict__ sin, int rows, int per, int splits,
                              const float *__restrict__ kprm, const float *__restrict__ vprm,
-                             const kk_u64 *__restrict__ ltab) {
+                             const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,
+                             const kk_u64 *__restrict__ vptab) {
 	KK_DYN_SHARED(float, sm);
 	float *qs = sm;                           // rows x d: the queries, scaled
 	int P = 1; // NextPow2(d): a Kakeya row's rotated width
@@ -330,8 +422,9 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 		const kk_u8 *kp = (const kk_u8 *)ktab[(long long)b * kv_heads + g];
 		const kk_u8 *vp = (const kk_u8 *)vtab[(long long)b * kv_heads + g];
 		int fmt = fmts[(long long)b * kv_heads + g];
-		// The head's inverse factor when the keys are preconditioned.
-		const float *kl = PRE ? (const float *)ltab[(long long)b * kv_heads + g] : 0;
+		// The head's inverse factor when the keys are preconditioned
+		// (attn_split_pc takes no ltab where no keys are).
+		const float *kl = PRE && ltab ? (const float *)ltab[(long long)b * kv_heads + g] : 0;
 		// One format for both parts, or the key's and the value's.
 		int kfmt = fmt & 0xff, vfmt = fmt >> 16 ? (fmt >> 8) & 0xff : kfmt;
 		int lo = b * bs > kbeg ? b * bs : kbeg;
@@ -342,9 +435,11 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 			// The keys are decoded into the tile first when a Kakeya part
 			// needs the whole tile's cooperation or the rows are to be
 			// un-whitened; other rows are read as RoPE rotates them.
-			bool staged = kfmt == kkPartKakeya || kl;
+			bool staged = kfmt == kkPartKakeya || kl || (PC && kfmt == kkPartKakeyaPC);
 			if (kfmt == kkPartKakeya) {
 				kk_kakeya_tile(kv, ld, kp, kprm, bs, d, P, p0 - b * bs, tn);
+			} else if (PC && kfmt == kkPartKakeyaPC) {
+				kk_pc_tile(kv, ld, kp, (const float *)kptab[(long long)b * kv_heads + g], bs, d, p0 - b * bs, tn);
 			} else if (kl) {
 				kk_part kpart = kk_part_open(kp, kfmt, bs, d);
 				for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
@@ -403,6 +498,8 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 			__syncthreads(); // the keys are scored
 			if (vfmt == kkPartKakeya) {
 				kk_kakeya_tile(kv, ld, vp, vprm, bs, d, P, p0 - b * bs, tn);
+			} else if (PC && vfmt == kkPartKakeyaPC) {
+				kk_pc_tile(kv, ld, vp, (const float *)vptab[(long long)b * kv_heads + g], bs, d, p0 - b * bs, tn);
 			} else {
 				kk_part vpart = kk_part_open(vp, vfmt, bs, d);
 				for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
@@ -463,24 +560,21 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	}
 }
 
-KK_KERNEL void __launch_bounds__(256)
-    attn_split(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,
-               int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
-               const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
-               const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,
-               const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab) {
-	kk_attn_split<false>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks, cos, sin,
-	                     rows, per, splits, kprm, vprm, ltab);
-}
-KK_KERNEL void __launch_bounds__(256)
-    attn_split_pre(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,
-                   int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
-                   const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks,
-                   const float *__restrict__ cos, const float *__restrict__ sin, int rows, int per, int splits,
-                   const float *__restrict__ kprm, const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab) {
-	kk_attn_split<true>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks, cos, sin,
-	                    rows, per, splits, kprm, vprm, ltab);
-}
+#define KK_ATTN_SPLIT(name, PRE, PC)                                                                                    \
+	KK_KERNEL void __launch_bounds__(256)                                                                              \
+	    name(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,       \
+	         int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,                     \
+	         const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos, \
+	         const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,            \
+	         const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,       \
+	         const kk_u64 *__restrict__ vptab) {                                                                      \
+		kk_attn_split<PRE, PC>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks,  \
+		                       cos, sin, rows, per, splits, kprm, vprm, ltab, kptab, vptab);                          \
+	}
+KK_ATTN_SPLIT(attn_split, false, false)
+KK_ATTN_SPLIT(attn_split_pre, true, false)
+KK_ATTN_SPLIT(attn_split_pc, true, true)
+#undef KK_ATTN_SPLIT
 
 // attn_combine: block R merges the splits' states of query-head row R:
 // out = sum_s e^(m_s-M) acc_s / sum_s e^(m_s-M) l_s with M the largest

@@ -6,9 +6,12 @@
 // The sources are one translation unit, all.cu: elementwise.cu (embed,
 // rmsnorm, add_rows, add, silu_mul, rope, and kv_write, the KV cache's
 // writes of float32 rows into float32 or bf16 parts), matvec.cu
-// (decode's matvec and the tiled matmul, for f32, bf16 and f16 weights)
-// and attention.cu (attn_split and attn_combine over paged, possibly
-// encoded, KV blocks; attn_split_pre also un-whitens preconditioned keys).
+// (decode's matvec and the tiled matmul, for f32, bf16 and f16 weights),
+// attention.cu (attn_split and attn_combine over paged, possibly
+// encoded, KV blocks; attn_split_pre also un-whitens preconditioned keys,
+// attn_split_pc also reads kakeya-pc blocks) and encode.cu (enc_int8 and
+// enc_pc: full KV blocks encoded as codec.Int8 and codec.KakeyaPC do,
+// header and CRC included).
 // They use only what prelude.cuh declares. For the device, clang compiles
 // them to PTX without the CUDA SDK (make ptx; the PTX is committed as
 // kernels_sm80.ptx and embedded here; compute/cudabackend's launch.go

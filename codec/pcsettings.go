@@ -1,0 +1,114 @@
+package codec
+
+// PCSettings are what a reader of kakeya_pc blocks needs beyond their
+// bytes, from a calibrated KakeyaPC (Settings.PC): the components with a
+// stored block mean (M of them, increasing), their basis rows, the
+// calibration mean, each one's code width and the quantizers' tables. A
+// block's row i is
+//
+//	x_i = Mean + Σ_k (m_k + s_t·Levels[Widths[k]][c_it]) Basis[k]
+//
+// over the stored components k, m_k the block's mean of component k, and,
+// for the coded ones (Widths[k] > 0, the t-th such), s_t the block's
+// scale and c_it the row's code, at CodeBit(t, i, n) of the codes
+// section (CodeBytes(n) long).
+type PCSettings struct {
+	// Mean is the calibration mean μ, d values.
+	Mean []float32
+	// Stored lists the components with a stored block mean, increasing.
+	Stored []int
+	// Basis holds the stored components' basis rows, len(Stored) x d.
+	Basis []float32
+	// Widths is each stored component's code width, 0 for the mean only.
+	Widths []int
+	// Levels[b] and Bounds[b] are the quantizer of b bits on N(0, 1)
+	// (b = 1..6; index 0 is empty): its 2^b levels in code order and the
+	// 2^b - 1 cell bounds between them.
+	Levels, Bounds [][]float32
+	// ScaleSteps are the factors of a coded component's RMS the encoder
+	// tries as its scale, in order, keeping the first of least error.
+	ScaleSteps []float32
+	// Tag is the blocks' configuration tag (header bytes 10..11), Param
+	// their parameter byte (header byte 3: the code layout).
+	Tag   uint16
+	Param byte
+	// Rate and Block are the allocation's budget (KakeyaPCOptions): its
+	// means, scales and codes take at most Rate bits per value in blocks
+	// of Block rows, so such a block (Block a multiple of 8) is at most
+	// MaxLen bytes, whatever the codec's calibration.
+	Rate  float64
+	Block int
+}
+
+// MaxLen returns the most bytes a block of n rows of d values takes under
+// s's rate, whatever the calibration (every codec of the same options
+// fits it), and false where the budget does not bound it: n other than
+// the allocation's Block, or not a multiple of 8 (each code plane's
+// padding to a byte then costs more than its bits).
+func (s *PCSettings) MaxLen(n, d int) (int, bool) {
+	if n != s.Block || n%8 != 0 {
+		return 0, false
+	}
+	return headerLen + 6 + int(s.Rate*float64(n*d))/8, true
+}
+
+// Coded returns the code widths of the coded components, in block order.
+func (s *PCSettings) Coded() []int {
+	var w []int
+	for _, b := range s.Widths {
+		if b > 0 {
+			w = append(w, b)
+		}
+	}
+	return w
+}
+
+// CodeBit returns the bit offset, in the codes section of a block of n
+// rows, of the code of row i of coded component t (counted in block
+// order): each coded component's n codes lie in a plane of their own,
+// LSB first, padded to a byte, the planes in block order.
+func (s *PCSettings) CodeBit(t, i, n int) int {
+	w := s.Coded()
+	before := 0
+	for _, b := range w[:t] {
+		before += planeBytes(n, uint8(b))
+	}
+	return 8*before + i*w[t]
+}
+
+// CodeBytes returns the length of the codes section of a block of n rows
+// (the format's code_bytes).
+func (s *PCSettings) CodeBytes(n int) int {
+	total := 0
+	for _, b := range s.Coded() {
+		total += planeBytes(n, uint8(b))
+	}
+	return total
+}
+
+// pcSettings returns k's PCSettings; k is calibrated.
+func (k *KakeyaPC) pcSettings() *PCSettings {
+	d := k.d
+	s := &PCSettings{
+		Mean:       append([]float32(nil), k.mean...),
+		Stored:     append([]int(nil), k.meanIdx...),
+		Basis:      make([]float32, 0, len(k.meanIdx)*d),
+		Widths:     make([]int, len(k.meanIdx)),
+		Levels:     make([][]float32, pcMaxBits+1),
+		Bounds:     make([][]float32, pcMaxBits+1),
+		ScaleSteps: append([]float32(nil), pcScaleSteps[:]...),
+		Tag:        k.tag,
+		Param:      k.param(),
+		Rate:       k.opt.Rate,
+		Block:      k.opt.Block,
+	}
+	for t, j := range k.meanIdx {
+		s.Basis = append(s.Basis, k.basis[j*d:(j+1)*d]...)
+		s.Widths[t] = int(k.alloc[j])
+	}
+	for b := 1; b <= pcMaxBits; b++ {
+		s.Levels[b] = append([]float32(nil), k.tab.levels[b]...)
+		s.Bounds[b] = append([]float32(nil), k.tab.bounds[b]...)
+	}
+	return s
+}

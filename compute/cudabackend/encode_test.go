@@ -1,0 +1,325 @@
+package cudabackend
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/kvcache"
+)
+
+// deviceBytes returns the encoded bytes an encoded part holds on the
+// device.
+func deviceBytes(t *testing.T, b *Backend, p compute.Part) []byte {
+	t.Helper()
+	pt := own(p)
+	out := make([]byte, pt.encLen)
+	b.mu.Lock()
+	err := b.copyOut(out, pt.addr)
+	b.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// encodeOnDevice writes x (n x d) into a new part of store, encodes it by
+// cd on the device and returns the part and the hot values it held (x,
+// rounded to bf16 in a bf16 store).
+func encodeOnDevice(t *testing.T, gpu *Backend, store compute.BlockStore, cd codec.Codec, x []float32, n, d int) (compute.Part, []float32) {
+	t.Helper()
+	p, err := store.NewPart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Write(p, 0, upload(gpu, x), d, n)
+	hot := make([]float32, n*d)
+	if err := store.Read(hot, p); err != nil {
+		t.Fatal(err)
+	}
+	pe := store.(compute.PartEncoder)
+	size, ok := pe.EncodedLen(cd)
+	if !ok {
+		t.Fatalf("%s: not encoded on the device", cd.Name())
+	}
+	if err := pe.EncodePart(p, cd); err != nil {
+		t.Fatal(err)
+	}
+	if pt := own(p); pt.encLen != size || pt.size > roundUp(size+size/4, fixedAlign) || !pt.Encoded() || pt.HotDecoded() {
+		t.Fatalf("%s: part holds %d encoded bytes in a slot of %d (hot decoded %v), EncodedLen says %d", cd.Name(), pt.encLen, pt.size, pt.HotDecoded(), size)
+	}
+	return p, hot
+}
+
+// enc_int8 writes codec.Int8's bytes bit for bit, header and CRC
+// included: float32 and bf16 parts, a row width that is no multiple of
+// the group, all-zero groups (scale 0), values on rounding ties.
+func TestEncodeInt8OnDevice(t *testing.T) {
+	needKernels(t, "enc_int8", "kv_write")
+	cd, err := codec.New(codec.Spec{Name: "int8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		n, d int
+		bf16 bool
+	}{
+		{"f32", 16, 64, false}, {"bf16", 16, 64, true}, {"d80", 16, 80, false},
+		{"d128/bf16", 64, 128, true}, {"tiny", 3, 2, false}, {"block of 1", 1, 256, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(3, uint64(c.n*c.d)))
+			gpu, _ := newFakeBackend(t, Options{})
+			store := gpu.NewBlockStore(c.n, c.d, c.bf16)
+			x := randFloats(r, c.n*c.d)
+			for i := range x {
+				switch i % 97 {
+				case 0:
+					x[i] *= 300
+				case 1:
+					x[i] = 127 // a scale of 1: codes on exact values
+				}
+			}
+			clear(x[:min(32, c.d)]) // a zero group
+			p, hot := encodeOnDevice(t, gpu, store, cd, x, c.n, c.d)
+			want, err := cd.Encode(nil, hot, c.n, c.d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := deviceBytes(t, gpu, p)
+			if !bytes.Equal(got, want) {
+				i := 0
+				for i < min(len(got), len(want)) && got[i] == want[i] {
+					i++
+				}
+				t.Fatalf("device bytes (%d) differ from codec.Int8's (%d) first at byte %d", len(got), len(want), i)
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// enc_pc writes kakeya-pc blocks that codec.KakeyaPC decodes (header,
+// counts and CRC checked) to within float rounding of its own encoding:
+// the rotation into the basis is summed in another order, so a few codes
+// on a cell boundary may move by one level and a block mean by an fp16
+// step, and nothing more.
+func TestEncodePCOnDevice(t *testing.T) {
+	needKernels(t, "enc_pc", "kv_write")
+	for _, c := range []struct {
+		name    string
+		n, d    int
+		bf16    bool
+		rate    float64
+		uniform bool
+	}{
+		{"f32", 16, 64, false, 2.5, false}, {"bf16", 16, 64, true, 2.5, false},
+		{"d128/block 64", 64, 128, true, 2.5, false}, {"uniform", 16, 64, false, 3, true},
+		{"low rate", 32, 32, false, 0.75, false}, {"high rate", 16, 64, false, 6, false},
+		{"d256/odd block", 13, 256, true, 2.5, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, uint64(c.n*c.d)))
+			st := synthPCA(r, c.d)
+			o := codec.DefaultKakeyaPCOptions()
+			o.Rate, o.Block, o.Uniform = c.rate, c.n, c.uniform
+			cd := newPC(t, o, st)
+			gpu, _ := newFakeBackend(t, Options{})
+			store := gpu.NewBlockStore(c.n, c.d, c.bf16)
+			for rep := range 3 {
+				x := pcRows(r, st, c.n)
+				p, hot := encodeOnDevice(t, gpu, store, cd, x, c.n, c.d)
+				want, err := cd.Encode(nil, hot, c.n, c.d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := deviceBytes(t, gpu, p)
+				if len(got) != len(want) || !bytes.Equal(got[:12], want[:12]) || !bytes.Equal(got[16:22], want[16:22]) {
+					t.Fatalf("block %d: device header and counts % x (%d bytes), codec's % x (%d bytes)", rep, got[:22], len(got), want[:22], len(want))
+				}
+				dec, ref := make([]float32, c.n*c.d), make([]float32, c.n*c.d)
+				if err := cd.Decode(dec, got, c.n, c.d); err != nil {
+					t.Fatalf("block %d: the codec refuses the device's bytes: %v", rep, err)
+				}
+				if err := cd.Decode(ref, want, c.n, c.d); err != nil {
+					t.Fatal(err)
+				}
+				diff := 0
+				for i := 22; i < len(got); i++ {
+					if got[i] != want[i] {
+						diff++
+					}
+				}
+				// Reconstruction error of each against the input.
+				var eGot, eRef, norm float64
+				for i, v := range hot {
+					eGot += sq(float64(dec[i] - v))
+					eRef += sq(float64(ref[i] - v))
+					norm += sq(float64(v))
+				}
+				if eGot > eRef*1.01+1e-9*norm {
+					t.Errorf("block %d: squared error %.4g of the device's encoding, the codec's %.4g", rep, eGot, eRef)
+				}
+				if diff > (len(got)-22)/50 {
+					t.Errorf("block %d: %d of %d payload bytes differ from the codec's encoding", rep, diff, len(got)-22)
+				}
+				t.Logf("block %d: %d of %d payload bytes differ; squared error %.4g vs the codec's %.4g (of %.4g)", rep, diff, len(got)-22, eGot, eRef, norm)
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func sq(v float64) float64 { return v * v }
+
+// Input the host encoders refuse (a non-finite value) gives a block every
+// decoder rejects, so Read fails with the codec's error rather than
+// returning garbage; codecs the device does not encode (kakeya, the
+// entropy-coded kakeya-pc, preconditioned ones) are declined.
+func TestEncodeOnDeviceRefuses(t *testing.T) {
+	needKernels(t, "enc_int8", "enc_pc", "kv_write")
+	const n, d = 16, 64
+	r := rand.New(rand.NewPCG(8, 9))
+	st := synthPCA(r, d)
+	o := codec.DefaultKakeyaPCOptions()
+	o.Block = n
+	pc := newPC(t, o, st)
+	i8, err := codec.New(codec.Spec{Name: "int8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cd := range []codec.Codec{i8, pc} {
+		gpu, _ := newFakeBackend(t, Options{})
+		store := gpu.NewBlockStore(n, d, false)
+		x := randFloats(r, n*d)
+		x[77] = float32(math.Inf(1))
+		p, _ := encodeOnDevice(t, gpu, store, cd, x, n, d)
+		err := store.Read(make([]float32, n*d), p)
+		if err == nil || !strings.Contains(err.Error(), "magic") {
+			t.Errorf("%s: Read of a block encoded from an infinite value: %v, want the codec's bad-magic error", cd.Name(), err)
+		}
+	}
+	gpu, _ := newFakeBackend(t, Options{})
+	store := gpu.NewBlockStore(n, d, false).(compute.PartEncoder)
+	ko, err := codec.NewKakeya(codec.DefaultKakeyaOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eo := o
+	eo.Entropy = true
+	for _, cd := range []codec.Codec{ko, newPC(t, eo, st), randPreconditioned(t, r, i8, d)} {
+		if _, ok := store.EncodedLen(cd); ok {
+			t.Errorf("%s: encoded on the device", cd.Name())
+		}
+	}
+}
+
+// hostEncoding is a block store that hides its PartEncoder, so the cache
+// encodes on the host as it did before the device encoders.
+type hostEncoding struct {
+	compute.BlockStore
+	compute.EncodedAttention
+}
+
+// A decode step that fills a block encodes it on the device: no more
+// copies to or from the host than a step that fills none, and one launch
+// per part, where the host path made a copy back and a copy in per part;
+// the blocks are the same (int8's bytes are the codec's).
+func TestCacheEncodesOnDevice(t *testing.T) {
+	needKernels(t, "enc_int8", "kv_write")
+	const layers, kvHeads, d, bs = 2, 2, 64, 16
+	i8, err := codec.New(codec.Spec{Name: "int8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := kvcache.Policy{HotBF16: true}
+	for range layers {
+		pol.Layers = append(pol.Layers, kvcache.LayerCodecs{K: []codec.Codec{i8}, V: i8})
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	rows := randFloats(r, 2*bs*kvHeads*d)
+	var parts [2][]float32
+	for i, device := range []bool{false, true} {
+		gpu, f := newFakeBackend(t, Options{})
+		var store compute.BlockStore = gpu.NewBlockStore(bs, d, true)
+		if !device {
+			store = hostEncoding{store, store.(compute.EncodedAttention)}
+		}
+		c, err := kvcache.New(kvcache.Config{Layers: layers, KVHeads: kvHeads, HeadDim: d, BlockSize: bs, MaxTokens: 4 * bs, Policy: pol, Store: store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := upload(gpu, rows)
+		// The copies and launches of the step before the last (which
+		// fills nothing) and of the last, which fills the blocks.
+		var in, out, launches, in0, out0, l0 int
+		for tok := range bs {
+			in, out, launches = f.calls["copyIn"], f.calls["copyOut"], len(f.launched)
+			if tok < bs-1 {
+				in0, out0, l0 = in, out, launches
+			}
+			for l := range layers {
+				k := src.Slice(tok*kvHeads*d, (tok+1)*kvHeads*d)
+				v := src.Slice((bs+tok)*kvHeads*d, (bs+tok+1)*kvHeads*d)
+				if err := c.Append(l, k, v, 1); err != nil {
+					t.Fatal(err)
+				}
+				// The layer's deferred cache writes, as its attention
+				// would launch them.
+				gpu.mu.Lock()
+				gpu.flush()
+				gpu.mu.Unlock()
+			}
+			if tok < bs-1 {
+				in0, out0, l0 = f.calls["copyIn"]-in0, f.calls["copyOut"]-out0, len(f.launched)-l0
+			} else {
+				in, out, launches = f.calls["copyIn"]-in, f.calls["copyOut"]-out, len(f.launched)-launches
+			}
+		}
+		t.Logf("device encoding %v: a step of %d layers x %d KV heads: %d copies in, %d back, %d launches; the step that fills a block: %d, %d, %d",
+			device, layers, kvHeads, in0, out0, l0, in, out, launches)
+		// Per part, the host path copies back and in; the device one
+		// launches its encoder.
+		np := 2 * layers * kvHeads
+		want := [3]int{in0 + np, out0 + np, l0}
+		if device {
+			want = [3]int{in0, out0, l0 + np}
+		}
+		if got := [3]int{in, out, launches}; got != want {
+			t.Errorf("device encoding %v: the step that fills a block makes %d copies in, %d back and %d launches, want %v", device, in, out, launches, want)
+		}
+		st := c.Stats()
+		if want := int64(2 * layers * kvHeads * (16 + bs*d + 2*bs*d/32)); st.Compressed != want {
+			t.Fatalf("device encoding %v: %d compressed bytes, want %d", device, st.Compressed, want)
+		}
+		if st.Compressed == 0 {
+			t.Fatalf("device encoding %v: no compressed bytes in %+v", device, st)
+		}
+		x := make([]float32, bs*d)
+		for l := range layers {
+			for h := range kvHeads {
+				for kv := range 2 {
+					if err := c.Read(x, l, h, 0, kv); err != nil {
+						t.Fatal(err)
+					}
+					parts[i] = append(parts[i], x...)
+				}
+			}
+		}
+		if err := gpu.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := maxAbsDiff(parts[0], parts[1]); d != 0 {
+		t.Errorf("blocks encoded on the device decode %.3g away from the host's", d)
+	}
+}

@@ -1,0 +1,314 @@
+// Encoding of full KV blocks on the device: a hot part (float32 or bf16
+// rows, kv_write's formats) becomes exactly the bytes of a codec's Encode,
+// header and CRC included, in device memory, so the cache's full blocks
+// never cross to the host. enc_int8 writes codec.Int8's blocks bit for bit;
+// enc_pc writes codec.KakeyaPC's fixed-rate blocks (format kakeya_pc) by
+// the same steps, its rotation into the basis summed in another order than
+// the host's (so a code on a cell boundary may differ by one level). One
+// block of threads encodes one part. An input the host encoders refuse
+// (a non-finite value, or one too large for the fp16 fields) gives a block
+// whose header has magic 0, which every decoder rejects: the kernels
+// cannot return an error, and such a value only comes from a forward pass
+// that failed already. The layouts are formats.h's (codec/format.go).
+
+// kk_f16_bits rounds f to the nearest fp16 (ties to even), as
+// tensor.F32ToF16 does: NaN to a quiet NaN, overflow to infinity,
+// subnormals kept.
+KK_DEVICE kk_u16 kk_f16_bits(float f) {
+	kk_u32 u = kk_f32_bits(f);
+	kk_u16 sign = (kk_u16)(u >> 16) & 0x8000;
+	kk_u32 a = u & 0x7fffffff;
+	if (a > 0x7f800000)
+		return sign | 0x7e00;
+	if (a >= 0x477ff000)
+		return sign | 0x7c00;
+	if (a >= 0x38800000) {
+		kk_u32 r = a - 0x38000000;
+		r += 0xfff + ((r >> 13) & 1);
+		return sign | (kk_u16)(r >> 13);
+	}
+	if (a < 0x33000000)
+		return sign;
+	kk_u32 e = a >> 23, m = (a & 0x7fffff) | 0x800000;
+	kk_u32 shift = 126 - e;
+	kk_u32 r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+	if (rem > half || (rem == half && (r & 1)))
+		r++;
+	return sign | (kk_u16)r;
+}
+
+// kk_round_f16 returns f rounded to fp16, as a float.
+KK_DEVICE float kk_round_f16(float f) { return kk_f16(kk_f16_bits(f)); }
+
+KK_DEVICE void kk_put_u16(kk_u8 *p, kk_u32 v) {
+	p[0] = (kk_u8)v;
+	p[1] = (kk_u8)(v >> 8);
+}
+
+KK_DEVICE void kk_put_u32(kk_u8 *p, kk_u32 v) {
+	kk_put_u16(p, v);
+	kk_put_u16(p + 2, v >> 16);
+}
+
+// kk_hot_value returns element i of a hot part (float32 or bf16 rows).
+KK_DEVICE float kk_hot_value(const void *src, int bf16, long long i) {
+	return bf16 ? kk_bf16(((const kk_u16 *)src)[i]) : ((const float *)src)[i];
+}
+
+// kk_header writes a block header (codec/header.go) with a zero CRC, or
+// with magic 0 when the input was refused.
+KK_DEVICE void kk_header(kk_u8 *b, int id, int param, int n, int d, int tag, bool ok) {
+	b[0] = ok ? 0x4B : 0;
+	b[1] = 1;
+	b[2] = (kk_u8)id;
+	b[3] = (kk_u8)param;
+	kk_put_u32(b + 4, (kk_u32)n);
+	kk_put_u16(b + 8, (kk_u32)d);
+	kk_put_u16(b + 10, (kk_u32)tag);
+	kk_put_u32(b + 12, 0);
+}
+
+#define KK_CRC32C 0x82f63b78u // the Castagnoli polynomial, reflected
+
+// kk_crc_mul returns a*b modulo the CRC polynomial (reflected: bit 31 is
+// x^0), as zlib's multmodp.
+KK_DEVICE kk_u32 kk_crc_mul(kk_u32 a, kk_u32 b) {
+	kk_u32 m = 1u << 31, p = 0;
+	for (;;) {
+		if (a & m) {
+			p ^= b;
+			if ((a & (m - 1)) == 0)
+				break;
+		}
+		m >>= 1;
+		b = b & 1 ? (b >> 1) ^ KK_CRC32C : b >> 1;
+	}
+	return p;
+}
+
+// kk_crc_combine returns the CRC-32C of A followed by B from theirs and
+// the length of B (zlib's crc32_combine): crc(A) times x^(8 len) plus
+// crc(B), x^(8 len) from x2n (x2n[k] = x^(2^k)).
+KK_DEVICE kk_u32 kk_crc_combine(kk_u32 a, kk_u32 b, long long len, const kk_u32 *x2n) {
+	kk_u32 p = 1u << 31; // x^0
+	for (int k = 3; len; len >>= 1, k++)
+		if (len & 1)
+			p = kk_crc_mul(x2n[k & 31], p);
+	return kk_crc_mul(p, a) ^ b;
+}
+
+// kk_seal writes the CRC-32C of the block of size bytes at b (header bytes
+// 12..15 left out, codec/header.go's blockCRC) into those bytes. Each
+// thread takes the CRC of its share of the bytes, bit by bit, then the
+// shares are combined pairwise in log2(threads) rounds (blockDim.x a power
+// of two). sm holds 2*blockDim.x + 32 words of shared memory. The whole
+// block calls it, after the block's bytes are written; it syncs.
+KK_DEVICE void kk_seal(kk_u8 *b, long long size, kk_u32 *sm) {
+	kk_u32 *crc = sm, *x2n = sm + blockDim.x;
+	int *len = (int *)(sm + blockDim.x + 32);
+	int t = threadIdx.x;
+	if (t == 0) {
+		kk_u32 p = 1u << 30; // x^1
+		x2n[0] = p;
+		for (int k = 1; k < 32; k++)
+			x2n[k] = p = kk_crc_mul(p, p);
+	}
+	__syncthreads(); // the block's bytes and x2n
+	long long total = size - 4, per = (total + blockDim.x - 1) / blockDim.x;
+	long long lo = t * per < total ? t * per : total, hi = lo + per < total ? lo + per : total;
+	kk_u32 c = 0xffffffffu;
+	for (long long i = lo; i < hi; i++) {
+		c ^= b[i < 12 ? i : i + 4];
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ KK_CRC32C : c >> 1;
+	}
+	crc[t] = hi > lo ? ~c : 0; // the CRC of no bytes is 0
+	len[t] = (int)(hi - lo);
+	for (int s = 1; s < (int)blockDim.x; s <<= 1) {
+		__syncthreads();
+		if ((t & (2 * s - 1)) == 0) {
+			crc[t] = kk_crc_combine(crc[t], crc[t + s], len[t + s], x2n);
+			len[t] += len[t + s];
+		}
+	}
+	if (t == 0)
+		kk_put_u32(b + 12, crc[0]);
+	__syncthreads();
+}
+
+// enc_int8: block 0 encodes a hot part of n rows of d values (bf16 or
+// float32) at src as codec.Int8 does into dst (kk_int8_size(n, d) bytes):
+// per row and group of 32 values the fp16 scale absmax/127, then each
+// value times the scale's inverse, rounded half to even, within -127..127.
+// Dynamic shared memory: 2*blockDim.x + 33 words (kk_seal's, then a flag).
+KK_KERNEL void __launch_bounds__(256) enc_int8(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d) {
+	KK_DYN_SHARED(float, smf);
+	kk_u32 *sm = (kk_u32 *)smf, *bad = sm + 2 * blockDim.x + 32;
+	if (threadIdx.x == 0)
+		*bad = 0;
+	__syncthreads();
+	int g = (d + 31) >> 5;
+	kk_u8 *scales = dst + kk_int8_scales_off(n, d), *codes = dst + kk_int8_codes_off(n, d);
+	for (int k = threadIdx.x; k < n * g; k += blockDim.x) {
+		int i = k / g, c0 = (k - i * g) * 32, c1 = c0 + 32 < d ? c0 + 32 : d;
+		float m = 0.0f;
+		bool finite = true;
+		for (int c = c0; c < c1; c++) {
+			float a = __builtin_fabsf(kk_hot_value(src, bf16, (long long)i * d + c));
+			finite = finite && a <= 3.40282347e38f;
+			m = a > m ? a : m;
+		}
+		kk_u16 h = kk_f16_bits(m / 127.0f);
+		if (!finite || !(m / 127.0f <= 65504.0f))
+			atomicAdd((int *)bad, 1);
+		kk_put_u16(scales + 2 * k, h);
+		float s = kk_f16(h), inv = 1.0f / s;
+		for (int c = c0; c < c1; c++) {
+			int q = 0;
+			if (s != 0.0f) {
+				float v = __builtin_rintf(kk_hot_value(src, bf16, (long long)i * d + c) * inv);
+				q = v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v;
+			}
+			codes[(long long)i * d + c] = (kk_u8)(kk_i8)q;
+		}
+	}
+	__syncthreads();
+	if (threadIdx.x == 0)
+		kk_header(dst, KK_FORMAT_INT8, 8, n, d, 32, *bad == 0);
+	kk_seal(dst, kk_int8_size(n, d), sm);
+}
+
+// kk_quantize returns the number of the k bounds below x, by binary
+// search, as codec's quantizeBounds.
+KK_DEVICE int kk_quantize(const float *bounds, int k, float x) {
+	int lo = 0, hi = k;
+	while (lo < hi) {
+		int mid = (lo + hi) >> 1;
+		if (x > bounds[mid])
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+// enc_pc: block 0 encodes a hot part of n rows of d values (bf16 or
+// float32) at src as codec.KakeyaPC.Encode does (fixed-rate format
+// kakeya_pc) into dst, with the codec's pcParams prm (launch.go) and y, n
+// x M floats of device scratch: y = B(x - mu) for the M stored components
+// (each thread a row and component, summed in increasing column order:
+// the host sums in its SIMD kernel's order, so y differs by float
+// rounding); each component's block mean (summed in float64 in row order,
+// rounded to fp16); for each coded component the scale among its RMS
+// times the scale steps of least squared error (the first of equal ones),
+// and each row's code of its quantizer. The codes are gathered in shared
+// memory (each added at its bit, CodeBit's, by an atomic add: the bits of
+// two codes never overlap) and copied out, then the block is sealed.
+// Dynamic shared memory: M + C + ceil(codes/4) words, then kk_seal's
+// 2*blockDim.x + 32 and a flag.
+KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n,
+                                             int d, const float *__restrict__ prm, float *__restrict__ y) {
+	KK_DYN_SHARED(float, smp);
+	const int *pi = (const int *)prm;
+	int M = pi[0], C = pi[1], rb = pi[5], param = pi[7] & 0xff, cbytes = pi[7] >> 8;
+	const int *info = pi + 8;
+	const float *levels = prm + 8 + 4 * M, *bounds = levels + KK_PC_LEVELS, *steps = bounds + KK_PC_LEVELS;
+	const float *mu = steps + KK_PC_STEPS, *basis = mu + d;
+	long long codesLen = kk_kakeya_pc_codes_len(n, d, M, C, cbytes);
+	int words = (int)((codesLen + 3) >> 2);
+	float *means = smp, *scales = smp + M;
+	kk_u32 *stage = (kk_u32 *)(scales + C), *seal = stage + words, *bad = seal + 2 * blockDim.x + 32;
+	for (int i = threadIdx.x; i < words; i += blockDim.x)
+		stage[i] = 0;
+	if (threadIdx.x == 0)
+		*bad = 0;
+	__syncthreads();
+	// The input's check: finite, and small enough for fp16 means and
+	// scales (|y_j| <= sqrt(d) max|x| + ||mu||; a scale is at most 1.6
+	// times a component's RMS).
+	float am = 0.0f;
+	for (int i = threadIdx.x; i < n * d; i += blockDim.x) {
+		float a = __builtin_fabsf(kk_hot_value(src, bf16, i));
+		if (!(a <= 3.40282347e38f))
+			a = __builtin_inff();
+		am = a > am ? a : am;
+	}
+	if (2.0f * (am * __builtin_sqrtf((float)d) + kk_bits_f32((kk_u32)pi[6])) > 65504.0f)
+		atomicAdd((int *)bad, 1);
+	// y = B(x - mu), row-major n x M.
+	for (int i = threadIdx.x; i < n * M; i += blockDim.x) {
+		int r = i / M, k = i - r * M;
+		const float *bk = basis + (long long)k * d;
+		float s = 0.0f;
+		for (int a = 0; a < d; a++)
+			s += bk[a] * (kk_hot_value(src, bf16, (long long)r * d + a) - mu[a]);
+		y[i] = s;
+	}
+	__syncthreads();
+	kk_u8 *mb = dst + kk_kakeya_pc_means_off(n, d, M, C, cbytes), *sb = dst + kk_kakeya_pc_scales_off(n, d, M, C, cbytes);
+	for (int k = threadIdx.x; k < M; k += blockDim.x) {
+		double s = 0.0;
+		for (int r = 0; r < n; r++)
+			s += (double)y[r * M + k];
+		kk_u16 h = kk_f16_bits((float)(s / (double)n));
+		means[k] = kk_f16(h);
+		kk_put_u16(mb + 2 * k, h);
+	}
+	__syncthreads();
+	for (int k = threadIdx.x; k < M; k += blockDim.x) {
+		int w = info[4 * k];
+		if (w == 0)
+			continue;
+		int t = info[4 * k + 3];
+		long long base = info[4 * k + 1], stride = info[4 * k + 2];
+		const float *lv = levels + (1 << w) - 2, *bd = bounds + (1 << w) - 2;
+		int nb = (1 << w) - 1;
+		float m = means[k];
+		double ss = 0.0;
+		for (int r = 0; r < n; r++) {
+			double v = (double)(y[r * M + k] - m);
+			ss += v * v;
+		}
+		float rms = (float)__builtin_sqrt(ss / (double)n);
+		float best = 0.0f;
+		double bestErr = __builtin_inf();
+		for (int f = 0; f < KK_PC_STEPS && steps[f] > 0.0f; f++) {
+			float s = kk_round_f16(rms * steps[f]);
+			if (!(s > 0.0f))
+				break;
+			float inv = 1.0f / s;
+			double e = 0.0;
+			for (int r = 0; r < n; r++) {
+				float v = y[r * M + k] - m;
+				float q = lv[kk_quantize(bd, nb, v * inv)] * s;
+				double dq = (double)(v - q);
+				e += dq * dq;
+			}
+			if (e < bestErr) {
+				best = s;
+				bestErr = e;
+			}
+		}
+		kk_put_u16(sb + 2 * t, kk_f16_bits(best));
+		float inv = 1.0f / best;
+		for (int r = 0; r < n; r++) {
+			int code = best == 0.0f ? (1 << w) / 2 : kk_quantize(bd, nb, (y[r * M + k] - m) * inv);
+			long long bit = base + r * stride;
+			kk_u32 v = (kk_u32)code << (bit & 31);
+			atomicAdd((int *)&stage[bit >> 5], (int)v);
+			if ((bit & 31) + w > 32)
+				atomicAdd((int *)&stage[(bit >> 5) + 1], (int)((kk_u32)code >> (32 - (bit & 31))));
+		}
+	}
+	__syncthreads();
+	kk_u8 *cb = dst + kk_kakeya_pc_codes_off(n, d, M, C, cbytes);
+	for (long long i = threadIdx.x; i < codesLen; i += blockDim.x)
+		cb[i] = (kk_u8)(stage[i >> 2] >> (8 * (i & 3)));
+	if (threadIdx.x == 0) {
+		kk_header(dst, KK_FORMAT_KAKEYA_PC, param, n, d, pi[4], *bad == 0);
+		kk_put_u16(dst + 16, (kk_u32)M);
+		kk_put_u16(dst + 18, (kk_u32)C);
+		kk_put_u16(dst + 20, (kk_u32)rb);
+	}
+	kk_seal(dst, kk_kakeya_pc_size(n, d, M, C, cbytes), seal);
+}
