@@ -276,7 +276,9 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
                              const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
                              const float *__restrict__ sin, int rows, int per, int splits,
                              const float *__restrict__ kprm, const float *__restrict__ vprm,
-                             const kk_u64 *__restrict__ ltab) {
+                             const kk_u64 *__restrict__ ltab, const int *__restrict__ startp) {
+	if (startp)
+		start = *startp; // a decode step's position, from the backend's step parameters
 	KK_DYN_SHARED(float, sm);
 	float *qs = sm;                           // rows x d: the queries, scaled
 	int P = 1; // NextPow2(d): a Kakeya row's rotated width
@@ -468,18 +470,19 @@ KK_KERNEL void __launch_bounds__(256)
                int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
                const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos,
                const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,
-               const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab) {
+               const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab, const int *__restrict__ startp) {
 	kk_attn_split<false>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks, cos, sin,
-	                     rows, per, splits, kprm, vprm, ltab);
+	                     rows, per, splits, kprm, vprm, ltab, startp);
 }
 KK_KERNEL void __launch_bounds__(256)
     attn_split_pre(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch, int n, int start,
                    int heads, int kv_heads, int d, int window, int bs, const kk_u64 *__restrict__ ktab,
                    const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks,
                    const float *__restrict__ cos, const float *__restrict__ sin, int rows, int per, int splits,
-                   const float *__restrict__ kprm, const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab) {
+                   const float *__restrict__ kprm, const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab,
+                   const int *__restrict__ startp) {
 	kk_attn_split<true>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks, cos, sin,
-	                    rows, per, splits, kprm, vprm, ltab);
+	                    rows, per, splits, kprm, vprm, ltab, startp);
 }
 
 // attn_combine: block R merges the splits' states of query-head row R:

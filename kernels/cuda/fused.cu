@@ -126,11 +126,22 @@ KK_DEVICE float kk_unit_sum(float (*part)[2][KK_MAXN], int w0, int wpr, int k, i
 // (fmt 0) or bf16 (fmt 1, rounded as kv_write rounds). A unit is a pair of
 // rows (j, j + d/2) of one head, so that the rotation's two values meet in
 // one thread: heads*d/2 units of q, then kv_heads*d/2 of k and of v.
+//
+// When step is set, tab, row and start are read from it instead (a slot of
+// the backend's step parameters: tab's address, then row and start as
+// int32), so that a decode step's launch is the same from one position to
+// the next and a captured graph replays it.
 template <int DT>
 KK_DEVICE void kk_norm_qkv(float *q, float *k, float *v, const float *x, const float *g, float eps, const void *wq,
                            const void *wk, const void *wv, const float *bq, const float *bk, const float *bv, int n,
                            int heads, int kv_heads, int d, int cols, int start, const int *pos, const float *cos,
-                           const float *sin, const kk_u64 *tab, int row, int fmt, int chunk, int wpr) {
+                           const float *sin, const kk_u64 *tab, int row, int fmt, int chunk, int wpr,
+                           const kk_u64 *step) {
+	if (step) {
+		tab = (const kk_u64 *)step[0];
+		row = ((const int *)step)[2];
+		start = ((const int *)step)[3];
+	}
 	KK_DYN_SHARED(float, xs);
 	__shared__ float red[32];
 	__shared__ float part[8][2][KK_MAXN];
@@ -270,9 +281,9 @@ KK_DEVICE void kk_norm_matvec(float *out, const float *x, const float *g, float 
 	    norm_qkv_##sfx(float *q, float *k, float *v, const float *x, const float *g, float eps, const T *wq,          \
 	                   const T *wk, const T *wv, const float *bq, const float *bk, const float *bv, int n, int heads,    \
 	                   int kv_heads, int d, int cols, int start, const int *pos, const float *cos, const float *sin,     \
-	                   const kk_u64 *tab, int row, int fmt, int chunk, int wpr) {                                       \
+	                   const kk_u64 *tab, int row, int fmt, int chunk, int wpr, const kk_u64 *step) {                   \
 		kk_norm_qkv<DT>(q, k, v, x, g, eps, wq, wk, wv, bq, bk, bv, n, heads, kv_heads, d, cols, start, pos, cos, sin,\
-		                tab, row, fmt, chunk, wpr);                                                                    \
+		                tab, row, fmt, chunk, wpr, step);                                                              \
 	}                                                                                                                \
 	KK_KERNEL void __launch_bounds__(256)                                                                            \
 	    norm_swiglu_##sfx(float *out, const float *x, const float *g, float eps, const T *wg, const T *wu,            \
