@@ -102,6 +102,10 @@ type Backend struct {
 	idsDev Ptr     // and on the device
 	idsCap int     // ids idsDev holds
 
+	picks   []int32 // ArgMax's results on the host
+	pickDev Ptr     // and on the device
+	pickCap int     // rows pickDev holds
+
 	posHost []int32 // NormQKV's last positions of several sequences' rows
 	posDev  Ptr     // and on the device
 	posCap  int     // positions posDev holds

@@ -474,6 +474,16 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 	return b, true
 }
 
+// argMaxLaunch sets out (2*rows int32) to each row's arg max and the
+// index of its first non-finite value, x being rows rows of cols float32.
+// Kernel: argmax(int *out, const float *x, int cols).
+func argMaxLaunch(out, x Ptr, rows, cols int) Launch {
+	positive("argmax", rows, cols)
+	int32Of("argmax input", rows*cols)
+	p := new(args).ptr(out).ptr(x).i32("cols", cols)
+	return Launch{Kernel: "argmax", Grid: Dim3{u32("argmax rows", rows), 1, 1}, Block: Dim3{256, 1, 1}, Args: p.b, Params: p.offs}
+}
+
 // attnArgs are one attention call over a paged KV layer.
 //
 // KTab and VTab are device arrays of uint64 part addresses indexed

@@ -851,7 +851,8 @@ func decodeAll(m *model.Model, ids []int) ([][]float32, error) {
 }
 
 // greedyRows reports whether greedy generation of up to tokens tokens
-// after each golden prompt gives the same tokens on the backend as on the
+// after each golden prompt gives the same tokens on the backend (picked on
+// its device where it can: compute.Greedy) as on the
 // CPU (float32 products), and where and by how close a call it first
 // differs.
 func greedyRows(r *reporter, step, shared string, cases []goldenCase, gpu compute.Backend, tokens int) {
@@ -867,7 +868,13 @@ func greedyRows(r *reporter, step, shared string, cases []goldenCase, gpu comput
 		for i, opts := range []model.Options{{Backend: cpuF32(r.t, 0)}, {Backend: gpu}} {
 			m, err := model.Load(dir, opts)
 			if err == nil {
-				gen[i], margins, err = greedy(m, ids, min(tokens, m.MaxContext()-len(ids)))
+				n := min(tokens, m.MaxContext()-len(ids))
+				if i == 0 {
+					gen[i], margins, err = greedy(m, ids, n)
+				} else {
+					// The device picks the tokens (compute.Greedy).
+					gen[i], err = greedyPicked(m, ids, n)
+				}
 				m.Close()
 			}
 			if err != nil {
@@ -920,6 +927,34 @@ func greedy(m *model.Model, prompt []int, n int) (toks []int, margins []float32,
 		l, err = s.Forward([]int{best}, false)
 	}
 	return toks, margins, err
+}
+
+// greedyPicked generates n tokens after prompt, always the most likely,
+// picked by the model's backend on its device where it can
+// (model.BatchItem.Greedy): only the token ids cross back to the host.
+func greedyPicked(m *model.Model, prompt []int, n int) ([]int, error) {
+	s, err := m.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	bt, err := m.NewBatch(len(prompt))
+	if err != nil {
+		return nil, err
+	}
+	items := []model.BatchItem{{Seq: s, IDs: prompt, Greedy: true}}
+	var toks []int
+	for range n {
+		if err := bt.Forward(items); err != nil {
+			return nil, err
+		}
+		if it := items[0]; it.NonFinite >= 0 {
+			return nil, fmt.Errorf("non-finite logit at token id %d after %d tokens", it.NonFinite, len(toks))
+		}
+		toks = append(toks, items[0].Token)
+		items[0].IDs = toks[len(toks)-1:]
+	}
+	return toks, nil
 }
 
 // decodeBytes returns the bytes of weights a decode step reads once each:
