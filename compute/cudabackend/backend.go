@@ -102,6 +102,8 @@ type Backend struct {
 	idsDev Ptr     // and on the device
 	idsCap int     // ids idsDev holds
 
+	qkCnt Ptr // norm_qkv's block counter for per-head norms (an int32 at zero)
+
 	picks   []int32 // ArgMax's results on the host
 	pickDev Ptr     // and on the device
 	pickCap int     // rows pickDev holds
