@@ -479,6 +479,9 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 		// overwrite them.
 		b.flush()
 	}
+	if b.err != nil {
+		return
+	}
 	if dynamic {
 		b.fail(b.launch([]Launch{l}, false))
 		return

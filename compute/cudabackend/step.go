@@ -16,7 +16,10 @@ package cudabackend
 // class; a new class is a new run, captured once: a handful of captures
 // over a sequence's life, counted by GraphStats and Launches.
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // Step parameter slots: a slot is the part table's address (uint64),
 // then the cache row and the position (int32 each). A step uses a slot
@@ -37,9 +40,9 @@ type stepParams struct {
 }
 
 // stepSlot writes tab, row and start to the next slot and returns its
-// device address, or 0 when the step parameters are off or full, or
-// their memory cannot be had (recorded): the caller then passes the
-// values as arguments. Called with mu held.
+// device address, or 0 when the step parameters are off or full, or their
+// memory cannot be had (a failure recorded for Err): the caller then
+// passes the values as arguments. Called with mu held.
 func (b *Backend) stepSlot(tab Ptr, row, start int) Ptr {
 	s := &b.step
 	if b.noStep || s.n >= maxStepSlots || b.err != nil {
@@ -48,7 +51,8 @@ func (b *Backend) stepSlot(tab Ptr, row, start int) Ptr {
 	if s.dev == 0 {
 		p, err := b.allocRaw(maxStepSlots * stepSlotBytes)
 		if err != nil {
-			return 0 // an allocation failure is recorded by the caller's next device call
+			b.fail(fmt.Errorf("cuda: step parameters: %w", err))
+			return 0
 		}
 		s.dev = p
 		s.host = make([]byte, maxStepSlots*stepSlotBytes)

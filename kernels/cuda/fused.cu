@@ -131,7 +131,9 @@ KK_DEVICE void kk_qk_norm(float *q, float *k, int n, int heads, int kv_heads, in
 		for (int h = 0; h < heads + kv_heads; h++) {
 			bool isq = h < heads;
 			int kh = h - heads;
-			float *x = isq ? q + ((long long)j * heads + h) * d : k + ((long long)j * kv_heads + kh) * d;
+			// Volatile: other blocks wrote the head, and this SM's L1 is
+			// not coherent with their writes.
+			volatile float *x = isq ? q + ((long long)j * heads + h) * d : k + ((long long)j * kv_heads + kh) * d;
 			const float *w = isq ? qn : kn;
 			float ss = 0.0f;
 			for (int c = threadIdx.x; c < d; c += blockDim.x)
