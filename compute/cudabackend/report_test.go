@@ -1086,8 +1086,8 @@ func (tp *throughput) cell(m *model.Model, pol kvcache.Policy, block, ctx int, w
 // runs it, without the decode fusions, and without graphs, a backend
 // opened for each, with the decode speed each gives.
 func launchRows(r *reporter, step string, open func(Options) *Backend, shape string, spec testmodel.Spec, dir string, ctx, steps, block int) {
-	for _, opts := range []Options{{}, {NoFusion: true}, {NoGraphs: true}} {
-		label := fmt.Sprintf("%s ctx %d graphs %v fused %v", shape, ctx, !opts.NoGraphs, !opts.NoFusion)
+	for _, opts := range []Options{{}, {NoStepGraph: true}, {NoFusion: true}, {NoGraphs: true}} {
+		label := fmt.Sprintf("%s ctx %d graphs %v fused %v step graph %v", shape, ctx, !opts.NoGraphs, !opts.NoFusion, !opts.NoStepGraph)
 		if r.left() <= 0 {
 			r.row(step, label, statusSkip, "out of the time budget", nil)
 			continue
@@ -1113,7 +1113,7 @@ func launchRows(r *reporter, step string, open func(Options) *Backend, shape str
 			r.row(step, label, statusFail, err.Error(), nil)
 			continue
 		}
-		row["shape"], row["ctx"], row["graphs"], row["fused"] = shape, ctx, !opts.NoGraphs, !opts.NoFusion
+		row["shape"], row["ctx"], row["graphs"], row["fused"], row["step_graph"] = shape, ctx, !opts.NoGraphs, !opts.NoFusion, !opts.NoStepGraph
 		r.row(step, label, statusPass, fmt.Sprintf("per decode step %.1f launch calls (%.1f kernels + %.1f graphs), %.1f kernels run, %.1f waits; decode %.1f tok/s",
 			row["launch_calls"], row["kernel_launches"], row["graph_launches"], row["kernels_run"], row["waits"], row["decode_tps"]), row)
 	}
@@ -1165,8 +1165,8 @@ func TestReportFake(t *testing.T) {
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
 	// rows, 3 fused rows; 2 golden rows, 1 greedy row, 1 throughput row,
-	// 3 launch rows and the device.
-	if len(r.rows) != 1+16+3+2+1+1+3 {
+	// 4 launch rows and the device.
+	if len(r.rows) != 1+16+3+2+1+1+4 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {
