@@ -1216,7 +1216,7 @@ func TestReportBudget(t *testing.T) {
 	(&throughput{r: r, step: "throughput", b: gpu, shape: "qwen2-tiny", spec: testmodel.Qwen2Tiny, dir: dir,
 		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
-	if len(r.rows) != 15+3+4+3 {
+	if len(r.rows) != 15+3+4+4 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {
