@@ -307,6 +307,30 @@ func (g *generation) next(logits []float32, history []int) (int, bool, error) {
 	return id, g.eos[id], nil
 }
 
+// greedy reports whether the generation takes the device's greedy
+// tokens (scheduler.Request.Pick): at temperature 0, with no repetition
+// penalty and no log-probabilities to measure (those need the logits),
+// on a backend that picks on its device, so that only the token ids cross
+// back to the host. Elsewhere the sampler's arg max picks the same tokens
+// from the logits.
+func (g *generation) greedy() bool {
+	return g.sampler.opt.Temperature == 0 && !g.sampler.penalizes() && g.lp == nil && g.e.model.DeviceGreedy()
+}
+
+// pick is the scheduler's Request.Pick for a greedy generation: the token
+// the device picked, which ends the generation if it is an
+// end-of-sequence token. Non-finite logits fail it, as next's check does.
+func (g *generation) pick(id, nonFinite int, history []int) (bool, error) {
+	if nonFinite >= 0 {
+		when := "after the prompt"
+		if n := len(history) - len(g.ids); n > 0 {
+			when = fmt.Sprintf("after the prompt and %d generated tokens", n)
+		}
+		return false, fmt.Errorf("kakeya: non-finite logits %s (at token id %d): do the weights in %s hold NaN or Inf?", when, nonFinite, g.e.dir)
+	}
+	return g.eos[id], nil
+}
+
 // run submits the generation to the engine's scheduler and passes its
 // tokens' text on as they come, until a stop. Once it was submitted, an
 // error comes with the partial Result.
@@ -314,6 +338,9 @@ func (g *generation) run(ctx context.Context) (*Result, error) {
 	req := scheduler.Request{Prompt: g.ids, MaxNew: g.maxNew, Next: g.next}
 	if g.lp != nil {
 		req.Payload = g.lp.payload
+	}
+	if g.greedy() {
+		req.Pick = g.pick
 	}
 	h, err := g.e.sched.Submit(ctx, req)
 	if err != nil {

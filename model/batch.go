@@ -18,8 +18,20 @@ type BatchItem struct {
 	All bool
 	// Logits is set by Batch.Forward: the last position's vocab_size
 	// logits, or len(IDs) rows of them if All. It lives in the Batch and
-	// is overwritten by its next Forward.
+	// is overwritten by its next Forward. It is nil for a Greedy item
+	// whose token was picked on the device.
 	Logits []float32
+	// Greedy asks for the last position's greedy token (not with All):
+	// Forward sets Token and NonFinite. Where every item of the step is
+	// Greedy and the model picks on its device (Model.DeviceGreedy), only
+	// the token ids cross back to the host; otherwise the logits are read
+	// back and the arg max taken on the host, with the same result.
+	Greedy bool
+	// Token is the index of the largest logit (NaN skipped, the first of
+	// equal ones; -1 when every logit is NaN), and NonFinite the index of
+	// the first NaN or ±Inf logit, -1 if none: set by Forward for a Greedy
+	// item.
+	Token, NonFinite int
 }
 
 // A Batch runs forward steps over several sequences at once: every matrix
@@ -36,6 +48,8 @@ type Batch struct {
 	sc      scratch
 	passes  []pass
 	logits  []float32 // every item's logits, on the host
+	picks   []int     // Greedy items' tokens picked on the device
+	bad     []int     // and where their first non-finite logits are
 }
 
 // NewBatch returns a Batch whose steps hold at most maxRows tokens in
@@ -90,7 +104,21 @@ func (bt *Batch) Forward(items []BatchItem) error {
 		}
 		bt.passes = append(bt.passes, p)
 	}
+	// Every item greedy on a backend that picks on its device: the step
+	// reads back token ids rather than logits.
+	device := m.greedy != nil
+	for i := range items {
+		device = device && items[i].Greedy
+	}
+	bt.sc.picks, bt.sc.bad = nil, nil
+	if device {
+		if len(bt.picks) < want {
+			bt.picks, bt.bad = make([]int, want), make([]int, want)
+		}
+		bt.sc.picks, bt.sc.bad = bt.picks[:want], bt.bad[:want]
+	}
 	failed, err := m.step(&bt.sc, bt.passes, bt.logits[:want*vocab])
+	bt.sc.picks, bt.sc.bad = nil, nil
 	if err == nil {
 		err = m.backendErr()
 	}
@@ -113,11 +141,43 @@ func (bt *Batch) Forward(items []BatchItem) error {
 	}
 	off := 0
 	for i := range items {
+		it := &items[i]
 		w := bt.passes[i].wanted() * vocab
-		items[i].Logits = bt.logits[off : off+w : off+w]
+		switch {
+		case device:
+			it.Logits, it.Token, it.NonFinite = nil, bt.picks[i], bt.bad[i]
+		case it.Greedy:
+			it.Logits = bt.logits[off : off+w : off+w]
+			it.Token, it.NonFinite = argMax(it.Logits), firstNonFinite(it.Logits)
+		default:
+			it.Logits = bt.logits[off : off+w : off+w]
+		}
 		off += w
 	}
 	return nil
+}
+
+// argMax returns the index of the largest value of x, NaN skipped, the
+// first of equal ones; -1 when every value is NaN: what compute.Greedy
+// picks on a device.
+func argMax(x []float32) int {
+	best := -1
+	for i, v := range x {
+		if v == v && (best < 0 || v > x[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// firstNonFinite returns the index of x's first NaN or ±Inf, -1 if none.
+func firstNonFinite(x []float32) int {
+	for i, v := range x {
+		if v-v != 0 { // 0 for every finite v, NaN for NaN and ±Inf
+			return i
+		}
+	}
+	return -1
 }
 
 // check validates items, returning the step's tokens and the rows of
@@ -140,6 +200,8 @@ func (bt *Batch) check(items []BatchItem) (rows, want int, err error) {
 			return 0, 0, fmt.Errorf("model: batch item %d: %w", i, s.err)
 		case len(it.IDs) == 0:
 			return 0, 0, fmt.Errorf("model: batch item %d: no token ids", i)
+		case it.Greedy && it.All:
+			return 0, 0, fmt.Errorf("model: batch item %d: Greedy picks the last position's token; All asks for every position's logits", i)
 		case s.Len()+len(it.IDs) > m.maxCtx:
 			return 0, 0, fmt.Errorf("model: batch item %d: %w", i, &ContextError{Tokens: s.Len() + len(it.IDs), Context: m.maxCtx, Limit: m.ContextLimit()})
 		}

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -298,6 +299,7 @@ func TestBatchBadItems(t *testing.T) {
 		{"id out of range", []BatchItem{{Seq: b, IDs: []int{1, vocab}}}, fmt.Sprintf("batch item 0: token id %d at index 1 is out of range [0, %d)", vocab, vocab)},
 		{"negative id", []BatchItem{{Seq: b, IDs: []int{-1}}}, "batch item 0: token id -1 at index 0 is out of range"},
 		{"over the batch", []BatchItem{{Seq: b, IDs: testIDs(17, vocab)}}, "batch step of 17 tokens exceeds the batch's 16"},
+		{"greedy with all", []BatchItem{{Seq: b, IDs: []int{1}, Greedy: true, All: true}}, "batch item 0: Greedy picks the last position's token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := bt.Forward(tc.items)
@@ -408,5 +410,55 @@ func TestBatchAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("batched decode step of %d sequences allocates %v times, want 0", len(items), allocs)
+	}
+}
+
+// A Greedy item on a backend that does not pick on its device gets its
+// logits and, from them, the token its arg max picks: NaN skipped, the
+// first of equal values, and where the first non-finite value is.
+func TestBatchGreedyOnHost(t *testing.T) {
+	m := load(t, tinyModels(t)["qwen2"], Options{Backend: cpuBackend(t, 1, ""), MaxContext: 32})
+	if m.DeviceGreedy() {
+		t.Fatal("the CPU backend picks on a device")
+	}
+	bt, err := m.NewBatch(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	items := []BatchItem{{Seq: s, IDs: testIDs(5, 64), Greedy: true}}
+	for range 4 {
+		if err := bt.Forward(items); err != nil {
+			t.Fatal(err)
+		}
+		it := items[0]
+		best := 0
+		for i, v := range it.Logits {
+			if v > it.Logits[best] {
+				best = i
+			}
+		}
+		if it.Token != best || it.NonFinite != -1 {
+			t.Fatalf("token %d, first non-finite %d; want %d, -1", it.Token, it.NonFinite, best)
+		}
+		items[0].IDs = []int{best}
+	}
+	for _, tc := range []struct {
+		x          []float32
+		best, nonf int
+	}{
+		{[]float32{1, 3, 3, 2}, 1, -1},
+		{[]float32{float32(math.NaN()), 1, 1}, 1, 0},
+		{[]float32{float32(math.NaN()), float32(math.NaN())}, -1, 0},
+		{[]float32{float32(math.Inf(-1)), 0, float32(math.Inf(1))}, 2, 0},
+		{[]float32{float32(math.Inf(-1)), float32(math.Inf(-1))}, 0, 0},
+	} {
+		if got, nonf := argMax(tc.x), firstNonFinite(tc.x); got != tc.best || nonf != tc.nonf {
+			t.Errorf("%v: argMax %d, firstNonFinite %d; want %d, %d", tc.x, got, nonf, tc.best, tc.nonf)
+		}
 	}
 }

@@ -45,7 +45,11 @@ type scratch struct {
 	logits                   compute.Buffer // logitRows rows of vocab_size at most
 	ids                      []int          // the step's ids, so no caller's slice escapes to the backend
 	pos                      []int          // the step's rows' positions, for Fused.NormQKV
-	obsQ, obsK               []float32      // q and k on the host for Options.Observe
+	// picks, when set, asks the step for the arg max of every wanted row
+	// on the device (compute.Greedy) rather than its logits; bad gets
+	// where each row's first non-finite logit is.
+	picks, bad []int
+	obsQ, obsK []float32 // q and k on the host for Options.Observe
 }
 
 // grow makes sc hold steps of n tokens.
@@ -90,7 +94,8 @@ func (sc *scratch) growLogits(m *Model, rows int) {
 // room for), the way llama2.c's forward() does for one token: every matrix
 // product once over all the rows (a weight is read once per step),
 // attention per sequence over its own cache. The logits asked for are
-// written to dst, pass after pass, vocab_size values per row.
+// written to dst, pass after pass, vocab_size values per row (or, when
+// sc.picks is set, their arg max to sc.picks and sc.bad).
 //
 // On failure it returns the index of the pass whose sequence failed (-1
 // when no one sequence did) and the error; every sequence of the step may
@@ -207,7 +212,7 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		rows := min(logitRows, want-r)
 		out := sc.logits.Slice(0, rows*vocab)
 		b.MatMul(out, xn.Slice(r*h, (r+rows)*h), rows, m.lmHead)
-		b.Read(dst[r*vocab:(r+rows)*vocab], out)
+		m.readLogits(sc, dst[r*vocab:(r+rows)*vocab], out, r, rows)
 	}
 	return -1, nil
 }
@@ -264,8 +269,19 @@ func (m *Model) fusedLogits(sc *scratch, passes []pass, x compute.Buffer, dst []
 	if !m.fused.NormMatMul(out, x.Slice(lo*h, (lo+want)*h), m.norm, m.eps, want, m.lmHead) {
 		return false
 	}
-	m.b.Read(dst[:want*vocab], out)
+	m.readLogits(sc, dst[:want*vocab], out, 0, want)
 	return true
+}
+
+// readLogits reads rows rows of logits from out, the wanted rows r..:
+// their values into dst, or, when the step asks for picks, their arg
+// max picked on the device.
+func (m *Model) readLogits(sc *scratch, dst []float32, out compute.Buffer, r, rows int) {
+	if sc.picks != nil {
+		m.greedy.ArgMax(sc.picks[r:r+rows], sc.bad[r:r+rows], out, m.cfg.VocabSize)
+		return
+	}
+	m.b.Read(dst, out)
 }
 
 // matMulAdd adds x times w transposed, plus bias when the layer has one,

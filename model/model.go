@@ -79,6 +79,8 @@ type Model struct {
 	cos, sin compute.Buffer // RoPE angles, HeadDim/2 per position
 
 	fused compute.Fused // the backend's fused steps, nil if it has none
+	// greedy picks greedy tokens on the device, nil if the backend cannot
+	greedy compute.Greedy
 }
 
 // layer holds one decoder layer's weights on the backend; a bias or norm
@@ -401,6 +403,7 @@ func (m *Model) loadTensors() error {
 // (compute.Fused); the forward pass hands them over by pointer, so a step
 // allocates nothing.
 func (m *Model) fuse() {
+	m.greedy, _ = m.b.(compute.Greedy)
 	f, ok := m.b.(compute.Fused)
 	if !ok {
 		return
@@ -437,6 +440,11 @@ func (m *Model) prepare(mats []namedWeight) {
 		}
 	}
 }
+
+// DeviceGreedy reports whether the model's backend picks greedy tokens on
+// its device (compute.Greedy), so that a Greedy BatchItem reads back its
+// token id rather than its logits.
+func (m *Model) DeviceGreedy() bool { return m.greedy != nil }
 
 // Config returns the model's configuration. It must not be modified.
 func (m *Model) Config() *weights.Config { return m.cfg }

@@ -89,6 +89,13 @@ type Request struct {
 	// token ends the request without being part of its output (an
 	// end-of-sequence token); an error fails the request.
 	Next func(logits []float32, history []int) (id int, end bool, err error)
+	// Pick, when set, replaces Next (which may then be nil) for a request
+	// that always takes the most likely token: its steps ask the model for the greedy token
+	// (model.BatchItem.Greedy), which a backend that picks on its device
+	// hands back without the logits. id is the token, nonFinite the index
+	// of the first NaN or ±Inf logit (-1 if none); end and err are as
+	// Next's.
+	Pick func(id, nonFinite int, history []int) (end bool, err error)
 	// Payload, if set, is called on the Scheduler's goroutine right after
 	// each call of Next that picked a token the request keeps (neither an
 	// end nor an error), with that token; what it returns travels with
@@ -293,8 +300,8 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 		return nil, errors.New("scheduler: request with an empty prompt")
 	case r.MaxNew < 1:
 		return nil, fmt.Errorf("scheduler: request to generate %d tokens, want >= 1", r.MaxNew)
-	case r.Next == nil:
-		return nil, errors.New("scheduler: request without a Next function")
+	case r.Next == nil && r.Pick == nil:
+		return nil, errors.New("scheduler: request without a Next or Pick function")
 	case len(r.Prompt) >= s.maxToks:
 		if s.maxToks < s.m.MaxContext() {
 			return nil, fmt.Errorf("scheduler: a prompt of %d tokens and one generated token need %d bytes of KV cache; the KV memory is %d bytes (it holds %d tokens)",
@@ -621,7 +628,7 @@ func (s *Scheduler) plan() bool {
 		if !s.claim(h, h.seq.Len()+n) {
 			return false
 		}
-		s.items = append(s.items, model.BatchItem{Seq: h.seq, IDs: h.history[h.seq.Len() : h.seq.Len()+n]})
+		s.items = append(s.items, model.BatchItem{Seq: h.seq, IDs: h.history[h.seq.Len() : h.seq.Len()+n], Greedy: h.req.Pick != nil})
 		s.owners = append(s.owners, h)
 		budget -= n
 		return true
@@ -702,7 +709,15 @@ func (s *Scheduler) step() {
 		if h.seq.Len() < len(h.history) {
 			continue // a prompt chunk with more to come
 		}
-		id, end, err := h.req.Next(s.items[i].Logits, h.history)
+		var id int
+		var end bool
+		var err error
+		if it := &s.items[i]; it.Greedy {
+			id = it.Token
+			end, err = h.req.Pick(id, it.NonFinite, h.history)
+		} else {
+			id, end, err = h.req.Next(it.Logits, h.history)
+		}
 		switch {
 		case err != nil:
 			s.remove(h, "", err)

@@ -24,8 +24,10 @@ import (
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/cli"
+	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
@@ -45,6 +47,9 @@ cache with every layer compressed (--boundary none, unless given),
 64-token blocks (--block-size) and a hot window of one block. kakeya
 alone is the kakeya preset (kakeya-pc at its rate, a 32-token hot window),
 which, like any kakeya-pc or kvtc cache, needs a calibration (--calib).
+Per row, the operations a decode step asks of the device (ops/step: kernel
+launches on CUDA, counted inside replayed graphs too; the seam's operations
+on the CPU) and, on CUDA, the host's calls into the driver per step.
 
 With --concurrency, the serving mode instead: per cache, thread count and
 client count, synthetic requests (--prompt-len, --shared-prefix, --gen)
@@ -64,6 +69,7 @@ func main() {
 // options are the parsed flags.
 type options struct {
 	model         string
+	device        string // --device: cpu, cuda or cuda:N
 	boundary      string
 	blockSize     int
 	calib         string // --calib: a calibration file for codecs that need one
@@ -81,6 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var caches, matmuls, threads, ctxs, conc string
 	kvMemory := cli.ByteSize(2 << 30)
 	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
+	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", ")+"; on a GPU --threads and --matmul do not apply (one run per cache and context)")
 	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
@@ -113,13 +120,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
 	}
 	var err error
+	if o.device != "cpu" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, f := range []string{"threads", "matmul"} {
+			if set[f] {
+				return fmt.Errorf("--%s applies to --device cpu, not %s", f, o.device)
+			}
+		}
+		// Fail before writing a checkpoint on a machine without the
+		// device; each level opens it again.
+		b, err := device.Backend(o.device)
+		if err != nil {
+			return err
+		}
+		b.Close()
+		// One level: the device's own arithmetic, no CPU threads.
+		matmuls, threads = "f32", "0"
+	}
 	if o.caches, err = parseCaches(caches, o.boundary); err != nil {
 		return err
 	}
 	if o.matmuls, err = parseMatMuls(matmuls); err != nil {
 		return err
 	}
-	if o.threads, err = parseInts("--threads", threads, 1, cpubackend.MaxThreads()); err != nil {
+	lo := 1 // threads; 0 stands for the device's level, which has none
+	if o.device != "cpu" {
+		lo = 0
+	}
+	if o.threads, err = parseInts("--threads", threads, lo, cpubackend.MaxThreads()); err != nil {
 		return err
 	}
 	if o.ctxs, err = parseInts("--ctx", ctxs, 1, 1<<20); err != nil {
@@ -179,9 +208,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return writeServe(stdout, rows, o.serve.json)
 	}
-	rows, err := measure(ctx, dir, o, stderr)
+	rows, dev, err := measure(ctx, dir, o, stderr)
 	if err != nil {
 		return err
+	}
+	if o.device != "cpu" {
+		desc += "; device " + dev
 	}
 	fmt.Fprintf(stdout, "%s; %s; kernels %s; GOMAXPROCS %d; %d decoded tokens per run, median of %d\n\n",
 		desc, runtime.GOARCH, kcpu.Features(), runtime.GOMAXPROCS(0), o.gen, o.reps)
@@ -195,22 +227,49 @@ type row struct {
 	threads, ctx    int
 	prefill, decode float64 // tokens/s, medians
 	kvMiB, kvRatio  float64 // after the last run's decode
+	// Per decode step of the last run: the operations asked of the
+	// device, and the driver calls (driver false where none are counted).
+	ops, calls float64
+	driver     bool
 }
 
-// measureLoad loads the model on a CPU backend of th threads and matmul
-// precision mm and runs its cells.
-func measureLoad(ctx context.Context, dir string, maxCtx int, mm string, th int, o options, stderr io.Writer) ([]row, error) {
+// backend opens the backend of one level: --device's, or on the CPU one
+// of th threads and matmul precision mm. done releases it.
+func (o options) backend(mm string, th int) (b compute.Backend, done func(), err error) {
+	if b, err = device.Backend(o.device); err != nil || b != nil {
+		return b, func() {
+			if b != nil {
+				b.Close()
+			}
+		}, err
+	}
 	cpu, err := cpubackend.NewMatMul(th, mm)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer cpu.Close()
-	m, err := model.Load(dir, model.Options{Backend: cpu, MaxContext: maxCtx})
+	return cpu, func() { cpu.Close() }, nil
+}
+
+// measureLoad loads the model on the backend of one level (see backend)
+// and runs its cells; it returns them and the backend's description.
+func measureLoad(ctx context.Context, dir string, maxCtx int, mm string, th int, o options, stderr io.Writer) ([]row, string, error) {
+	b, done, err := o.backend(mm, th)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	defer done()
+	desc := b.Name()
+	if d, ok := b.(compute.Describer); ok {
+		desc = d.Describe()
+	}
+	b, counts := device.Count(b) // before the model loads: see device.Count
+	m, err := model.Load(dir, model.Options{Backend: b, MaxContext: maxCtx})
+	if err != nil {
+		return nil, "", err
 	}
 	defer m.Close()
-	return measureModel(ctx, m, mm, th, o, stderr)
+	rows, err := measureModel(ctx, m, counts, mm, th, o, stderr)
+	return rows, desc, err
 }
 
 // measureServing runs every (threads, cache, concurrency) level of the
@@ -219,18 +278,18 @@ func measureServing(ctx context.Context, dir string, o options, stderr io.Writer
 	var rows []serveRow
 	for _, mm := range o.matmuls {
 		for _, th := range o.threads {
-			cpu, err := cpubackend.NewMatMul(th, mm)
+			b, done, err := o.backend(mm, th)
 			if err != nil {
 				return nil, err
 			}
-			m, err := model.Load(dir, model.Options{Backend: cpu, MaxContext: o.serve.promptLen + o.gen})
+			m, err := model.Load(dir, model.Options{Backend: b, MaxContext: o.serve.promptLen + o.gen})
 			if err != nil {
-				cpu.Close()
+				done()
 				return nil, err
 			}
 			r, err := measureServe(ctx, m, mm, th, o, stderr)
 			m.Close()
-			cpu.Close()
+			done()
 			if err != nil {
 				return nil, err
 			}
@@ -240,27 +299,31 @@ func measureServing(ctx context.Context, dir string, o options, stderr io.Writer
 	return rows, nil
 }
 
-// measure runs every (cache, threads, ctx) cell.
-func measure(ctx context.Context, dir string, o options, stderr io.Writer) ([]row, error) {
+// measure runs every (cache, threads, ctx) cell, and returns the rows and
+// the last backend's description.
+func measure(ctx context.Context, dir string, o options, stderr io.Writer) ([]row, string, error) {
 	maxCtx := slices.Max(o.ctxs) + o.gen
 	var rows []row
+	var desc string
 	for _, mm := range o.matmuls {
 		for _, th := range o.threads {
-			r, err := measureLoad(ctx, dir, maxCtx, mm, th, o, stderr)
+			r, d, err := measureLoad(ctx, dir, maxCtx, mm, th, o, stderr)
 			if err != nil {
-				return nil, err
+				return nil, "", err
 			}
-			rows = append(rows, r...)
+			rows, desc = append(rows, r...), d
 		}
 	}
 	// Group by cache, then precision, threads and context.
 	slices.SortStableFunc(rows, func(a, b row) int {
 		return slices.Index(o.caches, a.cache) - slices.Index(o.caches, b.cache)
 	})
-	return rows, nil
+	return rows, desc, nil
 }
 
-func measureModel(ctx context.Context, m *model.Model, matmul string, threads int, o options, stderr io.Writer) ([]row, error) {
+// measureModel runs the cells of one model load; counts reports what its
+// backend was asked to do (see device.Count).
+func measureModel(ctx context.Context, m *model.Model, counts func() device.Counts, matmul string, threads int, o options, stderr io.Writer) ([]row, error) {
 	var rows []row
 	vocab := m.Config().VocabSize
 	if o.warmup {
@@ -297,6 +360,7 @@ func measureModel(ctx context.Context, m *model.Model, matmul string, threads in
 					return nil, err
 				}
 				t1 := time.Now()
+				c0 := counts()
 				tok := prompt[n-1]
 				for i := range o.gen {
 					if _, err := s.Forward([]int{tok}, false); err != nil {
@@ -306,6 +370,9 @@ func measureModel(ctx context.Context, m *model.Model, matmul string, threads in
 					tok = 1 + (tok+i*7919)%(vocab-1)
 				}
 				t2 := time.Now()
+				c1 := counts()
+				r.ops, r.calls = float64(c1.Ops-c0.Ops)/float64(o.gen), float64(c1.DriverCalls-c0.DriverCalls)/float64(o.gen)
+				r.driver = c1.Driver
 				pre = append(pre, float64(n)/t1.Sub(t0).Seconds())
 				dec = append(dec, float64(o.gen)/t2.Sub(t1).Seconds())
 				if o.progress {
@@ -367,8 +434,8 @@ func sequenceOptions(cache string, o options, m *model.Model) (model.SequenceOpt
 
 // writeTable prints the rows as a Markdown table.
 func writeTable(w io.Writer, rows []row) {
-	fmt.Fprintln(w, "| cache | matmul | threads | ctx | prefill tok/s | decode tok/s | decode vs plain | KV MiB | KV ratio |")
-	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| cache | matmul | threads | ctx | prefill tok/s | decode tok/s | decode vs plain | KV MiB | KV ratio | ops/step | driver calls/step |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	type cell struct {
 		matmul       string
 		threads, ctx int
@@ -388,7 +455,14 @@ func writeTable(w io.Writer, rows []row) {
 		if r.cache != "plain" && r.kvRatio > 0 {
 			ratio = fmt.Sprintf("%.2fx", r.kvRatio)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f | %.2f | %s | %.1f | %s |\n", r.cache, r.matmul, r.threads, r.ctx, r.prefill, r.decode, rel, r.kvMiB, ratio)
+		threads, calls := "–", "–"
+		if r.threads > 0 {
+			threads = strconv.Itoa(r.threads)
+		}
+		if r.driver {
+			calls = fmt.Sprintf("%.1f", r.calls)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %.1f | %.2f | %s | %.1f | %s | %.1f | %s |\n", r.cache, r.matmul, threads, r.ctx, r.prefill, r.decode, rel, r.kvMiB, ratio, r.ops, calls)
 	}
 }
 

@@ -34,6 +34,17 @@ func TestTable(t *testing.T) {
 			t.Errorf("row %d = %q, want it to start with %q", i, lines[4+i], want)
 		}
 	}
+	// A decode step of the two-layer Qwen2 on the CPU asks 37 operations
+	// of the seam (the embedding; per layer the norm, three projections
+	// and their biases, RoPE, attention, the output projection and its
+	// residual add, the norm, gate, up, silu*up, down and its residual
+	// add; the final norm and the head), whatever the cache; no driver.
+	for l := 4; l < 12; l++ {
+		f := strings.Split(lines[l], "|")
+		if len(f) < 12 || strings.TrimSpace(f[10]) != "37.0" || strings.TrimSpace(f[11]) != "–" {
+			t.Errorf("row %q: ops/step and driver calls/step want 37.0 and –", lines[l])
+		}
+	}
 	// At ctx 80 with 64-token blocks int8 has encoded a block: a ratio is
 	// reported against the plain row of the same precision.
 	for _, l := range []int{9, 11} {
@@ -87,6 +98,9 @@ func TestFlags(t *testing.T) {
 		{[]string{"--gen", "0"}, "--gen 0 must be >= 1"},
 		{[]string{"--reps", "0"}, "--reps 0 must be >= 1"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--device", "cuda", "--threads", "2"}, "--threads applies to --device cpu, not cuda"},
+		{[]string{"--device", "cuda", "--matmul", "f32"}, "--matmul applies to --device cpu, not cuda"},
+		{[]string{"--device", "tpu"}, `--device "tpu": want one of cpu, cuda, cuda:N`},
 	} {
 		if err := run(context.Background(), tt.args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tt.err) {
 			t.Errorf("%v: err = %v, want %q", tt.args, err, tt.err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,7 @@ type serveOptions struct {
 type serveRow struct {
 	Cache       string  `json:"cache"`
 	MatMul      string  `json:"matmul"`
-	Threads     int     `json:"threads"`
+	Threads     int     `json:"threads"` // 0 on a GPU (--device)
 	Concurrency int     `json:"concurrency"`
 	Requests    int     `json:"requests"`
 	PromptLen   int     `json:"prompt_tokens"`
@@ -245,8 +246,12 @@ func writeServe(w io.Writer, rows []serveRow, asJSON bool) error {
 		if r.TTFTCached > 0 {
 			split = fmt.Sprintf("%.0f / %.0f", r.TTFTCold, r.TTFTCached)
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %.1f | %s | %.1f | %.0f | %.0f | %s | %d | %.0f%% | %d | %s |\n",
-			r.Cache, r.Threads, r.Concurrency, r.Requests, r.DecodeRate, rel, r.OutputRate, r.TTFTp50, r.TTFTp99, split,
+		threads := "–" // a GPU's level (--device)
+		if r.Threads > 0 {
+			threads = strconv.Itoa(r.Threads)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f | %s | %.1f | %.0f | %.0f | %s | %d | %.0f%% | %d | %s |\n",
+			r.Cache, threads, r.Concurrency, r.Requests, r.DecodeRate, rel, r.OutputRate, r.TTFTp50, r.TTFTp99, split,
 			r.PeakRunning, 100*r.HitRate, r.Preemptions, cli.Bytes(int64(r.PeakKVMiB*(1<<20))))
 	}
 	return nil

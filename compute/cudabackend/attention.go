@@ -57,6 +57,9 @@ type blockTable struct {
 	// neither moved, no entry can have changed.
 	gen    uint64
 	blocks int
+	// queued is the backend's epoch when a queued launch last read the
+	// table: while it is the current one, an update waits for the queue.
+	queued uint64
 }
 
 // NewAttention returns the attention of one sequence.
@@ -138,8 +141,26 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 		a.mem.ps = append(a.mem.ps, sp)
 	}
 	args.Scratch = a.scratch
+	// A decode step's attention reads its position from the step
+	// parameters and joins the queue (see step.go); prefill's, or one
+	// without a slot, is launched on its own.
+	if n <= maxMatVecRows {
+		// What must go first goes now: a slot is taken just before its
+		// launch joins the queue, with no flush between (a flush starts
+		// the next step's slots).
+		if b.holding {
+			b.resolveHeld()
+		}
+		if len(b.writes) > 0 {
+			b.flush()
+		}
+		if slot := b.stepSlot(0, 0, start); slot != 0 {
+			args.Step = stepStart(slot)
+			t.queued = b.epoch
+		}
+	}
 	for _, l := range attentionLaunches(args) {
-		b.enqueue(l, true)
+		b.enqueue(l, args.Step == 0)
 	}
 	return b.err
 }
@@ -217,7 +238,9 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	if lo >= hi {
 		return t, nil
 	}
-	b.flush()
+	if t.queued == b.epoch && len(b.queue) > 0 {
+		b.flush() // a queued launch reads the entries as they are
+	}
 	for _, c := range []struct {
 		off int
 		src []byte

@@ -38,6 +38,11 @@ type Options struct {
 	// kernels, as before the decode fusions (compute.Fused), whose methods
 	// then decline: for comparisons.
 	NoFusion bool
+	// NoStepGraph launches the kernels whose arguments move with the
+	// position (norm_qkv, attention) on their own with those arguments,
+	// as before a decode step became one graph (see step.go), rather than
+	// reading them from the step parameters: for comparisons.
+	NoStepGraph bool
 }
 
 // EnvSync names the environment variable that sets Options.Sync for New.
@@ -65,6 +70,7 @@ type Backend struct {
 	tf32     bool
 	sync     bool // Options.Sync
 	noFusion bool // Options.NoFusion
+	noStep   bool // Options.NoStepGraph
 	wide     Ptr  // float32 rows of a weight widened for cuBLAS
 	wideN    int  // floats wide holds
 	wideMax  int  // floats wide may hold (wideFloats; less in tests)
@@ -80,6 +86,8 @@ type Backend struct {
 	holding bool
 	fold    []kvWrite
 	graphs  *graphCache
+	step    stepParams // the queued launches' step parameters
+	epoch   uint64     // queues given to the driver so far
 
 	live       map[Ptr]int // device allocations and their sizes in bytes
 	used, peak int64       // bytes of live, and its high-water mark
@@ -93,6 +101,12 @@ type Backend struct {
 	ids    []int32 // Embed's ids on the host
 	idsDev Ptr     // and on the device
 	idsCap int     // ids idsDev holds
+
+	qkCnt Ptr // norm_qkv's block counter for per-head norms (an int32 at zero)
+
+	picks   []int32 // ArgMax's results on the host
+	pickDev Ptr     // and on the device
+	pickCap int     // rows pickDev holds
 
 	posHost []int32 // NormQKV's last positions of several sequences' rows
 	posDev  Ptr     // and on the device
@@ -121,7 +135,7 @@ func New(opts Options) (*Backend, error) {
 
 // newBackend returns a backend on an opened driver.
 func newBackend(d driver, opts Options) *Backend {
-	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats, sync: opts.Sync, noFusion: opts.NoFusion}
+	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats, sync: opts.Sync, noFusion: opts.NoFusion, noStep: opts.NoStepGraph}
 	if !opts.NoGraphs && !opts.Sync {
 		b.graphs = newGraphCache()
 	}
@@ -457,10 +471,16 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 	if b.err != nil {
 		return
 	}
-	if dynamic || len(b.writes) > 0 || b.holding {
+	if b.holding {
+		b.resolveHeld() // a held launch goes before l
+	}
+	if dynamic || len(b.writes) > 0 {
 		// Deferred cache writes read their sources first: l may
-		// overwrite them; a held launch goes before l.
+		// overwrite them.
 		b.flush()
+	}
+	if b.err != nil {
+		return
 	}
 	if dynamic {
 		b.fail(b.launch([]Launch{l}, false))
@@ -506,20 +526,14 @@ func (b *Backend) sgemm(out, x, w Ptr, n, rows, cols, ldc int) error {
 }
 
 // flush gives the queued launches to the driver, as a replayed graph where
-// the same run was seen before, then the held norm_qkv launch with the
-// cache writes it makes, then does the other deferred cache writes.
+// the same run was seen before, ending with the held norm_qkv launch and
+// the cache writes it makes, then does the other deferred cache writes.
 // Called with mu held before every other use of the driver.
 func (b *Backend) flush() {
-	if len(b.queue) > 0 {
-		q := b.queue
-		b.queue = b.queue[:0]
-		if b.err == nil {
-			b.fail(b.launch(q, true))
-		}
-	}
 	if b.holding {
-		b.launchHeld()
+		b.resolveHeld()
 	}
+	b.flushQueue()
 	if len(b.writes) > 0 {
 		b.kvWrites()
 	}

@@ -810,7 +810,7 @@ func TestKernelFaultIsAnError(t *testing.T) {
 		{"async", Options{NoFusion: true}, "silu_mul", []string{"model: cuda backend", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
 		{"sync", Options{Sync: true, NoFusion: true}, "silu_mul", []string{"kernel silu_mul (grid {", "block {256 1 1}", "3 parameters in 20 bytes) failed", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
 		{"fused/async", Options{}, "norm_swiglu_bf16", []string{"model: cuda backend", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
-		{"fused/sync", Options{Sync: true}, "norm_qkv_bf16", []string{"kernel norm_qkv_bf16 (grid {", "block {256 1 1}", "26 parameters in 168 bytes) failed", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
+		{"fused/sync", Options{Sync: true}, "norm_qkv_bf16", []string{"kernel norm_qkv_bf16 (grid {", "block {256 1 1}", "30 parameters in 200 bytes) failed", "CUDA_ERROR_ILLEGAL_ADDRESS (700)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, f := newFakeBackend(t, tc.opts)

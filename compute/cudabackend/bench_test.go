@@ -49,6 +49,7 @@ func BenchmarkDecodeHost(b *testing.B) {
 			for _, c := range []string{"kernels", "launch", "launchGraph", "copyIn", "copyOut", "copyDevice"} {
 				f.calls[c] = 0
 			}
+			before := gpu.Launches()
 			b.ResetTimer()
 			for i := range b.N {
 				if s.Len() == 4096 {
@@ -64,7 +65,9 @@ func BenchmarkDecodeHost(b *testing.B) {
 				}
 			}
 			n := float64(b.N)
-			b.ReportMetric(float64(f.calls["launch"])/n, "launches/step")
+			st := gpu.Launches().Sub(before)
+			b.ReportMetric(float64(st.Calls()+st.CopiesIn+st.CopiesOut+st.Syncs+int64(f.calls["copyDevice"]))/n, "driver-calls/step")
+			b.ReportMetric(float64(st.Kernels)/n, "kernels/step")
 			b.ReportMetric(float64(f.calls["launchGraph"])/n, "graphs/step")
 			b.ReportMetric(float64(f.calls["copyIn"]+f.calls["copyOut"])/n, "host-copies/step")
 			b.ReportMetric(float64(f.calls["copyDevice"])/n, "dtod/step")

@@ -37,7 +37,12 @@ var _ compute.Fused = (*Backend)(nil)
 // Sin (HeadDim/2 values per position). When Tab is set, K and V are also
 // written to rows Row.. of the hot parts whose addresses Tab holds (the
 // KVHeads key parts, then the value parts), of format Format (partF32 or
-// partBF16).
+// partBF16). When Step is set, the kernel reads Tab, Row and Start from
+// that slot of the step parameters (see stepSlot) and the launch carries
+// none of them: it is the same at every position. QN and KN, when set,
+// are the per-head norms of q and k (HeadDim values each, Qwen3's),
+// applied before RoPE and the cache write, and Cnt a device int32 at zero
+// that the kernel's blocks count themselves on (see fused.cu).
 type qkvArgs struct {
 	Q, K, V, X, Norm     Ptr
 	Eps                  float32
@@ -50,6 +55,8 @@ type qkvArgs struct {
 	Tab                  Ptr
 	Row                  int
 	Format               int32
+	Step                 Ptr
+	QN, KN, Cnt          Ptr
 	dt                   tensor.DType // the weights'
 }
 
@@ -72,16 +79,20 @@ func unitGeometry(what string, units, cols int) (chunk, wpr int, blocks uint32) 
 // Kernel: norm_qkv_<dt>(float *q, float *k, float *v, const float *x, const float *g, float eps,
 // const T *wq, const T *wk, const T *wv, const float *bq, const float *bk, const float *bv, int n,
 // int heads, int kv_heads, int d, int cols, int start, const int *pos, const float *cos, const float *sin,
-// const uint64 *tab, int row, int fmt, int chunk, int wpr).
+// const uint64 *tab, int row, int fmt, int chunk, int wpr, const uint64 *step, const float *qn,
+// const float *kn, int *cnt).
 func normQKVLaunch(a qkvArgs) Launch {
 	a.check()
+	if a.Step != 0 {
+		a.Start, a.Tab, a.Row = 0, 0, 0 // read from the step's slot
+	}
 	units := (a.Heads + 2*a.KVHeads) * a.HeadDim / 2
 	chunk, wpr, blocks := unitGeometry("norm_qkv", units, a.Cols)
 	p := new(args).ptr(a.Q).ptr(a.K).ptr(a.V).ptr(a.X).ptr(a.Norm).f32(a.Eps).
 		ptr(a.WQ).ptr(a.WK).ptr(a.WV).ptr(a.BQ).ptr(a.BK).ptr(a.BV).
 		i32("n", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).i32("head dim", a.HeadDim).i32("cols", a.Cols).
 		i32("start", a.Start).ptr(a.Pos).ptr(a.Cos).ptr(a.Sin).ptr(a.Tab).i32("row", a.Row).i32("format", int(a.Format)).
-		i32("chunk", chunk).i32("wpr", wpr)
+		i32("chunk", chunk).i32("wpr", wpr).ptr(a.Step).ptr(a.QN).ptr(a.KN).ptr(a.Cnt)
 	return Launch{
 		Kernel: "norm_qkv_" + dtypeSuffix(a.dt),
 		Grid:   Dim3{blocks, 1, 1},
@@ -101,6 +112,8 @@ func (a *qkvArgs) check() {
 		panic(fmt.Sprintf("cuda: norm_qkv of head dim %d at position %d, cache row %d", a.HeadDim, a.Start, a.Row))
 	case a.Format != partF32 && a.Format != partBF16:
 		panic(fmt.Sprintf("cuda: norm_qkv into parts of format %d", a.Format))
+	case (a.QN != 0) != (a.KN != 0) || a.QN != 0 && a.Cnt == 0:
+		panic("cuda: norm_qkv with per-head norms needs both and a block counter")
 	}
 	int32Of("norm_qkv input", a.N*a.Cols)
 	int32Of("norm_qkv weights", a.Heads*a.HeadDim*a.Cols)
@@ -197,13 +210,15 @@ func (b *Backend) fuses(n int) bool { return !b.noFusion && n >= 1 && n <= maxMa
 // also makes the cache writes of k and v that follow it (see the file's
 // comment) when its rows are one sequence's. Rows of several sequences
 // take their positions from a device copy of pos, uploaded when they
-// change (once per step), and their cache writes go through kv_write. It
-// declines prefill's many rows, Qwen3's per-head norms (the norm needs a
-// whole head, which one kernel's blocks do not hold), and projections of
+// change (once per step), and their cache writes go through kv_write.
+// Qwen3's per-head norms of q and k run inside it too (its last block
+// normalises every head). It declines prefill's many rows, per-head norms
+// of another width than a head or of one side only, and projections of
 // different dtypes.
 func (b *Backend) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) bool {
 	n := len(pos)
-	if !b.fuses(n) || p.QNorm.Len > 0 || p.KNorm.Len > 0 || p.HeadDim%2 != 0 {
+	headNorms := p.QNorm.Len > 0 || p.KNorm.Len > 0
+	if !b.fuses(n) || p.HeadDim%2 != 0 || headNorms && (p.QNorm.Len != p.HeadDim || p.KNorm.Len != p.HeadDim) {
 		return false
 	}
 	wq, wk, wv := ownWeight(p.Q), ownWeight(p.K), ownWeight(p.V)
@@ -241,13 +256,35 @@ func (b *Backend) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) 
 	if b.err != nil {
 		return true
 	}
-	b.flush() // what was queued runs first
+	if !consecutive || b.noStep || b.holding || len(b.writes) > 0 {
+		// What was queued runs first: the positions' copy must follow
+		// it, and only the cache writes that follow this call are its.
+		// One sequence's rows with step parameters join the queue
+		// instead (see resolveHeld).
+		b.flush()
+	}
 	if !consecutive {
 		var err error
 		if a.Pos, err = b.positions(pos); err != nil {
 			b.fail(err)
 			return true
 		}
+	}
+	if headNorms {
+		if b.qkCnt == 0 {
+			c, err := b.allocRaw(4)
+			if err != nil {
+				b.fail(fmt.Errorf("cuda: NormQKV's block counter: %w", err))
+				return true
+			}
+			b.flush() // zeroed in stream order, after what is queued
+			if err := b.drv.zero(c, 4); err != nil {
+				b.fail(err)
+				return true
+			}
+			b.qkCnt = c
+		}
+		a.QN, a.KN, a.Cnt = ptr(p.QNorm), ptr(p.KNorm), b.qkCnt
 	}
 	b.held, b.holding = a, true
 	return true
@@ -336,10 +373,14 @@ func (b *Backend) NormMatMul(out, x, norm compute.Buffer, eps float32, n int, w 
 	return true
 }
 
-// launchHeld launches the held norm_qkv, making the cache writes of its
-// keys and values that lead the queued writes (see foldWrites). Called by
-// flush with mu held, the launch queue empty.
-func (b *Backend) launchHeld() {
+// resolveHeld queues the held norm_qkv, making the cache writes of its
+// keys and values that lead the queued writes (see foldWrites). One
+// sequence's rows take their position, cache row and table from a slot
+// of the step parameters and join the queue like any static launch, so
+// that the decode step stays one run; otherwise (several sequences' rows,
+// Options.NoStepGraph, no slot left) the launch goes to the driver now,
+// after the queue. Called with mu held.
+func (b *Backend) resolveHeld() {
 	a := b.held
 	b.held, b.holding = qkvArgs{}, false
 	if b.err != nil {
@@ -352,10 +393,17 @@ func (b *Backend) launchHeld() {
 		rest := copy(b.writes, b.writes[n:])
 		clear(b.writes[rest:]) // hold no store or part
 		b.writes = b.writes[:rest]
+		a.Step = b.stepSlot(a.Tab, a.Row, a.Start)
 	}
-	if b.err == nil {
-		b.fail(b.launch([]Launch{normQKVLaunch(a)}, false))
+	if b.err != nil {
+		return
 	}
+	if a.Step != 0 {
+		b.queue = append(b.queue, normQKVLaunch(a))
+		return
+	}
+	b.flushQueue()
+	b.fail(b.launch([]Launch{normQKVLaunch(a)}, false))
 }
 
 // foldWrites sets a's cache table when the queued writes begin with the

@@ -315,8 +315,8 @@ func TestFusedMatVecs(t *testing.T) {
 // tolerance: keys rounded to bf16 may land one ulp apart): a prompt of 6
 // tokens whose rows span two blocks of 4 (their cache writes go through
 // kv_write), then decode steps, each writing its keys and values from
-// norm_qkv. Qwen3's per-head norms make NormQKV decline (rope and kv_write
-// run) while the other fusions run.
+// norm_qkv; Qwen3's per-head norms run inside norm_qkv too (no rmsnorm,
+// rope or kv_write runs in a decode step).
 func TestFusedForward(t *testing.T) {
 	needKernels(t, "norm_qkv_bf16", "norm_swiglu_bf16", "matvec_add_bf16")
 	dirs := tinyArchitectures(t)
@@ -348,21 +348,16 @@ func TestFusedForward(t *testing.T) {
 			}
 			t.Logf("separate: %s\nfused: %s", kernels[0], kernels[1])
 			has := func(k string) bool { return countOf(kernels[1], k) > 0 }
-			qkNorm := name == "qwen3"
-			if !has("norm_swiglu_") || !has("matvec_add_") || !has("norm_matvec_") || has("silu_mul") || has("add") || has("rmsnorm") != qkNorm {
+			if !has("norm_swiglu_") || !has("matvec_add_") || !has("norm_matvec_") || has("silu_mul") || has("add") || has("rmsnorm") {
 				t.Errorf("the feed-forward and projections did not run fused: %s", kernels[1])
 			}
-			if has("norm_qkv_") == qkNorm || has("rope") != qkNorm {
-				t.Errorf("norm_qkv ran %v, rope %v, for per-head norms %v: %s", has("norm_qkv_"), has("rope"), qkNorm, kernels[1])
+			if !has("norm_qkv_") || has("rope") {
+				t.Errorf("norm_qkv ran %v, rope %v: %s", has("norm_qkv_"), has("rope"), kernels[1])
 			}
 			// kv_write runs for the prompt's rows, one run per block in
-			// each layer, and for the decode steps only where norm_qkv
-			// does not run.
-			layers := cpuM.Config().NumLayers
-			wantWrites := 2 * layers
-			if qkNorm {
-				wantWrites += (len(ids) - 6) * layers
-			}
+			// each layer, and not for the decode steps: norm_qkv writes
+			// their keys and values.
+			wantWrites := 2 * cpuM.Config().NumLayers
 			if n := countOf(kernels[1], "kv_write"); n != wantWrites {
 				t.Errorf("kv_write ran %d times, want %d: %s", n, wantWrites, kernels[1])
 			}
@@ -383,4 +378,102 @@ func countOf(counts, prefix string) int {
 		}
 	}
 	return total
+}
+
+// norm_qkv with Qwen3's per-head norms computes what the separate
+// operations compute, by the reference: RMSNorm, the projections and
+// biases, RMSNorm of each head of q and k, RoPE on q; and writes the
+// normalised keys and the values into the cache's parts, reading its
+// position, row and table from a step slot or from its arguments. The
+// block counter is back at zero after each launch, so the next launch
+// (a graph's replay) counts afresh.
+func TestFusedNormQKVHeadNorms(t *testing.T) {
+	m := newDevMem(t)
+	const eps = 1e-6
+	for _, dt := range dtypes {
+		for i, sz := range fusedSizes {
+			format := []int32{partF32, partBF16}[(i+int(dt))%2]
+			t.Run(fmt.Sprintf("%v/%+v/format%d", dt, sz, format), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(23, uint64(sz.n*sz.cols+sz.d+int(format))))
+				qd, kvd := sz.heads*sz.d, sz.kvHeads*sz.d
+				x, g := randF32(r, sz.n*sz.cols, 2), randF32(r, sz.cols, 1)
+				qn, kn := randF32(r, sz.d, 1), randF32(r, sz.d, 1)
+				matQ, rawQ := weightOf(r, dt, qd, sz.cols)
+				matK, rawK := weightOf(r, dt, kvd, sz.cols)
+				matV, rawV := weightOf(r, dt, kvd, sz.cols)
+				bq, bk := randF32(r, qd, 1), randF32(r, kvd, 1)
+				start := 3 + sz.bs/2
+				row := start % sz.bs
+				if row+sz.n > sz.bs {
+					row = 0
+				}
+				cos, sin := ropeTables(start+sz.n, sz.d)
+
+				ref := reference.Backend{}
+				xn := refNorm(x, g, sz.n, eps)
+				wantQ, wantK, wantV := refProj(xn, matQ, bq, sz.n), refProj(xn, matK, bk, sz.n), refProj(xn, matV, nil, sz.n)
+				ref.RMSNorm(wantQ, wantQ, refBuf(qn), sz.n*sz.heads, eps)
+				ref.RMSNorm(wantK, wantK, refBuf(kn), sz.n*sz.kvHeads, eps)
+				ref.RoPE(wantQ, sz.n, sz.heads, sz.d, start, refBuf(cos), refBuf(sin))
+
+				esize := 4
+				if format == partBF16 {
+					esize = 2
+				}
+				parts := make([]Ptr, 2*sz.kvHeads)
+				tab := make([]uint64, len(parts))
+				for e := range parts {
+					parts[e] = m.bytes(make([]byte, esize*sz.bs*sz.d))
+					tab[e] = uint64(parts[e])
+				}
+				cnt, tabDev := m.i32([]int32{0}), m.u64(tab)
+				slot := make([]byte, stepSlotBytes)
+				binary.LittleEndian.PutUint64(slot, uint64(tabDev))
+				binary.LittleEndian.PutUint32(slot[8:], uint32(row))
+				binary.LittleEndian.PutUint32(slot[12:], uint32(start))
+				a := qkvArgs{
+					X: m.f32(x), Norm: m.f32(g), Eps: eps, WQ: m.bytes(rawQ), WK: m.bytes(rawK), WV: m.bytes(rawV),
+					BQ: m.f32(bq), BK: m.f32(bk),
+					N: sz.n, Heads: sz.heads, KVHeads: sz.kvHeads, HeadDim: sz.d, Cols: sz.cols, Start: start,
+					Cos: m.f32(cos), Sin: m.f32(sin), Tab: tabDev, Row: row, Format: format, dt: dt,
+					QN: m.f32(qn), KN: m.f32(kn), Cnt: cnt,
+				}
+				for k, seed := range emuSeeds[:2] {
+					if k == 1 {
+						a.Step = m.bytes(slot) // the same values through a step slot
+					}
+					a.Q, a.K, a.V = m.f32(make([]float32, sz.n*qd)), m.f32(make([]float32, sz.n*kvd)), m.f32(make([]float32, sz.n*kvd))
+					runLaunches(t, seed, normQKVLaunch(a))
+					gotK, gotV := m.read(a.K, sz.n*kvd), m.read(a.V, sz.n*kvd)
+					checkClose(t, "q", m.read(a.Q, sz.n*qd), refRead(wantQ), 1e-5)
+					checkClose(t, "k", gotK, refRead(wantK), 1e-5)
+					checkClose(t, "v", gotV, refRead(wantV), 1e-5)
+					var c [4]byte
+					if emu.CopyOut(c[:], uint64(cnt)); c != [4]byte{} {
+						t.Fatalf("seed %d: the block counter is %v after the launch, want 0", seed, c)
+					}
+					for e := range parts {
+						src, h := gotK, e
+						if e >= sz.kvHeads {
+							src, h = gotV, e-sz.kvHeads
+						}
+						got := make([]byte, esize*sz.bs*sz.d)
+						emu.CopyOut(got, uint64(parts[e]))
+						for i := range sz.n {
+							for c := range sz.d {
+								v, at := src[i*kvd+h*sz.d+c], ((row+i)*sz.d+c)*esize
+								ok := binary.LittleEndian.Uint16(got[at:]) == tensor.F32ToBF16(v)
+								if format == partF32 {
+									ok = binary.LittleEndian.Uint32(got[at:]) == math.Float32bits(v)
+								}
+								if !ok {
+									t.Fatalf("seed %d: part %d row %d column %d is not the %s written", seed, e, row+i, c, map[bool]string{true: "key", false: "value"}[e < sz.kvHeads])
+								}
+							}
+						}
+					}
+				}
+			})
+		}
+	}
 }

@@ -68,7 +68,7 @@ const (
 	maxHeadDim = 256
 )
 
-// maxParams is the most arguments a kernel takes (attn_split_pc's 24),
+// maxParams is the most arguments a kernel takes (attn_split_pc's 25),
 // with room to spare: the C trampoline's array of parameter pointers.
 const maxParams = 32
 
@@ -588,6 +588,16 @@ const (
 	pcStepWords  = 8
 )
 
+// argMaxLaunch sets out (2*rows int32) to each row's arg max and the
+// index of its first non-finite value, x being rows rows of cols float32.
+// Kernel: argmax(int *out, const float *x, int cols).
+func argMaxLaunch(out, x Ptr, rows, cols int) Launch {
+	positive("argmax", rows, cols)
+	int32Of("argmax input", rows*cols)
+	p := new(args).ptr(out).ptr(x).i32("cols", cols)
+	return Launch{Kernel: "argmax", Grid: Dim3{u32("argmax rows", rows), 1, 1}, Block: Dim3{256, 1, 1}, Args: p.b, Params: p.offs}
+}
+
 // attnArgs are one attention call over a paged KV layer.
 //
 // KTab and VTab are device arrays of uint64 part addresses indexed
@@ -606,7 +616,11 @@ const (
 // call then launches the kernel that does not read it. KPTab and VPTab,
 // indexed like KTab, hold the device addresses of the pcParams of the
 // partKakeyaPC key and value parts (0 for other parts), or are both 0
-// when no part is: only attn_split_pc reads them.
+// when no part is: only attn_split_pc reads them. Step, when set, is
+// the device address of an int32 the kernel reads Start from (a slot of
+// the backend's step parameters): the launch then carries neither Start
+// nor Blocks, and is the same at every position of its shape class (see
+// plan).
 type attnArgs struct {
 	Out, Q                                     Ptr
 	N, Start                                   int
@@ -618,12 +632,14 @@ type attnArgs struct {
 	KParams, VParams                           Ptr
 	LTab                                       Ptr
 	KPTab, VPTab                               Ptr
+	Step                                       Ptr
 }
 
 // attnPlan is the geometry of one attention call.
 type attnPlan struct {
 	rows   int // query-head rows per block (a multiple of 8)
 	tiles  int // row tiles per KV head
+	cap    int // KV blocks the splits cover: the context's shape class
 	splits int // context splits
 	per    int // KV blocks per split
 	shared int // dynamic shared bytes of the split kernel
@@ -635,6 +651,14 @@ type attnPlan struct {
 // KV head and one range of p.per KV blocks, so a KV head's keys and values
 // are read once for all the heads sharing them. The context is split
 // (flash-decoding) until there are about attnTargetCTAs blocks.
+//
+// The splits cover the power of two of KV blocks at or above the
+// context's (its shape class), not the context itself: the geometry, and
+// so a decode step's launches, stay the same while the context grows
+// within its class, and a captured step graph replays them; the splits
+// past the context see no key and leave empty states that attn_combine
+// skips. Every path plans so, so that a graph's results are bit for bit
+// those of launching its kernels one by one.
 func (a attnArgs) plan() attnPlan {
 	positive("attention", a.N, a.Heads, a.KVHeads, a.HeadDim, a.BlockSize, a.Blocks)
 	switch {
@@ -660,10 +684,10 @@ func (a attnArgs) plan() attnPlan {
 	rows = min(rows, attnMaxRows, ceilDiv(a.N*group, 8)*8)
 	p := attnPlan{rows: rows, tiles: ceilDiv(a.N*group, rows)}
 	p.shared = 4*rows*d + tileBytes + probBytes
-	total := ceilDiv(a.Start+a.N, a.BlockSize)
-	p.splits = min(total, max(1, ceilDiv(attnTargetCTAs, a.KVHeads*p.tiles)))
-	p.per = ceilDiv(total, p.splits)
-	p.splits = ceilDiv(total, p.per)
+	p.cap = codec.NextPow2(ceilDiv(a.Start+a.N, a.BlockSize))
+	p.splits = min(p.cap, max(1, ceilDiv(attnTargetCTAs, a.KVHeads*p.tiles)))
+	p.per = ceilDiv(p.cap, p.splits)
+	p.splits = ceilDiv(p.cap, p.per)
 	if a.KVHeads > 65535 || p.tiles > 65535 {
 		panic(fmt.Sprintf("cuda: attention grid of %d KV heads x %d row tiles exceeds 65535", a.KVHeads, p.tiles))
 	}
@@ -696,15 +720,20 @@ func attentionScratch(a attnArgs) int {
 //	           int d, int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
 //	           int blocks, const float *cos, const float *sin, int rows, int per, int splits,
 //	           const float *kparams, const float *vparams, const uint64 *ltab,
-//	           const uint64 *kptab, const uint64 *vptab)
+//	           const uint64 *kptab, const uint64 *vptab, const int *startp)
 //	attn_combine(float *out, const float *scratch, int n, int heads, int d, int splits)
 func attentionLaunches(a attnArgs) []Launch {
 	p := a.plan()
+	start, blocks := a.Start, a.Blocks
+	if a.Step != 0 {
+		start, blocks = 0, p.cap // the kernel reads start at Step; it does not read blocks
+	}
 	split := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Scratch).
-		i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
+		i32("n", a.N).i32("start", start).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
 		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
-		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", a.Blocks).ptr(a.Cos).ptr(a.Sin).
-		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams).ptr(a.LTab).ptr(a.KPTab).ptr(a.VPTab)
+		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", blocks).ptr(a.Cos).ptr(a.Sin).
+		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams).ptr(a.LTab).
+		ptr(a.KPTab).ptr(a.VPTab).ptr(a.Step)
 	kernel := "attn_split"
 	switch {
 	case a.KPTab != 0 || a.VPTab != 0:

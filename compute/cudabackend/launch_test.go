@@ -800,20 +800,24 @@ func sampleLaunches() []Launch {
 			matMulLaunch(dt, 0, 0, 0, 4096, 8192, 8192),
 			normQKVLaunch(qkvArgs{N: maxMatVecRows, Heads: 64, KVHeads: 8, HeadDim: 128, Cols: 8192, Start: 32760, Row: 56, Format: partBF16, dt: dt}),
 			normQKVLaunch(qkvArgs{N: 1, Heads: 1, KVHeads: 1, HeadDim: 2, Cols: 1, Pos: 1, dt: dt}),
+			normQKVLaunch(qkvArgs{N: 1, Heads: 14, KVHeads: 2, HeadDim: 64, Cols: 896, Start: 9, Row: 9, Format: partBF16, Step: 1, dt: dt}),
 			normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, maxMatVecRows, 29568, 8192), normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, 1, 1, 1),
 			matVecAddLaunch(dt, 0, 0, 0, 0, maxMatVecRows, 8192, 29568), matVecAddLaunch(dt, 0, 0, 0, 0, 1, 1, 1),
 			normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, maxMatVecRows, 152064, 8192), normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, 1, 1, 1))
 	}
 	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
 		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16),
-		encInt8Launch(0, 0, true, 256, 256, 4*(2*encThreads+33)), encPCLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap))
+		encInt8Launch(0, 0, true, 256, 256, 4*(2*encThreads+33)), encPCLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap),
+		argMaxLaunch(0, 0, 64, 152064))
 	for _, d := range []int{2, 8, 64, 80, 128, 256} {
 		for _, n := range []int{1, 7, 512} {
 			for _, lt := range []Ptr{0, 1} { // attn_split and attn_split_pre
 				ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, LTab: lt})...)
+				ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, LTab: lt, Step: 1})...)
 			}
 			// attn_split_pc
 			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2})...)
+			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2, Step: 1})...)
 		}
 	}
 	return ls

@@ -851,7 +851,8 @@ func decodeAll(m *model.Model, ids []int) ([][]float32, error) {
 }
 
 // greedyRows reports whether greedy generation of up to tokens tokens
-// after each golden prompt gives the same tokens on the backend as on the
+// after each golden prompt gives the same tokens on the backend (picked on
+// its device where it can: compute.Greedy) as on the
 // CPU (float32 products), and where and by how close a call it first
 // differs.
 func greedyRows(r *reporter, step, shared string, cases []goldenCase, gpu compute.Backend, tokens int) {
@@ -867,7 +868,13 @@ func greedyRows(r *reporter, step, shared string, cases []goldenCase, gpu comput
 		for i, opts := range []model.Options{{Backend: cpuF32(r.t, 0)}, {Backend: gpu}} {
 			m, err := model.Load(dir, opts)
 			if err == nil {
-				gen[i], margins, err = greedy(m, ids, min(tokens, m.MaxContext()-len(ids)))
+				n := min(tokens, m.MaxContext()-len(ids))
+				if i == 0 {
+					gen[i], margins, err = greedy(m, ids, n)
+				} else {
+					// The device picks the tokens (compute.Greedy).
+					gen[i], err = greedyPicked(m, ids, n)
+				}
 				m.Close()
 			}
 			if err != nil {
@@ -920,6 +927,34 @@ func greedy(m *model.Model, prompt []int, n int) (toks []int, margins []float32,
 		l, err = s.Forward([]int{best}, false)
 	}
 	return toks, margins, err
+}
+
+// greedyPicked generates n tokens after prompt, always the most likely,
+// picked by the model's backend on its device where it can
+// (model.BatchItem.Greedy): only the token ids cross back to the host.
+func greedyPicked(m *model.Model, prompt []int, n int) ([]int, error) {
+	s, err := m.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	bt, err := m.NewBatch(len(prompt))
+	if err != nil {
+		return nil, err
+	}
+	items := []model.BatchItem{{Seq: s, IDs: prompt, Greedy: true}}
+	var toks []int
+	for range n {
+		if err := bt.Forward(items); err != nil {
+			return nil, err
+		}
+		if it := items[0]; it.NonFinite >= 0 {
+			return nil, fmt.Errorf("non-finite logit at token id %d after %d tokens", it.NonFinite, len(toks))
+		}
+		toks = append(toks, items[0].Token)
+		items[0].IDs = toks[len(toks)-1:]
+	}
+	return toks, nil
 }
 
 // decodeBytes returns the bytes of weights a decode step reads once each:
@@ -1061,8 +1096,8 @@ func (tp *throughput) cell(m *model.Model, pol kvcache.Policy, block, ctx int, w
 // runs it, without the decode fusions, and without graphs, a backend
 // opened for each, with the decode speed each gives.
 func launchRows(r *reporter, step string, open func(Options) *Backend, shape string, spec testmodel.Spec, dir string, ctx, steps, block int) {
-	for _, opts := range []Options{{}, {NoFusion: true}, {NoGraphs: true}} {
-		label := fmt.Sprintf("%s ctx %d graphs %v fused %v", shape, ctx, !opts.NoGraphs, !opts.NoFusion)
+	for _, opts := range []Options{{}, {NoStepGraph: true}, {NoFusion: true}, {NoGraphs: true}} {
+		label := fmt.Sprintf("%s ctx %d graphs %v fused %v step graph %v", shape, ctx, !opts.NoGraphs, !opts.NoFusion, !opts.NoStepGraph)
 		if r.left() <= 0 {
 			r.row(step, label, statusSkip, "out of the time budget", nil)
 			continue
@@ -1088,7 +1123,7 @@ func launchRows(r *reporter, step string, open func(Options) *Backend, shape str
 			r.row(step, label, statusFail, err.Error(), nil)
 			continue
 		}
-		row["shape"], row["ctx"], row["graphs"], row["fused"] = shape, ctx, !opts.NoGraphs, !opts.NoFusion
+		row["shape"], row["ctx"], row["graphs"], row["fused"], row["step_graph"] = shape, ctx, !opts.NoGraphs, !opts.NoFusion, !opts.NoStepGraph
 		r.row(step, label, statusPass, fmt.Sprintf("per decode step %.1f launch calls (%.1f kernels + %.1f graphs), %.1f kernels run, %.1f waits; decode %.1f tok/s",
 			row["launch_calls"], row["kernel_launches"], row["graph_launches"], row["kernels_run"], row["waits"], row["decode_tps"]), row)
 	}
@@ -1140,8 +1175,8 @@ func TestReportFake(t *testing.T) {
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
 	// rows, 3 fused rows; 2 golden rows, 1 greedy row, 2 throughput rows,
-	// 3 launch rows and the device.
-	if len(r.rows) != 1+16+3+2+1+2+3 {
+	// 4 launch rows and the device.
+	if len(r.rows) != 1+16+3+2+1+2+4 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {
@@ -1191,7 +1226,7 @@ func TestReportBudget(t *testing.T) {
 	(&throughput{r: r, step: "throughput", b: gpu, shape: "qwen2-tiny", spec: testmodel.Qwen2Tiny, dir: dir,
 		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
-	if len(r.rows) != 15+3+4+3 {
+	if len(r.rows) != 15+3+4+4 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

@@ -480,6 +480,11 @@ func (s *store) writeTable(ws []kvWrite) (Ptr, error) {
 			}
 			t.addr, t.size = addr, size
 		}
+		// A queued launch may read the slot's old table (one that
+		// retired this step): it goes first.
+		if s.b.stepReads(t.addr) {
+			s.b.flushQueue()
+		}
 		if err := s.b.drv.copyIn(t.addr, bytesOf(want)); err != nil {
 			t.host = t.host[:0]
 			return 0, err

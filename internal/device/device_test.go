@@ -3,6 +3,9 @@ package device
 import (
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 )
 
 func TestBackend(t *testing.T) {
@@ -51,5 +54,27 @@ func TestMatMul(t *testing.T) {
 		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && err.Error() != tt.err) {
 			t.Errorf("MatMul(%q, %q) = %q, %v; want %q, %q", tt.dev, tt.in, got, err, tt.want, tt.err)
 		}
+	}
+}
+
+// Count counts the CPU backend's seam operations through a wrapper that
+// keeps its optional interfaces; a forward pass's operations all pass
+// through it.
+func TestCountCPU(t *testing.T) {
+	cpu := cpubackend.New(1)
+	defer cpu.Close()
+	b, counts := Count(cpu)
+	if _, ok := b.(compute.Preparer); !ok {
+		t.Error("the counting backend lost compute.Preparer")
+	}
+	if d, ok := b.(compute.Describer); !ok || d.Describe() != cpu.Describe() {
+		t.Error("the counting backend lost compute.Describer")
+	}
+	x := b.Alloc(8)
+	b.Add(x, x)
+	b.SiLUMul(x, x)
+	b.RMSNorm(x, x, x, 1, 1e-6)
+	if c := counts(); c.Ops != 3 || c.Driver || c.DriverCalls != 0 {
+		t.Errorf("counts %+v after 3 operations, want 3 and no driver", c)
 	}
 }

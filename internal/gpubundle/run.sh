@@ -23,7 +23,7 @@
 #   kernels          gpu    100  every kernel at Qwen2.5 0.5B/1.5B/7B shapes vs references
 #   model-0.5b       cpu     40  writes the seeded Qwen2.5-0.5B-shaped checkpoint
 #   throughput-0.5b  gpu     90  prefill/decode tok/s, plain/int8/kakeya/kakeya-pc, ctx 512/2048/8192
-#   launches-0.5b    gpu     40  driver calls per decode step, graphs on and off
+#   launches-0.5b    gpu     40  driver calls per decode step: one graph per step, fusions and graphs on and off
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
 #   cpu-bench        cpu     45  kakeya-bench on the CPU, the same checkpoint
 #   model-1.5b       gpu     30  then throughput-1.5b (gpu, 60)

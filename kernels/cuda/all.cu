@@ -6,3 +6,4 @@
 #include "fused.cu"
 #include "attention.cu"
 #include "encode.cu"
+#include "sample.cu"

@@ -368,7 +368,9 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
                              const float *__restrict__ sin, int rows, int per, int splits,
                              const float *__restrict__ kprm, const float *__restrict__ vprm,
                              const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,
-                             const kk_u64 *__restrict__ vptab) {
+                             const kk_u64 *__restrict__ vptab, const int *__restrict__ startp) {
+	if (startp)
+		start = *startp; // a decode step's position, from the backend's step parameters
 	KK_DYN_SHARED(float, sm);
 	float *qs = sm;                           // rows x d: the queries, scaled
 	int P = 1; // NextPow2(d): a Kakeya row's rotated width
@@ -567,9 +569,9 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	         const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos, \
 	         const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,            \
 	         const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,       \
-	         const kk_u64 *__restrict__ vptab) {                                                                      \
+	         const kk_u64 *__restrict__ vptab, const int *__restrict__ startp) {                                      \
 		kk_attn_split<PRE, PC>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks,  \
-		                       cos, sin, rows, per, splits, kprm, vprm, ltab, kptab, vptab);                          \
+		                       cos, sin, rows, per, splits, kprm, vprm, ltab, kptab, vptab, startp);                  \
 	}
 KK_ATTN_SPLIT(attn_split, false, false)
 KK_ATTN_SPLIT(attn_split_pre, true, false)

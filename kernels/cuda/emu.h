@@ -121,6 +121,8 @@ static inline int atomicCAS(int *p, int cmp, int v) {
 		*p = v;
 	return o;
 }
+// Blocks run one after another: every write is seen by the blocks after.
+static inline void __threadfence() {}
 
 // The device's exp is ex2.approx of x*log2(e); the same formula here.
 static inline float kk_exp(float x) { return exp2f(x * 1.4426950408889634f); }

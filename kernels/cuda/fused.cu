@@ -116,6 +116,57 @@ KK_DEVICE float kk_unit_sum(float (*part)[2][KK_MAXN], int w0, int wpr, int k, i
 	return s;
 }
 
+// kk_qk_norm normalises each head of the n rows of q and k by RMSNorm
+// (weights qn and kn, eps) as rmsnorm does a row of d values, then rotates
+// q's heads at their positions as rope does and writes k's heads to the
+// cache's parts when tab is set (see kk_norm_qkv): Qwen3's per-head norms,
+// run by the one block of norm_qkv that finishes last. red is 32 floats of
+// shared memory.
+KK_DEVICE void kk_qk_norm(float *q, float *k, int n, int heads, int kv_heads, int d, const float *qn, const float *kn,
+                          float eps, int start, const int *pos, const float *cos, const float *sin, const kk_u64 *tab,
+                          int row, int fmt, float *red) {
+	int half = d >> 1;
+	for (int j = 0; j < n; j++) {
+		int at = pos ? pos[j] : start + j;
+		for (int h = 0; h < heads + kv_heads; h++) {
+			bool isq = h < heads;
+			int kh = h - heads;
+			// Volatile: other blocks wrote the head, and this SM's L1 is
+			// not coherent with their writes.
+			volatile float *x = isq ? q + ((long long)j * heads + h) * d : k + ((long long)j * kv_heads + kh) * d;
+			const float *w = isq ? qn : kn;
+			float ss = 0.0f;
+			for (int c = threadIdx.x; c < d; c += blockDim.x)
+				ss += x[c] * x[c];
+			ss = kk_block_sum(ss, red); // every read of x is before its barrier
+			float inv = 1.0f / __builtin_sqrtf(ss / (float)d + eps);
+			for (int c = threadIdx.x; c < half; c += blockDim.x) {
+				float a = x[c] * inv * w[c], b = x[c + half] * inv * w[c + half];
+				if (isq) {
+					int p = at * half + c;
+					float cs = cos[p], sn = sin[p];
+					x[c] = a * cs - b * sn;
+					x[c + half] = b * cs + a * sn;
+					continue;
+				}
+				x[c] = a;
+				x[c + half] = b;
+				if (tab) {
+					long long o = (long long)(row + j) * d + c;
+					kk_u64 pt = tab[kh];
+					if (fmt == 0) {
+						((float *)pt)[o] = a;
+						((float *)pt)[o + half] = b;
+					} else {
+						((kk_u16 *)pt)[o] = kk_f32_to_bf16(a);
+						((kk_u16 *)pt)[o + half] = kk_f32_to_bf16(b);
+					}
+				}
+			}
+		}
+	}
+}
+
 // norm_qkv: RMSNorm of x (weight g), then the q, k and v projections plus
 // their biases (bq, bk, bv; null for none); q's heads are rotated at
 // positions start.. (or, when pos is set, row j at position pos[j], rows
@@ -126,11 +177,28 @@ KK_DEVICE float kk_unit_sum(float (*part)[2][KK_MAXN], int w0, int wpr, int k, i
 // (fmt 0) or bf16 (fmt 1, rounded as kv_write rounds). A unit is a pair of
 // rows (j, j + d/2) of one head, so that the rotation's two values meet in
 // one thread: heads*d/2 units of q, then kv_heads*d/2 of k and of v.
+//
+// When step is set, tab, row and start are read from it instead (a slot of
+// the backend's step parameters: tab's address, then row and start as
+// int32), so that a decode step's launch is the same from one position to
+// the next and a captured graph replays it.
+//
+// With qn and kn set (Qwen3's per-head norms), each head of q and k is
+// normalised by RMSNorm before q's rotation and k's cache write. A head
+// spans several blocks, so the blocks write q and k as projected and the
+// one that finishes last, counted by *cnt (zero before the launch, and
+// after it again), normalises every head (kk_qk_norm).
 template <int DT>
 KK_DEVICE void kk_norm_qkv(float *q, float *k, float *v, const float *x, const float *g, float eps, const void *wq,
                            const void *wk, const void *wv, const float *bq, const float *bk, const float *bv, int n,
                            int heads, int kv_heads, int d, int cols, int start, const int *pos, const float *cos,
-                           const float *sin, const kk_u64 *tab, int row, int fmt, int chunk, int wpr) {
+                           const float *sin, const kk_u64 *tab, int row, int fmt, int chunk, int wpr,
+                           const kk_u64 *step, const float *qn, const float *kn, int *cnt) {
+	if (step) {
+		tab = (const kk_u64 *)step[0];
+		row = ((const int *)step)[2];
+		start = ((const int *)step)[3];
+	}
 	KK_DYN_SHARED(float, xs);
 	__shared__ float red[32];
 	__shared__ float part[8][2][KK_MAXN];
@@ -146,47 +214,68 @@ KK_DEVICE void kk_norm_qkv(float *q, float *k, float *v, const float *x, const f
 	__shared__ float inv[KK_MAXN];
 	kk_inv_rms(inv, x, n, cols, eps, red);
 	kk_dots2<DT, true>(part, xs, x, g, inv, w, ra, w, ra + half, u < qu + 2 * ku, n, cols, chunk, wpr);
-	// Epilogue: a thread per unit and input row.
+	// Epilogue: a thread per unit and input row. With per-head norms (qn
+	// set) q and k are written as projected; the block that finishes last
+	// normalises, rotates and caches them (kk_qk_norm).
 	int t = threadIdx.x;
-	if (t >= per * n)
-		return;
 	int lu = t / n, j = t - lu * n;
 	u = blockIdx.x * per + lu;
-	if (u >= qu + 2 * ku)
-		return;
-	m = u < qu ? 0 : u < qu + ku ? 1 : 2;
-	ui = m == 0 ? u : m == 1 ? u - qu : u - qu - ku;
-	h = ui / half, jj = ui - h * half;
-	int r0 = h * d + jj, r1 = r0 + half;
-	float a = kk_unit_sum(part, lu * wpr, wpr, 0, j), b = kk_unit_sum(part, lu * wpr, wpr, 1, j);
-	const float *bias = m == 0 ? bq : m == 1 ? bk : bv;
-	if (bias) {
-		a += bias[r0];
-		b += bias[r1];
-	}
-	if (m == 0) {
-		long long o = (long long)j * heads * d;
-		int p = (pos ? pos[j] : start + j) * half + jj;
-		float c = cos[p], s = sin[p];
-		q[o + r0] = a * c - b * s;
-		q[o + r1] = b * c + a * s;
-		return;
-	}
-	float *dst = m == 1 ? k : v;
-	long long o = (long long)j * kv_heads * d;
-	dst[o + r0] = a;
-	dst[o + r1] = b;
-	if (tab) {
-		long long at = (long long)(row + j) * d + jj;
-		kk_u64 pt = tab[(m - 1) * kv_heads + h];
-		if (fmt == 0) {
-			((float *)pt)[at] = a;
-			((float *)pt)[at + half] = b;
+	if (t < per * n && u < qu + 2 * ku) {
+		m = u < qu ? 0 : u < qu + ku ? 1 : 2;
+		ui = m == 0 ? u : m == 1 ? u - qu : u - qu - ku;
+		h = ui / half, jj = ui - h * half;
+		int r0 = h * d + jj, r1 = r0 + half;
+		float a = kk_unit_sum(part, lu * wpr, wpr, 0, j), b = kk_unit_sum(part, lu * wpr, wpr, 1, j);
+		const float *bias = m == 0 ? bq : m == 1 ? bk : bv;
+		if (bias) {
+			a += bias[r0];
+			b += bias[r1];
+		}
+		if (m == 0) {
+			long long o = (long long)j * heads * d;
+			if (qn) {
+				q[o + r0] = a;
+				q[o + r1] = b;
+			} else {
+				int p = (pos ? pos[j] : start + j) * half + jj;
+				float c = cos[p], s = sin[p];
+				q[o + r0] = a * c - b * s;
+				q[o + r1] = b * c + a * s;
+			}
 		} else {
-			((kk_u16 *)pt)[at] = kk_f32_to_bf16(a);
-			((kk_u16 *)pt)[at + half] = kk_f32_to_bf16(b);
+			float *dst = m == 1 ? k : v;
+			long long o = (long long)j * kv_heads * d;
+			dst[o + r0] = a;
+			dst[o + r1] = b;
+			if (tab && !(qn && m == 1)) {
+				long long at = (long long)(row + j) * d + jj;
+				kk_u64 pt = tab[(m - 1) * kv_heads + h];
+				if (fmt == 0) {
+					((float *)pt)[at] = a;
+					((float *)pt)[at + half] = b;
+				} else {
+					((kk_u16 *)pt)[at] = kk_f32_to_bf16(a);
+					((kk_u16 *)pt)[at + half] = kk_f32_to_bf16(b);
+				}
+			}
 		}
 	}
+	if (!qn)
+		return;
+	// The last block to finish (a ticket from cnt, which it resets for
+	// the next launch) sees every block's q and k.
+	__shared__ int last;
+	__threadfence();
+	__syncthreads();
+	if (t == 0)
+		last = atomicAdd(cnt, 1) == (int)gridDim.x - 1;
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	if (t == 0)
+		*cnt = 0;
+	kk_qk_norm(q, k, n, heads, kv_heads, d, qn, kn, eps, start, pos, cos, sin, tab, row, fmt, red);
 }
 
 // norm_swiglu: out (n rows of rows values) = silu(xn*wg^T + bg) * (xn*wu^T
@@ -270,9 +359,10 @@ KK_DEVICE void kk_norm_matvec(float *out, const float *x, const float *g, float 
 	    norm_qkv_##sfx(float *q, float *k, float *v, const float *x, const float *g, float eps, const T *wq,          \
 	                   const T *wk, const T *wv, const float *bq, const float *bk, const float *bv, int n, int heads,    \
 	                   int kv_heads, int d, int cols, int start, const int *pos, const float *cos, const float *sin,     \
-	                   const kk_u64 *tab, int row, int fmt, int chunk, int wpr) {                                       \
+	                   const kk_u64 *tab, int row, int fmt, int chunk, int wpr, const kk_u64 *step, const float *qn,    \
+	                   const float *kn, int *cnt) {                                                                     \
 		kk_norm_qkv<DT>(q, k, v, x, g, eps, wq, wk, wv, bq, bk, bv, n, heads, kv_heads, d, cols, start, pos, cos, sin,\
-		                tab, row, fmt, chunk, wpr);                                                                    \
+		                tab, row, fmt, chunk, wpr, step, qn, kn, cnt);                                                 \
 	}                                                                                                                \
 	KK_KERNEL void __launch_bounds__(256)                                                                            \
 	    norm_swiglu_##sfx(float *out, const float *x, const float *g, float eps, const T *wg, const T *wu,            \

@@ -68,6 +68,9 @@ KK_DEVICE float atomicAdd(float *p, float v) { return __nvvm_atom_add_gen_f(p, v
 KK_DEVICE int atomicAdd(int *p, int v) { return __nvvm_atom_add_gen_i(p, v); }
 KK_DEVICE int atomicMax(int *p, int v) { return __nvvm_atom_max_gen_i(p, v); }
 KK_DEVICE int atomicCAS(int *p, int cmp, int v) { return __nvvm_atom_cas_gen_i(p, cmp, v); }
+// __threadfence orders a thread's global writes before its later ones as
+// every thread of the device sees them (membar.gl).
+KK_DEVICE void __threadfence() { __nvvm_membar_gl(); }
 
 // exp through the hardware's ex2.approx (2 ulp), as CUDA's __expf; the
 // emulator computes the same formula with exp2f.

@@ -1,0 +1,113 @@
+package cudabackend
+
+// A decode step of one sequence is one CUDA graph. Of its kernels only
+// norm_qkv and attention take arguments that move with the position: the
+// position itself, the cache row the new keys and values go to and the
+// table of the block they go into. Those values go to a small device
+// array of step parameters instead, a slot per launch, which the kernels
+// read (norm_qkv's step, attention's startp): the host writes a step's
+// slots as it queues the launches and copies them to the device once,
+// right before it gives the queue to the driver, so the launches
+// themselves are the same at every position and the whole step, from the
+// embedding to the logits, is one run of launches that the graph cache
+// captures once and then replays with one cuGraphLaunch. Attention's
+// geometry depends on the context only through its shape class (see
+// attnArgs.plan), so a graph stays valid while the context grows within a
+// class; a new class is a new run, captured once: a handful of captures
+// over a sequence's life, counted by GraphStats and Launches.
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Step parameter slots: a slot is the part table's address (uint64),
+// then the cache row and the position (int32 each). A step uses a slot
+// per norm_qkv and attention launch; past maxStepSlots the launches carry
+// their arguments and run on their own, as without step parameters.
+const (
+	stepSlotBytes = 16
+	maxStepSlots  = 1024
+)
+
+// stepParams are the slots of the launches queued since the queue was
+// last given to the driver: n written on the host, up of them copied to
+// the device at dev.
+type stepParams struct {
+	host  []byte
+	n, up int
+	dev   Ptr
+}
+
+// stepSlot writes tab, row and start to the next slot and returns its
+// device address, or 0 when the step parameters are off or full, or their
+// memory cannot be had (a failure recorded for Err): the caller then
+// passes the values as arguments. Called with mu held.
+func (b *Backend) stepSlot(tab Ptr, row, start int) Ptr {
+	s := &b.step
+	if b.noStep || s.n >= maxStepSlots || b.err != nil {
+		return 0
+	}
+	if s.dev == 0 {
+		p, err := b.allocRaw(maxStepSlots * stepSlotBytes)
+		if err != nil {
+			b.fail(fmt.Errorf("cuda: step parameters: %w", err))
+			return 0
+		}
+		s.dev = p
+		s.host = make([]byte, maxStepSlots*stepSlotBytes)
+	}
+	o := s.n * stepSlotBytes
+	binary.LittleEndian.PutUint64(s.host[o:], uint64(tab))
+	binary.LittleEndian.PutUint32(s.host[o+8:], uint32(int32Of("step cache row", row)))
+	binary.LittleEndian.PutUint32(s.host[o+12:], uint32(int32Of("step position", start)))
+	s.n++
+	return s.dev + Ptr(o)
+}
+
+// stepReads reports whether a queued launch reads the cache table at tab
+// through its step slot: only such a launch can read a table before the
+// host rewrites it, since kv_write launches go to the driver at once.
+// Called with mu held.
+func (b *Backend) stepReads(tab Ptr) bool {
+	s := &b.step
+	for o := 0; o < s.n*stepSlotBytes; o += stepSlotBytes {
+		if Ptr(binary.LittleEndian.Uint64(s.host[o:])) == tab {
+			return true
+		}
+	}
+	return false
+}
+
+// stepStart returns the address of the position in the slot at p.
+func stepStart(p Ptr) Ptr { return p + 12 }
+
+// uploadStep copies the slots written since the last upload to the
+// device, in stream order before the queued launches that read them.
+// Called with mu held, just before the queue goes to the driver.
+func (b *Backend) uploadStep() {
+	s := &b.step
+	if s.up < s.n {
+		b.fail(b.drv.copyIn(s.dev+Ptr(s.up*stepSlotBytes), s.host[s.up*stepSlotBytes:s.n*stepSlotBytes]))
+		s.up = s.n
+	}
+}
+
+// flushQueue gives the queued launches to the driver, after the step
+// parameters they read, and starts the next step's slots: the launches
+// given read theirs before any later copy (the stream orders them).
+// Called with mu held.
+func (b *Backend) flushQueue() {
+	if len(b.queue) > 0 {
+		q := b.queue
+		b.queue = b.queue[:0]
+		b.epoch++
+		if b.err == nil {
+			b.uploadStep()
+			if b.err == nil {
+				b.fail(b.launch(q, true))
+			}
+		}
+	}
+	b.step.n, b.step.up = 0, 0
+}
