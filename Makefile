@@ -26,12 +26,13 @@ build:
 
 # THE test command: formatting, vet, the whole suite with SIMD kernels (each
 # kernel level below the CPU's best is rerun by TestKernelLevels), and the
-# packages with SIMD paths once more through their scalar fallbacks. About
-# a minute on 2 cores.
+# packages with SIMD paths once more through their scalar fallbacks
+# (compute/cudabackend's tests run the same emulated kernels either way, so
+# once). About two and a half minutes on 2 cores.
 test: fmt-check vet ptx-check gpu-bundle-check
 	$(SIMD) $(GO) test -count=1 -timeout 15m ./...
 	$(SIMD) $(GO) test -race -count=1 -timeout 5m ./scheduler/
-	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/...
+	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/cpubackend/ ./compute/reference/
 
 # test plus the full-corpus checks make test leaves out (KAKEYA_LONG=1):
 # stories260K's perplexity over all of TinyStories val against llama2.c's
