@@ -84,7 +84,11 @@ func expectedLen(t *testing.T, c Codec, enc []byte, n, d int) int {
 		if c.opt.Entropy { // the stream's length is the block's own
 			return 16 + 8 + 2*len(c.meanIdx) + 2*len(c.codedIdx) + int(binary.LittleEndian.Uint32(enc[20:]))
 		}
-		return 16 + 6 + 2*len(c.meanIdx) + 2*len(c.codedIdx) + (n*c.rowBits+7)/8
+		l := 16 + 6 + 2*len(c.meanIdx) + 2*len(c.codedIdx)
+		for _, w := range c.width { // one byte-aligned plane per coded component
+			l += (n*int(w) + 7) / 8
+		}
+		return l
 	case *Preconditioned:
 		return expectedLen(t, c.Inner, enc, n, d)
 	}

@@ -55,7 +55,7 @@ const (
 	VarMeans                 // KakeyaPC's count of stored component means
 	VarCoded                 // KakeyaPC's count of coded components
 	VarRowBits               // KakeyaPC's code bits per row
-	VarCodeBytes             // KakeyaPC's entropy-coded stream length in bytes
+	VarCodeBytes             // KakeyaPC's code bytes: kakeya_pc_ec's stream length (a field), kakeya_pc's planes' total (from the codec's widths)
 	NumVars                  // the number of layout variables
 )
 
@@ -417,14 +417,17 @@ var (
 			"a component is left out, stored as the block's fp16 mean only, or coded with that mean, an fp16 scale and per row a code of its width " +
 			"(the Gaussian Lloyd-Max level times the scale, plus the mean). Which components, and their widths, are the codec's settings.",
 		Fields: []Field{
+			{Name: "layout", Off: 3, Bytes: 1, Var: NumVars, Doc: "code layout (the parameter byte): 1, component planes; 0 (rows of codes, one bit stream) is no longer read"},
 			pcMeansField, pcCodedField,
 			{Name: "row_bits", Off: 20, Bytes: 2, Var: VarRowBits, Doc: "code bits per row, the sum of the coded components' widths"},
 		},
-		Vars: []Var{VarN, VarD, VarMeans, VarCoded, VarRowBits},
+		Vars: []Var{VarN, VarD, VarMeans, VarCoded, VarCodeBytes},
 		Sections: []Section{
 			{Name: "info", Count: Lit(6), Width: Lit(8), Doc: "means, coded, row_bits (the fields above)"},
 			pcMeansSection, pcScalesSection,
-			{Name: "codes", Count: Mul(n, V(VarRowBits)), Width: Lit(1), Doc: "per row, each coded component's code in its width, by increasing component, one bit stream"},
+			{Name: "codes", Count: V(VarCodeBytes), Width: Lit(8),
+				Doc: "component-major: per coded component t, by increasing component, a plane of its n codes of width w_t, LSB first, " +
+					"padded to a byte (ceil(n*w_t/8) bytes); code_bytes, their sum, comes from the codec's widths, not the block"},
 		},
 	}
 	formatKakeyaPCEC = &Format{

@@ -301,6 +301,9 @@ func TestFormatsAgree(t *testing.T) {
 				t.Fatal(err)
 			}
 			v[VarGroup], v[VarBlock] = st.Group, st.Block
+			if pc, ok := c.(*KakeyaPC); ok && f.ID == FormatKakeyaPC {
+				v[VarCodeBytes] = pc.codeBytes(n) // the planes' total, from the widths
+			}
 			gl := f.Layout(&v)
 			if gl.Size() != len(enc) {
 				t.Fatalf("%s %dx%d: Go layout size %d, block %d bytes", c.Name(), n, d, gl.Size(), len(enc))

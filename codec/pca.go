@@ -205,12 +205,15 @@ func gaussianUniform(bits int) (*Codebook, error) {
 // minimizes the expected weighted squared error Σ_j w_j·E[(y_j - ŷ_j)²]
 // under the bit budget by dynamic programming over the components
 // (allocatePC), from the calibrated within-block and between-block
-// variances. With M means, C coded components and T = Σ b_j bits per row,
-// the encoded length is
+// variances. The codes are component-major: coded component t's n codes of
+// b_t bits lie LSB-first in their own plane of ceil(n*b_t/8) bytes, planes
+// in coded order, so a decoder unpacks one width at a time. With M means
+// and C coded components the encoded length is
 //
-//	16 + 6 + 2M + 2C + ceil(n*T/8)
+//	16 + 6 + 2M + 2C + Σ_t ceil(n*b_t/8)
 //
-// bytes. A KakeyaPC made without statistics (New with a spec, before a
+// bytes: 16 + 6 + 2M + 2C + n*T/8 for T = Σ_t b_t bits per row when n is a
+// multiple of 8. A KakeyaPC made without statistics (New with a spec, before a
 // calibration gives it a basis) names its settings but encodes and
 // decodes nothing: its calls return an error saying it needs a
 // calibration.
@@ -222,11 +225,11 @@ type KakeyaPC struct {
 	alloc []int8    // per component: -1 left out, 0 mean only, b > 0 coded with b bits
 	// The components in block order: means (alloc >= 0), then coded.
 	meanIdx, codedIdx []int
-	coded             []float32 // the coded components' basis rows, C x d
-	width             []uint8   // the coded components' code widths
-	levOff            []int32   // where each coded component's levels start in a block's level table
-	levels            int       // the level table's length, Σ 2^width
-	rowBits           int
+	coded             []float32    // the coded components' basis rows, C x d
+	width             []uint8      // the coded components' code widths
+	levOff            []int32      // where each coded component's levels start in a block's level table
+	levels            int          // the level table's length, Σ 2^width
+	rowBits           int          // T = Σ_t width[t]
 	ans               []*ransTable // with Entropy, each coded component's coder
 	meanNorm          float32      // ||μ||, for Encode's fp16 range check
 	tab               *pcTables
@@ -242,9 +245,14 @@ type pcScratch struct {
 	means []float32
 	scale []float32
 	lv    []float32 // decode: every coded component's levels times its scale
-	codes []uint8
-	ans   []byte // Encode with entropy coding: the stream, built from its end
+	codes []uint8   // Encode: the C x n codes, or n x C for the entropy coder's stream order
+	ans   []byte    // Encode with entropy coding: the stream, built from its end
 }
+
+// pcLayout is kakeya_pc's parameter byte: the code layout. 1 is the
+// component-major planes; blocks of 0 (rows of codes, one bit stream) are
+// no longer read. kakeya_pc_ec's stream keeps row order and byte 0.
+const pcLayout = 1
 
 // The sections of formatKakeyaPC.
 const (
@@ -448,7 +456,7 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		cpu.DotBlock(sc.y[i*d:(i+1)*d], xc, k.basis, d, d)
 	}
 	start := len(dst)
-	dst = appendHeader(dst, k.Format().ID, 0, n, d, k.tag)
+	dst = appendHeader(dst, k.Format().ID, k.param(), n, d, k.tag)
 	var info [8]byte
 	binary.LittleEndian.PutUint16(info[0:], uint16(len(k.meanIdx)))
 	binary.LittleEndian.PutUint16(info[2:], uint16(len(k.codedIdx)))
@@ -472,8 +480,14 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	c := len(k.codedIdx)
 	sc.scale = growF32(sc.scale, c)
 	sc.codes = growU8(sc.codes, n*c)
+	// Component t's code of row i goes to codes[t*n+i] (planes), or for
+	// the entropy coder, which reads row after row, to codes[i*c+t].
+	cs, rs := n, 1
+	if k.opt.Entropy {
+		cs, rs = 1, c
+	}
 	for t, j := range k.codedIdx {
-		s := k.codeComponent(sc, t, j, n, d)
+		s := k.codeComponent(sc.codes[t*cs:], rs, sc, t, j, n, d)
 		dst = binary.LittleEndian.AppendUint16(dst, float16bits(s))
 	}
 	if k.opt.Entropy {
@@ -481,16 +495,16 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 		dst, sc.ans = ransEncode(dst, sc.ans, sc.codes[:n*c], k.ans)
 		binary.LittleEndian.PutUint32(dst[start+headerLen+4:], uint32(len(dst)-at))
 	} else {
-		dst = k.packRows(dst, sc.codes[:n*c], n)
+		dst = k.packPlanes(dst, sc.codes[:n*c], n)
 	}
 	seal(dst[start:])
 	return dst, nil
 }
 
 // codeComponent picks the scale of coded component t (component j) and
-// sets its n codes in sc.codes (row-major, n x C), returning the scale.
-func (k *KakeyaPC) codeComponent(sc *pcScratch, t, j, n, d int) float32 {
-	c, b := len(k.codedIdx), int(k.width[t])
+// sets its n codes, row i's at codes[i*stride], returning the scale.
+func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j, n, d int) float32 {
+	b := int(k.width[t])
 	m := sc.means[j]
 	var ss float64
 	for i := 0; i < n; i++ {
@@ -520,13 +534,13 @@ func (k *KakeyaPC) codeComponent(sc *pcScratch, t, j, n, d int) float32 {
 		// A constant component: any code decodes to the mean when the
 		// scale is 0; code the middle one.
 		for i := 0; i < n; i++ {
-			sc.codes[i*c+t] = uint8(len(lv) / 2)
+			codes[i*stride] = uint8(len(lv) / 2)
 		}
 		return 0
 	}
 	inv := 1 / best
 	for i := 0; i < n; i++ {
-		sc.codes[i*c+t] = uint8(quantizeBounds(bd, (sc.y[i*d+j]-m)*inv))
+		codes[i*stride] = uint8(quantizeBounds(bd, (sc.y[i*d+j]-m)*inv))
 	}
 	return best
 }
@@ -545,21 +559,44 @@ func quantizeBounds(bounds []float32, x float32) int {
 	return lo
 }
 
-// packRows appends the codes (n x C, component t of width width[t]) as
-// one little-endian bit stream, row after row.
-func (k *KakeyaPC) packRows(dst []byte, codes []uint8, n int) []byte {
-	total := (n*k.rowBits + 7) / 8
+// param returns the header's parameter byte: pcLayout, or 0 with
+// entropy coding.
+func (k *KakeyaPC) param() byte {
+	if k.opt.Entropy {
+		return 0
+	}
+	return pcLayout
+}
+
+// planeBytes returns the length of a plane of n codes of w bits.
+func planeBytes(n int, w uint8) int { return (n*int(w) + 7) / 8 }
+
+// codeBytes returns the length of a block's code planes, Σ_t
+// ceil(n*width[t]/8): the format's code_bytes.
+func (k *KakeyaPC) codeBytes(n int) int {
+	s := 0
+	for _, w := range k.width {
+		s += planeBytes(n, w)
+	}
+	return s
+}
+
+// packPlanes appends the codes (C x n, component t of width width[t]) as
+// one plane per component: its n codes LSB-first, padded to a byte.
+func (k *KakeyaPC) packPlanes(dst []byte, codes []uint8, n int) []byte {
+	total := k.codeBytes(n)
 	dst = grow(dst, total)
 	out := dst[len(dst)-total:]
 	clear(out)
-	pos := 0
-	c := len(k.width)
-	for i := 0; i < n; i++ {
-		for t, w := range k.width {
-			v := uint16(codes[i*c+t]) << (pos & 7)
-			out[pos>>3] |= byte(v)
-			if hi := byte(v >> 8); hi != 0 {
-				out[pos>>3+1] |= hi
+	for t, w := range k.width {
+		plane := out[:planeBytes(n, w)]
+		out = out[len(plane):]
+		pos := 0
+		for _, v := range codes[t*n : (t+1)*n] {
+			u := uint16(v) << (pos & 7)
+			plane[pos>>3] |= byte(u)
+			if hi := byte(u >> 8); hi != 0 {
+				plane[pos>>3+1] |= hi
 			}
 			pos += int(w)
 		}
@@ -581,7 +618,10 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
 		return pcBlock{}, err
 	}
 	f := k.Format()
-	if _, err := checkHeader(name, src, f.ID, 0, n, d, k.tag); err != nil {
+	if !k.opt.Entropy && len(src) >= headerLen && src[2] == byte(f.ID) && src[3] != pcLayout {
+		return pcBlock{}, fmt.Errorf("codec: %s: block has code layout %d (0: rows of codes, before version 1's component planes); this codec reads layout %d: re-encode the cache", name, src[3], pcLayout)
+	}
+	if _, err := checkHeader(name, src, f.ID, k.param(), n, d, k.tag); err != nil {
 		return pcBlock{}, err
 	}
 	var v Vars
@@ -592,6 +632,7 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
 		if v[VarRowBits] != k.rowBits {
 			return pcBlock{}, fmt.Errorf("codec: %s: block holds codes of %d bits per row; the codec has %d", name, v[VarRowBits], k.rowBits)
 		}
+		v[VarCodeBytes] = k.codeBytes(n)
 	}
 	if v[VarMeans] != len(k.meanIdx) || v[VarCoded] != len(k.codedIdx) {
 		return pcBlock{}, fmt.Errorf("codec: %s: block holds %d means and %d coded components; the codec has %d and %d",
@@ -637,34 +678,25 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
 		}
 		return pcBlock{q: q}, nil
 	}
-	// Rows whose codes lie 8 bytes before the stream's end read them a
-	// 64-bit word at a time (no code is wider than 8 bits, none starts
-	// past bit 7 of its byte); the last rows byte by byte.
-	fast := n
-	for fast > 0 && ((fast*k.rowBits)>>3)+8 > len(codes) {
-		fast--
-	}
-	pos := 0
 	for i := 0; i < n; i++ {
 		row := sc.lat[i*q : (i+1)*q]
-		if i < fast {
-			for t, w := range k.width {
-				word := binary.LittleEndian.Uint64(codes[pos>>3:])
-				row[t] = sc.lv[k.levOff[t]+int32(word>>(pos&7))&(1<<w-1)]
-				pos += int(w)
-			}
-		} else {
-			for t, w := range k.width {
-				v := uint16(codes[pos>>3])
-				if pos>>3+1 < len(codes) {
-					v |= uint16(codes[pos>>3+1]) << 8
-				}
-				row[t] = sc.lv[k.levOff[t]+int32(v>>(pos&7))&(1<<w-1)]
-				pos += int(w)
-			}
-		}
 		row[c] = 1
 		clear(row[c+1:])
+	}
+	for t, w := range k.width {
+		plane := codes[:planeBytes(n, w)]
+		codes = codes[len(plane):]
+		lv := sc.lv[k.levOff[t]:]
+		mask := uint16(1)<<w - 1
+		pos := 0
+		for i := 0; i < n; i++ {
+			u := uint16(plane[pos>>3])
+			if pos>>3+1 < len(plane) {
+				u |= uint16(plane[pos>>3+1]) << 8
+			}
+			sc.lat[i*q+t] = lv[u>>(pos&7)&mask]
+			pos += int(w)
+		}
 	}
 	return pcBlock{q: q}, nil
 }

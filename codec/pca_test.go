@@ -442,3 +442,81 @@ func TestPCAAccumulator(t *testing.T) {
 		t.Error("statistics of no blocks")
 	}
 }
+
+// TestKakeyaPCLayout reads blocks by the format's description alone —
+// header parameter byte 1, the means and scales, then per coded component
+// a byte-aligned plane of its n codes LSB-first — and checks the rows
+// they describe are Decode's, for odd and even n; a block of the old
+// row-major layout (parameter byte 0) fails with an error naming the
+// layout.
+func TestKakeyaPCLayout(t *testing.T) {
+	cases := []struct {
+		n, d int
+		rate float64
+	}{{64, 64, 2.5}, {33, 48, 2}, {7, 48, 4}, {1, 16, 6}, {64, 16, 0.7}}
+	for _, tc := range cases {
+		n, d := tc.n, tc.d
+		rng := rand.New(rand.NewPCG(uint64(n), uint64(d)))
+		blocks := pcBlocks(rng, 30, max(n, 8), d)
+		k := mustPC(t, tc.rate, pcStats(t, blocks[:29], max(n, 8), d))
+		x := blocks[29][:n*d]
+		enc, err := k.Encode(nil, x, n, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if enc[3] != 1 {
+			t.Fatalf("n=%d d=%d: parameter byte %d, want 1 (component planes)", n, d, enc[3])
+		}
+		u16 := func(off int) int { return int(enc[off]) | int(enc[off+1])<<8 }
+		m, c := u16(16), u16(18)
+		if m != len(k.meanIdx) || c != len(k.codedIdx) || u16(20) != k.rowBits {
+			t.Fatalf("n=%d d=%d: fields %d, %d, %d", n, d, m, c, u16(20))
+		}
+		// y: every component's coefficient, left out as 0.
+		y := make([]float64, n*d)
+		for a, j := range k.meanIdx {
+			mj := float64(getF16(enc[22+2*a:]))
+			for i := 0; i < n; i++ {
+				y[i*d+j] = mj
+			}
+		}
+		at := 22 + 2*m + 2*c
+		for tt, j := range k.codedIdx {
+			s := float64(getF16(enc[22+2*m+2*tt:]))
+			w := int(k.width[tt])
+			for i := 0; i < n; i++ {
+				code := 0
+				for b := 0; b < w; b++ {
+					bit := i*w + b
+					code |= int(enc[at+bit/8]>>(bit%8)&1) << b
+				}
+				y[i*d+j] += s * float64(k.tab.levels[w][code])
+			}
+			at += (n*w + 7) / 8
+		}
+		if at != len(enc) {
+			t.Fatalf("n=%d d=%d: planes end at %d, block is %d bytes", n, d, at, len(enc))
+		}
+		dec := make([]float32, n*d)
+		if err := k.Decode(dec, enc, n, d); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			for a := 0; a < d; a++ {
+				want := float64(k.mean[a])
+				for j := 0; j < d; j++ {
+					want += y[i*d+j] * float64(k.basis[j*d+a])
+				}
+				if got := float64(dec[i*d+a]); math.Abs(got-want) > 1e-4*(1+math.Abs(want)) {
+					t.Fatalf("n=%d d=%d: row %d col %d decodes to %v, the layout says %v", n, d, i, a, got, want)
+				}
+			}
+		}
+		stale := slices.Clone(enc)
+		stale[3] = 0
+		Seal(stale)
+		if err := k.Decode(dec, stale, n, d); err == nil || !strings.Contains(err.Error(), "layout 0") {
+			t.Errorf("n=%d d=%d: block of parameter byte 0: %v, want an error naming layout 0", n, d, err)
+		}
+	}
+}

@@ -228,6 +228,8 @@ KK_FORMAT_FN long long kk_fp8_size(long long n, long long d) { return kk_fp8_cod
 // Gaussian Lloyd-Max level times the scale, plus the mean). Which
 // components, and their widths, are the codec's settings.
 #define KK_FORMAT_KAKEYA_PC 8
+// kk_kakeya_pc_layout: code layout (the parameter byte): 1, component planes; 0 (rows of codes, one bit stream) is no longer read.
+KK_FORMAT_FN long long kk_kakeya_pc_layout(const unsigned char *b) { return kk_fmt_u(b, 3, 1); }
 // kk_kakeya_pc_means: count M of components with a stored mean.
 KK_FORMAT_FN long long kk_kakeya_pc_means(const unsigned char *b) { return kk_fmt_u(b, 16, 2); }
 // kk_kakeya_pc_coded: count C of coded components.
@@ -235,23 +237,23 @@ KK_FORMAT_FN long long kk_kakeya_pc_coded(const unsigned char *b) { return kk_fm
 // kk_kakeya_pc_row_bits: code bits per row, the sum of the coded components' widths.
 KK_FORMAT_FN long long kk_kakeya_pc_row_bits(const unsigned char *b) { return kk_fmt_u(b, 20, 2); }
 // Section info: means, coded, row_bits (the fields above).
-KK_FORMAT_FN long long kk_kakeya_pc_info_off(long long n, long long d, long long means, long long coded, long long row_bits) { return 16; }
-KK_FORMAT_FN long long kk_kakeya_pc_info_width(long long n, long long d, long long means, long long coded, long long row_bits) { return 8; }
-KK_FORMAT_FN long long kk_kakeya_pc_info_len(long long n, long long d, long long means, long long coded, long long row_bits) { return (6 * kk_kakeya_pc_info_width(n, d, means, coded, row_bits) + 7) / 8; }
+KK_FORMAT_FN long long kk_kakeya_pc_info_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
+KK_FORMAT_FN long long kk_kakeya_pc_info_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 8; }
+KK_FORMAT_FN long long kk_kakeya_pc_info_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (6 * kk_kakeya_pc_info_width(n, d, means, coded, code_bytes) + 7) / 8; }
 // Section means: fp16 block mean of each component with one, by increasing component.
-KK_FORMAT_FN long long kk_kakeya_pc_means_off(long long n, long long d, long long means, long long coded, long long row_bits) { return kk_kakeya_pc_info_off(n, d, means, coded, row_bits) + kk_kakeya_pc_info_len(n, d, means, coded, row_bits); }
-KK_FORMAT_FN long long kk_kakeya_pc_means_width(long long n, long long d, long long means, long long coded, long long row_bits) { return 16; }
-KK_FORMAT_FN long long kk_kakeya_pc_means_len(long long n, long long d, long long means, long long coded, long long row_bits) { return (means * kk_kakeya_pc_means_width(n, d, means, coded, row_bits) + 7) / 8; }
+KK_FORMAT_FN long long kk_kakeya_pc_means_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_info_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_info_len(n, d, means, coded, code_bytes); }
+KK_FORMAT_FN long long kk_kakeya_pc_means_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
+KK_FORMAT_FN long long kk_kakeya_pc_means_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (means * kk_kakeya_pc_means_width(n, d, means, coded, code_bytes) + 7) / 8; }
 // Section scales: fp16 scale of each coded component, by increasing component.
-KK_FORMAT_FN long long kk_kakeya_pc_scales_off(long long n, long long d, long long means, long long coded, long long row_bits) { return kk_kakeya_pc_means_off(n, d, means, coded, row_bits) + kk_kakeya_pc_means_len(n, d, means, coded, row_bits); }
-KK_FORMAT_FN long long kk_kakeya_pc_scales_width(long long n, long long d, long long means, long long coded, long long row_bits) { return 16; }
-KK_FORMAT_FN long long kk_kakeya_pc_scales_len(long long n, long long d, long long means, long long coded, long long row_bits) { return (coded * kk_kakeya_pc_scales_width(n, d, means, coded, row_bits) + 7) / 8; }
-// Section codes: per row, each coded component's code in its width, by increasing component, one bit stream.
-KK_FORMAT_FN long long kk_kakeya_pc_codes_off(long long n, long long d, long long means, long long coded, long long row_bits) { return kk_kakeya_pc_scales_off(n, d, means, coded, row_bits) + kk_kakeya_pc_scales_len(n, d, means, coded, row_bits); }
-KK_FORMAT_FN long long kk_kakeya_pc_codes_width(long long n, long long d, long long means, long long coded, long long row_bits) { return 1; }
-KK_FORMAT_FN long long kk_kakeya_pc_codes_len(long long n, long long d, long long means, long long coded, long long row_bits) { return ((n * row_bits) * kk_kakeya_pc_codes_width(n, d, means, coded, row_bits) + 7) / 8; }
+KK_FORMAT_FN long long kk_kakeya_pc_scales_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_means_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_means_len(n, d, means, coded, code_bytes); }
+KK_FORMAT_FN long long kk_kakeya_pc_scales_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
+KK_FORMAT_FN long long kk_kakeya_pc_scales_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (coded * kk_kakeya_pc_scales_width(n, d, means, coded, code_bytes) + 7) / 8; }
+// Section codes: component-major: per coded component t, by increasing component, a plane of its n codes of width w_t, LSB first, padded to a byte (ceil(n*w_t/8) bytes); code_bytes, their sum, comes from the codec's widths, not the block.
+KK_FORMAT_FN long long kk_kakeya_pc_codes_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_scales_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_scales_len(n, d, means, coded, code_bytes); }
+KK_FORMAT_FN long long kk_kakeya_pc_codes_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 8; }
+KK_FORMAT_FN long long kk_kakeya_pc_codes_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (code_bytes * kk_kakeya_pc_codes_width(n, d, means, coded, code_bytes) + 7) / 8; }
 // kk_kakeya_pc_size is the length of the whole block.
-KK_FORMAT_FN long long kk_kakeya_pc_size(long long n, long long d, long long means, long long coded, long long row_bits) { return kk_kakeya_pc_codes_off(n, d, means, coded, row_bits) + kk_kakeya_pc_codes_len(n, d, means, coded, row_bits); }
+KK_FORMAT_FN long long kk_kakeya_pc_size(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_codes_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_codes_len(n, d, means, coded, code_bytes); }
 
 // Format kakeya_pc_ec, id 9.
 // kakeya_pc with its codes entropy coded: the same means and scales, then one
