@@ -247,9 +247,9 @@ type KakeyaPC struct {
 
 type pcScratch struct {
 	y     []float32 // n x d coefficients while encoding
-	lat   []float32 // decoded latents (scale times level), C x n, and for AddWeighted a row of ones
-	wt    []float32 // AddWeighted: the weights transposed, rows x m
-	acc   []float32 // AddWeighted: the (C+1) x m sums of latents, then the same m x (C+1)
+	lat   []float32 // decoded latents (scale times level), C x n, then for AddWeighted a row of ones and zeros (pcLatRows)
+	rows  []float32 // AddWeighted: the latents row-major, n x pcLatRows(C)
+	acc   []float32 // AddWeighted: m x pcLatRows(C) weighted sums of the latents
 	base  []float32 // the block's constant row
 	means []float32
 	scale []float32
@@ -652,19 +652,20 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 	if err := readF16s(sc.means, src[l.Off(pcMeans):], name, "component mean"); err != nil {
 		return err
 	}
-	// One AxpyBlock over the means' rows sums them in order, as an Axpy
-	// per component would.
+	// One MixBlock row over the means' rows sums them in order.
 	sc.base = growF32(sc.base, d)
 	copy(sc.base, k.mean)
-	cpu.AxpyBlock(sc.base, sc.means[:mc], k.meanRows, mc, d)
+	if mc > 0 {
+		cpu.MixBlock(sc.base, 1, sc.means, mc, k.meanRows, mc, d)
+	}
 	c := len(k.codedIdx)
 	sc.scale = growF32(sc.scale, c)
 	if err := readF16s(sc.scale, src[l.Off(pcScales):], name, "component scale"); err != nil {
 		return err
 	}
 	// The coded components' means are in the base row; their latents are
-	// the scaled levels alone.
-	sc.lat = growF32(sc.lat, (c+1)*n)
+	// the scaled levels alone. AddWeighted fills the rows past them.
+	sc.lat = growF32(sc.lat, pcLatRows(c)*n)
 	codes := src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
 	if k.opt.Entropy {
 		if err := k.decodeStream(sc, codes, n); err != nil {
@@ -722,15 +723,21 @@ func (k *KakeyaPC) Decode(dst []float32, src []byte, n, d int) error {
 	return nil
 }
 
-// DecodeRotated implements RotaryDecoder: Decode, then RoPE.
+// DecodeRotated implements RotaryDecoder: Decode, then RoPE, bit for bit,
+// the rows rotated as they are mixed (attention's key tiles).
 func (k *KakeyaPC) DecodeRotated(dst []float32, src []byte, n, d int, cos, sin []float32) error {
 	if d%2 != 0 || len(cos) < n*d/2 || len(sin) < n*d/2 {
 		return fmt.Errorf("codec: kakeya-pc: RoPE of %d rows of %d values with %d cosines and %d sines", n, d, len(cos), len(sin))
 	}
-	if err := k.Decode(dst, src, n, d); err != nil {
+	if err := checkShape("kakeya-pc", n, d, len(dst), "destination"); err != nil {
 		return err
 	}
-	cpu.RoPEBlock(dst, dst, cos, sin, n, d)
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	if err := k.parse(sc, src, n, d); err != nil {
+		return err
+	}
+	cpu.MixBlockTRoPE(dst, n, sc.base, sc.lat, n, k.coded, len(k.codedIdx), d, cos, sin)
 	return nil
 }
 
@@ -749,40 +756,28 @@ func (k *KakeyaPC) AddWeighted(dst []float32, m int, w []float32, wStride int, s
 	if m == 0 || hi == lo {
 		return nil
 	}
-	c, r := len(k.codedIdx), hi-lo
-	// acc (C+1 x m) = lat[:, lo:hi] · wᵀ, the row of ones last for the
-	// weights' sums: MixBlock over the transposed weights, each sum over
-	// the block's rows in order.
-	ones := sc.lat[c*n : (c+1)*n]
-	for i := lo; i < hi; i++ {
-		ones[i] = 1
+	// The latents turned row-major (n x q), each row's C latents followed
+	// by a 1 for the constant row and zeros, so acc (m x q) = w·lat sums
+	// the weights too; then dst += acc · coded and each weight row's sum
+	// times the base row.
+	c, q := len(k.codedIdx), pcLatRows(len(k.codedIdx))
+	for i := range n {
+		sc.lat[c*n+i] = 1
 	}
-	sc.wt = growF32(sc.wt, r*m)
-	for j := 0; j < m; j++ {
-		for i, v := range w[j*wStride+lo : j*wStride+hi] {
-			sc.wt[i*m+j] = v
-		}
-	}
-	q := c + 1
-	sc.acc = growF32(sc.acc, 2*q*m)
-	accT, acc := sc.acc[:q*m], sc.acc[q*m:2*q*m]
-	clear(accT)
-	cpu.MixBlock(accT, q, sc.lat[lo:], n, sc.wt, r, m)
-	for t := 0; t < q; t++ {
-		for j, v := range accT[t*m : (t+1)*m] {
-			acc[j*q+t] = v
-		}
-	}
-	// Per weight row, its sums times the coded rows, then its weights'
-	// sum times the base row: AxpyBlock and Axpy, in every build the
-	// arithmetic of the row-major decoder this one replaced.
-	for j := 0; j < m; j++ {
-		a, out := acc[j*q:(j+1)*q], dst[j*d:(j+1)*d]
-		cpu.AxpyBlock(out, a[:c], k.coded, c, d)
-		cpu.Axpy(a[c], sc.base, out)
-	}
+	clear(sc.lat[(c+1)*n : q*n])
+	sc.rows = growF32(sc.rows, n*q)
+	cpu.Transpose(sc.rows, q, sc.lat, n, q, n)
+	sc.acc = growF32(sc.acc, m*q)
+	clear(sc.acc)
+	cpu.MixBlock(sc.acc, m, w[lo:], wStride, sc.rows[lo*q:], hi-lo, q)
+	cpu.MixBlock(dst, m, sc.acc, q, k.coded, c, d)
+	cpu.MixBlock(dst, m, sc.acc[c:], q, sc.base, 1, d)
 	return nil
 }
+
+// pcLatRows returns the rows of a block's latents AddWeighted uses for c
+// coded components: theirs, one of ones, zeros to a multiple of 8.
+func pcLatRows(c int) int { return (c + 1 + 7) &^ 7 }
 
 // allocatePC chooses each component's state (-1 left out, 0 mean only, b
 // coded with b bits) minimizing Σ_j w_j·D_j under the budget of o.Rate

@@ -44,16 +44,20 @@ int kk_avx2_supported(void) {
 // lane i.
 KK_INLINE void transpose8x8(__m256i r[8]) {
 	__m256i t[8], u[8];
+	// Unrolled, so that t and u stay in registers.
+#pragma GCC unroll 4
 	for (int i = 0; i < 8; i += 2) {
 		t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
 		t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
 	}
+#pragma GCC unroll 2
 	for (int i = 0; i < 8; i += 4) {
 		u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
 		u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
 		u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
 		u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
 	}
+#pragma GCC unroll 4
 	for (int i = 0; i < 4; i++) {
 		r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
 		r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
@@ -476,4 +480,25 @@ void kk2_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long le
 		}
 		src += (n * w + 7) / 8;
 	}
+}
+
+// kk2_transpose sets dst[i*ldd + t] = src[t*lds + i] for the rows t < rows
+// and columns i < cols of src: 8x8 blocks through registers
+// (transpose8x8), the ragged edges one value at a time.
+void kk2_transpose(float *dst, long ldd, const float *src, long lds, long rows, long cols) {
+	long r8 = rows & ~7L, c8 = cols & ~7L;
+	for (long t0 = 0; t0 < r8; t0 += 8) {
+		for (long i0 = 0; i0 < c8; i0 += 8) {
+			__m256i r[8];
+#pragma GCC unroll 8
+			for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_si256((const __m256i *)(src + (t0 + k) * lds + i0));
+			transpose8x8(r);
+#pragma GCC unroll 8
+			for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(dst + (i0 + k) * ldd + t0), r[k]);
+		}
+		for (long i = c8; i < cols; i++)
+			for (long t = t0; t < t0 + 8; t++) dst[i * ldd + t] = src[t * lds + i];
+	}
+	for (long t = r8; t < rows; t++)
+		for (long i = 0; i < cols; i++) dst[i * ldd + t] = src[t * lds + i];
 }

@@ -385,6 +385,67 @@ void kk_mixt(float *o, long m, long d, const float *p, long ldp, const float *v,
 	mix(o, m, d, p, 1, ldp, v, n, base);
 }
 
+// mixt_rope_tile is kk_mixt for mr whole rows of d = 16*nr values (nr 2, 4
+// or 8, mr*nr <= 24 accumulators), each row then rotated by RoPE in its
+// registers as ropeCopy does: values c and c + d/2 with cos and sin [r*d/2,
+// (r+1)*d/2) of row r.
+KK_INLINE void mixt_rope_tile(const int mr, const int nr, float *o, const float *p, long ldp, const float *v, long n,
+			      const float *base, const float *cos, const float *sin) {
+	const long d = 16 * nr, h = d / 2;
+	__m512 acc[6][8];
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < nr; c++) acc[r][c] = _mm512_loadu_ps((base ? base : o + r * d) + 16 * c);
+	for (long k = 0; k < n; k++) {
+#pragma GCC unroll 6
+		for (int r = 0; r < mr; r++) {
+			__m512 w = _mm512_set1_ps(p[k * ldp + r]);
+#pragma GCC unroll 8
+			for (int c = 0; c < nr; c++) acc[r][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + k * d + 16 * c), acc[r][c]);
+		}
+	}
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++) {
+#pragma GCC unroll 4
+		for (int c = 0; c < nr / 2; c++) {
+			__m512 co = _mm512_loadu_ps(cos + r * h + 16 * c), si = _mm512_loadu_ps(sin + r * h + 16 * c);
+			__m512 a = acc[r][c], b = acc[r][c + nr / 2];
+			acc[r][c] = _mm512_sub_ps(_mm512_mul_ps(a, co), _mm512_mul_ps(b, si));
+			acc[r][c + nr / 2] = _mm512_add_ps(_mm512_mul_ps(b, co), _mm512_mul_ps(a, si));
+		}
+#pragma GCC unroll 8
+		for (int c = 0; c < nr; c++) _mm512_storeu_ps(o + r * d + 16 * c, acc[r][c]);
+	}
+}
+
+// MIXT_ROPE calls mixt_rope_tile for mr rows (1..rows) and nr vectors.
+#define MIXT_ROPE(nr, rows)                                                                              \
+	for (long i0 = 0; i0 < m; i0 += rows) {                                                          \
+		float *oi = o + i0 * d;                                                                  \
+		const float *pi = p + i0, *ci = cos + i0 * (d / 2), *si = sin + i0 * (d / 2);             \
+		switch (m - i0 < rows ? m - i0 : rows) {                                                 \
+		case 6: mixt_rope_tile(6, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		case 5: mixt_rope_tile(5, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		case 4: mixt_rope_tile(4, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		case 3: mixt_rope_tile(3, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		case 2: mixt_rope_tile(2, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		default: mixt_rope_tile(1, nr, oi, pi, ldp, v, n, base, ci, si); break;                   \
+		}                                                                                        \
+	}
+
+// kk_mixt_rope is kk_mixt followed by RoPE on each output row, in
+// registers, for d = 32, 64 or 128: row i's values c and c + d/2 rotated
+// by cos and sin [i*d/2, (i+1)*d/2).
+void kk_mixt_rope(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base,
+		  const float *cos, const float *sin) {
+	switch (d) {
+	case 32: MIXT_ROPE(2, 6) break;
+	case 64: MIXT_ROPE(4, 6) break;
+	default: MIXT_ROPE(8, 3) break;
+	}
+}
+
 // Code planes: plane t holds n codes of w_t bits, code i at bit i*w_t of
 // the plane, least significant bit first, padded to a byte. Sixteen codes
 // are 2*w_t bytes: one 16-byte load (masked near the end of the codes)

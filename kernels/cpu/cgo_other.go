@@ -66,3 +66,11 @@ func unpackPlanesAVX512(dst []float32, ldd, n int, src []byte, widths []uint8, s
 func unpackPlanesAVX2(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32) {
 	panic("cpu: no AVX2 kernels")
 }
+
+func mixTRoPEAVX512(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func transposeAVX2(dst []float32, ldd int, src []float32, lds, rows, cols int) {
+	panic("cpu: no AVX2 kernels")
+}

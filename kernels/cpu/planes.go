@@ -79,10 +79,20 @@ func unpackPlanesScalar(dst []float32, ldd, n int, src []byte, widths []uint8, s
 // block stored one component per row (n x d rows = latentsᵀ · basis) mix
 // without a transpose. It panics if the lengths do not match.
 func MixBlockT(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int) {
+	checkMixT("MixBlockT", o, m, base, p, ldp, vals, n, d)
+	mixT(o, m, base, p, ldp, vals, n, d)
+}
+
+// checkMixT panics, naming the caller, when MixBlockT's lengths do not
+// match.
+func checkMixT(name string, o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int) {
 	if m < 0 || n < 0 || d <= 0 || ldp < m || len(o) < m*d || len(vals) < n*d || base != nil && len(base) < d ||
 		n > 0 && m > 0 && len(p) < (n-1)*ldp+m {
-		panic(fmt.Sprintf("cpu: MixBlockT: m=%d n=%d d=%d ldp=%d with o %d, base %d, p %d, vals %d elements", m, n, d, ldp, len(o), len(base), len(p), len(vals)))
+		panic(fmt.Sprintf("cpu: %s: m=%d n=%d d=%d ldp=%d with o %d, base %d, p %d, vals %d elements", name, m, n, d, ldp, len(o), len(base), len(p), len(vals)))
 	}
+}
+
+func mixT(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int) {
 	switch {
 	case hasAVX512:
 		mixTAVX512(o, m, base, p, ldp, vals, n, d)
@@ -90,6 +100,26 @@ func MixBlockT(o []float32, m int, base, p []float32, ldp int, vals []float32, n
 		mixTAVX2(o, m, base, p, ldp, vals, n, d)
 	default:
 		mixRowsT(o, m, base, p, ldp, vals, n, d)
+	}
+}
+
+// MixBlockTRoPE is MixBlockT followed by RoPEBlock(o, o, cos, sin, m, d),
+// bit for bit: a block's keys decoded straight into their rotated rows,
+// in registers where the kernels allow (AVX-512, d = 32, 64 or 128). It
+// panics if d is odd or the lengths do not match.
+func MixBlockTRoPE(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
+	h := d / 2
+	if d%2 != 0 || len(cos) < m*h || len(sin) < m*h {
+		panic(fmt.Sprintf("cpu: MixBlockTRoPE: m=%d d=%d with cos %d, sin %d elements", m, d, len(cos), len(sin)))
+	}
+	checkMixT("MixBlockTRoPE", o, m, base, p, ldp, vals, n, d)
+	if hasAVX512 && m > 0 && n > 0 && (d == 32 || d == 64 || d == 128) {
+		mixTRoPEAVX512(o, m, base, p, ldp, vals, n, d, cos, sin)
+		return
+	}
+	mixT(o, m, base, p, ldp, vals, n, d)
+	for r := range m {
+		ropeCopy(o[r*d:(r+1)*d], o[r*d:(r+1)*d], cos[r*h:(r+1)*h], sin[r*h:(r+1)*h])
 	}
 }
 
@@ -109,6 +139,29 @@ func mixRowsT(o []float32, m int, base, p []float32, ldp int, vals []float32, n,
 				w[k-k0] = p[k*ldp+i]
 			}
 			axpyBlock(out, w[:k1-k0], vals[k0*d:k1*d])
+		}
+	}
+}
+
+// Transpose sets dst[i*ldd+t] = src[t*lds+i] for the rows t < rows and
+// columns i < cols of src: a block's latents, one component per row,
+// turned one block row per row. dst and src must not overlap. It panics
+// if the lengths do not match.
+func Transpose(dst []float32, ldd int, src []float32, lds, rows, cols int) {
+	if rows < 0 || cols < 0 || ldd < rows || lds < cols || rows > 0 && cols > 0 &&
+		(len(dst) < (cols-1)*ldd+rows || len(src) < (rows-1)*lds+cols) {
+		panic(fmt.Sprintf("cpu: Transpose: %d x %d (strides %d, %d) from %d into %d elements", rows, cols, lds, ldd, len(src), len(dst)))
+	}
+	if rows == 0 || cols == 0 {
+		return
+	}
+	if hasAVX2C {
+		transposeAVX2(dst, ldd, src, lds, rows, cols)
+		return
+	}
+	for t := range rows {
+		for i, v := range src[t*lds : t*lds+cols] {
+			dst[i*ldd+t] = v
 		}
 	}
 }

@@ -171,3 +171,64 @@ func TestPlanesAllocs(t *testing.T) {
 		t.Errorf("%v allocations per run, want 0", a)
 	}
 }
+
+// TestMixBlockTRoPE checks MixBlockTRoPE against MixBlockT then RoPEBlock,
+// bit for bit, at the head sizes the fused kernel takes (32, 64, 128) and
+// others, with every tile of rows whole and cut short.
+func TestMixBlockTRoPE(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 1))
+	for _, d := range []int{32, 64, 128, 2, 48, 96} {
+		for _, m := range []int{1, 2, 3, 5, 6, 7, 13, 64} {
+			for _, n := range []int{1, 9, 40} {
+				ldp := m + 1
+				p, vals, base := randVec(rng, n*ldp), randVec(rng, n*d), randVec(rng, d)
+				cos, sin := randVec(rng, m*d/2), randVec(rng, m*d/2)
+				for _, b := range [][]float32{nil, base} {
+					o := randVec(rng, m*d+1)
+					want := slices.Clone(o)
+					MixBlockT(want, m, b, p, ldp, vals, n, d)
+					RoPEBlock(want, want, cos, sin, m, d)
+					got := slices.Clone(o)
+					MixBlockTRoPE(got, m, b, p, ldp, vals, n, d, cos, sin)
+					if !slices.Equal(got, want) {
+						t.Errorf("d=%d m=%d n=%d base %v: differs from MixBlockT then RoPEBlock", d, m, n, b != nil)
+					}
+				}
+			}
+		}
+	}
+	wantPanic(t, "MixBlockTRoPE odd d", func() {
+		f := make([]float32, 64)
+		MixBlockTRoPE(f, 1, nil, f, 1, f, 1, 3, f, f)
+	})
+	wantPanic(t, "MixBlockTRoPE short cos", func() {
+		f := make([]float32, 64)
+		MixBlockTRoPE(f, 2, nil, f, 2, f, 1, 32, f[:31], f)
+	})
+}
+
+func TestTranspose(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 2))
+	for _, s := range []struct{ rows, cols int }{{1, 1}, {8, 8}, {48, 64}, {41, 33}, {7, 9}, {16, 3}, {0, 5}} {
+		lds, ldd := s.cols+2, s.rows+3
+		src := randVec(rng, max(s.rows*lds, 1))
+		dst := make([]float32, max(s.cols*ldd, 1))
+		for i := range dst {
+			dst[i] = 42
+		}
+		Transpose(dst, ldd, src, lds, s.rows, s.cols)
+		for i := range s.cols {
+			for c := range ldd {
+				got := dst[i*ldd+c]
+				switch {
+				case c >= s.rows && got != 42:
+					t.Fatalf("%dx%d: dst[%d][%d] past the rows overwritten", s.rows, s.cols, i, c)
+				case c < s.rows && got != src[c*lds+i]:
+					t.Fatalf("%dx%d: dst[%d][%d] = %v, want src[%d][%d] = %v", s.rows, s.cols, i, c, got, c, i, src[c*lds+i])
+				}
+			}
+		}
+	}
+	wantPanic(t, "Transpose short dst", func() { Transpose(make([]float32, 10), 4, make([]float32, 64), 8, 4, 8) })
+	wantPanic(t, "Transpose stride", func() { Transpose(make([]float32, 64), 3, make([]float32, 64), 8, 4, 8) })
+}
