@@ -336,21 +336,33 @@ void kk2_scores(const float *q, long m, long d, const float *keys, long n, float
 // ymm accumulators.
 #define KK2_PR 4
 
+// load16 and store16 move values [j, j+16) of a row: unmasked when full
+// (the whole 16 are in the row), else under the masks m0, m1.
+#define KK2_LOAD(full, p, m) ((full) ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m))
+#define KK2_STORE(full, p, m, a)                    \
+	do {                                        \
+		if (full)                           \
+			_mm256_storeu_ps(p, a);     \
+		else                                \
+			_mm256_maskstore_ps(p, m, a); \
+	} while (0)
+
 // mix_tile adds p's weights times the n value rows to mr <= KK2_PR output
-// rows, values [j, j+16) of each (masks m0, m1 for the two vectors): row
-// r's weight for value row k is p[r*rs + k*ks]. The sums start from base's
-// values [j, j+16) in every row when base is not NULL, else from o's.
-KK_INLINE void mix_tile(const int mr, float *o, long d, const float *p, long rs, long ks, const float *v, long n,
-			long j, __m256i m0, __m256i m1, const float *base) {
+// rows, values [j, j+16) of each (masks m0, m1 for the two vectors, unless
+// full): row r's weight for value row k is p[r*rs + k*ks]. The sums start
+// from base's values [j, j+16) in every row when base is not NULL, else
+// from o's.
+KK_INLINE void mix_tile(const int mr, const int full, float *o, long d, const float *p, long rs, long ks,
+			const float *v, long n, long j, __m256i m0, __m256i m1, const float *base) {
 	__m256 a0[KK2_PR], a1[KK2_PR];
 #pragma GCC unroll 4
 	for (int r = 0; r < mr; r++) {
 		const float *b = base ? base : o + r * d;
-		a0[r] = _mm256_maskload_ps(b + j, m0);
-		a1[r] = _mm256_maskload_ps(b + j + 8, m1);
+		a0[r] = KK2_LOAD(full, b + j, m0);
+		a1[r] = KK2_LOAD(full, b + j + 8, m1);
 	}
 	for (long k = 0; k < n; k++) {
-		__m256 v0 = _mm256_maskload_ps(v + k * d + j, m0), v1 = _mm256_maskload_ps(v + k * d + j + 8, m1);
+		__m256 v0 = KK2_LOAD(full, v + k * d + j, m0), v1 = KK2_LOAD(full, v + k * d + j + 8, m1);
 #pragma GCC unroll 4
 		for (int r = 0; r < mr; r++) {
 			__m256 b = _mm256_broadcast_ss(p + r * rs + k * ks);
@@ -360,8 +372,8 @@ KK_INLINE void mix_tile(const int mr, float *o, long d, const float *p, long rs,
 	}
 #pragma GCC unroll 4
 	for (int r = 0; r < mr; r++) {
-		_mm256_maskstore_ps(o + r * d + j, m0, a0[r]);
-		_mm256_maskstore_ps(o + r * d + j + 8, m1, a1[r]);
+		KK2_STORE(full, o + r * d + j, m0, a0[r]);
+		KK2_STORE(full, o + r * d + j + 8, m1, a1[r]);
 	}
 }
 
@@ -377,11 +389,20 @@ KK_INLINE void mix(float *o, long m, long d, const float *p, long rs, long ks, c
 			int mr = m - i0 < KK2_PR ? (int)(m - i0) : KK2_PR;
 			float *oi = o + i0 * d;
 			const float *pi = p + i0 * rs;
-			switch (mr) {
-			case 4: mix_tile(4, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
-			case 3: mix_tile(3, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
-			case 2: mix_tile(2, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
-			default: mix_tile(1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+			if (d - j >= 16) {
+				switch (mr) {
+				case 4: mix_tile(4, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 3: mix_tile(3, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 2: mix_tile(2, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				default: mix_tile(1, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				}
+			} else {
+				switch (mr) {
+				case 4: mix_tile(4, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 3: mix_tile(3, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 2: mix_tile(2, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				default: mix_tile(1, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				}
 			}
 		}
 	}
@@ -398,6 +419,26 @@ void kk2_mix(float *o, long m, long d, const float *p, long ldp, const float *v,
 // instructions in the same order.
 void kk2_mixt(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base) {
 	mix(o, m, d, p, 1, ldp, v, n, base);
+}
+
+// kk2_mixt_rope is kk2_mixt followed by RoPE on each output row as
+// ropeCopy does (values c and c + d/2 of row i rotated by cos and sin
+// [i*d/2, (i+1)*d/2)), d/2 a multiple of 8: the rows are rotated while
+// they are still in cache, in the one call.
+void kk2_mixt_rope(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base,
+		   const float *cos, const float *sin) {
+	mix(o, m, d, p, 1, ldp, v, n, base);
+	const long h = d / 2;
+	for (long i = 0; i < m; i++) {
+		float *x1 = o + i * d, *x2 = x1 + h;
+		const float *c = cos + i * h, *s = sin + i * h;
+		for (long k = 0; k < h; k += 8) {
+			__m256 a = _mm256_loadu_ps(x1 + k), b = _mm256_loadu_ps(x2 + k);
+			__m256 co = _mm256_loadu_ps(c + k), si = _mm256_loadu_ps(s + k);
+			_mm256_storeu_ps(x1 + k, _mm256_sub_ps(_mm256_mul_ps(a, co), _mm256_mul_ps(b, si)));
+			_mm256_storeu_ps(x2 + k, _mm256_add_ps(_mm256_mul_ps(b, co), _mm256_mul_ps(a, si)));
+		}
+	}
 }
 
 // Code planes (avx512_amd64.c's kk_unpack_planes, eight codes at a time):

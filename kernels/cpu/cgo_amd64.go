@@ -20,6 +20,8 @@ void kk2_scores(const float *q, long m, long d, const float *keys, long n, float
 void kk2_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
 void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
 void kk2_mixt(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base);
+void kk2_mixt_rope(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base,
+		   const float *cos, const float *sin);
 void kk_mixt(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base);
 void kk_mixt_rope(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base,
 		  const float *cos, const float *sin);
@@ -182,6 +184,13 @@ func mixTAVX512(o []float32, m int, base, p []float32, ldp int, vals []float32, 
 // n > 0; the lengths are checked.
 func mixTRoPEAVX512(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
 	C.kk_mixt_rope(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n), f32pOrNil(base),
+		f32p(cos), f32p(sin))
+}
+
+// mixTRoPEAVX2 is MixBlockTRoPE's AVX2 kernel for d a multiple of 16, m
+// and n > 0; the lengths are checked.
+func mixTRoPEAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
+	C.kk2_mixt_rope(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n), f32pOrNil(base),
 		f32p(cos), f32p(sin))
 }
 

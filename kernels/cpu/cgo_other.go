@@ -74,3 +74,7 @@ func mixTRoPEAVX512(o []float32, m int, base, p []float32, ldp int, vals []float
 func transposeAVX2(dst []float32, ldd int, src []float32, lds, rows, cols int) {
 	panic("cpu: no AVX2 kernels")
 }
+
+func mixTRoPEAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
+	panic("cpu: no AVX2 kernels")
+}

@@ -104,17 +104,23 @@ func mixT(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d i
 }
 
 // MixBlockTRoPE is MixBlockT followed by RoPEBlock(o, o, cos, sin, m, d),
-// bit for bit: a block's keys decoded straight into their rotated rows,
-// in registers where the kernels allow (AVX-512, d = 32, 64 or 128). It
-// panics if d is odd or the lengths do not match.
+// bit for bit: a block's keys decoded straight into their rotated rows, in
+// registers where the kernels allow (AVX-512, d = 32, 64 or 128), else in
+// the same C call (AVX2, d a multiple of 16). It panics if d is odd or the
+// lengths do not match.
 func MixBlockTRoPE(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
 	h := d / 2
 	if d%2 != 0 || len(cos) < m*h || len(sin) < m*h {
 		panic(fmt.Sprintf("cpu: MixBlockTRoPE: m=%d d=%d with cos %d, sin %d elements", m, d, len(cos), len(sin)))
 	}
 	checkMixT("MixBlockTRoPE", o, m, base, p, ldp, vals, n, d)
-	if hasAVX512 && m > 0 && n > 0 && (d == 32 || d == 64 || d == 128) {
+	switch {
+	case m == 0 || n == 0:
+	case hasAVX512 && (d == 32 || d == 64 || d == 128):
 		mixTRoPEAVX512(o, m, base, p, ldp, vals, n, d, cos, sin)
+		return
+	case hasAVX2C && !hasAVX512 && d%16 == 0:
+		mixTRoPEAVX2(o, m, base, p, ldp, vals, n, d, cos, sin)
 		return
 	}
 	mixT(o, m, base, p, ldp, vals, n, d)
