@@ -766,7 +766,7 @@ func (k *KakeyaPC) AddWeighted(dst []float32, m int, w []float32, wStride int, s
 	}
 	clear(sc.lat[(c+1)*n : q*n])
 	sc.rows = growF32(sc.rows, n*q)
-	cpu.Transpose(sc.rows, q, sc.lat, n, q, n)
+	cpu.Transpose(sc.rows[lo*q:], q, sc.lat[lo:], n, q, hi-lo) // rows [lo, hi) only
 	sc.acc = growF32(sc.acc, m*q)
 	clear(sc.acc)
 	cpu.MixBlock(sc.acc, m, w[lo:], wStride, sc.rows[lo*q:], hi-lo, q)
