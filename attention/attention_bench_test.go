@@ -2,6 +2,7 @@ package attention
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -23,16 +24,22 @@ func BenchmarkDecode(b *testing.B) {
 // BenchmarkDecodeCompressed times one query token over a 2048-token cache
 // in 64-token blocks, all but the newest block encoded, with Qwen2.5-0.5B's
 // head geometry: the per-layer cost of decoding compressed blocks inside
-// attention, beside the plain float cache.
+// attention, beside the plain float cache. kakeya-pc codes in a synthetic
+// calibration (benchPCStats) at its default 2.5 bits per value.
 func BenchmarkDecodeCompressed(b *testing.B) {
 	const ctx, bs = 2048, 64
-	for _, spec := range []string{"plain", "int8", "int4", "kakeya"} {
+	for _, spec := range []string{"plain", "int8", "int4", "kakeya", "kakeya-pc", "kakeya-pc:rate=2"} {
 		b.Run(spec, func(b *testing.B) {
 			var policy kvcache.Policy
 			if spec != "plain" {
 				cd, err := codec.Parse(spec)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if pc, ok := cd.(*codec.KakeyaPC); ok {
+					if cd, err = codec.NewKakeyaPC(pc.Options(), benchPCStats(64), nil); err != nil {
+						b.Fatal(err)
+					}
 				}
 				policy = kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{cd}, V: cd}}}
 			}
@@ -74,4 +81,42 @@ func benchDecode(b *testing.B, ctx, bs int, policy kvcache.Policy) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchPCStats returns statistics for kakeya-pc of dimension d: a random
+// orthonormal basis whose variances fall geometrically from 16 to 16/2^12,
+// the spectrum of real keys in miniature, so the allocation codes a
+// realistic number of components at realistic widths. The data the
+// benchmark encodes need not follow it: decoding costs the same.
+func benchPCStats(d int) *codec.PCAStats {
+	r := rand.New(rand.NewPCG(7, uint64(d)))
+	st := &codec.PCAStats{Mean: make([]float32, d), Basis: make([]float32, d*d), Var: make([]float32, d), Between: make([]float32, d)}
+	for i := range st.Basis {
+		st.Basis[i] = float32(r.NormFloat64())
+	}
+	for a := 0; a < d; a++ { // Gram–Schmidt, in float64
+		ra := st.Basis[a*d : (a+1)*d]
+		for c := 0; c < a; c++ {
+			rc := st.Basis[c*d : (c+1)*d]
+			var dot float64
+			for i := range ra {
+				dot += float64(ra[i]) * float64(rc[i])
+			}
+			for i := range ra {
+				ra[i] -= float32(dot) * rc[i]
+			}
+		}
+		var nn float64
+		for _, v := range ra {
+			nn += float64(v) * float64(v)
+		}
+		for i := range ra {
+			ra[i] = float32(float64(ra[i]) / math.Sqrt(nn))
+		}
+	}
+	for j := range st.Var {
+		st.Var[j] = float32(16 * math.Pow(2, -12*float64(j)/float64(d)))
+		st.Between[j] = st.Var[j] / 4
+	}
+	return st
 }

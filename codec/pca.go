@@ -123,7 +123,13 @@ type pcTables struct {
 	dist           [pcMaxOptions + 1]float64
 	width          [pcMaxOptions + 1]int
 	ans            [pcMaxOptions + 1]*ransTable
+	// plane holds the levels again as cpu.UnpackPlanes reads them, 64
+	// slots per width.
+	plane [cpu.PlaneLevels]float32
 }
+
+// The planes' kernel reads every width a component may get.
+var _ [cpu.PlaneMaxBits - pcMaxBits]struct{}
 
 // pcMaxOptions is the most quantizers a family holds: the entropy-
 // constrained family's half-bit steps up to pcMaxBits.
@@ -140,6 +146,9 @@ func (t *pcTables) codeBits(b int, entropy bool) float64 {
 
 func (t *pcTables) set(b, width int, cb *Codebook) {
 	t.levels[b], t.bounds[b], t.width[b] = cb.Levels, cb.Bounds, width
+	if width == b { // the fixed-width families: what the planes' decode reads
+		copy(t.plane[b*64:(b+1)*64], cb.Levels)
+	}
 	t.dist[b] = codebookDistortion(cb)
 	t.ans[b] = newRANSTable(cellProbs(cb.Bounds))
 }
@@ -332,6 +341,7 @@ type KakeyaPC struct {
 	alloc []int8    // per component: -1 left out, 0 mean only, b > 0 coded with b bits
 	// The components in block order: means (alloc >= 0), then coded.
 	meanIdx, codedIdx []int
+	meanRows          []float32    // the basis rows of the components with a mean, M x d
 	coded             []float32    // the coded components' basis rows, C x d
 	width             []uint8      // the coded components' code widths
 	levOff            []int32      // where each coded component's levels start in a block's level table
@@ -346,8 +356,9 @@ type KakeyaPC struct {
 
 type pcScratch struct {
 	y     []float32 // n x d coefficients while encoding
-	lat   []float32 // n x q decoded latents (scale times level, then 1)
-	acc   []float32 // AddWeighted: m x q sums
+	lat   []float32 // decoded latents (scale times level), C x n, then for AddWeighted a row of ones and zeros (pcLatRows)
+	rows  []float32 // AddWeighted: the latents row-major, n x pcLatRows(C)
+	acc   []float32 // AddWeighted: m x pcLatRows(C) weighted sums of the latents
 	base  []float32 // the block's constant row
 	means []float32
 	scale []float32
@@ -425,6 +436,7 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 	for j, a := range k.alloc {
 		if a >= 0 {
 			k.meanIdx = append(k.meanIdx, j)
+			k.meanRows = append(k.meanRows, st.Basis[j*d:(j+1)*d]...)
 		}
 		if a > 0 {
 			k.codedIdx = append(k.codedIdx, j)
@@ -761,64 +773,73 @@ func (k *KakeyaPC) packPlanes(dst []byte, codes []uint8, n int) []byte {
 	return dst
 }
 
-// pcBlock is a parsed block: the constant row and the latents.
-type pcBlock struct {
-	q int // latent stride: C + 1 rounded up to 8
-}
-
 // parse checks src and leaves in sc.base the block's constant row μ +
-// Σ_j m_j u_j over the stored means, and in sc.lat (n x q) each row's
-// coded latents (scale times level) followed by a 1 and zero padding.
-func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
+// Σ_j m_j u_j over the stored means, and in sc.lat (C x n) each coded
+// component's latents, scale times level, one component per row.
+func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 	const name = "kakeya-pc"
 	if err := k.ready(n, d); err != nil {
-		return pcBlock{}, err
+		return err
 	}
 	f := k.Format()
 	if !k.opt.Entropy && len(src) >= headerLen && src[2] == byte(f.ID) && src[3] != pcLayout {
-		return pcBlock{}, fmt.Errorf("codec: %s: block has code layout %d (0: rows of codes, before version 1's component planes); this codec reads layout %d: re-encode the cache", name, src[3], pcLayout)
+		return fmt.Errorf("codec: %s: block has code layout %d (0: rows of codes, before version 1's component planes); this codec reads layout %d: re-encode the cache", name, src[3], pcLayout)
 	}
 	if _, err := checkHeader(name, src, f.ID, k.param(), n, d, k.tag); err != nil {
-		return pcBlock{}, err
+		return err
 	}
 	var v Vars
 	if err := f.ReadFields(src, &v); err != nil {
-		return pcBlock{}, err
+		return err
 	}
 	if !k.opt.Entropy {
 		if v[VarRowBits] != k.rowBits {
-			return pcBlock{}, fmt.Errorf("codec: %s: block holds codes of %d bits per row; the codec has %d", name, v[VarRowBits], k.rowBits)
+			return fmt.Errorf("codec: %s: block holds codes of %d bits per row; the codec has %d", name, v[VarRowBits], k.rowBits)
 		}
 		v[VarCodeBytes] = k.codeBytes(n)
 	}
 	if v[VarMeans] != len(k.meanIdx) || v[VarCoded] != len(k.codedIdx) {
-		return pcBlock{}, fmt.Errorf("codec: %s: block holds %d means and %d coded components; the codec has %d and %d",
+		return fmt.Errorf("codec: %s: block holds %d means and %d coded components; the codec has %d and %d",
 			name, v[VarMeans], v[VarCoded], len(k.meanIdx), len(k.codedIdx))
 	}
 	l := f.Layout(&v)
 	if len(src) != l.Size() {
-		return pcBlock{}, fmt.Errorf("codec: %s: block is %d bytes, want %d", name, len(src), l.Size())
+		return fmt.Errorf("codec: %s: block is %d bytes, want %d", name, len(src), l.Size())
 	}
+	mc := len(k.meanIdx)
+	sc.means = growF32(sc.means, mc)
+	if err := readF16s(sc.means, src[l.Off(pcMeans):], name, "component mean"); err != nil {
+		return err
+	}
+	// One MixBlock row over the means' rows sums them in order.
 	sc.base = growF32(sc.base, d)
 	copy(sc.base, k.mean)
-	mb := src[l.Off(pcMeans):]
-	sc.means = growF32(sc.means, len(k.meanIdx))
-	if err := readF16s(sc.means, mb, name, "component mean"); err != nil {
-		return pcBlock{}, err
-	}
-	for t, j := range k.meanIdx {
-		if m := sc.means[t]; m != 0 {
-			cpu.Axpy(m, k.basis[j*d:(j+1)*d], sc.base)
-		}
+	if mc > 0 {
+		cpu.MixBlock(sc.base, 1, sc.means, mc, k.meanRows, mc, d)
 	}
 	c := len(k.codedIdx)
 	sc.scale = growF32(sc.scale, c)
 	if err := readF16s(sc.scale, src[l.Off(pcScales):], name, "component scale"); err != nil {
-		return pcBlock{}, err
+		return err
 	}
 	// The coded components' means are in the base row; their latents are
-	// the scaled levels alone, looked up in one table of every coded
-	// component's levels times its scale.
+	// the scaled levels alone. AddWeighted fills the rows past them.
+	sc.lat = growF32(sc.lat, pcLatRows(c)*n)
+	codes := src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
+	if k.opt.Entropy {
+		if err := k.decodeStream(sc, codes, n); err != nil {
+			return fmt.Errorf("codec: %s: %w", name, err)
+		}
+		return nil
+	}
+	cpu.UnpackPlanes(sc.lat, n, n, codes, k.width, sc.scale, &k.tab.plane)
+	return nil
+}
+
+// decodeStream sets sc.lat's rows from an entropy-coded stream, whose
+// codes run row after row.
+func (k *KakeyaPC) decodeStream(sc *pcScratch, codes []byte, n int) error {
+	// Every coded component's levels times its scale, in one table.
 	sc.lv = growF32(sc.lv, k.levels)
 	for t, w := range k.width {
 		lv, s := sc.lv[k.levOff[t]:], sc.scale[t]
@@ -826,56 +847,18 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) (pcBlock, error) {
 			lv[j] = v * s
 		}
 	}
-	q := (c + 1 + 7) &^ 7
-	sc.lat = growF32(sc.lat, n*q)
-	codes := src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
-	if k.opt.Entropy {
-		if err := k.decodeStream(sc, codes, n, q); err != nil {
-			return pcBlock{}, fmt.Errorf("codec: %s: %w", name, err)
-		}
-		return pcBlock{q: q}, nil
-	}
-	for i := 0; i < n; i++ {
-		row := sc.lat[i*q : (i+1)*q]
-		row[c] = 1
-		clear(row[c+1:])
-	}
-	for t, w := range k.width {
-		plane := codes[:planeBytes(n, w)]
-		codes = codes[len(plane):]
-		lv := sc.lv[k.levOff[t]:]
-		mask := uint16(1)<<w - 1
-		pos := 0
-		for i := 0; i < n; i++ {
-			u := uint16(plane[pos>>3])
-			if pos>>3+1 < len(plane) {
-				u |= uint16(plane[pos>>3+1]) << 8
-			}
-			sc.lat[i*q+t] = lv[u>>(pos&7)&mask]
-			pos += int(w)
-		}
-	}
-	return pcBlock{q: q}, nil
-}
-
-// decodeStream sets sc.lat's rows from an entropy-coded stream.
-func (k *KakeyaPC) decodeStream(sc *pcScratch, codes []byte, n, q int) error {
 	var r ransDecoder
 	if err := r.init(codes); err != nil {
 		return err
 	}
-	c := len(k.ans)
 	for i := 0; i < n; i++ {
-		row := sc.lat[i*q : (i+1)*q]
 		for t, tab := range k.ans {
 			sym, ok := r.next(tab)
 			if !ok {
 				return fmt.Errorf("code stream of %d bytes ends at row %d of %d", len(codes), i, n)
 			}
-			row[t] = sc.lv[k.levOff[t]+int32(sym)]
+			sc.lat[t*n+i] = sc.lv[k.levOff[t]+int32(sym)]
 		}
-		row[c] = 1
-		clear(row[c+1:])
 	}
 	if !r.done() {
 		return fmt.Errorf("code stream of %d bytes: %d unread or a final state %#x, not %#x: corrupt", len(codes), len(codes)-r.pos, r.x, ransL)
@@ -890,30 +873,30 @@ func (k *KakeyaPC) Decode(dst []float32, src []byte, n, d int) error {
 	}
 	sc := k.scratch()
 	defer k.pool.Put(sc)
-	b, err := k.parse(sc, src, n, d)
-	if err != nil {
+	if err := k.parse(sc, src, n, d); err != nil {
 		return err
 	}
-	for i := 0; i < n; i++ {
-		copy(dst[i*d:(i+1)*d], sc.base)
-	}
-	// Every row at once: dst += lat · coded, the latents as an n x C
-	// matrix of stride q, in MixBlock's tiles.
-	if c := len(k.codedIdx); c > 0 {
-		cpu.MixBlock(dst, n, sc.lat, b.q, k.coded, c, d)
-	}
+	// Every row at once: dst = base + latᵀ · coded, in MixBlock's tiles
+	// and order (the base row first, then the components in turn).
+	cpu.MixBlockT(dst, n, sc.base, sc.lat, n, k.coded, len(k.codedIdx), d)
 	return nil
 }
 
-// DecodeRotated implements RotaryDecoder: Decode, then RoPE.
+// DecodeRotated implements RotaryDecoder: Decode, then RoPE, bit for bit,
+// the rows rotated as they are mixed (attention's key tiles).
 func (k *KakeyaPC) DecodeRotated(dst []float32, src []byte, n, d int, cos, sin []float32) error {
 	if d%2 != 0 || len(cos) < n*d/2 || len(sin) < n*d/2 {
 		return fmt.Errorf("codec: kakeya-pc: RoPE of %d rows of %d values with %d cosines and %d sines", n, d, len(cos), len(sin))
 	}
-	if err := k.Decode(dst, src, n, d); err != nil {
+	if err := checkShape("kakeya-pc", n, d, len(dst), "destination"); err != nil {
 		return err
 	}
-	cpu.RoPEBlock(dst, dst, cos, sin, n, d)
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	if err := k.parse(sc, src, n, d); err != nil {
+		return err
+	}
+	cpu.MixBlockTRoPE(dst, n, sc.base, sc.lat, n, k.coded, len(k.codedIdx), d, cos, sin)
 	return nil
 }
 
@@ -926,24 +909,34 @@ func (k *KakeyaPC) AddWeighted(dst []float32, m int, w []float32, wStride int, s
 	}
 	sc := k.scratch()
 	defer k.pool.Put(sc)
-	b, err := k.parse(sc, src, n, d)
-	if err != nil {
+	if err := k.parse(sc, src, n, d); err != nil {
 		return err
 	}
 	if m == 0 || hi == lo {
 		return nil
 	}
-	c, q := len(k.codedIdx), b.q
+	// The latents turned row-major (n x q), each row's C latents followed
+	// by a 1 for the constant row and zeros, so acc (m x q) = w·lat sums
+	// the weights too; then dst += acc · coded and each weight row's sum
+	// times the base row.
+	c, q := len(k.codedIdx), pcLatRows(len(k.codedIdx))
+	for i := range n {
+		sc.lat[c*n+i] = 1
+	}
+	clear(sc.lat[(c+1)*n : q*n])
+	sc.rows = growF32(sc.rows, n*q)
+	cpu.Transpose(sc.rows[lo*q:], q, sc.lat[lo:], n, q, hi-lo) // rows [lo, hi) only
 	sc.acc = growF32(sc.acc, m*q)
 	clear(sc.acc)
-	cpu.MixBlock(sc.acc, m, w[lo:], wStride, sc.lat[lo*q:], hi-lo, q)
-	for j := 0; j < m; j++ {
-		acc, out := sc.acc[j*q:(j+1)*q], dst[j*d:(j+1)*d]
-		cpu.AxpyBlock(out, acc[:c], k.coded, c, d)
-		cpu.Axpy(acc[c], sc.base, out)
-	}
+	cpu.MixBlock(sc.acc, m, w[lo:], wStride, sc.rows[lo*q:], hi-lo, q)
+	cpu.MixBlock(dst, m, sc.acc, q, k.coded, c, d)
+	cpu.MixBlock(dst, m, sc.acc[c:], q, sc.base, 1, d)
 	return nil
 }
+
+// pcLatRows returns the rows of a block's latents AddWeighted uses for c
+// coded components: theirs, one of ones, zeros to a multiple of 8.
+func pcLatRows(c int) int { return (c + 1 + 7) &^ 7 }
 
 // allocatePC chooses each component's state (-1 left out, 0 mean only, b
 // coded with b bits) minimizing Σ_j w_j·D_j under the budget of o.Rate

@@ -520,3 +520,166 @@ func TestKakeyaPCLayout(t *testing.T) {
 		}
 	}
 }
+
+// pcRowMajor decodes enc the way kakeya-pc did before its latents went
+// component-major: the latents row by row (n x q, q = C+1 rounded up to 8,
+// a 1 after each row's), the base row by one Axpy per nonzero mean, the
+// rows by MixBlock and AddWeighted's sums by MixBlock then AxpyBlock. It
+// is the reference TestKakeyaPCSameBits holds the kernels to.
+func pcRowMajor(t *testing.T, k *KakeyaPC, enc []byte, n, d int) (base, lat []float32, q int) {
+	t.Helper()
+	sc := new(pcScratch)
+	if err := k.parse(sc, enc, n, d); err != nil {
+		t.Fatal(err)
+	}
+	// Means and scales straight from the bytes, latents by the old
+	// per-code loop over the component-major codes.
+	m, c := len(k.meanIdx), len(k.codedIdx)
+	info := 22 // the header and the info fields: 6 bytes, or 8 with the stream's length
+	if k.opt.Entropy {
+		info = 24
+	}
+	base = slices.Clone(k.mean)
+	for a, j := range k.meanIdx {
+		if v := getF16(enc[info+2*a:]); v != 0 {
+			cpu.Axpy(v, k.basis[j*d:(j+1)*d], base)
+		}
+	}
+	q = (c + 1 + 7) &^ 7
+	lat = make([]float32, n*q)
+	for i := 0; i < n; i++ {
+		lat[i*q+c] = 1
+	}
+	if k.opt.Entropy {
+		for tt := 0; tt < c; tt++ {
+			for i := 0; i < n; i++ {
+				lat[i*q+tt] = sc.lat[tt*n+i] // the stream's decoder is unchanged
+			}
+		}
+		return base, lat, q
+	}
+	at := 22 + 2*m + 2*c
+	for tt, w := range k.width {
+		s := getF16(enc[22+2*m+2*tt:])
+		for i := 0; i < n; i++ {
+			code := 0
+			for b := 0; b < int(w); b++ {
+				bit := i*int(w) + b
+				code |= int(enc[at+bit/8]>>(bit%8)&1) << b
+			}
+			lat[i*q+tt] = k.tab.levels[w][code] * s
+		}
+		at += (n*int(w) + 7) / 8
+	}
+	return base, lat, q
+}
+
+// fmaGoLoops reports whether the Go block kernels (AxpyBlock, Axpy) round
+// as the C ones do, one fused multiply-add per term: true in the SIMD
+// builds, false where the Go loops are scalar and round the product and
+// the sum apart.
+func fmaGoLoops() bool {
+	w, v := []float32{1.1, 2.3, -0.7}, []float32{0.3, 1.7, 2.9, -1.3, 0.1, 0.6, 0.7, 1e-3, -3, 2, 1.5, 0.2, 9, -2.5, 0.4, 1.1, 0.3, 0.5, 0.8, -0.9, 1.7, 2.1, -0.1, 0.33}
+	a, b := make([]float32, 8), make([]float32, 8)
+	for i := range a {
+		a[i], b[i] = 0.1*float32(i), 0.1*float32(i)
+	}
+	cpu.AxpyBlock(a, w, v, 3, 8)
+	cpu.MixBlock(b, 1, w, 3, v, 3, 8)
+	return slices.Equal(a, b)
+}
+
+// sameValues reports whether got equals want bit for bit, or with exact
+// false within 1e-5 of each value's magnitude.
+func sameValues(got, want []float32, exact bool) bool {
+	if exact {
+		return slices.Equal(got, want)
+	}
+	for i := range want {
+		if math.Abs(float64(got[i]-want[i])) > 1e-5*(1+math.Abs(float64(want[i]))) {
+			return false
+		}
+	}
+	return len(got) == len(want)
+}
+
+// TestKakeyaPCSameBits: Decode, DecodeRotated and AddWeighted give the
+// bits of the row-major decoder they replaced (pcRowMajor), for fixed-width
+// and entropy-coded blocks, odd and even n, whole and partial row ranges;
+// in a build whose Go loops do not fuse multiply-adds (no
+// GOEXPERIMENT=simd), where the base row and AddWeighted's products now
+// run in the C kernels, the values agree to rounding.
+func TestKakeyaPCSameBits(t *testing.T) {
+	exact := fmaGoLoops()
+	t.Logf("bit for bit: %v", exact)
+	for _, tc := range []struct {
+		n, d int
+		rate float64
+		ec   bool
+	}{{64, 64, 2.5, false}, {64, 64, 2, true}, {33, 48, 3, false}, {17, 128, 2.5, false}, {7, 16, 6, false}} {
+		n, d := tc.n, tc.d
+		rng := rand.New(rand.NewPCG(uint64(n), uint64(d)+9))
+		blocks := pcBlocks(rng, 20, max(n, 16), d)
+		o := DefaultKakeyaPCOptions()
+		o.Rate, o.Entropy = tc.rate, tc.ec
+		k, err := NewKakeyaPC(o, pcStats(t, blocks[:19], max(n, 16), d), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := k.Encode(nil, blocks[19][:n*d], n, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, lat, q := pcRowMajor(t, k, enc, n, d)
+		c := len(k.codedIdx)
+		want := make([]float32, n*d)
+		for i := 0; i < n; i++ {
+			copy(want[i*d:(i+1)*d], base)
+		}
+		cpu.MixBlock(want, n, lat, q, k.coded, c, d)
+		got := make([]float32, n*d)
+		if err := k.Decode(got, enc, n, d); err != nil {
+			t.Fatal(err)
+		}
+		if !sameValues(got, want, exact) {
+			t.Errorf("n=%d d=%d rate %v ec %v: Decode differs from the row-major decoder", n, d, tc.rate, tc.ec)
+		}
+		cos, sin := make([]float32, n*d/2), make([]float32, n*d/2)
+		for i := range cos {
+			a := rng.Float64() * 6
+			cos[i], sin[i] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+		cpu.RoPEBlock(want, want, cos, sin, n, d)
+		if err := k.DecodeRotated(got, enc, n, d, cos, sin); err != nil {
+			t.Fatal(err)
+		}
+		if !sameValues(got, want, exact) {
+			t.Errorf("n=%d d=%d: DecodeRotated differs from the row-major decoder", n, d)
+		}
+		const m, stride = 7, 70
+		w := make([]float32, (m-1)*stride+n)
+		for i := range w {
+			w[i] = rng.Float32()
+		}
+		for _, rg := range [][2]int{{0, n}, {n / 3, n - 1}, {n - 1, n}} {
+			lo, hi := rg[0], rg[1]
+			want := make([]float32, m*d)
+			for i := range want {
+				want[i] = float32(i % 5)
+			}
+			got := slices.Clone(want)
+			acc := make([]float32, m*q)
+			cpu.MixBlock(acc, m, w[lo:], stride, lat[lo*q:], hi-lo, q)
+			for j := 0; j < m; j++ {
+				cpu.AxpyBlock(want[j*d:(j+1)*d], acc[j*q:j*q+c], k.coded, c, d)
+				cpu.Axpy(acc[j*q+c], base, want[j*d:(j+1)*d])
+			}
+			if err := k.AddWeighted(got, m, w, stride, enc, n, d, lo, hi); err != nil {
+				t.Fatal(err)
+			}
+			if !sameValues(got, want, exact) {
+				t.Errorf("n=%d d=%d rows [%d,%d): AddWeighted differs from the row-major decoder", n, d, lo, hi)
+			}
+		}
+	}
+}

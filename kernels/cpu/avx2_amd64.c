@@ -44,16 +44,20 @@ int kk_avx2_supported(void) {
 // lane i.
 KK_INLINE void transpose8x8(__m256i r[8]) {
 	__m256i t[8], u[8];
+	// Unrolled, so that t and u stay in registers.
+#pragma GCC unroll 4
 	for (int i = 0; i < 8; i += 2) {
 		t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
 		t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
 	}
+#pragma GCC unroll 2
 	for (int i = 0; i < 8; i += 4) {
 		u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
 		u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
 		u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
 		u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
 	}
+#pragma GCC unroll 4
 	for (int i = 0; i < 4; i++) {
 		r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
 		r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
@@ -332,35 +336,51 @@ void kk2_scores(const float *q, long m, long d, const float *keys, long n, float
 // ymm accumulators.
 #define KK2_PR 4
 
+// load16 and store16 move values [j, j+16) of a row: unmasked when full
+// (the whole 16 are in the row), else under the masks m0, m1.
+#define KK2_LOAD(full, p, m) ((full) ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m))
+#define KK2_STORE(full, p, m, a)                    \
+	do {                                        \
+		if (full)                           \
+			_mm256_storeu_ps(p, a);     \
+		else                                \
+			_mm256_maskstore_ps(p, m, a); \
+	} while (0)
+
 // mix_tile adds p's weights times the n value rows to mr <= KK2_PR output
-// rows, values [j, j+16) of each (masks m0, m1 for the two vectors).
-KK_INLINE void mix_tile(const int mr, float *o, long d, const float *p, long ldp, const float *v, long n, long j,
-			__m256i m0, __m256i m1) {
+// rows, values [j, j+16) of each (masks m0, m1 for the two vectors, unless
+// full): row r's weight for value row k is p[r*rs + k*ks]. The sums start
+// from base's values [j, j+16) in every row when base is not NULL, else
+// from o's.
+KK_INLINE void mix_tile(const int mr, const int full, float *o, long d, const float *p, long rs, long ks,
+			const float *v, long n, long j, __m256i m0, __m256i m1, const float *base) {
 	__m256 a0[KK2_PR], a1[KK2_PR];
 #pragma GCC unroll 4
 	for (int r = 0; r < mr; r++) {
-		a0[r] = _mm256_maskload_ps(o + r * d + j, m0);
-		a1[r] = _mm256_maskload_ps(o + r * d + j + 8, m1);
+		const float *b = base ? base : o + r * d;
+		a0[r] = KK2_LOAD(full, b + j, m0);
+		a1[r] = KK2_LOAD(full, b + j + 8, m1);
 	}
 	for (long k = 0; k < n; k++) {
-		__m256 v0 = _mm256_maskload_ps(v + k * d + j, m0), v1 = _mm256_maskload_ps(v + k * d + j + 8, m1);
+		__m256 v0 = KK2_LOAD(full, v + k * d + j, m0), v1 = KK2_LOAD(full, v + k * d + j + 8, m1);
 #pragma GCC unroll 4
 		for (int r = 0; r < mr; r++) {
-			__m256 b = _mm256_broadcast_ss(p + r * ldp + k);
+			__m256 b = _mm256_broadcast_ss(p + r * rs + k * ks);
 			a0[r] = _mm256_fmadd_ps(b, v0, a0[r]);
 			a1[r] = _mm256_fmadd_ps(b, v1, a1[r]);
 		}
 	}
 #pragma GCC unroll 4
 	for (int r = 0; r < mr; r++) {
-		_mm256_maskstore_ps(o + r * d + j, m0, a0[r]);
-		_mm256_maskstore_ps(o + r * d + j + 8, m1, a1[r]);
+		KK2_STORE(full, o + r * d + j, m0, a0[r]);
+		KK2_STORE(full, o + r * d + j + 8, m1, a1[r]);
 	}
 }
 
-// kk2_mix adds Σ_k p[i*ldp + k]·v[k*d:] to o[i*d:] for the m output rows
-// and n value rows of d values, k in order.
-void kk2_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n) {
+// mix runs the tiles of kk2_mix and kk2_mixt: output row i's weight for
+// value row k is p[i*rs + k*ks].
+KK_INLINE void mix(float *o, long m, long d, const float *p, long rs, long ks, const float *v, long n,
+		   const float *base) {
 	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
 	for (long j = 0; j < d; j += 16) {
 		__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d - j)), lane);
@@ -368,13 +388,158 @@ void kk2_mix(float *o, long m, long d, const float *p, long ldp, const float *v,
 		for (long i0 = 0; i0 < m; i0 += KK2_PR) {
 			int mr = m - i0 < KK2_PR ? (int)(m - i0) : KK2_PR;
 			float *oi = o + i0 * d;
-			const float *pi = p + i0 * ldp;
-			switch (mr) {
-			case 4: mix_tile(4, oi, d, pi, ldp, v, n, j, m0, m1); break;
-			case 3: mix_tile(3, oi, d, pi, ldp, v, n, j, m0, m1); break;
-			case 2: mix_tile(2, oi, d, pi, ldp, v, n, j, m0, m1); break;
-			default: mix_tile(1, oi, d, pi, ldp, v, n, j, m0, m1); break;
+			const float *pi = p + i0 * rs;
+			if (d - j >= 16) {
+				switch (mr) {
+				case 4: mix_tile(4, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 3: mix_tile(3, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 2: mix_tile(2, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				default: mix_tile(1, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				}
+			} else {
+				switch (mr) {
+				case 4: mix_tile(4, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 3: mix_tile(3, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 2: mix_tile(2, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				default: mix_tile(1, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				}
 			}
 		}
 	}
+}
+
+// kk2_mix adds Σ_k p[i*ldp + k]·v[k*d:] to o[i*d:] for the m output rows
+// and n value rows of d values, k in order.
+void kk2_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n) {
+	mix(o, m, d, p, ldp, 1, v, n, NULL);
+}
+
+// kk2_mixt sets o[i*d:] to base (o[i*d:] when base is NULL) plus Σ_k
+// p[k*ldp + i]·v[k*d:]: kk2_mix with the weights transposed, the same
+// instructions in the same order.
+void kk2_mixt(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base) {
+	mix(o, m, d, p, 1, ldp, v, n, base);
+}
+
+// kk2_mixt_rope is kk2_mixt followed by RoPE on each output row as
+// ropeCopy does (values c and c + d/2 of row i rotated by cos and sin
+// [i*d/2, (i+1)*d/2)), d/2 a multiple of 8: the rows are rotated while
+// they are still in cache, in the one call.
+void kk2_mixt_rope(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base,
+		   const float *cos, const float *sin) {
+	mix(o, m, d, p, 1, ldp, v, n, base);
+	const long h = d / 2;
+	for (long i = 0; i < m; i++) {
+		float *x1 = o + i * d, *x2 = x1 + h;
+		const float *c = cos + i * h, *s = sin + i * h;
+		for (long k = 0; k < h; k += 8) {
+			__m256 a = _mm256_loadu_ps(x1 + k), b = _mm256_loadu_ps(x2 + k);
+			__m256 co = _mm256_loadu_ps(c + k), si = _mm256_loadu_ps(s + k);
+			_mm256_storeu_ps(x1 + k, _mm256_sub_ps(_mm256_mul_ps(a, co), _mm256_mul_ps(b, si)));
+			_mm256_storeu_ps(x2 + k, _mm256_add_ps(_mm256_mul_ps(b, co), _mm256_mul_ps(a, si)));
+		}
+	}
+}
+
+// Code planes (avx512_amd64.c's kk_unpack_planes, eight codes at a time):
+// eight w-bit codes are w bytes, loaded as 8 (copied near the end of the
+// codes) and broadcast to both 128-bit lanes; a byte shuffle gives lane k
+// the two bytes holding code k, a variable shift and a mask leave the code.
+// Levels are picked by VPERMPS from the eight registers of the plane's
+// scaled levels, the register chosen by a tree of blends on the code's
+// bits 3, 4 and 5.
+
+// codes8 returns the eight codes at p, of which avail bytes may be read.
+KK_INLINE __m256i codes8(const uint8_t *p, long avail, __m256i ctl, __m256i shift, __m256i mask) {
+	uint64_t u = 0;
+	if (avail >= 8) {
+		__builtin_memcpy(&u, p, 8);
+	} else {
+		__builtin_memcpy(&u, p, (size_t)avail);
+	}
+	__m256i x = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)u), ctl);
+	return _mm256_and_si256(_mm256_srlv_epi32(x, shift), mask);
+}
+
+// pick returns the levels of the codes idx from the 2^w levels in t[0..7],
+// eight per register.
+KK_INLINE __m256 pick(const int w, __m256i idx, const __m256 t[8]) {
+	if (w <= 3) return _mm256_permutevar8x32_ps(t[0], idx);
+	__m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28));
+	__m256 l01 = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t[0], idx), _mm256_permutevar8x32_ps(t[1], idx), b3);
+	if (w == 4) return l01;
+	__m256 b4 = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 27));
+	__m256 l23 = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t[2], idx), _mm256_permutevar8x32_ps(t[3], idx), b3);
+	__m256 l03 = _mm256_blendv_ps(l01, l23, b4);
+	if (w == 5) return l03;
+	__m256 l45 = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t[4], idx), _mm256_permutevar8x32_ps(t[5], idx), b3);
+	__m256 l67 = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t[6], idx), _mm256_permutevar8x32_ps(t[7], idx), b3);
+	__m256 l47 = _mm256_blendv_ps(l45, l67, b4);
+	return _mm256_blendv_ps(l03, l47, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 26)));
+}
+
+// unpack_plane decodes one plane of n codes of width w (a constant, so
+// pick's tree is unrolled for it).
+KK_INLINE void unpack_plane(const int w, float *out, long n, const uint8_t *p, const uint8_t *end, __m256 s,
+			    const float *lv) {
+	__m256 t[8];
+	const int regs = w <= 3 ? 1 : 1 << (w - 3);
+	for (int r = 0; r < regs; r++) t[r] = _mm256_mul_ps(_mm256_loadu_ps(lv + 8 * r), s);
+	const __m256i kw = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(w));
+	const __m256i b = _mm256_srli_epi32(kw, 3);
+	// Bytes b and b+1, then two zeros (shuffle indices with bit 7 set).
+	const __m256i ctl = _mm256_add_epi32(_mm256_or_si256(b, _mm256_slli_epi32(b, 8)), _mm256_set1_epi32((int)0x80800100));
+	const __m256i shift = _mm256_and_si256(kw, _mm256_set1_epi32(7));
+	const __m256i mask = _mm256_set1_epi32((1 << w) - 1);
+	long i = 0;
+	for (; i + 8 <= n; i += 8, p += w) _mm256_storeu_ps(out + i, pick(w, codes8(p, end - p, ctl, shift, mask), t));
+	if (i < n) {
+		float y[8];
+		_mm256_storeu_ps(y, pick(w, codes8(p, end - p, ctl, shift, mask), t));
+		for (long k = 0; i + k < n; k++) out[i + k] = y[k];
+	}
+}
+
+// kk2_unpack_planes is kk_unpack_planes: dst[t*ldd + i] = levels[w*64 + c] *
+// scales[t] for code c, the i-th of plane t's n codes of width w =
+// widths[t] (1..6), for the c planes laid end to end in src (len bytes).
+void kk2_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long len, const uint8_t *widths, long c,
+		       const float *scales, const float *levels) {
+	const uint8_t *end = src + len;
+	for (long t = 0; t < c; t++) {
+		int w = widths[t];
+		__m256 s = _mm256_set1_ps(scales[t]);
+		const float *lv = levels + w * 64;
+		float *out = dst + t * ldd;
+		switch (w) {
+		case 1: unpack_plane(1, out, n, src, end, s, lv); break;
+		case 2: unpack_plane(2, out, n, src, end, s, lv); break;
+		case 3: unpack_plane(3, out, n, src, end, s, lv); break;
+		case 4: unpack_plane(4, out, n, src, end, s, lv); break;
+		case 5: unpack_plane(5, out, n, src, end, s, lv); break;
+		default: unpack_plane(6, out, n, src, end, s, lv); break;
+		}
+		src += (n * w + 7) / 8;
+	}
+}
+
+// kk2_transpose sets dst[i*ldd + t] = src[t*lds + i] for the rows t < rows
+// and columns i < cols of src: 8x8 blocks through registers
+// (transpose8x8), the ragged edges one value at a time.
+void kk2_transpose(float *dst, long ldd, const float *src, long lds, long rows, long cols) {
+	long r8 = rows & ~7L, c8 = cols & ~7L;
+	for (long t0 = 0; t0 < r8; t0 += 8) {
+		for (long i0 = 0; i0 < c8; i0 += 8) {
+			__m256i r[8];
+#pragma GCC unroll 8
+			for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_si256((const __m256i *)(src + (t0 + k) * lds + i0));
+			transpose8x8(r);
+#pragma GCC unroll 8
+			for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(dst + (i0 + k) * ldd + t0), r[k]);
+		}
+		for (long i = c8; i < cols; i++)
+			for (long t = t0; t < t0 + 8; t++) dst[i * ldd + t] = src[t * lds + i];
+	}
+	for (long t = r8; t < rows; t++)
+		for (long i = 0; i < cols; i++) dst[i * ldd + t] = src[t * lds + i];
 }

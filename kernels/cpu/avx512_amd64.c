@@ -306,21 +306,24 @@ void kk_scores(const float *q, long m, long d, const float *keys, long n, float 
 #define KK_PR 6
 
 // mix_tile adds p's weights times the n value rows to mr <= KK_PR output
-// rows, values [j, j+16*nc) of each (masks m[c] for the nc vectors).
-KK_INLINE void mix_tile(const int mr, const int nc, float *o, long d, const float *p, long ldp, const float *v,
-			long n, long j, const __mmask16 m[4]) {
+// rows, values [j, j+16*nc) of each (masks m[c] for the nc vectors): row r's
+// weight for value row k is p[r*rs + k*ks]. The sums start from base's
+// values [j, j+16*nc) in every row when base is not NULL, else from o's.
+KK_INLINE void mix_tile(const int mr, const int nc, float *o, long d, const float *p, long rs, long ks,
+			const float *v, long n, long j, const __mmask16 m[4], const float *base) {
 	__m512 acc[KK_PR][4];
 #pragma GCC unroll 6
 	for (int r = 0; r < mr; r++)
 #pragma GCC unroll 4
-		for (int c = 0; c < nc; c++) acc[r][c] = _mm512_maskz_loadu_ps(m[c], o + r * d + j + 16 * c);
+		for (int c = 0; c < nc; c++)
+			acc[r][c] = _mm512_maskz_loadu_ps(m[c], (base ? base : o + r * d) + j + 16 * c);
 	for (long k = 0; k < n; k++) {
 		__m512 vv[4];
 #pragma GCC unroll 4
 		for (int c = 0; c < nc; c++) vv[c] = _mm512_maskz_loadu_ps(m[c], v + k * d + j + 16 * c);
 #pragma GCC unroll 6
 		for (int r = 0; r < mr; r++) {
-			__m512 w = _mm512_set1_ps(p[r * ldp + k]);
+			__m512 w = _mm512_set1_ps(p[r * rs + k * ks]);
 #pragma GCC unroll 4
 			for (int c = 0; c < nc; c++) acc[r][c] = _mm512_fmadd_ps(w, vv[c], acc[r][c]);
 		}
@@ -335,17 +338,18 @@ KK_INLINE void mix_tile(const int mr, const int nc, float *o, long d, const floa
 // of constants its own unrolled register allocation.
 #define MIX_ROWS(nc)                                                                 \
 	switch (mr) {                                                                \
-	case 6: mix_tile(6, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
-	case 5: mix_tile(5, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
-	case 4: mix_tile(4, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
-	case 3: mix_tile(3, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
-	case 2: mix_tile(2, nc, oi, d, pi, ldp, v, n, j, mk); break;                 \
-	default: mix_tile(1, nc, oi, d, pi, ldp, v, n, j, mk); break;                \
+	case 6: mix_tile(6, nc, oi, d, pi, rs, ks, v, n, j, mk, base); break;        \
+	case 5: mix_tile(5, nc, oi, d, pi, rs, ks, v, n, j, mk, base); break;        \
+	case 4: mix_tile(4, nc, oi, d, pi, rs, ks, v, n, j, mk, base); break;        \
+	case 3: mix_tile(3, nc, oi, d, pi, rs, ks, v, n, j, mk, base); break;        \
+	case 2: mix_tile(2, nc, oi, d, pi, rs, ks, v, n, j, mk, base); break;        \
+	default: mix_tile(1, nc, oi, d, pi, rs, ks, v, n, j, mk, base); break;       \
 	}
 
-// kk_mix adds sum_k p[i*ldp + k] * v[k*d:] to o[i*d:] for the m output rows
-// and n value rows of d values, k in order for every output value.
-void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n) {
+// mix runs the tiles of kk_mix and kk_mixt: output row i's weight for
+// value row k is p[i*rs + k*ks].
+KK_INLINE void mix(float *o, long m, long d, const float *p, long rs, long ks, const float *v, long n,
+		   const float *base) {
 	for (long j = 0; j < d; j += 64) {
 		__mmask16 mk[4];
 		for (int c = 0; c < 4; c++) {
@@ -356,7 +360,7 @@ void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, 
 		int nc = left >= 64 ? 4 : (int)((left + 15) / 16);
 		for (long i0 = 0; i0 < m; i0 += KK_PR) {
 			float *oi = o + i0 * d;
-			const float *pi = p + i0 * ldp;
+			const float *pi = p + i0 * rs;
 			int mr = m - i0 < KK_PR ? (int)(m - i0) : KK_PR;
 			switch (nc) {
 			case 4: MIX_ROWS(4) break;
@@ -365,6 +369,142 @@ void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, 
 			default: MIX_ROWS(1) break;
 			}
 		}
+	}
+}
+
+// kk_mix adds sum_k p[i*ldp + k] * v[k*d:] to o[i*d:] for the m output rows
+// and n value rows of d values, k in order for every output value.
+void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n) {
+	mix(o, m, d, p, ldp, 1, v, n, NULL);
+}
+
+// kk_mixt sets o[i*d:] to base (o[i*d:] when base is NULL) plus sum_k
+// p[k*ldp + i] * v[k*d:]: kk_mix with the weights transposed, the same
+// instructions in the same order.
+void kk_mixt(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base) {
+	mix(o, m, d, p, 1, ldp, v, n, base);
+}
+
+// mixt_rope_tile is kk_mixt for mr whole rows of d = 16*nr values (nr 2, 4
+// or 8, mr*nr <= 24 accumulators), each row then rotated by RoPE in its
+// registers as ropeCopy does: values c and c + d/2 with cos and sin [r*d/2,
+// (r+1)*d/2) of row r.
+KK_INLINE void mixt_rope_tile(const int mr, const int nr, float *o, const float *p, long ldp, const float *v, long n,
+			      const float *base, const float *cos, const float *sin) {
+	const long d = 16 * nr, h = d / 2;
+	__m512 acc[6][8];
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+		for (int c = 0; c < nr; c++) acc[r][c] = _mm512_loadu_ps((base ? base : o + r * d) + 16 * c);
+	for (long k = 0; k < n; k++) {
+#pragma GCC unroll 6
+		for (int r = 0; r < mr; r++) {
+			__m512 w = _mm512_set1_ps(p[k * ldp + r]);
+#pragma GCC unroll 8
+			for (int c = 0; c < nr; c++) acc[r][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + k * d + 16 * c), acc[r][c]);
+		}
+	}
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++) {
+#pragma GCC unroll 4
+		for (int c = 0; c < nr / 2; c++) {
+			__m512 co = _mm512_loadu_ps(cos + r * h + 16 * c), si = _mm512_loadu_ps(sin + r * h + 16 * c);
+			__m512 a = acc[r][c], b = acc[r][c + nr / 2];
+			acc[r][c] = _mm512_sub_ps(_mm512_mul_ps(a, co), _mm512_mul_ps(b, si));
+			acc[r][c + nr / 2] = _mm512_add_ps(_mm512_mul_ps(b, co), _mm512_mul_ps(a, si));
+		}
+#pragma GCC unroll 8
+		for (int c = 0; c < nr; c++) _mm512_storeu_ps(o + r * d + 16 * c, acc[r][c]);
+	}
+}
+
+// MIXT_ROPE calls mixt_rope_tile for mr rows (1..rows) and nr vectors.
+#define MIXT_ROPE(nr, rows)                                                                              \
+	for (long i0 = 0; i0 < m; i0 += rows) {                                                          \
+		float *oi = o + i0 * d;                                                                  \
+		const float *pi = p + i0, *ci = cos + i0 * (d / 2), *si = sin + i0 * (d / 2);             \
+		switch (m - i0 < rows ? m - i0 : rows) {                                                 \
+		case 6: mixt_rope_tile(6, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		case 5: mixt_rope_tile(5, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		case 4: mixt_rope_tile(4, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		case 3: mixt_rope_tile(3, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		case 2: mixt_rope_tile(2, nr, oi, pi, ldp, v, n, base, ci, si); break;                    \
+		default: mixt_rope_tile(1, nr, oi, pi, ldp, v, n, base, ci, si); break;                   \
+		}                                                                                        \
+	}
+
+// kk_mixt_rope is kk_mixt followed by RoPE on each output row, in
+// registers, for d = 32, 64 or 128: row i's values c and c + d/2 rotated
+// by cos and sin [i*d/2, (i+1)*d/2).
+void kk_mixt_rope(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base,
+		  const float *cos, const float *sin) {
+	switch (d) {
+	case 32: MIXT_ROPE(2, 6) break;
+	case 64: MIXT_ROPE(4, 6) break;
+	default: MIXT_ROPE(8, 3) break;
+	}
+}
+
+// Code planes: plane t holds n codes of w_t bits, code i at bit i*w_t of
+// the plane, least significant bit first, padded to a byte. Sixteen codes
+// are 2*w_t bytes: one 16-byte load (masked near the end of the codes)
+// broadcast to the four 128-bit lanes, a byte shuffle that gives lane k
+// the two bytes holding code k, a variable shift and a mask leave the
+// codes as permute indices into the plane's scaled levels (up to 64, four
+// registers).
+
+// codes16 returns the sixteen codes of width w at p, of which avail bytes
+// may be read: ctl gives dword k bytes k*w/8 and k*w/8 + 1 of the group,
+// shift moves code k down by k*w%8.
+KK_INLINE __m512i codes16(const uint8_t *p, long avail, __m512i ctl, __m512i shift, __m512i mask) {
+	__m128i b = avail >= 16 ? _mm_loadu_si128((const __m128i *)p)
+				: _mm_maskz_loadu_epi8((__mmask16)((1u << avail) - 1), p);
+	__m512i x = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(b), ctl);
+	return _mm512_and_si512(_mm512_srlv_epi32(x, shift), mask);
+}
+
+// kk_unpack_planes sets dst[t*ldd + i] = levels[w*64 + c] * scales[t] for
+// code c, the i-th of plane t's n codes of width w = widths[t] (1..6), for
+// the c planes laid end to end in src (len bytes).
+void kk_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long len, const uint8_t *widths, long c,
+		      const float *scales, const float *levels) {
+	const uint8_t *end = src + len;
+	const __mmask16 tail = (__mmask16)((1u << (n % 16)) - 1);
+	for (long t = 0; t < c; t++) {
+		int w = widths[t];
+		const __m512 s = _mm512_set1_ps(scales[t]);
+		const float *lv = levels + w * 64;
+		__m512 t0 = _mm512_mul_ps(_mm512_loadu_ps(lv), s), t1 = _mm512_mul_ps(_mm512_loadu_ps(lv + 16), s);
+		__m512 t2 = _mm512_mul_ps(_mm512_loadu_ps(lv + 32), s), t3 = _mm512_mul_ps(_mm512_loadu_ps(lv + 48), s);
+		const __m512i mask = _mm512_set1_epi32((1 << w) - 1), bit5 = _mm512_set1_epi32(32);
+		const __m512i kw = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+						      _mm512_set1_epi32(w));
+		const __m512i b = _mm512_srli_epi32(kw, 3);
+		// Bytes b and b+1, then two zeros (shuffle indices with bit 7 set).
+		const __m512i ctl = _mm512_add_epi32(_mm512_or_si512(b, _mm512_slli_epi32(b, 8)),
+						     _mm512_set1_epi32((int)0x80800100));
+		const __m512i shift = _mm512_and_si512(kw, _mm512_set1_epi32(7));
+		float *out = dst + t * ldd;
+		const uint8_t *p = src;
+		for (long i = 0; i < n; i += 16, p += 2 * w) {
+			__m512i idx = codes16(p, end - p, ctl, shift, mask);
+			__m512 y;
+			if (w <= 4) {
+				y = _mm512_permutexvar_ps(idx, t0);
+			} else if (w == 5) {
+				y = _mm512_permutex2var_ps(t0, idx, t1);
+			} else {
+				__m512 lo = _mm512_permutex2var_ps(t0, idx, t1), hi = _mm512_permutex2var_ps(t2, idx, t3);
+				y = _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, bit5), lo, hi);
+			}
+			if (i + 16 <= n) {
+				_mm512_storeu_ps(out + i, y);
+			} else {
+				_mm512_mask_storeu_ps(out + i, tail, y);
+			}
+		}
+		src += (n * w + 7) / 8;
 	}
 }
 

@@ -19,6 +19,17 @@ void kk_scores(const float *q, long m, long d, const float *keys, long n, float 
 void kk2_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds);
 void kk2_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
 void kk_mix(float *o, long m, long d, const float *p, long ldp, const float *v, long n);
+void kk2_mixt(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base);
+void kk2_mixt_rope(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base,
+		   const float *cos, const float *sin);
+void kk_mixt(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base);
+void kk_mixt_rope(float *o, long m, long d, const float *p, long ldp, const float *v, long n, const float *base,
+		  const float *cos, const float *sin);
+void kk2_transpose(float *dst, long ldd, const float *src, long lds, long rows, long cols);
+void kk_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long len, const uint8_t *widths, long c,
+		      const float *scales, const float *levels);
+void kk2_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long len, const uint8_t *widths, long c,
+		       const float *scales, const float *levels);
 void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
 		    const float *rows, long n, const float *cos, const float *sin);
 */
@@ -158,4 +169,60 @@ func fwhtRows64AVX512(out, v, signs, z, w, rows []float32, n, r int, cos, sin []
 		cp, sp = f32p(cos), f32p(sin)
 	}
 	C.kk_fwht_rows64(f32p(out), f32p(v), f32p(signs), f32p(z), wp, C.long(r), rp, C.long(n), cp, sp)
+}
+
+// mixTAVX512 and mixTAVX2 are MixBlockT's kernels; the lengths are checked.
+func mixTAVX512(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int) {
+	if m == 0 || n == 0 {
+		mixRowsT(o, m, base, p, ldp, vals, n, d) // only base's rows to copy
+		return
+	}
+	C.kk_mixt(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n), f32pOrNil(base))
+}
+
+// mixTRoPEAVX512 is MixBlockTRoPE's kernel for d = 32, 64 and 128, m and
+// n > 0; the lengths are checked.
+func mixTRoPEAVX512(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
+	C.kk_mixt_rope(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n), f32pOrNil(base),
+		f32p(cos), f32p(sin))
+}
+
+// mixTRoPEAVX2 is MixBlockTRoPE's AVX2 kernel for d a multiple of 16, m
+// and n > 0; the lengths are checked.
+func mixTRoPEAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
+	C.kk2_mixt_rope(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n), f32pOrNil(base),
+		f32p(cos), f32p(sin))
+}
+
+func mixTAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int) {
+	if m == 0 || n == 0 {
+		mixRowsT(o, m, base, p, ldp, vals, n, d)
+		return
+	}
+	C.kk2_mixt(f32p(o), C.long(m), C.long(d), f32p(p), C.long(ldp), f32p(vals), C.long(n), f32pOrNil(base))
+}
+
+func f32pOrNil(s []float32) *C.float {
+	if s == nil {
+		return nil
+	}
+	return f32p(s)
+}
+
+// unpackPlanesAVX512 and unpackPlanesAVX2 are UnpackPlanes's kernels; the
+// lengths are checked, and src is exactly the planes (the kernels read
+// nothing past it).
+func unpackPlanesAVX512(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32) {
+	C.kk_unpack_planes(f32p(dst), C.long(ldd), C.long(n), (*C.uint8_t)(&src[0]), C.long(len(src)),
+		(*C.uint8_t)(&widths[0]), C.long(len(widths)), f32p(scales), f32p(levels[:]))
+}
+
+func unpackPlanesAVX2(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32) {
+	C.kk2_unpack_planes(f32p(dst), C.long(ldd), C.long(n), (*C.uint8_t)(&src[0]), C.long(len(src)),
+		(*C.uint8_t)(&widths[0]), C.long(len(widths)), f32p(scales), f32p(levels[:]))
+}
+
+// transposeAVX2 is Transpose's kernel; the lengths are checked.
+func transposeAVX2(dst []float32, ldd int, src []float32, lds, rows, cols int) {
+	C.kk2_transpose(f32p(dst), C.long(ldd), f32p(src), C.long(lds), C.long(rows), C.long(cols))
 }

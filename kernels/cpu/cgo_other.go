@@ -50,3 +50,31 @@ func mixAVX2(o []float32, m int, p []float32, ldp int, vals []float32, n, d int)
 func fwhtRows64AVX512(out, v, signs, z, w, rows []float32, n, r int, cos, sin []float32) {
 	panic("cpu: no AVX-512 kernels")
 }
+
+func mixTAVX512(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func mixTAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int) {
+	panic("cpu: no AVX2 kernels")
+}
+
+func unpackPlanesAVX512(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func unpackPlanesAVX2(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32) {
+	panic("cpu: no AVX2 kernels")
+}
+
+func mixTRoPEAVX512(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
+	panic("cpu: no AVX-512 kernels")
+}
+
+func transposeAVX2(dst []float32, ldd int, src []float32, lds, rows, cols int) {
+	panic("cpu: no AVX2 kernels")
+}
+
+func mixTRoPEAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
+	panic("cpu: no AVX2 kernels")
+}
