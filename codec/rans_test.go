@@ -7,6 +7,12 @@ import (
 	"testing"
 )
 
+// pcFamilies are the fixed-level quantizer families of kakeya-pc.
+var pcFamilies = []struct {
+	name string
+	tab  func() (*pcTables, error)
+}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}}
+
 // TestRANSTables: each width's frequencies sum to the coder's scale with
 // none zero, the expected code length is within 0.01 bit of the cells'
 // entropy and below the width from 2 bits on, and the uniform quantizers
@@ -14,10 +20,7 @@ import (
 func TestRANSTables(t *testing.T) {
 	// Max (1960), table of optimum uniform quantizers for N(0, 1).
 	maxStep := map[int]float64{1: 1.596, 2: 0.9957, 3: 0.5860, 4: 0.3352}
-	for _, q := range []struct {
-		name string
-		tab  func() (*pcTables, error)
-	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}} {
+	for _, q := range pcFamilies {
 		tab, err := q.tab()
 		if err != nil {
 			t.Fatal(err)
@@ -92,10 +95,7 @@ func TestECSQTables(t *testing.T) {
 		f := 2*h - float64(b)
 		return (1-f)*ec.dist[b] + f*ec.dist[b+1]
 	}
-	for _, q := range []struct {
-		name string
-		tab  func() (*pcTables, error)
-	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}} {
+	for _, q := range pcFamilies {
 		tab, err := q.tab()
 		if err != nil {
 			t.Fatal(err)

@@ -517,58 +517,21 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 			rows := randFloats(r, 2*nb*bs*kvHeads*d)
 			q := randFloats(r, c.n*heads*d)
 			cos, sin := ropeTables(nb*bs, d)
-			var outs [2][]float32
-			var gpuParts [][]compute.Part
-			for i, b := range []compute.Backend{gpu, host} {
-				store := b.NewBlockStore(bs, d, c.bf16)
-				src := upload(b, rows)
-				l := &layerOf{n: c.total, parts: make([][]compute.Part, nb)}
-				x := make([]float32, bs*d)
-				for blk := range nb {
-					l.parts[blk] = make([]compute.Part, 2*kvHeads)
-					m := min(bs, c.total-blk*bs)
-					for j := range l.parts[blk] {
-						p, err := store.NewPart()
-						if err != nil {
-							t.Fatal(err)
-						}
-						// Side j%2 of head j/2: keys in the first half of
-						// the rows, values in the second.
-						off := (j%2)*nb*bs*kvHeads*d + blk*bs*kvHeads*d + (j/2)*d
-						store.Write(p, 0, src.Slice(off, off+(m-1)*kvHeads*d+d), kvHeads*d, m)
-						l.parts[blk][j] = p
-						if m < bs {
-							continue // the hot block
-						}
-						cd := c.kc[(j/2)%len(c.kc)]
-						if j%2 == 1 {
-							cd = vCodec
-						}
-						if err := store.Read(x, p); err != nil {
-							t.Fatal(err)
-						}
-						enc, err := cd.Encode(nil, x, bs, d)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if err := store.SetEncoded(p, enc, cd); err != nil {
-							t.Fatal(err)
-						}
+			layer := encodedLayer{nb: nb, kvHeads: kvHeads, bs: bs, d: d, total: c.total, bf16: c.bf16,
+				write: func(b compute.Backend, store compute.BlockStore, p compute.Part, blk, j, m int) {
+					// Side j%2 of head j/2: keys in the first half of
+					// the rows, values in the second.
+					off := (j%2)*nb*bs*kvHeads*d + blk*bs*kvHeads*d + (j/2)*d
+					store.Write(p, 0, upload(b, rows[off:off+(m-1)*kvHeads*d+d]), kvHeads*d, m)
+				},
+				codec: func(j int) codec.Codec {
+					if j%2 == 1 {
+						return vCodec
 					}
-				}
-				att, err := b.NewAttention(ap)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := b.Alloc(c.n * heads * d)
-				if err := att.Forward(out, upload(b, q), c.n, c.total-c.n, l, upload(b, cos), upload(b, sin)); err != nil {
-					t.Fatal(err)
-				}
-				outs[i] = read(b, out)
-				if i == 0 {
-					gpuParts = l.parts
-				}
+					return c.kc[(j/2)%len(c.kc)]
+				},
 			}
+			outs, gpuParts, _ := layer.attend(t, gpu, host, ap, c.n, q, cos, sin)
 			// Every full block's parts stay encoded, in slots smaller than
 			// bf16 rows; the preconditioned keys' parts share their head's
 			// one inverse factor.
@@ -834,4 +797,71 @@ func TestKernelFaultIsAnError(t *testing.T) {
 	if _, _, _, off := b.GraphStats(); off == nil {
 		t.Error("graphs on with Options.Sync")
 	}
+}
+
+// encodedLayer is one attention layer of nb blocks, each of 2*kvHeads
+// parts (the keys and values of each KV head, alternating), for the tests
+// of attention over encoded blocks.
+type encodedLayer struct {
+	nb, kvHeads, bs, d, total int
+	bf16                      bool
+	// write stores the first m rows of part j of block blk.
+	write func(b compute.Backend, store compute.BlockStore, p compute.Part, blk, j, m int)
+	// codec encodes part j of every full block.
+	codec func(j int) codec.Codec
+}
+
+// attend builds the layer on gpu and on host, every full block's parts
+// read back and encoded by their codec (the last, partial block stays
+// hot), and runs attention of the n queries q at the last n positions on
+// both: it returns the two outputs, the GPU's parts and each encoded
+// part's length by (block, part).
+func (e encodedLayer) attend(t *testing.T, gpu, host compute.Backend, ap compute.AttentionParams, n int, q, cos, sin []float32) (outs [2][]float32, gpuParts [][]compute.Part, encLen map[[2]int]int) {
+	t.Helper()
+	encLen = map[[2]int]int{}
+	for i, b := range []compute.Backend{gpu, host} {
+		store := b.NewBlockStore(e.bs, e.d, e.bf16)
+		l := &layerOf{n: e.total, parts: make([][]compute.Part, e.nb)}
+		x := make([]float32, e.bs*e.d)
+		for blk := range e.nb {
+			l.parts[blk] = make([]compute.Part, 2*e.kvHeads)
+			m := min(e.bs, e.total-blk*e.bs)
+			for j := range l.parts[blk] {
+				p, err := store.NewPart()
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.write(b, store, p, blk, j, m)
+				l.parts[blk][j] = p
+				if m < e.bs {
+					continue // the hot block
+				}
+				cd := e.codec(j)
+				if err := store.Read(x, p); err != nil {
+					t.Fatal(err)
+				}
+				enc, err := cd.Encode(nil, x, e.bs, e.d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				encLen[[2]int{blk, j}] = len(enc)
+				if err := store.SetEncoded(p, enc, cd); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		att, err := b.NewAttention(ap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := b.Alloc(n * ap.Heads * e.d)
+		if err := att.Forward(out, upload(b, q), n, e.total-n, l, upload(b, cos), upload(b, sin)); err != nil {
+			t.Fatal(err)
+		}
+		outs[i] = read(b, out)
+		if i == 0 {
+			gpuParts = l.parts
+		}
+	}
+	return outs, gpuParts, encLen
 }

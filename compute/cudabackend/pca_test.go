@@ -150,56 +150,18 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 			}
 			q := randFloats(r, c.n*heads*d)
 			cos, sin := ropeTables(nb*bs, d)
-			var outs [2][]float32
-			var gpuParts [][]compute.Part
-			encLen := map[[2]int]int{}
-			for i, b := range []compute.Backend{gpu, host} {
-				store := b.NewBlockStore(bs, d, c.bf16)
-				l := &layerOf{n: c.total, parts: make([][]compute.Part, nb)}
-				x := make([]float32, bs*d)
-				for blk := range nb {
-					l.parts[blk] = make([]compute.Part, 2*kvHeads)
-					m := min(bs, c.total-blk*bs)
-					for j := range l.parts[blk] {
-						p, err := store.NewPart()
-						if err != nil {
-							t.Fatal(err)
-						}
-						store.Write(p, 0, upload(b, rows[blk*2*kvHeads+j]), d, m)
-						l.parts[blk][j] = p
-						if m < bs {
-							continue // the hot block
-						}
-						cd := kc[j/2]
-						if j%2 == 1 {
-							cd = vc
-						}
-						if err := store.Read(x, p); err != nil {
-							t.Fatal(err)
-						}
-						enc, err := cd.Encode(nil, x, bs, d)
-						if err != nil {
-							t.Fatal(err)
-						}
-						encLen[[2]int{blk, j}] = len(enc)
-						if err := store.SetEncoded(p, enc, cd); err != nil {
-							t.Fatal(err)
-						}
+			layer := encodedLayer{nb: nb, kvHeads: kvHeads, bs: bs, d: d, total: c.total, bf16: c.bf16,
+				write: func(b compute.Backend, store compute.BlockStore, p compute.Part, blk, j, m int) {
+					store.Write(p, 0, upload(b, rows[blk*2*kvHeads+j]), d, m)
+				},
+				codec: func(j int) codec.Codec {
+					if j%2 == 1 {
+						return vc
 					}
-				}
-				att, err := b.NewAttention(ap)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := b.Alloc(c.n * heads * d)
-				if err := att.Forward(out, upload(b, q), c.n, c.total-c.n, l, upload(b, cos), upload(b, sin)); err != nil {
-					t.Fatal(err)
-				}
-				outs[i] = read(b, out)
-				if i == 0 {
-					gpuParts = l.parts
-				}
+					return kc[j/2]
+				},
 			}
+			outs, gpuParts, encLen := layer.attend(t, gpu, host, ap, c.n, q, cos, sin)
 			// Encoded parts hold the codec's bytes, each key codec's
 			// basis once (one per KV head), the values' once.
 			prm := map[int]Ptr{}
