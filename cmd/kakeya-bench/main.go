@@ -46,7 +46,9 @@ Caches: plain (bf16, the tools' default), or a codec spec, each compressed
 cache with every layer compressed (--boundary none, unless given),
 64-token blocks (--block-size) and a hot window of one block. kakeya
 alone is the kakeya preset (kakeya-pc at its rate, a 32-token hot window),
-which, like any kakeya-pc or kvtc cache, needs a calibration (--calib).
+which, like any kakeya-pc or kvtc cache, needs a calibration: --calib, or
+else one made in memory on random tokens like the prompts' (the speed is
+the same; its statistics are not a real text's).
 Per row, the operations a decode step asks of the device (ops/step: kernel
 launches on CUDA, counted inside replayed graphs too; the seam's operations
 on the CPU) and, on CUDA, the host's calls into the driver per step.
@@ -73,6 +75,8 @@ type options struct {
 	boundary      string
 	blockSize     int
 	calib         string // --calib: a calibration file for codecs that need one
+	dir           string // the model directory
+	auto          *autoCalibrations
 	caches        []string
 	matmuls       []string
 	threads, ctxs []int
@@ -92,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks")
-	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya:b=3", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;); kakeya alone, the preset, and the other kakeya-pc and kvtc caches need --calib")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or one made on random tokens")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
@@ -197,6 +201,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		dir, desc = tmp, "seeded checkpoint of Qwen2.5-0.5B's shape (bf16)"
 	}
+	o.dir, o.auto = dir, new(autoCalibrations)
 	if o.serve.concurrency != nil {
 		rows, err := measureServing(ctx, dir, o, stderr)
 		if err != nil {
@@ -332,7 +337,7 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 		}
 	}
 	for _, cache := range o.caches {
-		opts, err := sequenceOptions(cache, o, m)
+		opts, err := sequenceOptions(ctx, cache, o, m, threads, stderr)
 		if err != nil {
 			return nil, fmt.Errorf("--cache %s: %w", cache, err)
 		}
@@ -413,16 +418,18 @@ func warmUp(m *model.Model) error {
 }
 
 // sequenceOptions builds the sequence options of one --cache entry.
-func sequenceOptions(cache string, o options, m *model.Model) (model.SequenceOptions, error) {
+func sequenceOptions(ctx context.Context, cache string, o options, m *model.Model, threads int, stderr io.Writer) (model.SequenceOptions, error) {
 	spec := kvconfig.Spec{}
 	var cal *codec.Calibration
 	if cache != "plain" {
 		spec = kvconfig.Spec{KV: cache, Boundary: o.boundary, BlockSize: o.blockSize}
+		var err error
 		if o.calib != "" {
-			var err error
 			if cal, err = calibrate.Load(o.calib, m.Config()); err != nil {
 				return model.SequenceOptions{}, fmt.Errorf("--calib: %w", err)
 			}
+		} else if cal, err = o.auto.get(ctx, spec, o.dir, m, threads, stderr); err != nil {
+			return model.SequenceOptions{}, err
 		}
 	}
 	pol, st, err := kvplan.NewPolicy(spec, m.CacheShape(), cal)
@@ -532,4 +539,52 @@ func parseInts(flagName, s string, lo, hi int) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// autoCalibrations makes, once per block size, the calibration of the
+// caches that need principal components when --calib names none: on
+// random tokens, as the measured prompts are. Speed does not depend on
+// the statistics, so the rows are those of a real calibration; their
+// bytes per block are too (fixed by the rate).
+type autoCalibrations struct {
+	byBlock map[int]*codec.Calibration
+}
+
+// autoCalibTokens is how many random tokens an automatic calibration
+// runs: the engine's default for its built-in text.
+const autoCalibTokens = 4096
+
+// get returns the calibration spec needs (nil for none).
+func (a *autoCalibrations) get(ctx context.Context, spec kvconfig.Spec, dir string, m *model.Model, threads int, stderr io.Writer) (*codec.Calibration, error) {
+	c, err := spec.Check()
+	if err != nil {
+		return nil, err
+	}
+	bs, need, err := kvplan.NeedsPCA(c, m.MaxContext())
+	if err != nil || !need {
+		return nil, err
+	}
+	if cal, ok := a.byBlock[bs]; ok {
+		return cal, nil
+	}
+	vocab := m.Config().VocabSize
+	r := rand.New(rand.NewPCG(7, uint64(bs)))
+	ids := make([]int, autoCalibTokens)
+	for i := range ids {
+		ids[i] = 1 + r.IntN(vocab-1)
+	}
+	start := time.Now()
+	cal, err := calibrate.Run(ctx, dir, ids, calibrate.Options{
+		MaxTokens: autoCalibTokens, RopeAveraged: true, PCA: true, BlockSize: bs, Threads: threads,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--cache %s: no --calib, and a calibration on random tokens failed: %w", spec.KV, err)
+	}
+	fmt.Fprintf(stderr, "kakeya-bench: --cache %s: no --calib; calibrated on %d random tokens in %.1fs (speed only: not a real text's statistics)\n",
+		spec.KV, autoCalibTokens, time.Since(start).Seconds())
+	if a.byBlock == nil {
+		a.byBlock = map[int]*codec.Calibration{}
+	}
+	a.byBlock[bs] = cal
+	return cal, nil
 }

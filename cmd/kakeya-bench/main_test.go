@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -157,5 +158,45 @@ func TestServe(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
 			t.Errorf("%v: err = %v, want one naming the flag", args, err)
 		}
+	}
+}
+
+// TestPresetWithoutCalib: the kakeya preset (and any kakeya-pc cache)
+// runs without --calib on a calibration made once per block size on
+// random tokens, said on stderr, and compresses; --calib naming a missing
+// file is an error naming it.
+func TestPresetWithoutCalib(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	err := run(context.Background(), []string{"--model", dir, "--cache", "kakeya;kakeya-pc:rate=2.5", "--threads", "1", "--ctx", "200",
+		"--gen", "3", "--reps", "1", "--warmup=false", "--block-size", "16", "--progress=false"}, &out, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(errOut.String(), "calibrated on 4096 random tokens"); n != 1 {
+		t.Errorf("%d calibration lines, want 1 (one per block size):\n%s", n, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 6 || !strings.HasPrefix(lines[4], "| kakeya | ") || !strings.HasPrefix(lines[5], "| kakeya-pc:rate=2.5 | ") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	// Both rows hold encoded kakeya-pc blocks on every layer.
+	ratio := func(line string) float64 {
+		f := strings.Split(line, "|")
+		v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(f[9]), "x"), 64)
+		if err != nil {
+			t.Fatalf("KV ratio of %q: %v", line, err)
+		}
+		return v
+	}
+	if p, pc := ratio(lines[4]), ratio(lines[5]); !(p > 1.5 && pc > 1.5) {
+		t.Errorf("KV ratios %v (preset) and %v (kakeya-pc), want both compressed", p, pc)
+	}
+	err = run(context.Background(), []string{"--model", dir, "--cache", "kakeya", "--calib", filepath.Join(dir, "missing.safetensors"), "--threads", "1", "--ctx", "40", "--reps", "1"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--calib") || !strings.Contains(err.Error(), "missing.safetensors") {
+		t.Errorf("--calib of a missing file: %v", err)
 	}
 }

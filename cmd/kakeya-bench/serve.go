@@ -73,7 +73,7 @@ func measureServe(ctx context.Context, m *model.Model, matmul string, threads in
 	}
 	var rows []serveRow
 	for _, cache := range o.caches {
-		opts, err := sequenceOptions(cache, o, m)
+		opts, err := sequenceOptions(ctx, cache, o, m, threads, stderr)
 		if err != nil {
 			return nil, fmt.Errorf("--cache %s: %w", cache, err)
 		}
