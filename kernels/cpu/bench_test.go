@@ -227,3 +227,54 @@ func BenchmarkOps(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMixBlockT times the key side of kakeya-pc decode: a 64-token
+// block's 40 latents mixed into rows of 64 values by the basis, from the
+// mean row, then rotated (RoPE), for each kernel set this machine runs;
+// and the value side's first sum (MixBlock): a GQA group's 7 weight rows
+// over the block's 64 latent rows of 48.
+func BenchmarkMixBlockT(b *testing.B) {
+	const m, n, d = 64, 40, 64
+	vec := func(k int) []float32 {
+		x := make([]float32, k)
+		for i := range x {
+			x[i] = float32(i%29)*0.125 - 1.75
+		}
+		return x
+	}
+	p, vals, base, cos, sin := vec(n*m), vec(n*d), vec(d), vec(m*d/2), vec(m*d/2)
+	o := make([]float32, m*d)
+	b.Run("best/rope", func(b *testing.B) {
+		for b.Loop() {
+			MixBlockTRoPE(o, m, base, p, m, vals, n, d, cos, sin)
+		}
+	})
+	b.Run("best/plain", func(b *testing.B) {
+		for b.Loop() {
+			MixBlockT(o, m, base, p, m, vals, n, d)
+		}
+	})
+	acc, w, lat := make([]float32, 7*48), vec(7*64), vec(64*48)
+	b.Run("best/values", func(b *testing.B) {
+		for b.Loop() {
+			MixBlock(acc, 7, w, 64, lat, 64, 48)
+		}
+	})
+	if hasAVX2C {
+		b.Run("avx2/values", func(b *testing.B) {
+			for b.Loop() {
+				mixAVX2(acc, 7, w, 64, lat, 64, 48)
+			}
+		})
+		b.Run("avx2/rope", func(b *testing.B) {
+			for b.Loop() {
+				mixTRoPEAVX2(o, m, base, p, m, vals, n, d, cos, sin)
+			}
+		})
+		b.Run("avx2/plain", func(b *testing.B) {
+			for b.Loop() {
+				mixTAVX2(o, m, base, p, m, vals, n, d)
+			}
+		})
+	}
+}
