@@ -332,9 +332,23 @@ void kk2_scores(const float *q, long m, long d, const float *keys, long n, float
 	}
 }
 
-// KK2_PR is the output rows of a weighted-sum tile, each 16 values in two
-// ymm accumulators.
-#define KK2_PR 4
+// KK2_PR is the most output rows of a weighted-sum tile, each 16 values in
+// two ymm accumulators: 12 accumulators, the value row's two vectors and
+// the broadcast weight fill 15 of the 16 ymm registers (BLIS's Haswell
+// shape), and each value row loaded serves 12 FMAs rather than 8.
+#define KK2_PR 6
+
+// tile_rows returns the rows of the next tile when left output rows
+// remain: KK2_PR, but two near-equal tiles for the last 7 to 11 rows, since
+// a tile of one or two rows has too few accumulators to hide the FMA
+// latency (7 rows, a GQA group, run as 4 + 3 rather than 6 + 1). Any
+// split gives the same bits: each output is its own chain of FMAs over k
+// in order.
+KK_INLINE int tile_rows(long left) {
+	if (left <= KK2_PR) return (int)left;
+	if (left < 2 * KK2_PR) return (int)(left + 1) / 2;
+	return KK2_PR;
+}
 
 // load16 and store16 move values [j, j+16) of a row: unmasked when full
 // (the whole 16 are in the row), else under the masks m0, m1.
@@ -355,7 +369,7 @@ void kk2_scores(const float *q, long m, long d, const float *keys, long n, float
 KK_INLINE void mix_tile(const int mr, const int full, float *o, long d, const float *p, long rs, long ks,
 			const float *v, long n, long j, __m256i m0, __m256i m1, const float *base) {
 	__m256 a0[KK2_PR], a1[KK2_PR];
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 	for (int r = 0; r < mr; r++) {
 		const float *b = base ? base : o + r * d;
 		a0[r] = KK2_LOAD(full, b + j, m0);
@@ -363,14 +377,14 @@ KK_INLINE void mix_tile(const int mr, const int full, float *o, long d, const fl
 	}
 	for (long k = 0; k < n; k++) {
 		__m256 v0 = KK2_LOAD(full, v + k * d + j, m0), v1 = KK2_LOAD(full, v + k * d + j + 8, m1);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 		for (int r = 0; r < mr; r++) {
 			__m256 b = _mm256_broadcast_ss(p + r * rs + k * ks);
 			a0[r] = _mm256_fmadd_ps(b, v0, a0[r]);
 			a1[r] = _mm256_fmadd_ps(b, v1, a1[r]);
 		}
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 	for (int r = 0; r < mr; r++) {
 		KK2_STORE(full, o + r * d + j, m0, a0[r]);
 		KK2_STORE(full, o + r * d + j + 8, m1, a1[r]);
@@ -385,12 +399,14 @@ KK_INLINE void mix(float *o, long m, long d, const float *p, long rs, long ks, c
 	for (long j = 0; j < d; j += 16) {
 		__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d - j)), lane);
 		__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d - j - 8)), lane);
-		for (long i0 = 0; i0 < m; i0 += KK2_PR) {
-			int mr = m - i0 < KK2_PR ? (int)(m - i0) : KK2_PR;
+		for (long i0 = 0, mr; i0 < m; i0 += mr) {
+			mr = tile_rows(m - i0);
 			float *oi = o + i0 * d;
 			const float *pi = p + i0 * rs;
 			if (d - j >= 16) {
 				switch (mr) {
+				case 6: mix_tile(6, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 5: mix_tile(5, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
 				case 4: mix_tile(4, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
 				case 3: mix_tile(3, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
 				case 2: mix_tile(2, 1, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
@@ -398,6 +414,8 @@ KK_INLINE void mix(float *o, long m, long d, const float *p, long rs, long ks, c
 				}
 			} else {
 				switch (mr) {
+				case 6: mix_tile(6, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
+				case 5: mix_tile(5, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
 				case 4: mix_tile(4, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
 				case 3: mix_tile(3, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;
 				case 2: mix_tile(2, 0, oi, d, pi, rs, ks, v, n, j, m0, m1, base); break;

@@ -172,7 +172,7 @@ func TestBlockAllocs(t *testing.T) {
 // 6 outputs × 64 values) whole and cut short on every side.
 var tileShapes = []struct{ m, n, d int }{
 	{1, 1, 2}, {1, 16, 64}, {7, 16, 64}, {56, 64, 64}, {13, 17, 80}, {5, 3, 128}, {6, 33, 130}, {9, 5, 8}, {4, 4, 7},
-	{3, 9, 40}, {7, 5, 24}, {8, 3, 112}, {7, 64, 72}, {3, 0, 64}, {0, 5, 64},
+	{3, 9, 40}, {7, 5, 24}, {8, 3, 112}, {7, 64, 72}, {10, 9, 48}, {11, 40, 64}, {64, 40, 64}, {3, 0, 64}, {0, 5, 64},
 }
 
 // tileKernels are the block kernels' implementations this machine runs:
