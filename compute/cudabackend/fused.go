@@ -61,9 +61,10 @@ type qkvArgs struct {
 }
 
 // unitGeometry returns the staged chunk, the warps per unit and the
-// blocks of a fused matvec of units units (each one or two weight rows)
-// over cols columns, as matVecLaunch decides them for rows rows: a unit's
-// columns are split between warps while blocks are few.
+// blocks of a matvec-shaped kernel of units units (output rows, or pairs
+// of weight rows) over cols columns: a unit's columns are split between
+// warps while blocks are few and each warp still gets at least one
+// 256-column step.
 func unitGeometry(what string, units, cols int) (chunk, wpr int, blocks uint32) {
 	chunk = min(matVecChunk, ceilDiv(cols, 8)*8)
 	wpr = 1
@@ -71,6 +72,32 @@ func unitGeometry(what string, units, cols int) (chunk, wpr int, blocks uint32) 
 		wpr *= 2
 	}
 	return chunk, wpr, u32(what+" blocks", ceilDiv(units*wpr, matVecWarps))
+}
+
+// matVecGeometry checks a launch shaped like matvec's (n input rows of
+// cols values, rows outputs; 1 <= n <= maxMatVecRows) and returns its
+// geometry, unitGeometry's over the output rows.
+func matVecGeometry(what string, n, rows, cols int) (chunk, wpr int, blocks uint32) {
+	if n < 1 || n > maxMatVecRows {
+		panic(fmt.Sprintf("cuda: %s of %d rows, want 1..%d", what, n, maxMatVecRows))
+	}
+	positive(what, rows, cols)
+	int32Of(what+" input", n*cols)
+	int32Of(what+" output", n*rows)
+	return unitGeometry(what, rows, cols)
+}
+
+// matVecShaped returns the launch of a kernel shaped like matvec's:
+// blocks of matVecWarps warps, n input rows staged chunk columns at a
+// time in shared memory.
+func matVecShaped(kernel string, blocks uint32, n, chunk int, p *args) Launch {
+	return Launch{
+		Kernel: kernel,
+		Grid:   Dim3{blocks, 1, 1},
+		Block:  Dim3{32 * matVecWarps, 1, 1},
+		Shared: uint32(4 * n * chunk),
+		Args:   p.b, Params: p.offs,
+	}
 }
 
 // normQKVLaunch returns the norm_qkv launch of a: a unit is a pair of
@@ -93,13 +120,7 @@ func normQKVLaunch(a qkvArgs) Launch {
 		i32("n", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).i32("head dim", a.HeadDim).i32("cols", a.Cols).
 		i32("start", a.Start).ptr(a.Pos).ptr(a.Cos).ptr(a.Sin).ptr(a.Tab).i32("row", a.Row).i32("format", int(a.Format)).
 		i32("chunk", chunk).i32("wpr", wpr).ptr(a.Step).ptr(a.QN).ptr(a.KN).ptr(a.Cnt)
-	return Launch{
-		Kernel: "norm_qkv_" + dtypeSuffix(a.dt),
-		Grid:   Dim3{blocks, 1, 1},
-		Block:  Dim3{32 * matVecWarps, 1, 1},
-		Shared: uint32(4 * a.N * chunk),
-		Args:   p.b, Params: p.offs,
-	}
+	return matVecShaped("norm_qkv_"+dtypeSuffix(a.dt), blocks, a.N, chunk, p)
 }
 
 // check panics unless the kernel takes a's sizes (see normQKVLaunch).
@@ -129,22 +150,10 @@ func (a *qkvArgs) check() {
 // Kernel: norm_swiglu_<dt>(float *out, const float *x, const float *g, float eps, const T *wg,
 // const T *wu, const float *bg, const float *bu, int n, int rows, int cols, int chunk, int wpr).
 func normSwiGLULaunch(dt tensor.DType, out, x, g Ptr, eps float32, wg, wu, bg, bu Ptr, n, rows, cols int) Launch {
-	positive("norm_swiglu", n, rows, cols)
-	if n > maxMatVecRows {
-		panic(fmt.Sprintf("cuda: norm_swiglu of %d rows, want 1..%d", n, maxMatVecRows))
-	}
-	int32Of("norm_swiglu input", n*cols)
-	int32Of("norm_swiglu output", n*rows)
-	chunk, wpr, blocks := unitGeometry("norm_swiglu", rows, cols)
+	chunk, wpr, blocks := matVecGeometry("norm_swiglu", n, rows, cols)
 	p := new(args).ptr(out).ptr(x).ptr(g).f32(eps).ptr(wg).ptr(wu).ptr(bg).ptr(bu).
 		i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
-	return Launch{
-		Kernel: "norm_swiglu_" + dtypeSuffix(dt),
-		Grid:   Dim3{blocks, 1, 1},
-		Block:  Dim3{32 * matVecWarps, 1, 1},
-		Shared: uint32(4 * n * chunk),
-		Args:   p.b, Params: p.offs,
-	}
+	return matVecShaped("norm_swiglu_"+dtypeSuffix(dt), blocks, n, chunk, p)
 }
 
 // matVecAddLaunch adds x (n rows of cols) times w (rows x cols of dt)
@@ -153,21 +162,9 @@ func normSwiGLULaunch(dt tensor.DType, out, x, g Ptr, eps float32, wg, wu, bg, b
 // Kernel: matvec_add_<dt>(float *acc, const float *x, const T *w, const float *bias, int n, int rows,
 // int cols, int chunk, int wpr).
 func matVecAddLaunch(dt tensor.DType, acc, x, w, bias Ptr, n, rows, cols int) Launch {
-	positive("matvec_add", n, rows, cols)
-	if n > maxMatVecRows {
-		panic(fmt.Sprintf("cuda: matvec_add of %d rows, want 1..%d", n, maxMatVecRows))
-	}
-	int32Of("matvec_add input", n*cols)
-	int32Of("matvec_add output", n*rows)
-	chunk, wpr, blocks := unitGeometry("matvec_add", rows, cols)
+	chunk, wpr, blocks := matVecGeometry("matvec_add", n, rows, cols)
 	p := new(args).ptr(acc).ptr(x).ptr(w).ptr(bias).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
-	return Launch{
-		Kernel: "matvec_add_" + dtypeSuffix(dt),
-		Grid:   Dim3{blocks, 1, 1},
-		Block:  Dim3{32 * matVecWarps, 1, 1},
-		Shared: uint32(4 * n * chunk),
-		Args:   p.b, Params: p.offs,
-	}
+	return matVecShaped("matvec_add_"+dtypeSuffix(dt), blocks, n, chunk, p)
 }
 
 // normMatVecLaunch sets out (n rows of rows values) to xn times w (rows
@@ -176,21 +173,9 @@ func matVecAddLaunch(dt tensor.DType, acc, x, w, bias Ptr, n, rows, cols int) La
 // Kernel: norm_matvec_<dt>(float *out, const float *x, const float *g, float eps, const T *w, int n,
 // int rows, int cols, int chunk, int wpr).
 func normMatVecLaunch(dt tensor.DType, out, x, g Ptr, eps float32, w Ptr, n, rows, cols int) Launch {
-	positive("norm_matvec", n, rows, cols)
-	if n > maxMatVecRows {
-		panic(fmt.Sprintf("cuda: norm_matvec of %d rows, want 1..%d", n, maxMatVecRows))
-	}
-	int32Of("norm_matvec input", n*cols)
-	int32Of("norm_matvec output", n*rows)
-	chunk, wpr, blocks := unitGeometry("norm_matvec", rows, cols)
+	chunk, wpr, blocks := matVecGeometry("norm_matvec", n, rows, cols)
 	p := new(args).ptr(out).ptr(x).ptr(g).f32(eps).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
-	return Launch{
-		Kernel: "norm_matvec_" + dtypeSuffix(dt),
-		Grid:   Dim3{blocks, 1, 1},
-		Block:  Dim3{32 * matVecWarps, 1, 1},
-		Shared: uint32(4 * n * chunk),
-		Args:   p.b, Params: p.offs,
-	}
+	return matVecShaped("norm_matvec_"+dtypeSuffix(dt), blocks, n, chunk, p)
 }
 
 // vecPtr returns the device address of a bias or norm weight, 0 for an

@@ -260,28 +260,9 @@ func kvWriteLaunch(tab Ptr, n, row, rows, d, stride int, format int32) Launch {
 // warps reading. 1 <= n <= maxMatVecRows.
 // Kernel: matvec_<dt>(float *out, const float *x, const T *w, int n, int rows, int cols, int chunk, int wpr).
 func matVecLaunch(dt tensor.DType, out, x, w Ptr, n, rows, cols int) Launch {
-	positive("matvec", rows, cols)
-	if n < 1 || n > maxMatVecRows {
-		panic(fmt.Sprintf("cuda: matvec of %d rows, want 1..%d", n, maxMatVecRows))
-	}
-	int32Of("matvec input", n*cols)
-	int32Of("matvec output", n*rows)
-	chunk := min(matVecChunk, ceilDiv(cols, 8)*8)
-	// Warps per row: split a row's columns while blocks are few and each
-	// warp still gets at least one 256-column step.
-	wpr := 1
-	for wpr < matVecWarps && ceilDiv(rows*wpr, matVecWarps) < matVecTargetBlocks && 256*2*wpr <= cols {
-		wpr *= 2
-	}
-	k := "matvec_" + dtypeSuffix(dt)
-	a := new(args).ptr(out).ptr(x).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
-	return Launch{
-		Kernel: k,
-		Grid:   Dim3{u32("matvec blocks", ceilDiv(rows*wpr, matVecWarps)), 1, 1},
-		Block:  Dim3{32 * matVecWarps, 1, 1},
-		Shared: uint32(4 * n * chunk),
-		Args:   a.b, Params: a.offs,
-	}
+	chunk, wpr, blocks := matVecGeometry("matvec", n, rows, cols)
+	p := new(args).ptr(out).ptr(x).ptr(w).i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
+	return matVecShaped("matvec_"+dtypeSuffix(dt), blocks, n, chunk, p)
 }
 
 // matMulLaunch sets out (n rows of rows values) to x (n rows of cols)
