@@ -686,26 +686,37 @@ func decodeStrict(body []byte, v any) *apiError {
 	return nil
 }
 
+// beginDecoded starts a request whose body is one JSON object: it is
+// decoded strictly into v, and the model *model names (a field of v) is
+// checked. It reports false when it has written the error response.
+func (s *server) beginDecoded(w http.ResponseWriter, r *http.Request, v any, model *string) (*kakeya.Engine, bool) {
+	eng, body, ok := s.begin(w, r)
+	if !ok {
+		return nil, false
+	}
+	aerr := decodeStrict(body, v)
+	if aerr == nil {
+		aerr = s.checkModel(*model)
+	}
+	if aerr != nil {
+		writeError(w, aerr)
+		return nil, false
+	}
+	return eng, true
+}
+
 // tokenize serves /tokenize, as vLLM does: the token ids of a prompt
 // (with the model's special tokens unless add_special_tokens is false) or
 // of chat messages through the chat template.
 func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
-	eng, body, ok := s.begin(w, r)
-	if !ok {
-		return
-	}
 	var req struct {
 		Model            string          `json:"model"`
 		Prompt           *string         `json:"prompt"`
 		Messages         json.RawMessage `json:"messages"`
 		AddSpecialTokens *bool           `json:"add_special_tokens"`
 	}
-	if aerr := decodeStrict(body, &req); aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if aerr := s.checkModel(req.Model); aerr != nil {
-		writeError(w, aerr)
+	eng, ok := s.beginDecoded(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	var ids []int
@@ -745,20 +756,12 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 
 // detokenize serves /detokenize: the text of token ids.
 func (s *server) detokenize(w http.ResponseWriter, r *http.Request) {
-	eng, body, ok := s.begin(w, r)
-	if !ok {
-		return
-	}
 	var req struct {
 		Model  string `json:"model"`
 		Tokens []int  `json:"tokens"`
 	}
-	if aerr := decodeStrict(body, &req); aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	if aerr := s.checkModel(req.Model); aerr != nil {
-		writeError(w, aerr)
+	eng, ok := s.beginDecoded(w, r, &req, &req.Model)
+	if !ok {
 		return
 	}
 	if req.Tokens == nil {
