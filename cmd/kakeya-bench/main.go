@@ -74,9 +74,9 @@ type options struct {
 	device        string // --device: cpu, cuda or cuda:N
 	boundary      string
 	blockSize     int
-	calib         string // --calib: a calibration file for codecs that need one
-	dir           string // the model directory
-	auto          *autoCalibrations
+	calib         string        // --calib: a calibration file for codecs that need one
+	dir           string        // the model directory
+	cals          *calibrations // --calib's, loaded once, or those made without it
 	caches        []string
 	matmuls       []string
 	threads, ctxs []int
@@ -201,7 +201,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		dir, desc = tmp, "seeded checkpoint of Qwen2.5-0.5B's shape (bf16)"
 	}
-	o.dir, o.auto = dir, new(autoCalibrations)
+	o.dir, o.cals = dir, new(calibrations)
 	if o.serve.concurrency != nil {
 		rows, err := measureServing(ctx, dir, o, stderr)
 		if err != nil {
@@ -424,11 +424,7 @@ func sequenceOptions(ctx context.Context, cache string, o options, m *model.Mode
 	if cache != "plain" {
 		spec = kvconfig.Spec{KV: cache, Boundary: o.boundary, BlockSize: o.blockSize}
 		var err error
-		if o.calib != "" {
-			if cal, err = calibrate.Load(o.calib, m.Config()); err != nil {
-				return model.SequenceOptions{}, fmt.Errorf("--calib: %w", err)
-			}
-		} else if cal, err = o.auto.get(ctx, spec, o.dir, m, threads, stderr); err != nil {
+		if cal, err = o.cals.get(ctx, spec, o, m, threads, stderr); err != nil {
 			return model.SequenceOptions{}, err
 		}
 	}
@@ -541,12 +537,14 @@ func parseInts(flagName, s string, lo, hi int) ([]int, error) {
 	return out, nil
 }
 
-// autoCalibrations makes, once per block size, the calibration of the
-// caches that need principal components when --calib names none: on
-// random tokens, as the measured prompts are. Speed does not depend on
-// the statistics, so the rows are those of a real calibration; their
-// bytes per block are too (fixed by the rate).
-type autoCalibrations struct {
+// calibrations holds the run's calibrations: --calib's file, loaded once,
+// or, when --calib names none, the calibration of the caches that need
+// principal components, made once per block size on random tokens, as
+// the measured prompts are. Speed does not depend on the statistics, so
+// the rows are those of a real calibration; their bytes per block are too
+// (fixed by the rate).
+type calibrations struct {
+	file    *codec.Calibration
 	byBlock map[int]*codec.Calibration
 }
 
@@ -554,8 +552,19 @@ type autoCalibrations struct {
 // runs: the engine's default for its built-in text.
 const autoCalibTokens = 4096
 
-// get returns the calibration spec needs (nil for none).
-func (a *autoCalibrations) get(ctx context.Context, spec kvconfig.Spec, dir string, m *model.Model, threads int, stderr io.Writer) (*codec.Calibration, error) {
+// get returns the calibration of spec's cache: --calib's, or the one it
+// needs made on random tokens (nil for none).
+func (a *calibrations) get(ctx context.Context, spec kvconfig.Spec, o options, m *model.Model, threads int, stderr io.Writer) (*codec.Calibration, error) {
+	if o.calib != "" {
+		if a.file == nil {
+			cal, err := calibrate.Load(o.calib, m.Config())
+			if err != nil {
+				return nil, fmt.Errorf("--calib: %w", err)
+			}
+			a.file = cal
+		}
+		return a.file, nil
+	}
 	c, err := spec.Check()
 	if err != nil {
 		return nil, err
@@ -574,7 +583,7 @@ func (a *autoCalibrations) get(ctx context.Context, spec kvconfig.Spec, dir stri
 		ids[i] = 1 + r.IntN(vocab-1)
 	}
 	start := time.Now()
-	cal, err := calibrate.Run(ctx, dir, ids, calibrate.Options{
+	cal, err := calibrate.Run(ctx, o.dir, ids, calibrate.Options{
 		MaxTokens: autoCalibTokens, RopeAveraged: true, PCA: true, BlockSize: bs, Threads: threads,
 	})
 	if err != nil {
