@@ -201,17 +201,7 @@ func TestFusedNormQKV(t *testing.T) {
 						if e >= sz.kvHeads {
 							src, h = gotV, e-sz.kvHeads
 						}
-						want := slices.Clone(olds[e])
-						for i := range sz.n {
-							for c := range sz.d {
-								v, at := src[i*kvd+h*sz.d+c], ((row+i)*sz.d+c)*esize
-								if format == partF32 {
-									binary.LittleEndian.PutUint32(want[at:], math.Float32bits(v))
-								} else {
-									binary.LittleEndian.PutUint16(want[at:], tensor.F32ToBF16(v))
-								}
-							}
-						}
+						want := partWant(olds[e], src, h, kvd, row, sz.n, sz.d, format)
 						got := make([]byte, len(want))
 						emu.CopyOut(got, uint64(parts[e]))
 						if !bytes.Equal(got, want) {
@@ -254,6 +244,28 @@ func TestFusedNormQKV(t *testing.T) {
 			})
 		}
 	}
+}
+
+// partWant returns the cache part old with its rows row.. set to the n
+// rows of KV head h (head_dim d) of src, rows of kvd values, in format
+// (float32, or rounded to bf16 as kv_write rounds).
+func partWant(old []byte, src []float32, h, kvd, row, n, d int, format int32) []byte {
+	want := slices.Clone(old)
+	esize := 4
+	if format == partBF16 {
+		esize = 2
+	}
+	for i := range n {
+		for c := range d {
+			v, at := src[i*kvd+h*d+c], ((row+i)*d+c)*esize
+			if format == partF32 {
+				binary.LittleEndian.PutUint32(want[at:], math.Float32bits(v))
+			} else {
+				binary.LittleEndian.PutUint16(want[at:], tensor.F32ToBF16(v))
+			}
+		}
+	}
+	return want
 }
 
 // norm_swiglu, matvec_add and norm_matvec compute what the separate
@@ -459,17 +471,8 @@ func TestFusedNormQKVHeadNorms(t *testing.T) {
 						}
 						got := make([]byte, esize*sz.bs*sz.d)
 						emu.CopyOut(got, uint64(parts[e]))
-						for i := range sz.n {
-							for c := range sz.d {
-								v, at := src[i*kvd+h*sz.d+c], ((row+i)*sz.d+c)*esize
-								ok := binary.LittleEndian.Uint16(got[at:]) == tensor.F32ToBF16(v)
-								if format == partF32 {
-									ok = binary.LittleEndian.Uint32(got[at:]) == math.Float32bits(v)
-								}
-								if !ok {
-									t.Fatalf("seed %d: part %d row %d column %d is not the %s written", seed, e, row+i, c, map[bool]string{true: "key", false: "value"}[e < sz.kvHeads])
-								}
-							}
+						if want := partWant(make([]byte, len(got)), src, h, kvd, row, sz.n, sz.d, format); !bytes.Equal(got, want) {
+							t.Fatalf("seed %d: part %d is not a zeroed part with rows %d.. set to the %s written", seed, e, row, map[bool]string{true: "keys", false: "values"}[e < sz.kvHeads])
 						}
 					}
 				}
