@@ -684,16 +684,16 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 				l += float64(ecCost[q])
 			}
 		}
+		better := e < bestErr
 		if ecCost != nil {
+			// A scale that fits beats one that does not; among those
+			// that fit the least error wins, among those that do not the
+			// shortest.
 			fits, bestFits := l <= ecBudget, bestLen <= ecBudget
-			if !(fits && (!bestFits || e < bestErr)) && !(!fits && !bestFits && l < bestLen) {
-				continue
-			}
-			best, bestErr, bestLen = s, e, l
-			continue
+			better = fits && (!bestFits || e < bestErr) || !fits && !bestFits && l < bestLen
 		}
-		if e < bestErr {
-			best, bestErr = s, e
+		if better {
+			best, bestErr, bestLen = s, e, l
 		}
 	}
 	if ecCost != nil && best != 0 {
