@@ -15,6 +15,8 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/model"
+
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 func loadStoriesEngine(t *testing.T) *Engine {
@@ -60,7 +62,7 @@ func TestGenerateGreedyMatchesArgmax(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, argMax(rows[len(rows)-1]))
+		ids = append(ids, pick.ArgMax(rows[len(rows)-1]))
 	}
 	want := e.Tokenizer().Decode(ids[start:], true)
 	if res.Text != want {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 	"github.com/kakeya-ai/kakeya/scheduler"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 )
@@ -498,7 +499,7 @@ func (g *generation) emit(s string) error {
 // tokens, hold a NaN or an infinity: sampling them yields garbage, and the
 // usual cause is NaN or Inf in the weights.
 func (e *Engine) checkFinite(logits []float32, generated int) error {
-	i := firstNonFinite(logits)
+	i := pick.FirstNonFinite(logits)
 	if i < 0 {
 		return nil
 	}
@@ -507,17 +508,6 @@ func (e *Engine) checkFinite(logits []float32, generated int) error {
 		when = fmt.Sprintf("after the prompt and %d generated tokens", generated)
 	}
 	return fmt.Errorf("kakeya: non-finite logits %s (%v at token id %d): do the weights in %s hold NaN or Inf?", when, logits[i], i, e.dir)
-}
-
-// firstNonFinite returns the index of the first NaN or ±Inf in x, or -1.
-func firstNonFinite(x []float32) int {
-	for i, v := range x {
-		// v-v is 0 for every finite v and NaN for NaN and ±Inf.
-		if v-v != 0 {
-			return i
-		}
-	}
-	return -1
 }
 
 // stopIDs gathers the token ids that end generation: the EOS ids of

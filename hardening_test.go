@@ -20,6 +20,8 @@ import (
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/weights"
+
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // writeByteTokenizer writes a byte-level tokenizer.json whose 256 tokens
@@ -312,7 +314,7 @@ func TestEngineLogits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next := e.Tokenizer().Decode([]int{argMax(rows[len(rows)-1])}, true); res.Text != next {
+	if next := e.Tokenizer().Decode([]int{pick.ArgMax(rows[len(rows)-1])}, true); res.Text != next {
 		t.Errorf("arg max of the last row decodes to %q, greedy Generate gives %q", next, res.Text)
 	}
 
@@ -384,25 +386,6 @@ func TestGenerateNonFiniteLogits(t *testing.T) {
 	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
 	if res, err := e.Generate(context.Background(), "hi", GenerateOptions{MaxTokens: 5}, nil); err != nil || res.GeneratedTokens+len(res.StopReason) == 0 {
 		t.Errorf("unmodified checkpoint: %+v, %v", res, err)
-	}
-}
-
-func TestFirstNonFinite(t *testing.T) {
-	inf := float32(math.Inf(1))
-	tests := []struct {
-		x    []float32
-		want int
-	}{
-		{nil, -1},
-		{[]float32{0, -1, math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32}, -1},
-		{[]float32{1, float32(math.NaN()), inf}, 1},
-		{[]float32{1, 2, -inf}, 2},
-		{[]float32{inf}, 0},
-	}
-	for _, tt := range tests {
-		if got := firstNonFinite(tt.x); got != tt.want {
-			t.Errorf("firstNonFinite(%v) = %d, want %d", tt.x, got, tt.want)
-		}
 	}
 }
 

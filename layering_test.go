@@ -25,7 +25,10 @@ const module = "github.com/kakeya-ai/kakeya"
 // here.
 var allowed = map[string][]string{
 	// The bottom: element types, then the kernels over them.
-	"tensor":           {},
+	"tensor": {},
+	// The picks every device agrees on over a row of logits (arg max,
+	// first non-finite value): a leaf any package may use.
+	"pick":             {},
 	"kernels/cpu":      {"tensor"},
 	"kernels/cuda":     {},
 	"kernels/cuda/emu": {"kernels/cuda"},
@@ -49,13 +52,13 @@ var allowed = map[string][]string{
 	"kvcache":   {"compute", "codec"},
 	"weights":   {"tensor", "internal/term", "internal/outfile"},
 	"tokenizer": {},
-	"model":     {"compute", "kvcache", "weights"},
+	"model":     {"compute", "kvcache", "weights", "pick"},
 	"calibrate": {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
 	"eval":      {"kvcache/kvconfig", "internal/outfile"},
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},
-	"":          {"scheduler", "model", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
+	"":          {"scheduler", "model", "pick", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
 
 	// The cache's planning: a configuration, a model's shape and a
 	// calibration make the runtime's policy.
@@ -76,7 +79,7 @@ var allowed = map[string][]string{
 	// The commands.
 	"cmd/kakeya-run":   {"internal/cli", "", "model", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
 	"cmd/kakeya-serve": {"internal/cli", "", "model", "scheduler", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device"},
-	"cmd/kakeya-bench": {"internal/cli", "scheduler", "codec", "calibrate", "model", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "compute", "compute/cpubackend", "internal/device", "kernels/cpu", "internal/testmodel"},
+	"cmd/kakeya-bench": {"internal/cli", "pick", "scheduler", "codec", "calibrate", "model", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "compute", "compute/cpubackend", "internal/device", "kernels/cpu", "internal/testmodel"},
 	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
 
 	// Developer tools: the GPU report's checkpoint writer.

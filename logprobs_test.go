@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
+
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // logSoftmax returns the log-softmax of row in float64.
@@ -78,7 +80,7 @@ func TestGenerateLogprobs(t *testing.T) {
 	const tol = 1e-4
 	for i, ti := range res.Logprobs {
 		want := logSoftmax(rows[start+i-1])
-		if ti.ID != argMax(rows[start+i-1]) {
+		if ti.ID != pick.ArgMax(rows[start+i-1]) {
 			t.Fatalf("token %d is %d, not the arg max of its logits", i, ti.ID)
 		}
 		if d := math.Abs(float64(ti.Logprob) - want[ti.ID]); d > tol || ti.Logprob > 0 {
@@ -139,7 +141,7 @@ func TestGenerateLogprobsSampled(t *testing.T) {
 		if d := math.Abs(float64(ti.Logprob) - want); d > 1e-4 || ti.Top != nil {
 			t.Errorf("token %d: logprob %g and %d alternatives, want %g and none", i, ti.Logprob, len(ti.Top), want)
 		}
-		if ti.ID == argMax(rows[start+i-1]) {
+		if ti.ID == pick.ArgMax(rows[start+i-1]) {
 			greedy++
 		}
 	}

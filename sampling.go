@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // SamplingOptions choose how the next token is drawn from the logits.
@@ -73,7 +75,7 @@ func NewSampler(opt SamplingOptions) (*Sampler, error) {
 func (s *Sampler) Sample(logits []float32, history []int) int {
 	s.penalize(logits, history)
 	if s.opt.Temperature == 0 {
-		return argMax(logits)
+		return pick.ArgMax(logits)
 	}
 	c := s.topK(logits)
 	// Softmax over the candidates at the given temperature, most likely first.
@@ -236,14 +238,4 @@ func (c *candidates) sortDesc() {
 		c.logit[i] = float32(c.prob[i])
 	}
 	copy(c.id, c.order)
-}
-
-func argMax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }

@@ -9,7 +9,7 @@ package compute
 type Greedy interface {
 	// ArgMax sets ids[i] to the index of the largest value of row i of x
 	// (len(ids) rows of cols values): NaN skipped, the first of equal
-	// largest values, -1 for a row of NaN only, as kernels/cpu.ArgMax
+	// largest values, -1 for a row of NaN only, as pick.ArgMax
 	// picks. It sets bad[i] (len(bad) == len(ids)) to the index of the
 	// row's first NaN or ±Inf, -1 if none. Like Backend.Read it waits for
 	// the work queued before; after a recorded failure (see Err) ids and

@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math/bits"
+
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // A BatchItem is one sequence's part of a batched forward step: a prefill
@@ -148,36 +150,13 @@ func (bt *Batch) Forward(items []BatchItem) error {
 			it.Logits, it.Token, it.NonFinite = nil, bt.picks[i], bt.bad[i]
 		case it.Greedy:
 			it.Logits = bt.logits[off : off+w : off+w]
-			it.Token, it.NonFinite = argMax(it.Logits), firstNonFinite(it.Logits)
+			it.Token, it.NonFinite = pick.ArgMax(it.Logits), pick.FirstNonFinite(it.Logits)
 		default:
 			it.Logits = bt.logits[off : off+w : off+w]
 		}
 		off += w
 	}
 	return nil
-}
-
-// argMax returns the index of the largest value of x, NaN skipped, the
-// first of equal ones; -1 when every value is NaN: what compute.Greedy
-// picks on a device.
-func argMax(x []float32) int {
-	best := -1
-	for i, v := range x {
-		if v == v && (best < 0 || v > x[best]) {
-			best = i
-		}
-	}
-	return best
-}
-
-// firstNonFinite returns the index of x's first NaN or ±Inf, -1 if none.
-func firstNonFinite(x []float32) int {
-	for i, v := range x {
-		if v-v != 0 { // 0 for every finite v, NaN for NaN and ±Inf
-			return i
-		}
-	}
-	return -1
 }
 
 // check validates items, returning the step's tokens and the rows of

@@ -3,13 +3,10 @@ package model
 import (
 	"errors"
 	"fmt"
-	"math"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
@@ -19,6 +16,7 @@ import (
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // batchCaches are the cache settings the batch tests give their
@@ -97,7 +95,7 @@ func (r *batchRun) record(it BatchItem) {
 	} else {
 		r.tokens = append(r.tokens, r.next)
 	}
-	r.next = kcpu.ArgMax(it.Logits[len(it.Logits)-vocab:])
+	r.next = pick.ArgMax(it.Logits[len(it.Logits)-vocab:])
 }
 
 // solo replays the run alone through Sequence.Forward: the same chunks,
@@ -121,7 +119,7 @@ func (r *batchRun) solo(t *testing.T, m *Model, steps int) (logits [][]float32, 
 		fed += r.chunks[i]
 	}
 	for range steps {
-		next := kcpu.ArgMax(last)
+		next := pick.ArgMax(last)
 		tokens = append(tokens, next)
 		l, err := s.Forward([]int{next}, false)
 		if err != nil {
@@ -446,19 +444,5 @@ func TestBatchGreedyOnHost(t *testing.T) {
 			t.Fatalf("token %d, first non-finite %d; want %d, -1", it.Token, it.NonFinite, best)
 		}
 		items[0].IDs = []int{best}
-	}
-	for _, tc := range []struct {
-		x          []float32
-		best, nonf int
-	}{
-		{[]float32{1, 3, 3, 2}, 1, -1},
-		{[]float32{float32(math.NaN()), 1, 1}, 1, 0},
-		{[]float32{float32(math.NaN()), float32(math.NaN())}, -1, 0},
-		{[]float32{float32(math.Inf(-1)), 0, float32(math.Inf(1))}, 2, 0},
-		{[]float32{float32(math.Inf(-1)), float32(math.Inf(-1))}, 0, 0},
-	} {
-		if got, nonf := argMax(tc.x), firstNonFinite(tc.x); got != tc.best || nonf != tc.nonf {
-			t.Errorf("%v: argMax %d, firstNonFinite %d; want %d, %d", tc.x, got, nonf, tc.best, tc.nonf)
-		}
 	}
 }

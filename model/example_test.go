@@ -6,8 +6,8 @@ import (
 
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
-	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // Greedy decoding with stories260K from the shared data set.
@@ -38,7 +38,7 @@ func Example() {
 	ids := []int{1, 403, 407, 261, 378}
 	logits, err := s.Forward(ids, false)
 	for i := 0; i < 5 && err == nil; i++ {
-		next := cpu.ArgMax(logits)
+		next := pick.ArgMax(logits)
 		ids = append(ids, next)
 		logits, err = s.Forward([]int{next}, false)
 	}

@@ -12,13 +12,12 @@ import (
 	"testing"
 	"time"
 
-	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
-
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // loadTiny loads a seeded Qwen2-style checkpoint with 16-token blocks.
@@ -41,7 +40,7 @@ func loadTiny(t testing.TB) *model.Model {
 // greedy picks the largest logit; eos (if >= 0) ends the request.
 func greedy(eos int) func([]float32, []int) (int, bool, error) {
 	return func(logits []float32, _ []int) (int, bool, error) {
-		best := kcpu.ArgMax(logits)
+		best := pick.ArgMax(logits)
 		return best, best == eos, nil
 	}
 }

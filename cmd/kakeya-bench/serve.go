@@ -12,10 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
-
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 	"github.com/kakeya-ai/kakeya/scheduler"
 )
 
@@ -195,7 +194,7 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 
 // argMax is the requests' Next: greedy, never ending before MaxNew.
 func argMax(logits []float32, _ []int) (int, bool, error) {
-	return kcpu.ArgMax(logits), false, nil
+	return pick.ArgMax(logits), false, nil
 }
 
 // randomIDs returns n token ids in [1, vocab).

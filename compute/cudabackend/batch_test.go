@@ -5,12 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
-
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // A batched forward step on the GPU computes for each sequence what the
@@ -87,7 +86,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 		for i, it := range items {
 			r := owners[i]
 			r.logits = append(r.logits, slices.Clone(it.Logits))
-			r.next = kcpu.ArgMax(it.Logits)
+			r.next = pick.ArgMax(it.Logits)
 		}
 	}
 	for i, r := range runs {
@@ -110,7 +109,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 			}
 			worst = max(worst, d)
 			if st < decodeSteps {
-				next := kcpu.ArgMax(l)
+				next := pick.ArgMax(l)
 				tokens = append(tokens, next)
 				in = []int{next}
 			}

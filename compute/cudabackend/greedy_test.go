@@ -6,21 +6,11 @@ import (
 	"slices"
 	"testing"
 
-	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
-// firstNonFinite returns the index of x's first NaN or ±Inf, -1 if none.
-func firstNonFinite(x []float32) int {
-	for i, v := range x {
-		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
-			return i
-		}
-	}
-	return -1
-}
-
-// The argmax kernel picks what kernels/cpu.ArgMax picks, on random rows
+// The argmax kernel picks what pick.ArgMax picks, on random rows
 // and on the awkward ones: ties (the first wins, +0 and -0 alike), NaN
 // anywhere (skipped; -1 for a row of NaN only), -Inf and +Inf, rows
 // shorter and longer than the block; and it finds each row's first
@@ -92,10 +82,10 @@ func TestArgMax(t *testing.T) {
 			}
 			for i := range rows {
 				row := x[i*tc.cols : (i+1)*tc.cols]
-				if want := kcpu.ArgMax(row); ids[i] != want {
-					t.Errorf("row %d: argmax %d, kernels/cpu.ArgMax %d", i, ids[i], want)
+				if want := pick.ArgMax(row); ids[i] != want {
+					t.Errorf("row %d: argmax %d, pick.ArgMax %d", i, ids[i], want)
 				}
-				if want := firstNonFinite(row); bad[i] != want {
+				if want := pick.FirstNonFinite(row); bad[i] != want {
 					t.Errorf("row %d: first non-finite value at %d, want %d", i, bad[i], want)
 				}
 			}
@@ -126,7 +116,7 @@ func TestGreedyOnDevice(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want = append(want, kcpu.ArgMax(l))
+				want = append(want, pick.ArgMax(l))
 				l, err = s.Forward(want[len(want)-1:], false)
 			}
 

@@ -220,12 +220,6 @@ func BenchmarkOps(b *testing.B) {
 		}
 		_ = s
 	})
-	b.Run("ArgMax/151936", func(b *testing.B) {
-		logits := vec(151936)
-		for b.Loop() {
-			ArgMax(logits)
-		}
-	})
 }
 
 // BenchmarkMixBlockT times the key side of kakeya-pc decode: a 64-token

@@ -127,22 +127,6 @@ func RoPE(x, cos, sin []float32) {
 	rope(x, cos, sin)
 }
 
-// ArgMax returns the index of the first largest element, ignoring NaNs, or
-// -1 if x is empty or all NaN.
-func ArgMax(x []float32) int {
-	best := -1
-	var bv float32
-	for i, v := range x {
-		if v != v {
-			continue
-		}
-		if best < 0 || v > bv {
-			best, bv = i, v
-		}
-	}
-	return best
-}
-
 // Scalar element-wise loops: the fallback, and the SIMD paths' tails.
 
 func dotScalar(a, b []float32) float32 {

@@ -231,27 +231,6 @@ func TestRoPE(t *testing.T) {
 	}
 }
 
-func TestArgMax(t *testing.T) {
-	nan := float32(math.NaN())
-	tests := []struct {
-		x    []float32
-		want int
-	}{
-		{nil, -1},
-		{[]float32{nan}, -1},
-		{[]float32{1}, 0},
-		{[]float32{1, 3, 3, 2}, 1},
-		{[]float32{nan, -5, -4}, 2},
-		{[]float32{float32(math.Inf(-1)), -1e30}, 1},
-		{[]float32{-1, float32(math.Inf(1)), nan, 1e30}, 1},
-	}
-	for _, tt := range tests {
-		if got := ArgMax(tt.x); got != tt.want {
-			t.Errorf("ArgMax(%v) = %d, want %d", tt.x, got, tt.want)
-		}
-	}
-}
-
 func TestOpsLengthPanics(t *testing.T) {
 	a, b := make([]float32, 3), make([]float32, 4)
 	tests := map[string]func(){

@@ -1,6 +1,6 @@
 // Greedy sampling on the device: argmax picks each row's token, so that
 // only its id (and where its first non-finite logit is) crosses back to
-// the host rather than the row's logits. It picks what kernels/cpu.ArgMax
+// the host rather than the row's logits. It picks what pick.ArgMax
 // picks: NaN skipped, the first of equal largest values.
 #include "prelude.cuh"
 
