@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ardanlabs/jinja"
@@ -37,6 +38,10 @@ type Template struct {
 // Parse parses a chat template. name says where the template came from
 // (a file and field) and prefixes the errors of Parse and Render.
 func Parse(name, source string) (*Template, error) {
+	// Jinja's lexer (newline_sequence "\n", keep_trailing_newline off):
+	// line ends become "\n" and one final line end is dropped.
+	source = strings.ReplaceAll(strings.ReplaceAll(source, "\r\n", "\n"), "\r", "\n")
+	source = strings.TrimSuffix(source, "\n")
 	source, err := rewriteToJSON(source)
 	if err != nil {
 		return nil, fmt.Errorf("chat template %s: %w", name, err)

@@ -125,6 +125,32 @@ func TestToJSON(t *testing.T) {
 	}
 }
 
+// TestJinjaBasics: what Jinja2 (3.1, trim_blocks and lstrip_blocks on)
+// gives for these templates.
+func TestJinjaBasics(t *testing.T) {
+	tests := []struct{ tmpl, want string }{
+		{"a\n", "a"},
+		{"a\n\n", "a\n"},
+		{"a\r\nb\r\n", "a\nb"},
+		{"{% if true %}\n  x\n  {% endif %}\ny", "  x\ny"},
+		{"{% generation %}x{% endgeneration %}", "x"},
+		{"{% for x in [1, 2, 3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}", "1"},
+		{"{% set ns = namespace(a=1) %}{% for x in [1, 2] %}{% set ns.a = ns.a + x %}{% endfor %}{{ ns.a }}", "4"},
+		{"{% macro m(x) %}[{{ x }}]{% endmacro %}{{ m(3) }}{{ messages | length }}", "[3]0"},
+	}
+	for _, tt := range tests {
+		tm, err := Parse("t", tt.tmpl)
+		if err != nil {
+			t.Errorf("%q: %v", tt.tmpl, err)
+			continue
+		}
+		got, err := tm.Render(Input{Messages: json.RawMessage(`[]`)})
+		if err != nil || got != tt.want {
+			t.Errorf("%q: %q, %v; want %q", tt.tmpl, got, err, tt.want)
+		}
+	}
+}
+
 func TestStrftime(t *testing.T) {
 	at := time.Date(2026, 3, 5, 14, 7, 9, 0, time.UTC)
 	tests := []struct{ format, want string }{
