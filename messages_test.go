@@ -79,6 +79,9 @@ func TestGenerateMessages(t *testing.T) {
 		{"without chat", "", GenerateOptions{Messages: pair}, "GenerateOptions.Messages needs Chat"},
 		{"with system", "", GenerateOptions{Chat: true, System: "x", Messages: pair}, "Messages and System exclude each other"},
 		{"with a prompt", "Hello", GenerateOptions{Chat: true, Messages: pair}, "a prompt and GenerateOptions.Messages exclude each other"},
+		{"kwargs without chat", "Hello", GenerateOptions{ChatTemplateKwargs: map[string]any{"enable_thinking": false}}, "ChatTemplateKwargs needs Chat"},
+		{"kwargs not JSON", "Hello", GenerateOptions{Chat: true, ChatTemplateKwargs: map[string]any{"f": func() {}}}, `chat template variable "f"`},
+		{"reserved kwarg", "Hello", GenerateOptions{Chat: true, ChatTemplateKwargs: map[string]any{"messages": 1}}, `variable "messages" is set from the request`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.Generate(context.Background(), tt.prompt, tt.opt, nil)

@@ -116,6 +116,24 @@ func (t *Tokenizer) ChatStopIDs() []int {
 // opening of an assistant turn when addGenerationPrompt is set: the text
 // transformers' apply_chat_template gives, special tokens spelled out.
 func (t *Tokenizer) ApplyChat(msgs []Message, addGenerationPrompt bool) (string, error) {
+	return t.ApplyChatKwargs(msgs, addGenerationPrompt, nil)
+}
+
+// ApplyChatKwargs is ApplyChat with extra template variables, as
+// apply_chat_template's keyword arguments (such as enable_thinking: false
+// for Qwen3, or date_string for Llama 3.x): each is passed through JSON.
+func (t *Tokenizer) ApplyChatKwargs(msgs []Message, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
+	in := chattmpl.Input{AddGenerationPrompt: addGenerationPrompt}
+	if len(kwargs) > 0 {
+		in.Vars = make(map[string]json.RawMessage, len(kwargs))
+		for k, v := range kwargs {
+			raw, err := json.Marshal(v)
+			if err != nil {
+				return "", fmt.Errorf("tokenizer: chat template variable %q: %w", k, err)
+			}
+			in.Vars[k] = raw
+		}
+	}
 	type message struct {
 		Role    string `json:"role"`
 		Content string `json:"content"`
@@ -128,7 +146,8 @@ func (t *Tokenizer) ApplyChat(msgs []Message, addGenerationPrompt bool) (string,
 	if err != nil {
 		return "", fmt.Errorf("tokenizer: %w", err)
 	}
-	return t.RenderChat(chattmpl.Input{Messages: raw, AddGenerationPrompt: addGenerationPrompt})
+	in.Messages = raw
+	return t.RenderChat(in)
 }
 
 // RenderChat renders a conversation given as chattmpl.Input (messages with

@@ -143,8 +143,12 @@ func TestApplyChat(t *testing.T) {
 		tk := chatTokenizer(t, c.Special, readChatTemplate(t, c.Template))
 		var got string
 		var err error
-		if msgs, ok := plainMessages(c.Messages); ok && c.Tools == nil && c.Kwargs == nil {
-			got, err = tk.ApplyChat(msgs, c.Gen)
+		if msgs, ok := plainMessages(c.Messages); ok && c.Tools == nil && !strings.HasPrefix(c.Name, "llama3.2/") {
+			if c.Kwargs == nil {
+				got, err = tk.ApplyChat(msgs, c.Gen)
+			} else {
+				got, err = tk.ApplyChatKwargs(msgs, c.Gen, c.Kwargs)
+			}
 		} else {
 			in := chattmpl.Input{Messages: c.Messages, Tools: c.Tools, AddGenerationPrompt: c.Gen, Vars: map[string]json.RawMessage{}}
 			for k, v := range c.Kwargs {
