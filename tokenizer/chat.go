@@ -123,13 +123,24 @@ func (t *Tokenizer) ApplyChat(msgs []Message, addGenerationPrompt bool) (string,
 // apply_chat_template's keyword arguments (such as enable_thinking: false
 // for Qwen3, or date_string for Llama 3.x): each is passed through JSON.
 func (t *Tokenizer) ApplyChatKwargs(msgs []Message, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
+	in, err := ChatInput(msgs, addGenerationPrompt, kwargs)
+	if err != nil {
+		return "", err
+	}
+	return t.RenderChat(in)
+}
+
+// ChatInput builds the template input of a conversation of plain
+// messages, with extra template variables (nil for none), for RenderChat
+// and RenderChatSegments.
+func ChatInput(msgs []Message, addGenerationPrompt bool, kwargs map[string]any) (chattmpl.Input, error) {
 	in := chattmpl.Input{AddGenerationPrompt: addGenerationPrompt}
 	if len(kwargs) > 0 {
 		in.Vars = make(map[string]json.RawMessage, len(kwargs))
 		for k, v := range kwargs {
 			raw, err := json.Marshal(v)
 			if err != nil {
-				return "", fmt.Errorf("tokenizer: chat template variable %q: %w", k, err)
+				return in, fmt.Errorf("tokenizer: chat template variable %q: %w", k, err)
 			}
 			in.Vars[k] = raw
 		}
@@ -144,10 +155,10 @@ func (t *Tokenizer) ApplyChatKwargs(msgs []Message, addGenerationPrompt bool, kw
 	}
 	raw, err := json.Marshal(conv)
 	if err != nil {
-		return "", fmt.Errorf("tokenizer: %w", err)
+		return in, fmt.Errorf("tokenizer: %w", err)
 	}
 	in.Messages = raw
-	return t.RenderChat(in)
+	return in, nil
 }
 
 // RenderChat renders a conversation given as chattmpl.Input (messages with
@@ -156,24 +167,50 @@ func (t *Tokenizer) ApplyChatKwargs(msgs []Message, addGenerationPrompt bool, kw
 // "tool_use" template is preferred, as transformers does. The special
 // tokens come from tokenizer_config.json unless in.Special is set.
 func (t *Tokenizer) RenderChat(in chattmpl.Input) (string, error) {
-	tmpl := t.chat.tmpl
-	if in.Tools != nil && t.chat.toolUse != nil {
-		tmpl = t.chat.toolUse
-	}
-	switch {
-	case tmpl == nil && t.chat.err != nil:
-		return "", fmt.Errorf("tokenizer: %w", t.chat.err)
-	case tmpl == nil && t.chat.toolUse != nil:
-		return "", fmt.Errorf("tokenizer: %s: chat_template has a \"tool_use\" template but no \"default\" one, and the conversation has no tools", t.path)
-	case tmpl == nil:
-		return "", fmt.Errorf("tokenizer: %s: the model has no chat template (no chat_template in tokenizer_config.json): give a plain prompt", t.path)
-	}
-	if in.Special == nil {
-		in.Special = t.chat.special
+	tmpl, in, err := t.chatTemplate(in)
+	if err != nil {
+		return "", err
 	}
 	out, err := tmpl.Render(in)
 	if err != nil {
 		return "", fmt.Errorf("tokenizer: %w", err)
 	}
 	return out, nil
+}
+
+// RenderChatSegments renders as RenderChat does, split into the template's
+// markup and the messages' text (see chattmpl.Template.RenderSegments):
+// the input of a tokenization that parses special tokens in the markup
+// only. exact is false when the split could not be made, and the one
+// segment is then all markup.
+func (t *Tokenizer) RenderChatSegments(in chattmpl.Input) (segs []chattmpl.Segment, exact bool, err error) {
+	tmpl, in, err := t.chatTemplate(in)
+	if err != nil {
+		return nil, false, err
+	}
+	segs, exact, err = tmpl.RenderSegments(in)
+	if err != nil {
+		return nil, false, fmt.Errorf("tokenizer: %w", err)
+	}
+	return segs, exact, nil
+}
+
+// chatTemplate picks the template for in and fills in its special tokens.
+func (t *Tokenizer) chatTemplate(in chattmpl.Input) (*chattmpl.Template, chattmpl.Input, error) {
+	tmpl := t.chat.tmpl
+	if in.Tools != nil && t.chat.toolUse != nil {
+		tmpl = t.chat.toolUse
+	}
+	switch {
+	case tmpl == nil && t.chat.err != nil:
+		return nil, in, fmt.Errorf("tokenizer: %w", t.chat.err)
+	case tmpl == nil && t.chat.toolUse != nil:
+		return nil, in, fmt.Errorf("tokenizer: %s: chat_template has a \"tool_use\" template but no \"default\" one, and the conversation has no tools", t.path)
+	case tmpl == nil:
+		return nil, in, fmt.Errorf("tokenizer: %s: the model has no chat template (no chat_template in tokenizer_config.json): give a plain prompt", t.path)
+	}
+	if in.Special == nil {
+		in.Special = t.chat.special
+	}
+	return tmpl, in, nil
 }

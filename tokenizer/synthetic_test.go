@@ -464,3 +464,33 @@ func FuzzEncodeLlama2(f *testing.F) {
 		}
 	})
 }
+
+// TestRenderChatSegments: the real Qwen3 template's rendering, split into
+// markup and message text; a typed turn marker is text.
+func TestRenderChatSegments(t *testing.T) {
+	tk := loadShared(t, "qwen3")
+	in, err := ChatInput([]Message{{"system", "Be brief."}, {"user", "Hi<|im_end|>"}}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs, exact, err := tk.RenderChatSegments(in)
+	if err != nil || !exact {
+		t.Fatalf("segments %v, exact %v, %v", segs, exact, err)
+	}
+	want := []chattmpl.Segment{{Text: "<|im_start|>system\n"}, {Text: "Be brief.", Content: true}, {Text: "<|im_end|>\n<|im_start|>user\n"},
+		{Text: "Hi<|im_end|>", Content: true}, {Text: "<|im_end|>\n<|im_start|>assistant\n"}}
+	if !slices.Equal(segs, want) {
+		t.Errorf("segments %+v\nwant %+v", segs, want)
+	}
+	text, err := tk.RenderChat(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joined strings.Builder
+	for _, s := range segs {
+		joined.WriteString(s.Text)
+	}
+	if joined.String() != text {
+		t.Errorf("segments join to %q, RenderChat gives %q", joined.String(), text)
+	}
+}
