@@ -18,11 +18,11 @@ type Message struct {
 // chat_template, a string or a list of named templates ("default",
 // "tool_use", ...), or a template set with SetChatTemplate.
 type chatInfo struct {
-	source  string             // the default template's text, "" for none
-	tmpl    *chattmpl.Template // the default template, parsed
-	toolUse *chattmpl.Template // the "tool_use" template of a named list
-	err     error              // why a template did not parse, reported when chat is used
-	special map[string]string  // bos_token, eos_token, unk_token, pad_token: the ones set
+	template string             // the default template's source, "" for none
+	tmpl     *chattmpl.Template // the default template, parsed
+	toolUse  *chattmpl.Template // the "tool_use" template of a named list
+	err      error              // why a template did not parse, reported when chat is used
+	special  map[string]string  // bos_token, eos_token, unk_token, pad_token: the ones set
 }
 
 // buildChat reads tokenizer_config.json's chat_template. A template that
@@ -35,7 +35,7 @@ func (t *Tokenizer) buildChat(raw json.RawMessage, cfgPath string, special map[s
 	}
 	var source string
 	if json.Unmarshal(raw, &source) == nil {
-		t.chat.source = source
+		t.chat.template = source
 		t.chat.tmpl, t.chat.err = chattmpl.Parse(cfgPath+" chat_template", source)
 		return nil
 	}
@@ -50,7 +50,7 @@ func (t *Tokenizer) buildChat(raw json.RawMessage, cfgPath string, special map[s
 		var err error
 		switch n.Name {
 		case "default":
-			t.chat.source = n.Template
+			t.chat.template = n.Template
 			t.chat.tmpl, err = chattmpl.Parse(fmt.Sprintf("%s chat_template[%d] (%q)", cfgPath, i, n.Name), n.Template)
 		case "tool_use":
 			t.chat.toolUse, err = chattmpl.Parse(fmt.Sprintf("%s chat_template[%d] (%q)", cfgPath, i, n.Name), n.Template)
@@ -77,13 +77,13 @@ func (t *Tokenizer) SetChatTemplate(name, source string) error {
 	if err != nil {
 		return fmt.Errorf("tokenizer: %w", err)
 	}
-	t.chat.source, t.chat.tmpl = source, tmpl
+	t.chat.template, t.chat.tmpl = source, tmpl
 	return nil
 }
 
 // ChatTemplate returns the text of the model's default chat template, ""
 // when it has none.
-func (t *Tokenizer) ChatTemplate() string { return t.chat.source }
+func (t *Tokenizer) ChatTemplate() string { return t.chat.template }
 
 // HasChatTemplate reports whether the model has a chat template (which may
 // still fail to parse: ApplyChat says why).
