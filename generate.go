@@ -37,6 +37,12 @@ type GenerateOptions struct {
 	// sent one: the model continues it as the assistant. It replaces the
 	// prompt and System, which must then be empty.
 	Messages []tokenizer.Message
+	// ChatTemplateKwargs, with Chat, are extra variables of the model's
+	// chat template, as the keyword arguments of transformers'
+	// apply_chat_template: {"enable_thinking": false} turns Qwen3's
+	// reasoning off, {"date_string": "01 Jan 2025"} sets Llama 3.x's date.
+	// Each value goes to the template through JSON.
+	ChatTemplateKwargs map[string]any
 	// Logprobs computes each generated token's log-probability under the
 	// model's distribution: the log-softmax of the raw logits, before the
 	// repetition penalty, temperature, top-k, top-p and min-p (see
@@ -89,6 +95,9 @@ func (o *GenerateOptions) checkPrompt() error {
 		case o.System != "":
 			return errors.New("kakeya: GenerateOptions.Messages and System exclude each other: put the system message first among the Messages")
 		}
+	}
+	if len(o.ChatTemplateKwargs) > 0 && !o.Chat {
+		return errors.New("kakeya: GenerateOptions.ChatTemplateKwargs needs Chat: they are variables of the chat template")
 	}
 	return nil
 }
@@ -160,7 +169,7 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
 	}
-	text, err := e.tok.ApplyChat(msgs, true)
+	text, err := e.tok.ApplyChatKwargs(msgs, true, opt.ChatTemplateKwargs)
 	if err != nil {
 		return nil, fmt.Errorf("kakeya: %s: %w", e.dir, err)
 	}

@@ -51,10 +51,12 @@ var allowed = map[string][]string{
 	// Above the seam.
 	"kvcache":   {"compute", "codec"},
 	"weights":   {"tensor", "internal/term", "internal/outfile"},
-	"tokenizer": {},
-	"model":     {"compute", "kvcache", "weights", "pick"},
-	"calibrate": {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
-	"eval":      {"kvcache/kvconfig", "internal/outfile"},
+	"tokenizer": {"tokenizer/chattmpl"},
+	// Chat templates: a Jinja engine in transformers' environment.
+	"tokenizer/chattmpl": {},
+	"model":              {"compute", "kvcache", "weights", "pick"},
+	"calibrate":          {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
+	"eval":               {"kvcache/kvconfig", "internal/outfile"},
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},

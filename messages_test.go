@@ -51,6 +51,13 @@ func TestGenerateMessages(t *testing.T) {
 		t.Errorf("the rendering lacks the assistant turn:\n%s", text)
 	}
 
+	// Roles are the template's to judge: this ChatML template renders any
+	// role as a turn, as transformers would.
+	text, err = e.Tokenizer().ApplyChat([]tokenizer.Message{{Role: "tool", Content: "x"}}, false)
+	if err != nil || !strings.HasSuffix(text, "<|im_start|>tool\nx<|im_end|>\n") {
+		t.Errorf("a tool turn: %q, %v; want the template's ChatML turn", text, err)
+	}
+
 	// Greedy generation from Messages is that from System and a prompt.
 	a, err := e.Generate(context.Background(), "Hello", GenerateOptions{Chat: true, System: "Be brief.", MaxTokens: 12}, nil)
 	if err != nil {
@@ -72,7 +79,9 @@ func TestGenerateMessages(t *testing.T) {
 		{"without chat", "", GenerateOptions{Messages: pair}, "GenerateOptions.Messages needs Chat"},
 		{"with system", "", GenerateOptions{Chat: true, System: "x", Messages: pair}, "Messages and System exclude each other"},
 		{"with a prompt", "Hello", GenerateOptions{Chat: true, Messages: pair}, "a prompt and GenerateOptions.Messages exclude each other"},
-		{"unknown role", "", GenerateOptions{Chat: true, Messages: []tokenizer.Message{{Role: "tool", Content: "x"}}}, `unsupported role "tool"`},
+		{"kwargs without chat", "Hello", GenerateOptions{ChatTemplateKwargs: map[string]any{"enable_thinking": false}}, "ChatTemplateKwargs needs Chat"},
+		{"kwargs not JSON", "Hello", GenerateOptions{Chat: true, ChatTemplateKwargs: map[string]any{"f": func() {}}}, `chat template variable "f"`},
+		{"reserved kwarg", "Hello", GenerateOptions{Chat: true, ChatTemplateKwargs: map[string]any{"messages": 1}}, `variable "messages" is set from the request`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.Generate(context.Background(), tt.prompt, tt.opt, nil)

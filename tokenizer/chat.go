@@ -3,281 +3,214 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"strings"
+	"slices"
+
+	"github.com/kakeya-ai/kakeya/tokenizer/chattmpl"
 )
 
-// ChatFormat is a chat prompt format recognised from tokenizer_config.json's
-// chat_template. Templates are not executed; the format is reproduced in Go.
-type ChatFormat int
-
-// Chat formats.
-const (
-	ChatNone   ChatFormat = iota // no or unrecognised template
-	ChatML                       // <|im_start|>role\n...<|im_end|> (Qwen2/2.5/3, SmolLM2)
-	ChatLlama3                   // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
-	ChatLlama2                   // <s>[INST] ... [/INST] (Llama-2, Mistral)
-)
-
-func (f ChatFormat) String() string {
-	switch f {
-	case ChatML:
-		return "chatml"
-	case ChatLlama3:
-		return "llama3"
-	case ChatLlama2:
-		return "llama2"
-	}
-	return "none"
-}
-
-// Message is one chat turn; Role is "system", "user" or "assistant".
+// Message is one chat turn: a role ("system", "user", "assistant", or
+// whatever else the model's template accepts) and its text.
 type Message struct {
 	Role, Content string
 }
 
+// chatInfo holds the model's chat templates: tokenizer_config.json's
+// chat_template, a string or a list of named templates ("default",
+// "tool_use", ...), or a template set with SetChatTemplate.
 type chatInfo struct {
-	format   ChatFormat
-	template string
-
-	defaultSystem string // ChatML: system prompt the template inserts when none is given
-	think         bool   // ChatML: Qwen3 <think> handling of assistant turns
-	llamaDate     string // Llama-3.1+: "Today Date" of the system header; "" for Llama-3.0
-	mistral       bool   // [INST] template without <<SYS>>: Mistral layout
+	template string             // the default template's source, "" for none
+	tmpl     *chattmpl.Template // the default template, parsed
+	toolUse  *chattmpl.Template // the "tool_use" template of a named list
+	err      error              // why a template did not parse, reported when chat is used
+	special  map[string]string  // bos_token, eos_token, unk_token, pad_token: the ones set
 }
 
-var (
-	// The system block a Qwen2/2.5 template emits when messages[0] is not system.
-	chatMLDefaultSystem = regexp.MustCompile(`'<\|im_start\|>system\\n([^'{}]*?)<\|im_end\|>\\n'`)
-	llamaDateDefault    = regexp.MustCompile(`date_string = "([^"]+)"`)
-)
-
-func (t *Tokenizer) buildChat(raw json.RawMessage, cfgPath string) error {
+// buildChat reads tokenizer_config.json's chat_template. A template that
+// does not parse leaves the tokenizer usable for plain text: the error
+// comes back from ApplyChat and RenderChat.
+func (t *Tokenizer) buildChat(raw json.RawMessage, cfgPath string, special map[string]string) error {
+	t.chat = chatInfo{special: special}
 	if isNull(raw) {
 		return nil
 	}
-	var tmpl string
-	if json.Unmarshal(raw, &tmpl) != nil {
-		var named []struct{ Name, Template string }
-		if err := json.Unmarshal(raw, &named); err != nil {
-			return fmt.Errorf("tokenizer: %s: chat_template is neither a string nor a list of named templates", cfgPath)
+	var source string
+	if json.Unmarshal(raw, &source) == nil {
+		t.chat.template = source
+		t.chat.tmpl, t.chat.err = chattmpl.Parse(cfgPath+" chat_template", source)
+		return nil
+	}
+	var named []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return fmt.Errorf("tokenizer: %s: chat_template is neither a string nor a list of {\"name\", \"template\"} objects", cfgPath)
+	}
+	for i, n := range named {
+		var err error
+		switch n.Name {
+		case "default":
+			t.chat.template = n.Template
+			t.chat.tmpl, err = chattmpl.Parse(fmt.Sprintf("%s chat_template[%d] (%q)", cfgPath, i, n.Name), n.Template)
+		case "tool_use":
+			t.chat.toolUse, err = chattmpl.Parse(fmt.Sprintf("%s chat_template[%d] (%q)", cfgPath, i, n.Name), n.Template)
 		}
-		for _, n := range named {
-			if n.Name == "default" {
-				tmpl = n.Template
-			}
+		if err != nil && t.chat.err == nil {
+			t.chat.err = err
 		}
 	}
-	c := chatInfo{template: tmpl}
-	switch {
-	case strings.Contains(tmpl, "<|im_start|>"):
-		c.format = ChatML
-		if m := chatMLDefaultSystem.FindStringSubmatch(tmpl); m != nil {
-			c.defaultSystem = m[1]
-		}
-		c.think = strings.Contains(tmpl, "</think>") && strings.Contains(tmpl, "reasoning_content")
-	case strings.Contains(tmpl, "<|start_header_id|>"):
-		c.format = ChatLlama3
-		if strings.Contains(tmpl, "Cutting Knowledge Date") {
-			c.llamaDate = "26 Jul 2024"
-			if m := llamaDateDefault.FindStringSubmatch(tmpl); m != nil {
-				c.llamaDate = m[1]
-			}
-		}
-	case strings.Contains(tmpl, "[INST]"):
-		c.format = ChatLlama2
-		c.mistral = !strings.Contains(tmpl, "<<SYS>>")
+	if t.chat.tmpl == nil && t.chat.toolUse == nil && t.chat.err == nil {
+		t.chat.err = fmt.Errorf("%s: chat_template lists no template named \"default\" or \"tool_use\"", cfgPath)
 	}
-	t.chat = c
 	return nil
 }
 
-// ChatTemplate returns the chat format detected in tokenizer_config.json.
-func (t *Tokenizer) ChatTemplate() ChatFormat { return t.chat.format }
-
-// ChatStopIDs returns the end-of-turn ids of the chat format (such as
-// <|im_end|> or <|eot_id|>) together with the configured EOS ids.
-func (t *Tokenizer) ChatStopIDs() []int {
-	var names []string
-	switch t.chat.format {
-	case ChatML:
-		names = []string{"<|im_end|>", "<|endoftext|>"}
-	case ChatLlama3:
-		names = []string{"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"}
+// SetChatTemplate replaces the chat template with source (such as a GGUF's
+// tokenizer.chat_template); name says where it came from, for errors. An
+// empty source removes the template.
+func (t *Tokenizer) SetChatTemplate(name, source string) error {
+	t.chat = chatInfo{special: t.chat.special}
+	if source == "" {
+		return nil
 	}
-	ids := append([]int(nil), t.eos...)
-	for _, n := range names {
-		if id, ok := t.vocab[n]; ok && !containsInt(ids, id) {
+	tmpl, err := chattmpl.Parse(name, source)
+	if err != nil {
+		return fmt.Errorf("tokenizer: %w", err)
+	}
+	t.chat.template, t.chat.tmpl = source, tmpl
+	return nil
+}
+
+// ChatTemplate returns the text of the model's default chat template, ""
+// when it has none.
+func (t *Tokenizer) ChatTemplate() string { return t.chat.template }
+
+// HasChatTemplate reports whether the model has a chat template (which may
+// still fail to parse: ApplyChat says why).
+func (t *Tokenizer) HasChatTemplate() bool {
+	return t.chat.tmpl != nil || t.chat.toolUse != nil || t.chat.err != nil
+}
+
+// endOfTurn are the tokens that end a turn in the chat formats of the
+// families this engine runs (ChatML, Llama 3, Gemma, Phi, Mistral),
+// besides the configured EOS.
+var endOfTurn = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<end_of_turn>", "<|end|>", "</s>"}
+
+// ChatStopIDs returns the ids that end generation in chat mode: the
+// configured EOS ids, then, when the model has a chat template, the
+// end-of-turn tokens its vocabulary holds as special tokens.
+func (t *Tokenizer) ChatStopIDs() []int {
+	ids := slices.Clone(t.eos)
+	if !t.HasChatTemplate() {
+		return ids
+	}
+	for _, n := range endOfTurn {
+		if id, ok := t.vocab[n]; ok && t.IsSpecial(id) && !slices.Contains(ids, id) {
 			ids = append(ids, id)
 		}
 	}
 	return ids
 }
 
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// ApplyChat renders msgs as the model's chat template does, ending with the
-// assistant header when addGenerationPrompt is set. Supported: ChatML (with
-// Qwen2.5's default system prompt and Qwen3's <think> layout of assistant
-// turns, no tools), Llama-3 (3.1+ system header with the template's fallback
-// date, no tools) and Llama-2/Mistral [INST].
+// ApplyChat renders msgs with the model's chat template, ending with the
+// opening of an assistant turn when addGenerationPrompt is set: the text
+// transformers' apply_chat_template gives, special tokens spelled out.
 func (t *Tokenizer) ApplyChat(msgs []Message, addGenerationPrompt bool) (string, error) {
-	for i, m := range msgs {
-		switch m.Role {
-		case "system", "user", "assistant":
-		default:
-			return "", fmt.Errorf("tokenizer: chat message %d: unsupported role %q", i, m.Role)
-		}
-	}
-	switch t.chat.format {
-	case ChatML:
-		return t.chatML(msgs, addGenerationPrompt), nil
-	case ChatLlama3:
-		return t.chatLlama3(msgs, addGenerationPrompt), nil
-	case ChatLlama2:
-		return t.chatLlama2(msgs)
-	}
-	return "", fmt.Errorf("tokenizer: %s: no recognised chat_template in tokenizer_config.json", t.path)
+	return t.ApplyChatKwargs(msgs, addGenerationPrompt, nil)
 }
 
-func (t *Tokenizer) chatML(msgs []Message, gen bool) string {
-	var b strings.Builder
-	turn := func(role, content string) {
-		b.WriteString("<|im_start|>" + role + "\n" + content + "<|im_end|>\n")
+// ApplyChatKwargs is ApplyChat with extra template variables, as
+// apply_chat_template's keyword arguments (such as enable_thinking: false
+// for Qwen3, or date_string for Llama 3.x): each is passed through JSON.
+func (t *Tokenizer) ApplyChatKwargs(msgs []Message, addGenerationPrompt bool, kwargs map[string]any) (string, error) {
+	in, err := ChatInput(msgs, addGenerationPrompt, kwargs)
+	if err != nil {
+		return "", err
 	}
-	if !t.chat.think {
-		// Qwen2/2.5 layout: every message as a turn, the default system
-		// prompt first when the conversation has none.
-		if t.chat.defaultSystem != "" && (len(msgs) == 0 || msgs[0].Role != "system") {
-			turn("system", t.chat.defaultSystem)
-		}
-		for _, m := range msgs {
-			turn(m.Role, m.Content)
-		}
-		if gen {
-			b.WriteString("<|im_start|>assistant\n")
-		}
-		return b.String()
-	}
-	// Qwen3 layout: assistant turns after the last user query keep their
-	// reasoning in a <think> block, earlier ones lose it.
-	lastQuery := len(msgs) - 1
-	for i := len(msgs) - 1; i >= 0; i-- {
-		c := msgs[i].Content
-		if msgs[i].Role == "user" && !(strings.HasPrefix(c, "<tool_response>") && strings.HasSuffix(c, "</tool_response>")) {
-			lastQuery = i
-			break
-		}
-	}
-	for i, m := range msgs {
-		switch {
-		case m.Role == "user" || m.Role == "system":
-			turn(m.Role, m.Content)
-		case m.Role == "assistant":
-			content, reasoning := m.Content, ""
-			if k := strings.LastIndex(m.Content, "</think>"); k >= 0 {
-				content = strings.TrimLeft(m.Content[k+len("</think>"):], "\n")
-				before := strings.TrimRight(m.Content[:strings.Index(m.Content, "</think>")], "\n")
-				if j := strings.LastIndex(before, "<think>"); j >= 0 {
-					before = before[j+len("<think>"):]
-				}
-				reasoning = strings.TrimLeft(before, "\n")
+	return t.RenderChat(in)
+}
+
+// ChatInput builds the template input of a conversation of plain
+// messages, with extra template variables (nil for none), for RenderChat
+// and RenderChatSegments.
+func ChatInput(msgs []Message, addGenerationPrompt bool, kwargs map[string]any) (chattmpl.Input, error) {
+	in := chattmpl.Input{AddGenerationPrompt: addGenerationPrompt}
+	if len(kwargs) > 0 {
+		in.Vars = make(map[string]json.RawMessage, len(kwargs))
+		for k, v := range kwargs {
+			raw, err := json.Marshal(v)
+			if err != nil {
+				return in, fmt.Errorf("tokenizer: chat template variable %q: %w", k, err)
 			}
-			b.WriteString("<|im_start|>assistant\n")
-			if i > lastQuery && (i == len(msgs)-1 || reasoning != "") {
-				b.WriteString("<think>\n" + strings.Trim(reasoning, "\n") + "\n</think>\n\n" + strings.TrimLeft(content, "\n"))
-			} else {
-				b.WriteString(content)
-			}
-			b.WriteString("<|im_end|>\n")
+			in.Vars[k] = raw
 		}
 	}
-	if gen {
-		b.WriteString("<|im_start|>assistant\n")
+	type message struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
 	}
-	return b.String()
-}
-
-// jinjaTrim is Jinja's trim filter (Python str.strip()).
-func jinjaTrim(s string) string { return strings.TrimSpace(s) }
-
-func (t *Tokenizer) specialText(id int, ok bool) string {
-	if !ok {
-		return ""
-	}
-	return t.Token(id)
-}
-
-func (t *Tokenizer) chatLlama3(msgs []Message, gen bool) string {
-	var b strings.Builder
-	header := func(role string) {
-		b.WriteString("<|start_header_id|>" + role + "<|end_header_id|>\n\n")
-	}
-	bos := t.specialText(t.BOS())
-	if t.chat.llamaDate != "" {
-		system := ""
-		if len(msgs) > 0 && msgs[0].Role == "system" {
-			system, msgs = jinjaTrim(msgs[0].Content), msgs[1:]
-		}
-		b.WriteString(bos)
-		header("system")
-		b.WriteString("Cutting Knowledge Date: December 2023\nToday Date: " + t.chat.llamaDate + "\n\n" + system + "<|eot_id|>")
-	} else if len(msgs) > 0 {
-		b.WriteString(bos)
-	}
-	for _, m := range msgs {
-		header(m.Role)
-		b.WriteString(jinjaTrim(m.Content) + "<|eot_id|>")
-	}
-	if gen {
-		header("assistant")
-	}
-	return b.String()
-}
-
-func (t *Tokenizer) chatLlama2(msgs []Message) (string, error) {
-	bos := t.specialText(t.BOS())
-	eos := ""
-	if len(t.eos) > 0 {
-		eos = t.Token(t.eos[0])
-	}
-	system := ""
-	hasSystem := len(msgs) > 0 && msgs[0].Role == "system"
-	if hasSystem {
-		if t.chat.mistral {
-			return "", fmt.Errorf("tokenizer: %s: the Mistral [INST] template has no system role", t.path)
-		}
-		system, msgs = msgs[0].Content, msgs[1:]
-	}
-	var b strings.Builder
-	if t.chat.mistral {
-		b.WriteString(bos)
-	}
+	conv := make([]message, len(msgs))
 	for i, m := range msgs {
-		if (m.Role == "user") != (i%2 == 0) {
-			return "", fmt.Errorf("tokenizer: chat roles must alternate user/assistant, message %d is %q", i, m.Role)
-		}
-		content := m.Content
-		if i == 0 && hasSystem {
-			content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content
-		}
-		switch {
-		case t.chat.mistral && m.Role == "user":
-			b.WriteString("[INST] " + content + " [/INST]")
-		case t.chat.mistral:
-			b.WriteString(content + eos)
-		case m.Role == "user":
-			b.WriteString(bos + "[INST] " + strings.TrimSpace(content) + " [/INST]")
-		default:
-			b.WriteString(" " + strings.TrimSpace(content) + " " + eos)
-		}
+		conv[i] = message(m)
 	}
-	return b.String(), nil
+	raw, err := json.Marshal(conv)
+	if err != nil {
+		return in, fmt.Errorf("tokenizer: %w", err)
+	}
+	in.Messages = raw
+	return in, nil
+}
+
+// RenderChat renders a conversation given as chattmpl.Input (messages with
+// tool calls or content parts, tools, extra variables such as
+// enable_thinking) with the model's chat template; with tools, a named
+// "tool_use" template is preferred, as transformers does. The special
+// tokens come from tokenizer_config.json unless in.Special is set.
+func (t *Tokenizer) RenderChat(in chattmpl.Input) (string, error) {
+	tmpl, in, err := t.chatTemplate(in)
+	if err != nil {
+		return "", err
+	}
+	out, err := tmpl.Render(in)
+	if err != nil {
+		return "", fmt.Errorf("tokenizer: %w", err)
+	}
+	return out, nil
+}
+
+// RenderChatSegments renders as RenderChat does, split into the template's
+// markup and the messages' text (see chattmpl.Template.RenderSegments):
+// the input of a tokenization that parses special tokens in the markup
+// only. exact is false when the split could not be made, and the one
+// segment is then all markup.
+func (t *Tokenizer) RenderChatSegments(in chattmpl.Input) (segs []chattmpl.Segment, exact bool, err error) {
+	tmpl, in, err := t.chatTemplate(in)
+	if err != nil {
+		return nil, false, err
+	}
+	segs, exact, err = tmpl.RenderSegments(in)
+	if err != nil {
+		return nil, false, fmt.Errorf("tokenizer: %w", err)
+	}
+	return segs, exact, nil
+}
+
+// chatTemplate picks the template for in and fills in its special tokens.
+func (t *Tokenizer) chatTemplate(in chattmpl.Input) (*chattmpl.Template, chattmpl.Input, error) {
+	tmpl := t.chat.tmpl
+	if in.Tools != nil && t.chat.toolUse != nil {
+		tmpl = t.chat.toolUse
+	}
+	switch {
+	case tmpl == nil && t.chat.err != nil:
+		return nil, in, fmt.Errorf("tokenizer: %w", t.chat.err)
+	case tmpl == nil && t.chat.toolUse != nil:
+		return nil, in, fmt.Errorf("tokenizer: %s: chat_template has a \"tool_use\" template but no \"default\" one, and the conversation has no tools", t.path)
+	case tmpl == nil:
+		return nil, in, fmt.Errorf("tokenizer: %s: the model has no chat template (no chat_template in tokenizer_config.json): give a plain prompt", t.path)
+	}
+	if in.Special == nil {
+		in.Special = t.chat.special
+	}
+	return tmpl, in, nil
 }

@@ -105,6 +105,8 @@ type configJSON struct {
 	AddEOS       *bool           `json:"add_eos_token"`
 	BOS          json.RawMessage `json:"bos_token"`
 	EOS          json.RawMessage `json:"eos_token"`
+	UNK          json.RawMessage `json:"unk_token"`
+	PAD          json.RawMessage `json:"pad_token"`
 	ChatTemplate json.RawMessage `json:"chat_template"`
 	// AddedTokensDecoder maps token ids, written as strings, to the
 	// AddedToken objects transformers restores: only checked against
@@ -199,10 +201,35 @@ func parse(path string, data []byte, cfgPath string, cfgData []byte) (*Tokenizer
 	} else if err := t.buildPost(tj.PostProcessor); err != nil {
 		return nil, err
 	}
-	if err := t.buildChat(cfg.ChatTemplate, cfgPath); err != nil {
+	// The special tokens a chat template reads, as transformers passes
+	// them: the ones set.
+	special := map[string]string{}
+	for name, raw := range map[string]json.RawMessage{"bos_token": cfg.BOS, "eos_token": cfg.EOS, "unk_token": cfg.UNK, "pad_token": cfg.PAD} {
+		if s, ok := tokenText(raw); ok {
+			special[name] = s
+		}
+	}
+	if err := t.buildChat(cfg.ChatTemplate, cfgPath, special); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// tokenText returns the text of a tokenizer_config.json token entry: a
+// string or an AddedToken object with "content"; ok is false for null,
+// absent, "" or another shape.
+func tokenText(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		var obj struct {
+			Content string `json:"content"`
+		}
+		if json.Unmarshal(raw, &obj) != nil {
+			return "", false
+		}
+		s = obj.Content
+	}
+	return s, s != ""
 }
 
 func isNull(raw json.RawMessage) bool {

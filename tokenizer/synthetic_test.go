@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/kakeya-ai/kakeya/tokenizer/chattmpl"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -53,91 +56,201 @@ func chatTokenizerJSON(t *testing.T) string {
 	return tinyJSON(t, map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}}, map[string]any{"added_tokens": added})
 }
 
-func chatConfig(t *testing.T, bos, eos, tmpl string) string {
-	b, err := json.Marshal(map[string]any{"bos_token": bos, "eos_token": eos, "chat_template": tmpl})
+// goldenChat is a case of chattmpl's golden renderings (made by Jinja2 in
+// transformers' environment from published templates).
+type goldenChat struct {
+	Name      string            `json:"name"`
+	Template  string            `json:"template"`
+	Special   map[string]string `json:"special_tokens"`
+	Messages  json.RawMessage   `json:"messages"`
+	Tools     json.RawMessage   `json:"tools"`
+	Kwargs    map[string]any    `json:"kwargs"`
+	Gen       bool              `json:"add_generation_prompt"`
+	Want      *string           `json:"want"`
+	WantError *string           `json:"want_error"`
+}
+
+func loadGoldenChat(t *testing.T) []goldenChat {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("chattmpl", "testdata", "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct{ Cases []goldenChat }
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Cases
+}
+
+func readChatTemplate(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("chattmpl", "testdata", "templates", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
 }
 
-// Chat templates as published with the models (abridged where the parts
-// left out concern tools only).
-const (
-	qwen25Template  = `{%- if tools %}{{- '<|im_start|>system\n' }}{%- else %}{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}{%- else %}{{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}{%- endif %}{%- endif %}{%- for message in messages %}{%- if (message.role == "user") or (message.role == "system" and not loop.first) %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}{%- elif message.role == "assistant" %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}`
-	llama3Template  = `{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}`
-	llama31Template = `{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = "26 Jul 2024" %}{%- endif %}{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}{{- "Cutting Knowledge Date: December 2023\n" }}{{- "Today Date: " + date_string + "\n\n" }}{{- system_message }}{{- "<|eot_id|>" }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}`
-	llama2Template  = `{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}`
-	mistralTemplate = `{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}`
-)
-
-func TestApplyChat(t *testing.T) {
-	conv := []Message{{"system", "Be brief."}, {"user", " Hi! "}, {"assistant", "Hello."}, {"user", "Bye"}}
-	noSys := conv[1:]
-	tests := []struct {
-		name   string
-		tmpl   string
-		bos    string
-		eos    string
-		format ChatFormat
-		msgs   []Message
-		gen    bool
-		want   string
-	}{
-		{"qwen2.5 system", qwen25Template, "", "<|im_end|>", ChatML, conv, true,
-			"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi! <|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"},
-		{"qwen2.5 default system", qwen25Template, "", "<|im_end|>", ChatML, noSys[:1], false,
-			"<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n Hi! <|im_end|>\n"},
-		{"llama3", llama3Template, "<|begin_of_text|>", "<|eot_id|>", ChatLlama3, conv, true,
-			"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-		{"llama3.1", llama31Template, "<|begin_of_text|>", "<|eot_id|>", ChatLlama3, conv[:2], true,
-			"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
-		{"llama2", llama2Template, "<s>", "</s>", ChatLlama2, conv, true,
-			"<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi! [/INST] Hello. </s><s>[INST] Bye [/INST]"},
-		{"llama2 no system", llama2Template, "<s>", "</s>", ChatLlama2, noSys[:1], false,
-			"<s>[INST] Hi! [/INST]"},
-		{"mistral", mistralTemplate, "<s>", "</s>", ChatLlama2, noSys, true,
-			"<s>[INST]  Hi!  [/INST]Hello.</s>[INST] Bye [/INST]"},
+// specialTokenizerJSON is a tiny tokenizer.json whose added tokens are
+// the special tokens named.
+func specialTokenizerJSON(t *testing.T, special ...string) string {
+	vocab := map[string]any{"a": 0, "b": 1}
+	added := []any{}
+	for _, s := range special {
+		if _, ok := vocab[s]; !ok {
+			vocab[s] = len(vocab)
+			added = append(added, map[string]any{"id": vocab[s], "content": s, "special": true})
+		}
 	}
-	for _, tt := range tests {
-		tk, err := Load(writeFiles(t, chatTokenizerJSON(t), chatConfig(t, tt.bos, tt.eos, tt.tmpl)))
-		if err != nil {
-			t.Fatalf("%s: %v", tt.name, err)
+	return tinyJSON(t, map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{}}, map[string]any{"added_tokens": added})
+}
+
+// chatConfig is a tokenizer_config.json with the special tokens given and
+// chat_template tmpl (a string or a list of named templates).
+func chatConfig(t *testing.T, special map[string]string, tmpl any) string {
+	cfg := map[string]any{"chat_template": tmpl}
+	for k, v := range special {
+		cfg[k] = v
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func chatTokenizer(t *testing.T, special map[string]string, tmpl any) *Tokenizer {
+	t.Helper()
+	var names []string
+	for _, v := range special {
+		names = append(names, v)
+	}
+	slices.Sort(names)
+	tk, err := Load(writeFiles(t, specialTokenizerJSON(t, names...), chatConfig(t, special, tmpl)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// TestApplyChat: the published templates, loaded from
+// tokenizer_config.json with the model's special tokens, render through
+// ApplyChat and RenderChat exactly as Jinja2 does in transformers.
+func TestApplyChat(t *testing.T) {
+	n := 0
+	for _, c := range loadGoldenChat(t) {
+		tk := chatTokenizer(t, c.Special, readChatTemplate(t, c.Template))
+		var got string
+		var err error
+		if msgs, ok := plainMessages(c.Messages); ok && c.Tools == nil && !strings.HasPrefix(c.Name, "llama3.2/") {
+			if c.Kwargs == nil {
+				got, err = tk.ApplyChat(msgs, c.Gen)
+			} else {
+				got, err = tk.ApplyChatKwargs(msgs, c.Gen, c.Kwargs)
+			}
+		} else {
+			in := chattmpl.Input{Messages: c.Messages, Tools: c.Tools, AddGenerationPrompt: c.Gen, Vars: map[string]json.RawMessage{}}
+			for k, v := range c.Kwargs {
+				in.Vars[k], _ = json.Marshal(v)
+			}
+			if strings.HasPrefix(c.Name, "llama3.2/") {
+				continue // strftime_now reads the day; chattmpl's tests fix the clock
+			}
+			got, err = tk.RenderChat(in)
 		}
-		if f := tk.ChatTemplate(); f != tt.format {
-			t.Errorf("%s: ChatTemplate = %v, want %v", tt.name, f, tt.format)
+		n++
+		switch {
+		case c.WantError != nil:
+			if err == nil || !strings.Contains(err.Error(), *c.WantError) || !strings.Contains(err.Error(), "tokenizer_config.json chat_template") {
+				t.Errorf("%s: error %v, want one naming the file and saying %q", c.Name, err, *c.WantError)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", c.Name, err)
+		case got != *c.Want:
+			t.Errorf("%s:\n got %q\nwant %q", c.Name, got, *c.Want)
 		}
-		got, err := tk.ApplyChat(tt.msgs, tt.gen)
-		if err != nil {
-			t.Errorf("%s: %v", tt.name, err)
-			continue
+	}
+	if n < 80 {
+		t.Fatalf("%d golden cases ran, want >= 80", n)
+	}
+}
+
+// plainMessages returns the conversation as Messages when each message
+// has only a role and a string content.
+func plainMessages(raw json.RawMessage) ([]Message, bool) {
+	var objs []map[string]any
+	if json.Unmarshal(raw, &objs) != nil {
+		return nil, false
+	}
+	msgs := make([]Message, len(objs))
+	for i, o := range objs {
+		role, ok1 := o["role"].(string)
+		content, ok2 := o["content"].(string)
+		if !ok1 || !ok2 || len(o) != 2 {
+			return nil, false
 		}
-		if got != tt.want {
-			t.Errorf("%s:\n got %q\nwant %q", tt.name, got, tt.want)
+		msgs[i] = Message{role, content}
+	}
+	return msgs, true
+}
+
+// TestChatTemplateList: the list form of chat_template, whose "tool_use"
+// template renders conversations with tools and "default" the others.
+func TestChatTemplateList(t *testing.T) {
+	cases := map[string]goldenChat{}
+	for _, c := range loadGoldenChat(t) {
+		cases[c.Name] = c
+	}
+	list := []map[string]string{
+		{"name": "default", "template": readChatTemplate(t, "llama3.1.jinja")},
+		{"name": "tool_use", "template": readChatTemplate(t, "hermes3-tool_use.jinja")},
+	}
+	for _, name := range []string{"llama3.1/system-user/gen=true", "hermes3-tool_use/tools"} {
+		c := cases[name]
+		tk := chatTokenizer(t, c.Special, list)
+		if tk.ChatTemplate() != list[0]["template"] {
+			t.Errorf("ChatTemplate is not the default template")
+		}
+		got, err := tk.RenderChat(chattmpl.Input{Messages: c.Messages, Tools: c.Tools, AddGenerationPrompt: c.Gen})
+		if err != nil || got != *c.Want {
+			t.Errorf("%s: %q, %v; want %q", name, got, err, *c.Want)
 		}
 	}
 }
 
 func TestApplyChatErrors(t *testing.T) {
+	special := map[string]string{"bos_token": "<s>", "eos_token": "</s>"}
 	tests := []struct {
-		name, tmpl string
-		msgs       []Message
-		wantErr    string
+		name    string
+		tmpl    any
+		wantErr string
 	}{
-		{"no template", "", []Message{{"user", "x"}}, "no recognised chat_template"},
-		{"unknown role", qwen25Template, []Message{{"tool", "x"}}, `unsupported role "tool"`},
-		{"not alternating", llama2Template, []Message{{"user", "x"}, {"user", "y"}}, "must alternate"},
-		{"mistral system", mistralTemplate, []Message{{"system", "s"}, {"user", "y"}}, "no system role"},
+		{"no template", nil, "the model has no chat template"},
+		{"syntax", "{% for m in messages %}{{ m.content }}", "tokenizer_config.json chat_template"},
+		{"no default", []map[string]string{{"name": "rag", "template": "x"}}, `no template named "default" or "tool_use"`},
+		{"tool_use only", []map[string]string{{"name": "tool_use", "template": "x"}}, `no "default" one`},
+		{"raised", "{{ raise_exception('Only user and assistant roles are supported!') }}", "Only user and assistant roles are supported!"},
 	}
 	for _, tt := range tests {
-		tk, err := Load(writeFiles(t, chatTokenizerJSON(t), chatConfig(t, "<s>", "</s>", tt.tmpl)))
-		if err != nil {
-			t.Fatalf("%s: %v", tt.name, err)
-		}
-		_, err = tk.ApplyChat(tt.msgs, true)
+		tk := chatTokenizer(t, special, tt.tmpl)
+		_, err := tk.ApplyChat([]Message{{"user", "x"}}, true)
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: error %v, want one containing %q", tt.name, err, tt.wantErr)
 		}
+	}
+	if _, err := Load(writeFiles(t, specialTokenizerJSON(t, "<s>"), `{"chat_template": 3}`)); err == nil || !strings.Contains(err.Error(), "neither a string nor a list") {
+		t.Errorf("chat_template 3: error %v", err)
+	}
+	tk := chatTokenizer(t, special, nil)
+	if err := tk.SetChatTemplate("model.gguf tokenizer.chat_template", "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tk.ApplyChat([]Message{{"user", "hi"}}, false); got != "<s>hi" || err != nil {
+		t.Errorf("SetChatTemplate: ApplyChat = %q, %v", got, err)
+	}
+	if err := tk.SetChatTemplate("model.gguf tokenizer.chat_template", "{% if %}"); err == nil || !strings.Contains(err.Error(), "model.gguf") {
+		t.Errorf("SetChatTemplate of a bad template: error %v", err)
 	}
 }
 
@@ -350,4 +463,34 @@ func FuzzEncodeLlama2(f *testing.F) {
 			t.Fatalf("Decode(Encode(%q)) = %q is not valid UTF-8", s, out)
 		}
 	})
+}
+
+// TestRenderChatSegments: the real Qwen3 template's rendering, split into
+// markup and message text; a typed turn marker is text.
+func TestRenderChatSegments(t *testing.T) {
+	tk := loadShared(t, "qwen3")
+	in, err := ChatInput([]Message{{"system", "Be brief."}, {"user", "Hi<|im_end|>"}}, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs, exact, err := tk.RenderChatSegments(in)
+	if err != nil || !exact {
+		t.Fatalf("segments %v, exact %v, %v", segs, exact, err)
+	}
+	want := []chattmpl.Segment{{Text: "<|im_start|>system\n"}, {Text: "Be brief.", Content: true}, {Text: "<|im_end|>\n<|im_start|>user\n"},
+		{Text: "Hi<|im_end|>", Content: true}, {Text: "<|im_end|>\n<|im_start|>assistant\n"}}
+	if !slices.Equal(segs, want) {
+		t.Errorf("segments %+v\nwant %+v", segs, want)
+	}
+	text, err := tk.RenderChat(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joined strings.Builder
+	for _, s := range segs {
+		joined.WriteString(s.Text)
+	}
+	if joined.String() != text {
+		t.Errorf("segments join to %q, RenderChat gives %q", joined.String(), text)
+	}
 }

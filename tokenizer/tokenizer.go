@@ -2,7 +2,8 @@
 // Kakeya runs, reading a Hugging Face tokenizer.json (and tokenizer_config.json
 // beside it) with its own implementation: byte-level BPE (GPT-2, Qwen2/2.5/3,
 // Llama-3) and SentencePiece-style BPE with byte fallback (Llama-2, Mistral,
-// TinyStories models), plus streaming decoding and the common chat formats.
+// TinyStories models), plus streaming decoding and the model's own chat template
+// (rendered by package chattmpl).
 //
 // The pipeline follows the Hugging Face tokenizers library: added tokens are
 // split out of the raw text first, every other segment is normalized,

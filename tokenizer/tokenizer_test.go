@@ -152,12 +152,12 @@ func TestMetadata(t *testing.T) {
 		notSpec   []int
 		tokenID   string
 		wantID    int
-		chat      ChatFormat
+		chat      bool
 		chatStops []int
 	}{
-		{"qwen3", 151669, 0, false, []int{151645}, []int{151643, 151644, 151645}, []int{151667, 9707}, "Ġworld", 1879, ChatML, []int{151645, 151643}},
-		{"llama2-format", 32000, 1, true, []int{2}, []int{0, 1, 2}, []int{3, 22557}, "▁Hello", 22557, ChatNone, []int{2}},
-		{"stories260K", 512, 1, true, []int{2}, []int{0, 1, 2}, []int{3, 410}, "▁", 410, ChatNone, []int{2}},
+		{"qwen3", 151669, 0, false, []int{151645}, []int{151643, 151644, 151645}, []int{151667, 9707}, "Ġworld", 1879, true, []int{151645, 151643}},
+		{"llama2-format", 32000, 1, true, []int{2}, []int{0, 1, 2}, []int{3, 22557}, "▁Hello", 22557, false, []int{2}},
+		{"stories260K", 512, 1, true, []int{2}, []int{0, 1, 2}, []int{3, 410}, "▁", 410, false, []int{2}},
 	}
 	for _, tt := range tests {
 		tk := loadShared(t, tt.name)
@@ -189,8 +189,8 @@ func TestMetadata(t *testing.T) {
 		if s := tk.Token(-1) + tk.Token(tt.vocab); s != "" {
 			t.Errorf("%s: Token out of range = %q, want empty", tt.name, s)
 		}
-		if got := tk.ChatTemplate(); got != tt.chat {
-			t.Errorf("%s: ChatTemplate = %v, want %v", tt.name, got, tt.chat)
+		if got := tk.HasChatTemplate(); got != tt.chat {
+			t.Errorf("%s: HasChatTemplate = %v, want %v", tt.name, got, tt.chat)
 		}
 		if got := tk.ChatStopIDs(); !equalInts(got, tt.chatStops) {
 			t.Errorf("%s: ChatStopIDs = %v, want %v", tt.name, got, tt.chatStops)

@@ -87,6 +87,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--repeat-penalty", "0"}, "--repeat-penalty 0 must be > 0 (1 is off)"},
 		{[]string{"--repeat-penalty", "-1"}, "--repeat-penalty -1 must be > 0"},
 		{[]string{"--system", "be brief"}, "--system needs --chat"},
+		{[]string{"--chat-template-kwargs", `{"enable_thinking": false}`}, "--chat-template-kwargs needs --chat"},
+		{[]string{"--chat", "--chat-template-kwargs", `[1]`}, `--chat-template-kwargs "[1]": want a JSON object`},
 		{[]string{"--tokenize"}, "--prompt and --tokenize exclude each other"},
 		{[]string{"--device", "tpu"}, `--device "tpu": want one of cpu, cuda`},
 		{[]string{"--matmul", "fp16"}, `--matmul "fp16": want f32 or bf16`},

@@ -36,6 +36,8 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 type options struct {
 	model, prompt, system, device, calib string
+	chatKwargs                           string         // --chat-template-kwargs, a JSON object
+	chatVars                             map[string]any // chatKwargs decoded
 	matmul, calibCache                   string
 	maxTokens, threads, maxContext       int
 	chat, tokenize, addSpecial           bool
@@ -63,6 +65,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.Var(&o.stops, "stop", "stop before this string (repeatable)")
 	fs.BoolVar(&o.chat, "chat", false, "format the prompt with the model's chat template")
 	fs.StringVar(&o.system, "system", "", "system message for --chat")
+	fs.StringVar(&o.chatKwargs, "chat-template-kwargs", "", `extra variables of the chat template for --chat, a JSON object (as apply_chat_template's keyword arguments: '{"enable_thinking": false}')`)
 	fs.IntVar(&o.threads, "threads", 0, "worker threads (0 = all cores)")
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
@@ -119,6 +122,10 @@ func (o *options) check() error {
 		return errors.New("--prompt is required (or --tokenize)")
 	case o.system != "" && !o.chat:
 		return errors.New("--system needs --chat (the system message goes into the chat template)")
+	case o.chatKwargs != "" && !o.chat:
+		return errors.New("--chat-template-kwargs needs --chat (they are variables of the chat template)")
+	case o.chatKwargs != "" && json.Unmarshal([]byte(o.chatKwargs), &o.chatVars) != nil:
+		return fmt.Errorf("--chat-template-kwargs %q: want a JSON object such as '{\"enable_thinking\": false}'", o.chatKwargs)
 	case o.maxTokens < 0:
 		return fmt.Errorf("--max-tokens %d must be >= 0", o.maxTokens)
 	case o.threads < 0 || o.threads > device.MaxThreads():
@@ -200,11 +207,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 	out := bufio.NewWriter(stdout)
 	res, err := eng.Generate(ctx, o.prompt, kakeya.GenerateOptions{
-		MaxTokens: o.maxTokens,
-		Sampling:  o.sampling,
-		Stop:      o.stops,
-		Chat:      o.chat,
-		System:    o.system,
+		MaxTokens:          o.maxTokens,
+		Sampling:           o.sampling,
+		Stop:               o.stops,
+		Chat:               o.chat,
+		System:             o.system,
+		ChatTemplateKwargs: o.chatVars,
 	}, func(s string) error {
 		if _, err := out.WriteString(s); err != nil {
 			return err

@@ -59,6 +59,9 @@ type request struct {
 	model    string              // "" means the served model
 	prompt   string              // /v1/completions
 	messages []tokenizer.Message // /v1/chat/completions
+	// chatKwargs are chat_template_kwargs (as vLLM's): extra variables
+	// of the model's chat template, such as enable_thinking.
+	chatKwargs map[string]any
 
 	maxTokens    int  // 0: until EOS or the context is full
 	ignoreEOS    bool // vLLM's ignore_eos: generate to maxTokens
@@ -218,6 +221,17 @@ func decodeRequest(body []byte, chat bool) (*request, *apiError) {
 		case "echo":
 			if !bytes.Equal(raw, []byte("false")) && !bytes.Equal(raw, []byte("0")) {
 				err = unsupported(k, "")
+			}
+		case "chat_template_kwargs":
+			if !chat {
+				return nil, unsupported(k, "; it is a /v1/chat/completions field")
+			}
+			var kw map[string]json.RawMessage
+			if err = decodeField(raw, k, &kw); err == nil && len(kw) > 0 {
+				r.chatKwargs = make(map[string]any, len(kw))
+				for name, v := range kw {
+					r.chatKwargs[name] = v
+				}
 			}
 		case "user":
 			// An end-user id for the caller's own accounting: it changes

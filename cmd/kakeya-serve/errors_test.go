@@ -50,6 +50,8 @@ func TestBadRequests(t *testing.T) {
 		{"empty prompt", "POST", "/v1/completions", `{"prompt": ""}`, 400, "invalid_request_error", "prompt", "", "the prompt is empty"},
 		{"unsupported tools", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}`, 400, "invalid_request_error", "tools", "", `parameter "tools" is not supported`},
 		{"unsupported response_format", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}`, 400, "invalid_request_error", "response_format", "", `parameter "response_format" is not supported`},
+		{"chat_template_kwargs in completions", "POST", "/v1/completions", `{"prompt": "hi", "chat_template_kwargs": {"enable_thinking": false}}`, 400, "invalid_request_error", "chat_template_kwargs", "", "/v1/chat/completions field"},
+		{"chat_template_kwargs not an object", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": [1]}`, 400, "invalid_request_error", "chat_template_kwargs", "", "chat_template_kwargs must be"},
 		{"unsupported echo", "POST", "/v1/completions", `{"prompt": "hi", "echo": true}`, 400, "invalid_request_error", "echo", "", `"echo" is not supported`},
 		{"chat logprobs not a boolean", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "logprobs": 2}`, 400, "invalid_request_error", "logprobs", "", "logprobs must be a boolean, got a JSON number"},
 		{"top_logprobs over 20", "POST", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}`, 400, "invalid_request_error", "top_logprobs", "", "top_logprobs must be in [0, 20], got 21"},
@@ -308,6 +310,34 @@ func TestHealth(t *testing.T) {
 // /tokenize gives the ids the model is fed (a prompt with the model's
 // special tokens, messages through the chat template) and /detokenize
 // the text back.
+// chat_template_kwargs reach the chat template as variables: this
+// model's template reads none, so the prompt is the same.
+func TestChatTemplateKwargs(t *testing.T) {
+	s := startServer(t)
+	var usage [2]int
+	for i, body := range []string{
+		`{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1}`,
+		`{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1, "chat_template_kwargs": {"enable_thinking": false, "date_string": "01 Jan 2025"}}`,
+	} {
+		code, resp := s.post(t, "/v1/chat/completions", body)
+		if code != 200 {
+			t.Fatalf("%s: status %d: %s", body, code, resp)
+		}
+		var r struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(resp, &r); err != nil {
+			t.Fatal(err)
+		}
+		usage[i] = r.Usage.PromptTokens
+	}
+	if usage[0] != usage[1] || usage[0] == 0 {
+		t.Errorf("prompt tokens %d with chat_template_kwargs, %d without", usage[1], usage[0])
+	}
+}
+
 func TestTokenize(t *testing.T) {
 	ref := reference(t)
 	s := startServer(t)

@@ -290,7 +290,7 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	prompt := req.prompt
 	if chat {
-		opt.Chat, opt.Messages, prompt = true, req.messages, ""
+		opt.Chat, opt.Messages, opt.ChatTemplateKwargs, prompt = true, req.messages, req.chatKwargs, ""
 	}
 	ids, err := eng.PromptIDs(prompt, opt)
 	if err != nil {
