@@ -89,44 +89,54 @@ KK_KERNEL void scale_rows(float *__restrict__ x, const float *__restrict__ scale
 // register of a fragment is two consecutive 16-bit values of one row of x
 // or of w, one 32-bit shared load. Columns past cols and rows past n or
 // rows are staged as zeros and not written; a vec launch (cols a multiple
-// of 8) loads 8 values at a time, else one at a time. scale (f16 only, may
-// be null) multiplies output row i by scale[i].
+// of 8) loads 8 values at a time, the next slice into registers while the
+// tensor cores work on this one, else one value at a time. scale (f16
+// only, may be null) multiplies output row i by scale[i].
 #define KK_GM_BM 64
 #define KK_GM_BN 64
 #define KK_GM_BK 32
 #define KK_GM_LD (KK_GM_BK + 8)
 
-// kk_gm_stage copies a 64 x 32 slice of a row-major 16-bit matrix of
-// nrows x cols (rows r0.., columns k0..) into s, zeros outside.
-KK_DEVICE void kk_gm_stage(kk_u16 (*s)[KK_GM_LD], const kk_u16 *__restrict__ g, int r0, int nrows, int k0, int cols,
-                           int vec) {
-	int t = threadIdx.x;
-	if (vec) {
-		// 64 rows x 4 groups of 8 values: 256 groups, 2 per thread.
+// kk_gm_fetch loads this thread's share of a 64 x 32 slice of a row-major
+// 16-bit matrix of nrows x cols (rows r0.., columns k0..; cols a multiple
+// of 8) into registers, 8 values a load, zeros outside: 256 groups of 8,
+// 2 per thread. kk_gm_put stores them into the shared slice.
+KK_DEVICE void kk_gm_fetch(kk_u32x4 v[2], const kk_u16 *__restrict__ g, int r0, int nrows, int k0, int cols) {
 #pragma unroll
-		for (int q = 0; q < 2; q++) {
-			int e = t + 128 * q, rr = e >> 2, c = (e & 3) * 8;
-			int r = r0 + rr, k = k0 + c;
-			kk_u32x4 v = {0, 0, 0, 0};
-			if (r < nrows && k < cols)
-				v = *(const kk_u32x4 *)(g + (long long)r * cols + k);
-			kk_u32 *d = (kk_u32 *)&s[rr][c];
-			d[0] = v[0], d[1] = v[1], d[2] = v[2], d[3] = v[3];
-		}
-		return;
+	for (int q = 0; q < 2; q++) {
+		int e = threadIdx.x + 128 * q, r = r0 + (e >> 2), k = k0 + (e & 3) * 8;
+		kk_u32x4 z = {0, 0, 0, 0};
+		v[q] = z;
+		if (r < nrows && k < cols)
+			v[q] = *(const kk_u32x4 *)(g + (long long)r * cols + k);
 	}
-	for (int e = t; e < KK_GM_BM * KK_GM_BK; e += 128) {
-		int rr = e >> 5, c = e & 31;
+}
+KK_DEVICE void kk_gm_put(kk_u32 (*s)[KK_GM_LD / 2], const kk_u32x4 v[2]) {
+#pragma unroll
+	for (int q = 0; q < 2; q++) {
+		int e = threadIdx.x + 128 * q;
+		kk_u32 *d = &s[e >> 2][(e & 3) * 4];
+		d[0] = v[q][0], d[1] = v[q][1], d[2] = v[q][2], d[3] = v[q][3];
+	}
+}
+
+// kk_gm_stage copies the slice one value at a time (any cols).
+KK_DEVICE void kk_gm_stage(kk_u32 (*s)[KK_GM_LD / 2], const kk_u16 *__restrict__ g, int r0, int nrows, int k0, int cols) {
+	for (int e = threadIdx.x; e < KK_GM_BM * KK_GM_BK / 2; e += 128) {
+		int rr = e >> 4, c = (e & 15) * 2;
 		int r = r0 + rr, k = k0 + c;
-		s[rr][c] = r < nrows && k < cols ? g[(long long)r * cols + k] : (kk_u16)0;
+		kk_u32 lo = r < nrows && k < cols ? g[(long long)r * cols + k] : 0u;
+		kk_u32 hi = r < nrows && k + 1 < cols ? g[(long long)r * cols + k + 1] : 0u;
+		s[rr][c >> 1] = lo | hi << 16;
 	}
 }
 
 template <int F16>
 KK_DEVICE void kk_gemm(float *__restrict__ out, const kk_u16 *__restrict__ x, const kk_u16 *__restrict__ w,
                        const float *__restrict__ scale, int n, int rows, int cols, int vec) {
-	__shared__ __attribute__((aligned(16))) kk_u16 xs[KK_GM_BM][KK_GM_LD];
-	__shared__ __attribute__((aligned(16))) kk_u16 ws[KK_GM_BN][KK_GM_LD];
+	// Pairs of 16-bit values, so that a fragment register is one 32-bit load.
+	__shared__ __attribute__((aligned(16))) kk_u32 xs[KK_GM_BM][KK_GM_LD / 2];
+	__shared__ __attribute__((aligned(16))) kk_u32 ws[KK_GM_BN][KK_GM_LD / 2];
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	int g = lane >> 2, tq = lane & 3;
 	int wm = (warp >> 1) * 32, wn = (warp & 1) * 32; // the warp's sub-tile in the block's
@@ -139,26 +149,43 @@ KK_DEVICE void kk_gemm(float *__restrict__ out, const kk_u16 *__restrict__ x, co
 #pragma unroll
 			for (int c = 0; c < 4; c++)
 				acc[a][b][c] = 0.0f;
+	// With vec, the next slice's global loads are issued into registers
+	// before the tensor cores work on this one, so that they overlap.
+	kk_u32x4 px[2], pw[2];
+	if (vec) {
+		kk_gm_fetch(px, x, i0, n, 0, cols);
+		kk_gm_fetch(pw, w, r0, rows, 0, cols);
+	}
 	for (int k0 = 0; k0 < cols; k0 += KK_GM_BK) {
-		kk_gm_stage(xs, x, i0, n, k0, cols, vec);
-		kk_gm_stage(ws, w, r0, rows, k0, cols, vec);
+		if (vec) {
+			kk_gm_put(xs, px);
+			kk_gm_put(ws, pw);
+		} else {
+			kk_gm_stage(xs, x, i0, n, k0, cols);
+			kk_gm_stage(ws, w, r0, rows, k0, cols);
+		}
 		__syncthreads();
+		if (vec && k0 + KK_GM_BK < cols) {
+			kk_gm_fetch(px, x, i0, n, k0 + KK_GM_BK, cols);
+			kk_gm_fetch(pw, w, r0, rows, k0 + KK_GM_BK, cols);
+		}
 #pragma unroll
 		for (int kk = 0; kk < KK_GM_BK; kk += 16) {
 			kk_u32 af[2][4], bf[4][2];
 #pragma unroll
 			for (int a = 0; a < 2; a++) {
 				int m = wm + 16 * a + g;
-				af[a][0] = *(const kk_u32 *)&xs[m][kk + 2 * tq];
-				af[a][1] = *(const kk_u32 *)&xs[m + 8][kk + 2 * tq];
-				af[a][2] = *(const kk_u32 *)&xs[m][kk + 2 * tq + 8];
-				af[a][3] = *(const kk_u32 *)&xs[m + 8][kk + 2 * tq + 8];
+				int c = kk / 2 + tq; // the pair of columns kk + 2 tq, +1
+				af[a][0] = xs[m][c];
+				af[a][1] = xs[m + 8][c];
+				af[a][2] = xs[m][c + 4];
+				af[a][3] = xs[m + 8][c + 4];
 			}
 #pragma unroll
 			for (int b = 0; b < 4; b++) {
 				int nn = wn + 8 * b + g;
-				bf[b][0] = *(const kk_u32 *)&ws[nn][kk + 2 * tq];
-				bf[b][1] = *(const kk_u32 *)&ws[nn][kk + 2 * tq + 8];
+				bf[b][0] = ws[nn][kk / 2 + tq];
+				bf[b][1] = ws[nn][kk / 2 + tq + 4];
 			}
 #pragma unroll
 			for (int a = 0; a < 2; a++)
