@@ -179,8 +179,9 @@ test-arm64: clang
 # driver but no Go, network or shared data: the gpu-tagged test binary of
 # compute/cudabackend, kakeya-run, kakeya-bench and kakeya-testmodel (all
 # GOEXPERIMENT=simd), stories260K, ref-qwen2-6m and their golden logits,
-# and run.sh. There, "gpu-bundle/run.sh OUTDIR" runs every GPU check and
-# measurement in under 8 minutes into OUTDIR/log.txt and results.json
+# run.sh and peer.py (the transformers side-by-side). There,
+# "gpu-bundle/run.sh OUTDIR" runs every GPU check and measurement
+# (kernels, GEMMs, throughput, serving, a peer) in under 8 minutes into OUTDIR/log.txt and results.json
 # (see internal/gpubundle/run.sh). gpu-bundle-check, part of test, builds
 # it into a temporary directory: it must build, fit in 64 MiB, and its
 # run.sh must parse.

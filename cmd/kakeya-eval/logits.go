@@ -50,7 +50,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: %w", err)
 	}
-	backend, err := device.Backend(*dev)
+	backend, err := device.Open(*dev, *matmul)
 	if err != nil {
 		return fmt.Errorf("logits: %w", err)
 	}

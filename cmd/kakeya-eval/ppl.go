@@ -340,8 +340,8 @@ func (f *pplFlags) prepare() (eval.DocRange, error) {
 	if err != nil {
 		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
 	}
+	backend, err := device.Open(f.device, f.matmul)
 	f.matmul = mm
-	backend, err := device.Backend(f.device)
 	if err != nil {
 		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
 	}

@@ -139,10 +139,11 @@ func (o *options) check() error {
 		}
 	}
 	var err error
+	flag := o.matmul
 	if o.matmul, err = device.MatMul(o.device, o.matmul); err != nil {
 		return err
 	}
-	if o.backend, err = device.Backend(o.device); err != nil {
+	if o.backend, err = device.Open(o.device, flag); err != nil {
 		return err
 	}
 	if err := kvflags.Check(o.cache, o.calib); err != nil {

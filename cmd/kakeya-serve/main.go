@@ -158,13 +158,14 @@ func (o *options) check() error {
 		return fmt.Errorf("--addr %q: %w", o.addr, err)
 	}
 	var err error
+	flag := o.matmul
 	if o.matmul, err = device.MatMul(o.device, o.matmul); err != nil {
 		return err
 	}
 	if err := kvflags.Check(o.cache, o.calib); err != nil {
 		return err
 	}
-	o.backend, err = device.Backend(o.device)
+	o.backend, err = device.Open(o.device, flag)
 	return err
 }
 

@@ -25,10 +25,17 @@ type Options struct {
 	// NoCUBLAS computes prefill's matrix products with the backend's own
 	// kernel even where cuBLAS (libcublas.so.13 or .12) is installed.
 	NoCUBLAS bool
-	// ExactGEMM makes cuBLAS compute in float32 throughout; by default its
-	// tensor cores round the inputs to TF32 (10-bit mantissa, exact for
-	// bf16 and f16 weights), several times faster.
+	// ExactGEMM makes cuBLAS compute float32 weights' products in float32
+	// throughout; by default its tensor cores round the inputs to TF32
+	// (10-bit mantissa), several times faster.
 	ExactGEMM bool
+	// MatMul is the precision of the activations that prefill's products
+	// (more than 8 rows) multiply bf16 and f16 weights by: "" or "bf16"
+	// rounds them to the weight's 16-bit type and runs the tensor cores
+	// (the mma kernel or cuBLAS GemmEx, see gemm.go), as the CPU backend's
+	// default --matmul bf16 rounds them; "f32" multiplies them as they are
+	// in float32 (cuBLAS on widened weight rows, or the matmul kernel).
+	MatMul string
 	// Sync waits for the device after every kernel and cuBLAS call, and an
 	// error names the first that failed with its grid, block and argument
 	// sizes: slow, for finding a failing kernel. KAKEYA_CUDA_SYNC=1 in the
@@ -66,6 +73,7 @@ type Backend struct {
 	closed bool
 
 	gemm     gemmer // cuBLAS, nil when absent or off
+	g16      gemm16 // 16-bit GEMMs (gemm.go)
 	gemmWhy  error  // why gemm is nil
 	tf32     bool
 	sync     bool // Options.Sync
@@ -126,6 +134,9 @@ func New(opts Options) (*Backend, error) {
 	if os.Getenv(EnvSync) == "1" {
 		opts.Sync = true
 	}
+	if err := checkMatMul(opts.MatMul); err != nil {
+		return nil, err
+	}
 	d, err := openDriver(opts.Device, kcuda.PTX())
 	if err != nil {
 		return nil, err
@@ -139,6 +150,9 @@ func newBackend(d driver, opts Options) *Backend {
 	if !opts.NoGraphs && !opts.Sync {
 		b.graphs = newGraphCache()
 	}
+	b.g16.exact = opts.MatMul == "f32"
+	start := time.Now()
+	b.g16.clock = func() time.Duration { return time.Since(start) }
 	g, ok := d.(gemmer)
 	switch {
 	case opts.NoCUBLAS:
@@ -153,16 +167,32 @@ func newBackend(d driver, opts Options) *Backend {
 	return b
 }
 
-// GEMM says how prefill's matrix products run: "cuBLAS (TF32)",
-// "cuBLAS (float32)", or the backend's kernel and why.
+// GEMM says how prefill's matrix products run. By default (Options.MatMul
+// bf16): "cuBLAS (bf16, TF32 for f32 weights), and the mma kernel where
+// faster (9-256 rows)", or without cuBLAS "mma kernel (bf16/f16 tensor
+// cores), f32 weights matmul kernel (why)". With Options.MatMul f32:
+// "cuBLAS (TF32)", "cuBLAS (float32)", or "matmul kernel (why)".
 func (b *Backend) GEMM() string {
-	switch {
-	case b.gemm == nil:
-		return fmt.Sprintf("matmul kernel (%v)", b.gemmWhy)
-	case b.tf32:
-		return "cuBLAS (TF32)"
+	blas, rest := b.gemmParts()
+	return blas + rest
+}
+
+// gemmParts is GEMM in two: what cuBLAS does ("" without it) and the rest,
+// so that gemmDescription can name cuBLAS's file after the first.
+func (b *Backend) gemmParts() (blas, rest string) {
+	f32 := "TF32"
+	if !b.tf32 {
+		f32 = "float32"
 	}
-	return "cuBLAS (float32)"
+	switch {
+	case b.g16.exact && b.gemm == nil:
+		return "", fmt.Sprintf("matmul kernel (%v)", b.gemmWhy)
+	case b.g16.exact:
+		return "cuBLAS (" + f32 + ")", ""
+	case b.gemm == nil:
+		return "", fmt.Sprintf("mma kernel (bf16/f16 tensor cores), f32 weights matmul kernel (%v)", b.gemmWhy)
+	}
+	return "cuBLAS (bf16, " + f32 + " for f32 weights)", ", and the mma kernel where faster (9-256 rows)"
 }
 
 // Name returns "cuda".
@@ -172,7 +202,10 @@ func (b *Backend) Name() string { return "cuda" }
 // statistics (compute.Describer): "CUDA <Device>, prefill GEMM <GEMM>",
 // with cuBLAS's version and file when it runs them.
 func (b *Backend) Describe() string {
-	return fmt.Sprintf("CUDA %s, prefill GEMM %s", b.Device(), b.gemmDescription())
+	b.mu.Lock()
+	tuned := b.gemmSummary()
+	b.mu.Unlock()
+	return fmt.Sprintf("CUDA %s, prefill GEMM %s%s", b.Device(), b.gemmDescription(), tuned)
 }
 
 // Device describes the device: its name, compute capability, memory and
@@ -630,7 +663,9 @@ func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 }
 
 // MatMul sets out to x times w transposed: a matrix-vector kernel for a
-// few rows (decode), the tiled matrix kernel for more (prefill).
+// few rows (decode); for more (prefill), 16-bit activations on the tensor
+// cores for bf16 and f16 weights (gemm.go), else cuBLAS or the tiled
+// matrix kernel in float32.
 func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 	wt := ownWeight(w)
 	if n <= 0 {
@@ -638,6 +673,12 @@ func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 	}
 	if n <= maxMatVecRows {
 		b.op(matVecLaunch(wt.dt, ptr(out), ptr(x), wt.mem.ptr, n, wt.rows, wt.cols), false)
+		return
+	}
+	if wt.dt != tensor.F32 && !b.g16.exact {
+		b.mu.Lock()
+		b.fail(b.matMul16(ptr(out), ptr(x), n, wt))
+		b.mu.Unlock()
 		return
 	}
 	if b.gemm != nil {

@@ -117,7 +117,7 @@ func TestOpsMatchCPU(t *testing.T) {
 // MatMul (both kernels) and Embed, for every weight dtype.
 func TestMatMulEmbedMatchCPU(t *testing.T) {
 	needKernels(t, "matvec_f32", "matvec_bf16", "matvec_f16", "matmul_f32", "matmul_bf16", "matmul_f16", "embed_f16")
-	gpu, _ := newFakeBackend(t, Options{})
+	gpu, _ := newFakeBackend(t, Options{MatMul: "f32"}) // the float32 kernels; gemm_test.go tests the 16-bit ones
 	host := cpubackend.New(1)
 	defer host.Close()
 	r := rand.New(rand.NewPCG(3, 4))
@@ -379,7 +379,7 @@ func TestMemoryFreedAfterGC(t *testing.T) {
 	}
 }
 
-// With cuBLAS, prefill's products widen bf16 and f16 weights to float32 a
+// With cuBLAS and Options.MatMul f32, prefill's products widen bf16 and f16 weights to float32 a
 // chunk of rows at a time and multiply them with cublasGemmEx (on the fake,
 // a host product), giving the CPU backend's results.
 func TestMatMulCUBLAS(t *testing.T) {
@@ -392,7 +392,7 @@ func TestMatMulCUBLAS(t *testing.T) {
 		for _, wide := range []int{wideFloats, 10 * cols} { // one chunk, four
 			f := newFakeOrSkip(t)
 			f.cublas = true
-			gpu := newBackend(f, Options{})
+			gpu := newBackend(f, Options{MatMul: "f32"})
 			gpu.wideMax = wide
 			if got := gpu.GEMM(); got != "cuBLAS (TF32)" {
 				t.Errorf("GEMM() = %q", got)
@@ -651,7 +651,7 @@ func TestKakeyaAttentionMatchesCPU(t *testing.T) {
 func TestDescribe(t *testing.T) {
 	gpu, _ := newFakeBackend(t, Options{NoCUBLAS: true})
 	got := gpu.Describe()
-	for _, want := range []string{"CUDA fake (sm_80, 4 SMs", "prefill GEMM matmul kernel (cuda: cuBLAS off"} {
+	for _, want := range []string{"CUDA fake (sm_80, 4 SMs", "prefill GEMM mma kernel (bf16/f16 tensor cores), f32 weights matmul kernel (cuda: cuBLAS off"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Describe() = %q, want it to contain %q", got, want)
 		}

@@ -464,16 +464,16 @@ func (c *cublasLoad) report() string {
 // gemmDescription is GEMM with the cuBLAS library named: "cuBLAS 13.0.2
 // (TF32) from /usr/local/cuda-13.0/lib64/libcublas.so.13".
 func (b *Backend) gemmDescription() string {
-	g := b.GEMM()
+	blas, rest := b.gemmParts()
 	n, ok := b.drv.(cublasNamer)
 	if b.gemm == nil || !ok || n.cublasLib().Path == "" {
-		return g
+		return blas + rest
 	}
 	c := n.cublasLib()
 	if c.Version != "" {
-		g = strings.Replace(g, "cuBLAS", "cuBLAS "+c.Version, 1)
+		blas = strings.Replace(blas, "cuBLAS", "cuBLAS "+c.Version, 1)
 	}
-	return g + " from " + c.Path
+	return blas + " from " + c.Path + rest
 }
 
 // CUBLASSearch describes how New looked for cuBLAS: the places searched,

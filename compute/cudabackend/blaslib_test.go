@@ -318,9 +318,12 @@ func TestDescribeCUBLAS(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{}, ", prefill GEMM cuBLAS 13.1.1 (TF32) from /w/nvidia/cu13/lib/libcublas.so.13"},
-		{Options{ExactGEMM: true}, ", prefill GEMM cuBLAS 13.1.1 (float32) from /w/nvidia/cu13/lib/libcublas.so.13"},
-		{Options{NoCUBLAS: true}, ", prefill GEMM matmul kernel (cuda: cuBLAS off (Options.NoCUBLAS))"},
+		{Options{}, ", prefill GEMM cuBLAS 13.1.1 (bf16, TF32 for f32 weights) from /w/nvidia/cu13/lib/libcublas.so.13, and the mma kernel where faster (9-256 rows)"},
+		{Options{ExactGEMM: true}, ", prefill GEMM cuBLAS 13.1.1 (bf16, float32 for f32 weights) from /w/nvidia/cu13/lib/libcublas.so.13, and the mma kernel where faster (9-256 rows)"},
+		{Options{MatMul: "f32"}, ", prefill GEMM cuBLAS 13.1.1 (TF32) from /w/nvidia/cu13/lib/libcublas.so.13"},
+		{Options{MatMul: "f32", ExactGEMM: true}, ", prefill GEMM cuBLAS 13.1.1 (float32) from /w/nvidia/cu13/lib/libcublas.so.13"},
+		{Options{NoCUBLAS: true}, ", prefill GEMM mma kernel (bf16/f16 tensor cores), f32 weights matmul kernel (cuda: cuBLAS off (Options.NoCUBLAS))"},
+		{Options{NoCUBLAS: true, MatMul: "f32"}, ", prefill GEMM matmul kernel (cuda: cuBLAS off (Options.NoCUBLAS))"},
 	} {
 		b := newBackend(d, tc.opts)
 		if got := b.Describe(); !strings.HasPrefix(got, "CUDA fake (sm_80") || !strings.HasSuffix(got, tc.want) {
@@ -331,7 +334,7 @@ func TestDescribeCUBLAS(t *testing.T) {
 		}
 	}
 	d.lib.Version = ""
-	if got := newBackend(d, Options{}).Describe(); !strings.HasSuffix(got, ", prefill GEMM cuBLAS (TF32) from /w/nvidia/cu13/lib/libcublas.so.13") {
+	if got := newBackend(d, Options{}).Describe(); !strings.HasSuffix(got, ", prefill GEMM cuBLAS (bf16, TF32 for f32 weights) from /w/nvidia/cu13/lib/libcublas.so.13, and the mma kernel where faster (9-256 rows)") {
 		t.Errorf("no version: Describe() = %q", got)
 	}
 	if got := newBackend(f, Options{}).CUBLASSearch(); got != "" {

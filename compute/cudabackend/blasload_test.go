@@ -84,7 +84,7 @@ func TestLibcudaCUBLASWheel(t *testing.T) {
 		}
 		b := newBackend(d, Options{})
 		defer b.Close()
-		if want := ", prefill GEMM cuBLAS 13.1.1 (TF32) from " + lib; !strings.HasSuffix(b.Describe(), want) {
+		if want := ", prefill GEMM cuBLAS 13.1.1 (bf16, TF32 for f32 weights) from " + lib + ", and the mma kernel where faster (9-256 rows)"; !strings.HasSuffix(b.Describe(), want) {
 			t.Errorf("Describe() = %q, want it to end %q", b.Describe(), want)
 		}
 		search := b.CUBLASSearch()
@@ -109,7 +109,7 @@ func TestLibcudaCUBLASWheel(t *testing.T) {
 		defer b.Close()
 		got := b.Describe()
 		for _, want := range []string{
-			"prefill GEMM matmul kernel (cuda: no cuBLAS (libcublas.so.13 or libcublas.so.12): none loads: " + filepath.Join(root, broken, "libcublas.so.12") + ": libcublasLt.so.12: cannot open shared object file",
+			"f32 weights matmul kernel (cuda: no cuBLAS (libcublas.so.13 or libcublas.so.12): none loads: " + filepath.Join(root, broken, "libcublas.so.12") + ": libcublasLt.so.12: cannot open shared object file",
 			"prefill uses the backend's built-in matmul kernel",
 		} {
 			if !strings.Contains(got, want) {
@@ -129,7 +129,7 @@ func TestLibcudaCUBLASWheel(t *testing.T) {
 		}
 		b := newBackend(d, Options{ExactGEMM: true})
 		defer b.Close()
-		if want := ", prefill GEMM cuBLAS 13.1.1 (float32) from " + lib; !strings.HasSuffix(b.Describe(), want) {
+		if want := ", prefill GEMM cuBLAS 13.1.1 (bf16, float32 for f32 weights) from " + lib + ", and the mma kernel where faster (9-256 rows)"; !strings.HasSuffix(b.Describe(), want) {
 			t.Errorf("Describe() = %q, want it to end %q", b.Describe(), want)
 		}
 	})
@@ -165,7 +165,7 @@ func TestLibcudaCUBLASToolkit(t *testing.T) {
 	}
 	b := newBackend(d, Options{})
 	defer b.Close()
-	if want := ", prefill GEMM cuBLAS 12.9.1.4 (TF32) from " + filepath.Join(root, "/usr/local/cuda-12.9/lib64/libcublas.so.12"); !strings.HasSuffix(b.Describe(), want) {
+	if want := ", prefill GEMM cuBLAS 12.9.1.4 (bf16, TF32 for f32 weights) from " + filepath.Join(root, "/usr/local/cuda-12.9/lib64/libcublas.so.12") + ", and the mma kernel where faster (9-256 rows)"; !strings.HasSuffix(b.Describe(), want) {
 		t.Errorf("Describe() = %q, want it to end %q", b.Describe(), want)
 	}
 }

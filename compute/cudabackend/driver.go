@@ -3,6 +3,8 @@ package cudabackend
 import (
 	"errors"
 	"fmt"
+
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // driver is the part of the CUDA driver API the backend uses, behind an
@@ -169,6 +171,10 @@ type gemmer interface {
 	// cols) times w (rows x cols) transposed, all float32, in stream
 	// order; tf32 lets the tensor cores round the inputs to TF32.
 	sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) error
+	// gemmEx is sgemm with x and w 16-bit values of dt (bf16 or f16),
+	// computing in float32: cublasGemmEx on CUDA_R_16BF or CUDA_R_16F
+	// operands, a float32 output and CUBLAS_COMPUTE_32F.
+	gemmEx(out, x, w Ptr, n, rows, cols, ldc int, dt tensor.DType) error
 }
 
 // cublasStatus names a cublasStatus_t.

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kakeya-ai/kakeya/kernels/cuda/emu"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // fakeDriver is a driver whose device memory is host memory (the
@@ -31,6 +33,12 @@ type fakeDriver struct {
 	noop      bool // record launches without running them (host-cost benchmarks)
 	names     bool // with noop, still record the kernels' names in launched
 	gemms     int
+	gemmExs   []string // gemmEx calls: "bf16 n x rows x cols"
+	// cost is the simulated time of a kernel (by name) or of a gemmEx
+	// ("gemmEx"), added to elapsed as each runs: the tuner's clock in
+	// tests.
+	cost    map[string]time.Duration
+	elapsed time.Duration
 	// fault names a kernel whose next run faults as a GPU kernel does:
 	// the launch succeeds, and the fault (CUDA_ERROR_ILLEGAL_ADDRESS)
 	// comes back from the next synchronizing call and every call after.
@@ -178,6 +186,7 @@ func (f *fakeDriver) run(ls []Launch) error {
 			f.faulted = newError("cuStreamSynchronize", Result(700))
 		}
 		f.launched = append(f.launched, l.Kernel)
+		f.elapsed += f.cost[l.Kernel]
 		g, bl := [3]uint32{l.Grid.X, l.Grid.Y, l.Grid.Z}, [3]uint32{l.Block.X, l.Block.Y, l.Block.Z}
 		if err := emu.Run(l.Kernel, g, bl, l.Shared, l.Args, uint64(len(f.launched))); err != nil {
 			return fmt.Errorf("emulated %s: %w", l.Kernel, err)
@@ -301,6 +310,48 @@ func (f *fakeDriver) sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) err
 	xs, ws := make([]float32, n*cols), make([]float32, rows*cols)
 	emu.CopyOut(bytesOf(xs), uint64(x))
 	emu.CopyOut(bytesOf(ws), uint64(w))
+	f.product(out, xs, ws, n, rows, cols, ldc)
+	return nil
+}
+
+// gemmEx is cuBLAS's 16-bit product: the operands widened exactly, then
+// sgemm's float64 sums.
+func (f *fakeDriver) gemmEx(out, x, w Ptr, n, rows, cols, ldc int, dt tensor.DType) error {
+	if err := f.check("gemmEx", "cublasGemmEx"); err != nil {
+		return err
+	}
+	if dt != tensor.BF16 && dt != tensor.F16 {
+		return fmt.Errorf("fake: gemmEx of %v operands", dt)
+	}
+	f.gemmExs = append(f.gemmExs, fmt.Sprintf("%s %d x %d x %d", strings.ToLower(dt.String()), n, rows, cols))
+	f.elapsed += f.cost["gemmEx"]
+	for _, c := range []struct {
+		p     Ptr
+		bytes int
+	}{{x, 2 * n * cols}, {w, 2 * rows * cols}, {out, 4 * ((n-1)*ldc + rows)}} {
+		if err := f.within(c.p, c.bytes, "gemmEx operand"); err != nil {
+			return err
+		}
+	}
+	widen := func(p Ptr, k int) []float32 {
+		h, v := make([]uint16, k), make([]float32, k)
+		emu.CopyOut(bytesOf(h), uint64(p))
+		for i, u := range h {
+			if dt == tensor.BF16 {
+				v[i] = tensor.BF16ToF32(u)
+			} else {
+				v[i] = tensor.F16ToF32(u)
+			}
+		}
+		return v
+	}
+	f.product(out, widen(x, n*cols), widen(w, rows*cols), n, rows, cols, ldc)
+	return nil
+}
+
+// product writes xs (n x cols) times ws (rows x cols) transposed, summed
+// in float64, to out's n rows ldc apart.
+func (f *fakeDriver) product(out Ptr, xs, ws []float32, n, rows, cols, ldc int) {
 	row := make([]float32, rows)
 	for i := range n {
 		for r := range rows {
@@ -312,5 +363,4 @@ func (f *fakeDriver) sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) err
 		}
 		emu.CopyIn(uint64(out)+uint64(4*i*ldc), bytesOf(row))
 	}
-	return nil
 }

@@ -58,13 +58,14 @@ func TestGPUParity(t *testing.T) {
 	newGPU(t) // fails at once without a device
 	dirs := tinyArchitectures(t)
 	const tokens, pre = 40, 24
-	// Default options (cuBLAS if it loads, graphs, the decode fusions)
-	// and the separate kernels alone.
-	for _, opts := range []Options{{}, {NoCUBLAS: true, NoGraphs: true, NoFusion: true}} {
+	// Default options (bf16 prefill on cuBLAS or the mma kernel, graphs,
+	// the decode fusions), the float32 prefill, and the separate kernels
+	// alone (the mma kernel for every bf16 product).
+	for _, opts := range []Options{{}, {MatMul: "f32"}, {NoCUBLAS: true, NoGraphs: true, NoFusion: true}} {
 		gpu := openGPU(t, opts)
 		t.Logf("%+v: prefill products by %s", opts, gpu.GEMM())
 		for name, dir := range dirs {
-			t.Run(fmt.Sprintf("%s/graphs=%v", name, !opts.NoGraphs), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/graphs=%v/matmul=%s", name, !opts.NoGraphs, opts.MatMul), func(t *testing.T) {
 				cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 0), MaxContext: 64})
 				gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 				ids := testIDs(tokens, cpuM.Config().VocabSize)

@@ -340,6 +340,15 @@ static int kk_sgemm(kk_drv *d, uint64_t c, uint64_t a, uint64_t b, int m, int n,
 		(const void *)(uintptr_t)b, 0, k, &beta, (void *)(uintptr_t)c, 0, ldc, compute, -1);
 }
 
+// kk_gemm16 is kk_sgemm with A and B of the 16-bit type dtype
+// (CUDA_R_16BF or CUDA_R_16F), C float32 and float32 compute.
+static int kk_gemm16(kk_drv *d, uint64_t c, uint64_t a, uint64_t b, int m, int n, int k, int ldc, int dtype) {
+	float alpha = 1, beta = 0;
+	if (d->cuCtxSetCurrent(d->ctx)) return 1; // CUBLAS_STATUS_NOT_INITIALIZED
+	return d->cublasGemmEx(d->blasHandle, 1, 0, m, n, k, &alpha, (const void *)(uintptr_t)a, dtype, k,
+		(const void *)(uintptr_t)b, dtype, k, &beta, (void *)(uintptr_t)c, 0, ldc, 68, -1);
+}
+
 static CUresult kk_shutdown(kk_drv *d) {
 	CUresult r = 0, r2;
 	if (d->blasHandle) {
@@ -365,6 +374,8 @@ import (
 	"fmt"
 	"strings"
 	"unsafe"
+
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // libName is the driver library the backend opens: the NVIDIA driver
@@ -470,6 +481,25 @@ func (l *libcuda) sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) error 
 	}
 	return nil
 }
+
+// gemmEx implements gemmer: cublasGemmEx on bf16 or f16 operands with a
+// float32 result and float32 compute, in stream order.
+func (l *libcuda) gemmEx(out, x, w Ptr, n, rows, cols, ldc int, dt tensor.DType) error {
+	typ := C.int(cudaR16BF)
+	if dt == tensor.F16 {
+		typ = cudaR16F
+	}
+	if st := C.kk_gemm16(l.d, C.uint64_t(out), C.uint64_t(w), C.uint64_t(x), C.int(rows), C.int(n), C.int(cols), C.int(ldc), typ); st != 0 {
+		return fmt.Errorf("cuda: cublasGemmEx(%v: %d x %d times %d x %d transposed): %s", dt, n, cols, rows, cols, cublasStatus(int(st)))
+	}
+	return nil
+}
+
+// cudaDataType_t values.
+const (
+	cudaR16F  = 2
+	cudaR16BF = 14
+)
 
 // cuBLAS compute types.
 const (

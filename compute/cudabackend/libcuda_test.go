@@ -90,8 +90,9 @@ CUresult cuFuncSetAttribute(void *f, int attr, int v) {
 }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
 	NEED_CTX;
-	if (strcmp(name, "add") != 0) return 500;
-	*f = (void *)"add"; return 0;
+	if (strcmp(name, "add") == 0) { *f = (void *)"add"; return 0; }
+	if (strcmp(name, "to_bf16") == 0) { *f = (void *)"to_bf16"; return 0; }
+	return 500;
 }
 #ifndef MISSING_ALLOC
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
@@ -110,17 +111,28 @@ CUresult cuStreamDestroy_v2(void *s) { NEED_CTX; return 0; }
 CUresult cuStreamSynchronize(void *s) { NEED_CTX; return 0; }
 
 // Launches: the add kernel runs at once, or is recorded while capturing.
-// Its parameters: x at 0, y at 8, n at 16; 20 bytes.
-typedef struct { float *x, *y; int n; } add_args;
+// Its parameters: x at 0, y at 8, n at 16; 20 bytes. to_bf16 has the
+// same layout (out, x, n) and rounds x to bf16 at out, ties to even.
+typedef struct { float *x, *y; int n, bf16; } add_args;
 static add_args graph[64];
 static int capturing, recorded;
 static void run_add(add_args a) {
+	if (a.bf16) {
+		uint16_t *o = (uint16_t *)a.x;
+		for (int i = 0; i < a.n; i++) {
+			uint32_t u;
+			memcpy(&u, &a.y[i], 4);
+			o[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+		}
+		return;
+	}
 	for (int i = 0; i < a.n; i++) a.x[i] += a.y[i];
 }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shared, void *s, void **params, void **extra) {
 	NEED_CTX;
 	add_args a;
+	a.bf16 = strcmp((const char *)f, "to_bf16") == 0;
 	if (params != NULL) {
 		if (extra != NULL) return 1;
 		a.x = *(float **)params[0];
@@ -281,23 +293,41 @@ func TestLibcudaBackend(t *testing.T) {
 
 // stubCublas stands in for libcublas: cublasGemmEx computes on the host,
 // checking that it is asked for the product the backend means (A
-// transposed, float32 operands) with consistent leading dimensions.
+// transposed, B not; A and B both float32 with float32 or TF32 compute,
+// or both bf16 (CUDA_R_16BF, 14) or f16 (CUDA_R_16F, 2) with float32
+// compute; C float32) with consistent leading dimensions.
 const stubCublas = `
 #include <stdint.h>
+#include <string.h>
 int cublasCreate_v2(void **h) { static int x; *h = &x; return 0; }
 int cublasDestroy_v2(void *h) { return 0; }
 int cublasSetStream_v2(void *h, void *s) { return 0; }
+static double half(uint16_t h) {
+	int e = (h >> 10) & 31, m = h & 1023;
+	double v = e ? (1024 + m) / 1024.0 : m / 1024.0;
+	for (e = e ? e - 15 : -14; e > 0; e--) v *= 2;
+	for (; e < 0; e++) v /= 2;
+	return h & 0x8000 ? -v : v;
+}
+static double elem(const void *p, int type, long i) {
+	if (type == 0) return ((const float *)p)[i];
+	uint16_t h = ((const uint16_t *)p)[i];
+	if (type == 2) return half(h);
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
 int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha, const void *A, int at, int lda,
 		const void *B, int bt, int ldb, const void *beta, void *C, int ct, int ldc, int compute, int algo) {
-	if (ta != 1 || tb != 0 || at != 0 || bt != 0 || ct != 0 || lda < k || ldb < k || ldc < m) return 7;
-	if (compute != 68 && compute != 77) return 7;
+	if (ta != 1 || tb != 0 || at != bt || ct != 0 || lda < k || ldb < k || ldc < m) return 7;
+	if (!(at == 0 && (compute == 68 || compute == 77)) && !((at == 14 || at == 2) && compute == 68)) return 7;
 	if (*(const float *)alpha != 1 || *(const float *)beta != 0) return 7;
-	const float *a = A, *b = B;
 	float *c = C;
 	for (int j = 0; j < n; j++)
 		for (int i = 0; i < m; i++) {
 			double s = 0;
-			for (int l = 0; l < k; l++) s += (double)a[i * lda + l] * b[j * ldb + l];
+			for (int l = 0; l < k; l++) s += elem(A, at, (long)i * lda + l) * elem(B, bt, (long)j * ldb + l);
 			c[j * ldc + i] = (float)s;
 		}
 	return 0;
@@ -305,15 +335,20 @@ int cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha
 `
 
 // Through the stub driver and a stub cuBLAS, a prefill product reaches
-// cublasGemmEx with the operands, transposes and leading dimensions that
-// give x times w transposed.
+// cublasGemmEx with the operands, transposes, types and leading
+// dimensions that give x times w transposed: float32 operands for a
+// float32 weight (and for every weight with Options.MatMul f32, bf16 and
+// f16 weights widened), bf16 or f16 operands for a bf16 or f16 weight
+// (the activations rounded by to_bf16 or to_f16_rows, which the stub
+// driver does not run: the stub cuBLAS then reads zeroed activations, so
+// the 16-bit case checks that the call is accepted and the output
+// written). Above 256 rows cuBLAS runs untuned.
 func TestLibcudaCUBLAS(t *testing.T) {
 	d, err := openLibrary(buildStub(t, stubLibcuda), []string{"/nonexistent/libcublas.so.13", buildStub(t, stubCublas)}, 0, stubPTX)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBackend(d, Options{ExactGEMM: true})
-	defer b.Close()
+	b := newBackend(d, Options{ExactGEMM: true, MatMul: "f32"})
 	if got := b.GEMM(); got != "cuBLAS (float32)" {
 		t.Fatalf("GEMM() = %q", got)
 	}
@@ -346,6 +381,51 @@ func TestLibcudaCUBLAS(t *testing.T) {
 	}
 	if err := b.Err(); err != nil {
 		t.Fatal(err)
+	}
+
+	// A bf16 weight: to_bf16 (run by the stub driver) rounds the
+	// activations and cublasGemmEx multiplies bf16 operands; the stub
+	// cuBLAS rejects a wrong type, transpose or compute type with
+	// CUBLAS_STATUS_INVALID_VALUE, which would fail the backend. Values
+	// exact in bf16 give the exact product.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err = openLibrary(buildStub(t, stubLibcuda), []string{buildStub(t, stubCublas)}, 0, stubPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b16 := newBackend(d, Options{})
+	defer b16.Close()
+	const n16 = 300 // above 256 rows: cuBLAS, untuned
+	m := tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, U16: make([]uint16, rows*cols)}
+	for i := range m.U16 {
+		m.U16[i] = tensor.F32ToBF16(float32(i%5) - 2)
+	}
+	x16 := make([]float32, n16*cols)
+	for i := range x16 {
+		x16[i] = float32(i%7) * 0.5
+	}
+	wt16, err := b16.Upload(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out16 := b16.Alloc(n16 * rows)
+	b16.MatMul(out16, upload(b16, x16), n16, wt16)
+	got16 := read(b16, out16)
+	if err := b16.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n16 {
+		for r := range rows {
+			var want float32
+			for c := range cols {
+				want += x16[i*cols+c] * tensor.BF16ToF32(m.U16[r*cols+c])
+			}
+			if got16[i*rows+r] != want {
+				t.Fatalf("bf16: out[%d][%d] = %v, want %v", i, r, got16[i*rows+r], want)
+			}
+		}
 	}
 }
 

@@ -239,7 +239,9 @@ func TestForwardMatchesCPU(t *testing.T) {
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			gpu, f := newFakeBackend(t, Options{})
+			// Prefill's products in float32, as the CPU's here;
+			// TestForwardBF16MatchesCPU compares the default bf16 ones.
+			gpu, f := newFakeBackend(t, Options{MatMul: "f32"})
 			cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 64})
 			gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 			ids := testIDs(tokens, cpuM.Config().VocabSize)

@@ -69,14 +69,15 @@ func TestReportCPUGolden(t *testing.T) {
 	})
 }
 
-// The CUDA backend's logits against the golden files, with cuBLAS in
-// float32 (exact-gemm: as exact as the CPU, less a bf16 cache rounding
-// flip) and by default, in TF32, which rounds prefill's activations to 10
-// mantissa bits (the same rows twice where cuBLAS does not load).
+// The CUDA backend's logits against the golden files, with prefill's
+// products in float32 (exact-gemm: Options.MatMul f32 and cuBLAS in
+// float32, as exact as the CPU, less a bf16 cache rounding flip) and by
+// default, which rounds prefill's activations to bf16 for the tensor cores
+// (bf16 weights) or to TF32's 10 mantissa bits (f32 weights).
 func TestReportGolden(t *testing.T) {
 	r := newReporter(t, os.Stdout)
 	shared := goldenShared(t, goldenCases)
-	exact, tf32 := openGPU(t, Options{ExactGEMM: true}), openGPU(t, Options{})
+	exact, tf32 := openGPU(t, Options{ExactGEMM: true, MatMul: "f32"}), openGPU(t, Options{})
 	goldenRows(r, "golden", shared, goldenCases, []goldenRun{
 		{name: "cuda exact-gemm", opts: model.Options{Backend: exact}, decTol: 1e-3, preTol: 1e-3, rel: true},
 		{name: "cuda", opts: model.Options{Backend: tf32}, decTol: 1e-3, preTol: 1e-2, rel: true},
@@ -86,7 +87,9 @@ func TestReportGolden(t *testing.T) {
 // Greedy generation on the GPU against the CPU, token for token.
 func TestReportGreedy(t *testing.T) {
 	r := newReporter(t, os.Stdout)
-	greedyRows(r, "greedy", goldenShared(t, goldenCases), goldenCases, newGPU(t), 128)
+	// Prefill in float32 (Options.MatMul f32), as the CPU it is compared
+	// with: bf16 activations could flip a token of small margin.
+	greedyRows(r, "greedy", goldenShared(t, goldenCases), goldenCases, openGPU(t, Options{MatMul: "f32"}), 128)
 }
 
 // Each kernel at the layer shapes of every preset in
@@ -105,6 +108,28 @@ func TestReportKernels(t *testing.T) {
 			t.Fatalf("KAKEYA_REPORT_SHAPES: no preset %q", name)
 		}
 		(&kernelBench{r: r, b: b, shape: name, spec: spec, prefill: 512, contexts: reportContexts, block: 64, timing: 50 * time.Millisecond}).run()
+	}
+	if err := b.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The 16-bit GEMMs at the layer shapes of Qwen2.5 0.5B and 7B
+// (KAKEYA_REPORT_GEMM_SHAPES), 16 to 2048 rows: the mma kernel and cuBLAS
+// GemmEx each timed alone, beside the performance model's prediction.
+func TestReportGEMM(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	b := openGPU(t, Options{NoGraphs: true})
+	shapes := "qwen2.5-0.5b,qwen2.5-7b"
+	if s := os.Getenv("KAKEYA_REPORT_GEMM_SHAPES"); s != "" {
+		shapes = s
+	}
+	for _, name := range strings.Split(shapes, ",") {
+		spec, ok := testmodel.Presets[name]
+		if !ok {
+			t.Fatalf("KAKEYA_REPORT_GEMM_SHAPES: no preset %q", name)
+		}
+		(&kernelBench{r: r, b: b, shape: name, spec: spec, timing: 30 * time.Millisecond}).gemmRows([]int{16, 64, 256, 512, 2048})
 	}
 	if err := b.Err(); err != nil {
 		t.Fatal(err)

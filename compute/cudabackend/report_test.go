@@ -284,14 +284,21 @@ func (k *kernelBench) matMulRows(label, name string, w []uint16, wt compute.Weig
 	per, reps := k.timeOp(out, func() { b.MatMul(out, xb, n, wt) })
 	var worst float64
 	got := make([]float32, rows)
+	bf16 := n > maxMatVecRows && !b.g16.exact // the activations rounded to bf16 (gemm.go)
 	for _, i := range slices.Compact([]int{0, n / 2, n - 1}) {
 		b.Read(got, out.Slice(i*rows, (i+1)*rows))
-		worst = max(worst, relErr(got, refMatVec(w, rows, cols, x[i*cols:(i+1)*cols])))
+		xi := slices.Clone(x[i*cols : (i+1)*cols])
+		if bf16 {
+			for c, v := range xi {
+				xi[c] = tensor.BF16ToF32(tensor.F32ToBF16(v))
+			}
+		}
+		worst = max(worst, relErr(got, refMatVec(w, rows, cols, xi)))
 	}
 	kind, tol := "matvec", 1e-4
 	if n > maxMatVecRows {
 		kind = "matmul"
-		if b.gemm != nil && b.tf32 {
+		if b.gemm != nil && b.tf32 && !bf16 {
 			tol = 5e-3 // TF32 rounds x to 10 mantissa bits
 		}
 	}
@@ -1146,12 +1153,18 @@ func TestReportFake(t *testing.T) {
 
 	spec := testmodel.Qwen2Tiny
 	(&kernelBench{r: r, b: gpu, shape: "qwen2-tiny", spec: spec, prefill: maxMatVecRows + 4, contexts: []int{20}, block: 16, timing: time.Millisecond}).run()
-	// Prefill's products through (the fake's) cuBLAS, in TF32.
+	// Prefill's products through (the fake's) cuBLAS, in TF32 (Options.MatMul f32).
 	f := newFakeOrSkip(t)
 	f.cublas = true
-	blas := newBackend(f, Options{})
+	blas := newBackend(f, Options{MatMul: "f32"})
 	t.Cleanup(func() { blas.Close() })
 	(&kernelBench{r: r, b: blas, shape: "qwen2-tiny cublas", spec: spec, timing: time.Millisecond}).matMul("o_proj", spec.Hidden, spec.Heads*spec.HeadDim, []int{12})
+	// The GEMM rows: the mma kernel and (the fake's) cuBLAS at 3 weights x 2 row counts.
+	f2 := newFakeOrSkip(t)
+	f2.cublas = true
+	g16 := newBackend(f2, Options{})
+	t.Cleanup(func() { g16.Close() })
+	(&kernelBench{r: r, b: g16, shape: "qwen2-tiny", spec: spec, timing: time.Millisecond}).gemmRows([]int{16, 40})
 
 	// The golden and greedy rows take any backend: a CPU backend stands
 	// in for the device here, which is quicker than the emulator, whose
@@ -1174,9 +1187,9 @@ func TestReportFake(t *testing.T) {
 	launchRows(r, "launches", open, "qwen2-tiny", spec, dir, 12, 3, 16)
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
-	// rows, 3 fused rows; 2 golden rows, 1 greedy row, 2 throughput rows,
-	// 4 launch rows and the device.
-	if len(r.rows) != 1+16+3+2+1+2+4 {
+	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 2
+	// throughput rows, 4 launch rows and the device.
+	if len(r.rows) != 1+16+12+3+2+1+2+4 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {
@@ -1232,6 +1245,97 @@ func TestReportBudget(t *testing.T) {
 	for _, row := range r.rows {
 		if row["status"] != statusSkip {
 			t.Errorf("%v", row)
+		}
+	}
+}
+
+// Device peaks the GEMM model predicts with: dense bf16 tensor-core
+// FLOP/s of an H100 SXM and an H200 (the same chip), and their memory
+// bandwidths (docs/cuda.md, "GEMM performance model").
+const (
+	peakBF16FLOPS = 989e12
+	bwH100        = 3.35e12
+	bwH200        = 4.8e12
+)
+
+// gemmModel predicts the time of one 16-bit product of n rows by a rows x
+// cols bf16 weight at peak FLOP/s and bandwidth bw: the larger of its
+// tensor-core time and its memory time, the weight read once, the
+// activations read in float32, written and read again in bf16 (to_bf16
+// and the GEMM), the output written in float32. It returns the bytes and
+// FLOPs too.
+func gemmModel(n, rows, cols int, peak, bw float64) (t time.Duration, bytes int64, flops float64) {
+	bytes = 2*int64(rows)*int64(cols) + int64(n)*int64(cols)*(4+2+2) + 4*int64(n)*int64(rows)
+	flops = 2 * float64(n) * float64(rows) * float64(cols)
+	return time.Duration(max(flops/peak, float64(bytes)/bw) * 1e9), bytes, flops
+}
+
+// gemmRows reports, for each weight of a layer (q_proj, gate_proj,
+// down_proj) and each n of ns rows, the 16-bit product timed by each path
+// alone (the mma kernel, and cuBLAS GemmEx where loaded), checked against
+// float64 on the bf16-rounded activations, beside the model's prediction
+// for an H100 and an H200 and the device at hand (its bandwidth).
+func (k *kernelBench) gemmRows(ns []int) {
+	s, b := k.spec, k.b
+	paths := []gemmPath{gemmMMA}
+	if b.gemm != nil {
+		paths = append(paths, gemmCUBLAS)
+	}
+	defer func() { b.g16.force = 0 }()
+	for _, wgt := range []struct {
+		name       string
+		rows, cols int
+	}{{"q_proj", s.Heads * s.HeadDim, s.Hidden}, {"gate_proj", s.Intermediate, s.Hidden}, {"down_proj", s.Hidden, s.Intermediate}} {
+		var w []uint16
+		var wt compute.Weight
+		for _, n := range ns {
+			for _, p := range paths {
+				label := fmt.Sprintf("%s gemm %s %d rows %v", k.shape, wgt.name, n, p)
+				if k.skip(label) {
+					continue
+				}
+				if wt == nil {
+					w = randBF16(seedOf(k.shape+"gemm"+wgt.name), wgt.rows, wgt.cols)
+					var err error
+					if wt, err = b.Upload(tensor.Mat{DType: tensor.BF16, Rows: wgt.rows, Cols: wgt.cols, U16: w}); err != nil {
+						k.r.row("gemm", label, statusFail, err.Error(), nil)
+						break
+					}
+				}
+				x := randNormal(seedOf(label+"/x"), n*wgt.cols)
+				xb, out := upload(b, x), b.Alloc(n*wgt.rows)
+				b.g16.force = 1 + int(p)
+				per, reps := k.timeOp(out, func() { b.MatMul(out, xb, n, wt) })
+				var worst float64
+				got := make([]float32, wgt.rows)
+				for _, i := range slices.Compact([]int{0, n - 1}) {
+					b.Read(got, out.Slice(i*wgt.rows, (i+1)*wgt.rows))
+					xi := slices.Clone(x[i*wgt.cols : (i+1)*wgt.cols])
+					for c, v := range xi {
+						xi[c] = tensor.BF16ToF32(tensor.F32ToBF16(v))
+					}
+					worst = max(worst, relErr(got, refMatVec(w, wgt.rows, wgt.cols, xi)))
+				}
+				if err := b.Err(); err != nil {
+					k.r.row("gemm", label, statusFail, err.Error(), nil)
+					return
+				}
+				const tol = 1e-4
+				h100, bytes, flops := gemmModel(n, wgt.rows, wgt.cols, peakBF16FLOPS, bwH100)
+				h200, _, _ := gemmModel(n, wgt.rows, wgt.cols, peakBF16FLOPS, bwH200)
+				here := time.Duration(0)
+				if bw := b.Bandwidth(); bw > 0 {
+					here, _, _ = gemmModel(n, wgt.rows, wgt.cols, peakBF16FLOPS, bw)
+				}
+				tflops := flops / per.Seconds() / 1e12
+				text := fmt.Sprintf("%dx%d bf16 x %d rows by %v: %s, %.1f TFLOP/s; predicted %s here, %s H100, %s H200 (model, not measured); max rel err %.2g (tol %.0g)",
+					wgt.rows, wgt.cols, n, p, fmtDur(per), tflops, fmtDur(here), fmtDur(h100), fmtDur(h200), worst, tol)
+				k.r.row("gemm", label, status(worst <= tol), text, map[string]any{
+					"shape": k.shape, "weight": wgt.name, "rows": wgt.rows, "cols": wgt.cols, "n": n, "path": p.String(), "reps": reps,
+					"us": float64(per) / 1e3, "tflops": tflops, "bytes": bytes, "flops": flops, "rel_err": worst, "tol": tol,
+					"predicted_us": float64(here) / 1e3, "predicted_h100_us": float64(h100) / 1e3, "predicted_h200_us": float64(h200) / 1e3,
+				})
+			}
 		}
 	}
 }

@@ -19,7 +19,14 @@ func Names() []string { return []string{"cpu", "cuda", "cuda:N"} }
 // "cuda" opens CUDA device 0 and "cuda:N" device N, failing at once on a
 // machine without the NVIDIA driver or a device, saying what was looked
 // for.
-func Backend(name string) (compute.Backend, error) {
+func Backend(name string) (compute.Backend, error) { return Open(name, "") }
+
+// Open is Backend with the --matmul value (unconverted by MatMul) that a
+// GPU takes as its prefill precision: "" or "bf16" rounds the activations
+// of bf16 and f16 weights' products to 16 bits for the tensor cores, "f32"
+// keeps them float32 (cudabackend.Options.MatMul). The CPU's precision
+// goes to OrCPU through MatMul instead.
+func Open(name, matmul string) (compute.Backend, error) {
 	if name == "cpu" {
 		return nil, nil
 	}
@@ -32,7 +39,7 @@ func Backend(name string) (compute.Backend, error) {
 			}
 			ordinal = n
 		}
-		b, err := cudabackend.New(cudabackend.Options{Device: ordinal})
+		b, err := cudabackend.New(cudabackend.Options{Device: ordinal, MatMul: matmul})
 		if err != nil {
 			return nil, fmt.Errorf("--device %s: %w", name, err)
 		}
@@ -61,12 +68,12 @@ func OrCPU(b compute.Backend, threads int, matmul string) (be compute.Backend, d
 func MaxThreads() int { return cpubackend.MaxThreads() }
 
 // MatMulUsage is the help text of the tools' --matmul flag.
-const MatMulUsage = "precision of the activations in bf16 matrix products on the CPU: bf16 (rounded first, llama.cpp's arithmetic: about 1.5x the prefill speed with AVX512_BF16) or f32 (exact)"
+const MatMulUsage = "precision of the activations in bf16 matrix products: bf16 (rounded first, llama.cpp's arithmetic: about 1.5x the prefill speed with AVX512_BF16; on a GPU, prefill on the bf16/f16 tensor cores) or f32 (exact)"
 
-// MatMul checks a --matmul value against the --device value and returns
-// it as model.Options.MatMul takes it: "" (the default precision) for ""
-// and, on devices other than the CPU, for f32, their only arithmetic; bf16
-// only for the CPU, the one device it applies to.
+// MatMul checks a --matmul value and returns it as model.Options.MatMul
+// takes it: the value on the CPU ("" the default precision); "" on other
+// devices, which take it through Open instead (the engine's MatMul applies
+// only to the CPU backend it starts).
 func MatMul(dev, matmul string) (string, error) {
 	switch {
 	case matmul == "":
@@ -75,8 +82,6 @@ func MatMul(dev, matmul string) (string, error) {
 		return "", fmt.Errorf("--matmul %q: want f32 or bf16", matmul)
 	case dev == "cpu":
 		return matmul, nil
-	case matmul == "f32":
-		return "", nil
 	}
-	return "", fmt.Errorf("--matmul %s applies to --device cpu, not %s", matmul, dev)
+	return "", nil
 }

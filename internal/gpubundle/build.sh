@@ -3,7 +3,8 @@
 # into DIR (replacing it): the gpu-tagged test binary of compute/cudabackend, the
 # kakeya-run, kakeya-bench and kakeya-testmodel binaries (all built with
 # GOEXPERIMENT=simd, stripped), the small data the checks read from
-# $KAKEYA_SHARED, run.sh and BUILD.txt; then checks that it fits the GPU
+# $KAKEYA_SHARED, run.sh, peer.py (the transformers side-by-side) and
+# BUILD.txt; then checks that it fits the GPU
 # machine's limit (64 MiB) and that run.sh is executable and parses.
 #
 # Environment: GO (default go), KAKEYA_SHARED (the shared data set).
@@ -41,6 +42,7 @@ cp "$shared/reference/stories260K_runc_logits.txt" "$shared/reference/ref-qwen2-
 	"$shared/reference/tokenizer_cases.json" "$out/data/reference/"
 chmod -R u+w,go-w "$out/data" # the shared files are read-only
 install -m 755 internal/gpubundle/run.sh "$out/run.sh"
+install -m 755 internal/gpubundle/peer.py "$out/peer.py"
 
 {
 	commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -58,4 +60,7 @@ if ((size > limit)); then
 fi
 [[ -x $out/run.sh ]] || { echo "build.sh: $out/run.sh is not executable" >&2; exit 1; }
 bash -n "$out/run.sh"
+if command -v python3 >/dev/null 2>&1; then
+	python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$out/peer.py"
+fi
 awk -v o="$out" -v s="$size" 'BEGIN { printf "build.sh: %s: %.1f MiB of 64\n", o, s / 1048576 }'

@@ -20,14 +20,19 @@
 #   golden           gpu     45  CUDA logits vs the golden files
 #   greedy           gpu     45  greedy tokens on CUDA = on the CPU, token for token
 #   generate         gpu     30  kakeya-run --device cuda = --device cpu, byte for byte
-#   kernels          gpu    100  every kernel at Qwen2.5 0.5B/1.5B/7B shapes vs references
+#   kernels          gpu     80  every kernel at Qwen2.5 0.5B/1.5B/7B shapes vs references
+#   gemm             gpu     40  16-bit GEMMs at 0.5B/7B shapes, 16-2048 rows: mma kernel vs cuBLAS, vs the model
 #   model-0.5b       cpu     40  writes the seeded Qwen2.5-0.5B-shaped checkpoint
-#   throughput-0.5b  gpu     90  prefill/decode tok/s, plain/int8/kakeya/kakeya-pc, ctx 512/2048/8192
-#   launches-0.5b    gpu     40  driver calls per decode step: one graph per step, fusions and graphs on and off
+#   throughput-0.5b  gpu     60  prefill/decode tok/s, plain/int8/kakeya/kakeya-pc, ctx 512/2048/8192
+#   launches-0.5b    gpu     30  driver calls per decode step: one graph per step, fusions and graphs on and off
+#   serve-0.5b       gpu     60  kakeya-bench --concurrency 1,16,64,256, plain/int8/kakeya preset
+#   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
-#   cpu-bench        cpu     45  kakeya-bench on the CPU, the same checkpoint
-#   model-1.5b       gpu     30  then throughput-1.5b (gpu, 60)
-#   model-7b         gpu     60  then throughput-7b (gpu, 90)
+#   model-7b         gpu     60  then throughput-7b (gpu, 60), serve-7b (gpu, 75),
+#                                kvbound-7b (gpu, 60: a KV pool of 16 bf16 sequences of
+#                                2,048 tokens, admitted sequences and tok/s per cache)
+#                                and peer-7b (gpu, 60)
+#   cpu-bench        cpu     45  kakeya-bench on the CPU, the 0.5B checkpoint
 #
 # A step gets its most seconds or what is left of the total, whichever is
 # less, and none starts with less than 15 left; the measurements inside a
@@ -180,6 +185,64 @@ if [[ ${1:-} == __step ]]; then
 			fi
 		done
 		;;
+	serve-* | kvbound-*)
+		# kakeya-bench's serving mode on CUDA, one run per cache (a timeout
+		# loses only the cache it cuts): serve-SIZE at 1, 16, 64 and 256
+		# concurrent clients (128-token prompts, 32 generated); kvbound-7b
+		# with a KV pool that holds 16 bf16 sequences of 2,048 tokens of the
+		# 7B shape (28 layers x 4 KV heads x 128 x keys and values x 2 bytes
+		# = 57,344 bytes a token: 1,792 MiB), 48 clients of 2,016 + 32
+		# tokens: the sequences admitted at once and the aggregate tok/s.
+		size=${name#*-}
+		dir=$MODELS/qwen2.5-$size
+		[[ -e $dir/.complete ]] || { row "$name" "qwen2.5-$size" fail "no checkpoint (model-$size failed)"; exit 1; }
+		case $name in
+		serve-*) args=(--concurrency 1,16,64,256 --prompt-len 128 --gen 32 --kv-memory 16G) ;;
+		kvbound-*) args=(--concurrency 48 --prompt-len 2016 --gen 32 --kv-memory 1792M) ;;
+		esac
+		for cache in plain int8 kakeya; do
+			"$BIN/kakeya-bench" --device cuda --model "$dir" --cache "$cache" "${args[@]}" --progress=false >"$WORK/serve.out" 2>&1
+			rc=$?
+			cat "$WORK/serve.out"
+			if ((rc != 0)); then
+				row "$name" "qwen2.5-$size $cache" fail "kakeya-bench exit $rc: $(tail -2 "$WORK/serve.out")"
+				fail=1
+				continue
+			fi
+			while IFS='|' read -r _ c _ conc req dec rel out p50 p99 _ peak _ pre kv _; do
+				c=${c// /} conc=${conc// /} req=${req// /} dec=${dec// /} rel=${rel// /} out=${out// /}
+				p50=${p50// /} p99=${p99// /} peak=${peak// /} pre=${pre// /} kv=${kv# } kv=${kv% }
+				[[ $rel == *x ]] || rel=""
+				row "$name" "qwen2.5-$size $c x$conc" info "decode $dec tok/s aggregate${rel:+ ($rel of 1)}, output $out tok/s, TTFT p50 $p50 ms, $peak admitted at once, $pre preemptions, peak KV $kv" \
+					"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$c"),\"concurrency\":$conc,\"requests\":$req,\"decode_tps\":$dec,\"output_tps\":$out,\"ttft_p50_ms\":$p50,\"ttft_p99_ms\":$p99,\"peak_running\":$peak,\"preemptions\":$pre,\"peak_kv\":$(jstr "$kv"),\"kv_memory\":$(jstr "${args[-1]}")"
+			done < <(grep -E '^\| [a-z0-9]+ \| ' "$WORK/serve.out" | grep -v '^| cache ')
+		done
+		;;
+	peer-*)
+		# The same checkpoint through Hugging Face transformers (peer.py),
+		# where python3 has torch and transformers.
+		size=${name#peer-}
+		dir=$MODELS/qwen2.5-$size
+		[[ -e $dir/.complete ]] || { row "$name" "qwen2.5-$size" fail "no checkpoint (model-$size failed)"; exit 1; }
+		py=$(command -v python3) || { row "$name" "qwen2.5-$size transformers" info "not run: no python3 on PATH"; exit 0; }
+		"$py" "$HERE/peer.py" "$dir" "qwen2.5-$size" >"$WORK/peer.out" 2>"$WORK/peer.err"
+		rc=$?
+		cat "$WORK/peer.out" "$WORK/peer.err"
+		while IFS=$'\t' read -r n text fields; do
+			case $n in
+			SKIP) row "$name" "qwen2.5-$size transformers" info "$text" ;;
+			FAIL) row "$name" "qwen2.5-$size transformers" fail "$text" ;;
+			*) row "$name" "$n transformers" info "$text" "$fields" ;;
+			esac
+		done <"$WORK/peer.out"
+		case $rc in
+		0 | 3) ;;
+		*)
+			grep -q '^FAIL' "$WORK/peer.out" || row "$name" "qwen2.5-$size transformers" fail "peer.py exit $rc: $(tail -2 "$WORK/peer.err")"
+			fail=1
+			;;
+		esac
+		;;
 	cpu-bench)
 		dir=$MODELS/qwen2.5-0.5b
 		[[ -e $dir/.complete ]] || { row cpu-bench qwen2.5-0.5b fail "no checkpoint (model-0.5b failed)"; exit 1; }
@@ -330,18 +393,21 @@ step cpu-generate cpu 30 bash "$SELF" __step cpu-generate
 step golden gpu 45 bash -c 'gotest TestReportGolden'
 step greedy gpu 45 bash -c 'gotest TestReportGreedy'
 step generate gpu 30 bash "$SELF" __step generate
-step kernels gpu 100 bash -c 'gotest TestReportKernels'
+step kernels gpu 80 bash -c 'gotest TestReportKernels'
+step gemm gpu 40 bash -c 'gotest TestReportGEMM'
 step model-0.5b cpu 40 bash "$SELF" __step model-0.5b
-withmodel 0.5b throughput-0.5b gpu 90 bash -c 'gotest TestReportThroughput'
-withmodel 0.5b launches-0.5b gpu 40 bash -c 'gotest TestReportLaunches'
+withmodel 0.5b throughput-0.5b gpu 60 bash -c 'gotest TestReportThroughput'
+withmodel 0.5b launches-0.5b gpu 30 bash -c 'gotest TestReportLaunches'
+withmodel 0.5b serve-0.5b gpu 60 bash "$SELF" __step serve-0.5b
+withmodel 0.5b peer-0.5b gpu 45 bash "$SELF" __step peer-0.5b
 step sanitizer gpu 60 bash "$SELF" __step sanitizer
+step model-7b gpu 60 bash "$SELF" __step model-7b
+withmodel 7b throughput-7b gpu 60 bash -c 'gotest TestReportThroughput'
+withmodel 7b serve-7b gpu 75 bash "$SELF" __step serve-7b
+withmodel 7b kvbound-7b gpu 60 bash "$SELF" __step kvbound-7b
+withmodel 7b peer-7b gpu 60 bash "$SELF" __step peer-7b
+[[ ${KAKEYA_KEEP_MODELS:-} == 1 ]] || rm -rf "$MODELS/qwen2.5-7b"
 step cpu-bench cpu 45 bash "$SELF" __step cpu-bench
-for s in 1.5b 7b; do
-	case $s in 1.5b) gen=30 thr=60 ;; 7b) gen=60 thr=90 ;; esac
-	step model-$s gpu $gen bash "$SELF" __step model-$s
-	withmodel $s throughput-$s gpu $thr bash -c 'gotest TestReportThroughput'
-	[[ ${KAKEYA_KEEP_MODELS:-} == 1 ]] || rm -rf "$MODELS/qwen2.5-$s" # room for the next
-done
 
 took=$((SECONDS - START))
 list() { local IFS=,; echo "${*:-none}"; }

@@ -7,3 +7,4 @@
 #include "attention.cu"
 #include "encode.cu"
 #include "sample.cu"
+#include "gemm.cu"

@@ -43,8 +43,11 @@ __thread Thread *cur;
 
 // Implemented in emu.cc.
 void syncthreads(const char *file, int line);
-enum Op { opSync, opIdx, opXor, opDown, opUp, opBallot };
+enum Op { opSync, opIdx, opXor, opDown, opUp, opBallot, opMma };
 uint32_t collective(Op op, unsigned mask, uint32_t v, int arg, int width, const char *what);
+// mma is one lane's part in a warp's tensor-core product m16n8k16 (kind 0
+// bf16, 1 f16 operands; see kk_mma_bf16 in prelude.cuh): d += A B.
+void mma(int kind, float d[4], const uint32_t a[4], const uint32_t b[2]);
 
 template <class T> T shfl(Op op, unsigned mask, T v, int arg, int width, const char *what) {
 	static_assert(sizeof(T) == 4, "the emulator shuffles 32-bit values");

@@ -120,4 +120,32 @@ KK_DEVICE float kk_warp_max(float v) {
 	return v;
 }
 
+// kk_mma_bf16 and kk_mma_f16 are one warp-wide tensor-core product
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: d (16 x 8, float32)
+// += a (16 x 16, row-major) times b (16 x 8, column-major), every lane of
+// the warp taking part with its fragments in the PTX ISA's layout
+// (groupID = lane >> 2, tig = lane & 3; two 16-bit values a register, the
+// lower column or row in the low half): a[0] holds A[groupID][2 tig, +1],
+// a[1] A[groupID+8][2 tig, +1], a[2] and a[3] the same rows at columns 8
+// on; b[0] holds B[2 tig, +1][groupID], b[1] rows 8 on; d[0..1] are
+// D[groupID][2 tig, +1], d[2..3] row groupID+8. The emulator computes the
+// same product as a warp collective over the same layout (emu.cc).
+#ifdef KK_EMU
+KK_DEVICE void kk_mma_bf16(float d[4], const kk_u32 a[4], const kk_u32 b[2]) { ::kkemu::mma(0, d, a, b); }
+KK_DEVICE void kk_mma_f16(float d[4], const kk_u32 a[4], const kk_u32 b[2]) { ::kkemu::mma(1, d, a, b); }
+#else
+KK_DEVICE void kk_mma_bf16(float d[4], const kk_u32 a[4], const kk_u32 b[2]) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+	             "{%0, %1, %2, %3};"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+KK_DEVICE void kk_mma_f16(float d[4], const kk_u32 a[4], const kk_u32 b[2]) {
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+	             "{%0, %1, %2, %3};"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
 #endif // KK_PRELUDE_CUH

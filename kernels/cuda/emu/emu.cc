@@ -166,6 +166,7 @@ const Entry kernels[] = {
     KK_ENTRY(matmul_f32), KK_ENTRY(matmul_bf16), KK_ENTRY(matmul_f16),
     KK_ENTRY(attn_split), KK_ENTRY(attn_split_pre), KK_ENTRY(attn_split_pc), KK_ENTRY(attn_combine),
     KK_ENTRY(enc_int8), KK_ENTRY(enc_pc), KK_ENTRY(argmax),
+    KK_ENTRY(to_bf16), KK_ENTRY(to_f16_rows), KK_ENTRY(scale_rows), KK_ENTRY(gemm_bf16), KK_ENTRY(gemm_f16),
 };
 } // namespace
 } // namespace kkemu
@@ -194,6 +195,9 @@ struct Fiber : Thread {
 	unsigned mask;
 	uint32_t val, result;
 	int arg, width;
+	// At mma: the lane's fragments (see mmaWarp).
+	const uint32_t *ma, *mb;
+	float *md;
 };
 
 struct Block {
@@ -280,6 +284,52 @@ void syncthreads(const char *file, int line) {
 	yield(t);
 }
 
+// mmaWarp computes a warp's tensor-core product m16n8k16 once all 32 lanes
+// w have arrived: it gathers A (16 x 16) and B (16 x 8) from the lanes'
+// fragments by the PTX ISA's layout (the figures "MMA .m16n8k16 fragment
+// layout" for .f16/.bf16: groupID = lane >> 2, tig = lane % 4; A element
+// a_i of a lane, i = 0..7, two a register, low half first, is at row
+// groupID for i in {0,1,4,5} else groupID + 8, column 2 tig + (i & 1),
+// plus 8 for i >= 4; B element b_i at row 2 tig + (i & 1), plus 8 for
+// i >= 2, column groupID; accumulator c_i at row groupID, plus 8 for
+// i >= 2, column 2 tig + (i & 1)), and adds to every lane's accumulators
+// the products, summed exactly (float64) and rounded once to float32.
+// kind 0 reads bf16 operands, 1 f16.
+void mmaWarp(Fiber *w, int kind) {
+	double A[16][16], B[16][8];
+	for (int l = 0; l < 32; l++) {
+		int g = l >> 2, tq = l & 3;
+		for (int i = 0; i < 8; i++) {
+			uint16_t h = (uint16_t)(w[l].ma[i / 2] >> (16 * (i & 1)));
+			int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+			int col = 2 * tq + (i & 1) + (i >= 4 ? 8 : 0);
+			A[row][col] = kind ? kk_f16(h) : kk_bf16(h);
+		}
+		for (int i = 0; i < 4; i++) {
+			uint16_t h = (uint16_t)(w[l].mb[i / 2] >> (16 * (i & 1)));
+			B[2 * tq + (i & 1) + (i >= 2 ? 8 : 0)][g] = kind ? kk_f16(h) : kk_bf16(h);
+		}
+	}
+	for (int l = 0; l < 32; l++) {
+		int g = l >> 2, tq = l & 3;
+		for (int i = 0; i < 4; i++) {
+			int row = g + (i >= 2 ? 8 : 0), col = 2 * tq + (i & 1);
+			double s = w[l].md[i];
+			for (int k = 0; k < 16; k++)
+				s += A[row][k] * B[k][col];
+			w[l].md[i] = (float)s;
+		}
+	}
+}
+
+void mma(int kind, float d[4], const uint32_t a[4], const uint32_t b[2]) {
+	Fiber *t = self();
+	t->ma = a;
+	t->mb = b;
+	t->md = d;
+	collective(opMma, 0xffffffffu, 0, kind, 32, kind ? "mma.sync f16" : "mma.sync bf16");
+}
+
 // collective is one lane's part in a warp-synchronous operation: it waits
 // until every lane of mask has arrived at the same operation with the same
 // mask, then every lane leaves with its result, as in lock step.
@@ -315,10 +365,12 @@ uint32_t collective(Op op, unsigned mask, uint32_t v, int arg, int width, const 
 	for (int l = 0; l < 32; l++) {
 		if (!(mask >> l & 1))
 			continue;
-		if (w[l].op != op || w[l].mask != mask || w[l].width != width)
+		if (w[l].op != op || w[l].mask != mask || w[l].width != width || (op == opMma && w[l].arg != t->arg))
 			fail(t, format("warp divergence: lane %d is at %s (mask %#x), lane %d at %s (mask %#x)", t->lane, what, mask,
 			               l, w[l].what, w[l].mask));
 	}
+	if (op == opMma)
+		mmaWarp(w, arg);
 	unsigned ballot = 0;
 	for (int l = 0; l < 32; l++)
 		if (mask >> l & 1 && w[l].val)
@@ -330,6 +382,7 @@ uint32_t collective(Op op, unsigned mask, uint32_t v, int arg, int width, const 
 		int seg = l & ~(width - 1), src = l;
 		switch (op) {
 		case opSync:
+		case opMma:
 			break;
 		case opBallot:
 			u.result = ballot;
@@ -349,7 +402,7 @@ uint32_t collective(Op op, unsigned mask, uint32_t v, int arg, int width, const 
 			src = (l - seg) >= u.arg ? l - u.arg : l;
 			break;
 		}
-		if (op != opSync && op != opBallot) {
+		if (op != opSync && op != opBallot && op != opMma) {
 			if (!(mask >> src & 1))
 				fail(t, format("%s: lane %d reads lane %d, outside mask %#x", what, l, src, mask));
 			u.result = w[src].val;

@@ -240,3 +240,130 @@ func TestOverrunFaults(t *testing.T) {
 		}
 	}
 }
+
+// mmaFragments lays A (16 x 16, row-major) and B (16 x 8, B[k][n]) out as
+// the lanes' registers of mma.m16n8k16 with .bf16/.f16 operands, by the
+// PTX ISA's figures ("Matrix Fragments for mma.m16n8k16 with floating
+// point type"), written out here apart from the emulator's code: lane l,
+// groupID g = l/4, threadID_in_group t = l%4, holds in its four A
+// registers (low half first) A[g][2t], A[g][2t+1]; A[g+8][2t], A[g+8][2t+1];
+// A[g][2t+8], A[g][2t+9]; A[g+8][2t+8], A[g+8][2t+9]; in its two B
+// registers B[2t][g], B[2t+1][g]; B[2t+8][g], B[2t+9][g]; and its four
+// accumulators are C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
+func mmaFragments(a [16][16]uint16, b [16][8]uint16) (af []uint32, bf []uint32) {
+	pack := func(lo, hi uint16) uint32 { return uint32(lo) | uint32(hi)<<16 }
+	for l := range 32 {
+		g, t := l/4, l%4
+		af = append(af, pack(a[g][2*t], a[g][2*t+1]), pack(a[g+8][2*t], a[g+8][2*t+1]),
+			pack(a[g][2*t+8], a[g][2*t+9]), pack(a[g+8][2*t+8], a[g+8][2*t+9]))
+		bf = append(bf, pack(b[2*t][g], b[2*t+1][g]), pack(b[2*t+8][g], b[2*t+9][g]))
+	}
+	return af, bf
+}
+
+// The emulated tensor-core product takes its operands from the lanes'
+// registers by the PTX ISA's fragment layout and gives each lane its
+// part of D: checked against A B + C summed here, for bf16 and f16
+// operands whose products are exact. A fragment mapping one register
+// off (the two middle A registers swapped, a plausible slip) gives wrong
+// results.
+func TestMMAFragmentLayout(t *testing.T) {
+	u32s := func(v []uint32) []byte {
+		var b []byte
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint32(b, x)
+		}
+		return b
+	}
+	for _, f16 := range []bool{false, true} {
+		var a [16][16]uint16
+		var b [16][8]uint16
+		var av [16][16]float64
+		var bv [16][8]float64
+		// Small distinct integers: every product and sum is exact.
+		enc := func(v int) uint16 {
+			if f16 {
+				return f32ToF16Exact(float32(v))
+			}
+			return uint16(math.Float32bits(float32(v)) >> 16)
+		}
+		for i := range 16 {
+			for k := range 16 {
+				v := (i*16+k)%23 - 11
+				a[i][k], av[i][k] = enc(v), float64(v)
+			}
+		}
+		for k := range 16 {
+			for n := range 8 {
+				v := (k*8+n)%13 - 6
+				b[k][n], bv[k][n] = enc(v), float64(v)
+			}
+		}
+		af, bf := mmaFragments(a, b)
+		c := make([]float32, 128)
+		for l := range 32 {
+			for i := range 4 {
+				c[4*l+i] = float32(l*4 + i) // the accumulators' own values
+			}
+		}
+		for _, swap := range []bool{false, true} {
+			afs := append([]uint32(nil), af...)
+			if swap {
+				for l := range 32 {
+					afs[4*l+1], afs[4*l+2] = afs[4*l+2], afs[4*l+1]
+				}
+			}
+			cb := make([]byte, 0, 512)
+			for _, v := range c {
+				cb = binary.LittleEndian.AppendUint32(cb, math.Float32bits(v))
+			}
+			dp, ap, bp := mem(t, cb), mem(t, u32s(afs)), mem(t, u32s(bf))
+			var kind uint64
+			if f16 {
+				kind = 1
+			}
+			if err := Run("mma_probe", block(1), block(32), 0, args(dp, ap, bp, kind)[:28], 3); err != nil {
+				t.Fatal(err)
+			}
+			out := make([]byte, 512)
+			emu.CopyOut(out, dp)
+			bad := 0
+			for l := range 32 {
+				g, tq := l/4, l%4
+				for i := range 4 {
+					row, col := g+8*(i/2), 2*tq+i%2
+					want := float64(c[4*l+i])
+					for k := range 16 {
+						want += av[row][k] * bv[k][col]
+					}
+					if got := math.Float32frombits(binary.LittleEndian.Uint32(out[16*l+4*i:])); float64(got) != want {
+						bad++
+						if !swap && bad < 4 {
+							t.Errorf("f16 %v: lane %d d[%d] (D[%d][%d]) = %v, want %v", f16, l, i, row, col, got, want)
+						}
+					}
+				}
+			}
+			if swap && bad == 0 {
+				t.Errorf("f16 %v: A's registers 1 and 2 swapped gave the right D: the layout is not checked", f16)
+			}
+		}
+	}
+}
+
+// f32ToF16Exact encodes a small integer (|v| < 2048) as an IEEE half.
+func f32ToF16Exact(v float32) uint16 {
+	if v == 0 {
+		return 0
+	}
+	var sign uint16
+	if v < 0 {
+		sign, v = 0x8000, -v
+	}
+	e := 0
+	for v >= 2 {
+		v /= 2
+		e++
+	}
+	return sign | uint16(e+15)<<10 | uint16((v-1)*1024)
+}

@@ -1,0 +1,132 @@
+package cudabackend
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeBench stands in for kakeya-bench in the bundle: it records its
+// arguments and prints the serving table kakeya-bench prints, two levels
+// of the cache it is given.
+const fakeBench = `#!/usr/bin/env bash
+echo "$*" >>"$(dirname "$0")/../args.txt"
+cache=""
+while [[ $# -gt 0 ]]; do [[ $1 == --cache ]] && cache=$2; shift; done
+[[ $cache == int8 ]] && { echo "kakeya-bench: int8 broke" >&2; exit 1; }
+echo "seeded checkpoint; serving"
+echo "| cache | threads | concurrency | requests | decode tok/s | vs 1 | output tok/s | TTFT p50 ms | TTFT p99 ms | cold / cached p50 ms | peak running | prefix hits | preemptions | peak KV |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| $cache | – | 1 | 1 | 101.5 | 1.00x | 90.0 | 12 | 13 | – | 1 | 0% | 0 | 3 MiB |"
+echo "| $cache | – | 16 | 16 | 1203.5 | 11.86x | 1100.2 | 40 | 55 | – | 16 | 0% | 2 | 48 MiB |"
+`
+
+// fakePython stands in for python3 running peer.py: two figures, or the
+// skip line where FAKE_TORCH is unset.
+const fakePython = `#!/usr/bin/env bash
+if [[ -z ${FAKE_TORCH:-} ]]; then printf 'SKIP\tnot run: torch is not installed for fake\n'; exit 3; fi
+# peer.py's arguments: the script, the checkpoint, the shape.
+printf '%s prefill 512\t23298 tok/s\t"tokens": 512, "prefill_tps": 23298.0\n' "$3"
+printf '%s batched decode 16\t900.0 tok/s aggregate\t"batch": 16, "decode_tps": 900.0\n' "$3"
+`
+
+// The bundle's serving, KV-memory-bound and peer steps, run by run.sh on
+// the CPU with kakeya-bench and python3 faked: each level of the table
+// kakeya-bench prints becomes a results.json row with its figures, a
+// cache whose run fails is a failed row (and the step fails) without
+// stopping the next, the KV-bound step asks for the 1,792 MiB pool, and
+// peer.py's lines become rows, or one row saying why it did not run.
+func TestBundleServeSteps(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	script, err := os.ReadFile(filepath.Join("..", "..", "internal", "gpubundle", "run.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"run.sh": string(script), "bin/kakeya-bench": fakeBench, "fakepy/python3": fakePython, "peer.py": ""} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, size := range []string{"0.5b", "7b"} {
+		if err := os.MkdirAll(filepath.Join(dir, "models", "qwen2.5-"+size), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "models", "qwen2.5-"+size, ".complete"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := filepath.Join(dir, "results.json")
+	step := func(name string, env ...string) (rows []map[string]any, ok bool) {
+		t.Helper()
+		os.Remove(report)
+		cmd := exec.Command(bash, filepath.Join(dir, "run.sh"), "__step", name)
+		cmd.Env = append(os.Environ(), "WORK="+t.TempDir(), "MODELS="+filepath.Join(dir, "models"), "KAKEYA_REPORT_JSON="+report,
+			"PATH="+filepath.Join(dir, "fakepy")+":"+os.Getenv("PATH"))
+		cmd.Env = append(cmd.Env, env...)
+		out, err := cmd.CombinedOutput()
+		b, rerr := os.ReadFile(report)
+		if rerr != nil {
+			t.Fatalf("%s: no results.json (%v): %s", name, rerr, out)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var row map[string]any
+			if err := json.Unmarshal([]byte(l), &row); err != nil {
+				t.Fatalf("%s: a row that is no JSON object: %s (%v)", name, l, err)
+			}
+			rows = append(rows, row)
+		}
+		return rows, err == nil
+	}
+
+	rows, ok := step("serve-0.5b")
+	if ok {
+		t.Error("serve-0.5b passed with a failing cache")
+	}
+	var names []string
+	for _, r := range rows {
+		names = append(names, r["name"].(string)+" "+r["status"].(string))
+	}
+	want := "qwen2.5-0.5b plain x1 info|qwen2.5-0.5b plain x16 info|qwen2.5-0.5b int8 fail|qwen2.5-0.5b kakeya x1 info|qwen2.5-0.5b kakeya x16 info"
+	if got := strings.Join(names, "|"); got != want {
+		t.Errorf("serve-0.5b rows %s, want %s", got, want)
+	}
+	if r := rows[1]; r["decode_tps"] != 1203.5 || r["concurrency"] != 16.0 || r["peak_running"] != 16.0 || r["preemptions"] != 2.0 ||
+		r["ttft_p50_ms"] != 40.0 || r["cache"] != "plain" || r["kv_memory"] != "16G" || !strings.Contains(r["text"].(string), "(11.86x of 1)") {
+		t.Errorf("serve-0.5b row %v", r)
+	}
+
+	os.Remove(filepath.Join(dir, "args.txt"))
+	rows, _ = step("kvbound-7b")
+	args, err := os.ReadFile(filepath.Join(dir, "args.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--device cuda", "--cache kakeya", "--concurrency 48 --prompt-len 2016 --gen 32 --kv-memory 1792M", "qwen2.5-7b"} {
+		if !strings.Contains(string(args), want) {
+			t.Errorf("kvbound-7b ran kakeya-bench with %q, lacking %q", args, want)
+		}
+	}
+	if len(rows) != 5 || rows[0]["kv_memory"] != "1792M" || rows[0]["shape"] != "qwen2.5-7b" {
+		t.Errorf("kvbound-7b rows %v", rows)
+	}
+
+	rows, ok = step("peer-7b")
+	if !ok || len(rows) != 1 || rows[0]["status"] != "info" || !strings.Contains(rows[0]["text"].(string), "not run: torch is not installed") {
+		t.Errorf("peer-7b without torch: ok %v, rows %v", ok, rows)
+	}
+	rows, ok = step("peer-7b", "FAKE_TORCH=1")
+	if !ok || len(rows) != 2 || rows[0]["name"] != "qwen2.5-7b prefill 512 transformers" || rows[0]["prefill_tps"] != 23298.0 || rows[1]["decode_tps"] != 900.0 {
+		t.Errorf("peer-7b: ok %v, rows %v", ok, rows)
+	}
+}
