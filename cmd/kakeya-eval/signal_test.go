@@ -58,7 +58,7 @@ func TestSignalPhases(t *testing.T) {
 			if tc.wait == "" {
 				time.Sleep(1500 * time.Millisecond)
 			} else {
-				p.WaitOutput(true, tc.wait, 20*time.Second)
+				p.WaitOutput(true, tc.wait, 60*time.Second) // a bound, not a wait: a loaded 2-core machine took over 20 s
 				time.Sleep(300 * time.Millisecond)
 			}
 			if !p.Running() {
