@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -292,6 +293,12 @@ func checkStreamErrors(t *testing.T, k *KakeyaPC, enc []byte, n, d int) {
 		if err := k.Decode(out, bad, n, d); err == nil {
 			t.Errorf("%s: stream byte %d altered: decoded without error", k.Name(), at)
 		}
+	}
+	old := append([]byte(nil), enc...)
+	old[3] = 0 // the single-state layout's parameter byte
+	Seal(old)
+	if err := k.Decode(out, old, n, d); err == nil || !strings.Contains(err.Error(), "stream layout 0") {
+		t.Errorf("%s: a layout-0 block: err = %v, want one naming stream layout 0", k.Name(), err)
 	}
 	short := append([]byte(nil), enc[:len(enc)-1]...)
 	binary.LittleEndian.PutUint32(short[20:], uint32(l.Len(pcCodes)-1))
