@@ -32,8 +32,7 @@ const DefaultCalibrationTokens = 4096
 // calibVersion names the recipe of an automatic calibration in its cache
 // key: change it when Run's options or the way the text is cut change, so
 // that files made the old way are not reused.
-// (2: the windows spread over the whole built-in text, Options.Spread.)
-const calibVersion = "kakeya-autocalib-2"
+const calibVersion = "kakeya-autocalib-1"
 
 // keyPrefixBytes is how much of each weights file the cache key hashes.
 const keyPrefixBytes = 1 << 20
@@ -83,9 +82,7 @@ func DefaultCalibrationCache() (string, error) {
 // autoCalibration makes the calibration a cache needs when none is given:
 // principal components over blocks of blockSize tokens and RoPE-averaged
 // query factors, as kakeya-eval calibrate --pca --rope-avg --bits none
-// --data builtin --tokens N --block-size B makes them: N/511 windows of 512
-// tokens spread evenly over the whole text (calibrate.Options.Spread), so
-// that every register of it is sampled. It is read from
+// --data builtin --tokens N --block-size B makes them. It is read from
 // the calibration cache when a file for this model and recipe is there,
 // else run on the built-in text and written there. An unreadable cached
 // file is replaced, and a cache that cannot be written leaves the
@@ -137,7 +134,7 @@ func (a autoCalibration) run(ctx context.Context) (*codec.Calibration, Calibrati
 	text := calibrate.Text()
 	ids := a.tok.Encode(text, false)
 	cal, err := calibrate.Run(ctx, a.modelDir, ids, calibrate.Options{
-		MaxTokens: a.tokens, Spread: true, RopeAveraged: true, PCA: true, BlockSize: a.blockSize, Threads: a.threads,
+		MaxTokens: a.tokens, RopeAveraged: true, PCA: true, BlockSize: a.blockSize, Threads: a.threads,
 	})
 	if err != nil {
 		return nil, info, fmt.Errorf("kakeya: automatic calibration on %d tokens of the built-in text: %w", a.tokens, err)

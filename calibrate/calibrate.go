@@ -52,14 +52,6 @@ type Options struct {
 	Ctx int
 	// MaxTokens caps the ids used; 0 uses all of them.
 	MaxTokens int
-	// Spread, when MaxTokens leaves ids out, takes MaxTokens/(Ctx-1)
-	// windows (Ctx without BOS) spread evenly over all of ids instead of
-	// the first MaxTokens ids: the first window at the start, the last at
-	// the end, each of a full window's ids. A text of several registers
-	// in sections, such as the built-in one (Text), is sampled in every
-	// part. With MaxTokens under one window it takes the first MaxTokens
-	// ids, as without it.
-	Spread bool
 	// Ridge is the Cholesky ridge relative to tr Σ / d; 0 means
 	// DefaultRidge, a negative value means none.
 	Ridge float64
@@ -272,27 +264,17 @@ type windowPlan struct {
 	stride  int // keep every stride-th (block, layer, KV head) seen
 }
 
-// planWindows cuts the first o.MaxTokens of ids into windows (or, with
-// o.Spread, takes windows spread over all of them) and sets the
+// planWindows cuts the first o.MaxTokens of ids into windows and sets the
 // sampling stride so that the codebook samples spread over all the windows
 // within o.CodebookSamples. With o.Bits it checks, before any forward pass
 // (codebook training would fail only after the whole run), that the
 // windows hold enough full blocks for heads KV heads of size d, and
 // returns a TooFewTokensError if not.
 func planWindows(ids []int, o Options, bos, heads, d int) (*windowPlan, error) {
-	var windows [][]int
-	switch {
-	case o.Spread && o.MaxTokens > 0 && len(ids) > o.MaxTokens && o.MaxTokens >= windowIDs(o.Ctx, bos):
-		k := o.MaxTokens / windowIDs(o.Ctx, bos)
-		windows = spreadWindows(ids, k, o.Ctx, bos)
-		ids = ids[:k*windowIDs(o.Ctx, bos)] // as many ids as the windows hold, for the error below
-	case o.MaxTokens > 0 && len(ids) > o.MaxTokens:
+	if o.MaxTokens > 0 && len(ids) > o.MaxTokens {
 		ids = ids[:o.MaxTokens]
-		fallthrough
-	default:
-		windows = splitWindows(ids, o.Ctx, bos)
 	}
-	p := &windowPlan{windows: windows, stride: 1}
+	p := &windowPlan{windows: splitWindows(ids, o.Ctx, bos), stride: 1}
 	if len(p.windows) == 0 {
 		return nil, fmt.Errorf("calibrate: %d tokens, want at least 2 per window", len(ids))
 	}
@@ -332,9 +314,6 @@ func (p *windowPlan) meta(o Options, queries int64, sampled int) map[string]stri
 	}
 	if len(o.Bits) > 0 {
 		meta["codebook_blocks"] = strconv.Itoa(sampled)
-	}
-	if o.Spread {
-		meta["spread"] = "true"
 	}
 	return meta
 }
@@ -527,37 +506,6 @@ func minCalibTokens(blocks, ctx, bs int, bos bool) int {
 	fullWindows := (blocks - 1) / perWindow // windows filled before the last
 	rest := blocks - fullWindows*perWindow
 	return fullWindows*(ctx-b) + rest*bs - b
-}
-
-// windowIDs is how many of the ids a full window of ctx tokens holds: ctx,
-// less one for BOS when bos >= 0.
-func windowIDs(ctx, bos int) int {
-	if bos >= 0 {
-		return ctx - 1
-	}
-	return ctx
-}
-
-// spreadWindows returns k >= 1 full windows of ctx tokens (each starting
-// with bos when bos >= 0) whose ids start at evenly spaced offsets of ids,
-// the first at 0 and the last ending at len(ids); len(ids) must be at
-// least one window's ids.
-func spreadWindows(ids []int, k, ctx, bos int) [][]int {
-	per := windowIDs(ctx, bos)
-	span := len(ids) - per // the last start
-	out := make([][]int, k)
-	for i := range k {
-		start := 0
-		if k > 1 {
-			start = int((int64(i)*int64(span) + int64(k-1)/2) / int64(k-1))
-		}
-		w := make([]int, 0, ctx)
-		if bos >= 0 {
-			w = append(w, bos)
-		}
-		out[i] = append(w, ids[start:start+per]...)
-	}
-	return out
 }
 
 // splitWindows cuts ids into consecutive windows of at most ctx tokens, each

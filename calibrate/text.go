@@ -2,23 +2,11 @@ package calibrate
 
 import _ "embed"
 
-// text is the calibration text built into the binary: about 63 KB of
-// original English written for this project by its developers (no text
-// copied from elsewhere), in 38 short sections of many registers:
-// encyclopedic articles (history, science, geography, a biography, a
-// storm, a ship class), stories and dialogue, an interview, a letter,
-// source code (Go, Python, C, JavaScript, SQL, Rust, shell, YAML, JSON),
-// a manual page and an HTTP API reference, licence terms and a privacy
-// notice, news and sports reports, questions and answers and a forum
-// thread, instructions, lists, tables and figures. About 22,000 tokens
-// for a 4,096-token vocabulary, 15,000 for Qwen's.
-//
-// An automatic calibration takes windows spread evenly over the whole
-// text (Options.Spread), not its first tokens; the sections are ordered
-// so that the 8 windows of 512 tokens a 4,096-token calibration takes
-// meet every register, with the tokenizers of ref-qwen2-6m, Qwen3 and
-// Llama 2. Its variety, rather than any one domain, is what a
-// calibration made without the user's text needs.
+// text is the calibration text built into the binary: original English
+// prose written for this purpose (narrative, dialogue, exposition,
+// instructions, a letter, some code and numbers), about 8,000 tokens for
+// a 4,096-token vocabulary. Its variety, rather than any one domain, is
+// what a calibration made without the user's text needs.
 //
 //go:embed text.txt
 var text string

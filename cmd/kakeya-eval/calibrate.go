@@ -60,7 +60,7 @@ func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&f.data, "data", "", "text file, or builtin for the calibration text built into the binary (default $KAKEYA_SHARED/data/wikitext-2/valid.txt, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.out, "out", "", "calibration file to write (safetensors)")
 	fs.IntVar(&f.ctx, "ctx", 0, fmt.Sprintf("window tokens, BOS included (0: min(%d, model context))", calibrate.DefaultCtx))
-	fs.IntVar(&f.tokens, "tokens", 0, "use at most this many tokens of the text (0: all); of --data builtin, windows spread over the whole text, as the engine takes them")
+	fs.IntVar(&f.tokens, "tokens", 0, "use at most this many tokens of the text (0: all)")
 	fs.Float64Var(&f.ridge, "ridge", calibrate.DefaultRidge, "Cholesky ridge relative to tr(Σ)/d (0: none)")
 	fs.StringVar(&f.bits, "bits", "2,3,4", `residual codebook widths to train, comma-separated ("none": no codebooks)`)
 	fs.BoolVar(&f.ropeAvg, "rope-avg", false, "average the query second moment over RoPE offsets [0, rope-span) (see calibrate.RopeAverage; off: measured worse on stories260K)")
@@ -185,11 +185,8 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 	}
 	// Only what is used gets tokenized: about 4 bytes per token is ample
 	// for English text; fall back to the whole file when it is not.
-	// The built-in text is sampled over its whole length
-	// (calibrate.Options.Spread), as the engine samples it.
-	builtin := f.data == calibrate.BuiltinData
 	text := string(raw)
-	if f.tokens > 0 && len(text) > 16*f.tokens && !builtin {
+	if f.tokens > 0 && len(text) > 16*f.tokens {
 		text = text[:16*f.tokens]
 	}
 	ids := tok.Encode(text, false)
@@ -206,7 +203,7 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 		last calibrate.Progress
 	)
 	opt := calibrate.Options{
-		Ctx: f.ctx, MaxTokens: f.tokens, Spread: builtin, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads, Backend: f.backend,
+		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads, Backend: f.backend,
 		BlockSize: f.blockSize, PCA: f.pca,
 		Progress: func(p calibrate.Progress) {
 			last = p
