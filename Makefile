@@ -113,6 +113,15 @@ FORMATS_H := kernels/cuda/formats.h
 formats:
 	$(GO) run ./internal/cmd/kakeya-formats -o $(FORMATS_H)
 
+# godocs-corpus builds the third evaluation domain of the calibration page
+# (docs/results/2026-11-28-calibration-domains.md): the Go standard
+# library's package documentation, text ref-qwen2-6m and the calibrations
+# never saw, into $(GODOCS) (a temporary file; never committed).
+GODOCS ?= /tmp/kakeya-godocs.txt
+.PHONY: godocs-corpus
+godocs-corpus:
+	$(GO) run ./internal/cmd/kakeya-godocs -o $(GODOCS)
+
 .PHONY: clang ptx ptx-check
 # clang installs the pinned clang-16 (about 45 MB with its libraries) when it
 # is missing, saying so first; it fails where it cannot (not root, no

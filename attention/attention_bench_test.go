@@ -25,10 +25,11 @@ func BenchmarkDecode(b *testing.B) {
 // in 64-token blocks, all but the newest block encoded, with Qwen2.5-0.5B's
 // head geometry: the per-layer cost of decoding compressed blocks inside
 // attention, beside the plain float cache. kakeya-pc codes in a synthetic
-// calibration (benchPCStats) at its default 2.5 bits per value.
+// calibration (benchPCStats) at its default 2.5 bits per value, fixed-width
+// (format 8) and entropy coded (format 9: kakeya-pc:ec=true, kvtc).
 func BenchmarkDecodeCompressed(b *testing.B) {
 	const ctx, bs = 2048, 64
-	for _, spec := range []string{"plain", "int8", "int4", "kakeya", "kakeya-pc", "kakeya-pc:rate=2"} {
+	for _, spec := range []string{"plain", "int8", "int4", "kakeya", "kakeya-pc", "kakeya-pc:rate=2", "kakeya-pc:ec=true", "kvtc:rate=2.5"} {
 		b.Run(spec, func(b *testing.B) {
 			var policy kvcache.Policy
 			if spec != "plain" {

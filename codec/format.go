@@ -432,11 +432,14 @@ var (
 	}
 	formatKakeyaPCEC = &Format{
 		ID: FormatKakeyaPCEC, Name: "kakeya_pc_ec",
-		Doc: "kakeya_pc with its codes entropy coded: the same means and scales, then one rANS stream (32-bit state, byte renormalization, " +
-			"frequencies of 14 bits) of every row's codes, row after row, by increasing component, each under the static table of its width " +
-			"(the N(0,1) probabilities of its quantizer's cells, Lloyd-Max or, for kvtc, uniform); the stream starts with the coder's final state, " +
-			"little-endian, and decodes forward. Which components, their widths and the quantizer are the codec's settings.",
+		Doc: "kakeya_pc with its codes entropy coded: the same means and scales, then a rANS stream of 8 interleaved lanes (32-bit states, " +
+			"16-bit renormalization, frequencies of 14 bits) of the codes component after component, by increasing component, each component's " +
+			"n codes by increasing row, symbol k (in that order) coded by lane k mod 8 under the static table of its component's width " +
+			"(the N(0,1) probabilities of its quantizer's cells, Lloyd-Max or, for kvtc, uniform). The stream starts with the 8 lanes' final " +
+			"states (uint32 little-endian, lane 0 first), then the 16-bit words little-endian in decode order: after decoding symbol k, " +
+			"lane k mod 8 reads the next word when its state is below 2^16. Which components, their widths and the quantizer are the codec's settings.",
 		Fields: []Field{
+			{Name: "layout", Off: 3, Bytes: 1, Var: NumVars, Doc: "stream layout (the parameter byte): 1, 8 interleaved lanes; 0 (one state, byte renormalization, codes row after row) is no longer read"},
 			pcMeansField, pcCodedField,
 			{Name: "code_bytes", Off: 20, Bytes: 4, Var: VarCodeBytes, Doc: "length of the rANS stream in bytes"},
 		},
@@ -444,7 +447,7 @@ var (
 		Sections: []Section{
 			{Name: "info", Count: Lit(8), Width: Lit(8), Doc: "means, coded, code_bytes (the fields above)"},
 			pcMeansSection, pcScalesSection,
-			{Name: "codes", Count: V(VarCodeBytes), Width: Lit(8), Doc: "the rANS stream of the n x C codes"},
+			{Name: "codes", Count: V(VarCodeBytes), Width: Lit(8), Doc: "the rANS stream of the C x n codes: 8 lane states of 4 bytes, then 16-bit words"},
 		},
 	}
 	formatTurbo = &Format{

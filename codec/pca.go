@@ -363,14 +363,20 @@ type pcScratch struct {
 	means []float32
 	scale []float32
 	lv    []float32 // decode: every coded component's levels times its scale
-	codes []uint8   // Encode: the C x n codes, or n x C for the entropy coder's stream order
+	codes []uint8   // Encode: the C x n codes
 	ans   []byte    // Encode with entropy coding: the stream, built from its end
 }
 
 // pcLayout is kakeya_pc's parameter byte: the code layout. 1 is the
 // component-major planes; blocks of 0 (rows of codes, one bit stream) are
-// no longer read. kakeya_pc_ec's stream keeps row order and byte 0.
+// no longer read.
 const pcLayout = 1
+
+// pcECLayout is kakeya_pc_ec's parameter byte: the stream layout. 1 is
+// ransLanes interleaved rANS lanes over the codes in component-major
+// order; blocks of 0 (one rANS state with byte renormalization, codes row
+// after row) are no longer read.
+const pcECLayout = 1
 
 // The sections of formatKakeyaPC.
 const (
@@ -618,12 +624,9 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	c := len(k.codedIdx)
 	sc.scale = growF32(sc.scale, c)
 	sc.codes = growU8(sc.codes, n*c)
-	// Component t's code of row i goes to codes[t*n+i] (planes), or for
-	// the entropy coder, which reads row after row, to codes[i*c+t].
+	// Component t's code of row i goes to codes[t*n+i], the planes' order
+	// and the entropy coder's.
 	cs, rs := n, 1
-	if k.opt.Entropy {
-		cs, rs = 1, c
-	}
 	slack := 0.0 // entropy-constrained codes: bits left unspent by the components before
 	for t, j := range k.codedIdx {
 		s := k.codeComponent(sc.codes[t*cs:], rs, sc, t, j, n, d, &slack)
@@ -631,7 +634,7 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	if k.opt.Entropy {
 		at := len(dst)
-		dst, sc.ans = ransEncode(dst, sc.ans, sc.codes[:n*c], k.ans)
+		dst, sc.ans = ransEncode(dst, sc.ans, sc.codes[:n*c], k.ans, n)
 		binary.LittleEndian.PutUint32(dst[start+headerLen+4:], uint32(len(dst)-at))
 	} else {
 		dst = k.packPlanes(dst, sc.codes[:n*c], n)
@@ -728,11 +731,11 @@ func quantizeBounds(bounds []float32, x float32) int {
 	return lo
 }
 
-// param returns the header's parameter byte: pcLayout, or 0 with
-// entropy coding.
+// param returns the header's parameter byte: pcLayout, or pcECLayout
+// with entropy coding.
 func (k *KakeyaPC) param() byte {
 	if k.opt.Entropy {
-		return 0
+		return pcECLayout
 	}
 	return pcLayout
 }
@@ -782,7 +785,11 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 		return err
 	}
 	f := k.Format()
-	if !k.opt.Entropy && len(src) >= headerLen && src[2] == byte(f.ID) && src[3] != pcLayout {
+	if len(src) >= headerLen && src[2] == byte(f.ID) && src[3] != k.param() {
+		if k.opt.Entropy {
+			return fmt.Errorf("codec: %s: block has stream layout %d (0: one rANS state, codes row after row, before layout 1's %d interleaved lanes); this codec reads layout %d: re-encode the cache",
+				name, src[3], ransLanes, pcECLayout)
+		}
 		return fmt.Errorf("codec: %s: block has code layout %d (0: rows of codes, before version 1's component planes); this codec reads layout %d: re-encode the cache", name, src[3], pcLayout)
 	}
 	if _, err := checkHeader(name, src, f.ID, k.param(), n, d, k.tag); err != nil {
@@ -837,7 +844,7 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 }
 
 // decodeStream sets sc.lat's rows from an entropy-coded stream, whose
-// codes run row after row.
+// codes run component after component.
 func (k *KakeyaPC) decodeStream(sc *pcScratch, codes []byte, n int) error {
 	// Every coded component's levels times its scale, in one table.
 	sc.lv = growF32(sc.lv, k.levels)
@@ -847,23 +854,7 @@ func (k *KakeyaPC) decodeStream(sc *pcScratch, codes []byte, n int) error {
 			lv[j] = v * s
 		}
 	}
-	var r ransDecoder
-	if err := r.init(codes); err != nil {
-		return err
-	}
-	for i := 0; i < n; i++ {
-		for t, tab := range k.ans {
-			sym, ok := r.next(tab)
-			if !ok {
-				return fmt.Errorf("code stream of %d bytes ends at row %d of %d", len(codes), i, n)
-			}
-			sc.lat[t*n+i] = sc.lv[k.levOff[t]+int32(sym)]
-		}
-	}
-	if !r.done() {
-		return fmt.Errorf("code stream of %d bytes: %d unread or a final state %#x, not %#x: corrupt", len(codes), len(codes)-r.pos, r.x, ransL)
-	}
-	return nil
+	return ransDecode(sc.lat[:len(k.width)*n], codes, n, k.ans, sc.lv, k.levOff)
 }
 
 // Decode reconstructs the block, checking every stored field.
@@ -945,7 +936,8 @@ func pcLatRows(c int) int { return (c + 1 + 7) &^ 7 }
 // Var_j + Between_j left out, Var_j with the mean only and Var_j·G(b)
 // coded, G(b) the quantizer's Gaussian distortion at b bits; a mean costs
 // 16 bits per block, a coded component 32 plus per row b, or with
-// o.Entropy the code's expected entropy-coded length.
+// o.Entropy the code's expected entropy-coded length (and the stream's
+// lanes 16 bits each).
 func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, tab *pcTables) []int8 {
 	d, n := st.Dim(), o.Block
 	// Costs in units of their common divisor, exact in the common case
@@ -966,7 +958,13 @@ func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, tab *pcTables) []i
 		unit *= 2
 	}
 	units := func(bits int) int { return (bits + unit - 1) / unit }
-	budget := int(o.Rate * float64(n*d) / float64(unit))
+	total := o.Rate * float64(n*d)
+	if o.Entropy {
+		// The stream's lanes each end in a 32-bit state that starts at
+		// 2^16: about 16 bits a lane beyond the codes' lengths.
+		total = max(0, total-16*ransLanes)
+	}
+	budget := int(total / float64(unit))
 	type option struct {
 		state int8
 		cost  int // units

@@ -6,8 +6,8 @@ import (
 	"math"
 )
 
-// Entropy coding of KakeyaPC's component codes: a static rANS coder (byte
-// renormalization, 32-bit state, as in ryg_rans) over the probabilities
+// Entropy coding of KakeyaPC's component codes: a static rANS coder
+// (32-bit states, 8 interleaved lanes, 16-bit renormalization) over the probabilities
 // of the cells of each code width's quantizer on N(0, 1). A coded
 // component is its block's deviations from the mean divided by a scale
 // near their RMS, so these probabilities hold for every component of
@@ -16,7 +16,6 @@ import (
 
 const (
 	ransScaleBits = 14                   // frequencies sum to 1 << ransScaleBits
-	ransL         = 1 << 23              // the state's lower bound after renormalization
 	ransMask      = 1<<ransScaleBits - 1 // a state's slot
 )
 
@@ -76,70 +75,152 @@ func cellProbs(bounds []float32) []float64 {
 	return p
 }
 
-// ransEncode codes syms (symbol i with table tabs[i % len(tabs)]) and
-// appends the stream to dst, using buf (grown as needed, returned) as
-// scratch: rANS codes in reverse, so the stream is built from its end.
-func ransEncode(dst, buf []byte, syms []uint8, tabs []*ransTable) ([]byte, []byte) {
-	// A symbol emits at most ransScaleBits bits, under 2 bytes; the state
-	// flushes 4.
-	need := 2*len(syms) + 4
+// The entropy-coded stream's layout 1: ransLanes independent rANS
+// states with 16-bit renormalization (ryg_rans's rans_word: a state lives
+// in [ransWordL, 2^32) and a symbol reads or writes at most one 16-bit
+// word), symbol k coded by lane k mod ransLanes. The stream is the lanes'
+// final states (ransLanes little-endian uint32, lane 0 first), then the
+// words little-endian in the order the decoder reads them: symbol by
+// symbol, each lane reading its word, when it needs one, right after its
+// symbol. The lanes' state updates are independent, so a decoder works
+// on all of them at once (8 lanes: one AVX2 register of 32-bit states).
+const (
+	ransLanes = 8
+	ransWordL = 1 << 16
+)
+
+// formatKakeyaPCEC's description says 8 lanes.
+var _ [ransLanes - 8]struct{}
+var _ [8 - ransLanes]struct{}
+
+// ransEncode codes syms, symbol k under tabs[k/per], and appends the
+// stream (layout 1 above) to dst, using buf (grown as needed, returned)
+// as scratch: rANS codes in reverse, so the stream is built from its end.
+func ransEncode(dst, buf []byte, syms []uint8, tabs []*ransTable, per int) ([]byte, []byte) {
+	need := 4*ransLanes + 2*len(syms)
 	if cap(buf) < need {
 		buf = make([]byte, need)
 	}
 	buf = buf[:need]
 	p := need
-	x := uint32(ransL)
-	k := len(tabs)
-	for i := len(syms) - 1; i >= 0; i-- {
-		t := tabs[i%k]
-		s := syms[i]
-		f := t.freq[s]
-		xmax := ((ransL >> ransScaleBits) << 8) * f
-		for x >= xmax {
-			p--
-			buf[p] = byte(x)
-			x >>= 8
-		}
-		x = (x/f)<<ransScaleBits + x%f + t.start[s]
+	var x [ransLanes]uint32
+	for i := range x {
+		x[i] = ransWordL
 	}
-	p -= 4
-	binary.LittleEndian.PutUint32(buf[p:], x)
+	for k := len(syms) - 1; k >= 0; k-- {
+		t := tabs[k/per]
+		s := syms[k]
+		f := t.freq[s]
+		xs := x[k%ransLanes]
+		if xs >= f<<(32-ransScaleBits) { // ((ransWordL >> ransScaleBits) << 16) * f
+			p -= 2
+			binary.LittleEndian.PutUint16(buf[p:], uint16(xs))
+			xs >>= 16
+		}
+		x[k%ransLanes] = (xs/f)<<ransScaleBits + xs%f + t.start[s]
+	}
+	for i := ransLanes - 1; i >= 0; i-- {
+		p -= 4
+		binary.LittleEndian.PutUint32(buf[p:], x[i])
+	}
 	return append(dst, buf[p:]...), buf
 }
 
-// A ransDecoder reads a stream ransEncode wrote.
-type ransDecoder struct {
-	x   uint32
-	src []byte
-	pos int
-}
-
-func (r *ransDecoder) init(src []byte) error {
-	if len(src) < 4 {
-		return fmt.Errorf("code stream of %d bytes, shorter than its 4-byte state", len(src))
+// ransDecode decodes a stream ransEncode wrote of len(out) symbols,
+// symbol k under tabs[k/per], into out[k] = lv[levOff[k/per] + symbol]:
+// each coded component's level times its scale. It reads no byte outside
+// src and fails on a stream that ends early, holds bytes past its last
+// symbol, or leaves a lane's state other than where the encoder started
+// (which an altered stream almost never does).
+func ransDecode(out []float32, src []byte, per int, tabs []*ransTable, lv []float32, levOff []int32) error {
+	if len(src) < 4*ransLanes {
+		return fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' 4-byte states", len(src), ransLanes)
 	}
-	r.x, r.src, r.pos = binary.LittleEndian.Uint32(src), src, 4
-	if r.x < ransL {
-		return fmt.Errorf("code stream state %#x below the coder's bound %#x", r.x, ransL)
+	if len(src)%2 != 0 {
+		return fmt.Errorf("code stream of %d bytes: not whole 16-bit words", len(src))
+	}
+	var x [ransLanes]uint32
+	for i := range x {
+		x[i] = binary.LittleEndian.Uint32(src[4*i:])
+		if x[i] < ransWordL {
+			return fmt.Errorf("code stream lane %d state %#x below the coder's bound %#x", i, x[i], ransWordL)
+		}
+	}
+	pos := 4 * ransLanes
+	k := 0
+	if per%ransLanes == 0 {
+		// Every group of ransLanes symbols lies in one component: one
+		// table, and the lanes' updates written out for the compiler to
+		// schedule side by side.
+		x0, x1, x2, x3, x4, x5, x6, x7 := x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
+		for c := 0; c < len(out)/per; c++ {
+			t, l := tabs[c], lv[levOff[c]:]
+			slot, freq, start := t.slot[:1<<ransScaleBits], t.freq, t.start
+			for end := k + per; k < end; k += ransLanes {
+				o := out[k : k+ransLanes]
+				if pos+2*ransLanes > len(src) {
+					// Too few words left for a group that needs all of
+					// them: the careful loop below decides.
+					x = [ransLanes]uint32{x0, x1, x2, x3, x4, x5, x6, x7}
+					goto careful
+				}
+				s0, s1, s2, s3 := slot[x0&ransMask], slot[x1&ransMask], slot[x2&ransMask], slot[x3&ransMask]
+				s4, s5, s6, s7 := slot[x4&ransMask], slot[x5&ransMask], slot[x6&ransMask], slot[x7&ransMask]
+				o[0], o[1], o[2], o[3] = l[s0], l[s1], l[s2], l[s3]
+				o[4], o[5], o[6], o[7] = l[s4], l[s5], l[s6], l[s7]
+				x0 = freq[s0]*(x0>>ransScaleBits) + x0&ransMask - start[s0]
+				x1 = freq[s1]*(x1>>ransScaleBits) + x1&ransMask - start[s1]
+				x2 = freq[s2]*(x2>>ransScaleBits) + x2&ransMask - start[s2]
+				x3 = freq[s3]*(x3>>ransScaleBits) + x3&ransMask - start[s3]
+				x4 = freq[s4]*(x4>>ransScaleBits) + x4&ransMask - start[s4]
+				x5 = freq[s5]*(x5>>ransScaleBits) + x5&ransMask - start[s5]
+				x6 = freq[s6]*(x6>>ransScaleBits) + x6&ransMask - start[s6]
+				x7 = freq[s7]*(x7>>ransScaleBits) + x7&ransMask - start[s7]
+				x0, pos = ransRefill(x0, src, pos)
+				x1, pos = ransRefill(x1, src, pos)
+				x2, pos = ransRefill(x2, src, pos)
+				x3, pos = ransRefill(x3, src, pos)
+				x4, pos = ransRefill(x4, src, pos)
+				x5, pos = ransRefill(x5, src, pos)
+				x6, pos = ransRefill(x6, src, pos)
+				x7, pos = ransRefill(x7, src, pos)
+			}
+		}
+		x = [ransLanes]uint32{x0, x1, x2, x3, x4, x5, x6, x7}
+	}
+careful:
+	for ; k < len(out); k++ {
+		c := k / per
+		t, xs := tabs[c], x[k%ransLanes]
+		sym := t.slot[xs&ransMask]
+		out[k] = lv[int(levOff[c])+int(sym)]
+		xs = t.freq[sym]*(xs>>ransScaleBits) + xs&ransMask - t.start[sym]
+		if xs < ransWordL {
+			if pos+2 > len(src) {
+				return fmt.Errorf("code stream of %d bytes ends at symbol %d of %d", len(src), k, len(out))
+			}
+			xs = xs<<16 | uint32(binary.LittleEndian.Uint16(src[pos:]))
+			pos += 2
+		}
+		x[k%ransLanes] = xs
+	}
+	if pos != len(src) {
+		return fmt.Errorf("code stream of %d bytes: %d unread after the last symbol: corrupt", len(src), len(src)-pos)
+	}
+	for i, xs := range x {
+		if xs != ransWordL {
+			return fmt.Errorf("code stream lane %d ends in state %#x, not %#x: corrupt", i, xs, ransWordL)
+		}
 	}
 	return nil
 }
 
-// next decodes one symbol with t; false when the stream ends early.
-func (r *ransDecoder) next(t *ransTable) (uint8, bool) {
-	s := r.x & ransMask
-	sym := t.slot[s]
-	r.x = t.freq[sym]*(r.x>>ransScaleBits) + s - t.start[sym]
-	for r.x < ransL {
-		if r.pos >= len(r.src) {
-			return 0, false
-		}
-		r.x = r.x<<8 | uint32(r.src[r.pos])
-		r.pos++
+// ransRefill reads the next 16-bit word into x when x is below the
+// coder's bound; the caller has checked that src holds it.
+func ransRefill(x uint32, src []byte, pos int) (uint32, int) {
+	if x < ransWordL {
+		x = x<<16 | uint32(src[pos]) | uint32(src[pos+1])<<8
+		pos += 2
 	}
-	return sym, true
+	return x, pos
 }
-
-// done reports whether the whole stream was read and the state is back
-// where the encoder started: a stream that was altered almost never is.
-func (r *ransDecoder) done() bool { return r.pos == len(r.src) && r.x == ransL }

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -109,43 +111,106 @@ func TestECSQTables(t *testing.T) {
 	}
 }
 
-// TestRANSRoundTrip: symbols drawn from each table's distribution decode
-// back exactly, in about their entropy; an altered stream is refused.
+// TestRANSRoundTrip: symbols drawn from each table's distribution, in
+// components of per symbols (multiples of the lanes, for the unrolled
+// path, and not), decode back exactly in about their entropy plus the
+// lanes' states; the stream is refused when cut, extended or altered.
 func TestRANSRoundTrip(t *testing.T) {
 	tab, err := gaussianTables()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tabs := []*ransTable{tab.ans[1], tab.ans[3], tab.ans[6], tab.ans[2]}
+	widths := []int{1, 3, 6, 2, 4}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, count := range []int{0, 1, 4, 4000} {
-		syms := make([]uint8, count)
-		var want float64
-		for i := range syms {
-			a := tabs[i%len(tabs)]
-			r := uint32(rng.IntN(1 << ransScaleBits))
-			syms[i] = a.slot[r]
-			want += ransScaleBits - math.Log2(float64(a.freq[syms[i]]))
-		}
-		stream, _ := ransEncode([]byte("prefix"), nil, syms, tabs)
-		stream = stream[len("prefix"):]
-		if got := float64(8 * len(stream)); got > want+40 {
-			t.Errorf("%d symbols: %v bits, their information is %v", count, got, want)
-		}
-		var r ransDecoder
-		if err := r.init(stream); err != nil {
-			t.Fatal(err)
-		}
-		for i, s := range syms {
-			got, ok := r.next(tabs[i%len(tabs)])
-			if !ok || got != s {
-				t.Fatalf("%d symbols: symbol %d decoded %d (ok %v), want %d", count, i, got, ok, s)
+	for _, tc := range []struct{ comps, per int }{{0, 8}, {1, 1}, {1, 4}, {2, 7}, {5, 64}, {5, 13}, {3, 800}, {4, 1000}} {
+		tabs := make([]*ransTable, tc.comps)
+		var levOff []int32
+		var lv []float32
+		for c := range tabs {
+			w := widths[c%len(widths)]
+			tabs[c] = tab.ans[w]
+			levOff = append(levOff, int32(len(lv)))
+			for j := range tab.levels[w] {
+				lv = append(lv, float32(1000*c+j))
 			}
 		}
-		if !r.done() {
-			t.Errorf("%d symbols: stream not consumed exactly (%d of %d bytes, state %#x)", count, r.pos, len(stream), r.x)
+		syms := make([]uint8, tc.comps*tc.per)
+		var want float64
+		for k := range syms {
+			a := tabs[k/tc.per]
+			syms[k] = a.slot[rng.IntN(1<<ransScaleBits)]
+			want += ransScaleBits - math.Log2(float64(a.freq[syms[k]]))
+		}
+		stream, _ := ransEncode([]byte("prefix"), nil, syms, tabs, tc.per)
+		if string(stream[:6]) != "prefix" {
+			t.Fatalf("%+v: the prefix was overwritten", tc)
+		}
+		stream = stream[len("prefix"):]
+		if got := float64(8 * len(stream)); got > want+8*4*ransLanes+16*ransLanes {
+			t.Errorf("%+v: %v bits, their information is %v", tc, got, want)
+		}
+		out := make([]float32, len(syms))
+		if err := ransDecode(out, stream, tc.per, tabs, lv, levOff); err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
+		for k, s := range syms {
+			if w := float32(1000*(k/tc.per) + int(s)); out[k] != w {
+				t.Fatalf("%+v: symbol %d decoded as level %v, want %v", tc, k, out[k], w)
+			}
+		}
+		for _, bad := range []struct {
+			name   string
+			stream []byte
+		}{
+			{"cut", stream[:len(stream)-2]},
+			{"extended", append(append([]byte(nil), stream...), 0, 0)},
+			{"odd", stream[:len(stream)-1]},
+			{"no states", stream[:4*ransLanes-4]},
+			{"first state's top byte altered", flip(stream, 3)},
+			{"last state's top byte altered", flip(stream, 4*ransLanes-1)},
+		} {
+			if err := ransDecode(out, bad.stream, tc.per, tabs, lv, levOff); err == nil {
+				t.Errorf("%+v: stream %s: decoded without error", tc, bad.name)
+			}
 		}
 	}
+}
+
+// flip returns a copy of b with byte i inverted.
+func flip(b []byte, i int) []byte {
+	c := append([]byte(nil), b...)
+	c[i] ^= 0xff
+	return c
+}
+
+// FuzzRANSDecode: any stream decodes or fails, never panics or reads
+// outside it (the decoder runs on an exact-length copy).
+func FuzzRANSDecode(f *testing.F) {
+	tab, err := gaussianTables()
+	if err != nil {
+		f.Fatal(err)
+	}
+	tabs := []*ransTable{tab.ans[2], tab.ans[6], tab.ans[1]}
+	var lv []float32
+	var levOff []int32
+	for _, a := range tabs {
+		levOff = append(levOff, int32(len(lv)))
+		lv = append(lv, make([]float32, len(a.freq))...)
+	}
+	syms := make([]uint8, 3*16)
+	for k := range syms {
+		syms[k] = uint8(k % 4 % len(tabs[k/16].freq))
+	}
+	good, _ := ransEncode(nil, nil, syms, tabs, 16)
+	f.Add(good, uint8(16))
+	f.Add(good, uint8(5))
+	f.Add(good[:40], uint8(16))
+	f.Add(make([]byte, 4*ransLanes), uint8(1))
+	f.Fuzz(func(t *testing.T, stream []byte, per uint8) {
+		p := int(per)%32 + 1
+		out := make([]float32, len(tabs)*p)
+		_ = ransDecode(out, slices.Clone(stream), p, tabs, lv, levOff)
+	})
 }
 
 // TestKakeyaPCEntropy: entropy-coded kakeya-pc and kvtc on held-out
@@ -217,7 +282,11 @@ func checkStreamErrors(t *testing.T, k *KakeyaPC, enc []byte, n, d int) {
 	}
 	l := formatKakeyaPCEC.Layout(&v)
 	start := l.Off(pcCodes)
-	for _, at := range []int{0, 3, 4, l.Len(pcCodes) / 2, l.Len(pcCodes) - 1} {
+	// A state's low bits may alter decoded symbols without desynchronizing
+	// the lanes (rANS passes them on as the symbols' own bits), so a flip
+	// there may decode (the block's CRC is what catches such damage); its
+	// top byte, or a word early in the stream, desynchronizes them.
+	for _, at := range []int{3, 4*ransLanes - 1, 4*ransLanes + 1, l.Len(pcCodes) / 2} {
 		bad := append([]byte(nil), enc...)
 		bad[start+at] ^= 0x5a
 		Seal(bad)
@@ -225,10 +294,47 @@ func checkStreamErrors(t *testing.T, k *KakeyaPC, enc []byte, n, d int) {
 			t.Errorf("%s: stream byte %d altered: decoded without error", k.Name(), at)
 		}
 	}
+	old := append([]byte(nil), enc...)
+	old[3] = 0 // the single-state layout's parameter byte
+	Seal(old)
+	if err := k.Decode(out, old, n, d); err == nil || !strings.Contains(err.Error(), "stream layout 0") {
+		t.Errorf("%s: a layout-0 block: err = %v, want one naming stream layout 0", k.Name(), err)
+	}
 	short := append([]byte(nil), enc[:len(enc)-1]...)
 	binary.LittleEndian.PutUint32(short[20:], uint32(l.Len(pcCodes)-1))
 	Seal(short)
 	if err := k.Decode(out, short, n, d); err == nil {
 		t.Errorf("%s: stream cut by a byte: decoded without error", k.Name())
 	}
+}
+
+// BenchmarkRANSDecode times the stream of a 64-row block of 44 components
+// (widths 1 to 6 in turn) alone, without the block's mixing.
+func BenchmarkRANSDecode(b *testing.B) {
+	tab, err := gaussianTables()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const per, comps = 64, 44
+	tabs := make([]*ransTable, comps)
+	var lv []float32
+	var levOff []int32
+	for c := range tabs {
+		tabs[c] = tab.ans[1+c%6]
+		levOff = append(levOff, int32(len(lv)))
+		lv = append(lv, tab.levels[1+c%6]...)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	syms := make([]uint8, comps*per)
+	for k := range syms {
+		syms[k] = tabs[k/per].slot[rng.IntN(1<<ransScaleBits)]
+	}
+	stream, _ := ransEncode(nil, nil, syms, tabs, per)
+	out := make([]float32, len(syms))
+	for b.Loop() {
+		if err := ransDecode(out, stream, per, tabs, lv, levOff); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(syms))*float64(b.N)/b.Elapsed().Seconds()/1e6, "Msym/s")
 }

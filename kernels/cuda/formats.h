@@ -256,14 +256,20 @@ KK_FORMAT_FN long long kk_kakeya_pc_codes_len(long long n, long long d, long lon
 KK_FORMAT_FN long long kk_kakeya_pc_size(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_codes_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_codes_len(n, d, means, coded, code_bytes); }
 
 // Format kakeya_pc_ec, id 9.
-// kakeya_pc with its codes entropy coded: the same means and scales, then one
-// rANS stream (32-bit state, byte renormalization, frequencies of 14 bits)
-// of every row's codes, row after row, by increasing component, each under
-// the static table of its width (the N(0,1) probabilities of its
-// quantizer's cells, Lloyd-Max or, for kvtc, uniform); the stream starts
-// with the coder's final state, little-endian, and decodes forward. Which
+// kakeya_pc with its codes entropy coded: the same means and scales, then a
+// rANS stream of 8 interleaved lanes (32-bit states, 16-bit
+// renormalization, frequencies of 14 bits) of the codes component after
+// component, by increasing component, each component's n codes by
+// increasing row, symbol k (in that order) coded by lane k mod 8 under the
+// static table of its component's width (the N(0,1) probabilities of its
+// quantizer's cells, Lloyd-Max or, for kvtc, uniform). The stream starts
+// with the 8 lanes' final states (uint32 little-endian, lane 0 first), then
+// the 16-bit words little-endian in decode order: after decoding symbol k,
+// lane k mod 8 reads the next word when its state is below 2^16. Which
 // components, their widths and the quantizer are the codec's settings.
 #define KK_FORMAT_KAKEYA_PC_EC 9
+// kk_kakeya_pc_ec_layout: stream layout (the parameter byte): 1, 8 interleaved lanes; 0 (one state, byte renormalization, codes row after row) is no longer read.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_layout(const unsigned char *b) { return kk_fmt_u(b, 3, 1); }
 // kk_kakeya_pc_ec_means: count M of components with a stored mean.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_means(const unsigned char *b) { return kk_fmt_u(b, 16, 2); }
 // kk_kakeya_pc_ec_coded: count C of coded components.
@@ -282,7 +288,7 @@ KK_FORMAT_FN long long kk_kakeya_pc_ec_means_len(long long n, long long d, long 
 KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_means_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_means_len(n, d, means, coded, code_bytes); }
 KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
 KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (coded * kk_kakeya_pc_ec_scales_width(n, d, means, coded, code_bytes) + 7) / 8; }
-// Section codes: the rANS stream of the n x C codes.
+// Section codes: the rANS stream of the C x n codes: 8 lane states of 4 bytes, then 16-bit words.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_scales_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_scales_len(n, d, means, coded, code_bytes); }
 KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 8; }
 KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (code_bytes * kk_kakeya_pc_ec_codes_width(n, d, means, coded, code_bytes) + 7) / 8; }
