@@ -156,7 +156,14 @@ func (l *layer) vec(r weights.Role) *compute.Buffer {
 // config.json and safetensors weights. It checks every tensor's presence,
 // dtype and shape; large matrices stay in their stored dtype, mapped from
 // the files, while norms and biases are converted to float32.
+//
+// dir may instead name a GGUF file (weights.IsGGUF): its metadata is the
+// configuration and its tensors, of any type the backend takes (quantized
+// ones included), are read in place.
 func Load(dir string, opt Options) (*Model, error) {
+	if weights.IsGGUF(dir) {
+		return loadGGUF(dir, opt)
+	}
 	cfg, err := weights.LoadConfig(dir)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
@@ -174,6 +181,27 @@ func Load(dir string, opt Options) (*Model, error) {
 		m.store.Close()
 		return nil, fmt.Errorf("model: %w", err)
 	}
+	return m.finish(opt)
+}
+
+// loadGGUF loads a GGUF file: OpenGGUFModel checks its tensors against its
+// metadata before anything is sized by it.
+func loadGGUF(path string, opt Options) (*Model, error) {
+	cfg, store, _, err := weights.OpenGGUFModel(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	m, err := newModel(path, cfg, opt)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	m.store = store
+	return m.finish(opt)
+}
+
+// finish uploads the tensors of the opened, checked store.
+func (m *Model) finish(opt Options) (*Model, error) {
 	m.b = opt.Backend
 	if err := m.loadTensors(); err != nil {
 		m.store.Close()
@@ -308,8 +336,8 @@ func (ld *loader) tensor(ts weights.TensorSpec) *weights.Tensor {
 		ld.err = fmt.Errorf("model: %s: tensor %s has shape %v, want %v", ld.dir, name, t.Shape, shape)
 		return nil
 	}
-	if t.DType.Size() == 0 {
-		ld.err = fmt.Errorf("model: %s: tensor %s has dtype %v, want F32, F16 or BF16", ld.dir, name, t.DType)
+	if t.DType.Size() == 0 && !t.DType.Quantized() {
+		ld.err = fmt.Errorf("model: %s: tensor %s has dtype %v, want F32, F16, BF16 or a quantized type", ld.dir, name, t.DType)
 		return nil
 	}
 	return t

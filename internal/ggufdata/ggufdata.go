@@ -1,0 +1,75 @@
+// Package ggufdata converts the shared data set's models to GGUF for the
+// tests, with ../shared/tools/st2gguf.py and llama.cpp's gguf-py (which
+// make gguf-py, a prerequisite of make test, puts in bin/gguf-py): the
+// files come from llama.cpp's own writer, not from ours.
+//
+// Where python3, numpy or gguf-py is missing the test is skipped with one
+// line naming what is missing, or fails where KAKEYA_REQUIRE_SHARED=1 (as
+// CI sets it), like a missing data set.
+package ggufdata
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
+)
+
+// Python is the interpreter st2gguf.py runs on (Debian's, with numpy).
+const Python = "/usr/bin/python3"
+
+// PyPath returns the gguf-py directory: $KAKEYA_GGUF_PY, else bin/gguf-py
+// of the module.
+func PyPath() string {
+	if dir := os.Getenv("KAKEYA_GGUF_PY"); dir != "" {
+		return dir
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for dir := wd; ; {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				return filepath.Join(dir, "bin", "gguf-py")
+			}
+			up := filepath.Dir(dir)
+			if up == dir {
+				break
+			}
+			dir = up
+		}
+	}
+	return filepath.Join("bin", "gguf-py")
+}
+
+// unavailable skips or fails t for a missing tool.
+func unavailable(t testing.TB, what string) {
+	t.Helper()
+	msg := "GGUF converter not available: " + what + " (make gguf-py installs it)"
+	if shareddata.Required() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// Convert writes the shared model (a directory under models/) as GGUF with
+// st2gguf.py's outtype ("native" keeps BF16/F32, "f16" converts BF16 to
+// F16) into a temporary directory of t and returns the file's path.
+func Convert(t testing.TB, model, outtype string) string {
+	t.Helper()
+	src := shareddata.File(t, "models", model)
+	tool := shareddata.File(t, "tools", "st2gguf.py")
+	py := PyPath()
+	if _, err := os.Stat(filepath.Join(py, "gguf", "__init__.py")); err != nil {
+		unavailable(t, "gguf-py at "+py)
+	}
+	if err := exec.Command(Python, "-c", "import numpy").Run(); err != nil {
+		unavailable(t, Python+" with numpy")
+	}
+	out := filepath.Join(t.TempDir(), model+"-"+outtype+".gguf")
+	cmd := exec.Command(Python, tool, src, out, outtype)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+py)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("st2gguf.py %s: %v\n%s", model, err, b)
+	}
+	return out
+}

@@ -1,0 +1,265 @@
+package weights
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// IsGGUF reports whether path names a GGUF file by its extension.
+func IsGGUF(path string) bool { return strings.HasSuffix(strings.ToLower(path), ".gguf") }
+
+// ggufArchs maps general.architecture to the model_type whose tensor
+// table and forward pass it uses. Mistral's GGUFs are "llama".
+var ggufArchs = map[string]string{"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+
+// OpenGGUFModel opens a GGUF model file: the configuration its metadata
+// describes, and a Store holding its tensors under the Hugging Face names
+// of the architecture table (LayerTensors' GGUF names are what it looks
+// up), checked against the configuration as CheckTensors does. The Store
+// owns the mapping: closing it unmaps the file, after which g's tensor
+// data must not be read (its metadata stays usable).
+func OpenGGUFModel(path string) (*Config, *Store, *GGUF, error) {
+	g, err := OpenGGUF(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := g.Config()
+	if err == nil {
+		var s *Store
+		if s, err = g.store(c); err == nil {
+			if err = c.CheckTensors(s); err == nil {
+				return c, s, g, nil
+			}
+			s.Close()
+			return nil, nil, nil, err
+		}
+	}
+	g.Close()
+	return nil, nil, nil, err
+}
+
+// Config builds the model configuration from the metadata of a GGUF
+// written by llama.cpp's converters: general.architecture and its
+// "<arch>.*" hyperparameters; biases, q/k norms and tied embeddings from
+// the tensors present. Errors name the file and the key.
+func (g *GGUF) Config() (*Config, error) {
+	arch, ok, err := g.String("general.architecture")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, g.keyErr("general.architecture", "missing")
+	}
+	mt, ok := ggufArchs[arch]
+	if !ok {
+		return nil, g.keyErr("general.architecture", "%q is not supported (supported: llama, mistral, qwen2, qwen3)", arch)
+	}
+	c := &Config{ModelType: mt, HiddenAct: "silu", BOSTokenID: -1, PadTokenID: -1, RopeTheta: 10000, RMSNormEps: 1e-5}
+	p := arch + "."
+	ints := []struct {
+		key  string
+		dst  *int
+		need bool
+	}{
+		{"embedding_length", &c.HiddenSize, true},
+		{"feed_forward_length", &c.IntermediateSize, true},
+		{"block_count", &c.NumLayers, true},
+		{"attention.head_count", &c.NumHeads, true},
+		{"attention.head_count_kv", &c.NumKVHeads, false},
+		{"attention.key_length", &c.HeadDim, false},
+		{"context_length", &c.MaxPositionEmbeddings, true},
+	}
+	for _, f := range ints {
+		n, ok, err := g.Int(p + f.key)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok && f.need:
+			return nil, g.keyErr(p+f.key, "missing")
+		case !ok:
+			continue
+		case n <= 0 || n > math.MaxInt32:
+			return nil, g.keyErr(p+f.key, "%d is out of range", n)
+		}
+		*f.dst = int(n)
+	}
+	if c.NumKVHeads == 0 {
+		c.NumKVHeads = c.NumHeads
+	}
+	if c.HeadDim == 0 {
+		if c.HiddenSize%c.NumHeads != 0 {
+			return nil, g.keyErr(p+"embedding_length", "%d is not a multiple of %s %d and %s is missing",
+				c.HiddenSize, p+"attention.head_count", c.NumHeads, p+"attention.key_length")
+		}
+		c.HeadDim = c.HiddenSize / c.NumHeads
+	}
+	if v, ok, err := g.Int(p + "attention.value_length"); err != nil {
+		return nil, err
+	} else if ok && int(v) != c.HeadDim {
+		return nil, g.keyErr(p+"attention.value_length", "%d differs from the key length %d, which Kakeya does not support", v, c.HeadDim)
+	}
+	if v, ok, err := g.Int(p + "rope.dimension_count"); err != nil {
+		return nil, err
+	} else if ok && int(v) != c.HeadDim {
+		return nil, g.keyErr(p+"rope.dimension_count", "%d: partial rotary embeddings (head size %d) are not supported", v, c.HeadDim)
+	}
+	for _, f := range []struct {
+		key string
+		dst *float64
+	}{{"attention.layer_norm_rms_epsilon", &c.RMSNormEps}, {"rope.freq_base", &c.RopeTheta}} {
+		if v, ok, err := g.Float(p + f.key); err != nil {
+			return nil, err
+		} else if ok {
+			*f.dst = v
+		}
+	}
+	if err := g.ropeScaling(c, p); err != nil {
+		return nil, err
+	}
+	if n, ok, err := g.Int(p + "attention.sliding_window"); err != nil {
+		return nil, err
+	} else if ok && n > 0 {
+		c.SlidingWindow = int(n)
+	}
+	emb, ok := g.Tensor("token_embd.weight")
+	if !ok {
+		return nil, fmt.Errorf("weights: %s: tensor \"token_embd.weight\" is missing", g.Path)
+	}
+	if len(emb.Dims) != 2 {
+		return nil, fmt.Errorf("weights: %s: tensor \"token_embd.weight\" has dimensions %v, want 2", g.Path, emb.Dims)
+	}
+	c.VocabSize = emb.Dims[1]
+	if n, ok, err := g.Int(p + "vocab_size"); err != nil {
+		return nil, err
+	} else if ok && int(n) != c.VocabSize {
+		return nil, g.keyErr(p+"vocab_size", "%d, but token_embd.weight has %d rows", n, c.VocabSize)
+	}
+	_, hasOut := g.Tensor("output.weight")
+	c.TieWordEmbeddings = !hasOut
+	has := func(name string) bool { _, ok := g.Tensor(name); return ok }
+	switch mt {
+	case "qwen2":
+		c.AttentionBias = true
+	case "qwen3":
+		c.QKNorm = true
+		c.AttentionBias = has("blk.0.attn_q.bias")
+		c.OutputBias = has("blk.0.attn_output.bias")
+	default:
+		c.AttentionBias = has("blk.0.attn_q.bias")
+		c.OutputBias = has("blk.0.attn_output.bias")
+		c.MLPBias = has("blk.0.ffn_gate.bias")
+	}
+	if has("rope_freqs.weight") {
+		return nil, fmt.Errorf("weights: %s: tensor \"rope_freqs.weight\" (Llama 3.1 style RoPE frequency factors) is not supported", g.Path)
+	}
+	// Special ids outside the vocabulary are dropped, as llama.cpp does
+	// (converters have written such ids); the tokenizer finds its end
+	// tokens by their text too.
+	if id, ok := g.specialID("bos"); ok {
+		c.BOSTokenID = id
+	}
+	if id, ok := g.specialID("eos"); ok {
+		c.EOSTokenIDs = []int{id}
+	}
+	if id, ok := g.specialID("padding"); ok {
+		c.PadTokenID = id
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("weights: %s: %w", g.Path, err)
+	}
+	return c, nil
+}
+
+// specialID returns tokenizer.ggml.<which>_token_id when it names a row of
+// the embedding table.
+func (g *GGUF) specialID(which string) (int, bool) {
+	n, ok, err := g.Int("tokenizer.ggml." + which + "_token_id")
+	emb, hasEmb := g.Tensor("token_embd.weight")
+	if err != nil || !ok || !hasEmb || len(emb.Dims) != 2 || n < 0 || n >= int64(emb.Dims[1]) {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// ropeScaling reads <arch>.rope.scaling.*: linear scaling is supported,
+// none is the default.
+func (g *GGUF) ropeScaling(c *Config, p string) error {
+	typ, ok, err := g.String(p + "rope.scaling.type")
+	if err != nil || !ok || typ == "none" {
+		return err
+	}
+	if typ != "linear" {
+		return g.keyErr(p+"rope.scaling.type", "%q is not supported (supported: none, linear)", typ)
+	}
+	f, ok, err := g.Float(p + "rope.scaling.factor")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return g.keyErr(p+"rope.scaling.factor", "missing for linear scaling")
+	}
+	c.RopeScaling = &RopeScaling{Type: "linear", Factor: f}
+	if n, ok, err := g.Int(p + "rope.scaling.original_context_length"); err != nil {
+		return err
+	} else if ok {
+		c.RopeScaling.OriginalMaxPositionEmbeddings = int(n)
+	}
+	return nil
+}
+
+// store maps the tensors of c's architecture table to their Hugging Face
+// names. For "llama" files it undoes convert_hf_to_gguf's permutation of
+// the q and k rows (which turns Hugging Face's rotate-half RoPE pairs into
+// ggml's adjacent pairs): those two matrices per layer are copied.
+func (g *GGUF) store(c *Config) (*Store, error) {
+	f := &mappedFile{path: g.Path, data: g.data}
+	s := &Store{where: g.Path, files: []*mappedFile{f}, tensors: make(map[string]entry)}
+	specs := c.ModelTensors()
+	for i := range c.NumLayers {
+		specs = append(specs, c.LayerTensors(i)...)
+	}
+	for _, ts := range specs {
+		t, ok := g.Tensor(ts.GGUF)
+		if !ok {
+			continue // CheckTensors names what is missing
+		}
+		info := ggmlTypes[t.Type] // checkTensors knew the type
+		e := entry{file: f, info: tensorInfo{
+			dtypeName: info.name, dtype: info.dtype, shape: t.Shape(),
+			begin: g.dataOff + t.Offset, end: g.dataOff + t.Offset + t.Size,
+		}}
+		if c.ModelType == "llama" && (ts.Role == Q || ts.Role == K) && info.dtype != 0 {
+			heads := c.NumHeads
+			if ts.Role == K {
+				heads = c.NumKVHeads
+			}
+			rows := e.info.shape[0]
+			if len(e.info.shape) != 2 || rows != heads*c.HeadDim {
+				continue // the shape check reports it
+			}
+			e.own = unpermuteRows(g.TensorData(t), rows, heads)
+		}
+		s.tensors[ts.Name] = e
+	}
+	return s, nil
+}
+
+// unpermuteRows returns the rows of b (rows rows of equal length) in
+// Hugging Face order: within each head of hd rows, the GGUF row 2i+j holds
+// Hugging Face row j*hd/2+i.
+func unpermuteRows(b []byte, rows, heads int) []byte {
+	rb := len(b) / rows
+	hd := rows / heads
+	out := make([]byte, len(b))
+	for h := range heads {
+		for i := range hd / 2 {
+			for j := range 2 {
+				src := h*hd + 2*i + j
+				dst := h*hd + j*hd/2 + i
+				copy(out[dst*rb:(dst+1)*rb], b[src*rb:(src+1)*rb])
+			}
+		}
+	}
+	return out
+}
