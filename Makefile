@@ -42,8 +42,8 @@ GGUF_PY := $(BIN)/gguf-py
 .PHONY: gguf-py
 gguf-py: $(GGUF_PY)/gguf/__init__.py
 $(GGUF_PY)/gguf/__init__.py:
-	@/usr/bin/python3 -c 'import numpy' 2>/dev/null || apt-get install -y python3-numpy >/dev/null 2>&1 || \
-		(apt-get update >/dev/null && apt-get install -y python3-numpy >/dev/null)
+	@/usr/bin/python3 -c 'import numpy, tqdm' 2>/dev/null || apt-get install -y python3-numpy python3-tqdm >/dev/null 2>&1 || \
+		(apt-get update >/dev/null && apt-get install -y python3-numpy python3-tqdm >/dev/null)
 	rm -rf $(GGUF_PY).tmp && mkdir -p $(GGUF_PY).tmp
 	cd $(GGUF_PY).tmp && npm pack --silent node-llama-cpp@3.22.1 >/dev/null && \
 		tar xzf node-llama-cpp-3.22.1.tgz package/llama/gitRelease.bundle && \

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/model"
-	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -78,7 +76,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.Var(&o.kvMemory, "kv-memory", cli.KVMemoryUsage)
 	kvflags.Register(fs, &o.cache)
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
-		fmt.Fprintln(w, "usage: kakeya-run --model DIR|HF_ID --prompt TEXT [flags]\n       kakeya-run --model DIR|HF_ID --tokenize [--add-special] < text\n\nflags:")
+		fmt.Fprintln(w, "usage: kakeya-run --model DIR|HF_ID|FILE.gguf --prompt TEXT [flags]\n       kakeya-run --model DIR|HF_ID|FILE.gguf --tokenize [--add-special] < text\n\nflags:")
 		cli.PrintDefaults(fs, w)
 	}); err != nil {
 		return nil, err
@@ -294,7 +292,7 @@ func tokenize(ctx context.Context, o *options, hub weights.HubOptions, stdin io.
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	tok, err := kakeya.LoadTokenizer(dir)
 	if err != nil {
 		return err
 	}

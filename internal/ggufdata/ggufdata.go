@@ -9,6 +9,7 @@
 package ggufdata
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,11 +66,29 @@ func Convert(t testing.TB, model, outtype string) string {
 	if err := exec.Command(Python, "-c", "import numpy").Run(); err != nil {
 		unavailable(t, Python+" with numpy")
 	}
-	out := filepath.Join(t.TempDir(), model+"-"+outtype+".gguf")
-	cmd := exec.Command(Python, tool, src, out, outtype)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+py)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("st2gguf.py %s: %v\n%s", model, err, b)
+	dir := t.TempDir()
+	out := filepath.Join(dir, model+"-"+outtype+".gguf")
+	run(t, py, tool, src, out, outtype)
+	// As convert_hf_to_gguf.py does, the chat template of
+	// tokenizer_config.json goes into tokenizer.chat_template.
+	cfg := filepath.Join(src, "tokenizer_config.json")
+	if b, err := os.ReadFile(cfg); err == nil && bytes.Contains(b, []byte(`"chat_template"`)) {
+		tmp := filepath.Join(dir, "no-template.gguf")
+		if err := os.Rename(out, tmp); err != nil {
+			t.Fatal(err)
+		}
+		run(t, py, filepath.Join(py, "gguf", "scripts", "gguf_new_metadata.py"), tmp, out, "--chat-template-config", cfg, "--force")
+		os.Remove(tmp)
 	}
 	return out
+}
+
+// run runs a Python script of gguf-py or st2gguf.py.
+func run(t testing.TB, py string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(Python, args...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+py)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", filepath.Base(args[0]), err, b)
+	}
 }
