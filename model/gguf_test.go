@@ -1,7 +1,10 @@
 package model
 
 import (
+	"math"
 	"testing"
+
+	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
 
 	"github.com/kakeya-ai/kakeya/internal/ggufdata"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
@@ -54,4 +57,52 @@ func TestGGUFLogits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Q8_0 GGUF (the BF16 conversion requantized by gguf-py) runs on the CPU
+// backend in its blocks: its logits are the float64 reference backend's
+// over the dequantized weights up to the 8-bit quantization of the
+// activations, and the greedy tokens of the two agree.
+func TestGGUFQuantizedLogits(t *testing.T) {
+	ids, _ := reference(t, "ref-qwen2-6m_logits.txt")
+	ids = ids[:24]
+	file := ggufdata.Quantize(t, ggufdata.Convert(t, "ref-qwen2-6m", "native"), "Q8_0")
+	q := load(t, file, Options{Backend: cpuBackend(t, 2, "f32")})
+	r := load(t, file, Options{Backend: refbackend.Backend{}})
+	got, err := q.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := r.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var worst, scale float64
+	agree := 0
+	for p := range ids {
+		worst = max(worst, maxAbsDiff(got[p], want[p]))
+		for _, v := range want[p] {
+			scale = max(scale, math.Abs(float64(v)))
+		}
+		if argmax(got[p]) == argmax(want[p]) {
+			agree++
+		}
+	}
+	t.Logf("Q8_0: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", worst, scale, agree, len(ids))
+	if worst > 0.05*scale {
+		t.Errorf("max abs difference %.3g vs the float64 reference, want <= 5%% of %.3g", worst, scale)
+	}
+	if agree < len(ids)-1 {
+		t.Errorf("greedy tokens agree at %d of %d positions", agree, len(ids))
+	}
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
 }

@@ -10,6 +10,7 @@ package ggufdata
 
 import (
 	"bytes"
+	_ "embed"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,6 +90,19 @@ func run(t testing.TB, py string, args ...string) {
 	cmd := exec.Command(Python, args...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+py)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", filepath.Base(args[0]), err, b)
+		t.Fatalf("%s: %v\n%s", filepath.Base(args[len(args)-3]), err, b)
 	}
+}
+
+//go:embed quantize.py
+var quantizePy string
+
+// Quantize writes src (a GGUF) again with its 2-D weight matrices
+// quantized to typ ("Q8_0" or "Q4_0") by gguf-py's quantizer, into a
+// temporary directory of t, and returns the new file's path.
+func Quantize(t testing.TB, src, typ string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), typ+".gguf")
+	run(t, PyPath(), "-c", quantizePy, src, out, typ)
+	return out
 }
