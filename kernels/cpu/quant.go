@@ -23,6 +23,10 @@ type qLayout struct {
 	f                           *tensor.QuantFormat
 	d, dmin, scales, qs, qh, ql int
 	kQuant                      bool // activations as q8_K (256 per block)
+	// kind and off are the C kernels' type code and the offsets they read
+	// (bytes, d, dmin, scales, qs, qh, ql).
+	kind int
+	off  [7]int64
 }
 
 var qLayouts = func() map[tensor.DType]*qLayout {
@@ -46,6 +50,8 @@ var qLayouts = func() map[tensor.DType]*qLayout {
 				l.ql = fl.Offset
 			}
 		}
+		l.kind = map[tensor.DType]int{tensor.Q8_0: 0, tensor.Q4_0: 1, tensor.Q4_K: 2, tensor.Q5_K: 3, tensor.Q6_K: 4}[f.DType]
+		l.off = [7]int64{int64(f.Bytes), int64(l.d), int64(l.dmin), int64(l.scales), int64(l.qs), int64(l.qh), int64(l.ql)}
 		m[f.DType] = l
 	}
 	return m
@@ -154,12 +160,23 @@ type qTask struct {
 }
 
 func (t *qTask) Run(lo, hi int) {
+	rows := t.w.Rows
+	if hasAVX2C && t.n > 0 {
+		quantRowsC(t, lo*qRows, min(hi*qRows, rows))
+		return
+	}
+	t.runGo(lo*qRows, min(hi*qRows, rows))
+}
+
+// runGo is Run's pure-Go loops over rows [r0, r1), the fallback and the
+// reference of the C kernels.
+func (t *qTask) runGo(r0, r1 int) {
 	rows, cols := t.w.Rows, t.w.Cols
 	groups := cols / 32
 	if t.l.kQuant {
 		groups = cols / 256
 	}
-	for r := lo * qRows; r < min(hi*qRows, rows); r++ {
+	for r := r0; r < r1; r++ {
 		wr := t.w.Q[r*t.rowB : (r+1)*t.rowB]
 		for i := range t.n {
 			xq := t.a.qs[i*cols : (i+1)*cols]
@@ -212,7 +229,8 @@ func dotQ8_0(l *qLayout, w []byte, xq []int8, xd []float32) float32 {
 		for j := range 32 {
 			si += int32(int8(qs[j])) * int32(x[j])
 		}
-		sum += float32(si) * (f16le(blk, l.d) * xd[b])
+		s := f16le(blk, l.d) * xd[b]
+		sum += float32(float32(si) * s)
 	}
 	return sum
 }
@@ -229,7 +247,8 @@ func dotQ4_0(l *qLayout, w []byte, xq []int8, xd []float32) float32 {
 		for j := range 16 {
 			si += (int32(qs[j]&0xF)-8)*int32(x[j]) + (int32(qs[j]>>4)-8)*int32(x[j+16])
 		}
-		sum += float32(si) * (f16le(blk, l.d) * xd[b])
+		s := f16le(blk, l.d) * xd[b]
+		sum += float32(float32(si) * s)
 	}
 	return sum
 }
@@ -282,7 +301,8 @@ func dotQ45K(l *qLayout, w []byte, xq []int8, xd []float32, bsums []int32) float
 		}
 		d := f16le(blk, l.d) * xd[b]
 		dmin := f16le(blk, l.dmin) * xd[b]
-		sum += d*float32(sumi) - dmin*float32(mins)
+		// Each product rounded, as the C kernel's (no fused multiply-add).
+		sum += float32(d*float32(sumi)) - float32(dmin*float32(mins))
 	}
 	return sum
 }
@@ -317,7 +337,8 @@ func dotQ6K(l *qLayout, w []byte, xq []int8, xd []float32) float32 {
 				sumi += int32(int8(sc[8*h+g])) * a
 			}
 		}
-		sum += f16le(blk, l.d) * xd[b] * float32(sumi)
+		d := f16le(blk, l.d) * xd[b]
+		sum += float32(d * float32(sumi))
 	}
 	return sum
 }

@@ -125,3 +125,34 @@ func TestQuantizeActivations(t *testing.T) {
 		t.Errorf("q8_0: q %d d %v", q0[31], d0[0])
 	}
 }
+
+// The AVX2 kernels give the Go loops' results bit for bit: the same
+// integer block dots, the same f32 scaling in the same order.
+func TestQuantKernelsMatchGo(t *testing.T) {
+	if !hasAVX2C {
+		t.Skip("no AVX2 C kernels on this CPU or build (or KAKEYA_CPU caps them)")
+	}
+	const rows, cols, n = 19, 768, 3
+	r := rand.New(rand.NewPCG(5, 5))
+	x := make([]float32, n*cols)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 3)
+	}
+	for _, f := range tensor.Formats {
+		m := quantMat(&f, rows, cols, uint64(f.DType)+100)
+		l := qLayouts[f.DType]
+		var a qActs
+		a.quantize(x, n, cols, l)
+		rb, _ := f.DType.RowBytes(cols)
+		goOut, cOut := make([]float32, n*rows), make([]float32, n*rows)
+		tk := qTask{out: goOut, a: &a, w: &m, l: l, n: n, rowB: rb}
+		tk.runGo(0, rows)
+		tk.out = cOut
+		quantRowsC(&tk, 0, rows)
+		for i := range goOut {
+			if math.Float32bits(goOut[i]) != math.Float32bits(cOut[i]) {
+				t.Fatalf("%s: output %d: AVX2 %v, Go %v", f.Name, i, cOut[i], goOut[i])
+			}
+		}
+	}
+}
