@@ -50,6 +50,14 @@ $(GGUF_PY)/gguf/__init__.py:
 		git clone -q --no-checkout package/llama/gitRelease.bundle src && git -C src archive HEAD gguf-py | tar x
 	rm -rf $(GGUF_PY) && mv $(GGUF_PY).tmp/gguf-py $(GGUF_PY) && rm -rf $(GGUF_PY).tmp
 
+# llama-quantize (and llama-simple) from llama.cpp, for the tests that run
+# llama.cpp's own quantizations (Q4_K_M, Q5_K_M, ...): built by
+# ../shared/tools/llama-cpp.sh into bin/llama.cpp (many minutes on 2 cores;
+# not part of test, whose tests of those files skip without it).
+.PHONY: llama-quantize
+llama-quantize:
+	LLAMA_TARGETS="llama-quantize llama-simple" nice $(KAKEYA_SHARED)/tools/llama-cpp.sh $(BIN)/llama.cpp native
+
 # test plus the full-corpus checks make test leaves out (KAKEYA_LONG=1):
 # stories260K's perplexity over all of TinyStories val against llama2.c's
 # 5.38 (381k tokens).

@@ -106,3 +106,44 @@ func argmax(v []float32) int {
 	}
 	return best
 }
+
+// llama.cpp's own quantizations of ref-qwen2-6m (llama-quantize: Q8_0,
+// Q4_K_M with its Q6_K tensors, Q5_K_M) run in their blocks: logits
+// within the activations' quantization of the float64 reference over the
+// dequantized weights, the same greedy tokens.
+func TestGGUFLlamaQuantized(t *testing.T) {
+	ggufdata.NeedLlamaQuantize(t)
+	ids, _ := reference(t, "ref-qwen2-6m_logits.txt")
+	ids = ids[:16]
+	src := ggufdata.Convert(t, "ref-qwen2-6m", "native")
+	for _, typ := range []string{"Q8_0", "Q4_K_M", "Q5_K_M", "Q4_0"} {
+		t.Run(typ, func(t *testing.T) {
+			file := ggufdata.LlamaQuantize(t, src, typ)
+			q := load(t, file, Options{Backend: cpuBackend(t, 2, "f32")})
+			r := load(t, file, Options{Backend: refbackend.Backend{}})
+			got, err := q.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := r.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst, scale float64
+			agree := 0
+			for p := range ids {
+				worst = max(worst, maxAbsDiff(got[p], want[p]))
+				for _, v := range want[p] {
+					scale = max(scale, math.Abs(float64(v)))
+				}
+				if argmax(got[p]) == argmax(want[p]) {
+					agree++
+				}
+			}
+			t.Logf("%s: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", typ, worst, scale, agree, len(ids))
+			if worst > 0.05*scale || agree < len(ids)-1 {
+				t.Errorf("max abs difference %.3g (want <= 5%% of %.3g), greedy agreement %d of %d", worst, scale, agree, len(ids))
+			}
+		})
+	}
+}

@@ -106,3 +106,38 @@ func Quantize(t testing.TB, src, typ string) string {
 	run(t, PyPath(), "-c", quantizePy, src, out, typ)
 	return out
 }
+
+// LlamaQuantizePath returns llama.cpp's llama-quantize: $KAKEYA_LLAMA_QUANTIZE,
+// else what make llama-quantize builds under bin/.
+func LlamaQuantizePath() string {
+	if p := os.Getenv("KAKEYA_LLAMA_QUANTIZE"); p != "" {
+		return p
+	}
+	return filepath.Join(filepath.Dir(PyPath()), "llama.cpp", "llama.cpp", "build", "bin", "llama-quantize")
+}
+
+// LlamaQuantize quantizes src (a GGUF) with llama.cpp's own llama-quantize
+// to typ (its names: "Q8_0", "Q4_K_M", "Q5_K_M", ...), into a temporary
+// directory of t. Building llama.cpp takes many minutes, so make test does
+// not: where llama-quantize is missing the test is skipped, saying so
+// (make llama-quantize builds it).
+func LlamaQuantize(t testing.TB, src, typ string) string {
+	t.Helper()
+	bin := NeedLlamaQuantize(t)
+	out := filepath.Join(t.TempDir(), typ+".gguf")
+	if b, err := exec.Command(bin, src, out, typ).CombinedOutput(); err != nil {
+		t.Fatalf("llama-quantize %s: %v\n%s", typ, err, b)
+	}
+	return out
+}
+
+// NeedLlamaQuantize returns llama-quantize's path, or skips t saying it is
+// missing.
+func NeedLlamaQuantize(t testing.TB) string {
+	t.Helper()
+	bin := LlamaQuantizePath()
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("llama-quantize not found at %s (make llama-quantize builds it; KAKEYA_LLAMA_QUANTIZE names another)", bin)
+	}
+	return bin
+}
