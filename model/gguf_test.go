@@ -4,7 +4,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
+	"github.com/kakeya-ai/kakeya/kvcache"
 
 	"github.com/kakeya-ai/kakeya/internal/ggufdata"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
@@ -143,6 +145,52 @@ func TestGGUFLlamaQuantized(t *testing.T) {
 			t.Logf("%s: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", typ, worst, scale, agree, len(ids))
 			if worst > 0.05*scale || agree < len(ids)-1 {
 				t.Errorf("max abs difference %.3g (want <= 5%% of %.3g), greedy agreement %d of %d", worst, scale, agree, len(ids))
+			}
+		})
+	}
+}
+
+// The compressed KV caches work unchanged on quantized weights: a Q8_0
+// GGUF decoded through each codec against its own uncompressed cache (f32
+// bit for bit, the lossy ones close).
+func TestGGUFQuantizedCaches(t *testing.T) {
+	file := ggufdata.Quantize(t, ggufdata.Convert(t, "ref-qwen2-6m", "native"), "Q8_0")
+	const bs = 16
+	plain := load(t, file, Options{Backend: cpuBackend(t, 2, ""), BlockSize: bs})
+	ids := testIDs(48, plain.Config().VocabSize)
+	want := decode(t, plain, ids)
+	for _, tc := range []struct {
+		spec string
+		tol  float64 // max abs diff over row max abs; 0: bit-identical
+	}{
+		{"f32", 0},
+		{"bf16", 2e-2},
+		{"int8", 3e-2},
+		{"int4", 5e-2},
+		{"kakeya", 5e-2},
+	} {
+		t.Run(tc.spec, func(t *testing.T) {
+			c, err := codec.Parse(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			layers := make([]kvcache.LayerCodecs, plain.Config().NumLayers)
+			for i := range layers {
+				layers[i] = kvcache.LayerCodecs{K: []codec.Codec{c}, V: c}
+			}
+			m := load(t, file, Options{Backend: cpuBackend(t, 2, ""), BlockSize: bs, Cache: kvcache.Policy{Layers: layers, HotWindow: bs}})
+			got := decode(t, m, ids)
+			var worst float64
+			for p := range ids {
+				d := maxAbsDiff(got[p], want[p]) / maxAbs(want[p])
+				if math.IsNaN(d) {
+					t.Fatalf("position %d: NaN logits", p)
+				}
+				worst = max(worst, d)
+			}
+			t.Logf("%s: max abs difference / max abs logit %.3g", tc.spec, worst)
+			if worst > tc.tol {
+				t.Errorf("%s: relative difference %.3g, want <= %g", tc.spec, worst, tc.tol)
 			}
 		})
 	}
