@@ -3,6 +3,8 @@ package weights
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -213,6 +215,16 @@ func (g *GGUF) ropeScaling(c *Config, p string) error {
 // the q and k rows (which turns Hugging Face's rotate-half RoPE pairs into
 // ggml's adjacent pairs): those two matrices per layer are copied.
 func (g *GGUF) store(c *Config) (*Store, error) {
+	for _, t := range g.Tensors {
+		rest, ok := strings.CutPrefix(t.Name, "blk.")
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, ".")
+		if n, err := strconv.Atoi(num); err == nil && (n < 0 || n >= c.NumLayers) {
+			return nil, fmt.Errorf("weights: %s: tensor %q is past the %d layers of metadata key \"%s.block_count\"", g.Path, t.Name, c.NumLayers, g.arch())
+		}
+	}
 	f := &mappedFile{path: g.Path, data: g.data}
 	s := &Store{where: g.Path, files: []*mappedFile{f}, tensors: make(map[string]entry)}
 	specs := c.ModelTensors()
@@ -222,7 +234,15 @@ func (g *GGUF) store(c *Config) (*Store, error) {
 	for _, ts := range specs {
 		t, ok := g.Tensor(ts.GGUF)
 		if !ok {
-			continue // CheckTensors names what is missing
+			why := ""
+			if ts.Why != "" {
+				why = " (" + ts.Why + ")"
+			}
+			return nil, fmt.Errorf("weights: %s: tensor %q is missing%s", g.Path, ts.GGUF, why)
+		}
+		if want := ts.Shape(); !slices.Equal(t.Shape(), want) {
+			return nil, fmt.Errorf("weights: %s: tensor %q has dimensions %v, but the metadata implies %v (%s)",
+				g.Path, ts.GGUF, t.Dims, reversed(want), dimFields(ts))
 		}
 		info := ggmlTypes[t.Type] // checkTensors knew the type
 		e := entry{file: f, info: tensorInfo{
@@ -262,4 +282,26 @@ func unpermuteRows(b []byte, rows, heads int) []byte {
 		}
 	}
 	return out
+}
+
+// arch returns general.architecture, "" when it is not a string.
+func (g *GGUF) arch() string {
+	a, _, _ := g.String("general.architecture")
+	return a
+}
+
+func reversed(s []int) []int {
+	r := slices.Clone(s)
+	slices.Reverse(r)
+	return r
+}
+
+// dimFields names the sizes a tensor's dimensions come from, fastest
+// first as GGUF writes them.
+func dimFields(ts TensorSpec) string {
+	parts := make([]string, len(ts.Dims))
+	for i, d := range ts.Dims {
+		parts[len(parts)-1-i] = d.Field + "=" + strconv.Itoa(d.N)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -334,6 +334,11 @@ func TestGGUFModelErrors(t *testing.T) {
 		{"arch type", newGGUFBuilder().key("general.architecture", GGUFUint8, uint8(1)), `"general.architecture": holds a uint8, want a string`},
 		{"no layers", newGGUFBuilder().key("general.architecture", GGUFString, "llama").key("llama.embedding_length", GGUFUint32, uint32(8)),
 			`metadata key "llama.feed_forward_length": missing`},
+		{"extra layer", tinyLlama().tensor("blk.1.attn_norm.weight", GGMLF32, []int{8}, make([]byte, 32)),
+			`tensor "blk.1.attn_norm.weight" is past the 1 layers of metadata key "llama.block_count"`},
+		{"missing tensor", tinyLlama(), `tensor "output_norm.weight" is missing`},
+		{"shape", tinyLlama().tensor("output_norm.weight", GGMLF32, []int{4}, make([]byte, 16)),
+			`tensor "output_norm.weight" has dimensions [4], but the metadata implies [8] (hidden_size=8)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, tc.name+".gguf")
@@ -356,4 +361,14 @@ func TestUnpermuteRows(t *testing.T) {
 		t.Errorf("unpermuted %v", got)
 	}
 	_ = tensor.Q8_0
+}
+
+// tinyLlama is the metadata of a one-layer llama and its embedding table,
+// no other tensor.
+func tinyLlama() *ggufBuilder {
+	return newGGUFBuilder().key("general.architecture", GGUFString, "llama").
+		key("llama.embedding_length", GGUFUint32, uint32(8)).key("llama.feed_forward_length", GGUFUint32, uint32(16)).
+		key("llama.block_count", GGUFUint32, uint32(1)).key("llama.attention.head_count", GGUFUint32, uint32(2)).
+		key("llama.context_length", GGUFUint32, uint32(64)).
+		tensor("token_embd.weight", GGMLF32, []int{8, 4}, make([]byte, 128))
 }
