@@ -195,3 +195,30 @@ func TestGGUFQuantizedCaches(t *testing.T) {
 		})
 	}
 }
+
+// Quantize-on-load (Options.Weights) of the safetensors checkpoint gives
+// the logits of the same model quantized by gguf-py into a GGUF, bit for
+// bit: the same blocks, read by the same kernels.
+func TestQuantizeOnLoad(t *testing.T) {
+	ids, _ := reference(t, "ref-qwen2-6m_logits.txt")
+	ids = ids[:16]
+	file := ggufdata.Quantize(t, ggufdata.Convert(t, "ref-qwen2-6m", "native"), "Q8_0")
+	g := load(t, file, Options{Backend: cpuBackend(t, 2, "")})
+	h := load(t, shareddata.File(t, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 2, ""), Weights: "q8_0"})
+	want, err := g.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range ids {
+		if d := maxAbsDiff(got[p], want[p]); d != 0 {
+			t.Fatalf("position %d: max abs difference %g from the gguf-py Q8_0 file", p, d)
+		}
+	}
+	if _, err := Load(shareddata.File(t, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 1, ""), Weights: "q4_k"}); err == nil {
+		t.Error("Weights q4_k: no error")
+	}
+}

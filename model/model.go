@@ -40,6 +40,10 @@ type Options struct {
 	// only during the call and must not be modified. Observe must not close
 	// the model or run forward passes on it.
 	Observe func(layer, start, n int, q, k []float32)
+	// Weights, when set ("q8_0", "q4_0"; see weights.ParseWeightFormat),
+	// quantizes the F32, F16 and BF16 matrices as they load (those whose
+	// rows are whole blocks); "" keeps every tensor in its stored type.
+	Weights string
 }
 
 // DefaultMaxContext bounds the default context so that RoPE tables and
@@ -203,7 +207,11 @@ func loadGGUF(path string, opt Options) (*Model, error) {
 // finish uploads the tensors of the opened, checked store.
 func (m *Model) finish(opt Options) (*Model, error) {
 	m.b = opt.Backend
-	if err := m.loadTensors(); err != nil {
+	if _, err := weights.ParseWeightFormat(opt.Weights); err != nil {
+		m.store.Close()
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if err := m.loadTensors(opt.Weights); err != nil {
 		m.store.Close()
 		return nil, err
 	}
@@ -305,8 +313,9 @@ func checkBlockSize(bs, ctx int) error {
 
 // loader fetches tensors by name, keeping the first error.
 type loader struct {
-	dir   string
-	store *weights.Store
+	dir     string
+	store   *weights.Store
+	weights string // quantize matrices to this format on load; "": keep them
 	b     compute.Backend
 	err   error
 	mats  []namedWeight // the matrices uploaded, in order
@@ -350,6 +359,17 @@ func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
 	if t == nil {
 		return nil
 	}
+	if ld.weights != "" {
+		q, ok, err := t.Quantize(ld.weights)
+		if err != nil {
+			ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+			return nil
+		}
+		if ok {
+			t = q
+			ld.store.Evict(name) // the stored matrix is not read again
+		}
+	}
 	m, err := t.Mat()
 	if err != nil {
 		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
@@ -389,9 +409,9 @@ func (ld *loader) upload(v []float32) compute.Buffer {
 // loadTensors uploads the tensors weights' architecture table lists for
 // the configuration (the table CheckTensors checked them against), each to
 // its place in the forward pass.
-func (m *Model) loadTensors() error {
+func (m *Model) loadTensors(wf string) error {
 	c := m.cfg
-	ld := &loader{dir: m.dir, store: m.store, b: m.b}
+	ld := &loader{dir: m.dir, store: m.store, b: m.b, weights: wf}
 	for _, t := range c.ModelTensors() {
 		switch t.Role {
 		case weights.Embed:

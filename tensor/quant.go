@@ -3,6 +3,7 @@ package tensor
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // This file is the one description of the quantized weight formats Kakeya
@@ -198,4 +199,52 @@ func dequantBlock(f *QuantFormat, y []float32, b []byte) {
 			ql, qh, sc = ql[64:], qh[32:], sc[8:]
 		}
 	}
+}
+
+// QuantizeRow quantizes src (a multiple of 32 values) into dst's blocks of
+// d, which must be Q8_0 or Q4_0, as llama.cpp's quantize_row_q8_0_ref and
+// quantize_row_q4_0_ref do. The K types' quantizers (a search over scales)
+// are not implemented.
+func QuantizeRow(dst []byte, d DType, src []float32) error {
+	f := d.Format()
+	if f == nil || (d != Q8_0 && d != Q4_0) {
+		return fmt.Errorf("tensor: quantizing to %v is not supported (supported: Q8_0, Q4_0)", d)
+	}
+	if len(src)%f.Block != 0 || len(dst) < len(src)/f.Block*f.Bytes {
+		return fmt.Errorf("tensor: %s: %d values into %d bytes", f.Name, len(src), len(dst))
+	}
+	for i := range len(src) / 32 {
+		x := src[i*32 : i*32+32]
+		b := dst[i*f.Bytes : (i+1)*f.Bytes]
+		var amax, mx float32
+		for _, v := range x {
+			if a := float32(math.Abs(float64(v))); a > amax {
+				amax, mx = a, v
+			}
+		}
+		var s float32
+		if d == Q8_0 {
+			s = amax / 127
+		} else {
+			s = mx / -8
+		}
+		var id float32
+		if s != 0 {
+			id = 1 / s
+		}
+		binary.LittleEndian.PutUint16(b[f.Field("d").Offset:], F32ToF16(s))
+		qs := b[f.Field("qs").Offset:]
+		if d == Q8_0 {
+			for j, v := range x {
+				qs[j] = byte(int8(math.Round(float64(v * id))))
+			}
+			continue
+		}
+		for j := range 16 {
+			x0 := min(15, int8(x[j]*id+8.5))
+			x1 := min(15, int8(x[j+16]*id+8.5))
+			qs[j] = byte(x0) | byte(x1)<<4
+		}
+	}
+	return nil
 }

@@ -131,3 +131,68 @@ func TestDequantizeRowErrors(t *testing.T) {
 		t.Error("short blocks: no error")
 	}
 }
+
+// QuantizeRow gives gguf-py's quantize (llama.cpp's Python transcription of
+// quantize_row_q8_0_ref and quantize_row_q4_0_ref) byte for byte.
+func TestQuantizeMatchesGGUFPy(t *testing.T) {
+	shareddata.Dir(t)
+	py := ggufdata.PyPath()
+	if _, err := os.Stat(filepath.Join(py, "gguf", "quants.py")); err != nil {
+		if shareddata.Required() {
+			t.Fatalf("gguf-py not found at %s (make gguf-py)", py)
+		}
+		t.Skipf("gguf-py not found at %s (make gguf-py)", py)
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	x := make([]float32, 64*32)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * math.Exp(r.NormFloat64()))
+	}
+	clear(x[:32]) // an all-zero block
+	dir := t.TempDir()
+	in := filepath.Join(dir, "x.f32")
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	if err := os.WriteFile(in, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		d    tensor.DType
+		ggml int
+	}{{tensor.Q8_0, 8}, {tensor.Q4_0, 2}} {
+		t.Run(tc.d.String(), func(t *testing.T) {
+			out := filepath.Join(dir, tc.d.String()+".bin")
+			script := fmt.Sprintf(`import numpy as np, gguf
+from gguf import quants
+x = np.fromfile(%q, dtype=np.float32).reshape(-1, 32)
+quants.quantize(x, gguf.GGMLQuantizationType(%d)).tofile(%q)`, in, tc.ggml, out)
+			cmd := exec.Command(ggufdata.Python, "-c", script)
+			cmd.Env = append(os.Environ(), "PYTHONPATH="+py)
+			if o, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("gguf-py: %v\n%s", err, o)
+			}
+			want, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb, _ := tc.d.RowBytes(len(x))
+			got := make([]byte, rb)
+			if err := tensor.QuantizeRow(got, tc.d, x); err != nil {
+				t.Fatal(err)
+			}
+			if len(want) != len(got) {
+				t.Fatalf("gguf-py wrote %d bytes, want %d", len(want), len(got))
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("byte %d (block %d): %#x, gguf-py %#x", i, i/tc.d.Format().Bytes, got[i], want[i])
+				}
+			}
+		})
+	}
+	if err := tensor.QuantizeRow(make([]byte, 144), tensor.Q4_K, make([]float32, 256)); err == nil {
+		t.Error("Q4_K: no error")
+	}
+}

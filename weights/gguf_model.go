@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // IsGGUF reports whether path names a GGUF file by its extension.
@@ -304,4 +306,54 @@ func dimFields(ts TensorSpec) string {
 		parts[len(parts)-1-i] = d.Field + "=" + strconv.Itoa(d.N)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ParseWeightFormat returns the element type a --weights value names for
+// quantize-on-load: "q8_0" or "q4_0" (case-insensitive); "" is the stored
+// type (0).
+func ParseWeightFormat(s string) (tensor.DType, error) {
+	switch strings.ToLower(s) {
+	case "":
+		return 0, nil
+	case "q8_0":
+		return tensor.Q8_0, nil
+	case "q4_0":
+		return tensor.Q4_0, nil
+	}
+	return 0, fmt.Errorf("weights: weight format %q is not supported (supported: q8_0, q4_0; the K types are read from GGUF files but not made on load)", s)
+}
+
+// Quantize returns t, a 2-D F32, F16 or BF16 matrix whose rows are whole
+// blocks of the format (ParseWeightFormat), quantized to it (tensor.QuantizeRow, row by row: no float32
+// copy of the whole matrix), in memory of its own; ok is false, and t is
+// returned as it is, for another tensor.
+func (t *Tensor) Quantize(format string) (q *Tensor, ok bool, err error) {
+	d, err := ParseWeightFormat(format)
+	if err != nil {
+		return nil, false, err
+	}
+	f := d.Format()
+	if f == nil || len(t.Shape) != 2 || t.DType.Size() == 0 || t.Shape[1]%f.Block != 0 {
+		return t, false, nil
+	}
+	if err := t.check(); err != nil {
+		return nil, false, fmt.Errorf("weights: %w", err)
+	}
+	rows, cols := t.Shape[0], t.Shape[1]
+	rb, _ := d.RowBytes(cols)
+	out := make([]byte, rows*rb)
+	row := make([]float32, cols)
+	es := t.DType.Size()
+	for r := range rows {
+		src := &Tensor{Name: t.Name, DType: t.DType, Shape: []int{cols}, Data: t.Data[r*cols*es : (r+1)*cols*es]}
+		v, err := src.Float32s()
+		if err != nil {
+			return nil, false, err
+		}
+		copy(row, v)
+		if err := tensor.QuantizeRow(out[r*rb:(r+1)*rb], d, row); err != nil {
+			return nil, false, fmt.Errorf("weights: tensor %q: %w", t.Name, err)
+		}
+	}
+	return &Tensor{Name: t.Name, DType: d, Shape: []int{rows, cols}, Data: out}, true, nil
 }

@@ -35,6 +35,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 type options struct {
 	model, prompt, system, device, calib string
 	matmul, calibCache                   string
+	weights                              string
 	maxTokens, threads, maxContext       int
 	chat, tokenize, addSpecial           bool
 	quiet, verbose                       bool
@@ -65,6 +66,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&o.matmul, "matmul", "", device.MatMulUsage+" (default: bf16 on the CPU)")
+	fs.StringVar(&o.weights, "weights", "", "quantize the model's F32/F16/BF16 matrices as they load: q8_0 or q4_0 (default: keep the stored types)")
 	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (default for the kakeya preset and kakeya-pc: made automatically, see --calib-cache)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations a cache without --calib gets (the kakeya preset, kakeya-pc): reused per model, made once on the built-in text (default: the user cache directory's kakeya/calib)")
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
@@ -168,7 +170,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	start := time.Now()
 	opt := kakeya.Options{
 		Backend:          o.backend,
-		Model:            model.Options{MaxContext: o.maxContext},
+		Model:            model.Options{MaxContext: o.maxContext, Weights: o.weights},
 		Hub:              hub,
 		Cache:            o.cache,
 		Calibration:      o.calib,
