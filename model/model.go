@@ -316,9 +316,9 @@ type loader struct {
 	dir     string
 	store   *weights.Store
 	weights string // quantize matrices to this format on load; "": keep them
-	b     compute.Backend
-	err   error
-	mats  []namedWeight // the matrices uploaded, in order
+	b       compute.Backend
+	err     error
+	mats    []namedWeight // the matrices uploaded, in order
 }
 
 // namedWeight is an uploaded matrix and the tensor it came from.
