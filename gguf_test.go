@@ -62,9 +62,6 @@ func TestGGUFTokenizer(t *testing.T) {
 			if got, want := tok.EOS(), hf.EOS(); !equalIDs(got, want) {
 				t.Errorf("EOS %v, want %v", got, want)
 			}
-			if got, want := tok.ChatTemplate(), hf.ChatTemplate(); got != want {
-				t.Errorf("chat format %v, want %v", got, want)
-			}
 			if got, want := tok.ChatTemplateSource(), hf.ChatTemplateSource(); got != want {
 				t.Errorf("chat template %q, want %q", got, want)
 			}
