@@ -29,10 +29,34 @@ build:
 # packages with SIMD paths once more through their scalar fallbacks
 # (compute/cudabackend's tests run the same emulated kernels either way, so
 # once). About two and a half minutes on 2 cores.
-test: fmt-check vet ptx-check gpu-bundle-check
+test: fmt-check vet ptx-check gpu-bundle-check gguf-py
 	$(SIMD) $(GO) test -count=1 -timeout 15m ./...
 	$(SIMD) $(GO) test -race -count=1 -timeout 5m ./scheduler/
 	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/cpubackend/ ./compute/reference/
+
+# gguf-py is llama.cpp's Python GGUF writer, which the GGUF tests run
+# (through ../shared/tools/st2gguf.py, with Debian's python3-numpy) to
+# convert the shared models: taken from the llama.cpp source the npm package
+# node-llama-cpp ships, as ../shared/tools/llama-cpp.sh does, into bin/.
+GGUF_PY := $(BIN)/gguf-py
+.PHONY: gguf-py
+gguf-py: $(GGUF_PY)/gguf/__init__.py
+$(GGUF_PY)/gguf/__init__.py:
+	@/usr/bin/python3 -c 'import numpy, tqdm' 2>/dev/null || apt-get install -y python3-numpy python3-tqdm >/dev/null 2>&1 || \
+		(apt-get update >/dev/null && apt-get install -y python3-numpy python3-tqdm >/dev/null)
+	rm -rf $(GGUF_PY).tmp && mkdir -p $(GGUF_PY).tmp
+	cd $(GGUF_PY).tmp && npm pack --silent node-llama-cpp@3.22.1 >/dev/null && \
+		tar xzf node-llama-cpp-3.22.1.tgz package/llama/gitRelease.bundle && \
+		git clone -q --no-checkout package/llama/gitRelease.bundle src && git -C src archive HEAD gguf-py | tar x
+	rm -rf $(GGUF_PY) && mv $(GGUF_PY).tmp/gguf-py $(GGUF_PY) && rm -rf $(GGUF_PY).tmp
+
+# llama-quantize (and llama-simple) from llama.cpp, for the tests that run
+# llama.cpp's own quantizations (Q4_K_M, Q5_K_M, ...): built by
+# ../shared/tools/llama-cpp.sh into bin/llama.cpp (many minutes on 2 cores;
+# not part of test, whose tests of those files skip without it).
+.PHONY: llama-quantize
+llama-quantize:
+	LLAMA_TARGETS="llama-quantize llama-simple" nice $(KAKEYA_SHARED)/tools/llama-cpp.sh $(BIN)/llama.cpp native
 
 # test plus the full-corpus checks make test leaves out (KAKEYA_LONG=1):
 # stories260K's perplexity over all of TinyStories val against llama2.c's

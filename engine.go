@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/calibrate"
@@ -133,7 +132,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	tok, err := LoadTokenizer(dir)
 	if err != nil {
 		return nil, err
 	}

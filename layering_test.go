@@ -67,6 +67,7 @@ var allowed = map[string][]string{
 	"kvcache/kvplan": {"kvcache", "kvcache/kvconfig", "codec"},
 
 	"internal/shareddata": {},
+	"internal/ggufdata":   {"internal/shareddata"},
 	"internal/term":       {},
 	"internal/outfile":    {},
 	"internal/device":     {"compute", "compute/cpubackend", "compute/cudabackend"},

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -153,9 +154,28 @@ func FileSHA256(path string) (string, error) {
 // ModelSHA256 identifies the weights of the model directory dir without
 // reading them all: the hex SHA-256 of its config.json followed by the
 // JSON header of every *.safetensors file (names, dtypes, shapes and
-// offsets of all tensors), in name order.
+// offsets of all tensors), in name order; for a GGUF file, of its size
+// and first MiB (its header).
 func ModelSHA256(dir string) (string, error) {
 	h := sha256.New()
+	if strings.HasSuffix(strings.ToLower(dir), ".gguf") {
+		// A GGUF file: its size and its first MiB (the header: metadata
+		// and tensor descriptions, or all of it).
+		f, err := os.Open(dir)
+		if err != nil {
+			return "", fmt.Errorf("eval: %w", err)
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return "", fmt.Errorf("eval: %w", err)
+		}
+		fmt.Fprintf(h, "gguf %d\n", st.Size())
+		if _, err := io.CopyN(h, f, 1<<20); err != nil && err != io.EOF {
+			return "", fmt.Errorf("eval: %s: %w", dir, err)
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return "", fmt.Errorf("eval: %w", err)

@@ -40,6 +40,10 @@ type Options struct {
 	// only during the call and must not be modified. Observe must not close
 	// the model or run forward passes on it.
 	Observe func(layer, start, n int, q, k []float32)
+	// Weights, when set ("q8_0", "q4_0"; see weights.ParseWeightFormat),
+	// quantizes the F32, F16 and BF16 matrices as they load (those whose
+	// rows are whole blocks); "" keeps every tensor in its stored type.
+	Weights string
 }
 
 // DefaultMaxContext bounds the default context so that RoPE tables and
@@ -156,7 +160,14 @@ func (l *layer) vec(r weights.Role) *compute.Buffer {
 // config.json and safetensors weights. It checks every tensor's presence,
 // dtype and shape; large matrices stay in their stored dtype, mapped from
 // the files, while norms and biases are converted to float32.
+//
+// dir may instead name a GGUF file (weights.IsGGUF): its metadata is the
+// configuration and its tensors, of any type the backend takes (quantized
+// ones included), are read in place.
 func Load(dir string, opt Options) (*Model, error) {
+	if weights.IsGGUF(dir) {
+		return loadGGUF(dir, opt)
+	}
 	cfg, err := weights.LoadConfig(dir)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
@@ -174,8 +185,33 @@ func Load(dir string, opt Options) (*Model, error) {
 		m.store.Close()
 		return nil, fmt.Errorf("model: %w", err)
 	}
+	return m.finish(opt)
+}
+
+// loadGGUF loads a GGUF file: OpenGGUFModel checks its tensors against its
+// metadata before anything is sized by it.
+func loadGGUF(path string, opt Options) (*Model, error) {
+	cfg, store, _, err := weights.OpenGGUFModel(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	m, err := newModel(path, cfg, opt)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	m.store = store
+	return m.finish(opt)
+}
+
+// finish uploads the tensors of the opened, checked store.
+func (m *Model) finish(opt Options) (*Model, error) {
 	m.b = opt.Backend
-	if err := m.loadTensors(); err != nil {
+	if _, err := weights.ParseWeightFormat(opt.Weights); err != nil {
+		m.store.Close()
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if err := m.loadTensors(opt.Weights); err != nil {
 		m.store.Close()
 		return nil, err
 	}
@@ -277,11 +313,12 @@ func checkBlockSize(bs, ctx int) error {
 
 // loader fetches tensors by name, keeping the first error.
 type loader struct {
-	dir   string
-	store *weights.Store
-	b     compute.Backend
-	err   error
-	mats  []namedWeight // the matrices uploaded, in order
+	dir     string
+	store   *weights.Store
+	weights string // quantize matrices to this format on load; "": keep them
+	b       compute.Backend
+	err     error
+	mats    []namedWeight // the matrices uploaded, in order
 }
 
 // namedWeight is an uploaded matrix and the tensor it came from.
@@ -308,8 +345,8 @@ func (ld *loader) tensor(ts weights.TensorSpec) *weights.Tensor {
 		ld.err = fmt.Errorf("model: %s: tensor %s has shape %v, want %v", ld.dir, name, t.Shape, shape)
 		return nil
 	}
-	if t.DType.Size() == 0 {
-		ld.err = fmt.Errorf("model: %s: tensor %s has dtype %v, want F32, F16 or BF16", ld.dir, name, t.DType)
+	if t.DType.Size() == 0 && !t.DType.Quantized() {
+		ld.err = fmt.Errorf("model: %s: tensor %s has dtype %v, want F32, F16, BF16 or a quantized type", ld.dir, name, t.DType)
 		return nil
 	}
 	return t
@@ -321,6 +358,17 @@ func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
 	t := ld.tensor(ts)
 	if t == nil {
 		return nil
+	}
+	if ld.weights != "" {
+		q, ok, err := t.Quantize(ld.weights)
+		if err != nil {
+			ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
+			return nil
+		}
+		if ok {
+			t = q
+			ld.store.Evict(name) // the stored matrix is not read again
+		}
 	}
 	m, err := t.Mat()
 	if err != nil {
@@ -361,9 +409,9 @@ func (ld *loader) upload(v []float32) compute.Buffer {
 // loadTensors uploads the tensors weights' architecture table lists for
 // the configuration (the table CheckTensors checked them against), each to
 // its place in the forward pass.
-func (m *Model) loadTensors() error {
+func (m *Model) loadTensors(wf string) error {
 	c := m.cfg
-	ld := &loader{dir: m.dir, store: m.store, b: m.b}
+	ld := &loader{dir: m.dir, store: m.store, b: m.b, weights: wf}
 	for _, t := range c.ModelTensors() {
 		switch t.Role {
 		case weights.Embed:

@@ -35,17 +35,22 @@ func (d DType) String() string {
 	case BF16:
 		return "BF16"
 	}
+	if f := d.Format(); f != nil {
+		return f.Name
+	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
 // Mat is a row-major matrix of Rows x Cols elements in its stored dtype,
 // laid out like a Hugging Face Linear weight ([out_features, in_features]).
-// Exactly one of F32 and U16 is set: U16 holds F16 or BF16 bits.
+// Exactly one of F32, U16 and Q is set: U16 holds F16 or BF16 bits, Q the
+// blocks of a quantized type (Rows rows of DType.RowBytes(Cols) bytes).
 type Mat struct {
 	DType      DType
 	Rows, Cols int
 	F32        []float32
 	U16        []uint16
+	Q          []byte
 }
 
 // BF16ToF32 widens a bfloat16 bit pattern.

@@ -47,7 +47,10 @@ type TensorSpec struct {
 	Role  Role
 	Layer int // the decoder layer, -1 for the model's own tensors
 	Name  string
-	Dims  []Dim
+	// GGUF is the tensor's name in a GGUF file (llama.cpp's), e.g.
+	// "blk.3.attn_q.weight".
+	GGUF string
+	Dims []Dim
 	// Why, for a tensor only some configurations have, names the setting
 	// that calls for it.
 	Why string
@@ -99,6 +102,7 @@ func (c *Config) dim(d dimOf) Dim {
 type row struct {
 	role Role
 	name string // below "model.layers.N." for a layer's tensor
+	gguf string // llama.cpp's name, below "blk.N." for a layer's tensor
 	dims []dimOf
 	need func(c *Config) (bool, string) // present, and why
 }
@@ -107,9 +111,9 @@ type row struct {
 // supported architecture.
 func modelRows() []row {
 	return []row{
-		{Embed, "model.embed_tokens.weight", []dimOf{vocab, hidden}, nil},
-		{FinalNorm, "model.norm.weight", []dimOf{hidden}, nil},
-		{LMHead, "lm_head.weight", []dimOf{vocab, hidden}, func(c *Config) (bool, string) {
+		{Embed, "model.embed_tokens.weight", "token_embd.weight", []dimOf{vocab, hidden}, nil},
+		{FinalNorm, "model.norm.weight", "output_norm.weight", []dimOf{hidden}, nil},
+		{LMHead, "lm_head.weight", "output.weight", []dimOf{vocab, hidden}, func(c *Config) (bool, string) {
 			return !c.TieWordEmbeddings, "tie_word_embeddings is false"
 		}},
 	}
@@ -119,15 +123,15 @@ func modelRows() []row {
 // pre-norm attention and a SwiGLU MLP, without biases.
 func llamaLayer() []row {
 	return []row{
-		{InputNorm, "input_layernorm.weight", []dimOf{hidden}, nil},
-		{Q, "self_attn.q_proj.weight", []dimOf{qDim, hidden}, nil},
-		{K, "self_attn.k_proj.weight", []dimOf{kvDim, hidden}, nil},
-		{V, "self_attn.v_proj.weight", []dimOf{kvDim, hidden}, nil},
-		{O, "self_attn.o_proj.weight", []dimOf{hidden, qDim}, nil},
-		{PostNorm, "post_attention_layernorm.weight", []dimOf{hidden}, nil},
-		{Gate, "mlp.gate_proj.weight", []dimOf{inter, hidden}, nil},
-		{Up, "mlp.up_proj.weight", []dimOf{inter, hidden}, nil},
-		{Down, "mlp.down_proj.weight", []dimOf{hidden, inter}, nil},
+		{InputNorm, "input_layernorm.weight", "attn_norm.weight", []dimOf{hidden}, nil},
+		{Q, "self_attn.q_proj.weight", "attn_q.weight", []dimOf{qDim, hidden}, nil},
+		{K, "self_attn.k_proj.weight", "attn_k.weight", []dimOf{kvDim, hidden}, nil},
+		{V, "self_attn.v_proj.weight", "attn_v.weight", []dimOf{kvDim, hidden}, nil},
+		{O, "self_attn.o_proj.weight", "attn_output.weight", []dimOf{hidden, qDim}, nil},
+		{PostNorm, "post_attention_layernorm.weight", "ffn_norm.weight", []dimOf{hidden}, nil},
+		{Gate, "mlp.gate_proj.weight", "ffn_gate.weight", []dimOf{inter, hidden}, nil},
+		{Up, "mlp.up_proj.weight", "ffn_up.weight", []dimOf{inter, hidden}, nil},
+		{Down, "mlp.down_proj.weight", "ffn_down.weight", []dimOf{hidden, inter}, nil},
 	}
 }
 
@@ -136,9 +140,9 @@ func llamaLayer() []row {
 func qkvBias(why func(c *Config) string) []row {
 	need := func(c *Config) (bool, string) { return c.AttentionBias, why(c) }
 	return []row{
-		{QBias, "self_attn.q_proj.bias", []dimOf{qDim}, need},
-		{KBias, "self_attn.k_proj.bias", []dimOf{kvDim}, need},
-		{VBias, "self_attn.v_proj.bias", []dimOf{kvDim}, need},
+		{QBias, "self_attn.q_proj.bias", "attn_q.bias", []dimOf{qDim}, need},
+		{KBias, "self_attn.k_proj.bias", "attn_k.bias", []dimOf{kvDim}, need},
+		{VBias, "self_attn.v_proj.bias", "attn_v.bias", []dimOf{kvDim}, need},
 	}
 }
 
@@ -147,10 +151,10 @@ func qkvBias(why func(c *Config) string) []row {
 func optionalBiases() []row {
 	mlp := func(c *Config) (bool, string) { return c.MLPBias, "mlp_bias is true" }
 	return []row{
-		{OBias, "self_attn.o_proj.bias", []dimOf{hidden}, func(c *Config) (bool, string) { return c.OutputBias, "attention_bias is true" }},
-		{GateBias, "mlp.gate_proj.bias", []dimOf{inter}, mlp},
-		{UpBias, "mlp.up_proj.bias", []dimOf{inter}, mlp},
-		{DownBias, "mlp.down_proj.bias", []dimOf{hidden}, mlp},
+		{OBias, "self_attn.o_proj.bias", "attn_output.bias", []dimOf{hidden}, func(c *Config) (bool, string) { return c.OutputBias, "attention_bias is true" }},
+		{GateBias, "mlp.gate_proj.bias", "ffn_gate.bias", []dimOf{inter}, mlp},
+		{UpBias, "mlp.up_proj.bias", "ffn_up.bias", []dimOf{inter}, mlp},
+		{DownBias, "mlp.down_proj.bias", "ffn_down.bias", []dimOf{hidden}, mlp},
 	}
 }
 
@@ -169,7 +173,7 @@ func layerTable(modelType string) []row {
 		// Qwen3: RMSNorm of each query and key head before RoPE; biases
 		// only with attention_bias.
 		qk := func(c *Config) (bool, string) { return c.QKNorm, "model_type " + c.ModelType + " normalizes q and k" }
-		t = append(t, row{QNorm, "self_attn.q_norm.weight", []dimOf{headDim}, qk}, row{KNorm, "self_attn.k_norm.weight", []dimOf{headDim}, qk})
+		t = append(t, row{QNorm, "self_attn.q_norm.weight", "attn_q_norm.weight", []dimOf{headDim}, qk}, row{KNorm, "self_attn.k_norm.weight", "attn_k_norm.weight", []dimOf{headDim}, qk})
 		t = append(t, qkvBias(attentionBias)...)
 		t = append(t, optionalBiases()...)
 	default:
@@ -183,8 +187,8 @@ func layerTable(modelType string) []row {
 
 // spec makes the TensorSpec of a row that c needs; ok is false when c
 // does not have it.
-func (c *Config) spec(r row, layer int, name string) (t TensorSpec, ok bool) {
-	t = TensorSpec{Role: r.role, Layer: layer, Name: name}
+func (c *Config) spec(r row, layer int, name, gguf string) (t TensorSpec, ok bool) {
+	t = TensorSpec{Role: r.role, Layer: layer, Name: name, GGUF: gguf}
 	if r.need != nil {
 		if ok, t.Why = r.need(c); !ok {
 			return t, false
@@ -202,7 +206,7 @@ func (c *Config) spec(r row, layer int, name string) (t TensorSpec, ok bool) {
 func (c *Config) ModelTensors() []TensorSpec {
 	var ts []TensorSpec
 	for _, r := range modelRows() {
-		if t, ok := c.spec(r, -1, r.name); ok {
+		if t, ok := c.spec(r, -1, r.name, r.gguf); ok {
 			ts = append(ts, t)
 		}
 	}
@@ -213,9 +217,10 @@ func (c *Config) ModelTensors() []TensorSpec {
 // c's model_type and settings (biases, q/k norms) call for them.
 func (c *Config) LayerTensors(i int) []TensorSpec {
 	p := layerPrefix + strconv.Itoa(i) + "."
+	g := "blk." + strconv.Itoa(i) + "."
 	var ts []TensorSpec
 	for _, r := range layerTable(c.ModelType) {
-		if t, ok := c.spec(r, i, p+r.name); ok {
+		if t, ok := c.spec(r, i, p+r.name, g+r.gguf); ok {
 			ts = append(ts, t)
 		}
 	}

@@ -101,7 +101,18 @@ type rawConfig struct {
 // LoadConfig reads and validates dir/config.json and, when present,
 // dir/generation_config.json, whose token ids must fall inside config.json's
 // vocab_size (see ParseGenerationConfig).
+//
+// dir may instead name a GGUF file (IsGGUF), whose metadata describes the
+// model (see GGUF.Config).
 func LoadConfig(dir string) (*Config, error) {
+	if IsGGUF(dir) {
+		g, err := OpenGGUF(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer g.Close()
+		return g.Config()
+	}
 	path := filepath.Join(dir, "config.json")
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -142,8 +142,10 @@ func Resolve(ctx context.Context, nameOrDir string, opt HubOptions) (string, err
 	switch {
 	case err == nil && fi.IsDir():
 		return nameOrDir, nil
+	case err == nil && IsGGUF(nameOrDir):
+		return nameOrDir, nil
 	case err == nil:
-		return "", fmt.Errorf("weights: %s is a file, not a model directory", nameOrDir)
+		return "", fmt.Errorf("weights: %s is a file, not a model directory or a .gguf file", nameOrDir)
 	case errors.Is(err, fs.ErrPermission):
 		return "", fmt.Errorf("weights: model directory %w", err)
 	}

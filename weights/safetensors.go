@@ -42,22 +42,35 @@ func (t *Tensor) NumElements() int {
 
 // check reports whether the tensor's dtype, shape and byte count agree.
 func (t *Tensor) check() error {
-	if t.DType.Size() == 0 {
+	if t.DType.Size() == 0 && !t.DType.Quantized() {
 		return fmt.Errorf("tensor %q: unsupported dtype %v", t.Name, t.DType)
 	}
-	n := 1
+	// Rows of the last dimension, each of a whole number of bytes (of
+	// blocks, for a quantized type).
+	rows := 1
 	for _, d := range t.Shape {
 		if d < 0 {
 			return fmt.Errorf("tensor %q: negative dimension in shape %v", t.Name, t.Shape)
 		}
-		if d != 0 && n > math.MaxInt/d {
+		if d != 0 && rows > math.MaxInt/d {
 			return fmt.Errorf("tensor %q: shape %v overflows", t.Name, t.Shape)
 		}
-		n *= d
+		rows *= d
 	}
-	if n > math.MaxInt/t.DType.Size() || n*t.DType.Size() != len(t.Data) {
+	cols := 1 // a scalar
+	if len(t.Shape) > 0 {
+		cols = t.Shape[len(t.Shape)-1]
+	}
+	if cols > 0 {
+		rows /= cols
+	}
+	rb, ok := t.DType.RowBytes(cols)
+	if !ok {
+		return fmt.Errorf("tensor %q: rows of %d values are not whole blocks of %v", t.Name, cols, t.DType)
+	}
+	if rb != 0 && rows > math.MaxInt/rb || rows*rb != len(t.Data) {
 		return fmt.Errorf("tensor %q: shape %v of %v needs %d bytes, have %d",
-			t.Name, t.Shape, t.DType, n*t.DType.Size(), len(t.Data))
+			t.Name, t.Shape, t.DType, rows*rb, len(t.Data))
 	}
 	return nil
 }
@@ -79,6 +92,8 @@ func (t *Tensor) Mat() (tensor.Mat, error) {
 		m.F32 = f32View(t.Data, n)
 	case tensor.F16, tensor.BF16:
 		m.U16 = u16View(t.Data, n)
+	default:
+		m.Q = t.Data
 	}
 	return m, nil
 }
@@ -102,6 +117,10 @@ func (t *Tensor) Float32s() ([]float32, error) {
 	case tensor.BF16:
 		for i := range out {
 			out[i] = tensor.BF16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
+		}
+	default:
+		if err := tensor.DequantizeRow(out, t.DType, t.Data); err != nil {
+			return nil, fmt.Errorf("weights: tensor %q: %w", t.Name, err)
 		}
 	}
 	return out, nil
@@ -303,6 +322,9 @@ type mappedFile struct {
 type entry struct {
 	file *mappedFile
 	info tensorInfo
+	// own, when set, holds the tensor's bytes instead of the file: a
+	// GGUF's q and k rows put back in Hugging Face order.
+	own []byte
 }
 
 // Store gives access to the tensors of one checkpoint, which may span several
@@ -323,7 +345,7 @@ func OpenFile(path string) (*Store, error) {
 	}
 	s := &Store{where: path, files: []*mappedFile{f}, tensors: make(map[string]entry, len(f.hdr.tensors))}
 	for name, info := range f.hdr.tensors {
-		s.tensors[name] = entry{f, info}
+		s.tensors[name] = entry{file: f, info: info}
 	}
 	return s, nil
 }
@@ -418,7 +440,7 @@ func openIndex(dir, index string) (*Store, error) {
 			s.Close()
 			return nil, fmt.Errorf("weights: %s: tensor %q listed in %s is missing from the shard", f.path, name, filepath.Base(index))
 		}
-		s.tensors[name] = entry{f, info}
+		s.tensors[name] = entry{file: f, info: info}
 	}
 	return s, nil
 }
@@ -433,14 +455,18 @@ func (s *Store) Tensor(name string) (*Tensor, error) {
 		return nil, fmt.Errorf("weights: %s: tensor %q not found", s.where, name)
 	}
 	if e.info.dtype == 0 {
-		return nil, fmt.Errorf("weights: %s: unsupported dtype %s for tensor %q (supported: F32, F16, BF16)",
+		return nil, fmt.Errorf("weights: %s: unsupported dtype %s for tensor %q (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)",
 			e.file.path, e.info.dtypeName, name)
+	}
+	data := e.own
+	if data == nil {
+		data = e.file.data[e.info.begin:e.info.end:e.info.end]
 	}
 	return &Tensor{
 		Name:  name,
 		DType: e.info.dtype,
 		Shape: slices.Clone(e.info.shape),
-		Data:  e.file.data[e.info.begin:e.info.end:e.info.end],
+		Data:  data,
 	}, nil
 }
 
@@ -451,7 +477,7 @@ func (s *Store) Tensor(name string) (*Tensor, error) {
 // Where the store read its files instead of mapping them it does nothing,
 // as it does for an unknown name or a closed store.
 func (s *Store) Evict(name string) {
-	if e, ok := s.tensors[name]; ok && !s.closed {
+	if e, ok := s.tensors[name]; ok && !s.closed && e.own == nil {
 		evict(e.file.data[e.info.begin:e.info.end])
 	}
 }
@@ -476,6 +502,9 @@ func (s *Store) Names() []string {
 func (s *Store) Metadata() map[string]string {
 	m := make(map[string]string)
 	for _, f := range s.files {
+		if f.hdr == nil { // a GGUF file: its metadata is the GGUF's
+			continue
+		}
 		for k, v := range f.hdr.metadata {
 			m[k] = v
 		}

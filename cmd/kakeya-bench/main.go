@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	kvMemory := cli.ByteSize(2 << 30)
 	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", ")+"; on a GPU --threads and --matmul do not apply (one run per cache and context)")
-	fs.StringVar(&o.model, "model", "", "model directory (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
+	fs.StringVar(&o.model, "model", "", "model directory or GGUF file (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks")

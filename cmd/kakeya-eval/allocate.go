@@ -56,7 +56,7 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 	f := pplFlags{cmd: "sensitivity", mode: eval.ModePassages}
 	var choices string
 	fs := newFlagSet("sensitivity", sensUsage, stderr)
-	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
+	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json), Hugging Face id or GGUF file")
 	fs.StringVar(&f.data, "data", "", "calibration text (default $KAKEYA_SHARED/data/wikitext-2/valid.txt)")
 	fs.IntVar(&f.ctx, "ctx", 0, "prefix tokens per passage (0: min(1024, model context - n-eval))")
 	fs.IntVar(&f.nEval, "n-eval", 64, "scored tokens per passage")

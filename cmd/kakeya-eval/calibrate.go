@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"gonum.org/v1/gonum/mat"
 
+	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
@@ -23,7 +23,7 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/outfile"
 	"github.com/kakeya-ai/kakeya/internal/term"
-	"github.com/kakeya-ai/kakeya/tokenizer"
+	"github.com/kakeya-ai/kakeya/weights"
 )
 
 const calibrateUsage = `usage: kakeya-eval calibrate --model DIR --out FILE.safetensors [flags]
@@ -56,7 +56,7 @@ type calibFlags struct {
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f calibFlags
 	fs := newFlagSet("calibrate", calibrateUsage, stderr)
-	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
+	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json), Hugging Face id or GGUF file")
 	fs.StringVar(&f.data, "data", "", "text file, or builtin for the calibration text built into the binary (default $KAKEYA_SHARED/data/wikitext-2/valid.txt, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.out, "out", "", "calibration file to write (safetensors)")
 	fs.IntVar(&f.ctx, "ctx", 0, fmt.Sprintf("window tokens, BOS included (0: min(%d, model context))", calibrate.DefaultCtx))
@@ -176,10 +176,10 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 		return fmt.Errorf("calibrate: --model: %w", err)
 	}
 	f.model = dir
-	if _, err := os.Stat(filepath.Join(f.model, "config.json")); err != nil {
+	if _, err := weights.LoadConfig(f.model); err != nil {
 		return fmt.Errorf("calibrate: --model: %w", err)
 	}
-	tok, err := tokenizer.Load(filepath.Join(f.model, "tokenizer.json"))
+	tok, err := kakeya.LoadTokenizer(f.model)
 	if err != nil {
 		return fmt.Errorf("calibrate: --model: %w", err)
 	}

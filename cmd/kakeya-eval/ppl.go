@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
@@ -27,7 +28,7 @@ import (
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
-const pplUsage = `usage: kakeya-eval ppl --model DIR [flags]
+const pplUsage = `usage: kakeya-eval ppl --model DIR|FILE.gguf [flags]
 
 Teacher-forced perplexity, KL(ref || config) and top-1 agreement of each
 --config against the uncompressed reference cache, over the same passages.
@@ -101,7 +102,7 @@ type pplFlags struct {
 func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := pplFlags{cmd: "ppl", plot: true}
 	fs := newFlagSet("ppl", pplUsage, stderr)
-	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json) or Hugging Face id")
+	fs.StringVar(&f.model, "model", "", "model directory (config.json, safetensors, tokenizer.json), Hugging Face id or GGUF file")
 	fs.StringVar(&f.data, "data", "", "text file (default $KAKEYA_SHARED/data/wikitext-2-raw/wiki.test.raw, KAKEYA_SHARED default ../shared)")
 	fs.StringVar(&f.mode, "mode", eval.ModePassages, "passages, docs or full")
 	fs.IntVar(&f.ctx, "ctx", 0, "passages: prefix tokens (0: min(1024, model context - n-eval)); docs, full: window tokens (0: model context)")
@@ -385,6 +386,9 @@ func (f *pplFlags) readInput(ctx context.Context, docRange eval.DocRange) (*inpu
 		return nil, fmt.Errorf("%s: --data: %w", f.cmd, err)
 	}
 	in := &input{text: string(raw), sum: sha256Hex(raw), tokPath: filepath.Join(f.model, "tokenizer.json")}
+	if weights.IsGGUF(f.model) {
+		in.tokPath = f.model // its tokenizer.ggml.* keys
+	}
 	if f.docs != "" {
 		sel, first, end, total, err := eval.SelectDocuments(in.text, f.docSep, docRange)
 		if err != nil {
@@ -393,7 +397,7 @@ func (f *pplFlags) readInput(ctx context.Context, docRange eval.DocRange) (*inpu
 		in.docsNote = fmt.Sprintf("%d:%d of %d", first, end, total)
 		in.text = sel
 	}
-	if in.tok, err = tokenizer.Load(in.tokPath); err != nil {
+	if in.tok, err = kakeya.LoadTokenizer(f.model); err != nil {
 		return nil, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	return in, nil

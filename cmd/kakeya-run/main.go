@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/model"
-	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -39,6 +37,7 @@ type options struct {
 	chatKwargs                           string         // --chat-template-kwargs, a JSON object
 	chatVars                             map[string]any // chatKwargs decoded
 	matmul, calibCache                   string
+	weights                              string
 	maxTokens, threads, maxContext       int
 	chat, tokenize, addSpecial           bool
 	quiet, verbose                       bool
@@ -70,6 +69,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&o.matmul, "matmul", "", device.MatMulUsage+" (default: bf16 on the CPU)")
+	fs.StringVar(&o.weights, "weights", "", "quantize the model's F32/F16/BF16 matrices as they load: q8_0 or q4_0 (default: keep the stored types)")
 	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (default for the kakeya preset and kakeya-pc: made automatically, see --calib-cache)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations a cache without --calib gets (the kakeya preset, kakeya-pc): reused per model, made once on the built-in text (default: the user cache directory's kakeya/calib)")
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
@@ -81,7 +81,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.Var(&o.kvMemory, "kv-memory", cli.KVMemoryUsage)
 	kvflags.Register(fs, &o.cache)
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
-		fmt.Fprintln(w, "usage: kakeya-run --model DIR|HF_ID --prompt TEXT [flags]\n       kakeya-run --model DIR|HF_ID --tokenize [--add-special] < text\n\nflags:")
+		fmt.Fprintln(w, "usage: kakeya-run --model DIR|HF_ID|FILE.gguf --prompt TEXT [flags]\n       kakeya-run --model DIR|HF_ID|FILE.gguf --tokenize [--add-special] < text\n\nflags:")
 		cli.PrintDefaults(fs, w)
 	}); err != nil {
 		return nil, err
@@ -178,7 +178,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	start := time.Now()
 	opt := kakeya.Options{
 		Backend:          o.backend,
-		Model:            model.Options{MaxContext: o.maxContext},
+		Model:            model.Options{MaxContext: o.maxContext, Weights: o.weights},
 		Hub:              hub,
 		Cache:            o.cache,
 		Calibration:      o.calib,
@@ -303,7 +303,7 @@ func tokenize(ctx context.Context, o *options, hub weights.HubOptions, stdin io.
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	tok, err := kakeya.LoadTokenizer(dir)
 	if err != nil {
 		return err
 	}

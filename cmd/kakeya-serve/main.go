@@ -98,7 +98,7 @@ type options struct {
 func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.StringVar(&o.model, "model", "", "model directory or Hugging Face id (ORG/NAME)")
+	fs.StringVar(&o.model, "model", "", "model directory, Hugging Face id (ORG/NAME) or GGUF file")
 	fs.StringVar(&o.served, "served-model-name", "", "the model id the API names and requests must use (default: --model as given)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on, HOST:PORT (0.0.0.0:8080 for every interface)")
 	fs.StringVar(&o.apiKey, "api-key", "", "require this key as Authorization: Bearer KEY on /v1/*, /tokenize and /detokenize (default: $KAKEYA_API_KEY, which keeps it out of the process list; none: no key)")
@@ -119,7 +119,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logFormat, "log-format", "text", "request log on stderr: text or json (log/slog)")
 	kvflags.Register(fs, &o.cache)
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
-		fmt.Fprintln(w, "usage: kakeya-serve --model DIR|HF_ID [--addr HOST:PORT] [flags]\n\nServes the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models),\n/health, /tokenize, /detokenize and /metrics.\n\nflags:")
+		fmt.Fprintln(w, "usage: kakeya-serve --model DIR|HF_ID|FILE.gguf [--addr HOST:PORT] [flags]\n\nServes the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models),\n/health, /tokenize, /detokenize and /metrics.\n\nflags:")
 		cli.PrintDefaults(fs, w)
 	}); err != nil {
 		return nil, err

@@ -92,13 +92,18 @@ func (b *Backend) Name() string { return "cpu" }
 // "f32 weights x f32 activations", ...
 func (b *Backend) Describe() string {
 	var mm []string
-	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32} {
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		if b.dtypes.Load()&(1<<dt) == 0 {
 			continue
 		}
 		acts := "f32"
-		if dt == tensor.BF16 {
+		switch {
+		case dt == tensor.BF16:
 			acts = b.pool.Precision().String()
+		case dt.Format() != nil && dt.Format().Block == 256:
+			acts = "q8_K"
+		case dt.Format() != nil:
+			acts = "q8_0"
 		}
 		mm = append(mm, fmt.Sprintf("%s weights x %s activations", strings.ToLower(dt.String()), acts))
 	}
@@ -153,6 +158,14 @@ func (b *Backend) Upload(m tensor.Mat) (compute.Weight, error) {
 	case m.DType == tensor.F32 && len(m.F32) < m.Rows*m.Cols,
 		(m.DType == tensor.F16 || m.DType == tensor.BF16) && len(m.U16) < m.Rows*m.Cols:
 		return nil, fmt.Errorf("cpu: %v weight of %dx%d holds too few values", m.DType, m.Rows, m.Cols)
+	case m.DType.Quantized():
+		rb, ok := m.DType.RowBytes(m.Cols)
+		if !ok || len(m.Q) < m.Rows*rb {
+			return nil, fmt.Errorf("cpu: %v weight of %dx%d: rows of %d values are not whole blocks, or %d bytes are too few", m.DType, m.Rows, m.Cols, m.Cols, len(m.Q))
+		}
+		m.F32, m.U16, m.Q = nil, nil, m.Q[:m.Rows*rb:m.Rows*rb]
+		b.dtypes.Or(1 << m.DType)
+		return &weight{m: m, mm: kern.NewMatrix(m)}, nil
 	case m.DType.Size() == 0:
 		return nil, fmt.Errorf("cpu: weight dtype %v", m.DType)
 	}

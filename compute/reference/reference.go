@@ -61,8 +61,21 @@ func (w weight) at(r, c int) float64 {
 	}
 }
 
-// Upload keeps m.
+// Upload keeps m; a quantized m it dequantizes (exactly, as
+// tensor.DequantizeRow does) and keeps as float32, so the products over it
+// are float64 sums over the dequantized weights.
 func (Backend) Upload(m tensor.Mat) (compute.Weight, error) {
+	if m.DType.Quantized() && m.Rows > 0 && m.Cols > 0 {
+		rb, ok := m.DType.RowBytes(m.Cols)
+		if !ok || len(m.Q) < m.Rows*rb {
+			return nil, fmt.Errorf("reference: %v weight of %dx%d from %d bytes", m.DType, m.Rows, m.Cols, len(m.Q))
+		}
+		f := make([]float32, m.Rows*m.Cols)
+		if err := tensor.DequantizeRow(f, m.DType, m.Q); err != nil {
+			return nil, fmt.Errorf("reference: %w", err)
+		}
+		return weight{tensor.Mat{DType: tensor.F32, Rows: m.Rows, Cols: m.Cols, F32: f}}, nil
+	}
 	if m.DType.Size() == 0 || m.Rows <= 0 || m.Cols <= 0 {
 		return nil, fmt.Errorf("reference: weight %v %dx%d", m.DType, m.Rows, m.Cols)
 	}

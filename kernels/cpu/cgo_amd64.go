@@ -32,6 +32,8 @@ void kk2_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long le
 		       const float *scales, const float *levels);
 void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
 		    const float *rows, long n, const float *cos, const float *sin);
+void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
+	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 */
 import "C"
 
@@ -225,4 +227,21 @@ func unpackPlanesAVX2(dst []float32, ldd, n int, src []byte, widths []uint8, sca
 // transposeAVX2 is Transpose's kernel; the lengths are checked.
 func transposeAVX2(dst []float32, ldd int, src []float32, lds, rows, cols int) {
 	C.kk2_transpose(f32p(dst), C.long(ldd), f32p(src), C.long(lds), C.long(rows), C.long(cols))
+}
+
+// quantRowsC is qTask's rows [r0, r1) by quant_amd64.c's AVX2 kernels: the
+// same integer block dots and f32 scaling as the Go loops, bit for bit.
+func quantRowsC(t *qTask, r0, r1 int) {
+	rows, cols := t.w.Rows, t.w.Cols
+	_ = t.w.Q[r1*t.rowB-1]
+	_ = t.a.qs[t.n*cols-1]
+	_ = t.out[(t.n-1)*rows+r1-1]
+	bs := (*C.int32_t)(unsafe.Pointer(&t.l.off[0])) // any valid pointer where there are no sums
+	if t.l.kQuant {
+		_ = t.a.bsums[t.n*cols/16-1]
+		bs = (*C.int32_t)(unsafe.Pointer(&t.a.bsums[0]))
+	}
+	C.kq_rows(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&t.w.Q[0])), C.long(t.rowB), C.long(r0), C.long(r1),
+		(*C.long)(unsafe.Pointer(&t.l.off[0])), (*C.int8_t)(unsafe.Pointer(&t.a.qs[0])), f32p(t.a.d), bs,
+		C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
 }

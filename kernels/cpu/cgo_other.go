@@ -78,3 +78,5 @@ func transposeAVX2(dst []float32, ldd int, src []float32, lds, rows, cols int) {
 func mixTRoPEAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32, n, d int, cos, sin []float32) {
 	panic("cpu: no AVX2 kernels")
 }
+
+func quantRowsC(t *qTask, r0, r1 int) { panic("cpu: no C kernels") }

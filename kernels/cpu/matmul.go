@@ -188,6 +188,9 @@ func (w *Matrix) packed(p *Pool, l layout) []uint16 {
 // in its first request. It reports whether it packed (MatMul then no
 // longer reads the matrix as stored).
 func (p *Pool) Prepare(w *Matrix) bool {
+	if w.m.DType.Quantized() {
+		return false // read in its blocks
+	}
 	l := p.k.mode(w.m.DType, p.prec).layout()
 	if l == layoutRows {
 		return false
@@ -206,6 +209,10 @@ func (p *Pool) Prepare(w *Matrix) bool {
 func (p *Pool) MatMul(out, x []float32, n int, w *Matrix) {
 	checkMatMul(out, x, n, &w.m)
 	if n == 0 {
+		return
+	}
+	if w.m.DType.Quantized() {
+		p.qMatMul(out, x, n, w)
 		return
 	}
 	mode := p.k.mode(w.m.DType, p.prec)
@@ -308,7 +315,10 @@ func checkMat(fn string, w *tensor.Mat) {
 			panic(fmt.Sprintf("cpu: %s: %v weight has %d elements, want %dx%d", fn, w.DType, len(w.U16), w.Rows, w.Cols))
 		}
 	default:
-		panic(fmt.Sprintf("cpu: %s: unsupported weight dtype %v", fn, w.DType))
+		if !w.DType.Quantized() {
+			panic(fmt.Sprintf("cpu: %s: unsupported weight dtype %v", fn, w.DType))
+		}
+		checkQuant(fn, w)
 	}
 }
 
@@ -498,7 +508,12 @@ func RowF32(dst []float32, w tensor.Mat, r int) {
 			panic(fmt.Sprintf("cpu: RowF32: %v weight has %d elements, want %dx%d", w.DType, len(w.U16), w.Rows, w.Cols))
 		}
 	default:
-		panic(fmt.Sprintf("cpu: RowF32: unsupported weight dtype %v", w.DType))
+		if !w.DType.Quantized() {
+			panic(fmt.Sprintf("cpu: RowF32: unsupported weight dtype %v", w.DType))
+		}
+		checkQuant("RowF32", &w)
+		rowQuant(dst, &w, r)
+		return
 	}
 	cvtRow(dst[:w.Cols], &w, r*w.Cols)
 }

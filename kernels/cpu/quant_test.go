@@ -1,0 +1,158 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/tensor"
+)
+
+// quantMat returns a rows x cols matrix of format f with random codes and
+// scales, seeded.
+func quantMat(f *tensor.QuantFormat, rows, cols int, seed uint64) tensor.Mat {
+	r := rand.New(rand.NewPCG(seed, 7))
+	nb := rows * cols / f.Block
+	b := make([]byte, nb*f.Bytes)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	for k := range nb {
+		for _, fl := range f.Fields {
+			if fl.Kind == tensor.FieldF16 {
+				binary.LittleEndian.PutUint16(b[k*f.Bytes+fl.Offset:], tensor.F32ToF16(float32(r.NormFloat64()*0.01)))
+			}
+		}
+	}
+	return tensor.Mat{DType: f.DType, Rows: rows, Cols: cols, Q: b}
+}
+
+// Each quantized MatMul against float64 sums over the dequantized weights:
+// within float32 rounding of the weights times the activations as the
+// kernel quantized them (so the integer block dots are exact), and within
+// the 8-bit activation quantization of the unquantized product. Prefill
+// and decode rows agree bit for bit, on one thread and on three.
+func TestQuantMatMul(t *testing.T) {
+	const rows, cols, n = 37, 512, 5
+	r := rand.New(rand.NewPCG(3, 3))
+	x := make([]float32, n*cols)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	x[7] = 0                  // a zero among them
+	clear(x[cols : cols+256]) // an all-zero q8_K block
+	for _, f := range tensor.Formats {
+		t.Run(f.Name, func(t *testing.T) {
+			m := quantMat(&f, rows, cols, uint64(f.DType))
+			w := NewMatrix(m)
+			deq := make([]float32, rows*cols)
+			for i := range rows {
+				RowF32(deq[i*cols:(i+1)*cols], m, i)
+			}
+			// The activations as the kernel quantizes them.
+			l := qLayouts[f.DType]
+			var a qActs
+			a.quantize(x, n, cols, l)
+			group := 32
+			if l.kQuant {
+				group = 256
+			}
+			xq := make([]float64, n*cols)
+			for i := range xq {
+				xq[i] = float64(a.qs[i]) * float64(a.d[i/group])
+			}
+			for _, threads := range []int{1, 3} {
+				p := NewPool(threads)
+				out := make([]float32, n*rows)
+				p.MatMul(out, x, n, w)
+				one := make([]float32, rows)
+				for i := range n {
+					p.MatMul(one, x[i*cols:(i+1)*cols], 1, w)
+					for j := range rows {
+						if one[j] != out[i*rows+j] {
+							t.Fatalf("%d threads: token %d row %d: decode %v, prefill %v", threads, i, j, one[j], out[i*rows+j])
+						}
+					}
+				}
+				p.Close()
+				for i := range n {
+					for j := range rows {
+						var exact, quant, mag float64
+						for c := range cols {
+							wv := float64(deq[j*cols+c])
+							exact += wv * float64(x[i*cols+c])
+							quant += wv * xq[i*cols+c]
+							mag += math.Abs(wv * float64(x[i*cols+c]))
+						}
+						got := float64(out[i*rows+j])
+						if d := math.Abs(got - quant); d > 1e-5*mag+1e-9 {
+							t.Errorf("token %d row %d: %v, float64 over the quantized activations %v (|w||x| %v)", i, j, got, quant, mag)
+						}
+						if d := math.Abs(got - exact); d > 0.02*mag+1e-9 {
+							t.Errorf("token %d row %d: %v, float64 %v (|w||x| %v)", i, j, got, exact, mag)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// Quantizing activations as ggml does: q8_0's scale is amax/127 in f16,
+// q8_K's maps the value of largest magnitude to -127 and sums each 16.
+func TestQuantizeActivations(t *testing.T) {
+	x := make([]float32, 256)
+	for i := range x {
+		x[i] = float32(i%32) - 10
+	}
+	x[100] = -40
+	qs, d, bs := make([]int8, 256), make([]float32, 1), make([]int32, 16)
+	quantizeQ8_K(qs, d, bs, x)
+	if qs[100] != -127 || math.Abs(float64(d[0]-40.0/127)) > 1e-6 {
+		t.Errorf("q8_K: q %d d %v, want -127 and 40/127", qs[100], d[0])
+	}
+	var s int32
+	for _, q := range qs[96:112] {
+		s += int32(q)
+	}
+	if bs[6] != s {
+		t.Errorf("bsum %d, want %d", bs[6], s)
+	}
+	q0, d0 := make([]int8, 32), make([]float32, 1)
+	quantizeQ8_0(q0, d0, x[:32])
+	if q0[31] != 127 || d0[0] != tensor.F16ToF32(tensor.F32ToF16(21.0/127)) {
+		t.Errorf("q8_0: q %d d %v", q0[31], d0[0])
+	}
+}
+
+// The AVX2 kernels give the Go loops' results bit for bit: the same
+// integer block dots, the same f32 scaling in the same order.
+func TestQuantKernelsMatchGo(t *testing.T) {
+	if !hasAVX2C {
+		t.Skip("no AVX2 C kernels on this CPU or build (or KAKEYA_CPU caps them)")
+	}
+	const rows, cols, n = 19, 768, 3
+	r := rand.New(rand.NewPCG(5, 5))
+	x := make([]float32, n*cols)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * 3)
+	}
+	for _, f := range tensor.Formats {
+		m := quantMat(&f, rows, cols, uint64(f.DType)+100)
+		l := qLayouts[f.DType]
+		var a qActs
+		a.quantize(x, n, cols, l)
+		rb, _ := f.DType.RowBytes(cols)
+		goOut, cOut := make([]float32, n*rows), make([]float32, n*rows)
+		tk := qTask{out: goOut, a: &a, w: &m, l: l, n: n, rowB: rb}
+		tk.runGo(0, rows)
+		tk.out = cOut
+		quantRowsC(&tk, 0, rows)
+		for i := range goOut {
+			if math.Float32bits(goOut[i]) != math.Float32bits(cOut[i]) {
+				t.Fatalf("%s: output %d: AVX2 %v, Go %v", f.Name, i, cOut[i], goOut[i])
+			}
+		}
+	}
+}

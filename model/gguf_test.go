@@ -1,0 +1,224 @@
+package model
+
+import (
+	"math"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
+	"github.com/kakeya-ai/kakeya/kvcache"
+
+	"github.com/kakeya-ai/kakeya/internal/ggufdata"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
+)
+
+// The shared models converted to GGUF by llama.cpp's gguf-py (st2gguf.py)
+// give the logits of their safetensors directories: bit for bit where the
+// GGUF keeps the stored type (stories260K F32, whose q/k rows the
+// converter permuted and the loader puts back; ref-qwen2-6m BF16), within
+// bf16 rounding where BF16 weights became F16. Both also against the
+// golden logits of the independent implementations.
+func TestGGUFLogits(t *testing.T) {
+	for _, tc := range []struct {
+		model, outtype, golden string
+		tol                    float64 // against the safetensors logits
+	}{
+		{"stories260K", "native", "stories260K_runc_logits.txt", 0},
+		{"ref-qwen2-6m", "native", "ref-qwen2-6m_logits.txt", 0},
+		{"ref-qwen2-6m", "f16", "ref-qwen2-6m_logits.txt", 1e-4},
+	} {
+		t.Run(tc.model+"-"+tc.outtype, func(t *testing.T) {
+			ids, want := reference(t, tc.golden)
+			file := ggufdata.Convert(t, tc.model, tc.outtype)
+			g := load(t, file, Options{Backend: cpuBackend(t, 2, "f32")})
+			h := load(t, shareddata.File(t, "models", tc.model), Options{Backend: cpuBackend(t, 2, "f32")})
+			if gc, hc := *g.Config(), *h.Config(); gc.NumLayers != hc.NumLayers || gc.HeadDim != hc.HeadDim ||
+				gc.NumKVHeads != hc.NumKVHeads || gc.RopeTheta != hc.RopeTheta || float32(gc.RMSNormEps) != float32(hc.RMSNormEps) ||
+				gc.TieWordEmbeddings != hc.TieWordEmbeddings || gc.MaxPositionEmbeddings != hc.MaxPositionEmbeddings {
+				t.Errorf("GGUF config %+v\nsafetensors config %+v", gc, hc)
+			}
+			got, err := g.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := h.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst, golden float64
+			for p := range ids {
+				worst = max(worst, maxAbsDiff(got[p], ref[p]))
+				golden = max(golden, maxAbsDiff(got[p], want[p]))
+			}
+			t.Logf("max abs difference: %.3g vs safetensors, %.3g vs golden", worst, golden)
+			if worst > tc.tol {
+				t.Errorf("max abs difference vs the safetensors model %.3g, want <= %g", worst, tc.tol)
+			}
+			if golden > 1e-3 {
+				t.Errorf("max abs difference vs the golden logits %.3g, want <= 1e-3", golden)
+			}
+		})
+	}
+}
+
+// A Q8_0 GGUF (the BF16 conversion requantized by gguf-py) runs on the CPU
+// backend in its blocks: its logits are the float64 reference backend's
+// over the dequantized weights up to the 8-bit quantization of the
+// activations, and the greedy tokens of the two agree.
+func TestGGUFQuantizedLogits(t *testing.T) {
+	ids, _ := reference(t, "ref-qwen2-6m_logits.txt")
+	ids = ids[:12]
+	file := ggufdata.Quantize(t, ggufdata.Convert(t, "ref-qwen2-6m", "native"), "Q8_0")
+	q := load(t, file, Options{Backend: cpuBackend(t, 2, "f32")})
+	r := load(t, file, Options{Backend: refbackend.Backend{}})
+	got, err := q.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := r.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var worst, scale float64
+	agree := 0
+	for p := range ids {
+		worst = max(worst, maxAbsDiff(got[p], want[p]))
+		for _, v := range want[p] {
+			scale = max(scale, math.Abs(float64(v)))
+		}
+		if argmax(got[p]) == argmax(want[p]) {
+			agree++
+		}
+	}
+	t.Logf("Q8_0: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", worst, scale, agree, len(ids))
+	if worst > 0.05*scale {
+		t.Errorf("max abs difference %.3g vs the float64 reference, want <= 5%% of %.3g", worst, scale)
+	}
+	if agree < len(ids)-1 {
+		t.Errorf("greedy tokens agree at %d of %d positions", agree, len(ids))
+	}
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// llama.cpp's own quantizations of ref-qwen2-6m (llama-quantize: Q8_0,
+// Q4_K_M with its Q6_K tensors, Q5_K_M) run in their blocks: logits
+// within the activations' quantization of the float64 reference over the
+// dequantized weights, the same greedy tokens.
+func TestGGUFLlamaQuantized(t *testing.T) {
+	ggufdata.NeedLlamaQuantize(t)
+	ids, _ := reference(t, "ref-qwen2-6m_logits.txt")
+	ids = ids[:16]
+	src := ggufdata.Convert(t, "ref-qwen2-6m", "native")
+	for _, typ := range []string{"Q8_0", "Q4_K_M", "Q5_K_M", "Q4_0"} {
+		t.Run(typ, func(t *testing.T) {
+			file := ggufdata.LlamaQuantize(t, src, typ)
+			q := load(t, file, Options{Backend: cpuBackend(t, 2, "f32")})
+			r := load(t, file, Options{Backend: refbackend.Backend{}})
+			got, err := q.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := r.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst, scale float64
+			agree := 0
+			for p := range ids {
+				worst = max(worst, maxAbsDiff(got[p], want[p]))
+				for _, v := range want[p] {
+					scale = max(scale, math.Abs(float64(v)))
+				}
+				if argmax(got[p]) == argmax(want[p]) {
+					agree++
+				}
+			}
+			t.Logf("%s: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", typ, worst, scale, agree, len(ids))
+			if worst > 0.05*scale || agree < len(ids)-1 {
+				t.Errorf("max abs difference %.3g (want <= 5%% of %.3g), greedy agreement %d of %d", worst, scale, agree, len(ids))
+			}
+		})
+	}
+}
+
+// The compressed KV caches work unchanged on quantized weights: a Q8_0
+// GGUF decoded through each codec against its own uncompressed cache (f32
+// bit for bit, the lossy ones close).
+func TestGGUFQuantizedCaches(t *testing.T) {
+	file := ggufdata.Quantize(t, ggufdata.Convert(t, "ref-qwen2-6m", "native"), "Q8_0")
+	const bs = 16
+	plain := load(t, file, Options{Backend: cpuBackend(t, 2, ""), BlockSize: bs})
+	ids := testIDs(48, plain.Config().VocabSize)
+	want := decode(t, plain, ids)
+	for _, tc := range []struct {
+		spec string
+		tol  float64 // max abs diff over row max abs; 0: bit-identical
+	}{
+		{"f32", 0},
+		{"bf16", 2e-2},
+		{"int8", 3e-2},
+		{"int4", 5e-2},
+		{"kakeya", 5e-2},
+	} {
+		t.Run(tc.spec, func(t *testing.T) {
+			c, err := codec.Parse(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			layers := make([]kvcache.LayerCodecs, plain.Config().NumLayers)
+			for i := range layers {
+				layers[i] = kvcache.LayerCodecs{K: []codec.Codec{c}, V: c}
+			}
+			m := load(t, file, Options{Backend: cpuBackend(t, 2, ""), BlockSize: bs, Cache: kvcache.Policy{Layers: layers, HotWindow: bs}})
+			got := decode(t, m, ids)
+			var worst float64
+			for p := range ids {
+				d := maxAbsDiff(got[p], want[p]) / maxAbs(want[p])
+				if math.IsNaN(d) {
+					t.Fatalf("position %d: NaN logits", p)
+				}
+				worst = max(worst, d)
+			}
+			t.Logf("%s: max abs difference / max abs logit %.3g", tc.spec, worst)
+			if worst > tc.tol {
+				t.Errorf("%s: relative difference %.3g, want <= %g", tc.spec, worst, tc.tol)
+			}
+		})
+	}
+}
+
+// Quantize-on-load (Options.Weights) of the safetensors checkpoint gives
+// the logits of the same model quantized by gguf-py into a GGUF, bit for
+// bit: the same blocks, read by the same kernels.
+func TestQuantizeOnLoad(t *testing.T) {
+	ids, _ := reference(t, "ref-qwen2-6m_logits.txt")
+	ids = ids[:16]
+	file := ggufdata.Quantize(t, ggufdata.Convert(t, "ref-qwen2-6m", "native"), "Q8_0")
+	g := load(t, file, Options{Backend: cpuBackend(t, 2, "")})
+	h := load(t, shareddata.File(t, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 2, ""), Weights: "q8_0"})
+	want, err := g.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range ids {
+		if d := maxAbsDiff(got[p], want[p]); d != 0 {
+			t.Fatalf("position %d: max abs difference %g from the gguf-py Q8_0 file", p, d)
+		}
+	}
+	if _, err := Load(shareddata.File(t, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 1, ""), Weights: "q4_k"}); err == nil {
+		t.Error("Weights q4_k: no error")
+	}
+}

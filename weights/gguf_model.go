@@ -1,0 +1,359 @@
+package weights
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kakeya-ai/kakeya/tensor"
+)
+
+// IsGGUF reports whether path names a GGUF file by its extension.
+func IsGGUF(path string) bool { return strings.HasSuffix(strings.ToLower(path), ".gguf") }
+
+// ggufArchs maps general.architecture to the model_type whose tensor
+// table and forward pass it uses. Mistral's GGUFs are "llama".
+var ggufArchs = map[string]string{"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+
+// OpenGGUFModel opens a GGUF model file: the configuration its metadata
+// describes, and a Store holding its tensors under the Hugging Face names
+// of the architecture table (LayerTensors' GGUF names are what it looks
+// up), checked against the configuration as CheckTensors does. The Store
+// owns the mapping: closing it unmaps the file, after which g's tensor
+// data must not be read (its metadata stays usable).
+func OpenGGUFModel(path string) (*Config, *Store, *GGUF, error) {
+	g, err := OpenGGUF(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := g.Config()
+	if err == nil {
+		var s *Store
+		if s, err = g.store(c); err == nil {
+			if err = c.CheckTensors(s); err == nil {
+				return c, s, g, nil
+			}
+			s.Close()
+			return nil, nil, nil, err
+		}
+	}
+	g.Close()
+	return nil, nil, nil, err
+}
+
+// Config builds the model configuration from the metadata of a GGUF
+// written by llama.cpp's converters: general.architecture and its
+// "<arch>.*" hyperparameters; biases, q/k norms and tied embeddings from
+// the tensors present. Errors name the file and the key.
+func (g *GGUF) Config() (*Config, error) {
+	arch, ok, err := g.String("general.architecture")
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, g.keyErr("general.architecture", "missing")
+	}
+	mt, ok := ggufArchs[arch]
+	if !ok {
+		return nil, g.keyErr("general.architecture", "%q is not supported (supported: llama, mistral, qwen2, qwen3)", arch)
+	}
+	c := &Config{ModelType: mt, HiddenAct: "silu", BOSTokenID: -1, PadTokenID: -1, RopeTheta: 10000, RMSNormEps: 1e-5}
+	p := arch + "."
+	ints := []struct {
+		key  string
+		dst  *int
+		need bool
+	}{
+		{"embedding_length", &c.HiddenSize, true},
+		{"feed_forward_length", &c.IntermediateSize, true},
+		{"block_count", &c.NumLayers, true},
+		{"attention.head_count", &c.NumHeads, true},
+		{"attention.head_count_kv", &c.NumKVHeads, false},
+		{"attention.key_length", &c.HeadDim, false},
+		{"context_length", &c.MaxPositionEmbeddings, true},
+	}
+	for _, f := range ints {
+		n, ok, err := g.Int(p + f.key)
+		switch {
+		case err != nil:
+			return nil, err
+		case !ok && f.need:
+			return nil, g.keyErr(p+f.key, "missing")
+		case !ok:
+			continue
+		case n <= 0 || n > math.MaxInt32:
+			return nil, g.keyErr(p+f.key, "%d is out of range", n)
+		}
+		*f.dst = int(n)
+	}
+	if c.NumKVHeads == 0 {
+		c.NumKVHeads = c.NumHeads
+	}
+	if c.HeadDim == 0 {
+		if c.HiddenSize%c.NumHeads != 0 {
+			return nil, g.keyErr(p+"embedding_length", "%d is not a multiple of %s %d and %s is missing",
+				c.HiddenSize, p+"attention.head_count", c.NumHeads, p+"attention.key_length")
+		}
+		c.HeadDim = c.HiddenSize / c.NumHeads
+	}
+	if v, ok, err := g.Int(p + "attention.value_length"); err != nil {
+		return nil, err
+	} else if ok && int(v) != c.HeadDim {
+		return nil, g.keyErr(p+"attention.value_length", "%d differs from the key length %d, which Kakeya does not support", v, c.HeadDim)
+	}
+	if v, ok, err := g.Int(p + "rope.dimension_count"); err != nil {
+		return nil, err
+	} else if ok && int(v) != c.HeadDim {
+		return nil, g.keyErr(p+"rope.dimension_count", "%d: partial rotary embeddings (head size %d) are not supported", v, c.HeadDim)
+	}
+	for _, f := range []struct {
+		key string
+		dst *float64
+	}{{"attention.layer_norm_rms_epsilon", &c.RMSNormEps}, {"rope.freq_base", &c.RopeTheta}} {
+		if v, ok, err := g.Float(p + f.key); err != nil {
+			return nil, err
+		} else if ok {
+			*f.dst = v
+		}
+	}
+	if err := g.ropeScaling(c, p); err != nil {
+		return nil, err
+	}
+	if n, ok, err := g.Int(p + "attention.sliding_window"); err != nil {
+		return nil, err
+	} else if ok && n > 0 {
+		c.SlidingWindow = int(n)
+	}
+	emb, ok := g.Tensor("token_embd.weight")
+	if !ok {
+		return nil, fmt.Errorf("weights: %s: tensor \"token_embd.weight\" is missing", g.Path)
+	}
+	if len(emb.Dims) != 2 {
+		return nil, fmt.Errorf("weights: %s: tensor \"token_embd.weight\" has dimensions %v, want 2", g.Path, emb.Dims)
+	}
+	c.VocabSize = emb.Dims[1]
+	if n, ok, err := g.Int(p + "vocab_size"); err != nil {
+		return nil, err
+	} else if ok && int(n) != c.VocabSize {
+		return nil, g.keyErr(p+"vocab_size", "%d, but token_embd.weight has %d rows", n, c.VocabSize)
+	}
+	_, hasOut := g.Tensor("output.weight")
+	c.TieWordEmbeddings = !hasOut
+	has := func(name string) bool { _, ok := g.Tensor(name); return ok }
+	switch mt {
+	case "qwen2":
+		c.AttentionBias = true
+	case "qwen3":
+		c.QKNorm = true
+		c.AttentionBias = has("blk.0.attn_q.bias")
+		c.OutputBias = has("blk.0.attn_output.bias")
+	default:
+		c.AttentionBias = has("blk.0.attn_q.bias")
+		c.OutputBias = has("blk.0.attn_output.bias")
+		c.MLPBias = has("blk.0.ffn_gate.bias")
+	}
+	if has("rope_freqs.weight") {
+		return nil, fmt.Errorf("weights: %s: tensor \"rope_freqs.weight\" (Llama 3.1 style RoPE frequency factors) is not supported", g.Path)
+	}
+	// Special ids outside the vocabulary are dropped, as llama.cpp does
+	// (converters have written such ids); the tokenizer finds its end
+	// tokens by their text too.
+	if id, ok := g.specialID("bos"); ok {
+		c.BOSTokenID = id
+	}
+	if id, ok := g.specialID("eos"); ok {
+		c.EOSTokenIDs = []int{id}
+	}
+	if id, ok := g.specialID("padding"); ok {
+		c.PadTokenID = id
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("weights: %s: %w", g.Path, err)
+	}
+	return c, nil
+}
+
+// specialID returns tokenizer.ggml.<which>_token_id when it names a row of
+// the embedding table.
+func (g *GGUF) specialID(which string) (int, bool) {
+	n, ok, err := g.Int("tokenizer.ggml." + which + "_token_id")
+	emb, hasEmb := g.Tensor("token_embd.weight")
+	if err != nil || !ok || !hasEmb || len(emb.Dims) != 2 || n < 0 || n >= int64(emb.Dims[1]) {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// ropeScaling reads <arch>.rope.scaling.*: linear scaling is supported,
+// none is the default.
+func (g *GGUF) ropeScaling(c *Config, p string) error {
+	typ, ok, err := g.String(p + "rope.scaling.type")
+	if err != nil || !ok || typ == "none" {
+		return err
+	}
+	if typ != "linear" {
+		return g.keyErr(p+"rope.scaling.type", "%q is not supported (supported: none, linear)", typ)
+	}
+	f, ok, err := g.Float(p + "rope.scaling.factor")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return g.keyErr(p+"rope.scaling.factor", "missing for linear scaling")
+	}
+	c.RopeScaling = &RopeScaling{Type: "linear", Factor: f}
+	if n, ok, err := g.Int(p + "rope.scaling.original_context_length"); err != nil {
+		return err
+	} else if ok {
+		c.RopeScaling.OriginalMaxPositionEmbeddings = int(n)
+	}
+	return nil
+}
+
+// store maps the tensors of c's architecture table to their Hugging Face
+// names. For "llama" files it undoes convert_hf_to_gguf's permutation of
+// the q and k rows (which turns Hugging Face's rotate-half RoPE pairs into
+// ggml's adjacent pairs): those two matrices per layer are copied.
+func (g *GGUF) store(c *Config) (*Store, error) {
+	for _, t := range g.Tensors {
+		rest, ok := strings.CutPrefix(t.Name, "blk.")
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, ".")
+		if n, err := strconv.Atoi(num); err == nil && (n < 0 || n >= c.NumLayers) {
+			return nil, fmt.Errorf("weights: %s: tensor %q is past the %d layers of metadata key \"%s.block_count\"", g.Path, t.Name, c.NumLayers, g.arch())
+		}
+	}
+	f := &mappedFile{path: g.Path, data: g.data}
+	s := &Store{where: g.Path, files: []*mappedFile{f}, tensors: make(map[string]entry)}
+	specs := c.ModelTensors()
+	for i := range c.NumLayers {
+		specs = append(specs, c.LayerTensors(i)...)
+	}
+	for _, ts := range specs {
+		t, ok := g.Tensor(ts.GGUF)
+		if !ok {
+			why := ""
+			if ts.Why != "" {
+				why = " (" + ts.Why + ")"
+			}
+			return nil, fmt.Errorf("weights: %s: tensor %q is missing%s", g.Path, ts.GGUF, why)
+		}
+		if want := ts.Shape(); !slices.Equal(t.Shape(), want) {
+			return nil, fmt.Errorf("weights: %s: tensor %q has dimensions %v, but the metadata implies %v (%s)",
+				g.Path, ts.GGUF, t.Dims, reversed(want), dimFields(ts))
+		}
+		info := ggmlTypes[t.Type] // checkTensors knew the type
+		e := entry{file: f, info: tensorInfo{
+			dtypeName: info.name, dtype: info.dtype, shape: t.Shape(),
+			begin: g.dataOff + t.Offset, end: g.dataOff + t.Offset + t.Size,
+		}}
+		if c.ModelType == "llama" && (ts.Role == Q || ts.Role == K) && info.dtype != 0 {
+			heads := c.NumHeads
+			if ts.Role == K {
+				heads = c.NumKVHeads
+			}
+			rows := e.info.shape[0]
+			if len(e.info.shape) != 2 || rows != heads*c.HeadDim {
+				continue // the shape check reports it
+			}
+			e.own = unpermuteRows(g.TensorData(t), rows, heads)
+		}
+		s.tensors[ts.Name] = e
+	}
+	return s, nil
+}
+
+// unpermuteRows returns the rows of b (rows rows of equal length) in
+// Hugging Face order: within each head of hd rows, the GGUF row 2i+j holds
+// Hugging Face row j*hd/2+i.
+func unpermuteRows(b []byte, rows, heads int) []byte {
+	rb := len(b) / rows
+	hd := rows / heads
+	out := make([]byte, len(b))
+	for h := range heads {
+		for i := range hd / 2 {
+			for j := range 2 {
+				src := h*hd + 2*i + j
+				dst := h*hd + j*hd/2 + i
+				copy(out[dst*rb:(dst+1)*rb], b[src*rb:(src+1)*rb])
+			}
+		}
+	}
+	return out
+}
+
+// arch returns general.architecture, "" when it is not a string.
+func (g *GGUF) arch() string {
+	a, _, _ := g.String("general.architecture")
+	return a
+}
+
+func reversed(s []int) []int {
+	r := slices.Clone(s)
+	slices.Reverse(r)
+	return r
+}
+
+// dimFields names the sizes a tensor's dimensions come from, fastest
+// first as GGUF writes them.
+func dimFields(ts TensorSpec) string {
+	parts := make([]string, len(ts.Dims))
+	for i, d := range ts.Dims {
+		parts[len(parts)-1-i] = d.Field + "=" + strconv.Itoa(d.N)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ParseWeightFormat returns the element type a --weights value names for
+// quantize-on-load: "q8_0" or "q4_0" (case-insensitive); "" is the stored
+// type (0).
+func ParseWeightFormat(s string) (tensor.DType, error) {
+	switch strings.ToLower(s) {
+	case "":
+		return 0, nil
+	case "q8_0":
+		return tensor.Q8_0, nil
+	case "q4_0":
+		return tensor.Q4_0, nil
+	}
+	return 0, fmt.Errorf("weights: weight format %q is not supported (supported: q8_0, q4_0; the K types are read from GGUF files but not made on load)", s)
+}
+
+// Quantize returns t, a 2-D F32, F16 or BF16 matrix whose rows are whole
+// blocks of the format (ParseWeightFormat), quantized to it (tensor.QuantizeRow, row by row: no float32
+// copy of the whole matrix), in memory of its own; ok is false, and t is
+// returned as it is, for another tensor.
+func (t *Tensor) Quantize(format string) (q *Tensor, ok bool, err error) {
+	d, err := ParseWeightFormat(format)
+	if err != nil {
+		return nil, false, err
+	}
+	f := d.Format()
+	if f == nil || len(t.Shape) != 2 || t.DType.Size() == 0 || t.Shape[1]%f.Block != 0 {
+		return t, false, nil
+	}
+	if err := t.check(); err != nil {
+		return nil, false, fmt.Errorf("weights: %w", err)
+	}
+	rows, cols := t.Shape[0], t.Shape[1]
+	rb, _ := d.RowBytes(cols)
+	out := make([]byte, rows*rb)
+	row := make([]float32, cols)
+	es := t.DType.Size()
+	for r := range rows {
+		src := &Tensor{Name: t.Name, DType: t.DType, Shape: []int{cols}, Data: t.Data[r*cols*es : (r+1)*cols*es]}
+		v, err := src.Float32s()
+		if err != nil {
+			return nil, false, err
+		}
+		copy(row, v)
+		if err := tensor.QuantizeRow(out[r*rb:(r+1)*rb], d, row); err != nil {
+			return nil, false, fmt.Errorf("weights: tensor %q: %w", t.Name, err)
+		}
+	}
+	return &Tensor{Name: t.Name, DType: d, Shape: []int{rows, cols}, Data: out}, true, nil
+}
