@@ -62,7 +62,7 @@ func TestGGUFTokenizer(t *testing.T) {
 			if got, want := tok.EOS(), hf.EOS(); !equalIDs(got, want) {
 				t.Errorf("EOS %v, want %v", got, want)
 			}
-			if got, want := tok.ChatTemplateSource(), hf.ChatTemplateSource(); got != want {
+			if got, want := tok.ChatTemplate(), hf.ChatTemplate(); got != want {
 				t.Errorf("chat template %q, want %q", got, want)
 			}
 		})

@@ -81,8 +81,9 @@ func (t *Tokenizer) SetChatTemplate(name, source string) error {
 	return nil
 }
 
-// ChatTemplate returns the text of the model's default chat template, ""
-// when it has none.
+// ChatTemplate returns the text of the model's default chat template
+// (tokenizer_config.json's chat_template, a GGUF's tokenizer.chat_template,
+// or what SetChatTemplate set), "" when it has none.
 func (t *Tokenizer) ChatTemplate() string { return t.chat.template }
 
 // HasChatTemplate reports whether the model has a chat template (which may

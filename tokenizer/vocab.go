@@ -229,8 +229,3 @@ func spmMerges(v *Vocab, vocab map[string]int, typ func(int) int32) [][2]string 
 	}
 	return out
 }
-
-// ChatTemplateSource returns the chat template text, from
-// tokenizer_config.json's chat_template or a GGUF's tokenizer.chat_template
-// ("" when there is none), for a renderer of the template itself.
-func (t *Tokenizer) ChatTemplateSource() string { return t.chat.template }
