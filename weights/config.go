@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 )
@@ -103,7 +102,7 @@ type rawConfig struct {
 // vocab_size (see ParseGenerationConfig).
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	data, err := ReadFileMax(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
@@ -112,7 +111,7 @@ func LoadConfig(dir string) (*Config, error) {
 		return nil, err
 	}
 	path = filepath.Join(dir, "generation_config.json")
-	data, err = os.ReadFile(path)
+	data, err = ReadFileMax(path, MaxConfigBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return c, nil
