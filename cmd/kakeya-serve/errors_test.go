@@ -121,6 +121,9 @@ func TestAPIKey(t *testing.T) {
 		{"wrong key", []string{"Authorization", "Bearer nope"}, 401},
 		{"not bearer", []string{"Authorization", "Basic sekrit"}, 401},
 		{"right key", []string{"Authorization", "Bearer sekrit"}, 200},
+		{"lowercase scheme", []string{"Authorization", "bearer sekrit"}, 200}, // the scheme is case-insensitive
+		{"uppercase scheme", []string{"Authorization", "BEARER sekrit"}, 200},
+		{"key as the scheme", []string{"Authorization", "sekrit"}, 401},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, body := s.post(t, "/v1/completions", req, tt.header...)

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// HEAD answers as GET without the body, OPTIONS with 204 and the methods a
+// path takes (Allow), any other method with a 405 naming them.
+func TestHeadOptions(t *testing.T) {
+	s := newServer(serverConfig{name: "ref", maxBody: 1 << 20, log: discardLog()})
+	hs := httptest.NewServer(s.handler())
+	defer hs.Close()
+	for _, tt := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{http.MethodHead, "/health", 503, ""}, // loading, as GET says
+		{http.MethodHead, "/metrics", 200, ""},
+		{http.MethodOptions, "/health", 204, "GET, HEAD, OPTIONS"},
+		{http.MethodOptions, "/v1/chat/completions", 204, "POST, OPTIONS"},
+		{http.MethodOptions, "/v1/models", 204, "GET, HEAD, OPTIONS"},
+		{http.MethodPut, "/v1/completions", 405, "POST, OPTIONS"},
+		{http.MethodHead, "/v1/completions", 405, "POST, OPTIONS"},
+	} {
+		req, err := http.NewRequest(tt.method, hs.URL+tt.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status || resp.Header.Get("Allow") != tt.allow {
+			t.Errorf("%s %s: %d, Allow %q; want %d, %q", tt.method, tt.path, resp.StatusCode, resp.Header.Get("Allow"), tt.status, tt.allow)
+		}
+		if (tt.method == http.MethodHead || tt.method == http.MethodOptions) && len(body) != 0 {
+			t.Errorf("%s %s: a body of %d bytes", tt.method, tt.path, len(body))
+		}
+	}
+}
+
+// Error responses keep the server's paths to the log: a 500 says where
+// the details are, a 400 that names the model directory names the served
+// model instead.
+func TestPublicError(t *testing.T) {
+	eng := reference(t)
+	dir := eng.Dir()
+	s := newServer(serverConfig{name: "ref", maxBody: 1 << 20, log: discardLog()})
+	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	for _, e := range []*apiError{
+		generateError(&pathError{"kakeya: non-finite logits: do the weights in " + dir + " hold NaN or Inf?"}, true),
+		badRequest("messages", "kakeya: %s: tokenizer: %s/tokenizer_config.json: the Mistral [INST] template has no system role", dir, dir),
+	} {
+		got := s.publicError(r, eng, e)
+		if strings.Contains(got.message, dir) || got.status != e.status {
+			t.Errorf("%d %q: became %d %q", e.status, e.message, got.status, got.message)
+		}
+	}
+}
+
+type pathError struct{ s string }
+
+func (e *pathError) Error() string { return e.s }
+
+// A client that half-closes its connection after the request (its
+// sending side) gets an error saying its request was cancelled, not an
+// empty 200.
+func TestHalfClose(t *testing.T) {
+	s := startServer(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := strings.Replace(longRequest, `"stream": true`, `"stream": false`, 1)
+	if _, err := io.WriteString(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 499 {
+		t.Fatalf("status %d, want 499: %q", resp.StatusCode, b)
+	}
+	if _, _, _, code := checkError(t, b); deref(code) != "client_closed_request" {
+		t.Errorf("code %s: %s", deref(code), b)
+	}
+}
