@@ -105,3 +105,80 @@ func TestHalfClose(t *testing.T) {
 		t.Errorf("code %s: %s", deref(code), b)
 	}
 }
+
+// A client that sends its headers and then its body a byte at a time gets
+// 408 once --read-timeout passes, and its connection closes; connections
+// past --max-connections are answered 503 at once (counted on /metrics),
+// so a crowd of them cannot leave /health unanswered, which answers again
+// as soon as the slow ones are dropped.
+func TestSlowBody(t *testing.T) {
+	s := startServer(t, "--read-timeout", "400ms", "--max-connections", "3")
+	addr := strings.TrimPrefix(s.url, "http://")
+	noKeep := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	get := func(path string) (int, string) {
+		resp, err := noKeep.Get(s.url + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	slow := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	start := time.Now()
+	conns := []net.Conn{slow(), slow(), slow()}
+	// The slots are taken once the server has accepted them.
+	deadline := time.Now().Add(5 * time.Second)
+	var code int
+	for code != 503 && time.Now().Before(deadline) {
+		code, _ = get("/health")
+	}
+	if code != 503 {
+		t.Fatalf("/health with 3 slow clients at --max-connections 3: %d, want the 503 of a full server", code)
+	}
+	c := conns[0]
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	go func() { // one more byte after a while: still too slow
+		time.Sleep(200 * time.Millisecond)
+		io.WriteString(c, `"`)
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("the slow client got no response: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if took := time.Since(start); resp.StatusCode != http.StatusRequestTimeout || took > 5*time.Second {
+		t.Fatalf("the slow client got %d after %v: %s", resp.StatusCode, took, b)
+	}
+	if _, _, _, ecode := checkError(t, b); deref(ecode) != "timeout" {
+		t.Errorf("code %s: %s", deref(ecode), b)
+	}
+	// Every slow one dropped, the server answers again, and says what
+	// it turned away.
+	for code = 0; code != 200 && time.Now().Before(deadline.Add(5*time.Second)); {
+		code, _ = get("/health")
+	}
+	if code != 200 {
+		t.Fatalf("/health after the slow clients' timeout: %d", code)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{"kakeya_connections_max 3", "kakeya_connections_rejected_total "} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("no %q on /metrics", want)
+		}
+	}
+	if strings.Contains(metrics, "kakeya_connections_rejected_total 0\n") {
+		t.Error("no rejected connection counted")
+	}
+}

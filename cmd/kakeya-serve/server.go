@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,9 +29,11 @@ type server struct {
 	apiKey  string        // "" for none
 	maxBody int64         // bytes of a request body at most
 	timeout time.Duration // of one request, 0 for none
-	log     *slog.Logger
-	metrics *metrics
-	created int64 // Unix time the server started, /v1/models's created
+	// readTimeout bounds the wait for a request's body, 0 for none.
+	readTimeout time.Duration
+	log         *slog.Logger
+	metrics     *metrics
+	created     int64 // Unix time the server started, /v1/models's created
 
 	eng      atomic.Pointer[kakeya.Engine]
 	draining atomic.Bool
@@ -42,11 +45,12 @@ type serverConfig struct {
 	name, apiKey string
 	maxBody      int64
 	timeout      time.Duration
+	readTimeout  time.Duration
 	log          *slog.Logger
 }
 
 func newServer(cfg serverConfig) *server {
-	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, log: cfg.log, created: time.Now().Unix()}
+	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix()}
 	s.metrics = newMetrics(func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
 			return e.Stats(), true
@@ -143,6 +147,13 @@ func info(r *http.Request) *reqInfo {
 func (s *server) logged(endpoint string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		if s.readTimeout > 0 {
+			// The body's deadline (net/http's ReadHeaderTimeout covers
+			// the headers only): readBody lifts it once the body is in;
+			// a handler that reads none leaves it for the server's
+			// reading what is left of the body.
+			http.NewResponseController(w).SetReadDeadline(start.Add(s.readTimeout))
+		}
 		ri := &reqInfo{}
 		sw := &statusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri)))
@@ -223,9 +234,19 @@ func (s *server) ready() (*kakeya.Engine, *apiError) {
 	return e, nil
 }
 
-// readBody reads the request body, at most s.maxBody bytes.
+// readBody reads the request body, at most s.maxBody bytes, within the
+// s.readTimeout that logged set (a client sending it slower gets 408, and
+// its connection closes); the deadline is lifted once the body is in, for
+// the response may take longer.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if s.readTimeout > 0 && err == nil {
+		http.NewResponseController(w).SetReadDeadline(time.Time{})
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close")
+		return nil, &apiError{status: http.StatusRequestTimeout, message: fmt.Sprintf("the request body did not arrive within %v (--read-timeout)", s.readTimeout), typ: "invalid_request_error", code: "timeout"}
+	}
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
