@@ -146,6 +146,9 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	if err := opt.checkPrompt(); err != nil {
 		return nil, err
 	}
+	if err := e.checkPromptBytes(prompt, opt); err != nil {
+		return nil, err
+	}
 	if !opt.Chat {
 		return e.tok.Encode(prompt, true), nil
 	}
@@ -165,6 +168,22 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	}
 	// The template already spells out BOS where the family wants one.
 	return e.tok.Encode(text, false), nil
+}
+
+// checkPromptBytes rejects, before any tokenizing, a prompt whose text
+// alone is more tokens than a sequence holds (tokenizer.MinTokens: bytes
+// bound tokens from below): tokenizing takes tens of bytes per byte of
+// text, which a prompt that cannot run must not cost.
+func (e *Engine) checkPromptBytes(prompt string, opt GenerateOptions) error {
+	n, size := e.tok.MinTokens(prompt)+e.tok.MinTokens(opt.System), len(prompt)+len(opt.System)
+	for _, m := range opt.Messages {
+		n, size = n+e.tok.MinTokens(m.Content), size+len(m.Content)
+	}
+	if most := e.MaxTokens(); n >= most {
+		return fmt.Errorf("kakeya: the prompt's %d bytes are at least %d tokens: %w", size, n,
+			&model.ContextError{Tokens: n, Context: most, Limit: e.model.ContextLimit(), Generate: true})
+	}
+	return nil
 }
 
 // Logits tokenizes prompt as Generate does under opt (only Chat and System

@@ -201,6 +201,7 @@ func parse(path string, data []byte, cfgPath string, cfgData []byte) (*Tokenizer
 	if err := t.buildChat(cfg.ChatTemplate, cfgPath); err != nil {
 		return nil, err
 	}
+	t.perToken = t.boundTokenBytes()
 	return t, nil
 }
 

@@ -47,6 +47,8 @@ type Tokenizer struct {
 	eos    []int
 
 	chat chatInfo
+
+	perToken int // input bytes one token stands for at most, 0 for no bound (MinTokens)
 }
 
 type addedToken struct {

@@ -6,8 +6,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -181,4 +184,71 @@ func TestSlowBody(t *testing.T) {
 	if strings.Contains(metrics, "kakeya_connections_rejected_total 0\n") {
 		t.Error("no rejected connection counted")
 	}
+}
+
+// Six concurrent 4 MB one-word prompts (past the context of 2048 tokens)
+// raise the process's peak RSS by at most 200 MB: the engine rejects them
+// from their length before tokenizing (which took 60-70 bytes per byte,
+// 1.16 GB for the six), each with a 400 context_length_exceeded.
+func TestPromptMemory(t *testing.T) {
+	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
+		t.Skip("no /proc/self/clear_refs to reset the peak RSS: Linux only")
+	}
+	s := startServer(t, "--max-body", "5M")
+	word := strings.Repeat("a", 4<<20)
+	body := `{"prompt": "` + word + `", "max_tokens": 1}`
+	word = ""
+	runtime.GC()
+	idle := procStatusKB(t, "VmRSS")
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil { // resets VmHWM
+		t.Skipf("cannot reset the peak RSS: %v", err)
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 6)
+	for i := range codes {
+		wg.Go(func() {
+			resp, err := http.Post(s.url+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+			if resp.StatusCode == 400 && !strings.Contains(string(b), "context_length_exceeded") {
+				t.Errorf("400 without context_length_exceeded: %s", b)
+			}
+		})
+	}
+	wg.Wait()
+	peak := procStatusKB(t, "VmHWM")
+	for i, c := range codes {
+		if c != 400 {
+			t.Errorf("request %d: status %d, want 400", i, c)
+		}
+	}
+	t.Logf("RSS idle %d MB, peak %d MB", idle>>10, peak>>10)
+	if peak-idle > 200<<10 {
+		t.Errorf("6 concurrent 4 MB prompts raised the peak RSS by %d MB, over 200 MB", (peak-idle)>>10)
+	}
+}
+
+// procStatusKB returns a field of /proc/self/status in KiB.
+func procStatusKB(t *testing.T, field string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				t.Fatalf("%s: %q", field, line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
 }
