@@ -36,6 +36,14 @@ type GenerateOptions struct {
 	// sent one: the model continues it as the assistant. It replaces the
 	// prompt and System, which must then be empty.
 	Messages []tokenizer.Message
+	// SpecialInMessages, with Chat, reads the spellings of special tokens
+	// (<|im_end|>, <|eot_id|>, ...) in the messages' content, the prompt
+	// and System as those tokens. Off, the default, only the chat
+	// template's own markup is special and content is plain text
+	// (tokenizer.EncodeSegments), so that a user's text cannot close its
+	// turn and forge another (a system turn, say). Turn it on only for
+	// trusted content that means to spell the tokens.
+	SpecialInMessages bool
 	// Logprobs computes each generated token's log-probability under the
 	// model's distribution: the log-softmax of the raw logits, before the
 	// repetition penalty, temperature, top-k, top-p and min-p (see
@@ -162,12 +170,17 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
 	}
-	text, err := e.tok.ApplyChat(msgs, true)
+	segs, err := e.tok.ApplyChatSegments(msgs, true)
 	if err != nil {
 		return nil, fmt.Errorf("kakeya: %s: %w", e.dir, err)
 	}
 	// The template already spells out BOS where the family wants one.
-	return e.tok.Encode(text, false), nil
+	if opt.SpecialInMessages {
+		for i := range segs {
+			segs[i].Special = true
+		}
+	}
+	return e.tok.EncodeSegments(segs, false), nil
 }
 
 // checkPromptBytes rejects, before any tokenizing, a prompt whose text

@@ -1,0 +1,88 @@
+package tokenizer
+
+import "strings"
+
+// A Segment is a stretch of a prompt with how its added tokens are read.
+// A chat template's own markup is Special: its spellings of special tokens
+// (<|im_start|>, <|eot_id|>, <s>) are those tokens. Message content is
+// plain: a special token's spelling there is only text, so a user cannot
+// forge a turn, as with Hugging Face's split_special_tokens. Added tokens
+// not flagged special (such as <think> in some vocabularies) are tokens in
+// either.
+type Segment struct {
+	Text    string
+	Special bool
+}
+
+// EncodeSegments returns the token ids of the segments' text, joined, as
+// Encode does, except that an added token flagged special is recognised
+// only where all of its text lies in Special segments. Text between the
+// tokens recognised is encoded as one stretch across segment boundaries,
+// so where no plain segment spells a special token the ids are exactly
+// Encode's of the joined text.
+func (t *Tokenizer) EncodeSegments(segs []Segment, addSpecial bool) []int {
+	text := joinSegments(segs)
+	var plain [][2]int
+	at := 0
+	for _, s := range segs {
+		if !s.Special && s.Text != "" {
+			if n := len(plain); n > 0 && plain[n-1][1] == at {
+				plain[n-1][1] = at + len(s.Text)
+			} else {
+				plain = append(plain, [2]int{at, at + len(s.Text)})
+			}
+		}
+		at += len(s.Text)
+	}
+	ids := make([]int, 0, len(text)/3+4)
+	ids = t.encodeAdded(ids, text, plain)
+	if addSpecial {
+		ids = t.post.apply(ids)
+	}
+	return ids
+}
+
+// joinSegments returns the segments' text.
+func joinSegments(segs []Segment) string {
+	var b strings.Builder
+	for _, s := range segs {
+		b.WriteString(s.Text)
+	}
+	return b.String()
+}
+
+// plainSpans tracks, along a left-to-right scan, the plain spans of a text
+// (sorted, disjoint) in which special tokens are not recognised.
+type plainSpans struct {
+	spans [][2]int
+	k     int // the first span that does not end at or before the scan
+}
+
+// overlaps reports whether [s, e) touches a plain span; s never decreases
+// from one call to the next.
+func (p *plainSpans) overlaps(s, e int) bool {
+	for p.k < len(p.spans) && p.spans[p.k][1] <= s {
+		p.k++
+	}
+	return p.k < len(p.spans) && p.spans[p.k][0] < e
+}
+
+// chatBuilder collects a chat template's rendering as Segments: its
+// WriteString is the template's markup (Special), content a message's
+// text (plain).
+type chatBuilder struct{ segs []Segment }
+
+func (b *chatBuilder) WriteString(s string) { b.add(s, true) }
+
+func (b *chatBuilder) content(s string) { b.add(s, false) }
+
+func (b *chatBuilder) add(s string, special bool) {
+	if s == "" {
+		return
+	}
+	if n := len(b.segs); n > 0 && b.segs[n-1].Special == special {
+		b.segs[n-1].Text += s
+		return
+	}
+	b.segs = append(b.segs, Segment{Text: s, Special: special})
+}
