@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"unicode"
 )
 
 // ChatFormat is a chat prompt format recognised from tokenizer_config.json's
@@ -130,23 +129,11 @@ func containsInt(s []int, v int) bool {
 // turns, no tools), Llama-3 (3.1+ system header with the template's fallback
 // date, no tools) and Llama-2/Mistral [INST].
 func (t *Tokenizer) ApplyChat(msgs []Message, addGenerationPrompt bool) (string, error) {
-	segs, err := t.ApplyChatSegments(msgs, addGenerationPrompt)
-	if err != nil {
-		return "", err
-	}
-	return joinSegments(segs), nil
-}
-
-// ApplyChatSegments renders msgs as ApplyChat does, as segments: the
-// template's own markup Special, the messages' contents (and a system
-// prompt's) plain, so that EncodeSegments reads a special token's
-// spelling inside a message as text and a user cannot forge a turn.
-func (t *Tokenizer) ApplyChatSegments(msgs []Message, addGenerationPrompt bool) ([]Segment, error) {
 	for i, m := range msgs {
 		switch m.Role {
 		case "system", "user", "assistant":
 		default:
-			return nil, fmt.Errorf("tokenizer: chat message %d: unsupported role %q", i, m.Role)
+			return "", fmt.Errorf("tokenizer: chat message %d: unsupported role %q", i, m.Role)
 		}
 	}
 	switch t.chat.format {
@@ -157,21 +144,19 @@ func (t *Tokenizer) ApplyChatSegments(msgs []Message, addGenerationPrompt bool) 
 	case ChatLlama2:
 		return t.chatLlama2(msgs)
 	}
-	return nil, fmt.Errorf("tokenizer: %s: no recognised chat_template in tokenizer_config.json", t.path)
+	return "", fmt.Errorf("tokenizer: %s: no recognised chat_template in tokenizer_config.json", t.path)
 }
 
-func (t *Tokenizer) chatML(msgs []Message, gen bool) []Segment {
-	var b chatBuilder
+func (t *Tokenizer) chatML(msgs []Message, gen bool) string {
+	var b strings.Builder
 	turn := func(role, content string) {
-		b.WriteString("<|im_start|>" + role + "\n")
-		b.content(content)
-		b.WriteString("<|im_end|>\n")
+		b.WriteString("<|im_start|>" + role + "\n" + content + "<|im_end|>\n")
 	}
 	if !t.chat.think {
 		// Qwen2/2.5 layout: every message as a turn, the default system
 		// prompt first when the conversation has none.
 		if t.chat.defaultSystem != "" && (len(msgs) == 0 || msgs[0].Role != "system") {
-			b.WriteString("<|im_start|>system\n" + t.chat.defaultSystem + "<|im_end|>\n") // the template's own
+			turn("system", t.chat.defaultSystem)
 		}
 		for _, m := range msgs {
 			turn(m.Role, m.Content)
@@ -179,7 +164,7 @@ func (t *Tokenizer) chatML(msgs []Message, gen bool) []Segment {
 		if gen {
 			b.WriteString("<|im_start|>assistant\n")
 		}
-		return b.segs
+		return b.String()
 	}
 	// Qwen3 layout: assistant turns after the last user query keep their
 	// reasoning in a <think> block, earlier ones lose it.
@@ -207,12 +192,9 @@ func (t *Tokenizer) chatML(msgs []Message, gen bool) []Segment {
 			}
 			b.WriteString("<|im_start|>assistant\n")
 			if i > lastQuery && (i == len(msgs)-1 || reasoning != "") {
-				b.WriteString("<think>\n")
-				b.content(strings.Trim(reasoning, "\n"))
-				b.WriteString("\n</think>\n\n")
-				b.content(strings.TrimLeft(content, "\n"))
+				b.WriteString("<think>\n" + strings.Trim(reasoning, "\n") + "\n</think>\n\n" + strings.TrimLeft(content, "\n"))
 			} else {
-				b.content(content)
+				b.WriteString(content)
 			}
 			b.WriteString("<|im_end|>\n")
 		}
@@ -220,7 +202,7 @@ func (t *Tokenizer) chatML(msgs []Message, gen bool) []Segment {
 	if gen {
 		b.WriteString("<|im_start|>assistant\n")
 	}
-	return b.segs
+	return b.String()
 }
 
 // jinjaTrim is Jinja's trim filter (Python str.strip()).
@@ -233,8 +215,8 @@ func (t *Tokenizer) specialText(id int, ok bool) string {
 	return t.Token(id)
 }
 
-func (t *Tokenizer) chatLlama3(msgs []Message, gen bool) []Segment {
-	var b chatBuilder
+func (t *Tokenizer) chatLlama3(msgs []Message, gen bool) string {
+	var b strings.Builder
 	header := func(role string) {
 		b.WriteString("<|start_header_id|>" + role + "<|end_header_id|>\n\n")
 	}
@@ -246,24 +228,21 @@ func (t *Tokenizer) chatLlama3(msgs []Message, gen bool) []Segment {
 		}
 		b.WriteString(bos)
 		header("system")
-		b.WriteString("Cutting Knowledge Date: December 2023\nToday Date: " + t.chat.llamaDate + "\n\n")
-		b.content(system)
-		b.WriteString("<|eot_id|>")
+		b.WriteString("Cutting Knowledge Date: December 2023\nToday Date: " + t.chat.llamaDate + "\n\n" + system + "<|eot_id|>")
 	} else if len(msgs) > 0 {
 		b.WriteString(bos)
 	}
 	for _, m := range msgs {
 		header(m.Role)
-		b.content(jinjaTrim(m.Content))
-		b.WriteString("<|eot_id|>")
+		b.WriteString(jinjaTrim(m.Content) + "<|eot_id|>")
 	}
 	if gen {
 		header("assistant")
 	}
-	return b.segs
+	return b.String()
 }
 
-func (t *Tokenizer) chatLlama2(msgs []Message) ([]Segment, error) {
+func (t *Tokenizer) chatLlama2(msgs []Message) (string, error) {
 	bos := t.specialText(t.BOS())
 	eos := ""
 	if len(t.eos) > 0 {
@@ -273,52 +252,32 @@ func (t *Tokenizer) chatLlama2(msgs []Message) ([]Segment, error) {
 	hasSystem := len(msgs) > 0 && msgs[0].Role == "system"
 	if hasSystem {
 		if t.chat.mistral {
-			return nil, fmt.Errorf("tokenizer: %s: the Mistral [INST] template has no system role", t.path)
+			return "", fmt.Errorf("tokenizer: %s: the Mistral [INST] template has no system role", t.path)
 		}
 		system, msgs = msgs[0].Content, msgs[1:]
 	}
-	var b chatBuilder
+	var b strings.Builder
 	if t.chat.mistral {
 		b.WriteString(bos)
 	}
 	for i, m := range msgs {
 		if (m.Role == "user") != (i%2 == 0) {
-			return nil, fmt.Errorf("tokenizer: chat roles must alternate user/assistant, message %d is %q", i, m.Role)
+			return "", fmt.Errorf("tokenizer: chat roles must alternate user/assistant, message %d is %q", i, m.Role)
 		}
 		content := m.Content
-		withSystem := i == 0 && hasSystem // content is "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content
-		if !t.chat.mistral {
-			// The template strips the content, <<SYS>> block included,
-			// which starts with no space.
-			content = strings.TrimRightFunc(content, unicode.IsSpace)
-			if !withSystem {
-				content = strings.TrimLeftFunc(content, unicode.IsSpace)
-			}
-		}
-		body := func() {
-			if withSystem {
-				b.WriteString("<<SYS>>\n")
-				b.content(system)
-				b.WriteString("\n<</SYS>>\n\n")
-			}
-			b.content(content)
+		if i == 0 && hasSystem {
+			content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content
 		}
 		switch {
-		case t.chat.mistral && m.Role == "user", m.Role == "user":
-			if !t.chat.mistral {
-				b.WriteString(bos)
-			}
-			b.WriteString("[INST] ")
-			body()
-			b.WriteString(" [/INST]")
+		case t.chat.mistral && m.Role == "user":
+			b.WriteString("[INST] " + content + " [/INST]")
 		case t.chat.mistral:
-			body()
-			b.WriteString(eos)
+			b.WriteString(content + eos)
+		case m.Role == "user":
+			b.WriteString(bos + "[INST] " + strings.TrimSpace(content) + " [/INST]")
 		default:
-			b.WriteString(" ")
-			body()
-			b.WriteString(" " + eos)
+			b.WriteString(" " + strings.TrimSpace(content) + " " + eos)
 		}
 	}
-	return b.segs, nil
+	return b.String(), nil
 }

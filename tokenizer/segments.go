@@ -67,6 +67,96 @@ func (p *plainSpans) overlaps(s, e int) bool {
 	return p.k < len(p.spans) && p.spans[p.k][0] < e
 }
 
+// Two noncharacters mark message text in ApplyChatSegments' second
+// rendering; a message holding one is rendered without the split.
+const (
+	markOpen  = "\uFDD0"
+	markClose = "\uFDD1"
+)
+
+// ApplyChatSegments renders msgs as ApplyChat does, as segments: the
+// template's own markup Special, the messages' text plain, so that
+// EncodeSegments reads a special token's spelling inside a message as text
+// and a user cannot forge a turn. It renders twice, the second time with
+// each message's text (inside its leading and trailing space, which
+// templates trim) between marks, and splits there when the marks, removed,
+// leave ApplyChat's text exactly. Where they do not (a template that
+// rewrites the text, as Qwen3's does a <think> block, or text holding a
+// mark) every message's text that appears verbatim in the rendering is
+// plain, and what is left is markup.
+func (t *Tokenizer) ApplyChatSegments(msgs []Message, addGenerationPrompt bool) ([]Segment, error) {
+	text, err := t.ApplyChat(msgs, addGenerationPrompt)
+	if err != nil {
+		return nil, err
+	}
+	marked := make([]Message, len(msgs))
+	clean := true
+	for i, m := range msgs {
+		core := strings.TrimSpace(m.Content)
+		lead := m.Content[:strings.Index(m.Content, core)]
+		trail := m.Content[len(lead)+len(core):]
+		marked[i] = Message{Role: m.Role, Content: lead + markOpen + core + markClose + trail}
+		clean = clean && !strings.Contains(m.Content, markOpen) && !strings.Contains(m.Content, markClose)
+	}
+	if clean {
+		if mt, err := t.ApplyChat(marked, addGenerationPrompt); err == nil {
+			if segs, ok := splitMarked(mt); ok && joinSegments(segs) == text {
+				return segs, nil
+			}
+		}
+	}
+	return verbatimSegments(text, msgs), nil
+}
+
+// splitMarked splits a rendering with marked message text into segments;
+// false where the marks do not pair up.
+func splitMarked(s string) ([]Segment, bool) {
+	var segs []Segment
+	var b chatBuilder
+	for s != "" {
+		i := strings.Index(s, markOpen)
+		if i < 0 {
+			if strings.Contains(s, markClose) {
+				return nil, false
+			}
+			b.WriteString(s)
+			break
+		}
+		if strings.Contains(s[:i], markClose) {
+			return nil, false
+		}
+		b.WriteString(s[:i])
+		s = s[i+len(markOpen):]
+		j := strings.Index(s, markClose)
+		if j < 0 || strings.Contains(s[:j], markOpen) {
+			return nil, false
+		}
+		b.content(s[:j])
+		s = s[j+len(markClose):]
+	}
+	segs = b.segs
+	return segs, true
+}
+
+// verbatimSegments marks plain, in order, each message's trimmed text
+// where it appears in text, and the rest markup.
+func verbatimSegments(text string, msgs []Message) []Segment {
+	var b chatBuilder
+	for _, m := range msgs {
+		core := strings.TrimSpace(m.Content)
+		if core == "" {
+			continue
+		}
+		if i := strings.Index(text, core); i >= 0 {
+			b.WriteString(text[:i])
+			b.content(core)
+			text = text[i+len(core):]
+		}
+	}
+	b.WriteString(text)
+	return b.segs
+}
+
 // chatBuilder collects a chat template's rendering as Segments: its
 // WriteString is the template's markup (Special), content a message's
 // text (plain).
