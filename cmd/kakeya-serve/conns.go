@@ -4,21 +4,20 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // defaultMaxConnections returns the connections --max-connections 0
-// allows: the file-descriptor limit less 64 (the model's files, the log,
-// the listener), at least 16, at most 4096.
+// allows: the file-descriptor limit (fdLimit) less 64 (the model's files,
+// the log, the listener), at least 16, at most 4096.
 func defaultMaxConnections() int {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<20 {
+	n, ok := fdLimit()
+	if !ok || n > 1<<20 {
 		return 4096
 	}
-	return min(4096, max(16, int(lim.Cur)-64))
+	return min(4096, max(16, n-64))
 }
 
 // busyBody is the body of busyResponse, the answer of a connection past
