@@ -181,7 +181,7 @@ func (a autoCalibration) key() (string, error) {
 	fmt.Fprintf(h, "%s\nblock %d\ntokens %d\n", calibVersion, a.blockSize, a.tokens)
 	text := sha256.Sum256([]byte(calibrate.Text()))
 	h.Write(text[:])
-	cfg, err := os.ReadFile(filepath.Join(a.modelDir, "config.json"))
+	cfg, err := weights.ReadFileMax(filepath.Join(a.modelDir, "config.json"), weights.MaxConfigBytes)
 	if err != nil {
 		return "", fmt.Errorf("kakeya: calibration cache key: %w", err)
 	}

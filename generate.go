@@ -43,6 +43,14 @@ type GenerateOptions struct {
 	// reasoning off, {"date_string": "01 Jan 2025"} sets Llama 3.x's date.
 	// Each value goes to the template through JSON.
 	ChatTemplateKwargs map[string]any
+	// SpecialInMessages, with Chat, reads the spellings of special tokens
+	// (<|im_end|>, <|eot_id|>, ...) in the messages' content, the prompt
+	// and System as those tokens. Off, the default, only the chat
+	// template's own markup is special and content is plain text
+	// (tokenizer.EncodeSegments), so that a user's text cannot close its
+	// turn and forge another (a system turn, say). Turn it on only for
+	// trusted content that means to spell the tokens.
+	SpecialInMessages bool
 	// Logprobs computes each generated token's log-probability under the
 	// model's distribution: the log-softmax of the raw logits, before the
 	// repetition penalty, temperature, top-k, top-p and min-p (see
@@ -156,6 +164,9 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	if err := opt.checkPrompt(); err != nil {
 		return nil, err
 	}
+	if err := e.checkPromptBytes(prompt, opt); err != nil {
+		return nil, err
+	}
 	if !opt.Chat {
 		return e.tok.Encode(prompt, true), nil
 	}
@@ -169,12 +180,33 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
 	}
-	text, err := e.tok.ApplyChatKwargs(msgs, true, opt.ChatTemplateKwargs)
+	segs, err := e.tok.ApplyChatSegments(msgs, true, opt.ChatTemplateKwargs)
 	if err != nil {
 		return nil, fmt.Errorf("kakeya: %s: %w", e.dir, err)
 	}
 	// The template already spells out BOS where the family wants one.
-	return e.tok.Encode(text, false), nil
+	if opt.SpecialInMessages {
+		for i := range segs {
+			segs[i].Special = true
+		}
+	}
+	return e.tok.EncodeSegments(segs, false), nil
+}
+
+// checkPromptBytes rejects, before any tokenizing, a prompt whose text
+// alone is more tokens than a sequence holds (tokenizer.MinTokens: bytes
+// bound tokens from below): tokenizing takes tens of bytes per byte of
+// text, which a prompt that cannot run must not cost.
+func (e *Engine) checkPromptBytes(prompt string, opt GenerateOptions) error {
+	n, size := e.tok.MinTokens(prompt)+e.tok.MinTokens(opt.System), len(prompt)+len(opt.System)
+	for _, m := range opt.Messages {
+		n, size = n+e.tok.MinTokens(m.Content), size+len(m.Content)
+	}
+	if most := e.MaxTokens(); n >= most {
+		return fmt.Errorf("kakeya: the prompt's %d bytes are at least %d tokens: %w", size, n,
+			&model.ContextError{Tokens: n, Context: most, Limit: e.model.ContextLimit(), Generate: true})
+	}
+	return nil
 }
 
 // Logits tokenizes prompt as Generate does under opt (only Chat and System

@@ -248,6 +248,10 @@ func New(cfg Config) (*Scheduler, error) {
 			s.maxToks = n
 		}
 	}
+	if z.MaxTokens() < 2 {
+		// (cost(2) would index past the peaks.)
+		return nil, fmt.Errorf("scheduler: a %d-token context holds no sequence of 2 tokens (a prompt token and a generated one): raise the context", z.MaxTokens())
+	}
 	if s.maxToks < 2 {
 		return nil, fmt.Errorf("scheduler: KV memory of %d bytes holds no sequence of 2 tokens (%d bytes) in this cache", cfg.KVMemory, s.cost(2))
 	}

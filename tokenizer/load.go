@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -120,13 +119,13 @@ const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 // Load reads the tokenizer.json at path and, when present in the same
 // directory, tokenizer_config.json.
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFileMax(path, maxTokenizerBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	var cfg []byte
 	cfgPath := filepath.Join(filepath.Dir(path), "tokenizer_config.json")
-	cfg, err = os.ReadFile(cfgPath)
+	cfg, err = readFileMax(cfgPath, maxConfigBytes)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("tokenizer: %w", err)
@@ -212,6 +211,7 @@ func parse(path string, data []byte, cfgPath string, cfgData []byte) (*Tokenizer
 	if err := t.buildChat(cfg.ChatTemplate, cfgPath, special); err != nil {
 		return nil, err
 	}
+	t.perToken = t.boundTokenBytes()
 	return t, nil
 }
 

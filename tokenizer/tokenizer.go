@@ -48,6 +48,8 @@ type Tokenizer struct {
 	eos    []int
 
 	chat chatInfo
+
+	perToken int // input bytes one token stands for at most, 0 for no bound (MinTokens)
 }
 
 type addedToken struct {
@@ -97,7 +99,7 @@ func (t *Tokenizer) IsSpecial(id int) bool {
 // template (or tokenizer_config add_bos_token/add_eos_token) adds BOS/EOS.
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 	ids := make([]int, 0, len(text)/3+4)
-	ids = t.encodeAdded(ids, text)
+	ids = t.encodeAdded(ids, text, nil)
 	if addSpecial {
 		ids = t.post.apply(ids)
 	}
@@ -105,11 +107,13 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int {
 }
 
 // encodeAdded splits text on added tokens that match raw text, and encodes
-// the pieces between them.
-func (t *Tokenizer) encodeAdded(dst []int, text string) []int {
+// the pieces between them. Special tokens are not recognised where their
+// text touches one of the plain spans (EncodeSegments; nil for none).
+func (t *Tokenizer) encodeAdded(dst []int, text string, plain [][2]int) []int {
 	if !t.hasRaw {
-		return t.encodeSegment(dst, text, true)
+		return t.encodeSegment(dst, text, true, len(plain) == 0)
 	}
+	ps := plainSpans{spans: plain}
 	start := 0 // start of the pending plain segment
 	for i := 0; i < len(text); {
 		if !t.firstRaw[text[i]] {
@@ -117,15 +121,25 @@ func (t *Tokenizer) encodeAdded(dst []int, text string) []int {
 			continue
 		}
 		tok, s, e := t.matchAdded(text, start, i, false)
-		if tok == nil {
+		if tok == nil || tok.special && ps.overlaps(i, i+len(tok.content)) {
 			i++
 			continue
 		}
-		dst = t.encodeSegment(dst, text[start:s], start == 0)
+		dst = t.encodeSegment(dst, text[start:s], start == 0, !touches(plain, start, s))
 		dst = append(dst, tok.id)
 		start, i = e, e
 	}
-	return t.encodeSegment(dst, text[start:], start == 0)
+	return t.encodeSegment(dst, text[start:], start == 0, !touches(plain, start, len(text)))
+}
+
+// touches reports whether [s, e) overlaps one of the plain spans.
+func touches(plain [][2]int, s, e int) bool {
+	for _, p := range plain {
+		if p[0] < e && s < p[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // matchAdded returns the longest added token (of the requested normalized
@@ -183,8 +197,10 @@ func wordCharAfter(s string, i int) bool {
 
 // encodeSegment normalizes one stretch of text free of raw added tokens,
 // splits it on normalized added tokens and encodes the rest with the model.
-// first reports whether the segment starts the input (Metaspace "first").
-func (t *Tokenizer) encodeSegment(dst []int, seg string, first bool) []int {
+// first reports whether the segment starts the input (Metaspace "first");
+// without special, normalized added tokens flagged special are text (the
+// stretch holds message content, see EncodeSegments).
+func (t *Tokenizer) encodeSegment(dst []int, seg string, first, special bool) []int {
 	if seg == "" {
 		return dst
 	}
@@ -201,7 +217,7 @@ func (t *Tokenizer) encodeSegment(dst []int, seg string, first bool) []int {
 			continue
 		}
 		tok, s, e := t.matchAdded(seg, start, i, true)
-		if tok == nil {
+		if tok == nil || tok.special && !special {
 			i++
 			continue
 		}

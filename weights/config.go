@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 )
@@ -114,7 +113,7 @@ func LoadConfig(dir string) (*Config, error) {
 		return g.Config()
 	}
 	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	data, err := ReadFileMax(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
@@ -123,7 +122,7 @@ func LoadConfig(dir string) (*Config, error) {
 		return nil, err
 	}
 	path = filepath.Join(dir, "generation_config.json")
-	data, err = os.ReadFile(path)
+	data, err = ReadFileMax(path, MaxConfigBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return c, nil

@@ -241,7 +241,7 @@ func newTransport(connect, header time.Duration) *http.Transport {
 func cachedSnapshot(repoDir, rev string) (string, bool) {
 	commit := rev
 	if !commitPattern.MatchString(rev) {
-		b, err := os.ReadFile(filepath.Join(repoDir, "refs", filepath.FromSlash(rev)))
+		b, err := ReadFileMax(filepath.Join(repoDir, "refs", filepath.FromSlash(rev)), maxRefBytes)
 		if err != nil {
 			return "", false
 		}
@@ -276,7 +276,7 @@ func isFile(p string) bool {
 
 // indexShards returns the sorted distinct shard names of an index file.
 func indexShards(index string) ([]string, error) {
-	b, err := os.ReadFile(index)
+	b, err := ReadFileMax(index, MaxIndexBytes)
 	if err != nil {
 		return nil, err
 	}

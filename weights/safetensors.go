@@ -401,7 +401,7 @@ func Open(dir string) (*Store, error) {
 }
 
 func openIndex(dir, index string) (*Store, error) {
-	b, err := os.ReadFile(index)
+	b, err := ReadFileMax(index, MaxIndexBytes)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}

@@ -79,6 +79,18 @@ func shapeNames() []string {
 	return []string{"ref-qwen2-6m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3-8b"}
 }
 
+// The largest shape and context kakeya-eval project takes: past every
+// model's (its arithmetic and the synthetic calibration's head_dim^2
+// basis stay small), and what keeps the counts from overflowing.
+const (
+	maxProjectLayers  = 1024
+	maxProjectKVHeads = 1024
+	maxProjectHeadDim = 1024
+	maxProjectHeads   = 16384 // layers x kv heads
+	maxProjectTokens  = 1 << 30
+	maxProjectBlock   = 4096 // tokens; its probe blocks take block x head_dim values
+)
+
 // parseShape reads a name of projectShapes or LAYERSxKVHEADSxHEADDIM.
 func parseShape(s string) ([3]int, error) {
 	if sh, ok := projectShapes[s]; ok {
@@ -94,18 +106,24 @@ func parseShape(s string) ([3]int, error) {
 		if err != nil || v <= 0 {
 			return sh, fmt.Errorf("--shapes %q: %q is not a positive integer", s, p)
 		}
+		if most := [3]int{maxProjectLayers, maxProjectKVHeads, maxProjectHeadDim}[i]; v > most {
+			return sh, fmt.Errorf("--shapes %q: %s %d is past the most this takes, %d", s, [3]string{"layers", "kv heads", "head_dim"}[i], v, most)
+		}
 		sh[i] = v
+	}
+	if sh[0]*sh[1] > maxProjectHeads {
+		return sh, fmt.Errorf("--shapes %q: %d layers x %d kv heads is past the most this takes, %d heads (each gets its own codec)", s, sh[0], sh[1], maxProjectHeads)
 	}
 	return sh, nil
 }
 
-// parseInts reads a comma-separated list of integers >= lo.
-func parseInts(flag, s string, lo int) ([]int, error) {
+// parseInts reads a comma-separated list of integers in [lo, hi].
+func parseInts(flag, s string, lo, hi int) ([]int, error) {
 	var out []int
 	for _, p := range strings.Split(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || v < lo {
-			return nil, fmt.Errorf("%s %q: %q is not an integer >= %d", flag, s, p, lo)
+		if err != nil || v < lo || v > hi {
+			return nil, fmt.Errorf("%s %q: %q is not an integer from %d to %d", flag, s, p, lo, hi)
 		}
 		out = append(out, v)
 	}
@@ -118,7 +136,7 @@ func writeProjection(w io.Writer, f *projectFlags) error {
 	if err != nil {
 		return err
 	}
-	tokens, err := parseInts("--tokens", f.tokens, 1)
+	tokens, err := parseInts("--tokens", f.tokens, 1, maxProjectTokens)
 	if err != nil {
 		return err
 	}
@@ -190,8 +208,8 @@ func parseWindows(s string) ([][2]int, error) {
 		b, h, ok := strings.Cut(strings.TrimSpace(p), ":")
 		block, err1 := strconv.Atoi(b)
 		hot, err2 := strconv.Atoi(h)
-		if !ok || err1 != nil || err2 != nil || block < 1 || hot < 0 {
-			return nil, fmt.Errorf("--windows %q: %q is not BLOCK:HOT with BLOCK >= 1 and HOT >= 0", s, p)
+		if !ok || err1 != nil || err2 != nil || block < 1 || block > maxProjectBlock || hot < 0 || hot > maxProjectTokens {
+			return nil, fmt.Errorf("--windows %q: %q is not BLOCK:HOT with BLOCK from 1 to %d and HOT from 0 to %d", s, p, maxProjectBlock, maxProjectTokens)
 		}
 		out = append(out, [2]int{block, hot})
 	}

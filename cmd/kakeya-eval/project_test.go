@@ -37,6 +37,11 @@ func TestProject(t *testing.T) {
 		{"--shapes", "2x1"},
 		{"--windows", "16"},
 		{"--tokens", "0"},
+		{"--tokens", "99999999999999"},             // ran without bound
+		{"--shapes", "99999999x99999999x99999999"}, // panicked (makeslice)
+		{"--shapes", "2x1x99999999"},               // head_dim^2 floats
+		{"--shapes", "99999999x99999999x16"},       // a loop of 1e16 heads
+		{"--windows", "99999999999:0"},             // probe blocks of that many tokens
 		{"--kv", "nope"},
 		{"--calib", "x.safetensors"},
 	} {

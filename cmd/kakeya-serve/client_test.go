@@ -1,3 +1,10 @@
+//go:build openai
+
+// The tests through the official OpenAI Go client (github.com/openai/openai-go,
+// about 160k lines to compile) build with -tags openai, which make test
+// gives its one SIMD vet and test run, so that a cold build compiles that
+// client once.
+
 package main
 
 import (
@@ -260,5 +267,18 @@ func TestConcurrentClients(t *testing.T) {
 	}
 	if peak := s.metric(t, "kakeya_steps_total"); peak >= n*maxTokens {
 		t.Errorf("%g steps for %d requests of %d tokens: the requests were not batched", peak, n, maxTokens)
+	}
+}
+
+// With --api-key the official client sends the key it is given as a
+// Bearer token.
+func TestOpenAIClientAPIKey(t *testing.T) {
+	s := startServer(t, "--api-key", "sekrit")
+	wrong, right := s.client(), s.client(option.WithAPIKey("sekrit"))
+	if _, err := wrong.Models.List(context.Background()); err == nil {
+		t.Error("the client with a wrong key listed the models")
+	}
+	if _, err := right.Models.List(context.Background()); err != nil {
+		t.Errorf("the client with the key: %v", err)
 	}
 }

@@ -48,7 +48,11 @@ func startServer(t testing.TB, args ...string) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &testServer{logs: &clitest.SyncBuffer{}, stop: cancel, done: make(chan error, 1)}
-	go func() { s.done <- run(ctx, append(serverArgs(refModel(t)), args...), io.Discard, s.logs) }()
+	// The model's path is found here, on the test's goroutine: where the
+	// data set is missing its Skip must end the test, not the server's
+	// goroutine (which left the test waiting for a server never started).
+	args = append(serverArgs(refModel(t)), args...)
+	go func() { s.done <- run(ctx, args, io.Discard, s.logs) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(s.logs.String(), `"msg":"ready"`) {
 		select {

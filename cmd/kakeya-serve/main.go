@@ -88,9 +88,10 @@ type options struct {
 	logFormat                   string
 	threads, maxContext         int
 	maxRunning, maxWaiting      int
+	maxConns                    int
 	stepTokens                  int
 	kvMemory, maxBody           cli.ByteSize
-	timeout, drain              time.Duration
+	timeout, drain, readTimeout time.Duration
 	cache                       kvconfig.Spec
 	backend                     compute.Backend // from --device
 }
@@ -115,6 +116,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	o.maxBody = 4 << 20
 	fs.Var(&o.maxBody, "max-body", "the largest request body, in bytes with an optional K, M or G (binary) suffix; larger gets 413")
 	fs.DurationVar(&o.timeout, "request-timeout", 10*time.Minute, "time limit of one request, e.g. 90s (0 = none); past it the request ends with 504")
+	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "time to receive a request's headers, and again its body, e.g. 10s (0 = none); a body slower than that gets 408 and the connection closes")
+	fs.IntVar(&o.maxConns, "max-connections", 0, "HTTP connections open at once at most; one more is answered 503 and closed (0 = the file-descriptor limit less 64, at most 4096)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long requests in flight may run before they are cancelled")
 	fs.StringVar(&o.logFormat, "log-format", "text", "request log on stderr: text or json (log/slog)")
 	kvflags.Register(fs, &o.cache)
@@ -149,8 +152,10 @@ func (o *options) check() error {
 		return fmt.Errorf("--ctx %d must be >= 0", o.maxContext)
 	case o.maxRunning < 0 || o.maxWaiting < 0 || o.stepTokens < 0:
 		return fmt.Errorf("--max-running %d, --max-waiting %d and --step-tokens %d must be >= 0 (0 for the default)", o.maxRunning, o.maxWaiting, o.stepTokens)
-	case o.timeout < 0 || o.drain < 0:
-		return fmt.Errorf("--request-timeout %v and --drain %v must be >= 0", o.timeout, o.drain)
+	case o.timeout < 0 || o.drain < 0 || o.readTimeout < 0:
+		return fmt.Errorf("--request-timeout %v, --read-timeout %v and --drain %v must be >= 0", o.timeout, o.readTimeout, o.drain)
+	case o.maxConns < 0:
+		return fmt.Errorf("--max-connections %d must be >= 0 (0 for the default)", o.maxConns)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return fmt.Errorf("--log-format %q: want text or json", o.logFormat)
 	}
@@ -208,19 +213,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), timeout: o.timeout, log: log})
+	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), timeout: o.timeout, readTimeout: o.readTimeout, log: log})
+	if o.maxConns == 0 {
+		o.maxConns = defaultMaxConnections()
+	}
+	ln = newLimitListener(ln, o.maxConns, s.metrics.reg)
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	hs := &http.Server{
 		Handler:           s.handler(),
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: o.readTimeout,   // the body's: server.readBody
 		IdleTimeout:       2 * time.Minute, // keep-alive connections left unused
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "model", o.model, "served_model_name", o.served)
+	log.Info("listening", "addr", ln.Addr().String(), "pid", os.Getpid(), "model", o.model, "served_model_name", o.served, "max_connections", o.maxConns)
 
 	hub := weights.HubOptionsFromEnv()
 	hub.Progress = stderr

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,9 +29,11 @@ type server struct {
 	apiKey  string        // "" for none
 	maxBody int64         // bytes of a request body at most
 	timeout time.Duration // of one request, 0 for none
-	log     *slog.Logger
-	metrics *metrics
-	created int64 // Unix time the server started, /v1/models's created
+	// readTimeout bounds the wait for a request's body, 0 for none.
+	readTimeout time.Duration
+	log         *slog.Logger
+	metrics     *metrics
+	created     int64 // Unix time the server started, /v1/models's created
 
 	eng      atomic.Pointer[kakeya.Engine]
 	draining atomic.Bool
@@ -42,11 +45,12 @@ type serverConfig struct {
 	name, apiKey string
 	maxBody      int64
 	timeout      time.Duration
+	readTimeout  time.Duration
 	log          *slog.Logger
 }
 
 func newServer(cfg serverConfig) *server {
-	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, log: cfg.log, created: time.Now().Unix()}
+	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix()}
 	s.metrics = newMetrics(func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
 			return e.Stats(), true
@@ -79,27 +83,38 @@ func (s *server) handler() http.Handler {
 	return mux
 }
 
-// allow answers a method other than method with a 405.
+// allow serves method (and HEAD where method is GET: the same answer
+// without its body) through h, answers OPTIONS with 204 and the methods
+// the path takes, and any other method with a 405 naming them.
 func allow(method string, h http.HandlerFunc) http.HandlerFunc {
+	methods := method + ", OPTIONS"
+	if method == http.MethodGet {
+		methods = "GET, HEAD, OPTIONS"
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method {
-			w.Header().Set("Allow", method)
+		switch {
+		case r.Method == method || r.Method == http.MethodHead && method == http.MethodGet:
+			h(w, r)
+		case r.Method == http.MethodOptions:
+			w.Header().Set("Allow", methods)
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.Header().Set("Allow", methods)
 			writeError(w, &apiError{status: http.StatusMethodNotAllowed, message: fmt.Sprintf("%s takes %s, not %s", r.URL.Path, method, r.Method), typ: "invalid_request_error"})
-			return
 		}
-		h(w, r)
 	}
 }
 
 // authorized requires the API key, when the server has one, as a Bearer
-// token.
+// token; the scheme's name is case-insensitive (RFC 9110, 11.1).
 func (s *server) authorized(h http.Handler) http.Handler {
 	if s.apiKey == "" {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(key), []byte(s.apiKey)) != 1 {
+		scheme, key, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		key = strings.TrimLeft(key, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(key), []byte(s.apiKey)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="kakeya-serve"`)
 			writeError(w, &apiError{status: http.StatusUnauthorized, message: "missing or incorrect API key: send it as Authorization: Bearer KEY", typ: "invalid_request_error", code: "invalid_api_key"})
 			return
@@ -132,6 +147,13 @@ func info(r *http.Request) *reqInfo {
 func (s *server) logged(endpoint string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		if s.readTimeout > 0 {
+			// The body's deadline (net/http's ReadHeaderTimeout covers
+			// the headers only): readBody lifts it once the body is in;
+			// a handler that reads none leaves it for the server's
+			// reading what is left of the body.
+			http.NewResponseController(w).SetReadDeadline(start.Add(s.readTimeout))
+		}
 		ri := &reqInfo{}
 		sw := &statusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri)))
@@ -212,9 +234,19 @@ func (s *server) ready() (*kakeya.Engine, *apiError) {
 	return e, nil
 }
 
-// readBody reads the request body, at most s.maxBody bytes.
+// readBody reads the request body, at most s.maxBody bytes, within the
+// s.readTimeout that logged set (a client sending it slower gets 408, and
+// its connection closes); the deadline is lifted once the body is in, for
+// the response may take longer.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if s.readTimeout > 0 && err == nil {
+		http.NewResponseController(w).SetReadDeadline(time.Time{})
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close")
+		return nil, &apiError{status: http.StatusRequestTimeout, message: fmt.Sprintf("the request body did not arrive within %v (--read-timeout)", s.readTimeout), typ: "invalid_request_error", code: "timeout"}
+	}
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
@@ -294,7 +326,7 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	ids, err := eng.PromptIDs(prompt, opt)
 	if err != nil {
-		writeError(w, generateError(err, false))
+		writeError(w, s.publicError(r, eng, generateError(err, false)))
 		return
 	}
 	if aerr := checkLength(len(ids), req.maxTokens, eng.MaxTokens(), chat); aerr != nil {
@@ -323,13 +355,18 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 			opt.OnToken = sse.token
 		}
 		res, err = eng.Generate(ctx, prompt, opt, sse.text)
-		s.finishStream(r, sse, req, res, err)
+		s.finishStream(r, eng, sse, req, res, err)
 	} else {
 		res, err = eng.Generate(ctx, prompt, opt, nil)
-		if err == nil {
+		switch {
+		case err == nil:
 			writeJSON(w, http.StatusOK, out.whole(res))
-		} else if !s.gone(r) {
-			writeError(w, generateError(err, res != nil))
+		case s.gone(r):
+			// The connection may be only half-closed, the client still
+			// reading: it is told why there is no completion.
+			writeError(w, errClientGone)
+		default:
+			writeError(w, s.publicError(r, eng, generateError(err, res != nil)))
 		}
 	}
 	if res != nil {
@@ -339,6 +376,33 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 			ri.ttft = res.Prefill
 		}
 	}
+}
+
+// errClientGone answers a request whose client closed the connection, or
+// only its sending side (a half-close, which net/http cannot tell from a
+// close), before the response: the request was cancelled. Its status is
+// nginx's 499, as the log line says.
+var errClientGone = &apiError{status: 499, message: "the client closed the connection (or its sending side) before the response, which cancels the request: keep it open until the response ends", typ: "invalid_request_error", code: "client_closed_request"}
+
+// publicError returns e fit for the client: a 500's message becomes a
+// pointer to the log, where the error goes whole, and the model's
+// directory (a path on the server) is named by the served model's id.
+func (s *server) publicError(r *http.Request, eng *kakeya.Engine, e *apiError) *apiError {
+	if e.status == http.StatusInternalServerError {
+		s.log.Error("request failed", "id", info(r).id, "error", e.message)
+		c := *e
+		c.message = "the server failed on this request; its log has the details"
+		if id := info(r).id; id != "" {
+			c.message += " (request " + id + ")"
+		}
+		return &c
+	}
+	if dir := eng.Dir(); dir != "" && strings.Contains(e.message, dir) {
+		c := *e
+		c.message = strings.ReplaceAll(e.message, dir, fmt.Sprintf("the model %q", s.name))
+		return &c
+	}
+	return e
 }
 
 // gone reports whether the client went away, and marks the request's log
@@ -606,12 +670,15 @@ func (s *sseWriter) event(v any) error {
 // finishStream ends a stream: the last chunk with finish_reason, the
 // usage chunk if asked for, and [DONE]; or the error, as a status before
 // any event or as an error event after.
-func (s *server) finishStream(r *http.Request, sse *sseWriter, req *request, res *kakeya.Result, err error) {
+func (s *server) finishStream(r *http.Request, eng *kakeya.Engine, sse *sseWriter, req *request, res *kakeya.Result, err error) {
 	if err != nil {
 		if s.gone(r) {
+			if !sse.started {
+				writeError(sse.w, errClientGone)
+			}
 			return
 		}
-		aerr := generateError(err, res != nil)
+		aerr := s.publicError(r, eng, generateError(err, res != nil))
 		if !sse.started {
 			writeError(sse.w, aerr)
 			return
@@ -737,7 +804,7 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 		}
 		var err error
 		if ids, err = eng.PromptIDs("", kakeya.GenerateOptions{Chat: true, Messages: msgs}); err != nil {
-			writeError(w, badRequest("messages", "%v", err))
+			writeError(w, s.publicError(r, eng, badRequest("messages", "%v", err)))
 			return
 		}
 	default:
