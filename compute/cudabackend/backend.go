@@ -108,6 +108,8 @@ type Backend struct {
 	pickDev Ptr     // and on the device
 	pickCap int     // rows pickDev holds
 
+	batch batchState // AttendBatch's directories and scratch
+
 	posHost []int32 // NormQKV's last positions of several sequences' rows
 	posDev  Ptr     // and on the device
 	posCap  int     // positions posDev holds

@@ -14,7 +14,8 @@ import (
 )
 
 // A batched forward step on the GPU computes for each sequence what the
-// sequence computes alone: three sequences with a cache type each (hot
+// sequence computes alone, attention running once per layer over every
+// sequence of a step (compute.BatchAttention): three sequences with a cache type each (hot
 // bf16, int8, kakeya), prompts of different lengths joining at different
 // steps, so steps mix prefill chunks with decode tokens and a step's rows
 // cross maxMatVecRows, then greedy decoding (the decode fusions run over
@@ -29,7 +30,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
 		t.Fatal(err)
 	}
-	gpu, _ := newFakeBackend(t, Options{})
+	gpu, f := newFakeBackend(t, Options{})
 	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 	vocab := m.Config().VocabSize
 	const decodeSteps = 8
@@ -63,6 +64,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	multi := 0 // steps of several sequences
 	for st := 0; ; st++ {
 		var items []model.BatchItem
 		var owners []*run
@@ -81,6 +83,9 @@ func TestBatchMatchesSequences(t *testing.T) {
 		if len(items) == 0 {
 			break
 		}
+		if len(items) > 1 {
+			multi++
+		}
 		if err := bt.Forward(items); err != nil {
 			t.Fatalf("step %d: %v", st, err)
 		}
@@ -89,6 +94,11 @@ func TestBatchMatchesSequences(t *testing.T) {
 			r.logits = append(r.logits, slices.Clone(it.Logits))
 			r.next = kcpu.ArgMax(it.Logits)
 		}
+	}
+	// A step of several sequences attends over all of them in one launch
+	// per layer: as many attn_batch launches as such steps' layers.
+	if got, want := kernelCount(f, "attn_batch"), multi*m.Config().NumLayers; got != want {
+		t.Errorf("%d steps of several sequences launched %s; want %d attn_batch", multi, f.kernelCounts(), want)
 	}
 	for i, r := range runs {
 		s, err := m.NewSequenceOpts(r.opts)
@@ -125,4 +135,15 @@ func TestBatchMatchesSequences(t *testing.T) {
 	if gpu.posDev == 0 {
 		t.Error("no step ran norm_qkv over rows of several sequences")
 	}
+}
+
+// kernelCount returns how many times f ran kernel.
+func kernelCount(f *fakeDriver, kernel string) int {
+	n := 0
+	for _, k := range f.launched {
+		if k == kernel {
+			n++
+		}
+	}
+	return n
 }

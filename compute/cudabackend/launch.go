@@ -740,3 +740,97 @@ func attentionLaunches(a attnArgs) []Launch {
 	}
 	return ls
 }
+
+// attnBatchArgs are one batched attention call (attn_batch): the split
+// pass of every sequence of a forward step in one launch. Passes is the
+// device address of NPasses kk_attn_pass records (row0, n, start, tile0:
+// int32 each) and Seqs of as many kk_attn_seq entries (the ktab, vtab,
+// fmts, ltab, kptab, vptab, kparams and vparams of attnArgs, one pass's
+// each); N is the step's rows, MaxN the most rows of one pass, Tiles the
+// row tiles of every pass (the last pass's tile0 plus its tiles), Context
+// the furthest position any pass reaches plus one. Pre and PC pick the
+// variant, as LTab and KPTab/VPTab do for attnArgs.
+type attnBatchArgs struct {
+	Out, Q, Scratch                            Ptr
+	Passes, Seqs                               Ptr
+	NPasses, N, MaxN, Context                  int
+	Heads, KVHeads, HeadDim, Window, BlockSize int
+	Cos, Sin                                   Ptr
+	Pre, PC                                    bool
+}
+
+// attnBatchRows returns the query-head rows per block of a batched call
+// whose passes hold at most maxN rows: attnArgs.plan's for one sequence of
+// maxN rows, so a pass's tiles are laid out as its own call would lay them.
+func attnBatchRows(heads, kvHeads, d, maxN int) int {
+	return attnArgs{N: maxN, Heads: heads, KVHeads: kvHeads, HeadDim: d, BlockSize: 1, Blocks: maxN}.plan().rows
+}
+
+// plan decides a batched call's geometry: attnArgs.plan's rows for the
+// longest pass, tiles as given, and splits for the longest context's shape
+// class until the launch has about attnTargetCTAs blocks.
+func (a attnBatchArgs) plan(tiles int) attnPlan {
+	positive("batched attention", a.NPasses, a.N, a.MaxN, a.Context, a.Heads, a.KVHeads, a.HeadDim, a.BlockSize, tiles)
+	one := attnArgs{N: a.MaxN, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim, BlockSize: a.BlockSize,
+		Start: a.Context - a.MaxN, Blocks: ceilDiv(a.Context, a.BlockSize)}
+	p := one.plan()
+	int32Of("attention rows", a.N*a.Heads*(a.HeadDim+2))
+	p.tiles = tiles
+	p.splits = min(p.cap, max(1, ceilDiv(attnTargetCTAs, a.KVHeads*p.tiles)))
+	p.per = ceilDiv(p.cap, p.splits)
+	p.splits = ceilDiv(p.cap, p.per)
+	if p.tiles > 65535 {
+		panic(fmt.Sprintf("cuda: batched attention grid of %d row tiles exceeds 65535", p.tiles))
+	}
+	int32Of("attention scratch", p.splits*a.N*a.Heads*(a.HeadDim+2))
+	return p
+}
+
+// attnBatchScratch returns the bytes of device scratch a batched call of
+// plan p needs: attentionScratch's for one sequence of a.N rows.
+func attnBatchScratch(a attnBatchArgs, p attnPlan) int {
+	if p.splits == 1 {
+		return 0
+	}
+	return 4 * p.splits * a.N * a.Heads * (a.HeadDim + 2)
+}
+
+// attnBatchLaunches returns the launches of a batched attention call of
+// plan p: attn_batch (attn_batch_pre, attn_batch_pc), then attn_combine
+// over the step's rows when the context is split.
+//
+// Kernels:
+//
+//	attn_batch[_pre|_pc](float *out, const float *q, float *scratch, const kk_attn_pass *passes,
+//	           const kk_attn_seq *seqs, int npasses, int ntot, int heads, int kv_heads, int d, int window,
+//	           int block_size, const float *cos, const float *sin, int rows, int per, int splits)
+func attnBatchLaunches(a attnBatchArgs, p attnPlan) []Launch {
+	split := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Scratch).ptr(a.Passes).ptr(a.Seqs).
+		i32("passes", a.NPasses).i32("rows", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
+		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
+		ptr(a.Cos).ptr(a.Sin).i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits)
+	kernel := "attn_batch"
+	switch {
+	case a.PC:
+		kernel = "attn_batch_pc"
+	case a.Pre:
+		kernel = "attn_batch_pre"
+	}
+	ls := []Launch{{
+		Kernel: kernel,
+		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},
+		Block:  Dim3{attnThreads, 1, 1},
+		Shared: uint32(p.shared),
+		Args:   split.b, Params: split.offs,
+	}}
+	if p.splits > 1 {
+		comb := new(args).ptr(a.Out).ptr(a.Scratch).i32("n", a.N).i32("heads", a.Heads).i32("head dim", a.HeadDim).i32("splits", p.splits)
+		ls = append(ls, Launch{
+			Kernel: "attn_combine",
+			Grid:   Dim3{u32("combine rows", a.N*a.Heads), 1, 1},
+			Block:  Dim3{128, 1, 1},
+			Args:   comb.b, Params: comb.offs,
+		})
+	}
+	return ls
+}

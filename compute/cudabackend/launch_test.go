@@ -818,6 +818,11 @@ func sampleLaunches() []Launch {
 			// attn_split_pc
 			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2})...)
 			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2, Step: 1})...)
+			// attn_batch, _pre and _pc: 256 sequences, the longest pass n rows
+			for _, v := range [][2]bool{{false, false}, {true, false}, {true, true}} {
+				a := attnBatchArgs{NPasses: 256, N: 255 + n, MaxN: n, Context: 32768, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Pre: v[0], PC: v[1]}
+				ls = append(ls, attnBatchLaunches(a, a.plan(255*ceilDiv(8, attnBatchRows(64, 8, d, n))+ceilDiv(8*n, attnBatchRows(64, 8, d, n))))...)
+			}
 		}
 	}
 	return ls

@@ -111,3 +111,22 @@ func (b *Backend) flushQueue() {
 	}
 	b.step.n, b.step.up = 0, 0
 }
+
+// stepSlots writes recs (a whole number of slots) to the next slots and
+// returns the first one's device address, or 0 as stepSlot does when the
+// step parameters are off, lack the room or their memory cannot be had.
+// Called with mu held.
+func (b *Backend) stepSlots(recs []byte) Ptr {
+	k := len(recs) / stepSlotBytes
+	s := &b.step
+	if k == 0 || b.noStep || s.n+k > maxStepSlots || b.err != nil {
+		return 0
+	}
+	first := b.stepSlot(0, 0, 0)
+	if first == 0 {
+		return 0
+	}
+	s.n += k - 1
+	copy(s.host[int(first-s.dev):], recs)
+	return first
+}

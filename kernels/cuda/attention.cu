@@ -368,7 +368,8 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
                              const float *__restrict__ sin, int rows, int per, int splits,
                              const float *__restrict__ kprm, const float *__restrict__ vprm,
                              const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,
-                             const kk_u64 *__restrict__ vptab, const int *__restrict__ startp) {
+                             const kk_u64 *__restrict__ vptab, const int *__restrict__ startp, int row0, int ntot,
+                             int tile) {
 	if (startp)
 		start = *startp; // a decode step's position, from the backend's step parameters
 	KK_DYN_SHARED(float, sm);
@@ -382,7 +383,7 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	int split = blockIdx.x, g = blockIdx.y;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 	int group = heads / kv_heads, half = d >> 1;
-	int f0 = blockIdx.z * rows;
+	int f0 = tile * rows;
 	int tr = n * group - f0 < rows ? n * group - f0 : rows; // rows of this tile
 	float scale = 1.0f / __builtin_sqrtf((float)d);
 
@@ -391,7 +392,7 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 		float v = 0.0f;
 		if (r < tr) {
 			int f = f0 + r, qi = f / group, h = g * group + f % group;
-			v = q[((long long)qi * heads + h) * d + c] * scale;
+			v = q[((long long)(row0 + qi) * heads + h) * d + c] * scale;
 		}
 		qs[i] = v;
 	}
@@ -530,13 +531,13 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 		}
 	}
 
-	int nr = n * heads;
+	int nr = ntot * heads;
 #pragma unroll
 	for (int s = 0; s < KK_AT_SLOTS; s++) {
 		int r = s * warps + warp;
 		if (r >= tr)
 			continue;
-		int f = f0 + r, R = (f / group) * heads + g * group + f % group;
+		int f = f0 + r, R = (row0 + f / group) * heads + g * group + f % group;
 		if (splits == 1) {
 			float inv = 1.0f / l[s];
 #pragma unroll
@@ -571,12 +572,70 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	         const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,       \
 	         const kk_u64 *__restrict__ vptab, const int *__restrict__ startp) {                                      \
 		kk_attn_split<PRE, PC>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks,  \
-		                       cos, sin, rows, per, splits, kprm, vprm, ltab, kptab, vptab, startp);                  \
+		                       cos, sin, rows, per, splits, kprm, vprm, ltab, kptab, vptab, startp, 0, n, blockIdx.z); \
 	}
 KK_ATTN_SPLIT(attn_split, false, false)
 KK_ATTN_SPLIT(attn_split_pre, true, false)
 KK_ATTN_SPLIT(attn_split_pc, true, true)
 #undef KK_ATTN_SPLIT
+
+// A batched attention call (attn_batch) runs the split pass of every
+// sequence of a forward step in one launch. Each sequence's rows are a
+// pass: kk_attn_pass, per step (the backend's step parameters), says where
+// its rows start among the step's (row0), how many (n), its first
+// position and its first row tile among the launch's (tile0, ascending);
+// kk_attn_seq, per layer, where its block tables are. Block (split, g, z)
+// finds the pass of tile z by binary search and runs attn_split's body for
+// that pass's tile z - tile0; a tile past every pass's (a batch padded to
+// its launch's size) returns at once. The scratch and attn_combine run
+// over the step's ntot rows, as for one sequence of ntot rows.
+struct kk_attn_pass {
+	int row0, n, start, tile0;
+};
+struct kk_attn_seq {
+	const kk_u64 *ktab, *vtab;
+	const int *fmts;
+	const kk_u64 *ltab, *kptab, *vptab;
+	const float *kprm, *vprm;
+};
+
+template <bool PRE, bool PC>
+KK_DEVICE void kk_attn_batch(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch,
+                             const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs,
+                             int npasses, int ntot, int heads, int kv_heads, int d, int window, int bs,
+                             const float *__restrict__ cos, const float *__restrict__ sin, int rows, int per,
+                             int splits) {
+	int z = blockIdx.z, lo = 0, hi = npasses - 1;
+	while (lo < hi) { // the last pass whose first tile is at or before z
+		int mid = (lo + hi + 1) >> 1;
+		if (passes[mid].tile0 <= z)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	kk_attn_pass ps = passes[lo];
+	int group = heads / kv_heads;
+	if (ps.n <= 0 || z - ps.tile0 >= (ps.n * group + rows - 1) / rows)
+		return; // a padding tile: the whole block leaves
+	kk_attn_seq sq = seqs[lo];
+	kk_attn_split<PRE, PC>(out, q, scratch, ps.n, ps.start, heads, kv_heads, d, window, bs, sq.ktab, sq.vtab, sq.fmts,
+	                       0, cos, sin, rows, per, splits, sq.kprm, sq.vprm, sq.ltab, sq.kptab, sq.vptab, 0,
+	                       ps.row0, ntot, z - ps.tile0);
+}
+
+#define KK_ATTN_BATCH(name, PRE, PC)                                                                                    \
+	KK_KERNEL void __launch_bounds__(256)                                                                              \
+	    name(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch,                         \
+	         const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs, int npasses, int ntot,    \
+	         int heads, int kv_heads, int d, int window, int bs, const float *__restrict__ cos,                       \
+	         const float *__restrict__ sin, int rows, int per, int splits) {                                          \
+		kk_attn_batch<PRE, PC>(out, q, scratch, passes, seqs, npasses, ntot, heads, kv_heads, d, window, bs, cos, sin, \
+		                       rows, per, splits);                                                                    \
+	}
+KK_ATTN_BATCH(attn_batch, false, false)
+KK_ATTN_BATCH(attn_batch_pre, true, false)
+KK_ATTN_BATCH(attn_batch_pc, true, true)
+#undef KK_ATTN_BATCH
 
 // attn_combine: block R merges the splits' states of query-head row R:
 // out = sum_s e^(m_s-M) acc_s / sum_s e^(m_s-M) l_s with M the largest

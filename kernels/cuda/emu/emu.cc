@@ -164,7 +164,8 @@ const Entry kernels[] = {
     KK_ENTRY(norm_qkv_bf16), KK_ENTRY(norm_swiglu_bf16), KK_ENTRY(matvec_add_bf16), KK_ENTRY(norm_matvec_bf16),
     KK_ENTRY(norm_qkv_f16), KK_ENTRY(norm_swiglu_f16), KK_ENTRY(matvec_add_f16), KK_ENTRY(norm_matvec_f16),
     KK_ENTRY(matmul_f32), KK_ENTRY(matmul_bf16), KK_ENTRY(matmul_f16),
-    KK_ENTRY(attn_split), KK_ENTRY(attn_split_pre), KK_ENTRY(attn_split_pc), KK_ENTRY(attn_combine),
+    KK_ENTRY(attn_split), KK_ENTRY(attn_split_pre), KK_ENTRY(attn_split_pc), KK_ENTRY(attn_batch),
+    KK_ENTRY(attn_batch_pre), KK_ENTRY(attn_batch_pc), KK_ENTRY(attn_combine),
     KK_ENTRY(enc_int8), KK_ENTRY(enc_pc), KK_ENTRY(argmax),
 };
 } // namespace
