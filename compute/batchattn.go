@@ -16,9 +16,11 @@ type BatchAttention interface {
 	// Start..Start+N-1 over KV, as passes[i].Attention.Forward would.
 	// layer is the decoder layer's index (the same layer for every
 	// pass), which the backend may key state kept between steps by.
-	// cos and sin are the RoPE tables, as for Forward. A failure names
-	// the pass; like Forward's, it may leave out partly written.
-	AttendBatch(out, q Buffer, layer int, passes []AttentionPass, cos, sin Buffer) error
+	// cos and sin are the RoPE tables, as for Forward. With rotate set, q
+	// holds the queries before RoPE: the call rotates them at their
+	// positions (as Backend.RoPE would) and leaves q as it is. A failure
+	// names the pass; like Forward's, it may leave out partly written.
+	AttendBatch(out, q Buffer, rotate bool, layer int, passes []AttentionPass, cos, sin Buffer) error
 }
 
 // AttentionPass is one sequence's rows of a BatchAttention call: N

@@ -195,17 +195,28 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 	}
 
 	// Final norm of the rows whose logits are wanted, gathered at the top
-	// of xn (each pass's last row, or all its rows).
-	want := 0
+	// of xn (each pass's last row, or all its rows): one call per run of
+	// wanted rows that follow one another in x (a decode step's rows are
+	// one run).
+	want, lo, run := 0, 0, 0 // the pending run: rows lo.. of x, run of them
 	for i, row := 0, 0; i < len(passes); i++ {
 		p := &passes[i]
 		r, w := p.n, p.wanted()
 		if w > 0 {
-			src := x.Slice((row+r-w)*h, (row+r)*h)
-			b.RMSNorm(xn.Slice(want*h, (want+w)*h), src, m.norm, w, m.eps)
+			if first := row + r - w; run > 0 && first != lo+run {
+				b.RMSNorm(xn.Slice((want-run)*h, want*h), x.Slice(lo*h, (lo+run)*h), m.norm, run, m.eps)
+				run = 0
+			}
+			if run == 0 {
+				lo = row + r - w
+			}
+			run += w
 			want += w
 		}
 		row += r
+	}
+	if run > 0 {
+		b.RMSNorm(xn.Slice((want-run)*h, want*h), x.Slice(lo*h, (lo+run)*h), m.norm, run, m.eps)
 	}
 	if want == 0 {
 		return -1, nil
@@ -225,9 +236,9 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 }
 
 // attendBatch runs layer li's attention of a step of several sequences
-// through the backend's compute.BatchAttention: each pass's queries
-// rotated (unless the fused step did), its keys and values appended to
-// its cache, then one call over every pass. On failure it returns the
+// through the backend's compute.BatchAttention: each pass's keys and
+// values appended to its cache, then one call over every pass, which
+// rotates the queries unless the fused step did. On failure it returns the
 // index of the pass whose sequence failed (-1 when no one did).
 func (m *Model) attendBatch(sc *scratch, li int, passes []pass, q, k, v, att compute.Buffer, rotated bool) (int, error) {
 	b, d := m.b, m.headDim
@@ -243,16 +254,13 @@ func (m *Model) attendBatch(sc *scratch, li int, passes []pass, q, k, v, att com
 			b.Read(sc.obsK[:r*kvd], pk)
 			m.observe(li, p.start, r, sc.obsQ[:r*qd], sc.obsK[:r*kvd])
 		}
-		if !rotated {
-			b.RoPE(pq, r, heads, d, p.start, m.cos, m.sin)
-		}
 		if err := p.s.cache.Append(li, pk, v.Slice(row*kvd, (row+r)*kvd), r); err != nil {
 			return i, err
 		}
 		sc.attn = append(sc.attn, compute.AttentionPass{Attention: p.s.attn, KV: p.s.cache.Layer(li), N: r, Start: p.start})
 		row += r
 	}
-	err := m.batch.AttendBatch(att, q, li, sc.attn, m.cos, m.sin)
+	err := m.batch.AttendBatch(att, q, !rotated, li, sc.attn, m.cos, m.sin)
 	clear(sc.attn) // hold no sequence past the step
 	return -1, err
 }

@@ -35,8 +35,15 @@ type batchState struct {
 	scratchN int
 	entries  []uint64 // a layer's directory being built
 	recs     []byte   // the pass records on the host
-	recDev   Ptr      // and on the device, without step parameters
-	recCap   int      // passes recDev holds
+	// The last records put in the step parameters, their slot and the
+	// step parameters' generation then: a step's layers share them.
+	lastRecs []byte
+	lastSlot Ptr
+	lastGen  uint64
+	runs     []writeRun // queueWrites' runs
+	slotBuf  []byte     // and their slots
+	recDev   Ptr        // and on the device, without step parameters
+	recCap   int        // passes recDev holds
 }
 
 // seqDir is one layer's directory of its passes' block tables, on the
@@ -54,7 +61,7 @@ type seqDir struct {
 // AttendBatch runs the attention of every pass in one launch
 // (compute.BatchAttention). Every pass's attention must be this backend's,
 // of one geometry.
-func (b *Backend) AttendBatch(out, q compute.Buffer, layer int, passes []compute.AttentionPass, cos, sin compute.Buffer) error {
+func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, passes []compute.AttentionPass, cos, sin compute.Buffer) error {
 	if len(passes) == 0 {
 		return b.Err()
 	}
@@ -115,7 +122,7 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, layer int, passes []compute
 	args := attnBatchArgs{
 		Out: ptr(out), Q: ptr(q), NPasses: len(passes), N: rows, MaxN: maxN, Context: ctx,
 		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
-		Cos: ptr(cos), Sin: ptr(sin),
+		Cos: ptr(cos), Sin: ptr(sin), Rotate: rotate,
 	}
 	entries := slices.Grow(st.entries[:0], 8*len(passes))[:8*len(passes)]
 	st.entries = entries
@@ -177,13 +184,19 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, layer int, passes []compute
 		b.resolveHeld()
 	}
 	if len(b.writes) > 0 {
-		b.flush()
+		if b.noStep {
+			b.flush()
+		} else {
+			b.queueWrites()
+		}
 	}
 	if b.err != nil {
 		return b.err
 	}
 	dynamic := false
-	if args.Passes = b.stepSlots(st.recs); args.Passes == 0 {
+	if st.lastSlot != 0 && st.lastGen == b.step.gen && string(st.lastRecs) == string(st.recs) {
+		args.Passes = st.lastSlot // an earlier layer's records, this step's
+	} else if args.Passes = b.stepSlots(st.recs); args.Passes == 0 {
 		if b.err != nil {
 			return b.err
 		}
@@ -196,6 +209,9 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, layer int, passes []compute
 			}
 			dynamic = true
 		}
+	}
+	if !dynamic {
+		st.lastRecs, st.lastSlot, st.lastGen = append(st.lastRecs[:0], st.recs...), args.Passes, b.step.gen
 	}
 	epoch := b.epoch
 	for i := range passes {
@@ -258,4 +274,93 @@ func (b *Backend) passRecords(st *batchState) (Ptr, error) {
 		st.recDev, st.recCap = p, max(n, 16)
 	}
 	return st.recDev, b.drv.copyIn(st.recDev, st.recs)
+}
+
+// writeRun is one run of block-store writes for queueWrites: n parts
+// written at the same rows through the write table tab.
+type writeRun struct {
+	tab                     Ptr
+	row, n, rows, d, stride int
+	format                  int32
+	// The store whose table lead leads, to retire once the run's launch
+	// is queued (the run fills its parts); nil if none.
+	retire *store
+	lead   *part
+}
+
+// queueWrites queues the deferred block-store writes, as kvWrites makes
+// them but without leaving the queue: each run's table and row go to a
+// slot of the step parameters, and consecutive runs of one shape (a
+// step's sequences, each at its own row) are one kv_write_runs launch, the
+// same from one step to the next. Where the step parameters lack the room
+// it launches them as kvWrites does, after the queue. Called with mu held.
+func (b *Backend) queueWrites() {
+	ws := b.writes
+	b.writes = nil
+	defer func() {
+		clear(ws) // hold no store or part
+		b.writes = ws[:0]
+	}()
+	st := &b.batch
+	st.runs = st.runs[:0]
+	// Every table first: a table's update may give the queue to the
+	// driver, which starts the step parameters over. A table whose run
+	// fills its parts is retired only after the run's launch is queued,
+	// with its slot: a later update of it (another part's, reusing it)
+	// then finds the slot and gives the queue to the driver first.
+	for rest := ws; len(rest) > 0; {
+		w, n := rest[0], 1
+		for n < len(rest) && n < maxKVWrites && rest[n].s == w.s && rest[n].row == w.row && rest[n].rows == w.rows && rest[n].stride == w.stride {
+			n++
+		}
+		tab, full, err := w.s.table(rest[:n])
+		if err != nil {
+			b.fail(err)
+			return
+		}
+		format := int32(partF32)
+		if w.s.bf16 {
+			format = partBF16
+		}
+		st.runs = append(st.runs, writeRun{tab: tab, row: w.row, n: n, rows: w.rows, d: w.s.d, stride: w.stride, format: format})
+		if full {
+			// Retired once its launch is queued (below): until then
+			// no other run may take the table.
+			st.runs[len(st.runs)-1].retire = w.s
+			st.runs[len(st.runs)-1].lead = w.pt
+		}
+		rest = rest[n:]
+	}
+	for i := 0; i < len(st.runs) && b.err == nil; {
+		r, j := st.runs[i], i+1
+		for j < len(st.runs) && j-i < maxKVWrites {
+			o := st.runs[j]
+			if o.n != r.n || o.rows != r.rows || o.d != r.d || o.stride != r.stride || o.format != r.format {
+				break
+			}
+			j++
+		}
+		recs := st.slotBuf[:0]
+		for _, o := range st.runs[i:j] {
+			recs = binary.LittleEndian.AppendUint64(recs, uint64(o.tab))
+			recs = binary.LittleEndian.AppendUint32(recs, uint32(int32Of("cache row", o.row)))
+			recs = binary.LittleEndian.AppendUint32(recs, 0)
+		}
+		st.slotBuf = recs
+		if slots := b.stepSlots(recs); slots != 0 {
+			b.queue = append(b.queue, kvWriteRunsLaunch(slots, j-i, r.n, r.rows, r.d, r.stride, r.format))
+		} else {
+			b.flushQueue()
+			for _, o := range st.runs[i:j] {
+				b.fail(b.launch([]Launch{kvWriteLaunch(o.tab, o.n, o.row, o.rows, o.d, o.stride, o.format)}, false))
+			}
+		}
+		for _, o := range st.runs[i:j] {
+			if o.retire != nil {
+				o.retire.retire(o.lead)
+			}
+		}
+		i = j
+	}
+	clear(st.runs) // hold no store or part
 }

@@ -3,12 +3,18 @@ package cudabackend
 import (
 	"math"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/reference"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/model"
 )
 
 // batchSeq is one sequence of a batched attention test: n queries from
@@ -29,7 +35,7 @@ type batchSeq struct {
 // read (hot f32 and bf16, int8, int4 and int2 by row and by channel,
 // kakeya with two codecs' settings in one layer, kakeya-pc, preconditioned
 // keys), GQA 7:1, head dims 64 and 128, sliding windows, under several
-// schedules.
+// schedules, the queries rotated before the call or by the kernel.
 func TestAttendBatchMatchesReference(t *testing.T) {
 	needKernels(t, "attn_batch", "attn_batch_pre", "attn_batch_pc", "attn_combine")
 	for _, c := range []struct {
@@ -63,7 +69,9 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 			for _, s := range c.seqs {
 				rows += s.n
 			}
+			// q before RoPE, and qr rotated by the reference.
 			q := randFloats(r, rows*row)
+			qr := make([]float32, 0, len(q))
 			want := make([]float32, 0, rows*row)
 			var passes []compute.AttentionPass
 			at := 0
@@ -75,7 +83,10 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 					t.Fatal(err)
 				}
 				out := ref.Alloc(s.n * row)
-				if err := ra.Forward(out, refBuf(q[at*row:(at+s.n)*row]), s.n, s.start, rl, refBuf(cos), refBuf(sin)); err != nil {
+				pq := refBuf(q[at*row : (at+s.n)*row])
+				ref.RoPE(pq, s.n, c.heads, c.d, s.start, refBuf(cos), refBuf(sin))
+				qr = append(qr, refRead(pq)...)
+				if err := ra.Forward(out, pq, s.n, s.start, rl, refBuf(cos), refBuf(sin)); err != nil {
 					t.Fatalf("sequence %d: reference: %v", i, err)
 				}
 				want = append(want, refRead(out)...)
@@ -86,11 +97,17 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 				passes = append(passes, compute.AttentionPass{Attention: ga, KV: gl, N: s.n, Start: s.start})
 				at += s.n
 			}
-			qd, cd, sd := upload(gpu, q), upload(gpu, cos), upload(gpu, sin)
+			qd, qrd, cd, sd := upload(gpu, q), upload(gpu, qr), upload(gpu, cos), upload(gpu, sin)
 			for rep := range 3 { // schedules differ by the launch count
 				out := gpu.Alloc(rows * row)
 				before := len(f.launched)
-				if err := gpu.AttendBatch(out, qd, 0, passes, cd, sd); err != nil {
+				// Queries rotated by the reference, or rotated by the
+				// kernel as it loads them.
+				rotate, in := rep > 0, qrd
+				if rotate {
+					in = qd
+				}
+				if err := gpu.AttendBatch(out, in, rotate, 0, passes, cd, sd); err != nil {
 					t.Fatal(err)
 				}
 				got := read(gpu, out)
@@ -106,7 +123,7 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 					g, w := got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row]
 					tol := 2e-5 * max(1, maxAbs(w))
 					if dd := maxAbsDiff(g, w); !(dd <= tol) {
-						t.Fatalf("run %d: sequence %d (%+v): attention differs from the reference by %.3g (tolerance %.3g)", rep, i, s, dd, tol)
+						t.Fatalf("run %d (rotate %v): sequence %d (%+v): attention differs from the reference by %.3g (tolerance %.3g)", rep, rotate, i, s, dd, tol)
 					}
 					at += s.n
 				}
@@ -220,4 +237,106 @@ func batchLayer(t *testing.T, r *rand.Rand, gpu compute.Backend, gs, rs compute.
 		}
 	}
 	return g, ref
+}
+
+// A decode step of 16 sequences is one run of launches, captured once
+// and then replayed as one graph: attention is one attn_batch per layer
+// (and one attn_combine where the context is split), the 16 sequences'
+// cache writes one kv_write_runs per layer, the queries rotated inside
+// attention (no rope launch), every per-step value (positions, cache
+// rows, tables, the passes' rows) read from the step parameters. A steady
+// step makes four driver calls: the token ids and the step parameters
+// in, the graph, the logits out. Its logits are bit for bit those of
+// launching every kernel directly (Options.NoGraphs).
+func TestBatchStepGraph(t *testing.T) {
+	needKernels(t, "attn_batch", "kv_write_runs", "attn_combine")
+	dir := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	// 16 prompts of 17 tokens in blocks of 16: decode positions 17..24
+	// stay in one block and one shape class (two blocks).
+	const seqs, prompt, steps, bs = 16, 17, 8, 16
+	run := func(opts Options) ([][]float32, []LaunchStats, map[string]int, int) {
+		gpu, f := newFakeBackend(t, opts)
+		m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+		vocab := m.Config().VocabSize
+		p, _, err := kvplan.NewPolicy(kvconfig.Spec{KV: "none", BlockSize: bs, CacheType: "bf16"}, m.CacheShape(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bt, err := m.NewBatch(seqs * prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items := make([]model.BatchItem, seqs)
+		for i := range items {
+			s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: p, BlockSize: bs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			items[i] = model.BatchItem{Seq: s, IDs: testIDs(prompt, vocab-i)}
+		}
+		if err := bt.Forward(items); err != nil {
+			t.Fatal(err)
+		}
+		var logits [][]float32
+		var calls []LaunchStats
+		steady := map[string]int{}
+		for st := range steps {
+			for i := range items {
+				items[i].IDs = []int{(7*st + 3*i + 1) % vocab}
+			}
+			before, k0 := gpu.Launches(), len(f.launched)
+			if err := bt.Forward(items); err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, gpu.Launches().Sub(before))
+			for i := range items {
+				logits = append(logits, slices.Clone(items[i].Logits))
+			}
+			if st >= 2 {
+				for _, k := range f.launched[k0:] {
+					steady[k]++
+				}
+			}
+		}
+		return logits, calls, steady, m.Config().NumLayers
+	}
+	got, calls, kernels, layers := run(Options{})
+	direct, _, _, _ := run(Options{NoGraphs: true})
+	for i := range got {
+		for j := range got[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(direct[i][j]) {
+				t.Fatalf("row %d logit %d: %v graphed, %v launched directly", i, j, got[i][j], direct[i][j])
+			}
+		}
+	}
+	for i, c := range calls {
+		t.Logf("decode step %d of %d sequences: %+v", i, seqs, c)
+		if i < 2 {
+			continue // seen, then captured
+		}
+		if c.Kernels != 0 || c.Graphs != 1 || c.CopiesIn != 2 || c.CopiesOut != 1 || c.Calls()+c.CopiesIn+c.CopiesOut+c.Syncs != 4 {
+			t.Errorf("decode step %d: %+v, want one graph launch, two copies in and one out: 4 driver calls", i, c)
+		}
+	}
+	n := steps - 2
+	for k, want := range map[string]int{"attn_batch": layers * n, "kv_write_runs": layers * n, "attn_combine": layers * n, "attn_split": 0, "rope": 0, "kv_write": 0} {
+		if kernels[k] != want {
+			t.Errorf("%d steady steps of %d layers ran %d %s, want %d (%v)", n, layers, kernels[k], k, want, kernels)
+		}
+	}
+	total := 0
+	for _, c := range kernels {
+		total += c
+	}
+	// The embedding; per layer rmsnorm, 3 matmul, 3 add_rows, kv_write_runs,
+	// attn_batch, attn_combine, matmul, add, rmsnorm, 2 matmul, silu_mul,
+	// matmul, add; the final rmsnorm (every row's at once) and the head.
+	if want := 1 + 18*layers + 2; total != want*n {
+		t.Errorf("a steady decode step of %d sequences ran %d kernels, want %d (%v)", seqs, total/n, want, kernels)
+	}
+	t.Logf("a steady decode step of %d sequences: %d kernels in one graph (%v)", seqs, total/n, kernels)
 }

@@ -251,6 +251,30 @@ func kvWriteLaunch(tab Ptr, n, row, rows, d, stride int, format int32) Launch {
 	}
 }
 
+// kvWriteRunsLaunch is kvWriteLaunch for runs runs of writes of n parts
+// and rows rows each, every run's table and row read from its slot of the
+// step parameters (slots: runs consecutive 16-byte slots, the table's
+// address then the row): one launch for a step's sequences, the same at
+// every step.
+// Kernel: kv_write_runs(const uint64 *slots, int n, int rows, int d, int stride, int fmt).
+func kvWriteRunsLaunch(slots Ptr, runs, n, rows, d, stride int, format int32) Launch {
+	positive("kv_write_runs", runs, n, rows, d, stride)
+	switch {
+	case n > maxKVWrites || runs > maxKVWrites:
+		panic(fmt.Sprintf("cuda: kv_write_runs of %d runs of %d parts, at most %d", runs, n, maxKVWrites))
+	case format != partF32 && format != partBF16:
+		panic(fmt.Sprintf("cuda: kv_write_runs into parts of format %d", format))
+	}
+	int32Of("kv_write source values", (rows-1)*stride+d)
+	a := new(args).ptr(slots).i32("n", n).i32("rows", rows).i32("d", d).i32("stride", stride).i32("format", int(format))
+	return Launch{
+		Kernel: "kv_write_runs",
+		Grid:   Dim3{u32("kv_write blocks", ceilDiv(rows*d, elemThreads)), uint32(n), uint32(runs)},
+		Block:  Dim3{elemThreads, 1, 1},
+		Args:   a.b, Params: a.offs,
+	}
+}
+
 // matVecLaunch sets out (n rows of rows values) to x (n rows of cols)
 // times w (rows x cols of dt) transposed, for decode's few rows: wpr warps
 // share one output row and read it once, with 16-byte loads, for all n
@@ -622,16 +646,19 @@ type attnPlan struct {
 	tiles  int // row tiles per KV head
 	cap    int // KV blocks the splits cover: the context's shape class
 	splits int // context splits
-	per    int // KV blocks per split
+	per    int // keys per split: whole key tiles, or whole KV blocks
 	shared int // dynamic shared bytes of the split kernel
 }
 
 // plan checks a and decides the geometry. Every query-head row of a KV
 // head's group (query i, head g*group+j is row i*group+j) is one row of a
 // tile of p.rows rows; each block of the split kernel takes one tile, one
-// KV head and one range of p.per KV blocks, so a KV head's keys and values
+// KV head and one range of p.per keys, so a KV head's keys and values
 // are read once for all the heads sharing them. The context is split
-// (flash-decoding) until there are about attnTargetCTAs blocks.
+// (flash-decoding) until there are about attnTargetCTAs blocks, in units
+// of a key tile (32 keys) where KV blocks hold whole tiles, else of a KV
+// block: at the 7B shape and context 512 (64-token blocks), 16 splits of
+// 32 keys, 64 blocks of the kernel, each one tile deep.
 //
 // The splits cover the power of two of KV blocks at or above the
 // context's (its shape class), not the context itself: the geometry, and
@@ -666,13 +693,27 @@ func (a attnArgs) plan() attnPlan {
 	p := attnPlan{rows: rows, tiles: ceilDiv(a.N*group, rows)}
 	p.shared = 4*rows*d + tileBytes + probBytes
 	p.cap = codec.NextPow2(ceilDiv(a.Start+a.N, a.BlockSize))
-	p.splits = min(p.cap, max(1, ceilDiv(attnTargetCTAs, a.KVHeads*p.tiles)))
-	p.per = ceilDiv(p.cap, p.splits)
-	p.splits = ceilDiv(p.cap, p.per)
+	p.split(a.KVHeads, a.BlockSize)
 	if a.KVHeads > 65535 || p.tiles > 65535 {
 		panic(fmt.Sprintf("cuda: attention grid of %d KV heads x %d row tiles exceeds 65535", a.KVHeads, p.tiles))
 	}
 	return p
+}
+
+// split sets p's splits and keys per split for p.cap KV blocks of bs
+// tokens and p.tiles row tiles of kvHeads KV heads: about attnTargetCTAs
+// blocks, at most one per unit of keys (a key tile where blocks hold
+// whole tiles and the context spans several, else a KV block).
+func (p *attnPlan) split(kvHeads, bs int) {
+	unit := bs
+	if bs%attnKeyTile == 0 && p.cap > 1 {
+		unit = attnKeyTile // a context within one block keeps one split
+	}
+	units := p.cap * (bs / unit)
+	p.splits = min(units, max(1, ceilDiv(attnTargetCTAs, kvHeads*p.tiles)))
+	per := ceilDiv(units, p.splits)
+	p.splits = ceilDiv(units, per)
+	p.per = per * unit
 }
 
 // attentionScratch returns the bytes of device scratch attentionLaunches
@@ -757,6 +798,9 @@ type attnBatchArgs struct {
 	Heads, KVHeads, HeadDim, Window, BlockSize int
 	Cos, Sin                                   Ptr
 	Pre, PC                                    bool
+	// Rotate says Q holds the queries before RoPE, which the kernel
+	// rotates as it loads them.
+	Rotate bool
 }
 
 // attnBatchRows returns the query-head rows per block of a batched call
@@ -776,9 +820,7 @@ func (a attnBatchArgs) plan(tiles int) attnPlan {
 	p := one.plan()
 	int32Of("attention rows", a.N*a.Heads*(a.HeadDim+2))
 	p.tiles = tiles
-	p.splits = min(p.cap, max(1, ceilDiv(attnTargetCTAs, a.KVHeads*p.tiles)))
-	p.per = ceilDiv(p.cap, p.splits)
-	p.splits = ceilDiv(p.cap, p.per)
+	p.split(a.KVHeads, a.BlockSize)
 	if p.tiles > 65535 {
 		panic(fmt.Sprintf("cuda: batched attention grid of %d row tiles exceeds 65535", p.tiles))
 	}
@@ -803,12 +845,16 @@ func attnBatchScratch(a attnBatchArgs, p attnPlan) int {
 //
 //	attn_batch[_pre|_pc](float *out, const float *q, float *scratch, const kk_attn_pass *passes,
 //	           const kk_attn_seq *seqs, int npasses, int ntot, int heads, int kv_heads, int d, int window,
-//	           int block_size, const float *cos, const float *sin, int rows, int per, int splits)
+//	           int block_size, const float *cos, const float *sin, int rows, int per, int splits, int rot)
 func attnBatchLaunches(a attnBatchArgs, p attnPlan) []Launch {
+	rot := 0
+	if a.Rotate {
+		rot = 1
+	}
 	split := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Scratch).ptr(a.Passes).ptr(a.Seqs).
 		i32("passes", a.NPasses).i32("rows", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
 		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
-		ptr(a.Cos).ptr(a.Sin).i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits)
+		ptr(a.Cos).ptr(a.Sin).i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).i32("rotate", rot)
 	kernel := "attn_batch"
 	switch {
 	case a.PC:
