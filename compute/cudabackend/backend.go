@@ -110,6 +110,9 @@ type Backend struct {
 
 	batch batchState // AttendBatch's directories and scratch
 
+	heldPos  []int  // the held norm_qkv's positions of several sequences' rows
+	posBytes []byte // and as step parameter slots
+
 	posHost []int32 // NormQKV's last positions of several sequences' rows
 	posDev  Ptr     // and on the device
 	posCap  int     // positions posDev holds

@@ -1,6 +1,7 @@
 package cudabackend
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -239,7 +240,9 @@ func batchLayer(t *testing.T, r *rand.Rand, gpu compute.Backend, gs, rs compute.
 	return g, ref
 }
 
-// A decode step of 16 sequences is one run of launches, captured once
+// A decode step of 16 sequences (and one of 4, through the decode
+// fusions, norm_qkv reading every row's position from the step
+// parameters) is one run of launches, captured once
 // and then replayed as one graph: attention is one attn_batch per layer
 // (and one attn_combine where the context is split), the 16 sequences'
 // cache writes one kv_write_runs per layer, the queries rotated inside
@@ -254,9 +257,16 @@ func TestBatchStepGraph(t *testing.T) {
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
 		t.Fatal(err)
 	}
-	// 16 prompts of 17 tokens in blocks of 16: decode positions 17..24
-	// stay in one block and one shape class (two blocks).
-	const seqs, prompt, steps, bs = 16, 17, 8, 16
+	// Prompts of 17 tokens in blocks of 16: decode positions 17..24 stay
+	// in one block and one shape class (two blocks). 16 sequences' rows
+	// run the separate kernels, 4 sequences' the decode fusions.
+	for _, seqs := range []int{16, 4} {
+		t.Run(fmt.Sprintf("%d sequences", seqs), func(t *testing.T) { testBatchStepGraph(t, dir, seqs) })
+	}
+}
+
+func testBatchStepGraph(t *testing.T, dir string, seqs int) {
+	const prompt, steps, bs = 17, 8, 16
 	run := func(opts Options) ([][]float32, []LaunchStats, map[string]int, int) {
 		gpu, f := newFakeBackend(t, opts)
 		m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
@@ -335,7 +345,13 @@ func TestBatchStepGraph(t *testing.T) {
 	// The embedding; per layer rmsnorm, 3 matmul, 3 add_rows, kv_write_runs,
 	// attn_batch, attn_combine, matmul, add, rmsnorm, 2 matmul, silu_mul,
 	// matmul, add; the final rmsnorm (every row's at once) and the head.
-	if want := 1 + 18*layers + 2; total != want*n {
+	// Fused: per layer norm_qkv, kv_write_runs, attn_batch, attn_combine,
+	// matvec_add, norm_swiglu, matvec_add; the final norm_matvec.
+	want := 1 + 18*layers + 2
+	if seqs <= maxMatVecRows {
+		want = 1 + 7*layers + 1
+	}
+	if total != want*n {
 		t.Errorf("a steady decode step of %d sequences ran %d kernels, want %d (%v)", seqs, total/n, want, kernels)
 	}
 	t.Logf("a steady decode step of %d sequences: %d kernels in one graph (%v)", seqs, total/n, kernels)
