@@ -351,7 +351,9 @@ func testBatchStepGraph(t *testing.T, dir string, seqs int) {
 	if seqs <= maxMatVecRows {
 		want = 1 + 7*layers + 1
 	}
-	if total != want*n {
+	// Products that take bf16 activations add a conversion each
+	// (to_bf16, where the bf16 GEMMs are): not counted here.
+	if total-kernels["to_bf16"] != want*n {
 		t.Errorf("a steady decode step of %d sequences ran %d kernels, want %d (%v)", seqs, total/n, want, kernels)
 	}
 	t.Logf("a steady decode step of %d sequences: %d kernels in one graph (%v)", seqs, total/n, kernels)
