@@ -42,9 +42,10 @@ type scratch struct {
 	rows                     int
 	x, xn, q, k, v, att, tmp compute.Buffer
 	gate, up                 compute.Buffer
-	logits                   compute.Buffer // logitRows rows of vocab_size at most
-	ids                      []int          // the step's ids, so no caller's slice escapes to the backend
-	pos                      []int          // the step's rows' positions, for Fused.NormQKV
+	logits                   compute.Buffer          // logitRows rows of vocab_size at most
+	ids                      []int                   // the step's ids, so no caller's slice escapes to the backend
+	pos                      []int                   // the step's rows' positions, for Fused.NormQKV
+	attn                     []compute.AttentionPass // a layer's passes, for BatchAttention
 	// picks, when set, asks the step for the arg max of every wanted row
 	// on the device (compute.Greedy) rather than its logits; bad gets
 	// where each row's first non-finite logit is.
@@ -140,8 +141,14 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		// cache before RoPE, so a codec sees them as the projection made
 		// them (position-free, and whitenable by the query covariance);
 		// queries are rotated here (unless the fused step did), keys by
-		// attention at their positions.
-		for i, row := 0, 0; i < len(passes); i++ {
+		// attention at their positions. A backend that attends over
+		// every sequence at once does so in one call (attendBatch).
+		if m.batch != nil && len(passes) > 1 {
+			if i, err := m.attendBatch(sc, li, passes, q, k, v, att, rotated); err != nil {
+				return i, err
+			}
+		}
+		for i, row := 0, 0; (m.batch == nil || len(passes) == 1) && i < len(passes); i++ {
 			p := &passes[i]
 			r := p.n
 			pq, pk := q.Slice(row*qd, (row+r)*qd), k.Slice(row*kvd, (row+r)*kvd)
@@ -188,17 +195,28 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 	}
 
 	// Final norm of the rows whose logits are wanted, gathered at the top
-	// of xn (each pass's last row, or all its rows).
-	want := 0
+	// of xn (each pass's last row, or all its rows): one call per run of
+	// wanted rows that follow one another in x (a decode step's rows are
+	// one run).
+	want, lo, run := 0, 0, 0 // the pending run: rows lo.. of x, run of them
 	for i, row := 0, 0; i < len(passes); i++ {
 		p := &passes[i]
 		r, w := p.n, p.wanted()
 		if w > 0 {
-			src := x.Slice((row+r-w)*h, (row+r)*h)
-			b.RMSNorm(xn.Slice(want*h, (want+w)*h), src, m.norm, w, m.eps)
+			if first := row + r - w; run > 0 && first != lo+run {
+				b.RMSNorm(xn.Slice((want-run)*h, want*h), x.Slice(lo*h, (lo+run)*h), m.norm, run, m.eps)
+				run = 0
+			}
+			if run == 0 {
+				lo = row + r - w
+			}
+			run += w
 			want += w
 		}
 		row += r
+	}
+	if run > 0 {
+		b.RMSNorm(xn.Slice((want-run)*h, want*h), x.Slice(lo*h, (lo+run)*h), m.norm, run, m.eps)
 	}
 	if want == 0 {
 		return -1, nil
@@ -215,6 +233,36 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		m.readLogits(sc, dst[r*vocab:(r+rows)*vocab], out, r, rows)
 	}
 	return -1, nil
+}
+
+// attendBatch runs layer li's attention of a step of several sequences
+// through the backend's compute.BatchAttention: each pass's keys and
+// values appended to its cache, then one call over every pass, which
+// rotates the queries unless the fused step did. On failure it returns the
+// index of the pass whose sequence failed (-1 when no one did).
+func (m *Model) attendBatch(sc *scratch, li int, passes []pass, q, k, v, att compute.Buffer, rotated bool) (int, error) {
+	b, d := m.b, m.headDim
+	heads := m.cfg.NumHeads
+	qd, kvd := heads*d, m.cfg.NumKVHeads*d
+	sc.attn = sc.attn[:0]
+	for i, row := 0, 0; i < len(passes); i++ {
+		p := &passes[i]
+		r := p.n
+		pq, pk := q.Slice(row*qd, (row+r)*qd), k.Slice(row*kvd, (row+r)*kvd)
+		if m.observe != nil {
+			b.Read(sc.obsQ[:r*qd], pq)
+			b.Read(sc.obsK[:r*kvd], pk)
+			m.observe(li, p.start, r, sc.obsQ[:r*qd], sc.obsK[:r*kvd])
+		}
+		if err := p.s.cache.Append(li, pk, v.Slice(row*kvd, (row+r)*kvd), r); err != nil {
+			return i, err
+		}
+		sc.attn = append(sc.attn, compute.AttentionPass{Attention: p.s.attn, KV: p.s.cache.Layer(li), N: r, Start: p.start})
+		row += r
+	}
+	err := m.batch.AttendBatch(att, q, !rotated, li, sc.attn, m.cos, m.sin)
+	clear(sc.attn) // hold no sequence past the step
+	return -1, err
 }
 
 // fusedQKV runs a layer's attention input as the backend's one fused step

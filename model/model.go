@@ -83,6 +83,9 @@ type Model struct {
 	cos, sin compute.Buffer // RoPE angles, HeadDim/2 per position
 
 	fused compute.Fused // the backend's fused steps, nil if it has none
+	// batch attends over every sequence of a step at once, nil if the
+	// backend cannot
+	batch compute.BatchAttention
 	// greedy picks greedy tokens on the device, nil if the backend cannot
 	greedy compute.Greedy
 }
@@ -452,6 +455,7 @@ func (m *Model) loadTensors(wf string) error {
 // allocates nothing.
 func (m *Model) fuse() {
 	m.greedy, _ = m.b.(compute.Greedy)
+	m.batch, _ = m.b.(compute.BatchAttention)
 	f, ok := m.b.(compute.Fused)
 	if !ok {
 		return

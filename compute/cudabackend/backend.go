@@ -116,6 +116,11 @@ type Backend struct {
 	pickDev Ptr     // and on the device
 	pickCap int     // rows pickDev holds
 
+	batch batchState // AttendBatch's directories and scratch
+
+	heldPos  []int  // the held norm_qkv's positions of several sequences' rows
+	posBytes []byte // and as step parameter slots
+
 	posHost []int32 // NormQKV's last positions of several sequences' rows
 	posDev  Ptr     // and on the device
 	posCap  int     // positions posDev holds

@@ -13,7 +13,8 @@ import (
 )
 
 // A batched forward step on the GPU computes for each sequence what the
-// sequence computes alone: three sequences with a cache type each (hot
+// sequence computes alone, attention running once per layer over every
+// sequence of a step (compute.BatchAttention): three sequences with a cache type each (hot
 // bf16, int8, kakeya), prompts of different lengths joining at different
 // steps, so steps mix prefill chunks with decode tokens and a step's rows
 // cross maxMatVecRows, then greedy decoding (the decode fusions run over
@@ -32,7 +33,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 	// a row's rounding depends on whether its step's product has more
 	// than maxMatVecRows rows, so a sequence batched with others could
 	// differ from its solo run by bf16 rounding (docs/cuda.md).
-	gpu, _ := newFakeBackend(t, Options{MatMul: "f32"})
+	gpu, f := newFakeBackend(t, Options{MatMul: "f32"})
 	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 	vocab := m.Config().VocabSize
 	const decodeSteps = 8
@@ -66,6 +67,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	multi := 0 // steps of several sequences
 	for st := 0; ; st++ {
 		var items []model.BatchItem
 		var owners []*run
@@ -84,6 +86,9 @@ func TestBatchMatchesSequences(t *testing.T) {
 		if len(items) == 0 {
 			break
 		}
+		if len(items) > 1 {
+			multi++
+		}
 		if err := bt.Forward(items); err != nil {
 			t.Fatalf("step %d: %v", st, err)
 		}
@@ -92,6 +97,11 @@ func TestBatchMatchesSequences(t *testing.T) {
 			r.logits = append(r.logits, slices.Clone(it.Logits))
 			r.next = pick.ArgMax(it.Logits)
 		}
+	}
+	// A step of several sequences attends over all of them in one launch
+	// per layer: as many attn_batch launches as such steps' layers.
+	if got, want := kernelCount(f, "attn_batch"), multi*m.Config().NumLayers; got != want {
+		t.Errorf("%d steps of several sequences launched %s; want %d attn_batch", multi, f.kernelCounts(), want)
 	}
 	for i, r := range runs {
 		s, err := m.NewSequenceOpts(r.opts)
@@ -125,7 +135,18 @@ func TestBatchMatchesSequences(t *testing.T) {
 	}
 	// The decode steps of several sequences ran the fused attention
 	// input, each row at its own position.
-	if gpu.posDev == 0 {
+	if len(gpu.heldPos) == 0 && gpu.posDev == 0 {
 		t.Error("no step ran norm_qkv over rows of several sequences")
 	}
+}
+
+// kernelCount returns how many times f ran kernel.
+func kernelCount(f *fakeDriver, kernel string) int {
+	n := 0
+	for _, k := range f.launched {
+		if k == kernel {
+			n++
+		}
+	}
+	return n
 }

@@ -21,6 +21,7 @@ package cudabackend
 // Any other writes go through kv_write as before.
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/kakeya-ai/kakeya/compute"
@@ -58,6 +59,10 @@ type qkvArgs struct {
 	Step                 Ptr
 	QN, KN, Cnt          Ptr
 	dt                   tensor.DType // the weights'
+	// slotPos says the rows' positions (several sequences') wait in
+	// Backend.heldPos for slots of the step parameters, taken when the
+	// launch joins the queue (resolveHeld), which then sets Pos.
+	slotPos bool
 }
 
 // unitGeometry returns the staged chunk, the warps per unit and the
@@ -241,14 +246,21 @@ func (b *Backend) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) 
 	if b.err != nil {
 		return true
 	}
-	if !consecutive || b.noStep || b.holding || len(b.writes) > 0 {
+	// Several sequences' positions go to the step parameters with the
+	// launch (resolveHeld), or without them to a device copy of their own.
+	slotPos := !consecutive && !b.noStep
+	if !consecutive && !slotPos || b.noStep || b.holding || len(b.writes) > 0 {
 		// What was queued runs first: the positions' copy must follow
 		// it, and only the cache writes that follow this call are its.
-		// One sequence's rows with step parameters join the queue
-		// instead (see resolveHeld).
+		// Rows with step parameters join the queue instead (see
+		// resolveHeld).
 		b.flush()
 	}
-	if !consecutive {
+	switch {
+	case slotPos:
+		b.heldPos = append(b.heldPos[:0], pos...)
+		a.slotPos = true
+	case !consecutive:
 		var err error
 		if a.Pos, err = b.positions(pos); err != nil {
 			b.fail(err)
@@ -273,6 +285,20 @@ func (b *Backend) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) 
 	}
 	b.held, b.holding = a, true
 	return true
+}
+
+// posSlots returns heldPos as int32 padded to whole step parameter
+// slots. Called with mu held.
+func (b *Backend) posSlots() []byte {
+	out := b.posBytes[:0]
+	for _, at := range b.heldPos {
+		out = binary.LittleEndian.AppendUint32(out, uint32(int32Of("position", at)))
+	}
+	for len(out)%stepSlotBytes != 0 {
+		out = append(out, 0)
+	}
+	b.posBytes = out
+	return out
 }
 
 // positions returns a device copy of pos as int32, uploading it only when
@@ -371,8 +397,28 @@ func (b *Backend) resolveHeld() {
 	if b.err != nil {
 		return
 	}
-	// Rows of several sequences (Pos set) have their writes made by
-	// kv_write.
+	// Rows of several sequences (Pos set, or slotPos) have their writes
+	// made by kv_write.
+	if a.slotPos {
+		// The kernel reads the positions at Pos: Start, which moves,
+		// would make every step's launch another.
+		a.Start = 0
+		if a.Pos = b.stepSlots(b.posSlots()); a.Pos != 0 {
+			b.queue = append(b.queue, normQKVLaunch(a))
+			return
+		}
+		if b.err != nil {
+			return
+		}
+		b.flushQueue()
+		var err error
+		if a.Pos, err = b.positions(b.heldPos); err != nil {
+			b.fail(err)
+			return
+		}
+		b.fail(b.launch([]Launch{normQKVLaunch(a)}, false))
+		return
+	}
 	if a.Pos == 0 {
 		n := b.foldWrites(&a)
 		rest := copy(b.writes, b.writes[n:])

@@ -251,6 +251,30 @@ func kvWriteLaunch(tab Ptr, n, row, rows, d, stride int, format int32) Launch {
 	}
 }
 
+// kvWriteRunsLaunch is kvWriteLaunch for runs runs of writes of n parts
+// and rows rows each, every run's table and row read from its slot of the
+// step parameters (slots: runs consecutive 16-byte slots, the table's
+// address then the row): one launch for a step's sequences, the same at
+// every step.
+// Kernel: kv_write_runs(const uint64 *slots, int n, int rows, int d, int stride, int fmt).
+func kvWriteRunsLaunch(slots Ptr, runs, n, rows, d, stride int, format int32) Launch {
+	positive("kv_write_runs", runs, n, rows, d, stride)
+	switch {
+	case n > maxKVWrites || runs > maxKVWrites:
+		panic(fmt.Sprintf("cuda: kv_write_runs of %d runs of %d parts, at most %d", runs, n, maxKVWrites))
+	case format != partF32 && format != partBF16:
+		panic(fmt.Sprintf("cuda: kv_write_runs into parts of format %d", format))
+	}
+	int32Of("kv_write source values", (rows-1)*stride+d)
+	a := new(args).ptr(slots).i32("n", n).i32("rows", rows).i32("d", d).i32("stride", stride).i32("format", int(format))
+	return Launch{
+		Kernel: "kv_write_runs",
+		Grid:   Dim3{u32("kv_write blocks", ceilDiv(rows*d, elemThreads)), uint32(n), uint32(runs)},
+		Block:  Dim3{elemThreads, 1, 1},
+		Args:   a.b, Params: a.offs,
+	}
+}
+
 // matVecLaunch sets out (n rows of rows values) to x (n rows of cols)
 // times w (rows x cols of dt) transposed, for decode's few rows: wpr warps
 // share one output row and read it once, with 16-byte loads, for all n
@@ -622,16 +646,19 @@ type attnPlan struct {
 	tiles  int // row tiles per KV head
 	cap    int // KV blocks the splits cover: the context's shape class
 	splits int // context splits
-	per    int // KV blocks per split
+	per    int // keys per split: whole key tiles, or whole KV blocks
 	shared int // dynamic shared bytes of the split kernel
 }
 
 // plan checks a and decides the geometry. Every query-head row of a KV
 // head's group (query i, head g*group+j is row i*group+j) is one row of a
 // tile of p.rows rows; each block of the split kernel takes one tile, one
-// KV head and one range of p.per KV blocks, so a KV head's keys and values
+// KV head and one range of p.per keys, so a KV head's keys and values
 // are read once for all the heads sharing them. The context is split
-// (flash-decoding) until there are about attnTargetCTAs blocks.
+// (flash-decoding) until there are about attnTargetCTAs blocks, in units
+// of a key tile (32 keys) where KV blocks hold whole tiles, else of a KV
+// block: at the 7B shape and context 512 (64-token blocks), 16 splits of
+// 32 keys, 64 blocks of the kernel, each one tile deep.
 //
 // The splits cover the power of two of KV blocks at or above the
 // context's (its shape class), not the context itself: the geometry, and
@@ -666,13 +693,27 @@ func (a attnArgs) plan() attnPlan {
 	p := attnPlan{rows: rows, tiles: ceilDiv(a.N*group, rows)}
 	p.shared = 4*rows*d + tileBytes + probBytes
 	p.cap = codec.NextPow2(ceilDiv(a.Start+a.N, a.BlockSize))
-	p.splits = min(p.cap, max(1, ceilDiv(attnTargetCTAs, a.KVHeads*p.tiles)))
-	p.per = ceilDiv(p.cap, p.splits)
-	p.splits = ceilDiv(p.cap, p.per)
+	p.split(a.KVHeads, a.BlockSize)
 	if a.KVHeads > 65535 || p.tiles > 65535 {
 		panic(fmt.Sprintf("cuda: attention grid of %d KV heads x %d row tiles exceeds 65535", a.KVHeads, p.tiles))
 	}
 	return p
+}
+
+// split sets p's splits and keys per split for p.cap KV blocks of bs
+// tokens and p.tiles row tiles of kvHeads KV heads: about attnTargetCTAs
+// blocks, at most one per unit of keys (a key tile where blocks hold
+// whole tiles and the context spans several, else a KV block).
+func (p *attnPlan) split(kvHeads, bs int) {
+	unit := bs
+	if bs%attnKeyTile == 0 && p.cap > 1 {
+		unit = attnKeyTile // a context within one block keeps one split
+	}
+	units := p.cap * (bs / unit)
+	p.splits = min(units, max(1, ceilDiv(attnTargetCTAs, kvHeads*p.tiles)))
+	per := ceilDiv(units, p.splits)
+	p.splits = ceilDiv(units, per)
+	p.per = per * unit
 }
 
 // attentionScratch returns the bytes of device scratch attentionLaunches
@@ -721,6 +762,105 @@ func attentionLaunches(a attnArgs) []Launch {
 		kernel = "attn_split_pc"
 	case a.LTab != 0:
 		kernel = "attn_split_pre"
+	}
+	ls := []Launch{{
+		Kernel: kernel,
+		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},
+		Block:  Dim3{attnThreads, 1, 1},
+		Shared: uint32(p.shared),
+		Args:   split.b, Params: split.offs,
+	}}
+	if p.splits > 1 {
+		comb := new(args).ptr(a.Out).ptr(a.Scratch).i32("n", a.N).i32("heads", a.Heads).i32("head dim", a.HeadDim).i32("splits", p.splits)
+		ls = append(ls, Launch{
+			Kernel: "attn_combine",
+			Grid:   Dim3{u32("combine rows", a.N*a.Heads), 1, 1},
+			Block:  Dim3{128, 1, 1},
+			Args:   comb.b, Params: comb.offs,
+		})
+	}
+	return ls
+}
+
+// attnBatchArgs are one batched attention call (attn_batch): the split
+// pass of every sequence of a forward step in one launch. Passes is the
+// device address of NPasses kk_attn_pass records (row0, n, start, tile0:
+// int32 each) and Seqs of as many kk_attn_seq entries (the ktab, vtab,
+// fmts, ltab, kptab, vptab, kparams and vparams of attnArgs, one pass's
+// each); N is the step's rows, MaxN the most rows of one pass, Tiles the
+// row tiles of every pass (the last pass's tile0 plus its tiles), Context
+// the furthest position any pass reaches plus one. Pre and PC pick the
+// variant, as LTab and KPTab/VPTab do for attnArgs.
+type attnBatchArgs struct {
+	Out, Q, Scratch                            Ptr
+	Passes, Seqs                               Ptr
+	NPasses, N, MaxN, Context                  int
+	Heads, KVHeads, HeadDim, Window, BlockSize int
+	Cos, Sin                                   Ptr
+	Pre, PC                                    bool
+	// Rotate says Q holds the queries before RoPE, which the kernel
+	// rotates as it loads them.
+	Rotate bool
+}
+
+// attnBatchRows returns the query-head rows per block of a batched call
+// whose passes hold at most maxN rows: attnArgs.plan's for one sequence of
+// maxN rows, so a pass's tiles are laid out as its own call would lay them.
+func attnBatchRows(heads, kvHeads, d, maxN int) int {
+	return attnArgs{N: maxN, Heads: heads, KVHeads: kvHeads, HeadDim: d, BlockSize: 1, Blocks: maxN}.plan().rows
+}
+
+// plan decides a batched call's geometry: attnArgs.plan's rows for the
+// longest pass, tiles as given, and splits for the longest context's shape
+// class until the launch has about attnTargetCTAs blocks.
+func (a attnBatchArgs) plan(tiles int) attnPlan {
+	positive("batched attention", a.NPasses, a.N, a.MaxN, a.Context, a.Heads, a.KVHeads, a.HeadDim, a.BlockSize, tiles)
+	one := attnArgs{N: a.MaxN, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim, BlockSize: a.BlockSize,
+		Start: a.Context - a.MaxN, Blocks: ceilDiv(a.Context, a.BlockSize)}
+	p := one.plan()
+	int32Of("attention rows", a.N*a.Heads*(a.HeadDim+2))
+	p.tiles = tiles
+	p.split(a.KVHeads, a.BlockSize)
+	if p.tiles > 65535 {
+		panic(fmt.Sprintf("cuda: batched attention grid of %d row tiles exceeds 65535", p.tiles))
+	}
+	int32Of("attention scratch", p.splits*a.N*a.Heads*(a.HeadDim+2))
+	return p
+}
+
+// attnBatchScratch returns the bytes of device scratch a batched call of
+// plan p needs: attentionScratch's for one sequence of a.N rows.
+func attnBatchScratch(a attnBatchArgs, p attnPlan) int {
+	if p.splits == 1 {
+		return 0
+	}
+	return 4 * p.splits * a.N * a.Heads * (a.HeadDim + 2)
+}
+
+// attnBatchLaunches returns the launches of a batched attention call of
+// plan p: attn_batch (attn_batch_pre, attn_batch_pc), then attn_combine
+// over the step's rows when the context is split.
+//
+// Kernels:
+//
+//	attn_batch[_pre|_pc](float *out, const float *q, float *scratch, const kk_attn_pass *passes,
+//	           const kk_attn_seq *seqs, int npasses, int ntot, int heads, int kv_heads, int d, int window,
+//	           int block_size, const float *cos, const float *sin, int rows, int per, int splits, int rot)
+func attnBatchLaunches(a attnBatchArgs, p attnPlan) []Launch {
+	rot := 0
+	if a.Rotate {
+		rot = 1
+	}
+	split := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Scratch).ptr(a.Passes).ptr(a.Seqs).
+		i32("passes", a.NPasses).i32("rows", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
+		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
+		ptr(a.Cos).ptr(a.Sin).i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).i32("rotate", rot)
+	kernel := "attn_batch"
+	switch {
+	case a.PC:
+		kernel = "attn_batch_pc"
+	case a.Pre:
+		kernel = "attn_batch_pre"
 	}
 	ls := []Launch{{
 		Kernel: kernel,

@@ -807,6 +807,7 @@ func sampleLaunches() []Launch {
 	}
 	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
 		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16),
+		kvWriteRunsLaunch(0, 256, 16, 64, 128, 1024, partBF16),
 		encInt8Launch(0, 0, true, 256, 256, 4*(2*encThreads+33)), encPCLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap),
 		argMaxLaunch(0, 0, 64, 152064),
 		toBF16Launch(0, 0, 2048*18944), toF16RowsLaunch(0, 0, 0, 2048, 18944), scaleRowsLaunch(0, 0, 2048, 152064),
@@ -820,6 +821,11 @@ func sampleLaunches() []Launch {
 			// attn_split_pc
 			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2})...)
 			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2, Step: 1})...)
+			// attn_batch, _pre and _pc: 256 sequences, the longest pass n rows
+			for _, v := range [][2]bool{{false, false}, {true, false}, {true, true}} {
+				a := attnBatchArgs{NPasses: 256, N: 255 + n, MaxN: n, Context: 32768, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Pre: v[0], PC: v[1], Rotate: true}
+				ls = append(ls, attnBatchLaunches(a, a.plan(255*ceilDiv(8, attnBatchRows(64, 8, d, n))+ceilDiv(8*n, attnBatchRows(64, 8, d, n))))...)
+			}
 		}
 	}
 	return ls

@@ -27,7 +27,7 @@ import (
 // their arguments and run on their own, as without step parameters.
 const (
 	stepSlotBytes = 16
-	maxStepSlots  = 1024
+	maxStepSlots  = 8192 // 128 KiB: a batched step's cache writes and attention records too
 )
 
 // stepParams are the slots of the launches queued since the queue was
@@ -37,6 +37,7 @@ type stepParams struct {
 	host  []byte
 	n, up int
 	dev   Ptr
+	gen   uint64 // starts of a step's slots so far (flushQueue)
 }
 
 // stepSlot writes tab, row and start to the next slot and returns its
@@ -110,4 +111,24 @@ func (b *Backend) flushQueue() {
 		}
 	}
 	b.step.n, b.step.up = 0, 0
+	b.step.gen++
+}
+
+// stepSlots writes recs (a whole number of slots) to the next slots and
+// returns the first one's device address, or 0 as stepSlot does when the
+// step parameters are off, lack the room or their memory cannot be had.
+// Called with mu held.
+func (b *Backend) stepSlots(recs []byte) Ptr {
+	k := len(recs) / stepSlotBytes
+	s := &b.step
+	if k == 0 || b.noStep || s.n+k > maxStepSlots || b.err != nil {
+		return 0
+	}
+	first := b.stepSlot(0, 0, 0)
+	if first == 0 {
+		return 0
+	}
+	s.n += k - 1
+	copy(s.host[int(first-s.dev):], recs)
+	return first
 }

@@ -450,6 +450,17 @@ func (s *store) Release(p compute.Part) {
 // fills its parts retires the table: those parts take no more writes.
 // Called by kvWrites with the backend's mu held and the queue flushed.
 func (s *store) writeTable(ws []kvWrite) (Ptr, error) {
+	addr, full, err := s.table(ws)
+	if full {
+		s.retire(ws[0].pt)
+	}
+	return addr, err
+}
+
+// table is writeTable without the retiring: it reports whether the run
+// fills its parts, for the caller to retire the table once no launch it
+// holds back reads it (queueWrites).
+func (s *store) table(ws []kvWrite) (Ptr, bool, error) {
 	lead := ws[0].pt
 	t := lead.wtab
 	if t == nil {
@@ -476,7 +487,7 @@ func (s *store) writeTable(ws []kvWrite) (Ptr, error) {
 			t.addr, t.size = 0, 0
 			addr, err := s.slot(size)
 			if err != nil {
-				return 0, err
+				return 0, false, err
 			}
 			t.addr, t.size = addr, size
 		}
@@ -487,15 +498,11 @@ func (s *store) writeTable(ws []kvWrite) (Ptr, error) {
 		}
 		if err := s.b.drv.copyIn(t.addr, bytesOf(want)); err != nil {
 			t.host = t.host[:0]
-			return 0, err
+			return 0, false, err
 		}
 		t.host = append(t.host[:0], want...)
 	}
-	addr := t.addr
-	if ws[0].row+ws[0].rows == s.rows {
-		s.retire(lead)
-	}
-	return addr, nil
+	return t.addr, ws[0].row+ws[0].rows == s.rows, nil
 }
 
 // retire returns the write table p leads, if any, to the store's tables.

@@ -14,8 +14,9 @@
 //
 // attn_split: block (split, g, tile) takes `rows` query-head rows of KV
 // head g (row f of the head is query f/group, head g*group + f%group, so
-// every head sharing g reads each key and value once) and the KV blocks
-// [split*per, (split+1)*per) of the range those queries see. It walks the
+// every head sharing g reads each key and value once) and the keys
+// [split*per, (split+1)*per) of the range those queries see, counted from
+// the start of the block of its first key. It walks the
 // keys 32 at a time (one per lane): the tile is decoded (a Kakeya tile
 // cooperatively: codebook lookup, outliers, inverse Walsh-Hadamard
 // transform, skeleton), un-whitened when preconditioned, and rotated into
@@ -130,6 +131,35 @@ KK_DEVICE float kk_part_value(const kk_part &v, int row, int col) {
 	}
 	const kk_u8 *mp = v.groups + 4 * k;
 	return kk_half_at(mp) + (float)code * kk_half_at(mp + 2);
+}
+
+// kk_load8 sets x to the 8 values of a hot part (kkPartF32 or kkPartBF16)
+// at element i (a multiple of 8, the part 16-byte aligned) with 16-byte
+// loads: one of 8 bf16 values, two of float32.
+KK_DEVICE void kk_load8(const kk_u8 *p, int fmt, int i, float *x) {
+	if (fmt == kkPartBF16) {
+		kk_f32x4 v = kk_ldg4((const float *)(p + 2LL * i));
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			kk_u32 u = kk_f32_bits(v[e]);
+			x[2 * e] = kk_bits_f32(u << 16);
+			x[2 * e + 1] = kk_bits_f32(u & 0xffff0000u);
+		}
+		return;
+	}
+	kk_f32x4 a = kk_ldg4((const float *)p + i), b = kk_ldg4((const float *)p + i + 4);
+#pragma unroll
+	for (int e = 0; e < 4; e++) {
+		x[e] = a[e];
+		x[4 + e] = b[e];
+	}
+}
+
+// kk_vec8 reports whether a hot part of format fmt at p is read 8 values
+// at a time (kk_load8): hot, 16-byte aligned, rows of whole 16-value
+// runs (so both halves of a RoPE pair start 16-byte aligned).
+KK_DEVICE bool kk_vec8(const kk_u8 *p, int fmt, int d) {
+	return (fmt == kkPartF32 || fmt == kkPartBF16) && (d & 15) == 0 && ((unsigned long long)p & 15) == 0;
 }
 
 // Kakeya parts may sit at any byte offset: read their 16- and 32-bit
@@ -368,7 +398,8 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
                              const float *__restrict__ sin, int rows, int per, int splits,
                              const float *__restrict__ kprm, const float *__restrict__ vprm,
                              const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,
-                             const kk_u64 *__restrict__ vptab, const int *__restrict__ startp) {
+                             const kk_u64 *__restrict__ vptab, const int *__restrict__ startp, int row0, int ntot,
+                             int tile, int rot) {
 	if (startp)
 		start = *startp; // a decode step's position, from the backend's step parameters
 	KK_DYN_SHARED(float, sm);
@@ -382,7 +413,7 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	int split = blockIdx.x, g = blockIdx.y;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 	int group = heads / kv_heads, half = d >> 1;
-	int f0 = blockIdx.z * rows;
+	int f0 = tile * rows;
 	int tr = n * group - f0 < rows ? n * group - f0 : rows; // rows of this tile
 	float scale = 1.0f / __builtin_sqrtf((float)d);
 
@@ -391,7 +422,15 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 		float v = 0.0f;
 		if (r < tr) {
 			int f = f0 + r, qi = f / group, h = g * group + f % group;
-			v = q[((long long)qi * heads + h) * d + c] * scale;
+			const float *qr = q + ((long long)(row0 + qi) * heads + h) * d;
+			v = qr[c];
+			if (rot) { // q before RoPE: rotated here at its position, as rope does
+				int cc = c < half ? c : c - half;
+				long long at = (long long)(start + qi) * half + cc;
+				float cs = cos[at], sn = sin[at];
+				v = c < half ? v * cs - qr[c + half] * sn : v * cs + qr[c - half] * sn;
+			}
+			v *= scale;
 		}
 		qs[i] = v;
 	}
@@ -400,10 +439,12 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	int qlo = start + f0 / group, qhi = start + (f0 + tr - 1) / group;
 	int kbeg = window > 0 && qlo - window + 1 > 0 ? qlo - window + 1 : 0;
 	int kend = qhi + 1;
-	int b0 = kbeg / bs + split * per;
-	int b1 = kbeg / bs + (split + 1) * per;
-	if (b1 > (kend + bs - 1) / bs)
-		b1 = (kend + bs - 1) / bs;
+	// per keys per split (whole key tiles or whole blocks), from the
+	// block of the first key seen.
+	int k0 = kbeg / bs * bs + split * per, k1 = k0 + per;
+	k0 = k0 > kbeg ? k0 : kbeg;
+	k1 = k1 < kend ? k1 : kend;
+	int b0 = k0 / bs, b1 = k0 < k1 ? (k1 + bs - 1) / bs : b0;
 
 	float m[KK_AT_SLOTS], l[KK_AT_SLOTS], alpha[KK_AT_SLOTS], acc[KK_AT_SLOTS][KK_AT_DV];
 	int qpos[KK_AT_SLOTS], first[KK_AT_SLOTS];
@@ -429,8 +470,8 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 		const float *kl = PRE && ltab ? (const float *)ltab[(long long)b * kv_heads + g] : 0;
 		// One format for both parts, or the key's and the value's.
 		int kfmt = fmt & 0xff, vfmt = fmt >> 16 ? (fmt >> 8) & 0xff : kfmt;
-		int lo = b * bs > kbeg ? b * bs : kbeg;
-		int hi = (b + 1) * bs < kend ? (b + 1) * bs : kend;
+		int lo = b * bs > k0 ? b * bs : k0;
+		int hi = (b + 1) * bs < k1 ? (b + 1) * bs : k1;
 		for (int p0 = lo; p0 < hi; p0 += KK_AT_TILE) {
 			int tn = hi - p0 < KK_AT_TILE ? hi - p0 : KK_AT_TILE;
 			__syncthreads(); // the previous tile's values (and the queries) are done
@@ -455,6 +496,25 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 				__syncthreads();
 			}
 			kk_part kpart = kk_part_open(kp, staged ? kkPartF32 : kfmt, bs, d);
+			if (!staged && kk_vec8(kp, kfmt, d) && (((unsigned long long)cos | (unsigned long long)sin) & 15) == 0) {
+				// Hot rows 8 values at a time: 16-byte loads of the
+				// key and of the RoPE tables.
+				int h8 = half >> 3;
+				for (int i = threadIdx.x; i < tn * h8; i += blockDim.x) {
+					int j = i / h8, c = (i - j * h8) * 8, pos = p0 + j, row = pos - b * bs;
+					float x0[8], x1[8];
+					kk_load8(kp, kfmt, row * d + c, x0);
+					kk_load8(kp, kfmt, row * d + c + half, x1);
+					const float *cp = cos + (long long)pos * half + c, *sp = sin + (long long)pos * half + c;
+					kk_f32x4 c0 = kk_ldg4(cp), c1 = kk_ldg4(cp + 4), s0 = kk_ldg4(sp), s1 = kk_ldg4(sp + 4);
+#pragma unroll
+					for (int e = 0; e < 8; e++) {
+						float cs = e < 4 ? c0[e & 3] : c1[e & 3], sn = e < 4 ? s0[e & 3] : s1[e & 3];
+						kv[j * ld + c + e] = x0[e] * cs - x1[e] * sn;
+						kv[j * ld + c + half + e] = x1[e] * cs + x0[e] * sn;
+					}
+				}
+			} else
 			for (int i = threadIdx.x; i < tn * half; i += blockDim.x) {
 				int j = i / half, c = i - j * half, pos = p0 + j, row = pos - b * bs;
 				float x0, x1;
@@ -479,11 +539,13 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 				bool see = lane < tn && pos >= first[s] && pos <= qpos[s];
 				float sc = -__builtin_inff();
 				if (see) {
+					// Four partial sums: a quarter of the dependent
+					// chain of one.
 					const float *qr = qs + r * d, *kr = kv + lane * ld;
-					float dot = 0.0f;
+					float d0 = 0.0f;
 					for (int c = 0; c < d; c++)
-						dot += qr[c] * kr[c];
-					sc = dot;
+						d0 += qr[c] * kr[c];
+					sc = d0;
 				}
 				float mx = __builtin_fmaxf(m[s], kk_warp_max(sc));
 				float p = 0.0f;
@@ -502,6 +564,17 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 				kk_kakeya_tile(kv, ld, vp, vprm, bs, d, P, p0 - b * bs, tn);
 			} else if (PC && vfmt == kkPartKakeyaPC) {
 				kk_pc_tile(kv, ld, vp, (const float *)vptab[(long long)b * kv_heads + g], bs, d, p0 - b * bs, tn);
+			} else if (kk_vec8(vp, vfmt, d)) {
+				int d8 = d >> 3;
+				for (int i = threadIdx.x; i < tn * d8; i += blockDim.x) {
+					int j = i / d8, c = (i - j * d8) * 8;
+					float x[8];
+					kk_load8(vp, vfmt, (p0 + j - b * bs) * d + c, x);
+#pragma unroll
+					for (int e = 0; e < 8; e++)
+						kv[j * ld + c + e] = x[e];
+				}
+				__syncthreads();
 			} else {
 				kk_part vpart = kk_part_open(vp, vfmt, bs, d);
 				for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
@@ -530,13 +603,13 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 		}
 	}
 
-	int nr = n * heads;
+	int nr = ntot * heads;
 #pragma unroll
 	for (int s = 0; s < KK_AT_SLOTS; s++) {
 		int r = s * warps + warp;
 		if (r >= tr)
 			continue;
-		int f = f0 + r, R = (f / group) * heads + g * group + f % group;
+		int f = f0 + r, R = (row0 + f / group) * heads + g * group + f % group;
 		if (splits == 1) {
 			float inv = 1.0f / l[s];
 #pragma unroll
@@ -571,12 +644,73 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	         const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,       \
 	         const kk_u64 *__restrict__ vptab, const int *__restrict__ startp) {                                      \
 		kk_attn_split<PRE, PC>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks,  \
-		                       cos, sin, rows, per, splits, kprm, vprm, ltab, kptab, vptab, startp);                  \
+		                       cos, sin, rows, per, splits, kprm, vprm, ltab, kptab, vptab, startp, 0, n, blockIdx.z, \
+		                       0);                                                                                    \
 	}
 KK_ATTN_SPLIT(attn_split, false, false)
 KK_ATTN_SPLIT(attn_split_pre, true, false)
 KK_ATTN_SPLIT(attn_split_pc, true, true)
 #undef KK_ATTN_SPLIT
+
+// A batched attention call (attn_batch) runs the split pass of every
+// sequence of a forward step in one launch. Each sequence's rows are a
+// pass: kk_attn_pass, per step (the backend's step parameters), says where
+// its rows start among the step's (row0), how many (n), its first
+// position and its first row tile among the launch's (tile0, ascending);
+// kk_attn_seq, per layer, where its block tables are. Block (split, g, z)
+// finds the pass of tile z by binary search and runs attn_split's body for
+// that pass's tile z - tile0; a tile past every pass's (a batch padded to
+// its launch's size) returns at once. The scratch and attn_combine run
+// over the step's ntot rows, as for one sequence of ntot rows. With rot
+// set, q holds the queries before RoPE, rotated as they are loaded (the
+// step then launches no rope per sequence).
+struct kk_attn_pass {
+	int row0, n, start, tile0;
+};
+struct kk_attn_seq {
+	const kk_u64 *ktab, *vtab;
+	const int *fmts;
+	const kk_u64 *ltab, *kptab, *vptab;
+	const float *kprm, *vprm;
+};
+
+template <bool PRE, bool PC>
+KK_DEVICE void kk_attn_batch(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch,
+                             const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs,
+                             int npasses, int ntot, int heads, int kv_heads, int d, int window, int bs,
+                             const float *__restrict__ cos, const float *__restrict__ sin, int rows, int per,
+                             int splits, int rot) {
+	int z = blockIdx.z, lo = 0, hi = npasses - 1;
+	while (lo < hi) { // the last pass whose first tile is at or before z
+		int mid = (lo + hi + 1) >> 1;
+		if (passes[mid].tile0 <= z)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	kk_attn_pass ps = passes[lo];
+	int group = heads / kv_heads;
+	if (ps.n <= 0 || z - ps.tile0 >= (ps.n * group + rows - 1) / rows)
+		return; // a padding tile: the whole block leaves
+	kk_attn_seq sq = seqs[lo];
+	kk_attn_split<PRE, PC>(out, q, scratch, ps.n, ps.start, heads, kv_heads, d, window, bs, sq.ktab, sq.vtab, sq.fmts,
+	                       0, cos, sin, rows, per, splits, sq.kprm, sq.vprm, sq.ltab, sq.kptab, sq.vptab, 0,
+	                       ps.row0, ntot, z - ps.tile0, rot);
+}
+
+#define KK_ATTN_BATCH(name, PRE, PC)                                                                                    \
+	KK_KERNEL void __launch_bounds__(256)                                                                              \
+	    name(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch,                         \
+	         const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs, int npasses, int ntot,    \
+	         int heads, int kv_heads, int d, int window, int bs, const float *__restrict__ cos,                       \
+	         const float *__restrict__ sin, int rows, int per, int splits, int rot) {                                 \
+		kk_attn_batch<PRE, PC>(out, q, scratch, passes, seqs, npasses, ntot, heads, kv_heads, d, window, bs, cos, sin, \
+		                       rows, per, splits, rot);                                                               \
+	}
+KK_ATTN_BATCH(attn_batch, false, false)
+KK_ATTN_BATCH(attn_batch_pre, true, false)
+KK_ATTN_BATCH(attn_batch_pc, true, true)
+#undef KK_ATTN_BATCH
 
 // attn_combine: block R merges the splits' states of query-head row R:
 // out = sum_s e^(m_s-M) acc_s / sum_s e^(m_s-M) l_s with M the largest

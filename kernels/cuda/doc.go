@@ -9,7 +9,9 @@
 // (decode's matvec and the tiled matmul, for f32, bf16 and f16 weights),
 // attention.cu (attn_split and attn_combine over paged, possibly
 // encoded, KV blocks; attn_split_pre also un-whitens preconditioned keys,
-// attn_split_pc also reads kakeya-pc blocks) and encode.cu (enc_int8 and
+// attn_split_pc also reads kakeya-pc blocks; attn_batch and its _pre and
+// _pc variants run the split pass of every sequence of a step in one
+// launch) and encode.cu (enc_int8 and
 // enc_pc: full KV blocks encoded as codec.Int8 and codec.KakeyaPC do,
 // header and CRC included).
 // They use only what prelude.cuh declares. For the device, clang compiles

@@ -115,3 +115,24 @@ KK_KERNEL void kv_write(const kk_u64 *__restrict__ tab, int n, int row, int rows
 	else
 		((kk_u16 *)tab[e])[at] = kk_f32_to_bf16(v);
 }
+
+// kv_write_runs is kv_write for several runs of writes at once (a step's
+// sequences, each at its own cache row): run z (blockIdx.z) takes its
+// table and row from the 16-byte slot z of the backend's step parameters
+// at slots (the table's address, then the row as int32), so that the
+// launch is the same from one step to the next. Every run has n parts of
+// rows rows.
+KK_KERNEL void kv_write_runs(const kk_u64 *__restrict__ slots, int n, int rows, int d, int stride, int fmt) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= rows * d)
+		return;
+	const kk_u64 *tab = (const kk_u64 *)slots[2 * blockIdx.z];
+	int row = ((const int *)slots)[4 * blockIdx.z + 2];
+	int e = blockIdx.y, r = i / d, c = i - r * d;
+	float v = ((const float *)tab[n + e])[(long long)r * stride + c];
+	long long at = (long long)(row + r) * d + c;
+	if (fmt == 0)
+		((float *)tab[e])[at] = v;
+	else
+		((kk_u16 *)tab[e])[at] = kk_f32_to_bf16(v);
+}

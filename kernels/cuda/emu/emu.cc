@@ -158,13 +158,14 @@ namespace {
 // the PTX's entries, so a kernel cannot be missing from either.
 const Entry kernels[] = {
     KK_ENTRY(embed_f32), KK_ENTRY(embed_bf16), KK_ENTRY(embed_f16), KK_ENTRY(rmsnorm), KK_ENTRY(add_rows),
-    KK_ENTRY(add),       KK_ENTRY(silu_mul),   KK_ENTRY(rope),       KK_ENTRY(kv_write),
+    KK_ENTRY(add),       KK_ENTRY(silu_mul),   KK_ENTRY(rope),       KK_ENTRY(kv_write), KK_ENTRY(kv_write_runs),
     KK_ENTRY(matvec_f32), KK_ENTRY(matvec_bf16), KK_ENTRY(matvec_f16),
     KK_ENTRY(norm_qkv_f32), KK_ENTRY(norm_swiglu_f32), KK_ENTRY(matvec_add_f32), KK_ENTRY(norm_matvec_f32),
     KK_ENTRY(norm_qkv_bf16), KK_ENTRY(norm_swiglu_bf16), KK_ENTRY(matvec_add_bf16), KK_ENTRY(norm_matvec_bf16),
     KK_ENTRY(norm_qkv_f16), KK_ENTRY(norm_swiglu_f16), KK_ENTRY(matvec_add_f16), KK_ENTRY(norm_matvec_f16),
     KK_ENTRY(matmul_f32), KK_ENTRY(matmul_bf16), KK_ENTRY(matmul_f16),
-    KK_ENTRY(attn_split), KK_ENTRY(attn_split_pre), KK_ENTRY(attn_split_pc), KK_ENTRY(attn_combine),
+    KK_ENTRY(attn_split), KK_ENTRY(attn_split_pre), KK_ENTRY(attn_split_pc), KK_ENTRY(attn_batch),
+    KK_ENTRY(attn_batch_pre), KK_ENTRY(attn_batch_pc), KK_ENTRY(attn_combine),
     KK_ENTRY(enc_int8), KK_ENTRY(enc_pc), KK_ENTRY(argmax),
     KK_ENTRY(to_bf16), KK_ENTRY(to_f16_rows), KK_ENTRY(scale_rows), KK_ENTRY(gemm_bf16), KK_ENTRY(gemm_f16),
 };
