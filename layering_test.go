@@ -56,11 +56,11 @@ var allowed = map[string][]string{
 	"tokenizer/chattmpl": {},
 	"model":              {"compute", "kvcache", "weights", "pick"},
 	"calibrate":          {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
-	"eval":               {"kvcache/kvconfig", "internal/outfile"},
+	"eval":               {"kvcache/kvconfig", "internal/outfile", "internal/mathx"},
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},
-	"":          {"scheduler", "model", "pick", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
+	"":          {"scheduler", "model", "pick", "internal/mathx", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
 
 	// The cache's planning: a configuration, a model's shape and a
 	// calibration make the runtime's policy.
@@ -70,11 +70,13 @@ var allowed = map[string][]string{
 	"internal/ggufdata":   {"internal/shareddata"},
 	"internal/term":       {},
 	"internal/outfile":    {},
-	"internal/device":     {"compute", "compute/cpubackend", "compute/cudabackend"},
-	"internal/testmodel":  {"tensor"},
-	"internal/leveltest":  {"kernels/cpu"},
-	"internal/cli":        {"kernels/cpu"}, // --version names the CPU kernels
-	"internal/clitest":    {},
+	// Exp for hot host loops: math.Exp is slow in a simd build (mathx doc).
+	"internal/mathx":     {},
+	"internal/device":    {"compute", "compute/cpubackend", "compute/cudabackend"},
+	"internal/testmodel": {"tensor"},
+	"internal/leveltest": {"kernels/cpu"},
+	"internal/cli":       {"kernels/cpu"}, // --version names the CPU kernels
+	"internal/clitest":   {},
 
 	// The cache flags the commands share.
 	"internal/kvflags": {"kvcache/kvconfig"},

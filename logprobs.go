@@ -1,6 +1,10 @@
 package kakeya
 
-import "math"
+import (
+	"math"
+
+	"github.com/kakeya-ai/kakeya/internal/mathx"
+)
 
 // MaxTopLogprobs is the most alternatives GenerateOptions.TopLogprobs may
 // ask for, as the OpenAI API's top_logprobs.
@@ -86,7 +90,7 @@ func (p *logprober) measure(logits []float32, keep bool) {
 	}
 	sum := 0.0
 	for _, v := range logits {
-		sum += math.Exp(float64(v - maxL))
+		sum += mathx.Exp(float64(v - maxL))
 	}
 	p.lse = float64(maxL) + math.Log(sum)
 	p.cur.n = n

@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/kakeya-ai/kakeya/pick"
+
+	"github.com/kakeya-ai/kakeya/internal/mathx"
 )
 
 // SamplingOptions choose how the next token is drawn from the logits.
@@ -83,7 +85,7 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 	maxL := float64(c.logit[0])
 	sum := 0.0
 	for i := range c.id {
-		p := math.Exp((float64(c.logit[i]) - maxL) * inv)
+		p := mathx.Exp((float64(c.logit[i]) - maxL) * inv)
 		c.prob[i] = p
 		sum += p
 	}

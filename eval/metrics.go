@@ -3,6 +3,8 @@ package eval
 import (
 	"fmt"
 	"math"
+
+	"github.com/kakeya-ai/kakeya/internal/mathx"
 )
 
 // LogSumExp returns log(sum(exp(x))) over a logits row, computed in float64
@@ -27,7 +29,7 @@ func LogSumExp(logits []float32) (float64, error) {
 	}
 	var s float64
 	for _, x := range logits {
-		s += math.Exp(float64(x) - m)
+		s += mathx.Exp(float64(x) - m)
 	}
 	return m + math.Log(s), nil
 }
@@ -173,7 +175,7 @@ func (sc *Scorer) KL(ref, alt []float32) (float64, error) {
 	}
 	var kl float64
 	for i, l := range lr {
-		p := math.Exp(l)
+		p := mathx.Exp(l)
 		if p == 0 {
 			continue // 0 * log 0 = 0, even where alt gives the token no mass
 		}
