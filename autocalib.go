@@ -20,6 +20,8 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
+
+	"github.com/kakeya-ai/kakeya/internal/boundedfile"
 )
 
 // DefaultCalibrationTokens is how many tokens of the built-in calibration
@@ -181,7 +183,7 @@ func (a autoCalibration) key() (string, error) {
 	fmt.Fprintf(h, "%s\nblock %d\ntokens %d\n", calibVersion, a.blockSize, a.tokens)
 	text := sha256.Sum256([]byte(calibrate.Text()))
 	h.Write(text[:])
-	cfg, err := weights.ReadFileMax(filepath.Join(a.modelDir, "config.json"), weights.MaxConfigBytes)
+	cfg, err := boundedfile.Read(filepath.Join(a.modelDir, "config.json"), weights.MaxConfigBytes)
 	if err != nil {
 		return "", fmt.Errorf("kakeya: calibration cache key: %w", err)
 	}

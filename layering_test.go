@@ -50,8 +50,8 @@ var allowed = map[string][]string{
 
 	// Above the seam.
 	"kvcache":   {"compute", "codec"},
-	"weights":   {"tensor", "internal/term", "internal/outfile"},
-	"tokenizer": {"tokenizer/chattmpl"},
+	"weights":   {"tensor", "internal/term", "internal/outfile", "internal/boundedfile"},
+	"tokenizer": {"tokenizer/chattmpl", "internal/boundedfile"},
 	// Chat templates: a Jinja engine in transformers' environment.
 	"tokenizer/chattmpl": {},
 	"model":              {"compute", "kvcache", "weights", "pick"},
@@ -60,7 +60,7 @@ var allowed = map[string][]string{
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},
-	"":          {"scheduler", "model", "pick", "internal/mathx", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
+	"":          {"scheduler", "model", "pick", "internal/mathx", "internal/boundedfile", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
 
 	// The cache's planning: a configuration, a model's shape and a
 	// calibration make the runtime's policy.
@@ -71,12 +71,14 @@ var allowed = map[string][]string{
 	"internal/term":       {},
 	"internal/outfile":    {},
 	// Exp for hot host loops: math.Exp is slow in a simd build (mathx doc).
-	"internal/mathx":     {},
-	"internal/device":    {"compute", "compute/cpubackend", "compute/cudabackend"},
-	"internal/testmodel": {"tensor"},
-	"internal/leveltest": {"kernels/cpu"},
-	"internal/cli":       {"kernels/cpu"}, // --version names the CPU kernels
-	"internal/clitest":   {},
+	"internal/mathx": {},
+	// Reading a small file no further than a limit (the model loaders).
+	"internal/boundedfile": {},
+	"internal/device":      {"compute", "compute/cpubackend", "compute/cudabackend"},
+	"internal/testmodel":   {"tensor"},
+	"internal/leveltest":   {"kernels/cpu"},
+	"internal/cli":         {"kernels/cpu"}, // --version names the CPU kernels
+	"internal/clitest":     {},
 
 	// The cache flags the commands share.
 	"internal/kvflags": {"kvcache/kvconfig"},

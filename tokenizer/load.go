@@ -14,6 +14,8 @@ import (
 
 	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/kakeya-ai/kakeya/internal/boundedfile"
 )
 
 // tokenizerJSON is the part of tokenizer.json this package reads.
@@ -119,13 +121,13 @@ const gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 // Load reads the tokenizer.json at path and, when present in the same
 // directory, tokenizer_config.json.
 func Load(path string) (*Tokenizer, error) {
-	data, err := readFileMax(path, maxTokenizerBytes)
+	data, err := boundedfile.Read(path, maxTokenizerBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	var cfg []byte
 	cfgPath := filepath.Join(filepath.Dir(path), "tokenizer_config.json")
-	cfg, err = readFileMax(cfgPath, maxConfigBytes)
+	cfg, err = boundedfile.Read(cfgPath, maxConfigBytes)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("tokenizer: %w", err)

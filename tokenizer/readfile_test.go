@@ -5,13 +5,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/boundedfile"
 )
 
 // A tokenizer.json or tokenizer_config.json past what the format can need
 // is an error naming it, read no further than the limit: /dev/zero grew
 // memory without bound before.
 func TestLoadSizeCap(t *testing.T) {
-	if _, err := readFileMax("/dev/zero", 1<<20); err == nil || !strings.Contains(err.Error(), "larger than 1048576 bytes") {
+	if _, err := boundedfile.Read("/dev/zero", 1<<20); err == nil || !strings.Contains(err.Error(), "larger than 1048576 bytes") {
 		t.Errorf("/dev/zero: %v", err)
 	}
 	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {

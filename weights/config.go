@@ -8,6 +8,8 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+
+	"github.com/kakeya-ai/kakeya/internal/boundedfile"
 )
 
 // Config is the part of a Hugging Face config.json the engine needs, with
@@ -113,7 +115,7 @@ func LoadConfig(dir string) (*Config, error) {
 		return g.Config()
 	}
 	path := filepath.Join(dir, "config.json")
-	data, err := ReadFileMax(path, MaxConfigBytes)
+	data, err := boundedfile.Read(path, MaxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
@@ -122,7 +124,7 @@ func LoadConfig(dir string) (*Config, error) {
 		return nil, err
 	}
 	path = filepath.Join(dir, "generation_config.json")
-	data, err = ReadFileMax(path, MaxConfigBytes)
+	data, err = boundedfile.Read(path, MaxConfigBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return c, nil

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/kakeya-ai/kakeya/internal/outfile"
+
+	"github.com/kakeya-ai/kakeya/internal/boundedfile"
 )
 
 // HubOptions says where and how Resolve finds models on the Hugging Face Hub.
@@ -241,7 +243,7 @@ func newTransport(connect, header time.Duration) *http.Transport {
 func cachedSnapshot(repoDir, rev string) (string, bool) {
 	commit := rev
 	if !commitPattern.MatchString(rev) {
-		b, err := ReadFileMax(filepath.Join(repoDir, "refs", filepath.FromSlash(rev)), maxRefBytes)
+		b, err := boundedfile.Read(filepath.Join(repoDir, "refs", filepath.FromSlash(rev)), maxRefBytes)
 		if err != nil {
 			return "", false
 		}
@@ -276,7 +278,7 @@ func isFile(p string) bool {
 
 // indexShards returns the sorted distinct shard names of an index file.
 func indexShards(index string) ([]string, error) {
-	b, err := ReadFileMax(index, MaxIndexBytes)
+	b, err := boundedfile.Read(index, MaxIndexBytes)
 	if err != nil {
 		return nil, err
 	}

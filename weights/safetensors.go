@@ -15,6 +15,8 @@ import (
 	"unsafe"
 
 	"github.com/kakeya-ai/kakeya/tensor"
+
+	"github.com/kakeya-ai/kakeya/internal/boundedfile"
 )
 
 // maxHeaderLen bounds the JSON header like the reference implementation
@@ -401,7 +403,7 @@ func Open(dir string) (*Store, error) {
 }
 
 func openIndex(dir, index string) (*Store, error) {
-	b, err := ReadFileMax(index, MaxIndexBytes)
+	b, err := boundedfile.Read(index, MaxIndexBytes)
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
