@@ -763,23 +763,7 @@ func attentionLaunches(a attnArgs) []Launch {
 	case a.LTab != 0:
 		kernel = "attn_split_pre"
 	}
-	ls := []Launch{{
-		Kernel: kernel,
-		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},
-		Block:  Dim3{attnThreads, 1, 1},
-		Shared: uint32(p.shared),
-		Args:   split.b, Params: split.offs,
-	}}
-	if p.splits > 1 {
-		comb := new(args).ptr(a.Out).ptr(a.Scratch).i32("n", a.N).i32("heads", a.Heads).i32("head dim", a.HeadDim).i32("splits", p.splits)
-		ls = append(ls, Launch{
-			Kernel: "attn_combine",
-			Grid:   Dim3{u32("combine rows", a.N*a.Heads), 1, 1},
-			Block:  Dim3{128, 1, 1},
-			Args:   comb.b, Params: comb.offs,
-		})
-	}
-	return ls
+	return splitLaunches(kernel, p, split, a.Out, a.Scratch, a.N, a.Heads, a.KVHeads, a.HeadDim)
 }
 
 // attnBatchArgs are one batched attention call (attn_batch): the split
@@ -862,18 +846,26 @@ func attnBatchLaunches(a attnBatchArgs, p attnPlan) []Launch {
 	case a.Pre:
 		kernel = "attn_batch_pre"
 	}
+	return splitLaunches(kernel, p, split, a.Out, a.Scratch, a.N, a.Heads, a.KVHeads, a.HeadDim)
+}
+
+// splitLaunches returns an attention split kernel's launch over p's grid
+// (splits x KV heads x tiles) with its packed arguments, followed, when
+// the context is split, by attn_combine's over the n x heads rows of out:
+// the tail the single-sequence and batched attention launches share.
+func splitLaunches(kernel string, p attnPlan, split *args, out, scratch Ptr, n, heads, kvHeads, headDim int) []Launch {
 	ls := []Launch{{
 		Kernel: kernel,
-		Grid:   Dim3{uint32(p.splits), uint32(a.KVHeads), uint32(p.tiles)},
+		Grid:   Dim3{uint32(p.splits), uint32(kvHeads), uint32(p.tiles)},
 		Block:  Dim3{attnThreads, 1, 1},
 		Shared: uint32(p.shared),
 		Args:   split.b, Params: split.offs,
 	}}
 	if p.splits > 1 {
-		comb := new(args).ptr(a.Out).ptr(a.Scratch).i32("n", a.N).i32("heads", a.Heads).i32("head dim", a.HeadDim).i32("splits", p.splits)
+		comb := new(args).ptr(out).ptr(scratch).i32("n", n).i32("heads", heads).i32("head dim", headDim).i32("splits", p.splits)
 		ls = append(ls, Launch{
 			Kernel: "attn_combine",
-			Grid:   Dim3{u32("combine rows", a.N*a.Heads), 1, 1},
+			Grid:   Dim3{u32("combine rows", n*heads), 1, 1},
 			Block:  Dim3{128, 1, 1},
 			Args:   comb.b, Params: comb.offs,
 		})
