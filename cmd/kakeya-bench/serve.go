@@ -14,7 +14,6 @@ import (
 
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/model"
-	"github.com/kakeya-ai/kakeya/pick"
 	"github.com/kakeya-ai/kakeya/scheduler"
 )
 
@@ -129,7 +128,7 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 				if i >= n {
 					return
 				}
-				h, err := s.Submit(ctx, scheduler.Request{Prompt: prompts[i], MaxNew: o.gen, Next: argMax})
+				h, err := s.Submit(ctx, scheduler.Request{Prompt: prompts[i], MaxNew: o.gen, Pick: greedy})
 				if err != nil {
 					errs <- err
 					return
@@ -192,9 +191,15 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 	return r, nil
 }
 
-// argMax is the requests' Next: greedy, never ending before MaxNew.
-func argMax(logits []float32, _ []int) (int, bool, error) {
-	return pick.ArgMax(logits), false, nil
+// greedy is the requests' Pick: the most likely token, as a server
+// decoding at temperature 0 takes it (on the device where the backend
+// picks there, so only the token crosses to the host), never ending before
+// MaxNew; a NaN or infinite logit fails the request.
+func greedy(id, nonFinite int, _ []int) (bool, error) {
+	if nonFinite >= 0 {
+		return false, fmt.Errorf("logit %d of token %d's step is not finite", nonFinite, id)
+	}
+	return false, nil
 }
 
 // randomIDs returns n token ids in [1, vocab).

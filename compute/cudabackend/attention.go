@@ -124,6 +124,11 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	if t.pc {
 		args.KPTab, args.VPTab = t.dev+Ptr(24*len(t.k)), t.dev+Ptr(32*len(t.k))
 	}
+	// Prefill on the tensor cores where the kernel reads every part.
+	if prefillAttention(n, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pc) {
+		b.enqueue(prefillLaunch(args), true)
+		return b.err
+	}
 	if need := attentionScratch(args); need > a.scratchN {
 		if a.scratch != 0 {
 			// Queued launches may still use it: free at the next idle point.

@@ -124,6 +124,21 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
 		Cos: ptr(cos), Sin: ptr(sin), Rotate: rotate,
 	}
+	// A step with a prefill chunk runs on the tensor cores where the
+	// kernel reads every pass's parts (checked below, once the tables are
+	// known): its tiles are then prefillRows rows.
+	tc := prefillAttention(maxN, d, b.g16.exact, false, false, false)
+	for i := 0; tc && i < len(passes); i++ {
+		ps := &passes[i]
+		t, err := ps.Attention.(*attention).table(ps.KV, ceilDiv(ps.Start+ps.N, p.BlockSize))
+		if err != nil {
+			return fmt.Errorf("batch pass %d: %w", i, err)
+		}
+		tc = prefillAttention(maxN, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pc)
+	}
+	if tc {
+		rowsPer = prefillRows
+	}
 	entries := slices.Grow(st.entries[:0], 8*len(passes))[:8*len(passes)]
 	st.entries = entries
 	st.recs = st.recs[:0]
@@ -155,14 +170,17 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 		row += ps.N
 		tile += ceilDiv(ps.N*group, rowsPer)
 	}
-	plan := args.plan(tile)
+	var plan attnPlan
+	if !tc {
+		plan = args.plan(tile)
+	}
 	if err := b.seqDirUpdate(dir, entries); err != nil {
 		b.fail(err)
 		return err
 	}
 	args.Seqs = dir.dev
 
-	if need := attnBatchScratch(args, plan); need > st.scratchN {
+	if need := attnBatchScratch(args, plan); !tc && need > st.scratchN {
 		if st.scratch != 0 {
 			b.freeLater(st.scratch) // queued launches may still use it
 		}
@@ -218,6 +236,10 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 		passes[i].Attention.(*attention).tables[passes[i].KV].queued = epoch
 	}
 	dir.queued = epoch
+	if tc {
+		b.enqueue(prefillBatchLaunch(args, tile), dynamic)
+		return b.err
+	}
 	for _, l := range attnBatchLaunches(args, plan) {
 		b.enqueue(l, dynamic)
 	}

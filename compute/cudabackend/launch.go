@@ -872,3 +872,65 @@ func splitLaunches(kernel string, p attnPlan, split *args, out, scratch Ptr, n, 
 	}
 	return ls
 }
+
+// prefillRows is the query-head rows per block of the tensor-core prefill
+// attention (attn_prefill_d64, _d128 in kernels/cuda/prefill.cu): 4 warps
+// of 16 rows.
+const (
+	prefillRows    = 64
+	prefillThreads = 128
+)
+
+// prefillAttention reports whether the tensor-core prefill kernel takes
+// an attention call of n queries per pass (the most of any pass) at head
+// dim d over parts whose tables say kakeya (Kakeya parts: their shared
+// params), pre (preconditioned keys) or pc (kakeya-pc parts): a call of
+// more than maxMatVecRows queries, with 16-bit matrix products (exact
+// false), over parts it reads (hot, int8, int4, int2), at d 64 or 128.
+func prefillAttention(n, d int, exact, kakeya, pre, pc bool) bool {
+	return n > maxMatVecRows && !exact && !kakeya && !pre && !pc && (d == 64 || d == 128)
+}
+
+// prefillLaunch returns the launch of one sequence's call (a, which
+// prefillAttention admits) on the tensor cores: block (tile, KV head).
+//
+// Kernel: attn_prefill_d<D>(float *out, const float *q, int n, int start, int heads, int kv_heads,
+// int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
+// const float *cos, const float *sin, int rot)
+func prefillLaunch(a attnArgs) Launch {
+	a.plan() // the same checks
+	tiles := ceilDiv(a.N*(a.Heads/a.KVHeads), prefillRows)
+	p := new(args).ptr(a.Out).ptr(a.Q).i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).
+		i32("kv heads", a.KVHeads).i32("window", a.Window).i32("block size", a.BlockSize).
+		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).ptr(a.Cos).ptr(a.Sin).i32("rotate", 0)
+	return Launch{
+		Kernel: fmt.Sprintf("attn_prefill_d%d", a.HeadDim),
+		Grid:   Dim3{u32("prefill attention tiles", tiles), u32("KV heads", a.KVHeads), 1},
+		Block:  Dim3{prefillThreads, 1, 1},
+		Args:   p.b, Params: p.offs,
+	}
+}
+
+// prefillBatchLaunch returns the launch of a batched call on the tensor
+// cores over tiles row tiles of prefillRows (the passes' tile0 counted in
+// them): block (tile, KV head).
+//
+// Kernel: attn_prefill_batch_d<D>(float *out, const float *q, const kk_attn_pass *passes,
+// const kk_attn_seq *seqs, int npasses, int heads, int kv_heads, int window, int block_size,
+// const float *cos, const float *sin, int rot)
+func prefillBatchLaunch(a attnBatchArgs, tiles int) Launch {
+	positive("batched prefill attention", a.NPasses, a.N, a.Heads, a.KVHeads, a.HeadDim, a.BlockSize, tiles)
+	rot := 0
+	if a.Rotate {
+		rot = 1
+	}
+	p := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Passes).ptr(a.Seqs).i32("passes", a.NPasses).
+		i32("heads", a.Heads).i32("kv heads", a.KVHeads).i32("window", a.Window).i32("block size", a.BlockSize).
+		ptr(a.Cos).ptr(a.Sin).i32("rotate", rot)
+	return Launch{
+		Kernel: fmt.Sprintf("attn_prefill_batch_d%d", a.HeadDim),
+		Grid:   Dim3{u32("prefill attention tiles", tiles), u32("KV heads", a.KVHeads), 1},
+		Block:  Dim3{prefillThreads, 1, 1},
+		Args:   p.b, Params: p.offs,
+	}
+}

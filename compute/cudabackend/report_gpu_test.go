@@ -163,3 +163,12 @@ func TestReportLaunches(t *testing.T) {
 	dir, shape, spec := reportModel(t)
 	launchRows(r, "launches", func(o Options) *Backend { return openGPU(t, o) }, shape, spec, dir, 512, 32, 64)
 }
+
+// Where a prefill's and a decode step's time goes, kernel by kernel (each
+// launch alone and waited for; CUDA graphs off, so that a decode step's
+// kernels are timed one by one).
+func TestReportProfile(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	dir, shape, _ := reportModel(t)
+	profileRows(r, "profile", shape, openGPU(t, Options{NoGraphs: true}), dir, []int{512, 2048}, 64)
+}

@@ -1022,6 +1022,19 @@ func (tp *throughput) run() {
 	}
 	defer m.Close()
 	wbytes := decodeBytes(tp.spec)
+	// One untimed prefill first: what is set up once per backend and
+	// model (cuBLAS's handle and workspace, scratch) is not the first
+	// cell's prefill.
+	if pol, _, err := kvplan.NewPolicy(cacheSpec("plain", tp.block), m.CacheShape(), nil); err == nil {
+		if s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol, BlockSize: tp.block}); err == nil {
+			_, err = s.Forward(testIDs(min(slices.Min(tp.contexts), 512), tp.spec.Vocab), false)
+			s.Close()
+			if err != nil {
+				r.row(tp.step, tp.shape, statusFail, "warm-up prefill: "+err.Error(), nil)
+				return
+			}
+		}
+	}
 	// Seconds per token of the slowest cell so far, doubled for a longer
 	// context than any so far (attention's share of prefill grows with
 	// the context).

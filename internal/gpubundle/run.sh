@@ -25,10 +25,11 @@
 #   model-0.5b       cpu     40  writes the seeded Qwen2.5-0.5B-shaped checkpoint
 #   throughput-0.5b  gpu     60  prefill/decode tok/s, plain/int8/kakeya/kakeya-pc, ctx 512/2048/8192
 #   launches-0.5b    gpu     30  driver calls per decode step: one graph per step, fusions and graphs on and off
+#   profile-0.5b     gpu     20  time per kernel of a prefill (512, 2048) and a decode step, each launch waited for
 #   serve-0.5b       gpu     60  kakeya-bench --concurrency 1,16,64,256, plain/int8/kakeya preset
 #   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
-#   model-7b         gpu     60  then throughput-7b (gpu, 60), serve-7b (gpu, 75),
+#   model-7b         gpu     60  then throughput-7b (gpu, 60), profile-7b (gpu, 30), serve-7b (gpu, 75),
 #                                kvbound-7b (gpu, 60: a KV pool of 16 bf16 sequences of
 #                                2,048 tokens, admitted sequences and tok/s per cache)
 #                                and peer-7b (gpu, 60)
@@ -398,11 +399,13 @@ step gemm gpu 40 bash -c 'gotest TestReportGEMM'
 step model-0.5b cpu 40 bash "$SELF" __step model-0.5b
 withmodel 0.5b throughput-0.5b gpu 60 bash -c 'gotest TestReportThroughput'
 withmodel 0.5b launches-0.5b gpu 30 bash -c 'gotest TestReportLaunches'
+withmodel 0.5b profile-0.5b gpu 20 bash -c 'gotest TestReportProfile'
 withmodel 0.5b serve-0.5b gpu 60 bash "$SELF" __step serve-0.5b
 withmodel 0.5b peer-0.5b gpu 45 bash "$SELF" __step peer-0.5b
 step sanitizer gpu 60 bash "$SELF" __step sanitizer
 step model-7b gpu 60 bash "$SELF" __step model-7b
 withmodel 7b throughput-7b gpu 60 bash -c 'gotest TestReportThroughput'
+withmodel 7b profile-7b gpu 30 bash -c 'gotest TestReportProfile'
 withmodel 7b serve-7b gpu 75 bash "$SELF" __step serve-7b
 withmodel 7b kvbound-7b gpu 60 bash "$SELF" __step kvbound-7b
 withmodel 7b peer-7b gpu 60 bash "$SELF" __step peer-7b

@@ -8,3 +8,4 @@
 #include "encode.cu"
 #include "sample.cu"
 #include "gemm.cu"
+#include "prefill.cu"

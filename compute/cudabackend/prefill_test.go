@@ -1,0 +1,149 @@
+package cudabackend
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/reference"
+)
+
+// Prefill attention on the tensor cores (attn_prefill_d64, _d128 and
+// their batched forms) gives the attention the float64 reference
+// computes, to the rounding of its bf16 operands (queries, keys,
+// probabilities and values; float32 sums): one sequence's call and a
+// batched step of prefill chunks beside decode rows, from position 0 and
+// from a later chunk's, over hot f32 and bf16 rows and int8, int4 and
+// int2 blocks, GQA 7:1 and 2:1, head dims 64 and 128, a sliding window,
+// with the queries rotated before the call or by the kernel. Under
+// --matmul f32, or with a part only attn_split reads (kakeya), the call
+// stays on attn_split.
+func TestPrefillAttentionMatchesReference(t *testing.T) {
+	needKernels(t, "attn_prefill_d64", "attn_prefill_d128", "attn_prefill_batch_d64", "attn_prefill_batch_d128", "attn_split")
+	for _, c := range []struct {
+		name                       string
+		heads, kvHeads, d, bs, win int
+		bf16                       bool
+		exact                      bool
+		seqs                       []batchSeq
+		kernel                     string // the single-sequence calls' kernel
+	}{
+		{"gqa7/d64/bf16", 7, 1, 64, 16, 0, true, false, []batchSeq{{0, 40, ""}, {30, 19, "int8"}}, "attn_prefill_d64"},
+		{"gqa2/d128/f32", 4, 2, 128, 16, 0, false, false, []batchSeq{{0, 33, "int4/int8"}, {17, 9, "int2-k/hot"}, {50, 1, "int8"}}, "attn_prefill_d128"},
+		{"gqa7/d128/window", 14, 2, 128, 16, 20, true, false, []batchSeq{{5, 60, "int8"}, {70, 1, ""}}, "attn_prefill_d128"},
+		{"exact", 7, 1, 64, 16, 0, true, true, []batchSeq{{0, 20, ""}}, "attn_split"},
+		{"kakeya", 7, 1, 64, 16, 0, true, false, []batchSeq{{20, 12, "kakeya"}}, "attn_split"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := Options{}
+			if c.exact {
+				o.MatMul = "f32"
+			}
+			gpu, f := newFakeBackend(t, o)
+			ref := reference.Backend{}
+			r := rand.New(rand.NewPCG(11, uint64(c.heads*c.d+c.win)))
+			ap := compute.AttentionParams{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d, Window: c.win, BlockSize: c.bs, MaxContext: 128}
+			cos, sin := ropeTables(ap.MaxContext, c.d)
+			gstore := gpu.NewBlockStore(c.bs, c.d, c.bf16)
+			rstore := ref.NewBlockStore(c.bs, c.d, c.bf16)
+			row := c.heads * c.d
+			rows := 0
+			for _, s := range c.seqs {
+				rows += s.n
+			}
+			q := randFloats(r, rows*row)
+			var qr, want []float32
+			var passes []compute.AttentionPass
+			at := 0
+			cd, sd := upload(gpu, cos), upload(gpu, sin)
+			for i, s := range c.seqs {
+				codecs := batchCodecs(t, r, s.enc, c.kvHeads, c.d, c.bs)
+				gl, rl := batchLayer(t, r, gpu, gstore, rstore, s.start+s.n, c.kvHeads, c.bs, c.d, codecs)
+				ra, err := ref.NewAttention(ap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := ref.Alloc(s.n * row)
+				pq := refBuf(q[at*row : (at+s.n)*row])
+				ref.RoPE(pq, s.n, c.heads, c.d, s.start, refBuf(cos), refBuf(sin))
+				qr = append(qr, refRead(pq)...)
+				if err := ra.Forward(out, pq, s.n, s.start, rl, refBuf(cos), refBuf(sin)); err != nil {
+					t.Fatalf("sequence %d: reference: %v", i, err)
+				}
+				w := refRead(out)
+				want = append(want, w...)
+				ga, err := gpu.NewAttention(ap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				passes = append(passes, compute.AttentionPass{Attention: ga, KV: gl, N: s.n, Start: s.start})
+				// The sequence's own call, its queries rotated before.
+				gout := gpu.Alloc(s.n * row)
+				before := len(f.launched)
+				if err := ga.Forward(gout, upload(gpu, qr[at*row:(at+s.n)*row]), s.n, s.start, gl, cd, sd); err != nil {
+					t.Fatal(err)
+				}
+				got := read(gpu, gout)
+				if err := gpu.Err(); err != nil {
+					t.Fatal(err)
+				}
+				kernel := c.kernel
+				if s.n <= maxMatVecRows {
+					kernel = "attn_split"
+				}
+				if ks := f.launched[before:]; len(ks) == 0 || ks[0] != kernel {
+					t.Fatalf("sequence %d: launched %v, want %s first", i, ks, kernel)
+				}
+				checkPrefill(t, fmt.Sprintf("sequence %d (%+v) alone", i, s), got, w, c.exact || kernel == "attn_split")
+				at += s.n
+			}
+			// The batched step: on the tensor cores when a pass is a
+			// prefill chunk and every part is one the kernel reads.
+			qd, qrd := upload(gpu, q), upload(gpu, qr)
+			batchKernel := fmt.Sprintf("attn_prefill_batch_d%d", c.d)
+			if c.kernel == "attn_split" {
+				batchKernel = "attn_batch"
+			}
+			for _, rotate := range []bool{false, true} {
+				in := qrd
+				if rotate {
+					in = qd
+				}
+				out := gpu.Alloc(rows * row)
+				before := len(f.launched)
+				if err := gpu.AttendBatch(out, in, rotate, 0, passes, cd, sd); err != nil {
+					t.Fatal(err)
+				}
+				got := read(gpu, out)
+				if err := gpu.Err(); err != nil {
+					t.Fatal(err)
+				}
+				if ks := f.launched[before:]; len(ks) == 0 || ks[0] != batchKernel {
+					t.Fatalf("batched (rotate %v): launched %v, want %s first", rotate, ks, batchKernel)
+				}
+				at = 0
+				for i, s := range c.seqs {
+					checkPrefill(t, fmt.Sprintf("batched (rotate %v): sequence %d (%+v)", rotate, i, s),
+						got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], batchKernel == "attn_batch")
+					at += s.n
+				}
+			}
+		})
+	}
+}
+
+// checkPrefill compares an attention output with the reference's: to
+// float32 rounding for attn_split, to the bf16 operands' rounding for the
+// tensor cores (2^-8 relative on each operand: the output, an average of
+// values, within 1% of the values' scale).
+func checkPrefill(t *testing.T, what string, got, want []float32, exact bool) {
+	t.Helper()
+	tol := 1e-2 * max(1, maxAbs(want))
+	if exact {
+		tol = 2e-5 * max(1, maxAbs(want))
+	}
+	if d := maxAbsDiff(got, want); !(d <= tol) {
+		t.Fatalf("%s: attention differs from the reference by %.3g (tolerance %.3g)", what, d, tol)
+	}
+}
