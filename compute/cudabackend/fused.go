@@ -67,11 +67,11 @@ type qkvArgs struct {
 
 // unitGeometry returns the staged chunk, the warps per unit and the
 // blocks of a matvec-shaped kernel of units units (output rows, or pairs
-// of weight rows) over cols columns: a unit's columns are split between
-// warps while blocks are few and each warp still gets at least one
-// 256-column step.
-func unitGeometry(what string, units, cols int) (chunk, wpr int, blocks uint32) {
-	chunk = min(matVecChunk, ceilDiv(cols, 8)*8)
+// of weight rows) over cols columns of n input rows: a unit's columns are
+// split between warps while blocks are few and each warp still gets at
+// least one 256-column step.
+func unitGeometry(what string, n, units, cols int) (chunk, wpr int, blocks uint32) {
+	chunk = min(max(matVecChunk, matVecStage/n/8*8), ceilDiv(cols, 8)*8)
 	wpr = 1
 	for wpr < matVecWarps && ceilDiv(units*wpr, matVecWarps) < matVecTargetBlocks && 256*2*wpr <= cols {
 		wpr *= 2
@@ -89,7 +89,7 @@ func matVecGeometry(what string, n, rows, cols int) (chunk, wpr int, blocks uint
 	positive(what, rows, cols)
 	int32Of(what+" input", n*cols)
 	int32Of(what+" output", n*rows)
-	return unitGeometry(what, rows, cols)
+	return unitGeometry(what, n, rows, cols)
 }
 
 // matVecShaped returns the launch of a kernel shaped like matvec's:
@@ -119,7 +119,7 @@ func normQKVLaunch(a qkvArgs) Launch {
 		a.Start, a.Tab, a.Row = 0, 0, 0 // read from the step's slot
 	}
 	units := (a.Heads + 2*a.KVHeads) * a.HeadDim / 2
-	chunk, wpr, blocks := unitGeometry("norm_qkv", units, a.Cols)
+	chunk, wpr, blocks := unitGeometry("norm_qkv", a.N, units, a.Cols)
 	p := new(args).ptr(a.Q).ptr(a.K).ptr(a.V).ptr(a.X).ptr(a.Norm).f32(a.Eps).
 		ptr(a.WQ).ptr(a.WK).ptr(a.WV).ptr(a.BQ).ptr(a.BK).ptr(a.BV).
 		i32("n", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).i32("head dim", a.HeadDim).i32("cols", a.Cols).

@@ -47,13 +47,20 @@ const maxMatVecRows = 8
 
 // The geometry the kernels are written for.
 const (
-	elemThreads = 256  // element-wise kernels: threads per block
-	rowThreads  = 256  // one block per row (embed, rmsnorm)
-	matVecWarps = 8    // matvec: warps per block (1 to 8 output rows)
-	matVecChunk = 1024 // matvec: columns of x staged in shared memory at a time
+	elemThreads = 256 // element-wise kernels: threads per block
+	rowThreads  = 256 // one block per row (embed, rmsnorm)
+	matVecWarps = 8   // matvec: warps per block (1 to 8 output rows)
+	// matvec: values of x (all input rows) staged in shared memory at a
+	// time, 32 KiB: a chunk of columns of matVecStage/n, but at least
+	// matVecChunk, so that a block stages x once for most weights and
+	// meets at few barriers.
+	matVecStage = 8192
+	matVecChunk = 1024
 	// matVecTargetBlocks is the fewest matvec blocks wanted before a row's
-	// columns are split between warps: two per SM of the largest parts.
-	matVecTargetBlocks = 264
+	// columns are split between warps: eight per SM of the largest parts
+	// (132 SMs), 64 warps, the most an SM holds, so that enough loads are
+	// in flight to keep the memory busy.
+	matVecTargetBlocks = 1056
 	matMulTile         = 64       // matmul: output tile (input rows x weight rows)
 	attnThreads        = 256      // attention: 8 warps
 	attnKeyTile        = 32       // attention: keys per shared-memory tile, one per lane
@@ -278,7 +285,7 @@ func kvWriteRunsLaunch(slots Ptr, runs, n, rows, d, stride int, format int32) La
 // matVecLaunch sets out (n rows of rows values) to x (n rows of cols)
 // times w (rows x cols of dt) transposed, for decode's few rows: wpr warps
 // share one output row and read it once, with 16-byte loads, for all n
-// input rows, which are staged in shared memory matVecChunk columns at a
+// input rows, which are staged in shared memory unitGeometry's chunk of columns at a
 // time. wpr is 1 for large matrices and grows (to 8) until there are
 // about matVecTargetBlocks blocks, so a small matrix still has enough
 // warps reading. 1 <= n <= maxMatVecRows.

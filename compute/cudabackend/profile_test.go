@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 )
@@ -29,6 +30,9 @@ type kernelTimer struct {
 	counts map[string]int
 	err    error
 }
+
+// batchPrompt is the prompt length of the profile's batched decode rows.
+const batchPrompt = 128
 
 // betweenLaunches names the time between launches in a profile.
 const betweenLaunches = "(between launches: cuBLAS, copies, host)"
@@ -122,17 +126,25 @@ func profileText(es []profileEntry, total time.Duration, most int) string {
 }
 
 // profileRows reports where the time goes, kernel by kernel (each run
-// alone and waited for: a kernelTimer), in a prefill of each of contexts
-// tokens and a decode step after it, on the plain cache: a row each.
-func profileRows(r *reporter, step, shape string, b *Backend, dir string, contexts []int, block int) {
-	m, err := model.Load(dir, model.Options{Backend: b, MaxContext: slices.Max(contexts) + 8})
+// alone and waited for: a kernelTimer): a row for a prefill of each of
+// contexts tokens and one for a decode step after it, on each cache
+// (plain: every context; the others: the first), then a row each for a
+// batched greedy decode step of each of batches sequences (plain cache,
+// after a prefill of 128 tokens each).
+func profileRows(r *reporter, step, shape string, b *Backend, dir string, caches []string, contexts, batches []int, block int) {
+	maxSeqs := max(1, slices.Max(append([]int{1}, batches...)))
+	m, err := model.Load(dir, model.Options{Backend: b, MaxContext: max(slices.Max(contexts), batchPrompt+2) + 8})
 	if err != nil {
 		r.row(step, shape, statusFail, err.Error(), nil)
 		return
 	}
 	defer m.Close()
 	vocab := m.Config().VocabSize
-	pol, _, err := kvplan.NewPolicy(cacheSpec("plain", block), m.CacheShape(), nil)
+	policy := func(cache string) (kvcache.Policy, error) {
+		pol, _, err := kvplan.NewPolicy(cacheSpec(cache, block), m.CacheShape(), cacheCalibration(cache, m))
+		return pol, err
+	}
+	plain, err := policy("plain")
 	if err != nil {
 		r.row(step, shape, statusFail, err.Error(), nil)
 		return
@@ -140,7 +152,7 @@ func profileRows(r *reporter, step, shape string, b *Backend, dir string, contex
 	// One untimed prefill first: what is set up once (cuBLAS, the
 	// tuner, scratch) is not the profile's.
 	warm := func() error {
-		s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol, BlockSize: block})
+		s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: plain, BlockSize: block})
 		if err != nil {
 			return err
 		}
@@ -152,42 +164,120 @@ func profileRows(r *reporter, step, shape string, b *Backend, dir string, contex
 		r.row(step, shape, statusFail, err.Error(), nil)
 		return
 	}
-	for _, ctx := range contexts {
-		if r.left() < 10*time.Second {
-			r.row(step, fmt.Sprintf("%s prefill %d", shape, ctx), statusSkip, "out of the time budget", nil)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+	for _, cache := range caches {
+		pol, err := policy(cache)
+		if err != nil {
+			r.row(step, shape+" "+cache, statusFail, err.Error(), nil)
 			continue
 		}
-		s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol, BlockSize: block})
-		if err != nil {
-			r.row(step, shape, statusFail, err.Error(), nil)
-			return
-		}
-		ids := testIDs(ctx, vocab)
-		es, total, err := timeKernels(b, func() error { _, err := s.Forward(ids, false); return err })
-		if err != nil {
+		for i, ctx := range contexts {
+			if i > 0 && cache != "plain" {
+				break
+			}
+			label := fmt.Sprintf("%s %s prefill %d", shape, cache, ctx)
+			if r.left() < 10*time.Second {
+				r.row(step, label, statusSkip, "out of the time budget", nil)
+				continue
+			}
+			s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol, BlockSize: block})
+			if err != nil {
+				r.row(step, label, statusFail, err.Error(), nil)
+				continue
+			}
+			ids := testIDs(ctx, vocab)
+			es, total, err := timeKernels(b, func() error { _, err := s.Forward(ids, false); return err })
+			if err != nil {
+				s.Close()
+				r.row(step, label, statusFail, err.Error(), nil)
+				continue
+			}
+			r.row(step, label, statusInfo,
+				fmt.Sprintf("%.1f ms with every launch waited for: %s", ms(total), profileText(es, total, 8)),
+				map[string]any{"shape": shape, "cache": cache, "ctx": ctx, "phase": "prefill", "total_ms": ms(total), "kernels": es})
+			label = fmt.Sprintf("%s %s decode after %d", shape, cache, ctx)
+			es, total, err = timeKernels(b, func() error {
+				for i := range 4 {
+					if _, err := s.Forward([]int{(i*31 + 7) % vocab}, false); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 			s.Close()
-			r.row(step, fmt.Sprintf("%s prefill %d", shape, ctx), statusFail, err.Error(), nil)
+			if err != nil {
+				r.row(step, label, statusFail, err.Error(), nil)
+				continue
+			}
+			r.row(step, label, statusInfo,
+				fmt.Sprintf("%.2f ms a step (4 steps, every launch waited for): %s", ms(total)/4, profileText(es, total, 8)),
+				map[string]any{"shape": shape, "cache": cache, "ctx": ctx, "phase": "decode", "total_ms": ms(total) / 4, "kernels": es})
+		}
+	}
+	if len(batches) == 0 {
+		return
+	}
+	bt, err := m.NewBatch(max(maxSeqs, 4*batchPrompt))
+	if err != nil {
+		r.row(step, shape+" batched", statusFail, err.Error(), nil)
+		return
+	}
+	for _, n := range batches {
+		label := fmt.Sprintf("%s plain batched decode of %d", shape, n)
+		if r.left() < 10*time.Second {
+			r.row(step, label, statusSkip, "out of the time budget", nil)
 			continue
 		}
-		r.row(step, fmt.Sprintf("%s prefill %d", shape, ctx), statusInfo,
-			fmt.Sprintf("%.1f ms with every launch waited for: %s", float64(total.Microseconds())/1e3, profileText(es, total, 8)),
-			map[string]any{"shape": shape, "ctx": ctx, "phase": "prefill", "total_ms": float64(total.Microseconds()) / 1e3, "kernels": es})
-		es, total, err = timeKernels(b, func() error {
-			for i := range 4 {
-				if _, err := s.Forward([]int{(i*31 + 7) % vocab}, false); err != nil {
+		seqs := make([]*model.Sequence, n)
+		items := make([]model.BatchItem, n)
+		err := func() error {
+			for i := range seqs {
+				s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: plain, BlockSize: block})
+				if err != nil {
+					return err
+				}
+				seqs[i] = s
+			}
+			// The prompts, untimed, four a step.
+			for i := 0; i < n; i += 4 {
+				var pre []model.BatchItem
+				for j := i; j < min(n, i+4); j++ {
+					pre = append(pre, model.BatchItem{Seq: seqs[j], IDs: testIDs(batchPrompt, vocab-j)})
+				}
+				if err := bt.Forward(pre); err != nil {
 					return err
 				}
 			}
 			return nil
-		})
-		s.Close()
-		if err != nil {
-			r.row(step, fmt.Sprintf("%s decode after %d", shape, ctx), statusFail, err.Error(), nil)
-			continue
+		}()
+		if err == nil {
+			var es []profileEntry
+			var total time.Duration
+			es, total, err = timeKernels(b, func() error {
+				for st := range 2 {
+					for i := range items {
+						items[i] = model.BatchItem{Seq: seqs[i], IDs: []int{(i*7 + st*31 + 3) % vocab}, Greedy: true}
+					}
+					if err := bt.Forward(items); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err == nil {
+				r.row(step, label, statusInfo,
+					fmt.Sprintf("%.2f ms a step (2 steps, every launch waited for): %s", ms(total)/2, profileText(es, total, 8)),
+					map[string]any{"shape": shape, "cache": "plain", "sequences": n, "phase": "batched decode", "total_ms": ms(total) / 2, "kernels": es})
+			}
 		}
-		r.row(step, fmt.Sprintf("%s decode after %d", shape, ctx), statusInfo,
-			fmt.Sprintf("%.2f ms a step (4 steps, every launch waited for): %s", float64(total.Microseconds())/4e3, profileText(es, total, 8)),
-			map[string]any{"shape": shape, "ctx": ctx, "phase": "decode", "total_ms": float64(total.Microseconds()) / 4e3, "kernels": es})
+		for _, s := range seqs {
+			if s != nil {
+				s.Close()
+			}
+		}
+		if err != nil {
+			r.row(step, label, statusFail, err.Error(), nil)
+		}
 	}
 }
 
@@ -199,16 +289,16 @@ func TestProfileRows(t *testing.T) {
 	needKernels(t, "attn_prefill_d64", "gemm_bf16")
 	dir := filepath.Join(t.TempDir(), "m")
 	sp := testmodel.Qwen2Tiny
-	sp.HeadDim, sp.Hidden = 64, 14*64
+	sp.Heads, sp.KVHeads, sp.HeadDim, sp.Hidden, sp.Layers = 4, 2, 64, 256, 1
 	if err := testmodel.Write(dir, sp); err != nil {
 		t.Fatal(err)
 	}
 	gpu, _ := newFakeBackend(t, Options{NoGraphs: true})
 	var out bytes.Buffer
 	r := newReporter(t, &out)
-	profileRows(r, "profile", "tiny", gpu, dir, []int{20}, 16)
+	profileRows(r, "profile", "tiny", gpu, dir, []string{"plain", "int8"}, []int{20, 24}, []int{2}, 16)
 	text := out.String()
-	for _, want := range []string{"[profile] tiny prefill 20:", "attn_prefill_d64", "%, 2x)", "[profile] tiny decode after 20:", "attn_split"} {
+	for _, want := range []string{"[profile] tiny plain prefill 20:", "attn_prefill_d64", "%, 1x)", "[profile] tiny plain decode after 20:", "attn_split", "[profile] tiny plain prefill 24:", "[profile] tiny int8 decode after 20:", "[profile] tiny plain batched decode of 2:", "attn_batch"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("profile rows lack %q:\n%s", want, text)
 		}

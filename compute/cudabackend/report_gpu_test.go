@@ -29,6 +29,16 @@ import (
 // reportContexts are the contexts of the attention and throughput rows.
 var reportContexts = []int{512, 2048, 8192}
 
+// reportCaches returns the caches of the throughput rows:
+// KAKEYA_REPORT_CACHES (names separated by spaces or commas), by default
+// plain, int8, kakeya:b=3 and kakeya-pc.
+func reportCaches() []string {
+	if s := strings.FieldsFunc(os.Getenv("KAKEYA_REPORT_CACHES"), func(r rune) bool { return r == ' ' || r == ',' }); len(s) > 0 {
+		return s
+	}
+	return []string{"plain", "int8", "kakeya:b=3", "kakeya-pc"}
+}
+
 // noDevice says why err means the machine has no GPU to report on ("no
 // CUDA driver", "no CUDA device"), or "" when it is another failure.
 func noDevice(err error) string {
@@ -154,7 +164,7 @@ func TestReportThroughput(t *testing.T) {
 	r := newReporter(t, os.Stdout)
 	dir, shape, spec := reportModel(t)
 	(&throughput{r: r, step: "throughput", b: newGPU(t), shape: shape, spec: spec, dir: dir,
-		caches: []string{"plain", "int8", "kakeya:b=3", "kakeya-pc"}, contexts: reportContexts, steps: 64, block: 64}).run()
+		caches: reportCaches(), contexts: reportContexts, steps: 64, block: 64}).run()
 }
 
 // The kernels launched per decode step, with CUDA graphs and without.
@@ -166,9 +176,10 @@ func TestReportLaunches(t *testing.T) {
 
 // Where a prefill's and a decode step's time goes, kernel by kernel (each
 // launch alone and waited for; CUDA graphs off, so that a decode step's
-// kernels are timed one by one).
+// kernels are timed one by one): plain at 512 and 2048 tokens, int8 and
+// kakeya-pc at 512, and batched decode steps of 16 and 64 sequences.
 func TestReportProfile(t *testing.T) {
 	r := newReporter(t, os.Stdout)
 	dir, shape, _ := reportModel(t)
-	profileRows(r, "profile", shape, openGPU(t, Options{NoGraphs: true}), dir, []int{512, 2048}, 64)
+	profileRows(r, "profile", shape, openGPU(t, Options{NoGraphs: true}), dir, []string{"plain", "int8", "kakeya-pc"}, []int{512, 2048}, []int{16, 64}, 64)
 }

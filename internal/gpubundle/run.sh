@@ -43,7 +43,12 @@
 # Exit status: 0 every step and row passed; 1 one failed, timed out or was
 # skipped for time; 2 no GPU, the CPU steps passed.
 #
-# Environment: KAKEYA_BUDGET (seconds in all, default 470), KAKEYA_MODELS
+# Environment: KAKEYA_BUDGET (seconds in all, default 470), KAKEYA_STEPS
+# (an extended regular expression: only the steps whose names match run,
+# e.g. 'env|device|golden|.*-7b'), KAKEYA_REPORT_CACHES (the throughput
+# rows' caches, e.g. "plain kakeya-pc"), KAKEYA_SERVE_CACHES (the serving
+# and KV-bound rows' caches, default "plain int8 kakeya"),
+# KAKEYA_SERVE_CONCURRENCY (the serving rows', default 1,16,64,256), KAKEYA_MODELS
 # (where the seeded checkpoints go, default ${TMPDIR:-/tmp}/kakeya-gpu-models:
 # about 16 GB at most, removed as soon as measured and at the end unless
 # KAKEYA_KEEP_MODELS=1).
@@ -198,10 +203,10 @@ if [[ ${1:-} == __step ]]; then
 		dir=$MODELS/qwen2.5-$size
 		[[ -e $dir/.complete ]] || { row "$name" "qwen2.5-$size" fail "no checkpoint (model-$size failed)"; exit 1; }
 		case $name in
-		serve-*) args=(--concurrency 1,16,64,256 --prompt-len 128 --gen 32 --kv-memory 16G) ;;
+		serve-*) args=(--concurrency "${KAKEYA_SERVE_CONCURRENCY:-1,16,64,256}" --prompt-len 128 --gen 32 --kv-memory 16G) ;;
 		kvbound-*) args=(--concurrency 48 --prompt-len 2016 --gen 32 --kv-memory 1792M) ;;
 		esac
-		for cache in plain int8 kakeya; do
+		for cache in ${KAKEYA_SERVE_CACHES:-plain int8 kakeya}; do
 			"$BIN/kakeya-bench" --device cuda --model "$dir" --cache "$cache" "${args[@]}" --progress=false >"$WORK/serve.out" 2>&1
 			rc=$?
 			cat "$WORK/serve.out"
@@ -310,6 +315,12 @@ PASSED=() FAILED=() NOTRUN=() SKIPPED=()
 step() {
 	local name=$1 kind=$2 cap=$3
 	shift 3
+	if [[ -n ${KAKEYA_STEPS:-} ]] && ! [[ $name =~ ^(${KAKEYA_STEPS})$ ]]; then
+		say "[$name] not run: not in KAKEYA_STEPS"
+		printf '{"step":%s,"name":"step","kind":%s,"status":"not-run","reason":"not in KAKEYA_STEPS"}\n' "$(jstr "$name")" "$(jstr "$kind")" >>"$KAKEYA_REPORT_JSON"
+		NOTRUN+=("$name")
+		return
+	fi
 	if [[ $kind == gpu && -n $NODEV ]]; then
 		say "[$name] ${NODEV%%:*}: not run"
 		printf '{"step":%s,"name":"step","kind":"gpu","status":"not-run","reason":%s}\n' "$(jstr "$name")" "$(jstr "$NODEV")" >>"$KAKEYA_REPORT_JSON"
@@ -363,7 +374,7 @@ step() {
 withmodel() {
 	local size=$1
 	shift
-	if [[ -n $NODEV || -e $MODELS/qwen2.5-$size/.complete ]]; then
+	if [[ -n $NODEV || -e $MODELS/qwen2.5-$size/.complete ]] || { [[ -n ${KAKEYA_STEPS:-} ]] && ! [[ $1 =~ ^(${KAKEYA_STEPS})$ ]]; }; then
 		export KAKEYA_REPORT_MODEL=$MODELS/qwen2.5-$size KAKEYA_REPORT_SHAPE=qwen2.5-$size
 		step "$@"
 	else

@@ -136,5 +136,6 @@ static inline kk_f32x4 kk_ldg4(const float *p) {
 	std::memcpy(&v, p, 16);
 	return v;
 }
+static inline kk_u32x4 kk_ldw16(const void *p) { return *(const kk_u32x4 *)p; }
 
 #endif // KK_EMU_H

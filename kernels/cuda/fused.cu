@@ -69,7 +69,31 @@ KK_DEVICE void kk_dots2(float (*part)[2][KK_MAXN], float *xs, const float *x, co
 		if (!live)
 			continue;
 		if (vec) {
-			for (int c = (p * 32 + lane) * 8; c < len; c += 256 * wpr) {
+			// U steps' loads (two matrices: 2 steps, else 4) are issued
+			// before any is used, to keep 4 16-byte loads a lane in
+			// flight; the sums run in column order as one step at a time.
+			const int U = TWO ? 2 : 4;
+			int step = 256 * wpr, c = (p * 32 + lane) * 8;
+			for (; c + (U - 1) * step < len; c += U * step) {
+				kk_raw8 r0[U], r1[U];
+#pragma unroll
+				for (int u = 0; u < U; u++) {
+					r0[u] = kk_fetch8<DT>(wa, ba + c0 + c + u * step);
+					if (TWO)
+						r1[u] = kk_fetch8<DT>(wb, bb + c0 + c + u * step);
+				}
+#pragma unroll
+				for (int u = 0; u < U; u++) {
+					float w0[8], w1[8];
+					kk_unpack8<DT>(r0[u], w0);
+					kk_dot8(acc[0], w0, xs + c + u * step, chunk, n);
+					if (TWO) {
+						kk_unpack8<DT>(r1[u], w1);
+						kk_dot8(acc[1], w1, xs + c + u * step, chunk, n);
+					}
+				}
+			}
+			for (; c < len; c += step) {
 				float w0[8], w1[8];
 				kk_widen8<DT>(wa, ba + c0 + c, w0);
 				if (TWO)

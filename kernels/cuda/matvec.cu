@@ -44,13 +44,41 @@ template <int DT> KK_DEVICE void kk_widen8(const void *w, long long i, float *o)
 		kk_widen2<DT>(v[k], o + 2 * k);
 }
 
+// kk_raw8 holds 8 weights as loaded (16-bit: one 16-byte load; float32:
+// two), so that a loop can issue several steps' loads before widening any:
+// kk_fetch8 loads, kk_unpack8 widens.
+struct kk_raw8 {
+	kk_u32x4 a, b;
+};
+template <int DT> KK_DEVICE kk_raw8 kk_fetch8(const void *w, long long i) {
+	kk_raw8 r;
+	if (DT == kkF32) {
+		r.a = kk_ldw16((const float *)w + i);
+		r.b = kk_ldw16((const float *)w + i + 4);
+	} else {
+		r.a = kk_ldw16((const kk_u16 *)w + i);
+		r.b = r.a;
+	}
+	return r;
+}
+template <int DT> KK_DEVICE void kk_unpack8(const kk_raw8 &r, float *o) {
+	for (int k = 0; k < 4; k++) {
+		if (DT == kkF32) {
+			o[k] = kk_bits_f32(r.a[k]);
+			o[4 + k] = kk_bits_f32(r.b[k]);
+		} else {
+			kk_widen2<DT>(r.a[k], o + 2 * k);
+		}
+	}
+}
+
 #define KK_MAXN 8
 
 // matvec: wpr warps (1, 2, 4 or 8) share one output row and read it once
 // for all n input rows, each lane 8 consecutive weights (a 16-byte load)
 // at a time, a warp covering 256 consecutive columns per step and the
-// wpr warps of a row interleaved by steps; two steps are loaded before
-// either is used, to keep more loads in flight. x is staged in shared
+// wpr warps of a row interleaved by steps; four steps are loaded before
+// any is used, to keep more loads in flight. x is staged in shared
 // memory chunk columns at a time (chunk a multiple of 8, so the weights'
 // 16-byte alignment holds in every chunk). A warp's partial sums meet by
 // shuffles, the wpr warps' through shared memory. Small matrices take
@@ -100,16 +128,23 @@ KK_DEVICE void kk_matvec(float *__restrict__ out, const float *__restrict__ x, c
 		if (!live)
 			continue;
 		if (vec) {
-			int step = 256 * wpr;
-			for (int c = (part * 32 + lane) * 8; c < len; c += 2 * step) {
-				float w0[8], w1[8];
-				bool two = c + step < len;
+			int step = 256 * wpr, c = (part * 32 + lane) * 8;
+			for (; c + 3 * step < len; c += 4 * step) {
+				kk_raw8 rw[4];
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					rw[u] = kk_fetch8<DT>(w, base + c0 + c + u * step);
+#pragma unroll
+				for (int u = 0; u < 4; u++) {
+					float wv[8];
+					kk_unpack8<DT>(rw[u], wv);
+					kk_dot8(acc, wv, xs + c + u * step, chunk, n);
+				}
+			}
+			for (; c < len; c += step) {
+				float w0[8];
 				kk_widen8<DT>(w, base + c0 + c, w0);
-				if (two)
-					kk_widen8<DT>(w, base + c0 + c + step, w1);
 				kk_dot8(acc, w0, xs + c, chunk, n);
-				if (two)
-					kk_dot8(acc, w1, xs + c + step, chunk, n);
 			}
 		} else {
 			for (int c = part * 32 + lane; c < len; c += 32 * wpr) {

@@ -88,6 +88,18 @@ KK_DEVICE kk_f32x4 kk_ldg4(const float *p) {
 	return r;
 }
 
+// kk_ldw16 reads 16 bytes of a weight (global, read-only, 16-byte
+// aligned) with ld.global.nc.v4.u32 as a volatile asm statement: the
+// compiler keeps the loads where the source puts them, so that a loop
+// that issues several steps' loads before using any keeps them in flight
+// together (LLVM otherwise sinks each load to its first use).
+KK_DEVICE kk_u32x4 kk_ldw16(const void *p) {
+	kk_u32 a, b, c, d;
+	asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+	kk_u32x4 r = {a, b, c, d};
+	return r;
+}
+
 #endif // KK_EMU
 
 KK_DEVICE float kk_bits_f32(kk_u32 u) { return __builtin_bit_cast(float, u); }
