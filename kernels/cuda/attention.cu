@@ -162,6 +162,37 @@ KK_DEVICE bool kk_vec8(const kk_u8 *p, int fmt, int d) {
 	return (fmt == kkPartF32 || fmt == kkPartBF16) && (d & 15) == 0 && ((unsigned long long)p & 15) == 0;
 }
 
+// kk_part_vec8 reports whether an opened part is read 8 values at a time
+// (kk_part_load8): hot rows as kk_vec8 says, or int8 with rows of whole
+// 16-value runs (8 values at a multiple of 8 never cross a group of 32).
+KK_DEVICE bool kk_part_vec8(const kk_part &v) {
+	return kk_vec8(v.p, v.fmt, v.d) || (v.fmt == kkPartInt8 && (v.d & 15) == 0);
+}
+
+// kk_part_load8 sets x to the 8 values at (row, col..col+7) of an opened
+// part that kk_part_vec8 admits (col a multiple of 8): hot rows by
+// kk_load8; int8 as one scale and 8 codes, an 8-byte load where the codes
+// are 8-byte aligned.
+KK_DEVICE void kk_part_load8(const kk_part &v, int row, int col, float *x) {
+	int i = row * v.d + col;
+	if (v.fmt != kkPartInt8) {
+		kk_load8(v.p, v.fmt, i, x);
+		return;
+	}
+	float s = kk_half_at(v.groups + 2 * (row * v.per + (col >> 5)));
+	const kk_u8 *c = v.codes + i;
+	if (((unsigned long long)c & 7) == 0) {
+		kk_u64 u = *(const kk_u64 *)c;
+#pragma unroll
+		for (int e = 0; e < 8; e++)
+			x[e] = (float)(kk_i8)(kk_u8)(u >> (8 * e)) * s;
+		return;
+	}
+#pragma unroll
+	for (int e = 0; e < 8; e++)
+		x[e] = (float)(kk_i8)c[e] * s;
+}
+
 // Kakeya parts may sit at any byte offset: read their 16- and 32-bit
 // fields a byte at a time.
 KK_DEVICE kk_u32 kk_u16_at(const kk_u8 *p) { return (kk_u32)p[0] | (kk_u32)p[1] << 8; }
@@ -496,15 +527,15 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 				__syncthreads();
 			}
 			kk_part kpart = kk_part_open(kp, staged ? kkPartF32 : kfmt, bs, d);
-			if (!staged && kk_vec8(kp, kfmt, d) && (((unsigned long long)cos | (unsigned long long)sin) & 15) == 0) {
-				// Hot rows 8 values at a time: 16-byte loads of the
-				// key and of the RoPE tables.
+			if (!staged && kk_part_vec8(kpart) && (((unsigned long long)cos | (unsigned long long)sin) & 15) == 0) {
+				// Hot or int8 rows 8 values at a time: 16-byte loads of
+				// the key (8 bytes of int8 codes) and of the RoPE tables.
 				int h8 = half >> 3;
 				for (int i = threadIdx.x; i < tn * h8; i += blockDim.x) {
 					int j = i / h8, c = (i - j * h8) * 8, pos = p0 + j, row = pos - b * bs;
 					float x0[8], x1[8];
-					kk_load8(kp, kfmt, row * d + c, x0);
-					kk_load8(kp, kfmt, row * d + c + half, x1);
+					kk_part_load8(kpart, row, c, x0);
+					kk_part_load8(kpart, row, c + half, x1);
 					const float *cp = cos + (long long)pos * half + c, *sp = sin + (long long)pos * half + c;
 					kk_f32x4 c0 = kk_ldg4(cp), c1 = kk_ldg4(cp + 4), s0 = kk_ldg4(sp), s1 = kk_ldg4(sp + 4);
 #pragma unroll
@@ -564,12 +595,13 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 				kk_kakeya_tile(kv, ld, vp, vprm, bs, d, P, p0 - b * bs, tn);
 			} else if (PC && vfmt == kkPartKakeyaPC) {
 				kk_pc_tile(kv, ld, vp, (const float *)vptab[(long long)b * kv_heads + g], bs, d, p0 - b * bs, tn);
-			} else if (kk_vec8(vp, vfmt, d)) {
+			} else if (kk_vec8(vp, vfmt, d) || (vfmt == kkPartInt8 && (d & 15) == 0)) {
+				kk_part vpart = kk_part_open(vp, vfmt, bs, d);
 				int d8 = d >> 3;
 				for (int i = threadIdx.x; i < tn * d8; i += blockDim.x) {
 					int j = i / d8, c = (i - j * d8) * 8;
 					float x[8];
-					kk_load8(vp, vfmt, (p0 + j - b * bs) * d + c, x);
+					kk_part_load8(vpart, p0 + j - b * bs, c, x);
 #pragma unroll
 					for (int e = 0; e < 8; e++)
 						kv[j * ld + c + e] = x[e];

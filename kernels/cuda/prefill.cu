@@ -33,14 +33,14 @@ KK_DEVICE kk_u32 kk_pf_pack(float a, float b) {
 }
 
 // kk_pf_load8 sets x to the 8 values at (row, c..c+7) of a part of format
-// fmt (hot: 16-byte loads; int8, int4, int2: element by element).
+// fmt (hot and int8: kk_part_load8; int4, int2: element by element).
 template <int D>
 KK_DEVICE void kk_pf_load8(const kk_u8 *p, int fmt, int bs, int row, int c, float *x) {
-	if (kk_vec8(p, fmt, D)) {
-		kk_load8(p, fmt, row * D + c, x);
+	kk_part v = kk_part_open(p, fmt, bs, D);
+	if (kk_part_vec8(v)) {
+		kk_part_load8(v, row, c, x);
 		return;
 	}
-	kk_part v = kk_part_open(p, fmt, bs, D);
 #pragma unroll
 	for (int e = 0; e < 8; e++)
 		x[e] = kk_part_value(v, row, c + e);
