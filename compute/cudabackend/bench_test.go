@@ -1,6 +1,7 @@
 package cudabackend
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -71,6 +72,77 @@ func BenchmarkDecodeHost(b *testing.B) {
 			b.ReportMetric(float64(f.calls["launchGraph"])/n, "graphs/step")
 			b.ReportMetric(float64(f.calls["copyIn"]+f.calls["copyOut"])/n, "host-copies/step")
 			b.ReportMetric(float64(f.calls["copyDevice"])/n, "dtod/step")
+		})
+	}
+}
+
+// BenchmarkBatchDecodeHost times the host side of a batched greedy decode
+// step of 16 and 64 sequences (each after a 128-token prompt) on a fake
+// driver that runs no kernel, for Qwen2.5-0.5B's layer structure with
+// small matrices: what a serving step costs the host besides the GPU.
+func BenchmarkBatchDecodeHost(b *testing.B) {
+	spec := testmodel.Qwen25_05B
+	spec.Intermediate, spec.Vocab, spec.Tie = 64, 256, true
+	dir := filepath.Join(b.TempDir(), "qwen")
+	if err := testmodel.Write(dir, spec); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{16, 64} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			f := newFakeOrSkip(b)
+			f.noop = true
+			gpu := newBackend(f, Options{})
+			defer gpu.Close()
+			m := loadModel(b, dir, model.Options{Backend: gpu, MaxContext: 4096})
+			p, _, err := kvplan.NewPolicy(kvconfig.Spec{KV: "none", BlockSize: 64, CacheType: "bf16"}, m.CacheShape(), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bt, err := m.NewBatch(512)
+			if err != nil {
+				b.Fatal(err)
+			}
+			seqs := make([]*model.Sequence, n)
+			for i := range seqs {
+				if seqs[i], err = m.NewSequenceOpts(model.SequenceOptions{Cache: p, BlockSize: 64}); err != nil {
+					b.Fatal(err)
+				}
+				defer seqs[i].Close()
+				if err := bt.Forward([]model.BatchItem{{Seq: seqs[i], IDs: testIDs(128, spec.Vocab)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			items := make([]model.BatchItem, n)
+			for _, c := range []string{"kernels", "launch", "launchGraph", "copyIn", "copyOut", "copyDevice"} {
+				f.calls[c] = 0
+			}
+			before := gpu.Launches()
+			b.ResetTimer()
+			for i := range b.N {
+				if seqs[0].Len() >= 4000 {
+					b.StopTimer()
+					for _, s := range seqs {
+						s.Reset()
+						if err := bt.Forward([]model.BatchItem{{Seq: s, IDs: testIDs(128, spec.Vocab)}}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StartTimer()
+				}
+				for j := range items {
+					items[j] = model.BatchItem{Seq: seqs[j], IDs: []int{(i + j) % spec.Vocab}, Greedy: true}
+				}
+				if err := bt.Forward(items); err != nil {
+					b.Fatal(err)
+				}
+			}
+			st := gpu.Launches().Sub(before)
+			nn := float64(b.N)
+			b.ReportMetric(float64(st.Kernels)/nn, "kernels/step")
+			b.ReportMetric(float64(f.calls["launchGraph"])/nn, "graphs/step")
+			b.ReportMetric(float64(f.calls["copyIn"])/nn, "copies-in/step")
+			b.ReportMetric(float64(f.calls["copyOut"])/nn, "copies-out/step")
+			b.ReportMetric(float64(st.Captures)/nn, "captures/step")
 		})
 	}
 }
