@@ -108,9 +108,10 @@ func (s *store) EncodedLen(dec compute.Decoder) (int, bool) {
 	return e.size, ok
 }
 
-// EncodePart implements compute.PartEncoder: one launch of enc_int8 or
-// enc_pc writes the part's encoding into an encoded slot, which takes the
-// place of its hot slot; nothing crosses to the host.
+// EncodePart implements compute.PartEncoder: enc_int8 or enc_pc writes
+// the part's encoding into an encoded slot, which takes the place of its
+// hot slot; nothing crosses to the host. The parts a step fills are
+// encoded by one launch (emitEncodes).
 func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 	pt := own(p)
 	if dec == nil {
@@ -139,60 +140,167 @@ func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 		if !ok {
 			return fmt.Errorf("cuda: %s: no device settings for its blocks", dec.Name())
 		}
-		if s.encN < e.scratch {
-			// Launches queued before may still use the old scratch; the
-			// stream orders whatever reuses its slot after them.
-			s.release(s.enc, s.encN)
-			s.enc, s.encN = 0, 0
-			a, err := s.slot(roundUp(e.scratch, encAlign))
-			if err != nil {
-				return err
-			}
-			s.enc, s.encN = a, roundUp(e.scratch, encAlign)
-		}
 	}
 	size := e.slot
 	addr, err := s.slot(size)
 	if err != nil {
 		return err
 	}
-	if e.format == partInt8 {
-		b.enqueue(encInt8Launch(addr, pt.addr, pt.format == partBF16, s.rows, s.d, e.shared), true)
-	} else {
-		b.enqueue(encPCLaunch(addr, pt.addr, pt.format == partBF16, s.rows, s.d, prm, s.enc, e.shared), true)
-	}
-	if b.err != nil {
-		s.release(addr, size)
-		return b.err
-	}
-	// The hot slot goes back to the store: the encoder reading it is
-	// queued before whatever will write it next.
-	s.release(pt.addr, pt.size)
+	// The encode waits for the backend's next device operation, which
+	// launches it with the other parts encoded meanwhile (emitEncodes);
+	// the hot slot goes back to the store then.
+	b.enc.jobs = append(b.enc.jobs, encJob{s: s, e: e, dst: addr, src: pt.addr, prm: prm, bf16: pt.format == partBF16, hotSize: pt.size})
 	pt.addr, pt.size, pt.format, pt.encLen, pt.dec, pt.prm, pt.linv = addr, size, e.format, e.size, dec, prm, 0
 	s.gen++
 	return nil
 }
 
 // encInt8Launch encodes the hot part at src (n rows of d values, bf16 or
-// float32) as codec.Int8 into dst, header and CRC included, in one block.
-// Kernel: enc_int8(uint8 *dst, const void *src, int bf16, int n, int d).
-func encInt8Launch(dst, src Ptr, bf16 bool, n, d, shared int) Launch {
-	positive("enc_int8", n, d)
+// float32) as codec.Int8 into dst, header and CRC included, in one block;
+// with jobs set (a device array of count kk_enc_job entries: dst, src,
+// prm, y), count parts, a block each, dst and src then unused.
+// Kernel: enc_int8(uint8 *dst, const void *src, int bf16, int n, int d, const uint64 *jobs).
+func encInt8Launch(dst, src Ptr, bf16 bool, n, d, shared int, jobs Ptr, count int) Launch {
+	positive("enc_int8", n, d, count)
 	int32Of("enc_int8 values", n*d)
-	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d)
-	return Launch{Kernel: "enc_int8", Grid: Dim3{1, 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
+	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(jobs)
+	return Launch{Kernel: "enc_int8", Grid: Dim3{u32("enc_int8 parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
 }
 
 // encPCLaunch encodes the hot part at src (n rows of d values, bf16 or
 // float32) as codec.KakeyaPC's fixed-rate format into dst, header and CRC
 // included, in one block, with the codec's pcParams at prm and n x M
-// floats of scratch at y.
-// Kernel: enc_pc(uint8 *dst, const void *src, int bf16, int n, int d, const float *prm, float *y).
-func encPCLaunch(dst, src Ptr, bf16 bool, n, d int, prm, y Ptr, shared int) Launch {
-	positive("enc_pc", n, d)
+// floats of scratch at y; with jobs set, count parts, as encInt8Launch.
+// Kernel: enc_pc(uint8 *dst, const void *src, int bf16, int n, int d, const float *prm, float *y, const uint64 *jobs).
+func encPCLaunch(dst, src Ptr, bf16 bool, n, d int, prm, y Ptr, shared int, jobs Ptr, count int) Launch {
+	positive("enc_pc", n, d, count)
 	int32Of("enc_pc values", n*d)
-	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(prm).ptr(y)
-	return Launch{Kernel: "enc_pc", Grid: Dim3{1, 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
+	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(prm).ptr(y).ptr(jobs)
+	return Launch{Kernel: "enc_pc", Grid: Dim3{u32("enc_pc parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
+}
+
+// encJob is an encode EncodePart asked for, launched with the others of
+// its kind at the backend's next device operation (emitEncodes).
+type encJob struct {
+	s        *store
+	e        encoding
+	dst, src Ptr // the encoded slot, the hot slot
+	prm      Ptr // kakeya_pc: the codec's pcParams
+	bf16     bool
+	hotSize  int // the hot slot's size, released once the encode is queued
+}
+
+// encBatch is the backend's state for batched encodes. Guarded by
+// Backend.mu.
+type encBatch struct {
+	jobs []encJob
+	tab  Ptr // the jobs' kk_enc_job entries on the device
+	tabN int // entries tab holds
+	y    Ptr // enc_pc's scratch, every job's
+	yN   int // bytes y holds
+	host []uint64
+	done []bool
+}
+
+// emitEncodes launches the pending encodes, after the work queued and the
+// cache writes deferred before them (flush calls it last): one launch
+// per kernel and hot format (enc_int8, enc_pc; bf16 or float32 parts) of
+// every part a step filled, a block each, instead of a launch each. Then
+// the parts' hot slots go back to their stores: whatever writes them next
+// is queued after the encoders that read them. Called with mu held, the
+// queue and the writes launched.
+func (b *Backend) emitEncodes() {
+	eb := &b.enc
+	jobs := eb.jobs
+	eb.jobs = nil
+	defer func() {
+		for _, j := range jobs {
+			j.s.release(j.src, j.hotSize)
+		}
+		clear(jobs)
+		eb.jobs = jobs[:0]
+	}()
+	if b.err != nil {
+		return
+	}
+	// The pcParams scratch: each enc_pc job's n x M floats.
+	need := 0
+	for _, j := range jobs {
+		need += roundUp(j.e.scratch, encAlign)
+	}
+	if need > eb.yN {
+		if eb.y != 0 {
+			b.freeLater(eb.y) // launched encoders may still use it
+		}
+		eb.y, eb.yN = 0, 0
+		p, err := b.allocRaw(max(need, 2*eb.yN))
+		if err != nil {
+			b.fail(fmt.Errorf("cuda: scratch of %d batched kakeya_pc encodes: %w", len(jobs), err))
+			return
+		}
+		eb.y, eb.yN = p, max(need, 2*eb.yN)
+	}
+	if n := 4 * len(jobs); n > eb.tabN {
+		if eb.tab != 0 {
+			b.freeLater(eb.tab)
+		}
+		eb.tab, eb.tabN = 0, 0
+		p, err := b.allocRaw(8 * max(n, 256))
+		if err != nil {
+			b.fail(fmt.Errorf("cuda: table of %d batched encodes: %w", len(jobs), err))
+			return
+		}
+		eb.tab, eb.tabN = p, max(n, 256)
+	}
+	// The entries, grouped by launch: a kind's jobs in the order asked.
+	host := eb.host[:0]
+	y := eb.y
+	type group struct {
+		job                  int // the first job's index
+		first, count, shared int
+	}
+	var groups []group
+	eb.done = append(eb.done[:0], make([]bool, len(jobs))...)
+	for i, j := range jobs {
+		if eb.done[i] {
+			continue
+		}
+		g := group{job: i, first: len(host) / 4}
+		for k := i; k < len(jobs); k++ {
+			o := jobs[k]
+			if eb.done[k] || o.e.format != j.e.format || o.bf16 != j.bf16 || o.s.rows != j.s.rows || o.s.d != j.s.d {
+				continue
+			}
+			eb.done[k] = true
+			var oy Ptr
+			if o.e.format == partKakeyaPC {
+				oy = y
+				y += Ptr(roundUp(o.e.scratch, encAlign))
+			}
+			host = append(host, uint64(o.dst), uint64(o.src), uint64(o.prm), uint64(oy))
+			g.count++
+			g.shared = max(g.shared, o.e.shared)
+		}
+		groups = append(groups, g)
+	}
+	eb.host = host
+	// Launched encoders read the table before this copy lands: the
+	// stream orders them.
+	if err := b.drv.copyIn(eb.tab, bytesOf(host)); err != nil {
+		b.fail(err)
+		return
+	}
+	for _, g := range groups {
+		j := jobs[g.job]
+		tab := eb.tab + Ptr(32*g.first)
+		var l Launch
+		if j.e.format == partInt8 {
+			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, g.shared, tab, g.count)
+		} else {
+			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, g.shared, tab, g.count)
+		}
+		b.fail(b.launch([]Launch{l}, false))
+	}
 }
 
 func b2i(v bool) int {

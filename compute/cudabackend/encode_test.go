@@ -230,10 +230,10 @@ type hostEncoding struct {
 	compute.EncodedAttention
 }
 
-// A decode step that fills a block encodes it on the device: no more
-// copies to or from the host than a step that fills none, and one launch
-// per part, where the host path made a copy back and a copy in per part;
-// the blocks are the same (int8's bytes are the codec's).
+// A decode step that fills a block encodes it on the device: no copy
+// back, and one launch and one copy in (its table of parts) for the parts
+// a layer fills, where the host path made a copy back and a copy in per
+// part; the blocks are the same (int8's bytes are the codec's).
 func TestCacheEncodesOnDevice(t *testing.T) {
 	needKernels(t, "enc_int8", "kv_write")
 	const layers, kvHeads, d, bs = 2, 2, 64, 16
@@ -288,11 +288,13 @@ func TestCacheEncodesOnDevice(t *testing.T) {
 		t.Logf("device encoding %v: a step of %d layers x %d KV heads: %d copies in, %d back, %d launches; the step that fills a block: %d, %d, %d",
 			device, layers, kvHeads, in0, out0, l0, in, out, launches)
 		// Per part, the host path copies back and in; the device one
-		// launches its encoder.
+		// launches one encoder for the parts a flush finds (a layer's
+		// keys and values of every KV head) over a table of them it
+		// copies in.
 		np := 2 * layers * kvHeads
 		want := [3]int{in0 + np, out0 + np, l0}
 		if device {
-			want = [3]int{in0, out0, l0 + np}
+			want = [3]int{in0 + layers, out0, l0 + layers}
 		}
 		if got := [3]int{in, out, launches}; got != want {
 			t.Errorf("device encoding %v: the step that fills a block makes %d copies in, %d back and %d launches, want %v", device, in, out, launches, want)

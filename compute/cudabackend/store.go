@@ -112,9 +112,6 @@ type store struct {
 	prmFor map[string]Ptr
 	// The device copies of the preconditioners' inverse factors.
 	linvOf map[compute.Decoder]Ptr
-	// enc is enc_pc's scratch, a slot of encN bytes (0 until needed).
-	enc  Ptr
-	encN int
 	// encOf is how the device encodes each codec's blocks.
 	encOf map[compute.Decoder]encoding
 	// gen counts the changes of part addresses and formats, so attention
@@ -437,6 +434,9 @@ func (s *store) Release(p compute.Part) {
 	pt := own(p)
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
+	if len(s.b.enc.jobs) > 0 {
+		s.b.flush() // a waiting encode may write the part's slot
+	}
 	s.retire(pt)
 	s.release(pt.addr, pt.size)
 	*pt = part{enc: pt.enc[:0]} // keep the host buffer for reuse

@@ -136,12 +136,22 @@ KK_DEVICE void kk_seal(kk_u8 *b, long long size, kk_u32 *sm) {
 	__syncthreads();
 }
 
+// A batch of encodes (jobs set, one block each) reads each block's part
+// from its job, four addresses: the encoded part's (dst), the hot part's
+// (src), enc_pc's pcParams and its n x M floats of scratch (y); the
+// launch's own dst, src, prm and y are then not read.
+//
 // enc_int8: block 0 encodes a hot part of n rows of d values (bf16 or
 // float32) at src as codec.Int8 does into dst (kk_int8_size(n, d) bytes):
 // per row and group of 32 values the fp16 scale absmax/127, then each
 // value times the scale's inverse, rounded half to even, within -127..127.
 // Dynamic shared memory: 2*blockDim.x + 33 words (kk_seal's, then a flag).
-KK_KERNEL void __launch_bounds__(256) enc_int8(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d) {
+KK_KERNEL void __launch_bounds__(256) enc_int8(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d,
+                                               const kk_u64 *__restrict__ jobs) {
+	if (jobs) { // a batch: block b encodes job b (kk_enc_job)
+		dst = (kk_u8 *)jobs[4 * blockIdx.x];
+		src = (const void *)jobs[4 * blockIdx.x + 1];
+	}
 	KK_DYN_SHARED(float, smf);
 	kk_u32 *sm = (kk_u32 *)smf, *bad = sm + 2 * blockDim.x + 32;
 	if (threadIdx.x == 0)
@@ -207,7 +217,14 @@ KK_DEVICE int kk_quantize(const float *bounds, int k, float x) {
 // Dynamic shared memory: M + C + ceil(codes/4) words, then kk_seal's
 // 2*blockDim.x + 32 and a flag.
 KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n,
-                                             int d, const float *__restrict__ prm, float *__restrict__ y) {
+                                             int d, const float *__restrict__ prm, float *__restrict__ y,
+                                             const kk_u64 *__restrict__ jobs) {
+	if (jobs) { // a batch: block b encodes job b (kk_enc_job)
+		dst = (kk_u8 *)jobs[4 * blockIdx.x];
+		src = (const void *)jobs[4 * blockIdx.x + 1];
+		prm = (const float *)jobs[4 * blockIdx.x + 2];
+		y = (float *)jobs[4 * blockIdx.x + 3];
+	}
 	KK_DYN_SHARED(float, smp);
 	const int *pi = (const int *)prm;
 	int M = pi[0], C = pi[1], rb = pi[5], param = pi[7] & 0xff, cbytes = pi[7] >> 8;
