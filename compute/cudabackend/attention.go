@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"unsafe"
 
 	"github.com/kakeya-ai/kakeya/compute"
 )
@@ -46,6 +47,9 @@ type blockTable struct {
 	kp, vp []uint64
 	fmts   []int32 // formats of an entry's K and V parts (attnFormat)
 	dev    Ptr     // k, then v, l, kp, vp, then fmts
+	// host holds the six arrays above as dev lays them out, so that an
+	// update is one copy of the span that changed.
+	host []uint64
 	// The kakeyaParams of the layer's Kakeya key and value parts (0 when
 	// it has none): the kernels take one codec per side and layer.
 	kprm, vprm Ptr
@@ -184,8 +188,10 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 			return nil, err
 		}
 		a.mem.ps = append(a.mem.ps, dev)
-		t = &blockTable{k: make([]uint64, n), v: make([]uint64, n), l: make([]uint64, n),
-			kp: make([]uint64, n), vp: make([]uint64, n), fmts: make([]int32, n), dev: dev}
+		host := make([]uint64, 5*n+(n+1)/2)
+		t = &blockTable{k: host[:n:n], v: host[n : 2*n : 2*n], l: host[2*n : 3*n : 3*n],
+			kp: host[3*n : 4*n : 4*n], vp: host[4*n : 5*n : 5*n],
+			fmts: unsafe.Slice((*int32)(unsafe.Pointer(&host[5*n])), n), dev: dev, host: host}
 		for i := range t.fmts {
 			t.fmts[i] = -1 // no entry matches until written
 		}
@@ -246,17 +252,12 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	if t.queued == b.epoch && len(b.queue) > 0 {
 		b.flush() // a queued launch reads the entries as they are
 	}
-	for _, c := range []struct {
-		off int
-		src []byte
-	}{
-		{8 * lo, bytesOf(t.k[lo:hi])}, {8*n + 8*lo, bytesOf(t.v[lo:hi])}, {16*n + 8*lo, bytesOf(t.l[lo:hi])},
-		{24*n + 8*lo, bytesOf(t.kp[lo:hi])}, {32*n + 8*lo, bytesOf(t.vp[lo:hi])}, {40*n + 4*lo, bytesOf(t.fmts[lo:hi])},
-	} {
-		if err := b.drv.copyIn(t.dev+Ptr(c.off), c.src); err != nil {
-			b.fail(err)
-			return nil, err
-		}
+	// One copy from the first changed address to the last changed
+	// format: a copy costs the driver call more than its bytes.
+	all := bytesOf(t.host)[:40*n+4*n]
+	if err := b.drv.copyIn(t.dev+Ptr(8*lo), all[8*lo:40*n+4*hi]); err != nil {
+		b.fail(err)
+		return nil, err
 	}
 	return t, nil
 }
