@@ -31,8 +31,9 @@ type kernelTimer struct {
 	err    error
 }
 
-// batchPrompt is the prompt length of the profile's batched decode rows.
-const batchPrompt = 128
+// batchPrompt is the prompt length of the profile's batched decode rows:
+// inside a block, so that the steps timed start none.
+const batchPrompt = 100
 
 // betweenLaunches names the time between launches in a profile.
 const betweenLaunches = "(between launches: cuBLAS, copies, host)"
@@ -130,7 +131,7 @@ func profileText(es []profileEntry, total time.Duration, most int) string {
 // contexts tokens and one for a decode step after it, on each cache
 // (plain: every context; the others: the first), then a row each for a
 // batched greedy decode step of each of batches sequences (plain cache,
-// after a prefill of 128 tokens each).
+// after a prefill of batchPrompt tokens each).
 func profileRows(r *reporter, step, shape string, b *Backend, dir string, caches []string, contexts, batches []int, block int) {
 	maxSeqs := max(1, slices.Max(append([]int{1}, batches...)))
 	m, err := model.Load(dir, model.Options{Backend: b, MaxContext: max(slices.Max(contexts), batchPrompt+2) + 8})
