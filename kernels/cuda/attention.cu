@@ -393,15 +393,40 @@ KK_DEVICE void kk_pc_tile(float *tile, int ld, const kk_u8 *part, const float *_
 	const kk_u8 *codes = part + kk_kakeya_pc_codes_off(bs, d, M, C, cb);
 	const int *info = pi + 8;
 	const float *levels = prm + 8 + 4 * M, *mu = levels + 2 * KK_PC_LEVELS + KK_PC_STEPS, *basis = mu + d;
-	for (int i = threadIdx.x; i < tn * M; i += blockDim.x) {
-		int j = i / M, k = i - j * M, row = row0 + j;
-		float y = kk_f16_at(means + 2 * k);
+	if (M <= (int)blockDim.x) {
+		// Each of the first G*M threads (G = blockDim.x / M) keeps one
+		// component (threadIdx.x % M) for every G-th row, so the
+		// component's mean, code width, code position, scale and level
+		// table are read once, not per row: a row's latent is then one
+		// code read and one level lookup.
+		int step = blockDim.x / M, k = threadIdx.x % M;
+		float mean = kk_f16_at(means + 2 * k), sc = 0.0f;
 		int w = info[4 * k];
+		long long base = 0, stride = 0;
+		const float *lv = levels;
 		if (w > 0) {
-			int code = kk_bits_at(codes, (long long)info[4 * k + 1] + (long long)row * info[4 * k + 2], w);
-			y += kk_f16_at(scales + 2 * info[4 * k + 3]) * levels[(1 << w) - 2 + code];
+			base = info[4 * k + 1];
+			stride = info[4 * k + 2];
+			sc = kk_f16_at(scales + 2 * info[4 * k + 3]);
+			lv = levels + (1 << w) - 2;
 		}
-		tile[j * ld + k] = y;
+		for (int j = threadIdx.x / M; j < tn && (int)threadIdx.x < step * M; j += step) {
+			float y = mean;
+			if (w > 0)
+				y += sc * lv[kk_bits_at(codes, base + (long long)(row0 + j) * stride, w)];
+			tile[j * ld + k] = y;
+		}
+	} else {
+		for (int i = threadIdx.x; i < tn * M; i += blockDim.x) {
+			int j = i / M, k = i - j * M, row = row0 + j;
+			float y = kk_f16_at(means + 2 * k);
+			int w = info[4 * k];
+			if (w > 0) {
+				int code = kk_bits_at(codes, (long long)info[4 * k + 1] + (long long)row * info[4 * k + 2], w);
+				y += kk_f16_at(scales + 2 * info[4 * k + 3]) * levels[(1 << w) - 2 + code];
+			}
+			tile[j * ld + k] = y;
+		}
 	}
 	__syncthreads();
 	// Columns per warp: the unrolled products sized to them (at d = 64
