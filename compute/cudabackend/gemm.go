@@ -207,14 +207,25 @@ func (b *Backend) matMul16(out, x Ptr, n int, w *weight) error {
 	return b.tune(key, run)
 }
 
+// tuneReps is how many timed runs of each path the tuner takes the best
+// of, after one to warm up; mmaMargin how much faster than cuBLAS the mma
+// kernel must be to be kept: the H100 ran it 2-7x slower than cuBLAS at
+// the 7B shapes from 16 rows on (docs/cuda.md), so a noisy near-tie must
+// not pick it.
+const (
+	tuneReps  = 3
+	mmaMargin = 0.8
+)
+
 // tune times both paths on this product, each run once to warm up and
-// once timed between two waits for the device, keeps the faster (the mma
-// kernel on a tie) for key, and leaves the product computed. Called with
-// mu held.
+// tuneReps times between waits for the device (the best kept), keeps the
+// mma kernel for key when it takes at most mmaMargin of cuBLAS's time,
+// else cuBLAS, and leaves the product computed. Called with mu held.
 func (b *Backend) tune(key gemmKey, run func(gemmPath) error) error {
 	tr := gemmTrial{key: key}
 	for _, p := range []gemmPath{gemmMMA, gemmCUBLAS} {
-		for i := range 2 {
+		var last time.Duration
+		for i := range 1 + tuneReps {
 			if err := run(p); err != nil {
 				return err
 			}
@@ -223,15 +234,16 @@ func (b *Backend) tune(key gemmKey, run func(gemmPath) error) error {
 			if b.err != nil {
 				return b.err
 			}
-			if i == 0 {
-				tr.times[p] = b.g16.clock()
-			} else {
-				tr.times[p] = b.g16.clock() - tr.times[p]
+			now := b.g16.clock()
+			if d := now - last; i == 1 || i > 1 && d < tr.times[p] {
+				tr.times[p] = d
 			}
+			last = now
 		}
 	}
-	if tr.times[gemmCUBLAS] < tr.times[gemmMMA] {
-		tr.best = gemmCUBLAS
+	tr.best = gemmCUBLAS
+	if float64(tr.times[gemmMMA]) <= mmaMargin*float64(tr.times[gemmCUBLAS]) {
+		tr.best = gemmMMA
 	}
 	b.g16.trials = append(b.g16.trials, tr)
 	return nil

@@ -172,7 +172,9 @@ func TestGEMM16F16Range(t *testing.T) {
 
 // The tuner times the mma kernel and cuBLAS once per row bucket and
 // weight shape (on the fake driver's simulated clock), keeps the faster
-// and reuses the choice for every product of the bucket; above 256 rows
+// (the best of tuneReps timed runs each, the mma kernel only when it takes
+// at most mmaMargin of cuBLAS's time) and reuses the choice for every
+// product of the bucket; above 256 rows
 // cuBLAS runs untimed, and without cuBLAS the mma kernel runs at every
 // size. Each path's product matches the reference; Describe and
 // GEMMTrials name the choices.
@@ -200,18 +202,23 @@ func TestGEMMTuner(t *testing.T) {
 			t.Errorf("n=%d: %d mma launches and %d cuBLAS calls, want %d and %d", n, k, e, wantKernels, wantEx)
 		}
 	}
-	step(20, 2, 2) // bucket 32 tuned: each path warmed up and timed; mma faster
-	step(30, 1, 0) // bucket 32: mma
+	const runs = 1 + tuneReps // a warm-up and the timed runs, each path
+	step(20, runs, runs)      // bucket 32 tuned: mma faster, by more than the margin
+	step(30, 1, 0)            // bucket 32: mma
 	f.cost["gemmEx"] = time.Microsecond
-	step(40, 2, 2)  // bucket 64 tuned: cuBLAS faster
-	step(64, 0, 1)  // bucket 64: cuBLAS
-	step(300, 0, 1) // above 256: cuBLAS, untimed
-	step(20, 1, 0)  // bucket 32 still mma
-	want := []string{"32 x 40 x 32 bf16: mma 5µs, cuBLAS 9µs -> mma", "64 x 40 x 32 bf16: mma 5µs, cuBLAS 1µs -> cuBLAS"}
+	step(40, runs, runs) // bucket 64 tuned: cuBLAS faster
+	step(64, 0, 1)       // bucket 64: cuBLAS
+	step(300, 0, 1)      // above 256: cuBLAS, untimed
+	step(20, 1, 0)       // bucket 32 still mma
+	f.cost["gemmEx"] = 6 * time.Microsecond
+	step(100, runs, runs) // bucket 128 tuned: mma faster, but within the margin: cuBLAS
+	step(128, 0, 1)
+	want := []string{"32 x 40 x 32 bf16: mma 5µs, cuBLAS 9µs -> mma", "64 x 40 x 32 bf16: mma 5µs, cuBLAS 1µs -> cuBLAS",
+		"128 x 40 x 32 bf16: mma 5µs, cuBLAS 6µs -> cuBLAS"}
 	if got := gpu.GEMMTrials(); !slices.Equal(got, want) {
 		t.Errorf("GEMMTrials() = %q, want %q", got, want)
 	}
-	if d := gpu.Describe(); !strings.HasSuffix(d, "; tuned 2 shapes: mma 1, cuBLAS 1") {
+	if d := gpu.Describe(); !strings.HasSuffix(d, "; tuned 3 shapes: mma 1, cuBLAS 2") {
 		t.Errorf("Describe() = %q", d)
 	}
 	if err := gpu.Err(); err != nil {
