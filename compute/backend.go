@@ -181,6 +181,14 @@ type PartEncoder interface {
 	EncodePart(p Part, dec Decoder) error
 }
 
+// PartsEncoder is implemented by a PartEncoder that encodes several parts
+// at once (the CUDA store: one launch for all of them): EncodeParts is
+// EncodePart for each of ps with the decoder of the same index, in order;
+// on an error the parts before the failing one may be encoded.
+type PartsEncoder interface {
+	EncodeParts(ps []Part, decs []Decoder) error
+}
+
 // HotDecoded is implemented by a Part that SetEncoded may leave in hot
 // storage holding its codec's decoded values rather than the codec's
 // bytes, as the CUDA store does for codecs its kernels cannot read.

@@ -167,6 +167,10 @@ type Cache struct {
 	layers []layer
 	widen  []float32 // a block read back for its codec
 	enc    []byte    // a block's encoding before the store takes it
+	// The parts of one encodeOld call for the store's EncodeParts.
+	batch      []pendingEncode
+	batchParts []compute.Part
+	batchDecs  []compute.Decoder
 	share  sharing
 }
 
@@ -304,10 +308,15 @@ func (c *Cache) encodeOld(layerIdx int) error {
 		return nil
 	}
 	l := &c.layers[layerIdx]
-	bs, d := c.cfg.BlockSize, c.cfg.HeadDim
+	bs := c.cfg.BlockSize
 	store := c.store
 	ea, _ := store.(compute.EncodedAttention)
 	pe, _ := store.(compute.PartEncoder)
+	pse, _ := store.(compute.PartsEncoder)
+	// The parts the store encodes itself wait in c.batch and go to it in
+	// one EncodeParts call when it takes several (one launch on a GPU).
+	batch := c.batch[:0]
+	defer func() { clear(batch); c.batch = batch[:0] }()
 	for ; (l.nextEnc+1)*bs <= l.n-p.HotWindow; l.nextEnc++ {
 		b := l.nextEnc
 		if b*bs < p.Sinks {
@@ -319,28 +328,64 @@ func (c *Cache) encodeOld(layerIdx int) error {
 					continue
 				}
 				pt := l.blocks[b][2*h+kv]
+				if pse != nil && pe != nil {
+					if size, ok := pe.EncodedLen(cd); ok {
+						batch = append(batch, pendingEncode{pt: pt, cd: cd, size: size, kv: kv})
+						continue
+					}
+				}
 				size, err := c.encodePart(store, pe, pt, cd)
 				if err != nil {
 					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layerIdx, b, h, kvName(kv), err)
 				}
-				if hd, ok := pt.(compute.HotDecoded); ok && hd.HotDecoded() {
-					// The store holds the decoded values in the hot
-					// memory the part already had: still hot bytes.
-					continue
-				}
-				hot, cb := c.hotBytes(), int64(size)
-				l.st.CompressedBF16 += int64(bs * d * 2)
-				if kv == 0 {
-					l.st.KHot -= hot
-					l.st.KCompressed += cb
-				} else {
-					l.st.VHot -= hot
-					l.st.VCompressed += cb
-				}
+				c.countEncoded(l, pt, size, kv)
 			}
 		}
 	}
+	if len(batch) == 0 {
+		return nil
+	}
+	ps, decs := c.batchParts[:0], c.batchDecs[:0]
+	for _, e := range batch {
+		ps, decs = append(ps, e.pt), append(decs, e.cd)
+	}
+	c.batchParts, c.batchDecs = ps, decs
+	defer func() { clear(ps); clear(decs) }()
+	if err := pse.EncodeParts(ps, decs); err != nil {
+		return fmt.Errorf("kvcache: layer %d: encoding %d blocks' parts: %w", layerIdx, len(ps), err)
+	}
+	for _, e := range batch {
+		c.countEncoded(l, e.pt, e.size, e.kv)
+	}
 	return nil
+}
+
+// pendingEncode is a part encodeOld hands to the store's EncodeParts.
+type pendingEncode struct {
+	pt   compute.Part
+	cd   codec.Codec
+	size int // its encoded length
+	kv   int // 0 keys, 1 values
+}
+
+// countEncoded moves pt, now encoded in size bytes, from the layer's hot
+// bytes to its compressed ones (kv 0 keys, 1 values), unless the store
+// keeps the decoded values in the part's hot memory.
+func (c *Cache) countEncoded(l *layer, pt compute.Part, size, kv int) {
+	if hd, ok := pt.(compute.HotDecoded); ok && hd.HotDecoded() {
+		// The store holds the decoded values in the hot memory the
+		// part already had: still hot bytes.
+		return
+	}
+	hot, cb := c.hotBytes(), int64(size)
+	l.st.CompressedBF16 += int64(c.cfg.BlockSize * c.cfg.HeadDim * 2)
+	if kv == 0 {
+		l.st.KHot -= hot
+		l.st.KCompressed += cb
+	} else {
+		l.st.VHot -= hot
+		l.st.VCompressed += cb
+	}
 }
 
 // encodePart encodes the full part pt by cd: by the store where it

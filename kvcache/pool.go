@@ -378,6 +378,56 @@ func (s poolStore) EncodePart(pt compute.Part, dec compute.Decoder) error {
 	return nil
 }
 
+// EncodeParts has the pool's store encode ps, each by the decoder of the
+// same index, in one call where the store takes several
+// (compute.PartsEncoder), counting their encoded bytes as EncodePart
+// does: the growth of all of them is reserved first.
+func (s poolStore) EncodeParts(ps []compute.Part, decs []compute.Decoder) error {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(ps) != len(decs) {
+		return fmt.Errorf("kvcache: %d parts to encode with %d codecs", len(ps), len(decs))
+	}
+	pe, ok := p.cfg.Store.(compute.PartEncoder)
+	if !ok {
+		return fmt.Errorf("kvcache: the pool's store does not encode blocks itself")
+	}
+	sizes := make([]int, len(ps))
+	olds := make([]partInfo, len(ps))
+	var grow int64
+	for i, dec := range decs {
+		size, ok := pe.EncodedLen(dec)
+		if !ok {
+			return fmt.Errorf("kvcache: the pool's store does not encode %s blocks itself", dec.Name())
+		}
+		sizes[i], olds[i] = size, p.parts[ps[i]]
+		grow += max(0, int64(size)-olds[i].bytes)
+	}
+	if grow > 0 {
+		if err := p.reserve(grow); err != nil {
+			return err
+		}
+	}
+	var err error
+	if pse, ok := p.cfg.Store.(compute.PartsEncoder); ok {
+		err = pse.EncodeParts(ps, decs)
+	} else {
+		for i := range ps {
+			if err = pe.EncodePart(ps[i], decs[i]); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for i := range ps {
+		p.encoded(ps[i], olds[i], int64(sizes[i]), decs[i])
+	}
+	return nil
+}
+
 // encoded counts pt, whose bytes were old, as holding size bytes of dec's
 // encoding, unless the store keeps it in hot memory; p.mu is held.
 func (p *Pool) encoded(pt compute.Part, old partInfo, size int64, dec compute.Decoder) {

@@ -117,7 +117,7 @@ type Backend struct {
 	pickCap int     // rows pickDev holds
 
 	batch batchState // AttendBatch's directories and scratch
-	enc   encBatch   // EncodePart's encodes waiting for a launch
+	enc   encBatch   // EncodeParts' jobs and their device tables
 
 	heldPos  []int  // the held norm_qkv's positions of several sequences' rows
 	posBytes []byte // and as step parameter slots
@@ -513,7 +513,7 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 	if b.holding {
 		b.resolveHeld() // a held launch goes before l
 	}
-	if dynamic || len(b.writes) > 0 || len(b.enc.jobs) > 0 {
+	if dynamic || len(b.writes) > 0 {
 		// Deferred cache writes read their sources first: l may
 		// overwrite them.
 		b.flush()
@@ -575,9 +575,6 @@ func (b *Backend) flush() {
 	b.flushQueue()
 	if len(b.writes) > 0 {
 		b.kvWrites()
-	}
-	if len(b.enc.jobs) > 0 {
-		b.emitEncodes()
 	}
 }
 

@@ -108,21 +108,33 @@ func (s *store) EncodedLen(dec compute.Decoder) (int, bool) {
 	return e.size, ok
 }
 
-// EncodePart implements compute.PartEncoder: enc_int8 or enc_pc writes
-// the part's encoding into an encoded slot, which takes the place of its
-// hot slot; nothing crosses to the host. The parts a step fills are
-// encoded by one launch (emitEncodes).
+var _ compute.PartsEncoder = (*store)(nil)
+
+// EncodePart implements compute.PartEncoder: EncodeParts of one part.
 func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
-	pt := own(p)
-	if dec == nil {
-		return fmt.Errorf("cuda: encoding a part without a codec")
+	return s.EncodeParts([]compute.Part{p}, []compute.Decoder{dec})
+}
+
+// EncodeParts implements compute.PartsEncoder: enc_int8 or enc_pc writes
+// each part's encoding into an encoded slot, which takes the place of its
+// hot slot; nothing crosses to the host. The parts are encoded by one
+// launch per kernel and hot format (emitEncodes) before EncodeParts
+// returns: a step's filled blocks of a layer, keys and values of every
+// KV head (64 parts for a 512-token 7B prefill), a launch, not one each.
+func (s *store) EncodeParts(ps []compute.Part, decs []compute.Decoder) error {
+	if len(ps) != len(decs) {
+		return fmt.Errorf("cuda: %d parts to encode with %d codecs", len(ps), len(decs))
 	}
-	if pt.dec != nil {
-		return fmt.Errorf("cuda: part already encoded by %s", pt.dec.Name())
-	}
-	e, ok := s.deviceEncoding(dec)
-	if !ok {
-		return fmt.Errorf("cuda: %s blocks are not encoded on the device", dec.Name())
+	es := make([]encoding, len(ps))
+	for i, dec := range decs {
+		if dec == nil {
+			return fmt.Errorf("cuda: encoding a part without a codec")
+		}
+		e, ok := s.deviceEncoding(dec)
+		if !ok {
+			return fmt.Errorf("cuda: %s blocks are not encoded on the device", dec.Name())
+		}
+		es[i] = e
 	}
 	b := s.b
 	b.mu.Lock()
@@ -130,9 +142,31 @@ func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 	if b.err != nil {
 		return b.err
 	}
+	// The parts' last rows may still wait among the deferred writes,
+	// through the parts' write tables: they go first, before the tables
+	// return to the store and the parts' addresses move.
+	b.flush()
+	defer b.emitEncodes() // what was queued, also when a later part fails
+	for i, p := range ps {
+		if err := s.queueEncode(own(p), decs[i], es[i]); err != nil {
+			return err
+		}
+	}
+	return b.err
+}
+
+// queueEncode makes the job that encodes pt by dec (encoding e) into a
+// new encoded slot, which takes the place of pt's hot slot; emitEncodes
+// launches it. Called with mu held.
+func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
+	b := s.b
+	if pt.dec != nil {
+		return fmt.Errorf("cuda: part already encoded by %s", pt.dec.Name())
+	}
 	s.retire(pt) // an encoded part takes no more writes
 	var prm Ptr
 	if e.format == partKakeyaPC {
+		var ok bool
 		var err error
 		if prm, ok, err = s.codecParams(dec, partKakeyaPC); err != nil {
 			return err
@@ -146,9 +180,6 @@ func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 	if err != nil {
 		return err
 	}
-	// The encode waits for the backend's next device operation, which
-	// launches it with the other parts encoded meanwhile (emitEncodes);
-	// the hot slot goes back to the store then.
 	b.enc.jobs = append(b.enc.jobs, encJob{s: s, e: e, dst: addr, src: pt.addr, prm: prm, bf16: pt.format == partBF16, hotSize: pt.size})
 	pt.addr, pt.size, pt.format, pt.encLen, pt.dec, pt.prm, pt.linv = addr, size, e.format, e.size, dec, prm, 0
 	s.gen++
@@ -179,8 +210,8 @@ func encPCLaunch(dst, src Ptr, bf16 bool, n, d int, prm, y Ptr, shared int, jobs
 	return Launch{Kernel: "enc_pc", Grid: Dim3{u32("enc_pc parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
 }
 
-// encJob is an encode EncodePart asked for, launched with the others of
-// its kind at the backend's next device operation (emitEncodes).
+// encJob is one part's encode, launched with the others of its
+// EncodeParts call (emitEncodes).
 type encJob struct {
 	s        *store
 	e        encoding
@@ -202,13 +233,12 @@ type encBatch struct {
 	done []bool
 }
 
-// emitEncodes launches the pending encodes, after the work queued and the
-// cache writes deferred before them (flush calls it last): one launch
-// per kernel and hot format (enc_int8, enc_pc; bf16 or float32 parts) of
-// every part a step filled, a block each, instead of a launch each. Then
-// the parts' hot slots go back to their stores: whatever writes them next
-// is queued after the encoders that read them. Called with mu held, the
-// queue and the writes launched.
+// emitEncodes launches the jobs EncodeParts made, after the work queued
+// and the cache writes deferred before them (EncodeParts flushed them):
+// one launch per kernel and hot format (enc_int8, enc_pc; bf16 or float32
+// parts), a block each. Then the parts' hot slots go back to their
+// stores: whatever writes them next is queued after the encoders that
+// read them. Called with mu held, the queue empty.
 func (b *Backend) emitEncodes() {
 	eb := &b.enc
 	jobs := eb.jobs

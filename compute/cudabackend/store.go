@@ -434,9 +434,6 @@ func (s *store) Release(p compute.Part) {
 	pt := own(p)
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
-	if len(s.b.enc.jobs) > 0 {
-		s.b.flush() // a waiting encode may write the part's slot
-	}
 	s.retire(pt)
 	s.release(pt.addr, pt.size)
 	*pt = part{enc: pt.enc[:0]} // keep the host buffer for reuse
