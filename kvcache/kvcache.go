@@ -171,7 +171,7 @@ type Cache struct {
 	batch      []pendingEncode
 	batchParts []compute.Part
 	batchDecs  []compute.Decoder
-	share  sharing
+	share      sharing
 }
 
 // New returns an empty cache.
