@@ -64,10 +64,29 @@ func (s *encodingStore) EncodePart(p compute.Part, dec compute.Decoder) error {
 	return s.BlockStore.SetEncoded(p, enc, dec)
 }
 
+// batchingStore is an encodingStore that also takes several parts at
+// once (compute.PartsEncoder), recording each call's parts.
+type batchingStore struct {
+	*encodingStore
+	calls []int
+}
+
+func (s *batchingStore) EncodeParts(ps []compute.Part, decs []compute.Decoder) error {
+	s.calls = append(s.calls, len(ps))
+	for i := range ps {
+		if err := s.EncodePart(ps[i], decs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // A store that encodes a codec's parts itself is asked to (EncodePart),
 // the others' parts go through the host (SetEncoded); the cache and a
 // pool over that store count the same bytes, and read the same values,
-// as over a store that encodes nothing itself.
+// as over a store that encodes nothing itself. A store that takes several
+// parts at once (compute.PartsEncoder) gets the parts each append of a
+// layer fills in one call, the same bytes.
 func TestPartEncoder(t *testing.T) {
 	const layers, kvh, d, bs, tokens = 2, 2, 32, 4, 19
 	policy := Policy{HotWindow: 4}
@@ -77,16 +96,22 @@ func TestPartEncoder(t *testing.T) {
 	encoded := layers * kvh * ((tokens - 4) / bs) // parts per side
 	for _, pooled := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pool %v", pooled), func(t *testing.T) {
-			var reads [2][]float32
-			var stats [2]Stats
-			var pools [2]PoolStats
-			for i, own := range []string{"", "int8"} {
+			var reads [3][]float32
+			var stats [3]Stats
+			var pools [3]PoolStats
+			for i, own := range []string{"", "int8", "int8"} {
 				store := &encodingStore{BlockStore: backend.NewBlockStore(bs, d, false), n: bs, d: d, own: own}
-				cfg := Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: bs, MaxTokens: 64, Policy: policy, Store: store}
+				var bstore *batchingStore
+				var st compute.BlockStore = store
+				if i == 2 {
+					bstore = &batchingStore{encodingStore: store}
+					st = bstore
+				}
+				cfg := Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: bs, MaxTokens: 64, Policy: policy, Store: st}
 				var pool *Pool
 				if pooled {
 					var err error
-					pool, err = NewPool(PoolConfig{Store: store, BlockSize: bs, HeadDim: d, Budget: 1 << 20})
+					pool, err = NewPool(PoolConfig{Store: st, BlockSize: bs, HeadDim: d, Budget: 1 << 20})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -109,6 +134,13 @@ func TestPartEncoder(t *testing.T) {
 					t.Fatalf("store encoding %q: %d parts by EncodePart (%v), %d by SetEncoded; want %d and %d",
 						own, len(store.byEncoder), store.byEncoder, len(store.bySet), len(wantEnc), len(wantSet))
 				}
+				if bstore != nil {
+					// One call per layer's append: the keys' parts of every
+					// block that left the hot window.
+					if want := slices.Repeat([]int{encoded / layers}, layers); !slices.Equal(bstore.calls, want) {
+						t.Fatalf("EncodeParts calls of %v parts, want %v", bstore.calls, want)
+					}
+				}
 				x := make([]float32, bs*d)
 				for l := range layers {
 					for h := range kvh {
@@ -127,11 +159,14 @@ func TestPartEncoder(t *testing.T) {
 					pools[i] = pool.Stats()
 				}
 			}
-			if !slices.Equal(reads[0], reads[1]) {
+			if !slices.Equal(reads[0], reads[1]) || !slices.Equal(reads[0], reads[2]) {
 				t.Errorf("blocks encoded by the store read back otherwise than the host's")
 			}
-			if !reflect.DeepEqual(stats[0], stats[1]) {
-				t.Errorf("cache stats %+v, over a store that encodes nothing %+v", stats[1], stats[0])
+			if !reflect.DeepEqual(stats[0], stats[1]) || !reflect.DeepEqual(stats[0], stats[2]) {
+				t.Errorf("cache stats %+v and %+v (batched), over a store that encodes nothing %+v", stats[1], stats[2], stats[0])
+			}
+			if pooled && pools[2].Used != pools[1].Used {
+				t.Errorf("pool stats %+v batched, %+v one by one", pools[2], pools[1])
 			}
 			if stats[1].Compressed == 0 {
 				t.Errorf("no compressed bytes: %+v", stats[1])
