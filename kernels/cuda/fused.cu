@@ -27,7 +27,18 @@ KK_DEVICE void kk_inv_rms(float *inv, const float *x, int n, int cols, float eps
 		if (j < n) {
 			const float *row = x + (long long)j * cols;
 			float ss = 0.0f;
-			for (int c = threadIdx.x; c < cols; c += blockDim.x)
+			// Four values a thread loaded before any is summed, so that
+			// the loads are in flight together; the sum's order is
+			// rmsnorm's, one value at a time in column order.
+			int c = threadIdx.x, bd = blockDim.x;
+			for (; c + 3 * bd < cols; c += 4 * bd) {
+				float a = row[c], b = row[c + bd], e = row[c + 2 * bd], f = row[c + 3 * bd];
+				ss += a * a;
+				ss += b * b;
+				ss += e * e;
+				ss += f * f;
+			}
+			for (; c < cols; c += bd)
 				ss += row[c] * row[c];
 			ss = kk_block_sum(ss, red);
 			if (threadIdx.x == 0)
@@ -58,13 +69,7 @@ KK_DEVICE void kk_dots2(float (*part)[2][KK_MAXN], float *xs, const float *x, co
 	for (int c0 = 0; c0 < cols; c0 += chunk) {
 		int len = cols - c0 < chunk ? cols - c0 : chunk;
 		__syncthreads(); // the previous chunk is consumed
-		for (int i = threadIdx.x; i < n * len; i += blockDim.x) {
-			int j = i / len, c = i - j * len;
-			float v = x[(long long)j * cols + c0 + c];
-			if (g)
-				v = v * inv[j] * g[c0 + c];
-			xs[j * chunk + c] = v;
-		}
+		kk_stage_x(xs, x, g, inv, n, cols, c0, len, chunk);
 		__syncthreads();
 		if (!live)
 			continue;

@@ -74,6 +74,55 @@ template <int DT> KK_DEVICE void kk_unpack8(const kk_raw8 &r, float *o) {
 
 #define KK_MAXN 8
 
+// kk_stage_x copies columns c0..c0+len-1 of the n rows of x (cols values
+// each) into xs (row j at xs + j*chunk), normalised when g is set (x *
+// inv[j] * g, as rmsnorm writes it). Rows 16-byte aligned (cols and len
+// multiples of 4) take 16-byte loads, four a thread issued before any is
+// stored, so a block's staging waits for memory about once, not once per
+// value a thread copies; the values are the same either way.
+KK_DEVICE void kk_stage_x(float *xs, const float *x, const float *g, const float *inv, int n, int cols, int c0,
+                          int len, int chunk) {
+	if ((cols & 3) == 0 && (len & 3) == 0 && (c0 & 3) == 0 && ((unsigned long long)x & 15) == 0 &&
+	    (!g || ((unsigned long long)g & 15) == 0)) {
+		int l4 = len >> 2, total = n * l4;
+		for (int i0 = threadIdx.x; i0 < total; i0 += 4 * blockDim.x) {
+			kk_u32x4 v[4] = {}, gv[4] = {};
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				int i = i0 + u * (int)blockDim.x;
+				if (i < total) {
+					int j = i / l4, c = (i - j * l4) * 4;
+					v[u] = kk_ldw16(x + (long long)j * cols + c0 + c);
+					if (g)
+						gv[u] = kk_ldw16(g + c0 + c);
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				int i = i0 + u * (int)blockDim.x;
+				if (i < total) {
+					int j = i / l4, c = (i - j * l4) * 4;
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						float val = kk_bits_f32(v[u][e]);
+						if (g)
+							val = val * inv[j] * kk_bits_f32(gv[u][e]);
+						xs[j * chunk + c + e] = val;
+					}
+				}
+			}
+		}
+		return;
+	}
+	for (int i = threadIdx.x; i < n * len; i += blockDim.x) {
+		int j = i / len, c = i - j * len;
+		float v = x[(long long)j * cols + c0 + c];
+		if (g)
+			v = v * inv[j] * g[c0 + c];
+		xs[j * chunk + c] = v;
+	}
+}
+
 // matvec: wpr warps (1, 2, 4 or 8) share one output row and read it once
 // for all n input rows, each lane 8 consecutive weights (a 16-byte load)
 // at a time, a warp covering 256 consecutive columns per step and the
@@ -120,10 +169,7 @@ KK_DEVICE void kk_matvec(float *__restrict__ out, const float *__restrict__ x, c
 	for (int c0 = 0; c0 < cols; c0 += chunk) {
 		int len = cols - c0 < chunk ? cols - c0 : chunk;
 		__syncthreads(); // the previous chunk is consumed
-		for (int i = threadIdx.x; i < n * len; i += blockDim.x) {
-			int j = i / len, c = i - j * len;
-			xs[j * chunk + c] = x[(long long)j * cols + c0 + c];
-		}
+		kk_stage_x(xs, x, 0, 0, n, cols, c0, len, chunk);
 		__syncthreads();
 		if (!live)
 			continue;
