@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	// The picks every device agrees on over a row of logits (arg max,
 	// first non-finite value): a leaf any package may use.
 	"pick":             {},
-	"kernels/cpu":      {"tensor"},
+	"kernels/cpu":      {"tensor", "internal/mathx"},
 	"kernels/cuda":     {},
 	"kernels/cuda/emu": {"kernels/cuda"},
 
@@ -54,9 +54,11 @@ var allowed = map[string][]string{
 	"tokenizer": {"tokenizer/chattmpl", "internal/boundedfile"},
 	// Chat templates: a Jinja engine in transformers' environment.
 	"tokenizer/chattmpl": {},
-	"model":              {"compute", "kvcache", "weights", "pick"},
-	"calibrate":          {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
-	"eval":               {"kvcache/kvconfig", "internal/outfile", "internal/mathx"},
+	"model":              {"compute", "kvcache", "weights", "pick", "model/arch"},
+	// The architectures: one file per decoder family, read by the forward pass.
+	"model/arch": {"weights"},
+	"calibrate":  {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
+	"eval":       {"kvcache/kvconfig", "internal/outfile", "internal/mathx"},
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},

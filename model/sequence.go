@@ -15,9 +15,9 @@ import (
 type Sequence struct {
 	m     *Model
 	cache *kvcache.Cache
-	attn  compute.Attention
-	rows  int   // activation capacity of Forward's passes, in tokens
-	err   error // a failure that left the cache inconsistent
+	attn  []compute.Attention // one per layer kind of the architecture
+	rows  int                 // activation capacity of Forward's passes, in tokens
+	err   error               // a failure that left the cache inconsistent
 
 	sc   scratch
 	last []float32 // logits of the last position, on the host
@@ -80,12 +80,14 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	attn, err := m.b.NewAttention(compute.AttentionParams{
-		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Window: m.window,
-		BlockSize: bs, MaxContext: m.maxCtx,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+	attn := make([]compute.Attention, len(m.desc.Kinds))
+	for i, k := range m.desc.Kinds {
+		if attn[i], err = m.b.NewAttention(compute.AttentionParams{
+			Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Window: k.Window,
+			Scale: k.Scale, Softcap: k.Softcap, BlockSize: bs, MaxContext: m.maxCtx,
+		}); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
 	}
 	s := &Sequence{
 		m: m, cache: cache, attn: attn, rows: min(prefillChunk, m.maxCtx),
