@@ -68,10 +68,11 @@ var allowed = map[string][]string{
 	// calibration make the runtime's policy.
 	"kvcache/kvplan": {"kvcache", "kvcache/kvconfig", "codec"},
 
-	"internal/shareddata": {},
-	"internal/ggufdata":   {"internal/shareddata"},
-	"internal/term":       {},
-	"internal/outfile":    {},
+	"internal/shareddata":  {},
+	"internal/ggufdata":    {"internal/shareddata"},
+	"internal/llamaparity": {},
+	"internal/term":        {},
+	"internal/outfile":     {},
 	// Exp for hot host loops: math.Exp is slow in a simd build (mathx doc).
 	"internal/mathx": {},
 	// Reading a small file no further than a limit (the model loaders).

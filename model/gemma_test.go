@@ -201,8 +201,10 @@ func gemmaRef(t *testing.T, dir string, ids []int) [][]float64 {
 // text models, and a multimodal Gemma 3's language model.
 func gemmaSpecs() map[string]testmodel.Spec {
 	mm := testmodel.Gemma3Tiny
-	mm.Multimodal, mm.Seed = true, 40
-	return map[string]testmodel.Spec{"gemma2": testmodel.Gemma2Tiny, "gemma3": testmodel.Gemma3Tiny, "gemma3-multimodal": mm}
+	mm.Multimodal, mm.Seed, mm.SlidingWindowPattern = true, 40, 3
+	qs := testmodel.Gemma2Tiny
+	qs.QueryPreAttnScalar, qs.Seed = 24, 41 // not head_dim: the scale is query_pre_attn_scalar's
+	return map[string]testmodel.Spec{"gemma2": testmodel.Gemma2Tiny, "gemma2-query-scale": qs, "gemma3": testmodel.Gemma3Tiny, "gemma3-multimodal-pattern3": mm}
 }
 
 // TestGemmaMatchesFloat64 checks Gemma 2 and Gemma 3 on the CPU backend

@@ -59,22 +59,23 @@ type Spec struct {
 }
 
 // Gemma2Tiny is a Gemma-2-style model: four layers alternating sliding
-// (window 8) and full attention, head_dim 32 with query_pre_attn_scalar
-// 24, attention and final softcaps small enough to bite (5 and 10), tied
-// embeddings, in F32.
+// (window 8) and full attention, head_dim 32 (query_pre_attn_scalar 32,
+// as llama.cpp assumes), attention and final softcaps small enough to
+// bite (5 and 10), tied embeddings, a 512-token vocabulary (room for a
+// byte-fallback tokenizer, for llama.cpp), in F32.
 var Gemma2Tiny = Spec{
 	ModelType: "gemma2", Hidden: 64, Intermediate: 128, Layers: 4, Heads: 4, KVHeads: 2, HeadDim: 32,
-	Vocab: 256, MaxPos: 1024, RopeTheta: 1e4, RMSNormEps: 1e-6, Tie: true, SlidingWindow: 8,
-	QueryPreAttnScalar: 24, AttnSoftcap: 5, FinalSoftcap: 10, DType: tensor.F32, Seed: 36,
+	Vocab: 512, MaxPos: 1024, RopeTheta: 1e4, RMSNormEps: 1e-6, Tie: true, SlidingWindow: 8,
+	QueryPreAttnScalar: 32, AttnSoftcap: 5, FinalSoftcap: 10, DType: tensor.F32, Seed: 36,
 }
 
-// Gemma3Tiny is a Gemma-3-style model: six layers, two sliding (window 8,
-// RoPE base 1e4) then one full (base 1e6, linear rope_scaling 2), q/k
-// norms, one KV head, no softcaps, in BF16.
+// Gemma3Tiny is a Gemma-3-style model: six layers, five sliding (window
+// 8, RoPE base 1e4) then one full (base 1e6, linear rope_scaling 2), q/k
+// norms, one KV head, no softcaps, a 512-token vocabulary, in BF16.
 var Gemma3Tiny = Spec{
 	ModelType: "gemma3_text", Hidden: 64, Intermediate: 128, Layers: 6, Heads: 4, KVHeads: 1, HeadDim: 32,
-	Vocab: 256, MaxPos: 1024, RopeTheta: 1e6, RopeLocalTheta: 1e4, RMSNormEps: 1e-6, Tie: true, SlidingWindow: 8,
-	SlidingWindowPattern: 3, QueryPreAttnScalar: 32, RopeScaling: &RopeScaling{Type: "linear", Factor: 2},
+	Vocab: 512, MaxPos: 1024, RopeTheta: 1e6, RopeLocalTheta: 1e4, RMSNormEps: 1e-6, Tie: true, SlidingWindow: 8,
+	SlidingWindowPattern: 6, QueryPreAttnScalar: 32, RopeScaling: &RopeScaling{Type: "linear", Factor: 2},
 	DType: tensor.BF16, Seed: 37,
 }
 
