@@ -16,3 +16,12 @@ type ArchOps interface {
 	// Softcap sets each value v of x to c*tanh(v/c).
 	Softcap(x Buffer, c float32)
 }
+
+// SlidingKV is implemented by a backend whose attention, made with a
+// Window, reads no KV block that ends before the window of the call's
+// first query (position start-Window+1): a KV cache may then release
+// those blocks (kvcache's sliding layers), leaving their parts nil. A
+// model gives the cache its layers' windows only on such a backend.
+type SlidingKV interface {
+	SlidingKV()
+}

@@ -91,6 +91,9 @@ type Shape struct {
 	// MaxContext is the longest sequence the cache will hold (0: unknown);
 	// no block may be longer.
 	MaxContext int
+	// Windows holds each layer's sliding window, 0 for a full layer (nil:
+	// every layer full): see Config.Windows.
+	Windows []int
 }
 
 // Config sizes a cache.
@@ -108,6 +111,13 @@ type Config struct {
 	// with other sequences, under its byte budget, and lets full blocks be
 	// shared by prefix (see AppendTokens and AttachPrefix).
 	Pool *Pool
+	// Windows holds each layer's sliding window (nil, or 0 for a layer:
+	// full attention). A sliding layer keeps only the blocks its window
+	// can still see and never encodes them (see window.go).
+	Windows []int
+	// SlideChunk is the most tokens one Append adds to a sliding layer
+	// (0: MaxTokens); BytesFor counts a sliding layer's blocks by it.
+	SlideChunk int
 }
 
 func (c *Config) validate() error {
@@ -135,6 +145,9 @@ func (c *Config) validate() error {
 	case len(c.Policy.Layers) > c.Layers:
 		return fmt.Errorf("kvcache: policy names %d layers, the model has %d", len(c.Policy.Layers), c.Layers)
 	}
+	if err := c.validateWindows(); err != nil {
+		return err
+	}
 	for l, lc := range c.Policy.Layers {
 		if len(lc.K) > 1 && len(lc.K) != c.KVHeads {
 			return fmt.Errorf("kvcache: layer %d has %d K codecs, want 1 or %d (one per KV head)", l, len(lc.K), c.KVHeads)
@@ -147,6 +160,8 @@ type layer struct {
 	n       int              // tokens stored
 	blocks  [][]compute.Part // block table: [block][head*2 + (0 K | 1 V)]
 	nextEnc int              // first block not yet considered for encoding
+	window  int              // the sliding window, 0 for full attention
+	nextOut int              // first block a sliding layer has not released
 	st      LayerStats
 	view    layerView
 }
@@ -178,6 +193,9 @@ func New(cfg Config) (*Cache, error) {
 	c := &Cache{cfg: cfg, store: cfg.Store, layers: make([]layer, cfg.Layers)}
 	for i := range c.layers {
 		c.layers[i].view.l = &c.layers[i]
+		if i < len(cfg.Windows) {
+			c.layers[i].window = cfg.Windows[i]
+		}
 	}
 	if cfg.Pool != nil {
 		c.store = poolStore{cfg.Pool}
@@ -208,14 +226,14 @@ func (c *Cache) Reset() {
 		for bi, b := range l.blocks {
 			shared := bi < len(c.share.blocks) && c.share.blocks[bi] != nil
 			for j := range b {
-				if !shared {
+				if !shared && b[j] != nil {
 					c.store.Release(b[j])
 				}
 				b[j] = nil
 			}
 		}
 		l.blocks = l.blocks[:0]
-		l.n, l.nextEnc = 0, 0
+		l.n, l.nextEnc, l.nextOut = 0, 0, 0
 		l.st = LayerStats{}
 	}
 	c.share.reset(c.cfg.Pool)
@@ -248,6 +266,13 @@ func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 	l := &c.layers[layerIdx]
 	if l.n+n > c.cfg.MaxTokens {
 		return fmt.Errorf("%w: layer %d holds %d tokens, %d more exceed the capacity of %d", ErrFull, layerIdx, l.n, n, c.cfg.MaxTokens)
+	}
+	if l.window > 0 {
+		if ch := c.cfg.SlideChunk; ch > 0 && n > ch {
+			return fmt.Errorf("kvcache: append of %d tokens to sliding layer %d exceeds the configured chunk of %d", n, layerIdx, ch)
+		}
+		// Blocks no query of these tokens (nor a later one) sees go back.
+		c.slide(layerIdx)
 	}
 	store := c.store
 	for i := 0; i < n; {
@@ -300,11 +325,17 @@ func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 // and handed to the store.
 func (c *Cache) encodeOld(layerIdx int) error {
 	p := &c.cfg.Policy
+	l := &c.layers[layerIdx]
+	bs, d := c.cfg.BlockSize, c.cfg.HeadDim
+	if l.window > 0 {
+		// A sliding layer's blocks stay hot until they slide out: final
+		// once past the hot window, as an encoded block would be.
+		l.nextEnc = max(l.nextEnc, max(0, l.n-p.HotWindow)/bs)
+		return nil
+	}
 	if layerIdx >= len(p.Layers) {
 		return nil
 	}
-	l := &c.layers[layerIdx]
-	bs, d := c.cfg.BlockSize, c.cfg.HeadDim
 	store := c.store
 	ea, _ := store.(compute.EncodedAttention)
 	pe, _ := store.(compute.PartEncoder)

@@ -41,6 +41,11 @@ type SequenceOptions struct {
 	// over a block store of the model's backend, for this block size, head
 	// dimension and hot dtype.
 	Pool *kvcache.Pool
+	// StepTokens, when set, is the most tokens a forward step gives the
+	// sequence (a scheduler's step budget): Forward's passes are no
+	// longer, and a sliding layer's cache counts its blocks by it (see
+	// kvcache.Config.SlideChunk). 0: Model.PassTokens.
+	StepTokens int
 }
 
 // NewSequence returns an empty sequence with the cache policy and block
@@ -72,6 +77,11 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	kc := kvcache.Config{
 		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
 		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache, Pool: o.Pool,
+		Windows: m.windows(), SlideChunk: m.PassTokens(),
+	}
+	rows := m.PassTokens()
+	if o.StepTokens > 0 {
+		rows, kc.SlideChunk = min(rows, o.StepTokens), o.StepTokens
 	}
 	if o.Pool == nil {
 		kc.Store = m.b.NewBlockStore(bs, m.headDim, o.Cache.HotBF16)
@@ -90,7 +100,7 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 		}
 	}
 	s := &Sequence{
-		m: m, cache: cache, attn: attn, rows: min(prefillChunk, m.maxCtx),
+		m: m, cache: cache, attn: attn, rows: rows,
 		last: make([]float32, c.VocabSize),
 	}
 	if err := m.backendErr(); err != nil {

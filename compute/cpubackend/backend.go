@@ -36,10 +36,15 @@ type Backend struct {
 }
 
 var (
-	_ compute.Backend  = (*Backend)(nil)
-	_ compute.Preparer = (*Backend)(nil)
-	_ compute.ArchOps  = (*Backend)(nil)
+	_ compute.Backend   = (*Backend)(nil)
+	_ compute.Preparer  = (*Backend)(nil)
+	_ compute.ArchOps   = (*Backend)(nil)
+	_ compute.SlidingKV = (*Backend)(nil)
 )
+
+// SlidingKV marks that the host attention reads no block before a call's
+// window (it starts at the first query's first key).
+func (b *Backend) SlidingKV() {}
 
 // New starts a CPU backend of threads worker threads counting the caller;
 // threads <= 0 means runtime.GOMAXPROCS(0).

@@ -17,9 +17,14 @@ import (
 type Backend struct{}
 
 var (
-	_ compute.Backend = Backend{}
-	_ compute.ArchOps = Backend{}
+	_ compute.Backend   = Backend{}
+	_ compute.ArchOps   = Backend{}
+	_ compute.SlidingKV = Backend{}
 )
+
+// SlidingKV marks that the reference's attention reads no block before a
+// call's window.
+func (Backend) SlidingKV() {}
 
 // Name returns "reference".
 func (Backend) Name() string { return "reference" }
@@ -237,8 +242,14 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	keys := make([][]float64, p.KVHeads*total)
 	values := make([][]float64, p.KVHeads*total)
 	block := make([]float32, p.BlockSize*d)
+	// Keys before the first query's window are never read: a cache may
+	// have released their blocks (compute.SlidingKV).
+	lo := 0
+	if p.Window > 0 {
+		lo = max(0, start-p.Window+1) / p.BlockSize
+	}
 	for g := 0; g < p.KVHeads; g++ {
-		for b := 0; b*p.BlockSize < total; b++ {
+		for b := lo; b*p.BlockSize < total; b++ {
 			for side := 0; side < 2; side++ {
 				if err := readPart(block, kv.Part(g, b, side)); err != nil {
 					return err
