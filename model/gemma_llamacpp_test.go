@@ -50,6 +50,23 @@ func TestGemmaLlamaCppParity(t *testing.T) {
 			}
 			t.Logf("max abs diff from llama.cpp over %d positions: %.3g of the row's largest logit", len(ids), worst)
 
+			// The GGUF itself through Kakeya's loader: the same model.
+			g := load(t, gguf, Options{Backend: cpuBackend(t, 2, "f32")})
+			viaGGUF, err := g.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ggufDiff float64
+			for p := range ids {
+				for i := range got[p] {
+					ggufDiff = max(ggufDiff, math.Abs(float64(viaGGUF[p][i]-got[p][i])))
+				}
+			}
+			if ggufDiff > 1e-4 {
+				t.Errorf("the GGUF loaded by Kakeya differs from the checkpoint by %.3g", ggufDiff)
+			}
+			t.Logf("GGUF through Kakeya's loader: max abs diff %.3g from the safetensors checkpoint", ggufDiff)
+
 			s, err := m.NewSequence()
 			if err != nil {
 				t.Fatal(err)
