@@ -2,6 +2,7 @@ package model
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute"
@@ -157,5 +158,28 @@ func TestGemmaSlidingPrefix(t *testing.T) {
 	pool.Evict()
 	if st := pool.Stats(); st.Used != 0 || st.Referenced != 0 {
 		t.Errorf("after Close and Evict: %s, want empty", st)
+	}
+}
+
+// A batch item longer than a windowed sequence's step is refused before
+// the step runs, naming the option, and leaves the sequence usable.
+func TestGemmaBatchChunk(t *testing.T) {
+	m := load(t, gemmaDir(t, testmodel.Gemma3Tiny), Options{Backend: cpuBackend(t, 1, "f32"), BlockSize: 4})
+	s, err := m.NewSequenceOpts(SequenceOptions{StepTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	bt, err := m.NewBatch(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bt.Forward([]BatchItem{{Seq: s, IDs: testIDs(9, testmodel.Gemma3Tiny.Vocab)}})
+	if err == nil || !strings.Contains(err.Error(), "9 tokens in one step, more than the 8") {
+		t.Fatalf("a 9-token item for StepTokens 8: %v", err)
+	}
+	// Forward splits into passes of StepTokens.
+	if _, err := s.Forward(testIDs(20, testmodel.Gemma3Tiny.Vocab), false); err != nil {
+		t.Fatal(err)
 	}
 }
