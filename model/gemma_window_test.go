@@ -183,3 +183,27 @@ func TestGemmaBatchChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Gemma decode step allocates nothing either (within a block: a new
+// block's table entry is the cache's one allocation, as for any model).
+func TestGemmaDecodeAllocatesNothing(t *testing.T) {
+	for _, spec := range []testmodel.Spec{testmodel.Gemma2Tiny, testmodel.Gemma3Tiny} {
+		m := load(t, gemmaDir(t, spec), Options{Backend: cpuBackend(t, 2, ""), BlockSize: 256})
+		s, err := m.NewSequence()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Forward(testIDs(20, spec.Vocab), false); err != nil {
+			t.Fatal(err)
+		}
+		allocs := testing.AllocsPerRun(50, func() {
+			if _, err := s.Forward([]int{5}, false); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: decode step allocates %v times, want 0", spec.ModelType, allocs)
+		}
+		s.Close()
+	}
+}
