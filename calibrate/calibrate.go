@@ -337,7 +337,7 @@ func (p *windowPlan) meta(o Options, queries int64, sampled int) map[string]stri
 // blocks to samples. It reports progress through o.Progress and stops
 // when ctx is done.
 func feed(ctx context.Context, m *model.Model, st *calibState, samples *blockSampler, pca *pcaState, p *windowPlan, o Options) error {
-	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize})
+	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize, KeepAll: true})
 	if err != nil {
 		return err
 	}

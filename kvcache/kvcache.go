@@ -414,16 +414,21 @@ func (c *Cache) NumBlocks(layer int) int { return len(c.layers[layer].blocks) }
 // and KV head to dst as BlockSize rows of HeadDim values (rows past
 // those the layer holds are stale), decoding an encoded block.
 func (c *Cache) Read(dst []float32, layer, head, block, kv int) error {
-	if err := c.store.Read(dst, c.layers[layer].blocks[block][2*head+kv]); err != nil {
+	pt := c.layers[layer].blocks[block][2*head+kv]
+	if pt == nil {
+		return fmt.Errorf("kvcache: layer %d block %d: released, its tokens slid out of the layer's window of %d", layer, block, c.layers[layer].window)
+	}
+	if err := c.store.Read(dst, pt); err != nil {
 		return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layer, block, head, kvName(kv), err)
 	}
 	return nil
 }
 
 // Encoded reports whether the K (kv=0) or V (kv=1) part of a block is stored
-// encoded.
+// encoded (false for a block a sliding layer released).
 func (c *Cache) Encoded(layer, head, block, kv int) bool {
-	return c.layers[layer].blocks[block][2*head+kv].Encoded()
+	pt := c.layers[layer].blocks[block][2*head+kv]
+	return pt != nil && pt.Encoded()
 }
 
 // LayerStats is the memory one layer's cache holds in its store, in bytes.

@@ -44,6 +44,9 @@ func TestSlidingRelease(t *testing.T) {
 			t.Errorf("after %d tokens: %d bytes, BytesFor %d (%v)", total, s.Bytes(), want, err)
 		}
 	}
+	if err := c.Read(make([]float32, 8), 0, 0, 0, 0); err == nil || !strings.Contains(err.Error(), "released") || c.Encoded(0, 0, 0, 1) {
+		t.Errorf("reading a released block: %v", err)
+	}
 	if err := c.Append(0, compute.Wrap(make([]float32, 8)), compute.Wrap(make([]float32, 8)), 4); err == nil || !strings.Contains(err.Error(), "exceeds the configured chunk of 3") {
 		t.Errorf("an append past SlideChunk: %v", err)
 	}

@@ -207,3 +207,28 @@ func TestGemmaDecodeAllocatesNothing(t *testing.T) {
 		s.Close()
 	}
 }
+
+// KVBlock of a block a sliding layer released is an error naming it;
+// with SequenceOptions.KeepAll (calibration's) every block stays.
+func TestGemmaKVBlockKeepAll(t *testing.T) {
+	m := load(t, gemmaDir(t, testmodel.Gemma3Tiny), Options{Backend: cpuBackend(t, 1, "f32"), BlockSize: 4})
+	for _, keep := range []bool{false, true} {
+		s, err := m.NewSequenceOpts(SequenceOptions{KeepAll: keep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range testIDs(24, testmodel.Gemma3Tiny.Vocab) {
+			if _, err := s.Forward([]int{id}, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, _, err = s.KVBlock(0, 0, 0) // layer 0 slides (window 8)
+		if keep != (err == nil) || (err != nil && !strings.Contains(err.Error(), "slid out of the layer's window of 8")) {
+			t.Errorf("KeepAll %t: KVBlock of layer 0 block 0: %v", keep, err)
+		}
+		if _, _, err := s.KVBlock(5, 0, 0); err != nil { // layer 5 is full
+			t.Errorf("KeepAll %t: KVBlock of the full layer: %v", keep, err)
+		}
+		s.Close()
+	}
+}

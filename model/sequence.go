@@ -46,6 +46,10 @@ type SequenceOptions struct {
 	// longer, and a sliding layer's cache counts its blocks by it (see
 	// kvcache.Config.SlideChunk). 0: Model.PassTokens.
 	StepTokens int
+	// KeepAll keeps every KV block, also those a sliding layer's window no
+	// longer sees, for a caller that reads blocks back (KVBlock), as
+	// calibration does.
+	KeepAll bool
 }
 
 // NewSequence returns an empty sequence with the cache policy and block
@@ -78,6 +82,9 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
 		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache, Pool: o.Pool,
 		Windows: m.windows(), SlideChunk: m.PassTokens(),
+	}
+	if o.KeepAll {
+		kc.Windows = nil
 	}
 	rows := m.PassTokens()
 	if o.StepTokens > 0 {
