@@ -16,7 +16,6 @@ import (
 	"bufio"
 	"bytes"
 	_ "embed"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,8 +96,9 @@ func Convert(t testing.TB, dir, text string) string {
 }
 
 // Run evaluates ids with llama.cpp (the llama-logits at bin) and returns
-// every position's logits, then greedy tokens following the prompt.
-func Run(t testing.TB, bin, gguf string, ids []int, greedy int) ([][]float32, []int) {
+// every position's logits, greedy tokens following the prompt, and the
+// logits after feeding back each greedy token (decode steps).
+func Run(t testing.TB, bin, gguf string, ids []int, greedy int) (logits [][]float32, toks []int, steps [][]float32) {
 	t.Helper()
 	args := []string{gguf, strconv.Itoa(greedy)}
 	for _, id := range ids {
@@ -111,8 +111,6 @@ func Run(t testing.TB, bin, gguf string, ids []int, greedy int) ([][]float32, []
 	if err != nil {
 		t.Fatalf("llama-logits: %v\n%s", err, stderr.Bytes())
 	}
-	var logits [][]float32
-	var toks []int
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
@@ -121,7 +119,7 @@ func Run(t testing.TB, bin, gguf string, ids []int, greedy int) ([][]float32, []
 			continue
 		}
 		switch f[0] {
-		case "logits":
+		case "logits", "step":
 			row := make([]float32, len(f)-2)
 			for i, s := range f[2:] {
 				v, err := strconv.ParseFloat(s, 32)
@@ -130,7 +128,11 @@ func Run(t testing.TB, bin, gguf string, ids []int, greedy int) ([][]float32, []
 				}
 				row[i] = float32(v)
 			}
-			logits = append(logits, row)
+			if f[0] == "logits" {
+				logits = append(logits, row)
+			} else {
+				steps = append(steps, row)
+			}
 		case "greedy":
 			for _, s := range f[1:] {
 				id, err := strconv.Atoi(s)
@@ -141,8 +143,8 @@ func Run(t testing.TB, bin, gguf string, ids []int, greedy int) ([][]float32, []
 			}
 		}
 	}
-	if len(logits) != len(ids) || len(toks) != greedy {
-		t.Fatal(fmt.Sprintf("llama-logits gave %d rows of logits and %d greedy tokens, want %d and %d", len(logits), len(toks), len(ids), greedy))
+	if len(logits) != len(ids) || len(toks) != greedy || len(steps) != greedy {
+		t.Fatalf("llama-logits gave %d rows of logits, %d greedy tokens and %d steps, want %d, %d and %d", len(logits), len(toks), len(steps), len(ids), greedy, greedy)
 	}
-	return logits, toks
+	return logits, toks, steps
 }

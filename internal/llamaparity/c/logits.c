@@ -4,8 +4,9 @@
 //   llama-logits MODEL.gguf N_GREEDY ID ID ...
 //
 // Output, one line each: "logits P V0 V1 ..." for every prompt position P
-// (%.9g), then "greedy ID ID ..." (N_GREEDY ids, each the arg max of the
-// last logits, fed back one at a time). Built by make llama-logits
+// (%.9g); then, for each of N_GREEDY steps, "step S V0 V1 ..." the logits
+// after feeding back step S's token (the arg max of the last logits), one
+// at a time; then "greedy ID ID ..." the N_GREEDY tokens. Built by make llama-logits
 // against the llama.cpp build named by LLAMA_CPP.
 #include <stdbool.h>
 #include <stdio.h>
@@ -76,17 +77,24 @@ int main(int argc, char **argv) {
 		printf("\n");
 	}
 	int next = argmax(llama_get_logits_ith(ctx, n - 1), nv);
-	printf("greedy");
+	int *toks = malloc(sizeof(int) * (n_greedy > 0 ? n_greedy : 1));
 	for (int s = 0; s < n_greedy; s++) {
-		printf(" %d", next);
+		toks[s] = next;
 		struct llama_batch one = llama_batch_get_one(&next, 1);
 		if (llama_decode(ctx, one)) {
 			fprintf(stderr, "llama-logits: decode failed at step %d\n", s);
 			return 1;
 		}
-		next = argmax(llama_get_logits_ith(ctx, -1), nv);
+		const float *l = llama_get_logits_ith(ctx, -1);
+		printf("step %d", s);
+		for (int j = 0; j < nv; j++) printf(" %.9g", l[j]);
+		printf("\n");
+		next = argmax(l, nv);
 	}
+	printf("greedy");
+	for (int s = 0; s < n_greedy; s++) printf(" %d", toks[s]);
 	printf("\n");
+	free(toks);
 	llama_batch_free(b);
 	llama_free(ctx);
 	llama_model_free(model);
