@@ -455,7 +455,9 @@ type Stats struct {
 	Layers []LayerStats
 	// Hot and Compressed total the layers.
 	Hot, Compressed int64
-	// BF16 is what a plain bf16 cache of the same tokens would take.
+	// BF16 is what a plain bf16 cache of the same tokens would take (with
+	// the same sliding windows: a sliding layer counts the tokens of the
+	// blocks it still holds).
 	BF16 int64
 	// CompressedBF16 is what the encoded blocks would take in bf16.
 	CompressedBF16 int64
@@ -493,7 +495,10 @@ func (c *Cache) Stats() Stats {
 		s.Hot += ls.KHot + ls.VHot
 		s.Compressed += ls.KCompressed + ls.VCompressed
 		s.CompressedBF16 += ls.CompressedBF16
-		s.BF16 += int64(ls.Tokens) * int64(2*c.cfg.KVHeads*c.cfg.HeadDim*2)
+		// A bf16 cache of the same windows: a sliding layer's reference
+		// is the tokens of the blocks it still holds.
+		held := ls.Tokens - c.layers[i].nextOut*c.cfg.BlockSize
+		s.BF16 += int64(held) * int64(2*c.cfg.KVHeads*c.cfg.HeadDim*2)
 	}
 	return s
 }
