@@ -68,6 +68,18 @@ $(GGUF_PY)/gguf/__init__.py:
 llama-quantize:
 	LLAMA_TARGETS="llama-quantize llama-simple" nice $(KAKEYA_SHARED)/tools/llama-cpp.sh $(BIN)/llama.cpp native
 
+# llama-logits: llama.cpp's logits and greedy tokens for a prompt of ids,
+# for the Gemma parity tests (internal/llamaparity), linked against the
+# llama.cpp build at LLAMA_CPP (default: make llama-quantize's; the
+# tests read $$KAKEYA_LLAMA_CPP for the same directory). Not part of test.
+LLAMA_CPP ?= $(BIN)/llama.cpp/llama.cpp
+.PHONY: llama-logits
+llama-logits:
+	@test -e $(LLAMA_CPP)/build/bin/libllama.so || { echo "no llama.cpp build at $(LLAMA_CPP) (make llama-quantize, or LLAMA_CPP=dir)"; exit 1; }
+	mkdir -p $(BIN)
+	$(CC) -O2 -o $(BIN)/llama-logits internal/llamaparity/c/logits.c -I$(LLAMA_CPP)/include -I$(LLAMA_CPP)/ggml/include \
+		-L$(LLAMA_CPP)/build/bin -lllama -lggml -lggml-base -Wl,-rpath,$(abspath $(LLAMA_CPP))/build/bin
+
 # test plus the full-corpus checks make test leaves out (KAKEYA_LONG=1):
 # stories260K's perplexity over all of TinyStories val against llama2.c's
 # 5.38 (381k tokens).

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -175,7 +176,8 @@ func saveCalibration(dir, path string, cal *codec.Calibration) error {
 // directory's base name and 16 hex digits of a SHA-256 over the recipe
 // (calibVersion, block size, tokens, the built-in text), config.json and,
 // per weights file (*.safetensors, sorted by name), its name, size and
-// first MiB. Sizes and leading bytes rather than modification times, so
+// first MiB; for a GGUF file, its name, size and first MiB (its metadata
+// first). Sizes and leading bytes rather than modification times, so
 // that a copied or re-downloaded model keeps its calibration while
 // changed weights (their header and first tensors) do not.
 func (a autoCalibration) key() (string, error) {
@@ -183,6 +185,14 @@ func (a autoCalibration) key() (string, error) {
 	fmt.Fprintf(h, "%s\nblock %d\ntokens %d\n", calibVersion, a.blockSize, a.tokens)
 	text := sha256.Sum256([]byte(calibrate.Text()))
 	h.Write(text[:])
+	if weights.IsGGUF(a.modelDir) {
+		// A GGUF file: its metadata (the configuration) and first
+		// tensors lead the file.
+		if err := hashPrefix(h, a.modelDir); err != nil {
+			return "", fmt.Errorf("kakeya: calibration cache key: %w", err)
+		}
+		return keyName(a.modelDir, h), nil
+	}
 	cfg, err := boundedfile.Read(filepath.Join(a.modelDir, "config.json"), weights.MaxConfigBytes)
 	if err != nil {
 		return "", fmt.Errorf("kakeya: calibration cache key: %w", err)
@@ -199,13 +209,19 @@ func (a autoCalibration) key() (string, error) {
 			return "", fmt.Errorf("kakeya: calibration cache key: %w", err)
 		}
 	}
+	return keyName(a.modelDir, h), nil
+}
+
+// keyName is the cache file's name: the model's base name and 16 hex
+// digits of h's sum.
+func keyName(model string, h hash.Hash) string {
 	name := strings.Map(func(r rune) rune {
 		if r == '-' || r == '.' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
 			return r
 		}
 		return '_'
-	}, filepath.Base(a.modelDir))
-	return name + "-" + hex.EncodeToString(h.Sum(nil)[:8]), nil
+	}, filepath.Base(model))
+	return name + "-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // hashPrefix writes a weights file's name, size and first keyPrefixBytes

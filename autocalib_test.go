@@ -222,3 +222,29 @@ func TestCalibrationInfoString(t *testing.T) {
 		}
 	}
 }
+
+// The calibration cache key of a GGUF file hashes the file (its metadata
+// leads it), not a config.json beside it, and changes with its bytes.
+func TestAutoCalibrationKeyGGUF(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	data := append([]byte("GGUF"), make([]byte, 64)...)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := autoCalibration{modelDir: path, blockSize: 64, tokens: 100}
+	k1, err := a.key()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[10] = 1
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k2, err := a.key()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k1 == k2 || !strings.HasPrefix(k1, "m.gguf-") {
+		t.Errorf("keys %q and %q: want distinct, named after the file", k1, k2)
+	}
+}

@@ -1,7 +1,7 @@
 // Package kakeya is the embedding API of the Kakeya inference engine: it
-// loads a Llama-family model with its tokenizer, from a local directory or
-// a Hugging Face id, and generates text over a paged and optionally
-// compressed KV cache.
+// loads a model (the Llama family, Gemma 2 and Gemma 3) with its
+// tokenizer, from a local directory, a GGUF file or a Hugging Face id, and
+// generates text over a paged and optionally compressed KV cache.
 //
 //	eng, err := kakeya.Load(ctx, "Qwen/Qwen2.5-0.5B-Instruct", kakeya.Options{
 //		Cache: kvconfig.Spec{KV: "kakeya", KBits: 3},

@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	// The picks every device agrees on over a row of logits (arg max,
 	// first non-finite value): a leaf any package may use.
 	"pick":             {},
-	"kernels/cpu":      {"tensor"},
+	"kernels/cpu":      {"tensor", "internal/mathx"},
 	"kernels/cuda":     {},
 	"kernels/cuda/emu": {"kernels/cuda"},
 
@@ -54,9 +54,11 @@ var allowed = map[string][]string{
 	"tokenizer": {"tokenizer/chattmpl", "internal/boundedfile"},
 	// Chat templates: a Jinja engine in transformers' environment.
 	"tokenizer/chattmpl": {},
-	"model":              {"compute", "kvcache", "weights", "pick"},
-	"calibrate":          {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
-	"eval":               {"kvcache/kvconfig", "internal/outfile", "internal/mathx"},
+	"model":              {"compute", "kvcache", "weights", "pick", "model/arch"},
+	// The architectures: one file per decoder family, read by the forward pass.
+	"model/arch": {"weights"},
+	"calibrate":  {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
+	"eval":       {"kvcache/kvconfig", "internal/outfile", "internal/mathx"},
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},
@@ -66,10 +68,11 @@ var allowed = map[string][]string{
 	// calibration make the runtime's policy.
 	"kvcache/kvplan": {"kvcache", "kvcache/kvconfig", "codec"},
 
-	"internal/shareddata": {},
-	"internal/ggufdata":   {"internal/shareddata"},
-	"internal/term":       {},
-	"internal/outfile":    {},
+	"internal/shareddata":  {},
+	"internal/ggufdata":    {"internal/shareddata"},
+	"internal/llamaparity": {},
+	"internal/term":        {},
+	"internal/outfile":     {},
 	// Exp for hot host loops: math.Exp is slow in a simd build (mathx doc).
 	"internal/mathx": {},
 	// Reading a small file no further than a limit (the model loaders).
@@ -87,7 +90,7 @@ var allowed = map[string][]string{
 	"cmd/kakeya-run":   {"internal/cli", "", "model", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
 	"cmd/kakeya-serve": {"internal/cli", "", "model", "scheduler", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device"},
 	"cmd/kakeya-bench": {"internal/cli", "pick", "scheduler", "codec", "calibrate", "model", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "compute", "compute/cpubackend", "internal/device", "kernels/cpu", "internal/testmodel"},
-	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
+	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
 
 	// Developer tools: the GPU report's checkpoint writer.
 	"internal/cmd/kakeya-testmodel": {"internal/cli", "internal/testmodel"},

@@ -50,11 +50,17 @@ func New(pool *kern.Pool, p compute.AttentionParams) (compute.Attention, error) 
 		return nil, fmt.Errorf("attention: block size %d and context %d must be positive", blockSize, maxContext)
 	case p.Window < 0:
 		return nil, fmt.Errorf("attention: window %d is negative", p.Window)
+	case p.Scale < 0 || p.Softcap < 0:
+		return nil, fmt.Errorf("attention: scale %g and softcap %g must not be negative", p.Scale, p.Softcap)
+	}
+	scale := float32(1 / math.Sqrt(float64(p.HeadDim)))
+	if p.Scale != 0 {
+		scale = float32(p.Scale)
 	}
 	a := &attention{
 		p:         p,
 		group:     p.Heads / p.KVHeads,
-		scale:     float32(1 / math.Sqrt(float64(p.HeadDim))),
+		scale:     scale,
 		blockSize: blockSize,
 		maxCtx:    maxContext,
 		pool:      pool,
@@ -181,6 +187,9 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		lo := t.first(qp)
 		for hh := 0; hh < G; hh++ {
 			srow := sc[((qi-i0)*G+hh)*stride:]
+			if c := a.p.Softcap; c != 0 {
+				kern.Softcap(srow[lo:qp+1], float32(c))
+			}
 			kern.Softmax(srow[lo : qp+1])
 			clear(srow[kBeg:lo])
 			clear(srow[qp+1 : kEnd])

@@ -179,9 +179,23 @@ func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibr
 	}
 
 	cal := &codec.Calibration{Layers: layers, KVHeads: kvh, HeadDim: d, Chol: make([][]float32, layers*kvh), Model: filepath.Base(dir)}
-	var avg *ropeMeans
+	var avg func(layer int) *ropeMeans
 	if o.RopeAveraged {
-		avg = newRopeMeans(m.InvFreq(), o.RopeSpan)
+		// Each layer's own RoPE (Gemma 3's sliding and full layers differ).
+		means := make([]*ropeMeans, layers)
+		for l := range means {
+			inv := m.LayerInvFreq(l)
+			for j := range l {
+				if slices.Equal(m.LayerInvFreq(j), inv) {
+					means[l] = means[j]
+					break
+				}
+			}
+			if means[l] == nil {
+				means[l] = newRopeMeans(inv, o.RopeSpan)
+			}
+		}
+		avg = func(layer int) *ropeMeans { return means[layer] }
 	}
 	if err := factorCovariances(cal, st, avg, o.Ridge); err != nil {
 		return nil, err
@@ -323,7 +337,7 @@ func (p *windowPlan) meta(o Options, queries int64, sampled int) map[string]stri
 // blocks to samples. It reports progress through o.Progress and stops
 // when ctx is done.
 func feed(ctx context.Context, m *model.Model, st *calibState, samples *blockSampler, pca *pcaState, p *windowPlan, o Options) error {
-	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize})
+	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize, KeepAll: true})
 	if err != nil {
 		return err
 	}
@@ -392,13 +406,13 @@ func (s *blockSampler) sample(seq *model.Sequence, blocks int) error {
 }
 
 // factorCovariances sets cal.Chol to the Cholesky factor of each KV head's
-// query second moment in st, RoPE-averaged by avg when it is not nil,
-// with ridge the relative ridge of Options.Ridge.
-func factorCovariances(cal *codec.Calibration, st *calibState, avg *ropeMeans, ridge float64) error {
+// query second moment in st, RoPE-averaged by avg(layer) when avg is not
+// nil, with ridge the relative ridge of Options.Ridge.
+func factorCovariances(cal *codec.Calibration, st *calibState, avg func(layer int) *ropeMeans, ridge float64) error {
 	for i, acc := range st.acc {
 		cov := acc.Cov()
 		if avg != nil {
-			cov = avg.apply(cov, st.d)
+			cov = avg(i/st.kvHeads).apply(cov, st.d)
 		}
 		var err error
 		if cal.Chol[i], err = codec.Cholesky(cov, st.d, ridge); err != nil {

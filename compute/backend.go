@@ -82,6 +82,11 @@ type AttentionParams struct {
 	// Window limits each query to the Window newest keys up to its own
 	// position (Mistral's sliding window); 0 attends to every earlier key.
 	Window int
+	// Scale multiplies the scores q·k; 0 means 1/sqrt(HeadDim). Softcap,
+	// when not 0, bounds each scaled score s to Softcap*tanh(s/Softcap)
+	// before the softmax (Gemma 2). Only a backend that implements ArchOps
+	// honours them: a caller gives other backends zeros.
+	Scale, Softcap float64
 	// BlockSize is tokens per KV block; MaxContext the most positions.
 	BlockSize, MaxContext int
 }

@@ -91,6 +91,9 @@ type Shape struct {
 	// MaxContext is the longest sequence the cache will hold (0: unknown);
 	// no block may be longer.
 	MaxContext int
+	// Windows holds each layer's sliding window, 0 for a full layer (nil:
+	// every layer full): see Config.Windows.
+	Windows []int
 }
 
 // Config sizes a cache.
@@ -108,6 +111,13 @@ type Config struct {
 	// with other sequences, under its byte budget, and lets full blocks be
 	// shared by prefix (see AppendTokens and AttachPrefix).
 	Pool *Pool
+	// Windows holds each layer's sliding window (nil, or 0 for a layer:
+	// full attention). A sliding layer keeps only the blocks its window
+	// can still see and never encodes them (see window.go).
+	Windows []int
+	// SlideChunk is the most tokens one Append adds to a sliding layer
+	// (0: MaxTokens); BytesFor counts a sliding layer's blocks by it.
+	SlideChunk int
 }
 
 func (c *Config) validate() error {
@@ -135,6 +145,9 @@ func (c *Config) validate() error {
 	case len(c.Policy.Layers) > c.Layers:
 		return fmt.Errorf("kvcache: policy names %d layers, the model has %d", len(c.Policy.Layers), c.Layers)
 	}
+	if err := c.validateWindows(); err != nil {
+		return err
+	}
 	for l, lc := range c.Policy.Layers {
 		if len(lc.K) > 1 && len(lc.K) != c.KVHeads {
 			return fmt.Errorf("kvcache: layer %d has %d K codecs, want 1 or %d (one per KV head)", l, len(lc.K), c.KVHeads)
@@ -147,6 +160,8 @@ type layer struct {
 	n       int              // tokens stored
 	blocks  [][]compute.Part // block table: [block][head*2 + (0 K | 1 V)]
 	nextEnc int              // first block not yet considered for encoding
+	window  int              // the sliding window, 0 for full attention
+	nextOut int              // first block a sliding layer has not released
 	st      LayerStats
 	view    layerView
 }
@@ -182,6 +197,9 @@ func New(cfg Config) (*Cache, error) {
 	c := &Cache{cfg: cfg, store: cfg.Store, layers: make([]layer, cfg.Layers)}
 	for i := range c.layers {
 		c.layers[i].view.l = &c.layers[i]
+		if i < len(cfg.Windows) {
+			c.layers[i].window = cfg.Windows[i]
+		}
 	}
 	if cfg.Pool != nil {
 		c.store = poolStore{cfg.Pool}
@@ -212,14 +230,14 @@ func (c *Cache) Reset() {
 		for bi, b := range l.blocks {
 			shared := bi < len(c.share.blocks) && c.share.blocks[bi] != nil
 			for j := range b {
-				if !shared {
+				if !shared && b[j] != nil {
 					c.store.Release(b[j])
 				}
 				b[j] = nil
 			}
 		}
 		l.blocks = l.blocks[:0]
-		l.n, l.nextEnc = 0, 0
+		l.n, l.nextEnc, l.nextOut = 0, 0, 0
 		l.st = LayerStats{}
 	}
 	c.share.reset(c.cfg.Pool)
@@ -252,6 +270,13 @@ func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 	l := &c.layers[layerIdx]
 	if l.n+n > c.cfg.MaxTokens {
 		return fmt.Errorf("%w: layer %d holds %d tokens, %d more exceed the capacity of %d", ErrFull, layerIdx, l.n, n, c.cfg.MaxTokens)
+	}
+	if l.window > 0 {
+		if ch := c.cfg.SlideChunk; ch > 0 && n > ch {
+			return fmt.Errorf("kvcache: append of %d tokens to sliding layer %d exceeds the configured chunk of %d", n, layerIdx, ch)
+		}
+		// Blocks no query of these tokens (nor a later one) sees go back.
+		c.slide(layerIdx)
 	}
 	store := c.store
 	for i := 0; i < n; {
@@ -304,11 +329,17 @@ func (c *Cache) Append(layerIdx int, k, v compute.Buffer, n int) error {
 // and handed to the store.
 func (c *Cache) encodeOld(layerIdx int) error {
 	p := &c.cfg.Policy
+	l := &c.layers[layerIdx]
+	bs := c.cfg.BlockSize
+	if l.window > 0 {
+		// A sliding layer's blocks stay hot until they slide out: final
+		// once past the hot window, as an encoded block would be.
+		l.nextEnc = max(l.nextEnc, max(0, l.n-p.HotWindow)/bs)
+		return nil
+	}
 	if layerIdx >= len(p.Layers) {
 		return nil
 	}
-	l := &c.layers[layerIdx]
-	bs := c.cfg.BlockSize
 	store := c.store
 	ea, _ := store.(compute.EncodedAttention)
 	pe, _ := store.(compute.PartEncoder)
@@ -428,16 +459,21 @@ func (c *Cache) NumBlocks(layer int) int { return len(c.layers[layer].blocks) }
 // and KV head to dst as BlockSize rows of HeadDim values (rows past
 // those the layer holds are stale), decoding an encoded block.
 func (c *Cache) Read(dst []float32, layer, head, block, kv int) error {
-	if err := c.store.Read(dst, c.layers[layer].blocks[block][2*head+kv]); err != nil {
+	pt := c.layers[layer].blocks[block][2*head+kv]
+	if pt == nil {
+		return fmt.Errorf("kvcache: layer %d block %d: released, its tokens slid out of the layer's window of %d", layer, block, c.layers[layer].window)
+	}
+	if err := c.store.Read(dst, pt); err != nil {
 		return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layer, block, head, kvName(kv), err)
 	}
 	return nil
 }
 
 // Encoded reports whether the K (kv=0) or V (kv=1) part of a block is stored
-// encoded.
+// encoded (false for a block a sliding layer released).
 func (c *Cache) Encoded(layer, head, block, kv int) bool {
-	return c.layers[layer].blocks[block][2*head+kv].Encoded()
+	pt := c.layers[layer].blocks[block][2*head+kv]
+	return pt != nil && pt.Encoded()
 }
 
 // LayerStats is the memory one layer's cache holds in its store, in bytes.
@@ -464,7 +500,9 @@ type Stats struct {
 	Layers []LayerStats
 	// Hot and Compressed total the layers.
 	Hot, Compressed int64
-	// BF16 is what a plain bf16 cache of the same tokens would take.
+	// BF16 is what a plain bf16 cache of the same tokens would take (with
+	// the same sliding windows: a sliding layer counts the tokens of the
+	// blocks it still holds).
 	BF16 int64
 	// CompressedBF16 is what the encoded blocks would take in bf16.
 	CompressedBF16 int64
@@ -502,7 +540,10 @@ func (c *Cache) Stats() Stats {
 		s.Hot += ls.KHot + ls.VHot
 		s.Compressed += ls.KCompressed + ls.VCompressed
 		s.CompressedBF16 += ls.CompressedBF16
-		s.BF16 += int64(ls.Tokens) * int64(2*c.cfg.KVHeads*c.cfg.HeadDim*2)
+		// A bf16 cache of the same windows: a sliding layer's reference
+		// is the tokens of the blocks it still holds.
+		held := ls.Tokens - c.layers[i].nextOut*c.cfg.BlockSize
+		s.BF16 += int64(held) * int64(2*c.cfg.KVHeads*c.cfg.HeadDim*2)
 	}
 	return s
 }

@@ -137,7 +137,9 @@ func (p *Pool) evictOldest() bool {
 	before := p.used
 	for _, l := range b.parts {
 		for _, pt := range l {
-			p.release(pt)
+			if pt != nil { // a sliding layer's part may have been released
+				p.release(pt)
+			}
 		}
 	}
 	p.evictions++
@@ -458,7 +460,7 @@ func (s poolStore) Release(pt compute.Part) {
 func policyKey(cfg *Config) []byte {
 	var sb strings.Builder
 	p := &cfg.Policy
-	fmt.Fprintf(&sb, "L%d H%d D%d B%d bf16=%t sinks=%d", cfg.Layers, cfg.KVHeads, cfg.HeadDim, cfg.BlockSize, p.HotBF16, p.Sinks)
+	fmt.Fprintf(&sb, "L%d H%d D%d B%d bf16=%t sinks=%d windows=%v", cfg.Layers, cfg.KVHeads, cfg.HeadDim, cfg.BlockSize, p.HotBF16, p.Sinks, cfg.Windows)
 	name := func(c codec.Codec) {
 		if c == nil {
 			sb.WriteString(" -")

@@ -126,6 +126,15 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 		}
 		hashes, blocks, prev = append(hashes, h), append(blocks, pb), h
 	}
+	p.mu.Unlock()
+	// A sharer may have released blocks its sliding layers no longer saw:
+	// attach no further than the next query finds what it sees.
+	k := c.attachable(blocks)
+	for _, pb := range blocks[k:] {
+		p.unref(pb)
+	}
+	hashes, blocks = hashes[:k], blocks[:k]
+	p.mu.Lock()
 	if len(blocks) > 0 {
 		p.hits++
 		p.hitTokens += int64(len(blocks) * bs)
@@ -143,10 +152,12 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 			}
 			copy(l.blocks[b], pb.parts[li])
 			for j, pt := range pb.parts[li] {
-				c.countAttached(&l.st, pt, j%2)
+				if pt != nil {
+					c.countAttached(&l.st, pt, j%2)
+				}
 			}
 		}
-		l.n, l.nextEnc, l.st.Tokens = n, len(blocks), n
+		l.n, l.nextEnc, l.nextOut, l.st.Tokens = n, len(blocks), 0, n
 	}
 	c.share.tokens = append(c.share.tokens, tokens[:n]...)
 	c.share.hashes = append(c.share.hashes, hashes...)
@@ -203,6 +214,11 @@ type Sizer struct {
 	// and once it left it.
 	hot, old int64
 	variable bool // some codec's blocks vary in size with the data
+	// slides are the sliding layers' bytes of one block position (every
+	// KV head, K and V, hot) by window; chunk the most tokens an Append
+	// adds (see slidingBlocks).
+	slides map[int]int64
+	chunk  int
 }
 
 // Sizer measures what one block of this configuration takes, hot and
@@ -235,8 +251,18 @@ func (c Config) Sizer() (Sizer, error) {
 		sizes[cd] = s
 		return s, nil
 	}
-	z := Sizer{bs: bs, hotWindow: c.Policy.HotWindow, sinks: c.Policy.Sinks, max: c.MaxTokens}
+	z := Sizer{bs: bs, hotWindow: c.Policy.HotWindow, sinks: c.Policy.Sinks, max: c.MaxTokens, chunk: c.SlideChunk}
+	if z.chunk == 0 {
+		z.chunk = c.MaxTokens
+	}
 	for li := 0; li < c.Layers; li++ {
+		if li < len(c.Windows) && c.Windows[li] > 0 {
+			if z.slides == nil {
+				z.slides = map[int]int64{}
+			}
+			z.slides[c.Windows[li]] += int64(2*c.KVHeads) * hot
+			continue
+		}
 		for h := 0; h < c.KVHeads; h++ {
 			for _, cd := range [2]codec.Codec{c.Policy.KCodec(li, h), c.Policy.VCodec(li)} {
 				z.hot += hot
@@ -287,7 +313,11 @@ func EncodedBlockBytes(cd codec.Codec, bs, d int) (size int64, variable bool, er
 func (z Sizer) Bytes(n int) int64 {
 	blocks := (n + z.bs - 1) / z.bs
 	old := Policy{HotWindow: z.hotWindow, Sinks: z.sinks}.EncodedBlocks(n, z.bs)
-	return int64(blocks-old)*z.hot + int64(old)*z.old
+	b := int64(blocks-old)*z.hot + int64(old)*z.old
+	for w, hot := range z.slides {
+		b += int64(SlidingBlocks(n, w, z.bs, z.chunk)) * hot
+	}
+	return b
 }
 
 // Variable reports whether some codec's encoded blocks vary in size with

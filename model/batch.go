@@ -183,6 +183,8 @@ func (bt *Batch) check(items []BatchItem) (rows, want int, err error) {
 			return 0, 0, fmt.Errorf("model: batch item %d: Greedy picks the last position's token; All asks for every position's logits", i)
 		case s.Len()+len(it.IDs) > m.maxCtx:
 			return 0, 0, fmt.Errorf("model: batch item %d: %w", i, &ContextError{Tokens: s.Len() + len(it.IDs), Context: m.maxCtx, Limit: m.ContextLimit()})
+		case s.cache.Config().Windows != nil && len(it.IDs) > s.cache.Config().SlideChunk:
+			return 0, 0, fmt.Errorf("model: batch item %d: %d tokens in one step, more than the %d its sliding layers' cache was made for (SequenceOptions.StepTokens)", i, len(it.IDs), s.cache.Config().SlideChunk)
 		}
 		// A quadratic scan: steps hold tens of sequences, and a map
 		// would allocate every step.

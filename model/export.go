@@ -12,7 +12,8 @@ func (m *Model) CheckOpen() error { return m.checkOpen() }
 // layer in the cache block numbered block, read back from the backend and
 // decoded to float32: the block's BlockSize rows of head_dim values each,
 // in new slices. Once the sequence is closed KVBlock returns an error
-// matching ErrClosed.
+// matching ErrClosed. A block a sliding layer released is an error: make
+// the sequence with SequenceOptions.KeepAll to read every block.
 func (s *Sequence) KVBlock(layer, kvHead, block int) (k, v []float32, err error) {
 	if s.cache == nil {
 		return nil, nil, errSequenceClosed

@@ -2,6 +2,7 @@ package model
 
 import (
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/model/arch"
 )
 
 // logitsOf says which rows of a pass get logits.
@@ -94,7 +95,9 @@ func (sc *scratch) growLogits(m *Model, rows int) {
 // its own positions, their ids concatenated in sc.ids (which sc must have
 // room for), the way llama2.c's forward() does for one token: every matrix
 // product once over all the rows (a weight is read once per step),
-// attention per sequence over its own cache. The logits asked for are
+// attention per sequence over its own cache. The architecture's
+// description (m.desc, package arch) says how each step goes; the Llama
+// family's is the plain path of every step. The logits asked for are
 // written to dst, pass after pass, vocab_size values per row (or, when
 // sc.picks is set, their arg max to sc.picks and sc.bad).
 //
@@ -102,7 +105,7 @@ func (sc *scratch) growLogits(m *Model, rows int) {
 // when no one sequence did) and the error; every sequence of the step may
 // then have keys and values of some layers appended and not of others.
 func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
-	c, b := m.cfg, m.b
+	c, b, a := m.cfg, m.b, m.desc
 	h, d := c.HiddenSize, m.headDim
 	heads, kvHeads := c.NumHeads, c.NumKVHeads
 	qd, kvd, inter := heads*d, kvHeads*d, c.IntermediateSize
@@ -111,15 +114,20 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 	q, k, v, att := sc.q.Slice(0, n*qd), sc.k.Slice(0, n*kvd), sc.v.Slice(0, n*kvd), sc.att.Slice(0, n*qd)
 	gate, up := sc.gate.Slice(0, n*inter), sc.up.Slice(0, n*inter)
 
-	// Token embeddings: the residual stream starts as each token's row.
+	// Token embeddings: the residual stream starts as each token's row,
+	// scaled where the architecture says (Gemma: by √hidden_size).
 	b.Embed(x, m.embed, sc.ids)
+	if a.EmbedScale != 0 {
+		m.ops.Scale(x, a.EmbedScale)
+	}
 	for li := range m.layers {
 		l := &m.layers[li]
+		rp := &m.ropes[l.kind] // the layer kind's RoPE (Gemma 3: a base per kind)
 
 		// Attention: normalise the stream, project it to queries, keys and
-		// values (Qwen2 adds biases; Qwen3 normalises each head of q and k).
-		// A backend with fused steps does it all in one, rotating the
-		// queries too (rotated).
+		// values (Qwen2 adds biases; Qwen3 and Gemma 3 normalise each head
+		// of q and k). A backend with fused steps does it all in one,
+		// rotating the queries too (rotated).
 		rotated := m.fusedQKV(l, sc, q, k, v, x, passes)
 		if !rotated {
 			b.RMSNorm(xn, x, l.inNorm, n, m.eps)
@@ -141,8 +149,9 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		// cache before RoPE, so a codec sees them as the projection made
 		// them (position-free, and whitenable by the query covariance);
 		// queries are rotated here (unless the fused step did), keys by
-		// attention at their positions. A backend that attends over
-		// every sequence at once does so in one call (attendBatch).
+		// attention at their positions. The layer kind's attention holds
+		// its window, query scale and softcap. A backend that attends
+		// over every sequence at once does so in one call (attendBatch).
 		if m.batch != nil && len(passes) > 1 {
 			if i, err := m.attendBatch(sc, li, passes, q, k, v, att, rotated); err != nil {
 				return i, err
@@ -159,22 +168,25 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 				m.observe(li, p.start, r, sc.obsQ[:r*qd], sc.obsK[:r*kvd])
 			}
 			if !rotated {
-				b.RoPE(pq, r, heads, d, p.start, m.cos, m.sin)
+				b.RoPE(pq, r, heads, d, p.start, rp.cos, rp.sin)
 			}
 			if err := p.s.cache.Append(li, pk, v.Slice(row*kvd, (row+r)*kvd), r); err != nil {
 				return i, err
 			}
-			if err := p.s.attn.Forward(att.Slice(row*qd, (row+r)*qd), pq, r, p.start, p.s.cache.Layer(li), m.cos, m.sin); err != nil {
+			if err := p.s.attn[l.kind].Forward(att.Slice(row*qd, (row+r)*qd), pq, r, p.start, p.s.cache.Layer(li), rp.cos, rp.sin); err != nil {
 				return i, err
 			}
 			row += r
 		}
 
-		// Output projection, added to the residual stream.
-		m.matMulAdd(x, att, tmp, n, l.o, l.oBias)
+		// Output projection, added to the residual stream (Gemma
+		// normalises it first: the sandwich's post-attention norm).
+		m.residual(x, att, tmp, n, l.o, l.oBias, l.attnOutNorm)
 
-		// Feed-forward: SwiGLU, down(silu(gate(x)) * up(x)), added to the
-		// residual stream (with Llama's mlp_bias, each projection has a bias).
+		// Feed-forward: a gated MLP, down(act(gate(x)) * up(x)) with SiLU
+		// (SwiGLU) or GELU-tanh (Gemma's GeGLU), added to the residual
+		// stream (with Llama's mlp_bias, each projection has a bias; Gemma
+		// normalises the output first).
 		if m.fused == nil || !m.fused.NormSwiGLU(gate, x, n, &l.mlp) {
 			b.RMSNorm(xn, x, l.postNorm, n, m.eps)
 			b.MatMul(gate, xn, n, l.gate)
@@ -183,9 +195,13 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 				b.AddRows(gate, l.gateBias, n)
 				b.AddRows(up, l.upBias, n)
 			}
-			b.SiLUMul(gate, up)
+			if a.Act == arch.GELUTanh {
+				m.ops.GELUTanhMul(gate, up)
+			} else {
+				b.SiLUMul(gate, up)
+			}
 		}
-		m.matMulAdd(x, gate, tmp, n, l.down, l.downBias)
+		m.residual(x, gate, tmp, n, l.down, l.downBias, l.ffnOutNorm)
 	}
 
 	// Final norm and classifier in one fused step where the backend has
@@ -230,6 +246,10 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		rows := min(logitRows, want-r)
 		out := sc.logits.Slice(0, rows*vocab)
 		b.MatMul(out, xn.Slice(r*h, (r+rows)*h), rows, m.lmHead)
+		if a.FinalSoftcap != 0 {
+			// Gemma 2 bounds the logits: cap·tanh(z/cap).
+			m.ops.Softcap(out, a.FinalSoftcap)
+		}
 		m.readLogits(sc, dst[r*vocab:(r+rows)*vocab], out, r, rows)
 	}
 	return -1, nil
@@ -242,7 +262,7 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 // index of the pass whose sequence failed (-1 when no one did).
 func (m *Model) attendBatch(sc *scratch, li int, passes []pass, q, k, v, att compute.Buffer, rotated bool) (int, error) {
 	b, d := m.b, m.headDim
-	heads := m.cfg.NumHeads
+	heads, kind := m.cfg.NumHeads, m.layers[li].kind
 	qd, kvd := heads*d, m.cfg.NumKVHeads*d
 	sc.attn = sc.attn[:0]
 	for i, row := 0, 0; i < len(passes); i++ {
@@ -257,10 +277,11 @@ func (m *Model) attendBatch(sc *scratch, li int, passes []pass, q, k, v, att com
 		if err := p.s.cache.Append(li, pk, v.Slice(row*kvd, (row+r)*kvd), r); err != nil {
 			return i, err
 		}
-		sc.attn = append(sc.attn, compute.AttentionPass{Attention: p.s.attn, KV: p.s.cache.Layer(li), N: r, Start: p.start})
+		sc.attn = append(sc.attn, compute.AttentionPass{Attention: p.s.attn[kind], KV: p.s.cache.Layer(li), N: r, Start: p.start})
 		row += r
 	}
-	err := m.batch.AttendBatch(att, q, !rotated, li, sc.attn, m.cos, m.sin)
+	rp := &m.ropes[kind]
+	err := m.batch.AttendBatch(att, q, !rotated, li, sc.attn, rp.cos, rp.sin)
 	clear(sc.attn) // hold no sequence past the step
 	return -1, err
 }
@@ -330,6 +351,23 @@ func (m *Model) readLogits(sc *scratch, dst []float32, out compute.Buffer, r, ro
 		return
 	}
 	m.b.Read(dst, out)
+}
+
+// residual adds x times w transposed, plus bias when the layer has one,
+// to the residual stream res, normalised first by RMSNorm of weight norm
+// where the layer has one (Gemma's sandwich norms), through tmp.
+func (m *Model) residual(res, x, tmp compute.Buffer, n int, w compute.Weight, bias, norm compute.Buffer) {
+	if norm.Len == 0 {
+		m.matMulAdd(res, x, tmp, n, w, bias)
+		return
+	}
+	b := m.b
+	b.MatMul(tmp, x, n, w)
+	if bias.Len > 0 {
+		b.AddRows(tmp, bias, n)
+	}
+	b.RMSNorm(tmp, tmp, norm, n, m.eps)
+	b.Add(res, tmp)
 }
 
 // matMulAdd adds x times w transposed, plus bias when the layer has one,

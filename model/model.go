@@ -1,7 +1,7 @@
-// Package model holds the architectures of Llama-family decoders (Llama
-// 2/3, Mistral, SmolLM2, Qwen2/Qwen2.5, Qwen3) loaded from a Hugging Face
-// model directory, and their forward pass over a paged, optionally
-// compressed KV cache. The pass names no device: its operations run on a
+// Package model runs decoders (Llama 2/3, Mistral, SmolLM2, Qwen2/Qwen2.5,
+// Qwen3, Gemma 2, Gemma 3) loaded from a Hugging Face model directory or a
+// GGUF file: one generic forward pass over a paged, optionally compressed
+// KV cache, reading each family's description (package model/arch). The pass names no device: its operations run on a
 // compute.Backend the caller chooses (the CPU's is compute/cpubackend).
 package model
 
@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/model/arch"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -72,13 +74,21 @@ type Model struct {
 	observe           func(layer, start, n int, q, k []float32)
 	headDim           int
 	eps               float32
-	window            int
+
+	// desc is the architecture the forward pass follows; ops runs what it
+	// adds to the Llama family's operations (nil when it adds nothing).
+	desc *arch.Description
+	ops  compute.ArchOps
 
 	embed  compute.Weight
 	layers []layer
 	norm   compute.Buffer
 	lmHead compute.Weight
 
+	// ropes are the RoPE tables of each of desc.Kinds; cos and sin are
+	// the first kind's (the only one of the Llama family), which the fused
+	// steps read.
+	ropes    []rope
 	invFreq  []float32
 	cos, sin compute.Buffer // RoPE angles, HeadDim/2 per position
 
@@ -90,17 +100,29 @@ type Model struct {
 	greedy compute.Greedy
 }
 
+// rope is one layer kind's RoPE: inverse frequencies, and cos and sin of
+// every position's angles on the backend (HeadDim/2 per position).
+type rope struct {
+	invFreq  []float32
+	cos, sin compute.Buffer
+}
+
 // layer holds one decoder layer's weights on the backend; a bias or norm
 // the architecture lacks is an empty Buffer.
 type layer struct {
+	kind int // index of the layer's attention in the description's Kinds
+
 	inNorm, postNorm compute.Buffer
-	q, k, v, o       compute.Weight
-	qBias, kBias     compute.Buffer
-	vBias, oBias     compute.Buffer
-	qNorm, kNorm     compute.Buffer
-	gate, up, down   compute.Weight
-	gateBias, upBias compute.Buffer
-	downBias         compute.Buffer
+	// attnOutNorm and ffnOutNorm normalise the attention's and the MLP's
+	// outputs (Gemma's sandwich norms).
+	attnOutNorm, ffnOutNorm compute.Buffer
+	q, k, v, o              compute.Weight
+	qBias, kBias            compute.Buffer
+	vBias, oBias            compute.Buffer
+	qNorm, kNorm            compute.Buffer
+	gate, up, down          compute.Weight
+	gateBias, upBias        compute.Buffer
+	downBias                compute.Buffer
 
 	// The layer's fused steps, for a backend that implements
 	// compute.Fused (set by Model.fuse).
@@ -155,8 +177,22 @@ func (l *layer) vec(r weights.Role) *compute.Buffer {
 		return &l.upBias
 	case weights.DownBias:
 		return &l.downBias
+	case weights.AttnOutNorm:
+		return &l.attnOutNorm
+	case weights.FFNOutNorm:
+		return &l.ffnOutNorm
 	}
 	return nil
+}
+
+// isNorm reports whether role r is an RMSNorm's weight, to which the
+// architecture's NormOffset is added.
+func isNorm(r weights.Role) bool {
+	switch r {
+	case weights.FinalNorm, weights.InputNorm, weights.PostNorm, weights.QNorm, weights.KNorm, weights.AttnOutNorm, weights.FFNOutNorm:
+		return true
+	}
+	return false
 }
 
 // Load reads the model in dir (a local Hugging Face model directory): its
@@ -234,7 +270,20 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	if opt.Backend == nil {
 		return nil, errors.New("model: Options.Backend is nil: the model needs a compute backend (compute/cpubackend's for the CPU)")
 	}
-	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache, observe: opt.Observe}
+	desc, err := arch.Describe(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("model: %s: %w", dir, err)
+	}
+	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache, observe: opt.Observe, desc: desc}
+	if !desc.Plain() {
+		// The architecture's own operations need a backend that runs them.
+		ops, ok := opt.Backend.(compute.ArchOps)
+		if !ok {
+			return nil, fmt.Errorf("model: %s: model_type %s needs %s, which the %s backend does not implement (compute.ArchOps)",
+				dir, cfg.ModelType, strings.Join(desc.Needs(), ", "), opt.Backend.Name())
+		}
+		m.ops = ops
+	}
 	m.maxCtx = opt.MaxContext
 	if m.maxCtx == 0 {
 		m.maxCtx = min(cfg.MaxPositionEmbeddings, DefaultMaxContext)
@@ -252,11 +301,13 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	if err := checkBlockSize(m.blockSize, m.maxCtx); err != nil {
 		return nil, err
 	}
-	m.window = cfg.SlidingWindow
-	var err error
-	if m.invFreq, err = invFreq(hd, cfg.RopeTheta, cfg.RopeScaling); err != nil {
-		return nil, fmt.Errorf("model: %s: config.json: %w", dir, err)
+	m.ropes = make([]rope, len(desc.Kinds))
+	for i, k := range desc.Kinds {
+		if m.ropes[i].invFreq, err = invFreq(hd, k.RopeTheta, k.RopeScaling); err != nil {
+			return nil, fmt.Errorf("model: %s: config.json: %w", dir, err)
+		}
 	}
+	m.invFreq = m.ropes[0].invFreq
 	return m, nil
 }
 
@@ -387,8 +438,9 @@ func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
 	return w
 }
 
-// vec uploads a vector (a norm's weight, a bias) as float32.
-func (ld *loader) vec(ts weights.TensorSpec) compute.Buffer {
+// vec uploads a vector (a norm's weight, a bias) as float32, plus
+// offset (in float32) to every value.
+func (ld *loader) vec(ts weights.TensorSpec, offset float32) compute.Buffer {
 	name := ts.Name
 	t := ld.tensor(ts)
 	if t == nil {
@@ -398,6 +450,12 @@ func (ld *loader) vec(ts weights.TensorSpec) compute.Buffer {
 	if err != nil {
 		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
 		return compute.Buffer{}
+	}
+	if offset != 0 {
+		v = slices.Clone(v) // the tensor's values may be the mapped file's
+		for i := range v {
+			v[i] += offset
+		}
 	}
 	return ld.upload(v)
 }
@@ -415,12 +473,26 @@ func (ld *loader) upload(v []float32) compute.Buffer {
 func (m *Model) loadTensors(wf string) error {
 	c := m.cfg
 	ld := &loader{dir: m.dir, store: m.store, b: m.b, weights: wf}
+	// Gemma's RMSNorm weighs by 1 + w: the offset is added as the weights
+	// load (in float32, as transformers does), so RMSNorm stays x̂·w. A
+	// GGUF file's norms have it added already (llama.cpp's converter
+	// does).
+	offset := m.desc.NormOffset
+	if weights.IsGGUF(m.dir) {
+		offset = 0
+	}
+	normOffset := func(r weights.Role) float32 {
+		if isNorm(r) {
+			return offset
+		}
+		return 0
+	}
 	for _, t := range c.ModelTensors() {
 		switch t.Role {
 		case weights.Embed:
 			m.embed = ld.mat(t)
 		case weights.FinalNorm:
-			m.norm = ld.vec(t)
+			m.norm = ld.vec(t, offset)
 		case weights.LMHead:
 			m.lmHead = ld.mat(t)
 		}
@@ -431,18 +503,27 @@ func (m *Model) loadTensors(wf string) error {
 	m.layers = make([]layer, c.NumLayers)
 	for i := range m.layers {
 		l := &m.layers[i]
+		l.kind = m.desc.LayerKind[i]
 		for _, t := range c.LayerTensors(i) {
 			if mat := l.mat(t.Role); mat != nil {
 				*mat = ld.mat(t)
 			} else if vec := l.vec(t.Role); vec != nil {
-				*vec = ld.vec(t)
+				*vec = ld.vec(t, normOffset(t.Role))
 			} else {
 				return fmt.Errorf("model: %s: tensor %s has a role the forward pass does not know (%d)", m.dir, t.Name, t.Role)
 			}
 		}
 	}
-	cos, sin := ropeTables(m.invFreq, m.maxCtx)
-	m.cos, m.sin = ld.upload(cos), ld.upload(sin)
+	for i := range m.ropes {
+		r := &m.ropes[i]
+		if j := sameRope(m.ropes[:i], r.invFreq); j >= 0 {
+			r.cos, r.sin = m.ropes[j].cos, m.ropes[j].sin
+			continue
+		}
+		cos, sin := ropeTables(r.invFreq, m.maxCtx)
+		r.cos, r.sin = ld.upload(cos), ld.upload(sin)
+	}
+	m.cos, m.sin = m.ropes[0].cos, m.ropes[0].sin
 	if ld.err == nil {
 		m.prepare(ld.mats)
 		m.fuse()
@@ -457,7 +538,8 @@ func (m *Model) fuse() {
 	m.greedy, _ = m.b.(compute.Greedy)
 	m.batch, _ = m.b.(compute.BatchAttention)
 	f, ok := m.b.(compute.Fused)
-	if !ok {
+	if !ok || !m.desc.Plain() {
+		// The fused steps are the Llama family's layer.
 		return
 	}
 	m.fused = f
@@ -484,7 +566,7 @@ func (m *Model) prepare(mats []namedWeight) {
 		return
 	}
 	for _, nw := range mats {
-		if nw.name == "model.embed_tokens.weight" && !m.cfg.TieWordEmbeddings {
+		if nw.name == m.cfg.TensorPrefix+"model.embed_tokens.weight" && !m.cfg.TieWordEmbeddings {
 			continue
 		}
 		if p.Prepare(nw.w) {
@@ -546,8 +628,19 @@ func (m *Model) MaxContext() int { return m.maxCtx }
 // default of SequenceOptions.BlockSize.
 func (m *Model) BlockSize() int { return m.blockSize }
 
-// InvFreq returns the RoPE inverse frequencies, rope_scaling applied.
+// InvFreq returns the RoPE inverse frequencies, rope_scaling applied: of
+// the first layer (see LayerInvFreq).
 func (m *Model) InvFreq() []float32 { return slices.Clone(m.invFreq) }
+
+// LayerInvFreq returns layer i's RoPE inverse frequencies: Gemma 3's
+// sliding and full layers have different bases.
+func (m *Model) LayerInvFreq(i int) []float32 {
+	return slices.Clone(m.ropes[m.layers[i].kind].invFreq)
+}
+
+// Arch returns the model's architecture description. It must not be
+// modified.
+func (m *Model) Arch() *arch.Description { return m.desc }
 
 // Close unmaps the weights (the backend stays the caller's), after waiting for
 // the forward passes in flight. Afterwards every method of the model and of

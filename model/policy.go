@@ -1,11 +1,39 @@
 package model
 
 import (
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
 // CacheShape returns what kvplan.NewPolicy needs to know of the model: its
-// layers, KV heads, head width and context length.
+// layers, KV heads, head width, context length and, on a backend whose
+// attention lets the cache release what slid out of a window
+// (compute.SlidingKV), each layer's sliding window.
 func (m *Model) CacheShape() kvcache.Shape {
-	return kvcache.Shape{Layers: m.cfg.NumLayers, KVHeads: m.cfg.NumKVHeads, HeadDim: m.headDim, MaxContext: m.maxCtx}
+	return kvcache.Shape{Layers: m.cfg.NumLayers, KVHeads: m.cfg.NumKVHeads, HeadDim: m.headDim, MaxContext: m.maxCtx, Windows: m.windows()}
 }
+
+// windows returns each layer's sliding window for the KV cache: for an
+// architecture of sliding and full layers (Gemma), whose full layers hold
+// the long context the codec is for, on a backend whose attention lets
+// the cache release what slid out. Otherwise nil: Mistral's layers, all
+// sliding, keep every block and go through the codec as before.
+func (m *Model) windows() []int {
+	if _, ok := m.b.(compute.SlidingKV); !ok || len(m.desc.Kinds) < 2 {
+		return nil
+	}
+	var w []int
+	for i := range m.desc.LayerKind {
+		if win := m.desc.Layer(i).Window; win > 0 {
+			if w == nil {
+				w = make([]int, len(m.desc.LayerKind))
+			}
+			w[i] = win
+		}
+	}
+	return w
+}
+
+// PassTokens returns the most tokens one pass of Sequence.Forward appends
+// to a sequence's cache: longer inputs are split into passes of it.
+func (m *Model) PassTokens() int { return min(prefillChunk, m.maxCtx) }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -13,7 +14,7 @@ func TestCacheShape(t *testing.T) {
 	m := load(t, tinyModels(t)["qwen3"], Options{Backend: cpuBackend(t, 1, ""), MaxContext: 96})
 	c := m.Config()
 	want := kvcache.Shape{Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim, MaxContext: 96}
-	if got := m.CacheShape(); got != want || got.HeadDim <= 0 {
+	if got := m.CacheShape(); !reflect.DeepEqual(got, want) || got.HeadDim <= 0 {
 		t.Errorf("CacheShape() = %+v, want %+v", got, want)
 	}
 }

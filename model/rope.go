@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -78,4 +79,15 @@ func ropeTables(inv []float32, n int) (cos, sin []float32) {
 		}
 	}
 	return cos, sin
+}
+
+// sameRope returns the index in ropes of one whose inverse frequencies
+// are inv, -1 if none: layer kinds of one RoPE share its tables.
+func sameRope(ropes []rope, inv []float32) int {
+	for i, r := range ropes {
+		if slices.Equal(r.invFreq, inv) {
+			return i
+		}
+	}
+	return -1
 }

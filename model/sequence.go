@@ -15,9 +15,9 @@ import (
 type Sequence struct {
 	m     *Model
 	cache *kvcache.Cache
-	attn  compute.Attention
-	rows  int   // activation capacity of Forward's passes, in tokens
-	err   error // a failure that left the cache inconsistent
+	attn  []compute.Attention // one per layer kind of the architecture
+	rows  int                 // activation capacity of Forward's passes, in tokens
+	err   error               // a failure that left the cache inconsistent
 
 	sc   scratch
 	last []float32 // logits of the last position, on the host
@@ -41,6 +41,15 @@ type SequenceOptions struct {
 	// over a block store of the model's backend, for this block size, head
 	// dimension and hot dtype.
 	Pool *kvcache.Pool
+	// StepTokens, when set, is the most tokens a forward step gives the
+	// sequence (a scheduler's step budget): Forward's passes are no
+	// longer, and a sliding layer's cache counts its blocks by it (see
+	// kvcache.Config.SlideChunk). 0: Model.PassTokens.
+	StepTokens int
+	// KeepAll keeps every KV block, also those a sliding layer's window no
+	// longer sees, for a caller that reads blocks back (KVBlock), as
+	// calibration does.
+	KeepAll bool
 }
 
 // NewSequence returns an empty sequence with the cache policy and block
@@ -72,6 +81,14 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	kc := kvcache.Config{
 		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
 		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache, Pool: o.Pool,
+		Windows: m.windows(), SlideChunk: m.PassTokens(),
+	}
+	if o.KeepAll {
+		kc.Windows = nil
+	}
+	rows := m.PassTokens()
+	if o.StepTokens > 0 {
+		rows, kc.SlideChunk = min(rows, o.StepTokens), o.StepTokens
 	}
 	if o.Pool == nil {
 		kc.Store = m.b.NewBlockStore(bs, m.headDim, o.Cache.HotBF16)
@@ -80,15 +97,17 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	attn, err := m.b.NewAttention(compute.AttentionParams{
-		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Window: m.window,
-		BlockSize: bs, MaxContext: m.maxCtx,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+	attn := make([]compute.Attention, len(m.desc.Kinds))
+	for i, k := range m.desc.Kinds {
+		if attn[i], err = m.b.NewAttention(compute.AttentionParams{
+			Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Window: k.Window,
+			Scale: k.Scale, Softcap: k.Softcap, BlockSize: bs, MaxContext: m.maxCtx,
+		}); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
 	}
 	s := &Sequence{
-		m: m, cache: cache, attn: attn, rows: min(prefillChunk, m.maxCtx),
+		m: m, cache: cache, attn: attn, rows: rows,
 		last: make([]float32, c.VocabSize),
 	}
 	if err := m.backendErr(); err != nil {

@@ -227,9 +227,13 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	cfg.Cache.Pool = pool
 	cfg.Cache.BlockSize = bs
+	cfg.Cache.StepTokens = cfg.StepTokens
+	// A sliding layer holds its window's blocks plus one step's: the
+	// sequences' caches count them as this does (model.SequenceOptions).
 	z, err := kvcache.Config{
 		Layers: shape.Layers, KVHeads: shape.KVHeads, HeadDim: shape.HeadDim, BlockSize: bs,
 		MaxTokens: m.MaxContext(), Policy: cfg.Cache.Cache, Pool: pool,
+		Windows: shape.Windows, SlideChunk: cfg.StepTokens,
 	}.Sizer()
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)

@@ -226,18 +226,45 @@ func TestPrefixReuse(t *testing.T) {
 // more than its budget, no block leaks, and every request that was not
 // cancelled gets its solo greedy output.
 func TestRandomSchedule(t *testing.T) {
-	m := loadTiny(t)
+	// Room for about three 120-token sequences at once.
+	randomSchedule(t, loadTiny(t), kvcache.Policy{HotBF16: true}, int64(3*128*2*2*2*16*2), 12)
+}
+
+// TestRandomScheduleGemma is TestRandomSchedule on a Gemma 3 model, whose
+// sliding layers release the blocks their 8-token window left: admission
+// counts them so (kvcache.Config.Windows), preemption returns what they
+// hold, and every request still gets its solo tokens.
+func TestRandomScheduleGemma(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "gemma3")
+	if err := testmodel.Write(dir, testmodel.Gemma3Tiny); err != nil {
+		t.Fatal(err)
+	}
+	b := cpubackend.New(2)
+	t.Cleanup(func() { b.Close() })
+	m, err := model.Load(dir, model.Options{Backend: b, BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if m.CacheShape().Windows == nil {
+		t.Fatal("no sliding windows for the cache: the test checks nothing")
+	}
+	// 140 KB: a 120-token sequence holds about 56 KB (768 bytes a token
+	// in full, one layer of six), so preemptions happen.
+	randomSchedule(t, m, kvcache.Policy{HotBF16: true}, 140<<10, 6)
+}
+
+// randomSchedule runs seeds random schedules of 16 requests on m under
+// pol in a pool of budget bytes, each request checked against its solo
+// run.
+func randomSchedule(t *testing.T, m *model.Model, pol kvcache.Policy, budget int64, seeds int) {
 	vocab := m.Config().VocabSize
-	pol := kvcache.Policy{HotBF16: true}
-	seeds := 12
 	if testing.Short() {
 		seeds = 3
 	}
 	for seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(seed), 99))
-			// Room for about three 120-token sequences at once.
-			budget := int64(3 * 128 * 2 * 2 * 2 * 16 * 2)
 			s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: pol}, KVMemory: budget, StepTokens: 48, MaxRunning: 8, DecodeReserve: 8})
 			if err != nil {
 				t.Fatal(err)

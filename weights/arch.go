@@ -32,6 +32,9 @@ const (
 	GateBias  // MLP gate bias
 	UpBias    // MLP up bias
 	DownBias  // MLP down bias
+
+	AttnOutNorm // RMSNorm weight of the attention's output (Gemma's post_attention_layernorm)
+	FFNOutNorm  // RMSNorm weight of the MLP's output (Gemma's post_feedforward_layernorm)
 )
 
 // A Dim is one dimension of a tensor and the config.json fields it comes
@@ -68,6 +71,10 @@ func (t TensorSpec) Shape() []int {
 // layerPrefix starts the name of every per-layer tensor of the supported
 // architectures: "model.layers.N." followed by the tensor's own name.
 const layerPrefix = "model.layers."
+
+// layerPrefix returns the start of c's layer tensors' names: layerPrefix
+// after the checkpoint's TensorPrefix.
+func (c *Config) layerPrefix() string { return c.TensorPrefix + layerPrefix }
 
 // dimOf names the sizes a tensor's dimensions are made of.
 type dimOf uint8
@@ -158,11 +165,41 @@ func optionalBiases() []row {
 	}
 }
 
+// gemmaLayer is Gemma 2 and Gemma 3's decoder layer: "sandwich" norms
+// before and after both attention and the MLP, a gated MLP, no biases,
+// and (Gemma 3) RMSNorm of each query and key head. Gemma's
+// post_attention_layernorm normalises the attention's output, and its
+// pre_feedforward_layernorm is the MLP's input norm, the role a Llama
+// layer's post_attention_layernorm has.
+func gemmaLayer(modelType string) []row {
+	t := []row{
+		{InputNorm, "input_layernorm.weight", "attn_norm.weight", []dimOf{hidden}, nil},
+		{Q, "self_attn.q_proj.weight", "attn_q.weight", []dimOf{qDim, hidden}, nil},
+		{K, "self_attn.k_proj.weight", "attn_k.weight", []dimOf{kvDim, hidden}, nil},
+		{V, "self_attn.v_proj.weight", "attn_v.weight", []dimOf{kvDim, hidden}, nil},
+		{O, "self_attn.o_proj.weight", "attn_output.weight", []dimOf{hidden, qDim}, nil},
+		{AttnOutNorm, "post_attention_layernorm.weight", "post_attention_norm.weight", []dimOf{hidden}, nil},
+		{PostNorm, "pre_feedforward_layernorm.weight", "ffn_norm.weight", []dimOf{hidden}, nil},
+		{Gate, "mlp.gate_proj.weight", "ffn_gate.weight", []dimOf{inter, hidden}, nil},
+		{Up, "mlp.up_proj.weight", "ffn_up.weight", []dimOf{inter, hidden}, nil},
+		{Down, "mlp.down_proj.weight", "ffn_down.weight", []dimOf{hidden, inter}, nil},
+		{FFNOutNorm, "post_feedforward_layernorm.weight", "post_ffw_norm.weight", []dimOf{hidden}, nil},
+	}
+	if modelType != "gemma2" {
+		t = append(t, row{QNorm, "self_attn.q_norm.weight", "attn_q_norm.weight", []dimOf{headDim}, nil},
+			row{KNorm, "self_attn.k_norm.weight", "attn_k_norm.weight", []dimOf{headDim}, nil})
+	}
+	return t
+}
+
 // layerTable returns the tensor table of one decoder layer of a
 // model_type: the one place that says which tensors each architecture's
 // layers hold, read by CheckTensors and by the model's loader.
 func layerTable(modelType string) []row {
 	attentionBias := func(*Config) string { return "attention_bias is true" }
+	if IsGemma(modelType) {
+		return gemmaLayer(modelType)
+	}
 	t := llamaLayer()
 	switch modelType {
 	case "qwen2":
@@ -206,7 +243,7 @@ func (c *Config) spec(r row, layer int, name, gguf string) (t TensorSpec, ok boo
 func (c *Config) ModelTensors() []TensorSpec {
 	var ts []TensorSpec
 	for _, r := range modelRows() {
-		if t, ok := c.spec(r, -1, r.name, r.gguf); ok {
+		if t, ok := c.spec(r, -1, c.TensorPrefix+r.name, r.gguf); ok {
 			ts = append(ts, t)
 		}
 	}
@@ -216,7 +253,7 @@ func (c *Config) ModelTensors() []TensorSpec {
 // LayerTensors returns the tensors layer i of a checkpoint of c holds, as
 // c's model_type and settings (biases, q/k norms) call for them.
 func (c *Config) LayerTensors(i int) []TensorSpec {
-	p := layerPrefix + strconv.Itoa(i) + "."
+	p := c.layerPrefix() + strconv.Itoa(i) + "."
 	g := "blk." + strconv.Itoa(i) + "."
 	var ts []TensorSpec
 	for _, r := range layerTable(c.ModelType) {

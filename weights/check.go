@@ -58,6 +58,7 @@ func (c *Config) CheckTensors(s *Store) error {
 // checkLayerCount checks that the layers in the store are exactly 0 to
 // NumLayers-1. The work is proportional to the number of tensors.
 func (c *Config) checkLayerCount(s *Store) error {
+	layerPrefix := c.layerPrefix()
 	seen := make(map[int]bool)
 	top, topName := -1, ""
 	for name := range s.tensors {

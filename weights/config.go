@@ -45,6 +45,19 @@ type Config struct {
 
 	SlidingWindow int // 0: full attention
 
+	// Gemma's settings (zero for the Llama family). LayerTypes says, per
+	// layer, "sliding_attention" (SlidingWindow applies) or
+	// "full_attention"; nil: every layer as SlidingWindow says.
+	LayerTypes         []string
+	QueryPreAttnScalar float64 // queries scaled by its -1/2 power; 0: head_dim's
+	AttnLogitSoftcap   float64 // attention scores softcapped; 0: none
+	FinalLogitSoftcap  float64 // logits softcapped; 0: none
+	RopeLocalTheta     float64 // RoPE base of sliding layers (Gemma 3); 0: RopeTheta
+	// TensorPrefix starts every tensor name of the checkpoint:
+	// "language_model." for a multimodal Gemma 3 (model_type gemma3),
+	// whose language model is its text_config.
+	TensorPrefix string
+
 	BOSTokenID  int   // -1 when the config names none
 	EOSTokenIDs []int // empty when the config names none
 	PadTokenID  int   // -1 when the config names none
@@ -68,7 +81,14 @@ type RopeScaling struct {
 
 // SupportedModelTypes lists the config.json model_type values this package
 // accepts.
-func SupportedModelTypes() []string { return []string{"llama", "mistral", "qwen2", "qwen3"} }
+func SupportedModelTypes() []string {
+	return []string{"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3"}
+}
+
+// IsGemma reports whether model_type is of the Gemma 2 / Gemma 3 family.
+func IsGemma(modelType string) bool {
+	return modelType == "gemma2" || modelType == "gemma3_text" || modelType == "gemma3"
+}
 
 // rawConfig mirrors config.json; pointers tell a missing key from a zero.
 type rawConfig struct {
@@ -97,6 +117,16 @@ type rawConfig struct {
 	PadTokenID            json.RawMessage `json:"pad_token_id"`
 	TorchDType            *string         `json:"torch_dtype"`
 	DType                 *string         `json:"dtype"` // transformers >= 5 name for torch_dtype
+
+	// Gemma 2 and Gemma 3.
+	HiddenActivation     *string         `json:"hidden_activation"`
+	LayerTypes           []string        `json:"layer_types"`
+	SlidingWindowPattern *int            `json:"sliding_window_pattern"`
+	QueryPreAttnScalar   *float64        `json:"query_pre_attn_scalar"`
+	AttnLogitSoftcap     json.RawMessage `json:"attn_logit_softcapping"`
+	FinalLogitSoftcap    json.RawMessage `json:"final_logit_softcapping"`
+	RopeLocalBaseFreq    *float64        `json:"rope_local_base_freq"`
+	TextConfig           json.RawMessage `json:"text_config"` // gemma3: the language model's config
 }
 
 // LoadConfig reads and validates dir/config.json and, when present,
@@ -166,6 +196,12 @@ func parseConfig(data []byte) (*Config, error) {
 	if !isSupported(c.ModelType) {
 		return nil, fmt.Errorf("unsupported model_type %q (supported: %s)", c.ModelType, strings.Join(SupportedModelTypes(), ", "))
 	}
+	if c.ModelType == "gemma3" {
+		if err := gemma3TextConfig(&r); err != nil {
+			return nil, err
+		}
+		c.TensorPrefix = "language_model."
+	}
 	if err := c.setShape(&r); err != nil {
 		return nil, err
 	}
@@ -180,6 +216,11 @@ func parseConfig(data []byte) (*Config, error) {
 	}
 	if err := c.setTokenIDs(&r); err != nil {
 		return nil, err
+	}
+	if IsGemma(c.ModelType) {
+		if err := c.setGemma(&r); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case r.TorchDType != nil:
@@ -218,6 +259,8 @@ func (c *Config) setShape(r *rawConfig) error {
 		c.NumKVHeads = 8
 	case "qwen2", "qwen3":
 		c.NumKVHeads = 32
+	case "gemma2", "gemma3_text", "gemma3":
+		c.NumKVHeads = 4
 	}
 	if r.NumKVHeads != nil {
 		c.NumKVHeads = *r.NumKVHeads
@@ -228,6 +271,8 @@ func (c *Config) setShape(r *rawConfig) error {
 		c.HeadDim = *r.HeadDim
 	case c.ModelType == "qwen3":
 		c.HeadDim = 128
+	case IsGemma(c.ModelType):
+		c.HeadDim = 256
 	default:
 		if c.NumHeads <= 0 || c.HiddenSize%c.NumHeads != 0 {
 			return fmt.Errorf("hidden_size=%d is not a multiple of num_attention_heads=%d and head_dim is not given",
@@ -241,7 +286,8 @@ func (c *Config) setShape(r *rawConfig) error {
 // setLayerDefaults sets the context length, RMSNorm epsilon, activation
 // and embedding tying, from r or the model_type's defaults.
 func (c *Config) setLayerDefaults(r *rawConfig) {
-	c.MaxPositionEmbeddings = map[string]int{"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768}[c.ModelType]
+	c.MaxPositionEmbeddings = map[string]int{"llama": 2048, "mistral": 4096 * 32, "qwen2": 32768, "qwen3": 32768,
+		"gemma2": 8192, "gemma3_text": 131072, "gemma3": 131072}[c.ModelType]
 	if r.MaxPositionEmbeddings != nil {
 		c.MaxPositionEmbeddings = *r.MaxPositionEmbeddings
 	}
@@ -253,8 +299,9 @@ func (c *Config) setLayerDefaults(r *rawConfig) {
 	if r.HiddenAct != nil {
 		c.HiddenAct = *r.HiddenAct
 	}
-	// All four classes default tie_word_embeddings to false, unlike
-	// PretrainedConfig (true).
+	// The Llama-family classes default tie_word_embeddings to false,
+	// unlike PretrainedConfig (true); Gemma's tie them.
+	c.TieWordEmbeddings = IsGemma(c.ModelType)
 	if r.TieWordEmbeddings != nil {
 		c.TieWordEmbeddings = *r.TieWordEmbeddings
 	}
@@ -281,6 +328,9 @@ func (c *Config) setBiases(r *rawConfig) {
 // or from rope_parameters (transformers >= 5) where those are absent.
 func (c *Config) setRope(r *rawConfig) error {
 	c.RopeTheta = 10000
+	if c.ModelType == "gemma3_text" || c.ModelType == "gemma3" {
+		c.RopeTheta = 1e6 // Gemma3TextConfig
+	}
 	if r.RopeTheta != nil {
 		c.RopeTheta = *r.RopeTheta
 	}
@@ -308,8 +358,11 @@ func (c *Config) setRope(r *rawConfig) error {
 // MistralConfig default to BOS 1 / EOS 2; the Qwen classes name none.
 func (c *Config) setTokenIDs(r *rawConfig) error {
 	c.BOSTokenID, c.PadTokenID = -1, -1
-	if c.ModelType == "llama" || c.ModelType == "mistral" {
+	switch {
+	case c.ModelType == "llama" || c.ModelType == "mistral":
 		c.BOSTokenID, c.EOSTokenIDs = 1, []int{2}
+	case IsGemma(c.ModelType):
+		c.BOSTokenID, c.EOSTokenIDs, c.PadTokenID = 2, []int{1}, 0
 	}
 	var err error
 	if r.BOSTokenID != nil {
@@ -356,6 +409,14 @@ func slidingWindow(modelType string, r rawConfig) (int, error) {
 		}
 		if w == nil {
 			return 0, nil
+		}
+		return *w, nil
+	case "gemma2", "gemma3_text", "gemma3":
+		if len(r.SlidingWindow) == 0 {
+			return 4096, nil // Gemma2Config and Gemma3TextConfig default
+		}
+		if w == nil {
+			return 0, errors.New("sliding_window is null: Gemma's local layers need a window")
 		}
 		return *w, nil
 	case "qwen2", "qwen3":
@@ -568,7 +629,11 @@ func (c *Config) Validate() error {
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 		return fmt.Errorf("rope_theta=%v must be positive and finite", c.RopeTheta)
 	}
-	if c.HiddenAct != "silu" && c.HiddenAct != "swish" {
+	if IsGemma(c.ModelType) {
+		if err := c.validateGemma(); err != nil {
+			return err
+		}
+	} else if c.HiddenAct != "silu" && c.HiddenAct != "swish" {
 		return fmt.Errorf("hidden_act=%q is not supported (supported: silu)", c.HiddenAct)
 	}
 	if c.SlidingWindow < 0 {

@@ -321,7 +321,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}{
 		{"invalid json", `{"model_type": "llama",`, "invalid JSON"},
 		{"no model_type", `{` + base + `}`, `missing field "model_type"`},
-		{"unsupported model_type", `{"model_type": "gpt2", ` + base + `}`, `unsupported model_type "gpt2" (supported: llama, mistral, qwen2, qwen3)`},
+		{"unsupported model_type", `{"model_type": "gpt2", ` + base + `}`, `unsupported model_type "gpt2" (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3)`},
 		{"missing hidden_size", `{"model_type": "llama", "num_attention_heads": 8, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 100}`, `missing field "hidden_size"`},
 		{"heads do not divide hidden", `{"model_type": "llama", "num_attention_heads": 7, ` + base + `}`, "hidden_size=64 is not a multiple of num_attention_heads=7"},
 		{"kv heads do not divide heads", `{"model_type": "llama", "num_attention_heads": 8, "num_key_value_heads": 3, ` + base + `}`, "num_attention_heads=8 is not a multiple of num_key_value_heads=3"},

@@ -15,7 +15,7 @@ func IsGGUF(path string) bool { return strings.HasSuffix(strings.ToLower(path), 
 
 // ggufArchs maps general.architecture to the model_type whose tensor
 // table and forward pass it uses. Mistral's GGUFs are "llama".
-var ggufArchs = map[string]string{"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+var ggufArchs = map[string]string{"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2", "gemma3": "gemma3_text"}
 
 // OpenGGUFModel opens a GGUF model file: the configuration its metadata
 // describes, and a Store holding its tensors under the Hugging Face names
@@ -57,7 +57,7 @@ func (g *GGUF) Config() (*Config, error) {
 	}
 	mt, ok := ggufArchs[arch]
 	if !ok {
-		return nil, g.keyErr("general.architecture", "%q is not supported (supported: llama, mistral, qwen2, qwen3)", arch)
+		return nil, g.keyErr("general.architecture", "%q is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3)", arch)
 	}
 	c := &Config{ModelType: mt, HiddenAct: "silu", BOSTokenID: -1, PadTokenID: -1, RopeTheta: 10000, RMSNormEps: 1e-5}
 	p := arch + "."
@@ -153,6 +153,11 @@ func (g *GGUF) Config() (*Config, error) {
 		c.AttentionBias = has("blk.0.attn_q.bias")
 		c.OutputBias = has("blk.0.attn_output.bias")
 		c.MLPBias = has("blk.0.ffn_gate.bias")
+	}
+	if IsGemma(mt) {
+		if err := g.gemma(c, p); err != nil {
+			return nil, err
+		}
 	}
 	if has("rope_freqs.weight") {
 		return nil, fmt.Errorf("weights: %s: tensor \"rope_freqs.weight\" (Llama 3.1 style RoPE frequency factors) is not supported", g.Path)
@@ -356,4 +361,65 @@ func (t *Tensor) Quantize(format string) (q *Tensor, ok bool, err error) {
 		}
 	}
 	return &Tensor{Name: t.Name, DType: d, Shape: []int{rows, cols}, Data: out}, true, nil
+}
+
+// gemma reads a Gemma GGUF's settings as llama.cpp does: the softcaps and
+// window of its keys (Gemma 2's window 4096 where absent), the sliding
+// pattern of attention.sliding_window_pattern (default 2 for Gemma 2, 6
+// for Gemma 3), the sliding layers' RoPE base rope.freq_base_swa (Gemma
+// 3: 10000 where absent), and queries scaled by head_dim^-1/2, or
+// (hidden/heads)^-1/2 for the 27B models (46 and 62 layers), where the
+// Hugging Face config names query_pre_attn_scalar. The norm weights are
+// stored with Gemma's 1 added (llama.cpp's converters add it).
+func (g *GGUF) gemma(c *Config, p string) error {
+	c.HiddenAct = "gelu_pytorch_tanh"
+	gemma2 := c.ModelType == "gemma2"
+	for _, f := range []struct {
+		key string
+		dst *float64
+	}{{"attn_logit_softcapping", &c.AttnLogitSoftcap}, {"final_logit_softcapping", &c.FinalLogitSoftcap}, {"rope.freq_base_swa", &c.RopeLocalTheta}} {
+		if v, ok, err := g.Float(p + f.key); err != nil {
+			return err
+		} else if ok {
+			*f.dst = v
+		}
+	}
+	if !gemma2 {
+		c.AttnLogitSoftcap = 0 // llama.cpp's Gemma 3 has none
+		if c.RopeLocalTheta == 0 {
+			c.RopeLocalTheta = 10000
+		}
+	} else {
+		c.RopeLocalTheta = 0 // Gemma 2: one base
+		if c.SlidingWindow == 0 {
+			c.SlidingWindow = 4096
+		}
+	}
+	c.QueryPreAttnScalar = float64(c.HeadDim)
+	if (gemma2 && c.NumLayers == 46) || (!gemma2 && c.NumLayers == 62) {
+		c.QueryPreAttnScalar = float64(c.HiddenSize / c.NumHeads)
+	}
+	pattern := int64(6)
+	if gemma2 {
+		pattern = 2
+	}
+	if n, ok, err := g.Int(p + "attention.sliding_window_pattern"); err != nil {
+		return g.keyErr(p+"attention.sliding_window_pattern", "only a pattern length is supported: %v", err)
+	} else if ok {
+		pattern = n
+	}
+	if pattern <= 0 || pattern > maxLayers {
+		return g.keyErr(p+"attention.sliding_window_pattern", "%d is out of range", pattern)
+	}
+	if c.NumLayers > maxLayers {
+		return nil // Validate names block_count
+	}
+	c.LayerTypes = make([]string, c.NumLayers)
+	for i := range c.LayerTypes {
+		c.LayerTypes[i] = SlidingAttention
+		if (int64(i)+1)%pattern == 0 {
+			c.LayerTypes[i] = FullAttention
+		}
+	}
+	return nil
 }

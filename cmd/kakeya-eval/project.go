@@ -11,6 +11,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -21,7 +22,9 @@ const projectUsage = `usage: kakeya-eval project [flags]
 Projects the whole-cache ratio against a bf16 cache at long contexts, byte
 for byte from the block sizes the codecs write (kvplan.CacheBytes, the
 accounting of kvcache.Config.BytesFor for the CPU store), for model shapes,
-without running a model. Prints a Markdown table: one row per shape, codec,
+without running a model. The Gemma shapes' sliding layers count the hot
+blocks their window still sees (the codec codes the full layers). Prints
+a Markdown table: one row per shape, codec,
 block and hot window (--windows) and boundary setting, one column per
 --tokens. A kakeya-pc or kvtc spec without block= gets the row's block
 size, so that its allocation charges its per-block costs to the blocks it
@@ -44,6 +47,33 @@ var projectShapes = map[string][3]int{
 	"qwen2.5-0.5b": {24, 2, 64},
 	"qwen3-0.6b":   {28, 8, 128},
 	"llama-3-8b":   {32, 8, 128},
+	"gemma2-2b":    {26, 4, 256},
+	"gemma3-1b":    {26, 1, 256},
+	"gemma3-4b":    {34, 4, 256},
+}
+
+// projectSliding are the sliding layers of the shapes that have them:
+// the window, and every pattern-th layer full (Gemma 2: even layers
+// slide; Gemma 3: five of six), as the models' config.json say.
+var projectSliding = map[string]struct{ window, pattern int }{
+	"gemma2-2b": {4096, 2},
+	"gemma3-1b": {512, 6},
+	"gemma3-4b": {1024, 6},
+}
+
+// shapeOf returns the cache shape of a --shapes entry, with its sliding
+// windows.
+func shapeOf(name string, sh [3]int) kvcache.Shape {
+	m := kvcache.Shape{Layers: sh[0], KVHeads: sh[1], HeadDim: sh[2]}
+	if sl, ok := projectSliding[name]; ok {
+		m.Windows = make([]int, sh[0])
+		for i := range m.Windows {
+			if (i+1)%sl.pattern != 0 {
+				m.Windows[i] = sl.window
+			}
+		}
+	}
+	return m
 }
 
 type projectFlags struct {
@@ -76,7 +106,7 @@ func runProject(args []string, stdout, stderr io.Writer) error {
 }
 
 func shapeNames() []string {
-	return []string{"ref-qwen2-6m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3-8b"}
+	return []string{"ref-qwen2-6m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3-8b", "gemma2-2b", "gemma3-1b", "gemma3-4b"}
 }
 
 // The largest shape and context kakeya-eval project takes: past every
@@ -181,7 +211,7 @@ func writeProjection(w io.Writer, f *projectFlags) error {
 					if hot == 0 {
 						sp.HotWindow = -1 // none: 0 in a Spec means one block
 					}
-					pr, err := kvplan.ProjectSpec(sp, sh[0], sh[1], sh[2], cal, tokens)
+					pr, err := kvplan.ProjectSpec(sp, shapeOf(name, sh), cal, tokens)
 					if err != nil {
 						return fmt.Errorf("%s %s: %w", name, kv, err)
 					}

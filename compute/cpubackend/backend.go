@@ -36,9 +36,15 @@ type Backend struct {
 }
 
 var (
-	_ compute.Backend  = (*Backend)(nil)
-	_ compute.Preparer = (*Backend)(nil)
+	_ compute.Backend   = (*Backend)(nil)
+	_ compute.Preparer  = (*Backend)(nil)
+	_ compute.ArchOps   = (*Backend)(nil)
+	_ compute.SlidingKV = (*Backend)(nil)
 )
+
+// SlidingKV marks that the host attention reads no block before a call's
+// window (it starts at the first query's first key).
+func (b *Backend) SlidingKV() {}
 
 // New starts a CPU backend of threads worker threads counting the caller;
 // threads <= 0 means runtime.GOMAXPROCS(0).
@@ -228,6 +234,17 @@ func (b *Backend) Add(x, y compute.Buffer) { kern.Add(compute.Host(x), compute.H
 func (b *Backend) SiLUMul(gate, up compute.Buffer) {
 	b.pool.SiLUMul(compute.Host(gate), compute.Host(up))
 }
+
+// Scale multiplies x by s.
+func (b *Backend) Scale(x compute.Buffer, s float32) { kern.Scale(compute.Host(x), s) }
+
+// GELUTanhMul sets gate to gelu_tanh(gate) * up.
+func (b *Backend) GELUTanhMul(gate, up compute.Buffer) {
+	kern.GELUTanhMul(compute.Host(gate), compute.Host(up))
+}
+
+// Softcap sets x to c*tanh(x/c).
+func (b *Backend) Softcap(x compute.Buffer, c float32) { kern.Softcap(compute.Host(x), c) }
 
 // RoPE rotates every head of every row at its position.
 func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin compute.Buffer) {

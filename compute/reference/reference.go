@@ -16,7 +16,15 @@ import (
 // Backend is the reference compute.Backend.
 type Backend struct{}
 
-var _ compute.Backend = Backend{}
+var (
+	_ compute.Backend   = Backend{}
+	_ compute.ArchOps   = Backend{}
+	_ compute.SlidingKV = Backend{}
+)
+
+// SlidingKV marks that the reference's attention reads no block before a
+// call's window.
+func (Backend) SlidingKV() {}
 
 // Name returns "reference".
 func (Backend) Name() string { return "reference" }
@@ -152,6 +160,32 @@ func (Backend) SiLUMul(gate, up compute.Buffer) {
 	}
 }
 
+// Scale multiplies x by s.
+func (Backend) Scale(x compute.Buffer, s float32) {
+	xs := vals(x)
+	for i := range xs {
+		xs[i] = float32(float64(xs[i]) * float64(s))
+	}
+}
+
+// GELUTanhMul sets gate = gelu_tanh(gate) * up, from GELU's tanh
+// approximation's definition.
+func (Backend) GELUTanhMul(gate, up compute.Buffer) {
+	g, u := vals(gate), vals(up)
+	for i := range g {
+		x := float64(g[i])
+		g[i] = float32(0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x))) * float64(u[i]))
+	}
+}
+
+// Softcap sets x = c*tanh(x/c).
+func (Backend) Softcap(x compute.Buffer, c float32) {
+	xs := vals(x)
+	for i := range xs {
+		xs[i] = float32(float64(c) * math.Tanh(float64(xs[i])/float64(c)))
+	}
+}
+
 // rotate applies RoPE at one position to a head vector, rotate-half
 // pairing: (x[i], x[i+d/2]) turns by the angle of frequency i.
 func rotate(dst []float64, x []float32, cos, sin []float32) {
@@ -186,14 +220,16 @@ type attention struct{ p compute.AttentionParams }
 
 // NewAttention returns attention with the geometry p.
 func (Backend) NewAttention(p compute.AttentionParams) (compute.Attention, error) {
-	if p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || p.HeadDim <= 0 || p.HeadDim%2 != 0 || p.Window < 0 {
+	if p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || p.HeadDim <= 0 || p.HeadDim%2 != 0 || p.Window < 0 || p.Scale < 0 || p.Softcap < 0 {
 		return nil, fmt.Errorf("reference: attention %+v", p)
 	}
 	return &attention{p: p}, nil
 }
 
-// Forward computes, for each query and head, softmax(q·rope(k)/sqrt(d))
-// over the positions it sees, times the values, all in float64.
+// Forward computes, for each query and head, softmax(q·rope(k)·scale)
+// over the positions it sees (scale 1/sqrt(d) unless the params set one,
+// each score softcapped first where they set Softcap), times the values,
+// all in float64.
 func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLayer, cos, sin compute.Buffer) error {
 	p := a.p
 	d, half, group := p.HeadDim, p.HeadDim/2, p.Heads/p.KVHeads
@@ -206,8 +242,14 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	keys := make([][]float64, p.KVHeads*total)
 	values := make([][]float64, p.KVHeads*total)
 	block := make([]float32, p.BlockSize*d)
+	// Keys before the first query's window are never read: a cache may
+	// have released their blocks (compute.SlidingKV).
+	lo := 0
+	if p.Window > 0 {
+		lo = max(0, start-p.Window+1) / p.BlockSize
+	}
 	for g := 0; g < p.KVHeads; g++ {
-		for b := 0; b*p.BlockSize < total; b++ {
+		for b := lo; b*p.BlockSize < total; b++ {
 			for side := 0; side < 2; side++ {
 				if err := readPart(block, kv.Part(g, b, side)); err != nil {
 					return err
@@ -231,6 +273,9 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	}
 	o, qs := vals(out), vals(q)
 	scale := 1 / math.Sqrt(float64(d))
+	if p.Scale != 0 {
+		scale = p.Scale
+	}
 	for i := 0; i < n; i++ {
 		qp := start + i
 		first := 0
@@ -247,7 +292,11 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 				for j := range qv {
 					s += float64(qv[j]) * keys[g*total+pos][j]
 				}
-				scores[pos-first] = s * scale
+				s *= scale
+				if p.Softcap != 0 {
+					s = p.Softcap * math.Tanh(s/p.Softcap)
+				}
+				scores[pos-first] = s
 				top = max(top, scores[pos-first])
 			}
 			var sum float64

@@ -12,7 +12,7 @@ type Counts struct {
 	// Ops is kernel launches on a CUDA device (launched one by one or
 	// inside replayed graphs), or the seam's operations on other backends
 	// (compute.Backend's Embed, MatMul, RMSNorm, AddRows, Add, SiLUMul and
-	// RoPE, and attention's Forward).
+	// RoPE, compute.ArchOps', and attention's Forward).
 	Ops int64
 	// DriverCalls is the host's calls into the CUDA driver (kernel and
 	// graph launches, copies, waits); 0 where there is no driver.
@@ -35,12 +35,52 @@ func Count(b compute.Backend) (compute.Backend, func() Counts) {
 		}
 	}
 	w := &counting{Backend: b}
-	return w, func() Counts { return Counts{Ops: w.ops.Load()} }
+	counts := func() Counts { return Counts{Ops: w.ops.Load()} }
+	// The optional interfaces Gemma's models need, kept where b has them.
+	a, arch := b.(compute.ArchOps)
+	_, sliding := b.(compute.SlidingKV)
+	switch {
+	case arch && sliding:
+		return &countingSliding{countingArch{w, a}}, counts
+	case arch:
+		return &countingArch{w, a}, counts
+	}
+	return w, counts
 }
+
+// countingArch is a counting backend with the compute.ArchOps of the
+// backend it wraps, counted as seam operations too.
+type countingArch struct {
+	*counting
+	arch compute.ArchOps
+}
+
+func (c *countingArch) Scale(x compute.Buffer, s float32) {
+	c.ops.Add(1)
+	c.arch.Scale(x, s)
+}
+
+func (c *countingArch) GELUTanhMul(gate, up compute.Buffer) {
+	c.ops.Add(1)
+	c.arch.GELUTanhMul(gate, up)
+}
+
+func (c *countingArch) Softcap(x compute.Buffer, cap float32) {
+	c.ops.Add(1)
+	c.arch.Softcap(x, cap)
+}
+
+// countingSliding is a countingArch whose backend's attention lets a cache
+// release what slid out of a window (compute.SlidingKV).
+type countingSliding struct{ countingArch }
+
+// SlidingKV marks the wrapped backend's compute.SlidingKV.
+func (c *countingSliding) SlidingKV() {}
 
 // counting is a backend that counts its seam operations. It keeps the
 // optional interfaces the CPU backend has (compute.Preparer,
-// compute.Describer).
+// compute.Describer; compute.ArchOps and compute.SlidingKV through
+// countingArch and countingSliding).
 type counting struct {
 	compute.Backend
 	ops atomic.Int64

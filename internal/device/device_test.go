@@ -77,4 +77,15 @@ func TestCountCPU(t *testing.T) {
 	if c := counts(); c.Ops != 3 || c.Driver || c.DriverCalls != 0 {
 		t.Errorf("counts %+v after 3 operations, want 3 and no driver", c)
 	}
+	// Gemma's operations, which the CPU backend has, are kept and counted.
+	a, ok := b.(compute.ArchOps)
+	if _, sliding := b.(compute.SlidingKV); !ok || !sliding {
+		t.Fatal("the counting backend lost compute.ArchOps or compute.SlidingKV")
+	}
+	a.Scale(x, 2)
+	a.GELUTanhMul(x, x)
+	a.Softcap(x, 30)
+	if c := counts(); c.Ops != 6 {
+		t.Errorf("counts %+v after 6 operations", c)
+	}
 }

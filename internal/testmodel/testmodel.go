@@ -29,7 +29,7 @@ type RopeScaling struct {
 
 // Spec describes a checkpoint to write.
 type Spec struct {
-	ModelType                                                            string // llama, mistral, qwen2 or qwen3
+	ModelType                                                            string // llama, mistral, qwen2, qwen3, gemma2 or gemma3_text
 	Hidden, Intermediate, Layers, Heads, KVHeads, HeadDim, Vocab, MaxPos int
 	RopeTheta                                                            float64
 	RopeScaling                                                          *RopeScaling
@@ -40,11 +40,65 @@ type Spec struct {
 	Bias bool
 	// MLPBias adds gate, up and down projection biases (Llama's mlp_bias).
 	MLPBias bool
-	// SlidingWindow is Mistral's window, 0 for none.
+	// SlidingWindow is Mistral's window (every layer) or Gemma's (the
+	// sliding layers), 0 for none.
 	SlidingWindow int
 	DType         tensor.DType
 	Seed          uint64
+
+	// Gemma's settings, written to config.json where not 0:
+	// query_pre_attn_scalar, attn_logit_softcapping,
+	// final_logit_softcapping (Gemma 2; 0 writes null), rope_local_base_freq
+	// and sliding_window_pattern (Gemma 3).
+	QueryPreAttnScalar, AttnSoftcap, FinalSoftcap, RopeLocalTheta float64
+	SlidingWindowPattern                                          int
+	// Multimodal writes a Gemma 3 text model as a multimodal gemma3
+	// checkpoint does: config.json's text_config, tensors under
+	// "language_model.".
+	Multimodal bool
 }
+
+// Gemma2Tiny is a Gemma-2-style model: four layers alternating sliding
+// (window 8) and full attention, head_dim 32 (query_pre_attn_scalar 32,
+// as llama.cpp assumes), attention and final softcaps small enough to
+// bite (5 and 10), tied embeddings, a 512-token vocabulary (room for a
+// byte-fallback tokenizer, for llama.cpp), in F32.
+var Gemma2Tiny = Spec{
+	ModelType: "gemma2", Hidden: 64, Intermediate: 128, Layers: 4, Heads: 4, KVHeads: 2, HeadDim: 32,
+	Vocab: 512, MaxPos: 1024, RopeTheta: 1e4, RMSNormEps: 1e-6, Tie: true, SlidingWindow: 8,
+	QueryPreAttnScalar: 32, AttnSoftcap: 5, FinalSoftcap: 10, DType: tensor.F32, Seed: 36,
+}
+
+// Gemma3Tiny is a Gemma-3-style model: six layers, five sliding (window
+// 8, RoPE base 1e4) then one full (base 1e6, linear rope_scaling 2), q/k
+// norms, one KV head, no softcaps, a 512-token vocabulary, in BF16.
+var Gemma3Tiny = Spec{
+	ModelType: "gemma3_text", Hidden: 64, Intermediate: 128, Layers: 6, Heads: 4, KVHeads: 1, HeadDim: 32,
+	Vocab: 512, MaxPos: 1024, RopeTheta: 1e6, RopeLocalTheta: 1e4, RMSNormEps: 1e-6, Tie: true, SlidingWindow: 8,
+	SlidingWindowPattern: 6, QueryPreAttnScalar: 32, RopeScaling: &RopeScaling{Type: "linear", Factor: 2},
+	DType: tensor.BF16, Seed: 37,
+}
+
+// Gemma2_2B has Gemma 2 2B's exact shape in BF16 (about 5.2 GB on disk):
+// 26 layers alternating window 4096 and full, head_dim 256, softcaps 50
+// and 30, a 256,000-token vocabulary.
+var Gemma2_2B = Spec{
+	ModelType: "gemma2", Hidden: 2304, Intermediate: 9216, Layers: 26, Heads: 8, KVHeads: 4, HeadDim: 256,
+	Vocab: 256000, MaxPos: 8192, RopeTheta: 1e4, RMSNormEps: 1e-6, Tie: true, SlidingWindow: 4096,
+	QueryPreAttnScalar: 256, AttnSoftcap: 50, FinalSoftcap: 30, DType: tensor.BF16, Seed: 38,
+}
+
+// Gemma3_1B has Gemma 3 1B's exact shape in BF16 (about 2 GB on disk): 26
+// layers, five of window 512 to one full, one KV head of 256, a
+// 262,144-token vocabulary, a 32k context.
+var Gemma3_1B = Spec{
+	ModelType: "gemma3_text", Hidden: 1152, Intermediate: 6912, Layers: 26, Heads: 4, KVHeads: 1, HeadDim: 256,
+	Vocab: 262144, MaxPos: 32768, RopeTheta: 1e6, RopeLocalTheta: 1e4, RMSNormEps: 1e-6, Tie: true, SlidingWindow: 512,
+	SlidingWindowPattern: 6, QueryPreAttnScalar: 256, DType: tensor.BF16, Seed: 39,
+}
+
+// gemma reports whether s is of the Gemma family.
+func (s *Spec) gemma() bool { return s.ModelType == "gemma2" || s.ModelType == "gemma3_text" }
 
 // Qwen2Tiny is a Qwen2-style model: q/k/v biases, 7:1 grouped-query
 // attention, head_dim 16, rope_theta 1e6 and an untied output head, in BF16.
@@ -125,6 +179,10 @@ var Presets = map[string]Spec{
 	"llama3-tiny":  Llama3Tiny,
 	"qwen3-tiny":   Qwen3Tiny,
 	"long-tiny":    LongTiny,
+	"gemma2-tiny":  Gemma2Tiny,
+	"gemma3-tiny":  Gemma3Tiny,
+	"gemma2-2b":    Gemma2_2B,
+	"gemma3-1b":    Gemma3_1B,
 }
 
 // Bytes returns the size of the checkpoint's tensors in bytes (the
@@ -151,9 +209,12 @@ type tensorSpec struct {
 
 func (s *Spec) validate() error {
 	switch s.ModelType {
-	case "llama", "mistral", "qwen2", "qwen3":
+	case "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text":
 	default:
-		return fmt.Errorf("testmodel: model_type %q, want llama, mistral, qwen2 or qwen3", s.ModelType)
+		return fmt.Errorf("testmodel: model_type %q, want llama, mistral, qwen2, qwen3, gemma2 or gemma3_text", s.ModelType)
+	}
+	if s.Multimodal && s.ModelType != "gemma3_text" {
+		return fmt.Errorf("testmodel: a multimodal checkpoint of model_type %q, want gemma3_text", s.ModelType)
 	}
 	if s.Hidden <= 0 || s.Intermediate <= 0 || s.Layers <= 0 || s.Heads <= 0 || s.KVHeads <= 0 || s.HeadDim <= 0 || s.Vocab <= 0 || s.MaxPos <= 0 {
 		return fmt.Errorf("testmodel: every size must be positive: %+v", *s)
@@ -165,6 +226,9 @@ func (s *Spec) validate() error {
 }
 
 func (s *Spec) tensors() []tensorSpec {
+	if s.gemma() {
+		return s.gemmaTensors()
+	}
 	h, q, kv := s.Hidden, s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
 	lin := func(name string, out, in int) tensorSpec {
 		return tensorSpec{name: name, shape: []int{out, in}, std: 1 / math.Sqrt(float64(in))}
@@ -207,6 +271,46 @@ func (s *Spec) tensors() []tensorSpec {
 	return ts
 }
 
+// gemmaTensors are a Gemma layer's: sandwich norms (weights w of x̂·(1 +
+// w), about 0), q/k norms for Gemma 3, no biases; the embeddings are tied.
+func (s *Spec) gemmaTensors() []tensorSpec {
+	h, q, kv := s.Hidden, s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
+	pre := ""
+	if s.Multimodal {
+		pre = "language_model."
+	}
+	lin := func(name string, out, in int) tensorSpec {
+		return tensorSpec{name: pre + name, shape: []int{out, in}, std: 1 / math.Sqrt(float64(in))}
+	}
+	norm := func(name string, n int) tensorSpec {
+		return tensorSpec{name: pre + name, shape: []int{n}, std: 0.3}
+	}
+	ts := []tensorSpec{{name: pre + "model.embed_tokens.weight", shape: []int{s.Vocab, h}, std: 1}}
+	for i := 0; i < s.Layers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ts = append(ts, norm(p+"input_layernorm.weight", h),
+			lin(p+"self_attn.q_proj.weight", q, h),
+			lin(p+"self_attn.k_proj.weight", kv, h),
+			lin(p+"self_attn.v_proj.weight", kv, h),
+			lin(p+"self_attn.o_proj.weight", h, q))
+		if s.ModelType == "gemma3_text" {
+			ts = append(ts, norm(p+"self_attn.q_norm.weight", s.HeadDim), norm(p+"self_attn.k_norm.weight", s.HeadDim))
+		}
+		ts = append(ts, norm(p+"post_attention_layernorm.weight", h),
+			norm(p+"pre_feedforward_layernorm.weight", h),
+			lin(p+"mlp.gate_proj.weight", s.Intermediate, h),
+			lin(p+"mlp.up_proj.weight", s.Intermediate, h),
+			lin(p+"mlp.down_proj.weight", h, s.Intermediate),
+			norm(p+"post_feedforward_layernorm.weight", h))
+	}
+	ts = append(ts, norm("model.norm.weight", h))
+	if s.Multimodal {
+		// A vision tower's tensor, which the text model leaves alone.
+		ts = append(ts, tensorSpec{name: "vision_tower.vision_model.post_layernorm.weight", shape: []int{8}, std: 0.1})
+	}
+	return ts
+}
+
 // Write creates dir if needed and writes the checkpoint described by spec.
 func Write(dir string, spec Spec) error {
 	if err := spec.validate(); err != nil {
@@ -226,6 +330,9 @@ func Write(dir string, spec Spec) error {
 }
 
 func (s *Spec) config() map[string]any {
+	if s.gemma() {
+		return s.gemmaConfig()
+	}
 	arch := map[string]string{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[s.ModelType]
 	dt := map[tensor.DType]string{tensor.F32: "float32", tensor.F16: "float16", tensor.BF16: "bfloat16"}[s.DType]
 	eps := s.RMSNormEps
@@ -273,6 +380,67 @@ func (s *Spec) config() map[string]any {
 		c["rope_scaling"] = m
 	}
 	return c
+}
+
+// gemmaConfig is a Gemma 2 or Gemma 3 config.json, as transformers
+// writes them (a multimodal Gemma 3's with the text model's settings in
+// text_config).
+func (s *Spec) gemmaConfig() map[string]any {
+	dt := map[tensor.DType]string{tensor.F32: "float32", tensor.F16: "float16", tensor.BF16: "bfloat16"}[s.DType]
+	eps := s.RMSNormEps
+	if eps == 0 {
+		eps = 1e-6
+	}
+	c := map[string]any{
+		"architectures":           []string{map[string]string{"gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}[s.ModelType]},
+		"model_type":              s.ModelType,
+		"hidden_size":             s.Hidden,
+		"intermediate_size":       s.Intermediate,
+		"num_hidden_layers":       s.Layers,
+		"num_attention_heads":     s.Heads,
+		"num_key_value_heads":     s.KVHeads,
+		"head_dim":                s.HeadDim,
+		"vocab_size":              s.Vocab,
+		"max_position_embeddings": s.MaxPos,
+		"rms_norm_eps":            eps,
+		"rope_theta":              s.RopeTheta,
+		"hidden_activation":       "gelu_pytorch_tanh",
+		"hidden_act":              "gelu_pytorch_tanh",
+		"tie_word_embeddings":     true,
+		"attention_bias":          false,
+		"sliding_window":          s.SlidingWindow,
+		"query_pre_attn_scalar":   s.QueryPreAttnScalar,
+		"bos_token_id":            2,
+		"eos_token_id":            1,
+		"pad_token_id":            0,
+		"torch_dtype":             dt,
+	}
+	softcap := func(v float64) any {
+		if v == 0 {
+			return nil
+		}
+		return v
+	}
+	c["attn_logit_softcapping"] = softcap(s.AttnSoftcap)
+	c["final_logit_softcapping"] = softcap(s.FinalSoftcap)
+	if s.ModelType == "gemma3_text" {
+		c["rope_local_base_freq"] = s.RopeLocalTheta
+		c["sliding_window_pattern"] = s.SlidingWindowPattern
+	}
+	if rs := s.RopeScaling; rs != nil {
+		c["rope_scaling"] = map[string]any{"rope_type": rs.Type, "factor": rs.Factor}
+	}
+	if !s.Multimodal {
+		return c
+	}
+	c["model_type"] = "gemma3_text"
+	return map[string]any{
+		"architectures": []string{"Gemma3ForConditionalGeneration"},
+		"model_type":    "gemma3",
+		"text_config":   c,
+		"eos_token_id":  []int{1, 106 % s.Vocab},
+		"torch_dtype":   dt,
+	}
 }
 
 func writeJSON(path string, v any) error {

@@ -21,6 +21,10 @@ type Settings struct {
 	Sinks     int `json:"sinks"`
 	// Boundary lists the layers kept bf16, as indices from 0, ascending.
 	Boundary []int `json:"boundary"`
+	// Sliding lists the sliding-window layers, whose blocks stay hot
+	// (uncompressed) until they slide out of the window, whatever codecs
+	// the plan names: their memory is bounded by the window.
+	Sliding []int `json:"sliding,omitempty"`
 	// Precondition and Codebooks say whether keys are whitened and whether
 	// any codec uses the calibration's codebooks.
 	Precondition bool `json:"precond"`

@@ -67,6 +67,15 @@ func Build(c kvconfig.Checked, m kvcache.Shape, cal *codec.Calibration) (kvcache
 		return fail(err)
 	}
 	st.Boundary = boundary
+	// Sliding layers keep their blocks hot until they slide out (the
+	// cache never encodes them): the codec is for the full layers, which
+	// hold the long context.
+	for i, w := range m.Windows {
+		if w > 0 {
+			plan[i] = kvconfig.LayerPlan{}
+			st.Sliding = append(st.Sliding, i)
+		}
+	}
 	if c.Layers != nil {
 		st.Layers = plan
 	}

@@ -396,3 +396,37 @@ func TestPresetPolicy(t *testing.T) {
 		}
 	}
 }
+
+// Sliding layers keep their blocks hot whatever the codec: the codec is
+// for the full layers, and the settings list the sliding ones; the
+// projection counts the sliding layers' window.
+func TestSlidingLayersHot(t *testing.T) {
+	m := kvcache.Shape{Layers: 6, KVHeads: 1, HeadDim: 32, MaxContext: 4096, Windows: []int{64, 64, 0, 64, 64, 0}}
+	p, st, err := NewPolicy(kvconfig.Spec{KV: "int8", Boundary: "none"}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range m.Layers {
+		coded := p.VCodec(l) != nil && p.KCodec(l, 0) != nil
+		if coded != (m.Windows[l] == 0) {
+			t.Errorf("layer %d (window %d): coded %t", l, m.Windows[l], coded)
+		}
+	}
+	if !slices.Equal(st.Sliding, []int{0, 1, 3, 4}) {
+		t.Errorf("settings list sliding layers %v", st.Sliding)
+	}
+	full, err := CacheBytes(kvcache.Policy{HotBF16: true}, kvcache.Shape{Layers: 6, KVHeads: 1, HeadDim: 32}, 16, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slid, err := CacheBytes(kvcache.Policy{HotBF16: true}, m, 16, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Per layer and side 16*32*2 bytes a block: 256 blocks for a full
+	// layer, SlidingBlocks(4096, 64, 16, 1) = 4 for a sliding one (keys
+	// 4032..4095, which the next query, at 4096, still sees from 4033).
+	if want := int64(2*256+4*4) * 2 * 16 * 32 * 2; slid != want || full != int64(6*256)*2*16*32*2 {
+		t.Errorf("bf16 cache of 4096 tokens: %d bytes with windows (want %d), %d without", slid, want, full)
+	}
+}

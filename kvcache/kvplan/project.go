@@ -20,7 +20,8 @@ import (
 // with the data, and the entropy-coded kakeya-pc:ec and kvtc, whose code
 // streams vary with the data). It
 // projects long contexts without running the model: the count is
-// arithmetic over the block table.
+// arithmetic over the block table. A sliding layer (m.Windows) counts the
+// hot blocks its window still sees after decoding to tokens.
 func CacheBytes(p kvcache.Policy, m kvcache.Shape, bs, tokens int) (int64, error) {
 	switch {
 	case m.Layers <= 0 || m.KVHeads <= 0 || m.HeadDim <= 0:
@@ -51,6 +52,12 @@ func CacheBytes(p kvcache.Policy, m kvcache.Shape, bs, tokens int) (int64, error
 	old := p.EncodedBlocks(tokens, bs)
 	var total int64
 	for l := 0; l < m.Layers; l++ {
+		if l < len(m.Windows) && m.Windows[l] > 0 {
+			// A sliding layer: the hot blocks its window still sees
+			// after decoding to tokens (kvcache.Config.Windows).
+			total += int64(2*m.KVHeads) * int64(kvcache.SlidingBlocks(tokens, m.Windows[l], bs, 1)) * hot
+			continue
+		}
 		for h := 0; h < m.KVHeads; h++ {
 			for _, c := range [2]codec.Codec{p.KCodec(l, h), p.VCodec(l)} {
 				if c == nil || l >= len(p.Layers) {
@@ -97,11 +104,11 @@ func Project(p kvcache.Policy, m kvcache.Shape, bs int, tokens []int) ([]Project
 	return out, nil
 }
 
-// ProjectSpec builds the policy of s for a model of layers x kvHeads x
-// headDim and the calibration cal (NewPolicy, the context the longest of
-// tokens) and projects it at each of tokens (Project).
-func ProjectSpec(s kvconfig.Spec, layers, kvHeads, headDim int, cal *codec.Calibration, tokens []int) ([]Projection, error) {
-	m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: headDim}
+// ProjectSpec builds the policy of s for a model of shape m (its layers,
+// KV heads, head_dim and sliding windows) and the calibration cal
+// (NewPolicy, the context the longest of tokens) and projects it at each
+// of tokens (Project).
+func ProjectSpec(s kvconfig.Spec, m kvcache.Shape, cal *codec.Calibration, tokens []int) ([]Projection, error) {
 	for _, n := range tokens {
 		m.MaxContext = max(m.MaxContext, n)
 	}

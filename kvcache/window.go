@@ -1,0 +1,132 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/compute"
+)
+
+// Sliding-window layers (Gemma 2 and 3's local layers, Mistral's every
+// layer): a query at position q sees keys q-w+1..q, so once a layer holds
+// n tokens and is about to take more, no query from position n on sees a
+// block that ends before n-w+1. Append releases such blocks first (their
+// table entries become nil; attention never reads them, see
+// compute.AttentionParams.Window), so a sliding layer holds at most the
+// blocks of its window plus one Append's tokens (SlideChunk). Its blocks
+// are never encoded: their memory is bounded by the window, which is the
+// boundary rule's choice for them (kvplan keeps them hot).
+//
+// With a pool, a block the cache shares is released from the pool's block
+// only while the cache is its one reference; a block so thinned stays
+// registered, and AttachPrefix attaches a run only where every sliding
+// layer still holds the blocks the run's next query sees.
+
+// validateWindows checks Config.Windows and SlideChunk.
+func (c *Config) validateWindows() error {
+	if len(c.Windows) > c.Layers {
+		return fmt.Errorf("kvcache: windows for %d layers, the model has %d", len(c.Windows), c.Layers)
+	}
+	for l, w := range c.Windows {
+		if w < 0 {
+			return fmt.Errorf("kvcache: layer %d window %d, want >= 0", l, w)
+		}
+	}
+	if c.SlideChunk < 0 {
+		return fmt.Errorf("kvcache: SlideChunk = %d, want >= 0", c.SlideChunk)
+	}
+	return nil
+}
+
+// outOfWindow returns how many leading blocks of bs tokens no query at
+// position n or later sees through a window of w.
+func outOfWindow(n, w, bs int) int {
+	if w <= 0 || n+1-w <= 0 {
+		return 0
+	}
+	return (n + 1 - w) / bs
+}
+
+// slide releases the blocks of sliding layer li that no query from its
+// length on sees.
+func (c *Cache) slide(li int) {
+	l := &c.layers[li]
+	end := min(outOfWindow(l.n, l.window, c.cfg.BlockSize), len(l.blocks))
+	for ; l.nextOut < end; l.nextOut++ {
+		b := l.nextOut
+		shared := b < len(c.share.blocks) && c.share.blocks[b] != nil
+		if shared && !c.cfg.Pool.dropLayer(c.share.blocks[b], li) {
+			// Shared through the pool: thinned there while this cache is
+			// its only reference, else kept for the others.
+			continue
+		}
+		for j, pt := range l.blocks[b] {
+			if pt == nil {
+				continue // released by the cache that shared it
+			}
+			if !shared {
+				c.store.Release(pt)
+			}
+			if j%2 == 0 {
+				l.st.KHot -= c.hotBytes()
+			} else {
+				l.st.VHot -= c.hotBytes()
+			}
+		}
+		clear(l.blocks[b])
+	}
+}
+
+// dropLayer releases layer li's parts of b when one reference holds it,
+// reporting whether it did.
+func (p *Pool) dropLayer(b *poolBlock, li int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b.refs != 1 {
+		return false
+	}
+	for i, pt := range b.parts[li] {
+		if pt != nil {
+			p.release(pt)
+		}
+		b.parts[li][i] = nil
+	}
+	return true
+}
+
+// attachable returns how many of the first k blocks a cache may attach:
+// the most whose next query (at position k*bs) finds in every sliding
+// layer the blocks it sees, blocks a sharer may have released.
+func (c *Cache) attachable(blocks []*poolBlock) int {
+	bs := c.cfg.BlockSize
+	for k := len(blocks); k > 0; k-- {
+		ok := true
+		for li := range c.layers {
+			w := c.layers[li].window
+			for b := outOfWindow(k*bs, w, bs); ok && w > 0 && b < k; b++ {
+				ok = !hasNil(blocks[b].parts[li])
+			}
+		}
+		if ok {
+			return k
+		}
+	}
+	return 0
+}
+
+func hasNil(parts []compute.Part) bool {
+	for _, pt := range parts {
+		if pt == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// SlidingBlocks returns how many blocks of bs tokens a sliding layer of
+// window w holds after n tokens appended at most chunk at a time: those
+// from the first that the last Append's first query (at n-chunk or later)
+// still sees (after decoding, chunk 1).
+func SlidingBlocks(n, w, bs, chunk int) int {
+	all := (n + bs - 1) / bs
+	return all - min(all, outOfWindow(max(0, n-chunk), w, bs))
+}
