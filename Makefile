@@ -28,8 +28,8 @@ build:
 # kernel level below the CPU's best is rerun by TestKernelLevels), and the
 # packages with SIMD paths once more through their scalar fallbacks
 # (compute/cudabackend's tests run the same emulated kernels either way, so
-# once). The checks run as parallel jobs of one make (-j4, each one's output
-# printed whole when it ends), so that the cores stay busy while one of them
+# once). The checks run as parallel jobs of one make (TEST_JOBS, each one's
+# output printed whole when it ends), so that the cores stay busy while one of them
 # waits on a single-threaded step (clang, the race run, the last package).
 # For times, warm and cold (empty Go caches), see README.md.
 #
@@ -47,8 +47,12 @@ SCALAR_PKGS = $(sort $(dir $(shell grep -rl --include='*.go' 'goexperiment\.simd
 # nothing left to run beside them.
 SLOW_PKGS := ./compute/cudabackend/ ./cmd/kakeya-eval/ ./codec/ ./
 
+# TEST_JOBS is how many of test's checks run at once (1: one after another,
+# as before; fewer jobs load the machine less, for timing-sensitive tests
+# on a busy one).
+TEST_JOBS ?= 4
 test: gguf-py
-	@$(MAKE) --no-print-directory -j4 --output-sync=target fmt-check vet ptx-check gpu-bundle-check test-simd test-race test-scalar
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target fmt-check vet ptx-check gpu-bundle-check test-simd test-race test-scalar
 
 .PHONY: test-simd test-race test-scalar
 test-simd:
