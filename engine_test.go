@@ -267,3 +267,42 @@ func TestGenerationConfigEOS(t *testing.T) {
 		t.Errorf("eos %d in generation_config.json: %+v, %v; want a stop at eos before any token", first, res, err)
 	}
 }
+
+// GenerateIDs continues the ids PromptIDs returned exactly as Generate
+// continues the prompt, and rejects ids outside the vocabulary (and the
+// options Generate rejects) before running.
+func TestGenerateIDs(t *testing.T) {
+	e := loadStoriesEngine(t)
+	ctx := context.Background()
+	opt := GenerateOptions{MaxTokens: 12}
+	want, err := e.Generate(ctx, "Once upon a time", opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := e.PromptIDs("Once upon a time", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.GenerateIDs(ctx, ids, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Text != want.Text || got.PromptTokens != want.PromptTokens || got.GeneratedTokens != want.GeneratedTokens {
+		t.Errorf("GenerateIDs: %q (%d+%d tokens), Generate: %q (%d+%d)", got.Text, got.PromptTokens, got.GeneratedTokens, want.Text, want.PromptTokens, want.GeneratedTokens)
+	}
+	v := e.Model().Config().VocabSize
+	for _, tc := range []struct {
+		ids  []int
+		opt  GenerateOptions
+		want string
+	}{
+		{[]int{1, v}, opt, fmt.Sprintf("prompt token 1 is id %d, outside the vocabulary of %d", v, v)},
+		{[]int{-1}, opt, "prompt token 0 is id -1"},
+		{nil, opt, "empty prompt"},
+		{ids, GenerateOptions{MaxTokens: -1}, "max tokens -1"},
+	} {
+		if _, err := e.GenerateIDs(ctx, tc.ids, tc.opt, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("GenerateIDs(%v): %v, want an error saying %q", tc.ids, err, tc.want)
+		}
+	}
+}

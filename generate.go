@@ -156,15 +156,24 @@ func rate(n int, d time.Duration) float64 {
 	return float64(n) / d.Seconds()
 }
 
-// PromptIDs returns the token ids Generate would feed for prompt.
-func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
+// CheckPrompt makes the checks PromptIDs makes before tokenizing: the
+// options that shape the prompt, and the prompt's bytes, which alone may
+// be more tokens than a sequence holds (a *model.ContextError then). It
+// takes no memory: a server checks a prompt with it before it lets the
+// tokenizer's memory be spent on it.
+func (e *Engine) CheckPrompt(prompt string, opt GenerateOptions) error {
 	if err := e.model.CheckOpen(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := opt.checkPrompt(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := e.checkPromptBytes(prompt, opt); err != nil {
+	return e.checkPromptBytes(prompt, opt)
+}
+
+// PromptIDs returns the token ids Generate would feed for prompt.
+func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
+	if err := e.CheckPrompt(prompt, opt); err != nil {
 		return nil, err
 	}
 	if !opt.Chat {
@@ -272,6 +281,34 @@ func (e *Engine) Generate(ctx context.Context, prompt string, opt GenerateOption
 	return g.run(ctx)
 }
 
+// GenerateIDs is Generate for a prompt already tokenized: ids as PromptIDs
+// returned them under opt (a server tokenizes first to check the prompt's
+// length, and need not tokenize it again). Of the options that shape the
+// prompt only Chat counts, choosing the tokens that end the generation.
+// Ids outside the vocabulary are an error.
+func (e *Engine) GenerateIDs(ctx context.Context, ids []int, opt GenerateOptions, onText func(string) error) (*Result, error) {
+	if err := e.model.CheckOpen(); err != nil {
+		return nil, err
+	}
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	v := e.model.Config().VocabSize
+	for i, id := range ids {
+		if id < 0 || id >= v {
+			return nil, fmt.Errorf("kakeya: prompt token %d is id %d, outside the vocabulary of %d", i, id, v)
+		}
+	}
+	g, err := e.newGenerationIDs(ids, opt, onText)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return g.run(ctx)
+}
+
 // generation is one Generate call: what it was asked for, once checked,
 // and the state of its run.
 type generation struct {
@@ -300,11 +337,16 @@ func (e *Engine) newGeneration(prompt string, opt GenerateOptions, onText func(s
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	sampler, err := NewSampler(opt.Sampling)
+	ids, err := e.PromptIDs(prompt, opt)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := e.PromptIDs(prompt, opt)
+	return e.newGenerationIDs(ids, opt, onText)
+}
+
+// newGenerationIDs is newGeneration for the prompt's ids, opt validated.
+func (e *Engine) newGenerationIDs(ids []int, opt GenerateOptions, onText func(string) error) (*generation, error) {
+	sampler, err := NewSampler(opt.Sampling)
 	if err != nil {
 		return nil, err
 	}

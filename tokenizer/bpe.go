@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -162,15 +163,23 @@ func (m *bpeModel) encodeWord(dst []int, word string) []int {
 		sc = new(bpeScratch)
 	}
 	ids := m.merge(sc, word)
+	dst = slices.Grow(dst, len(ids))
 	for _, id := range ids {
 		dst = append(dst, int(id))
 	}
 	if len(word) <= maxCachedWord {
 		m.cache.put(word, ids)
 	}
-	m.scratch.Put(sc)
+	if len(word) <= maxPooledWord {
+		m.scratch.Put(sc)
+	}
 	return dst
 }
+
+// maxPooledWord bounds the words whose scratch goes back to the pool: a
+// huge word's (tens of bytes per byte) is left to the collector rather
+// than held for the next Encode.
+const maxPooledWord = 64 << 10
 
 // merge runs BPE on word and returns its ids in sc.ids.
 func (m *bpeModel) merge(sc *bpeScratch, word string) []int32 {
@@ -184,7 +193,10 @@ func (m *bpeModel) merge(sc *bpeScratch, word string) []int32 {
 			return append(sc.ids, int32(id))
 		}
 	}
-	syms := sc.syms[:0]
+	// Every byte is at most one symbol, and the heap starts with at most
+	// one pair per symbol: sized once, not grown by doubling, which for a
+	// long word cost a copy and twice the memory.
+	syms := slices.Grow(sc.syms[:0], len(word))
 	if m.byteLevel {
 		for i := 0; i < len(word); i++ {
 			syms = m.appendSymbol(syms, m.byteIDs[word[i]])
@@ -194,7 +206,7 @@ func (m *bpeModel) merge(sc *bpeScratch, word string) []int32 {
 	}
 	sc.syms = syms
 	if len(syms) > 1 {
-		sc.heap = sc.heap[:0]
+		sc.heap = slices.Grow(sc.heap[:0], len(syms))
 		for i := 0; i+1 < len(syms); i++ {
 			if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
 				sc.push(heapItem{mg.rank, int32(i), mg.id})

@@ -38,8 +38,12 @@ func TestSignalPhases(t *testing.T) {
 		wait string // stderr shows the phase has begun; "" waits 1.5 s
 	}{
 		{"ppl reading a FIFO", syscall.SIGINT, []string{"ppl", "--model", model, "--data", "FIFO"}, ""},
-		{"ppl evaluating", syscall.SIGTERM, []string{"ppl", "--model", model, "--data", stories, "--mode", "docs"}, "ppl "},
-		{"calibrate", syscall.SIGINT, []string{"calibrate", "--model", model, "--data", stories}, "calibrat"},
+		// Progress lines come at each tenth of the work (stderr is no
+		// terminal): a tenth of 400 documents, or of 40k tokens, is
+		// under a second, and nine tenths are left to interrupt (of the
+		// whole file, the first line took ten seconds of both cores).
+		{"ppl evaluating", syscall.SIGTERM, []string{"ppl", "--model", model, "--data", stories, "--mode", "docs", "--docs", "0:400"}, "ppl "},
+		{"calibrate", syscall.SIGINT, []string{"calibrate", "--model", model, "--data", stories, "--tokens", "40960"}, "calibrat"},
 		{"sensitivity", syscall.SIGTERM, []string{"sensitivity", "--model", model, "--data", stories, "--passages", "0", "--ctx", "256"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

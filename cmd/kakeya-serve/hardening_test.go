@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,4 +252,105 @@ func procStatusKB(t *testing.T, field string) int {
 	}
 	t.Fatalf("no %s in /proc/self/status", field)
 	return 0
+}
+
+// Requests are charged to --max-prompt-memory from before their bodies
+// are read until they end: while one holds 7 MiB of an 8 MiB limit (its
+// 3.5 MiB body arriving), another that needs 2 MiB to read gets 429 with
+// its body unread, and one that alone needs more than the limit to
+// tokenize gets 413. /metrics shows the charge, the limit and the
+// rejections, and the charge returns to 0.
+func TestPromptMemoryLimit(t *testing.T) {
+	s := startServer(t, "--max-prompt-memory", "8M")
+	if got := s.metric(t, "kakeya_prompt_memory_max_bytes"); got != 8<<20 {
+		t.Errorf("kakeya_prompt_memory_max_bytes %v, want %d", got, 8<<20)
+	}
+	const held = 3584 << 10 // 3.5 MiB, read at 2 bytes per byte
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(held)+"\r\n\r\n{\"prompt\": "); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.metric(t, "kakeya_prompt_memory_bytes") != 2*held {
+		if time.Now().After(deadline) {
+			t.Fatalf("kakeya_prompt_memory_bytes %v, want %d while the body arrives", s.metric(t, "kakeya_prompt_memory_bytes"), 2*held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	body := `{"prompt": "Once upon a time", "max_tokens": 2}` + strings.Repeat(" ", 1<<20)
+	code, b := s.post(t, "/v1/completions", body)
+	if _, _, _, ecode := checkError(t, b); code != http.StatusTooManyRequests || deref(ecode) != "prompt_memory_full" || !strings.Contains(string(b), "--max-prompt-memory") {
+		t.Errorf("a 1 MiB body while 7 of 8 MiB are held: status %d: %s; want 429 prompt_memory_full naming the flag", code, b)
+	}
+	c.Close() // the held body never comes: its request ends
+	for s.metric(t, "kakeya_prompt_memory_bytes") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("kakeya_prompt_memory_bytes %v after the requests ended, want 0", s.metric(t, "kakeya_prompt_memory_bytes"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// 1 MiB of body needs 64 MiB to tokenize: never within 8 MiB.
+	code, b = s.post(t, "/v1/completions", body)
+	if _, _, _, ecode := checkError(t, b); code != http.StatusRequestEntityTooLarge || deref(ecode) != "request_too_large" || !strings.Contains(string(b), "--max-prompt-memory") {
+		t.Errorf("a 1 MiB body with 8 MiB of prompt memory: status %d: %s; want 413 naming the flag", code, b)
+	}
+	if code, b := s.post(t, "/v1/completions", `{"prompt": "Once upon a time", "max_tokens": 2}`); code != 200 {
+		t.Errorf("a small request after: status %d: %s", code, b)
+	}
+	if got := s.metric(t, "kakeya_prompt_memory_rejected_total"); got != 2 {
+		t.Errorf("kakeya_prompt_memory_rejected_total %v, want 2", got)
+	}
+	if got := s.metric(t, "kakeya_prompt_memory_bytes"); got != 0 {
+		t.Errorf("kakeya_prompt_memory_bytes %v at the end, want 0", got)
+	}
+}
+
+// Six concurrent 760 KB one-word prompts, each within the context by its
+// bytes (so tokenized: 760k tokens, then a 400 context_length_exceeded),
+// raise the peak RSS by at most 200 MB: --max-prompt-memory 100M lets two
+// tokenize at once (48 MB each by the charge), the others get 429 (about
+// +85 to +115 MB here). Without the limit (1G), the six took +180 MB, and
+// +265 to +290 MB with the tokenizer's buffers grown by doubling.
+func TestPromptMemoryTokenizing(t *testing.T) {
+	if _, err := os.Stat("/proc/self/clear_refs"); err != nil {
+		t.Skip("no /proc/self/clear_refs to reset the peak RSS: Linux only")
+	}
+	s := startServer(t, "--max-body", "1M", "--max-prompt-memory", "100M")
+	body := `{"prompt": "` + strings.Repeat("a", 760<<10) + `", "max_tokens": 1}`
+	runtime.GC()
+	idle := procStatusKB(t, "VmRSS")
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil { // resets VmHWM
+		t.Skipf("cannot reset the peak RSS: %v", err)
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 6)
+	for i := range codes {
+		wg.Go(func() {
+			resp, err := http.Post(s.url+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+			_, _, _, ecode := checkError(t, b)
+			if !(resp.StatusCode == 400 && deref(ecode) == "context_length_exceeded" || resp.StatusCode == 429 && deref(ecode) == "prompt_memory_full") {
+				t.Errorf("request %d: status %d: %s; want 400 context_length_exceeded or 429 prompt_memory_full", i, resp.StatusCode, b)
+			}
+		})
+	}
+	wg.Wait()
+	peak := procStatusKB(t, "VmHWM")
+	t.Logf("statuses %v; RSS idle %d MB, peak %d MB", codes, idle>>10, peak>>10)
+	if !slices.Contains(codes, 400) {
+		t.Error("no prompt was tokenized")
+	}
+	if peak-idle > 200<<10 {
+		t.Errorf("6 concurrent 760 KB prompts raised the peak RSS by %d MB, over 200 MB", (peak-idle)>>10)
+	}
 }

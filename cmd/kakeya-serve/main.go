@@ -91,6 +91,7 @@ type options struct {
 	maxConns                    int
 	stepTokens                  int
 	kvMemory, maxBody           cli.ByteSize
+	promptMemory                cli.ByteSize
 	timeout, drain, readTimeout time.Duration
 	cache                       kvconfig.Spec
 	backend                     compute.Backend // from --device
@@ -115,6 +116,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.stepTokens, "step-tokens", 0, fmt.Sprintf("tokens of one batched step at most, decode tokens and prompt chunks together (0 = %d)", scheduler.DefaultStepTokens))
 	o.maxBody = 4 << 20
 	fs.Var(&o.maxBody, "max-body", "the largest request body, in bytes with an optional K, M or G (binary) suffix; larger gets 413")
+	fs.Var(&o.promptMemory, "max-prompt-memory", fmt.Sprintf("memory the prompts being read, tokenized, queued and run may take together, estimated from their bodies (%d bytes per byte while tokenized, then %d per byte and %d per token); past it a request gets 429, one that alone needs more 413 (0 = %d x --max-body)", tokenizeBytesPerByte, heldBytesPerByte, heldBytesPerToken, tokenizeBytesPerByte))
 	fs.DurationVar(&o.timeout, "request-timeout", 10*time.Minute, "time limit of one request, e.g. 90s (0 = none); past it the request ends with 504")
 	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "time to receive a request's headers, and again its body, e.g. 10s (0 = none); a body slower than that gets 408 and the connection closes")
 	fs.IntVar(&o.maxConns, "max-connections", 0, "HTTP connections open at once at most; one more is answered 503 and closed (0 = the file-descriptor limit less 64, at most 4096)")
@@ -154,6 +156,8 @@ func (o *options) check() error {
 		return fmt.Errorf("--max-running %d, --max-waiting %d and --step-tokens %d must be >= 0 (0 for the default)", o.maxRunning, o.maxWaiting, o.stepTokens)
 	case o.timeout < 0 || o.drain < 0 || o.readTimeout < 0:
 		return fmt.Errorf("--request-timeout %v, --read-timeout %v and --drain %v must be >= 0", o.timeout, o.readTimeout, o.drain)
+	case o.promptMemory < 0:
+		return fmt.Errorf("--max-prompt-memory %d must be >= 0 (0 for the default)", int64(o.promptMemory))
 	case o.maxConns < 0:
 		return fmt.Errorf("--max-connections %d must be >= 0 (0 for the default)", o.maxConns)
 	case o.logFormat != "text" && o.logFormat != "json":
@@ -213,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), timeout: o.timeout, readTimeout: o.readTimeout, log: log})
+	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), promptMemory: int64(o.promptMemory), timeout: o.timeout, readTimeout: o.readTimeout, log: log})
 	if o.maxConns == 0 {
 		o.maxConns = defaultMaxConnections()
 	}

@@ -33,7 +33,8 @@ type server struct {
 	readTimeout time.Duration
 	log         *slog.Logger
 	metrics     *metrics
-	created     int64 // Unix time the server started, /v1/models's created
+	prompts     *promptMemory // what the requests' prompts take, against --max-prompt-memory
+	created     int64         // Unix time the server started, /v1/models's created
 
 	eng      atomic.Pointer[kakeya.Engine]
 	draining atomic.Bool
@@ -44,6 +45,7 @@ type server struct {
 type serverConfig struct {
 	name, apiKey string
 	maxBody      int64
+	promptMemory int64 // --max-prompt-memory, 0 for its default
 	timeout      time.Duration
 	readTimeout  time.Duration
 	log          *slog.Logger
@@ -57,6 +59,10 @@ func newServer(cfg serverConfig) *server {
 		}
 		return scheduler.Stats{}, false
 	})
+	if cfg.promptMemory <= 0 {
+		cfg.promptMemory = defaultPromptMemory(cfg.maxBody)
+	}
+	s.prompts = newPromptMemory(cfg.promptMemory, s.metrics.reg)
 	return s
 }
 
@@ -129,7 +135,8 @@ type reqInfo struct {
 	id                string
 	prompt, generated int
 	ttft              time.Duration
-	status            int // overrides the written status: 499 when the client went away
+	status            int           // overrides the written status: 499 when the client went away
+	charge            *promptCharge // the body's share of the prompt memory, released as the request ends
 }
 
 type reqInfoKey struct{}
@@ -157,6 +164,7 @@ func (s *server) logged(endpoint string, h http.Handler) http.Handler {
 		ri := &reqInfo{}
 		sw := &statusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri)))
+		ri.charge.release()
 		status := sw.status
 		if status == 0 {
 			status = http.StatusOK
@@ -238,8 +246,28 @@ func (s *server) ready() (*kakeya.Engine, *apiError) {
 // s.readTimeout that logged set (a client sending it slower gets 408, and
 // its connection closes); the deadline is lifted once the body is in, for
 // the response may take longer.
+//
+// Before it reads, the body is charged to the prompt memory (by its
+// Content-Length, or --max-body when the length is not given): a request
+// that does not fit is answered 429 (413 when it never could) with its
+// body unread. The charge, info(r).charge, lasts until the request ends:
+// tokenize raises it to tokenize the prompt, and lowers it after.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	size := s.maxBody
+	if r.ContentLength >= 0 {
+		if r.ContentLength > s.maxBody {
+			return nil, bodyTooLarge(s.maxBody)
+		}
+		size = r.ContentLength
+	}
+	charge, aerr := s.prompts.charge(size)
+	if aerr != nil {
+		w.Header().Set("Connection", "close") // the body is left unread
+		return nil, aerr
+	}
+	info(r).charge = charge
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	charge.resize(int64(len(b)) * readBytesPerByte)
 	if s.readTimeout > 0 && err == nil {
 		http.NewResponseController(w).SetReadDeadline(time.Time{})
 	}
@@ -250,11 +278,16 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			return nil, &apiError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit), typ: "invalid_request_error", code: "request_too_large"}
+			return nil, bodyTooLarge(mb.Limit)
 		}
 		return nil, badRequest("", "reading the request body: %v", err)
 	}
 	return b, nil
+}
+
+// bodyTooLarge is the 413 of a body over --max-body.
+func bodyTooLarge(limit int64) *apiError {
+	return &apiError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("the request body is over the limit of %d bytes", limit), typ: "invalid_request_error", code: "request_too_large"}
 }
 
 // checkModel answers a request for another model than the served one with
@@ -324,11 +357,25 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if chat {
 		opt.Chat, opt.Messages, opt.ChatTemplateKwargs, prompt = true, req.messages, req.chatKwargs, ""
 	}
-	ids, err := eng.PromptIDs(prompt, opt)
+	// What cannot fit the context is turned away on its bytes, before
+	// the prompt memory is asked for the tokenizer's share.
+	err := eng.CheckPrompt(prompt, opt)
+	if err == nil {
+		if aerr := info(r).charge.grow(int64(len(body)), tokenizeBytesPerByte); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+	}
+	var ids []int
+	if err == nil {
+		ids, err = eng.PromptIDs(prompt, opt)
+	}
 	if err != nil {
 		writeError(w, s.publicError(r, eng, generateError(err, false)))
 		return
 	}
+	// Tokenized: the request keeps its text and ids until it ends.
+	info(r).charge.resize(int64(len(body))*heldBytesPerByte + int64(len(ids))*heldBytesPerToken)
 	if aerr := checkLength(len(ids), req.maxTokens, eng.MaxTokens(), chat); aerr != nil {
 		writeError(w, aerr)
 		return
@@ -354,10 +401,10 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		if req.logprobs {
 			opt.OnToken = sse.token
 		}
-		res, err = eng.Generate(ctx, prompt, opt, sse.text)
+		res, err = eng.GenerateIDs(ctx, ids, opt, sse.text)
 		s.finishStream(r, eng, sse, req, res, err)
 	} else {
-		res, err = eng.Generate(ctx, prompt, opt, nil)
+		res, err = eng.GenerateIDs(ctx, ids, opt, nil)
 		switch {
 		case err == nil:
 			writeJSON(w, http.StatusOK, out.whole(res))
@@ -792,11 +839,18 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("messages", "send prompt or messages, not both"))
 		return
 	case req.Prompt != nil:
+		if aerr := info(r).charge.grow(int64(len(*req.Prompt)), tokenizeBytesPerByte); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
 		ids = eng.Tokenizer().Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	case req.Messages != nil:
 		msgs, aerr := decodeMessages(req.Messages)
 		if aerr == nil && len(msgs) == 0 {
 			aerr = badRequest("messages", "messages must hold at least one message")
+		}
+		if aerr == nil {
+			aerr = info(r).charge.grow(int64(len(req.Messages)), tokenizeBytesPerByte)
 		}
 		if aerr != nil {
 			writeError(w, aerr)

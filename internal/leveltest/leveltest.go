@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,6 +23,15 @@ const EnvExec = "KAKEYA_TEST_EXEC"
 // marker starts the line a child logs to show the level it ran at.
 const marker = "leveltest: kernel level "
 
+// An Option narrows the levels Rerun covers.
+type Option int
+
+// NoMatMul says the package's code never multiplies through kernels/cpu's
+// MatMul: a level that differs from the one in force only there
+// (kcpu.MatMulOnly: avx512 below avx512bf16) would rerun the same code,
+// and is left out.
+const NoMatMul Option = 1
+
 // Rerun runs the tests of this test binary that match the regular
 // expression pattern once per kernel level below the best of kcpu.Levels,
 // each in a child process with $KAKEYA_CPU naming the level, and fails t,
@@ -29,16 +39,23 @@ const marker = "leveltest: kernel level "
 // its level. In a child (where $KAKEYA_CPU is set) it logs the level in
 // force and returns: the parent covers the levels. A test a child skips
 // (the shared data set missing where that is allowed) is logged.
-func Rerun(t *testing.T, pattern string) {
+func Rerun(t *testing.T, pattern string, opts ...Option) {
 	t.Helper()
 	if v := os.Getenv(kcpu.EnvCPU); v != "" {
 		t.Logf("%s%s (%s=%s)", marker, kcpu.Level(), kcpu.EnvCPU, v)
 		return
 	}
-	levels := kcpu.Levels()
-	t.Logf("this process runs %s; rerunning at %v", kcpu.Level(), levels[:len(levels)-1])
+	all := kcpu.Levels()
+	levels := all[:len(all)-1]
+	if slices.Contains(opts, NoMatMul) {
+		if same := kcpu.MatMulOnly(kcpu.Level()); same != "" {
+			levels = slices.DeleteFunc(slices.Clone(levels), func(l string) bool { return l == same })
+			t.Logf("%s differs from %s only in MatMul, which this package does not use: not rerun", same, kcpu.Level())
+		}
+	}
+	t.Logf("this process runs %s; rerunning at %v", kcpu.Level(), levels)
 	run := "^" + t.Name() + "$|" + pattern
-	for _, level := range levels[:len(levels)-1] {
+	for _, level := range levels {
 		t.Run(level, func(t *testing.T) {
 			ctx := context.Background()
 			if d, ok := t.Deadline(); ok {

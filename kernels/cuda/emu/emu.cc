@@ -34,7 +34,10 @@ const size_t stackSize = 64 << 10;
 // A context switch saves the callee-saved registers and the SSE and x87
 // control words on the old stack and restores them from the new one: a
 // few nanoseconds, where swapcontext makes a system call for the signal
-// mask (about 12 times slower on the kernels' tests). The symbol is local
+// mask (about 12 times slower on the kernels' tests). The control words
+// are loaded only when they differ from the ones in effect: ldmxcsr and
+// fldcw stall the pipeline, and were most of a switch's time, while no
+// fiber changes them. The symbol is local
 // to this object, so each emulator has its own. Other architectures take
 // ucontext, and so does x86-64 with -DKK_EMU_UCONTEXT in CGO_CXXFLAGS,
 // which is how that path is tested.
@@ -53,10 +56,18 @@ kk_emu_fiber_switch:
 	subq $8, %rsp
 	stmxcsr (%rsp)
 	fnstcw 4(%rsp)
+	movl (%rsp), %eax
+	movzwl 4(%rsp), %edx
 	movq %rsp, (%rdi)
 	movq %rsi, %rsp
+	cmpl (%rsp), %eax
+	je 1f
 	ldmxcsr (%rsp)
+1:
+	cmpw 4(%rsp), %dx
+	je 2f
 	fldcw 4(%rsp)
+2:
 	addq $8, %rsp
 	popq %r15
 	popq %r14
@@ -209,6 +220,10 @@ struct Block {
 	const unsigned char *args;
 	std::vector<Fiber> th;
 	std::vector<int> runnable;
+	// Per warp, the lanes at a warp collective and the lanes that
+	// exited: a lane arriving at a collective finds whether it is the
+	// last of its mask in a few instructions, not a walk of the warp.
+	std::vector<uint32_t> atWarpLanes, doneLanes;
 	int n, ndone, nbarrier;
 	uint64_t rng;
 	Context sched;
@@ -233,8 +248,35 @@ std::string format(const char *f, ...) {
 
 Fiber *self() { return static_cast<Fiber *>(cur); }
 
-// yield returns to the scheduler; the fiber resumes when made runnable.
-void yield(Fiber *t) { swap(&t->ctx, &t->b->sched); }
+// pick draws the next thread to run from the runnable ones, nullptr when
+// there is none or the block failed.
+Fiber *pick(Block *b) {
+	if (b->runnable.empty() || !b->err.empty())
+		return nullptr;
+	size_t k = splitmix(&b->rng) % b->runnable.size();
+	int i = b->runnable[k];
+	b->runnable[k] = b->runnable.back();
+	b->runnable.pop_back();
+	return &b->th[i];
+}
+
+// yield lets the next thread run, drawn as the scheduler draws it, by
+// switching to it directly (half the switches of a return to the
+// scheduler, which then switched to it: most of the emulator's time); it
+// returns to the scheduler when no thread may run. The fiber resumes when
+// made runnable and drawn.
+void yield(Fiber *t) {
+	Block *b = t->b;
+	Fiber *n = pick(b);
+	if (n == t)
+		return;
+	if (!n) {
+		swap(&t->ctx, &b->sched);
+		return;
+	}
+	cur = n;
+	swap(&t->ctx, &n->ctx);
+}
 
 // fail records the block's first error and leaves the fiber for good.
 [[noreturn]] void fail(Fiber *t, const std::string &msg) {
@@ -248,6 +290,7 @@ void yield(Fiber *t) { swap(&t->ctx, &t->b->sched); }
 }
 
 void wake(Fiber *t) {
+	t->b->atWarpLanes[t->warp] &= ~(1u << t->lane);
 	t->state = ready;
 	t->b->runnable.push_back(t->linear);
 }
@@ -354,16 +397,17 @@ uint32_t collective(Op op, unsigned mask, uint32_t v, int arg, int width, const 
 	t->val = v;
 	t->arg = arg;
 	t->width = width;
+	b->atWarpLanes[t->warp] |= 1u << t->lane;
 	Fiber *w = &b->th[t->warp * 32];
-	for (int l = 0; l < 32; l++) {
-		if (!(mask >> l & 1))
-			continue;
-		if (w[l].state == done)
+	// The first lane of mask not at a collective: an exited one is an
+	// error, another means not all are there yet (the last to arrive
+	// completes the operation).
+	if (unsigned pending = mask & ~b->atWarpLanes[t->warp]) {
+		int l = __builtin_ctz(pending);
+		if (b->doneLanes[t->warp] >> l & 1)
 			fail(t, format("%s waits for lane %d, which exited", what, l));
-		if (w[l].state != atWarp) {
-			yield(t); // not all there yet: the last to arrive completes
-			return t->result;
-		}
+		yield(t);
+		return t->result;
 	}
 	for (int l = 0; l < 32; l++) {
 		if (!(mask >> l & 1))
@@ -424,6 +468,7 @@ void body() {
 	t->b->k->run(t->b->args);
 	Block *b = t->b;
 	t->state = done;
+	b->doneLanes[t->warp] |= 1u << t->lane;
 	b->ndone++;
 	Fiber *w = &b->th[t->warp * 32];
 	for (int l = 0; l < 32 && t->warp * 32 + l < b->n; l++)
@@ -469,6 +514,8 @@ struct Stacks {
 bool runBlock(Block *b, Stacks *st) {
 	b->ndone = b->nbarrier = 0;
 	b->runnable.clear();
+	b->atWarpLanes.assign((b->n + 31) / 32, 0);
+	b->doneLanes.assign((b->n + 31) / 32, 0);
 	for (int i = 0; i < b->n; i++) {
 		Fiber &t = b->th[i];
 		t.idx = {(unsigned)i % b->d.bdim.x, (unsigned)i / b->d.bdim.x % b->d.bdim.y,
@@ -484,13 +531,11 @@ bool runBlock(Block *b, Stacks *st) {
 		start(&t.ctx, st->stack(i), stackSize, body);
 		b->runnable.push_back(i);
 	}
-	while (!b->runnable.empty() && b->err.empty()) {
-		size_t k = splitmix(&b->rng) % b->runnable.size();
-		int i = b->runnable[k];
-		b->runnable[k] = b->runnable.back();
-		b->runnable.pop_back();
-		cur = &b->th[i];
-		swap(&b->sched, &b->th[i].ctx);
+	// The threads switch among themselves (yield) and come back here
+	// when none may run.
+	while (Fiber *n = pick(b)) {
+		cur = n;
+		swap(&b->sched, &n->ctx);
 	}
 	cur = nullptr;
 	if (!b->err.empty())
