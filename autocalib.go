@@ -98,6 +98,7 @@ type autoCalibration struct {
 	cacheDir  string // "" for Options' default
 	threads   int
 	log       *slog.Logger
+	progress  func(calibrate.Progress) // nil for none
 }
 
 // run returns the calibration and where it came from.
@@ -137,6 +138,7 @@ func (a autoCalibration) run(ctx context.Context) (*codec.Calibration, Calibrati
 	ids := a.tok.Encode(text, false)
 	cal, err := calibrate.Run(ctx, a.modelDir, ids, calibrate.Options{
 		MaxTokens: a.tokens, RopeAveraged: true, PCA: true, BlockSize: a.blockSize, Threads: a.threads,
+		Progress: a.progress,
 	})
 	if err != nil {
 		return nil, info, fmt.Errorf("kakeya: automatic calibration on %d tokens of the built-in text: %w", a.tokens, err)

@@ -86,6 +86,7 @@ type options struct {
 	device, matmul, calib       string
 	calibCache                  string
 	logFormat                   string
+	strictParams                bool
 	threads, maxContext         int
 	maxRunning, maxWaiting      int
 	maxConns                    int
@@ -120,6 +121,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxConns, "max-connections", 0, "HTTP connections open at once at most; one more is answered 503 and closed (0 = the file-descriptor limit less 64, at most 4096)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long requests in flight may run before they are cancelled")
 	fs.StringVar(&o.logFormat, "log-format", "text", "request log on stderr: text or json (log/slog)")
+	fs.BoolVar(&o.strictParams, "strict-params", false, "answer a request field this server does not implement with a 400 unless it holds its neutral value (default: unknown fields, such as store or a message's name, are ignored and logged once each; fields that change the output, such as tools, are refused either way)")
 	kvflags.Register(fs, &o.cache)
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
 		fmt.Fprintln(w, "usage: kakeya-serve --model DIR|HF_ID|FILE.gguf [--addr HOST:PORT] [flags]\n\nServes the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models),\n/health, /tokenize, /detokenize and /metrics.\n\nflags:")
@@ -213,7 +215,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), timeout: o.timeout, readTimeout: o.readTimeout, log: log})
+	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), timeout: o.timeout, readTimeout: o.readTimeout, log: log, strictParams: o.strictParams})
 	if o.maxConns == 0 {
 		o.maxConns = defaultMaxConnections()
 	}
@@ -239,7 +241,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	var eng *kakeya.Engine
 	go func() {
 		start := time.Now()
-		e, err := kakeya.Load(loadCtx, o.model, o.engineOptions(hub, log))
+		eo := o.engineOptions(hub, log)
+		eo.CalibrationProgress = s.calibrationProgress
+		e, err := kakeya.Load(loadCtx, o.model, eo)
 		if err == nil {
 			if w := e.CacheSettings().Warning; w != nil {
 				log.Warn("KV cache: " + kvflags.Error(w).Error())

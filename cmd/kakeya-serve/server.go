@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/scheduler"
 )
@@ -34,8 +35,12 @@ type server struct {
 	log         *slog.Logger
 	metrics     *metrics
 	created     int64 // Unix time the server started, /v1/models's created
+	// strictParams refuses the fields it does not implement (see params).
+	strictParams bool
+	ignored      fieldLog // the ignored fields logged
 
 	eng      atomic.Pointer[kakeya.Engine]
+	calib    atomic.Pointer[calibrate.Progress] // of the calibration Load runs, nil before any
 	draining atomic.Bool
 	aborting atomic.Bool // the drain's grace ran out: requests are being cancelled
 }
@@ -47,11 +52,13 @@ type serverConfig struct {
 	timeout      time.Duration
 	readTimeout  time.Duration
 	log          *slog.Logger
+	strictParams bool // --strict-params
 }
 
 func newServer(cfg serverConfig) *server {
-	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix()}
-	s.metrics = newMetrics(func() (scheduler.Stats, bool) {
+	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix(),
+		strictParams: cfg.strictParams}
+	s.metrics = newMetrics(cfg.name, func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
 			return e.Stats(), true
 		}
@@ -307,7 +314,9 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !ok {
 		return
 	}
-	req, aerr := decodeRequest(body, chat)
+	p := &params{strict: s.strictParams}
+	req, aerr := decodeRequest(body, chat, p)
+	s.ignored.note(s.log, r.URL.Path, p.ignored)
 	if aerr == nil {
 		aerr = s.checkModel(req.model)
 	}
@@ -723,19 +732,6 @@ func (s *server) models(w http.ResponseWriter, r *http.Request) {
 	}{"list", []entry{{s.name, "model", s.created, "kakeya", eng.MaxTokens()}}})
 }
 
-// health serves /health: 200 when the model is loaded and the server
-// takes requests, 503 while it loads or drains.
-func (s *server) health(w http.ResponseWriter, r *http.Request) {
-	status, code := "ok", http.StatusOK
-	switch {
-	case s.draining.Load():
-		status, code = "draining", http.StatusServiceUnavailable
-	case s.eng.Load() == nil:
-		status, code = "loading", http.StatusServiceUnavailable
-	}
-	writeJSON(w, code, map[string]string{"status": status})
-}
-
 // decodeStrict decodes body into v, rejecting unknown fields.
 func decodeStrict(body []byte, v any) *apiError {
 	d := json.NewDecoder(bytes.NewReader(body))
@@ -794,7 +790,9 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 	case req.Prompt != nil:
 		ids = eng.Tokenizer().Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	case req.Messages != nil:
-		msgs, aerr := decodeMessages(req.Messages)
+		p := &params{strict: s.strictParams}
+		msgs, aerr := decodeMessages(req.Messages, p)
+		s.ignored.note(s.log, r.URL.Path, p.ignored)
 		if aerr == nil && len(msgs) == 0 {
 			aerr = badRequest("messages", "messages must hold at least one message")
 		}
