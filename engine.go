@@ -71,9 +71,10 @@ type Options struct {
 	// 0 means DefaultCalibrationTokens.
 	CalibrationTokens int
 	// CalibrationProgress, if set, is told how far an automatic
-	// calibration that runs (not one read from the cache) has got: once
-	// before its first window and after each (see calibrate.Options).
-	CalibrationProgress func(calibrate.Progress)
+	// calibration that runs (not one read from the cache) has got, in
+	// tokens of its text run and in all: once before its first window
+	// (done 0) and after each window, the last with done == total.
+	CalibrationProgress func(done, total int)
 	// Log receives the automatic calibration's lines (Info: calibrated, in
 	// how long, to which file; Warn: a cache file replaced or not
 	// written); nil means slog.Default().

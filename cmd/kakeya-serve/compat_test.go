@@ -10,8 +10,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/kakeya-ai/kakeya/calibrate"
 )
 
 // Fields this server does not implement: unknown and neutral ones are
@@ -147,12 +145,12 @@ func TestHealthReasons(t *testing.T) {
 		return b
 	}
 	check("loading", 503, "loading", "loading")
-	s.calibrationProgress(calibrate.Progress{Windows: 1, TotalWindows: 4, Tokens: 1024, TotalTokens: 4096})
+	s.calibrationProgress(1024, 4096)
 	b := check("calibrating", 503, "calibrating", "1024 of 4096 tokens")
 	if b.Progress == nil || *b.Progress != 0.25 || b.Tokens != 1024 || b.TotalTokens != 4096 {
 		t.Errorf("calibrating: progress %v, tokens %d of %d, want 0.25, 1024 of 4096", b.Progress, b.Tokens, b.TotalTokens)
 	}
-	s.calibrationProgress(calibrate.Progress{Windows: 4, TotalWindows: 4, Tokens: 4096, TotalTokens: 4096})
+	s.calibrationProgress(4096, 4096)
 	check("calibrated, still loading", 503, "loading", "loading")
 	s.setEngine(reference(t))
 	if b := check("ready", 200, "ok", ""); b.Reason != "" || b.Progress != nil {

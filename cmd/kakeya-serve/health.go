@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-
-	"github.com/kakeya-ai/kakeya/calibrate"
 )
 
 // healthBody is /health's answer: status ok, loading, calibrating or
@@ -29,10 +27,10 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	case s.draining.Load():
 		b, code = healthBody{Status: "draining", Reason: "the server is shutting down: the requests in flight finish (for up to --drain), new ones are refused"}, http.StatusServiceUnavailable
 	case s.eng.Load() != nil:
-	case p != nil && p.Windows < p.TotalWindows && p.TotalTokens > 0:
-		f := float64(p.Tokens) / float64(p.TotalTokens)
-		b = healthBody{Status: "calibrating", Progress: &f, Tokens: p.Tokens, TotalTokens: p.TotalTokens,
-			Reason: fmt.Sprintf("the model is loaded; the KV cache is being calibrated on the built-in text (once per model, then read from --calib-cache): %d of %d tokens", p.Tokens, p.TotalTokens)}
+	case p != nil && p[0] < p[1]:
+		f := float64(p[0]) / float64(p[1])
+		b = healthBody{Status: "calibrating", Progress: &f, Tokens: p[0], TotalTokens: p[1],
+			Reason: fmt.Sprintf("the model is loaded; the KV cache is being calibrated on the built-in text (once per model, then read from --calib-cache): %d of %d tokens", p[0], p[1])}
 		code = http.StatusServiceUnavailable
 	default:
 		b, code = healthBody{Status: "loading", Reason: "the model is loading"}, http.StatusServiceUnavailable
@@ -41,4 +39,4 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // calibrationProgress is Load's CalibrationProgress: /health reports it.
-func (s *server) calibrationProgress(p calibrate.Progress) { s.calib.Store(&p) }
+func (s *server) calibrationProgress(done, total int) { s.calib.Store(&[2]int{done, total}) }

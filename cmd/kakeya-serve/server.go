@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/kakeya-ai/kakeya"
-	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/scheduler"
 )
@@ -40,7 +39,7 @@ type server struct {
 	ignored      fieldLog // the ignored fields logged
 
 	eng      atomic.Pointer[kakeya.Engine]
-	calib    atomic.Pointer[calibrate.Progress] // of the calibration Load runs, nil before any
+	calib    atomic.Pointer[[2]int] // tokens done and in all of the calibration Load runs, nil before any
 	draining atomic.Bool
 	aborting atomic.Bool // the drain's grace ran out: requests are being cancelled
 }
