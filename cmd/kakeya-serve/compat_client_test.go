@@ -42,3 +42,36 @@ func TestOpenAIClientNeutralFields(t *testing.T) {
 		t.Errorf("usage %+v, want %d prompt tokens", got.Usage, want.PromptTokens)
 	}
 }
+
+// The official client's embeddings, floats, are the reference engine's
+// vectors (last-token pooling, unit length), with the tokens counted.
+func TestOpenAIClientEmbeddings(t *testing.T) {
+	ref := reference(t)
+	s := startServer(t)
+	texts := []string{"The capital of France is Paris.", "Once upon a time"}
+	want, tokens, err := ref.Embed(context.Background(), texts, kakeya.EmbedOptions{Normalize: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.client()
+	got, err := c.Embeddings.New(context.Background(), openai.EmbeddingNewParams{
+		Model: "ref",
+		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Data) != len(texts) || got.Usage.PromptTokens != int64(tokens[0]+tokens[1]) || got.Model != "ref" {
+		t.Fatalf("%d vectors, usage %+v, model %q", len(got.Data), got.Usage, got.Model)
+	}
+	for i, d := range got.Data {
+		if d.Index != int64(i) || len(d.Embedding) != len(want[i]) {
+			t.Fatalf("data[%d]: index %d, %d values, want %d", i, d.Index, len(d.Embedding), len(want[i]))
+		}
+		for j, v := range d.Embedding {
+			if float32(v) != want[i][j] {
+				t.Fatalf("data[%d][%d] = %g, Engine.Embed %g", i, j, v, want[i][j])
+			}
+		}
+	}
+}

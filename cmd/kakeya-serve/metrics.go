@@ -89,6 +89,12 @@ func (m *metrics) observe(res *kakeya.Result) {
 	}
 }
 
+// observeEmbed records an embeddings request's prompt tokens.
+func (m *metrics) observeEmbed(tokens int) {
+	m.promptTokens.Add(float64(tokens))
+	m.vllm.prompt.Add(float64(tokens))
+}
+
 // ratio returns the compression ratio the requests ended so far achieved:
 // the bytes a bf16 cache of their tokens would take over those their
 // caches took, 0 before any.

@@ -37,6 +37,8 @@ type server struct {
 	// strictParams refuses the fields it does not implement (see params).
 	strictParams bool
 	ignored      fieldLog // the ignored fields logged
+	pooling      kakeya.Pooling
+	embedSlot    chan struct{} // held by the /v1/embeddings request running
 
 	eng      atomic.Pointer[kakeya.Engine]
 	calib    atomic.Pointer[[2]int] // tokens done and in all of the calibration Load runs, nil before any
@@ -51,12 +53,13 @@ type serverConfig struct {
 	timeout      time.Duration
 	readTimeout  time.Duration
 	log          *slog.Logger
-	strictParams bool // --strict-params
+	strictParams bool           // --strict-params
+	pooling      kakeya.Pooling // --pooling
 }
 
 func newServer(cfg serverConfig) *server {
 	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix(),
-		strictParams: cfg.strictParams}
+		strictParams: cfg.strictParams, pooling: cfg.pooling, embedSlot: make(chan struct{}, 1)}
 	s.metrics = newMetrics(cfg.name, func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
 			return e.Stats(), true
@@ -78,6 +81,7 @@ func (s *server) handler() http.Handler {
 	}
 	api("/v1/chat/completions", http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
 	api("/v1/completions", http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	api("/v1/embeddings", http.MethodPost, s.embeddings)
 	api("/v1/models", http.MethodGet, s.models)
 	api("/tokenize", http.MethodPost, s.tokenize)
 	api("/detokenize", http.MethodPost, s.detokenize)
