@@ -60,9 +60,10 @@ type EmbedOptions struct {
 // inputs or as features, less well than a trained embedding model's
 // (load one of those, a decoder such as Qwen3-Embedding, to serve those).
 //
-// The texts run one after another, each through a sequence of its own
-// outside the scheduler's batches; cancelling ctx stops the work between
-// chunks of a text. A text that is empty (no tokens) or longer than the
+// The texts run in batched steps of their own, outside the scheduler's:
+// each step packs up to a prefill chunk of tokens from the texts in turn
+// (a long text split across steps), every matrix product running once
+// over them all; cancelling ctx stops the work between steps. A text that is empty (no tokens) or longer than the
 // context is an error naming its index.
 func (e *Engine) Embed(ctx context.Context, texts []string, opt EmbedOptions) (vecs [][]float32, tokens []int, err error) {
 	if opt.Pooling != PoolLast && opt.Pooling != PoolMean {
@@ -80,47 +81,82 @@ func (e *Engine) Embed(ctx context.Context, texts []string, opt EmbedOptions) (v
 			return nil, nil, fmt.Errorf("kakeya: text %d: %w", i, &model.ContextError{Tokens: n, Context: e.model.MaxContext(), Limit: e.model.ContextLimit()})
 		}
 	}
-	seq, err := e.model.NewSequenceOpts(e.seq)
+	bt, err := e.model.NewBatch(prefillChunk)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer seq.Close()
 	h := e.model.Config().HiddenSize
 	vecs, tokens = make([][]float32, len(texts)), make([]int, len(texts))
-	sum := make([]float64, h)
-	for i, text := range ids {
-		seq.Reset()
-		clear(sum)
-		for c := 0; c < len(text); c += prefillChunk {
-			if err := ctx.Err(); err != nil {
-				return nil, nil, err
+	sums := make([][]float64, len(texts))       // of the texts started, until pooled
+	seqs := make([]*model.Sequence, len(texts)) // likewise
+	var free []*model.Sequence                  // reset, for the next texts
+	defer func() {
+		for _, s := range append(free, seqs...) {
+			if s != nil {
+				s.Close()
 			}
-			chunk := text[c:min(len(text), c+prefillChunk)]
-			rows, err := seq.Hidden(chunk)
-			if err != nil {
-				return nil, nil, fmt.Errorf("kakeya: text %d: %w", i, err)
+		}
+	}()
+	// Steps of up to prefillChunk tokens, packed with the texts in order
+	// (a long one split across steps), each text in a sequence of its own:
+	// every matrix product of a step runs once over all its texts.
+	var items []model.BatchItem
+	var owners []int
+	next, pos := 0, 0 // the next text to feed, and its tokens fed
+	for next < len(ids) {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		items, owners = items[:0], owners[:0]
+		for room := prefillChunk; room > 0 && next < len(ids); {
+			if seqs[next] == nil {
+				if len(free) > 0 {
+					seqs[next], free = free[len(free)-1], free[:len(free)-1]
+				} else if seqs[next], err = e.model.NewSequenceOpts(e.seq); err != nil {
+					return nil, nil, err
+				}
+				sums[next] = make([]float64, h)
 			}
+			n := min(room, len(ids[next])-pos)
+			items = append(items, model.BatchItem{Seq: seqs[next], IDs: ids[next][pos : pos+n], Hidden: true})
+			owners = append(owners, next)
+			room, pos = room-n, pos+n
+			if pos == len(ids[next]) {
+				next, pos = next+1, 0
+			}
+		}
+		if err := bt.Forward(items); err != nil {
+			return nil, nil, fmt.Errorf("kakeya: embedding: %w", err)
+		}
+		for k, it := range items {
+			i, sum := owners[k], sums[owners[k]]
+			done := seqs[i].Len() == len(ids[i])
 			switch opt.Pooling {
 			case PoolMean:
-				for r := range chunk {
-					for j, v := range rows[r*h : (r+1)*h] {
+				for r := range it.IDs {
+					for j, v := range it.States[r*h : (r+1)*h] {
 						sum[j] += float64(v)
 					}
 				}
 			case PoolLast:
-				if c+len(chunk) == len(text) {
-					for j, v := range rows[(len(chunk)-1)*h:] {
+				if done {
+					for j, v := range it.States[(len(it.IDs)-1)*h:] {
 						sum[j] = float64(v)
 					}
 				}
 			}
-		}
-		if opt.Pooling == PoolMean {
-			for j := range sum {
-				sum[j] /= float64(len(text))
+			if !done {
+				continue
 			}
+			if opt.Pooling == PoolMean {
+				for j := range sum {
+					sum[j] /= float64(len(ids[i]))
+				}
+			}
+			vecs[i], tokens[i] = pooled(sum, opt.Normalize), len(ids[i])
+			seqs[i].Reset()
+			free, seqs[i], sums[i] = append(free, seqs[i]), nil, nil
 		}
-		vecs[i], tokens[i] = pooled(sum, opt.Normalize), len(text)
 	}
 	return vecs, tokens, nil
 }
