@@ -71,6 +71,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"prompt": "hi", "logprobs": 3, "top_logprobs": 1}`,
 		`{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 25}`,
 		`{"messages": null}`,
+		`{"messages": [{"role": "user", "content": "hi", "name": "a", "tool_calls": []}], "store": false, "tools": [], "tool_choice": "none", "x": 1}`,
 		`[]`, `null`, `{`, `"x"`, `{"prompt": {"a": 1}}`,
 	} {
 		for _, chat := range []bool{false, true} {
