@@ -223,7 +223,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), timeout: o.timeout, readTimeout: o.readTimeout, log: log, strictParams: o.strictParams, pooling: pooling})
+	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), timeout: o.timeout, readTimeout: o.readTimeout, log: log})
+	s.strictParams, s.pooling = o.strictParams, pooling
 	if o.maxConns == 0 {
 		o.maxConns = defaultMaxConnections()
 	}

@@ -34,16 +34,18 @@ type server struct {
 	log         *slog.Logger
 	metrics     *metrics
 	created     int64 // Unix time the server started, /v1/models's created
-	// strictParams refuses the fields it does not implement (see params).
-	strictParams bool
-	ignored      fieldLog // the ignored fields logged
-	pooling      kakeya.Pooling
-	embedSlot    chan struct{} // held by the /v1/embeddings request running
 
 	eng      atomic.Pointer[kakeya.Engine]
 	calib    atomic.Pointer[[2]int] // tokens done and in all of the calibration Load runs, nil before any
 	draining atomic.Bool
 	aborting atomic.Bool // the drain's grace ran out: requests are being cancelled
+
+	// strictParams (--strict-params) refuses the fields it does not
+	// implement (see params); ignored logs those it ignores.
+	strictParams bool
+	ignored      fieldLog
+	pooling      kakeya.Pooling // --pooling, of /v1/embeddings
+	embedSlot    chan struct{}  // held by the /v1/embeddings request running
 }
 
 // serverConfig sets up a server.
@@ -53,13 +55,11 @@ type serverConfig struct {
 	timeout      time.Duration
 	readTimeout  time.Duration
 	log          *slog.Logger
-	strictParams bool           // --strict-params
-	pooling      kakeya.Pooling // --pooling
 }
 
 func newServer(cfg serverConfig) *server {
 	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix(),
-		strictParams: cfg.strictParams, pooling: cfg.pooling, embedSlot: make(chan struct{}, 1)}
+		embedSlot: make(chan struct{}, 1)}
 	s.metrics = newMetrics(cfg.name, func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
 			return e.Stats(), true
