@@ -224,10 +224,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	s := newServer(serverConfig{name: o.served, apiKey: o.apiKey, maxBody: int64(o.maxBody), timeout: o.timeout, readTimeout: o.readTimeout, log: log})
-	s.strictParams, s.pooling = o.strictParams, pooling
 	if o.maxConns == 0 {
 		o.maxConns = defaultMaxConnections()
 	}
+	s.strictParams, s.pooling = o.strictParams, pooling
 	ln = newLimitListener(ln, o.maxConns, s.metrics.reg)
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
