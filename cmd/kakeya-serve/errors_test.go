@@ -70,7 +70,7 @@ func TestBadRequests(t *testing.T) {
 		{"messages to completions", "POST", "/v1/completions", `{"messages": []}`, 400, "invalid_request_error", "messages", "", "takes a prompt"},
 		{"body over the limit", "POST", "/v1/completions", fmt.Sprintf(`{"prompt": %q}`, strings.Repeat("a", 70<<10)), 413, "invalid_request_error", "", "request_too_large", "over the limit of 65536 bytes"},
 		{"wrong method", "GET", "/v1/chat/completions", "", 405, "invalid_request_error", "", "", "takes POST, not GET"},
-		{"no such route", "POST", "/v1/embeddings", `{}`, 404, "invalid_request_error", "", "not_found", "no route POST /v1/embeddings"},
+		{"no such route", "POST", "/v1/audio/speech", `{}`, 404, "invalid_request_error", "", "not_found", "no route POST /v1/audio/speech"},
 		{"detokenize a bad id", "POST", "/detokenize", `{"tokens": [1, 99999]}`, 400, "invalid_request_error", "tokens", "", "tokens[1] = 99999 is not a token id (0 to 4095)"},
 		{"tokenize an unknown field", "POST", "/tokenize", `{"text": "hi"}`, 400, "invalid_request_error", "", "", `unknown field "text"`},
 		{"tokenize nothing", "POST", "/tokenize", `{}`, 400, "invalid_request_error", "prompt", "", "prompt or messages is required"},
