@@ -99,6 +99,7 @@ type autoCalibration struct {
 	cacheDir  string // "" for Options' default
 	threads   int
 	log       *slog.Logger
+	progress  func(done, total int) // nil for none
 }
 
 // run returns the calibration and where it came from.
@@ -138,6 +139,7 @@ func (a autoCalibration) run(ctx context.Context) (*codec.Calibration, Calibrati
 	ids := a.tok.Encode(text, false)
 	cal, err := calibrate.Run(ctx, a.modelDir, ids, calibrate.Options{
 		MaxTokens: a.tokens, RopeAveraged: true, PCA: true, BlockSize: a.blockSize, Threads: a.threads,
+		Progress: a.progressFunc(),
 	})
 	if err != nil {
 		return nil, info, fmt.Errorf("kakeya: automatic calibration on %d tokens of the built-in text: %w", a.tokens, err)
@@ -160,6 +162,15 @@ func (a autoCalibration) run(ctx context.Context) (*codec.Calibration, Calibrati
 	a.log.Info(fmt.Sprintf("kakeya: calibrated the KV cache on %s tokens of the built-in text in %.1fs", cal.Meta["tokens"], info.Took.Seconds()),
 		"model", filepath.Base(a.modelDir), "file", where)
 	return cal, info, nil
+}
+
+// progressFunc returns calibrate.Run's Progress for a.progress, nil for
+// none.
+func (a autoCalibration) progressFunc() func(calibrate.Progress) {
+	if a.progress == nil {
+		return nil
+	}
+	return func(p calibrate.Progress) { a.progress(p.Tokens, p.TotalTokens) }
 }
 
 // saveCalibration writes cal to path in dir, making dir first: atomically

@@ -3,9 +3,11 @@ package kakeya
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +36,10 @@ func (l *logBuffer) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
+// progress is Options.CalibrationProgress: it logs a line "progress
+// DONE/TOTAL".
+func (l *logBuffer) progress(done, total int) { fmt.Fprintf(l, "progress %d/%d\n", done, total) }
+
 // take returns what was logged since the last take.
 func (l *logBuffer) take() string {
 	l.mu.Lock()
@@ -50,7 +56,7 @@ func loadPreset(t *testing.T, dir, cacheDir string, lb *logBuffer) *Engine {
 	e, err := Load(context.Background(), dir, Options{
 		Threads: 1, Cache: kvconfig.Spec{KV: "kakeya"},
 		CalibrationCache: cacheDir, CalibrationTokens: testCalibTokens,
-		Log: slog.New(slog.NewTextHandler(lb, nil)),
+		Log: slog.New(slog.NewTextHandler(lb, nil)), CalibrationProgress: lb.progress,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +97,21 @@ func TestAutoCalibration(t *testing.T) {
 	}
 	log := lb.take()
 	t.Logf("first Load: %s", log)
+	// Progress from 0 to the whole text (BOS tokens included), each step
+	// further than the last.
+	var done []int
+	total := 0
+	for _, line := range strings.Split(log, "\n") {
+		var d, n int
+		if _, err := fmt.Sscanf(line, "progress %d/%d", &d, &n); err == nil {
+			done, total = append(done, d), n
+		}
+	}
+	if len(done) < 2 || done[0] != 0 || done[len(done)-1] != total || total < testCalibTokens || !slices.IsSorted(done) {
+		t.Errorf("calibration progress %v of %d, want 0 first, then rising to the total (>= %d)", done, total, testCalibTokens)
+	}
 	if !strings.Contains(log, "calibrated the KV cache on") || !strings.Contains(log, info.Path) ||
-		strings.Contains(log, "level=WARN") {
+		strings.Contains(log, "level=WARN") || strings.Count(log, "calibrated the KV cache") != 1 {
 		t.Errorf("first Load logged %q; want one line naming the file and no warning", log)
 	}
 	st := first.CacheSettings()

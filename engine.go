@@ -70,6 +70,11 @@ type Options struct {
 	// CalibrationTokens bounds an automatic calibration's text in tokens;
 	// 0 means DefaultCalibrationTokens.
 	CalibrationTokens int
+	// CalibrationProgress, if set, is told how far an automatic
+	// calibration that runs (not one read from the cache) has got, in
+	// tokens of its text run and in all: once before its first window
+	// (done 0) and after each window, the last with done == total.
+	CalibrationProgress func(done, total int)
 	// Log receives the automatic calibration's lines (Info: calibrated, in
 	// how long, to which file; Warn: a cache file replaced or not
 	// written); nil means slog.Default().
@@ -195,6 +200,7 @@ func (e *Engine) setCache(ctx context.Context, spec kvconfig.Checked, opt Option
 		a := autoCalibration{
 			modelDir: e.dir, cfg: m.Config(), tok: e.tok, blockSize: bs,
 			tokens: opt.CalibrationTokens, cacheDir: opt.CalibrationCache, threads: opt.Threads, log: opt.Log,
+			progress: opt.CalibrationProgress,
 		}
 		if a.tokens == 0 {
 			a.tokens = DefaultCalibrationTokens

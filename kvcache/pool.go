@@ -67,6 +67,7 @@ type Pool struct {
 
 	referenced                  int
 	queries, hits, hitTokens    int64
+	queryTokens                 int64
 	evictions, evictedBytes     int64
 	registered, duplicateBlocks int64
 }
@@ -249,8 +250,8 @@ type PoolStats struct {
 	// Referenced those at least one does.
 	Cached, Referenced int
 	// Queries counts AttachPrefix calls, Hits those that reused a block,
-	// HitTokens the tokens reused.
-	Queries, Hits, HitTokens int64
+	// QueryTokens the tokens they looked up, HitTokens the tokens reused.
+	Queries, Hits, QueryTokens, HitTokens int64
 	// Evictions counts cached blocks evicted to make room, EvictedBytes
 	// the bytes that freed.
 	Evictions, EvictedBytes int64
@@ -278,7 +279,7 @@ func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := PoolStats{Used: p.used, Budget: p.cfg.Budget, ByFormat: make(map[string]int64, len(p.byFormat)),
-		Cached: p.lru.Len(), Referenced: p.referenced, Queries: p.queries, Hits: p.hits, HitTokens: p.hitTokens,
+		Cached: p.lru.Len(), Referenced: p.referenced, Queries: p.queries, Hits: p.hits, QueryTokens: p.queryTokens, HitTokens: p.hitTokens,
 		Evictions: p.evictions, EvictedBytes: p.evictedBytes, Peak: p.peak, CachedBytes: p.cached}
 	for f, n := range p.byFormat {
 		s.ByFormat[f] = n

@@ -143,8 +143,8 @@ func TestPoolPrefixReuseMatchesCold(t *testing.T) {
 			if len(tc.policy.Layers) > 0 && b.Stats().Compressed == 0 {
 				t.Error("no block encoded: the test checks nothing encoded")
 			}
-			if s := p.Stats(); s.Queries != 1 || s.Hits != 1 || s.HitTokens != int64(tc.reused) {
-				t.Errorf("prefix stats %d queries %d hits %d tokens, want 1 1 %d", s.Queries, s.Hits, s.HitTokens, tc.reused)
+			if s := p.Stats(); s.Queries != 1 || s.Hits != 1 || s.HitTokens != int64(tc.reused) || s.QueryTokens != int64(len(prompt)) {
+				t.Errorf("prefix stats %d queries (%d tokens) %d hits (%d tokens), want 1 (%d) 1 (%d)", s.Queries, s.QueryTokens, s.Hits, s.HitTokens, len(prompt), tc.reused)
 			}
 			a.Reset()
 			b.Reset()

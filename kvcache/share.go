@@ -118,6 +118,7 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 	var prev [32]byte
 	p.mu.Lock()
 	p.queries++
+	p.queryTokens += int64(len(tokens))
 	for b := 0; b < nb; b++ {
 		h := blockHash(prev, c.share.key, b, tokens[b*bs:(b+1)*bs])
 		pb := p.acquire(h)

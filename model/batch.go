@@ -34,6 +34,13 @@ type BatchItem struct {
 	// the first NaN or ±Inf logit, -1 if none: set by Forward for a Greedy
 	// item.
 	Token, NonFinite int
+	// Hidden asks, instead of logits, for the final norm's output at
+	// every position (what Sequence.Hidden returns): Forward sets States.
+	// Every item of a step asks for it or none does; not with Greedy.
+	Hidden bool
+	// States is set by Batch.Forward for a Hidden item: len(IDs) rows of
+	// hidden_size, living in the Batch until its next Forward.
+	States []float32
 }
 
 // A Batch runs forward steps over several sequences at once: every matrix
@@ -50,6 +57,7 @@ type Batch struct {
 	sc      scratch
 	passes  []pass
 	logits  []float32 // every item's logits, on the host
+	states  []float32 // or every Hidden item's hidden states
 	picks   []int     // Greedy items' tokens picked on the device
 	bad     []int     // and where their first non-finite logits are
 }
@@ -91,8 +99,16 @@ func (bt *Batch) Forward(items []BatchItem) error {
 		return err
 	}
 	vocab := m.cfg.VocabSize
+	hidden := items[0].Hidden
+	width := vocab // of a wanted row
+	if hidden {
+		width = m.cfg.HiddenSize
+	}
 	bt.sc.grow(m, roundUp(rows, bt.maxRows))
-	if n := want * vocab; len(bt.logits) < n {
+	switch n := want * width; {
+	case hidden && len(bt.states) < n:
+		bt.states = make([]float32, n)
+	case !hidden && len(bt.logits) < n:
 		bt.logits = make([]float32, n)
 	}
 	bt.passes = bt.passes[:0]
@@ -101,14 +117,14 @@ func (bt *Batch) Forward(items []BatchItem) error {
 		it := &items[i]
 		p := bt.sc.add(it.Seq, it.IDs)
 		p.logits = lastRow
-		if it.All {
+		if it.All || hidden {
 			p.logits = allRows
 		}
 		bt.passes = append(bt.passes, p)
 	}
 	// Every item greedy on a backend that picks on its device: the step
 	// reads back token ids rather than logits.
-	device := m.greedy != nil
+	device := m.greedy != nil && !hidden
 	for i := range items {
 		device = device && items[i].Greedy
 	}
@@ -119,8 +135,14 @@ func (bt *Batch) Forward(items []BatchItem) error {
 		}
 		bt.sc.picks, bt.sc.bad = bt.picks[:want], bt.bad[:want]
 	}
-	failed, err := m.step(&bt.sc, bt.passes, bt.logits[:want*vocab])
-	bt.sc.picks, bt.sc.bad = nil, nil
+	var dst []float32
+	if hidden {
+		bt.sc.hidden = bt.states[:want*width]
+	} else {
+		dst = bt.logits[:want*vocab]
+	}
+	failed, err := m.step(&bt.sc, bt.passes, dst)
+	bt.sc.picks, bt.sc.bad, bt.sc.hidden = nil, nil, nil
 	if err == nil {
 		err = m.backendErr()
 	}
@@ -137,15 +159,18 @@ func (bt *Batch) Forward(items []BatchItem) error {
 		}
 		for i := range items {
 			items[i].Seq.err = fmt.Errorf("model: sequence unusable until Reset: a batched step failed: %w", err)
-			items[i].Logits = nil
+			items[i].Logits, items[i].States = nil, nil
 		}
 		return err
 	}
 	off := 0
 	for i := range items {
 		it := &items[i]
-		w := bt.passes[i].wanted() * vocab
+		w := bt.passes[i].wanted() * width
+		it.States = nil
 		switch {
+		case hidden:
+			it.Logits, it.States = nil, bt.states[off:off+w:off+w]
 		case device:
 			it.Logits, it.Token, it.NonFinite = nil, bt.picks[i], bt.bad[i]
 		case it.Greedy:
@@ -181,6 +206,10 @@ func (bt *Batch) check(items []BatchItem) (rows, want int, err error) {
 			return 0, 0, fmt.Errorf("model: batch item %d: no token ids", i)
 		case it.Greedy && it.All:
 			return 0, 0, fmt.Errorf("model: batch item %d: Greedy picks the last position's token; All asks for every position's logits", i)
+		case it.Greedy && it.Hidden:
+			return 0, 0, fmt.Errorf("model: batch item %d: Greedy picks a token from logits; Hidden asks for hidden states instead", i)
+		case it.Hidden != items[0].Hidden:
+			return 0, 0, fmt.Errorf("model: batch items 0 and %d: a step gives hidden states to every item (Hidden) or to none", i)
 		case s.Len()+len(it.IDs) > m.maxCtx:
 			return 0, 0, fmt.Errorf("model: batch item %d: %w", i, &ContextError{Tokens: s.Len() + len(it.IDs), Context: m.maxCtx, Limit: m.ContextLimit()})
 		case s.cache.Config().Windows != nil && len(it.IDs) > s.cache.Config().SlideChunk:
@@ -199,7 +228,7 @@ func (bt *Batch) check(items []BatchItem) (rows, want int, err error) {
 			}
 		}
 		rows += len(it.IDs)
-		if it.All {
+		if it.All || it.Hidden {
 			want += len(it.IDs)
 		} else {
 			want++

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -298,6 +299,8 @@ func TestBatchBadItems(t *testing.T) {
 		{"negative id", []BatchItem{{Seq: b, IDs: []int{-1}}}, "batch item 0: token id -1 at index 0 is out of range"},
 		{"over the batch", []BatchItem{{Seq: b, IDs: testIDs(17, vocab)}}, "batch step of 17 tokens exceeds the batch's 16"},
 		{"greedy with all", []BatchItem{{Seq: b, IDs: []int{1}, Greedy: true, All: true}}, "batch item 0: Greedy picks the last position's token"},
+		{"greedy with hidden", []BatchItem{{Seq: b, IDs: []int{1}, Greedy: true, Hidden: true}}, "batch item 0: Greedy picks a token from logits"},
+		{"hidden and logits", []BatchItem{{Seq: b, IDs: []int{1}, Hidden: true}, {Seq: a, IDs: []int{1}}}, "batch items 0 and 1: a step gives hidden states to every item"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := bt.Forward(tc.items)
@@ -444,5 +447,57 @@ func TestBatchGreedyOnHost(t *testing.T) {
 			t.Fatalf("token %d, first non-finite %d; want %d, -1", it.Token, it.NonFinite, best)
 		}
 		items[0].IDs = []int{best}
+	}
+}
+
+// A step of Hidden items gives each the final norm's output of each of
+// its positions, as Sequence.Hidden gives them one sequence at a time:
+// prefill chunks of different lengths, some continuing a sequence.
+func TestBatchHidden(t *testing.T) {
+	m := load(t, tinyModels(t)["qwen2"], Options{Backend: cpuBackend(t, 1, "f32"), MaxContext: 64})
+	bt, err := m.NewBatch(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, vocab := m.Config().HiddenSize, m.Config().VocabSize
+	prompts := [][]int{testIDs(3, vocab), testIDs(9, vocab)[2:], testIDs(14, vocab)[7:]}
+	var seqs, solo []*Sequence
+	for range prompts {
+		for _, list := range []*[]*Sequence{&seqs, &solo} {
+			s, err := m.NewSequence()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			*list = append(*list, s)
+		}
+	}
+	// Two steps: the first takes each prompt's first half, the second the rest.
+	for step := range 2 {
+		items := make([]BatchItem, len(prompts))
+		for i, p := range prompts {
+			ids := p[:len(p)/2]
+			if step == 1 {
+				ids = p[len(p)/2:]
+			}
+			items[i] = BatchItem{Seq: seqs[i], IDs: ids, Hidden: true}
+		}
+		if err := bt.Forward(items); err != nil {
+			t.Fatal(err)
+		}
+		for i, it := range items {
+			want, err := solo[i].Hidden(it.IDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(it.States) != len(it.IDs)*h || it.Logits != nil {
+				t.Fatalf("step %d item %d: %d states and %d logits, want %d and none", step, i, len(it.States), len(it.Logits), len(it.IDs)*h)
+			}
+			for j := range want {
+				if d := math.Abs(float64(it.States[j] - want[j])); d > 1e-5*(1+math.Abs(float64(want[j]))) {
+					t.Fatalf("step %d item %d [%d] = %g, Sequence.Hidden %g", step, i, j, it.States[j], want[j])
+				}
+			}
+		}
 	}
 }

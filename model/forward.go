@@ -52,6 +52,9 @@ type scratch struct {
 	// where each row's first non-finite logit is.
 	picks, bad []int
 	obsQ, obsK []float32 // q and k on the host for Options.Observe
+	// hidden, when set, asks the step for the final norm's output of the
+	// wanted rows, read into it, instead of their logits.
+	hidden []float32
 }
 
 // grow makes sc hold steps of n tokens.
@@ -206,7 +209,7 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 
 	// Final norm and classifier in one fused step where the backend has
 	// it and the rows whose logits are wanted are one run of x.
-	if m.fusedLogits(sc, passes, x, dst) {
+	if sc.hidden == nil && m.fusedLogits(sc, passes, x, dst) {
 		return -1, nil
 	}
 
@@ -235,6 +238,10 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 		b.RMSNorm(xn.Slice((want-run)*h, want*h), x.Slice(lo*h, (lo+run)*h), m.norm, run, m.eps)
 	}
 	if want == 0 {
+		return -1, nil
+	}
+	if sc.hidden != nil {
+		b.Read(sc.hidden[:want*h], xn.Slice(0, want*h))
 		return -1, nil
 	}
 

@@ -14,6 +14,17 @@ import (
 // decoder (LlamaModel / MistralModel / Qwen2Model / Qwen3Model) with no
 // cache, blocks or kernels: every position attends over recomputed keys.
 func refForward(t *testing.T, dir string, ids []int) [][]float64 {
+	return refRun(t, dir, ids, false)
+}
+
+// refHidden is refForward's final norm's output at each position, the
+// rows its classifier reads.
+func refHidden(t *testing.T, dir string, ids []int) [][]float64 {
+	return refRun(t, dir, ids, true)
+}
+
+// refRun is refForward, or refHidden when hidden is set.
+func refRun(t *testing.T, dir string, ids []int, hidden bool) [][]float64 {
 	t.Helper()
 	cfg, err := weights.LoadConfig(dir)
 	if err != nil {
@@ -185,7 +196,9 @@ func refForward(t *testing.T, dir string, ids []int) [][]float64 {
 	}
 	out := make([][]float64, n)
 	for p := range x {
-		out[p] = linear(rms(x[p], norm), head, nil, cfg.VocabSize)
+		if out[p] = rms(x[p], norm); !hidden {
+			out[p] = linear(out[p], head, nil, cfg.VocabSize)
+		}
 	}
 	return out
 }
@@ -212,6 +225,7 @@ func TestMatchesFloat64Reference(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := refForward(t, dir, ids)
+			checkHidden(t, m, dir, ids)
 			var worst, spread float64
 			for p := range ids {
 				var d, scale float64
@@ -233,4 +247,43 @@ func TestMatchesFloat64Reference(t *testing.T) {
 			t.Logf("max abs diff vs float64 reference %.3g (logit spread %.3g)", worst, spread)
 		})
 	}
+}
+
+// checkHidden checks Sequence.Hidden against the float64 reference's final
+// norm output, run in two calls (the second's rows attend over the
+// first's cached tokens), and that it leaves the tokens in the cache.
+func checkHidden(t *testing.T, m *Model, dir string, ids []int) {
+	t.Helper()
+	s, err := m.NewSequence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, err := s.Hidden(ids[:len(ids)/2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := s.Hidden(ids[len(ids)/2:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, more...)
+	h := m.Config().HiddenSize
+	if len(got) != len(ids)*h || s.Len() != len(ids) {
+		t.Fatalf("Hidden: %d values and %d tokens cached, want %d and %d", len(got), s.Len(), len(ids)*h, len(ids))
+	}
+	want := refHidden(t, dir, ids)
+	var worst float64
+	for p := range ids {
+		var d, scale float64
+		for i, w := range want[p] {
+			d = max(d, math.Abs(float64(got[p*h+i])-w))
+			scale = max(scale, math.Abs(w))
+		}
+		if d > 1e-4*scale || scale == 0 {
+			t.Errorf("hidden position %d: max abs diff %.3g vs float64 reference (row max %.3g)", p, d, scale)
+		}
+		worst = max(worst, d)
+	}
+	t.Logf("hidden: max abs diff vs float64 reference %.3g", worst)
 }

@@ -208,6 +208,19 @@ func (s *Sequence) KVStats() kvcache.Stats {
 // sequence is unusable until Reset, and the backend itself may stay
 // failed.
 func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
+	return s.forward(ids, allLogits, false)
+}
+
+// Hidden runs ids through the sequence as Forward does (their keys and
+// values join its cache) and returns, instead of logits, the final norm's
+// output at every position: len(ids) rows of hidden_size, the hidden
+// state the classifier reads (what an embedding pools).
+func (s *Sequence) Hidden(ids []int) ([]float32, error) {
+	return s.forward(ids, true, true)
+}
+
+// forward is Forward, or Hidden when hidden is set (allLogits then).
+func (s *Sequence) forward(ids []int, allLogits, hidden bool) ([]float32, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
@@ -228,9 +241,13 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 			return nil, fmt.Errorf("model: token id %d at index %d is out of range [0, %d)", id, i, vocab)
 		}
 	}
+	width := vocab // of a row of out
+	if hidden {
+		width = m.cfg.HiddenSize
+	}
 	var out []float32
 	if allLogits {
-		out = make([]float32, len(ids)*vocab)
+		out = make([]float32, len(ids)*width)
 	}
 	s.sc.grow(m, s.rows)
 	for i := 0; i < len(ids); i += s.rows {
@@ -239,6 +256,8 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 		p := s.sc.add(s, chunk)
 		var dst []float32
 		switch {
+		case hidden:
+			p.logits, s.sc.hidden = allRows, out[i*width:(i+len(chunk))*width]
 		case allLogits:
 			p.logits, dst = allRows, out[i*vocab:(i+len(chunk))*vocab]
 		case i+len(chunk) == len(ids):
@@ -247,6 +266,7 @@ func (s *Sequence) Forward(ids []int, allLogits bool) ([]float32, error) {
 		// A step of one pass: the layer code Batch.Forward runs.
 		passes := [1]pass{p}
 		_, err := m.step(&s.sc, passes[:], dst)
+		s.sc.hidden = nil
 		if err == nil {
 			err = m.backendErr()
 		}

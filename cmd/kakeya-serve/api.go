@@ -85,10 +85,12 @@ const maxLogprobs = 5
 const maxStops = 16
 
 // decodeRequest parses a completions (chat false) or chat completions
-// body. Every field it does not implement is a 400 naming it, unless the
-// field holds its neutral value (null, false, 0, n=1): a request is never
-// run with a parameter silently ignored.
-func decodeRequest(body []byte, chat bool) (*request, *apiError) {
+// body. A field it does not implement is met by p (see params): with
+// strict params (or p nil) it is a 400 naming it unless it holds its
+// neutral value (null, false, 0, n=1); otherwise an unknown field is
+// accepted and p lists it, while one that would change the output is
+// still refused.
+func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return nil, badJSON(err)
@@ -116,7 +118,7 @@ func decodeRequest(body []byte, chat bool) (*request, *apiError) {
 			if !chat {
 				return nil, unsupported(k, "; /v1/completions takes a prompt (/v1/chat/completions takes messages)")
 			}
-			r.messages, err = decodeMessages(raw)
+			r.messages, err = decodeMessages(raw, p)
 		case "prompt":
 			if chat {
 				return nil, unsupported(k, "; /v1/chat/completions takes messages (/v1/completions takes a prompt)")
@@ -241,7 +243,7 @@ func decodeRequest(body []byte, chat bool) (*request, *apiError) {
 		default:
 			// tools, tool_choice, response_format, logit_bias, suffix,
 			// functions, ... and fields no API has.
-			return nil, unsupported(k, "")
+			err = p.field(k, raw, "")
 		}
 		if err != nil {
 			return nil, err
@@ -338,8 +340,8 @@ func unsupported(field, hint string) *apiError {
 
 // decodeMessages decodes chat messages: role system, developer (a
 // system message), user or assistant, and content a string or a list of
-// text parts.
-func decodeMessages(raw json.RawMessage) ([]tokenizer.Message, *apiError) {
+// text parts; p meets their other fields (name, ...).
+func decodeMessages(raw json.RawMessage, p *params) ([]tokenizer.Message, *apiError) {
 	var list []map[string]json.RawMessage
 	if err := decodeField(raw, "messages", &list); err != nil {
 		return nil, badRequest("messages", "messages must be a list of objects with a role and a content")
@@ -363,7 +365,9 @@ func decodeMessages(raw json.RawMessage) ([]tokenizer.Message, *apiError) {
 				content = c
 			default:
 				if !isNull(v) {
-					return nil, unsupported(at+"."+k, "")
+					if err := p.messageField(at, k, v); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}

@@ -44,7 +44,7 @@ func TestDecodeRequest(t *testing.T) {
 			request{chat: true, sampling: deflt, maxTokens: 5, messages: []tokenizer.Message{{Role: "user"}}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := decodeRequest([]byte(tt.body), tt.chat)
+			got, err := decodeRequest([]byte(tt.body), tt.chat, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,13 +71,16 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"prompt": "hi", "logprobs": 3, "top_logprobs": 1}`,
 		`{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 25}`,
 		`{"messages": null}`,
+		`{"messages": [{"role": "user", "content": "hi", "name": "a", "tool_calls": []}], "store": false, "tools": [], "tool_choice": "none", "x": 1}`,
 		`[]`, `null`, `{`, `"x"`, `{"prompt": {"a": 1}}`,
 	} {
-		f.Add([]byte(seed), false)
-		f.Add([]byte(seed), true)
+		for _, chat := range []bool{false, true} {
+			f.Add([]byte(seed), chat, false)
+			f.Add([]byte(seed), chat, true)
+		}
 	}
-	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		r, err := decodeRequest(body, chat)
+	f.Fuzz(func(t *testing.T, body []byte, chat, strict bool) {
+		r, err := decodeRequest(body, chat, &params{strict: strict})
 		if err != nil {
 			if r != nil || err.status != 400 || err.message == "" {
 				t.Fatalf("rejected with request %v, status %d, message %q", r, err.status, err.message)

@@ -1,6 +1,6 @@
 // Command kakeya-serve serves a model over an OpenAI-compatible HTTP API:
 // chat and text completions, plain or streamed as server-sent events,
-// with the Prometheus metrics an inference gateway routes by. Concurrent
+// embeddings, with the Prometheus metrics an inference gateway routes by. Concurrent
 // requests are batched by the engine's scheduler over one KV block pool.
 package main
 
@@ -86,6 +86,8 @@ type options struct {
 	device, matmul, calib       string
 	calibCache                  string
 	logFormat                   string
+	strictParams                bool
+	pooling                     string
 	threads, maxContext         int
 	maxRunning, maxWaiting      int
 	maxConns                    int
@@ -122,9 +124,11 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxConns, "max-connections", 0, "HTTP connections open at once at most; one more is answered 503 and closed (0 = the file-descriptor limit less 64, at most 4096)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "on SIGTERM or SIGINT, how long requests in flight may run before they are cancelled")
 	fs.StringVar(&o.logFormat, "log-format", "text", "request log on stderr: text or json (log/slog)")
+	fs.StringVar(&o.pooling, "pooling", "last", "how /v1/embeddings pools a text's final hidden states: last (the last token's, which has seen the whole text) or mean")
+	fs.BoolVar(&o.strictParams, "strict-params", false, "answer a request field this server does not implement with a 400 unless it holds its neutral value (default: unknown fields, such as store or a message's name, are ignored and logged once each; fields that change the output, such as tools, are refused either way)")
 	kvflags.Register(fs, &o.cache)
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
-		fmt.Fprintln(w, "usage: kakeya-serve --model DIR|HF_ID|FILE.gguf [--addr HOST:PORT] [flags]\n\nServes the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models),\n/health, /tokenize, /detokenize and /metrics.\n\nflags:")
+		fmt.Fprintln(w, "usage: kakeya-serve --model DIR|HF_ID|FILE.gguf [--addr HOST:PORT] [flags]\n\nServes the OpenAI API (/v1/chat/completions, /v1/completions, /v1/embeddings,\n/v1/models), /health, /tokenize, /detokenize and /metrics.\n\nflags:")
 		cli.PrintDefaults(fs, w)
 	}); err != nil {
 		return nil, err
@@ -162,6 +166,8 @@ func (o *options) check() error {
 		return fmt.Errorf("--max-connections %d must be >= 0 (0 for the default)", o.maxConns)
 	case o.logFormat != "text" && o.logFormat != "json":
 		return fmt.Errorf("--log-format %q: want text or json", o.logFormat)
+	case o.pooling != "last" && o.pooling != "mean":
+		return fmt.Errorf("--pooling %q: want last or mean", o.pooling)
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return fmt.Errorf("--addr %q: %w", o.addr, err)
@@ -213,6 +219,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	log := slog.New(h)
 
+	pooling, err := kakeya.ParsePooling(o.pooling)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
@@ -221,6 +231,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if o.maxConns == 0 {
 		o.maxConns = defaultMaxConnections()
 	}
+	s.strictParams, s.pooling = o.strictParams, pooling
 	ln = newLimitListener(ln, o.maxConns, s.metrics.reg)
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
@@ -243,7 +254,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	var eng *kakeya.Engine
 	go func() {
 		start := time.Now()
-		e, err := kakeya.Load(loadCtx, o.model, o.engineOptions(hub, log))
+		eo := o.engineOptions(hub, log)
+		eo.CalibrationProgress = s.calibrationProgress
+		e, err := kakeya.Load(loadCtx, o.model, eo)
 		if err == nil {
 			if w := e.CacheSettings().Warning; w != nil {
 				log.Warn("KV cache: " + kvflags.Error(w).Error())

@@ -23,15 +23,16 @@ type metrics struct {
 	promptTokens     prometheus.Counter
 	generationTokens prometheus.Counter
 	ttft, tpot       prometheus.Histogram
+	vllm             *vllmMetrics // the same and more under vLLM's names
 
 	mu          sync.Mutex
 	kvBytes     float64 // final KV bytes of the requests ended
 	kvBF16Bytes float64 // what a bf16 cache of the same tokens would take
 }
 
-// newMetrics registers the metrics; stats reads the engine's state, nil
-// while it loads.
-func newMetrics(stats func() (scheduler.Stats, bool)) *metrics {
+// newMetrics registers the metrics of the served model name; stats reads
+// the engine's state, false while it loads.
+func newMetrics(name string, stats func() (scheduler.Stats, bool)) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -58,7 +59,8 @@ func newMetrics(stats func() (scheduler.Stats, bool)) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.requests, m.promptTokens, m.generationTokens, m.ttft, m.tpot,
-		&engineCollector{stats: stats, ratio: m.ratio})
+		&engineCollector{name: name, stats: stats, ratio: m.ratio})
+	m.vllm = newVLLMMetrics(m.reg, name, stats)
 	return m
 }
 
@@ -72,6 +74,7 @@ func (m *metrics) handler() http.Handler {
 func (m *metrics) observe(res *kakeya.Result) {
 	m.promptTokens.Add(float64(res.PromptTokens))
 	m.generationTokens.Add(float64(res.GeneratedTokens))
+	m.vllm.observe(res)
 	if res.GeneratedTokens > 0 {
 		m.ttft.Observe(res.Prefill.Seconds())
 	}
@@ -84,6 +87,12 @@ func (m *metrics) observe(res *kakeya.Result) {
 		m.kvBF16Bytes += float64(res.KV.BF16)
 		m.mu.Unlock()
 	}
+}
+
+// observeEmbed records an embeddings request's prompt tokens.
+func (m *metrics) observeEmbed(tokens int) {
+	m.promptTokens.Add(float64(tokens))
+	m.vllm.prompt.Add(float64(tokens))
 }
 
 // ratio returns the compression ratio the requests ended so far achieved:
@@ -101,17 +110,18 @@ func (m *metrics) ratio() float64 {
 // engineCollector reports the engine's serving state as it is at each
 // scrape, from one snapshot.
 type engineCollector struct {
+	name  string // the served model's, the vLLM gauges' model_name
 	stats func() (scheduler.Stats, bool)
 	ratio func() float64
 }
 
 var (
 	descRunning = prometheus.NewDesc("vllm:num_requests_running",
-		"Requests running: admitted to the KV block pool and batched at each step.", nil, nil)
+		"Requests running: admitted to the KV block pool and batched at each step.", []string{"model_name"}, nil)
 	descWaiting = prometheus.NewDesc("vllm:num_requests_waiting",
-		"Requests queued for admission (KV memory or a running slot).", nil, nil)
+		"Requests queued for admission (KV memory or a running slot).", []string{"model_name"}, nil)
 	descUsage = prometheus.NewDesc("vllm:kv_cache_usage_perc",
-		"Fraction (0..1) of the KV memory budget the running requests have claimed.", nil, nil)
+		"Fraction (0..1) of the KV memory budget the running requests have claimed.", []string{"model_name"}, nil)
 	descUsed = prometheus.NewDesc("kakeya_kv_cache_used_bytes",
 		"Bytes the KV block pool holds, by format (hot-f32, hot-bf16 or a codec's name), cached prefix blocks included.", []string{"format"}, nil)
 	descBudget = prometheus.NewDesc("kakeya_kv_cache_budget_bytes",
@@ -157,13 +167,13 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v int64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
-	gauge(descRunning, float64(st.Running))
-	gauge(descWaiting, float64(st.Waiting))
+	gauge(descRunning, float64(st.Running), c.name)
+	gauge(descWaiting, float64(st.Waiting), c.name)
 	usage := 0.0
 	if st.Pool.Budget > 0 {
 		usage = min(1, float64(st.Reserved)/float64(st.Pool.Budget))
 	}
-	gauge(descUsage, usage)
+	gauge(descUsage, usage, c.name)
 	for f, n := range st.Pool.ByFormat {
 		gauge(descUsed, float64(n), f)
 	}

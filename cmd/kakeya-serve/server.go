@@ -37,8 +37,16 @@ type server struct {
 	created     int64         // Unix time the server started, /v1/models's created
 
 	eng      atomic.Pointer[kakeya.Engine]
+	calib    atomic.Pointer[[2]int] // tokens done and in all of the calibration Load runs, nil before any
 	draining atomic.Bool
 	aborting atomic.Bool // the drain's grace ran out: requests are being cancelled
+
+	// strictParams (--strict-params) refuses the fields it does not
+	// implement (see params); ignored logs those it ignores.
+	strictParams bool
+	ignored      fieldLog
+	pooling      kakeya.Pooling // --pooling, of /v1/embeddings
+	embedSlot    chan struct{}  // held by the /v1/embeddings request running
 }
 
 // serverConfig sets up a server.
@@ -52,8 +60,9 @@ type serverConfig struct {
 }
 
 func newServer(cfg serverConfig) *server {
-	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix()}
-	s.metrics = newMetrics(func() (scheduler.Stats, bool) {
+	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix(),
+		embedSlot: make(chan struct{}, 1)}
+	s.metrics = newMetrics(cfg.name, func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
 			return e.Stats(), true
 		}
@@ -78,6 +87,7 @@ func (s *server) handler() http.Handler {
 	}
 	api("/v1/chat/completions", http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
 	api("/v1/completions", http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	api("/v1/embeddings", http.MethodPost, s.embeddings)
 	api("/v1/models", http.MethodGet, s.models)
 	api("/tokenize", http.MethodPost, s.tokenize)
 	api("/detokenize", http.MethodPost, s.detokenize)
@@ -340,7 +350,9 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	if !ok {
 		return
 	}
-	req, aerr := decodeRequest(body, chat)
+	p := &params{strict: s.strictParams}
+	req, aerr := decodeRequest(body, chat, p)
+	s.ignored.note(s.log, r.URL.Path, p.ignored)
 	if aerr == nil {
 		aerr = s.checkModel(req.model)
 	}
@@ -770,19 +782,6 @@ func (s *server) models(w http.ResponseWriter, r *http.Request) {
 	}{"list", []entry{{s.name, "model", s.created, "kakeya", eng.MaxTokens()}}})
 }
 
-// health serves /health: 200 when the model is loaded and the server
-// takes requests, 503 while it loads or drains.
-func (s *server) health(w http.ResponseWriter, r *http.Request) {
-	status, code := "ok", http.StatusOK
-	switch {
-	case s.draining.Load():
-		status, code = "draining", http.StatusServiceUnavailable
-	case s.eng.Load() == nil:
-		status, code = "loading", http.StatusServiceUnavailable
-	}
-	writeJSON(w, code, map[string]string{"status": status})
-}
-
 // decodeStrict decodes body into v, rejecting unknown fields.
 func decodeStrict(body []byte, v any) *apiError {
 	d := json.NewDecoder(bytes.NewReader(body))
@@ -845,7 +844,9 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 		}
 		ids = eng.Tokenizer().Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	case req.Messages != nil:
-		msgs, aerr := decodeMessages(req.Messages)
+		p := &params{strict: s.strictParams}
+		msgs, aerr := decodeMessages(req.Messages, p)
+		s.ignored.note(s.log, r.URL.Path, p.ignored)
 		if aerr == nil && len(msgs) == 0 {
 			aerr = badRequest("messages", "messages must hold at least one message")
 		}
