@@ -50,7 +50,7 @@ SLOW_PKGS := ./compute/cudabackend/ ./cmd/kakeya-eval/ ./codec/ ./
 # TEST_JOBS is how many of test's checks run at once (1: one after another,
 # as before; fewer jobs load the machine less, for timing-sensitive tests
 # on a busy one).
-TEST_JOBS ?= 4
+TEST_JOBS ?= 2
 test: gguf-py
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target fmt-check vet ptx-check gpu-bundle-check test-simd test-race test-scalar
 
