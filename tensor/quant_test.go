@@ -79,7 +79,7 @@ func TestDequantizeMatchesGGUFPy(t *testing.T) {
 		}
 		t.Skipf("gguf-py not found at %s (make gguf-py)", py)
 	}
-	ggml := map[tensor.DType]int{tensor.Q8_0: 8, tensor.Q4_0: 2, tensor.Q4_K: 12, tensor.Q5_K: 13, tensor.Q6_K: 14}
+	ggml := map[tensor.DType]int{tensor.Q8_0: 8, tensor.Q4_0: 2, tensor.Q5_0: 6, tensor.Q4_K: 12, tensor.Q5_K: 13, tensor.Q6_K: 14}
 	dir := t.TempDir()
 	for _, f := range tensor.Formats {
 		t.Run(f.Name, func(t *testing.T) {

@@ -50,7 +50,7 @@ var qLayouts = func() map[tensor.DType]*qLayout {
 				l.ql = fl.Offset
 			}
 		}
-		l.kind = map[tensor.DType]int{tensor.Q8_0: 0, tensor.Q4_0: 1, tensor.Q4_K: 2, tensor.Q5_K: 3, tensor.Q6_K: 4}[f.DType]
+		l.kind = map[tensor.DType]int{tensor.Q8_0: 0, tensor.Q4_0: 1, tensor.Q4_K: 2, tensor.Q5_K: 3, tensor.Q6_K: 4, tensor.Q5_0: 5}[f.DType]
 		l.off = [7]int64{int64(f.Bytes), int64(l.d), int64(l.dmin), int64(l.scales), int64(l.qs), int64(l.qh), int64(l.ql)}
 		m[f.DType] = l
 	}
@@ -187,6 +187,8 @@ func (t *qTask) runGo(r0, r1 int) {
 				s = dotQ8_0(t.l, wr, xq, xd)
 			case tensor.Q4_0:
 				s = dotQ4_0(t.l, wr, xq, xd)
+			case tensor.Q5_0:
+				s = dotQ5_0(t.l, wr, xq, xd)
 			case tensor.Q4_K, tensor.Q5_K:
 				s = dotQ45K(t.l, wr, xq, xd, t.a.bsums[i*cols/16:(i+1)*cols/16])
 			case tensor.Q6_K:
@@ -246,6 +248,28 @@ func dotQ4_0(l *qLayout, w []byte, xq []int8, xd []float32) float32 {
 		var si int32
 		for j := range 16 {
 			si += (int32(qs[j]&0xF)-8)*int32(x[j]) + (int32(qs[j]>>4)-8)*int32(x[j+16])
+		}
+		s := f16le(blk, l.d) * xd[b]
+		sum += float32(float32(si) * s)
+	}
+	return sum
+}
+
+// dotQ5_0 is ggml_vec_dot_q5_0_q8_0: 4-bit codes with a fifth bit from
+// qh, offset by 16.
+func dotQ5_0(l *qLayout, w []byte, xq []int8, xd []float32) float32 {
+	var sum float32
+	const bb = 22
+	for b := range len(xd) {
+		blk := w[b*bb : b*bb+bb]
+		qh := binary.LittleEndian.Uint32(blk[l.qh:])
+		qs := blk[l.qs : l.qs+16]
+		x := xq[b*32 : b*32+32]
+		var si int32
+		for j := range 16 {
+			lo := int32(uint32(qs[j]&0xF)|(qh>>j<<4)&0x10) - 16
+			hi := int32(uint32(qs[j]>>4)|(qh>>(j+12))&0x10) - 16
+			si += lo*int32(x[j]) + hi*int32(x[j+16])
 		}
 		s := f16le(blk, l.d) * xd[b]
 		sum += float32(float32(si) * s)
