@@ -6,14 +6,17 @@
 package model
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/tensor"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -40,9 +43,11 @@ type Options struct {
 	// only during the call and must not be modified. Observe must not close
 	// the model or run forward passes on it.
 	Observe func(layer, start, n int, q, k []float32)
-	// Weights, when set ("q8_0", "q4_0"; see weights.ParseWeightFormat),
-	// quantizes the F32, F16 and BF16 matrices as they load (those whose
-	// rows are whole blocks); "" keeps every tensor in its stored type.
+	// Weights, when set (q8_0, q4_0, q5_0, q4_k, q5_k, q6_k or bf16; see
+	// weights.ParseWeightFormat), quantizes the F32, F16 and BF16 matrices
+	// as they load (a K type's fallback where rows are not whole blocks,
+	// see weights.Tensor.Quantize; bf16 rounds F32 and F16 ones); "" keeps
+	// every tensor in its stored type.
 	Weights string
 }
 
@@ -73,6 +78,9 @@ type Model struct {
 	headDim           int
 	eps               float32
 	window            int
+
+	// weightBytes is the bytes of the matrices uploaded, per element type.
+	weightBytes map[tensor.DType]int64
 
 	embed  compute.Weight
 	layers []layer
@@ -322,6 +330,7 @@ type loader struct {
 	b       compute.Backend
 	err     error
 	mats    []namedWeight // the matrices uploaded, in order
+	bytes   map[tensor.DType]int64
 }
 
 // namedWeight is an uploaded matrix and the tensor it came from.
@@ -384,6 +393,10 @@ func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
 		return nil
 	}
 	ld.mats = append(ld.mats, namedWeight{name, w})
+	if ld.bytes == nil {
+		ld.bytes = map[tensor.DType]int64{}
+	}
+	ld.bytes[m.DType] += int64(len(m.Q) + 2*len(m.U16) + 4*len(m.F32))
 	return w
 }
 
@@ -443,6 +456,7 @@ func (m *Model) loadTensors(wf string) error {
 	}
 	cos, sin := ropeTables(m.invFreq, m.maxCtx)
 	m.cos, m.sin = ld.upload(cos), ld.upload(sin)
+	m.weightBytes = ld.bytes
 	if ld.err == nil {
 		m.prepare(ld.mats)
 		m.fuse()
@@ -500,6 +514,40 @@ func (m *Model) DeviceGreedy() bool { return m.greedy != nil }
 
 // Config returns the model's configuration. It must not be modified.
 func (m *Model) Config() *weights.Config { return m.cfg }
+
+// Weights describes the matrices as they were uploaded: each element type
+// with its bytes, largest first, then the total, e.g. "q4_k 3.38 MiB,
+// q6_k 1.46 MiB (4.84 MiB)". A tied output matrix is the embedding's.
+func (m *Model) Weights() string {
+	type part struct {
+		d tensor.DType
+		n int64
+	}
+	var parts []part
+	var total int64
+	for d, n := range m.weightBytes {
+		parts = append(parts, part{d, n})
+		total += n
+	}
+	slices.SortFunc(parts, func(a, b part) int { return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.d, b.d)) })
+	var sb strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%s %s", strings.ToLower(p.d.String()), mibString(p.n))
+	}
+	fmt.Fprintf(&sb, " (%s)", mibString(total))
+	return sb.String()
+}
+
+// mibString is n bytes in MiB, or GiB from 10 GiB up.
+func mibString(n int64) string {
+	if n >= 10<<30 {
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+}
 
 // ContextLimit returns the most positions Options.MaxContext may ask for:
 // max_position_embeddings, or as far as rope_scaling extends it (0 where

@@ -213,17 +213,31 @@ func dequantBlock(f *QuantFormat, y []float32, b []byte) {
 	}
 }
 
-// QuantizeRow quantizes src (a multiple of 32 values) into dst's blocks of
-// d, which must be Q8_0 or Q4_0, as llama.cpp's quantize_row_q8_0_ref and
-// quantize_row_q4_0_ref do. The K types' quantizers (a search over scales)
-// are not implemented.
+// QuantizeRow quantizes src (a multiple of the block size) into dst's
+// blocks of d, as llama.cpp's quantize_row_*_ref do (what llama-quantize
+// writes without an importance matrix): Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and
+// Q6_K (kquant.go).
 func QuantizeRow(dst []byte, d DType, src []float32) error {
 	f := d.Format()
-	if f == nil || (d != Q8_0 && d != Q4_0) {
-		return fmt.Errorf("tensor: quantizing to %v is not supported (supported: Q8_0, Q4_0)", d)
+	if f == nil {
+		return fmt.Errorf("tensor: quantizing to %v is not supported (supported: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)", d)
 	}
 	if len(src)%f.Block != 0 || len(dst) < len(src)/f.Block*f.Bytes {
 		return fmt.Errorf("tensor: %s: %d values into %d bytes", f.Name, len(src), len(dst))
+	}
+	if d != Q8_0 && d != Q4_0 {
+		for i := range len(src) / f.Block {
+			b, x := dst[i*f.Bytes:(i+1)*f.Bytes], src[i*f.Block:(i+1)*f.Block]
+			switch d {
+			case Q5_0:
+				quantizeQ5_0(f, b, x)
+			case Q4_K, Q5_K:
+				quantizeK45(f, b, x, d == Q5_K)
+			case Q6_K:
+				quantizeQ6K(f, b, x)
+			}
+		}
+		return nil
 	}
 	for i := range len(src) / 32 {
 		x := src[i*32 : i*32+32]

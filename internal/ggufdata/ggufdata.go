@@ -144,11 +144,12 @@ func LlamaQuantizePath() string { return LlamaTool("llama-quantize") }
 // directory of t. Building llama.cpp takes many minutes, so make test does
 // not: where llama-quantize is missing the test is skipped, saying so
 // (make llama-quantize builds it).
-func LlamaQuantize(t testing.TB, src, typ string) string {
+// Flags (e.g. "--pure") go before the file names.
+func LlamaQuantize(t testing.TB, src, typ string, flags ...string) string {
 	t.Helper()
 	bin := NeedLlamaTool(t, "llama-quantize")
 	out := filepath.Join(t.TempDir(), typ+".gguf")
-	if b, err := exec.Command(bin, src, out, typ).CombinedOutput(); err != nil {
+	if b, err := exec.Command(bin, append(flags, src, out, typ)...).CombinedOutput(); err != nil {
 		t.Fatalf("llama-quantize %s: %v\n%s", typ, err, b)
 	}
 	return out

@@ -64,6 +64,7 @@ type qActs struct {
 	qs    []int8
 	d     []float32
 	bsums []int32
+	quant qQuant
 	task  qTask
 }
 
@@ -134,15 +135,38 @@ func nearestInt(f float32) int { return int(math.RoundToEven(float64(f))) }
 
 // quantize fills a with the n rows of x quantized for weights of format l.
 func (a *qActs) quantize(x []float32, n, cols int, l *qLayout) {
+	a.prepare(x, n, cols, l)
+	a.quant.Run(0, n)
+}
+
+// prepare sizes a for the n rows of x and sets a.quant to quantize them.
+func (a *qActs) prepare(x []float32, n, cols int, l *qLayout) {
 	a.qs = grow(a.qs, n*cols)
 	if l.kQuant {
 		a.d = grow(a.d, n*cols/256)
 		a.bsums = grow(a.bsums, n*cols/16)
-		quantizeQ8_K(a.qs, a.d, a.bsums, x[:n*cols])
+	} else {
+		a.d = grow(a.d, n*cols/32)
+	}
+	a.quant = qQuant{a: a, x: x[:n*cols], cols: cols, k: l.kQuant}
+}
+
+// qQuant quantizes token rows [lo, hi) of x into a: a Task, so that a
+// prefill's rows are quantized on every thread.
+type qQuant struct {
+	a    *qActs
+	x    []float32
+	cols int
+	k    bool // q8_K, else q8_0
+}
+
+func (q *qQuant) Run(lo, hi int) {
+	c := q.cols
+	if q.k {
+		quantizeQ8_K(q.a.qs[lo*c:hi*c], q.a.d[lo*c/256:hi*c/256], q.a.bsums[lo*c/16:hi*c/16], q.x[lo*c:hi*c])
 		return
 	}
-	a.d = grow(a.d, n*cols/32)
-	quantizeQ8_0(a.qs, a.d, x[:n*cols])
+	quantizeQ8_0(q.a.qs[lo*c:hi*c], q.a.d[lo*c/32:hi*c/32], q.x[lo*c:hi*c])
 }
 
 // qRows is how many weight rows one unit of a quantized MatMul covers:
@@ -203,7 +227,12 @@ func (t *qTask) runGo(r0, r1 int) {
 func (p *Pool) qMatMul(out, x []float32, n int, w *Matrix) {
 	l := qLayouts[w.m.DType]
 	a := qActsPool.Get().(*qActs)
-	a.quantize(x, n, w.m.Cols, l)
+	a.prepare(x, n, w.m.Cols, l)
+	if n >= 8 {
+		p.Run(n, &a.quant)
+	} else {
+		a.quant.Run(0, n)
+	}
 	rb, _ := w.m.DType.RowBytes(w.m.Cols)
 	a.task = qTask{out: out, a: a, w: &w.m, l: l, n: n, rowB: rb}
 	units := (w.m.Rows + qRows - 1) / qRows
@@ -212,7 +241,7 @@ func (p *Pool) qMatMul(out, x []float32, n int, w *Matrix) {
 	} else {
 		a.task.Run(0, units)
 	}
-	a.task = qTask{}
+	a.task, a.quant = qTask{}, qQuant{}
 	qActsPool.Put(a)
 }
 
