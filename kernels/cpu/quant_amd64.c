@@ -206,9 +206,14 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	long group = (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) ? 32 : 256;
 	long nb = cols / group;
+	// Tokens in blocks of about 256 KiB of activations, which stay in the
+	// L2 cache while the rows pass over them.
+	long tb = 256 * 1024 / cols;
+	tb = tb < 1 ? 1 : tb;
+	for (long t0 = 0; t0 < n; t0 += tb)
 	for (long r = r0; r < r1; r++) {
 		const uint8_t *wr = w + r * rowb;
-		for (long i = 0; i < n; i++) {
+		for (long i = t0; i < n && i < t0 + tb; i++) {
 			const int8_t *xi = x + i * cols;
 			const float *di = xd + i * nb;
 			const int32_t *bi = bsums + i * (cols / 16);

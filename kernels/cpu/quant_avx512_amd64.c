@@ -56,76 +56,99 @@ KQ5_INLINE uint32_t kq5_u32(const uint8_t *p) {
 KQ5_INLINE __mmask64 kq5_bits64(uint32_t qh0, uint32_t qh1) { return (__mmask64)qh0 | (__mmask64)qh1 << 32; }
 
 // kq5_pair returns the signed values of blocks b and b+1 of a 32-value
-// type in bytes 0-31 and 32-63.
+// type in bytes 0-31 and 32-63: Q8_0's bytes as they are; Q4_0's and
+// Q5_0's 16 code bytes of each block spread over 128-bit lanes as [low
+// nibbles, high nibbles], less 8 (Q4_0), or less 16 where the fifth bit
+// is clear (Q5_0).
 KQ5_INLINE __m512i kq5_pair(int type, const uint8_t *b0, const uint8_t *b1, const long *off) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	if (type == KQ5_Q8_0) {
 		__m256i q0 = _mm256_loadu_si256((const __m256i *)(b0 + off[KQ5_QS]));
-		__m256i q1 = _mm256_loadu_si256((const __m256i *)(b1 + off[KQ5_QS]));
-		return _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+		return _mm512_inserti64x4(_mm512_castsi256_si512(q0), _mm256_loadu_si256((const __m256i *)(b1 + off[KQ5_QS])), 1);
 	}
-	__m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + off[KQ5_QS]));
-	__m128i q1 = _mm_loadu_si128((const __m128i *)(b1 + off[KQ5_QS]));
-	__m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
-	__m256i lo = _mm256_and_si256(both, m4), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), m4);
-	// Block b: lo of q0 then hi of q0; block b+1 likewise of q1.
-	__m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
-				       _mm256_permute2x128_si256(lo, hi, 0x31), 1);
+	// [q0, q0, q1, q1], the odd 128-bit lanes shifted down by 4.
+	__m512i t = _mm512_inserti64x4(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b0 + off[KQ5_QS]))),
+				       _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b1 + off[KQ5_QS]))), 1);
+	t = _mm512_mask_srli_epi16(t, (__mmask32)0xFF00FF00u, t, 4);
+	__m512i v = _mm512_and_si512(t, _mm512_set1_epi8(0x0f));
 	if (type == KQ5_Q4_0)
 		return _mm512_sub_epi8(v, _mm512_set1_epi8(8));
-	__mmask64 h = kq5_bits64(kq5_u32(b0 + off[KQ5_QH]), kq5_u32(b1 + off[KQ5_QH]));
-	v = _mm512_mask_add_epi8(v, h, v, _mm512_set1_epi8(16));
-	return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
+	__mmask64 h = (__mmask64)kq5_u32(b0 + off[KQ5_QH]) | (__mmask64)kq5_u32(b1 + off[KQ5_QH]) << 32;
+	return _mm512_mask_sub_epi8(v, ~h, v, _mm512_set1_epi8(16));
 }
 
 // KQ5_T is the most tokens one pass over a weight row serves: the row's
 // blocks are unpacked once for all of them.
 #define KQ5_T 4
 
-// kq5_rows32 sets out[t*ldo] to the dot of one row (w) with the nt token
-// rows of x for a 32-value type. Per pair of blocks: the weights' signed
-// values unpacked once; per token, VPDPBUSD of the activations offset by
-// 128 (unsigned) with the weights, less 128 times the weights' sums,
-// gives each 4 values' exact integer dot in an int32 lane, which is
-// converted and multiplied by its block's two scales into an f32 lane
-// accumulator, reduced at the end of the row. A token's result does not
-// depend on nt.
-KQ5_INLINE void kq5_rows32(int type, int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx,
-			   const float *xd, long ldd, long nb, float *out, long ldo) {
-	const __m512i flip = _mm512_set1_epi8((char)0x80), ones = _mm512_set1_epi8(1);
+// KQ5_XBYTES bounds the activations one pass of a row range reads.
+#define KQ5_XBYTES (256 * 1024)
+
+// kq5_dw returns the f16 scales of blocks at p0 and p1 in f32 lanes 0-7
+// and 8-15.
+KQ5_INLINE __m512 kq5_dw(const uint8_t *p0, const uint8_t *p1, long d) {
 	const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-	__m512 acc[KQ5_T];
-	for (int t = 0; t < nt; t++)
-		acc[t] = _mm512_setzero_ps();
+	__m128i dh = _mm_insert_epi16(_mm_cvtsi32_si128(*(const uint16_t *)(p0 + d)), *(const uint16_t *)(p1 + d), 1);
+	return _mm512_permutexvar_ps(half, _mm512_castps128_ps512(_mm_cvtph_ps(dh)));
+}
+
+// kq5_rows32 sets out[r*1 + t*ldo] for the nr rows (1 or 2, rowb bytes
+// apart) at w and the nt token rows of x, for a 32-value type. Per pair
+// of blocks: each row's signed values unpacked once, with 128 times their
+// sums (per 4 values) negated; per token, the activations offset by 128
+// (unsigned) once for both rows, and per row VPDPBUSD from those negated
+// sums gives each 4 values' exact integer dot in an int32 lane, converted
+// and multiplied by its block's two scales into an f32 lane accumulator,
+// reduced at the end of the row. A token's result does not depend on nt
+// or nr.
+KQ5_INLINE void kq5_rows32(int type, int nr, int nt, const uint8_t *w, long rowb, const long *off, const int8_t *x,
+			   long ldx, const float *xd, long ldd, long nb, float *out, long ldo) {
+	const __m512i flip = _mm512_set1_epi8((char)0x80), c128 = _mm512_set1_epi8((char)0x80);
+	const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+	__m512 acc[2][KQ5_T];
+	for (int r = 0; r < nr; r++)
+		for (int t = 0; t < nt; t++)
+			acc[r][t] = _mm512_setzero_ps();
 	long b = 0;
 	for (; b + 1 < nb; b += 2) {
-		const uint8_t *p0 = w + b * off[KQ5_BYTES], *p1 = p0 + off[KQ5_BYTES];
-		__m512i v = kq5_pair(type, p0, p1, off);
-		__m512i corr = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v), 7);
-		__m128i dh = _mm_insert_epi16(_mm_cvtsi32_si128(p0[off[KQ5_D]] | p0[off[KQ5_D] + 1] << 8), p1[off[KQ5_D]] | p1[off[KQ5_D] + 1] << 8, 1);
-		__m512 dw = _mm512_permutexvar_ps(half, _mm512_castps128_ps512(_mm_cvtph_ps(dh)));
+		__m512i v[2], neg[2];
+		__m512 dw[2];
+		for (int r = 0; r < nr; r++) {
+			const uint8_t *p0 = w + r * rowb + b * off[KQ5_BYTES], *p1 = p0 + off[KQ5_BYTES];
+			v[r] = kq5_pair(type, p0, p1, off);
+			neg[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, v[r]));
+			dw[r] = kq5_dw(p0, p1, off[KQ5_D]);
+		}
 		for (int t = 0; t < nt; t++) {
 			__m512i u = _mm512_xor_si512(_mm512_loadu_si512((const void *)(x + t * ldx + 32 * b)), flip);
-			__m512i s = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, v), corr);
 			__m512 dx = _mm512_permutexvar_ps(half, _mm512_castpd_ps(_mm512_castpd128_pd512(_mm_load_sd((const double *)(xd + t * ldd + b)))));
-			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dx), acc[t]);
+			for (int r = 0; r < nr; r++) {
+				__m512i si = _mm512_dpbusd_epi32(neg[r], u, v[r]);
+				acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dw[r], dx), acc[r][t]);
+			}
 		}
 	}
 	if (b < nb) { // the last block alone: the pair's second half is zero
-		const uint8_t *p0 = w + b * off[KQ5_BYTES];
-		__m512i v = _mm512_maskz_mov_epi8((__mmask64)0xFFFFFFFFULL, kq5_pair(type, p0, p0, off));
-		__m512i corr = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v), 7);
-		__m512 dw = _mm512_set1_ps(kq5_f16(p0 + off[KQ5_D]));
+		__m512i v[2], neg[2];
+		__m512 dw[2];
+		for (int r = 0; r < nr; r++) {
+			const uint8_t *p0 = w + r * rowb + b * off[KQ5_BYTES];
+			v[r] = _mm512_maskz_mov_epi8((__mmask64)0xFFFFFFFFULL, kq5_pair(type, p0, p0, off));
+			neg[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, v[r]));
+			dw[r] = _mm512_set1_ps(kq5_f16(p0 + off[KQ5_D]));
+		}
 		for (int t = 0; t < nt; t++) {
 			__m512i xv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + t * ldx + 32 * b)));
 			__m512i u = _mm512_xor_si512(_mm512_inserti64x4(xv, _mm256_setzero_si256(), 1), flip);
-			__m512i s = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, v), corr);
-			__m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(xd[t * ldd + b]));
-			acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[t]);
+			__m512 dx = _mm512_set1_ps(xd[t * ldd + b]);
+			for (int r = 0; r < nr; r++) {
+				__m512i si = _mm512_dpbusd_epi32(neg[r], u, v[r]);
+				acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dw[r], dx), acc[r][t]);
+			}
 		}
 	}
-	for (int t = 0; t < nt; t++)
-		out[t * ldo] = _mm512_reduce_add_ps(acc[t]);
+	for (int r = 0; r < nr; r++)
+		for (int t = 0; t < nt; t++)
+			out[r + t * ldo] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
 // kq5_scales_k4 unpacks a Q4_K/Q5_K block's 12 scale bytes into 8 scales
@@ -257,55 +280,81 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 		out[t * ldo] = sum[t];
 }
 
-// KQ5_TILE runs one row against nt tokens, nt a constant.
-#define KQ5_TILE(nt)                                                                                              \
-	switch (type) {                                                                                           \
-	case KQ5_Q8_0:                                                                                            \
-		kq5_rows32(KQ5_Q8_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                  \
-		break;                                                                                            \
-	case KQ5_Q4_0:                                                                                            \
-		kq5_rows32(KQ5_Q4_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                  \
-		break;                                                                                            \
-	case KQ5_Q5_0:                                                                                            \
-		kq5_rows32(KQ5_Q5_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                  \
-		break;                                                                                            \
-	case KQ5_Q4_K:                                                                                            \
-		kq5_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 0, o, ldo);                          \
-		break;                                                                                            \
-	case KQ5_Q5_K:                                                                                            \
-		kq5_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 1, o, ldo);                          \
-		break;                                                                                            \
-	case KQ5_Q6_K:                                                                                            \
+// KQ5_ROWS32 runs nr rows (a constant, 1 or 2) of a 32-value type against
+// nt tokens (a constant).
+#define KQ5_ROWS32(nr, nt)                                                                                         \
+	switch (type) {                                                                                            \
+	case KQ5_Q8_0:                                                                                             \
+		kq5_rows32(KQ5_Q8_0, nr, nt, wr, rowb, off, xi, cols, di, nb, nb, o, ldo);                        \
+		break;                                                                                             \
+	case KQ5_Q4_0:                                                                                             \
+		kq5_rows32(KQ5_Q4_0, nr, nt, wr, rowb, off, xi, cols, di, nb, nb, o, ldo);                        \
+		break;                                                                                             \
+	default:                                                                                                   \
+		kq5_rows32(KQ5_Q5_0, nr, nt, wr, rowb, off, xi, cols, di, nb, nb, o, ldo);                        \
+		break;                                                                                             \
+	}
+
+// KQ5_TILE runs nr rows (two at a time for the 32-value types, else one)
+// against nt tokens, nt a constant.
+#define KQ5_TILE(nt)                                                                                               \
+	switch (type) {                                                                                            \
+	case KQ5_Q8_0:                                                                                             \
+	case KQ5_Q4_0:                                                                                             \
+	case KQ5_Q5_0:                                                                                             \
+		if (nr == 2) {                                                                                     \
+			KQ5_ROWS32(2, nt);                                                                         \
+		} else {                                                                                           \
+			KQ5_ROWS32(1, nt);                                                                         \
+		}                                                                                                  \
+		break;                                                                                             \
+	case KQ5_Q4_K:                                                                                             \
+		kq5_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 0, o, ldo);                           \
+		break;                                                                                             \
+	case KQ5_Q5_K:                                                                                             \
+		kq5_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 1, o, ldo);                           \
+		break;                                                                                             \
+	case KQ5_Q6_K:                                                                                             \
 		kq5_q6_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, o, ldo);                               \
-		break;                                                                                            \
+		break;                                                                                             \
 	}
 
 // kq512_rows is quant_amd64.c's kq_rows with these kernels: each weight row
-// is unpacked once per KQ5_T tokens.
+// is unpacked once per KQ5_T tokens, the 32-value types' rows two at a
+// time, sharing each token's activations.
 void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	long group = (type == KQ5_Q8_0 || type == KQ5_Q4_0 || type == KQ5_Q5_0) ? 32 : 256;
-	long nb = cols / group;
-	for (long r = r0; r < r1; r++) {
-		const uint8_t *wr = w + r * rowb;
-		for (long i = 0; i < n; i += KQ5_T) {
-			const int8_t *xi = x + i * cols;
-			const float *di = xd + i * nb;
-			const int32_t *bi = bsums + i * (cols / 16);
-			float *o = out + i * ldo + r;
-			switch (n - i < KQ5_T ? n - i : KQ5_T) {
-			case 1:
-				KQ5_TILE(1);
-				break;
-			case 2:
-				KQ5_TILE(2);
-				break;
-			case 3:
-				KQ5_TILE(3);
-				break;
-			default:
-				KQ5_TILE(4);
-				break;
+	int is32 = type == KQ5_Q8_0 || type == KQ5_Q4_0 || type == KQ5_Q5_0;
+	long nb = cols / (is32 ? 32 : 256);
+	// Tokens in blocks of about KQ5_XBYTES of activations, which stay in
+	// the L2 cache while the rows pass over them: a prefill's whole
+	// activations would not, and each row would stream them again.
+	long tb = KQ5_XBYTES / cols;
+	tb = tb < KQ5_T ? KQ5_T : tb - tb % KQ5_T;
+	for (long t0 = 0; t0 < n; t0 += tb) {
+		int nr;
+		for (long r = r0; r < r1; r += nr) {
+			nr = is32 && r + 1 < r1 ? 2 : 1;
+			const uint8_t *wr = w + r * rowb;
+			for (long i = t0; i < n && i < t0 + tb; i += KQ5_T) {
+				const int8_t *xi = x + i * cols;
+				const float *di = xd + i * nb;
+				const int32_t *bi = bsums + i * (cols / 16);
+				float *o = out + i * ldo + r;
+				switch (n - i < KQ5_T ? n - i : KQ5_T) {
+				case 1:
+					KQ5_TILE(1);
+					break;
+				case 2:
+					KQ5_TILE(2);
+					break;
+				case 3:
+					KQ5_TILE(3);
+					break;
+				default:
+					KQ5_TILE(4);
+					break;
+				}
 			}
 		}
 	}
