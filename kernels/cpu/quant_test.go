@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"syscall"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/tensor"
@@ -244,13 +243,4 @@ func BenchmarkQuantRows(b *testing.B) {
 			}
 		}
 	}
-}
-
-// cpuSeconds is the process's user and system CPU time.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
