@@ -16,7 +16,6 @@ import (
 
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kvcache"
-	"github.com/kakeya-ai/kakeya/tensor"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -79,8 +78,9 @@ type Model struct {
 	eps               float32
 	window            int
 
-	// weightBytes is the bytes of the matrices uploaded, per element type.
-	weightBytes map[tensor.DType]int64
+	// weightBytes is the bytes of the matrices uploaded, per element type
+	// (its lower-case name).
+	weightBytes map[string]int64
 
 	embed  compute.Weight
 	layers []layer
@@ -330,7 +330,7 @@ type loader struct {
 	b       compute.Backend
 	err     error
 	mats    []namedWeight // the matrices uploaded, in order
-	bytes   map[tensor.DType]int64
+	bytes   map[string]int64
 }
 
 // namedWeight is an uploaded matrix and the tensor it came from.
@@ -394,9 +394,9 @@ func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
 	}
 	ld.mats = append(ld.mats, namedWeight{name, w})
 	if ld.bytes == nil {
-		ld.bytes = map[tensor.DType]int64{}
+		ld.bytes = map[string]int64{}
 	}
-	ld.bytes[m.DType] += int64(len(m.Q) + 2*len(m.U16) + 4*len(m.F32))
+	ld.bytes[strings.ToLower(m.DType.String())] += int64(len(m.Q) + 2*len(m.U16) + 4*len(m.F32))
 	return w
 }
 
@@ -520,7 +520,7 @@ func (m *Model) Config() *weights.Config { return m.cfg }
 // q6_k 1.46 MiB (4.84 MiB)". A tied output matrix is the embedding's.
 func (m *Model) Weights() string {
 	type part struct {
-		d tensor.DType
+		d string
 		n int64
 	}
 	var parts []part
@@ -535,7 +535,7 @@ func (m *Model) Weights() string {
 		if i > 0 {
 			sb.WriteString(", ")
 		}
-		fmt.Fprintf(&sb, "%s %s", strings.ToLower(p.d.String()), mibString(p.n))
+		fmt.Fprintf(&sb, "%s %s", p.d, mibString(p.n))
 	}
 	fmt.Fprintf(&sb, " (%s)", mibString(total))
 	return sb.String()
