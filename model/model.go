@@ -456,11 +456,11 @@ func (m *Model) loadTensors(wf string) error {
 	}
 	cos, sin := ropeTables(m.invFreq, m.maxCtx)
 	m.cos, m.sin = ld.upload(cos), ld.upload(sin)
-	m.weightBytes = ld.bytes
 	if ld.err == nil {
 		m.prepare(ld.mats)
 		m.fuse()
 	}
+	m.weightBytes = ld.bytes
 	return ld.err
 }
 
