@@ -80,13 +80,26 @@ $(GGUF_PY)/gguf/__init__.py:
 		git clone -q --no-checkout package/llama/gitRelease.bundle src && git -C src archive HEAD gguf-py | tar x
 	rm -rf $(GGUF_PY) && mv $(GGUF_PY).tmp/gguf-py $(GGUF_PY) && rm -rf $(GGUF_PY).tmp
 
-# llama-quantize (and llama-simple) from llama.cpp, for the tests that run
-# llama.cpp's own quantizations (Q4_K_M, Q5_K_M, ...): built by
+# llama.cpp's tools for the side-by-side tests (llama-quantize's own
+# quantizations, llama-simple's greedy text, llama-perplexity; llama-bench
+# for the speed comparison in docs/gguf.md): with $$KAKEYA_LLAMA_BIN set to a
+# directory of them, it checks they are there; else it builds them with
 # ../shared/tools/llama-cpp.sh into bin/llama.cpp (many minutes on 2 cores;
-# not part of test, whose tests of those files skip without it).
-.PHONY: llama-quantize
+# not part of test, whose side-by-side tests skip without the tools).
+LLAMA_TOOLS := llama-quantize llama-simple llama-perplexity llama-bench
+.PHONY: llama-quantize test-llama
 llama-quantize:
-	LLAMA_TARGETS="llama-quantize llama-simple" nice $(KAKEYA_SHARED)/tools/llama-cpp.sh $(BIN)/llama.cpp native
+	@if [ -n "$$KAKEYA_LLAMA_BIN" ]; then \
+		for t in $(LLAMA_TOOLS); do [ -x "$$KAKEYA_LLAMA_BIN/$$t" ] || \
+			{ echo "KAKEYA_LLAMA_BIN=$$KAKEYA_LLAMA_BIN has no $$t (unset it to build llama.cpp into $(BIN)/llama.cpp)"; exit 1; }; done; \
+		echo "llama.cpp tools: $$KAKEYA_LLAMA_BIN"; \
+	else \
+		LLAMA_TARGETS="llama-quantize llama-simple" nice $(KAKEYA_SHARED)/tools/llama-cpp.sh $(BIN)/llama.cpp native; \
+	fi
+
+# The side-by-side tests with llama.cpp alone (they also run, or skip, in test).
+test-llama: llama-quantize gguf-py
+	$(SIMD) $(GO) test -count=1 -run 'LlamaCpp|GGUFLlama' . ./model
 
 # llama-logits: llama.cpp's logits and greedy tokens for a prompt of ids,
 # for the Gemma parity tests (internal/llamaparity), linked against the

@@ -1,12 +1,16 @@
 package model
 
 import (
+	"bytes"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/tensor"
+	"github.com/kakeya-ai/kakeya/weights"
 
 	"github.com/kakeya-ai/kakeya/internal/ggufdata"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
@@ -218,7 +222,120 @@ func TestQuantizeOnLoad(t *testing.T) {
 			t.Fatalf("position %d: max abs difference %g from the gguf-py Q8_0 file", p, d)
 		}
 	}
-	if _, err := Load(shareddata.File(t, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 1, ""), Weights: "q4_k"}); err == nil {
-		t.Error("Weights q4_k: no error")
+	if _, err := Load(shareddata.File(t, "models", "ref-qwen2-6m"), Options{Backend: cpuBackend(t, 1, ""), Weights: "q3_k"}); err == nil {
+		t.Error("Weights q3_k: no error")
+	}
+}
+
+// Quantize-on-load to the K types (Options.Weights q4_k, q5_k, q6_k) and
+// bf16: the logits stay close to the stored bf16 model's (max abs
+// difference within the stated share of the largest logit: the weights'
+// quantization error, 4 to 6 bits, plus the activations' 8 bits), the
+// greedy tokens mostly agree, and every matrix holds the type asked for
+// (ref-qwen2-6m's rows, 256 and 768 values, are whole K blocks).
+func TestQuantizeOnLoadK(t *testing.T) {
+	ids, _ := reference(t, "ref-qwen2-6m_logits.txt")
+	ids = ids[:16]
+	dir := shareddata.File(t, "models", "ref-qwen2-6m")
+	want, err := load(t, dir, Options{Backend: cpuBackend(t, 2, "f32")}).Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		weights string
+		dtype   tensor.DType
+		tol     float64 // max abs difference over the largest logit
+		agree   int     // greedy agreement of 16
+	}{
+		{"q4_k", tensor.Q4_K, 0.10, 14},  // measured 0.074, 15 of 16
+		{"q5_k", tensor.Q5_K, 0.05, 15},  // 0.031, 16
+		{"q6_k", tensor.Q6_K, 0.025, 15}, // 0.018, 16
+		{"bf16", tensor.BF16, 0, 16},
+	} {
+		t.Run(tc.weights, func(t *testing.T) {
+			b := cpuBackend(t, 2, "f32")
+			m := load(t, dir, Options{Backend: b, Weights: tc.weights})
+			// The backend names the weight types it was given.
+			desc := b.(interface{ Describe() string }).Describe()
+			mm := desc[strings.Index(desc, "matmuls: ")+len("matmuls: "):]
+			if w := strings.ToLower(tc.dtype.String()) + " weights x"; !strings.HasPrefix(mm, w) || strings.Count(mm, " weights x ") != 1 {
+				t.Errorf("matmuls: %s, want only %s", mm, w)
+			}
+			got, err := m.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst, scale float64
+			agree := 0
+			for p := range ids {
+				worst = max(worst, maxAbsDiff(got[p], want[p]))
+				scale = max(scale, maxAbs(want[p]))
+				if argmax(got[p]) == argmax(want[p]) {
+					agree++
+				}
+			}
+			t.Logf("%s: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", tc.weights, worst, scale, agree, len(ids))
+			if worst > tc.tol*scale || agree < tc.agree {
+				t.Errorf("max abs difference %.3g (want <= %g of %.3g), greedy agreement %d (want >= %d)", worst, tc.tol, scale, agree, tc.agree)
+			}
+		})
+	}
+}
+
+// The K quantizers are llama.cpp's: ref-qwen2-6m's matrices quantized on
+// load are, byte for byte, the blocks llama-quantize --pure writes for the
+// same BF16 values (without an importance matrix llama-quantize runs
+// quantize_row_*_ref). Skipped without llama.cpp's tools.
+func TestQuantizeOnLoadMatchesLlamaQuantize(t *testing.T) {
+	ggufdata.NeedLlamaTool(t, "llama-quantize")
+	src := ggufdata.Convert(t, "ref-qwen2-6m", "native")
+	dir := shareddata.File(t, "models", "ref-qwen2-6m")
+	st, err := weights.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, tc := range []struct{ llama, weights string }{{"Q4_K", "q4_k"}, {"Q5_K", "q5_k"}, {"Q6_K", "q6_k"}, {"Q5_0", "q5_0"}} {
+		t.Run(tc.llama, func(t *testing.T) {
+			file := ggufdata.LlamaQuantize(t, src, tc.llama, "--pure")
+			_, gs, _, err := weights.OpenGGUFModel(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gs.Close()
+			checked := 0
+			for _, name := range st.Names() {
+				ht, err := st.Tensor(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gt, err := gs.Tensor(name)
+				if err != nil || len(ht.Shape) != 2 || gt.DType.Format() == nil {
+					continue // tied output, norms, biases
+				}
+				q, ok, err := ht.Quantize(tc.weights)
+				if err != nil || !ok {
+					t.Fatalf("%s: quantize: ok %v, %v", name, ok, err)
+				}
+				if q.DType != gt.DType {
+					t.Errorf("%s: %v, llama-quantize %v", name, q.DType, gt.DType)
+					continue
+				}
+				checked++
+				if !bytes.Equal(q.Data, gt.Data) {
+					f := q.DType.Format()
+					for i := range q.Data {
+						if q.Data[i] != gt.Data[i] {
+							t.Errorf("%s (%v): byte %d (block %d, offset %d) %#x, llama-quantize %#x", name, q.DType, i, i/f.Bytes, i%f.Bytes, q.Data[i], gt.Data[i])
+							break
+						}
+					}
+				}
+			}
+			if checked == 0 {
+				t.Fatal("no matrix compared")
+			}
+			t.Logf("%s: %d matrices byte for byte", tc.llama, checked)
+		})
 	}
 }

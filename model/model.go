@@ -6,6 +6,7 @@
 package model
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -42,9 +43,11 @@ type Options struct {
 	// only during the call and must not be modified. Observe must not close
 	// the model or run forward passes on it.
 	Observe func(layer, start, n int, q, k []float32)
-	// Weights, when set ("q8_0", "q4_0"; see weights.ParseWeightFormat),
-	// quantizes the F32, F16 and BF16 matrices as they load (those whose
-	// rows are whole blocks); "" keeps every tensor in its stored type.
+	// Weights, when set (q8_0, q4_0, q5_0, q4_k, q5_k, q6_k or bf16; see
+	// weights.ParseWeightFormat), quantizes the F32, F16 and BF16 matrices
+	// as they load (a K type's fallback where rows are not whole blocks,
+	// see weights.Tensor.Quantize; bf16 rounds F32 and F16 ones); "" keeps
+	// every tensor in its stored type.
 	Weights string
 }
 
@@ -79,6 +82,10 @@ type Model struct {
 	// adds to the Llama family's operations (nil when it adds nothing).
 	desc *arch.Description
 	ops  compute.ArchOps
+
+	// weightBytes is the bytes of the matrices uploaded, per element type
+	// (its lower-case name).
+	weightBytes map[string]int64
 
 	embed  compute.Weight
 	layers []layer
@@ -373,6 +380,7 @@ type loader struct {
 	b       compute.Backend
 	err     error
 	mats    []namedWeight // the matrices uploaded, in order
+	bytes   map[string]int64
 }
 
 // namedWeight is an uploaded matrix and the tensor it came from.
@@ -435,6 +443,10 @@ func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
 		return nil
 	}
 	ld.mats = append(ld.mats, namedWeight{name, w})
+	if ld.bytes == nil {
+		ld.bytes = map[string]int64{}
+	}
+	ld.bytes[strings.ToLower(m.DType.String())] += int64(len(m.Q) + 2*len(m.U16) + 4*len(m.F32))
 	return w
 }
 
@@ -528,6 +540,7 @@ func (m *Model) loadTensors(wf string) error {
 		m.prepare(ld.mats)
 		m.fuse()
 	}
+	m.weightBytes = ld.bytes
 	return ld.err
 }
 
@@ -582,6 +595,40 @@ func (m *Model) DeviceGreedy() bool { return m.greedy != nil }
 
 // Config returns the model's configuration. It must not be modified.
 func (m *Model) Config() *weights.Config { return m.cfg }
+
+// Weights describes the matrices as they were uploaded: each element type
+// with its bytes, largest first, then the total, e.g. "q4_k 3.38 MiB,
+// q6_k 1.46 MiB (4.84 MiB)". A tied output matrix is the embedding's.
+func (m *Model) Weights() string {
+	type part struct {
+		d string
+		n int64
+	}
+	var parts []part
+	var total int64
+	for d, n := range m.weightBytes {
+		parts = append(parts, part{d, n})
+		total += n
+	}
+	slices.SortFunc(parts, func(a, b part) int { return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.d, b.d)) })
+	var sb strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%s %s", p.d, mibString(p.n))
+	}
+	fmt.Fprintf(&sb, " (%s)", mibString(total))
+	return sb.String()
+}
+
+// mibString is n bytes in MiB, or GiB from 10 GiB up.
+func mibString(n int64) string {
+	if n >= 10<<30 {
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	}
+	return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+}
 
 // ContextLimit returns the most positions Options.MaxContext may ask for:
 // max_position_embeddings, or as far as rope_scaling extends it (0 where

@@ -20,6 +20,7 @@ const (
 	Q4_K                   // 256 values: f16 scale and min, 8 6-bit scale/min pairs, 256 4-bit
 	Q5_K                   // 256 values: as Q4_K with a fifth bit plane
 	Q6_K                   // 256 values: 256 6-bit (offset 32), 16 int8 scales, f16 scale
+	Q5_0                   // 32 values: f16 scale, 32 fifth bits, 32 4-bit (5-bit offset 16)
 )
 
 // A FieldKind is the element type of a block field.
@@ -68,6 +69,7 @@ var Formats = []QuantFormat{
 	{Q4_0, "Q4_0", 32, 18, []QuantField{{"d", FieldF16, 0, 1}, {"qs", FieldU8, 2, 16}}},
 	{Q4_K, "Q4_K", 256, 144, []QuantField{{"d", FieldF16, 0, 1}, {"dmin", FieldF16, 2, 1}, {"scales", FieldU8, 4, 12}, {"qs", FieldU8, 16, 128}}},
 	{Q5_K, "Q5_K", 256, 176, []QuantField{{"d", FieldF16, 0, 1}, {"dmin", FieldF16, 2, 1}, {"scales", FieldU8, 4, 12}, {"qh", FieldU8, 16, 32}, {"qs", FieldU8, 48, 128}}},
+	{Q5_0, "Q5_0", 32, 22, []QuantField{{"d", FieldF16, 0, 1}, {"qh", FieldU8, 2, 4}, {"qs", FieldU8, 6, 16}}},
 	{Q6_K, "Q6_K", 256, 210, []QuantField{{"ql", FieldU8, 0, 128}, {"qh", FieldU8, 128, 64}, {"scales", FieldI8, 192, 16}, {"d", FieldF16, 208, 1}}},
 }
 
@@ -146,6 +148,16 @@ func dequantBlock(f *QuantFormat, y []float32, b []byte) {
 			y[j] = float32(int(qs[j]&0xF)-8) * d
 			y[j+16] = float32(int(qs[j]>>4)-8) * d
 		}
+	case Q5_0:
+		d := f16at(b, f.Field("d").Offset)
+		qh := binary.LittleEndian.Uint32(b[f.Field("qh").Offset:])
+		qs := b[f.Field("qs").Offset:]
+		for j := range 16 {
+			h0 := (qh >> j << 4) & 0x10
+			h1 := (qh >> (j + 12)) & 0x10
+			y[j] = float32(int(uint32(qs[j]&0xF)|h0)-16) * d
+			y[j+16] = float32(int(uint32(qs[j]>>4)|h1)-16) * d
+		}
 	case Q4_K, Q5_K:
 		d := f16at(b, f.Field("d").Offset)
 		dmin := f16at(b, f.Field("dmin").Offset)
@@ -201,17 +213,31 @@ func dequantBlock(f *QuantFormat, y []float32, b []byte) {
 	}
 }
 
-// QuantizeRow quantizes src (a multiple of 32 values) into dst's blocks of
-// d, which must be Q8_0 or Q4_0, as llama.cpp's quantize_row_q8_0_ref and
-// quantize_row_q4_0_ref do. The K types' quantizers (a search over scales)
-// are not implemented.
+// QuantizeRow quantizes src (a multiple of the block size) into dst's
+// blocks of d, as llama.cpp's quantize_row_*_ref do (what llama-quantize
+// writes without an importance matrix): Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and
+// Q6_K (kquant.go).
 func QuantizeRow(dst []byte, d DType, src []float32) error {
 	f := d.Format()
-	if f == nil || (d != Q8_0 && d != Q4_0) {
-		return fmt.Errorf("tensor: quantizing to %v is not supported (supported: Q8_0, Q4_0)", d)
+	if f == nil {
+		return fmt.Errorf("tensor: quantizing to %v is not supported (supported: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)", d)
 	}
 	if len(src)%f.Block != 0 || len(dst) < len(src)/f.Block*f.Bytes {
 		return fmt.Errorf("tensor: %s: %d values into %d bytes", f.Name, len(src), len(dst))
+	}
+	if d != Q8_0 && d != Q4_0 {
+		for i := range len(src) / f.Block {
+			b, x := dst[i*f.Bytes:(i+1)*f.Bytes], src[i*f.Block:(i+1)*f.Block]
+			switch d {
+			case Q5_0:
+				quantizeQ5_0(f, b, x)
+			case Q4_K, Q5_K:
+				quantizeK45(f, b, x, d == Q5_K)
+			case Q6_K:
+				quantizeQ6K(f, b, x)
+			}
+		}
+		return nil
 	}
 	for i := range len(src) / 32 {
 		x := src[i*32 : i*32+32]

@@ -79,7 +79,7 @@ func TestDequantizeMatchesGGUFPy(t *testing.T) {
 		}
 		t.Skipf("gguf-py not found at %s (make gguf-py)", py)
 	}
-	ggml := map[tensor.DType]int{tensor.Q8_0: 8, tensor.Q4_0: 2, tensor.Q4_K: 12, tensor.Q5_K: 13, tensor.Q6_K: 14}
+	ggml := map[tensor.DType]int{tensor.Q8_0: 8, tensor.Q4_0: 2, tensor.Q5_0: 6, tensor.Q4_K: 12, tensor.Q5_K: 13, tensor.Q6_K: 14}
 	dir := t.TempDir()
 	for _, f := range tensor.Formats {
 		t.Run(f.Name, func(t *testing.T) {
@@ -161,7 +161,7 @@ func TestQuantizeMatchesGGUFPy(t *testing.T) {
 	for _, tc := range []struct {
 		d    tensor.DType
 		ggml int
-	}{{tensor.Q8_0, 8}, {tensor.Q4_0, 2}} {
+	}{{tensor.Q8_0, 8}, {tensor.Q4_0, 2}, {tensor.Q5_0, 6}} {
 		t.Run(tc.d.String(), func(t *testing.T) {
 			out := filepath.Join(dir, tc.d.String()+".bin")
 			script := fmt.Sprintf(`import numpy as np, gguf
@@ -192,7 +192,72 @@ quants.quantize(x, gguf.GGMLQuantizationType(%d)).tofile(%q)`, in, tc.ggml, out)
 			}
 		})
 	}
-	if err := tensor.QuantizeRow(make([]byte, 144), tensor.Q4_K, make([]float32, 256)); err == nil {
-		t.Error("Q4_K: no error")
+	if err := tensor.QuantizeRow(make([]byte, 144), tensor.F16, make([]float32, 256)); err == nil {
+		t.Error("F16: no error")
+	}
+	if err := tensor.QuantizeRow(make([]byte, 144), tensor.Q4_K, make([]float32, 255)); err == nil {
+		t.Error("Q4_K of 255 values: no error")
+	}
+}
+
+// The K quantizers' blocks dequantize close to their input: over Gaussian
+// rows (with an all-zero block, a constant one and outliers), the RMS error
+// relative to the values' RMS is within each type's bound (4, 5 and 6 bits
+// of code per value, the scales searched), and so is the largest error of
+// any value relative to its block's largest magnitude. A zero block stays
+// zero, a constant one within 1%.
+func TestQuantizeKBounds(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	x := make([]float32, 256*64)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	clear(x[:256])
+	for i := 256; i < 512; i++ {
+		x[i] = 0.75
+	}
+	x[1000], x[3000] = 12, -9
+	for _, tc := range []struct {
+		d        tensor.DType
+		rel, abs float64
+	}{{tensor.Q4_K, 0.11, 0.12}, {tensor.Q5_K, 0.055, 0.06}, {tensor.Q6_K, 0.03, 0.04}, {tensor.Q5_0, 0.07, 0.07}} {
+		t.Run(tc.d.String(), func(t *testing.T) {
+			rb, _ := tc.d.RowBytes(len(x))
+			q := make([]byte, rb)
+			if err := tensor.QuantizeRow(q, tc.d, x); err != nil {
+				t.Fatal(err)
+			}
+			y := make([]float32, len(x))
+			if err := tensor.DequantizeRow(y, tc.d, q); err != nil {
+				t.Fatal(err)
+			}
+			var se, ss, worst float64
+			for b := 0; b < len(x); b += 256 {
+				var amax float64
+				for _, v := range x[b : b+256] {
+					amax = max(amax, math.Abs(float64(v)))
+				}
+				for i := b; i < b+256; i++ {
+					e := float64(y[i] - x[i])
+					se += e * e
+					ss += float64(x[i]) * float64(x[i])
+					if amax > 0 {
+						worst = max(worst, math.Abs(e)/amax)
+					} else if e != 0 {
+						t.Fatalf("all-zero block: value %d dequantizes to %v", i, y[i])
+					}
+				}
+			}
+			rel := math.Sqrt(se / ss)
+			t.Logf("%v: RMS error %.4f of the RMS, max error %.4f of the block's max magnitude", tc.d, rel, worst)
+			if rel > tc.rel || worst > tc.abs {
+				t.Errorf("%v: RMS error %.4f (want <= %g), max %.4f (want <= %g)", tc.d, rel, tc.rel, worst, tc.abs)
+			}
+			for i := 256; i < 512; i++ {
+				if math.Abs(float64(y[i]-0.75)) > 0.75*0.01 {
+					t.Fatalf("constant block: %v for 0.75", y[i])
+				}
+			}
+		})
 	}
 }

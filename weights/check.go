@@ -119,7 +119,7 @@ func checkTensor(s *Store, w TensorSpec) error {
 		return fmt.Errorf("tensor %s has shape %v, but config.json implies [%s]", w.Name, e.info.shape, strings.Join(parts, ", "))
 	}
 	if e.info.dtype == 0 {
-		return fmt.Errorf("tensor %s has dtype %s (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", w.Name, e.info.dtypeName)
+		return fmt.Errorf("tensor %s has dtype %s (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)", w.Name, e.info.dtypeName)
 	}
 	return nil
 }

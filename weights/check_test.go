@@ -140,7 +140,7 @@ func TestCheckTensors(t *testing.T) {
 			edit: func(s map[string][]int) { s["model.layers.0.self_attn.k_norm.weight"] = []int{128} },
 			want: "tensor model.layers.0.self_attn.k_norm.weight has shape [128], but config.json implies [head_dim=16]"},
 		{name: "unsupported dtype", dtypes: map[string]string{"model.norm.weight": "I64"},
-			want: "tensor model.norm.weight has dtype I64 (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"},
+			want: "tensor model.norm.weight has dtype I64 (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

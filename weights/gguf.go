@@ -645,6 +645,7 @@ const (
 	GGMLF32  GGMLType = 0
 	GGMLF16  GGMLType = 1
 	GGMLQ4_0 GGMLType = 2
+	GGMLQ5_0 GGMLType = 6
 	GGMLQ8_0 GGMLType = 8
 	GGMLQ4_K GGMLType = 12
 	GGMLQ5_K GGMLType = 13
@@ -663,7 +664,7 @@ type ggmlInfo struct {
 // type_traits), so any file's tensors can be sized and bounds-checked.
 var ggmlTypes = map[GGMLType]ggmlInfo{
 	0: {"F32", 1, 4, tensor.F32}, 1: {"F16", 1, 2, tensor.F16}, 30: {"BF16", 1, 2, tensor.BF16},
-	2: {"Q4_0", 32, 18, tensor.Q4_0}, 3: {"Q4_1", 32, 20, 0}, 6: {"Q5_0", 32, 22, 0}, 7: {"Q5_1", 32, 24, 0},
+	2: {"Q4_0", 32, 18, tensor.Q4_0}, 3: {"Q4_1", 32, 20, 0}, 6: {"Q5_0", 32, 22, tensor.Q5_0}, 7: {"Q5_1", 32, 24, 0},
 	8: {"Q8_0", 32, 34, tensor.Q8_0}, 9: {"Q8_1", 32, 36, 0},
 	10: {"Q2_K", 256, 84, 0}, 11: {"Q3_K", 256, 110, 0}, 12: {"Q4_K", 256, 144, tensor.Q4_K},
 	13: {"Q5_K", 256, 176, tensor.Q5_K}, 14: {"Q6_K", 256, 210, tensor.Q6_K}, 15: {"Q8_K", 256, 292, 0},

@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -313,9 +314,12 @@ func dimFields(ts TensorSpec) string {
 	return strings.Join(parts, ", ")
 }
 
+// WeightFormats lists the --weights values ParseWeightFormat accepts.
+const WeightFormats = "q8_0, q4_0, q5_0, q4_k, q5_k, q6_k, bf16"
+
 // ParseWeightFormat returns the element type a --weights value names for
-// quantize-on-load: "q8_0" or "q4_0" (case-insensitive); "" is the stored
-// type (0).
+// quantize-on-load (case-insensitive): one of WeightFormats; "" is the
+// stored type (0).
 func ParseWeightFormat(s string) (tensor.DType, error) {
 	switch strings.ToLower(s) {
 	case "":
@@ -324,25 +328,69 @@ func ParseWeightFormat(s string) (tensor.DType, error) {
 		return tensor.Q8_0, nil
 	case "q4_0":
 		return tensor.Q4_0, nil
+	case "q5_0":
+		return tensor.Q5_0, nil
+	case "q4_k":
+		return tensor.Q4_K, nil
+	case "q5_k":
+		return tensor.Q5_K, nil
+	case "q6_k":
+		return tensor.Q6_K, nil
+	case "bf16":
+		return tensor.BF16, nil
 	}
-	return 0, fmt.Errorf("weights: weight format %q is not supported (supported: q8_0, q4_0; the K types are read from GGUF files but not made on load)", s)
+	return 0, fmt.Errorf("weights: weight format %q is not supported (supported: %s)", s, WeightFormats)
 }
 
-// Quantize returns t, a 2-D F32, F16 or BF16 matrix whose rows are whole
-// blocks of the format (ParseWeightFormat), quantized to it (tensor.QuantizeRow, row by row: no float32
-// copy of the whole matrix), in memory of its own; ok is false, and t is
-// returned as it is, for another tensor.
+// fallback is the type a matrix whose rows are not whole blocks of d gets
+// instead, as llama-quantize falls back: Q5_0 for Q4_K and Q5_K (llama.cpp
+// takes Q5_1 for Q5_K, which Kakeya does not read), Q8_0 for Q6_K.
+func fallback(d tensor.DType) tensor.DType {
+	switch d {
+	case tensor.Q4_K, tensor.Q5_K:
+		return tensor.Q5_0
+	case tensor.Q6_K:
+		return tensor.Q8_0
+	}
+	return 0
+}
+
+// Quantize returns t, a 2-D F32, F16 or BF16 matrix, quantized to the
+// format (ParseWeightFormat) row by row (tensor.QuantizeRow: no float32
+// copy of the whole matrix), in memory of its own. A K format whose
+// blocks do not fit the rows takes its fallback (Q5_0 or Q8_0) where that
+// fits; "bf16" rounds F32 and F16 matrices to BF16. ok is false, and t is
+// returned as it is, for another tensor, or one no format fits.
 func (t *Tensor) Quantize(format string) (q *Tensor, ok bool, err error) {
 	d, err := ParseWeightFormat(format)
 	if err != nil {
 		return nil, false, err
 	}
-	f := d.Format()
-	if f == nil || len(t.Shape) != 2 || t.DType.Size() == 0 || t.Shape[1]%f.Block != 0 {
+	if len(t.Shape) != 2 || t.DType.Size() == 0 || d == 0 {
 		return t, false, nil
 	}
 	if err := t.check(); err != nil {
 		return nil, false, fmt.Errorf("weights: %w", err)
+	}
+	if d == tensor.BF16 {
+		if t.DType == tensor.BF16 {
+			return t, false, nil
+		}
+		v, err := t.Float32s()
+		if err != nil {
+			return nil, false, err
+		}
+		out := make([]byte, 2*len(v))
+		for i, f := range v {
+			binary.LittleEndian.PutUint16(out[2*i:], tensor.F32ToBF16(f))
+		}
+		return &Tensor{Name: t.Name, DType: tensor.BF16, Shape: t.Shape, Data: out}, true, nil
+	}
+	if t.Shape[1]%d.Format().Block != 0 {
+		d = fallback(d)
+		if d == 0 || t.Shape[1]%d.Format().Block != 0 {
+			return t, false, nil
+		}
 	}
 	rows, cols := t.Shape[0], t.Shape[1]
 	rb, _ := d.RowBytes(cols)

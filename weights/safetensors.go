@@ -457,7 +457,7 @@ func (s *Store) Tensor(name string) (*Tensor, error) {
 		return nil, fmt.Errorf("weights: %s: tensor %q not found", s.where, name)
 	}
 	if e.info.dtype == 0 {
-		return nil, fmt.Errorf("weights: %s: unsupported dtype %s for tensor %q (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)",
+		return nil, fmt.Errorf("weights: %s: unsupported dtype %s for tensor %q (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)",
 			e.file.path, e.info.dtypeName, name)
 	}
 	data := e.own

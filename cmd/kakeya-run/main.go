@@ -69,7 +69,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&o.matmul, "matmul", "", device.MatMulUsage+" (default: bf16 on the CPU)")
-	fs.StringVar(&o.weights, "weights", "", "quantize the model's F32/F16/BF16 matrices as they load: q8_0 or q4_0 (default: keep the stored types)")
+	fs.StringVar(&o.weights, "weights", "", "quantize the model's F32/F16/BF16 matrices as they load, as llama-quantize does: "+weights.WeightFormats+" (q4_k and q5_k fall back to q5_0, q6_k to q8_0, for rows that are not whole blocks of 256; bf16 rounds F32/F16 matrices) (default: keep the stored types)")
 	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (default for the kakeya preset and kakeya-pc: made automatically, see --calib-cache)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations a cache without --calib gets (the kakeya preset, kakeya-pc): reused per model, made once on the built-in text (default: the user cache directory's kakeya/calib)")
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
@@ -264,8 +264,8 @@ func logger(stderr io.Writer, quiet bool) *slog.Logger {
 // printStats writes the run's figures: timings, why it stopped, the cache
 // in use and what it holds, the kernels.
 func printStats(w io.Writer, eng *kakeya.Engine, res *kakeya.Result, load time.Duration) {
-	fmt.Fprintf(w, "\nload %.2fs | prefill %d tokens %.1f tok/s | decode %d tokens %.1f tok/s | stop: %s | kernels: %s\n",
-		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels())
+	fmt.Fprintf(w, "\nload %.2fs | prefill %d tokens %.1f tok/s | decode %d tokens %.1f tok/s | stop: %s | kernels: %s | weights: %s\n",
+		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels(), eng.Model().Weights())
 	st := eng.CacheSettings()
 	fmt.Fprintf(w, "KV cache: %s", st)
 	if cal := eng.CalibrationInfo().String(); cal != "" {

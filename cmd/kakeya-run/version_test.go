@@ -34,4 +34,8 @@ func TestVersion(t *testing.T) {
 	if k := "| kernels: " + cli.CurrentBuild().Kernels; !strings.Contains(errOut.String(), k) {
 		t.Errorf("stats %q lack %q", errOut.String(), k)
 	}
+	// stories260K's matrices are F32: 0.99 MiB of them (260K values).
+	if w := "| weights: f32 0.99 MiB (0.99 MiB)\n"; !strings.Contains(errOut.String(), w) {
+		t.Errorf("stats %q lack %q", errOut.String(), w)
+	}
 }

@@ -98,7 +98,7 @@ func (b *Backend) Name() string { return "cpu" }
 // "f32 weights x f32 activations", ...
 func (b *Backend) Describe() string {
 	var mm []string
-	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32, tensor.Q8_0, tensor.Q4_0, tensor.Q5_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		if b.dtypes.Load()&(1<<dt) == 0 {
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
@@ -90,7 +91,11 @@ func run(t testing.TB, py string, args ...string) {
 	cmd := exec.Command(Python, args...)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+py)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", filepath.Base(args[len(args)-3]), err, b)
+		name := filepath.Base(args[0])
+		if args[0] == "-c" {
+			name = "quantize.py"
+		}
+		t.Fatalf("%s: %v\n%s", name, err, b)
 	}
 }
 
@@ -107,25 +112,44 @@ func Quantize(t testing.TB, src, typ string) string {
 	return out
 }
 
-// LlamaQuantizePath returns llama.cpp's llama-quantize: $KAKEYA_LLAMA_QUANTIZE,
-// else what make llama-quantize builds under bin/.
-func LlamaQuantizePath() string {
-	if p := os.Getenv("KAKEYA_LLAMA_QUANTIZE"); p != "" {
+// EnvLlamaBin names the directory of llama.cpp's binaries (llama-quantize,
+// llama-simple, llama-perplexity, llama-bench) the side-by-side tests run,
+// e.g. /work/llamacpp/llama.cpp/build/bin; unset, the tests look where make
+// llama-quantize builds them (LlamaBinDefault).
+const EnvLlamaBin = "KAKEYA_LLAMA_BIN"
+
+// LlamaBinDefault is where make llama-quantize builds llama.cpp's binaries
+// (../shared/tools/llama-cpp.sh into bin/llama.cpp), relative to the
+// module root.
+const LlamaBinDefault = "bin/llama.cpp/llama.cpp/build/bin"
+
+// LlamaTool returns the path of one of llama.cpp's binaries: in
+// $KAKEYA_LLAMA_BIN, else in LlamaBinDefault under the module root.
+// $KAKEYA_LLAMA_QUANTIZE, where set, names llama-quantize itself.
+func LlamaTool(name string) string {
+	if p := os.Getenv("KAKEYA_LLAMA_QUANTIZE"); p != "" && name == "llama-quantize" {
 		return p
 	}
-	return filepath.Join(filepath.Dir(PyPath()), "llama.cpp", "llama.cpp", "build", "bin", "llama-quantize")
+	if dir := os.Getenv(EnvLlamaBin); dir != "" {
+		return filepath.Join(dir, name)
+	}
+	return filepath.Join(filepath.Dir(PyPath()), "..", LlamaBinDefault, name)
 }
+
+// LlamaQuantizePath returns llama.cpp's llama-quantize (see LlamaTool).
+func LlamaQuantizePath() string { return LlamaTool("llama-quantize") }
 
 // LlamaQuantize quantizes src (a GGUF) with llama.cpp's own llama-quantize
 // to typ (its names: "Q8_0", "Q4_K_M", "Q5_K_M", ...), into a temporary
 // directory of t. Building llama.cpp takes many minutes, so make test does
 // not: where llama-quantize is missing the test is skipped, saying so
 // (make llama-quantize builds it).
-func LlamaQuantize(t testing.TB, src, typ string) string {
+// Flags (e.g. "--pure") go before the file names.
+func LlamaQuantize(t testing.TB, src, typ string, flags ...string) string {
 	t.Helper()
-	bin := NeedLlamaQuantize(t)
+	bin := NeedLlamaTool(t, "llama-quantize")
 	out := filepath.Join(t.TempDir(), typ+".gguf")
-	if b, err := exec.Command(bin, src, out, typ).CombinedOutput(); err != nil {
+	if b, err := exec.Command(bin, append(flags, src, out, typ)...).CombinedOutput(); err != nil {
 		t.Fatalf("llama-quantize %s: %v\n%s", typ, err, b)
 	}
 	return out
@@ -135,9 +159,37 @@ func LlamaQuantize(t testing.TB, src, typ string) string {
 // missing.
 func NeedLlamaQuantize(t testing.TB) string {
 	t.Helper()
-	bin := LlamaQuantizePath()
+	return NeedLlamaTool(t, "llama-quantize")
+}
+
+// NeedLlamaTool returns the path of llama.cpp's binary name (LlamaTool), or
+// skips t saying where it looked: llama.cpp takes many minutes to build, so
+// make test does not build it, and CI need not have it.
+func NeedLlamaTool(t testing.TB, name string) string {
+	t.Helper()
+	bin := LlamaTool(name)
 	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("llama-quantize not found at %s (make llama-quantize builds it; KAKEYA_LLAMA_QUANTIZE names another)", bin)
+		t.Skipf("%s not found at %s (make llama-quantize builds llama.cpp's tools there; $%s names a directory of them)", name, bin, EnvLlamaBin)
 	}
 	return bin
+}
+
+// SetSpecialIDs writes src (a GGUF) again with the special token ids given
+// (gguf-py's names: "bos", "eos", ...), by gguf-py's gguf_new_metadata.py,
+// into a temporary directory of t, and returns the new file's path.
+// st2gguf.py writes Qwen2's ids of the full-size vocabulary (151643) into
+// ref-qwen2-6m's 4096-token file: Kakeya then finds the end token by its
+// text, llama.cpp falls back to another token, so the side-by-side tests
+// set them first.
+func SetSpecialIDs(t testing.TB, src string, ids map[string]int) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "special-"+filepath.Base(src))
+	args := []string{filepath.Join(PyPath(), "gguf", "scripts", "gguf_new_metadata.py"), src, out}
+	for _, name := range []string{"bos", "eos", "eot", "padding", "unknown"} {
+		if id, ok := ids[name]; ok {
+			args = append(args, "--special-token-by-id", name, strconv.Itoa(id))
+		}
+	}
+	run(t, PyPath(), append(args, "--force")...)
+	return out
 }

@@ -32,6 +32,9 @@ void kk2_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long le
 		       const float *scales, const float *levels);
 void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
 		    const float *rows, long n, const float *cos, const float *sin);
+int kq512_supported(void);
+void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
+		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 */
@@ -51,6 +54,12 @@ var (
 	hasAVX2C   = cpuAVX2C && isaCap >= levelAVX2
 	hasAVX512  = cpuAVX512 && isaCap >= levelAVX512
 	hasBF16Dot = cpuBF16Dot && isaCap >= levelAVX512BF16
+	// cpuQuant512 reports whether this CPU runs quant_avx512_amd64.c's
+	// kernels for quantized weights (AVX-512 F, BW, VL and VNNI);
+	// hasQuant512 whether they run, as far as $KAKEYA_CPU allows (avx512
+	// and up).
+	cpuQuant512 = C.kq512_supported() != 0
+	hasQuant512 = cpuQuant512 && isaCap >= levelAVX512
 )
 
 // The wrappers below check the extent of every slice they pass, since C
@@ -229,9 +238,15 @@ func transposeAVX2(dst []float32, ldd int, src []float32, lds, rows, cols int) {
 	C.kk2_transpose(f32p(dst), C.long(ldd), f32p(src), C.long(lds), C.long(rows), C.long(cols))
 }
 
-// quantRowsC is qTask's rows [r0, r1) by quant_amd64.c's AVX2 kernels: the
-// same integer block dots and f32 scaling as the Go loops, bit for bit.
-func quantRowsC(t *qTask, r0, r1 int) {
+// quantRowsC is qTask's rows [r0, r1) by the C kernels: AVX-512 VNNI
+// (quant_avx512_amd64.c) where the CPU runs them, else AVX2
+// (quant_amd64.c); both give the Go loops' integer block dots and f32
+// scaling, bit for bit.
+func quantRowsC(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, hasQuant512) }
+
+// quantRowsISA is quantRowsC with the kernel family chosen: AVX-512 VNNI
+// when avx512 is set.
+func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) {
 	rows, cols := t.w.Rows, t.w.Cols
 	_ = t.w.Q[r1*t.rowB-1]
 	_ = t.a.qs[t.n*cols-1]
@@ -241,7 +256,14 @@ func quantRowsC(t *qTask, r0, r1 int) {
 		_ = t.a.bsums[t.n*cols/16-1]
 		bs = (*C.int32_t)(unsafe.Pointer(&t.a.bsums[0]))
 	}
-	C.kq_rows(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&t.w.Q[0])), C.long(t.rowB), C.long(r0), C.long(r1),
-		(*C.long)(unsafe.Pointer(&t.l.off[0])), (*C.int8_t)(unsafe.Pointer(&t.a.qs[0])), f32p(t.a.d), bs,
+	w := (*C.uint8_t)(unsafe.Pointer(&t.w.Q[0]))
+	off := (*C.long)(unsafe.Pointer(&t.l.off[0]))
+	x := (*C.int8_t)(unsafe.Pointer(&t.a.qs[0]))
+	if avx512 {
+		C.kq512_rows(C.int(t.l.kind), w, C.long(t.rowB), C.long(r0), C.long(r1), off, x, f32p(t.a.d), bs,
+			C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
+		return
+	}
+	C.kq_rows(C.int(t.l.kind), w, C.long(t.rowB), C.long(r0), C.long(r1), off, x, f32p(t.a.d), bs,
 		C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
 }

@@ -10,6 +10,8 @@ const (
 	hasAVX2C   = false
 	hasAVX512  = false
 	hasBF16Dot = false
+
+	cpuQuant512, hasQuant512 = false, false
 )
 
 func packPairs(w []uint16, rows, cols, width, p0, p1 int, dst []uint16) { panic("cpu: no C kernels") }
@@ -80,3 +82,5 @@ func mixTRoPEAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32
 }
 
 func quantRowsC(t *qTask, r0, r1 int) { panic("cpu: no C kernels") }
+
+func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels") }

@@ -50,7 +50,7 @@ var qLayouts = func() map[tensor.DType]*qLayout {
 				l.ql = fl.Offset
 			}
 		}
-		l.kind = map[tensor.DType]int{tensor.Q8_0: 0, tensor.Q4_0: 1, tensor.Q4_K: 2, tensor.Q5_K: 3, tensor.Q6_K: 4}[f.DType]
+		l.kind = map[tensor.DType]int{tensor.Q8_0: 0, tensor.Q4_0: 1, tensor.Q4_K: 2, tensor.Q5_K: 3, tensor.Q6_K: 4, tensor.Q5_0: 5}[f.DType]
 		l.off = [7]int64{int64(f.Bytes), int64(l.d), int64(l.dmin), int64(l.scales), int64(l.qs), int64(l.qh), int64(l.ql)}
 		m[f.DType] = l
 	}
@@ -64,6 +64,7 @@ type qActs struct {
 	qs    []int8
 	d     []float32
 	bsums []int32
+	quant qQuant
 	task  qTask
 }
 
@@ -134,15 +135,38 @@ func nearestInt(f float32) int { return int(math.RoundToEven(float64(f))) }
 
 // quantize fills a with the n rows of x quantized for weights of format l.
 func (a *qActs) quantize(x []float32, n, cols int, l *qLayout) {
+	a.prepare(x, n, cols, l)
+	a.quant.Run(0, n)
+}
+
+// prepare sizes a for the n rows of x and sets a.quant to quantize them.
+func (a *qActs) prepare(x []float32, n, cols int, l *qLayout) {
 	a.qs = grow(a.qs, n*cols)
 	if l.kQuant {
 		a.d = grow(a.d, n*cols/256)
 		a.bsums = grow(a.bsums, n*cols/16)
-		quantizeQ8_K(a.qs, a.d, a.bsums, x[:n*cols])
+	} else {
+		a.d = grow(a.d, n*cols/32)
+	}
+	a.quant = qQuant{a: a, x: x[:n*cols], cols: cols, k: l.kQuant}
+}
+
+// qQuant quantizes token rows [lo, hi) of x into a: a Task, so that a
+// prefill's rows are quantized on every thread.
+type qQuant struct {
+	a    *qActs
+	x    []float32
+	cols int
+	k    bool // q8_K, else q8_0
+}
+
+func (q *qQuant) Run(lo, hi int) {
+	c := q.cols
+	if q.k {
+		quantizeQ8_K(q.a.qs[lo*c:hi*c], q.a.d[lo*c/256:hi*c/256], q.a.bsums[lo*c/16:hi*c/16], q.x[lo*c:hi*c])
 		return
 	}
-	a.d = grow(a.d, n*cols/32)
-	quantizeQ8_0(a.qs, a.d, x[:n*cols])
+	quantizeQ8_0(q.a.qs[lo*c:hi*c], q.a.d[lo*c/32:hi*c/32], q.x[lo*c:hi*c])
 }
 
 // qRows is how many weight rows one unit of a quantized MatMul covers:
@@ -187,6 +211,8 @@ func (t *qTask) runGo(r0, r1 int) {
 				s = dotQ8_0(t.l, wr, xq, xd)
 			case tensor.Q4_0:
 				s = dotQ4_0(t.l, wr, xq, xd)
+			case tensor.Q5_0:
+				s = dotQ5_0(t.l, wr, xq, xd)
 			case tensor.Q4_K, tensor.Q5_K:
 				s = dotQ45K(t.l, wr, xq, xd, t.a.bsums[i*cols/16:(i+1)*cols/16])
 			case tensor.Q6_K:
@@ -201,7 +227,12 @@ func (t *qTask) runGo(r0, r1 int) {
 func (p *Pool) qMatMul(out, x []float32, n int, w *Matrix) {
 	l := qLayouts[w.m.DType]
 	a := qActsPool.Get().(*qActs)
-	a.quantize(x, n, w.m.Cols, l)
+	a.prepare(x, n, w.m.Cols, l)
+	if n >= 8 {
+		p.Run(n, &a.quant)
+	} else {
+		a.quant.Run(0, n)
+	}
 	rb, _ := w.m.DType.RowBytes(w.m.Cols)
 	a.task = qTask{out: out, a: a, w: &w.m, l: l, n: n, rowB: rb}
 	units := (w.m.Rows + qRows - 1) / qRows
@@ -210,7 +241,7 @@ func (p *Pool) qMatMul(out, x []float32, n int, w *Matrix) {
 	} else {
 		a.task.Run(0, units)
 	}
-	a.task = qTask{}
+	a.task, a.quant = qTask{}, qQuant{}
 	qActsPool.Put(a)
 }
 
@@ -246,6 +277,28 @@ func dotQ4_0(l *qLayout, w []byte, xq []int8, xd []float32) float32 {
 		var si int32
 		for j := range 16 {
 			si += (int32(qs[j]&0xF)-8)*int32(x[j]) + (int32(qs[j]>>4)-8)*int32(x[j+16])
+		}
+		s := f16le(blk, l.d) * xd[b]
+		sum += float32(float32(si) * s)
+	}
+	return sum
+}
+
+// dotQ5_0 is ggml_vec_dot_q5_0_q8_0: 4-bit codes with a fifth bit from
+// qh, offset by 16.
+func dotQ5_0(l *qLayout, w []byte, xq []int8, xd []float32) float32 {
+	var sum float32
+	const bb = 22
+	for b := range len(xd) {
+		blk := w[b*bb : b*bb+bb]
+		qh := binary.LittleEndian.Uint32(blk[l.qh:])
+		qs := blk[l.qs : l.qs+16]
+		x := xq[b*32 : b*32+32]
+		var si int32
+		for j := range 16 {
+			lo := int32(uint32(qs[j]&0xF)|(qh>>j<<4)&0x10) - 16
+			hi := int32(uint32(qs[j]>>4)|(qh>>(j+12))&0x10) - 16
+			si += lo*int32(x[j]) + hi*int32(x[j+16])
 		}
 		s := f16le(blk, l.d) * xd[b]
 		sum += float32(float32(si) * s)

@@ -1,6 +1,6 @@
 //go:build cgo
 
-// Matrix products of quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) with
+// Matrix products of quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K) with
 // 8-bit quantized activations, with AVX2: each block's integer dot product
 // by VPMADDUBSW/VPMADDWD, exact, then the block's scaling in f32 in the
 // order quant.go's Go loops use, so both give the same bits. The block
@@ -20,7 +20,7 @@
 #define KQ_INLINE static inline __attribute__((always_inline))
 
 enum { KQ_BYTES, KQ_D, KQ_DMIN, KQ_SCALES, KQ_QS, KQ_QH, KQ_QL };
-enum { KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K };
+enum { KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q5_0 };
 
 KQ_INLINE float kq_f16(const uint8_t *p) {
 	uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
@@ -74,6 +74,37 @@ static float kq_q4_0(const uint8_t *w, const long *off, const int8_t *x, const f
 		__m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), e8);
 		__m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), e8);
 		__m256i nib = _mm256_set_m128i(hi, lo);
+		__m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
+		int32_t si = kq_hsum(kq_dot_ss(nib, v));
+		float s = kq_f16(blk + off[KQ_D]) * xd[b];
+		float p = (float)si * s;
+		sum = sum + p;
+	}
+	return sum;
+}
+
+// kq_bits32 spreads the 32 bits of qh over 32 bytes: 0xFF where bit j of
+// qh is set, at byte j.
+KQ_INLINE __m256i kq_bits32(uint32_t qh) {
+	const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+					      3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+	return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+KQ_INLINE uint32_t kq_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static float kq_q5_0(const uint8_t *w, const long *off, const int8_t *x, const float *xd, long nb) {
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	const __m256i b16 = _mm256_set1_epi8(16);
+	float sum = 0;
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk = w + b * off[KQ_BYTES];
+		__m128i q = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
+		__m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+		__m256i five = _mm256_and_si256(kq_bits32(kq_u32(blk + off[KQ_QH])), b16);
+		nib = _mm256_sub_epi8(_mm256_or_si256(nib, five), b16);
 		__m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
 		int32_t si = kq_hsum(kq_dot_ss(nib, v));
 		float s = kq_f16(blk + off[KQ_D]) * xd[b];
@@ -173,11 +204,16 @@ static float kq_q6_k(const uint8_t *w, const long *off, const int8_t *x, const f
 // scales per group of 32 or 256 and, for the K types, bsums per 16).
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	long group = (type == KQ_Q8_0 || type == KQ_Q4_0) ? 32 : 256;
+	long group = (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) ? 32 : 256;
 	long nb = cols / group;
+	// Tokens in blocks of about 256 KiB of activations, which stay in the
+	// L2 cache while the rows pass over them.
+	long tb = 256 * 1024 / cols;
+	tb = tb < 1 ? 1 : tb;
+	for (long t0 = 0; t0 < n; t0 += tb)
 	for (long r = r0; r < r1; r++) {
 		const uint8_t *wr = w + r * rowb;
-		for (long i = 0; i < n; i++) {
+		for (long i = t0; i < n && i < t0 + tb; i++) {
 			const int8_t *xi = x + i * cols;
 			const float *di = xd + i * nb;
 			const int32_t *bi = bsums + i * (cols / 16);
@@ -188,6 +224,9 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 				break;
 			case KQ_Q4_0:
 				s = kq_q4_0(wr, off, xi, di, nb);
+				break;
+			case KQ_Q5_0:
+				s = kq_q5_0(wr, off, xi, di, nb);
 				break;
 			case KQ_Q4_K:
 				s = kq_q45_k(wr, off, xi, di, bi, nb, 0);

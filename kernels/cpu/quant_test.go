@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -126,32 +127,119 @@ func TestQuantizeActivations(t *testing.T) {
 	}
 }
 
-// The AVX2 kernels give the Go loops' results bit for bit: the same
-// integer block dots, the same f32 scaling in the same order.
+// The C kernels, AVX2 and (where the CPU has VNNI) AVX-512, give the Go
+// loops' results bit for bit (the same integer block dots, the same f32
+// scaling in the same order), but for AVX-512 on 32-value blocks, whose
+// f32 lanes sum the scaled blocks in another order: within 1e-5 of
+// Σ|w||x| there. An odd block count (17) takes the last-block path.
 func TestQuantKernelsMatchGo(t *testing.T) {
 	if !hasAVX2C {
 		t.Skip("no AVX2 C kernels on this CPU or build (or KAKEYA_CPU caps them)")
 	}
-	const rows, cols, n = 19, 768, 3
+	isas := map[string]bool{"avx2": false}
+	if hasQuant512 {
+		isas["avx512vnni"] = true
+	} else {
+		t.Log("no AVX-512 VNNI on this CPU (or KAKEYA_CPU caps it): AVX2 only")
+	}
 	r := rand.New(rand.NewPCG(5, 5))
-	x := make([]float32, n*cols)
-	for i := range x {
-		x[i] = float32(r.NormFloat64() * 3)
+	for _, cols := range []int{768, 256, 32 * 17} {
+		const rows, n = 19, 3
+		x := make([]float32, n*cols)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 3)
+		}
+		for _, f := range tensor.Formats {
+			if cols%f.Block != 0 {
+				continue
+			}
+			m := quantMat(&f, rows, cols, uint64(f.DType)+100)
+			l := qLayouts[f.DType]
+			var a qActs
+			a.quantize(x, n, cols, l)
+			rb, _ := f.DType.RowBytes(cols)
+			goOut := make([]float32, n*rows)
+			tk := qTask{out: goOut, a: &a, w: &m, l: l, n: n, rowB: rb}
+			tk.runGo(0, rows)
+			for name, avx512 := range isas {
+				cOut := make([]float32, n*rows)
+				tk.out = cOut
+				quantRowsISA(&tk, 0, rows, avx512)
+				// AVX-512's 32-value blocks sum in f32 lanes: exact integer
+				// dots, the scaled sums in another order than Go's.
+				lanes := avx512 && f.Block == 32
+				for i := range goOut {
+					if lanes {
+						var mag float64
+						for c := range cols {
+							mag += math.Abs(float64(a.qs[(i/rows)*cols+c]) * float64(a.d[((i/rows)*cols+c)/32]))
+						}
+						if d := math.Abs(float64(goOut[i] - cOut[i])); d > 1e-5*mag {
+							t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, name, cOut[i], goOut[i])
+						}
+						continue
+					}
+					if math.Float32bits(goOut[i]) != math.Float32bits(cOut[i]) {
+						t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, name, cOut[i], goOut[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkQuantRows times the quantized kernels on one thread at the
+// shapes of Qwen2.5-0.5B's MLP (ffn_up 4864x896, ffn_down 896x4864), for
+// one token (decode), 64 and 512 (a prefill chunk), per kernel family:
+// go test -run - -bench QuantRows ./kernels/cpu.
+func BenchmarkQuantRows(b *testing.B) {
+	isas := []string{"go"}
+	if hasAVX2C {
+		isas = append(isas, "avx2")
+	}
+	if hasQuant512 {
+		isas = append(isas, "avx512vnni")
 	}
 	for _, f := range tensor.Formats {
-		m := quantMat(&f, rows, cols, uint64(f.DType)+100)
+		rows, cols := 4864, 896
+		if f.Block == 256 {
+			rows, cols = 896, 4864
+		}
+		m := quantMat(&f, rows, cols, 9)
 		l := qLayouts[f.DType]
-		var a qActs
-		a.quantize(x, n, cols, l)
-		rb, _ := f.DType.RowBytes(cols)
-		goOut, cOut := make([]float32, n*rows), make([]float32, n*rows)
-		tk := qTask{out: goOut, a: &a, w: &m, l: l, n: n, rowB: rb}
-		tk.runGo(0, rows)
-		tk.out = cOut
-		quantRowsC(&tk, 0, rows)
-		for i := range goOut {
-			if math.Float32bits(goOut[i]) != math.Float32bits(cOut[i]) {
-				t.Fatalf("%s: output %d: AVX2 %v, Go %v", f.Name, i, cOut[i], goOut[i])
+		for _, n := range []int{1, 64, 512} {
+			x := make([]float32, n*cols)
+			r := rand.New(rand.NewPCG(1, 2))
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			var a qActs
+			a.quantize(x, n, cols, l)
+			rb, _ := f.DType.RowBytes(cols)
+			out := make([]float32, n*rows)
+			tk := qTask{out: out, a: &a, w: &m, l: l, n: n, rowB: rb}
+			for _, isa := range isas {
+				if isa == "go" && n > 64 {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/n=%d/%s", f.Name, n, isa), func(b *testing.B) {
+					cpu0 := cpuSeconds()
+					for b.Loop() {
+						switch isa {
+						case "go":
+							tk.runGo(0, rows)
+						default:
+							quantRowsISA(&tk, 0, rows, isa == "avx512vnni")
+						}
+					}
+					macs := float64(b.N) * float64(n*rows*cols) / 1e9
+					b.ReportMetric(macs/b.Elapsed().Seconds(), "GMAC/s")
+					// Per second of the process's CPU time, which a
+					// loaded machine's other work does not take from.
+					if cpu := cpuSeconds() - cpu0; cpu > 0 {
+						b.ReportMetric(macs/cpu, "GMAC/cpu-s")
+					}
+				})
 			}
 		}
 	}

@@ -28,6 +28,7 @@ func main() { cli.Main("kakeya-testmodel", run) }
 func run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kakeya-testmodel", flag.ContinueOnError)
 	shape := fs.String("shape", "qwen2.5-0.5b", "the checkpoint's shape: "+strings.Join(shapes(), ", "))
+	layers := fs.Int("layers", 0, "decoder layers, fewer than the shape's for a shallower checkpoint of its widths (0: the shape's)")
 	help := func(w io.Writer) {
 		fmt.Fprintln(w, "usage: kakeya-testmodel [--shape NAME] DIR\n\nWrites a seeded random checkpoint of a real model's shape (bf16 for the\nQwen2.5 shapes: 1, 3.1 and 15.2 GB) into DIR, created if needed.\n\nflags:")
 		cli.PrintDefaults(fs, w)
@@ -44,6 +45,12 @@ func run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writ
 	spec, ok := testmodel.Presets[*shape]
 	if !ok {
 		return &cli.UsageError{Err: fmt.Errorf("--shape %q: want one of %s", *shape, strings.Join(shapes(), ", ")), Usage: func() { help(stderr) }}
+	}
+	if *layers < 0 || *layers > spec.Layers {
+		return &cli.UsageError{Err: fmt.Errorf("--layers %d: want 0 to %d", *layers, spec.Layers), Usage: func() { help(stderr) }}
+	}
+	if *layers > 0 {
+		spec.Layers = *layers
 	}
 	dir := fs.Arg(0)
 	start := time.Now()
