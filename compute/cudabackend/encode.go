@@ -146,11 +146,15 @@ func (s *store) EncodeParts(ps []compute.Part, decs []compute.Decoder) error {
 	// through the parts' write tables: they go first, before the tables
 	// return to the store and the parts' addresses move.
 	b.flush()
-	defer b.emitEncodes() // what was queued, also when a later part fails
+	var err error
 	for i, p := range ps {
-		if err := s.queueEncode(own(p), decs[i], es[i]); err != nil {
-			return err
+		if err = s.queueEncode(own(p), decs[i], es[i]); err != nil {
+			break
 		}
+	}
+	b.emitEncodes() // what was queued, also when a later part failed
+	if err != nil {
+		return err
 	}
 	return b.err
 }
