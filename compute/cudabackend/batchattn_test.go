@@ -76,26 +76,9 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 			want := make([]float32, 0, rows*row)
 			var passes []compute.AttentionPass
 			at := 0
-			for i, s := range c.seqs {
-				codecs := batchCodecs(t, r, s.enc, c.kvHeads, c.d, c.bs)
-				gl, rl := batchLayer(t, r, gpu, gstore, rstore, s.start+s.n, c.kvHeads, c.bs, c.d, codecs)
-				ra, err := ref.NewAttention(ap)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := ref.Alloc(s.n * row)
-				pq := refBuf(q[at*row : (at+s.n)*row])
-				ref.RoPE(pq, s.n, c.heads, c.d, s.start, refBuf(cos), refBuf(sin))
-				qr = append(qr, refRead(pq)...)
-				if err := ra.Forward(out, pq, s.n, s.start, rl, refBuf(cos), refBuf(sin)); err != nil {
-					t.Fatalf("sequence %d: reference: %v", i, err)
-				}
-				want = append(want, refRead(out)...)
-				ga, err := gpu.NewAttention(ap)
-				if err != nil {
-					t.Fatal(err)
-				}
-				passes = append(passes, compute.AttentionPass{Attention: ga, KV: gl, N: s.n, Start: s.start})
+			for _, s := range c.seqs {
+				pass, sqr, sw := batchPass(t, r, gpu, gstore, rstore, ap, s, q[at*row:(at+s.n)*row], cos, sin)
+				passes, qr, want = append(passes, pass), append(qr, sqr...), append(want, sw...)
 				at += s.n
 			}
 			qd, qrd, cd, sd := upload(gpu, q), upload(gpu, qr), upload(gpu, cos), upload(gpu, sin)
@@ -134,6 +117,32 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 			}
 		})
 	}
+}
+
+// batchPass builds sequence s of a batched attention test (ap's
+// geometry): its layer on the GPU's store and the reference's (batchLayer,
+// the codecs of s.enc), its GPU pass, its queries q (before RoPE) rotated
+// by the reference, and the reference's attention over them.
+func batchPass(t *testing.T, r *rand.Rand, gpu *Backend, gstore, rstore compute.BlockStore, ap compute.AttentionParams, s batchSeq, q, cos, sin []float32) (pass compute.AttentionPass, qr, want []float32) {
+	t.Helper()
+	ref := reference.Backend{}
+	codecs := batchCodecs(t, r, s.enc, ap.KVHeads, ap.HeadDim, ap.BlockSize)
+	gl, rl := batchLayer(t, r, gpu, gstore, rstore, s.start+s.n, ap.KVHeads, ap.BlockSize, ap.HeadDim, codecs)
+	ra, err := ref.NewAttention(ap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := ref.Alloc(s.n * ap.Heads * ap.HeadDim)
+	pq := refBuf(q)
+	ref.RoPE(pq, s.n, ap.Heads, ap.HeadDim, s.start, refBuf(cos), refBuf(sin))
+	if err := ra.Forward(out, pq, s.n, s.start, rl, refBuf(cos), refBuf(sin)); err != nil {
+		t.Fatalf("sequence %+v: reference: %v", s, err)
+	}
+	ga, err := gpu.NewAttention(ap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return compute.AttentionPass{Attention: ga, KV: gl, N: s.n, Start: s.start}, refRead(pq), refRead(out)
 }
 
 // batchCodecs returns the codecs of a batchSeq's enc: keys per KV head,

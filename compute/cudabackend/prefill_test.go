@@ -58,30 +58,12 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 			at := 0
 			cd, sd := upload(gpu, cos), upload(gpu, sin)
 			for i, s := range c.seqs {
-				codecs := batchCodecs(t, r, s.enc, c.kvHeads, c.d, c.bs)
-				gl, rl := batchLayer(t, r, gpu, gstore, rstore, s.start+s.n, c.kvHeads, c.bs, c.d, codecs)
-				ra, err := ref.NewAttention(ap)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := ref.Alloc(s.n * row)
-				pq := refBuf(q[at*row : (at+s.n)*row])
-				ref.RoPE(pq, s.n, c.heads, c.d, s.start, refBuf(cos), refBuf(sin))
-				qr = append(qr, refRead(pq)...)
-				if err := ra.Forward(out, pq, s.n, s.start, rl, refBuf(cos), refBuf(sin)); err != nil {
-					t.Fatalf("sequence %d: reference: %v", i, err)
-				}
-				w := refRead(out)
-				want = append(want, w...)
-				ga, err := gpu.NewAttention(ap)
-				if err != nil {
-					t.Fatal(err)
-				}
-				passes = append(passes, compute.AttentionPass{Attention: ga, KV: gl, N: s.n, Start: s.start})
+				pass, sqr, w := batchPass(t, r, gpu, gstore, rstore, ap, s, q[at*row:(at+s.n)*row], cos, sin)
+				passes, qr, want = append(passes, pass), append(qr, sqr...), append(want, w...)
 				// The sequence's own call, its queries rotated before.
 				gout := gpu.Alloc(s.n * row)
 				before := len(f.launched)
-				if err := ga.Forward(gout, upload(gpu, qr[at*row:(at+s.n)*row]), s.n, s.start, gl, cd, sd); err != nil {
+				if err := pass.Attention.Forward(gout, upload(gpu, sqr), s.n, s.start, pass.KV, cd, sd); err != nil {
 					t.Fatal(err)
 				}
 				got := read(gpu, gout)
