@@ -2,6 +2,7 @@ package cudabackend
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
@@ -234,7 +235,6 @@ type encBatch struct {
 	y    Ptr // enc_pc's scratch, every job's
 	yN   int // bytes y holds
 	host []uint64
-	done []bool
 }
 
 // emitEncodes launches the jobs EncodeParts made, after the work queued
@@ -266,56 +266,45 @@ func (b *Backend) emitEncodes() {
 		if eb.y != 0 {
 			b.freeLater(eb.y) // launched encoders may still use it
 		}
+		size := max(need, 2*eb.yN)
 		eb.y, eb.yN = 0, 0
-		p, err := b.allocRaw(max(need, 2*eb.yN))
+		p, err := b.allocRaw(size)
 		if err != nil {
 			b.fail(fmt.Errorf("cuda: scratch of %d batched kakeya_pc encodes: %w", len(jobs), err))
 			return
 		}
-		eb.y, eb.yN = p, max(need, 2*eb.yN)
+		eb.y, eb.yN = p, size
 	}
 	if n := 4 * len(jobs); n > eb.tabN {
 		if eb.tab != 0 {
 			b.freeLater(eb.tab)
 		}
+		size := max(n, 2*eb.tabN, 256)
 		eb.tab, eb.tabN = 0, 0
-		p, err := b.allocRaw(8 * max(n, 256))
+		p, err := b.allocRaw(8 * size)
 		if err != nil {
 			b.fail(fmt.Errorf("cuda: table of %d batched encodes: %w", len(jobs), err))
 			return
 		}
-		eb.tab, eb.tabN = p, max(n, 256)
+		eb.tab, eb.tabN = p, size
 	}
-	// The entries, grouped by launch: a kind's jobs in the order asked.
+	// A launch per kernel, hot format and block shape: the jobs sorted by
+	// them (stably: each launch's parts in the order asked), a launch per
+	// run of equal ones.
+	kind := func(j encJob) [4]int { return [4]int{int(j.e.format), b2i(j.bf16), j.s.rows, j.s.d} }
+	slices.SortStableFunc(jobs, func(a, b encJob) int {
+		ka, kb := kind(a), kind(b)
+		return slices.Compare(ka[:], kb[:])
+	})
 	host := eb.host[:0]
 	y := eb.y
-	type group struct {
-		job                  int // the first job's index
-		first, count, shared int
-	}
-	var groups []group
-	eb.done = append(eb.done[:0], make([]bool, len(jobs))...)
-	for i, j := range jobs {
-		if eb.done[i] {
-			continue
+	for _, j := range jobs {
+		var jy Ptr
+		if j.e.format == partKakeyaPC {
+			jy = y
+			y += Ptr(roundUp(j.e.scratch, encAlign))
 		}
-		g := group{job: i, first: len(host) / 4}
-		for k := i; k < len(jobs); k++ {
-			o := jobs[k]
-			if eb.done[k] || o.e.format != j.e.format || o.bf16 != j.bf16 || o.s.rows != j.s.rows || o.s.d != j.s.d {
-				continue
-			}
-			eb.done[k] = true
-			var oy Ptr
-			if o.e.format == partKakeyaPC {
-				oy = y
-				y += Ptr(roundUp(o.e.scratch, encAlign))
-			}
-			host = append(host, uint64(o.dst), uint64(o.src), uint64(o.prm), uint64(oy))
-			g.count++
-			g.shared = max(g.shared, o.e.shared)
-		}
-		groups = append(groups, g)
+		host = append(host, uint64(j.dst), uint64(j.src), uint64(j.prm), uint64(jy))
 	}
 	eb.host = host
 	// Launched encoders read the table before this copy lands: the
@@ -324,16 +313,20 @@ func (b *Backend) emitEncodes() {
 		b.fail(err)
 		return
 	}
-	for _, g := range groups {
-		j := jobs[g.job]
-		tab := eb.tab + Ptr(32*g.first)
+	for first := 0; first < len(jobs); {
+		j, end, shared := jobs[first], first, 0
+		for ; end < len(jobs) && kind(jobs[end]) == kind(j); end++ {
+			shared = max(shared, jobs[end].e.shared)
+		}
+		tab := eb.tab + Ptr(32*first)
 		var l Launch
 		if j.e.format == partInt8 {
-			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, g.shared, tab, g.count)
+			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, shared, tab, end-first)
 		} else {
-			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, g.shared, tab, g.count)
+			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, tab, end-first)
 		}
 		b.fail(b.launch([]Launch{l}, false))
+		first = end
 	}
 }
 
