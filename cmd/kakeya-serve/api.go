@@ -416,18 +416,28 @@ func decodeContent(raw json.RawMessage, field string) (*string, *apiError) {
 	return &s, nil
 }
 
+// stringOrList decodes a field that is a string or a list of strings:
+// the string as a list of one (single set), or the list; ok is false for
+// anything else.
+func stringOrList(raw json.RawMessage) (list []string, single, ok bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []string{s}, true, true
+	}
+	if json.Unmarshal(raw, &list) != nil {
+		return nil, false, false
+	}
+	return list, false, true
+}
+
 // decodePrompt decodes a completions prompt: a string, or a list of one
 // string. Batches and token-id prompts are not served.
 func decodePrompt(raw json.RawMessage) (string, *apiError) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
+	list, single, ok := stringOrList(raw)
+	switch {
+	case !ok:
 		return "", badRequest("prompt", "prompt must be a string (token-id prompts are not supported)")
-	}
-	if len(list) != 1 {
+	case !single && len(list) != 1:
 		return "", badRequest("prompt", "prompt holds %d prompts: this server takes one per request", len(list))
 	}
 	return list[0], nil
@@ -435,16 +445,12 @@ func decodePrompt(raw json.RawMessage) (string, *apiError) {
 
 // decodeStop decodes stop: a string or a list of strings, none empty.
 func decodeStop(raw json.RawMessage) ([]string, *apiError) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		if s == "" {
-			return nil, badRequest("stop", "stop must not be empty")
-		}
-		return []string{s}, nil
-	}
-	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
+	list, single, ok := stringOrList(raw)
+	switch {
+	case !ok:
 		return nil, badRequest("stop", "stop must be a string or a list of strings")
+	case single && list[0] == "":
+		return nil, badRequest("stop", "stop must not be empty")
 	}
 	if len(list) > maxStops {
 		return nil, badRequest("stop", "stop holds %d strings, at most %d", len(list), maxStops)

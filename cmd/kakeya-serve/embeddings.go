@@ -84,18 +84,14 @@ func decodeEmbedRequest(body []byte, p *params) (*embedRequest, *apiError) {
 // decodeInput decodes embeddings' input: a string or a list of 1 to
 // maxEmbedInputs strings, none empty. Token-id inputs are not served.
 func decodeInput(raw json.RawMessage) ([]string, *apiError) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		if s == "" {
-			return nil, badRequest("input", "input is empty")
-		}
-		return []string{s}, nil
-	}
-	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, badRequest("input", "input must be a string or a list of strings (token-id inputs are not supported)")
-	}
+	list, single, ok := stringOrList(raw)
 	switch {
+	case !ok:
+		return nil, badRequest("input", "input must be a string or a list of strings (token-id inputs are not supported)")
+	case single && list[0] == "":
+		return nil, badRequest("input", "input is empty")
+	case single:
+		return list, nil
 	case len(list) == 0:
 		return nil, badRequest("input", "input is an empty list")
 	case len(list) > maxEmbedInputs:
