@@ -9,6 +9,7 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/pick"
 	"github.com/kakeya-ai/kakeya/tensor"
 	"github.com/kakeya-ai/kakeya/weights"
 
@@ -83,17 +84,7 @@ func TestGGUFQuantizedLogits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var worst, scale float64
-	agree := 0
-	for p := range ids {
-		worst = max(worst, maxAbsDiff(got[p], want[p]))
-		for _, v := range want[p] {
-			scale = max(scale, math.Abs(float64(v)))
-		}
-		if argmax(got[p]) == argmax(want[p]) {
-			agree++
-		}
-	}
+	worst, scale, agree := compareLogits(got, want)
 	t.Logf("Q8_0: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", worst, scale, agree, len(ids))
 	if worst > 0.05*scale {
 		t.Errorf("max abs difference %.3g vs the float64 reference, want <= 5%% of %.3g", worst, scale)
@@ -103,14 +94,18 @@ func TestGGUFQuantizedLogits(t *testing.T) {
 	}
 }
 
-func argmax(v []float32) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
+// compareLogits returns the largest difference between got's and want's
+// logits, the largest magnitude in want, and at how many positions their
+// greedy tokens agree.
+func compareLogits(got, want [][]float32) (worst, scale float64, agree int) {
+	for p := range want {
+		worst = max(worst, maxAbsDiff(got[p], want[p]))
+		scale = max(scale, maxAbs(want[p]))
+		if pick.ArgMax(got[p]) == pick.ArgMax(want[p]) {
+			agree++
 		}
 	}
-	return best
+	return worst, scale, agree
 }
 
 // llama.cpp's own quantizations of ref-qwen2-6m (llama-quantize: Q8_0,
@@ -135,17 +130,7 @@ func TestGGUFLlamaQuantized(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var worst, scale float64
-			agree := 0
-			for p := range ids {
-				worst = max(worst, maxAbsDiff(got[p], want[p]))
-				for _, v := range want[p] {
-					scale = max(scale, math.Abs(float64(v)))
-				}
-				if argmax(got[p]) == argmax(want[p]) {
-					agree++
-				}
-			}
+			worst, scale, agree := compareLogits(got, want)
 			t.Logf("%s: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", typ, worst, scale, agree, len(ids))
 			if worst > 0.05*scale || agree < len(ids)-1 {
 				t.Errorf("max abs difference %.3g (want <= 5%% of %.3g), greedy agreement %d of %d", worst, scale, agree, len(ids))
@@ -265,15 +250,7 @@ func TestQuantizeOnLoadK(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var worst, scale float64
-			agree := 0
-			for p := range ids {
-				worst = max(worst, maxAbsDiff(got[p], want[p]))
-				scale = max(scale, maxAbs(want[p]))
-				if argmax(got[p]) == argmax(want[p]) {
-					agree++
-				}
-			}
+			worst, scale, agree := compareLogits(got, want)
 			t.Logf("%s: max abs difference %.3g (logits up to %.3g), greedy agreement %d/%d", tc.weights, worst, scale, agree, len(ids))
 			if worst > tc.tol*scale || agree < tc.agree {
 				t.Errorf("max abs difference %.3g (want <= %g of %.3g), greedy agreement %d (want >= %d)", worst, tc.tol, scale, agree, tc.agree)
