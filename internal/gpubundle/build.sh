@@ -4,8 +4,11 @@
 # kakeya-run, kakeya-bench and kakeya-testmodel binaries (all built with
 # GOEXPERIMENT=simd, stripped), the small data the checks read from
 # $KAKEYA_SHARED, run.sh, peer.py (the transformers side-by-side) and
-# BUILD.txt; then checks that it fits the GPU
-# machine's limit (64 MiB) and that run.sh is executable and parses.
+# BUILD.txt; then checks that it fits the GPU machine's limit and that
+# run.sh is executable and parses. The limit is on what travels: the
+# device carries the checkout and the bundle gzipped (tar czf) in 64 MiB
+# together, so the gzipped bundle may take 48 MiB, leaving 16 for the
+# tracked tree (about 10 MiB).
 #
 # Environment: GO (default go), KAKEYA_SHARED (the shared data set).
 set -euo pipefail
@@ -14,7 +17,7 @@ out=${1:?usage: build.sh DIR}
 GO=${GO:-go}
 shared=${KAKEYA_SHARED:?build.sh needs KAKEYA_SHARED, the shared data set}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-limit=$((64 << 20))
+limit=$((48 << 20)) # gzipped
 
 for f in models/stories260K/config.json models/ref-qwen2-6m/config.json \
 	reference/stories260K_runc_logits.txt reference/ref-qwen2-6m_logits.txt reference/tokenizer_cases.json; do
@@ -54,8 +57,9 @@ install -m 755 internal/gpubundle/peer.py "$out/peer.py"
 } >"$out/BUILD.txt"
 
 size=$(du -sb "$out" | cut -f1)
-if ((size > limit)); then
-	echo "build.sh: $out holds $size bytes, more than the GPU machine's $limit (64 MiB)" >&2
+packed=$(tar czf - -C "$(dirname "$out")" "$(basename "$out")" | wc -c)
+if ((packed > limit)); then
+	echo "build.sh: $out gzipped holds $packed bytes, more than the GPU machine's $limit (48 MiB beside the checkout)" >&2
 	exit 1
 fi
 [[ -x $out/run.sh ]] || { echo "build.sh: $out/run.sh is not executable" >&2; exit 1; }
@@ -63,4 +67,4 @@ bash -n "$out/run.sh"
 if command -v python3 >/dev/null 2>&1; then
 	python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$out/peer.py"
 fi
-awk -v o="$out" -v s="$size" 'BEGIN { printf "build.sh: %s: %.1f MiB of 64\n", o, s / 1048576 }'
+awk -v o="$out" -v s="$size" -v p="$packed" 'BEGIN { printf "build.sh: %s: %.1f MiB, %.1f MiB gzipped of 48\n", o, s / 1048576, p / 1048576 }'
