@@ -13,8 +13,9 @@ func wantKernels() []string {
 	}
 	return []string{
 		"scalar (built without GOEXPERIMENT=simd)",
-		"scalar (built without GOEXPERIMENT=simd), avx2+fma+f16c for bf16 and f16 weights (cgo)",
-		"scalar (built without GOEXPERIMENT=simd), avx512 for bf16 weights, avx2+fma+f16c for f16 weights (cgo)",
-		"scalar (built without GOEXPERIMENT=simd), avx512+avx512_bf16 for bf16 weights, avx2+fma+f16c for f16 weights (cgo)",
+		"scalar (built without GOEXPERIMENT=simd), avx2+fma+f16c for bf16 and f16 weights, avx2 for quantized weights (cgo)",
+		"scalar (built without GOEXPERIMENT=simd), avx512 for bf16 weights, avx2+fma+f16c for f16 weights, avx512+vnni for quantized weights (cgo)",
+		"scalar (built without GOEXPERIMENT=simd), avx512 for bf16 weights, avx2+fma+f16c for f16 weights, avx2 for quantized weights (cgo)",
+		"scalar (built without GOEXPERIMENT=simd), avx512+avx512_bf16 for bf16 weights, avx2+fma+f16c for f16 weights, avx512+vnni for quantized weights (cgo)",
 	}
 }

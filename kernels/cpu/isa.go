@@ -95,8 +95,8 @@ func bestKernels() *kernelSet { return &bestSet }
 
 // Features describes the kernels this process runs, for a tool to print:
 // the Go loops ("avx2+fma (GOEXPERIMENT=simd)", or scalar and why), the C
-// kernels that multiply bf16 and f16 weights where the CPU runs them, and
-// the $KAKEYA_CPU cap when one holds them back.
+// kernels that multiply bf16, f16 and quantized (GGUF block) weights where
+// the CPU runs them, and the $KAKEYA_CPU cap when one holds them back.
 func Features() string {
 	_, s := loops()
 	switch {
@@ -112,6 +112,12 @@ func Features() string {
 		s += ", avx2+fma+f16c for bf16 and f16 weights"
 	case hasNEON:
 		s += ", neon for bf16 and f16 weights"
+	}
+	switch {
+	case hasAVX2C && hasQuant512:
+		s += ", avx512+vnni for quantized weights"
+	case hasAVX2C:
+		s += ", avx2 for quantized weights"
 	}
 	if hasAVX2C || hasAVX512 || hasNEON {
 		s += " (cgo)"
