@@ -51,10 +51,26 @@ KQ_INLINE __m256i kq_dot_ss(__m256i a, __m256i b) {
 	return kq_dot_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
+// KQ_PF is how far ahead of the block being read the kernels prefetch
+// the weights (bytes): a decode streams every weight once from memory,
+// and one thread's sequential reads alone left it waiting on them (with
+// the prefetch, Qwen2.5-0.5B Q4_K_M decode on one AVX-512 thread went
+// from about 11 to 16 tokens/s).
+#define KQ_PF 2048
+
+// kq_prefetch asks for the cache lines of the block of n bytes KQ_PF
+// ahead of blk: a prefetch does not fault, so past the matrix's end is
+// harmless.
+KQ_INLINE void kq_prefetch(const uint8_t *blk, long n) {
+	for (long o = 0; o < n; o += 64)
+		_mm_prefetch((const char *)(blk + KQ_PF + o), _MM_HINT_T0);
+}
+
 static float kq_q8_0(const uint8_t *w, const long *off, const int8_t *x, const float *xd, long nb) {
 	float sum = 0;
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
+		kq_prefetch(blk, off[KQ_BYTES]);
 		__m256i q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QS]));
 		__m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
 		int32_t si = kq_hsum(kq_dot_ss(q, v));
@@ -70,6 +86,7 @@ static float kq_q4_0(const uint8_t *w, const long *off, const int8_t *x, const f
 	float sum = 0;
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
+		kq_prefetch(blk, off[KQ_BYTES]);
 		__m128i q = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
 		__m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), e8);
 		__m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), e8);
@@ -101,6 +118,7 @@ static float kq_q5_0(const uint8_t *w, const long *off, const int8_t *x, const f
 	float sum = 0;
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
+		kq_prefetch(blk, off[KQ_BYTES]);
 		__m128i q = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
 		__m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
 		__m256i five = _mm256_and_si256(kq_bits32(kq_u32(blk + off[KQ_QH])), b16);
@@ -131,6 +149,7 @@ static float kq_q45_k(const uint8_t *w, const long *off, const int8_t *x, const 
 	float sum = 0;
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
+		kq_prefetch(blk, off[KQ_BYTES]);
 		const uint8_t *sc = blk + off[KQ_SCALES];
 		const int8_t *xs = x + 256 * b;
 		const int32_t *bs = bsums + 16 * b;
@@ -167,6 +186,7 @@ static float kq_q6_k(const uint8_t *w, const long *off, const int8_t *x, const f
 	float sum = 0;
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
+		kq_prefetch(blk, off[KQ_BYTES]);
 		const int8_t *sc = (const int8_t *)(blk + off[KQ_SCALES]);
 		const int32_t *bs = bsums + 16 * b;
 		int32_t sumi = 0;

@@ -80,8 +80,22 @@ KQ5_INLINE __m512i kq5_pair(int type, const uint8_t *b0, const uint8_t *b1, cons
 // blocks are unpacked once for all of them.
 #define KQ5_T 4
 
+// KQ5_PF is how far ahead of the blocks being read the kernels prefetch
+// the weights (bytes): a decode streams every weight once from memory,
+// and one thread's sequential reads alone left it waiting on them (with
+// the prefetch, Qwen2.5-0.5B Q4_K_M decode on one thread went from about
+// 11 to 16 tokens/s; 1 KiB ahead gave 14, 4 and 8 KiB no more than 2).
+#define KQ5_PF 2048
+
 // KQ5_XBYTES bounds the activations one pass of a row range reads.
 #define KQ5_XBYTES (256 * 1024)
+
+// kq5_prefetch asks for the cache lines of the n bytes KQ5_PF ahead of
+// p: a prefetch does not fault, so past the matrix's end is harmless.
+KQ5_INLINE void kq5_prefetch(const uint8_t *p, long n) {
+	for (long o = 0; o < n; o += 64)
+		_mm_prefetch((const char *)(p + KQ5_PF + o), _MM_HINT_T0);
+}
 
 // kq5_dw returns the f16 scales of blocks at p0 and p1 in f32 lanes 0-7
 // and 8-15.
@@ -114,6 +128,7 @@ KQ5_INLINE void kq5_rows32(int type, int nr, int nt, const uint8_t *w, long rowb
 		__m512 dw[2];
 		for (int r = 0; r < nr; r++) {
 			const uint8_t *p0 = w + r * rowb + b * off[KQ5_BYTES], *p1 = p0 + off[KQ5_BYTES];
+			kq5_prefetch(p0, 2 * off[KQ5_BYTES]);
 			v[r] = kq5_pair(type, p0, p1, off);
 			neg[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, v[r]));
 			dw[r] = kq5_dw(p0, p1, off[KQ5_D]);
@@ -178,6 +193,7 @@ KQ5_INLINE void kq5_q45_k(int nt, const uint8_t *w, const long *off, const int8_
 	float sum[KQ5_T] = {0};
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ5_BYTES];
+		kq5_prefetch(blk, off[KQ5_BYTES]);
 		uint64_t sc, mn;
 		kq5_scales_k4(blk + off[KQ5_SCALES], &sc, &mn);
 		__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
@@ -241,6 +257,7 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 	float sum[KQ5_T] = {0};
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ5_BYTES];
+		kq5_prefetch(blk, off[KQ5_BYTES]);
 		__m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + off[KQ5_SCALES]));
 		__m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
 		__m512i sc32 = _mm512_cvtepi8_epi32(sc8);
