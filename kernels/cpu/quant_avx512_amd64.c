@@ -37,6 +37,13 @@ int kq512_supported(void) {
 
 #define KQ5_INLINE static inline __attribute__((always_inline))
 
+// KQ5_UNROLL unrolls the short loops over rows, tokens and a block's
+// parts (constant counts after inlining) so that their vectors stay in
+// registers: without it GCC -O2 kept the accumulators and the unpacked
+// weights in stack arrays, and a prefill spent its time storing and
+// reloading them.
+#define KQ5_UNROLL _Pragma("GCC unroll 8")
+
 enum { KQ5_BYTES, KQ5_D, KQ5_DMIN, KQ5_SCALES, KQ5_QS, KQ5_QH, KQ5_QL };
 enum { KQ5_Q8_0, KQ5_Q4_0, KQ5_Q4_K, KQ5_Q5_K, KQ5_Q6_K, KQ5_Q5_0 };
 
@@ -119,13 +126,16 @@ KQ5_INLINE void kq5_rows32(int type, int nr, int nt, const uint8_t *w, long rowb
 	const __m512i flip = _mm512_set1_epi8((char)0x80), c128 = _mm512_set1_epi8((char)0x80);
 	const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
 	__m512 acc[2][KQ5_T];
+	KQ5_UNROLL
 	for (int r = 0; r < nr; r++)
+		KQ5_UNROLL
 		for (int t = 0; t < nt; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	long b = 0;
 	for (; b + 1 < nb; b += 2) {
 		__m512i v[2], neg[2];
 		__m512 dw[2];
+		KQ5_UNROLL
 		for (int r = 0; r < nr; r++) {
 			const uint8_t *p0 = w + r * rowb + b * off[KQ5_BYTES], *p1 = p0 + off[KQ5_BYTES];
 			kq5_prefetch(p0, 2 * off[KQ5_BYTES]);
@@ -133,9 +143,11 @@ KQ5_INLINE void kq5_rows32(int type, int nr, int nt, const uint8_t *w, long rowb
 			neg[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, v[r]));
 			dw[r] = kq5_dw(p0, p1, off[KQ5_D]);
 		}
+		KQ5_UNROLL
 		for (int t = 0; t < nt; t++) {
 			__m512i u = _mm512_xor_si512(_mm512_loadu_si512((const void *)(x + t * ldx + 32 * b)), flip);
 			__m512 dx = _mm512_permutexvar_ps(half, _mm512_castpd_ps(_mm512_castpd128_pd512(_mm_load_sd((const double *)(xd + t * ldd + b)))));
+			KQ5_UNROLL
 			for (int r = 0; r < nr; r++) {
 				__m512i si = _mm512_dpbusd_epi32(neg[r], u, v[r]);
 				acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dw[r], dx), acc[r][t]);
@@ -145,23 +157,28 @@ KQ5_INLINE void kq5_rows32(int type, int nr, int nt, const uint8_t *w, long rowb
 	if (b < nb) { // the last block alone: the pair's second half is zero
 		__m512i v[2], neg[2];
 		__m512 dw[2];
+		KQ5_UNROLL
 		for (int r = 0; r < nr; r++) {
 			const uint8_t *p0 = w + r * rowb + b * off[KQ5_BYTES];
 			v[r] = _mm512_maskz_mov_epi8((__mmask64)0xFFFFFFFFULL, kq5_pair(type, p0, p0, off));
 			neg[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, v[r]));
 			dw[r] = _mm512_set1_ps(kq5_f16(p0 + off[KQ5_D]));
 		}
+		KQ5_UNROLL
 		for (int t = 0; t < nt; t++) {
 			__m512i xv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x + t * ldx + 32 * b)));
 			__m512i u = _mm512_xor_si512(_mm512_inserti64x4(xv, _mm256_setzero_si256(), 1), flip);
 			__m512 dx = _mm512_set1_ps(xd[t * ldd + b]);
+			KQ5_UNROLL
 			for (int r = 0; r < nr; r++) {
 				__m512i si = _mm512_dpbusd_epi32(neg[r], u, v[r]);
 				acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dw[r], dx), acc[r][t]);
 			}
 		}
 	}
+	KQ5_UNROLL
 	for (int r = 0; r < nr; r++)
+		KQ5_UNROLL
 		for (int t = 0; t < nt; t++)
 			out[r + t * ldo] = _mm512_reduce_add_ps(acc[r][t]);
 }
@@ -206,6 +223,7 @@ KQ5_INLINE void kq5_q45_k(int nt, const uint8_t *w, const long *off, const int8_
 			qh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
 		}
 		__m512i v[4], scv[4];
+		KQ5_UNROLL
 		for (int c = 0; c < 4; c++) {
 			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ5_QS] + 32 * c));
 			v[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
@@ -219,10 +237,12 @@ KQ5_INLINE void kq5_q45_k(int nt, const uint8_t *w, const long *off, const int8_
 			scv[c] = _mm512_permutexvar_epi16(idx, sc16);
 		}
 		float dw = kq5_f16(blk + off[KQ5_D]), dmw = kq5_f16(blk + off[KQ5_DMIN]);
+		KQ5_UNROLL
 		for (int t = 0; t < nt; t++) {
 			const int8_t *xs = x + t * ldx + 256 * b;
 			const int32_t *bs = bsums + t * ldb + 16 * b;
 			__m512i acc = _mm512_setzero_si512();
+			KQ5_UNROLL
 			for (int c = 0; c < 4; c++)
 				acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(v[c], _mm512_loadu_si512((const void *)(xs + 64 * c))), scv[c]);
 			// Each sum of 16 activations fits 16 bits (at most 16*127).
@@ -242,6 +262,7 @@ KQ5_INLINE void kq5_q45_k(int nt, const uint8_t *w, const long *off, const int8_
 			sum[t] = sum[t] + (a - m);
 		}
 	}
+	KQ5_UNROLL
 	for (int t = 0; t < nt; t++)
 		out[t * ldo] = sum[t];
 }
@@ -262,6 +283,7 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 		__m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
 		__m512i sc32 = _mm512_cvtepi8_epi32(sc8);
 		__m512i v[4], scv[4];
+		KQ5_UNROLL
 		for (int h = 0; h < 2; h++) {
 			const uint8_t *ql = blk + off[KQ5_QL] + 64 * h;
 			__m256i qh = _mm256_loadu_si256((const __m256i *)(blk + off[KQ5_QH] + 32 * h));
@@ -280,11 +302,13 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 			scv[2 * h + 1] = _mm512_permutexvar_epi16(_mm512_add_epi16(i01, _mm512_set1_epi16((short)(8 * h + 4))), sc16);
 		}
 		float dw = kq5_f16(blk + off[KQ5_D]);
+		KQ5_UNROLL
 		for (int t = 0; t < nt; t++) {
 			const int8_t *xs = x + t * ldx + 256 * b;
 			// The offset of 32: Σ_g sc_g·32·bsum_g, taken off first.
 			__m512i acc = _mm512_sub_epi32(_mm512_setzero_si512(),
 				_mm512_slli_epi32(_mm512_mullo_epi32(sc32, _mm512_loadu_si512((const void *)(bsums + t * ldb + 16 * b))), 5));
+			KQ5_UNROLL
 			for (int k = 0; k < 4; k++)
 				acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(v[k], _mm512_loadu_si512((const void *)(xs + 64 * k))), scv[k]);
 			int32_t sumi = kq5_hsum(acc);
@@ -293,6 +317,7 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 			sum[t] = sum[t] + p;
 		}
 	}
+	KQ5_UNROLL
 	for (int t = 0; t < nt; t++)
 		out[t * ldo] = sum[t];
 }
