@@ -2,8 +2,10 @@
 
 // Matrix products of quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K) with
 // 8-bit quantized activations, with AVX2: each block's integer dot product
-// by VPMADDUBSW/VPMADDWD, exact, then the block's scaling in f32 in the
-// order quant.go's Go loops use, so both give the same bits. The block
+// by VPMADDUBSW/VPMADDWD, exact; for the K types the block's scaling in
+// f32 in the order quant.go's Go loops use, so both give the same bits;
+// the 32-value types sum their scaled blocks in 8 f32 lanes (as the
+// AVX-512 kernels do), within rounding of the Go loops. The block
 // field offsets come from Go (tensor.Formats), in off[]:
 // bytes, d, dmin, scales, qs, qh, ql.
 
@@ -66,40 +68,6 @@ KQ_INLINE void kq_prefetch(const uint8_t *blk, long n) {
 		_mm_prefetch((const char *)(blk + KQ_PF + o), _MM_HINT_T0);
 }
 
-static float kq_q8_0(const uint8_t *w, const long *off, const int8_t *x, const float *xd, long nb) {
-	float sum = 0;
-	for (long b = 0; b < nb; b++) {
-		const uint8_t *blk = w + b * off[KQ_BYTES];
-		kq_prefetch(blk, off[KQ_BYTES]);
-		__m256i q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QS]));
-		__m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
-		int32_t si = kq_hsum(kq_dot_ss(q, v));
-		float s = kq_f16(blk + off[KQ_D]) * xd[b];
-		float p = (float)si * s;
-		sum = sum + p;
-	}
-	return sum;
-}
-
-static float kq_q4_0(const uint8_t *w, const long *off, const int8_t *x, const float *xd, long nb) {
-	const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
-	float sum = 0;
-	for (long b = 0; b < nb; b++) {
-		const uint8_t *blk = w + b * off[KQ_BYTES];
-		kq_prefetch(blk, off[KQ_BYTES]);
-		__m128i q = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
-		__m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), e8);
-		__m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), e8);
-		__m256i nib = _mm256_set_m128i(hi, lo);
-		__m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
-		int32_t si = kq_hsum(kq_dot_ss(nib, v));
-		float s = kq_f16(blk + off[KQ_D]) * xd[b];
-		float p = (float)si * s;
-		sum = sum + p;
-	}
-	return sum;
-}
-
 // kq_bits32 spreads the 32 bits of qh over 32 bytes: 0xFF where bit j of
 // qh is set, at byte j.
 KQ_INLINE __m256i kq_bits32(uint32_t qh) {
@@ -112,24 +80,63 @@ KQ_INLINE __m256i kq_bits32(uint32_t qh) {
 
 KQ_INLINE uint32_t kq_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
-static float kq_q5_0(const uint8_t *w, const long *off, const int8_t *x, const float *xd, long nb) {
-	const __m128i m4 = _mm_set1_epi8(0x0f);
+// KQ_T is the most tokens one pass over a weight row serves: each block
+// is unpacked once for all of them, and each token's sums and scaling are
+// the one-token loop's, so a token's result does not depend on the tile.
+#define KQ_T 4
+
+// KQ_UNROLL unrolls the short loops over tokens and a block's parts
+// (constant counts after inlining), so that their vectors stay in
+// registers.
+#define KQ_UNROLL _Pragma("GCC unroll 8")
+
+// kq_32 sets out[t*ldo] for the nt token rows of x (ldx apart, scales ldd
+// apart) and one row of a 32-value type: per block, the signed values
+// unpacked once (Q8_0's bytes; Q4_0's nibbles less 8; Q5_0's with the
+// fifth bit, less 16) and their magnitudes, then per token the exact dot
+// of magnitudes by sign-moved activations in 8 int32 lanes, scaled by the
+// block's two scales into 8 f32 lanes, which are summed at the row's end
+// (as the AVX-512 kernels do: not the Go loops' order, within rounding).
+KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
+		     long ldd, long nb, float *out, long ldo) {
+	const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
 	const __m256i b16 = _mm256_set1_epi8(16);
-	float sum = 0;
+	__m256 acc[KQ_T];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		acc[t] = _mm256_setzero_ps();
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
 		kq_prefetch(blk, off[KQ_BYTES]);
-		__m128i q = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
-		__m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
-		__m256i five = _mm256_and_si256(kq_bits32(kq_u32(blk + off[KQ_QH])), b16);
-		nib = _mm256_sub_epi8(_mm256_or_si256(nib, five), b16);
-		__m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
-		int32_t si = kq_hsum(kq_dot_ss(nib, v));
-		float s = kq_f16(blk + off[KQ_D]) * xd[b];
-		float p = (float)si * s;
-		sum = sum + p;
+		__m256i q;
+		if (type == KQ_Q8_0) {
+			q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QS]));
+		} else {
+			__m128i p = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
+			__m128i lo = _mm_and_si128(p, m4), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m4);
+			if (type == KQ_Q4_0) {
+				q = _mm256_set_m128i(_mm_sub_epi8(hi, e8), _mm_sub_epi8(lo, e8));
+			} else {
+				__m256i five = _mm256_and_si256(kq_bits32(kq_u32(blk + off[KQ_QH])), b16);
+				q = _mm256_sub_epi8(_mm256_or_si256(_mm256_set_m128i(hi, lo), five), b16);
+			}
+		}
+		__m256i aq = _mm256_sign_epi8(q, q);
+		float dw = kq_f16(blk + off[KQ_D]);
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			__m256i v = _mm256_loadu_si256((const __m256i *)(x + t * ldx + 32 * b));
+			__m256i si = kq_dot_us(aq, _mm256_sign_epi8(v, q));
+			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(dw * xd[t * ldd + b]), acc[t]);
+		}
 	}
-	return sum;
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++) {
+		__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
+		s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+		s = _mm_add_ss(s, _mm_movehdup_ps(s));
+		out[t * ldo] = _mm_cvtss_f32(s);
+	}
 }
 
 // kq_scale_min is ggml's get_scale_min_k4.
@@ -143,18 +150,26 @@ KQ_INLINE void kq_scale_min(int j, const uint8_t *q, int32_t *sc, int32_t *m) {
 	}
 }
 
-static float kq_q45_k(const uint8_t *w, const long *off, const int8_t *x, const float *xd, const int32_t *bsums,
-		      long nb, int five) {
+// kq_q45_k is kq_32 for Q4_K (five = 0) and Q5_K: per block and 64-value
+// part, the two 32-value runs unpacked once and their 6-bit scales
+// broadcast; per token the runs' pair sums times their scales (VPMADDWD)
+// gathered in one vector, reduced once per block; the mins against the
+// activations' sums of 16; then the block's f32 scaling.
+KQ_INLINE void kq_q45_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
+			long ldd, const int32_t *bsums, long ldb, long nb, int five, float *out, long ldo) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16);
-	float sum = 0;
+	float sum[KQ_T] = {0};
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
 		kq_prefetch(blk, off[KQ_BYTES]);
 		const uint8_t *sc = blk + off[KQ_SCALES];
-		const int8_t *xs = x + 256 * b;
-		const int32_t *bs = bsums + 16 * b;
 		__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QH])) : _mm256_setzero_si256();
-		int32_t sumi = 0, mins = 0;
+		__m256i acc[KQ_T];
+		int32_t mins[KQ_T];
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++)
+			acc[t] = _mm256_setzero_si256(), mins[t] = 0;
+		KQ_UNROLL
 		for (int c = 0; c < 4; c++) {
 			int32_t s0, m0, s1, m1;
 			kq_scale_min(2 * c, sc, &s0, &m0);
@@ -167,61 +182,117 @@ static float kq_q45_k(const uint8_t *w, const long *off, const int8_t *x, const 
 				lo = _mm256_add_epi8(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u0), u0), b16));
 				hi = _mm256_add_epi8(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u1), u1), b16));
 			}
-			int32_t d0 = kq_hsum(kq_dot_us(lo, _mm256_loadu_si256((const __m256i *)(xs + 64 * c))));
-			int32_t d1 = kq_hsum(kq_dot_us(hi, _mm256_loadu_si256((const __m256i *)(xs + 64 * c + 32))));
-			sumi += s0 * d0 + s1 * d1;
-			mins += m0 * (bs[4 * c] + bs[4 * c + 1]) + m1 * (bs[4 * c + 2] + bs[4 * c + 3]);
+			__m256i sv0 = _mm256_set1_epi16((short)s0), sv1 = _mm256_set1_epi16((short)s1);
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++) {
+				const int8_t *xs = x + t * ldx + 256 * b + 64 * c;
+				const int32_t *bs = bsums + t * ldb + 16 * b + 4 * c;
+				// Pair sums of at most 2*31*127 fit 16 bits.
+				__m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xs));
+				__m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 32)));
+				acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_madd_epi16(p0, sv0), _mm256_madd_epi16(p1, sv1)));
+				mins[t] += m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
+			}
 		}
-		float d = kq_f16(blk + off[KQ_D]) * xd[b];
-		float dmin = kq_f16(blk + off[KQ_DMIN]) * xd[b];
-		float a = d * (float)sumi, m = dmin * (float)mins;
-		sum = sum + (a - m);
+		float dw = kq_f16(blk + off[KQ_D]), dmw = kq_f16(blk + off[KQ_DMIN]);
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			int32_t sumi = kq_hsum(acc[t]);
+			float d = dw * xd[t * ldd + b];
+			float dmin = dmw * xd[t * ldd + b];
+			float a = d * (float)sumi, m = dmin * (float)mins[t];
+			sum[t] = sum[t] + (a - m);
+		}
 	}
-	return sum;
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		out[t * ldo] = sum[t];
 }
 
-static float kq_q6_k(const uint8_t *w, const long *off, const int8_t *x, const float *xd, const int32_t *bsums,
-		     long nb) {
+// kq_q6_k is kq_q45_k for Q6_K: per 32-value run the 6-bit values
+// unpacked once and its two 16-value groups' scales in one vector; the
+// offset of 32 taken off as Σ_g sc_g·32·bsum_g.
+KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
+		       long ldd, const int32_t *bsums, long ldb, long nb, float *out, long ldo) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-	float sum = 0;
+	float sum[KQ_T] = {0};
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
 		kq_prefetch(blk, off[KQ_BYTES]);
 		const int8_t *sc = (const int8_t *)(blk + off[KQ_SCALES]);
-		const int32_t *bs = bsums + 16 * b;
-		int32_t sumi = 0;
+		__m256i acc[KQ_T];
+		int32_t off32[KQ_T];
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			const int32_t *bs = bsums + t * ldb + 16 * b;
+			int32_t o = 0;
+			for (int g = 0; g < 16; g++)
+				o += (int32_t)sc[g] * bs[g];
+			acc[t] = _mm256_setzero_si256(), off32[t] = 32 * o;
+		}
+		KQ_UNROLL
 		for (int h = 0; h < 2; h++) {
 			const uint8_t *ql = blk + off[KQ_QL] + 64 * h;
-			const int8_t *xs = x + 256 * b + 128 * h;
 			__m256i qh = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QH] + 32 * h));
 			__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
 			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-			__m256i q[4];
-			q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-			q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-			q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-			q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-					       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+			KQ_UNROLL
 			for (int k = 0; k < 4; k++) {
-				__m256i p = kq_dot_us(q[k], _mm256_loadu_si256((const __m256i *)(xs + 32 * k)));
-				int32_t g0 = kq_hsum128(_mm256_castsi256_si128(p));
-				int32_t g1 = kq_hsum128(_mm256_extracti128_si256(p, 1));
-				int i0 = 8 * h + 2 * k, i1 = i0 + 1;
-				sumi += (int32_t)sc[i0] * (g0 - 32 * bs[i0]) + (int32_t)sc[i1] * (g1 - 32 * bs[i1]);
+				__m256i l = k & 1 ? l1 : l0;
+				__m256i q = _mm256_or_si256(_mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4),
+							    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
+				int i0 = 8 * h + 2 * k;
+				__m256i sv = _mm256_set_m128i(_mm_set1_epi16((short)sc[i0 + 1]), _mm_set1_epi16((short)sc[i0]));
+				KQ_UNROLL
+				for (int t = 0; t < nt; t++) {
+					const int8_t *xs = x + t * ldx + 256 * b + 128 * h + 32 * k;
+					// Pair sums of at most 2*63*127 fit 16 bits.
+					__m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xs));
+					acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, sv));
+				}
 			}
 		}
-		float d = kq_f16(blk + off[KQ_D]) * xd[b];
-		float p = d * (float)sumi;
-		sum = sum + p;
+		float dw = kq_f16(blk + off[KQ_D]);
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			int32_t sumi = kq_hsum(acc[t]) - off32[t];
+			float d = dw * xd[t * ldd + b];
+			float p = d * (float)sumi;
+			sum[t] = sum[t] + p;
+		}
 	}
-	return sum;
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		out[t * ldo] = sum[t];
 }
+
+// KQ_TILE runs one row against nt tokens, nt a constant.
+#define KQ_TILE(nt)                                                                                                \
+	switch (type) {                                                                                            \
+	case KQ_Q8_0:                                                                                              \
+		kq_32(KQ_Q8_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+		break;                                                                                             \
+	case KQ_Q4_0:                                                                                              \
+		kq_32(KQ_Q4_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+		break;                                                                                             \
+	case KQ_Q5_0:                                                                                              \
+		kq_32(KQ_Q5_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+		break;                                                                                             \
+	case KQ_Q4_K:                                                                                              \
+		kq_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 0, o, ldo);                            \
+		break;                                                                                             \
+	case KQ_Q5_K:                                                                                              \
+		kq_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 1, o, ldo);                            \
+		break;                                                                                             \
+	case KQ_Q6_K:                                                                                              \
+		kq_q6_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, o, ldo);                                \
+		break;                                                                                             \
+	}
 
 // kq_rows sets out[i*ldo + r] for rows [r0, r1) of w (rowb bytes each) and
 // the n token rows of quantized activations x (cols int8 each, with xd's
-// scales per group of 32 or 256 and, for the K types, bsums per 16).
+// scales per group of 32 or 256 and, for the K types, bsums per 16): each
+// row is unpacked once per KQ_T tokens.
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	long group = (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) ? 32 : 256;
@@ -229,36 +300,29 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 	// Tokens in blocks of about 256 KiB of activations, which stay in the
 	// L2 cache while the rows pass over them.
 	long tb = 256 * 1024 / cols;
-	tb = tb < 1 ? 1 : tb;
+	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	for (long t0 = 0; t0 < n; t0 += tb)
-	for (long r = r0; r < r1; r++) {
-		const uint8_t *wr = w + r * rowb;
-		for (long i = t0; i < n && i < t0 + tb; i++) {
-			const int8_t *xi = x + i * cols;
-			const float *di = xd + i * nb;
-			const int32_t *bi = bsums + i * (cols / 16);
-			float s = 0;
-			switch (type) {
-			case KQ_Q8_0:
-				s = kq_q8_0(wr, off, xi, di, nb);
-				break;
-			case KQ_Q4_0:
-				s = kq_q4_0(wr, off, xi, di, nb);
-				break;
-			case KQ_Q5_0:
-				s = kq_q5_0(wr, off, xi, di, nb);
-				break;
-			case KQ_Q4_K:
-				s = kq_q45_k(wr, off, xi, di, bi, nb, 0);
-				break;
-			case KQ_Q5_K:
-				s = kq_q45_k(wr, off, xi, di, bi, nb, 1);
-				break;
-			case KQ_Q6_K:
-				s = kq_q6_k(wr, off, xi, di, bi, nb);
-				break;
+		for (long r = r0; r < r1; r++) {
+			const uint8_t *wr = w + r * rowb;
+			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
+				const int8_t *xi = x + i * cols;
+				const float *di = xd + i * nb;
+				const int32_t *bi = bsums + i * (cols / 16);
+				float *o = out + i * ldo + r;
+				switch (n - i < KQ_T ? n - i : KQ_T) {
+				case 1:
+					KQ_TILE(1);
+					break;
+				case 2:
+					KQ_TILE(2);
+					break;
+				case 3:
+					KQ_TILE(3);
+					break;
+				default:
+					KQ_TILE(4);
+					break;
+				}
 			}
-			out[i * ldo + r] = s;
 		}
-	}
 }

@@ -128,8 +128,8 @@ func TestQuantizeActivations(t *testing.T) {
 }
 
 // The C kernels, AVX2 and (where the CPU has VNNI) AVX-512, give the Go
-// loops' results bit for bit (the same integer block dots, the same f32
-// scaling in the same order), but for AVX-512 on 32-value blocks, whose
+// loops' results bit for bit for the K types (the same integer block
+// dots, the same f32 scaling in the same order); on 32-value blocks their
 // f32 lanes sum the scaled blocks in another order: within 1e-5 of
 // Σ|w||x| there. An odd block count (17) takes the last-block path.
 func TestQuantKernelsMatchGo(t *testing.T) {
@@ -143,8 +143,11 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 		t.Log("no AVX-512 VNNI on this CPU (or KAKEYA_CPU caps it): AVX2 only")
 	}
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, cols := range []int{768, 256, 32 * 17} {
-		const rows, n = 19, 3
+	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}} {
+		// Token counts of one, three and six: tiles of 4 tokens and the
+		// shorter ones after them.
+		const rows = 19
+		cols, n := tc.cols, tc.n
 		x := make([]float32, n*cols)
 		for i := range x {
 			x[i] = float32(r.NormFloat64() * 3)
@@ -165,9 +168,9 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 				cOut := make([]float32, n*rows)
 				tk.out = cOut
 				quantRowsISA(&tk, 0, rows, avx512)
-				// AVX-512's 32-value blocks sum in f32 lanes: exact integer
-				// dots, the scaled sums in another order than Go's.
-				lanes := avx512 && f.Block == 32
+				// 32-value blocks sum in f32 lanes: exact integer dots, the
+				// scaled sums in another order than Go's.
+				lanes := f.Block == 32
 				for i := range goOut {
 					if lanes {
 						var mag float64
