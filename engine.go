@@ -47,7 +47,8 @@ type Options struct {
 	// zero come from the environment (see weights.HubOptionsFromEnv).
 	Hub weights.HubOptions
 	// Cache is the KV cache of every sequence, in the terms of the tools'
-	// flags, e.g. kvconfig.Spec{KV: "kakeya", KBits: 3}, or as
+	// flags, e.g. kvconfig.Spec{KV: "kakeya"} (the preset) or
+	// kvconfig.Spec{KV: "kakeya-block", KBits: 3}, or as
 	// kvconfig.Parse reads it; its zero value is an uncompressed bf16
 	// cache. Load checks it once, before it loads anything.
 	Cache kvconfig.Spec

@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks")
-	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or one made on random tokens")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or one made on random tokens")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")

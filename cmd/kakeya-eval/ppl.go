@@ -55,7 +55,7 @@ other settings are the defaults of every --config and --configs entry
   name=NAME,k=SPEC,v=SPEC,kv=SPEC,boundary=0;1;-1,block=N,hot=N,sinks=N,precond=0|1,cb=0|1,...
 (every flag name above is a key too; kvconfig.Keys lists the short forms).
 name= is optional: the settings as written name the configuration. SPEC is
-a codec spec ("int8", "kakeya:b=3"; commas inside a spec are kept when the
+a codec spec ("int8", "kakeya-block:b=3"; commas inside a spec are kept when the
 next piece is not a key) and boundary layers, separated by ';' (negative
 from the end; none for no layer), skip the codecs and keep bf16 blocks.
 With --calib, keys are preconditioned (precond) and kakeya codecs use the

@@ -226,11 +226,11 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// boundary hides a difference): its decoded values, in float32.
 		{"f32 codec", kvconfig.Spec{KV: "f32", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// Kakeya blocks, kept encoded and decoded by the attention kernel.
-		{"kakeya", kvconfig.Spec{KV: "kakeya:b=3", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		{"kakeya", kvconfig.Spec{KV: "kakeya-block:b=3", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// Preconditioned keys (a random factor per layer and KV head),
 		// kept encoded and un-whitened by the attention kernel.
 		{"pre+int8", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
-		{"pre+kakeya/int4", kvconfig.Spec{K: "kakeya", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
+		{"pre+kakeya/int4", kvconfig.Spec{K: "kakeya-block", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
 		// kakeya-pc blocks (a synthetic calibration's basis per layer and
 		// KV head), encoded on the device and read by the attention
 		// kernel.
