@@ -77,7 +77,7 @@ var allowed = map[string][]string{
 	"internal/mathx": {},
 	// Reading a small file no further than a limit (the model loaders).
 	"internal/boundedfile": {},
-	"internal/device":      {"compute", "compute/cpubackend", "compute/cudabackend"},
+	"internal/device":      {"compute", "compute/cpubackend", "compute/cudabackend", "compute/reference"}, // imported for their registration (compute.RegisterBackend)
 	"internal/testmodel":   {"tensor"},
 	"internal/leveltest":   {"kernels/cpu"},
 	"internal/cli":         {"kernels/cpu"}, // --version names the CPU kernels

@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		// Fail before writing a checkpoint on a machine without the
 		// device; each level opens it again.
-		b, err := device.Backend(o.device)
+		b, err := device.Open(o.device, 0, "")
 		if err != nil {
 			return err
 		}
@@ -238,21 +238,17 @@ type row struct {
 	driver     bool
 }
 
-// backend opens the backend of one level: --device's, or on the CPU one
-// of th threads and matmul precision mm. done releases it.
+// backend opens --device's backend for one level: on the CPU of th
+// threads and matmul precision mm (a GPU's levels are "f32" and 0, its
+// own arithmetic). done releases it.
 func (o options) backend(mm string, th int) (b compute.Backend, done func(), err error) {
-	if b, err = device.Backend(o.device); err != nil || b != nil {
-		return b, func() {
-			if b != nil {
-				b.Close()
-			}
-		}, err
+	if o.device != "cpu" {
+		mm = ""
 	}
-	cpu, err := cpubackend.NewMatMul(th, mm)
-	if err != nil {
+	if b, err = device.Open(o.device, th, mm); err != nil {
 		return nil, nil, err
 	}
-	return cpu, func() { cpu.Close() }, nil
+	return b, func() { b.Close() }, nil
 }
 
 // measureLoad loads the model on the backend of one level (see backend)

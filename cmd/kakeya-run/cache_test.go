@@ -13,6 +13,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -92,13 +93,22 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--tokenize"}, "--prompt and --tokenize exclude each other"},
 		{[]string{"--device", "tpu"}, `--device "tpu": want one of cpu, cuda`},
 		{[]string{"--matmul", "fp16"}, `--matmul "fp16": want f32 or bf16`},
-		{[]string{"--matmul", "bf16", "--device", "cuda"}, "--device cuda: cuda: "}, // bf16 applies to cuda: the driver is what is missing
 	}
 	for _, tt := range tests {
 		_, err := parseCache(t, tt.args)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: err = %v, want one containing %q", tt.args, err, tt.want)
 		}
+	}
+	// The device opens first thing in run, before the model or the prompt
+	// is read: bf16 applies to cuda, the driver is what is missing.
+	if b, err := device.Open("cuda", 0, ""); err == nil {
+		b.Close()
+		return // a GPU is present
+	}
+	err := run(context.Background(), []string{"--model", "x", "--prompt", "hi", "--matmul", "bf16", "--device", "cuda"}, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--device cuda: cuda: ") {
+		t.Errorf("--device cuda without a driver: err = %v", err)
 	}
 }
 

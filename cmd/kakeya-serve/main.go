@@ -172,16 +172,13 @@ func (o *options) check() error {
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return fmt.Errorf("--addr %q: %w", o.addr, err)
 	}
-	var err error
-	flag := o.matmul
-	if o.matmul, err = device.MatMul(o.device, o.matmul); err != nil {
+	if err := device.Check(o.device); err != nil {
 		return err
 	}
-	if err := kvflags.Check(o.cache, o.calib); err != nil {
+	if err := device.CheckMatMul(o.matmul); err != nil {
 		return err
 	}
-	o.backend, err = device.Open(o.device, flag)
-	return err
+	return kvflags.Check(o.cache, o.calib)
 }
 
 // engineOptions returns what kakeya.Load is given.
@@ -197,9 +194,6 @@ func (o *options) engineOptions(hub weights.HubOptions, log *slog.Logger) kakeya
 		Serving:          scheduler.Config{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens},
 		Log:              log,
 	}
-	if o.backend == nil {
-		opt.Threads, opt.MatMul = o.threads, o.matmul
-	}
 	return opt
 }
 
@@ -211,6 +205,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	defer func() { err = kvflags.Error(err) }()
 	o, err := parseFlags(args, stdout, stderr)
 	if err != nil {
+		return err
+	}
+	// The device opens before the listener, so that a missing GPU fails at
+	// once; it closes after the engine, or when loading failed.
+	if o.backend, err = device.Open(o.device, o.threads, o.matmul); err != nil {
 		return err
 	}
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
@@ -275,6 +274,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	case err := <-loaded:
 		if err != nil {
 			hs.Close()
+			o.backend.Close()
 			return err
 		}
 	case err := <-served:
@@ -286,7 +286,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		log.Info("stopped while loading the model")
 		return nil
 	}
-	defer eng.Close()
+	defer func() {
+		eng.Close()
+		o.backend.Close()
+	}()
 	select {
 	case err := <-served:
 		return err

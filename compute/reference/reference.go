@@ -13,6 +13,10 @@ import (
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
+func init() {
+	compute.RegisterBackend("reference", func(compute.OpenOptions) (compute.Backend, error) { return Backend{}, nil })
+}
+
 // Backend is the reference compute.Backend.
 type Backend struct{}
 
