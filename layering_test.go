@@ -43,6 +43,10 @@ var allowed = map[string][]string{
 	"compute/cpubackend":  {"compute", "tensor", "attention", "kernels/cpu"},
 	"compute/cudabackend": {"compute", "tensor", "codec", "kernels/cuda"},
 	"compute/reference":   {"compute", "tensor"},
+	// The conformance suite every backend runs (like testing/fstest): the
+	// seam, the codecs whose blocks it encodes and the picks, but no
+	// backend (each backend's test calls it).
+	"compute/computetest": {"compute", "codec", "tensor", "pick"},
 
 	// The cache's configuration: a value and its grammar, which names
 	// codecs and checks their specs, and nothing else.
@@ -115,6 +119,19 @@ var forbidden = [][2]string{
 	{"kvcache", "model"},
 	{"compute", "codec"},
 	{"compute", "kvcache"},
+}
+
+// TestBackendEdges: a backend imports no other backend (each registers
+// itself with compute and stands alone), and the conformance suite none:
+// it checks a backend through the seam only.
+func TestBackendEdges(t *testing.T) {
+	for _, pkg := range append([]string{"compute/computetest", "compute"}, backends...) {
+		for _, b := range backends {
+			if pkg != b && slices.Contains(allowed[pkg], b) {
+				t.Errorf("layering table lets %q import the backend %q", pkg, b)
+			}
+		}
+	}
 }
 
 // backends are the packages that implement compute.Backend; only those

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/computetest"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 )
 
@@ -93,5 +94,28 @@ func TestCountCPU(t *testing.T) {
 	a.Softcap(x, 30)
 	if c := counts(); c.Ops != 6 {
 		t.Errorf("counts %+v after 6 operations", c)
+	}
+}
+
+// The counting wrapper passes the compute contract with every capability
+// of the CPU backend it wraps (computetest), so a kernel path a model
+// would take on the CPU stays the one it takes while counted.
+func TestCountConformance(t *testing.T) {
+	cpu := cpubackend.New(1)
+	caps := computetest.Capabilities(cpu)
+	cpu.Close()
+	err := computetest.Test(computetest.Config{
+		Open: func() (compute.Backend, error) {
+			b, err := cpubackend.NewMatMul(1, "f32")
+			if err != nil {
+				return nil, err
+			}
+			c, _ := Count(b)
+			return c, nil
+		},
+		Capabilities: caps,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
