@@ -393,7 +393,7 @@ func TestGenerateNonFiniteLogits(t *testing.T) {
 // StopContext.
 func TestStopReasons(t *testing.T) {
 	dir := shareddata.File(t, "models", "stories260K")
-	e := loadEngine(t, dir, Options{Threads: 2, Model: model.Options{MaxContext: 24}})
+	e := loadEngine(t, dir, Options{Threads: 2, MaxContext: 24})
 	ids, err := e.PromptIDs("Once upon a time", GenerateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -182,7 +182,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	start := time.Now()
 	opt := kakeya.Options{
 		Backend:          o.backend,
-		Model:            model.Options{MaxContext: o.maxContext, Weights: o.weights},
+		MaxContext:       o.maxContext,
+		Weights:          o.weights,
 		Hub:              hub,
 		Cache:            o.cache,
 		Calibration:      o.calib,

@@ -25,7 +25,6 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/scheduler"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -185,13 +184,13 @@ func (o *options) check() error {
 func (o *options) engineOptions(hub weights.HubOptions, log *slog.Logger) kakeya.Options {
 	opt := kakeya.Options{
 		Backend:          o.backend,
-		Model:            model.Options{MaxContext: o.maxContext},
+		MaxContext:       o.maxContext,
 		Hub:              hub,
 		Cache:            o.cache,
 		Calibration:      o.calib,
 		CalibrationCache: o.calibCache,
 		KVMemory:         int64(o.kvMemory),
-		Serving:          scheduler.Config{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens},
+		Serving:          kakeya.ServingOptions{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens},
 		Log:              log,
 	}
 	return opt
