@@ -252,11 +252,11 @@ func (e *Engine) Calibration() string { return e.calib.Path }
 // given, or an automatic calibration read from or written to the cache.
 func (e *Engine) CalibrationInfo() CalibrationInfo { return e.calib }
 
-// Model returns the loaded model.
+// Model returns the loaded model, for this repository's own tools, which
+// drive its sequences directly (kakeya-bench, kakeya-eval). It hands out
+// package model's type, whose API may change with the engine's: a program
+// uses ModelInfo, Encode, Decode, Generate and Logits instead.
 func (e *Engine) Model() *model.Model { return e.model }
-
-// Tokenizer returns the model's tokenizer.
-func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
 // Stats returns a snapshot of the engine's serving state: requests running
 // and waiting, the KV block pool's bytes by format and budget, its

@@ -51,7 +51,7 @@ func TestGenerateGreedyMatchesArgmax(t *testing.T) {
 		t.Fatalf("generated %d tokens, stop %q; want 30, %q", res.GeneratedTokens, res.StopReason, StopLength)
 	}
 
-	ids := e.Tokenizer().Encode(prompt, true)
+	ids := e.tok.Encode(prompt, true)
 	if res.PromptTokens != len(ids) {
 		t.Fatalf("prompt tokens %d, want %d", res.PromptTokens, len(ids))
 	}
@@ -63,7 +63,7 @@ func TestGenerateGreedyMatchesArgmax(t *testing.T) {
 		}
 		ids = append(ids, pick.ArgMax(rows[len(rows)-1]))
 	}
-	want := e.Tokenizer().Decode(ids[start:], true)
+	want := e.tok.Decode(ids[start:], true)
 	if res.Text != want {
 		t.Fatalf("greedy text\n%q\nwant (arg max of Logits)\n%q", res.Text, want)
 	}

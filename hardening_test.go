@@ -314,7 +314,7 @@ func TestEngineLogits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next := e.Tokenizer().Decode([]int{pick.ArgMax(rows[len(rows)-1])}, true); res.Text != next {
+	if next := e.tok.Decode([]int{pick.ArgMax(rows[len(rows)-1])}, true); res.Text != next {
 		t.Errorf("arg max of the last row decodes to %q, greedy Generate gives %q", next, res.Text)
 	}
 

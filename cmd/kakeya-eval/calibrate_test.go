@@ -204,7 +204,10 @@ func TestCalibrateBuiltinIsAuto(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	cfg := eng.Model().Config()
+	cfg, err := weights.LoadConfig(eng.ModelInfo().Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := calibrate.Load(out, cfg)
 	if err != nil {
 		t.Fatal(err)

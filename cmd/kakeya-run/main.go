@@ -266,7 +266,7 @@ func logger(stderr io.Writer, quiet bool) *slog.Logger {
 // in use and what it holds, the kernels.
 func printStats(w io.Writer, eng *kakeya.Engine, res *kakeya.Result, load time.Duration) {
 	fmt.Fprintf(w, "\nload %.2fs | prefill %d tokens %.1f tok/s | decode %d tokens %.1f tok/s | stop: %s | kernels: %s | weights: %s\n",
-		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels(), eng.Model().Weights())
+		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels(), eng.ModelInfo().Weights)
 	st := eng.CacheSettings()
 	fmt.Fprintf(w, "KV cache: %s", st)
 	if cal := eng.CalibrationInfo().String(); cal != "" {

@@ -264,7 +264,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			eng = e
 			s.setEngine(e)
 			log.Info("ready", "load", time.Since(start).Round(time.Millisecond), "kv_cache", e.CacheSettings().String(),
-				"calibration", e.CalibrationInfo().String(), "max_tokens", e.MaxTokens(), "kernels", e.Kernels(), "weights", e.Model().Weights())
+				"calibration", e.CalibrationInfo().String(), "max_tokens", e.MaxTokens(), "kernels", e.Kernels(), "weights", e.ModelInfo().Weights)
 		}
 		loaded <- err
 	}()
