@@ -44,6 +44,7 @@ func TestStream(t *testing.T) {
 		t.Errorf("after a loop broke off: %d running, %d waiting", st.Running, st.Waiting)
 	}
 	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var errs []error
 	for tok, err := range e.Stream(cctx, "hello", opt) {
 		cancel()
