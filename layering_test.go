@@ -34,7 +34,7 @@ var allowed = map[string][]string{
 	"kernels/cuda/emu": {"kernels/cuda"},
 
 	// Codecs: pure Go, fast paths in kernels/cpu.
-	"codec": {"tensor", "kernels/cpu"},
+	"codec": {"tensor", "kernels/cpu", "pick"},
 
 	// The seam and its backends; attention is the host attention the CPU
 	// backend runs.
@@ -62,7 +62,7 @@ var allowed = map[string][]string{
 	// The architectures: one file per decoder family, read by the forward pass.
 	"model/arch": {"weights"},
 	"calibrate":  {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
-	"eval":       {"kvcache/kvconfig", "internal/outfile", "internal/mathx"},
+	"eval":       {"kvcache/kvconfig", "internal/outfile", "internal/mathx", "pick"},
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},
