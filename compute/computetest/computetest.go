@@ -11,9 +11,9 @@
 //   - attention over every block format: hot float32 and bf16 parts, and
 //     for each registered codec whose blocks the store says it reads
 //     (compute.EncodedAttention) parts encoded on the host, and by the
-//     store itself where it encodes them (compute.PartEncoder), with a
-//     window, against float64 attention over the values the parts decode
-//     to;
+//     store itself where it encodes them (compute.PartEncoder, all at once
+//     through compute.PartsEncoder where the store has it), with a window,
+//     against float64 attention over the values the parts decode to;
 //   - the optional capabilities: the backend and its store must implement
 //     exactly those Config lists (a wrapper that hides one is caught), and
 //     each present one is run against the float64 results (ArchOps,
@@ -553,13 +553,31 @@ func setBlock(vals []float64, blk, h int, x []float32) {
 // SetEncoded, or, with onStore, by the store (PartEncoder). The values
 // attention must read become what the parts decode to.
 func (s *suite) encode(st compute.BlockStore, c *cache, cd codec.Codec, onStore bool) error {
+	if pe, ok := st.(compute.PartsEncoder); ok && onStore {
+		// All the full parts in one call (as the cache encodes a step's);
+		// the loop below then reads them back.
+		var ps []compute.Part
+		var decs []compute.Decoder
+		for blk := 0; blk < tokens/blockSize; blk++ {
+			for h := range kvHeads {
+				for kv := range 2 {
+					ps, decs = append(ps, c.layer.parts[blk][h][kv]), append(decs, cd)
+				}
+			}
+		}
+		if err := pe.EncodeParts(ps, decs); err != nil {
+			return fmt.Errorf("EncodeParts: %w", err)
+		}
+	}
 	for blk := 0; blk < tokens/blockSize; blk++ {
 		for h := range kvHeads {
 			for kv, vals := range [][]float64{c.k, c.v} {
 				p := c.layer.parts[blk][h][kv]
 				if onStore {
-					if err := st.(compute.PartEncoder).EncodePart(p, cd); err != nil {
-						return fmt.Errorf("EncodePart: %w", err)
+					if _, batched := st.(compute.PartsEncoder); !batched {
+						if err := st.(compute.PartEncoder).EncodePart(p, cd); err != nil {
+							return fmt.Errorf("EncodePart: %w", err)
+						}
 					}
 					got := make([]float32, blockSize*headDim)
 					if err := st.Read(got, p); err != nil {

@@ -42,3 +42,21 @@ func TestCatchesUnlistedCapability(t *testing.T) {
 		t.Errorf("err = %v, want one naming the unlisted ArchOps", err)
 	}
 }
+
+// wrongAdd is a backend whose Add adds x to itself.
+type wrongAdd struct{ compute.Backend }
+
+func (w wrongAdd) Add(x, _ compute.Buffer) { w.Backend.Add(x, x) }
+
+// The suite checks values, not only that the calls return: a wrong Add
+// is reported by name.
+func TestCatchesWrongValues(t *testing.T) {
+	b := wrongAdd{reference.Backend{}}
+	err := computetest.Test(computetest.Config{
+		Open:         func() (compute.Backend, error) { return b, nil },
+		Capabilities: computetest.Capabilities(b),
+	})
+	if err == nil || !strings.Contains(err.Error(), "operations: Add: largest difference") {
+		t.Errorf("err = %v, want one naming Add", err)
+	}
+}
