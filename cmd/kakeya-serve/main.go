@@ -211,6 +211,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if o.backend, err = device.Open(o.device, o.threads, o.matmul); err != nil {
 		return err
 	}
+	// Closed on return, after the engine, unless a model still loading on
+	// it takes it over (closeBackend false: see afterLoad).
+	closeBackend := true
+	defer func() {
+		if closeBackend {
+			o.backend.Close()
+		}
+	}()
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
 	if o.logFormat == "json" {
 		h = slog.NewJSONHandler(stderr, nil)
@@ -269,26 +277,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		loaded <- err
 	}()
 
+	// afterLoad hands the backend to the load still running: it closes
+	// the engine, if one loaded, and then the backend.
+	afterLoad := func() {
+		closeBackend = false
+		stopLoad()
+		go func() {
+			if <-loaded == nil {
+				eng.Close()
+			}
+			o.backend.Close()
+		}()
+	}
 	select {
 	case err := <-loaded:
 		if err != nil {
 			hs.Close()
-			o.backend.Close()
 			return err
 		}
 	case err := <-served:
+		afterLoad()
 		return err
 	case <-ctx.Done():
 		// Stopped while loading: nothing runs yet.
+		afterLoad()
 		s.draining.Store(true)
 		hs.Close()
 		log.Info("stopped while loading the model")
 		return nil
 	}
-	defer func() {
-		eng.Close()
-		o.backend.Close()
-	}()
+	defer eng.Close()
 	select {
 	case err := <-served:
 		return err
