@@ -125,6 +125,9 @@ func Test(c Config) error {
 		return fmt.Errorf("computetest: open: %w", err)
 	}
 	s.checkCapabilities(b)
+	if d, ok := b.(compute.Describer); ok && d.Describe() == "" {
+		s.errorf("Describer.Describe: empty")
+	}
 	s.run(b, "operations", s.checkOps)
 	s.run(b, "attention", s.checkAttention)
 	s.run(b, "capabilities", s.checkOptional)
@@ -377,10 +380,13 @@ func (s *suite) checkOps(b compute.Backend) {
 		if p, ok := b.(compute.Preparer); ok {
 			p.Prepare(wt)
 		}
-		for _, n := range []int{1, rows} {
+		// One row (a decode step), a few, and more than a GPU's
+		// matrix-vector kernels take (a prefill chunk).
+		xs := slices.Concat(x, y, x, y)
+		for _, n := range []int{1, rows, 4 * rows} {
 			bo := b.Alloc(n * out)
-			b.MatMul(bo, upload(b, x[:n*cols]), n, wt)
-			s.compare(fmt.Sprintf("MatMul, %s weight, %d rows", dt, n), read(b, bo), matMul(f64(x[:n*cols]), n, vals, out, cols))
+			b.MatMul(bo, upload(b, xs[:n*cols]), n, wt)
+			s.compare(fmt.Sprintf("MatMul, %s weight, %d rows", dt, n), read(b, bo), matMul(f64(xs[:n*cols]), n, vals, out, cols))
 		}
 		ids := []int{3, 0, out - 1, 3}
 		be := b.Alloc(len(ids) * cols)
