@@ -216,7 +216,7 @@ func (e *Engine) setCache(ctx context.Context, spec kvconfig.Checked, opt Option
 	case needPCA:
 		a := autoCalibration{
 			modelDir: e.dir, cfg: m.Config(), tok: e.tok, blockSize: bs,
-			tokens: opt.CalibrationTokens, cacheDir: opt.CalibrationCache, threads: opt.Threads, log: opt.Log,
+			tokens: opt.CalibrationTokens, cacheDir: opt.CalibrationCache, threads: calibrationThreads(opt), log: opt.Log,
 			progress: opt.CalibrationProgress,
 		}
 		if a.tokens == 0 {
