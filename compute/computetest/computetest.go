@@ -17,8 +17,8 @@
 //   - the optional capabilities: the backend and its store must implement
 //     exactly those Config lists (a wrapper that hides one is caught), and
 //     each present one is run against the float64 results (ArchOps,
-//     Greedy against pick's ArgMax, BatchAttention, Fused's MatMulAdd and
-//     NormMatMul);
+//     Greedy against pick's ArgMax, BatchAttention, the four Fused steps
+//     where they take the call);
 //   - failures: a fresh backend's Err is nil and stays nil through the
 //     checks; a corrupt encoded block fails through SetEncoded, Forward or
 //     Err, never as a result, and Err is then sticky; geometry a backend
@@ -465,6 +465,74 @@ func (s *suite) checkOptional(b compute.Backend) {
 		if f.NormMatMul(bo, upload(b, xs), upload(b, norm), 1e-5, n, wt) {
 			s.compare("Fused.NormMatMul", read(b, bo), matMul(rmsNorm(f64(xs), f64(norm), n, 1e-5), n, vals, rows, cols))
 		}
+		s.checkFusedLayer(b, f, r)
+	}
+}
+
+// checkFusedLayer runs Fused's NormSwiGLU and NormQKV (with and without
+// per-head norms, at positions that are not consecutive) against float64.
+func (s *suite) checkFusedLayer(b compute.Backend, f compute.Fused, r *rand.Rand) {
+	const n, cols, ffn, hd, nh, nkv = 2, 32, 24, 8, 4, 2
+	up := func(rows int) (compute.Weight, []float64) {
+		m, vals := mat(tensor.F32, rows, cols, randFloats(r, rows*cols))
+		w, err := b.Upload(m)
+		if err != nil {
+			s.errorf("Upload: %v", err)
+		}
+		return w, vals
+	}
+	x, norm := randFloats(r, n*cols), randFloats(r, cols)
+	xn := rmsNorm(f64(x), f64(norm), n, 1e-5)
+	addBias := func(y []float64, bias []float32) []float64 {
+		for i := range y {
+			y[i] += float64(bias[i%len(bias)])
+		}
+		return y
+	}
+
+	wg, vg := up(ffn)
+	wu, vu := up(ffn)
+	bg, bu := randFloats(r, ffn), randFloats(r, ffn)
+	gate := b.Alloc(n * ffn)
+	if f.NormSwiGLU(gate, upload(b, x), n, &compute.SwiGLU{Norm: upload(b, norm), Eps: 1e-5, Gate: wg, Up: wu, GateBias: upload(b, bg), UpBias: upload(b, bu)}) {
+		g, u := addBias(matMul(xn, n, vg, ffn, cols), bg), addBias(matMul(xn, n, vu, ffn, cols), bu)
+		for i := range g {
+			g[i] = silu(g[i]) * u[i]
+		}
+		s.compare("Fused.NormSwiGLU", read(b, gate), g)
+	}
+
+	wq, vq := up(nh * hd)
+	wk, vk := up(nkv * hd)
+	wv, vv := up(nkv * hd)
+	bq := randFloats(r, nh*hd)
+	pos := []int{5, 2}
+	cos, sin := randFloats(r, 8*hd/2), randFloats(r, 8*hd/2)
+	for _, headNorms := range []bool{false, true} {
+		p := &compute.QKV{Norm: upload(b, norm), Eps: 1e-5, Q: wq, K: wk, V: wv, QBias: upload(b, bq),
+			Heads: nh, KVHeads: nkv, HeadDim: hd, Cos: upload(b, cos), Sin: upload(b, sin)}
+		var qn, kn []float32
+		if headNorms {
+			qn, kn = randFloats(r, hd), randFloats(r, hd)
+			p.QNorm, p.KNorm = upload(b, qn), upload(b, kn)
+		}
+		q, k, v := b.Alloc(n*nh*hd), b.Alloc(n*nkv*hd), b.Alloc(n*nkv*hd)
+		if !f.NormQKV(q, k, v, upload(b, x), pos, p) {
+			continue
+		}
+		wantQ := addBias(matMul(xn, n, vq, nh*hd, cols), bq)
+		wantK, wantV := matMul(xn, n, vk, nkv*hd, cols), matMul(xn, n, vv, nkv*hd, cols)
+		if headNorms {
+			wantQ = rmsNorm(wantQ, f64(qn), n*nh, 1e-5)
+			wantK = rmsNorm(wantK, f64(kn), n*nkv, 1e-5)
+		}
+		for i, at := range pos {
+			rope(wantQ[i*nh*hd:(i+1)*nh*hd], 1, nh, hd, at, cos, sin)
+		}
+		what := fmt.Sprintf("Fused.NormQKV (per-head norms %v)", headNorms)
+		s.compare(what+": q", read(b, q), wantQ)
+		s.compare(what+": k", read(b, k), wantK)
+		s.compare(what+": v", read(b, v), wantV)
 	}
 }
 
