@@ -545,14 +545,12 @@ type kvLayer struct {
 
 func (l *kvLayer) Len() int                              { return l.n }
 func (l *kvLayer) Part(head, block, kv int) compute.Part { return l.parts[block][head][kv] }
-func (l *kvLayer) release(st compute.BlockStore)         { l.each(func(p compute.Part) { st.Release(p) }) }
-func (l *kvLayer) each(f func(compute.Part))             { eachPart(l.parts, f) }
-func eachPart(ps [][kvHeads][2]compute.Part, f func(compute.Part)) {
-	for _, blk := range ps {
+func (l *kvLayer) release(st compute.BlockStore) {
+	for _, blk := range l.parts {
 		for _, h := range blk {
 			for _, p := range h {
 				if p != nil {
-					f(p)
+					st.Release(p)
 				}
 			}
 		}
@@ -655,7 +653,7 @@ func (s *suite) encode(st compute.BlockStore, c *cache, cd codec.Codec, onStore 
 					}
 					got := make([]float32, blockSize*headDim)
 					if err := st.Read(got, p); err != nil {
-						return fmt.Errorf("Read of a part the store encoded: %w", err)
+						return fmt.Errorf("reading back a part the store encoded: %w", err)
 					}
 					// What the store holds is what the host codec makes of
 					// the block, to the tolerance.
