@@ -52,30 +52,46 @@ type Registration struct {
 	New func(s Spec, a *Args) (Codec, error)
 }
 
-// The registry: written only by Register, from the codecs' init functions.
+// The registry: written by Register, from the codecs' init functions, and
+// read after; mu makes a later Register safe all the same.
 var (
+	mu       sync.RWMutex
 	registry []*Registration              // in registration order
 	byName   = map[string]*Registration{} // names and aliases, lower case
 	oldNames = map[string]bool{}          // the Deprecated names
 	warned   sync.Map                     // deprecated names already logged
 )
 
+// lookup returns the registration of name (exact, lower case) and whether
+// it is an old spelling.
+func lookup(name string) (r *Registration, old, ok bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	r, ok = byName[name]
+	return r, oldNames[name], ok
+}
+
 // Register adds a codec to the registry. It panics, as database/sql.Register
-// does, when the name or an alias is taken, the registration has no name,
-// no formats or no New, or its bit range is inverted: a programming error
-// found at start-up.
+// does, when the name or an alias is taken (registering nothing), the
+// registration has no name, no formats or no New, or its bit range is
+// inverted: a programming error found at start-up.
 func Register(r Registration) {
 	if r.Name == "" || r.New == nil || len(r.Formats) == 0 || r.MinBits > r.MaxBits || (r.MaxBits > 0) != (r.MinBits > 0) {
 		panic(fmt.Sprintf("codec: Register(%q): incomplete registration", r.Name))
 	}
 	reg := &r
-	for _, n := range slices.Concat([]string{r.Name}, r.Aliases, r.Deprecated) {
+	names := slices.Concat([]string{r.Name}, r.Aliases, r.Deprecated)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range names {
 		if n != strings.ToLower(n) {
 			panic(fmt.Sprintf("codec: Register(%q): name %q is not lower case", r.Name, n))
 		}
 		if _, dup := byName[n]; dup {
 			panic(fmt.Sprintf("codec: Register(%q): name %q registered twice", r.Name, n))
 		}
+	}
+	for _, n := range names {
 		byName[n] = reg
 	}
 	for _, n := range r.Deprecated {
@@ -87,7 +103,9 @@ func Register(r Registration) {
 // sorted returns the registrations in the order help lists them: by
 // their first format, then in registration order.
 func sorted() []*Registration {
+	mu.RLock()
 	rs := slices.Clone(registry)
+	mu.RUnlock()
 	slices.SortStableFunc(rs, func(a, b *Registration) int { return int(a.Formats[0]) - int(b.Formats[0]) })
 	return rs
 }
@@ -105,7 +123,7 @@ func Registered() []Registration {
 // Lookup returns the registration of the codec named name (or one of its
 // aliases, old names included), and whether there is one.
 func Lookup(name string) (Registration, bool) {
-	r, ok := byName[strings.ToLower(name)]
+	r, _, ok := lookup(strings.ToLower(name))
 	if !ok {
 		return Registration{}, false
 	}
@@ -145,11 +163,11 @@ func IsPrincipal(s string) bool {
 // message (once per process and name) when name is an old spelling.
 // Unknown names come back unchanged.
 func canonical(name string) string {
-	r, ok := byName[name]
+	r, old, ok := lookup(name)
 	if !ok {
 		return name
 	}
-	if oldNames[name] {
+	if old {
 		if _, done := warned.LoadOrStore(name, true); !done {
 			slog.Warn(fmt.Sprintf("codec: %q is deprecated, write %q: the same codec (%q alone is the kakeya cache preset)", name, r.Name, name))
 		}
@@ -220,7 +238,7 @@ func ParseSpec(s string) (Spec, error) {
 // bitsRange returns the bit widths (b=N) the codec named name accepts, and
 // false for a codec without a bit-width setting.
 func bitsRange(name string) (lo, hi int, ok bool) {
-	r, found := byName[name]
+	r, _, found := lookup(name)
 	if !found || r.MaxBits == 0 {
 		return 0, 0, false
 	}
@@ -255,7 +273,7 @@ func Parse(spec string) (Codec, error) {
 // names or keys are errors.
 func New(s Spec) (Codec, error) {
 	s.Name = canonical(s.Name)
-	r, ok := byName[s.Name]
+	r, _, ok := lookup(s.Name)
 	if !ok {
 		return nil, fmt.Errorf("codec: unknown codec %q (valid: %s)", s.Name, strings.Join(Names(), ", "))
 	}
