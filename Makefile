@@ -135,7 +135,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # make bench prints one table, llama-bench style: prefill and decode tok/s
-# per KV cache (plain, int8, int4, kakeya:b=3, the kakeya preset), matmul precision (bf16,
+# per KV cache (plain, int8, int4, kakeya-block:b=3, the kakeya preset), matmul precision (bf16,
 # llama.cpp's arithmetic and kakeya-run's default, and f32, exact), thread
 # count (1, 2) and context (128, 2048) on a seeded Qwen2.5-0.5B-shaped bf16
 # checkpoint written first (~1 GB); BENCH_FLAGS passes more kakeya-bench

@@ -253,3 +253,14 @@ func hashPrefix(h io.Writer, path string) error {
 	}
 	return nil
 }
+
+// calibrationThreads returns the threads of the automatic calibration's
+// CPU backend: Options.Threads, or where a CPU backend is given (as the
+// tools give the one they open with --threads) and Threads is 0, that
+// backend's.
+func calibrationThreads(opt Options) int {
+	if t, ok := opt.Backend.(interface{ Threads() int }); ok && opt.Threads == 0 {
+		return t.Threads()
+	}
+	return opt.Threads
+}

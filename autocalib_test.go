@@ -16,7 +16,6 @@ import (
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/model"
 )
 
 // testCalibTokens keeps the automatic calibrations of these tests short:
@@ -210,7 +209,7 @@ func TestAutoCalibrationErrors(t *testing.T) {
 		opt  Options
 		want string
 	}{
-		{"context shorter than a block", Options{Model: model.Options{MaxContext: 48}}, "Spec.BlockSize 64 exceeds the context of 48 tokens"},
+		{"context shorter than a block", Options{MaxContext: 48}, "Spec.BlockSize 64 exceeds the context of 48 tokens"},
 		{"too few tokens", Options{CalibrationTokens: 40}, "Options.CalibrationTokens 40"},
 		{"negative tokens", Options{CalibrationTokens: -1}, "CalibrationTokens -1"},
 	} {

@@ -4,7 +4,7 @@
 // generates text over a paged and optionally compressed KV cache.
 //
 //	eng, err := kakeya.Load(ctx, "Qwen/Qwen2.5-0.5B-Instruct", kakeya.Options{
-//		Cache: kvconfig.Spec{KV: "kakeya", KBits: 3},
+//		Cache: kvconfig.Spec{KV: "kakeya"}, // the kakeya preset, calibrated on first load
 //	})
 //	if err != nil {
 //		return err

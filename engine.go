@@ -2,7 +2,6 @@ package kakeya
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -24,6 +23,10 @@ import (
 // (test with errors.Is(err, ErrClosed) or errors.Is(err, model.ErrClosed)).
 var ErrClosed = model.ErrClosed
 
+// ErrQueueFull is matched (errors.Is) by the error of a Generate call that
+// found ServingOptions.MaxWaiting requests waiting already.
+var ErrQueueFull = scheduler.ErrQueueFull
+
 // Options configure Load. The zero value runs on all cores with an
 // uncompressed bf16 cache and resolves Hugging Face ids under the HF_*
 // environment, as the tools do.
@@ -39,15 +42,21 @@ type Options struct {
 	// multiplies bf16 weights by: "" (bf16, llama.cpp's arithmetic) or
 	// "f32" (exact); see cpubackend.NewMatMul.
 	MatMul string
-	// Model tunes the forward pass (context length). Its Backend, Cache
-	// and BlockSize must stay zero: the fields above and Cache below set
-	// them.
-	Model model.Options
+	// MaxContext caps the tokens a sequence may hold; 0 means the model's
+	// max_position_embeddings, at most model.DefaultMaxContext. It may
+	// exceed max_position_embeddings only as far as config.json's
+	// rope_scaling extends the context.
+	MaxContext int
+	// Weights, when set (q8_0, q4_0, q5_0, q4_k, q5_k, q6_k or bf16),
+	// quantizes the F32, F16 and BF16 matrices as they load; "" keeps
+	// every tensor in its stored type.
+	Weights string
 	// Hub says how a Hugging Face id is resolved and fetched; fields left
 	// zero come from the environment (see weights.HubOptionsFromEnv).
 	Hub weights.HubOptions
 	// Cache is the KV cache of every sequence, in the terms of the tools'
-	// flags, e.g. kvconfig.Spec{KV: "kakeya", KBits: 3}, or as
+	// flags, e.g. kvconfig.Spec{KV: "kakeya"} (the preset) or
+	// kvconfig.Spec{KV: "kakeya-block", KBits: 3}, or as
 	// kvconfig.Parse reads it; its zero value is an uncompressed bf16
 	// cache. Load checks it once, before it loads anything.
 	Cache kvconfig.Spec
@@ -85,9 +94,25 @@ type Options struct {
 	// sequence is what the budget holds, at most the context.
 	KVMemory int64
 	// Serving tunes the batching of concurrent Generate calls; its zero
-	// fields take scheduler's defaults. Model, Cache and KVMemory are set
-	// by Load and must stay zero.
-	Serving scheduler.Config
+	// fields take the defaults.
+	Serving ServingOptions
+}
+
+// ServingOptions tune how the engine batches concurrent Generate calls
+// (see Serving in docs/architecture.md); zero fields take the defaults.
+type ServingOptions struct {
+	// StepTokens is the most tokens one step runs, decode tokens and
+	// prompt chunks together; 0 means 512.
+	StepTokens int
+	// MaxRunning bounds the requests running at once; 0 means 64. It may
+	// not exceed StepTokens.
+	MaxRunning int
+	// MaxWaiting bounds the requests waiting for admission; Generate
+	// fails with an error matching ErrQueueFull beyond it. 0 means 1024.
+	MaxWaiting int
+	// DecodeReserve is how many generated tokens beyond its prompt a
+	// request must find room for to be admitted; 0 means 32.
+	DecodeReserve int
 }
 
 // An Engine is a loaded model with its tokenizer: the embedding API for
@@ -111,15 +136,6 @@ type Engine struct {
 // Load loads a model and its tokenizer from a local directory or a Hugging
 // Face id (resolved through the HF cache, downloading it when allowed).
 func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
-	if opt.Model.Cache.Layers != nil || opt.Model.BlockSize != 0 {
-		return nil, errors.New("kakeya: Options: set the cache through Cache, not Model.Cache or Model.BlockSize")
-	}
-	if opt.Model.Backend != nil {
-		return nil, errors.New("kakeya: Options: set the backend through Backend, not Model.Backend")
-	}
-	if sv := opt.Serving; sv.Model != nil || sv.Cache.Pool != nil || sv.Cache.Cache.Layers != nil || sv.Cache.BlockSize != 0 || sv.KVMemory != 0 {
-		return nil, errors.New("kakeya: Options: Serving's Model, Cache and KVMemory are set by Load (set KVMemory and Cache in Options)")
-	}
 	if opt.CalibrationTokens < 0 {
 		return nil, fmt.Errorf("kakeya: Options: CalibrationTokens %d, want > 0 (or 0 for the default)", opt.CalibrationTokens)
 	}
@@ -149,9 +165,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 		}
 		b, own = cpu, cpu
 	}
-	mopt := opt.Model
-	mopt.Backend = b
-	m, err := model.Load(dir, mopt)
+	m, err := model.Load(dir, model.Options{Backend: b, MaxContext: opt.MaxContext, Weights: opt.Weights})
 	if err != nil {
 		if own != nil {
 			own.Close()
@@ -163,8 +177,11 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 		e.Close()
 		return nil, err
 	}
-	sv := opt.Serving
-	sv.Model, sv.Cache, sv.KVMemory = m, e.seq, opt.KVMemory
+	sv := scheduler.Config{
+		Model: m, Cache: e.seq, KVMemory: opt.KVMemory,
+		StepTokens: opt.Serving.StepTokens, MaxRunning: opt.Serving.MaxRunning,
+		MaxWaiting: opt.Serving.MaxWaiting, DecodeReserve: opt.Serving.DecodeReserve,
+	}
 	if sv.KVMemory == 0 {
 		sv.KVMemory = DefaultKVMemory()
 	}
@@ -199,7 +216,7 @@ func (e *Engine) setCache(ctx context.Context, spec kvconfig.Checked, opt Option
 	case needPCA:
 		a := autoCalibration{
 			modelDir: e.dir, cfg: m.Config(), tok: e.tok, blockSize: bs,
-			tokens: opt.CalibrationTokens, cacheDir: opt.CalibrationCache, threads: opt.Threads, log: opt.Log,
+			tokens: opt.CalibrationTokens, cacheDir: opt.CalibrationCache, threads: calibrationThreads(opt), log: opt.Log,
 			progress: opt.CalibrationProgress,
 		}
 		if a.tokens == 0 {
@@ -235,11 +252,11 @@ func (e *Engine) Calibration() string { return e.calib.Path }
 // given, or an automatic calibration read from or written to the cache.
 func (e *Engine) CalibrationInfo() CalibrationInfo { return e.calib }
 
-// Model returns the loaded model.
+// Model returns the loaded model, for this repository's own tools, which
+// drive its sequences directly (kakeya-bench, kakeya-eval). It hands out
+// package model's type, whose API may change with the engine's: a program
+// uses ModelInfo, Encode, Decode, Generate and Logits instead.
 func (e *Engine) Model() *model.Model { return e.model }
-
-// Tokenizer returns the model's tokenizer.
-func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
 // Stats returns a snapshot of the engine's serving state: requests running
 // and waiting, the KV block pool's bytes by format and budget, its

@@ -14,7 +14,6 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/model"
 
 	"github.com/kakeya-ai/kakeya/pick"
 )
@@ -52,7 +51,7 @@ func TestGenerateGreedyMatchesArgmax(t *testing.T) {
 		t.Fatalf("generated %d tokens, stop %q; want 30, %q", res.GeneratedTokens, res.StopReason, StopLength)
 	}
 
-	ids := e.Tokenizer().Encode(prompt, true)
+	ids := e.tok.Encode(prompt, true)
 	if res.PromptTokens != len(ids) {
 		t.Fatalf("prompt tokens %d, want %d", res.PromptTokens, len(ids))
 	}
@@ -64,7 +63,7 @@ func TestGenerateGreedyMatchesArgmax(t *testing.T) {
 		}
 		ids = append(ids, pick.ArgMax(rows[len(rows)-1]))
 	}
-	want := e.Tokenizer().Decode(ids[start:], true)
+	want := e.tok.Decode(ids[start:], true)
 	if res.Text != want {
 		t.Fatalf("greedy text\n%q\nwant (arg max of Logits)\n%q", res.Text, want)
 	}
@@ -198,8 +197,6 @@ func TestEngineCache(t *testing.T) {
 	}{
 		// The library names the Spec's fields, not the tools' flags.
 		{Options{Cache: kvconfig.Spec{KV: "int5"}}, `kakeya: cache: Spec.KV "int5": codec: unknown codec "int5"`},
-		{Options{Model: model.Options{BlockSize: 32}}, "set the cache through Cache"},
-		{Options{Model: model.Options{Backend: cpu}}, "set the backend through Backend"},
 		{Options{Backend: cpu, Threads: 2}, "Threads and MatMul apply to the default CPU backend, not to a given one (cpu)"},
 		{Options{Threads: -1}, "kakeya: cpu: -1 threads"},
 		{Options{MatMul: "fp16"}, `"fp16"`},

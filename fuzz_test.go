@@ -6,8 +6,6 @@ import (
 
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/model"
-	"github.com/kakeya-ai/kakeya/scheduler"
 )
 
 // fuzzCodecs are the KV caches FuzzLoadSettings picks from: none needs a
@@ -53,13 +51,13 @@ func FuzzLoadSettings(f *testing.F) {
 			dir = mistral
 		}
 		opt := Options{
-			Threads: 1,
-			Model:   model.Options{MaxContext: ctx},
+			Threads:    1,
+			MaxContext: ctx,
 			Cache: kvconfig.Spec{
 				KV: fuzzCodecs[int(codec)%len(fuzzCodecs)], BlockSize: block, HotWindow: hot, Sinks: sinks,
 			},
 			KVMemory: memory,
-			Serving:  scheduler.Config{StepTokens: int(steps), MaxRunning: int(running)},
+			Serving:  ServingOptions{StepTokens: int(steps), MaxRunning: int(running)},
 		}
 		if memory == 0 {
 			opt.KVMemory = 64 << 20 // not half the machine's memory

@@ -19,6 +19,13 @@ import (
 // chunks.
 const prefillChunk = 512
 
+// A Message is one turn of a conversation, for GenerateOptions.Messages:
+// its role ("system", "user", "assistant", "tool" where the model's chat
+// template knows it) and its text.
+type Message struct {
+	Role, Content string
+}
+
 // GenerateOptions control one Generate call. The zero value generates
 // greedily until EOS or a full context.
 type GenerateOptions struct {
@@ -36,7 +43,7 @@ type GenerateOptions struct {
 	// renders (system, user and assistant turns), for a server that is
 	// sent one: the model continues it as the assistant. It replaces the
 	// prompt and System, which must then be empty.
-	Messages []tokenizer.Message
+	Messages []Message
 	// ChatTemplateKwargs, with Chat, are extra variables of the model's
 	// chat template, as the keyword arguments of transformers'
 	// apply_chat_template: {"enable_thinking": false} turns Qwen3's
@@ -179,7 +186,10 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	if !opt.Chat {
 		return e.tok.Encode(prompt, true), nil
 	}
-	msgs := opt.Messages
+	msgs := make([]tokenizer.Message, 0, max(len(opt.Messages), 2))
+	for _, m := range opt.Messages {
+		msgs = append(msgs, tokenizer.Message{Role: m.Role, Content: m.Content})
+	}
 	if len(msgs) > 0 && prompt != "" {
 		return nil, errors.New("kakeya: a prompt and GenerateOptions.Messages exclude each other: the Messages are the whole conversation (pass an empty prompt)")
 	}

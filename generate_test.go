@@ -14,7 +14,7 @@ import (
 // prompt that leaves none.
 func TestNewGeneration(t *testing.T) {
 	const maxContext = 24
-	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1, Model: model.Options{MaxContext: maxContext}})
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1, MaxContext: maxContext})
 	ids, err := e.PromptIDs("abc", GenerateOptions{})
 	if err != nil {
 		t.Fatal(err)

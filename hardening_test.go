@@ -314,7 +314,7 @@ func TestEngineLogits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if next := e.Tokenizer().Decode([]int{pick.ArgMax(rows[len(rows)-1])}, true); res.Text != next {
+	if next := e.tok.Decode([]int{pick.ArgMax(rows[len(rows)-1])}, true); res.Text != next {
 		t.Errorf("arg max of the last row decodes to %q, greedy Generate gives %q", next, res.Text)
 	}
 
@@ -393,7 +393,7 @@ func TestGenerateNonFiniteLogits(t *testing.T) {
 // StopContext.
 func TestStopReasons(t *testing.T) {
 	dir := shareddata.File(t, "models", "stories260K")
-	e := loadEngine(t, dir, Options{Threads: 2, Model: model.Options{MaxContext: 24}})
+	e := loadEngine(t, dir, Options{Threads: 2, MaxContext: 24})
 	ids, err := e.PromptIDs("Once upon a time", GenerateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ func TestChatInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	tok := e.Tokenizer()
+	tok := e.tok
 	start, _ := tok.TokenID("<|im_start|>")
 	end, _ := tok.TokenID("<|im_end|>")
 	count := func(ids []int) int {
@@ -28,7 +28,7 @@ func TestChatInjection(t *testing.T) {
 	}
 	ids := func(content string, special bool) []int {
 		t.Helper()
-		got, err := e.PromptIDs("", GenerateOptions{Chat: true, SpecialInMessages: special, Messages: []tokenizer.Message{{Role: "user", Content: content}}})
+		got, err := e.PromptIDs("", GenerateOptions{Chat: true, SpecialInMessages: special, Messages: []Message{{Role: "user", Content: content}}})
 		if err != nil {
 			t.Fatal(err)
 		}

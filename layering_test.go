@@ -34,7 +34,7 @@ var allowed = map[string][]string{
 	"kernels/cuda/emu": {"kernels/cuda"},
 
 	// Codecs: pure Go, fast paths in kernels/cpu.
-	"codec": {"tensor", "kernels/cpu"},
+	"codec": {"tensor", "kernels/cpu", "pick"},
 
 	// The seam and its backends; attention is the host attention the CPU
 	// backend runs.
@@ -43,6 +43,10 @@ var allowed = map[string][]string{
 	"compute/cpubackend":  {"compute", "tensor", "attention", "kernels/cpu"},
 	"compute/cudabackend": {"compute", "tensor", "codec", "kernels/cuda"},
 	"compute/reference":   {"compute", "tensor"},
+	// The conformance suite every backend runs (like testing/fstest): the
+	// seam, the codecs whose blocks it encodes and the picks, but no
+	// backend (each backend's test calls it).
+	"compute/computetest": {"compute", "codec", "tensor", "pick"},
 
 	// The cache's configuration: a value and its grammar, which names
 	// codecs and checks their specs, and nothing else.
@@ -58,7 +62,7 @@ var allowed = map[string][]string{
 	// The architectures: one file per decoder family, read by the forward pass.
 	"model/arch": {"weights"},
 	"calibrate":  {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
-	"eval":       {"kvcache/kvconfig", "internal/outfile", "internal/mathx"},
+	"eval":       {"kvcache/kvconfig", "internal/outfile", "internal/mathx", "pick"},
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},
@@ -77,7 +81,7 @@ var allowed = map[string][]string{
 	"internal/mathx": {},
 	// Reading a small file no further than a limit (the model loaders).
 	"internal/boundedfile": {},
-	"internal/device":      {"compute", "compute/cpubackend", "compute/cudabackend"},
+	"internal/device":      {"compute", "compute/cpubackend", "compute/cudabackend", "compute/reference"}, // imported for their registration (compute.RegisterBackend)
 	"internal/testmodel":   {"tensor"},
 	"internal/leveltest":   {"kernels/cpu"},
 	"internal/cli":         {"kernels/cpu"}, // --version names the CPU kernels
@@ -115,6 +119,19 @@ var forbidden = [][2]string{
 	{"kvcache", "model"},
 	{"compute", "codec"},
 	{"compute", "kvcache"},
+}
+
+// TestBackendEdges: a backend imports no other backend (each registers
+// itself with compute and stands alone), and the conformance suite none:
+// it checks a backend through the seam only.
+func TestBackendEdges(t *testing.T) {
+	for _, pkg := range append([]string{"compute/computetest", "compute"}, backends...) {
+		for _, b := range backends {
+			if pkg != b && slices.Contains(allowed[pkg], b) {
+				t.Errorf("layering table lets %q import the backend %q", pkg, b)
+			}
+		}
+	}
 }
 
 // backends are the packages that implement compute.Backend; only those

@@ -147,7 +147,7 @@ func TestLlamaCppPerplexity(t *testing.T) {
 // most chunks chunks of ctx tokens: it returns the perplexity and how many
 // tokens it scored.
 func llamaPerplexity(e *Engine, text string, ctx, chunks int) (float64, int, error) {
-	tok := e.Tokenizer()
+	tok := e.tok
 	ids := tok.Encode(text, true)
 	addBOS := len(ids) > len(tok.Encode(text, false))
 	bos, _ := tok.BOS()

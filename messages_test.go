@@ -22,7 +22,7 @@ func TestGenerateMessages(t *testing.T) {
 	}
 	t.Cleanup(func() { e.Close() })
 
-	pair := []tokenizer.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hello"}}
+	pair := []Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hello"}}
 	want, err := e.PromptIDs("Hello", GenerateOptions{Chat: true, System: "Be brief."})
 	if err != nil {
 		t.Fatal(err)
@@ -35,8 +35,12 @@ func TestGenerateMessages(t *testing.T) {
 		t.Errorf("system+user Messages: ids %v, want those of System and the prompt %v", got, want)
 	}
 
-	turns := append(slices.Clone(pair), tokenizer.Message{Role: "assistant", Content: "Hi."}, tokenizer.Message{Role: "user", Content: "More"})
-	text, err := e.Tokenizer().ApplyChat(turns, true)
+	turns := append(slices.Clone(pair), Message{Role: "assistant", Content: "Hi."}, Message{Role: "user", Content: "More"})
+	var tturns []tokenizer.Message
+	for _, m := range turns {
+		tturns = append(tturns, tokenizer.Message{Role: m.Role, Content: m.Content})
+	}
+	text, err := e.tok.ApplyChat(tturns, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +48,7 @@ func TestGenerateMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := e.Tokenizer().Encode(text, false); !slices.Equal(got, want) {
+	if want := e.tok.Encode(text, false); !slices.Equal(got, want) {
 		t.Errorf("four turns: ids %v, want the template's %v", got, want)
 	}
 	if !strings.Contains(text, "<|im_start|>assistant\nHi.<|im_end|>") {
@@ -53,7 +57,7 @@ func TestGenerateMessages(t *testing.T) {
 
 	// Roles are the template's to judge: this ChatML template renders any
 	// role as a turn, as transformers would.
-	text, err = e.Tokenizer().ApplyChat([]tokenizer.Message{{Role: "tool", Content: "x"}}, false)
+	text, err = e.tok.ApplyChat([]tokenizer.Message{{Role: "tool", Content: "x"}}, false)
 	if err != nil || !strings.HasSuffix(text, "<|im_start|>tool\nx<|im_end|>\n") {
 		t.Errorf("a tool turn: %q, %v; want the template's ChatML turn", text, err)
 	}

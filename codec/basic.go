@@ -8,6 +8,11 @@ import (
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
+func init() {
+	Register(Registration{Name: "f32", Aliases: []string{"identity"}, Formats: []FormatID{FormatIdentity}, New: func(Spec, *Args) (Codec, error) { return Identity{}, nil }})
+	Register(Registration{Name: "bf16", Formats: []FormatID{FormatBF16}, New: func(Spec, *Args) (Codec, error) { return BF16{}, nil }})
+}
+
 // Identity stores raw float32 values: lossless, 32 bits per value plus the
 // header. It proves that a cache path through a codec is bit-exact.
 type Identity struct{}

@@ -1,6 +1,9 @@
 package codec
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // This file is the one description of every block format, as ggml-common.h
 // is for llama.cpp's block types. A Format names a layout: the fields read
@@ -554,6 +557,19 @@ func AppendHeader(dst []byte, id FormatID, param byte, n, d int, tag uint16) []b
 
 // Seal sets the checksum of block, which starts with its header.
 func Seal(block []byte) { seal(block) }
+
+// CheckBlock checks that src is a whole, intact block of format id with n
+// rows of d values: its header (magic, version, format, shape) and its
+// checksum over the whole block, which a truncated or corrupted block
+// fails. It is for a store that hands blocks to kernels which read them
+// without a decoder's checks.
+func CheckBlock(name string, src []byte, id FormatID, n, d int) error {
+	if len(src) < headerLen {
+		return fmt.Errorf("codec: %s: block of %d bytes is shorter than the %d-byte header", name, len(src), headerLen)
+	}
+	_, err := checkHeader(name, src, id, src[3], n, d, binary.LittleEndian.Uint16(src[10:]))
+	return err
+}
 
 // CheckHeader checks src's header against the decoding codec (named name
 // in errors), its format id, parameter byte and tag and the shape, and the

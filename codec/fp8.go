@@ -6,6 +6,10 @@ import (
 	"math"
 )
 
+func init() {
+	Register(Registration{Name: "fp8", Formats: []FormatID{FormatFP8}, New: func(Spec, *Args) (Codec, error) { return FP8{}, nil }})
+}
+
 // FP8 stores every value as an OCP FP8 E4M3 ("e4m3fn") number times one
 // float32 scale per block, absmax/448: the format production engines use
 // for an 8-bit KV cache (vLLM's fp8 cache keeps a scale per tensor; a

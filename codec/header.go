@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"math"
 
+	"github.com/kakeya-ai/kakeya/pick"
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
@@ -139,10 +140,8 @@ func absMaxFinite(x []float32) (float32, bool) {
 
 // nonFiniteErr names the first non-finite value of x.
 func nonFiniteErr(name string, x []float32, d int) error {
-	for i, v := range x {
-		if !finite32(v) {
-			return fmt.Errorf("codec: %s: value at row %d col %d is %v", name, i/d, i%d, v)
-		}
+	if i := pick.FirstNonFinite(x); i >= 0 {
+		return fmt.Errorf("codec: %s: value at row %d col %d is %v", name, i/d, i%d, x[i])
 	}
 	return fmt.Errorf("codec: %s: non-finite input", name)
 }

@@ -2,12 +2,46 @@ package codec
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/tensor"
 )
+
+func init() {
+	for _, name := range []string{"int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot"} {
+		Register(Registration{Name: name, Formats: []FormatID{FormatInt4}, New: newInt4Spec})
+	}
+}
+
+// newInt4Spec builds the int4/int2 codec a spec names: the name gives the
+// width (int2), per-channel scales (-k) and the rotation (-rot).
+func newInt4Spec(s Spec, a *Args) (Codec, error) {
+	o := DefaultInt4Options()
+	if strings.HasPrefix(s.Name, "int2") {
+		o.Bits = 2
+	}
+	o.PerChannel = strings.Contains(s.Name, "-k")
+	o.Rotate = strings.HasSuffix(s.Name, "-rot")
+	a.IntIn("group", &o.Group, 1, 65535)
+	a.Uint64("seed", &o.Seed)
+	if v, ok := a.Get("params"); ok {
+		switch v {
+		case "f16":
+			o.F16Params = true
+		case "8bit":
+		default:
+			a.Fail("params", v, errors.New("want 8bit (the default) or f16"))
+		}
+	}
+	if a.Err() != nil {
+		return nil, nil
+	}
+	return NewInt4(o)
+}
 
 // Int4Options configures Int4.
 type Int4Options struct {

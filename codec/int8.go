@@ -8,6 +8,10 @@ import (
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
+func init() {
+	Register(Registration{Name: "int8", Formats: []FormatID{FormatInt8}, New: func(Spec, *Args) (Codec, error) { return Int8{}, nil }})
+}
+
 // Int8 is the llama.cpp q8_0 scheme applied per vector: each row is cut into
 // groups of 32 values that share one fp16 scale absmax/127, and every value is
 // a signed byte in -127..127. Cost: 8 + 16/32 = 8.5 bits per value when d is a

@@ -11,6 +11,34 @@ import (
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
+func init() {
+	Register(Registration{Name: "kakeya-block", Deprecated: []string{"kakeya"}, MinBits: 1, MaxBits: 4, Formats: []FormatID{FormatKakeya}, New: newKakeyaSpec})
+}
+
+// newKakeyaSpec builds the per-block-basis Kakeya codec a spec names.
+func newKakeyaSpec(s Spec, a *Args) (Codec, error) {
+	o := DefaultKakeyaOptions()
+	if s.Bits != 0 {
+		o.Bits = s.Bits
+	}
+	a.IntIn("rank", &o.MaxRank, 0, 255)
+	a.Float("var", &o.VarianceRatio)
+	a.Want("var", o.VarianceRatio > 0 && o.VarianceRatio <= 1, "want a variance ratio in (0, 1]")
+	a.Int("cbits", &o.CoeffBits)
+	a.Want("cbits", o.CoeffBits == 4 || o.CoeffBits == 8 || o.CoeffBits == 16, "want 4, 8 or 16")
+	t := float64(o.OutlierThreshold)
+	a.Float("outlier", &t)
+	a.Want("outlier", t >= 0 && t <= math.MaxFloat32, "want a threshold >= 0 in standard deviations (0 turns outliers off)")
+	o.OutlierThreshold = float32(t)
+	a.IntIn("maxout", &o.MaxOutliers, 0, 255)
+	a.Bool("signs", &o.RandomSigns)
+	a.Uint64("seed", &o.Seed)
+	if a.Err() != nil {
+		return nil, nil
+	}
+	return NewKakeya(o)
+}
+
 // KakeyaOptions configures the Kakeya codec. Start from
 // DefaultKakeyaOptions and change fields; NewKakeya validates them all.
 type KakeyaOptions struct {

@@ -10,6 +10,32 @@ import (
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
+func init() {
+	Register(Registration{Name: "kakeya-pc", Principal: true, Formats: []FormatID{FormatKakeyaPC, FormatKakeyaPCEC}, New: newPCSpec})
+	Register(Registration{Name: "kvtc", Principal: true, Formats: []FormatID{FormatKakeyaPCEC}, New: newPCSpec})
+}
+
+// newPCSpec builds kakeya-pc or kvtc from a spec. The statistics come from
+// a calibration (kvplan builds one codec per layer side from it); this one
+// only carries the settings.
+func newPCSpec(s Spec, a *Args) (Codec, error) {
+	o := DefaultKakeyaPCOptions()
+	a.Float("rate", &o.Rate)
+	a.Want("rate", o.Rate >= 0 && o.Rate <= 16, "want bits per value in 0..16")
+	a.IntIn("maxbits", &o.MaxBits, 1, pcMaxBits)
+	a.IntIn("block", &o.Block, 1, maxRows)
+	a.Bool("qw", &o.QueryWeighted)
+	if s.Name == "kvtc" {
+		o.Entropy, o.Uniform = true, true
+	} else {
+		a.Bool("ec", &o.Entropy)
+	}
+	if a.Err() != nil {
+		return nil, nil
+	}
+	return NewKakeyaPC(o, nil, nil)
+}
+
 // PCAStats are the principal components of one layer side's cached
 // vectors (keys before RoPE, or values), measured offline over blocks of
 // a calibration text: what KakeyaPC allocates its bits from.

@@ -3,30 +3,142 @@ package codec
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Spec names a codec and its settings, as parsed from a command-line flag.
 type Spec struct {
 	// Name is one of Names().
 	Name string
-	// Bits is the residual width for kakeya (0 keeps the default).
+	// Bits is the codec's bit width, b=N, for a codec that has one
+	// (Registration.MinBits); 0 keeps the default.
 	Bits int
 	// Params holds the remaining key=value settings (see ParseSpec).
 	Params map[string]string
 }
 
-// names are the codecs New builds, in the order help lists them: the one
-// list Names, New and the tools' help read.
-var names = []string{"f32", "bf16", "fp8", "int8", "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot", "kakeya", "kakeya-pc", "kvtc", "turbo"}
+// A Registration describes one codec to the registry: its name, what its
+// settings are and how New builds it. Each codec's file registers its
+// codecs from an init function, one Register call each, as image formats
+// and database/sql drivers do; the registry names no codec itself.
+type Registration struct {
+	// Name is the codec's name in specs, lower case, e.g. "int8".
+	Name string
+	// Aliases are other names ParseSpec accepts for it ("identity" for
+	// f32).
+	Aliases []string
+	// Deprecated are old names ParseSpec still accepts for it, logging a
+	// one-line deprecation message the first time each is read.
+	Deprecated []string
+	// MinBits and MaxBits bound the codec's bit width (b=N); both zero for
+	// a codec without a bit-width setting.
+	MinBits, MaxBits int
+	// Principal marks a codec in a principal basis calibrated per layer
+	// side: it needs a calibration's statistics to encode, which the
+	// planner (kvplan) supplies, and its keys are weighed by the queries
+	// rather than whitened. New builds one that carries only the settings.
+	Principal bool
+	// Formats are the block formats (format.go) the codec writes; the
+	// first is the one its default settings write.
+	Formats []FormatID
+	// New builds the codec s names, reading its settings from a (s.Bits is
+	// already checked against MinBits..MaxBits). Settings a never reads are
+	// reported as unknown keys; the first error a records wins over err.
+	New func(s Spec, a *Args) (Codec, error)
+}
 
-// Names lists the codec names New accepts ("identity" aside, an alias of
-// f32).
-func Names() []string { return slices.Clone(names) }
+// The registry: written by Register, from the codecs' init functions, and
+// read after; mu makes a later Register safe all the same.
+var (
+	mu       sync.RWMutex
+	registry []*Registration              // in registration order
+	byName   = map[string]*Registration{} // names and aliases, lower case
+	oldNames = map[string]bool{}          // the Deprecated names
+	warned   sync.Map                     // deprecated names already logged
+)
+
+// lookup returns the registration of name (exact, lower case) and whether
+// it is an old spelling.
+func lookup(name string) (r *Registration, old, ok bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	r, ok = byName[name]
+	return r, oldNames[name], ok
+}
+
+// Register adds a codec to the registry. It panics, as database/sql.Register
+// does, when the name or an alias is taken (registering nothing), the
+// registration has no name, no formats or no New, or its bit range is
+// inverted: a programming error found at start-up.
+func Register(r Registration) {
+	if r.Name == "" || r.New == nil || len(r.Formats) == 0 || r.MinBits > r.MaxBits || (r.MaxBits > 0) != (r.MinBits > 0) {
+		panic(fmt.Sprintf("codec: Register(%q): incomplete registration", r.Name))
+	}
+	reg := &r
+	names := slices.Concat([]string{r.Name}, r.Aliases, r.Deprecated)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, n := range names {
+		if n != strings.ToLower(n) {
+			panic(fmt.Sprintf("codec: Register(%q): name %q is not lower case", r.Name, n))
+		}
+		if _, dup := byName[n]; dup {
+			panic(fmt.Sprintf("codec: Register(%q): name %q registered twice", r.Name, n))
+		}
+	}
+	for _, n := range names {
+		byName[n] = reg
+	}
+	for _, n := range r.Deprecated {
+		oldNames[n] = true
+	}
+	registry = append(registry, reg)
+}
+
+// sorted returns the registrations in the order help lists them: by
+// their first format, then in registration order.
+func sorted() []*Registration {
+	mu.RLock()
+	rs := slices.Clone(registry)
+	mu.RUnlock()
+	slices.SortStableFunc(rs, func(a, b *Registration) int { return int(a.Formats[0]) - int(b.Formats[0]) })
+	return rs
+}
+
+// Registered returns every registered codec, in the order Names lists
+// them. The slices in them are shared: do not modify them.
+func Registered() []Registration {
+	var out []Registration
+	for _, r := range sorted() {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// Lookup returns the registration of the codec named name (or one of its
+// aliases, old names included), and whether there is one.
+func Lookup(name string) (Registration, bool) {
+	r, _, ok := lookup(strings.ToLower(name))
+	if !ok {
+		return Registration{}, false
+	}
+	return *r, true
+}
+
+// Names lists the codec names New accepts (aliases aside): every
+// registered codec, by format.
+func Names() []string {
+	var out []string
+	for _, r := range sorted() {
+		out = append(out, r.Name)
+	}
+	return out
+}
 
 // TakesBits reports whether the codec named name has a bit-width setting
 // (b=N in its spec).
@@ -35,10 +147,38 @@ func TakesBits(name string) bool {
 	return ok
 }
 
+// IsPrincipal reports whether the codec spec s names a codec in a
+// calibrated principal basis (Registration.Principal): kakeya-pc, kvtc.
+// An invalid spec is not one.
+func IsPrincipal(s string) bool {
+	sp, err := ParseSpec(s)
+	if err != nil {
+		return false
+	}
+	r, ok := Lookup(sp.Name)
+	return ok && r.Principal
+}
+
+// canonical returns the registered name of name, logging a deprecation
+// message (once per process and name) when name is an old spelling.
+// Unknown names come back unchanged.
+func canonical(name string) string {
+	r, old, ok := lookup(name)
+	if !ok {
+		return name
+	}
+	if old {
+		if _, done := warned.LoadOrStore(name, true); !done {
+			slog.Warn(fmt.Sprintf("codec: %q is deprecated, write %q: the same codec (%q alone is the kakeya cache preset)", name, r.Name, name))
+		}
+	}
+	return r.Name
+}
+
 // ParseSpec parses "name" or "name:key=value,key=value". Keys:
 //
 //	int4*, int2*: group=<1..65535>, params=<8bit|f16>, seed=<uint>
-//	kakeya:  b|bits=<1..4>, rank=<0..255>, var=<(0,1]>, cbits=<4|8|16>,
+//	kakeya-block: b|bits=<1..4>, rank=<0..255>, var=<(0,1]>, cbits=<4|8|16>,
 //	         outlier=<T >= 0, 0 off>, maxout=<0..255>, signs=<true|false>, seed=<uint>
 //	kakeya-pc: rate=<bits per value, 0..16>, maxbits=<1..6>, block=<rows the allocation assumes>,
 //	         qw=<true|false: weigh key components by the queries>, ec=<true|false: entropy code the codes>
@@ -46,13 +186,15 @@ func TakesBits(name string) bool {
 //	         rate=, maxbits=, block=, qw= as kakeya-pc's
 //	turbo:   b|bits=<2..4>, group=<block: power of two, 2..1024>, seed=<uint>
 //
-// e.g. "kakeya:b=3,rank=8,outlier=3.5". A key given twice (b and bits
-// count as one) is an error, and so is a bit width outside the codec's
-// range; the other values are checked by New, whose errors name the key,
-// the value and the valid range.
+// e.g. "kakeya-block:b=3,rank=8,outlier=3.5". The name is returned as
+// registered: an alias becomes the codec's name, and the old spelling
+// "kakeya" of kakeya-block is accepted with a deprecation message. A key
+// given twice (b and bits count as one) is an error, and so is a bit
+// width outside the codec's range; the other values are checked by New,
+// whose errors name the key, the value and the valid range.
 func ParseSpec(s string) (Spec, error) {
 	name, rest, has := strings.Cut(strings.TrimSpace(s), ":")
-	sp := Spec{Name: strings.ToLower(name)}
+	sp := Spec{Name: canonical(strings.ToLower(strings.TrimSpace(name)))}
 	if sp.Name == "" {
 		return sp, fmt.Errorf("codec: spec %q: empty codec name (valid: %s)", s, strings.Join(Names(), ", "))
 	}
@@ -96,13 +238,11 @@ func ParseSpec(s string) (Spec, error) {
 // bitsRange returns the bit widths (b=N) the codec named name accepts, and
 // false for a codec without a bit-width setting.
 func bitsRange(name string) (lo, hi int, ok bool) {
-	switch name {
-	case "kakeya":
-		return 1, 4, true
-	case "turbo":
-		return 2, 4, true
+	r, _, found := lookup(name)
+	if !found || r.MaxBits == 0 {
+		return 0, 0, false
 	}
-	return 0, 0, false
+	return r.MinBits, r.MaxBits, true
 }
 
 // String formats s in the grammar ParseSpec reads, keys sorted.
@@ -129,120 +269,47 @@ func Parse(spec string) (Codec, error) {
 	return New(sp)
 }
 
-// New builds the codec s describes; unknown names or keys are errors.
+// New builds the codec s describes through its registration; unknown
+// names or keys are errors.
 func New(s Spec) (Codec, error) {
-	p := params{spec: s, used: map[string]bool{}}
-	if s.Name != "identity" && !slices.Contains(names, s.Name) {
-		return nil, fmt.Errorf("codec: unknown codec %q (valid: %s)", s.Name, strings.Join(names, ", "))
+	s.Name = canonical(s.Name)
+	r, _, ok := lookup(s.Name)
+	if !ok {
+		return nil, fmt.Errorf("codec: unknown codec %q (valid: %s)", s.Name, strings.Join(Names(), ", "))
 	}
-	var c Codec
-	var err error
-	switch s.Name {
-	case "f32", "identity":
-		c = Identity{}
-	case "bf16":
-		c = BF16{}
-	case "fp8":
-		c = FP8{}
-	case "int8":
-		c = Int8{}
-	case "int4", "int4-rot", "int4-k", "int4-k-rot", "int2", "int2-rot", "int2-k", "int2-k-rot":
-		o := DefaultInt4Options()
-		if strings.HasPrefix(s.Name, "int2") {
-			o.Bits = 2
-		}
-		o.PerChannel = strings.Contains(s.Name, "-k")
-		o.Rotate = strings.HasSuffix(s.Name, "-rot")
-		p.intIn("group", &o.Group, 1, 65535)
-		p.uint64("seed", &o.Seed)
-		if v, ok := p.get("params"); ok {
-			switch v {
-			case "f16":
-				o.F16Params = true
-			case "8bit":
-			default:
-				p.fail("params", v, errors.New("want 8bit (the default) or f16"))
-			}
-		}
-		if p.err == nil {
-			c, err = NewInt4(o)
-		}
-	case "kakeya":
-		o := DefaultKakeyaOptions()
-		if s.Bits != 0 {
-			o.Bits = s.Bits
-		}
-		p.intIn("rank", &o.MaxRank, 0, 255)
-		p.float("var", &o.VarianceRatio)
-		p.want("var", o.VarianceRatio > 0 && o.VarianceRatio <= 1, "want a variance ratio in (0, 1]")
-		p.int("cbits", &o.CoeffBits)
-		p.want("cbits", o.CoeffBits == 4 || o.CoeffBits == 8 || o.CoeffBits == 16, "want 4, 8 or 16")
-		var t float64 = float64(o.OutlierThreshold)
-		p.float("outlier", &t)
-		p.want("outlier", t >= 0 && t <= math.MaxFloat32, "want a threshold >= 0 in standard deviations (0 turns outliers off)")
-		o.OutlierThreshold = float32(t)
-		p.intIn("maxout", &o.MaxOutliers, 0, 255)
-		p.bool("signs", &o.RandomSigns)
-		p.uint64("seed", &o.Seed)
-		if p.err == nil {
-			c, err = NewKakeya(o)
-		}
-	case "kakeya-pc", "kvtc":
-		// The statistics come from a calibration (kvplan builds one codec
-		// per layer side from it); this one only carries the settings.
-		o := DefaultKakeyaPCOptions()
-		p.float("rate", &o.Rate)
-		p.want("rate", o.Rate >= 0 && o.Rate <= 16, "want bits per value in 0..16")
-		p.intIn("maxbits", &o.MaxBits, 1, pcMaxBits)
-		p.intIn("block", &o.Block, 1, maxRows)
-		p.bool("qw", &o.QueryWeighted)
-		if s.Name == "kvtc" {
-			o.Entropy, o.Uniform = true, true
-		} else {
-			p.bool("ec", &o.Entropy)
-		}
-		if p.err == nil {
-			c, err = NewKakeyaPC(o, nil, nil)
-		}
-	case "turbo":
-		o := DefaultTurboOptions()
-		if s.Bits != 0 {
-			o.Bits = s.Bits
-		}
-		p.int("group", &o.Block)
-		p.want("group", o.Block >= 2 && o.Block <= 1024 && o.Block&(o.Block-1) == 0, "want a power of two in 2..1024")
-		p.uint64("seed", &o.Seed)
-		if p.err == nil {
-			c, err = NewTurbo(o)
-		}
-	default:
-		return nil, fmt.Errorf("codec: %q is listed but New does not build it", s.Name)
+	if s.Bits != 0 && r.MaxBits == 0 {
+		return nil, fmt.Errorf("codec: spec %s: %s takes no bits setting", s, r.Name)
 	}
-	if p.err != nil {
-		return nil, p.err
+	a := &Args{spec: s, used: map[string]bool{}}
+	c, err := r.New(s, a)
+	if a.err != nil {
+		return nil, a.err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("codec: spec %s: %w", s, err)
 	}
-	if s.Bits != 0 && !TakesBits(s.Name) {
-		return nil, fmt.Errorf("codec: spec %s: %s takes no bits setting", s, s.Name)
-	}
 	for k := range s.Params {
-		if !p.used[k] {
-			return nil, fmt.Errorf("codec: spec %s: unknown key %q for %s", s, k, s.Name)
+		if !a.used[k] {
+			return nil, fmt.Errorf("codec: spec %s: unknown key %q for %s", s, k, r.Name)
 		}
 	}
 	return c, nil
 }
 
-// params reads typed values out of a Spec, keeping the first error.
-type params struct {
+// Args reads a Spec's settings for a codec's New, keeping the first
+// error, which names the spec, the key, the value and what is valid.
+type Args struct {
 	spec Spec
 	used map[string]bool
 	err  error
 }
 
-func (p *params) get(k string) (string, bool) {
+// Err returns the first error recorded, or nil: a New stops building when
+// it is set.
+func (p *Args) Err() error { return p.err }
+
+// Get returns setting k as written, marking it read.
+func (p *Args) Get(k string) (string, bool) {
 	v, ok := p.spec.Params[k]
 	if ok {
 		p.used[k] = true
@@ -250,62 +317,67 @@ func (p *params) get(k string) (string, bool) {
 	return v, ok && p.err == nil
 }
 
-func (p *params) fail(k, v string, err error) {
+// Fail records that setting k=v is invalid because of err.
+func (p *Args) Fail(k, v string, err error) {
 	p.err = fmt.Errorf("codec: spec %s: %s=%q: %w", p.spec, k, v, err)
 }
 
-func (p *params) int(k string, dst *int) {
-	if v, ok := p.get(k); ok {
+// Int reads integer setting k into dst, when given.
+func (p *Args) Int(k string, dst *int) {
+	if v, ok := p.Get(k); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			p.fail(k, v, err)
+			p.Fail(k, v, err)
 			return
 		}
 		*dst = n
 	}
 }
 
-// intIn reads an integer setting that must lie in lo..hi.
-func (p *params) intIn(k string, dst *int, lo, hi int) {
-	p.int(k, dst)
-	p.want(k, *dst >= lo && *dst <= hi, fmt.Sprintf("want an integer in %d..%d", lo, hi))
+// IntIn reads an integer setting that must lie in lo..hi.
+func (p *Args) IntIn(k string, dst *int, lo, hi int) {
+	p.Int(k, dst)
+	p.Want(k, *dst >= lo && *dst <= hi, fmt.Sprintf("want an integer in %d..%d", lo, hi))
 }
 
-// want fails setting k, when it was given and read, unless ok; what says
+// Want fails setting k, when it was given and read, unless ok; what says
 // which values are valid.
-func (p *params) want(k string, ok bool, what string) {
+func (p *Args) Want(k string, ok bool, what string) {
 	if v, given := p.spec.Params[k]; given && p.err == nil && !ok {
-		p.fail(k, v, errors.New(what))
+		p.Fail(k, v, errors.New(what))
 	}
 }
 
-func (p *params) uint64(k string, dst *uint64) {
-	if v, ok := p.get(k); ok {
+// Uint64 reads unsigned integer setting k (0x.. allowed) into dst.
+func (p *Args) Uint64(k string, dst *uint64) {
+	if v, ok := p.Get(k); ok {
 		n, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
-			p.fail(k, v, err)
+			p.Fail(k, v, err)
 			return
 		}
 		*dst = n
 	}
 }
 
-func (p *params) float(k string, dst *float64) {
-	if v, ok := p.get(k); ok {
+// Float reads floating-point setting k into dst, when given.
+func (p *Args) Float(k string, dst *float64) {
+	if v, ok := p.Get(k); ok {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			p.fail(k, v, err)
+			p.Fail(k, v, err)
 			return
 		}
 		*dst = f
 	}
 }
 
-func (p *params) bool(k string, dst *bool) {
-	if v, ok := p.get(k); ok {
+// Bool reads boolean setting k into dst, when given.
+func (p *Args) Bool(k string, dst *bool) {
+	if v, ok := p.Get(k); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			p.fail(k, v, err)
+			p.Fail(k, v, err)
 			return
 		}
 		*dst = b

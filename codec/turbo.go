@@ -5,6 +5,25 @@ import (
 	"math"
 )
 
+func init() {
+	Register(Registration{Name: "turbo", MinBits: 2, MaxBits: 4, Formats: []FormatID{FormatTurbo}, New: newTurboSpec})
+}
+
+// newTurboSpec builds the Turbo codec a spec names.
+func newTurboSpec(s Spec, a *Args) (Codec, error) {
+	o := DefaultTurboOptions()
+	if s.Bits != 0 {
+		o.Bits = s.Bits
+	}
+	a.Int("group", &o.Block)
+	a.Want("group", o.Block >= 2 && o.Block <= 1024 && o.Block&(o.Block-1) == 0, "want a power of two in 2..1024")
+	a.Uint64("seed", &o.Seed)
+	if a.Err() != nil {
+		return nil, nil
+	}
+	return NewTurbo(o)
+}
+
 // TurboOptions configures Turbo.
 type TurboOptions struct {
 	// Bits is the width of each coordinate's code: 2, 3 or 4.

@@ -57,7 +57,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // ParseConfig reads one configuration written as comma-separated key=value
 // pairs: an optional name=NAME and the settings of kvconfig.Parse, e.g.
 //
-//	name=kk3,k=kakeya:b=3,v=int4,boundary=0;1;-2;-1,block=256,hot=64,sinks=4,precond=1
+//	name=kk3,k=kakeya-block:b=3,v=int4,boundary=0;1;-2;-1,block=256,hot=64,sinks=4,precond=1
 //
 // Without a name the configuration is named by its settings as written.
 // The keys are those of the tools' cache flags (kv-codec, block-size,
@@ -126,7 +126,7 @@ func (c Config) Validate() error {
 
 // ParseConfigsJSON reads a JSON list of configurations: objects with an
 // optional "name" and the keys of ParseConfig, e.g.
-// {"name": "kk3", "k": "kakeya:b=3", "boundary": [0, -1], "block": 64,
+// {"name": "kk3", "k": "kakeya-block:b=3", "boundary": [0, -1], "block": 64,
 // "precond": true}. Numbers, booleans and lists of layers are read as
 // their text; unknown keys, and two keys of one setting (kv and
 // kv-codec), are errors.

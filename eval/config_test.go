@@ -14,8 +14,8 @@ func TestParseConfig(t *testing.T) {
 		want Config
 		err  string
 	}{
-		{in: "name=kk3,k=kakeya:b=3,v=kakeya:b=3,boundary=0;-1,block=256,hot=64,precond=1",
-			want: Config{Name: "kk3", Spec: kvconfig.Spec{K: "kakeya:b=3", V: "kakeya:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Precondition: kvconfig.On}}},
+		{in: "name=kk3,k=kakeya-block:b=3,v=kakeya-block:b=3,boundary=0;-1,block=256,hot=64,precond=1",
+			want: Config{Name: "kk3", Spec: kvconfig.Spec{K: "kakeya-block:b=3", V: "kakeya-block:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Precondition: kvconfig.On}}},
 		{in: "name=i4,kv=int4,sinks=4", want: Config{Name: "i4", Spec: kvconfig.Spec{KV: "int4", Sinks: 4}}},
 		{in: "name=u", want: Config{Name: "u"}},
 		{in: "name=k8,k=int8", want: Config{Name: "k8", Spec: kvconfig.Spec{K: "int8"}}},
@@ -25,12 +25,12 @@ func TestParseConfig(t *testing.T) {
 		// The name may come anywhere; names may hold spaces.
 		{in: "kv=int8,name=my int8", want: Config{Name: "my int8", Spec: kvconfig.Spec{KV: "int8"}}},
 		// commas inside a codec spec continue the spec
-		{in: "name=m,k=kakeya:b=3,r=4,v=int4", want: Config{Name: "m", Spec: kvconfig.Spec{K: "kakeya:b=3,r=4", V: "int4"}}},
-		{in: "name=m,kv=kakeya:b=2,outliers=8,hot=16", want: Config{Name: "m", Spec: kvconfig.Spec{KV: "kakeya:b=2,outliers=8", HotWindow: 16}}},
+		{in: "name=m,k=kakeya-block:b=3,r=4,v=int4", want: Config{Name: "m", Spec: kvconfig.Spec{K: "kakeya-block:b=3,r=4", V: "int4"}}},
+		{in: "name=m,kv=kakeya-block:b=2,outliers=8,hot=16", want: Config{Name: "m", Spec: kvconfig.Spec{KV: "kakeya-block:b=2,outliers=8", HotWindow: 16}}},
 		{in: "name=m,boundary=0; 1;-2", want: Config{Name: "m", Spec: kvconfig.Spec{Boundary: "0,1,-2"}}},
 		{in: "name=m,boundary=none", want: Config{Name: "m", Spec: kvconfig.Spec{Boundary: "none"}}},
 		{in: "name=m,precond=false", want: Config{Name: "m", Spec: kvconfig.Spec{Precondition: kvconfig.Off}}},
-		{in: "name=m,kv=kakeya:b=2,precond=1,cb=1", want: Config{Name: "m", Spec: kvconfig.Spec{KV: "kakeya:b=2", Precondition: kvconfig.On, Codebooks: kvconfig.On}}},
+		{in: "name=m,kv=kakeya-block:b=2,precond=1,cb=1", want: Config{Name: "m", Spec: kvconfig.Spec{KV: "kakeya-block:b=2", Precondition: kvconfig.On, Codebooks: kvconfig.On}}},
 		// k and v override kv, in any order.
 		{in: "name=a,k=int4,kv=int8", want: Config{Name: "a", Spec: kvconfig.Spec{KV: "int8", K: "int4"}}},
 
@@ -96,7 +96,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestParseConfigsJSON(t *testing.T) {
-	good := `[{"name":"kk3","k":"kakeya:b=3","v":"kakeya:b=3","boundary":[0,-1],"block":256,"hot":64,"sinks":4,"precond":true,"cb":true},
+	good := `[{"name":"kk3","k":"kakeya-block:b=3","v":"kakeya-block:b=3","boundary":[0,-1],"block":256,"hot":64,"sinks":4,"precond":true,"cb":true},
 	          {"name":"i8","k":"int8","v":"int8","hot":0,"boundary":[]},
 	          {"kv-codec":"int4","block-size":32,"boundary":"none","cb":false}]`
 	got, err := ParseConfigsJSON([]byte(good))
@@ -104,7 +104,7 @@ func TestParseConfigsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Config{
-		{Name: "kk3", Spec: kvconfig.Spec{K: "kakeya:b=3", V: "kakeya:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Sinks: 4, Precondition: kvconfig.On, Codebooks: kvconfig.On}},
+		{Name: "kk3", Spec: kvconfig.Spec{K: "kakeya-block:b=3", V: "kakeya-block:b=3", Boundary: "0,-1", BlockSize: 256, HotWindow: 64, Sinks: 4, Precondition: kvconfig.On, Codebooks: kvconfig.On}},
 		{Name: "i8", Spec: kvconfig.Spec{K: "int8", V: "int8", HotWindow: -1, Boundary: "none"}},
 		{Name: "kv=int4,block=32,boundary=none,cb=0", Spec: kvconfig.Spec{KV: "int4", BlockSize: 32, Boundary: "none", Codebooks: kvconfig.Off}},
 	}

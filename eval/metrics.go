@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/kakeya-ai/kakeya/internal/mathx"
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // LogSumExp returns log(sum(exp(x))) over a logits row, computed in float64
@@ -62,19 +63,6 @@ func NLL(logits []float32, target int) (float64, error) {
 		return 0, err
 	}
 	return lse - float64(logits[target]), nil
-}
-
-// Argmax returns the index of the largest logit; ties go to the lowest
-// index. It returns -1 for an empty row.
-func Argmax(logits []float32) int {
-	best := -1
-	var bv float32
-	for i, x := range logits {
-		if best < 0 || x > bv {
-			best, bv = i, x
-		}
-	}
-	return best
 }
 
 // PPL returns exp of a mean negative log-likelihood in nats.
@@ -142,7 +130,7 @@ func (sc *Scorer) Score(st *Stats, ref, alt []float32, target int) error {
 	st.NLL += nll
 	st.N++
 	st.KL += kl
-	if same || Argmax(ref) == Argmax(alt) {
+	if same || pick.ArgMax(ref) == pick.ArgMax(alt) {
 		st.Top1++
 	}
 	return nil

@@ -103,25 +103,6 @@ func TestKL(t *testing.T) {
 	}
 }
 
-func TestArgmax(t *testing.T) {
-	tests := []struct {
-		logits []float32
-		want   int
-	}{
-		{nil, -1},
-		{[]float32{3}, 0},
-		{[]float32{1, 5, 2}, 1},
-		{[]float32{5, 1, 5}, 0},     // tie: lowest index
-		{[]float32{-1, 7, 7, 7}, 1}, // tie: lowest index
-		{[]float32{-1e4, -1e4}, 0},
-	}
-	for _, tt := range tests {
-		if got := Argmax(tt.logits); got != tt.want {
-			t.Errorf("Argmax(%v) = %d, want %d", tt.logits, got, tt.want)
-		}
-	}
-}
-
 func TestScorerAndStats(t *testing.T) {
 	var sc Scorer
 	ref := []float32{1, 2, 3}

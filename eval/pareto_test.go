@@ -39,7 +39,7 @@ func TestWritePareto(t *testing.T) {
 		{Config: Reference(), Ratio: 1},
 		{Config: cfg("int8", "kv=int8"), Ratio: 1.69, MeanKL: 0},
 		{Config: cfg("int4", "kv=int4"), Ratio: 2.5, MeanKL: 8e-5},
-		{Config: cfg("b2", "kv=kakeya:b=2"), Ratio: 2.97, MeanKL: 2.8e-4},
+		{Config: cfg("b2", "kv=kakeya-block:b=2"), Ratio: 2.97, MeanKL: 2.8e-4},
 	}}
 	path := filepath.Join(t.TempDir(), "pareto.png")
 	if err := r.WritePareto(path, "test"); err != nil {

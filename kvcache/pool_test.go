@@ -68,7 +68,7 @@ func seq(n, seed int) []int {
 func TestPoolPrefixReuseMatchesCold(t *testing.T) {
 	const layers, kvh, d, bs = 2, 2, 32, 4
 	int8c := mustCodec(t, "int8")
-	kak := mustCodec(t, "kakeya")
+	kak := mustCodec(t, "kakeya-block")
 	for _, tc := range []struct {
 		name   string
 		policy Policy
@@ -394,7 +394,7 @@ func TestSizerVariable(t *testing.T) {
 	for _, tc := range []struct {
 		codec string
 		want  bool
-	}{{"int8", false}, {"int4", false}, {"kakeya", true}} {
+	}{{"int8", false}, {"int4", false}, {"kakeya-block", true}} {
 		cd := mustCodec(t, tc.codec)
 		cfg := Config{Layers: 1, KVHeads: 1, HeadDim: d, BlockSize: bs, MaxTokens: 256,
 			Policy: Policy{HotBF16: true, Layers: []LayerCodecs{{K: []codec.Codec{cd}, V: cd}}}, Store: backend.NewBlockStore(bs, d, true)}

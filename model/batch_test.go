@@ -22,7 +22,7 @@ import (
 
 // batchCaches are the cache settings the batch tests give their
 // sequences, one each, so one step mixes them.
-var batchCaches = []string{"plain", "plain-bf16", "int8", "int4", "kakeya:b=3"}
+var batchCaches = []string{"plain", "plain-bf16", "int8", "int4", "kakeya-block:b=3"}
 
 // cacheOptions returns the sequence options of a batchCaches name: the
 // plain float32 or bf16 cache, or every layer's K and V encoded by a codec

@@ -134,7 +134,7 @@ func BenchmarkDecodeContext(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	for _, cache := range []string{"plain", "plain-bf16", "int8", "int4", "kakeya:b=3"} {
+	for _, cache := range []string{"plain", "plain-bf16", "int8", "int4", "kakeya-block:b=3"} {
 		opts := SequenceOptions{}
 		switch cache {
 		case "plain":

@@ -30,7 +30,7 @@ func TestCacheCodecs(t *testing.T) {
 		{"bf16", 1e-2},
 		{"int8", 3e-2},
 		{"int4", -1},
-		{"kakeya", -1},
+		{"kakeya-block", -1},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			c, err := codec.Parse(tc.spec)
@@ -135,9 +135,9 @@ func TestCacheCodecsStories260K(t *testing.T) {
 		{"int4:params=f16", int64(16 + 4*n*((d+31)/32) + (n*d+1)/2), -1},
 		{"int4-k", int64(16 + 2 + 2*d*((n+31)/32) + (n*d+1)/2), -1},
 		{"int4-rot", int64(16 + 2 + 2*n*((codec.NextPow2(d)+31)/32) + (n*codec.NextPow2(d)+1)/2), -1},
-		{"kakeya:b=2", 0, -1},
-		{"kakeya:b=3", 0, -1},
-		{"kakeya:b=4", 0, -1},
+		{"kakeya-block:b=2", 0, -1},
+		{"kakeya-block:b=3", 0, -1},
+		{"kakeya-block:b=4", 0, -1},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			// The float32 hot blocks and the lack of boundary layers keep

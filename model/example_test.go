@@ -2,17 +2,22 @@ package model_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
-	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // Greedy decoding with stories260K from the shared data set.
 func Example() {
-	dir := filepath.Join(shareddata.Path(), "models", "stories260K")
+	// The shared data set: $KAKEYA_SHARED, else beside the repository.
+	shared := os.Getenv("KAKEYA_SHARED")
+	if shared == "" {
+		shared = filepath.Join("..", "..", "shared")
+	}
+	dir := filepath.Join(shared, "models", "stories260K")
 	// The model runs on the backend it is given: here the CPU's, with two
 	// threads and its default matmul precision.
 	be, err := cpubackend.NewMatMul(2, "")

@@ -156,7 +156,7 @@ func TestGGUFQuantizedCaches(t *testing.T) {
 		{"bf16", 2e-2},
 		{"int8", 3e-2},
 		{"int4", 5e-2},
-		{"kakeya", 5e-2},
+		{"kakeya-block", 5e-2},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			c, err := codec.Parse(tc.spec)

@@ -16,6 +16,7 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/pick"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -576,7 +577,7 @@ func TestMatMulPrecisionReference(t *testing.T) {
 					t.Fatal(err)
 				}
 				worstKL = max(worstKL, kl)
-				if eval.Argmax(got[p]) == eval.Argmax(want[p]) {
+				if pick.ArgMax(got[p]) == pick.ArgMax(want[p]) {
 					top1++
 				}
 			}

@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks")
-	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya:b=3 ...; separate specs holding commas with ;); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or one made on random tokens")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or one made on random tokens")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		// Fail before writing a checkpoint on a machine without the
 		// device; each level opens it again.
-		b, err := device.Backend(o.device)
+		b, err := device.Open(o.device, 0, "")
 		if err != nil {
 			return err
 		}
@@ -238,21 +238,17 @@ type row struct {
 	driver     bool
 }
 
-// backend opens the backend of one level: --device's, or on the CPU one
-// of th threads and matmul precision mm. done releases it.
+// backend opens --device's backend for one level: on the CPU of th
+// threads and matmul precision mm (a GPU's levels are "f32" and 0, its
+// own arithmetic). done releases it.
 func (o options) backend(mm string, th int) (b compute.Backend, done func(), err error) {
-	if b, err = device.Backend(o.device); err != nil || b != nil {
-		return b, func() {
-			if b != nil {
-				b.Close()
-			}
-		}, err
+	if o.device != "cpu" {
+		mm = ""
 	}
-	cpu, err := cpubackend.NewMatMul(th, mm)
-	if err != nil {
+	if b, err = device.Open(o.device, th, mm); err != nil {
 		return nil, nil, err
 	}
-	return cpu, func() { cpu.Close() }, nil
+	return b, func() { b.Close() }, nil
 }
 
 // measureLoad loads the model on the backend of one level (see backend)

@@ -101,7 +101,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--device", "cuda", "--threads", "2"}, "--threads applies to --device cpu, not cuda"},
 		{[]string{"--device", "cuda", "--matmul", "f32"}, "--matmul applies to --device cpu, not cuda"},
-		{[]string{"--device", "tpu"}, `--device "tpu": want one of cpu, cuda, cuda:N`},
+		{[]string{"--device", "tpu"}, `--device "tpu": want one of cpu, cuda, reference, cuda:N`},
 	} {
 		if err := run(context.Background(), tt.args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), tt.err) {
 			t.Errorf("%v: err = %v, want %q", tt.args, err, tt.err)

@@ -50,7 +50,7 @@ Flags:
 `
 
 // defaultChoices are the codecs a sensitivity run measures by default.
-const defaultChoices = "int8 int4 kakeya:b=2 kakeya:b=3 kakeya:b=4"
+const defaultChoices = "int8 int4 kakeya-block:b=2 kakeya-block:b=3 kakeya-block:b=4"
 
 func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := pplFlags{cmd: "sensitivity", mode: eval.ModePassages}

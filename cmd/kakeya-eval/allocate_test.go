@@ -26,7 +26,7 @@ func TestSensitivityAllocatePolicy(t *testing.T) {
 	sensPath, planPath := filepath.Join(tmp, "sens.json"), filepath.Join(tmp, "plan.json")
 	common := []string{"--model", dir, "--data", data, "--ctx", "96", "--n-eval", "16", "--passages", "2", "--block-size", "16", "--hot-window", "16"}
 	var stdout strings.Builder
-	if err := runSensitivity(context.Background(), append(common, "--choices", "int8 int4 kakeya:b=2", "--out", sensPath), &stdout, io.Discard); err != nil {
+	if err := runSensitivity(context.Background(), append(common, "--choices", "int8 int4 kakeya-block:b=2", "--out", sensPath), &stdout, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	sens, err := readSensitivity(sensPath)
@@ -36,7 +36,7 @@ func TestSensitivityAllocatePolicy(t *testing.T) {
 	if sens.Layers != 5 || len(sens.Entries) != 5*2*3 || sens.SideBF16 <= 0 {
 		t.Fatalf("sensitivity: %d layers, %d entries, side %d bytes; want 5 layers x 2 sides x 3 codecs", sens.Layers, len(sens.Entries), sens.SideBF16)
 	}
-	if !strings.Contains(stdout.String(), "kakeya:b=2 KL") {
+	if !strings.Contains(stdout.String(), "kakeya-block:b=2 KL") {
 		t.Errorf("table:\n%s", stdout.String())
 	}
 	stdout.Reset()

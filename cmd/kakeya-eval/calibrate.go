@@ -17,7 +17,6 @@ import (
 	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
-	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
@@ -50,7 +49,6 @@ type calibFlags struct {
 	ropeAvg                bool
 	maxInput               cli.ByteSize // --max-input
 	device                 string
-	backend                compute.Backend // from device
 }
 
 func runCalibrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -104,11 +102,9 @@ func (f *calibFlags) check() error {
 			return fmt.Errorf("%s %d must be >= 0", c.name, c.v)
 		}
 	}
-	backend, err := device.Backend(f.device)
-	if err != nil {
+	if err := device.Check(f.device); err != nil {
 		return err
 	}
-	f.backend = backend
 	if err := checkThreads(f.threads); err != nil {
 		return err
 	}
@@ -198,12 +194,23 @@ func writeCalibration(ctx context.Context, f *calibFlags, stdout, stderr io.Writ
 	if ridge == 0 {
 		ridge = -1 // calibrate.Options: negative means none
 	}
+	// On the CPU, calibration multiplies in exact f32, as calibrate.Run's
+	// default backend does; a GPU keeps its default precision.
+	mm := ""
+	if f.device == "cpu" {
+		mm = "f32"
+	}
+	backend, err := device.Open(f.device, f.threads, mm)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
 	var (
 		prog *eval.Progress
 		last calibrate.Progress
 	)
 	opt := calibrate.Options{
-		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Threads: f.threads, Backend: f.backend,
+		Ctx: f.ctx, MaxTokens: f.tokens, Ridge: ridge, RopeAveraged: f.ropeAvg, RopeSpan: f.ropeSpan, Bits: bits, Backend: backend,
 		BlockSize: f.blockSize, PCA: f.pca,
 		Progress: func(p calibrate.Progress) {
 			last = p

@@ -58,15 +58,15 @@ func TestCalibrateEndToEnd(t *testing.T) {
 		t.Errorf("calibration meta %v, k codebooks %v, v codebooks %v", cal.Meta, cal.KCodebooks, cal.VCodebooks)
 	}
 	r, _ := runReport(t, "--model", dir, "--data", data, "--ctx", "32", "--n-eval", "8", "--passages", "2",
-		"--calib", out, "--config", "name=x,k=kakeya:b=3,v=kakeya:b=3,precond=1,block=16,boundary=none,hot=0",
-		"--config", "name=y,kv=kakeya:b=2,precond=1,cb=1,block=16,boundary=none,hot=0")
+		"--calib", out, "--config", "name=x,k=kakeya-block:b=3,v=kakeya-block:b=3,precond=1,block=16,boundary=none,hot=0",
+		"--config", "name=y,kv=kakeya-block:b=2,precond=1,cb=1,block=16,boundary=none,hot=0")
 	if len(r.Configs) != 3 || r.Configs[1].Config.Name != "x" || !(r.Configs[1].MeanKL >= 0) ||
 		r.Configs[2].Config.Name != "y" || !(r.Configs[2].MeanKL > 0) {
 		t.Fatalf("ppl report %+v", r)
 	}
 	// The calibration holds no 4-bit codebooks: a clear error, not a fallback.
 	err = runPPL(context.Background(), []string{"--model", dir, "--data", data, "--ctx", "32", "--n-eval", "8", "--passages", "2",
-		"--calib", out, "--config", "name=z,kv=kakeya:b=4,cb=1", "--out", filepath.Join(t.TempDir(), "z.json")}, io.Discard, io.Discard)
+		"--calib", out, "--config", "name=z,kv=kakeya-block:b=4,cb=1", "--out", filepath.Join(t.TempDir(), "z.json")}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "no 4-bit codebook") {
 		t.Errorf("cb=1 at 4 bits with 2- and 3-bit codebooks: err = %v", err)
 	}
@@ -204,7 +204,10 @@ func TestCalibrateBuiltinIsAuto(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	cfg := eng.Model().Config()
+	cfg, err := weights.LoadConfig(eng.ModelInfo().Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got, err := calibrate.Load(out, cfg)
 	if err != nil {
 		t.Fatal(err)

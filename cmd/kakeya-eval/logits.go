@@ -46,12 +46,10 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: --ids: %w", err)
 	}
-	mm, err := device.MatMul(*dev, *matmul)
-	if err != nil {
+	if err := device.Check(*dev); err != nil {
 		return fmt.Errorf("logits: %w", err)
 	}
-	backend, err := device.Open(*dev, *matmul)
-	if err != nil {
+	if err := device.CheckMatMul(*matmul); err != nil {
 		return fmt.Errorf("logits: %w", err)
 	}
 	if err := checkThreads(*threads); err != nil {
@@ -61,11 +59,11 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("logits: --model: %w", err)
 	}
-	backend, done, err := device.OrCPU(backend, *threads, mm)
+	backend, err := device.Open(*dev, *threads, *matmul)
 	if err != nil {
 		return fmt.Errorf("logits: %w", err)
 	}
-	defer done()
+	defer backend.Close()
 	m, err := model.Load(dir, model.Options{Backend: backend})
 	if err != nil {
 		return fmt.Errorf("logits: --model %s: %w", dir, err)

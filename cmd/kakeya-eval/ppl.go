@@ -14,7 +14,6 @@ import (
 	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
-	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
@@ -55,7 +54,7 @@ other settings are the defaults of every --config and --configs entry
   name=NAME,k=SPEC,v=SPEC,kv=SPEC,boundary=0;1;-1,block=N,hot=N,sinks=N,precond=0|1,cb=0|1,...
 (every flag name above is a key too; kvconfig.Keys lists the short forms).
 name= is optional: the settings as written name the configuration. SPEC is
-a codec spec ("int8", "kakeya:b=3"; commas inside a spec are kept when the
+a codec spec ("int8", "kakeya-block:b=3"; commas inside a spec are kept when the
 next piece is not a key) and boundary layers, separated by ';' (negative
 from the end; none for no layer), skip the codecs and keep bf16 blocks.
 With --calib, keys are preconditioned (precond) and kakeya codecs use the
@@ -94,8 +93,7 @@ type pplFlags struct {
 	workers                                            int
 	maxInput                                           cli.ByteSize // --max-input
 	device, matmul                                     string
-	backend                                            compute.Backend // from device
-	cache                                              kvconfig.Spec   // the cache flags
+	cache                                              kvconfig.Spec // the cache flags
 	configs                                            configList
 }
 
@@ -337,16 +335,13 @@ func (f *pplFlags) prepare() (eval.DocRange, error) {
 	if err := f.checkOutputs(); err != nil {
 		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
 	}
-	mm, err := device.MatMul(f.device, f.matmul)
-	if err != nil {
+	if err := device.Check(f.device); err != nil {
 		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
 	}
-	backend, err := device.Open(f.device, f.matmul)
-	f.matmul = mm
-	if err != nil {
+	if err := device.CheckMatMul(f.matmul); err != nil {
 		return docRange, fmt.Errorf("%s: %w", f.cmd, err)
 	}
-	f.backend = backend
+	var err error
 	if f.docs != "" {
 		if docRange, err = eval.ParseDocRange(f.docs); err != nil {
 			return docRange, fmt.Errorf("%s: --docs: %w", f.cmd, err)
@@ -523,16 +518,17 @@ func (f *pplFlags) report(res *eval.Result, units []eval.Unit, configs []eval.Co
 type engine struct {
 	m    *model.Model
 	opts map[string]model.SequenceOptions
-	done func() // releases the CPU backend openEngine started
+	done func() // releases the backend openEngine opened
 }
 
 // openEngine loads the model once and resolves every configuration for it,
 // recording the settings in effect in configs.
 func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
-	b, done, err := device.OrCPU(f.backend, f.threads, f.matmul)
+	b, err := device.Open(f.device, f.threads, f.matmul)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.cmd, err)
 	}
+	done := func() { b.Close() }
 	m, err := model.Load(f.model, model.Options{Backend: b})
 	if err != nil {
 		done()

@@ -84,7 +84,7 @@ func runProject(args []string, stdout, stderr io.Writer) error {
 	var f projectFlags
 	fs := newFlagSet("project", projectUsage, stderr)
 	fs.StringVar(&f.shapes, "shapes", "qwen2.5-0.5b,qwen3-0.6b,llama-3-8b", "model shapes, comma-separated: "+strings.Join(shapeNames(), ", ")+", or LAYERSxKVHEADSxHEADDIM")
-	fs.StringVar(&f.kv, "kv", "fp8 int4 kakeya:b=2 kakeya-pc:rate=2.5", "codec `SPECS` for keys and values, separated by spaces")
+	fs.StringVar(&f.kv, "kv", "fp8 int4 kakeya-block:b=2 kakeya-pc:rate=2.5", "codec `SPECS` for keys and values, separated by spaces")
 	fs.StringVar(&f.windows, "windows", "64:64,32:32,16:16", "block and hot window sizes in tokens, BLOCK:HOT, comma-separated")
 	fs.StringVar(&f.tokens, "tokens", "8192,32768,131072", "context lengths in tokens, comma-separated")
 	fs.StringVar(&f.boundary, "boundary", "none,0;-1", `boundary settings, comma-separated, layers within one joined by ";" ("none": every layer coded)`)
@@ -247,11 +247,8 @@ func parseWindows(s string) ([][2]int, error) {
 }
 
 // principal reports whether the codec spec s names a codec in a
-// calibrated principal basis: kakeya-pc or kvtc.
-func principal(s string) bool {
-	sp, err := codec.ParseSpec(s)
-	return err == nil && (sp.Name == "kakeya-pc" || sp.Name == "kvtc")
-}
+// calibrated principal basis (codec.Registration.Principal).
+func principal(s string) bool { return codec.IsPrincipal(s) }
 
 // withBlock returns the codec spec s with block=n added when it names
 // kakeya-pc or kvtc without a block.

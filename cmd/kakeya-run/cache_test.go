@@ -13,6 +13,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -34,8 +35,8 @@ func TestCacheFlags(t *testing.T) {
 		{nil, kvconfig.Spec{}},
 		{[]string{"--kv-codec", "none", "--sinks", "4"}, kvconfig.Spec{KV: "none", Sinks: 4}},
 		{[]string{"--kv-codec", "int4", "--v-codec", "none", "--boundary", "none", "--hot-window", "0"}, kvconfig.Spec{KV: "int4", V: "none", Boundary: "none", HotWindow: -1}},
-		{[]string{"--k-codec", "kakeya:b=3,rank=4", "--v-codec", "int4-rot", "--boundary", "0,1,-2,-1", "--sinks", "4", "--hot-window", "128"},
-			kvconfig.Spec{K: "kakeya:b=3,rank=4", V: "int4-rot", Boundary: "0,1,-2,-1", HotWindow: 128, Sinks: 4}},
+		{[]string{"--k-codec", "kakeya-block:b=3,rank=4", "--v-codec", "int4-rot", "--boundary", "0,1,-2,-1", "--sinks", "4", "--hot-window", "128"},
+			kvconfig.Spec{K: "kakeya-block:b=3,rank=4", V: "int4-rot", Boundary: "0,1,-2,-1", HotWindow: 128, Sinks: 4}},
 		{[]string{"--kv-codec", "kakeya", "--k-bits", "3", "--v-bits", "2", "--block-size", "32"}, kvconfig.Spec{KV: "kakeya", KBits: 3, VBits: 2, BlockSize: 32}},
 		{[]string{"--kv-codec", "kakeya", "--calib", "c.safetensors", "--calib-codebooks=false", "--precond"},
 			kvconfig.Spec{KV: "kakeya", Codebooks: kvconfig.Off, Precondition: kvconfig.On}},
@@ -64,11 +65,11 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--ctx", "-2"}, "--ctx -2"},
 		{[]string{"--kv-codec", "int5"}, `--kv-codec "int5": codec: unknown codec "int5"`},
 		{[]string{"--kv-codec", "int8", "--k-codec", "kakeya:rank"}, `--k-codec "kakeya:rank"`},
-		{[]string{"--v-codec", "kakeya:b=7"}, `--v-codec "kakeya:b=7"`},
+		{[]string{"--v-codec", "kakeya-block:b=7"}, `--v-codec "kakeya-block:b=7"`},
 		{[]string{"--v-codec", "int4:group=x"}, `--v-codec "int4:group=x"`},
 		{[]string{"--kv-codec", "int8", "--k-bits", "4"}, "--k-bits 4: codec int8 has a fixed width"},
 		{[]string{"--kv-codec", "kakeya", "--v-bits", "9"}, "--v-bits 9"},
-		{[]string{"--kv-codec", "kakeya:b=2", "--k-bits", "3"}, `--k-bits 3 contradicts b=2 in --kv-codec "kakeya:b=2"`},
+		{[]string{"--kv-codec", "kakeya-block:b=2", "--k-bits", "3"}, `--k-bits 3 contradicts b=2 in --kv-codec "kakeya-block:b=2"`},
 		{[]string{"--k-bits", "3"}, "--k-bits 3: no codec is set"},
 		{[]string{"--k-codec", "int8", "--v-bits", "3"}, "--v-bits 3: no codec is set for that side (use --kv-codec)"},
 		{[]string{"--kv-codec", "int8", "--hot-window", "-1"}, `invalid value "-1" for flag -hot-window`},
@@ -92,13 +93,22 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--tokenize"}, "--prompt and --tokenize exclude each other"},
 		{[]string{"--device", "tpu"}, `--device "tpu": want one of cpu, cuda`},
 		{[]string{"--matmul", "fp16"}, `--matmul "fp16": want f32 or bf16`},
-		{[]string{"--matmul", "bf16", "--device", "cuda"}, "--device cuda: cuda: "}, // bf16 applies to cuda: the driver is what is missing
 	}
 	for _, tt := range tests {
 		_, err := parseCache(t, tt.args)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: err = %v, want one containing %q", tt.args, err, tt.want)
 		}
+	}
+	// The device opens first thing in run, before the model or the prompt
+	// is read: bf16 applies to cuda, the driver is what is missing.
+	if b, err := device.Open("cuda", 0, ""); err == nil {
+		b.Close()
+		return // a GPU is present
+	}
+	err := run(context.Background(), []string{"--model", "x", "--prompt", "hi", "--matmul", "bf16", "--device", "cuda"}, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--device cuda: cuda: ") {
+		t.Errorf("--device cuda without a driver: err = %v", err)
 	}
 }
 

@@ -138,12 +138,10 @@ func (o *options) check() error {
 			return errors.New(`--stop "": an empty stop string would stop before the first token`)
 		}
 	}
-	var err error
-	flag := o.matmul
-	if o.matmul, err = device.MatMul(o.device, o.matmul); err != nil {
+	if err := device.Check(o.device); err != nil {
 		return err
 	}
-	if o.backend, err = device.Open(o.device, flag); err != nil {
+	if err := device.CheckMatMul(o.matmul); err != nil {
 		return err
 	}
 	if err := kvflags.Check(o.cache, o.calib); err != nil {
@@ -159,6 +157,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	// The device opens before anything is read, so that a missing GPU
+	// fails at once; it closes after the engine (deferred first).
+	if o.backend, err = device.Open(o.device, o.threads, o.matmul); err != nil {
+		return err
+	}
+	defer o.backend.Close()
 	hub := weights.HubOptionsFromEnv()
 	hub.Progress = stderr
 	if o.tokenize {
@@ -172,23 +176,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		o.prompt = string(b)
 	}
 
-	if o.verbose {
+	if o.verbose && o.device != "cpu" {
 		printDevice(stderr, o.backend)
 	}
 	start := time.Now()
 	opt := kakeya.Options{
 		Backend:          o.backend,
-		Model:            model.Options{MaxContext: o.maxContext, Weights: o.weights},
+		MaxContext:       o.maxContext,
+		Weights:          o.weights,
 		Hub:              hub,
 		Cache:            o.cache,
 		Calibration:      o.calib,
 		CalibrationCache: o.calibCache,
 		KVMemory:         int64(o.kvMemory),
 		Log:              logger(stderr, o.quiet),
-	}
-	if o.backend == nil {
-		// --threads and --matmul tune the CPU backend the engine starts.
-		opt.Threads, opt.MatMul = o.threads, o.matmul
 	}
 	eng, err := kakeya.Load(ctx, o.model, opt)
 	if err != nil {
@@ -199,7 +200,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	defer eng.Close()
 	load := time.Since(start)
-	if o.verbose && o.backend == nil {
+	if o.verbose && o.device == "cpu" {
 		fmt.Fprintf(stderr, "kakeya-run: device: cpu, kernels: %s\n", eng.Kernels())
 	}
 	if w := eng.CacheSettings().Warning; w != nil {
@@ -265,7 +266,7 @@ func logger(stderr io.Writer, quiet bool) *slog.Logger {
 // in use and what it holds, the kernels.
 func printStats(w io.Writer, eng *kakeya.Engine, res *kakeya.Result, load time.Duration) {
 	fmt.Fprintf(w, "\nload %.2fs | prefill %d tokens %.1f tok/s | decode %d tokens %.1f tok/s | stop: %s | kernels: %s | weights: %s\n",
-		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels(), eng.Model().Weights())
+		load.Seconds(), res.PromptTokens, res.PrefillRate(), res.GeneratedTokens, res.DecodeRate(), res.StopReason, eng.Kernels(), eng.ModelInfo().Weights)
 	st := eng.CacheSettings()
 	fmt.Fprintf(w, "KV cache: %s", st)
 	if cal := eng.CalibrationInfo().String(); cal != "" {

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/kakeya-ai/kakeya"
-	"github.com/kakeya-ai/kakeya/tokenizer"
 )
 
 // An apiError is an error the way the OpenAI API reports one: an HTTP
@@ -56,9 +55,9 @@ func badRequest(param, format string, args ...any) *apiError {
 // body.
 type request struct {
 	chat     bool
-	model    string              // "" means the served model
-	prompt   string              // /v1/completions
-	messages []tokenizer.Message // /v1/chat/completions
+	model    string           // "" means the served model
+	prompt   string           // /v1/completions
+	messages []kakeya.Message // /v1/chat/completions
 	// chatKwargs are chat_template_kwargs (as vLLM's): extra variables
 	// of the model's chat template, such as enable_thinking.
 	chatKwargs map[string]any
@@ -341,12 +340,12 @@ func unsupported(field, hint string) *apiError {
 // decodeMessages decodes chat messages: role system, developer (a
 // system message), user or assistant, and content a string or a list of
 // text parts; p meets their other fields (name, ...).
-func decodeMessages(raw json.RawMessage, p *params) ([]tokenizer.Message, *apiError) {
+func decodeMessages(raw json.RawMessage, p *params) ([]kakeya.Message, *apiError) {
 	var list []map[string]json.RawMessage
 	if err := decodeField(raw, "messages", &list); err != nil {
 		return nil, badRequest("messages", "messages must be a list of objects with a role and a content")
 	}
-	msgs := make([]tokenizer.Message, 0, len(list))
+	msgs := make([]kakeya.Message, 0, len(list))
 	for i, m := range list {
 		at := fmt.Sprintf("messages[%d]", i)
 		var role string
@@ -383,7 +382,7 @@ func decodeMessages(raw json.RawMessage, p *params) ([]tokenizer.Message, *apiEr
 		if content == nil {
 			return nil, badRequest(at+".content", "%s has no content", at)
 		}
-		msgs = append(msgs, tokenizer.Message{Role: role, Content: *content})
+		msgs = append(msgs, kakeya.Message{Role: role, Content: *content})
 	}
 	return msgs, nil
 }

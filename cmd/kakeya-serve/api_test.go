@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya"
-	"github.com/kakeya-ai/kakeya/tokenizer"
 )
 
 // decodeRequest reads every parameter it implements into the request,
@@ -30,18 +29,18 @@ func TestDecodeRequest(t *testing.T) {
 		{"completions logprobs", false, `{"prompt": "hi", "logprobs": 5}`, request{prompt: "hi", sampling: deflt, logprobs: true, topLogprobs: 5}},
 		{"completions logprobs 0: the sampled tokens'", false, `{"prompt": "hi", "logprobs": 0}`, request{prompt: "hi", sampling: deflt, logprobs: true}},
 		{"chat logprobs", true, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 20}`,
-			request{chat: true, sampling: deflt, messages: []tokenizer.Message{{Role: "user", Content: "hi"}}, logprobs: true, topLogprobs: 20}},
+			request{chat: true, sampling: deflt, messages: []kakeya.Message{{Role: "user", Content: "hi"}}, logprobs: true, topLogprobs: 20}},
 		{"chat logprobs off", true, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": false, "top_logprobs": 0}`,
-			request{chat: true, sampling: deflt, messages: []tokenizer.Message{{Role: "user", Content: "hi"}}}},
+			request{chat: true, sampling: deflt, messages: []kakeya.Message{{Role: "user", Content: "hi"}}}},
 		{"ignore_eos", false, `{"prompt": "hi", "max_tokens": 3, "ignore_eos": true}`, request{prompt: "hi", sampling: deflt, maxTokens: 3, ignoreEOS: true}},
 		{"stop string", false, `{"prompt": "hi", "stop": "\n"}`, request{prompt: "hi", sampling: deflt, stop: []string{"\n"}}},
 		{"stop list", false, `{"prompt": "hi", "stop": ["a", "b"]}`, request{prompt: "hi", sampling: deflt, stop: []string{"a", "b"}}},
 		{"stream with usage", false, `{"prompt": "hi", "stream": true, "stream_options": {"include_usage": true}}`,
 			request{prompt: "hi", sampling: deflt, stream: true, includeUsage: true}},
 		{"chat", true, `{"model": "m", "messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]}, {"role": "assistant", "content": "Hi", "name": null}], "max_completion_tokens": 9}`,
-			request{chat: true, model: "m", sampling: deflt, maxTokens: 9, messages: []tokenizer.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hello"}, {Role: "assistant", Content: "Hi"}}}},
+			request{chat: true, model: "m", sampling: deflt, maxTokens: 9, messages: []kakeya.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hello"}, {Role: "assistant", Content: "Hi"}}}},
 		{"max_tokens and max_completion_tokens agree", true, `{"messages": [{"role": "user", "content": ""}], "max_tokens": 5, "max_completion_tokens": 5}`,
-			request{chat: true, sampling: deflt, maxTokens: 5, messages: []tokenizer.Message{{Role: "user"}}}},
+			request{chat: true, sampling: deflt, maxTokens: 5, messages: []kakeya.Message{{Role: "user"}}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := decodeRequest([]byte(tt.body), tt.chat, nil)

@@ -20,7 +20,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/kakeya-ai/kakeya"
-	"github.com/kakeya-ai/kakeya/tokenizer"
 )
 
 // client returns the official OpenAI client for s, without retries (a
@@ -204,10 +203,10 @@ func TestOpenAIClient(t *testing.T) {
 }
 
 // toMessages pairs up role, content, role, content, ...
-func toMessages(rc ...string) []tokenizer.Message {
-	var msgs []tokenizer.Message
+func toMessages(rc ...string) []kakeya.Message {
+	var msgs []kakeya.Message
 	for i := 0; i+1 < len(rc); i += 2 {
-		msgs = append(msgs, tokenizer.Message{Role: rc[i], Content: rc[i+1]})
+		msgs = append(msgs, kakeya.Message{Role: rc[i], Content: rc[i+1]})
 	}
 	return msgs
 }

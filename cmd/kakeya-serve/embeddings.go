@@ -119,7 +119,7 @@ func (s *server) embeddings(w http.ResponseWriter, r *http.Request) {
 	if aerr == nil {
 		aerr = s.checkModel(req.model)
 	}
-	if h := eng.Model().Config().HiddenSize; aerr == nil && req.dimensions != 0 && req.dimensions != h {
+	if h := eng.ModelInfo().HiddenSize; aerr == nil && req.dimensions != 0 && req.dimensions != h {
 		aerr = badRequest("dimensions", "dimensions %d is not supported: this model's embeddings have %d (leave dimensions out)", req.dimensions, h)
 	}
 	if aerr != nil {

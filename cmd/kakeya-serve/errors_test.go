@@ -376,7 +376,7 @@ func TestTokenize(t *testing.T) {
 	if err := json.Unmarshal(body, &tok); code != 200 || err != nil {
 		t.Fatalf("status %d (%v): %s", code, err, body)
 	}
-	want := ref.Tokenizer().Encode("Hello world", true)
+	want := ref.Encode("Hello world", true)
 	if fmt.Sprint(tok.Tokens) != fmt.Sprint(want) || tok.Count != len(want) || !strings.Contains(string(body), `"max_model_len":2048`) {
 		t.Errorf("tokenize: %s, want ids %v", body, want)
 	}
@@ -388,7 +388,7 @@ func TestTokenize(t *testing.T) {
 	ids, _ := json.Marshal(want)
 	code, body = s.post(t, "/detokenize", fmt.Sprintf(`{"tokens": %s}`, ids))
 	var detok struct{ Prompt string }
-	if err := json.Unmarshal(body, &detok); code != 200 || err != nil || detok.Prompt != ref.Tokenizer().Decode(want, false) || !strings.Contains(detok.Prompt, "Hello") {
+	if err := json.Unmarshal(body, &detok); code != 200 || err != nil || detok.Prompt != ref.Decode(want, false) || !strings.Contains(detok.Prompt, "Hello") {
 		t.Errorf("detokenize: %d %s", code, body)
 	}
 }

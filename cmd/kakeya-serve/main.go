@@ -25,7 +25,6 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/kvflags"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/scheduler"
 	"github.com/kakeya-ai/kakeya/weights"
 )
@@ -172,33 +171,27 @@ func (o *options) check() error {
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return fmt.Errorf("--addr %q: %w", o.addr, err)
 	}
-	var err error
-	flag := o.matmul
-	if o.matmul, err = device.MatMul(o.device, o.matmul); err != nil {
+	if err := device.Check(o.device); err != nil {
 		return err
 	}
-	if err := kvflags.Check(o.cache, o.calib); err != nil {
+	if err := device.CheckMatMul(o.matmul); err != nil {
 		return err
 	}
-	o.backend, err = device.Open(o.device, flag)
-	return err
+	return kvflags.Check(o.cache, o.calib)
 }
 
 // engineOptions returns what kakeya.Load is given.
 func (o *options) engineOptions(hub weights.HubOptions, log *slog.Logger) kakeya.Options {
 	opt := kakeya.Options{
 		Backend:          o.backend,
-		Model:            model.Options{MaxContext: o.maxContext},
+		MaxContext:       o.maxContext,
 		Hub:              hub,
 		Cache:            o.cache,
 		Calibration:      o.calib,
 		CalibrationCache: o.calibCache,
 		KVMemory:         int64(o.kvMemory),
-		Serving:          scheduler.Config{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens},
+		Serving:          kakeya.ServingOptions{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens},
 		Log:              log,
-	}
-	if o.backend == nil {
-		opt.Threads, opt.MatMul = o.threads, o.matmul
 	}
 	return opt
 }
@@ -213,6 +206,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
+	// The device opens before the listener, so that a missing GPU fails at
+	// once; it closes after the engine, or when loading failed.
+	if o.backend, err = device.Open(o.device, o.threads, o.matmul); err != nil {
+		return err
+	}
+	// Closed on return, after the engine, unless a model still loading on
+	// it takes it over (closeBackend false: see afterLoad).
+	closeBackend := true
+	defer func() {
+		if closeBackend {
+			o.backend.Close()
+		}
+	}()
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
 	if o.logFormat == "json" {
 		h = slog.NewJSONHandler(stderr, nil)
@@ -266,11 +272,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			eng = e
 			s.setEngine(e)
 			log.Info("ready", "load", time.Since(start).Round(time.Millisecond), "kv_cache", e.CacheSettings().String(),
-				"calibration", e.CalibrationInfo().String(), "max_tokens", e.MaxTokens(), "kernels", e.Kernels(), "weights", e.Model().Weights())
+				"calibration", e.CalibrationInfo().String(), "max_tokens", e.MaxTokens(), "kernels", e.Kernels(), "weights", e.ModelInfo().Weights)
 		}
 		loaded <- err
 	}()
 
+	// afterLoad hands the backend to the load still running: it closes
+	// the engine, if one loaded, and then the backend.
+	afterLoad := func() {
+		closeBackend = false
+		stopLoad()
+		go func() {
+			if <-loaded == nil {
+				eng.Close()
+			}
+			o.backend.Close()
+		}()
+	}
 	select {
 	case err := <-loaded:
 		if err != nil {
@@ -278,9 +296,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 	case err := <-served:
+		afterLoad()
 		return err
 	case <-ctx.Done():
 		// Stopped while loading: nothing runs yet.
+		afterLoad()
 		s.draining.Store(true)
 		hs.Close()
 		log.Info("stopped while loading the model")

@@ -842,7 +842,7 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 			writeError(w, aerr)
 			return
 		}
-		ids = eng.Tokenizer().Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
+		ids = eng.Encode(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 	case req.Messages != nil:
 		p := &params{strict: s.strictParams}
 		msgs, aerr := decodeMessages(req.Messages, p)
@@ -890,14 +890,13 @@ func (s *server) detokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("tokens", "tokens is required"))
 		return
 	}
-	tok := eng.Tokenizer()
 	for i, id := range req.Tokens {
-		if id < 0 || id >= tok.VocabSize() {
-			writeError(w, badRequest("tokens", "tokens[%d] = %d is not a token id (0 to %d)", i, id, tok.VocabSize()-1))
+		if id < 0 || id >= eng.VocabSize() {
+			writeError(w, badRequest("tokens", "tokens[%d] = %d is not a token id (0 to %d)", i, id, eng.VocabSize()-1))
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Prompt string `json:"prompt"`
-	}{tok.Decode(req.Tokens, false)})
+	}{eng.Decode(req.Tokens, false)})
 }

@@ -18,6 +18,10 @@ import (
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
+func init() {
+	compute.RegisterBackend("cpu", func(o compute.OpenOptions) (compute.Backend, error) { return NewMatMul(o.Threads, o.MatMul) })
+}
+
 // Backend runs compute.Backend's operations on the CPU.
 //
 // Its arithmetic cannot fail; what can is attention over a KV block that

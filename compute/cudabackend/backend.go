@@ -15,6 +15,12 @@ import (
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
+func init() {
+	compute.RegisterBackend("cuda", func(o compute.OpenOptions) (compute.Backend, error) {
+		return New(Options{Device: o.Device, MatMul: o.MatMul})
+	})
+}
+
 // Options configure New.
 type Options struct {
 	// Device is the CUDA device ordinal.

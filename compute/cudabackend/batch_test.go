@@ -50,7 +50,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 	runs := []*run{
 		{spec: kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}, prompt: testIDs(10, vocab), join: 0},
 		{spec: kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(3, vocab-1), join: 0},
-		{spec: kvconfig.Spec{KV: "kakeya:b=3", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(6, vocab-2), join: 1},
+		{spec: kvconfig.Spec{KV: "kakeya-block:b=3", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(6, vocab-2), join: 1},
 	}
 	for _, r := range runs {
 		p, _, err := kvplan.NewPolicy(r.spec, m.CacheShape(), nil)

@@ -127,7 +127,7 @@ func TestGPUThroughput(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%s; prefill products: %s\nQwen2.5-0.5B shape (bf16 weights, %.0f MB read per token)\n", gpu.Device(), gpu.GEMM(), float64(weightBytes)/1e6)
 	fmt.Fprintf(&table, "%-10s %6s %12s %12s %12s %10s %10s\n", "cache", "ctx", "prefill t/s", "decode t/s", "bound t/s", "% bound", "KV MB")
-	for _, cache := range []string{"plain", "int8", "kakeya:b=3", "kakeya-pc"} {
+	for _, cache := range []string{"plain", "int8", "kakeya-block:b=3", "kakeya-pc"} {
 		sp := kvconfig.Spec{KV: "none", BlockSize: 64, CacheType: "bf16"}
 		if cache != "plain" {
 			sp = kvconfig.Spec{KV: cache, BlockSize: 64, HotWindow: 64, Boundary: "none", CacheType: "bf16"}

@@ -17,6 +17,7 @@ import (
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 // newFakeBackend returns a backend on a fake driver, closed with the test.
@@ -226,11 +227,11 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// boundary hides a difference): its decoded values, in float32.
 		{"f32 codec", kvconfig.Spec{KV: "f32", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// Kakeya blocks, kept encoded and decoded by the attention kernel.
-		{"kakeya", kvconfig.Spec{KV: "kakeya:b=3", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		{"kakeya", kvconfig.Spec{KV: "kakeya-block:b=3", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// Preconditioned keys (a random factor per layer and KV head),
 		// kept encoded and un-whitened by the attention kernel.
 		{"pre+int8", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
-		{"pre+kakeya/int4", kvconfig.Spec{K: "kakeya", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
+		{"pre+kakeya/int4", kvconfig.Spec{K: "kakeya-block", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
 		// kakeya-pc blocks (a synthetic calibration's basis per layer and
 		// KV head), encoded on the device and read by the attention
 		// kernel.
@@ -270,7 +271,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if lossy && d > tol && d < 100*tol && kl < 1e-5 && eval.Argmax(got[p]) == eval.Argmax(want[p]) {
+					if lossy && d > tol && d < 100*tol && kl < 1e-5 && pick.ArgMax(got[p]) == pick.ArgMax(want[p]) {
 						// Keys or values that differ in their last bits
 						// (the backends sum in different orders) can land
 						// on either side of a quantization boundary: one

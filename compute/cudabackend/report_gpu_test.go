@@ -31,12 +31,12 @@ var reportContexts = []int{512, 2048, 8192}
 
 // reportCaches returns the caches of the throughput rows:
 // KAKEYA_REPORT_CACHES (names separated by spaces or commas), by default
-// plain, int8, kakeya:b=3 and kakeya-pc.
+// plain, int8, kakeya-block:b=3 and kakeya-pc.
 func reportCaches() []string {
 	if s := strings.FieldsFunc(os.Getenv("KAKEYA_REPORT_CACHES"), func(r rune) bool { return r == ' ' || r == ',' }); len(s) > 0 {
 		return s
 	}
-	return []string{"plain", "int8", "kakeya:b=3", "kakeya-pc"}
+	return []string{"plain", "int8", "kakeya-block:b=3", "kakeya-pc"}
 }
 
 // noDevice says why err means the machine has no GPU to report on ("no

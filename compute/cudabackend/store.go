@@ -301,6 +301,9 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	if pt.dec != nil {
 		return fmt.Errorf("cuda: part already encoded by %s", pt.dec.Name())
 	}
+	if err := checkEncoded(dec, enc, s.rows, s.d); err != nil {
+		return err
+	}
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -509,4 +512,24 @@ func (s *store) retire(p *part) {
 		s.tabs = append(s.tabs, p.wtab)
 		p.wtab = nil
 	}
+}
+
+// checkEncoded checks bytes the kernels will read as they are, without a
+// decoder's checks: a block of a format the kernels read must be whole and
+// intact (codec.CheckBlock), or attention would read garbage as values.
+// Bytes decoded on the host are checked by their decoder.
+func checkEncoded(dec compute.Decoder, enc []byte, rows, d int) error {
+	if _, ok := encodedFormat(dec, d); !ok {
+		return nil
+	}
+	inner := dec
+	if w, isPre := dec.(codec.Whitened); isPre {
+		inner = w.Unwrap()
+	}
+	if f, ok := inner.(codec.Described); ok {
+		if err := codec.CheckBlock(inner.Name(), enc, f.Format().ID, rows, d); err != nil {
+			return fmt.Errorf("cuda: %w", err)
+		}
+	}
+	return nil
 }

@@ -13,6 +13,10 @@ import (
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
+func init() {
+	compute.RegisterBackend("reference", func(compute.OpenOptions) (compute.Backend, error) { return Backend{}, nil })
+}
+
 // Backend is the reference compute.Backend.
 type Backend struct{}
 
@@ -220,7 +224,7 @@ type attention struct{ p compute.AttentionParams }
 
 // NewAttention returns attention with the geometry p.
 func (Backend) NewAttention(p compute.AttentionParams) (compute.Attention, error) {
-	if p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || p.HeadDim <= 0 || p.HeadDim%2 != 0 || p.Window < 0 || p.Scale < 0 || p.Softcap < 0 {
+	if p.Heads <= 0 || p.KVHeads <= 0 || p.Heads%p.KVHeads != 0 || p.HeadDim <= 0 || p.HeadDim%2 != 0 || p.BlockSize <= 0 || p.Window < 0 || p.Scale < 0 || p.Softcap < 0 {
 		return nil, fmt.Errorf("reference: attention %+v", p)
 	}
 	return &attention{p: p}, nil

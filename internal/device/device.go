@@ -1,66 +1,67 @@
-// Package device turns the tools' --device flag into a compute backend.
+// Package device turns the tools' --device, --threads and --matmul flags
+// into a compute backend, opened by name through the backend registry
+// (compute.OpenBackend). It imports the backends the tools offer, cpu,
+// reference and cuda, for their registration.
 package device
 
 import (
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
-	"github.com/kakeya-ai/kakeya/compute/cudabackend"
+	_ "github.com/kakeya-ai/kakeya/compute/cudabackend" // registers "cuda"
+	_ "github.com/kakeya-ai/kakeya/compute/reference"   // registers "reference"
 )
 
-// Names lists the devices --device accepts.
-func Names() []string { return []string{"cpu", "cuda", "cuda:N"} }
-
-// Backend returns the backend of a --device value, for model.Options:
-// "cpu" gives nil, the model's own CPU backend of --threads threads;
-// "cuda" opens CUDA device 0 and "cuda:N" device N, failing at once on a
-// machine without the NVIDIA driver or a device, saying what was looked
-// for.
-func Backend(name string) (compute.Backend, error) { return Open(name, "") }
-
-// Open is Backend with the --matmul value (unconverted by MatMul) that a
-// GPU takes as its prefill precision: "" or "bf16" rounds the activations
-// of bf16 and f16 weights' products to 16 bits for the tensor cores, "f32"
-// keeps them float32 (cudabackend.Options.MatMul). The CPU's precision
-// goes to OrCPU through MatMul instead.
-func Open(name, matmul string) (compute.Backend, error) {
-	if name == "cpu" {
-		return nil, nil
+// Names lists the devices --device accepts: the registered backends, a
+// device with several ordinals also as NAME:N.
+func Names() []string {
+	names := compute.Backends()
+	if slices.Contains(names, "cuda") {
+		names = append(names, "cuda:N")
 	}
-	if rest, ok := strings.CutPrefix(name, "cuda"); ok {
-		ordinal := 0
-		if rest != "" {
-			n, err := strconv.Atoi(strings.TrimPrefix(rest, ":"))
-			if !strings.HasPrefix(rest, ":") || err != nil || n < 0 {
-				return nil, fmt.Errorf("--device %q: want cuda or cuda:N with N a device ordinal (0, 1, ...)", name)
-			}
-			ordinal = n
-		}
-		b, err := cudabackend.New(cudabackend.Options{Device: ordinal, MatMul: matmul})
-		if err != nil {
-			return nil, fmt.Errorf("--device %s: %w", name, err)
-		}
-		return b, nil
-	}
-	return nil, fmt.Errorf("--device %q: want one of %s", name, strings.Join(Names(), ", "))
+	return names
 }
 
-// OrCPU returns b, the backend of a --device value, or for "cpu" (b nil)
-// a new CPU backend of threads threads (--threads) and matmul precision
-// (--matmul, as MatMul returns it). done releases what OrCPU started; the
-// caller calls it once the model is closed.
-func OrCPU(b compute.Backend, threads int, matmul string) (be compute.Backend, done func(), err error) {
-	if b != nil {
-		return b, func() {}, nil
+// Check reports whether name is a --device value Open takes, without
+// opening it: a registered backend, with a device ordinal (cuda:N) only on
+// a backend that has several.
+func Check(name string) error {
+	kind, ord, hasOrd := strings.Cut(name, ":")
+	if !slices.Contains(compute.Backends(), kind) || (hasOrd && kind != "cuda") {
+		return fmt.Errorf("--device %q: want one of %s", name, strings.Join(Names(), ", "))
 	}
-	cpu, err := cpubackend.NewMatMul(threads, matmul)
+	if hasOrd {
+		var n int
+		if _, err := fmt.Sscanf(ord, "%d", &n); err != nil || n < 0 || fmt.Sprint(n) != ord {
+			return fmt.Errorf("--device %q: want cuda or cuda:N with N a device ordinal (0, 1, ...)", name)
+		}
+	}
+	return nil
+}
+
+// Open opens the backend of a --device value: "cpu" a CPU backend of
+// threads threads (--threads, 0 for GOMAXPROCS) and matmul precision,
+// "reference" the float64 oracle, "cuda" CUDA device 0 and "cuda:N" device
+// N, failing at once on a machine without the NVIDIA driver or a device,
+// saying what was looked for. matmul (--matmul, "" for the default) is
+// the CPU's precision of bf16 products, or a GPU's of prefill (see
+// cudabackend.Options.MatMul). The caller closes the backend once the
+// model on it is closed.
+func Open(name string, threads int, matmul string) (compute.Backend, error) {
+	if err := Check(name); err != nil {
+		return nil, err
+	}
+	if err := CheckMatMul(matmul); err != nil {
+		return nil, err
+	}
+	b, err := compute.OpenBackend(name, compute.OpenOptions{Threads: threads, MatMul: matmul})
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("--device %s: %w", name, err)
 	}
-	return cpu, func() { cpu.Close() }, nil
+	return b, nil
 }
 
 // MaxThreads returns the most compute threads the CPU backend takes
@@ -70,18 +71,10 @@ func MaxThreads() int { return cpubackend.MaxThreads() }
 // MatMulUsage is the help text of the tools' --matmul flag.
 const MatMulUsage = "precision of the activations in bf16 matrix products: bf16 (rounded first, llama.cpp's arithmetic: about 1.5x the prefill speed with AVX512_BF16; on a GPU, prefill on the bf16/f16 tensor cores) or f32 (exact)"
 
-// MatMul checks a --matmul value and returns it as model.Options.MatMul
-// takes it: the value on the CPU ("" the default precision); "" on other
-// devices, which take it through Open instead (the engine's MatMul applies
-// only to the CPU backend it starts).
-func MatMul(dev, matmul string) (string, error) {
-	switch {
-	case matmul == "":
-		return "", nil
-	case matmul != "f32" && matmul != "bf16":
-		return "", fmt.Errorf("--matmul %q: want f32 or bf16", matmul)
-	case dev == "cpu":
-		return matmul, nil
+// CheckMatMul checks a --matmul value: "" (the default), f32 or bf16.
+func CheckMatMul(matmul string) error {
+	if matmul != "" && matmul != "f32" && matmul != "bf16" {
+		return fmt.Errorf("--matmul %q: want f32 or bf16", matmul)
 	}
-	return "", nil
+	return nil
 }

@@ -5,24 +5,50 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/compute/computetest"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 )
 
-func TestBackend(t *testing.T) {
-	if b, err := Backend("cpu"); b != nil || err != nil {
-		t.Errorf("cpu: %v, %v; want the model's default (nil)", b, err)
+// Open opens every registered backend by name through the registry: cpu
+// with its threads and precision, reference; an unknown name or a bad
+// ordinal is an error listing what is accepted.
+func TestOpen(t *testing.T) {
+	for _, name := range []string{"cpu", "reference"} {
+		b, err := Open(name, 1, "f32")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b.Name() != name {
+			t.Errorf("Open(%q) opened %q", name, b.Name())
+		}
+		b.Close()
 	}
-	for _, name := range []string{"", "CPU", "gpu", "cudax", "cuda:", "cuda:-1", "cuda:a"} {
-		if _, err := Backend(name); err == nil || !strings.Contains(err.Error(), "want ") {
+	if b, err := Open("cpu", 1, ""); err != nil || b.(*cpubackend.Backend).Threads() != 1 {
+		t.Errorf("cpu with 1 thread: %v", err)
+	} else {
+		b.Close()
+	}
+	for _, name := range []string{"", "CPU", "gpu", "cudax", "cuda:", "cuda:-1", "cuda:a", "cuda:01", "cpu:1"} {
+		if _, err := Open(name, 1, ""); err == nil || !strings.Contains(err.Error(), "want ") {
 			t.Errorf("%q: err = %v, want one naming the accepted values", name, err)
 		}
+	}
+	_, err := Open("tpu", 1, "")
+	if err == nil || !strings.Contains(err.Error(), "cpu, cuda, reference, cuda:N") {
+		t.Errorf("tpu: %v, want the registered backends listed", err)
+	}
+	if _, err := Open("cpu", 1, "fp16"); err == nil || err.Error() != `--matmul "fp16": want f32 or bf16` {
+		t.Errorf("--matmul fp16: %v", err)
+	}
+	if _, err := compute.OpenBackend("tpu", compute.OpenOptions{}); err == nil || !strings.Contains(err.Error(), "registered: cpu, cuda, reference") {
+		t.Errorf("compute.OpenBackend(tpu): %v", err)
 	}
 }
 
 // Without the NVIDIA driver (every CI machine), --device cuda fails at
 // once, naming the library it looked for and why it could not be used.
 func TestCUDAWithoutDriver(t *testing.T) {
-	b, err := Backend("cuda")
+	b, err := Open("cuda", 0, "")
 	if err == nil {
 		b.Close()
 		t.Skip("a CUDA device is present")
@@ -36,25 +62,6 @@ func TestCUDAWithoutDriver(t *testing.T) {
 		t.Errorf("error %q names neither libcuda.so.1 nor the missing cgo", msg)
 	}
 	t.Log(msg)
-}
-
-func TestMatMul(t *testing.T) {
-	for _, tt := range []struct {
-		dev, in, want, err string
-	}{
-		{"cpu", "", "", ""},
-		{"cuda", "", "", ""},
-		{"cpu", "f32", "f32", ""},
-		{"cuda", "f32", "", ""},
-		{"cpu", "bf16", "bf16", ""},
-		{"cuda:1", "bf16", "", ""},
-		{"cpu", "fp16", "", `--matmul "fp16": want f32 or bf16`},
-	} {
-		got, err := MatMul(tt.dev, tt.in)
-		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && err.Error() != tt.err) {
-			t.Errorf("MatMul(%q, %q) = %q, %v; want %q, %q", tt.dev, tt.in, got, err, tt.want, tt.err)
-		}
-	}
 }
 
 // Count counts the CPU backend's seam operations through a wrapper that
@@ -87,5 +94,28 @@ func TestCountCPU(t *testing.T) {
 	a.Softcap(x, 30)
 	if c := counts(); c.Ops != 6 {
 		t.Errorf("counts %+v after 6 operations", c)
+	}
+}
+
+// The counting wrapper passes the compute contract with every capability
+// of the CPU backend it wraps (computetest), so a kernel path a model
+// would take on the CPU stays the one it takes while counted.
+func TestCountConformance(t *testing.T) {
+	cpu := cpubackend.New(1)
+	caps := computetest.Capabilities(cpu)
+	cpu.Close()
+	err := computetest.Test(computetest.Config{
+		Open: func() (compute.Backend, error) {
+			b, err := cpubackend.NewMatMul(1, "f32")
+			if err != nil {
+				return nil, err
+			}
+			c, _ := Count(b)
+			return c, nil
+		},
+		Capabilities: caps,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

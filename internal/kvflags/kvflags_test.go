@@ -19,12 +19,12 @@ func TestRegister(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	Register(fs, &s)
-	err := fs.Parse([]string{"--k-codec", "kakeya:b=3,rank=4", "--v-codec=int4", "--boundary", "0;-1", "--block-size", "64",
+	err := fs.Parse([]string{"--k-codec", "kakeya-block:b=3,rank=4", "--v-codec=int4", "--boundary", "0;-1", "--block-size", "64",
 		"--hot-window", "64", "--sinks", "4", "--precond", "--calib-codebooks=false"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := kvconfig.Parse("k=kakeya:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0")
+	want, _ := kvconfig.Parse("k=kakeya-block:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0")
 	if s != want {
 		t.Errorf("flags gave %+v, want %+v", s, want)
 	}
@@ -43,7 +43,7 @@ func TestRegister(t *testing.T) {
 // codecs; a missing file is the flag's error.
 func TestPolicyFlag(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "plan.json")
-	plan := `{"format": "kakeya-kv-plan/1", "layers": [{"k": "none", "v": "int8"}, {"k": "kakeya:b=3,rank=4", "v": "bf16"}]}`
+	plan := `{"format": "kakeya-kv-plan/1", "layers": [{"k": "none", "v": "int8"}, {"k": "kakeya-block:b=3,rank=4", "v": "bf16"}]}`
 	if err := os.WriteFile(path, []byte(plan), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestPolicyFlag(t *testing.T) {
 		layers string
 		err    string
 	}{
-		{[]string{"--kv-policy", path, "--hot-window", "8"}, "none/int8|kakeya:b=3,rank=4/none", ""},
+		{[]string{"--kv-policy", path, "--hot-window", "8"}, "none/int8|kakeya-block:b=3,rank=4/none", ""},
 		{[]string{"--kv-policy", path + ".missing"}, "", "invalid value \"" + path + ".missing\" for flag -kv-policy: policy file: open " + path + ".missing"},
 	} {
 		var s kvconfig.Spec
@@ -103,7 +103,7 @@ func TestError(t *testing.T) {
 		err  error
 		want string
 	}{
-		{err, "--k-bits 3: codec int8 has a fixed width (only kakeya and turbo take a bit width)"},
+		{err, "--k-bits 3: codec int8 has a fixed width (only kakeya-block and turbo take a bit width)"},
 		{wrapped, "kakeya: cache: --k-bits 3: codec int8 has a fixed width"},
 		{kvconfig.Errorf("{precond} needs a calibration{calib}"), "--precond needs a calibration (--calib)"},
 		{errors.New("other: Spec.KV"), "other: Spec.KV"},
@@ -122,9 +122,9 @@ func TestError(t *testing.T) {
 // validate fill the Spec that their String form reads back as.
 func FuzzSpecFlags(f *testing.F) {
 	for _, s := range []string{
-		"--kv-codec int8", "--k-codec kakeya:b=3,rank=4 --v-codec=int4 --boundary 0;-1 --block-size 64 --hot-window 64 --sinks 4 --precond --calib-codebooks=false",
+		"--kv-codec int8", "--k-codec kakeya-block:b=3,rank=4 --v-codec=int4 --boundary 0;-1 --block-size 64 --hot-window 64 --sinks 4 --precond --calib-codebooks=false",
 		"--kv-codec int8 --kv-codec int4", "--hot-window 0 --cache-type f32", "--layer-codecs none/int8|int8/none --hot-window 8",
-		"--kv-codec kakeya:b=0", "--k-bits 0", "--precond --precond", "--block-size -1",
+		"--kv-codec kakeya-block:b=0", "--k-bits 0", "--precond --precond", "--block-size -1",
 	} {
 		f.Add(s)
 	}

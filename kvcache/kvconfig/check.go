@@ -156,7 +156,7 @@ func withBits(spec string, bits int, codecKey, bitsKey string) (string, error) {
 	}
 	if bits != 0 {
 		if !codec.TakesBits(sp.Name) {
-			return "", Errorf(b+" %d: codec %s has a fixed width (only kakeya and turbo take a bit width)", bits, sp.Name)
+			return "", Errorf(b+" %d: codec %s has a fixed width (only %s take a bit width)", bits, sp.Name, bitCodecs())
 		}
 		if sp.Bits != 0 && sp.Bits != bits {
 			return "", Errorf(b+" %d contradicts b=%d in "+c+" %q", bits, sp.Bits, spec)
@@ -182,4 +182,19 @@ func effective(v string) string {
 		return ""
 	}
 	return v
+}
+
+// bitCodecs lists the registered codecs that take a bit width, for
+// errors: "kakeya-block and turbo".
+func bitCodecs() string {
+	var names []string
+	for _, r := range codec.Registered() {
+		if r.MaxBits > 0 {
+			names = append(names, r.Name)
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }

@@ -41,7 +41,7 @@ func (k Key) IsSwitch() bool { return k.Name == "precond" || k.Name == "calib-co
 // them.
 func Grammar() []Key {
 	return []Key{
-		{"kv-codec", []string{"kv"}, "codec `SPEC` for keys and values: none or one of " + strings.Join(codec.Names(), ", ") + ` (a spec such as "kakeya:b=3,rank=4" also works; kakeya alone is the kakeya preset, ` + PresetCodec + ` on every layer with a hot window of ` + strconv.Itoa(PresetHotWindow) + `)`,
+		{"kv-codec", []string{"kv"}, "codec `SPEC` for keys and values: none or one of " + strings.Join(codec.Names(), ", ") + ` (a spec such as "kakeya-block:b=3,rank=4" also works; kakeya alone is the kakeya preset, ` + PresetCodec + ` on every layer with a hot window of ` + strconv.Itoa(PresetHotWindow) + `)`,
 			func(_ Parser, s *Spec, v string) error { s.KV = codecValue(v); return nil },
 			func(s Spec) string { return s.KV }},
 		{"k-codec", []string{"k"}, "key codec `SPEC`, overriding --kv-codec for keys (none keeps keys uncompressed)",
@@ -50,10 +50,10 @@ func Grammar() []Key {
 		{"v-codec", []string{"v"}, "value codec `SPEC`, overriding --kv-codec for values (none keeps values uncompressed)",
 			func(_ Parser, s *Spec, v string) error { s.V = codecValue(v); return nil },
 			func(s Spec) string { return s.V }},
-		{"k-bits", []string{"kbits"}, "bit width `N` of the key codec, for codecs that have one (kakeya: 1-4)",
+		{"k-bits", []string{"kbits"}, "bit width `N` of the key codec, for codecs that have one (kakeya-block: 1-4, turbo: 2-4)",
 			func(_ Parser, s *Spec, v string) (err error) { s.KBits, err = parseCount(v, 1); return err },
 			func(s Spec) string { return itoa(s.KBits) }},
-		{"v-bits", []string{"vbits"}, "bit width `N` of the value codec, for codecs that have one (kakeya: 1-4)",
+		{"v-bits", []string{"vbits"}, "bit width `N` of the value codec, for codecs that have one (kakeya-block: 1-4, turbo: 2-4)",
 			func(_ Parser, s *Spec, v string) (err error) { s.VBits, err = parseCount(v, 1); return err },
 			func(s Spec) string { return itoa(s.VBits) }},
 		{"block-size", []string{"block"}, fmt.Sprintf("tokens per cache block `N` (default %d, or %d when a codec is set)", DefaultBlock, DefaultCodecBlock),
@@ -112,7 +112,7 @@ func Grammar() []Key {
 		{"precond", []string{"precondition"}, "whiten keys by the calibration's query covariance: 1, 0 or auto (auto: on with --calib when keys are compressed)",
 			func(_ Parser, s *Spec, v string) (err error) { s.Precondition, err = parseSwitch(v); return err },
 			func(s Spec) string { return switchValue(s.Precondition) }},
-		{"calib-codebooks", []string{"cb", "codebooks"}, "kakeya codecs use the calibration's Lloyd-Max codebooks: 1, 0 or auto (auto: when it has them)",
+		{"calib-codebooks", []string{"cb", "codebooks"}, "kakeya-block codecs use the calibration's Lloyd-Max codebooks: 1, 0 or auto (auto: when it has them)",
 			func(_ Parser, s *Spec, v string) (err error) { s.Codebooks, err = parseSwitch(v); return err },
 			func(s Spec) string { return switchValue(s.Codebooks) }},
 		{"cache-type", nil, "storage of uncompressed KV blocks: bf16 (default) or f32 (exact, twice the memory)",
@@ -194,12 +194,12 @@ func (p Parser) SetKey(s *Spec, k Key, value string) error { return k.set(p, s, 
 // Parse reads a Spec written as comma-separated key=value pairs with the
 // keys of Keys, e.g.
 //
-//	k=kakeya:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,precond=1
+//	k=kakeya-block:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,precond=1
 //
 // Boundary layers are separated by ';' here, since ',' separates pairs. A
 // codec spec may itself hold commas: a piece that does not start with a
 // key and '=' continues the codec spec before it, so the example's k is
-// "kakeya:b=3,rank=4". A setting given twice, under any of its names, is
+// "kakeya-block:b=3,rank=4". A setting given twice, under any of its names, is
 // an error. Parse(s.String()) == s for every Spec Parse returns but the
 // zero one, whose String "" is not a setting.
 func (p Parser) Parse(text string) (Spec, error) {

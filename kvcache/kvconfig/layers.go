@@ -23,7 +23,7 @@ type LayerPlan struct {
 }
 
 // ParseLayerCodecs reads per-layer codecs written as "K/V|K/V|...", one
-// K/V pair per layer from layer 0, e.g. "none/none|kakeya:b=2/int4|none/int8".
+// K/V pair per layer from layer 0, e.g. "none/none|kakeya-block:b=2/int4|none/int8".
 // "none" (or "bf16") keeps a side uncompressed.
 func ParseLayerCodecs(s string) ([]LayerPlan, error) {
 	if strings.TrimSpace(s) == "" {

@@ -29,11 +29,13 @@ const (
 )
 
 // IsPreset reports whether s selects the kakeya preset: its codec for keys
-// and values is "kakeya" with no setting of the per-block-basis Kakeya codec
-// (format 5) — no codec parameters (kakeya:b=3, kakeya:rank=4), no bit
-// width (KBits, VBits), no per-side codec (K, V), no per-layer plan, and
-// neither Precondition nor Codebooks asked for, which only that codec
-// uses. Such a Spec keeps meaning that codec.
+// and values is "kakeya" with no setting of the per-block-basis codec
+// kakeya-block (format 5) — no codec parameters (kakeya:b=3,
+// kakeya:rank=4), no bit width (KBits, VBits), no per-side codec (K, V),
+// no per-layer plan, and neither Precondition nor Codebooks asked for,
+// which only that codec uses. Such a Spec means kakeya-block, the old
+// spelling "kakeya" of which codec.ParseSpec accepts with a deprecation
+// message.
 func (s Spec) IsPreset() bool {
 	return strings.EqualFold(strings.TrimSpace(s.KV), PresetName) &&
 		s.K == "" && s.V == "" && s.KBits == 0 && s.VBits == 0 && s.Layers == "" &&

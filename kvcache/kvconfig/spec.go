@@ -59,12 +59,12 @@ func (s Switch) Or(def bool) bool {
 // default.
 type Spec struct {
 	// KV is the codec spec for keys and values (codec.ParseSpec, e.g.
-	// "int8" or "kakeya:b=3,rank=4"); "" and "none" keep them uncompressed.
+	// "int8" or "kakeya-block:b=3,rank=4"); "" and "none" keep them uncompressed.
 	KV string
 	// K and V override KV for one side; "none" keeps that side
 	// uncompressed, "" follows KV.
 	K, V string
-	// KBits and VBits set the bit width of a codec that has one (kakeya);
+	// KBits and VBits set the bit width of a codec that has one (kakeya-block, turbo);
 	// 0 keeps the codec's own.
 	KBits, VBits int
 	// BlockSize is tokens per cache block: 0 means DefaultBlock, or
@@ -88,7 +88,7 @@ type Spec struct {
 	// covariance before the key codec. Auto: on when a calibration is given
 	// and keys are compressed.
 	Precondition Switch
-	// Codebooks gives kakeya codecs the calibration's Lloyd–Max residual
+	// Codebooks gives kakeya-block codecs the calibration's Lloyd–Max residual
 	// codebooks for their bit width instead of the Gaussian ones (keys only
 	// when preconditioned: the key codebook is fitted to whitened keys).
 	// Auto: on when the calibration holds a codebook for the width.

@@ -66,8 +66,8 @@ func TestParse(t *testing.T) {
 		err  string
 	}{
 		{"kv=int8", Spec{KV: "int8"}, ""},
-		{"k=kakeya:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0",
-			Spec{K: "kakeya:b=3,rank=4", V: "int4", Boundary: "0,-1", BlockSize: 64, HotWindow: 64, Sinks: 4, Precondition: On, Codebooks: Off}, ""},
+		{"k=kakeya-block:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0",
+			Spec{K: "kakeya-block:b=3,rank=4", V: "int4", Boundary: "0,-1", BlockSize: 64, HotWindow: 64, Sinks: 4, Precondition: On, Codebooks: Off}, ""},
 		// The flag names are keys too.
 		{"kv-codec=kakeya,k-bits=2,v-bits=4,block-size=32,hot-window=0,calib-codebooks=1,cache-type=F32",
 			Spec{KV: "kakeya", KBits: 2, VBits: 4, BlockSize: 32, HotWindow: -1, Codebooks: On, CacheType: "f32"}, ""},
@@ -83,7 +83,7 @@ func TestParse(t *testing.T) {
 		{"cache-type=f16", Spec{}, `cache-type "f16": want bf16 or f32`},
 		{"block", Spec{}, `"block" is not key=value`},
 		// Per-layer codecs: commas inside a layer's codec spec continue it.
-		{"layers=none/BF16|kakeya:b=3,rank=4/int4,hot=32", Spec{Layers: "none/none|kakeya:b=3,rank=4/int4", HotWindow: 32}, ""},
+		{"layers=none/BF16|kakeya-block:b=3,rank=4/int4,hot=32", Spec{Layers: "none/none|kakeya-block:b=3,rank=4/int4", HotWindow: 32}, ""},
 		{"layers=int8", Spec{}, `layer 0 "int8": want K/V`},
 		{"layers=int8/", Spec{}, "layer 0 \"int8/\": empty value codec"},
 		{"layers=none/none|int9/none", Spec{}, `layer 1 key codec "int9"`},
@@ -125,7 +125,7 @@ func TestSpecValidate(t *testing.T) {
 		err  string
 	}{
 		{Spec{}, ""},
-		{Spec{K: "kakeya:b=3,rank=4", V: "int4", Boundary: "0,-1", HotWindow: 64, Sinks: 4}, ""},
+		{Spec{K: "kakeya-block:b=3,rank=4", V: "int4", Boundary: "0,-1", HotWindow: 64, Sinks: 4}, ""},
 		{Spec{K: "int8", Precondition: On}, ""},
 		{Spec{KV: "kakeya", KBits: 2}, ""},
 		{Spec{Sinks: -4}, "--sinks -4 must be >= 0"},
@@ -134,11 +134,11 @@ func TestSpecValidate(t *testing.T) {
 		{Spec{K: "int5"}, `--k-codec "int5": codec: unknown codec "int5"`},
 		{Spec{KV: "int5"}, `--kv-codec "int5"`},
 		{Spec{V: "int8:b=3"}, "--v-codec"},
-		{Spec{K: "kakeya:rank=x"}, "rank"},
+		{Spec{K: "kakeya-block:rank=x"}, "rank"},
 		{Spec{V: "int8", Precondition: On}, "keys are uncompressed"},
 		{Spec{Codebooks: On}, "keys and values are uncompressed"},
-		{Spec{KV: "int8", KBits: 4}, "--k-bits 4: codec int8 has a fixed width (only kakeya and turbo take a bit width)"},
-		{Spec{KV: "kakeya:b=3", KBits: 4}, "--k-bits 4 contradicts b=3 in --kv-codec"},
+		{Spec{KV: "int8", KBits: 4}, "--k-bits 4: codec int8 has a fixed width (only kakeya-block and turbo take a bit width)"},
+		{Spec{KV: "kakeya-block:b=3", KBits: 4}, "--k-bits 4 contradicts b=3 in --kv-codec"},
 		{Spec{VBits: 4}, "--v-bits 4: no codec is set for that side"},
 		{Spec{KV: "kakeya", VBits: 9}, "--v-bits 9"},
 		{Spec{CacheType: "f16"}, `--cache-type "f16"`},
@@ -170,8 +170,8 @@ func TestSpecCodecs(t *testing.T) {
 		{Spec{KV: "none"}, "", ""},
 		{Spec{KV: "int8"}, "int8", "int8"},
 		{Spec{KV: "int8", K: "none"}, "", "int8"},
-		{Spec{KV: "int8", V: "kakeya", VBits: 2}, "int8", "kakeya:b=2"},
-		{Spec{K: "KAKEYA:b=3"}, "kakeya:b=3", ""},
+		{Spec{KV: "int8", V: "kakeya", VBits: 2}, "int8", "kakeya-block:b=2"},
+		{Spec{K: "KAKEYA:b=3"}, "kakeya-block:b=3", ""},
 	}
 	for _, tt := range tests {
 		c, err := tt.spec.Check()
@@ -209,10 +209,10 @@ func TestInherit(t *testing.T) {
 // Spec that validates survives a round trip through String.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
-		"kv=int8", "k=kakeya:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0",
+		"kv=int8", "k=kakeya-block:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0",
 		"kv-codec=kakeya,k-bits=2,v-bits=4,block-size=32,hot-window=0,calib-codebooks=1,cache-type=f32",
 		"kv=int8,k=none,boundary=none", "foo=1", "k=int4:group=32,seed=7,v=int4-rot", "",
-		"kv=int8,kv=int4", "kv=kakeya:b=3,b=4", "kv=kakeya:b=0", "kv=kakeya:outlier=-1", "kv=int8,hot=256", "kv=int8,sinks=300,block=16",
+		"kv=int8,kv=int4", "kv=kakeya-block:b=3,b=4", "kv=kakeya-block:b=0", "kv=kakeya-block:outlier=-1", "kv=int8,hot=256", "kv=int8,sinks=300,block=16",
 	} {
 		f.Add(s)
 	}
@@ -240,13 +240,13 @@ func TestDuplicateSettings(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"kv=int8,kv=int4", "kv=int4: kv-codec is already set by kv=int8; give each setting once"},
 		{"kv=int8,kv-codec=int4", "kv-codec=int4: kv-codec is already set by kv=int8; give each setting once"},
-		{"k=kakeya:b=3,rank=4,k=int8", "k=int8: k-codec is already set by k=kakeya:b=3; give each setting once"},
+		{"k=kakeya-block:b=3,rank=4,k=int8", "k=int8: k-codec is already set by k=kakeya-block:b=3; give each setting once"},
 		{"hot=64,block=16,hot-window=0", "hot-window=0: hot-window is already set by hot=64"},
 		{"sinks=4,sinks=4", "sinks=4: sinks is already set by sinks=4"},
 		{"precond=1,precondition=0", "precondition=0: precond is already set by precond=1"},
 		{"layers=int8/int8,policy=/nonexistent.json", "policy=/nonexistent.json: layer-codecs is already set by layers=int8/int8"},
 		// Inside a codec spec the codec's own grammar finds the repeat.
-		{"kv=kakeya:b=3,b=4", `the bit width is given twice (b=3, then b=4)`},
+		{"kv=kakeya-block:b=3,b=4", `the bit width is given twice (b=3, then b=4)`},
 	} {
 		s, err := Parse(tt.in)
 		if err == nil {
@@ -312,10 +312,10 @@ func TestRoundTrip(t *testing.T) {
 	specs := []Spec{
 		{KV: "int8"},
 		{KV: "none"},
-		{K: "kakeya:b=3,rank=4", V: "int4", Boundary: "0,-1", BlockSize: 64, HotWindow: 64, Sinks: 4, Precondition: On, Codebooks: Off},
+		{K: "kakeya-block:b=3,rank=4", V: "int4", Boundary: "0,-1", BlockSize: 64, HotWindow: 64, Sinks: 4, Precondition: On, Codebooks: Off},
 		{KV: "kakeya", KBits: 2, VBits: 4, BlockSize: 32, HotWindow: -1, Codebooks: On, CacheType: "f32"},
 		{KV: "int8", K: "none", Boundary: "none"},
-		{Layers: "none/none|kakeya:b=3,rank=4/int4", HotWindow: 32, CacheType: "bf16"},
+		{Layers: "none/none|kakeya-block:b=3,rank=4/int4", HotWindow: 32, CacheType: "bf16"},
 		{V: "int4-rot", Boundary: "1,2,-2"},
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -340,7 +340,7 @@ func TestRoundTrip(t *testing.T) {
 // gives it; not every one validates.
 func randomSpec(r *rand.Rand) Spec {
 	pick := func(vs ...string) string { return vs[r.IntN(len(vs))] }
-	codecs := []string{"", "", "none", "int8", "int4", "int4-rot", "bf16", "kakeya", "kakeya:b=3,rank=4", "kakeya:b=2,outliers=8"}
+	codecs := []string{"", "", "none", "int8", "int4", "int4-rot", "bf16", "kakeya", "kakeya-block:b=3,rank=4", "kakeya-block:b=2,outliers=8"}
 	count := func(least int) int {
 		if r.IntN(2) == 0 {
 			return 0
@@ -382,7 +382,7 @@ func TestCheck(t *testing.T) {
 		{Spec{}, Checked{}},
 		{Spec{Boundary: "1"}, Checked{Spec: Spec{Boundary: "1"}}},
 		{Spec{KV: "int8"}, Checked{Spec: Spec{KV: "int8"}, KCodec: "int8", VCodec: "int8", Boundary: []int{0, -1}}},
-		{Spec{KV: "kakeya", KBits: 3, V: "none", Boundary: "none"}, Checked{Spec: Spec{KV: "kakeya", KBits: 3, V: "none", Boundary: "none"}, KCodec: "kakeya:b=3"}},
+		{Spec{KV: "kakeya", KBits: 3, V: "none", Boundary: "none"}, Checked{Spec: Spec{KV: "kakeya", KBits: 3, V: "none", Boundary: "none"}, KCodec: "kakeya-block:b=3"}},
 		{Spec{V: "INT4", Boundary: "2,-2"}, Checked{Spec: Spec{V: "INT4", Boundary: "2,-2"}, VCodec: "int4", Boundary: []int{2, -2}}},
 		{Spec{Layers: "none/none|int8/none"}, Checked{Spec: Spec{Layers: "none/none|int8/none"}, Layers: []LayerPlan{{"none", "none"}, {"int8", "none"}}}},
 	}

@@ -80,8 +80,8 @@ func TestAllocateKeepsSensitiveLayers(t *testing.T) {
 		return Item{Layer: layer, KV: kv, Choices: []Choice{
 			{Spec: "", Bytes: 256, Cost: 0},
 			{Spec: "int8", Bytes: 136, Cost: harm / 100},
-			{Spec: "kakeya:b=3", Bytes: 60, Cost: harm / 10},
-			{Spec: "kakeya:b=2", Bytes: 44, Cost: harm},
+			{Spec: "kakeya-block:b=3", Bytes: 60, Cost: harm / 10},
+			{Spec: "kakeya-block:b=2", Bytes: 44, Cost: harm},
 		}}
 	}
 	items := []Item{side(0, 0, 10), side(0, 1, 8), side(1, 0, 0.1), side(1, 1, 0.1), side(2, 0, 0.2), side(2, 1, 0.1)}

@@ -208,12 +208,10 @@ func precondition(sw kvconfig.Switch, plan []kvconfig.LayerPlan, cal *codec.Cali
 // bf16 storage of an uncompressed side.
 func coded(spec string) bool { return spec != "" && spec != "none" }
 
-// principal reports whether a plan side's codec is kakeya-pc or kvtc,
-// whose keys are never whitened (they weigh them by the queries instead).
-func principal(spec string) bool {
-	sp, err := codec.ParseSpec(spec)
-	return err == nil && (sp.Name == "kakeya-pc" || sp.Name == "kvtc")
-}
+// principal reports whether a plan side's codec is in a calibrated
+// principal basis (codec.Registration.Principal: kakeya-pc, kvtc), whose
+// keys are never whitened (they weigh them by the queries instead).
+func principal(spec string) bool { return codec.IsPrincipal(spec) }
 
 // A side is one codec spec on one side (kv 0 keys, 1 values).
 type side struct {

@@ -104,30 +104,30 @@ func TestNewPolicy(t *testing.T) {
 		{name: "calibration of another model", spec: kvconfig.Spec{K: "int8"}, cal: testCalibration(4, 2, 4),
 			err: "calibration for \"test\" is for 4 layers x 2 kv heads x head_dim 4, model has 5 x 2 x 4"},
 		{name: "missing factor", spec: kvconfig.Spec{K: "int8"}, cal: noChol, err: "no Cholesky factor for layer 1 kv head 1"},
-		{name: "bad codec", spec: kvconfig.Spec{K: "kakeya:b=9"}, err: "--k-codec"},
+		{name: "bad codec", spec: kvconfig.Spec{K: "kakeya-block:b=9"}, err: "--k-codec"},
 		// Unwhitened keys keep the Gaussian codebook: the key codebook was
 		// fitted to whitened ones.
-		{name: "codebooks", spec: kvconfig.Spec{KV: "kakeya:b=2", Boundary: "0", Precondition: kvconfig.Off}, cal: cal,
+		{name: "codebooks", spec: kvconfig.Spec{KV: "kakeya-block:b=2", Boundary: "0", Precondition: kvconfig.Off}, cal: cal,
 			want: []string{"bf16|bf16", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal", kk + "|" + kk + "-cal"},
-			st:   kvconfig.Settings{K: "kakeya:b=2", V: "kakeya:b=2", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Codebooks: true, CacheType: "bf16"}},
-		{name: "codebooks, precond", spec: kvconfig.Spec{K: "kakeya:b=2", V: "int8", Boundary: "0"}, cal: cal,
+			st:   kvconfig.Settings{K: "kakeya-block:b=2", V: "kakeya-block:b=2", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Codebooks: true, CacheType: "bf16"}},
+		{name: "codebooks, precond", spec: kvconfig.Spec{K: "kakeya-block:b=2", V: "int8", Boundary: "0"}, cal: cal,
 			want: []string{"bf16|bf16", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8", "pre+" + kk + "-cal|int8"},
-			st:   kvconfig.Settings{K: "kakeya:b=2", V: "int8", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Precondition: true, Codebooks: true, CacheType: "bf16"}},
-		{name: "codebooks off", spec: kvconfig.Spec{K: "kakeya:b=2", V: "int8", Boundary: "0", Codebooks: kvconfig.Off}, cal: cal,
+			st:   kvconfig.Settings{K: "kakeya-block:b=2", V: "int8", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Precondition: true, Codebooks: true, CacheType: "bf16"}},
+		{name: "codebooks off", spec: kvconfig.Spec{K: "kakeya-block:b=2", V: "int8", Boundary: "0", Codebooks: kvconfig.Off}, cal: cal,
 			want: []string{"bf16|bf16", "pre+" + kk + "|int8", "pre+" + kk + "|int8", "pre+" + kk + "|int8", "pre+" + kk + "|int8"},
-			st:   kvconfig.Settings{K: "kakeya:b=2", V: "int8", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Precondition: true, CacheType: "bf16"}},
+			st:   kvconfig.Settings{K: "kakeya-block:b=2", V: "int8", BlockSize: 64, HotWindow: 64, Boundary: []int{0}, Precondition: true, CacheType: "bf16"}},
 		// Auto codebooks skip a width the calibration lacks; asked for, it is an error.
-		{name: "auto codebook of other bits", spec: kvconfig.Spec{V: "kakeya:b=3", Boundary: "none"}, cal: cal,
+		{name: "auto codebook of other bits", spec: kvconfig.Spec{V: "kakeya-block:b=3", Boundary: "none"}, cal: cal,
 			want: []string{"-|kakeya-b3-r4v0.95c4-o3x4", "-|kakeya-b3-r4v0.95c4-o3x4", "-|kakeya-b3-r4v0.95c4-o3x4", "-|kakeya-b3-r4v0.95c4-o3x4", "-|kakeya-b3-r4v0.95c4-o3x4"},
-			st:   kvconfig.Settings{V: "kakeya:b=3", BlockSize: 64, HotWindow: 64, CacheType: "bf16"}},
-		{name: "codebook of other bits", spec: kvconfig.Spec{V: "kakeya:b=3", Codebooks: kvconfig.On}, cal: cal, err: "no 3-bit codebook (it has [2]"},
-		{name: "codebooks without calibration", spec: kvconfig.Spec{V: "kakeya:b=2", Codebooks: kvconfig.On}, err: "--calib-codebooks needs a calibration"},
+			st:   kvconfig.Settings{V: "kakeya-block:b=3", BlockSize: 64, HotWindow: 64, CacheType: "bf16"}},
+		{name: "codebook of other bits", spec: kvconfig.Spec{V: "kakeya-block:b=3", Codebooks: kvconfig.On}, cal: cal, err: "no 3-bit codebook (it has [2]"},
+		{name: "codebooks without calibration", spec: kvconfig.Spec{V: "kakeya-block:b=2", Codebooks: kvconfig.On}, err: "--calib-codebooks needs a calibration"},
 		// A per-layer plan: none stores bf16 blocks, as a boundary layer
 		// does; keys coded by any codec are preconditioned, bf16 keys not.
-		{name: "per-layer plan", spec: kvconfig.Spec{Layers: "none/none|int8/int4|kakeya:b=2/none|none/int8|int4/kakeya:b=2"}, cal: cal,
+		{name: "per-layer plan", spec: kvconfig.Spec{Layers: "none/none|int8/int4|kakeya-block:b=2/none|none/int8|int4/kakeya-block:b=2"}, cal: cal,
 			want: []string{"bf16|bf16", "pre+int8|int4", "pre+" + kk + "-cal|bf16", "bf16|int8", "pre+int4|" + kk + "-cal"},
 			st: kvconfig.Settings{BlockSize: 64, HotWindow: 64, Precondition: true, Codebooks: true, CacheType: "bf16",
-				Layers: []kvconfig.LayerPlan{{K: "none", V: "none"}, {K: "int8", V: "int4"}, {K: "kakeya:b=2", V: "none"}, {K: "none", V: "int8"}, {K: "int4", V: "kakeya:b=2"}}}},
+				Layers: []kvconfig.LayerPlan{{K: "none", V: "none"}, {K: "int8", V: "int4"}, {K: "kakeya-block:b=2", V: "none"}, {K: "none", V: "int8"}, {K: "int4", V: "kakeya-block:b=2"}}}},
 		{name: "per-layer plan, values only", spec: kvconfig.Spec{Layers: "none/int8|none/int8|none/int8|none/int8|none/int8"}, cal: cal,
 			want: []string{"bf16|int8", "bf16|int8", "bf16|int8", "bf16|int8", "bf16|int8"},
 			st: kvconfig.Settings{BlockSize: 64, HotWindow: 64, CacheType: "bf16",
@@ -202,7 +202,7 @@ func TestNewPolicyWarning(t *testing.T) {
 // window and sinks leave nothing to compress.
 func FuzzNewPolicy(f *testing.F) {
 	for _, s := range []string{
-		"kv=int8", "k=kakeya:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0",
+		"kv=int8", "k=kakeya-block:b=3,rank=4,v=int4,boundary=0;-1,block=64,hot=64,sinks=4,precond=1,cb=0",
 		"kv-codec=kakeya,k-bits=2,v-bits=4,block-size=32,hot-window=0,calib-codebooks=1,cache-type=f32",
 		"kv=int8,k=none,boundary=none", "k=int4:group=32,seed=7,v=int4-rot", "kv=int8,boundary=5",
 		"kv=int8,hot=256", "kv=int8,sinks=300,block=16", "layers=int8/none|none/int4|int8/int8", "block=300",
@@ -376,7 +376,7 @@ func TestPresetPolicy(t *testing.T) {
 		{kvconfig.Spec{KV: "kakeya"}, 256, 64, true, ""},
 		{kvconfig.Spec{KV: "kakeya", BlockSize: 32}, 256, 32, true, ""},
 		{kvconfig.Spec{Layers: "int8/none|kvtc/int8"}, 256, 64, true, ""},
-		{kvconfig.Spec{KV: "kakeya:b=3"}, 256, 0, false, ""},
+		{kvconfig.Spec{KV: "kakeya-block:b=3"}, 256, 0, false, ""},
 		{kvconfig.Spec{}, 256, 0, false, ""},
 		{kvconfig.Spec{KV: "kakeya"}, 48, 0, false, "Spec.BlockSize 64 exceeds the context of 48 tokens"},
 	} {

@@ -21,7 +21,7 @@ func TestCacheBytesIsBytesFor(t *testing.T) {
 		{KV: "kakeya-pc:rate=2.5,block=16", BlockSize: 16, HotWindow: 32, Boundary: "none"},
 		{KV: "kakeya-pc:rate=2", BlockSize: 16, HotWindow: 16, Boundary: "0,-1", Sinks: 4},
 		{K: "int4", V: "fp8", BlockSize: 32, HotWindow: 8, Precondition: kvconfig.Off},
-		{KV: "kakeya:b=2", BlockSize: 16, HotWindow: -1, CacheType: "f32", Precondition: kvconfig.Off},
+		{KV: "kakeya-block:b=2", BlockSize: 16, HotWindow: -1, CacheType: "f32", Precondition: kvconfig.Off},
 		{},
 	} {
 		m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: d, MaxContext: 1000}

@@ -21,7 +21,7 @@ func TestReadPlan(t *testing.T) {
 	tests := []struct {
 		name, text, err string
 	}{
-		{"ok", `{"format": "kakeya-kv-plan/1", "layers": [{"k": "none", "v": "int8"}, {"k": "kakeya:b=3,rank=4", "v": "bf16"}], "predicted_kl": 0.001}`, ""},
+		{"ok", `{"format": "kakeya-kv-plan/1", "layers": [{"k": "none", "v": "int8"}, {"k": "kakeya-block:b=3,rank=4", "v": "bf16"}], "predicted_kl": 0.001}`, ""},
 		{"format", `{"format": "plan/0", "layers": [{"k": "none", "v": "int8"}]}`, `format "plan/0", want "kakeya-kv-plan/1"`},
 		{"unknown field", `{"format": "kakeya-kv-plan/1", "layer": []}`, `unknown field "layer"`},
 		{"no layers", `{"format": "kakeya-kv-plan/1", "layers": []}`, "no layers"},
@@ -49,7 +49,7 @@ func TestReadPlan(t *testing.T) {
 		if err := kvflags.Parser().Set(&s, "kv-policy", path); err != nil {
 			t.Fatal(err)
 		}
-		if want := "none/int8|kakeya:b=3,rank=4/none"; s.Layers != want || kvconfig.FormatLayerCodecs(p.Layers) != want {
+		if want := "none/int8|kakeya-block:b=3,rank=4/none"; s.Layers != want || kvconfig.FormatLayerCodecs(p.Layers) != want {
 			t.Errorf("policy %s read as %q (spec %q), want %q", path, kvconfig.FormatLayerCodecs(p.Layers), s.Layers, want)
 		}
 	}
@@ -119,7 +119,7 @@ func TestPlanForMeetsBudget(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for l := range layers {
 		for kv := range 2 {
-			for _, spec := range []string{"int8", "int4", "kakeya:b=2"} {
+			for _, spec := range []string{"int8", "int4", "kakeya-block:b=2"} {
 				_, sides := cacheBytes(kvconfig.Spec{Layers: one(l, kv, spec), BlockSize: bs, HotWindow: bs})
 				sens.Entries = append(sens.Entries, SensitivityEntry{Layer: l, KV: kv, Spec: spec, Bytes: sides[l][kv], KL: r.Float64()})
 			}
