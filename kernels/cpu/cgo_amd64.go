@@ -241,8 +241,8 @@ func transposeAVX2(dst []float32, ldd int, src []float32, lds, rows, cols int) {
 // quantRowsC is qTask's rows [r0, r1) by the C kernels: AVX-512 VNNI
 // (quant_avx512_amd64.c) where the CPU runs them, else AVX2
 // (quant_amd64.c); both give the Go loops' integer block dots exactly,
-// and their f32 scaling bit for bit for the K types (the 32-value types
-// sum scaled blocks in vector lanes, within rounding).
+// the AVX2 K types their f32 scaling bit for bit too; the rest sum the
+// scaled blocks in vector lanes, within rounding.
 func quantRowsC(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, hasQuant512) }
 
 // quantRowsISA is quantRowsC with the kernel family chosen: AVX-512 VNNI

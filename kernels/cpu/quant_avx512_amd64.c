@@ -6,11 +6,10 @@
 // time, VPDPBUSD (unsigned by signed bytes into int32) for the 32-value
 // blocks and VPMADDUBSW then VPDPWSSD (the pair sums times the 16-bit
 // scales into int32) for the K types, so that a K block's scales are
-// applied in the vector and its sum is reduced once. Every integer sum is
-// exact, and each block's f32 scaling is the Go loops' (quant.go), in the
-// same order: the results are theirs bit for bit. The 32-value blocks are
-// taken 16 at a time, their sums reduced to one lane each and scaled in
-// one vector, then added to the row's sum one by one in block order.
+// applied in the vector. Every integer sum is exact; each block's sums
+// are then converted and scaled into the token's f32 lanes (FMA), which
+// are summed once at the row's end: not the Go loops' (quant.go) order of
+// f32 operations, so the results are theirs within rounding.
 // Offsets come from Go (tensor.Formats) in off[]: bytes, d, dmin, scales,
 // qs, qh, ql.
 
@@ -201,8 +200,6 @@ KQ5_INLINE void kq5_scales_k4(const uint8_t *q, uint64_t *sc, uint64_t *m) {
 	*m = (uint64_t)(u1 & k6) | (uint64_t)(((u2 >> 4) & k4) | ((u1 >> 6) & k2) << 4) << 32;
 }
 
-KQ5_INLINE int32_t kq5_hsum(__m512i v) { return _mm512_reduce_add_epi32(v); }
-
 // kq5_q45_k sets out[t*ldo] to the dot of one row (w) with the nt token
 // rows of x for Q4_K (five = 0) and Q5_K: per block, the scales and the
 // 4-bit (5-bit) values unpacked once, and per token the integer sum over
@@ -210,7 +207,10 @@ KQ5_INLINE int32_t kq5_hsum(__m512i v) { return _mm512_reduce_add_epi32(v); }
 KQ5_INLINE void kq5_q45_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
 			  long ldd, const int32_t *bsums, long ldb, long nb, int five, float *out, long ldo) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	float sum[KQ5_T] = {0};
+	__m512 acc_f[KQ5_T];
+	KQ5_UNROLL
+	for (int t = 0; t < nt; t++)
+		acc_f[t] = _mm512_setzero_ps();
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ5_BYTES];
 		kq5_prefetch(blk, off[KQ5_BYTES]);
@@ -250,24 +250,16 @@ KQ5_INLINE void kq5_q45_k(int nt, const uint8_t *w, const long *off, const int8_
 				acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(v[c], _mm512_loadu_si512((const void *)(xs + 64 * c))), scv[c]);
 			// Each sum of 16 activations fits 16 bits (at most 16*127).
 			__m256i mp = _mm256_madd_epi16(_mm512_cvtepi32_epi16(_mm512_loadu_si512((const void *)bs)), mn16);
-			// One reduction for both: the scaled sums' 16 lanes folded to
-			// 8 beside the mins' 8.
-			__m512i both = _mm512_inserti64x4(
-				_mm512_castsi256_si512(_mm256_add_epi32(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1))), mp, 1);
-			both = _mm512_add_epi32(both, _mm512_shuffle_epi32(both, _MM_PERM_BADC));
-			both = _mm512_add_epi32(both, _mm512_shuffle_epi32(both, _MM_PERM_CDAB));
-			__m512i lanes = _mm512_add_epi32(both, _mm512_shuffle_i64x2(both, both, 0xb1)); // 128-bit lanes 0+1, 2+3
-			int32_t sumi = _mm_cvtsi128_si32(_mm512_castsi512_si128(lanes));
-			int32_t mins = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(lanes, 2));
-			float d = dw * xd[t * ldd + b];
-			float dmin = dmw * xd[t * ldd + b];
-			float a = d * (float)sumi, m = dmin * (float)mins;
-			sum[t] = sum[t] + (a - m);
+			// The block's scaled sums and mins (int32 lanes, exact) into the
+			// token's f32 lanes, reduced once at the row's end.
+			float dx = xd[t * ldd + b];
+			acc_f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(dw * dx), acc_f[t]);
+			acc_f[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(mp)), _mm512_set1_ps(dmw * dx), acc_f[t]);
 		}
 	}
 	KQ5_UNROLL
 	for (int t = 0; t < nt; t++)
-		out[t * ldo] = sum[t];
+		out[t * ldo] = _mm512_reduce_add_ps(acc_f[t]);
 }
 
 // kq5_q6_k is kq5_q45_k for Q6_K.
@@ -278,7 +270,10 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 	const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x00020002,
 					      0x00020002, 0x00020002, 0x00020002, 0x00030003, 0x00030003, 0x00030003,
 					      0x00030003);
-	float sum[KQ5_T] = {0};
+	__m512 acc_f[KQ5_T];
+	KQ5_UNROLL
+	for (int t = 0; t < nt; t++)
+		acc_f[t] = _mm512_setzero_ps();
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ5_BYTES];
 		kq5_prefetch(blk, off[KQ5_BYTES]);
@@ -314,15 +309,12 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 			KQ5_UNROLL
 			for (int k = 0; k < 4; k++)
 				acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(v[k], _mm512_loadu_si512((const void *)(xs + 64 * k))), scv[k]);
-			int32_t sumi = kq5_hsum(acc);
-			float d = dw * xd[t * ldd + b];
-			float p = d * (float)sumi;
-			sum[t] = sum[t] + p;
+			acc_f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(dw * xd[t * ldd + b]), acc_f[t]);
 		}
 	}
 	KQ5_UNROLL
 	for (int t = 0; t < nt; t++)
-		out[t * ldo] = sum[t];
+		out[t * ldo] = _mm512_reduce_add_ps(acc_f[t]);
 }
 
 // KQ5_ROWS32 runs nr rows (a constant, 1 or 2) of a 32-value type against
