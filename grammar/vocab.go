@@ -20,6 +20,20 @@ type Vocab struct {
 	order []int32 // the ids of the tokens with bytes, in byte order
 	nodes []vnode // the trie, nodes[0] its root (the empty prefix)
 	none  []int32 // the ids without bytes (special tokens), never allowed
+
+	infOnce sync.Once
+	infs    []float32 // size times -Inf, to clear logits by copy
+}
+
+// negInf returns size times -Inf.
+func (v *Vocab) negInf() []float32 {
+	v.infOnce.Do(func() {
+		v.infs = make([]float32, v.size)
+		for i := range v.infs {
+			v.infs[i] = float32(math.Inf(-1))
+		}
+	})
+	return v.infs
 }
 
 // vnode is a trie node: the prefix of the tokens order[lo:hi], of which
@@ -138,11 +152,12 @@ func NewMasks(g *Grammar, v *Vocab) *Masks {
 
 // walker is the scratch of a mask's walk: a state per trie depth.
 type walker struct {
-	bufs [][]frame
+	bufs   [][]frame
+	sorted []uint64 // the mask in byte order
 }
 
-// mask returns the mask of state s: bit i set where token order[i] may
-// come next. The slice is shared; callers only read it.
+// mask returns the mask of state s: bit id set where token id may come
+// next. The slice is shared; callers only read it.
 func (m *Masks) mask(s state) []uint64 {
 	k := s.key()
 	m.mu.Lock()
@@ -158,8 +173,23 @@ func (m *Masks) mask(s state) []uint64 {
 	}
 	m.mu.Unlock()
 
-	mk := make([]uint64, (len(m.v.order)+63)/64)
-	w.walk(m.g, m.v, 0, s, 0, mk)
+	// The walk marks tokens in byte order (a subtree is a range), the
+	// mask is by id (so that Apply runs through the logits in order).
+	v := m.v
+	if w.sorted == nil {
+		w.sorted = make([]uint64, (len(v.order)+63)/64)
+	}
+	clear(w.sorted)
+	w.walk(m.g, v, 0, s, 0, w.sorted)
+	mk := make([]uint64, (v.size+63)/64)
+	for i, word := range w.sorted {
+		for word != 0 {
+			j := i*64 + bits.TrailingZeros64(word)
+			word &= word - 1
+			id := v.order[j]
+			mk[id/64] |= 1 << (id % 64)
+		}
+	}
 
 	m.mu.Lock()
 	if len(m.cache) >= m.limit {
@@ -267,37 +297,36 @@ func (mt *Matcher) Apply(logits []float32) error {
 			mt.scratch = append(mt.scratch, logits[id])
 		}
 	}
-	if 2*allowed < len(logits) {
-		// Few allowed: keep them, clear all, put them back.
-		for w, word := range mk {
-			for word != 0 {
-				i := w*64 + bits.TrailingZeros64(word)
-				word &= word - 1
-				id := v.order[i]
-				mt.ids = append(mt.ids, id)
-				mt.scratch = append(mt.scratch, logits[id])
+	// One pass in id order: whole words of 64 tokens are kept as they
+	// are, runs of cleared words copied over from -Inf.
+	words := (v.size + 63) / 64
+	for w := 0; w < words; {
+		var word uint64
+		if mk != nil {
+			word = mk[w]
+		}
+		switch word {
+		case ^uint64(0):
+			w++
+		case 0:
+			e := w + 1
+			for e < words && (mk == nil || mk[e] == 0) {
+				e++
 			}
-		}
-		for i := range logits {
-			logits[i] = inf
-		}
-	} else {
-		for w, word := range mk {
-			word = ^word
-			for word != 0 {
-				i := w*64 + bits.TrailingZeros64(word)
-				word &= word - 1
-				if i < len(v.order) {
-					logits[v.order[i]] = inf
+			copy(logits[w*64:min(e*64, v.size)], v.negInf())
+			w = e
+		default:
+			l := logits[w*64 : min(w*64+64, v.size)]
+			for z := ^word; z != 0; z &= z - 1 {
+				if i := bits.TrailingZeros64(z); i < len(l) {
+					l[i] = inf
 				}
 			}
+			w++
 		}
-		for _, id := range v.none {
-			logits[id] = inf
-		}
-		for i := v.size; i < len(logits); i++ {
-			logits[i] = inf // padding of the model's vocabulary
-		}
+	}
+	for i := v.size; i < len(logits); i++ {
+		logits[i] = inf // padding of the model's vocabulary
 	}
 	for i, id := range mt.ids {
 		logits[id] = mt.scratch[i]
