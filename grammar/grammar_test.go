@@ -51,6 +51,9 @@ const person = `{
   }
 }`
 
+// list is a linked list: a recursive reference among the alternatives.
+const list = `{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},"$ref":"#/$defs/node"}`
+
 // TestPrefixes checks texts against the automaton: the bytes it takes
 // (all, for a valid prefix) and whether the text is a whole document.
 func TestPrefixes(t *testing.T) {
@@ -109,6 +112,8 @@ func TestPrefixes(t *testing.T) {
 		{`{"type":"object","properties":{"a":{},"b":{},"c":{}}}`, `{"c":1,"a":2}`, len(`{"c":1`), false}, // schema order
 		{`{"type":"array","items":{"$ref":"#"}}`, `[[],[[]]]`, -1, true},
 		{`{}`, `"just a string"`, -1, true},
+		{list, `{"v":1,"next":{"v":2,"next":null}}`, -1, true},
+		{list, `{"v":1,"next":{"v":2,"next":[`, len(`{"v":1,"next":{"v":2,"next":`), false},
 		{`true`, `{"x":[1,{"y":null}]}`, -1, true},
 	}
 	for _, tt := range tests {
@@ -158,6 +163,8 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"type":"string","enum":[1,2]}`, "#", "enum"},
 		{`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`, "#", "$ref"},
 		{`{"items":{"not":{}}}`, "#/items", "not"},
+		{`{"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"}`, "#/$defs/a/anyOf", "anyOf"},
+		{manyOptional(3000), "#", "properties"},
 	}
 	for _, tt := range tests {
 		_, err := CompileSchema([]byte(tt.schema))
@@ -175,6 +182,20 @@ func TestSchemaErrors(t *testing.T) {
 			t.Errorf("%q compiled", bad)
 		}
 	}
+}
+
+// manyOptional is an object schema of n optional properties.
+func manyOptional(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"type":"object","properties":{`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"property_number_%d":{"type":"integer"}`, i)
+	}
+	b.WriteString(`}}`)
+	return b.String()
 }
 
 // testVocab is a byte-level vocabulary: every byte, then pieces of JSON

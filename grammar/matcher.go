@@ -160,7 +160,7 @@ func (f *frame) node2(prop int32) { f.n = uint16(prop) }
 // startValue pushes the frame of a value of node n that begins with b.
 func (g *Grammar) startValue(s state, n int32, b byte) (state, bool) {
 	nd := &g.nodes[n]
-	for nd.kind == kUnion {
+	for nd.kind == kUnion { // never a loop: newUnion refuses one
 		a := nd.first[b]
 		if a < 0 {
 			return s, false

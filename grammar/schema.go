@@ -39,6 +39,8 @@ const (
 	maxIntDigits  = 18 // digits of a number's integer part
 	maxFracDigits = 16 // digits after the point
 	maxExpDigits  = 2  // digits of the exponent (float64 holds every value)
+
+	maxKeyBytes = 1 << 20 // bytes in an object's property-name tries
 )
 
 // A SchemaError is a schema the compiler does not take: Path is the JSON
@@ -65,6 +67,7 @@ const (
 	kNumber              // a JSON number (integer: no fraction or exponent)
 	kLiteral             // one of fixed JSON texts: enum, const, true, false, null
 	kUnion               // alternatives told apart by their first byte
+	kRef                 // a $ref's target being compiled: replaced once it is
 )
 
 // A node is one compiled subschema.
@@ -146,9 +149,12 @@ func CompileSchema(schema []byte) (*Grammar, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("json schema: text after the schema")
 	}
-	c := &compiler{g: &Grammar{anyN: -1}, rootSchema: v, refs: map[string]int32{}}
+	c := &compiler{g: &Grammar{anyN: -1}, rootSchema: v, refs: map[string]int32{}, unions: map[int32]pendingUnion{}}
 	root, err := c.compile("#", v)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.finish(); err != nil {
 		return nil, err
 	}
 	c.g.root = root
@@ -262,6 +268,7 @@ type compiler struct {
 	g          *Grammar
 	rootSchema any
 	refs       map[string]int32
+	unions     map[int32]pendingUnion // the unions, until finish
 }
 
 // annotations are keywords that do not constrain the value (format is an
@@ -386,9 +393,7 @@ func (c *compiler) compileObject(path string, s *object) (int32, error) {
 	if len(alts) == 1 {
 		return alts[0], nil
 	}
-	return c.g.newUnion(alts, func(b byte) error {
-		return c.errorf(path, "type", "types %v overlap (both begin with %q): use one of integer and number", types, b)
-	})
+	return c.newUnion(alts, path, "type", fmt.Sprintf("types %v overlap", types)), nil
 }
 
 func has(s *object, keys ...string) bool {
@@ -526,8 +531,22 @@ func (c *compiler) object(path string, s *object) (int32, error) {
 	}
 	// keys[i]: the names of properties i..reqAt[i] (the next required
 	// one, which may not be skipped), quoted, each ending in its index.
-	keys := make([]int32, len(ps)+1)
+	// Optional properties in a row make these quadratic: bound them.
 	var buf bytes.Buffer
+	cum := make([]int, len(ps)+1)
+	for j, p := range ps {
+		buf.Reset()
+		quote(&buf, p.name)
+		cum[j+1] = cum[j] + buf.Len()
+	}
+	total := 0
+	for i := range ps {
+		total += cum[min(reqAt[i]+1, len(ps))] - cum[i]
+	}
+	if total > maxKeyBytes {
+		return 0, c.errorf(path, "properties", "%d properties, too many of them optional in a row (the name sets to match would hold %d bytes, at most %d): mark some required", len(ps), total, maxKeyBytes)
+	}
+	keys := make([]int32, len(ps)+1)
 	for i := range keys {
 		var words []string
 		var vals []int32
@@ -610,9 +629,7 @@ func (c *compiler) union(path, kw string, v any) (int32, error) {
 	if len(alts) == 1 {
 		return alts[0], nil
 	}
-	return c.g.newUnion(alts, func(b byte) error {
-		return c.errorf(path, kw, "two alternatives may begin with %q: only alternatives of different types (or disjoint enums) are supported", b)
-	})
+	return c.newUnion(alts, path, kw, "two alternatives overlap"), nil
 }
 
 // ref resolves a $ref to the root or to $defs/definitions, compiling each
@@ -643,7 +660,7 @@ func (c *compiler) ref(path string, v any) (int32, error) {
 	}
 	// A placeholder node, patched once the target is compiled, so that a
 	// reference to it from inside the target finds it.
-	ph := c.g.newNode(node{})
+	ph := c.g.newNode(node{kind: kRef})
 	c.refs[ref] = ph
 	n, err := c.compile(ref, target)
 	if err != nil {
@@ -653,6 +670,9 @@ func (c *compiler) ref(path string, v any) (int32, error) {
 		return 0, c.errorf(path, "$ref", "%q refers to itself without a value in between", ref)
 	}
 	c.g.nodes[ph] = c.g.nodes[n]
+	if u, ok := c.unions[n]; ok {
+		c.unions[ph] = u
+	}
 	return ph, nil
 }
 
@@ -694,32 +714,74 @@ func (g *Grammar) newLiteral(words []string, vals []int32) int32 {
 	return g.newNode(node{kind: kLiteral, lit: g.newTrie(words, vals)})
 }
 
-// newUnion makes a node of alternatives told apart by their first byte;
-// overlap reports one they share.
-func (g *Grammar) newUnion(alts []int32, overlap func(byte) error) (int32, error) {
-	first := new([256]int16)
-	for i := range first {
-		first[i] = -1
+// A pendingUnion is a union whose table of first bytes is made once the
+// whole schema is compiled: an alternative may be a $ref to a schema
+// still being compiled when the union is met (a recursive schema).
+type pendingUnion struct {
+	path, kw, what string
+}
+
+// newUnion makes a node of alternatives to be told apart by their first
+// byte (see finish).
+func (c *compiler) newUnion(alts []int32, path, kw, what string) int32 {
+	n := c.g.newNode(node{kind: kUnion, alts: alts})
+	c.unions[n] = pendingUnion{path, kw, what}
+	return n
+}
+
+// finish makes the unions' tables of first bytes, refusing alternatives
+// that may begin with the same byte and unions that contain themselves
+// as an alternative (no byte would tell them apart).
+func (c *compiler) finish() error {
+	state := map[int32]int{} // 1: being made, 2: made
+	var build func(n int32) error
+	build = func(n int32) error {
+		switch state[n] {
+		case 1:
+			u := c.unions[n]
+			return c.errorf(u.path, u.kw, "an alternative is the union itself (through $ref): it would have no first byte to tell it by")
+		case 2:
+			return nil
+		}
+		state[n] = 1
+		nd := &c.g.nodes[n]
+		first := new([256]int16)
+		for i := range first {
+			first[i] = -1
+		}
+		for i, a := range nd.alts {
+			if c.g.nodes[a].kind == kUnion && c.g.nodes[a].first == nil {
+				if err := build(a); err != nil {
+					return err
+				}
+			}
+			for b := range 256 {
+				if !c.g.begins(a, byte(b)) {
+					continue
+				}
+				if first[b] >= 0 {
+					u := c.unions[n]
+					return c.errorf(u.path, u.kw, "%s: two alternatives may begin with %q (only alternatives of different types, or disjoint enums, are supported)", u.what, byte(b))
+				}
+				first[b] = int16(i)
+			}
+		}
+		c.g.nodes[n].first = first
+		state[n] = 2
+		return nil
 	}
-	for i, a := range alts {
-		for b := range 256 {
-			if !g.begins(a, byte(b), 0) {
-				continue
+	for n := range c.g.nodes {
+		if c.g.nodes[n].kind == kUnion && c.g.nodes[n].first == nil {
+			if err := build(int32(n)); err != nil {
+				return err
 			}
-			if first[b] >= 0 {
-				return 0, overlap(byte(b))
-			}
-			first[b] = int16(i)
 		}
 	}
-	return g.newNode(node{kind: kUnion, alts: alts, first: first}), nil
+	return nil
 }
 
 // begins reports whether a value of node n may begin with byte b.
-func (g *Grammar) begins(n int32, b byte, depth int) bool {
-	if depth > 64 {
-		return false
-	}
+func (g *Grammar) begins(n int32, b byte) bool {
 	nd := &g.nodes[n]
 	switch nd.kind {
 	case kObject:
@@ -738,8 +800,7 @@ func (g *Grammar) begins(n int32, b byte, depth int) bool {
 		}
 		return false
 	}
-	a := nd.first[b]
-	return a >= 0
+	return nd.first[b] >= 0
 }
 
 // anyNode returns the node of any JSON value, made once.
@@ -762,7 +823,7 @@ func (g *Grammar) anyNode() int32 {
 	}
 	for i, a := range alts {
 		for b := range 256 {
-			if g.begins(a, byte(b), 0) {
+			if g.begins(a, byte(b)) {
 				first[b] = int16(i)
 			}
 		}

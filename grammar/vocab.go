@@ -142,7 +142,7 @@ type Masks struct {
 }
 
 // maskCacheBytes bounds the memory of a Masks' cache.
-const maskCacheBytes = 32 << 20
+const maskCacheBytes = 8 << 20
 
 // NewMasks returns the masks of g over v.
 func NewMasks(g *Grammar, v *Vocab) *Masks {
