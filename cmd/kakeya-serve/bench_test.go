@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -63,7 +64,9 @@ func loadRun(b *testing.B, s *testServer) {
 				t, n, err := streamChat(ctx, s.url, ps[i])
 				if err != nil {
 					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					// One concrete type for atomic.Value: errors of
+					// different types would panic it.
+					firstErr.CompareAndSwap(nil, fmt.Errorf("%w", err))
 					continue
 				}
 				ttft[i] = t
