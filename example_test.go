@@ -2,6 +2,7 @@ package kakeya_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -62,4 +63,32 @@ func ExampleOptions_cache() {
 	// Output:
 	// k=int8 v=int8 block 16, hot 16, boundary 0;4, bf16 hot blocks
 	// 64 true
+}
+
+// Structured output: the generation is constrained to JSON that the
+// schema accepts, and stops where the document closes.
+func ExampleGenerateOptions_jsonSchema() {
+	shared := shareddata.Path() // the shared data set
+	ctx := context.Background()
+	eng, err := kakeya.Load(ctx, filepath.Join(shared, "models", "stories260K"), kakeya.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer eng.Close()
+	res, err := eng.Generate(ctx, "Once upon a time", kakeya.GenerateOptions{
+		MaxTokens:  100,
+		JSONSchema: []byte(`{"type": "object", "properties": {"mood": {"enum": ["happy", "sad"]}, "age": {"type": "integer"}}, "required": ["mood", "age"], "additionalProperties": false}`),
+	}, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var v struct {
+		Mood string
+		Age  int
+	}
+	fmt.Println(json.Unmarshal([]byte(res.Text), &v) == nil, res.StopReason)
+	// Output:
+	// true eos
 }
