@@ -131,6 +131,8 @@ type Engine struct {
 	sched *scheduler.Scheduler  // runs every Generate call
 	ownB  compute.Backend       // the backend Load started, nil if given
 	once  sync.Once             // closes ownB once
+
+	grammars grammars // structured output's vocabulary trie and masks
 }
 
 // Load loads a model and its tokenizer from a local directory or a Hugging

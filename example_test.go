@@ -2,6 +2,7 @@ package kakeya_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,4 +113,31 @@ func ExampleEngine_ModelInfo() {
 	// Output:
 	// llama 5 64 512
 	// [1 403 407 261 378] Once upon a time
+}
+
+// Structured output: the generation is constrained to JSON that the
+// schema accepts, and stops where the document closes.
+func ExampleGenerateOptions_jsonSchema() {
+	ctx := context.Background()
+	eng, err := kakeya.Load(ctx, modelDir(), kakeya.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer eng.Close()
+	res, err := eng.Generate(ctx, "Once upon a time", kakeya.GenerateOptions{
+		MaxTokens:  100,
+		JSONSchema: []byte(`{"type": "object", "properties": {"mood": {"enum": ["happy", "sad"]}, "age": {"type": "integer"}}, "required": ["mood", "age"], "additionalProperties": false}`),
+	}, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var v struct {
+		Mood string
+		Age  int
+	}
+	fmt.Println(json.Unmarshal([]byte(res.Text), &v) == nil, res.StopReason)
+	// Output:
+	// true eos
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya/grammar"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/pick"
@@ -74,6 +75,17 @@ type GenerateOptions struct {
 	// or never (the tokens of a stop string, which OnToken still sees).
 	// An error from it ends Generate as one from onText does.
 	OnToken func(TokenInfo) error
+	// JSON constrains the output to a JSON object (OpenAI's
+	// response_format json_object); JSONSchema, to JSON text that the
+	// schema accepts (json_schema), within the subset package grammar
+	// compiles. At each step the tokens that would leave the text no
+	// prefix of such a document are masked before sampling, and
+	// end-of-sequence tokens until it is complete; generation stops
+	// once nothing may follow (the value closed). The document follows
+	// the grammar's rules: properties in the schema's order, bounded
+	// whitespace and numbers (see package grammar).
+	JSON       bool
+	JSONSchema []byte
 }
 
 // validate reports the first option Generate cannot honour.
@@ -330,9 +342,10 @@ type generation struct {
 	eos     map[int]bool // the tokens that end it
 	onText  func(string) error
 	onToken func(TokenInfo) error
-	lp      *logprober // nil without GenerateOptions.Logprobs
-	prev    int        // the token before the one being described
-	pair    [2]int     // scratch for decoding a token after prev
+	lp      *logprober       // nil without GenerateOptions.Logprobs
+	cons    *grammar.Matcher // nil without structured output
+	prev    int              // the token before the one being described
+	pair    [2]int           // scratch for decoding a token after prev
 
 	res    *Result
 	text   []byte // what emit passed on
@@ -376,6 +389,9 @@ func (e *Engine) newGenerationIDs(ids []int, opt GenerateOptions, onText func(st
 	}
 	g.filter = stopFilter{stops: opt.Stop}
 	g.onToken = opt.OnToken
+	if g.cons, err = e.matcher(&opt, g.eos); err != nil {
+		return nil, err
+	}
 	if opt.Logprobs {
 		g.lp = &logprober{k: opt.TopLogprobs}
 	}
@@ -391,24 +407,38 @@ func (g *generation) next(logits []float32, history []int) (int, bool, error) {
 	if err := g.e.checkFinite(logits, len(history)-len(g.ids)); err != nil {
 		return 0, false, err
 	}
+	if g.cons != nil && g.cons.Done() {
+		return 0, true, nil // the document closed with the last token
+	}
 	if g.lp != nil {
 		g.lp.measure(logits, g.sampler.penalizes())
+	}
+	if g.cons != nil {
+		if err := g.cons.Apply(logits); err != nil {
+			return 0, false, fmt.Errorf("kakeya: structured output: %w", err)
+		}
 	}
 	id := g.sampler.Sample(logits, history)
 	if g.lp != nil {
 		g.lp.pick(id, logits)
+	}
+	if g.cons != nil {
+		if err := g.cons.Advance(id); err != nil {
+			return 0, false, fmt.Errorf("kakeya: structured output: %w", err)
+		}
 	}
 	return id, g.eos[id], nil
 }
 
 // greedy reports whether the generation takes the device's greedy
 // tokens (scheduler.Request.Pick): at temperature 0, with no repetition
-// penalty and no log-probabilities to measure (those need the logits),
+// penalty, no log-probabilities to measure and no grammar to mask by
+// (those need the logits),
 // on a backend that picks on its device, so that only the token ids cross
 // back to the host. Elsewhere the sampler's arg max picks the same tokens
 // from the logits.
 func (g *generation) greedy() bool {
-	return g.sampler.opt.Temperature == 0 && !g.sampler.penalizes() && g.lp == nil && g.e.model.DeviceGreedy()
+	return g.sampler.opt.Temperature == 0 && !g.sampler.penalizes() && g.lp == nil && g.cons == nil && g.e.model.DeviceGreedy()
 }
 
 // pick is the scheduler's Request.Pick for a greedy generation: the token

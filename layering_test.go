@@ -63,10 +63,13 @@ var allowed = map[string][]string{
 	"model/arch": {"weights"},
 	"calibrate":  {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
 	"eval":       {"kvcache/kvconfig", "internal/outfile", "internal/mathx", "pick"},
+	// Structured output: JSON Schema compiled to a byte automaton and the
+	// token masks it makes over a vocabulary (standard library only).
+	"grammar": {},
 	// The serving scheduler: continuous batching of many requests over
 	// one model and its shared block pool.
 	"scheduler": {"model", "kvcache"},
-	"":          {"scheduler", "model", "pick", "internal/mathx", "internal/boundedfile", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
+	"":          {"scheduler", "grammar", "model", "pick", "internal/mathx", "internal/boundedfile", "calibrate", "tokenizer", "weights", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "codec", "compute", "compute/cpubackend"},
 
 	// The cache's planning: a configuration, a model's shape and a
 	// calibration make the runtime's policy.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -40,6 +41,9 @@ type options struct {
 	weights                              string
 	maxTokens, threads, maxContext       int
 	chat, tokenize, addSpecial           bool
+	json                                 bool   // --json: the output is a JSON object
+	jsonSchemaFile                       string // --json-schema
+	jsonSchema                           []byte // its text
 	quiet, verbose                       bool
 	stops                                stringList
 	maxInput, kvMemory                   cli.ByteSize
@@ -65,6 +69,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.chat, "chat", false, "format the prompt with the model's chat template")
 	fs.StringVar(&o.system, "system", "", "system message for --chat")
 	fs.StringVar(&o.chatKwargs, "chat-template-kwargs", "", `extra variables of the chat template for --chat, a JSON object (as apply_chat_template's keyword arguments: '{"enable_thinking": false}')`)
+	fs.BoolVar(&o.json, "json", false, "constrain the output to a JSON object (constrained decoding)")
+	fs.StringVar(&o.jsonSchemaFile, "json-schema", "", "constrain the output to JSON that this JSON Schema file accepts (constrained decoding; docs/cli.md lists the keywords)")
 	fs.IntVar(&o.threads, "threads", 0, "worker threads (0 = all cores)")
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
@@ -137,6 +143,19 @@ func (o *options) check() error {
 		if s == "" {
 			return errors.New(`--stop "": an empty stop string would stop before the first token`)
 		}
+	}
+	if o.jsonSchemaFile != "" {
+		if o.json {
+			return errors.New("--json and --json-schema exclude each other (a schema says what JSON)")
+		}
+		b, err := readSchema(o.jsonSchemaFile, int64(o.maxInput))
+		if err != nil {
+			return err
+		}
+		if err := kakeya.CheckJSONSchema(b); err != nil {
+			return fmt.Errorf("--json-schema %s: %w", o.jsonSchemaFile, err)
+		}
+		o.jsonSchema = b
 	}
 	if err := device.Check(o.device); err != nil {
 		return err
@@ -215,6 +234,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		Chat:               o.chat,
 		System:             o.system,
 		ChatTemplateKwargs: o.chatVars,
+		JSON:               o.json,
+		JSONSchema:         o.jsonSchema,
 	}, func(s string) error {
 		if _, err := out.WriteString(s); err != nil {
 			return err
@@ -243,6 +264,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		printStats(stderr, eng, res, load)
 	}
 	return nil
+}
+
+// readSchema reads the --json-schema file, up to limit bytes.
+func readSchema(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--json-schema: %w", err)
+	}
+	defer f.Close()
+	return cli.ReadAll(context.Background(), f, limit, "the --json-schema file "+path, "--max-input")
 }
 
 // logger returns the engine's log on stderr: the line of an automatic

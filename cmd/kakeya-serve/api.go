@@ -74,6 +74,9 @@ type request struct {
 	// top_logprobs, completions' logprobs (a count).
 	logprobs    bool
 	topLogprobs int
+	// constraint is response_format's (or guided_json's) structured
+	// output.
+	constraint constraint
 }
 
 // maxLogprobs bounds completions' logprobs, as the OpenAI API does; chat's
@@ -234,13 +237,17 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 					r.chatKwargs[name] = v
 				}
 			}
+		case "response_format":
+			r.constraint, err = decodeResponseFormat(raw)
+		case "guided_json":
+			r.constraint, err = decodeGuidedJSON(raw)
 		case "user":
 			// An end-user id for the caller's own accounting: it changes
 			// nothing in the output.
 			var u string
 			err = decodeField(raw, k, &u)
 		default:
-			// tools, tool_choice, response_format, logit_bias, suffix,
+			// tools, tool_choice, logit_bias, suffix,
 			// functions, ... and fields no API has.
 			err = p.field(k, raw, "")
 		}

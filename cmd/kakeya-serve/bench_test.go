@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,7 +64,9 @@ func loadRun(b *testing.B, s *testServer) {
 				t, n, err := streamChat(ctx, s.url, ps[i])
 				if err != nil {
 					errs.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					// One concrete type for atomic.Value: errors of
+					// different types would panic it.
+					firstErr.CompareAndSwap(nil, fmt.Errorf("%w", err))
 					continue
 				}
 				ttft[i] = t
@@ -96,47 +95,10 @@ func loadRun(b *testing.B, s *testServer) {
 // loadSystem is the system message of every load request.
 const loadSystem = "You are a helpful assistant. Answer in plain words, in a few short sentences, and stay on the subject you are asked about."
 
-// streamChat sends one streamed greedy chat completion and returns the
-// time to its first content chunk and its completion tokens.
+// streamChat sends one streamed greedy chat completion of loadMaxTokens
+// tokens (ignore_eos) and returns the time to its first content chunk
+// and its completion tokens.
 func streamChat(ctx context.Context, url, prompt string) (time.Duration, int, error) {
-	body := fmt.Sprintf(`{"messages": [{"role": "system", "content": %q}, {"role": "user", "content": %q}], "max_tokens": %d, "ignore_eos": true, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}`,
-		loadSystem, prompt, loadMaxTokens)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
-	if err != nil {
-		return 0, 0, err
-	}
-	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	var ttft time.Duration
-	n, done := 0, false
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		l := sc.Text()
-		switch {
-		case ttft == 0 && strings.Contains(l, `"delta"`):
-			ttft = time.Since(start)
-		case strings.Contains(l, `"error"`):
-			return 0, 0, fmt.Errorf("error event: %s", l)
-		case strings.HasPrefix(l, `data: [DONE]`):
-			done = true
-		case strings.Contains(l, `"usage"`):
-			if _, err := fmt.Sscanf(l[strings.Index(l, `"completion_tokens":`):], `"completion_tokens":%d`, &n); err != nil {
-				return 0, 0, fmt.Errorf("usage chunk %s: %v", l, err)
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, err
-	}
-	if !done {
-		return 0, 0, fmt.Errorf("the stream ended without [DONE]")
-	}
-	return ttft, n, nil
+	r, err := streamChatWith(ctx, url, prompt, loadMaxTokens, `, "ignore_eos": true, "temperature": 0`)
+	return r.ttft, r.tokens, err
 }

@@ -362,6 +362,7 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	opt := kakeya.GenerateOptions{MaxTokens: req.maxTokens, Sampling: req.sampling, Stop: req.stop, IgnoreEOS: req.ignoreEOS,
 		Logprobs: req.logprobs, TopLogprobs: req.topLogprobs}
+	req.constraint.apply(&opt)
 	if !req.seeded {
 		opt.Sampling.Seed = rand.Uint64()
 	}

@@ -1,0 +1,183 @@
+package kakeya
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/kakeya-ai/kakeya/grammar"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/tokenizer"
+)
+
+// structuredSchemas are the schemas of the structured-output tests: the
+// shapes apps send (an object with required and optional fields, enums,
+// nested arrays, a nullable field, recursion through $defs).
+var structuredSchemas = []string{
+	`{"type":"object","properties":{"city":{"enum":["Paris","Tokyo","Lima"]},"celsius":{"type":"integer"},"rain":{"type":"boolean"}},"required":["city","celsius","rain"],"additionalProperties":false}`,
+	`{"type":"array","items":{"type":"number"},"minItems":1,"maxItems":3}`,
+	`{"type":"object","properties":{"ok":{"type":"boolean"},"note":{"anyOf":[{"type":"null"},{"enum":["x","y"]}]},"n":{"type":"array","items":{"enum":[1,2,3]},"maxItems":4}},"required":["ok","n"]}`,
+	`{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"],"additionalProperties":false}},"$ref":"#/$defs/node"}`,
+	`{"enum":["yes","no",null,3.5]}`,
+}
+
+func schemaValidator(t *testing.T, schema string) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile("s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// checkStructured runs the schemas over seeds on e: every generation that
+// ends by its own (not at MaxTokens) must be a document that parses and
+// validates against its schema (santhosh-tekuri/jsonschema, an
+// independent validator); it returns how many did.
+func checkStructured(t *testing.T, e *Engine, prompt string, seeds int, chat bool) int {
+	t.Helper()
+	complete := 0
+	for si, schema := range structuredSchemas {
+		val := schemaValidator(t, schema)
+		for seed := range seeds {
+			opt := GenerateOptions{MaxTokens: 160, Chat: chat, JSONSchema: []byte(schema),
+				Sampling: SamplingOptions{Temperature: 1, Seed: uint64(seed)}}
+			if seed == 0 {
+				opt.Sampling = SamplingOptions{} // greedy too
+			}
+			res, err := e.Generate(context.Background(), prompt, opt, nil)
+			if err != nil {
+				t.Fatalf("schema %d seed %d: %v", si, seed, err)
+			}
+			if res.StopReason == StopLength {
+				continue
+			}
+			if res.StopReason != StopEOS {
+				t.Fatalf("schema %d seed %d: stop %q after %q", si, seed, res.StopReason, res.Text)
+			}
+			complete++
+			var v any
+			if err := json.Unmarshal([]byte(res.Text), &v); err != nil {
+				t.Fatalf("schema %d seed %d: output %q does not parse: %v", si, seed, res.Text, err)
+			}
+			inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(res.Text))
+			if err := val.Validate(inst); err != nil {
+				t.Fatalf("schema %d seed %d: output %s does not validate: %v", si, seed, res.Text, err)
+			}
+		}
+	}
+	return complete
+}
+
+// TestStructuredSeededModel: a random-weights model wants garbage, and
+// the mask must still make every finished output a valid document.
+func TestStructuredSeededModel(t *testing.T) {
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
+	n := checkStructured(t, e, "Reply in JSON:", 6, false)
+	if n < 10 {
+		t.Errorf("only %d of %d generations finished", n, 6*len(structuredSchemas))
+	}
+}
+
+// TestStructuredRefQwen2: the same on ref-qwen2-6m, a real BPE
+// vocabulary (multi-byte tokens such as `":"` and `"}`) in chat mode,
+// where <|im_end|> may end the document.
+func TestStructuredRefQwen2(t *testing.T) {
+	e := loadEngine(t, shareddata.File(t, "models", "ref-qwen2-6m"), Options{Threads: 1})
+	n := checkStructured(t, e, "Give the weather as JSON.", 6, true)
+	if n < 10 {
+		t.Errorf("only %d of %d generations finished", n, 6*len(structuredSchemas))
+	}
+}
+
+// TestStructuredOptions: json_object mode, an IgnoreEOS generation that
+// still stops where the object closes, and a schema the grammar refuses
+// (an error before the model runs, naming the keyword and path).
+func TestStructuredOptions(t *testing.T) {
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
+	for seed := range 4 {
+		res, err := e.Generate(context.Background(), "{", GenerateOptions{MaxTokens: 200, JSON: true, IgnoreEOS: true,
+			Sampling: SamplingOptions{Temperature: 1, Seed: uint64(seed)}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(res.Text, "{") {
+			t.Fatalf("json_object output %q is no object", res.Text)
+		}
+		if res.StopReason == StopLength {
+			continue
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(res.Text), &v); err != nil || res.StopReason != StopEOS {
+			t.Fatalf("json_object output %q (stop %q): %v", res.Text, res.StopReason, err)
+		}
+	}
+	_, err := e.Generate(context.Background(), "x", GenerateOptions{JSONSchema: []byte(`{"properties":{"a":{"type":"string","pattern":"^x"}}}`)}, nil)
+	var se *grammar.SchemaError
+	if !errors.As(err, &se) || se.Keyword != "pattern" || se.Path != "#/properties/a" {
+		t.Fatalf("a pattern: error %v, want a SchemaError for pattern at #/properties/a", err)
+	}
+	if err := CheckJSONSchema([]byte(`{"type":"object"}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkMask measures a mask per step over Qwen's vocabulary (151k
+// tokens, shared/tokenizers/qwen3) along a document: each step masks the
+// logits and advances by the next token of a fixed JSON text, with the
+// masks cache cold (a new grammar each document) and warm.
+func BenchmarkMask(b *testing.B) {
+	tk, err := tokenizer.Load(shareddata.File(b, "tokenizers", "qwen3", "tokenizer.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	toks := make([][]byte, tk.VocabSize())
+	for id := range toks {
+		toks[id] = tk.TokenBytes(id)
+	}
+	v := grammar.NewVocab(toks)
+	g, err := grammar.CompileSchema([]byte(structuredSchemas[0]))
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc := tk.Encode(`{"city": "Tokyo", "celsius": 21, "rain": false}`, false)
+	logits := make([]float32, len(toks))
+	eos := tk.EOS()
+	for _, cold := range []bool{true, false} {
+		b.Run(fmt.Sprintf("cold=%v", cold), func(b *testing.B) {
+			m := grammar.NewMasks(g, v)
+			steps := 0
+			for b.Loop() {
+				if cold {
+					m = grammar.NewMasks(g, v)
+				}
+				mt := m.NewMatcher(eos, func(id int) []byte { return toks[id] })
+				for _, id := range doc {
+					if err := mt.Apply(logits); err != nil {
+						b.Fatal(err)
+					}
+					if err := mt.Advance(id); err != nil {
+						b.Fatal(err)
+					}
+					steps++
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(steps), "ns/step")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(steps)/float64(len(toks)), "ns/token-step")
+		})
+	}
+}
