@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -134,5 +135,29 @@ func TestAutoCalibrationOnEngineBackend(t *testing.T) {
 	}
 	if info2.Path != info.Path || info2.Made || b.matmuls.Load() != before || st.BlockSize != bs {
 		t.Errorf("second Cache: %+v (%d products), want the calibration of Load reused", info2, b.matmuls.Load()-before)
+	}
+}
+
+// GenerateOptions.Priority needs ServingOptions.Scheduling "priority";
+// an unknown scheduling policy is a Load error naming it.
+func TestPriorityScheduling(t *testing.T) {
+	dir := shareddata.File(t, "models", "stories260K")
+	ctx := context.Background()
+	for _, tt := range []struct {
+		scheduling string
+		wantErr    bool
+	}{{"", true}, {"fcfs", true}, {"priority", false}} {
+		e, err := Load(ctx, dir, Options{Threads: 1, Serving: ServingOptions{Scheduling: tt.scheduling}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.Generate(ctx, "Once upon a time", GenerateOptions{MaxTokens: 2, Priority: 1}, nil)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("Scheduling %q, Priority 1: %v", tt.scheduling, err)
+		}
+		e.Close()
+	}
+	if _, err := Load(ctx, dir, Options{Serving: ServingOptions{Scheduling: "lifo"}}); err == nil || !strings.Contains(err.Error(), `"lifo"`) {
+		t.Errorf("Scheduling lifo: %v", err)
 	}
 }

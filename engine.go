@@ -111,6 +111,10 @@ type ServingOptions struct {
 	// DecodeReserve is how many generated tokens beyond its prompt a
 	// request must find room for to be admitted; 0 means 32.
 	DecodeReserve int
+	// Scheduling orders admission and preemption: "fcfs" (or "", first
+	// come, first served) or "priority" (GenerateOptions.Priority, lower
+	// first, as vLLM's --scheduling-policy priority).
+	Scheduling string
 }
 
 // An Engine is a loaded model with its tokenizer: the embedding API for
@@ -128,6 +132,7 @@ type Engine struct {
 	seq    model.SequenceOptions // the cache of every sequence
 	cache  kvconfig.Settings     // what seq's cache is, in the tools' terms
 	sched  *scheduler.Scheduler  // runs every Generate call
+	policy scheduler.Policy      // sched's order
 	ownB   compute.Backend       // the backend Load started, nil if given
 	once   sync.Once             // closes ownB once
 }
@@ -147,6 +152,10 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	spec, err := opt.Cache.Check()
 	if err != nil {
 		return nil, fmt.Errorf("kakeya: cache: %w", err)
+	}
+	policy, err := scheduler.NewPolicy(opt.Serving.Scheduling)
+	if err != nil {
+		return nil, fmt.Errorf("kakeya: Options.Serving.Scheduling: %w", err)
 	}
 	dir, err := weights.Resolve(ctx, nameOrDir, opt.Hub)
 	if err != nil {
@@ -171,7 +180,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 		}
 		return nil, err
 	}
-	e := &Engine{model: m, tok: tok, dir: dir, ownB: own}
+	e := &Engine{model: m, tok: tok, dir: dir, ownB: own, policy: policy}
 	if err := e.setCache(ctx, spec, opt); err != nil {
 		e.Close()
 		return nil, err
@@ -180,6 +189,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 		Model: m, Cache: e.seq, KVMemory: opt.KVMemory,
 		StepTokens: opt.Serving.StepTokens, MaxRunning: opt.Serving.MaxRunning,
 		MaxWaiting: opt.Serving.MaxWaiting, DecodeReserve: opt.Serving.DecodeReserve,
+		Policy: policy,
 	}
 	if sv.KVMemory == 0 {
 		sv.KVMemory = DefaultKVMemory()

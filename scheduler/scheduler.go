@@ -15,7 +15,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,6 +70,8 @@ type Config struct {
 	// request must find room for to be admitted, and how far ahead a
 	// running request's room is kept; 0 means DefaultDecodeReserve.
 	DecodeReserve int
+	// Policy orders admission and preemption; nil means FCFS.
+	Policy Policy
 }
 
 // A Request is a prompt to continue.
@@ -102,6 +103,10 @@ type Request struct {
 	// the token to Handle.TokensWith. A Next that works out more than the
 	// id (log-probabilities, say) keeps it for Payload to hand over.
 	Payload func(id int) any
+	// Priority orders the request under the priority policy
+	// (PriorityPolicy): lower values are admitted first and preempted
+	// last, equal ones in arrival order. FCFS ignores it.
+	Priority int
 }
 
 // Why a request ended: the Reason of its Outcome.
@@ -157,6 +162,7 @@ type Stats struct {
 // its own. Its methods are safe for concurrent use.
 type Scheduler struct {
 	cfg     Config
+	policy  Policy // cfg.Policy, or FCFS
 	m       *model.Model
 	pool    *kvcache.Pool
 	bt      *model.Batch
@@ -173,8 +179,8 @@ type Scheduler struct {
 	arrivals uint64
 
 	// Owned by the loop goroutine.
-	running  []*Handle // in arrival order
-	waiting  []*Handle // in arrival order
+	running  []*Handle // in the policy's order
+	waiting  []*Handle // in the policy's order
 	reserved int64
 	items    []model.BatchItem
 	owners   []*Handle
@@ -188,6 +194,9 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.Cache.Pool != nil {
 		return nil, errors.New("scheduler: Config.Cache.Pool must be nil: the scheduler makes its pool")
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = FCFS{}
 	}
 	if cfg.StepTokens == 0 {
 		cfg.StepTokens = DefaultStepTokens
@@ -238,7 +247,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	s := &Scheduler{cfg: cfg, m: m, pool: pool, margin: z.Variable(), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &Scheduler{cfg: cfg, policy: cfg.Policy, m: m, pool: pool, margin: z.Variable(), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	// The bytes a sequence holds do not grow monotonically (a block
 	// leaving the hot window shrinks when it is encoded), so a request
 	// is held to the peak on its way.
@@ -491,7 +500,9 @@ func (s *Scheduler) loop() {
 	for {
 		s.mu.Lock()
 		closed := s.closed
-		s.waiting = append(s.waiting, s.incoming...) // arrivals are increasing
+		for _, h := range s.incoming {
+			s.waiting = s.insert(s.waiting, h)
+		}
 		s.incoming = s.incoming[:0]
 		// Submit bounds Waiting plus incoming: count the moved ones now.
 		s.stats.Waiting = len(s.waiting)
@@ -612,8 +623,7 @@ func (s *Scheduler) preempt(v *Handle) {
 	v.seq = nil
 	s.reserved -= v.reserved
 	v.reserved = 0
-	i, _ := slices.BinarySearchFunc(s.waiting, v.arrival, func(w *Handle, a uint64) int { return cmp.Compare(w.arrival, a) })
-	s.waiting = slices.Insert(s.waiting, i, v)
+	s.waiting = s.insert(s.waiting, v)
 	v.mu.Lock()
 	v.out.Preempted++
 	v.mu.Unlock()
@@ -666,7 +676,7 @@ func (s *Scheduler) plan() bool {
 			continue
 		}
 		s.waiting = s.waiting[1:]
-		s.running = append(s.running, h)
+		s.running = s.insert(s.running, h)
 		if !add(h) {
 			break
 		}
