@@ -184,6 +184,7 @@ type Scheduler struct {
 	reserved int64
 	items    []model.BatchItem
 	owners   []*Handle
+	samplers *samplers // pick the step's tokens in parallel
 }
 
 // New checks cfg, makes the pool and starts the Scheduler's goroutine.
@@ -272,6 +273,7 @@ func New(cfg Config) (*Scheduler, error) {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	s.stats.MaxTokens = s.maxToks
+	s.samplers = newSamplers(s)
 	go s.loop()
 	return s, nil
 }
@@ -454,13 +456,9 @@ func (h *Handle) Outcome() (o Outcome, ok bool) {
 	return h.out, h.ended
 }
 
-// deliver passes a picked token, and its payload if the request has a
-// Payload, on to the caller.
-func (h *Handle) deliver(id int) {
-	var p any
-	if h.req.Payload != nil {
-		p = h.req.Payload(id)
-	}
+// deliver passes a picked token, and its payload (Request.Payload's value,
+// made when it was sampled; nil without one), on to the caller.
+func (h *Handle) deliver(id int, p any) {
 	h.mu.Lock()
 	h.tokens = append(h.tokens, id)
 	if h.req.Payload != nil {
@@ -497,6 +495,7 @@ func (h *Handle) end(reason string, err error, kv kvcache.Stats) {
 // loop runs steps until Close.
 func (s *Scheduler) loop() {
 	defer close(s.done)
+	defer s.samplers.close()
 	for {
 		s.mu.Lock()
 		closed := s.closed
@@ -722,28 +721,24 @@ func (s *Scheduler) step() {
 		s.stepFailed(err)
 		return
 	}
+	sp := s.samplers
+	sp.rows = sp.rows[:0]
 	for i := range s.items {
-		h := s.owners[i]
-		if h.seq.Len() < len(h.history) {
-			continue // a prompt chunk with more to come
+		if h := s.owners[i]; h.seq.Len() == len(h.history) {
+			sp.rows = append(sp.rows, i) // not a prompt chunk with more to come
 		}
-		var id int
-		var end bool
-		var err error
-		if it := &s.items[i]; it.Greedy {
-			id = it.Token
-			end, err = h.req.Pick(id, it.NonFinite, h.history)
-		} else {
-			id, end, err = h.req.Next(it.Logits, h.history)
-		}
+	}
+	sp.run()
+	for j, i := range sp.rows {
+		h, pk := s.owners[i], sp.picks[j]
 		switch {
-		case err != nil:
-			s.remove(h, "", err)
-		case end:
+		case pk.err != nil:
+			s.remove(h, "", pk.err)
+		case pk.end:
 			s.remove(h, EndToken, nil)
 		default:
-			h.history = append(h.history, id)
-			h.deliver(id)
+			h.history = append(h.history, pk.id)
+			h.deliver(pk.id, pk.pay)
 			switch {
 			case len(h.history)-len(h.req.Prompt) >= h.req.MaxNew:
 				s.remove(h, EndLength, nil)
@@ -752,6 +747,7 @@ func (s *Scheduler) step() {
 			}
 		}
 	}
+	clear(sp.picks) // hold no payload past the step
 }
 
 // remove ends running request h.
