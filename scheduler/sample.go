@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// maxSamplers bounds the goroutines that rowPick a step's tokens.
+// maxSamplers bounds the goroutines that pick a step's tokens.
 const maxSamplers = 8
 
 // A rowPick is what sampling one row of a step decided.
@@ -17,7 +17,7 @@ type rowPick struct {
 	pay any // Request.Payload's value for a kept token
 }
 
-// samplers rowPick the tokens of a step's rows off the loop goroutine: each
+// samplers pick the tokens of a step's rows off the loop goroutine: each
 // row's Request.Next (or Pick, then Payload) runs on one of a few
 // goroutines started with the Scheduler, the loop taking rows too, so
 // that a batch's rows are sampled in parallel; the loop then applies the

@@ -85,8 +85,10 @@ type Request struct {
 	MaxNew int
 	// Next picks the token that follows logits (vocab_size values, valid
 	// during the call only); history holds the prompt and the tokens
-	// picked so far. It runs on the Scheduler's goroutine between steps,
-	// so it must be quick and must not call the Scheduler. end says the
+	// picked so far. It runs between steps on one of the Scheduler's
+	// sampling goroutines, concurrently with other requests' Next (never
+	// with its own), so it must be quick, must not call the Scheduler and
+	// must share no unsynchronized state with other requests. end says the
 	// token ends the request without being part of its output (an
 	// end-of-sequence token); an error fails the request.
 	Next func(logits []float32, history []int) (id int, end bool, err error)
@@ -97,7 +99,7 @@ type Request struct {
 	// of the first NaN or ±Inf logit (-1 if none); end and err are as
 	// Next's.
 	Pick func(id, nonFinite int, history []int) (end bool, err error)
-	// Payload, if set, is called on the Scheduler's goroutine right after
+	// Payload, if set, is called on the same goroutine right after
 	// each call of Next that picked a token the request keeps (neither an
 	// end nor an error), with that token; what it returns travels with
 	// the token to Handle.TokensWith. A Next that works out more than the
