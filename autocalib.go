@@ -19,6 +19,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
 
@@ -91,13 +92,13 @@ func DefaultCalibrationCache() (string, error) {
 // file is replaced, and a cache that cannot be written leaves the
 // calibration in memory: both with a warning, neither an error.
 type autoCalibration struct {
-	modelDir  string
-	cfg       *weights.Config
+	model     *model.Model // runs the calibration on its own backend
+	modelDir  string       // the model's directory or GGUF file, for the key; "" for model.Dir()
 	tok       *tokenizer.Tokenizer
 	blockSize int
 	tokens    int    // tokens of the text to run, > 0
+	weights   string // Options.Weights the model was loaded with
 	cacheDir  string // "" for Options' default
-	threads   int
 	log       *slog.Logger
 	progress  func(done, total int) // nil for none
 }
@@ -105,6 +106,9 @@ type autoCalibration struct {
 // run returns the calibration and where it came from.
 func (a autoCalibration) run(ctx context.Context) (*codec.Calibration, CalibrationInfo, error) {
 	info := CalibrationInfo{Auto: true}
+	if a.modelDir == "" {
+		a.modelDir = a.model.Dir()
+	}
 	if a.tokens <= a.blockSize {
 		return nil, info, fmt.Errorf("kakeya: Options.CalibrationTokens %d: an automatic calibration measures blocks of %d tokens and needs more than one block of text", a.tokens, a.blockSize)
 	}
@@ -121,7 +125,7 @@ func (a autoCalibration) run(ctx context.Context) (*codec.Calibration, Calibrati
 			return nil, info, err
 		}
 		path = filepath.Join(dir, key+".safetensors")
-		cal, err := calibrate.Load(path, a.cfg)
+		cal, err := calibrate.Load(path, a.model.Config())
 		switch {
 		case err == nil && cal.KPCA != nil && cal.VPCA != nil:
 			a.log.Debug("kakeya: calibration from the cache", "file", path)
@@ -137,8 +141,8 @@ func (a autoCalibration) run(ctx context.Context) (*codec.Calibration, Calibrati
 	start := time.Now()
 	text := calibrate.Text()
 	ids := a.tok.Encode(text, false)
-	cal, err := calibrate.Run(ctx, a.modelDir, ids, calibrate.Options{
-		MaxTokens: a.tokens, RopeAveraged: true, PCA: true, BlockSize: a.blockSize, Threads: a.threads,
+	cal, err := calibrate.RunModel(ctx, a.model, ids, calibrate.Options{
+		MaxTokens: a.tokens, RopeAveraged: true, PCA: true, BlockSize: a.blockSize,
 		Progress: a.progressFunc(),
 	})
 	if err != nil {
@@ -185,7 +189,8 @@ func saveCalibration(dir, path string, cal *codec.Calibration) error {
 
 // key names the cache file of this model and recipe: the model
 // directory's base name and 16 hex digits of a SHA-256 over the recipe
-// (calibVersion, block size, tokens, the built-in text), config.json and,
+// (calibVersion, block size, tokens, the built-in text, the quantization
+// Options.Weights gave the weights when set), config.json and,
 // per weights file (*.safetensors, sorted by name), its name, size and
 // first MiB; for a GGUF file, its name, size and first MiB (its metadata
 // first). Sizes and leading bytes rather than modification times, so
@@ -194,6 +199,10 @@ func saveCalibration(dir, path string, cal *codec.Calibration) error {
 func (a autoCalibration) key() (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\nblock %d\ntokens %d\n", calibVersion, a.blockSize, a.tokens)
+	if a.weights != "" {
+		// Quantized as they loaded: the calibration ran on other weights.
+		fmt.Fprintf(h, "weights %s\n", a.weights)
+	}
 	text := sha256.Sum256([]byte(calibrate.Text()))
 	h.Write(text[:])
 	if weights.IsGGUF(a.modelDir) {
@@ -252,15 +261,4 @@ func hashPrefix(h io.Writer, path string) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
-}
-
-// calibrationThreads returns the threads of the automatic calibration's
-// CPU backend: Options.Threads, or where a CPU backend is given (as the
-// tools give the one they open with --threads) and Threads is 0, that
-// backend's.
-func calibrationThreads(opt Options) int {
-	if t, ok := opt.Backend.(interface{ Threads() int }); ok && opt.Threads == 0 {
-		return t.Threads()
-	}
-	return opt.Threads
 }

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/kakeya-ai/kakeya/calibrate"
-	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
@@ -113,6 +111,10 @@ type ServingOptions struct {
 	// DecodeReserve is how many generated tokens beyond its prompt a
 	// request must find room for to be admitted; 0 means 32.
 	DecodeReserve int
+	// Scheduling orders admission and preemption: "fcfs" (or "", first
+	// come, first served) or "priority" (GenerateOptions.Priority, lower
+	// first, as vLLM's --scheduling-policy priority).
+	Scheduling string
 }
 
 // An Engine is a loaded model with its tokenizer: the embedding API for
@@ -122,15 +124,17 @@ type ServingOptions struct {
 // (model.ErrClosed). Concurrent Generate calls are batched: each step of
 // the engine's scheduler runs every matrix product once over all of them.
 type Engine struct {
-	model *model.Model
-	tok   *tokenizer.Tokenizer
-	dir   string
-	calib CalibrationInfo
-	seq   model.SequenceOptions // the cache of every sequence
-	cache kvconfig.Settings     // what seq's cache is, in the tools' terms
-	sched *scheduler.Scheduler  // runs every Generate call
-	ownB  compute.Backend       // the backend Load started, nil if given
-	once  sync.Once             // closes ownB once
+	model  *model.Model
+	tok    *tokenizer.Tokenizer
+	dir    string
+	calib  CalibrationInfo
+	caches *Caches               // assembled seq's cache; more on request
+	seq    model.SequenceOptions // the cache of every sequence
+	cache  kvconfig.Settings     // what seq's cache is, in the tools' terms
+	sched  *scheduler.Scheduler  // runs every Generate call
+	policy scheduler.Policy      // sched's order
+	ownB   compute.Backend       // the backend Load started, nil if given
+	once   sync.Once             // closes ownB once
 
 	grammars grammars // structured output's vocabulary trie and masks
 }
@@ -150,6 +154,10 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 	spec, err := opt.Cache.Check()
 	if err != nil {
 		return nil, fmt.Errorf("kakeya: cache: %w", err)
+	}
+	policy, err := scheduler.NewPolicy(opt.Serving.Scheduling)
+	if err != nil {
+		return nil, fmt.Errorf("kakeya: Options.Serving.Scheduling: %w", err)
 	}
 	dir, err := weights.Resolve(ctx, nameOrDir, opt.Hub)
 	if err != nil {
@@ -174,7 +182,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 		}
 		return nil, err
 	}
-	e := &Engine{model: m, tok: tok, dir: dir, ownB: own}
+	e := &Engine{model: m, tok: tok, dir: dir, ownB: own, policy: policy}
 	if err := e.setCache(ctx, spec, opt); err != nil {
 		e.Close()
 		return nil, err
@@ -183,6 +191,7 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 		Model: m, Cache: e.seq, KVMemory: opt.KVMemory,
 		StepTokens: opt.Serving.StepTokens, MaxRunning: opt.Serving.MaxRunning,
 		MaxWaiting: opt.Serving.MaxWaiting, DecodeReserve: opt.Serving.DecodeReserve,
+		Policy: policy,
 	}
 	if sv.KVMemory == 0 {
 		sv.KVMemory = DefaultKVMemory()
@@ -195,52 +204,35 @@ func Load(ctx context.Context, nameOrDir string, opt Options) (*Engine, error) {
 }
 
 // setCache checks the tokenizer against the model and sets the cache of
-// the engine's sequences: spec's policy for this model, with the
-// calibration file's query factors, codebooks and principal components if
-// opt names one, or an automatic calibration if the codecs need principal
-// components and it names none.
+// the engine's sequences: spec's cache as the model's Caches assemble it,
+// with the calibration file opt names or an automatic calibration on the
+// engine's own model when the codecs need principal components.
 func (e *Engine) setCache(ctx context.Context, spec kvconfig.Checked, opt Options) error {
 	m := e.model
 	if v := m.Config().VocabSize; e.tok.VocabSize() > v {
 		return fmt.Errorf("kakeya: %s: tokenizer has %d tokens but the model's vocab_size is %d", e.dir, e.tok.VocabSize(), v)
 	}
-	bs, needPCA, err := kvplan.NeedsPCA(spec, m.CacheShape().MaxContext)
+	cs, err := NewCaches(m, opt)
 	if err != nil {
-		return fmt.Errorf("kakeya: cache: %w", err)
+		return err
 	}
-	var cal *codec.Calibration
-	switch {
-	case opt.Calibration != "":
-		if cal, err = calibrate.Load(opt.Calibration, m.Config()); err != nil {
-			return fmt.Errorf("kakeya: calibration: %w", err)
-		}
-		e.calib = CalibrationInfo{Path: opt.Calibration}
-	case needPCA:
-		a := autoCalibration{
-			modelDir: e.dir, cfg: m.Config(), tok: e.tok, blockSize: bs,
-			tokens: opt.CalibrationTokens, cacheDir: opt.CalibrationCache, threads: calibrationThreads(opt), log: opt.Log,
-			progress: opt.CalibrationProgress,
-		}
-		if a.tokens == 0 {
-			a.tokens = DefaultCalibrationTokens
-		}
-		if a.log == nil {
-			a.log = slog.Default()
-		}
-		if cal, e.calib, err = a.run(ctx); err != nil {
-			return err
-		}
-	}
-	pol, st, err := kvplan.Build(spec, m.CacheShape(), cal)
+	cs.tok = e.tok
+	seq, st, info, err := cs.cache(ctx, spec)
 	if err != nil {
-		return fmt.Errorf("kakeya: cache: %w", err)
+		return err
 	}
-	if opt.Calibration != "" && !st.Precondition && !st.Codebooks && !needPCA {
+	if _, needPCA, _ := kvplan.NeedsPCA(spec, m.CacheShape().MaxContext); opt.Calibration != "" && !st.Precondition && !st.Codebooks && !needPCA {
 		return fmt.Errorf("kakeya: calibration %s: the cache (%s) uses neither its query factors (keys uncompressed or precond off), its codebooks nor its principal components", opt.Calibration, st)
 	}
-	e.seq, e.cache = model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, st
+	e.seq, e.cache, e.calib, e.caches = seq, st, info, cs
 	return nil
 }
+
+// Caches returns the engine's cache assembler: other cache specs on the
+// engine's model, with the engine's calibration options (an automatic
+// calibration Load made is reused for the same block size). The tools
+// compare caches through it.
+func (e *Engine) Caches() *Caches { return e.caches }
 
 // CacheSettings returns the KV cache of the engine's sequences: its Spec
 // with the defaults applied for this model.

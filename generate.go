@@ -40,6 +40,11 @@ type GenerateOptions struct {
 	// context: runs of a fixed length, for benchmarks and tests, as
 	// vLLM's ignore_eos.
 	IgnoreEOS bool
+	// Priority orders the request under ServingOptions.Scheduling
+	// "priority": lower values are admitted first and preempted last,
+	// equal ones in arrival order (vLLM's priority). Under the default
+	// first-come-first-served scheduling it must be 0.
+	Priority int
 	// Messages, with Chat, is the whole conversation the chat template
 	// renders (system, user and assistant turns), for a server that is
 	// sent one: the model continues it as the assistant. It replaces the
@@ -334,18 +339,19 @@ func (e *Engine) GenerateIDs(ctx context.Context, ids []int, opt GenerateOptions
 // generation is one Generate call: what it was asked for, once checked,
 // and the state of its run.
 type generation struct {
-	e       *Engine
-	sampler *Sampler
-	ids     []int        // the prompt's tokens
-	maxNew  int          // tokens it may generate
-	limit   string       // the StopReason when it generates maxNew
-	eos     map[int]bool // the tokens that end it
-	onText  func(string) error
-	onToken func(TokenInfo) error
-	lp      *logprober       // nil without GenerateOptions.Logprobs
-	cons    *grammar.Matcher // nil without structured output
-	prev    int              // the token before the one being described
-	pair    [2]int           // scratch for decoding a token after prev
+	e        *Engine
+	sampler  *Sampler
+	priority int          // GenerateOptions.Priority
+	ids      []int        // the prompt's tokens
+	maxNew   int          // tokens it may generate
+	limit    string       // the StopReason when it generates maxNew
+	eos      map[int]bool // the tokens that end it
+	onText   func(string) error
+	onToken  func(TokenInfo) error
+	lp       *logprober       // nil without GenerateOptions.Logprobs
+	cons     *grammar.Matcher // nil without structured output
+	prev     int              // the token before the one being described
+	pair     [2]int           // scratch for decoding a token after prev
 
 	res    *Result
 	text   []byte // what emit passed on
@@ -380,7 +386,10 @@ func (e *Engine) newGenerationIDs(ids []int, opt GenerateOptions, onText func(st
 	if len(ids) >= ctxLen {
 		return nil, fmt.Errorf("kakeya: %w", &model.ContextError{Tokens: len(ids), Context: ctxLen, Limit: e.model.ContextLimit(), Generate: true})
 	}
-	g := &generation{e: e, sampler: sampler, ids: ids, maxNew: ctxLen - len(ids), limit: StopContext, onText: onText}
+	if opt.Priority != 0 && e.policy.Name() != "priority" {
+		return nil, fmt.Errorf("kakeya: GenerateOptions.Priority %d needs ServingOptions.Scheduling \"priority\" (the engine schedules %s)", opt.Priority, e.policy.Name())
+	}
+	g := &generation{e: e, sampler: sampler, ids: ids, maxNew: ctxLen - len(ids), limit: StopContext, onText: onText, priority: opt.Priority}
 	if !opt.IgnoreEOS {
 		g.eos = e.stopIDs(opt.Chat)
 	}
@@ -459,7 +468,7 @@ func (g *generation) pick(id, nonFinite int, history []int) (bool, error) {
 // tokens' text on as they come, until a stop. Once it was submitted, an
 // error comes with the partial Result.
 func (g *generation) run(ctx context.Context) (*Result, error) {
-	req := scheduler.Request{Prompt: g.ids, MaxNew: g.maxNew, Next: g.next}
+	req := scheduler.Request{Prompt: g.ids, MaxNew: g.maxNew, Next: g.next, Priority: g.priority}
 	if g.lp != nil {
 		req.Payload = g.lp.payload
 	}

@@ -122,6 +122,11 @@ var forbidden = [][2]string{
 	{"kvcache", "model"},
 	{"compute", "codec"},
 	{"compute", "kvcache"},
+	// The scheduler is mechanism over the model and its pool, ordered by
+	// a Policy: it reaches no backend, no codec and no calibration.
+	{"scheduler", "compute"},
+	{"scheduler", "codec"},
+	{"scheduler", "calibrate"},
 }
 
 // TestBackendEdges: a backend imports no other backend (each registers

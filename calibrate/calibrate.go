@@ -141,7 +141,6 @@ func joinInts(v []int) string {
 // CPU backend the model runs exact f32 matrix products, so a calibration
 // does not carry bf16 rounding of the activations.
 func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibration, error) {
-	var st *calibState
 	b := opt.Backend
 	if b == nil {
 		cpu, err := cpubackend.NewMatMul(opt.Threads, "f32")
@@ -151,13 +150,23 @@ func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibr
 		defer cpu.Close()
 		b = cpu
 	}
-	m, err := model.Load(dir, model.Options{Backend: b, Observe: func(layer, _, n int, q, _ []float32) {
-		st.observe(layer, n, q)
-	}})
+	m, err := model.Load(dir, model.Options{Backend: b})
 	if err != nil {
 		return nil, err
 	}
 	defer m.Close()
+	return RunModel(ctx, m, ids, opt)
+}
+
+// RunModel is Run on a model already loaded, on its own backend and
+// precision (opt.Backend and opt.Threads are not used): the model runs
+// its calibration windows in a sequence of its own, which observes the
+// queries through model.SequenceOptions.Observe, so m may serve other
+// sequences meanwhile. A model loaded with a model.Options.Cache policy
+// still calibrates over uncompressed blocks. The calibration names the
+// model by m.Dir's base name.
+func RunModel(ctx context.Context, m *model.Model, ids []int, opt Options) (*codec.Calibration, error) {
+	dir := m.Dir()
 	cfg := m.Config()
 	layers, kvh, d := cfg.NumLayers, cfg.NumKVHeads, m.CacheShape().HeadDim
 	o, err := calibDefaults(opt, m.MaxContext())
@@ -168,7 +177,7 @@ func Run(ctx context.Context, dir string, ids []int, opt Options) (*codec.Calibr
 	if err != nil {
 		return nil, err
 	}
-	st = newCalibState(layers, cfg.NumHeads, kvh, d)
+	st := newCalibState(layers, cfg.NumHeads, kvh, d)
 	samples := &blockSampler{stride: p.stride, layers: layers, kvHeads: kvh, blockSize: o.BlockSize}
 	var pca *pcaState
 	if o.PCA {
@@ -337,7 +346,7 @@ func (p *windowPlan) meta(o Options, queries int64, sampled int) map[string]stri
 // blocks to samples. It reports progress through o.Progress and stops
 // when ctx is done.
 func feed(ctx context.Context, m *model.Model, st *calibState, samples *blockSampler, pca *pcaState, p *windowPlan, o Options) error {
-	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize, KeepAll: true})
+	seq, err := m.NewSequenceOpts(model.SequenceOptions{BlockSize: o.BlockSize, KeepAll: true, Observe: st.observeHook})
 	if err != nil {
 		return err
 	}
@@ -564,6 +573,9 @@ func newCalibState(layers, heads, kvHeads, d int) *calibState {
 
 // observe pools each query head into the accumulator of its KV head
 // (query heads g*j .. g*j+g-1 share KV head j, as in repeat_kv).
+// observeHook is observe as a model.SequenceOptions.Observe.
+func (s *calibState) observeHook(layer, _, n int, q, _ []float32) { s.observe(layer, n, q) }
+
 func (s *calibState) observe(layer, n int, q []float32) {
 	if s.err != nil {
 		return

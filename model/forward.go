@@ -70,9 +70,47 @@ func (sc *scratch) grow(m *Model, n int) {
 	sc.k, sc.v = b.Alloc(n*kvd), b.Alloc(n*kvd)
 	sc.gate, sc.up = b.Alloc(n*c.IntermediateSize), b.Alloc(n*c.IntermediateSize)
 	sc.ids, sc.pos = make([]int, 0, n), make([]int, 0, n)
-	if m.observe != nil {
+	if m.observeAll != nil {
 		sc.obsQ, sc.obsK = make([]float32, n*qd), make([]float32, n*kvd)
 	}
+}
+
+// observe hands p's queries pq and keys pk of layer li, before RoPE, to
+// Options.Observe and to p's sequence's SequenceOptions.Observe, those
+// that are set, through sc's host buffers (grown on a sequence's first
+// observed pass when the model has no hook of its own).
+func (m *Model) observe(sc *scratch, li int, p *pass, pq, pk compute.Buffer) {
+	so := p.s.observe
+	if m.observeAll == nil && so == nil {
+		return
+	}
+	r, qd, kvd := p.n, m.cfg.NumHeads*m.headDim, m.cfg.NumKVHeads*m.headDim
+	if len(sc.obsQ) < r*qd || len(sc.obsK) < r*kvd {
+		sc.obsQ, sc.obsK = make([]float32, max(r, sc.rows)*qd), make([]float32, max(r, sc.rows)*kvd)
+	}
+	q, k := sc.obsQ[:r*qd], sc.obsK[:r*kvd]
+	m.b.Read(q, pq)
+	m.b.Read(k, pk)
+	if m.observeAll != nil {
+		m.observeAll(li, p.start, r, q, k)
+	}
+	if so != nil {
+		so(li, p.start, r, q, k)
+	}
+}
+
+// observed reports whether some pass's queries and keys must be seen
+// before RoPE (see observe).
+func (m *Model) observed(passes []pass) bool {
+	if m.observeAll != nil {
+		return true
+	}
+	for i := range passes {
+		if passes[i].s.observe != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // add appends ids to the step's ids and returns a pass of them for s, of
@@ -164,12 +202,7 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 			p := &passes[i]
 			r := p.n
 			pq, pk := q.Slice(row*qd, (row+r)*qd), k.Slice(row*kvd, (row+r)*kvd)
-			if m.observe != nil {
-				// Calibration sees queries and keys before RoPE.
-				b.Read(sc.obsQ[:r*qd], pq)
-				b.Read(sc.obsK[:r*kvd], pk)
-				m.observe(li, p.start, r, sc.obsQ[:r*qd], sc.obsK[:r*kvd])
-			}
+			m.observe(sc, li, p, pq, pk) // calibration sees queries and keys before RoPE
 			if !rotated {
 				b.RoPE(pq, r, heads, d, p.start, rp.cos, rp.sin)
 			}
@@ -268,7 +301,7 @@ func (m *Model) step(sc *scratch, passes []pass, dst []float32) (int, error) {
 // rotates the queries unless the fused step did. On failure it returns the
 // index of the pass whose sequence failed (-1 when no one did).
 func (m *Model) attendBatch(sc *scratch, li int, passes []pass, q, k, v, att compute.Buffer, rotated bool) (int, error) {
-	b, d := m.b, m.headDim
+	d := m.headDim
 	heads, kind := m.cfg.NumHeads, m.layers[li].kind
 	qd, kvd := heads*d, m.cfg.NumKVHeads*d
 	sc.attn = sc.attn[:0]
@@ -276,11 +309,7 @@ func (m *Model) attendBatch(sc *scratch, li int, passes []pass, q, k, v, att com
 		p := &passes[i]
 		r := p.n
 		pq, pk := q.Slice(row*qd, (row+r)*qd), k.Slice(row*kvd, (row+r)*kvd)
-		if m.observe != nil {
-			b.Read(sc.obsQ[:r*qd], pq)
-			b.Read(sc.obsK[:r*kvd], pk)
-			m.observe(li, p.start, r, sc.obsQ[:r*qd], sc.obsK[:r*kvd])
-		}
+		m.observe(sc, li, p, pq, pk)
 		if err := p.s.cache.Append(li, pk, v.Slice(row*kvd, (row+r)*kvd), r); err != nil {
 			return i, err
 		}
@@ -299,7 +328,7 @@ func (m *Model) attendBatch(sc *scratch, li int, passes []pass, q, k, v, att com
 // no such step or declines these rows, nor for a step whose queries and
 // keys Options.Observe must see before RoPE.
 func (m *Model) fusedQKV(l *layer, sc *scratch, q, k, v, x compute.Buffer, passes []pass) bool {
-	if m.fused == nil || m.observe != nil {
+	if m.fused == nil || m.observed(passes) {
 		return false
 	}
 	sc.pos = sc.pos[:0]

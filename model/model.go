@@ -74,7 +74,7 @@ type Model struct {
 
 	blockSize, maxCtx int
 	policy            kvcache.Policy
-	observe           func(layer, start, n int, q, k []float32)
+	observeAll        func(layer, start, n int, q, k []float32) // Options.Observe
 	headDim           int
 	eps               float32
 
@@ -281,7 +281,7 @@ func newModel(dir string, cfg *weights.Config, opt Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %s: %w", dir, err)
 	}
-	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache, observe: opt.Observe, desc: desc}
+	m := &Model{cfg: cfg, dir: dir, headDim: hd, eps: float32(cfg.RMSNormEps), policy: opt.Cache, observeAll: opt.Observe, desc: desc}
 	if !desc.Plain() {
 		// The architecture's own operations need a backend that runs them.
 		ops, ok := opt.Backend.(compute.ArchOps)
@@ -594,6 +594,9 @@ func (m *Model) prepare(mats []namedWeight) {
 func (m *Model) DeviceGreedy() bool { return m.greedy != nil }
 
 // Config returns the model's configuration. It must not be modified.
+// Dir returns the directory or GGUF file the model was loaded from.
+func (m *Model) Dir() string { return m.dir }
+
 func (m *Model) Config() *weights.Config { return m.cfg }
 
 // Weights describes the matrices as they were uploaded: each element type

@@ -18,6 +18,8 @@ type Sequence struct {
 	attn  []compute.Attention // one per layer kind of the architecture
 	rows  int                 // activation capacity of Forward's passes, in tokens
 	err   error               // a failure that left the cache inconsistent
+	// observe is SequenceOptions.Observe.
+	observe func(layer, start, n int, q, k []float32)
 
 	sc   scratch
 	last []float32 // logits of the last position, on the host
@@ -50,6 +52,13 @@ type SequenceOptions struct {
 	// longer sees, for a caller that reads blocks back (KVBlock), as
 	// calibration does.
 	KeepAll bool
+	// Observe, if set, is the sequence's own Options.Observe: called for
+	// every layer of every chunk this sequence runs, as Options.Observe
+	// is (which, when also set, is called as well). It lets a caller
+	// calibrate on a model loaded without a hook (kakeya.Load does, on
+	// the engine's own model and backend); it turns the backend's fused
+	// attention input off for the steps the sequence is in.
+	Observe func(layer, start, n int, q, k []float32)
 }
 
 // NewSequence returns an empty sequence with the cache policy and block
@@ -107,7 +116,7 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 		}
 	}
 	s := &Sequence{
-		m: m, cache: cache, attn: attn, rows: rows,
+		m: m, cache: cache, attn: attn, rows: rows, observe: o.Observe,
 		last: make([]float32, c.VocabSize),
 	}
 	if err := m.backendErr(); err != nil {

@@ -15,7 +15,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,6 +70,8 @@ type Config struct {
 	// request must find room for to be admitted, and how far ahead a
 	// running request's room is kept; 0 means DefaultDecodeReserve.
 	DecodeReserve int
+	// Policy orders admission and preemption; nil means FCFS.
+	Policy Policy
 }
 
 // A Request is a prompt to continue.
@@ -84,8 +85,10 @@ type Request struct {
 	MaxNew int
 	// Next picks the token that follows logits (vocab_size values, valid
 	// during the call only); history holds the prompt and the tokens
-	// picked so far. It runs on the Scheduler's goroutine between steps,
-	// so it must be quick and must not call the Scheduler. end says the
+	// picked so far. It runs between steps on one of the Scheduler's
+	// sampling goroutines, concurrently with other requests' Next (never
+	// with its own), so it must be quick, must not call the Scheduler and
+	// must share no unsynchronized state with other requests. end says the
 	// token ends the request without being part of its output (an
 	// end-of-sequence token); an error fails the request.
 	Next func(logits []float32, history []int) (id int, end bool, err error)
@@ -96,12 +99,16 @@ type Request struct {
 	// of the first NaN or ±Inf logit (-1 if none); end and err are as
 	// Next's.
 	Pick func(id, nonFinite int, history []int) (end bool, err error)
-	// Payload, if set, is called on the Scheduler's goroutine right after
+	// Payload, if set, is called on the same goroutine right after
 	// each call of Next that picked a token the request keeps (neither an
 	// end nor an error), with that token; what it returns travels with
 	// the token to Handle.TokensWith. A Next that works out more than the
 	// id (log-probabilities, say) keeps it for Payload to hand over.
 	Payload func(id int) any
+	// Priority orders the request under the priority policy
+	// (PriorityPolicy): lower values are admitted first and preempted
+	// last, equal ones in arrival order. FCFS ignores it.
+	Priority int
 }
 
 // Why a request ended: the Reason of its Outcome.
@@ -157,6 +164,7 @@ type Stats struct {
 // its own. Its methods are safe for concurrent use.
 type Scheduler struct {
 	cfg     Config
+	policy  Policy // cfg.Policy, or FCFS
 	m       *model.Model
 	pool    *kvcache.Pool
 	bt      *model.Batch
@@ -173,11 +181,12 @@ type Scheduler struct {
 	arrivals uint64
 
 	// Owned by the loop goroutine.
-	running  []*Handle // in arrival order
-	waiting  []*Handle // in arrival order
+	running  []*Handle // in the policy's order
+	waiting  []*Handle // in the policy's order
 	reserved int64
 	items    []model.BatchItem
 	owners   []*Handle
+	samplers *samplers // pick the step's tokens in parallel
 }
 
 // New checks cfg, makes the pool and starts the Scheduler's goroutine.
@@ -188,6 +197,9 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.Cache.Pool != nil {
 		return nil, errors.New("scheduler: Config.Cache.Pool must be nil: the scheduler makes its pool")
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = FCFS{}
 	}
 	if cfg.StepTokens == 0 {
 		cfg.StepTokens = DefaultStepTokens
@@ -238,7 +250,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	s := &Scheduler{cfg: cfg, m: m, pool: pool, margin: z.Variable(), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &Scheduler{cfg: cfg, policy: cfg.Policy, m: m, pool: pool, margin: z.Variable(), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	// The bytes a sequence holds do not grow monotonically (a block
 	// leaving the hot window shrinks when it is encoded), so a request
 	// is held to the peak on its way.
@@ -263,6 +275,7 @@ func New(cfg Config) (*Scheduler, error) {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	s.stats.MaxTokens = s.maxToks
+	s.samplers = newSamplers(s)
 	go s.loop()
 	return s, nil
 }
@@ -445,13 +458,9 @@ func (h *Handle) Outcome() (o Outcome, ok bool) {
 	return h.out, h.ended
 }
 
-// deliver passes a picked token, and its payload if the request has a
-// Payload, on to the caller.
-func (h *Handle) deliver(id int) {
-	var p any
-	if h.req.Payload != nil {
-		p = h.req.Payload(id)
-	}
+// deliver passes a picked token, and its payload (Request.Payload's value,
+// made when it was sampled; nil without one), on to the caller.
+func (h *Handle) deliver(id int, p any) {
 	h.mu.Lock()
 	h.tokens = append(h.tokens, id)
 	if h.req.Payload != nil {
@@ -488,10 +497,13 @@ func (h *Handle) end(reason string, err error, kv kvcache.Stats) {
 // loop runs steps until Close.
 func (s *Scheduler) loop() {
 	defer close(s.done)
+	defer s.samplers.close()
 	for {
 		s.mu.Lock()
 		closed := s.closed
-		s.waiting = append(s.waiting, s.incoming...) // arrivals are increasing
+		for _, h := range s.incoming {
+			s.waiting = s.insert(s.waiting, h)
+		}
 		s.incoming = s.incoming[:0]
 		// Submit bounds Waiting plus incoming: count the moved ones now.
 		s.stats.Waiting = len(s.waiting)
@@ -612,8 +624,7 @@ func (s *Scheduler) preempt(v *Handle) {
 	v.seq = nil
 	s.reserved -= v.reserved
 	v.reserved = 0
-	i, _ := slices.BinarySearchFunc(s.waiting, v.arrival, func(w *Handle, a uint64) int { return cmp.Compare(w.arrival, a) })
-	s.waiting = slices.Insert(s.waiting, i, v)
+	s.waiting = s.insert(s.waiting, v)
 	v.mu.Lock()
 	v.out.Preempted++
 	v.mu.Unlock()
@@ -666,7 +677,7 @@ func (s *Scheduler) plan() bool {
 			continue
 		}
 		s.waiting = s.waiting[1:]
-		s.running = append(s.running, h)
+		s.running = s.insert(s.running, h)
 		if !add(h) {
 			break
 		}
@@ -712,28 +723,24 @@ func (s *Scheduler) step() {
 		s.stepFailed(err)
 		return
 	}
+	sp := s.samplers
+	sp.rows = sp.rows[:0]
 	for i := range s.items {
-		h := s.owners[i]
-		if h.seq.Len() < len(h.history) {
-			continue // a prompt chunk with more to come
+		if h := s.owners[i]; h.seq.Len() == len(h.history) {
+			sp.rows = append(sp.rows, i) // not a prompt chunk with more to come
 		}
-		var id int
-		var end bool
-		var err error
-		if it := &s.items[i]; it.Greedy {
-			id = it.Token
-			end, err = h.req.Pick(id, it.NonFinite, h.history)
-		} else {
-			id, end, err = h.req.Next(it.Logits, h.history)
-		}
+	}
+	sp.run()
+	for j, i := range sp.rows {
+		h, pk := s.owners[i], sp.picks[j]
 		switch {
-		case err != nil:
-			s.remove(h, "", err)
-		case end:
+		case pk.err != nil:
+			s.remove(h, "", pk.err)
+		case pk.end:
 			s.remove(h, EndToken, nil)
 		default:
-			h.history = append(h.history, id)
-			h.deliver(id)
+			h.history = append(h.history, pk.id)
+			h.deliver(pk.id, pk.pay)
 			switch {
 			case len(h.history)-len(h.req.Prompt) >= h.req.MaxNew:
 				s.remove(h, EndLength, nil)
@@ -742,6 +749,7 @@ func (s *Scheduler) step() {
 			}
 		}
 	}
+	clear(sp.picks) // hold no payload past the step
 }
 
 // remove ends running request h.

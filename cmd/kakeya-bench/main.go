@@ -579,8 +579,10 @@ func (a *calibrations) get(ctx context.Context, spec kvconfig.Spec, o options, m
 		ids[i] = 1 + r.IntN(vocab-1)
 	}
 	start := time.Now()
-	cal, err := calibrate.Run(ctx, o.dir, ids, calibrate.Options{
-		MaxTokens: autoCalibTokens, RopeAveraged: true, PCA: true, BlockSize: bs, Threads: threads,
+	// On the loaded model and its backend, as the engine calibrates: no
+	// second load.
+	cal, err := calibrate.RunModel(ctx, m, ids, calibrate.Options{
+		MaxTokens: autoCalibTokens, RopeAveraged: true, PCA: true, BlockSize: bs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--cache %s: no --calib, and a calibration on random tokens failed: %w", spec.KV, err)

@@ -6,14 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
 	"github.com/kakeya-ai/kakeya"
-	"github.com/kakeya-ai/kakeya/calibrate"
-	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
@@ -21,7 +20,6 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/outfile"
 	"github.com/kakeya-ai/kakeya/internal/term"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/tokenizer"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -59,6 +57,10 @@ next piece is not a key) and boundary layers, separated by ';' (negative
 from the end; none for no layer), skip the codecs and keep bf16 blocks.
 With --calib, keys are preconditioned (precond) and kakeya codecs use the
 calibrated codebooks (cb) by default; precond=0 and cb=0 turn them off.
+Without --calib, a configuration whose codecs need principal components
+(kv=kakeya, the preset; kakeya-pc; kvtc) gets the automatic calibration
+kakeya-run and kakeya-serve make: read from --calib-cache, or made on the
+model over the built-in text and written there.
 --configs FILE reads a JSON list of objects with the same keys.
 
 The table goes to stdout; the JSON report is written only when --out is
@@ -88,6 +90,7 @@ type pplFlags struct {
 	cmd                                                string // the subcommand, for messages
 	plot                                               bool   // a Pareto plot goes beside --out
 	model, data, mode, docSep, configsFile, calib, out string
+	calibCache                                         string // --calib-cache
 	docs                                               string // --docs FROM:TO
 	ctx, nEval, passages, stride, chunk, threads       int
 	workers                                            int
@@ -113,6 +116,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Var(&f.configs, "config", "a cache configuration to compare with the reference (repeatable)")
 	fs.StringVar(&f.configsFile, "configs", "", "JSON file with a list of configurations")
 	fs.StringVar(&f.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned and kakeya codecs use its codebooks unless precond=0, cb=0")
+	fs.StringVar(&f.calibCache, "calib-cache", "", "directory of the automatic calibrations, as kakeya-run's: a configuration whose codecs need principal components (kv=kakeya, kakeya-pc, kvtc) without --calib is calibrated on the model here, on the built-in text, once per model (default: the user cache directory's kakeya/calib)")
 	fs.StringVar(&f.out, "out", "", "write the JSON report here (default: no report file)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
 	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
@@ -290,7 +294,7 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 	if err != nil {
 		return nil, 0, err
 	}
-	eng, err := openEngine(ctx, f, configs)
+	eng, err := openEngine(ctx, f, configs, stderr)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -314,6 +318,13 @@ func evaluate(ctx context.Context, f *pplFlags, configsFor func(layers int) ([]e
 	r, err := f.report(res, units, configs, p, in, start)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+	}
+	if r.Calib == "" && eng.calib.Path != "" {
+		// The automatic calibration's file reproduces the run as --calib.
+		r.Calib = eng.calib.Path
+		if r.CalibSHA256, err = eval.FileSHA256(r.Calib); err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", f.cmd, err)
+		}
 	}
 	return r, time.Since(runStart), nil
 }
@@ -513,17 +524,29 @@ func (f *pplFlags) report(res *eval.Result, units []eval.Unit, configs []eval.Co
 	return r, nil
 }
 
+// logger is the automatic calibration's log on stderr: its line (how
+// long, which file) and warnings, without time stamps.
+func logger(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+}
+
 // engine adapts model.Model to eval.Engine: one loaded model, and per
 // configuration the cache settings its sequences get.
 type engine struct {
-	m    *model.Model
-	opts map[string]model.SequenceOptions
-	done func() // releases the backend openEngine opened
+	m     *model.Model
+	calib kakeya.CalibrationInfo // the automatic calibration, when a configuration made or read one
+	opts  map[string]model.SequenceOptions
+	done  func() // releases the backend openEngine opened
 }
 
 // openEngine loads the model once and resolves every configuration for it,
 // recording the settings in effect in configs.
-func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engine, error) {
+func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config, stderr io.Writer) (*engine, error) {
 	b, err := device.Open(f.device, f.threads, f.matmul)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.cmd, err)
@@ -535,12 +558,13 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 		return nil, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	e := &engine{m: m, opts: map[string]model.SequenceOptions{}, done: done}
-	var cal *codec.Calibration
-	if f.calib != "" {
-		if cal, err = calibrate.Load(f.calib, m.Config()); err != nil {
-			e.Close()
-			return nil, fmt.Errorf("%s: --calib: %w", f.cmd, err)
-		}
+	cs, err := kakeya.NewCaches(m, kakeya.Options{
+		Calibration: f.calib, CalibrationCache: f.calibCache,
+		CalibrationProgress: cli.CalibrationProgress(stderr, f.cmd), Log: logger(stderr),
+	})
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("%s: %w", f.cmd, err)
 	}
 	for i := range configs {
 		if err := ctx.Err(); err != nil {
@@ -548,13 +572,19 @@ func openEngine(ctx context.Context, f *pplFlags, configs []eval.Config) (*engin
 			return nil, err
 		}
 		c := &configs[i]
-		pol, st, err := kvplan.NewPolicy(c.Spec, m.CacheShape(), cal)
+		seq, st, info, err := cs.Cache(ctx, c.Spec)
 		if err != nil {
 			e.Close()
+			if se := (*kvconfig.SettingError)(nil); errors.As(err, &se) {
+				err = se // named by the configuration below
+			}
 			return nil, fmt.Errorf("%s: config %s: %w", f.cmd, c.Name, err)
 		}
+		if info.Auto {
+			e.calib = info
+		}
 		c.Settings = &st
-		e.opts[c.Name] = model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}
+		e.opts[c.Name] = seq
 	}
 	return e, nil
 }

@@ -340,3 +340,54 @@ func TestPPLDocRange(t *testing.T) {
 		t.Errorf("range past the end: err = %v", err)
 	}
 }
+
+// kv=kakeya (the preset, whose codecs need principal components) without
+// --calib calibrates itself as kakeya-run and kakeya-serve do: once, into
+// --calib-cache, with progress on stderr, the file recorded in the report;
+// a second run reads it back and scores the same; --calib naming that
+// file scores the same and calibrates nothing.
+func TestPPLAutoCalibration(t *testing.T) {
+	dir := shareddata.File(t, "models", "stories260K")
+	cache := filepath.Join(t.TempDir(), "calib")
+	args := []string{"--model", dir, "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
+		"--ctx", "128", "--n-eval", "16", "--passages", "2", "--config", "name=preset,kv=kakeya"}
+	run := func(extra ...string) (pplReport, string) {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "r.json")
+		var stderr strings.Builder
+		if err := runPPL(context.Background(), append(append(args, extra...), "--out", out), io.Discard, &stderr); err != nil {
+			t.Fatalf("ppl: %v\n%s", err, stderr.String())
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r pplReport
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Configs) < 2 || !(r.Configs[1].MeanKL > 0) || math.IsInf(r.Configs[1].MeanKL, 0) {
+			t.Fatalf("report %+v", r)
+		}
+		return r, stderr.String()
+	}
+	first, log := run("--calib-cache", cache)
+	files, _ := filepath.Glob(filepath.Join(cache, "*.safetensors"))
+	if len(files) != 1 {
+		t.Fatalf("calibration cache holds %v, want one file\n%s", files, log)
+	}
+	if !strings.Contains(log, "ppl: calibrating the KV cache on the built-in text: 0/") || !strings.Contains(log, "calibrated the KV cache") {
+		t.Errorf("first run's stderr has no calibration progress and line:\n%s", log)
+	}
+	if want, _ := eval.FileSHA256(files[0]); first.CalibSHA256 != want {
+		t.Errorf("calib_sha256 %q, want the cache file's %q", first.CalibSHA256, want)
+	}
+	again, log := run("--calib-cache", cache)
+	if strings.Contains(log, "calibrating") || again.Configs[1].Total != first.Configs[1].Total {
+		t.Errorf("second run: %+v (stderr %q), want the cached calibration's %+v", again.Configs[1].Total, log, first.Configs[1].Total)
+	}
+	given, log := run("--calib", files[0], "--config", "name=nocb,kv=kakeya,precond=0,cb=0")
+	if strings.Contains(log, "calibrating") || given.Configs[2].Total != first.Configs[1].Total {
+		t.Errorf("--calib the cache file, precond=0, cb=0: %+v (stderr %q), want %+v", given.Configs[2].Total, log, first.Configs[1].Total)
+	}
+}

@@ -210,6 +210,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		KVMemory:         int64(o.kvMemory),
 		Log:              logger(stderr, o.quiet),
 	}
+	if !o.quiet {
+		opt.CalibrationProgress = cli.CalibrationProgress(stderr, "kakeya-run")
+	}
 	eng, err := kakeya.Load(ctx, o.model, opt)
 	if err != nil {
 		if ctx.Err() != nil {

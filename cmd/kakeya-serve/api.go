@@ -64,6 +64,7 @@ type request struct {
 
 	maxTokens    int  // 0: until EOS or the context is full
 	ignoreEOS    bool // vLLM's ignore_eos: generate to maxTokens
+	priority     int  // vLLM's priority: lower first, under --scheduling priority
 	sampling     kakeya.SamplingOptions
 	seeded       bool // sampling.Seed was given
 	stop         []string
@@ -169,6 +170,8 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 			err = decodeField(raw, k, &r.stream)
 		case "ignore_eos":
 			err = decodeField(raw, k, &r.ignoreEOS)
+		case "priority":
+			err = decodeField(raw, k, &r.priority)
 		case "stream_options":
 			var so map[string]json.RawMessage
 			if err = decodeField(raw, k, &so); err == nil {

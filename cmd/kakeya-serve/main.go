@@ -89,6 +89,7 @@ type options struct {
 	pooling                     string
 	threads, maxContext         int
 	maxRunning, maxWaiting      int
+	scheduling                  string // --scheduling
 	maxConns                    int
 	stepTokens                  int
 	kvMemory, maxBody           cli.ByteSize
@@ -114,6 +115,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.Var(&o.kvMemory, "kv-memory", cli.KVMemoryUsage)
 	fs.IntVar(&o.maxRunning, "max-running", 0, fmt.Sprintf("requests batched at once at most (0 = %d)", scheduler.DefaultMaxRunning))
 	fs.IntVar(&o.maxWaiting, "max-waiting", 0, fmt.Sprintf("requests queued for admission at most; more get 429 (0 = %d)", scheduler.DefaultMaxWaiting))
+	fs.StringVar(&o.scheduling, "scheduling", "fcfs", "scheduling policy, as vLLM's --scheduling-policy: fcfs (first come, first served) or priority (a request's integer priority field, lower first, ties by arrival; preemption takes the lowest priority, latest first)")
 	fs.IntVar(&o.stepTokens, "step-tokens", 0, fmt.Sprintf("tokens of one batched step at most, decode tokens and prompt chunks together (0 = %d)", scheduler.DefaultStepTokens))
 	o.maxBody = 4 << 20
 	fs.Var(&o.maxBody, "max-body", "the largest request body, in bytes with an optional K, M or G (binary) suffix; larger gets 413")
@@ -155,6 +157,8 @@ func (o *options) check() error {
 		return fmt.Errorf("--threads %d: want 0 (all cores) to %d", o.threads, device.MaxThreads())
 	case o.maxContext < 0:
 		return fmt.Errorf("--ctx %d must be >= 0", o.maxContext)
+	case o.scheduling != "fcfs" && o.scheduling != "priority":
+		return fmt.Errorf("--scheduling %q, want fcfs or priority", o.scheduling)
 	case o.maxRunning < 0 || o.maxWaiting < 0 || o.stepTokens < 0:
 		return fmt.Errorf("--max-running %d, --max-waiting %d and --step-tokens %d must be >= 0 (0 for the default)", o.maxRunning, o.maxWaiting, o.stepTokens)
 	case o.timeout < 0 || o.drain < 0 || o.readTimeout < 0:
@@ -190,7 +194,7 @@ func (o *options) engineOptions(hub weights.HubOptions, log *slog.Logger) kakeya
 		Calibration:      o.calib,
 		CalibrationCache: o.calibCache,
 		KVMemory:         int64(o.kvMemory),
-		Serving:          kakeya.ServingOptions{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens},
+		Serving:          kakeya.ServingOptions{MaxRunning: o.maxRunning, MaxWaiting: o.maxWaiting, StepTokens: o.stepTokens, Scheduling: o.scheduling},
 		Log:              log,
 	}
 	return opt
@@ -237,7 +241,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if o.maxConns == 0 {
 		o.maxConns = defaultMaxConnections()
 	}
-	s.strictParams, s.pooling = o.strictParams, pooling
+	s.strictParams, s.pooling, s.scheduling = o.strictParams, pooling, o.scheduling
 	ln = newLimitListener(ln, o.maxConns, s.metrics.reg)
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()

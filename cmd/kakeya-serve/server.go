@@ -25,10 +25,13 @@ import (
 // A server serves one engine over the OpenAI API. It answers /health and
 // /metrics from the start, and everything else with 503 until setEngine.
 type server struct {
-	name    string        // the served model's id
-	apiKey  string        // "" for none
-	maxBody int64         // bytes of a request body at most
-	timeout time.Duration // of one request, 0 for none
+	name    string // the served model's id
+	apiKey  string // "" for none
+	maxBody int64  // bytes of a request body at most
+	// scheduling is --scheduling: fcfs, or priority (requests' priority
+	// field orders them).
+	scheduling string
+	timeout    time.Duration // of one request, 0 for none
 	// readTimeout bounds the wait for a request's body, 0 for none.
 	readTimeout time.Duration
 	log         *slog.Logger
@@ -60,7 +63,7 @@ type serverConfig struct {
 }
 
 func newServer(cfg serverConfig) *server {
-	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix(),
+	s := &server{name: cfg.name, scheduling: "fcfs", apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix(),
 		embedSlot: make(chan struct{}, 1)}
 	s.metrics = newMetrics(cfg.name, func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
@@ -360,8 +363,12 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, aerr)
 		return
 	}
+	if req.priority != 0 && s.scheduling != "priority" {
+		writeError(w, badRequest("priority", "priority %d needs the priority scheduling policy (kakeya-serve --scheduling priority); this server schedules %s", req.priority, s.scheduling))
+		return
+	}
 	opt := kakeya.GenerateOptions{MaxTokens: req.maxTokens, Sampling: req.sampling, Stop: req.stop, IgnoreEOS: req.ignoreEOS,
-		Logprobs: req.logprobs, TopLogprobs: req.topLogprobs}
+		Logprobs: req.logprobs, TopLogprobs: req.topLogprobs, Priority: req.priority}
 	req.constraint.apply(&opt)
 	if !req.seeded {
 		opt.Sampling.Seed = rand.Uint64()

@@ -37,6 +37,9 @@ type Backend struct {
 
 	mu  sync.Mutex
 	err error // the first failure recorded, see Err
+	// scratch holds the attention scratch of each shape, shared by every
+	// sequence's attention (per worker, not per sequence).
+	scratch map[compute.AttentionParams]*attention.Scratch
 }
 
 var (
@@ -270,7 +273,20 @@ func (b *Backend) NewAttention(p compute.AttentionParams) (compute.Attention, er
 	if err := b.Err(); err != nil {
 		return nil, err
 	}
-	a, err := attention.New(b.pool, p)
+	// The scratch depends on the shape only: the rest of p is zeroed in
+	// the key.
+	key := compute.AttentionParams{Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: p.HeadDim, BlockSize: p.BlockSize, MaxContext: p.MaxContext}
+	b.mu.Lock()
+	sc := b.scratch[key]
+	if sc == nil && p.Heads > 0 && p.KVHeads > 0 && p.Heads%p.KVHeads == 0 && p.HeadDim > 0 && p.BlockSize > 0 && p.MaxContext > 0 {
+		if b.scratch == nil {
+			b.scratch = map[compute.AttentionParams]*attention.Scratch{}
+		}
+		sc = attention.NewScratch(b.pool, p)
+		b.scratch[key] = sc
+	}
+	b.mu.Unlock()
+	a, err := attention.NewShared(b.pool, p, sc)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // NewMatMul refuses thread counts and precisions it cannot run, naming
@@ -42,5 +44,27 @@ func TestNewMatMulValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The attention scratch is per backend worker and shape, not per
+// sequence: attentions of one shape (windows and scales aside) share it.
+func TestAttentionScratchShared(t *testing.T) {
+	b := New(2)
+	defer b.Close()
+	p := compute.AttentionParams{Heads: 4, KVHeads: 2, HeadDim: 8, BlockSize: 16, MaxContext: 64}
+	for _, w := range []int{0, 0, 9} {
+		q := p
+		q.Window = w
+		if _, err := b.NewAttention(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.MaxContext = 128
+	if _, err := b.NewAttention(p); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.scratch) != 2 {
+		t.Errorf("%d scratch sets for 4 attentions of 2 shapes, want 2", len(b.scratch))
 	}
 }

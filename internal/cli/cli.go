@@ -258,3 +258,18 @@ func Bytes(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
+
+// CalibrationProgress returns a kakeya.Options.CalibrationProgress that
+// writes the automatic calibration's progress to w, one line at its start
+// and one at each further quarter of its tokens: "PREFIX: calibrating the
+// KV cache on the built-in text: DONE/TOTAL tokens".
+func CalibrationProgress(w io.Writer, prefix string) func(done, total int) {
+	next := 0 // the next quarter to report
+	return func(done, total int) {
+		if total <= 0 || done*4 < next*total {
+			return
+		}
+		fmt.Fprintf(w, "%s: calibrating the KV cache on the built-in text: %d/%d tokens\n", prefix, done, total)
+		next = done*4/total + 1
+	}
+}

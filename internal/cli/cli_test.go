@@ -76,3 +76,19 @@ func TestRunStatus(t *testing.T) {
 		}
 	}
 }
+
+// CalibrationProgress writes the start, then a line per quarter passed.
+func TestCalibrationProgress(t *testing.T) {
+	var b strings.Builder
+	p := CalibrationProgress(&b, "x")
+	for _, d := range []int{0, 100, 300, 500, 600, 1000} {
+		p(d, 1000)
+	}
+	want := "x: calibrating the KV cache on the built-in text: 0/1000 tokens\n" +
+		"x: calibrating the KV cache on the built-in text: 300/1000 tokens\n" +
+		"x: calibrating the KV cache on the built-in text: 500/1000 tokens\n" +
+		"x: calibrating the KV cache on the built-in text: 1000/1000 tokens\n"
+	if b.String() != want {
+		t.Errorf("got\n%swant\n%s", b.String(), want)
+	}
+}

@@ -1,0 +1,133 @@
+package kakeya
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/kakeya-ai/kakeya/calibrate"
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/tokenizer"
+)
+
+// Caches turns cache specs into the caches of one loaded model's
+// sequences, with their calibration: the one assembly path of model,
+// cache and calibration, which Load takes for its Options.Cache and
+// kakeya-bench and kakeya-eval take for each cache they compare. A spec
+// whose codecs need principal components gets Options.Calibration's file
+// or, when it names none, the automatic calibration, made on the model
+// itself (its backend, its precision, its weights; no second load) or
+// read from Options.CalibrationCache: once per block size, however many
+// specs share it. Its methods may be called from several goroutines.
+type Caches struct {
+	m   *model.Model
+	opt Options // the Calibration* fields, Log and Weights
+
+	mu   sync.Mutex
+	tok  *tokenizer.Tokenizer // the model's, for the built-in text; loaded on first need
+	file *codec.Calibration   // Options.Calibration's, loaded on first need
+	auto map[int]autoResult   // automatic calibrations by block size
+	used CalibrationInfo      // the calibration the last Cache used
+}
+
+// autoResult is an automatic calibration and where it came from.
+type autoResult struct {
+	cal  *codec.Calibration
+	info CalibrationInfo
+}
+
+// NewCaches returns the cache assembler of m, whose calibration follows
+// opt's Calibration, CalibrationCache, CalibrationTokens,
+// CalibrationProgress and Log; opt.Weights names the quantization m was
+// loaded with, which an automatic calibration's cache key records. The
+// other fields are not used. m stays the caller's.
+func NewCaches(m *model.Model, opt Options) (*Caches, error) {
+	if opt.CalibrationTokens < 0 {
+		return nil, fmt.Errorf("kakeya: Options: CalibrationTokens %d, want > 0 (or 0 for the default)", opt.CalibrationTokens)
+	}
+	if opt.CalibrationTokens == 0 {
+		opt.CalibrationTokens = DefaultCalibrationTokens
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	return &Caches{m: m, opt: opt, auto: map[int]autoResult{}}, nil
+}
+
+// Cache resolves spec for the model: its defaults applied, its policy
+// built with the calibration it uses (see Caches). It returns the options
+// of a sequence with that cache, the settings in effect, and where the
+// calibration came from (the zero CalibrationInfo for none).
+func (c *Caches) Cache(ctx context.Context, spec kvconfig.Spec) (model.SequenceOptions, kvconfig.Settings, CalibrationInfo, error) {
+	checked, err := spec.Check()
+	if err != nil {
+		return model.SequenceOptions{}, kvconfig.Settings{}, CalibrationInfo{}, fmt.Errorf("kakeya: cache: %w", err)
+	}
+	return c.cache(ctx, checked)
+}
+
+func (c *Caches) cache(ctx context.Context, spec kvconfig.Checked) (model.SequenceOptions, kvconfig.Settings, CalibrationInfo, error) {
+	fail := func(err error) (model.SequenceOptions, kvconfig.Settings, CalibrationInfo, error) {
+		return model.SequenceOptions{}, kvconfig.Settings{}, CalibrationInfo{}, err
+	}
+	bs, needPCA, err := kvplan.NeedsPCA(spec, c.m.CacheShape().MaxContext)
+	if err != nil {
+		return fail(fmt.Errorf("kakeya: cache: %w", err))
+	}
+	cal, info, err := c.calibration(ctx, bs, needPCA)
+	if err != nil {
+		return fail(err)
+	}
+	pol, st, err := kvplan.Build(spec, c.m.CacheShape(), cal)
+	if err != nil {
+		return fail(fmt.Errorf("kakeya: cache: %w", err))
+	}
+	return model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, st, info, nil
+}
+
+// calibration returns the calibration of a cache of block size bs:
+// Options.Calibration's file, else with needPCA the automatic one, else
+// none.
+func (c *Caches) calibration(ctx context.Context, bs int, needPCA bool) (*codec.Calibration, CalibrationInfo, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.opt.Calibration != "":
+		if c.file == nil {
+			cal, err := calibrate.Load(c.opt.Calibration, c.m.Config())
+			if err != nil {
+				return nil, CalibrationInfo{}, fmt.Errorf("kakeya: calibration: %w", err)
+			}
+			c.file = cal
+		}
+		return c.file, CalibrationInfo{Path: c.opt.Calibration}, nil
+	case !needPCA:
+		return nil, CalibrationInfo{}, nil
+	}
+	if r, ok := c.auto[bs]; ok {
+		r.info.Made, r.info.Took = false, 0 // made by an earlier call, not this one
+		return r.cal, r.info, nil
+	}
+	if c.tok == nil {
+		tok, err := LoadTokenizer(c.m.Dir())
+		if err != nil {
+			return nil, CalibrationInfo{}, fmt.Errorf("kakeya: automatic calibration needs the model's tokenizer: %w", err)
+		}
+		c.tok = tok
+	}
+	a := autoCalibration{
+		model: c.m, tok: c.tok, blockSize: bs, tokens: c.opt.CalibrationTokens,
+		weights: c.opt.Weights, cacheDir: c.opt.CalibrationCache, log: c.opt.Log,
+		progress: c.opt.CalibrationProgress,
+	}
+	cal, info, err := a.run(ctx)
+	if err != nil {
+		return nil, info, err
+	}
+	c.auto[bs] = autoResult{cal, info}
+	return cal, info, nil
+}
