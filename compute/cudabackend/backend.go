@@ -84,6 +84,10 @@ type Backend struct {
 	wideMax  int  // floats wide may hold (wideFloats; less in tests)
 	ident    Ptr  // int32 ids 0, 1, ..., identN-1
 	identN   int
+	// qwide holds a quantized weight widened to bf16 for prefill's
+	// 16-bit GEMMs (quant.go), qwideBytes bytes.
+	qwide      Ptr
+	qwideBytes int
 
 	queue  []Launch  // launches not yet given to the driver
 	writes []kvWrite // block-store writes not yet launched
@@ -695,9 +699,11 @@ func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 	if wt.dt.Quantized() {
 		if n <= maxMatVecRows {
 			b.op(quantMatVecLaunch(wt.dt, ptr(out), ptr(x), wt.mem.ptr, n, wt.rows, wt.cols), false)
-		} else {
-			b.op(quantMatMulLaunch(wt.dt, ptr(out), ptr(x), wt.mem.ptr, n, wt.rows, wt.cols), false)
+			return
 		}
+		b.mu.Lock()
+		b.fail(b.quantMatMul(ptr(out), ptr(x), n, wt))
+		b.mu.Unlock()
 		return
 	}
 	if n <= maxMatVecRows {

@@ -11,8 +11,11 @@ import (
 // are uploaded in their stored blocks and widened inside the kernels of
 // kernels/cuda/quant.cu, whose block layouts are generated from
 // tensor/quant.go (qformats.h). Decode's few rows take matvec_q (one warp
-// per output row, a lane per 32-value unit), prefill's many matmul_q (64
-// x 64 float32 tiles); the fused decode kernels (norm_qkv, norm_swiglu,
+// per output row, a lane per 32-value unit). Prefill's many rows, with
+// 16-bit GEMMs on (the default), widen the weight to bf16 in a scratch of
+// at most quantWideBytes (dequant_q) and take the bf16 tensor-core path
+// (gemm.go); with Options.MatMul "f32", or a weight larger than the
+// scratch, matmul_q (64 x 64 float32 tiles). The fused decode kernels (norm_qkv, norm_swiglu,
 // matvec_add, norm_matvec) take 16-bit and float32 weights only, so a
 // quantized layer runs their steps unfused (see Backend.quantFused).
 
@@ -81,4 +84,51 @@ func quantEmbedLaunch(dt tensor.DType, out, table, ids Ptr, n, cols int) Launch 
 	l := embedLaunch(tensor.F32, out, table, ids, n, cols)
 	l.Kernel = "embed_q_" + quantSuffix(dt)
 	return l
+}
+
+// quantWideBytes bounds the bf16 scratch a quantized weight is widened
+// into for prefill's 16-bit GEMMs: 256 MiB, every layer matrix of a 7B
+// model (the largest, 18944 x 3584, is 136 MB) but not its output head,
+// which prefill multiplies by one row per sequence.
+const quantWideBytes = 256 << 20
+
+// dequantLaunch widens rows x cols of the quantized w into out (bf16,
+// row-major), a 32-value unit a thread.
+// Kernel: dequant_q_<t>(uint16 *out, const uint8 *w, int cols, int units).
+func dequantLaunch(dt tensor.DType, out, w Ptr, rows, cols int) Launch {
+	positive("dequant_q", rows, cols)
+	units := int32Of("dequant_q units", rows*cols/quantUnit)
+	a := new(args).ptr(out).ptr(w).i32("cols", cols).i32("units", int(units))
+	return Launch{
+		Kernel: "dequant_q_" + quantSuffix(dt),
+		Grid:   Dim3{u32("dequant_q blocks", ceilDiv(int(units), elemThreads)), 1, 1},
+		Block:  Dim3{elemThreads, 1, 1},
+		Args:   a.b, Params: a.offs,
+	}
+}
+
+// quantMatMul sets out to x (n > maxMatVecRows rows) times the quantized
+// w transposed: through a bf16 copy in the scratch and the 16-bit GEMMs
+// where they are on and the copy fits, else matmul_q. The copy costs a
+// read of the blocks and a write and read of 2 bytes per weight, against
+// 2n FLOPs per weight of the product. Called with mu held.
+func (b *Backend) quantMatMul(out, x Ptr, n int, w *weight) error {
+	bytes := 2 * w.rows * w.cols
+	if b.g16.exact || bytes > quantWideBytes {
+		b.enqueue(quantMatMulLaunch(w.dt, out, x, w.mem.ptr, n, w.rows, w.cols), false)
+		return b.err
+	}
+	if b.qwideBytes < bytes {
+		if b.qwide != 0 {
+			b.freeLater(b.qwide) // queued work may still read it
+		}
+		b.qwide, b.qwideBytes = 0, 0
+		p, err := b.allocRaw(bytes)
+		if err != nil {
+			return fmt.Errorf("cuda: bf16 scratch for a %dx%d %v weight: %w", w.rows, w.cols, w.dt, err)
+		}
+		b.qwide, b.qwideBytes = p, bytes
+	}
+	b.enqueue(dequantLaunch(w.dt, b.qwide, w.mem.ptr, w.rows, w.cols), false)
+	return b.matMul16(out, x, n, &weight{mem: &memory{ptr: b.qwide, n: bytes / 4}, dt: tensor.BF16, rows: w.rows, cols: w.cols})
 }

@@ -68,9 +68,12 @@ func quantRef(t *testing.T, dt tensor.DType, w []byte, x []float32, n, rows, col
 // over the dequantized weights: decode's matvec_q for 1, 3 and 8 input
 // rows (8: x staged in two chunks), prefill's matmul_q for 70 (two tiles
 // each way), rows not a multiple of anything (7, 67), and the K types'
-// 256-value super-blocks several to a row.
+// 256-value super-blocks several to a row, within 1e-6 of the sum of
+// |w x|; and prefill's default path (dequant_q to bf16, then the 16-bit
+// GEMM, x and w each rounded to bf16) within 2^-7 of it.
 func TestQuantMatMulMatchesFloat64(t *testing.T) {
-	gpu, _ := newFakeBackend(t, Options{})
+	exact, _ := newFakeBackend(t, Options{MatMul: "f32"})
+	bf16, f := newFakeBackend(t, Options{})
 	r := rand.New(rand.NewPCG(35, 1))
 	for i := range tensor.Formats {
 		f := &tensor.Formats[i]
@@ -87,26 +90,39 @@ func TestQuantMatMulMatchesFloat64(t *testing.T) {
 				for i := range x {
 					x[i] = float32(r.NormFloat64())
 				}
-				w, err := gpu.Upload(tensor.Mat{DType: f.DType, Rows: tc.rows, Cols: cols, Q: q})
-				if err != nil {
-					t.Fatal(err)
-				}
-				xb, out := gpu.Alloc(len(x)), gpu.Alloc(tc.n*tc.rows)
-				gpu.Write(xb, x)
-				gpu.MatMul(out, xb, tc.n, w)
-				got := make([]float32, tc.n*tc.rows)
-				gpu.Read(got, out)
-				if err := gpu.Err(); err != nil {
-					t.Fatal(err)
-				}
 				ref, mag := quantRef(t, f.DType, q, x, tc.n, tc.rows, cols)
-				for i := range got {
-					if d := math.Abs(float64(got[i]) - ref[i]); !(d <= 1e-6*mag[i]+1e-30) {
-						t.Fatalf("out[%d] = %g, float64 reference %g (|error| %.3g, sum |w x| %.3g)", i, got[i], ref[i], d, mag[i])
+				for _, bc := range []struct {
+					name string
+					gpu  *Backend
+					tol  float64
+				}{{"f32", exact, 1e-6}, {"bf16", bf16, 1.0 / 128}} {
+					if bc.name == "bf16" && tc.n <= maxMatVecRows {
+						continue // decode is matvec_q either way
+					}
+					gpu := bc.gpu
+					w, err := gpu.Upload(tensor.Mat{DType: f.DType, Rows: tc.rows, Cols: cols, Q: q})
+					if err != nil {
+						t.Fatal(err)
+					}
+					xb, out := gpu.Alloc(len(x)), gpu.Alloc(tc.n*tc.rows)
+					gpu.Write(xb, x)
+					gpu.MatMul(out, xb, tc.n, w)
+					got := make([]float32, tc.n*tc.rows)
+					gpu.Read(got, out)
+					if err := gpu.Err(); err != nil {
+						t.Fatal(err)
+					}
+					for i := range got {
+						if d := math.Abs(float64(got[i]) - ref[i]); !(d <= bc.tol*mag[i]+1e-30) {
+							t.Fatalf("%s: out[%d] = %g, float64 reference %g (|error| %.3g, sum |w x| %.3g)", bc.name, i, got[i], ref[i], d, mag[i])
+						}
 					}
 				}
 			})
 		}
+	}
+	if c := f.kernelCounts(); !strings.Contains(c, "dequant_q_q4_k:") || !strings.Contains(c, "gemm_bf16:") {
+		t.Errorf("the default prefill path ran %s, want dequant_q and gemm_bf16", c)
 	}
 }
 
@@ -170,7 +186,9 @@ func TestUploadQuantizedChecks(t *testing.T) {
 // blocks). With MatMul "f32" (prefill's attention in float32 too; the
 // quantized kernels are the same either way) the logits stay within 1e-5
 // of the largest of the float64 reference's (measured 8.5e-7) and within
-// 0.03 of the CPU's (measured up to 0.016: its 8-bit activations). q8_0 and q4_k run
+// 0.03 of the CPU's (measured up to 0.016: its 8-bit activations); q4_k
+// also with the default bf16 prefill (dequant_q and the 16-bit GEMMs),
+// within 0.05 of the CPU's with the same greedy tokens. q8_0 and q4_k run
 // here (about 10 s of emulation each); make test-long (KAKEYA_LONG=1) runs
 // every type, whose kernels TestQuantMatMulMatchesFloat64 checks here.
 func TestQuantizedModelMatchesCPU(t *testing.T) {
@@ -236,6 +254,23 @@ func TestQuantizedModelMatchesCPU(t *testing.T) {
 			}
 			t.Logf("%s: worst logit difference over the largest: %.2g against float64, %.2g against the CPU; greedy tokens %v; kernels: %s",
 				wt, worstRef, worstCPU, ids[pre:], f.kernelCounts())
+			if wt != "q4_k" {
+				return
+			}
+			// The default prefill path (dequant_q to bf16, the 16-bit
+			// GEMMs and bf16 prefill attention) against the CPU.
+			g16, f16 := newFakeBackend(t, Options{})
+			g16M := loadModel(t, dir, model.Options{Backend: g16, MaxContext: 64, Weights: wt})
+			got16, _ := run(t, g16M, spec, ids, pre)
+			var worst16 float64
+			for p := range got16 {
+				d := maxAbsDiff(got16[p], cpu[p]) / max(1, maxAbs(cpu[p]))
+				worst16 = max(worst16, d)
+				if !(d <= 0.05) || p >= pre-1 && p < len(ids)-1 && eval.Argmax(got16[p]) != ids[p+1] {
+					t.Errorf("bf16 prefill: position %d: max abs logit difference %.3g of the largest against the CPU, greedy token %d (want %d)", p, d, eval.Argmax(got16[p]), ids[p+1])
+				}
+			}
+			t.Logf("bf16 prefill: worst logit difference over the largest against the CPU %.2g; kernels: %s", worst16, f16.kernelCounts())
 		})
 	}
 }

@@ -14,7 +14,9 @@
 // 32 values, so the 32 lanes' reads of their units' values fall in 32
 // different banks. matmul_q_<t> (prefill, any n): matmul's 64 x 64 tiles
 // with a k-step of one unit, the 64 weight rows' units widened into shared
-// memory by 64 threads. embed_q_<t>: rows of a quantized table.
+// memory by 64 threads; with 16-bit prefill GEMMs on (the default),
+// dequant_q_<t> widens the weight to bf16 in a bounded scratch for them
+// instead. embed_q_<t>: rows of a quantized table.
 #include "prelude.cuh"
 #include "qformats.h"
 
@@ -286,6 +288,25 @@ KK_DEVICE void kk_embed_q(float *__restrict__ out, const unsigned char *__restri
 	}
 }
 
+// dequant_q: widens units units of w (consecutive rows' blocks) to bf16,
+// rounded to nearest even, a unit a thread: the prefill path's bounded
+// scratch for the 16-bit GEMMs (quant.go).
+template <int QT>
+KK_DEVICE void kk_dequant_q(kk_u16 *__restrict__ out, const unsigned char *__restrict__ w, int cols, int units) {
+	long long u = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (u >= units)
+		return;
+	int per = cols / 32;
+	long long row = u / per;
+	long long rowBytes = (long long)(cols / kk_q_block<QT>()) * kk_q_bytes<QT>();
+	float v[32];
+	kk_q_unit<QT>(w + row * rowBytes, (int)(u - row * per), v);
+	kk_u32 *o = (kk_u32 *)(out + 32 * u);
+#pragma unroll
+	for (int k = 0; k < 16; k++)
+		o[k] = (kk_u32)kk_f32_to_bf16(v[2 * k]) | (kk_u32)kk_f32_to_bf16(v[2 * k + 1]) << 16;
+}
+
 #define KK_QUANT_KERNELS(name, QT)                                                                                     \
 	KK_KERNEL void __launch_bounds__(256)                                                                          \
 	    matvec_q_##name(float *out, const float *x, const unsigned char *w, int n, int rows, int cols, int chunk) { \
@@ -298,6 +319,10 @@ KK_DEVICE void kk_embed_q(float *__restrict__ out, const unsigned char *__restri
 	KK_KERNEL void __launch_bounds__(256)                                                                          \
 	    embed_q_##name(float *out, const unsigned char *table, const int *ids, int n, int cols) {                  \
 		kk_embed_q<QT>(out, table, ids, n, cols);                                                              \
+	}                                                                                                              \
+	KK_KERNEL void __launch_bounds__(256)                                                                          \
+	    dequant_q_##name(kk_u16 *out, const unsigned char *w, int cols, int units) {                               \
+		kk_dequant_q<QT>(out, w, cols, units);                                                                 \
 	}
 KK_QUANT_KERNELS(q8_0, KK_Q_Q8_0)
 KK_QUANT_KERNELS(q4_0, KK_Q_Q4_0)
