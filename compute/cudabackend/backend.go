@@ -697,8 +697,11 @@ func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 		return
 	}
 	if wt.dt.Quantized() {
-		if n <= maxMatVecRows {
-			b.op(quantMatVecLaunch(wt.dt, ptr(out), ptr(x), wt.mem.ptr, n, wt.rows, wt.cols), false)
+		if n <= quantSplitRows {
+			for i := 0; i < n; i += maxMatVecRows {
+				k := min(maxMatVecRows, n-i)
+				b.op(quantMatVecLaunch(wt.dt, ptr(out)+Ptr(4*i*wt.rows), ptr(x)+Ptr(4*i*wt.cols), wt.mem.ptr, k, wt.rows, wt.cols), false)
+			}
 			return
 		}
 		b.mu.Lock()

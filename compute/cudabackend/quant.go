@@ -11,7 +11,8 @@ import (
 // are uploaded in their stored blocks and widened inside the kernels of
 // kernels/cuda/quant.cu, whose block layouts are generated from
 // tensor/quant.go (qformats.h). Decode's few rows take matvec_q (one warp
-// per output row, a lane per 32-value unit). Prefill's many rows, with
+// per output row, a lane per 32-value unit), up to quantSplitRows rows 8
+// at a time. Prefill's many rows, with
 // 16-bit GEMMs on (the default), widen the weight to bf16 in a scratch of
 // at most quantWideBytes (dequant_q) and take the bf16 tensor-core path
 // (gemm.go); with Options.MatMul "f32", or a weight larger than the
@@ -85,6 +86,13 @@ func quantEmbedLaunch(dt tensor.DType, out, table, ids Ptr, n, cols int) Launch 
 	l.Kernel = "embed_q_" + quantSuffix(dt)
 	return l
 }
+
+// quantSplitRows is the most rows MatMul multiplies by a quantized weight
+// with matvec_q, maxMatVecRows at a time: each launch reads the blocks
+// once (0.56-1.06 bytes per weight), and up to 4 of them read less than
+// the bf16 copy of the prefill path moves (about 4.6 bytes per weight), so
+// a batched decode step of up to 32 sequences stays on the blocks.
+const quantSplitRows = 4 * maxMatVecRows
 
 // quantWideBytes bounds the bf16 scratch a quantized weight is widened
 // into for prefill's 16-bit GEMMs: 256 MiB, every layer matrix of a 7B

@@ -66,7 +66,8 @@ func quantRef(t *testing.T, dt tensor.DType, w []byte, x []float32, n, rows, col
 
 // Every quantized type's products on the emulated device against float64
 // over the dequantized weights: decode's matvec_q for 1, 3 and 8 input
-// rows (8: x staged in two chunks), prefill's matmul_q for 70 (two tiles
+// rows (8: x staged in two chunks) and 19 (three launches, as a batched
+// decode step), prefill's matmul_q for 70 (two tiles
 // each way), rows not a multiple of anything (7, 67), and the K types'
 // 256-value super-blocks several to a row, within 1e-6 of the sum of
 // |w x|; and prefill's default path (dequant_q to bf16, then the 16-bit
@@ -78,7 +79,7 @@ func TestQuantMatMulMatchesFloat64(t *testing.T) {
 	for i := range tensor.Formats {
 		f := &tensor.Formats[i]
 		for _, tc := range []struct{ n, rows, blocks int }{
-			{1, 7, 3}, {3, 37, 2}, {8, 9, 6}, {70, 67, 2},
+			{1, 7, 3}, {3, 37, 2}, {8, 9, 6}, {19, 5, 1}, {70, 67, 2},
 		} {
 			cols := tc.blocks * f.Block
 			if tc.n == 8 && f.Block == 32 {
@@ -96,7 +97,7 @@ func TestQuantMatMulMatchesFloat64(t *testing.T) {
 					gpu  *Backend
 					tol  float64
 				}{{"f32", exact, 1e-6}, {"bf16", bf16, 1.0 / 128}} {
-					if bc.name == "bf16" && tc.n <= maxMatVecRows {
+					if bc.name == "bf16" && tc.n <= quantSplitRows {
 						continue // decode is matvec_q either way
 					}
 					gpu := bc.gpu
