@@ -24,24 +24,21 @@
 KK_DEVICE float kk_qh16(const unsigned char *b) { return kk_f16((kk_u16)(b[0] | b[1] << 8)); }
 
 // kk_q_load copies the 4*N bytes at p into r, 4 to a word (little-endian),
-// with the widest loads p's alignment allows: 32-bit where a block's
-// bytes and field offsets keep 4-byte alignment (Q4_K, Q5_K), else 16-bit
-// (the other formats' blocks are of even bytes), so that a unit's codes
-// take 8 to 16 loads rather than 32. kk_q_byte reads byte l of r.
-template <int N> KK_DEVICE void kk_q_load(const unsigned char *p, kk_u32 *r) {
-	unsigned long long a = (unsigned long long)p;
-	if ((a & 3) == 0) {
+// with loads of A bytes (4 or 2), so that a unit's codes take 8 or 16
+// loads rather than 32. A block's fields keep the alignment its format
+// allows, since a weight starts 256-byte aligned (Upload's allocation) and
+// rows and blocks are whole: 4 bytes for Q4_K and Q5_K (blocks of 144 and
+// 176 bytes, codes at multiples of 16), 2 for the others (blocks of an
+// even number of bytes). kk_q_byte reads byte l of r.
+template <int N, int A> KK_DEVICE void kk_q_load(const unsigned char *p, kk_u32 *r) {
+	if (A == 4) {
 #pragma unroll
 		for (int k = 0; k < N; k++)
 			r[k] = ((const kk_u32 *)p)[k];
-	} else if ((a & 1) == 0) {
-#pragma unroll
-		for (int k = 0; k < N; k++)
-			r[k] = (kk_u32)((const kk_u16 *)p)[2 * k] | (kk_u32)((const kk_u16 *)p)[2 * k + 1] << 16;
 	} else {
 #pragma unroll
 		for (int k = 0; k < N; k++)
-			r[k] = (kk_u32)p[4 * k] | (kk_u32)p[4 * k + 1] << 8 | (kk_u32)p[4 * k + 2] << 16 | (kk_u32)p[4 * k + 3] << 24;
+			r[k] = (kk_u32)((const kk_u16 *)p)[2 * k] | (kk_u32)((const kk_u16 *)p)[2 * k + 1] << 16;
 	}
 }
 #define kk_q_byte(r, l) ((int)(((r)[(l) >> 2] >> (8 * ((l) & 3))) & 0xffu))
@@ -72,14 +69,14 @@ template <int QT> KK_DEVICE void kk_q_unit(const unsigned char *row, int u, floa
 	if (QT == KK_Q_Q8_0) {
 		float d = kk_qh16(b + KK_Q_Q8_0_D);
 		kk_u32 qs[8];
-		kk_q_load<8>(b + KK_Q_Q8_0_QS, qs);
+		kk_q_load<8, 2>(b + KK_Q_Q8_0_QS, qs);
 #pragma unroll
 		for (int j = 0; j < 32; j++)
 			v[j] = (float)(signed char)kk_q_byte(qs, j) * d;
 	} else if (QT == KK_Q_Q4_0) {
 		float d = kk_qh16(b + KK_Q_Q4_0_D);
 		kk_u32 qs[4];
-		kk_q_load<4>(b + KK_Q_Q4_0_QS, qs);
+		kk_q_load<4, 2>(b + KK_Q_Q4_0_QS, qs);
 #pragma unroll
 		for (int j = 0; j < 16; j++) {
 			int q = kk_q_byte(qs, j);
@@ -91,7 +88,7 @@ template <int QT> KK_DEVICE void kk_q_unit(const unsigned char *row, int u, floa
 		const unsigned char *h = b + KK_Q_Q5_0_QH;
 		kk_u32 qh = (kk_u32)h[0] | (kk_u32)h[1] << 8 | (kk_u32)h[2] << 16 | (kk_u32)h[3] << 24;
 		kk_u32 qs[4];
-		kk_q_load<4>(b + KK_Q_Q5_0_QS, qs);
+		kk_q_load<4, 2>(b + KK_Q_Q5_0_QS, qs);
 #pragma unroll
 		for (int j = 0; j < 16; j++) {
 			int q = kk_q_byte(qs, j);
@@ -118,9 +115,9 @@ template <int QT> KK_DEVICE void kk_q_unit(const unsigned char *row, int u, floa
 		}
 		float d1 = kk_qh16(b + D) * (float)sc, m1 = kk_qh16(b + DMIN) * (float)m;
 		kk_u32 ql[8], qh[8];
-		kk_q_load<8>(b + QS + 32 * (s >> 1), ql);
+		kk_q_load<8, 4>(b + QS + 32 * (s >> 1), ql);
 		if (QT == KK_Q_Q5_K)
-			kk_q_load<8>(b + KK_Q_Q5_K_QH, qh);
+			kk_q_load<8, 4>(b + KK_Q_Q5_K_QH, qh);
 		int shift = (s & 1) * 4;
 #pragma unroll
 		for (int l = 0; l < 32; l++) {
@@ -135,8 +132,8 @@ template <int QT> KK_DEVICE void kk_q_unit(const unsigned char *row, int u, floa
 		// qh[l], scale 2t + l/16 of the half's 8.
 		int half = s >> 2, t = s & 3;
 		kk_u32 ql[8], qh[8];
-		kk_q_load<8>(b + KK_Q_Q6_K_QL + 64 * half + 32 * (t & 1), ql);
-		kk_q_load<8>(b + KK_Q_Q6_K_QH + 32 * half, qh);
+		kk_q_load<8, 2>(b + KK_Q_Q6_K_QL + 64 * half + 32 * (t & 1), ql);
+		kk_q_load<8, 2>(b + KK_Q_Q6_K_QH + 32 * half, qh);
 		const unsigned char *sc = b + KK_Q_Q6_K_SCALES + 8 * half + 2 * t;
 		float d = kk_qh16(b + KK_Q_Q6_K_D);
 		float d0 = d * (float)(signed char)sc[0], d1 = d * (float)(signed char)sc[1];
