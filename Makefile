@@ -191,10 +191,14 @@ PTXFLAGS  := -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocuda
 # include it. The codec package's tests (part of test) fail when it is
 # stale. ptx regenerates it first, since the PTX compiles it.
 FORMATS_H := kernels/cuda/formats.h
+# Likewise kernels/cuda/qformats.h, the quantized weight blocks' layouts,
+# from tensor/quant.go (the tensor package's tests fail when it is stale).
+QFORMATS_H := kernels/cuda/qformats.h
 
 .PHONY: formats
 formats:
 	$(GO) run ./internal/cmd/kakeya-formats -o $(FORMATS_H)
+	$(GO) run ./internal/cmd/kakeya-formats -quant -o $(QFORMATS_H)
 
 # godocs-corpus builds the third evaluation domain of the calibration page
 # (docs/results/2026-11-28-calibration-domains.md): the Go standard

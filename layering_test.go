@@ -102,7 +102,7 @@ var allowed = map[string][]string{
 	// Developer tools: the GPU report's checkpoint writer.
 	"internal/cmd/kakeya-testmodel": {"internal/cli", "internal/testmodel"},
 	// The generator of kernels/cuda/formats.h from the codecs' formats.
-	"internal/cmd/kakeya-formats": {"codec"},
+	"internal/cmd/kakeya-formats": {"codec", "tensor"},
 	// The third evaluation domain's corpus builder (standard library only).
 	"internal/cmd/kakeya-godocs": {},
 }

@@ -90,6 +90,10 @@ type Backend struct {
 	wideMax  int  // floats wide may hold (wideFloats; less in tests)
 	ident    Ptr  // int32 ids 0, 1, ..., identN-1
 	identN   int
+	// qwide holds a quantized weight widened to bf16 for prefill's
+	// 16-bit GEMMs (quant.go), qwideBytes bytes.
+	qwide      Ptr
+	qwideBytes int
 
 	queue  []Launch  // launches not yet given to the driver
 	writes []kvWrite // block-store writes not yet launched
@@ -436,6 +440,17 @@ func (b *Backend) Upload(m tensor.Mat) (compute.Weight, error) {
 		src = bytesOf(m.F32[:n])
 	case (m.DType == tensor.F16 || m.DType == tensor.BF16) && len(m.U16) >= n:
 		src = bytesOf(m.U16[:n])
+	case m.DType.Quantized():
+		// In the stored blocks (quant.go): never widened in memory.
+		rb, ok := m.DType.RowBytes(m.Cols)
+		if !ok {
+			return nil, fmt.Errorf("cuda: %v weight of %dx%d: rows of %d values are not whole blocks of %d",
+				m.DType, m.Rows, m.Cols, m.Cols, m.DType.Format().Block)
+		}
+		if len(m.Q) < m.Rows*rb {
+			return nil, fmt.Errorf("cuda: %v weight of %dx%d holds %d bytes, want %d", m.DType, m.Rows, m.Cols, len(m.Q), m.Rows*rb)
+		}
+		src = m.Q[:m.Rows*rb]
 	case m.DType.Size() == 0:
 		return nil, fmt.Errorf("cuda: weight dtype %v", m.DType)
 	default:
@@ -671,16 +686,33 @@ func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 		return
 	}
 	// Static: a decode step embeds from the same ids buffer every time.
+	if w.dt.Quantized() {
+		b.enqueue(quantEmbedLaunch(w.dt, ptr(out), w.mem.ptr, b.idsDev, len(ids), w.cols), false)
+		return
+	}
 	b.enqueue(embedLaunch(w.dt, ptr(out), w.mem.ptr, b.idsDev, len(ids), w.cols), false)
 }
 
 // MatMul sets out to x times w transposed: a matrix-vector kernel for a
 // few rows (decode); for more (prefill), 16-bit activations on the tensor
 // cores for bf16 and f16 weights (gemm.go), else cuBLAS or the tiled
-// matrix kernel in float32.
+// matrix kernel in float32; quantized weights take quant.go's kernels.
 func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 	wt := ownWeight(w)
 	if n <= 0 {
+		return
+	}
+	if wt.dt.Quantized() {
+		if n <= quantSplitRows {
+			for i := 0; i < n; i += maxMatVecRows {
+				k := min(maxMatVecRows, n-i)
+				b.op(quantMatVecLaunch(wt.dt, ptr(out)+Ptr(4*i*wt.rows), ptr(x)+Ptr(4*i*wt.cols), wt.mem.ptr, k, wt.rows, wt.cols), false)
+			}
+			return
+		}
+		b.mu.Lock()
+		b.fail(b.quantMatMul(ptr(out), ptr(x), n, wt))
+		b.mu.Unlock()
 		return
 	}
 	if n <= maxMatVecRows {

@@ -215,7 +215,7 @@ func (b *Backend) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) 
 	qRows, kvRows := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
 	cols := p.Norm.Len
 	switch {
-	case wk.dt != wq.dt || wv.dt != wq.dt:
+	case wk.dt != wq.dt || wv.dt != wq.dt || wq.dt.Quantized(): // quant.go
 		return false
 	case wq.rows != qRows || wk.rows != kvRows || wv.rows != kvRows || wq.cols != cols || wk.cols != cols || wv.cols != cols:
 		panic(fmt.Sprintf("cuda: NormQKV: weights of %dx%d, %dx%d and %dx%d for %d heads and %d KV heads of %d over %d columns",
@@ -342,7 +342,7 @@ func (b *Backend) NormSwiGLU(gate, x compute.Buffer, n int, p *compute.SwiGLU) b
 		return false
 	}
 	wg, wu := ownWeight(p.Gate), ownWeight(p.Up)
-	if wg.dt != wu.dt {
+	if wg.dt != wu.dt || wg.dt.Quantized() { // quant.go
 		return false
 	}
 	if wg.rows != wu.rows || wg.cols != p.Norm.Len || wu.cols != p.Norm.Len || gate.Len < n*wg.rows || x.Len < n*wg.cols {
@@ -361,6 +361,9 @@ func (b *Backend) MatMulAdd(acc, x compute.Buffer, n int, w compute.Weight, bias
 		return false
 	}
 	wt := ownWeight(w)
+	if wt.dt.Quantized() { // quant.go
+		return false
+	}
 	if acc.Len < n*wt.rows || x.Len < n*wt.cols || bias.Len != 0 && bias.Len != wt.rows {
 		panic(fmt.Sprintf("cuda: MatMulAdd of %d rows by a %dx%d weight: buffers of %d and %d values, bias of %d",
 			n, wt.rows, wt.cols, acc.Len, x.Len, bias.Len))
@@ -376,6 +379,9 @@ func (b *Backend) NormMatMul(out, x, norm compute.Buffer, eps float32, n int, w 
 		return false
 	}
 	wt := ownWeight(w)
+	if wt.dt.Quantized() { // quant.go
+		return false
+	}
 	if out.Len < n*wt.rows || x.Len < n*wt.cols || norm.Len != wt.cols {
 		panic(fmt.Sprintf("cuda: NormMatMul of %d rows by a %dx%d weight: buffers of %d and %d values, norm of %d",
 			n, wt.rows, wt.cols, out.Len, x.Len, norm.Len))

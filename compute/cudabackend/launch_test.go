@@ -805,6 +805,11 @@ func sampleLaunches() []Launch {
 			matVecAddLaunch(dt, 0, 0, 0, 0, maxMatVecRows, 8192, 29568), matVecAddLaunch(dt, 0, 0, 0, 0, 1, 1, 1),
 			normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, maxMatVecRows, 152064, 8192), normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, 1, 1, 1))
 	}
+	for _, f := range tensor.Formats { // quant.go
+		ls = append(ls, quantEmbedLaunch(f.DType, 0, 0, 0, 512, 8192), quantMatVecLaunch(f.DType, 0, 0, 0, maxMatVecRows, 151936, 8192),
+			quantMatVecLaunch(f.DType, 0, 0, 0, 1, 1, f.Block), quantMatMulLaunch(f.DType, 0, 0, 0, 4096, 8192, 8192),
+			dequantLaunch(f.DType, 0, 0, 18944, 3584))
+	}
 	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
 		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16),
 		kvWriteRunsLaunch(0, 256, 16, 64, 128, 1024, partBF16),

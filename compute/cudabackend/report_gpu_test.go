@@ -167,6 +167,30 @@ func TestReportThroughput(t *testing.T) {
 		caches: reportCaches(), contexts: reportContexts, steps: 64, block: 64}).run()
 }
 
+// Quantized weights (Options.Weights q8_0, q4_k): ref-qwen2-6m on the GPU
+// against the float64 reference backend over the same dequantized
+// weights.
+func TestReportQuant(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	quantRows(r, "quant", goldenShared(t, goldenCases), openGPU(t, Options{MatMul: "f32"}), []string{"q8_0", "q4_k"}, 64)
+}
+
+// Prefill and decode tokens/s of the checkpoint quantized on load to q4_k
+// and q8_0 (KAKEYA_REPORT_WEIGHTS), plain cache, context 512, next to the
+// bandwidth bound of the bytes it holds.
+func TestReportQuantThroughput(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	dir, shape, spec := reportModel(t)
+	ws := []string{"q4_k", "q8_0"}
+	if s := os.Getenv("KAKEYA_REPORT_WEIGHTS"); s != "" {
+		ws = strings.Split(s, ",")
+	}
+	for _, w := range ws {
+		(&throughput{r: r, step: "quant-throughput", b: newGPU(t), shape: shape, spec: spec, dir: dir,
+			caches: []string{"plain"}, contexts: []int{512}, steps: 32, block: 64, weights: w}).run()
+	}
+}
+
 // The kernels launched per decode step, with CUDA graphs and without.
 func TestReportLaunches(t *testing.T) {
 	r := newReporter(t, os.Stdout)

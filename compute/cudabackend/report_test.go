@@ -35,6 +35,7 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
+	"github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
@@ -838,6 +839,58 @@ func goldenRows(r *reporter, step, shared string, cases []goldenCase, runs []gol
 	}
 }
 
+// quantRows reports, for each of weights (Options.Weights), ref-qwen2-6m
+// quantized on load on gpu against the float64 reference backend over the
+// same dequantized weights: the largest logit difference over the golden
+// file's first positions, prefill and token by token (held to 1e-3 of the
+// largest logit; the emulator gives 1e-6).
+func quantRows(r *reporter, step, shared string, gpu compute.Backend, weights []string, positions int) {
+	const tol = 1e-3
+	gc := goldenCases[1]
+	ids, _, err := readGolden(filepath.Join(shared, "reference", gc.file))
+	if err != nil {
+		r.row(step, gc.model, statusFail, err.Error(), nil)
+		return
+	}
+	ids = ids[:min(len(ids), positions)]
+	dir := filepath.Join(shared, "models", gc.model)
+	for _, w := range weights {
+		label := gc.model + " " + w
+		logits := func(b compute.Backend) (pre, dec [][]float32, desc string, err error) {
+			m, err := model.Load(dir, model.Options{Backend: b, Weights: w})
+			if err != nil {
+				return nil, nil, "", err
+			}
+			defer m.Close()
+			pre, err = m.Logits(ids)
+			if err == nil {
+				dec, err = decodeAll(m, ids)
+			}
+			return pre, dec, m.Weights(), err
+		}
+		gp, gd, desc, err := logits(gpu)
+		var rp, rd [][]float32
+		if err == nil {
+			rp, rd, _, err = logits(reference.Backend{})
+		}
+		if err != nil {
+			r.row(step, label, statusFail, err.Error(), nil)
+			continue
+		}
+		worst := func(got, want [][]float32) float64 {
+			var w float64
+			for p := range want {
+				w = max(w, maxAbsDiff(got[p], want[p])/max(1, maxAbs(want[p])))
+			}
+			return w
+		}
+		pw, dw := worst(gp, rp), worst(gd, rd)
+		ok := !math.IsNaN(pw+dw) && pw <= tol && dw <= tol
+		r.row(step, label, status(ok), fmt.Sprintf("%d positions vs the float64 reference: max abs err prefill %.2g, decode %.2g (tol %.0g x max(1, max|logit|)); weights %s",
+			len(ids), pw, dw, tol, desc), map[string]any{"model": gc.model, "weights": w, "positions": len(ids), "prefill_err": pw, "decode_err": dw, "tol": tol})
+	}
+}
+
 // decodeAll feeds ids one at a time to a new sequence and returns every
 // position's logits.
 func decodeAll(m *model.Model, ids []int) ([][]float32, error) {
@@ -984,6 +1037,7 @@ type throughput struct {
 	contexts []int
 	steps    int // decode steps timed after each prefill
 	block    int
+	weights  string // Options.Weights: the matrices quantized on load ("": as stored)
 }
 
 // cacheSpec returns the cache settings of one of the report's caches:
@@ -1015,13 +1069,23 @@ func (tp *throughput) run() {
 	r, b := tp.r, tp.b
 	b.Launches() // count from before the load, so every graph is sized
 	maxCtx := slices.Max(tp.contexts) + tp.steps + 1
-	m, err := model.Load(tp.dir, model.Options{Backend: b, MaxContext: maxCtx})
+	used0, _ := b.MemoryStats()
+	m, err := model.Load(tp.dir, model.Options{Backend: b, MaxContext: maxCtx, Weights: tp.weights})
+	shape := strings.TrimSpace(tp.shape + " " + tp.weights)
 	if err != nil {
-		r.row(tp.step, tp.shape, statusFail, err.Error(), nil)
+		r.row(tp.step, shape, statusFail, err.Error(), nil)
 		return
 	}
 	defer m.Close()
 	wbytes := decodeBytes(tp.spec)
+	if tp.weights != "" {
+		// Quantized on load: the bytes per weight the device holds on
+		// average (its memory grew by the uploaded matrices, and a little
+		// for the RoPE tables), times the weights a step reads.
+		used1, _ := b.MemoryStats()
+		es := int64(tp.spec.DType.Size())
+		wbytes = int64(float64(wbytes/es) * float64(used1-used0) / float64(tp.spec.Bytes()/es))
+	}
 	// One untimed prefill first: what is set up once per backend and
 	// model (cuBLAS's handle and workspace, scratch) is not the first
 	// cell's prefill.
@@ -1048,7 +1112,7 @@ func (tp *throughput) run() {
 			continue
 		}
 		for _, ctx := range tp.contexts {
-			label := fmt.Sprintf("%s %s ctx %d", tp.shape, cache, ctx)
+			label := fmt.Sprintf("%s %s ctx %d", shape, cache, ctx)
 			need := time.Duration(perToken * float64(ctx+tp.steps) * float64(time.Second))
 			if ctx > seen {
 				need *= 2
@@ -1068,6 +1132,9 @@ func (tp *throughput) run() {
 				continue
 			}
 			row["shape"], row["cache"], row["ctx"] = tp.shape, cache, ctx
+			if tp.weights != "" {
+				row["weights"] = tp.weights
+			}
 			text := fmt.Sprintf("prefill %.0f tok/s, decode %.1f tok/s, bound %.1f tok/s (%.0f%%), KV %.1f MB; per decode step %.1f launch calls (%.1f kernels + %.1f graphs), %.1f kernels run, %.1f waits",
 				row["prefill_tps"], row["decode_tps"], row["bound_tps"], 100*row["decode_tps"].(float64)/row["bound_tps"].(float64), row["kv_mb"],
 				row["launch_calls"], row["kernel_launches"], row["graph_launches"], row["kernels_run"], row["waits"])
@@ -1198,11 +1265,17 @@ func TestReportFake(t *testing.T) {
 	(&throughput{r: r, step: "throughput", b: open(Options{}), shape: "qwen2-tiny", spec: spec, dir: dir,
 		caches: []string{"int8", "kakeya-pc"}, contexts: []int{20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", open, "qwen2-tiny", spec, dir, 12, 3, 16)
+	// Quantized weights: the emulated device on a few positions, and the
+	// throughput row of a checkpoint quantized on load.
+	quantRows(r, "quant", shared, open(Options{MatMul: "f32"}), []string{"q8_0"}, 3)
+	(&throughput{r: r, step: "quant-throughput", b: open(Options{}), shape: "qwen2-tiny", spec: spec, dir: dir,
+		caches: []string{"plain"}, contexts: []int{20}, steps: 3, block: 16, weights: "q8_0"}).run()
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
 	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 2
-	// throughput rows, 4 launch rows and the device.
-	if len(r.rows) != 1+16+12+3+2+1+2+4 {
+	// throughput rows, 4 launch rows, a quant and a quant-throughput row
+	// and the device.
+	if len(r.rows) != 1+16+12+3+2+1+2+4+2 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

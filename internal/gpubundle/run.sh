@@ -22,10 +22,12 @@
 #   generate         gpu     30  kakeya-run --device cuda = --device cpu, byte for byte
 #   kernels          gpu     80  every kernel at Qwen2.5 0.5B/1.5B/7B shapes vs references
 #   gemm             gpu     40  16-bit GEMMs at 0.5B/7B shapes, 16-2048 rows: mma kernel vs cuBLAS, vs the model
+#   quant            gpu     30  ref-qwen2-6m quantized on load (q8_0, q4_k) vs the float64 reference
 #   model-0.5b       cpu     40  writes the seeded Qwen2.5-0.5B-shaped checkpoint
 #   throughput-0.5b  gpu     60  prefill/decode tok/s, plain/int8/kakeya/kakeya-pc, ctx 512/2048/8192
 #   launches-0.5b    gpu     30  driver calls per decode step: one graph per step, fusions and graphs on and off
 #   profile-0.5b     gpu     20  time per kernel of a prefill (512, 2048) and a decode step, each launch waited for
+#   quant-0.5b       gpu     40  prefill/decode tok/s quantized on load (q4_k, q8_0), plain cache, ctx 512
 #   serve-0.5b       gpu     60  kakeya-bench --concurrency 1,16,64,256, plain/int8/kakeya preset
 #   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
@@ -411,10 +413,12 @@ step greedy gpu 45 bash -c 'gotest TestReportGreedy'
 step generate gpu 30 bash "$SELF" __step generate
 step kernels gpu 80 bash -c 'gotest TestReportKernels'
 step gemm gpu 40 bash -c 'gotest TestReportGEMM'
+step quant gpu 30 bash -c 'gotest TestReportQuant'
 step model-0.5b cpu 40 bash "$SELF" __step model-0.5b
 withmodel 0.5b throughput-0.5b gpu 60 bash -c 'gotest TestReportThroughput'
 withmodel 0.5b launches-0.5b gpu 30 bash -c 'gotest TestReportLaunches'
 withmodel 0.5b profile-0.5b gpu 20 bash -c 'gotest TestReportProfile'
+withmodel 0.5b quant-0.5b gpu 40 bash -c 'gotest TestReportQuantThroughput'
 withmodel 0.5b serve-0.5b gpu 60 bash "$SELF" __step serve-0.5b
 withmodel 0.5b peer-0.5b gpu 45 bash "$SELF" __step peer-0.5b
 step sanitizer gpu 60 bash "$SELF" __step sanitizer

@@ -9,3 +9,4 @@
 #include "sample.cu"
 #include "gemm.cu"
 #include "prefill.cu"
+#include "quant.cu"

@@ -12,7 +12,7 @@ import (
 // also makes an edited kernel change this package's build ID, so packages
 // that compile them (the emulator) are rebuilt.
 //
-//go:embed *.cu *.cuh emu.h formats.h kernels_sm80.ptx
+//go:embed *.cu *.cuh emu.h formats.h qformats.h kernels_sm80.ptx
 var files embed.FS
 
 // PTX returns the PTX module of every kernel.
@@ -25,5 +25,5 @@ func PTX() []byte {
 }
 
 // Sources returns the kernels' CUDA C++ sources (*.cu, *.cuh, emu.h,
-// formats.h).
+// formats.h, qformats.h).
 func Sources() fs.FS { return files }
