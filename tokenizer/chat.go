@@ -42,6 +42,7 @@ type chatInfo struct {
 	template string             // the default template's source, "" for none
 	tmpl     *chattmpl.Template // the default template, parsed
 	toolUse  *chattmpl.Template // the "tool_use" template of a named list
+	toolSrc  string             // its source
 	err      error              // why a template did not parse, reported when chat is used
 	special  map[string]string  // bos_token, eos_token, unk_token, pad_token: the ones set
 }
@@ -74,6 +75,7 @@ func (t *Tokenizer) buildChat(raw json.RawMessage, cfgPath string, special map[s
 			t.chat.template = n.Template
 			t.chat.tmpl, err = chattmpl.Parse(fmt.Sprintf("%s chat_template[%d] (%q)", cfgPath, i, n.Name), n.Template)
 		case "tool_use":
+			t.chat.toolSrc = n.Template
 			t.chat.toolUse, err = chattmpl.Parse(fmt.Sprintf("%s chat_template[%d] (%q)", cfgPath, i, n.Name), n.Template)
 		}
 		if err != nil && t.chat.err == nil {
@@ -106,6 +108,16 @@ func (t *Tokenizer) SetChatTemplate(name, source string) error {
 // (tokenizer_config.json's chat_template, a GGUF's tokenizer.chat_template,
 // or what SetChatTemplate set), "" when it has none.
 func (t *Tokenizer) ChatTemplate() string { return t.chat.template }
+
+// ToolTemplate returns the text of the chat template that renders a
+// conversation with tools: the "tool_use" template of a named list, else
+// the default one; "" when there is none.
+func (t *Tokenizer) ToolTemplate() string {
+	if t.chat.toolUse != nil {
+		return t.chat.toolSrc
+	}
+	return t.chat.template
+}
 
 // HasChatTemplate reports whether the model has a chat template (which may
 // still fail to parse: ApplyChat says why).

@@ -75,6 +75,14 @@ type request struct {
 	// top_logprobs, completions' logprobs (a count).
 	logprobs    bool
 	topLogprobs int
+
+	// tools are the tools the model may call, as sent (nil for none),
+	// with their functions' names; toolChoice is "auto" (or ""),
+	// "none", "required" or "function", naming toolNamed.
+	tools      json.RawMessage
+	toolNames  []string
+	toolChoice string
+	toolNamed  string
 }
 
 // maxLogprobs bounds completions' logprobs, as the OpenAI API does; chat's
@@ -235,6 +243,16 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 					r.chatKwargs[name] = v
 				}
 			}
+		case "tools":
+			if !chat {
+				return nil, unsupported(k, "; it is a /v1/chat/completions field")
+			}
+			r.tools, r.toolNames, err = decodeTools(raw)
+		case "tool_choice":
+			if !chat {
+				return nil, unsupported(k, "; it is a /v1/chat/completions field")
+			}
+			r.toolChoice, r.toolNamed, err = decodeToolChoice(raw)
 		case "user":
 			// An end-user id for the caller's own accounting: it changes
 			// nothing in the output.
@@ -266,6 +284,9 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 	}
 	if !chat && fields["prompt"] == nil {
 		return nil, badRequest("prompt", "prompt is required")
+	}
+	if err := r.checkToolChoice(); err != nil {
+		return nil, err
 	}
 	if r.topLogprobs > 0 && !r.logprobs {
 		return nil, badRequest("top_logprobs", "top_logprobs needs logprobs: true")
@@ -339,8 +360,9 @@ func unsupported(field, hint string) *apiError {
 }
 
 // decodeMessages decodes chat messages: role system, developer (a
-// system message), user or assistant, and content a string or a list of
-// text parts; p meets their other fields (name, ...).
+// system message), user, assistant (with the tool_calls it made) or tool
+// (a call's result, with its tool_call_id), and content a string or a
+// list of text parts; p meets their other fields (name, ...).
 func decodeMessages(raw json.RawMessage, p *params) ([]tokenizer.Message, *apiError) {
 	var list []map[string]json.RawMessage
 	if err := decodeField(raw, "messages", &list); err != nil {
@@ -351,7 +373,15 @@ func decodeMessages(raw json.RawMessage, p *params) ([]tokenizer.Message, *apiEr
 		at := fmt.Sprintf("messages[%d]", i)
 		var role string
 		var content *string
-		for k, v := range m {
+		var msg tokenizer.Message
+		var name json.RawMessage
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			v := m[k]
 			switch k {
 			case "role":
 				if err := decodeField(v, at+".role", &role); err != nil {
@@ -363,6 +393,23 @@ func decodeMessages(raw json.RawMessage, p *params) ([]tokenizer.Message, *apiEr
 					return nil, err
 				}
 				content = c
+			case "tool_calls":
+				if isNull(v) {
+					break
+				}
+				calls, err := decodeToolCalls(v, at+".tool_calls")
+				if err != nil {
+					return nil, err
+				}
+				msg.ToolCalls = calls
+			case "tool_call_id":
+				if !isNull(v) {
+					if err := decodeField(v, at+".tool_call_id", &msg.ToolCallID); err != nil {
+						return nil, err
+					}
+				}
+			case "name":
+				name = v
 			default:
 				if !isNull(v) {
 					if err := p.messageField(at, k, v); err != nil {
@@ -372,18 +419,36 @@ func decodeMessages(raw json.RawMessage, p *params) ([]tokenizer.Message, *apiEr
 			}
 		}
 		switch role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		case "developer":
 			role = "system" // the OpenAI API's newer name for it
 		case "":
 			return nil, badRequest(at+".role", "%s has no role", at)
 		default:
-			return nil, badRequest(at+".role", "%s: role %q is not supported (system, developer, user or assistant)", at, role)
+			return nil, badRequest(at+".role", "%s: role %q is not supported (system, developer, user, assistant or tool)", at, role)
 		}
-		if content == nil {
+		switch {
+		case len(msg.ToolCalls) > 0 && role != "assistant":
+			return nil, badRequest(at+".tool_calls", "%s: only an assistant message has tool_calls", at)
+		case msg.ToolCallID != "" && role != "tool":
+			return nil, badRequest(at+".tool_call_id", "%s: only a tool message has a tool_call_id", at)
+		case content == nil && len(msg.ToolCalls) > 0:
+			content = new(string) // calls alone
+		case content == nil:
 			return nil, badRequest(at+".content", "%s has no content", at)
 		}
-		msgs = append(msgs, tokenizer.Message{Role: role, Content: *content})
+		if name != nil && !isNull(name) {
+			if role == "tool" {
+				// The function's name, which some templates read.
+				if err := decodeField(name, at+".name", &msg.Name); err != nil {
+					return nil, err
+				}
+			} else if err := p.messageField(at, "name", name); err != nil {
+				return nil, err
+			}
+		}
+		msg.Role, msg.Content = role, *content
+		msgs = append(msgs, msg)
 	}
 	return msgs, nil
 }

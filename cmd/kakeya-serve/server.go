@@ -47,6 +47,10 @@ type server struct {
 	ignored      fieldLog
 	pooling      kakeya.Pooling // --pooling, of /v1/embeddings
 	embedSlot    chan struct{}  // held by the /v1/embeddings request running
+
+	// generateIDs runs a generation: Engine.GenerateIDs, which tests
+	// replace to script the model's reply.
+	generateIDs func(eng *kakeya.Engine, ctx context.Context, ids []int, opt kakeya.GenerateOptions, onText func(string) error) (*kakeya.Result, error)
 }
 
 // serverConfig sets up a server.
@@ -61,7 +65,7 @@ type serverConfig struct {
 
 func newServer(cfg serverConfig) *server {
 	s := &server{name: cfg.name, apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix(),
-		embedSlot: make(chan struct{}, 1)}
+		embedSlot: make(chan struct{}, 1), generateIDs: (*kakeya.Engine).GenerateIDs}
 	s.metrics = newMetrics(cfg.name, func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
 			return e.Stats(), true
@@ -366,8 +370,10 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		opt.Sampling.Seed = rand.Uint64()
 	}
 	prompt := req.prompt
+	var plan *toolPlan
 	if chat {
 		opt.Chat, opt.Messages, opt.ChatTemplateKwargs, prompt = true, req.messages, req.chatKwargs, ""
+		plan = planTools(eng.Tokenizer(), req, &opt)
 	}
 	// What cannot fit the context is turned away on its bytes, before
 	// the prompt memory is asked for the tokenizer's share.
@@ -381,6 +387,10 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	var ids []int
 	if err == nil {
 		ids, err = eng.PromptIDs(prompt, opt)
+	}
+	if err == nil && plan != nil && plan.prefix != "" {
+		// tool_choice required or named: the reply starts with a call.
+		ids = append(ids, eng.Tokenizer().Encode(plan.prefix, false)...)
 	}
 	if err != nil {
 		writeError(w, s.publicError(r, eng, generateError(err, false)))
@@ -406,17 +416,22 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat, logprobs: req.logprobs}
+	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat, logprobs: req.logprobs, tools: plan}
 	var res *kakeya.Result
 	if req.stream {
 		sse := &sseWriter{w: w, rc: http.NewResponseController(w), resp: out}
 		if req.logprobs {
 			opt.OnToken = sse.token
 		}
-		res, err = eng.GenerateIDs(ctx, ids, opt, sse.text)
+		onText := sse.text
+		if plan != nil && plan.parse {
+			sse.tools = newToolStream(sse, plan)
+			onText = sse.tools.text
+		}
+		res, err = s.generateIDs(eng, ctx, ids, opt, onText)
 		s.finishStream(r, eng, sse, req, res, err)
 	} else {
-		res, err = eng.GenerateIDs(ctx, ids, opt, nil)
+		res, err = s.generateIDs(eng, ctx, ids, opt, nil)
 		switch {
 		case err == nil:
 			writeJSON(w, http.StatusOK, out.whole(res))
@@ -523,13 +538,15 @@ type response struct {
 	id, model string
 	created   int64
 	chat      bool
-	logprobs  bool // the request asked for logprobs
-	offset    int  // completions' text_offset of the next token
+	logprobs  bool      // the request asked for logprobs
+	offset    int       // completions' text_offset of the next token
+	tools     *toolPlan // the reply's tool calls, nil without tools
 }
 
 type chatMessage struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content"` // null beside tool calls
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type choice struct {
@@ -557,7 +574,8 @@ func (o *response) whole(res *kakeya.Result) *completion {
 	obj := "text_completion"
 	if o.chat {
 		obj = "chat.completion"
-		c.Message = &chatMessage{Role: "assistant", Content: res.Text}
+		c.Message = &chatMessage{Role: "assistant"}
+		c.Message.Content, c.Message.ToolCalls, fr = o.tools.reply(res.Text, fr)
 	} else {
 		c.Text = &res.Text
 	}
@@ -576,7 +594,7 @@ func (o *response) chunk(text, finish string, first bool, toks []kakeya.TokenInf
 	obj := "text_completion"
 	if o.chat {
 		obj = "chat.completion.chunk"
-		c.Delta = &chatMessage{Content: text}
+		c.Delta = &chatMessage{Content: &text}
 		if first {
 			c.Delta.Role = "assistant"
 		}
@@ -682,6 +700,7 @@ type sseWriter struct {
 	started bool
 	buf     bytes.Buffer
 	pending []kakeya.TokenInfo // tokens not yet sent, with logprobs
+	tools   *toolStream        // the reply's tool calls, nil without tools
 }
 
 // token is Generate's OnToken: it keeps the token for the next chunk.
@@ -747,7 +766,13 @@ func (s *server) finishStream(r *http.Request, eng *kakeya.Engine, sse *sseWrite
 		}
 		return
 	}
-	if sse.event(sse.resp.chunk("", finishReason(res.StopReason), !sse.started, sse.pending)) != nil {
+	fr := finishReason(res.StopReason)
+	if sse.tools != nil {
+		if fr, err = sse.tools.finish(fr); err != nil {
+			return
+		}
+	}
+	if sse.event(sse.resp.chunk("", fr, !sse.started, sse.pending)) != nil {
 		return
 	}
 	if req.includeUsage {
