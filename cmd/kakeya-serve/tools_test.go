@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -267,5 +269,97 @@ func TestToolChoiceForcesCallStart(t *testing.T) {
 	json.Unmarshal(b, &resp)
 	if c := resp.Choices[0]; c.Message.Content != nil || len(c.Message.ToolCalls) != 1 || c.Message.ToolCalls[0].Function.Arguments != `{"city":"Paris"}` || *c.FinishReason != "tool_calls" {
 		t.Errorf("named, scripted arguments: %s", b)
+	}
+}
+
+// goldenCase returns a case of chattmpl's golden renderings (Jinja2 in
+// transformers' environment) and its template's text.
+func goldenCase(t *testing.T, name string) (c struct {
+	Template string          `json:"template"`
+	Messages json.RawMessage `json:"messages"`
+	Tools    json.RawMessage `json:"tools"`
+	Want     string          `json:"want"`
+	Name     string          `json:"name"`
+	Kwargs   map[string]any  `json:"kwargs"`
+	Gen      bool            `json:"add_generation_prompt"`
+}, template string) {
+	t.Helper()
+	dir := filepath.Join("..", "..", "tokenizer", "chattmpl", "testdata")
+	b, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cases []json.RawMessage `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range doc.Cases {
+		if json.Unmarshal(raw, &c) == nil && c.Name == name {
+			tb, err := os.ReadFile(filepath.Join(dir, "templates", c.Template))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c, string(tb)
+		}
+	}
+	t.Fatalf("no golden case %q", name)
+	return c, ""
+}
+
+// With a template that reads tools (Qwen2.5's, Llama 3.1's), the
+// request's tools, calls and results go to it as transformers passes
+// them: the prompt is Jinja2's rendering of the same conversation (the
+// golden one, plus the assistant turn's opening). Llama's reply format,
+// JSON with "parameters", is read back as calls.
+func TestToolsNativeTemplate(t *testing.T) {
+	for _, tt := range []struct {
+		golden, open, reply string
+	}{
+		{"qwen2.5/tool-call-and-result", "<|im_start|>assistant\n", weatherCall},
+		{"llama3.1/tool-call-and-result", "<|start_header_id|>assistant<|end_header_id|>\n\n", `{"name": "get_weather", "parameters": {"city": "Paris"}}`},
+	} {
+		t.Run(tt.golden, func(t *testing.T) {
+			c, tmpl := goldenCase(t, tt.golden)
+			ss := newScriptedServer(t, tt.reply)
+			if err := ss.eng.Tokenizer().SetChatTemplate(c.Template, tmpl); err != nil {
+				t.Fatal(err)
+			}
+			// The golden messages in the API's shape: arguments a string.
+			var msgs []map[string]any
+			json.Unmarshal(c.Messages, &msgs)
+			for _, m := range msgs {
+				calls, _ := m["tool_calls"].([]any)
+				for _, call := range calls {
+					f := call.(map[string]any)["function"].(map[string]any)
+					args, _ := json.Marshal(f["arguments"])
+					f["arguments"] = string(args)
+				}
+			}
+			kwargs := map[string]any{"date_string": "26 Jul 2024"}
+			for k, v := range c.Kwargs {
+				kwargs[k] = v
+			}
+			body, _ := json.Marshal(map[string]any{"messages": msgs, "tools": c.Tools, "max_tokens": 16, "chat_template_kwargs": kwargs})
+			code, b := ss.post(t, string(body))
+			if code != http.StatusOK {
+				t.Fatalf("%d %s", code, b)
+			}
+			// The reference tokenizer has no bos_token, which Llama's
+			// template writes first.
+			want := strings.TrimPrefix(c.Want, "<|begin_of_text|>")
+			if !c.Gen {
+				want += tt.open
+			}
+			if got := ss.prompt(t, 0); got != want {
+				t.Errorf("prompt\n%q\nwant\n%q", got, want)
+			}
+			var resp completion
+			json.Unmarshal(b, &resp)
+			if m := resp.Choices[0].Message; len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "get_weather" || m.ToolCalls[0].Function.Arguments != `{"city":"Paris"}` || m.Content != nil {
+				t.Errorf("reply %s", b)
+			}
+		})
 	}
 }
