@@ -75,6 +75,8 @@ type request struct {
 	// top_logprobs, completions' logprobs (a count).
 	logprobs    bool
 	topLogprobs int
+	// n is the choices asked for, 1 to maxN: each its own sample.
+	n int
 
 	// tools are the tools the model may call, as sent (nil for none),
 	// with their functions' names; toolChoice is "auto" (or ""),
@@ -113,6 +115,7 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 	}
 	slices.Sort(keys) // the first bad field named is always the same one
 	var maxTokens, maxCompletion *int
+	var bestOf *int64
 	for _, k := range keys {
 		raw := fields[k]
 		if isNull(raw) {
@@ -187,10 +190,16 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 					}
 				}
 			}
-		case "n", "best_of":
+		case "n":
 			var n int64
-			if err = decodeField(raw, k, &n); err == nil && n != 1 {
-				err = badRequest(k, "%s = %d is not supported: this server returns one choice per request (send several requests)", k, n)
+			if err = decodeField(raw, k, &n); err == nil && (n < 1 || n > maxN) {
+				err = badRequest(k, "n must be in [1, %d], got %d", maxN, n)
+			}
+			r.n = int(n)
+		case "best_of":
+			var n int64
+			if err = decodeField(raw, k, &n); err == nil {
+				bestOf = &n
 			}
 		case "presence_penalty", "frequency_penalty":
 			var f float64
@@ -284,6 +293,12 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 	}
 	if !chat && fields["prompt"] == nil {
 		return nil, badRequest("prompt", "prompt is required")
+	}
+	if r.n == 0 {
+		r.n = 1
+	}
+	if bestOf != nil && *bestOf != int64(r.n) {
+		return nil, badRequest("best_of", "best_of = %d is not supported: this server returns each of the n = %d samples it draws (best_of may only equal n)", *bestOf, r.n)
 	}
 	if err := r.checkToolChoice(); err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ func TestUnknownFields(t *testing.T) {
 		{"response_format json", chat("", `, "response_format": {"type": "json_object"}`), nil, "response_format", false, false},
 		{"logit_bias", chat("", `, "logit_bias": {"1": 5}`), nil, "logit_bias", false, false},
 		{"guided_json", chat("", `, "guided_json": {}`), nil, "guided_json", false, false},
-		{"n 2 stays refused", chat("", `, "n": 2`), nil, "n", false, false},
+		{"best_of 2 is refused", chat("", `, "best_of": 2`), nil, "best_of", false, false},
 		{"user", chat("", `, "user": "u"`), nil, "", true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

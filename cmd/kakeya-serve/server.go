@@ -417,6 +417,10 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		defer cancel()
 	}
 	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat, logprobs: req.logprobs, tools: plan}
+	if req.n > 1 {
+		s.generateN(ctx, w, r, eng, req, ids, opt, out)
+		return
+	}
 	var res *kakeya.Result
 	if req.stream {
 		sse := &sseWriter{w: w, rc: http.NewResponseController(w), resp: out}
@@ -541,6 +545,7 @@ type response struct {
 	logprobs  bool      // the request asked for logprobs
 	offset    int       // completions' text_offset of the next token
 	tools     *toolPlan // the reply's tool calls, nil without tools
+	index     int       // the choice's index, of n
 }
 
 type chatMessage struct {
@@ -570,7 +575,7 @@ type completion struct {
 // whole returns the non-streamed response for res.
 func (o *response) whole(res *kakeya.Result) *completion {
 	fr := finishReason(res.StopReason)
-	c := choice{FinishReason: &fr}
+	c := choice{Index: o.index, FinishReason: &fr}
 	obj := "text_completion"
 	if o.chat {
 		obj = "chat.completion"
@@ -587,7 +592,7 @@ func (o *response) whole(res *kakeya.Result) *completion {
 // request asked for them and, if not "", finish_reason; the first chat
 // chunk carries the role.
 func (o *response) chunk(text, finish string, first bool, toks []kakeya.TokenInfo) *completion {
-	c := choice{Logprobs: o.logprobsOf(toks)}
+	c := choice{Index: o.index, Logprobs: o.logprobsOf(toks)}
 	if finish != "" {
 		c.FinishReason = &finish
 	}
