@@ -77,6 +77,10 @@ type request struct {
 	topLogprobs int
 	// n is the choices asked for, 1 to maxN: each its own sample.
 	n int
+	// echo (completions) puts the prompt before each choice's text, and
+	// its tokens' logprobs before the generated ones'; with max_tokens 0
+	// (scoreOnly) nothing is generated.
+	echo, scoreOnly bool
 
 	// tools are the tools the model may call, as sent (nil for none),
 	// with their functions' names; toolChoice is "auto" (or ""),
@@ -238,8 +242,11 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 				r.topLogprobs = int(n)
 			}
 		case "echo":
-			if !bytes.Equal(raw, []byte("false")) && !bytes.Equal(raw, []byte("0")) {
-				err = unsupported(k, "")
+			if bytes.Equal(raw, []byte("0")) {
+				break
+			}
+			if err = decodeField(raw, k, &r.echo); err == nil && r.echo && chat {
+				err = unsupported(k, "; it is a /v1/completions field")
 			}
 		case "chat_template_kwargs":
 			if !chat {
@@ -281,6 +288,9 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 		return nil, badRequest("max_completion_tokens", "max_tokens (%d) and max_completion_tokens (%d) disagree: send one", *maxTokens, *maxCompletion)
 	case maxCompletion != nil:
 		maxTokens = maxCompletion
+	}
+	if maxTokens != nil && *maxTokens == 0 && r.echo {
+		r.scoreOnly, maxTokens = true, nil // the prompt scored, as vLLM's echo with max_tokens 0
 	}
 	if maxTokens != nil {
 		if *maxTokens <= 0 {

@@ -28,7 +28,8 @@ type sample struct {
 // the choices' chunks interleave as they come, each with its index and
 // its own finish_reason chunk; usage (the prompt counted once) and [DONE]
 // follow the last.
-func (s *server) generateN(ctx context.Context, w http.ResponseWriter, r *http.Request, eng *kakeya.Engine, req *request, ids []int, opt kakeya.GenerateOptions, out *response) {
+func (s *server) generateN(ctx context.Context, w http.ResponseWriter, r *http.Request, eng *kakeya.Engine, req *request, ids []int, opt kakeya.GenerateOptions, out *response,
+	gen func(*kakeya.Engine, context.Context, []int, kakeya.GenerateOptions, func(string) error) (*kakeya.Result, error)) {
 	n := req.n
 	samples := make([]*sample, n)
 	var mu sync.Mutex // serializes the stream's writes
@@ -42,6 +43,7 @@ func (s *server) generateN(ctx context.Context, w http.ResponseWriter, r *http.R
 			if out.tools != nil && out.tools.parse {
 				sm.sse.tools = newToolStream(sm.sse, out.tools)
 			}
+			sm.sse.sendEcho() // before any choice runs: no lock needed
 		}
 		samples[i] = sm
 	}
@@ -79,7 +81,7 @@ func (s *server) generateN(ctx context.Context, w http.ResponseWriter, r *http.R
 				return nil
 			}
 		}
-		sm.res, sm.err = s.generateIDs(eng, ctx, ids, o, onText)
+		sm.res, sm.err = gen(eng, ctx, ids, o, onText)
 		if i == 0 {
 			once.Do(func() { close(promptIn) })
 		}

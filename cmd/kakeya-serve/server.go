@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -417,13 +418,24 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		defer cancel()
 	}
 	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat, logprobs: req.logprobs, tools: plan}
+	gen := s.generateIDs
+	if req.echo {
+		if out.echo, err = echoPrompt(ctx, eng, req, ids); err != nil {
+			writeError(w, s.publicError(r, eng, generateError(err, false)))
+			return
+		}
+		if req.scoreOnly {
+			gen = scoreOnly
+		}
+	}
 	if req.n > 1 {
-		s.generateN(ctx, w, r, eng, req, ids, opt, out)
+		s.generateN(ctx, w, r, eng, req, ids, opt, out, gen)
 		return
 	}
 	var res *kakeya.Result
 	if req.stream {
 		sse := &sseWriter{w: w, rc: http.NewResponseController(w), resp: out}
+		sse.sendEcho()
 		if req.logprobs {
 			opt.OnToken = sse.token
 		}
@@ -432,10 +444,10 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 			sse.tools = newToolStream(sse, plan)
 			onText = sse.tools.text
 		}
-		res, err = s.generateIDs(eng, ctx, ids, opt, onText)
+		res, err = gen(eng, ctx, ids, opt, onText)
 		s.finishStream(r, eng, sse, req, res, err)
 	} else {
-		res, err = s.generateIDs(eng, ctx, ids, opt, nil)
+		res, err = gen(eng, ctx, ids, opt, nil)
 		switch {
 		case err == nil:
 			writeJSON(w, http.StatusOK, out.whole(res))
@@ -546,6 +558,11 @@ type response struct {
 	offset    int       // completions' text_offset of the next token
 	tools     *toolPlan // the reply's tool calls, nil without tools
 	index     int       // the choice's index, of n
+	// echo is the prompt an echoing completion starts with, echoLogprobs
+	// its tokens' (with logprobs); firstNull makes logprobsOf report the
+	// next token's logprob as null, as the prompt's first token's.
+	echo      *echoed
+	firstNull bool
 }
 
 type chatMessage struct {
@@ -584,7 +601,16 @@ func (o *response) whole(res *kakeya.Result) *completion {
 	} else {
 		c.Text = &res.Text
 	}
-	c.Logprobs = o.logprobsOf(res.Logprobs)
+	toks := res.Logprobs
+	if o.echo != nil {
+		text := o.echo.text + res.Text
+		c.Text = &text
+		if o.logprobs {
+			toks = append(slices.Clip(o.echo.logprobs), toks...)
+			o.firstNull = true
+		}
+	}
+	c.Logprobs = o.logprobsOf(toks)
 	return &completion{ID: o.id, Object: obj, Created: o.created, Model: o.model, Choices: []choice{c}, Usage: usageOf(res)}
 }
 
@@ -631,8 +657,8 @@ type chatTopLogprob struct {
 // textLogprobs is a completions choice's logprobs: parallel lists, one
 // entry per token.
 type textLogprobs struct {
-	Tokens        []string  `json:"tokens"`
-	TokenLogprobs []float32 `json:"token_logprobs"`
+	Tokens        []string   `json:"tokens"`
+	TokenLogprobs []*float32 `json:"token_logprobs"` // null for an echoed prompt's first token
 	// TopLogprobs maps the text of the most likely tokens, and of the
 	// sampled one, to their logprobs (up to logprobs+1 entries, fewer
 	// where two tokens have the same text).
@@ -661,12 +687,17 @@ func (o *response) logprobsOf(toks []kakeya.TokenInfo) any {
 		return lp
 	}
 	lp := &textLogprobs{
-		Tokens: make([]string, len(toks)), TokenLogprobs: make([]float32, len(toks)),
+		Tokens: make([]string, len(toks)), TokenLogprobs: make([]*float32, len(toks)),
 		TopLogprobs: make([]map[string]float32, len(toks)), TextOffset: make([]int, len(toks)),
 	}
 	for i, t := range toks {
-		lp.Tokens[i], lp.TokenLogprobs[i], lp.TextOffset[i] = t.Text, t.Logprob, o.offset
+		lp.Tokens[i], lp.TokenLogprobs[i], lp.TextOffset[i] = t.Text, &t.Logprob, o.offset
 		o.offset += utf8.RuneCountInString(t.Text)
+		if o.firstNull {
+			// An echoed prompt's first token: nothing scored it.
+			o.firstNull, lp.TokenLogprobs[i] = false, nil
+			continue
+		}
 		top := map[string]float32{t.Text: t.Logprob}
 		for _, a := range t.Top {
 			if _, ok := top[a.Text]; !ok {
