@@ -75,7 +75,8 @@ type request struct {
 	// top_logprobs, completions' logprobs (a count).
 	logprobs    bool
 	topLogprobs int
-	// n is the choices asked for, 1 to maxN: each its own sample.
+	// n is the choices asked for, 1 to maxN (0 as 1): each its own
+	// sample.
 	n int
 	// echo (completions) puts the prompt before each choice's text, and
 	// its tokens' logprobs before the generated ones'; with max_tokens 0
@@ -304,11 +305,8 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 	if !chat && fields["prompt"] == nil {
 		return nil, badRequest("prompt", "prompt is required")
 	}
-	if r.n == 0 {
-		r.n = 1
-	}
-	if bestOf != nil && *bestOf != int64(r.n) {
-		return nil, badRequest("best_of", "best_of = %d is not supported: this server returns each of the n = %d samples it draws (best_of may only equal n)", *bestOf, r.n)
+	if bestOf != nil && *bestOf != int64(max(r.n, 1)) {
+		return nil, badRequest("best_of", "best_of = %d is not supported: this server returns each of the n = %d samples it draws (best_of may only equal n)", *bestOf, max(r.n, 1))
 	}
 	if err := r.checkToolChoice(); err != nil {
 		return nil, err
