@@ -238,7 +238,7 @@ func TestToolCallsReply(t *testing.T) {
 // reference model runs here, unscripted: what it writes is no JSON, and
 // comes back as content, the forced start with it.
 func TestToolChoiceForcesCallStart(t *testing.T) {
-	ss := newScriptedServer(t, "", "", `{"city": "Paris"}}`+"\n")
+	ss := newScriptedServer(t, "", "", `{"city": "Paris"}}`+"\n", `{"city": "Oslo"}}`)
 	req := func(choice string) string {
 		return `{"messages": [{"role": "user", "content": "Weather?"}], "tools": [` + weatherTool + `], "tool_choice": ` + choice + `, "max_tokens": 4, "temperature": 0}`
 	}
@@ -269,6 +269,16 @@ func TestToolChoiceForcesCallStart(t *testing.T) {
 	json.Unmarshal(b, &resp)
 	if c := resp.Choices[0]; c.Message.Content != nil || len(c.Message.ToolCalls) != 1 || c.Message.ToolCalls[0].Function.Arguments != `{"city":"Paris"}` || *c.FinishReason != "tool_calls" {
 		t.Errorf("named, scripted arguments: %s", b)
+	}
+	// Streamed: the forced start never goes out as content; the call does.
+	r, err := http.Post(ss.URL+"/v1/chat/completions", "application/json", strings.NewReader(strings.TrimSuffix(req(named), "}")+`, "stream": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	events := strings.Join(readEvents(t, r.Body), "\n")
+	if strings.Contains(events, "tool_call>") || !strings.Contains(events, `"name":"get_weather"`) || !strings.Contains(events, `"arguments":"{\"city\":\"Oslo\"}"`) || !strings.Contains(events, `"finish_reason":"tool_calls"`) {
+		t.Errorf("named, streamed:\n%s", events)
 	}
 }
 
