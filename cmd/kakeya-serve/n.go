@@ -51,7 +51,9 @@ func (s *server) generateN(ctx context.Context, w http.ResponseWriter, r *http.R
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	promptIn := make(chan struct{})
-	var once sync.Once
+	var once, failOnce sync.Once
+	var err error // the first choice to fail's, in time: the others' may be the cancellation it caused
+	var failed *kakeya.Result
 	run := func(i int) {
 		sm := samples[i]
 		o := opt
@@ -86,6 +88,7 @@ func (s *server) generateN(ctx context.Context, w http.ResponseWriter, r *http.R
 			once.Do(func() { close(promptIn) })
 		}
 		if sm.err != nil {
+			failOnce.Do(func() { err, failed = sm.err, sm.res })
 			cancel()
 		}
 		if sm.sse != nil && sm.err == nil {
@@ -102,14 +105,9 @@ func (s *server) generateN(ctx context.Context, w http.ResponseWriter, r *http.R
 	}
 	wg.Wait()
 
-	var err error
-	var failed *kakeya.Result
 	for _, sm := range samples {
 		if sm.res != nil {
 			s.metrics.observe(sm.res)
-		}
-		if sm.err != nil && err == nil {
-			err, failed = sm.err, sm.res
 		}
 	}
 	ri := info(r)
