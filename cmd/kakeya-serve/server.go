@@ -887,6 +887,7 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 		Model            string          `json:"model"`
 		Prompt           *string         `json:"prompt"`
 		Messages         json.RawMessage `json:"messages"`
+		Tools            json.RawMessage `json:"tools"`
 		AddSpecialTokens *bool           `json:"add_special_tokens"`
 	}
 	eng, ok := s.beginDecoded(w, r, &req, &req.Model)
@@ -911,6 +912,10 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 		if aerr == nil && len(msgs) == 0 {
 			aerr = badRequest("messages", "messages must hold at least one message")
 		}
+		creq := &request{chat: true, messages: msgs}
+		if aerr == nil && req.Tools != nil && !isNull(req.Tools) {
+			creq.tools, creq.toolNames, aerr = decodeTools(req.Tools)
+		}
 		if aerr == nil {
 			aerr = info(r).charge.grow(int64(len(req.Messages)), tokenizeBytesPerByte)
 		}
@@ -919,7 +924,10 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var err error
-		if ids, err = eng.PromptIDs("", kakeya.GenerateOptions{Chat: true, Messages: msgs}); err != nil {
+		// As a chat request renders them (tools, tool messages).
+		opt := kakeya.GenerateOptions{Chat: true, Messages: msgs}
+		planTools(eng.Tokenizer(), creq, &opt)
+		if ids, err = eng.PromptIDs("", opt); err != nil {
 			writeError(w, s.publicError(r, eng, badRequest("messages", "%v", err)))
 			return
 		}

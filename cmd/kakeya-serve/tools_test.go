@@ -373,3 +373,22 @@ func TestToolsNativeTemplate(t *testing.T) {
 		})
 	}
 }
+
+// /tokenize renders tools and tool messages as a chat request does.
+func TestTokenizeTools(t *testing.T) {
+	ss := newScriptedServer(t, "ok")
+	msgs := `[{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]`
+	if code, b := ss.post(t, `{"messages": `+msgs+`, "tools": [`+weatherTool+`], "max_tokens": 1}`); code != http.StatusOK {
+		t.Fatalf("%d %s", code, b)
+	}
+	ts := &testServer{url: ss.URL}
+	code, b := ts.post(t, "/tokenize", `{"messages": `+msgs+`, "tools": [`+weatherTool+`]}`)
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, b)
+	}
+	var tk struct{ Tokens []int }
+	json.Unmarshal(b, &tk)
+	if got, want := ss.eng.Tokenizer().Decode(tk.Tokens, false), ss.prompt(t, 0); got != want {
+		t.Errorf("/tokenize renders\n%q\nthe chat request\n%q", got, want)
+	}
+}
