@@ -2,6 +2,7 @@ package kakeya
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,6 +26,29 @@ const prefillChunk = 512
 // template knows it) and its text.
 type Message struct {
 	Role, Content string
+	// ToolCalls are the calls an assistant turn made (none elsewhere).
+	ToolCalls []ToolCall
+	// ToolCallID, of a tool turn, is the id of the call it answers.
+	ToolCallID string
+	// Name is the message's name: the function's name in a tool turn,
+	// which some templates read; "" for none.
+	Name string
+}
+
+// A ToolCall is a function call an assistant turn made, as the OpenAI API
+// sends it: its id, the function's name and the arguments, a JSON object
+// in a string (chat templates get it decoded).
+type ToolCall struct {
+	ID, Name, Arguments string
+}
+
+// tokenizerMessage is m in the tokenizer's terms.
+func tokenizerMessage(m Message) tokenizer.Message {
+	t := tokenizer.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+	for _, c := range m.ToolCalls {
+		t.ToolCalls = append(t.ToolCalls, tokenizer.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+	}
+	return t
 }
 
 // GenerateOptions control one Generate call. The zero value generates
@@ -56,6 +80,14 @@ type GenerateOptions struct {
 	// reasoning off, {"date_string": "01 Jan 2025"} sets Llama 3.x's date.
 	// Each value goes to the template through JSON.
 	ChatTemplateKwargs map[string]any
+	// Tools, with Chat, are the tools the model may call: a JSON array of
+	// tool definitions ({"type": "function", "function": {"name", ...}}),
+	// the chat template's variable tools, as transformers'
+	// apply_chat_template(tools=...). A template that does not read tools
+	// ignores them. The calls come back as text in the model's format
+	// (Qwen's <tool_call>{...}</tool_call>, Llama 3.x's JSON), which the
+	// caller parses; kakeya-serve does (docs/cli.md).
+	Tools json.RawMessage
 	// SpecialInMessages, with Chat, reads the spellings of special tokens
 	// (<|im_end|>, <|eot_id|>, ...) in the messages' content, the prompt
 	// and System as those tokens. Off, the default, only the chat
@@ -131,6 +163,9 @@ func (o *GenerateOptions) checkPrompt() error {
 	if len(o.ChatTemplateKwargs) > 0 && !o.Chat {
 		return errors.New("kakeya: GenerateOptions.ChatTemplateKwargs needs Chat: they are variables of the chat template")
 	}
+	if o.Tools != nil && !o.Chat {
+		return errors.New("kakeya: GenerateOptions.Tools needs Chat: the tools go into the chat template")
+	}
 	return nil
 }
 
@@ -205,7 +240,7 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 	}
 	msgs := make([]tokenizer.Message, 0, max(len(opt.Messages), 2))
 	for _, m := range opt.Messages {
-		msgs = append(msgs, tokenizer.Message{Role: m.Role, Content: m.Content})
+		msgs = append(msgs, tokenizerMessage(m))
 	}
 	if len(msgs) > 0 && prompt != "" {
 		return nil, errors.New("kakeya: a prompt and GenerateOptions.Messages exclude each other: the Messages are the whole conversation (pass an empty prompt)")
@@ -216,7 +251,7 @@ func (e *Engine) PromptIDs(prompt string, opt GenerateOptions) ([]int, error) {
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
 	}
-	segs, err := e.tok.ApplyChatSegments(msgs, true, opt.ChatTemplateKwargs)
+	segs, err := e.tok.ApplyChatToolsSegments(msgs, opt.Tools, true, opt.ChatTemplateKwargs)
 	if err != nil {
 		return nil, fmt.Errorf("kakeya: %s: %w", e.dir, err)
 	}
@@ -237,6 +272,12 @@ func (e *Engine) checkPromptBytes(prompt string, opt GenerateOptions) error {
 	n, size := e.tok.MinTokens(prompt)+e.tok.MinTokens(opt.System), len(prompt)+len(opt.System)
 	for _, m := range opt.Messages {
 		n, size = n+e.tok.MinTokens(m.Content), size+len(m.Content)
+		for _, c := range m.ToolCalls {
+			n, size = n+e.tok.MinTokens(c.Arguments), size+len(c.Arguments)
+		}
+	}
+	if opt.Tools != nil {
+		n, size = n+e.tok.MinTokens(string(opt.Tools)), size+len(opt.Tools)
 	}
 	if most := e.MaxTokens(); n >= most {
 		return fmt.Errorf("kakeya: the prompt's %d bytes are at least %d tokens: %w", size, n,

@@ -42,6 +42,19 @@ func (e *Engine) VocabSize() int { return e.tok.VocabSize() }
 // addSpecial is set (as Generate's plain prompts get it).
 func (e *Engine) Encode(text string, addSpecial bool) []int { return e.tok.Encode(text, addSpecial) }
 
+// ToolTemplate returns the text of the model's chat template that renders
+// a conversation with tools (GenerateOptions.Tools): the "tool_use"
+// template of a named list, else the default one; "" when there is none.
+func (e *Engine) ToolTemplate() string { return e.tok.ToolTemplate() }
+
+// SetChatTemplate replaces the model's chat template with source, a
+// Jinja template as tokenizer_config.json's chat_template holds it (name
+// says where it came from, for errors). Call it before any generation: a
+// conversation already being rendered keeps the old one.
+func (e *Engine) SetChatTemplate(name, source string) error {
+	return e.tok.SetChatTemplate(name, source)
+}
+
 // Decode returns the text of ids (each 0 to VocabSize()-1), leaving the
 // special tokens out when skipSpecial is set.
 func (e *Engine) Decode(ids []int, skipSpecial bool) string { return e.tok.Decode(ids, skipSpecial) }

@@ -8,10 +8,31 @@ import (
 	"github.com/kakeya-ai/kakeya/tokenizer/chattmpl"
 )
 
-// Message is one chat turn: a role ("system", "user", "assistant", or
-// whatever else the model's template accepts) and its text.
+// Message is one chat turn: a role ("system", "user", "assistant",
+// "tool", or whatever else the model's template accepts) and its text.
+// An assistant turn may carry the tool calls it made, and a tool turn the
+// id of the call it answers, as the OpenAI API and transformers' chat
+// templates have them.
 type Message struct {
 	Role, Content string
+	// ToolCalls are the calls an assistant turn made (none elsewhere).
+	ToolCalls []ToolCall
+	// ToolCallID, of a tool turn, is the id of the call it answers.
+	ToolCallID string
+	// Name is the message's name field: the function's name in a tool
+	// turn, which some templates read; "" for none.
+	Name string
+}
+
+// A ToolCall is a function call an assistant turn made.
+type ToolCall struct {
+	ID   string // the call's id, "" for none
+	Name string // the function's name
+	// Arguments is the call's arguments, a JSON object as the OpenAI
+	// API sends it (a string holding JSON). Chat templates get it
+	// decoded (as vLLM passes it), for they write it with tojson; text
+	// that is not a JSON object goes to them as the string.
+	Arguments string
 }
 
 // chatInfo holds the model's chat templates: tokenizer_config.json's
@@ -21,6 +42,7 @@ type chatInfo struct {
 	template string             // the default template's source, "" for none
 	tmpl     *chattmpl.Template // the default template, parsed
 	toolUse  *chattmpl.Template // the "tool_use" template of a named list
+	toolSrc  string             // its source
 	err      error              // why a template did not parse, reported when chat is used
 	special  map[string]string  // bos_token, eos_token, unk_token, pad_token: the ones set
 }
@@ -53,6 +75,7 @@ func (t *Tokenizer) buildChat(raw json.RawMessage, cfgPath string, special map[s
 			t.chat.template = n.Template
 			t.chat.tmpl, err = chattmpl.Parse(fmt.Sprintf("%s chat_template[%d] (%q)", cfgPath, i, n.Name), n.Template)
 		case "tool_use":
+			t.chat.toolSrc = n.Template
 			t.chat.toolUse, err = chattmpl.Parse(fmt.Sprintf("%s chat_template[%d] (%q)", cfgPath, i, n.Name), n.Template)
 		}
 		if err != nil && t.chat.err == nil {
@@ -85,6 +108,16 @@ func (t *Tokenizer) SetChatTemplate(name, source string) error {
 // (tokenizer_config.json's chat_template, a GGUF's tokenizer.chat_template,
 // or what SetChatTemplate set), "" when it has none.
 func (t *Tokenizer) ChatTemplate() string { return t.chat.template }
+
+// ToolTemplate returns the text of the chat template that renders a
+// conversation with tools: the "tool_use" template of a named list, else
+// the default one; "" when there is none.
+func (t *Tokenizer) ToolTemplate() string {
+	if t.chat.toolUse != nil {
+		return t.chat.toolSrc
+	}
+	return t.chat.template
+}
 
 // HasChatTemplate reports whether the model has a chat template (which may
 // still fail to parse: ApplyChat says why).
@@ -146,13 +179,32 @@ func ChatInput(msgs []Message, addGenerationPrompt bool, kwargs map[string]any) 
 			in.Vars[k] = raw
 		}
 	}
+	type function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	type toolCall struct {
+		ID       string   `json:"id,omitempty"`
+		Type     string   `json:"type"`
+		Function function `json:"function"`
+	}
 	type message struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
+		Role       string     `json:"role"`
+		Content    string     `json:"content"`
+		ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+		Name       string     `json:"name,omitempty"`
 	}
 	conv := make([]message, len(msgs))
 	for i, m := range msgs {
-		conv[i] = message(m)
+		conv[i] = message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		for _, c := range m.ToolCalls {
+			args := json.RawMessage(c.Arguments)
+			if !isJSONObject(args) {
+				args, _ = json.Marshal(c.Arguments) // a string is always marshalled
+			}
+			conv[i].ToolCalls = append(conv[i].ToolCalls, toolCall{c.ID, "function", function{c.Name, args}})
+		}
 	}
 	raw, err := json.Marshal(conv)
 	if err != nil {
@@ -160,6 +212,12 @@ func ChatInput(msgs []Message, addGenerationPrompt bool, kwargs map[string]any) 
 	}
 	in.Messages = raw
 	return in, nil
+}
+
+// isJSONObject reports whether raw is one JSON object.
+func isJSONObject(raw json.RawMessage) bool {
+	var obj map[string]json.RawMessage
+	return json.Unmarshal(raw, &obj) == nil && obj != nil
 }
 
 // RenderChat renders a conversation given as chattmpl.Input (messages with

@@ -1,6 +1,9 @@
 package tokenizer
 
-import "strings"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // A Segment is a stretch of a prompt with how its added tokens are read.
 // A chat template's own markup is Special: its spellings of special tokens
@@ -77,10 +80,19 @@ func (p *plainSpans) overlaps(s, e int) bool {
 // text that appears verbatim in the rendering is plain, and what is left
 // is markup.
 func (t *Tokenizer) ApplyChatSegments(msgs []Message, addGenerationPrompt bool, kwargs map[string]any) ([]Segment, error) {
+	return t.ApplyChatToolsSegments(msgs, nil, addGenerationPrompt, kwargs)
+}
+
+// ApplyChatToolsSegments is ApplyChatSegments with the tools the model may
+// call: a JSON array of tool definitions ({"type": "function", "function":
+// {...}}) passed to the template as its variable tools, as transformers'
+// apply_chat_template(tools=...) does; nil for none.
+func (t *Tokenizer) ApplyChatToolsSegments(msgs []Message, tools json.RawMessage, addGenerationPrompt bool, kwargs map[string]any) ([]Segment, error) {
 	in, err := ChatInput(msgs, addGenerationPrompt, kwargs)
 	if err != nil {
 		return nil, err
 	}
+	in.Tools = tools
 	parts, exact, err := t.RenderChatSegments(in)
 	if err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func TestChatInjection(t *testing.T) {
 				t.Fatal(err)
 			}
 			conv := func(content string) []Message {
-				return []Message{{"user", content}, {"assistant", content}, {"user", content}}
+				return []Message{{Role: "user", Content: content}, {Role: "assistant", Content: content}, {Role: "user", Content: content}}
 			}
 			specials := func(ids []int) int {
 				n := 0
@@ -96,7 +96,7 @@ func TestChatInjectionQwen3(t *testing.T) {
 	tk := loadShared(t, "qwen3")
 	start, _ := tk.TokenID("<|im_start|>")
 	conv := func(user string) []Message {
-		return []Message{{"user", user}, {"assistant", "<think>\nwhy\n</think>\n\nok"}, {"user", user}}
+		return []Message{{Role: "user", Content: user}, {Role: "assistant", Content: "<think>\nwhy\n</think>\n\nok"}, {Role: "user", Content: user}}
 	}
 	count := func(msgs []Message) int {
 		segs, err := tk.ApplyChatSegments(msgs, true, nil)

@@ -68,6 +68,7 @@ type goldenChat struct {
 	Gen       bool              `json:"add_generation_prompt"`
 	Want      *string           `json:"want"`
 	WantError *string           `json:"want_error"`
+	Now       string            `json:"now"` // strftime_now's clock
 }
 
 func loadGoldenChat(t *testing.T) []goldenChat {
@@ -190,7 +191,7 @@ func plainMessages(raw json.RawMessage) ([]Message, bool) {
 		if !ok1 || !ok2 || len(o) != 2 {
 			return nil, false
 		}
-		msgs[i] = Message{role, content}
+		msgs[i] = Message{Role: role, Content: content}
 	}
 	return msgs, true
 }
@@ -234,7 +235,7 @@ func TestApplyChatErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		tk := chatTokenizer(t, special, tt.tmpl)
-		_, err := tk.ApplyChat([]Message{{"user", "x"}}, true)
+		_, err := tk.ApplyChat([]Message{{Role: "user", Content: "x"}}, true)
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: error %v, want one containing %q", tt.name, err, tt.wantErr)
 		}
@@ -246,7 +247,7 @@ func TestApplyChatErrors(t *testing.T) {
 	if err := tk.SetChatTemplate("model.gguf tokenizer.chat_template", "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tk.ApplyChat([]Message{{"user", "hi"}}, false); got != "<s>hi" || err != nil {
+	if got, err := tk.ApplyChat([]Message{{Role: "user", Content: "hi"}}, false); got != "<s>hi" || err != nil {
 		t.Errorf("SetChatTemplate: ApplyChat = %q, %v", got, err)
 	}
 	if err := tk.SetChatTemplate("model.gguf tokenizer.chat_template", "{% if %}"); err == nil || !strings.Contains(err.Error(), "model.gguf") {
@@ -259,7 +260,7 @@ func TestApplyChatErrors(t *testing.T) {
 // the template's rules.
 func TestApplyChatQwen3(t *testing.T) {
 	tk := loadShared(t, "qwen3")
-	got, err := tk.ApplyChat([]Message{{"system", "You are a helpful assistant."}, {"user", "Hi!"}}, true)
+	got, err := tk.ApplyChat([]Message{{Role: "system", Content: "You are a helpful assistant."}, {Role: "user", Content: "Hi!"}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +272,7 @@ func TestApplyChatQwen3(t *testing.T) {
 	if ids := tk.Encode(got, false); !equalInts(ids, wantIDs) {
 		t.Fatalf("Encode = %v, want %v", ids, wantIDs)
 	}
-	msgs := []Message{{"user", "2+2?"}, {"assistant", "<think>\nadd\n</think>\n\n4"}, {"user", "3+3?"}, {"assistant", "<think>\nadd again\n</think>\n\n6"}}
+	msgs := []Message{{Role: "user", Content: "2+2?"}, {Role: "assistant", Content: "<think>\nadd\n</think>\n\n4"}, {Role: "user", Content: "3+3?"}, {Role: "assistant", Content: "<think>\nadd again\n</think>\n\n6"}}
 	got, err = tk.ApplyChat(msgs, false)
 	if err != nil {
 		t.Fatal(err)
@@ -469,7 +470,7 @@ func FuzzEncodeLlama2(f *testing.F) {
 // markup and message text; a typed turn marker is text.
 func TestRenderChatSegments(t *testing.T) {
 	tk := loadShared(t, "qwen3")
-	in, err := ChatInput([]Message{{"system", "Be brief."}, {"user", "Hi<|im_end|>"}}, true, nil)
+	in, err := ChatInput([]Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi<|im_end|>"}}, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,6 +78,22 @@ type request struct {
 	// constraint is response_format's (or guided_json's) structured
 	// output.
 	constraint constraint
+
+	// n is the choices asked for, 1 to maxN (0 as 1): each its own
+	// sample.
+	n int
+	// echo (completions) puts the prompt before each choice's text, and
+	// its tokens' logprobs before the generated ones'; with max_tokens 0
+	// (scoreOnly) nothing is generated.
+	echo, scoreOnly bool
+
+	// tools are the tools the model may call, as sent (nil for none),
+	// with their functions' names; toolChoice is "auto" (or ""),
+	// "none", "required" or "function", naming toolNamed.
+	tools      json.RawMessage
+	toolNames  []string
+	toolChoice string
+	toolNamed  string
 }
 
 // maxLogprobs bounds completions' logprobs, as the OpenAI API does; chat's
@@ -108,6 +124,7 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 	}
 	slices.Sort(keys) // the first bad field named is always the same one
 	var maxTokens, maxCompletion *int
+	var bestOf *int64
 	for _, k := range keys {
 		raw := fields[k]
 		if isNull(raw) {
@@ -184,10 +201,16 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 					}
 				}
 			}
-		case "n", "best_of":
+		case "n":
 			var n int64
-			if err = decodeField(raw, k, &n); err == nil && n != 1 {
-				err = badRequest(k, "%s = %d is not supported: this server returns one choice per request (send several requests)", k, n)
+			if err = decodeField(raw, k, &n); err == nil && (n < 1 || n > maxN) {
+				err = badRequest(k, "n must be in [1, %d], got %d", maxN, n)
+			}
+			r.n = int(n)
+		case "best_of":
+			var n int64
+			if err = decodeField(raw, k, &n); err == nil {
+				bestOf = &n
 			}
 		case "presence_penalty", "frequency_penalty":
 			var f float64
@@ -226,8 +249,11 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 				r.topLogprobs = int(n)
 			}
 		case "echo":
-			if !bytes.Equal(raw, []byte("false")) && !bytes.Equal(raw, []byte("0")) {
-				err = unsupported(k, "")
+			if bytes.Equal(raw, []byte("0")) {
+				break
+			}
+			if err = decodeField(raw, k, &r.echo); err == nil && r.echo && chat {
+				err = unsupported(k, "; it is a /v1/completions field")
 			}
 		case "chat_template_kwargs":
 			if !chat {
@@ -244,6 +270,16 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 			r.constraint, err = decodeResponseFormat(raw)
 		case "guided_json":
 			r.constraint, err = decodeGuidedJSON(raw)
+		case "tools":
+			if !chat {
+				return nil, unsupported(k, "; it is a /v1/chat/completions field")
+			}
+			r.tools, r.toolNames, err = decodeTools(raw)
+		case "tool_choice":
+			if !chat {
+				return nil, unsupported(k, "; it is a /v1/chat/completions field")
+			}
+			r.toolChoice, r.toolNamed, err = decodeToolChoice(raw)
 		case "user":
 			// An end-user id for the caller's own accounting: it changes
 			// nothing in the output.
@@ -264,6 +300,9 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 	case maxCompletion != nil:
 		maxTokens = maxCompletion
 	}
+	if maxTokens != nil && *maxTokens == 0 && r.echo {
+		r.scoreOnly, maxTokens = true, nil // the prompt scored, as vLLM's echo with max_tokens 0
+	}
 	if maxTokens != nil {
 		if *maxTokens <= 0 {
 			return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d", *maxTokens)
@@ -275,6 +314,12 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 	}
 	if !chat && fields["prompt"] == nil {
 		return nil, badRequest("prompt", "prompt is required")
+	}
+	if bestOf != nil && *bestOf != int64(max(r.n, 1)) {
+		return nil, badRequest("best_of", "best_of = %d is not supported: this server returns each of the n = %d samples it draws (best_of may only equal n)", *bestOf, max(r.n, 1))
+	}
+	if err := r.checkToolChoice(); err != nil {
+		return nil, err
 	}
 	if r.topLogprobs > 0 && !r.logprobs {
 		return nil, badRequest("top_logprobs", "top_logprobs needs logprobs: true")
@@ -348,8 +393,9 @@ func unsupported(field, hint string) *apiError {
 }
 
 // decodeMessages decodes chat messages: role system, developer (a
-// system message), user or assistant, and content a string or a list of
-// text parts; p meets their other fields (name, ...).
+// system message), user, assistant (with the tool_calls it made) or tool
+// (a call's result, with its tool_call_id), and content a string or a
+// list of text parts; p meets their other fields (name, ...).
 func decodeMessages(raw json.RawMessage, p *params) ([]kakeya.Message, *apiError) {
 	var list []map[string]json.RawMessage
 	if err := decodeField(raw, "messages", &list); err != nil {
@@ -360,7 +406,15 @@ func decodeMessages(raw json.RawMessage, p *params) ([]kakeya.Message, *apiError
 		at := fmt.Sprintf("messages[%d]", i)
 		var role string
 		var content *string
-		for k, v := range m {
+		var msg kakeya.Message
+		var name json.RawMessage
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			v := m[k]
 			switch k {
 			case "role":
 				if err := decodeField(v, at+".role", &role); err != nil {
@@ -372,6 +426,23 @@ func decodeMessages(raw json.RawMessage, p *params) ([]kakeya.Message, *apiError
 					return nil, err
 				}
 				content = c
+			case "tool_calls":
+				if isNull(v) {
+					break
+				}
+				calls, err := decodeToolCalls(v, at+".tool_calls")
+				if err != nil {
+					return nil, err
+				}
+				msg.ToolCalls = calls
+			case "tool_call_id":
+				if !isNull(v) {
+					if err := decodeField(v, at+".tool_call_id", &msg.ToolCallID); err != nil {
+						return nil, err
+					}
+				}
+			case "name":
+				name = v
 			default:
 				if !isNull(v) {
 					if err := p.messageField(at, k, v); err != nil {
@@ -381,18 +452,36 @@ func decodeMessages(raw json.RawMessage, p *params) ([]kakeya.Message, *apiError
 			}
 		}
 		switch role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		case "developer":
 			role = "system" // the OpenAI API's newer name for it
 		case "":
 			return nil, badRequest(at+".role", "%s has no role", at)
 		default:
-			return nil, badRequest(at+".role", "%s: role %q is not supported (system, developer, user or assistant)", at, role)
+			return nil, badRequest(at+".role", "%s: role %q is not supported (system, developer, user, assistant or tool)", at, role)
 		}
-		if content == nil {
+		switch {
+		case len(msg.ToolCalls) > 0 && role != "assistant":
+			return nil, badRequest(at+".tool_calls", "%s: only an assistant message has tool_calls", at)
+		case msg.ToolCallID != "" && role != "tool":
+			return nil, badRequest(at+".tool_call_id", "%s: only a tool message has a tool_call_id", at)
+		case content == nil && len(msg.ToolCalls) > 0:
+			content = new(string) // calls alone
+		case content == nil:
 			return nil, badRequest(at+".content", "%s has no content", at)
 		}
-		msgs = append(msgs, kakeya.Message{Role: role, Content: *content})
+		if name != nil && !isNull(name) {
+			if role == "tool" {
+				// The function's name, which some templates read.
+				if err := decodeField(name, at+".name", &msg.Name); err != nil {
+					return nil, err
+				}
+			} else if err := p.messageField(at, "name", name); err != nil {
+				return nil, err
+			}
+		}
+		msg.Role, msg.Content = role, *content
+		msgs = append(msgs, msg)
 	}
 	return msgs, nil
 }

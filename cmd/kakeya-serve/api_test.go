@@ -25,7 +25,7 @@ func TestDecodeRequest(t *testing.T) {
 			request{prompt: "hi", sampling: kakeya.SamplingOptions{Temperature: 0.5, TopP: 0.9, TopK: 40, MinP: 0.05, RepetitionPenalty: 1.1, Seed: 7}, seeded: true}},
 		{"top_k -1 is all", false, `{"prompt": "hi", "top_k": -1}`, request{prompt: "hi", sampling: deflt}},
 		{"neutral values", false, `{"prompt": ["hi"], "n": 1, "best_of": 1, "echo": false, "logprobs": false, "top_logprobs": 0, "presence_penalty": 0, "frequency_penalty": 0, "user": "u1"}`,
-			request{prompt: "hi", sampling: deflt}},
+			request{prompt: "hi", sampling: deflt, n: 1}},
 		{"completions logprobs", false, `{"prompt": "hi", "logprobs": 5}`, request{prompt: "hi", sampling: deflt, logprobs: true, topLogprobs: 5}},
 		{"completions logprobs 0: the sampled tokens'", false, `{"prompt": "hi", "logprobs": 0}`, request{prompt: "hi", sampling: deflt, logprobs: true}},
 		{"chat logprobs", true, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 20}`,

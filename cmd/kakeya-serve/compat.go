@@ -34,11 +34,10 @@ func (p *params) field(k string, raw json.RawMessage, hint string) *apiError {
 	return nil
 }
 
-// messageField meets a message's field k (at is "messages[i]"): name and
-// unknown fields are accepted as field does; tool_calls is refused unless
-// empty.
+// messageField meets a message's field k (at is "messages[i]"): name
+// (outside a tool message) and unknown fields are accepted as field does.
 func (p *params) messageField(at, k string, raw json.RawMessage) *apiError {
-	if p == nil || p.strict || k == "tool_calls" && !emptyList(raw) {
+	if p == nil || p.strict {
 		return unsupported(at+"."+k, "")
 	}
 	p.ignored = append(p.ignored, "messages[]."+k)
@@ -49,9 +48,7 @@ func (p *params) messageField(at, k string, raw json.RawMessage) *apiError {
 // each with the test of its neutral value: any other value is a 400 in
 // either mode.
 var refused = map[string]func(json.RawMessage) bool{
-	"tools":              emptyList,
 	"functions":          emptyList,
-	"tool_choice":        oneOf(`"none"`, `"auto"`),
 	"function_call":      oneOf(`"none"`, `"auto"`),
 	"logit_bias":         oneOf(`{}`),
 	"suffix":             oneOf(`""`),

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,10 @@ type server struct {
 	ignored      fieldLog
 	pooling      kakeya.Pooling // --pooling, of /v1/embeddings
 	embedSlot    chan struct{}  // held by the /v1/embeddings request running
+
+	// generateIDs runs a generation: Engine.GenerateIDs, which tests
+	// replace to script the model's reply.
+	generateIDs func(eng *kakeya.Engine, ctx context.Context, ids []int, opt kakeya.GenerateOptions, onText func(string) error) (*kakeya.Result, error)
 }
 
 // serverConfig sets up a server.
@@ -64,7 +69,7 @@ type serverConfig struct {
 
 func newServer(cfg serverConfig) *server {
 	s := &server{name: cfg.name, scheduling: "fcfs", apiKey: cfg.apiKey, maxBody: cfg.maxBody, timeout: cfg.timeout, readTimeout: cfg.readTimeout, log: cfg.log, created: time.Now().Unix(),
-		embedSlot: make(chan struct{}, 1)}
+		embedSlot: make(chan struct{}, 1), generateIDs: (*kakeya.Engine).GenerateIDs}
 	s.metrics = newMetrics(cfg.name, func() (scheduler.Stats, bool) {
 		if e := s.eng.Load(); e != nil {
 			return e.Stats(), true
@@ -374,8 +379,10 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		opt.Sampling.Seed = rand.Uint64()
 	}
 	prompt := req.prompt
+	var plan *toolPlan
 	if chat {
 		opt.Chat, opt.Messages, opt.ChatTemplateKwargs, prompt = true, req.messages, req.chatKwargs, ""
+		plan = planTools(eng.ToolTemplate(), req, &opt)
 	}
 	// What cannot fit the context is turned away on its bytes, before
 	// the prompt memory is asked for the tokenizer's share.
@@ -389,6 +396,10 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	var ids []int
 	if err == nil {
 		ids, err = eng.PromptIDs(prompt, opt)
+	}
+	if err == nil && plan != nil && plan.prefix != "" {
+		// tool_choice required or named: the reply starts with a call.
+		ids = append(ids, eng.Encode(plan.prefix, false)...)
 	}
 	if err != nil {
 		writeError(w, s.publicError(r, eng, generateError(err, false)))
@@ -414,17 +425,37 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat, logprobs: req.logprobs}
+	out := &response{id: ri.id, model: s.name, created: time.Now().Unix(), chat: chat, logprobs: req.logprobs, tools: plan}
+	gen := s.generateIDs
+	if req.echo {
+		if out.echo, err = echoPrompt(ctx, eng, req, ids); err != nil {
+			writeError(w, s.publicError(r, eng, generateError(err, false)))
+			return
+		}
+		if req.scoreOnly {
+			gen = scoreOnly
+		}
+	}
+	if req.n > 1 {
+		s.generateN(ctx, w, r, eng, req, ids, opt, out, gen)
+		return
+	}
 	var res *kakeya.Result
 	if req.stream {
 		sse := &sseWriter{w: w, rc: http.NewResponseController(w), resp: out}
+		sse.sendEcho()
 		if req.logprobs {
 			opt.OnToken = sse.token
 		}
-		res, err = eng.GenerateIDs(ctx, ids, opt, sse.text)
+		onText := sse.text
+		if plan != nil && plan.parse {
+			sse.tools = newToolStream(sse, plan)
+			onText = sse.tools.text
+		}
+		res, err = gen(eng, ctx, ids, opt, onText)
 		s.finishStream(r, eng, sse, req, res, err)
 	} else {
-		res, err = eng.GenerateIDs(ctx, ids, opt, nil)
+		res, err = gen(eng, ctx, ids, opt, nil)
 		switch {
 		case err == nil:
 			writeJSON(w, http.StatusOK, out.whole(res))
@@ -531,13 +562,21 @@ type response struct {
 	id, model string
 	created   int64
 	chat      bool
-	logprobs  bool // the request asked for logprobs
-	offset    int  // completions' text_offset of the next token
+	logprobs  bool      // the request asked for logprobs
+	offset    int       // completions' text_offset of the next token
+	tools     *toolPlan // the reply's tool calls, nil without tools
+	index     int       // the choice's index, of n
+	// echo is the prompt an echoing completion starts with, echoLogprobs
+	// its tokens' (with logprobs); firstNull makes logprobsOf report the
+	// next token's logprob as null, as the prompt's first token's.
+	echo      *echoed
+	firstNull bool
 }
 
 type chatMessage struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content"` // null beside tool calls
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type choice struct {
@@ -561,15 +600,25 @@ type completion struct {
 // whole returns the non-streamed response for res.
 func (o *response) whole(res *kakeya.Result) *completion {
 	fr := finishReason(res.StopReason)
-	c := choice{FinishReason: &fr}
+	c := choice{Index: o.index, FinishReason: &fr}
 	obj := "text_completion"
 	if o.chat {
 		obj = "chat.completion"
-		c.Message = &chatMessage{Role: "assistant", Content: res.Text}
+		c.Message = &chatMessage{Role: "assistant"}
+		c.Message.Content, c.Message.ToolCalls, fr = o.tools.reply(res.Text, fr)
 	} else {
 		c.Text = &res.Text
 	}
-	c.Logprobs = o.logprobsOf(res.Logprobs)
+	toks := res.Logprobs
+	if o.echo != nil {
+		text := o.echo.text + res.Text
+		c.Text = &text
+		if o.logprobs {
+			toks = append(slices.Clip(o.echo.logprobs), toks...)
+			o.firstNull = true
+		}
+	}
+	c.Logprobs = o.logprobsOf(toks)
 	return &completion{ID: o.id, Object: obj, Created: o.created, Model: o.model, Choices: []choice{c}, Usage: usageOf(res)}
 }
 
@@ -577,14 +626,14 @@ func (o *response) whole(res *kakeya.Result) *completion {
 // request asked for them and, if not "", finish_reason; the first chat
 // chunk carries the role.
 func (o *response) chunk(text, finish string, first bool, toks []kakeya.TokenInfo) *completion {
-	c := choice{Logprobs: o.logprobsOf(toks)}
+	c := choice{Index: o.index, Logprobs: o.logprobsOf(toks)}
 	if finish != "" {
 		c.FinishReason = &finish
 	}
 	obj := "text_completion"
 	if o.chat {
 		obj = "chat.completion.chunk"
-		c.Delta = &chatMessage{Content: text}
+		c.Delta = &chatMessage{Content: &text}
 		if first {
 			c.Delta.Role = "assistant"
 		}
@@ -616,8 +665,8 @@ type chatTopLogprob struct {
 // textLogprobs is a completions choice's logprobs: parallel lists, one
 // entry per token.
 type textLogprobs struct {
-	Tokens        []string  `json:"tokens"`
-	TokenLogprobs []float32 `json:"token_logprobs"`
+	Tokens        []string   `json:"tokens"`
+	TokenLogprobs []*float32 `json:"token_logprobs"` // null for an echoed prompt's first token
 	// TopLogprobs maps the text of the most likely tokens, and of the
 	// sampled one, to their logprobs (up to logprobs+1 entries, fewer
 	// where two tokens have the same text).
@@ -646,12 +695,17 @@ func (o *response) logprobsOf(toks []kakeya.TokenInfo) any {
 		return lp
 	}
 	lp := &textLogprobs{
-		Tokens: make([]string, len(toks)), TokenLogprobs: make([]float32, len(toks)),
+		Tokens: make([]string, len(toks)), TokenLogprobs: make([]*float32, len(toks)),
 		TopLogprobs: make([]map[string]float32, len(toks)), TextOffset: make([]int, len(toks)),
 	}
 	for i, t := range toks {
-		lp.Tokens[i], lp.TokenLogprobs[i], lp.TextOffset[i] = t.Text, t.Logprob, o.offset
+		lp.Tokens[i], lp.TokenLogprobs[i], lp.TextOffset[i] = t.Text, &t.Logprob, o.offset
 		o.offset += utf8.RuneCountInString(t.Text)
+		if o.firstNull {
+			// An echoed prompt's first token: nothing scored it.
+			o.firstNull, lp.TokenLogprobs[i] = false, nil
+			continue
+		}
 		top := map[string]float32{t.Text: t.Logprob}
 		for _, a := range t.Top {
 			if _, ok := top[a.Text]; !ok {
@@ -690,6 +744,7 @@ type sseWriter struct {
 	started bool
 	buf     bytes.Buffer
 	pending []kakeya.TokenInfo // tokens not yet sent, with logprobs
+	tools   *toolStream        // the reply's tool calls, nil without tools
 }
 
 // token is Generate's OnToken: it keeps the token for the next chunk.
@@ -755,7 +810,13 @@ func (s *server) finishStream(r *http.Request, eng *kakeya.Engine, sse *sseWrite
 		}
 		return
 	}
-	if sse.event(sse.resp.chunk("", finishReason(res.StopReason), !sse.started, sse.pending)) != nil {
+	fr := finishReason(res.StopReason)
+	if sse.tools != nil {
+		if fr, err = sse.tools.finish(fr); err != nil {
+			return
+		}
+	}
+	if sse.event(sse.resp.chunk("", fr, !sse.started, sse.pending)) != nil {
 		return
 	}
 	if req.includeUsage {
@@ -834,6 +895,7 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 		Model            string          `json:"model"`
 		Prompt           *string         `json:"prompt"`
 		Messages         json.RawMessage `json:"messages"`
+		Tools            json.RawMessage `json:"tools"`
 		AddSpecialTokens *bool           `json:"add_special_tokens"`
 	}
 	eng, ok := s.beginDecoded(w, r, &req, &req.Model)
@@ -858,6 +920,10 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 		if aerr == nil && len(msgs) == 0 {
 			aerr = badRequest("messages", "messages must hold at least one message")
 		}
+		creq := &request{chat: true, messages: msgs}
+		if aerr == nil && req.Tools != nil && !isNull(req.Tools) {
+			creq.tools, creq.toolNames, aerr = decodeTools(req.Tools)
+		}
 		if aerr == nil {
 			aerr = info(r).charge.grow(int64(len(req.Messages)), tokenizeBytesPerByte)
 		}
@@ -866,7 +932,10 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var err error
-		if ids, err = eng.PromptIDs("", kakeya.GenerateOptions{Chat: true, Messages: msgs}); err != nil {
+		// As a chat request renders them (tools, tool messages).
+		opt := kakeya.GenerateOptions{Chat: true, Messages: msgs}
+		planTools(eng.ToolTemplate(), creq, &opt)
+		if ids, err = eng.PromptIDs("", opt); err != nil {
 			writeError(w, s.publicError(r, eng, badRequest("messages", "%v", err)))
 			return
 		}

@@ -74,30 +74,61 @@ func (t *Template) RenderSegments(in Input) (segs []Segment, exact bool, err err
 var errRaised = &Error{Message: "raised in the marked rendering"}
 
 // markMessages wraps the text of each message (content as a string or as
-// text parts, reasoning_content) in the delimiters, in place. It reports
-// false when some text already holds a delimiter.
+// text parts, reasoning_content, and the string values of its tool calls'
+// arguments) in the delimiters, in place. It reports false when some text
+// already holds a delimiter.
 func markMessages(msgs jinja.Value) bool {
 	if !msgs.IsList() {
 		return false
 	}
 	ok := true
+	marked := func(s string) (string, bool) {
+		if strings.Contains(s, markOpen) || strings.Contains(s, markClose) {
+			ok = false
+			return s, false
+		}
+		core := strings.TrimFunc(s, unicode.IsSpace)
+		if core == "" {
+			return s, false // whitespace only: no special token can hide in it
+		}
+		lead := s[:strings.Index(s, core)]
+		trail := s[len(lead)+len(core):]
+		return lead + markOpen + core + markClose + trail, true
+	}
 	mark := func(d *jinja.Dict, key string) {
 		v, found := d.Get(key)
 		if !found || !v.IsString() || v.AsString() == "" {
 			return
 		}
-		s := v.AsString()
-		if strings.Contains(s, markOpen) || strings.Contains(s, markClose) {
-			ok = false
-			return
+		if m, changed := marked(v.AsString()); changed {
+			d.Set(key, jinja.NewString(m))
 		}
-		core := strings.TrimFunc(s, unicode.IsSpace)
-		if core == "" {
-			return // whitespace only: no special token can hide in it
+	}
+	// markAll marks every string in a JSON-like value (the keys aside).
+	var markAll func(v jinja.Value)
+	markAll = func(v jinja.Value) {
+		switch {
+		case v.IsDict():
+			d := v.AsDict()
+			for _, k := range d.Keys {
+				if e, _ := d.Get(k); e.IsString() {
+					mark(d, k)
+				} else {
+					markAll(e)
+				}
+			}
+		case v.IsList():
+			items := v.AsList().Items
+			for i, e := range items {
+				if e.IsString() {
+					if m, changed := marked(e.AsString()); changed {
+						items[i] = jinja.NewString(m)
+					}
+				} else {
+					markAll(e)
+				}
+			}
 		}
-		lead := s[:strings.Index(s, core)]
-		trail := s[len(lead)+len(core):]
-		d.Set(key, jinja.NewString(lead+markOpen+core+markClose+trail))
 	}
 	for _, m := range msgs.AsList().Items {
 		if !m.IsDict() {
@@ -110,6 +141,24 @@ func markMessages(msgs jinja.Value) bool {
 			for _, p := range c.AsList().Items {
 				if p.IsDict() {
 					mark(p.AsDict(), "text")
+				}
+			}
+		}
+		// A call's arguments are the client's text too (the names are
+		// not: templates compare them).
+		if calls, found := d.Get("tool_calls"); found && calls.IsList() {
+			for _, c := range calls.AsList().Items {
+				if !c.IsDict() {
+					continue
+				}
+				f := c.AsDict()
+				if fn, found := f.Get("function"); found && fn.IsDict() {
+					f = fn.AsDict()
+				}
+				if args, found := f.Get("arguments"); found && args.IsString() {
+					mark(f, "arguments")
+				} else if found {
+					markAll(args)
 				}
 			}
 		}
