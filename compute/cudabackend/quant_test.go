@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute/reference"
-	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
@@ -231,7 +231,7 @@ func TestQuantizedModelMatchesCPU(t *testing.T) {
 				got = append(got, l[i*vocab:(i+1)*vocab])
 			}
 			for range steps {
-				ids = append(ids, eval.Argmax(got[len(got)-1]))
+				ids = append(ids, pick.ArgMax(got[len(got)-1]))
 				l, err := s.Forward(ids[len(ids)-1:], false)
 				if err != nil {
 					t.Fatal(err)
@@ -249,7 +249,7 @@ func TestQuantizedModelMatchesCPU(t *testing.T) {
 					t.Errorf("position %d: max abs logit difference %.3g of the largest against the float64 reference, %.3g against the CPU", p, dRef, dCPU)
 				}
 				if p >= pre-1 && p < len(ids)-1 {
-					if c := eval.Argmax(cpu[p]); c != ids[p+1] {
+					if c := pick.ArgMax(cpu[p]); c != ids[p+1] {
 						t.Errorf("position %d: greedy token %d on CUDA, %d on the CPU", p, ids[p+1], c)
 					}
 				}
@@ -268,8 +268,8 @@ func TestQuantizedModelMatchesCPU(t *testing.T) {
 			for p := range got16 {
 				d := maxAbsDiff(got16[p], cpu[p]) / max(1, maxAbs(cpu[p]))
 				worst16 = max(worst16, d)
-				if !(d <= 0.05) || p >= pre-1 && p < len(ids)-1 && eval.Argmax(got16[p]) != ids[p+1] {
-					t.Errorf("bf16 prefill: position %d: max abs logit difference %.3g of the largest against the CPU, greedy token %d (want %d)", p, d, eval.Argmax(got16[p]), ids[p+1])
+				if !(d <= 0.05) || p >= pre-1 && p < len(ids)-1 && pick.ArgMax(got16[p]) != ids[p+1] {
+					t.Errorf("bf16 prefill: position %d: max abs logit difference %.3g of the largest against the CPU, greedy token %d (want %d)", p, d, pick.ArgMax(got16[p]), ids[p+1])
 				}
 			}
 			t.Logf("bf16 prefill: worst logit difference over the largest against the CPU %.2g; kernels: %s", worst16, f16.kernelCounts())
