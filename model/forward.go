@@ -345,6 +345,9 @@ func (m *Model) fusedLogits(sc *scratch, passes []pass, x compute.Buffer, dst []
 	if !m.fused.NormMatMul(out, x.Slice(lo*h, (lo+want)*h), m.norm, m.eps, want, m.lmHead) {
 		return false
 	}
+	if c := m.desc.FinalSoftcap; c != 0 {
+		m.ops.Softcap(out, c) // Gemma 2 bounds the logits: cap·tanh(z/cap)
+	}
 	m.readLogits(sc, dst[:want*vocab], out, 0, want)
 	return true
 }

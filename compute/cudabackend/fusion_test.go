@@ -268,8 +268,9 @@ func partWant(old []byte, src []float32, h, kvd, row, n, d int, format int32) []
 	return want
 }
 
-// norm_swiglu, matvec_add and norm_matvec compute what the separate
-// operations compute, by the reference, with and without biases.
+// norm_swiglu (SiLU and GELU-tanh gating), matvec_add and norm_matvec
+// compute what the separate operations compute, by the float64
+// reference, with and without biases.
 func TestFusedMatVecs(t *testing.T) {
 	m := newDevMem(t)
 	const eps = 1e-5
@@ -292,7 +293,10 @@ func TestFusedMatVecs(t *testing.T) {
 					}
 					xn := refNorm(x, g, sz.n, eps)
 					want := refProj(xn, matG, bg, sz.n)
-					ref.SiLUMul(want, refProj(xn, matU, bu, sz.n))
+					up := refProj(xn, matU, bu, sz.n)
+					wantGELU := refProj(xn, matG, bg, sz.n)
+					ref.SiLUMul(want, up)
+					ref.GELUTanhMul(wantGELU, up)
 
 					// norm_matvec: xn wg^T.
 					wantHead := refProj(xn, matG, nil, sz.n)
@@ -305,8 +309,10 @@ func TestFusedMatVecs(t *testing.T) {
 					xp, gp, wgp, wup := m.f32(x), m.f32(g), m.bytes(rawG), m.bytes(rawU)
 					for _, seed := range emuSeeds[:2] {
 						out := m.f32(make([]float32, sz.n*sz.rows))
-						runLaunches(t, seed, normSwiGLULaunch(dt, out, xp, gp, eps, wgp, wup, bgp, bup, sz.n, sz.rows, sz.cols))
+						runLaunches(t, seed, normSwiGLULaunch(dt, out, xp, gp, eps, wgp, wup, bgp, bup, sz.n, sz.rows, sz.cols, false))
 						checkClose(t, "norm_swiglu", m.read(out, sz.n*sz.rows), refRead(want), 1e-5)
+						runLaunches(t, seed, normSwiGLULaunch(dt, out, xp, gp, eps, wgp, wup, bgp, bup, sz.n, sz.rows, sz.cols, true))
+						checkClose(t, "norm_swiglu gelu-tanh", m.read(out, sz.n*sz.rows), refRead(wantGELU), 1e-5)
 						accp := m.f32(acc)
 						runLaunches(t, seed, matVecAddLaunch(dt, accp, xp, wgp, bgp, sz.n, sz.rows, sz.cols))
 						checkClose(t, "matvec_add", m.read(accp, sz.n*sz.rows), refRead(wantAcc), 1e-5)

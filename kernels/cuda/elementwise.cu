@@ -69,6 +69,27 @@ KK_KERNEL void silu_mul(float *__restrict__ gate, const float *__restrict__ up, 
 	}
 }
 
+// gelu_tanh(g)*u (Gemma's GeGLU), kk_gelu_tanh's formula.
+KK_KERNEL void gelu_tanh_mul(float *__restrict__ gate, const float *__restrict__ up, int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		gate[i] = kk_gelu_tanh(gate[i]) * up[i];
+}
+
+// x *= s (Gemma's embedding scale).
+KK_KERNEL void scalar_mul(float *__restrict__ x, float s, int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		x[i] *= s;
+}
+
+// x = c tanh(x/c) (Gemma 2's final logit softcap), kk_softcap's formula.
+KK_KERNEL void softcap(float *__restrict__ x, float c, int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		x[i] = kk_softcap(x[i], c);
+}
+
 // RoPE, rotate-half pairing: thread t turns the pair (x[j], x[j+d/2]) of
 // one head of one row by the angle of frequency j at the row's position.
 KK_KERNEL void rope(float *__restrict__ x, int rows, int heads, int d, int start,
