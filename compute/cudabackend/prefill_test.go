@@ -27,7 +27,7 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 		bf16                       bool
 		exact                      bool
 		seqs                       []batchSeq
-		kernel                     string // the single-sequence calls' kernel
+		kernel                     string  // the single-sequence calls' kernel
 		scale, softcap             float64 // Gemma's query scale and score softcap (0: none)
 	}{
 		{"gqa7/d64/bf16", 7, 1, 64, 16, 0, true, false, []batchSeq{{0, 40, ""}, {30, 19, "int8"}}, "attn_prefill_d64", 0, 0},
