@@ -35,6 +35,18 @@ type Fused interface {
 	NormMatMul(out, x, norm Buffer, eps float32, n int, w Weight) bool
 }
 
+// NormAdder is implemented by a backend that adds normalised rows to the
+// residual stream in one step of its own (the CUDA backend's rmsnorm_add
+// kernel): Gemma's sandwich norms, which normalise a layer's attention
+// and MLP outputs before adding them. A model calls it where its backend
+// implements it; the results are RMSNorm into a scratch then Add's,
+// bit for bit.
+type NormAdder interface {
+	// NormAdd adds to acc the n rows of x normalised by RMSNorm (weight
+	// norm, eps).
+	NormAdd(acc, x, norm Buffer, n int, eps float32)
+}
+
 // QKV is a decoder layer's attention input, for Fused.NormQKV: the
 // normalisation before attention, the three projections and their biases
 // (empty Buffers where the layer has none), the per-head norms of Qwen3

@@ -365,7 +365,8 @@ func (m *Model) readLogits(sc *scratch, dst []float32, out compute.Buffer, r, ro
 
 // residual adds x times w transposed, plus bias when the layer has one,
 // to the residual stream res, normalised first by RMSNorm of weight norm
-// where the layer has one (Gemma's sandwich norms), through tmp.
+// where the layer has one (Gemma's sandwich norms), through tmp; the norm
+// and the add are one step where the backend has it (compute.NormAdder).
 func (m *Model) residual(res, x, tmp compute.Buffer, n int, w compute.Weight, bias, norm compute.Buffer) {
 	if norm.Len == 0 {
 		m.matMulAdd(res, x, tmp, n, w, bias)
@@ -375,6 +376,10 @@ func (m *Model) residual(res, x, tmp compute.Buffer, n int, w compute.Weight, bi
 	b.MatMul(tmp, x, n, w)
 	if bias.Len > 0 {
 		b.AddRows(tmp, bias, n)
+	}
+	if m.normAdd != nil {
+		m.normAdd.NormAdd(res, tmp, norm, n, m.eps)
+		return
 	}
 	b.RMSNorm(tmp, tmp, norm, n, m.eps)
 	b.Add(res, tmp)

@@ -100,6 +100,9 @@ type Model struct {
 	cos, sin compute.Buffer // RoPE angles, HeadDim/2 per position
 
 	fused compute.Fused // the backend's fused steps, nil if it has none
+	// normAdd runs a sandwich norm and its residual add in one step, nil
+	// if the backend cannot
+	normAdd compute.NormAdder
 	// batch attends over every sequence of a step at once, nil if the
 	// backend cannot
 	batch compute.BatchAttention
@@ -550,6 +553,7 @@ func (m *Model) loadTensors(wf string) error {
 func (m *Model) fuse() {
 	m.greedy, _ = m.b.(compute.Greedy)
 	m.batch, _ = m.b.(compute.BatchAttention)
+	m.normAdd, _ = m.b.(compute.NormAdder)
 	f, ok := m.b.(compute.Fused)
 	if !ok || !m.desc.Plain() && m.ops == nil {
 		// The fused steps are the Llama family's layer, and, on a

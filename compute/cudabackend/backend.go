@@ -810,6 +810,25 @@ func (b *Backend) Softcap(x compute.Buffer, c float32) {
 	b.op(softcapLaunch(ptr(x), c, x.Len), false)
 }
 
+// NormAdd adds the n rows of x normalised by RMSNorm (weight norm, eps)
+// to acc as one rmsnorm_add kernel (compute.NormAdder): Gemma's sandwich
+// norms and their residual adds. Under Options.NoFusion it runs rmsnorm
+// (in place on x) and add, as the model would.
+func (b *Backend) NormAdd(acc, x, norm compute.Buffer, n int, eps float32) {
+	if n <= 0 {
+		return
+	}
+	if acc.Len < n*norm.Len || x.Len < n*norm.Len {
+		panic(fmt.Sprintf("cuda: NormAdd of %d rows of %d: buffers of %d and %d values", n, norm.Len, acc.Len, x.Len))
+	}
+	if b.noFusion {
+		b.RMSNorm(x, x, norm, n, eps)
+		b.Add(acc.Slice(0, n*norm.Len), x.Slice(0, n*norm.Len))
+		return
+	}
+	b.op(rmsNormAddLaunch(ptr(acc), ptr(x), ptr(norm), n, norm.Len, eps), false)
+}
+
 // SlidingKV marks the backend's attention as reading no KV block before
 // its window (compute.SlidingKV): a call's block table starts at the
 // block of its first query's first key, so a sliding layer's cache may

@@ -104,7 +104,7 @@ func TestGemmaForwardMatchesReference(t *testing.T) {
 				t.Errorf("graphs: %d captured, %d replays, off %v; decode steps should replay", captures, replays, off)
 			}
 			dt := map[string]string{"gemma2": "f32", "gemma3": "bf16"}[name] // the presets' weights
-			for _, k := range []string{"norm_qkv_" + dt, "norm_swiglu_" + dt, "scalar_mul"} {
+			for _, k := range []string{"norm_qkv_" + dt, "norm_swiglu_" + dt, "scalar_mul", "rmsnorm_add"} {
 				if kernelCount(f, k) == 0 {
 					t.Errorf("no %s launched: %s", k, f.kernelCounts())
 				}

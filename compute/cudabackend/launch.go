@@ -193,6 +193,15 @@ func rmsNormLaunch(out, x, w Ptr, rows, cols int, eps float32) Launch {
 	return Launch{Kernel: "rmsnorm", Grid: Dim3{u32("rmsnorm rows", rows), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.b, Params: a.offs}
 }
 
+// rmsNormAddLaunch adds to each of rows rows of acc the row of x
+// normalised as rmsNormLaunch normalises it (weight w, cols float32).
+// Kernel: rmsnorm_add(float *acc, const float *x, const float *w, int rows, int cols, float eps).
+func rmsNormAddLaunch(acc, x, w Ptr, rows, cols int, eps float32) Launch {
+	positive("rmsnorm_add", rows, cols)
+	a := new(args).ptr(acc).ptr(x).ptr(w).i32("rows", rows).i32("cols", cols).f32(eps)
+	return Launch{Kernel: "rmsnorm_add", Grid: Dim3{u32("rmsnorm_add rows", rows), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.b, Params: a.offs}
+}
+
 // addRowsLaunch adds bias (cols values) to each of rows rows of x.
 // Kernel: add_rows(float *x, const float *bias, int rows, int cols).
 func addRowsLaunch(x, bias Ptr, rows, cols int) Launch {

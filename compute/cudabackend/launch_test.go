@@ -229,6 +229,12 @@ func TestLaunchElementwise(t *testing.T) {
 					ref.RMSNorm(out, refBuf(x), refBuf(w), sz.rows, 1e-5)
 					return refRead(out)
 				}, func(x, y, w Ptr) (Launch, Ptr) { return rmsNormLaunch(x, x, w, sz.rows, sz.cols, 1e-5), x }},
+				{"rmsnorm_add", func() []float32 {
+					xn, yb := ref.Alloc(n), refBuf(y)
+					ref.RMSNorm(xn, refBuf(x), refBuf(w), sz.rows, 1e-5)
+					ref.Add(yb, xn)
+					return refRead(yb)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return rmsNormAddLaunch(y, x, w, sz.rows, sz.cols, 1e-5), y }},
 				{"add_rows", func() []float32 {
 					xb := refBuf(x)
 					ref.AddRows(xb, refBuf(w), sz.rows)
@@ -847,7 +853,7 @@ func sampleLaunches() []Launch {
 			matVecAddLaunch(dt, 0, 0, 0, 0, maxMatVecRows, 8192, 29568), matVecAddLaunch(dt, 0, 0, 0, 0, 1, 1, 1),
 			normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, maxMatVecRows, 152064, 8192), normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, 1, 1, 1))
 	}
-	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
+	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), rmsNormAddLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
 		siluMulLaunch(0, 0, 1<<24), geluTanhMulLaunch(0, 0, 1<<24), scalarMulLaunch(0, 48, 1<<20), softcapLaunch(0, 30, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16),
 		kvWriteRunsLaunch(0, 256, 16, 64, 128, 1024, partBF16),
 		encInt8Launch(0, 0, true, 256, 256, 4*(2*encThreads+33), 0, 1), encPCLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap, 0, 1),

@@ -48,6 +48,23 @@ KK_KERNEL void rmsnorm(float *out, const float *x, const float *__restrict__ w, 
 		o[c] = row[c] * inv * w[c];
 }
 
+// rmsnorm_add: acc += RMSNorm(x) by w, row by row (block r: row r), the
+// normalised values rounded as rmsnorm writes them: Gemma's sandwich norm
+// of a layer's attention or MLP output and the residual add in one.
+KK_KERNEL void rmsnorm_add(float *__restrict__ acc, const float *__restrict__ x, const float *__restrict__ w, int rows,
+                           int cols, float eps) {
+	__shared__ float red[32];
+	const float *row = x + (long long)blockIdx.x * cols;
+	float ss = 0.0f;
+	for (int c = threadIdx.x; c < cols; c += blockDim.x)
+		ss += row[c] * row[c];
+	ss = kk_block_sum(ss, red);
+	float inv = 1.0f / __builtin_sqrtf(ss / (float)cols + eps);
+	float *a = acc + (long long)blockIdx.x * cols;
+	for (int c = threadIdx.x; c < cols; c += blockDim.x)
+		a[c] += row[c] * inv * w[c];
+}
+
 KK_KERNEL void add_rows(float *__restrict__ x, const float *__restrict__ bias, int rows, int cols) {
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < rows * cols)
