@@ -22,7 +22,8 @@ type Fused interface {
 	// NormSwiGLU sets gate (n rows of p.Gate's Rows) to silu(xn Wg^T + bg)
 	// * (xn Wu^T + bu), xn being the n rows of x normalised by RMSNorm
 	// (weight p.Norm, p.Eps): a SwiGLU feed-forward up to its down
-	// projection.
+	// projection; with p.GELUTanh, gelu_tanh in place of silu (GeGLU, as
+	// ArchOps.GELUTanhMul).
 	NormSwiGLU(gate, x Buffer, n int, p *SwiGLU) bool
 	// MatMulAdd adds x (n rows of w's Cols) times w transposed, plus bias
 	// (none when bias.Len is 0) to each row, to acc: a projection added to
@@ -32,6 +33,18 @@ type Fused interface {
 	// normalised by RMSNorm (weight norm, eps) times w transposed: the
 	// final norm and the output head.
 	NormMatMul(out, x, norm Buffer, eps float32, n int, w Weight) bool
+}
+
+// NormAdder is implemented by a backend that adds normalised rows to the
+// residual stream in one step of its own (the CUDA backend's rmsnorm_add
+// kernel): Gemma's sandwich norms, which normalise a layer's attention
+// and MLP outputs before adding them. A model calls it where its backend
+// implements it; the results are RMSNorm into a scratch then Add's,
+// bit for bit.
+type NormAdder interface {
+	// NormAdd adds to acc the n rows of x normalised by RMSNorm (weight
+	// norm, eps).
+	NormAdd(acc, x, norm Buffer, n int, eps float32)
 }
 
 // QKV is a decoder layer's attention input, for Fused.NormQKV: the
@@ -53,9 +66,12 @@ type QKV struct {
 // SwiGLU is a decoder layer's feed-forward up to its down projection, for
 // Fused.NormSwiGLU: the normalisation before it, the gate and up
 // projections and their biases (empty Buffers where the layer has none).
+// GELUTanh gates by GELU's tanh approximation rather than SiLU (Gemma's
+// GeGLU); only a backend that implements ArchOps is given it.
 type SwiGLU struct {
 	Norm             Buffer
 	Eps              float32
 	Gate, Up         Weight
 	GateBias, UpBias Buffer
+	GELUTanh         bool
 }

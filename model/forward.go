@@ -374,6 +374,9 @@ func (m *Model) fusedLogits(sc *scratch, passes []pass, x compute.Buffer, dst []
 	if !m.fused.NormMatMul(out, x.Slice(lo*h, (lo+want)*h), m.norm, m.eps, want, m.lmHead) {
 		return false
 	}
+	if c := m.desc.FinalSoftcap; c != 0 {
+		m.ops.Softcap(out, c) // Gemma 2 bounds the logits: cap·tanh(z/cap)
+	}
 	m.readLogits(sc, dst[:want*vocab], out, 0, want)
 	return true
 }
@@ -391,7 +394,8 @@ func (m *Model) readLogits(sc *scratch, dst []float32, out compute.Buffer, r, ro
 
 // residual adds x times w transposed, plus bias when the layer has one,
 // to the residual stream res, normalised first by RMSNorm of weight norm
-// where the layer has one (Gemma's sandwich norms), through tmp.
+// where the layer has one (Gemma's sandwich norms), through tmp; the norm
+// and the add are one step where the backend has it (compute.NormAdder).
 func (m *Model) residual(res, x, tmp compute.Buffer, n int, w compute.Weight, bias, norm compute.Buffer) {
 	if norm.Len == 0 {
 		m.matMulAdd(res, x, tmp, n, w, bias)
@@ -401,6 +405,10 @@ func (m *Model) residual(res, x, tmp compute.Buffer, n int, w compute.Weight, bi
 	b.MatMul(tmp, x, n, w)
 	if bias.Len > 0 {
 		b.AddRows(tmp, bias, n)
+	}
+	if m.normAdd != nil {
+		m.normAdd.NormAdd(res, tmp, norm, n, m.eps)
+		return
 	}
 	b.RMSNorm(tmp, tmp, norm, n, m.eps)
 	b.Add(res, tmp)

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute"
-	"github.com/kakeya-ai/kakeya/compute/cudabackend"
 	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/weights"
@@ -279,7 +278,8 @@ func TestGemmaPrefillMatchesDecode(t *testing.T) {
 }
 
 // plainBackend hides a backend's compute.ArchOps, as a backend without
-// Gemma's operations (today the CUDA one) has none.
+// Gemma's operations has none. (The CUDA backend has them: its Gemma path
+// is tested against the reference in compute/cudabackend's gemma_test.go.)
 type plainBackend struct{ compute.Backend }
 
 // TestGemmaNeedsArchOps checks that a backend without compute.ArchOps
@@ -301,21 +301,5 @@ func TestGemmaNeedsArchOps(t *testing.T) {
 	var ce *ContextError
 	if errors.As(err, &ce) {
 		t.Errorf("error %v is a context error", err)
-	}
-}
-
-// TestCUDARefusesGemma checks that the CUDA backend, which does not yet
-// run Gemma's operations (GELU-tanh, softcaps, query scales, per-layer
-// RoPE), is refused for a Gemma model by the check TestGemmaNeedsArchOps
-// exercises: it implements neither compute.ArchOps nor compute.SlidingKV.
-// When it implements them, this test fails: replace it with emulator
-// tests of the new kernels against the float64 reference.
-func TestCUDARefusesGemma(t *testing.T) {
-	var b any = (*cudabackend.Backend)(nil)
-	if _, ok := b.(compute.ArchOps); ok {
-		t.Error("the CUDA backend implements compute.ArchOps: test its Gemma path against the float64 reference instead")
-	}
-	if _, ok := b.(compute.SlidingKV); ok {
-		t.Error("the CUDA backend implements compute.SlidingKV: test its windowed attention against the reference instead")
 	}
 }

@@ -100,6 +100,9 @@ type Model struct {
 	cos, sin compute.Buffer // RoPE angles, HeadDim/2 per position
 
 	fused compute.Fused // the backend's fused steps, nil if it has none
+	// normAdd runs a sandwich norm and its residual add in one step, nil
+	// if the backend cannot
+	normAdd compute.NormAdder
 	// batch attends over every sequence of a step at once, nil if the
 	// backend cannot
 	batch compute.BatchAttention
@@ -550,21 +553,27 @@ func (m *Model) loadTensors(wf string) error {
 func (m *Model) fuse() {
 	m.greedy, _ = m.b.(compute.Greedy)
 	m.batch, _ = m.b.(compute.BatchAttention)
+	m.normAdd, _ = m.b.(compute.NormAdder)
 	f, ok := m.b.(compute.Fused)
-	if !ok || !m.desc.Plain() {
-		// The fused steps are the Llama family's layer.
+	if !ok || !m.desc.Plain() && m.ops == nil {
+		// The fused steps are the Llama family's layer, and, on a
+		// backend with compute.ArchOps, Gemma's: the layer kind's RoPE
+		// tables and GELU-tanh gating (its sandwich norms, scales and
+		// softcaps run outside them).
 		return
 	}
 	m.fused = f
 	c := m.cfg
 	for i := range m.layers {
 		l := &m.layers[i]
+		rp := &m.ropes[l.kind]
 		l.qkv = compute.QKV{
 			Norm: l.inNorm, Eps: m.eps, Q: l.q, K: l.k, V: l.v,
 			QBias: l.qBias, KBias: l.kBias, VBias: l.vBias, QNorm: l.qNorm, KNorm: l.kNorm,
-			Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Cos: m.cos, Sin: m.sin,
+			Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Cos: rp.cos, Sin: rp.sin,
 		}
-		l.mlp = compute.SwiGLU{Norm: l.postNorm, Eps: m.eps, Gate: l.gate, Up: l.up, GateBias: l.gateBias, UpBias: l.upBias}
+		l.mlp = compute.SwiGLU{Norm: l.postNorm, Eps: m.eps, Gate: l.gate, Up: l.up, GateBias: l.gateBias, UpBias: l.upBias,
+			GELUTanh: m.desc.Act == arch.GELUTanh}
 	}
 }
 

@@ -2,6 +2,7 @@ package cudabackend
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"unsafe"
@@ -79,6 +80,8 @@ func (b *Backend) NewAttention(p compute.AttentionParams) (compute.Attention, er
 		return nil, fmt.Errorf("attention: block size %d and context %d must be positive", p.BlockSize, p.MaxContext)
 	case p.Window < 0:
 		return nil, fmt.Errorf("attention: window %d is negative", p.Window)
+	case !(p.Scale >= 0 && p.Scale <= math.MaxFloat32) || !(p.Softcap >= 0 && p.Softcap <= math.MaxFloat32):
+		return nil, fmt.Errorf("attention: scale %g and softcap %g must be finite and not negative", p.Scale, p.Softcap)
 	}
 	if err := b.Err(); err != nil {
 		return nil, err
@@ -112,11 +115,12 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	if b.err != nil {
 		return b.err
 	}
-	t, err := a.table(kv, blocks)
+	t, err := a.table(kv, a.firstBlock(start), blocks)
 	if err != nil {
 		return err
 	}
 	args := attnArgs{
+		Scale: float32(p.Scale), Softcap: float32(p.Softcap),
 		Out: ptr(out), Q: ptr(q), N: n, Start: start,
 		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
 		KTab: t.dev, VTab: t.dev + Ptr(8*len(t.k)), Fmts: t.dev + Ptr(40*len(t.k)), Blocks: blocks,
@@ -174,9 +178,22 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	return b.err
 }
 
-// table returns kv's block table with its first blocks blocks up to date
-// on the device. Called with the backend's mu held.
-func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
+// firstBlock returns the first KV block a call whose first query is at
+// position start reads: the block of the first key the query's window
+// sees (0 without a window). A sliding layer's cache may have released
+// the blocks before it (compute.SlidingKV).
+func (a *attention) firstBlock(start int) int {
+	if w := a.p.Window; w > 0 && start-w+1 > 0 {
+		return (start - w + 1) / a.p.BlockSize
+	}
+	return 0
+}
+
+// table returns kv's block table with its blocks first..blocks-1 up to
+// date on the device; the entries before first (blocks the call does not
+// read, perhaps released) are left as they are. Called with the backend's
+// mu held.
+func (a *attention) table(kv compute.KVLayer, first, blocks int) (*blockTable, error) {
 	b, p := a.b, a.p
 	t := a.tables[kv]
 	n := p.KVHeads * a.maxBlocks
@@ -198,7 +215,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 		a.tables[kv] = t
 	}
 	var st *store
-	if pt, ok := kv.Part(0, 0, 0).(*part); ok {
+	if pt, ok := kv.Part(0, first, 0).(*part); ok {
 		st = pt.s
 		if st.gen == t.gen && blocks <= t.blocks {
 			return t, nil
@@ -207,7 +224,7 @@ func (a *attention) table(kv compute.KVLayer, blocks int) (*blockTable, error) {
 	lo, hi := n, 0 // the entries that changed
 	var prm [2]Ptr // the Kakeya keys' and values' params
 	pre, pc := false, false
-	for blk := range blocks {
+	for blk := first; blk < blocks; blk++ {
 		for g := range p.KVHeads {
 			i := blk*p.KVHeads + g
 			kp, ok1 := kv.Part(g, blk, 0).(*part)

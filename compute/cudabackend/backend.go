@@ -824,6 +824,55 @@ func (b *Backend) SiLUMul(gate, up compute.Buffer) {
 	b.op(siluMulLaunch(ptr(gate), ptr(up), gate.Len), false)
 }
 
+// GELUTanhMul sets gate to gelu_tanh(gate) * up (compute.ArchOps).
+func (b *Backend) GELUTanhMul(gate, up compute.Buffer) {
+	if gate.Len == 0 {
+		return
+	}
+	b.op(geluTanhMulLaunch(ptr(gate), ptr(up), gate.Len), false)
+}
+
+// Scale multiplies x by s (compute.ArchOps).
+func (b *Backend) Scale(x compute.Buffer, s float32) {
+	if x.Len == 0 {
+		return
+	}
+	b.op(scalarMulLaunch(ptr(x), s, x.Len), false)
+}
+
+// Softcap sets each value v of x to c*tanh(v/c) (compute.ArchOps).
+func (b *Backend) Softcap(x compute.Buffer, c float32) {
+	if x.Len == 0 {
+		return
+	}
+	b.op(softcapLaunch(ptr(x), c, x.Len), false)
+}
+
+// NormAdd adds the n rows of x normalised by RMSNorm (weight norm, eps)
+// to acc as one rmsnorm_add kernel (compute.NormAdder): Gemma's sandwich
+// norms and their residual adds. Under Options.NoFusion it runs rmsnorm
+// (in place on x) and add, as the model would.
+func (b *Backend) NormAdd(acc, x, norm compute.Buffer, n int, eps float32) {
+	if n <= 0 {
+		return
+	}
+	if acc.Len < n*norm.Len || x.Len < n*norm.Len {
+		panic(fmt.Sprintf("cuda: NormAdd of %d rows of %d: buffers of %d and %d values", n, norm.Len, acc.Len, x.Len))
+	}
+	if b.noFusion {
+		b.RMSNorm(x, x, norm, n, eps)
+		b.Add(acc.Slice(0, n*norm.Len), x.Slice(0, n*norm.Len))
+		return
+	}
+	b.op(rmsNormAddLaunch(ptr(acc), ptr(x), ptr(norm), n, norm.Len, eps), false)
+}
+
+// SlidingKV marks the backend's attention as reading no KV block before
+// its window (compute.SlidingKV): a call's block table starts at the
+// block of its first query's first key, so a sliding layer's cache may
+// release the blocks before it.
+func (b *Backend) SlidingKV() {}
+
 // RoPE rotates every head of every row at its position. Its start moves
 // with every decode step, so it is launched on its own, outside graphs.
 func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin compute.Buffer) {

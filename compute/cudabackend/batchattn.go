@@ -84,7 +84,8 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 		switch {
 		case !ok || a.b != b:
 			return fmt.Errorf("attention: batch pass %d: the attention was not made by this CUDA backend", i)
-		case a.p.Heads != p.Heads || a.p.KVHeads != p.KVHeads || a.p.HeadDim != d || a.p.Window != p.Window || a.p.BlockSize != p.BlockSize:
+		case a.p.Heads != p.Heads || a.p.KVHeads != p.KVHeads || a.p.HeadDim != d || a.p.Window != p.Window || a.p.BlockSize != p.BlockSize ||
+			a.p.Scale != p.Scale || a.p.Softcap != p.Softcap:
 			return fmt.Errorf("attention: batch pass %d: geometry %+v differs from pass 0's %+v", i, a.p, p)
 		case ps.N <= 0 || ps.Start < 0:
 			return fmt.Errorf("attention: batch pass %d: %d queries from position %d", i, ps.N, ps.Start)
@@ -122,7 +123,7 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 	args := attnBatchArgs{
 		Out: ptr(out), Q: ptr(q), NPasses: len(passes), N: rows, MaxN: maxN, Context: ctx,
 		Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: d, Window: p.Window, BlockSize: p.BlockSize,
-		Cos: ptr(cos), Sin: ptr(sin), Rotate: rotate,
+		Cos: ptr(cos), Sin: ptr(sin), Rotate: rotate, Scale: float32(p.Scale), Softcap: float32(p.Softcap),
 	}
 	// A step with a prefill chunk runs on the tensor cores where the
 	// kernel reads every pass's parts (checked below, once the tables are
@@ -130,7 +131,8 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 	tc := prefillAttention(maxN, d, b.g16.exact, false, false, false)
 	for i := 0; tc && i < len(passes); i++ {
 		ps := &passes[i]
-		t, err := ps.Attention.(*attention).table(ps.KV, ceilDiv(ps.Start+ps.N, p.BlockSize))
+		a := ps.Attention.(*attention)
+		t, err := a.table(ps.KV, a.firstBlock(ps.Start), ceilDiv(ps.Start+ps.N, p.BlockSize))
 		if err != nil {
 			return fmt.Errorf("batch pass %d: %w", i, err)
 		}
@@ -146,7 +148,7 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 	for i := range passes {
 		ps := &passes[i]
 		a := ps.Attention.(*attention)
-		t, err := a.table(ps.KV, ceilDiv(ps.Start+ps.N, p.BlockSize))
+		t, err := a.table(ps.KV, a.firstBlock(ps.Start), ceilDiv(ps.Start+ps.N, p.BlockSize))
 		if err != nil {
 			return fmt.Errorf("batch pass %d: %w", i, err)
 		}

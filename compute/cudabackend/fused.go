@@ -150,14 +150,19 @@ func (a *qkvArgs) check() {
 
 // normSwiGLULaunch sets out (n rows of rows values) to silu(xn wg^T + bg)
 // * (xn wu^T + bu), xn the RMSNorm of x (n rows of cols) by g and eps;
-// bg and bu may be 0. A unit is one output row, its gate and up rows read
-// by the same warps. 1 <= n <= maxMatVecRows.
+// bg and bu may be 0; with gelu, gelu_tanh in place of silu (GeGLU). A
+// unit is one output row, its gate and up rows read by the same warps.
+// 1 <= n <= maxMatVecRows.
 // Kernel: norm_swiglu_<dt>(float *out, const float *x, const float *g, float eps, const T *wg,
-// const T *wu, const float *bg, const float *bu, int n, int rows, int cols, int chunk, int wpr).
-func normSwiGLULaunch(dt tensor.DType, out, x, g Ptr, eps float32, wg, wu, bg, bu Ptr, n, rows, cols int) Launch {
+// const T *wu, const float *bg, const float *bu, int n, int rows, int cols, int chunk, int wpr, int act).
+func normSwiGLULaunch(dt tensor.DType, out, x, g Ptr, eps float32, wg, wu, bg, bu Ptr, n, rows, cols int, gelu bool) Launch {
 	chunk, wpr, blocks := matVecGeometry("norm_swiglu", n, rows, cols)
+	act := 0
+	if gelu {
+		act = 1
+	}
 	p := new(args).ptr(out).ptr(x).ptr(g).f32(eps).ptr(wg).ptr(wu).ptr(bg).ptr(bu).
-		i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr)
+		i32("n", n).i32("rows", rows).i32("cols", cols).i32("chunk", chunk).i32("wpr", wpr).i32("act", act)
 	return matVecShaped("norm_swiglu_"+dtypeSuffix(dt), blocks, n, chunk, p)
 }
 
@@ -350,7 +355,7 @@ func (b *Backend) NormSwiGLU(gate, x compute.Buffer, n int, p *compute.SwiGLU) b
 			n, wg.rows, wg.cols, wu.rows, wu.cols, p.Norm.Len, gate.Len, x.Len))
 	}
 	b.op(normSwiGLULaunch(wg.dt, ptr(gate), ptr(x), ptr(p.Norm), p.Eps, wg.mem.ptr, wu.mem.ptr,
-		vecPtr(p.GateBias), vecPtr(p.UpBias), n, wg.rows, wg.cols), false)
+		vecPtr(p.GateBias), vecPtr(p.UpBias), n, wg.rows, wg.cols, p.GELUTanh), false)
 	return true
 }
 

@@ -193,6 +193,15 @@ func rmsNormLaunch(out, x, w Ptr, rows, cols int, eps float32) Launch {
 	return Launch{Kernel: "rmsnorm", Grid: Dim3{u32("rmsnorm rows", rows), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.b, Params: a.offs}
 }
 
+// rmsNormAddLaunch adds to each of rows rows of acc the row of x
+// normalised as rmsNormLaunch normalises it (weight w, cols float32).
+// Kernel: rmsnorm_add(float *acc, const float *x, const float *w, int rows, int cols, float eps).
+func rmsNormAddLaunch(acc, x, w Ptr, rows, cols int, eps float32) Launch {
+	positive("rmsnorm_add", rows, cols)
+	a := new(args).ptr(acc).ptr(x).ptr(w).i32("rows", rows).i32("cols", cols).f32(eps)
+	return Launch{Kernel: "rmsnorm_add", Grid: Dim3{u32("rmsnorm_add rows", rows), 1, 1}, Block: Dim3{rowThreads, 1, 1}, Args: a.b, Params: a.offs}
+}
+
 // addRowsLaunch adds bias (cols values) to each of rows rows of x.
 // Kernel: add_rows(float *x, const float *bias, int rows, int cols).
 func addRowsLaunch(x, bias Ptr, rows, cols int) Launch {
@@ -212,6 +221,30 @@ func addLaunch(x, y Ptr, n int) Launch {
 func siluMulLaunch(gate, up Ptr, n int) Launch {
 	positive("silu_mul", n)
 	return elementwise("silu_mul", n, new(args).ptr(gate).ptr(up).i32("n", n))
+}
+
+// geluTanhMulLaunch sets gate to gelu_tanh(gate) * up, n values.
+// Kernel: gelu_tanh_mul(float *gate, const float *up, int n).
+func geluTanhMulLaunch(gate, up Ptr, n int) Launch {
+	positive("gelu_tanh_mul", n)
+	return elementwise("gelu_tanh_mul", n, new(args).ptr(gate).ptr(up).i32("n", n))
+}
+
+// scalarMulLaunch multiplies x by s, n values.
+// Kernel: scalar_mul(float *x, float s, int n).
+func scalarMulLaunch(x Ptr, s float32, n int) Launch {
+	positive("scalar_mul", n)
+	return elementwise("scalar_mul", n, new(args).ptr(x).f32(s).i32("n", n))
+}
+
+// softcapLaunch sets each of n values v of x to c*tanh(v/c).
+// Kernel: softcap(float *x, float c, int n).
+func softcapLaunch(x Ptr, c float32, n int) Launch {
+	positive("softcap", n)
+	if !(c > 0) {
+		panic(fmt.Sprintf("cuda: softcap %g, want > 0", c))
+	}
+	return elementwise("softcap", n, new(args).ptr(x).f32(c).i32("n", n))
 }
 
 // ropeLaunch rotates the heads vectors of width d of each of rows rows of
@@ -646,6 +679,10 @@ type attnArgs struct {
 	LTab                                       Ptr
 	KPTab, VPTab                               Ptr
 	Step                                       Ptr
+	// Scale multiplies the scores q·k (0: 1/sqrt(HeadDim), computed by
+	// the kernel); Softcap, when not 0, bounds each scaled score s to
+	// Softcap*tanh(s/Softcap) (compute.AttentionParams').
+	Scale, Softcap float32
 }
 
 // attnPlan is the geometry of one attention call.
@@ -700,12 +737,27 @@ func (a attnArgs) plan() attnPlan {
 	rows = min(rows, attnMaxRows, ceilDiv(a.N*group, 8)*8)
 	p := attnPlan{rows: rows, tiles: ceilDiv(a.N*group, rows)}
 	p.shared = 4*rows*d + tileBytes + probBytes
-	p.cap = codec.NextPow2(ceilDiv(a.Start+a.N, a.BlockSize))
+	p.cap = codec.NextPow2(attnSpan(a.Start, a.N, a.Window, a.BlockSize))
 	p.split(a.KVHeads, a.BlockSize)
 	if a.KVHeads > 65535 || p.tiles > 65535 {
 		panic(fmt.Sprintf("cuda: attention grid of %d KV heads x %d row tiles exceeds 65535", a.KVHeads, p.tiles))
 	}
 	return p
+}
+
+// attnSpan returns the most KV blocks the keys of n queries from position
+// start reach, counted from the block of the first key the first query
+// sees (as the split kernels count them): every block up to the last
+// query's, or, through a window w, at most the blocks of w+n-1 keys
+// starting anywhere in a block. A sliding layer's splits so cover its
+// window, not the context: its decode steps keep one geometry (and one
+// graph) however long the context grows past the window.
+func attnSpan(start, n, w, bs int) int {
+	span := ceilDiv(start+n, bs)
+	if w > 0 {
+		span = min(span, (w+n-2)/bs+2)
+	}
+	return span
 }
 
 // split sets p's splits and keys per split for p.cap KV blocks of bs
@@ -750,7 +802,7 @@ func attentionScratch(a attnArgs) int {
 //	           int d, int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
 //	           int blocks, const float *cos, const float *sin, int rows, int per, int splits,
 //	           const float *kparams, const float *vparams, const uint64 *ltab,
-//	           const uint64 *kptab, const uint64 *vptab, const int *startp)
+//	           const uint64 *kptab, const uint64 *vptab, const int *startp, float scale, float softcap)
 //	attn_combine(float *out, const float *scratch, int n, int heads, int d, int splits)
 func attentionLaunches(a attnArgs) []Launch {
 	p := a.plan()
@@ -763,7 +815,7 @@ func attentionLaunches(a attnArgs) []Launch {
 		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
 		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).i32("blocks", blocks).ptr(a.Cos).ptr(a.Sin).
 		i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).ptr(a.KParams).ptr(a.VParams).ptr(a.LTab).
-		ptr(a.KPTab).ptr(a.VPTab).ptr(a.Step)
+		ptr(a.KPTab).ptr(a.VPTab).ptr(a.Step).f32(a.Scale).f32(a.Softcap)
 	kernel := "attn_split"
 	switch {
 	case a.KPTab != 0 || a.VPTab != 0:
@@ -793,6 +845,8 @@ type attnBatchArgs struct {
 	// Rotate says Q holds the queries before RoPE, which the kernel
 	// rotates as it loads them.
 	Rotate bool
+	// Scale and Softcap are attnArgs'.
+	Scale, Softcap float32
 }
 
 // attnBatchRows returns the query-head rows per block of a batched call
@@ -808,7 +862,7 @@ func attnBatchRows(heads, kvHeads, d, maxN int) int {
 func (a attnBatchArgs) plan(tiles int) attnPlan {
 	positive("batched attention", a.NPasses, a.N, a.MaxN, a.Context, a.Heads, a.KVHeads, a.HeadDim, a.BlockSize, tiles)
 	one := attnArgs{N: a.MaxN, Heads: a.Heads, KVHeads: a.KVHeads, HeadDim: a.HeadDim, BlockSize: a.BlockSize,
-		Start: a.Context - a.MaxN, Blocks: ceilDiv(a.Context, a.BlockSize)}
+		Start: a.Context - a.MaxN, Blocks: ceilDiv(a.Context, a.BlockSize), Window: a.Window}
 	p := one.plan()
 	int32Of("attention rows", a.N*a.Heads*(a.HeadDim+2))
 	p.tiles = tiles
@@ -837,7 +891,8 @@ func attnBatchScratch(a attnBatchArgs, p attnPlan) int {
 //
 //	attn_batch[_pre|_pc](float *out, const float *q, float *scratch, const kk_attn_pass *passes,
 //	           const kk_attn_seq *seqs, int npasses, int ntot, int heads, int kv_heads, int d, int window,
-//	           int block_size, const float *cos, const float *sin, int rows, int per, int splits, int rot)
+//	           int block_size, const float *cos, const float *sin, int rows, int per, int splits, int rot,
+//	           float scale, float softcap)
 func attnBatchLaunches(a attnBatchArgs, p attnPlan) []Launch {
 	rot := 0
 	if a.Rotate {
@@ -846,7 +901,8 @@ func attnBatchLaunches(a attnBatchArgs, p attnPlan) []Launch {
 	split := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Scratch).ptr(a.Passes).ptr(a.Seqs).
 		i32("passes", a.NPasses).i32("rows", a.N).i32("heads", a.Heads).i32("kv heads", a.KVHeads).
 		i32("head dim", a.HeadDim).i32("window", a.Window).i32("block size", a.BlockSize).
-		ptr(a.Cos).ptr(a.Sin).i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).i32("rotate", rot)
+		ptr(a.Cos).ptr(a.Sin).i32("rows", p.rows).i32("per", p.per).i32("splits", p.splits).i32("rotate", rot).
+		f32(a.Scale).f32(a.Softcap)
 	kernel := "attn_batch"
 	switch {
 	case a.PC:
@@ -904,13 +960,13 @@ func prefillAttention(n, d int, exact, kakeya, pre, pc bool) bool {
 //
 // Kernel: attn_prefill_d<D>(float *out, const float *q, int n, int start, int heads, int kv_heads,
 // int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
-// const float *cos, const float *sin, int rot)
+// const float *cos, const float *sin, int rot, float scale, float softcap)
 func prefillLaunch(a attnArgs) Launch {
 	a.plan() // the same checks
 	tiles := ceilDiv(a.N*(a.Heads/a.KVHeads), prefillRows)
 	p := new(args).ptr(a.Out).ptr(a.Q).i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).
 		i32("kv heads", a.KVHeads).i32("window", a.Window).i32("block size", a.BlockSize).
-		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).ptr(a.Cos).ptr(a.Sin).i32("rotate", 0)
+		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).ptr(a.Cos).ptr(a.Sin).i32("rotate", 0).f32(a.Scale).f32(a.Softcap)
 	return Launch{
 		Kernel: fmt.Sprintf("attn_prefill_d%d", a.HeadDim),
 		Grid:   Dim3{u32("prefill attention tiles", tiles), u32("KV heads", a.KVHeads), 1},
@@ -925,7 +981,7 @@ func prefillLaunch(a attnArgs) Launch {
 //
 // Kernel: attn_prefill_batch_d<D>(float *out, const float *q, const kk_attn_pass *passes,
 // const kk_attn_seq *seqs, int npasses, int heads, int kv_heads, int window, int block_size,
-// const float *cos, const float *sin, int rot)
+// const float *cos, const float *sin, int rot, float scale, float softcap)
 func prefillBatchLaunch(a attnBatchArgs, tiles int) Launch {
 	positive("batched prefill attention", a.NPasses, a.N, a.Heads, a.KVHeads, a.HeadDim, a.BlockSize, tiles)
 	rot := 0
@@ -934,7 +990,7 @@ func prefillBatchLaunch(a attnBatchArgs, tiles int) Launch {
 	}
 	p := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Passes).ptr(a.Seqs).i32("passes", a.NPasses).
 		i32("heads", a.Heads).i32("kv heads", a.KVHeads).i32("window", a.Window).i32("block size", a.BlockSize).
-		ptr(a.Cos).ptr(a.Sin).i32("rotate", rot)
+		ptr(a.Cos).ptr(a.Sin).i32("rotate", rot).f32(a.Scale).f32(a.Softcap)
 	return Launch{
 		Kernel: fmt.Sprintf("attn_prefill_batch_d%d", a.HeadDim),
 		Grid:   Dim3{u32("prefill attention tiles", tiles), u32("KV heads", a.KVHeads), 1},

@@ -229,6 +229,12 @@ func TestLaunchElementwise(t *testing.T) {
 					ref.RMSNorm(out, refBuf(x), refBuf(w), sz.rows, 1e-5)
 					return refRead(out)
 				}, func(x, y, w Ptr) (Launch, Ptr) { return rmsNormLaunch(x, x, w, sz.rows, sz.cols, 1e-5), x }},
+				{"rmsnorm_add", func() []float32 {
+					xn, yb := ref.Alloc(n), refBuf(y)
+					ref.RMSNorm(xn, refBuf(x), refBuf(w), sz.rows, 1e-5)
+					ref.Add(yb, xn)
+					return refRead(yb)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return rmsNormAddLaunch(y, x, w, sz.rows, sz.cols, 1e-5), y }},
 				{"add_rows", func() []float32 {
 					xb := refBuf(x)
 					ref.AddRows(xb, refBuf(w), sz.rows)
@@ -244,6 +250,22 @@ func TestLaunchElementwise(t *testing.T) {
 					ref.SiLUMul(xb, refBuf(y))
 					return refRead(xb)
 				}, func(x, y, w Ptr) (Launch, Ptr) { return siluMulLaunch(x, y, n), x }},
+				// Gemma's (compute.ArchOps), against the float64 reference.
+				{"gelu_tanh_mul", func() []float32 {
+					xb := refBuf(x)
+					ref.GELUTanhMul(xb, refBuf(y))
+					return refRead(xb)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return geluTanhMulLaunch(x, y, n), x }},
+				{"scalar_mul", func() []float32 {
+					xb := refBuf(x)
+					ref.Scale(xb, 33.941124)
+					return refRead(xb)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return scalarMulLaunch(x, 33.941124, n), x }},
+				{"softcap", func() []float32 {
+					xb := refBuf(x)
+					ref.Softcap(xb, 0.75) // x in (-2, 2): through the bend and into saturation
+					return refRead(xb)
+				}, func(x, y, w Ptr) (Launch, Ptr) { return softcapLaunch(x, 0.75, n), x }},
 			}
 			for _, c := range cases {
 				want := c.ref()
@@ -542,7 +564,32 @@ func TestLaunchAttention(t *testing.T) {
 	}
 }
 
-func testAttention(t *testing.T, c attnCase) {
+// TestLaunchAttentionGemma runs the attention kernels with Gemma's
+// settings against the float64 reference: a query scale that is not
+// 1/sqrt(head_dim) (query_pre_attn_scalar), Gemma 2's score softcap, and
+// sliding windows shorter than the context, in decode steps (one split
+// and several, merged by attn_combine) and chunks, at head dims 32 (the
+// tiny presets), 128 and 256 (Gemma 2 2B's and Gemma 3 1B's).
+func TestLaunchAttentionGemma(t *testing.T) {
+	for _, c := range []struct {
+		attnCase
+		scale, softcap float64
+	}{
+		{attnCase{"decode/window/d32", 4, 2, 32, 4, 40, 1, 8, "f32", "", 0}, 1 / math.Sqrt(24), 2},
+		{attnCase{"chunk/window/d64/int8", 4, 2, 64, 16, 20, 12, 16, "bf16", "int8", 0}, 0.1, 3},
+		{attnCase{"decode/window/d256", 4, 1, 256, 16, 70, 1, 32, "f32", "", 0}, 0.0625, 0},
+		{attnCase{"decode/full/splits/d128", 8, 4, 128, 16, 300, 1, 0, "bf16", "", 0}, 1 / math.Sqrt(144), 1.5},
+		{attnCase{"decode/window/splits/d128/kakeya", 8, 4, 128, 16, 300, 2, 100, "bf16", "kakeya/int8", 0}, 1 / math.Sqrt(144), 1.5},
+	} {
+		t.Run(c.name, func(t *testing.T) { testAttentionArch(t, c.attnCase, c.scale, c.softcap) })
+	}
+}
+
+func testAttention(t *testing.T, c attnCase) { testAttentionArch(t, c, 0, 0) }
+
+// testAttentionArch is testAttention with the query scale and score
+// softcap of compute.AttentionParams (0: the defaults, none).
+func testAttentionArch(t *testing.T, c attnCase, scale, softcap float64) {
 	m := newDevMem(t)
 	ref := reference.Backend{}
 	r := rand.New(rand.NewPCG(5, uint64(c.heads*c.d+c.start)))
@@ -718,7 +765,8 @@ func testAttention(t *testing.T, c attnCase) {
 	}
 	q := randF32(r, c.n*c.heads*c.d, 1)
 	cos, sin := ropeTables(total, c.d)
-	att, err := ref.NewAttention(compute.AttentionParams{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d, Window: c.window, BlockSize: c.bs, MaxContext: total})
+	att, err := ref.NewAttention(compute.AttentionParams{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d, Window: c.window, BlockSize: c.bs, MaxContext: total,
+		Scale: scale, Softcap: softcap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -728,7 +776,7 @@ func testAttention(t *testing.T, c attnCase) {
 	}
 	a := attnArgs{Q: m.f32(q), N: c.n, Start: c.start, Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d,
 		Window: c.window, BlockSize: c.bs, KTab: m.u64(ktab), VTab: m.u64(vtab), Fmts: m.i32(fmts), Blocks: blocks,
-		Cos: m.f32(cos), Sin: m.f32(sin), KParams: params[0], VParams: params[1]}
+		Cos: m.f32(cos), Sin: m.f32(sin), KParams: params[0], VParams: params[1], Scale: float32(scale), Softcap: float32(softcap)}
 	if len(linvs) > 0 {
 		a.LTab = m.u64(ltab)
 	}
@@ -801,7 +849,7 @@ func sampleLaunches() []Launch {
 			normQKVLaunch(qkvArgs{N: maxMatVecRows, Heads: 64, KVHeads: 8, HeadDim: 128, Cols: 8192, Start: 32760, Row: 56, Format: partBF16, dt: dt}),
 			normQKVLaunch(qkvArgs{N: 1, Heads: 1, KVHeads: 1, HeadDim: 2, Cols: 1, Pos: 1, dt: dt}),
 			normQKVLaunch(qkvArgs{N: 1, Heads: 14, KVHeads: 2, HeadDim: 64, Cols: 896, Start: 9, Row: 9, Format: partBF16, Step: 1, dt: dt}),
-			normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, maxMatVecRows, 29568, 8192), normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, 1, 1, 1),
+			normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, maxMatVecRows, 29568, 8192, false), normSwiGLULaunch(dt, 0, 0, 0, 1e-6, 0, 0, 0, 0, 1, 1, 1, true),
 			matVecAddLaunch(dt, 0, 0, 0, 0, maxMatVecRows, 8192, 29568), matVecAddLaunch(dt, 0, 0, 0, 0, 1, 1, 1),
 			normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, maxMatVecRows, 152064, 8192), normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, 1, 1, 1))
 	}
@@ -810,8 +858,8 @@ func sampleLaunches() []Launch {
 			quantMatVecLaunch(f.DType, 0, 0, 0, 1, 1, f.Block), quantMatMulLaunch(f.DType, 0, 0, 0, 4096, 8192, 8192),
 			dequantLaunch(f.DType, 0, 0, 18944, 3584))
 	}
-	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
-		siluMulLaunch(0, 0, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16),
+	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), rmsNormAddLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
+		siluMulLaunch(0, 0, 1<<24), geluTanhMulLaunch(0, 0, 1<<24), scalarMulLaunch(0, 48, 1<<20), softcapLaunch(0, 30, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16),
 		kvWriteRunsLaunch(0, 256, 16, 64, 128, 1024, partBF16),
 		encInt8Launch(0, 0, true, 256, 256, 4*(2*encThreads+33), 0, 1), encPCLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap, 0, 1),
 		encInt8Launch(0, 0, false, 64, 128, 4*(2*encThreads+33), 1, 4096), encPCLaunch(0, 0, true, 64, 128, 0, 0, attnSharedCap, 1, 4096),
@@ -827,6 +875,8 @@ func sampleLaunches() []Launch {
 			// attn_split_pc
 			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2})...)
 			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1, VPTab: 2, Step: 1})...)
+			// A sliding layer's (Gemma's window, query scale and softcap)
+			ls = append(ls, attentionLaunches(attnArgs{N: n, Start: 32768 - n, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, Window: 4096, Scale: 0.0625, Softcap: 50, Step: 1})...)
 			// attn_batch, _pre and _pc: 256 sequences, the longest pass n rows
 			for _, v := range [][2]bool{{false, false}, {true, false}, {true, true}} {
 				a := attnBatchArgs{NPasses: 256, N: 255 + n, MaxN: n, Context: 32768, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Pre: v[0], PC: v[1], Rotate: true}

@@ -27,13 +27,19 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 		bf16                       bool
 		exact                      bool
 		seqs                       []batchSeq
-		kernel                     string // the single-sequence calls' kernel
+		kernel                     string  // the single-sequence calls' kernel
+		scale, softcap             float64 // Gemma's query scale and score softcap (0: none)
 	}{
-		{"gqa7/d64/bf16", 7, 1, 64, 16, 0, true, false, []batchSeq{{0, 40, ""}, {30, 19, "int8"}}, "attn_prefill_d64"},
-		{"gqa2/d128/f32", 4, 2, 128, 16, 0, false, false, []batchSeq{{0, 33, "int4/int8"}, {17, 9, "int2-k/hot"}, {50, 1, "int8"}}, "attn_prefill_d128"},
-		{"gqa7/d128/window", 14, 2, 128, 16, 20, true, false, []batchSeq{{5, 60, "int8"}, {70, 1, ""}}, "attn_prefill_d128"},
-		{"exact", 7, 1, 64, 16, 0, true, true, []batchSeq{{0, 20, ""}}, "attn_split"},
-		{"kakeya", 7, 1, 64, 16, 0, true, false, []batchSeq{{20, 12, "kakeya"}}, "attn_split"},
+		{"gqa7/d64/bf16", 7, 1, 64, 16, 0, true, false, []batchSeq{{0, 40, ""}, {30, 19, "int8"}}, "attn_prefill_d64", 0, 0},
+		{"gqa2/d128/f32", 4, 2, 128, 16, 0, false, false, []batchSeq{{0, 33, "int4/int8"}, {17, 9, "int2-k/hot"}, {50, 1, "int8"}}, "attn_prefill_d128", 0, 0},
+		{"gqa7/d128/window", 14, 2, 128, 16, 20, true, false, []batchSeq{{5, 60, "int8"}, {70, 1, ""}}, "attn_prefill_d128", 0, 0},
+		{"exact", 7, 1, 64, 16, 0, true, true, []batchSeq{{0, 20, ""}}, "attn_split", 0, 0},
+		{"kakeya", 7, 1, 64, 16, 0, true, false, []batchSeq{{20, 12, "kakeya"}}, "attn_split", 0, 0},
+		// Gemma's query scale (query_pre_attn_scalar 144) and score
+		// softcap through a sliding window, on the tensor cores and, under
+		// --matmul f32, on attn_split and attn_batch.
+		{"gemma/d128/window", 8, 4, 128, 16, 20, true, false, []batchSeq{{5, 40, "int8"}, {30, 12, ""}, {60, 1, ""}}, "attn_prefill_d128", 1.0 / 12, 5},
+		{"gemma/exact/window", 4, 2, 64, 16, 12, false, true, []batchSeq{{0, 30, ""}, {40, 1, "int8"}}, "attn_split", 0.2, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := Options{}
@@ -43,7 +49,8 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 			gpu, f := newFakeBackend(t, o)
 			ref := reference.Backend{}
 			r := rand.New(rand.NewPCG(11, uint64(c.heads*c.d+c.win)))
-			ap := compute.AttentionParams{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d, Window: c.win, BlockSize: c.bs, MaxContext: 128}
+			ap := compute.AttentionParams{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.d, Window: c.win, BlockSize: c.bs, MaxContext: 128,
+				Scale: c.scale, Softcap: c.softcap}
 			cos, sin := ropeTables(ap.MaxContext, c.d)
 			gstore := gpu.NewBlockStore(c.bs, c.d, c.bf16)
 			rstore := ref.NewBlockStore(c.bs, c.d, c.bf16)

@@ -102,6 +102,14 @@ func TestReportGreedy(t *testing.T) {
 	greedyRows(r, "greedy", goldenShared(t, goldenCases), goldenCases, openGPU(t, Options{MatMul: "f32"}), 128)
 }
 
+// Gemma 2 and Gemma 3 (tiny presets) on the GPU: logits against the
+// float64 reference past the sliding window, with prefill's products in
+// float32 (exact-gemm), and greedy tokens against the CPU's.
+func TestReportGemma(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	gemmaRows(r, "gemma", openGPU(t, Options{ExactGEMM: true, MatMul: "f32"}), 40)
+}
+
 // Each kernel at the layer shapes of every preset in
 // KAKEYA_REPORT_SHAPES (default Qwen2.5 0.5B, 1.5B and 7B) against its
 // reference, with its time and bandwidth.

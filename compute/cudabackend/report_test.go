@@ -1017,6 +1017,104 @@ func greedyPicked(m *model.Model, prompt []int, n int) ([]int, error) {
 	return toks, nil
 }
 
+// gemmaRows reports, for the tiny Gemma 2 and Gemma 3 presets (window 8,
+// Gemma 2's softcaps, Gemma 3's q/k norms and two RoPE bases), whether
+// the backend's logits over tokens positions (a prefill of 10, then
+// decode steps, far past the window) match the float64 reference
+// backend's within 1e-3 of each row's largest (at least 1), and whether
+// 32 greedy tokens (picked on the device) after a 6-token prompt are the
+// CPU's (float32 products).
+func gemmaRows(r *reporter, step string, gpu compute.Backend, tokens int) {
+	const pre = 10
+	for _, name := range []string{"gemma2-tiny", "gemma3-tiny"} {
+		spec := testmodel.Presets[name]
+		dir := filepath.Join(r.t.TempDir(), name)
+		if err := testmodel.Write(dir, spec); err != nil {
+			r.row(step, name, statusFail, err.Error(), nil)
+			continue
+		}
+		ids := make([]int, tokens)
+		for i := range ids {
+			ids[i] = (i*7919 + 13) % spec.Vocab
+		}
+		var logits [2][][]float32
+		var gen [2][]int
+		var err error
+		for i, b := range []compute.Backend{reference.Backend{}, gpu} {
+			var m *model.Model
+			if m, err = model.Load(dir, model.Options{Backend: b, MaxContext: tokens + 64}); err != nil {
+				break
+			}
+			logits[i], err = prefillDecode(m, ids, pre)
+			if err == nil && i == 1 {
+				gen[1], err = greedyPicked(m, ids[:6], 32)
+			}
+			m.Close()
+			if err != nil {
+				break
+			}
+		}
+		if err == nil {
+			var m *model.Model
+			if m, err = model.Load(dir, model.Options{Backend: cpuF32(r.t, 0), MaxContext: tokens + 64}); err == nil {
+				gen[0], _, err = greedy(m, ids[:6], 32)
+				m.Close()
+			}
+		}
+		if err != nil {
+			r.row(step, name, statusFail, err.Error(), nil)
+			continue
+		}
+		worst, at := 0.0, 0
+		for p := range logits[0] {
+			var d, scale float64
+			for i, w := range logits[0][p] {
+				d = max(d, math.Abs(float64(logits[1][p][i])-float64(w)))
+				scale = max(scale, math.Abs(float64(w)))
+			}
+			if d /= max(1, scale); d > worst || math.IsNaN(d) {
+				worst, at = d, p
+			}
+		}
+		r.row(step, name+" logits", status(worst <= 1e-3),
+			fmt.Sprintf("%d positions (window %d) vs the float64 reference: worst difference %.2g of the row's largest logit (position %d), tolerance 1e-3", tokens, spec.SlidingWindow, worst, at),
+			map[string]any{"model": name, "positions": tokens, "worst_rel": worst})
+		same := 0
+		for same < len(gen[0]) && same < len(gen[1]) && gen[0][same] == gen[1][same] {
+			same++
+		}
+		r.row(step, name+" greedy", status(same == len(gen[0]) && len(gen[0]) == len(gen[1])),
+			fmt.Sprintf("%d of %d greedy tokens after a 6-token prompt equal to the CPU's", same, len(gen[0])),
+			map[string]any{"model": name, "tokens": len(gen[0]), "equal": same})
+	}
+}
+
+// prefillDecode returns the logits of every position of ids: a prefill of
+// the first pre, then one token at a time.
+func prefillDecode(m *model.Model, ids []int, pre int) ([][]float32, error) {
+	s, err := m.NewSequence()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	l, err := s.Forward(ids[:pre], true)
+	if err != nil {
+		return nil, err
+	}
+	vocab := len(l) / pre
+	var rows [][]float32
+	for i := range pre {
+		rows = append(rows, l[i*vocab:(i+1)*vocab])
+	}
+	for _, id := range ids[pre:] {
+		if l, err = s.Forward([]int{id}, false); err != nil {
+			return nil, err
+		}
+		rows = append(rows, slices.Clone(l))
+	}
+	return rows, nil
+}
+
 // decodeBytes returns the bytes of weights a decode step reads once each:
 // the layers' matrices and the output head (tied or not).
 func decodeBytes(s testmodel.Spec) int64 {
@@ -1257,6 +1355,7 @@ func TestReportFake(t *testing.T) {
 		{name: "stand-in", opts: model.Options{Backend: host}, decTol: 1e-3, preTol: 1e-3, rel: true},
 	})
 	greedyRows(r, "greedy", shared, goldenCases[:1], host, 6)
+	gemmaRows(r, "gemma", host, 12)
 
 	dir := filepath.Join(t.TempDir(), "qwen2")
 	if err := testmodel.Write(dir, spec); err != nil {
@@ -1272,10 +1371,10 @@ func TestReportFake(t *testing.T) {
 		caches: []string{"plain"}, contexts: []int{20}, steps: 3, block: 16, weights: "q8_0"}).run()
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
-	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 2
-	// throughput rows, 4 launch rows, a quant and a quant-throughput row
-	// and the device.
-	if len(r.rows) != 1+16+12+3+2+1+2+4+2 {
+	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 4
+	// Gemma rows, 2 throughput rows, 4 launch rows, a quant and a
+	// quant-throughput row and the device.
+	if len(r.rows) != 1+16+12+3+2+1+4+2+4+2 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

@@ -19,6 +19,7 @@
 #   cpu-generate     cpu     30  kakeya-run --device cpu, greedy (the reference text)
 #   golden           gpu     45  CUDA logits vs the golden files
 #   greedy           gpu     45  greedy tokens on CUDA = on the CPU, token for token
+#   gemma            gpu     30  Gemma 2/3 tiny: CUDA logits vs the float64 reference past the window, greedy vs CPU
 #   generate         gpu     30  kakeya-run --device cuda = --device cpu, byte for byte
 #   kernels          gpu     80  every kernel at Qwen2.5 0.5B/1.5B/7B shapes vs references
 #   gemm             gpu     40  16-bit GEMMs at 0.5B/7B shapes, 16-2048 rows: mma kernel vs cuBLAS, vs the model
@@ -410,6 +411,7 @@ step cpu-golden cpu 30 bash -c 'gotest TestReportCPUGolden'
 step cpu-generate cpu 30 bash "$SELF" __step cpu-generate
 step golden gpu 45 bash -c 'gotest TestReportGolden'
 step greedy gpu 45 bash -c 'gotest TestReportGreedy'
+step gemma gpu 30 bash -c 'gotest TestReportGemma'
 step generate gpu 30 bash "$SELF" __step generate
 step kernels gpu 80 bash -c 'gotest TestReportKernels'
 step gemm gpu 40 bash -c 'gotest TestReportGEMM'

@@ -455,7 +455,7 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
                              const float *__restrict__ kprm, const float *__restrict__ vprm,
                              const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,
                              const kk_u64 *__restrict__ vptab, const int *__restrict__ startp, int row0, int ntot,
-                             int tile, int rot) {
+                             int tile, int rot, float qscale, float cap) {
 	if (startp)
 		start = *startp; // a decode step's position, from the backend's step parameters
 	KK_DYN_SHARED(float, sm);
@@ -471,7 +471,9 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	int group = heads / kv_heads, half = d >> 1;
 	int f0 = tile * rows;
 	int tr = n * group - f0 < rows ? n * group - f0 : rows; // rows of this tile
-	float scale = 1.0f / __builtin_sqrtf((float)d);
+	// The scores' scale: qscale where set (Gemma's query_pre_attn_scalar),
+	// else 1/sqrt(d).
+	float scale = qscale > 0.0f ? qscale : 1.0f / __builtin_sqrtf((float)d);
 
 	for (int i = threadIdx.x; i < rows * d; i += blockDim.x) {
 		int r = i / d, c = i - r * d;
@@ -601,7 +603,8 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 					float d0 = 0.0f;
 					for (int c = 0; c < d; c++)
 						d0 += qr[c] * kr[c];
-					sc = d0;
+					// Gemma 2's softcap bounds the scaled score.
+					sc = cap > 0.0f ? kk_softcap(d0, cap) : d0;
 				}
 				float mx = __builtin_fmaxf(m[s], kk_warp_max(sc));
 				float p = 0.0f;
@@ -699,10 +702,10 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 	         const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, int blocks, const float *__restrict__ cos, \
 	         const float *__restrict__ sin, int rows, int per, int splits, const float *__restrict__ kprm,            \
 	         const float *__restrict__ vprm, const kk_u64 *__restrict__ ltab, const kk_u64 *__restrict__ kptab,       \
-	         const kk_u64 *__restrict__ vptab, const int *__restrict__ startp) {                                      \
+	         const kk_u64 *__restrict__ vptab, const int *__restrict__ startp, float scale, float softcap) {           \
 		kk_attn_split<PRE, PC>(out, q, scratch, n, start, heads, kv_heads, d, window, bs, ktab, vtab, fmts, blocks,  \
 		                       cos, sin, rows, per, splits, kprm, vprm, ltab, kptab, vptab, startp, 0, n, blockIdx.z, \
-		                       0);                                                                                    \
+		                       0, scale, softcap);                                                                    \
 	}
 KK_ATTN_SPLIT(attn_split, false, false)
 KK_ATTN_SPLIT(attn_split_pre, true, false)
@@ -736,7 +739,7 @@ KK_DEVICE void kk_attn_batch(float *__restrict__ out, const float *__restrict__ 
                              const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs,
                              int npasses, int ntot, int heads, int kv_heads, int d, int window, int bs,
                              const float *__restrict__ cos, const float *__restrict__ sin, int rows, int per,
-                             int splits, int rot) {
+                             int splits, int rot, float scale, float softcap) {
 	int z = blockIdx.z, lo = 0, hi = npasses - 1;
 	while (lo < hi) { // the last pass whose first tile is at or before z
 		int mid = (lo + hi + 1) >> 1;
@@ -752,7 +755,7 @@ KK_DEVICE void kk_attn_batch(float *__restrict__ out, const float *__restrict__ 
 	kk_attn_seq sq = seqs[lo];
 	kk_attn_split<PRE, PC>(out, q, scratch, ps.n, ps.start, heads, kv_heads, d, window, bs, sq.ktab, sq.vtab, sq.fmts,
 	                       0, cos, sin, rows, per, splits, sq.kprm, sq.vprm, sq.ltab, sq.kptab, sq.vptab, 0,
-	                       ps.row0, ntot, z - ps.tile0, rot);
+	                       ps.row0, ntot, z - ps.tile0, rot, scale, softcap);
 }
 
 #define KK_ATTN_BATCH(name, PRE, PC)                                                                                    \
@@ -760,9 +763,9 @@ KK_DEVICE void kk_attn_batch(float *__restrict__ out, const float *__restrict__ 
 	    name(float *__restrict__ out, const float *__restrict__ q, float *__restrict__ scratch,                         \
 	         const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs, int npasses, int ntot,    \
 	         int heads, int kv_heads, int d, int window, int bs, const float *__restrict__ cos,                       \
-	         const float *__restrict__ sin, int rows, int per, int splits, int rot) {                                 \
+	         const float *__restrict__ sin, int rows, int per, int splits, int rot, float scale, float softcap) {     \
 		kk_attn_batch<PRE, PC>(out, q, scratch, passes, seqs, npasses, ntot, heads, kv_heads, d, window, bs, cos, sin, \
-		                       rows, per, splits, rot);                                                               \
+		                       rows, per, splits, rot, scale, softcap);                                               \
 	}
 KK_ATTN_BATCH(attn_batch, false, false)
 KK_ATTN_BATCH(attn_batch_pre, true, false)

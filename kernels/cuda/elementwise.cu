@@ -48,6 +48,23 @@ KK_KERNEL void rmsnorm(float *out, const float *x, const float *__restrict__ w, 
 		o[c] = row[c] * inv * w[c];
 }
 
+// rmsnorm_add: acc += RMSNorm(x) by w, row by row (block r: row r), the
+// normalised values rounded as rmsnorm writes them: Gemma's sandwich norm
+// of a layer's attention or MLP output and the residual add in one.
+KK_KERNEL void rmsnorm_add(float *__restrict__ acc, const float *__restrict__ x, const float *__restrict__ w, int rows,
+                           int cols, float eps) {
+	__shared__ float red[32];
+	const float *row = x + (long long)blockIdx.x * cols;
+	float ss = 0.0f;
+	for (int c = threadIdx.x; c < cols; c += blockDim.x)
+		ss += row[c] * row[c];
+	ss = kk_block_sum(ss, red);
+	float inv = 1.0f / __builtin_sqrtf(ss / (float)cols + eps);
+	float *a = acc + (long long)blockIdx.x * cols;
+	for (int c = threadIdx.x; c < cols; c += blockDim.x)
+		a[c] += row[c] * inv * w[c];
+}
+
 KK_KERNEL void add_rows(float *__restrict__ x, const float *__restrict__ bias, int rows, int cols) {
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < rows * cols)
@@ -67,6 +84,27 @@ KK_KERNEL void silu_mul(float *__restrict__ gate, const float *__restrict__ up, 
 		float g = gate[i];
 		gate[i] = g / (1.0f + kk_exp(-g)) * up[i];
 	}
+}
+
+// gelu_tanh(g)*u (Gemma's GeGLU), kk_gelu_tanh's formula.
+KK_KERNEL void gelu_tanh_mul(float *__restrict__ gate, const float *__restrict__ up, int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		gate[i] = kk_gelu_tanh(gate[i]) * up[i];
+}
+
+// x *= s (Gemma's embedding scale).
+KK_KERNEL void scalar_mul(float *__restrict__ x, float s, int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		x[i] *= s;
+}
+
+// x = c tanh(x/c) (Gemma 2's final logit softcap), kk_softcap's formula.
+KK_KERNEL void softcap(float *__restrict__ x, float c, int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		x[i] = kk_softcap(x[i], c);
 }
 
 // RoPE, rotate-half pairing: thread t turns the pair (x[j], x[j+d/2]) of

@@ -308,11 +308,13 @@ KK_DEVICE void kk_norm_qkv(float *q, float *k, float *v, const float *x, const f
 }
 
 // norm_swiglu: out (n rows of rows values) = silu(xn*wg^T + bg) * (xn*wu^T
-// + bu) for xn the RMSNorm of x (weight g); bg and bu may be null. A unit
-// is one output row: its gate and up rows are read by the same warps.
+// + bu) for xn the RMSNorm of x (weight g); bg and bu may be null; with
+// act 1, gelu_tanh instead of silu (Gemma's GeGLU, as gelu_tanh_mul). A
+// unit is one output row: its gate and up rows are read by the same warps.
 template <int DT>
 KK_DEVICE void kk_norm_swiglu(float *out, const float *x, const float *g, float eps, const void *wg, const void *wu,
-                              const float *bg, const float *bu, int n, int rows, int cols, int chunk, int wpr) {
+                              const float *bg, const float *bu, int n, int rows, int cols, int chunk, int wpr,
+                              int act) {
 	KK_DYN_SHARED(float, xs);
 	__shared__ float red[32];
 	__shared__ float part[8][2][KK_MAXN];
@@ -333,7 +335,7 @@ KK_DEVICE void kk_norm_swiglu(float *out, const float *x, const float *g, float 
 		a += bg[r];
 	if (bu)
 		b += bu[r];
-	out[(long long)j * rows + r] = a / (1.0f + kk_exp(-a)) * b;
+	out[(long long)j * rows + r] = (act ? kk_gelu_tanh(a) : a / (1.0f + kk_exp(-a))) * b;
 }
 
 // matvec_add: acc (n rows of rows values) += x*w^T + bias (bias null for
@@ -395,8 +397,8 @@ KK_DEVICE void kk_norm_matvec(float *out, const float *x, const float *g, float 
 	}                                                                                                                \
 	KK_KERNEL void __launch_bounds__(256)                                                                            \
 	    norm_swiglu_##sfx(float *out, const float *x, const float *g, float eps, const T *wg, const T *wu,            \
-	                      const float *bg, const float *bu, int n, int rows, int cols, int chunk, int wpr) {            \
-		kk_norm_swiglu<DT>(out, x, g, eps, wg, wu, bg, bu, n, rows, cols, chunk, wpr);                               \
+	                      const float *bg, const float *bu, int n, int rows, int cols, int chunk, int wpr, int act) {   \
+		kk_norm_swiglu<DT>(out, x, g, eps, wg, wu, bg, bu, n, rows, cols, chunk, wpr, act);                          \
 	}                                                                                                                \
 	KK_KERNEL void __launch_bounds__(256) matvec_add_##sfx(float *acc, const float *x, const T *w, const float *bias, \
 	                                                       int n, int rows, int cols, int chunk, int wpr) {          \

@@ -51,7 +51,7 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
                                int kv_heads, int window, int bs, const kk_u64 *__restrict__ ktab,
                                const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts,
                                const float *__restrict__ cos, const float *__restrict__ sin, int rot, int row0,
-                               int tile, int g) {
+                               int tile, int g, float qscale, float cap) {
 	const int LQ = D + 8;            // query and key rows, 16-bit values (padded: conflict-free fragments)
 	const int LV = KK_PF_BK + 8;     // transposed value rows
 	const int KS = D / 16, NB = D / 8; // k-steps of QK^T, n-tiles of PV
@@ -62,7 +62,7 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 	int group = heads / kv_heads, half = D / 2;
 	int f0 = tile * KK_PF_BQ;
 	int tr = n * group - f0 < KK_PF_BQ ? n * group - f0 : KK_PF_BQ; // rows of this tile
-	float scale = 1.0f / __builtin_sqrtf((float)D);
+	float scale = qscale > 0.0f ? qscale : 1.0f / __builtin_sqrtf((float)D); // Gemma's query scale where set
 
 	// The queries, scaled, rotated when rot is set, in bf16.
 	for (int i = threadIdx.x; i < KK_PF_BQ * half; i += blockDim.x) {
@@ -194,6 +194,8 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 					int p = k0 + 8 * b + 2 * tq + e2;
 					bool see = live[h] && p < kend && p >= fk[h] && p <= qp[h];
 					float v = see ? s[b][2 * h + e2] : -__builtin_inff();
+					if (see && cap > 0.0f)
+						v = kk_softcap(v, cap); // Gemma 2's score softcap
 					s[b][2 * h + e2] = v;
 					mx = __builtin_fmaxf(mx, v);
 				}
@@ -266,15 +268,16 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 	    attn_prefill_d##D(float *__restrict__ out, const float *__restrict__ q, int n, int start, int heads,          \
 	                      int kv_heads, int window, int bs, const kk_u64 *__restrict__ ktab,                          \
 	                      const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, const float *__restrict__ cos, \
-	                      const float *__restrict__ sin, int rot) {                                                   \
+	                      const float *__restrict__ sin, int rot, float scale, float softcap) {                       \
 		kk_attn_prefill<D>(out, q, n, start, heads, kv_heads, window, bs, ktab, vtab, fmts, cos, sin, rot, 0,       \
-		                   blockIdx.x, blockIdx.y);                                                                  \
+		                   blockIdx.x, blockIdx.y, scale, softcap);                                                  \
 	}                                                                                                                 \
 	KK_KERNEL void __launch_bounds__(128)                                                                              \
 	    attn_prefill_batch_d##D(float *__restrict__ out, const float *__restrict__ q,                                  \
 	                            const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs,        \
 	                            int npasses, int heads, int kv_heads, int window, int bs,                             \
-	                            const float *__restrict__ cos, const float *__restrict__ sin, int rot) {              \
+	                            const float *__restrict__ cos, const float *__restrict__ sin, int rot, float scale,   \
+	                            float softcap) {                                                                      \
 		int z = blockIdx.x, lo = 0, hi = npasses - 1;                                                                \
 		while (lo < hi) {                                                                                            \
 			int mid = (lo + hi + 1) >> 1;                                                                        \
@@ -289,7 +292,7 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 			return;                                                                                              \
 		kk_attn_seq sq = seqs[lo];                                                                                   \
 		kk_attn_prefill<D>(out, q, ps.n, ps.start, heads, kv_heads, window, bs, sq.ktab, sq.vtab, sq.fmts, cos, sin, \
-		                   rot, ps.row0, z - ps.tile0, blockIdx.y);                                                  \
+		                   rot, ps.row0, z - ps.tile0, blockIdx.y, scale, softcap);                                  \
 	}
 KK_ATTN_PREFILL(64)
 KK_ATTN_PREFILL(128)

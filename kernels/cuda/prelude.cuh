@@ -119,6 +119,19 @@ KK_DEVICE float kk_f16(kk_u16 h) {
 	return kk_bits_f32(kk_f32_bits(f) | ((kk_u32)(h & 0x8000u) << 16));
 }
 
+// kk_gelu_tanh returns GELU's tanh approximation of g, 0.5 g (1 +
+// tanh(u)) with u = sqrt(2/pi) (g + 0.044715 g^3), as g / (1 + e^(-2u))
+// (the same value; kernels/cpu's GELUTanhMul computes it so).
+KK_DEVICE float kk_gelu_tanh(float g) {
+	float u = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+	return g / (1.0f + kk_exp(-2.0f * u));
+}
+
+// kk_softcap returns c tanh(x/c) as c (1 - 2/(e^(2x/c) + 1)), which
+// saturates to +-c where the exponential overflows or vanishes (Gemma's
+// softcaps; kernels/cpu's Softcap computes it so).
+KK_DEVICE float kk_softcap(float x, float c) { return c * (1.0f - 2.0f / (kk_exp(2.0f * x / c) + 1.0f)); }
+
 // Warp reductions over all 32 lanes, by butterfly so every lane holds the
 // result.
 KK_DEVICE float kk_warp_sum(float v) {
