@@ -37,21 +37,38 @@ func TestBatchMatchesSequences(t *testing.T) {
 	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 	vocab := m.Config().VocabSize
 	const decodeSteps = 8
-	type run struct {
-		spec   kvconfig.Spec
-		prompt []int
-		join   int
-		opts   model.SequenceOptions
-		seq    *model.Sequence
-		next   int
-		logits [][]float32
-		tokens []int
-	}
-	runs := []*run{
+	checkBatchMatchesSolo(t, m, f, decodeSteps, []*batchRun{
 		{spec: kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}, prompt: testIDs(10, vocab), join: 0},
 		{spec: kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(3, vocab-1), join: 0},
 		{spec: kvconfig.Spec{KV: "kakeya-block:b=3", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(6, vocab-2), join: 1},
+	})
+	// The decode steps of several sequences ran the fused attention
+	// input, each row at its own position.
+	if len(gpu.heldPos) == 0 && gpu.posDev == 0 {
+		t.Error("no step ran norm_qkv over rows of several sequences")
 	}
+}
+
+// A batchRun is one sequence of checkBatchMatchesSolo: its cache, its
+// prompt and the step it joins the batch at; the rest is filled in.
+type batchRun struct {
+	spec   kvconfig.Spec
+	prompt []int
+	join   int
+	opts   model.SequenceOptions
+	seq    *model.Sequence
+	next   int
+	logits [][]float32
+	tokens []int
+}
+
+// checkBatchMatchesSolo runs runs through m's batched steps, each joining
+// at its step and decoding decodeSteps greedy tokens, checks that every
+// step of several sequences attended in one attn_batch launch per layer,
+// then runs each alone: its logits within 1e-5 of the largest of its
+// batched ones at every step, and the same greedy tokens.
+func checkBatchMatchesSolo(t *testing.T, m *model.Model, f *fakeDriver, decodeSteps int, runs []*batchRun) {
+	t.Helper()
 	for _, r := range runs {
 		p, _, err := kvplan.NewPolicy(r.spec, m.CacheShape(), nil)
 		if err != nil {
@@ -70,7 +87,7 @@ func TestBatchMatchesSequences(t *testing.T) {
 	multi := 0 // steps of several sequences
 	for st := 0; ; st++ {
 		var items []model.BatchItem
-		var owners []*run
+		var owners []*batchRun
 		for _, r := range runs {
 			switch {
 			case st < r.join || len(r.tokens) == decodeSteps:
@@ -132,11 +149,6 @@ func TestBatchMatchesSequences(t *testing.T) {
 			t.Errorf("sequence %d (%s): greedy tokens %v batched, %v alone", i, r.spec.KV, r.tokens, tokens)
 		}
 		t.Logf("sequence %d (%s): worst relative logit difference batched vs alone %.3g", i, r.spec.KV, worst)
-	}
-	// The decode steps of several sequences ran the fused attention
-	// input, each row at its own position.
-	if len(gpu.heldPos) == 0 && gpu.posDev == 0 {
-		t.Error("no step ran norm_qkv over rows of several sequences")
 	}
 }
 

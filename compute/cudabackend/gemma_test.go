@@ -12,7 +12,6 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/pick"
 )
@@ -162,101 +161,11 @@ func TestGemmaBatchMatchesSequences(t *testing.T) {
 			gpu, f := newFakeBackend(t, Options{MatMul: "f32"})
 			m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 			vocab := m.Config().VocabSize
-			const decodeSteps = 22
-			type run struct {
-				spec   kvconfig.Spec
-				prompt []int
-				join   int
-				opts   model.SequenceOptions
-				seq    *model.Sequence
-				next   int
-				logits [][]float32
-				tokens []int
-			}
-			runs := []*run{
+			checkBatchMatchesSolo(t, m, f, 22, []*batchRun{
 				{spec: kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}, prompt: testIDs(10, vocab), join: 0},
 				{spec: kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(3, vocab-1), join: 0},
 				{spec: kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "f32"}, prompt: testIDs(6, vocab-2), join: 3},
-			}
-			for _, r := range runs {
-				p, _, err := kvplan.NewPolicy(r.spec, m.CacheShape(), nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.opts = model.SequenceOptions{Cache: p, BlockSize: r.spec.BlockSize}
-				if r.seq, err = m.NewSequenceOpts(r.opts); err != nil {
-					t.Fatal(err)
-				}
-				defer r.seq.Close()
-			}
-			bt, err := m.NewBatch(32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			multi := 0
-			for st := 0; ; st++ {
-				var items []model.BatchItem
-				var owners []*run
-				for _, r := range runs {
-					switch {
-					case st < r.join || len(r.tokens) == decodeSteps:
-					case r.seq.Len() == 0:
-						items = append(items, model.BatchItem{Seq: r.seq, IDs: r.prompt})
-						owners = append(owners, r)
-					default:
-						items = append(items, model.BatchItem{Seq: r.seq, IDs: []int{r.next}})
-						owners = append(owners, r)
-						r.tokens = append(r.tokens, r.next)
-					}
-				}
-				if len(items) == 0 {
-					break
-				}
-				if len(items) > 1 {
-					multi++
-				}
-				if err := bt.Forward(items); err != nil {
-					t.Fatalf("step %d: %v", st, err)
-				}
-				for i, it := range items {
-					r := owners[i]
-					r.logits = append(r.logits, slices.Clone(it.Logits))
-					r.next = pick.ArgMax(it.Logits)
-				}
-			}
-			if got, want := kernelCount(f, "attn_batch"), multi*m.Config().NumLayers; got != want {
-				t.Errorf("%d steps of several sequences launched %s; want %d attn_batch", multi, f.kernelCounts(), want)
-			}
-			for i, r := range runs {
-				s, err := m.NewSequenceOpts(r.opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s.Close()
-				var tokens []int
-				worst := 0.0
-				in := r.prompt
-				for st := range r.logits {
-					l, err := s.Forward(in, false)
-					if err != nil {
-						t.Fatal(err)
-					}
-					d := maxAbsDiff(l, r.logits[st]) / maxAbs(l)
-					if !(d <= 1e-5) {
-						t.Errorf("sequence %d (%s): step %d: logits differ by %.3g of the largest from its solo run, want <= 1e-5", i, r.spec.KV, st, d)
-					}
-					worst = max(worst, d)
-					if st < decodeSteps {
-						next := pick.ArgMax(l)
-						tokens = append(tokens, next)
-						in = []int{next}
-					}
-				}
-				if !slices.Equal(tokens, r.tokens) {
-					t.Errorf("sequence %d (%s): greedy tokens %v batched, %v alone", i, r.spec.KV, r.tokens, tokens)
-				}
-				t.Logf("sequence %d (%s): worst relative logit difference batched vs alone %.3g", i, r.spec.KV, worst)
-			}
+			})
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)
 			}
