@@ -200,17 +200,27 @@ func (g *Grammar) startValue(s state, n int32, b byte) (state, bool) {
 	return s, false
 }
 
+// space counts b against the frame's run of white space: ok reports that
+// b is white space, taken (accept) while the run stays within
+// MaxWhitespace, else reject; any other byte ends the run.
+func (f *frame) space(b byte) (out outcome, ok bool) {
+	if !isWS(b) {
+		f.ws = 0
+		return accept, false
+	}
+	if f.ws >= MaxWhitespace {
+		return reject, true
+	}
+	f.ws++
+	return accept, true
+}
+
 func (g *Grammar) stepObject(s state, b byte) (state, outcome) {
 	f := &s[len(s)-1]
 	nd := &g.nodes[f.node]
-	if isWS(b) {
-		if f.ws >= MaxWhitespace {
-			return s, reject
-		}
-		f.ws++
-		return s, accept
+	if out, ok := f.space(b); ok {
+		return s, out
 	}
-	f.ws = 0
 	switch f.st {
 	case oOpen, oNeedKey:
 		if b == '}' && f.st == oOpen && g.mayClose(nd, f.n) {
@@ -278,14 +288,9 @@ func (g *Grammar) mayClose(nd *node, n uint16) bool {
 func (g *Grammar) stepArray(s state, b byte) (state, outcome) {
 	f := &s[len(s)-1]
 	nd := &g.nodes[f.node]
-	if isWS(b) {
-		if f.ws >= MaxWhitespace {
-			return s, reject
-		}
-		f.ws++
-		return s, accept
+	if out, ok := f.space(b); ok {
+		return s, out
 	}
-	f.ws = 0
 	switch f.st {
 	case aOpen, aNeedValue:
 		if b == ']' && f.st == aOpen && nd.minItems == 0 {
