@@ -33,16 +33,23 @@ KK_DEVICE float kk_block_sum(float v, float *red) {
 	return v;
 }
 
+// kk_inv_rms returns 1/sqrt(mean(row²) + eps) for the block's row of
+// cols values, every thread the same: rmsnorm's and rmsnorm_add's scale,
+// so that both round the normalised values alike.
+KK_DEVICE float kk_inv_rms(const float *row, int cols, float eps, float *red) {
+	float ss = 0.0f;
+	for (int c = threadIdx.x; c < cols; c += blockDim.x)
+		ss += row[c] * row[c];
+	ss = kk_block_sum(ss, red);
+	return 1.0f / __builtin_sqrtf(ss / (float)cols + eps);
+}
+
 // RMSNorm: block r normalises row r. out may be x: every read of the row
 // happens before the barrier inside kk_block_sum, every write after it.
 KK_KERNEL void rmsnorm(float *out, const float *x, const float *__restrict__ w, int rows, int cols, float eps) {
 	__shared__ float red[32];
 	const float *row = x + (long long)blockIdx.x * cols;
-	float ss = 0.0f;
-	for (int c = threadIdx.x; c < cols; c += blockDim.x)
-		ss += row[c] * row[c];
-	ss = kk_block_sum(ss, red);
-	float inv = 1.0f / __builtin_sqrtf(ss / (float)cols + eps);
+	float inv = kk_inv_rms(row, cols, eps, red);
 	float *o = out + (long long)blockIdx.x * cols;
 	for (int c = threadIdx.x; c < cols; c += blockDim.x)
 		o[c] = row[c] * inv * w[c];
@@ -55,11 +62,7 @@ KK_KERNEL void rmsnorm_add(float *__restrict__ acc, const float *__restrict__ x,
                            int cols, float eps) {
 	__shared__ float red[32];
 	const float *row = x + (long long)blockIdx.x * cols;
-	float ss = 0.0f;
-	for (int c = threadIdx.x; c < cols; c += blockDim.x)
-		ss += row[c] * row[c];
-	ss = kk_block_sum(ss, red);
-	float inv = 1.0f / __builtin_sqrtf(ss / (float)cols + eps);
+	float inv = kk_inv_rms(row, cols, eps, red);
 	float *a = acc + (long long)blockIdx.x * cols;
 	for (int c = threadIdx.x; c < cols; c += blockDim.x)
 		a[c] += row[c] * inv * w[c];

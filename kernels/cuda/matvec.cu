@@ -246,6 +246,42 @@ KK_KERNEL void __launch_bounds__(256) matvec_f16(float *out, const float *x, con
 #define KK_MM_T 64
 #define KK_MM_K 16
 #define KK_MM_PAD 4
+
+// kk_tile_mac adds column k of the staged tiles (K columns of 64 rows
+// each) to a thread's 4 x 4 sub-tile: input rows ty*4.. of xs by weight
+// rows tx*4.. of ws.
+template <int K>
+KK_DEVICE void kk_tile_mac(float (&acc)[4][4], const float (&xs)[K][KK_MM_T + KK_MM_PAD],
+                           const float (&ws)[K][KK_MM_T + KK_MM_PAD], int k, int tx, int ty) {
+	float a[4], b[4];
+#pragma unroll
+	for (int q = 0; q < 4; q++) {
+		a[q] = xs[k][ty * 4 + q];
+		b[q] = ws[k][tx * 4 + q];
+	}
+#pragma unroll
+	for (int p = 0; p < 4; p++)
+#pragma unroll
+		for (int q = 0; q < 4; q++)
+			acc[p][q] += a[p] * b[q];
+}
+
+// kk_tile_store writes a thread's 4 x 4 sub-tile of the 64 x 64 tile at
+// input row i0, weight row r0 into out (n rows of rows), leaving out
+// what lies past either end.
+KK_DEVICE void kk_tile_store(float *__restrict__ out, const float (&acc)[4][4], int i0, int r0, int tx, int ty, int n,
+                             int rows) {
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		int i = i0 + ty * 4 + p;
+#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			int r = r0 + tx * 4 + q;
+			if (i < n && r < rows)
+				out[(long long)i * rows + r] = acc[p][q];
+		}
+	}
+}
 template <int DT>
 KK_DEVICE void kk_matmul(float *__restrict__ out, const float *__restrict__ x, const void *__restrict__ w, int n,
                          int rows, int cols) {
@@ -253,12 +289,7 @@ KK_DEVICE void kk_matmul(float *__restrict__ out, const float *__restrict__ x, c
 	__shared__ float ws[KK_MM_K][KK_MM_T + KK_MM_PAD];
 	int t = threadIdx.x, tx = t & 15, ty = t >> 4;
 	int r0 = blockIdx.x * KK_MM_T, i0 = blockIdx.y * KK_MM_T;
-	float acc[4][4];
-#pragma unroll
-	for (int a = 0; a < 4; a++)
-#pragma unroll
-		for (int b = 0; b < 4; b++)
-			acc[a][b] = 0.0f;
+	float acc[4][4] = {};
 	for (int k0 = 0; k0 < cols; k0 += KK_MM_K) {
 #pragma unroll
 		for (int q = 0; q < 4; q++) {
@@ -271,30 +302,11 @@ KK_DEVICE void kk_matmul(float *__restrict__ out, const float *__restrict__ x, c
 		__syncthreads();
 #pragma unroll
 		for (int k = 0; k < KK_MM_K; k++) {
-			float a[4], b[4];
-#pragma unroll
-			for (int q = 0; q < 4; q++) {
-				a[q] = xs[k][ty * 4 + q];
-				b[q] = ws[k][tx * 4 + q];
-			}
-#pragma unroll
-			for (int p = 0; p < 4; p++)
-#pragma unroll
-				for (int q = 0; q < 4; q++)
-					acc[p][q] += a[p] * b[q];
+			kk_tile_mac(acc, xs, ws, k, tx, ty);
 		}
 		__syncthreads();
 	}
-#pragma unroll
-	for (int p = 0; p < 4; p++) {
-		int i = i0 + ty * 4 + p;
-#pragma unroll
-		for (int q = 0; q < 4; q++) {
-			int r = r0 + tx * 4 + q;
-			if (i < n && r < rows)
-				out[(long long)i * rows + r] = acc[p][q];
-		}
-	}
+	kk_tile_store(out, acc, i0, r0, tx, ty, n, rows);
 }
 
 KK_KERNEL void __launch_bounds__(256) matmul_f32(float *out, const float *x, const float *w, int n, int rows, int cols) {

@@ -213,12 +213,7 @@ KK_DEVICE void kk_matmul_q(float *__restrict__ out, const float *__restrict__ x,
 	int t = threadIdx.x, tx = t & 15, ty = t >> 4;
 	int r0 = blockIdx.x * KK_MM_T, i0 = blockIdx.y * KK_MM_T;
 	long long rowBytes = (long long)(cols / kk_q_block<QT>()) * kk_q_bytes<QT>();
-	float acc[4][4];
-#pragma unroll
-	for (int a = 0; a < 4; a++)
-#pragma unroll
-		for (int b = 0; b < 4; b++)
-			acc[a][b] = 0.0f;
+	float acc[4][4] = {};
 	for (int k0 = 0; k0 < cols; k0 += KK_MQ_K) {
 #pragma unroll
 		for (int q = 0; q < 8; q++) {
@@ -243,30 +238,11 @@ KK_DEVICE void kk_matmul_q(float *__restrict__ out, const float *__restrict__ x,
 		__syncthreads();
 #pragma unroll 8
 		for (int k = 0; k < KK_MQ_K; k++) {
-			float a[4], b[4];
-#pragma unroll
-			for (int q = 0; q < 4; q++) {
-				a[q] = xs[k][ty * 4 + q];
-				b[q] = ws[k][tx * 4 + q];
-			}
-#pragma unroll
-			for (int p = 0; p < 4; p++)
-#pragma unroll
-				for (int q = 0; q < 4; q++)
-					acc[p][q] += a[p] * b[q];
+			kk_tile_mac(acc, xs, ws, k, tx, ty);
 		}
 		__syncthreads();
 	}
-#pragma unroll
-	for (int p = 0; p < 4; p++) {
-		int i = i0 + ty * 4 + p;
-#pragma unroll
-		for (int q = 0; q < 4; q++) {
-			int r = r0 + tx * 4 + q;
-			if (i < n && r < rows)
-				out[(long long)i * rows + r] = acc[p][q];
-		}
-	}
+	kk_tile_store(out, acc, i0, r0, tx, ty, n, rows);
 }
 
 // embed_q: block i widens row ids[i] of the table into row i of out, a
