@@ -31,6 +31,12 @@ func fallbackVocab(n, skip int) map[string]int {
 	return v
 }
 
+// with adds token tok to vocabulary v, with the next id.
+func with(v map[string]int, tok string) map[string]int {
+	v[tok] = len(v)
+	return v
+}
+
 // TestLoadChecksAlphabet: a vocabulary that cannot spell every byte is
 // rejected at load, naming the file, the count and the first missing one,
 // instead of encoding text to fewer tokens (or none).
@@ -53,10 +59,18 @@ func TestLoadChecksAlphabet(t *testing.T) {
 			`lacks 1 of the 256 byte symbols (first: 'ÿ' for byte 0xFF)`, "", 0},
 		{"byte-level, all bytes", map[string]any{"type": "BPE", "vocab": byteLevelVocab(256), "merges": []string{}}, byteLevel,
 			"", "héllo", 6},
-		{"byte fallback, no byte tokens", map[string]any{"type": "BPE", "vocab": fallbackVocab(0, -1), "merges": []string{}, "unk_token": "<unk>", "byte_fallback": true}, nil,
+		{"byte fallback, no byte tokens, no unk", map[string]any{"type": "BPE", "vocab": fallbackVocab(0, -1), "merges": []string{}, "byte_fallback": true}, nil,
 			`byte_fallback is set but the vocabulary lacks 256 of the 256 byte tokens <0x00>..<0xFF> (first: <0x00>)`, "", 0},
-		{"byte fallback, one missing", map[string]any{"type": "BPE", "vocab": fallbackVocab(256, 0x80), "merges": []string{}, "unk_token": "<unk>", "byte_fallback": true}, nil,
+		{"byte fallback, one missing, no unk", map[string]any{"type": "BPE", "vocab": fallbackVocab(256, 0x80), "merges": []string{}, "byte_fallback": true}, nil,
 			`lacks 1 of the 256 byte tokens <0x00>..<0xFF> (first: <0x80>)`, "", 0},
+		// With unk_token a character one of whose bytes has no token (and
+		// that is no token itself) becomes unk, as upstream's BPE does:
+		// "é" is C3 A9, so "aé" is a and <unk>.
+		{"byte fallback, one missing, unk", map[string]any{"type": "BPE", "vocab": fallbackVocab(256, 0xA9), "merges": []string{}, "unk_token": "<unk>", "byte_fallback": true}, nil,
+			"", "aé", 2},
+		// Gemma's tokenizer.json has the token "\t" and no <0x09>.
+		{"byte fallback, a byte that is a token", map[string]any{"type": "BPE", "vocab": with(fallbackVocab(256, 0x09), "\t"), "merges": []string{}, "unk_token": "<unk>", "byte_fallback": true}, nil,
+			"", "a\ta", 3},
 		{"byte fallback, all bytes", map[string]any{"type": "BPE", "vocab": fallbackVocab(256, -1), "merges": []string{}, "unk_token": "<unk>", "byte_fallback": true}, nil,
 			"", "aé", 3},
 		{"no byte fallback needs no byte tokens", map[string]any{"type": "BPE", "vocab": fallbackVocab(0, -1), "merges": []string{}, "unk_token": "<unk>"}, nil,

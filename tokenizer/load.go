@@ -671,7 +671,12 @@ func (t *Tokenizer) checkAlphabet() error {
 				n, bytesToChars()[first], first)
 		}
 	}
-	if b.byteFallback {
+	// A vocabulary may lack some <0xNN> tokens where the character is a
+	// token of its own (Gemma's tokenizer.json has "\t", not <0x09>): a
+	// character with a missing byte token and no token of its own becomes
+	// the unk token, as upstream's BPE does, so only a vocabulary without
+	// unk_token needs all 256.
+	if b.byteFallback && b.unk < 0 {
 		if n, first := missing(&b.fallbackIDs); n > 0 {
 			return t.errorf("model.vocab: byte_fallback is set but the vocabulary lacks %d of the 256 byte tokens <0x00>..<0xFF> (first: <0x%02X>)",
 				n, first)
