@@ -254,8 +254,8 @@ gpu-check:
 	$(SIMD) $(GO) test -tags gpu -count=1 -timeout 30m -run '^TestGPU' -v ./compute/cudabackend/
 
 # test-arm64 runs the tests built for linux/arm64 (cgo, so the NEON kernels
-# of kernels/cpu/neon_arm64.c run, and TestKernelLevels reruns at scalar)
-# under qemu-user, through go test -exec. It installs the pinned
+# of kernels/cpu/neon_arm64.c and quant_neon_arm64.c run, and
+# TestKernelLevels reruns at scalar) under qemu-user, through go test -exec. It installs the pinned
 # qemu-user-static and aarch64 cross compiler from Debian when missing
 # (about 150 MB; it says so first). Emulation says nothing of speed: that
 # needs real arm64 hardware. It also builds for darwin/arm64 (pure Go, as
@@ -277,6 +277,7 @@ test-arm64: clang
 		$(GO) test -count=1 -timeout 60m -exec '$(ARM64_RUN)' $(ARM64_PKGS_TESTED)
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 	$(CLANG) --target=arm64-apple-macos11 -ffreestanding -O2 -Wall -Werror -c -o /dev/null kernels/cpu/neon_arm64.c
+	$(CLANG) --target=arm64-apple-macos11 -ffreestanding -O2 -Wall -Werror -c -o /dev/null kernels/cpu/quant_neon_arm64.c
 
 # make gpu-bundle writes gpu-bundle/ (GPU_BUNDLE=DIR for another place):
 # everything the GPU report needs on a machine with an NVIDIA GPU and its
