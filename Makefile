@@ -255,10 +255,10 @@ gpu-check:
 
 # test-arm64 runs the tests built for linux/arm64 (cgo, so the NEON kernels
 # of kernels/cpu/neon_arm64.c and quant_neon_arm64.c run, and
-# TestKernelLevels reruns at scalar) under qemu-user, through go test -exec. It installs the pinned
-# qemu-user-static and aarch64 cross compiler from Debian when missing
-# (about 150 MB; it says so first). Emulation says nothing of speed: that
-# needs real arm64 hardware. It also builds for darwin/arm64 (pure Go, as
+# TestKernelLevels reruns at scalar) under qemu-user, through go test
+# -exec. It installs the pinned qemu-user-static and aarch64 cross
+# compiler from Debian when missing (about 150 MB; it says so first).
+# Emulation says nothing of speed: that needs real arm64 hardware. It also builds for darwin/arm64 (pure Go, as
 # a cross build without an Apple SDK must) and compiles the NEON kernels
 # for macOS with clang, Apple's compiler.
 ARM64_PKGS := qemu-user-static=1:7.2+dfsg-7+deb12u18+b3 gcc-aarch64-linux-gnu=4:12.2.0-3 libc6-dev-arm64-cross=2.36-8cross1
