@@ -9,7 +9,9 @@ import "runtime"
 func wantKernels() []string {
 	if runtime.GOARCH != "amd64" {
 		scalar := "scalar (no SIMD kernels for " + runtime.GOARCH + ")"
-		return []string{scalar, scalar + ", neon for bf16 and f16 weights (cgo)"}
+		return []string{scalar,
+			scalar + ", neon for bf16 and f16 weights, neon for quantized weights (cgo)",
+			scalar + ", neon for bf16 and f16 weights, neon+dotprod for quantized weights (cgo)"}
 	}
 	return []string{
 		"scalar (built without GOEXPERIMENT=simd)",

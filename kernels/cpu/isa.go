@@ -118,6 +118,10 @@ func Features() string {
 		s += ", avx512+vnni for quantized weights"
 	case hasAVX2C:
 		s += ", avx2 for quantized weights"
+	case hasQuantDot:
+		s += ", neon+dotprod for quantized weights"
+	case hasNEON:
+		s += ", neon for quantized weights"
 	}
 	if hasAVX2C || hasAVX512 || hasNEON {
 		s += " (cgo)"

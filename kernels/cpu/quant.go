@@ -184,12 +184,17 @@ type qTask struct {
 }
 
 func (t *qTask) Run(lo, hi int) {
-	rows := t.w.Rows
-	if hasAVX2C && t.n > 0 {
-		quantRowsC(t, lo*qRows, min(hi*qRows, rows))
+	r0, r1 := lo*qRows, min(hi*qRows, t.w.Rows)
+	switch {
+	case t.n == 0:
+	case hasAVX2C:
+		quantRowsC(t, r0, r1)
+		return
+	case hasNEON:
+		quantRowsNEON(t, r0, r1, hasQuantDot)
 		return
 	}
-	t.runGo(lo*qRows, min(hi*qRows, rows))
+	t.runGo(r0, r1)
 }
 
 // runGo is Run's pure-Go loops over rows [r0, r1), the fallback and the

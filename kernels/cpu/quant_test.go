@@ -127,20 +127,55 @@ func TestQuantizeActivations(t *testing.T) {
 	}
 }
 
-// The C kernels, AVX2 and (where the CPU has VNNI) AVX-512, give the Go
-// loops' integer block dots exactly; the AVX2 kernels' K types also their
-// f32 scaling in the same order, bit for bit. The AVX-512 kernels and
-// the AVX2 32-value ones sum the scaled blocks in f32 lanes, another
-// order: within 1e-5 of Σ|w||x| there. An odd block count (17) takes the last-block path.
-func TestQuantKernelsMatchGo(t *testing.T) {
-	if !hasAVX2C {
-		t.Skip("no AVX2 C kernels on this CPU or build (or KAKEYA_CPU caps them)")
+// quantKernel is one family of the C kernels for quantized weights, for
+// the tests and benchmarks to run beside the Go loops; exact says its K
+// types give the Go loops' bits, all says its 32-value types do too.
+type quantKernel struct {
+	name       string
+	run        func(t *qTask, r0, r1 int)
+	exact, all bool
+}
+
+// quantKernels returns the C kernel families this CPU and build run (as
+// far as $KAKEYA_CPU allows): AVX2 and AVX-512 VNNI on amd64, plain NEON
+// and NEON with SDOT on arm64.
+func quantKernels() []quantKernel {
+	var ks []quantKernel
+	if hasAVX2C {
+		ks = append(ks, quantKernel{"avx2", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, false) }, true, false})
 	}
-	isas := map[string]bool{"avx2": false}
 	if hasQuant512 {
-		isas["avx512vnni"] = true
-	} else {
+		ks = append(ks, quantKernel{"avx512vnni", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, true) }, false, false})
+	}
+	if hasNEON {
+		ks = append(ks, quantKernel{"neon", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, false) }, true, true})
+	}
+	if hasQuantDot {
+		ks = append(ks, quantKernel{"neon+dotprod", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, true) }, true, true})
+	}
+	return ks
+}
+
+// The C kernels give the Go loops' integer block dots exactly: on amd64
+// AVX2 and (where the CPU has VNNI) AVX-512, on arm64 plain NEON and
+// (where the CPU has DotProd) SDOT. The AVX2 kernels' K types also give
+// their f32 scaling in the same order, bit for bit, and the NEON kernels'
+// every type. The AVX-512 kernels and the AVX2 32-value ones sum the
+// scaled blocks in f32 lanes, another order: within 1e-5 of Σ|w||x| there.
+// An odd block count (17) takes the last-block path.
+func TestQuantKernelsMatchGo(t *testing.T) {
+	isas := quantKernels()
+	if len(isas) == 0 {
+		t.Skip("no C kernels for quantized weights on this CPU or build (or KAKEYA_CPU caps them)")
+	}
+	if hasAVX2C && !hasQuant512 {
 		t.Log("no AVX-512 VNNI on this CPU (or KAKEYA_CPU caps it): AVX2 only")
+	}
+	if hasNEON && !hasQuantDot {
+		t.Log("no DotProd on this CPU: plain NEON only")
+	}
+	for _, k := range isas {
+		t.Logf("checking the %s kernels", k.name)
 	}
 	r := rand.New(rand.NewPCG(5, 5))
 	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}} {
@@ -180,22 +215,22 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 					}
 				}
 			}
-			for name, avx512 := range isas {
+			for _, k := range isas {
 				cOut := make([]float32, n*rows)
 				tk.out = cOut
-				quantRowsISA(&tk, 0, rows, avx512)
+				k.run(&tk, 0, rows)
 				// f32 lanes: exact integer dots, the scaled sums in another
 				// order than Go's.
-				lanes := f.Block == 32 || avx512
+				lanes := !k.exact || (f.Block == 32 && !k.all)
 				for i := range goOut {
 					if lanes {
 						if d := math.Abs(float64(goOut[i] - cOut[i])); d > 1e-5*mags[i] {
-							t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, name, cOut[i], goOut[i])
+							t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, k.name, cOut[i], goOut[i])
 						}
 						continue
 					}
 					if math.Float32bits(goOut[i]) != math.Float32bits(cOut[i]) {
-						t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, name, cOut[i], goOut[i])
+						t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, k.name, cOut[i], goOut[i])
 					}
 				}
 			}
@@ -208,13 +243,7 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 // one token (decode), 64 and 512 (a prefill chunk), per kernel family:
 // go test -run - -bench QuantRows ./kernels/cpu.
 func BenchmarkQuantRows(b *testing.B) {
-	isas := []string{"go"}
-	if hasAVX2C {
-		isas = append(isas, "avx2")
-	}
-	if hasQuant512 {
-		isas = append(isas, "avx512vnni")
-	}
+	isas := append([]quantKernel{{name: "go", run: (*qTask).runGo}}, quantKernels()...)
 	for _, f := range tensor.Formats {
 		rows, cols := 4864, 896
 		if f.Block == 256 {
@@ -233,19 +262,14 @@ func BenchmarkQuantRows(b *testing.B) {
 			rb, _ := f.DType.RowBytes(cols)
 			out := make([]float32, n*rows)
 			tk := qTask{out: out, a: &a, w: &m, l: l, n: n, rowB: rb}
-			for _, isa := range isas {
-				if isa == "go" && n > 64 {
+			for _, k := range isas {
+				if k.name == "go" && n > 64 {
 					continue
 				}
-				b.Run(fmt.Sprintf("%s/n=%d/%s", f.Name, n, isa), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/n=%d/%s", f.Name, n, k.name), func(b *testing.B) {
 					cpu0 := cpuSeconds()
 					for b.Loop() {
-						switch isa {
-						case "go":
-							tk.runGo(0, rows)
-						default:
-							quantRowsISA(&tk, 0, rows, isa == "avx512vnni")
-						}
+						k.run(&tk, 0, rows)
 					}
 					macs := float64(b.N) * float64(n*rows*cols) / 1e9
 					b.ReportMetric(macs/b.Elapsed().Seconds(), "GMAC/s")
