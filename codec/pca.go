@@ -152,6 +152,9 @@ type pcTables struct {
 	// plane holds the levels again as cpu.UnpackPlanes reads them, 64
 	// slots per width.
 	plane [cpu.PlaneLevels]float32
+	// rans is ans as PCSettings.RANS gives it, made once (ransExport).
+	ransOnce sync.Once
+	rans     []RANSTable
 }
 
 // The planes' kernel reads every width a component may get.

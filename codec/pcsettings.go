@@ -33,7 +33,8 @@ type PCSettings struct {
 	// Entropy is set for the entropy-coded format, kakeya_pc_ec: Coded,
 	// CodeBit, CodeBytes and MaxLen describe the fixed-rate format's
 	// planes only, and RANS[b] (b = 1..len(Levels)-1; index 0 is empty)
-	// is the static rANS table of option b's symbols.
+	// is the static rANS table of option b's symbols (shared by every
+	// codec of the quantizer family: read only).
 	Entropy bool
 	RANS    []RANSTable
 	// ScaleSteps are the factors of a coded component's RMS the encoder
@@ -60,6 +61,18 @@ type PCSettings struct {
 type RANSTable struct {
 	Freq, Start []uint32
 	Slot        []uint8
+}
+
+// ransExport returns t's rANS tables as RANSTables, index 0 empty, made
+// on the first call and shared by every codec of the family after.
+func (t *pcTables) ransExport() []RANSTable {
+	t.ransOnce.Do(func() {
+		t.rans = make([]RANSTable, t.n+1)
+		for b := 1; b <= t.n; b++ {
+			t.rans[b] = exportRANS(t.ans[b])
+		}
+	})
+	return t.rans
 }
 
 // exportRANS returns t as a RANSTable, read through its accessors.
@@ -150,10 +163,7 @@ func (k *KakeyaPC) pcSettings() *PCSettings {
 		s.Bounds[b] = append([]float32(nil), k.tab.bounds[b]...)
 	}
 	if k.opt.Entropy {
-		s.RANS = make([]RANSTable, k.tab.n+1)
-		for b := 1; b <= k.tab.n; b++ {
-			s.RANS[b] = exportRANS(k.tab.ans[b])
-		}
+		s.RANS = k.tab.ransExport()
 	}
 	return s
 }
