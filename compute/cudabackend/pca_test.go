@@ -104,6 +104,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		d, bs   int // bs 0: 16
+		block   int // the codecs' allocation block, 0: bs
 		total   int // tokens: the last block is partly filled, hot
 		n       int // queries, the last n positions
 		window  int
@@ -127,6 +128,8 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 		{name: "ec/prefill/d64/f32", d: 64, total: 4*16 + 9, n: 7, rate: 2, kec: true, vec: true},
 		{name: "ec/decode/d64/kvtc values/window", d: 64, bs: 64, total: 3*64 + 30, n: 2, window: 100, bf16: true, uniform: true, rate: 2, kec: true, vec: true},
 		{name: "ec/decode/d128/ec keys, fixed-rate values", d: 128, total: 6*16 + 1, n: 1, bf16: true, rate: 1.5, kec: true},
+		{name: "ec/prefill/d64/bs8", d: 64, bs: 8, total: 3*8 + 6, n: 22, rate: 2.5, kec: true, vec: true},
+		{name: "ec/prefill/d64/bs8/block64", d: 64, bs: 8, block: 64, total: 3*8 + 6, n: 22, rate: 2.5, kec: true, vec: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d, bs := c.d, c.bs
@@ -136,6 +139,9 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 			r := rand.New(rand.NewPCG(21, uint64(d)))
 			o := codec.DefaultKakeyaPCOptions()
 			o.Rate, o.Block = c.rate, bs
+			if c.block > 0 {
+				o.Block = c.block
+			}
 			ko := o
 			ko.Entropy = c.kec
 			var kst []*codec.PCAStats
