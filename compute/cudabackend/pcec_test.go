@@ -1,13 +1,17 @@
 package cudabackend
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
@@ -107,4 +111,104 @@ func greedyCal(t *testing.T, m *model.Model, spec kvconfig.Spec, cal *codec.Cali
 		l, err = s.Forward(out[len(out)-1:], false)
 	}
 	return out
+}
+
+// A kakeya_pc_ec block whose fields disagree with its codec or its length
+// (re-sealed, so that its CRC holds) is refused by the store, naming what
+// is wrong; one whose stream is cut short (its length field and CRC made
+// to agree) or scrambled reaches the kernel, which reads no word past the
+// stream's end and decodes it to wrong but finite values: the launch
+// succeeds, nothing is read outside the block.
+func TestPCECCorruptBlocks(t *testing.T) {
+	needKernels(t, "attn_split_pc")
+	const heads, kvHeads, d, bs = 2, 1, 64, 64
+	r := rand.New(rand.NewPCG(31, 32))
+	o := codec.DefaultKakeyaPCOptions()
+	o.Entropy = true
+	st := synthPCA(r, d)
+	cd := newPC(t, o, st)
+	good, err := cd.Encode(nil, pcRows(r, st, bs), bs, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v codec.Vars
+	if err := cd.Format().ReadFields(good, &v); err != nil {
+		t.Fatal(err)
+	}
+	lay := cd.Format().Layout(&v)
+	codes := lay.Off(cd.Format().Section("codes"))
+	reseal := func(b []byte) []byte { codec.Seal(b); return b }
+	for _, c := range []struct {
+		name    string
+		block   func() []byte
+		refused string // the store's error, "" when it keeps the block
+	}{
+		{"code_bytes past the block", func() []byte {
+			b := slices.Clone(good)
+			binary.LittleEndian.PutUint32(b[20:], uint32(v[codec.VarCodeBytes]+64))
+			return reseal(b)
+		}, "its fields make it"},
+		{"means count", func() []byte {
+			b := slices.Clone(good)
+			binary.LittleEndian.PutUint16(b[16:], uint16(v[codec.VarMeans]+1))
+			return reseal(b)
+		}, "means and"},
+		{"stream cut short", func() []byte {
+			b := slices.Clone(good[:len(good)-v[codec.VarCodeBytes]/2])
+			binary.LittleEndian.PutUint32(b[20:], uint32(len(b)-codes))
+			return reseal(b)
+		}, ""},
+		{"stream scrambled", func() []byte {
+			b := slices.Clone(good)
+			for i := codes; i < len(b); i++ {
+				b[i] = byte(r.Uint32())
+			}
+			return reseal(b)
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gpu, _ := newFakeBackend(t, Options{})
+			store := gpu.NewBlockStore(bs, d, true)
+			l := &layerOf{n: bs + 5, parts: make([][]compute.Part, 2)}
+			for blk := range 2 {
+				for range 2 * kvHeads {
+					p, err := store.NewPart()
+					if err != nil {
+						t.Fatal(err)
+					}
+					store.Write(p, 0, upload(gpu, pcRows(r, st, bs)), d, min(bs, l.n-blk*bs))
+					l.parts[blk] = append(l.parts[blk], p)
+				}
+			}
+			for j := range 2 * kvHeads {
+				err := store.SetEncoded(l.parts[0][j], c.block(), cd)
+				if c.refused != "" {
+					if err == nil || !strings.Contains(err.Error(), c.refused) {
+						t.Fatalf("SetEncoded: %v, want an error saying %q", err, c.refused)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			att, err := gpu.NewAttention(compute.AttentionParams{Heads: heads, KVHeads: kvHeads, HeadDim: d, BlockSize: bs, MaxContext: 2 * bs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cos, sin := ropeTables(2*bs, d)
+			out := gpu.Alloc(heads * d)
+			if err := att.Forward(out, upload(gpu, randFloats(r, heads*d)), 1, l.n-1, l, upload(gpu, cos), upload(gpu, sin)); err != nil {
+				t.Fatal(err)
+			}
+			for i, x := range read(gpu, out) {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					t.Fatalf("output %d is %v", i, x)
+				}
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
