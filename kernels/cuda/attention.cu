@@ -449,8 +449,10 @@ KK_DEVICE void kk_pc_tile(float *tile, int ld, const kk_u8 *part, const float *_
 	kk_pc_finish(tile, ld, mu, basis, M, d, tn);
 }
 
-// kk_pcec_tile: the entropy-coded format's reader.
-#include "attention_ec.cu"
+// kk_pcec_tile decodes rows of a kakeya_pc_ec part as kk_pc_tile does a
+// kakeya_pc part's: attention_ec.cu, which all.cu includes after this file.
+KK_DEVICE void kk_pcec_tile(float *tile, int ld, const kk_u8 *part, const float *__restrict__ prm, int bs, int d,
+                            int row0, int tn);
 
 // kk_attn_split is attn_split, and with PRE attn_split_pre, which also
 // un-whitens the keys of the parts whose ltab entry is set: a kernel of

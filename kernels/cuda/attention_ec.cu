@@ -1,6 +1,6 @@
 // Attention's reader of kakeya_pc_ec blocks (format 9: kakeya-pc with
-// ec=true, kvtc), included by attention.cu after kk_pc_tile, whose basis
-// product (kk_pc_finish) it shares. A block holds the means and scales of
+// ec=true, kvtc), included by all.cu after attention.cu, which declares
+// kk_pcec_tile and whose basis product (kk_pc_finish) it shares. A block holds the means and scales of
 // kakeya_pc, then its codes as one rANS stream of 8 interleaved lanes
 // (codec/format.go's description; the constants below from formats.h).
 // The lanes' state updates are independent but their refill words are
