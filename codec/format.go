@@ -3,6 +3,7 @@ package codec
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 )
 
 // This file is the one description of every block format, as ggml-common.h
@@ -451,6 +452,11 @@ var (
 			{Name: "info", Count: Lit(8), Width: Lit(8), Doc: "means, coded, code_bytes (the fields above)"},
 			pcMeansSection, pcScalesSection,
 			{Name: "codes", Count: V(VarCodeBytes), Width: Lit(8), Doc: "the rANS stream of the C x n codes: 8 lane states of 4 bytes, then 16-bit words"},
+		},
+		Derived: []Quantity{
+			{Name: "lanes", Value: Lit(ransLanes), Doc: "interleaved rANS lanes: symbol k is lane k mod lanes's"},
+			{Name: "scale_bits", Value: Lit(ransScaleBits), Doc: "frequency bits: a table's frequencies sum to 2^scale_bits"},
+			{Name: "word_bits", Value: Lit(bits.Len(ransWordL) - 1), Doc: "bits of a renormalization word: a lane reads one when its state falls below 2^word_bits"},
 		},
 	}
 	formatTurbo = &Format{

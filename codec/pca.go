@@ -152,6 +152,9 @@ type pcTables struct {
 	// plane holds the levels again as cpu.UnpackPlanes reads them, 64
 	// slots per width.
 	plane [cpu.PlaneLevels]float32
+	// rans is ans as PCSettings.RANS gives it, made once (ransExport).
+	ransOnce sync.Once
+	rans     []RANSTable
 }
 
 // The planes' kernel reads every width a component may get.
@@ -569,12 +572,11 @@ func (k *KakeyaPC) Format() *Format {
 	return formatKakeyaPC
 }
 
-// Settings returns, for a calibrated codec of the fixed-rate format
-// (kakeya_pc), its basis, mean and allocation (Settings.PC): what a
-// kernel reads its blocks with. The entropy-coded format's are empty: no
-// kernel reads it.
+// Settings returns, for a calibrated codec, its basis, mean and
+// allocation (Settings.PC), and with entropy coding its rANS tables: what
+// a kernel reads its blocks with.
 func (k *KakeyaPC) Settings() Settings {
-	if k.opt.Entropy || k.alloc == nil {
+	if k.alloc == nil {
 		return Settings{}
 	}
 	return Settings{PC: k.pcSettings()}

@@ -1,17 +1,20 @@
 package codec
 
-// PCSettings are what a reader of kakeya_pc blocks needs beyond their
-// bytes, from a calibrated KakeyaPC (Settings.PC): the components with a
-// stored block mean (M of them, increasing), their basis rows, the
-// calibration mean, each one's code width and the quantizers' tables. A
-// block's row i is
+// PCSettings are what a reader of kakeya_pc and kakeya_pc_ec blocks needs
+// beyond their bytes, from a calibrated KakeyaPC (Settings.PC): the
+// components with a stored block mean (M of them, increasing), their
+// basis rows, the calibration mean, each one's code width (with entropy
+// coding, its quantizer option) and the quantizers' tables. A block's row
+// i is
 //
 //	x_i = Mean + Σ_k (m_k + s_t·Levels[Widths[k]][c_it]) Basis[k]
 //
 // over the stored components k, m_k the block's mean of component k, and,
 // for the coded ones (Widths[k] > 0, the t-th such), s_t the block's
 // scale and c_it the row's code, at CodeBit(t, i, n) of the codes
-// section (CodeBytes(n) long).
+// section (CodeBytes(n) long). With Entropy (kakeya_pc_ec) the codes are
+// instead the rANS stream of the format's description, coded component t's
+// symbols under RANS[Widths[k]], its level Levels[Widths[k]][symbol].
 type PCSettings struct {
 	// Mean is the calibration mean μ, d values.
 	Mean []float32
@@ -19,12 +22,21 @@ type PCSettings struct {
 	Stored []int
 	// Basis holds the stored components' basis rows, len(Stored) x d.
 	Basis []float32
-	// Widths is each stored component's code width, 0 for the mean only.
+	// Widths is each stored component's code width, 0 for the mean only;
+	// with Entropy its quantizer option b (Levels[b]), 0 for the mean only.
 	Widths []int
 	// Levels[b] and Bounds[b] are the quantizer of b bits on N(0, 1)
 	// (b = 1..6; index 0 is empty): its 2^b levels in code order and the
-	// 2^b - 1 cell bounds between them.
+	// 2^b - 1 cell bounds between them. With Entropy, option b's (b = 1..
+	// len(Levels)-1), whose levels need not number a power of two.
 	Levels, Bounds [][]float32
+	// Entropy is set for the entropy-coded format, kakeya_pc_ec: Coded,
+	// CodeBit, CodeBytes and MaxLen describe the fixed-rate format's
+	// planes only, and RANS[b] (b = 1..len(Levels)-1; index 0 is empty)
+	// is the static rANS table of option b's symbols (shared by every
+	// codec of the quantizer family: read only).
+	Entropy bool
+	RANS    []RANSTable
 	// ScaleSteps are the factors of a coded component's RMS the encoder
 	// tries as its scale, in order, keeping the first of least error.
 	ScaleSteps []float32
@@ -40,13 +52,49 @@ type PCSettings struct {
 	Block int
 }
 
+// A RANSTable is the static rANS table of one quantizer's codes, as
+// kakeya_pc_ec's stream uses it (see formatKakeyaPCEC): symbol s owns the
+// Freq[s] slots from Start[s] among the len(Slot) (2^scale_bits), and
+// Slot[x] is the symbol owning slot x. A decoder at state x takes symbol
+// s = Slot[x mod len(Slot)] and moves to Freq[s]*(x / len(Slot)) +
+// x mod len(Slot) - Start[s].
+type RANSTable struct {
+	Freq, Start []uint32
+	Slot        []uint8
+}
+
+// ransExport returns t's rANS tables as RANSTables, index 0 empty, made
+// on the first call and shared by every codec of the family after.
+func (t *pcTables) ransExport() []RANSTable {
+	t.ransOnce.Do(func() {
+		t.rans = make([]RANSTable, t.n+1)
+		for b := 1; b <= t.n; b++ {
+			t.rans[b] = exportRANS(t.ans[b])
+		}
+	})
+	return t.rans
+}
+
+// exportRANS returns t as a RANSTable, read through its accessors.
+func exportRANS(t *ransTable) RANSTable {
+	n := t.symbols()
+	r := RANSTable{Freq: make([]uint32, n), Start: make([]uint32, n), Slot: make([]uint8, 1<<ransScaleBits)}
+	for s := range n {
+		r.Freq[s], r.Start[s] = t.freqStart(s)
+	}
+	for x := range r.Slot {
+		r.Slot[x] = t.symbolAt(uint32(x))
+	}
+	return r
+}
+
 // MaxLen returns the most bytes a block of n rows of d values takes under
 // s's rate, whatever the calibration (every codec of the same options
 // fits it), and false where the budget does not bound it: n other than
 // the allocation's Block, or not a multiple of 8 (each code plane's
 // padding to a byte then costs more than its bits).
 func (s *PCSettings) MaxLen(n, d int) (int, bool) {
-	if n != s.Block || n%8 != 0 {
+	if s.Entropy || n != s.Block || n%8 != 0 {
 		return 0, false
 	}
 	return headerLen + 6 + int(s.Rate*float64(n*d))/8, true
@@ -94,9 +142,10 @@ func (k *KakeyaPC) pcSettings() *PCSettings {
 		Stored:     append([]int(nil), k.meanIdx...),
 		Basis:      make([]float32, 0, len(k.meanIdx)*d),
 		Widths:     make([]int, len(k.meanIdx)),
-		Levels:     make([][]float32, pcMaxBits+1),
-		Bounds:     make([][]float32, pcMaxBits+1),
+		Levels:     make([][]float32, k.tab.n+1),
+		Bounds:     make([][]float32, k.tab.n+1),
 		ScaleSteps: append([]float32(nil), pcScaleSteps[:]...),
+		Entropy:    k.opt.Entropy,
 		Tag:        k.tag,
 		Param:      k.param(),
 		Rate:       k.opt.Rate,
@@ -106,9 +155,15 @@ func (k *KakeyaPC) pcSettings() *PCSettings {
 		s.Basis = append(s.Basis, k.basis[j*d:(j+1)*d]...)
 		s.Widths[t] = int(k.alloc[j])
 	}
-	for b := 1; b <= pcMaxBits; b++ {
+	if k.opt.Entropy && !k.opt.Uniform {
+		s.ScaleSteps = append(s.ScaleSteps[:0], pcECSQScales[:]...)
+	}
+	for b := 1; b <= k.tab.n; b++ {
 		s.Levels[b] = append([]float32(nil), k.tab.levels[b]...)
 		s.Bounds[b] = append([]float32(nil), k.tab.bounds[b]...)
+	}
+	if k.opt.Entropy {
+		s.RANS = k.tab.ransExport()
 	}
 	return s
 }

@@ -58,6 +58,18 @@ func newRANSTable(p []float64) *ransTable {
 	return t
 }
 
+// The tables' accessors: what other files read of a ransTable, so that
+// its in-memory layout can change in this file alone.
+
+// symbols returns the number of symbols t codes.
+func (t *ransTable) symbols() int { return len(t.freq) }
+
+// freqStart returns symbol s's frequency and the first slot of its range.
+func (t *ransTable) freqStart(s int) (freq, start uint32) { return t.freq[s], t.start[s] }
+
+// symbolAt returns the symbol whose range holds slot x (x < 1 << ransScaleBits).
+func (t *ransTable) symbolAt(x uint32) uint8 { return t.slot[x] }
+
 // cellProbs returns the N(0, 1) mass of each cell of the quantizer with
 // the given bounds.
 func cellProbs(bounds []float32) []float64 {

@@ -44,7 +44,8 @@ func (b *Backend) freeList(l *devList) {
 type blockTable struct {
 	k, v []uint64 // part addresses
 	l    []uint64 // the K part's inverse factor, 0 unless preconditioned
-	// The K and V parts' pcParams, 0 unless the part is partKakeyaPC.
+	// The K and V parts' pcParams (pcecParams), 0 unless the part is
+	// partKakeyaPC (partKakeyaPCEC).
 	kp, vp []uint64
 	fmts   []int32 // formats of an entry's K and V parts (attnFormat)
 	dev    Ptr     // k, then v, l, kp, vp, then fmts
@@ -234,7 +235,7 @@ func (a *attention) table(kv compute.KVLayer, first, blocks int) (*blockTable, e
 			}
 			var pp [2]uint64 // the parts' pcParams
 			for side, pt := range [2]*part{kp, vp} {
-				if pt.format == partKakeyaPC {
+				if pt.format == partKakeyaPC || pt.format == partKakeyaPCEC {
 					pp[side], pc = uint64(pt.prm), true
 				}
 				if pt.format != partKakeya {

@@ -22,7 +22,8 @@ import (
 // position start over blocks whose full ones are encoded as enc says
 // ("" all hot; "K/V" codecs, one name for both sides; "hot" keeps a side
 // hot; "pre+X" is X preconditioned by a factor of each KV head's own,
-// keys only; "pc" is kakeya-pc, a basis per KV head for keys).
+// keys only; "pc" is kakeya-pc, a basis per KV head for keys, "pcec" the
+// same entropy coded, "kvtc" entropy coded and uniform).
 type batchSeq struct {
 	start, n int
 	enc      string
@@ -34,8 +35,8 @@ type batchSeq struct {
 // reference computes for it alone: decode rows and prefill chunks
 // together, partly filled and encoded blocks of every format the kernels
 // read (hot f32 and bf16, int8, int4 and int2 by row and by channel,
-// kakeya with two codecs' settings in one layer, kakeya-pc, preconditioned
-// keys), GQA 7:1, head dims 64 and 128, sliding windows, under several
+// kakeya with two codecs' settings in one layer, kakeya-pc fixed-rate
+// and entropy coded, kvtc, preconditioned keys), GQA 7:1, head dims 64 and 128, sliding windows, under several
 // schedules, the queries rotated before the call or by the kernel.
 func TestAttendBatchMatchesReference(t *testing.T) {
 	needKernels(t, "attn_batch", "attn_batch_pre", "attn_batch_pc", "attn_combine")
@@ -54,6 +55,10 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 			{60, 1, "pc"}, {16, 16, "pre+int8/pc"}, {35, 1, "kakeya/pc"}, {44, 2, "int8"}}},
 		{"gqa7/d128/pc/window", 7, 1, 128, 16, 20, false, "attn_batch_pc", []batchSeq{
 			{45, 1, "pc/int8"}, {8, 11, "int8/pc"}, {70, 1, "hot/kakeya"}}},
+		{"gqa7/d64/pcec", 7, 1, 64, 64, 0, true, "attn_batch_pc", []batchSeq{
+			{100, 1, "pcec"}, {64, 16, "pcec/kvtc"}, {90, 1, "pc/pcec"}, {70, 2, "int8"}}},
+		{"gqa2/d128/pcec/window", 4, 2, 128, 16, 24, false, "attn_batch_pc", []batchSeq{
+			{60, 1, "pcec"}, {9, 10, "kvtc/pcec"}, {50, 1, "hot/pcec"}}},
 		{"1to1/d64/one split", 4, 4, 64, 32, 0, true, "attn_batch", []batchSeq{
 			{10, 1, ""}, {3, 5, ""}}},
 	} {
@@ -174,9 +179,10 @@ func batchCodecs(t *testing.T, r *rand.Rand, enc string, kvHeads, d, bs int) (cs
 				o := codec.DefaultKakeyaOptions()
 				o.Bits, o.CoeffBits, o.Seed = 4, 8, 12345
 				cd, err = codec.NewKakeya(o)
-			case "pc":
+			case "pc", "pcec", "kvtc":
 				o := codec.DefaultKakeyaPCOptions()
 				o.Rate, o.Block = 2.5, bs
+				o.Entropy, o.Uniform = inner != "pc", inner == "kvtc"
 				cd = newPC(t, o, synthPCA(r, d))
 			default:
 				cd, err = codec.New(codec.Spec{Name: inner})

@@ -374,6 +374,11 @@ const (
 	// address is the part's entry of attnArgs.KPTab or VPTab (keys have a
 	// codec per layer and KV head).
 	partKakeyaPC = partEncoded + int32(codec.FormatKakeyaPC)
+	// partKakeyaPCEC is a block of the kakeya_pc_ec format (codec.KakeyaPC
+	// with entropy coding: kakeya-pc ec=true, kvtc), read like
+	// partKakeyaPC with its codec's pcecParams, which also point at the
+	// rANS tables of its quantizer family (ransTables).
+	partKakeyaPCEC = partEncoded + int32(codec.FormatKakeyaPCEC)
 )
 
 // A key part of any encoded format may hold the bytes of a whitened codec
@@ -443,6 +448,9 @@ func encodedFormat(dec compute.Decoder, d int) (int32, bool) {
 	case codec.FormatKakeyaPC:
 		pc := c.Settings().PC
 		return partKakeyaPC, pc != nil && len(pc.Mean) == d && d <= maxHeadDim
+	case codec.FormatKakeyaPCEC:
+		pc := c.Settings().PC
+		return partKakeyaPCEC, pc != nil && pc.Entropy && len(pc.Mean) == d && d <= maxHeadDim
 	}
 	return 0, false
 }
@@ -626,6 +634,99 @@ func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 	return b, true
 }
 
+// ransTables returns the device form of the rANS tables of an entropy-
+// coded kakeya-pc codec's quantizer family (codec.PCSettings.RANS, one per
+// option), which every codec of the family shares: for each option b =
+// 1, 2, ... its slot table (a byte per slot: the slot's symbol), then a
+// word per symbol, its frequency | its first slot << 16; and off[b], the
+// byte offset of option b's. It reports false for tables that do not fit
+// those words (frequencies and starts of 16 bits, symbols of 8).
+func ransTables(pc *codec.PCSettings) (b []byte, off []int, ok bool) {
+	off = make([]int, len(pc.RANS))
+	for o, t := range pc.RANS {
+		if o == 0 {
+			continue
+		}
+		if len(t.Slot) > 1<<16 || len(t.Slot)%4 != 0 || len(t.Freq) != len(t.Start) || len(t.Freq) > 256 {
+			return nil, nil, false
+		}
+		off[o] = len(b)
+		b = append(b, t.Slot...)
+		for s, f := range t.Freq {
+			b = binary.LittleEndian.AppendUint32(b, f|t.Start[s]<<16)
+		}
+	}
+	return b, off, true
+}
+
+// pcecParams returns the device form of what attention needs to read
+// kakeya_pc_ec blocks of n rows of d values encoded by dec beyond their
+// bytes, with the family's ransTables at tabs (off their offsets), all
+// 4-byte words (kernels/cuda/attention_ec.cu reads them):
+//
+//	[0..7]         M (stored components), C (coded), d, n, the blocks'
+//	               tag, the options' count, the level words L, the
+//	               header's parameter byte
+//	[8..9]         tabs, [10..11] 0
+//	[12+4t..15+4t] coded component t: its stored index, its option, the
+//	               word of its option's first level (from 12+4C), and the
+//	               byte offset of its option's tables from tabs
+//	[12+4C..+L]    every option's levels, float32, option after option
+//	[..+d]         the calibration mean, float32
+//	[..+M*d]       the stored components' basis rows, float32
+//
+// It reports false for any other decoder and for head dims past
+// maxHeadDim.
+func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off []int) ([]byte, bool) {
+	c, f, ok := builtinFormat(dec)
+	if !ok || f.ID != codec.FormatKakeyaPCEC || d > maxHeadDim {
+		return nil, false
+	}
+	pc := c.Settings().PC
+	if pc == nil || !pc.Entropy || len(pc.Mean) != d || len(pc.Basis) != len(pc.Stored)*d || len(off) != len(pc.Levels) {
+		return nil, false
+	}
+	lvOff := make([]int, len(pc.Levels))
+	words := 0
+	for o, l := range pc.Levels {
+		lvOff[o] = words
+		words += len(l)
+	}
+	var coded [][2]int // stored index, option
+	for k, w := range pc.Widths {
+		if w > 0 {
+			if w >= len(pc.Levels) || len(pc.Levels[w]) != len(pc.RANS[w].Freq) {
+				return nil, false
+			}
+			coded = append(coded, [2]int{k, w})
+		}
+	}
+	m := len(pc.Stored)
+	b := make([]byte, 0, 4*(12+4*len(coded)+words+d+m*d))
+	put := func(ws ...uint32) {
+		for _, w := range ws {
+			b = binary.LittleEndian.AppendUint32(b, w)
+		}
+	}
+	put(uint32(m), uint32(len(coded)), uint32(d), uint32(n), uint32(pc.Tag), uint32(len(pc.Levels)-1), uint32(words), uint32(pc.Param))
+	put(uint32(tabs), uint32(uint64(tabs)>>32), 0, 0)
+	for _, e := range coded {
+		put(uint32(e[0]), uint32(e[1]), uint32(lvOff[e[1]]), uint32(off[e[1]]))
+	}
+	for _, l := range pc.Levels {
+		for _, v := range l {
+			put(math.Float32bits(v))
+		}
+	}
+	for _, v := range pc.Mean {
+		put(math.Float32bits(v))
+	}
+	for _, v := range pc.Basis {
+		put(math.Float32bits(v))
+	}
+	return b, true
+}
+
 // pcLevelWords is the room pcParams gives the quantizers' levels (and
 // their bounds): widths 1..6, 2^b levels each at 2^b - 2; pcStepWords
 // the room for the scale steps.
@@ -661,7 +762,8 @@ func argMaxLaunch(out, x Ptr, rows, cols int) Launch {
 // preconditioned parts (0 for other parts), or is 0 when no part is: the
 // call then launches the kernel that does not read it. KPTab and VPTab,
 // indexed like KTab, hold the device addresses of the pcParams of the
-// partKakeyaPC key and value parts (0 for other parts), or are both 0
+// partKakeyaPC key and value parts (pcecParams of partKakeyaPCEC's; 0
+// for other parts), or are both 0
 // when no part is: only attn_split_pc reads them. Step, when set, is
 // the device address of an int32 the kernel reads Start from (a slot of
 // the backend's step parameters): the launch then carries neither Start

@@ -9,6 +9,7 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cpubackend"
+	"github.com/kakeya-ai/kakeya/compute/reference"
 )
 
 // synthPCA returns seeded PCAStats of dimension d: a random orthonormal
@@ -83,56 +84,77 @@ func newPC(t testing.TB, o codec.KakeyaPCOptions, st *codec.PCAStats) *codec.Kak
 	return k
 }
 
-// Attention over kakeya-pc blocks (format 8) kept encoded on the device
-// gives the CPU backend's attention over the same bytes (which decodes
-// them with codec.KakeyaPC's DecodeRotated and AddWeighted) within float
-// tolerance: keys of a codec per KV head (each its own calibrated basis,
-// as kvplan builds them), values of one per layer, some of the uniform
-// quantizer, beside a hot, partly filled last block. Every full block's
-// parts hold exactly the codec's bytes on the device, in a slot of the
-// most bytes the rate allows (one size class for every codec), each
-// codec's basis uploaded once; the entropy-coded format 9, which no
-// kernel reads, stays hot and decoded.
+// Attention over kakeya-pc blocks kept encoded on the device, fixed-rate
+// (format 8) or entropy coded (format 9: kakeya-pc ec=true, and kvtc with
+// uniform values), gives the CPU backend's attention over the same bytes
+// (which decodes them with codec.KakeyaPC's DecodeRotated and
+// AddWeighted) within float tolerance, and the float64 reference's for
+// the entropy-coded cases: keys of a codec per KV head (each its own
+// calibrated basis, as kvplan builds them), values of one per layer, some
+// of the uniform quantizer, beside a hot, partly filled last block, in
+// blocks of 16 and of 64 rows (two key tiles a block: a tile's rows start
+// inside the rANS stream's components), one split and several. Every full
+// block's parts hold exactly the codec's bytes on the device: format 8's
+// in a slot of the most bytes the rate allows (one size class for every
+// codec), format 9's, whose length varies, in encAlign's classes; each
+// codec's settings uploaded once, the rANS tables once for all.
 func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split", "attn_split_pc", "attn_combine", "kv_write")
-	const heads, kvHeads, bs = 6, 2, 16
+	const heads, kvHeads = 6, 2
 	for _, c := range []struct {
 		name    string
-		d       int
+		d, bs   int // bs 0: 16
+		block   int // the codecs' allocation block, 0: bs
 		total   int // tokens: the last block is partly filled, hot
 		n       int // queries, the last n positions
 		window  int
 		bf16    bool
 		uniform bool // the values' codec quantizes uniformly
 		rate    float64
-		vec     bool // the values' codec is entropy coded (format 9)
+		kec     bool // the keys' codecs are entropy coded (format 9)
+		vec     bool // the values' codec is entropy coded (format 9; kvtc when uniform)
 	}{
-		{name: "decode/bf16", d: 64, total: 5*bs + 3, n: 1, bf16: true, rate: 2.5},
-		{name: "prefill/f32", d: 64, total: 4*bs + 9, n: 7, rate: 3},
-		{name: "decode/window/uniform values", d: 64, total: 6*bs + 1, n: 2, window: 40, bf16: true, uniform: true, rate: 2},
-		{name: "decode/d128/split", d: 128, total: 20*bs + 5, n: 1, bf16: true, rate: 2.5},
-		{name: "decode/d32/low rate", d: 32, total: 3*bs + 2, n: 1, rate: 0.75},
-		{name: "decode/d80", d: 80, total: 3*bs + 1, n: 1, bf16: true, rate: 2.5},
-		{name: "decode/d256", d: 256, total: 2*bs + 3, n: 1, bf16: true, rate: 2},
-		{name: "decode/entropy-coded values stay hot", d: 64, total: 4*bs + 3, n: 1, bf16: true, rate: 2.5, vec: true},
+		{name: "decode/bf16", d: 64, total: 5*16 + 3, n: 1, bf16: true, rate: 2.5},
+		{name: "prefill/f32", d: 64, total: 4*16 + 9, n: 7, rate: 3},
+		{name: "decode/window/uniform values", d: 64, total: 6*16 + 1, n: 2, window: 40, bf16: true, uniform: true, rate: 2},
+		{name: "decode/d128/split", d: 128, total: 20*16 + 5, n: 1, bf16: true, rate: 2.5},
+		{name: "decode/d32/low rate", d: 32, total: 3*16 + 2, n: 1, rate: 0.75},
+		{name: "decode/d80", d: 80, total: 3*16 + 1, n: 1, bf16: true, rate: 2.5},
+		{name: "decode/d256", d: 256, total: 2*16 + 3, n: 1, bf16: true, rate: 2},
+		{name: "ec/decode/d64/entropy-coded values", d: 64, total: 4*16 + 3, n: 1, bf16: true, rate: 2.5, vec: true},
+		{name: "ec/decode/d64/bs64", d: 64, bs: 64, total: 3*64 + 5, n: 1, bf16: true, rate: 2.5, kec: true, vec: true},
+		{name: "ec/decode/d128/bs64/split", d: 128, bs: 64, total: 9*64 + 7, n: 1, bf16: true, rate: 2.5, kec: true, vec: true},
+		{name: "ec/decode/d128/one split", d: 128, total: 2*16 + 3, n: 1, rate: 3, kec: true, vec: true},
+		{name: "ec/prefill/d64/f32", d: 64, total: 4*16 + 9, n: 7, rate: 2, kec: true, vec: true},
+		{name: "ec/decode/d64/kvtc values/window", d: 64, bs: 64, total: 3*64 + 30, n: 2, window: 100, bf16: true, uniform: true, rate: 2, kec: true, vec: true},
+		{name: "ec/decode/d128/ec keys, fixed-rate values", d: 128, total: 6*16 + 1, n: 1, bf16: true, rate: 1.5, kec: true},
+		{name: "ec/prefill/d64/bs8", d: 64, bs: 8, total: 3*8 + 6, n: 22, rate: 2.5, kec: true, vec: true},
+		{name: "ec/prefill/d64/bs8/block64", d: 64, bs: 8, block: 64, total: 3*8 + 6, n: 22, rate: 2.5, kec: true, vec: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := c.d
+			d, bs := c.d, c.bs
+			if bs == 0 {
+				bs = 16
+			}
 			r := rand.New(rand.NewPCG(21, uint64(d)))
 			o := codec.DefaultKakeyaPCOptions()
 			o.Rate, o.Block = c.rate, bs
+			if c.block > 0 {
+				o.Block = c.block
+			}
+			ko := o
+			ko.Entropy = c.kec
 			var kst []*codec.PCAStats
 			var kc []codec.Codec
 			for range kvHeads {
 				st := synthPCA(r, d)
 				kst = append(kst, st)
-				kc = append(kc, newPC(t, o, st))
+				kc = append(kc, newPC(t, ko, st))
 			}
 			vst := synthPCA(r, d)
 			vo := o
 			vo.Uniform, vo.Entropy = c.uniform, c.vec
 			vc := newPC(t, vo, vst)
-			gpu, f := newFakeBackend(t, Options{})
 			host := cpubackend.New(1)
 			defer host.Close()
 			nb := (c.total + bs - 1) / bs
@@ -161,57 +183,76 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 					return kc[j/2]
 				},
 			}
-			outs, gpuParts, encLen := layer.attend(t, gpu, host, ap, c.n, q, cos, sin)
-			// Encoded parts hold the codec's bytes, each key codec's
-			// basis once (one per KV head), the values' once.
-			prm := map[int]Ptr{}
-			for blk := range nb - 1 {
-				for j, p := range gpuParts[blk] {
-					pt := own(p)
-					if j%2 == 1 && c.vec {
-						if pt.format != partBF16 || !pt.HotDecoded() {
-							t.Fatalf("block %d part %d: format %d, hot decoded %v; want the entropy-coded values hot and decoded", blk, j, pt.format, pt.HotDecoded())
+			refs := []compute.Backend{host}
+			if c.kec || c.vec {
+				refs = append(refs, reference.Backend{})
+			}
+			for _, ref := range refs {
+				gpu, f := newFakeBackend(t, Options{})
+				outs, gpuParts, encLen := layer.attend(t, gpu, ref, ap, c.n, q, cos, sin)
+				// Encoded parts hold the codec's bytes, each key codec's
+				// settings once (one per KV head), the values' once.
+				prm := map[int]Ptr{}
+				var tabs []Ptr // the rANS tables each format-9 part's params point at
+				for blk := range nb - 1 {
+					for j, p := range gpuParts[blk] {
+						pt := own(p)
+						ec := j%2 == 1 && c.vec || j%2 == 0 && c.kec
+						want := encLen[[2]int{blk, j}]
+						cd := kc[j/2].(*codec.KakeyaPC)
+						if j%2 == 1 {
+							cd = vc
 						}
-						continue
+						format, size := partKakeyaPCEC, roundUp(want, encAlign)
+						if !ec {
+							// Every codec's blocks take the slot of the most
+							// bytes the rate allows: one size class.
+							bound, _ := cd.Settings().PC.MaxLen(bs, d)
+							format, size = partKakeyaPC, roundUp(bound, fixedAlign)
+						}
+						if pt.format != format || pt.encLen != want || pt.size != size || pt.HotDecoded() {
+							t.Fatalf("block %d part %d: format %d, %d encoded bytes in a slot of %d; want format %d, the codec's %d bytes in a slot of %d",
+								blk, j, pt.format, pt.encLen, pt.size, format, want, size)
+						}
+						if pt.prm == 0 {
+							t.Fatalf("block %d part %d: no pcParams", blk, j)
+						}
+						if at, ok := prm[j]; ok && at != pt.prm {
+							t.Errorf("block %d part %d: pcParams at %#x, block 0's at %#x: uploaded twice", blk, j, pt.prm, at)
+						}
+						prm[j] = pt.prm
+						if ec {
+							var w [1]uint64
+							if err := f.copyOut(bytesOf(w[:]), pt.prm+32); err != nil {
+								t.Fatal(err)
+							}
+							tabs = append(tabs, Ptr(w[0]))
+						}
 					}
-					want := encLen[[2]int{blk, j}]
-					// Every codec's blocks take the slot of the most
-					// bytes the rate allows: one size class.
-					cd := kc[j/2].(*codec.KakeyaPC)
-					if j%2 == 1 {
-						cd = vc
-					}
-					bound, _ := cd.Settings().PC.MaxLen(bs, d)
-					if pt.format != partKakeyaPC || pt.encLen != want || pt.size != roundUp(bound, fixedAlign) || pt.HotDecoded() {
-						t.Fatalf("block %d part %d: format %d, %d encoded bytes in a slot of %d; want format %d, the codec's %d bytes in a slot of %d",
-							blk, j, pt.format, pt.encLen, pt.size, partKakeyaPC, want, roundUp(bound, fixedAlign))
-					}
-					if pt.prm == 0 {
-						t.Fatalf("block %d part %d: no pcParams", blk, j)
-					}
-					if at, ok := prm[j]; ok && at != pt.prm {
-						t.Errorf("block %d part %d: pcParams at %#x, block 0's at %#x: uploaded twice", blk, j, pt.prm, at)
-					}
-					prm[j] = pt.prm
 				}
-			}
-			if prm[0] == prm[2] {
-				t.Errorf("both KV heads' keys read the pcParams at %#x", prm[0])
-			}
-			if !slices.Contains(f.launched, "attn_split_pc") {
-				t.Errorf("launched %s, want attn_split_pc", f.kernelCounts())
-			}
-			tol := 2e-5 * max(1, maxAbs(outs[1]))
-			if c.vec {
-				tol *= 100 // the hot decoded values are rounded to bf16
-			}
-			dd := maxAbsDiff(outs[0], outs[1])
-			if dd > tol || math.IsNaN(dd) {
-				t.Fatalf("attention differs from the CPU's by %.3g (tolerance %.3g)", dd, tol)
-			}
-			t.Logf("worst difference %.2g of the tolerance", dd/tol)
-			if err := gpu.Err(); err != nil {
-				t.Fatal(err)
+				if prm[0] == prm[2] {
+					t.Errorf("both KV heads' keys read the pcParams at %#x", prm[0])
+				}
+				if c.kec != c.vec || c.uniform {
+					tabs = nil // two quantizer families: two tables
+				}
+				for _, at := range tabs {
+					if at == 0 || at != tabs[0] {
+						t.Fatalf("format 9 parts' rANS tables at %#x and %#x: want one copy", at, tabs[0])
+					}
+				}
+				if !slices.Contains(f.launched, "attn_split_pc") {
+					t.Errorf("launched %s, want attn_split_pc", f.kernelCounts())
+				}
+				tol := 2e-5 * max(1, maxAbs(outs[1]))
+				dd := maxAbsDiff(outs[0], outs[1])
+				if dd > tol || math.IsNaN(dd) {
+					t.Fatalf("attention differs from the %s backend's by %.3g (tolerance %.3g)", ref.Name(), dd, tol)
+				}
+				t.Logf("%s: worst difference %.2g of the tolerance", ref.Name(), dd/tol)
+				if err := gpu.Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}

@@ -171,7 +171,7 @@ type kernelBench struct {
 // run reports every kernel row: matrix-vector products (a decode step's)
 // of every weight shape, matrix products (prefill's) of the layers' ones,
 // RMSNorm over one row and prefill rows, and a decode step's attention at
-// each context over bf16 and int8 blocks.
+// each context over bf16, int8 and entropy-coded kakeya-pc blocks.
 func (k *kernelBench) run() {
 	s := k.spec
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
@@ -196,7 +196,7 @@ func (k *kernelBench) run() {
 	k.rmsNorm(1)
 	k.rmsNorm(k.prefill)
 	for _, ctx := range k.contexts {
-		for _, cache := range []string{"bf16", "int8"} {
+		for _, cache := range []string{"bf16", "int8", "kakeya-pc:ec=true"} {
 			k.attention(ctx, cache)
 			runtime.GC()
 		}
@@ -484,10 +484,13 @@ func (k *kernelBench) rmsNorm(n int) {
 }
 
 // attention reports one decode step's attention (one query row at the
-// last of ctx positions) over bf16 blocks or int8 ones kept encoded on
-// the device, the last block hot, against the CPU backend's attention over
-// the same blocks (the int8 ones encoded once, from the device's bf16
-// rows, and given to both).
+// last of ctx positions) over bf16 blocks, or int8 or entropy-coded
+// kakeya-pc ones (format 9, "kakeya-pc:ec=true") kept encoded on the
+// device, the last block hot, against the CPU backend's attention over
+// the same blocks (the encoded ones encoded once, from the device's bf16
+// rows, and given to both). The kakeya-pc codec's calibration is white
+// (identity basis, unit variances, as the rows are): every component
+// coded, the most symbols a block can hold at its rate.
 func (k *kernelBench) attention(ctx int, cache string) {
 	label := fmt.Sprintf("%s attention ctx %d %s", k.shape, ctx, cache)
 	if k.skip(label) {
@@ -499,8 +502,22 @@ func (k *kernelBench) attention(ctx int, cache string) {
 	host := cpubackend.New(runtime.NumCPU())
 	defer host.Close()
 	var int8c codec.Codec
-	if cache == "int8" {
+	switch cache {
+	case "int8":
 		c, err := codec.New(codec.Spec{Name: "int8"})
+		if err != nil {
+			k.r.row("kernels", label, statusFail, err.Error(), nil)
+			return
+		}
+		int8c = c
+	case "kakeya-pc:ec=true":
+		st := &codec.PCAStats{Mean: make([]float32, d), Basis: make([]float32, d*d), Var: make([]float32, d), Between: make([]float32, d)}
+		for j := range d {
+			st.Basis[j*d+j], st.Var[j], st.Between[j] = 1, 1, 0.01
+		}
+		o := codec.DefaultKakeyaPCOptions()
+		o.Entropy, o.Block = true, bs
+		c, err := codec.NewKakeyaPC(o, st, nil)
 		if err != nil {
 			k.r.row("kernels", label, statusFail, err.Error(), nil)
 			return
@@ -590,9 +607,9 @@ func (k *kernelBench) attention(ctx int, cache string) {
 	for i, v := range outs[1] {
 		want[i] = float64(v)
 	}
-	// Both read the same bf16 or int8 values and differ by float32
-	// reassociation (sums over the context in another order); a misread
-	// block is off by the size of the values.
+	// Both read the same bf16, int8 or kakeya-pc values and differ by
+	// float32 reassociation (sums over the context in another order); a
+	// misread block is off by the size of the values.
 	worst, tol := relErr(outs[0], want), 1e-3
 	bytes += int64(2 * heads * d * 4)
 	rate, gbs := k.rate(bytes, per)
@@ -1149,10 +1166,10 @@ func cacheSpec(cache string, block int) kvconfig.Spec {
 }
 
 // cacheCalibration returns the calibration a report's cache needs: for
-// kakeya-pc a synthetic one (synthPCACalibration: a speed measurement,
+// kakeya-pc and kvtc (any spec of them, e.g. "kakeya-pc:ec=true") a synthetic one (synthPCACalibration: a speed measurement,
 // not a quality one), else none.
 func cacheCalibration(cache string, m *model.Model) *codec.Calibration {
-	if cache == "kakeya-pc" {
+	if codec.IsPrincipal(cache) {
 		return synthPCACalibration(m, 1)
 	}
 	return nil
@@ -1370,11 +1387,11 @@ func TestReportFake(t *testing.T) {
 	(&throughput{r: r, step: "quant-throughput", b: open(Options{}), shape: "qwen2-tiny", spec: spec, dir: dir,
 		caches: []string{"plain"}, contexts: []int{20}, steps: 3, block: 16, weights: "q8_0"}).run()
 
-	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 2 attention
+	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 3 attention
 	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 4
 	// Gemma rows, 2 throughput rows, 4 launch rows, a quant and a
 	// quant-throughput row and the device.
-	if len(r.rows) != 1+16+12+3+2+1+4+2+4+2 {
+	if len(r.rows) != 1+17+12+3+2+1+4+2+4+2 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {
@@ -1424,7 +1441,7 @@ func TestReportBudget(t *testing.T) {
 	(&throughput{r: r, step: "throughput", b: gpu, shape: "qwen2-tiny", spec: testmodel.Qwen2Tiny, dir: dir,
 		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
-	if len(r.rows) != 15+3+4+4 {
+	if len(r.rows) != 16+3+4+4 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

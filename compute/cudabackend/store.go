@@ -320,7 +320,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 		inner, pre = w.Unwrap(), w
 	}
 	var prm, linv Ptr
-	if ok && (format == partKakeya || format == partKakeyaPC) {
+	if ok && (format == partKakeya || format == partKakeyaPC || format == partKakeyaPCEC) {
 		var err error
 		if prm, ok, err = s.codecParams(inner, format); err != nil {
 			return err
@@ -386,29 +386,54 @@ func (s *store) codecParams(dec compute.Decoder, format int32) (Ptr, bool, error
 	}
 	var prm []byte
 	var ok bool
-	if format == partKakeyaPC {
+	switch format {
+	case partKakeyaPC:
 		prm, ok = pcParams(dec, s.rows, s.d)
-	} else {
+	case partKakeyaPCEC:
+		// The rANS tables first, shared by every codec of the quantizer
+		// family; the codec's params point at them.
+		c, _, _ := builtinFormat(dec)
+		tabs, off, tok := ransTables(c.Settings().PC)
+		if !tok {
+			return 0, false, nil
+		}
+		at, err := s.upload(tabs)
+		if err != nil {
+			return 0, false, err
+		}
+		prm, ok = pcecParams(dec, s.rows, s.d, at, off)
+	default:
 		prm, ok = kakeyaParams(dec, s.d)
 	}
 	if !ok {
 		return 0, false, nil
 	}
-	p, ok := s.prmFor[string(prm)]
-	if !ok {
-		var err error
-		if p, err = s.slot(roundUp(len(prm), encAlign)); err != nil {
-			return 0, false, err
-		}
-		s.b.flush()
-		if err := s.b.drv.copyIn(p, prm); err != nil {
-			s.b.fail(err)
-			return 0, false, err
-		}
-		s.prmFor[string(prm)] = p
+	p, err := s.upload(prm)
+	if err != nil {
+		return 0, false, err
 	}
 	s.prmOf[dec] = p
 	return p, true, nil
+}
+
+// upload returns the device copy of b, a codec's settings, copying it in
+// unless the store holds one of the same bytes. Called with the backend's
+// mu held.
+func (s *store) upload(b []byte) (Ptr, error) {
+	if p, ok := s.prmFor[string(b)]; ok {
+		return p, nil
+	}
+	p, err := s.slot(roundUp(len(b), encAlign))
+	if err != nil {
+		return 0, err
+	}
+	s.b.flush()
+	if err := s.b.drv.copyIn(p, b); err != nil {
+		s.b.fail(err)
+		return 0, err
+	}
+	s.prmFor[string(b)] = p
+	return p, nil
 }
 
 // inverseFactor returns the device copy of p's inverse factor (float32,
@@ -530,6 +555,37 @@ func checkEncoded(dec compute.Decoder, enc []byte, rows, d int) error {
 		if err := codec.CheckBlock(inner.Name(), enc, f.Format().ID, rows, d); err != nil {
 			return fmt.Errorf("cuda: %w", err)
 		}
+		if f.Format().ID == codec.FormatKakeyaPCEC {
+			return checkPCEC(f, enc)
+		}
+	}
+	return nil
+}
+
+// checkPCEC checks what the kernel takes from a kakeya_pc_ec block's
+// fields against its codec and its length: the counts of means and coded
+// components its pcecParams hold, and a stream that ends where the block
+// does, so that the kernel's reads, bounded by the stream's length, stay
+// in the block's slot.
+func checkPCEC(c codec.Described, enc []byte) error {
+	f := c.Format()
+	var v codec.Vars
+	if err := f.ReadFields(enc, &v); err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
+	pc := c.Settings().PC
+	coded := 0
+	for _, w := range pc.Widths {
+		if w > 0 {
+			coded++
+		}
+	}
+	if v[codec.VarMeans] != len(pc.Stored) || v[codec.VarCoded] != coded {
+		return fmt.Errorf("cuda: %s: block holds %d means and %d coded components; the codec has %d and %d",
+			c.Name(), v[codec.VarMeans], v[codec.VarCoded], len(pc.Stored), coded)
+	}
+	if l := f.Layout(&v); l.Size() != len(enc) {
+		return fmt.Errorf("cuda: %s: block of %d bytes; its fields make it %d (code_bytes %d)", c.Name(), len(enc), l.Size(), v[codec.VarCodeBytes])
 	}
 	return nil
 }

@@ -5,6 +5,7 @@
 #include "matvec.cu"
 #include "fused.cu"
 #include "attention.cu"
+#include "attention_ec.cu"
 #include "encode.cu"
 #include "sample.cu"
 #include "gemm.cu"

@@ -4,7 +4,8 @@
 // part and their formats (hot float32 or bf16 rows, or the exact bytes of
 // the int8, int4, int2, Kakeya or kakeya-pc codecs; keys and values may
 // differ). A kakeya-pc part's entry in kptab (keys) or vptab (values)
-// holds the address of its codec's pcParams; attn_split_pc reads them.
+// holds the address of its codec's pcParams (pcecParams for the
+// entropy-coded format, attention_ec.cu); attn_split_pc reads them.
 // Keys are stored before RoPE and rotated here. Keys encoded by a
 // preconditioned codec (codec.Preconditioned: whitened by the factor L of
 // their KV head before the inner codec) have an entry in a third table,
@@ -41,6 +42,7 @@ enum {
 	kkPartInt4 = kkPartEncoded + KK_FORMAT_INT4, // int4 and int2, by row or by channel
 	kkPartKakeya = kkPartEncoded + KK_FORMAT_KAKEYA,
 	kkPartKakeyaPC = kkPartEncoded + KK_FORMAT_KAKEYA_PC,
+	kkPartKakeyaPCEC = kkPartEncoded + KK_FORMAT_KAKEYA_PC_EC,
 };
 
 #define KK_AT_TILE 32 // keys per tile, one per lane
@@ -372,6 +374,21 @@ KK_DEVICE void kk_pc_mix(float *tile, int ld, const float *__restrict__ mu, cons
 	__syncthreads();
 }
 
+// kk_pc_finish turns the latents of rows j < tn (in their first M
+// columns) into the rows, with kk_pc_mix sized to the columns per warp
+// (at d = 64 8 per basis row, not kk_pc_mix's most, 32, mostly predicated
+// off). The whole block calls it: it syncs.
+KK_DEVICE void kk_pc_finish(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ basis, int M,
+                            int d, int tn) {
+	int nc = (d + (blockDim.x >> 5) - 1) / (blockDim.x >> 5);
+	if (nc <= 8)
+		kk_pc_mix<8>(tile, ld, mu, basis, M, d, tn);
+	else if (nc <= 16)
+		kk_pc_mix<16>(tile, ld, mu, basis, M, d, tn);
+	else
+		kk_pc_mix<KK_AT_UW>(tile, ld, mu, basis, M, d, tn);
+}
+
 // kk_pc_tile decodes rows row0..row0+tn-1 (tn <= 32) of a kakeya_pc part
 // (codec.KakeyaPC: rows in a calibrated principal basis, bits per
 // component) into tile (row j at tile + j*ld, ld > d). prm is the codec's
@@ -429,16 +446,13 @@ KK_DEVICE void kk_pc_tile(float *tile, int ld, const kk_u8 *part, const float *_
 		}
 	}
 	__syncthreads();
-	// Columns per warp: the unrolled products sized to them (at d = 64
-	// 8 per basis row, not kk_pc_mix's most, 32, mostly predicated off).
-	int nc = (d + (blockDim.x >> 5) - 1) / (blockDim.x >> 5);
-	if (nc <= 8)
-		kk_pc_mix<8>(tile, ld, mu, basis, M, d, tn);
-	else if (nc <= 16)
-		kk_pc_mix<16>(tile, ld, mu, basis, M, d, tn);
-	else
-		kk_pc_mix<KK_AT_UW>(tile, ld, mu, basis, M, d, tn);
+	kk_pc_finish(tile, ld, mu, basis, M, d, tn);
 }
+
+// kk_pcec_tile decodes rows of a kakeya_pc_ec part as kk_pc_tile does a
+// kakeya_pc part's: attention_ec.cu, which all.cu includes after this file.
+KK_DEVICE void kk_pcec_tile(float *tile, int ld, const kk_u8 *part, const float *__restrict__ prm, int bs, int d,
+                            int row0, int tn);
 
 // kk_attn_split is attn_split, and with PRE attn_split_pre, which also
 // un-whitens the keys of the parts whose ltab entry is set: a kernel of
@@ -536,11 +550,13 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 			// The keys are decoded into the tile first when a Kakeya part
 			// needs the whole tile's cooperation or the rows are to be
 			// un-whitened; other rows are read as RoPE rotates them.
-			bool staged = kfmt == kkPartKakeya || kl || (PC && kfmt == kkPartKakeyaPC);
+			bool staged = kfmt == kkPartKakeya || kl || (PC && (kfmt == kkPartKakeyaPC || kfmt == kkPartKakeyaPCEC));
 			if (kfmt == kkPartKakeya) {
 				kk_kakeya_tile(kv, ld, kp, kprm, bs, d, P, p0 - b * bs, tn);
 			} else if (PC && kfmt == kkPartKakeyaPC) {
 				kk_pc_tile(kv, ld, kp, (const float *)kptab[(long long)b * kv_heads + g], bs, d, p0 - b * bs, tn);
+			} else if (PC && kfmt == kkPartKakeyaPCEC) {
+				kk_pcec_tile(kv, ld, kp, (const float *)kptab[(long long)b * kv_heads + g], bs, d, p0 - b * bs, tn);
 			} else if (kl) {
 				kk_part kpart = kk_part_open(kp, kfmt, bs, d);
 				for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
@@ -623,6 +639,8 @@ KK_DEVICE void kk_attn_split(float *__restrict__ out, const float *__restrict__ 
 				kk_kakeya_tile(kv, ld, vp, vprm, bs, d, P, p0 - b * bs, tn);
 			} else if (PC && vfmt == kkPartKakeyaPC) {
 				kk_pc_tile(kv, ld, vp, (const float *)vptab[(long long)b * kv_heads + g], bs, d, p0 - b * bs, tn);
+			} else if (PC && vfmt == kkPartKakeyaPCEC) {
+				kk_pcec_tile(kv, ld, vp, (const float *)vptab[(long long)b * kv_heads + g], bs, d, p0 - b * bs, tn);
 			} else if (kk_vec8(vp, vfmt, d) || (vfmt == kkPartInt8 && (d & 15) == 0)) {
 				kk_part vpart = kk_part_open(vp, vfmt, bs, d);
 				int d8 = d >> 3;

@@ -11,7 +11,8 @@
 // encoded, KV blocks; attn_split_pre also un-whitens preconditioned keys,
 // attn_split_pc also reads kakeya-pc blocks; attn_batch and its _pre and
 // _pc variants run the split pass of every sequence of a step in one
-// launch) and encode.cu (enc_int8 and
+// launch), attention_ec.cu (the _pc kernels' reader of entropy-coded
+// kakeya-pc blocks, kk_pcec_tile) and encode.cu (enc_int8 and
 // enc_pc: full KV blocks encoded as codec.Int8 and codec.KakeyaPC do,
 // header and CRC included).
 // They use only what prelude.cuh declares. For the device, clang compiles

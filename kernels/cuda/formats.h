@@ -294,5 +294,11 @@ KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_width(long long n, long long d, lon
 KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (code_bytes * kk_kakeya_pc_ec_codes_width(n, d, means, coded, code_bytes) + 7) / 8; }
 // kk_kakeya_pc_ec_size is the length of the whole block.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_size(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_codes_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_codes_len(n, d, means, coded, code_bytes); }
+// kk_kakeya_pc_ec_lanes: interleaved rANS lanes: symbol k is lane k mod lanes's.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_lanes(long long n, long long d, long long means, long long coded, long long code_bytes) { return 8; }
+// kk_kakeya_pc_ec_scale_bits: frequency bits: a table's frequencies sum to 2^scale_bits.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_scale_bits(long long n, long long d, long long means, long long coded, long long code_bytes) { return 14; }
+// kk_kakeya_pc_ec_word_bits: bits of a renormalization word: a lane reads one when its state falls below 2^word_bits.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_word_bits(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
 
 #endif // KK_FORMATS_H

@@ -1,0 +1,227 @@
+package cudabackend
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
+)
+
+// ref-qwen2-6m with an entropy-coded kakeya-pc cache (kakeya-pc:ec=true,
+// and under KAKEYA_LONG kvtc; a synthetic calibration's basis per layer
+// and KV head) on the emulated CUDA backend gives the CPU backend's
+// logits over a prefill and decode steps, then the same greedy tokens,
+// while every full block stays in its entropy-coded bytes on the device
+// (attention decodes them: the cache holds the CPU's hot and encoded
+// bytes, nothing decoded beside them) and attn_split_pc reads them.
+func TestPCECForwardMatchesCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("emulates every kernel of several forward passes")
+	}
+	needKernels(t, "attn_split_pc", "attn_combine", "matvec_f32")
+	dir := shareddata.File(t, "models", "ref-qwen2-6m")
+	const tokens, pre, gen = 26, 20, 6
+	caches := []string{"kakeya-pc:ec=true"}
+	if os.Getenv("KAKEYA_LONG") != "" {
+		caches = append(caches, "kvtc") // TestKakeyaPCAttentionMatchesCPU reads kvtc's blocks
+	}
+	for _, kv := range caches {
+		t.Run(kv, func(t *testing.T) {
+			spec := kvconfig.Spec{KV: kv, BlockSize: 16, HotWindow: 4, Boundary: "none", CacheType: "bf16"}
+			gpu, f := newFakeBackend(t, Options{MatMul: "f32"})
+			cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 128})
+			gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 128})
+			cal := synthPCACalibration(cpuM, 29)
+			ids := testIDs(tokens, cpuM.Config().VocabSize)
+			want, wantTok, stW := decodeGreedy(t, cpuM, spec, cal, ids, pre, gen)
+			got, gotTok, stG := decodeGreedy(t, gpuM, spec, cal, ids, pre, gen)
+			worst, flips := 0.0, 0
+			for p := range want {
+				d, tol := maxAbsDiff(got[p], want[p]), 1e-3*max(1, maxAbs(want[p]))
+				kl, err := eval.KL(want[p], got[p])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d > tol && d < 100*tol && kl < 1e-5 && pick.ArgMax(got[p]) == pick.ArgMax(want[p]) {
+					flips++ // a value one code apart, as TestForwardMatchesCPU allows
+					continue
+				}
+				if math.IsNaN(d) || d > tol {
+					t.Fatalf("position %d: max abs logit difference %.3g (tolerance %.3g), CUDA vs CPU", p, d, tol)
+				}
+				worst = max(worst, d/tol)
+			}
+			if flips > len(want)/4 {
+				t.Errorf("%d of %d positions differ by more than the tolerance", flips, len(want))
+			}
+			if !slices.Equal(gotTok, wantTok) {
+				t.Errorf("greedy tokens on CUDA %v, the CPU's %v", gotTok, wantTok)
+			}
+			if stW.Compressed == 0 || stG.Compressed != stW.Compressed || stG.Hot != stW.Hot {
+				t.Errorf("CUDA holds %d hot + %d encoded bytes, the CPU %d + %d", stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
+			}
+			if !slices.Contains(f.launched, "attn_split_pc") {
+				t.Errorf("launched %s, want attn_split_pc", f.kernelCounts())
+			}
+			t.Logf("worst logit difference %.2g of the tolerance (%d positions past it by a rounding flip); %d encoded bytes (%.2fx below bf16); greedy %v",
+				worst, flips, stG.Compressed, float64(stG.CompressedBF16)/float64(stG.Compressed), gotTok)
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// decodeGreedy runs a new sequence of m with cache settings spec and
+// calibration cal: a prefill of ids[:pre], ids[pre:] one a step, then n
+// tokens picked greedily. It returns every position's logits, the tokens
+// and the cache's accounting after the picks.
+func decodeGreedy(t *testing.T, m *model.Model, spec kvconfig.Spec, cal *codec.Calibration, ids []int, pre, n int) ([][]float32, []int, kvcache.Stats) {
+	t.Helper()
+	p, _, err := kvplan.NewPolicy(spec, m.CacheShape(), cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: p, BlockSize: spec.BlockSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, err := s.Forward(ids[:pre], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := len(l) / pre
+	var rows [][]float32
+	for i := range pre {
+		rows = append(rows, l[i*vocab:(i+1)*vocab])
+	}
+	for _, id := range ids[pre:] {
+		if l, err = s.Forward([]int{id}, false); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, append([]float32(nil), l...))
+	}
+	var out []int
+	for range n {
+		out = append(out, pick.ArgMax(l))
+		if l, err = s.Forward(out[len(out)-1:], false); err != nil {
+			t.Fatal(fmt.Errorf("token %d: %w", len(out), err))
+		}
+	}
+	return rows, out, s.KVStats()
+}
+
+// A kakeya_pc_ec block whose fields disagree with its codec or its length
+// (re-sealed, so that its CRC holds) is refused by the store, naming what
+// is wrong; one whose stream is cut short (its length field and CRC made
+// to agree) or scrambled reaches the kernel, which reads no word past the
+// stream's end and decodes it to wrong but finite values: the launch
+// succeeds, nothing is read outside the block.
+func TestPCECCorruptBlocks(t *testing.T) {
+	needKernels(t, "attn_split_pc")
+	const heads, kvHeads, d, bs = 2, 1, 64, 64
+	r := rand.New(rand.NewPCG(31, 32))
+	o := codec.DefaultKakeyaPCOptions()
+	o.Entropy = true
+	st := synthPCA(r, d)
+	cd := newPC(t, o, st)
+	good, err := cd.Encode(nil, pcRows(r, st, bs), bs, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v codec.Vars
+	if err := cd.Format().ReadFields(good, &v); err != nil {
+		t.Fatal(err)
+	}
+	lay := cd.Format().Layout(&v)
+	codes := lay.Off(cd.Format().Section("codes"))
+	reseal := func(b []byte) []byte { codec.Seal(b); return b }
+	for _, c := range []struct {
+		name    string
+		block   func() []byte
+		refused string // the store's error, "" when it keeps the block
+	}{
+		{"code_bytes past the block", func() []byte {
+			b := slices.Clone(good)
+			binary.LittleEndian.PutUint32(b[20:], uint32(v[codec.VarCodeBytes]+64))
+			return reseal(b)
+		}, "its fields make it"},
+		{"means count", func() []byte {
+			b := slices.Clone(good)
+			binary.LittleEndian.PutUint16(b[16:], uint16(v[codec.VarMeans]+1))
+			return reseal(b)
+		}, "means and"},
+		{"stream cut short", func() []byte {
+			b := slices.Clone(good[:len(good)-v[codec.VarCodeBytes]/2])
+			binary.LittleEndian.PutUint32(b[20:], uint32(len(b)-codes))
+			return reseal(b)
+		}, ""},
+		{"stream scrambled", func() []byte {
+			b := slices.Clone(good)
+			for i := codes; i < len(b); i++ {
+				b[i] = byte(r.Uint32())
+			}
+			return reseal(b)
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gpu, _ := newFakeBackend(t, Options{})
+			store := gpu.NewBlockStore(bs, d, true)
+			l := &layerOf{n: bs + 5, parts: make([][]compute.Part, 2)}
+			for blk := range 2 {
+				for range 2 * kvHeads {
+					p, err := store.NewPart()
+					if err != nil {
+						t.Fatal(err)
+					}
+					store.Write(p, 0, upload(gpu, pcRows(r, st, bs)), d, min(bs, l.n-blk*bs))
+					l.parts[blk] = append(l.parts[blk], p)
+				}
+			}
+			for j := range 2 * kvHeads {
+				err := store.SetEncoded(l.parts[0][j], c.block(), cd)
+				if c.refused != "" {
+					if err == nil || !strings.Contains(err.Error(), c.refused) {
+						t.Fatalf("SetEncoded: %v, want an error saying %q", err, c.refused)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			att, err := gpu.NewAttention(compute.AttentionParams{Heads: heads, KVHeads: kvHeads, HeadDim: d, BlockSize: bs, MaxContext: 2 * bs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cos, sin := ropeTables(2*bs, d)
+			out := gpu.Alloc(heads * d)
+			if err := att.Forward(out, upload(gpu, randFloats(r, heads*d)), 1, l.n-1, l, upload(gpu, cos), upload(gpu, sin)); err != nil {
+				t.Fatal(err)
+			}
+			for i, x := range read(gpu, out) {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					t.Fatalf("output %d is %v", i, x)
+				}
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
