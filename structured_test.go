@@ -136,6 +136,42 @@ func TestStructuredOptions(t *testing.T) {
 	}
 }
 
+// TestStructuredEndsAtClose: a document that closes ends the generation
+// with that token: no step runs for an end-of-sequence token the grammar
+// would force, so that the steps equal the tokens (the first comes from
+// the prompt's step), the tokens are the document's, and the stop is
+// StopEOS (finish_reason "stop").
+func TestStructuredEndsAtClose(t *testing.T) {
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
+	for _, schema := range []string{structuredSchemas[0], structuredSchemas[4]} {
+		for seed := range 4 {
+			var toks []string
+			opt := GenerateOptions{MaxTokens: 120, JSONSchema: []byte(schema),
+				Sampling: SamplingOptions{Temperature: 1, Seed: uint64(seed)},
+				OnToken:  func(ti TokenInfo) error { toks = append(toks, ti.Text); return nil }}
+			before := e.Stats().Steps
+			res, err := e.Generate(context.Background(), "JSON:", opt, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StopReason == StopLength {
+				continue
+			}
+			steps := e.Stats().Steps - before
+			var v any
+			if res.StopReason != StopEOS || json.Unmarshal([]byte(res.Text), &v) != nil {
+				t.Fatalf("schema %s seed %d: %q, stop %q", schema, seed, res.Text, res.StopReason)
+			}
+			if got := strings.Join(toks, ""); got != res.Text || len(toks) != res.GeneratedTokens {
+				t.Fatalf("seed %d: %d tokens %q, result %d tokens %q", seed, len(toks), got, res.GeneratedTokens, res.Text)
+			}
+			if steps != int64(res.GeneratedTokens) {
+				t.Errorf("schema %s seed %d: %d steps for %d tokens (%q): want one step a token", schema, seed, steps, res.GeneratedTokens, res.Text)
+			}
+		}
+	}
+}
+
 // BenchmarkMask measures a mask per step over Qwen's vocabulary (151k
 // tokens, shared/tokenizers/qwen3) along a document: each step masks the
 // logits and advances by the next token of a fixed JSON text, with the
