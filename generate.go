@@ -136,9 +136,16 @@ type GenerateOptions struct {
 // one). With ArgumentsOnly, for one tool whose call's start the prompt
 // already holds, the output is the arguments' object alone.
 type ToolCallGrammar struct {
-	Tools         []grammar.Tool
+	Tools         []ToolSchema
 	ArgumentsKey  string // "arguments" (Hermes, Qwen) or "parameters" (Llama 3.x)
 	ArgumentsOnly bool
+}
+
+// A ToolSchema is a function a ToolCallGrammar calls: its name and the
+// JSON Schema of its arguments (nil for any object).
+type ToolSchema struct {
+	Name       string
+	Parameters []byte
 }
 
 // validate reports the first option Generate cannot honour.

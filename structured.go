@@ -74,7 +74,11 @@ func (o *GenerateOptions) compileGrammar() (*grammar.Grammar, error) {
 		}
 		return g, nil
 	case tc != nil:
-		g, err := grammar.CompileToolCall(tc.ArgumentsKey, tc.Tools)
+		tools := make([]grammar.Tool, len(tc.Tools))
+		for i, t := range tc.Tools {
+			tools[i] = grammar.Tool{Name: t.Name, Parameters: t.Parameters}
+		}
+		g, err := grammar.CompileToolCall(tc.ArgumentsKey, tools)
 		if err != nil {
 			return nil, fmt.Errorf("kakeya: GenerateOptions.ToolCall: %w", err)
 		}
