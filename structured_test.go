@@ -172,6 +172,72 @@ func TestStructuredEndsAtClose(t *testing.T) {
 	}
 }
 
+// TestToolCallSeededModel: under GenerateOptions.ToolCall a random-weights
+// model's finished calls name one of the tools and carry arguments that
+// validate against that tool's schema (an independent validator), at
+// several seeds; with ArgumentsOnly the output is the arguments alone.
+// Options that contradict it are errors before the model runs.
+func TestToolCallSeededModel(t *testing.T) {
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
+	tools := []ToolSchema{
+		{Name: "weather", Parameters: []byte(structuredSchemas[0])},
+		{Name: "tree", Parameters: []byte(structuredSchemas[3])},
+		{Name: "ping"},
+	}
+	valid := map[string]*jsonschema.Schema{"weather": schemaValidator(t, structuredSchemas[0]), "tree": schemaValidator(t, structuredSchemas[3]), "ping": schemaValidator(t, `{"type":"object"}`)}
+	finished, names := 0, map[string]bool{}
+	for _, only := range []bool{false, true} {
+		for seed := range 6 {
+			tc := &ToolCallGrammar{Tools: tools, ArgumentsKey: "arguments"}
+			if only {
+				tc = &ToolCallGrammar{Tools: tools[1:2], ArgumentsOnly: true}
+			}
+			res, err := e.Generate(context.Background(), "Call a tool:", GenerateOptions{MaxTokens: 160, ToolCall: tc,
+				Sampling: SamplingOptions{Temperature: 1, Seed: uint64(seed)}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StopReason == StopLength {
+				continue
+			}
+			finished++
+			name, args := "tree", json.RawMessage(res.Text)
+			if !only {
+				var call map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(res.Text), &call); err != nil || len(call) != 2 || json.Unmarshal(call["name"], &name) != nil {
+					t.Fatalf("seed %d: call %q", seed, res.Text)
+				}
+				args = call["arguments"]
+			}
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(args)))
+			if err != nil || valid[name] == nil {
+				t.Fatalf("seed %d: call %q of %q: %v", seed, res.Text, name, err)
+			}
+			if err := valid[name].Validate(inst); err != nil {
+				t.Fatalf("seed %d: %s's arguments %s do not validate: %v", seed, name, args, err)
+			}
+			names[name] = true
+		}
+	}
+	if finished < 6 || len(names) < 2 {
+		t.Errorf("%d of 12 calls finished, of the tools %v", finished, names)
+	}
+	for _, opt := range []GenerateOptions{
+		{ToolCall: &ToolCallGrammar{Tools: tools, ArgumentsKey: "arguments"}, JSON: true},
+		{ToolCall: &ToolCallGrammar{Tools: tools, ArgumentsOnly: true}},
+		{ToolCall: &ToolCallGrammar{Tools: tools}},
+		{ToolCall: &ToolCallGrammar{ArgumentsKey: "arguments"}},
+		{ToolCall: &ToolCallGrammar{Tools: []ToolSchema{{Name: "s", Parameters: []byte(`{"type":"string"}`)}}, ArgumentsOnly: true}},
+	} {
+		if _, err := e.Generate(context.Background(), "x", opt, nil); err == nil {
+			t.Errorf("%+v: no error", opt.ToolCall)
+		}
+	}
+	if err := CheckToolParameters([]byte(`{"type":"object","properties":{"q":{"type":"string","minLength":2}}}`)); err == nil || !strings.Contains(err.Error(), "minLength") {
+		t.Errorf("minLength: %v", err)
+	}
+}
+
 // BenchmarkMask measures a mask per step over Qwen's vocabulary (151k
 // tokens, shared/tokenizers/qwen3) along a document: each step masks the
 // logits and advances by the next token of a fixed JSON text, with the
