@@ -123,6 +123,29 @@ type GenerateOptions struct {
 	// whitespace and numbers (see package grammar).
 	JSON       bool
 	JSONSchema []byte
+	// ToolCall constrains the output to one tool call, as JSON and
+	// JSONSchema constrain it to a document (and excludes them): see
+	// ToolCallGrammar.
+	ToolCall *ToolCallGrammar
+}
+
+// A ToolCallGrammar constrains a reply to one call of one of Tools: the
+// JSON object {"name": <a tool's name>, ArgumentsKey: <its arguments>},
+// the name read first and the arguments then by that tool's parameters
+// schema (the subset of package grammar; CheckToolParameters checks
+// one). With ArgumentsOnly, for one tool whose call's start the prompt
+// already holds, the output is the arguments' object alone.
+type ToolCallGrammar struct {
+	Tools         []ToolSchema
+	ArgumentsKey  string // "arguments" (Hermes, Qwen) or "parameters" (Llama 3.x)
+	ArgumentsOnly bool
+}
+
+// A ToolSchema is a function a ToolCallGrammar calls: its name and the
+// JSON Schema of its arguments (nil for any object).
+type ToolSchema struct {
+	Name       string
+	Parameters []byte
 }
 
 // validate reports the first option Generate cannot honour.
@@ -142,6 +165,18 @@ func (o *GenerateOptions) validate() error {
 	for i, s := range o.Stop {
 		if s == "" {
 			return fmt.Errorf("kakeya: stop string %d of %d is empty", i+1, len(o.Stop))
+		}
+	}
+	if tc := o.ToolCall; tc != nil {
+		switch {
+		case o.JSON || len(o.JSONSchema) > 0:
+			return errors.New("kakeya: GenerateOptions.ToolCall excludes JSON and JSONSchema: the output is the call")
+		case len(tc.Tools) == 0:
+			return errors.New("kakeya: GenerateOptions.ToolCall has no tools")
+		case tc.ArgumentsOnly && len(tc.Tools) != 1:
+			return fmt.Errorf("kakeya: GenerateOptions.ToolCall.ArgumentsOnly needs one tool, not %d", len(tc.Tools))
+		case !tc.ArgumentsOnly && tc.ArgumentsKey == "":
+			return errors.New("kakeya: GenerateOptions.ToolCall.ArgumentsKey is empty")
 		}
 	}
 	return o.Sampling.Validate()
@@ -458,7 +493,9 @@ func (g *generation) next(logits []float32, history []int) (int, bool, error) {
 		return 0, false, err
 	}
 	if g.cons != nil && g.cons.Done() {
-		return 0, true, nil // the document closed with the last token
+		// The document closed with the last token; Request.Last ends
+		// the request there, so this is a guard.
+		return 0, true, nil
 	}
 	if g.lp != nil {
 		g.lp.measure(logits, g.sampler.penalizes())
@@ -515,6 +552,9 @@ func (g *generation) run(ctx context.Context) (*Result, error) {
 	}
 	if g.greedy() {
 		req.Pick = g.pick
+	}
+	if g.cons != nil {
+		req.Last = g.cons.Done // the document closed: no step for EOS
 	}
 	h, err := g.e.sched.Submit(ctx, req)
 	if err != nil {

@@ -136,6 +136,109 @@ func TestStructuredOptions(t *testing.T) {
 	}
 }
 
+// TestStructuredEndsAtClose: a document that closes ends the generation
+// with that token: no step runs for an end-of-sequence token the grammar
+// would force, so that the steps equal the tokens (the first comes from
+// the prompt's step), the tokens are the document's, and the stop is
+// StopEOS (finish_reason "stop").
+func TestStructuredEndsAtClose(t *testing.T) {
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
+	for _, schema := range []string{structuredSchemas[0], structuredSchemas[4]} {
+		for seed := range 4 {
+			var toks []string
+			opt := GenerateOptions{MaxTokens: 120, JSONSchema: []byte(schema),
+				Sampling: SamplingOptions{Temperature: 1, Seed: uint64(seed)},
+				OnToken:  func(ti TokenInfo) error { toks = append(toks, ti.Text); return nil }}
+			before := e.Stats().Steps
+			res, err := e.Generate(context.Background(), "JSON:", opt, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StopReason == StopLength {
+				continue
+			}
+			steps := e.Stats().Steps - before
+			var v any
+			if res.StopReason != StopEOS || json.Unmarshal([]byte(res.Text), &v) != nil {
+				t.Fatalf("schema %s seed %d: %q, stop %q", schema, seed, res.Text, res.StopReason)
+			}
+			if got := strings.Join(toks, ""); got != res.Text || len(toks) != res.GeneratedTokens {
+				t.Fatalf("seed %d: %d tokens %q, result %d tokens %q", seed, len(toks), got, res.GeneratedTokens, res.Text)
+			}
+			if steps != int64(res.GeneratedTokens) {
+				t.Errorf("schema %s seed %d: %d steps for %d tokens (%q): want one step a token", schema, seed, steps, res.GeneratedTokens, res.Text)
+			}
+		}
+	}
+}
+
+// TestToolCallSeededModel: under GenerateOptions.ToolCall a random-weights
+// model's finished calls name one of the tools and carry arguments that
+// validate against that tool's schema (an independent validator), at
+// several seeds; with ArgumentsOnly the output is the arguments alone.
+// Options that contradict it are errors before the model runs.
+func TestToolCallSeededModel(t *testing.T) {
+	e := loadEngine(t, tinyEngineDir(t, testmodel.Qwen3Tiny, nil), Options{Threads: 1})
+	tools := []ToolSchema{
+		{Name: "weather", Parameters: []byte(structuredSchemas[0])},
+		{Name: "tree", Parameters: []byte(structuredSchemas[3])},
+		{Name: "ping"},
+	}
+	valid := map[string]*jsonschema.Schema{"weather": schemaValidator(t, structuredSchemas[0]), "tree": schemaValidator(t, structuredSchemas[3]), "ping": schemaValidator(t, `{"type":"object"}`)}
+	finished := 0
+	for _, only := range []bool{false, true} {
+		for seed := range 6 {
+			tc := &ToolCallGrammar{Tools: tools, ArgumentsKey: "arguments"}
+			if only {
+				tc = &ToolCallGrammar{Tools: tools[1:2], ArgumentsOnly: true}
+			}
+			res, err := e.Generate(context.Background(), "Call a tool:", GenerateOptions{MaxTokens: 160, ToolCall: tc,
+				Sampling: SamplingOptions{Temperature: 1, Seed: uint64(seed)}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StopReason == StopLength {
+				continue
+			}
+			finished++
+			name, args := "tree", json.RawMessage(res.Text)
+			if !only {
+				var call map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(res.Text), &call); err != nil || len(call) != 2 || json.Unmarshal(call["name"], &name) != nil {
+					t.Fatalf("seed %d: call %q", seed, res.Text)
+				}
+				args = call["arguments"]
+			}
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(args)))
+			if err != nil || valid[name] == nil {
+				t.Fatalf("seed %d: call %q of %q: %v", seed, res.Text, name, err)
+			}
+			if err := valid[name].Validate(inst); err != nil {
+				t.Fatalf("seed %d: %s's arguments %s do not validate: %v", seed, name, args, err)
+			}
+		}
+	}
+	// The random weights favour one name (grammar's TestToolCall and
+	// kakeya-serve's client test see several).
+	if finished < 6 {
+		t.Errorf("only %d of 12 calls finished", finished)
+	}
+	for _, opt := range []GenerateOptions{
+		{ToolCall: &ToolCallGrammar{Tools: tools, ArgumentsKey: "arguments"}, JSON: true},
+		{ToolCall: &ToolCallGrammar{Tools: tools, ArgumentsOnly: true}},
+		{ToolCall: &ToolCallGrammar{Tools: tools}},
+		{ToolCall: &ToolCallGrammar{ArgumentsKey: "arguments"}},
+		{ToolCall: &ToolCallGrammar{Tools: []ToolSchema{{Name: "s", Parameters: []byte(`{"type":"string"}`)}}, ArgumentsOnly: true}},
+	} {
+		if _, err := e.Generate(context.Background(), "x", opt, nil); err == nil {
+			t.Errorf("%+v: no error", opt.ToolCall)
+		}
+	}
+	if err := CheckToolParameters([]byte(`{"type":"object","properties":{"q":{"type":"string","minLength":2}}}`)); err == nil || !strings.Contains(err.Error(), "minLength") {
+		t.Errorf("minLength: %v", err)
+	}
+}
+
 // BenchmarkMask measures a mask per step over Qwen's vocabulary (151k
 // tokens, shared/tokenizers/qwen3) along a document: each step masks the
 // logits and advances by the next token of a fixed JSON text, with the

@@ -51,6 +51,14 @@ const person = `{
   }
 }`
 
+// shapes is a tagged union: objects told apart by their first property's
+// constant.
+const shapes = `{"anyOf":[
+  {"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"],"additionalProperties":false},
+  {"type":"object","properties":{"kind":{"enum":["rect","square"]},"w":{"type":"integer"},"h":{"type":"integer"}},"required":["kind","w"],"additionalProperties":false},
+  {"type":"string"}
+]}`
+
 // list is a linked list: a recursive reference among the alternatives.
 const list = `{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"]}},"$ref":"#/$defs/node"}`
 
@@ -115,6 +123,16 @@ func TestPrefixes(t *testing.T) {
 		{list, `{"v":1,"next":{"v":2,"next":null}}`, -1, true},
 		{list, `{"v":1,"next":{"v":2,"next":[`, len(`{"v":1,"next":{"v":2,"next":`), false},
 		{`true`, `{"x":[1,{"y":null}]}`, -1, true},
+		// A tagged union: the tag's value chooses the alternative.
+		{shapes, `{"kind":"circle","r":1.5}`, -1, true},
+		{shapes, `{"kind": "rect", "w": 2, "h": 3}`, -1, true},
+		{shapes, `{"kind":"square","w":2}`, -1, true},
+		{shapes, `{"kind":"circle","w":2}`, len(`{"kind":"circle","`), false},
+		{shapes, `{"kind":"rect","w":2}`, -1, true}, // h optional
+		{shapes, `"a string"`, -1, true},
+		{shapes, `{"kind":"oval"}`, len(`{"kind":"`), false},
+		{shapes, `{"r":1}`, len(`{"`), false}, // the tag first
+		{shapes, `{"kind":"circle"}`, len(`{"kind":"circle"`), false},
 	}
 	for _, tt := range tests {
 		g := mustCompile(t, tt.schema)
@@ -165,6 +183,8 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"items":{"not":{}}}`, "#/items", "not"},
 		{`{"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}},"$ref":"#/$defs/a"}`, "#/$defs/a/anyOf", "anyOf"},
 		{manyOptional(3000), "#", "properties"},
+		// Objects whose tags share a value are no tagged union.
+		{`{"anyOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},{"type":"object","properties":{"k":{"enum":["b","a"]}},"required":["k"]}]}`, "#/anyOf", "anyOf"},
 	}
 	for _, tt := range tests {
 		_, err := CompileSchema([]byte(tt.schema))

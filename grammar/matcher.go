@@ -141,13 +141,17 @@ func (g *Grammar) step(s state, b byte) (state, bool) {
 func (g *Grammar) pop(s state) state { return g.popWith(s, -1) }
 
 // popWith closes the top frame; a key tells its object which property it
-// named.
+// named, and a tagged union's tag which variant the object continues as.
 func (g *Grammar) popWith(s state, term int32) state {
 	done := s[len(s)-1]
 	s = s[:len(s)-1]
-	if done.kind == fKey {
-		p := &s[len(s)-1]
+	switch p := &s[len(s)-1]; {
+	case done.kind == fKey:
 		p.node2(term)
+	case done.kind == fLiteral && p.kind == fObject && term >= 0:
+		if vs := g.nodes[p.node].variants; vs != nil {
+			p.node = vs[term]
+		}
 	}
 	return s
 }

@@ -10,8 +10,11 @@
 // properties, required and additionalProperties, arrays with items,
 // minItems and maxItems, enum and const, the types string, number,
 // integer, boolean and null (or a list of them), anyOf and oneOf whose
-// alternatives begin with different bytes, and $ref to "#", "#/$defs/..."
-// or "#/definitions/...". Annotations (title, description, default,
+// alternatives begin with different bytes or are objects told apart by
+// their first property, required, whose string constants no two share
+// (a tagged union: the tag's value chooses the alternative), and $ref to
+// "#", "#/$defs/..." or "#/definitions/...". CompileToolCall compiles a
+// tool call, one such union over the tools. Annotations (title, description, default,
 // examples, format, ...) are ignored; any other keyword is refused with a
 // *SchemaError naming it and its JSON pointer.
 //
@@ -93,6 +96,11 @@ type node struct {
 	// kUnion: the alternative for each first byte, -1 for none.
 	alts  []int32
 	first *[256]int16
+
+	// kObject, a tagged union: its one property is the tag, whose value
+	// (a string literal, its trie's term the variant's index) chooses the
+	// object node the frame continues as, variants[term].
+	variants []int32
 }
 
 type prop struct {
@@ -629,7 +637,92 @@ func (c *compiler) union(path, kw string, v any) (int32, error) {
 	if len(alts) == 1 {
 		return alts[0], nil
 	}
+	// Objects among the alternatives may make a tagged union, which the
+	// others are told apart from by their first byte.
+	var objs, rest []int32
+	for _, a := range alts {
+		if c.g.nodes[a].kind == kObject {
+			objs = append(objs, a)
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	if len(objs) > 1 {
+		if n, ok := c.tagged(objs); ok {
+			if len(rest) == 0 {
+				return n, nil
+			}
+			alts = append(rest, n)
+		}
+	}
 	return c.newUnion(alts, path, kw, "two alternatives overlap"), nil
+}
+
+// tagged makes a tagged union of alternatives that are all objects whose
+// first property is the same required one with string constants (const
+// or enum) that no two alternatives share: the discriminated union of
+// OpenAPI and pydantic, and a tool call's {"name", "arguments"}. They all
+// begin with '{', so that no first byte tells them apart, but the tag's
+// value does: the object reads the tag and continues as the alternative
+// it names. ok is false for alternatives of any other shape.
+func (c *compiler) tagged(alts []int32) (int32, bool) {
+	g := c.g
+	var tag string
+	var words []string
+	var vals []int32
+	for i, a := range alts {
+		nd := &g.nodes[a]
+		if nd.kind != kObject || nd.mapValue >= 0 || nd.variants != nil || len(nd.props) == 0 || !nd.props[0].required {
+			return 0, false
+		}
+		p := nd.props[0]
+		if i == 0 {
+			tag = p.name
+		} else if p.name != tag {
+			return 0, false
+		}
+		if g.nodes[p.node].kind != kLiteral {
+			return 0, false
+		}
+		for _, w := range g.trieWords(g.nodes[p.node].lit) {
+			if w[0] != '"' {
+				return 0, false
+			}
+			for _, seen := range words {
+				if seen == w {
+					return 0, false
+				}
+			}
+			words, vals = append(words, w), append(vals, int32(i))
+		}
+	}
+	var buf bytes.Buffer
+	quote(&buf, tag)
+	return g.newNode(node{
+		kind:     kObject,
+		mapValue: -1,
+		props:    []prop{{name: tag, node: g.newLiteral(words, vals), required: true}},
+		reqAt:    []int{0, 1},
+		keys:     []int32{g.newTrie([]string{buf.String()}, []int32{0}), g.newTrie(nil, nil)},
+		variants: alts,
+	}), true
+}
+
+// trieWords returns the words of the literal trie at root.
+func (g *Grammar) trieWords(root int32) []string {
+	var words []string
+	var walk func(n int32, prefix []byte)
+	walk = func(n int32, prefix []byte) {
+		t := &g.tries[n]
+		if t.term >= 0 {
+			words = append(words, string(prefix))
+		}
+		for _, e := range t.edges {
+			walk(e.next, append(prefix, e.b))
+		}
+	}
+	walk(root, nil)
+	return words
 }
 
 // ref resolves a $ref to the root or to $defs/definitions, compiling each

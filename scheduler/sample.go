@@ -11,10 +11,11 @@ const maxSamplers = 8
 
 // A rowPick is what sampling one row of a step decided.
 type rowPick struct {
-	id  int
-	end bool
-	err error
-	pay any // Request.Payload's value for a kept token
+	id   int
+	end  bool
+	err  error
+	pay  any  // Request.Payload's value for a kept token
+	last bool // Request.Last's for a kept token
 }
 
 // samplers pick the tokens of a step's rows off the loop goroutine: each
@@ -98,6 +99,9 @@ func (s *Scheduler) sampleRow(i int) rowPick {
 	}
 	if pk.err == nil && !pk.end && h.req.Payload != nil {
 		pk.pay = h.req.Payload(pk.id)
+	}
+	if pk.err == nil && !pk.end && h.req.Last != nil {
+		pk.last = h.req.Last()
 	}
 	return pk
 }

@@ -105,6 +105,12 @@ type Request struct {
 	// the token to Handle.TokensWith. A Next that works out more than the
 	// id (log-probabilities, say) keeps it for Payload to hand over.
 	Payload func(id int) any
+	// Last, if set, is called on the same goroutine right after each
+	// call of Next (or Pick) that picked a token the request keeps,
+	// after Payload; true makes that token the output's last: the
+	// request ends with EndToken once it is delivered, and no step runs
+	// for it (a grammar that allows nothing after the token).
+	Last func() bool
 	// Priority orders the request under the priority policy
 	// (PriorityPolicy): lower values are admitted first and preempted
 	// last, equal ones in arrival order. FCFS ignores it.
@@ -742,6 +748,8 @@ func (s *Scheduler) step() {
 			h.history = append(h.history, pk.id)
 			h.deliver(pk.id, pk.pay)
 			switch {
+			case pk.last:
+				s.remove(h, EndToken, nil)
 			case len(h.history)-len(h.req.Prompt) >= h.req.MaxNew:
 				s.remove(h, EndLength, nil)
 			case len(h.history) >= h.maxTotal:

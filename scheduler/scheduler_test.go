@@ -515,3 +515,39 @@ func TestPayload(t *testing.T) {
 		}
 	}
 }
+
+// TestLast: a request whose Last says its token is the output's last
+// ends with it (EndToken, the token delivered), beside a request that
+// runs on; kakeya's TestStructuredEndsAtClose counts the steps.
+func TestLast(t *testing.T) {
+	m := loadTiny(t)
+	s, err := New(Config{Model: m, Cache: model.SequenceOptions{Cache: kvcache.Policy{HotBF16: true}}, KVMemory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := rand.New(rand.NewPCG(7, 8))
+	vocab := m.Config().VocabSize
+	a, b := randomPrompt(r, 12, vocab), randomPrompt(r, 12, vocab)
+	want := solo(t, m, kvcache.Policy{HotBF16: true}, a, 3)
+	kept := 0
+	ha, err := s.Submit(context.Background(), Request{Prompt: a, MaxNew: 10, Next: greedy(-1),
+		Last: func() bool { kept++; return kept == 3 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := s.Submit(context.Background(), Request{Prompt: b, MaxNew: 8, Next: greedy(-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, o, err := collect(context.Background(), ha)
+	if err != nil || !slices.Equal(got, want) || o.Reason != EndToken {
+		t.Fatalf("with Last true on the third token: %v (%q, %v), want %v (%q)", got, o.Reason, err, want, EndToken)
+	}
+	if gotB, o, err := collect(context.Background(), hb); err != nil || len(gotB) != 8 || o.Reason != EndLength {
+		t.Fatalf("the other request: %d tokens (%q, %v), want 8 (%q)", len(gotB), o.Reason, err, EndLength)
+	}
+	if kept != 3 {
+		t.Errorf("Last called %d times, want 3", kept)
+	}
+}

@@ -88,10 +88,10 @@ type request struct {
 	echo, scoreOnly bool
 
 	// tools are the tools the model may call, as sent (nil for none),
-	// with their functions' names; toolChoice is "auto" (or ""),
-	// "none", "required" or "function", naming toolNamed.
+	// with their functions' names and parameters; toolChoice is "auto"
+	// (or ""), "none", "required" or "function", naming toolNamed.
 	tools      json.RawMessage
-	toolNames  []string
+	toolFns    []kakeya.ToolSchema
 	toolChoice string
 	toolNamed  string
 }
@@ -274,7 +274,7 @@ func decodeRequest(body []byte, chat bool, p *params) (*request, *apiError) {
 			if !chat {
 				return nil, unsupported(k, "; it is a /v1/chat/completions field")
 			}
-			r.tools, r.toolNames, err = decodeTools(raw)
+			r.tools, r.toolFns, err = decodeTools(raw)
 		case "tool_choice":
 			if !chat {
 				return nil, unsupported(k, "; it is a /v1/chat/completions field")

@@ -71,8 +71,16 @@ func (m *metrics) handler() http.Handler {
 
 // observe records a generation request that ran (res is its Result,
 // possibly partial).
-func (m *metrics) observe(res *kakeya.Result) {
-	m.promptTokens.Add(float64(res.PromptTokens))
+func (m *metrics) observe(res *kakeya.Result) { m.observeChoice(res, true) }
+
+// observeChoice records one choice of a request; prompt says its prompt
+// tokens count, which they do for one choice of n > 1 only, as usage
+// counts them: the others found the prompt in the prefix cache.
+func (m *metrics) observeChoice(res *kakeya.Result, prompt bool) {
+	if prompt {
+		m.promptTokens.Add(float64(res.PromptTokens))
+		m.vllm.prompt.Add(float64(res.PromptTokens))
+	}
 	m.generationTokens.Add(float64(res.GeneratedTokens))
 	m.vllm.observe(res)
 	if res.GeneratedTokens > 0 {

@@ -105,9 +105,11 @@ func (s *server) generateN(ctx context.Context, w http.ResponseWriter, r *http.R
 	}
 	wg.Wait()
 
+	counted := false // the prompt, once, as usage counts it
 	for _, sm := range samples {
 		if sm.res != nil {
-			s.metrics.observe(sm.res)
+			s.metrics.observeChoice(sm.res, !counted)
+			counted = true
 		}
 	}
 	ri := info(r)

@@ -12,9 +12,9 @@ import (
 )
 
 // n = 3 choices: choice i is the sample the reference engine draws with
-// seed+i; usage counts the prompt once; choices 1 and 2 found the
-// prompt's full blocks in the pool's prefix cache (choice 0's), so only
-// its last, partly filled block ran again for each.
+// seed+i; usage and the metrics count the prompt once; choices 1 and 2
+// found the prompt's full blocks in the pool's prefix cache (choice 0's),
+// so only its last, partly filled block ran again for each.
 func TestN(t *testing.T) {
 	ss := newScriptedServer(t)
 	prompt := "Once upon a time, in a town by the sea, " + strings.Repeat("a fisher mended her nets and sang. ", 8) + "n-test"
@@ -26,6 +26,8 @@ func TestN(t *testing.T) {
 	}
 	before := ss.eng.Stats().Pool
 	ts := &testServer{url: ss.URL}
+	const promptMetric, vllmPrompt, vllmGen = "kakeya_prompt_tokens_total", `vllm:prompt_tokens_total{model_name="ref"}`, `vllm:generation_tokens_total{model_name="ref"}`
+	p0, v0, g0 := ts.metric(t, promptMetric), ts.metric(t, vllmPrompt), ts.metric(t, vllmGen)
 	code, b := ts.post(t, "/v1/completions", fmt.Sprintf(`{"prompt": %q, "n": %d, "seed": %d, "max_tokens": %d}`, prompt, n, seed, maxTokens))
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, b)
@@ -47,6 +49,12 @@ func TestN(t *testing.T) {
 	}
 	if u := resp.Usage; u.PromptTokens != want[0].PromptTokens || u.CompletionTokens != completionTokens || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
 		t.Errorf("usage %+v, want the prompt's %d tokens once and %d generated", u, want[0].PromptTokens, completionTokens)
+	}
+	// The metrics count the prompt once too, the generated tokens of
+	// every choice.
+	p, v, g := ts.metric(t, promptMetric)-p0, ts.metric(t, vllmPrompt)-v0, ts.metric(t, vllmGen)-g0
+	if p != float64(want[0].PromptTokens) || v != p || g != float64(completionTokens) {
+		t.Errorf("metrics: %v prompt tokens (vLLM's %v), %v generated; want %d once and %d", p, v, g, want[0].PromptTokens, completionTokens)
 	}
 	bs := kvconfig.DefaultBlock
 	full := (want[0].PromptTokens - 1) / bs * bs

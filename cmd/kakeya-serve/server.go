@@ -922,7 +922,7 @@ func (s *server) tokenize(w http.ResponseWriter, r *http.Request) {
 		}
 		creq := &request{chat: true, messages: msgs}
 		if aerr == nil && req.Tools != nil && !isNull(req.Tools) {
-			creq.tools, creq.toolNames, aerr = decodeTools(req.Tools)
+			creq.tools, creq.toolFns, aerr = decodeTools(req.Tools)
 		}
 		if aerr == nil {
 			aerr = info(r).charge.grow(int64(len(req.Messages)), tokenizeBytesPerByte)

@@ -25,8 +25,9 @@ var toolName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,64}$`)
 
 // decodeTools decodes tools: a list of {"type": "function", "function":
 // {"name", "description", "parameters", ...}}. It returns the list as
-// sent (nil when empty) and the functions' names.
-func decodeTools(raw json.RawMessage) (json.RawMessage, []string, *apiError) {
+// sent (nil when empty) and the functions, their names and parameters'
+// schemas (nil where absent).
+func decodeTools(raw json.RawMessage) (json.RawMessage, []kakeya.ToolSchema, *apiError) {
 	var list []struct {
 		Type     string          `json:"type"`
 		Function json.RawMessage `json:"function"`
@@ -37,7 +38,7 @@ func decodeTools(raw json.RawMessage) (json.RawMessage, []string, *apiError) {
 	if len(list) == 0 {
 		return nil, nil, nil
 	}
-	names := make([]string, len(list))
+	fns := make([]kakeya.ToolSchema, len(list))
 	for i, t := range list {
 		at := fmt.Sprintf("tools[%d]", i)
 		if t.Type != "function" {
@@ -53,15 +54,18 @@ func decodeTools(raw json.RawMessage) (json.RawMessage, []string, *apiError) {
 		if !toolName.MatchString(*f.Name) {
 			return nil, nil, badRequest(at+".function.name", "%s.function.name %q must be 1 to 64 letters, digits, _, . or -", at, *f.Name)
 		}
-		if slices.Contains(names[:i], *f.Name) {
+		if slices.ContainsFunc(fns[:i], func(t kakeya.ToolSchema) bool { return t.Name == *f.Name }) {
 			return nil, nil, badRequest(at+".function.name", "%s.function.name %q names an earlier tool too", at, *f.Name)
 		}
 		if f.Parameters != nil && !isNull(f.Parameters) && !isObject(f.Parameters) {
 			return nil, nil, badRequest(at+".function.parameters", "%s.function.parameters must be a JSON schema object", at)
 		}
-		names[i] = *f.Name
+		fns[i].Name = *f.Name
+		if f.Parameters != nil && !isNull(f.Parameters) {
+			fns[i].Parameters = f.Parameters
+		}
 	}
-	return raw, names, nil
+	return raw, fns, nil
 }
 
 // decodeToolChoice decodes tool_choice: "auto", "none", "required" or
@@ -88,17 +92,44 @@ func decodeToolChoice(raw json.RawMessage) (choice, named string, err *apiError)
 	return toolChoiceNamed, obj.Function.Name, nil
 }
 
-// checkToolChoice checks tool_choice against the tools.
+// checkToolChoice checks tool_choice against the tools. Required or
+// named, the call's arguments are generated under the grammar of the
+// tool's parameters, which must compile: a schema it refuses is a 400
+// naming the tool and the keyword.
 func (r *request) checkToolChoice() *apiError {
+	forced := r.toolChoice == toolChoiceRequired || r.toolChoice == toolChoiceNamed
 	switch {
 	case r.tools != nil && !r.chat:
 		return unsupported("tools", "; it is a /v1/chat/completions field")
-	case (r.toolChoice == toolChoiceRequired || r.toolChoice == toolChoiceNamed) && r.tools == nil:
+	case forced && r.tools == nil:
 		return badRequest("tool_choice", "tool_choice %q needs tools", r.toolChoice)
-	case r.toolChoice == toolChoiceNamed && !slices.Contains(r.toolNames, r.toolNamed):
-		return badRequest("tool_choice", "tool_choice names the function %q, which is not among the tools (%s)", r.toolNamed, strings.Join(r.toolNames, ", "))
+	case r.toolChoice == toolChoiceNamed && r.namedTool() < 0:
+		names := make([]string, len(r.toolFns))
+		for i, t := range r.toolFns {
+			names[i] = t.Name
+		}
+		return badRequest("tool_choice", "tool_choice names the function %q, which is not among the tools (%s)", r.toolNamed, strings.Join(names, ", "))
+	case forced && (r.constraint.jsonObject || r.constraint.schema != nil):
+		return badRequest("response_format", "response_format (or guided_json) and tool_choice %q both constrain the reply, which tool_choice makes a tool call: send one", r.toolChoice)
+	}
+	if !forced {
+		return nil
+	}
+	for i, t := range r.toolFns {
+		if r.toolChoice == toolChoiceNamed && t.Name != r.toolNamed {
+			continue
+		}
+		if err := kakeya.CheckToolParameters(t.Parameters); err != nil {
+			at := fmt.Sprintf("tools[%d].function.parameters", i)
+			return badRequest(at, "%s (function %q): %v; tool_choice %q generates the arguments under this schema, which must keep to the subset docs/cli.md lists", at, t.Name, err, r.toolChoice)
+		}
 	}
 	return nil
+}
+
+// namedTool returns the index of the tool tool_choice names, -1 if none.
+func (r *request) namedTool() int {
+	return slices.IndexFunc(r.toolFns, func(t kakeya.ToolSchema) bool { return t.Name == r.toolNamed })
 }
 
 // isObject reports whether raw is a JSON object.
@@ -149,12 +180,23 @@ func decodeToolCalls(raw json.RawMessage, at string) ([]kakeya.ToolCall, *apiErr
 }
 
 // A toolPlan is how a chat request with tools runs: the format the model
-// writes calls in, whether its reply is parsed for them, and the text
-// that starts the reply for it (tool_choice required or named).
+// writes calls in, whether its reply is parsed for them, the text that
+// starts the reply for it and the text that ends a reply whose call the
+// grammar closed (tool_choice required or named).
 type toolPlan struct {
 	format toolFormat
 	parse  bool   // tool_choice is not none: calls are read from the reply
 	prefix string // the start of a call, fed after the prompt ("" for none)
+	suffix string // the end of the call after the generated JSON
+}
+
+// text returns the whole text of a reply that generated text and ended
+// for finish: a call the grammar closed (finish "stop") gets its end.
+func (p *toolPlan) text(text, finish string) string {
+	if finish == "stop" {
+		return p.prefix + text + p.suffix
+	}
+	return p.prefix + text
 }
 
 // toolFormatOf tells a chat template's tool format from its text: Llama
@@ -168,7 +210,12 @@ func toolFormatOf(template string) toolFormat {
 }
 
 // planTools sets opt up for the request's tools and tool messages and
-// returns the plan of the reply, nil when the request has no tools. The
+// returns the plan of the reply, nil when the request has no tools.
+// tool_choice required or named generates the call under a grammar
+// (opt.ToolCall): named, the prompt holds the call up to its arguments,
+// which the tool's schema constrains; required, the call's JSON is
+// generated whole, its name one of the tools' and its arguments by that
+// tool's schema. Either ends where the call's JSON closes. The
 // tools go to the model's chat template; a template that reads neither
 // tools nor tool calls (no "tool" in its text) gets the conversation
 // rewritten in the Hermes format Qwen2.5's template writes (tools in the
@@ -191,16 +238,21 @@ func planTools(src string, req *request, opt *kakeya.GenerateOptions) *toolPlan 
 	if native {
 		p.format = toolFormatOf(src)
 	}
-	switch {
-	case req.toolChoice == toolChoiceNamed && p.format == hermesFormat:
-		p.prefix = toolCallOpen + "\n{\"name\": " + jsonString(req.toolNamed) + ", \"arguments\": "
-		opt.Stop = append(slices.Clip(opt.Stop), toolCallClose) // one call
-	case req.toolChoice == toolChoiceNamed:
-		p.prefix = "{\"name\": " + jsonString(req.toolNamed) + ", \"parameters\": "
-	case req.toolChoice == toolChoiceRequired && p.format == hermesFormat:
-		p.prefix = toolCallOpen + "\n{\"name\": \""
-	case req.toolChoice == toolChoiceRequired:
-		p.prefix = "{\"name\": \""
+	argsKey := "arguments"
+	if p.format == llamaFormat {
+		argsKey = "parameters"
+	}
+	switch req.toolChoice {
+	case toolChoiceNamed:
+		p.prefix = "{\"name\": " + jsonString(req.toolNamed) + ", \"" + argsKey + "\": "
+		p.suffix = "}"
+		opt.ToolCall = &kakeya.ToolCallGrammar{Tools: []kakeya.ToolSchema{req.toolFns[req.namedTool()]}, ArgumentsOnly: true}
+	case toolChoiceRequired:
+		opt.ToolCall = &kakeya.ToolCallGrammar{Tools: req.toolFns, ArgumentsKey: argsKey}
+	}
+	if opt.ToolCall != nil && p.format == hermesFormat {
+		p.prefix = toolCallOpen + "\n" + p.prefix
+		p.suffix += "\n" + toolCallClose
 	}
 	return p
 }
@@ -325,7 +377,7 @@ func (p *toolPlan) reply(text, finish string) (*string, []toolCallJSON, string) 
 	if p == nil || !p.parse {
 		return &text, nil, finish
 	}
-	content, calls := parseToolCalls(p.format, p.prefix+text)
+	content, calls := parseToolCalls(p.format, p.text(text, finish))
 	if len(calls) == 0 {
 		return &content, nil, finish
 	}
@@ -347,14 +399,15 @@ func (p *toolPlan) reply(text, finish string) (*string, []toolCallJSON, string) 
 // whole (id, type and name, then the arguments), as the OpenAI API
 // streams them.
 type toolStream struct {
-	sse   *sseWriter
-	p     toolParser
-	calls int
+	sse    *sseWriter
+	p      toolParser
+	suffix string // toolPlan's
+	calls  int
 }
 
 // newToolStream returns the stream of plan's reply on sse.
 func newToolStream(sse *sseWriter, plan *toolPlan) *toolStream {
-	ts := &toolStream{sse: sse, p: toolParser{format: plan.format}}
+	ts := &toolStream{sse: sse, p: toolParser{format: plan.format}, suffix: plan.suffix}
 	ts.p.feed(plan.prefix) // the start of a call: nothing goes out
 	return ts
 }
@@ -395,6 +448,11 @@ func (ts *toolStream) send(content string, calls []parsedCall) error {
 // finish sends what the parser held and returns the finish reason:
 // "tool_calls" for a reply that stopped after calls.
 func (ts *toolStream) finish(finish string) (string, error) {
+	if finish == "stop" && ts.suffix != "" {
+		if err := ts.text(ts.suffix); err != nil { // the call the grammar closed
+			return finish, err
+		}
+	}
 	if err := ts.send(ts.p.finish()); err != nil {
 		return finish, err
 	}

@@ -233,12 +233,13 @@ func TestToolCallsReply(t *testing.T) {
 }
 
 // A named tool_choice starts the reply with the call's opening, up to its
-// arguments, after the prompt (so the model writes only the arguments),
-// and stops at the call's end; required starts it up to the name. The
-// reference model runs here, unscripted: what it writes is no JSON, and
+// arguments, after the prompt (so the model writes only the arguments,
+// under their schema's grammar), and the server closes the call where
+// the arguments' JSON closes; required starts it at the call's JSON. The
+// reference model runs here, unscripted, for 4 tokens: an unfinished call
 // comes back as content, the forced start with it.
 func TestToolChoiceForcesCallStart(t *testing.T) {
-	ss := newScriptedServer(t, "", "", `{"city": "Paris"}}`+"\n", `{"city": "Oslo"}}`)
+	ss := newScriptedServer(t, "", "", `{"city": "Paris"}`, `{"city": "Oslo"}`)
 	req := func(choice string) string {
 		return `{"messages": [{"role": "user", "content": "Weather?"}], "tools": [` + weatherTool + `], "tool_choice": ` + choice + `, "max_tokens": 4, "temperature": 0}`
 	}
@@ -258,7 +259,7 @@ func TestToolChoiceForcesCallStart(t *testing.T) {
 	if code, b = ss.post(t, req(`"required"`)); code != http.StatusOK {
 		t.Fatalf("%d %s", code, b)
 	}
-	if p := ss.prompt(t, 1); !strings.HasSuffix(p, "<|im_start|>assistant\n<tool_call>\n{\"name\": \"") {
+	if p := ss.prompt(t, 1); !strings.HasSuffix(p, "<|im_start|>assistant\n<tool_call>\n") {
 		t.Errorf("required: the prompt ends %q", p[max(0, len(p)-80):])
 	}
 	// Scripted: the model writes the arguments, the call parses.
@@ -390,5 +391,43 @@ func TestTokenizeTools(t *testing.T) {
 	json.Unmarshal(b, &tk)
 	if got, want := ss.eng.Decode(tk.Tokens, false), ss.prompt(t, 0); got != want {
 		t.Errorf("/tokenize renders\n%q\nthe chat request\n%q", got, want)
+	}
+}
+
+// planTools under tool_choice required and named, in both formats: the
+// grammar asked for (the call, or the named tool's arguments alone after
+// the call's start in the prompt), and the end the server writes after a
+// call the grammar closed, which parses as the call.
+func TestPlanToolsGrammar(t *testing.T) {
+	fns := []kakeya.ToolSchema{{Name: "get_weather", Parameters: []byte(`{"type":"object"}`)}, {Name: "add"}}
+	llama := "{{ '<|python_tag|>' }}{% if tools %}{{ tools }}{% endif %}"
+	tests := []struct {
+		template, choice, named string
+		prefix, suffix, key     string
+		only                    bool
+		reply                   string // what the model writes under the grammar
+	}{
+		{"", toolChoiceRequired, "", "<tool_call>\n", "\n</tool_call>", "arguments", false, `{"name": "add", "arguments": {"a": 1}}`},
+		{"", toolChoiceNamed, "add", "<tool_call>\n{\"name\": \"add\", \"arguments\": ", "}\n</tool_call>", "", true, `{"a": 1}`},
+		{llama, toolChoiceRequired, "", "", "", "parameters", false, `{"name": "add", "parameters": {"a": 1}}`},
+		{llama, toolChoiceNamed, "add", "{\"name\": \"add\", \"parameters\": ", "}", "", true, `{"a": 1}`},
+	}
+	for _, tt := range tests {
+		req := &request{chat: true, tools: json.RawMessage(`[]`), toolFns: fns, toolChoice: tt.choice, toolNamed: tt.named,
+			messages: []kakeya.Message{{Role: "user", Content: "hi"}}}
+		var opt kakeya.GenerateOptions
+		p := planTools(tt.template, req, &opt)
+		tc := opt.ToolCall
+		if p.prefix != tt.prefix || p.suffix != tt.suffix || tc == nil || tc.ArgumentsKey != tt.key || tc.ArgumentsOnly != tt.only {
+			t.Errorf("%q %s: prefix %q, suffix %q, grammar %+v", tt.template, tt.choice, p.prefix, p.suffix, tc)
+			continue
+		}
+		if tt.only && (len(tc.Tools) != 1 || tc.Tools[0].Name != tt.named) || !tt.only && len(tc.Tools) != len(fns) {
+			t.Errorf("%q %s: tools %+v", tt.template, tt.choice, tc.Tools)
+		}
+		content, calls, finish := p.reply(tt.reply, "stop")
+		if content != nil || len(calls) != 1 || calls[0].Function.Name != "add" || calls[0].Function.Arguments != `{"a":1}` || finish != "tool_calls" {
+			t.Errorf("%q %s: reply %v %+v %q", tt.template, tt.choice, content, calls, finish)
+		}
 	}
 }

@@ -51,10 +51,10 @@ func newVLLMMetrics(reg *prometheus.Registry, name string, stats func() (schedul
 	return v
 }
 
-// observe records a generation request that ran (res is its Result,
-// possibly partial).
+// observe records a generation that ran (res is its Result, possibly
+// partial), but for its prompt tokens, which the caller counts once per
+// request (metrics.observeChoice).
 func (v *vllmMetrics) observe(res *kakeya.Result) {
-	v.prompt.Add(float64(res.PromptTokens))
 	v.generation.Add(float64(res.GeneratedTokens))
 	if res.GeneratedTokens == 0 {
 		return
