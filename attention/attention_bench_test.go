@@ -77,10 +77,16 @@ func benchDecode(b *testing.B, ctx, bs int, policy kvcache.Policy) {
 	cb, sb := compute.Wrap(cos), compute.Wrap(sin)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuSeconds()
 	for i := 0; i < b.N; i++ {
 		if err := a.Forward(out, q, 1, ctx-1, c.Layer(0), cb, sb); err != nil {
 			b.Fatal(err)
 		}
+	}
+	// The process's CPU time per query (every thread's), which a loaded
+	// machine's other work does not add to as it does to the wall time.
+	if cpu := cpuSeconds() - cpu0; cpu > 0 {
+		b.ReportMetric(cpu/float64(b.N)*1e3, "cpu-ms/op")
 	}
 }
 
