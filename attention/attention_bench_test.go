@@ -8,6 +8,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/internal/cputime"
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
@@ -77,7 +78,7 @@ func benchDecode(b *testing.B, ctx, bs int, policy kvcache.Policy) {
 	cb, sb := compute.Wrap(cos), compute.Wrap(sin)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuSeconds()
+	cpu0 := cputime.Seconds()
 	for i := 0; i < b.N; i++ {
 		if err := a.Forward(out, q, 1, ctx-1, c.Layer(0), cb, sb); err != nil {
 			b.Fatal(err)
@@ -85,7 +86,7 @@ func benchDecode(b *testing.B, ctx, bs int, policy kvcache.Policy) {
 	}
 	// The process's CPU time per query (every thread's), which a loaded
 	// machine's other work does not add to as it does to the wall time.
-	if cpu := cpuSeconds() - cpu0; cpu > 0 {
+	if cpu := cputime.Seconds() - cpu0; cpu > 0 {
 		b.ReportMetric(cpu/float64(b.N)*1e3, "cpu-ms/op")
 	}
 }

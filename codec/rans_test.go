@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/cputime"
 )
 
 // pcFamilies are the fixed-level quantizer families of kakeya-pc.
@@ -331,7 +333,7 @@ func BenchmarkRANSDecode(b *testing.B) {
 	}
 	stream, _ := ransEncode(nil, nil, syms, tabs, per)
 	out := make([]float32, len(syms))
-	cpu0 := cpuSeconds()
+	cpu0 := cputime.Seconds()
 	for b.Loop() {
 		if err := ransDecode(out, stream, per, tabs, lv, levOff); err != nil {
 			b.Fatal(err)
@@ -341,7 +343,7 @@ func BenchmarkRANSDecode(b *testing.B) {
 	b.ReportMetric(msym/b.Elapsed().Seconds(), "Msym/s")
 	// Per second of the process's CPU time, which a loaded machine's
 	// other work does not take from (its other hyperthread still does).
-	if cpu := cpuSeconds() - cpu0; cpu > 0 {
+	if cpu := cputime.Seconds() - cpu0; cpu > 0 {
 		b.ReportMetric(msym/cpu, "Msym/cpu-s")
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kakeya-ai/kakeya/internal/cputime"
 )
 
 // The mixed load (make bench-serve): loadClients clients, of which
@@ -58,7 +60,7 @@ const mixedTool = `{"type": "function", "function": {"name": "save_rows", "descr
 // which issue 38 wants at 0.9 or more, and the wall-clock ratio beside
 // it for reference.
 func BenchmarkServeMixed(b *testing.B) {
-	if cpuSeconds() == 0 {
+	if cputime.Seconds() == 0 {
 		b.Skip("no process CPU time on this platform (getrusage)")
 	}
 	s := startServer(b, "--threads", "0", "--kv-memory", "256M")
@@ -211,7 +213,7 @@ func streamChatWith(ctx context.Context, url, prompt string, maxTokens int, extr
 		l := sc.Text()
 		switch {
 		case r.ttft == 0 && strings.Contains(l, `"delta"`):
-			r.ttft, r.cpuFirst = time.Since(start), cpuSeconds()
+			r.ttft, r.cpuFirst = time.Since(start), cputime.Seconds()
 		case strings.Contains(l, `"error"`):
 			return streamed{}, fmt.Errorf("error event: %s", l)
 		case strings.HasPrefix(l, `data: [DONE]`):
@@ -228,6 +230,6 @@ func streamChatWith(ctx context.Context, url, prompt string, maxTokens int, extr
 	if !done {
 		return streamed{}, errors.New("the stream ended without [DONE]")
 	}
-	r.total, r.cpuEnd = time.Since(start), cpuSeconds()
+	r.total, r.cpuEnd = time.Since(start), cputime.Seconds()
 	return r, nil
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/internal/cputime"
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
@@ -267,7 +268,7 @@ func BenchmarkQuantRows(b *testing.B) {
 					continue
 				}
 				b.Run(fmt.Sprintf("%s/n=%d/%s", f.Name, n, k.name), func(b *testing.B) {
-					cpu0 := cpuSeconds()
+					cpu0 := cputime.Seconds()
 					for b.Loop() {
 						k.run(&tk, 0, rows)
 					}
@@ -275,7 +276,7 @@ func BenchmarkQuantRows(b *testing.B) {
 					b.ReportMetric(macs/b.Elapsed().Seconds(), "GMAC/s")
 					// Per second of the process's CPU time, which a
 					// loaded machine's other work does not take from.
-					if cpu := cpuSeconds() - cpu0; cpu > 0 {
+					if cpu := cputime.Seconds() - cpu0; cpu > 0 {
 						b.ReportMetric(macs/cpu, "GMAC/cpu-s")
 					}
 				})

@@ -1,11 +1,12 @@
 //go:build unix
 
-package attention
+package cputime
 
 import "syscall"
 
-// cpuSeconds is the process's user and system CPU time.
-func cpuSeconds() float64 {
+// Seconds returns the process's user and system CPU time, all threads
+// together, in seconds (0 if getrusage fails).
+func Seconds() float64 {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0

@@ -1,6 +1,0 @@
-//go:build !unix
-
-package main
-
-// cpuSeconds is 0 where there is no getrusage: no CPU-time figure.
-func cpuSeconds() float64 { return 0 }
