@@ -17,6 +17,9 @@ type sharing struct {
 	tokens []int
 	hashes [][32]byte
 	blocks []*poolBlock
+	// regBlocks counts the non-nil blocks, sinkBlocks those of them that
+	// hold a sink token: the ledger's estimate of them (see Ledger).
+	regBlocks, sinkBlocks int
 }
 
 func (s *sharing) reset(p *Pool) {
@@ -27,6 +30,7 @@ func (s *sharing) reset(p *Pool) {
 		s.blocks[i] = nil
 	}
 	s.tokens, s.hashes, s.blocks = s.tokens[:0], s.hashes[:0], s.blocks[:0]
+	s.regBlocks, s.sinkBlocks = 0, 0
 }
 
 // final reports whether block b of a layer will never change again: it is
@@ -79,8 +83,14 @@ func (c *Cache) registerFinal() error {
 		for li := range c.layers {
 			parts[li] = append([]compute.Part(nil), c.layers[li].blocks[b]...)
 		}
+		pb := p.register(h, parts)
 		c.share.hashes = append(c.share.hashes, h)
-		c.share.blocks = append(c.share.blocks, p.register(h, parts))
+		c.share.blocks = append(c.share.blocks, pb)
+		if pb != nil {
+			p.mu.Lock()
+			c.registered(b)
+			p.mu.Unlock()
+		}
 	}
 	return nil
 }
@@ -107,11 +117,7 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 		return 0, fmt.Errorf("kvcache: AttachPrefix on a cache holding %d tokens, want an empty one", c.Len())
 	}
 	bs := c.cfg.BlockSize
-	lim := min(len(tokens)-1, c.cfg.MaxTokens)
-	if len(c.cfg.Policy.Layers) > 0 {
-		lim = min(lim, len(tokens)-c.cfg.Policy.HotWindow)
-	}
-	nb := max(lim, 0) / bs
+	nb := c.cfg.attachBlocks(tokens)
 
 	var hashes [][32]byte
 	var blocks []*poolBlock
@@ -140,6 +146,9 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 		p.hits++
 		p.hitTokens += int64(len(blocks) * bs)
 	}
+	for b := range blocks {
+		c.registered(b)
+	}
 	p.mu.Unlock()
 
 	n := len(blocks) * bs
@@ -164,6 +173,18 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 	c.share.hashes = append(c.share.hashes, hashes...)
 	c.share.blocks = append(c.share.blocks, blocks...)
 	return n, nil
+}
+
+// attachBlocks returns how many leading blocks of tokens AttachPrefix
+// looks up: at most len(tokens)-1 tokens (one is left to run for the
+// logits) and, under a policy that names layers, only blocks that left the
+// hot window of the whole prompt.
+func (c *Config) attachBlocks(tokens []int) int {
+	lim := min(len(tokens)-1, c.MaxTokens)
+	if len(c.Policy.Layers) > 0 {
+		lim = min(lim, len(tokens)-c.Policy.HotWindow)
+	}
+	return max(lim, 0) / c.BlockSize
 }
 
 // countAttached adds an attached part's bytes to a layer's stats, as
@@ -214,7 +235,10 @@ type Sizer struct {
 	// layer, KV head and K/V part: while the block is in the hot window,
 	// and once it left it.
 	hot, old int64
-	variable bool // some codec's blocks vary in size with the data
+	// layerExcess is the most one full layer's block position takes hot
+	// beyond its bytes once encoded (see Ledger.Cost).
+	layerExcess int64
+	variable    bool // some codec's blocks vary in size with the data
 	// slides are the sliding layers' bytes of one block position (every
 	// KV head, K and V, hot) by window; chunk the most tokens an Append
 	// adds (see slidingBlocks).
@@ -264,6 +288,7 @@ func (c Config) Sizer() (Sizer, error) {
 			z.slides[c.Windows[li]] += int64(2*c.KVHeads) * hot
 			continue
 		}
+		var excess int64
 		for h := 0; h < c.KVHeads; h++ {
 			for _, cd := range [2]codec.Codec{c.Policy.KCodec(li, h), c.Policy.VCodec(li)} {
 				z.hot += hot
@@ -276,8 +301,10 @@ func (c Config) Sizer() (Sizer, error) {
 					return Sizer{}, err
 				}
 				z.old += s
+				excess += max(0, hot-s)
 			}
 		}
+		z.layerExcess = max(z.layerExcess, excess)
 	}
 	z.variable = variable
 	return z, nil

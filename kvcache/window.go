@@ -86,6 +86,9 @@ func (p *Pool) dropLayer(b *poolBlock, li int) bool {
 	}
 	for i, pt := range b.parts[li] {
 		if pt != nil {
+			n := p.parts[pt].bytes
+			b.bytes -= n
+			p.shared -= n
 			p.release(pt)
 		}
 		b.parts[li][i] = nil
