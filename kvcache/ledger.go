@@ -113,9 +113,11 @@ func (l *Ledger) blockEstimate(b int) int64 {
 }
 
 // estimate returns the ledger's estimate of the registered blocks c
-// references; the pool's mutex is held.
+// references: their full layers' bytes as Cost counts them, and the real
+// bytes of their sliding layers' parts that c still holds in its windows;
+// the pool's mutex is held.
 func (l *Ledger) estimate(c *Cache) int64 {
-	return int64(c.share.sinkBlocks)*l.hotBlock + int64(c.share.regBlocks-c.share.sinkBlocks)*l.oldBlock
+	return int64(c.share.sinkBlocks)*l.hotBlock + int64(c.share.regBlocks-c.share.sinkBlocks)*l.oldBlock + c.share.slideHeld
 }
 
 // need returns the reservation a cache whose registered blocks are
@@ -195,18 +197,42 @@ func (c *Cache) Reserved() int64 {
 	return c.res
 }
 
-// registered accounts block b, which c registered or attached: its
-// reservation shrinks by the block's estimate, which the pool's shared
-// bytes now hold; the pool's mutex is held.
-func (c *Cache) registered(b int) {
+// registered accounts block b, pb in the pool, which c registered or
+// attached: its reservation shrinks by the block's estimate (see
+// Ledger.estimate), which the pool's shared bytes now hold; the pool's
+// mutex is held.
+func (c *Cache) registered(b int, pb *poolBlock) {
 	c.share.regBlocks++
 	if b*c.cfg.BlockSize < c.cfg.Policy.Sinks {
 		c.share.sinkBlocks++
 	}
+	var slide int64
+	for li := range c.layers {
+		if c.layers[li].window > 0 {
+			slide += c.cfg.Pool.partsBytes(pb.parts[li : li+1])
+		}
+	}
+	c.share.slideHeld += slide
 	if l := c.ledger; l != nil {
-		d := min(c.res, l.blockEstimate(b))
+		d := min(c.res, l.blockEstimate(b)+slide)
 		c.res -= d
 		c.cfg.Pool.reserved -= d
+	}
+}
+
+// slidPast accounts layer li of registered block pb, which c's window no
+// longer sees: its parts leave c's estimate and their bytes return to c's
+// reservation, which the window's next blocks take. They leave the pool's
+// shared bytes too where c was the block's one reference and dropped them
+// (dropped); a block others reference keeps them, shared, until the last
+// reference goes: bytes the ledger then counts twice, erring on the safe
+// side. The pool's mutex is held.
+func (c *Cache) slidPast(pb *poolBlock, li int) {
+	x := c.cfg.Pool.partsBytes(pb.parts[li : li+1])
+	c.share.slideHeld -= x
+	if c.ledger != nil {
+		c.res += x
+		c.cfg.Pool.reserved += x
 	}
 }
 

@@ -178,22 +178,24 @@ func (p *Pool) info(pt compute.Part) partInfo {
 	return p.parts[pt]
 }
 
-// register makes a final block of a sequence shared under hash, with one
-// reference (the sequence's). It returns nil when a block of that hash is
-// already registered: the sequence keeps its own copy.
-func (p *Pool) register(hash [32]byte, parts [][]compute.Part) *poolBlock {
+// register makes final block b of cache c shared under hash, with one
+// reference (c's), its bytes moving from c's reservation to the pool's
+// shared bytes at once. It returns nil when a block of that hash is
+// already registered: the cache keeps its own copy.
+func (p *Pool) register(c *Cache, b int, hash [32]byte, parts [][]compute.Part) *poolBlock {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.blocks[hash]; ok {
 		p.duplicateBlocks++
 		return nil
 	}
-	b := &poolBlock{hash: hash, parts: parts, refs: 1, bytes: p.partsBytes(parts)}
-	p.shared += b.bytes
-	p.blocks[hash] = b
+	pb := &poolBlock{hash: hash, parts: parts, refs: 1, bytes: p.partsBytes(parts)}
+	p.shared += pb.bytes
+	p.blocks[hash] = pb
 	p.referenced++
 	p.registered++
-	return b
+	c.registered(b, pb)
+	return pb
 }
 
 // acquire adds a reference to the block of hash, nil when none is cached;

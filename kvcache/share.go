@@ -20,6 +20,9 @@ type sharing struct {
 	// regBlocks counts the non-nil blocks, sinkBlocks those of them that
 	// hold a sink token: the ledger's estimate of them (see Ledger).
 	regBlocks, sinkBlocks int
+	// slideHeld is the bytes of those blocks' sliding-layer parts the
+	// cache's windows still see.
+	slideHeld int64
 }
 
 func (s *sharing) reset(p *Pool) {
@@ -30,7 +33,7 @@ func (s *sharing) reset(p *Pool) {
 		s.blocks[i] = nil
 	}
 	s.tokens, s.hashes, s.blocks = s.tokens[:0], s.hashes[:0], s.blocks[:0]
-	s.regBlocks, s.sinkBlocks = 0, 0
+	s.regBlocks, s.sinkBlocks, s.slideHeld = 0, 0, 0
 }
 
 // final reports whether block b of a layer will never change again: it is
@@ -83,14 +86,8 @@ func (c *Cache) registerFinal() error {
 		for li := range c.layers {
 			parts[li] = append([]compute.Part(nil), c.layers[li].blocks[b]...)
 		}
-		pb := p.register(h, parts)
 		c.share.hashes = append(c.share.hashes, h)
-		c.share.blocks = append(c.share.blocks, pb)
-		if pb != nil {
-			p.mu.Lock()
-			c.registered(b)
-			p.mu.Unlock()
-		}
+		c.share.blocks = append(c.share.blocks, p.register(c, b, h, parts))
 	}
 	return nil
 }
@@ -146,8 +143,8 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 		p.hits++
 		p.hitTokens += int64(len(blocks) * bs)
 	}
-	for b := range blocks {
-		c.registered(b)
+	for b, pb := range blocks {
+		c.registered(b, pb)
 	}
 	p.mu.Unlock()
 

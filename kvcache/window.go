@@ -54,7 +54,7 @@ func (c *Cache) slide(li int) {
 	for ; l.nextOut < end; l.nextOut++ {
 		b := l.nextOut
 		shared := b < len(c.share.blocks) && c.share.blocks[b] != nil
-		if shared && !c.cfg.Pool.dropLayer(c.share.blocks[b], li) {
+		if shared && !c.cfg.Pool.dropLayer(c, c.share.blocks[b], li) {
 			// Shared through the pool: thinned there while this cache is
 			// its only reference, else kept for the others.
 			continue
@@ -76,11 +76,12 @@ func (c *Cache) slide(li int) {
 	}
 }
 
-// dropLayer releases layer li's parts of b when one reference holds it,
-// reporting whether it did.
-func (p *Pool) dropLayer(b *poolBlock, li int) bool {
+// dropLayer releases layer li's parts of b, which cache c slid past, when
+// c is its one reference, reporting whether it did.
+func (p *Pool) dropLayer(c *Cache, b *poolBlock, li int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	c.slidPast(b, li)
 	if b.refs != 1 {
 		return false
 	}
