@@ -229,6 +229,9 @@ func (c *Cache) Layer(layer int) compute.KVLayer { return &c.layers[layer].view 
 // (with a pool: dropping its references to shared blocks, which stay
 // cached, and returning its reservation; see Ledger).
 func (c *Cache) Reset() {
+	if c.cfg.Pool != nil {
+		c.unpass()
+	}
 	for i := range c.layers {
 		l := &c.layers[i]
 		for bi, b := range l.blocks {

@@ -64,17 +64,20 @@ func NewLedger(cfg Config) (*Ledger, error) {
 	}
 	// The bytes a sequence holds do not grow monotonically (a block
 	// leaving the hot window shrinks when it is encoded), so a sequence is
-	// held to the peak on its way. During one Append of a layer the
-	// blocks the chunk pushes out of the hot window are still hot until
-	// the layer encodes them (in one batch, one launch on a GPU), while
-	// the layers before it hold their new length and those after their
-	// old one: the peak plus that one layer's excess bounds every moment.
+	// held to the peak on its way. During one Append of a chunk ending at
+	// m, the blocks it pushes out of the hot window are still hot in the
+	// layer being appended until it encodes them (in one batch, one launch
+	// on a GPU), while the layers before it hold their new length and
+	// those after their old one: Bytes(m) plus that one layer's excess
+	// bounds every moment. (A preempted sequence recomputes its history in
+	// chunks of up to the step's tokens, so any m may end a whole chunk.)
 	l.cost = make([]int64, cfg.MaxTokens+1)
 	budget := cfg.Pool.cfg.Budget
 	var peak int64
 	for n := range l.cost {
-		peak = max(peak, z.Bytes(n))
-		c := peak + int64(min(chunk, n)/cfg.BlockSize+1)*z.layerExcess
+		newly := z.encodedBlocks(n) - z.encodedBlocks(max(0, n-chunk))
+		peak = max(peak, z.Bytes(n)+int64(newly)*z.layerExcess)
+		c := peak
 		if l.variable {
 			// Real blocks of a variable codec may exceed the probes.
 			c += c / 64
@@ -89,9 +92,9 @@ func NewLedger(cfg Config) (*Ledger, error) {
 
 // Cost returns the most bytes a sequence of this configuration may hold on
 // its way to n tokens (0 ≤ n ≤ MaxTokens of the configuration), with
-// nothing shared: the peak of BytesFor up to n, the hot excess of one
-// layer's Append of a chunk before it encodes, and a margin of 1/64 where
-// a codec's block sizes vary with the data.
+// nothing shared: the peak, up to n, of BytesFor plus the hot excess of
+// one layer's Append of a chunk before it encodes, and a margin of 1/64
+// where a codec's block sizes vary with the data.
 func (l *Ledger) Cost(n int) int64 {
 	if n >= len(l.cost) {
 		return l.cost[len(l.cost)-1] + 1 // more than any sequence may hold

@@ -94,7 +94,10 @@ type poolBlock struct {
 	parts [][]compute.Part
 	refs  int
 	elem  *list.Element // in lru while refs == 0
-	bytes int64         // what its parts hold: in the pool's shared bytes while referenced, cached ones in lru
+	// passed counts, per layer, the referencing caches whose sliding
+	// window passed the block (nil until one did; see passLayer).
+	passed []int
+	bytes  int64 // what its parts hold: in the pool's shared bytes while referenced, cached ones in lru
 }
 
 // NewPool returns an empty pool.
@@ -222,6 +225,9 @@ func (p *Pool) unref(b *poolBlock) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b.refs--
+	for li := range b.passed {
+		p.dropPassed(b, li) // the others may all have passed it
+	}
 	if b.refs == 0 {
 		// No sequence can change an unreferenced block's parts, so its
 		// bytes hold until it is acquired or evicted.

@@ -333,11 +333,17 @@ func EncodedBlockBytes(cd codec.Codec, bs, d int) (size int64, variable bool, er
 	return max(n[0], n[1]), n[0] != n[1], nil
 }
 
+// encodedBlocks returns how many blocks Bytes(n) counts as left the hot
+// window.
+func (z Sizer) encodedBlocks(n int) int {
+	return Policy{HotWindow: z.hotWindow, Sinks: z.sinks}.EncodedBlocks(n, z.bs)
+}
+
 // Bytes returns what the cache holds after appending n tokens (0 ≤ n ≤
 // the configuration's MaxTokens), as Config.BytesFor does.
 func (z Sizer) Bytes(n int) int64 {
 	blocks := (n + z.bs - 1) / z.bs
-	old := Policy{HotWindow: z.hotWindow, Sinks: z.sinks}.EncodedBlocks(n, z.bs)
+	old := z.encodedBlocks(n)
 	b := int64(blocks-old)*z.hot + int64(old)*z.old
 	for w, hot := range z.slides {
 		b += int64(SlidingBlocks(n, w, z.bs, z.chunk)) * hot
