@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
 )
 
 // newLedger returns a pool of budget bytes and its ledger for cfg (whose
@@ -300,5 +301,40 @@ func TestLedgerNoOvercommit(t *testing.T) {
 		if st.Reserved != 0 || st.Shared != 0 || st.Hits == 0 || preempted == 0 {
 			t.Errorf("policy %+v: reserved %d, shared %d, prefix hits %d, preemptions %d at the end", pol, st.Reserved, st.Shared, st.Hits, preempted)
 		}
+	}
+}
+
+// A codec whose blocks the store keeps hot-decoded (the CUDA store's, for
+// codecs its kernels cannot read) counts hot in BytesFor, and so in the
+// ledger's Cost, as the cache counts such a block: admission does not
+// promise the codec's bytes where the store holds hot ones.
+func TestSizerHotDecoded(t *testing.T) {
+	const bs, d, n = 4, 8, 30
+	for _, tc := range []struct {
+		name  string
+		store compute.BlockStore
+	}{
+		{"cpu", backend.NewBlockStore(bs, d, true)},
+		{"hot decoded", &decodedStore{BlockStore: backend.NewBlockStore(bs, d, true), n: bs, d: d}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Layers: 1, KVHeads: 1, HeadDim: d, BlockSize: bs, MaxTokens: 32,
+				Policy: Policy{HotBF16: true, HotWindow: 4, Layers: []LayerCodecs{{K: []codec.Codec{mustCodec(t, "int8")}, V: mustCodec(t, "int8")}}},
+				Store:  tc.store}
+			c, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := appendTokens(c, seq(n, 1), 0); err != nil {
+				t.Fatal(err)
+			}
+			est, err := cfg.BytesFor(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Stats().Bytes(); est != got {
+				t.Errorf("BytesFor(%d) = %d, the cache holds %d", n, est, got)
+			}
+		})
 	}
 }

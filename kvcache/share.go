@@ -210,9 +210,9 @@ func (c *Cache) countAttached(st *LayerStats, pt compute.Part, kv int) {
 // constant time). A codec's block size is measured by encoding probe
 // blocks, exact for the fixed-size codecs (all of this project's but the
 // outlier lists of kakeya, whose size varies with the data; see
-// Sizer.Variable); a
-// store that keeps some codecs' blocks hot-decoded (see
-// compute.HotDecoded) holds more than this says.
+// Sizer.Variable); a codec whose blocks the store keeps hot-decoded (see
+// compute.HotDecoded: the CUDA store, for codecs its kernels cannot read)
+// counts hot, as the cache and the pool count such a block.
 func (c Config) BytesFor(n int) (int64, error) {
 	z, err := c.Sizer()
 	if err != nil {
@@ -269,6 +269,13 @@ func (c Config) Sizer() (Sizer, error) {
 		if err != nil {
 			return 0, err
 		}
+		hd, err := c.hotDecoded(cd)
+		if err != nil {
+			return 0, err
+		}
+		if hd {
+			s, v = hot, false
+		}
 		variable = variable || v
 		sizes[cd] = s
 		return s, nil
@@ -305,6 +312,45 @@ func (c Config) Sizer() (Sizer, error) {
 	}
 	z.variable = variable
 	return z, nil
+}
+
+// hotDecoded reports whether the cache's store keeps a block of cd
+// hot-decoded (compute.HotDecoded): it encodes a probe block as the cache
+// would (by the store where it encodes cd's blocks itself, else on the
+// host and handed to SetEncoded) and asks the part. The probe part is the
+// store's own, outside the pool's accounting (under its lock).
+func (c Config) hotDecoded(cd codec.Codec) (bool, error) {
+	st := c.Store
+	if c.Pool != nil {
+		c.Pool.mu.Lock()
+		defer c.Pool.mu.Unlock()
+		st = c.Pool.cfg.Store
+	}
+	if pe, ok := st.(compute.PartEncoder); ok {
+		if _, ok := pe.EncodedLen(cd); ok {
+			return false, nil // the store encodes it into its own bytes
+		}
+	}
+	pt, err := st.NewPart()
+	if err != nil {
+		return false, fmt.Errorf("kvcache: probe part for %s: %w", cd.Name(), err)
+	}
+	defer st.Release(pt)
+	if _, ok := pt.(compute.HotDecoded); !ok {
+		return false, nil
+	}
+	x := make([]float32, c.BlockSize*c.HeadDim)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	enc, err := cd.Encode(nil, x, c.BlockSize, c.HeadDim)
+	if err != nil {
+		return false, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
+	}
+	if err := st.SetEncoded(pt, enc, cd); err != nil {
+		return false, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
+	}
+	return pt.(compute.HotDecoded).HotDecoded(), nil
 }
 
 // EncodedBlockBytes returns the bytes cd takes for a block of bs rows of
