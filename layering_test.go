@@ -129,6 +129,10 @@ var forbidden = [][2]string{
 	{"scheduler", "compute"},
 	{"scheduler", "codec"},
 	{"scheduler", "calibrate"},
+	// The pool's ledger owns the bytes and the scheduler asks it: never
+	// the reverse.
+	{"kvcache", "scheduler"},
+	{"kvcache", "kvcache/kvplan"},
 }
 
 // TestBackendEdges: a backend imports no other backend (each registers
