@@ -55,7 +55,7 @@ func TestLedgerReserve(t *testing.T) {
 	}
 	blocks := int64((n + bs - 1) / bs)
 	hand := func(bytes int64) int64 { return layers * kvh * 2 * blocks * bs * d * bytes }
-	const budget = 3 << 20
+	const budget = 1 << 20
 	for _, tc := range []struct {
 		name    string
 		policy  Policy

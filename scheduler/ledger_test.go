@@ -166,6 +166,9 @@ func peakRunning(t *testing.T, m *model.Model, pol kvcache.Policy, budget int64,
 // step tokens, plain and int8 both 9 at once): it was never bound by its
 // 1,792 MiB.
 func TestAdmissionBoundBy(t *testing.T) {
+	if raceEnabled {
+		t.Skip("counts steps of ~17,000 tokens, no concurrency of its own: too slow under -race (TestOvercommitStress runs there)")
+	}
 	m := loadTiny(t)
 	const tok = 2 * 2 * 2 * 16 * 2 // bf16 bytes a token: layers x KV heads x K,V x head dim x 2
 	bf16, i8 := kvcache.Policy{HotBF16: true}, int8Policy(2)
