@@ -24,9 +24,10 @@ import (
 // Committed, so an allocation of a sequence within its reservation always
 // finds room once the unreferenced cached blocks are evicted: after
 // admission said yes, the pool does not fill. (It still can where real
-// blocks outgrow the estimate: a codec whose block sizes vary beyond the
-// margin, or a store that keeps encoded blocks hot-decoded; allocation then
-// fails with ErrPoolFull, never silently.)
+// blocks outgrow the estimate, a codec whose block sizes vary with the data
+// beyond the 1/64 margin; allocation then fails with ErrPoolFull, never
+// silently. A codec the store keeps hot-decoded is estimated hot: see
+// Sizer.)
 
 // A Ledger sizes and reserves the sequences of one cache configuration in a
 // pool: Cost says what a sequence of n tokens may come to hold, Admits

@@ -748,8 +748,8 @@ func (s *Scheduler) remove(h *Handle, reason string, err error) {
 // stepFailed handles a failed step: every sequence in it is unusable. A
 // pool that ran out of bytes preempts them, to be recomputed: the ledger's
 // reservations rule that out unless real blocks outgrew their estimate (a
-// codec's block beyond the margin, a store keeping encoded blocks
-// hot-decoded). Any other failure ends them with it.
+// variable-size codec's block beyond the margin). Any other failure ends
+// them with it.
 func (s *Scheduler) stepFailed(err error) {
 	owners := slices.Clone(s.owners)
 	if errors.Is(err, kvcache.ErrPoolFull) && len(owners) > 1 {
