@@ -59,7 +59,7 @@ test-simd:
 	$(SIMD) $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 15m $(SLOW_PKGS) ./...
 
 test-race:
-	$(SIMD) $(GO) test -race -count=1 -timeout 5m ./scheduler/
+	$(SIMD) $(GO) test -race -count=1 -timeout 5m ./scheduler/ ./kvcache/
 
 test-scalar:
 	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/cpubackend/ ./compute/reference/

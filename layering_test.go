@@ -100,7 +100,7 @@ var allowed = map[string][]string{
 	// The commands.
 	"cmd/kakeya-run":   {"internal/cli", "", "model", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
 	"cmd/kakeya-serve": {"internal/cli", "", "model", "scheduler", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device"},
-	"cmd/kakeya-bench": {"internal/cli", "pick", "scheduler", "codec", "calibrate", "model", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "compute", "compute/cpubackend", "internal/device", "kernels/cpu", "internal/testmodel"},
+	"cmd/kakeya-bench": {"internal/cli", "", "pick", "scheduler", "codec", "calibrate", "model", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "compute", "compute/cpubackend", "internal/device", "kernels/cpu", "internal/testmodel"},
 	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
 
 	// Developer tools: the GPU report's checkpoint writer.
@@ -131,6 +131,10 @@ var forbidden = [][2]string{
 	{"scheduler", "compute"},
 	{"scheduler", "codec"},
 	{"scheduler", "calibrate"},
+	// The pool's ledger owns the bytes and the scheduler asks it: never
+	// the reverse.
+	{"kvcache", "scheduler"},
+	{"kvcache", "kvcache/kvplan"},
 }
 
 // TestBackendEdges: a backend imports no other backend (each registers

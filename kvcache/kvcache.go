@@ -187,6 +187,10 @@ type Cache struct {
 	batchParts []compute.Part
 	batchDecs  []compute.Decoder
 	share      sharing
+	// res is the cache's reservation in its pool, made by ledger (nil
+	// before any); both are guarded by the pool's mutex.
+	res    int64
+	ledger *Ledger
 }
 
 // New returns an empty cache.
@@ -223,8 +227,11 @@ func (c *Cache) Layer(layer int) compute.KVLayer { return &c.layers[layer].view 
 
 // Reset empties the cache, returning its blocks to the store for reuse
 // (with a pool: dropping its references to shared blocks, which stay
-// cached).
+// cached, and returning its reservation; see Ledger).
 func (c *Cache) Reset() {
+	if c.cfg.Pool != nil {
+		c.unpass()
+	}
 	for i := range c.layers {
 		l := &c.layers[i]
 		for bi, b := range l.blocks {
@@ -241,6 +248,12 @@ func (c *Cache) Reset() {
 		l.st = LayerStats{}
 	}
 	c.share.reset(c.cfg.Pool)
+	if c.cfg.Pool != nil {
+		c.cfg.Pool.mu.Lock()
+		c.cfg.Pool.reserved -= c.res
+		c.res, c.ledger = 0, nil
+		c.cfg.Pool.mu.Unlock()
+	}
 }
 
 // hotBytes is the size of one hot part.

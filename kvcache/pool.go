@@ -22,9 +22,15 @@ var ErrPoolFull = errors.New("kvcache: block pool full")
 // byte budget even after every unreferenced cached block was evicted.
 type PoolFullError struct {
 	Need, Free, Budget int64
+	// Reserve marks a reservation the ledger refused (Free is then the
+	// uncommitted bytes; see Ledger.Reserve), not an allocation.
+	Reserve bool
 }
 
 func (e *PoolFullError) Error() string {
+	if e.Reserve {
+		return fmt.Sprintf("kvcache: block pool full: a reservation of %d more bytes exceeds the %d uncommitted of a budget of %d", e.Need, e.Free, e.Budget)
+	}
 	return fmt.Sprintf("kvcache: block pool full: need %d bytes, %d free of a budget of %d", e.Need, e.Free, e.Budget)
 }
 
@@ -54,16 +60,19 @@ type PoolConfig struct {
 // A Pool is safe for concurrent use: one mutex serializes every use of its
 // store, which is used by one goroutine at a time.
 type Pool struct {
-	mu       sync.Mutex
-	cfg      PoolConfig
-	hot      int64 // bytes of one hot part
-	used     int64
-	peak     int64 // the most used ever
-	cached   int64 // bytes of the blocks in lru
-	parts    map[compute.Part]partInfo
-	byFormat map[string]int64
-	blocks   map[[32]byte]*poolBlock
-	lru      list.List // of *poolBlock with no reference, least recent first
+	mu     sync.Mutex
+	cfg    PoolConfig
+	hot    int64 // bytes of one hot part
+	used   int64
+	peak   int64 // the most used ever
+	cached int64 // bytes of the blocks in lru
+	// The ledger (see Ledger): the caches' reservations, and the bytes of
+	// the registered blocks some cache references.
+	reserved, shared int64
+	parts            map[compute.Part]partInfo
+	byFormat         map[string]int64
+	blocks           map[[32]byte]*poolBlock
+	lru              list.List // of *poolBlock with no reference, least recent first
 
 	referenced                  int
 	queries, hits, hitTokens    int64
@@ -85,7 +94,10 @@ type poolBlock struct {
 	parts [][]compute.Part
 	refs  int
 	elem  *list.Element // in lru while refs == 0
-	bytes int64         // what its parts hold, counted while in lru
+	// passed counts, per layer, the referencing caches whose sliding
+	// window passed the block (nil until one did; see passLayer).
+	passed []int
+	bytes  int64 // what its parts hold: in the pool's shared bytes while referenced, cached ones in lru
 }
 
 // NewPool returns an empty pool.
@@ -112,9 +124,9 @@ func (p *Pool) hotFormat() string {
 	return "hot-f32"
 }
 
-// reserve makes room for need more bytes, evicting cached blocks least
+// makeRoom makes room for need more bytes, evicting cached blocks least
 // recently used first; p.mu is held.
-func (p *Pool) reserve(need int64) error {
+func (p *Pool) makeRoom(need int64) error {
 	for p.used+need > p.cfg.Budget {
 		if !p.evictOldest() {
 			return &PoolFullError{Need: need, Free: p.cfg.Budget - p.used, Budget: p.cfg.Budget}
@@ -169,21 +181,24 @@ func (p *Pool) info(pt compute.Part) partInfo {
 	return p.parts[pt]
 }
 
-// register makes a final block of a sequence shared under hash, with one
-// reference (the sequence's). It returns nil when a block of that hash is
-// already registered: the sequence keeps its own copy.
-func (p *Pool) register(hash [32]byte, parts [][]compute.Part) *poolBlock {
+// register makes final block b of cache c shared under hash, with one
+// reference (c's), its bytes moving from c's reservation to the pool's
+// shared bytes at once. It returns nil when a block of that hash is
+// already registered: the cache keeps its own copy.
+func (p *Pool) register(c *Cache, b int, hash [32]byte, parts [][]compute.Part) *poolBlock {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.blocks[hash]; ok {
 		p.duplicateBlocks++
 		return nil
 	}
-	b := &poolBlock{hash: hash, parts: parts, refs: 1}
-	p.blocks[hash] = b
+	pb := &poolBlock{hash: hash, parts: parts, refs: 1, bytes: p.partsBytes(parts)}
+	p.shared += pb.bytes
+	p.blocks[hash] = pb
 	p.referenced++
 	p.registered++
-	return b
+	c.registered(b, pb)
+	return pb
 }
 
 // acquire adds a reference to the block of hash, nil when none is cached;
@@ -197,6 +212,7 @@ func (p *Pool) acquire(hash [32]byte) *poolBlock {
 		p.lru.Remove(b.elem)
 		b.elem = nil
 		p.cached -= b.bytes
+		p.shared += b.bytes
 		p.referenced++
 	}
 	b.refs++
@@ -209,19 +225,32 @@ func (p *Pool) unref(b *poolBlock) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b.refs--
+	for li := range b.passed {
+		p.dropPassed(b, li) // the others may all have passed it
+	}
 	if b.refs == 0 {
 		// No sequence can change an unreferenced block's parts, so its
 		// bytes hold until it is acquired or evicted.
-		b.bytes = 0
-		for _, l := range b.parts {
-			for _, pt := range l {
-				b.bytes += p.parts[pt].bytes
-			}
-		}
+		p.shared -= b.bytes
+		b.bytes = p.partsBytes(b.parts)
 		p.cached += b.bytes
 		b.elem = p.lru.PushBack(b)
 		p.referenced--
 	}
+}
+
+// partsBytes returns the bytes the pool counts for a block's parts; p.mu
+// is held.
+func (p *Pool) partsBytes(parts [][]compute.Part) int64 {
+	var n int64
+	for _, l := range parts {
+		for _, pt := range l {
+			if pt != nil {
+				n += p.parts[pt].bytes
+			}
+		}
+	}
+	return n
 }
 
 // Evict drops every cached block no sequence references and returns the
@@ -255,6 +284,10 @@ type PoolStats struct {
 	// Evictions counts cached blocks evicted to make room, EvictedBytes
 	// the bytes that freed.
 	Evictions, EvictedBytes int64
+	// Reserved is the sequences' reservations and Shared the bytes of the
+	// registered blocks they reference: together the bytes the ledger has
+	// committed (see Ledger), never more than Budget.
+	Reserved, Shared int64
 }
 
 // String formats the stats on one line, formats sorted by name.
@@ -280,7 +313,8 @@ func (p *Pool) Stats() PoolStats {
 	defer p.mu.Unlock()
 	s := PoolStats{Used: p.used, Budget: p.cfg.Budget, ByFormat: make(map[string]int64, len(p.byFormat)),
 		Cached: p.lru.Len(), Referenced: p.referenced, Queries: p.queries, Hits: p.hits, QueryTokens: p.queryTokens, HitTokens: p.hitTokens,
-		Evictions: p.evictions, EvictedBytes: p.evictedBytes, Peak: p.peak, CachedBytes: p.cached}
+		Evictions: p.evictions, EvictedBytes: p.evictedBytes, Peak: p.peak, CachedBytes: p.cached,
+		Reserved: p.reserved, Shared: p.shared}
 	for f, n := range p.byFormat {
 		s.ByFormat[f] = n
 	}
@@ -300,7 +334,7 @@ func (s poolStore) NewPart() (compute.Part, error) {
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.reserve(p.hot); err != nil {
+	if err := p.makeRoom(p.hot); err != nil {
 		return nil, err
 	}
 	pt, err := p.cfg.Store.NewPart()
@@ -333,7 +367,7 @@ func (s poolStore) SetEncoded(pt compute.Part, enc []byte, dec compute.Decoder) 
 	defer p.mu.Unlock()
 	old := p.parts[pt]
 	if grow := int64(len(enc)) - old.bytes; grow > 0 {
-		if err := p.reserve(grow); err != nil {
+		if err := p.makeRoom(grow); err != nil {
 			return err
 		}
 	}
@@ -370,7 +404,7 @@ func (s poolStore) EncodePart(pt compute.Part, dec compute.Decoder) error {
 	}
 	old := p.parts[pt]
 	if grow := int64(size) - old.bytes; grow > 0 {
-		if err := p.reserve(grow); err != nil {
+		if err := p.makeRoom(grow); err != nil {
 			return err
 		}
 	}
@@ -408,7 +442,7 @@ func (s poolStore) EncodeParts(ps []compute.Part, decs []compute.Decoder) error 
 		grow += max(0, int64(size)-olds[i].bytes)
 	}
 	if grow > 0 {
-		if err := p.reserve(grow); err != nil {
+		if err := p.makeRoom(grow); err != nil {
 			return err
 		}
 	}

@@ -17,6 +17,12 @@ type sharing struct {
 	tokens []int
 	hashes [][32]byte
 	blocks []*poolBlock
+	// regBlocks counts the non-nil blocks, sinkBlocks those of them that
+	// hold a sink token: the ledger's estimate of them (see Ledger).
+	regBlocks, sinkBlocks int
+	// slideHeld is the bytes of those blocks' sliding-layer parts the
+	// cache's windows still see.
+	slideHeld int64
 }
 
 func (s *sharing) reset(p *Pool) {
@@ -27,6 +33,7 @@ func (s *sharing) reset(p *Pool) {
 		s.blocks[i] = nil
 	}
 	s.tokens, s.hashes, s.blocks = s.tokens[:0], s.hashes[:0], s.blocks[:0]
+	s.regBlocks, s.sinkBlocks, s.slideHeld = 0, 0, 0
 }
 
 // final reports whether block b of a layer will never change again: it is
@@ -80,7 +87,7 @@ func (c *Cache) registerFinal() error {
 			parts[li] = append([]compute.Part(nil), c.layers[li].blocks[b]...)
 		}
 		c.share.hashes = append(c.share.hashes, h)
-		c.share.blocks = append(c.share.blocks, p.register(h, parts))
+		c.share.blocks = append(c.share.blocks, p.register(c, b, h, parts))
 	}
 	return nil
 }
@@ -107,11 +114,7 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 		return 0, fmt.Errorf("kvcache: AttachPrefix on a cache holding %d tokens, want an empty one", c.Len())
 	}
 	bs := c.cfg.BlockSize
-	lim := min(len(tokens)-1, c.cfg.MaxTokens)
-	if len(c.cfg.Policy.Layers) > 0 {
-		lim = min(lim, len(tokens)-c.cfg.Policy.HotWindow)
-	}
-	nb := max(lim, 0) / bs
+	nb := c.cfg.attachBlocks(tokens)
 
 	var hashes [][32]byte
 	var blocks []*poolBlock
@@ -140,6 +143,9 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 		p.hits++
 		p.hitTokens += int64(len(blocks) * bs)
 	}
+	for b, pb := range blocks {
+		c.registered(b, pb)
+	}
 	p.mu.Unlock()
 
 	n := len(blocks) * bs
@@ -164,6 +170,18 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 	c.share.hashes = append(c.share.hashes, hashes...)
 	c.share.blocks = append(c.share.blocks, blocks...)
 	return n, nil
+}
+
+// attachBlocks returns how many leading blocks of tokens AttachPrefix
+// looks up: at most len(tokens)-1 tokens (one is left to run for the
+// logits) and, under a policy that names layers, only blocks that left the
+// hot window of the whole prompt.
+func (c *Config) attachBlocks(tokens []int) int {
+	lim := min(len(tokens)-1, c.MaxTokens)
+	if len(c.Policy.Layers) > 0 {
+		lim = min(lim, len(tokens)-c.Policy.HotWindow)
+	}
+	return max(lim, 0) / c.BlockSize
 }
 
 // countAttached adds an attached part's bytes to a layer's stats, as
@@ -192,9 +210,9 @@ func (c *Cache) countAttached(st *LayerStats, pt compute.Part, kv int) {
 // constant time). A codec's block size is measured by encoding probe
 // blocks, exact for the fixed-size codecs (all of this project's but the
 // outlier lists of kakeya, whose size varies with the data; see
-// Sizer.Variable); a
-// store that keeps some codecs' blocks hot-decoded (see
-// compute.HotDecoded) holds more than this says.
+// Sizer.Variable); a codec whose blocks the store keeps hot-decoded (see
+// compute.HotDecoded: the CUDA store, for codecs its kernels cannot read)
+// counts hot, as the cache and the pool count such a block.
 func (c Config) BytesFor(n int) (int64, error) {
 	z, err := c.Sizer()
 	if err != nil {
@@ -214,7 +232,10 @@ type Sizer struct {
 	// layer, KV head and K/V part: while the block is in the hot window,
 	// and once it left it.
 	hot, old int64
-	variable bool // some codec's blocks vary in size with the data
+	// layerExcess is the most one full layer's block position takes hot
+	// beyond its bytes once encoded (see Ledger.Cost).
+	layerExcess int64
+	variable    bool // some codec's blocks vary in size with the data
 	// slides are the sliding layers' bytes of one block position (every
 	// KV head, K and V, hot) by window; chunk the most tokens an Append
 	// adds (see slidingBlocks).
@@ -248,6 +269,13 @@ func (c Config) Sizer() (Sizer, error) {
 		if err != nil {
 			return 0, err
 		}
+		hd, err := c.hotDecoded(cd)
+		if err != nil {
+			return 0, err
+		}
+		if hd {
+			s, v = hot, false
+		}
 		variable = variable || v
 		sizes[cd] = s
 		return s, nil
@@ -264,6 +292,7 @@ func (c Config) Sizer() (Sizer, error) {
 			z.slides[c.Windows[li]] += int64(2*c.KVHeads) * hot
 			continue
 		}
+		var excess int64
 		for h := 0; h < c.KVHeads; h++ {
 			for _, cd := range [2]codec.Codec{c.Policy.KCodec(li, h), c.Policy.VCodec(li)} {
 				z.hot += hot
@@ -276,11 +305,52 @@ func (c Config) Sizer() (Sizer, error) {
 					return Sizer{}, err
 				}
 				z.old += s
+				excess += max(0, hot-s)
 			}
 		}
+		z.layerExcess = max(z.layerExcess, excess)
 	}
 	z.variable = variable
 	return z, nil
+}
+
+// hotDecoded reports whether the cache's store keeps a block of cd
+// hot-decoded (compute.HotDecoded): it encodes a probe block as the cache
+// would (by the store where it encodes cd's blocks itself, else on the
+// host and handed to SetEncoded) and asks the part. The probe part is the
+// store's own, outside the pool's accounting (under its lock).
+func (c Config) hotDecoded(cd codec.Codec) (bool, error) {
+	st := c.Store
+	if c.Pool != nil {
+		c.Pool.mu.Lock()
+		defer c.Pool.mu.Unlock()
+		st = c.Pool.cfg.Store
+	}
+	if pe, ok := st.(compute.PartEncoder); ok {
+		if _, ok := pe.EncodedLen(cd); ok {
+			return false, nil // the store encodes it into its own bytes
+		}
+	}
+	pt, err := st.NewPart()
+	if err != nil {
+		return false, fmt.Errorf("kvcache: probe part for %s: %w", cd.Name(), err)
+	}
+	defer st.Release(pt)
+	if _, ok := pt.(compute.HotDecoded); !ok {
+		return false, nil
+	}
+	x := make([]float32, c.BlockSize*c.HeadDim)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	enc, err := cd.Encode(nil, x, c.BlockSize, c.HeadDim)
+	if err != nil {
+		return false, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
+	}
+	if err := st.SetEncoded(pt, enc, cd); err != nil {
+		return false, fmt.Errorf("kvcache: probe block for %s: %w", cd.Name(), err)
+	}
+	return pt.(compute.HotDecoded).HotDecoded(), nil
 }
 
 // EncodedBlockBytes returns the bytes cd takes for a block of bs rows of
@@ -309,11 +379,17 @@ func EncodedBlockBytes(cd codec.Codec, bs, d int) (size int64, variable bool, er
 	return max(n[0], n[1]), n[0] != n[1], nil
 }
 
+// encodedBlocks returns how many blocks Bytes(n) counts as left the hot
+// window.
+func (z Sizer) encodedBlocks(n int) int {
+	return Policy{HotWindow: z.hotWindow, Sinks: z.sinks}.EncodedBlocks(n, z.bs)
+}
+
 // Bytes returns what the cache holds after appending n tokens (0 ≤ n ≤
 // the configuration's MaxTokens), as Config.BytesFor does.
 func (z Sizer) Bytes(n int) int64 {
 	blocks := (n + z.bs - 1) / z.bs
-	old := Policy{HotWindow: z.hotWindow, Sinks: z.sinks}.EncodedBlocks(n, z.bs)
+	old := z.encodedBlocks(n)
 	b := int64(blocks-old)*z.hot + int64(old)*z.old
 	for w, hot := range z.slides {
 		b += int64(SlidingBlocks(n, w, z.bs, z.chunk)) * hot

@@ -16,10 +16,11 @@ import (
 // are never encoded: their memory is bounded by the window, which is the
 // boundary rule's choice for them (kvplan keeps them hot).
 //
-// With a pool, a block the cache shares is released from the pool's block
-// only while the cache is its one reference; a block so thinned stays
-// registered, and AttachPrefix attaches a run only where every sliding
-// layer still holds the blocks the run's next query sees.
+// With a pool, a sliding layer's parts of a block the caches share are
+// released from the pool's block once every cache that references it has
+// slid past it (a cache that leaves counts as past); a block so thinned
+// stays registered, and AttachPrefix attaches a run only where every
+// sliding layer still holds the blocks the run's next query sees.
 
 // validateWindows checks Config.Windows and SlideChunk.
 func (c *Config) validateWindows() error {
@@ -54,14 +55,14 @@ func (c *Cache) slide(li int) {
 	for ; l.nextOut < end; l.nextOut++ {
 		b := l.nextOut
 		shared := b < len(c.share.blocks) && c.share.blocks[b] != nil
-		if shared && !c.cfg.Pool.dropLayer(c.share.blocks[b], li) {
-			// Shared through the pool: thinned there while this cache is
-			// its only reference, else kept for the others.
-			continue
+		if shared {
+			// Shared through the pool: thinned there once every
+			// cache referencing it passed it, else kept for the others.
+			c.cfg.Pool.passLayer(c, c.share.blocks[b], li)
 		}
 		for j, pt := range l.blocks[b] {
 			if pt == nil {
-				continue // released by the cache that shared it
+				continue // released before it was attached
 			}
 			if !shared {
 				c.store.Release(pt)
@@ -76,21 +77,52 @@ func (c *Cache) slide(li int) {
 	}
 }
 
-// dropLayer releases layer li's parts of b when one reference holds it,
-// reporting whether it did.
-func (p *Pool) dropLayer(b *poolBlock, li int) bool {
+// passLayer records that cache c slid past layer li of b, and releases
+// that layer's parts when every cache referencing b has.
+func (p *Pool) passLayer(c *Cache, b *poolBlock, li int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if b.refs != 1 {
-		return false
+	c.slidPast(b, li)
+	if b.passed == nil {
+		b.passed = make([]int, len(b.parts))
+	}
+	b.passed[li]++
+	p.dropPassed(b, li)
+}
+
+// dropPassed releases layer li's parts of referenced block b when every
+// reference has slid past them; p.mu is held.
+func (p *Pool) dropPassed(b *poolBlock, li int) {
+	if b.passed == nil || b.refs == 0 || b.passed[li] < b.refs {
+		return
 	}
 	for i, pt := range b.parts[li] {
 		if pt != nil {
+			n := p.parts[pt].bytes
+			b.bytes -= n
+			p.shared -= n
 			p.release(pt)
 		}
 		b.parts[li][i] = nil
 	}
-	return true
+}
+
+// unpass takes back the passes cache c, about to leave, made over the
+// sliding layers of the blocks it references.
+func (c *Cache) unpass() {
+	p := c.cfg.Pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for bi, b := range c.share.blocks {
+		if b == nil || b.passed == nil {
+			continue
+		}
+		for li := range c.layers {
+			if c.layers[li].window > 0 && c.layers[li].nextOut > bi {
+				b.passed[li]--
+			}
+		}
+	}
 }
 
 // attachable returns how many of the first k blocks a cache may attach:

@@ -75,33 +75,22 @@ func (m *Model) NewSequenceWith(p kvcache.Policy) (*Sequence, error) {
 
 // NewSequenceOpts returns an empty sequence with the cache settings of o.
 func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
-	c := m.cfg
-	bs := o.BlockSize
-	if bs == 0 {
-		bs = m.blockSize
-	}
-	if err := checkBlockSize(bs, m.maxCtx); err != nil {
+	kc, err := m.CacheConfig(o)
+	if err != nil {
 		return nil, err
 	}
 	if err := m.acquire(); err != nil {
 		return nil, err
 	}
 	defer m.release()
-	kc := kvcache.Config{
-		Layers: c.NumLayers, KVHeads: c.NumKVHeads, HeadDim: m.headDim,
-		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache, Pool: o.Pool,
-		Windows: m.windows(), SlideChunk: m.PassTokens(),
-	}
-	if o.KeepAll {
-		kc.Windows = nil
-	}
 	rows := m.PassTokens()
 	if o.StepTokens > 0 {
-		rows, kc.SlideChunk = min(rows, o.StepTokens), o.StepTokens
+		rows = min(rows, o.StepTokens)
 	}
 	if o.Pool == nil {
-		kc.Store = m.b.NewBlockStore(bs, m.headDim, o.Cache.HotBF16)
+		kc.Store = m.b.NewBlockStore(kc.BlockSize, m.headDim, o.Cache.HotBF16)
 	}
+	c := m.cfg
 	cache, err := kvcache.New(kc)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
@@ -110,7 +99,7 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	for i, k := range m.desc.Kinds {
 		if attn[i], err = m.b.NewAttention(compute.AttentionParams{
 			Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: m.headDim, Window: k.Window,
-			Scale: k.Scale, Softcap: k.Softcap, BlockSize: bs, MaxContext: m.maxCtx,
+			Scale: k.Scale, Softcap: k.Softcap, BlockSize: kc.BlockSize, MaxContext: m.maxCtx,
 		}); err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}
@@ -125,6 +114,31 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// CacheConfig returns the configuration of the KV cache a sequence made
+// with o has, without its block store (Store is nil unless o.Pool is
+// set): what a kvcache.Ledger over o.Pool sizes.
+func (m *Model) CacheConfig(o SequenceOptions) (kvcache.Config, error) {
+	bs := o.BlockSize
+	if bs == 0 {
+		bs = m.blockSize
+	}
+	if err := checkBlockSize(bs, m.maxCtx); err != nil {
+		return kvcache.Config{}, err
+	}
+	kc := kvcache.Config{
+		Layers: m.cfg.NumLayers, KVHeads: m.cfg.NumKVHeads, HeadDim: m.headDim,
+		BlockSize: bs, MaxTokens: m.maxCtx, Policy: o.Cache, Pool: o.Pool,
+		Windows: m.windows(), SlideChunk: m.PassTokens(),
+	}
+	if o.KeepAll {
+		kc.Windows = nil
+	}
+	if o.StepTokens > 0 {
+		kc.SlideChunk = o.StepTokens
+	}
+	return kc, nil
 }
 
 // backendErr returns the failure the backend recorded (compute's contract),
@@ -193,6 +207,20 @@ func (s *Sequence) AttachPrefix(prompt []int) (reused int, err error) {
 		return 0, fmt.Errorf("model: %w", err)
 	}
 	return n, nil
+}
+
+// Reserve makes the pooled sequence's reservation in l's pool cover its
+// way to n tokens (see kvcache.Ledger.Reserve): an error matching
+// kvcache.ErrPoolFull when the pool has not the bytes uncommitted. Close
+// returns the reservation.
+func (s *Sequence) Reserve(l *kvcache.Ledger, n int) error {
+	if s.cache == nil {
+		return errSequenceClosed
+	}
+	if err := l.Reserve(s.cache, n); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	return nil
 }
 
 // KVStats returns the bytes the sequence's KV cache holds, and what a bf16

@@ -5,13 +5,20 @@
 // forward pass (model.Batch): a decode token for every running request
 // that has its prompt in, then prompt chunks of the requests still
 // prefilling, under a token budget per step, so every weight matrix is
-// read once per step however many requests run. A request is admitted when
-// the pool can hold its prompt plus a decode reserve in the cache's real
-// formats (kvcache.Sizer); its prompt first reuses the cached blocks that
-// already hold a prefix of it (kvcache.Pool's prefix sharing). When a
-// running request needs more bytes than are left, the newest running
-// request is preempted: its blocks go back to the pool and it is
-// recomputed later, from the prefix its own finished blocks left cached.
+// read once per step however many requests run.
+//
+// The bytes are the pool's: its ledger (kvcache.Ledger) answers whether a
+// request fits and holds each running request's reservation, in the
+// cache's real formats, with the prefix blocks it shares counted once; the
+// scheduler only asks it and orders by its Policy. A request is admitted
+// when the ledger can reserve its prompt plus a decode reserve; its prompt
+// first reuses the cached blocks that already hold a prefix of it
+// (kvcache.Pool's prefix sharing). Before every step each running request's
+// reservation is extended to cover the step; when the ledger refuses, the
+// last running request in the policy's order is preempted: its blocks and
+// reservation go back to the pool and it is recomputed later, from the
+// prefix its own finished blocks left cached. A step therefore never finds
+// the pool full of bytes the ledger did not promise.
 package scheduler
 
 import (
@@ -151,8 +158,10 @@ type Stats struct {
 	Running, Waiting int
 	// PeakRunning is the most requests that ran at once.
 	PeakRunning int
-	// Reserved is the pool bytes the running requests have claimed
-	// (each up to its next steps plus the decode reserve).
+	// Reserved is the pool bytes the ledger has committed to the running
+	// requests: their reservations (each up to its next steps plus the
+	// decode reserve) and the shared prefix blocks they reference, once
+	// (kvcache.PoolStats.Reserved plus Shared).
 	Reserved int64
 	// Pool is the pool's accounting: bytes used and budget by format,
 	// prefix-cache queries and hits, evictions.
@@ -173,10 +182,9 @@ type Scheduler struct {
 	policy  Policy // cfg.Policy, or FCFS
 	m       *model.Model
 	pool    *kvcache.Pool
+	ledger  *kvcache.Ledger // the pool's bytes for the requests' cache
 	bt      *model.Batch
-	peak    []int64 // peak[n]: the most bytes a sequence holds on its way to n tokens
-	margin  bool    // the cache's block sizes vary with the data
-	maxToks int     // the longest sequence the budget holds
+	maxToks int // the longest sequence the budget holds
 
 	mu       sync.Mutex
 	incoming []*Handle
@@ -189,7 +197,6 @@ type Scheduler struct {
 	// Owned by the loop goroutine.
 	running  []*Handle // in the policy's order
 	waiting  []*Handle // in the policy's order
-	reserved int64
 	items    []model.BatchItem
 	owners   []*Handle
 	samplers *samplers // pick the step's tokens in parallel
@@ -246,36 +253,22 @@ func New(cfg Config) (*Scheduler, error) {
 	cfg.Cache.Pool = pool
 	cfg.Cache.BlockSize = bs
 	cfg.Cache.StepTokens = cfg.StepTokens
-	// A sliding layer holds its window's blocks plus one step's: the
-	// sequences' caches count them as this does (model.SequenceOptions).
-	z, err := kvcache.Config{
-		Layers: shape.Layers, KVHeads: shape.KVHeads, HeadDim: shape.HeadDim, BlockSize: bs,
-		MaxTokens: m.MaxContext(), Policy: cfg.Cache.Cache, Pool: pool,
-		Windows: shape.Windows, SlideChunk: cfg.StepTokens,
-	}.Sizer()
+	// The ledger sizes the very caches the sequences get (a sliding
+	// layer holds its window's blocks plus one step's).
+	kc, err := m.CacheConfig(cfg.Cache)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	s := &Scheduler{cfg: cfg, policy: cfg.Policy, m: m, pool: pool, margin: z.Variable(), wake: make(chan struct{}, 1), done: make(chan struct{})}
-	// The bytes a sequence holds do not grow monotonically (a block
-	// leaving the hot window shrinks when it is encoded), so a request
-	// is held to the peak on its way.
-	s.peak = make([]int64, z.MaxTokens()+1)
-	for n := range s.peak {
-		s.peak[n] = z.Bytes(n)
-		if n > 0 {
-			s.peak[n] = max(s.peak[n], s.peak[n-1])
-		}
-		if s.cost(n) <= cfg.KVMemory {
-			s.maxToks = n
-		}
+	ledger, err := kvcache.NewLedger(kc)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	if z.MaxTokens() < 2 {
-		// (cost(2) would index past the peaks.)
-		return nil, fmt.Errorf("scheduler: a %d-token context holds no sequence of 2 tokens (a prompt token and a generated one): raise the context", z.MaxTokens())
+	s := &Scheduler{cfg: cfg, policy: cfg.Policy, m: m, pool: pool, ledger: ledger, maxToks: ledger.MaxTokens(), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if kc.MaxTokens < 2 {
+		return nil, fmt.Errorf("scheduler: a %d-token context holds no sequence of 2 tokens (a prompt token and a generated one): raise the context", kc.MaxTokens)
 	}
 	if s.maxToks < 2 {
-		return nil, fmt.Errorf("scheduler: KV memory of %d bytes holds no sequence of 2 tokens (%d bytes) in this cache", cfg.KVMemory, s.cost(2))
+		return nil, fmt.Errorf("scheduler: KV memory of %d bytes holds no sequence of 2 tokens (%d bytes) in this cache", cfg.KVMemory, ledger.Cost(2))
 	}
 	if s.bt, err = m.NewBatch(cfg.StepTokens); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
@@ -286,25 +279,15 @@ func New(cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
-// cost returns the bytes reserved for a sequence on its way to n tokens:
-// the peak of what it holds, with a margin where the codecs' block sizes
-// vary with the data, for the bytes by which real blocks may exceed the
-// measured probes. (Should they exceed the margin too, the step that runs
-// out of bytes preempts its sequences; see stepFailed.)
-func (s *Scheduler) cost(n int) int64 {
-	p := s.peak[n]
-	if s.margin {
-		p += p / 64
-	}
-	return p
-}
-
 // MaxTokens returns the longest sequence, prompt and generated tokens
 // together, the pool's budget holds (at most the model's context).
 func (s *Scheduler) MaxTokens() int { return s.maxToks }
 
 // Pool returns the scheduler's block pool.
 func (s *Scheduler) Pool() *kvcache.Pool { return s.pool }
+
+// Ledger returns the pool's ledger for the requests' cache.
+func (s *Scheduler) Ledger() *kvcache.Ledger { return s.ledger }
 
 // Stats returns a snapshot of the scheduler's state.
 func (s *Scheduler) Stats() Stats {
@@ -332,7 +315,7 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 	case len(r.Prompt) >= s.maxToks:
 		if s.maxToks < s.m.MaxContext() {
 			return nil, fmt.Errorf("scheduler: a prompt of %d tokens and one generated token need %d bytes of KV cache; the KV memory is %d bytes (it holds %d tokens)",
-				len(r.Prompt), s.peakOrOver(len(r.Prompt)+1), s.cfg.KVMemory, s.maxToks)
+				len(r.Prompt), s.ledger.Cost(len(r.Prompt)+1), s.cfg.KVMemory, s.maxToks)
 		}
 		return nil, fmt.Errorf("scheduler: %w", &model.ContextError{Tokens: len(r.Prompt), Context: s.m.MaxContext(), Limit: s.m.ContextLimit(), Generate: true})
 	}
@@ -367,15 +350,6 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Handle, error) {
 	s.mu.Unlock()
 	s.poke()
 	return h, nil
-}
-
-// peakOrOver returns cost(n), or a figure past the budget where n is
-// beyond the model's context.
-func (s *Scheduler) peakOrOver(n int) int64 {
-	if n < len(s.peak) {
-		return s.cost(n)
-	}
-	return s.cost(len(s.peak) - 1)
 }
 
 // poke wakes the loop.
@@ -418,7 +392,6 @@ type Handle struct {
 	seq      *model.Sequence
 	history  []int // the prompt and the tokens picked
 	maxTotal int   // the sequence's length at most
-	reserved int64 // bytes claimed in the pool
 }
 
 // Cancel ends the request at the next step boundary with ErrCanceled (if
@@ -538,7 +511,7 @@ func (s *Scheduler) publish() {
 
 // publishLocked is publish with s.mu held.
 func (s *Scheduler) publishLocked() {
-	s.stats.Running, s.stats.Waiting, s.stats.Reserved = len(s.running), len(s.waiting), s.reserved
+	s.stats.Running, s.stats.Waiting, s.stats.Reserved = len(s.running), len(s.waiting), s.pool.Committed()
 	s.stats.PeakRunning = max(s.stats.PeakRunning, len(s.running))
 }
 
@@ -580,9 +553,9 @@ func (s *Scheduler) failAll(err error) {
 	}
 }
 
-// finish frees the sequence and reservation of h, which the caller took
-// out of its list, and records its end: the stats say so before h's
-// caller learns it ended.
+// finish frees the sequence of h, and with it its reservation, which the
+// caller took out of its list, and records its end: the stats say so
+// before h's caller learns it ended.
 func (s *Scheduler) finish(h *Handle, reason string, err error) {
 	var kv kvcache.Stats
 	if h.seq != nil {
@@ -590,8 +563,6 @@ func (s *Scheduler) finish(h *Handle, reason string, err error) {
 		h.seq.Close()
 		h.seq = nil
 	}
-	s.reserved -= h.reserved
-	h.reserved = 0
 	s.mu.Lock()
 	s.stats.Finished++
 	s.publishLocked()
@@ -599,22 +570,33 @@ func (s *Scheduler) finish(h *Handle, reason string, err error) {
 	h.end(reason, err, kv)
 }
 
-// claim makes h's reservation cover a sequence of n tokens plus the decode
-// reserve (within its most tokens), preempting the newest running requests
-// while the pool cannot hold it; it reports false when h itself was
-// preempted (or, running alone, can grow no further).
+// target returns the length h's reservation covers once it holds n
+// tokens: n plus the decode reserve, within its most tokens.
+func (s *Scheduler) target(h *Handle, n int) int {
+	return min(n+s.cfg.DecodeReserve, h.maxTotal)
+}
+
+// claim has the ledger extend h's reservation to a sequence of n tokens
+// plus the decode reserve, preempting the last running requests in the
+// policy's order while it refuses; it reports false when h left the
+// running requests: preempted itself (or, running alone, it can grow no
+// further), or failed.
 func (s *Scheduler) claim(h *Handle, n int) bool {
-	need := s.cost(min(n+s.cfg.DecodeReserve, h.maxTotal))
-	for s.reserved-h.reserved+need > s.cfg.KVMemory {
+	for {
+		err := h.seq.Reserve(s.ledger, s.target(h, n))
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, kvcache.ErrPoolFull) {
+			s.remove(h, "", fmt.Errorf("scheduler: %w", err))
+			return false
+		}
 		v := s.running[len(s.running)-1]
 		s.preempt(v)
 		if v == h {
 			return false
 		}
 	}
-	s.reserved += need - h.reserved
-	h.reserved = need
-	return true
 }
 
 // preempt frees the blocks of running request v and queues it again, first
@@ -626,10 +608,8 @@ func (s *Scheduler) preempt(v *Handle) {
 		s.owners = slices.Delete(s.owners, i, i+1)
 		s.items = slices.Delete(s.items, i, i+1)
 	}
-	v.seq.Close()
+	v.seq.Close() // its blocks and its reservation go back
 	v.seq = nil
-	s.reserved -= v.reserved
-	v.reserved = 0
 	s.waiting = s.insert(s.waiting, v)
 	v.mu.Lock()
 	v.out.Preempted++
@@ -673,11 +653,14 @@ func (s *Scheduler) plan() bool {
 	}
 	for budget > 0 && len(s.waiting) > 0 && len(s.running) < s.cfg.MaxRunning {
 		h := s.waiting[0]
-		need := s.cost(min(len(h.history)+s.cfg.DecodeReserve, h.maxTotal))
-		if s.reserved+need > s.cfg.KVMemory {
-			break // it waits for bytes, in arrival order
+		n := s.target(h, len(h.history))
+		if !s.ledger.Admits(h.history, n) {
+			break // it waits for bytes, in the policy's order
 		}
-		if err := s.admit(h); err != nil {
+		if err := s.admit(h, n); err != nil {
+			if errors.Is(err, kvcache.ErrPoolFull) {
+				break // the prefix it was to share went meanwhile: it waits
+			}
 			s.waiting = s.waiting[1:]
 			s.finish(h, "", err)
 			continue
@@ -689,9 +672,9 @@ func (s *Scheduler) plan() bool {
 		}
 	}
 	if len(s.items) == 0 && len(s.running) == 0 && len(s.waiting) > 0 {
-		// Nothing runs and the oldest request cannot be admitted: only
-		// a pool whose blocks outgrew their estimate gets here; fail it
-		// rather than wait for ever.
+		// Nothing runs and the first request cannot be admitted: with
+		// nothing committed, only blocks that outgrew their estimate
+		// get here; fail it rather than wait for ever.
 		h := s.waiting[0]
 		s.waiting = s.waiting[1:]
 		s.finish(h, "", fmt.Errorf("scheduler: %w: the pool cannot hold a sequence of %d tokens", kvcache.ErrPoolFull, len(h.history)))
@@ -701,13 +684,17 @@ func (s *Scheduler) plan() bool {
 }
 
 // admit gives h a pooled sequence starting with the cached blocks that
-// hold a prefix of its history.
-func (s *Scheduler) admit(h *Handle) error {
+// hold a prefix of its history, and reserves for n tokens: an error
+// matching kvcache.ErrPoolFull if the ledger cannot.
+func (s *Scheduler) admit(h *Handle, n int) error {
 	seq, err := s.m.NewSequenceOpts(s.cfg.Cache)
 	if err != nil {
 		return err
 	}
 	reused, err := seq.AttachPrefix(h.history)
+	if err == nil {
+		err = seq.Reserve(s.ledger, n)
+	}
 	if err != nil {
 		seq.Close()
 		return err
@@ -767,8 +754,10 @@ func (s *Scheduler) remove(h *Handle, reason string, err error) {
 }
 
 // stepFailed handles a failed step: every sequence in it is unusable. A
-// pool that ran out of bytes (blocks larger than their estimate) preempts
-// them, to be recomputed; any other failure ends them with it.
+// pool that ran out of bytes preempts them, to be recomputed: the ledger's
+// reservations rule that out unless real blocks outgrew their estimate (a
+// variable-size codec's block beyond the margin). Any other failure ends
+// them with it.
 func (s *Scheduler) stepFailed(err error) {
 	owners := slices.Clone(s.owners)
 	if errors.Is(err, kvcache.ErrPoolFull) && len(owners) > 1 {

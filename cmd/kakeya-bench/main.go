@@ -14,14 +14,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
@@ -47,8 +50,12 @@ cache with every layer compressed (--boundary none, unless given),
 64-token blocks (--block-size) and a hot window of one block. kakeya
 alone is the kakeya preset (kakeya-pc at its rate, a 32-token hot window),
 which, like any kakeya-pc or kvtc cache, needs a calibration: --calib, or
-else one made in memory on random tokens like the prompts' (the speed is
-the same; its statistics are not a real text's).
+else the automatic one kakeya-run and kakeya-serve make (the same file,
+read from --calib-cache or made there once on the built-in text). The
+seeded checkpoint written without --model has no tokenizer: there (and for
+any model without one), without --calib, one is made in memory on random
+tokens like the prompts' (the speed is the same; its statistics are not a
+real text's).
 Per row, the operations a decode step asks of the device (ops/step: kernel
 launches on CUDA, counted inside replayed graphs too; the seam's operations
 on the CPU) and, on CUDA, the host's calls into the driver per step.
@@ -75,6 +82,8 @@ type options struct {
 	boundary      string
 	blockSize     int
 	calib         string        // --calib: a calibration file for codecs that need one
+	calibCache    string        // --calib-cache: the automatic calibrations' directory
+	noTokenizer   bool          // the model has no tokenizer (the seeded checkpoint)
 	dir           string        // the model directory
 	cals          *calibrations // --calib's, loaded once, or those made without it
 	caches        []string
@@ -95,8 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.model, "model", "", "model directory or GGUF file (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
-	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks")
-	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or one made on random tokens")
+	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks (without it, those that need one are calibrated automatically on the built-in text, once per model, as kakeya-run does, and the file is kept in --calib-cache; a model without a tokenizer on random tokens)")
+	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations, as kakeya-run's: a cache that needs principal components (the kakeya preset, kakeya-pc, kvtc) without --calib gets the file kakeya-run would, read from here or made here once on the built-in text (default: the user cache directory's kakeya/calib)")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
@@ -200,6 +210,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		dir, desc = tmp, "seeded checkpoint of Qwen2.5-0.5B's shape (bf16)"
+	}
+	if !strings.HasSuffix(strings.ToLower(dir), ".gguf") { // a GGUF file holds its tokenizer
+		_, err := os.Stat(filepath.Join(dir, "tokenizer.json"))
+		o.noTokenizer = err != nil
 	}
 	o.dir, o.cals = dir, new(calibrations)
 	if o.serve.concurrency != nil {
@@ -413,22 +427,48 @@ func warmUp(m *model.Model) error {
 	return err
 }
 
-// sequenceOptions builds the sequence options of one --cache entry.
+// sequenceOptions builds the sequence options of one --cache entry: through
+// kakeya.Caches, the assembly path of kakeya-run and kakeya-eval (--calib,
+// else the automatic calibration of --calib-cache), except on a model
+// without a tokenizer for the built-in text (the seeded checkpoint) and
+// without --calib.
 func sequenceOptions(ctx context.Context, cache string, o options, m *model.Model, threads int, stderr io.Writer) (model.SequenceOptions, error) {
 	spec := kvconfig.Spec{}
-	var cal *codec.Calibration
 	if cache != "plain" {
 		spec = kvconfig.Spec{KV: cache, Boundary: o.boundary, BlockSize: o.blockSize}
-		var err error
-		if cal, err = o.cals.get(ctx, spec, o, m, threads, stderr); err != nil {
+	}
+	if o.noTokenizer && o.calib == "" {
+		cal, err := o.cals.random(ctx, spec, m, stderr)
+		if err != nil {
 			return model.SequenceOptions{}, err
 		}
+		pol, st, err := kvplan.NewPolicy(spec, m.CacheShape(), cal)
+		if err != nil {
+			return model.SequenceOptions{}, err
+		}
+		return model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, nil
 	}
-	pol, st, err := kvplan.NewPolicy(spec, m.CacheShape(), cal)
+	if o.calib != "" {
+		if _, err := os.Stat(o.calib); err != nil {
+			return model.SequenceOptions{}, fmt.Errorf("--calib: %w", err)
+		}
+	}
+	cs, err := o.cals.caches(m, o, stderr)
 	if err != nil {
 		return model.SequenceOptions{}, err
 	}
-	return model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, nil
+	opts, _, info, err := cs.Cache(ctx, spec)
+	if err != nil {
+		return model.SequenceOptions{}, err
+	}
+	if info.Auto && o.progress {
+		made := ""
+		if info.Made {
+			made = fmt.Sprintf(" (made on the built-in text in %.1fs)", info.Took.Seconds())
+		}
+		fmt.Fprintf(stderr, "kakeya-bench: --cache %s: %s%s\n", cache, info, made)
+	}
+	return opts, nil
 }
 
 // writeTable prints the rows as a Markdown table.
@@ -533,33 +573,48 @@ func parseInts(flagName, s string, lo, hi int) ([]int, error) {
 	return out, nil
 }
 
-// calibrations holds the run's calibrations: --calib's file, loaded once,
-// or, when --calib names none, the calibration of the caches that need
-// principal components, made once per block size on random tokens, as
+// calibrations holds the run's cache assemblers, one per model load
+// (kakeya.Caches: --calib's file, or the automatic calibration, which
+// kakeya-run and kakeya-serve share through --calib-cache), and on the
+// models without a tokenizer (the seeded checkpoint), without --calib, the
+// calibrations of the caches that need principal components, made once per block size on random tokens, as
 // the measured prompts are. Speed does not depend on the statistics, so
-// the rows are those of a real calibration; their bytes per block are too
-// (fixed by the rate).
+// those rows are those of a real calibration; their bytes per block are
+// too (fixed by the rate).
 type calibrations struct {
-	file    *codec.Calibration
+	byModel map[*model.Model]*kakeya.Caches
 	byBlock map[int]*codec.Calibration
+}
+
+// caches returns the cache assembler of m.
+func (a *calibrations) caches(m *model.Model, o options, stderr io.Writer) (*kakeya.Caches, error) {
+	if cs, ok := a.byModel[m]; ok {
+		return cs, nil
+	}
+	opt := kakeya.Options{Calibration: o.calib, CalibrationCache: o.calibCache, Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if o.progress {
+		opt.CalibrationProgress = cli.CalibrationProgress(stderr, "kakeya-bench")
+	}
+	cs, err := kakeya.NewCaches(m, opt)
+	if err != nil {
+		return nil, err
+	}
+	if a.byModel == nil {
+		a.byModel = map[*model.Model]*kakeya.Caches{}
+	}
+	a.byModel[m] = cs
+	return cs, nil
 }
 
 // autoCalibTokens is how many random tokens an automatic calibration
 // runs: the engine's default for its built-in text.
 const autoCalibTokens = 4096
 
-// get returns the calibration of spec's cache: --calib's, or the one it
-// needs made on random tokens (nil for none).
-func (a *calibrations) get(ctx context.Context, spec kvconfig.Spec, o options, m *model.Model, threads int, stderr io.Writer) (*codec.Calibration, error) {
-	if o.calib != "" {
-		if a.file == nil {
-			cal, err := calibrate.Load(o.calib, m.Config())
-			if err != nil {
-				return nil, fmt.Errorf("--calib: %w", err)
-			}
-			a.file = cal
-		}
-		return a.file, nil
+// random returns the calibration spec's cache needs, made on random tokens
+// (nil for none).
+func (a *calibrations) random(ctx context.Context, spec kvconfig.Spec, m *model.Model, stderr io.Writer) (*codec.Calibration, error) {
+	if spec.KV == "" {
+		return nil, nil // plain
 	}
 	c, err := spec.Check()
 	if err != nil {
@@ -587,7 +642,7 @@ func (a *calibrations) get(ctx context.Context, spec kvconfig.Spec, o options, m
 	if err != nil {
 		return nil, fmt.Errorf("--cache %s: no --calib, and a calibration on random tokens failed: %w", spec.KV, err)
 	}
-	fmt.Fprintf(stderr, "kakeya-bench: --cache %s: no --calib; calibrated on %d random tokens in %.1fs (speed only: not a real text's statistics)\n",
+	fmt.Fprintf(stderr, "kakeya-bench: --cache %s: no --calib, and the model has no tokenizer for the built-in text; calibrated on %d random tokens in %.1fs (speed only: not a real text's statistics)\n",
 		spec.KV, autoCalibTokens, time.Since(start).Seconds())
 	if a.byBlock == nil {
 		a.byBlock = map[int]*codec.Calibration{}

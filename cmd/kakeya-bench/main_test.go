@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 )
 
 func TestTable(t *testing.T) {
@@ -198,5 +201,45 @@ func TestPresetWithoutCalib(t *testing.T) {
 	err = run(context.Background(), []string{"--model", dir, "--cache", "kakeya", "--calib", filepath.Join(dir, "missing.safetensors"), "--threads", "1", "--ctx", "40", "--reps", "1"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--calib") || !strings.Contains(err.Error(), "missing.safetensors") {
 		t.Errorf("--calib of a missing file: %v", err)
+	}
+}
+
+// Without --calib, a cache that needs principal components gets the
+// automatic calibration of kakeya-run: the same file under --calib-cache
+// (made by the first run, read by the next) as kakeya.Load names for the
+// model and the preset; an explicit --calib wins and makes none.
+func TestCalibrationSharedWithRun(t *testing.T) {
+	dir := shareddata.File(t, "models", "stories260K")
+	cache := t.TempDir()
+	bench := func(extra ...string) string {
+		t.Helper()
+		var stderr strings.Builder
+		args := append([]string{"--model", dir, "--cache", "kakeya", "--matmul", "f32", "--threads", "1", "--ctx", "70", "--gen", "2", "--reps", "1", "--warmup=false"}, extra...)
+		if err := run(context.Background(), args, io.Discard, &stderr); err != nil {
+			t.Fatalf("kakeya-bench %v: %v\n%s", args, err, stderr.String())
+		}
+		return stderr.String()
+	}
+	log := bench("--calib-cache", cache)
+	files, _ := filepath.Glob(filepath.Join(cache, "*.safetensors"))
+	if len(files) != 1 || !strings.Contains(log, "calibration auto: "+files[0]+" (made on the built-in text") {
+		t.Fatalf("the calibration cache holds %v after the first run; stderr:\n%s", files, log)
+	}
+	e, err := kakeya.Load(context.Background(), dir, kakeya.Options{Cache: kvconfig.Spec{KV: "kakeya"}, CalibrationCache: cache, KVMemory: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := e.CalibrationInfo()
+	e.Close()
+	if info.Path != files[0] || info.Made {
+		t.Errorf("kakeya.Load's calibration %+v, want the file kakeya-bench made, %s, read", info, files[0])
+	}
+	if log := bench("--calib-cache", cache); !strings.Contains(log, "calibration auto: "+files[0]+"\n") {
+		t.Errorf("second run did not read the cached file; stderr:\n%s", log)
+	}
+	empty := t.TempDir()
+	log = bench("--calib-cache", empty, "--calib", files[0])
+	if again, _ := filepath.Glob(filepath.Join(empty, "*")); len(again) != 0 || strings.Contains(log, "calibration auto") {
+		t.Errorf("with --calib the calibration cache holds %v; stderr:\n%s", again, log)
 	}
 }

@@ -115,7 +115,7 @@ func runPPL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&f.chunk, "chunk", 0, "tokens per Forward call after the prefill (0: 1 in passages mode, i.e. the decode path; 512 otherwise)")
 	fs.Var(&f.configs, "config", "a cache configuration to compare with the reference (repeatable)")
 	fs.StringVar(&f.configsFile, "configs", "", "JSON file with a list of configurations")
-	fs.StringVar(&f.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned and kakeya codecs use its codebooks unless precond=0, cb=0")
+	fs.StringVar(&f.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned and kakeya codecs use its codebooks unless precond=0, cb=0 (without it, a configuration whose codecs need principal components is calibrated automatically on the built-in text, once per model, and the file is kept in --calib-cache)")
 	fs.StringVar(&f.calibCache, "calib-cache", "", "directory of the automatic calibrations, as kakeya-run's: a configuration whose codecs need principal components (kv=kakeya, kakeya-pc, kvtc) without --calib is calibrated on the model here, on the built-in text, once per model (default: the user cache directory's kakeya/calib)")
 	fs.StringVar(&f.out, "out", "", "write the JSON report here (default: no report file)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")

@@ -76,7 +76,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&o.matmul, "matmul", "", device.MatMulUsage+" (default: bf16 on the CPU)")
 	fs.StringVar(&o.weights, "weights", "", "quantize the model's F32/F16/BF16 matrices as they load, as llama-quantize does: "+weights.WeightFormats+" (q4_k and q5_k fall back to q5_0, q6_k to q8_0, for rows that are not whole blocks of 256; bf16 rounds F32/F16 matrices) (default: keep the stored types)")
-	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (default for the kakeya preset and kakeya-pc: made automatically, see --calib-cache)")
+	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (without it, the kakeya preset and any kakeya-pc or kvtc cache are calibrated automatically on the built-in text, once per model, and the file is kept in --calib-cache)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations a cache without --calib gets (the kakeya preset, kakeya-pc): reused per model, made once on the built-in text (default: the user cache directory's kakeya/calib)")
 	fs.BoolVar(&o.tokenize, "tokenize", false, "read UTF-8 text from stdin and print its token ids as a JSON array")
 	fs.BoolVar(&o.addSpecial, "add-special", false, "with --tokenize: add the special tokens (BOS) the model expects")

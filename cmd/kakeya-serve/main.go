@@ -110,7 +110,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxContext, "ctx", 0, "context length in tokens (0 = the model's, at most 32768)")
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", "))
 	fs.StringVar(&o.matmul, "matmul", "", device.MatMulUsage+" (default: bf16 on the CPU)")
-	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (default for the kakeya preset and kakeya-pc: made automatically, see --calib-cache)")
+	fs.StringVar(&o.calib, "calib", "", "calibration file (kakeya-eval calibrate): keys are preconditioned by the model's query covariance, kakeya codecs use its codebooks and kakeya-pc its principal components (without it, the kakeya preset and any kakeya-pc or kvtc cache are calibrated automatically on the built-in text, once per model, and the file is kept in --calib-cache)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations a cache without --calib gets (the kakeya preset, kakeya-pc): reused per model, made once on the built-in text (default: the user cache directory's kakeya/calib)")
 	fs.Var(&o.kvMemory, "kv-memory", cli.KVMemoryUsage)
 	fs.IntVar(&o.maxRunning, "max-running", 0, fmt.Sprintf("requests batched at once at most (0 = %d)", scheduler.DefaultMaxRunning))

@@ -18,7 +18,12 @@
 //     exactly those Config lists (a wrapper that hides one is caught), and
 //     each present one is run against the float64 results (ArchOps,
 //     Greedy against pick's ArgMax, BatchAttention, the four Fused steps
-//     where they take the call);
+//     over f32 and bf16 weights where they take the call, SlidingKV:
+//     windowed attention with the blocks before the window released and
+//     their parts nil);
+//   - every part SetEncoded took reads back (Read) as the codec decodes
+//     it and says it is encoded, a part the store holds hot-decoded
+//     (compute.HotDecoded) included;
 //   - failures: a fresh backend's Err is nil and stays nil through the
 //     checks; a corrupt encoded block fails through SetEncoded, Forward or
 //     Err, never as a result, and Err is then sticky; geometry a backend
@@ -444,37 +449,46 @@ func (s *suite) checkOptional(b compute.Backend) {
 		}
 	}
 	if f, ok := b.(compute.Fused); ok {
-		const n, rows, cols = 2, 16, 32
-		m, vals := mat(tensor.F32, rows, cols, randFloats(r, rows*cols))
-		wt, err := b.Upload(m)
-		if err != nil {
-			s.errorf("Upload: %v", err)
-			return
+		for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+			s.checkFused(b, f, dt, r)
+			s.checkFusedLayer(b, f, dt, r)
 		}
-		xs, acc, bias := randFloats(r, n*cols), randFloats(r, n*rows), randFloats(r, rows)
-		bacc := upload(b, acc)
-		if f.MatMulAdd(bacc, upload(b, xs), n, wt, upload(b, bias)) {
-			want := matMul(f64(xs), n, vals, rows, cols)
-			for i := range want {
-				want[i] += float64(acc[i]) + float64(bias[i%rows])
-			}
-			s.compare("Fused.MatMulAdd", read(b, bacc), want)
+	}
+}
+
+// checkFused runs Fused's MatMulAdd and NormMatMul over weights of dtype
+// dt against float64.
+func (s *suite) checkFused(b compute.Backend, f compute.Fused, dt tensor.DType, r *rand.Rand) {
+	const n, rows, cols = 2, 16, 32
+	m, vals := mat(dt, rows, cols, randFloats(r, rows*cols))
+	wt, err := b.Upload(m)
+	if err != nil {
+		s.errorf("Upload: %v", err)
+		return
+	}
+	xs, acc, bias := randFloats(r, n*cols), randFloats(r, n*rows), randFloats(r, rows)
+	bacc := upload(b, acc)
+	if f.MatMulAdd(bacc, upload(b, xs), n, wt, upload(b, bias)) {
+		want := matMul(f64(xs), n, vals, rows, cols)
+		for i := range want {
+			want[i] += float64(acc[i]) + float64(bias[i%rows])
 		}
-		norm := randFloats(r, cols)
-		bo := b.Alloc(n * rows)
-		if f.NormMatMul(bo, upload(b, xs), upload(b, norm), 1e-5, n, wt) {
-			s.compare("Fused.NormMatMul", read(b, bo), matMul(rmsNorm(f64(xs), f64(norm), n, 1e-5), n, vals, rows, cols))
-		}
-		s.checkFusedLayer(b, f, r)
+		s.compare(fmt.Sprintf("Fused.MatMulAdd (%s weights)", dt), read(b, bacc), want)
+	}
+	norm := randFloats(r, cols)
+	bo := b.Alloc(n * rows)
+	if f.NormMatMul(bo, upload(b, xs), upload(b, norm), 1e-5, n, wt) {
+		s.compare(fmt.Sprintf("Fused.NormMatMul (%s weights)", dt), read(b, bo), matMul(rmsNorm(f64(xs), f64(norm), n, 1e-5), n, vals, rows, cols))
 	}
 }
 
 // checkFusedLayer runs Fused's NormSwiGLU and NormQKV (with and without
-// per-head norms, at positions that are not consecutive) against float64.
-func (s *suite) checkFusedLayer(b compute.Backend, f compute.Fused, r *rand.Rand) {
+// per-head norms, at positions that are not consecutive) over weights of
+// dtype dt against float64.
+func (s *suite) checkFusedLayer(b compute.Backend, f compute.Fused, dt tensor.DType, r *rand.Rand) {
 	const n, cols, ffn, hd, nh, nkv = 2, 32, 24, 8, 4, 2
 	up := func(rows int) (compute.Weight, []float64) {
-		m, vals := mat(tensor.F32, rows, cols, randFloats(r, rows*cols))
+		m, vals := mat(dt, rows, cols, randFloats(r, rows*cols))
 		w, err := b.Upload(m)
 		if err != nil {
 			s.errorf("Upload: %v", err)
@@ -499,7 +513,7 @@ func (s *suite) checkFusedLayer(b compute.Backend, f compute.Fused, r *rand.Rand
 		for i := range g {
 			g[i] = silu(g[i]) * u[i]
 		}
-		s.compare("Fused.NormSwiGLU", read(b, gate), g)
+		s.compare(fmt.Sprintf("Fused.NormSwiGLU (%s weights)", dt), read(b, gate), g)
 	}
 
 	wq, vq := up(nh * hd)
@@ -529,7 +543,7 @@ func (s *suite) checkFusedLayer(b compute.Backend, f compute.Fused, r *rand.Rand
 		for i, at := range pos {
 			rope(wantQ[i*nh*hd:(i+1)*nh*hd], 1, nh, hd, at, cos, sin)
 		}
-		what := fmt.Sprintf("Fused.NormQKV (per-head norms %v)", headNorms)
+		what := fmt.Sprintf("Fused.NormQKV (%s weights, per-head norms %v)", dt, headNorms)
 		s.compare(what+": q", read(b, q), wantQ)
 		s.compare(what+": k", read(b, k), wantK)
 		s.compare(what+": v", read(b, v), wantV)
@@ -680,6 +694,18 @@ func (s *suite) encode(st compute.BlockStore, c *cache, cd codec.Codec, onStore 
 				if err := st.SetEncoded(p, enc, cd); err != nil {
 					return fmt.Errorf("SetEncoded: %w", err)
 				}
+				how := "encoded"
+				if hd, ok := p.(compute.HotDecoded); ok && hd.HotDecoded() {
+					how = "held hot-decoded"
+				}
+				if !p.Encoded() {
+					s.errorf("%s: a part SetEncoded took (%s) says it is not encoded", cd.Name(), how)
+				}
+				got := make([]float32, blockSize*headDim)
+				if err := st.Read(got, p); err != nil {
+					return fmt.Errorf("reading back a part SetEncoded took (%s): %w", how, err)
+				}
+				s.compare(fmt.Sprintf("%s part %s by SetEncoded, read back", cd.Name(), how), got, f64(dec))
 				setBlock(vals, blk, h, dec)
 			}
 		}
@@ -798,6 +824,9 @@ func (s *suite) checkAttention(b compute.Backend) {
 		s.forward(b, c, params(0, 0, 0), 5, tokens-5)
 		if !bf16 {
 			s.forward(b, c, params(6, 0, 0), 4, tokens-4)
+			if _, ok := b.(compute.SlidingKV); ok {
+				s.checkSliding(b, st, k, v)
+			}
 			if _, ok := b.(compute.ArchOps); ok {
 				s.forward(b, c, params(0, 0.3, 2), 3, tokens-3)
 			}
@@ -844,6 +873,31 @@ func (s *suite) checkAttention(b compute.Backend) {
 	if ea != nil && read == 0 {
 		s.errorf("the store implements compute.EncodedAttention but reads no registered codec's blocks")
 	}
+}
+
+// checkSliding runs windowed attention (compute.SlidingKV) over a cache
+// whose blocks no query of the call sees were released, their parts nil,
+// as kvcache's sliding layers leave them.
+func (s *suite) checkSliding(b compute.Backend, st compute.BlockStore, k, v []float32) {
+	c, err := s.newCache(b, st, k, v, false)
+	if err != nil {
+		s.errorf("hot parts: %v", err)
+		return
+	}
+	defer c.layer.release(st)
+	// Queries at 16..19 with a window of 6 see keys from 11 on: block 0
+	// (keys 0..7) is out of every query's window.
+	const window, start = 6, tokens - 4
+	for blk := 0; (blk+1)*blockSize <= start-window+1; blk++ {
+		for h := range kvHeads {
+			for kv := range 2 {
+				st.Release(c.layer.parts[blk][h][kv])
+				c.layer.parts[blk][h][kv] = nil
+			}
+		}
+	}
+	c.encoding = "hot (the blocks before the window released)"
+	s.forward(b, c, params(window, 0, 0), 4, start)
 }
 
 // codecFor builds r's codec at its default settings; a principal-basis
