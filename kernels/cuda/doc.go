@@ -11,9 +11,9 @@
 // encoded, KV blocks; attn_split_pre also un-whitens preconditioned keys,
 // attn_split_pc also reads kakeya-pc blocks; attn_batch and its _pre and
 // _pc variants run the split pass of every sequence of a step in one
-// launch) and encode.cu (enc_int8 and
-// enc_pc: full KV blocks encoded as codec.Int8 and codec.KakeyaPC do,
-// header and CRC included).
+// launch) and encode.cu (enc_int8, enc_int4 and
+// enc_pc: full KV blocks encoded as codec.Int8, codec.Int4 and
+// codec.KakeyaPC do, header and CRC included).
 // They use only what prelude.cuh declares. For the device, clang compiles
 // them to PTX without the CUDA SDK (make ptx; the PTX is committed as
 // kernels_sm80.ptx and embedded here; compute/cudabackend's launch.go
