@@ -17,6 +17,7 @@ echo "$*" >>"$(dirname "$0")/../args.txt"
 cache=""
 while [[ $# -gt 0 ]]; do [[ $1 == --cache ]] && cache=$2; shift; done
 [[ $cache == int8 ]] && { echo "kakeya-bench: int8 broke" >&2; exit 1; }
+[[ $cache == ${FAKE_SLOW:-none} ]] && exec sleep 30
 echo "seeded checkpoint; serving"
 echo "| cache | threads | concurrency | requests | decode tok/s | vs 1 | output tok/s | TTFT p50 ms | TTFT p99 ms | cold / cached p50 ms | peak running | prefix hits | preemptions | peak KV |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -117,8 +118,19 @@ func TestBundleServeSteps(t *testing.T) {
 			t.Errorf("kvbound-7b ran kakeya-bench with %q, lacking %q", args, want)
 		}
 	}
-	if len(rows) != 5 || rows[0]["kv_memory"] != "1792M" || rows[0]["shape"] != "qwen2.5-7b" {
+	if len(rows) != 5 || rows[0]["kv_memory"] != "1792M" || rows[0]["shape"] != "qwen2.5-7b" || rows[0]["budget_s"] != 90.0 || rows[0]["seconds"] == nil {
 		t.Errorf("kvbound-7b rows %v", rows)
+	}
+	// Each cache has a budget of its own: the preset's run past its 2 s
+	// is cut and reported as such, and plain still runs after it.
+	rows, ok = step("kvbound-7b", "FAKE_SLOW=kakeya", "KAKEYA_KVBOUND_BUDGETS=kakeya=2 plain=30", "KAKEYA_REPORT_BUDGET=60")
+	names = names[:0]
+	for _, r := range rows {
+		names = append(names, r["name"].(string)+" "+r["status"].(string))
+	}
+	want = "qwen2.5-7b kakeya fail|qwen2.5-7b plain x1 info|qwen2.5-7b plain x16 info|qwen2.5-7b int8 fail"
+	if got := strings.Join(names, "|"); ok || got != want || rows[0]["timed_out"] != true || rows[0]["budget_s"] != 2.0 || rows[1]["budget_s"] != 30.0 {
+		t.Errorf("kvbound-7b with a slow preset: ok %v, rows %s, want %s: %v", ok, got, want, rows)
 	}
 
 	rows, ok = step("peer-7b")

@@ -9,7 +9,10 @@ import (
 )
 
 // The store encodes full parts on the device (compute.PartEncoder) for
-// two codecs: codec.Int8, whose bytes enc_int8 makes bit for bit, and
+// three codecs: codec.Int8, whose bytes enc_int8 makes bit for bit;
+// codec.Int4 without rotation (int4, int2, int4-k, int2-k, a group of a
+// power of two: the blocks attention reads), whose bytes enc_int4 makes
+// bit for bit; and
 // codec.KakeyaPC's fixed-rate format, whose bytes enc_pc makes by the same
 // steps as its Encode, the rotation into the basis summed in another
 // order (so a code on a quantizer cell's boundary may differ by one level,
@@ -24,17 +27,18 @@ const encThreads = 256
 // encoding is how the device encodes one codec's blocks: its kernel, the
 // encoded size and its slot's, and for kakeya_pc its settings' shape.
 type encoding struct {
-	format  int32 // partInt8 or partKakeyaPC
+	format  int32 // partInt8, partInt4 or partKakeyaPC
 	size    int   // the encoded length
 	slot    int   // the size of the slot a block takes (see slotSize)
 	shared  int   // dynamic shared bytes of the kernel
 	scratch int   // kakeya_pc: bytes of device scratch (y)
+	cfg     int   // int4: the header's parameter byte plus the group times 256
 	ok      bool  // the device encodes the codec's blocks
 }
 
 // deviceEncoding returns how the device encodes dec's blocks of the
-// store's shape, and false when it does not (any codec but int8 and
-// kakeya_pc, a whitened codec, a head past maxHeadDim, a kakeya_pc block
+// store's shape, and false when it does not (any codec but int8, int4
+// as attention reads it and kakeya_pc, a whitened codec, a head past maxHeadDim, a kakeya_pc block
 // whose codes do not fit shared memory or whose settings pcParams cannot
 // hold). A kakeya_pc codec's result is kept: its settings are a copy of
 // its calibration, too large to make per block.
@@ -75,6 +79,21 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 		l := f.Layout(&codec.Vars{codec.VarN: n, codec.VarD: d})
 		size := l.Size()
 		return encoding{format: partInt8, size: size, slot: roundUp(size, fixedAlign), shared: seal}, true
+	case codec.FormatInt4:
+		// The blocks attention reads (no rotation, a group of a power of
+		// two), whose codes fit shared memory.
+		if pf, ok := encodedFormat(dec, d); !ok || pf != partInt4 {
+			return encoding{}, false
+		}
+		st := c.Settings()
+		v := codec.Vars{codec.VarN: n, codec.VarD: d, codec.VarBits: st.Bits, codec.VarGroup: st.Group,
+			codec.VarPerChannel: b2i(st.PerChannel), codec.VarByteParams: b2i(st.ByteParams)}
+		l := f.Layout(&v)
+		codes := l.Len(len(f.Sections) - 1)
+		param := st.Bits | 0x10*b2i(st.PerChannel) | 0x40*b2i(st.ByteParams)
+		e := encoding{format: partInt4, size: l.Size(), slot: roundUp(l.Size(), fixedAlign),
+			shared: 4*ceilDiv(codes, 4) + seal + 4, cfg: param | st.Group<<8}
+		return e, e.shared <= attnSharedCap
 	case codec.FormatKakeyaPC:
 		pc := c.Settings().PC
 		if pc == nil || len(pc.Mean) != d {
@@ -102,8 +121,8 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 	return encoding{}, false
 }
 
-// EncodedLen implements compute.PartEncoder: int8 and kakeya_pc (fixed
-// rate) blocks are encoded on the device.
+// EncodedLen implements compute.PartEncoder: int8, int4 (as attention
+// reads it) and kakeya_pc (fixed rate) blocks are encoded on the device.
 func (s *store) EncodedLen(dec compute.Decoder) (int, bool) {
 	e, ok := s.deviceEncoding(dec)
 	return e.size, ok
@@ -116,7 +135,7 @@ func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 	return s.EncodeParts([]compute.Part{p}, []compute.Decoder{dec})
 }
 
-// EncodeParts implements compute.PartsEncoder: enc_int8 or enc_pc writes
+// EncodeParts implements compute.PartsEncoder: enc_int8, enc_int4 or enc_pc writes
 // each part's encoding into an encoded slot, which takes the place of its
 // hot slot; nothing crosses to the host. The parts are encoded by one
 // launch per kernel and hot format (emitEncodes) before EncodeParts
@@ -203,6 +222,19 @@ func encInt8Launch(dst, src Ptr, bf16 bool, n, d, shared int, jobs Ptr, count in
 	return Launch{Kernel: "enc_int8", Grid: Dim3{u32("enc_int8 parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
 }
 
+// encInt4Launch encodes the hot part at src (n rows of d values, bf16 or
+// float32) as codec.Int4 (no rotation) into dst, header and CRC included,
+// in one block; cfg is the header's parameter byte plus the group times
+// 256. With jobs set, count parts, as encInt8Launch, each job's cfg in
+// its third word.
+// Kernel: enc_int4(uint8 *dst, const void *src, int bf16, int n, int d, int cfg, const uint64 *jobs).
+func encInt4Launch(dst, src Ptr, bf16 bool, n, d, cfg, shared int, jobs Ptr, count int) Launch {
+	positive("enc_int4", n, d, count)
+	int32Of("enc_int4 values", n*d)
+	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).i32("cfg", cfg).ptr(jobs)
+	return Launch{Kernel: "enc_int4", Grid: Dim3{u32("enc_int4 parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
+}
+
 // encPCLaunch encodes the hot part at src (n rows of d values, bf16 or
 // float32) as codec.KakeyaPC's fixed-rate format into dst, header and CRC
 // included, in one block, with the codec's pcParams at prm and n x M
@@ -239,7 +271,7 @@ type encBatch struct {
 
 // emitEncodes launches the jobs EncodeParts made, after the work queued
 // and the cache writes deferred before them (EncodeParts flushed them):
-// one launch per kernel and hot format (enc_int8, enc_pc; bf16 or float32
+// one launch per kernel and hot format (enc_int8, enc_int4, enc_pc; bf16 or float32
 // parts), a block each. Then the parts' hot slots go back to their
 // stores: whatever writes them next is queued after the encoders that
 // read them. Called with mu held, the queue empty.
@@ -304,7 +336,11 @@ func (b *Backend) emitEncodes() {
 			jy = y
 			y += Ptr(roundUp(j.e.scratch, encAlign))
 		}
-		host = append(host, uint64(j.dst), uint64(j.src), uint64(j.prm), uint64(jy))
+		third := uint64(j.prm)
+		if j.e.format == partInt4 {
+			third = uint64(j.e.cfg) // enc_int4 reads its settings there
+		}
+		host = append(host, uint64(j.dst), uint64(j.src), third, uint64(jy))
 	}
 	eb.host = host
 	// Launched encoders read the table before this copy lands: the
@@ -320,9 +356,12 @@ func (b *Backend) emitEncodes() {
 		}
 		tab := eb.tab + Ptr(32*first)
 		var l Launch
-		if j.e.format == partInt8 {
+		switch j.e.format {
+		case partInt8:
 			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, shared, tab, end-first)
-		} else {
+		case partInt4:
+			l = encInt4Launch(0, 0, j.bf16, j.s.rows, j.s.d, 0, shared, tab, end-first)
+		default:
 			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, tab, end-first)
 		}
 		b.fail(b.launch([]Launch{l}, false))

@@ -33,8 +33,9 @@
 #   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
 #   model-7b         gpu     60  then throughput-7b (gpu, 60), profile-7b (gpu, 30), serve-7b (gpu, 75),
-#                                kvbound-7b (gpu, 90: a KV pool of 16 bf16 sequences of
-#                                2,048 tokens, admitted sequences and tok/s per cache)
+#                                kvbound-7b (gpu, 190: a KV pool of 16 bf16 sequences of
+#                                2,048 tokens, admitted sequences and tok/s per cache,
+#                                each cache its own budget: kakeya 90, plain 40, int8 40)
 #                                and peer-7b (gpu, 60)
 #   cpu-bench        cpu     45  kakeya-bench on the CPU, the 0.5B checkpoint
 #
@@ -51,7 +52,9 @@
 # e.g. 'env|device|golden|.*-7b'), KAKEYA_REPORT_CACHES (the throughput
 # rows' caches, e.g. "plain kakeya-pc"), KAKEYA_SERVE_CACHES (the serving
 # and KV-bound rows' caches, default "plain int8 kakeya"),
-# KAKEYA_SERVE_CONCURRENCY (the serving rows', default 1,16,64,256), KAKEYA_MODELS
+# KAKEYA_SERVE_CONCURRENCY (the serving rows', default 1,16,64,256),
+# KAKEYA_KVBOUND_BUDGETS (each KV-bound cache's seconds, default
+# "kakeya=90 plain=40 int8=40"), KAKEYA_MODELS
 # (where the seeded checkpoints go, default ${TMPDIR:-/tmp}/kakeya-gpu-models:
 # about 16 GB at most, removed as soon as measured and at the end unless
 # KAKEYA_KEEP_MODELS=1).
@@ -213,12 +216,47 @@ if [[ ${1:-} == __step ]]; then
 		# comparison is for, and a step out of time loses the last cache.
 		caches=${KAKEYA_SERVE_CACHES:-plain int8 kakeya}
 		[[ $name == kvbound-* ]] && caches=${KAKEYA_SERVE_CACHES:-kakeya plain int8}
+		# kvbound-*: each cache runs under a time budget of its own
+		# (KAKEYA_KVBOUND_BUDGETS, "cache=seconds ...", 40 for a cache not
+		# named), cut to what the step has left (its timeout, from
+		# KAKEYA_REPORT_BUDGET = 4/5 of it less 5, less 10 s) less 20 s for
+		# each cache after it, so a slow cache (the preset's prefill
+		# encodes every block) loses its own row only and never the
+		# others' time.
+		declare -A own=()
+		for cb in ${KAKEYA_KVBOUND_BUDGETS:-kakeya=90 plain=40 int8=40}; do own[${cb%%=*}]=${cb#*=}; done
+		ncaches=$(wc -w <<<"$caches") i=0 t0=$SECONDS
+		stepleft=$(((${KAKEYA_REPORT_BUDGET:-100000} + 5) * 5 / 4 - 10))
 		for cache in $caches; do
-			"$BIN/kakeya-bench" --device cuda --model "$dir" --cache "$cache" "${args[@]}" --progress=false >"$WORK/serve.out" 2>&1
+			i=$((i + 1))
+			limit=() mine=""
+			if [[ $name == kvbound-* ]]; then
+				mine=${own[$cache]:-40}
+				left=$((stepleft - (SECONDS - t0) - 20 * (ncaches - i)))
+				if ((left < 10)); then
+					row "$name" "qwen2.5-$size $cache" skip "not run: ${left}s left of the step for it" \
+						"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$cache"),\"budget_s\":$mine,\"kv_memory\":$(jstr "${args[-1]}")"
+					fail=1
+					continue
+				fi
+				((mine > left)) && mine=$left
+				limit=(timeout -k 5 "$mine")
+			fi
+			c0=$SECONDS
+			"${limit[@]}" "$BIN/kakeya-bench" --device cuda --model "$dir" --cache "$cache" "${args[@]}" --progress=false >"$WORK/serve.out" 2>&1
 			rc=$?
+			took=$((SECONDS - c0))
 			cat "$WORK/serve.out"
+			timing=""
+			[[ -n $mine ]] && timing=",\"budget_s\":$mine,\"seconds\":$took"
 			if ((rc != 0)); then
-				row "$name" "qwen2.5-$size $cache" fail "kakeya-bench exit $rc: $(tail -2 "$WORK/serve.out")"
+				if [[ -n $mine ]] && ((rc == 124 || rc == 137)); then
+					row "$name" "qwen2.5-$size $cache" fail "timed out after ${mine}s, its own budget: no sequences or tok/s measured" \
+						"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$cache"),\"timed_out\":true,\"kv_memory\":$(jstr "${args[-1]}")$timing"
+				else
+					row "$name" "qwen2.5-$size $cache" fail "kakeya-bench exit $rc: $(tail -2 "$WORK/serve.out")" \
+						"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$cache"),\"kv_memory\":$(jstr "${args[-1]}")$timing"
+				fi
 				fail=1
 				continue
 			fi
@@ -226,8 +264,8 @@ if [[ ${1:-} == __step ]]; then
 				c=${c// /} conc=${conc// /} req=${req// /} dec=${dec// /} rel=${rel// /} out=${out// /}
 				p50=${p50// /} p99=${p99// /} peak=${peak// /} pre=${pre// /} kv=${kv# } kv=${kv% }
 				[[ $rel == *x ]] || rel=""
-				row "$name" "qwen2.5-$size $c x$conc" info "decode $dec tok/s aggregate${rel:+ ($rel of 1)}, output $out tok/s, TTFT p50 $p50 ms, $peak admitted at once, $pre preemptions, peak KV $kv" \
-					"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$c"),\"concurrency\":$conc,\"requests\":$req,\"decode_tps\":$dec,\"output_tps\":$out,\"ttft_p50_ms\":$p50,\"ttft_p99_ms\":$p99,\"peak_running\":$peak,\"preemptions\":$pre,\"peak_kv\":$(jstr "$kv"),\"kv_memory\":$(jstr "${args[-1]}")"
+				row "$name" "qwen2.5-$size $c x$conc" info "decode $dec tok/s aggregate${rel:+ ($rel of 1)}, output $out tok/s, TTFT p50 $p50 ms, $peak admitted at once, $pre preemptions, peak KV $kv${mine:+; ${took}s of its ${mine}s}" \
+					"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$c"),\"concurrency\":$conc,\"requests\":$req,\"decode_tps\":$dec,\"output_tps\":$out,\"ttft_p50_ms\":$p50,\"ttft_p99_ms\":$p99,\"peak_running\":$peak,\"preemptions\":$pre,\"peak_kv\":$(jstr "$kv"),\"kv_memory\":$(jstr "${args[-1]}")$timing"
 			done < <(grep -E '^\| [a-z0-9]+ \| ' "$WORK/serve.out" | grep -v '^| cache ')
 		done
 		;;
@@ -428,7 +466,7 @@ step model-7b gpu 60 bash "$SELF" __step model-7b
 withmodel 7b throughput-7b gpu 60 bash -c 'gotest TestReportThroughput'
 withmodel 7b profile-7b gpu 30 bash -c 'gotest TestReportProfile'
 withmodel 7b serve-7b gpu 75 bash "$SELF" __step serve-7b
-withmodel 7b kvbound-7b gpu 90 bash "$SELF" __step kvbound-7b
+withmodel 7b kvbound-7b gpu 190 bash "$SELF" __step kvbound-7b
 withmodel 7b peer-7b gpu 60 bash "$SELF" __step peer-7b
 [[ ${KAKEYA_KEEP_MODELS:-} == 1 ]] || rm -rf "$MODELS/qwen2.5-7b"
 step cpu-bench cpu 45 bash "$SELF" __step cpu-bench

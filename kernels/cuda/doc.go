@@ -12,9 +12,9 @@
 // attn_split_pc also reads kakeya-pc blocks; attn_batch and its _pre and
 // _pc variants run the split pass of every sequence of a step in one
 // launch), attention_ec.cu (the _pc kernels' reader of entropy-coded
-// kakeya-pc blocks, kk_pcec_tile) and encode.cu (enc_int8 and
-// enc_pc: full KV blocks encoded as codec.Int8 and codec.KakeyaPC do,
-// header and CRC included).
+// kakeya-pc blocks, kk_pcec_tile) and encode.cu (enc_int8, enc_int4 and
+// enc_pc: full KV blocks encoded as codec.Int8, codec.Int4 and
+// codec.KakeyaPC do, header and CRC included).
 // They use only what prelude.cuh declares. For the device, clang compiles
 // them to PTX without the CUDA SDK (make ptx; the PTX is committed as
 // kernels_sm80.ptx and embedded here; compute/cudabackend's launch.go

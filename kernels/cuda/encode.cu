@@ -329,3 +329,241 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
 	}
 	kk_seal(dst, kk_kakeya_pc_size(n, d, M, C, cbytes), seal);
 }
+
+// Go's min and max of two floats: -0 below +0 (as package codec's
+// encoders compare), which fminf and fmaxf leave unspecified.
+KK_DEVICE float kk_go_min(float a, float b) {
+	return a < b || (a == b && (kk_f32_bits(a) >> 31)) ? a : b;
+}
+KK_DEVICE float kk_go_max(float a, float b) {
+	return a > b || (a == b && !(kk_f32_bits(a) >> 31)) ? a : b;
+}
+
+// kk_f16_floor returns the largest fp16 value <= v (codec's f16Floor).
+KK_DEVICE float kk_f16_floor(float v) {
+	kk_u16 h = kk_f16_bits(v);
+	if (kk_f16(h) <= v)
+		return kk_f16(h);
+	if (h == 0)
+		h = 0x8001; // +0 above a tiny negative v
+	else if (!(h & 0x8000))
+		h--;
+	else
+		h++;
+	return kk_f16(h);
+}
+
+// kk_step_code returns min(255, floor(16 log2 q)) for q >= 1 (+Inf
+// included), codec.Int4's first step code e0, exactly and without a
+// logarithm: q's binary exponent, then the largest r with 2^(r/16) <= q's
+// mantissa. No float32 lies within 5e-9 (relative) of an irrational
+// 2^(r/16), so the comparison decides as Go's math.Log2 (within 1e-16)
+// does.
+KK_DEVICE int kk_step_code(float q) {
+	const double t[16] = {
+	    1.0,                1.0442737824274138, 1.0905077326652577, 1.1387886347566916,
+	    1.189207115002721,  1.241857812073484,  1.2968395546510096, 1.3542555469368927,
+	    1.4142135623730951, 1.4768261459394993, 1.5422108254079407, 1.6104903319492543,
+	    1.681792830507429,  1.7562521603732995, 1.8340080864093424, 1.9152065613971474,
+	};
+	kk_u32 u = kk_f32_bits(q);
+	int ex = (int)(u >> 23) - 127;
+	if (ex >= 16)
+		return 255; // 16 * 16 > 255, +Inf included
+	double m = (double)kk_bits_f32((u & 0x7fffffu) | 0x3f800000u);
+	int r = 0;
+	while (r < 15 && m >= t[r + 1])
+		r++;
+	int e = 16 * ex + r;
+	return e > 255 ? 255 : e;
+}
+
+// kk_mul_rn returns a*b rounded, never fused into an add: clang compiles
+// CUDA with fp-contract=fast, which ignores the contract pragma (and
+// turns __nvvm_mul_rn_f into a plain multiply), while an explicit mul.rn
+// is never contracted by ptxas. The emulator's g++ targets no FMA.
+#ifdef KK_EMU
+KK_DEVICE float kk_mul_rn(float a, float b) { return a * b; }
+#else
+KK_DEVICE float kk_mul_rn(float a, float b) {
+	float r;
+	asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+	return r;
+}
+#endif
+
+// kk_quant_error is cpu.QuantError without its early exit (a sum of
+// non-negative terms only grows, so a search keeping the least result
+// picks the same): value i of the group (first, stride, count) in lane
+// i%8, the lanes added pairwise. Each term v^2 (v - (m + q s))^2 is
+// rounded at every operation, as Go's is: no fused multiply-add
+// (kk_mul_rn).
+KK_DEVICE float kk_quant_error(const void *src, int bf16, long long first, long long stride, int count, float m, float s,
+                               float top) {
+	float inv = s > 0.0f ? 1.0f / s : 0.0f;
+	float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		for (int i = k; i < count; i += 8) {
+			float v = kk_hot_value(src, bf16, first + i * stride);
+			float x = (v - m) * inv;
+			x = x < 0.0f ? 0.0f : x > top ? top : x;
+			float q = __builtin_rintf(x);
+			float qs = kk_mul_rn(q, s);
+			float dd = v - (m + qs);
+			float vv = v * v;
+			float vd = vv * dd;
+			l[k] += kk_mul_rn(vd, dd);
+		}
+	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+// kk_int4_group returns group k of an int4 block of n rows of d values
+// (codec.Int4's group): its first flat index, stride and count.
+KK_DEVICE void kk_int4_group_at(int k, int n, int d, int g, int perChannel, long long *first, long long *stride,
+                                int *count) {
+	if (perChannel) {
+		int per = (n + g - 1) / g, ch = k / per, t = (k - ch * per) * g;
+		*first = (long long)t * d + ch;
+		*stride = d;
+		*count = g < n - t ? g : n - t;
+	} else {
+		int per = (d + g - 1) / g, row = k / per, j = (k - row * per) * g;
+		*first = (long long)row * d + j;
+		*stride = 1;
+		*count = g < d - j ? g : d - j;
+	}
+}
+
+// enc_int4: block 0 encodes a hot part of n rows of d values (bf16 or
+// float32) at src as codec.Int4.Encode does, without rotation, into dst,
+// header and CRC included. cfg is the block's header parameter byte (the
+// code width 2 or 4, 0x10 per channel, 0x40 8-bit group parameters; no
+// rotation) plus the group size times 256; with jobs set the job's third
+// word holds it. Each thread takes whole groups. 8-bit parameters: the
+// block step S (the largest group's need, rounded up to fp16), then per
+// group of the five step codes around its need and the two zero points at
+// or above its minimum the pair of least weighted squared error
+// (kk_quant_error, the first of equal ones, in codec's order); fp16
+// parameters: the minimum rounded down and the step rounded. A value's
+// code is the nearest level, ties to even, clamped. The codes are
+// gathered in shared memory (bits added at their place by atomic adds,
+// never overlapping) and copied out, then the block is sealed. Dynamic
+// shared memory: ceil(codes/4) words, kk_seal's 2*blockDim.x + 32, then
+// two (the flag and S).
+KK_KERNEL void __launch_bounds__(256) enc_int4(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d,
+                                               int cfg, const kk_u64 *__restrict__ jobs) {
+	if (jobs) { // a batch: block b encodes job b (kk_enc_job)
+		dst = (kk_u8 *)jobs[4 * blockIdx.x];
+		src = (const void *)jobs[4 * blockIdx.x + 1];
+		cfg = (int)jobs[4 * blockIdx.x + 2];
+	}
+	int param = cfg & 0xff, g = cfg >> 8, bits = param & 15, perChannel = (param >> 4) & 1, byteParams = (param >> 6) & 1;
+	int top = (1 << bits) - 1;
+	float tf = (float)top;
+	long long codesLen = kk_int4_codes_len(n, d, bits, g, perChannel, 0, byteParams);
+	int words = (int)((codesLen + 3) >> 2);
+	int groups = (int)kk_int4_groups(n, d, bits, g, perChannel, 0, byteParams);
+	KK_DYN_SHARED(float, smi);
+	kk_u32 *stage = (kk_u32 *)smi, *seal = stage + words, *bad = seal + 2 * blockDim.x + 32, *Sbits = bad + 1;
+	for (int i = threadIdx.x; i < words; i += blockDim.x)
+		stage[i] = 0;
+	if (threadIdx.x == 0)
+		*bad = 0, *Sbits = 0;
+	__syncthreads();
+	// The input's check (codec's checkInput and the fp16 parameter
+	// range), and with 8-bit parameters each group's need, the block's
+	// step S their largest (atomicMax on the bits of a float >= +0).
+	float am = 0.0f;
+	for (long long i = threadIdx.x; i < (long long)n * d; i += blockDim.x) {
+		float a = __builtin_fabsf(kk_hot_value(src, bf16, i));
+		if (!(a <= 3.40282347e38f))
+			a = __builtin_inff();
+		am = a > am ? a : am;
+	}
+	if (am > 32752.0f) // maxF16/2
+		atomicAdd((int *)bad, 1);
+	if (byteParams)
+		for (int k = threadIdx.x; k < groups; k += blockDim.x) {
+			long long first, stride;
+			int count;
+			kk_int4_group_at(k, n, d, g, perChannel, &first, &stride, &count);
+			float mn = __builtin_inff(), mx = -__builtin_inff();
+			for (int t = 0; t < count; t++) {
+				float v = kk_hot_value(src, bf16, first + t * stride);
+				mn = kk_go_min(mn, v);
+				mx = kk_go_max(mx, v);
+			}
+			float need = kk_go_max(kk_go_max((mx - mn) / tf, -mn / 128.0f), mn / 127.0f);
+			atomicMax((int *)Sbits, (int)kk_f32_bits(need));
+		}
+	__syncthreads();
+	float S = 0.0f;
+	kk_u8 *prm = dst + kk_int4_groups_off(n, d, bits, g, perChannel, 0, byteParams);
+	if (byteParams) {
+		S = kk_bits_f32(*Sbits);
+		kk_u16 s16 = kk_f16_bits(S);
+		if (kk_f16(s16) < S)
+			s16++;
+		S = kk_f16(s16);
+		if (threadIdx.x == 0)
+			kk_put_u16(dst + kk_int4_step_off(n, d, bits, g, perChannel, 0, byteParams), s16);
+	}
+	for (int k = threadIdx.x; k < groups; k += blockDim.x) {
+		long long first, stride;
+		int count;
+		kk_int4_group_at(k, n, d, g, perChannel, &first, &stride, &count);
+		float mn = __builtin_inff(), mx = -__builtin_inff();
+		for (int t = 0; t < count; t++) {
+			float v = kk_hot_value(src, bf16, first + t * stride);
+			mn = kk_go_min(mn, v);
+			mx = kk_go_max(mx, v);
+		}
+		float m, s;
+		if (byteParams) {
+			float need = kk_go_max(kk_go_max((mx - mn) / tf, -mn / 128.0f), mn / 127.0f);
+			int e = 0, zp = 0;
+			if (need > 0.0f) {
+				int e0 = kk_step_code(S / need);
+				float best = __builtin_inff();
+				int elo = e0 - 2 > 0 ? e0 - 2 : 0, ehi = e0 + 2 < 255 ? e0 + 2 : 255;
+				for (int ec = elo; ec <= ehi; ec++) {
+					float sc = S * kk_step_scale(ec);
+					float fq = __builtin_floorf(mn / sc);
+					int fl = fq < -1e9f ? -1000000000 : fq > 1e9f ? 1000000000 : (int)fq;
+					int zlo = fl > -128 ? fl : -128, zhi = fl + 1 < 127 ? fl + 1 : 127;
+					for (int zc = zlo; zc <= zhi; zc++) {
+						float sse = kk_quant_error(src, bf16, first, stride, count, (float)zc * sc, sc, tf);
+						if (sse < best)
+							best = sse, e = ec, zp = zc;
+					}
+				}
+			}
+			prm[2 * k] = (kk_u8)e;
+			prm[2 * k + 1] = (kk_u8)(kk_i8)zp;
+			s = S * kk_step_scale(e);
+			m = (float)zp * s;
+		} else {
+			m = kk_f16_floor(mn);
+			s = kk_round_f16(kk_go_max(0.0f, (mx - m) / tf));
+			kk_put_u16(prm + 4 * k, kk_f16_bits(m));
+			kk_put_u16(prm + 4 * k + 2, kk_f16_bits(s));
+		}
+		float inv = s > 0.0f ? 1.0f / s : 0.0f;
+		for (int t = 0; t < count; t++) {
+			long long j = first + t * stride;
+			float x = (kk_hot_value(src, bf16, j) - m) * inv;
+			x = x < 0.0f ? 0.0f : x > tf ? tf : x;
+			kk_u32 code = (kk_u32)__builtin_rintf(x);
+			long long bit = j * bits; // a code never straddles a word
+			atomicAdd((int *)&stage[bit >> 5], (int)(code << (bit & 31)));
+		}
+	}
+	__syncthreads();
+	kk_u8 *cb = dst + kk_int4_codes_off(n, d, bits, g, perChannel, 0, byteParams);
+	for (long long i = threadIdx.x; i < codesLen; i += blockDim.x)
+		cb[i] = (kk_u8)(stage[i >> 2] >> (8 * (i & 3)));
+	if (threadIdx.x == 0)
+		kk_header(dst, KK_FORMAT_INT4, param, n, d, g, *bad == 0);
+	kk_seal(dst, kk_int4_size(n, d, bits, g, perChannel, 0, byteParams), seal);
+}
