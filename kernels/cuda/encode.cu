@@ -435,6 +435,20 @@ KK_DEVICE void kk_int4_group_at(int k, int n, int d, int g, int perChannel, long
 	}
 }
 
+// kk_int4_group_range returns the least and greatest of a group's count
+// values from first by stride, by Go's min and max (codec.Int4's range scan).
+KK_DEVICE void kk_int4_group_range(const void *src, int bf16, long long first, long long stride, int count,
+                                   float *mn, float *mx) {
+	float lo = __builtin_inff(), hi = -__builtin_inff();
+	for (int t = 0; t < count; t++) {
+		float v = kk_hot_value(src, bf16, first + t * stride);
+		lo = kk_go_min(lo, v);
+		hi = kk_go_max(hi, v);
+	}
+	*mn = lo;
+	*mx = hi;
+}
+
 // enc_int4: block 0 encodes a hot part of n rows of d values (bf16 or
 // float32) at src as codec.Int4.Encode does, without rotation, into dst,
 // header and CRC included. cfg is the block's header parameter byte (the
@@ -488,12 +502,8 @@ KK_KERNEL void __launch_bounds__(256) enc_int4(kk_u8 *__restrict__ dst, const vo
 			long long first, stride;
 			int count;
 			kk_int4_group_at(k, n, d, g, perChannel, &first, &stride, &count);
-			float mn = __builtin_inff(), mx = -__builtin_inff();
-			for (int t = 0; t < count; t++) {
-				float v = kk_hot_value(src, bf16, first + t * stride);
-				mn = kk_go_min(mn, v);
-				mx = kk_go_max(mx, v);
-			}
+			float mn, mx;
+			kk_int4_group_range(src, bf16, first, stride, count, &mn, &mx);
 			float need = kk_go_max(kk_go_max((mx - mn) / tf, -mn / 128.0f), mn / 127.0f);
 			atomicMax((int *)Sbits, (int)kk_f32_bits(need));
 		}
@@ -513,12 +523,8 @@ KK_KERNEL void __launch_bounds__(256) enc_int4(kk_u8 *__restrict__ dst, const vo
 		long long first, stride;
 		int count;
 		kk_int4_group_at(k, n, d, g, perChannel, &first, &stride, &count);
-		float mn = __builtin_inff(), mx = -__builtin_inff();
-		for (int t = 0; t < count; t++) {
-			float v = kk_hot_value(src, bf16, first + t * stride);
-			mn = kk_go_min(mn, v);
-			mx = kk_go_max(mx, v);
-		}
+		float mn, mx;
+		kk_int4_group_range(src, bf16, first, stride, count, &mn, &mx);
 		float m, s;
 		if (byteParams) {
 			float need = kk_go_max(kk_go_max((mx - mn) / tf, -mn / 128.0f), mn / 127.0f);
