@@ -249,14 +249,7 @@ func quantRowsC(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, hasQuant512) }
 // when avx512 is set.
 func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) {
 	rows, cols := t.w.Rows, t.w.Cols
-	_ = t.w.Q[r1*t.rowB-1]
-	_ = t.a.qs[t.n*cols-1]
-	_ = t.out[(t.n-1)*rows+r1-1]
-	bs := (*C.int32_t)(unsafe.Pointer(&t.l.off[0])) // any valid pointer where there are no sums
-	if t.l.kQuant {
-		_ = t.a.bsums[t.n*cols/16-1]
-		bs = (*C.int32_t)(unsafe.Pointer(&t.a.bsums[0]))
-	}
+	bs := (*C.int32_t)(t.cSums(r1))
 	w := (*C.uint8_t)(unsafe.Pointer(&t.w.Q[0]))
 	off := (*C.long)(unsafe.Pointer(&t.l.off[0]))
 	x := (*C.int8_t)(unsafe.Pointer(&t.a.qs[0]))

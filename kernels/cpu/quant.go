@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/kakeya-ai/kakeya/tensor"
 )
@@ -181,6 +182,23 @@ type qTask struct {
 	l    *qLayout
 	n    int
 	rowB int // bytes per weight row
+}
+
+// cSums checks that t's slices hold what a C kernel reads for rows up to
+// r1 (a Go panic here rather than an out-of-bounds read in C) and
+// returns the activations' block sums for the K types, else any valid
+// pointer (t.l.off's): the kernels of quant_amd64.c and
+// quant_neon_arm64.c take the same arguments.
+func (t *qTask) cSums(r1 int) unsafe.Pointer {
+	rows, cols := t.w.Rows, t.w.Cols
+	_ = t.w.Q[r1*t.rowB-1]
+	_ = t.a.qs[t.n*cols-1]
+	_ = t.out[(t.n-1)*rows+r1-1]
+	if t.l.kQuant {
+		_ = t.a.bsums[t.n*cols/16-1]
+		return unsafe.Pointer(&t.a.bsums[0])
+	}
+	return unsafe.Pointer(&t.l.off[0])
 }
 
 func (t *qTask) Run(lo, hi int) {

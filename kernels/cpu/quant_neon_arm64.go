@@ -26,14 +26,7 @@ var (
 // with SDOT when sdot is set: the Go loops' results bit for bit.
 func quantRowsNEON(t *qTask, r0, r1 int, sdot bool) {
 	rows, cols := t.w.Rows, t.w.Cols
-	_ = t.w.Q[r1*t.rowB-1]
-	_ = t.a.qs[t.n*cols-1]
-	_ = t.out[(t.n-1)*rows+r1-1]
-	bs := (*C.int32_t)(unsafe.Pointer(&t.l.off[0])) // any valid pointer where there are no sums
-	if t.l.kQuant {
-		_ = t.a.bsums[t.n*cols/16-1]
-		bs = (*C.int32_t)(unsafe.Pointer(&t.a.bsums[0]))
-	}
+	bs := (*C.int32_t)(t.cSums(r1))
 	dot := C.int(0)
 	if sdot {
 		dot = 1
