@@ -5,5 +5,8 @@
 // thousands of added tokens). make tokref, a prerequisite of make test,
 // puts both tokenizer.json files and @lenml/tokenizers (a port of
 // transformers.js's tokenizers) into bin/tokref; node runs ref.cjs over
-// the texts and the ids must be equal, token for token.
+// the texts and the ids must be equal, token for token. ref.cjs's output
+// is kept in bin/tokref, named by a hash of everything that decides it,
+// so node runs again only when the texts, ref.cjs, a tokenizer or the
+// reference's version change.
 package tokref

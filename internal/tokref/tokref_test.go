@@ -3,7 +3,9 @@ package tokref
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,16 +146,12 @@ func TestGemmaTokenizersMatchReference(t *testing.T) {
 				}
 				t.Fatal(err)
 			}
-			cmd := exec.Command(node, "ref.cjs", modules, tdir)
-			cmd.Stdin = bytes.NewReader(req)
-			cmd.WaitDelay = time.Second
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			done := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
-			out, err := cmd.Output()
-			done.Stop()
+			out, cached, err := reference(node, modules, tdir, req)
 			if err != nil {
-				t.Fatalf("node ref.cjs: %v\n%.2000s", err, stderr.String())
+				t.Fatal(err)
+			}
+			if cached != "" {
+				t.Logf("reference ids from %s (ref.cjs's output for these texts, tokenizer and @lenml/tokenizers)", cached)
 			}
 			var ref struct {
 				IDs     [][]int  `json:"ids"`
@@ -187,6 +185,49 @@ func TestGemmaTokenizersMatchReference(t *testing.T) {
 			t.Logf("%d texts, %d tokens equal", len(in), tokens)
 		})
 	}
+}
+
+// reference returns ref.cjs's output for the request req on the tokenizer
+// in tdir. It is kept beside the tokenizer, named by the SHA-256 of all
+// that decides it (the request, ref.cjs, the tokenizer's files and the
+// reference's package.json, which pins its version), so that node, most
+// of this test's time, runs again only when one of them changes; cached
+// names the file it came from, "" when node ran.
+func reference(node, modules, tdir string, req []byte) (out []byte, cached string, err error) {
+	h := sha256.New()
+	h.Write(req)
+	for _, f := range []string{"ref.cjs", filepath.Join(tdir, "tokenizer.json"), filepath.Join(tdir, "tokenizer_config.json"),
+		filepath.Join(modules, "@lenml", "tokenizers", "package.json")} {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			return nil, "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
+		h.Write(b)
+	}
+	path := filepath.Join(tdir, fmt.Sprintf("ref-%x.json", h.Sum(nil)[:12]))
+	if out, err := os.ReadFile(path); err == nil {
+		return out, path, nil
+	}
+	cmd := exec.Command(node, "ref.cjs", modules, tdir)
+	cmd.Stdin = bytes.NewReader(req)
+	cmd.WaitDelay = time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	done := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
+	out, err = cmd.Output()
+	done.Stop()
+	if err != nil {
+		return nil, "", fmt.Errorf("node ref.cjs: %v\n%.2000s", err, stderr.String())
+	}
+	// Written whole or not at all: a cut-short file would be read back.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, out, 0o644); err == nil {
+		if err := os.Rename(tmp, path); err != nil {
+			os.Remove(tmp)
+		}
+	}
+	return out, "", nil
 }
 
 // head returns at most the first 40 ids, for messages.
