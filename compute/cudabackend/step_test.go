@@ -60,7 +60,7 @@ func TestStepGraph(t *testing.T) {
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
 		t.Fatal(err)
 	}
-	const prompt, steps, bs = 3, 26, 4 // positions 3..28: shape classes of 1, 2, 4 and 8 blocks
+	const prompt, steps, bs = 1, 15, 2 // positions 1..15: shape classes of 1, 2, 4 and 8 blocks
 	for _, sp := range []kvconfig.Spec{
 		{KV: "none", BlockSize: bs, CacheType: "bf16"},
 		{KV: "int8", BlockSize: bs, HotWindow: bs, Boundary: "none", CacheType: "bf16"},
