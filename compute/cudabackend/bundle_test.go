@@ -113,12 +113,12 @@ func TestBundleServeSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"--device cuda", "--cache kakeya", "--concurrency 48 --prompt-len 2016 --gen 32 --kv-memory 1792M", "qwen2.5-7b"} {
+	for _, want := range []string{"--device cuda", "--cache kakeya", "--concurrency 48 --prompt-len 2016 --gen 256 --kv-memory 1792M", "qwen2.5-7b"} {
 		if !strings.Contains(string(args), want) {
 			t.Errorf("kvbound-7b ran kakeya-bench with %q, lacking %q", args, want)
 		}
 	}
-	if len(rows) != 5 || rows[0]["kv_memory"] != "1792M" || rows[0]["shape"] != "qwen2.5-7b" || rows[0]["budget_s"] != 90.0 || rows[0]["seconds"] == nil {
+	if len(rows) != 5 || rows[0]["kv_memory"] != "1792M" || rows[0]["shape"] != "qwen2.5-7b" || rows[0]["budget_s"] != 130.0 || rows[0]["seconds"] == nil {
 		t.Errorf("kvbound-7b rows %v", rows)
 	}
 	// Each cache has a budget of its own: the preset's run past its 2 s

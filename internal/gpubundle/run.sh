@@ -33,9 +33,10 @@
 #   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
 #   model-7b         gpu     60  then throughput-7b (gpu, 60), profile-7b (gpu, 30), serve-7b (gpu, 75),
-#                                kvbound-7b (gpu, 190: a KV pool of 16 bf16 sequences of
-#                                2,048 tokens, admitted sequences and tok/s per cache,
-#                                each cache its own budget: kakeya 90, plain 40, int8 40)
+#                                kvbound-7b (gpu, 300: a KV pool of 16 bf16 sequences of
+#                                2,048 tokens, 48 requests of 2,016 + 256 tokens,
+#                                admitted sequences and tok/s per cache, each cache
+#                                its own budget: kakeya 130, plain 65, int8 65)
 #                                and peer-7b (gpu, 60)
 #   cpu-bench        cpu     45  kakeya-bench on the CPU, the 0.5B checkpoint
 #
@@ -54,7 +55,8 @@
 # and KV-bound rows' caches, default "plain int8 kakeya"),
 # KAKEYA_SERVE_CONCURRENCY (the serving rows', default 1,16,64,256),
 # KAKEYA_KVBOUND_BUDGETS (each KV-bound cache's seconds, default
-# "kakeya=90 plain=40 int8=40"), KAKEYA_MODELS
+# "kakeya=130 plain=65 int8=65"), KAKEYA_KVBOUND_GEN (the KV-bound
+# requests' generated tokens, default 256), KAKEYA_MODELS
 # (where the seeded checkpoints go, default ${TMPDIR:-/tmp}/kakeya-gpu-models:
 # about 16 GB at most, removed as soon as measured and at the end unless
 # KAKEYA_KEEP_MODELS=1).
@@ -203,14 +205,18 @@ if [[ ${1:-} == __step ]]; then
 		# concurrent clients (128-token prompts, 32 generated); kvbound-7b
 		# with a KV pool that holds 16 bf16 sequences of 2,048 tokens of the
 		# 7B shape (28 layers x 4 KV heads x 128 x keys and values x 2 bytes
-		# = 57,344 bytes a token: 1,792 MiB), 48 clients of 2,016 + 32
-		# tokens: the sequences admitted at once and the aggregate tok/s.
+		# = 57,344 bytes a token: 1,792 MiB), 48 clients of 2,016 prompt
+		# tokens and KAKEYA_KVBOUND_GEN generated (256): the sequences
+		# admitted at once and the aggregate tok/s. With 32 generated
+		# (the first runs), step tokens bound the row, not memory: about
+		# 1 + 32 x (512 - R) / 2,016, some 9 sequences for any cache;
+		# with 256 a bf16 pool binds first (14 sequences of 2,272 tokens).
 		size=${name#*-}
 		dir=$MODELS/qwen2.5-$size
 		[[ -e $dir/.complete ]] || { row "$name" "qwen2.5-$size" fail "no checkpoint (model-$size failed)"; exit 1; }
 		case $name in
 		serve-*) args=(--concurrency "${KAKEYA_SERVE_CONCURRENCY:-1,16,64,256}" --prompt-len 128 --gen 32 --kv-memory 16G) ;;
-		kvbound-*) args=(--concurrency 48 --prompt-len 2016 --gen 32 --kv-memory 1792M) ;;
+		kvbound-*) args=(--concurrency 48 --prompt-len 2016 --gen "${KAKEYA_KVBOUND_GEN:-256}" --kv-memory 1792M) ;;
 		esac
 		# The kakeya preset first: its row is the one the KV-bound
 		# comparison is for, and a step out of time loses the last cache.
@@ -224,7 +230,7 @@ if [[ ${1:-} == __step ]]; then
 		# encodes every block) loses its own row only and never the
 		# others' time.
 		declare -A own=()
-		for cb in ${KAKEYA_KVBOUND_BUDGETS:-kakeya=90 plain=40 int8=40}; do own[${cb%%=*}]=${cb#*=}; done
+		for cb in ${KAKEYA_KVBOUND_BUDGETS:-kakeya=130 plain=65 int8=65}; do own[${cb%%=*}]=${cb#*=}; done
 		ncaches=$(wc -w <<<"$caches") i=0 t0=$SECONDS
 		stepleft=$(((${KAKEYA_REPORT_BUDGET:-100000} + 5) * 5 / 4 - 10))
 		for cache in $caches; do
@@ -466,7 +472,7 @@ step model-7b gpu 60 bash "$SELF" __step model-7b
 withmodel 7b throughput-7b gpu 60 bash -c 'gotest TestReportThroughput'
 withmodel 7b profile-7b gpu 30 bash -c 'gotest TestReportProfile'
 withmodel 7b serve-7b gpu 75 bash "$SELF" __step serve-7b
-withmodel 7b kvbound-7b gpu 190 bash "$SELF" __step kvbound-7b
+withmodel 7b kvbound-7b gpu 300 bash "$SELF" __step kvbound-7b
 withmodel 7b peer-7b gpu 60 bash "$SELF" __step peer-7b
 [[ ${KAKEYA_KEEP_MODELS:-} == 1 ]] || rm -rf "$MODELS/qwen2.5-7b"
 step cpu-bench cpu 45 bash "$SELF" __step cpu-bench
