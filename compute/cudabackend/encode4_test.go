@@ -1,7 +1,6 @@
 package cudabackend
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -76,14 +75,7 @@ func TestEncodeInt4OnDevice(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := deviceBytes(t, gpu, p)
-				if !bytes.Equal(got, want) {
-					i := 0
-					for i < min(len(got), len(want)) && got[i] == want[i] {
-						i++
-					}
-					t.Fatalf("block %d: device bytes (%d) differ from %s's (%d) first at byte %d", rep, len(got), cd.Name(), len(want), i)
-				}
+				sameBytes(t, fmt.Sprintf("%s's for block %d", cd.Name(), rep), deviceBytes(t, gpu, p), want)
 				// And Read decodes them as the codec does.
 				dec, ref := make([]float32, c.n*c.d), make([]float32, c.n*c.d)
 				if err := store.Read(dec, p); err != nil {

@@ -91,14 +91,7 @@ func TestEncodeInt8OnDevice(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := deviceBytes(t, gpu, p)
-			if !bytes.Equal(got, want) {
-				i := 0
-				for i < min(len(got), len(want)) && got[i] == want[i] {
-					i++
-				}
-				t.Fatalf("device bytes (%d) differ from codec.Int8's (%d) first at byte %d", len(got), len(want), i)
-			}
+			sameBytes(t, "codec.Int8's", deviceBytes(t, gpu, p), want)
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -324,4 +317,18 @@ func TestCacheEncodesOnDevice(t *testing.T) {
 	if d := maxAbsDiff(parts[0], parts[1]); d != 0 {
 		t.Errorf("blocks encoded on the device decode %.3g away from the host's", d)
 	}
+}
+
+// sameBytes fails t when the bytes a device encoder wrote differ from
+// the host codec's (named by whose), at the first byte that differs.
+func sameBytes(t *testing.T, whose string, got, want []byte) {
+	t.Helper()
+	if bytes.Equal(got, want) {
+		return
+	}
+	i := 0
+	for i < min(len(got), len(want)) && got[i] == want[i] {
+		i++
+	}
+	t.Fatalf("device bytes (%d) differ from %s (%d) first at byte %d", len(got), whose, len(want), i)
 }
