@@ -82,6 +82,8 @@ var allowed = map[string][]string{
 	"internal/tokref": {},
 	// The process's CPU time, for benchmarks' per-CPU-second figures.
 	"internal/cputime": {},
+	// Medians and the like over repeated measurements (the bench tools).
+	"internal/stats":   {},
 	"internal/term":    {},
 	"internal/outfile": {},
 	// Exp for hot host loops: math.Exp is slow in a simd build (mathx doc).
@@ -100,7 +102,7 @@ var allowed = map[string][]string{
 	// The commands.
 	"cmd/kakeya-run":   {"internal/cli", "", "model", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term"},
 	"cmd/kakeya-serve": {"internal/cli", "", "model", "scheduler", "kvcache/kvconfig", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device"},
-	"cmd/kakeya-bench": {"internal/cli", "", "pick", "scheduler", "codec", "calibrate", "model", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "compute", "compute/cpubackend", "internal/device", "kernels/cpu", "internal/testmodel"},
+	"cmd/kakeya-bench": {"internal/cli", "", "pick", "scheduler", "codec", "calibrate", "model", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "compute", "compute/cpubackend", "internal/device", "kernels/cpu", "internal/testmodel", "internal/stats"},
 	"cmd/kakeya-eval":  {"internal/cli", "", "model", "calibrate", "codec", "eval", "kvcache", "kvcache/kvconfig", "kvcache/kvplan", "internal/kvflags", "tokenizer", "weights", "compute", "internal/device", "internal/term", "internal/outfile"},
 
 	// Developer tools: the GPU report's checkpoint writer.

@@ -32,6 +32,7 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/kvflags"
+	"github.com/kakeya-ai/kakeya/internal/stats"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	kcpu "github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
@@ -399,7 +400,7 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 			r.kvMiB = float64(kv.Bytes()) / (1 << 20)
 			r.kvRatio = kv.Ratio()
 			s.Close()
-			r.prefill, r.decode = median(pre), median(dec)
+			r.prefill, r.decode = stats.Median(pre), stats.Median(dec)
 			rows = append(rows, r)
 		}
 	}
@@ -503,18 +504,6 @@ func writeTable(w io.Writer, rows []row) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %d | %.1f | %.2f | %s | %.1f | %s | %.1f | %s |\n", r.cache, r.matmul, threads, r.ctx, r.prefill, r.decode, rel, r.kvMiB, ratio, r.ops, calls)
 	}
-}
-
-// median returns the middle value (the mean of the middle two for an even
-// count).
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // parseCaches splits the --cache list: by ';' when it holds one (codec specs
