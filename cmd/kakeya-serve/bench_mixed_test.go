@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kakeya-ai/kakeya/internal/cputime"
+	"github.com/kakeya-ai/kakeya/internal/stats"
 )
 
 // The mixed load (make bench-serve): loadClients clients, of which
@@ -24,9 +25,11 @@ import (
 // requests' decode: constrained rows in the batch must not slow the rows
 // beside them. The constrained requests are greedy and loadMaxTokens long
 // like the plain ones (their schemas need more tokens than that to
-// close), so that the two loads differ only in the masks, not in how
-// often prompts are prefilled or in the sampler (the tool requests'
-// prompts are longer by the tools' block).
+// close), so that the loads differ only in the masks, not in how often
+// prompts are prefilled or in the sampler. The tool requests' prompts are
+// longer by the tools' block: the shaped load (see BenchmarkServeMixed)
+// sends the same requests unconstrained, which tells the masks' cost from
+// the longer prompts'.
 const (
 	mixedStructured = 2
 	mixedTools      = 2
@@ -46,61 +49,62 @@ var mixedSchemas = []string{
 // than loadMaxTokens tokens (at least 60 rows).
 const mixedTool = `{"type": "function", "function": {"name": "save_rows", "description": "Save rows of a table", "parameters": {"type":"object","properties":{"rows":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"label":{"type":"string"},"done":{"type":"boolean"}},"required":["id","label","done"],"additionalProperties":false},"minItems":60}},"required":["rows"],"additionalProperties":false}}}`
 
-// BenchmarkServeMixed runs, on one server with a bf16 cache, the plain
-// load and the mixed one in mixedRounds rounds, their order alternating,
-// so that a machine's load drifting over the run weighs on both alike.
+// BenchmarkServeMixed runs, on one server with a bf16 cache, three loads
+// in mixedRounds rounds, their order rotating from round to round so that
+// a machine's load drifting over the run weighs on all alike: the plain
+// load (loadClients plain clients), the mixed load (mixedStructured
+// structured-output and mixedTools tool clients beside the plain ones)
+// and the shaped load, the mixed load's requests with their constraints
+// taken off (no response_format; the tools still in the prompt, with
+// tool_choice "none"): the same prompts, lengths and batch, no masks.
 // Its figure is the plain requests' decode rate in tokens per CPU-second
 // of the process (each request's tokens after the first over the CPU
 // time the process spent from its first token to its end): a step's
 // cost, which constrained rows beside it would raise (their masks),
 // measured in CPU time so that other processes on a loaded machine do
-// not enter it as they do wall time. Each round gives the ratio of the
-// mixed load's median rate to the plain load's; the benchmark reports
-// the rounds' median ratio and its spread (the lowest and highest),
+// not enter it as they do wall time. Each round gives two ratios, the
+// mixed load's median rate over the plain load's (what the constrained
+// clients cost, their longer prompts included) and over the shaped
+// load's (what the constraints alone cost); the benchmark reports the
+// rounds' median of each and their spread (the lowest and highest),
 // which issue 38 wants at 0.9 or more, and the wall-clock ratio beside
-// it for reference.
+// them for reference.
 func BenchmarkServeMixed(b *testing.B) {
 	if cputime.Seconds() == 0 {
 		b.Skip("no process CPU time on this platform (getrusage)")
 	}
 	s := startServer(b, "--threads", "0", "--kv-memory", "256M")
 	for b.Loop() {
-		var cpuRatios, wallRatios []float64
-		var plainRate, mixedRate []float64
+		var plainRatios, shapedRatios, wallRatios []float64
+		var plainRate, shapedRate, mixedRate []float64
 		for round := range mixedRounds {
-			var p, m mixedResult
-			if round%2 == 0 {
-				p = mixedRun(b, s, 0, 0)
-				m = mixedRun(b, s, mixedStructured, mixedTools)
-			} else {
-				m = mixedRun(b, s, mixedStructured, mixedTools)
-				p = mixedRun(b, s, 0, 0)
+			var p, sh, m mixedResult
+			loads := []func(){
+				func() { p = mixedRun(b, s, 0, 0, false) },
+				func() { m = mixedRun(b, s, mixedStructured, mixedTools, true) },
+				func() { sh = mixedRun(b, s, mixedStructured, mixedTools, false) },
 			}
-			cpuRatios = append(cpuRatios, m.cpuRate/p.cpuRate)
+			for i := range loads {
+				loads[(round+i)%len(loads)]()
+			}
+			plainRatios = append(plainRatios, m.cpuRate/p.cpuRate)
+			shapedRatios = append(shapedRatios, m.cpuRate/sh.cpuRate)
 			wallRatios = append(wallRatios, m.wallRate/p.wallRate)
-			plainRate, mixedRate = append(plainRate, p.cpuRate), append(mixedRate, m.cpuRate)
-			b.Logf("round %d: plain requests decode at %.0f tok/CPU-s (%.1f tok/s wall) alone, %.0f tok/CPU-s (%.1f tok/s) beside %d structured and %d tool clients (%d constrained requests, %d tokens): %.3f",
-				round+1, p.cpuRate, p.wallRate, m.cpuRate, m.wallRate, mixedStructured, mixedTools, m.constrained, m.constrainedTokens, m.cpuRate/p.cpuRate)
+			plainRate, shapedRate, mixedRate = append(plainRate, p.cpuRate), append(shapedRate, sh.cpuRate), append(mixedRate, m.cpuRate)
+			b.Logf("round %d: plain requests decode at %.0f tok/CPU-s (%.1f tok/s wall) alone, %.0f tok/CPU-s beside the shaped clients unconstrained, %.0f tok/CPU-s (%.1f tok/s) beside %d structured and %d tool clients (%d constrained requests, %d tokens): %.3f of plain, %.3f of shaped",
+				round+1, p.cpuRate, p.wallRate, sh.cpuRate, m.cpuRate, m.wallRate, mixedStructured, mixedTools, m.constrained, m.constrainedTokens, m.cpuRate/p.cpuRate, m.cpuRate/sh.cpuRate)
 		}
-		b.ReportMetric(median(plainRate), "plain-tok/cpu-s")
-		b.ReportMetric(median(mixedRate), "mixed-tok/cpu-s")
-		b.ReportMetric(median(cpuRatios), "mixed/plain")
-		b.ReportMetric(slices.Min(cpuRatios), "mixed/plain-min")
-		b.ReportMetric(slices.Max(cpuRatios), "mixed/plain-max")
-		b.ReportMetric(median(wallRatios), "mixed/plain-wall")
+		b.ReportMetric(stats.Median(plainRate), "plain-tok/cpu-s")
+		b.ReportMetric(stats.Median(shapedRate), "shaped-tok/cpu-s")
+		b.ReportMetric(stats.Median(mixedRate), "mixed-tok/cpu-s")
+		b.ReportMetric(stats.Median(plainRatios), "mixed/plain")
+		b.ReportMetric(slices.Min(plainRatios), "mixed/plain-min")
+		b.ReportMetric(slices.Max(plainRatios), "mixed/plain-max")
+		b.ReportMetric(stats.Median(shapedRatios), "mixed/shaped")
+		b.ReportMetric(slices.Min(shapedRatios), "mixed/shaped-min")
+		b.ReportMetric(slices.Max(shapedRatios), "mixed/shaped-max")
+		b.ReportMetric(stats.Median(wallRatios), "mixed/plain-wall")
 	}
-}
-
-// median returns the median of v (the mean of the middle two for an
-// even count).
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 type mixedResult struct {
@@ -110,8 +114,9 @@ type mixedResult struct {
 
 // mixedRun sends the plain requests from the clients the structured and
 // tool ones leave, while those loop on their requests until the plain
-// ones are done.
-func mixedRun(b *testing.B, s *testServer, structured, tools int) mixedResult {
+// ones are done: under their constraints when constrain is set, else the
+// same requests without them (the shaped load).
+func mixedRun(b *testing.B, s *testServer, structured, tools int, constrain bool) mixedResult {
 	ctx, cancel := context.WithTimeout(context.Background(), loadLimit)
 	defer cancel()
 	plainClients := loadClients - structured - tools
@@ -153,10 +158,17 @@ func mixedRun(b *testing.B, s *testServer, structured, tools int) mixedResult {
 		cw.Go(func() {
 			for k := 0; cctx.Err() == nil; k++ {
 				prompt := fmt.Sprintf("List the things in room %d of house %d as JSON.", k, c)
-				extra := `, "ignore_eos": true, "temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "list", "schema": ` + mixedSchemas[k%2] + `}}`
+				extra := `, "ignore_eos": true, "temperature": 0`
+				if constrain {
+					extra += `, "response_format": {"type": "json_schema", "json_schema": {"name": "list", "schema": ` + mixedSchemas[k%2] + `}}`
+				}
 				if c >= structured {
 					prompt = fmt.Sprintf("Save the rows of table %d of sheet %d.", k, c)
-					extra = `, "ignore_eos": true, "temperature": 0, "tools": [` + mixedTool + `], "tool_choice": {"type": "function", "function": {"name": "save_rows"}}`
+					choice := `"none"`
+					if constrain {
+						choice = `{"type": "function", "function": {"name": "save_rows"}}`
+					}
+					extra = `, "ignore_eos": true, "temperature": 0, "tools": [` + mixedTool + `], "tool_choice": ` + choice
 				}
 				r, err := streamChatWith(cctx, s.url, prompt, loadMaxTokens, extra)
 				switch {
@@ -177,7 +189,7 @@ func mixedRun(b *testing.B, s *testServer, structured, tools int) mixedResult {
 	if len(errs) > 0 {
 		b.Fatalf("%d requests failed, the first with: %v", len(errs), errs[0])
 	}
-	res.cpuRate, res.wallRate = median(cpuRates), median(wallRates)
+	res.cpuRate, res.wallRate = stats.Median(cpuRates), stats.Median(wallRates)
 	return res
 }
 
