@@ -260,7 +260,9 @@ Fiber *self() { return static_cast<Fiber *>(cur); }
 Fiber *pick(Block *b) {
 	if (b->runnable.empty() || !b->err.empty())
 		return nullptr;
-	size_t k = splitmix(&b->rng) % b->runnable.size();
+	// The high half of a 64 x 64-bit product maps the draw onto the
+	// runnable threads without a division (a tenth of a switch's cost).
+	size_t k = (size_t)(((unsigned __int128)splitmix(&b->rng) * b->runnable.size()) >> 64);
 	int i = b->runnable[k];
 	b->runnable[k] = b->runnable.back();
 	b->runnable.pop_back();
