@@ -23,15 +23,11 @@ import (
 
 // decodeKernels returns the kernels one decode step runs (launched
 // directly or inside replayed graphs, as Backend.Launches counts them) for
-// a model of spec's layer structure after a prompt of prompt tokens in a
-// bf16 cache of blocks of block tokens, on a fake driver that runs no
-// kernel, and the kernels of the steps by name.
-func decodeKernels(t *testing.T, spec testmodel.Spec, opts Options, prompt, block int) (float64, string) {
+// the model of spec's layer structure in dir after a prompt of prompt
+// tokens in a bf16 cache of blocks of block tokens, on a fake driver that
+// runs no kernel, and the kernels of the steps by name.
+func decodeKernels(t *testing.T, dir string, spec testmodel.Spec, opts Options, prompt, block int) (float64, string) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "m")
-	if err := testmodel.Write(dir, spec); err != nil {
-		t.Fatal(err)
-	}
 	f := newFakeOrSkip(t)
 	f.noop, f.names = true, true
 	gpu := newBackend(f, opts)
@@ -75,6 +71,7 @@ func TestDecodeKernels(t *testing.T) {
 	gemma.Intermediate, gemma.Vocab, gemma.MaxPos = 64, 256, 2048
 	gemma2 := testmodel.Gemma2_2B
 	gemma2.Intermediate, gemma2.Vocab, gemma2.MaxPos, gemma2.Layers = 64, 256, 2048, 6
+	tmp, written := t.TempDir(), map[string]string{}
 	for _, tc := range []struct {
 		name          string
 		spec          testmodel.Spec
@@ -94,8 +91,19 @@ func TestDecodeKernels(t *testing.T) {
 		{"gemma2-2B/6 layers/context 20", gemma2, 20, 64, 107, 46}, // 5 + 6*17, 4 + 6*7
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before, was := decodeKernels(t, tc.spec, Options{NoFusion: true}, tc.prompt, tc.block)
-			after, is := decodeKernels(t, tc.spec, Options{}, tc.prompt, tc.block)
+			// Each checkpoint is written once (up to 150 MB: most of
+			// the test's time), for both runs and every context.
+			key := fmt.Sprint(tc.spec)
+			dir, ok := written[key]
+			if !ok {
+				dir = filepath.Join(tmp, fmt.Sprint(len(written)))
+				if err := testmodel.Write(dir, tc.spec); err != nil {
+					t.Fatal(err)
+				}
+				written[key] = dir
+			}
+			before, was := decodeKernels(t, dir, tc.spec, Options{NoFusion: true}, tc.prompt, tc.block)
+			after, is := decodeKernels(t, dir, tc.spec, Options{}, tc.prompt, tc.block)
 			t.Logf("kernels per decode step: %.0f without the fusions (%s), %.0f with them (%s): %.2fx fewer", before, was, after, is, before/after)
 			if before != tc.before || after != tc.after {
 				t.Errorf("%.1f kernels per decode step without the fusions and %.1f with them, want %.0f and %.0f", before, after, tc.before, tc.after)
