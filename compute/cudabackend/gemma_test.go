@@ -148,7 +148,8 @@ func greedyTokens(t testing.TB, m *model.Model, prompt []int, steps int) []int {
 // layer, each layer kind with its window, scale and softcap) computes for
 // each sequence what it computes alone, as TestBatchMatchesSequences
 // checks for Qwen2: three sequences joining at different steps, decoding
-// past three windows, so their sliding layers release blocks between
+// 16 tokens each past prompts of 10, 3 and 6 (26 tokens at most: past
+// three windows of 8), so their sliding layers release blocks between
 // batched steps; decode steps replay graphs.
 func TestGemmaBatchMatchesSequences(t *testing.T) {
 	if testing.Short() {
@@ -161,7 +162,7 @@ func TestGemmaBatchMatchesSequences(t *testing.T) {
 			gpu, f := newFakeBackend(t, Options{MatMul: "f32"})
 			m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 			vocab := m.Config().VocabSize
-			checkBatchMatchesSolo(t, m, f, 22, []*batchRun{
+			checkBatchMatchesSolo(t, m, f, 16, []*batchRun{
 				{spec: kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}, prompt: testIDs(10, vocab), join: 0},
 				{spec: kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(3, vocab-1), join: 0},
 				{spec: kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "f32"}, prompt: testIDs(6, vocab-2), join: 3},
