@@ -35,9 +35,9 @@ func TestPCECForwardMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split_pc", "attn_combine", "matvec_f32")
 	dir := shareddata.File(t, "models", "ref-qwen2-6m")
 	const tokens, pre, gen = 26, 20, 6
-	caches := []string{"kakeya-pc:ec=true"}
+	caches := []string{"kakeya-pc:ec=true,layout=1"} // stream layout 1: what attention_ec.cu reads
 	if os.Getenv("KAKEYA_LONG") != "" {
-		caches = append(caches, "kvtc") // TestKakeyaPCAttentionMatchesCPU reads kvtc's blocks
+		caches = append(caches, "kvtc:layout=1") // TestKakeyaPCAttentionMatchesCPU reads kvtc's blocks
 	}
 	for _, kv := range caches {
 		t.Run(kv, func(t *testing.T) {
@@ -137,7 +137,7 @@ func TestPCECCorruptBlocks(t *testing.T) {
 	const heads, kvHeads, d, bs = 2, 1, 64, 64
 	r := rand.New(rand.NewPCG(31, 32))
 	o := codec.DefaultKakeyaPCOptions()
-	o.Entropy = true
+	o.Entropy, o.StreamLayout = true, 1
 	st := synthPCA(r, d)
 	cd := newPC(t, o, st)
 	good, err := cd.Encode(nil, pcRows(r, st, bs), bs, d)
@@ -223,5 +223,32 @@ func TestPCECCorruptBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestPCECLayout2Refused: a codec writing stream layout 2 (the CPU's
+// default) is refused by the store with an error naming the layout and
+// the option that makes layout 1, which attention_ec.cu reads.
+func TestPCECLayout2Refused(t *testing.T) {
+	const d, bs = 64, 64
+	r := rand.New(rand.NewPCG(33, 34))
+	o := codec.DefaultKakeyaPCOptions()
+	o.Entropy = true
+	st := synthPCA(r, d)
+	cd := newPC(t, o, st)
+	block, err := cd.Encode(nil, pcRows(r, st, bs), bs, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, _ := newFakeBackend(t, Options{})
+	store := gpu.NewBlockStore(bs, d, true)
+	p, err := store.NewPart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Write(p, 0, upload(gpu, pcRows(r, st, bs)), d, bs)
+	err = store.SetEncoded(p, block, cd)
+	if err == nil || !strings.Contains(err.Error(), "stream layout 2") || !strings.Contains(err.Error(), "layout=1") {
+		t.Fatalf("SetEncoded of a layout-2 block: %v, want an error naming layout 2 and layout=1", err)
 	}
 }

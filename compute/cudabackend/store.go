@@ -568,6 +568,11 @@ func checkEncoded(dec compute.Decoder, enc []byte, rows, d int) error {
 // does, so that the kernel's reads, bounded by the stream's length, stay
 // in the block's slot.
 func checkPCEC(c codec.Described, enc []byte) error {
+	// attention_ec.cu reads stream layout 1 only (8 lanes, 14-bit
+	// tables); layout 2 (the codec's default, 32 lanes) is the CPU's.
+	if enc[3] != 1 {
+		return fmt.Errorf("cuda: %s: entropy-coded block of stream layout %d; the CUDA attention kernel reads layout 1 only: make the cache with layout=1 (kakeya-pc:ec=true,layout=1 or kvtc:layout=1)", c.Name(), enc[3])
+	}
 	f := c.Format()
 	var v codec.Vars
 	if err := f.ReadFields(enc, &v); err != nil {

@@ -1,0 +1,194 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+)
+
+// The entropy-coded stream's layout 2: rans2Lanes rANS lanes (32-bit
+// states, 16-bit renormalization as layout 1) sharing one word stream,
+// with frequencies of rans2ScaleBits bits, so that one packed 32-bit
+// entry per slot (rans2Entry) gives a symbol, its frequency and the
+// state's offset in one lookup, and a decoder's lanes fill two AVX-512
+// (four AVX2) registers whose dependency chains overlap. Symbol k is
+// lane k mod rans2Lanes's; after decoding a group of rans2Lanes symbols,
+// the lanes below 2^16 read the next word in lane order, as layout 1's.
+//
+// Thirty-two 32-bit states would cost four times layout 1's eight; what
+// pays for them is that a lane's encoder starts at 2^16 plus a payload
+// instead of 2^16: lane i < min(M, rans2Lanes) carries the fp16 bits of
+// stored component mean i, which its decoder finds in its final state
+// (2^16 + bits), so the means section holds only the means past them.
+// The other lanes start, and must end, at 2^16.
+//
+// The stream starts with the lanes' final states: a 32-bit little-endian
+// mask whose bit i is set when lane i's state needs 4 bytes (it is 2^24 or
+// more), then each lane's state, lane 0 first, little-endian in 3 or 4
+// bytes (a state in [2^16, 2^32) is about as likely in either half of its
+// bits, so this saves about 3 bits a lane over 4 bytes each); then the
+// 16-bit words, little-endian, in decode order.
+const (
+	rans2Lanes     = 32
+	rans2ScaleBits = 12
+	rans2Mask      = 1<<rans2ScaleBits - 1
+)
+
+// rans2Hidden returns how many of m stored means the lanes carry.
+func rans2Hidden(m int) int { return min(m, rans2Lanes) }
+
+// rans2Encode codes syms, symbol k under tabs[k/per] (layout 2's tables),
+// with lane i starting at 2^16 + hide[i], and appends the stream to dst,
+// using buf (grown as needed, returned) as scratch.
+func rans2Encode(dst, buf []byte, syms []uint8, tabs []*ransTable, per int, hide []uint16) ([]byte, []byte) {
+	need := 4 + 4*rans2Lanes + 2*len(syms)
+	if cap(buf) < need {
+		buf = make([]byte, need)
+	}
+	buf = buf[:need]
+	p := need
+	var x [rans2Lanes]uint32
+	for i := range x {
+		x[i] = ransWordL
+		if i < len(hide) {
+			x[i] += uint32(hide[i])
+		}
+	}
+	for k := len(syms) - 1; k >= 0; k-- {
+		t := tabs[k/per]
+		s := syms[k]
+		f := t.freq[s]
+		xs := x[k%rans2Lanes]
+		if xs >= f<<(32-rans2ScaleBits) { // ((ransWordL >> scale) << 16) * f
+			p -= 2
+			binary.LittleEndian.PutUint16(buf[p:], uint16(xs))
+			xs >>= 16
+		}
+		x[k%rans2Lanes] = (xs/f)<<rans2ScaleBits + xs%f + t.start[s]
+	}
+	var long uint32
+	for i := rans2Lanes - 1; i >= 0; i-- {
+		if x[i] >= 1<<24 {
+			long |= 1 << i
+			p--
+			buf[p] = byte(x[i] >> 24)
+		}
+		p -= 3
+		buf[p], buf[p+1], buf[p+2] = byte(x[i]), byte(x[i]>>8), byte(x[i]>>16)
+	}
+	p -= 4
+	binary.LittleEndian.PutUint32(buf[p:], long)
+	return append(dst, buf[p:]...), buf
+}
+
+// A rans2Plan is what a layout-2 decode reads beyond the stream: per
+// coded component its table's offset in the family's entries (ent), its
+// levels' offset in the block's level table and its symbol count.
+type rans2Plan struct {
+	ent    []uint32 // the family's packed entries, option after option, 1 << rans2ScaleBits each
+	entOff []int32
+	levOff []int32
+	nsym   []int32
+}
+
+// rans2Decode decodes a layout-2 stream of len(out) symbols, symbol k
+// under component k/per's table, into out[k] = lv[levOff[k/per] +
+// symbol], and returns in hide the payloads of the first len(hide)
+// lanes. It reads no byte outside src and fails on a stream that ends
+// early, holds bytes past its last symbol, or leaves a lane's state
+// outside what the encoder could have started from.
+func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, lv []float32, hide []uint16) error {
+	if per <= 0 || len(out)%per != 0 || len(out)/per != len(pl.entOff) {
+		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(out), per, len(pl.entOff))
+	}
+	if len(src) < 4+3*rans2Lanes {
+		return fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
+	}
+	long := binary.LittleEndian.Uint32(src)
+	pos := 4
+	var x [rans2Lanes]uint32
+	for i := range x {
+		// 3*rans2Lanes bytes were checked; each 4-byte state needs one more.
+		if long>>i&1 != 0 {
+			if len(src) < pos+4+3*(rans2Lanes-1-i) {
+				return fmt.Errorf("code stream of %d bytes ends in lane %d's state", len(src), i)
+			}
+			x[i] = binary.LittleEndian.Uint32(src[pos:])
+			pos += 4
+			if x[i] < 1<<24 {
+				return fmt.Errorf("code stream lane %d's 4-byte state %#x fits 3 bytes: corrupt", i, x[i])
+			}
+		} else {
+			x[i] = uint32(src[pos]) | uint32(src[pos+1])<<8 | uint32(src[pos+2])<<16
+			pos += 3
+			if x[i] < ransWordL {
+				return fmt.Errorf("code stream lane %d state %#x below the coder's bound %#x", i, x[i], ransWordL)
+			}
+		}
+	}
+	if (len(src)-pos)%2 != 0 {
+		return fmt.Errorf("code stream of %d bytes: %d after the lanes' states, not whole 16-bit words", len(src), len(src)-pos)
+	}
+	k := 0
+	if per%rans2Lanes == 0 && len(out) > 0 {
+		// Whole groups in one component: the SIMD kernel where there is
+		// one, while a group's most words (64 bytes) remain.
+		k, pos = cpu.RANSDecode2(out, src, pos, per, pl.ent, pl.entOff, lv, pl.levOff, pl.nsym, &x)
+		for c := k / per; c < len(out)/per; c++ {
+			ent := pl.ent[pl.entOff[c]:][:1<<rans2ScaleBits]
+			l := lv[pl.levOff[c]:][:pl.nsym[c]]
+			for end := (c + 1) * per; k < end; k += rans2Lanes {
+				if pos+2*rans2Lanes > len(src) {
+					goto careful // too few words left for a group that needs all of them
+				}
+				o := out[k : k+rans2Lanes]
+				for i := range o {
+					xs := x[i]
+					e := ent[xs&rans2Mask]
+					o[i] = l[e&0xff]
+					xs = (e>>8&rans2Mask)*(xs>>rans2ScaleBits) + e>>20
+					if xs < ransWordL {
+						xs = xs<<16 | uint32(src[pos]) | uint32(src[pos+1])<<8
+						pos += 2
+					}
+					x[i] = xs
+				}
+			}
+		}
+	}
+careful:
+	for ; k < len(out); k++ {
+		c := k / per
+		i := k % rans2Lanes
+		xs := x[i]
+		e := pl.ent[int(pl.entOff[c])+int(xs&rans2Mask)]
+		sym := int32(e & 0xff)
+		if sym >= pl.nsym[c] {
+			return fmt.Errorf("code stream symbol %d of %d outside its table of %d", k, len(out), pl.nsym[c])
+		}
+		out[k] = lv[pl.levOff[c]+sym]
+		xs = (e>>8&rans2Mask)*(xs>>rans2ScaleBits) + e>>20
+		if xs < ransWordL {
+			if pos+2 > len(src) {
+				return fmt.Errorf("code stream of %d bytes ends at symbol %d of %d", len(src), k, len(out))
+			}
+			xs = xs<<16 | uint32(binary.LittleEndian.Uint16(src[pos:]))
+			pos += 2
+		}
+		x[i] = xs
+	}
+	if pos != len(src) {
+		return fmt.Errorf("code stream of %d bytes: %d unread after the last symbol: corrupt", len(src), len(src)-pos)
+	}
+	for i, xs := range x {
+		switch {
+		case i < len(hide) && xs-ransWordL < 1<<16:
+			hide[i] = uint16(xs - ransWordL)
+		case i >= len(hide) && xs == ransWordL:
+		default:
+			return fmt.Errorf("code stream lane %d ends in state %#x, outside what an encoder starts from: corrupt", i, xs)
+		}
+	}
+	return nil
+}
