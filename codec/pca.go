@@ -161,6 +161,10 @@ type pcTables struct {
 	// ent2 their packed entries, option b's at b << rans2ScaleBits.
 	ans2 [pcMaxOptions + 1]*ransTable
 	ent2 []uint32
+	// lv2 holds every option's levels end to end, option b's from
+	// lv2Off[b]: what a layout-2 decode picks its levels from.
+	lv2    []float32
+	lv2Off [pcMaxOptions + 1]int32
 	// plane holds the levels again as cpu.UnpackPlanes reads them, 64
 	// slots per width.
 	plane [cpu.PlaneLevels]float32
@@ -198,6 +202,8 @@ func (t *pcTables) set(b, width int, cb *Codebook) {
 		t.ent2 = append(t.ent2, make([]uint32, need-len(t.ent2))...)
 	}
 	copy(t.ent2[b<<rans2ScaleBits:], t.ans2[b].ent)
+	t.lv2Off[b] = int32(len(t.lv2))
+	t.lv2 = append(t.lv2, cb.Levels...)
 }
 
 // gaussianTables computes the Lloyd–Max tables once; they are never
@@ -411,10 +417,12 @@ type pcScratch struct {
 	base  []float32 // the block's constant row
 	means []float32
 	scale []float32
-	lv    []float32 // decode: every coded component's levels times its scale
-	codes []uint8   // Encode: the C x n codes
-	hide  []uint16  // layout 2: the means the lanes carry, fp16 bits
-	ans   []byte    // Encode with entropy coding: the stream, built from its end
+	lv    []float32          // decode: every coded component's levels times its scale
+	codes []uint8            // Encode: the C x n codes
+	hide  []uint16           // layout 2: the means the lanes carry, fp16 bits
+	r2    rans2Scratch       // layout 2: the lanes' states and the stream's tail (here, not on the stack, for the kernel's pointers)
+	hid2  [rans2Lanes]uint16 // layout 2: the payloads decoded
+	ans   []byte             // Encode with entropy coding: the stream, built from its end
 }
 
 // pcLayout is kakeya_pc's parameter byte: the code layout. 1 is the
@@ -509,11 +517,11 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 			k.ans = append(k.ans, tab.ans[a])
 			k.ans2 = append(k.ans2, tab.ans2[a])
 			k.plan2.entOff = append(k.plan2.entOff, int32(a)<<rans2ScaleBits)
-			k.plan2.levOff = append(k.plan2.levOff, k.levOff[len(k.levOff)-1])
+			k.plan2.levOff = append(k.plan2.levOff, tab.lv2Off[a])
 			k.plan2.nsym = append(k.plan2.nsym, int32(len(tab.levels[a])))
 		}
 	}
-	k.plan2.ent = tab.ent2
+	k.plan2.ent, k.plan2.lv = tab.ent2, tab.lv2
 	if k.rowBits > math.MaxUint16 {
 		return nil, fmt.Errorf("codec: kakeya-pc: %d code bits per row exceed the block's 16-bit field; lower the rate or max bits", k.rowBits)
 	}
@@ -958,18 +966,11 @@ func (k *KakeyaPC) decodeStream(sc *pcScratch, codes []byte, n int) error {
 // hidden lanes carry the first hidden stored means, which it sets in
 // sc.means.
 func (k *KakeyaPC) decodeStream2(sc *pcScratch, codes []byte, n, hidden int) error {
-	sc.lv = growF32(sc.lv, k.levels)
-	for t, w := range k.width {
-		lv, s := sc.lv[k.levOff[t]:], sc.scale[t]
-		for j, v := range k.tab.levels[w] {
-			lv[j] = v * s
-		}
-	}
-	var hide [rans2Lanes]uint16
-	if err := rans2Decode(sc.lat[:len(k.width)*n], codes, n, &k.plan2, sc.lv, hide[:hidden]); err != nil {
+	hide := sc.hid2[:hidden]
+	if err := rans2Decode(sc.lat[:len(k.width)*n], codes, n, &k.plan2, sc.scale, hide, &sc.r2); err != nil {
 		return err
 	}
-	for i, h := range hide[:hidden] {
+	for i, h := range hide {
 		v := tensor.F16ToF32(h)
 		if !finite32(v) {
 			return fmt.Errorf("component mean %d (in lane %d's state) is %v", i, i, v)

@@ -84,30 +84,38 @@ func rans2Encode(dst, buf []byte, syms []uint8, tabs []*ransTable, per int, hide
 
 // A rans2Plan is what a layout-2 decode reads beyond the stream: per
 // coded component its table's offset in the family's entries (ent), its
-// levels' offset in the block's level table and its symbol count.
+// levels' offset in the family's levels (lv) and its symbol count.
 type rans2Plan struct {
-	ent    []uint32 // the family's packed entries, option after option, 1 << rans2ScaleBits each
+	ent    []uint32  // the family's packed entries, option after option, 1 << rans2ScaleBits each
+	lv     []float32 // the family's levels, option after option
 	entOff []int32
 	levOff []int32
 	nsym   []int32
 }
 
+// A rans2Scratch holds a layout-2 decode's lanes and the stream's padded
+// tail, off the stack, since the kernels take pointers to them.
+type rans2Scratch struct {
+	x    [rans2Lanes]uint32
+	tail [4 * rans2Lanes]byte
+}
+
 // rans2Decode decodes a layout-2 stream of len(out) symbols, symbol k
-// under component k/per's table, into out[k] = lv[levOff[k/per] +
-// symbol], and returns in hide the payloads of the first len(hide)
-// lanes. It reads no byte outside src and fails on a stream that ends
-// early, holds bytes past its last symbol, or leaves a lane's state
-// outside what the encoder could have started from.
-func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, lv []float32, hide []uint16) error {
-	if per <= 0 || len(out)%per != 0 || len(out)/per != len(pl.entOff) {
+// under component c = k/per's table, into out[k] = lv[levOff[c] +
+// symbol] * scale[c], and returns in hide the payloads of the first
+// len(hide) lanes. It reads no byte outside src and fails on a stream
+// that ends early, holds bytes past its last symbol, or leaves a lane's
+// state outside what the encoder could have started from.
+func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, scale []float32, hide []uint16, sc *rans2Scratch) error {
+	if per <= 0 || len(out)%per != 0 || len(out)/per != len(pl.entOff) || len(scale) < len(pl.entOff) {
 		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(out), per, len(pl.entOff))
 	}
 	if len(src) < 4+3*rans2Lanes {
 		return fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
 	}
+	x := &sc.x
 	long := binary.LittleEndian.Uint32(src)
 	pos := 4
-	var x [rans2Lanes]uint32
 	for i := range x {
 		// 3*rans2Lanes bytes were checked; each 4-byte state needs one more.
 		if long>>i&1 != 0 {
@@ -131,34 +139,26 @@ func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, lv []float32
 		return fmt.Errorf("code stream of %d bytes: %d after the lanes' states, not whole 16-bit words", len(src), len(src)-pos)
 	}
 	k := 0
-	if per%rans2Lanes == 0 && len(out) > 0 {
-		// Whole groups in one component: the SIMD kernel where there is
-		// one, while a group's most words (64 bytes) remain.
-		k, pos = cpu.RANSDecode2(out, src, pos, per, pl.ent, pl.entOff, lv, pl.levOff, pl.nsym, &x)
-		for c := k / per; c < len(out)/per; c++ {
-			ent := pl.ent[pl.entOff[c]:][:1<<rans2ScaleBits]
-			l := lv[pl.levOff[c]:][:pl.nsym[c]]
-			for end := (c + 1) * per; k < end; k += rans2Lanes {
-				if pos+2*rans2Lanes > len(src) {
-					goto careful // too few words left for a group that needs all of them
-				}
-				o := out[k : k+rans2Lanes]
-				for i := range o {
-					xs := x[i]
-					e := ent[xs&rans2Mask]
-					o[i] = l[e&0xff]
-					xs = (e>>8&rans2Mask)*(xs>>rans2ScaleBits) + e>>20
-					if xs < ransWordL {
-						xs = xs<<16 | uint32(src[pos]) | uint32(src[pos+1])<<8
-						pos += 2
-					}
-					x[i] = xs
-				}
+	if per%rans2Lanes == 0 {
+		// Whole groups in one component, while a group's most words (64
+		// bytes) remain; then the rest from a copy of the stream's last
+		// bytes followed by 64 zeros, which a valid stream never reaches:
+		// a position past its true end is a stream that ended early.
+		k, pos = rans2Groups(out, 0, src, pos, per, pl, scale, x)
+		if k < len(out) {
+			rem := len(src) - pos
+			tail := sc.tail[:rem+2*rans2Lanes]
+			copy(tail, src[pos:])
+			clear(tail[rem:])
+			var p int
+			k, p = rans2Groups(out, k, tail, 0, per, pl, scale, x)
+			if k < len(out) || p > rem {
+				return fmt.Errorf("code stream of %d bytes ends before symbol %d of %d", len(src), k, len(out))
 			}
+			pos += p
 		}
 	}
-careful:
-	for ; k < len(out); k++ {
+	for ; k < len(out); k++ { // components of other lengths: symbol by symbol
 		c := k / per
 		i := k % rans2Lanes
 		xs := x[i]
@@ -167,7 +167,7 @@ careful:
 		if sym >= pl.nsym[c] {
 			return fmt.Errorf("code stream symbol %d of %d outside its table of %d", k, len(out), pl.nsym[c])
 		}
-		out[k] = lv[pl.levOff[c]+sym]
+		out[k] = pl.lv[pl.levOff[c]+sym] * scale[c]
 		xs = (e>>8&rans2Mask)*(xs>>rans2ScaleBits) + e>>20
 		if xs < ransWordL {
 			if pos+2 > len(src) {
@@ -191,4 +191,38 @@ careful:
 		}
 	}
 	return nil
+}
+
+// rans2Groups decodes the whole groups of rans2Lanes symbols from symbol
+// k (a multiple of rans2Lanes; per one too) while 64 bytes of src remain
+// from pos, with the SIMD kernel where there is one, and returns where it
+// stopped.
+func rans2Groups(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, scale []float32, x *[rans2Lanes]uint32) (int, int) {
+	if k < len(out) {
+		var n int
+		n, pos = cpu.RANSDecode2(out[k:], k%per, src, pos, per, pl.ent, pl.entOff[k/per:], pl.lv, pl.levOff[k/per:], pl.nsym[k/per:], scale[k/per:], x)
+		k += n
+	}
+	for c := k / per; c < len(out)/per; c++ {
+		ent := pl.ent[pl.entOff[c]:][:1<<rans2ScaleBits]
+		l, s := pl.lv[pl.levOff[c]:][:pl.nsym[c]], scale[c]
+		for end := (c + 1) * per; k < end; k += rans2Lanes {
+			if pos+2*rans2Lanes > len(src) {
+				return k, pos
+			}
+			o := out[k : k+rans2Lanes]
+			for i := range o {
+				xs := x[i]
+				e := ent[xs&rans2Mask]
+				o[i] = l[e&0xff] * s
+				xs = (e>>8&rans2Mask)*(xs>>rans2ScaleBits) + e>>20
+				if xs < ransWordL {
+					xs = xs<<16 | uint32(src[pos]) | uint32(src[pos+1])<<8
+					pos += 2
+				}
+				x[i] = xs
+			}
+		}
+	}
+	return k, pos
 }

@@ -13,24 +13,26 @@ import (
 
 // rans2Case builds comps components of per symbols drawn from their
 // layout-2 tables' probabilities, options taken in turn from opts of
-// family tab, with level j of component c at 1000*c + j.
-func rans2Case(rng *rand.Rand, tab *pcTables, opts []int, comps, per int) (syms []uint8, tabs []*ransTable, pl *rans2Plan, lv []float32) {
+// family tab, with level j of component c at 1000*c + j and scales
+// that round (1 + (c mod 5)/3).
+func rans2Case(rng *rand.Rand, tab *pcTables, opts []int, comps, per int) (syms []uint8, tabs []*ransTable, pl *rans2Plan, scale []float32) {
 	pl = &rans2Plan{ent: tab.ent2}
 	for c := range comps {
 		o := opts[c%len(opts)]
 		tabs = append(tabs, tab.ans2[o])
 		pl.entOff = append(pl.entOff, int32(o)<<rans2ScaleBits)
-		pl.levOff = append(pl.levOff, int32(len(lv)))
+		pl.levOff = append(pl.levOff, int32(len(pl.lv)))
 		pl.nsym = append(pl.nsym, int32(len(tab.levels[o])))
 		for j := range tab.levels[o] {
-			lv = append(lv, float32(1000*c+j))
+			pl.lv = append(pl.lv, float32(1000*c+j))
 		}
+		scale = append(scale, 1+float32(c%5)/3)
 	}
 	syms = make([]uint8, comps*per)
 	for k := range syms {
 		syms[k] = tabs[k/per].slot[rng.IntN(1<<rans2ScaleBits)]
 	}
-	return syms, tabs, pl, lv
+	return syms, tabs, pl, scale
 }
 
 // rans2Reference decodes a layout-2 stream as the format describes it,
@@ -105,7 +107,7 @@ func TestRANS2RoundTrip(t *testing.T) {
 			name := fmt.Sprintf("%s/%d comps of %d/%d hidden", fam.name, tc.comps, tc.per, tc.hide)
 			// Every option appears: the components start at a rotating one.
 			o0 := rng.IntN(len(opts))
-			syms, tabs, pl, lv := rans2Case(rng, tab, append(slices.Clone(opts[o0:]), opts[:o0]...), tc.comps, tc.per)
+			syms, tabs, pl, scale := rans2Case(rng, tab, append(slices.Clone(opts[o0:]), opts[:o0]...), tc.comps, tc.per)
 			var info float64
 			for k, s := range syms {
 				info += rans2ScaleBits - math.Log2(float64(tabs[k/tc.per].freq[s]))
@@ -140,11 +142,11 @@ func TestRANS2RoundTrip(t *testing.T) {
 			}
 			out := make([]float32, len(syms))
 			got := make([]uint16, tc.hide)
-			if err := rans2Decode(out, stream, tc.per, pl, lv, got); err != nil {
+			if err := rans2Decode(out, stream, tc.per, pl, scale, got, new(rans2Scratch)); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			for k, s := range syms {
-				if w := float32(1000*(k/tc.per) + int(s)); out[k] != w {
+				if w := float32(1000*(k/tc.per)+int(s)) * scale[k/tc.per]; out[k] != w {
 					t.Fatalf("%s: symbol %d decoded as level %v, want %v", name, k, out[k], w)
 				}
 			}
@@ -167,7 +169,7 @@ func TestRANS2RoundTrip(t *testing.T) {
 				if bad.name == "read with one lane fewer carrying a payload" && (tc.hide == 0 || hide[tc.hide-1] == 0) {
 					continue
 				}
-				if err := rans2Decode(out, slices.Clone(bad.stream), tc.per, pl, lv, got[:bad.hidden]); err == nil {
+				if err := rans2Decode(out, slices.Clone(bad.stream), tc.per, pl, scale, got[:bad.hidden], new(rans2Scratch)); err == nil {
 					t.Errorf("%s: stream %s: decoded without error", name, bad.name)
 				}
 			}
@@ -183,7 +185,7 @@ func FuzzRANS2Decode(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	syms, tabs, pl, lv := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1}, 3, 64)
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1}, 3, 64)
 	good, _ := rans2Encode(nil, nil, syms, tabs, 64, []uint16{1, 2, 3})
 	f.Add(good, uint8(63), uint8(3))
 	f.Add(good, uint8(4), uint8(0))
@@ -194,7 +196,7 @@ func FuzzRANS2Decode(f *testing.F) {
 		p := int(per)%96 + 1
 		out := make([]float32, len(tabs)*p)
 		hide := make([]uint16, int(hidden)%(rans2Lanes+1))
-		_ = rans2Decode(out, slices.Clone(stream), p, pl, lv, hide)
+		_ = rans2Decode(out, slices.Clone(stream), p, pl, scale, hide, new(rans2Scratch))
 	})
 }
 
@@ -207,13 +209,14 @@ func BenchmarkRANS2Decode(b *testing.B) {
 		b.Fatal(err)
 	}
 	opts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
-	syms, tabs, pl, lv := rans2Case(rand.New(rand.NewPCG(5, 6)), tab, opts, 44, 64)
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(5, 6)), tab, opts, 44, 64)
 	stream, _ := rans2Encode(nil, nil, syms, tabs, 64, make([]uint16, 32))
 	out := make([]float32, len(syms))
 	hide := make([]uint16, 32)
+	var x rans2Scratch
 	cpu0 := cputime.Seconds()
 	for b.Loop() {
-		if err := rans2Decode(out, stream, 64, pl, lv, hide); err != nil {
+		if err := rans2Decode(out, stream, 64, pl, scale, hide, &x); err != nil {
 			b.Fatal(err)
 		}
 	}
