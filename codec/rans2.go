@@ -210,17 +210,34 @@ func rans2Groups(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, 
 			if pos+2*rans2Lanes > len(src) {
 				return k, pos
 			}
-			o := out[k : k+rans2Lanes]
-			for i := range o {
-				xs := x[i]
-				e := ent[xs&rans2Mask]
-				o[i] = l[e&0xff] * s
-				xs = (e>>8&rans2Mask)*(xs>>rans2ScaleBits) + e>>20
-				if xs < ransWordL {
-					xs = xs<<16 | uint32(src[pos]) | uint32(src[pos+1])<<8
-					pos += 2
-				}
-				x[i] = xs
+			// Eight lanes at a time in locals, for the compiler to
+			// schedule side by side; each lane's word follows its
+			// symbol, which keeps the lanes' refills in lane order.
+			for q := 0; q < rans2Lanes; q += 8 {
+				o := (*[8]float32)(out[k+q : k+q+8])
+				xq := (*[8]uint32)(x[q : q+8])
+				x0, x1, x2, x3, x4, x5, x6, x7 := xq[0], xq[1], xq[2], xq[3], xq[4], xq[5], xq[6], xq[7]
+				e0, e1, e2, e3 := ent[x0&rans2Mask], ent[x1&rans2Mask], ent[x2&rans2Mask], ent[x3&rans2Mask]
+				e4, e5, e6, e7 := ent[x4&rans2Mask], ent[x5&rans2Mask], ent[x6&rans2Mask], ent[x7&rans2Mask]
+				o[0], o[1], o[2], o[3] = l[e0&0xff]*s, l[e1&0xff]*s, l[e2&0xff]*s, l[e3&0xff]*s
+				o[4], o[5], o[6], o[7] = l[e4&0xff]*s, l[e5&0xff]*s, l[e6&0xff]*s, l[e7&0xff]*s
+				x0 = (e0>>8&rans2Mask)*(x0>>rans2ScaleBits) + e0>>20
+				x1 = (e1>>8&rans2Mask)*(x1>>rans2ScaleBits) + e1>>20
+				x2 = (e2>>8&rans2Mask)*(x2>>rans2ScaleBits) + e2>>20
+				x3 = (e3>>8&rans2Mask)*(x3>>rans2ScaleBits) + e3>>20
+				x4 = (e4>>8&rans2Mask)*(x4>>rans2ScaleBits) + e4>>20
+				x5 = (e5>>8&rans2Mask)*(x5>>rans2ScaleBits) + e5>>20
+				x6 = (e6>>8&rans2Mask)*(x6>>rans2ScaleBits) + e6>>20
+				x7 = (e7>>8&rans2Mask)*(x7>>rans2ScaleBits) + e7>>20
+				x0, pos = ransRefill(x0, src, pos)
+				x1, pos = ransRefill(x1, src, pos)
+				x2, pos = ransRefill(x2, src, pos)
+				x3, pos = ransRefill(x3, src, pos)
+				x4, pos = ransRefill(x4, src, pos)
+				x5, pos = ransRefill(x5, src, pos)
+				x6, pos = ransRefill(x6, src, pos)
+				x7, pos = ransRefill(x7, src, pos)
+				xq[0], xq[1], xq[2], xq[3], xq[4], xq[5], xq[6], xq[7] = x0, x1, x2, x3, x4, x5, x6, x7
 			}
 		}
 	}
