@@ -243,3 +243,108 @@ func rans2Groups(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, 
 	}
 	return k, pos
 }
+
+// rans2Symbols decodes a layout-2 stream's symbols into syms (symbol k
+// under component k/per's table) and the first len(hide) lanes' payloads
+// into hide, one symbol at a time: Relayout's decoder, which needs the
+// codes rather than their levels.
+func rans2Symbols(syms []uint8, src []byte, per int, pl *rans2Plan, hide []uint16) error {
+	if per <= 0 || len(syms)%per != 0 || len(syms)/per != len(pl.entOff) {
+		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(syms), per, len(pl.entOff))
+	}
+	if len(src) < 4+3*rans2Lanes {
+		return fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
+	}
+	var x [rans2Lanes]uint32
+	long := binary.LittleEndian.Uint32(src)
+	pos := 4
+	for i := range x {
+		nb := 3 + int(long>>i&1)
+		if pos+nb > len(src) {
+			return fmt.Errorf("code stream of %d bytes ends in lane %d's state", len(src), i)
+		}
+		for b := range nb {
+			x[i] |= uint32(src[pos+b]) << (8 * b)
+		}
+		pos += nb
+		if x[i] < ransWordL || nb == 4 && x[i] < 1<<24 {
+			return fmt.Errorf("code stream lane %d state %#x in %d bytes: corrupt", i, x[i], nb)
+		}
+	}
+	for k := range syms {
+		c, i := k/per, k%rans2Lanes
+		e := pl.ent[int(pl.entOff[c])+int(x[i]&rans2Mask)]
+		syms[k] = uint8(e)
+		xs := (e>>8&rans2Mask)*(x[i]>>rans2ScaleBits) + e>>20
+		if xs < ransWordL {
+			if pos+2 > len(src) {
+				return fmt.Errorf("code stream of %d bytes ends at symbol %d of %d", len(src), k, len(syms))
+			}
+			xs = xs<<16 | uint32(binary.LittleEndian.Uint16(src[pos:]))
+			pos += 2
+		}
+		x[i] = xs
+	}
+	if pos != len(src) {
+		return fmt.Errorf("code stream of %d bytes: %d unread after the last symbol: corrupt", len(src), len(src)-pos)
+	}
+	for i, xs := range x {
+		switch {
+		case i < len(hide) && xs-ransWordL < 1<<16:
+			hide[i] = uint16(xs - ransWordL)
+		case i >= len(hide) && xs == ransWordL:
+		default:
+			return fmt.Errorf("code stream lane %d ends in state %#x, outside what an encoder starts from: corrupt", i, xs)
+		}
+	}
+	return nil
+}
+
+// ToLayout1 appends to dst the block src (n rows of d values, encoded by
+// an entropy-coding KakeyaPC of the same settings as k) in stream layout
+// 1: the same means, scales and codes, so that it decodes to the same
+// values, byte for byte the block a codec writing layout 1 encodes. A
+// layout-1 block is appended as it is. The CUDA backend stores layout-2
+// blocks through it, its attention kernel reading layout 1 only.
+func (k *KakeyaPC) ToLayout1(dst, src []byte, n, d int) ([]byte, error) {
+	const name = "kakeya-pc"
+	if !k.opt.Entropy {
+		return dst, fmt.Errorf("codec: %s: %s's blocks have no stream layout", name, k.Name())
+	}
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	if err := k.parse(sc, src, n, d); err != nil { // checks the block, its stream whole
+		return dst, err
+	}
+	if src[3] == pcECLayout {
+		return append(dst, src...), nil
+	}
+	c, m := len(k.codedIdx), len(k.meanIdx)
+	var v Vars
+	f := k.Format()
+	if err := f.ReadFields(src, &v); err != nil {
+		return dst, err
+	}
+	l := f.Layout(&v)
+	h := rans2Hidden(m)
+	var hide [rans2Lanes]uint16
+	sc.codes = growU8(sc.codes, n*c)
+	if err := rans2Symbols(sc.codes[:n*c], src[l.Off(pcCodes):l.Off(pcCodes)+l.Len(pcCodes)], n, &k.plan2, hide[:h]); err != nil {
+		return dst, fmt.Errorf("codec: %s: %w", name, err)
+	}
+	start := len(dst)
+	dst = appendHeader(dst, f.ID, pcECLayout, n, d, k.tag)
+	var info [8]byte
+	binary.LittleEndian.PutUint16(info[0:], uint16(m))
+	binary.LittleEndian.PutUint16(info[2:], uint16(c))
+	dst = append(dst, info[:]...)
+	for _, b := range hide[:h] {
+		dst = binary.LittleEndian.AppendUint16(dst, b)
+	}
+	dst = append(dst, src[l.Off(pcMeans):l.Off(pcScales)+l.Len(pcScales)]...) // the stored means, then the scales
+	at := len(dst)
+	dst, sc.ans = ransEncode(dst, sc.ans, sc.codes[:n*c], k.ans, n)
+	binary.LittleEndian.PutUint32(dst[start+headerLen+4:], uint32(len(dst)-at))
+	seal(dst[start:])
+	return dst, nil
+}

@@ -35,7 +35,10 @@ func TestPCECForwardMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split_pc", "attn_combine", "matvec_f32")
 	dir := shareddata.File(t, "models", "ref-qwen2-6m")
 	const tokens, pre, gen = 26, 20, 6
-	caches := []string{"kakeya-pc:ec=true,layout=1"} // stream layout 1: what attention_ec.cu reads
+	// Stream layout 1, what attention_ec.cu reads, so that the CPU holds
+	// the same bytes (a layout-2 cache's blocks are stored as layout 1:
+	// TestPCECLayout2Stored, TestConformance's kvtc).
+	caches := []string{"kakeya-pc:ec=true,layout=1"}
 	if os.Getenv("KAKEYA_LONG") != "" {
 		caches = append(caches, "kvtc:layout=1") // TestKakeyaPCAttentionMatchesCPU reads kvtc's blocks
 	}
@@ -226,19 +229,29 @@ func TestPCECCorruptBlocks(t *testing.T) {
 	}
 }
 
-// TestPCECLayout2Refused: a codec writing stream layout 2 (the CPU's
-// default) is refused by the store with an error naming the layout and
-// the option that makes layout 1, which attention_ec.cu reads.
-func TestPCECLayout2Refused(t *testing.T) {
+// TestPCECLayout2Stored: a block of stream layout 2 (the codecs' default)
+// is stored as the same codes in layout 1, the bytes a layout-1 codec
+// writes, which attention_ec.cu reads.
+func TestPCECLayout2Stored(t *testing.T) {
 	const d, bs = 64, 64
 	r := rand.New(rand.NewPCG(33, 34))
 	o := codec.DefaultKakeyaPCOptions()
 	o.Entropy = true
 	st := synthPCA(r, d)
 	cd := newPC(t, o, st)
-	block, err := cd.Encode(nil, pcRows(r, st, bs), bs, d)
+	o.StreamLayout = 1
+	cd1 := newPC(t, o, st)
+	rows := pcRows(r, st, bs)
+	block, err := cd.Encode(nil, rows, bs, d)
 	if err != nil {
 		t.Fatal(err)
+	}
+	want, err := cd1.Encode(nil, rows, bs, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block[3] != 2 || want[3] != 1 {
+		t.Fatalf("stream layouts %d and %d, want 2 and 1", block[3], want[3])
 	}
 	gpu, _ := newFakeBackend(t, Options{})
 	store := gpu.NewBlockStore(bs, d, true)
@@ -246,9 +259,11 @@ func TestPCECLayout2Refused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.Write(p, 0, upload(gpu, pcRows(r, st, bs)), d, bs)
-	err = store.SetEncoded(p, block, cd)
-	if err == nil || !strings.Contains(err.Error(), "stream layout 2") || !strings.Contains(err.Error(), "layout=1") {
-		t.Fatalf("SetEncoded of a layout-2 block: %v, want an error naming layout 2 and layout=1", err)
+	store.Write(p, 0, upload(gpu, rows), d, bs)
+	if err := store.SetEncoded(p, block, cd); err != nil {
+		t.Fatal(err)
+	}
+	if pt := own(p); pt.format != partKakeyaPCEC || pt.encLen != len(want) {
+		t.Fatalf("stored %d bytes as part format %d, want layout 1's %d as %d", pt.encLen, pt.format, len(want), partKakeyaPCEC)
 	}
 }
