@@ -30,7 +30,7 @@ func BenchmarkDecode(b *testing.B) {
 // (format 8) and entropy coded (format 9: kakeya-pc:ec=true, kvtc).
 func BenchmarkDecodeCompressed(b *testing.B) {
 	const ctx, bs = 2048, 64
-	for _, spec := range []string{"plain", "int8", "int4", "kakeya-block", "kakeya-pc", "kakeya-pc:rate=2", "kakeya-pc:ec=true", "kvtc:rate=2.5"} {
+	for _, spec := range []string{"plain", "int8", "int4", "kakeya-block", "kakeya-pc", "kakeya-pc:rate=2", "kakeya-pc:ec=true,layout=1", "kakeya-pc:ec=true", "kvtc:rate=2.5,layout=1", "kvtc:rate=2.5"} {
 		b.Run(spec, func(b *testing.B) {
 			var policy kvcache.Policy
 			if spec != "plain" {

@@ -81,8 +81,8 @@ func expectedLen(t *testing.T, c Codec, enc []byte, n, d int) int {
 		b, p := c.layout(d)
 		return 16 + 2*n*p/b + (n*p*c.opt.Bits+7)/8
 	case *KakeyaPC:
-		if c.opt.Entropy { // the stream's length is the block's own
-			return 16 + 8 + 2*len(c.meanIdx) + 2*len(c.codedIdx) + int(binary.LittleEndian.Uint32(enc[20:]))
+		if c.opt.Entropy { // the stream's length is the block's own; layout 2's lanes carry up to 32 means
+			return 16 + 8 + 2*(len(c.meanIdx)-c.hidden()) + 2*len(c.codedIdx) + int(binary.LittleEndian.Uint32(enc[20:]))
 		}
 		l := 16 + 6 + 2*len(c.meanIdx) + 2*len(c.codedIdx)
 		for _, w := range c.width { // one byte-aligned plane per coded component

@@ -436,14 +436,19 @@ var (
 	}
 	formatKakeyaPCEC = &Format{
 		ID: FormatKakeyaPCEC, Name: "kakeya_pc_ec",
-		Doc: "kakeya_pc with its codes entropy coded: the same means and scales, then a rANS stream of 8 interleaved lanes (32-bit states, " +
-			"16-bit renormalization, frequencies of 14 bits) of the codes component after component, by increasing component, each component's " +
-			"n codes by increasing row, symbol k (in that order) coded by lane k mod 8 under the static table of its component's width " +
-			"(the N(0,1) probabilities of its quantizer's cells, Lloyd-Max or, for kvtc, uniform). The stream starts with the 8 lanes' final " +
+		Doc: "kakeya_pc with its codes entropy coded: the same means and scales, then a rANS stream of L interleaved lanes (32-bit states, " +
+			"16-bit renormalization, frequencies of S bits) of the codes component after component, by increasing component, each component's " +
+			"n codes by increasing row, symbol k (in that order) coded by lane k mod L under the static table of its component's width " +
+			"(the N(0,1) probabilities of its quantizer's cells, Lloyd-Max or, for kvtc, uniform, rounded to S bits). " +
+			"Layout 1: L = 8, S = 14 (the derived quantities below); the stream starts with the 8 lanes' final " +
 			"states (uint32 little-endian, lane 0 first), then the 16-bit words little-endian in decode order: after decoding symbol k, " +
-			"lane k mod 8 reads the next word when its state is below 2^16. Which components, their widths and the quantizer are the codec's settings.",
+			"lane k mod L reads the next word when its state is below 2^16. " +
+			"Layout 2: L = 32, S = 12, and lane i < min(M', 32) of the codec's M' stored means ends in state 2^16 + the fp16 bits of stored mean i " +
+			"(the others in 2^16): field means and section means hold only the M' - min(M', 32) means after them; the stream starts with a " +
+			"uint32 mask, bit i set when lane i's final state takes 4 bytes (it is 2^24 or more), then the states in 3 or 4 bytes little-endian, " +
+			"lane 0 first, then the words as layout 1's. Which components, their widths and the quantizer are the codec's settings.",
 		Fields: []Field{
-			{Name: "layout", Off: 3, Bytes: 1, Var: NumVars, Doc: "stream layout (the parameter byte): 1, 8 interleaved lanes; 0 (one state, byte renormalization, codes row after row) is no longer read"},
+			{Name: "layout", Off: 3, Bytes: 1, Var: NumVars, Doc: "stream layout (the parameter byte): 1, 8 interleaved lanes; 2, 32 lanes carrying the first means; 0 (one state, byte renormalization, codes row after row) is no longer read"},
 			pcMeansField, pcCodedField,
 			{Name: "code_bytes", Off: 20, Bytes: 4, Var: VarCodeBytes, Doc: "length of the rANS stream in bytes"},
 		},
@@ -451,11 +456,11 @@ var (
 		Sections: []Section{
 			{Name: "info", Count: Lit(8), Width: Lit(8), Doc: "means, coded, code_bytes (the fields above)"},
 			pcMeansSection, pcScalesSection,
-			{Name: "codes", Count: V(VarCodeBytes), Width: Lit(8), Doc: "the rANS stream of the C x n codes: 8 lane states of 4 bytes, then 16-bit words"},
+			{Name: "codes", Count: V(VarCodeBytes), Width: Lit(8), Doc: "the rANS stream of the C x n codes: the lanes' states (layout 1: 8 of 4 bytes; layout 2: a mask and 32 of 3 or 4 bytes), then 16-bit words"},
 		},
 		Derived: []Quantity{
-			{Name: "lanes", Value: Lit(ransLanes), Doc: "interleaved rANS lanes: symbol k is lane k mod lanes's"},
-			{Name: "scale_bits", Value: Lit(ransScaleBits), Doc: "frequency bits: a table's frequencies sum to 2^scale_bits"},
+			{Name: "lanes", Value: Lit(ransLanes), Doc: "layout 1's interleaved rANS lanes: symbol k is lane k mod lanes's (layout 2: 32)"},
+			{Name: "scale_bits", Value: Lit(ransScaleBits), Doc: "layout 1's frequency bits: a table's frequencies sum to 2^scale_bits (layout 2: 12)"},
 			{Name: "word_bits", Value: Lit(bits.Len(ransWordL) - 1), Doc: "bits of a renormalization word: a lane reads one when its state falls below 2^word_bits"},
 		},
 	}

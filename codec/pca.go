@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 func init() {
@@ -30,6 +31,7 @@ func newPCSpec(s Spec, a *Args) (Codec, error) {
 	} else {
 		a.Bool("ec", &o.Entropy)
 	}
+	a.IntIn("layout", &o.StreamLayout, 1, 2)
 	if a.Err() != nil {
 		return nil, nil
 	}
@@ -124,6 +126,12 @@ type KakeyaPCOptions struct {
 	// Gaussian error instead of Lloyd–Max's: with Entropy, the KVTC-style
 	// codec ("kvtc").
 	Uniform bool
+	// StreamLayout is the entropy-coded stream's layout the encoder
+	// writes: 2 (the default, also for 0), 32 lanes with packed 12-bit
+	// tables, or 1, 8 lanes with 14-bit tables, the one the CUDA
+	// attention kernel reads. Both decode either; the allocation, the
+	// codes and the tag are the same for both.
+	StreamLayout int
 }
 
 // DefaultKakeyaPCOptions returns 2.5 bits per value (with the header,
@@ -149,6 +157,14 @@ type pcTables struct {
 	dist           [pcMaxOptions + 1]float64
 	width          [pcMaxOptions + 1]int
 	ans            [pcMaxOptions + 1]*ransTable
+	// ans2 are the same cells' layout-2 tables (12-bit frequencies), and
+	// ent2 their packed entries, option b's at b << rans2ScaleBits.
+	ans2 [pcMaxOptions + 1]*ransTable
+	ent2 []uint32
+	// lv2 holds every option's levels end to end, option b's from
+	// lv2Off[b]: what a layout-2 decode picks its levels from.
+	lv2    []float32
+	lv2Off [pcMaxOptions + 1]int32
 	// plane holds the levels again as cpu.UnpackPlanes reads them, 64
 	// slots per width.
 	plane [cpu.PlaneLevels]float32
@@ -179,7 +195,15 @@ func (t *pcTables) set(b, width int, cb *Codebook) {
 		copy(t.plane[b*64:(b+1)*64], cb.Levels)
 	}
 	t.dist[b] = codebookDistortion(cb)
-	t.ans[b] = newRANSTable(cellProbs(cb.Bounds))
+	p := cellProbs(cb.Bounds)
+	t.ans[b] = newRANSTable(p, ransScaleBits)
+	t.ans2[b] = newRANSTable(p, rans2ScaleBits)
+	if need := (b + 1) << rans2ScaleBits; len(t.ent2) < need {
+		t.ent2 = append(t.ent2, make([]uint32, need-len(t.ent2))...)
+	}
+	copy(t.ent2[b<<rans2ScaleBits:], t.ans2[b].ent)
+	t.lv2Off[b] = int32(len(t.lv2))
+	t.lv2 = append(t.lv2, cb.Levels...)
 }
 
 // gaussianTables computes the Lloyd–Max tables once; they are never
@@ -376,7 +400,9 @@ type KakeyaPC struct {
 	levOff            []int32      // where each coded component's levels start in a block's level table
 	levels            int          // the level table's length, Σ 2^width
 	rowBits           int          // T = Σ_t width[t]
-	ans               []*ransTable // with Entropy, each coded component's coder
+	ans               []*ransTable // with Entropy, each coded component's coder (layout 1)
+	ans2              []*ransTable // the same, layout 2
+	plan2             rans2Plan    // layout 2's decode tables
 	meanNorm          float32      // ||μ||, for Encode's fp16 range check
 	tab               *pcTables
 	tag               uint16
@@ -391,9 +417,12 @@ type pcScratch struct {
 	base  []float32 // the block's constant row
 	means []float32
 	scale []float32
-	lv    []float32 // decode: every coded component's levels times its scale
-	codes []uint8   // Encode: the C x n codes
-	ans   []byte    // Encode with entropy coding: the stream, built from its end
+	lv    []float32          // decode: every coded component's levels times its scale
+	codes []uint8            // Encode: the C x n codes
+	hide  []uint16           // layout 2: the means the lanes carry, fp16 bits
+	r2    rans2Scratch       // layout 2: the lanes' states and the stream's tail (here, not on the stack, for the kernel's pointers)
+	hid2  [rans2Lanes]uint16 // layout 2: the payloads decoded
+	ans   []byte             // Encode with entropy coding: the stream, built from its end
 }
 
 // pcLayout is kakeya_pc's parameter byte: the code layout. 1 is the
@@ -406,6 +435,11 @@ const pcLayout = 1
 // order; blocks of 0 (one rANS state with byte renormalization, codes row
 // after row) are no longer read.
 const pcECLayout = 1
+
+// pcECLayout2 is kakeya_pc_ec's stream layout 2 (rans2.go): 32 lanes,
+// 12-bit frequencies, the first 32 stored means carried by the lanes.
+// An entropy-coding codec reads blocks of both layouts.
+const pcECLayout2 = 2
 
 // The sections of formatKakeyaPC.
 const (
@@ -481,8 +515,13 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 			k.levels += len(tab.levels[a])
 			k.rowBits += tab.width[a]
 			k.ans = append(k.ans, tab.ans[a])
+			k.ans2 = append(k.ans2, tab.ans2[a])
+			k.plan2.entOff = append(k.plan2.entOff, int32(a)<<rans2ScaleBits)
+			k.plan2.levOff = append(k.plan2.levOff, tab.lv2Off[a])
+			k.plan2.nsym = append(k.plan2.nsym, int32(len(tab.levels[a])))
 		}
 	}
+	k.plan2.ent, k.plan2.lv = tab.ent2, tab.lv2
 	if k.rowBits > math.MaxUint16 {
 		return nil, fmt.Errorf("codec: kakeya-pc: %d code bits per row exceed the block's 16-bit field; lower the rate or max bits", k.rowBits)
 	}
@@ -560,6 +599,9 @@ func (k *KakeyaPC) Name() string {
 	if k.opt.Uniform && !k.opt.Entropy {
 		s += "-uniform"
 	}
+	if k.opt.Entropy && k.opt.StreamLayout == 1 {
+		s += "-l1"
+	}
 	return s
 }
 
@@ -630,7 +672,8 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	start := len(dst)
 	dst = appendHeader(dst, k.Format().ID, k.param(), n, d, k.tag)
 	var info [8]byte
-	binary.LittleEndian.PutUint16(info[0:], uint16(len(k.meanIdx)))
+	hidden := k.hidden()
+	binary.LittleEndian.PutUint16(info[0:], uint16(len(k.meanIdx)-hidden))
 	binary.LittleEndian.PutUint16(info[2:], uint16(len(k.codedIdx)))
 	infoLen := 6
 	if !k.opt.Entropy {
@@ -640,13 +683,18 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	dst = append(dst, info[:infoLen]...)
 	sc.means = growF32(sc.means, d)
-	for _, j := range k.meanIdx {
+	sc.hide = sc.hide[:0]
+	for t, j := range k.meanIdx {
 		var s float64
 		for i := 0; i < n; i++ {
 			s += float64(sc.y[i*d+j])
 		}
 		m := roundF16(float32(s / float64(n)))
 		sc.means[j] = m
+		if t < hidden {
+			sc.hide = append(sc.hide, float16bits(m)) // layout 2: lane t carries it
+			continue
+		}
 		dst = binary.LittleEndian.AppendUint16(dst, float16bits(m))
 	}
 	c := len(k.codedIdx)
@@ -662,7 +710,11 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 	}
 	if k.opt.Entropy {
 		at := len(dst)
-		dst, sc.ans = ransEncode(dst, sc.ans, sc.codes[:n*c], k.ans, n)
+		if k.param() == pcECLayout2 {
+			dst, sc.ans = rans2Encode(dst, sc.ans, sc.codes[:n*c], k.ans2, n, sc.hide)
+		} else {
+			dst, sc.ans = ransEncode(dst, sc.ans, sc.codes[:n*c], k.ans, n)
+		}
 		binary.LittleEndian.PutUint32(dst[start+headerLen+4:], uint32(len(dst)-at))
 	} else {
 		dst = k.packPlanes(dst, sc.codes[:n*c], n)
@@ -762,10 +814,22 @@ func quantizeBounds(bounds []float32, x float32) int {
 // param returns the header's parameter byte: pcLayout, or pcECLayout
 // with entropy coding.
 func (k *KakeyaPC) param() byte {
-	if k.opt.Entropy {
+	switch {
+	case k.opt.Entropy && k.opt.StreamLayout == 1:
 		return pcECLayout
+	case k.opt.Entropy:
+		return pcECLayout2
 	}
 	return pcLayout
+}
+
+// hidden returns how many stored means the stream's lanes carry in the
+// blocks k writes: layout 2's rans2Hidden, else none.
+func (k *KakeyaPC) hidden() int {
+	if k.param() == pcECLayout2 {
+		return rans2Hidden(len(k.meanIdx))
+	}
+	return 0
 }
 
 // planeBytes returns the length of a plane of n codes of w bits.
@@ -813,15 +877,23 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 		return err
 	}
 	f := k.Format()
-	if len(src) >= headerLen && src[2] == byte(f.ID) && src[3] != k.param() {
+	param := k.param()
+	if k.opt.Entropy && len(src) >= headerLen && (src[3] == pcECLayout || src[3] == pcECLayout2) {
+		param = src[3] // an entropy-coding codec reads both stream layouts
+	}
+	if len(src) >= headerLen && src[2] == byte(f.ID) && src[3] != param {
 		if k.opt.Entropy {
-			return fmt.Errorf("codec: %s: block has stream layout %d (0: one rANS state, codes row after row, before layout 1's %d interleaved lanes); this codec reads layout %d: re-encode the cache",
-				name, src[3], ransLanes, pcECLayout)
+			return fmt.Errorf("codec: %s: block has stream layout %d (0: one rANS state, codes row after row, before layout 1's %d interleaved lanes); this codec reads layouts %d and %d: re-encode the cache",
+				name, src[3], ransLanes, pcECLayout, pcECLayout2)
 		}
 		return fmt.Errorf("codec: %s: block has code layout %d (0: rows of codes, before version 1's component planes); this codec reads layout %d: re-encode the cache", name, src[3], pcLayout)
 	}
-	if _, err := checkHeader(name, src, f.ID, k.param(), n, d, k.tag); err != nil {
+	if _, err := checkHeader(name, src, f.ID, param, n, d, k.tag); err != nil {
 		return err
+	}
+	hidden := 0
+	if param == pcECLayout2 {
+		hidden = rans2Hidden(len(k.meanIdx))
 	}
 	var v Vars
 	if err := f.ReadFields(src, &v); err != nil {
@@ -833,9 +905,9 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 		}
 		v[VarCodeBytes] = k.codeBytes(n)
 	}
-	if v[VarMeans] != len(k.meanIdx) || v[VarCoded] != len(k.codedIdx) {
-		return fmt.Errorf("codec: %s: block holds %d means and %d coded components; the codec has %d and %d",
-			name, v[VarMeans], v[VarCoded], len(k.meanIdx), len(k.codedIdx))
+	if v[VarMeans]+hidden != len(k.meanIdx) || v[VarCoded] != len(k.codedIdx) {
+		return fmt.Errorf("codec: %s: block holds %d means (and %d in its lanes) and %d coded components; the codec has %d and %d",
+			name, v[VarMeans], hidden, v[VarCoded], len(k.meanIdx), len(k.codedIdx))
 	}
 	l := f.Layout(&v)
 	if len(src) != l.Size() {
@@ -843,14 +915,8 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 	}
 	mc := len(k.meanIdx)
 	sc.means = growF32(sc.means, mc)
-	if err := readF16s(sc.means, src[l.Off(pcMeans):], name, "component mean"); err != nil {
+	if err := readF16s(sc.means[hidden:], src[l.Off(pcMeans):], name, "component mean"); err != nil {
 		return err
-	}
-	// One MixBlock row over the means' rows sums them in order.
-	sc.base = growF32(sc.base, d)
-	copy(sc.base, k.mean)
-	if mc > 0 {
-		cpu.MixBlock(sc.base, 1, sc.means, mc, k.meanRows, mc, d)
 	}
 	c := len(k.codedIdx)
 	sc.scale = growF32(sc.scale, c)
@@ -861,13 +927,24 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 	// the scaled levels alone. AddWeighted fills the rows past them.
 	sc.lat = growF32(sc.lat, pcLatRows(c)*n)
 	codes := src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
-	if k.opt.Entropy {
+	switch {
+	case param == pcECLayout2:
+		if err := k.decodeStream2(sc, codes, n, hidden); err != nil {
+			return fmt.Errorf("codec: %s: %w", name, err)
+		}
+	case k.opt.Entropy:
 		if err := k.decodeStream(sc, codes, n); err != nil {
 			return fmt.Errorf("codec: %s: %w", name, err)
 		}
-		return nil
+	default:
+		cpu.UnpackPlanes(sc.lat, n, n, codes, k.width, sc.scale, &k.tab.plane)
 	}
-	cpu.UnpackPlanes(sc.lat, n, n, codes, k.width, sc.scale, &k.tab.plane)
+	// One MixBlock row over the means' rows sums them in order.
+	sc.base = growF32(sc.base, d)
+	copy(sc.base, k.mean)
+	if mc > 0 {
+		cpu.MixBlock(sc.base, 1, sc.means, mc, k.meanRows, mc, d)
+	}
 	return nil
 }
 
@@ -883,6 +960,24 @@ func (k *KakeyaPC) decodeStream(sc *pcScratch, codes []byte, n int) error {
 		}
 	}
 	return ransDecode(sc.lat[:len(k.width)*n], codes, n, k.ans, sc.lv, k.levOff)
+}
+
+// decodeStream2 is decodeStream for a layout-2 stream, whose first
+// hidden lanes carry the first hidden stored means, which it sets in
+// sc.means.
+func (k *KakeyaPC) decodeStream2(sc *pcScratch, codes []byte, n, hidden int) error {
+	hide := sc.hid2[:hidden]
+	if err := rans2Decode(sc.lat[:len(k.width)*n], codes, n, &k.plan2, sc.scale, hide, &sc.r2); err != nil {
+		return err
+	}
+	for i, h := range hide {
+		v := tensor.F16ToF32(h)
+		if !finite32(v) {
+			return fmt.Errorf("component mean %d (in lane %d's state) is %v", i, i, v)
+		}
+		sc.means[i] = v
+	}
+	return nil
 }
 
 // Decode reconstructs the block, checking every stored field.

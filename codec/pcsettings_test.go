@@ -97,6 +97,7 @@ func TestPCSettings(t *testing.T) {
 			t.Run(fmt.Sprintf("entropy/n%d/uniform %v", n, uniform), func(t *testing.T) {
 				o := DefaultKakeyaPCOptions()
 				o.Entropy, o.Uniform, o.Block = true, uniform, n
+				o.StreamLayout = 1 // what the settings describe to the CUDA kernel
 				k, err := NewKakeyaPC(o, st, nil)
 				if err != nil {
 					t.Fatal(err)

@@ -19,31 +19,28 @@ const (
 	ransMask      = 1<<ransScaleBits - 1 // a state's slot
 )
 
-// A ransTable codes the 2^b symbols of one width.
+// A ransTable codes the symbols of one quantizer (at most 256).
 type ransTable struct {
 	freq, start []uint32
-	slot        []uint8   // symbol of each of the 1 << ransScaleBits slots
+	slot        []uint8   // symbol of each of the 1 << scale bits slots
 	cost        []float32 // each symbol's code length in bits
 	bits        float64   // expected code length per symbol on N(0, 1), in bits
+	// ent, for layout 2's tables (12-bit scale), is each slot's packed
+	// entry: symbol | freq<<8 | (slot - start)<<20 (rans2Entry).
+	ent []uint32
 }
 
 // newRANSTable quantizes the cell probabilities p (summing to about 1) to
-// frequencies of at least 1 summing to 1 << ransScaleBits.
-func newRANSTable(p []float64) *ransTable {
-	const total = 1 << ransScaleBits
+// frequencies of at least 1 summing to 1 << scale: layout 1's tables
+// (ransScaleBits) or layout 2's (rans2ScaleBits, with packed entries).
+func newRANSTable(p []float64, scale int) *ransTable {
+	total := 1 << scale
 	t := &ransTable{freq: make([]uint32, len(p)), start: make([]uint32, len(p)), slot: make([]uint8, total), cost: make([]float32, len(p))}
-	sum, big := 0, 0
-	for i, v := range p {
-		f := max(int(math.Round(v*total)), 1)
-		t.freq[i] = uint32(f)
-		sum += f
-		if t.freq[i] > t.freq[big] {
-			big = i
-		}
+	if scale == rans2ScaleBits {
+		rans2Freqs(t.freq, p, total)
+	} else {
+		ransFreqs(t.freq, p, total)
 	}
-	// The rounding's excess or shortfall goes to the likeliest symbol,
-	// whose relative change is the smallest.
-	t.freq[big] = uint32(int(t.freq[big]) + total - sum)
 	var c uint32
 	for i, f := range t.freq {
 		t.start[i] = c
@@ -51,11 +48,68 @@ func newRANSTable(p []float64) *ransTable {
 			t.slot[s] = uint8(i)
 		}
 		c += f
-		l := ransScaleBits - math.Log2(float64(f))
+		l := float64(scale) - math.Log2(float64(f))
 		t.cost[i] = float32(l)
 		t.bits += p[i] * l
 	}
+	if scale == rans2ScaleBits {
+		t.ent = make([]uint32, total)
+		for x := range t.ent {
+			s := t.slot[x]
+			t.ent[x] = uint32(s) | t.freq[s]<<8 | (uint32(x)-t.start[s])<<20
+		}
+	}
 	return t
+}
+
+// ransFreqs is layout 1's frequency rounding: each probability times total,
+// rounded, at least 1, the sum's excess or shortfall taken by the likeliest
+// symbol. Layout 1's streams depend on it bit for bit.
+func ransFreqs(freq []uint32, p []float64, total int) {
+	sum, big := 0, 0
+	for i, v := range p {
+		f := max(int(math.Round(v*float64(total))), 1)
+		freq[i] = uint32(f)
+		sum += f
+		if freq[i] > freq[big] {
+			big = i
+		}
+	}
+	// The rounding's excess or shortfall goes to the likeliest symbol,
+	// whose relative change is the smallest.
+	freq[big] = uint32(int(freq[big]) + total - sum)
+}
+
+// rans2Freqs is layout 2's: at least 1 each, then the slots left (or
+// missing) given (or taken) one at a time where they lower (or raise) the
+// expected code length on p the least, which at 12 bits matters for the
+// many thin tail cells of the widest quantizers.
+func rans2Freqs(freq []uint32, p []float64, total int) {
+	sum := 0
+	for i, v := range p {
+		freq[i] = uint32(max(int(v*float64(total)), 1))
+		sum += int(freq[i])
+	}
+	for ; sum < total; sum++ {
+		best, gain := 0, -1.0
+		for i, f := range freq {
+			if g := p[i] * math.Log2(float64(f+1)/float64(f)); g > gain {
+				best, gain = i, g
+			}
+		}
+		freq[best]++
+	}
+	for ; sum > total; sum-- {
+		best, loss := -1, math.Inf(1)
+		for i, f := range freq {
+			if f > 1 {
+				if l := p[i] * math.Log2(float64(f)/float64(f-1)); l < loss {
+					best, loss = i, l
+				}
+			}
+		}
+		freq[best]--
+	}
 }
 
 // The tables' accessors: what other files read of a ransTable, so that

@@ -143,7 +143,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 				o.Block = c.block
 			}
 			ko := o
-			ko.Entropy = c.kec
+			ko.Entropy, ko.StreamLayout = c.kec, 1 // layout 1: what attention_ec.cu reads
 			var kst []*codec.PCAStats
 			var kc []codec.Codec
 			for range kvHeads {
@@ -153,7 +153,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 			}
 			vst := synthPCA(r, d)
 			vo := o
-			vo.Uniform, vo.Entropy = c.uniform, c.vec
+			vo.Uniform, vo.Entropy, vo.StreamLayout = c.uniform, c.vec, 1
 			vc := newPC(t, vo, vst)
 			host := cpubackend.New(1)
 			defer host.Close()

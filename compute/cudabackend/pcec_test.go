@@ -35,9 +35,12 @@ func TestPCECForwardMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split_pc", "attn_combine", "matvec_f32")
 	dir := shareddata.File(t, "models", "ref-qwen2-6m")
 	const tokens, pre, gen = 26, 20, 6
-	caches := []string{"kakeya-pc:ec=true"}
+	// Stream layout 1, what attention_ec.cu reads, so that the CPU holds
+	// the same bytes (a layout-2 cache's blocks are stored as layout 1:
+	// TestPCECLayout2Stored, TestConformance's kvtc).
+	caches := []string{"kakeya-pc:ec=true,layout=1"}
 	if os.Getenv("KAKEYA_LONG") != "" {
-		caches = append(caches, "kvtc") // TestKakeyaPCAttentionMatchesCPU reads kvtc's blocks
+		caches = append(caches, "kvtc:layout=1") // TestKakeyaPCAttentionMatchesCPU reads kvtc's blocks
 	}
 	for _, kv := range caches {
 		t.Run(kv, func(t *testing.T) {
@@ -137,7 +140,7 @@ func TestPCECCorruptBlocks(t *testing.T) {
 	const heads, kvHeads, d, bs = 2, 1, 64, 64
 	r := rand.New(rand.NewPCG(31, 32))
 	o := codec.DefaultKakeyaPCOptions()
-	o.Entropy = true
+	o.Entropy, o.StreamLayout = true, 1
 	st := synthPCA(r, d)
 	cd := newPC(t, o, st)
 	good, err := cd.Encode(nil, pcRows(r, st, bs), bs, d)
@@ -223,5 +226,44 @@ func TestPCECCorruptBlocks(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestPCECLayout2Stored: a block of stream layout 2 (the codecs' default)
+// is stored as the same codes in layout 1, the bytes a layout-1 codec
+// writes, which attention_ec.cu reads.
+func TestPCECLayout2Stored(t *testing.T) {
+	const d, bs = 64, 64
+	r := rand.New(rand.NewPCG(33, 34))
+	o := codec.DefaultKakeyaPCOptions()
+	o.Entropy = true
+	st := synthPCA(r, d)
+	cd := newPC(t, o, st)
+	o.StreamLayout = 1
+	cd1 := newPC(t, o, st)
+	rows := pcRows(r, st, bs)
+	block, err := cd.Encode(nil, rows, bs, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := cd1.Encode(nil, rows, bs, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block[3] != 2 || want[3] != 1 {
+		t.Fatalf("stream layouts %d and %d, want 2 and 1", block[3], want[3])
+	}
+	gpu, _ := newFakeBackend(t, Options{})
+	store := gpu.NewBlockStore(bs, d, true)
+	p, err := store.NewPart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Write(p, 0, upload(gpu, rows), d, bs)
+	if err := store.SetEncoded(p, block, cd); err != nil {
+		t.Fatal(err)
+	}
+	if pt := own(p); pt.format != partKakeyaPCEC || pt.encLen != len(want) {
+		t.Fatalf("stored %d bytes as part format %d, want layout 1's %d as %d", pt.encLen, pt.format, len(want), partKakeyaPCEC)
 	}
 }

@@ -301,6 +301,15 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	if pt.dec != nil {
 		return fmt.Errorf("cuda: part already encoded by %s", pt.dec.Name())
 	}
+	// attention_ec.cu reads entropy-coded stream layout 1 only: a block
+	// of layout 2 (the codecs' default) is stored as the same codes in
+	// layout 1, decoding to the same values.
+	if pc, ok := dec.(*codec.KakeyaPC); ok && pc.Options().Entropy && len(enc) > 3 && enc[3] == 2 {
+		var err error
+		if enc, err = pc.ToLayout1(nil, enc, s.rows, s.d); err != nil {
+			return fmt.Errorf("cuda: %w", err)
+		}
+	}
 	if err := checkEncoded(dec, enc, s.rows, s.d); err != nil {
 		return err
 	}
@@ -568,6 +577,11 @@ func checkEncoded(dec compute.Decoder, enc []byte, rows, d int) error {
 // does, so that the kernel's reads, bounded by the stream's length, stay
 // in the block's slot.
 func checkPCEC(c codec.Described, enc []byte) error {
+	// attention_ec.cu reads stream layout 1 only (8 lanes, 14-bit
+	// tables); SetEncoded turned a KakeyaPC's layout 2 into it.
+	if enc[3] != 1 {
+		return fmt.Errorf("cuda: %s: entropy-coded block of stream layout %d; the CUDA attention kernel reads layout 1 only: make the cache with layout=1 (kakeya-pc:ec=true,layout=1 or kvtc:layout=1)", c.Name(), enc[3])
+	}
 	f := c.Format()
 	var v codec.Vars
 	if err := f.ReadFields(enc, &v); err != nil {

@@ -33,6 +33,10 @@ void kk2_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long le
 void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
 		    const float *rows, long n, const float *cos, const float *sin);
 int kq512_supported(void);
+long kk_rans2_decode512(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
+			const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale, uint32_t *x);
+long kk_rans2_decode2(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
+		      const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale, uint32_t *x);
 void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
@@ -260,4 +264,22 @@ func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) {
 	}
 	C.kq_rows(C.int(t.l.kind), w, C.long(t.rowB), C.long(r0), C.long(r1), off, x, f32p(t.a.d), bs,
 		C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
+}
+
+// ransDecode2C is RANSDecode2's kernel call; RANSDecode2 checked the
+// tables' extents.
+func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
+	if len(src)-pos < 2*RANSLanes {
+		return 0, pos
+	}
+	o, s, e, eo, l, lo, ns, xs := f32p(out), (*C.uint8_t)(&src[0]), (*C.uint32_t)(&ent[0]), (*C.int32_t)(&entOff[0]),
+		f32p(lv), (*C.int32_t)(&levOff[0]), (*C.int32_t)(&nsym[0]), (*C.uint32_t)(&x[0])
+	sc := f32p(scale)
+	var k C.long
+	if hasAVX512 {
+		k = C.kk_rans2_decode512(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
+	} else {
+		k = C.kk_rans2_decode2(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
+	}
+	return int(k & (1<<32 - 1)), int(k >> 32)
 }

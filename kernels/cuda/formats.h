@@ -257,18 +257,25 @@ KK_FORMAT_FN long long kk_kakeya_pc_size(long long n, long long d, long long mea
 
 // Format kakeya_pc_ec, id 9.
 // kakeya_pc with its codes entropy coded: the same means and scales, then a
-// rANS stream of 8 interleaved lanes (32-bit states, 16-bit
-// renormalization, frequencies of 14 bits) of the codes component after
+// rANS stream of L interleaved lanes (32-bit states, 16-bit
+// renormalization, frequencies of S bits) of the codes component after
 // component, by increasing component, each component's n codes by
-// increasing row, symbol k (in that order) coded by lane k mod 8 under the
+// increasing row, symbol k (in that order) coded by lane k mod L under the
 // static table of its component's width (the N(0,1) probabilities of its
-// quantizer's cells, Lloyd-Max or, for kvtc, uniform). The stream starts
+// quantizer's cells, Lloyd-Max or, for kvtc, uniform, rounded to S bits).
+// Layout 1: L = 8, S = 14 (the derived quantities below); the stream starts
 // with the 8 lanes' final states (uint32 little-endian, lane 0 first), then
 // the 16-bit words little-endian in decode order: after decoding symbol k,
-// lane k mod 8 reads the next word when its state is below 2^16. Which
+// lane k mod L reads the next word when its state is below 2^16. Layout 2:
+// L = 32, S = 12, and lane i < min(M', 32) of the codec's M' stored means
+// ends in state 2^16 + the fp16 bits of stored mean i (the others in 2^16):
+// field means and section means hold only the M' - min(M', 32) means after
+// them; the stream starts with a uint32 mask, bit i set when lane i's final
+// state takes 4 bytes (it is 2^24 or more), then the states in 3 or 4 bytes
+// little-endian, lane 0 first, then the words as layout 1's. Which
 // components, their widths and the quantizer are the codec's settings.
 #define KK_FORMAT_KAKEYA_PC_EC 9
-// kk_kakeya_pc_ec_layout: stream layout (the parameter byte): 1, 8 interleaved lanes; 0 (one state, byte renormalization, codes row after row) is no longer read.
+// kk_kakeya_pc_ec_layout: stream layout (the parameter byte): 1, 8 interleaved lanes; 2, 32 lanes carrying the first means; 0 (one state, byte renormalization, codes row after row) is no longer read.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_layout(const unsigned char *b) { return kk_fmt_u(b, 3, 1); }
 // kk_kakeya_pc_ec_means: count M of components with a stored mean.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_means(const unsigned char *b) { return kk_fmt_u(b, 16, 2); }
@@ -288,15 +295,15 @@ KK_FORMAT_FN long long kk_kakeya_pc_ec_means_len(long long n, long long d, long 
 KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_means_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_means_len(n, d, means, coded, code_bytes); }
 KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
 KK_FORMAT_FN long long kk_kakeya_pc_ec_scales_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (coded * kk_kakeya_pc_ec_scales_width(n, d, means, coded, code_bytes) + 7) / 8; }
-// Section codes: the rANS stream of the C x n codes: 8 lane states of 4 bytes, then 16-bit words.
+// Section codes: the rANS stream of the C x n codes: the lanes' states (layout 1: 8 of 4 bytes; layout 2: a mask and 32 of 3 or 4 bytes), then 16-bit words.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_off(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_scales_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_scales_len(n, d, means, coded, code_bytes); }
 KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_width(long long n, long long d, long long means, long long coded, long long code_bytes) { return 8; }
 KK_FORMAT_FN long long kk_kakeya_pc_ec_codes_len(long long n, long long d, long long means, long long coded, long long code_bytes) { return (code_bytes * kk_kakeya_pc_ec_codes_width(n, d, means, coded, code_bytes) + 7) / 8; }
 // kk_kakeya_pc_ec_size is the length of the whole block.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_size(long long n, long long d, long long means, long long coded, long long code_bytes) { return kk_kakeya_pc_ec_codes_off(n, d, means, coded, code_bytes) + kk_kakeya_pc_ec_codes_len(n, d, means, coded, code_bytes); }
-// kk_kakeya_pc_ec_lanes: interleaved rANS lanes: symbol k is lane k mod lanes's.
+// kk_kakeya_pc_ec_lanes: layout 1's interleaved rANS lanes: symbol k is lane k mod lanes's (layout 2: 32).
 KK_FORMAT_FN long long kk_kakeya_pc_ec_lanes(long long n, long long d, long long means, long long coded, long long code_bytes) { return 8; }
-// kk_kakeya_pc_ec_scale_bits: frequency bits: a table's frequencies sum to 2^scale_bits.
+// kk_kakeya_pc_ec_scale_bits: layout 1's frequency bits: a table's frequencies sum to 2^scale_bits (layout 2: 12).
 KK_FORMAT_FN long long kk_kakeya_pc_ec_scale_bits(long long n, long long d, long long means, long long coded, long long code_bytes) { return 14; }
 // kk_kakeya_pc_ec_word_bits: bits of a renormalization word: a lane reads one when its state falls below 2^word_bits.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_word_bits(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }

@@ -1,0 +1,350 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+)
+
+// The entropy-coded stream's layout 2: rans2Lanes rANS lanes (32-bit
+// states, 16-bit renormalization as layout 1) sharing one word stream,
+// with frequencies of rans2ScaleBits bits, so that one packed 32-bit
+// entry per slot (rans2Entry) gives a symbol, its frequency and the
+// state's offset in one lookup, and a decoder's lanes fill two AVX-512
+// (four AVX2) registers whose dependency chains overlap. Symbol k is
+// lane k mod rans2Lanes's; after decoding a group of rans2Lanes symbols,
+// the lanes below 2^16 read the next word in lane order, as layout 1's.
+//
+// Thirty-two 32-bit states would cost four times layout 1's eight; what
+// pays for them is that a lane's encoder starts at 2^16 plus a payload
+// instead of 2^16: lane i < min(M, rans2Lanes) carries the fp16 bits of
+// stored component mean i, which its decoder finds in its final state
+// (2^16 + bits), so the means section holds only the means past them.
+// The other lanes start, and must end, at 2^16.
+//
+// The stream starts with the lanes' final states: a 32-bit little-endian
+// mask whose bit i is set when lane i's state needs 4 bytes (it is 2^24 or
+// more), then each lane's state, lane 0 first, little-endian in 3 or 4
+// bytes (a state in [2^16, 2^32) is about as likely in either half of its
+// bits, so this saves about 3 bits a lane over 4 bytes each); then the
+// 16-bit words, little-endian, in decode order.
+const (
+	rans2Lanes     = 32
+	rans2ScaleBits = 12
+	rans2Mask      = 1<<rans2ScaleBits - 1
+)
+
+// rans2Hidden returns how many of m stored means the lanes carry.
+func rans2Hidden(m int) int { return min(m, rans2Lanes) }
+
+// rans2Encode codes syms, symbol k under tabs[k/per] (layout 2's tables),
+// with lane i starting at 2^16 + hide[i], and appends the stream to dst,
+// using buf (grown as needed, returned) as scratch.
+func rans2Encode(dst, buf []byte, syms []uint8, tabs []*ransTable, per int, hide []uint16) ([]byte, []byte) {
+	need := 4 + 4*rans2Lanes + 2*len(syms)
+	if cap(buf) < need {
+		buf = make([]byte, need)
+	}
+	buf = buf[:need]
+	p := need
+	var x [rans2Lanes]uint32
+	for i := range x {
+		x[i] = ransWordL
+		if i < len(hide) {
+			x[i] += uint32(hide[i])
+		}
+	}
+	for k := len(syms) - 1; k >= 0; k-- {
+		t := tabs[k/per]
+		s := syms[k]
+		f := t.freq[s]
+		xs := x[k%rans2Lanes]
+		if xs >= f<<(32-rans2ScaleBits) { // ((ransWordL >> scale) << 16) * f
+			p -= 2
+			binary.LittleEndian.PutUint16(buf[p:], uint16(xs))
+			xs >>= 16
+		}
+		x[k%rans2Lanes] = (xs/f)<<rans2ScaleBits + xs%f + t.start[s]
+	}
+	var long uint32
+	for i := rans2Lanes - 1; i >= 0; i-- {
+		if x[i] >= 1<<24 {
+			long |= 1 << i
+			p--
+			buf[p] = byte(x[i] >> 24)
+		}
+		p -= 3
+		buf[p], buf[p+1], buf[p+2] = byte(x[i]), byte(x[i]>>8), byte(x[i]>>16)
+	}
+	p -= 4
+	binary.LittleEndian.PutUint32(buf[p:], long)
+	return append(dst, buf[p:]...), buf
+}
+
+// A rans2Plan is what a layout-2 decode reads beyond the stream: per
+// coded component its table's offset in the family's entries (ent), its
+// levels' offset in the family's levels (lv) and its symbol count.
+type rans2Plan struct {
+	ent    []uint32  // the family's packed entries, option after option, 1 << rans2ScaleBits each
+	lv     []float32 // the family's levels, option after option
+	entOff []int32
+	levOff []int32
+	nsym   []int32
+}
+
+// A rans2Scratch holds a layout-2 decode's lanes and the stream's padded
+// tail, off the stack, since the kernels take pointers to them.
+type rans2Scratch struct {
+	x    [rans2Lanes]uint32
+	tail [4 * rans2Lanes]byte
+}
+
+// rans2Decode decodes a layout-2 stream of len(out) symbols, symbol k
+// under component c = k/per's table, into out[k] = lv[levOff[c] +
+// symbol] * scale[c], and returns in hide the payloads of the first
+// len(hide) lanes. It reads no byte outside src and fails on a stream
+// that ends early, holds bytes past its last symbol, or leaves a lane's
+// state outside what the encoder could have started from.
+func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, scale []float32, hide []uint16, sc *rans2Scratch) error {
+	if per <= 0 || len(out)%per != 0 || len(out)/per != len(pl.entOff) || len(scale) < len(pl.entOff) {
+		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(out), per, len(pl.entOff))
+	}
+	if len(src) < 4+3*rans2Lanes {
+		return fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
+	}
+	x := &sc.x
+	long := binary.LittleEndian.Uint32(src)
+	pos := 4
+	for i := range x {
+		// 3*rans2Lanes bytes were checked; each 4-byte state needs one more.
+		if long>>i&1 != 0 {
+			if len(src) < pos+4+3*(rans2Lanes-1-i) {
+				return fmt.Errorf("code stream of %d bytes ends in lane %d's state", len(src), i)
+			}
+			x[i] = binary.LittleEndian.Uint32(src[pos:])
+			pos += 4
+			if x[i] < 1<<24 {
+				return fmt.Errorf("code stream lane %d's 4-byte state %#x fits 3 bytes: corrupt", i, x[i])
+			}
+		} else {
+			x[i] = uint32(src[pos]) | uint32(src[pos+1])<<8 | uint32(src[pos+2])<<16
+			pos += 3
+			if x[i] < ransWordL {
+				return fmt.Errorf("code stream lane %d state %#x below the coder's bound %#x", i, x[i], ransWordL)
+			}
+		}
+	}
+	if (len(src)-pos)%2 != 0 {
+		return fmt.Errorf("code stream of %d bytes: %d after the lanes' states, not whole 16-bit words", len(src), len(src)-pos)
+	}
+	k := 0
+	if per%rans2Lanes == 0 {
+		// Whole groups in one component, while a group's most words (64
+		// bytes) remain; then the rest from a copy of the stream's last
+		// bytes followed by 64 zeros, which a valid stream never reaches:
+		// a position past its true end is a stream that ended early.
+		k, pos = rans2Groups(out, 0, src, pos, per, pl, scale, x)
+		if k < len(out) {
+			rem := len(src) - pos
+			tail := sc.tail[:rem+2*rans2Lanes]
+			copy(tail, src[pos:])
+			clear(tail[rem:])
+			var p int
+			k, p = rans2Groups(out, k, tail, 0, per, pl, scale, x)
+			if k < len(out) || p > rem {
+				return fmt.Errorf("code stream of %d bytes ends before symbol %d of %d", len(src), k, len(out))
+			}
+			pos += p
+		}
+	}
+	for ; k < len(out); k++ { // components of other lengths: symbol by symbol
+		c := k / per
+		i := k % rans2Lanes
+		xs := x[i]
+		e := pl.ent[int(pl.entOff[c])+int(xs&rans2Mask)]
+		sym := int32(e & 0xff)
+		if sym >= pl.nsym[c] {
+			return fmt.Errorf("code stream symbol %d of %d outside its table of %d", k, len(out), pl.nsym[c])
+		}
+		out[k] = pl.lv[pl.levOff[c]+sym] * scale[c]
+		xs = (e>>8&rans2Mask)*(xs>>rans2ScaleBits) + e>>20
+		if xs < ransWordL {
+			if pos+2 > len(src) {
+				return fmt.Errorf("code stream of %d bytes ends at symbol %d of %d", len(src), k, len(out))
+			}
+			xs = xs<<16 | uint32(binary.LittleEndian.Uint16(src[pos:]))
+			pos += 2
+		}
+		x[i] = xs
+	}
+	if pos != len(src) {
+		return fmt.Errorf("code stream of %d bytes: %d unread after the last symbol: corrupt", len(src), len(src)-pos)
+	}
+	for i, xs := range x {
+		switch {
+		case i < len(hide) && xs-ransWordL < 1<<16:
+			hide[i] = uint16(xs - ransWordL)
+		case i >= len(hide) && xs == ransWordL:
+		default:
+			return fmt.Errorf("code stream lane %d ends in state %#x, outside what an encoder starts from: corrupt", i, xs)
+		}
+	}
+	return nil
+}
+
+// rans2Groups decodes the whole groups of rans2Lanes symbols from symbol
+// k (a multiple of rans2Lanes; per one too) while 64 bytes of src remain
+// from pos, with the SIMD kernel where there is one, and returns where it
+// stopped.
+func rans2Groups(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, scale []float32, x *[rans2Lanes]uint32) (int, int) {
+	if k < len(out) {
+		var n int
+		n, pos = cpu.RANSDecode2(out[k:], k%per, src, pos, per, pl.ent, pl.entOff[k/per:], pl.lv, pl.levOff[k/per:], pl.nsym[k/per:], scale[k/per:], x)
+		k += n
+	}
+	for c := k / per; c < len(out)/per; c++ {
+		ent := pl.ent[pl.entOff[c]:][:1<<rans2ScaleBits]
+		l, s := pl.lv[pl.levOff[c]:][:pl.nsym[c]], scale[c]
+		for end := (c + 1) * per; k < end; k += rans2Lanes {
+			if pos+2*rans2Lanes > len(src) {
+				return k, pos
+			}
+			// Eight lanes at a time in locals, for the compiler to
+			// schedule side by side; each lane's word follows its
+			// symbol, which keeps the lanes' refills in lane order.
+			for q := 0; q < rans2Lanes; q += 8 {
+				o := (*[8]float32)(out[k+q : k+q+8])
+				xq := (*[8]uint32)(x[q : q+8])
+				x0, x1, x2, x3, x4, x5, x6, x7 := xq[0], xq[1], xq[2], xq[3], xq[4], xq[5], xq[6], xq[7]
+				e0, e1, e2, e3 := ent[x0&rans2Mask], ent[x1&rans2Mask], ent[x2&rans2Mask], ent[x3&rans2Mask]
+				e4, e5, e6, e7 := ent[x4&rans2Mask], ent[x5&rans2Mask], ent[x6&rans2Mask], ent[x7&rans2Mask]
+				o[0], o[1], o[2], o[3] = l[e0&0xff]*s, l[e1&0xff]*s, l[e2&0xff]*s, l[e3&0xff]*s
+				o[4], o[5], o[6], o[7] = l[e4&0xff]*s, l[e5&0xff]*s, l[e6&0xff]*s, l[e7&0xff]*s
+				x0 = (e0>>8&rans2Mask)*(x0>>rans2ScaleBits) + e0>>20
+				x1 = (e1>>8&rans2Mask)*(x1>>rans2ScaleBits) + e1>>20
+				x2 = (e2>>8&rans2Mask)*(x2>>rans2ScaleBits) + e2>>20
+				x3 = (e3>>8&rans2Mask)*(x3>>rans2ScaleBits) + e3>>20
+				x4 = (e4>>8&rans2Mask)*(x4>>rans2ScaleBits) + e4>>20
+				x5 = (e5>>8&rans2Mask)*(x5>>rans2ScaleBits) + e5>>20
+				x6 = (e6>>8&rans2Mask)*(x6>>rans2ScaleBits) + e6>>20
+				x7 = (e7>>8&rans2Mask)*(x7>>rans2ScaleBits) + e7>>20
+				x0, pos = ransRefill(x0, src, pos)
+				x1, pos = ransRefill(x1, src, pos)
+				x2, pos = ransRefill(x2, src, pos)
+				x3, pos = ransRefill(x3, src, pos)
+				x4, pos = ransRefill(x4, src, pos)
+				x5, pos = ransRefill(x5, src, pos)
+				x6, pos = ransRefill(x6, src, pos)
+				x7, pos = ransRefill(x7, src, pos)
+				xq[0], xq[1], xq[2], xq[3], xq[4], xq[5], xq[6], xq[7] = x0, x1, x2, x3, x4, x5, x6, x7
+			}
+		}
+	}
+	return k, pos
+}
+
+// rans2Symbols decodes a layout-2 stream's symbols into syms (symbol k
+// under component k/per's table) and the first len(hide) lanes' payloads
+// into hide, one symbol at a time: Relayout's decoder, which needs the
+// codes rather than their levels.
+func rans2Symbols(syms []uint8, src []byte, per int, pl *rans2Plan, hide []uint16) error {
+	if per <= 0 || len(syms)%per != 0 || len(syms)/per != len(pl.entOff) {
+		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(syms), per, len(pl.entOff))
+	}
+	if len(src) < 4+3*rans2Lanes {
+		return fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
+	}
+	var x [rans2Lanes]uint32
+	long := binary.LittleEndian.Uint32(src)
+	pos := 4
+	for i := range x {
+		nb := 3 + int(long>>i&1)
+		if pos+nb > len(src) {
+			return fmt.Errorf("code stream of %d bytes ends in lane %d's state", len(src), i)
+		}
+		for b := range nb {
+			x[i] |= uint32(src[pos+b]) << (8 * b)
+		}
+		pos += nb
+		if x[i] < ransWordL || nb == 4 && x[i] < 1<<24 {
+			return fmt.Errorf("code stream lane %d state %#x in %d bytes: corrupt", i, x[i], nb)
+		}
+	}
+	for k := range syms {
+		c, i := k/per, k%rans2Lanes
+		e := pl.ent[int(pl.entOff[c])+int(x[i]&rans2Mask)]
+		syms[k] = uint8(e)
+		xs := (e>>8&rans2Mask)*(x[i]>>rans2ScaleBits) + e>>20
+		if xs < ransWordL {
+			if pos+2 > len(src) {
+				return fmt.Errorf("code stream of %d bytes ends at symbol %d of %d", len(src), k, len(syms))
+			}
+			xs = xs<<16 | uint32(binary.LittleEndian.Uint16(src[pos:]))
+			pos += 2
+		}
+		x[i] = xs
+	}
+	if pos != len(src) {
+		return fmt.Errorf("code stream of %d bytes: %d unread after the last symbol: corrupt", len(src), len(src)-pos)
+	}
+	for i, xs := range x {
+		switch {
+		case i < len(hide) && xs-ransWordL < 1<<16:
+			hide[i] = uint16(xs - ransWordL)
+		case i >= len(hide) && xs == ransWordL:
+		default:
+			return fmt.Errorf("code stream lane %d ends in state %#x, outside what an encoder starts from: corrupt", i, xs)
+		}
+	}
+	return nil
+}
+
+// ToLayout1 appends to dst the block src (n rows of d values, encoded by
+// an entropy-coding KakeyaPC of the same settings as k) in stream layout
+// 1: the same means, scales and codes, so that it decodes to the same
+// values, byte for byte the block a codec writing layout 1 encodes. A
+// layout-1 block is appended as it is. The CUDA backend stores layout-2
+// blocks through it, its attention kernel reading layout 1 only.
+func (k *KakeyaPC) ToLayout1(dst, src []byte, n, d int) ([]byte, error) {
+	const name = "kakeya-pc"
+	if !k.opt.Entropy {
+		return dst, fmt.Errorf("codec: %s: %s's blocks have no stream layout", name, k.Name())
+	}
+	sc := k.scratch()
+	defer k.pool.Put(sc)
+	if err := k.parse(sc, src, n, d); err != nil { // checks the block, its stream whole
+		return dst, err
+	}
+	if src[3] == pcECLayout {
+		return append(dst, src...), nil
+	}
+	c, m := len(k.codedIdx), len(k.meanIdx)
+	var v Vars
+	f := k.Format()
+	if err := f.ReadFields(src, &v); err != nil {
+		return dst, err
+	}
+	l := f.Layout(&v)
+	h := rans2Hidden(m)
+	var hide [rans2Lanes]uint16
+	sc.codes = growU8(sc.codes, n*c)
+	if err := rans2Symbols(sc.codes[:n*c], src[l.Off(pcCodes):l.Off(pcCodes)+l.Len(pcCodes)], n, &k.plan2, hide[:h]); err != nil {
+		return dst, fmt.Errorf("codec: %s: %w", name, err)
+	}
+	start := len(dst)
+	dst = appendHeader(dst, f.ID, pcECLayout, n, d, k.tag)
+	var info [8]byte
+	binary.LittleEndian.PutUint16(info[0:], uint16(m))
+	binary.LittleEndian.PutUint16(info[2:], uint16(c))
+	dst = append(dst, info[:]...)
+	for _, b := range hide[:h] {
+		dst = binary.LittleEndian.AppendUint16(dst, b)
+	}
+	dst = append(dst, src[l.Off(pcMeans):l.Off(pcScales)+l.Len(pcScales)]...) // the stored means, then the scales
+	at := len(dst)
+	dst, sc.ans = ransEncode(dst, sc.ans, sc.codes[:n*c], k.ans, n)
+	binary.LittleEndian.PutUint32(dst[start+headerLen+4:], uint32(len(dst)-at))
+	seal(dst[start:])
+	return dst, nil
+}

@@ -1,0 +1,297 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/cputime"
+)
+
+// rans2Case builds comps components of per symbols drawn from their
+// layout-2 tables' probabilities, options taken in turn from opts of
+// family tab, with level j of component c at 1000*c + j and scales
+// that round (1 + (c mod 5)/3).
+func rans2Case(rng *rand.Rand, tab *pcTables, opts []int, comps, per int) (syms []uint8, tabs []*ransTable, pl *rans2Plan, scale []float32) {
+	pl = &rans2Plan{ent: tab.ent2}
+	for c := range comps {
+		o := opts[c%len(opts)]
+		tabs = append(tabs, tab.ans2[o])
+		pl.entOff = append(pl.entOff, int32(o)<<rans2ScaleBits)
+		pl.levOff = append(pl.levOff, int32(len(pl.lv)))
+		pl.nsym = append(pl.nsym, int32(len(tab.levels[o])))
+		for j := range tab.levels[o] {
+			pl.lv = append(pl.lv, float32(1000*c+j))
+		}
+		scale = append(scale, 1+float32(c%5)/3)
+	}
+	syms = make([]uint8, comps*per)
+	for k := range syms {
+		syms[k] = tabs[k/per].slot[rng.IntN(1<<rans2ScaleBits)]
+	}
+	return syms, tabs, pl, scale
+}
+
+// rans2Reference decodes a layout-2 stream as the format describes it,
+// from the tables' frequencies and starts (not the packed entries), one
+// symbol at a time: the Go and SIMD decoders are checked against it.
+func rans2Reference(src []byte, syms, per int, tabs []*ransTable) (out []uint8, final [rans2Lanes]uint32, err error) {
+	if len(src) < 4 {
+		return nil, final, fmt.Errorf("short")
+	}
+	long := binary.LittleEndian.Uint32(src)
+	pos := 4
+	x := final[:]
+	for i := range x {
+		nb := 3 + int(long>>i&1)
+		if pos+nb > len(src) {
+			return nil, final, fmt.Errorf("short")
+		}
+		for b := range nb {
+			x[i] |= uint32(src[pos+b]) << (8 * b)
+		}
+		pos += nb
+	}
+	for k0 := 0; k0 < syms; k0 += rans2Lanes {
+		for i := range rans2Lanes {
+			k := k0 + i
+			if k >= syms {
+				break
+			}
+			t := tabs[k/per]
+			slot := x[i] % (1 << rans2ScaleBits)
+			s := t.slot[slot]
+			out = append(out, s)
+			x[i] = t.freq[s]*(x[i]>>rans2ScaleBits) + slot - t.start[s]
+		}
+		for i := range rans2Lanes {
+			if k0+i < syms && x[i] < 1<<16 {
+				if pos+2 > len(src) {
+					return nil, final, fmt.Errorf("ends early")
+				}
+				x[i] = x[i]<<16 | uint32(binary.LittleEndian.Uint16(src[pos:]))
+				pos += 2
+			}
+		}
+	}
+	if pos != len(src) {
+		return nil, final, fmt.Errorf("%d bytes unread", len(src)-pos)
+	}
+	return out, final, nil
+}
+
+// TestRANS2RoundTrip: layout 2 streams of every family's tables, whole
+// and partial groups, components of 32 and not, decode to their symbols
+// (this process's kernel level; TestKernelLevels reruns it at each),
+// equal the format's reference decoder, carry their lanes' payloads, and
+// cost at most their information plus the lanes' states; cut, extended
+// and altered streams are errors.
+func TestRANS2RoundTrip(t *testing.T) {
+	for _, fam := range []struct {
+		name string
+		tab  func() (*pcTables, error)
+	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}, {"ecsq", ecsqTables}} {
+		tab, err := fam.tab()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []int
+		for o := 1; o <= tab.n; o++ {
+			opts = append(opts, o)
+		}
+		rng := rand.New(rand.NewPCG(3, 4))
+		for _, tc := range []struct{ comps, per, hide int }{{0, 32, 0}, {1, 1, 0}, {1, 4, 1}, {2, 7, 3}, {5, 64, 32}, {5, 13, 5}, {3, 800, 32}, {44, 64, 32}, {13, 96, 7}, {2, 32, 0}} {
+			name := fmt.Sprintf("%s/%d comps of %d/%d hidden", fam.name, tc.comps, tc.per, tc.hide)
+			// Every option appears: the components start at a rotating one.
+			o0 := rng.IntN(len(opts))
+			syms, tabs, pl, scale := rans2Case(rng, tab, append(slices.Clone(opts[o0:]), opts[:o0]...), tc.comps, tc.per)
+			var info float64
+			for k, s := range syms {
+				info += rans2ScaleBits - math.Log2(float64(tabs[k/tc.per].freq[s]))
+			}
+			hide := make([]uint16, tc.hide)
+			for i := range hide {
+				hide[i] = uint16(rng.Uint32())
+			}
+			stream, _ := rans2Encode([]byte("prefix"), nil, syms, tabs, tc.per, hide)
+			if string(stream[:6]) != "prefix" {
+				t.Fatalf("%s: the prefix was overwritten", name)
+			}
+			stream = stream[6:]
+			if got := float64(8 * len(stream)); got > info+16*float64(tc.hide)+16*rans2Lanes+8*(4+4*rans2Lanes) {
+				t.Errorf("%s: %v bits, their information is %v", name, got, info)
+			}
+			ref, final, err := rans2Reference(stream, len(syms), tc.per, tabs)
+			if err != nil || !slices.Equal(ref, syms) {
+				t.Fatalf("%s: the reference decoder: %v (symbols equal: %v)", name, err, slices.Equal(ref, syms))
+			}
+			for i, x := range final {
+				want := uint32(ransWordL)
+				if i < tc.hide {
+					want += uint32(hide[i])
+				}
+				if x != want {
+					t.Fatalf("%s: lane %d ends at %#x, want %#x", name, i, x, want)
+				}
+			}
+			if tc.comps == 0 {
+				continue
+			}
+			out := make([]float32, len(syms))
+			got := make([]uint16, tc.hide)
+			if err := rans2Decode(out, stream, tc.per, pl, scale, got, new(rans2Scratch)); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			for k, s := range syms {
+				if w := float32(1000*(k/tc.per)+int(s)) * scale[k/tc.per]; out[k] != w {
+					t.Fatalf("%s: symbol %d decoded as level %v, want %v", name, k, out[k], w)
+				}
+			}
+			if !slices.Equal(got, hide) {
+				t.Fatalf("%s: payloads %v, want %v", name, got, hide)
+			}
+			for _, bad := range []struct {
+				name   string
+				stream []byte
+				hidden int
+			}{
+				{"cut", stream[:len(stream)-2], tc.hide},
+				{"extended", append(slices.Clone(stream), 0, 0), tc.hide},
+				{"odd", stream[:len(stream)-1], tc.hide},
+				{"no states", stream[:3*rans2Lanes], tc.hide},
+				{"lengths' mask altered", flip(stream, 0), tc.hide},
+				{"first state's high byte altered", flip(stream, 6), tc.hide},
+				{"read with one lane fewer carrying a payload", stream, max(tc.hide-1, 0)},
+			} {
+				if bad.name == "read with one lane fewer carrying a payload" && (tc.hide == 0 || hide[tc.hide-1] == 0) {
+					continue
+				}
+				if err := rans2Decode(out, slices.Clone(bad.stream), tc.per, pl, scale, got[:bad.hidden], new(rans2Scratch)); err == nil {
+					t.Errorf("%s: stream %s: decoded without error", name, bad.name)
+				}
+			}
+		}
+	}
+}
+
+// FuzzRANS2Decode: any layout-2 stream decodes or fails, never panics or
+// reads outside it (the decoder runs on an exact-length copy), whole
+// groups included, which the kernels decode.
+func FuzzRANS2Decode(f *testing.F) {
+	tab, err := ecsqTables()
+	if err != nil {
+		f.Fatal(err)
+	}
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1}, 3, 64)
+	good, _ := rans2Encode(nil, nil, syms, tabs, 64, []uint16{1, 2, 3})
+	f.Add(good, uint8(63), uint8(3))
+	f.Add(good, uint8(4), uint8(0))
+	f.Add(good[:len(good)-20], uint8(63), uint8(3))
+	f.Add(make([]byte, 4+4*rans2Lanes), uint8(0), uint8(0))
+	f.Add(append([]byte{0xff, 0xff, 0xff, 0xff}, make([]byte, 4*rans2Lanes)...), uint8(31), uint8(0))
+	f.Fuzz(func(t *testing.T, stream []byte, per, hidden uint8) {
+		p := int(per)%96 + 1
+		out := make([]float32, len(tabs)*p)
+		hide := make([]uint16, int(hidden)%(rans2Lanes+1))
+		_ = rans2Decode(out, slices.Clone(stream), p, pl, scale, hide, new(rans2Scratch))
+	})
+}
+
+// BenchmarkRANS2Decode times a layout-2 stream of a 64-row block of 44
+// components (options 1 to 12 of the entropy-constrained family in turn)
+// alone, without the block's mixing; BenchmarkRANSDecode is layout 1's.
+func BenchmarkRANS2Decode(b *testing.B) {
+	tab, err := ecsqTables()
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(5, 6)), tab, opts, 44, 64)
+	stream, _ := rans2Encode(nil, nil, syms, tabs, 64, make([]uint16, 32))
+	out := make([]float32, len(syms))
+	hide := make([]uint16, 32)
+	var x rans2Scratch
+	cpu0 := cputime.Seconds()
+	for b.Loop() {
+		if err := rans2Decode(out, stream, 64, pl, scale, hide, &x); err != nil {
+			b.Fatal(err)
+		}
+	}
+	msym := float64(len(syms)) * float64(b.N) / 1e6
+	b.ReportMetric(msym/b.Elapsed().Seconds(), "Msym/s")
+	if cpu := cputime.Seconds() - cpu0; cpu > 0 {
+		b.ReportMetric(msym/cpu, "Msym/cpu-s")
+	}
+}
+
+// TestKakeyaPCStreamLayouts: kakeya-pc:ec and kvtc codecs writing stream
+// layouts 1 and 2 share allocation and tag, each decodes the other's
+// blocks to the same values bit for bit (the codes are the same; only the
+// coder differs), and layout 2's blocks are no larger than layout 1's
+// plus 1% on average.
+func TestKakeyaPCStreamLayouts(t *testing.T) {
+	const n, d = 64, 64
+	rng := rand.New(rand.NewPCG(7, 8))
+	st := pcStats(t, pcBlocks(rng, 200, n, d), n, d)
+	test := pcBlocks(rand.New(rand.NewPCG(7, 8)), 216, n, d)[200:]
+	for _, uniform := range []bool{false, true} {
+		for _, rate := range []float64{1, 2.5, 4} {
+			var k [3]*KakeyaPC
+			for l := 1; l <= 2; l++ {
+				o := DefaultKakeyaPCOptions()
+				o.Rate, o.Entropy, o.Uniform, o.StreamLayout = rate, true, uniform, l
+				var err error
+				if k[l], err = NewKakeyaPC(o, st, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if k[1].tag != k[2].tag || !slices.Equal(k[1].alloc, k[2].alloc) || k[1].Name() == k[2].Name() {
+				t.Fatalf("%s and %s: tags %#x %#x, allocations equal %v", k[1].Name(), k[2].Name(), k[1].tag, k[2].tag, slices.Equal(k[1].alloc, k[2].alloc))
+			}
+			var size [3]int
+			for _, x := range test {
+				var y [3][3][]float32 // y[writer][reader]
+				var blocks [3][]byte
+				for w := 1; w <= 2; w++ {
+					enc, err := k[w].Encode(nil, x, n, d)
+					if err != nil {
+						t.Fatal(err)
+					}
+					blocks[w] = enc
+					if int(enc[3]) != w {
+						t.Fatalf("%s wrote stream layout %d", k[w].Name(), enc[3])
+					}
+					size[w] += len(enc)
+					for r := 1; r <= 2; r++ {
+						y[w][r] = make([]float32, n*d)
+						if err := k[r].Decode(y[w][r], enc, n, d); err != nil {
+							t.Fatalf("%s reading %s's block: %v", k[r].Name(), k[w].Name(), err)
+						}
+					}
+				}
+				// ToLayout1 turns layout 2's block into layout 1's, byte
+				// for byte, and leaves layout 1's as it is.
+				for w := 1; w <= 2; w++ {
+					if got, err := k[2].ToLayout1([]byte("p"), blocks[w], n, d); err != nil || !slices.Equal(got[1:], blocks[1]) {
+						t.Fatalf("%s: ToLayout1 of layout %d's block: %v (equal to layout 1's: %v)", k[2].Name(), w, err, err == nil && slices.Equal(got[1:], blocks[1]))
+					}
+				}
+				for w := 1; w <= 2; w++ {
+					for r := 1; r <= 2; r++ {
+						if !slices.Equal(y[w][r], y[1][1]) {
+							t.Fatalf("%s's block read by %s differs from layout 1's", k[w].Name(), k[r].Name())
+						}
+					}
+				}
+			}
+			t.Logf("%s: %d coded, %d means: %.1f bytes per block at layout 1, %.1f at layout 2 (%+.2f%%)", k[2].Name(), len(k[2].codedIdx), len(k[2].meanIdx),
+				float64(size[1])/float64(len(test)), float64(size[2])/float64(len(test)), 100*(float64(size[2])/float64(size[1])-1))
+			if float64(size[2]) > 1.01*float64(size[1]) {
+				t.Errorf("%s: layout 2's blocks %d bytes, layout 1's %d", k[2].Name(), size[2], size[1])
+			}
+		}
+	}
+}

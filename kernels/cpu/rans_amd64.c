@@ -1,0 +1,179 @@
+//go:build cgo
+
+// Decoding of codec's rANS stream layout 2 (cpu.RANSDecode2) with AVX-512
+// and with AVX2: 32 lanes of 32-bit states sharing one stream of 16-bit
+// words, decoded a group of 32 symbols at a time. A lane's step is one
+// gather of its slot's packed entry (symbol | freq << 8 | bias << 20),
+// a multiply-add, the symbol's level picked from registers (or gathered,
+// for tables of more than 64 levels at AVX-512, 8 at AVX2), and the
+// refill: the lanes below 2^16 take the next words in lane order, which
+// one unaligned load and an expand (AVX-512) or a permutation from a
+// table indexed by the lanes' mask (AVX2) put in place. The 32 lanes are
+// two (four) independent dependency chains, whose only link is the
+// stream position, a popcount apart.
+//
+// Each group reads at most 64 bytes of words; a kernel decodes a group
+// only while 64 bytes remain, so it never reads past the stream, and
+// returns where it stopped for the Go loop to finish. The arithmetic is
+// integer and the levels are copied: the results are the Go decoder's
+// bit for bit.
+
+#include <stdint.h>
+#include <immintrin.h>
+
+#define KK_INLINE static inline __attribute__((always_inline))
+
+#define KK_RANS_LANES 32
+#define KK_RANS_SCALE 12
+#define KK_RANS_WORD (1u << 16)
+
+// kk_rans2_decode512 decodes whole groups of component-major symbols
+// (per symbols per component, a multiple of 32; out[j] is symbol g0 + j,
+// the first g0 of the first component decoded before) into out, starting at
+// stream position pos with the lanes' states x, leaves x where it stopped
+// and returns the symbols decoded and the position after them, the latter
+// shifted left by 32 (one return value, so that the Go side passes no
+// pointer to a local).
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode512(
+	float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
+	const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale, uint32_t *x) {
+	__m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
+	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm512_set1_epi32(255);
+	const __m512i word = _mm512_set1_epi32(KK_RANS_WORD), bit5 = _mm512_set1_epi32(32);
+	long p = pos, k = 0;
+	const long nc = (g0 + total) / per;
+	// out[at + g] is symbol g of the component at hand.
+	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
+		const int *e = (const int *)(ent + ent_off[c]);
+		const float *l = lv + lev_off[c];
+		int ns = nsym[c];
+		// The levels in registers, read with masks so as not to pass the
+		// table's end.
+		__m512 l0 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 16 ? 0xffff : (1u << ns) - 1), l), l1 = l0, l2 = l0, l3 = l0;
+		if (ns > 16) l1 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 32 ? 0xffff : (1u << (ns - 16)) - 1), l + 16);
+		if (ns > 32) l2 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 48 ? 0xffff : (1u << (ns - 32)) - 1), l + 32);
+		if (ns > 48) l3 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 64 ? 0xffff : (1u << (ns - 48)) - 1), l + 48);
+		// Each level times the component's scale, one rounding, as the
+		// Go loop's l[symbol] * scale.
+		const __m512 sc = _mm512_set1_ps(scale[c]);
+		l0 = _mm512_mul_ps(l0, sc), l1 = _mm512_mul_ps(l1, sc), l2 = _mm512_mul_ps(l2, sc), l3 = _mm512_mul_ps(l3, sc);
+		long g = g0;
+		for (; g < per; g += KK_RANS_LANES) {
+			if (p + 2 * KK_RANS_LANES > len) break;
+			__m512i e0 = _mm512_i32gather_epi32(_mm512_and_si512(x0, m12), e, 4);
+			__m512i e1 = _mm512_i32gather_epi32(_mm512_and_si512(x1, m12), e, 4);
+			__m512i s0 = _mm512_and_si512(e0, m8), s1 = _mm512_and_si512(e1, m8);
+			x0 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(e0, 8), m12), _mm512_srli_epi32(x0, KK_RANS_SCALE)),
+					      _mm512_srli_epi32(e0, 20));
+			x1 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(e1, 8), m12), _mm512_srli_epi32(x1, KK_RANS_SCALE)),
+					      _mm512_srli_epi32(e1, 20));
+			__m512 v0, v1;
+			if (ns <= 16) {
+				v0 = _mm512_permutexvar_ps(s0, l0);
+				v1 = _mm512_permutexvar_ps(s1, l0);
+			} else if (ns <= 32) {
+				v0 = _mm512_permutex2var_ps(l0, s0, l1);
+				v1 = _mm512_permutex2var_ps(l0, s1, l1);
+			} else if (ns <= 64) {
+				v0 = _mm512_mask_blend_ps(_mm512_test_epi32_mask(s0, bit5), _mm512_permutex2var_ps(l0, s0, l1),
+							  _mm512_permutex2var_ps(l2, s0, l3));
+				v1 = _mm512_mask_blend_ps(_mm512_test_epi32_mask(s1, bit5), _mm512_permutex2var_ps(l0, s1, l1),
+							  _mm512_permutex2var_ps(l2, s1, l3));
+			} else {
+				v0 = _mm512_mul_ps(_mm512_i32gather_ps(s0, l, 4), sc);
+				v1 = _mm512_mul_ps(_mm512_i32gather_ps(s1, l, 4), sc);
+			}
+			_mm512_storeu_ps(out + at + g, v0);
+			_mm512_storeu_ps(out + at + g + 16, v1);
+			// The refills, lanes 0-15 then 16-31: 16 words at p
+			// widened, the first popcount(m) expanded into the lanes
+			// of m.
+			__mmask16 r0 = _mm512_cmplt_epu32_mask(x0, word);
+			__m512i w0 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + p)));
+			x0 = _mm512_mask_or_epi32(x0, r0, _mm512_slli_epi32(x0, 16), _mm512_maskz_expand_epi32(r0, w0));
+			p += 2 * __builtin_popcount(r0);
+			__mmask16 r1 = _mm512_cmplt_epu32_mask(x1, word);
+			__m512i w1 = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + p)));
+			x1 = _mm512_mask_or_epi32(x1, r1, _mm512_slli_epi32(x1, 16), _mm512_maskz_expand_epi32(r1, w1));
+			p += 2 * __builtin_popcount(r1);
+		}
+		k += g - g0;
+		if (g < per) break;
+	}
+	_mm512_storeu_si512(x, x0);
+	_mm512_storeu_si512(x + 16, x1);
+	return p << 32 | k;
+}
+
+// kk_rans2_expand[m] permutes 8 words so that the j-th lane set in m gets
+// word j (the lanes not in m are blended away).
+static uint32_t kk_rans2_expand[256][8];
+
+__attribute__((constructor)) static void kk_rans2_init(void) {
+	for (int m = 0; m < 256; m++) {
+		int j = 0;
+		for (int lane = 0; lane < 8; lane++) {
+			kk_rans2_expand[m][lane] = j & 7;
+			if (m >> lane & 1) j++;
+		}
+	}
+}
+
+// KK_RANS2_STEP8 decodes lanes 8*q..8*q+7 of a group (AVX2).
+#define KK_RANS2_STEP8(q)                                                                                                   \
+	do {                                                                                                                \
+		__m256i e_ = _mm256_i32gather_epi32(e, _mm256_and_si256(x[q], m12), 4);                                    \
+		__m256i s_ = _mm256_and_si256(e_, m8);                                                                      \
+		x[q] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(e_, 8), m12),               \
+							   _mm256_srli_epi32(x[q], KK_RANS_SCALE)),                       \
+					_mm256_srli_epi32(e_, 20));                                                         \
+		__m256 v_ = ns <= 8 ? _mm256_permutevar8x32_ps(l0, s_) : _mm256_mul_ps(_mm256_i32gather_ps(l, s_, 4), sc); \
+		_mm256_storeu_ps(out + at + g + 8 * (q), v_);                                                                \
+		v[q] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[q], 16), zero);                                              \
+	} while (0)
+
+// KK_RANS2_REFILL8 gives lanes 8*q..8*q+7 below 2^16 their words (AVX2).
+#define KK_RANS2_REFILL8(q)                                                                                                 \
+	do {                                                                                                                \
+		int m_ = _mm256_movemask_ps(_mm256_castsi256_ps(v[q]));                                                     \
+		__m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + p)));                          \
+		w_ = _mm256_permutevar8x32_epi32(w_, _mm256_loadu_si256((const __m256i *)kk_rans2_expand[m_]));           \
+		x[q] = _mm256_blendv_epi8(x[q], _mm256_or_si256(_mm256_slli_epi32(x[q], 16), w_), v[q]);                  \
+		p += 2 * __builtin_popcount(m_);                                                                            \
+	} while (0)
+
+// kk_rans2_decode2 is kk_rans2_decode512 with AVX2: four chains of 8 lanes.
+__attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2(float *out, long total, long g0, const uint8_t *src, long len,
+								    long pos, long per, const uint32_t *ent, const int32_t *ent_off,
+								    const float *lv, const int32_t *lev_off, const int32_t *nsym,
+								    const float *scale, uint32_t *xs) {
+	__m256i x[4], v[4];
+	for (int q = 0; q < 4; q++) x[q] = _mm256_loadu_si256((const __m256i *)(xs + 8 * q));
+	const __m256i m12 = _mm256_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm256_set1_epi32(255);
+	const __m256i zero = _mm256_setzero_si256();
+	long p = pos, k = 0;
+	const long nc = (g0 + total) / per;
+	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
+		const int *e = (const int *)(ent + ent_off[c]);
+		const float *l = lv + lev_off[c];
+		int ns = nsym[c];
+		const __m256 sc = _mm256_set1_ps(scale[c]);
+		__m256 l0 = _mm256_mul_ps(_mm256_maskload_ps(l, _mm256_cmpgt_epi32(_mm256_set1_epi32(ns), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))), sc);
+		long g = g0;
+		for (; g < per; g += KK_RANS_LANES) {
+			if (p + 2 * KK_RANS_LANES > len) break;
+			KK_RANS2_STEP8(0);
+			KK_RANS2_STEP8(1);
+			KK_RANS2_STEP8(2);
+			KK_RANS2_STEP8(3);
+			KK_RANS2_REFILL8(0);
+			KK_RANS2_REFILL8(1);
+			KK_RANS2_REFILL8(2);
+			KK_RANS2_REFILL8(3);
+		}
+		k += g - g0;
+		if (g < per) break;
+	}
+	for (int q = 0; q < 4; q++) _mm256_storeu_si256((__m256i *)(xs + 8 * q), x[q]);
+	return p << 32 | k;
+}
