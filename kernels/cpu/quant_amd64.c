@@ -326,3 +326,106 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 			}
 		}
 }
+
+// kq_round_away is C's roundf on 8 lanes, exactly: the magnitude's floor,
+// plus one where the fraction (exact) is at least a half, with t's sign;
+// then as int32.
+KQ_INLINE __m256i kq_round_away(__m256 t) {
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256 a = _mm256_andnot_ps(sign, t);
+	__m256 fl = _mm256_floor_ps(a);
+	__m256 up = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(a, fl), _mm256_set1_ps(0.5f), _CMP_GE_OQ), _mm256_set1_ps(1.0f));
+	return _mm256_cvttps_epi32(_mm256_or_ps(_mm256_add_ps(fl, up), _mm256_and_ps(t, sign)));
+}
+
+// kq_pack32 stores the 32 int32 lanes of q[0..3] (each in [-128, 127]) as
+// 32 bytes in order.
+KQ_INLINE void kq_pack32(int8_t *dst, const __m256i *q) {
+	// packs works within 128-bit lanes: dwords come out as q0[0:4],
+	// q1[0:4], q2[0:4], q3[0:4], q0[4:8], ... and are put back in order.
+	__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+	p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	_mm256_storeu_si256((__m256i *)dst, p);
+}
+
+KQ_INLINE float kq_hmax(__m256 m) {
+	__m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_max_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+// kq_quant_q8_0 quantizes the nb blocks of 32 values at x as quant.go's
+// quantizeQ8_0 (ggml's quantize_row_q8_0), bit for bit: the scale
+// amax/127, each value times its inverse rounded half away from zero,
+// and the scale rounded to f16 (to nearest even) and back.
+void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d) {
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (long b = 0; b < nb; b++) {
+		const float *v = x + 32 * b;
+		__m256 f[4];
+		KQ_UNROLL
+		for (int i = 0; i < 4; i++)
+			f[i] = _mm256_loadu_ps(v + 8 * i);
+		__m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, f[0]), _mm256_andnot_ps(sign, f[1])),
+					 _mm256_max_ps(_mm256_andnot_ps(sign, f[2]), _mm256_andnot_ps(sign, f[3])));
+		float s = kq_hmax(m) / 127.0f;
+		__m256 id = _mm256_set1_ps(s != 0 ? 1.0f / s : 0.0f);
+		__m256i q[4];
+		KQ_UNROLL
+		for (int i = 0; i < 4; i++)
+			q[i] = kq_round_away(_mm256_mul_ps(f[i], id));
+		kq_pack32(qs + 32 * b, q);
+		d[b] = _cvtsh_ss(_cvtss_sh(s, _MM_FROUND_TO_NEAREST_INT));
+	}
+}
+
+// kq_quant_q8_k quantizes the nb blocks of 256 values at x as quant.go's
+// quantizeQ8_K (ggml's quantize_row_q8_K), bit for bit: the scale maps
+// the first value of largest magnitude to -127, values rounded to the
+// nearest even and capped at 127, with the sum of each 16.
+void kq_quant_q8_k(const float *x, long nb, int8_t *qs, float *d, int32_t *bsums) {
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (long b = 0; b < nb; b++) {
+		const float *v = x + 256 * b;
+		int8_t *q = qs + 256 * b;
+		int32_t *bs = bsums + 16 * b;
+		__m256 m = _mm256_setzero_ps();
+		for (int i = 0; i < 32; i++)
+			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + 8 * i)));
+		float amax = kq_hmax(m);
+		if (amax == 0) {
+			d[b] = 0;
+			for (int i = 0; i < 256; i++)
+				q[i] = 0;
+			for (int g = 0; g < 16; g++)
+				bs[g] = 0;
+			continue;
+		}
+		// The first value of that magnitude, its sign kept.
+		__m256 am = _mm256_set1_ps(amax);
+		int j = 0;
+		for (int i = 0; i < 32; i++) {
+			int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + 8 * i)), am, _CMP_EQ_OQ));
+			if (k) {
+				j = 8 * i + __builtin_ctz((unsigned)k);
+				break;
+			}
+		}
+		float iscale = -127.0f / v[j];
+		__m256 is = _mm256_set1_ps(iscale), cap = _mm256_set1_ps(127.0f);
+		for (int g = 0; g < 8; g++) { // 32 values: two sums of 16
+			__m256i qi[4];
+			KQ_UNROLL
+			for (int i = 0; i < 4; i++) {
+				__m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 32 * g + 8 * i), is),
+							   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+				qi[i] = _mm256_cvttps_epi32(_mm256_min_ps(r, cap));
+			}
+			kq_pack32(q + 32 * g, qi);
+			bs[2 * g] = kq_hsum(_mm256_add_epi32(qi[0], qi[1]));
+			bs[2 * g + 1] = kq_hsum(_mm256_add_epi32(qi[2], qi[3]));
+		}
+		d[b] = 1.0f / iscale;
+	}
+}

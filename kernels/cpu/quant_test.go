@@ -128,6 +128,74 @@ func TestQuantizeActivations(t *testing.T) {
 	}
 }
 
+// The C quantizers of activations give the Go loops' bits: random rows
+// at scales from subnormal f16 to past f16's range, an all-zero block,
+// ties at a half (amax 127: scale 1), and a block whose values of largest
+// magnitude are +v then -v (q8_K keeps the first one's sign).
+func TestQuantizeActivationsMatchGo(t *testing.T) {
+	if !hasAVX2C {
+		t.Skip("no C quantizers on this CPU or build (or KAKEYA_CPU caps them)")
+	}
+	const cols = 512
+	r := rand.New(rand.NewPCG(11, 11))
+	var rows [][]float32
+	for _, sc := range []float64{1, 1e-9, 1e-6, 3e-3, 0.4, 17, 3e4, 1e7} {
+		x := make([]float32, cols)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * sc)
+		}
+		rows = append(rows, x)
+	}
+	ties := make([]float32, cols)
+	for i := range ties {
+		ties[i] = float32(i%255-127) / 2 // halves, amax 63.5 ...
+	}
+	for b := 0; b < cols; b += 32 {
+		ties[b+5] = 127 // ... then 127: scale 1, q8_0 ties at each half
+	}
+	ties[256+3], ties[256+9] = -127, 127 // q8_K: -127 first
+	rows = append(rows, ties, make([]float32, cols))
+	pm := make([]float32, cols)
+	for i := range pm {
+		pm[i] = float32(i%7) - 3
+	}
+	pm[10], pm[20], pm[300], pm[301] = 9, -9, -9, 9
+	rows = append(rows, pm)
+	n := len(rows)
+	x := make([]float32, 0, n*cols)
+	for _, row := range rows {
+		x = append(x, row...)
+	}
+	clear(x[cols+256 : cols+512]) // a zero block in a row of others
+	for _, k := range []bool{false, true} {
+		l := qLayouts[tensor.Q8_0]
+		if k {
+			l = qLayouts[tensor.Q4_K]
+		}
+		var g, c qActs
+		g.prepare(x, n, cols, l)
+		g.quant.runGo(0, n)
+		c.prepare(x, n, cols, l)
+		quantizeActsC(&c.quant, 0, 1)
+		quantizeActsC(&c.quant, 1, n)
+		for i := range g.qs {
+			if g.qs[i] != c.qs[i] {
+				t.Fatalf("q8_K %v: value %d (row %d): C %d, Go %d (x %v)", k, i, i/cols, c.qs[i], g.qs[i], x[i])
+			}
+		}
+		for i := range g.d {
+			if math.Float32bits(g.d[i]) != math.Float32bits(c.d[i]) {
+				t.Fatalf("q8_K %v: scale %d: C %v, Go %v", k, i, c.d[i], g.d[i])
+			}
+		}
+		for i := range g.bsums {
+			if g.bsums[i] != c.bsums[i] {
+				t.Fatalf("q8_K: sum %d: C %d, Go %d", i, c.bsums[i], g.bsums[i])
+			}
+		}
+	}
+}
+
 // quantKernel is one family of the C kernels for quantized weights, for
 // the tests and benchmarks to run beside the Go loops; exact says its K
 // types give the Go loops' bits, all says its 32-value types do too.
