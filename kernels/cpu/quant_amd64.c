@@ -9,6 +9,7 @@
 // field offsets come from Go (tensor.Formats), in off[]:
 // bytes, d, dmin, scales, qs, qh, ql.
 
+#include <stddef.h>
 #include <stdint.h>
 #include <immintrin.h>
 
@@ -90,18 +91,35 @@ KQ_INLINE uint32_t kq_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)
 // registers.
 #define KQ_UNROLL _Pragma("GCC unroll 8")
 
-// kq_32 sets out[t*ldo] for the nt token rows of x (ldx apart, scales ldd
-// apart) and one row of a 32-value type: per block, the signed values
-// unpacked once (Q8_0's bytes; Q4_0's nibbles less 8; Q5_0's with the
-// fifth bit, less 16) and their magnitudes, then per token the exact dot
-// of magnitudes by sign-moved activations in 8 int32 lanes, scaled by the
-// block's two scales into 8 f32 lanes, which are summed at the row's end
-// (as the AVX-512 kernels do: not the Go loops' order, within rounding).
-KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
-		     long ldd, long nb, float *out, long ldo) {
+// KQ_WBYTES bounds the weights of the rows one tile of tokens passes over
+// before the next tile: they stay in the L1 cache.
+#ifndef KQ_WBYTES
+#define KQ_WBYTES (24 * 1024)
+#endif
+
+// KQ_T32 is the most tokens one pass over a row of a 32-value type
+// serves: twice KQ_T, since their blocks' unpacking (Q5_0's fifth bits
+// above all) was a good part of their time.
+#define KQ_T32 8
+
+// kq_32 sets out[t*ldo] for the nt token rows of x (ldx apart) and one row
+// of a 32-value type: per block, the signed values unpacked once (Q8_0's
+// bytes; Q4_0's nibbles less 8; Q5_0's with the fifth bit, less 16) and
+// their magnitudes, and the block's scale times the nt tokens' (xs: 8 per
+// block, token-major, kq_rows32 gathers them) in one multiply (or, for
+// rows wider than KQ_XS_BLOCKS blocks, xs NULL, one by one from xd, with
+// the same products); then per
+// token the exact dot of magnitudes by sign-moved activations in 8 int32
+// lanes, converted and multiplied by that product into 8 f32 lanes, which
+// are summed at the row's end (as the AVX-512 kernels do: not the Go
+// loops' order, within rounding). Each token's arithmetic is the same
+// for every nt.
+KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xs,
+		     const float *xd, long ldd, long nb, float *out, long ldo) {
 	const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
 	const __m256i b16 = _mm256_set1_epi8(16);
-	__m256 acc[KQ_T];
+	__m256 acc[KQ_T32];
+	float sc[8] __attribute__((aligned(32)));
 	KQ_UNROLL
 	for (int t = 0; t < nt; t++)
 		acc[t] = _mm256_setzero_ps();
@@ -122,12 +140,22 @@ KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const 
 			}
 		}
 		__m256i aq = _mm256_sign_epi8(q, q);
+		// The nt products of scales in one multiply, read back one by one
+		// as broadcasts (loads), where one scalar multiply per token was
+		// taken before.
 		float dw = kq_f16(blk + off[KQ_D]);
+		if (xs) {
+			_mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_load_ps(xs + 8 * b)));
+		} else { // rows wider than kq_rows32's gathered scales
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++)
+				sc[t] = dw * xd[t * ldd + b];
+		}
 		KQ_UNROLL
 		for (int t = 0; t < nt; t++) {
 			__m256i v = _mm256_loadu_si256((const __m256i *)(x + t * ldx + 32 * b));
 			__m256i si = kq_dot_us(aq, _mm256_sign_epi8(v, q));
-			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(dw * xd[t * ldd + b]), acc[t]);
+			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_broadcast_ss(sc + t), acc[t]);
 		}
 	}
 	KQ_UNROLL
@@ -266,18 +294,86 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 		out[t * ldo] = sum[t];
 }
 
-// KQ_TILE runs one row against nt tokens, nt a constant.
-#define KQ_TILE(nt)                                                                                                \
+// KQ_TILE32 runs one row of a 32-value type against nt tokens, nt a
+// constant.
+#define KQ_TILE32(nt)                                                                                              \
 	switch (type) {                                                                                            \
 	case KQ_Q8_0:                                                                                              \
-		kq_32(KQ_Q8_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+		kq_32(KQ_Q8_0, nt, wr, off, xi, cols, xsp, di, nb, nb, o, ldo);                                          \
 		break;                                                                                             \
 	case KQ_Q4_0:                                                                                              \
-		kq_32(KQ_Q4_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+		kq_32(KQ_Q4_0, nt, wr, off, xi, cols, xsp, di, nb, nb, o, ldo);                                          \
 		break;                                                                                             \
-	case KQ_Q5_0:                                                                                              \
-		kq_32(KQ_Q5_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+	default:                                                                                                   \
+		kq_32(KQ_Q5_0, nt, wr, off, xi, cols, xsp, di, nb, nb, o, ldo);                                          \
 		break;                                                                                             \
+	}
+
+// KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 gathers the token
+// scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
+// multiply the scales one by one, with the same products.
+#define KQ_XS_BLOCKS 1024
+
+// kq_rows32 is kq_rows for a 32-value type: tokens in tiles of KQ_T32,
+// each tile's activation scales gathered once (8 per block, token-major)
+// for the rows of a chunk; rows in chunks whose weights stay in L1 while
+// a tile passes over them.
+static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
+		      const float *xd, long n, long cols, float *out, long ldo) {
+	long nb = cols / 32;
+	float xs[8 * KQ_XS_BLOCKS] __attribute__((aligned(32)));
+	long tb = 256 * 1024 / cols;
+	tb = tb < KQ_T32 ? KQ_T32 : tb - tb % KQ_T32;
+	long rc = KQ_WBYTES / rowb;
+	rc = rc < 1 ? 1 : rc;
+	for (long t0 = 0; t0 < n; t0 += tb)
+		for (long c0 = r0; c0 < r1; c0 += rc)
+			for (long i = t0; i < n && i < t0 + tb; i += KQ_T32) {
+				long nt = n - i < KQ_T32 ? n - i : KQ_T32;
+				const float *di = xd + i * nb, *xsp = NULL;
+				if (nb <= KQ_XS_BLOCKS) {
+					for (long b = 0; b < nb; b++)
+						for (long t = 0; t < 8; t++)
+							xs[8 * b + t] = t < nt ? di[t * nb + b] : 0;
+					xsp = xs;
+				}
+				for (long r = c0; r < r1 && r < c0 + rc; r++) {
+					const uint8_t *wr = w + r * rowb;
+					const int8_t *xi = x + i * cols;
+					float *o = out + i * ldo + r;
+					switch (nt) {
+					case 1:
+						KQ_TILE32(1);
+						break;
+					case 2:
+						KQ_TILE32(2);
+						break;
+					case 3:
+						KQ_TILE32(3);
+						break;
+					case 4:
+						KQ_TILE32(4);
+						break;
+					case 5:
+						KQ_TILE32(5);
+						break;
+					case 6:
+						KQ_TILE32(6);
+						break;
+					case 7:
+						KQ_TILE32(7);
+						break;
+					default:
+						KQ_TILE32(8);
+						break;
+					}
+				}
+			}
+}
+
+// KQ_TILE runs one row of a K type against nt tokens, nt a constant.
+#define KQ_TILE(nt)                                                                                                \
+	switch (type) {                                                                                            \
 	case KQ_Q4_K:                                                                                              \
 		kq_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 0, o, ldo);                            \
 		break;                                                                                             \
@@ -292,40 +388,50 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 // kq_rows sets out[i*ldo + r] for rows [r0, r1) of w (rowb bytes each) and
 // the n token rows of quantized activations x (cols int8 each, with xd's
 // scales per group of 32 or 256 and, for the K types, bsums per 16): each
-// row is unpacked once per KQ_T tokens.
+// row is unpacked once per KQ_T tokens (KQ_T32 for the 32-value types,
+// kq_rows32).
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	long group = (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) ? 32 : 256;
-	long nb = cols / group;
+	if (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) {
+		kq_rows32(type, w, rowb, r0, r1, off, x, xd, n, cols, out, ldo);
+		return;
+	}
+	long nb = cols / 256;
 	// Tokens in blocks of about 256 KiB of activations, which stay in the
 	// L2 cache while the rows pass over them.
 	long tb = 256 * 1024 / cols;
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
+	// Rows in chunks of about KQ_WBYTES, which stay in the L1 cache while
+	// each tile of tokens passes over them, so that a tile's activations
+	// come from L2 once per chunk rather than once per row.
+	long rc = KQ_WBYTES / rowb;
+	rc = rc < 1 ? 1 : rc;
 	for (long t0 = 0; t0 < n; t0 += tb)
-		for (long r = r0; r < r1; r++) {
-			const uint8_t *wr = w + r * rowb;
-			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
-				const int8_t *xi = x + i * cols;
-				const float *di = xd + i * nb;
-				const int32_t *bi = bsums + i * (cols / 16);
-				float *o = out + i * ldo + r;
-				switch (n - i < KQ_T ? n - i : KQ_T) {
-				case 1:
-					KQ_TILE(1);
-					break;
-				case 2:
-					KQ_TILE(2);
-					break;
-				case 3:
-					KQ_TILE(3);
-					break;
-				default:
-					KQ_TILE(4);
-					break;
+		for (long c0 = r0; c0 < r1; c0 += rc)
+			for (long i = t0; i < n && i < t0 + tb; i += KQ_T)
+				for (long r = c0; r < r1 && r < c0 + rc; r++) {
+					const uint8_t *wr = w + r * rowb;
+					const int8_t *xi = x + i * cols;
+					const float *di = xd + i * nb;
+					const int32_t *bi = bsums + i * (cols / 16);
+					float *o = out + i * ldo + r;
+					switch (n - i < KQ_T ? n - i : KQ_T) {
+					case 1:
+						KQ_TILE(1);
+						break;
+					case 2:
+						KQ_TILE(2);
+						break;
+					case 3:
+						KQ_TILE(3);
+						break;
+					default:
+						KQ_TILE(4);
+						break;
+					}
 				}
-			}
-		}
 }
+
 
 // kq_round_away is C's roundf on 8 lanes, exactly: the magnitude's floor,
 // plus one where the fraction (exact) is at least a half, with t's sign;

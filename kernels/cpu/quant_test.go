@@ -231,7 +231,7 @@ func quantKernels() []quantKernel {
 // their f32 scaling in the same order, bit for bit, and the NEON kernels'
 // every type. The AVX-512 kernels and the AVX2 32-value ones sum the
 // scaled blocks in f32 lanes, another order: within 1e-5 of Σ|w||x| there.
-// An odd block count (17) takes the last-block path.
+// An odd block count (17) takes the AVX-512 last-block path.
 func TestQuantKernelsMatchGo(t *testing.T) {
 	isas := quantKernels()
 	if len(isas) == 0 {
@@ -247,9 +247,11 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 		t.Logf("checking the %s kernels", k.name)
 	}
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}} {
-		// Token counts of one, three and six: tiles of 4 tokens and the
-		// shorter ones after them.
+	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 1025, 9}} {
+		// Token counts of one, three, five, six, seven and nine: tiles of
+		// 4 and 8 tokens and the shorter ones after them; 17 blocks of 32,
+		// the AVX-512 kernels' last block alone; 1025, rows wider than the
+		// AVX2 kernels gather the token scales of.
 		const rows = 19
 		cols, n := tc.cols, tc.n
 		x := make([]float32, n*cols)
