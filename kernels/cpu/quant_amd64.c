@@ -84,7 +84,10 @@ KQ_INLINE uint32_t kq_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)
 // KQ_T is the most tokens one pass over a weight row serves: each block
 // is unpacked once for all of them, and each token's sums and scaling are
 // the one-token loop's, so a token's result does not depend on the tile.
-#define KQ_T 4
+// 8 rather than 4: the unpacking (Q5_0's fifth bits, the K types' scales
+// and high bits) was a good part of a prefill's time.
+#define KQ_T 8
+_Static_assert(KQ_T == 8, "kq_32 reads 8 token scales per block (one vector)");
 
 // KQ_UNROLL unrolls the short loops over tokens and a block's parts
 // (constant counts after inlining), so that their vectors stay in
@@ -97,10 +100,6 @@ KQ_INLINE uint32_t kq_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)
 #define KQ_WBYTES (24 * 1024)
 #endif
 
-// KQ_T32 is the most tokens one pass over a row of a 32-value type
-// serves: twice KQ_T, since their blocks' unpacking (Q5_0's fifth bits
-// above all) was a good part of their time.
-#define KQ_T32 8
 
 // kq_32 sets out[t*ldo] for the nt token rows of x (ldx apart) and one row
 // of a 32-value type: per block, the signed values unpacked once (Q8_0's
@@ -118,7 +117,7 @@ KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const 
 		     const float *xd, long ldd, long nb, float *out, long ldo) {
 	const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
 	const __m256i b16 = _mm256_set1_epi8(16);
-	__m256 acc[KQ_T32];
+	__m256 acc[KQ_T];
 	float sc[8] __attribute__((aligned(32)));
 	KQ_UNROLL
 	for (int t = 0; t < nt; t++)
@@ -314,7 +313,7 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 // multiply the scales one by one, with the same products.
 #define KQ_XS_BLOCKS 1024
 
-// kq_rows32 is kq_rows for a 32-value type: tokens in tiles of KQ_T32,
+// kq_rows32 is kq_rows for a 32-value type: tokens in tiles of KQ_T,
 // each tile's activation scales gathered once (8 per block, token-major)
 // for the rows of a chunk; rows in chunks whose weights stay in L1 while
 // a tile passes over them.
@@ -323,13 +322,13 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 	long nb = cols / 32;
 	float xs[8 * KQ_XS_BLOCKS] __attribute__((aligned(32)));
 	long tb = 256 * 1024 / cols;
-	tb = tb < KQ_T32 ? KQ_T32 : tb - tb % KQ_T32;
+	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	long rc = KQ_WBYTES / rowb;
 	rc = rc < 1 ? 1 : rc;
 	for (long t0 = 0; t0 < n; t0 += tb)
 		for (long c0 = r0; c0 < r1; c0 += rc)
-			for (long i = t0; i < n && i < t0 + tb; i += KQ_T32) {
-				long nt = n - i < KQ_T32 ? n - i : KQ_T32;
+			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
+				long nt = n - i < KQ_T ? n - i : KQ_T;
 				const float *di = xd + i * nb, *xsp = NULL;
 				if (nb <= KQ_XS_BLOCKS) {
 					for (long b = 0; b < nb; b++)
@@ -388,8 +387,7 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 // kq_rows sets out[i*ldo + r] for rows [r0, r1) of w (rowb bytes each) and
 // the n token rows of quantized activations x (cols int8 each, with xd's
 // scales per group of 32 or 256 and, for the K types, bsums per 16): each
-// row is unpacked once per KQ_T tokens (KQ_T32 for the 32-value types,
-// kq_rows32).
+// row is unpacked once per KQ_T tokens.
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	if (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) {
@@ -425,8 +423,20 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 					case 3:
 						KQ_TILE(3);
 						break;
-					default:
+					case 4:
 						KQ_TILE(4);
+						break;
+					case 5:
+						KQ_TILE(5);
+						break;
+					case 6:
+						KQ_TILE(6);
+						break;
+					case 7:
+						KQ_TILE(7);
+						break;
+					default:
+						KQ_TILE(8);
 						break;
 					}
 				}
