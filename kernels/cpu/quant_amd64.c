@@ -106,15 +106,15 @@ _Static_assert(KQ_T == 8, "kq_32 reads 8 token scales per block (one vector)");
 // bytes; Q4_0's nibbles less 8; Q5_0's with the fifth bit, less 16) and
 // their magnitudes, and the block's scale times the nt tokens' (xs: 8 per
 // block, token-major, kq_rows32 gathers them) in one multiply (or, for
-// rows wider than KQ_XS_BLOCKS blocks, xs NULL, one by one from xd, with
-// the same products); then per
+// one token and for rows wider than KQ_XS_BLOCKS blocks, gathered 0, one
+// by one from xd, with the same products); then per
 // token the exact dot of magnitudes by sign-moved activations in 8 int32
 // lanes, converted and multiplied by that product into 8 f32 lanes, which
 // are summed at the row's end (as the AVX-512 kernels do: not the Go
 // loops' order, within rounding). Each token's arithmetic is the same
 // for every nt.
-KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xs,
-		     const float *xd, long ldd, long nb, float *out, long ldo) {
+KQ_INLINE void kq_32(int type, int nt, int gathered, const uint8_t *w, const long *off, const int8_t *x, long ldx,
+		     const float *xs, const float *xd, long ldd, long nb, float *out, long ldo) {
 	const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
 	const __m256i b16 = _mm256_set1_epi8(16);
 	__m256 acc[KQ_T];
@@ -143,18 +143,23 @@ KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const 
 		// as broadcasts (loads), where one scalar multiply per token was
 		// taken before.
 		float dw = kq_f16(blk + off[KQ_D]);
-		if (xs) {
+		if (gathered) {
 			_mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_load_ps(xs + 8 * b)));
-		} else { // rows wider than kq_rows32's gathered scales
 			KQ_UNROLL
-			for (int t = 0; t < nt; t++)
-				sc[t] = dw * xd[t * ldd + b];
+			for (int t = 0; t < nt; t++) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(x + t * ldx + 32 * b));
+				__m256i si = kq_dot_us(aq, _mm256_sign_epi8(v, q));
+				acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_broadcast_ss(sc + t), acc[t]);
+			}
+			continue;
 		}
+		// One token, or rows wider than kq_rows32 gathers the scales of:
+		// the same products, one by one.
 		KQ_UNROLL
 		for (int t = 0; t < nt; t++) {
 			__m256i v = _mm256_loadu_si256((const __m256i *)(x + t * ldx + 32 * b));
 			__m256i si = kq_dot_us(aq, _mm256_sign_epi8(v, q));
-			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_broadcast_ss(sc + t), acc[t]);
+			acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(dw * xd[t * ldd + b]), acc[t]);
 		}
 	}
 	KQ_UNROLL
@@ -293,18 +298,18 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 		out[t * ldo] = sum[t];
 }
 
-// KQ_TILE32 runs one row of a 32-value type against nt tokens, nt a
-// constant.
-#define KQ_TILE32(nt)                                                                                              \
+// KQ_TILE32 runs one row of a 32-value type against nt tokens, nt and g
+// (the scales gathered in xs) constants.
+#define KQ_TILE32(nt, g)                                                                                           \
 	switch (type) {                                                                                            \
 	case KQ_Q8_0:                                                                                              \
-		kq_32(KQ_Q8_0, nt, wr, off, xi, cols, xsp, di, nb, nb, o, ldo);                                          \
+		kq_32(KQ_Q8_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
 		break;                                                                                             \
 	case KQ_Q4_0:                                                                                              \
-		kq_32(KQ_Q4_0, nt, wr, off, xi, cols, xsp, di, nb, nb, o, ldo);                                          \
+		kq_32(KQ_Q4_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
 		break;                                                                                             \
 	default:                                                                                                   \
-		kq_32(KQ_Q5_0, nt, wr, off, xi, cols, xsp, di, nb, nb, o, ldo);                                          \
+		kq_32(KQ_Q5_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
 		break;                                                                                             \
 	}
 
@@ -329,41 +334,68 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 		for (long c0 = r0; c0 < r1; c0 += rc)
 			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
 				long nt = n - i < KQ_T ? n - i : KQ_T;
-				const float *di = xd + i * nb, *xsp = NULL;
-				if (nb <= KQ_XS_BLOCKS) {
+				const float *di = xd + i * nb;
+				int gathered = nt > 1 && nb <= KQ_XS_BLOCKS;
+				if (gathered)
 					for (long b = 0; b < nb; b++)
 						for (long t = 0; t < 8; t++)
 							xs[8 * b + t] = t < nt ? di[t * nb + b] : 0;
-					xsp = xs;
-				}
 				for (long r = c0; r < r1 && r < c0 + rc; r++) {
 					const uint8_t *wr = w + r * rowb;
 					const int8_t *xi = x + i * cols;
 					float *o = out + i * ldo + r;
 					switch (nt) {
 					case 1:
-						KQ_TILE32(1);
+						KQ_TILE32(1, 0);
 						break;
 					case 2:
-						KQ_TILE32(2);
+						if (gathered) {
+							KQ_TILE32(2, 1);
+						} else {
+							KQ_TILE32(2, 0);
+						}
 						break;
 					case 3:
-						KQ_TILE32(3);
+						if (gathered) {
+							KQ_TILE32(3, 1);
+						} else {
+							KQ_TILE32(3, 0);
+						}
 						break;
 					case 4:
-						KQ_TILE32(4);
+						if (gathered) {
+							KQ_TILE32(4, 1);
+						} else {
+							KQ_TILE32(4, 0);
+						}
 						break;
 					case 5:
-						KQ_TILE32(5);
+						if (gathered) {
+							KQ_TILE32(5, 1);
+						} else {
+							KQ_TILE32(5, 0);
+						}
 						break;
 					case 6:
-						KQ_TILE32(6);
+						if (gathered) {
+							KQ_TILE32(6, 1);
+						} else {
+							KQ_TILE32(6, 0);
+						}
 						break;
 					case 7:
-						KQ_TILE32(7);
+						if (gathered) {
+							KQ_TILE32(7, 1);
+						} else {
+							KQ_TILE32(7, 0);
+						}
 						break;
 					default:
-						KQ_TILE32(8);
+						if (gathered) {
+							KQ_TILE32(8, 1);
+						} else {
+							KQ_TILE32(8, 0);
+						}
 						break;
 					}
 				}
