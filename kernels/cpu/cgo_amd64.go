@@ -41,6 +41,8 @@ void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const l
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
+void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d);
+void kq_quant_q8_k(const float *x, long nb, int8_t *qs, float *d, int32_t *bsums);
 */
 import "C"
 
@@ -282,4 +284,19 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 		k = C.kk_rans2_decode2(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
 	}
 	return int(k & (1<<32 - 1)), int(k >> 32)
+}
+
+// quantizeActsC is qQuant's token rows [lo, hi) (lo < hi) by
+// quant_amd64.c's AVX2 quantizers, which give the Go loops' bits.
+func quantizeActsC(q *qQuant, lo, hi int) {
+	c := q.cols
+	x := q.x[lo*c : hi*c]
+	qs := q.a.qs[lo*c : hi*c]
+	if q.k {
+		d, bs := q.a.d[lo*c/256:hi*c/256], q.a.bsums[lo*c/16:hi*c/16]
+		C.kq_quant_q8_k(f32p(x), C.long(len(d)), (*C.int8_t)(unsafe.Pointer(&qs[0])), f32p(d), (*C.int32_t)(unsafe.Pointer(&bs[0])))
+		return
+	}
+	d := q.a.d[lo*c/32 : hi*c/32]
+	C.kq_quant_q8_0(f32p(x), C.long(len(d)), (*C.int8_t)(unsafe.Pointer(&qs[0])), f32p(d))
 }

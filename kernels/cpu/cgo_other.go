@@ -83,6 +83,8 @@ func mixTRoPEAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32
 
 func quantRowsC(t *qTask, r0, r1 int) { panic("cpu: no C kernels") }
 
+func quantizeActsC(q *qQuant, lo, hi int) { panic("cpu: no C kernels") }
+
 func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels") }
 
 func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {

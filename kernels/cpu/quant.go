@@ -162,6 +162,16 @@ type qQuant struct {
 }
 
 func (q *qQuant) Run(lo, hi int) {
+	if hasAVX2C && lo < hi {
+		quantizeActsC(q, lo, hi)
+		return
+	}
+	q.runGo(lo, hi)
+}
+
+// runGo is Run's pure-Go loops, the fallback and the reference of the C
+// quantizers.
+func (q *qQuant) runGo(lo, hi int) {
 	c := q.cols
 	if q.k {
 		quantizeQ8_K(q.a.qs[lo*c:hi*c], q.a.d[lo*c/256:hi*c/256], q.a.bsums[lo*c/16:hi*c/16], q.x[lo*c:hi*c])

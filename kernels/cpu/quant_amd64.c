@@ -9,6 +9,7 @@
 // field offsets come from Go (tensor.Formats), in off[]:
 // bytes, d, dmin, scales, qs, qh, ql.
 
+#include <stddef.h>
 #include <stdint.h>
 #include <immintrin.h>
 
@@ -83,25 +84,41 @@ KQ_INLINE uint32_t kq_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)
 // KQ_T is the most tokens one pass over a weight row serves: each block
 // is unpacked once for all of them, and each token's sums and scaling are
 // the one-token loop's, so a token's result does not depend on the tile.
-#define KQ_T 4
+// 8 rather than 4: the unpacking (Q5_0's fifth bits, the K types' scales
+// and high bits) was a good part of a prefill's time.
+#define KQ_T 8
+_Static_assert(KQ_T == 8, "kq_32 reads 8 token scales per block (one vector)");
 
 // KQ_UNROLL unrolls the short loops over tokens and a block's parts
 // (constant counts after inlining), so that their vectors stay in
 // registers.
 #define KQ_UNROLL _Pragma("GCC unroll 8")
 
-// kq_32 sets out[t*ldo] for the nt token rows of x (ldx apart, scales ldd
-// apart) and one row of a 32-value type: per block, the signed values
-// unpacked once (Q8_0's bytes; Q4_0's nibbles less 8; Q5_0's with the
-// fifth bit, less 16) and their magnitudes, then per token the exact dot
-// of magnitudes by sign-moved activations in 8 int32 lanes, scaled by the
-// block's two scales into 8 f32 lanes, which are summed at the row's end
-// (as the AVX-512 kernels do: not the Go loops' order, within rounding).
-KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
-		     long ldd, long nb, float *out, long ldo) {
+// KQ_WBYTES bounds the weights of the rows one tile of tokens passes over
+// before the next tile: they stay in the L1 cache.
+#ifndef KQ_WBYTES
+#define KQ_WBYTES (24 * 1024)
+#endif
+
+
+// kq_32 sets out[t*ldo] for the nt token rows of x (ldx apart) and one row
+// of a 32-value type: per block, the signed values unpacked once (Q8_0's
+// bytes; Q4_0's nibbles less 8; Q5_0's with the fifth bit, less 16) and
+// their magnitudes, and the block's scale times the nt tokens' (xs: 8 per
+// block, token-major, kq_rows32 gathers them) in one multiply (or, for
+// one token and for rows wider than KQ_XS_BLOCKS blocks, gathered 0, one
+// by one from xd, with the same products); then per
+// token the exact dot of magnitudes by sign-moved activations in 8 int32
+// lanes, converted and multiplied by that product into 8 f32 lanes, which
+// are summed at the row's end (as the AVX-512 kernels do: not the Go
+// loops' order, within rounding). Each token's arithmetic is the same
+// for every nt.
+KQ_INLINE void kq_32(int type, int nt, int gathered, const uint8_t *w, const long *off, const int8_t *x, long ldx,
+		     const float *xs, const float *xd, long ldd, long nb, float *out, long ldo) {
 	const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
 	const __m256i b16 = _mm256_set1_epi8(16);
 	__m256 acc[KQ_T];
+	float sc[8] __attribute__((aligned(32)));
 	KQ_UNROLL
 	for (int t = 0; t < nt; t++)
 		acc[t] = _mm256_setzero_ps();
@@ -122,7 +139,22 @@ KQ_INLINE void kq_32(int type, int nt, const uint8_t *w, const long *off, const 
 			}
 		}
 		__m256i aq = _mm256_sign_epi8(q, q);
+		// The nt products of scales in one multiply, read back one by one
+		// as broadcasts (loads), where one scalar multiply per token was
+		// taken before.
 		float dw = kq_f16(blk + off[KQ_D]);
+		if (gathered) {
+			_mm256_store_ps(sc, _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_load_ps(xs + 8 * b)));
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++) {
+				__m256i v = _mm256_loadu_si256((const __m256i *)(x + t * ldx + 32 * b));
+				__m256i si = kq_dot_us(aq, _mm256_sign_epi8(v, q));
+				acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_broadcast_ss(sc + t), acc[t]);
+			}
+			continue;
+		}
+		// One token, or rows wider than kq_rows32 gathers the scales of:
+		// the same products, one by one.
 		KQ_UNROLL
 		for (int t = 0; t < nt; t++) {
 			__m256i v = _mm256_loadu_si256((const __m256i *)(x + t * ldx + 32 * b));
@@ -266,18 +298,113 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 		out[t * ldo] = sum[t];
 }
 
-// KQ_TILE runs one row against nt tokens, nt a constant.
-#define KQ_TILE(nt)                                                                                                \
+// KQ_TILE32 runs one row of a 32-value type against nt tokens, nt and g
+// (the scales gathered in xs) constants.
+#define KQ_TILE32(nt, g)                                                                                           \
 	switch (type) {                                                                                            \
 	case KQ_Q8_0:                                                                                              \
-		kq_32(KQ_Q8_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+		kq_32(KQ_Q8_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
 		break;                                                                                             \
 	case KQ_Q4_0:                                                                                              \
-		kq_32(KQ_Q4_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+		kq_32(KQ_Q4_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
 		break;                                                                                             \
-	case KQ_Q5_0:                                                                                              \
-		kq_32(KQ_Q5_0, nt, wr, off, xi, cols, di, nb, nb, o, ldo);                                        \
+	default:                                                                                                   \
+		kq_32(KQ_Q5_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
 		break;                                                                                             \
+	}
+
+// KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 gathers the token
+// scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
+// multiply the scales one by one, with the same products.
+#define KQ_XS_BLOCKS 1024
+
+// kq_rows32 is kq_rows for a 32-value type: tokens in tiles of KQ_T,
+// each tile's activation scales gathered once (8 per block, token-major)
+// for the rows of a chunk; rows in chunks whose weights stay in L1 while
+// a tile passes over them.
+static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
+		      const float *xd, long n, long cols, float *out, long ldo) {
+	long nb = cols / 32;
+	float xs[8 * KQ_XS_BLOCKS] __attribute__((aligned(32)));
+	long tb = 256 * 1024 / cols;
+	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
+	long rc = KQ_WBYTES / rowb;
+	rc = rc < 1 ? 1 : rc;
+	for (long t0 = 0; t0 < n; t0 += tb)
+		for (long c0 = r0; c0 < r1; c0 += rc)
+			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
+				long nt = n - i < KQ_T ? n - i : KQ_T;
+				const float *di = xd + i * nb;
+				int gathered = nt > 1 && nb <= KQ_XS_BLOCKS;
+				if (gathered)
+					for (long b = 0; b < nb; b++)
+						for (long t = 0; t < 8; t++)
+							xs[8 * b + t] = t < nt ? di[t * nb + b] : 0;
+				for (long r = c0; r < r1 && r < c0 + rc; r++) {
+					const uint8_t *wr = w + r * rowb;
+					const int8_t *xi = x + i * cols;
+					float *o = out + i * ldo + r;
+					switch (nt) {
+					case 1:
+						KQ_TILE32(1, 0);
+						break;
+					case 2:
+						if (gathered) {
+							KQ_TILE32(2, 1);
+						} else {
+							KQ_TILE32(2, 0);
+						}
+						break;
+					case 3:
+						if (gathered) {
+							KQ_TILE32(3, 1);
+						} else {
+							KQ_TILE32(3, 0);
+						}
+						break;
+					case 4:
+						if (gathered) {
+							KQ_TILE32(4, 1);
+						} else {
+							KQ_TILE32(4, 0);
+						}
+						break;
+					case 5:
+						if (gathered) {
+							KQ_TILE32(5, 1);
+						} else {
+							KQ_TILE32(5, 0);
+						}
+						break;
+					case 6:
+						if (gathered) {
+							KQ_TILE32(6, 1);
+						} else {
+							KQ_TILE32(6, 0);
+						}
+						break;
+					case 7:
+						if (gathered) {
+							KQ_TILE32(7, 1);
+						} else {
+							KQ_TILE32(7, 0);
+						}
+						break;
+					default:
+						if (gathered) {
+							KQ_TILE32(8, 1);
+						} else {
+							KQ_TILE32(8, 0);
+						}
+						break;
+					}
+				}
+			}
+}
+
+// KQ_TILE runs one row of a K type against nt tokens, nt a constant.
+#define KQ_TILE(nt)                                                                                                \
+	switch (type) {                                                                                            \
 	case KQ_Q4_K:                                                                                              \
 		kq_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 0, o, ldo);                            \
 		break;                                                                                             \
@@ -295,34 +422,158 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 // row is unpacked once per KQ_T tokens.
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	long group = (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) ? 32 : 256;
-	long nb = cols / group;
+	if (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) {
+		kq_rows32(type, w, rowb, r0, r1, off, x, xd, n, cols, out, ldo);
+		return;
+	}
+	long nb = cols / 256;
 	// Tokens in blocks of about 256 KiB of activations, which stay in the
 	// L2 cache while the rows pass over them.
 	long tb = 256 * 1024 / cols;
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
+	// Rows in chunks of about KQ_WBYTES, which stay in the L1 cache while
+	// each tile of tokens passes over them, so that a tile's activations
+	// come from L2 once per chunk rather than once per row.
+	long rc = KQ_WBYTES / rowb;
+	rc = rc < 1 ? 1 : rc;
 	for (long t0 = 0; t0 < n; t0 += tb)
-		for (long r = r0; r < r1; r++) {
-			const uint8_t *wr = w + r * rowb;
-			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
-				const int8_t *xi = x + i * cols;
-				const float *di = xd + i * nb;
-				const int32_t *bi = bsums + i * (cols / 16);
-				float *o = out + i * ldo + r;
-				switch (n - i < KQ_T ? n - i : KQ_T) {
-				case 1:
-					KQ_TILE(1);
-					break;
-				case 2:
-					KQ_TILE(2);
-					break;
-				case 3:
-					KQ_TILE(3);
-					break;
-				default:
-					KQ_TILE(4);
-					break;
+		for (long c0 = r0; c0 < r1; c0 += rc)
+			for (long i = t0; i < n && i < t0 + tb; i += KQ_T)
+				for (long r = c0; r < r1 && r < c0 + rc; r++) {
+					const uint8_t *wr = w + r * rowb;
+					const int8_t *xi = x + i * cols;
+					const float *di = xd + i * nb;
+					const int32_t *bi = bsums + i * (cols / 16);
+					float *o = out + i * ldo + r;
+					switch (n - i < KQ_T ? n - i : KQ_T) {
+					case 1:
+						KQ_TILE(1);
+						break;
+					case 2:
+						KQ_TILE(2);
+						break;
+					case 3:
+						KQ_TILE(3);
+						break;
+					case 4:
+						KQ_TILE(4);
+						break;
+					case 5:
+						KQ_TILE(5);
+						break;
+					case 6:
+						KQ_TILE(6);
+						break;
+					case 7:
+						KQ_TILE(7);
+						break;
+					default:
+						KQ_TILE(8);
+						break;
+					}
 				}
+}
+
+
+// kq_round_away is C's roundf on 8 lanes, exactly: the magnitude's floor,
+// plus one where the fraction (exact) is at least a half, with t's sign;
+// then as int32.
+KQ_INLINE __m256i kq_round_away(__m256 t) {
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256 a = _mm256_andnot_ps(sign, t);
+	__m256 fl = _mm256_floor_ps(a);
+	__m256 up = _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(a, fl), _mm256_set1_ps(0.5f), _CMP_GE_OQ), _mm256_set1_ps(1.0f));
+	return _mm256_cvttps_epi32(_mm256_or_ps(_mm256_add_ps(fl, up), _mm256_and_ps(t, sign)));
+}
+
+// kq_pack32 stores the 32 int32 lanes of q[0..3] (each in [-128, 127]) as
+// 32 bytes in order.
+KQ_INLINE void kq_pack32(int8_t *dst, const __m256i *q) {
+	// packs works within 128-bit lanes: dwords come out as q0[0:4],
+	// q1[0:4], q2[0:4], q3[0:4], q0[4:8], ... and are put back in order.
+	__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+	p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	_mm256_storeu_si256((__m256i *)dst, p);
+}
+
+KQ_INLINE float kq_hmax(__m256 m) {
+	__m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_max_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+// kq_quant_q8_0 quantizes the nb blocks of 32 values at x as quant.go's
+// quantizeQ8_0 (ggml's quantize_row_q8_0), bit for bit: the scale
+// amax/127, each value times its inverse rounded half away from zero,
+// and the scale rounded to f16 (to nearest even) and back.
+void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d) {
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (long b = 0; b < nb; b++) {
+		const float *v = x + 32 * b;
+		__m256 f[4];
+		KQ_UNROLL
+		for (int i = 0; i < 4; i++)
+			f[i] = _mm256_loadu_ps(v + 8 * i);
+		__m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, f[0]), _mm256_andnot_ps(sign, f[1])),
+					 _mm256_max_ps(_mm256_andnot_ps(sign, f[2]), _mm256_andnot_ps(sign, f[3])));
+		float s = kq_hmax(m) / 127.0f;
+		__m256 id = _mm256_set1_ps(s != 0 ? 1.0f / s : 0.0f);
+		__m256i q[4];
+		KQ_UNROLL
+		for (int i = 0; i < 4; i++)
+			q[i] = kq_round_away(_mm256_mul_ps(f[i], id));
+		kq_pack32(qs + 32 * b, q);
+		d[b] = _cvtsh_ss(_cvtss_sh(s, _MM_FROUND_TO_NEAREST_INT));
+	}
+}
+
+// kq_quant_q8_k quantizes the nb blocks of 256 values at x as quant.go's
+// quantizeQ8_K (ggml's quantize_row_q8_K), bit for bit: the scale maps
+// the first value of largest magnitude to -127, values rounded to the
+// nearest even and capped at 127, with the sum of each 16.
+void kq_quant_q8_k(const float *x, long nb, int8_t *qs, float *d, int32_t *bsums) {
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (long b = 0; b < nb; b++) {
+		const float *v = x + 256 * b;
+		int8_t *q = qs + 256 * b;
+		int32_t *bs = bsums + 16 * b;
+		__m256 m = _mm256_setzero_ps();
+		for (int i = 0; i < 32; i++)
+			m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + 8 * i)));
+		float amax = kq_hmax(m);
+		if (amax == 0) {
+			d[b] = 0;
+			for (int i = 0; i < 256; i++)
+				q[i] = 0;
+			for (int g = 0; g < 16; g++)
+				bs[g] = 0;
+			continue;
+		}
+		// The first value of that magnitude, its sign kept.
+		__m256 am = _mm256_set1_ps(amax);
+		int j = 0;
+		for (int i = 0; i < 32; i++) {
+			int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + 8 * i)), am, _CMP_EQ_OQ));
+			if (k) {
+				j = 8 * i + __builtin_ctz((unsigned)k);
+				break;
 			}
 		}
+		float iscale = -127.0f / v[j];
+		__m256 is = _mm256_set1_ps(iscale), cap = _mm256_set1_ps(127.0f);
+		for (int g = 0; g < 8; g++) { // 32 values: two sums of 16
+			__m256i qi[4];
+			KQ_UNROLL
+			for (int i = 0; i < 4; i++) {
+				__m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 32 * g + 8 * i), is),
+							   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+				qi[i] = _mm256_cvttps_epi32(_mm256_min_ps(r, cap));
+			}
+			kq_pack32(q + 32 * g, qi);
+			bs[2 * g] = kq_hsum(_mm256_add_epi32(qi[0], qi[1]));
+			bs[2 * g + 1] = kq_hsum(_mm256_add_epi32(qi[2], qi[3]));
+		}
+		d[b] = 1.0f / iscale;
+	}
 }

@@ -99,6 +99,12 @@ KQ5_INLINE __m512i kq5_pair(int type, const uint8_t *b0, const uint8_t *b1, cons
 // KQ5_XBYTES bounds the activations one pass of a row range reads.
 #define KQ5_XBYTES (256 * 1024)
 
+// KQ5_WBYTES bounds the weights of the rows one tile of tokens passes over
+// before the next tile.
+#ifndef KQ5_WBYTES
+#define KQ5_WBYTES (24 * 1024)
+#endif
+
 // kq5_prefetch asks for the cache lines of the n bytes KQ5_PF ahead of
 // p: a prefetch does not fault, so past the matrix's end is harmless.
 KQ5_INLINE void kq5_prefetch(const uint8_t *p, long n) {
@@ -368,43 +374,48 @@ void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const l
 	// activations would not, and each row would stream them again.
 	long tb = KQ5_XBYTES / cols;
 	tb = tb < KQ5_T ? KQ5_T : tb - tb % KQ5_T;
-	for (long t0 = 0; t0 < n; t0 += tb) {
-		int nr;
-		for (long r = r0; r < r1; r += nr) {
-			nr = is32 && r + 1 < r1 ? 2 : 1;
-			const uint8_t *wr = w + r * rowb;
+	// Rows in chunks of about KQ5_WBYTES, which stay in the L1 cache while
+	// each tile of tokens passes over them: a tile's activations then come
+	// from L2 once per chunk rather than once per row (or pair).
+	long rc = KQ5_WBYTES / rowb;
+	rc = rc < 2 ? 2 : rc - rc % 2;
+	for (long t0 = 0; t0 < n; t0 += tb)
+		for (long c0 = r0; c0 < r1; c0 += rc)
 			for (long i = t0; i < n && i < t0 + tb; i += KQ5_T) {
-				const int8_t *xi = x + i * cols;
-				const float *di = xd + i * nb;
-				const int32_t *bi = bsums + i * (cols / 16);
-				float *o = out + i * ldo + r;
-				switch (n - i < KQ5_T ? n - i : KQ5_T) {
-				case 1:
-					KQ5_TILE(1);
-					break;
-				case 2:
-					KQ5_TILE(2);
-					break;
-				case 3:
-					KQ5_TILE(3);
-					break;
-				case 4:
-					KQ5_TILE(4);
-					break;
-				case 5:
-					KQ5_TILE(5);
-					break;
-				case 6:
-					KQ5_TILE(6);
-					break;
-				case 7:
-					KQ5_TILE(7);
-					break;
-				default:
-					KQ5_TILE(8);
-					break;
+				int nr;
+				for (long r = c0; r < r1 && r < c0 + rc; r += nr) {
+					nr = is32 && r + 1 < r1 && r + 1 < c0 + rc ? 2 : 1;
+					const uint8_t *wr = w + r * rowb;
+					const int8_t *xi = x + i * cols;
+					const float *di = xd + i * nb;
+					const int32_t *bi = bsums + i * (cols / 16);
+					float *o = out + i * ldo + r;
+					switch (n - i < KQ5_T ? n - i : KQ5_T) {
+					case 1:
+						KQ5_TILE(1);
+						break;
+					case 2:
+						KQ5_TILE(2);
+						break;
+					case 3:
+						KQ5_TILE(3);
+						break;
+					case 4:
+						KQ5_TILE(4);
+						break;
+					case 5:
+						KQ5_TILE(5);
+						break;
+					case 6:
+						KQ5_TILE(6);
+						break;
+					case 7:
+						KQ5_TILE(7);
+						break;
+					default:
+						KQ5_TILE(8);
+						break;
+					}
 				}
 			}
-		}
-	}
 }

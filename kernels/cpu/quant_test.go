@@ -128,6 +128,74 @@ func TestQuantizeActivations(t *testing.T) {
 	}
 }
 
+// The C quantizers of activations give the Go loops' bits: random rows
+// at scales from subnormal f16 to past f16's range, an all-zero block,
+// ties at a half (amax 127: scale 1), and a block whose values of largest
+// magnitude are +v then -v (q8_K keeps the first one's sign).
+func TestQuantizeActivationsMatchGo(t *testing.T) {
+	if !hasAVX2C {
+		t.Skip("no C quantizers on this CPU or build (or KAKEYA_CPU caps them)")
+	}
+	const cols = 512
+	r := rand.New(rand.NewPCG(11, 11))
+	var rows [][]float32
+	for _, sc := range []float64{1, 1e-9, 1e-6, 3e-3, 0.4, 17, 3e4, 1e7} {
+		x := make([]float32, cols)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * sc)
+		}
+		rows = append(rows, x)
+	}
+	ties := make([]float32, cols)
+	for i := range ties {
+		ties[i] = float32(i%255-127) / 2 // halves, amax 63.5 ...
+	}
+	for b := 0; b < cols; b += 32 {
+		ties[b+5] = 127 // ... then 127: scale 1, q8_0 ties at each half
+	}
+	ties[256+3], ties[256+9] = -127, 127 // q8_K: -127 first
+	rows = append(rows, ties, make([]float32, cols))
+	pm := make([]float32, cols)
+	for i := range pm {
+		pm[i] = float32(i%7) - 3
+	}
+	pm[10], pm[20], pm[300], pm[301] = 9, -9, -9, 9
+	rows = append(rows, pm)
+	n := len(rows)
+	x := make([]float32, 0, n*cols)
+	for _, row := range rows {
+		x = append(x, row...)
+	}
+	clear(x[cols+256 : cols+512]) // a zero block in a row of others
+	for _, k := range []bool{false, true} {
+		l := qLayouts[tensor.Q8_0]
+		if k {
+			l = qLayouts[tensor.Q4_K]
+		}
+		var g, c qActs
+		g.prepare(x, n, cols, l)
+		g.quant.runGo(0, n)
+		c.prepare(x, n, cols, l)
+		quantizeActsC(&c.quant, 0, 1)
+		quantizeActsC(&c.quant, 1, n)
+		for i := range g.qs {
+			if g.qs[i] != c.qs[i] {
+				t.Fatalf("q8_K %v: value %d (row %d): C %d, Go %d (x %v)", k, i, i/cols, c.qs[i], g.qs[i], x[i])
+			}
+		}
+		for i := range g.d {
+			if math.Float32bits(g.d[i]) != math.Float32bits(c.d[i]) {
+				t.Fatalf("q8_K %v: scale %d: C %v, Go %v", k, i, c.d[i], g.d[i])
+			}
+		}
+		for i := range g.bsums {
+			if g.bsums[i] != c.bsums[i] {
+				t.Fatalf("q8_K: sum %d: C %d, Go %d", i, c.bsums[i], g.bsums[i])
+			}
+		}
+	}
+}
+
 // quantKernel is one family of the C kernels for quantized weights, for
 // the tests and benchmarks to run beside the Go loops; exact says its K
 // types give the Go loops' bits, all says its 32-value types do too.
@@ -163,7 +231,7 @@ func quantKernels() []quantKernel {
 // their f32 scaling in the same order, bit for bit, and the NEON kernels'
 // every type. The AVX-512 kernels and the AVX2 32-value ones sum the
 // scaled blocks in f32 lanes, another order: within 1e-5 of Σ|w||x| there.
-// An odd block count (17) takes the last-block path.
+// An odd block count (17) takes the AVX-512 last-block path.
 func TestQuantKernelsMatchGo(t *testing.T) {
 	isas := quantKernels()
 	if len(isas) == 0 {
@@ -179,9 +247,11 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 		t.Logf("checking the %s kernels", k.name)
 	}
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}} {
-		// Token counts of one, three and six: tiles of 4 tokens and the
-		// shorter ones after them.
+	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 1025, 9}} {
+		// Token counts of one, three, five, six, seven and nine: tiles of
+		// 4 and 8 tokens and the shorter ones after them; 17 blocks of 32,
+		// the AVX-512 kernels' last block alone; 1025, rows wider than the
+		// AVX2 kernels gather the token scales of.
 		const rows = 19
 		cols, n := tc.cols, tc.n
 		x := make([]float32, n*cols)
