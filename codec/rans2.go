@@ -110,33 +110,10 @@ func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, scale []floa
 	if per <= 0 || len(out)%per != 0 || len(out)/per != len(pl.entOff) || len(scale) < len(pl.entOff) {
 		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(out), per, len(pl.entOff))
 	}
-	if len(src) < 4+3*rans2Lanes {
-		return fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
-	}
 	x := &sc.x
-	long := binary.LittleEndian.Uint32(src)
-	pos := 4
-	for i := range x {
-		// 3*rans2Lanes bytes were checked; each 4-byte state needs one more.
-		if long>>i&1 != 0 {
-			if len(src) < pos+4+3*(rans2Lanes-1-i) {
-				return fmt.Errorf("code stream of %d bytes ends in lane %d's state", len(src), i)
-			}
-			x[i] = binary.LittleEndian.Uint32(src[pos:])
-			pos += 4
-			if x[i] < 1<<24 {
-				return fmt.Errorf("code stream lane %d's 4-byte state %#x fits 3 bytes: corrupt", i, x[i])
-			}
-		} else {
-			x[i] = uint32(src[pos]) | uint32(src[pos+1])<<8 | uint32(src[pos+2])<<16
-			pos += 3
-			if x[i] < ransWordL {
-				return fmt.Errorf("code stream lane %d state %#x below the coder's bound %#x", i, x[i], ransWordL)
-			}
-		}
-	}
-	if (len(src)-pos)%2 != 0 {
-		return fmt.Errorf("code stream of %d bytes: %d after the lanes' states, not whole 16-bit words", len(src), len(src)-pos)
+	pos, err := rans2Start(src, x)
+	if err != nil {
+		return err
 	}
 	k := 0
 	if per%rans2Lanes == 0 {
@@ -178,6 +155,49 @@ func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, scale []floa
 		}
 		x[i] = xs
 	}
+	return rans2Finish(src, pos, x, hide)
+}
+
+// rans2Start reads a layout-2 stream's lane states into x (a bit mask of
+// the lanes stored in 4 bytes, then each lane's state in 3 or 4) and
+// returns where the 16-bit words start. It fails on a stream too short
+// for its states, a state an encoder cannot end in, or words that are not
+// whole.
+func rans2Start(src []byte, x *[rans2Lanes]uint32) (int, error) {
+	if len(src) < 4+3*rans2Lanes {
+		return 0, fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
+	}
+	long := binary.LittleEndian.Uint32(src)
+	pos := 4
+	for i := range x {
+		// 3*rans2Lanes bytes were checked; each 4-byte state needs one more.
+		if long>>i&1 != 0 {
+			if len(src) < pos+4+3*(rans2Lanes-1-i) {
+				return 0, fmt.Errorf("code stream of %d bytes ends in lane %d's state", len(src), i)
+			}
+			x[i] = binary.LittleEndian.Uint32(src[pos:])
+			pos += 4
+			if x[i] < 1<<24 {
+				return 0, fmt.Errorf("code stream lane %d's 4-byte state %#x fits 3 bytes: corrupt", i, x[i])
+			}
+		} else {
+			x[i] = uint32(src[pos]) | uint32(src[pos+1])<<8 | uint32(src[pos+2])<<16
+			pos += 3
+			if x[i] < ransWordL {
+				return 0, fmt.Errorf("code stream lane %d state %#x below the coder's bound %#x", i, x[i], ransWordL)
+			}
+		}
+	}
+	if (len(src)-pos)%2 != 0 {
+		return 0, fmt.Errorf("code stream of %d bytes: %d after the lanes' states, not whole 16-bit words", len(src), len(src)-pos)
+	}
+	return pos, nil
+}
+
+// rans2Finish checks a layout-2 stream's end once every symbol is decoded
+// (all of src read, from pos on, and each lane back at an encoder's
+// start state, whose payload the first len(hide) lanes carry into hide).
+func rans2Finish(src []byte, pos int, x *[rans2Lanes]uint32, hide []uint16) error {
 	if pos != len(src) {
 		return fmt.Errorf("code stream of %d bytes: %d unread after the last symbol: corrupt", len(src), len(src)-pos)
 	}
@@ -252,24 +272,10 @@ func rans2Symbols(syms []uint8, src []byte, per int, pl *rans2Plan, hide []uint1
 	if per <= 0 || len(syms)%per != 0 || len(syms)/per != len(pl.entOff) {
 		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(syms), per, len(pl.entOff))
 	}
-	if len(src) < 4+3*rans2Lanes {
-		return fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
-	}
 	var x [rans2Lanes]uint32
-	long := binary.LittleEndian.Uint32(src)
-	pos := 4
-	for i := range x {
-		nb := 3 + int(long>>i&1)
-		if pos+nb > len(src) {
-			return fmt.Errorf("code stream of %d bytes ends in lane %d's state", len(src), i)
-		}
-		for b := range nb {
-			x[i] |= uint32(src[pos+b]) << (8 * b)
-		}
-		pos += nb
-		if x[i] < ransWordL || nb == 4 && x[i] < 1<<24 {
-			return fmt.Errorf("code stream lane %d state %#x in %d bytes: corrupt", i, x[i], nb)
-		}
+	pos, err := rans2Start(src, &x)
+	if err != nil {
+		return err
 	}
 	for k := range syms {
 		c, i := k/per, k%rans2Lanes
@@ -285,19 +291,7 @@ func rans2Symbols(syms []uint8, src []byte, per int, pl *rans2Plan, hide []uint1
 		}
 		x[i] = xs
 	}
-	if pos != len(src) {
-		return fmt.Errorf("code stream of %d bytes: %d unread after the last symbol: corrupt", len(src), len(src)-pos)
-	}
-	for i, xs := range x {
-		switch {
-		case i < len(hide) && xs-ransWordL < 1<<16:
-			hide[i] = uint16(xs - ransWordL)
-		case i >= len(hide) && xs == ransWordL:
-		default:
-			return fmt.Errorf("code stream lane %d ends in state %#x, outside what an encoder starts from: corrupt", i, xs)
-		}
-	}
-	return nil
+	return rans2Finish(src, pos, &x, hide)
 }
 
 // ToLayout1 appends to dst the block src (n rows of d values, encoded by
