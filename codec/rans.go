@@ -174,16 +174,8 @@ func ransEncode(dst, buf []byte, syms []uint8, tabs []*ransTable, per int) ([]by
 		x[i] = ransWordL
 	}
 	for k := len(syms) - 1; k >= 0; k-- {
-		t := tabs[k/per]
-		s := syms[k]
-		f := t.freq[s]
-		xs := x[k%ransLanes]
-		if xs >= f<<(32-ransScaleBits) { // ((ransWordL >> ransScaleBits) << 16) * f
-			p -= 2
-			binary.LittleEndian.PutUint16(buf[p:], uint16(xs))
-			xs >>= 16
-		}
-		x[k%ransLanes] = (xs/f)<<ransScaleBits + xs%f + t.start[s]
+		t, s := tabs[k/per], syms[k]
+		x[k%ransLanes], p = ransPut(x[k%ransLanes], t.freq[s], t.start[s], ransScaleBits, buf, p)
 	}
 	for i := ransLanes - 1; i >= 0; i-- {
 		p -= 4
@@ -279,6 +271,20 @@ careful:
 		}
 	}
 	return nil
+}
+
+// ransPut codes one symbol of frequency f and cumulative start in a table
+// of scale bits into the lane state x, first moving x's low 16 bits to the
+// word before buf[p] when the state would pass the coder's bound (rANS
+// writes its stream from the end), and returns the new state and p. The
+// encoding step of both stream layouts.
+func ransPut(x, f, start, scale uint32, buf []byte, p int) (uint32, int) {
+	if x >= f<<(32-scale) { // ((ransWordL >> scale) << 16) * f
+		p -= 2
+		binary.LittleEndian.PutUint16(buf[p:], uint16(x))
+		x >>= 16
+	}
+	return (x/f)<<scale + x%f + start, p
 }
 
 // ransRefill reads the next 16-bit word into x when x is below the

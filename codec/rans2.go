@@ -56,16 +56,8 @@ func rans2Encode(dst, buf []byte, syms []uint8, tabs []*ransTable, per int, hide
 		}
 	}
 	for k := len(syms) - 1; k >= 0; k-- {
-		t := tabs[k/per]
-		s := syms[k]
-		f := t.freq[s]
-		xs := x[k%rans2Lanes]
-		if xs >= f<<(32-rans2ScaleBits) { // ((ransWordL >> scale) << 16) * f
-			p -= 2
-			binary.LittleEndian.PutUint16(buf[p:], uint16(xs))
-			xs >>= 16
-		}
-		x[k%rans2Lanes] = (xs/f)<<rans2ScaleBits + xs%f + t.start[s]
+		t, s := tabs[k/per], syms[k]
+		x[k%rans2Lanes], p = ransPut(x[k%rans2Lanes], t.freq[s], t.start[s], rans2ScaleBits, buf, p)
 	}
 	var long uint32
 	for i := rans2Lanes - 1; i >= 0; i-- {
