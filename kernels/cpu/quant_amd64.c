@@ -313,6 +313,17 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 		break;                                                                                             \
 	}
 
+// KQ_TILE32G runs KQ_TILE32 for nt tokens with the token scales gathered
+// per block (gathered, set per tile) or read in place.
+#define KQ_TILE32G(nt)                                                                                             \
+	do {                                                                                                       \
+		if (gathered) {                                                                                    \
+			KQ_TILE32(nt, 1);                                                                          \
+		} else {                                                                                           \
+			KQ_TILE32(nt, 0);                                                                          \
+		}                                                                                                  \
+	} while (0)
+
 // KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 gathers the token
 // scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
 // multiply the scales one by one, with the same products.
@@ -349,53 +360,25 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 						KQ_TILE32(1, 0);
 						break;
 					case 2:
-						if (gathered) {
-							KQ_TILE32(2, 1);
-						} else {
-							KQ_TILE32(2, 0);
-						}
+						KQ_TILE32G(2);
 						break;
 					case 3:
-						if (gathered) {
-							KQ_TILE32(3, 1);
-						} else {
-							KQ_TILE32(3, 0);
-						}
+						KQ_TILE32G(3);
 						break;
 					case 4:
-						if (gathered) {
-							KQ_TILE32(4, 1);
-						} else {
-							KQ_TILE32(4, 0);
-						}
+						KQ_TILE32G(4);
 						break;
 					case 5:
-						if (gathered) {
-							KQ_TILE32(5, 1);
-						} else {
-							KQ_TILE32(5, 0);
-						}
+						KQ_TILE32G(5);
 						break;
 					case 6:
-						if (gathered) {
-							KQ_TILE32(6, 1);
-						} else {
-							KQ_TILE32(6, 0);
-						}
+						KQ_TILE32G(6);
 						break;
 					case 7:
-						if (gathered) {
-							KQ_TILE32(7, 1);
-						} else {
-							KQ_TILE32(7, 0);
-						}
+						KQ_TILE32G(7);
 						break;
 					default:
-						if (gathered) {
-							KQ_TILE32(8, 1);
-						} else {
-							KQ_TILE32(8, 0);
-						}
+						KQ_TILE32G(8);
 						break;
 					}
 				}
