@@ -57,10 +57,13 @@ kk_emu_fiber_switch:
 	stmxcsr (%rsp)
 	fnstcw 4(%rsp)
 	movl (%rsp), %eax
+	andl $0xffc0, %eax
 	movzwl 4(%rsp), %edx
 	movq %rsp, (%rdi)
 	movq %rsi, %rsp
-	cmpl (%rsp), %eax
+	movl (%rsp), %ecx
+	andl $0xffc0, %ecx
+	cmpl %ecx, %eax
 	je 1f
 	ldmxcsr (%rsp)
 1:
@@ -480,9 +483,11 @@ void body() {
 	b->doneLanes[t->warp] |= 1u << t->lane;
 	b->ndone++;
 	Fiber *w = &b->th[t->warp * 32];
-	for (int l = 0; l < 32 && t->warp * 32 + l < b->n; l++)
-		if (w[l].state == atWarp && w[l].mask >> t->lane & 1)
+	for (uint32_t at = b->atWarpLanes[t->warp]; at; at &= at - 1) {
+		int l = __builtin_ctz(at);
+		if (w[l].mask >> t->lane & 1)
 			fail(t, format("exited while lane %d waits for it at %s", l, w[l].what));
+	}
 	checkBarrier(t);
 	for (;;)
 		yield(t);
