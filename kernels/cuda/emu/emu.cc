@@ -103,6 +103,15 @@ void start(Context *c, char *lo, size_t size, void (*fn)()) {
 
 void swap(Context *from, Context *to) { kk_emu_fiber_switch(&from->sp, to->sp); }
 
+// prefetch starts loading what a switch to c reads first: the registers
+// saved at its stack pointer and the frames above them.
+void prefetch(const Context *c) {
+	const char *sp = (const char *)c->sp;
+	__builtin_prefetch(sp);
+	__builtin_prefetch(sp + 64);
+	__builtin_prefetch(sp + 128);
+}
+
 #else
 
 struct Context {
@@ -118,6 +127,8 @@ void start(Context *c, char *lo, size_t size, void (*fn)()) {
 }
 
 void swap(Context *from, Context *to) { swapcontext(&from->uc, &to->uc); }
+
+void prefetch(const Context *c) { __builtin_prefetch(c); }
 
 #endif
 
@@ -230,6 +241,7 @@ struct Block {
 	const unsigned char *args;
 	std::vector<Fiber> th;
 	std::vector<int> runnable;
+	int ahead[2]; // the threads the next two picks return, drawn already; -1 for none
 	// Per warp, the lanes at a warp collective and the lanes that
 	// exited: a lane arriving at a collective finds whether it is the
 	// last of its mask in a few instructions, not a walk of the warp.
@@ -258,17 +270,47 @@ std::string format(const char *f, ...) {
 
 Fiber *self() { return static_cast<Fiber *>(cur); }
 
-// pick draws the next thread to run from the runnable ones, nullptr when
-// there is none or the block failed.
-Fiber *pick(Block *b) {
-	if (b->runnable.empty() || !b->err.empty())
-		return nullptr;
+// draw removes a thread from the runnable ones, drawn by the block's
+// generator, and returns its index; there must be one.
+int draw(Block *b) {
 	// The high half of a 64 x 64-bit product maps the draw onto the
 	// runnable threads without a division (a tenth of a switch's cost).
 	size_t k = (size_t)(((unsigned __int128)splitmix(&b->rng) * b->runnable.size()) >> 64);
 	int i = b->runnable[k];
 	b->runnable[k] = b->runnable.back();
 	b->runnable.pop_back();
+	return i;
+}
+
+// pick returns the next thread to run, nullptr when there is none or the
+// block failed: the one drawn at an earlier pick, else one drawn from the
+// runnable ones. Drawing two picks ahead keeps the schedule random (each
+// draw is uniform over the threads runnable at that moment; a thread
+// woken in between waits for a later draw).
+Fiber *pick(Block *b) {
+	if (!b->err.empty())
+		return nullptr;
+	int i = b->ahead[0];
+	if (i < 0) {
+		if (b->runnable.empty())
+			return nullptr;
+		i = draw(b);
+	}
+	// The next two threads are drawn already, and what switching to them
+	// reads fetched while this one runs: the saved context at the top of
+	// the next one's stack (the switch to a fiber whose stack had left
+	// the cache waited on that load, ~60% of a switch's time), and the
+	// thread after it, whose stack pointer that prefetch needs.
+	b->ahead[0] = b->ahead[1];
+	b->ahead[1] = -1;
+	if (b->ahead[0] < 0 && !b->runnable.empty())
+		b->ahead[0] = draw(b);
+	if (b->ahead[0] >= 0)
+		prefetch(&b->th[b->ahead[0]].ctx);
+	if (!b->runnable.empty()) {
+		b->ahead[1] = draw(b);
+		__builtin_prefetch(&b->th[b->ahead[1]].ctx);
+	}
 	return &b->th[i];
 }
 
@@ -528,6 +570,7 @@ struct Stacks {
 bool runBlock(Block *b, Stacks *st) {
 	b->ndone = b->nbarrier = 0;
 	b->runnable.clear();
+	b->ahead[0] = b->ahead[1] = -1;
 	b->atWarpLanes.assign((b->n + 31) / 32, 0);
 	b->doneLanes.assign((b->n + 31) / 32, 0);
 	for (int i = 0; i < b->n; i++) {
