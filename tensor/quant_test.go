@@ -261,3 +261,25 @@ func TestQuantizeKBounds(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkQuantizeRow quantizes a row of 4,096 Gaussian values per type:
+// the cost of quantizing weights on load (--weights), per value.
+func BenchmarkQuantizeRow(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	x := make([]float32, 4096)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	for _, d := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+		b.Run(d.String(), func(b *testing.B) {
+			rb, _ := d.RowBytes(len(x))
+			q := make([]byte, rb)
+			b.SetBytes(int64(4 * len(x)))
+			for b.Loop() {
+				if err := tensor.QuantizeRow(q, d, x); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -2,11 +2,14 @@ package weights
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/kakeya-ai/kakeya/tensor"
 )
@@ -356,8 +359,9 @@ func fallback(d tensor.DType) tensor.DType {
 }
 
 // Quantize returns t, a 2-D F32, F16 or BF16 matrix, quantized to the
-// format (ParseWeightFormat) row by row (tensor.QuantizeRow: no float32
-// copy of the whole matrix), in memory of its own. A K format whose
+// format (ParseWeightFormat) row by row, the rows spread over the CPUs
+// (tensor.QuantizeRow: no float32 copy of the whole matrix), in memory of
+// its own. A K format whose
 // blocks do not fit the rows takes its fallback (Q5_0 or Q8_0) where that
 // fits; "bf16" rounds F32 and F16 matrices to BF16. ok is false, and t is
 // returned as it is, for another tensor, or one no format fits.
@@ -395,21 +399,40 @@ func (t *Tensor) Quantize(format string) (q *Tensor, ok bool, err error) {
 	rows, cols := t.Shape[0], t.Shape[1]
 	rb, _ := d.RowBytes(cols)
 	out := make([]byte, rows*rb)
-	row := make([]float32, cols)
 	es := t.DType.Size()
-	for r := range rows {
-		src := &Tensor{Name: t.Name, DType: t.DType, Shape: []int{cols}, Data: t.Data[r*cols*es : (r+1)*cols*es]}
-		v, err := src.Float32s()
-		if err != nil {
-			return nil, false, err
-		}
-		copy(row, v)
-		if err := tensor.QuantizeRow(out[r*rb:(r+1)*rb], d, row); err != nil {
-			return nil, false, fmt.Errorf("weights: tensor %q: %w", t.Name, err)
-		}
+	// The rows go to one goroutine per CPU in contiguous runs: the K
+	// types' scale search costs ~100 ns a value, minutes for a 7B model
+	// on one core.
+	workers := min(runtime.GOMAXPROCS(0), max(1, rows*cols/quantizeGrain))
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			row := make([]float32, cols)
+			for r := w * rows / workers; r < (w+1)*rows/workers; r++ {
+				src := &Tensor{Name: t.Name, DType: t.DType, Shape: []int{cols}, Data: t.Data[r*cols*es : (r+1)*cols*es]}
+				v, err := src.Float32s()
+				if err == nil {
+					copy(row, v)
+					err = tensor.QuantizeRow(out[r*rb:(r+1)*rb], d, row)
+				}
+				if err != nil {
+					errs[w] = fmt.Errorf("weights: tensor %q row %d: %w", t.Name, r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, false, err
 	}
 	return &Tensor{Name: t.Name, DType: d, Shape: []int{rows, cols}, Data: out}, true, nil
 }
+
+// quantizeGrain is about the fewest values worth a goroutine of their own
+// when quantizing a matrix.
+const quantizeGrain = 1 << 16
 
 // gemma reads a Gemma GGUF's settings as llama.cpp does: the softcaps and
 // window of its keys (Gemma 2's window 4096 where absent), the sliding
