@@ -462,6 +462,8 @@ var (
 			{Name: "lanes", Value: Lit(ransLanes), Doc: "layout 1's interleaved rANS lanes: symbol k is lane k mod lanes's (layout 2: 32)"},
 			{Name: "scale_bits", Value: Lit(ransScaleBits), Doc: "layout 1's frequency bits: a table's frequencies sum to 2^scale_bits (layout 2: 12)"},
 			{Name: "word_bits", Value: Lit(bits.Len(ransWordL) - 1), Doc: "bits of a renormalization word: a lane reads one when its state falls below 2^word_bits"},
+			{Name: "lanes2", Value: Lit(rans2Lanes), Doc: "layout 2's rANS lanes"},
+			{Name: "scale_bits2", Value: Lit(rans2ScaleBits), Doc: "layout 2's frequency bits; its packed entry per slot is symbol | freq<<8 | (slot - start)<<20"},
 		},
 	}
 	formatTurbo = &Format{

@@ -37,6 +37,11 @@ type PCSettings struct {
 	// codec of the quantizer family: read only).
 	Entropy bool
 	RANS    []RANSTable
+	// RANS2 holds, with Entropy, stream layout 2's tables: option b's
+	// packed entries (one per slot x, symbol | freq<<8 | (x - start)<<20,
+	// the format's scale_bits2 bits of slots) at RANS2[b<<scale_bits2:],
+	// option 0's zeros (shared by every codec of the family: read only).
+	RANS2 []uint32
 	// ScaleSteps are the factors of a coded component's RMS the encoder
 	// tries as its scale, in order, keeping the first of least error.
 	ScaleSteps []float32
@@ -164,6 +169,7 @@ func (k *KakeyaPC) pcSettings() *PCSettings {
 	}
 	if k.opt.Entropy {
 		s.RANS = k.tab.ransExport()
+		s.RANS2 = k.tab.ent2[: (k.tab.n+1)<<rans2ScaleBits : (k.tab.n+1)<<rans2ScaleBits]
 	}
 	return s
 }

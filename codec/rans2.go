@@ -290,8 +290,7 @@ func rans2Symbols(syms []uint8, src []byte, per int, pl *rans2Plan, hide []uint1
 // an entropy-coding KakeyaPC of the same settings as k) in stream layout
 // 1: the same means, scales and codes, so that it decodes to the same
 // values, byte for byte the block a codec writing layout 1 encodes. A
-// layout-1 block is appended as it is. The CUDA backend stores layout-2
-// blocks through it, its attention kernel reading layout 1 only.
+// layout-1 block is appended as it is.
 func (k *KakeyaPC) ToLayout1(dst, src []byte, n, d int) ([]byte, error) {
 	const name = "kakeya-pc"
 	if !k.opt.Entropy {

@@ -183,7 +183,6 @@ func batchCodecs(t *testing.T, r *rand.Rand, enc string, kvHeads, d, bs int) (cs
 				o := codec.DefaultKakeyaPCOptions()
 				o.Rate, o.Block = 2.5, bs
 				o.Entropy, o.Uniform = inner != "pc", inner == "kvtc"
-				o.StreamLayout = 1 // the layout attention_ec.cu reads
 				cd = newPC(t, o, synthPCA(r, d))
 			default:
 				cd, err = codec.New(codec.Spec{Name: inner})

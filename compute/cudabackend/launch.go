@@ -635,20 +635,24 @@ func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 }
 
 // ransTables returns the device form of the rANS tables of an entropy-
-// coded kakeya-pc codec's quantizer family (codec.PCSettings.RANS, one per
-// option), which every codec of the family shares: for each option b =
-// 1, 2, ... its slot table (a byte per slot: the slot's symbol), then a
-// word per symbol, its frequency | its first slot << 16; and off[b], the
-// byte offset of option b's. It reports false for tables that do not fit
-// those words (frequencies and starts of 16 bits, symbols of 8).
-func ransTables(pc *codec.PCSettings) (b []byte, off []int, ok bool) {
-	off = make([]int, len(pc.RANS))
+// coded kakeya-pc codec's quantizer family, which every codec of the
+// family shares: for each option b = 1, 2, ... stream layout 1's slot
+// table (codec.PCSettings.RANS: a byte per slot, the slot's symbol), then
+// a word per symbol, its frequency | its first slot << 16; then for each
+// option layout 2's packed entries as the codec holds them
+// (codec.PCSettings.RANS2: a word per slot); and off[b], off2[b], the
+// byte offsets of option b's. It reports false for tables that do not
+// fit those words (frequencies and starts of 16 bits, symbols of 8),
+// layout 2 tables of another size than the format's, or a layout 2 of
+// other than 32 lanes (attention_ec.cu decodes it with one warp).
+func ransTables(pc *codec.PCSettings) (b []byte, off, off2 []int, ok bool) {
+	off, off2 = make([]int, len(pc.RANS)), make([]int, len(pc.RANS))
 	for o, t := range pc.RANS {
 		if o == 0 {
 			continue
 		}
 		if len(t.Slot) > 1<<16 || len(t.Slot)%4 != 0 || len(t.Freq) != len(t.Start) || len(t.Freq) > 256 {
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
 		off[o] = len(b)
 		b = append(b, t.Slot...)
@@ -656,34 +660,61 @@ func ransTables(pc *codec.PCSettings) (b []byte, off []int, ok bool) {
 			b = binary.LittleEndian.AppendUint32(b, f|t.Start[s]<<16)
 		}
 	}
-	return b, off, true
+	if len(pc.RANS2) != len(pc.RANS)<<rans2ScaleBits || rans2Lanes != 32 { // a lane per thread of a warp
+		return nil, nil, nil, false
+	}
+	for o := 1; o < len(pc.RANS); o++ {
+		off2[o] = len(b)
+		for _, e := range pc.RANS2[o<<rans2ScaleBits : (o+1)<<rans2ScaleBits] {
+			b = binary.LittleEndian.AppendUint32(b, e)
+		}
+	}
+	return b, off, off2, true
+}
+
+// rans2ScaleBits and rans2Lanes are stream layout 2's frequency bits and
+// lanes, from the format's description (formats.h's
+// kk_kakeya_pc_ec_scale_bits2 and _lanes2 for the kernel).
+var rans2ScaleBits, rans2Lanes = pcecQuantity("scale_bits2"), pcecQuantity("lanes2")
+
+// pcecQuantity returns the kakeya_pc_ec format's derived quantity name, a
+// constant.
+func pcecQuantity(name string) int {
+	f, _ := codec.BuiltinFormat(codec.FormatKakeyaPCEC)
+	for _, q := range f.Derived {
+		if q.Name == name {
+			return q.Value.Eval(&codec.Vars{})
+		}
+	}
+	panic("cuda: kakeya_pc_ec describes no " + name)
 }
 
 // pcecParams returns the device form of what attention needs to read
 // kakeya_pc_ec blocks of n rows of d values encoded by dec beyond their
-// bytes, with the family's ransTables at tabs (off their offsets), all
-// 4-byte words (kernels/cuda/attention_ec.cu reads them):
+// bytes, with the family's ransTables at tabs (off and off2 their
+// offsets), all 4-byte words (kernels/cuda/attention_ec.cu reads them):
 //
 //	[0..7]         M (stored components), C (coded), d, n, the blocks'
 //	               tag, the options' count, the level words L, the
 //	               header's parameter byte
 //	[8..9]         tabs, [10..11] 0
-//	[12+4t..15+4t] coded component t: its stored index, its option, the
-//	               word of its option's first level (from 12+4C), and the
-//	               byte offset of its option's tables from tabs
+//	[12+4t..15+4t] coded component t: its stored index, the word of its
+//	               option's first level (from 12+4C), and the byte
+//	               offsets from tabs of its option's layout-1 tables
+//	               (off) and layout-2 entries (off2)
 //	[12+4C..+L]    every option's levels, float32, option after option
 //	[..+d]         the calibration mean, float32
 //	[..+M*d]       the stored components' basis rows, float32
 //
 // It reports false for any other decoder and for head dims past
 // maxHeadDim.
-func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off []int) ([]byte, bool) {
+func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off, off2 []int) ([]byte, bool) {
 	c, f, ok := builtinFormat(dec)
 	if !ok || f.ID != codec.FormatKakeyaPCEC || d > maxHeadDim {
 		return nil, false
 	}
 	pc := c.Settings().PC
-	if pc == nil || !pc.Entropy || len(pc.Mean) != d || len(pc.Basis) != len(pc.Stored)*d || len(off) != len(pc.Levels) {
+	if pc == nil || !pc.Entropy || len(pc.Mean) != d || len(pc.Basis) != len(pc.Stored)*d || len(off) != len(pc.Levels) || len(off2) != len(off) {
 		return nil, false
 	}
 	lvOff := make([]int, len(pc.Levels))
@@ -711,7 +742,7 @@ func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off []int) ([]byte, boo
 	put(uint32(m), uint32(len(coded)), uint32(d), uint32(n), uint32(pc.Tag), uint32(len(pc.Levels)-1), uint32(words), uint32(pc.Param))
 	put(uint32(tabs), uint32(uint64(tabs)>>32), 0, 0)
 	for _, e := range coded {
-		put(uint32(e[0]), uint32(e[1]), uint32(lvOff[e[1]]), uint32(off[e[1]]))
+		put(uint32(e[0]), uint32(lvOff[e[1]]), uint32(off[e[1]]), uint32(off2[e[1]]))
 	}
 	for _, l := range pc.Levels {
 		for _, v := range l {

@@ -113,6 +113,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 		rate    float64
 		kec     bool // the keys' codecs are entropy coded (format 9)
 		vec     bool // the values' codec is entropy coded (format 9; kvtc when uniform)
+		layout1 bool // format 9 in stream layout 1 (else 2, the codecs' default)
 	}{
 		{name: "decode/bf16", d: 64, total: 5*16 + 3, n: 1, bf16: true, rate: 2.5},
 		{name: "prefill/f32", d: 64, total: 4*16 + 9, n: 7, rate: 3},
@@ -125,6 +126,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 		{name: "ec/decode/d64/bs64", d: 64, bs: 64, total: 3*64 + 5, n: 1, bf16: true, rate: 2.5, kec: true, vec: true},
 		{name: "ec/decode/d128/bs64/split", d: 128, bs: 64, total: 9*64 + 7, n: 1, bf16: true, rate: 2.5, kec: true, vec: true},
 		{name: "ec/decode/d128/one split", d: 128, total: 2*16 + 3, n: 1, rate: 3, kec: true, vec: true},
+		{name: "ec/decode/d64/layout 1", d: 64, bs: 64, total: 2*64 + 5, n: 1, bf16: true, rate: 2.5, kec: true, vec: true, layout1: true},
 		{name: "ec/prefill/d64/f32", d: 64, total: 4*16 + 9, n: 7, rate: 2, kec: true, vec: true},
 		{name: "ec/decode/d64/kvtc values/window", d: 64, bs: 64, total: 3*64 + 30, n: 2, window: 100, bf16: true, uniform: true, rate: 2, kec: true, vec: true},
 		{name: "ec/decode/d128/ec keys, fixed-rate values", d: 128, total: 6*16 + 1, n: 1, bf16: true, rate: 1.5, kec: true},
@@ -143,7 +145,10 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 				o.Block = c.block
 			}
 			ko := o
-			ko.Entropy, ko.StreamLayout = c.kec, 1 // layout 1: what attention_ec.cu reads
+			ko.Entropy = c.kec
+			if c.layout1 {
+				ko.StreamLayout = 1
+			}
 			var kst []*codec.PCAStats
 			var kc []codec.Codec
 			for range kvHeads {
@@ -153,7 +158,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 			}
 			vst := synthPCA(r, d)
 			vo := o
-			vo.Uniform, vo.Entropy, vo.StreamLayout = c.uniform, c.vec, 1
+			vo.Uniform, vo.Entropy, vo.StreamLayout = c.uniform, c.vec, ko.StreamLayout
 			vc := newPC(t, vo, vst)
 			host := cpubackend.New(1)
 			defer host.Close()

@@ -35,12 +35,11 @@ func TestPCECForwardMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split_pc", "attn_combine", "matvec_f32")
 	dir := shareddata.File(t, "models", "ref-qwen2-6m")
 	const tokens, pre, gen = 26, 20, 6
-	// Stream layout 1, what attention_ec.cu reads, so that the CPU holds
-	// the same bytes (a layout-2 cache's blocks are stored as layout 1:
-	// TestPCECLayout2Stored, TestConformance's kvtc).
-	caches := []string{"kakeya-pc:ec=true,layout=1"}
+	// Stream layout 2, the codecs' default, which the device keeps as the
+	// CPU does (layout 1: TestKakeyaPCAttentionMatchesCPU's case).
+	caches := []string{"kakeya-pc:ec=true"}
 	if os.Getenv("KAKEYA_LONG") != "" {
-		caches = append(caches, "kvtc:layout=1") // TestKakeyaPCAttentionMatchesCPU reads kvtc's blocks
+		caches = append(caches, "kvtc") // TestKakeyaPCAttentionMatchesCPU reads kvtc's blocks
 	}
 	for _, kv := range caches {
 		t.Run(kv, func(t *testing.T) {
@@ -74,7 +73,10 @@ func TestPCECForwardMatchesCPU(t *testing.T) {
 			if !slices.Equal(gotTok, wantTok) {
 				t.Errorf("greedy tokens on CUDA %v, the CPU's %v", gotTok, wantTok)
 			}
-			if stW.Compressed == 0 || stG.Compressed != stW.Compressed || stG.Hot != stW.Hot {
+			// Each backend encodes its own K and V rows, which differ by
+			// float rounding: a code one apart can move a lane's final
+			// state across 2^24, a byte of layout 2's stream.
+			if stW.Compressed == 0 || math.Abs(float64(stG.Compressed-stW.Compressed)) > 0.002*float64(stW.Compressed) || stG.Hot != stW.Hot {
 				t.Errorf("CUDA holds %d hot + %d encoded bytes, the CPU %d + %d", stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
 			}
 			if !slices.Contains(f.launched, "attn_split_pc") {
@@ -129,9 +131,10 @@ func decodeGreedy(t *testing.T, m *model.Model, spec kvconfig.Spec, cal *codec.C
 	return rows, out, s.KVStats()
 }
 
-// A kakeya_pc_ec block whose fields disagree with its codec or its length
-// (re-sealed, so that its CRC holds) is refused by the store, naming what
-// is wrong; one whose stream is cut short (its length field and CRC made
+// A kakeya_pc_ec block (stream layout 2) whose fields disagree with its
+// codec or its length, or that names a stream layout the kernel does not
+// read (re-sealed, so that its CRC holds), is refused by the store, naming
+// what is wrong; one whose stream is cut short (its length field and CRC made
 // to agree) or scrambled reaches the kernel, which reads no word past the
 // stream's end and decodes it to wrong but finite values: the launch
 // succeeds, nothing is read outside the block.
@@ -140,7 +143,7 @@ func TestPCECCorruptBlocks(t *testing.T) {
 	const heads, kvHeads, d, bs = 2, 1, 64, 64
 	r := rand.New(rand.NewPCG(31, 32))
 	o := codec.DefaultKakeyaPCOptions()
-	o.Entropy, o.StreamLayout = true, 1
+	o.Entropy = true
 	st := synthPCA(r, d)
 	cd := newPC(t, o, st)
 	good, err := cd.Encode(nil, pcRows(r, st, bs), bs, d)
@@ -169,6 +172,11 @@ func TestPCECCorruptBlocks(t *testing.T) {
 			binary.LittleEndian.PutUint16(b[16:], uint16(v[codec.VarMeans]+1))
 			return reseal(b)
 		}, "means and"},
+		{"stream layout 3", func() []byte {
+			b := slices.Clone(good)
+			b[3] = 3
+			return reseal(b)
+		}, "stream layout 3"},
 		{"stream cut short", func() []byte {
 			b := slices.Clone(good[:len(good)-v[codec.VarCodeBytes]/2])
 			binary.LittleEndian.PutUint32(b[20:], uint32(len(b)-codes))
@@ -229,41 +237,48 @@ func TestPCECCorruptBlocks(t *testing.T) {
 	}
 }
 
-// TestPCECLayout2Stored: a block of stream layout 2 (the codecs' default)
-// is stored as the same codes in layout 1, the bytes a layout-1 codec
-// writes, which attention_ec.cu reads.
-func TestPCECLayout2Stored(t *testing.T) {
+// TestPCECStoredAsIs: a block of either stream layout (2, the codecs'
+// default, and 1) is stored on the device byte for byte as the codec
+// wrote it: no conversion on the host.
+func TestPCECStoredAsIs(t *testing.T) {
 	const d, bs = 64, 64
 	r := rand.New(rand.NewPCG(33, 34))
-	o := codec.DefaultKakeyaPCOptions()
-	o.Entropy = true
 	st := synthPCA(r, d)
-	cd := newPC(t, o, st)
-	o.StreamLayout = 1
-	cd1 := newPC(t, o, st)
 	rows := pcRows(r, st, bs)
-	block, err := cd.Encode(nil, rows, bs, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := cd1.Encode(nil, rows, bs, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if block[3] != 2 || want[3] != 1 {
-		t.Fatalf("stream layouts %d and %d, want 2 and 1", block[3], want[3])
-	}
-	gpu, _ := newFakeBackend(t, Options{})
+	gpu, f := newFakeBackend(t, Options{})
 	store := gpu.NewBlockStore(bs, d, true)
-	p, err := store.NewPart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.Write(p, 0, upload(gpu, rows), d, bs)
-	if err := store.SetEncoded(p, block, cd); err != nil {
-		t.Fatal(err)
-	}
-	if pt := own(p); pt.format != partKakeyaPCEC || pt.encLen != len(want) {
-		t.Fatalf("stored %d bytes as part format %d, want layout 1's %d as %d", pt.encLen, pt.format, len(want), partKakeyaPCEC)
+	for _, layout := range []byte{2, 1} {
+		o := codec.DefaultKakeyaPCOptions()
+		o.Entropy = true
+		if layout == 1 {
+			o.StreamLayout = 1
+		}
+		cd := newPC(t, o, st)
+		block, err := cd.Encode(nil, rows, bs, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if block[3] != layout {
+			t.Fatalf("stream layout %d, want %d", block[3], layout)
+		}
+		p, err := store.NewPart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.Write(p, 0, upload(gpu, rows), d, bs)
+		if err := store.SetEncoded(p, block, cd); err != nil {
+			t.Fatal(err)
+		}
+		pt := own(p)
+		if pt.format != partKakeyaPCEC || pt.encLen != len(block) {
+			t.Fatalf("layout %d: stored %d bytes as part format %d, want the codec's %d as %d", layout, pt.encLen, pt.format, len(block), partKakeyaPCEC)
+		}
+		got := make([]byte, len(block))
+		if err := f.copyOut(got, pt.addr); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, block) {
+			t.Errorf("layout %d: the device holds other bytes than the codec's block", layout)
+		}
 	}
 }

@@ -516,7 +516,7 @@ func (k *kernelBench) attention(ctx int, cache string) {
 			st.Basis[j*d+j], st.Var[j], st.Between[j] = 1, 1, 0.01
 		}
 		o := codec.DefaultKakeyaPCOptions()
-		o.Entropy, o.Block, o.StreamLayout = true, bs, 1
+		o.Entropy, o.Block = true, bs // stream layout 2, the codecs' default
 		c, err := codec.NewKakeyaPC(o, st, nil)
 		if err != nil {
 			k.r.row("kernels", label, statusFail, err.Error(), nil)

@@ -301,15 +301,6 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	if pt.dec != nil {
 		return fmt.Errorf("cuda: part already encoded by %s", pt.dec.Name())
 	}
-	// attention_ec.cu reads entropy-coded stream layout 1 only: a block
-	// of layout 2 (the codecs' default) is stored as the same codes in
-	// layout 1, decoding to the same values.
-	if pc, ok := dec.(*codec.KakeyaPC); ok && pc.Options().Entropy && len(enc) > 3 && enc[3] == 2 {
-		var err error
-		if enc, err = pc.ToLayout1(nil, enc, s.rows, s.d); err != nil {
-			return fmt.Errorf("cuda: %w", err)
-		}
-	}
 	if err := checkEncoded(dec, enc, s.rows, s.d); err != nil {
 		return err
 	}
@@ -402,7 +393,7 @@ func (s *store) codecParams(dec compute.Decoder, format int32) (Ptr, bool, error
 		// The rANS tables first, shared by every codec of the quantizer
 		// family; the codec's params point at them.
 		c, _, _ := builtinFormat(dec)
-		tabs, off, tok := ransTables(c.Settings().PC)
+		tabs, off, off2, tok := ransTables(c.Settings().PC)
 		if !tok {
 			return 0, false, nil
 		}
@@ -410,7 +401,7 @@ func (s *store) codecParams(dec compute.Decoder, format int32) (Ptr, bool, error
 		if err != nil {
 			return 0, false, err
 		}
-		prm, ok = pcecParams(dec, s.rows, s.d, at, off)
+		prm, ok = pcecParams(dec, s.rows, s.d, at, off, off2)
 	default:
 		prm, ok = kakeyaParams(dec, s.d)
 	}
@@ -572,15 +563,15 @@ func checkEncoded(dec compute.Decoder, enc []byte, rows, d int) error {
 }
 
 // checkPCEC checks what the kernel takes from a kakeya_pc_ec block's
-// fields against its codec and its length: the counts of means and coded
-// components its pcecParams hold, and a stream that ends where the block
-// does, so that the kernel's reads, bounded by the stream's length, stay
-// in the block's slot.
+// fields against its codec and its length: its stream layout (1 or 2,
+// attention_ec.cu reads both as they are), the counts of means and coded
+// components its pcecParams hold (layout 2's means field counts only the
+// means past those its first lanes carry), and a stream that ends where
+// the block does, so that the kernel's reads, bounded by the stream's
+// length, stay in the block's slot.
 func checkPCEC(c codec.Described, enc []byte) error {
-	// attention_ec.cu reads stream layout 1 only (8 lanes, 14-bit
-	// tables); SetEncoded turned a KakeyaPC's layout 2 into it.
-	if enc[3] != 1 {
-		return fmt.Errorf("cuda: %s: entropy-coded block of stream layout %d; the CUDA attention kernel reads layout 1 only: make the cache with layout=1 (kakeya-pc:ec=true,layout=1 or kvtc:layout=1)", c.Name(), enc[3])
+	if enc[3] != 1 && enc[3] != 2 {
+		return fmt.Errorf("cuda: %s: entropy-coded block of stream layout %d; the CUDA attention kernel reads layouts 1 and 2", c.Name(), enc[3])
 	}
 	f := c.Format()
 	var v codec.Vars
@@ -594,9 +585,13 @@ func checkPCEC(c codec.Described, enc []byte) error {
 			coded++
 		}
 	}
-	if v[codec.VarMeans] != len(pc.Stored) || v[codec.VarCoded] != coded {
-		return fmt.Errorf("cuda: %s: block holds %d means and %d coded components; the codec has %d and %d",
-			c.Name(), v[codec.VarMeans], v[codec.VarCoded], len(pc.Stored), coded)
+	means := len(pc.Stored)
+	if enc[3] == 2 {
+		means -= min(means, rans2Lanes)
+	}
+	if v[codec.VarMeans] != means || v[codec.VarCoded] != coded {
+		return fmt.Errorf("cuda: %s: block holds %d means and %d coded components; the codec has %d and %d (stream layout %d)",
+			c.Name(), v[codec.VarMeans], v[codec.VarCoded], means, coded, enc[3])
 	}
 	if l := f.Layout(&v); l.Size() != len(enc) {
 		return fmt.Errorf("cuda: %s: block of %d bytes; its fields make it %d (code_bytes %d)", c.Name(), len(enc), l.Size(), v[codec.VarCodeBytes])

@@ -307,5 +307,9 @@ KK_FORMAT_FN long long kk_kakeya_pc_ec_lanes(long long n, long long d, long long
 KK_FORMAT_FN long long kk_kakeya_pc_ec_scale_bits(long long n, long long d, long long means, long long coded, long long code_bytes) { return 14; }
 // kk_kakeya_pc_ec_word_bits: bits of a renormalization word: a lane reads one when its state falls below 2^word_bits.
 KK_FORMAT_FN long long kk_kakeya_pc_ec_word_bits(long long n, long long d, long long means, long long coded, long long code_bytes) { return 16; }
+// kk_kakeya_pc_ec_lanes2: layout 2's rANS lanes.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_lanes2(long long n, long long d, long long means, long long coded, long long code_bytes) { return 32; }
+// kk_kakeya_pc_ec_scale_bits2: layout 2's frequency bits; its packed entry per slot is symbol | freq<<8 | (slot - start)<<20.
+KK_FORMAT_FN long long kk_kakeya_pc_ec_scale_bits2(long long n, long long d, long long means, long long coded, long long code_bytes) { return 12; }
 
 #endif // KK_FORMATS_H
