@@ -99,21 +99,74 @@ type rans2Scratch struct {
 // that ends early, holds bytes past its last symbol, or leaves a lane's
 // state outside what the encoder could have started from.
 func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, scale []float32, hide []uint16, sc *rans2Scratch) error {
-	if per <= 0 || len(out)%per != 0 || len(out)/per != len(pl.entOff) || len(scale) < len(pl.entOff) {
-		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(out), per, len(pl.entOff))
+	if err := rans2Check(len(out), per, pl, scale); err != nil {
+		return err
 	}
-	x := &sc.x
-	pos, err := rans2Start(src, x)
+	pos, err := rans2Start(src, &sc.x)
 	if err != nil {
 		return err
 	}
+	return rans2Rest(out, 0, src, pos, per, pl, scale, hide, sc)
+}
+
+// rans2Check checks a decode's symbol count and scales against its plan.
+func rans2Check(n, per int, pl *rans2Plan, scale []float32) error {
+	if per <= 0 || n%per != 0 || n/per != len(pl.entOff) || len(scale) < len(pl.entOff) {
+		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", n, per, len(pl.entOff))
+	}
+	return nil
+}
+
+// A rans2Pair holds the lanes and positions of two layout-2 streams
+// decoded side by side (rans2DecodePair), for the kernel to read and
+// write in place.
+type rans2Pair struct {
+	x   [2][rans2Lanes]uint32
+	pos [2]int
+}
+
+// rans2DecodePair is rans2Decode of two streams of the same plan and
+// symbol count, src[j] into out[j] with scale[j] and hide[j], sc[j] its
+// scratch, their whole groups decoded side by side, where a kernel does
+// that, while both streams have a group's 64 bytes left: two blocks'
+// dependency chains overlap where one block's leave the core idle. The
+// results are rans2Decode's bit for bit. It returns which stream an error
+// is in.
+func rans2DecodePair(out [2][]float32, src [2][]byte, per int, pl *rans2Plan, scale [2][]float32, hide [2][]uint16, sc [2]*rans2Scratch, pr *rans2Pair) (int, error) {
+	for j := range 2 {
+		if err := rans2Check(len(out[j]), per, pl, scale[j]); err != nil {
+			return j, err
+		}
+		pos, err := rans2Start(src[j], &pr.x[j])
+		if err != nil {
+			return j, err
+		}
+		pr.pos[j] = pos
+	}
 	k := 0
+	if per%rans2Lanes == 0 {
+		k = cpu.RANSDecode2Pair(out, src, &pr.pos, per, pl.ent, pl.entOff, pl.lv, pl.levOff, pl.nsym, scale, &pr.x)
+	}
+	for j := range 2 {
+		sc[j].x = pr.x[j]
+		if err := rans2Rest(out[j], k, src[j], pr.pos[j], per, pl, scale[j], hide[j], sc[j]); err != nil {
+			return j, err
+		}
+	}
+	return 0, nil
+}
+
+// rans2Rest decodes a layout-2 stream from symbol k (a multiple of
+// rans2Lanes where per is one) at position pos with the lanes in sc.x,
+// and checks its end.
+func rans2Rest(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, scale []float32, hide []uint16, sc *rans2Scratch) error {
+	x := &sc.x
 	if per%rans2Lanes == 0 {
 		// Whole groups in one component, while a group's most words (64
 		// bytes) remain; then the rest from a copy of the stream's last
 		// bytes followed by 64 zeros, which a valid stream never reaches:
 		// a position past its true end is a stream that ended early.
-		k, pos = rans2Groups(out, 0, src, pos, per, pl, scale, x)
+		k, pos = rans2Groups(out, k, src, pos, per, pl, scale, x)
 		if k < len(out) {
 			rem := len(src) - pos
 			tail := sc.tail[:rem+2*rans2Lanes]

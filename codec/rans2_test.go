@@ -200,6 +200,135 @@ func FuzzRANS2Decode(f *testing.F) {
 	})
 }
 
+// TestRANS2DecodePair: two streams of one plan decoded side by side
+// (rans2DecodePair: this process's kernel level; TestKernelLevels reruns
+// it at each) give each stream's rans2Decode values and payloads bit for
+// bit, whatever their lengths (one may leave the side-by-side part
+// first), and an error in either stream is that stream's, which
+// rans2Decode also refuses.
+func TestRANS2DecodePair(t *testing.T) {
+	for _, fam := range []struct {
+		name string
+		tab  func() (*pcTables, error)
+	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}, {"ecsq", ecsqTables}} {
+		tab, err := fam.tab()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []int
+		for o := 1; o <= tab.n; o++ {
+			opts = append(opts, o)
+		}
+		rng := rand.New(rand.NewPCG(5, 7))
+		for _, tc := range []struct{ comps, per, hide int }{{1, 32, 0}, {44, 64, 32}, {5, 64, 5}, {3, 800, 32}, {13, 96, 7}, {5, 13, 5}, {2, 7, 3}} {
+			name := fmt.Sprintf("%s/%d comps of %d/%d hidden", fam.name, tc.comps, tc.per, tc.hide)
+			o0 := rng.IntN(len(opts))
+			rot := append(slices.Clone(opts[o0:]), opts[:o0]...)
+			var (
+				src, bad   [2][]byte
+				scale      [2][]float32
+				want, hide [2][]uint16
+				vals       [2][]float32
+				pl         *rans2Plan
+			)
+			for j := range 2 {
+				var syms []uint8
+				var tabs []*ransTable
+				syms, tabs, pl, scale[j] = rans2Case(rng, tab, rot, tc.comps, tc.per)
+				if j == 1 {
+					// The second stream's symbols skewed to its
+					// tables' lowest codes, so that its words run out
+					// at another pace, and other scales.
+					for k := range syms {
+						if rng.IntN(2) == 0 {
+							syms[k] = tabs[k/tc.per].slot[0]
+						}
+					}
+					for c := range scale[j] {
+						scale[j][c] *= 0.75
+					}
+				}
+				want[j] = make([]uint16, tc.hide)
+				for i := range want[j] {
+					want[j][i] = uint16(rng.Uint32())
+				}
+				src[j], _ = rans2Encode(nil, nil, syms, tabs, tc.per, want[j])
+				vals[j] = make([]float32, len(syms))
+				if err := rans2Decode(vals[j], src[j], tc.per, pl, scale[j], make([]uint16, tc.hide), new(rans2Scratch)); err != nil {
+					t.Fatalf("%s: stream %d: %v", name, j, err)
+				}
+				hide[j] = make([]uint16, tc.hide)
+				bad[j] = flip(src[j], len(src[j])/2)
+			}
+			n := len(vals[0])
+			for _, order := range [][2]int{{0, 1}, {1, 0}} {
+				out := [2][]float32{make([]float32, n), make([]float32, n)}
+				in, sc, hd := [2][]byte{src[order[0]], src[order[1]]}, [2][]float32{scale[order[0]], scale[order[1]]}, [2][]uint16{hide[0], hide[1]}
+				if j, err := rans2DecodePair(out, in, tc.per, pl, sc, hd, [2]*rans2Scratch{new(rans2Scratch), new(rans2Scratch)}, new(rans2Pair)); err != nil {
+					t.Fatalf("%s: streams %v: stream %d: %v", name, order, j, err)
+				}
+				for j, o := range order {
+					if !slices.Equal(out[j], vals[o]) || !slices.Equal(hd[j], want[o]) {
+						t.Fatalf("%s: streams %v: stream %d differs from its own decode", name, order, j)
+					}
+				}
+				// One stream altered (then cut) at a time: the pair
+				// fails in it if and only if rans2Decode does.
+				for j := range 2 {
+					for _, alt := range [][]byte{bad[order[j]], src[order[j]][:len(src[order[j]])-2]} {
+						in2 := in
+						in2[j] = alt
+						single := rans2Decode(make([]float32, n), alt, tc.per, pl, sc[j], make([]uint16, tc.hide), new(rans2Scratch))
+						got, err := rans2DecodePair(out, in2, tc.per, pl, sc, hd, [2]*rans2Scratch{new(rans2Scratch), new(rans2Scratch)}, new(rans2Pair))
+						if (err != nil) != (single != nil) || (err != nil && got != j) {
+							t.Fatalf("%s: streams %v, stream %d altered: pair error %v in stream %d, alone %v", name, order, j, err, got, single)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzRANS2DecodePair: any two layout-2 streams decode side by side as
+// each decodes alone (values, or an error in a stream that fails alone), never
+// panicking or reading outside them.
+func FuzzRANS2DecodePair(f *testing.F) {
+	tab, err := ecsqTables()
+	if err != nil {
+		f.Fatal(err)
+	}
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1, 7}, 12, 64)
+	good, _ := rans2Encode(nil, nil, syms, tabs, 64, []uint16{1, 2, 3})
+	f.Add(good, good, uint8(3))
+	f.Add(good, good[:len(good)-20], uint8(3))
+	f.Add(flip(good, len(good)/2), good, uint8(3))
+	f.Add(good, make([]byte, 4+4*rans2Lanes), uint8(0))
+	f.Fuzz(func(t *testing.T, a, b []byte, hidden uint8) {
+		h := int(hidden) % (rans2Lanes + 1)
+		src := [2][]byte{slices.Clone(a), slices.Clone(b)}
+		var want [2][]float32
+		var werr [2]error
+		for j := range 2 {
+			want[j] = make([]float32, len(syms))
+			werr[j] = rans2Decode(want[j], src[j], 64, pl, scale, make([]uint16, h), new(rans2Scratch))
+		}
+		out := [2][]float32{make([]float32, len(syms)), make([]float32, len(syms))}
+		j, err := rans2DecodePair(out, src, 64, pl, [2][]float32{scale, scale}, [2][]uint16{make([]uint16, h), make([]uint16, h)},
+			[2]*rans2Scratch{new(rans2Scratch), new(rans2Scratch)}, new(rans2Pair))
+		switch {
+		case werr[0] != nil || werr[1] != nil:
+			if err == nil || werr[j] == nil {
+				t.Fatalf("alone, stream 0 gives %v and stream 1 %v; the pair gives %v in stream %d", werr[0], werr[1], err, j)
+			}
+		case err != nil:
+			t.Fatalf("the streams decode alone; the pair fails in stream %d: %v", j, err)
+		case !slices.Equal(out[0], want[0]) || !slices.Equal(out[1], want[1]):
+			t.Fatal("the pair's values differ from the streams' own")
+		}
+	})
+}
+
 // BenchmarkRANS2Decode times a layout-2 stream of a 64-row block of 44
 // components (options 1 to 12 of the entropy-constrained family in turn)
 // alone, without the block's mixing; BenchmarkRANSDecode is layout 1's.
@@ -293,5 +422,45 @@ func TestKakeyaPCStreamLayouts(t *testing.T) {
 				t.Errorf("%s: layout 2's blocks %d bytes, layout 1's %d", k[2].Name(), size[2], size[1])
 			}
 		}
+	}
+}
+
+// BenchmarkRANS2DecodePair times two streams like BenchmarkRANS2Decode's
+// decoded side by side (rans2DecodePair); Msym counts both.
+func BenchmarkRANS2DecodePair(b *testing.B) {
+	tab, err := ecsqTables()
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var (
+		out   [2][]float32
+		src   [2][]byte
+		scale [2][]float32
+		hide  [2][]uint16
+		sc    [2]*rans2Scratch
+		pl    *rans2Plan
+	)
+	n := 0
+	for j := range 2 {
+		var syms []uint8
+		var tabs []*ransTable
+		syms, tabs, pl, scale[j] = rans2Case(rng, tab, opts, 44, 64)
+		src[j], _ = rans2Encode(nil, nil, syms, tabs, 64, make([]uint16, 32))
+		out[j], hide[j], sc[j] = make([]float32, len(syms)), make([]uint16, 32), new(rans2Scratch)
+		n += len(syms)
+	}
+	pr := new(rans2Pair)
+	cpu0 := cputime.Seconds()
+	for b.Loop() {
+		if _, err := rans2DecodePair(out, src, 64, pl, scale, hide, sc, pr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	msym := float64(n) * float64(b.N) / 1e6
+	b.ReportMetric(msym/b.Elapsed().Seconds(), "Msym/s")
+	if cpu := cputime.Seconds() - cpu0; cpu > 0 {
+		b.ReportMetric(msym/cpu, "Msym/cpu-s")
 	}
 }

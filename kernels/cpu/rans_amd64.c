@@ -177,3 +177,102 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2(float *out, lon
 	for (int q = 0; q < 4; q++) _mm256_storeu_si256((__m256i *)(xs + 8 * q), x[q]);
 	return p << 32 | k;
 }
+
+// KK_R2P_LEVELS sets v0 and v1 to the levels of symbols s0 and s1 (lanes
+// 0-15 and 16-31 of a group) times sc, from the registers l0-l3 or, past
+// 64 levels, gathered from l.
+#define KK_R2P_LEVELS(v0, v1, s0, s1, sc)                                                                                   \
+	do {                                                                                                                \
+		if (ns <= 16) {                                                                                             \
+			v0 = _mm512_permutexvar_ps(s0, l0);                                                                 \
+			v1 = _mm512_permutexvar_ps(s1, l0);                                                                 \
+		} else if (ns <= 32) {                                                                                      \
+			v0 = _mm512_permutex2var_ps(l0, s0, l1);                                                            \
+			v1 = _mm512_permutex2var_ps(l0, s1, l1);                                                            \
+		} else if (ns <= 64) {                                                                                      \
+			v0 = _mm512_mask_blend_ps(_mm512_test_epi32_mask(s0, bit5), _mm512_permutex2var_ps(l0, s0, l1),     \
+						  _mm512_permutex2var_ps(l2, s0, l3));                                      \
+			v1 = _mm512_mask_blend_ps(_mm512_test_epi32_mask(s1, bit5), _mm512_permutex2var_ps(l0, s1, l1),     \
+						  _mm512_permutex2var_ps(l2, s1, l3));                                      \
+		} else {                                                                                                    \
+			v0 = _mm512_i32gather_ps(s0, l, 4);                                                                 \
+			v1 = _mm512_i32gather_ps(s1, l, 4);                                                                 \
+		}                                                                                                           \
+		v0 = _mm512_mul_ps(v0, sc);                                                                                 \
+		v1 = _mm512_mul_ps(v1, sc);                                                                                 \
+	} while (0)
+
+// KK_R2P_UPDATE is one half's state update from its gathered entry e.
+#define KK_R2P_UPDATE(x, e)                                                                                                 \
+	x = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), m12), _mm512_srli_epi32(x, KK_RANS_SCALE)), \
+			     _mm512_srli_epi32(e, 20))
+
+// KK_R2P_REFILL gives the lanes of x below 2^16 the next words of src at
+// p, in lane order.
+#define KK_R2P_REFILL(x, src, p)                                                                                            \
+	do {                                                                                                                \
+		__mmask16 r_ = _mm512_cmplt_epu32_mask(x, word);                                                            \
+		__m512i w_ = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((src) + (p))));                     \
+		x = _mm512_mask_or_epi32(x, r_, _mm512_slli_epi32(x, 16), _mm512_maskz_expand_epi32(r_, w_));               \
+		p += 2 * __builtin_popcount(r_);                                                                            \
+	} while (0)
+
+// kk_rans2_decode512x2 is kk_rans2_decode512 over two streams of the same
+// tables side by side (two blocks of one codec: four dependency chains
+// where one stream has two), from their first symbol: stream j's symbols
+// go to out[j], its scales are scale[j], its lanes xs[j], its bytes
+// src[j][:len[j]] from position pos[j]. It decodes whole groups while
+// each stream has 64 bytes left, and returns how many symbols of each it
+// decoded, leaving each stream's position in pos and lanes in xs.
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode512x2(
+	float *out0, float *out1, long total, const uint8_t *src0, long len0, const uint8_t *src1, long len1, long *pos,
+	long per, const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *scale0, const float *scale1, uint32_t *xs) {
+	__m512i xa0 = _mm512_loadu_si512(xs), xa1 = _mm512_loadu_si512(xs + 16);
+	__m512i xb0 = _mm512_loadu_si512(xs + 32), xb1 = _mm512_loadu_si512(xs + 48);
+	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm512_set1_epi32(255);
+	const __m512i word = _mm512_set1_epi32(KK_RANS_WORD), bit5 = _mm512_set1_epi32(32);
+	long pa = pos[0], pb = pos[1], k = 0;
+	const long nc = total / per;
+	for (long c = 0, at = 0; c < nc; c++, at += per) {
+		const int *e = (const int *)(ent + ent_off[c]);
+		const float *l = lv + lev_off[c];
+		int ns = nsym[c];
+		__m512 l0 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 16 ? 0xffff : (1u << ns) - 1), l), l1 = l0, l2 = l0, l3 = l0;
+		if (ns > 16) l1 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 32 ? 0xffff : (1u << (ns - 16)) - 1), l + 16);
+		if (ns > 32) l2 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 48 ? 0xffff : (1u << (ns - 32)) - 1), l + 32);
+		if (ns > 48) l3 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 64 ? 0xffff : (1u << (ns - 48)) - 1), l + 48);
+		const __m512 sca = _mm512_set1_ps(scale0[c]), scb = _mm512_set1_ps(scale1[c]);
+		long g = 0;
+		for (; g < per; g += KK_RANS_LANES) {
+			if (pa + 2 * KK_RANS_LANES > len0 || pb + 2 * KK_RANS_LANES > len1) break;
+			__m512i ea0 = _mm512_i32gather_epi32(_mm512_and_si512(xa0, m12), e, 4);
+			__m512i ea1 = _mm512_i32gather_epi32(_mm512_and_si512(xa1, m12), e, 4);
+			__m512i eb0 = _mm512_i32gather_epi32(_mm512_and_si512(xb0, m12), e, 4);
+			__m512i eb1 = _mm512_i32gather_epi32(_mm512_and_si512(xb1, m12), e, 4);
+			KK_R2P_UPDATE(xa0, ea0);
+			KK_R2P_UPDATE(xa1, ea1);
+			KK_R2P_UPDATE(xb0, eb0);
+			KK_R2P_UPDATE(xb1, eb1);
+			KK_R2P_REFILL(xa0, src0, pa);
+			KK_R2P_REFILL(xb0, src1, pb);
+			KK_R2P_REFILL(xa1, src0, pa);
+			KK_R2P_REFILL(xb1, src1, pb);
+			__m512 v0, v1;
+			KK_R2P_LEVELS(v0, v1, _mm512_and_si512(ea0, m8), _mm512_and_si512(ea1, m8), sca);
+			_mm512_storeu_ps(out0 + at + g, v0);
+			_mm512_storeu_ps(out0 + at + g + 16, v1);
+			KK_R2P_LEVELS(v0, v1, _mm512_and_si512(eb0, m8), _mm512_and_si512(eb1, m8), scb);
+			_mm512_storeu_ps(out1 + at + g, v0);
+			_mm512_storeu_ps(out1 + at + g + 16, v1);
+		}
+		k += g;
+		if (g < per) break;
+	}
+	_mm512_storeu_si512(xs, xa0);
+	_mm512_storeu_si512(xs + 16, xa1);
+	_mm512_storeu_si512(xs + 32, xb0);
+	_mm512_storeu_si512(xs + 48, xb1);
+	pos[0] = pa, pos[1] = pb;
+	return k;
+}
