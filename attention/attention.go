@@ -9,6 +9,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
 )
@@ -35,6 +36,7 @@ type scratch struct {
 	q, o   []float32 // a chunk's query and output rows, [queryChunk][group][HeadDim]
 	dec    []float32 // a decoded block
 	rot    []float32 // the block's keys after RoPE
+	rot2   []float32 // the next block's, when a pair is decoded at once
 }
 
 // A Scratch is the scratch memory of the attentions of one shape (query
@@ -65,6 +67,7 @@ func NewScratch(pool *kern.Pool, p compute.AttentionParams) *Scratch {
 			o:      make([]float32, queryChunk*group*p.HeadDim),
 			dec:    make([]float32, p.BlockSize*p.HeadDim),
 			rot:    make([]float32, p.BlockSize*p.HeadDim),
+			rot2:   make([]float32, p.BlockSize*p.HeadDim),
 		}
 	}
 	return s
@@ -208,6 +211,14 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 	// tiled kernel call per block.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		if (b+1)*bs < kEnd && t.rotatedPair(s, g, b) {
+			// Blocks b and b+1 decoded at once (rows from 0 in b+1).
+			kern.ScoreBlock(sc[b*bs+r0:], stride, qs, m, s.rot[r0*d:r1*d], r1-r0, d, a.scale)
+			b++
+			r1 = min(bs, kEnd-b*bs)
+			kern.ScoreBlock(sc[b*bs:], stride, qs, m, s.rot2[:r1*d], r1, d, a.scale)
+			continue
+		}
 		if err := t.rotatedKeys(s, g, b, r0, r1); err != nil {
 			return err
 		}
@@ -237,7 +248,12 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		p0 := b*bs + r0
 		if i1-i0 == 1 {
 			// One query (decode): a codec that sums encoded rows itself
-			// skips reconstructing every value row of the block.
+			// skips reconstructing every value row of the block, and
+			// one that does two blocks at once takes b and b+1.
+			if (b+1)*bs < kEnd && t.combinePair(os, sc, stride, g, b, r0, r1, min(bs, kEnd-(b+1)*bs)) {
+				b++
+				continue
+			}
 			done, err := t.combine(os, sc, stride, g, b, r0, r1)
 			if err != nil {
 				return err
@@ -281,6 +297,50 @@ func (t *task) rotatedKeys(s *scratch, g, b, r0, r1 int) error {
 	p0 := b*bs + r0
 	kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
 	return nil
+}
+
+// pairOf returns the PairDecoder of blocks b and b+1 of KV head g's keys
+// (kv 0) or values (kv 1), with their parts, if both are encoded by the
+// same codec and it is one; else a nil decoder.
+func (t *task) pairOf(g, b, kv int) (codec.PairDecoder, *part, *part) {
+	p0, ok0 := t.kv.Part(g, b, kv).(*part)
+	p1, ok1 := t.kv.Part(g, b+1, kv).(*part)
+	if !ok0 || !ok1 || p0.pair == nil || p1.dec != p0.dec {
+		return nil, nil, nil
+	}
+	return p0.pair, p0, p1
+}
+
+// rotatedPair sets s.rot and s.rot2 to the whole rotated keys of blocks b
+// and b+1 of KV head g in one call where their codec decodes pairs and
+// the RoPE tables cover both, reporting whether it did. On an error it
+// reports false, and rotatedKeys, block by block, returns the error
+// naming the block.
+func (t *task) rotatedPair(s *scratch, g, b int) bool {
+	bs, d, half := t.a.blockSize, t.a.p.HeadDim, t.a.p.HeadDim/2
+	pd, p0, p1 := t.pairOf(g, b, 0)
+	lo, mid, hi := b*bs*half, (b+1)*bs*half, (b+2)*bs*half
+	if pd == nil || hi > len(t.cos) || hi > len(t.sin) {
+		return false
+	}
+	err := pd.DecodeRotatedPair([2][]float32{s.rot[:bs*d], s.rot2[:bs*d]}, [2][]byte{p0.enc, p1.enc}, bs, d,
+		[2][]float32{t.cos[lo:mid], t.cos[mid:hi]}, [2][]float32{t.sin[lo:mid], t.sin[mid:hi]})
+	return err == nil
+}
+
+// combinePair is combine for blocks b (rows [r0, r1)) and b+1 (rows [0,
+// r2)) at once, where their codec does pairs, reporting whether it did.
+// On an error it reports false with o as it was, and combine, block by
+// block, returns the error naming the block.
+func (t *task) combinePair(o, sc []float32, stride, g, b, r0, r1, r2 int) bool {
+	pd, p0, p1 := t.pairOf(g, b, 1)
+	if pd == nil {
+		return false
+	}
+	a := t.a
+	d, bs, G := a.p.HeadDim, a.blockSize, a.group
+	err := pd.AddWeightedPair(o, G, [2][]float32{sc[b*bs:], sc[(b+1)*bs:]}, stride, [2][]byte{p0.enc, p1.enc}, bs, d, [2]int{r0, 0}, [2]int{r1, r2})
+	return err == nil
 }
 
 // rowsOf returns the keys (kv 0) or values (kv 1) of block b of KV head g

@@ -127,11 +127,12 @@ type rans2Pair struct {
 
 // rans2DecodePair is rans2Decode of two streams of the same plan and
 // symbol count, src[j] into out[j] with scale[j] and hide[j], sc[j] its
-// scratch, their whole groups decoded side by side, where a kernel does
-// that, while both streams have a group's 64 bytes left: two blocks'
-// dependency chains overlap where one block's leave the core idle. The
-// results are rans2Decode's bit for bit. It returns which stream an error
-// is in.
+// scratch, whole groups decoded side by side where a kernel does that:
+// two blocks' dependency chains overlap where one block's leave the core
+// idle. A stream with less than a group's 64 bytes left goes on from a
+// copy of its last bytes followed by 64 zeros, as rans2Decode's does,
+// so both run side by side to their ends. The results are rans2Decode's
+// bit for bit. It returns which stream an error is in.
 func rans2DecodePair(out [2][]float32, src [2][]byte, per int, pl *rans2Plan, scale [2][]float32, hide [2][]uint16, sc [2]*rans2Scratch, pr *rans2Pair) (int, error) {
 	for j := range 2 {
 		if err := rans2Check(len(out[j]), per, pl, scale[j]); err != nil {
@@ -143,13 +144,41 @@ func rans2DecodePair(out [2][]float32, src [2][]byte, per int, pl *rans2Plan, sc
 		}
 		pr.pos[j] = pos
 	}
-	k := 0
-	if per%rans2Lanes == 0 {
-		k = cpu.RANSDecode2Pair(out, src, &pr.pos, per, pl.ent, pl.entOff, pl.lv, pl.levOff, pl.nsym, scale, &pr.x)
+	n, k := len(out[0]), 0
+	// cur[j] is what stream j decodes from: src[j], or once fewer than 64
+	// bytes are left, the copy of them from at[j] on with zeros after.
+	cur, at := src, [2]int{}
+	for per%rans2Lanes == 0 && k < n {
+		c := k / per
+		k += cpu.RANSDecode2Pair([2][]float32{out[0][k:], out[1][k:]}, k%per, cur, &pr.pos, per, pl.ent, pl.entOff[c:], pl.lv, pl.levOff[c:], pl.nsym[c:],
+			[2][]float32{scale[0][c:], scale[1][c:]}, &pr.x)
+		moved := false
+		for j := range 2 {
+			if at[j] == 0 && len(src[j])-pr.pos[j] < 2*rans2Lanes {
+				rem := len(src[j]) - pr.pos[j]
+				tail := sc[j].tail[:rem+2*rans2Lanes]
+				copy(tail, src[j][pr.pos[j]:])
+				clear(tail[rem:])
+				cur[j], at[j], pr.pos[j] = tail, pr.pos[j], 0
+				moved = true
+			}
+		}
+		if !moved {
+			break // both decode from their copies, or there is no kernel
+		}
 	}
 	for j := range 2 {
 		sc[j].x = pr.x[j]
-		if err := rans2Rest(out[j], k, src[j], pr.pos[j], per, pl, scale[j], hide[j], sc[j]); err != nil {
+		pos := pr.pos[j]
+		if at[j] > 0 {
+			// On the copy: a position past the stream's bytes is a
+			// stream that ended early, as in rans2Rest.
+			if pos > len(src[j])-at[j] {
+				return j, fmt.Errorf("code stream of %d bytes ends before symbol %d of %d", len(src[j]), k, n)
+			}
+			pos += at[j]
+		}
+		if err := rans2Rest(out[j], k, src[j], pos, per, pl, scale[j], hide[j], sc[j]); err != nil {
 			return j, err
 		}
 	}

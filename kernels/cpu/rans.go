@@ -48,20 +48,20 @@ func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, 
 }
 
 // RANSDecode2Pair is RANSDecode2 for two streams of the same tables and
-// symbol count (two blocks of one codec), decoded side by side from
-// their first symbol so that their dependency chains overlap: stream j
-// of src[j] from position pos[j], lanes x[j], into out[j] with scales
-// scale[j]. It decodes the same whole groups of both streams while each
-// has a group's 64 bytes left, and returns how many symbols of each it
-// decoded, leaving the streams' positions in pos; without a kernel for
-// two streams (AVX-512 only) it returns 0 and the caller decodes each
-// with RANSDecode2.
-func RANSDecode2Pair(out [2][]float32, src [2][]byte, pos *[2]int, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [2][]float32, x *[2][RANSLanes]uint32) int {
+// symbol count (two blocks of one codec), decoded side by side so that
+// their dependency chains overlap: stream j of src[j] from position
+// pos[j], lanes x[j], into out[j] with scales scale[j], from symbol g0
+// of the first component, as RANSDecode2. It decodes the same whole
+// groups of both streams while each has a group's 64 bytes left, and
+// returns how many symbols of each it decoded, leaving the streams'
+// positions in pos; without a kernel for two streams (AVX-512 only) it
+// returns 0 and the caller decodes each with RANSDecode2.
+func RANSDecode2Pair(out [2][]float32, g0 int, src [2][]byte, pos *[2]int, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [2][]float32, x *[2][RANSLanes]uint32) int {
 	n := len(out[0])
-	if !hasAVX512 || per <= 0 || per%RANSLanes != 0 || n == 0 || len(out[1]) != n || n%per != 0 {
+	if !hasAVX512 || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || n == 0 || len(out[1]) != n || (g0+n)%per != 0 {
 		return 0
 	}
-	c := n / per
+	c := (g0 + n) / per
 	for j := range 2 {
 		if len(scale[j]) < c || pos[j] < 0 || pos[j] > len(src[j]) {
 			panic(fmt.Sprintf("cpu: RANSDecode2Pair: stream %d: %d scales for %d components, position %d of %d", j, len(scale[j]), c, pos[j], len(src[j])))
@@ -78,5 +78,5 @@ func RANSDecode2Pair(out [2][]float32, src [2][]byte, pos *[2]int, per int, ent 
 			panic(fmt.Sprintf("cpu: RANSDecode2Pair: component %d's table at %d (%d entries) or %d levels at %d (%d)", t, entOff[t], len(ent), nsym[t], levOff[t], len(lv)))
 		}
 	}
-	return ransDecode2PairC(out, src, pos, per, ent, entOff, lv, levOff, nsym, scale, x)
+	return ransDecode2PairC(out, g0, src, pos, per, ent, entOff, lv, levOff, nsym, scale, x)
 }

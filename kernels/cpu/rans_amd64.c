@@ -219,13 +219,14 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2(float *out, lon
 
 // kk_rans2_decode512x2 is kk_rans2_decode512 over two streams of the same
 // tables side by side (two blocks of one codec: four dependency chains
-// where one stream has two), from their first symbol: stream j's symbols
-// go to out[j], its scales are scale[j], its lanes xs[j], its bytes
-// src[j][:len[j]] from position pos[j]. It decodes whole groups while
-// each stream has 64 bytes left, and returns how many symbols of each it
-// decoded, leaving each stream's position in pos and lanes in xs.
+// where one stream has two), from the same symbol g0 of the first
+// component: stream j's symbols go to out[j], its scales are scale[j],
+// its lanes xs[j], its bytes src[j][:len[j]] from position pos[j]. It
+// decodes whole groups while each stream has 64 bytes left, and returns
+// how many symbols of each it decoded, leaving each stream's position in
+// pos and lanes in xs.
 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode512x2(
-	float *out0, float *out1, long total, const uint8_t *src0, long len0, const uint8_t *src1, long len1, long *pos,
+	float *out0, float *out1, long total, long g0, const uint8_t *src0, long len0, const uint8_t *src1, long len1, long *pos,
 	long per, const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
 	const float *scale0, const float *scale1, uint32_t *xs) {
 	__m512i xa0 = _mm512_loadu_si512(xs), xa1 = _mm512_loadu_si512(xs + 16);
@@ -233,8 +234,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode
 	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm512_set1_epi32(255);
 	const __m512i word = _mm512_set1_epi32(KK_RANS_WORD), bit5 = _mm512_set1_epi32(32);
 	long pa = pos[0], pb = pos[1], k = 0;
-	const long nc = total / per;
-	for (long c = 0, at = 0; c < nc; c++, at += per) {
+	const long nc = (g0 + total) / per;
+	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
 		const int *e = (const int *)(ent + ent_off[c]);
 		const float *l = lv + lev_off[c];
 		int ns = nsym[c];
@@ -243,7 +244,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode
 		if (ns > 32) l2 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 48 ? 0xffff : (1u << (ns - 32)) - 1), l + 32);
 		if (ns > 48) l3 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 64 ? 0xffff : (1u << (ns - 48)) - 1), l + 48);
 		const __m512 sca = _mm512_set1_ps(scale0[c]), scb = _mm512_set1_ps(scale1[c]);
-		long g = 0;
+		long g = g0;
 		for (; g < per; g += KK_RANS_LANES) {
 			if (pa + 2 * KK_RANS_LANES > len0 || pb + 2 * KK_RANS_LANES > len1) break;
 			__m512i ea0 = _mm512_i32gather_epi32(_mm512_and_si512(xa0, m12), e, 4);
@@ -266,7 +267,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode
 			_mm512_storeu_ps(out1 + at + g, v0);
 			_mm512_storeu_ps(out1 + at + g + 16, v1);
 		}
-		k += g;
+		k += g - g0;
 		if (g < per) break;
 	}
 	_mm512_storeu_si512(xs, xa0);
