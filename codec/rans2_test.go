@@ -464,3 +464,99 @@ func BenchmarkRANS2DecodePair(b *testing.B) {
 		b.ReportMetric(msym/cpu, "Msym/cpu-s")
 	}
 }
+
+// TestKakeyaPCPairs: KakeyaPC's pair calls (fixed-width, and entropy
+// coded in either stream layout, pairs of mixed layouts too) give the
+// one-block calls' results bit for bit, and a corrupt block in either
+// place is an error that leaves AddWeightedPair's sums as they were.
+func TestKakeyaPCPairs(t *testing.T) {
+	const n, d, m = 64, 64, 3
+	rng := rand.New(rand.NewPCG(9, 10))
+	st := pcStats(t, pcBlocks(rng, 24, n, d), n, d)
+	x := pcBlocks(rand.New(rand.NewPCG(9, 11)), 2, n, d)
+	cos, sin := make([]float32, 2*n*d/2), make([]float32, 2*n*d/2)
+	for i := range cos {
+		cos[i], sin[i] = float32(math.Cos(0.01*float64(i))), float32(math.Sin(0.01*float64(i)))
+	}
+	w := make([]float32, m*2*n+n)
+	for i := range w {
+		w[i] = rng.Float32()
+	}
+	codecs := map[string]*KakeyaPC{}
+	for _, name := range []string{"fixed", "ec1", "ec2"} {
+		o := DefaultKakeyaPCOptions()
+		o.Entropy, o.StreamLayout = name != "fixed", int(name[len(name)-1]-'0')
+		if name == "fixed" {
+			o.StreamLayout = 0
+		}
+		k, err := NewKakeyaPC(o, st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codecs[name] = k
+	}
+	for _, tc := range []struct{ reader, w0, w1 string }{{"fixed", "fixed", "fixed"}, {"ec2", "ec2", "ec2"}, {"ec1", "ec1", "ec1"}, {"ec2", "ec1", "ec2"}, {"ec2", "ec2", "ec1"}} {
+		k := codecs[tc.reader]
+		var src [2][]byte
+		for j, wr := range []string{tc.w0, tc.w1} {
+			var err error
+			if src[j], err = codecs[wr].Encode(nil, x[j], n, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		name := fmt.Sprintf("%s reading %s, %s", tc.reader, tc.w0, tc.w1)
+		lo, hi := [2]int{5, 0}, [2]int{n, 40}
+		ws := [2][]float32{w, w[n:]}
+		var want [2][]float32
+		wantSum := make([]float32, m*d)
+		for j := range 2 {
+			want[j] = make([]float32, n*d)
+			if err := k.DecodeRotated(want[j], src[j], n, d, cos[j*n*d/2:], sin[j*n*d/2:]); err != nil {
+				t.Fatalf("%s: block %d: %v", name, j, err)
+			}
+			if err := k.AddWeighted(wantSum, m, ws[j], 2*n, src[j], n, d, lo[j], hi[j]); err != nil {
+				t.Fatalf("%s: block %d: %v", name, j, err)
+			}
+		}
+		got := [2][]float32{make([]float32, n*d), make([]float32, n*d)}
+		cs, ss := [2][]float32{cos, cos[n*d/2:]}, [2][]float32{sin, sin[n*d/2:]}
+		if err := k.DecodeRotatedPair(got, src, n, d, cs, ss); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sum := make([]float32, m*d)
+		if err := k.AddWeightedPair(sum, m, ws, 2*n, src, n, d, lo, hi); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for j := range 2 {
+			if !bitsEqual(got[j], want[j]) {
+				t.Fatalf("%s: block %d's rotated rows differ from DecodeRotated's", name, j)
+			}
+		}
+		if !bitsEqual(sum, wantSum) {
+			t.Fatalf("%s: the pair's sums differ from AddWeighted's", name)
+		}
+		for j := range 2 {
+			bad := src
+			bad[j] = flip(src[j], len(src[j])-40)
+			if err := k.DecodeRotatedPair(got, bad, n, d, cs, ss); err == nil {
+				t.Errorf("%s: DecodeRotatedPair with block %d corrupt: no error", name, j)
+			}
+			before := slices.Clone(sum)
+			if err := k.AddWeightedPair(sum, m, ws, 2*n, bad, n, d, lo, hi); err == nil || !bitsEqual(sum, before) {
+				t.Errorf("%s: AddWeightedPair with block %d corrupt: %v, sums changed: %v", name, j, err, !bitsEqual(sum, before))
+			}
+		}
+	}
+}
+
+func bitsEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
