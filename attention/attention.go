@@ -36,7 +36,15 @@ type scratch struct {
 	q, o   []float32 // a chunk's query and output rows, [queryChunk][group][HeadDim]
 	dec    []float32 // a decoded block
 	rot    []float32 // the block's keys after RoPE
-	rot2   []float32 // the next block's, when a pair is decoded at once
+	rots   []float32 // codec.MaxBlocks blocks' keys after RoPE, when decoded at once
+	// A BlocksDecoder call's arguments, here rather than on the stack,
+	// where an interface call would move them to the heap each time.
+	bParts   [codec.MaxBlocks]*part
+	bDst     [codec.MaxBlocks][]float32
+	bSrc     [codec.MaxBlocks][]byte
+	bCos     [codec.MaxBlocks][]float32
+	bSin     [codec.MaxBlocks][]float32
+	bLo, bHi [codec.MaxBlocks]int
 }
 
 // A Scratch is the scratch memory of the attentions of one shape (query
@@ -67,7 +75,7 @@ func NewScratch(pool *kern.Pool, p compute.AttentionParams) *Scratch {
 			o:      make([]float32, queryChunk*group*p.HeadDim),
 			dec:    make([]float32, p.BlockSize*p.HeadDim),
 			rot:    make([]float32, p.BlockSize*p.HeadDim),
-			rot2:   make([]float32, p.BlockSize*p.HeadDim),
+			rots:   make([]float32, codec.MaxBlocks*p.BlockSize*p.HeadDim),
 		}
 	}
 	return s
@@ -211,12 +219,16 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 	// tiled kernel call per block.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
-		if (b+1)*bs < kEnd && t.rotatedPair(s, g, b) {
-			// Blocks b and b+1 decoded at once (rows from 0 in b+1).
-			kern.ScoreBlock(sc[b*bs+r0:], stride, qs, m, s.rot[r0*d:r1*d], r1-r0, d, a.scale)
-			b++
-			r1 = min(bs, kEnd-b*bs)
-			kern.ScoreBlock(sc[b*bs:], stride, qs, m, s.rot2[:r1*d], r1, d, a.scale)
+		if nb := t.rotatedBlocks(s, g, b, kEnd); nb > 1 {
+			// Blocks b to b+nb-1 decoded at once (rows from 0 after b).
+			for j := range nb {
+				bj := b + j
+				r1 = min(bs, kEnd-bj*bs)
+				rot := s.rots[j*bs*d:]
+				kern.ScoreBlock(sc[bj*bs+r0:], stride, qs, m, rot[r0*d:r1*d], r1-r0, d, a.scale)
+				r0 = 0
+			}
+			b += nb - 1
 			continue
 		}
 		if err := t.rotatedKeys(s, g, b, r0, r1); err != nil {
@@ -249,9 +261,9 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		if i1-i0 == 1 {
 			// One query (decode): a codec that sums encoded rows itself
 			// skips reconstructing every value row of the block, and
-			// one that does two blocks at once takes b and b+1.
-			if (b+1)*bs < kEnd && t.combinePair(os, sc, stride, g, b, r0, r1, min(bs, kEnd-(b+1)*bs)) {
-				b++
+			// one that does several blocks at once takes them so.
+			if nb := t.combineBlocks(s, os, sc, stride, g, b, r0, kEnd); nb > 1 {
+				b += nb - 1
 				continue
 			}
 			done, err := t.combine(os, sc, stride, g, b, r0, r1)
@@ -299,48 +311,75 @@ func (t *task) rotatedKeys(s *scratch, g, b, r0, r1 int) error {
 	return nil
 }
 
-// pairOf returns the PairDecoder of blocks b and b+1 of KV head g's keys
-// (kv 0) or values (kv 1), with their parts, if both are encoded by the
-// same codec and it is one; else a nil decoder.
-func (t *task) pairOf(g, b, kv int) (codec.PairDecoder, *part, *part) {
-	p0, ok0 := t.kv.Part(g, b, kv).(*part)
-	p1, ok1 := t.kv.Part(g, b+1, kv).(*part)
-	if !ok0 || !ok1 || p0.pair == nil || p1.dec != p0.dec {
-		return nil, nil, nil
+// blocksOf sets s.bParts to the parts of KV head g's keys (kv 0) or
+// values (kv 1) from block b on, while they are encoded by one
+// BlocksDecoder, hold keys before kEnd and number at most
+// codec.MaxBlocks, and returns the decoder and how many; fewer than 2 is
+// no group.
+func (t *task) blocksOf(s *scratch, g, b, kv, kEnd int) (codec.BlocksDecoder, int) {
+	bs := t.a.blockSize
+	p0, ok := t.kv.Part(g, b, kv).(*part)
+	if !ok || p0.multi == nil {
+		return nil, 0
 	}
-	return p0.pair, p0, p1
+	s.bParts[0] = p0
+	nb := 1
+	for ; nb < codec.MaxBlocks && (b+nb)*bs < kEnd; nb++ {
+		p, ok := t.kv.Part(g, b+nb, kv).(*part)
+		if !ok || p.dec != p0.dec {
+			break
+		}
+		s.bParts[nb] = p
+	}
+	return p0.multi, nb
 }
 
-// rotatedPair sets s.rot and s.rot2 to the whole rotated keys of blocks b
-// and b+1 of KV head g in one call where their codec decodes pairs and
-// the RoPE tables cover both, reporting whether it did. On an error it
-// reports false, and rotatedKeys, block by block, returns the error
-// naming the block.
-func (t *task) rotatedPair(s *scratch, g, b int) bool {
+// rotatedBlocks sets s.rots to the whole rotated keys of KV head g's
+// blocks from b on in one call where a BlocksDecoder encodes several and
+// the RoPE tables cover them, and returns how many; 0 where it did not.
+// On an error it returns 0, and rotatedKeys, block by block, returns the
+// error naming the block.
+func (t *task) rotatedBlocks(s *scratch, g, b, kEnd int) int {
 	bs, d, half := t.a.blockSize, t.a.p.HeadDim, t.a.p.HeadDim/2
-	pd, p0, p1 := t.pairOf(g, b, 0)
-	lo, mid, hi := b*bs*half, (b+1)*bs*half, (b+2)*bs*half
-	if pd == nil || hi > len(t.cos) || hi > len(t.sin) {
-		return false
+	bd, nb := t.blocksOf(s, g, b, 0, kEnd)
+	if nb < 2 {
+		return 0
 	}
-	err := pd.DecodeRotatedPair([2][]float32{s.rot[:bs*d], s.rot2[:bs*d]}, [2][]byte{p0.enc, p1.enc}, bs, d,
-		[2][]float32{t.cos[lo:mid], t.cos[mid:hi]}, [2][]float32{t.sin[lo:mid], t.sin[mid:hi]})
-	return err == nil
+	nb = min(nb, len(t.cos)/(bs*half)-b, len(t.sin)/(bs*half)-b)
+	if nb < 2 {
+		return 0
+	}
+	for j := range nb {
+		lo, hi := (b+j)*bs*half, (b+j+1)*bs*half
+		s.bDst[j], s.bSrc[j], s.bCos[j], s.bSin[j] = s.rots[j*bs*d:(j+1)*bs*d], s.bParts[j].enc, t.cos[lo:hi], t.sin[lo:hi]
+	}
+	if err := bd.DecodeRotatedBlocks(s.bDst[:nb], s.bSrc[:nb], bs, d, s.bCos[:nb], s.bSin[:nb]); err != nil {
+		return 0
+	}
+	return nb
 }
 
-// combinePair is combine for blocks b (rows [r0, r1)) and b+1 (rows [0,
-// r2)) at once, where their codec does pairs, reporting whether it did.
-// On an error it reports false with o as it was, and combine, block by
+// combineBlocks is combine for KV head g's blocks from b on (rows from r0
+// in b, from 0 after, before key position kEnd) in one call where a
+// BlocksDecoder encodes several, and returns how many; 0 where it did
+// not. On an error it returns 0 with o as it was, and combine, block by
 // block, returns the error naming the block.
-func (t *task) combinePair(o, sc []float32, stride, g, b, r0, r1, r2 int) bool {
-	pd, p0, p1 := t.pairOf(g, b, 1)
-	if pd == nil {
-		return false
+func (t *task) combineBlocks(s *scratch, o, sc []float32, stride, g, b, r0, kEnd int) int {
+	bd, nb := t.blocksOf(s, g, b, 1, kEnd)
+	if nb < 2 {
+		return 0
 	}
 	a := t.a
 	d, bs, G := a.p.HeadDim, a.blockSize, a.group
-	err := pd.AddWeightedPair(o, G, [2][]float32{sc[b*bs:], sc[(b+1)*bs:]}, stride, [2][]byte{p0.enc, p1.enc}, bs, d, [2]int{r0, 0}, [2]int{r1, r2})
-	return err == nil
+	for j := range nb {
+		bj := b + j
+		s.bDst[j], s.bSrc[j], s.bLo[j], s.bHi[j] = sc[bj*bs:], s.bParts[j].enc, r0, min(bs, kEnd-bj*bs)
+		r0 = 0
+	}
+	if err := bd.AddWeightedBlocks(o, G, s.bDst[:nb], stride, s.bSrc[:nb], bs, d, s.bLo[:nb], s.bHi[:nb]); err != nil {
+		return 0
+	}
+	return nb
 }
 
 // rowsOf returns the keys (kv 0) or values (kv 1) of block b of KV head g

@@ -27,23 +27,26 @@ type RotaryDecoder interface {
 	DecodeRotated(dst []float32, src []byte, n, d int, cos, sin []float32) error
 }
 
-// A PairDecoder is a RotaryDecoder and RowCombiner that does the work of
-// two blocks in one call, which lets it interleave their decodes: an
-// entropy-coded stream is a chain of dependent steps that one block alone
-// leaves the core waiting on. Each block's result is its one-block
-// call's bit for bit, the first block's sums added to dst before the
-// second's. An error leaves AddWeightedPair's dst as it was, and need not
+// A BlocksDecoder is a RotaryDecoder and RowCombiner that does the work
+// of up to MaxBlocks blocks in one call, which lets it interleave their
+// decodes: an entropy-coded stream is a chain of dependent steps that one
+// block alone leaves the core waiting on. Each block's result is its
+// one-block call's bit for bit, the blocks' sums added to dst in their
+// order. An error leaves AddWeightedBlocks's dst as it was, and need not
 // say which block it is in: the one-block calls do.
-type PairDecoder interface {
+type BlocksDecoder interface {
 	RotaryDecoder
 	RowCombiner
-	// DecodeRotatedPair is DecodeRotated of src[j] into dst[j] with
-	// cos[j] and sin[j], for j = 0 and 1.
-	DecodeRotatedPair(dst [2][]float32, src [2][]byte, n, d int, cos, sin [2][]float32) error
-	// AddWeightedPair is AddWeighted of src[0] with weights w[0] over
-	// rows [lo[0], hi[0]), then of src[1] with w[1] over [lo[1], hi[1]).
-	AddWeightedPair(dst []float32, m int, w [2][]float32, wStride int, src [2][]byte, n, d int, lo, hi [2]int) error
+	// DecodeRotatedBlocks is DecodeRotated of src[j] into dst[j] with
+	// cos[j] and sin[j], for each j < len(src).
+	DecodeRotatedBlocks(dst [][]float32, src [][]byte, n, d int, cos, sin [][]float32) error
+	// AddWeightedBlocks is AddWeighted of src[j] with weights w[j] over
+	// rows [lo[j], hi[j]), for j = 0, 1, ... in turn.
+	AddWeightedBlocks(dst []float32, m int, w [][]float32, wStride int, src [][]byte, n, d int, lo, hi []int) error
 }
+
+// MaxBlocks is the most blocks a BlocksDecoder call takes.
+const MaxBlocks = 4
 
 // A RowCombiner is a Codec that adds weighted sums of an encoded block's
 // rows without decoding each row: attention's probability-weighted sum of

@@ -423,7 +423,7 @@ type pcScratch struct {
 	r2    rans2Scratch       // layout 2: the lanes' states and the stream's tail (here, not on the stack, for the kernel's pointers)
 	hid2  [rans2Lanes]uint16 // layout 2: the payloads decoded
 	ans   []byte             // Encode with entropy coding: the stream, built from its end
-	pair  rans2Pair          // parsePair: the pair's layout-2 lanes and positions, in the first block's scratch
+	multi cpu.RANSStreams    // parseBlocks: the streams' lanes and positions, in the first block's scratch
 	// What parseFields found for decodeCodes: the codes' bytes (in the
 	// block, cleared once decoded), the stream layout and how many means
 	// the lanes carry.
@@ -954,37 +954,52 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 	return nil
 }
 
-// parsePair is parse of two blocks, whose layout-2 streams, if both are,
-// it decodes side by side (rans2DecodePair); it returns which block an
-// error is in.
-func (k *KakeyaPC) parsePair(sc [2]*pcScratch, src [2][]byte, n, d int) (int, error) {
-	defer func() { sc[0].stream, sc[1].stream = nil, nil }()
-	for j := range 2 {
+// parseBlocks is parse of up to MaxBlocks blocks, whose layout-2
+// streams, if all are, it decodes side by side (rans2DecodeStreams); it
+// returns which block an error is in.
+func (k *KakeyaPC) parseBlocks(sc []*pcScratch, src [][]byte, n, d int) (int, error) {
+	defer func() {
+		for _, s := range sc {
+			s.stream = nil
+		}
+	}()
+	all2 := len(sc) > 1
+	for j := range sc {
 		if err := k.parseFields(sc[j], src[j], n, d); err != nil {
 			return j, err
 		}
+		all2 = all2 && sc[j].param == pcECLayout2
 	}
-	if sc[0].param == pcECLayout2 && sc[1].param == pcECLayout2 {
+	if all2 {
+		var (
+			out   [MaxBlocks][]float32
+			codes [MaxBlocks][]byte
+			scale [MaxBlocks][]float32
+			hide  [MaxBlocks][]uint16
+			r2    [MaxBlocks]*rans2Scratch
+		)
 		c := len(k.width)
-		j, err := rans2DecodePair([2][]float32{sc[0].lat[:c*n], sc[1].lat[:c*n]}, [2][]byte{sc[0].stream, sc[1].stream}, n, &k.plan2,
-			[2][]float32{sc[0].scale, sc[1].scale}, [2][]uint16{sc[0].hid2[:sc[0].hidden], sc[1].hid2[:sc[1].hidden]},
-			[2]*rans2Scratch{&sc[0].r2, &sc[1].r2}, &sc[0].pair)
+		for j, s := range sc {
+			out[j], codes[j], scale[j], hide[j], r2[j] = s.lat[:c*n], s.stream, s.scale, s.hid2[:s.hidden], &s.r2
+		}
+		ns := len(sc)
+		j, err := rans2DecodeStreams(out[:ns], codes[:ns], n, &k.plan2, scale[:ns], hide[:ns], r2[:ns], &sc[0].multi)
 		if err != nil {
 			return j, fmt.Errorf("codec: kakeya-pc: %w", err)
 		}
-		for j := range 2 {
+		for j := range sc {
 			if err := sc[j].hiddenMeans(); err != nil {
 				return j, fmt.Errorf("codec: kakeya-pc: %w", err)
 			}
 		}
 	} else {
-		for j := range 2 {
+		for j := range sc {
 			if err := k.decodeCodes(sc[j], n); err != nil {
 				return j, err
 			}
 		}
 	}
-	for j := range 2 {
+	for j := range sc {
 		k.setBase(sc[j], d)
 	}
 	return 0, nil
@@ -1129,10 +1144,23 @@ func (k *KakeyaPC) addWeighted(sc *pcScratch, dst []float32, m int, w []float32,
 	cpu.MixBlock(dst, m, sc.acc[c:], q, sc.base, 1, d)
 }
 
-// DecodeRotatedPair implements PairDecoder: DecodeRotated of two blocks,
-// their layout-2 streams decoded side by side.
-func (k *KakeyaPC) DecodeRotatedPair(dst [2][]float32, src [2][]byte, n, d int, cos, sin [2][]float32) error {
-	for j := range 2 {
+// scratches returns n scratches from the pool in sc's first n, which it
+// returns.
+func (k *KakeyaPC) scratches(sc *[MaxBlocks]*pcScratch, n int) []*pcScratch {
+	for j := range n {
+		sc[j] = k.scratch()
+	}
+	return sc[:n]
+}
+
+// DecodeRotatedBlocks implements BlocksDecoder: DecodeRotated of each
+// block, their layout-2 streams decoded side by side.
+func (k *KakeyaPC) DecodeRotatedBlocks(dst [][]float32, src [][]byte, n, d int, cos, sin [][]float32) error {
+	nb := len(src)
+	if nb == 0 || nb > MaxBlocks || len(dst) != nb || len(cos) != nb || len(sin) != nb {
+		return fmt.Errorf("codec: kakeya-pc: %d blocks (at most %d) into %d destinations with %d and %d RoPE tables", nb, MaxBlocks, len(dst), len(cos), len(sin))
+	}
+	for j := range nb {
 		if d%2 != 0 || len(cos[j]) < n*d/2 || len(sin[j]) < n*d/2 {
 			return fmt.Errorf("codec: kakeya-pc: RoPE of %d rows of %d values with %d cosines and %d sines", n, d, len(cos[j]), len(sin[j]))
 		}
@@ -1140,34 +1168,45 @@ func (k *KakeyaPC) DecodeRotatedPair(dst [2][]float32, src [2][]byte, n, d int, 
 			return err
 		}
 	}
-	sc := [2]*pcScratch{k.scratch(), k.scratch()}
-	defer k.pool.Put(sc[1])
-	defer k.pool.Put(sc[0])
-	if _, err := k.parsePair(sc, src, n, d); err != nil {
+	var arr [MaxBlocks]*pcScratch
+	sc := k.scratches(&arr, nb)
+	defer func() {
+		for _, s := range sc {
+			k.pool.Put(s)
+		}
+	}()
+	if _, err := k.parseBlocks(sc, src, n, d); err != nil {
 		return err
 	}
-	for j := range 2 {
+	for j := range nb {
 		cpu.MixBlockTRoPE(dst[j], n, sc[j].base, sc[j].lat, n, k.coded, len(k.codedIdx), d, cos[j], sin[j])
 	}
 	return nil
 }
 
-// AddWeightedPair implements PairDecoder: AddWeighted of two blocks, their
-// layout-2 streams decoded side by side, the first block's sums added
-// first.
-func (k *KakeyaPC) AddWeightedPair(dst []float32, m int, w [2][]float32, wStride int, src [2][]byte, n, d int, lo, hi [2]int) error {
-	for j := range 2 {
+// AddWeightedBlocks implements BlocksDecoder: AddWeighted of each block in
+// turn, their layout-2 streams decoded side by side first.
+func (k *KakeyaPC) AddWeightedBlocks(dst []float32, m int, w [][]float32, wStride int, src [][]byte, n, d int, lo, hi []int) error {
+	nb := len(src)
+	if nb == 0 || nb > MaxBlocks || len(w) != nb || len(lo) != nb || len(hi) != nb {
+		return fmt.Errorf("codec: kakeya-pc: %d blocks (at most %d) with %d weights and %d, %d row ranges", nb, MaxBlocks, len(w), len(lo), len(hi))
+	}
+	for j := range nb {
 		if err := checkCombine("kakeya-pc", dst, m, w[j], wStride, n, d, lo[j], hi[j]); err != nil {
 			return err
 		}
 	}
-	sc := [2]*pcScratch{k.scratch(), k.scratch()}
-	defer k.pool.Put(sc[1])
-	defer k.pool.Put(sc[0])
-	if _, err := k.parsePair(sc, src, n, d); err != nil {
+	var arr [MaxBlocks]*pcScratch
+	sc := k.scratches(&arr, nb)
+	defer func() {
+		for _, s := range sc {
+			k.pool.Put(s)
+		}
+	}()
+	if _, err := k.parseBlocks(sc, src, n, d); err != nil {
 		return err
 	}
-	for j := range 2 {
+	for j := range nb {
 		k.addWeighted(sc[j], dst, m, w[j], wStride, n, d, lo[j], hi[j])
 	}
 	return nil

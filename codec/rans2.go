@@ -117,59 +117,63 @@ func rans2Check(n, per int, pl *rans2Plan, scale []float32) error {
 	return nil
 }
 
-// A rans2Pair holds the lanes and positions of two layout-2 streams
-// decoded side by side (rans2DecodePair), for the kernel to read and
-// write in place.
-type rans2Pair struct {
-	x   [2][rans2Lanes]uint32
-	pos [2]int
-}
+// The kernel decodes as many streams as KakeyaPC's calls take blocks.
+var _ [cpu.RANSMaxStreams - MaxBlocks]struct{}
 
-// rans2DecodePair is rans2Decode of two streams of the same plan and
-// symbol count, src[j] into out[j] with scale[j] and hide[j], sc[j] its
-// scratch, whole groups decoded side by side where a kernel does that:
-// two blocks' dependency chains overlap where one block's leave the core
-// idle. A stream with less than a group's 64 bytes left goes on from a
-// copy of its last bytes followed by 64 zeros, as rans2Decode's does,
-// so both run side by side to their ends. The results are rans2Decode's
-// bit for bit. It returns which stream an error is in.
-func rans2DecodePair(out [2][]float32, src [2][]byte, per int, pl *rans2Plan, scale [2][]float32, hide [2][]uint16, sc [2]*rans2Scratch, pr *rans2Pair) (int, error) {
-	for j := range 2 {
+// rans2DecodeStreams is rans2Decode of 2 to cpu.RANSMaxStreams streams
+// of the same plan and symbol count, src[j] into out[j] with scale[j] and
+// hide[j], sc[j] its scratch, whole groups decoded side by side where a
+// kernel does that: several blocks' dependency chains overlap where one
+// block's leave the core idle. A stream with less than a group's 64 bytes
+// left goes on from a copy of its last bytes followed by 64 zeros, as
+// rans2Decode's does, so all run side by side to their ends. The results
+// are rans2Decode's bit for bit. It returns which stream an error is in.
+func rans2DecodeStreams(out [][]float32, src [][]byte, per int, pl *rans2Plan, scale [][]float32, hide [][]uint16, sc []*rans2Scratch, st *cpu.RANSStreams) (int, error) {
+	ns := len(out)
+	for j := range ns {
 		if err := rans2Check(len(out[j]), per, pl, scale[j]); err != nil {
 			return j, err
 		}
-		pos, err := rans2Start(src[j], &pr.x[j])
+		pos, err := rans2Start(src[j], &st.X[j])
 		if err != nil {
 			return j, err
 		}
-		pr.pos[j] = pos
+		st.Pos[j] = pos
 	}
 	n, k := len(out[0]), 0
 	// cur[j] is what stream j decodes from: src[j], or once fewer than 64
 	// bytes are left, the copy of them from at[j] on with zeros after.
-	cur, at := src, [2]int{}
+	var (
+		cur    [cpu.RANSMaxStreams][]byte
+		at     [cpu.RANSMaxStreams]int
+		outK   [cpu.RANSMaxStreams][]float32
+		scaleC [cpu.RANSMaxStreams][]float32
+	)
+	copy(cur[:], src)
 	for per%rans2Lanes == 0 && k < n {
 		c := k / per
-		k += cpu.RANSDecode2Pair([2][]float32{out[0][k:], out[1][k:]}, k%per, cur, &pr.pos, per, pl.ent, pl.entOff[c:], pl.lv, pl.levOff[c:], pl.nsym[c:],
-			[2][]float32{scale[0][c:], scale[1][c:]}, &pr.x)
+		for j := range ns {
+			outK[j], scaleC[j] = out[j][k:], scale[j][c:]
+		}
+		k += cpu.RANSDecode2Streams(outK[:ns], k%per, cur[:ns], per, pl.ent, pl.entOff[c:], pl.lv, pl.levOff[c:], pl.nsym[c:], scaleC[:ns], st)
 		moved := false
-		for j := range 2 {
-			if at[j] == 0 && len(src[j])-pr.pos[j] < 2*rans2Lanes {
-				rem := len(src[j]) - pr.pos[j]
+		for j := range ns {
+			if at[j] == 0 && len(src[j])-st.Pos[j] < 2*rans2Lanes {
+				rem := len(src[j]) - st.Pos[j]
 				tail := sc[j].tail[:rem+2*rans2Lanes]
-				copy(tail, src[j][pr.pos[j]:])
+				copy(tail, src[j][st.Pos[j]:])
 				clear(tail[rem:])
-				cur[j], at[j], pr.pos[j] = tail, pr.pos[j], 0
+				cur[j], at[j], st.Pos[j] = tail, st.Pos[j], 0
 				moved = true
 			}
 		}
 		if !moved {
-			break // both decode from their copies, or there is no kernel
+			break // all decode from their copies, or there is no kernel
 		}
 	}
-	for j := range 2 {
-		sc[j].x = pr.x[j]
-		pos := pr.pos[j]
+	for j := range ns {
+		sc[j].x = st.X[j]
+		pos := st.Pos[j]
 		if at[j] > 0 {
 			// On the copy: a position past the stream's bytes is a
 			// stream that ended early, as in rans2Rest.

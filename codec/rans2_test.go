@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/internal/cputime"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // rans2Case builds comps components of per symbols drawn from their
@@ -200,13 +201,13 @@ func FuzzRANS2Decode(f *testing.F) {
 	})
 }
 
-// TestRANS2DecodePair: two streams of one plan decoded side by side
-// (rans2DecodePair: this process's kernel level; TestKernelLevels reruns
-// it at each) give each stream's rans2Decode values and payloads bit for
-// bit, whatever their lengths (one may leave the side-by-side part
-// first), and an error in either stream is that stream's, which
-// rans2Decode also refuses.
-func TestRANS2DecodePair(t *testing.T) {
+// TestRANS2DecodeStreams: two to four streams of one plan decoded side by
+// side (rans2DecodeStreams: this process's kernel level; TestKernelLevels
+// reruns it at each) give each stream's rans2Decode values and payloads
+// bit for bit, whatever their lengths (streams leave the side-by-side
+// part at different symbols), and an error in a stream is that
+// stream's, which rans2Decode also refuses.
+func TestRANS2DecodeStreams(t *testing.T) {
 	for _, fam := range []struct {
 		name string
 		tab  func() (*pcTables, error)
@@ -220,33 +221,29 @@ func TestRANS2DecodePair(t *testing.T) {
 			opts = append(opts, o)
 		}
 		rng := rand.New(rand.NewPCG(5, 7))
-		for _, tc := range []struct{ comps, per, hide int }{{1, 32, 0}, {44, 64, 32}, {5, 64, 5}, {3, 800, 32}, {13, 96, 7}, {5, 13, 5}, {2, 7, 3}} {
-			name := fmt.Sprintf("%s/%d comps of %d/%d hidden", fam.name, tc.comps, tc.per, tc.hide)
+		for _, tc := range []struct{ comps, per, hide, streams int }{{1, 32, 0, 2}, {44, 64, 32, 2}, {44, 64, 32, 3}, {44, 64, 32, 4}, {5, 64, 5, 4}, {3, 800, 32, 3}, {13, 96, 7, 4}, {5, 13, 5, 2}, {2, 7, 3, 3}} {
+			name := fmt.Sprintf("%s/%d streams of %d comps of %d/%d hidden", fam.name, tc.streams, tc.comps, tc.per, tc.hide)
 			o0 := rng.IntN(len(opts))
 			rot := append(slices.Clone(opts[o0:]), opts[:o0]...)
-			var (
-				src, bad   [2][]byte
-				scale      [2][]float32
-				want, hide [2][]uint16
-				vals       [2][]float32
-				pl         *rans2Plan
-			)
-			for j := range 2 {
+			ns := tc.streams
+			src, bad := make([][]byte, ns), make([][]byte, ns)
+			scale, vals := make([][]float32, ns), make([][]float32, ns)
+			want := make([][]uint16, ns)
+			var pl *rans2Plan
+			for j := range ns {
 				var syms []uint8
 				var tabs []*ransTable
 				syms, tabs, pl, scale[j] = rans2Case(rng, tab, rot, tc.comps, tc.per)
-				if j == 1 {
-					// The second stream's symbols skewed to its
-					// tables' lowest codes, so that its words run out
-					// at another pace, and other scales.
-					for k := range syms {
-						if rng.IntN(2) == 0 {
-							syms[k] = tabs[k/tc.per].slot[0]
-						}
+				// Stream j's symbols skewed to its tables' lowest
+				// codes by j/4, so that its words run out at another
+				// pace, and other scales.
+				for k := range syms {
+					if rng.IntN(4) < j {
+						syms[k] = tabs[k/tc.per].slot[0]
 					}
-					for c := range scale[j] {
-						scale[j][c] *= 0.75
-					}
+				}
+				for c := range scale[j] {
+					scale[j][c] *= 1 - float32(j)/8
 				}
 				want[j] = make([]uint16, tc.hide)
 				for i := range want[j] {
@@ -257,31 +254,47 @@ func TestRANS2DecodePair(t *testing.T) {
 				if err := rans2Decode(vals[j], src[j], tc.per, pl, scale[j], make([]uint16, tc.hide), new(rans2Scratch)); err != nil {
 					t.Fatalf("%s: stream %d: %v", name, j, err)
 				}
-				hide[j] = make([]uint16, tc.hide)
 				bad[j] = flip(src[j], len(src[j])/2)
 			}
 			n := len(vals[0])
-			for _, order := range [][2]int{{0, 1}, {1, 0}} {
-				out := [2][]float32{make([]float32, n), make([]float32, n)}
-				in, sc, hd := [2][]byte{src[order[0]], src[order[1]]}, [2][]float32{scale[order[0]], scale[order[1]]}, [2][]uint16{hide[0], hide[1]}
-				if j, err := rans2DecodePair(out, in, tc.per, pl, sc, hd, [2]*rans2Scratch{new(rans2Scratch), new(rans2Scratch)}, new(rans2Pair)); err != nil {
-					t.Fatalf("%s: streams %v: stream %d: %v", name, order, j, err)
+			decode := func(in [][]byte, sc [][]float32) ([][]float32, [][]uint16, int, error) {
+				out, hd, scr := make([][]float32, ns), make([][]uint16, ns), make([]*rans2Scratch, ns)
+				for j := range ns {
+					out[j], hd[j], scr[j] = make([]float32, n), make([]uint16, tc.hide), new(rans2Scratch)
 				}
-				for j, o := range order {
-					if !slices.Equal(out[j], vals[o]) || !slices.Equal(hd[j], want[o]) {
-						t.Fatalf("%s: streams %v: stream %d differs from its own decode", name, order, j)
+				j, err := rans2DecodeStreams(out, in, tc.per, pl, sc, hd, scr, new(cpu.RANSStreams))
+				return out, hd, j, err
+			}
+			for _, order := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}} {
+				var ord []int
+				for _, o := range order {
+					if o < ns {
+						ord = append(ord, o)
 					}
 				}
-				// One stream altered (then cut) at a time: the pair
-				// fails in it if and only if rans2Decode does.
-				for j := range 2 {
-					for _, alt := range [][]byte{bad[order[j]], src[order[j]][:len(src[order[j]])-2]} {
-						in2 := in
+				in, sc := make([][]byte, ns), make([][]float32, ns)
+				for j, o := range ord {
+					in[j], sc[j] = src[o], scale[o]
+				}
+				out, hd, j, err := decode(in, sc)
+				if err != nil {
+					t.Fatalf("%s: streams %v: stream %d: %v", name, ord, j, err)
+				}
+				for j, o := range ord {
+					if !slices.Equal(out[j], vals[o]) || !slices.Equal(hd[j], want[o]) {
+						t.Fatalf("%s: streams %v: stream %d differs from its own decode", name, ord, j)
+					}
+				}
+				// One stream altered (then cut) at a time: the
+				// streams fail in it if and only if rans2Decode does.
+				for j := range ns {
+					for _, alt := range [][]byte{bad[ord[j]], src[ord[j]][:len(src[ord[j]])-2]} {
+						in2 := slices.Clone(in)
 						in2[j] = alt
 						single := rans2Decode(make([]float32, n), alt, tc.per, pl, sc[j], make([]uint16, tc.hide), new(rans2Scratch))
-						got, err := rans2DecodePair(out, in2, tc.per, pl, sc, hd, [2]*rans2Scratch{new(rans2Scratch), new(rans2Scratch)}, new(rans2Pair))
+						_, _, got, err := decode(in2, sc)
 						if (err != nil) != (single != nil) || (err != nil && got != j) {
-							t.Fatalf("%s: streams %v, stream %d altered: pair error %v in stream %d, alone %v", name, order, j, err, got, single)
+							t.Fatalf("%s: streams %v, stream %d altered: error %v in stream %d, alone %v", name, ord, j, err, got, single)
 						}
 					}
 				}
@@ -290,10 +303,11 @@ func TestRANS2DecodePair(t *testing.T) {
 	}
 }
 
-// FuzzRANS2DecodePair: any two layout-2 streams decode side by side as
-// each decodes alone (values, or an error in a stream that fails alone), never
+// FuzzRANS2DecodeStreams: any layout-2 streams decode side by side (two
+// fuzzed ones, then four with two good ones around them) as each decodes
+// alone (values, or an error in a stream that fails alone), never
 // panicking or reading outside them.
-func FuzzRANS2DecodePair(f *testing.F) {
+func FuzzRANS2DecodeStreams(f *testing.F) {
 	tab, err := ecsqTables()
 	if err != nil {
 		f.Fatal(err)
@@ -306,25 +320,33 @@ func FuzzRANS2DecodePair(f *testing.F) {
 	f.Add(good, make([]byte, 4+4*rans2Lanes), uint8(0))
 	f.Fuzz(func(t *testing.T, a, b []byte, hidden uint8) {
 		h := int(hidden) % (rans2Lanes + 1)
-		src := [2][]byte{slices.Clone(a), slices.Clone(b)}
-		var want [2][]float32
-		var werr [2]error
-		for j := range 2 {
-			want[j] = make([]float32, len(syms))
-			werr[j] = rans2Decode(want[j], src[j], 64, pl, scale, make([]uint16, h), new(rans2Scratch))
-		}
-		out := [2][]float32{make([]float32, len(syms)), make([]float32, len(syms))}
-		j, err := rans2DecodePair(out, src, 64, pl, [2][]float32{scale, scale}, [2][]uint16{make([]uint16, h), make([]uint16, h)},
-			[2]*rans2Scratch{new(rans2Scratch), new(rans2Scratch)}, new(rans2Pair))
-		switch {
-		case werr[0] != nil || werr[1] != nil:
-			if err == nil || werr[j] == nil {
-				t.Fatalf("alone, stream 0 gives %v and stream 1 %v; the pair gives %v in stream %d", werr[0], werr[1], err, j)
+		for _, streams := range [][][]byte{{a, b}, {good, a, b, good}} {
+			ns := len(streams)
+			src, want, out := make([][]byte, ns), make([][]float32, ns), make([][]float32, ns)
+			werr := make([]error, ns)
+			hide, sc, scales := make([][]uint16, ns), make([]*rans2Scratch, ns), make([][]float32, ns)
+			for j := range ns {
+				src[j] = slices.Clone(streams[j])
+				want[j], out[j] = make([]float32, len(syms)), make([]float32, len(syms))
+				werr[j] = rans2Decode(want[j], src[j], 64, pl, scale, make([]uint16, h), new(rans2Scratch))
+				hide[j], sc[j], scales[j] = make([]uint16, h), new(rans2Scratch), scale
 			}
-		case err != nil:
-			t.Fatalf("the streams decode alone; the pair fails in stream %d: %v", j, err)
-		case !slices.Equal(out[0], want[0]) || !slices.Equal(out[1], want[1]):
-			t.Fatal("the pair's values differ from the streams' own")
+			j, err := rans2DecodeStreams(out, src, 64, pl, scales, hide, sc, new(cpu.RANSStreams))
+			anyErr := slices.ContainsFunc(werr, func(e error) bool { return e != nil })
+			switch {
+			case anyErr:
+				if err == nil || werr[j] == nil {
+					t.Fatalf("%d streams: alone they give %v; side by side %v in stream %d", ns, werr, err, j)
+				}
+			case err != nil:
+				t.Fatalf("%d streams: they decode alone; side by side stream %d fails: %v", ns, j, err)
+			default:
+				for j := range ns {
+					if !slices.Equal(out[j], want[j]) {
+						t.Fatalf("%d streams: stream %d's values differ from its own decode", ns, j)
+					}
+				}
+			}
 		}
 	})
 }
@@ -425,69 +447,68 @@ func TestKakeyaPCStreamLayouts(t *testing.T) {
 	}
 }
 
-// BenchmarkRANS2DecodePair times two streams like BenchmarkRANS2Decode's
-// decoded side by side (rans2DecodePair); Msym counts both.
-func BenchmarkRANS2DecodePair(b *testing.B) {
+// BenchmarkRANS2DecodeStreams times two and four streams like
+// BenchmarkRANS2Decode's decoded side by side (rans2DecodeStreams); Msym
+// counts every stream's.
+func BenchmarkRANS2DecodeStreams(b *testing.B) {
 	tab, err := ecsqTables()
 	if err != nil {
 		b.Fatal(err)
 	}
 	opts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
-	rng := rand.New(rand.NewPCG(5, 6))
-	var (
-		out   [2][]float32
-		src   [2][]byte
-		scale [2][]float32
-		hide  [2][]uint16
-		sc    [2]*rans2Scratch
-		pl    *rans2Plan
-	)
-	n := 0
-	for j := range 2 {
-		var syms []uint8
-		var tabs []*ransTable
-		syms, tabs, pl, scale[j] = rans2Case(rng, tab, opts, 44, 64)
-		src[j], _ = rans2Encode(nil, nil, syms, tabs, 64, make([]uint16, 32))
-		out[j], hide[j], sc[j] = make([]float32, len(syms)), make([]uint16, 32), new(rans2Scratch)
-		n += len(syms)
-	}
-	pr := new(rans2Pair)
-	cpu0 := cputime.Seconds()
-	for b.Loop() {
-		if _, err := rans2DecodePair(out, src, 64, pl, scale, hide, sc, pr); err != nil {
-			b.Fatal(err)
-		}
-	}
-	msym := float64(n) * float64(b.N) / 1e6
-	b.ReportMetric(msym/b.Elapsed().Seconds(), "Msym/s")
-	if cpu := cputime.Seconds() - cpu0; cpu > 0 {
-		b.ReportMetric(msym/cpu, "Msym/cpu-s")
+	for _, ns := range []int{2, 4} {
+		b.Run(fmt.Sprint(ns), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			out, src, scale := make([][]float32, ns), make([][]byte, ns), make([][]float32, ns)
+			hide, sc := make([][]uint16, ns), make([]*rans2Scratch, ns)
+			var pl *rans2Plan
+			n := 0
+			for j := range ns {
+				var syms []uint8
+				var tabs []*ransTable
+				syms, tabs, pl, scale[j] = rans2Case(rng, tab, opts, 44, 64)
+				src[j], _ = rans2Encode(nil, nil, syms, tabs, 64, make([]uint16, 32))
+				out[j], hide[j], sc[j] = make([]float32, len(syms)), make([]uint16, 32), new(rans2Scratch)
+				n += len(syms)
+			}
+			st := new(cpu.RANSStreams)
+			cpu0 := cputime.Seconds()
+			for b.Loop() {
+				if _, err := rans2DecodeStreams(out, src, 64, pl, scale, hide, sc, st); err != nil {
+					b.Fatal(err)
+				}
+			}
+			msym := float64(n) * float64(b.N) / 1e6
+			b.ReportMetric(msym/b.Elapsed().Seconds(), "Msym/s")
+			if cpu := cputime.Seconds() - cpu0; cpu > 0 {
+				b.ReportMetric(msym/cpu, "Msym/cpu-s")
+			}
+		})
 	}
 }
 
-// TestKakeyaPCPairs: KakeyaPC's pair calls (fixed-width, and entropy
-// coded in either stream layout, pairs of mixed layouts too) give the
-// one-block calls' results bit for bit, and a corrupt block in either
-// place is an error that leaves AddWeightedPair's sums as they were.
-func TestKakeyaPCPairs(t *testing.T) {
+// TestKakeyaPCBlocks: KakeyaPC's calls over several blocks (fixed-width,
+// and entropy coded in either stream layout, groups of mixed layouts too)
+// give the one-block calls' results bit for bit, and a corrupt block in
+// any place is an error that leaves AddWeightedBlocks's sums as they were.
+func TestKakeyaPCBlocks(t *testing.T) {
 	const n, d, m = 64, 64, 3
 	rng := rand.New(rand.NewPCG(9, 10))
 	st := pcStats(t, pcBlocks(rng, 24, n, d), n, d)
-	x := pcBlocks(rand.New(rand.NewPCG(9, 11)), 2, n, d)
-	cos, sin := make([]float32, 2*n*d/2), make([]float32, 2*n*d/2)
+	x := pcBlocks(rand.New(rand.NewPCG(9, 11)), MaxBlocks, n, d)
+	cos, sin := make([]float32, MaxBlocks*n*d/2), make([]float32, MaxBlocks*n*d/2)
 	for i := range cos {
 		cos[i], sin[i] = float32(math.Cos(0.01*float64(i))), float32(math.Sin(0.01*float64(i)))
 	}
-	w := make([]float32, m*2*n+n)
+	w := make([]float32, m*MaxBlocks*n)
 	for i := range w {
 		w[i] = rng.Float32()
 	}
 	codecs := map[string]*KakeyaPC{}
 	for _, name := range []string{"fixed", "ec1", "ec2"} {
 		o := DefaultKakeyaPCOptions()
-		o.Entropy, o.StreamLayout = name != "fixed", int(name[len(name)-1]-'0')
-		if name == "fixed" {
-			o.StreamLayout = 0
+		if name != "fixed" {
+			o.Entropy, o.StreamLayout = true, int(name[2]-'0')
 		}
 		k, err := NewKakeyaPC(o, st, nil)
 		if err != nil {
@@ -495,57 +516,68 @@ func TestKakeyaPCPairs(t *testing.T) {
 		}
 		codecs[name] = k
 	}
-	for _, tc := range []struct{ reader, w0, w1 string }{{"fixed", "fixed", "fixed"}, {"ec2", "ec2", "ec2"}, {"ec1", "ec1", "ec1"}, {"ec2", "ec1", "ec2"}, {"ec2", "ec2", "ec1"}} {
-		k := codecs[tc.reader]
-		var src [2][]byte
-		for j, wr := range []string{tc.w0, tc.w1} {
+	for _, tc := range []struct {
+		reader  string
+		writers []string
+	}{
+		{"fixed", []string{"fixed", "fixed"}}, {"ec2", []string{"ec2", "ec2"}}, {"ec2", []string{"ec2", "ec2", "ec2"}},
+		{"ec2", []string{"ec2", "ec2", "ec2", "ec2"}}, {"ec1", []string{"ec1", "ec1", "ec1"}}, {"ec2", []string{"ec1", "ec2"}},
+		{"ec2", []string{"ec2", "ec2", "ec1", "ec2"}}, {"ec2", []string{"ec2"}},
+	} {
+		k, nb := codecs[tc.reader], len(tc.writers)
+		src := make([][]byte, nb)
+		for j, wr := range tc.writers {
 			var err error
 			if src[j], err = codecs[wr].Encode(nil, x[j], n, d); err != nil {
 				t.Fatal(err)
 			}
 		}
-		name := fmt.Sprintf("%s reading %s, %s", tc.reader, tc.w0, tc.w1)
-		lo, hi := [2]int{5, 0}, [2]int{n, 40}
-		ws := [2][]float32{w, w[n:]}
-		var want [2][]float32
+		name := fmt.Sprintf("%s reading %v", tc.reader, tc.writers)
+		lo, hi := make([]int, nb), make([]int, nb)
+		ws, cs, ss := make([][]float32, nb), make([][]float32, nb), make([][]float32, nb)
+		want, got := make([][]float32, nb), make([][]float32, nb)
 		wantSum := make([]float32, m*d)
-		for j := range 2 {
-			want[j] = make([]float32, n*d)
-			if err := k.DecodeRotated(want[j], src[j], n, d, cos[j*n*d/2:], sin[j*n*d/2:]); err != nil {
+		for j := range nb {
+			lo[j], hi[j] = 5*(j%2), n-7*(j%3)
+			ws[j], cs[j], ss[j] = w[j*n:], cos[j*n*d/2:], sin[j*n*d/2:]
+			want[j], got[j] = make([]float32, n*d), make([]float32, n*d)
+			if err := k.DecodeRotated(want[j], src[j], n, d, cs[j], ss[j]); err != nil {
 				t.Fatalf("%s: block %d: %v", name, j, err)
 			}
-			if err := k.AddWeighted(wantSum, m, ws[j], 2*n, src[j], n, d, lo[j], hi[j]); err != nil {
+			if err := k.AddWeighted(wantSum, m, ws[j], MaxBlocks*n, src[j], n, d, lo[j], hi[j]); err != nil {
 				t.Fatalf("%s: block %d: %v", name, j, err)
 			}
 		}
-		got := [2][]float32{make([]float32, n*d), make([]float32, n*d)}
-		cs, ss := [2][]float32{cos, cos[n*d/2:]}, [2][]float32{sin, sin[n*d/2:]}
-		if err := k.DecodeRotatedPair(got, src, n, d, cs, ss); err != nil {
+		if err := k.DecodeRotatedBlocks(got, src, n, d, cs, ss); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		sum := make([]float32, m*d)
-		if err := k.AddWeightedPair(sum, m, ws, 2*n, src, n, d, lo, hi); err != nil {
+		if err := k.AddWeightedBlocks(sum, m, ws, MaxBlocks*n, src, n, d, lo, hi); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		for j := range 2 {
+		for j := range nb {
 			if !bitsEqual(got[j], want[j]) {
 				t.Fatalf("%s: block %d's rotated rows differ from DecodeRotated's", name, j)
 			}
 		}
 		if !bitsEqual(sum, wantSum) {
-			t.Fatalf("%s: the pair's sums differ from AddWeighted's", name)
+			t.Fatalf("%s: the sums differ from AddWeighted's", name)
 		}
-		for j := range 2 {
-			bad := src
+		for j := range nb {
+			bad := slices.Clone(src)
 			bad[j] = flip(src[j], len(src[j])-40)
-			if err := k.DecodeRotatedPair(got, bad, n, d, cs, ss); err == nil {
-				t.Errorf("%s: DecodeRotatedPair with block %d corrupt: no error", name, j)
+			if err := k.DecodeRotatedBlocks(got, bad, n, d, cs, ss); err == nil {
+				t.Errorf("%s: DecodeRotatedBlocks with block %d corrupt: no error", name, j)
 			}
 			before := slices.Clone(sum)
-			if err := k.AddWeightedPair(sum, m, ws, 2*n, bad, n, d, lo, hi); err == nil || !bitsEqual(sum, before) {
-				t.Errorf("%s: AddWeightedPair with block %d corrupt: %v, sums changed: %v", name, j, err, !bitsEqual(sum, before))
+			if err := k.AddWeightedBlocks(sum, m, ws, MaxBlocks*n, bad, n, d, lo, hi); err == nil || !bitsEqual(sum, before) {
+				t.Errorf("%s: AddWeightedBlocks with block %d corrupt: %v, sums changed: %v", name, j, err, !bitsEqual(sum, before))
 			}
 		}
+	}
+	k := codecs["ec2"]
+	if err := k.DecodeRotatedBlocks(make([][]float32, MaxBlocks+1), make([][]byte, MaxBlocks+1), n, d, make([][]float32, MaxBlocks+1), make([][]float32, MaxBlocks+1)); err == nil {
+		t.Errorf("%d blocks in one call: no error", MaxBlocks+1)
 	}
 }
 

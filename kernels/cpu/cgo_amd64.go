@@ -37,9 +37,10 @@ long kk_rans2_decode512(float *out, long total, long g0, const uint8_t *src, lon
 			const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale, uint32_t *x);
 long kk_rans2_decode2(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
 		      const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale, uint32_t *x);
-long kk_rans2_decode512x2(float *out0, float *out1, long total, long g0, const uint8_t *src0, long len0, const uint8_t *src1, long len1, long *pos,
-			  long per, const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
-			  const float *scale0, const float *scale1, uint32_t *xs);
+long kk_rans2_decode512xn(long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
+			  const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
+			  const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+			  const float *scale0, const float *scale1, const float *scale2, const float *scale3, uint32_t *xs);
 void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
@@ -289,12 +290,18 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 	return int(k & (1<<32 - 1)), int(k >> 32)
 }
 
-// ransDecode2PairC is RANSDecode2Pair's kernel call; RANSDecode2Pair
-// checked the extents.
-func ransDecode2PairC(out [2][]float32, g0 int, src [2][]byte, pos *[2]int, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [2][]float32, x *[2][RANSLanes]uint32) int {
-	k := C.kk_rans2_decode512x2(f32p(out[0]), f32p(out[1]), C.long(len(out[0])), C.long(g0), (*C.uint8_t)(&src[0][0]), C.long(len(src[0])),
-		(*C.uint8_t)(&src[1][0]), C.long(len(src[1])), (*C.long)(unsafe.Pointer(&pos[0])), C.long(per), (*C.uint32_t)(&ent[0]),
-		(*C.int32_t)(&entOff[0]), f32p(lv), (*C.int32_t)(&levOff[0]), (*C.int32_t)(&nsym[0]), f32p(scale[0]), f32p(scale[1]), (*C.uint32_t)(&x[0][0]))
+// ransDecode2StreamsC is RANSDecode2Streams's kernel call;
+// RANSDecode2Streams checked the extents.
+func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
+	var o [RANSMaxStreams]*C.float
+	var s [RANSMaxStreams]*C.uint8_t
+	var sc [RANSMaxStreams]*C.float
+	for j := range out {
+		o[j], s[j], sc[j] = f32p(out[j]), (*C.uint8_t)(&src[j][0]), f32p(scale[j])
+	}
+	k := C.kk_rans2_decode512xn(C.long(len(out)), o[0], o[1], o[2], o[3], C.long(len(out[0])), C.long(g0), s[0], s[1], s[2], s[3],
+		(*C.long)(unsafe.Pointer(&st.len[0])), (*C.long)(unsafe.Pointer(&st.Pos[0])), C.long(per), (*C.uint32_t)(&ent[0]),
+		(*C.int32_t)(&entOff[0]), f32p(lv), (*C.int32_t)(&levOff[0]), (*C.int32_t)(&nsym[0]), sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&st.X[0][0]))
 	return int(k)
 }
 

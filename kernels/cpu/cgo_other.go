@@ -91,6 +91,6 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 	return 0, pos
 }
 
-func ransDecode2PairC(out [2][]float32, g0 int, src [2][]byte, pos *[2]int, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [2][]float32, x *[2][RANSLanes]uint32) int {
+func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
 	return 0
 }

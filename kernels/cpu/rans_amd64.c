@@ -217,63 +217,90 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2(float *out, lon
 		p += 2 * __builtin_popcount(r_);                                                                            \
 	} while (0)
 
-// kk_rans2_decode512x2 is kk_rans2_decode512 over two streams of the same
-// tables side by side (two blocks of one codec: four dependency chains
-// where one stream has two), from the same symbol g0 of the first
-// component: stream j's symbols go to out[j], its scales are scale[j],
-// its lanes xs[j], its bytes src[j][:len[j]] from position pos[j]. It
-// decodes whole groups while each stream has 64 bytes left, and returns
-// how many symbols of each it decoded, leaving each stream's position in
-// pos and lanes in xs.
-__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode512x2(
-	float *out0, float *out1, long total, long g0, const uint8_t *src0, long len0, const uint8_t *src1, long len1, long *pos,
-	long per, const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
-	const float *scale0, const float *scale1, uint32_t *xs) {
-	__m512i xa0 = _mm512_loadu_si512(xs), xa1 = _mm512_loadu_si512(xs + 16);
-	__m512i xb0 = _mm512_loadu_si512(xs + 32), xb1 = _mm512_loadu_si512(xs + 48);
+// kk_rans2_streams is kk_rans2_decode512 over ns (2 to 4, a constant
+// once inlined) streams of the same tables side by side (blocks of one
+// codec: 2*ns dependency chains where one stream has two), from the same
+// symbol g0 of the first component: stream j's symbols go to out[j], its
+// scales are scale[j], its lanes xs[32*j:], its bytes src[j][:len[j]]
+// from position pos[j]. It decodes whole groups while each stream has 64
+// bytes left, and returns how many symbols of each it decoded, leaving
+// each stream's position in pos and lanes in xs.
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) KK_INLINE long kk_rans2_streams(const int ns, float *const *out, long total, long g0, const uint8_t *const *src, const long *len,
+				long *pos, long per, const uint32_t *ent, const int32_t *ent_off, const float *lv,
+				const int32_t *lev_off, const int32_t *nsym, const float *const *scale, uint32_t *xs) {
+	__m512i x[8];
+	long p[4];
+#pragma GCC unroll 8
+	for (int j = 0; j < 2 * ns; j++) x[j] = _mm512_loadu_si512(xs + 16 * j);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) p[j] = pos[j];
 	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm512_set1_epi32(255);
 	const __m512i word = _mm512_set1_epi32(KK_RANS_WORD), bit5 = _mm512_set1_epi32(32);
-	long pa = pos[0], pb = pos[1], k = 0;
+	long k = 0;
 	const long nc = (g0 + total) / per;
 	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
 		const int *e = (const int *)(ent + ent_off[c]);
 		const float *l = lv + lev_off[c];
-		int ns = nsym[c];
-		__m512 l0 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 16 ? 0xffff : (1u << ns) - 1), l), l1 = l0, l2 = l0, l3 = l0;
-		if (ns > 16) l1 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 32 ? 0xffff : (1u << (ns - 16)) - 1), l + 16);
-		if (ns > 32) l2 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 48 ? 0xffff : (1u << (ns - 32)) - 1), l + 32);
-		if (ns > 48) l3 = _mm512_maskz_loadu_ps((__mmask16)(ns >= 64 ? 0xffff : (1u << (ns - 48)) - 1), l + 48);
-		const __m512 sca = _mm512_set1_ps(scale0[c]), scb = _mm512_set1_ps(scale1[c]);
+		int nsy = nsym[c];
+		__m512 l0 = _mm512_maskz_loadu_ps((__mmask16)(nsy >= 16 ? 0xffff : (1u << nsy) - 1), l), l1 = l0, l2 = l0, l3 = l0;
+		if (nsy > 16) l1 = _mm512_maskz_loadu_ps((__mmask16)(nsy >= 32 ? 0xffff : (1u << (nsy - 16)) - 1), l + 16);
+		if (nsy > 32) l2 = _mm512_maskz_loadu_ps((__mmask16)(nsy >= 48 ? 0xffff : (1u << (nsy - 32)) - 1), l + 32);
+		if (nsy > 48) l3 = _mm512_maskz_loadu_ps((__mmask16)(nsy >= 64 ? 0xffff : (1u << (nsy - 48)) - 1), l + 48);
+		__m512 sc[4];
+#pragma GCC unroll 4
+		for (int j = 0; j < ns; j++) sc[j] = _mm512_set1_ps(scale[j][c]);
 		long g = g0;
 		for (; g < per; g += KK_RANS_LANES) {
-			if (pa + 2 * KK_RANS_LANES > len0 || pb + 2 * KK_RANS_LANES > len1) break;
-			__m512i ea0 = _mm512_i32gather_epi32(_mm512_and_si512(xa0, m12), e, 4);
-			__m512i ea1 = _mm512_i32gather_epi32(_mm512_and_si512(xa1, m12), e, 4);
-			__m512i eb0 = _mm512_i32gather_epi32(_mm512_and_si512(xb0, m12), e, 4);
-			__m512i eb1 = _mm512_i32gather_epi32(_mm512_and_si512(xb1, m12), e, 4);
-			KK_R2P_UPDATE(xa0, ea0);
-			KK_R2P_UPDATE(xa1, ea1);
-			KK_R2P_UPDATE(xb0, eb0);
-			KK_R2P_UPDATE(xb1, eb1);
-			KK_R2P_REFILL(xa0, src0, pa);
-			KK_R2P_REFILL(xb0, src1, pb);
-			KK_R2P_REFILL(xa1, src0, pa);
-			KK_R2P_REFILL(xb1, src1, pb);
-			__m512 v0, v1;
-			KK_R2P_LEVELS(v0, v1, _mm512_and_si512(ea0, m8), _mm512_and_si512(ea1, m8), sca);
-			_mm512_storeu_ps(out0 + at + g, v0);
-			_mm512_storeu_ps(out0 + at + g + 16, v1);
-			KK_R2P_LEVELS(v0, v1, _mm512_and_si512(eb0, m8), _mm512_and_si512(eb1, m8), scb);
-			_mm512_storeu_ps(out1 + at + g, v0);
-			_mm512_storeu_ps(out1 + at + g + 16, v1);
+			int room = 1;
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) room &= p[j] + 2 * KK_RANS_LANES <= len[j];
+			if (!room) break;
+			__m512i en[8];
+#pragma GCC unroll 8
+			for (int h = 0; h < 2 * ns; h++) en[h] = _mm512_i32gather_epi32(_mm512_and_si512(x[h], m12), e, 4);
+#pragma GCC unroll 8
+			for (int h = 0; h < 2 * ns; h++) KK_R2P_UPDATE(x[h], en[h]);
+#pragma GCC unroll 8
+			for (int h = 0; h < 2 * ns; h++) {
+				// Lanes 0-15 of every stream, then lanes 16-31.
+				int j = h % ns, q = h / ns;
+				KK_R2P_REFILL(x[2 * j + q], src[j], p[j]);
+			}
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) {
+				__m512 v0, v1;
+				const int ns = nsy;
+				KK_R2P_LEVELS(v0, v1, _mm512_and_si512(en[2 * j], m8), _mm512_and_si512(en[2 * j + 1], m8), sc[j]);
+				_mm512_storeu_ps(out[j] + at + g, v0);
+				_mm512_storeu_ps(out[j] + at + g + 16, v1);
+			}
 		}
 		k += g - g0;
 		if (g < per) break;
 	}
-	_mm512_storeu_si512(xs, xa0);
-	_mm512_storeu_si512(xs + 16, xa1);
-	_mm512_storeu_si512(xs + 32, xb0);
-	_mm512_storeu_si512(xs + 48, xb1);
-	pos[0] = pa, pos[1] = pb;
+#pragma GCC unroll 8
+	for (int j = 0; j < 2 * ns; j++) _mm512_storeu_si512(xs + 16 * j, x[j]);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) pos[j] = p[j];
 	return k;
+}
+
+// kk_rans2_decode512xn is kk_rans2_streams for ns = 2, 3 or 4 streams, the
+// unused ones' pointers null.
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode512xn(
+	long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
+	const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
+	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *scale0, const float *scale1, const float *scale2, const float *scale3, uint32_t *xs) {
+	float *const out[4] = {out0, out1, out2, out3};
+	const uint8_t *const src[4] = {src0, src1, src2, src3};
+	const float *const scale[4] = {scale0, scale1, scale2, scale3};
+	switch (ns) {
+	case 2:
+		return kk_rans2_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	case 3:
+		return kk_rans2_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	default:
+		return kk_rans2_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	}
 }

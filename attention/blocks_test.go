@@ -13,7 +13,7 @@ import (
 	"github.com/kakeya-ai/kakeya/kvcache"
 )
 
-// onePerCall hides a KakeyaPC's PairDecoder, forcing block-by-block calls.
+// onePerCall hides a KakeyaPC's BlocksDecoder, forcing block-by-block calls.
 type onePerCall struct{ k *codec.KakeyaPC }
 
 func (o onePerCall) Name() string { return o.k.Name() }
@@ -30,28 +30,32 @@ func (o onePerCall) AddWeighted(dst []float32, m int, w []float32, wStride int, 
 	return o.k.AddWeighted(dst, m, w, wStride, src, n, d, lo, hi)
 }
 
-// pairCounter is a KakeyaPC counting its pair calls.
-type pairCounter struct {
+// blocksCounter is a KakeyaPC counting its calls over several blocks and
+// the blocks they take.
+type blocksCounter struct {
 	*codec.KakeyaPC
-	keys, values *atomic.Int64
+	keys, values, blocks *atomic.Int64
 }
 
-func (p pairCounter) DecodeRotatedPair(dst [2][]float32, src [2][]byte, n, d int, cos, sin [2][]float32) error {
+func (p blocksCounter) DecodeRotatedBlocks(dst [][]float32, src [][]byte, n, d int, cos, sin [][]float32) error {
 	p.keys.Add(1)
-	return p.KakeyaPC.DecodeRotatedPair(dst, src, n, d, cos, sin)
+	p.blocks.Add(int64(len(src)))
+	return p.KakeyaPC.DecodeRotatedBlocks(dst, src, n, d, cos, sin)
 }
 
-func (p pairCounter) AddWeightedPair(dst []float32, m int, w [2][]float32, wStride int, src [2][]byte, n, d int, lo, hi [2]int) error {
+func (p blocksCounter) AddWeightedBlocks(dst []float32, m int, w [][]float32, wStride int, src [][]byte, n, d int, lo, hi []int) error {
 	p.values.Add(1)
-	return p.KakeyaPC.AddWeightedPair(dst, m, w, wStride, src, n, d, lo, hi)
+	p.blocks.Add(int64(len(src)))
+	return p.KakeyaPC.AddWeightedBlocks(dst, m, w, wStride, src, n, d, lo, hi)
 }
 
-// TestForwardPairs: attention taking blocks two at a time through a
-// PairDecoder (kakeya-pc fixed-width, and entropy coded in both stream
-// layouts) gives the block-by-block calls' outputs bit for bit, one
-// query at a time and a whole prefill, with windows that start inside
-// encoded blocks; a corrupt block's key or value is an error naming it.
-func TestForwardPairs(t *testing.T) {
+// TestForwardBlocks: attention taking blocks up to codec.MaxBlocks at a
+// time through a BlocksDecoder (kakeya-pc fixed-width, and entropy coded
+// in both stream layouts) gives the block-by-block calls' outputs bit for
+// bit, one query at a time and a whole prefill, with windows that start
+// inside encoded blocks; a corrupt block's key or value is an error
+// naming it.
+func TestForwardBlocks(t *testing.T) {
 	be := newBackend(2)
 	defer be.Close()
 	const total, maxCtx, bs, d = 150, 160, 16, 32
@@ -105,16 +109,16 @@ func TestForwardPairs(t *testing.T) {
 				}
 				return out, kc, a
 			}
-			var keys, values atomic.Int64
-			got, kc, a := run(pairCounter{pc, &keys, &values})
+			var keys, values, blocks atomic.Int64
+			got, kc, a := run(blocksCounter{pc, &keys, &values, &blocks})
 			want, _, _ := run(onePerCall{pc})
 			for i := range want {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("%s: output %d = %v in pairs, %v block by block", name, i, got[i], want[i])
 				}
 			}
-			if keys.Load() == 0 || values.Load() == 0 {
-				t.Fatalf("%s: %d key and %d value pair calls", name, keys.Load(), values.Load())
+			if calls := keys.Load() + values.Load(); keys.Load() == 0 || values.Load() == 0 || blocks.Load() < 2*calls || p.Window == 0 && blocks.Load() <= 3*calls {
+				t.Fatalf("%s: %d key and %d value calls over %d blocks", name, keys.Load(), values.Load(), blocks.Load())
 			}
 			// A corrupt key block, then a corrupt value block: the
 			// error names it.
