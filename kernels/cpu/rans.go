@@ -66,12 +66,11 @@ const RANSMaxStreams = 4
 // from symbol g0 of the first component, as RANSDecode2. It decodes the
 // same whole groups of every stream while each has a group's 64 bytes
 // left, and returns how many symbols of each it decoded, leaving the
-// streams' positions in st.Pos; without a kernel for several streams
-// (AVX-512 only) it returns 0 and the caller decodes each with
-// RANSDecode2.
+// streams' positions in st.Pos; without the kernels (AVX-512 or AVX2)
+// it returns 0 and the caller decodes each with RANSDecode2.
 func RANSDecode2Streams(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
 	ns, n := len(out), len(out[0])
-	if !hasAVX512 || ns < 2 || ns > RANSMaxStreams || len(src) != ns || len(scale) != ns || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || n == 0 || (g0+n)%per != 0 {
+	if (!hasAVX512 && !hasAVX2C) || ns < 2 || ns > RANSMaxStreams || len(src) != ns || len(scale) != ns || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || n == 0 || (g0+n)%per != 0 {
 		return 0
 	}
 	c := (g0 + n) / per

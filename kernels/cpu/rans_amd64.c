@@ -304,3 +304,83 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode
 		return kk_rans2_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
 	}
 }
+
+// kk_rans2_streams2 is kk_rans2_decode2 (AVX2) over ns streams side by
+// side, as kk_rans2_streams: 4*ns chains of 8 lanes.
+__attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2_streams2(
+	const int ns, float *const *out, long total, long g0, const uint8_t *const *src, const long *len, long *pos, long per,
+	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *const *scale, uint32_t *xs) {
+	__m256i x[16], v[16];
+	long p[4];
+#pragma GCC unroll 16
+	for (int j = 0; j < 4 * ns; j++) x[j] = _mm256_loadu_si256((const __m256i *)(xs + 8 * j));
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) p[j] = pos[j];
+	const __m256i m12 = _mm256_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm256_set1_epi32(255);
+	const __m256i zero = _mm256_setzero_si256();
+	long k = 0;
+	const long nc = (g0 + total) / per;
+	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
+		const int *e = (const int *)(ent + ent_off[c]);
+		const float *l = lv + lev_off[c];
+		const int nsy = nsym[c];
+		const __m256 l0 = _mm256_maskload_ps(l, _mm256_cmpgt_epi32(_mm256_set1_epi32(nsy), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+		long g = g0;
+		for (; g < per; g += KK_RANS_LANES) {
+			int room = 1;
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) room &= p[j] + 2 * KK_RANS_LANES <= len[j];
+			if (!room) break;
+#pragma GCC unroll 16
+			for (int h = 0; h < 4 * ns; h++) {
+				const int j = h / 4, q = h % 4;
+				const __m256 sc = _mm256_set1_ps(scale[j][c]);
+				__m256i e_ = _mm256_i32gather_epi32(e, _mm256_and_si256(x[h], m12), 4);
+				__m256i s_ = _mm256_and_si256(e_, m8);
+				x[h] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(e_, 8), m12),
+									   _mm256_srli_epi32(x[h], KK_RANS_SCALE)),
+							_mm256_srli_epi32(e_, 20));
+				__m256 v_ = nsy <= 8 ? _mm256_permutevar8x32_ps(l0, s_) : _mm256_i32gather_ps(l, s_, 4);
+				_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_mul_ps(v_, sc));
+				v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
+			}
+#pragma GCC unroll 16
+			for (int h = 0; h < 4 * ns; h++) {
+				// Lanes 0-7 of every stream, then 8-15, ...
+				const int j = h % ns, q = h / ns, i = 4 * j + q;
+				int m_ = _mm256_movemask_ps(_mm256_castsi256_ps(v[i]));
+				__m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src[j] + p[j])));
+				w_ = _mm256_permutevar8x32_epi32(w_, _mm256_loadu_si256((const __m256i *)kk_rans2_expand[m_]));
+				x[i] = _mm256_blendv_epi8(x[i], _mm256_or_si256(_mm256_slli_epi32(x[i], 16), w_), v[i]);
+				p[j] += 2 * __builtin_popcount(m_);
+			}
+		}
+		k += g - g0;
+		if (g < per) break;
+	}
+#pragma GCC unroll 16
+	for (int j = 0; j < 4 * ns; j++) _mm256_storeu_si256((__m256i *)(xs + 8 * j), x[j]);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) pos[j] = p[j];
+	return k;
+}
+
+// kk_rans2_decode2xn is kk_rans2_decode512xn with AVX2.
+__attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2xn(
+	long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
+	const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
+	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *scale0, const float *scale1, const float *scale2, const float *scale3, uint32_t *xs) {
+	float *const out[4] = {out0, out1, out2, out3};
+	const uint8_t *const src[4] = {src0, src1, src2, src3};
+	const float *const scale[4] = {scale0, scale1, scale2, scale3};
+	switch (ns) {
+	case 2:
+		return kk_rans2_streams2(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	case 3:
+		return kk_rans2_streams2(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	default:
+		return kk_rans2_streams2(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	}
+}
