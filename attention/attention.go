@@ -9,6 +9,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
 	kern "github.com/kakeya-ai/kakeya/kernels/cpu"
 )
@@ -35,6 +36,15 @@ type scratch struct {
 	q, o   []float32 // a chunk's query and output rows, [queryChunk][group][HeadDim]
 	dec    []float32 // a decoded block
 	rot    []float32 // the block's keys after RoPE
+	rots   []float32 // codec.MaxBlocks blocks' keys after RoPE, when decoded at once
+	// A BlocksDecoder call's arguments, here rather than on the stack,
+	// where an interface call would move them to the heap each time.
+	bParts   [codec.MaxBlocks]*part
+	bDst     [codec.MaxBlocks][]float32
+	bSrc     [codec.MaxBlocks][]byte
+	bCos     [codec.MaxBlocks][]float32
+	bSin     [codec.MaxBlocks][]float32
+	bLo, bHi [codec.MaxBlocks]int
 }
 
 // A Scratch is the scratch memory of the attentions of one shape (query
@@ -65,6 +75,7 @@ func NewScratch(pool *kern.Pool, p compute.AttentionParams) *Scratch {
 			o:      make([]float32, queryChunk*group*p.HeadDim),
 			dec:    make([]float32, p.BlockSize*p.HeadDim),
 			rot:    make([]float32, p.BlockSize*p.HeadDim),
+			rots:   make([]float32, codec.MaxBlocks*p.BlockSize*p.HeadDim),
 		}
 	}
 	return s
@@ -208,6 +219,18 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 	// tiled kernel call per block.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		if nb := t.rotatedBlocks(s, g, b, kEnd); nb > 1 {
+			// Blocks b to b+nb-1 decoded at once (rows from 0 after b).
+			for j := range nb {
+				bj := b + j
+				r1 = min(bs, kEnd-bj*bs)
+				rot := s.rots[j*bs*d:]
+				kern.ScoreBlock(sc[bj*bs+r0:], stride, qs, m, rot[r0*d:r1*d], r1-r0, d, a.scale)
+				r0 = 0
+			}
+			b += nb - 1
+			continue
+		}
 		if err := t.rotatedKeys(s, g, b, r0, r1); err != nil {
 			return err
 		}
@@ -237,7 +260,12 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 		p0 := b*bs + r0
 		if i1-i0 == 1 {
 			// One query (decode): a codec that sums encoded rows itself
-			// skips reconstructing every value row of the block.
+			// skips reconstructing every value row of the block, and
+			// one that does several blocks at once takes them so.
+			if nb := t.combineBlocks(s, os, sc, stride, g, b, r0, kEnd); nb > 1 {
+				b += nb - 1
+				continue
+			}
 			done, err := t.combine(os, sc, stride, g, b, r0, r1)
 			if err != nil {
 				return err
@@ -281,6 +309,77 @@ func (t *task) rotatedKeys(s *scratch, g, b, r0, r1 int) error {
 	p0 := b*bs + r0
 	kern.RoPEBlock(s.rot[r0*d:r1*d], kb[r0*d:r1*d], t.cos[p0*half:], t.sin[p0*half:], r1-r0, d)
 	return nil
+}
+
+// blocksOf sets s.bParts to the parts of KV head g's keys (kv 0) or
+// values (kv 1) from block b on, while they are encoded by one
+// BlocksDecoder, hold keys before kEnd and number at most
+// codec.MaxBlocks, and returns the decoder and how many; fewer than 2 is
+// no group.
+func (t *task) blocksOf(s *scratch, g, b, kv, kEnd int) (codec.BlocksDecoder, int) {
+	bs := t.a.blockSize
+	p0, ok := t.kv.Part(g, b, kv).(*part)
+	if !ok || p0.multi == nil {
+		return nil, 0
+	}
+	s.bParts[0] = p0
+	nb := 1
+	for ; nb < codec.MaxBlocks && (b+nb)*bs < kEnd; nb++ {
+		p, ok := t.kv.Part(g, b+nb, kv).(*part)
+		if !ok || p.dec != p0.dec {
+			break
+		}
+		s.bParts[nb] = p
+	}
+	return p0.multi, nb
+}
+
+// rotatedBlocks sets s.rots to the whole rotated keys of KV head g's
+// blocks from b on in one call where a BlocksDecoder encodes several and
+// the RoPE tables cover them, and returns how many; 0 where it did not.
+// On an error it returns 0, and rotatedKeys, block by block, returns the
+// error naming the block.
+func (t *task) rotatedBlocks(s *scratch, g, b, kEnd int) int {
+	bs, d, half := t.a.blockSize, t.a.p.HeadDim, t.a.p.HeadDim/2
+	bd, nb := t.blocksOf(s, g, b, 0, kEnd)
+	if nb < 2 {
+		return 0
+	}
+	nb = min(nb, len(t.cos)/(bs*half)-b, len(t.sin)/(bs*half)-b)
+	if nb < 2 {
+		return 0
+	}
+	for j := range nb {
+		lo, hi := (b+j)*bs*half, (b+j+1)*bs*half
+		s.bDst[j], s.bSrc[j], s.bCos[j], s.bSin[j] = s.rots[j*bs*d:(j+1)*bs*d], s.bParts[j].enc, t.cos[lo:hi], t.sin[lo:hi]
+	}
+	if err := bd.DecodeRotatedBlocks(s.bDst[:nb], s.bSrc[:nb], bs, d, s.bCos[:nb], s.bSin[:nb]); err != nil {
+		return 0
+	}
+	return nb
+}
+
+// combineBlocks is combine for KV head g's blocks from b on (rows from r0
+// in b, from 0 after, before key position kEnd) in one call where a
+// BlocksDecoder encodes several, and returns how many; 0 where it did
+// not. On an error it returns 0 with o as it was, and combine, block by
+// block, returns the error naming the block.
+func (t *task) combineBlocks(s *scratch, o, sc []float32, stride, g, b, r0, kEnd int) int {
+	bd, nb := t.blocksOf(s, g, b, 1, kEnd)
+	if nb < 2 {
+		return 0
+	}
+	a := t.a
+	d, bs, G := a.p.HeadDim, a.blockSize, a.group
+	for j := range nb {
+		bj := b + j
+		s.bDst[j], s.bSrc[j], s.bLo[j], s.bHi[j] = sc[bj*bs:], s.bParts[j].enc, r0, min(bs, kEnd-bj*bs)
+		r0 = 0
+	}
+	if err := bd.AddWeightedBlocks(o, G, s.bDst[:nb], stride, s.bSrc[:nb], bs, d, s.bLo[:nb], s.bHi[:nb]); err != nil {
+		return 0
+	}
+	return nb
 }
 
 // rowsOf returns the keys (kv 0) or values (kv 1) of block b of KV head g

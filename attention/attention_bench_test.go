@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
@@ -48,6 +50,80 @@ func BenchmarkDecodeCompressed(b *testing.B) {
 			benchDecode(b, ctx, bs, policy)
 		})
 	}
+}
+
+// BenchmarkDecodeInterleaved is BenchmarkDecodeCompressed's plain,
+// kakeya-pc, kakeya-pc:ec=true and kvtc:rate=2.5 caches timed query by
+// query in turn, in one process, so that a loaded machine's drift falls
+// on all alike: each reports the median and the least wall time of its
+// queries (b.N each), and the ratio of the medians to kakeya-pc's
+// (format 8). The least time is the one the other load disturbed least.
+func BenchmarkDecodeInterleaved(b *testing.B) {
+	const ctx, bs = 2048, 64
+	specs := []string{"plain", "kakeya-pc", "kakeya-pc:ec=true", "kvtc:rate=2.5"}
+	p := compute.AttentionParams{Heads: 14, KVHeads: 2, HeadDim: 64}
+	be := newBackend(0)
+	defer be.Close()
+	r := rand.New(rand.NewPCG(1, 1))
+	kv := make([]float32, ctx*2*64)
+	for i := range kv {
+		kv[i] = float32(r.NormFloat64())
+	}
+	cos, sin := ropeTables(ctx, 64)
+	cb, sb := compute.Wrap(cos), compute.Wrap(sin)
+	q, out := compute.Wrap(kv[:14*64]), compute.Wrap(make([]float32, 14*64))
+	var (
+		layers []compute.KVLayer
+		atts   []compute.Attention
+	)
+	for _, spec := range specs {
+		var policy kvcache.Policy
+		if spec != "plain" {
+			cd, err := codec.Parse(spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if cd, err = codec.NewKakeyaPC(cd.(*codec.KakeyaPC).Options(), benchPCStats(64), nil); err != nil {
+				b.Fatal(err)
+			}
+			policy = kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{cd}, V: cd}}}
+		}
+		c, err := newCache(be, 2, 64, bs, ctx, policy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Append(0, compute.Wrap(kv), compute.Wrap(kv), ctx); err != nil {
+			b.Fatal(err)
+		}
+		a, err := newAttention(be, p, bs, ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		layers, atts = append(layers, c.Layer(0)), append(atts, a)
+	}
+	times := make([][]float64, len(specs))
+	b.ResetTimer()
+	for range b.N {
+		for i, a := range atts {
+			t0 := time.Now()
+			if err := a.Forward(out, q, 1, ctx-1, layers[i], cb, sb); err != nil {
+				b.Fatal(err)
+			}
+			times[i] = append(times[i], float64(time.Since(t0).Microseconds()))
+		}
+	}
+	b.StopTimer()
+	med := make([]float64, len(specs))
+	for i, spec := range specs {
+		slices.Sort(times[i])
+		med[i] = times[i][len(times[i])/2]
+		b.ReportMetric(med[i], spec+"-us")
+		b.ReportMetric(times[i][0], spec+"-min-us")
+	}
+	for i := 2; i < len(specs); i++ {
+		b.ReportMetric(med[i]/med[1], specs[i]+"/kakeya-pc")
+	}
+	b.ReportMetric(med[1]/med[0], "kakeya-pc/plain")
 }
 
 // benchDecode times one query token at position ctx-1 over a cache of ctx

@@ -18,8 +18,9 @@ type part struct {
 	dec   compute.Decoder // nil while hot
 	// The fast paths dec declares, resolved once when the part is
 	// encoded: nil where its codec has none.
-	rot  codec.RotaryDecoder
-	comb codec.RowCombiner
+	rot   codec.RotaryDecoder
+	comb  codec.RowCombiner
+	multi codec.BlocksDecoder
 }
 
 func (p *part) Encoded() bool { return p.dec != nil }
@@ -68,7 +69,7 @@ func (s *store) NewPart() (compute.Part, error) {
 	} else {
 		p = new(part)
 	}
-	p.enc, p.dec, p.rot, p.comb = p.enc[:0], nil, nil, nil
+	p.enc, p.dec, p.rot, p.comb, p.multi = p.enc[:0], nil, nil, nil, nil
 	n := s.rows * s.d
 	if s.bf16 {
 		if k := len(s.free16); k > 0 {
@@ -129,6 +130,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	pt.enc, pt.dec = append(pt.enc[:0], enc...), dec
 	pt.rot, _ = dec.(codec.RotaryDecoder)
 	pt.comb, _ = dec.(codec.RowCombiner)
+	pt.multi, _ = dec.(codec.BlocksDecoder)
 	s.releaseHot(pt)
 	return nil
 }
@@ -136,7 +138,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 func (s *store) Release(p compute.Part) {
 	pt := own(p)
 	s.releaseHot(pt)
-	pt.dec, pt.rot, pt.comb = nil, nil, nil
+	pt.dec, pt.rot, pt.comb, pt.multi = nil, nil, nil, nil
 	s.parts = append(s.parts, pt)
 }
 

@@ -27,6 +27,27 @@ type RotaryDecoder interface {
 	DecodeRotated(dst []float32, src []byte, n, d int, cos, sin []float32) error
 }
 
+// A BlocksDecoder is a RotaryDecoder and RowCombiner that does the work
+// of up to MaxBlocks blocks in one call, which lets it interleave their
+// decodes: an entropy-coded stream is a chain of dependent steps that one
+// block alone leaves the core waiting on. Each block's result is its
+// one-block call's bit for bit, the blocks' sums added to dst in their
+// order. An error leaves AddWeightedBlocks's dst as it was, and need not
+// say which block it is in: the one-block calls do.
+type BlocksDecoder interface {
+	RotaryDecoder
+	RowCombiner
+	// DecodeRotatedBlocks is DecodeRotated of src[j] into dst[j] with
+	// cos[j] and sin[j], for each j < len(src).
+	DecodeRotatedBlocks(dst [][]float32, src [][]byte, n, d int, cos, sin [][]float32) error
+	// AddWeightedBlocks is AddWeighted of src[j] with weights w[j] over
+	// rows [lo[j], hi[j]), for j = 0, 1, ... in turn.
+	AddWeightedBlocks(dst []float32, m int, w [][]float32, wStride int, src [][]byte, n, d int, lo, hi []int) error
+}
+
+// MaxBlocks is the most blocks a BlocksDecoder call takes.
+const MaxBlocks = 4
+
 // A RowCombiner is a Codec that adds weighted sums of an encoded block's
 // rows without decoding each row: attention's probability-weighted sum of
 // values is such a sum.

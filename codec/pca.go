@@ -423,6 +423,13 @@ type pcScratch struct {
 	r2    rans2Scratch       // layout 2: the lanes' states and the stream's tail (here, not on the stack, for the kernel's pointers)
 	hid2  [rans2Lanes]uint16 // layout 2: the payloads decoded
 	ans   []byte             // Encode with entropy coding: the stream, built from its end
+	multi cpu.RANSStreams    // parseBlocks: the streams' lanes and positions, in the first block's scratch
+	// What parseFields found for decodeCodes: the codes' bytes (in the
+	// block, cleared once decoded), the stream layout and how many means
+	// the lanes carry.
+	stream []byte
+	param  byte
+	hidden int
 }
 
 // pcLayout is kakeya_pc's parameter byte: the code layout. 1 is the
@@ -868,10 +875,10 @@ func (k *KakeyaPC) packPlanes(dst []byte, codes []uint8, n int) []byte {
 	return dst
 }
 
-// parse checks src and leaves in sc.base the block's constant row μ +
-// Σ_j m_j u_j over the stored means, and in sc.lat (C x n) each coded
-// component's latents, scale times level, one component per row.
-func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
+// parseFields checks src's header and fields, reads its means and
+// scales into sc, and leaves in sc its codes' bytes, stream layout
+// (param) and the means its lanes carry (hidden), for decodeCodes.
+func (k *KakeyaPC) parseFields(sc *pcScratch, src []byte, n, d int) error {
 	const name = "kakeya-pc"
 	if err := k.ready(n, d); err != nil {
 		return err
@@ -926,26 +933,105 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 	// The coded components' means are in the base row; their latents are
 	// the scaled levels alone. AddWeighted fills the rows past them.
 	sc.lat = growF32(sc.lat, pcLatRows(c)*n)
-	codes := src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
+	sc.stream = src[l.Off(pcCodes) : l.Off(pcCodes)+l.Len(pcCodes)]
+	sc.param, sc.hidden = param, hidden
+	return nil
+}
+
+// parse checks src and leaves in sc.base the block's constant row μ +
+// Σ_j m_j u_j over the stored means, and in sc.lat (C x n) each coded
+// component's latents, scale times level, one component per row.
+func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
+	if err := k.parseFields(sc, src, n, d); err != nil {
+		return err
+	}
+	err := k.decodeCodes(sc, n)
+	sc.stream = nil // the block's bytes, not to be kept in the pool
+	if err != nil {
+		return err
+	}
+	k.setBase(sc, d)
+	return nil
+}
+
+// parseBlocks is parse of up to MaxBlocks blocks, whose layout-2
+// streams, if all are, it decodes side by side (rans2DecodeStreams); it
+// returns which block an error is in.
+func (k *KakeyaPC) parseBlocks(sc []*pcScratch, src [][]byte, n, d int) (int, error) {
+	defer func() {
+		for _, s := range sc {
+			s.stream = nil
+		}
+	}()
+	all2 := len(sc) > 1
+	for j := range sc {
+		if err := k.parseFields(sc[j], src[j], n, d); err != nil {
+			return j, err
+		}
+		all2 = all2 && sc[j].param == pcECLayout2
+	}
+	if all2 {
+		var (
+			out   [MaxBlocks][]float32
+			codes [MaxBlocks][]byte
+			scale [MaxBlocks][]float32
+			hide  [MaxBlocks][]uint16
+			r2    [MaxBlocks]*rans2Scratch
+		)
+		c := len(k.width)
+		for j, s := range sc {
+			out[j], codes[j], scale[j], hide[j], r2[j] = s.lat[:c*n], s.stream, s.scale, s.hid2[:s.hidden], &s.r2
+		}
+		ns := len(sc)
+		j, err := rans2DecodeStreams(out[:ns], codes[:ns], n, &k.plan2, scale[:ns], hide[:ns], r2[:ns], &sc[0].multi)
+		if err != nil {
+			return j, fmt.Errorf("codec: kakeya-pc: %w", err)
+		}
+		for j := range sc {
+			if err := sc[j].hiddenMeans(); err != nil {
+				return j, fmt.Errorf("codec: kakeya-pc: %w", err)
+			}
+		}
+	} else {
+		for j := range sc {
+			if err := k.decodeCodes(sc[j], n); err != nil {
+				return j, err
+			}
+		}
+	}
+	for j := range sc {
+		k.setBase(sc[j], d)
+	}
+	return 0, nil
+}
+
+// decodeCodes sets sc.lat's rows from the codes parseFields found.
+func (k *KakeyaPC) decodeCodes(sc *pcScratch, n int) error {
+	const name = "kakeya-pc"
 	switch {
-	case param == pcECLayout2:
-		if err := k.decodeStream2(sc, codes, n, hidden); err != nil {
+	case sc.param == pcECLayout2:
+		if err := k.decodeStream2(sc, sc.stream, n, sc.hidden); err != nil {
 			return fmt.Errorf("codec: %s: %w", name, err)
 		}
 	case k.opt.Entropy:
-		if err := k.decodeStream(sc, codes, n); err != nil {
+		if err := k.decodeStream(sc, sc.stream, n); err != nil {
 			return fmt.Errorf("codec: %s: %w", name, err)
 		}
 	default:
-		cpu.UnpackPlanes(sc.lat, n, n, codes, k.width, sc.scale, &k.tab.plane)
+		cpu.UnpackPlanes(sc.lat, n, n, sc.stream, k.width, sc.scale, &k.tab.plane)
 	}
-	// One MixBlock row over the means' rows sums them in order.
+	return nil
+}
+
+// setBase sets sc.base, the block's constant row, from its means: one
+// MixBlock row over the means' rows sums them in order.
+func (k *KakeyaPC) setBase(sc *pcScratch, d int) {
+	mc := len(k.meanIdx)
 	sc.base = growF32(sc.base, d)
 	copy(sc.base, k.mean)
 	if mc > 0 {
 		cpu.MixBlock(sc.base, 1, sc.means, mc, k.meanRows, mc, d)
 	}
-	return nil
 }
 
 // decodeStream sets sc.lat's rows from an entropy-coded stream, whose
@@ -966,11 +1052,16 @@ func (k *KakeyaPC) decodeStream(sc *pcScratch, codes []byte, n int) error {
 // hidden lanes carry the first hidden stored means, which it sets in
 // sc.means.
 func (k *KakeyaPC) decodeStream2(sc *pcScratch, codes []byte, n, hidden int) error {
-	hide := sc.hid2[:hidden]
-	if err := rans2Decode(sc.lat[:len(k.width)*n], codes, n, &k.plan2, sc.scale, hide, &sc.r2); err != nil {
+	if err := rans2Decode(sc.lat[:len(k.width)*n], codes, n, &k.plan2, sc.scale, sc.hid2[:hidden], &sc.r2); err != nil {
 		return err
 	}
-	for i, h := range hide {
+	return sc.hiddenMeans()
+}
+
+// hiddenMeans sets the first sc.hidden means from the payloads a layout-2
+// stream's lanes carried.
+func (sc *pcScratch) hiddenMeans() error {
+	for i, h := range sc.hid2[:sc.hidden] {
 		v := tensor.F16ToF32(h)
 		if !finite32(v) {
 			return fmt.Errorf("component mean %d (in lane %d's state) is %v", i, i, v)
@@ -1026,8 +1117,14 @@ func (k *KakeyaPC) AddWeighted(dst []float32, m int, w []float32, wStride int, s
 	if err := k.parse(sc, src, n, d); err != nil {
 		return err
 	}
+	k.addWeighted(sc, dst, m, w, wStride, n, d, lo, hi)
+	return nil
+}
+
+// addWeighted is AddWeighted's sums over the block parse left in sc.
+func (k *KakeyaPC) addWeighted(sc *pcScratch, dst []float32, m int, w []float32, wStride int, n, d, lo, hi int) {
 	if m == 0 || hi == lo {
-		return nil
+		return
 	}
 	// The latents turned row-major (n x q), each row's C latents followed
 	// by a 1 for the constant row and zeros, so acc (m x q) = w·lat sums
@@ -1045,6 +1142,73 @@ func (k *KakeyaPC) AddWeighted(dst []float32, m int, w []float32, wStride int, s
 	cpu.MixBlock(sc.acc, m, w[lo:], wStride, sc.rows[lo*q:], hi-lo, q)
 	cpu.MixBlock(dst, m, sc.acc, q, k.coded, c, d)
 	cpu.MixBlock(dst, m, sc.acc[c:], q, sc.base, 1, d)
+}
+
+// scratches returns n scratches from the pool in sc's first n, which it
+// returns.
+func (k *KakeyaPC) scratches(sc *[MaxBlocks]*pcScratch, n int) []*pcScratch {
+	for j := range n {
+		sc[j] = k.scratch()
+	}
+	return sc[:n]
+}
+
+// DecodeRotatedBlocks implements BlocksDecoder: DecodeRotated of each
+// block, their layout-2 streams decoded side by side.
+func (k *KakeyaPC) DecodeRotatedBlocks(dst [][]float32, src [][]byte, n, d int, cos, sin [][]float32) error {
+	nb := len(src)
+	if nb == 0 || nb > MaxBlocks || len(dst) != nb || len(cos) != nb || len(sin) != nb {
+		return fmt.Errorf("codec: kakeya-pc: %d blocks (at most %d) into %d destinations with %d and %d RoPE tables", nb, MaxBlocks, len(dst), len(cos), len(sin))
+	}
+	for j := range nb {
+		if d%2 != 0 || len(cos[j]) < n*d/2 || len(sin[j]) < n*d/2 {
+			return fmt.Errorf("codec: kakeya-pc: RoPE of %d rows of %d values with %d cosines and %d sines", n, d, len(cos[j]), len(sin[j]))
+		}
+		if err := checkShape("kakeya-pc", n, d, len(dst[j]), "destination"); err != nil {
+			return err
+		}
+	}
+	var arr [MaxBlocks]*pcScratch
+	sc := k.scratches(&arr, nb)
+	defer func() {
+		for _, s := range sc {
+			k.pool.Put(s)
+		}
+	}()
+	if _, err := k.parseBlocks(sc, src, n, d); err != nil {
+		return err
+	}
+	for j := range nb {
+		cpu.MixBlockTRoPE(dst[j], n, sc[j].base, sc[j].lat, n, k.coded, len(k.codedIdx), d, cos[j], sin[j])
+	}
+	return nil
+}
+
+// AddWeightedBlocks implements BlocksDecoder: AddWeighted of each block in
+// turn, their layout-2 streams decoded side by side first.
+func (k *KakeyaPC) AddWeightedBlocks(dst []float32, m int, w [][]float32, wStride int, src [][]byte, n, d int, lo, hi []int) error {
+	nb := len(src)
+	if nb == 0 || nb > MaxBlocks || len(w) != nb || len(lo) != nb || len(hi) != nb {
+		return fmt.Errorf("codec: kakeya-pc: %d blocks (at most %d) with %d weights and %d, %d row ranges", nb, MaxBlocks, len(w), len(lo), len(hi))
+	}
+	for j := range nb {
+		if err := checkCombine("kakeya-pc", dst, m, w[j], wStride, n, d, lo[j], hi[j]); err != nil {
+			return err
+		}
+	}
+	var arr [MaxBlocks]*pcScratch
+	sc := k.scratches(&arr, nb)
+	defer func() {
+		for _, s := range sc {
+			k.pool.Put(s)
+		}
+	}()
+	if _, err := k.parseBlocks(sc, src, n, d); err != nil {
+		return err
+	}
+	for j := range nb {
+		k.addWeighted(sc[j], dst, m, w[j], wStride, n, d, lo[j], hi[j])
+	}
 	return nil
 }
 

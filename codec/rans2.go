@@ -99,21 +99,107 @@ type rans2Scratch struct {
 // that ends early, holds bytes past its last symbol, or leaves a lane's
 // state outside what the encoder could have started from.
 func rans2Decode(out []float32, src []byte, per int, pl *rans2Plan, scale []float32, hide []uint16, sc *rans2Scratch) error {
-	if per <= 0 || len(out)%per != 0 || len(out)/per != len(pl.entOff) || len(scale) < len(pl.entOff) {
-		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", len(out), per, len(pl.entOff))
+	if err := rans2Check(len(out), per, pl, scale); err != nil {
+		return err
 	}
-	x := &sc.x
-	pos, err := rans2Start(src, x)
+	pos, err := rans2Start(src, &sc.x)
 	if err != nil {
 		return err
 	}
-	k := 0
+	return rans2Rest(out, 0, src, pos, per, pl, scale, hide, sc)
+}
+
+// rans2Check checks a decode's symbol count and scales against its plan.
+func rans2Check(n, per int, pl *rans2Plan, scale []float32) error {
+	if per <= 0 || n%per != 0 || n/per != len(pl.entOff) || len(scale) < len(pl.entOff) {
+		return fmt.Errorf("code stream of %d symbols in components of %d, for %d components", n, per, len(pl.entOff))
+	}
+	return nil
+}
+
+// The kernel decodes as many streams as KakeyaPC's calls take blocks.
+var _ [cpu.RANSMaxStreams - MaxBlocks]struct{}
+
+// rans2DecodeStreams is rans2Decode of 2 to cpu.RANSMaxStreams streams
+// of the same plan and symbol count, src[j] into out[j] with scale[j] and
+// hide[j], sc[j] its scratch, whole groups decoded side by side where a
+// kernel does that: several blocks' dependency chains overlap where one
+// block's leave the core idle. A stream with less than a group's 64 bytes
+// left goes on from a copy of its last bytes followed by 64 zeros, as
+// rans2Decode's does, so all run side by side to their ends. The results
+// are rans2Decode's bit for bit. It returns which stream an error is in.
+func rans2DecodeStreams(out [][]float32, src [][]byte, per int, pl *rans2Plan, scale [][]float32, hide [][]uint16, sc []*rans2Scratch, st *cpu.RANSStreams) (int, error) {
+	ns := len(out)
+	for j := range ns {
+		if err := rans2Check(len(out[j]), per, pl, scale[j]); err != nil {
+			return j, err
+		}
+		pos, err := rans2Start(src[j], &st.X[j])
+		if err != nil {
+			return j, err
+		}
+		st.Pos[j] = pos
+	}
+	n, k := len(out[0]), 0
+	// cur[j] is what stream j decodes from: src[j], or once fewer than 64
+	// bytes are left, the copy of them from at[j] on with zeros after.
+	var (
+		cur    [cpu.RANSMaxStreams][]byte
+		at     [cpu.RANSMaxStreams]int
+		outK   [cpu.RANSMaxStreams][]float32
+		scaleC [cpu.RANSMaxStreams][]float32
+	)
+	copy(cur[:], src)
+	for per%rans2Lanes == 0 && k < n {
+		c := k / per
+		for j := range ns {
+			outK[j], scaleC[j] = out[j][k:], scale[j][c:]
+		}
+		k += cpu.RANSDecode2Streams(outK[:ns], k%per, cur[:ns], per, pl.ent, pl.entOff[c:], pl.lv, pl.levOff[c:], pl.nsym[c:], scaleC[:ns], st)
+		moved := false
+		for j := range ns {
+			if at[j] == 0 && len(src[j])-st.Pos[j] < 2*rans2Lanes {
+				rem := len(src[j]) - st.Pos[j]
+				tail := sc[j].tail[:rem+2*rans2Lanes]
+				copy(tail, src[j][st.Pos[j]:])
+				clear(tail[rem:])
+				cur[j], at[j], st.Pos[j] = tail, st.Pos[j], 0
+				moved = true
+			}
+		}
+		if !moved {
+			break // all decode from their copies, or there is no kernel
+		}
+	}
+	for j := range ns {
+		sc[j].x = st.X[j]
+		pos := st.Pos[j]
+		if at[j] > 0 {
+			// On the copy: a position past the stream's bytes is a
+			// stream that ended early, as in rans2Rest.
+			if pos > len(src[j])-at[j] {
+				return j, fmt.Errorf("code stream of %d bytes ends before symbol %d of %d", len(src[j]), k, n)
+			}
+			pos += at[j]
+		}
+		if err := rans2Rest(out[j], k, src[j], pos, per, pl, scale[j], hide[j], sc[j]); err != nil {
+			return j, err
+		}
+	}
+	return 0, nil
+}
+
+// rans2Rest decodes a layout-2 stream from symbol k (a multiple of
+// rans2Lanes where per is one) at position pos with the lanes in sc.x,
+// and checks its end.
+func rans2Rest(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, scale []float32, hide []uint16, sc *rans2Scratch) error {
+	x := &sc.x
 	if per%rans2Lanes == 0 {
 		// Whole groups in one component, while a group's most words (64
 		// bytes) remain; then the rest from a copy of the stream's last
 		// bytes followed by 64 zeros, which a valid stream never reaches:
 		// a position past its true end is a stream that ended early.
-		k, pos = rans2Groups(out, 0, src, pos, per, pl, scale, x)
+		k, pos = rans2Groups(out, k, src, pos, per, pl, scale, x)
 		if k < len(out) {
 			rem := len(src) - pos
 			tail := sc.tail[:rem+2*rans2Lanes]

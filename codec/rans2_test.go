@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/internal/cputime"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 )
 
 // rans2Case builds comps components of per symbols drawn from their
@@ -200,6 +201,156 @@ func FuzzRANS2Decode(f *testing.F) {
 	})
 }
 
+// TestRANS2DecodeStreams: two to four streams of one plan decoded side by
+// side (rans2DecodeStreams: this process's kernel level; TestKernelLevels
+// reruns it at each) give each stream's rans2Decode values and payloads
+// bit for bit, whatever their lengths (streams leave the side-by-side
+// part at different symbols), and an error in a stream is that
+// stream's, which rans2Decode also refuses.
+func TestRANS2DecodeStreams(t *testing.T) {
+	for _, fam := range []struct {
+		name string
+		tab  func() (*pcTables, error)
+	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}, {"ecsq", ecsqTables}} {
+		tab, err := fam.tab()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []int
+		for o := 1; o <= tab.n; o++ {
+			opts = append(opts, o)
+		}
+		rng := rand.New(rand.NewPCG(5, 7))
+		for _, tc := range []struct{ comps, per, hide, streams int }{{1, 32, 0, 2}, {44, 64, 32, 2}, {44, 64, 32, 3}, {44, 64, 32, 4}, {5, 64, 5, 4}, {3, 800, 32, 3}, {13, 96, 7, 4}, {5, 13, 5, 2}, {2, 7, 3, 3}} {
+			name := fmt.Sprintf("%s/%d streams of %d comps of %d/%d hidden", fam.name, tc.streams, tc.comps, tc.per, tc.hide)
+			o0 := rng.IntN(len(opts))
+			rot := append(slices.Clone(opts[o0:]), opts[:o0]...)
+			ns := tc.streams
+			src, bad := make([][]byte, ns), make([][]byte, ns)
+			scale, vals := make([][]float32, ns), make([][]float32, ns)
+			want := make([][]uint16, ns)
+			var pl *rans2Plan
+			for j := range ns {
+				var syms []uint8
+				var tabs []*ransTable
+				syms, tabs, pl, scale[j] = rans2Case(rng, tab, rot, tc.comps, tc.per)
+				// Stream j's symbols skewed to its tables' lowest
+				// codes by j/4, so that its words run out at another
+				// pace, and other scales.
+				for k := range syms {
+					if rng.IntN(4) < j {
+						syms[k] = tabs[k/tc.per].slot[0]
+					}
+				}
+				for c := range scale[j] {
+					scale[j][c] *= 1 - float32(j)/8
+				}
+				want[j] = make([]uint16, tc.hide)
+				for i := range want[j] {
+					want[j][i] = uint16(rng.Uint32())
+				}
+				src[j], _ = rans2Encode(nil, nil, syms, tabs, tc.per, want[j])
+				vals[j] = make([]float32, len(syms))
+				if err := rans2Decode(vals[j], src[j], tc.per, pl, scale[j], make([]uint16, tc.hide), new(rans2Scratch)); err != nil {
+					t.Fatalf("%s: stream %d: %v", name, j, err)
+				}
+				bad[j] = flip(src[j], len(src[j])/2)
+			}
+			n := len(vals[0])
+			decode := func(in [][]byte, sc [][]float32) ([][]float32, [][]uint16, int, error) {
+				out, hd, scr := make([][]float32, ns), make([][]uint16, ns), make([]*rans2Scratch, ns)
+				for j := range ns {
+					out[j], hd[j], scr[j] = make([]float32, n), make([]uint16, tc.hide), new(rans2Scratch)
+				}
+				j, err := rans2DecodeStreams(out, in, tc.per, pl, sc, hd, scr, new(cpu.RANSStreams))
+				return out, hd, j, err
+			}
+			for _, order := range [][]int{{0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}} {
+				var ord []int
+				for _, o := range order {
+					if o < ns {
+						ord = append(ord, o)
+					}
+				}
+				in, sc := make([][]byte, ns), make([][]float32, ns)
+				for j, o := range ord {
+					in[j], sc[j] = src[o], scale[o]
+				}
+				out, hd, j, err := decode(in, sc)
+				if err != nil {
+					t.Fatalf("%s: streams %v: stream %d: %v", name, ord, j, err)
+				}
+				for j, o := range ord {
+					if !slices.Equal(out[j], vals[o]) || !slices.Equal(hd[j], want[o]) {
+						t.Fatalf("%s: streams %v: stream %d differs from its own decode", name, ord, j)
+					}
+				}
+				// One stream altered (then cut) at a time: the
+				// streams fail in it if and only if rans2Decode does.
+				for j := range ns {
+					for _, alt := range [][]byte{bad[ord[j]], src[ord[j]][:len(src[ord[j]])-2]} {
+						in2 := slices.Clone(in)
+						in2[j] = alt
+						single := rans2Decode(make([]float32, n), alt, tc.per, pl, sc[j], make([]uint16, tc.hide), new(rans2Scratch))
+						_, _, got, err := decode(in2, sc)
+						if (err != nil) != (single != nil) || (err != nil && got != j) {
+							t.Fatalf("%s: streams %v, stream %d altered: error %v in stream %d, alone %v", name, ord, j, err, got, single)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzRANS2DecodeStreams: any layout-2 streams decode side by side (two
+// fuzzed ones, then four with two good ones around them) as each decodes
+// alone (values, or an error in a stream that fails alone), never
+// panicking or reading outside them.
+func FuzzRANS2DecodeStreams(f *testing.F) {
+	tab, err := ecsqTables()
+	if err != nil {
+		f.Fatal(err)
+	}
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1, 7}, 12, 64)
+	good, _ := rans2Encode(nil, nil, syms, tabs, 64, []uint16{1, 2, 3})
+	f.Add(good, good, uint8(3))
+	f.Add(good, good[:len(good)-20], uint8(3))
+	f.Add(flip(good, len(good)/2), good, uint8(3))
+	f.Add(good, make([]byte, 4+4*rans2Lanes), uint8(0))
+	f.Fuzz(func(t *testing.T, a, b []byte, hidden uint8) {
+		h := int(hidden) % (rans2Lanes + 1)
+		for _, streams := range [][][]byte{{a, b}, {good, a, b, good}} {
+			ns := len(streams)
+			src, want, out := make([][]byte, ns), make([][]float32, ns), make([][]float32, ns)
+			werr := make([]error, ns)
+			hide, sc, scales := make([][]uint16, ns), make([]*rans2Scratch, ns), make([][]float32, ns)
+			for j := range ns {
+				src[j] = slices.Clone(streams[j])
+				want[j], out[j] = make([]float32, len(syms)), make([]float32, len(syms))
+				werr[j] = rans2Decode(want[j], src[j], 64, pl, scale, make([]uint16, h), new(rans2Scratch))
+				hide[j], sc[j], scales[j] = make([]uint16, h), new(rans2Scratch), scale
+			}
+			j, err := rans2DecodeStreams(out, src, 64, pl, scales, hide, sc, new(cpu.RANSStreams))
+			anyErr := slices.ContainsFunc(werr, func(e error) bool { return e != nil })
+			switch {
+			case anyErr:
+				if err == nil || werr[j] == nil {
+					t.Fatalf("%d streams: alone they give %v; side by side %v in stream %d", ns, werr, err, j)
+				}
+			case err != nil:
+				t.Fatalf("%d streams: they decode alone; side by side stream %d fails: %v", ns, j, err)
+			default:
+				for j := range ns {
+					if !slices.Equal(out[j], want[j]) {
+						t.Fatalf("%d streams: stream %d's values differ from its own decode", ns, j)
+					}
+				}
+			}
+		}
+	})
+}
+
 // BenchmarkRANS2Decode times a layout-2 stream of a 64-row block of 44
 // components (options 1 to 12 of the entropy-constrained family in turn)
 // alone, without the block's mixing; BenchmarkRANSDecode is layout 1's.
@@ -294,4 +445,150 @@ func TestKakeyaPCStreamLayouts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkRANS2DecodeStreams times two and four streams like
+// BenchmarkRANS2Decode's decoded side by side (rans2DecodeStreams); Msym
+// counts every stream's.
+func BenchmarkRANS2DecodeStreams(b *testing.B) {
+	tab, err := ecsqTables()
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	for _, ns := range []int{2, 4} {
+		b.Run(fmt.Sprint(ns), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			out, src, scale := make([][]float32, ns), make([][]byte, ns), make([][]float32, ns)
+			hide, sc := make([][]uint16, ns), make([]*rans2Scratch, ns)
+			var pl *rans2Plan
+			n := 0
+			for j := range ns {
+				var syms []uint8
+				var tabs []*ransTable
+				syms, tabs, pl, scale[j] = rans2Case(rng, tab, opts, 44, 64)
+				src[j], _ = rans2Encode(nil, nil, syms, tabs, 64, make([]uint16, 32))
+				out[j], hide[j], sc[j] = make([]float32, len(syms)), make([]uint16, 32), new(rans2Scratch)
+				n += len(syms)
+			}
+			st := new(cpu.RANSStreams)
+			cpu0 := cputime.Seconds()
+			for b.Loop() {
+				if _, err := rans2DecodeStreams(out, src, 64, pl, scale, hide, sc, st); err != nil {
+					b.Fatal(err)
+				}
+			}
+			msym := float64(n) * float64(b.N) / 1e6
+			b.ReportMetric(msym/b.Elapsed().Seconds(), "Msym/s")
+			if cpu := cputime.Seconds() - cpu0; cpu > 0 {
+				b.ReportMetric(msym/cpu, "Msym/cpu-s")
+			}
+		})
+	}
+}
+
+// TestKakeyaPCBlocks: KakeyaPC's calls over several blocks (fixed-width,
+// and entropy coded in either stream layout, groups of mixed layouts too)
+// give the one-block calls' results bit for bit, and a corrupt block in
+// any place is an error that leaves AddWeightedBlocks's sums as they were.
+func TestKakeyaPCBlocks(t *testing.T) {
+	const n, d, m = 64, 64, 3
+	rng := rand.New(rand.NewPCG(9, 10))
+	st := pcStats(t, pcBlocks(rng, 24, n, d), n, d)
+	x := pcBlocks(rand.New(rand.NewPCG(9, 11)), MaxBlocks, n, d)
+	cos, sin := make([]float32, MaxBlocks*n*d/2), make([]float32, MaxBlocks*n*d/2)
+	for i := range cos {
+		cos[i], sin[i] = float32(math.Cos(0.01*float64(i))), float32(math.Sin(0.01*float64(i)))
+	}
+	w := make([]float32, m*MaxBlocks*n)
+	for i := range w {
+		w[i] = rng.Float32()
+	}
+	codecs := map[string]*KakeyaPC{}
+	for _, name := range []string{"fixed", "ec1", "ec2"} {
+		o := DefaultKakeyaPCOptions()
+		if name != "fixed" {
+			o.Entropy, o.StreamLayout = true, int(name[2]-'0')
+		}
+		k, err := NewKakeyaPC(o, st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codecs[name] = k
+	}
+	for _, tc := range []struct {
+		reader  string
+		writers []string
+	}{
+		{"fixed", []string{"fixed", "fixed"}}, {"ec2", []string{"ec2", "ec2"}}, {"ec2", []string{"ec2", "ec2", "ec2"}},
+		{"ec2", []string{"ec2", "ec2", "ec2", "ec2"}}, {"ec1", []string{"ec1", "ec1", "ec1"}}, {"ec2", []string{"ec1", "ec2"}},
+		{"ec2", []string{"ec2", "ec2", "ec1", "ec2"}}, {"ec2", []string{"ec2"}},
+	} {
+		k, nb := codecs[tc.reader], len(tc.writers)
+		src := make([][]byte, nb)
+		for j, wr := range tc.writers {
+			var err error
+			if src[j], err = codecs[wr].Encode(nil, x[j], n, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		name := fmt.Sprintf("%s reading %v", tc.reader, tc.writers)
+		lo, hi := make([]int, nb), make([]int, nb)
+		ws, cs, ss := make([][]float32, nb), make([][]float32, nb), make([][]float32, nb)
+		want, got := make([][]float32, nb), make([][]float32, nb)
+		wantSum := make([]float32, m*d)
+		for j := range nb {
+			lo[j], hi[j] = 5*(j%2), n-7*(j%3)
+			ws[j], cs[j], ss[j] = w[j*n:], cos[j*n*d/2:], sin[j*n*d/2:]
+			want[j], got[j] = make([]float32, n*d), make([]float32, n*d)
+			if err := k.DecodeRotated(want[j], src[j], n, d, cs[j], ss[j]); err != nil {
+				t.Fatalf("%s: block %d: %v", name, j, err)
+			}
+			if err := k.AddWeighted(wantSum, m, ws[j], MaxBlocks*n, src[j], n, d, lo[j], hi[j]); err != nil {
+				t.Fatalf("%s: block %d: %v", name, j, err)
+			}
+		}
+		if err := k.DecodeRotatedBlocks(got, src, n, d, cs, ss); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sum := make([]float32, m*d)
+		if err := k.AddWeightedBlocks(sum, m, ws, MaxBlocks*n, src, n, d, lo, hi); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for j := range nb {
+			if !bitsEqual(got[j], want[j]) {
+				t.Fatalf("%s: block %d's rotated rows differ from DecodeRotated's", name, j)
+			}
+		}
+		if !bitsEqual(sum, wantSum) {
+			t.Fatalf("%s: the sums differ from AddWeighted's", name)
+		}
+		for j := range nb {
+			bad := slices.Clone(src)
+			bad[j] = flip(src[j], len(src[j])-40)
+			if err := k.DecodeRotatedBlocks(got, bad, n, d, cs, ss); err == nil {
+				t.Errorf("%s: DecodeRotatedBlocks with block %d corrupt: no error", name, j)
+			}
+			before := slices.Clone(sum)
+			if err := k.AddWeightedBlocks(sum, m, ws, MaxBlocks*n, bad, n, d, lo, hi); err == nil || !bitsEqual(sum, before) {
+				t.Errorf("%s: AddWeightedBlocks with block %d corrupt: %v, sums changed: %v", name, j, err, !bitsEqual(sum, before))
+			}
+		}
+	}
+	k := codecs["ec2"]
+	if err := k.DecodeRotatedBlocks(make([][]float32, MaxBlocks+1), make([][]byte, MaxBlocks+1), n, d, make([][]float32, MaxBlocks+1), make([][]float32, MaxBlocks+1)); err == nil {
+		t.Errorf("%d blocks in one call: no error", MaxBlocks+1)
+	}
+}
+
+func bitsEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -90,3 +90,7 @@ func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels"
 func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
 	return 0, pos
 }
+
+func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
+	return 0
+}

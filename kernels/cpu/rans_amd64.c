@@ -177,3 +177,210 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2(float *out, lon
 	for (int q = 0; q < 4; q++) _mm256_storeu_si256((__m256i *)(xs + 8 * q), x[q]);
 	return p << 32 | k;
 }
+
+// KK_R2P_LEVELS sets v0 and v1 to the levels of symbols s0 and s1 (lanes
+// 0-15 and 16-31 of a group) times sc, from the registers l0-l3 or, past
+// 64 levels, gathered from l.
+#define KK_R2P_LEVELS(v0, v1, s0, s1, sc)                                                                                   \
+	do {                                                                                                                \
+		if (ns <= 16) {                                                                                             \
+			v0 = _mm512_permutexvar_ps(s0, l0);                                                                 \
+			v1 = _mm512_permutexvar_ps(s1, l0);                                                                 \
+		} else if (ns <= 32) {                                                                                      \
+			v0 = _mm512_permutex2var_ps(l0, s0, l1);                                                            \
+			v1 = _mm512_permutex2var_ps(l0, s1, l1);                                                            \
+		} else if (ns <= 64) {                                                                                      \
+			v0 = _mm512_mask_blend_ps(_mm512_test_epi32_mask(s0, bit5), _mm512_permutex2var_ps(l0, s0, l1),     \
+						  _mm512_permutex2var_ps(l2, s0, l3));                                      \
+			v1 = _mm512_mask_blend_ps(_mm512_test_epi32_mask(s1, bit5), _mm512_permutex2var_ps(l0, s1, l1),     \
+						  _mm512_permutex2var_ps(l2, s1, l3));                                      \
+		} else {                                                                                                    \
+			v0 = _mm512_i32gather_ps(s0, l, 4);                                                                 \
+			v1 = _mm512_i32gather_ps(s1, l, 4);                                                                 \
+		}                                                                                                           \
+		v0 = _mm512_mul_ps(v0, sc);                                                                                 \
+		v1 = _mm512_mul_ps(v1, sc);                                                                                 \
+	} while (0)
+
+// KK_R2P_UPDATE is one half's state update from its gathered entry e.
+#define KK_R2P_UPDATE(x, e)                                                                                                 \
+	x = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), m12), _mm512_srli_epi32(x, KK_RANS_SCALE)), \
+			     _mm512_srli_epi32(e, 20))
+
+// KK_R2P_REFILL gives the lanes of x below 2^16 the next words of src at
+// p, in lane order.
+#define KK_R2P_REFILL(x, src, p)                                                                                            \
+	do {                                                                                                                \
+		__mmask16 r_ = _mm512_cmplt_epu32_mask(x, word);                                                            \
+		__m512i w_ = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((src) + (p))));                     \
+		x = _mm512_mask_or_epi32(x, r_, _mm512_slli_epi32(x, 16), _mm512_maskz_expand_epi32(r_, w_));               \
+		p += 2 * __builtin_popcount(r_);                                                                            \
+	} while (0)
+
+// kk_rans2_streams is kk_rans2_decode512 over ns (2 to 4, a constant
+// once inlined) streams of the same tables side by side (blocks of one
+// codec: 2*ns dependency chains where one stream has two), from the same
+// symbol g0 of the first component: stream j's symbols go to out[j], its
+// scales are scale[j], its lanes xs[32*j:], its bytes src[j][:len[j]]
+// from position pos[j]. It decodes whole groups while each stream has 64
+// bytes left, and returns how many symbols of each it decoded, leaving
+// each stream's position in pos and lanes in xs.
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) KK_INLINE long kk_rans2_streams(const int ns, float *const *out, long total, long g0, const uint8_t *const *src, const long *len,
+				long *pos, long per, const uint32_t *ent, const int32_t *ent_off, const float *lv,
+				const int32_t *lev_off, const int32_t *nsym, const float *const *scale, uint32_t *xs) {
+	__m512i x[8];
+	long p[4];
+#pragma GCC unroll 8
+	for (int j = 0; j < 2 * ns; j++) x[j] = _mm512_loadu_si512(xs + 16 * j);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) p[j] = pos[j];
+	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm512_set1_epi32(255);
+	const __m512i word = _mm512_set1_epi32(KK_RANS_WORD), bit5 = _mm512_set1_epi32(32);
+	long k = 0;
+	const long nc = (g0 + total) / per;
+	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
+		const int *e = (const int *)(ent + ent_off[c]);
+		const float *l = lv + lev_off[c];
+		int nsy = nsym[c];
+		__m512 l0 = _mm512_maskz_loadu_ps((__mmask16)(nsy >= 16 ? 0xffff : (1u << nsy) - 1), l), l1 = l0, l2 = l0, l3 = l0;
+		if (nsy > 16) l1 = _mm512_maskz_loadu_ps((__mmask16)(nsy >= 32 ? 0xffff : (1u << (nsy - 16)) - 1), l + 16);
+		if (nsy > 32) l2 = _mm512_maskz_loadu_ps((__mmask16)(nsy >= 48 ? 0xffff : (1u << (nsy - 32)) - 1), l + 32);
+		if (nsy > 48) l3 = _mm512_maskz_loadu_ps((__mmask16)(nsy >= 64 ? 0xffff : (1u << (nsy - 48)) - 1), l + 48);
+		__m512 sc[4];
+#pragma GCC unroll 4
+		for (int j = 0; j < ns; j++) sc[j] = _mm512_set1_ps(scale[j][c]);
+		long g = g0;
+		for (; g < per; g += KK_RANS_LANES) {
+			int room = 1;
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) room &= p[j] + 2 * KK_RANS_LANES <= len[j];
+			if (!room) break;
+			__m512i en[8];
+#pragma GCC unroll 8
+			for (int h = 0; h < 2 * ns; h++) en[h] = _mm512_i32gather_epi32(_mm512_and_si512(x[h], m12), e, 4);
+#pragma GCC unroll 8
+			for (int h = 0; h < 2 * ns; h++) KK_R2P_UPDATE(x[h], en[h]);
+#pragma GCC unroll 8
+			for (int h = 0; h < 2 * ns; h++) {
+				// Lanes 0-15 of every stream, then lanes 16-31.
+				int j = h % ns, q = h / ns;
+				KK_R2P_REFILL(x[2 * j + q], src[j], p[j]);
+			}
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) {
+				__m512 v0, v1;
+				const int ns = nsy;
+				KK_R2P_LEVELS(v0, v1, _mm512_and_si512(en[2 * j], m8), _mm512_and_si512(en[2 * j + 1], m8), sc[j]);
+				_mm512_storeu_ps(out[j] + at + g, v0);
+				_mm512_storeu_ps(out[j] + at + g + 16, v1);
+			}
+		}
+		k += g - g0;
+		if (g < per) break;
+	}
+#pragma GCC unroll 8
+	for (int j = 0; j < 2 * ns; j++) _mm512_storeu_si512(xs + 16 * j, x[j]);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) pos[j] = p[j];
+	return k;
+}
+
+// kk_rans2_decode512xn is kk_rans2_streams for ns = 2, 3 or 4 streams, the
+// unused ones' pointers null.
+__attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode512xn(
+	long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
+	const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
+	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *scale0, const float *scale1, const float *scale2, const float *scale3, uint32_t *xs) {
+	float *const out[4] = {out0, out1, out2, out3};
+	const uint8_t *const src[4] = {src0, src1, src2, src3};
+	const float *const scale[4] = {scale0, scale1, scale2, scale3};
+	switch (ns) {
+	case 2:
+		return kk_rans2_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	case 3:
+		return kk_rans2_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	default:
+		return kk_rans2_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	}
+}
+
+// kk_rans2_streams2 is kk_rans2_decode2 (AVX2) over ns streams side by
+// side, as kk_rans2_streams: 4*ns chains of 8 lanes.
+__attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2_streams2(
+	const int ns, float *const *out, long total, long g0, const uint8_t *const *src, const long *len, long *pos, long per,
+	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *const *scale, uint32_t *xs) {
+	__m256i x[16], v[16];
+	long p[4];
+#pragma GCC unroll 16
+	for (int j = 0; j < 4 * ns; j++) x[j] = _mm256_loadu_si256((const __m256i *)(xs + 8 * j));
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) p[j] = pos[j];
+	const __m256i m12 = _mm256_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm256_set1_epi32(255);
+	const __m256i zero = _mm256_setzero_si256();
+	long k = 0;
+	const long nc = (g0 + total) / per;
+	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
+		const int *e = (const int *)(ent + ent_off[c]);
+		const float *l = lv + lev_off[c];
+		const int nsy = nsym[c];
+		const __m256 l0 = _mm256_maskload_ps(l, _mm256_cmpgt_epi32(_mm256_set1_epi32(nsy), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+		long g = g0;
+		for (; g < per; g += KK_RANS_LANES) {
+			int room = 1;
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) room &= p[j] + 2 * KK_RANS_LANES <= len[j];
+			if (!room) break;
+#pragma GCC unroll 16
+			for (int h = 0; h < 4 * ns; h++) {
+				const int j = h / 4, q = h % 4;
+				const __m256 sc = _mm256_set1_ps(scale[j][c]);
+				__m256i e_ = _mm256_i32gather_epi32(e, _mm256_and_si256(x[h], m12), 4);
+				__m256i s_ = _mm256_and_si256(e_, m8);
+				x[h] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(e_, 8), m12),
+									   _mm256_srli_epi32(x[h], KK_RANS_SCALE)),
+							_mm256_srli_epi32(e_, 20));
+				__m256 v_ = nsy <= 8 ? _mm256_permutevar8x32_ps(l0, s_) : _mm256_i32gather_ps(l, s_, 4);
+				_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_mul_ps(v_, sc));
+				v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
+			}
+#pragma GCC unroll 16
+			for (int h = 0; h < 4 * ns; h++) {
+				// Lanes 0-7 of every stream, then 8-15, ...
+				const int j = h % ns, q = h / ns, i = 4 * j + q;
+				int m_ = _mm256_movemask_ps(_mm256_castsi256_ps(v[i]));
+				__m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src[j] + p[j])));
+				w_ = _mm256_permutevar8x32_epi32(w_, _mm256_loadu_si256((const __m256i *)kk_rans2_expand[m_]));
+				x[i] = _mm256_blendv_epi8(x[i], _mm256_or_si256(_mm256_slli_epi32(x[i], 16), w_), v[i]);
+				p[j] += 2 * __builtin_popcount(m_);
+			}
+		}
+		k += g - g0;
+		if (g < per) break;
+	}
+#pragma GCC unroll 16
+	for (int j = 0; j < 4 * ns; j++) _mm256_storeu_si256((__m256i *)(xs + 8 * j), x[j]);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) pos[j] = p[j];
+	return k;
+}
+
+// kk_rans2_decode2xn is kk_rans2_decode512xn with AVX2.
+__attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2xn(
+	long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
+	const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
+	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *scale0, const float *scale1, const float *scale2, const float *scale3, uint32_t *xs) {
+	float *const out[4] = {out0, out1, out2, out3};
+	const uint8_t *const src[4] = {src0, src1, src2, src3};
+	const float *const scale[4] = {scale0, scale1, scale2, scale3};
+	switch (ns) {
+	case 2:
+		return kk_rans2_streams2(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	case 3:
+		return kk_rans2_streams2(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	default:
+		return kk_rans2_streams2(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
+	}
+}

@@ -1,0 +1,143 @@
+package attention
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/kvcache"
+)
+
+// onePerCall hides a KakeyaPC's BlocksDecoder, forcing block-by-block calls.
+type onePerCall struct{ k *codec.KakeyaPC }
+
+func (o onePerCall) Name() string { return o.k.Name() }
+func (o onePerCall) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
+	return o.k.Encode(dst, x, n, d)
+}
+func (o onePerCall) Decode(dst []float32, src []byte, n, d int) error {
+	return o.k.Decode(dst, src, n, d)
+}
+func (o onePerCall) DecodeRotated(dst []float32, src []byte, n, d int, cos, sin []float32) error {
+	return o.k.DecodeRotated(dst, src, n, d, cos, sin)
+}
+func (o onePerCall) AddWeighted(dst []float32, m int, w []float32, wStride int, src []byte, n, d, lo, hi int) error {
+	return o.k.AddWeighted(dst, m, w, wStride, src, n, d, lo, hi)
+}
+
+// blocksCounter is a KakeyaPC counting its calls over several blocks and
+// the blocks they take.
+type blocksCounter struct {
+	*codec.KakeyaPC
+	keys, values, blocks *atomic.Int64
+}
+
+func (p blocksCounter) DecodeRotatedBlocks(dst [][]float32, src [][]byte, n, d int, cos, sin [][]float32) error {
+	p.keys.Add(1)
+	p.blocks.Add(int64(len(src)))
+	return p.KakeyaPC.DecodeRotatedBlocks(dst, src, n, d, cos, sin)
+}
+
+func (p blocksCounter) AddWeightedBlocks(dst []float32, m int, w [][]float32, wStride int, src [][]byte, n, d int, lo, hi []int) error {
+	p.values.Add(1)
+	p.blocks.Add(int64(len(src)))
+	return p.KakeyaPC.AddWeightedBlocks(dst, m, w, wStride, src, n, d, lo, hi)
+}
+
+// TestForwardBlocks: attention taking blocks up to codec.MaxBlocks at a
+// time through a BlocksDecoder (kakeya-pc fixed-width, and entropy coded
+// in both stream layouts) gives the block-by-block calls' outputs bit for
+// bit, one query at a time and a whole prefill, with windows that start
+// inside encoded blocks; a corrupt block's key or value is an error
+// naming it.
+func TestForwardBlocks(t *testing.T) {
+	be := newBackend(2)
+	defer be.Close()
+	const total, maxCtx, bs, d = 150, 160, 16, 32
+	for _, spec := range []string{"kakeya-pc", "kakeya-pc:ec=true", "kakeya-pc:ec=true,layout=1", "kvtc:rate=2.5"} {
+		cd, err := codec.Parse(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := codec.NewKakeyaPC(cd.(*codec.KakeyaPC).Options(), benchPCStats(d), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []compute.AttentionParams{
+			{Heads: 6, KVHeads: 2, HeadDim: d},
+			{Heads: 4, KVHeads: 2, HeadDim: d, Window: 37},
+		} {
+			name := fmt.Sprintf("%s/window %d", spec, p.Window)
+			r := rand.New(rand.NewPCG(5, 6))
+			q := make([]float32, total*p.Heads*d)
+			k := make([]float32, total*p.KVHeads*d)
+			v := make([]float32, len(k))
+			for _, x := range [][]float32{q, k, v} {
+				for i := range x {
+					x[i] = float32(r.NormFloat64())
+				}
+			}
+			cos, sin := ropeTables(maxCtx, d)
+			kr, qr := p.KVHeads*d, p.Heads*d
+			run := func(c codec.Codec) ([]float32, *kvcache.Cache, compute.Attention) {
+				kc, err := newCache(be, p.KVHeads, d, bs, maxCtx, kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{c}, V: c}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, err := newAttention(be, p, bs, maxCtx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := make([]float32, 2*len(q))
+				for pos := 0; pos < total; pos++ {
+					if err := kc.Append(0, compute.Wrap(k[pos*kr:(pos+1)*kr]), compute.Wrap(v[pos*kr:(pos+1)*kr]), 1); err != nil {
+						t.Fatal(err)
+					}
+					if err := a.Forward(compute.Wrap(out[pos*qr:(pos+1)*qr]), compute.Wrap(q[pos*qr:(pos+1)*qr]), 1, pos, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin)); err != nil {
+						t.Fatalf("%s: position %d: %v", name, pos, err)
+					}
+				}
+				// Then every position again in one call, as a prefill
+				// over the encoded cache.
+				if err := a.Forward(compute.Wrap(out[len(q):]), compute.Wrap(q), total, 0, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin)); err != nil {
+					t.Fatalf("%s: prefill: %v", name, err)
+				}
+				return out, kc, a
+			}
+			var keys, values, blocks atomic.Int64
+			got, kc, a := run(blocksCounter{pc, &keys, &values, &blocks})
+			want, _, _ := run(onePerCall{pc})
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s: output %d = %v in pairs, %v block by block", name, i, got[i], want[i])
+				}
+			}
+			if calls := keys.Load() + values.Load(); keys.Load() == 0 || values.Load() == 0 || blocks.Load() < 2*calls || p.Window == 0 && blocks.Load() <= 3*calls {
+				t.Fatalf("%s: %d key and %d value calls over %d blocks", name, keys.Load(), values.Load(), blocks.Load())
+			}
+			// A corrupt key block, then a corrupt value block: the
+			// error names it.
+			bads := []struct {
+				g, b, kv int
+				want     string
+			}{{1, 3, 0, "block 3 head 1 K"}, {0, 6, 1, "block 6 head 0 V"}}
+			if p.Window > 0 { // the last query reads blocks 7 to 9
+				bads[0].b, bads[0].want, bads[1].b, bads[1].want = 7, "block 7 head 1 K", 7, "block 7 head 0 V"
+			}
+			for _, bad := range bads {
+				pt := kc.Layer(0).Part(bad.g, bad.b, bad.kv).(*part)
+				pt.enc[len(pt.enc)/2] ^= 0x10
+				err := a.Forward(compute.Wrap(got[:qr]), compute.Wrap(q[:qr]), 1, total-1, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin))
+				if err == nil || !strings.Contains(err.Error(), bad.want) {
+					t.Fatalf("%s: corrupt %s: %v", name, bad.want, err)
+				}
+				pt.enc[len(pt.enc)/2] ^= 0x10
+			}
+		}
+	}
+}
