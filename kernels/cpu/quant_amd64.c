@@ -171,6 +171,119 @@ KQ_INLINE void kq_32(int type, int nt, int gathered, const uint8_t *w, const lon
 	}
 }
 
+// kq_wide2 widens two 32-value blocks of signed bytes, b (halves b0, b1)
+// and the one after it, c (c0, c1), to 16 bits, interleaved by pairs: in
+// each of the four vectors, 32-bit lane j holds two values of b where j is
+// even and two of c where it is odd, so that VPMADDWD against a vector of
+// the same layout leaves b's pair sums in the even lanes and c's in the
+// odd ones. Weights and activations (kq_widen) both go through it, so
+// their values meet in the same lanes.
+KQ_INLINE void kq_wide2(__m128i b0, __m128i b1, __m128i c0, __m128i c1, __m256i r[4]) {
+	__m256i x0 = _mm256_cvtepi8_epi16(b0), x1 = _mm256_cvtepi8_epi16(b1);
+	__m256i y0 = _mm256_cvtepi8_epi16(c0), y1 = _mm256_cvtepi8_epi16(c1);
+	r[0] = _mm256_unpacklo_epi32(x0, y0);
+	r[1] = _mm256_unpackhi_epi32(x0, y0);
+	r[2] = _mm256_unpacklo_epi32(x1, y1);
+	r[3] = _mm256_unpackhi_epi32(x1, y1);
+}
+
+// kq_widen writes the n token rows of q8_0 activations x (nb blocks of 32
+// each) as kq_q8w reads them: per pair of blocks, 64 int16 in kq_wide2's
+// layout, an odd last block paired with zeros; 64 * ((nb + 1) / 2) values
+// a row.
+void kq_widen(const int8_t *x, long n, long nb, int16_t *xw) {
+	long np = (nb + 1) / 2;
+	const __m128i z = _mm_setzero_si128();
+	for (long t = 0; t < n; t++) {
+		const int8_t *xt = x + t * 32 * nb;
+		int16_t *wt = xw + t * 64 * np;
+		for (long p = 0; p < np; p++) {
+			const int8_t *pb = xt + 64 * p;
+			int two = 2 * p + 1 < nb;
+			__m256i r[4];
+			kq_wide2(_mm_loadu_si128((const __m128i *)pb), _mm_loadu_si128((const __m128i *)(pb + 16)),
+				 two ? _mm_loadu_si128((const __m128i *)(pb + 32)) : z,
+				 two ? _mm_loadu_si128((const __m128i *)(pb + 48)) : z, r);
+			for (int k = 0; k < 4; k++)
+				_mm256_storeu_si256((__m256i *)(wt + 64 * p + 16 * k), r[k]);
+		}
+	}
+}
+
+// kq_q8w_pair adds to acc[t] the nt tokens' dots with the Q8_0 blocks at
+// blk and blk + bb (two set; else the first alone, against zeros): both
+// blocks' weights widened once (kq_wide2), then per token four VPMADDWD
+// against the widened activations (xw), their sums (b's in the even
+// lanes, c's in the odd) converted once and multiplied by the block
+// scales' products in one FMA. The products: the two weight scales times
+// the tokens' (xs, 16 per pair: token-major pairs, gathered by
+// kq_rows32), or one by one from xd (one token, or rows wider than
+// KQ_XS_BLOCKS blocks), the same f32 products either way.
+KQ_INLINE void kq_q8w_pair(int nt, int gathered, int two, const uint8_t *blk, long bb, const long *off,
+			   const int16_t *xw, long ldx, const float *xs, const float *xd, long ldd, long b,
+			   __m256 *acc) {
+	const __m128i z = _mm_setzero_si128();
+	float sc[16] __attribute__((aligned(32)));
+	kq_prefetch(blk, 2 * bb);
+	const uint8_t *qb = blk + off[KQ_QS], *qc = blk + bb + off[KQ_QS];
+	__m256i r[4];
+	kq_wide2(_mm_loadu_si128((const __m128i *)qb), _mm_loadu_si128((const __m128i *)(qb + 16)),
+		 two ? _mm_loadu_si128((const __m128i *)qc) : z, two ? _mm_loadu_si128((const __m128i *)(qc + 16)) : z,
+		 r);
+	uint32_t hb = (uint32_t)blk[off[KQ_D]] | (uint32_t)blk[off[KQ_D] + 1] << 8;
+	uint32_t hc = two ? (uint32_t)blk[bb + off[KQ_D]] | (uint32_t)blk[bb + off[KQ_D] + 1] << 8 : 0;
+	// [db, dc] four times.
+	__m256 wv = _mm256_cvtph_ps(_mm_set1_epi32((int)(hb | hc << 16)));
+	if (gathered) {
+		_mm256_store_ps(sc, _mm256_mul_ps(wv, _mm256_load_ps(xs + 8 * b)));
+		_mm256_store_ps(sc + 8, _mm256_mul_ps(wv, _mm256_load_ps(xs + 8 * b + 8)));
+	} else {
+		float db = _mm256_cvtss_f32(wv), dc = _mm_cvtss_f32(_mm_movehdup_ps(_mm256_castps256_ps128(wv)));
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			sc[2 * t] = db * xd[t * ldd + b];
+			sc[2 * t + 1] = two ? dc * xd[t * ldd + b + 1] : 0;
+		}
+	}
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++) {
+		const int16_t *xt = xw + t * ldx + 32 * b;
+		__m256i s0 = _mm256_add_epi32(_mm256_madd_epi16(r[0], _mm256_loadu_si256((const __m256i *)xt)),
+					      _mm256_madd_epi16(r[1], _mm256_loadu_si256((const __m256i *)(xt + 16))));
+		__m256i s1 = _mm256_add_epi32(_mm256_madd_epi16(r[2], _mm256_loadu_si256((const __m256i *)(xt + 32))),
+					      _mm256_madd_epi16(r[3], _mm256_loadu_si256((const __m256i *)(xt + 48))));
+		__m256 p = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(sc + 2 * t)));
+		acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), p, acc[t]);
+	}
+}
+
+// kq_q8w is kq_32 for Q8_0 with 16-bit arithmetic: blocks in pairs
+// (kq_q8w_pair), one VPMADDWD per 16 products where the sign trick takes
+// three operations per 32 and each pair's two blocks in one conversion
+// and one FMA, the sums in 8 f32 lanes summed at the row's end; xw holds
+// the tile's activations widened (kq_widen, ldx values a token). Each
+// token's arithmetic is the same for every nt.
+KQ_INLINE void kq_q8w(int nt, int gathered, const uint8_t *w, const long *off, const int16_t *xw, long ldx,
+		      const float *xs, const float *xd, long ldd, long nb, float *out, long ldo) {
+	__m256 acc[KQ_T];
+	long bb = off[KQ_BYTES];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		acc[t] = _mm256_setzero_ps();
+	long b = 0;
+	for (; b + 1 < nb; b += 2)
+		kq_q8w_pair(nt, gathered, 1, w + b * bb, bb, off, xw, ldx, xs, xd, ldd, b, acc);
+	if (b < nb)
+		kq_q8w_pair(nt, gathered, 0, w + b * bb, bb, off, xw, ldx, xs, xd, ldd, b, acc);
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++) {
+		__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
+		s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+		s = _mm_add_ss(s, _mm_movehdup_ps(s));
+		out[t * ldo] = _mm_cvtss_f32(s);
+	}
+}
+
 // kq_scale_min is ggml's get_scale_min_k4.
 KQ_INLINE void kq_scale_min(int j, const uint8_t *q, int32_t *sc, int32_t *m) {
 	if (j < 4) {
@@ -303,7 +416,7 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 #define KQ_TILE32(nt, g)                                                                                           \
 	switch (type) {                                                                                            \
 	case KQ_Q8_0:                                                                                              \
-		kq_32(KQ_Q8_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
+		kq_q8w(nt, g, wr, off, xwi, ldw, xs, di, nb, nb, o, ldo);                                         \
 		break;                                                                                             \
 	case KQ_Q4_0:                                                                                              \
 		kq_32(KQ_Q4_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
@@ -334,9 +447,10 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 // for the rows of a chunk; rows in chunks whose weights stay in L1 while
 // a tile passes over them.
 static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
-		      const float *xd, long n, long cols, float *out, long ldo) {
+		      const int16_t *xw, const float *xd, long n, long cols, float *out, long ldo) {
 	long nb = cols / 32;
-	float xs[8 * KQ_XS_BLOCKS] __attribute__((aligned(32)));
+	long ldw = 64 * ((nb + 1) / 2);
+	float xs[8 * (KQ_XS_BLOCKS + 1)] __attribute__((aligned(32)));
 	long tb = 256 * 1024 / cols;
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	long rc = KQ_WBYTES / rowb;
@@ -347,13 +461,22 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 				long nt = n - i < KQ_T ? n - i : KQ_T;
 				const float *di = xd + i * nb;
 				int gathered = nt > 1 && nb <= KQ_XS_BLOCKS;
-				if (gathered)
+				if (gathered && type == KQ_Q8_0)
+					// Per pair of blocks, the tokens' two scales in turn
+					// (kq_q8w); an odd last block's partner 0.
+					for (long b = 0; b < nb + nb % 2; b += 2)
+						for (long t = 0; t < 8; t++) {
+							xs[8 * b + 2 * t] = t < nt ? di[t * nb + b] : 0;
+							xs[8 * b + 2 * t + 1] = t < nt && b + 1 < nb ? di[t * nb + b + 1] : 0;
+						}
+				else if (gathered)
 					for (long b = 0; b < nb; b++)
 						for (long t = 0; t < 8; t++)
 							xs[8 * b + t] = t < nt ? di[t * nb + b] : 0;
 				for (long r = c0; r < r1 && r < c0 + rc; r++) {
 					const uint8_t *wr = w + r * rowb;
 					const int8_t *xi = x + i * cols;
+					const int16_t *xwi = xw + i * ldw;
 					float *o = out + i * ldo + r;
 					switch (nt) {
 					case 1:
@@ -401,12 +524,13 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 
 // kq_rows sets out[i*ldo + r] for rows [r0, r1) of w (rowb bytes each) and
 // the n token rows of quantized activations x (cols int8 each, with xd's
-// scales per group of 32 or 256 and, for the K types, bsums per 16): each
+// scales per group of 32 or 256 and, for the K types, bsums per 16; for
+// Q8_0, xw: x widened by kq_widen, which is what its kernel reads): each
 // row is unpacked once per KQ_T tokens.
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
-	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
+	     const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	if (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) {
-		kq_rows32(type, w, rowb, r0, r1, off, x, xd, n, cols, out, ldo);
+		kq_rows32(type, w, rowb, r0, r1, off, x, xw, xd, n, cols, out, ldo);
 		return;
 	}
 	long nb = cols / 256;

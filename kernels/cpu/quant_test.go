@@ -211,7 +211,16 @@ type quantKernel struct {
 func quantKernels() []quantKernel {
 	var ks []quantKernel
 	if hasAVX2C {
-		ks = append(ks, quantKernel{"avx2", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, false) }, true, false})
+		ks = append(ks, quantKernel{"avx2", func(t *qTask, r0, r1 int) {
+			// Where the AVX-512 kernels run, quantize left Q8_0's
+			// activations unwidened.
+			if wideActs(t.l) && !t.a.quant.wide {
+				t.a.wide = grow(t.a.wide, t.n*wideCols(t.w.Cols))
+				widenActsC(t.a, 0, t.n, t.w.Cols)
+				t.a.quant.wide = true
+			}
+			quantRowsISA(t, r0, r1, false)
+		}, true, false})
 	}
 	if hasQuant512 {
 		ks = append(ks, quantKernel{"avx512vnni", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, true) }, false, false})
