@@ -100,10 +100,14 @@ _Static_assert(KQ_T == 8, "kq_32 reads 8 token scales per block (one vector)");
 #define KQ_WBYTES (24 * 1024)
 #endif
 
+// KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 and kq_rows_q8w gather the token
+// scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
+// multiply the scales one by one, with the same products.
+#define KQ_XS_BLOCKS 1024
 
 // kq_32 sets out[t*ldo] for the nt token rows of x (ldx apart) and one row
-// of a 32-value type: per block, the signed values unpacked once (Q8_0's
-// bytes; Q4_0's nibbles less 8; Q5_0's with the fifth bit, less 16) and
+// of Q4_0 or Q5_0 (Q8_0 has kq_q8w): per block, the signed values
+// unpacked once (Q4_0's nibbles less 8; Q5_0's with the fifth bit, less 16) and
 // their magnitudes, and the block's scale times the nt tokens' (xs: 8 per
 // block, token-major, kq_rows32 gathers them) in one multiply (or, for
 // one token and for rows wider than KQ_XS_BLOCKS blocks, gathered 0, one
@@ -126,17 +130,13 @@ KQ_INLINE void kq_32(int type, int nt, int gathered, const uint8_t *w, const lon
 		const uint8_t *blk = w + b * off[KQ_BYTES];
 		kq_prefetch(blk, off[KQ_BYTES]);
 		__m256i q;
-		if (type == KQ_Q8_0) {
-			q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QS]));
+		__m128i p = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
+		__m128i lo = _mm_and_si128(p, m4), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m4);
+		if (type == KQ_Q4_0) {
+			q = _mm256_set_m128i(_mm_sub_epi8(hi, e8), _mm_sub_epi8(lo, e8));
 		} else {
-			__m128i p = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
-			__m128i lo = _mm_and_si128(p, m4), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m4);
-			if (type == KQ_Q4_0) {
-				q = _mm256_set_m128i(_mm_sub_epi8(hi, e8), _mm_sub_epi8(lo, e8));
-			} else {
-				__m256i five = _mm256_and_si256(kq_bits32(kq_u32(blk + off[KQ_QH])), b16);
-				q = _mm256_sub_epi8(_mm256_or_si256(_mm256_set_m128i(hi, lo), five), b16);
-			}
+			__m256i five = _mm256_and_si256(kq_bits32(kq_u32(blk + off[KQ_QH])), b16);
+			q = _mm256_sub_epi8(_mm256_or_si256(_mm256_set_m128i(hi, lo), five), b16);
 		}
 		__m256i aq = _mm256_sign_epi8(q, q);
 		// The nt products of scales in one multiply, read back one by one
@@ -257,31 +257,137 @@ KQ_INLINE void kq_q8w_pair(int nt, int gathered, int two, const uint8_t *blk, lo
 	}
 }
 
-// kq_q8w is kq_32 for Q8_0 with 16-bit arithmetic: blocks in pairs
-// (kq_q8w_pair), one VPMADDWD per 16 products where the sign trick takes
-// three operations per 32 and each pair's two blocks in one conversion
-// and one FMA, the sums in 8 f32 lanes summed at the row's end; xw holds
+// kq_q8w is kq_32 for Q8_0 with 16-bit arithmetic, over blocks [b0, b1)
+// of one row (b0 even), adding to the row's nt accumulators acc (8 f32
+// lanes a token, kept across calls): blocks in pairs (kq_q8w_pair), one
+// VPMADDWD per 16 products where the sign trick takes three operations per
+// 32, and each pair's two blocks in one conversion and one FMA; xw holds
 // the tile's activations widened (kq_widen, ldx values a token). Each
-// token's arithmetic is the same for every nt.
+// token's arithmetic is the same for every nt, and the same however a row
+// is split into calls.
 KQ_INLINE void kq_q8w(int nt, int gathered, const uint8_t *w, const long *off, const int16_t *xw, long ldx,
-		      const float *xs, const float *xd, long ldd, long nb, float *out, long ldo) {
-	__m256 acc[KQ_T];
+		      const float *xs, const float *xd, long ldd, long b0, long b1, __m256 *acc) {
+	__m256 a[KQ_T];
 	long bb = off[KQ_BYTES];
 	KQ_UNROLL
 	for (int t = 0; t < nt; t++)
-		acc[t] = _mm256_setzero_ps();
-	long b = 0;
-	for (; b + 1 < nb; b += 2)
-		kq_q8w_pair(nt, gathered, 1, w + b * bb, bb, off, xw, ldx, xs, xd, ldd, b, acc);
-	if (b < nb)
-		kq_q8w_pair(nt, gathered, 0, w + b * bb, bb, off, xw, ldx, xs, xd, ldd, b, acc);
+		a[t] = acc[t];
+	long b = b0;
+	for (; b + 1 < b1; b += 2)
+		kq_q8w_pair(nt, gathered, 1, w + b * bb, bb, off, xw, ldx, xs, xd, ldd, b, a);
+	if (b < b1)
+		kq_q8w_pair(nt, gathered, 0, w + b * bb, bb, off, xw, ldx, xs, xd, ldd, b, a);
 	KQ_UNROLL
-	for (int t = 0; t < nt; t++) {
-		__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-		s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-		s = _mm_add_ss(s, _mm_movehdup_ps(s));
-		out[t * ldo] = _mm_cvtss_f32(s);
-	}
+	for (int t = 0; t < nt; t++)
+		acc[t] = a[t];
+}
+
+// KQ_WCHUNK is how many blocks of a row kq_rows_q8w takes per pass: a
+// tile's widened activations for them (16 KiB for 8 tokens) stay in the
+// L1 cache while a chunk of rows passes over them; whole rows of a wide
+// matrix (ffn_down's 4864 values, 76 KiB for 8 tokens) came from L2 for
+// every row.
+#define KQ_WCHUNK 32
+
+// KQ_RC bounds the rows of a chunk of kq_rows_q8w (their accumulators on
+// the stack).
+#define KQ_RC 32
+
+// KQ_TILEQ8 runs kq_q8w for the rows of a chunk over one pass's blocks,
+// nt tokens, the scales gathered or not (constants).
+#define KQ_TILEQ8(nt, g)                                                                                           \
+	for (long r = c0; r < ce; r++)                                                                             \
+		kq_q8w(nt, g, w + r * rowb, off, xwi, ldw, xs, di, nb, b0, b1, acc[r - c0]);
+
+// KQ_TILEQ8G is KQ_TILEQ8 with the scales gathered or not as the tile has
+// them (gathered): a constant inside.
+#define KQ_TILEQ8G(nt)                                                                                             \
+	do {                                                                                                       \
+		if (gathered) {                                                                                    \
+			KQ_TILEQ8(nt, 1);                                                                          \
+		} else {                                                                                           \
+			KQ_TILEQ8(nt, 0);                                                                          \
+		}                                                                                                  \
+	} while (0)
+
+// kq_rows_q8w is kq_rows for Q8_0 (kq_q8w): tokens in tiles of KQ_T with
+// their scales gathered once per tile (the pairs' scales token by token);
+// rows in chunks whose weights over KQ_WCHUNK blocks stay in L1, and each
+// tile's activations taken KQ_WCHUNK blocks at a time for all the rows of
+// a chunk, with the rows' accumulators kept between passes.
+static void kq_rows_q8w(const uint8_t *w, long rowb, long r0, long r1, const long *off, const int16_t *xw,
+			const float *xd, long n, long cols, float *out, long ldo) {
+	long nb = cols / 32, ldw = 64 * ((nb + 1) / 2);
+	float xs[8 * (KQ_XS_BLOCKS + 1)] __attribute__((aligned(32)));
+	__m256 acc[KQ_RC][KQ_T];
+	// Fewer tokens than a tile (a decode) take rows whole and in order, so
+	// that the weights prefetched ahead are the ones read next: there the
+	// weights' stream from memory is what a pass waits on.
+	long cb = nb < KQ_WCHUNK || n < KQ_T ? nb : KQ_WCHUNK;
+	long rc = KQ_WBYTES / (cb * off[KQ_BYTES]);
+	rc = rc < 1 ? 1 : rc > KQ_RC ? KQ_RC : rc;
+	// Token blocks of about 512 KiB of widened activations, which stay in
+	// L2 while the rows pass over them.
+	long tb = 256 * 1024 / cols;
+	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
+	for (long t0 = 0; t0 < n; t0 += tb)
+		for (long c0 = r0; c0 < r1; c0 += rc) {
+			long ce = c0 + rc < r1 ? c0 + rc : r1;
+			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
+				long nt = n - i < KQ_T ? n - i : KQ_T;
+				const float *di = xd + i * nb;
+				const int16_t *xwi = xw + i * ldw;
+				int gathered = nt > 1 && nb <= KQ_XS_BLOCKS;
+				if (gathered)
+					// Per pair of blocks, the tokens' two scales in turn;
+					// an odd last block's partner 0.
+					for (long b = 0; b < nb + nb % 2; b += 2)
+						for (long t = 0; t < 8; t++) {
+							xs[8 * b + 2 * t] = t < nt ? di[t * nb + b] : 0;
+							xs[8 * b + 2 * t + 1] = t < nt && b + 1 < nb ? di[t * nb + b + 1] : 0;
+						}
+				for (long r = 0; r < ce - c0; r++)
+					for (int t = 0; t < KQ_T; t++)
+						acc[r][t] = _mm256_setzero_ps();
+				for (long b0 = 0; b0 < nb; b0 += cb) {
+					long b1 = b0 + cb < nb ? b0 + cb : nb;
+					switch (nt) {
+					case 1:
+						KQ_TILEQ8(1, 0);
+						break;
+					case 2:
+						KQ_TILEQ8G(2);
+						break;
+					case 3:
+						KQ_TILEQ8G(3);
+						break;
+					case 4:
+						KQ_TILEQ8G(4);
+						break;
+					case 5:
+						KQ_TILEQ8G(5);
+						break;
+					case 6:
+						KQ_TILEQ8G(6);
+						break;
+					case 7:
+						KQ_TILEQ8G(7);
+						break;
+					default:
+						KQ_TILEQ8G(8);
+						break;
+					}
+				}
+				for (long r = c0; r < ce; r++)
+					for (long t = 0; t < nt; t++) {
+						__m256 v = acc[r - c0][t];
+						__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+						s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+						s = _mm_add_ss(s, _mm_movehdup_ps(s));
+						out[(i + t) * ldo + r] = _mm_cvtss_f32(s);
+					}
+			}
+		}
 }
 
 // kq_scale_min is ggml's get_scale_min_k4.
@@ -415,9 +521,6 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 // (the scales gathered in xs) constants.
 #define KQ_TILE32(nt, g)                                                                                           \
 	switch (type) {                                                                                            \
-	case KQ_Q8_0:                                                                                              \
-		kq_q8w(nt, g, wr, off, xwi, ldw, xs, di, nb, nb, o, ldo);                                         \
-		break;                                                                                             \
 	case KQ_Q4_0:                                                                                              \
 		kq_32(KQ_Q4_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
 		break;                                                                                             \
@@ -437,20 +540,14 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 		}                                                                                                  \
 	} while (0)
 
-// KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 gathers the token
-// scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
-// multiply the scales one by one, with the same products.
-#define KQ_XS_BLOCKS 1024
-
-// kq_rows32 is kq_rows for a 32-value type: tokens in tiles of KQ_T,
+// kq_rows32 is kq_rows for Q4_0 and Q5_0: tokens in tiles of KQ_T,
 // each tile's activation scales gathered once (8 per block, token-major)
 // for the rows of a chunk; rows in chunks whose weights stay in L1 while
 // a tile passes over them.
 static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
-		      const int16_t *xw, const float *xd, long n, long cols, float *out, long ldo) {
+		      const float *xd, long n, long cols, float *out, long ldo) {
 	long nb = cols / 32;
-	long ldw = 64 * ((nb + 1) / 2);
-	float xs[8 * (KQ_XS_BLOCKS + 1)] __attribute__((aligned(32)));
+	float xs[8 * KQ_XS_BLOCKS] __attribute__((aligned(32)));
 	long tb = 256 * 1024 / cols;
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	long rc = KQ_WBYTES / rowb;
@@ -461,22 +558,13 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 				long nt = n - i < KQ_T ? n - i : KQ_T;
 				const float *di = xd + i * nb;
 				int gathered = nt > 1 && nb <= KQ_XS_BLOCKS;
-				if (gathered && type == KQ_Q8_0)
-					// Per pair of blocks, the tokens' two scales in turn
-					// (kq_q8w); an odd last block's partner 0.
-					for (long b = 0; b < nb + nb % 2; b += 2)
-						for (long t = 0; t < 8; t++) {
-							xs[8 * b + 2 * t] = t < nt ? di[t * nb + b] : 0;
-							xs[8 * b + 2 * t + 1] = t < nt && b + 1 < nb ? di[t * nb + b + 1] : 0;
-						}
-				else if (gathered)
+				if (gathered)
 					for (long b = 0; b < nb; b++)
 						for (long t = 0; t < 8; t++)
 							xs[8 * b + t] = t < nt ? di[t * nb + b] : 0;
 				for (long r = c0; r < r1 && r < c0 + rc; r++) {
 					const uint8_t *wr = w + r * rowb;
 					const int8_t *xi = x + i * cols;
-					const int16_t *xwi = xw + i * ldw;
 					float *o = out + i * ldo + r;
 					switch (nt) {
 					case 1:
@@ -529,8 +617,12 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 // row is unpacked once per KQ_T tokens.
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	if (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) {
-		kq_rows32(type, w, rowb, r0, r1, off, x, xw, xd, n, cols, out, ldo);
+	if (type == KQ_Q8_0) {
+		kq_rows_q8w(w, rowb, r0, r1, off, xw, xd, n, cols, out, ldo);
+		return;
+	}
+	if (type == KQ_Q4_0 || type == KQ_Q5_0) {
+		kq_rows32(type, w, rowb, r0, r1, off, x, xd, n, cols, out, ldo);
 		return;
 	}
 	long nb = cols / 256;

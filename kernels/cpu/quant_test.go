@@ -319,47 +319,54 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 }
 
 // BenchmarkQuantRows times the quantized kernels on one thread at the
-// shapes of Qwen2.5-0.5B's MLP (ffn_up 4864x896, ffn_down 896x4864), for
-// one token (decode), 64 and 512 (a prefill chunk), per kernel family:
-// go test -run - -bench QuantRows ./kernels/cpu.
+// shapes of Qwen2.5-0.5B's MLP (ffn_up 4864x896, ffn_down 896x4864; the K
+// types the latter alone), for one token (decode), 64 and 512 (a prefill
+// chunk), per kernel family: go test -run - -bench QuantRows ./kernels/cpu.
 func BenchmarkQuantRows(b *testing.B) {
 	isas := append([]quantKernel{{name: "go", run: (*qTask).runGo}}, quantKernels()...)
+	type shape struct{ rows, cols int }
 	for _, f := range tensor.Formats {
-		rows, cols := 4864, 896
+		shapes := []shape{{4864, 896}, {896, 4864}}
 		if f.Block == 256 {
-			rows, cols = 896, 4864
+			shapes = shapes[1:]
 		}
-		m := quantMat(&f, rows, cols, 9)
-		l := qLayouts[f.DType]
-		for _, n := range []int{1, 64, 512} {
-			x := make([]float32, n*cols)
-			r := rand.New(rand.NewPCG(1, 2))
-			for i := range x {
-				x[i] = float32(r.NormFloat64())
+		for _, sh := range shapes {
+			benchQuantRows(b, &f, sh.rows, sh.cols, isas)
+		}
+	}
+}
+
+func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []quantKernel) {
+	m := quantMat(f, rows, cols, 9)
+	l := qLayouts[f.DType]
+	for _, n := range []int{1, 64, 512} {
+		x := make([]float32, n*cols)
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		var a qActs
+		a.quantize(x, n, cols, l)
+		rb, _ := f.DType.RowBytes(cols)
+		out := make([]float32, n*rows)
+		tk := qTask{out: out, a: &a, w: &m, l: l, n: n, rowB: rb}
+		for _, k := range isas {
+			if k.name == "go" && n > 64 {
+				continue
 			}
-			var a qActs
-			a.quantize(x, n, cols, l)
-			rb, _ := f.DType.RowBytes(cols)
-			out := make([]float32, n*rows)
-			tk := qTask{out: out, a: &a, w: &m, l: l, n: n, rowB: rb}
-			for _, k := range isas {
-				if k.name == "go" && n > 64 {
-					continue
+			b.Run(fmt.Sprintf("%s/%dx%d/n=%d/%s", f.Name, rows, cols, n, k.name), func(b *testing.B) {
+				cpu0 := cputime.Seconds()
+				for b.Loop() {
+					k.run(&tk, 0, rows)
 				}
-				b.Run(fmt.Sprintf("%s/n=%d/%s", f.Name, n, k.name), func(b *testing.B) {
-					cpu0 := cputime.Seconds()
-					for b.Loop() {
-						k.run(&tk, 0, rows)
-					}
-					macs := float64(b.N) * float64(n*rows*cols) / 1e9
-					b.ReportMetric(macs/b.Elapsed().Seconds(), "GMAC/s")
-					// Per second of the process's CPU time, which a
-					// loaded machine's other work does not take from.
-					if cpu := cputime.Seconds() - cpu0; cpu > 0 {
-						b.ReportMetric(macs/cpu, "GMAC/cpu-s")
-					}
-				})
-			}
+				macs := float64(b.N) * float64(n*rows*cols) / 1e9
+				b.ReportMetric(macs/b.Elapsed().Seconds(), "GMAC/s")
+				// Per second of the process's CPU time, which a
+				// loaded machine's other work does not take from.
+				if cpu := cputime.Seconds() - cpu0; cpu > 0 {
+					b.ReportMetric(macs/cpu, "GMAC/cpu-s")
+				}
+			})
 		}
 	}
 }
