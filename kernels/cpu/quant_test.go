@@ -256,11 +256,12 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 		t.Logf("checking the %s kernels", k.name)
 	}
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 1025, 9}} {
+	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 67, 9}, {32 * 1025, 9}} {
 		// Token counts of one, three, five, six, seven and nine: tiles of
 		// 4 and 8 tokens and the shorter ones after them; 17 blocks of 32,
-		// the AVX-512 kernels' last block alone; 1025, rows wider than the
-		// AVX2 kernels gather the token scales of.
+		// the AVX-512 kernels' last block alone; 67, AVX2 Q8_0's passes of
+		// 32 blocks and an odd last one; 1025, rows wider than the AVX2
+		// kernels gather the token scales of.
 		const rows = 19
 		cols, n := tc.cols, tc.n
 		x := make([]float32, n*cols)
@@ -311,6 +312,53 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 					}
 					if math.Float32bits(goOut[i]) != math.Float32bits(cOut[i]) {
 						t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, k.name, cOut[i], goOut[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// Every C kernel gives a token the same bits whatever the call's token
+// count and row range: tiles of 8 tokens and the ragged ones after them,
+// a token alone (decode), rows split across calls, and (AVX2 Q8_0) rows
+// taken 32 blocks at a time for a chunk of rows, with an odd last block
+// and row counts past a chunk.
+func TestQuantKernelsTileInvariant(t *testing.T) {
+	isas := quantKernels()
+	if len(isas) == 0 {
+		t.Skip("no C kernels for quantized weights on this CPU or build (or KAKEYA_CPU caps them)")
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, tc := range []struct{ rows, cols, n int }{{45, 32 * 67, 19}, {50, 32 * 64, 9}, {23, 256 * 3, 11}} {
+		x := make([]float32, tc.n*tc.cols)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		for _, f := range tensor.Formats {
+			if tc.cols%f.Block != 0 {
+				continue
+			}
+			m := quantMat(&f, tc.rows, tc.cols, uint64(f.DType)+200)
+			l := qLayouts[f.DType]
+			rb, _ := f.DType.RowBytes(tc.cols)
+			var all qActs
+			all.quantize(x, tc.n, tc.cols, l)
+			for _, k := range isas {
+				batch := make([]float32, tc.n*tc.rows)
+				k.run(&qTask{out: batch, a: &all, w: &m, l: l, n: tc.n, rowB: rb}, 0, tc.rows)
+				for i := range tc.n {
+					var one qActs
+					one.quantize(x[i*tc.cols:(i+1)*tc.cols], 1, tc.cols, l)
+					out := make([]float32, tc.rows)
+					tk := qTask{out: out, a: &one, w: &m, l: l, n: 1, rowB: rb}
+					// Rows in two calls, split off a chunk's edge.
+					k.run(&tk, 0, 7)
+					k.run(&tk, 7, tc.rows)
+					for j, v := range out {
+						if b := batch[i*tc.rows+j]; math.Float32bits(v) != math.Float32bits(b) {
+							t.Fatalf("%s %s %dx%d: token %d row %d: %v alone, %v among %d", k.name, f.Name, tc.rows, tc.cols, i, j, v, b, tc.n)
+						}
 					}
 				}
 			}
