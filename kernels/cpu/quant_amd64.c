@@ -237,13 +237,6 @@ KQ_INLINE void kq_q8w_pair(int nt, int gathered, int two, const uint8_t *blk, lo
 	if (gathered) {
 		_mm256_store_ps(sc, _mm256_mul_ps(wv, _mm256_load_ps(xs + 8 * b)));
 		_mm256_store_ps(sc + 8, _mm256_mul_ps(wv, _mm256_load_ps(xs + 8 * b + 8)));
-	} else {
-		float db = _mm256_cvtss_f32(wv), dc = _mm_cvtss_f32(_mm_movehdup_ps(_mm256_castps256_ps128(wv)));
-		KQ_UNROLL
-		for (int t = 0; t < nt; t++) {
-			sc[2 * t] = db * xd[t * ldd + b];
-			sc[2 * t + 1] = two ? dc * xd[t * ldd + b + 1] : 0;
-		}
 	}
 	KQ_UNROLL
 	for (int t = 0; t < nt; t++) {
@@ -252,7 +245,18 @@ KQ_INLINE void kq_q8w_pair(int nt, int gathered, int two, const uint8_t *blk, lo
 					      _mm256_madd_epi16(r[1], _mm256_loadu_si256((const __m256i *)(xt + 16))));
 		__m256i s1 = _mm256_add_epi32(_mm256_madd_epi16(r[2], _mm256_loadu_si256((const __m256i *)(xt + 32))),
 					      _mm256_madd_epi16(r[3], _mm256_loadu_si256((const __m256i *)(xt + 48))));
-		__m256 p = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(sc + 2 * t)));
+		__m256 p;
+		if (gathered) {
+			p = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(sc + 2 * t)));
+		} else {
+			// The token's two scales, adjacent in xd (the partner of an
+			// odd last block 0), times [db, dc] in the vector: the
+			// gathered path's products. (Scalar products stored for a
+			// broadcast made a decode wait on store forwarding.)
+			const float *d = xd + t * ldd + b;
+			__m128 xv = two ? _mm_castpd_ps(_mm_load_sd((const double *)d)) : _mm_load_ss(d);
+			p = _mm256_mul_ps(wv, _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(xv))));
+		}
 		acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), p, acc[t]);
 	}
 }
