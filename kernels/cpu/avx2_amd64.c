@@ -185,12 +185,33 @@ KK_INLINE void store8(float *out, int nr, __m256 a) {
 #define KK2_WIDEN_BF16(q) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q)), 16))
 #define KK2_WIDEN_F16(q) _mm256_cvtph_ps(_mm_loadu_si128(q))
 
+// A tile's 16 weights of one column as two f32 vectors. bf16: interleaved
+// with zeros (VPUNPCKLWD/VPUNPCKHWD, a bf16 being the high half of an
+// f32), one shuffle each where the widening above takes a shuffle and a
+// shift, which competes with the FMAs for their two ports; this leaves
+// rows 0-3 and 8-11 in w0, rows 4-7 and 12-15 in w1, which KK2_UNPAIR puts
+// back in order at the tile's end. f16: VCVTPH2PS, rows in order.
+#define KK2_WIDEN2_BF16(q, w0, w1)                                                               \
+	do {                                                                                     \
+		__m256i v = _mm256_loadu_si256((const __m256i *)(q));                            \
+		w0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), v));      \
+		w1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), v));      \
+	} while (0)
+#define KK2_UNPAIR_BF16(a0, a1)                                                                   \
+	do {                                                                                     \
+		__m256 lo = _mm256_permute2f128_ps(a0, a1, 0x20), hi = _mm256_permute2f128_ps(a0, a1, 0x31); \
+		a0 = lo, a1 = hi;                                                                \
+	} while (0)
+#define KK2_WIDEN2_F16(q, w0, w1) (w0 = KK2_WIDEN_F16(q), w1 = KK2_WIDEN_F16((q) + 1))
+#define KK2_UNPAIR_F16(a0, a1) ((void)0)
+
 // KK2_TILE defines name: out[i*ldo + j] for mr tokens and the nr rows of a
 // tile from panel (the tile's first row of each column, columns KK2_PANEL
-// values apart), the dot products of the weights widened by WIDEN with the
-// tokens' f32 activations x (row stride ldx), the products added in column
-// order.
-#define KK2_TILE(name, WIDEN)                                                                           \
+// values apart), the dot products of the weights widened by WIDEN2 with
+// the tokens' f32 activations x (row stride ldx), the products added in
+// column order (each output's the GEMV's, wherever WIDEN2 puts its row;
+// UNPAIR puts the rows back in order).
+#define KK2_TILE(name, WIDEN2, UNPAIR)                                                                  \
 	KK_INLINE void name(const int mr, const uint16_t *restrict panel, const float *restrict x, long ldx, \
 			    long cols, float *restrict out, long ldo, int nr) {                           \
 		__m256 a0[KK2_MR], a1[KK2_MR];                                                           \
@@ -198,7 +219,8 @@ KK_INLINE void store8(float *out, int nr, __m256 a) {
 		for (long c = 0; c < cols; c++) {                                                        \
 			const __m128i *p = (const __m128i *)(panel + c * KK2_PANEL);                     \
 			_mm_prefetch((const char *)(panel + (c + KK2_PF) * KK2_PANEL), _MM_HINT_T0);     \
-			__m256 w0 = WIDEN(p), w1 = WIDEN(p + 1);                                         \
+			__m256 w0, w1;                                                                   \
+			WIDEN2(p, w0, w1);                                                               \
 			_Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {                           \
 				__m256 b = _mm256_broadcast_ss(x + i * ldx + c);                         \
 				a0[i] = _mm256_fmadd_ps(w0, b, a0[i]);                                   \
@@ -206,6 +228,7 @@ KK_INLINE void store8(float *out, int nr, __m256 a) {
 			}                                                                                \
 		}                                                                                        \
 		_Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {                                   \
+			UNPAIR(a0[i], a1[i]);                                                            \
 			store8(out + i * ldo, nr, a0[i]);                                                \
 			store8(out + i * ldo + 8, nr - 8, a1[i]);                                        \
 		}                                                                                        \
@@ -233,8 +256,8 @@ KK_INLINE void store8(float *out, int nr, __m256 a) {
 		store8(out + 24, nr - 24, a3);                                                           \
 	}
 
-KK2_TILE(tile_bf16, KK2_WIDEN_BF16)
-KK2_TILE(tile_f16, KK2_WIDEN_F16)
+KK2_TILE(tile_bf16, KK2_WIDEN2_BF16, KK2_UNPAIR_BF16)
+KK2_TILE(tile_f16, KK2_WIDEN2_F16, KK2_UNPAIR_F16)
 KK2_GEMV(gemv_bf16, KK2_WIDEN_BF16)
 KK2_GEMV(gemv_f16, KK2_WIDEN_F16)
 

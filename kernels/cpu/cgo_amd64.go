@@ -48,7 +48,8 @@ long kk_rans2_decode2xn(long ns, float *out0, float *out1, float *out2, float *o
 void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
-	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
+	     const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
+void kq_widen(const int8_t *x, long n, long nb, int16_t *xw);
 void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d);
 void kq_quant_q8_k(const float *x, long nb, int8_t *qs, float *d, int32_t *bsums);
 */
@@ -272,8 +273,22 @@ func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) {
 			C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
 		return
 	}
-	C.kq_rows(C.int(t.l.kind), w, C.long(t.rowB), C.long(r0), C.long(r1), off, x, f32p(t.a.d), bs,
+	xw := (*C.int16_t)(nil)
+	if wideActs(t.l) {
+		_ = t.a.wide[t.n*wideCols(cols)-1]
+		xw = (*C.int16_t)(unsafe.Pointer(&t.a.wide[0]))
+	}
+	C.kq_rows(C.int(t.l.kind), w, C.long(t.rowB), C.long(r0), C.long(r1), off, x, xw, f32p(t.a.d), bs,
 		C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
+}
+
+// widenActsC writes token rows [lo, hi) of a's q8_0 activations widened
+// into a.wide, as the AVX2 Q8_0 kernel reads them (quant_amd64.c's
+// kq_widen).
+func widenActsC(a *qActs, lo, hi, cols int) {
+	wc := wideCols(cols)
+	qs, xw := a.qs[lo*cols:hi*cols], a.wide[lo*wc:hi*wc]
+	C.kq_widen((*C.int8_t)(unsafe.Pointer(&qs[0])), C.long(hi-lo), C.long(cols/32), (*C.int16_t)(unsafe.Pointer(&xw[0])))
 }
 
 // ransDecode2C is RANSDecode2's kernel call; RANSDecode2 checked the

@@ -87,6 +87,8 @@ func quantizeActsC(q *qQuant, lo, hi int) { panic("cpu: no C kernels") }
 
 func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels") }
 
+func widenActsC(a *qActs, lo, hi, cols int) { panic("cpu: no C kernels") }
+
 func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
 	return 0, pos
 }

@@ -65,9 +65,20 @@ type qActs struct {
 	qs    []int8
 	d     []float32
 	bsums []int32
+	// wide, for the AVX2 Q8_0 kernel, holds qs widened to 16 bits, the
+	// values of each pair of blocks interleaved (wideCols per row).
+	wide  []int16
 	quant qQuant
 	task  qTask
 }
+
+// wideActs reports whether the AVX2 kernel for l's weights reads the
+// activations widened (qActs.wide): Q8_0's, which multiplies in 16 bits.
+func wideActs(l *qLayout) bool { return l.f.DType == tensor.Q8_0 }
+
+// wideCols is the length of a row of cols activations widened: 64 values
+// per pair of 32-value blocks, an odd last block paired with zeros.
+func wideCols(cols int) int { return 64 * ((cols/32 + 1) / 2) }
 
 var qActsPool = sync.Pool{New: func() any { return new(qActs) }}
 
@@ -150,6 +161,11 @@ func (a *qActs) prepare(x []float32, n, cols int, l *qLayout) {
 		a.d = grow(a.d, n*cols/32)
 	}
 	a.quant = qQuant{a: a, x: x[:n*cols], cols: cols, k: l.kQuant}
+	// Widened for the AVX2 kernel alone: the AVX-512 ones read qs.
+	if hasAVX2C && !hasQuant512 && wideActs(l) {
+		a.wide = grow(a.wide, n*wideCols(cols))
+		a.quant.wide = true
+	}
 }
 
 // qQuant quantizes token rows [lo, hi) of x into a: a Task, so that a
@@ -159,11 +175,15 @@ type qQuant struct {
 	x    []float32
 	cols int
 	k    bool // q8_K, else q8_0
+	wide bool // also a.wide (hasAVX2C)
 }
 
 func (q *qQuant) Run(lo, hi int) {
 	if hasAVX2C && lo < hi {
 		quantizeActsC(q, lo, hi)
+		if q.wide {
+			widenActsC(q.a, lo, hi, q.cols)
+		}
 		return
 	}
 	q.runGo(lo, hi)

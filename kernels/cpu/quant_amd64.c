@@ -100,10 +100,14 @@ _Static_assert(KQ_T == 8, "kq_32 reads 8 token scales per block (one vector)");
 #define KQ_WBYTES (24 * 1024)
 #endif
 
+// KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 and kq_rows_q8w gather the token
+// scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
+// multiply the scales one by one, with the same products.
+#define KQ_XS_BLOCKS 1024
 
 // kq_32 sets out[t*ldo] for the nt token rows of x (ldx apart) and one row
-// of a 32-value type: per block, the signed values unpacked once (Q8_0's
-// bytes; Q4_0's nibbles less 8; Q5_0's with the fifth bit, less 16) and
+// of Q4_0 or Q5_0 (Q8_0 has kq_q8w): per block, the signed values
+// unpacked once (Q4_0's nibbles less 8; Q5_0's with the fifth bit, less 16) and
 // their magnitudes, and the block's scale times the nt tokens' (xs: 8 per
 // block, token-major, kq_rows32 gathers them) in one multiply (or, for
 // one token and for rows wider than KQ_XS_BLOCKS blocks, gathered 0, one
@@ -126,17 +130,13 @@ KQ_INLINE void kq_32(int type, int nt, int gathered, const uint8_t *w, const lon
 		const uint8_t *blk = w + b * off[KQ_BYTES];
 		kq_prefetch(blk, off[KQ_BYTES]);
 		__m256i q;
-		if (type == KQ_Q8_0) {
-			q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QS]));
+		__m128i p = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
+		__m128i lo = _mm_and_si128(p, m4), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m4);
+		if (type == KQ_Q4_0) {
+			q = _mm256_set_m128i(_mm_sub_epi8(hi, e8), _mm_sub_epi8(lo, e8));
 		} else {
-			__m128i p = _mm_loadu_si128((const __m128i *)(blk + off[KQ_QS]));
-			__m128i lo = _mm_and_si128(p, m4), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m4);
-			if (type == KQ_Q4_0) {
-				q = _mm256_set_m128i(_mm_sub_epi8(hi, e8), _mm_sub_epi8(lo, e8));
-			} else {
-				__m256i five = _mm256_and_si256(kq_bits32(kq_u32(blk + off[KQ_QH])), b16);
-				q = _mm256_sub_epi8(_mm256_or_si256(_mm256_set_m128i(hi, lo), five), b16);
-			}
+			__m256i five = _mm256_and_si256(kq_bits32(kq_u32(blk + off[KQ_QH])), b16);
+			q = _mm256_sub_epi8(_mm256_or_si256(_mm256_set_m128i(hi, lo), five), b16);
 		}
 		__m256i aq = _mm256_sign_epi8(q, q);
 		// The nt products of scales in one multiply, read back one by one
@@ -169,6 +169,229 @@ KQ_INLINE void kq_32(int type, int nt, int gathered, const uint8_t *w, const lon
 		s = _mm_add_ss(s, _mm_movehdup_ps(s));
 		out[t * ldo] = _mm_cvtss_f32(s);
 	}
+}
+
+// kq_wide2 widens two 32-value blocks of signed bytes, b (halves b0, b1)
+// and the one after it, c (c0, c1), to 16 bits, interleaved by pairs: in
+// each of the four vectors, 32-bit lane j holds two values of b where j is
+// even and two of c where it is odd, so that VPMADDWD against a vector of
+// the same layout leaves b's pair sums in the even lanes and c's in the
+// odd ones. Weights and activations (kq_widen) both go through it, so
+// their values meet in the same lanes.
+KQ_INLINE void kq_wide2(__m128i b0, __m128i b1, __m128i c0, __m128i c1, __m256i r[4]) {
+	__m256i x0 = _mm256_cvtepi8_epi16(b0), x1 = _mm256_cvtepi8_epi16(b1);
+	__m256i y0 = _mm256_cvtepi8_epi16(c0), y1 = _mm256_cvtepi8_epi16(c1);
+	r[0] = _mm256_unpacklo_epi32(x0, y0);
+	r[1] = _mm256_unpackhi_epi32(x0, y0);
+	r[2] = _mm256_unpacklo_epi32(x1, y1);
+	r[3] = _mm256_unpackhi_epi32(x1, y1);
+}
+
+// kq_widen writes the n token rows of q8_0 activations x (nb blocks of 32
+// each) as kq_q8w reads them: per pair of blocks, 64 int16 in kq_wide2's
+// layout, an odd last block paired with zeros; 64 * ((nb + 1) / 2) values
+// a row.
+void kq_widen(const int8_t *x, long n, long nb, int16_t *xw) {
+	long np = (nb + 1) / 2;
+	const __m128i z = _mm_setzero_si128();
+	for (long t = 0; t < n; t++) {
+		const int8_t *xt = x + t * 32 * nb;
+		int16_t *wt = xw + t * 64 * np;
+		for (long p = 0; p < np; p++) {
+			const int8_t *pb = xt + 64 * p;
+			int two = 2 * p + 1 < nb;
+			__m256i r[4];
+			kq_wide2(_mm_loadu_si128((const __m128i *)pb), _mm_loadu_si128((const __m128i *)(pb + 16)),
+				 two ? _mm_loadu_si128((const __m128i *)(pb + 32)) : z,
+				 two ? _mm_loadu_si128((const __m128i *)(pb + 48)) : z, r);
+			for (int k = 0; k < 4; k++)
+				_mm256_storeu_si256((__m256i *)(wt + 64 * p + 16 * k), r[k]);
+		}
+	}
+}
+
+// kq_q8w_pair adds to acc[t] the nt tokens' dots with the Q8_0 blocks at
+// blk and blk + bb (two set; else the first alone, against zeros): both
+// blocks' weights widened once (kq_wide2), then per token four VPMADDWD
+// against the widened activations (xw), their sums (b's in the even
+// lanes, c's in the odd) converted once and multiplied by the block
+// scales' products in one FMA. The products: the two weight scales times
+// the tokens' (xs, 16 per pair: token-major pairs, gathered by
+// kq_rows32), or one by one from xd (one token, or rows wider than
+// KQ_XS_BLOCKS blocks), the same f32 products either way.
+KQ_INLINE void kq_q8w_pair(int nt, int gathered, int two, const uint8_t *blk, long bb, const long *off,
+			   const int16_t *xw, long ldx, const float *xs, const float *xd, long ldd, long b,
+			   __m256 *acc) {
+	const __m128i z = _mm_setzero_si128();
+	float sc[16] __attribute__((aligned(32)));
+	kq_prefetch(blk, 2 * bb);
+	const uint8_t *qb = blk + off[KQ_QS], *qc = blk + bb + off[KQ_QS];
+	__m256i r[4];
+	kq_wide2(_mm_loadu_si128((const __m128i *)qb), _mm_loadu_si128((const __m128i *)(qb + 16)),
+		 two ? _mm_loadu_si128((const __m128i *)qc) : z, two ? _mm_loadu_si128((const __m128i *)(qc + 16)) : z,
+		 r);
+	uint32_t hb = (uint32_t)blk[off[KQ_D]] | (uint32_t)blk[off[KQ_D] + 1] << 8;
+	uint32_t hc = two ? (uint32_t)blk[bb + off[KQ_D]] | (uint32_t)blk[bb + off[KQ_D] + 1] << 8 : 0;
+	// [db, dc] four times.
+	__m256 wv = _mm256_cvtph_ps(_mm_set1_epi32((int)(hb | hc << 16)));
+	if (gathered) {
+		_mm256_store_ps(sc, _mm256_mul_ps(wv, _mm256_load_ps(xs + 8 * b)));
+		_mm256_store_ps(sc + 8, _mm256_mul_ps(wv, _mm256_load_ps(xs + 8 * b + 8)));
+	}
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++) {
+		const int16_t *xt = xw + t * ldx + 32 * b;
+		__m256i s0 = _mm256_add_epi32(_mm256_madd_epi16(r[0], _mm256_loadu_si256((const __m256i *)xt)),
+					      _mm256_madd_epi16(r[1], _mm256_loadu_si256((const __m256i *)(xt + 16))));
+		__m256i s1 = _mm256_add_epi32(_mm256_madd_epi16(r[2], _mm256_loadu_si256((const __m256i *)(xt + 32))),
+					      _mm256_madd_epi16(r[3], _mm256_loadu_si256((const __m256i *)(xt + 48))));
+		__m256 p;
+		if (gathered) {
+			p = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(sc + 2 * t)));
+		} else {
+			// The token's two scales, adjacent in xd (the partner of an
+			// odd last block 0), times [db, dc] in the vector: the
+			// gathered path's products. (Scalar products stored for a
+			// broadcast made a decode wait on store forwarding.)
+			const float *d = xd + t * ldd + b;
+			__m128 xv = two ? _mm_castpd_ps(_mm_load_sd((const double *)d)) : _mm_load_ss(d);
+			p = _mm256_mul_ps(wv, _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(xv))));
+		}
+		acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), p, acc[t]);
+	}
+}
+
+// kq_q8w is kq_32 for Q8_0 with 16-bit arithmetic, over blocks [b0, b1)
+// of one row (b0 even), adding to the row's nt accumulators acc (8 f32
+// lanes a token, kept across calls): blocks in pairs (kq_q8w_pair), one
+// VPMADDWD per 16 products where the sign trick takes three operations per
+// 32, and each pair's two blocks in one conversion and one FMA; xw holds
+// the tile's activations widened (kq_widen, ldx values a token). Each
+// token's arithmetic is the same for every nt, and the same however a row
+// is split into calls.
+KQ_INLINE void kq_q8w(int nt, int gathered, const uint8_t *w, const long *off, const int16_t *xw, long ldx,
+		      const float *xs, const float *xd, long ldd, long b0, long b1, __m256 *acc) {
+	__m256 a[KQ_T];
+	long bb = off[KQ_BYTES];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		a[t] = acc[t];
+	long b = b0;
+	for (; b + 1 < b1; b += 2)
+		kq_q8w_pair(nt, gathered, 1, w + b * bb, bb, off, xw, ldx, xs, xd, ldd, b, a);
+	if (b < b1)
+		kq_q8w_pair(nt, gathered, 0, w + b * bb, bb, off, xw, ldx, xs, xd, ldd, b, a);
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		acc[t] = a[t];
+}
+
+// KQ_WCHUNK is how many blocks of a row kq_rows_q8w takes per pass: a
+// tile's widened activations for them (16 KiB for 8 tokens) stay in the
+// L1 cache while a chunk of rows passes over them; whole rows of a wide
+// matrix (ffn_down's 4864 values, 76 KiB for 8 tokens) came from L2 for
+// every row.
+#define KQ_WCHUNK 32
+
+// KQ_RC bounds the rows of a chunk of kq_rows_q8w (their accumulators on
+// the stack).
+#define KQ_RC 32
+
+// KQ_TILEQ8 runs kq_q8w for the rows of a chunk over one pass's blocks,
+// nt tokens, the scales gathered or not (constants).
+#define KQ_TILEQ8(nt, g)                                                                                           \
+	for (long r = c0; r < ce; r++)                                                                             \
+		kq_q8w(nt, g, w + r * rowb, off, xwi, ldw, xs, di, nb, b0, b1, acc[r - c0]);
+
+// KQ_TILEQ8G is KQ_TILEQ8 with the scales gathered or not as the tile has
+// them (gathered): a constant inside.
+#define KQ_TILEQ8G(nt)                                                                                             \
+	do {                                                                                                       \
+		if (gathered) {                                                                                    \
+			KQ_TILEQ8(nt, 1);                                                                          \
+		} else {                                                                                           \
+			KQ_TILEQ8(nt, 0);                                                                          \
+		}                                                                                                  \
+	} while (0)
+
+// kq_rows_q8w is kq_rows for Q8_0 (kq_q8w): tokens in tiles of KQ_T with
+// their scales gathered once per tile (the pairs' scales token by token);
+// rows in chunks whose weights over KQ_WCHUNK blocks stay in L1, and each
+// tile's activations taken KQ_WCHUNK blocks at a time for all the rows of
+// a chunk, with the rows' accumulators kept between passes.
+static void kq_rows_q8w(const uint8_t *w, long rowb, long r0, long r1, const long *off, const int16_t *xw,
+			const float *xd, long n, long cols, float *out, long ldo) {
+	long nb = cols / 32, ldw = 64 * ((nb + 1) / 2);
+	float xs[8 * (KQ_XS_BLOCKS + 1)] __attribute__((aligned(32)));
+	__m256 acc[KQ_RC][KQ_T];
+	// Fewer tokens than a tile (a decode) take rows whole and in order, so
+	// that the weights prefetched ahead are the ones read next: there the
+	// weights' stream from memory is what a pass waits on.
+	long cb = nb < KQ_WCHUNK || n < KQ_T ? nb : KQ_WCHUNK;
+	long rc = KQ_WBYTES / (cb * off[KQ_BYTES]);
+	rc = rc < 1 ? 1 : rc > KQ_RC ? KQ_RC : rc;
+	// Token blocks of about 512 KiB of widened activations, which stay in
+	// L2 while the rows pass over them.
+	long tb = 256 * 1024 / cols;
+	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
+	for (long t0 = 0; t0 < n; t0 += tb)
+		for (long c0 = r0; c0 < r1; c0 += rc) {
+			long ce = c0 + rc < r1 ? c0 + rc : r1;
+			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
+				long nt = n - i < KQ_T ? n - i : KQ_T;
+				const float *di = xd + i * nb;
+				const int16_t *xwi = xw + i * ldw;
+				int gathered = nt > 1 && nb <= KQ_XS_BLOCKS;
+				if (gathered)
+					// Per pair of blocks, the tokens' two scales in turn;
+					// an odd last block's partner 0.
+					for (long b = 0; b < nb + nb % 2; b += 2)
+						for (long t = 0; t < 8; t++) {
+							xs[8 * b + 2 * t] = t < nt ? di[t * nb + b] : 0;
+							xs[8 * b + 2 * t + 1] = t < nt && b + 1 < nb ? di[t * nb + b + 1] : 0;
+						}
+				for (long r = 0; r < ce - c0; r++)
+					for (int t = 0; t < KQ_T; t++)
+						acc[r][t] = _mm256_setzero_ps();
+				for (long b0 = 0; b0 < nb; b0 += cb) {
+					long b1 = b0 + cb < nb ? b0 + cb : nb;
+					switch (nt) {
+					case 1:
+						KQ_TILEQ8(1, 0);
+						break;
+					case 2:
+						KQ_TILEQ8G(2);
+						break;
+					case 3:
+						KQ_TILEQ8G(3);
+						break;
+					case 4:
+						KQ_TILEQ8G(4);
+						break;
+					case 5:
+						KQ_TILEQ8G(5);
+						break;
+					case 6:
+						KQ_TILEQ8G(6);
+						break;
+					case 7:
+						KQ_TILEQ8G(7);
+						break;
+					default:
+						KQ_TILEQ8G(8);
+						break;
+					}
+				}
+				for (long r = c0; r < ce; r++)
+					for (long t = 0; t < nt; t++) {
+						__m256 v = acc[r - c0][t];
+						__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+						s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+						s = _mm_add_ss(s, _mm_movehdup_ps(s));
+						out[(i + t) * ldo + r] = _mm_cvtss_f32(s);
+					}
+			}
+		}
 }
 
 // kq_scale_min is ggml's get_scale_min_k4.
@@ -302,9 +525,6 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 // (the scales gathered in xs) constants.
 #define KQ_TILE32(nt, g)                                                                                           \
 	switch (type) {                                                                                            \
-	case KQ_Q8_0:                                                                                              \
-		kq_32(KQ_Q8_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
-		break;                                                                                             \
 	case KQ_Q4_0:                                                                                              \
 		kq_32(KQ_Q4_0, nt, g, wr, off, xi, cols, xs, di, nb, nb, o, ldo);                                 \
 		break;                                                                                             \
@@ -324,12 +544,7 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 		}                                                                                                  \
 	} while (0)
 
-// KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 gathers the token
-// scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
-// multiply the scales one by one, with the same products.
-#define KQ_XS_BLOCKS 1024
-
-// kq_rows32 is kq_rows for a 32-value type: tokens in tiles of KQ_T,
+// kq_rows32 is kq_rows for Q4_0 and Q5_0: tokens in tiles of KQ_T,
 // each tile's activation scales gathered once (8 per block, token-major)
 // for the rows of a chunk; rows in chunks whose weights stay in L1 while
 // a tile passes over them.
@@ -401,11 +616,16 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 
 // kq_rows sets out[i*ldo + r] for rows [r0, r1) of w (rowb bytes each) and
 // the n token rows of quantized activations x (cols int8 each, with xd's
-// scales per group of 32 or 256 and, for the K types, bsums per 16): each
+// scales per group of 32 or 256 and, for the K types, bsums per 16; for
+// Q8_0, xw: x widened by kq_widen, which is what its kernel reads): each
 // row is unpacked once per KQ_T tokens.
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
-	     const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	if (type == KQ_Q8_0 || type == KQ_Q4_0 || type == KQ_Q5_0) {
+	     const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
+	if (type == KQ_Q8_0) {
+		kq_rows_q8w(w, rowb, r0, r1, off, xw, xd, n, cols, out, ldo);
+		return;
+	}
+	if (type == KQ_Q4_0 || type == KQ_Q5_0) {
 		kq_rows32(type, w, rowb, r0, r1, off, x, xd, n, cols, out, ldo);
 		return;
 	}

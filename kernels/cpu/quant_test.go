@@ -211,7 +211,16 @@ type quantKernel struct {
 func quantKernels() []quantKernel {
 	var ks []quantKernel
 	if hasAVX2C {
-		ks = append(ks, quantKernel{"avx2", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, false) }, true, false})
+		ks = append(ks, quantKernel{"avx2", func(t *qTask, r0, r1 int) {
+			// Where the AVX-512 kernels run, quantize left Q8_0's
+			// activations unwidened.
+			if wideActs(t.l) && !t.a.quant.wide {
+				t.a.wide = grow(t.a.wide, t.n*wideCols(t.w.Cols))
+				widenActsC(t.a, 0, t.n, t.w.Cols)
+				t.a.quant.wide = true
+			}
+			quantRowsISA(t, r0, r1, false)
+		}, true, false})
 	}
 	if hasQuant512 {
 		ks = append(ks, quantKernel{"avx512vnni", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, true) }, false, false})
@@ -247,11 +256,12 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 		t.Logf("checking the %s kernels", k.name)
 	}
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 1025, 9}} {
+	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 67, 9}, {32 * 1025, 9}} {
 		// Token counts of one, three, five, six, seven and nine: tiles of
 		// 4 and 8 tokens and the shorter ones after them; 17 blocks of 32,
-		// the AVX-512 kernels' last block alone; 1025, rows wider than the
-		// AVX2 kernels gather the token scales of.
+		// the AVX-512 kernels' last block alone; 67, AVX2 Q8_0's passes of
+		// 32 blocks and an odd last one; 1025, rows wider than the AVX2
+		// kernels gather the token scales of.
 		const rows = 19
 		cols, n := tc.cols, tc.n
 		x := make([]float32, n*cols)
@@ -309,48 +319,102 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 	}
 }
 
+// Every C kernel gives a token the same bits whatever the call's token
+// count and row range: tiles of 8 tokens and the ragged ones after them,
+// a token alone (decode), rows split across calls, and (AVX2 Q8_0) rows
+// taken 32 blocks at a time for a chunk of rows, with an odd last block
+// and row counts past a chunk.
+func TestQuantKernelsTileInvariant(t *testing.T) {
+	isas := quantKernels()
+	if len(isas) == 0 {
+		t.Skip("no C kernels for quantized weights on this CPU or build (or KAKEYA_CPU caps them)")
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, tc := range []struct{ rows, cols, n int }{{45, 32 * 67, 19}, {50, 32 * 64, 9}, {23, 256 * 3, 11}} {
+		x := make([]float32, tc.n*tc.cols)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		for _, f := range tensor.Formats {
+			if tc.cols%f.Block != 0 {
+				continue
+			}
+			m := quantMat(&f, tc.rows, tc.cols, uint64(f.DType)+200)
+			l := qLayouts[f.DType]
+			rb, _ := f.DType.RowBytes(tc.cols)
+			var all qActs
+			all.quantize(x, tc.n, tc.cols, l)
+			for _, k := range isas {
+				batch := make([]float32, tc.n*tc.rows)
+				k.run(&qTask{out: batch, a: &all, w: &m, l: l, n: tc.n, rowB: rb}, 0, tc.rows)
+				for i := range tc.n {
+					var one qActs
+					one.quantize(x[i*tc.cols:(i+1)*tc.cols], 1, tc.cols, l)
+					out := make([]float32, tc.rows)
+					tk := qTask{out: out, a: &one, w: &m, l: l, n: 1, rowB: rb}
+					// Rows in two calls, split off a chunk's edge.
+					k.run(&tk, 0, 7)
+					k.run(&tk, 7, tc.rows)
+					for j, v := range out {
+						if b := batch[i*tc.rows+j]; math.Float32bits(v) != math.Float32bits(b) {
+							t.Fatalf("%s %s %dx%d: token %d row %d: %v alone, %v among %d", k.name, f.Name, tc.rows, tc.cols, i, j, v, b, tc.n)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkQuantRows times the quantized kernels on one thread at the
-// shapes of Qwen2.5-0.5B's MLP (ffn_up 4864x896, ffn_down 896x4864), for
-// one token (decode), 64 and 512 (a prefill chunk), per kernel family:
-// go test -run - -bench QuantRows ./kernels/cpu.
+// shapes of Qwen2.5-0.5B's MLP (ffn_up 4864x896, ffn_down 896x4864; the K
+// types the latter alone), for one token (decode), 64 and 512 (a prefill
+// chunk), per kernel family: go test -run - -bench QuantRows ./kernels/cpu.
 func BenchmarkQuantRows(b *testing.B) {
 	isas := append([]quantKernel{{name: "go", run: (*qTask).runGo}}, quantKernels()...)
+	type shape struct{ rows, cols int }
 	for _, f := range tensor.Formats {
-		rows, cols := 4864, 896
+		shapes := []shape{{4864, 896}, {896, 4864}}
 		if f.Block == 256 {
-			rows, cols = 896, 4864
+			shapes = shapes[1:]
 		}
-		m := quantMat(&f, rows, cols, 9)
-		l := qLayouts[f.DType]
-		for _, n := range []int{1, 64, 512} {
-			x := make([]float32, n*cols)
-			r := rand.New(rand.NewPCG(1, 2))
-			for i := range x {
-				x[i] = float32(r.NormFloat64())
+		for _, sh := range shapes {
+			benchQuantRows(b, &f, sh.rows, sh.cols, isas)
+		}
+	}
+}
+
+func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []quantKernel) {
+	m := quantMat(f, rows, cols, 9)
+	l := qLayouts[f.DType]
+	for _, n := range []int{1, 64, 512} {
+		x := make([]float32, n*cols)
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		var a qActs
+		a.quantize(x, n, cols, l)
+		rb, _ := f.DType.RowBytes(cols)
+		out := make([]float32, n*rows)
+		tk := qTask{out: out, a: &a, w: &m, l: l, n: n, rowB: rb}
+		for _, k := range isas {
+			if k.name == "go" && n > 64 {
+				continue
 			}
-			var a qActs
-			a.quantize(x, n, cols, l)
-			rb, _ := f.DType.RowBytes(cols)
-			out := make([]float32, n*rows)
-			tk := qTask{out: out, a: &a, w: &m, l: l, n: n, rowB: rb}
-			for _, k := range isas {
-				if k.name == "go" && n > 64 {
-					continue
+			b.Run(fmt.Sprintf("%s/%dx%d/n=%d/%s", f.Name, rows, cols, n, k.name), func(b *testing.B) {
+				cpu0 := cputime.Seconds()
+				for b.Loop() {
+					k.run(&tk, 0, rows)
 				}
-				b.Run(fmt.Sprintf("%s/n=%d/%s", f.Name, n, k.name), func(b *testing.B) {
-					cpu0 := cputime.Seconds()
-					for b.Loop() {
-						k.run(&tk, 0, rows)
-					}
-					macs := float64(b.N) * float64(n*rows*cols) / 1e9
-					b.ReportMetric(macs/b.Elapsed().Seconds(), "GMAC/s")
-					// Per second of the process's CPU time, which a
-					// loaded machine's other work does not take from.
-					if cpu := cputime.Seconds() - cpu0; cpu > 0 {
-						b.ReportMetric(macs/cpu, "GMAC/cpu-s")
-					}
-				})
-			}
+				macs := float64(b.N) * float64(n*rows*cols) / 1e9
+				b.ReportMetric(macs/b.Elapsed().Seconds(), "GMAC/s")
+				// Per second of the process's CPU time, which a
+				// loaded machine's other work does not take from.
+				if cpu := cputime.Seconds() - cpu0; cpu > 0 {
+					b.ReportMetric(macs/cpu, "GMAC/cpu-s")
+				}
+			})
 		}
 	}
 }
