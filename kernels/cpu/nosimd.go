@@ -32,6 +32,7 @@ func mulAdd(dst, x, y, z []float32)                       { mulAddScalar(dst, x,
 func sumSquares(x []float32) float32                      { return sumSquaresScalar(x) }
 func mulScaled(out, x, w []float32, s float32)            { mulScaledScalar(out, x, w, s) }
 func siluMul(gate, up []float32)                          { siluMulScalar(gate, up) }
+func geluTanhMul(gate, up []float32)                      { geluTanhMulScalar(gate, up) }
 func softmax(x []float32)                                 { softmaxScalar(x) }
 func rope(x, cos, sin []float32)                          { ropeScalar(x, cos, sin) }
 

@@ -157,6 +157,49 @@ func TestSiLUMulPositionIndependent(t *testing.T) {
 	}
 }
 
+// GELUTanhMul (Gemma's GeGLU) against the float64 formula, at every
+// length and with saturated inputs, and a value's result wherever it sits.
+func TestGELUTanhMul(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 6))
+	gelu := func(x float64) float64 {
+		return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
+	}
+	for _, n := range opLengths {
+		gate, up := randVec(rng, n), randVec(rng, n)
+		for i := range gate {
+			gate[i] *= 4
+		}
+		if n > 8 {
+			gate[0], gate[1], gate[2], gate[3] = 100, -100, 1000, -1000
+		}
+		orig := append([]float32(nil), gate...)
+		for name, f := range map[string]func(g, u []float32){"GELUTanhMul": GELUTanhMul, "scalar": geluTanhMulScalar} {
+			g := append([]float32(nil), orig...)
+			f(g, up)
+			for i := range g {
+				want := gelu(float64(orig[i])) * float64(up[i])
+				if !closeTo(g[i], want, 2e-6*(math.Abs(want)+1e-6)) {
+					t.Fatalf("%s n=%d [%d] gelu_tanh(%v)*%v = %v, want %v", name, n, i, orig[i], up[i], g[i], want)
+				}
+			}
+		}
+	}
+	gate, up := randVec(rng, 64), randVec(rng, 64)
+	whole := append([]float32(nil), gate...)
+	GELUTanhMul(whole, up)
+	for lo := range 9 {
+		for _, hi := range []int{lo + 1, lo + 7, lo + 9, 64} {
+			g := append([]float32(nil), gate[lo:hi]...)
+			GELUTanhMul(g, up[lo:hi])
+			for i, v := range g {
+				if math.Float32bits(v) != math.Float32bits(whole[lo+i]) {
+					t.Fatalf("GELUTanhMul of [%d:%d], value %d: %v, %v within the whole slice", lo, hi, lo+i, v, whole[lo+i])
+				}
+			}
+		}
+	}
+}
+
 func TestSoftmax(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	ninf := float32(math.Inf(-1))
