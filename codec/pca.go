@@ -955,9 +955,9 @@ func (k *KakeyaPC) parse(sc *pcScratch, src []byte, n, d int) error {
 }
 
 // parseBlocks is parse of up to MaxBlocks blocks, whose layout-2
-// streams, if all are, it decodes side by side (rans2DecodeStreams); it
-// returns which block an error is in.
-func (k *KakeyaPC) parseBlocks(sc []*pcScratch, src [][]byte, n, d int) (int, error) {
+// streams, if all are, it decodes side by side (rans2DecodeStreams). Its
+// callers leave naming the block of an error to their one-block calls.
+func (k *KakeyaPC) parseBlocks(sc []*pcScratch, src [][]byte, n, d int) error {
 	defer func() {
 		for _, s := range sc {
 			s.stream = nil
@@ -966,7 +966,7 @@ func (k *KakeyaPC) parseBlocks(sc []*pcScratch, src [][]byte, n, d int) (int, er
 	all2 := len(sc) > 1
 	for j := range sc {
 		if err := k.parseFields(sc[j], src[j], n, d); err != nil {
-			return j, err
+			return err
 		}
 		all2 = all2 && sc[j].param == pcECLayout2
 	}
@@ -983,26 +983,25 @@ func (k *KakeyaPC) parseBlocks(sc []*pcScratch, src [][]byte, n, d int) (int, er
 			out[j], codes[j], scale[j], hide[j], r2[j] = s.lat[:c*n], s.stream, s.scale, s.hid2[:s.hidden], &s.r2
 		}
 		ns := len(sc)
-		j, err := rans2DecodeStreams(out[:ns], codes[:ns], n, &k.plan2, scale[:ns], hide[:ns], r2[:ns], &sc[0].multi)
-		if err != nil {
-			return j, fmt.Errorf("codec: kakeya-pc: %w", err)
+		if _, err := rans2DecodeStreams(out[:ns], codes[:ns], n, &k.plan2, scale[:ns], hide[:ns], r2[:ns], &sc[0].multi); err != nil {
+			return fmt.Errorf("codec: kakeya-pc: %w", err)
 		}
 		for j := range sc {
 			if err := sc[j].hiddenMeans(); err != nil {
-				return j, fmt.Errorf("codec: kakeya-pc: %w", err)
+				return fmt.Errorf("codec: kakeya-pc: %w", err)
 			}
 		}
 	} else {
 		for j := range sc {
 			if err := k.decodeCodes(sc[j], n); err != nil {
-				return j, err
+				return err
 			}
 		}
 	}
 	for j := range sc {
 		k.setBase(sc[j], d)
 	}
-	return 0, nil
+	return nil
 }
 
 // decodeCodes sets sc.lat's rows from the codes parseFields found.
@@ -1145,12 +1144,19 @@ func (k *KakeyaPC) addWeighted(sc *pcScratch, dst []float32, m int, w []float32,
 }
 
 // scratches returns n scratches from the pool in sc's first n, which it
-// returns.
+// returns; putScratches gives them back.
 func (k *KakeyaPC) scratches(sc *[MaxBlocks]*pcScratch, n int) []*pcScratch {
 	for j := range n {
 		sc[j] = k.scratch()
 	}
 	return sc[:n]
+}
+
+// putScratches returns scratches to the pool.
+func (k *KakeyaPC) putScratches(sc []*pcScratch) {
+	for _, s := range sc {
+		k.pool.Put(s)
+	}
 }
 
 // DecodeRotatedBlocks implements BlocksDecoder: DecodeRotated of each
@@ -1170,12 +1176,8 @@ func (k *KakeyaPC) DecodeRotatedBlocks(dst [][]float32, src [][]byte, n, d int, 
 	}
 	var arr [MaxBlocks]*pcScratch
 	sc := k.scratches(&arr, nb)
-	defer func() {
-		for _, s := range sc {
-			k.pool.Put(s)
-		}
-	}()
-	if _, err := k.parseBlocks(sc, src, n, d); err != nil {
+	defer k.putScratches(sc)
+	if err := k.parseBlocks(sc, src, n, d); err != nil {
 		return err
 	}
 	for j := range nb {
@@ -1198,12 +1200,8 @@ func (k *KakeyaPC) AddWeightedBlocks(dst []float32, m int, w [][]float32, wStrid
 	}
 	var arr [MaxBlocks]*pcScratch
 	sc := k.scratches(&arr, nb)
-	defer func() {
-		for _, s := range sc {
-			k.pool.Put(s)
-		}
-	}()
-	if _, err := k.parseBlocks(sc, src, n, d); err != nil {
+	defer k.putScratches(sc)
+	if err := k.parseBlocks(sc, src, n, d); err != nil {
 		return err
 	}
 	for j := range nb {

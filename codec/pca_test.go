@@ -363,8 +363,9 @@ func TestKakeyaPCErrors(t *testing.T) {
 	}
 }
 
-// TestKakeyaPCAllocations: steady-state Encode, Decode and AddWeighted
-// allocate nothing, with fixed-width codes, entropy coded, and as kvtc.
+// TestKakeyaPCAllocations: steady-state Encode, Decode and AddWeighted,
+// and the two-block calls, allocate nothing, with fixed-width codes,
+// entropy coded, and as kvtc.
 func TestKakeyaPCAllocations(t *testing.T) {
 	const n, d = 64, 64
 	rng := rand.New(rand.NewPCG(9, 9))
@@ -385,10 +386,26 @@ func TestKakeyaPCAllocations(t *testing.T) {
 		out := make([]float32, n*d)
 		w := make([]float32, 2*n)
 		acc := make([]float32, 2*d)
+		// Two blocks at once (BlocksDecoder), their arguments made here.
+		srcs, ws, los, his := [][]byte{enc, enc}, [][]float32{w, w}, []int{0, 0}, []int{n, n}
+		outs := [][]float32{out, make([]float32, n*d)}
+		cs, sn := make([]float32, n*d/2), make([]float32, n*d/2)
+		for i := range cs {
+			cs[i] = 1
+		}
+		coss, sins := [][]float32{cs, cs}, [][]float32{sn, sn}
+		if err := k.AddWeightedBlocks(acc, 2, ws, n, srcs, n, d, los, his); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.DecodeRotatedBlocks(outs, srcs, n, d, coss, sins); err != nil {
+			t.Fatal(err)
+		}
 		for name, f := range map[string]func(){
-			"encode":      func() { _, _ = k.Encode(buf[:0], blocks[1], n, d) },
-			"decode":      func() { _ = k.Decode(out, enc, n, d) },
-			"addweighted": func() { _ = k.AddWeighted(acc, 2, w, n, enc, n, d, 0, n) },
+			"encode":              func() { _, _ = k.Encode(buf[:0], blocks[1], n, d) },
+			"decode":              func() { _ = k.Decode(out, enc, n, d) },
+			"addweighted":         func() { _ = k.AddWeighted(acc, 2, w, n, enc, n, d, 0, n) },
+			"addweightedblocks":   func() { _ = k.AddWeightedBlocks(acc, 2, ws, n, srcs, n, d, los, his) },
+			"decoderotatedblocks": func() { _ = k.DecodeRotatedBlocks(outs, srcs, n, d, coss, sins) },
 		} {
 			if a := testing.AllocsPerRun(20, f); a != 0 {
 				t.Errorf("%s %s: %v allocations per call", k.Name(), name, a)
