@@ -84,6 +84,13 @@ func rans2Reference(src []byte, syms, per int, tabs []*ransTable) (out []uint8, 
 	return out, final, nil
 }
 
+// ecFamilies are every quantizer family format 9 codes: pcFamilies and
+// the entropy-constrained one.
+var ecFamilies = append(slices.Clone(pcFamilies), struct {
+	name string
+	tab  func() (*pcTables, error)
+}{"ecsq", ecsqTables})
+
 // TestRANS2RoundTrip: layout 2 streams of every family's tables, whole
 // and partial groups, components of 32 and not, decode to their symbols
 // (this process's kernel level; TestKernelLevels reruns it at each),
@@ -91,10 +98,7 @@ func rans2Reference(src []byte, syms, per int, tabs []*ransTable) (out []uint8, 
 // cost at most their information plus the lanes' states; cut, extended
 // and altered streams are errors.
 func TestRANS2RoundTrip(t *testing.T) {
-	for _, fam := range []struct {
-		name string
-		tab  func() (*pcTables, error)
-	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}, {"ecsq", ecsqTables}} {
+	for _, fam := range ecFamilies {
 		tab, err := fam.tab()
 		if err != nil {
 			t.Fatal(err)
@@ -208,10 +212,7 @@ func FuzzRANS2Decode(f *testing.F) {
 // part at different symbols), and an error in a stream is that
 // stream's, which rans2Decode also refuses.
 func TestRANS2DecodeStreams(t *testing.T) {
-	for _, fam := range []struct {
-		name string
-		tab  func() (*pcTables, error)
-	}{{"lloyd-max", gaussianTables}, {"uniform", uniformTables}, {"ecsq", ecsqTables}} {
+	for _, fam := range ecFamilies {
 		tab, err := fam.tab()
 		if err != nil {
 			t.Fatal(err)
