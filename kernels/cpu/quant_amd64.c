@@ -303,16 +303,21 @@ KQ_INLINE void kq_q8w(int nt, int gathered, const uint8_t *w, const long *off, c
 	for (long r = c0; r < ce; r++)                                                                             \
 		kq_q8w(nt, g, w + r * rowb, off, xwi, ldw, xs, di, nb, b0, b1, acc[r - c0]);
 
-// KQ_TILEQ8G is KQ_TILEQ8 with the scales gathered or not as the tile has
-// them (gathered): a constant inside.
-#define KQ_TILEQ8G(nt)                                                                                             \
+// KQ_GATHERED runs TILE(nt, g), a tile macro taking the gathered-scales
+// flag as a constant, with g as the tile has its scales (gathered, set
+// per tile): both instantiations, one branch.
+#define KQ_GATHERED(TILE, nt)                                                                                      \
 	do {                                                                                                       \
 		if (gathered) {                                                                                    \
-			KQ_TILEQ8(nt, 1);                                                                          \
+			TILE(nt, 1);                                                                               \
 		} else {                                                                                           \
-			KQ_TILEQ8(nt, 0);                                                                          \
+			TILE(nt, 0);                                                                               \
 		}                                                                                                  \
 	} while (0)
+
+// KQ_TILEQ8G is KQ_TILEQ8 with the scales gathered or not as the tile has
+// them (gathered): a constant inside.
+#define KQ_TILEQ8G(nt) KQ_GATHERED(KQ_TILEQ8, nt)
 
 // kq_rows_q8w is kq_rows for Q8_0 (kq_q8w): tokens in tiles of KQ_T with
 // their scales gathered once per tile (the pairs' scales token by token);
@@ -535,14 +540,7 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 
 // KQ_TILE32G runs KQ_TILE32 for nt tokens with the token scales gathered
 // per block (gathered, set per tile) or read in place.
-#define KQ_TILE32G(nt)                                                                                             \
-	do {                                                                                                       \
-		if (gathered) {                                                                                    \
-			KQ_TILE32(nt, 1);                                                                          \
-		} else {                                                                                           \
-			KQ_TILE32(nt, 0);                                                                          \
-		}                                                                                                  \
-	} while (0)
+#define KQ_TILE32G(nt) KQ_GATHERED(KQ_TILE32, nt)
 
 // kq_rows32 is kq_rows for Q4_0 and Q5_0: tokens in tiles of KQ_T,
 // each tile's activation scales gathered once (8 per block, token-major)
