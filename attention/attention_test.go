@@ -15,6 +15,20 @@ import (
 // the host store and the attention over it.
 type backend struct{ pool *kern.Pool }
 
+// randQKV returns n tokens' queries, keys and values of p's shape, drawn
+// from N(0, 1) by r in that order.
+func randQKV(r *rand.Rand, n int, p compute.AttentionParams) (q, k, v []float32) {
+	q = make([]float32, n*p.Heads*p.HeadDim)
+	k = make([]float32, n*p.KVHeads*p.HeadDim)
+	v = make([]float32, len(k))
+	for _, x := range [][]float32{q, k, v} {
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+	}
+	return q, k, v
+}
+
 func newBackend(threads int) *backend { return &backend{pool: kern.NewPool(threads)} }
 
 func (b *backend) Close() { b.pool.Close() }
@@ -124,16 +138,8 @@ func TestForward(t *testing.T) {
 			Layers: []kvcache.LayerCodecs{{K: raw, V: codec.Identity{}}}}, []int{25, 16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(7, 9))
 			d := tc.p.HeadDim
-			q := make([]float32, total*tc.p.Heads*d)
-			k := make([]float32, total*tc.p.KVHeads*d)
-			v := make([]float32, len(k))
-			for _, x := range [][]float32{q, k, v} {
-				for i := range x {
-					x[i] = float32(r.NormFloat64())
-				}
-			}
+			q, k, v := randQKV(rand.New(rand.NewPCG(7, 9)), total, tc.p)
 			cos, sin := ropeTables(maxCtx, d)
 			want := naive(q, k, v, total, 0, tc.p, cos, sin)
 			steps := tc.prefills
@@ -222,15 +228,7 @@ func TestForwardRowCombiner(t *testing.T) {
 		{Heads: 4, KVHeads: 2, HeadDim: 24, Window: 37}, // windows start inside encoded blocks
 	} {
 		d := p.HeadDim
-		r := rand.New(rand.NewPCG(3, 4))
-		q := make([]float32, total*p.Heads*d)
-		k := make([]float32, total*p.KVHeads*d)
-		v := make([]float32, len(k))
-		for _, x := range [][]float32{q, k, v} {
-			for i := range x {
-				x[i] = float32(r.NormFloat64())
-			}
-		}
+		q, k, v := randQKV(rand.New(rand.NewPCG(3, 4)), total, p)
 		cos, sin := ropeTables(maxCtx, d)
 		run := func(vc codec.Codec) []float32 {
 			c, err := newCache(be, p.KVHeads, d, bs, maxCtx, kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{V: vc}}})

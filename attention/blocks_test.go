@@ -73,15 +73,7 @@ func TestForwardBlocks(t *testing.T) {
 			{Heads: 4, KVHeads: 2, HeadDim: d, Window: 37},
 		} {
 			name := fmt.Sprintf("%s/window %d", spec, p.Window)
-			r := rand.New(rand.NewPCG(5, 6))
-			q := make([]float32, total*p.Heads*d)
-			k := make([]float32, total*p.KVHeads*d)
-			v := make([]float32, len(k))
-			for _, x := range [][]float32{q, k, v} {
-				for i := range x {
-					x[i] = float32(r.NormFloat64())
-				}
-			}
+			q, k, v := randQKV(rand.New(rand.NewPCG(5, 6)), total, p)
 			cos, sin := ropeTables(maxCtx, d)
 			kr, qr := p.KVHeads*d, p.Heads*d
 			run := func(c codec.Codec) ([]float32, *kvcache.Cache, compute.Attention) {

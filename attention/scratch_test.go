@@ -21,7 +21,7 @@ func TestSharedScratch(t *testing.T) {
 	p := compute.AttentionParams{Heads: 4, KVHeads: 2, HeadDim: 8, BlockSize: bs, MaxContext: maxCtx}
 	sc := NewScratch(be.pool, p)
 	cos, sin := ropeTables(maxCtx, p.HeadDim)
-	qr, kr := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	qr := p.Heads * p.HeadDim
 	type input struct {
 		c    *kvcache.Cache
 		q    []float32
@@ -29,13 +29,7 @@ func TestSharedScratch(t *testing.T) {
 	}
 	in := make([]input, seqs)
 	for i := range in {
-		r := rand.New(rand.NewPCG(uint64(i), 3))
-		q, k, v := make([]float32, total*qr), make([]float32, total*kr), make([]float32, total*kr)
-		for _, x := range [][]float32{q, k, v} {
-			for j := range x {
-				x[j] = float32(r.NormFloat64())
-			}
-		}
+		q, k, v := randQKV(rand.New(rand.NewPCG(uint64(i), 3)), total, p)
 		c, err := newCache(be, p.KVHeads, p.HeadDim, bs, maxCtx, kvcache.Policy{})
 		if err != nil {
 			t.Fatal(err)
