@@ -107,29 +107,8 @@ func TestRMSNorm(t *testing.T) {
 }
 
 func TestSiLUMul(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 4))
-	for _, n := range opLengths {
-		gate, up := randVec(rng, n), randVec(rng, n)
-		for i := range gate {
-			gate[i] *= 8
-		}
-		if n > 8 {
-			// Saturated inputs: silu(g) -> g for large g, -> 0 for very negative g.
-			gate[0], gate[1], gate[2], gate[3] = 100, -100, 1000, -1000
-		}
-		orig := append([]float32(nil), gate...)
-		for name, f := range map[string]func(g, u []float32){"SiLUMul": SiLUMul, "scalar": siluMulScalar} {
-			g := append([]float32(nil), orig...)
-			f(g, up)
-			for i := range g {
-				x := float64(orig[i])
-				want := x / (1 + math.Exp(-x)) * float64(up[i])
-				if !closeTo(g[i], want, 1e-6*(math.Abs(want)+1e-6)) {
-					t.Fatalf("%s n=%d [%d] silu(%v)*%v = %v, want %v", name, n, i, x, up[i], g[i], want)
-				}
-			}
-		}
-	}
+	silu := func(x float64) float64 { return x / (1 + math.Exp(-x)) }
+	testGatedMul(t, rand.New(rand.NewPCG(4, 4)), 8, 1e-6, silu, map[string]func(g, u []float32){"SiLUMul": SiLUMul, "scalar": siluMulScalar})
 }
 
 // TestSiLUMulPositionIndependent checks that a value's SiLUMul does not
@@ -137,63 +116,65 @@ func TestSiLUMul(t *testing.T) {
 // tokens' rows back to back, at decode one row, and the two must agree bit
 // for bit, vector lanes and the tail alike.
 func TestSiLUMulPositionIndependent(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 5))
-	gate, up := randVec(rng, 64), randVec(rng, 64)
-	for i := range gate {
-		gate[i] *= 8
+	testGatedPositions(t, rand.New(rand.NewPCG(4, 5)), 8, "SiLUMul", SiLUMul)
+}
+
+// GELUTanhMul (Gemma's GeGLU) against the float64 formula, at every
+// length and with saturated inputs, and a value's result wherever it sits.
+func TestGELUTanhMul(t *testing.T) {
+	gelu := func(x float64) float64 {
+		return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
 	}
-	whole := append([]float32(nil), gate...)
-	SiLUMul(whole, up)
-	for lo := range 9 {
-		for _, hi := range []int{lo + 1, lo + 7, lo + 9, 64} {
-			g := append([]float32(nil), gate[lo:hi]...)
-			SiLUMul(g, up[lo:hi])
-			for i, v := range g {
-				if math.Float32bits(v) != math.Float32bits(whole[lo+i]) {
-					t.Fatalf("SiLUMul of [%d:%d], value %d: %v, %v within the whole slice", lo, hi, lo+i, v, whole[lo+i])
+	rng := rand.New(rand.NewPCG(4, 6))
+	testGatedMul(t, rng, 4, 2e-6, gelu, map[string]func(g, u []float32){"GELUTanhMul": GELUTanhMul, "scalar": geluTanhMulScalar})
+	testGatedPositions(t, rng, 1, "GELUTanhMul", GELUTanhMul)
+}
+
+// testGatedMul checks gated activations fs (gate[i] = act(gate[i])·up[i])
+// against act in float64 within tol relative, at every opLengths length,
+// gates N(0, spread²) with saturated ones (±100, ±1000) where n > 8.
+func testGatedMul(t *testing.T, rng *rand.Rand, spread float32, tol float64, act func(float64) float64, fs map[string]func(g, u []float32)) {
+	t.Helper()
+	for _, n := range opLengths {
+		gate, up := randVec(rng, n), randVec(rng, n)
+		for i := range gate {
+			gate[i] *= spread
+		}
+		if n > 8 {
+			// Saturated inputs: act(g) -> g for large g, -> 0 for very negative g.
+			gate[0], gate[1], gate[2], gate[3] = 100, -100, 1000, -1000
+		}
+		orig := append([]float32(nil), gate...)
+		for name, f := range fs {
+			g := append([]float32(nil), orig...)
+			f(g, up)
+			for i := range g {
+				want := act(float64(orig[i])) * float64(up[i])
+				if !closeTo(g[i], want, tol*(math.Abs(want)+1e-6)) {
+					t.Fatalf("%s n=%d [%d] of %v times %v = %v, want %v", name, n, i, orig[i], up[i], g[i], want)
 				}
 			}
 		}
 	}
 }
 
-// GELUTanhMul (Gemma's GeGLU) against the float64 formula, at every
-// length and with saturated inputs, and a value's result wherever it sits.
-func TestGELUTanhMul(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 6))
-	gelu := func(x float64) float64 {
-		return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
-	}
-	for _, n := range opLengths {
-		gate, up := randVec(rng, n), randVec(rng, n)
-		for i := range gate {
-			gate[i] *= 4
-		}
-		if n > 8 {
-			gate[0], gate[1], gate[2], gate[3] = 100, -100, 1000, -1000
-		}
-		orig := append([]float32(nil), gate...)
-		for name, f := range map[string]func(g, u []float32){"GELUTanhMul": GELUTanhMul, "scalar": geluTanhMulScalar} {
-			g := append([]float32(nil), orig...)
-			f(g, up)
-			for i := range g {
-				want := gelu(float64(orig[i])) * float64(up[i])
-				if !closeTo(g[i], want, 2e-6*(math.Abs(want)+1e-6)) {
-					t.Fatalf("%s n=%d [%d] gelu_tanh(%v)*%v = %v, want %v", name, n, i, orig[i], up[i], g[i], want)
-				}
-			}
-		}
-	}
+// testGatedPositions checks that f gives a value the same bits at every
+// place in the slice (gates N(0, spread²)).
+func testGatedPositions(t *testing.T, rng *rand.Rand, spread float32, name string, f func(g, u []float32)) {
+	t.Helper()
 	gate, up := randVec(rng, 64), randVec(rng, 64)
+	for i := range gate {
+		gate[i] *= spread
+	}
 	whole := append([]float32(nil), gate...)
-	GELUTanhMul(whole, up)
+	f(whole, up)
 	for lo := range 9 {
 		for _, hi := range []int{lo + 1, lo + 7, lo + 9, 64} {
 			g := append([]float32(nil), gate[lo:hi]...)
-			GELUTanhMul(g, up[lo:hi])
+			f(g, up[lo:hi])
 			for i, v := range g {
 				if math.Float32bits(v) != math.Float32bits(whole[lo+i]) {
-					t.Fatalf("GELUTanhMul of [%d:%d], value %d: %v, %v within the whole slice", lo, hi, lo+i, v, whole[lo+i])
+					t.Fatalf("%s of [%d:%d], value %d: %v, %v within the whole slice", name, lo, hi, lo+i, v, whole[lo+i])
 				}
 			}
 		}
