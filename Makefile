@@ -61,8 +61,10 @@ test-simd:
 test-race:
 	$(SIMD) $(GO) test -race -count=1 -timeout 5m ./scheduler/ ./kvcache/
 
+# The scalar job skips TestKernelLevels' reruns (KAKEYA_LEVELS_RERUN=0):
+# they run the same C kernels as the SIMD job's reruns, which test-simd makes.
 test-scalar:
-	$(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/cpubackend/ ./compute/reference/
+	KAKEYA_LEVELS_RERUN=0 $(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/cpubackend/ ./compute/reference/
 
 # gguf-py is llama.cpp's Python GGUF writer, which the GGUF tests run
 # (through ../shared/tools/st2gguf.py, with Debian's python3-numpy) to

@@ -20,6 +20,13 @@ import (
 // starts its children through it.
 const EnvExec = "KAKEYA_TEST_EXEC"
 
+// EnvRerun names the environment variable that, set to 0, makes Rerun
+// skip its reruns: make test's scalar job (a build without
+// GOEXPERIMENT=simd) sets it, since its SIMD job reruns every level of
+// the same C kernels, and the scalar job is there for the Go loops' scalar
+// fallbacks, which its own run at the CPU's level exercises.
+const EnvRerun = "KAKEYA_LEVELS_RERUN"
+
 // marker starts the line a child logs to show the level it ran at.
 const marker = "leveltest: kernel level "
 
@@ -44,6 +51,9 @@ func Rerun(t *testing.T, pattern string, opts ...Option) {
 	if v := os.Getenv(kcpu.EnvCPU); v != "" {
 		t.Logf("%s%s (%s=%s)", marker, kcpu.Level(), kcpu.EnvCPU, v)
 		return
+	}
+	if os.Getenv(EnvRerun) == "0" {
+		t.Skipf("%s=0: the kernel levels below %s are rerun elsewhere (make test's GOEXPERIMENT=simd job)", EnvRerun, kcpu.Level())
 	}
 	all := kcpu.Levels()
 	levels := all[:len(all)-1]
