@@ -74,11 +74,25 @@ func NewSampler(opt SamplingOptions) (*Sampler, error) {
 
 // Sample picks the next token from one row of logits. history holds the
 // tokens so far (for the repetition penalty). logits is modified in place.
+//
+// The draw is the softmax at the temperature over the candidates that
+// top-k, min-p and top-p keep, in that order. Without a top-k it costs a
+// pass or two over the vocabulary and a sort of only the tokens top-p can
+// reach (sampleAll); a top-k keeps its k best by a heap (sampleTopK).
 func (s *Sampler) Sample(logits []float32, history []int) int {
 	s.penalize(logits, history)
 	if s.opt.Temperature == 0 {
 		return pick.ArgMax(logits)
 	}
+	if k := s.opt.TopK; k > 0 && k < len(logits) {
+		return s.sampleTopK(logits)
+	}
+	return s.sampleAll(logits)
+}
+
+// sampleTopK draws from the k most likely tokens, sorted by descending
+// logit (ties by id): min-p and top-p cut that list from its end.
+func (s *Sampler) sampleTopK(logits []float32) int {
 	c := s.topK(logits)
 	// Softmax over the candidates at the given temperature, most likely first.
 	inv := 1 / float64(s.opt.Temperature)
@@ -111,6 +125,94 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 	r := s.rng.Float64() * sum
 	for i := 0; i < n; i++ {
 		r -= c.prob[i]
+		if r < 0 {
+			return int(c.id[i])
+		}
+	}
+	return int(c.id[n-1])
+}
+
+// sampleAll draws from the whole vocabulary. logits becomes each token's
+// weight relative to the most likely one's, w = exp((l - max)/T) in
+// float32 (1 for the most likely), summed in index order; min-p keeps the
+// tokens with w >= min-p. Without top-p the draw walks the kept tokens in
+// index order: the same distribution as walking them sorted, with no
+// sort. Top-p needs the most likely tokens first, but only as many as
+// hold p of the weight: the kept weights' sums by binary exponent (one
+// pass) give the highest power of two t such that the tokens with w >= t
+// hold at least that much, and only those are sorted (by descending
+// weight, ties by id) to find the cut, at most one octave of weights
+// more than it needs.
+func (s *Sampler) sampleAll(logits []float32) int {
+	inv := 1 / float64(s.opt.Temperature)
+	maxL := float64(logits[pick.ArgMax(logits)])
+	floor := float32(s.opt.MinP) // the most likely token's weight is exactly 1
+	sum, last := 0.0, 0
+	for i, l := range logits {
+		w := mathx.ExpWeight((float64(l) - maxL) * inv)
+		if w < floor || !(w > 0) {
+			w = 0
+		} else {
+			sum += float64(w)
+			last = i
+		}
+		logits[i] = w
+	}
+	p := float64(s.opt.TopP)
+	if !(p > 0 && p < 1) {
+		r := s.rng.Float64() * sum
+		for i, w := range logits {
+			if w == 0 {
+				continue
+			}
+			r -= float64(w)
+			if r < 0 {
+				return i
+			}
+		}
+		return last // r ran past the sum by rounding
+	}
+
+	// The weight held at each binary exponent, the largest first, down to
+	// the exponent t whose octave completes p of the sum.
+	var octave [256]float64
+	for _, w := range logits {
+		if w > 0 {
+			octave[math.Float32bits(w)>>23] += float64(w)
+		}
+	}
+	t, held := uint32(255), 0.0
+	for ; t > 0; t-- {
+		if held += octave[t]; held >= p*sum {
+			break
+		}
+	}
+	nc := 0
+	for _, w := range logits {
+		if w > 0 && math.Float32bits(w)>>23 >= t {
+			nc++
+		}
+	}
+	c := &s.cand
+	c.reset(nc)
+	for i, w := range logits {
+		if w > 0 && math.Float32bits(w)>>23 >= t {
+			c.id = append(c.id, int32(i))
+			c.logit = append(c.logit, w)
+		}
+	}
+	c.sortDesc() // by weight, ties by id
+	n, cum := len(c.id), 0.0
+	for i, w := range c.logit {
+		cum += float64(w)
+		if cum >= p*sum {
+			n = i + 1
+			break
+		}
+	}
+	r := s.rng.Float64() * cum
+	for i, w := range c.logit[:n] {
+		r -= float64(w)
 		if r < 0 {
 			return int(c.id[i])
 		}

@@ -55,3 +55,28 @@ func BenchmarkExp(b *testing.B) {
 	}
 	_ = s
 }
+
+// ExpWeight is Exp rounded to float32, bit for bit, over the weights'
+// domain (x <= 0), the float32 underflow boundary and the special values
+// included.
+func TestExpWeight(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	check := func(x float64) {
+		if got, want := ExpWeight(x), float32(Exp(x)); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("ExpWeight(%v) = %v (%#x), float32(Exp) %v (%#x)", x, got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+	}
+	for range 200000 {
+		check(-r.Float64() * 120)             // down past float32's underflow
+		check(-math.Abs(r.NormFloat64()) * 8) // where logits differences lie
+	}
+	for x := -103.0; x > -105; x -= 1e-4 {
+		check(x)
+	}
+	for _, x := range []float64{0, math.Copysign(0, -1), -1e-9, -math.SmallestNonzeroFloat64, -745.2, math.Inf(-1)} {
+		check(x)
+	}
+	if got := ExpWeight(math.NaN()); got == got {
+		t.Errorf("ExpWeight(NaN) = %v", got)
+	}
+}
