@@ -122,6 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.serve.requests, "requests", 0, "serving mode: requests per level (0: one per client); a client sends its next when its last ended")
 	fs.IntVar(&o.serve.stepTokens, "step-tokens", 512, "serving mode: the most tokens one batched step runs")
 	fs.BoolVar(&o.serve.json, "json", false, "serving mode: print the rows as JSON instead of a table")
+	fs.Float64Var(&o.serve.temperature, "temperature", 0, "serving mode: 0 takes the most likely token (on the device where the backend picks there); above 0 each request samples at this temperature with no top-k or top-p, the OpenAI API's defaults at 1, so every step's logits reach the host")
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
 		io.WriteString(w, usage)
 		cli.PrintDefaults(fs, w)
@@ -191,6 +192,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--requests %d must be >= 0", o.serve.requests)
 		case o.serve.stepTokens < 1:
 			return fmt.Errorf("--step-tokens %d must be >= 1", o.serve.stepTokens)
+		case !(o.serve.temperature >= 0 && o.serve.temperature <= 2):
+			return fmt.Errorf("--temperature %v must be in [0, 2]", o.serve.temperature)
 		}
 	}
 
@@ -223,8 +226,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if !o.serve.json {
-			fmt.Fprintf(stdout, "%s; %s; kernels %s; GOMAXPROCS %d; serving: %d-token prompts (%.0f%% shared), %d generated tokens each, KV memory %s, steps of %d tokens\n\n",
-				desc, runtime.GOARCH, kcpu.Features(), runtime.GOMAXPROCS(0), o.serve.promptLen, 100*o.serve.sharedPrefix, o.gen, cli.Bytes(o.serve.kvMemory), o.serve.stepTokens)
+			fmt.Fprintf(stdout, "%s; %s; kernels %s; GOMAXPROCS %d; serving: %d-token prompts (%.0f%% shared), %d generated tokens each, %s, KV memory %s, steps of %d tokens\n\n",
+				desc, runtime.GOARCH, kcpu.Features(), runtime.GOMAXPROCS(0), o.serve.promptLen, 100*o.serve.sharedPrefix, o.gen, o.serve.picking(), cli.Bytes(o.serve.kvMemory), o.serve.stepTokens)
 		}
 		return writeServe(stdout, rows, o.serve.json)
 	}

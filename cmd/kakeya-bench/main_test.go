@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -154,8 +155,23 @@ func TestServe(t *testing.T) {
 	if r := rows[2]; r.HitRate != 0 {
 		t.Errorf("int8, one client: prefix hit rate %v, want 0", r.HitRate)
 	}
+	// At a temperature the requests sample on the host (Next): the row
+	// says so, and every request still generates its 5 tokens.
+	out.Reset()
+	err = run(context.Background(), []string{"--model", dir, "--cache", "plain", "--threads", "1", "--concurrency", "2",
+		"--requests", "3", "--prompt-len", "40", "--gen", "5", "--kv-memory", "8M", "--temperature", "1", "--json", "--progress=false"}, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = nil
+	if err := json.Unmarshal([]byte(out.String()), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("--temperature 1 --json output %q: %v", out.String(), err)
+	}
+	if r := rows[0]; r.Temperature != 1 || r.OutputRate <= 0 || math.Abs(r.OutputRate*r.Seconds-15) > 1e-6 {
+		t.Errorf("--temperature 1: %+v, want temperature 1 and 3 x 5 tokens", r)
+	}
 	var bad strings.Builder
-	for _, args := range [][]string{{"--shared-prefix", "2"}, {"--prompt-len", "0"}, {"--concurrency", "0"}, {"--kv-memory", "x"}} {
+	for _, args := range [][]string{{"--shared-prefix", "2"}, {"--prompt-len", "0"}, {"--concurrency", "0"}, {"--kv-memory", "x"}, {"--temperature", "-1"}, {"--temperature", "NaN"}} {
 		bad.Reset()
 		err := run(context.Background(), append([]string{"--model", dir, "--concurrency", "1"}, args...), &bad, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {

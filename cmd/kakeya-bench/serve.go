@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/scheduler"
@@ -26,6 +27,15 @@ type serveOptions struct {
 	requests     int     // per level; 0: one per client
 	stepTokens   int
 	json         bool
+	temperature  float64 // 0: greedy (Request.Pick); else sampled on the host
+}
+
+// picking says how the serving mode's requests pick their tokens.
+func (o serveOptions) picking() string {
+	if o.temperature == 0 {
+		return "greedy"
+	}
+	return fmt.Sprintf("sampled at temperature %g on the host", o.temperature)
 }
 
 // serveRow is one (cache, threads, concurrency) level of the serving mode.
@@ -39,6 +49,9 @@ type serveRow struct {
 	GenLen      int     `json:"gen_tokens"`
 	KVMemory    int64   `json:"kv_memory_bytes"`
 	Seconds     float64 `json:"seconds"`
+	// Temperature is the requests' (0: greedy, picked on the device
+	// where the backend can).
+	Temperature float64 `json:"temperature"`
 	// OutputRate is every generated token over the whole run; DecodeRate
 	// the tokens after each request's first over the decode window (the
 	// first request's first token to the last request's end).
@@ -128,7 +141,18 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 				if i >= n {
 					return
 				}
-				h, err := s.Submit(ctx, scheduler.Request{Prompt: prompts[i], MaxNew: o.gen, Pick: greedy})
+				req := scheduler.Request{Prompt: prompts[i], MaxNew: o.gen, Pick: greedy}
+				if so.temperature > 0 {
+					// Each request its own sampler (Next runs on the
+					// scheduler's sampling goroutines, one per row).
+					sm, err := kakeya.NewSampler(kakeya.SamplingOptions{Temperature: float32(so.temperature), Seed: uint64(i)})
+					if err != nil {
+						errs <- err
+						return
+					}
+					req.Pick, req.Next = nil, sampled(sm)
+				}
+				h, err := s.Submit(ctx, req)
 				if err != nil {
 					errs <- err
 					return
@@ -160,7 +184,7 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 	st := s.Stats()
 	r := serveRow{
 		Concurrency: c, Requests: n, PromptLen: so.promptLen, GenLen: o.gen, KVMemory: so.kvMemory,
-		Seconds: end.Sub(start).Seconds(), PeakRunning: st.PeakRunning, Preemptions: st.Preemptions,
+		Seconds: end.Sub(start).Seconds(), Temperature: so.temperature, PeakRunning: st.PeakRunning, Preemptions: st.Preemptions,
 		PeakKVMiB: float64(st.Pool.Peak) / (1 << 20), MaxTokens: st.MaxTokens,
 	}
 	var gen, after, hit int
@@ -200,6 +224,15 @@ func greedy(id, nonFinite int, _ []int) (bool, error) {
 		return false, fmt.Errorf("logit %d of token %d's step is not finite", nonFinite, id)
 	}
 	return false, nil
+}
+
+// sampled is the requests' Next at a temperature: sm's draw from the
+// step's logits, never ending before MaxNew (non-finite logits are
+// drawn from as they are; the greedy path checks them).
+func sampled(sm *kakeya.Sampler) func([]float32, []int) (int, bool, error) {
+	return func(logits []float32, history []int) (int, bool, error) {
+		return sm.Sample(logits, history), false, nil
+	}
 }
 
 // randomIDs returns n token ids in [1, vocab).

@@ -107,9 +107,29 @@ func TestBundleServeSteps(t *testing.T) {
 		t.Errorf("serve-0.5b row %v", r)
 	}
 
+	if r := rows[0]; r["temperature"] != 0.0 {
+		t.Errorf("serve-0.5b row %v, want temperature 0", r)
+	}
+
+	// sample-0.5b: plain only, sampled at temperature 1 on the host.
+	os.Remove(filepath.Join(dir, "args.txt"))
+	rows, ok = step("sample-0.5b")
+	args, err := os.ReadFile(filepath.Join(dir, "args.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--device cuda", "--cache plain", "--concurrency 1,64 --prompt-len 128 --gen 32 --temperature 1 --kv-memory 16G", "qwen2.5-0.5b"} {
+		if !strings.Contains(string(args), want) {
+			t.Errorf("sample-0.5b ran kakeya-bench with %q, lacking %q", args, want)
+		}
+	}
+	if !ok || len(rows) != 2 || rows[1]["temperature"] != 1.0 || rows[1]["kv_memory"] != "16G" || rows[1]["decode_tps"] != 1203.5 {
+		t.Errorf("sample-0.5b: ok %v, rows %v", ok, rows)
+	}
+
 	os.Remove(filepath.Join(dir, "args.txt"))
 	rows, _ = step("kvbound-7b")
-	args, err := os.ReadFile(filepath.Join(dir, "args.txt"))
+	args, err = os.ReadFile(filepath.Join(dir, "args.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,8 @@
 #   profile-0.5b     gpu     20  time per kernel of a prefill (512, 2048) and a decode step, each launch waited for
 #   quant-0.5b       gpu     40  prefill/decode tok/s quantized on load (q4_k, q8_0), plain cache, ctx 512
 #   serve-0.5b       gpu     60  kakeya-bench --concurrency 1,16,64,256, plain/int8/kakeya preset
+#   sample-0.5b      gpu     30  the same at temperature 1 (the OpenAI API's default), plain, 1 and 64:
+#                                each step's logits read back and sampled on the host
 #   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
 #   model-7b         gpu     60  then throughput-7b (gpu, 60), profile-7b (gpu, 30), serve-7b (gpu, 75),
@@ -199,7 +201,7 @@ if [[ ${1:-} == __step ]]; then
 			fi
 		done
 		;;
-	serve-* | kvbound-*)
+	serve-* | kvbound-* | sample-*)
 		# kakeya-bench's serving mode on CUDA, one run per cache (a timeout
 		# loses only the cache it cuts): serve-SIZE at 1, 16, 64 and 256
 		# concurrent clients (128-token prompts, 32 generated); kvbound-7b
@@ -216,12 +218,18 @@ if [[ ${1:-} == __step ]]; then
 		[[ -e $dir/.complete ]] || { row "$name" "qwen2.5-$size" fail "no checkpoint (model-$size failed)"; exit 1; }
 		case $name in
 		serve-*) args=(--concurrency "${KAKEYA_SERVE_CONCURRENCY:-1,16,64,256}" --prompt-len 128 --gen 32 --kv-memory 16G) ;;
+		# sample-SIZE: requests that sample at temperature 1 (no top-k or
+		# top-p), so each step reads every row's logits back to the host.
+		sample-*) args=(--concurrency "${KAKEYA_SAMPLE_CONCURRENCY:-1,64}" --prompt-len 128 --gen 32 --temperature 1 --kv-memory 16G) ;;
 		kvbound-*) args=(--concurrency 48 --prompt-len 2016 --gen "${KAKEYA_KVBOUND_GEN:-256}" --kv-memory 1792M) ;;
 		esac
 		# The kakeya preset first: its row is the one the KV-bound
 		# comparison is for, and a step out of time loses the last cache.
 		caches=${KAKEYA_SERVE_CACHES:-plain int8 kakeya}
 		[[ $name == kvbound-* ]] && caches=${KAKEYA_SERVE_CACHES:-kakeya plain int8}
+		[[ $name == sample-* ]] && caches=plain
+		temp=0
+		[[ $name == sample-* ]] && temp=1
 		# kvbound-*: each cache runs under a time budget of its own
 		# (KAKEYA_KVBOUND_BUDGETS, "cache=seconds ...", 40 for a cache not
 		# named), cut to what the step has left (its timeout, from
@@ -271,7 +279,7 @@ if [[ ${1:-} == __step ]]; then
 				p50=${p50// /} p99=${p99// /} peak=${peak// /} pre=${pre// /} kv=${kv# } kv=${kv% }
 				[[ $rel == *x ]] || rel=""
 				row "$name" "qwen2.5-$size $c x$conc" info "decode $dec tok/s aggregate${rel:+ ($rel of 1)}, output $out tok/s, TTFT p50 $p50 ms, $peak admitted at once, $pre preemptions, peak KV $kv${mine:+; ${took}s of its ${mine}s}" \
-					"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$c"),\"concurrency\":$conc,\"requests\":$req,\"decode_tps\":$dec,\"output_tps\":$out,\"ttft_p50_ms\":$p50,\"ttft_p99_ms\":$p99,\"peak_running\":$peak,\"preemptions\":$pre,\"peak_kv\":$(jstr "$kv"),\"kv_memory\":$(jstr "${args[-1]}")$timing"
+					"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$c"),\"concurrency\":$conc,\"requests\":$req,\"decode_tps\":$dec,\"output_tps\":$out,\"ttft_p50_ms\":$p50,\"ttft_p99_ms\":$p99,\"peak_running\":$peak,\"preemptions\":$pre,\"peak_kv\":$(jstr "$kv"),\"kv_memory\":$(jstr "${args[-1]}"),\"temperature\":$temp$timing"
 			done < <(grep -E '^\| [a-z0-9]+ \| ' "$WORK/serve.out" | grep -v '^| cache ')
 		done
 		;;
@@ -466,6 +474,7 @@ withmodel 0.5b launches-0.5b gpu 30 bash -c 'gotest TestReportLaunches'
 withmodel 0.5b profile-0.5b gpu 20 bash -c 'gotest TestReportProfile'
 withmodel 0.5b quant-0.5b gpu 40 bash -c 'gotest TestReportQuantThroughput'
 withmodel 0.5b serve-0.5b gpu 60 bash "$SELF" __step serve-0.5b
+withmodel 0.5b sample-0.5b gpu 30 bash "$SELF" __step sample-0.5b
 withmodel 0.5b peer-0.5b gpu 45 bash "$SELF" __step peer-0.5b
 step sanitizer gpu 60 bash "$SELF" __step sanitizer
 step model-7b gpu 60 bash "$SELF" __step model-7b
