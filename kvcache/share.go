@@ -208,7 +208,8 @@ func (c *Cache) countAttached(l *layer, pt compute.Part, b, j int) {
 // appending n tokens, what its Stats would report: per layer, KV head and
 // K/V part, the blocks that left the hot window (holding no sink) in the
 // codec's bytes where the store attends over it, the others hot, whole
-// blocks. A scheduler admits by it (see Sizer for the same answer in
+// blocks; a sliding layer only the blocks its window still holds after
+// appends of SlideChunk tokens (SlidingHeld). A scheduler admits by it (see Sizer for the same answer in
 // constant time). A codec's block size is measured by encoding probe
 // blocks, exact for the fixed-size codecs (all of this project's but the
 // outlier lists of kakeya, whose size varies with the data; see
