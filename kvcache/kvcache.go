@@ -113,7 +113,7 @@ type Config struct {
 	Pool *Pool
 	// Windows holds each layer's sliding window (nil, or 0 for a layer:
 	// full attention). A sliding layer keeps only the blocks its window
-	// can still see and never encodes them (see window.go).
+	// can still see, encoded as Policy says meanwhile (see window.go).
 	Windows []int
 	// SlideChunk is the most tokens one Append adds to a sliding layer
 	// (0: MaxTokens); BytesFor counts a sliding layer's blocks by it.
@@ -162,8 +162,12 @@ type layer struct {
 	nextEnc int              // first block not yet considered for encoding
 	window  int              // the sliding window, 0 for full attention
 	nextOut int              // first block a sliding layer has not released
-	st      LayerStats
-	view    layerView
+	// encBytes holds, for a sliding layer, what st counts for each part
+	// it encoded or attached encoded ([block*2*KVHeads + head*2 + kv]; 0
+	// or past its end: hot), which slide takes back as it releases them.
+	encBytes []int64
+	st       LayerStats
+	view     layerView
 }
 
 // layerView is one layer as attention reads it (compute.KVLayer).
@@ -244,6 +248,7 @@ func (c *Cache) Reset() {
 			}
 		}
 		l.blocks = l.blocks[:0]
+		l.encBytes = l.encBytes[:0]
 		l.n, l.nextEnc, l.nextOut = 0, 0, 0
 		l.st = LayerStats{}
 	}
@@ -344,12 +349,9 @@ func (c *Cache) encodeOld(layerIdx int) error {
 	p := &c.cfg.Policy
 	l := &c.layers[layerIdx]
 	bs := c.cfg.BlockSize
-	if l.window > 0 {
-		// A sliding layer's blocks stay hot until they slide out: final
-		// once past the hot window, as an encoded block would be.
-		l.nextEnc = max(l.nextEnc, max(0, l.n-p.HotWindow)/bs)
-		return nil
-	}
+	// A sliding layer's blocks that slid out before they left the hot
+	// window are gone, never encoded.
+	l.nextEnc = max(l.nextEnc, l.nextOut)
 	if layerIdx >= len(p.Layers) {
 		return nil
 	}
@@ -374,7 +376,7 @@ func (c *Cache) encodeOld(layerIdx int) error {
 				pt := l.blocks[b][2*h+kv]
 				if pse != nil && pe != nil {
 					if size, ok := pe.EncodedLen(cd); ok {
-						batch = append(batch, pendingEncode{pt: pt, cd: cd, size: size, kv: kv})
+						batch = append(batch, pendingEncode{pt: pt, cd: cd, size: size, b: b, j: 2*h + kv})
 						continue
 					}
 				}
@@ -382,7 +384,7 @@ func (c *Cache) encodeOld(layerIdx int) error {
 				if err != nil {
 					return fmt.Errorf("kvcache: layer %d block %d head %d %s: %w", layerIdx, b, h, kvName(kv), err)
 				}
-				c.countEncoded(l, pt, size, kv)
+				c.countEncoded(l, pt, size, b, 2*h+kv)
 			}
 		}
 	}
@@ -399,7 +401,7 @@ func (c *Cache) encodeOld(layerIdx int) error {
 		return fmt.Errorf("kvcache: layer %d: encoding %d blocks' parts: %w", layerIdx, len(ps), err)
 	}
 	for _, e := range batch {
-		c.countEncoded(l, e.pt, e.size, e.kv)
+		c.countEncoded(l, e.pt, e.size, e.b, e.j)
 	}
 	return nil
 }
@@ -409,27 +411,46 @@ type pendingEncode struct {
 	pt   compute.Part
 	cd   codec.Codec
 	size int // its encoded length
-	kv   int // 0 keys, 1 values
+	b, j int // its block, and its index there (head*2 + 0 K | 1 V)
 }
 
-// countEncoded moves pt, now encoded in size bytes, from the layer's hot
-// bytes to its compressed ones (kv 0 keys, 1 values), unless the store
-// keeps the decoded values in the part's hot memory.
-func (c *Cache) countEncoded(l *layer, pt compute.Part, size, kv int) {
+// countEncoded moves pt, part j (head*2 + 0 keys | 1 values) of block b
+// and now encoded in size bytes, from the layer's hot bytes to its
+// compressed ones, unless the store keeps the decoded values in the
+// part's hot memory.
+func (c *Cache) countEncoded(l *layer, pt compute.Part, size, b, j int) {
 	if hd, ok := pt.(compute.HotDecoded); ok && hd.HotDecoded() {
 		// The store holds the decoded values in the hot memory the
 		// part already had: still hot bytes.
 		return
 	}
 	hot, cb := c.hotBytes(), int64(size)
-	l.st.CompressedBF16 += int64(c.cfg.BlockSize * c.cfg.HeadDim * 2)
-	if kv == 0 {
+	l.st.CompressedBF16 += c.bf16Part()
+	c.noteEncoded(l, b, j, cb)
+	if j%2 == 0 {
 		l.st.KHot -= hot
 		l.st.KCompressed += cb
 	} else {
 		l.st.VHot -= hot
 		l.st.VCompressed += cb
 	}
+}
+
+// bf16Part is what one part takes in bf16, the reference of the codec
+// ratio.
+func (c *Cache) bf16Part() int64 { return int64(c.cfg.BlockSize * c.cfg.HeadDim * 2) }
+
+// noteEncoded records, for a sliding layer, that part j of block b is
+// counted at size encoded bytes (see layer.encBytes).
+func (c *Cache) noteEncoded(l *layer, b, j int, size int64) {
+	if l.window == 0 {
+		return
+	}
+	i := b*2*c.cfg.KVHeads + j
+	for len(l.encBytes) <= i {
+		l.encBytes = append(l.encBytes, 0)
+	}
+	l.encBytes[i] = size
 }
 
 // encodePart encodes the full part pt by cd: by the store where it

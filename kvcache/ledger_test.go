@@ -53,6 +53,10 @@ func TestLedgerReserve(t *testing.T) {
 		// Boundary layers (the first and last) stay hot, as kvplan plans.
 		return []LayerCodecs{{}, {K: []codec.Codec{k}, V: v}, {K: []codec.Codec{k}, V: v}}
 	}
+	all := func(c codec.Codec) []LayerCodecs {
+		lc := LayerCodecs{K: []codec.Codec{c}, V: c}
+		return []LayerCodecs{lc, lc, lc, lc}
+	}
 	blocks := int64((n + bs - 1) / bs)
 	hand := func(bytes int64) int64 { return layers * kvh * 2 * blocks * bs * d * bytes }
 	const budget = 1 << 20
@@ -69,6 +73,8 @@ func TestLedgerReserve(t *testing.T) {
 		{name: "int8", policy: Policy{HotBF16: true, HotWindow: 16, Sinks: 4, Layers: both(int8c, int8c)}, chunk: 32},
 		{name: "int4 K int8 V", policy: Policy{HotBF16: true, HotWindow: 16, Layers: both(int4c, int8c)}, chunk: 32},
 		{name: "sliding", policy: Policy{HotBF16: true}, windows: []int{16, 0, 16, 0}, chunk: 8},
+		// Every layer slides and codes (Mistral's cache).
+		{name: "sliding int8", policy: Policy{HotBF16: true, HotWindow: 8, Layers: all(int8c)}, windows: []int{24, 24, 24, 24}, chunk: 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, l, cfg := newLedger(t, Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: bs, MaxTokens: maxTok,
@@ -143,10 +149,22 @@ func TestLedgerReserve(t *testing.T) {
 		t.Errorf("sequences of %d tokens in %d bytes: int8 %d, bf16 %d, f32 %d; want int8 > bf16 > f32", n, budget, i8, bf16, f32)
 	}
 	// A sliding layer holds its window: the cost of an all-sliding cache
-	// stops growing.
-	_, sl, _ := newLedger(t, Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: bs, MaxTokens: maxTok, Policy: Policy{HotBF16: true}, Windows: []int{16, 16, 16, 16}, SlideChunk: 8}, budget)
-	if sl.Cost(maxTok) != sl.Cost(64) || sl.MaxTokens() != maxTok {
-		t.Errorf("all-sliding cache: Cost(%d) = %d, Cost(64) = %d, MaxTokens %d; want equal costs and %d", maxTok, sl.Cost(maxTok), sl.Cost(64), sl.MaxTokens(), maxTok)
+	// stops growing, and where its blocks are encoded it is smaller. By
+	// hand: 4 blocks of 8 tokens hold a window of 16 and a chunk of 8;
+	// with int8 2 of them (past the hot window) take a 16-byte header and
+	// 34 bytes per 32 values, and one layer's block is still hot while
+	// its Append encodes it.
+	for _, tc := range []struct {
+		pol  Policy
+		cost int64
+	}{
+		{Policy{HotBF16: true}, layers * kvh * 2 * 4 * bs * d * 2},
+		{Policy{HotBF16: true, HotWindow: 8, Layers: all(int8c)}, layers*kvh*2*(2*bs*d*2+2*(16+bs*d/32*34)) + kvh*2*(bs*d*2-(16+bs*d/32*34))},
+	} {
+		_, sl, _ := newLedger(t, Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: bs, MaxTokens: maxTok, Policy: tc.pol, Windows: []int{16, 16, 16, 16}, SlideChunk: 8}, budget)
+		if sl.Cost(maxTok) != tc.cost || sl.Cost(maxTok) != sl.Cost(64) || sl.MaxTokens() != maxTok {
+			t.Errorf("all-sliding cache %+v: Cost(%d) = %d, Cost(64) = %d, MaxTokens %d; want both %d and %d", tc.pol, maxTok, sl.Cost(maxTok), sl.Cost(64), sl.MaxTokens(), tc.cost, maxTok)
+		}
 	}
 }
 
@@ -234,6 +252,8 @@ func TestLedgerNoOvercommit(t *testing.T) {
 	for _, pol := range []Policy{
 		{HotBF16: true},
 		{HotWindow: 8, Sinks: 2, Layers: []LayerCodecs{{}, {K: []codec.Codec{int8c}, V: int8c}}},
+		// The sliding layer codes too.
+		{HotWindow: 8, Sinks: 2, Layers: []LayerCodecs{{}, {K: []codec.Codec{int8c}, V: int8c}, {K: []codec.Codec{int8c}, V: int8c}}},
 	} {
 		probe := Config{Layers: layers, KVHeads: kvh, HeadDim: d, BlockSize: bs, MaxTokens: maxTok, Policy: pol, SlideChunk: chunk, Windows: []int{0, 0, 12}}
 		_, pl, _ := newLedger(t, probe, 1<<30)

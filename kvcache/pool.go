@@ -193,6 +193,16 @@ func (p *Pool) register(c *Cache, b int, hash [32]byte, parts [][]compute.Part) 
 		return nil
 	}
 	pb := &poolBlock{hash: hash, parts: parts, refs: 1, bytes: p.partsBytes(parts)}
+	for li := range c.layers {
+		if l := &c.layers[li]; l.window > 0 && l.nextOut > b {
+			// A sliding layer released its parts before the block was
+			// final (a window shorter than the hot window): c passed it.
+			if pb.passed == nil {
+				pb.passed = make([]int, len(parts))
+			}
+			pb.passed[li]++
+		}
+	}
 	p.shared += pb.bytes
 	p.blocks[hash] = pb
 	p.referenced++

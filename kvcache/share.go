@@ -160,7 +160,7 @@ func (c *Cache) AttachPrefix(tokens []int) (reused int, err error) {
 			copy(l.blocks[b], pb.parts[li])
 			for j, pt := range pb.parts[li] {
 				if pt != nil {
-					c.countAttached(&l.st, pt, j%2)
+					c.countAttached(l, pt, b, j)
 				}
 			}
 		}
@@ -184,16 +184,18 @@ func (c *Config) attachBlocks(tokens []int) int {
 	return max(lim, 0) / c.BlockSize
 }
 
-// countAttached adds an attached part's bytes to a layer's stats, as
-// encodeOld counts them.
-func (c *Cache) countAttached(st *LayerStats, pt compute.Part, kv int) {
+// countAttached adds the bytes of an attached part, part j of block b
+// (head*2 + 0 K | 1 V), to a layer's stats, as encodeOld counts them.
+func (c *Cache) countAttached(l *layer, pt compute.Part, b, j int) {
+	st := &l.st
 	hot, comp := c.hotBytes(), int64(0)
 	hd, ok := pt.(compute.HotDecoded)
 	if pt.Encoded() && !(ok && hd.HotDecoded()) {
 		hot, comp = 0, c.cfg.Pool.info(pt).bytes
-		st.CompressedBF16 += int64(c.cfg.BlockSize * c.cfg.HeadDim * 2)
+		st.CompressedBF16 += c.bf16Part()
+		c.noteEncoded(l, b, j, comp)
 	}
-	if kv == 0 {
+	if j%2 == 0 {
 		st.KHot += hot
 		st.KCompressed += comp
 	} else {
@@ -206,7 +208,8 @@ func (c *Cache) countAttached(st *LayerStats, pt compute.Part, kv int) {
 // appending n tokens, what its Stats would report: per layer, KV head and
 // K/V part, the blocks that left the hot window (holding no sink) in the
 // codec's bytes where the store attends over it, the others hot, whole
-// blocks. A scheduler admits by it (see Sizer for the same answer in
+// blocks; a sliding layer only the blocks its window still holds after
+// appends of SlideChunk tokens (SlidingHeld). A scheduler admits by it (see Sizer for the same answer in
 // constant time). A codec's block size is measured by encoding probe
 // blocks, exact for the fixed-size codecs (all of this project's but the
 // outlier lists of kakeya, whose size varies with the data; see
@@ -237,11 +240,15 @@ type Sizer struct {
 	layerExcess int64
 	variable    bool // some codec's blocks vary in size with the data
 	// slides are the sliding layers' bytes of one block position (every
-	// KV head, K and V, hot) by window; chunk the most tokens an Append
-	// adds (see slidingBlocks).
-	slides map[int]int64
+	// KV head, K and V) by window, hot and once it left the hot window;
+	// chunk the most tokens an Append adds (see SlidingBlocks).
+	slides map[int]blockBytes
 	chunk  int
 }
+
+// blockBytes are what one block position of some layers takes while in
+// the hot window and once it left it.
+type blockBytes struct{ hot, old int64 }
 
 // Sizer measures what one block of this configuration takes, hot and
 // once it left the hot window, for Sizer.Bytes.
@@ -285,30 +292,36 @@ func (c Config) Sizer() (Sizer, error) {
 		z.chunk = c.MaxTokens
 	}
 	for li := 0; li < c.Layers; li++ {
-		if li < len(c.Windows) && c.Windows[li] > 0 {
-			if z.slides == nil {
-				z.slides = map[int]int64{}
-			}
-			z.slides[c.Windows[li]] += int64(2*c.KVHeads) * hot
-			continue
-		}
+		// A full layer's block positions add to z.hot and z.old, a
+		// sliding layer's to its window's: they hold fewer of them.
+		lb := blockBytes{}
 		var excess int64
 		for h := 0; h < c.KVHeads; h++ {
 			for _, cd := range [2]codec.Codec{c.Policy.KCodec(li, h), c.Policy.VCodec(li)} {
-				z.hot += hot
+				lb.hot += hot
 				if li >= len(c.Policy.Layers) || cd == nil || ea == nil || !ea.AttendsEncoded(cd) {
-					z.old += hot
+					lb.old += hot
 					continue
 				}
 				s, err := size(cd)
 				if err != nil {
 					return Sizer{}, err
 				}
-				z.old += s
+				lb.old += s
 				excess += max(0, hot-s)
 			}
 		}
 		z.layerExcess = max(z.layerExcess, excess)
+		if li < len(c.Windows) && c.Windows[li] > 0 {
+			if z.slides == nil {
+				z.slides = map[int]blockBytes{}
+			}
+			w := z.slides[c.Windows[li]]
+			z.slides[c.Windows[li]] = blockBytes{w.hot + lb.hot, w.old + lb.old}
+			continue
+		}
+		z.hot += lb.hot
+		z.old += lb.old
 	}
 	z.variable = variable
 	return z, nil
@@ -391,8 +404,9 @@ func (z Sizer) Bytes(n int) int64 {
 	blocks := (n + z.bs - 1) / z.bs
 	old := z.encodedBlocks(n)
 	b := int64(blocks-old)*z.hot + int64(old)*z.old
-	for w, hot := range z.slides {
-		b += int64(SlidingBlocks(n, w, z.bs, z.chunk)) * hot
+	for w, lb := range z.slides {
+		held, enc := SlidingHeld(n, w, z.bs, z.chunk, Policy{HotWindow: z.hotWindow, Sinks: z.sinks})
+		b += int64(held-enc)*lb.hot + int64(enc)*lb.old
 	}
 	return b
 }

@@ -12,9 +12,12 @@ import (
 // block that ends before n-w+1. Append releases such blocks first (their
 // table entries become nil; attention never reads them, see
 // compute.AttentionParams.Window), so a sliding layer holds at most the
-// blocks of its window plus one Append's tokens (SlideChunk). Its blocks
-// are never encoded: their memory is bounded by the window, which is the
-// boundary rule's choice for them (kvplan keeps them hot).
+// blocks of its window plus one Append's tokens (SlideChunk). Meanwhile
+// its blocks are encoded as the policy says, like a full layer's: a
+// released part gives back what it holds, hot or encoded (layer.encBytes
+// keeps each encoded part's size). Which layers get codecs is the
+// policy's choice (kvplan: Gemma's sliding layers stay hot beside its
+// full layers, Mistral's, all sliding, go through the codec).
 //
 // With a pool, a sliding layer's parts of a block the caches share are
 // released from the pool's block once every cache that references it has
@@ -67,13 +70,30 @@ func (c *Cache) slide(li int) {
 			if !shared {
 				c.store.Release(pt)
 			}
-			if j%2 == 0 {
-				l.st.KHot -= c.hotBytes()
-			} else {
-				l.st.VHot -= c.hotBytes()
-			}
+			c.uncount(l, b, j)
 		}
 		clear(l.blocks[b])
+	}
+}
+
+// uncount takes part j of block b (head*2 + 0 K | 1 V), released, out of
+// sliding layer l's stats: its encoded bytes where it was counted
+// encoded (l.encBytes), else a hot part's.
+func (c *Cache) uncount(l *layer, b, j int) {
+	var enc int64
+	if i := b*2*c.cfg.KVHeads + j; i < len(l.encBytes) {
+		enc, l.encBytes[i] = l.encBytes[i], 0
+	}
+	k, v := &l.st.KHot, &l.st.VHot
+	n := c.hotBytes()
+	if enc > 0 {
+		k, v, n = &l.st.KCompressed, &l.st.VCompressed, enc
+		l.st.CompressedBF16 -= c.bf16Part()
+	}
+	if j%2 == 0 {
+		*k -= n
+	} else {
+		*v -= n
 	}
 }
 
@@ -152,6 +172,18 @@ func hasNil(parts []compute.Part) bool {
 		}
 	}
 	return false
+}
+
+// SlidingHeld returns how many blocks of bs tokens a sliding layer of
+// window w holds after n tokens appended at most chunk at a time
+// (SlidingBlocks), and how many of them have left the hot window of p
+// (and hold no sink): those its codecs, where it has them, encoded.
+func SlidingHeld(n, w, bs, chunk int, p Policy) (held, old int) {
+	held = SlidingBlocks(n, w, bs, chunk)
+	first := (n+bs-1)/bs - held // the first block held
+	sinkBlocks := (p.Sinks + bs - 1) / bs
+	end := sinkBlocks + p.EncodedBlocks(n, bs) // past the last encoded
+	return held, max(0, end-max(first, sinkBlocks))
 }
 
 // SlidingBlocks returns how many blocks of bs tokens a sliding layer of

@@ -13,13 +13,13 @@ func (m *Model) CacheShape() kvcache.Shape {
 	return kvcache.Shape{Layers: m.cfg.NumLayers, KVHeads: m.cfg.NumKVHeads, HeadDim: m.headDim, MaxContext: m.maxCtx, Windows: m.windows()}
 }
 
-// windows returns each layer's sliding window for the KV cache: for an
-// architecture of sliding and full layers (Gemma), whose full layers hold
-// the long context the codec is for, on a backend whose attention lets
-// the cache release what slid out. Otherwise nil: Mistral's layers, all
-// sliding, keep every block and go through the codec as before.
+// windows returns each layer's sliding window for the KV cache (Gemma's
+// sliding layers, Mistral's every layer), on a backend whose attention
+// lets the cache release what slid out; nil elsewhere, or when no layer
+// slides. What the sliding layers encode meanwhile is the policy's choice
+// (kvplan.Build: hot beside full layers, the codec's when all slide).
 func (m *Model) windows() []int {
-	if _, ok := m.b.(compute.SlidingKV); !ok || len(m.desc.Kinds) < 2 {
+	if _, ok := m.b.(compute.SlidingKV); !ok {
 		return nil
 	}
 	var w []int

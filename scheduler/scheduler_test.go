@@ -254,6 +254,44 @@ func TestRandomScheduleGemma(t *testing.T) {
 	randomSchedule(t, m, kvcache.Policy{HotBF16: true}, 140<<10, 6)
 }
 
+// TestRandomScheduleMistral is TestRandomSchedule on a Mistral model,
+// every layer sliding (a 12-token window) and coding its blocks once they
+// leave the 4-token hot window, then releasing them as they slide out:
+// admission counts a sequence by its window, preemption returns what it
+// holds, encoded or not, and every request still gets its solo tokens.
+// The codec, bf16 over a bf16 cache, is lossless, so that a prompt split
+// across steps (attending to encoded blocks) decodes as one prefilled
+// at once.
+func TestRandomScheduleMistral(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "mistral")
+	spec := testmodel.MistralTiny
+	spec.SlidingWindow = 12
+	if err := testmodel.Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	b := cpubackend.New(2)
+	t.Cleanup(func() { b.Close() })
+	m, err := model.Load(dir, model.Options{Backend: b, BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if w := m.CacheShape().Windows; len(w) != spec.Layers || w[0] != 12 {
+		t.Fatalf("windows %v: the test checks nothing", w)
+	}
+	bf16, err := codec.Parse("bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := kvcache.LayerCodecs{K: []codec.Codec{bf16}, V: bf16}
+	pol := kvcache.Policy{HotBF16: true, HotWindow: 4, Layers: []kvcache.LayerCodecs{lc, lc}}
+	// 40 KB: a block position takes 1 KB (2 layers x 2 KV heads x K, V x
+	// 4 tokens x 16 x 2 bytes; bf16 encoded, a 16-byte header more), and
+	// a sequence may hold its window and a 48-token step's chunk, about
+	// 17 blocks a layer: a few run at once, and preemptions happen.
+	randomSchedule(t, m, pol, 40<<10, 6)
+}
+
 // randomSchedule runs seeds random schedules of 16 requests on m under
 // pol in a pool of budget bytes, each request checked against its solo
 // run.

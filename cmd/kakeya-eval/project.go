@@ -22,8 +22,11 @@ const projectUsage = `usage: kakeya-eval project [flags]
 Projects the whole-cache ratio against a bf16 cache at long contexts, byte
 for byte from the block sizes the codecs write (kvplan.CacheBytes, the
 accounting of kvcache.Config.BytesFor for the CPU store), for model shapes,
-without running a model. The Gemma shapes' sliding layers count the hot
-blocks their window still sees (the codec codes the full layers). Prints
+without running a model. Sliding layers count the blocks their window
+still sees: hot beside full layers (the Gemma shapes, whose full layers
+the codec codes), through the codec where every layer slides (Mistral);
+the bf16 reference has the same windows, or with --against all none (a
+bf16 cache of every position). Prints
 a Markdown table: one row per shape, codec,
 block and hot window (--windows) and boundary setting, one column per
 --tokens. A kakeya-pc or kvtc spec without block= gets the row's block
@@ -50,15 +53,18 @@ var projectShapes = map[string][3]int{
 	"gemma2-2b":    {26, 4, 256},
 	"gemma3-1b":    {26, 1, 256},
 	"gemma3-4b":    {34, 4, 256},
+	"mistral-7b":   {32, 8, 128},
 }
 
 // projectSliding are the sliding layers of the shapes that have them:
 // the window, and every pattern-th layer full (Gemma 2: even layers
-// slide; Gemma 3: five of six), as the models' config.json say.
+// slide; Gemma 3: five of six; 0: none, Mistral's every layer slides),
+// as the models' config.json say.
 var projectSliding = map[string]struct{ window, pattern int }{
-	"gemma2-2b": {4096, 2},
-	"gemma3-1b": {512, 6},
-	"gemma3-4b": {1024, 6},
+	"gemma2-2b":  {4096, 2},
+	"gemma3-1b":  {512, 6},
+	"gemma3-4b":  {1024, 6},
+	"mistral-7b": {4096, 0},
 }
 
 // shapeOf returns the cache shape of a --shapes entry, with its sliding
@@ -68,7 +74,7 @@ func shapeOf(name string, sh [3]int) kvcache.Shape {
 	if sl, ok := projectSliding[name]; ok {
 		m.Windows = make([]int, sh[0])
 		for i := range m.Windows {
-			if (i+1)%sl.pattern != 0 {
+			if sl.pattern == 0 || (i+1)%sl.pattern != 0 {
 				m.Windows[i] = sl.window
 			}
 		}
@@ -77,7 +83,8 @@ func shapeOf(name string, sh [3]int) kvcache.Shape {
 }
 
 type projectFlags struct {
-	shapes, kv, windows, tokens, boundary, calib, model string
+	shapes, kv, windows, tokens, boundary, calib, model, against string
+	bytes                                                        bool
 }
 
 func runProject(args []string, stdout, stderr io.Writer) error {
@@ -90,6 +97,8 @@ func runProject(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.boundary, "boundary", "none,0;-1", `boundary settings, comma-separated, layers within one joined by ";" ("none": every layer coded)`)
 	fs.StringVar(&f.calib, "calib", "", "calibration file whose statistics kakeya-pc uses for the shape it fits (with --model)")
 	fs.StringVar(&f.model, "model", "", "the model directory whose config.json --calib is checked against")
+	fs.StringVar(&f.against, "against", "window", "the bf16 reference of the ratios: window (a cache of the same sliding windows) or all (of every position)")
+	fs.BoolVar(&f.bytes, "bytes", false, "print the bytes the cache holds beside each ratio, in MiB")
 	if err := parse(fs, projectUsage, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -106,7 +115,7 @@ func runProject(args []string, stdout, stderr io.Writer) error {
 }
 
 func shapeNames() []string {
-	return []string{"ref-qwen2-6m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3-8b", "gemma2-2b", "gemma3-1b", "gemma3-4b"}
+	return []string{"ref-qwen2-6m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3-8b", "gemma2-2b", "gemma3-1b", "gemma3-4b", "mistral-7b"}
 }
 
 // The largest shape and context kakeya-eval project takes: past every
@@ -170,6 +179,9 @@ func writeProjection(w io.Writer, f *projectFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.against != "window" && f.against != "all" {
+		return fmt.Errorf("--against %q: want window or all", f.against)
+	}
 	var real *codec.Calibration
 	if f.calib != "" {
 		if f.model == "" {
@@ -221,7 +233,19 @@ func writeProjection(w io.Writer, f *projectFlags) error {
 					}
 					fmt.Fprintf(w, "| %s | %dx%dx%d | %s | %d | %d | %s |", name, sh[0], sh[1], sh[2], label, block, hot, bnd)
 					for _, x := range pr {
-						fmt.Fprintf(w, " %.2fx |", x.Ratio())
+						if f.against == "all" {
+							// A bf16 cache of every position: the shape
+							// without its windows.
+							all := kvcache.Shape{Layers: sh[0], KVHeads: sh[1], HeadDim: sh[2]}
+							if x.BF16, err = kvplan.CacheBytes(kvcache.Policy{HotBF16: true}, all, block, x.Tokens); err != nil {
+								return fmt.Errorf("%s: %w", name, err)
+							}
+						}
+						fmt.Fprintf(w, " %.2fx", x.Ratio())
+						if f.bytes {
+							fmt.Fprintf(w, " (%.1f MiB)", float64(x.Bytes)/(1<<20))
+						}
+						fmt.Fprint(w, " |")
 					}
 					fmt.Fprintln(w)
 				}

@@ -33,7 +33,27 @@ func TestProject(t *testing.T) {
 			t.Errorf("no %q in\n%s", want, out.String())
 		}
 	}
+	// Mistral's shape, every layer sliding (window 4096) and coded, at
+	// 8k tokens: each layer, KV head and side holds blocks 64-127, 63 of
+	// them int8 (16 + 256*34 = 8720 bytes) and the newest hot (64 x 128
+	// bf16 = 16384 bytes): 512 x (63*8720 + 16384) = 276.2 MiB, against
+	// 1 GiB for a bf16 cache of every position (3.71x) or 512 MiB for
+	// one of the same window (1.85x).
+	for against, want := range map[string]string{
+		"all":    "| mistral-7b | 32x8x128 | int8 | 64 | 64 | none | 3.71x (276.2 MiB) |",
+		"window": "| mistral-7b | 32x8x128 | int8 | 64 | 64 | none | 1.85x (276.2 MiB) |",
+	} {
+		out.Reset()
+		args := []string{"--shapes", "mistral-7b", "--kv", "int8", "--windows", "64:64", "--tokens", "8192", "--boundary", "none", "--against", against, "--bytes"}
+		if err := runProject(args, &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--against %s: no %q in\n%s", against, want, out.String())
+		}
+	}
 	for _, bad := range [][]string{
+		{"--against", "some"},
 		{"--shapes", "2x1"},
 		{"--windows", "16"},
 		{"--tokens", "0"},

@@ -20,7 +20,7 @@
 //     Greedy against pick's ArgMax, BatchAttention, the four Fused steps
 //     over f32 and bf16 weights where they take the call, SlidingKV:
 //     windowed attention with the blocks before the window released and
-//     their parts nil);
+//     their parts nil, hot and of every codec the store reads);
 //   - every part SetEncoded took reads back (Read) as the codec decodes
 //     it and says it is encoded, a part the store holds hot-decoded
 //     (compute.HotDecoded) included;
@@ -866,6 +866,11 @@ func (s *suite) checkAttention(b compute.Backend) {
 				s.errorf("%s (by the store %v): %v", r.Name, onStore, err)
 			} else {
 				s.forward(b, c, params(0, 0, 0), 5, tokens-5)
+				if _, ok := b.(compute.SlidingKV); ok {
+					// A sliding layer that codes (Mistral's) releases
+					// encoded blocks.
+					s.slide(b, st, c)
+				}
 			}
 			c.layer.release(st)
 		}
@@ -885,8 +890,14 @@ func (s *suite) checkSliding(b compute.Backend, st compute.BlockStore, k, v []fl
 		return
 	}
 	defer c.layer.release(st)
-	// Queries at 16..19 with a window of 6 see keys from 11 on: block 0
-	// (keys 0..7) is out of every query's window.
+	s.slide(b, st, c)
+}
+
+// slide releases the blocks of c that no query of a windowed call sees
+// and runs the call, as attention over a sliding layer whose blocks, hot
+// or encoded, slid out: queries at 16..19 with a window of 6 see keys
+// from 11 on, so block 0 (keys 0..7) is out of every query's window.
+func (s *suite) slide(b compute.Backend, st compute.BlockStore, c *cache) {
 	const window, start = 6, tokens - 4
 	for blk := 0; (blk+1)*blockSize <= start-window+1; blk++ {
 		for h := range kvHeads {
@@ -896,7 +907,7 @@ func (s *suite) checkSliding(b compute.Backend, st compute.BlockStore, k, v []fl
 			}
 		}
 	}
-	c.encoding = "hot (the blocks before the window released)"
+	c.encoding += " (the blocks before the window released)"
 	s.forward(b, c, params(window, 0, 0), 4, start)
 }
 

@@ -21,9 +21,11 @@ type Settings struct {
 	Sinks     int `json:"sinks"`
 	// Boundary lists the layers kept bf16, as indices from 0, ascending.
 	Boundary []int `json:"boundary"`
-	// Sliding lists the sliding-window layers, whose blocks stay hot
-	// (uncompressed) until they slide out of the window, whatever codecs
-	// the plan names: their memory is bounded by the window.
+	// Sliding lists the sliding-window layers of a model that also has
+	// full layers (Gemma), whose blocks stay hot (uncompressed) until they
+	// slide out of the window, whatever codecs the plan names: their
+	// memory is bounded by the window. A model whose every layer slides
+	// (Mistral) lists none: its layers are coded as the plan says.
 	Sliding []int `json:"sliding,omitempty"`
 	// Precondition and Codebooks say whether keys are whitened and whether
 	// any codec uses the calibration's codebooks.

@@ -67,13 +67,17 @@ func Build(c kvconfig.Checked, m kvcache.Shape, cal *codec.Calibration) (kvcache
 		return fail(err)
 	}
 	st.Boundary = boundary
-	// Sliding layers keep their blocks hot until they slide out (the
-	// cache never encodes them): the codec is for the full layers, which
-	// hold the long context.
-	for i, w := range m.Windows {
-		if w > 0 {
-			plan[i] = kvconfig.LayerPlan{}
-			st.Sliding = append(st.Sliding, i)
+	// Beside full layers, which hold the long context the codec is for,
+	// sliding layers keep their blocks hot until they slide out: coding
+	// them would save a constant, their window, at the price of their
+	// quality. A model whose every layer slides (Mistral) keeps the plan:
+	// its blocks are encoded, then released as they leave the window.
+	if slices.Contains(m.Windows, 0) || len(m.Windows) < m.Layers {
+		for i, w := range m.Windows {
+			if w > 0 {
+				plan[i] = kvconfig.LayerPlan{}
+				st.Sliding = append(st.Sliding, i)
+			}
 		}
 	}
 	if c.Layers != nil {

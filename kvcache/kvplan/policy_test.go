@@ -397,6 +397,35 @@ func TestPresetPolicy(t *testing.T) {
 	}
 }
 
+// A model whose every layer slides (Mistral) keeps the codec plan: each
+// layer codes, no layer is listed as kept hot, and the projection counts
+// a layer's window of blocks, those past the hot window encoded.
+func TestAllSlidingCoded(t *testing.T) {
+	m := kvcache.Shape{Layers: 3, KVHeads: 1, HeadDim: 32, MaxContext: 4096, Windows: []int{64, 64, 64}}
+	p, st, err := NewPolicy(kvconfig.Spec{KV: "int8", BlockSize: 16, HotWindow: 16, Boundary: "none"}, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range m.Layers {
+		if p.VCodec(l) == nil || p.KCodec(l, 0) == nil {
+			t.Errorf("layer %d: not coded", l)
+		}
+	}
+	if len(st.Sliding) != 0 {
+		t.Errorf("settings list sliding layers %v as hot", st.Sliding)
+	}
+	got, err := CacheBytes(p, m, 16, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Per layer and side: the window's 4 blocks (keys 4032..4095), of
+	// which 3 left the hot window (int8: 16 + 16*32/32*34 = 560 bytes)
+	// and one is hot (16*32*2 = 1024).
+	if want := int64(3 * 2 * (3*560 + 1024)); got != want {
+		t.Errorf("int8 cache of 4096 tokens: %d bytes, want %d", got, want)
+	}
+}
+
 // Sliding layers keep their blocks hot whatever the codec: the codec is
 // for the full layers, and the settings list the sliding ones; the
 // projection counts the sliding layers' window.

@@ -21,7 +21,8 @@ import (
 // streams vary with the data). It
 // projects long contexts without running the model: the count is
 // arithmetic over the block table. A sliding layer (m.Windows) counts the
-// hot blocks its window still sees after decoding to tokens.
+// blocks its window still sees after decoding to tokens, those past the
+// hot window at its codecs' sizes as a full layer's.
 func CacheBytes(p kvcache.Policy, m kvcache.Shape, bs, tokens int) (int64, error) {
 	switch {
 	case m.Layers <= 0 || m.KVHeads <= 0 || m.HeadDim <= 0:
@@ -52,11 +53,11 @@ func CacheBytes(p kvcache.Policy, m kvcache.Shape, bs, tokens int) (int64, error
 	old := p.EncodedBlocks(tokens, bs)
 	var total int64
 	for l := 0; l < m.Layers; l++ {
+		blocks, old := blocks, old
 		if l < len(m.Windows) && m.Windows[l] > 0 {
-			// A sliding layer: the hot blocks its window still sees
-			// after decoding to tokens (kvcache.Config.Windows).
-			total += int64(2*m.KVHeads) * int64(kvcache.SlidingBlocks(tokens, m.Windows[l], bs, 1)) * hot
-			continue
+			// A sliding layer: the blocks its window still sees after
+			// decoding to tokens (kvcache.Config.Windows).
+			blocks, old = kvcache.SlidingHeld(tokens, m.Windows[l], bs, 1, p)
 		}
 		for h := 0; h < m.KVHeads; h++ {
 			for _, c := range [2]codec.Codec{p.KCodec(l, h), p.VCodec(l)} {

@@ -1,7 +1,6 @@
 package kvplan
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/attention"
@@ -24,24 +23,29 @@ func TestCacheBytesIsBytesFor(t *testing.T) {
 		{KV: "kakeya-block:b=2", BlockSize: 16, HotWindow: -1, CacheType: "f32", Precondition: kvconfig.Off},
 		{},
 	} {
-		m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: d, MaxContext: 1000}
-		p, st, err := NewPolicy(sp, m, cal)
-		if err != nil {
-			t.Fatalf("%+v: %v", sp, err)
-		}
-		cfg := kvcache.Config{Layers: layers, KVHeads: kvHeads, HeadDim: d, BlockSize: st.BlockSize, MaxTokens: 1000, Policy: p,
-			Store: attention.NewStore(st.BlockSize, d, p.HotBF16)}
-		for _, n := range []int{0, 1, 15, 16, 17, 33, 64, 100, 999, 1000} {
-			want, err := cfg.BytesFor(n)
+		// Full layers; every layer sliding, coded (Mistral); sliding
+		// layers beside full ones, hot (Gemma). CacheBytes counts a
+		// decoded sequence: BytesFor with appends of one token.
+		for _, win := range [][]int{nil, {40, 40, 40, 40}, {40, 0, 40, 0}} {
+			m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: d, MaxContext: 1000, Windows: win}
+			p, st, err := NewPolicy(sp, m, cal)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%+v: %v", sp, err)
 			}
-			got, err := CacheBytes(p, m, st.BlockSize, n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != want {
-				t.Errorf("%s, %d tokens: %d bytes, BytesFor says %d", fmt.Sprintf("%+v", sp), n, got, want)
+			cfg := kvcache.Config{Layers: layers, KVHeads: kvHeads, HeadDim: d, BlockSize: st.BlockSize, MaxTokens: 1000, Policy: p,
+				Store: attention.NewStore(st.BlockSize, d, p.HotBF16), Windows: win, SlideChunk: 1}
+			for _, n := range []int{0, 1, 15, 16, 17, 33, 64, 100, 999, 1000} {
+				want, err := cfg.BytesFor(n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := CacheBytes(p, m, st.BlockSize, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Errorf("%+v, windows %v, %d tokens: %d bytes, BytesFor says %d", sp, win, n, got, want)
+				}
 			}
 		}
 	}
