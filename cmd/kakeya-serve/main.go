@@ -275,8 +275,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			// watching the log for "ready" must not get a 503.
 			eng = e
 			s.setEngine(e)
+			// The load's outcome before "ready": a signal that comes
+			// after a client saw "ready" finds it and drains (below).
+			loaded <- nil
 			log.Info("ready", "load", time.Since(start).Round(time.Millisecond), "kv_cache", e.CacheSettings().String(),
 				"calibration", e.CalibrationInfo().String(), "max_tokens", e.MaxTokens(), "kernels", e.Kernels(), "weights", e.ModelInfo().Weights)
+			return
 		}
 		loaded <- err
 	}()
@@ -303,6 +307,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		afterLoad()
 		return err
 	case <-ctx.Done():
+		// The load may have finished as the signal came (select picks at
+		// random among ready cases; a busy machine can also leave this
+		// goroutine waiting after "ready"): then the server is serving,
+		// and drains.
+		select {
+		case err := <-loaded:
+			if err != nil {
+				hs.Close()
+				return err
+			}
+			defer eng.Close()
+			return drain(s, hs, cancelBase, o.drain, log)
+		default:
+		}
 		// Stopped while loading: nothing runs yet.
 		afterLoad()
 		s.draining.Store(true)
