@@ -111,6 +111,8 @@ var allowed = map[string][]string{
 	"internal/cmd/kakeya-formats": {"codec", "tensor"},
 	// The third evaluation domain's corpus builder (standard library only).
 	"internal/cmd/kakeya-godocs": {},
+	// The token-id writer for training scripts (internal/gemmatrain).
+	"internal/cmd/kakeya-tokids": {"tokenizer"},
 }
 
 // forbidden are edges the design rules out, some of which the code once
