@@ -17,6 +17,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,18 +27,21 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "kakeya-tokids:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	tokPath := flag.String("tokenizer", "", "a model directory or tokenizer.json (required)")
-	out := flag.String("o", "", "the ids file to write (required)")
-	sep := flag.Int("sep", -1, "the id written before each paragraph (-1: none)")
-	flag.Parse()
-	if *tokPath == "" || *out == "" || flag.NArg() == 0 {
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("kakeya-tokids", flag.ContinueOnError)
+	tokPath := fs.String("tokenizer", "", "a model directory or tokenizer.json (required)")
+	out := fs.String("o", "", "the ids file to write (required)")
+	sep := fs.Int("sep", -1, "the id written before each paragraph (-1: none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tokPath == "" || *out == "" || fs.NArg() == 0 {
 		return fmt.Errorf("usage: kakeya-tokids -tokenizer DIR -o FILE [-sep ID] TEXT[:FRACTION]...")
 	}
 	if st, err := os.Stat(*tokPath); err == nil && st.IsDir() {
@@ -63,7 +67,7 @@ func run() error {
 		n++
 		return binary.Write(w, binary.LittleEndian, uint16(id))
 	}
-	for _, arg := range flag.Args() {
+	for _, arg := range fs.Args() {
 		name, frac := arg, 1.0
 		if i := strings.LastIndex(arg, ":"); i > 0 {
 			v, err := strconv.ParseFloat(arg[i+1:], 64)
@@ -113,6 +117,6 @@ func run() error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	fmt.Printf("%s: %d tokens in %d paragraphs\n", *out, n, paras)
+	fmt.Fprintf(stdout, "%s: %d tokens in %d paragraphs\n", *out, n, paras)
 	return nil
 }
