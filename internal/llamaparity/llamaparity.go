@@ -100,17 +100,28 @@ func Convert(t testing.TB, dir, text string) string {
 // logits after feeding back each greedy token (decode steps).
 func Run(t testing.TB, bin, gguf string, ids []int, greedy int) (logits [][]float32, toks []int, steps [][]float32) {
 	t.Helper()
+	return RunEvery(t, bin, gguf, ids, greedy, 1)
+}
+
+// RunEvery is Run with only every every-th position's logits (and the
+// last's) read from llama.cpp: the other rows of logits are nil. A long
+// prompt over a large vocabulary would otherwise be gigabytes of text.
+func RunEvery(t testing.TB, bin, gguf string, ids []int, greedy, every int) (logits [][]float32, toks []int, steps [][]float32) {
+	t.Helper()
 	args := []string{gguf, strconv.Itoa(greedy)}
 	for _, id := range ids {
 		args = append(args, strconv.Itoa(id))
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "LLAMA_LOGITS_EVERY="+strconv.Itoa(every))
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("llama-logits: %v\n%s", err, stderr.Bytes())
 	}
+	logits = make([][]float32, len(ids))
+	rows := 0
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
@@ -129,7 +140,12 @@ func Run(t testing.TB, bin, gguf string, ids []int, greedy int) (logits [][]floa
 				row[i] = float32(v)
 			}
 			if f[0] == "logits" {
-				logits = append(logits, row)
+				i, err := strconv.Atoi(f[1])
+				if err != nil || i < 0 || i >= len(ids) || logits[i] != nil {
+					t.Fatalf("llama-logits: a row for position %q", f[1])
+				}
+				logits[i] = row
+				rows++
 			} else {
 				steps = append(steps, row)
 			}
@@ -143,8 +159,8 @@ func Run(t testing.TB, bin, gguf string, ids []int, greedy int) (logits [][]floa
 			}
 		}
 	}
-	if len(logits) != len(ids) || len(toks) != greedy || len(steps) != greedy {
-		t.Fatalf("llama-logits gave %d rows of logits, %d greedy tokens and %d steps, want %d, %d and %d", len(logits), len(toks), len(steps), len(ids), greedy, greedy)
+	if want := (len(ids)-1)/every + 1 + min(1, (len(ids)-1)%every); rows != want || len(toks) != greedy || len(steps) != greedy {
+		t.Fatalf("llama-logits gave %d rows of logits, %d greedy tokens and %d steps, want %d, %d and %d", rows, len(toks), len(steps), want, greedy, greedy)
 	}
 	return logits, toks, steps
 }

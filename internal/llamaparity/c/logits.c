@@ -70,7 +70,14 @@ int main(int argc, char **argv) {
 		fprintf(stderr, "llama-logits: decode failed\n");
 		return 1;
 	}
+	// LLAMA_LOGITS_EVERY=k prints every k-th position's row (and the
+	// last): a long prompt's rows of a large vocabulary are gigabytes of
+	// text.
+	const char *ev = getenv("LLAMA_LOGITS_EVERY");
+	int every = ev && atoi(ev) > 0 ? atoi(ev) : 1;
 	for (int i = 0; i < n; i++) {
+		if (i % every != 0 && i != n - 1)
+			continue;
 		const float *l = llama_get_logits_ith(ctx, i);
 		printf("logits %d", i);
 		for (int j = 0; j < nv; j++) printf(" %.9g", l[j]);
