@@ -100,13 +100,14 @@ func Convert(t testing.TB, dir, text string) string {
 // logits after feeding back each greedy token (decode steps).
 func Run(t testing.TB, bin, gguf string, ids []int, greedy int) (logits [][]float32, toks []int, steps [][]float32) {
 	t.Helper()
-	return RunEvery(t, bin, gguf, ids, greedy, 1)
+	return RunEvery(t, bin, gguf, ids, greedy, 1, len(ids))
 }
 
 // RunEvery is Run with only every every-th position's logits (and the
-// last's) read from llama.cpp: the other rows of logits are nil. A long
-// prompt over a large vocabulary would otherwise be gigabytes of text.
-func RunEvery(t testing.TB, bin, gguf string, ids []int, greedy, every int) (logits [][]float32, toks []int, steps [][]float32) {
+// last's, and every position's from from on) read from llama.cpp: the
+// other rows of logits are nil. A long prompt over a large vocabulary
+// would otherwise be gigabytes of text.
+func RunEvery(t testing.TB, bin, gguf string, ids []int, greedy, every, from int) (logits [][]float32, toks []int, steps [][]float32) {
 	t.Helper()
 	args := []string{gguf, strconv.Itoa(greedy)}
 	for _, id := range ids {
@@ -114,7 +115,7 @@ func RunEvery(t testing.TB, bin, gguf string, ids []int, greedy, every int) (log
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "LLAMA_LOGITS_EVERY="+strconv.Itoa(every))
+	cmd.Env = append(os.Environ(), "LLAMA_LOGITS_EVERY="+strconv.Itoa(every), "LLAMA_LOGITS_FROM="+strconv.Itoa(from))
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -159,7 +160,13 @@ func RunEvery(t testing.TB, bin, gguf string, ids []int, greedy, every int) (log
 			}
 		}
 	}
-	if want := (len(ids)-1)/every + 1 + min(1, (len(ids)-1)%every); rows != want || len(toks) != greedy || len(steps) != greedy {
+	want := 0
+	for i := range ids {
+		if i%every == 0 || i == len(ids)-1 || i >= from {
+			want++
+		}
+	}
+	if rows != want || len(toks) != greedy || len(steps) != greedy {
 		t.Fatalf("llama-logits gave %d rows of logits, %d greedy tokens and %d steps, want %d, %d and %d", rows, len(toks), len(steps), want, greedy, greedy)
 	}
 	return logits, toks, steps

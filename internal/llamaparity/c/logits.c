@@ -73,10 +73,12 @@ int main(int argc, char **argv) {
 	// LLAMA_LOGITS_EVERY=k prints every k-th position's row (and the
 	// last): a long prompt's rows of a large vocabulary are gigabytes of
 	// text.
-	const char *ev = getenv("LLAMA_LOGITS_EVERY");
+	// LLAMA_LOGITS_FROM=f prints every row from position f on too.
+	const char *ev = getenv("LLAMA_LOGITS_EVERY"), *fv = getenv("LLAMA_LOGITS_FROM");
 	int every = ev && atoi(ev) > 0 ? atoi(ev) : 1;
+	int from = fv && atoi(fv) >= 0 ? atoi(fv) : n;
 	for (int i = 0; i < n; i++) {
-		if (i % every != 0 && i != n - 1)
+		if (i % every != 0 && i != n - 1 && i < from)
 			continue;
 		const float *l = llama_get_logits_ith(ctx, i);
 		printf("logits %d", i);
