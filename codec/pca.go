@@ -804,20 +804,6 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 	return best
 }
 
-// quantizeBounds returns the number of bounds below x, by binary search.
-func quantizeBounds(bounds []float32, x float32) int {
-	lo, hi := 0, len(bounds)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if x > bounds[mid] {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo
-}
-
 // param returns the header's parameter byte: pcLayout, or pcECLayout
 // with entropy coding.
 func (k *KakeyaPC) param() byte {
