@@ -258,3 +258,31 @@ func TestPCCodeComponent(t *testing.T) {
 		}
 	}
 }
+
+// TestCellIndex holds every family's cell index to the binary search of
+// its bounds: on a sweep across the bounds, at each bound and the floats
+// next to it, far out and at the infinities and NaN.
+func TestCellIndex(t *testing.T) {
+	for _, tab := range []func() (*pcTables, error){gaussianTables, uniformTables, ecsqTables} {
+		tb, err := tab()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := 1; b <= tb.n; b++ {
+			bd, c := tb.bounds[b], tb.cells[b]
+			xs := []float32{float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN()), 0, float32(math.Copysign(0, -1)), 1e30, -1e30, math.MaxFloat32, -math.MaxFloat32}
+			for _, v := range bd {
+				xs = append(xs, v, math.Nextafter32(v, float32(math.Inf(-1))), math.Nextafter32(v, float32(math.Inf(1))), -v)
+			}
+			lo, hi := bd[0]-1, bd[len(bd)-1]+1
+			for i := range 20001 {
+				xs = append(xs, lo+(hi-lo)*float32(i)/20000)
+			}
+			for _, x := range xs {
+				if got, want := c.cell(x), quantizeBounds(bd, x); got != want {
+					t.Fatalf("option %d of %d bounds: cell(%v) = %d, want %d", b, len(bd), x, got, want)
+				}
+			}
+		}
+	}
+}
