@@ -154,6 +154,7 @@ const pcMaxBits = 6
 type pcTables struct {
 	n              int
 	levels, bounds [pcMaxOptions + 1][]float32
+	cells          [pcMaxOptions + 1]*cellIndex // what the encoder finds a value's cell with
 	dist           [pcMaxOptions + 1]float64
 	width          [pcMaxOptions + 1]int
 	ans            [pcMaxOptions + 1]*ransTable
@@ -191,6 +192,7 @@ func (t *pcTables) codeBits(b int, entropy bool) float64 {
 
 func (t *pcTables) set(b, width int, cb *Codebook) {
 	t.levels[b], t.bounds[b], t.width[b] = cb.Levels, cb.Bounds, width
+	t.cells[b] = newCellIndex(cb.Bounds)
 	if width == b { // the fixed-width families: what the planes' decode reads
 		copy(t.plane[b*64:(b+1)*64], cb.Levels)
 	}
@@ -419,6 +421,8 @@ type pcScratch struct {
 	scale []float32
 	lv    []float32          // decode: every coded component's levels times its scale
 	codes []uint8            // Encode: the C x n codes
+	col   []float32          // Encode: a coded component's n deviations from its mean
+	trial []uint8            // Encode: a trial scale's n codes and the best one's
 	hide  []uint16           // layout 2: the means the lanes carry, fp16 bits
 	r2    rans2Scratch       // layout 2: the lanes' states and the stream's tail (here, not on the stack, for the kernel's pointers)
 	hid2  [rans2Lanes]uint16 // layout 2: the payloads decoded
@@ -734,17 +738,24 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 // sets its n codes, row i's at codes[i*stride], returning the scale.
 // An entropy-constrained code may also spend *slack, the bits the
 // components before it left unspent, and leaves there what it does not.
+// Each trial scale's cells come from the quantizer's cellIndex, and the
+// best trial's codes are kept rather than found again: the same codes,
+// scale and slack a binary search of the bounds per value gives.
 func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j, n, d int, slack *float64) float32 {
 	b := int(k.width[t])
 	m := sc.means[j]
+	// The component's deviations from its mean, gathered once.
+	sc.col = growF32(sc.col, n)
+	col := sc.col
 	var ss float64
-	for i := 0; i < n; i++ {
-		r := float64(sc.y[i*d+j] - m)
-		ss += r * r
+	for i := range col {
+		r := sc.y[i*d+j] - m
+		col[i] = r
+		ss += float64(r) * float64(r)
 	}
 	rms := float32(math.Sqrt(ss / float64(n)))
 	best, bestErr := float32(0), math.Inf(1)
-	lv, bd := k.tab.levels[b], k.tab.bounds[b]
+	lv, cells := k.tab.levels[b], k.tab.cells[b]
 	steps := pcScaleSteps[:]
 	// Entropy-constrained codes: the allocation charged n codes their
 	// expected length on N(0, 1); real components, heavier tailed, code
@@ -758,6 +769,8 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 		steps = pcECSQScales[:]
 		ecCost, ecBudget = k.ans[t].cost, float64(n)*k.ans[t].bits+*slack
 	}
+	sc.trial = growU8(sc.trial, 2*n)
+	cur, kept := sc.trial[:n], sc.trial[n:]
 	for _, f := range steps {
 		s := roundF16(rms * f)
 		if !(s > 0) {
@@ -765,13 +778,20 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 		}
 		inv := 1 / s
 		var e, l float64
-		for i := 0; i < n; i++ {
-			r := sc.y[i*d+j] - m
-			q := quantizeBounds(bd, r*inv)
-			v := lv[q] * s
-			e += float64(r-v) * float64(r-v)
-			if ecCost != nil {
+		if ecCost != nil {
+			for i, r := range col {
+				q := cells.cell(r * inv)
+				cur[i] = uint8(q)
+				v := lv[q] * s
+				e += float64(r-v) * float64(r-v)
 				l += float64(ecCost[q])
+			}
+		} else {
+			for i, r := range col {
+				q := cells.cell(r * inv)
+				cur[i] = uint8(q)
+				v := lv[q] * s
+				e += float64(r-v) * float64(r-v)
 			}
 		}
 		better := e < bestErr
@@ -784,6 +804,7 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 		}
 		if better {
 			best, bestErr, bestLen = s, e, l
+			cur, kept = kept, cur
 		}
 	}
 	if ecCost != nil && best != 0 {
@@ -797,25 +818,74 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 		}
 		return 0
 	}
-	inv := 1 / best
-	for i := 0; i < n; i++ {
-		codes[i*stride] = uint8(quantizeBounds(bd, (sc.y[i*d+j]-m)*inv))
+	for i, q := range kept {
+		codes[i*stride] = q
 	}
 	return best
 }
 
-// quantizeBounds returns the number of bounds below x, by binary search.
-func quantizeBounds(bounds []float32, x float32) int {
-	lo, hi := 0, len(bounds)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if x > bounds[mid] {
-			lo = mid + 1
-		} else {
-			hi = mid
+// A cellIndex finds which of a quantizer's cells a value falls in, the
+// number of its sorted bounds below the value, in about constant time: a
+// grid of cellGrid steps from the first bound to the last gives the
+// number of bounds below each step's start, and comparisons against the
+// bounds themselves, up or down from there, reach the exact count. It is
+// the count a binary search gives for every value, infinities and NaN
+// (cell 0) included, whatever the grid's rounding.
+type cellIndex struct {
+	bounds  []float32
+	lo, inv float32
+	first   [cellGrid]uint8
+}
+
+// cellGrid is a cellIndex's steps: 16 or more per cell for the fixed-
+// width families' up to 64 levels, 4 for the entropy-constrained
+// family's widest (255 cells), so the count is mostly exact from the grid.
+const cellGrid = 1024
+
+// newCellIndex returns the index of bounds, sorted ascending, at most 255
+// of them.
+func newCellIndex(bounds []float32) *cellIndex {
+	if len(bounds) > math.MaxUint8 {
+		panic(fmt.Sprintf("codec: cell index of %d bounds", len(bounds)))
+	}
+	c := &cellIndex{bounds: bounds, inv: 1}
+	if len(bounds) == 0 {
+		return c
+	}
+	lo, hi := float64(bounds[0]), float64(bounds[len(bounds)-1])
+	width := (hi - lo) / (cellGrid - 1)
+	if !(width > 0) {
+		width = 1
+	}
+	c.lo, c.inv = float32(lo), float32(1/width)
+	q := 0
+	for g := range c.first {
+		start := lo + float64(g)*width
+		for q < len(bounds) && float64(bounds[q]) < start {
+			q++
+		}
+		c.first[g] = uint8(q)
+	}
+	return c
+}
+
+// cell returns the number of bounds below x.
+func (c *cellIndex) cell(x float32) int {
+	g := 0
+	if t := (x - c.lo) * c.inv; t > 0 {
+		g = cellGrid - 1
+		if t < cellGrid-1 {
+			g = int(t)
 		}
 	}
-	return lo
+	q, bd := int(c.first[g]), c.bounds
+	for q < len(bd) && x > bd[q] {
+		q++
+	}
+	for q > 0 && !(x > bd[q-1]) {
+		q--
+	}
+	return q
 }
 
 // param returns the header's parameter byte: pcLayout, or pcECLayout

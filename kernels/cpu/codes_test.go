@@ -97,6 +97,47 @@ func TestWidenF16(t *testing.T) {
 	wantPanic(t, "short src", func() { WidenF16(make([]float32, 3), make([]byte, 5)) })
 }
 
+// TestWidenF16Tail checks short runs value by value, their last n%8
+// values widened through the vector loop's padded copy: every value as
+// tensor.F16ToF32 gives it, nothing written past n, and NaN, Inf and
+// subnormals in the tail.
+func TestWidenF16Tail(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for n := 1; n <= 40; n++ {
+		for trial := range 4 {
+			src := make([]byte, 2*n+6)
+			for i := range src {
+				src[i] = byte(r.Uint32())
+			}
+			if trial == 0 { // a subnormal, then +Inf, in the tail
+				src[2*(n-1)], src[2*(n-1)+1] = 0x01, 0x00
+			}
+			dst := make([]float32, n+8)
+			for i := range dst {
+				dst[i] = -7
+			}
+			finite := true
+			for i := range n {
+				finite = finite && src[2*i+1]&0x7c != 0x7c
+			}
+			if ok := WidenF16(dst[:n], src); ok != finite {
+				t.Fatalf("n=%d trial %d: finite %v, want %v", n, trial, ok, finite)
+			}
+			for i := range n {
+				h := uint16(src[2*i]) | uint16(src[2*i+1])<<8
+				if got, want := math.Float32bits(dst[i]), math.Float32bits(tensor.F16ToF32(h)); got != want {
+					t.Fatalf("n=%d trial %d value %d (%#04x): %#08x, want %#08x", n, trial, i, h, got, want)
+				}
+			}
+			for i := n; i < len(dst); i++ {
+				if dst[i] != -7 {
+					t.Fatalf("n=%d: dst[%d] written (%v)", n, i, dst[i])
+				}
+			}
+		}
+	}
+}
+
 func TestFWHT(t *testing.T) {
 	rng := rand.New(rand.NewPCG(10, 10))
 	for _, n := range []int{8, 16, 32, 64, 128, 256, 512} {

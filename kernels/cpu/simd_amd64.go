@@ -43,7 +43,10 @@ func load8(s []float32) f32x8 { return archsimd.LoadFloat32x8((*[8]float32)(s)) 
 
 func store8(v f32x8, s []float32) { v.Store((*[8]float32)(s)) }
 
-func zero8() f32x8 { return archsimd.BroadcastFloat32x8(0) }
+// zero8 returns zeros by the VEX-encoded vpxor a zero value compiles
+// to; BroadcastFloat32x8(0) starts from a legacy-SSE xorps, whose
+// transition from the AVX state stalls.
+func zero8() (z f32x8) { return }
 
 // bf16x8 widens 8 bfloat16s: their bits are the high half of an f32.
 func bf16x8(s []uint16) f32x8 {
