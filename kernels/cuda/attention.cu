@@ -391,10 +391,10 @@ KK_DEVICE void kk_pc_mix(float *tile, int ld, const float *__restrict__ mu, cons
 // (i = 0..7 the MMA's k) rather than 8 adjacent ones: lane (g, t) reads
 // row g's column 64q + s + 8t, bank g + s + 8t (ld = 1 mod 32 from d = 32
 // on), 32 lanes in 32 banks; B's rows are taken in the same order. The
-// loads of four k-steps (B from global memory, the latents from shared)
-// are issued before their products, at addresses clamped into the
-// operands, the values past M or tn then replaced by 0: one L2 round trip
-// per four k-steps, not one per k. The whole block calls it: it syncs.
+// basis loads of four k-steps (two at NT = 4) are issued before their
+// products, at addresses clamped into the operands, the values past M or
+// tn then replaced by 0: one L2 round trip per four k-steps, not one per
+// k. The whole block calls it: it syncs.
 template <int NT>
 KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ basis, int M,
                             int d, int tn) {
@@ -417,15 +417,19 @@ KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, c
 	}
 	// This lane's latent rows (the tile has 32: rows past tn read as 0).
 	int rr[4] = {g, g + 8, g + 16, g + 24};
-	// Half a group at a time: steps s0..s0+3 (s0 = 0 or 4) of group q, step
-	// s taking columns q + s + 8i.
+	// R steps at a time (R = 4, 2 where a warp holds 4 column tiles, to
+	// bound the registers the basis values in flight take): steps
+	// s0..s0+R-1 of group q, step s taking columns q + s + 8i. Their basis
+	// values are loaded first (the L2 round trip), the latents (shared
+	// memory) step by step.
+	const int R = NT >= 4 ? 2 : 4;
 	for (int u = 0;; u++) {
-		int q = (u >> 1) << 6, s0 = (u & 1) << 2;
+		int q = u / (8 / R) * 64, s0 = u % (8 / R) * R;
 		if (q + s0 >= M)
 			break; // warp-uniform: steps past M hold no latent
-		float bv[4][NT][2], yv[4][2][4];
+		float bv[R][NT][2];
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
+		for (int j = 0; j < R; j++) {
 			int ka = q + s0 + j + 8 * t, kb = ka + 32;
 			int ca = ka < M ? ka : M - 1, cb = kb < M ? kb : M - 1;
 #pragma unroll
@@ -433,20 +437,22 @@ KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, c
 				bv[j][i][0] = kk_ldg(basis + (long long)ca * d + ncol[i]);
 				bv[j][i][1] = kk_ldg(basis + (long long)cb * d + ncol[i]);
 			}
-#pragma unroll
-			for (int m = 0; m < 2; m++) {
-				yv[j][m][0] = tile[rr[2 * m] * ld + ca];
-				yv[j][m][1] = tile[rr[2 * m + 1] * ld + ca];
-				yv[j][m][2] = tile[rr[2 * m] * ld + cb];
-				yv[j][m][3] = tile[rr[2 * m + 1] * ld + cb];
-			}
 		}
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
+		for (int j = 0; j < R; j++) {
 			// Steps past M (warp-uniform) hold no latent: their products are skipped.
 			bool step = q + s0 + j < M;
 			int ka = q + s0 + j + 8 * t, kb = ka + 32;
 			bool va = ka < M, vb = kb < M;
+			int ca = va ? ka : M - 1, cb = vb ? kb : M - 1;
+			float yv[2][4];
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				yv[m][0] = tile[rr[2 * m] * ld + ca];
+				yv[m][1] = tile[rr[2 * m + 1] * ld + ca];
+				yv[m][2] = tile[rr[2 * m] * ld + cb];
+				yv[m][3] = tile[rr[2 * m + 1] * ld + cb];
+			}
 			kk_u32 bh[NT][2], bl[NT][2];
 #pragma unroll
 			for (int i = 0; i < NT; i++) {
@@ -463,7 +469,7 @@ KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, c
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
 					bool on = (e < 2 ? va : vb) && rr[2 * m + (e & 1)] < tn;
-					float y = on ? yv[j][m][e] : 0.0f;
+					float y = on ? yv[m][e] : 0.0f;
 					yh[e] = kk_tf32(y);
 					yl[e] = kk_tf32(y - kk_bits_f32(yh[e]));
 				}
