@@ -376,7 +376,7 @@ KK_DEVICE void kk_pc_mix(float *tile, int ld, const float *__restrict__ mu, cons
 
 // kk_pc_mix_tc is kk_pc_mix on the tensor cores: the tile's latents Y
 // (tn <= 32 rows of M, in their rows' first M columns) times the basis B
-// (M x d, float32) as mma.sync m16n8k8 with tf32 operands and float32
+// (M x d, float32; frag below) as mma.sync m16n8k8 with tf32 operands and float32
 // accumulators, then the calibration mean mu added. tf32 keeps 11
 // significant bits and float32's exponent range, so each operand is split,
 // x_hi = tf32(x) and x_lo = tf32(x - x_hi) (x to 2^-22 of itself), and
@@ -390,13 +390,16 @@ KK_DEVICE void kk_pc_mix(float *tile, int ld, const float *__restrict__ mu, cons
 // column group q (64 columns) takes the latents' columns 64q + s + 8i
 // (i = 0..7 the MMA's k) rather than 8 adjacent ones: lane (g, t) reads
 // row g's column 64q + s + 8t, bank g + s + 8t (ld = 1 mod 32 from d = 32
-// on), 32 lanes in 32 banks; B's rows are taken in the same order. The
-// basis loads of four k-steps (two at NT = 4) are issued before their
-// products, at addresses clamped into the operands, the values past M or
-// tn then replaced by 0: one L2 round trip per four k-steps, not one per
-// k. The whole block calls it: it syncs.
+// on), 32 lanes in 32 banks. B is read in that order from frag, the
+// codec's copy of it in fragment order (pcBasisFrags in launch.go: zeros
+// past M): one 8-byte load a lane per k-step and column tile, 256
+// contiguous bytes a warp. The basis loads of four k-steps (two at
+// NT = 4) are issued before their products, the latents' addresses
+// clamped into the tile and the values past M or tn replaced by 0: one L2
+// round trip per four k-steps, not one per k. The whole block calls it:
+// it syncs.
 template <int NT>
-KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ basis, int M,
+KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ frag, int M,
                             int d, int tn) {
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
 	int g = lane >> 2, t = lane & 3, nt = d >> 3, mt = tn > 16 ? 2 : 1;
@@ -408,12 +411,12 @@ KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, c
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				acc[m][i][e] = 0.0f;
-	// This lane's columns of B, clamped to a column tile that exists.
-	int ncol[NT];
+	// This warp's column tiles, clamped to ones that exist.
+	int ntile[NT];
 #pragma unroll
 	for (int i = 0; i < NT; i++) {
 		int w = warp + warps * i;
-		ncol[i] = (w < nt ? w : nt - 1) * 8 + g;
+		ntile[i] = w < nt ? w : nt - 1;
 	}
 	// This lane's latent rows (the tile has 32: rows past tn read as 0).
 	int rr[4] = {g, g + 8, g + 16, g + 24};
@@ -430,13 +433,10 @@ KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, c
 		float bv[R][NT][2];
 #pragma unroll
 		for (int j = 0; j < R; j++) {
-			int ka = q + s0 + j + 8 * t, kb = ka + 32;
-			int ca = ka < M ? ka : M - 1, cb = kb < M ? kb : M - 1;
 #pragma unroll
-			for (int i = 0; i < NT; i++) {
-				bv[j][i][0] = kk_ldg(basis + (long long)ca * d + ncol[i]);
-				bv[j][i][1] = kk_ldg(basis + (long long)cb * d + ncol[i]);
-			}
+			for (int i = 0; i < NT; i++)
+				kk_ldg2(frag + ((((long long)(q >> 6) * 8 + s0 + j) * nt + ntile[i]) * 32 + lane) * 2, bv[j][i][0],
+				        bv[j][i][1]);
 		}
 #pragma unroll
 		for (int j = 0; j < R; j++) {
@@ -515,13 +515,17 @@ KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, c
 KK_DEVICE void kk_pc_finish(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ basis, int M,
                             int d, int tn) {
 	int warps = blockDim.x >> 5, ntw = ((d >> 3) + warps - 1) / warps;
-	if ((d & 7) == 0 && ntw <= 4) {
+	if ((d & 7) == 0 && ntw <= 4 && M > 0) {
+		// The basis in fragment order follows the row-major one, from an
+		// 8-byte boundary (pcBasisFrags in launch.go).
+		const float *frag = basis + (long long)M * d;
+		frag += ((unsigned long long)frag >> 2) & 1;
 		if (ntw <= 1)
-			kk_pc_mix_tc<1>(tile, ld, mu, basis, M, d, tn);
+			kk_pc_mix_tc<1>(tile, ld, mu, frag, M, d, tn);
 		else if (ntw <= 2)
-			kk_pc_mix_tc<2>(tile, ld, mu, basis, M, d, tn);
+			kk_pc_mix_tc<2>(tile, ld, mu, frag, M, d, tn);
 		else
-			kk_pc_mix_tc<4>(tile, ld, mu, basis, M, d, tn);
+			kk_pc_mix_tc<4>(tile, ld, mu, frag, M, d, tn);
 		return;
 	}
 	int nc = (d + warps - 1) / warps;

@@ -139,5 +139,9 @@ static inline kk_f32x4 kk_ldg4(const float *p) {
 }
 static inline kk_u32x4 kk_ldw16(const void *p) { return *(const kk_u32x4 *)p; }
 static inline float kk_ldg(const float *p) { return *p; }
+static inline void kk_ldg2(const float *p, float &a, float &b) {
+	a = p[0];
+	b = p[1];
+}
 
 #endif // KK_EMU_H

@@ -78,11 +78,18 @@ KK_DEVICE float kk_exp(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889
 
 // kk_ldg4 reads 16 bytes of global memory (16-byte aligned) that no
 // thread writes during the launch through the read-only data cache
-// (ld.global.nc.v4.f32; kk_ldg 4 bytes, ld.global.nc.f32), for data reached through an address the compiler
+// (ld.global.nc.v4.f32; kk_ldg 4 bytes, ld.global.nc.f32; kk_ldg2 8
+// bytes, 8-byte aligned, into a and b), for data reached through an address the compiler
 // cannot prove global. The builtin takes clang's vector type; kernels use
 // the GCC-style one the emulator also knows.
 typedef float kk_ldg_v4 __attribute__((ext_vector_type(4)));
 KK_DEVICE float kk_ldg(const float *p) { return __nvvm_ldg_f(p); }
+typedef float kk_ldg_v2 __attribute__((ext_vector_type(2)));
+KK_DEVICE void kk_ldg2(const float *p, float &a, float &b) {
+	kk_ldg_v2 v = __nvvm_ldg_f2((const kk_ldg_v2 *)p);
+	a = v.x;
+	b = v.y;
+}
 KK_DEVICE kk_f32x4 kk_ldg4(const float *p) {
 	kk_ldg_v4 v = __nvvm_ldg_f4((const kk_ldg_v4 *)p);
 	kk_f32x4 r = {v.x, v.y, v.z, v.w};
