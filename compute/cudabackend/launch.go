@@ -554,6 +554,9 @@ func kakeyaParams(dec compute.Decoder, d int) ([]byte, bool) {
 //	[..+8]         the scale steps (pcStepWords, unused ones 0)
 //	[..+d]         the calibration mean, float32
 //	[..+M*d]       the stored components' basis rows, float32
+//	[..]           where d is a multiple of 8, the same basis in the
+//	               tensor-core product's fragment order (pcBasisFrags),
+//	               from an even word (a zero word before it if needed)
 //
 // It reports false for any other decoder, for head dims past maxHeadDim
 // and for settings that do not fit these words.
@@ -631,7 +634,43 @@ func pcParams(dec compute.Decoder, n, d int) ([]byte, bool) {
 	for _, v := range pc.Basis {
 		put(math.Float32bits(v))
 	}
-	return b, true
+	return pcBasisFrags(b, pc.Basis, m, d), true
+}
+
+// pcBasisFrags appends to b (4-byte words) the basis (m rows of d,
+// row-major) in the order kk_pc_mix_tc (kernels/cuda/attention.cu) loads
+// it, where d is a multiple of 8, after a zero word if b holds an odd
+// number of words: for each group of 64 rows q, k-step s = 0..7 of the
+// group, column tile n = 0..d/8-1 and lane l (g = l/4, t = l%4), the two
+// values the lane's B fragment of mma m16n8k8 holds, B[q+s+8t][8n+g] and
+// B[q+s+8t+32][8n+g] (0 past m): one 8-byte load a lane, 256 bytes a
+// warp, where the row-major basis takes four 32-byte pieces of four
+// rows for each of the two.
+func pcBasisFrags(b []byte, basis []float32, m, d int) []byte {
+	if d%8 != 0 || m == 0 {
+		return b
+	}
+	if len(b)/4%2 == 1 {
+		b = binary.LittleEndian.AppendUint32(b, 0)
+	}
+	at := func(k, c int) uint32 {
+		if k >= m {
+			return 0
+		}
+		return math.Float32bits(basis[k*d+c])
+	}
+	for q := 0; q < m; q += 64 {
+		for st := range 8 {
+			for n := range d / 8 {
+				for l := range 32 {
+					k, c := q+st+8*(l%4), 8*n+l/4
+					b = binary.LittleEndian.AppendUint32(b, at(k, c))
+					b = binary.LittleEndian.AppendUint32(b, at(k+32, c))
+				}
+			}
+		}
+	}
+	return b
 }
 
 // ransTables returns the device form of the rANS tables of an entropy-
@@ -705,6 +744,8 @@ func pcecQuantity(name string) int {
 //	[12+4C..+L]    every option's levels, float32, option after option
 //	[..+d]         the calibration mean, float32
 //	[..+M*d]       the stored components' basis rows, float32
+//	[..]           where d is a multiple of 8, the same basis in the
+//	               tensor-core product's fragment order (pcBasisFrags)
 //
 // It reports false for any other decoder and for head dims past
 // maxHeadDim.
@@ -755,7 +796,7 @@ func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off, off2 []int) ([]byt
 	for _, v := range pc.Basis {
 		put(math.Float32bits(v))
 	}
-	return b, true
+	return pcBasisFrags(b, pc.Basis, m, d), true
 }
 
 // pcLevelWords is the room pcParams gives the quantizers' levels (and

@@ -992,3 +992,54 @@ func TestLaunchParamsMatchPTX(t *testing.T) {
 		t.Fatalf("only %d entries read from the PTX", len(entries))
 	}
 }
+
+// pcBasisFrags lays the basis out as kk_pc_mix_tc loads it: for each
+// group of 64 rows, k-step, column tile and lane, the lane's two B
+// fragment values of mma m16n8k8 (rows q+s+8t and q+s+8t+32, column
+// 8n+g), zeros past the stored rows, from an even word; nothing for head
+// dims that are no multiple of 8.
+func TestPCBasisFrags(t *testing.T) {
+	for _, c := range []struct{ m, d, words int }{{70, 16, 3}, {64, 8, 4}, {5, 24, 0}, {9, 12, 1}} {
+		basis := make([]float32, c.m*c.d)
+		for i := range basis {
+			basis[i] = float32(i + 1)
+		}
+		pre := make([]byte, 4*c.words)
+		b := pcBasisFrags(pre, basis, c.m, c.d)
+		if c.d%8 != 0 {
+			if len(b) != len(pre) {
+				t.Errorf("m %d d %d: %d bytes appended, want none", c.m, c.d, len(b)-len(pre))
+			}
+			continue
+		}
+		at := len(pre) + 4*(c.words%2)
+		groups := (c.m + 63) / 64
+		if want := at + 4*groups*64*c.d; len(b) != want {
+			t.Fatalf("m %d d %d: %d bytes, want %d", c.m, c.d, len(b), want)
+		}
+		if at%8 != 0 {
+			t.Fatalf("m %d d %d: fragments at byte %d, not 8-byte aligned", c.m, c.d, at)
+		}
+		word := func(i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[at+4*i:])) }
+		for q := range groups {
+			for s := range 8 {
+				for n := range c.d / 8 {
+					for l := range 32 {
+						i := (((q*8+s)*(c.d/8)+n)*32 + l) * 2
+						for h := range 2 {
+							k, col := 64*q+s+8*(l%4)+32*h, 8*n+l/4
+							var want float32
+							if k < c.m {
+								want = basis[k*c.d+col]
+							}
+							if got := word(i + h); got != want {
+								t.Fatalf("m %d d %d: group %d step %d tile %d lane %d value %d = %v, want B[%d][%d] = %v",
+									c.m, c.d, q, s, n, l, h, got, k, col, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -121,6 +121,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 		{name: "decode/d128/split", d: 128, total: 20*16 + 5, n: 1, bf16: true, rate: 2.5},
 		{name: "decode/d32/low rate", d: 32, total: 3*16 + 2, n: 1, rate: 0.75},
 		{name: "decode/d80", d: 80, total: 3*16 + 1, n: 1, bf16: true, rate: 2.5},
+		{name: "decode/d36/scalar product", d: 36, total: 2*16 + 5, n: 1, rate: 2.5}, // no multiple of 8: kk_pc_mix
 		{name: "decode/d256", d: 256, total: 2*16 + 3, n: 1, bf16: true, rate: 2},
 		{name: "ec/decode/d64/entropy-coded values", d: 64, total: 4*16 + 3, n: 1, bf16: true, rate: 2.5, vec: true},
 		{name: "ec/decode/d64/bs64", d: 64, bs: 64, total: 3*64 + 5, n: 1, bf16: true, rate: 2.5, kec: true, vec: true},

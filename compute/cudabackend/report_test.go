@@ -171,7 +171,8 @@ type kernelBench struct {
 // run reports every kernel row: matrix-vector products (a decode step's)
 // of every weight shape, matrix products (prefill's) of the layers' ones,
 // RMSNorm over one row and prefill rows, and a decode step's attention at
-// each context over bf16, int8 and entropy-coded kakeya-pc blocks.
+// each context over bf16, int8, the kakeya preset's fixed-rate kakeya-pc
+// (format 8) and entropy-coded kakeya-pc blocks.
 func (k *kernelBench) run() {
 	s := k.spec
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
@@ -196,7 +197,7 @@ func (k *kernelBench) run() {
 	k.rmsNorm(1)
 	k.rmsNorm(k.prefill)
 	for _, ctx := range k.contexts {
-		for _, cache := range []string{"bf16", "int8", "kakeya-pc:ec=true"} {
+		for _, cache := range []string{"bf16", "int8", "kakeya-pc:rate=2.5", "kakeya-pc:ec=true"} {
 			k.attention(ctx, cache)
 			runtime.GC()
 		}
@@ -484,7 +485,8 @@ func (k *kernelBench) rmsNorm(n int) {
 }
 
 // attention reports one decode step's attention (one query row at the
-// last of ctx positions) over bf16 blocks, or int8 or entropy-coded
+// last of ctx positions) over bf16 blocks, or int8, fixed-rate kakeya-pc
+// (format 8, the preset's "kakeya-pc:rate=2.5") or entropy-coded
 // kakeya-pc ones (format 9, "kakeya-pc:ec=true") kept encoded on the
 // device, the last block hot, against the CPU backend's attention over
 // the same blocks (the encoded ones encoded once, from the device's bf16
@@ -510,13 +512,18 @@ func (k *kernelBench) attention(ctx int, cache string) {
 			return
 		}
 		int8c = c
-	case "kakeya-pc:ec=true":
+	case "kakeya-pc:rate=2.5", "kakeya-pc:ec=true":
 		st := &codec.PCAStats{Mean: make([]float32, d), Basis: make([]float32, d*d), Var: make([]float32, d), Between: make([]float32, d)}
 		for j := range d {
 			st.Basis[j*d+j], st.Var[j], st.Between[j] = 1, 1, 0.01
 		}
 		o := codec.DefaultKakeyaPCOptions()
-		o.Entropy, o.Block = true, bs // stream layout 2, the codecs' default
+		o.Block = bs
+		if cache == "kakeya-pc:ec=true" {
+			o.Entropy = true // stream layout 2, the codecs' default
+		} else {
+			o.Rate = 2.5 // the kakeya preset's codec (format 8)
+		}
 		c, err := codec.NewKakeyaPC(o, st, nil)
 		if err != nil {
 			k.r.row("kernels", label, statusFail, err.Error(), nil)
@@ -1387,11 +1394,11 @@ func TestReportFake(t *testing.T) {
 	(&throughput{r: r, step: "quant-throughput", b: open(Options{}), shape: "qwen2-tiny", spec: spec, dir: dir,
 		caches: []string{"plain"}, contexts: []int{20}, steps: 3, block: 16, weights: "q8_0"}).run()
 
-	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 3 attention
+	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 4 attention
 	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 4
 	// Gemma rows, 2 throughput rows, 4 launch rows, a quant and a
 	// quant-throughput row and the device.
-	if len(r.rows) != 1+17+12+3+2+1+4+2+4+2 {
+	if len(r.rows) != 1+18+12+3+2+1+4+2+4+2 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

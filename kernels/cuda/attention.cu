@@ -374,13 +374,161 @@ KK_DEVICE void kk_pc_mix(float *tile, int ld, const float *__restrict__ mu, cons
 	__syncthreads();
 }
 
+// kk_pc_mix_tc is kk_pc_mix on the tensor cores: the tile's latents Y
+// (tn <= 32 rows of M, in their rows' first M columns) times the basis B
+// (M x d, float32; frag below) as mma.sync m16n8k8 with tf32 operands and float32
+// accumulators, then the calibration mean mu added. tf32 keeps 11
+// significant bits and float32's exponent range, so each operand is split,
+// x_hi = tf32(x) and x_lo = tf32(x - x_hi) (x to 2^-22 of itself), and
+// three products are summed into one accumulator, Y_hi B_hi + Y_hi B_lo +
+// Y_lo B_hi (the dropped Y_lo B_lo is 2^-22 of a term): each term within
+// about 2^-21 of the float32 product, against the scalar loop's 2^-24, and
+// no scaling, so no latent or basis value can overflow a narrower type.
+// Warp w computes the d/8 column tiles w, w+warps, ... (NT of them at
+// most) for both 16-row tiles, so each value of B is read and split by one
+// warp only (the latents, from shared memory, by every warp). k-step s of
+// column group q (64 columns) takes the latents' columns 64q + s + 8i
+// (i = 0..7 the MMA's k) rather than 8 adjacent ones: lane (g, t) reads
+// row g's column 64q + s + 8t, bank g + s + 8t (ld = 1 mod 32 from d = 32
+// on), 32 lanes in 32 banks. B is read in that order from frag, the
+// codec's copy of it in fragment order (pcBasisFrags in launch.go: zeros
+// past M): one 8-byte load a lane per k-step and column tile, 256
+// contiguous bytes a warp. The basis loads of four k-steps (two at
+// NT = 4) are issued before their products, the latents' addresses
+// clamped into the tile and the values past M or tn replaced by 0: one L2
+// round trip per four k-steps, not one per k. The whole block calls it:
+// it syncs.
+template <int NT>
+KK_DEVICE void kk_pc_mix_tc(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ frag, int M,
+                            int d, int tn) {
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+	int g = lane >> 2, t = lane & 3, nt = d >> 3, mt = tn > 16 ? 2 : 1;
+	float acc[2][NT][4];
+#pragma unroll
+	for (int m = 0; m < 2; m++)
+#pragma unroll
+		for (int i = 0; i < NT; i++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[m][i][e] = 0.0f;
+	// This warp's column tiles, clamped to ones that exist.
+	int ntile[NT];
+#pragma unroll
+	for (int i = 0; i < NT; i++) {
+		int w = warp + warps * i;
+		ntile[i] = w < nt ? w : nt - 1;
+	}
+	// This lane's latent rows (the tile has 32: rows past tn read as 0).
+	int rr[4] = {g, g + 8, g + 16, g + 24};
+	// R steps at a time (R = 4, 2 where a warp holds 4 column tiles, to
+	// bound the registers the basis values in flight take): steps
+	// s0..s0+R-1 of group q, step s taking columns q + s + 8i. Their basis
+	// values are loaded first (the L2 round trip), the latents (shared
+	// memory) step by step.
+	const int R = NT >= 4 ? 2 : 4;
+	for (int u = 0;; u++) {
+		int q = u / (8 / R) * 64, s0 = u % (8 / R) * R;
+		if (q + s0 >= M)
+			break; // warp-uniform: steps past M hold no latent
+		float bv[R][NT][2];
+#pragma unroll
+		for (int j = 0; j < R; j++) {
+#pragma unroll
+			for (int i = 0; i < NT; i++)
+				kk_ldg2(frag + ((((long long)(q >> 6) * 8 + s0 + j) * nt + ntile[i]) * 32 + lane) * 2, bv[j][i][0],
+				        bv[j][i][1]);
+		}
+#pragma unroll
+		for (int j = 0; j < R; j++) {
+			// Steps past M (warp-uniform) hold no latent: their products are skipped.
+			bool step = q + s0 + j < M;
+			int ka = q + s0 + j + 8 * t, kb = ka + 32;
+			bool va = ka < M, vb = kb < M;
+			int ca = va ? ka : M - 1, cb = vb ? kb : M - 1;
+			float yv[2][4];
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				yv[m][0] = tile[rr[2 * m] * ld + ca];
+				yv[m][1] = tile[rr[2 * m + 1] * ld + ca];
+				yv[m][2] = tile[rr[2 * m] * ld + cb];
+				yv[m][3] = tile[rr[2 * m + 1] * ld + cb];
+			}
+			kk_u32 bh[NT][2], bl[NT][2];
+#pragma unroll
+			for (int i = 0; i < NT; i++) {
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					float b = (h ? vb : va) ? bv[j][i][h] : 0.0f;
+					bh[i][h] = kk_tf32(b);
+					bl[i][h] = kk_tf32(b - kk_bits_f32(bh[i][h]));
+				}
+			}
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				kk_u32 yh[4], yl[4];
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					bool on = (e < 2 ? va : vb) && rr[2 * m + (e & 1)] < tn;
+					float y = on ? yv[m][e] : 0.0f;
+					yh[e] = kk_tf32(y);
+					yl[e] = kk_tf32(y - kk_bits_f32(yh[e]));
+				}
+#pragma unroll
+				for (int i = 0; i < NT; i++) {
+					if (step && m < mt && warp + warps * i < nt) { // warp-uniform
+						kk_mma_tf32(acc[m][i], yh, bh[i]);
+						kk_mma_tf32(acc[m][i], yh, bl[i]);
+						kk_mma_tf32(acc[m][i], yl, bh[i]);
+					}
+				}
+			}
+		}
+	}
+	__syncthreads(); // every warp has read the latents
+#pragma unroll
+	for (int m = 0; m < 2; m++) {
+#pragma unroll
+		for (int i = 0; i < NT; i++) {
+			if (m >= mt || warp + warps * i >= nt)
+				continue;
+			int c = (warp + warps * i) * 8 + 2 * t;
+			float m0 = mu[c], m1 = mu[c + 1];
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				int r = 16 * m + g + 8 * h;
+				if (r < tn) {
+					tile[r * ld + c] = acc[m][i][2 * h] + m0;
+					tile[r * ld + c + 1] = acc[m][i][2 * h + 1] + m1;
+				}
+			}
+		}
+	}
+	__syncthreads();
+}
+
 // kk_pc_finish turns the latents of rows j < tn (in their first M
-// columns) into the rows, with kk_pc_mix sized to the columns per warp
-// (at d = 64 8 per basis row, not kk_pc_mix's most, 32, mostly predicated
-// off). The whole block calls it: it syncs.
+// columns) into the rows: on the tensor cores (kk_pc_mix_tc) where d is a
+// multiple of 8 and a warp's share of the d/8 column tiles is at most 4
+// (d <= 256 with 8 warps), else by kk_pc_mix sized to the columns per
+// warp (at d = 64 8 per basis row, not kk_pc_mix's most, 32, mostly
+// predicated off). The whole block calls it: it syncs.
 KK_DEVICE void kk_pc_finish(float *tile, int ld, const float *__restrict__ mu, const float *__restrict__ basis, int M,
                             int d, int tn) {
-	int nc = (d + (blockDim.x >> 5) - 1) / (blockDim.x >> 5);
+	int warps = blockDim.x >> 5, ntw = ((d >> 3) + warps - 1) / warps;
+	if ((d & 7) == 0 && ntw <= 4 && M > 0) {
+		// The basis in fragment order follows the row-major one, from an
+		// 8-byte boundary (pcBasisFrags in launch.go).
+		const float *frag = basis + (long long)M * d;
+		frag += ((unsigned long long)frag >> 2) & 1;
+		if (ntw <= 1)
+			kk_pc_mix_tc<1>(tile, ld, mu, frag, M, d, tn);
+		else if (ntw <= 2)
+			kk_pc_mix_tc<2>(tile, ld, mu, frag, M, d, tn);
+		else
+			kk_pc_mix_tc<4>(tile, ld, mu, frag, M, d, tn);
+		return;
+	}
+	int nc = (d + warps - 1) / warps;
 	if (nc <= 8)
 		kk_pc_mix<8>(tile, ld, mu, basis, M, d, tn);
 	else if (nc <= 16)

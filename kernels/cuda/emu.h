@@ -45,8 +45,9 @@ __thread Thread *cur;
 void syncthreads(const char *file, int line);
 enum Op { opSync, opIdx, opXor, opDown, opUp, opBallot, opMma };
 uint32_t collective(Op op, unsigned mask, uint32_t v, int arg, int width, const char *what);
-// mma is one lane's part in a warp's tensor-core product m16n8k16 (kind 0
-// bf16, 1 f16 operands; see kk_mma_bf16 in prelude.cuh): d += A B.
+// mma is one lane's part in a warp's tensor-core product (kind 0
+// m16n8k16 with bf16 operands, 1 with f16, 2 m16n8k8 with tf32; see
+// kk_mma_bf16 and kk_mma_tf32 in prelude.cuh): d += A B.
 void mma(int kind, float d[4], const uint32_t a[4], const uint32_t b[2]);
 
 template <class T> T shfl(Op op, unsigned mask, T v, int arg, int width, const char *what) {
@@ -137,5 +138,10 @@ static inline kk_f32x4 kk_ldg4(const float *p) {
 	return v;
 }
 static inline kk_u32x4 kk_ldw16(const void *p) { return *(const kk_u32x4 *)p; }
+static inline float kk_ldg(const float *p) { return *p; }
+static inline void kk_ldg2(const float *p, float &a, float &b) {
+	a = p[0];
+	b = p[1];
+}
 
 #endif // KK_EMU_H

@@ -78,10 +78,18 @@ KK_DEVICE float kk_exp(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889
 
 // kk_ldg4 reads 16 bytes of global memory (16-byte aligned) that no
 // thread writes during the launch through the read-only data cache
-// (ld.global.nc.v4.f32), for data reached through an address the compiler
+// (ld.global.nc.v4.f32; kk_ldg 4 bytes, ld.global.nc.f32; kk_ldg2 8
+// bytes, 8-byte aligned, into a and b), for data reached through an address the compiler
 // cannot prove global. The builtin takes clang's vector type; kernels use
 // the GCC-style one the emulator also knows.
 typedef float kk_ldg_v4 __attribute__((ext_vector_type(4)));
+KK_DEVICE float kk_ldg(const float *p) { return __nvvm_ldg_f(p); }
+typedef float kk_ldg_v2 __attribute__((ext_vector_type(2)));
+KK_DEVICE void kk_ldg2(const float *p, float &a, float &b) {
+	kk_ldg_v2 v = __nvvm_ldg_f2((const kk_ldg_v2 *)p);
+	a = v.x;
+	b = v.y;
+}
 KK_DEVICE kk_f32x4 kk_ldg4(const float *p) {
 	kk_ldg_v4 v = __nvvm_ldg_f4((const kk_ldg_v4 *)p);
 	kk_f32x4 r = {v.x, v.y, v.z, v.w};
@@ -155,9 +163,16 @@ KK_DEVICE float kk_warp_max(float v) {
 // on; b[0] holds B[2 tig, +1][groupID], b[1] rows 8 on; d[0..1] are
 // D[groupID][2 tig, +1], d[2..3] row groupID+8. The emulator computes the
 // same product as a warp collective over the same layout (emu.cc).
+// kk_mma_tf32 is mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: d
+// (16 x 8, float32) += a (16 x 8) times b (8 x 8), one tf32 value (a
+// float32 whose low 13 bits the tensor cores ignore: kk_tf32 rounds to
+// one) a register: a[0] holds A[groupID][tig], a[1] A[groupID+8][tig],
+// a[2] and a[3] the same rows at column tig+4; b[0] holds B[tig][groupID],
+// b[1] B[tig+4][groupID]; d as kk_mma_bf16's.
 #ifdef KK_EMU
 KK_DEVICE void kk_mma_bf16(float d[4], const kk_u32 a[4], const kk_u32 b[2]) { ::kkemu::mma(0, d, a, b); }
 KK_DEVICE void kk_mma_f16(float d[4], const kk_u32 a[4], const kk_u32 b[2]) { ::kkemu::mma(1, d, a, b); }
+KK_DEVICE void kk_mma_tf32(float d[4], const kk_u32 a[4], const kk_u32 b[2]) { ::kkemu::mma(2, d, a, b); }
 #else
 KK_DEVICE void kk_mma_bf16(float d[4], const kk_u32 a[4], const kk_u32 b[2]) {
 	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -171,6 +186,18 @@ KK_DEVICE void kk_mma_f16(float d[4], const kk_u32 a[4], const kk_u32 b[2]) {
 	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+KK_DEVICE void kk_mma_tf32(float d[4], const kk_u32 a[4], const kk_u32 b[2]) {
+	asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+	             "{%0, %1, %2, %3};"
+	             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 #endif
+
+// kk_tf32 returns the bits of x rounded to tf32 (10 fraction bits, to
+// nearest, ties away from zero, as cvt.rna.tf32.f32), the low 13 zero:
+// an integer add and mask, the same on the device and in the emulator.
+// x of magnitude below 2^128 - 2^116 stays finite.
+KK_DEVICE kk_u32 kk_tf32(float x) { return (kk_f32_bits(x) + 0x1000u) & 0xffffe000u; }
 
 #endif // KK_PRELUDE_CUH

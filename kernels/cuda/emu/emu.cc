@@ -384,21 +384,37 @@ void syncthreads(const char *file, int line) {
 	yield(t);
 }
 
-// mmaWarp computes a warp's tensor-core product m16n8k16 once all 32 lanes
-// w have arrived: it gathers A (16 x 16) and B (16 x 8) from the lanes'
-// fragments by the PTX ISA's layout (the figures "MMA .m16n8k16 fragment
-// layout" for .f16/.bf16: groupID = lane >> 2, tig = lane % 4; A element
-// a_i of a lane, i = 0..7, two a register, low half first, is at row
-// groupID for i in {0,1,4,5} else groupID + 8, column 2 tig + (i & 1),
-// plus 8 for i >= 4; B element b_i at row 2 tig + (i & 1), plus 8 for
-// i >= 2, column groupID; accumulator c_i at row groupID, plus 8 for
-// i >= 2, column 2 tig + (i & 1)), and adds to every lane's accumulators
-// the products, summed exactly (float64) and rounded once to float32.
-// kind 0 reads bf16 operands, 1 f16.
+// mmaWarp computes a warp's tensor-core product once all 32 lanes w have
+// arrived: it gathers A and B from the lanes' fragments by the PTX ISA's
+// layouts and adds to every lane's accumulators the products, summed
+// exactly (float64) and rounded once to float32. groupID = lane >> 2,
+// tig = lane % 4; the accumulators are the same for both shapes: c_i at
+// row groupID, plus 8 for i >= 2, column 2 tig + (i & 1).
+//
+// Kinds 0 (bf16) and 1 (f16) are m16n8k16 (the figures "MMA .m16n8k16
+// fragment layout" for .f16/.bf16): A element a_i of a lane, i = 0..7, two
+// a register, low half first, is at row groupID for i in {0,1,4,5} else
+// groupID + 8, column 2 tig + (i & 1), plus 8 for i >= 4; B element b_i at
+// row 2 tig + (i & 1), plus 8 for i >= 2, column groupID.
+//
+// Kind 2 (tf32) is m16n8k8 (the figures for .tf32): a register an
+// element, a_i at row groupID for i in {0,2} else groupID + 8, column tig,
+// plus 4 for i >= 2; b_i at row tig, plus 4 for i = 1, column groupID. A
+// tf32 operand is the register's upper 19 bits: the low 13 are ignored, as
+// the tensor cores ignore them.
 void mmaWarp(Fiber *w, int kind) {
 	double A[16][16], B[16][8];
+	int K = kind == 2 ? 8 : 16;
 	for (int l = 0; l < 32; l++) {
 		int g = l >> 2, tq = l & 3;
+		if (kind == 2) {
+			auto tf32 = [](uint32_t u) { return (double)kk_bits_f32(u & 0xffffe000u); };
+			for (int i = 0; i < 4; i++)
+				A[g + (i & 1 ? 8 : 0)][tq + (i >= 2 ? 4 : 0)] = tf32(w[l].ma[i]);
+			for (int i = 0; i < 2; i++)
+				B[tq + 4 * i][g] = tf32(w[l].mb[i]);
+			continue;
+		}
 		for (int i = 0; i < 8; i++) {
 			uint16_t h = (uint16_t)(w[l].ma[i / 2] >> (16 * (i & 1)));
 			int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
@@ -415,7 +431,7 @@ void mmaWarp(Fiber *w, int kind) {
 		for (int i = 0; i < 4; i++) {
 			int row = g + (i >= 2 ? 8 : 0), col = 2 * tq + (i & 1);
 			double s = w[l].md[i];
-			for (int k = 0; k < 16; k++)
+			for (int k = 0; k < K; k++)
 				s += A[row][k] * B[k][col];
 			w[l].md[i] = (float)s;
 		}
@@ -427,7 +443,7 @@ void mma(int kind, float d[4], const uint32_t a[4], const uint32_t b[2]) {
 	t->ma = a;
 	t->mb = b;
 	t->md = d;
-	collective(opMma, 0xffffffffu, 0, kind, 32, kind ? "mma.sync f16" : "mma.sync bf16");
+	collective(opMma, 0xffffffffu, 0, kind, 32, kind == 2 ? "mma.sync tf32" : kind ? "mma.sync f16" : "mma.sync bf16");
 }
 
 // collective is one lane's part in a warp-synchronous operation: it waits

@@ -351,6 +351,80 @@ func TestMMAFragmentLayout(t *testing.T) {
 	}
 }
 
+// The tf32 product m16n8k8 takes its operands by the PTX ISA's figures
+// for .tf32 ("Matrix Fragments for mma.m16n8k8", written out here apart
+// from the emulator's code: lane l, g = l/4, t = l%4, holds A[g][t],
+// A[g+8][t], A[g][t+4], A[g+8][t+4] and B[t][g], B[t+4][g], a register
+// each) and reads each as tf32, ignoring its low 13 bits (set here to
+// noise that would change the sum): checked against A B + C summed here,
+// and a layout one register off (A's middle two swapped) fails.
+func TestMMATF32FragmentLayout(t *testing.T) {
+	var av [16][8]float64
+	var bv [8][8]float64
+	for i := range 16 {
+		for k := range 8 {
+			av[i][k] = float64((i*8+k)%23-11) * 1.5
+		}
+	}
+	for k := range 8 {
+		for n := range 8 {
+			bv[k][n] = float64((k*8+n)%13-6) * 0.25
+		}
+	}
+	bits := func(v float64, noise uint32) uint32 { return math.Float32bits(float32(v)) | noise&0x1fff }
+	var af, bf []uint32
+	for l := range 32 {
+		g, tq := l/4, l%4
+		n := uint32(l*2654435761) >> 7
+		af = append(af, bits(av[g][tq], n), bits(av[g+8][tq], n>>1), bits(av[g][tq+4], n>>2), bits(av[g+8][tq+4], n>>3))
+		bf = append(bf, bits(bv[tq][g], n>>4), bits(bv[tq+4][g], n>>5))
+	}
+	for _, swap := range []bool{false, true} {
+		afs := append([]uint32(nil), af...)
+		if swap {
+			for l := range 32 {
+				afs[4*l+1], afs[4*l+2] = afs[4*l+2], afs[4*l+1]
+			}
+		}
+		var ab, bb, cb []byte
+		for _, x := range afs {
+			ab = binary.LittleEndian.AppendUint32(ab, x)
+		}
+		for _, x := range bf {
+			bb = binary.LittleEndian.AppendUint32(bb, x)
+		}
+		for i := range 128 {
+			cb = binary.LittleEndian.AppendUint32(cb, math.Float32bits(float32(i)))
+		}
+		dp, ap, bp := mem(t, cb), mem(t, ab), mem(t, bb)
+		if err := Run("mma_probe", block(1), block(32), 0, args(dp, ap, bp, 2)[:28], 5); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]byte, 512)
+		emu.CopyOut(out, dp)
+		bad := 0
+		for l := range 32 {
+			g, tq := l/4, l%4
+			for i := range 4 {
+				row, col := g+8*(i/2), 2*tq+i%2
+				want := float64(4*l + i)
+				for k := range 8 {
+					want += av[row][k] * bv[k][col]
+				}
+				if got := math.Float32frombits(binary.LittleEndian.Uint32(out[16*l+4*i:])); float64(got) != want {
+					bad++
+					if !swap && bad < 4 {
+						t.Errorf("lane %d d[%d] (D[%d][%d]) = %v, want %v", l, i, row, col, got, want)
+					}
+				}
+			}
+		}
+		if swap && bad == 0 {
+			t.Error("A's registers 1 and 2 swapped gave the right D: the layout is not checked")
+		}
+	}
+}
+
 // f32ToF16Exact encodes a small integer (|v| < 2048) as an IEEE half.
 func f32ToF16Exact(v float32) uint16 {
 	if v == 0 {

@@ -91,14 +91,17 @@ KK_KERNEL void overrun(float *g, int i, int shared) {
 		g[i] = 1.0f;
 }
 
-// mma_probe runs one tensor-core product m16n8k16: lane l passes the
-// fragments a[4l..4l+3] and b[2l..2l+1] and accumulators d[4l..4l+3], and
-// gets its part of D back in d. f16 picks f16 operands, else bf16.
-KK_KERNEL void mma_probe(float *d, const unsigned *a, const unsigned *b, int f16) {
+// mma_probe runs one tensor-core product: lane l passes the fragments
+// a[4l..4l+3] and b[2l..2l+1] and accumulators d[4l..4l+3], and gets its
+// part of D back in d. kind 0 is m16n8k16 with bf16 operands, 1 with f16,
+// 2 m16n8k8 with tf32.
+KK_KERNEL void mma_probe(float *d, const unsigned *a, const unsigned *b, int kind) {
 	int l = threadIdx.x;
 	float acc[4] = {d[4 * l], d[4 * l + 1], d[4 * l + 2], d[4 * l + 3]};
 	kk_u32 af[4] = {a[4 * l], a[4 * l + 1], a[4 * l + 2], a[4 * l + 3]}, bf[2] = {b[2 * l], b[2 * l + 1]};
-	if (f16)
+	if (kind == 2)
+		kk_mma_tf32(acc, af, bf);
+	else if (kind == 1)
 		kk_mma_f16(acc, af, bf);
 	else
 		kk_mma_bf16(acc, af, bf);
