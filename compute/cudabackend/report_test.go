@@ -1448,7 +1448,9 @@ func TestReportBudget(t *testing.T) {
 	(&throughput{r: r, step: "throughput", b: gpu, shape: "qwen2-tiny", spec: testmodel.Qwen2Tiny, dir: dir,
 		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
-	if len(r.rows) != 16+3+4+4 {
+	// Kernel rows: 13 products and norms, attention over bf16, int8,
+	// the preset's kakeya-pc (rate 2.5) and entropy-coded kakeya-pc.
+	if len(r.rows) != 17+3+4+4 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {
