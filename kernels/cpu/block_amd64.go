@@ -81,7 +81,6 @@ func dotBlockAVX2(out, q, keys []float32, d int) {
 		}
 		out[r] = t[0]
 	}
-	archsimd.ClearAVXUpperBits() // the caller's scalar SSE code would stall on the AVX state
 }
 
 // axpyBlock keeps 64 output columns in eight registers while it runs down

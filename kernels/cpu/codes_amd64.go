@@ -124,33 +124,29 @@ func widenF16(dst []float32, src []byte) bool {
 	emMask := archsimd.BroadcastUint32x8(0x7fff)
 	signMask := archsimd.BroadcastUint32x8(0x8000)
 	special := limit.Greater(limit) // none yet
-	// The last n%8 values go through the same loop, loaded zero-padded
-	// (zeros widen to zeros and are never special) and stored masked: a
-	// scalar tail cost as much as the vectors in kakeya-pc's short fields.
+	// The last n%8 values go through the same loop from a zero-padded
+	// copy (zeros widen to zeros and are never special): a scalar tail
+	// cost as much as the vectors in kakeya-pc's short fields.
+	var tailIn [16]uint8
+	var tailOut [8]float32
 	for i := 0; i < n; i += 8 {
-		var u archsimd.Uint32x8
-		if i+8 <= n {
-			u = archsimd.LoadUint8x16((*[16]uint8)(src[2*i : 2*i+16])).AsUint16x8().ExtendToUint32()
-		} else {
-			u = archsimd.LoadUint8x16SlicePart(src[2*i : 2*n]).AsUint16x8().ExtendToUint32()
+		in, out := src[2*i:], dst[i:]
+		if i+8 > n {
+			copy(tailIn[:], src[2*i:2*n])
+			in, out = tailIn[:], tailOut[:]
 		}
+		u := archsimd.LoadUint8x16((*[16]uint8)(in[:16])).AsUint16x8().ExtendToUint32()
 		em := u.And(emMask).ShiftAllLeft(13)
 		f := em.AsFloat32x8().Mul(magic).AsUint32x8()
 		sp := em.AsInt32x8().Greater(limit)
 		special = special.Or(sp)
 		f = f.Or(expMax.Masked(sp))
-		v := f.Or(u.And(signMask).ShiftAllLeft(16)).AsFloat32x8()
-		if i+8 <= n {
-			store8(v, dst[i:i+8])
-		} else {
-			v.StoreSlicePart(dst[i:n])
+		store8(f.Or(u.And(signMask).ShiftAllLeft(16)).AsFloat32x8(), out[:8])
+		if i+8 > n {
+			copy(dst[i:], tailOut[:n-i])
 		}
 	}
-	ok := special.ToBits() == 0
-	// Back to the SSE state the caller's scalar code runs in: on this
-	// project's Xeon a legacy-SSE instruction after 256-bit ones stalls.
-	archsimd.ClearAVXUpperBits()
-	return ok
+	return special.ToBits() == 0
 }
 
 // The stages h = 1, 2, 4 of a Walsh–Hadamard transform mix the lanes of one
