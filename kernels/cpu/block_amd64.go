@@ -55,6 +55,7 @@ func dotBlockAVX2(out, q, keys []float32, d int) {
 			continue
 		}
 		s.Store(&t)
+		clearUpper()
 		for c := d8; c < d; c++ {
 			t[0] += q[c] * k0[c]
 			t[1] += q[c] * k1[c]
@@ -76,11 +77,13 @@ func dotBlockAVX2(out, q, keys []float32, d int) {
 			a0 = load8(k0[c:c+8]).MulAdd(load8(q[c:c+8]), a0)
 		}
 		hsum4(a0.Add(b0), z, z, z).Store(&t)
+		clearUpper()
 		for c := d8; c < d; c++ {
 			t[0] += q[c] * k0[c]
 		}
 		out[r] = t[0]
 	}
+	clearUpper()
 }
 
 // axpyBlock keeps 64 output columns in eight registers while it runs down
@@ -126,6 +129,7 @@ func axpyBlock(out, w, vals []float32) {
 		}
 		store8(a, out[j:j+8])
 	}
+	clearUpper()
 	if j < d {
 		tail := out[j:]
 		for r, x := range w {
@@ -149,6 +153,7 @@ func ropeCopy(dst, src, cos, sin []float32) {
 		store8(a.Mul(c).Sub(b.Mul(s)), y1[i:i+8])
 		store8(b.Mul(c).Add(a.Mul(s)), y2[i:i+8])
 	}
+	clearUpper()
 	for ; i < h; i++ {
 		a, b := x1[i], x2[i]
 		y1[i] = a*cos[i] - b*sin[i]

@@ -37,6 +37,7 @@ func unpackLookup(dst []float32, src []byte, bits int, t *[16]float32) {
 	} else {
 		unpackLookupNarrow(dst[:8*g], src, bits, t)
 	}
+	clearUpper()
 	unpackLookupScalar(dst[8*g:], src[g*bits:], bits, t)
 }
 
@@ -108,6 +109,7 @@ func unpackAffine4(dst []float32, src []byte, g int, params []float32) bool {
 			store8(b.AsInt32x8().ConvertToFloat32().Mul(s).Add(m), d[8:16])
 		}
 	}
+	clearUpper()
 	return true
 }
 
@@ -146,7 +148,9 @@ func widenF16(dst []float32, src []byte) bool {
 			copy(dst[i:], tailOut[:n-i])
 		}
 	}
-	return special.ToBits() == 0
+	ok := special.ToBits() == 0
+	clearUpper()
+	return ok
 }
 
 // The stages h = 1, 2, 4 of a Walsh–Hadamard transform mix the lanes of one
@@ -190,6 +194,7 @@ func fwht(x []float32) {
 	if len(x) > 8 {
 		hadamardStages(x)
 	}
+	clearUpper()
 }
 
 // fwht64 keeps all 64 values in eight registers through the six stages.
@@ -221,6 +226,7 @@ func fwht64(x *[64]float32) {
 	store8(v5, x[40:48])
 	store8(v6, x[48:56])
 	store8(v7, x[56:64])
+	clearUpper()
 }
 
 // fwhtAxpyRows is FWHTAxpyRows, then RoPE when cos is not nil. Rows of 64
@@ -312,6 +318,7 @@ func fwhtAxpy64(out, v, signs, z *[64]float32, w, rows []float32, cos, sin *[32]
 	store8(v5, out[40:48])
 	store8(v6, out[48:56])
 	store8(v7, out[56:64])
+	clearUpper()
 }
 
 // unpackLookupRows scales the table's registers per row and decodes the
@@ -361,6 +368,7 @@ func unpackLookupRows(dst []float32, stride, cols int, src []byte, bits int, t *
 			}
 		}
 	}
+	clearUpper()
 	for i := fast; i < len(scales); i++ {
 		var ts [16]float32
 		for c, l := range t {
@@ -381,6 +389,7 @@ func affineTable(t *[16]float32, m, s float32) {
 	mv, sv := archsimd.BroadcastFloat32x8(m), archsimd.BroadcastFloat32x8(s)
 	archsimd.LoadFloat32x8((*[8]float32)(iota16[0:8])).Mul(sv).Add(mv).Store((*[8]float32)(t[0:8]))
 	archsimd.LoadFloat32x8((*[8]float32)(iota16[8:16])).Mul(sv).Add(mv).Store((*[8]float32)(t[8:16]))
+	clearUpper()
 }
 
 // quantError runs QuantError's terms eight at a time, in its lanes: the
@@ -404,6 +413,7 @@ func quantError(g []float32, m, s, inv, top, best float32) float32 {
 	}
 	var l [8]float32
 	acc.Store(&l)
+	clearUpper()
 	for ; i < len(g); i++ {
 		l[i&7] += quantTerm(g[i], m, s, inv, top)
 	}
@@ -425,4 +435,5 @@ func dequantInt8(dst []float32, src []byte, g int, scales []float32) {
 			store8(x.GetHi().ExtendToInt32().ConvertToFloat32().Mul(sv), dst[j+8:j+16])
 		}
 	}
+	clearUpper()
 }

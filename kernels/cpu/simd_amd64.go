@@ -48,6 +48,15 @@ func store8(v f32x8, s []float32) { v.Store((*[8]float32)(s)) }
 // transition from the AVX state stalls.
 func zero8() (z f32x8) { return }
 
+// clearUpper ends a run of 256-bit code (VZEROUPPER) before scalar Go
+// code runs: Go compiles float32 and float64 arithmetic, moves and
+// zeroing to legacy-SSE instructions, and each of them after AVX code
+// that left the upper halves dirty stalls on this project's Xeon (the
+// transition penalty). Every AVX path calls it after its last vector
+// instruction, before a scalar tail and before it returns. The compiler
+// knows it clobbers every vector register and keeps none live across it.
+func clearUpper() { archsimd.ClearAVXUpperBits() }
+
 // bf16x8 widens 8 bfloat16s: their bits are the high half of an f32.
 func bf16x8(s []uint16) f32x8 {
 	return archsimd.LoadUint16x8((*[8]uint16)(s)).ExtendToUint32().ShiftAllLeft(16).AsFloat32x8()
@@ -71,9 +80,11 @@ func hsum4(a, b, c, d f32x8) archsimd.Float32x4 {
 	return t.GetLo().Add(t.GetHi())
 }
 
+// hsum returns Σa: a ends its run of 256-bit code (clearUpper).
 func hsum(a f32x8) float32 {
 	var t [8]float32
 	a.Store(&t)
+	clearUpper()
 	return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]))
 }
 
@@ -97,6 +108,7 @@ func cvtAVX2(dst []float32, w *tensor.Mat, off int) {
 		for ; i+8 <= n; i += 8 {
 			store8(bf16x8(src[i:i+8]), dst[i:i+8])
 		}
+		clearUpper()
 		for ; i < n; i++ {
 			dst[i] = tensor.BF16ToF32(src[i])
 		}
@@ -106,6 +118,7 @@ func cvtAVX2(dst []float32, w *tensor.Mat, off int) {
 		for ; i+8 <= n; i += 8 {
 			store8(f16x8(src[i:i+8]), dst[i:i+8])
 		}
+		clearUpper()
 		for ; i < n; i++ {
 			dst[i] = tensor.F16ToF32(src[i])
 		}
@@ -188,6 +201,7 @@ func gemv1(w *tensor.Mat, r, k0 int, x []float32) float32 {
 	}
 	var d [4]float32
 	hsum4(a, z, z, z).Store(&d)
+	clearUpper()
 	for c := k &^ 7; c < k; c++ {
 		d[0] += float32(widen(w, o+c) * x[c])
 	}
@@ -217,6 +231,7 @@ func gemv4BF16(d *[4]float32, w []uint16, ws int, x []float32) {
 		a3 = bf16x8(w3[c:c+8]).MulAdd(u, a3)
 	}
 	hsum4(a0, a1, a2, a3).Store(d)
+	clearUpper()
 }
 
 // gemv4F16 is gemv4BF16 for IEEE halves.
@@ -233,6 +248,7 @@ func gemv4F16(d *[4]float32, w []uint16, ws int, x []float32) {
 		a3 = f16x8(w3[c:c+8]).MulAdd(u, a3)
 	}
 	hsum4(a0, a1, a2, a3).Store(d)
+	clearUpper()
 }
 
 // dot4x2AVX2 is the GEMM micro-kernel: 4 weight rows by 2 tokens in eight
@@ -263,6 +279,7 @@ func dot4x2AVX2(w []float32, ws int, x0, x1 []float32, d *[8]float32) {
 	}
 	hsum4(a00, a10, a20, a30).Store((*[4]float32)(d[:4]))
 	hsum4(a01, a11, a21, a31).Store((*[4]float32)(d[4:]))
+	clearUpper()
 	for ; c < k; c++ {
 		u, v := x0[c], x1[c]
 		d[0] += float32(w0[c] * u)
@@ -290,6 +307,7 @@ func dot4x1AVX2(w []float32, ws int, x []float32, d *[4]float32) {
 		a3 = load8(w3[c:c+8]).MulAdd(u, a3)
 	}
 	hsum4(a0, a1, a2, a3).Store(d)
+	clearUpper()
 	for ; c < k; c++ {
 		d[0] += float32(w0[c] * x[c])
 		d[1] += float32(w1[c] * x[c])
@@ -310,6 +328,7 @@ func dot1AVX2(w, x []float32) float32 {
 	}
 	var d [4]float32
 	hsum4(a, z, z, z).Store(&d)
+	clearUpper()
 	for ; c < k; c++ {
 		d[0] += float32(w[c] * x[c])
 	}
@@ -356,6 +375,7 @@ func axpy(alpha float32, x, y []float32) {
 	for ; i+8 <= n; i += 8 {
 		store8(av.MulAdd(load8(x[i:i+8]), load8(y[i:i+8])), y[i:i+8])
 	}
+	clearUpper()
 	axpyScalar(alpha, x[i:], y[i:])
 }
 
@@ -370,6 +390,7 @@ func add(dst, x []float32) {
 	for ; i+8 <= n; i += 8 {
 		store8(load8(dst[i:i+8]).Add(load8(x[i:i+8])), dst[i:i+8])
 	}
+	clearUpper()
 	addScalar(dst[i:], x[i:])
 }
 
@@ -383,6 +404,7 @@ func scale(x []float32, s float32) {
 	for ; i+8 <= len(x); i += 8 {
 		store8(load8(x[i:i+8]).Mul(sv), x[i:i+8])
 	}
+	clearUpper()
 	scaleScalar(x[i:], s)
 }
 
@@ -401,6 +423,7 @@ func butterfly(lo, hi []float32) {
 		store8(a.Add(b), lo[i:i+8])
 		store8(a.Sub(b), hi[i:i+8])
 	}
+	clearUpper()
 	butterflyScalar(lo[i:], hi[i:])
 }
 
@@ -428,6 +451,7 @@ func hadamardStages(x []float32) {
 	for i := 0; i < nv; i++ {
 		store8(r[i], x[8*i:8*i+8])
 	}
+	clearUpper()
 }
 
 // lookup widens eight codes at a time to 32-bit indices and picks their
@@ -448,6 +472,7 @@ func lookup(dst []float32, codes []uint8, t *[16]float32) {
 		upper := idx.And(eight).Equal(eight)
 		store8(hi.Permute(idx).Merge(lo.Permute(idx), upper), dst[i:i+8])
 	}
+	clearUpper()
 	lookupScalar(dst[i:], codes[i:], t)
 }
 
@@ -462,6 +487,7 @@ func mulAdd(dst, x, y, z []float32) {
 	for ; i+8 <= n; i += 8 {
 		store8(load8(x[i:i+8]).MulAdd(load8(y[i:i+8]), load8(z[i:i+8])), dst[i:i+8])
 	}
+	clearUpper()
 	mulAddScalar(dst[i:], x[i:], y[i:], z[i:])
 }
 
@@ -479,6 +505,7 @@ func mulScaled(out, x, w []float32, s float32) {
 	for ; i+8 <= n; i += 8 {
 		store8(load8(x[i:i+8]).Mul(sv).Mul(load8(w[i:i+8])), out[i:i+8])
 	}
+	clearUpper()
 	mulScaledScalar(out[i:], x[i:], w[i:], s)
 }
 
@@ -527,6 +554,7 @@ func siluMul(gate, up []float32) {
 		store8(g.Div(e.Add(one)).Mul(load8(up[i:i+8])), gate[i:i+8])
 	}
 	if i < n {
+		clearUpper() // before copy's legacy-SSE moves
 		// The last 1..7 values through exp8 too, padded with zeros: a
 		// value's result must not depend on where it falls in gate, which
 		// holds several tokens' rows back to back at prefill.
@@ -538,6 +566,7 @@ func siluMul(gate, up []float32) {
 		store8(g.Div(e.Add(one)).Mul(load8(u8[:])), g8[:])
 		copy(gate[i:], g8[:])
 	}
+	clearUpper()
 }
 
 // geluTanhMul is GELUTanhMul's AVX2 loop: g/(1 + e^(-2u)) with u =
@@ -563,6 +592,7 @@ func geluTanhMul(gate, up []float32) {
 		store8(f(load8(gate[i:i+8]), load8(up[i:i+8])), gate[i:i+8])
 	}
 	if i < n {
+		clearUpper() // before copy's legacy-SSE moves
 		// The last 1..7 values through the same arithmetic, padded with
 		// zeros (see siluMul).
 		var g8, u8 [8]float32
@@ -571,6 +601,7 @@ func geluTanhMul(gate, up []float32) {
 		store8(f(load8(g8[:]), load8(u8[:])), g8[:])
 		copy(gate[i:], g8[:])
 	}
+	clearUpper()
 }
 
 func softmax(x []float32) {
@@ -588,6 +619,7 @@ func softmax(x []float32) {
 		}
 		var t [8]float32
 		mv.Store(&t)
+		clearUpper()
 		for _, v := range t {
 			m = max(m, v)
 		}
@@ -604,6 +636,7 @@ func softmax(x []float32) {
 		sv = sv.Add(e)
 	}
 	if i < n {
+		clearUpper() // before copy's legacy-SSE moves
 		// The last 1..7 values through exp8 too, padded with -Inf (whose
 		// exponentials are 0).
 		t := [8]float32{}
@@ -633,6 +666,7 @@ func rope(x, cos, sin []float32) {
 		store8(a.Mul(c).Sub(b.Mul(s)), x1[i:i+8])
 		store8(b.Mul(c).Add(a.Mul(s)), x2[i:i+8])
 	}
+	clearUpper()
 	for ; i < h; i++ {
 		a, b := x1[i], x2[i]
 		x1[i] = a*cos[i] - b*sin[i]
