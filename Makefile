@@ -63,8 +63,11 @@ test-race:
 
 # The scalar job skips TestKernelLevels' reruns (KAKEYA_LEVELS_RERUN=0):
 # they run the same C kernels as the SIMD job's reruns, which test-simd makes.
+# It leaves out codec, whose Go loops are kernels/cpu's: the SIMD job's
+# rerun of codec at KAKEYA_CPU=scalar runs the very scalar functions this
+# build would (hasAVX2 is false there), with the scalar C kernels too.
 test-scalar:
-	KAKEYA_LEVELS_RERUN=0 $(GO) test -count=1 -timeout 10m ./kernels/... ./codec/... ./attention/... ./compute/cpubackend/ ./compute/reference/
+	KAKEYA_LEVELS_RERUN=0 $(GO) test -count=1 -timeout 10m ./kernels/... ./attention/... ./compute/cpubackend/ ./compute/reference/
 
 # gguf-py is llama.cpp's Python GGUF writer, which the GGUF tests run
 # (through ../shared/tools/st2gguf.py, with Debian's python3-numpy) to
