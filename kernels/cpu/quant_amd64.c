@@ -100,6 +100,12 @@ _Static_assert(KQ_T == 8, "kq_32 reads 8 token scales per block (one vector)");
 #define KQ_WBYTES (24 * 1024)
 #endif
 
+// KQ_XBYTES bounds the activations of the tokens one pass over the rows
+// serves: the weights stream from memory once per such block of tokens.
+#ifndef KQ_XBYTES
+#define KQ_XBYTES (256 * 1024)
+#endif
+
 // KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 and kq_rows_q8w gather the token
 // scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
 // multiply the scales one by one, with the same products.
@@ -337,7 +343,7 @@ static void kq_rows_q8w(const uint8_t *w, long rowb, long r0, long r1, const lon
 	rc = rc < 1 ? 1 : rc > KQ_RC ? KQ_RC : rc;
 	// Token blocks of about 512 KiB of widened activations, which stay in
 	// L2 while the rows pass over them.
-	long tb = 256 * 1024 / cols;
+	long tb = KQ_XBYTES / cols;
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	for (long t0 = 0; t0 < n; t0 += tb)
 		for (long c0 = r0; c0 < r1; c0 += rc) {
@@ -550,7 +556,7 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 		      const float *xd, long n, long cols, float *out, long ldo) {
 	long nb = cols / 32;
 	float xs[8 * KQ_XS_BLOCKS] __attribute__((aligned(32)));
-	long tb = 256 * 1024 / cols;
+	long tb = KQ_XBYTES / cols;
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	long rc = KQ_WBYTES / rowb;
 	rc = rc < 1 ? 1 : rc;
@@ -630,7 +636,7 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 	long nb = cols / 256;
 	// Tokens in blocks of about 256 KiB of activations, which stay in the
 	// L2 cache while the rows pass over them.
-	long tb = 256 * 1024 / cols;
+	long tb = KQ_XBYTES / cols;
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	// Rows in chunks of about KQ_WBYTES, which stay in the L1 cache while
 	// each tile of tokens passes over them, so that a tile's activations

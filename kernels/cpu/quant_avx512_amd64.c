@@ -97,7 +97,9 @@ KQ5_INLINE __m512i kq5_pair(int type, const uint8_t *b0, const uint8_t *b1, cons
 #define KQ5_PF 2048
 
 // KQ5_XBYTES bounds the activations one pass of a row range reads.
+#ifndef KQ5_XBYTES
 #define KQ5_XBYTES (256 * 1024)
+#endif
 
 // KQ5_WBYTES bounds the weights of the rows one tile of tokens passes over
 // before the next tile.
