@@ -67,10 +67,20 @@ func BenchmarkDecodeCompressed(b *testing.B) {
 // on all alike: each reports the median and the least wall time of its
 // queries (b.N each), and the ratio of the medians to kakeya-pc's
 // (format 8). The least time is the one the other load disturbed least.
+// kakeya-pc:coded=16 caps the keys at 16 coded components. Under q05
+// with Qwen2.5-0.5B's heads, under g2 ref-qwen2-6m's.
 func BenchmarkDecodeInterleaved(b *testing.B) {
+	for _, g := range []struct {
+		name string
+		p    compute.AttentionParams
+	}{{"q05", qwen05Heads}, {"g2", refQwen2Heads}} {
+		b.Run(g.name, func(b *testing.B) { benchInterleaved(b, g.p) })
+	}
+}
+
+func benchInterleaved(b *testing.B, p compute.AttentionParams) {
 	const ctx, bs = 2048, 64
-	specs := []string{"plain", "kakeya-pc", "kakeya-pc:ec=true", "kvtc:rate=2.5"}
-	p := compute.AttentionParams{Heads: 14, KVHeads: 2, HeadDim: 64}
+	specs := []string{"plain", "kakeya-pc", "kakeya-pc:ec=true", "kvtc:rate=2.5", "kakeya-pc:coded=16"}
 	be := newBackend(0)
 	defer be.Close()
 	r := rand.New(rand.NewPCG(1, 1))
@@ -80,7 +90,7 @@ func BenchmarkDecodeInterleaved(b *testing.B) {
 	}
 	cos, sin := ropeTables(ctx, 64)
 	cb, sb := compute.Wrap(cos), compute.Wrap(sin)
-	q, out := compute.Wrap(kv[:14*64]), compute.Wrap(make([]float32, 14*64))
+	q, out := compute.Wrap(kv[:p.Heads*64]), compute.Wrap(make([]float32, p.Heads*64))
 	var (
 		layers []compute.KVLayer
 		atts   []compute.Attention
@@ -133,6 +143,7 @@ func BenchmarkDecodeInterleaved(b *testing.B) {
 		b.ReportMetric(med[i]/med[1], specs[i]+"/kakeya-pc")
 	}
 	b.ReportMetric(med[1]/med[0], "kakeya-pc/plain")
+	b.ReportMetric(med[len(specs)-1]/med[0], "kakeya-pc:coded=16/plain")
 }
 
 // qwen05Heads and refQwen2Heads are the attention geometries of
