@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 func BenchmarkDecode(b *testing.B) {
 	for _, ctx := range []int{512, 4096} {
 		b.Run(fmt.Sprintf("ctx%d", ctx), func(b *testing.B) {
-			benchDecode(b, ctx, 16, kvcache.Policy{})
+			benchDecode(b, qwen05Heads, ctx, 16, kvcache.Policy{})
 		})
 	}
 }
@@ -29,11 +30,19 @@ func BenchmarkDecode(b *testing.B) {
 // head geometry: the per-layer cost of decoding compressed blocks inside
 // attention, beside the plain float cache. kakeya-pc codes in a synthetic
 // calibration (benchPCStats) at its default 2.5 bits per value, fixed-width
-// (format 8) and entropy coded (format 9: kakeya-pc:ec=true, kvtc).
+// (format 8) and entropy coded (format 9: kakeya-pc:ec=true, kvtc), and
+// with its keys capped at 16 coded components (coded=16). The g2 runs
+// are the same with ref-qwen2-6m's heads (4 query heads on 2 KV heads):
+// a group of 2 shares each reconstructed key row instead of 7.
 func BenchmarkDecodeCompressed(b *testing.B) {
 	const ctx, bs = 2048, 64
-	for _, spec := range []string{"plain", "int8", "int4", "kakeya-block", "kakeya-pc", "kakeya-pc:rate=2", "kakeya-pc:ec=true,layout=1", "kakeya-pc:ec=true", "kvtc:rate=2.5,layout=1", "kvtc:rate=2.5"} {
+	for _, spec := range []string{"plain", "int8", "int4", "kakeya-block", "kakeya-pc", "kakeya-pc:rate=2", "kakeya-pc:ec=true,layout=1", "kakeya-pc:ec=true", "kvtc:rate=2.5,layout=1", "kvtc:rate=2.5",
+		"kakeya-pc:coded=16", "g2/plain", "g2/kakeya-pc", "g2/kakeya-pc:ec=true", "g2/kakeya-pc:coded=16"} {
 		b.Run(spec, func(b *testing.B) {
+			p := qwen05Heads
+			if s, ok := strings.CutPrefix(spec, "g2/"); ok {
+				spec, p = s, refQwen2Heads
+			}
 			var policy kvcache.Policy
 			if spec != "plain" {
 				cd, err := codec.Parse(spec)
@@ -47,7 +56,7 @@ func BenchmarkDecodeCompressed(b *testing.B) {
 				}
 				policy = kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{cd}, V: cd}}}
 			}
-			benchDecode(b, ctx, bs, policy)
+			benchDecode(b, p, ctx, bs, policy)
 		})
 	}
 }
@@ -58,10 +67,20 @@ func BenchmarkDecodeCompressed(b *testing.B) {
 // on all alike: each reports the median and the least wall time of its
 // queries (b.N each), and the ratio of the medians to kakeya-pc's
 // (format 8). The least time is the one the other load disturbed least.
+// kakeya-pc:coded=16 caps the keys at 16 coded components. Under q05
+// with Qwen2.5-0.5B's heads, under g2 ref-qwen2-6m's.
 func BenchmarkDecodeInterleaved(b *testing.B) {
+	for _, g := range []struct {
+		name string
+		p    compute.AttentionParams
+	}{{"q05", qwen05Heads}, {"g2", refQwen2Heads}} {
+		b.Run(g.name, func(b *testing.B) { benchInterleaved(b, g.p) })
+	}
+}
+
+func benchInterleaved(b *testing.B, p compute.AttentionParams) {
 	const ctx, bs = 2048, 64
-	specs := []string{"plain", "kakeya-pc", "kakeya-pc:ec=true", "kvtc:rate=2.5"}
-	p := compute.AttentionParams{Heads: 14, KVHeads: 2, HeadDim: 64}
+	specs := []string{"plain", "kakeya-pc", "kakeya-pc:ec=true", "kvtc:rate=2.5", "kakeya-pc:coded=16"}
 	be := newBackend(0)
 	defer be.Close()
 	r := rand.New(rand.NewPCG(1, 1))
@@ -71,7 +90,7 @@ func BenchmarkDecodeInterleaved(b *testing.B) {
 	}
 	cos, sin := ropeTables(ctx, 64)
 	cb, sb := compute.Wrap(cos), compute.Wrap(sin)
-	q, out := compute.Wrap(kv[:14*64]), compute.Wrap(make([]float32, 14*64))
+	q, out := compute.Wrap(kv[:p.Heads*64]), compute.Wrap(make([]float32, p.Heads*64))
 	var (
 		layers []compute.KVLayer
 		atts   []compute.Attention
@@ -124,13 +143,20 @@ func BenchmarkDecodeInterleaved(b *testing.B) {
 		b.ReportMetric(med[i]/med[1], specs[i]+"/kakeya-pc")
 	}
 	b.ReportMetric(med[1]/med[0], "kakeya-pc/plain")
+	b.ReportMetric(med[len(specs)-1]/med[0], "kakeya-pc:coded=16/plain")
 }
 
+// qwen05Heads and refQwen2Heads are the attention geometries of
+// Qwen2.5-0.5B and of ref-qwen2-6m.
+var (
+	qwen05Heads   = compute.AttentionParams{Heads: 14, KVHeads: 2, HeadDim: 64}
+	refQwen2Heads = compute.AttentionParams{Heads: 4, KVHeads: 2, HeadDim: 64}
+)
+
 // benchDecode times one query token at position ctx-1 over a cache of ctx
-// random tokens in blocks of bs under policy, with Qwen2.5-0.5B's head
-// geometry.
-func benchDecode(b *testing.B, ctx, bs int, policy kvcache.Policy) {
-	p := compute.AttentionParams{Heads: 14, KVHeads: 2, HeadDim: 64}
+// random tokens in blocks of bs under policy, with the head geometry p
+// (2 KV heads of 64 values).
+func benchDecode(b *testing.B, p compute.AttentionParams, ctx, bs int, policy kvcache.Policy) {
 	be := newBackend(0)
 	defer be.Close()
 	c, err := newCache(be, 2, 64, bs, ctx, policy)
@@ -150,7 +176,7 @@ func benchDecode(b *testing.B, ctx, bs int, policy kvcache.Policy) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	q, out := compute.Wrap(kv[:14*64]), compute.Wrap(make([]float32, 14*64))
+	q, out := compute.Wrap(kv[:p.Heads*64]), compute.Wrap(make([]float32, p.Heads*64))
 	cb, sb := compute.Wrap(cos), compute.Wrap(sin)
 	b.ReportAllocs()
 	b.ResetTimer()

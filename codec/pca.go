@@ -1,10 +1,12 @@
 package codec
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/kernels/cpu"
@@ -24,6 +26,7 @@ func newPCSpec(s Spec, a *Args) (Codec, error) {
 	a.Float("rate", &o.Rate)
 	a.Want("rate", o.Rate >= 0 && o.Rate <= 16, "want bits per value in 0..16")
 	a.IntIn("maxbits", &o.MaxBits, 1, pcMaxBits)
+	a.IntIn("coded", &o.MaxCoded, 0, math.MaxUint16)
 	a.IntIn("block", &o.Block, 1, maxRows)
 	a.Bool("qw", &o.QueryWeighted)
 	if s.Name == "kvtc" {
@@ -106,6 +109,13 @@ type KakeyaPCOptions struct {
 	Rate float64
 	// MaxBits is the widest code a component may get, 1..pcMaxBits.
 	MaxBits int
+	// MaxCoded, when positive, codes at most this many components: the
+	// ones of most (weighted) variance; the others keep at most their
+	// block mean, and the budget they leave is not spent. A decode's
+	// work on a block is proportional to its coded components (for keys,
+	// rows x coded x d multiply-adds to reconstruct them before RoPE), so
+	// this caps it; 0 leaves the count to the allocation.
+	MaxCoded int
 	// Block is the block length the allocation charges a component's
 	// fp16 mean and scale to (per-block costs spread over Block rows);
 	// blocks of other lengths still code, at a slightly different rate.
@@ -481,6 +491,8 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 		return nil, fmt.Errorf("codec: kakeya-pc: max bits %d not in 1..%d", o.MaxBits, pcMaxBits)
 	case o.Block < 1 || o.Block > maxRows:
 		return nil, fmt.Errorf("codec: kakeya-pc: block %d not in 1..%d", o.Block, maxRows)
+	case o.MaxCoded < 0 || o.MaxCoded > math.MaxUint16:
+		return nil, fmt.Errorf("codec: kakeya-pc: coded components %d not in 0..%d", o.MaxCoded, math.MaxUint16)
 	}
 	k := &KakeyaPC{opt: o}
 	if st == nil {
@@ -600,6 +612,9 @@ func (k *KakeyaPC) Name() string {
 	}
 	if k.opt.Block != 64 {
 		s += fmt.Sprintf("-n%d", k.opt.Block)
+	}
+	if k.opt.MaxCoded > 0 {
+		s += fmt.Sprintf("-c%d", k.opt.MaxCoded)
 	}
 	if k.opt.QueryWeighted {
 		s += "-qw"
@@ -1325,15 +1340,31 @@ func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, tab *pcTables) []i
 		cost  int // units
 		dist  float64
 	}
+	weight := func(j int) float64 {
+		if w == nil {
+			return 1
+		}
+		return float64(w[j])
+	}
+	// With MaxCoded, only the MaxCoded components of most weighted
+	// variance (the first in a tie) may be coded.
+	codable := make([]bool, d)
+	order := make([]int, d)
+	for j := range order {
+		order[j] = j
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Compare(weight(b)*float64(st.Var[b]), weight(a)*float64(st.Var[a]))
+	})
+	for i, j := range order {
+		codable[j] = o.MaxCoded <= 0 || i < o.MaxCoded
+	}
 	opts := make([][]option, d)
 	for j := 0; j < d; j++ {
-		wj := 1.0
-		if w != nil {
-			wj = float64(w[j])
-		}
+		wj := weight(j)
 		v, bt := float64(st.Var[j]), float64(st.Between[j])
 		o2 := []option{{-1, 0, wj * (v + bt)}, {0, units(16), wj * v}}
-		for b := 1; b <= tab.n && tab.width[b] <= o.MaxBits; b++ {
+		for b := 1; codable[j] && b <= tab.n && tab.width[b] <= o.MaxBits; b++ {
 			bits := 32 + int(math.Ceil(float64(n)*tab.codeBits(b, o.Entropy)))
 			o2 = append(o2, option{int8(b), units(bits), wj * v * tab.dist[b]})
 		}

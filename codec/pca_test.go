@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -706,5 +707,71 @@ func TestKakeyaPCSameBits(t *testing.T) {
 				t.Errorf("n=%d d=%d rows [%d,%d): AddWeighted differs from the row-major decoder", n, d, lo, hi)
 			}
 		}
+	}
+}
+
+// TestKakeyaPCMaxCoded: coded=N codes at most the N components of most
+// variance (fixed-width and entropy coded), the blocks shrink, round trip
+// within the allocation's prediction, and the spec names the cap.
+func TestKakeyaPCMaxCoded(t *testing.T) {
+	const n, d = 64, 64
+	rng := rand.New(rand.NewPCG(7, 8))
+	st := pcStats(t, pcBlocks(rng, 200, n, d), n, d)
+	test := pcBlocks(rand.New(rand.NewPCG(7, 8)), 204, n, d)[200:]
+	for _, ec := range []bool{false, true} {
+		o := DefaultKakeyaPCOptions()
+		o.Entropy = ec
+		full, err := NewKakeyaPC(o, st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cap := range []int{8, 16} {
+			o.MaxCoded = cap
+			k, err := NewKakeyaPC(o, st, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(k.codedIdx) > cap || len(k.codedIdx) < cap/2 {
+				t.Errorf("%s: %d coded components, want at most (and near) %d", k.Name(), len(k.codedIdx), cap)
+			}
+			for _, j := range k.codedIdx {
+				if j >= cap { // pcStats' variances fall with j
+					t.Errorf("%s: component %d coded, not among the %d of most variance", k.Name(), j, cap)
+				}
+			}
+			if k.tag == full.tag {
+				t.Errorf("%s: same tag as the uncapped codec", k.Name())
+			}
+			predicted := pcPredicted(k, st)
+			var se float64
+			for _, x := range test {
+				y, enc := roundTrip(t, k, x, n, d)
+				_, encFull := roundTrip(t, full, x, n, d)
+				if len(enc) >= len(encFull) {
+					t.Errorf("%s: block of %d bytes, not below the uncapped %d", k.Name(), len(enc), len(encFull))
+				}
+				for i := range x {
+					e := float64(x[i] - y[i])
+					se += e * e
+				}
+			}
+			if mse := se / float64(len(test)*n); mse > 1.5*predicted+1e-3 || mse < 0.5*predicted {
+				t.Errorf("%s: error %v per row, the allocation predicted %v", k.Name(), mse, predicted)
+			}
+			want := fmt.Sprintf("-c%d", cap)
+			if !strings.Contains(k.Name(), want) {
+				t.Errorf("name %q lacks %q", k.Name(), want)
+			}
+		}
+	}
+	c, err := Parse("kakeya-pc:rate=2.5,coded=12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.(*KakeyaPC).Options().MaxCoded; got != 12 {
+		t.Errorf("coded=12 parsed as MaxCoded %d", got)
+	}
+	if _, err := Parse("kakeya-pc:coded=-1"); err == nil {
+		t.Error("coded=-1 parsed")
 	}
 }

@@ -182,9 +182,10 @@ func canonical(name string) string {
 //	         outlier=<T >= 0, 0 off>, maxout=<0..255>, signs=<true|false>, seed=<uint>
 //	kakeya-pc: rate=<bits per value, 0..16>, maxbits=<1..6>, block=<rows the allocation assumes>,
 //	         qw=<true|false: weigh key components by the queries>, ec=<true|false: entropy code the codes>,
-//	         layout=<1|2: the entropy-coded stream's layout, default 2; 1 is what the CUDA kernel reads>
+//	         layout=<1|2: the entropy-coded stream's layout, default 2; 1 is what the CUDA kernel reads>,
+//	         coded=<N: code at most N components, 0 no cap; caps a key block's decode work>
 //	kvtc:    KVTC-style: kakeya-pc's basis and allocation, uniform quantizers, entropy coded;
-//	         rate=, maxbits=, block=, qw=, layout= as kakeya-pc's
+//	         rate=, maxbits=, block=, qw=, layout=, coded= as kakeya-pc's
 //	turbo:   b|bits=<2..4>, group=<block: power of two, 2..1024>, seed=<uint>
 //
 // e.g. "kakeya-block:b=3,rank=8,outlier=3.5". The name is returned as

@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks (without it, those that need one are calibrated automatically on the built-in text, once per model, as kakeya-run does, and the file is kept in --calib-cache; a model without a tokenizer on random tokens)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations, as kakeya-run's: a cache that needs principal components (the kakeya preset, kakeya-pc, kvtc) without --calib gets the file kakeya-run would, read from here or made here once on the built-in text (default: the user cache directory's kakeya/calib)")
-	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;), or K/V, the keys' codec and the values' (kakeya-pc:coded=8/kakeya-pc); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
@@ -437,10 +437,7 @@ func warmUp(m *model.Model) error {
 // without a tokenizer for the built-in text (the seeded checkpoint) and
 // without --calib.
 func sequenceOptions(ctx context.Context, cache string, o options, m *model.Model, threads int, stderr io.Writer) (model.SequenceOptions, error) {
-	spec := kvconfig.Spec{}
-	if cache != "plain" {
-		spec = kvconfig.Spec{KV: cache, Boundary: o.boundary, BlockSize: o.blockSize}
-	}
+	spec := cacheSpec(cache, o.boundary, o.blockSize)
 	if o.noTokenizer && o.calib == "" {
 		cal, err := o.cals.random(ctx, spec, m, stderr)
 		if err != nil {
@@ -527,13 +524,26 @@ func parseCaches(s, boundary string) ([]string, error) {
 			return nil, fmt.Errorf("--cache %q: %s listed twice", s, c)
 		}
 		if c != "plain" {
-			if err := (kvconfig.Spec{KV: c, Boundary: boundary}).Validate(); err != nil {
+			if err := cacheSpec(c, boundary, 0).Validate(); err != nil {
 				return nil, fmt.Errorf("--cache %s: %w", c, err)
 			}
 		}
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// cacheSpec returns the cache settings of a --cache entry: none for
+// plain, a codec spec for keys and values, or "K/V" one for each side.
+func cacheSpec(cache, boundary string, blockSize int) kvconfig.Spec {
+	if cache == "plain" {
+		return kvconfig.Spec{}
+	}
+	spec := kvconfig.Spec{KV: cache, Boundary: boundary, BlockSize: blockSize}
+	if k, v, ok := strings.Cut(cache, "/"); ok {
+		spec.KV, spec.K, spec.V = "", k, v
+	}
+	return spec
 }
 
 // parseMatMuls reads the --matmul list.
@@ -605,7 +615,7 @@ const autoCalibTokens = 4096
 // random returns the calibration spec's cache needs, made on random tokens
 // (nil for none).
 func (a *calibrations) random(ctx context.Context, spec kvconfig.Spec, m *model.Model, stderr io.Writer) (*codec.Calibration, error) {
-	if spec.KV == "" {
+	if spec.KV == "" && spec.K == "" && spec.V == "" {
 		return nil, nil // plain
 	}
 	c, err := spec.Check()

@@ -95,6 +95,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--cache", "int9"}, "--cache int9"},
 		{[]string{"--cache", "plain,,int8"}, "empty entry"},
 		{[]string{"--cache", "int8,int8"}, "int8 listed twice"},
+		{[]string{"--cache", "int8/int9"}, "--cache int8/int9"},
 		{[]string{"--boundary", "x"}, "--cache int8"},
 		{[]string{"--threads", "0"}, `--threads "0"`},
 		{[]string{"--matmul", "fp16"}, `--matmul "fp16": "fp16" is not f32 or bf16`},
