@@ -94,6 +94,10 @@ type Backend struct {
 	// 16-bit GEMMs (quant.go), qwideBytes bytes.
 	qwide      Ptr
 	qwideBytes int
+	// qx holds decode's activations quantized to 8 bits for matvec_q8
+	// (quant.go), qxBytes bytes.
+	qx      Ptr
+	qxBytes int
 
 	queue  []Launch  // launches not yet given to the driver
 	writes []kvWrite // block-store writes not yet launched
@@ -703,16 +707,13 @@ func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 		return
 	}
 	if wt.dt.Quantized() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
 		if n <= quantSplitRows {
-			for i := 0; i < n; i += maxMatVecRows {
-				k := min(maxMatVecRows, n-i)
-				b.op(quantMatVecLaunch(wt.dt, ptr(out)+Ptr(4*i*wt.rows), ptr(x)+Ptr(4*i*wt.cols), wt.mem.ptr, k, wt.rows, wt.cols), false)
-			}
+			b.fail(b.quantMatVec(ptr(out), ptr(x), n, wt))
 			return
 		}
-		b.mu.Lock()
 		b.fail(b.quantMatMul(ptr(out), ptr(x), n, wt))
-		b.mu.Unlock()
 		return
 	}
 	if n <= maxMatVecRows {
