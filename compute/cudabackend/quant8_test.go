@@ -301,3 +301,102 @@ func TestQuantMatVecMatchesCPU(t *testing.T) {
 		t.Errorf("ran %s, want quant_x and matvec_q8", c)
 	}
 }
+
+// goTerm is one block's term of kernels/cpu's Go loops (dotQ8_0, dotQ4_0,
+// dotQ5_0, dotQ45K, dotQ6K), transcribed: the block blk of format f
+// times the quantized activations xq (its 32 or 256 codes), xd (their
+// scale) and, for the K types, sums (their 16 sums of 16).
+func goTerm(f *tensor.QuantFormat, blk []byte, xq []int8, xd float32, sums []int32) float32 {
+	off := map[string]int{}
+	for _, fl := range f.Fields {
+		off[fl.Name] = fl.Offset
+	}
+	h16 := func(o int) float32 { return tensor.F16ToF32(binary.LittleEndian.Uint16(blk[o:])) }
+	var si int32
+	switch f.DType {
+	case tensor.Q8_0:
+		for j := range 32 {
+			si += int32(int8(blk[off["qs"]+j])) * int32(xq[j])
+		}
+	case tensor.Q4_0:
+		for j := range 16 {
+			q := blk[off["qs"]+j]
+			si += (int32(q&15)-8)*int32(xq[j]) + (int32(q>>4)-8)*int32(xq[j+16])
+		}
+	case tensor.Q5_0:
+		qh := binary.LittleEndian.Uint32(blk[off["qh"]:])
+		for j := range 16 {
+			q := blk[off["qs"]+j]
+			lo := int32(uint32(q&15)|(qh>>j<<4)&0x10) - 16
+			hi := int32(uint32(q>>4)|(qh>>(j+12))&0x10) - 16
+			si += lo*int32(xq[j]) + hi*int32(xq[j+16])
+		}
+	case tensor.Q4_K, tensor.Q5_K:
+		var mins int32
+		sc := blk[off["scales"] : off["scales"]+12]
+		for s := range 8 {
+			scale, m := tensor.ScaleMinK4(s, sc)
+			var dot int32
+			for l := range 32 {
+				q := int32(blk[off["qs"]+32*(s/2)+l]>>(4*(s&1))) & 15
+				if f.DType == tensor.Q5_K {
+					q += int32(blk[off["qh"]+l]>>s&1) << 4
+				}
+				dot += q * int32(xq[32*s+l])
+			}
+			si += int32(scale) * dot
+			mins += int32(m) * (sums[2*s] + sums[2*s+1])
+		}
+		d, dmin := h16(off["d"])*xd, h16(off["dmin"])*xd
+		return float32(d*float32(si)) - float32(dmin*float32(mins))
+	case tensor.Q6_K:
+		for v := range 256 {
+			h, j := v/128, v%128
+			t, l := j/32, j%32
+			q := int32(blk[off["ql"]+64*h+32*(t&1)+l]>>(4*(t>>1)))&15 | int32(blk[off["qh"]+32*h+l]>>(2*t)&3)<<4
+			si += int32(int8(blk[off["scales"]+8*h+2*t+l/16])) * (q - 32) * int32(xq[v])
+		}
+		return float32(h16(off["d"]) * xd * float32(si))
+	}
+	return float32(float32(si) * (h16(off["d"]) * xd))
+}
+
+// A row of one block comes out of matvec_q8 as kernels/cpu's Go loops
+// compute its term, bit for bit: the same codes, integer dot product and
+// rounded scale products (the device's warp sum adds zeros to it).
+func TestQuantMatVecTermsMatchGo(t *testing.T) {
+	gpu, _ := newFakeBackend(t, Options{})
+	r := rand.New(rand.NewPCG(35, 10))
+	for i := range tensor.Formats {
+		f := &tensor.Formats[i]
+		const n, rows = 5, 11
+		cols := f.Block
+		q := quantWeight(r, f, rows, cols)
+		x := q8Inputs(r, n, cols)
+		w, err := gpu.Upload(tensor.Mat{DType: f.DType, Rows: rows, Cols: cols, Q: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		xb, out := gpu.Alloc(len(x)), gpu.Alloc(n*rows)
+		gpu.Write(xb, x)
+		gpu.MatMul(out, xb, n, w)
+		got := make([]float32, n*rows)
+		gpu.Read(got, out)
+		if err := gpu.Err(); err != nil {
+			t.Fatal(err)
+		}
+		qs, d, sums := cpuQ8(x, q8Group(f.DType))
+		for j := range n {
+			var s []int32
+			if sums != nil {
+				s = sums[16*j : 16*j+16]
+			}
+			for r := range rows {
+				want := goTerm(f, q[r*f.Bytes:(r+1)*f.Bytes], qs[j*cols:(j+1)*cols], d[j], s)
+				if g := got[j*rows+r]; g != want {
+					t.Errorf("%s: input %d row %d: %g (%#x), the Go loops' %g (%#x)", f.Name, j, r, g, math.Float32bits(g), want, math.Float32bits(want))
+				}
+			}
+		}
+	}
+}
