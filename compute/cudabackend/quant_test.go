@@ -43,7 +43,7 @@ func quantWeight(r *rand.Rand, f *tensor.QuantFormat, rows, cols int) []byte {
 // quantRef returns x (n rows of cols) times the dequantized w (rows x
 // cols, tensor.DequantizeRow) transposed in float64, and each output's sum
 // of |w x|, the scale of its rounding error.
-func quantRef(t *testing.T, dt tensor.DType, w []byte, x []float32, n, rows, cols int) (ref, mag []float64) {
+func quantRef(t testing.TB, dt tensor.DType, w []byte, x []float32, n, rows, cols int) (ref, mag []float64) {
 	t.Helper()
 	rb, _ := dt.RowBytes(cols)
 	wf := make([]float32, cols)
