@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
-	"github.com/kakeya-ai/kakeya/tensor"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // reportContexts are the contexts of the attention and throughput rows.
