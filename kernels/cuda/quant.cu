@@ -244,6 +244,10 @@ KK_DEVICE void kk_quant_x_q8_k(kk_i8 *__restrict__ qs, float *__restrict__ d, in
 		d[b] = amax != 0.0f ? 1.0f / iscale : 0.0f;
 }
 
+static_assert(KK_Q_Q4_K_BYTES % 16 == 0 && KK_Q_Q4_K_QS % 16 == 0 && KK_Q_Q5_K_BYTES % 16 == 0 &&
+                  KK_Q_Q5_K_QS % 16 == 0 && KK_Q_Q5_K_QH % 16 == 0,
+              "kk_q8_codes reads Q4_K and Q5_K codes 16 bytes at a time");
+
 // kk_bsub4 subtracts s (at most 32) from each of v's four bytes (each at
 // most 127), giving signed bytes, with no borrow between them.
 KK_DEVICE kk_u32 kk_bsub4(kk_u32 v, kk_u32 s) { return ((v | 0x80808080u) - s * 0x01010101u) ^ 0x80808080u; }
@@ -303,11 +307,24 @@ KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d,
 		}
 		d = kk_qh16(b + D);
 		dmin = kk_qh16(b + DMIN);
-		kk_q_load<8, 4>(b + QS + 32 * (s >> 1), c);
+		// Blocks of 144 and 176 bytes, codes and qh at multiples of 16 from
+		// a 256-byte aligned weight: 16-byte loads.
+		kk_u32x4 v0 = kk_ldw16(b + QS + 32 * (s >> 1)), v1 = kk_ldw16(b + QS + 32 * (s >> 1) + 16);
 		int shift = (s & 1) * 4;
 		kk_u32 qh[8];
-		if (QT == KK_Q_Q5_K)
-			kk_q_load<8, 4>(b + KK_Q_Q5_K_QH, qh);
+		if (QT == KK_Q_Q5_K) {
+			kk_u32x4 h0 = kk_ldw16(b + KK_Q_Q5_K_QH), h1 = kk_ldw16(b + KK_Q_Q5_K_QH + 16);
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				qh[k] = h0[k];
+				qh[k + 4] = h1[k];
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			c[k] = v0[k];
+			c[k + 4] = v1[k];
+		}
 #pragma unroll
 		for (int k = 0; k < 8; k++) {
 			c[k] = c[k] >> shift & 0x0f0f0f0fu;
@@ -368,8 +385,9 @@ KK_DEVICE void kk_matvec_q8(float *__restrict__ out, const kk_i8 *__restrict__ q
 		for (int j = 0; j < KK_MAXN; j++) {
 			if (j >= n)
 				continue; // n is the same for every lane: a uniform branch
-			const kk_u32x4 *xp = (const kk_u32x4 *)(qx + (long long)j * cols + 32 * uu);
-			kk_u32x4 x0 = xp[0], x1 = xp[1];
+			// 16-byte loads: the scratch is 256-byte aligned, rows whole units.
+			const kk_i8 *xp = qx + (long long)j * cols + 32 * uu;
+			kk_u32x4 x0 = kk_ldw16(xp), x1 = kk_ldw16(xp + 16);
 			int d0 = 0, d1 = 0;
 #pragma unroll
 			for (int k = 0; k < 4; k++) {
