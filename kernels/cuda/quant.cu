@@ -260,6 +260,10 @@ KK_DEVICE kk_u32 kk_spread4(kk_u32 h) { return ((h & 15u) * 0x00204081u) & 0x010
 // dmin) the block's f16 scales; sc0 the integer scale of the unit (Q6_K:
 // of its first 16 values, sc1 of the last 16); m Q4_K's and Q5_K's 6-bit
 // min.
+// kk_q8_h16 reads an f16 field of a block: every block and field of the
+// quantized formats is 2-byte aligned (even sizes and offsets).
+KK_DEVICE float kk_q8_h16(const unsigned char *p) { return kk_f16_cvt(*(const kk_u16 *)p); }
+
 template <int QT>
 KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d, float &dmin, int &sc0, int &sc1,
                            int &m) {
@@ -270,10 +274,10 @@ KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d,
 	sc0 = sc1 = 1;
 	m = 0;
 	if (QT == KK_Q_Q8_0) {
-		d = kk_qh16(b + KK_Q_Q8_0_D);
+		d = kk_q8_h16(b + KK_Q_Q8_0_D);
 		kk_q_load<8, 2>(b + KK_Q_Q8_0_QS, c);
 	} else if (QT == KK_Q_Q4_0) {
-		d = kk_qh16(b + KK_Q_Q4_0_D);
+		d = kk_q8_h16(b + KK_Q_Q4_0_D);
 		kk_u32 qs[4];
 		kk_q_load<4, 2>(b + KK_Q_Q4_0_QS, qs);
 #pragma unroll
@@ -282,7 +286,7 @@ KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d,
 			c[k + 4] = kk_bsub4(qs[k] >> 4 & 0x0f0f0f0fu, 8);
 		}
 	} else if (QT == KK_Q_Q5_0) {
-		d = kk_qh16(b + KK_Q_Q5_0_D);
+		d = kk_q8_h16(b + KK_Q_Q5_0_D);
 		const kk_u16 *h = (const kk_u16 *)(b + KK_Q_Q5_0_QH);
 		kk_u32 qh = (kk_u32)h[0] | (kk_u32)h[1] << 16; // bit v: value v's fifth bit
 		kk_u32 qs[4];
@@ -305,8 +309,8 @@ KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d,
 			sc0 = (q[s + 4] & 15) | (q[s - 4] >> 6) << 4;
 			m = (q[s + 4] >> 4) | (q[s] >> 6) << 4;
 		}
-		d = kk_qh16(b + D);
-		dmin = kk_qh16(b + DMIN);
+		d = kk_q8_h16(b + D);
+		dmin = kk_q8_h16(b + DMIN);
 		// Blocks of 144 and 176 bytes, codes and qh at multiples of 16 from
 		// a 256-byte aligned weight: 16-byte loads.
 		kk_u32x4 v0 = kk_ldw16(b + QS + 32 * (s >> 1)), v1 = kk_ldw16(b + QS + 32 * (s >> 1) + 16);
@@ -338,7 +342,7 @@ KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d,
 		kk_q_load<8, 2>(b + KK_Q_Q6_K_QL + 64 * half + 32 * (t & 1), ql);
 		kk_q_load<8, 2>(b + KK_Q_Q6_K_QH + 32 * half, qh);
 		const unsigned char *sc = b + KK_Q_Q6_K_SCALES + 8 * half + 2 * t;
-		d = kk_qh16(b + KK_Q_Q6_K_D);
+		d = kk_q8_h16(b + KK_Q_Q6_K_D);
 		sc0 = (signed char)sc[0];
 		sc1 = (signed char)sc[1];
 		int shift = (t >> 1) * 4;
