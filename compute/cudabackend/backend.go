@@ -95,9 +95,15 @@ type Backend struct {
 	qwide      Ptr
 	qwideBytes int
 	// qx holds decode's activations quantized to 8 bits for matvec_q8
-	// (quant.go), qxBytes bytes.
+	// (quant.go), qxBytes bytes; qxOf says which, valid while gen is
+	// qxGen. gen changes with every launch queued or made and every
+	// write of device memory from the host, so that an unchanged gen
+	// means no buffer has changed.
 	qx      Ptr
 	qxBytes int
+	qxOf    qxKey
+	qxGen   uint64
+	gen     uint64
 
 	queue  []Launch  // launches not yet given to the driver
 	writes []kvWrite // block-store writes not yet launched
@@ -411,6 +417,7 @@ func (b *Backend) Alloc(n int) compute.Buffer {
 		return compute.Buffer{Mem: m, Len: n}
 	}
 	b.flush()
+	b.gen++
 	b.fail(b.drv.zero(m.ptr, max(4*n, 4)))
 	return compute.Buffer{Mem: m, Len: n}
 }
@@ -497,6 +504,7 @@ func (b *Backend) Write(dst compute.Buffer, src []float32) {
 		return
 	}
 	b.flush()
+	b.gen++
 	b.fail(b.drv.copyIn(ptr(dst), bytesOf(src)))
 }
 
@@ -532,6 +540,7 @@ func (b *Backend) read(dst []float32, p Ptr) {
 // blocks): it ends the run of launches a graph may replay. Called with mu
 // held.
 func (b *Backend) enqueue(l Launch, dynamic bool) {
+	b.gen++
 	if b.err != nil {
 		return
 	}
@@ -558,6 +567,9 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 // Options.Sync each launch goes alone and is waited for, and a failure
 // names the kernel. Called with mu held.
 func (b *Backend) launch(ls []Launch, graphs bool) error {
+	if !graphs {
+		b.gen++ // a launch not queued (a queued run counted at enqueue)
+	}
 	switch {
 	case !b.sync && graphs && b.graphs != nil:
 		return b.graphs.run(b.drv, ls)
@@ -580,6 +592,7 @@ func (b *Backend) launch(ls []Launch, graphs bool) error {
 // sgemm runs cuBLAS's GEMM (see gemmer.sgemm), waited for with
 // Options.Sync. Called with mu held.
 func (b *Backend) sgemm(out, x, w Ptr, n, rows, cols, ldc int) error {
+	b.gen++ // out changes outside the launch queue
 	err := b.gemm.sgemm(out, x, w, n, rows, cols, ldc, b.tf32)
 	if err == nil && b.sync {
 		if err = b.drv.sync(); err != nil {

@@ -107,9 +107,10 @@ func quantMatVecLaunch(dt tensor.DType, out, qs, d, sums, w Ptr, n, rows, cols i
 
 // quantMatVec sets out to x (n <= quantSplitRows rows) times the quantized
 // w transposed as the CPU backend computes it: x quantized to 8 bits per
-// group once (quant_x, into a scratch sized for quantSplitRows rows), then
-// matvec_q8 maxMatVecRows rows a launch, each reading the blocks once.
-// Called with mu held.
+// group once (quant_x, into a scratch sized for quantSplitRows rows; not
+// again for the next product of the same x while no launch or write came
+// between), then matvec_q8 maxMatVecRows rows a launch, each reading the
+// blocks once. Called with mu held.
 func (b *Backend) quantMatVec(out, x Ptr, n int, w *weight) error {
 	_, _, need := q8Layout(w.dt, quantSplitRows, w.cols)
 	if b.qxBytes < need {
@@ -125,13 +126,28 @@ func (b *Backend) quantMatVec(out, x Ptr, n int, w *weight) error {
 	}
 	d, sums, _ := q8Layout(w.dt, n, w.cols)
 	qs, dp, sp := b.qx, b.qx+Ptr(d), b.qx+Ptr(sums)
-	b.enqueue(quantXLaunch(w.dt, qs, dp, sp, x, n, w.cols), false)
 	g := q8Group(w.dt)
+	key := qxKey{x: x, scratch: b.qx, n: n, cols: w.cols, group: g}
+	// Products of one x (q, k and v; gate and up) share its
+	// quantization while nothing has run or been written since.
+	if b.qxOf != key || b.qxGen != b.gen || b.holding || len(b.writes) > 0 {
+		b.enqueue(quantXLaunch(w.dt, qs, dp, sp, x, n, w.cols), false)
+	}
 	for i := 0; i < n; i += maxMatVecRows {
 		k := min(maxMatVecRows, n-i)
 		b.enqueue(quantMatVecLaunch(w.dt, out+Ptr(4*i*w.rows), qs+Ptr(i*w.cols), dp+Ptr(4*i*w.cols/g), sp+Ptr(4*i*w.cols/16), w.mem.ptr, k, w.rows, w.cols), false)
 	}
+	// matvec_q8 writes out alone, which MatMul's contract keeps apart
+	// from x.
+	b.qxOf, b.qxGen = key, b.gen
 	return b.err
+}
+
+// qxKey names what the quantized-activation scratch holds: n rows of
+// cols values at x, in groups of group, in the scratch at scratch.
+type qxKey struct {
+	x, scratch     Ptr
+	n, cols, group int
 }
 
 // quantMatMulLaunch sets out (n rows of rows values) to x (n rows of

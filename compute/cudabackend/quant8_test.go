@@ -400,3 +400,78 @@ func TestQuantMatVecTermsMatchGo(t *testing.T) {
 		}
 	}
 }
+
+// Consecutive products of one x share its quantization (one quant_x for
+// two matvec_q8 launches); a host write of x, a kernel that writes it, or
+// another x between them makes the next product quantize again, and every
+// result is the one a lone product gives.
+func TestQuantXShared(t *testing.T) {
+	gpu, fd := newFakeBackend(t, Options{})
+	r := rand.New(rand.NewPCG(35, 11))
+	const rows, cols = 9, 512
+	var ws []compute.Weight
+	var qs [][]byte
+	for range 2 {
+		q := quantWeight(r, tensor.Q4_K.Format(), rows, cols)
+		w, err := gpu.Upload(tensor.Mat{DType: tensor.Q4_K, Rows: rows, Cols: cols, Q: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, qs = append(ws, w), append(qs, q)
+	}
+	x1, x2 := q8Inputs(r, 1, cols), q8Inputs(r, 1, cols)
+	xb, yb, out := gpu.Alloc(cols), gpu.Alloc(cols), gpu.Alloc(rows)
+	gpu.Write(yb, x2)
+	// want returns a lone product of x by weight i (a fresh backend).
+	lone, _ := newFakeBackend(t, Options{})
+	want := func(i int, x []float32) []float32 {
+		w, err := lone.Upload(tensor.Mat{DType: tensor.Q4_K, Rows: rows, Cols: cols, Q: qs[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		xl, ol := lone.Alloc(cols), lone.Alloc(rows)
+		lone.Write(xl, x)
+		lone.MatMul(ol, xl, 1, w)
+		got := make([]float32, rows)
+		lone.Read(got, ol)
+		return got
+	}
+	check := func(step string, i int, x []float32, quants int) {
+		t.Helper()
+		count := func() (n int) {
+			for _, k := range fd.launched {
+				if k == "quant_x_q8_k" {
+					n++
+				}
+			}
+			return n
+		}
+		n0 := count()
+		gpu.MatMul(out, xb, 1, ws[i])
+		got := make([]float32, rows)
+		gpu.Read(got, out)
+		if err := gpu.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if n := count() - n0; n != quants {
+			t.Errorf("%s: %d quant_x launches, want %d", step, n, quants)
+		}
+		for k, v := range want(i, x) {
+			if got[k] != v {
+				t.Fatalf("%s: out[%d] = %g, a lone product's %g", step, k, got[k], v)
+			}
+		}
+	}
+	gpu.Write(xb, x1)
+	check("first product", 0, x1, 1)
+	check("same x, next weight", 1, x1, 0)
+	gpu.Write(xb, x2)
+	check("after a host write of x", 0, x2, 1)
+	check("same x again", 1, x2, 0)
+	gpu.Add(xb, yb) // x2 + x2 in place, by a kernel
+	sum := make([]float32, cols)
+	for c := range sum {
+		sum[c] = x2[c] + x2[c]
+	}
+	check("after a kernel wrote x", 0, sum, 1)
+}
