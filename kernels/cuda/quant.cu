@@ -256,7 +256,8 @@ KK_DEVICE kk_u32 kk_bsub4(kk_u32 v, kk_u32 s) { return ((v | 0x80808080u) - s * 
 KK_DEVICE kk_u32 kk_spread4(kk_u32 h) { return ((h & 15u) * 0x00204081u) & 0x01010101u; }
 
 // kk_q8_codes reads unit u of a row as the CPU's integer dot products see
-// it: c holds its 32 signed codes (value k in byte k%4 of c[k/4]); d (and
+// it: c holds its 32 signed codes (value k in byte k%4 of c[k/4]; Q6_K's
+// without their offset of 32, which matvec_q8 subtracts through x's sums); d (and
 // dmin) the block's f16 scales; sc0 the integer scale of the unit (Q6_K:
 // of its first 16 values, sc1 of the last 16); m Q4_K's and Q5_K's 6-bit
 // min.
@@ -346,9 +347,11 @@ KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d,
 		sc0 = (signed char)sc[0];
 		sc1 = (signed char)sc[1];
 		int shift = (t >> 1) * 4;
+		// The codes as stored, 0..63: matvec_q8 takes the offset of 32 off
+		// the dot product through x's sums of 16.
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			c[k] = kk_bsub4((ql[k] >> shift & 0x0f0f0f0fu) | (qh[k] >> 2 * t & 0x03030303u) << 4, 32);
+			c[k] = (ql[k] >> shift & 0x0f0f0f0fu) | (qh[k] >> 2 * t & 0x03030303u) << 4;
 	}
 }
 
@@ -403,10 +406,17 @@ KK_DEVICE void kk_matvec_q8(float *__restrict__ out, const kk_i8 *__restrict__ q
 					acc[j] += kk_mul_rn((float)(d0 + d1), kk_mul_rn(d, dx[(long long)j * units + u]));
 				continue;
 			}
-			int is = QT == KK_Q_Q6_K ? sc0 * d0 + sc1 * d1 : sc0 * (d0 + d1), im = 0;
-			if (QT != KK_Q_Q6_K && ok) {
+			int is = 0, im = 0;
+			if (ok) {
 				const int *bs = bsums + (long long)j * (cols / 16) + 2 * u;
-				im = m * (bs[0] + bs[1]);
+				if (QT == KK_Q_Q6_K) {
+					// sum (q - 32) x = sum q x - 32 sum x, per 16 values:
+					// the same integer as the CPU's.
+					is = sc0 * (d0 - 32 * bs[0]) + sc1 * (d1 - 32 * bs[1]);
+				} else {
+					is = sc0 * (d0 + d1);
+					im = m * (bs[0] + bs[1]);
+				}
 			}
 #pragma unroll
 			for (int o = 1; o < 8; o <<= 1) {
