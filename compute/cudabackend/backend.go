@@ -94,6 +94,16 @@ type Backend struct {
 	// 16-bit GEMMs (quant.go), qwideBytes bytes.
 	qwide      Ptr
 	qwideBytes int
+	// qx holds decode's activations quantized to 8 bits for matvec_q8
+	// (quant.go), qxBytes bytes; qxOf says which, valid while gen is
+	// qxGen. gen changes with every launch queued or made and every
+	// write of device memory from the host, so that an unchanged gen
+	// means no buffer has changed.
+	qx      Ptr
+	qxBytes int
+	qxOf    qxKey
+	qxGen   uint64
+	gen     uint64
 
 	queue  []Launch  // launches not yet given to the driver
 	writes []kvWrite // block-store writes not yet launched
@@ -407,6 +417,7 @@ func (b *Backend) Alloc(n int) compute.Buffer {
 		return compute.Buffer{Mem: m, Len: n}
 	}
 	b.flush()
+	b.gen++
 	b.fail(b.drv.zero(m.ptr, max(4*n, 4)))
 	return compute.Buffer{Mem: m, Len: n}
 }
@@ -493,6 +504,7 @@ func (b *Backend) Write(dst compute.Buffer, src []float32) {
 		return
 	}
 	b.flush()
+	b.gen++
 	b.fail(b.drv.copyIn(ptr(dst), bytesOf(src)))
 }
 
@@ -528,6 +540,7 @@ func (b *Backend) read(dst []float32, p Ptr) {
 // blocks): it ends the run of launches a graph may replay. Called with mu
 // held.
 func (b *Backend) enqueue(l Launch, dynamic bool) {
+	b.gen++
 	if b.err != nil {
 		return
 	}
@@ -554,6 +567,9 @@ func (b *Backend) enqueue(l Launch, dynamic bool) {
 // Options.Sync each launch goes alone and is waited for, and a failure
 // names the kernel. Called with mu held.
 func (b *Backend) launch(ls []Launch, graphs bool) error {
+	if !graphs {
+		b.gen++ // a launch not queued (a queued run counted at enqueue)
+	}
 	switch {
 	case !b.sync && graphs && b.graphs != nil:
 		return b.graphs.run(b.drv, ls)
@@ -576,6 +592,7 @@ func (b *Backend) launch(ls []Launch, graphs bool) error {
 // sgemm runs cuBLAS's GEMM (see gemmer.sgemm), waited for with
 // Options.Sync. Called with mu held.
 func (b *Backend) sgemm(out, x, w Ptr, n, rows, cols, ldc int) error {
+	b.gen++ // out changes outside the launch queue
 	err := b.gemm.sgemm(out, x, w, n, rows, cols, ldc, b.tf32)
 	if err == nil && b.sync {
 		if err = b.drv.sync(); err != nil {
@@ -703,16 +720,13 @@ func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 		return
 	}
 	if wt.dt.Quantized() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
 		if n <= quantSplitRows {
-			for i := 0; i < n; i += maxMatVecRows {
-				k := min(maxMatVecRows, n-i)
-				b.op(quantMatVecLaunch(wt.dt, ptr(out)+Ptr(4*i*wt.rows), ptr(x)+Ptr(4*i*wt.cols), wt.mem.ptr, k, wt.rows, wt.cols), false)
-			}
+			b.fail(b.quantMatVec(ptr(out), ptr(x), n, wt))
 			return
 		}
-		b.mu.Lock()
 		b.fail(b.quantMatMul(ptr(out), ptr(x), n, wt))
-		b.mu.Unlock()
 		return
 	}
 	if n <= maxMatVecRows {

@@ -854,8 +854,8 @@ func sampleLaunches() []Launch {
 			normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, maxMatVecRows, 152064, 8192), normMatVecLaunch(dt, 0, 0, 0, 1e-6, 0, 1, 1, 1))
 	}
 	for _, f := range tensor.Formats { // quant.go
-		ls = append(ls, quantEmbedLaunch(f.DType, 0, 0, 0, 512, 8192), quantMatVecLaunch(f.DType, 0, 0, 0, maxMatVecRows, 151936, 8192),
-			quantMatVecLaunch(f.DType, 0, 0, 0, 1, 1, f.Block), quantMatMulLaunch(f.DType, 0, 0, 0, 4096, 8192, 8192),
+		ls = append(ls, quantEmbedLaunch(f.DType, 0, 0, 0, 512, 8192), quantMatVecLaunch(f.DType, 0, 0, 0, 0, 0, maxMatVecRows, 151936, 8192),
+			quantMatVecLaunch(f.DType, 0, 0, 0, 0, 0, 1, 1, f.Block), quantXLaunch(f.DType, 0, 0, 0, 0, quantSplitRows, 18944), quantXLaunch(f.DType, 0, 0, 0, 0, 1, f.Block), quantMatMulLaunch(f.DType, 0, 0, 0, 4096, 8192, 8192),
 			dequantLaunch(f.DType, 0, 0, 18944, 3584))
 	}
 	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), rmsNormAddLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),

@@ -24,6 +24,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // reportContexts are the contexts of the attention and throughput rows.
@@ -181,6 +182,21 @@ func TestReportThroughput(t *testing.T) {
 func TestReportQuant(t *testing.T) {
 	r := newReporter(t, os.Stdout)
 	quantRows(r, "quant", goldenShared(t, goldenCases), openGPU(t, Options{MatMul: "f32"}), []string{"q8_0", "q4_k"}, 64)
+}
+
+// Decode's quantized products (quant_x and matvec_q8) at the feed-forward
+// shapes of Qwen2.5 0.5B and 7B, Q4_K, Q6_K and Q8_0 (the Q4_K_M mix and
+// Q8_0), one and 8 rows, with their bandwidth beside the device's.
+func TestReportQuantKernels(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	b := openGPU(t, Options{NoGraphs: true})
+	for _, name := range []string{"qwen2.5-0.5b", "qwen2.5-7b"} {
+		(&kernelBench{r: r, b: b, shape: name, spec: testmodel.Presets[name], timing: 50 * time.Millisecond}).quantMatVec(
+			[]tensor.DType{tensor.Q4_K, tensor.Q6_K, tensor.Q8_0}, []int{1, 8})
+	}
+	if err := b.Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Prefill and decode tokens/s of the checkpoint quantized on load to q4_k

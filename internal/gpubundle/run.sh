@@ -23,7 +23,9 @@
 #   generate         gpu     30  kakeya-run --device cuda = --device cpu, byte for byte
 #   kernels          gpu     80  every kernel at Qwen2.5 0.5B/1.5B/7B shapes vs references
 #   gemm             gpu     40  16-bit GEMMs at 0.5B/7B shapes, 16-2048 rows: mma kernel vs cuBLAS, vs the model
-#   quant            gpu     30  ref-qwen2-6m quantized on load (q8_0, q4_k) vs the float64 reference
+#   quant            gpu     30  ref-qwen2-6m quantized on load (q8_0, q4_k) vs the CPU and the float64 reference
+#   quant-kernels    gpu     30  decode's quantized products (quant_x + matvec_q8, dp4a) at 0.5B/7B FFN shapes,
+#                                Q4_K/Q6_K/Q8_0, 1 and 8 rows: time and GB/s vs the peak
 #   model-0.5b       cpu     40  writes the seeded Qwen2.5-0.5B-shaped checkpoint
 #   throughput-0.5b  gpu     60  prefill/decode tok/s, plain/int8/kakeya/kakeya-pc, ctx 512/2048/8192
 #   launches-0.5b    gpu     30  driver calls per decode step: one graph per step, fusions and graphs on and off
@@ -468,6 +470,7 @@ step generate gpu 30 bash "$SELF" __step generate
 step kernels gpu 80 bash -c 'gotest TestReportKernels'
 step gemm gpu 40 bash -c 'gotest TestReportGEMM'
 step quant gpu 30 bash -c 'gotest TestReportQuant'
+step quant-kernels gpu 30 bash -c 'gotest TestReportQuantKernels'
 step model-0.5b cpu 40 bash "$SELF" __step model-0.5b
 withmodel 0.5b throughput-0.5b gpu 60 bash -c 'gotest TestReportThroughput'
 withmodel 0.5b launches-0.5b gpu 30 bash -c 'gotest TestReportLaunches'

@@ -194,6 +194,36 @@ KK_DEVICE void kk_mma_tf32(float d[4], const kk_u32 a[4], const kk_u32 b[2]) {
 }
 #endif
 
+// kk_dp4a returns c plus the dot product of a's and b's four signed bytes
+// (dp4a.s32.s32: one instruction on sm_61 and later; clang-16 without the
+// CUDA headers has no __dp4a, so it is inline PTX), and the same integer
+// sum in the emulator.
+#ifdef KK_EMU
+KK_DEVICE int kk_dp4a(int a, int b, int c) {
+	for (int k = 0; k < 32; k += 8)
+		c += (int)(signed char)(a >> k) * (int)(signed char)(b >> k);
+	return c;
+}
+#else
+KK_DEVICE int kk_dp4a(int a, int b, int c) {
+	int d;
+	asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+	return d;
+}
+#endif
+
+// kk_f16_cvt widens an IEEE half exactly, as kk_f16 does, in one
+// instruction on the device (cvt.f32.f16) and by kk_f16 in the emulator.
+#ifdef KK_EMU
+#define kk_f16_cvt(h) kk_f16(h)
+#else
+KK_DEVICE float kk_f16_cvt(kk_u16 h) {
+	float f;
+	asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+	return f;
+}
+#endif
+
 // kk_tf32 returns the bits of x rounded to tf32 (10 fraction bits, to
 // nearest, ties away from zero, as cvt.rna.tf32.f32), the low 13 zero:
 // an integer add and mask, the same on the device and in the emulator.
