@@ -152,20 +152,24 @@ func TestQuantXMatchesCPU(t *testing.T) {
 	}
 }
 
-// cpuMatMul returns x (n rows of cols) times the quantized w (rows x cols)
-// transposed on the CPU backend, whose quantized kernels quantize x to 8
-// bits per group and multiply in integers.
-func cpuMatMul(t *testing.T, cpu compute.Backend, dt tensor.DType, q []byte, x []float32, n, rows, cols int) []float32 {
+// quantProduct returns x (n rows of cols) times the quantized w (rows x
+// cols, blocks q) transposed, as backend b computes it (the CPU backend's
+// quantized kernels quantize x to 8 bits per group and multiply in
+// integers), failing t on an upload or a recorded backend error.
+func quantProduct(t *testing.T, b compute.Backend, dt tensor.DType, q []byte, x []float32, n, rows, cols int) []float32 {
 	t.Helper()
-	w, err := cpu.Upload(tensor.Mat{DType: dt, Rows: rows, Cols: cols, Q: q})
+	w, err := b.Upload(tensor.Mat{DType: dt, Rows: rows, Cols: cols, Q: q})
 	if err != nil {
 		t.Fatal(err)
 	}
-	xb, out := cpu.Alloc(len(x)), cpu.Alloc(n*rows)
-	cpu.Write(xb, x)
-	cpu.MatMul(out, xb, n, w)
+	xb, out := b.Alloc(len(x)), b.Alloc(n*rows)
+	b.Write(xb, x)
+	b.MatMul(out, xb, n, w)
 	got := make([]float32, n*rows)
-	cpu.Read(got, out)
+	b.Read(got, out)
+	if err := b.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return got
 }
 
@@ -261,19 +265,8 @@ func TestQuantMatVecMatchesCPU(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/n%d/%dx%d", f.Name, tc.n, tc.rows, tc.cols), func(t *testing.T) {
 				q := quantWeight(r, f, tc.rows, tc.cols)
 				x := q8Inputs(r, tc.n, tc.cols)
-				w, err := gpu.Upload(tensor.Mat{DType: f.DType, Rows: tc.rows, Cols: tc.cols, Q: q})
-				if err != nil {
-					t.Fatal(err)
-				}
-				xb, out := gpu.Alloc(len(x)), gpu.Alloc(tc.n*tc.rows)
-				gpu.Write(xb, x)
-				gpu.MatMul(out, xb, tc.n, w)
-				got := make([]float32, tc.n*tc.rows)
-				gpu.Read(got, out)
-				if err := gpu.Err(); err != nil {
-					t.Fatal(err)
-				}
-				want := cpuMatMul(t, cpu, f.DType, q, x, tc.n, tc.rows, tc.cols)
+				got := quantProduct(t, gpu, f.DType, q, x, tc.n, tc.rows, tc.cols)
+				want := quantProduct(t, cpu, f.DType, q, x, tc.n, tc.rows, tc.cols)
 				mag, quant := q8Mag(t, f.DType, q, x, tc.n, tc.rows, tc.cols)
 				exact, emag := quantRef(t, f.DType, q, x, tc.n, tc.rows, tc.cols)
 				nb := tc.cols / f.Block
@@ -373,18 +366,7 @@ func TestQuantMatVecTermsMatchGo(t *testing.T) {
 		cols := f.Block
 		q := quantWeight(r, f, rows, cols)
 		x := q8Inputs(r, n, cols)
-		w, err := gpu.Upload(tensor.Mat{DType: f.DType, Rows: rows, Cols: cols, Q: q})
-		if err != nil {
-			t.Fatal(err)
-		}
-		xb, out := gpu.Alloc(len(x)), gpu.Alloc(n*rows)
-		gpu.Write(xb, x)
-		gpu.MatMul(out, xb, n, w)
-		got := make([]float32, n*rows)
-		gpu.Read(got, out)
-		if err := gpu.Err(); err != nil {
-			t.Fatal(err)
-		}
+		got := quantProduct(t, gpu, f.DType, q, x, n, rows, cols)
 		qs, d, sums := cpuQ8(x, q8Group(f.DType))
 		for j := range n {
 			var s []int32
@@ -425,16 +407,7 @@ func TestQuantXShared(t *testing.T) {
 	// want returns a lone product of x by weight i (a fresh backend).
 	lone, _ := newFakeBackend(t, Options{})
 	want := func(i int, x []float32) []float32 {
-		w, err := lone.Upload(tensor.Mat{DType: tensor.Q4_K, Rows: rows, Cols: cols, Q: qs[i]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		xl, ol := lone.Alloc(cols), lone.Alloc(rows)
-		lone.Write(xl, x)
-		lone.MatMul(ol, xl, 1, w)
-		got := make([]float32, rows)
-		lone.Read(got, ol)
-		return got
+		return quantProduct(t, lone, tensor.Q4_K, qs[i], x, 1, rows, cols)
 	}
 	check := func(step string, i int, x []float32, quants int) {
 		t.Helper()

@@ -104,19 +104,7 @@ func TestQuantMatMulMatchesFloat64(t *testing.T) {
 						}
 						bc.tol = 0.02 // 8-bit activations
 					}
-					gpu := bc.gpu
-					w, err := gpu.Upload(tensor.Mat{DType: f.DType, Rows: tc.rows, Cols: cols, Q: q})
-					if err != nil {
-						t.Fatal(err)
-					}
-					xb, out := gpu.Alloc(len(x)), gpu.Alloc(tc.n*tc.rows)
-					gpu.Write(xb, x)
-					gpu.MatMul(out, xb, tc.n, w)
-					got := make([]float32, tc.n*tc.rows)
-					gpu.Read(got, out)
-					if err := gpu.Err(); err != nil {
-						t.Fatal(err)
-					}
+					got := quantProduct(t, bc.gpu, f.DType, q, x, tc.n, tc.rows, cols)
 					for i := range got {
 						if d := math.Abs(float64(got[i]) - ref[i]); !(d <= bc.tol*mag[i]+1e-30) {
 							t.Fatalf("%s: out[%d] = %g, float64 reference %g (|error| %.3g, sum |w x| %.3g)", bc.name, i, got[i], ref[i], d, mag[i])
