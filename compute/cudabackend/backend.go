@@ -377,6 +377,27 @@ func (b *Backend) freeLater(p Ptr) {
 	b.freedMu.Unlock()
 }
 
+// growScratch makes the scratch buffer *p, of *size bytes, hold at
+// least need bytes: a smaller one is replaced by a new allocation of
+// need bytes, the old one freed at the next idle point (queued work may
+// still read it). On an allocation error *p and *size are 0. Called with
+// mu held.
+func (b *Backend) growScratch(p *Ptr, size *int, need int) error {
+	if *size >= need {
+		return nil
+	}
+	if *p != 0 {
+		b.freeLater(*p)
+	}
+	*p, *size = 0, 0
+	q, err := b.allocRaw(need)
+	if err != nil {
+		return err
+	}
+	*p, *size = q, need
+	return nil
+}
+
 // freePending frees what freeLater queued. Called with mu held and the
 // stream idle.
 func (b *Backend) freePending() {

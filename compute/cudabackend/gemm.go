@@ -139,16 +139,8 @@ func (b *Backend) matMul16(out, x Ptr, n int, w *weight) error {
 		return b.err
 	}
 	g := &b.g16
-	if need := 2 * n * w.cols; g.actBytes < need {
-		if g.act != 0 {
-			b.freeLater(g.act) // queued work may still read it
-		}
-		g.act, g.actBytes = 0, 0
-		p, err := b.allocRaw(need)
-		if err != nil {
-			return fmt.Errorf("cuda: 16-bit activations of %d x %d: %w", n, w.cols, err)
-		}
-		g.act, g.actBytes = p, need
+	if err := b.growScratch(&g.act, &g.actBytes, 2*n*w.cols); err != nil {
+		return fmt.Errorf("cuda: 16-bit activations of %d x %d: %w", n, w.cols, err)
 	}
 	var scale Ptr
 	if w.dt == tensor.F16 {

@@ -113,16 +113,8 @@ func quantMatVecLaunch(dt tensor.DType, out, qs, d, sums, w Ptr, n, rows, cols i
 // blocks once. Called with mu held.
 func (b *Backend) quantMatVec(out, x Ptr, n int, w *weight) error {
 	_, _, need := q8Layout(w.dt, quantSplitRows, w.cols)
-	if b.qxBytes < need {
-		if b.qx != 0 {
-			b.freeLater(b.qx) // queued work may still read it
-		}
-		b.qx, b.qxBytes = 0, 0
-		p, err := b.allocRaw(need)
-		if err != nil {
-			return fmt.Errorf("cuda: 8-bit activations of %d columns: %w", w.cols, err)
-		}
-		b.qx, b.qxBytes = p, need
+	if err := b.growScratch(&b.qx, &b.qxBytes, need); err != nil {
+		return fmt.Errorf("cuda: 8-bit activations of %d columns: %w", w.cols, err)
 	}
 	d, sums, _ := q8Layout(w.dt, n, w.cols)
 	qs, dp, sp := b.qx, b.qx+Ptr(d), b.qx+Ptr(sums)
@@ -206,16 +198,8 @@ func (b *Backend) quantMatMul(out, x Ptr, n int, w *weight) error {
 		b.enqueue(quantMatMulLaunch(w.dt, out, x, w.mem.ptr, n, w.rows, w.cols), false)
 		return b.err
 	}
-	if b.qwideBytes < bytes {
-		if b.qwide != 0 {
-			b.freeLater(b.qwide) // queued work may still read it
-		}
-		b.qwide, b.qwideBytes = 0, 0
-		p, err := b.allocRaw(bytes)
-		if err != nil {
-			return fmt.Errorf("cuda: bf16 scratch for a %dx%d %v weight: %w", w.rows, w.cols, w.dt, err)
-		}
-		b.qwide, b.qwideBytes = p, bytes
+	if err := b.growScratch(&b.qwide, &b.qwideBytes, bytes); err != nil {
+		return fmt.Errorf("cuda: bf16 scratch for a %dx%d %v weight: %w", w.rows, w.cols, w.dt, err)
 	}
 	b.enqueue(dequantLaunch(w.dt, b.qwide, w.mem.ptr, w.rows, w.cols), false)
 	return b.matMul16(out, x, n, &weight{mem: &memory{ptr: b.qwide, n: bytes / 4}, dt: tensor.BF16, rows: w.rows, cols: w.cols})
