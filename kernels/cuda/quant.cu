@@ -18,9 +18,6 @@
 #include "prelude.cuh"
 #include "qformats.h"
 
-// kk_qh16 reads a little-endian f16 at b (blocks are byte-aligned).
-KK_DEVICE float kk_qh16(const unsigned char *b) { return kk_f16((kk_u16)(b[0] | b[1] << 8)); }
-
 // kk_q_load copies the 4*N bytes at p into r, 4 to a word (little-endian),
 // with loads of A bytes (4 or 2), so that a unit's codes take 8 or 16
 // loads rather than 32. A block's fields keep the alignment its format
@@ -57,91 +54,6 @@ template <int QT> KK_DEVICE constexpr int kk_q_bytes() {
 	       : QT == KK_Q_Q4_K ? KK_Q_Q4_K_BYTES
 	       : QT == KK_Q_Q5_K ? KK_Q_Q5_K_BYTES
 	                         : KK_Q_Q6_K_BYTES;
-}
-
-// kk_q_unit widens unit u of a row (values 32u .. 32u+31) into v.
-template <int QT> KK_DEVICE void kk_q_unit(const unsigned char *row, int u, float *v) {
-	constexpr int per = kk_q_block<QT>() / 32;
-	const unsigned char *b = row + (long long)(u / per) * kk_q_bytes<QT>();
-	int s = u % per;
-	if (QT == KK_Q_Q8_0) {
-		float d = kk_qh16(b + KK_Q_Q8_0_D);
-		kk_u32 qs[8];
-		kk_q_load<8, 2>(b + KK_Q_Q8_0_QS, qs);
-#pragma unroll
-		for (int j = 0; j < 32; j++)
-			v[j] = (float)(signed char)kk_q_byte(qs, j) * d;
-	} else if (QT == KK_Q_Q4_0) {
-		float d = kk_qh16(b + KK_Q_Q4_0_D);
-		kk_u32 qs[4];
-		kk_q_load<4, 2>(b + KK_Q_Q4_0_QS, qs);
-#pragma unroll
-		for (int j = 0; j < 16; j++) {
-			int q = kk_q_byte(qs, j);
-			v[j] = (float)((q & 15) - 8) * d;
-			v[j + 16] = (float)((q >> 4) - 8) * d;
-		}
-	} else if (QT == KK_Q_Q5_0) {
-		float d = kk_qh16(b + KK_Q_Q5_0_D);
-		const unsigned char *h = b + KK_Q_Q5_0_QH;
-		kk_u32 qh = (kk_u32)h[0] | (kk_u32)h[1] << 8 | (kk_u32)h[2] << 16 | (kk_u32)h[3] << 24;
-		kk_u32 qs[4];
-		kk_q_load<4, 2>(b + KK_Q_Q5_0_QS, qs);
-#pragma unroll
-		for (int j = 0; j < 16; j++) {
-			int q = kk_q_byte(qs, j);
-			int h0 = (qh >> j << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
-			v[j] = (float)(((q & 15) | h0) - 16) * d;
-			v[j + 16] = (float)(((q >> 4) | h1) - 16) * d;
-		}
-	} else if (QT == KK_Q_Q4_K || QT == KK_Q_Q5_K) {
-		// Sub-block s: scale/min pair s of the 12 packed bytes
-		// (get_scale_min_k4), the low (even s) or high nibbles of the 32
-		// bytes at 32*(s/2), and for Q5_K bit s of each qh byte.
-		const int D = QT == KK_Q_Q4_K ? KK_Q_Q4_K_D : KK_Q_Q5_K_D;
-		const int DMIN = QT == KK_Q_Q4_K ? KK_Q_Q4_K_DMIN : KK_Q_Q5_K_DMIN;
-		const int SC = QT == KK_Q_Q4_K ? KK_Q_Q4_K_SCALES : KK_Q_Q5_K_SCALES;
-		const int QS = QT == KK_Q_Q4_K ? KK_Q_Q4_K_QS : KK_Q_Q5_K_QS;
-		const unsigned char *q = b + SC;
-		int sc, m;
-		if (s < 4) {
-			sc = q[s] & 63;
-			m = q[s + 4] & 63;
-		} else {
-			sc = (q[s + 4] & 15) | (q[s - 4] >> 6) << 4;
-			m = (q[s + 4] >> 4) | (q[s] >> 6) << 4;
-		}
-		float d1 = kk_qh16(b + D) * (float)sc, m1 = kk_qh16(b + DMIN) * (float)m;
-		kk_u32 ql[8], qh[8];
-		kk_q_load<8, 4>(b + QS + 32 * (s >> 1), ql);
-		if (QT == KK_Q_Q5_K)
-			kk_q_load<8, 4>(b + KK_Q_Q5_K_QH, qh);
-		int shift = (s & 1) * 4;
-#pragma unroll
-		for (int l = 0; l < 32; l++) {
-			int x = (kk_q_byte(ql, l) >> shift) & 15;
-			if (QT == KK_Q_Q5_K)
-				x += ((kk_q_byte(qh, l) >> s) & 1) << 4;
-			v[l] = d1 * (float)x - m1;
-		}
-	} else {
-		// Q6_K: half s/4 of the super-block (128 values), quarter t = s%4:
-		// the low (t < 2) or high nibbles of ql[l + 32*(t&1)], bits 2t of
-		// qh[l], scale 2t + l/16 of the half's 8.
-		int half = s >> 2, t = s & 3;
-		kk_u32 ql[8], qh[8];
-		kk_q_load<8, 2>(b + KK_Q_Q6_K_QL + 64 * half + 32 * (t & 1), ql);
-		kk_q_load<8, 2>(b + KK_Q_Q6_K_QH + 32 * half, qh);
-		const unsigned char *sc = b + KK_Q_Q6_K_SCALES + 8 * half + 2 * t;
-		float d = kk_qh16(b + KK_Q_Q6_K_D);
-		float d0 = d * (float)(signed char)sc[0], d1 = d * (float)(signed char)sc[1];
-		int shift = (t >> 1) * 4;
-#pragma unroll
-		for (int l = 0; l < 32; l++) {
-			int x = (((kk_q_byte(ql, l) >> shift) & 15) | ((kk_q_byte(qh, l) >> (2 * t)) & 3) << 4) - 32;
-			v[l] = (l < 16 ? d0 : d1) * (float)x;
-		}
-	}
 }
 
 // ---- decode: q8 activations and dp4a ------------------------------------
@@ -337,7 +249,9 @@ KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d,
 				c[k] |= (qh[k] >> s & 0x01010101u) << 4;
 		}
 	} else {
-		// Q6_K: see kk_q_unit.
+		// Q6_K: half s/4 of the super-block (128 values), quarter t = s%4:
+		// the low (t < 2) or high nibbles of ql[l + 32*(t&1)], bits 2t of
+		// qh[l], scales 2t and 2t+1 of the half's 8 (16 values each).
 		int half = s >> 2, t = s & 3;
 		kk_u32 ql[8], qh[8];
 		kk_q_load<8, 2>(b + KK_Q_Q6_K_QL + 64 * half + 32 * (t & 1), ql);
@@ -352,6 +266,33 @@ KK_DEVICE void kk_q8_codes(const unsigned char *row, int u, kk_u32 *c, float &d,
 #pragma unroll
 		for (int k = 0; k < 8; k++)
 			c[k] = (ql[k] >> shift & 0x0f0f0f0fu) | (qh[k] >> 2 * t & 0x03030303u) << 4;
+	}
+}
+
+// kk_q_unit widens unit u of a row (values 32u .. 32u+31) into v, from
+// the codes kk_q8_codes reads: Q*_0's code times the block's scale; Q4_K's
+// and Q5_K's d·scale times the code less dmin·min; Q6_K's d·scale of its
+// 16 values times the code less its offset of 32 (tensor.DequantizeRow's
+// products and differences).
+template <int QT> KK_DEVICE void kk_q_unit(const unsigned char *row, int u, float *v) {
+	kk_u32 c[8];
+	float d, dmin;
+	int sc0, sc1, m;
+	kk_q8_codes<QT>(row, u, c, d, dmin, sc0, sc1, m);
+	if (QT == KK_Q_Q8_0 || QT == KK_Q_Q4_0 || QT == KK_Q_Q5_0) {
+#pragma unroll
+		for (int l = 0; l < 32; l++)
+			v[l] = (float)(signed char)kk_q_byte(c, l) * d;
+	} else if (QT == KK_Q_Q4_K || QT == KK_Q_Q5_K) {
+		float d1 = d * (float)sc0, m1 = dmin * (float)m;
+#pragma unroll
+		for (int l = 0; l < 32; l++)
+			v[l] = d1 * (float)kk_q_byte(c, l) - m1;
+	} else {
+		float d0 = d * (float)sc0, d1 = d * (float)sc1;
+#pragma unroll
+		for (int l = 0; l < 32; l++)
+			v[l] = (l < 16 ? d0 : d1) * (float)(kk_q_byte(c, l) - 32);
 	}
 }
 
