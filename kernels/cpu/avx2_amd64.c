@@ -141,6 +141,32 @@ void kk_pack_columns(const uint16_t *w, long rows, long cols, long width, long p
 	}
 }
 
+// kk2_round_bf16 sets dst[i] to x[i] rounded to bf16 (to nearest, ties
+// to even; a NaN made quiet, its payload's high bits kept), as an f32:
+// tensor.F32ToBF16 then BF16ToF32, bit for bit, 8 values a step. The AVX2
+// bf16 GEMM multiplies activations rounded so (the arithmetic of the
+// VDPBF16PS kernels), once per MatMul; dst may be x.
+void kk2_round_bf16(const float *x, long n, float *dst) {
+	const __m256i mag = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+	const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
+	const __m256i high = _mm256_set1_epi32((int)0xffff0000u), quiet = _mm256_set1_epi32(0x00400000);
+	long i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i u = _mm256_loadu_si256((const __m256i *)(x + i));
+		__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, mag), inf);
+		__m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+		r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+		_mm256_storeu_si256((__m256i *)(dst + i), _mm256_and_si256(r, high));
+	}
+	for (; i < n; i++) {
+		uint32_t u;
+		__builtin_memcpy(&u, x + i, 4);
+		u = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u + 0x7fffu + ((u >> 16) & 1u);
+		u &= 0xffff0000u;
+		__builtin_memcpy(dst + i, &u, 4);
+	}
+}
+
 // KK2_PANEL is the rows of a panel, KK2_ROWS those of a GEMM tile (two ymm
 // registers of f32 outputs): a tile covers half a panel. A GEMV (one token)
 // covers a whole panel at once: four FMA chains, one per 8 rows, over one

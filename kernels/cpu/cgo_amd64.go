@@ -13,6 +13,7 @@ void kk_pack_columns(const uint16_t *w, long rows, long cols, long width, long p
 void kk_pack_x(const float *x, long n, long cols, long ld, uint16_t *dst);
 void kk_gemm_bf16(const uint32_t *panels, long rows, long cols, long p0, long p1, const uint16_t *x, long ld, long n, float *out, long ldo);
 void kk_gemm_f32(const uint32_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out, long ldo);
+void kk2_round_bf16(const float *x, long n, float *dst);
 void kk2_gemm_bf16(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out, long ldo);
 void kk2_gemm_f16(const uint16_t *panels, long rows, long cols, long p0, long p1, const float *x, long n, float *out, long ldo);
 void kk_scores(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds);
@@ -89,6 +90,16 @@ func f32p(s []float32) *C.float { return (*C.float)(unsafe.Pointer(&s[0])) }
 func packX(x []float32, n, cols, ld int, dst []uint16) {
 	_, _ = x[n*cols-1], dst[n*ld-1]
 	C.kk_pack_x(f32p(x), C.long(n), C.long(cols), C.long(ld), u16p(dst))
+}
+
+// roundBF16 sets dst[:len(x)] to x's values rounded to bf16, as f32
+// (kk2_round_bf16: tensor.F32ToBF16 then BF16ToF32, bit for bit); AVX2.
+func roundBF16(x, dst []float32) {
+	if len(x) == 0 {
+		return
+	}
+	_ = dst[len(x)-1]
+	C.kk2_round_bf16(f32p(x), C.long(len(x)), f32p(dst))
 }
 
 // u32q passes packed uint16 panels to C as the dwords of column pairs.

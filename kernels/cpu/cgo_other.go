@@ -15,6 +15,7 @@ const (
 )
 
 func packPairs(w []uint16, rows, cols, width, p0, p1 int, dst []uint16) { panic("cpu: no C kernels") }
+func roundBF16(x, dst []float32)                                        { panic("cpu: no C kernels") }
 func packX(x []float32, n, cols, ld int, dst []uint16)                  { panic("cpu: no C kernels") }
 
 func gemmBF16(panels []uint16, rows, cols, p0, p1 int, x []uint16, ld, n int, out []float32) {

@@ -374,8 +374,12 @@ func (t *matmulTask) prepare(a *activations, mode matmulMode, prec Precision) {
 		// Without VDPBF16PS the f32 kernels and loops give the same
 		// arithmetic on rounded activations.
 		a.r = grow(a.r, t.n*cols)
-		for i, v := range t.x[:t.n*cols] {
-			a.r[i] = tensor.BF16ToF32(tensor.F32ToBF16(v))
+		if mode == modeAVX2BF16 {
+			roundBF16(t.x[:t.n*cols], a.r)
+		} else {
+			for i, v := range t.x[:t.n*cols] {
+				a.r[i] = tensor.BF16ToF32(tensor.F32ToBF16(v))
+			}
 		}
 		t.x = a.r
 	}

@@ -421,3 +421,43 @@ func TestMatMulBatchInvariant(t *testing.T) {
 		}
 	}
 }
+
+// The AVX2 rounding of activations to bf16 gives tensor.F32ToBF16's bits:
+// random values at every scale, ties to even both ways, the largest finite
+// values (which round to infinity), subnormals, signed zeros, infinities
+// and NaNs with payloads, at every length up to two vectors past a tail.
+func TestRoundBF16MatchesGo(t *testing.T) {
+	if !hasAVX2C {
+		t.Skip("no C kernels on this CPU or build (or KAKEYA_CPU caps them)")
+	}
+	rng := rand.New(rand.NewPCG(3, 16))
+	var x []float32
+	for _, u := range []uint32{
+		0x3f808000, 0x3f818000, 0xbf808000, 0xbf818000, // ties: down to even, up to even
+		0x3f807fff, 0x3f808001, 0x7f7fffff, 0xff7fffff, 0x7f7f8000,
+		0x00000001, 0x00008000, 0x00018000, 0x807fffff, 0, 0x80000000,
+		0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xff812345, 0x7fbfffff,
+	} {
+		x = append(x, math.Float32frombits(u))
+	}
+	for range 300 {
+		x = append(x, math.Float32frombits(rng.Uint32()))
+	}
+	for n := 0; n <= len(x); n += 1 + n/16 {
+		got := make([]float32, n)
+		roundBF16(x[:n], got)
+		for i, v := range x[:n] {
+			if w := tensor.BF16ToF32(tensor.F32ToBF16(v)); math.Float32bits(got[i]) != math.Float32bits(w) {
+				t.Fatalf("n=%d: %#08x rounds to %#08x, want %#08x", n, math.Float32bits(v), math.Float32bits(got[i]), math.Float32bits(w))
+			}
+		}
+	}
+	// In place.
+	y := append([]float32(nil), x...)
+	roundBF16(y, y)
+	for i, v := range x {
+		if w := tensor.BF16ToF32(tensor.F32ToBF16(v)); math.Float32bits(y[i]) != math.Float32bits(w) {
+			t.Fatalf("in place: %#08x rounds to %#08x, want %#08x", math.Float32bits(v), math.Float32bits(y[i]), math.Float32bits(w))
+		}
+	}
+}
