@@ -58,8 +58,14 @@ KQ_INLINE __m256i kq_dot_ss(__m256i a, __m256i b) {
 // the weights (bytes): a decode streams every weight once from memory,
 // and one thread's sequential reads alone left it waiting on them (with
 // the prefetch, Qwen2.5-0.5B Q4_K_M decode on one AVX-512 thread went
-// from about 11 to 16 tokens/s).
-#define KQ_PF 2048
+// from about 11 to 16 tokens/s). 8 KiB rather than 2: on an AMD EPYC
+// (Zen 5) with two decode threads, 2 KiB left the loads waiting (7B-shape
+// Q8_0 decode 23.1 -> 25.5 tok/s with AVX2, 17 -> 22 with AVX-512; 16 and
+// 32 KiB no better); the Xeon of the first measurements gained nothing
+// past 2 KiB and lost nothing at 8. A macro, for such experiments.
+#ifndef KQ_PF
+#define KQ_PF 8192
+#endif
 
 // kq_prefetch asks for the cache lines of the block of n bytes KQ_PF
 // ahead of blk: a prefetch does not fault, so past the matrix's end is

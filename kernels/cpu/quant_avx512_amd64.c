@@ -93,8 +93,12 @@ KQ5_INLINE __m512i kq5_pair(int type, const uint8_t *b0, const uint8_t *b1, cons
 // the weights (bytes): a decode streams every weight once from memory,
 // and one thread's sequential reads alone left it waiting on them (with
 // the prefetch, Qwen2.5-0.5B Q4_K_M decode on one thread went from about
-// 11 to 16 tokens/s; 1 KiB ahead gave 14, 4 and 8 KiB no more than 2).
-#define KQ5_PF 2048
+// 11 to 16 tokens/s; 1 KiB ahead gave 14, 4 and 8 KiB no more than 2 on
+// that Xeon; on an AMD EPYC, Zen 5, 8 KiB took 7B-shape Q8_0 decode on two
+// threads from 17 to 22 tok/s: see quant_amd64.c's KQ_PF).
+#ifndef KQ5_PF
+#define KQ5_PF 8192
+#endif
 
 // KQ5_XBYTES bounds the activations one pass of a row range reads.
 #ifndef KQ5_XBYTES
