@@ -624,6 +624,9 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 		break;                                                                                             \
 	}
 
+void kq_gemv_k(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
+	       const float *xd, const int32_t *bsums, long cols, float *out);
+
 // kq_rows sets out[i*ldo + r] for rows [r0, r1) of w (rowb bytes each) and
 // the n token rows of quantized activations x (cols int8 each, with xd's
 // scales per group of 32 or 256 and, for the K types, bsums per 16; for
@@ -637,6 +640,11 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 	}
 	if (type == KQ_Q4_0 || type == KQ_Q5_0) {
 		kq_rows32(type, w, rowb, r0, r1, off, x, xd, n, cols, out, ldo);
+		return;
+	}
+	if (n == 1) {
+		// A decode step: quantgemv_amd64.c, the same bits.
+		kq_gemv_k(type, w, rowb, r0, r1, off, x, xd, bsums, cols, out);
 		return;
 	}
 	long nb = cols / 256;
