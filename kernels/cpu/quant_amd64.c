@@ -411,41 +411,102 @@ static void kq_rows_q8w(const uint8_t *w, long rowb, long r0, long r1, const lon
 		}
 }
 
-// kq_scale_min is ggml's get_scale_min_k4.
-KQ_INLINE void kq_scale_min(int j, const uint8_t *q, int32_t *sc, int32_t *m) {
-	if (j < 4) {
-		*sc = q[j] & 63;
-		*m = q[j + 4] & 63;
-	} else {
-		*sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-	}
+// kq_bcast16 is a vector of the 16-bit value lo of v's low 128-bit lane in
+// its low lane and of value hi of its high lane in its high one (one byte
+// shuffle; lo and hi constants after inlining).
+KQ_INLINE __m256i kq_bcast16(__m256i v, int lo, int hi) {
+	const __m256i ctl = _mm256_setr_epi8(2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo,
+					     2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1, 2 * lo, 2 * lo + 1,
+					     2 * lo, 2 * lo + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi,
+					     2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1,
+					     2 * hi, 2 * hi + 1, 2 * hi, 2 * hi + 1);
+	return _mm256_shuffle_epi8(v, ctl);
 }
 
-// kq_q45_k is kq_32 for Q4_K (five = 0) and Q5_K: per block and 64-value
-// part, the two 32-value runs unpacked once and their 6-bit scales
-// broadcast; per token the runs' pair sums times their scales (VPMADDWD)
-// gathered in one vector, reduced once per block; the mins against the
-// activations' sums of 16; then the block's f32 scaling.
+// kq_sum2 returns the sums of the 8 int32 lanes of a and of b, in lanes 0
+// and 1 (and again in 2 and 3).
+KQ_INLINE __m128i kq_sum2(__m256i a, __m256i b) {
+	__m128i a4 = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+	__m128i b4 = _mm_add_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+	__m128i h = _mm_hadd_epi32(a4, b4); // a01 a23 b01 b23
+	return _mm_hadd_epi32(h, h);
+}
+
+// kq_hsum8 returns the sums of the 8 int32 lanes of each of a[0..7], sum t
+// in lane t: three levels of VPHADDD and one exchange of 128-bit halves,
+// where eight reductions one by one take about five times the operations.
+KQ_INLINE __m256i kq_hsum8(const __m256i a[8]) {
+	__m256i h0 = _mm256_hadd_epi32(a[0], a[1]), h1 = _mm256_hadd_epi32(a[2], a[3]);
+	__m256i h2 = _mm256_hadd_epi32(a[4], a[5]), h3 = _mm256_hadd_epi32(a[6], a[7]);
+	// Sums of lanes 0-3 of a[0..3] in g0's low half, of lanes 4-7 in its
+	// high half; g1 the same for a[4..7].
+	__m256i g0 = _mm256_hadd_epi32(h0, h1), g1 = _mm256_hadd_epi32(h2, h3);
+	return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
+// kq_xd8 gathers the nt tokens' activation scales of block b (xd, ldd
+// apart) into f32 lanes 0..nt-1, zeros past them.
+KQ_INLINE __m256 kq_xd8(int nt, const float *xd, long ldd, long b) {
+	if (nt == 8 && ldd <= 0x7fffffff / 8) {
+		const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ldd));
+		return _mm256_i32gather_ps(xd + b, idx, 4);
+	}
+	float v[8] __attribute__((aligned(32))) = {0};
+	for (int t = 0; t < nt; t++)
+		v[t] = xd[t * ldd + b];
+	return _mm256_load_ps(v);
+}
+
+// kq_store_sums sets out[t*ldo] for the nt tokens: sum1 for one, else
+// lane t of sumv.
+KQ_INLINE void kq_store_sums(int nt, float sum1, __m256 sumv, float *out, long ldo) {
+	if (nt == 1) {
+		out[0] = sum1;
+		return;
+	}
+	float v[8] __attribute__((aligned(32)));
+	_mm256_store_ps(v, sumv);
+	for (int t = 0; t < nt; t++)
+		out[t * ldo] = v[t];
+}
+
+// kq_q45_k is kq_32 for Q4_K (five = 0) and Q5_K. Per block, once for the
+// nt tokens: the 12 scale bytes unpacked as ggml's get_scale_min_k4 reads
+// them, in word operations (scales 0-3 and mins 0-3 are the low 6 bits of
+// bytes 0-3 and 4-7; scales 4-7 take their low 4 bits from bytes 8-11 and
+// their top 2 from the top of bytes 0-3, mins 4-7 the high nibbles of
+// bytes 8-11 and the top of bytes 4-7), the scales widened to 16 bits in
+// a vector that byte shuffles broadcast from, the mins to 32; per 64-value
+// part the two 32-value runs unpacked once. Per token: the runs' pair sums
+// times their scales (VPMADDWD) gathered in one vector; Σ min_j·(bsum_2j +
+// bsum_2j+1) by one VPHADDD and one VPMULLD (the pair sums come out as
+// pairs 0 1 4 5 | 2 3 6 7, the mins permuted to match); both sums reduced
+// together; then the block's f32 scaling, the one-token arithmetic of the
+// Go loops: d = dw·xd and dmin = dmw·xd, a = d·sumi, m = dmin·mins, sum =
+// sum + (a - m), two lanes at once.
 KQ_INLINE void kq_q45_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
 			long ldd, const int32_t *bsums, long ldb, long nb, int five, float *out, long ldo) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16);
-	float sum[KQ_T] = {0};
+	const __m256i pairs = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+	float sum1 = 0; // one token
+	__m256 sumv = _mm256_setzero_ps(); // more: token t in lane t
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
 		kq_prefetch(blk, off[KQ_BYTES]);
-		const uint8_t *sc = blk + off[KQ_SCALES];
+		const uint8_t *sp = blk + off[KQ_SCALES];
+		uint32_t w0 = kq_u32(sp), w1 = kq_u32(sp + 4), w2 = kq_u32(sp + 8);
+		uint32_t sc03 = w0 & 0x3f3f3f3fu, mn03 = w1 & 0x3f3f3f3fu;
+		uint32_t sc47 = (w2 & 0x0f0f0f0fu) | (w0 >> 6 & 0x03030303u) << 4;
+		uint32_t mn47 = (w2 >> 4 & 0x0f0f0f0fu) | (w1 >> 6 & 0x03030303u) << 4;
+		__m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_setr_epi32((int)sc03, (int)sc47, 0, 0)));
+		__m256i mn = _mm256_permutevar8x32_epi32(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)mn03, (int)mn47, 0, 0)), pairs);
 		__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QH])) : _mm256_setzero_si256();
 		__m256i acc[KQ_T];
-		int32_t mins[KQ_T];
 		KQ_UNROLL
 		for (int t = 0; t < nt; t++)
-			acc[t] = _mm256_setzero_si256(), mins[t] = 0;
+			acc[t] = _mm256_setzero_si256();
 		KQ_UNROLL
 		for (int c = 0; c < 4; c++) {
-			int32_t s0, m0, s1, m1;
-			kq_scale_min(2 * c, sc, &s0, &m0);
-			kq_scale_min(2 * c + 1, sc, &s1, &m1);
 			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QS] + 32 * c));
 			__m256i lo = _mm256_and_si256(q, m4);
 			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -454,53 +515,77 @@ KQ_INLINE void kq_q45_k(int nt, const uint8_t *w, const long *off, const int8_t 
 				lo = _mm256_add_epi8(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u0), u0), b16));
 				hi = _mm256_add_epi8(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u1), u1), b16));
 			}
-			__m256i sv0 = _mm256_set1_epi16((short)s0), sv1 = _mm256_set1_epi16((short)s1);
+			__m256i sv0 = kq_bcast16(sc, 2 * c, 2 * c), sv1 = kq_bcast16(sc, 2 * c + 1, 2 * c + 1);
 			KQ_UNROLL
 			for (int t = 0; t < nt; t++) {
 				const int8_t *xs = x + t * ldx + 256 * b + 64 * c;
-				const int32_t *bs = bsums + t * ldb + 16 * b + 4 * c;
 				// Pair sums of at most 2*31*127 fit 16 bits.
 				__m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xs));
 				__m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 32)));
 				acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_madd_epi16(p0, sv0), _mm256_madd_epi16(p1, sv1)));
-				mins[t] += m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
 			}
 		}
-		float dw = kq_f16(blk + off[KQ_D]), dmw = kq_f16(blk + off[KQ_DMIN]);
-		KQ_UNROLL
-		for (int t = 0; t < nt; t++) {
-			int32_t sumi = kq_hsum(acc[t]);
-			float d = dw * xd[t * ldd + b];
-			float dmin = dmw * xd[t * ldd + b];
-			float a = d * (float)sumi, m = dmin * (float)mins[t];
-			sum[t] = sum[t] + (a - m);
+		// [dw, dmw] in f32 lanes 0 and 1.
+		__m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)blk[off[KQ_D]] | (uint32_t)blk[off[KQ_D] + 1] << 8 |
+								  (uint32_t)blk[off[KQ_DMIN]] << 16 |
+								  (uint32_t)blk[off[KQ_DMIN] + 1] << 24)));
+		if (nt == 1) {
+			__m256i ps = _mm256_hadd_epi32(_mm256_loadu_si256((const __m256i *)(bsums + 16 * b)),
+						       _mm256_loadu_si256((const __m256i *)(bsums + 16 * b + 8)));
+			__m128 im = _mm_cvtepi32_ps(kq_sum2(acc[0], _mm256_mullo_epi32(ps, mn)));
+			__m128 am = _mm_mul_ps(_mm_mul_ps(dd, _mm_set1_ps(xd[b])), im);
+			sum1 = sum1 + (_mm_cvtss_f32(am) - _mm_cvtss_f32(_mm_movehdup_ps(am)));
+			continue;
 		}
+		// Several tokens: their sums reduced together, token t in lane t,
+		// and the same f32 operations lane by lane.
+		__m256i mins[KQ_T];
+		KQ_UNROLL
+		for (int t = 0; t < KQ_T; t++) {
+			if (t >= nt) {
+				acc[t] = mins[t] = _mm256_setzero_si256();
+				continue;
+			}
+			const int32_t *bs = bsums + t * ldb + 16 * b;
+			__m256i ps = _mm256_hadd_epi32(_mm256_loadu_si256((const __m256i *)bs),
+						       _mm256_loadu_si256((const __m256i *)(bs + 8)));
+			mins[t] = _mm256_mullo_epi32(ps, mn);
+		}
+		__m256 xv = kq_xd8(nt, xd, ldd, b);
+		__m256 d = _mm256_mul_ps(_mm256_set1_ps(_mm_cvtss_f32(dd)), xv);
+		__m256 dmin = _mm256_mul_ps(_mm256_set1_ps(_mm_cvtss_f32(_mm_movehdup_ps(dd))), xv);
+		__m256 a = _mm256_mul_ps(d, _mm256_cvtepi32_ps(kq_hsum8(acc)));
+		__m256 m = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(kq_hsum8(mins)));
+		sumv = _mm256_add_ps(sumv, _mm256_sub_ps(a, m));
 	}
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		out[t * ldo] = sum[t];
+	kq_store_sums(nt, sum1, sumv, out, ldo);
 }
 
-// kq_q6_k is kq_q45_k for Q6_K: per 32-value run the 6-bit values
-// unpacked once and its two 16-value groups' scales in one vector; the
-// offset of 32 taken off as Σ_g sc_g·32·bsum_g.
+// kq_q6_k is kq_q45_k for Q6_K: per block the 16 int8 scales widened once
+// (16 bits, 0-7 and 8-15 each in both lanes, for the byte shuffles; 32
+// bits for the offset); per 32-value run the 6-bit values unpacked once
+// and its two 16-value groups' scales in one vector; per token the codes'
+// offset of 32 taken off first, as Σ_g sc_g·32·bsum_g by two VPMULLD;
+// then d = dw·xd, sum = sum + d·sumi.
 KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
 		       long ldd, const int32_t *bsums, long ldb, long nb, float *out, long ldo) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-	float sum[KQ_T] = {0};
+	float sum1 = 0;
+	__m256 sumv = _mm256_setzero_ps();
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
 		kq_prefetch(blk, off[KQ_BYTES]);
-		const int8_t *sc = (const int8_t *)(blk + off[KQ_SCALES]);
+		__m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + off[KQ_SCALES]));
+		__m256i s16 = _mm256_cvtepi8_epi16(sc8);
+		__m256i slo = _mm256_permute2x128_si256(s16, s16, 0x00), shi = _mm256_permute2x128_si256(s16, s16, 0x11);
+		__m256i s32a = _mm256_cvtepi8_epi32(sc8), s32b = _mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8));
 		__m256i acc[KQ_T];
-		int32_t off32[KQ_T];
 		KQ_UNROLL
 		for (int t = 0; t < nt; t++) {
 			const int32_t *bs = bsums + t * ldb + 16 * b;
-			int32_t o = 0;
-			for (int g = 0; g < 16; g++)
-				o += (int32_t)sc[g] * bs[g];
-			acc[t] = _mm256_setzero_si256(), off32[t] = 32 * o;
+			__m256i o = _mm256_add_epi32(_mm256_mullo_epi32(s32a, _mm256_loadu_si256((const __m256i *)bs)),
+						     _mm256_mullo_epi32(s32b, _mm256_loadu_si256((const __m256i *)(bs + 8))));
+			acc[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(o, 5));
 		}
 		KQ_UNROLL
 		for (int h = 0; h < 2; h++) {
@@ -513,8 +598,7 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 				__m256i l = k & 1 ? l1 : l0;
 				__m256i q = _mm256_or_si256(_mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4),
 							    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
-				int i0 = 8 * h + 2 * k;
-				__m256i sv = _mm256_set_m128i(_mm_set1_epi16((short)sc[i0 + 1]), _mm_set1_epi16((short)sc[i0]));
+				__m256i sv = kq_bcast16(h ? shi : slo, 2 * k, 2 * k + 1);
 				KQ_UNROLL
 				for (int t = 0; t < nt; t++) {
 					const int8_t *xs = x + t * ldx + 256 * b + 128 * h + 32 * k;
@@ -525,17 +609,19 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 			}
 		}
 		float dw = kq_f16(blk + off[KQ_D]);
-		KQ_UNROLL
-		for (int t = 0; t < nt; t++) {
-			int32_t sumi = kq_hsum(acc[t]) - off32[t];
-			float d = dw * xd[t * ldd + b];
-			float p = d * (float)sumi;
-			sum[t] = sum[t] + p;
+		if (nt == 1) {
+			float d = dw * xd[b];
+			float p = d * (float)kq_hsum(acc[0]);
+			sum1 = sum1 + p;
+			continue;
 		}
+		KQ_UNROLL
+		for (int t = nt; t < KQ_T; t++)
+			acc[t] = _mm256_setzero_si256();
+		__m256 d = _mm256_mul_ps(_mm256_set1_ps(dw), kq_xd8(nt, xd, ldd, b));
+		sumv = _mm256_add_ps(sumv, _mm256_mul_ps(d, _mm256_cvtepi32_ps(kq_hsum8(acc))));
 	}
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		out[t * ldo] = sum[t];
+	kq_store_sums(nt, sum1, sumv, out, ldo);
 }
 
 // KQ_TILE32 runs one row of a 32-value type against nt tokens, nt and g
@@ -624,9 +710,6 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 		break;                                                                                             \
 	}
 
-void kq_gemv_k(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
-	       const float *xd, const int32_t *bsums, long cols, float *out);
-
 // kq_rows sets out[i*ldo + r] for rows [r0, r1) of w (rowb bytes each) and
 // the n token rows of quantized activations x (cols int8 each, with xd's
 // scales per group of 32 or 256 and, for the K types, bsums per 16; for
@@ -640,11 +723,6 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 	}
 	if (type == KQ_Q4_0 || type == KQ_Q5_0) {
 		kq_rows32(type, w, rowb, r0, r1, off, x, xd, n, cols, out, ldo);
-		return;
-	}
-	if (n == 1) {
-		// A decode step: quantgemv_amd64.c, the same bits.
-		kq_gemv_k(type, w, rowb, r0, r1, off, x, xd, bsums, cols, out);
 		return;
 	}
 	long nb = cols / 256;

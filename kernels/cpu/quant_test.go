@@ -384,6 +384,22 @@ func BenchmarkQuantRows(b *testing.B) {
 	}
 }
 
+// BenchmarkQuantRows7B is BenchmarkQuantRows at Qwen2.5-7B's MLP shapes
+// (ffn_up 18944x3584, ffn_down 3584x18944), for the types of its Q4_K_M
+// and Q8_0 files: where the 0.5B shapes' rows are short, these stream
+// long rows and wide activations (go test -run - -bench QuantRows7B).
+func BenchmarkQuantRows7B(b *testing.B) {
+	isas := quantKernels()
+	for _, f := range tensor.Formats {
+		if f.DType != tensor.Q4_K && f.DType != tensor.Q6_K && f.DType != tensor.Q8_0 {
+			continue
+		}
+		for _, sh := range [][2]int{{18944, 3584}, {3584, 18944}} {
+			benchQuantRows(b, &f, sh[0], sh[1], isas)
+		}
+	}
+}
+
 func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []quantKernel) {
 	m := quantMat(f, rows, cols, 9)
 	l := qLayouts[f.DType]
