@@ -112,6 +112,12 @@ _Static_assert(KQ_T == 8, "kq_32 reads 8 token scales per block (one vector)");
 #define KQ_XBYTES (256 * 1024)
 #endif
 
+// KQ_WXBYTES bounds the widened (16-bit) activations of the tokens one
+// pass of kq_rows_q8w over the rows serves.
+#ifndef KQ_WXBYTES
+#define KQ_WXBYTES (4 * 1024 * 1024)
+#endif
+
 // KQ_XS_BLOCKS bounds the blocks of a row kq_rows32 and kq_rows_q8w gather the token
 // scales of on its stack (32 KiB, rows of up to 32768 values): wider rows
 // multiply the scales one by one, with the same products.
@@ -347,9 +353,12 @@ static void kq_rows_q8w(const uint8_t *w, long rowb, long r0, long r1, const lon
 	long cb = nb < KQ_WCHUNK || n < KQ_T ? nb : KQ_WCHUNK;
 	long rc = KQ_WBYTES / (cb * off[KQ_BYTES]);
 	rc = rc < 1 ? 1 : rc > KQ_RC ? KQ_RC : rc;
-	// Token blocks of about 512 KiB of widened activations, which stay in
-	// L2 while the rows pass over them.
-	long tb = KQ_XBYTES / cols;
+	// Token blocks of about KQ_WXBYTES of widened activations: the passes
+	// over a chunk's weights take KQ_WCHUNK blocks of them at a time, so
+	// the whole block need not stay in L2, and each block streams the
+	// matrix once more (7B ffn_down, 3,584 x 18,944: at 512 KiB, 13
+	// tokens a block, 48 GMAC/s on one thread; at 4 MiB, 110 tokens, 61).
+	long tb = KQ_WXBYTES / (2 * cols);
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	for (long t0 = 0; t0 < n; t0 += tb)
 		for (long c0 = r0; c0 < r1; c0 += rc) {
