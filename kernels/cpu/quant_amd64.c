@@ -309,7 +309,9 @@ KQ_INLINE void kq_q8w(int nt, int gathered, const uint8_t *w, const long *off, c
 // L1 cache while a chunk of rows passes over them; whole rows of a wide
 // matrix (ffn_down's 4864 values, 76 KiB for 8 tokens) came from L2 for
 // every row.
+#ifndef KQ_WCHUNK
 #define KQ_WCHUNK 32
+#endif
 
 // KQ_RC bounds the rows of a chunk of kq_rows_q8w (their accumulators on
 // the stack).
