@@ -4,9 +4,10 @@
 // accumulation. attn_split (attention.cu) computes the same in float32 on
 // the CUDA cores; the backend takes this kernel for a call of more than
 // maxMatVecRows queries when its matrix products are 16-bit too (not under
-// --matmul f32) and the layer's parts are hot (float32 or bf16 rows) or
-// int8, int4 or int2 (no Kakeya, kakeya-pc or preconditioned keys, whose
-// tiles need attn_split's cooperative decoding), at head dims 64 and 128.
+// --matmul f32) and the layer's parts are hot (float32 or bf16 rows),
+// int8, int4 or int2, or (attn_prefill_pc_*) fixed-rate kakeya-pc too (no
+// Kakeya, entropy-coded kakeya-pc or preconditioned keys, whose tiles
+// need attn_split's cooperative decoding), at head dims 64 and 128.
 //
 // Block (tile, g) takes 64 query-head rows of KV head g (row f is query
 // f/group, head g*group + f%group, as in attn_split: every head sharing g
