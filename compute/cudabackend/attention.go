@@ -57,8 +57,10 @@ type blockTable struct {
 	kprm, vprm Ptr
 	// pre says whether some of the blocks read hold preconditioned keys,
 	// which only attn_split_pre and attn_split_pc un-whiten; pc whether
-	// some hold kakeya_pc parts, which only attn_split_pc reads.
-	pre, pc bool
+	// some hold kakeya_pc parts (formats 8 and 9), which attn_split_pc
+	// reads, and the tensor-core prefill's pc kernels too unless pcec
+	// (some hold format 9, kakeya_pc_ec).
+	pre, pc, pcec bool
 	// The store's generation and the blocks when last checked: while
 	// neither moved, no entry can have changed.
 	gen    uint64
@@ -134,7 +136,7 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 		args.KPTab, args.VPTab = t.dev+Ptr(24*len(t.k)), t.dev+Ptr(32*len(t.k))
 	}
 	// Prefill on the tensor cores where the kernel reads every part.
-	if prefillAttention(n, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pc) {
+	if prefillAttention(n, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec) {
 		b.enqueue(prefillLaunch(args), true)
 		return b.err
 	}
@@ -224,7 +226,7 @@ func (a *attention) table(kv compute.KVLayer, first, blocks int) (*blockTable, e
 	}
 	lo, hi := n, 0 // the entries that changed
 	var prm [2]Ptr // the Kakeya keys' and values' params
-	pre, pc := false, false
+	pre, pc, pcec := false, false, false
 	for blk := first; blk < blocks; blk++ {
 		for g := range p.KVHeads {
 			i := blk*p.KVHeads + g
@@ -237,6 +239,7 @@ func (a *attention) table(kv compute.KVLayer, first, blocks int) (*blockTable, e
 			for side, pt := range [2]*part{kp, vp} {
 				if pt.format == partKakeyaPC || pt.format == partKakeyaPCEC {
 					pp[side], pc = uint64(pt.prm), true
+					pcec = pcec || pt.format == partKakeyaPCEC
 				}
 				if pt.format != partKakeya {
 					continue
@@ -260,7 +263,7 @@ func (a *attention) table(kv compute.KVLayer, first, blocks int) (*blockTable, e
 			}
 		}
 	}
-	t.kprm, t.vprm, t.pre, t.pc = prm[0], prm[1], pre, pc
+	t.kprm, t.vprm, t.pre, t.pc, t.pcec = prm[0], prm[1], pre, pc, pcec
 	if st != nil {
 		t.gen, t.blocks = st.gen, blocks
 	}

@@ -136,7 +136,7 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 		if err != nil {
 			return fmt.Errorf("batch pass %d: %w", i, err)
 		}
-		tc = prefillAttention(maxN, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pc)
+		tc = prefillAttention(maxN, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec)
 	}
 	if tc {
 		rowsPer = prefillRows

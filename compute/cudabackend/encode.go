@@ -115,7 +115,9 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 		if bound, ok := pc.MaxLen(n, d); ok && e.size <= bound {
 			e.slot = roundUp(bound, fixedAlign)
 		}
-		e.shared = 4*(len(pc.Stored)+len(coded)+ceilDiv(codes, 4)) + seal
+		m := len(pc.Stored)
+		xs := roundUp(max(pcChunk(n, d, m, encThreads)*d, 16*m), 4) // staged rows, then the scale errors
+		e.shared = 4*(xs+2*m+len(coded)+ceilDiv(codes, 4)) + seal
 		return e, e.shared <= attnSharedCap
 	}
 	return encoding{}, false
@@ -374,4 +376,19 @@ func b2i(v bool) int {
 		return 1
 	}
 	return 0
+}
+
+// pcXS is enc_pc's most floats of staged rows (KK_PC_XS in encode.cu).
+const pcXS = 4096
+
+// pcChunk returns the rows enc_pc stages at a time for n rows of d values
+// and m stored components over threads threads, as kk_pc_chunk
+// (kernels/cuda/encode.cu) does: at most 32 a thread (threads / m threads
+// share a component) and pcXS floats.
+func pcChunk(n, d, m, threads int) int {
+	g := 1
+	if m > 0 && m <= threads {
+		g = threads / m
+	}
+	return max(1, min(32*g, pcXS/d, n))
 }

@@ -2,6 +2,8 @@ package cudabackend
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -331,4 +333,46 @@ func sameBytes(t *testing.T, whose string, got, want []byte) {
 		i++
 	}
 	t.Fatalf("device bytes (%d) differ from %s (%d) first at byte %d", len(got), whose, len(want), i)
+}
+
+// enc_pc's bytes are those of the kernel before its projection was
+// staged in shared memory and its scale search spread over a thread per
+// component and step (each sum in the same order, so the same float
+// rounding): 36 blocks over 12 shapes (head dims 32 to 256, 80 on the
+// scalar loop, blocks of 13 to 128 rows, one to two staged chunks, float32
+// and bf16 parts, rates 0.75 to 6, Lloyd-Max and uniform), hashed, the
+// hash the earlier kernel's on the emulator.
+func TestEncodePCBytesUnchanged(t *testing.T) {
+	needKernels(t, "enc_pc", "kv_write")
+	const want = "eec0d9ad5e16169d49de4309771a3ed0bfb8ee07542678ec7cf213b2cbdbe30c"
+	h := sha256.New()
+	for ci, c := range []struct {
+		n, d    int
+		bf16    bool
+		rate    float64
+		uniform bool
+	}{
+		{16, 64, false, 2.5, false}, {16, 64, true, 2.5, false}, {64, 128, true, 2.5, false}, {64, 128, false, 2.5, false},
+		{16, 64, false, 3, true}, {32, 32, false, 0.75, false}, {16, 64, false, 6, false}, {13, 256, true, 2.5, false},
+		{64, 64, true, 4, false}, {64, 80, false, 2.5, false}, {128, 64, true, 2.5, false}, {64, 128, true, 1.5, true},
+	} {
+		r := rand.New(rand.NewPCG(7, uint64(ci)))
+		st := synthPCA(r, c.d)
+		o := codec.DefaultKakeyaPCOptions()
+		o.Rate, o.Block, o.Uniform = c.rate, c.n, c.uniform
+		cd := newPC(t, o, st)
+		gpu, _ := newFakeBackend(t, Options{})
+		store := gpu.NewBlockStore(c.n, c.d, c.bf16)
+		for range 3 {
+			x := pcRows(r, st, c.n)
+			p, _ := encodeOnDevice(t, gpu, store, cd, x, c.n, c.d)
+			h.Write(deviceBytes(t, gpu, p))
+		}
+		if err := gpu.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		t.Errorf("enc_pc's bytes hash to %s, the earlier kernel's to %s", got, want)
+	}
 }

@@ -1122,27 +1122,37 @@ const (
 // prefillAttention reports whether the tensor-core prefill kernel takes
 // an attention call of n queries per pass (the most of any pass) at head
 // dim d over parts whose tables say kakeya (Kakeya parts: their shared
-// params), pre (preconditioned keys) or pc (kakeya-pc parts): a call of
-// more than maxMatVecRows queries, with 16-bit matrix products (exact
-// false), over parts it reads (hot, int8, int4, int2), at d 64 or 128.
-func prefillAttention(n, d int, exact, kakeya, pre, pc bool) bool {
-	return n > maxMatVecRows && !exact && !kakeya && !pre && !pc && (d == 64 || d == 128)
+// params), pre (preconditioned keys) or pcec (entropy-coded kakeya-pc
+// parts, format 9): a call of more than maxMatVecRows queries, with
+// 16-bit matrix products (exact false), over parts it reads (hot, int8,
+// int4, int2, and fixed-rate kakeya-pc, format 8, in its _pc kernels), at
+// d 64 or 128.
+func prefillAttention(n, d int, exact, kakeya, pre, pcec bool) bool {
+	return n > maxMatVecRows && !exact && !kakeya && !pre && !pcec && (d == 64 || d == 128)
 }
 
 // prefillLaunch returns the launch of one sequence's call (a, which
 // prefillAttention admits) on the tensor cores: block (tile, KV head).
+// A layer holding kakeya_pc parts (a.KPTab set) takes attn_prefill_pc_d<D>,
+// which also reads the kptab and vptab tables.
 //
 // Kernel: attn_prefill_d<D>(float *out, const float *q, int n, int start, int heads, int kv_heads,
 // int window, int block_size, const uint64 *ktab, const uint64 *vtab, const int *fmts,
-// const float *cos, const float *sin, int rot, float scale, float softcap)
+// const float *cos, const float *sin, int rot, float scale, float softcap
+// [, const uint64 *kptab, const uint64 *vptab])
 func prefillLaunch(a attnArgs) Launch {
 	a.plan() // the same checks
 	tiles := ceilDiv(a.N*(a.Heads/a.KVHeads), prefillRows)
 	p := new(args).ptr(a.Out).ptr(a.Q).i32("n", a.N).i32("start", a.Start).i32("heads", a.Heads).
 		i32("kv heads", a.KVHeads).i32("window", a.Window).i32("block size", a.BlockSize).
 		ptr(a.KTab).ptr(a.VTab).ptr(a.Fmts).ptr(a.Cos).ptr(a.Sin).i32("rotate", 0).f32(a.Scale).f32(a.Softcap)
+	kernel := fmt.Sprintf("attn_prefill_d%d", a.HeadDim)
+	if a.KPTab != 0 {
+		p = p.ptr(a.KPTab).ptr(a.VPTab)
+		kernel = fmt.Sprintf("attn_prefill_pc_d%d", a.HeadDim)
+	}
 	return Launch{
-		Kernel: fmt.Sprintf("attn_prefill_d%d", a.HeadDim),
+		Kernel: kernel,
 		Grid:   Dim3{u32("prefill attention tiles", tiles), u32("KV heads", a.KVHeads), 1},
 		Block:  Dim3{prefillThreads, 1, 1},
 		Args:   p.b, Params: p.offs,
@@ -1151,7 +1161,8 @@ func prefillLaunch(a attnArgs) Launch {
 
 // prefillBatchLaunch returns the launch of a batched call on the tensor
 // cores over tiles row tiles of prefillRows (the passes' tile0 counted in
-// them): block (tile, KV head).
+// them): block (tile, KV head). A.PC (some pass holds kakeya_pc parts)
+// takes attn_prefill_batch_pc_d<D>, the same parameters.
 //
 // Kernel: attn_prefill_batch_d<D>(float *out, const float *q, const kk_attn_pass *passes,
 // const kk_attn_seq *seqs, int npasses, int heads, int kv_heads, int window, int block_size,
@@ -1165,8 +1176,12 @@ func prefillBatchLaunch(a attnBatchArgs, tiles int) Launch {
 	p := new(args).ptr(a.Out).ptr(a.Q).ptr(a.Passes).ptr(a.Seqs).i32("passes", a.NPasses).
 		i32("heads", a.Heads).i32("kv heads", a.KVHeads).i32("window", a.Window).i32("block size", a.BlockSize).
 		ptr(a.Cos).ptr(a.Sin).i32("rotate", rot).f32(a.Scale).f32(a.Softcap)
+	kernel := fmt.Sprintf("attn_prefill_batch_d%d", a.HeadDim)
+	if a.PC {
+		kernel = fmt.Sprintf("attn_prefill_batch_pc_d%d", a.HeadDim)
+	}
 	return Launch{
-		Kernel: fmt.Sprintf("attn_prefill_batch_d%d", a.HeadDim),
+		Kernel: kernel,
 		Grid:   Dim3{u32("prefill attention tiles", tiles), u32("KV heads", a.KVHeads), 1},
 		Block:  Dim3{prefillThreads, 1, 1},
 		Args:   p.b, Params: p.offs,

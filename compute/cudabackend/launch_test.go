@@ -888,7 +888,10 @@ func sampleLaunches() []Launch {
 	// The tensor-core prefill attention, one sequence's and batched.
 	for _, d := range []int{64, 128} {
 		ls = append(ls, prefillLaunch(attnArgs{N: 2048, Start: 32768 - 2048, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512}),
-			prefillBatchLaunch(attnBatchArgs{NPasses: 256, N: 255 + 512, MaxN: 512, Context: 32768, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Rotate: true}, 255+ceilDiv(8*512, prefillRows)))
+			prefillBatchLaunch(attnBatchArgs{NPasses: 256, N: 255 + 512, MaxN: 512, Context: 32768, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Rotate: true}, 255+ceilDiv(8*512, prefillRows)),
+			// Their _pc kernels: kakeya-pc parts (the tables' kptab, vptab).
+			prefillLaunch(attnArgs{N: 2048, Start: 32768 - 2048, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Blocks: 512, KPTab: 1 << 40, VPTab: 1 << 41}),
+			prefillBatchLaunch(attnBatchArgs{NPasses: 256, N: 255 + 512, MaxN: 512, Context: 32768, Heads: 64, KVHeads: 8, HeadDim: d, BlockSize: 64, Rotate: true, PC: true}, 255+ceilDiv(8*512, prefillRows)))
 	}
 	return ls
 }

@@ -3,6 +3,7 @@ package cudabackend
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/compute"
@@ -16,11 +17,16 @@ import (
 // batched step of prefill chunks beside decode rows, from position 0 and
 // from a later chunk's, over hot f32 and bf16 rows and int8, int4 and
 // int2 blocks, GQA 7:1 and 2:1, head dims 64 and 128, a sliding window,
-// with the queries rotated before the call or by the kernel. Under
-// --matmul f32, or with a part only attn_split reads (kakeya), the call
-// stays on attn_split.
+// with the queries rotated before the call or by the kernel. Layers with
+// fixed-rate kakeya-pc blocks (format 8: keys, values or both, beside hot
+// blocks, int8 and int4 parts and sequences without them in one batch;
+// blocks of 16 and 64 rows, windows whose tiles start inside a block, a
+// query scale and softcap) run the _pc kernels. Under --matmul f32, or
+// with a part only attn_split reads (kakeya, entropy-coded kakeya-pc),
+// the call stays on attn_split.
 func TestPrefillAttentionMatchesReference(t *testing.T) {
-	needKernels(t, "attn_prefill_d64", "attn_prefill_d128", "attn_prefill_batch_d64", "attn_prefill_batch_d128", "attn_split")
+	needKernels(t, "attn_prefill_d64", "attn_prefill_d128", "attn_prefill_batch_d64", "attn_prefill_batch_d128", "attn_split",
+		"attn_prefill_pc_d64", "attn_prefill_pc_d128", "attn_prefill_batch_pc_d64", "attn_prefill_batch_pc_d128")
 	for _, c := range []struct {
 		name                       string
 		heads, kvHeads, d, bs, win int
@@ -40,6 +46,14 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 		// --matmul f32, on attn_split and attn_batch.
 		{"gemma/d128/window", 8, 4, 128, 16, 20, true, false, []batchSeq{{5, 40, "int8"}, {30, 12, ""}, {60, 1, ""}}, "attn_prefill_d128", 1.0 / 12, 5},
 		{"gemma/exact/window", 4, 2, 64, 16, 12, false, true, []batchSeq{{0, 30, ""}, {40, 1, "int8"}}, "attn_split", 0.2, 3},
+		// Fixed-rate kakeya-pc (format 8) on the tensor cores.
+		{"pc/gqa7/d64/bf16", 7, 1, 64, 16, 0, true, false, []batchSeq{{0, 40, "pc"}, {30, 19, "pc/int8"}}, "attn_prefill_pc_d64", 0, 0},
+		{"pc/gqa2/d128/f32", 4, 2, 128, 16, 0, false, false, []batchSeq{{0, 33, "pc"}, {17, 9, "int8/pc"}, {50, 1, "pc"}}, "attn_prefill_pc_d128", 0, 0},
+		{"pc/gqa7/d128/window", 14, 2, 128, 16, 21, true, false, []batchSeq{{5, 60, "pc"}, {70, 1, ""}, {40, 20, "int4/pc"}}, "attn_prefill_pc_d128", 0, 0},
+		{"pc/gqa4/d128/bs64", 8, 2, 128, 64, 0, true, false, []batchSeq{{0, 100, "pc"}, {64, 40, "pc"}}, "attn_prefill_pc_d128", 0, 0},
+		{"pc/gqa4/d64/bs64/window", 8, 2, 64, 64, 50, true, false, []batchSeq{{70, 30, "pc"}}, "attn_prefill_pc_d64", 0, 0},
+		{"pc/gemma/d128", 8, 4, 128, 16, 0, true, false, []batchSeq{{5, 40, "pc"}}, "attn_prefill_pc_d128", 1.0 / 12, 5},
+		{"pcec", 7, 1, 64, 16, 0, true, false, []batchSeq{{20, 12, "pcec"}}, "attn_split_pc", 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := Options{}
@@ -80,19 +94,25 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 				kernel := c.kernel
 				if s.n <= maxMatVecRows {
 					kernel = "attn_split"
+					if strings.Contains(s.enc, "pc") {
+						kernel = "attn_split_pc"
+					}
 				}
 				if ks := f.launched[before:]; len(ks) == 0 || ks[0] != kernel {
 					t.Fatalf("sequence %d: launched %v, want %s first", i, ks, kernel)
 				}
-				checkPrefill(t, fmt.Sprintf("sequence %d (%+v) alone", i, s), got, w, c.exact || kernel == "attn_split")
+				checkPrefill(t, fmt.Sprintf("sequence %d (%+v) alone", i, s), got, w, c.exact || strings.HasPrefix(kernel, "attn_split"))
 				at += s.n
 			}
 			// The batched step: on the tensor cores when a pass is a
 			// prefill chunk and every part is one the kernel reads.
 			qd, qrd := upload(gpu, q), upload(gpu, qr)
 			batchKernel := fmt.Sprintf("attn_prefill_batch_d%d", c.d)
-			if c.kernel == "attn_split" {
-				batchKernel = "attn_batch"
+			if strings.Contains(c.kernel, "_pc_") {
+				batchKernel = fmt.Sprintf("attn_prefill_batch_pc_d%d", c.d)
+			}
+			if k, ok := strings.CutPrefix(c.kernel, "attn_split"); ok {
+				batchKernel = "attn_batch" + k
 			}
 			for _, rotate := range []bool{false, true} {
 				in := qrd
@@ -114,7 +134,7 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 				at = 0
 				for i, s := range c.seqs {
 					checkPrefill(t, fmt.Sprintf("batched (rotate %v): sequence %d (%+v)", rotate, i, s),
-						got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], batchKernel == "attn_batch")
+						got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], strings.HasPrefix(batchKernel, "attn_batch"))
 					at += s.n
 				}
 			}

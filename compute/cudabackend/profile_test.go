@@ -297,9 +297,18 @@ func TestProfileRows(t *testing.T) {
 	gpu, _ := newFakeBackend(t, Options{NoGraphs: true})
 	var out bytes.Buffer
 	r := newReporter(t, &out)
-	profileRows(r, "profile", "tiny", gpu, dir, []string{"plain", "int8"}, []int{20, 24}, []int{2}, 16)
+	profileRows(r, "profile", "tiny", gpu, dir, []string{"plain", "int8", "kakeya-pc"}, []int{40, 20}, []int{2}, 16)
 	text := out.String()
-	for _, want := range []string{"[profile] tiny plain prefill 20:", "attn_prefill_d64", "%, 1x)", "[profile] tiny plain decode after 20:", "attn_split", "[profile] tiny plain prefill 24:", "[profile] tiny int8 decode after 20:", "[profile] tiny plain batched decode of 2:", "attn_batch"} {
+	// The kakeya-pc prefill of 40 tokens (the bundle's profile row of the
+	// preset's codec) encodes its first block on the device (the newest
+	// 16 tokens stay hot) and runs its attention over it on the tensor
+	// cores.
+	if i := strings.Index(text, "[profile] tiny kakeya-pc prefill 40:"); i < 0 {
+		t.Errorf("profile rows lack the kakeya-pc prefill:\n%s", text)
+	} else if row, _, _ := strings.Cut(text[i:], "\n"); !strings.Contains(row, "attn_prefill_pc_d64") || strings.Contains(row, "attn_split") {
+		t.Errorf("the kakeya-pc prefill row names %q, want attn_prefill_pc_d64, no attn_split", row)
+	}
+	for _, want := range []string{"[profile] tiny plain prefill 40:", "attn_prefill_d64", "%, 1x)", "[profile] tiny plain decode after 40:", "attn_split", "[profile] tiny plain prefill 20:", "[profile] tiny int8 decode after 40:", "[profile] tiny plain batched decode of 2:", "attn_batch"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("profile rows lack %q:\n%s", want, text)
 		}

@@ -202,20 +202,88 @@ KK_DEVICE int kk_quantize(const float *bounds, int k, float x) {
 	return lo;
 }
 
+// KK_PC_XS is enc_pc's most floats of staged rows (16 KiB of its
+// dynamic shared memory).
+#define KK_PC_XS 4096
+
+// kk_pc_chunk returns the rows enc_pc stages at a time for n rows of d
+// values and M stored components over threads threads: at most 32 a
+// thread (G = threads / M threads per component, each 1 in G of the
+// rows) and KK_PC_XS floats. pcChunk in encode.go is the same.
+KK_DEVICE int kk_pc_chunk(int n, int d, int M, int threads) {
+	int g = M > 0 && M <= threads ? threads / M : 1, r = 32 * g, cap = KK_PC_XS / d;
+	r = r < cap ? r : cap;
+	r = r < n ? r : n;
+	return r > 0 ? r : 1;
+}
+
+// kk_pc_project computes y = B(x - mu) for rows c0..c0+rn-1 of the
+// staged xs (rn x d, x - mu, row-major): thread t < G*M takes component
+// k = t % M for the rows t / M + G*j (j < 32). Each sum runs over the
+// columns in increasing order, one fused multiply-add a column, as the
+// one-thread-an-output loop it replaces summed: y is bit for bit the
+// same, with each basis value read once per chunk rather than once per
+// row (V4: 16-byte loads of the basis and of the broadcast staged rows).
+template <bool V4>
+KK_DEVICE void kk_pc_project(float *__restrict__ y, const float *__restrict__ xs, const float *__restrict__ basis,
+                             int M, int d, int c0, int rn) {
+	int G = blockDim.x / M;
+	if ((int)threadIdx.x >= G * M)
+		return;
+	int k = threadIdx.x % M, sub = threadIdx.x / M;
+	int cnt = sub < rn ? (rn - sub + G - 1) / G : 0;
+	const float *bk = basis + (long long)k * d;
+	float acc[32];
+#pragma unroll
+	for (int j = 0; j < 32; j++)
+		acc[j] = 0.0f;
+	if (V4) {
+		for (int a = 0; a < d; a += 4) {
+			kk_f32x4 b = *(const kk_f32x4 *)(bk + a);
+#pragma unroll
+			for (int j = 0; j < 32; j++) {
+				if (j < cnt) {
+					kk_f32x4 x = *(const kk_f32x4 *)(xs + (sub + G * j) * d + a);
+					acc[j] += b[0] * x[0];
+					acc[j] += b[1] * x[1];
+					acc[j] += b[2] * x[2];
+					acc[j] += b[3] * x[3];
+				}
+			}
+		}
+	} else {
+		for (int a = 0; a < d; a++) {
+			float b = bk[a];
+#pragma unroll
+			for (int j = 0; j < 32; j++)
+				if (j < cnt)
+					acc[j] += b * xs[(sub + G * j) * d + a];
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < 32; j++)
+		if (j < cnt)
+			y[(long long)(c0 + sub + G * j) * M + k] = acc[j];
+}
+
 // enc_pc: block 0 encodes a hot part of n rows of d values (bf16 or
 // float32) at src as codec.KakeyaPC.Encode does (fixed-rate format
 // kakeya_pc) into dst, with the codec's pcParams prm (launch.go) and y, n
 // x M floats of device scratch: y = B(x - mu) for the M stored components
-// (each thread a row and component, summed in increasing column order:
-// the host sums in its SIMD kernel's order, so y differs by float
-// rounding); each component's block mean (summed in float64 in row order,
-// rounded to fp16); for each coded component the scale among its RMS
-// times the scale steps of least squared error (the first of equal ones),
-// and each row's code of its quantizer. The codes are gathered in shared
-// memory (each added at its bit, CodeBit's, by an atomic add: the bits of
-// two codes never overlap) and copied out, then the block is sealed.
-// Dynamic shared memory: M + C + ceil(codes/4) words, then kk_seal's
-// 2*blockDim.x + 32 and a flag.
+// (x - mu staged in shared memory kk_pc_chunk rows at a time, each thread
+// a component for up to 32 rows, summed in increasing column order: the
+// host sums in its SIMD kernel's order, so y differs by float rounding);
+// each component's block mean (summed in float64 in row order, rounded to
+// fp16) and RMS; then, a thread per component and scale step, the
+// squared error of each of the step's candidate scales (its RMS times the
+// step, summed over the rows in order in float64), and a thread per
+// component keeps the first of least error; and each row's code of its
+// quantizer. The codes are gathered in shared memory (each added at its
+// bit, CodeBit's, by an atomic add: the bits of two codes never overlap)
+// and copied out, then the block is sealed. Dynamic shared memory (words):
+// the staged rows (max(kk_pc_chunk * d, 16 M), rounded up to 4; the
+// errors' M x KK_PC_STEPS float64 after), M means, M RMS, C scales,
+// ceil(codes/4), then kk_seal's 2*blockDim.x + 32 and a flag.
 KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n,
                                              int d, const float *__restrict__ prm, float *__restrict__ y,
                                              const kk_u64 *__restrict__ jobs) {
@@ -233,7 +301,10 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
 	const float *mu = steps + KK_PC_STEPS, *basis = mu + d;
 	long long codesLen = kk_kakeya_pc_codes_len(n, d, M, C, cbytes);
 	int words = (int)((codesLen + 3) >> 2);
-	float *means = smp, *scales = smp + M;
+	int R = kk_pc_chunk(n, d, M, blockDim.x), xsn = R * d > 16 * M ? R * d : 16 * M;
+	xsn = (xsn + 3) & ~3;
+	float *xs = smp, *means = smp + xsn, *rmsv = means + M, *scales = rmsv + M;
+	double *errs = (double *)xs; // after the projection: M x KK_PC_STEPS
 	kk_u32 *stage = (kk_u32 *)(scales + C), *seal = stage + words, *bad = seal + 2 * blockDim.x + 32;
 	for (int i = threadIdx.x; i < words; i += blockDim.x)
 		stage[i] = 0;
@@ -253,13 +324,29 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
 	if (2.0f * (am * __builtin_sqrtf((float)d) + kk_bits_f32((kk_u32)pi[6])) > 65504.0f)
 		atomicAdd((int *)bad, 1);
 	// y = B(x - mu), row-major n x M.
-	for (int i = threadIdx.x; i < n * M; i += blockDim.x) {
-		int r = i / M, k = i - r * M;
-		const float *bk = basis + (long long)k * d;
-		float s = 0.0f;
-		for (int a = 0; a < d; a++)
-			s += bk[a] * (kk_hot_value(src, bf16, (long long)r * d + a) - mu[a]);
-		y[i] = s;
+	if (M > 0 && M <= (int)blockDim.x) {
+		for (int c0 = 0; c0 < n; c0 += R) {
+			int rn = n - c0 < R ? n - c0 : R;
+			__syncthreads(); // the previous chunk is read
+			for (int i = threadIdx.x; i < rn * d; i += blockDim.x) {
+				int a = i % d;
+				xs[i] = kk_hot_value(src, bf16, (long long)c0 * d + i) - mu[a];
+			}
+			__syncthreads();
+			if ((d & 3) == 0)
+				kk_pc_project<true>(y, xs, basis, M, d, c0, rn);
+			else
+				kk_pc_project<false>(y, xs, basis, M, d, c0, rn);
+		}
+	} else {
+		for (int i = threadIdx.x; i < n * M; i += blockDim.x) {
+			int r = i / M, k = i - r * M;
+			const float *bk = basis + (long long)k * d;
+			float s = 0.0f;
+			for (int a = 0; a < d; a++)
+				s += bk[a] * (kk_hot_value(src, bf16, (long long)r * d + a) - mu[a]);
+			y[i] = s;
+		}
 	}
 	__syncthreads();
 	kk_u8 *mb = dst + kk_kakeya_pc_means_off(n, d, M, C, cbytes), *sb = dst + kk_kakeya_pc_scales_off(n, d, M, C, cbytes);
@@ -268,8 +355,47 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
 		for (int r = 0; r < n; r++)
 			s += (double)y[r * M + k];
 		kk_u16 h = kk_f16_bits((float)(s / (double)n));
-		means[k] = kk_f16(h);
+		float m = kk_f16(h);
+		means[k] = m;
 		kk_put_u16(mb + 2 * k, h);
+		double ss = 0.0;
+		for (int r = 0; r < n; r++) {
+			double v = (double)(y[r * M + k] - m);
+			ss += v * v;
+		}
+		rmsv[k] = (float)__builtin_sqrt(ss / (double)n);
+	}
+	__syncthreads();
+	// Each coded component's candidate scales, a thread each: step f's
+	// error, or -1 where the search stops before it (a zero step, or a
+	// scale that rounds to 0 at or before f).
+	for (int p = threadIdx.x; p < M * KK_PC_STEPS; p += blockDim.x) {
+		int k = p % M, f = p / M, w = info[4 * k];
+		if (w == 0)
+			continue;
+		float rms = rmsv[k], s = 0.0f;
+		bool on = true;
+		for (int f2 = 0; f2 <= f && on; f2++) {
+			on = steps[f2] > 0.0f;
+			if (on) {
+				s = kk_round_f16(rms * steps[f2]);
+				on = s > 0.0f;
+			}
+		}
+		double e = -1.0;
+		if (on) {
+			const float *lv = levels + (1 << w) - 2, *bd = bounds + (1 << w) - 2;
+			int nb = (1 << w) - 1;
+			float m = means[k], inv = 1.0f / s;
+			e = 0.0;
+			for (int r = 0; r < n; r++) {
+				float v = y[r * M + k] - m;
+				float q = lv[kk_quantize(bd, nb, v * inv)] * s;
+				double dq = (double)(v - q);
+				e += dq * dq;
+			}
+		}
+		errs[f * M + k] = e;
 	}
 	__syncthreads();
 	for (int k = threadIdx.x; k < M; k += blockDim.x) {
@@ -278,31 +404,17 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
 			continue;
 		int t = info[4 * k + 3];
 		long long base = info[4 * k + 1], stride = info[4 * k + 2];
-		const float *lv = levels + (1 << w) - 2, *bd = bounds + (1 << w) - 2;
+		const float *bd = bounds + (1 << w) - 2;
 		int nb = (1 << w) - 1;
-		float m = means[k];
-		double ss = 0.0;
-		for (int r = 0; r < n; r++) {
-			double v = (double)(y[r * M + k] - m);
-			ss += v * v;
-		}
-		float rms = (float)__builtin_sqrt(ss / (double)n);
+		float m = means[k], rms = rmsv[k];
 		float best = 0.0f;
 		double bestErr = __builtin_inf();
-		for (int f = 0; f < KK_PC_STEPS && steps[f] > 0.0f; f++) {
-			float s = kk_round_f16(rms * steps[f]);
-			if (!(s > 0.0f))
+		for (int f = 0; f < KK_PC_STEPS; f++) {
+			double e = errs[f * M + k];
+			if (e == -1.0)
 				break;
-			float inv = 1.0f / s;
-			double e = 0.0;
-			for (int r = 0; r < n; r++) {
-				float v = y[r * M + k] - m;
-				float q = lv[kk_quantize(bd, nb, v * inv)] * s;
-				double dq = (double)(v - q);
-				e += dq * dq;
-			}
 			if (e < bestErr) {
-				best = s;
+				best = kk_round_f16(rms * steps[f]);
 				bestErr = e;
 			}
 		}

@@ -4,9 +4,10 @@
 // accumulation. attn_split (attention.cu) computes the same in float32 on
 // the CUDA cores; the backend takes this kernel for a call of more than
 // maxMatVecRows queries when its matrix products are 16-bit too (not under
-// --matmul f32) and the layer's parts are hot (float32 or bf16 rows) or
-// int8, int4 or int2 (no Kakeya, kakeya-pc or preconditioned keys, whose
-// tiles need attn_split's cooperative decoding), at head dims 64 and 128.
+// --matmul f32) and the layer's parts are hot (float32 or bf16 rows),
+// int8, int4 or int2, or (attn_prefill_pc_*) fixed-rate kakeya-pc too (no
+// Kakeya, entropy-coded kakeya-pc or preconditioned keys, whose tiles
+// need attn_split's cooperative decoding), at head dims 64 and 128.
 //
 // Block (tile, g) takes 64 query-head rows of KV head g (row f is query
 // f/group, head g*group + f%group, as in attn_split: every head sharing g
@@ -46,18 +47,34 @@ KK_DEVICE void kk_pf_load8(const kk_u8 *p, int fmt, int bs, int row, int c, floa
 		x[e] = kk_part_value(v, row, c + e);
 }
 
-template <int D>
+// With PC (attn_prefill_pc_*) the layer may also hold kakeya_pc parts
+// (format 8, codec.KakeyaPC fixed rate; kptab and vptab give each entry's
+// pcParams): a tile from such a part is decoded as attn_split_pc decodes
+// it (kk_pc_tile: the latents, then their basis product on the tensor
+// cores, tf32 split in three) into a float32 tile that takes the
+// queries' shared memory once their fragments are in registers, then
+// rotated and rounded to bf16 into the same key and value tiles; the
+// walk's tiles then stop at block boundaries (a part is decoded one tile
+// of at most 32 of its rows at a time).
+template <int D, bool PC>
 KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict__ q, int n, int start, int heads,
                                int kv_heads, int window, int bs, const kk_u64 *__restrict__ ktab,
                                const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts,
                                const float *__restrict__ cos, const float *__restrict__ sin, int rot, int row0,
-                               int tile, int g, float qscale, float cap) {
+                               int tile, int g, float qscale, float cap, const kk_u64 *__restrict__ kptab,
+                               const kk_u64 *__restrict__ vptab) {
 	const int LQ = D + 8;            // query and key rows, 16-bit values (padded: conflict-free fragments)
 	const int LV = KK_PF_BK + 8;     // transposed value rows
 	const int KS = D / 16, NB = D / 8; // k-steps of QK^T, n-tiles of PV
 	__shared__ __attribute__((aligned(16))) kk_u16 qs[KK_PF_BQ * LQ];
 	__shared__ __attribute__((aligned(16))) kk_u16 ks[KK_PF_BK * LQ];
 	__shared__ __attribute__((aligned(16))) kk_u16 vt[D * LV];
+	// PC: a kakeya_pc tile in float32 (32 rows of LT, LT = 1 mod 32 for
+	// kk_pc_mix_tc's conflict-free latent reads), over qs: the queries are
+	// in registers before the first tile (32 x (D+1) x 4 bytes fit in
+	// 64 x (D+8) x 2).
+	const int LT = D + 1;
+	float *tf = (float *)qs;
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gq = lane >> 2, tq = lane & 3;
 	int group = heads / kv_heads, half = D / 2;
 	int f0 = tile * KK_PF_BQ;
@@ -118,14 +135,52 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 	mrow[0] = mrow[1] = -__builtin_inff();
 	lrow[0] = lrow[1] = 0.0f;
 
-	for (int k0 = kbeg; k0 < kend; k0 += KK_PF_BK) {
+	for (int k0 = kbeg, k1; k0 < kend; k0 = k1) {
+		k1 = k0 + KK_PF_BK < kend ? k0 + KK_PF_BK : kend; // this tile's keys: [k0, k1)
+		// PC: the tile stays in one block, whose formats say whether a
+		// part is kakeya_pc (the same for the whole CTA).
+		bool kpc = false, vpc = false;
+		long long pe = 0;
+		if (PC) {
+			int pb = k0 / bs;
+			if ((pb + 1) * bs < k1)
+				k1 = (pb + 1) * bs;
+			pe = (long long)pb * kv_heads + g;
+			int fmt = fmts[pe], kf = fmt & 0xff, vf = fmt >> 16 ? (fmt >> 8) & 0xff : kf;
+			kpc = kf == kkPartKakeyaPC;
+			vpc = vf == kkPartKakeyaPC;
+		}
 		__syncthreads(); // the previous tile is consumed
+		if (PC && kpc) {
+			kk_pc_tile(tf, LT, (const kk_u8 *)ktab[pe], (const float *)kptab[pe], bs, D, k0 - (k0 / bs) * bs,
+			           k1 - k0); // syncs
+			for (int i = threadIdx.x; i < KK_PF_BK * (half / 8); i += blockDim.x) {
+				int j = i / (half / 8), c = (i - j * (half / 8)) * 8, p = k0 + j;
+				float x0[8], x1[8];
+#pragma unroll
+				for (int e2 = 0; e2 < 8; e2++) {
+					x0[e2] = x1[e2] = 0.0f;
+					if (p < k1) {
+						float a = tf[j * LT + c + e2], b = tf[j * LT + c + half + e2];
+						float cs = cos[(long long)p * half + c + e2], sn = sin[(long long)p * half + c + e2];
+						x0[e2] = a * cs - b * sn;
+						x1[e2] = b * cs + a * sn;
+					}
+				}
+				kk_u32 *kr = (kk_u32 *)(ks + j * LQ);
+#pragma unroll
+				for (int e2 = 0; e2 < 8; e2 += 2) {
+					kr[(c + e2) >> 1] = kk_pf_pack(x0[e2], x0[e2 + 1]);
+					kr[(c + half + e2) >> 1] = kk_pf_pack(x1[e2], x1[e2 + 1]);
+				}
+			}
+		} else
 		// Keys: rotated at their positions, 8 columns of each half a
 		// thread; positions past kend as zeros (masked below).
 		for (int i = threadIdx.x; i < KK_PF_BK * (half / 8); i += blockDim.x) {
 			int j = i / (half / 8), c = (i - j * (half / 8)) * 8, p = k0 + j;
 			float x0[8], x1[8];
-			if (p < kend) {
+			if (p < k1) {
 				long long e = (long long)(p / bs) * kv_heads + g;
 				const kk_u8 *kp = (const kk_u8 *)ktab[e];
 				int kf = fmts[e] & 0xff, row = p % bs;
@@ -151,10 +206,20 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 			}
 		}
 		// Values, transposed: vt[c][j] is value c of key k0+j.
+		if (PC && vpc) {
+			if (kpc)
+				__syncthreads(); // the keys' float tile is read
+			kk_pc_tile(tf, LT, (const kk_u8 *)vtab[pe], (const float *)vptab[pe], bs, D, k0 - (k0 / bs) * bs,
+			           k1 - k0); // syncs
+			for (int i = threadIdx.x; i < KK_PF_BK * D; i += blockDim.x) {
+				int c = i / KK_PF_BK, j = i - c * KK_PF_BK; // lanes along j: one tile column a warp
+				vt[c * LV + j] = kk_f32_to_bf16(k0 + j < k1 ? tf[j * LT + c] : 0.0f);
+			}
+		} else
 		for (int i = threadIdx.x; i < KK_PF_BK * (D / 8); i += blockDim.x) {
 			int j = i / (D / 8), c = (i - j * (D / 8)) * 8, p = k0 + j;
 			float x[8];
-			if (p < kend) {
+			if (p < k1) {
 				long long e = (long long)(p / bs) * kv_heads + g;
 				int fmt = fmts[e], kf = fmt & 0xff, vf = fmt >> 16 ? (fmt >> 8) & 0xff : kf;
 				kk_pf_load8<D>((const kk_u8 *)vtab[e], vf, bs, p % bs, c, x);
@@ -192,7 +257,7 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 #pragma unroll
 				for (int e2 = 0; e2 < 2; e2++) {
 					int p = k0 + 8 * b + 2 * tq + e2;
-					bool see = live[h] && p < kend && p >= fk[h] && p <= qp[h];
+					bool see = live[h] && p < k1 && p >= fk[h] && p <= qp[h];
 					float v = see ? s[b][2 * h + e2] : -__builtin_inff();
 					if (see && cap > 0.0f)
 						v = kk_softcap(v, cap); // Gemma 2's score softcap
@@ -263,21 +328,27 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 // kk_attn_seq as attn_batch reads them, tile0 counted in this kernel's
 // 64-row tiles): block (z, g) runs tile z - tile0 of the last pass whose
 // tile0 is at or before z; a tile past its pass's rows leaves at once.
-#define KK_ATTN_PREFILL(D)                                                                                              \
+// attn_prefill_pc_d<D>, attn_prefill_batch_pc_d<D>: the same over layers
+// that also hold kakeya_pc parts (the one-sequence kernel takes the kptab
+// and vptab block tables after softcap; the batched one reads them from
+// kk_attn_seq), kernels of their own so that the registers of the basis
+// product do not cost the other layers' occupancy.
+#define KK_ATTN_PREFILL(D, SUF, PC)                                                                                     \
 	KK_KERNEL void __launch_bounds__(128)                                                                              \
-	    attn_prefill_d##D(float *__restrict__ out, const float *__restrict__ q, int n, int start, int heads,          \
-	                      int kv_heads, int window, int bs, const kk_u64 *__restrict__ ktab,                          \
-	                      const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts, const float *__restrict__ cos, \
-	                      const float *__restrict__ sin, int rot, float scale, float softcap) {                       \
-		kk_attn_prefill<D>(out, q, n, start, heads, kv_heads, window, bs, ktab, vtab, fmts, cos, sin, rot, 0,       \
-		                   blockIdx.x, blockIdx.y, scale, softcap);                                                  \
+	    attn_prefill##SUF##_d##D(float *__restrict__ out, const float *__restrict__ q, int n, int start, int heads,   \
+	                             int kv_heads, int window, int bs, const kk_u64 *__restrict__ ktab,                   \
+	                             const kk_u64 *__restrict__ vtab, const int *__restrict__ fmts,                       \
+	                             const float *__restrict__ cos, const float *__restrict__ sin, int rot, float scale,  \
+	                             float softcap KK_PF_PCARGS##PC) {                                                     \
+		kk_attn_prefill<D, PC>(out, q, n, start, heads, kv_heads, window, bs, ktab, vtab, fmts, cos, sin, rot, 0,   \
+		                       blockIdx.x, blockIdx.y, scale, softcap, KK_PF_PCTABS##PC);                          \
 	}                                                                                                                 \
 	KK_KERNEL void __launch_bounds__(128)                                                                              \
-	    attn_prefill_batch_d##D(float *__restrict__ out, const float *__restrict__ q,                                  \
-	                            const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs,        \
-	                            int npasses, int heads, int kv_heads, int window, int bs,                             \
-	                            const float *__restrict__ cos, const float *__restrict__ sin, int rot, float scale,   \
-	                            float softcap) {                                                                      \
+	    attn_prefill_batch##SUF##_d##D(float *__restrict__ out, const float *__restrict__ q,                           \
+	                                   const kk_attn_pass *__restrict__ passes, const kk_attn_seq *__restrict__ seqs, \
+	                                   int npasses, int heads, int kv_heads, int window, int bs,                      \
+	                                   const float *__restrict__ cos, const float *__restrict__ sin, int rot,         \
+	                                   float scale, float softcap) {                                                  \
 		int z = blockIdx.x, lo = 0, hi = npasses - 1;                                                                \
 		while (lo < hi) {                                                                                            \
 			int mid = (lo + hi + 1) >> 1;                                                                        \
@@ -291,9 +362,15 @@ KK_DEVICE void kk_attn_prefill(float *__restrict__ out, const float *__restrict_
 		if (ps.n <= 0 || z - ps.tile0 >= (ps.n * group + KK_PF_BQ - 1) / KK_PF_BQ)                                   \
 			return;                                                                                              \
 		kk_attn_seq sq = seqs[lo];                                                                                   \
-		kk_attn_prefill<D>(out, q, ps.n, ps.start, heads, kv_heads, window, bs, sq.ktab, sq.vtab, sq.fmts, cos, sin, \
-		                   rot, ps.row0, z - ps.tile0, blockIdx.y, scale, softcap);                                  \
+		kk_attn_prefill<D, PC>(out, q, ps.n, ps.start, heads, kv_heads, window, bs, sq.ktab, sq.vtab, sq.fmts, cos,  \
+		                       sin, rot, ps.row0, z - ps.tile0, blockIdx.y, scale, softcap, sq.kptab, sq.vptab);     \
 	}
-KK_ATTN_PREFILL(64)
-KK_ATTN_PREFILL(128)
+#define KK_PF_PCARGSfalse
+#define KK_PF_PCTABSfalse 0, 0
+#define KK_PF_PCARGStrue , const kk_u64 *__restrict__ kptab, const kk_u64 *__restrict__ vptab
+#define KK_PF_PCTABStrue kptab, vptab
+KK_ATTN_PREFILL(64, , false)
+KK_ATTN_PREFILL(128, , false)
+KK_ATTN_PREFILL(64, _pc, true)
+KK_ATTN_PREFILL(128, _pc, true)
 #undef KK_ATTN_PREFILL
