@@ -100,9 +100,18 @@ KQ5_INLINE __m512i kq5_pair(int type, const uint8_t *b0, const uint8_t *b1, cons
 #define KQ5_PF 8192
 #endif
 
-// KQ5_XBYTES bounds the activations one pass of a row range reads.
+// KQ5_KPF: whether the K kernels prefetch ahead in the row when a call
+// takes rows in block ranges (ln set).
+#ifndef KQ5_KPF
+#define KQ5_KPF 1
+#endif
+
+// KQ5_XBYTES bounds the activations one pass of a row range reads (the
+// 32-value types'): 1 MiB rather than 256 KiB took 7B-shape Q8_0 ffn_down
+// (3584x18944, n=512, one thread) from 93-100 to 115-118 GMAC per
+// CPU-second, its rows then streamed once per 48 tokens, not per 8.
 #ifndef KQ5_XBYTES
-#define KQ5_XBYTES (256 * 1024)
+#define KQ5_XBYTES (1024 * 1024)
 #endif
 
 // KQ5_WBYTES bounds the weights of the rows one tile of tokens passes over
@@ -212,20 +221,44 @@ KQ5_INLINE void kq5_scales_k4(const uint8_t *q, uint64_t *sc, uint64_t *m) {
 	*m = (uint64_t)(u1 & k6) | (uint64_t)(((u2 >> 4) & k4) | ((u1 >> 6) & k2) << 4) << 32;
 }
 
+// kq5_lanes_in starts the K kernels' f32 lane accumulators of nt tokens
+// for blocks from b0: zero at a row's first block, else the lanes a
+// previous range of the row's blocks left in lanes (16 floats a token),
+// so that a row taken in ranges of blocks sums its lanes in the same
+// order, with the same bits, as in one pass.
+KQ5_INLINE void kq5_lanes_in(int nt, __m512 *acc, long b0, const float *lanes) {
+	KQ5_UNROLL
+	for (int t = 0; t < nt; t++)
+		acc[t] = b0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(lanes + 16 * t);
+}
+
+// kq5_lanes_out ends a range of blocks: at the row's end (last) each
+// token's lanes reduced into out[t*ldo], else kept in lanes for the next
+// range.
+KQ5_INLINE void kq5_lanes_out(int nt, const __m512 *acc, int last, float *lanes, float *out, long ldo) {
+	KQ5_UNROLL
+	for (int t = 0; t < nt; t++) {
+		if (last)
+			out[t * ldo] = _mm512_reduce_add_ps(acc[t]);
+		else
+			_mm512_store_ps(lanes + 16 * t, acc[t]);
+	}
+}
+
 // kq5_q45_k sets out[t*ldo] to the dot of one row (w) with the nt token
 // rows of x for Q4_K (five = 0) and Q5_K: per block, the scales and the
 // 4-bit (5-bit) values unpacked once, and per token the integer sum over
 // the block in the vector, reduced once, then the Go loops' f32 scaling.
 KQ5_INLINE void kq5_q45_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
-			  long ldd, const int32_t *bsums, long ldb, long nb, int five, float *out, long ldo) {
+			  long ldd, const int32_t *bsums, long ldb, long b0, long b1, long nb, int five, float *ln,
+			  float *out, long ldo) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	__m512 acc_f[KQ5_T];
-	KQ5_UNROLL
-	for (int t = 0; t < nt; t++)
-		acc_f[t] = _mm512_setzero_ps();
-	for (long b = 0; b < nb; b++) {
+	kq5_lanes_in(nt, acc_f, b0, ln);
+	for (long b = b0; b < b1; b++) {
 		const uint8_t *blk = w + b * off[KQ5_BYTES];
-		kq5_prefetch(blk, off[KQ5_BYTES]);
+		if (KQ5_KPF || ln == NULL)
+			kq5_prefetch(blk, off[KQ5_BYTES]);
 		uint64_t sc, mn;
 		kq5_scales_k4(blk + off[KQ5_SCALES], &sc, &mn);
 		__m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
@@ -269,26 +302,24 @@ KQ5_INLINE void kq5_q45_k(int nt, const uint8_t *w, const long *off, const int8_
 			acc_f[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(mp)), _mm512_set1_ps(dmw * dx), acc_f[t]);
 		}
 	}
-	KQ5_UNROLL
-	for (int t = 0; t < nt; t++)
-		out[t * ldo] = _mm512_reduce_add_ps(acc_f[t]);
+	kq5_lanes_out(nt, acc_f, b1 == nb, ln, out, ldo);
 }
 
 // kq5_q6_k is kq5_q45_k for Q6_K.
 KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
-			 long ldd, const int32_t *bsums, long ldb, long nb, float *out, long ldo) {
+			 long ldd, const int32_t *bsums, long ldb, long b0, long b1, long nb, float *ln, float *out,
+			 long ldo) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
 	// int16 lanes 8g..8g+7 of a pair of 32-value runs take scale group g.
 	const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x00020002,
 					      0x00020002, 0x00020002, 0x00020002, 0x00030003, 0x00030003, 0x00030003,
 					      0x00030003);
 	__m512 acc_f[KQ5_T];
-	KQ5_UNROLL
-	for (int t = 0; t < nt; t++)
-		acc_f[t] = _mm512_setzero_ps();
-	for (long b = 0; b < nb; b++) {
+	kq5_lanes_in(nt, acc_f, b0, ln);
+	for (long b = b0; b < b1; b++) {
 		const uint8_t *blk = w + b * off[KQ5_BYTES];
-		kq5_prefetch(blk, off[KQ5_BYTES]);
+		if (KQ5_KPF || ln == NULL)
+			kq5_prefetch(blk, off[KQ5_BYTES]);
 		__m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + off[KQ5_SCALES]));
 		__m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
 		__m512i sc32 = _mm512_cvtepi8_epi32(sc8);
@@ -324,9 +355,7 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 			acc_f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(dw * xd[t * ldd + b]), acc_f[t]);
 		}
 	}
-	KQ5_UNROLL
-	for (int t = 0; t < nt; t++)
-		out[t * ldo] = _mm512_reduce_add_ps(acc_f[t]);
+	kq5_lanes_out(nt, acc_f, b1 == nb, ln, out, ldo);
 }
 
 // KQ5_ROWS32 runs nr rows (a constant, 1 or 2) of a 32-value type against
@@ -358,15 +387,99 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 		}                                                                                                  \
 		break;                                                                                             \
 	case KQ5_Q4_K:                                                                                             \
-		kq5_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 0, o, ldo);                           \
+		kq5_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, k0, k1, nb, 0, ln, o, ldo);                           \
 		break;                                                                                             \
 	case KQ5_Q5_K:                                                                                             \
-		kq5_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, 1, o, ldo);                           \
+		kq5_q45_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, k0, k1, nb, 1, ln, o, ldo);                           \
 		break;                                                                                             \
 	case KQ5_Q6_K:                                                                                             \
-		kq5_q6_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, nb, o, ldo);                               \
+		kq5_q6_k(nt, wr, off, xi, cols, di, nb, bi, cols / 16, k0, k1, nb, ln, o, ldo);                               \
 		break;                                                                                             \
 	}
+
+// KQ5_BY_NT runs KQ5_TILE for the tile's token count, n - i up to KQ5_T.
+#define KQ5_BY_NT                                                                                                  \
+	switch (n - i < KQ5_T ? n - i : KQ5_T) {                                                                   \
+	case 1:                                                                                                    \
+		KQ5_TILE(1);                                                                                       \
+		break;                                                                                             \
+	case 2:                                                                                                    \
+		KQ5_TILE(2);                                                                                       \
+		break;                                                                                             \
+	case 3:                                                                                                    \
+		KQ5_TILE(3);                                                                                       \
+		break;                                                                                             \
+	case 4:                                                                                                    \
+		KQ5_TILE(4);                                                                                       \
+		break;                                                                                             \
+	case 5:                                                                                                    \
+		KQ5_TILE(5);                                                                                       \
+		break;                                                                                             \
+	case 6:                                                                                                    \
+		KQ5_TILE(6);                                                                                       \
+		break;                                                                                             \
+	case 7:                                                                                                    \
+		KQ5_TILE(7);                                                                                       \
+		break;                                                                                             \
+	default:                                                                                                   \
+		KQ5_TILE(8);                                                                                       \
+		break;                                                                                             \
+	}
+
+// KQ5_KXBYTES bounds the activations of a K type's token block, as
+// KQ5_XBYTES the 32-value types'.
+#ifndef KQ5_KXBYTES
+#define KQ5_KXBYTES (1024 * 1024)
+#endif
+
+// KQ5_KC is how many 256-value blocks of a row a K type's tile takes
+// before the next row, when a call has more than one tile of tokens:
+// the tile's activations for those blocks (KQ5_T x 2 KiB) then stay in
+// the L1 cache while KQ5_KR rows pass over them, and those rows' blocks
+// (KQ5_KR x KQ5_KC blocks) while the token block's tiles pass over them.
+// Without it a long row (ffn_down's 18,944 values) read its tile's 150 KB
+// of activations from L2 for every row.
+#ifndef KQ5_KC
+#define KQ5_KC 8
+#endif
+#ifndef KQ5_KR
+#define KQ5_KR 8
+#endif
+
+// KQ5_KTB is the most tokens of a K type's token block (a multiple of
+// KQ5_T): the lanes a row's block ranges leave for the next are kept for
+// KQ5_KR rows of that many tokens.
+#ifndef KQ5_KTB
+#define KQ5_KTB 64
+#endif
+
+// kq5_rows_k is kq512_rows for the K types when n > KQ5_T: tokens in
+// blocks of up to KQ5_KTB, rows in chunks of KQ5_KR and each row's blocks
+// in ranges of KQ5_KC, each tile's f32 lanes kept between ranges, so that
+// a token's result has the bits of one pass over the row.
+static void kq5_rows_k(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
+		       const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
+	static const int nr = 1; // KQ5_TILE's 32-value branch, unused here
+	long nb = cols / 256;
+	long tb = KQ5_KXBYTES / cols;
+	tb = tb < KQ5_T ? KQ5_T : tb > KQ5_KTB ? KQ5_KTB : tb - tb % KQ5_T;
+	float lanes[KQ5_KR * KQ5_KTB * 16] __attribute__((aligned(64)));
+	for (long t0 = 0; t0 < n; t0 += tb)
+		for (long c0 = r0; c0 < r1; c0 += KQ5_KR)
+			for (long k0 = 0; k0 < nb; k0 += KQ5_KC) {
+				long k1 = k0 + KQ5_KC < nb ? k0 + KQ5_KC : nb;
+				for (long i = t0; i < n && i < t0 + tb; i += KQ5_T)
+					for (long r = c0; r < r1 && r < c0 + KQ5_KR; r++) {
+						const uint8_t *wr = w + r * rowb;
+						const int8_t *xi = x + i * cols;
+						const float *di = xd + i * nb;
+						const int32_t *bi = bsums + i * (cols / 16);
+						float *o = out + i * ldo + r;
+						float *ln = lanes + ((r - c0) * KQ5_KTB + (i - t0)) * 16;
+						KQ5_BY_NT
+					}
+			}
+}
 
 // kq512_rows is quant_amd64.c's kq_rows with these kernels: each weight row
 // is unpacked once per KQ5_T tokens, the 32-value types' rows two at a
@@ -374,7 +487,14 @@ KQ5_INLINE void kq5_q6_k(int nt, const uint8_t *w, const long *off, const int8_t
 void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	int is32 = type == KQ5_Q8_0 || type == KQ5_Q4_0 || type == KQ5_Q5_0;
+	if (!is32 && n > KQ5_T) {
+		kq5_rows_k(type, w, rowb, r0, r1, off, x, xd, bsums, n, cols, out, ldo);
+		return;
+	}
 	long nb = cols / (is32 ? 32 : 256);
+	// A K type's tile takes its row's blocks in one range.
+	const long k0 = 0, k1 = nb;
+	float *ln = NULL;
 	// Tokens in blocks of about KQ5_XBYTES of activations, which stay in
 	// the L2 cache while the rows pass over them: a prefill's whole
 	// activations would not, and each row would stream them again.
@@ -396,32 +516,7 @@ void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const l
 					const float *di = xd + i * nb;
 					const int32_t *bi = bsums + i * (cols / 16);
 					float *o = out + i * ldo + r;
-					switch (n - i < KQ5_T ? n - i : KQ5_T) {
-					case 1:
-						KQ5_TILE(1);
-						break;
-					case 2:
-						KQ5_TILE(2);
-						break;
-					case 3:
-						KQ5_TILE(3);
-						break;
-					case 4:
-						KQ5_TILE(4);
-						break;
-					case 5:
-						KQ5_TILE(5);
-						break;
-					case 6:
-						KQ5_TILE(6);
-						break;
-					case 7:
-						KQ5_TILE(7);
-						break;
-					default:
-						KQ5_TILE(8);
-						break;
-					}
+					KQ5_BY_NT
 				}
 			}
 }

@@ -256,12 +256,13 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 		t.Logf("checking the %s kernels", k.name)
 	}
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 67, 9}, {32 * 1025, 9}} {
+	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 67, 9}, {32 * 1025, 9}, {256 * 19, 13}} {
 		// Token counts of one, three, five, six, seven and nine: tiles of
 		// 4 and 8 tokens and the shorter ones after them; 17 blocks of 32,
 		// the AVX-512 kernels' last block alone; 67, AVX2 Q8_0's passes of
 		// 32 blocks and an odd last one; 1025, rows wider than the AVX2
-		// kernels gather the token scales of.
+		// kernels gather the token scales of; 19 blocks of 256 for 13
+		// tokens, the AVX-512 K kernels' ranges of 8 blocks.
 		const rows = 19
 		cols, n := tc.cols, tc.n
 		x := make([]float32, n*cols)
@@ -330,7 +331,9 @@ func TestQuantKernelsTileInvariant(t *testing.T) {
 		t.Skip("no C kernels for quantized weights on this CPU or build (or KAKEYA_CPU caps them)")
 	}
 	r := rand.New(rand.NewPCG(9, 9))
-	for _, tc := range []struct{ rows, cols, n int }{{45, 32 * 67, 19}, {50, 32 * 64, 9}, {23, 256 * 3, 11}} {
+	// 256 x 19 columns: the AVX-512 K kernels' prefill path takes a row's
+	// blocks in ranges of 8 (8, 8, 3), keeping the lanes between them.
+	for _, tc := range []struct{ rows, cols, n int }{{45, 32 * 67, 19}, {50, 32 * 64, 9}, {23, 256 * 3, 11}, {21, 256 * 19, 13}} {
 		x := make([]float32, tc.n*tc.cols)
 		for i := range x {
 			x[i] = float32(r.NormFloat64())
