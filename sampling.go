@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/pick"
 
 	"github.com/kakeya-ai/kakeya/internal/mathx"
@@ -88,6 +89,22 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		return s.sampleTopK(logits)
 	}
 	return s.sampleAll(logits)
+}
+
+// DrawRow returns the next token's draw for a backend that draws on its
+// device (compute.Draw) from a row of vocab logits, and true; or false
+// when this sampler's draw needs the logits on the host: greedy
+// (temperature 0, the arg max), a repetition penalty, a top-k below
+// vocab or a top-p below 1. A draw takes the sampler's random number for
+// the token, as Sample would, so that a seeded request draws the same
+// tokens on the device as Sample draws here (compute.Draw says where
+// they may differ: a float64 rounding at a boundary between two tokens).
+func (s *Sampler) DrawRow(vocab int) (compute.DrawRow, bool) {
+	o := s.opt
+	if o.Temperature == 0 || s.penalizes() || (o.TopK > 0 && o.TopK < vocab) || (o.TopP > 0 && o.TopP < 1) {
+		return compute.DrawRow{}, false
+	}
+	return compute.DrawRow{U: s.rng.Float64(), Temperature: o.Temperature, MinP: o.MinP}, true
 }
 
 // sampleTopK draws from the k most likely tokens, sorted by descending
