@@ -161,35 +161,24 @@ func (s *Sampler) sampleTopK(logits []float32) int {
 // weight, ties by id) to find the cut, at most one octave of weights
 // more than it needs.
 func (s *Sampler) sampleAll(logits []float32) int {
+	p := float64(s.opt.TopP)
+	if !(p > 0 && p < 1) {
+		// Temperature and min-p alone: the draw a device makes too.
+		return pick.Draw(logits, s.opt.Temperature, s.opt.MinP, s.rng.Float64())
+	}
 	inv := 1 / float64(s.opt.Temperature)
 	maxL := float64(logits[pick.ArgMax(logits)])
 	floor := float32(s.opt.MinP) // the most likely token's weight is exactly 1
-	sum, last := 0.0, 0
+	sum := 0.0
 	for i, l := range logits {
 		w := mathx.ExpWeight((float64(l) - maxL) * inv)
 		if w < floor || !(w > 0) {
 			w = 0
 		} else {
 			sum += float64(w)
-			last = i
 		}
 		logits[i] = w
 	}
-	p := float64(s.opt.TopP)
-	if !(p > 0 && p < 1) {
-		r := s.rng.Float64() * sum
-		for i, w := range logits {
-			if w == 0 {
-				continue
-			}
-			r -= float64(w)
-			if r < 0 {
-				return i
-			}
-		}
-		return last // r ran past the sum by rounding
-	}
-
 	// The weight held at each binary exponent, the largest first, down to
 	// the exponent t whose octave completes p of the sum.
 	var octave [256]float64

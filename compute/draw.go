@@ -1,7 +1,8 @@
 package compute
 
-// DrawRow is one row's draw for Draw: the request's temperature (> 0)
-// and min-p (0 = off), and U, a uniform number in [0, 1) that the host
+// DrawRow is one row's draw for Draw: the request's temperature (> 0;
+// 0 picks the row's arg max, as Greedy, so that a step of greedy and
+// sampled rows is one draw) and min-p (0 = off), and U, a uniform number in [0, 1) that the host
 // drew from the request's own generator, so that a seeded request draws
 // the same tokens on every backend and the device keeps no random state.
 // It is 16 bytes, the layout the CUDA kernel reads.
@@ -20,12 +21,10 @@ type DrawRow struct {
 // back and sampled on the host.
 type Draw interface {
 	// Draw sets ids[i] to the token drawn from row i of x (len(ids) rows
-	// of cols values) with rows[i], as the host Sampler draws with the same
-	// uniform: weights w = exp((l - max)/T) rounded to float32 (the most
-	// likely token's is 1), min-p dropping w < MinP and NaN, then the
-	// first token, in index order, at which the running sum of the
-	// weights passes U times their total. The sum may be associated
-	// differently from the host's, so a draw may differ from the host's
+	// of cols values) with rows[i] as pick.Draw draws it (the host
+	// Sampler's draw without top-k and top-p), its arg max at temperature
+	// 0. The weights are pick.Draw's bit for bit, but their sum may be
+	// associated differently, so a token may differ from pick.Draw's
 	// only where U times the total falls within a float64 rounding of the
 	// boundary between two tokens. ids[i] is -1 for a row of NaN only.
 	// It sets bad[i] to the index of the row's first NaN or ±Inf, -1 if

@@ -27,8 +27,8 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 		panic(fmt.Sprintf("cuda: Draw of %d rows of %d values (%d bad indexes, %d draws) over a buffer of %d", n, cols, len(bad), len(rows), x.Len))
 	}
 	for i, r := range rows {
-		if !(r.Temperature > 0) || math.IsInf(float64(r.Temperature), 1) || !(r.U >= 0 && r.U < 1) || !(r.MinP >= 0 && r.MinP <= 1) {
-			panic(fmt.Sprintf("cuda: Draw row %d: temperature %v, min-p %v, uniform %v (want > 0 and finite, in [0, 1], in [0, 1))", i, r.Temperature, r.MinP, r.U))
+		if !(r.Temperature >= 0) || math.IsInf(float64(r.Temperature), 1) || !(r.U >= 0 && r.U < 1) || !(r.MinP >= 0 && r.MinP <= 1) {
+			panic(fmt.Sprintf("cuda: Draw row %d: temperature %v, min-p %v, uniform %v (want >= 0 and finite, in [0, 1], in [0, 1))", i, r.Temperature, r.MinP, r.U))
 		}
 	}
 	if n == 0 {

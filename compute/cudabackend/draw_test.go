@@ -3,11 +3,13 @@ package cudabackend
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/internal/mathx"
+	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/pick"
 )
 
@@ -141,6 +143,38 @@ func atBoundary(row []float32, d compute.DrawRow, a, b int) bool {
 	return math.Abs(cum-d.U*sum) <= 1e-12*sum
 }
 
+// At temperature 0 a row's draw is its arg max, in the same launch as
+// sampled rows.
+func TestDrawGreedyRows(t *testing.T) {
+	needKernels(t, "draw_rows")
+	b, _ := newFakeBackend(t, Options{})
+	r := rand.New(rand.NewPCG(7, 8))
+	const rows, cols = 6, 3001
+	x := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = float32(r.IntN(50)) / 8 // ties
+	}
+	draws := make([]compute.DrawRow, rows)
+	for i := range draws {
+		draws[i] = compute.DrawRow{U: r.Float64(), Temperature: float32(i % 2), MinP: 0.1}
+	}
+	ids, bad := make([]int, rows), make([]int, rows)
+	b.Draw(ids, bad, upload(b, x), cols, draws)
+	if err := b.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range draws {
+		row := append([]float32(nil), x[i*cols:(i+1)*cols]...)
+		want := pick.ArgMax(row)
+		if d.Temperature > 0 {
+			want = pick.Draw(row, d.Temperature, d.MinP, d.U)
+		}
+		if ids[i] != want || bad[i] != -1 {
+			t.Errorf("row %d (temperature %v): token %d, first non-finite %d; want %d, -1", i, d.Temperature, ids[i], bad[i], want)
+		}
+	}
+}
+
 // A non-finite row reports its first NaN or ±Inf as argmax does, and a
 // row of NaN only draws -1.
 func TestDrawNonFinite(t *testing.T) {
@@ -171,5 +205,137 @@ func TestDrawNonFinite(t *testing.T) {
 	}
 	if ids[2] < 0 || ids[2] >= 599 {
 		t.Errorf("a row with a -Inf logit drew %d, want a finite one's", ids[2])
+	}
+}
+
+// Sampled generation with the tokens drawn on the device (model.Batch's
+// Draw items) is the CPU's drawn by pick.Draw from the same uniforms,
+// token for token, on every tiny architecture; a decode step reads back
+// its token and nothing else (one copy out of 8 bytes) and is one
+// replayed graph, so the step's graph ends with the draw and its new
+// uniform rides in the step's parameters. A second sequence, greedy, in
+// the same steps gets its arg max from the same launch.
+func TestDrawOnDevice(t *testing.T) {
+	needKernels(t, "draw_rows", "norm_qkv_bf16", "attn_split")
+	const prompt, tokens = 6, 12
+	for name, dir := range tinyArchitectures(t) {
+		t.Run(name, func(t *testing.T) {
+			cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 64})
+			ids := testIDs(prompt, cpuM.Config().VocabSize)
+			r := rand.New(rand.NewPCG(9, 10))
+			draws := make([]compute.DrawRow, tokens)
+			for i := range draws {
+				draws[i] = compute.DrawRow{U: r.Float64(), Temperature: 1.3, MinP: 0.01}
+			}
+			s, err := cpuM.NewSequence()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var want []int
+			l, err := s.Forward(ids, false)
+			for i := range tokens {
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := draws[i]
+				want = append(want, pick.Draw(append([]float32(nil), l...), d.Temperature, d.MinP, d.U))
+				l, err = s.Forward(want[len(want)-1:], false)
+			}
+
+			gpu, _ := newFakeBackend(t, Options{})
+			gpu.Launches()
+			m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+			if !m.DeviceDraw() {
+				t.Fatal("the CUDA backend's model does not draw on the device")
+			}
+			bt, err := m.NewBatch(16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := m.NewSequence()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			items := []model.BatchItem{{Seq: g, IDs: ids, Draw: &draws[0]}}
+			var got []int
+			for i := range tokens {
+				items[0].Draw = &draws[i]
+				before := gpu.Launches()
+				if err := bt.Forward(items); err != nil {
+					t.Fatal(err)
+				}
+				st := gpu.Launches().Sub(before)
+				it := items[0]
+				if it.Logits != nil || it.NonFinite != -1 {
+					t.Fatalf("token %d: logits %d values, first non-finite at %d; want none and -1", i, len(it.Logits), it.NonFinite)
+				}
+				if i > 0 && st.CopiesOut != 1 {
+					t.Errorf("decode step %d: %d copies out, want the token's alone", i, st.CopiesOut)
+				}
+				if i >= 2 && prompt+i < 16 && (st.Graphs != 1 || st.Kernels != 0) {
+					t.Errorf("decode step %d: %+v, want one graph launch", i, st)
+				}
+				got = append(got, it.Token)
+				items[0].IDs = got[len(got)-1:]
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("drawn tokens on the device %v, the CPU's %v", got, want)
+			}
+		})
+	}
+}
+
+// A step of a drawn and a greedy item draws on the device in one launch
+// (the greedy row at temperature 0); on the host, with an item that asks
+// for logits, the same tokens.
+func TestDrawMixedStep(t *testing.T) {
+	needKernels(t, "draw_rows", "norm_qkv_bf16", "attn_split")
+	for name, dir := range tinyArchitectures(t) {
+		t.Run(name, func(t *testing.T) {
+			gpu, _ := newFakeBackend(t, Options{})
+			m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+			ids := testIDs(5, m.Config().VocabSize)
+			bt, err := m.NewBatch(32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs := make([]*model.Sequence, 3)
+			for i := range seqs {
+				if seqs[i], err = m.NewSequence(); err != nil {
+					t.Fatal(err)
+				}
+				defer seqs[i].Close()
+			}
+			d := compute.DrawRow{U: 0.37, Temperature: 0.8}
+			items := []model.BatchItem{{Seq: seqs[0], IDs: ids, Draw: &d}, {Seq: seqs[1], IDs: ids, Greedy: true}}
+			if err := bt.Forward(items); err != nil {
+				t.Fatal(err)
+			}
+			dev := []int{items[0].Token, items[1].Token}
+			if items[0].Logits != nil || items[1].Logits != nil {
+				t.Fatal("a step of greedy and drawn items read back logits")
+			}
+			// On the host: a third item asks for its logits.
+			for _, s := range seqs[:2] {
+				s.Reset()
+			}
+			items = append(items[:2], model.BatchItem{Seq: seqs[2], IDs: ids})
+			items[0].IDs, items[1].IDs = ids, ids
+			if err := bt.Forward(items); err != nil {
+				t.Fatal(err)
+			}
+			logits := items[2].Logits
+			if items[0].Token != dev[0] || items[1].Token != dev[1] {
+				t.Errorf("host tokens %d, %d; device %v", items[0].Token, items[1].Token, dev)
+			}
+			if want := pick.ArgMax(logits); items[1].Token != want {
+				t.Errorf("greedy token %d, want %d", items[1].Token, want)
+			}
+			if want := pick.Draw(append([]float32(nil), logits...), d.Temperature, d.MinP, d.U); items[0].Token != want {
+				t.Errorf("drawn token %d, want %d (the same prompt's logits)", items[0].Token, want)
+			}
+		})
 	}
 }

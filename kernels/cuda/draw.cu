@@ -12,7 +12,8 @@
 #include "prelude.cuh"
 
 // kk_draw_row is one row's draw parameters, 16 bytes (compute.DrawRow):
-// the uniform in [0, 1), the temperature (> 0) and min-p (0 = off).
+// the uniform in [0, 1), the temperature (> 0; 0 for the arg max) and
+// min-p (0 = off).
 struct kk_draw_row {
 	double u;
 	float temperature;
@@ -78,7 +79,9 @@ KK_DEVICE float kk_draw_weight(float l, double maxl, double inv, float floor) {
 }
 
 // draw_rows: block r (256 threads) draws row r of x (cols values) with
-// rows[r] and sets out[2r] to the token and out[2r+1] to the index of the
+// rows[r] (at temperature 0 its arg max, as argmax picks it, so that a
+// step of greedy and sampled rows is one launch) and sets out[2r] to the
+// token and out[2r+1] to the index of the
 // row's first NaN or ±Inf, -1 if none (the token is -1 for a row of NaN
 // only, as argmax's).
 //
@@ -135,8 +138,15 @@ KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, const flo
 		}
 		return;
 	}
-	const double maxl = sv[0];
 	const struct kk_draw_row p = rows[blockIdx.x];
+	if (p.temperature == 0) { // the arg max, as argmax
+		if (t == 0) {
+			out[2 * blockIdx.x] = si[0];
+			out[2 * blockIdx.x + 1] = sb[0];
+		}
+		return;
+	}
+	const double maxl = sv[0];
 	const double inv = 1.0 / (double)p.temperature;
 	const float floor = p.min_p;
 	int lo = 0, hi = cols;
