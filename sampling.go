@@ -59,6 +59,9 @@ type Sampler struct {
 	rng  *rand.Rand
 	cand candidates
 	seen map[int]struct{}
+	// u is the uniform DrawRow handed out, pending until Drawn.
+	u       float64
+	pending bool
 }
 
 // NewSampler returns a sampler seeded from opt.Seed.
@@ -95,16 +98,31 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 // device (compute.Draw) from a row of vocab logits, and true; or false
 // when this sampler's draw needs the logits on the host: greedy
 // (temperature 0, the arg max), a repetition penalty, a top-k below
-// vocab or a top-p below 1. A draw takes the sampler's random number for
-// the token, as Sample would, so that a seeded request draws the same
-// tokens on the device as Sample draws here (compute.Draw says where
-// they may differ: a float64 rounding at a boundary between two tokens).
+// vocab or a top-p below 1. The draw's uniform is the sampler's random
+// number for the token, as Sample would take it, so that a seeded request
+// draws the same tokens on the device as Sample draws here (compute.Draw
+// says where they may differ: a float64 rounding at a boundary between
+// two tokens). DrawRow returns the same draw until Drawn says its token
+// was taken: a step planned with it may be dropped and planned again.
 func (s *Sampler) DrawRow(vocab int) (compute.DrawRow, bool) {
-	o := s.opt
-	if o.Temperature == 0 || s.penalizes() || (o.TopK > 0 && o.TopK < vocab) || (o.TopP > 0 && o.TopP < 1) {
+	if !s.drawable(vocab) {
 		return compute.DrawRow{}, false
 	}
-	return compute.DrawRow{U: s.rng.Float64(), Temperature: o.Temperature, MinP: o.MinP}, true
+	if !s.pending {
+		s.u, s.pending = s.rng.Float64(), true
+	}
+	return compute.DrawRow{U: s.u, Temperature: s.opt.Temperature, MinP: s.opt.MinP}, true
+}
+
+// Drawn says the token of the draw DrawRow returned was taken: the next
+// DrawRow draws a new uniform.
+func (s *Sampler) Drawn() { s.pending = false }
+
+// drawable reports whether DrawRow gives this sampler's draws over a
+// vocabulary of vocab tokens.
+func (s *Sampler) drawable(vocab int) bool {
+	o := s.opt
+	return o.Temperature > 0 && !s.penalizes() && !(o.TopK > 0 && o.TopK < vocab) && !(o.TopP > 0 && o.TopP < 1)
 }
 
 // sampleTopK draws from the k most likely tokens, sorted by descending

@@ -9,6 +9,11 @@ import (
 	"github.com/kakeya-ai/kakeya/pick"
 )
 
+// DrawRow is one row's sampled draw (compute.DrawRow): a uniform from
+// the request's own generator, its temperature and min-p. The model names
+// it for the layers above it, which reach no backend.
+type DrawRow = compute.DrawRow
+
 // A BatchItem is one sequence's part of a batched forward step: a prefill
 // chunk or a decode token, appended at the sequence's own position.
 type BatchItem struct {
@@ -40,7 +45,7 @@ type BatchItem struct {
 	// otherwise the logits are read back and the token drawn on the host.
 	// compute.Draw says where the two may differ: a float64 rounding at a
 	// boundary between two tokens.
-	Draw *compute.DrawRow
+	Draw *DrawRow
 	// Token is the index of the largest logit (NaN skipped, the first of
 	// equal ones; -1 when every logit is NaN) for a Greedy item, the drawn
 	// token for a Draw, and NonFinite the index of the first NaN or ±Inf

@@ -1,6 +1,7 @@
 package cudabackend
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/internal/mathx"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/pick"
 )
@@ -91,6 +93,7 @@ func TestDrawMatchesSampler(t *testing.T) {
 					t.Fatalf("DrawRow declines %+v", c.opt)
 				}
 				draws[i] = d
+				dev.Drawn()
 			}
 			ids, bad := make([]int, c.rows), make([]int, c.rows)
 			b.Draw(ids, bad, upload(b, x), c.cols, draws)
@@ -243,7 +246,7 @@ func TestDrawOnDevice(t *testing.T) {
 				l, err = s.Forward(want[len(want)-1:], false)
 			}
 
-			gpu, _ := newFakeBackend(t, Options{})
+			gpu, f := newFakeBackend(t, Options{})
 			gpu.Launches()
 			m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
 			if !m.DeviceDraw() {
@@ -276,6 +279,9 @@ func TestDrawOnDevice(t *testing.T) {
 				}
 				if i >= 2 && prompt+i < 16 && (st.Graphs != 1 || st.Kernels != 0) {
 					t.Errorf("decode step %d: %+v, want one graph launch", i, st)
+				}
+				if last := f.launched[len(f.launched)-1]; last != "draw_rows" {
+					t.Errorf("step %d ends with %s, want the draw", i, last)
 				}
 				got = append(got, it.Token)
 				items[0].IDs = got[len(got)-1:]
@@ -338,4 +344,53 @@ func TestDrawMixedStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Seeded sampled generation through the engine on the emulated device,
+// its tokens drawn there, writes the CPU engine's text, token for token,
+// with one copy out (the tokens) per decode step.
+func TestGenerateDrawnOnEmulatedDevice(t *testing.T) {
+	needKernels(t, "draw_rows", "attn_split")
+	dir := shareddata.File(t, "models", "stories260K")
+	ctx := context.Background()
+	gen := func(b compute.Backend, opt kakeya.GenerateOptions) string {
+		e, err := kakeya.Load(ctx, dir, kakeya.Options{Backend: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		res, err := e.Generate(ctx, "Once upon a time", opt, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Text
+	}
+	for _, opt := range []kakeya.SamplingOptions{{Temperature: 0.8, Seed: 5}, {Temperature: 1.2, MinP: 0.05, Seed: 6}} {
+		o := kakeya.GenerateOptions{MaxTokens: 40, Sampling: opt}
+		want := gen(cpuF32(t, 1), o)
+		gpu, f := newFakeBackend(t, Options{})
+		gpu.Launches()
+		got := gen(gpu, o)
+		st := gpu.Launches()
+		if got != want {
+			t.Errorf("%+v: text on the device %q, the CPU's %q", opt, got, want)
+		}
+		if n := launchesOf(f.launched, "draw_rows"); n < 39 || f.launched[len(f.launched)-1] != "draw_rows" {
+			t.Errorf("%+v: %d draw_rows launches, the last kernel %s; want one per token, last", opt, n, f.launched[len(f.launched)-1])
+		}
+		if st.CopiesOut > 45 {
+			t.Errorf("%+v: %d copies out for 40 tokens, want about one per step", opt, st.CopiesOut)
+		}
+	}
+}
+
+// launchesOf returns how many of names are name.
+func launchesOf(names []string, name string) int {
+	n := 0
+	for _, s := range names {
+		if s == name {
+			n++
+		}
+	}
+	return n
 }
