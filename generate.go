@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/grammar"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model"
@@ -528,10 +529,29 @@ func (g *generation) greedy() bool {
 	return g.sampler.opt.Temperature == 0 && !g.sampler.penalizes() && g.lp == nil && g.cons == nil && g.e.model.DeviceGreedy()
 }
 
-// pick is the scheduler's Request.Pick for a greedy generation: the token
-// the device picked, which ends the generation if it is an
-// end-of-sequence token. Non-finite logits fail it, as next's check does.
+// drawn reports whether the generation takes tokens drawn on the device
+// (scheduler.Request.Draw): sampled at a temperature with min-p only
+// (no top-k below the vocabulary, no top-p below 1: Sampler.DrawRow),
+// with no repetition penalty, no log-probabilities and no grammar, on a
+// backend that draws on its device, so that only the token ids cross
+// back to the host. The tokens are those the sampler draws from the
+// logits (compute.Draw says where a rounding may part them).
+func (g *generation) drawn() bool {
+	return g.sampler.drawable(g.e.model.Config().VocabSize) && g.lp == nil && g.cons == nil && g.e.model.DeviceDraw()
+}
+
+// draw is the scheduler's Request.Draw for a drawn generation.
+func (g *generation) draw() compute.DrawRow {
+	d, _ := g.sampler.DrawRow(g.e.model.Config().VocabSize)
+	return d
+}
+
+// pick is the scheduler's Request.Pick for a greedy or drawn generation:
+// the token the device picked or drew, which ends the generation if it
+// is an end-of-sequence token. Non-finite logits fail it, as next's
+// check does.
 func (g *generation) pick(id, nonFinite int, history []int) (bool, error) {
+	g.sampler.Drawn()
 	if nonFinite >= 0 {
 		when := "after the prompt"
 		if n := len(history) - len(g.ids); n > 0 {
@@ -550,8 +570,11 @@ func (g *generation) run(ctx context.Context) (*Result, error) {
 	if g.lp != nil {
 		req.Payload = g.lp.payload
 	}
-	if g.greedy() {
+	switch {
+	case g.greedy():
 		req.Pick = g.pick
+	case g.drawn():
+		req.Pick, req.Draw = g.pick, g.draw
 	}
 	if g.cons != nil {
 		req.Last = g.cons.Done // the document closed: no step for EOS

@@ -27,8 +27,9 @@ var allowed = map[string][]string{
 	// The bottom: element types, then the kernels over them.
 	"tensor": {},
 	// The picks every device agrees on over a row of logits (arg max,
-	// first non-finite value): a leaf any package may use.
-	"pick":             {},
+	// first non-finite value, the sampled draw): a leaf any package may
+	// use.
+	"pick":             {"internal/mathx"},
 	"kernels/cpu":      {"tensor", "internal/mathx"},
 	"kernels/cuda":     {},
 	"kernels/cuda/emu": {"kernels/cuda"},

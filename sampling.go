@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/pick"
 
 	"github.com/kakeya-ai/kakeya/internal/mathx"
@@ -58,6 +59,9 @@ type Sampler struct {
 	rng  *rand.Rand
 	cand candidates
 	seen map[int]struct{}
+	// u is the uniform DrawRow handed out, pending until Drawn.
+	u       float64
+	pending bool
 }
 
 // NewSampler returns a sampler seeded from opt.Seed.
@@ -88,6 +92,37 @@ func (s *Sampler) Sample(logits []float32, history []int) int {
 		return s.sampleTopK(logits)
 	}
 	return s.sampleAll(logits)
+}
+
+// DrawRow returns the next token's draw for a backend that draws on its
+// device (compute.Draw) from a row of vocab logits, and true; or false
+// when this sampler's draw needs the logits on the host: greedy
+// (temperature 0, the arg max), a repetition penalty, a top-k below
+// vocab or a top-p below 1. The draw's uniform is the sampler's random
+// number for the token, as Sample would take it, so that a seeded request
+// draws the same tokens on the device as Sample draws here (compute.Draw
+// says where they may differ: a float64 rounding at a boundary between
+// two tokens). DrawRow returns the same draw until Drawn says its token
+// was taken: a step planned with it may be dropped and planned again.
+func (s *Sampler) DrawRow(vocab int) (compute.DrawRow, bool) {
+	if !s.drawable(vocab) {
+		return compute.DrawRow{}, false
+	}
+	if !s.pending {
+		s.u, s.pending = s.rng.Float64(), true
+	}
+	return compute.DrawRow{U: s.u, Temperature: s.opt.Temperature, MinP: s.opt.MinP}, true
+}
+
+// Drawn says the token of the draw DrawRow returned was taken: the next
+// DrawRow draws a new uniform.
+func (s *Sampler) Drawn() { s.pending = false }
+
+// drawable reports whether DrawRow gives this sampler's draws over a
+// vocabulary of vocab tokens.
+func (s *Sampler) drawable(vocab int) bool {
+	o := s.opt
+	return o.Temperature > 0 && !s.penalizes() && !(o.TopK > 0 && o.TopK < vocab) && !(o.TopP > 0 && o.TopP < 1)
 }
 
 // sampleTopK draws from the k most likely tokens, sorted by descending
@@ -144,35 +179,24 @@ func (s *Sampler) sampleTopK(logits []float32) int {
 // weight, ties by id) to find the cut, at most one octave of weights
 // more than it needs.
 func (s *Sampler) sampleAll(logits []float32) int {
+	p := float64(s.opt.TopP)
+	if !(p > 0 && p < 1) {
+		// Temperature and min-p alone: the draw a device makes too.
+		return pick.Draw(logits, s.opt.Temperature, s.opt.MinP, s.rng.Float64())
+	}
 	inv := 1 / float64(s.opt.Temperature)
 	maxL := float64(logits[pick.ArgMax(logits)])
 	floor := float32(s.opt.MinP) // the most likely token's weight is exactly 1
-	sum, last := 0.0, 0
+	sum := 0.0
 	for i, l := range logits {
 		w := mathx.ExpWeight((float64(l) - maxL) * inv)
 		if w < floor || !(w > 0) {
 			w = 0
 		} else {
 			sum += float64(w)
-			last = i
 		}
 		logits[i] = w
 	}
-	p := float64(s.opt.TopP)
-	if !(p > 0 && p < 1) {
-		r := s.rng.Float64() * sum
-		for i, w := range logits {
-			if w == 0 {
-				continue
-			}
-			r -= float64(w)
-			if r < 0 {
-				return i
-			}
-		}
-		return last // r ran past the sum by rounding
-	}
-
 	// The weight held at each binary exponent, the largest first, down to
 	// the exponent t whose octave completes p of the sum.
 	var octave [256]float64

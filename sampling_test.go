@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/kakeya-ai/kakeya/pick"
 )
 
 func TestSamplerGreedy(t *testing.T) {
@@ -286,5 +288,59 @@ func TestSamplerLargeVocab(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// DrawRow hands out the same draw until Drawn, so that a step planned
+// with it and dropped draws the same token when planned again, and
+// declines what needs the logits on the host; its uniforms are Sample's
+// random numbers, so the draws of pick.Draw from them are Sample's tokens.
+func TestSamplerDrawRow(t *testing.T) {
+	const vocab = 300
+	for _, tc := range []struct {
+		opt SamplingOptions
+		ok  bool
+	}{
+		{SamplingOptions{Temperature: 0.7, MinP: 0.1}, true},
+		{SamplingOptions{Temperature: 1, TopK: vocab, TopP: 1}, true},
+		{SamplingOptions{Temperature: 1, RepetitionPenalty: 1}, true},
+		{SamplingOptions{}, false},
+		{SamplingOptions{Temperature: 1, TopK: vocab - 1}, false},
+		{SamplingOptions{Temperature: 1, TopP: 0.95}, false},
+		{SamplingOptions{Temperature: 1, RepetitionPenalty: 1.1}, false},
+	} {
+		s, err := NewSampler(tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, ok := s.DrawRow(vocab)
+		if ok != tc.ok {
+			t.Errorf("%+v: DrawRow ok %v, want %v", tc.opt, ok, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if d2, _ := s.DrawRow(vocab); d2 != d {
+			t.Errorf("%+v: a second DrawRow before Drawn gave %+v, want %+v", tc.opt, d2, d)
+		}
+		if d.Temperature != tc.opt.Temperature || d.MinP != tc.opt.MinP || !(d.U >= 0 && d.U < 1) {
+			t.Errorf("%+v: draw %+v", tc.opt, d)
+		}
+		// The draws from the uniforms are Sample's tokens.
+		host, _ := NewSampler(tc.opt)
+		r := rand.New(rand.NewPCG(1, 2))
+		for i := range 50 {
+			logits := make([]float32, vocab)
+			for j := range logits {
+				logits[j] = float32(r.NormFloat64() * 2)
+			}
+			want := host.Sample(slices.Clone(logits), nil)
+			if got := pick.Draw(logits, d.Temperature, d.MinP, d.U); got != want {
+				t.Errorf("%+v, token %d: pick.Draw from DrawRow's uniform %d, Sample %d", tc.opt, i, got, want)
+			}
+			s.Drawn()
+			d, _ = s.DrawRow(vocab)
+		}
 	}
 }

@@ -2,10 +2,17 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/pick"
 )
+
+// DrawRow is one row's sampled draw (compute.DrawRow): a uniform from
+// the request's own generator, its temperature and min-p. The model names
+// it for the layers above it, which reach no backend.
+type DrawRow = compute.DrawRow
 
 // A BatchItem is one sequence's part of a batched forward step: a prefill
 // chunk or a decode token, appended at the sequence's own position.
@@ -20,8 +27,8 @@ type BatchItem struct {
 	All bool
 	// Logits is set by Batch.Forward: the last position's vocab_size
 	// logits, or len(IDs) rows of them if All. It lives in the Batch and
-	// is overwritten by its next Forward. It is nil for a Greedy item
-	// whose token was picked on the device.
+	// is overwritten by its next Forward. It is nil for a Draw item, and
+	// for a Greedy item whose token was picked on the device.
 	Logits []float32
 	// Greedy asks for the last position's greedy token (not with All):
 	// Forward sets Token and NonFinite. Where every item of the step is
@@ -29,10 +36,20 @@ type BatchItem struct {
 	// the token ids cross back to the host; otherwise the logits are read
 	// back and the arg max taken on the host, with the same result.
 	Greedy bool
+	// Draw, when set, asks for the last position's token drawn at its
+	// temperature and min-p with its uniform (not with All, Hidden or
+	// Greedy), as pick.Draw draws it: Forward sets Token and NonFinite.
+	// Where every item of the step is Greedy or has a Draw and the model
+	// draws on its device (Model.DeviceDraw; Model.DeviceGreedy for a step
+	// of Greedy items only), only the token ids cross back to the host;
+	// otherwise the logits are read back and the token drawn on the host.
+	// compute.Draw says where the two may differ: a float64 rounding at a
+	// boundary between two tokens.
+	Draw *DrawRow
 	// Token is the index of the largest logit (NaN skipped, the first of
-	// equal ones; -1 when every logit is NaN), and NonFinite the index of
-	// the first NaN or ±Inf logit, -1 if none: set by Forward for a Greedy
-	// item.
+	// equal ones; -1 when every logit is NaN) for a Greedy item, the drawn
+	// token for a Draw, and NonFinite the index of the first NaN or ±Inf
+	// logit, -1 if none: set by Forward for a Greedy or Draw item.
 	Token, NonFinite int
 	// Hidden asks, instead of logits, for the final norm's output at
 	// every position (what Sequence.Hidden returns): Forward sets States.
@@ -56,10 +73,11 @@ type Batch struct {
 	maxRows int
 	sc      scratch
 	passes  []pass
-	logits  []float32 // every item's logits, on the host
-	states  []float32 // or every Hidden item's hidden states
-	picks   []int     // Greedy items' tokens picked on the device
-	bad     []int     // and where their first non-finite logits are
+	logits  []float32         // every item's logits, on the host
+	states  []float32         // or every Hidden item's hidden states
+	picks   []int             // Greedy items' tokens picked on the device
+	draws   []compute.DrawRow // a step's draws on the device, one per item
+	bad     []int             // and where their first non-finite logits are
 }
 
 // NewBatch returns a Batch whose steps hold at most maxRows tokens in
@@ -122,18 +140,32 @@ func (bt *Batch) Forward(items []BatchItem) error {
 		}
 		bt.passes = append(bt.passes, p)
 	}
-	// Every item greedy on a backend that picks on its device: the step
-	// reads back token ids rather than logits.
-	device := m.greedy != nil && !hidden
+	// Every item greedy or drawn on a backend that picks on its device:
+	// the step reads back token ids rather than logits; with a draw among
+	// them, every row is drawn (a greedy one at temperature 0).
+	device, drawn := !hidden, false
 	for i := range items {
-		device = device && items[i].Greedy
+		device = device && (items[i].Greedy || items[i].Draw != nil)
+		drawn = drawn || items[i].Draw != nil
 	}
-	bt.sc.picks, bt.sc.bad = nil, nil
+	device = device && (drawn && m.draw != nil || !drawn && m.greedy != nil)
+	bt.sc.picks, bt.sc.bad, bt.sc.draws = nil, nil, nil
 	if device {
 		if len(bt.picks) < want {
 			bt.picks, bt.bad = make([]int, want), make([]int, want)
 		}
 		bt.sc.picks, bt.sc.bad = bt.picks[:want], bt.bad[:want]
+		if drawn {
+			bt.draws = bt.draws[:0]
+			for i := range items {
+				d := compute.DrawRow{} // a greedy item's: the arg max
+				if items[i].Draw != nil {
+					d = *items[i].Draw
+				}
+				bt.draws = append(bt.draws, d)
+			}
+			bt.sc.draws = bt.draws
+		}
 	}
 	var dst []float32
 	if hidden {
@@ -142,7 +174,7 @@ func (bt *Batch) Forward(items []BatchItem) error {
 		dst = bt.logits[:want*vocab]
 	}
 	failed, err := m.step(&bt.sc, bt.passes, dst)
-	bt.sc.picks, bt.sc.bad, bt.sc.hidden = nil, nil, nil
+	bt.sc.picks, bt.sc.bad, bt.sc.draws, bt.sc.hidden = nil, nil, nil, nil
 	if err == nil {
 		err = m.backendErr()
 	}
@@ -176,6 +208,14 @@ func (bt *Batch) Forward(items []BatchItem) error {
 		case it.Greedy:
 			it.Logits = bt.logits[off : off+w : off+w]
 			it.Token, it.NonFinite = pick.ArgMax(it.Logits), pick.FirstNonFinite(it.Logits)
+		case it.Draw != nil:
+			row := bt.logits[off : off+w : off+w]
+			it.Logits, it.NonFinite = nil, pick.FirstNonFinite(row)
+			if d := it.Draw; d.Temperature == 0 {
+				it.Token = pick.ArgMax(row)
+			} else {
+				it.Token = pick.Draw(row, d.Temperature, d.MinP, d.U) // overwrites row
+			}
 		default:
 			it.Logits = bt.logits[off : off+w : off+w]
 		}
@@ -208,6 +248,10 @@ func (bt *Batch) check(items []BatchItem) (rows, want int, err error) {
 			return 0, 0, fmt.Errorf("model: batch item %d: Greedy picks the last position's token; All asks for every position's logits", i)
 		case it.Greedy && it.Hidden:
 			return 0, 0, fmt.Errorf("model: batch item %d: Greedy picks a token from logits; Hidden asks for hidden states instead", i)
+		case it.Draw != nil && (it.All || it.Hidden || it.Greedy):
+			return 0, 0, fmt.Errorf("model: batch item %d: Draw draws the last position's token; not with All, Hidden or Greedy", i)
+		case it.Draw != nil && !(it.Draw.Temperature >= 0 && it.Draw.Temperature <= math.MaxFloat32 && it.Draw.MinP >= 0 && it.Draw.MinP <= 1 && it.Draw.U >= 0 && it.Draw.U < 1):
+			return 0, 0, fmt.Errorf("model: batch item %d: draw of temperature %v, min-p %v, uniform %v: want a finite temperature >= 0, min-p in [0, 1] and a uniform in [0, 1)", i, it.Draw.Temperature, it.Draw.MinP, it.Draw.U)
 		case it.Hidden != items[0].Hidden:
 			return 0, 0, fmt.Errorf("model: batch items 0 and %d: a step gives hidden states to every item (Hidden) or to none", i)
 		case s.Len()+len(it.IDs) > m.maxCtx:

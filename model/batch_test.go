@@ -305,6 +305,11 @@ func TestBatchBadItems(t *testing.T) {
 		{"greedy with all", []BatchItem{{Seq: b, IDs: []int{1}, Greedy: true, All: true}}, "batch item 0: Greedy picks the last position's token"},
 		{"greedy with hidden", []BatchItem{{Seq: b, IDs: []int{1}, Greedy: true, Hidden: true}}, "batch item 0: Greedy picks a token from logits"},
 		{"hidden and logits", []BatchItem{{Seq: b, IDs: []int{1}, Hidden: true}, {Seq: a, IDs: []int{1}}}, "batch items 0 and 1: a step gives hidden states to every item"},
+		{"draw with all", []BatchItem{{Seq: b, IDs: []int{1}, Draw: &compute.DrawRow{Temperature: 1}, All: true}}, "batch item 0: Draw draws the last position's token"},
+		{"draw and greedy", []BatchItem{{Seq: b, IDs: []int{1}, Draw: &compute.DrawRow{Temperature: 1}, Greedy: true}}, "batch item 0: Draw draws the last position's token"},
+		{"draw's uniform of 1", []BatchItem{{Seq: b, IDs: []int{1}}, {Seq: a, IDs: []int{1}, Draw: &compute.DrawRow{Temperature: 1, U: 1}}}, "batch item 1: draw of temperature 1, min-p 0, uniform 1"},
+		{"draw's negative temperature", []BatchItem{{Seq: b, IDs: []int{1}, Draw: &compute.DrawRow{Temperature: -1}}}, "batch item 0: draw of temperature -1"},
+		{"draw's min-p of 2", []BatchItem{{Seq: b, IDs: []int{1}, Draw: &compute.DrawRow{Temperature: 1, MinP: 2}}}, "batch item 0: draw of temperature 1, min-p 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := bt.Forward(tc.items)

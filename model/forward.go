@@ -51,6 +51,9 @@ type scratch struct {
 	// on the device (compute.Greedy) rather than its logits; bad gets
 	// where each row's first non-finite logit is.
 	picks, bad []int
+	// draws, when set with picks, asks for each wanted row's token drawn
+	// on the device with its draw (compute.Draw) instead of its arg max.
+	draws      []compute.DrawRow
 	obsQ, obsK []float32 // q and k on the host for Options.Observe
 	// hidden, when set, asks the step for the final norm's output of the
 	// wanted rows, read into it, instead of their logits.
@@ -385,6 +388,10 @@ func (m *Model) fusedLogits(sc *scratch, passes []pass, x compute.Buffer, dst []
 // their values into dst, or, when the step asks for picks, their arg
 // max picked on the device.
 func (m *Model) readLogits(sc *scratch, dst []float32, out compute.Buffer, r, rows int) {
+	if sc.draws != nil {
+		m.draw.Draw(sc.picks[r:r+rows], sc.bad[r:r+rows], out, m.cfg.VocabSize, sc.draws[r:r+rows])
+		return
+	}
 	if sc.picks != nil {
 		m.greedy.ArgMax(sc.picks[r:r+rows], sc.bad[r:r+rows], out, m.cfg.VocabSize)
 		return

@@ -108,6 +108,9 @@ type Model struct {
 	batch compute.BatchAttention
 	// greedy picks greedy tokens on the device, nil if the backend cannot
 	greedy compute.Greedy
+	// draw draws sampled tokens on the device, nil if the backend cannot
+	// (compute.Draw).
+	draw compute.Draw
 }
 
 // rope is one layer kind's RoPE: inverse frequencies, and cos and sin of
@@ -552,6 +555,7 @@ func (m *Model) loadTensors(wf string) error {
 // allocates nothing.
 func (m *Model) fuse() {
 	m.greedy, _ = m.b.(compute.Greedy)
+	m.draw, _ = m.b.(compute.Draw)
 	m.batch, _ = m.b.(compute.BatchAttention)
 	m.normAdd, _ = m.b.(compute.NormAdder)
 	f, ok := m.b.(compute.Fused)
@@ -601,6 +605,11 @@ func (m *Model) prepare(mats []namedWeight) {
 // its device (compute.Greedy), so that a Greedy BatchItem reads back its
 // token id rather than its logits.
 func (m *Model) DeviceGreedy() bool { return m.greedy != nil }
+
+// DeviceDraw reports whether the model's backend draws sampled tokens on
+// its device (compute.Draw), so that a BatchItem with a Draw reads back
+// its token id rather than its logits.
+func (m *Model) DeviceDraw() bool { return m.draw != nil }
 
 // Config returns the model's configuration. It must not be modified.
 // Dir returns the directory or GGUF file the model was loaded from.

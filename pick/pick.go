@@ -1,11 +1,13 @@
 // Package pick holds the picks made over a row of logits that every
 // device must agree on: the greedy token (ArgMax) and where a row first
-// holds a non-finite value (FirstNonFinite). The CPU engine, the batched
-// model step, the samplers and the CUDA backend's argmax kernel all follow
-// these rules, so a greedy run picks the same tokens on every backend.
+// holds a non-finite value (FirstNonFinite), and the sampled draw at a
+// temperature and min-p from a given uniform (Draw). The CPU engine, the
+// batched model step, the samplers and the CUDA backend's argmax and
+// draw_rows kernels all follow these rules, so a greedy run picks, and a
+// seeded sampled run draws, the same tokens on every backend.
 //
-// It is a leaf: it imports nothing of the module, and any package may use
-// it.
+// It is a leaf but for internal/mathx (Draw's exp), and any package may
+// use it.
 package pick
 
 // ArgMax returns the index of the largest value of x: NaN is skipped, the

@@ -91,7 +91,7 @@ func (p *samplers) run() {
 func (s *Scheduler) sampleRow(i int) rowPick {
 	it, h := &s.items[i], s.owners[i]
 	var pk rowPick
-	if it.Greedy {
+	if it.Greedy || it.Draw != nil {
 		pk.id = it.Token
 		pk.end, pk.err = h.req.Pick(pk.id, it.NonFinite, h.history)
 	} else {

@@ -100,12 +100,23 @@ type Request struct {
 	// end-of-sequence token); an error fails the request.
 	Next func(logits []float32, history []int) (id int, end bool, err error)
 	// Pick, when set, replaces Next (which may then be nil) for a request
-	// that always takes the most likely token: its steps ask the model for the greedy token
+	// that always takes the most likely token, or with Draw a drawn one:
+	// its steps ask the model for the greedy token
 	// (model.BatchItem.Greedy), which a backend that picks on its device
 	// hands back without the logits. id is the token, nonFinite the index
 	// of the first NaN or ±Inf logit (-1 if none); end and err are as
 	// Next's.
 	Pick func(id, nonFinite int, history []int) (end bool, err error)
+	// Draw, when set with Pick, makes the request's steps draw its token
+	// at a temperature rather than take the greedy one
+	// (model.BatchItem.Draw), on the device where the backend can
+	// (model.Model.DeviceDraw), else on the host from the logits; Pick
+	// then gets the drawn token. It returns the next token's draw and is
+	// called on the loop goroutine for each planned step that picks the
+	// request's next token; until Pick has taken a token it must return
+	// the same draw, since a planned step may be dropped (a preemption)
+	// and planned again.
+	Draw func() model.DrawRow
 	// Payload, if set, is called on the same goroutine right after
 	// each call of Next that picked a token the request keeps (neither an
 	// end nor an error), with that token; what it returns travels with
@@ -376,6 +387,7 @@ func (s *Scheduler) Close() {
 type Handle struct {
 	s        *Scheduler
 	req      Request
+	draw     model.DrawRow // the planned step's draw (Request.Draw)
 	ctx      context.Context
 	arrival  uint64
 	stopWake func() bool
@@ -633,7 +645,15 @@ func (s *Scheduler) plan() bool {
 		if !s.claim(h, h.seq.Len()+n) {
 			return false
 		}
-		s.items = append(s.items, model.BatchItem{Seq: h.seq, IDs: h.history[h.seq.Len() : h.seq.Len()+n], Greedy: h.req.Pick != nil})
+		it := model.BatchItem{Seq: h.seq, IDs: h.history[h.seq.Len() : h.seq.Len()+n], Greedy: h.req.Pick != nil}
+		if it.Greedy && h.req.Draw != nil && h.seq.Len()+n == len(h.history) {
+			// The chunk picks the next token: drawn. (A chunk with more
+			// to come stays Greedy: its token goes unused, and the step
+			// may still pick on the device.)
+			h.draw = h.req.Draw()
+			it.Greedy, it.Draw = false, &h.draw
+		}
+		s.items = append(s.items, it)
 		s.owners = append(s.owners, h)
 		budget -= n
 		return true

@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.serve.requests, "requests", 0, "serving mode: requests per level (0: one per client); a client sends its next when its last ended")
 	fs.IntVar(&o.serve.stepTokens, "step-tokens", 512, "serving mode: the most tokens one batched step runs")
 	fs.BoolVar(&o.serve.json, "json", false, "serving mode: print the rows as JSON instead of a table")
-	fs.Float64Var(&o.serve.temperature, "temperature", 0, "serving mode: 0 takes the most likely token (on the device where the backend picks there); above 0 each request samples at this temperature with no top-k or top-p, the OpenAI API's defaults at 1, so every step's logits reach the host")
+	fs.Float64Var(&o.serve.temperature, "temperature", 0, "serving mode: 0 takes the most likely token (on the device where the backend picks there); above 0 each request samples at this temperature with no top-k or top-p, the OpenAI API's defaults at 1: drawn on the device where the backend draws there (only the token crosses to the host), else from the logits on the host")
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
 		io.WriteString(w, usage)
 		cli.PrintDefaults(fs, w)

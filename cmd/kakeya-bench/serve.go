@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/internal/cli"
 	"github.com/kakeya-ai/kakeya/model"
 	"github.com/kakeya-ai/kakeya/scheduler"
@@ -27,7 +28,7 @@ type serveOptions struct {
 	requests     int     // per level; 0: one per client
 	stepTokens   int
 	json         bool
-	temperature  float64 // 0: greedy (Request.Pick); else sampled on the host
+	temperature  float64 // 0: greedy (Request.Pick); else sampled (Request.Draw on a backend that draws on its device, else Next on the host)
 }
 
 // picking says how the serving mode's requests pick their tokens.
@@ -151,6 +152,14 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 						return
 					}
 					req.Pick, req.Next = nil, sampled(sm)
+					if m.DeviceDraw() {
+						// Drawn on the device from sm's uniforms: only
+						// the token crosses to the host.
+						req.Pick, req.Draw = drawn(sm), func() compute.DrawRow {
+							d, _ := sm.DrawRow(vocab)
+							return d
+						}
+					}
 				}
 				h, err := s.Submit(ctx, req)
 				if err != nil {
@@ -232,6 +241,16 @@ func greedy(id, nonFinite int, _ []int) (bool, error) {
 func sampled(sm *kakeya.Sampler) func([]float32, []int) (int, bool, error) {
 	return func(logits []float32, history []int) (int, bool, error) {
 		return sm.Sample(logits, history), false, nil
+	}
+}
+
+// drawn is the requests' Pick at a temperature on a backend that draws
+// on its device (Request.Draw gives sm's uniforms): the drawn token,
+// taken; a NaN or infinite logit fails the request.
+func drawn(sm *kakeya.Sampler) func(int, int, []int) (bool, error) {
+	return func(id, nonFinite int, history []int) (bool, error) {
+		sm.Drawn()
+		return greedy(id, nonFinite, history)
 	}
 }
 

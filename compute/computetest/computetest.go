@@ -17,7 +17,8 @@
 //   - the optional capabilities: the backend and its store must implement
 //     exactly those Config lists (a wrapper that hides one is caught), and
 //     each present one is run against the float64 results (ArchOps,
-//     Greedy against pick's ArgMax, BatchAttention, the four Fused steps
+//     Greedy against pick's ArgMax, Draw against pick's Draw and ArgMax,
+//     BatchAttention, the four Fused steps
 //     over f32 and bf16 weights where they take the call, SlidingKV:
 //     windowed attention with the blocks before the window released and
 //     their parts nil, hot and of every codec the store reads);
@@ -55,6 +56,7 @@ const (
 	SlidingKV        Capability = "SlidingKV"
 	Fused            Capability = "Fused"
 	Greedy           Capability = "Greedy"
+	Draw             Capability = "Draw"
 	BatchAttention   Capability = "BatchAttention"
 	EncodedAttention Capability = "EncodedAttention" // of the block store
 	PartEncoder      Capability = "PartEncoder"      // of the block store
@@ -82,6 +84,8 @@ func Capabilities(b compute.Backend) []Capability {
 	add(Fused, ok)
 	_, ok = b.(compute.Greedy)
 	add(Greedy, ok)
+	_, ok = b.(compute.Draw)
+	add(Draw, ok)
 	_, ok = b.(compute.BatchAttention)
 	add(BatchAttention, ok)
 	st := b.NewBlockStore(blockSize, headDim, false)
@@ -445,6 +449,24 @@ func (s *suite) checkOptional(b compute.Backend) {
 		for i, row := range rows {
 			if ids[i] != pick.ArgMax(row) || bad[i] != pick.FirstNonFinite(row) {
 				s.errorf("Greedy.ArgMax row %d: id %d, first non-finite %d; want %d, %d (pick)", i, ids[i], bad[i], pick.ArgMax(row), pick.FirstNonFinite(row))
+			}
+		}
+	}
+	if d, ok := b.(compute.Draw); ok {
+		const cols = 300
+		rows := [][]float32{randFloats(r, cols), randFloats(r, cols), randFloats(r, cols), make([]float32, cols)}
+		rows[2][7] = float32(math.Inf(-1)) // masked
+		draws := []compute.DrawRow{{U: 0.3, Temperature: 1}, {U: 0.9, Temperature: 0.5, MinP: 0.1}, {U: 0.5, Temperature: 2}, {U: 0.7}}
+		host := slices.Concat(rows...)
+		ids, bad := make([]int, len(rows)), make([]int, len(rows))
+		d.Draw(ids, bad, upload(b, host), cols, draws)
+		for i, row := range rows {
+			want := pick.ArgMax(row)
+			if dr := draws[i]; dr.Temperature > 0 {
+				want = pick.Draw(slices.Clone(row), dr.Temperature, dr.MinP, dr.U)
+			}
+			if ids[i] != want || bad[i] != pick.FirstNonFinite(row) {
+				s.errorf("Draw row %d: id %d, first non-finite %d; want %d, %d (pick)", i, ids[i], bad[i], want, pick.FirstNonFinite(row))
 			}
 		}
 	}

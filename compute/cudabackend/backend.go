@@ -132,9 +132,11 @@ type Backend struct {
 
 	qkCnt Ptr // norm_qkv's block counter for per-head norms (an int32 at zero)
 
-	picks   []int32 // ArgMax's results on the host
+	picks   []int32 // ArgMax's and Draw's results on the host
 	pickDev Ptr     // and on the device
 	pickCap int     // rows pickDev holds
+	drawDev Ptr     // Draw's rows where the step's slots lack room
+	drawCap int     // rows drawDev holds
 
 	batch batchState // AttendBatch's directories and scratch
 	enc   encBatch   // EncodeParts' jobs and their device tables

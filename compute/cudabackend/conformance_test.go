@@ -15,7 +15,7 @@ func TestConformance(t *testing.T) {
 	newFakeOrSkip(t)
 	err := computetest.Test(computetest.Config{
 		Open: func() (compute.Backend, error) { return newBackend(newFake(), Options{MatMul: "f32"}), nil },
-		Capabilities: []computetest.Capability{computetest.Describer, computetest.ArchOps, computetest.SlidingKV, computetest.Fused, computetest.Greedy, computetest.BatchAttention,
+		Capabilities: []computetest.Capability{computetest.Describer, computetest.ArchOps, computetest.SlidingKV, computetest.Fused, computetest.Greedy, computetest.Draw, computetest.BatchAttention,
 			computetest.EncodedAttention, computetest.PartEncoder, computetest.PartsEncoder},
 	})
 	if err != nil {

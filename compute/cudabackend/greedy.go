@@ -22,6 +22,14 @@ func (b *Backend) ArgMax(ids, bad []int, x compute.Buffer, cols int) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pickRows(rows)
+	b.enqueue(argMaxLaunch(b.pickDev, ptr(x), rows, cols), false)
+	b.readPicks(ids, bad)
+}
+
+// pickRows makes room for rows rows' picks at pickDev. Called with mu
+// held.
+func (b *Backend) pickRows(rows int) {
 	if b.err == nil && b.pickCap < rows {
 		if b.pickDev != 0 {
 			b.freeLater(b.pickDev) // queued work may still write it
@@ -29,12 +37,18 @@ func (b *Backend) ArgMax(ids, bad []int, x compute.Buffer, cols int) {
 		b.pickDev, b.pickCap = 0, 0
 		p, err := b.allocRaw(8 * max(rows, 8))
 		if err != nil {
-			b.fail(fmt.Errorf("cuda: ArgMax of %d rows: %w", rows, err))
+			b.fail(fmt.Errorf("cuda: picks of %d rows: %w", rows, err))
 		} else {
 			b.pickDev, b.pickCap = p, max(rows, 8)
 		}
 	}
-	b.enqueue(argMaxLaunch(b.pickDev, ptr(x), rows, cols), false)
+}
+
+// readPicks gives the queue to the driver and reads back len(ids) rows'
+// picks (token, first non-finite index) from pickDev; -1 after a
+// failure. Called with mu held.
+func (b *Backend) readPicks(ids, bad []int) {
+	rows := len(ids)
 	if cap(b.picks) < 2*rows {
 		b.picks = make([]int32, 2*rows)
 	}

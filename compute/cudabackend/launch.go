@@ -817,6 +817,17 @@ func argMaxLaunch(out, x Ptr, rows, cols int) Launch {
 	return Launch{Kernel: "argmax", Grid: Dim3{u32("argmax rows", rows), 1, 1}, Block: Dim3{256, 1, 1}, Args: p.b, Params: p.offs}
 }
 
+// drawLaunch sets out (2*rows int32) to each row's drawn token and the
+// index of its first non-finite value, x being rows rows of cols float32
+// and params rows 16-byte draw parameters (compute.DrawRow).
+// Kernel: draw_rows(int *out, const float *x, const kk_draw_row *rows, int cols).
+func drawLaunch(out, x, params Ptr, rows, cols int) Launch {
+	positive("draw_rows", rows, cols)
+	int32Of("draw_rows input", rows*cols)
+	p := new(args).ptr(out).ptr(x).ptr(params).i32("cols", cols)
+	return Launch{Kernel: "draw_rows", Grid: Dim3{u32("draw_rows rows", rows), 1, 1}, Block: Dim3{256, 1, 1}, Args: p.b, Params: p.offs}
+}
+
 // attnArgs are one attention call over a paged KV layer.
 //
 // KTab and VTab are device arrays of uint64 part addresses indexed

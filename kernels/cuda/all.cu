@@ -8,6 +8,7 @@
 #include "attention_ec.cu"
 #include "encode.cu"
 #include "sample.cu"
+#include "draw.cu"
 #include "gemm.cu"
 #include "prefill.cu"
 #include "quant.cu"

@@ -14,7 +14,9 @@
 // launch), attention_ec.cu (the _pc kernels' reader of entropy-coded
 // kakeya-pc blocks, kk_pcec_tile) and encode.cu (enc_int8, enc_int4 and
 // enc_pc: full KV blocks encoded as codec.Int8, codec.Int4 and
-// codec.KakeyaPC do, header and CRC included).
+// codec.KakeyaPC do, header and CRC included), sample.cu (argmax, the
+// greedy token on the device) and draw.cu (draw_rows, a sampled token on
+// the device from the host's uniform, as the host Sampler draws it).
 // They use only what prelude.cuh declares. For the device, clang compiles
 // them to PTX without the CUDA SDK (make ptx; the PTX is committed as
 // kernels_sm80.ptx and embedded here; compute/cudabackend's launch.go
