@@ -104,33 +104,7 @@ KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, const flo
 	__shared__ double next_r;
 	const float *row = x + (long long)blockIdx.x * cols;
 	int t = threadIdx.x;
-	float bv = 0.0f;
-	int bi = -1, bad = -1;
-	for (int c = t; c < cols; c += blockDim.x) {
-		float v = row[c];
-		if (v - v != 0.0f && bad < 0)
-			bad = c;
-		if (v == v && kk_better(v, c, bv, bi)) {
-			bv = v;
-			bi = c;
-		}
-	}
-	sv[t] = bv;
-	si[t] = bi;
-	sb[t] = bad;
-	__syncthreads();
-	for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
-		if (t < s) {
-			if (kk_better(sv[t + s], si[t + s], sv[t], si[t])) {
-				sv[t] = sv[t + s];
-				si[t] = si[t + s];
-			}
-			int o = sb[t + s];
-			if (o >= 0 && (sb[t] < 0 || o < sb[t]))
-				sb[t] = o;
-		}
-		__syncthreads();
-	}
+	kk_row_argmax(row, cols, sv, si, sb); // the max pass
 	if (si[0] < 0) { // NaN only
 		if (t == 0) {
 			out[2 * blockIdx.x] = -1;

@@ -12,14 +12,12 @@ KK_DEVICE bool kk_better(float v, int i, float bv, int bi) {
 	return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
 }
 
-// argmax: block r (256 threads) scans row r of x (cols values) and sets
-// out[2r] to the index of its largest value (NaN skipped; -1 for a row of
-// NaN only) and out[2r+1] to the index of its first NaN or ±Inf, -1 if
-// none.
-KK_KERNEL void __launch_bounds__(256) argmax(int *__restrict__ out, const float *__restrict__ x, int cols) {
-	__shared__ float sv[256];
-	__shared__ int si[256], sb[256];
-	const float *row = x + (long long)blockIdx.x * cols;
+// kk_row_argmax: the block (256 threads) scans row (cols values) and
+// leaves in sv[0] and si[0] its largest value and that value's index (NaN
+// skipped, the first of equal largest values; si[0] is -1 for a row of
+// NaN only) and in sb[0] the index of its first NaN or ±Inf (-1 if none),
+// for every thread after the last barrier. argmax and draw_rows' max pass.
+KK_DEVICE void kk_row_argmax(const float *__restrict__ row, int cols, float *sv, int *si, int *sb) {
 	int t = threadIdx.x;
 	float bv = 0.0f;
 	int bi = -1, bad = -1;
@@ -48,7 +46,17 @@ KK_KERNEL void __launch_bounds__(256) argmax(int *__restrict__ out, const float 
 		}
 		__syncthreads();
 	}
-	if (t == 0) {
+}
+
+// argmax: block r (256 threads) scans row r of x (cols values) and sets
+// out[2r] to the index of its largest value (NaN skipped; -1 for a row of
+// NaN only) and out[2r+1] to the index of its first NaN or ±Inf, -1 if
+// none.
+KK_KERNEL void __launch_bounds__(256) argmax(int *__restrict__ out, const float *__restrict__ x, int cols) {
+	__shared__ float sv[256];
+	__shared__ int si[256], sb[256];
+	kk_row_argmax(x + (long long)blockIdx.x * cols, cols, sv, si, sb);
+	if (threadIdx.x == 0) {
 		out[2 * blockIdx.x] = si[0];
 		out[2 * blockIdx.x + 1] = sb[0];
 	}
