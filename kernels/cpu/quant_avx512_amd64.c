@@ -483,7 +483,12 @@ static void kq5_rows_k(int type, const uint8_t *w, long rowb, long r0, long r1, 
 
 // kq512_rows is quant_amd64.c's kq_rows with these kernels: each weight row
 // is unpacked once per KQ5_T tokens, the 32-value types' rows two at a
-// time, sharing each token's activations.
+// time, sharing each token's activations — but one at a time for one
+// token (a decode), whose pass waits on the weights' stream from memory:
+// one row's sequential reads with the prefetch ahead of them went 1.45-1.6x
+// as fast as two rows' interleaved (BenchmarkQuantRows7B Q8_0 n=1, one
+// thread of an AMD EPYC, Zen 5: 25 -> 36-37 GMAC per CPU-second for
+// 18944x3584, 20 -> 32-33 for 3584x18944).
 void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	int is32 = type == KQ5_Q8_0 || type == KQ5_Q4_0 || type == KQ5_Q5_0;
@@ -510,7 +515,7 @@ void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const l
 			for (long i = t0; i < n && i < t0 + tb; i += KQ5_T) {
 				int nr;
 				for (long r = c0; r < r1 && r < c0 + rc; r += nr) {
-					nr = is32 && r + 1 < r1 && r + 1 < c0 + rc ? 2 : 1;
+					nr = is32 && n > 1 && r + 1 < r1 && r + 1 < c0 + rc ? 2 : 1;
 					const uint8_t *wr = w + r * rowb;
 					const int8_t *xi = x + i * cols;
 					const float *di = xd + i * nb;
