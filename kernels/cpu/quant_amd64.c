@@ -75,6 +75,12 @@ KQ_INLINE void kq_prefetch(const uint8_t *blk, long n) {
 		_mm_prefetch((const char *)(blk + KQ_PF + o), _MM_HINT_T0);
 }
 
+// kq_prefetch_at asks for the cache lines of the n bytes at p.
+KQ_INLINE void kq_prefetch_at(const uint8_t *p, long n) {
+	for (long o = 0; o < n; o += 64)
+		_mm_prefetch((const char *)(p + o), _MM_HINT_T0);
+}
+
 // kq_bits32 spreads the 32 bits of qh over 32 bytes: 0xFF where bit j of
 // qh is set, at byte j.
 KQ_INLINE __m256i kq_bits32(uint32_t qh) {
@@ -481,14 +487,51 @@ KQ_INLINE void kq_store_sums(int nt, float sum1, __m256 sumv, float *out, long l
 		out[t * ldo] = v[t];
 }
 
+// kq_k4_scales unpacks a Q4_K/Q5_K block's 12 scale bytes at sp as
+// ggml's get_scale_min_k4 reads them, in word operations (scales 0-3 and
+// mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; scales 4-7 take their
+// low 4 bits from bytes 8-11 and their top 2 from the top of bytes 0-3,
+// mins 4-7 the high nibbles of bytes 8-11 and the top of bytes 4-7): the
+// scales widened to 16 bits in both 128-bit lanes (for kq_bcast16), the
+// mins to 32 bits in the order of VPHADDD's pair sums, 0 1 4 5 2 3 6 7.
+KQ_INLINE void kq_k4_scales(const uint8_t *sp, __m256i *sc, __m256i *mn) {
+	const __m256i pairs = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+	uint32_t w0 = kq_u32(sp), w1 = kq_u32(sp + 4), w2 = kq_u32(sp + 8);
+	uint32_t sc03 = w0 & 0x3f3f3f3fu, mn03 = w1 & 0x3f3f3f3fu;
+	uint32_t sc47 = (w2 & 0x0f0f0f0fu) | (w0 >> 6 & 0x03030303u) << 4;
+	uint32_t mn47 = (w2 >> 4 & 0x0f0f0f0fu) | (w1 >> 6 & 0x03030303u) << 4;
+	*sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_setr_epi32((int)sc03, (int)sc47, 0, 0)));
+	*mn = _mm256_permutevar8x32_epi32(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)mn03, (int)mn47, 0, 0)), pairs);
+}
+
+// kq_q45_runs unpacks the two 32-value runs of a Q4_K/Q5_K block's 64-value
+// part c: the low nibbles (run 2c) and the high (run 2c+1), with the fifth
+// bits from qh for Q5_K (five set).
+KQ_INLINE void kq_q45_runs(const uint8_t *blk, const long *off, __m256i qh, int c, int five, __m256i *lo, __m256i *hi) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16);
+	__m256i q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QS] + 32 * c));
+	*lo = _mm256_and_si256(q, m4);
+	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+	if (five) {
+		__m256i u0 = _mm256_set1_epi8((char)(1 << (2 * c))), u1 = _mm256_set1_epi8((char)(2 << (2 * c)));
+		*lo = _mm256_add_epi8(*lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u0), u0), b16));
+		*hi = _mm256_add_epi8(*hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u1), u1), b16));
+	}
+}
+
+// kq_q6_codes returns the 6-bit codes (0-63) of run k (0-3) of a Q6_K
+// block's half: the low 4 bits from the nibbles of l (ql's bytes 0-31 for
+// runs 0 and 2, 32-63 for 1 and 3; high nibbles for runs 2 and 3), the top
+// 2 from bits 2k of qh.
+KQ_INLINE __m256i kq_q6_codes(__m256i l, __m256i qh, int k) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+	return _mm256_or_si256(_mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4),
+			       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
+}
+
 // kq_q45_k is kq_32 for Q4_K (five = 0) and Q5_K. Per block, once for the
-// nt tokens: the 12 scale bytes unpacked as ggml's get_scale_min_k4 reads
-// them, in word operations (scales 0-3 and mins 0-3 are the low 6 bits of
-// bytes 0-3 and 4-7; scales 4-7 take their low 4 bits from bytes 8-11 and
-// their top 2 from the top of bytes 0-3, mins 4-7 the high nibbles of
-// bytes 8-11 and the top of bytes 4-7), the scales widened to 16 bits in
-// a vector that byte shuffles broadcast from, the mins to 32; per 64-value
-// part the two 32-value runs unpacked once. Per token: the runs' pair sums
+// nt tokens: the scales and mins unpacked (kq_k4_scales); per 64-value
+// part the two 32-value runs unpacked once (kq_q45_runs). Per token: the runs' pair sums
 // times their scales (VPMADDWD) gathered in one vector; Σ min_j·(bsum_2j +
 // bsum_2j+1) by one VPHADDD and one VPMULLD (the pair sums come out as
 // pairs 0 1 4 5 | 2 3 6 7, the mins permuted to match); both sums reduced
@@ -497,20 +540,14 @@ KQ_INLINE void kq_store_sums(int nt, float sum1, __m256 sumv, float *out, long l
 // sum + (a - m), two lanes at once.
 KQ_INLINE void kq_q45_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
 			long ldd, const int32_t *bsums, long ldb, long nb, int five, float *out, long ldo) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16);
-	const __m256i pairs = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
 	float sum1 = 0; // one token
 	__m256 sumv = _mm256_setzero_ps(); // more: token t in lane t
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KQ_BYTES];
 		kq_prefetch(blk, off[KQ_BYTES]);
 		const uint8_t *sp = blk + off[KQ_SCALES];
-		uint32_t w0 = kq_u32(sp), w1 = kq_u32(sp + 4), w2 = kq_u32(sp + 8);
-		uint32_t sc03 = w0 & 0x3f3f3f3fu, mn03 = w1 & 0x3f3f3f3fu;
-		uint32_t sc47 = (w2 & 0x0f0f0f0fu) | (w0 >> 6 & 0x03030303u) << 4;
-		uint32_t mn47 = (w2 >> 4 & 0x0f0f0f0fu) | (w1 >> 6 & 0x03030303u) << 4;
-		__m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_setr_epi32((int)sc03, (int)sc47, 0, 0)));
-		__m256i mn = _mm256_permutevar8x32_epi32(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)mn03, (int)mn47, 0, 0)), pairs);
+		__m256i sc, mn;
+		kq_k4_scales(sp, &sc, &mn);
 		__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QH])) : _mm256_setzero_si256();
 		__m256i acc[KQ_T];
 		KQ_UNROLL
@@ -518,14 +555,8 @@ KQ_INLINE void kq_q45_k(int nt, const uint8_t *w, const long *off, const int8_t 
 			acc[t] = _mm256_setzero_si256();
 		KQ_UNROLL
 		for (int c = 0; c < 4; c++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QS] + 32 * c));
-			__m256i lo = _mm256_and_si256(q, m4);
-			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-			if (five) {
-				__m256i u0 = _mm256_set1_epi8((char)(1 << (2 * c))), u1 = _mm256_set1_epi8((char)(2 << (2 * c)));
-				lo = _mm256_add_epi8(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u0), u0), b16));
-				hi = _mm256_add_epi8(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u1), u1), b16));
-			}
+			__m256i lo, hi;
+			kq_q45_runs(blk, off, qh, c, five, &lo, &hi);
 			__m256i sv0 = kq_bcast16(sc, 2 * c, 2 * c), sv1 = kq_bcast16(sc, 2 * c + 1, 2 * c + 1);
 			KQ_UNROLL
 			for (int t = 0; t < nt; t++) {
@@ -580,7 +611,6 @@ KQ_INLINE void kq_q45_k(int nt, const uint8_t *w, const long *off, const int8_t 
 // then d = dw·xd, sum = sum + d·sumi.
 KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *x, long ldx, const float *xd,
 		       long ldd, const int32_t *bsums, long ldb, long nb, float *out, long ldo) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
 	float sum1 = 0;
 	__m256 sumv = _mm256_setzero_ps();
 	for (long b = 0; b < nb; b++) {
@@ -606,9 +636,7 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
 			KQ_UNROLL
 			for (int k = 0; k < 4; k++) {
-				__m256i l = k & 1 ? l1 : l0;
-				__m256i q = _mm256_or_si256(_mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4),
-							    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
+				__m256i q = kq_q6_codes(k & 1 ? l1 : l0, qh, k);
 				__m256i sv = kq_bcast16(h ? shi : slo, 2 * k, 2 * k + 1);
 				KQ_UNROLL
 				for (int t = 0; t < nt; t++) {
@@ -633,6 +661,148 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 		sumv = _mm256_add_ps(sumv, _mm256_mul_ps(d, _mm256_cvtepi32_ps(kq_hsum8(acc))));
 	}
 	kq_store_sums(nt, sum1, sumv, out, ldo);
+}
+
+// KQ_R8 is how many rows the one-token K kernels (kq_q45_k_r8, kq_q6_k_r8)
+// take at once.
+#define KQ_R8 8
+
+// KQ_R8G is how many groups of KQ_R8 rows ahead those kernels prefetch:
+// each row's block b of the group that many groups on, so the prefetch
+// runs ahead of the eight rows' streams together (KQ_PF bytes ahead of
+// each row's own block, the one-row kernels' distance, lands in another
+// row of the group for short rows: Q6_K at 3584 values went from 34 to
+// 13-17 GMAC per CPU-second with it).
+#ifndef KQ_R8G
+#define KQ_R8G 2
+#endif
+
+// kq_dd8 returns the f16 pairs at byte o of the 8 rows' block b (rows
+// rowb apart; for Q4_K and Q5_K d then dmin) as 8 u32 lanes in the order
+// rows 0 1 4 5 2 3 6 7, the order kq_q45_k_r8's sums come out in.
+KQ_INLINE __m256i kq_dd8(const uint8_t *blk, long rowb, long o) {
+	return _mm256_setr_epi32((int)kq_u32(blk + o), (int)kq_u32(blk + rowb + o), (int)kq_u32(blk + 4 * rowb + o),
+				 (int)kq_u32(blk + 5 * rowb + o), (int)kq_u32(blk + 2 * rowb + o),
+				 (int)kq_u32(blk + 3 * rowb + o), (int)kq_u32(blk + 6 * rowb + o),
+				 (int)kq_u32(blk + 7 * rowb + o));
+}
+
+// kq_q45_k_r8 is kq_q45_k for one token and KQ_R8 rows (rowb apart) at
+// once, out[0..7]: a decode's matrix-vector product. Each row's integer
+// sums are kq_q45_k's; the rows' two sums (scaled runs, mins) are then
+// reduced together — per row one VPHADDD of the pair, per two rows one
+// more, per eight rows two exchanges of 128-bit halves — where kq_q45_k
+// reduces each row's alone, and the block's f32 scaling is done for the
+// eight rows in one vector, lane by lane the one-token arithmetic (d =
+// dw·xd, dmin = dmw·xd, a = d·sumi, m = dmin·mins, sum = sum + (a - m)),
+// so each row's result has the bits kq_q45_k gives it. The lanes hold
+// rows 0 1 4 5 2 3 6 7 until the store. Needs dmin two bytes after d.
+KQ_INLINE void kq_q45_k_r8(const uint8_t *w, long rowb, const long *off, const int8_t *x, const float *xd,
+			   const int32_t *bsums, long nb, int five, float *out) {
+	// Per 128-bit lane, the low 16 bits of each u32 (d) then the high (dmin).
+	const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9,
+					       12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+	__m256 sumv = _mm256_setzero_ps();
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk0 = w + b * off[KQ_BYTES];
+		// The token's pair sums of 16-value groups, for every row.
+		__m256i ps = _mm256_hadd_epi32(_mm256_loadu_si256((const __m256i *)(bsums + 16 * b)),
+					       _mm256_loadu_si256((const __m256i *)(bsums + 16 * b + 8)));
+		__m256i g[KQ_R8 / 2], h0 = _mm256_setzero_si256();
+		KQ_UNROLL
+		for (int r = 0; r < KQ_R8; r++) {
+			const uint8_t *blk = blk0 + r * rowb;
+			kq_prefetch_at(blk + KQ_R8G * KQ_R8 * rowb, off[KQ_BYTES]);
+			const uint8_t *sp = blk + off[KQ_SCALES];
+			__m256i sc, mn;
+			kq_k4_scales(sp, &sc, &mn);
+			__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QH])) : _mm256_setzero_si256();
+			__m256i acc = _mm256_setzero_si256();
+			KQ_UNROLL
+			for (int c = 0; c < 4; c++) {
+				__m256i lo, hi;
+				kq_q45_runs(blk, off, qh, c, five, &lo, &hi);
+				__m256i sv0 = kq_bcast16(sc, 2 * c, 2 * c), sv1 = kq_bcast16(sc, 2 * c + 1, 2 * c + 1);
+				const int8_t *xs = x + 256 * b + 64 * c;
+				__m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xs));
+				__m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 32)));
+				acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(p0, sv0), _mm256_madd_epi16(p1, sv1)));
+			}
+			// [a lanes 0-3 pairs, m pairs | a lanes 4-7 pairs, m pairs]
+			__m256i h = _mm256_hadd_epi32(acc, _mm256_mullo_epi32(ps, mn));
+			if (r & 1)
+				g[r / 2] = _mm256_hadd_epi32(h0, h); // [a_r-1 m_r-1 a_r m_r] per half
+			else
+				h0 = h;
+		}
+		// [a0 m0 a1 m1 | a2 m2 a3 m3] and [a4 m4 a5 m5 | a6 m6 a7 m7]
+		__m256i v0 = _mm256_add_epi32(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[0], g[1], 0x31));
+		__m256i v1 = _mm256_add_epi32(_mm256_permute2x128_si256(g[2], g[3], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x31));
+		__m256 f0 = _mm256_cvtepi32_ps(v0), f1 = _mm256_cvtepi32_ps(v1);
+		__m256 im = _mm256_shuffle_ps(f0, f1, 0x88), mm = _mm256_shuffle_ps(f0, f1, 0xdd); // rows 0 1 4 5 2 3 6 7
+		// dw and dmw of the 8 rows, in the same order.
+		__m256i dd = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(kq_dd8(blk0, rowb, off[KQ_D]), split), 0xd8);
+		__m256 xv = _mm256_set1_ps(xd[b]);
+		__m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(dd)), xv);
+		__m256 dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(dd, 1)), xv);
+		sumv = _mm256_add_ps(sumv, _mm256_sub_ps(_mm256_mul_ps(d, im), _mm256_mul_ps(dmin, mm)));
+	}
+	_mm256_storeu_ps(out, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(sumv), 0xd8)));
+}
+
+// kq_q6_k_r8 is kq_q6_k for one token and KQ_R8 rows at once (out[0..7]),
+// each row's integer sum kq_q6_k's, the eight reduced together (kq_hsum8's
+// steps, as the rows come) and scaled in one vector lane by lane as the
+// one-token loop does: d = dw·xd, sum = sum + d·sumi.
+KQ_INLINE void kq_q6_k_r8(const uint8_t *w, long rowb, const long *off, const int8_t *x, const float *xd,
+			  const int32_t *bsums, long nb, float *out) {
+	__m256 sumv = _mm256_setzero_ps();
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk0 = w + b * off[KQ_BYTES];
+		const int32_t *bs = bsums + 16 * b;
+		__m256i bs0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)bs), 5);
+		__m256i bs1 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(bs + 8)), 5);
+		__m256i h[KQ_R8 / 2], a0 = _mm256_setzero_si256();
+		float dws[KQ_R8] __attribute__((aligned(32)));
+		KQ_UNROLL
+		for (int r = 0; r < KQ_R8; r++) {
+			const uint8_t *blk = blk0 + r * rowb;
+			kq_prefetch_at(blk + KQ_R8G * KQ_R8 * rowb, off[KQ_BYTES]);
+			__m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + off[KQ_SCALES]));
+			__m256i s16 = _mm256_cvtepi8_epi16(sc8);
+			__m256i slo = _mm256_permute2x128_si256(s16, s16, 0x00), shi = _mm256_permute2x128_si256(s16, s16, 0x11);
+			// The codes' offset of 32: Σ_g sc_g·32·bsum_g, taken off first
+			// (the same integer as kq_q6_k's).
+			__m256i o = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_cvtepi8_epi32(sc8), bs0),
+						     _mm256_mullo_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)), bs1));
+			__m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(), o);
+			KQ_UNROLL
+			for (int hh = 0; hh < 2; hh++) {
+				const uint8_t *ql = blk + off[KQ_QL] + 64 * hh;
+				__m256i qh = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QH] + 32 * hh));
+				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+				__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+				KQ_UNROLL
+				for (int k = 0; k < 4; k++) {
+					__m256i q = kq_q6_codes(k & 1 ? l1 : l0, qh, k);
+					__m256i sv = kq_bcast16(hh ? shi : slo, 2 * k, 2 * k + 1);
+					const int8_t *xs = x + 256 * b + 128 * hh + 32 * k;
+					__m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xs));
+					acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv));
+				}
+			}
+			dws[r] = kq_f16(blk + off[KQ_D]);
+			if (r & 1)
+				h[r / 2] = _mm256_hadd_epi32(a0, acc);
+			else
+				a0 = acc;
+		}
+		__m256i g0 = _mm256_hadd_epi32(h[0], h[1]), g1 = _mm256_hadd_epi32(h[2], h[3]);
+		__m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+		__m256 d = _mm256_mul_ps(_mm256_load_ps(dws), _mm256_set1_ps(xd[b]));
+		sumv = _mm256_add_ps(sumv, _mm256_mul_ps(d, _mm256_cvtepi32_ps(s)));
+	}
+	_mm256_storeu_ps(out, sumv);
 }
 
 // KQ_TILE32 runs one row of a 32-value type against nt tokens, nt and g
@@ -707,6 +877,32 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 			}
 }
 
+// kq_rows_k1 is kq_rows for one token and a K type: out[r] for the rows
+// from r0 taken KQ_R8 at a time while whole groups remain; it returns the
+// first row it left (kq_rows' one-row loops take the rest, with the same
+// bits).
+static long kq_rows_k1(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
+		       const float *xd, const int32_t *bsums, long nb, float *out) {
+	if (type != KQ_Q6_K && off[KQ_DMIN] != off[KQ_D] + 2)
+		return r0;
+	long r = r0;
+	for (; r + KQ_R8 <= r1; r += KQ_R8) {
+		const uint8_t *wr = w + r * rowb;
+		switch (type) {
+		case KQ_Q6_K:
+			kq_q6_k_r8(wr, rowb, off, x, xd, bsums, nb, out + r);
+			break;
+		case KQ_Q5_K:
+			kq_q45_k_r8(wr, rowb, off, x, xd, bsums, nb, 1, out + r);
+			break;
+		default:
+			kq_q45_k_r8(wr, rowb, off, x, xd, bsums, nb, 0, out + r);
+			break;
+		}
+	}
+	return r;
+}
+
 // KQ_TILE runs one row of a K type against nt tokens, nt a constant.
 #define KQ_TILE(nt)                                                                                                \
 	switch (type) {                                                                                            \
@@ -737,6 +933,9 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 		return;
 	}
 	long nb = cols / 256;
+	// One token (a decode): rows KQ_R8 at a time, the rest alone.
+	if (n == 1)
+		r0 = kq_rows_k1(type, w, rowb, r0, r1, off, x, xd, bsums, nb, out);
 	// Tokens in blocks of about 256 KiB of activations, which stay in the
 	// L2 cache while the rows pass over them.
 	long tb = KQ_XBYTES / cols;

@@ -256,13 +256,15 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 		t.Logf("checking the %s kernels", k.name)
 	}
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 67, 9}, {32 * 1025, 9}, {256 * 19, 13}} {
+	for _, tc := range []struct{ cols, n int }{{768, 3}, {256, 6}, {32 * 17, 1}, {32 * 17, 6}, {32 * 18, 5}, {32 * 19, 7}, {32 * 19, 1}, {32 * 19, 9}, {32 * 67, 9}, {32 * 1025, 9}, {256 * 19, 13}, {256 * 3, 1}} {
 		// Token counts of one, three, five, six, seven and nine: tiles of
 		// 4 and 8 tokens and the shorter ones after them; 17 blocks of 32,
 		// the AVX-512 kernels' last block alone; 67, AVX2 Q8_0's passes of
 		// 32 blocks and an odd last one; 1025, rows wider than the AVX2
 		// kernels gather the token scales of; 19 blocks of 256 for 13
-		// tokens, the AVX-512 K kernels' ranges of 8 blocks.
+		// tokens, the AVX-512 K kernels' ranges of 8 blocks; 3 blocks of
+		// 256 for one token, the AVX2 K kernels' groups of 8 rows (two,
+		// then three rows alone).
 		const rows = 19
 		cols, n := tc.cols, tc.n
 		x := make([]float32, n*cols)
