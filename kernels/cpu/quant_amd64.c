@@ -663,16 +663,17 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 	kq_store_sums(nt, sum1, sumv, out, ldo);
 }
 
-// KQ_R8 is how many rows the one-token K kernels (kq_q45_k_r8, kq_q6_k_r8)
-// take at once.
+// KQ_R8 is how many rows the one-token Q4_K/Q5_K kernel (kq_q45_k_r8) takes
+// at once. (Q6_K keeps one row at a time: eight rows measured no faster,
+// 32-33 GMAC per CPU-second against 32-33.5, BenchmarkQuantRows7B n=1.)
 #define KQ_R8 8
 
 // KQ_R8G is how many groups of KQ_R8 rows ahead those kernels prefetch:
 // each row's block b of the group that many groups on, so the prefetch
 // runs ahead of the eight rows' streams together (KQ_PF bytes ahead of
 // each row's own block, the one-row kernels' distance, lands in another
-// row of the group for short rows: Q6_K at 3584 values went from 34 to
-// 13-17 GMAC per CPU-second with it).
+// row of the group for short rows: an eight-row Q6_K kernel at 3584
+// values went from 34 to 13-17 GMAC per CPU-second with it).
 #ifndef KQ_R8G
 #define KQ_R8G 2
 #endif
@@ -750,61 +751,6 @@ KQ_INLINE void kq_q45_k_r8(const uint8_t *w, long rowb, const long *off, const i
 	_mm256_storeu_ps(out, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(sumv), 0xd8)));
 }
 
-// kq_q6_k_r8 is kq_q6_k for one token and KQ_R8 rows at once (out[0..7]),
-// each row's integer sum kq_q6_k's, the eight reduced together (kq_hsum8's
-// steps, as the rows come) and scaled in one vector lane by lane as the
-// one-token loop does: d = dw·xd, sum = sum + d·sumi.
-KQ_INLINE void kq_q6_k_r8(const uint8_t *w, long rowb, const long *off, const int8_t *x, const float *xd,
-			  const int32_t *bsums, long nb, float *out) {
-	__m256 sumv = _mm256_setzero_ps();
-	for (long b = 0; b < nb; b++) {
-		const uint8_t *blk0 = w + b * off[KQ_BYTES];
-		const int32_t *bs = bsums + 16 * b;
-		__m256i bs0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)bs), 5);
-		__m256i bs1 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(bs + 8)), 5);
-		__m256i h[KQ_R8 / 2], a0 = _mm256_setzero_si256();
-		float dws[KQ_R8] __attribute__((aligned(32)));
-		KQ_UNROLL
-		for (int r = 0; r < KQ_R8; r++) {
-			const uint8_t *blk = blk0 + r * rowb;
-			kq_prefetch_at(blk + KQ_R8G * KQ_R8 * rowb, off[KQ_BYTES]);
-			__m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + off[KQ_SCALES]));
-			__m256i s16 = _mm256_cvtepi8_epi16(sc8);
-			__m256i slo = _mm256_permute2x128_si256(s16, s16, 0x00), shi = _mm256_permute2x128_si256(s16, s16, 0x11);
-			// The codes' offset of 32: Σ_g sc_g·32·bsum_g, taken off first
-			// (the same integer as kq_q6_k's).
-			__m256i o = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_cvtepi8_epi32(sc8), bs0),
-						     _mm256_mullo_epi32(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8)), bs1));
-			__m256i acc = _mm256_sub_epi32(_mm256_setzero_si256(), o);
-			KQ_UNROLL
-			for (int hh = 0; hh < 2; hh++) {
-				const uint8_t *ql = blk + off[KQ_QL] + 64 * hh;
-				__m256i qh = _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QH] + 32 * hh));
-				__m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
-				__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-				KQ_UNROLL
-				for (int k = 0; k < 4; k++) {
-					__m256i q = kq_q6_codes(k & 1 ? l1 : l0, qh, k);
-					__m256i sv = kq_bcast16(hh ? shi : slo, 2 * k, 2 * k + 1);
-					const int8_t *xs = x + 256 * b + 128 * hh + 32 * k;
-					__m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)xs));
-					acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sv));
-				}
-			}
-			dws[r] = kq_f16(blk + off[KQ_D]);
-			if (r & 1)
-				h[r / 2] = _mm256_hadd_epi32(a0, acc);
-			else
-				a0 = acc;
-		}
-		__m256i g0 = _mm256_hadd_epi32(h[0], h[1]), g1 = _mm256_hadd_epi32(h[2], h[3]);
-		__m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
-		__m256 d = _mm256_mul_ps(_mm256_load_ps(dws), _mm256_set1_ps(xd[b]));
-		sumv = _mm256_add_ps(sumv, _mm256_mul_ps(d, _mm256_cvtepi32_ps(s)));
-	}
-	_mm256_storeu_ps(out, sumv);
-}
-
 // KQ_TILE32 runs one row of a 32-value type against nt tokens, nt and g
 // (the scales gathered in xs) constants.
 #define KQ_TILE32(nt, g)                                                                                           \
@@ -877,21 +823,18 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 			}
 }
 
-// kq_rows_k1 is kq_rows for one token and a K type: out[r] for the rows
+// kq_rows_k1 is kq_rows for one token and Q4_K or Q5_K: out[r] for the rows
 // from r0 taken KQ_R8 at a time while whole groups remain; it returns the
 // first row it left (kq_rows' one-row loops take the rest, with the same
 // bits).
 static long kq_rows_k1(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		       const float *xd, const int32_t *bsums, long nb, float *out) {
-	if (type != KQ_Q6_K && off[KQ_DMIN] != off[KQ_D] + 2)
+	if (type == KQ_Q6_K || off[KQ_DMIN] != off[KQ_D] + 2)
 		return r0;
 	long r = r0;
 	for (; r + KQ_R8 <= r1; r += KQ_R8) {
 		const uint8_t *wr = w + r * rowb;
 		switch (type) {
-		case KQ_Q6_K:
-			kq_q6_k_r8(wr, rowb, off, x, xd, bsums, nb, out + r);
-			break;
 		case KQ_Q5_K:
 			kq_q45_k_r8(wr, rowb, off, x, xd, bsums, nb, 1, out + r);
 			break;
