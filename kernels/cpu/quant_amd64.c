@@ -522,11 +522,13 @@ KQ_INLINE void kq_q45_runs(const uint8_t *blk, const long *off, __m256i qh, int 
 // kq_q6_codes returns the 6-bit codes (0-63) of run k (0-3) of a Q6_K
 // block's half: the low 4 bits from the nibbles of l (ql's bytes 0-31 for
 // runs 0 and 2, 32-63 for 1 and 3; high nibbles for runs 2 and 3), the top
-// 2 from bits 2k of qh.
+// 2 from bits 2k of qh, shifted straight to bits 4-5 (one 16-bit shift,
+// none for k = 2, and one mask: a byte's bits move within their word, and
+// the mask keeps each byte's own two).
 KQ_INLINE __m256i kq_q6_codes(__m256i l, __m256i qh, int k) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-	return _mm256_or_si256(_mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4),
-			       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2), 4));
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+	__m256i hb = k < 2 ? _mm256_slli_epi16(qh, 4 - 2 * k) : k == 2 ? qh : _mm256_srli_epi16(qh, 2);
+	return _mm256_or_si256(_mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4), _mm256_and_si256(hb, m30));
 }
 
 // kq_q45_k is kq_32 for Q4_K (five = 0) and Q5_K. Per block, once for the
