@@ -10,14 +10,17 @@ import (
 
 var _ compute.Draw = (*Backend)(nil)
 
-// The kernel reads compute.DrawRow as its kk_draw_row: 16 bytes, u,
-// temperature, min-p.
-var _ [16 - unsafe.Sizeof(compute.DrawRow{})]struct{}
-var _ [unsafe.Sizeof(compute.DrawRow{}) - 16]struct{}
+// The kernel reads compute.DrawRow as its kk_draw_row: 32 bytes, u,
+// temperature, min-p, top-p, top-k and 8 bytes of padding (two step
+// parameter slots).
+var _ [drawRowBytes - unsafe.Sizeof(compute.DrawRow{})]struct{}
+var _ [unsafe.Sizeof(compute.DrawRow{}) - drawRowBytes]struct{}
+
+const drawRowBytes = 32
 
 // Draw draws each row's sampled token on the device (compute.Draw): one
 // draw_rows kernel, queued like argmax at the end of the step, its rows'
-// parameters in the step's parameter slots (16 bytes a row, copied with
+// parameters in the step's parameter slots (32 bytes a row, copied with
 // the step's other slots, so a decode step's graph ends with the draw and
 // replays with new uniforms), then 8 bytes per row read back rather than
 // the row's logits.
@@ -27,8 +30,11 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 		panic(fmt.Sprintf("cuda: Draw of %d rows of %d values (%d bad indexes, %d draws) over a buffer of %d", n, cols, len(bad), len(rows), x.Len))
 	}
 	for i, r := range rows {
-		if !(r.Temperature >= 0) || math.IsInf(float64(r.Temperature), 1) || !(r.U >= 0 && r.U < 1) || !(r.MinP >= 0 && r.MinP <= 1) {
-			panic(fmt.Sprintf("cuda: Draw row %d: temperature %v, min-p %v, uniform %v (want >= 0 and finite, in [0, 1], in [0, 1))", i, r.Temperature, r.MinP, r.U))
+		if !(r.Temperature >= 0) || math.IsInf(float64(r.Temperature), 1) || !(r.U >= 0 && r.U < 1) || !(r.MinP >= 0 && r.MinP <= 1) || !(r.TopP >= 0 && r.TopP <= 1) {
+			panic(fmt.Sprintf("cuda: Draw row %d: temperature %v, min-p %v, top-p %v, uniform %v (want >= 0 and finite, in [0, 1], in [0, 1], in [0, 1))", i, r.Temperature, r.MinP, r.TopP, r.U))
+		}
+		if r.TopK < 0 || r.TopK > compute.MaxDrawTopK && int(r.TopK) < cols {
+			panic(fmt.Sprintf("cuda: Draw row %d: top-k %d of a row of %d (want 0, at most %d, or at least the row)", i, r.TopK, cols, compute.MaxDrawTopK))
 		}
 	}
 	if n == 0 {
@@ -37,7 +43,7 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.pickRows(n)
-	recs := unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), 16*n)
+	recs := unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), drawRowBytes*n)
 	params, dynamic := b.stepSlots(recs), false
 	if params == 0 && b.err == nil {
 		// No room in the step's slots: the rows go to an array of their
@@ -48,7 +54,7 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 				b.freeLater(b.drawDev)
 			}
 			b.drawDev, b.drawCap = 0, 0
-			p, err := b.allocRaw(16 * max(n, 8))
+			p, err := b.allocRaw(drawRowBytes * max(n, 8))
 			if err != nil {
 				b.fail(fmt.Errorf("cuda: Draw of %d rows: %w", n, err))
 			} else {

@@ -819,8 +819,8 @@ func argMaxLaunch(out, x Ptr, rows, cols int) Launch {
 
 // drawLaunch sets out (2*rows int32) to each row's drawn token and the
 // index of its first non-finite value, x being rows rows of cols float32
-// and params rows 16-byte draw parameters (compute.DrawRow).
-// Kernel: draw_rows(int *out, const float *x, const kk_draw_row *rows, int cols).
+// and params rows 32-byte draw parameters (compute.DrawRow).
+// Kernel: draw_rows(int *out, float *x, const kk_draw_row *rows, int cols).
 func drawLaunch(out, x, params Ptr, rows, cols int) Launch {
 	positive("draw_rows", rows, cols)
 	int32Of("draw_rows input", rows*cols)

@@ -1,24 +1,35 @@
 // Sampled decoding on the device: draw_rows draws each row's token from
 // the softmax of its logits at the row's temperature, over the tokens
-// min-p keeps, with a uniform number the host drew from the request's own
-// generator, so that only the token (and where the row's first non-finite
-// logit is) crosses back to the host rather than the row's logits. It
-// draws what the host Sampler (sampling.go, sampleAll without top-p) draws
-// from the same uniform: the same weights, bit for bit, and the same
-// inverse-CDF walk in index order; only the sum of the weights is
-// associated differently (per thread chunk, then a scan), so a draw may
-// differ only where the uniform falls within a float64 rounding of a
-// boundary between two tokens.
+// top-k, min-p and top-p keep, with a uniform number the host drew from
+// the request's own generator, so that only the token (and where the
+// row's first non-finite logit is) crosses back to the host rather than
+// the row's logits. It draws what the host Sampler (pick.DrawFiltered)
+// draws from the same uniform. With a top-k: the same k candidates in the
+// same order and the same float64 arithmetic in the same order, so the
+// same token. Without: the same weights, bit for bit, and the same
+// inverse-CDF walk (in index order, or in descending weight with top-p);
+// only the sums of the weights are associated differently (per thread,
+// then a reduction), so a draw may differ only where the uniform (or
+// top-p's cut) falls within a float64 rounding of a boundary between two
+// tokens.
 #include "prelude.cuh"
 
-// kk_draw_row is one row's draw parameters, 16 bytes (compute.DrawRow):
-// the uniform in [0, 1), the temperature (> 0; 0 for the arg max) and
-// min-p (0 = off).
+// kk_draw_row is one row's draw parameters, 32 bytes (compute.DrawRow):
+// the uniform in [0, 1), the temperature (> 0; 0 for the arg max), min-p
+// (0 = off), top-p (0 or 1 = off) and top-k (0 or at least the row = off,
+// else at most KK_DRAW_KMAX).
 struct kk_draw_row {
 	double u;
 	float temperature;
 	float min_p;
+	float top_p;
+	int top_k;
+	int pad[2];
 };
+
+// KK_DRAW_KMAX is compute.MaxDrawTopK: the most candidates a top-k sorts
+// in shared memory.
+#define KK_DRAW_KMAX 1024
 
 // kk_dmul, kk_dadd and kk_dsub are float64 operations rounded each on
 // its own: the device's by mul.rn.f64 and add.rn.f64 in inline assembly
@@ -68,6 +79,33 @@ KK_DEVICE float kk_exp_weight(double x) {
 	return (float)kk_dmul(y, __builtin_bit_cast(double, (kk_u64)(k + 1023) << 52));
 }
 
+// kk_exp64 is mathx.Exp for x <= 0 (and NaN): e**x in float64 by the
+// same reduction and polynomial with the same roundings, scaled by 2**k as
+// math.Ldexp does (one rounding, also where the result is subnormal); the
+// top-k draw's weights, as the host's.
+KK_DEVICE double kk_exp64(double x) {
+	if (x != x)
+		return x;
+	if (x < -7.45133219101941108420e+02)
+		return 0;
+	if (-0x1p-28 < x && x < 0x1p-28)
+		return kk_dadd(1, x);
+	int k = (int)kk_dsub(kk_dmul(1.44269504088896338700e+00, x), 0.5);
+	double hi = kk_dsub(x, kk_dmul((double)k, 6.93147180369123816490e-01));
+	double lo = kk_dmul((double)k, 1.90821492927058770002e-10);
+	double r = kk_dsub(hi, lo);
+	double t = kk_dmul(r, r);
+	double q = kk_dadd(-1.65339022054652515390e-06, kk_dmul(t, 4.13813679705723846039e-08));
+	q = kk_dadd(6.61375632143793436117e-05, kk_dmul(t, q));
+	q = kk_dadd(-2.77777777770155933842e-03, kk_dmul(t, q));
+	q = kk_dadd(1.66666666666666657415e-01, kk_dmul(t, q));
+	double c = kk_dsub(r, kk_dmul(t, q));
+	double y = kk_dsub(1, kk_dsub(kk_dsub(lo, kk_dmul(r, c) / kk_dsub(2, c)), hi));
+	if (k >= -1022)
+		return kk_dmul(y, __builtin_bit_cast(double, (kk_u64)(k + 1023) << 52));
+	return kk_dmul(kk_dmul(y, __builtin_bit_cast(double, (kk_u64)(k + 53 + 1023) << 52)), 0x1p-53);
+}
+
 // kk_draw_weight is a token's weight relative to the most likely one's,
 // w = exp((l - max)/T) in float32, 0 for a token min-p drops (w < min-p)
 // and for NaN, as sampleAll weighs it.
@@ -78,31 +116,371 @@ KK_DEVICE float kk_draw_weight(float l, double maxl, double inv, float floor) {
 	return w;
 }
 
+// kk_logit_key is a logit's key in an unsigned order that is the logits'
+// (-0 as +0; NaN the lowest, below -Inf).
+KK_DEVICE kk_u32 kk_logit_key(float l) {
+	if (l != l)
+		return 0;
+	kk_u32 b = __builtin_bit_cast(kk_u32, l);
+	if (b == 0x80000000u)
+		b = 0;
+	return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// kk_key_logit is the logit of a key kk_logit_key gave.
+KK_DEVICE float kk_key_logit(kk_u32 k) {
+	return __builtin_bit_cast(float, (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// kk_row_key is token c's key in a top-k search (weights 0: its logit's)
+// or in a top-p one (weights 1: the bits of its weight, which row holds,
+// in the weights' order).
+KK_DEVICE kk_u32 kk_row_key(const float *row, int c, int weights) {
+	return weights ? __builtin_bit_cast(kk_u32, row[c]) : kk_logit_key(row[c]);
+}
+
+// kk_radix is what kk_radix_find leaves in shared memory: the key found,
+// the count (as a double) or weight of the tokens with larger keys, and
+// how many tokens have the key.
+struct kk_radix {
+	kk_u32 key;
+	double above;
+	int n;
+};
+
+// kk_radix_find: the block (256 threads) finds among row's keys >= kmin
+// (kk_row_key) the one at target from the top, four bits a pass (8 passes
+// over the row): by count (weights 0; target a rank, 1 for the largest),
+// the key v with count(> v) < target <= count(>= v); by weight (weights
+// 1), with weight(> v) < target <= weight(>= v) when ge, else
+// weight(> v) <= target < weight(>= v). Each pass, each thread counts and
+// weighs its tokens of the keys still in play by the pass's digit
+// (float64, in stride order), and a fixed-shape reduction (big: 16 x 256
+// doubles, part: 256) adds the threads' sums, so the result does not
+// depend on scheduling; thread 0 then takes digits from the largest down.
+// Where rounding leaves the target past every digit's weight, it takes the
+// smallest digit held, as the host's walks take their last token. It
+// leaves the result in *res for every thread after its last barrier.
+KK_DEVICE void kk_radix_find(const float *row, int cols, int weights, int ge, kk_u32 kmin, double target, double *big, double *part, int *hn, struct kk_radix *res) {
+	int t = threadIdx.x;
+	if (t == 0) {
+		res->key = 0;
+		res->above = 0;
+		res->n = 0;
+	}
+	for (int shift = 28; shift >= 0; shift -= 4) {
+		__syncthreads(); // the last pass's hn, part and res read
+		if (t < 16)
+			hn[t] = 0;
+		__syncthreads(); // res and hn set
+		kk_u64 want = (kk_u64)res->key >> (shift + 4);
+		int n[16];
+		double m[16];
+		for (int d = 0; d < 16; d++) {
+			n[d] = 0;
+			m[d] = 0;
+		}
+		for (int c = t; c < cols; c += 256) {
+			kk_u32 k = kk_row_key(row, c, weights);
+			if (k < kmin || ((kk_u64)k >> (shift + 4)) != want)
+				continue;
+			int d = (k >> shift) & 15;
+			n[d]++;
+			if (weights)
+				m[d] = kk_dadd(m[d], (double)row[c]);
+		}
+		for (int d = 0; d < 16; d++) {
+			if (n[d])
+				atomicAdd(&hn[d], n[d]);
+			big[d * 256 + t] = m[d];
+		}
+		__syncthreads();
+		{ // thread t adds 16 threads' sums of digit t/16
+			int d = t >> 4, g = t & 15;
+			double s = 0;
+			for (int i = 0; i < 16; i++)
+				s = kk_dadd(s, big[d * 256 + g * 16 + i]);
+			part[t] = s;
+		}
+		__syncthreads();
+		if (t == 0) {
+			double above = res->above;
+			int pick = -1, low = -1;
+			double pa = 0, la = 0;
+			for (int d = 15; d >= 0; d--) {
+				if (hn[d] == 0)
+					continue;
+				double md = (double)hn[d];
+				if (weights) {
+					md = 0;
+					for (int g = 0; g < 16; g++)
+						md = kk_dadd(md, part[d * 16 + g]);
+				}
+				double next = kk_dadd(above, md);
+				low = d;
+				la = above;
+				if (ge ? next >= target : next > target) {
+					pick = d;
+					pa = above;
+					break;
+				}
+				above = next;
+			}
+			if (pick < 0) { // past the weight by rounding: the smallest
+				pick = low;
+				pa = la;
+			}
+			if (pick >= 0) {
+				res->key |= (kk_u32)pick << shift;
+				res->above = pa;
+				res->n = hn[pick];
+			}
+		}
+	}
+	__syncthreads();
+}
+
+// kk_nth_key: the block (256 threads) finds the index of the token with
+// key v that is nth (from 0) in index order among those with key v, each
+// thread over its contiguous chunk of the row with a scan (sl) of the
+// chunks' counts; *found is -1 where there is none, for every thread
+// after the last barrier. With dst (top-k), it instead writes the
+// indexes and keys of the first nth such tokens to dst and dkey.
+KK_DEVICE void kk_nth_key(const float *row, int cols, int weights, kk_u32 v, int nth, int *sl, int *found, int *dst, kk_u32 *dkey) {
+	int t = threadIdx.x;
+	int ch = (cols + 255) / 256;
+	int a = t * ch < cols ? t * ch : cols;
+	int e = a + ch < cols ? a + ch : cols;
+	int n = 0;
+	for (int c = a; c < e; c++)
+		n += kk_row_key(row, c, weights) == v;
+	if (t == 0)
+		*found = -1;
+	sl[t] = n;
+	__syncthreads();
+	for (int o = 1; o < 256; o <<= 1) { // inclusive scan of the counts
+		int x = t >= o ? sl[t - o] : 0;
+		__syncthreads();
+		sl[t] += x;
+		__syncthreads();
+	}
+	int before = sl[t] - n;
+	if (dst) {
+		for (int c = a; c < e && before < nth; c++)
+			if (kk_row_key(row, c, weights) == v) {
+				dst[before] = c;
+				dkey[before] = v;
+				before++;
+			}
+	} else if (nth >= before && nth < sl[t]) {
+		for (int c = a; c < e; c++)
+			if (kk_row_key(row, c, weights) == v && before++ == nth) {
+				*found = c;
+				break;
+			}
+	}
+	__syncthreads();
+}
+
+// kk_draw_before reports whether candidate (ka, ia) comes before (kb, ib):
+// the larger logit first, the lower index first among equal ones.
+KK_DEVICE int kk_draw_before(kk_u32 ka, int ia, kk_u32 kb, int ib) {
+	return ka > kb || (ka == kb && ia < ib);
+}
+
+// kk_draw_topk: the block (256 threads) draws row's token with a top-k
+// (0 < k < cols, k <= KK_DRAW_KMAX) as pick.DrawFiltered does: the k
+// largest logits (ties at the k-th value to the lower index; kk_radix_find
+// by count gives the k-th's key), sorted in shared memory (a bitonic sort
+// of key and index, larger logit first, lower index first), each
+// candidate's exp in float64 in parallel (kk_exp64), then thread 0 runs
+// the host's sums, min-p, top-p and walk over them in the host's order,
+// each operation rounded as the host's. Returns the token to thread 0.
+KK_DEVICE int kk_draw_topk(const float *row, int cols, const struct kk_draw_row *p, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc) {
+	int t = threadIdx.x;
+	int k = p->top_k;
+	kk_radix_find(row, cols, 0, 1, 0, (double)k, big, part, hn, res);
+	kk_u32 v = res->key;
+	int above = (int)res->above;
+	// Candidates: keys, indexes and weights in big (after the search).
+	kk_u32 *ckey = (kk_u32 *)big;
+	int *cid = (int *)(ckey + KK_DRAW_KMAX);
+	double *cprob = big + KK_DRAW_KMAX;
+	int P = 1;
+	while (P < k)
+		P <<= 1;
+	if (t == 0)
+		misc[0] = 0;
+	for (int i = k + t; i < P; i += 256) { // padding, after every token
+		ckey[i] = 0;
+		cid[i] = 0x7fffffff;
+	}
+	__syncthreads();
+	for (int c = t; c < cols; c += 256) { // the keys above the k-th's
+		kk_u32 key = kk_logit_key(row[c]);
+		if (key > v) {
+			int slot = atomicAdd(&misc[0], 1);
+			ckey[slot] = key;
+			cid[slot] = c;
+		}
+	}
+	// The k-th's key: the first k - above of them in index order.
+	kk_nth_key(row, cols, 0, v, k - above, sl, &misc[1], cid + above, ckey + above);
+	for (int size = 2; size <= P; size <<= 1) {
+		for (int stride = size >> 1; stride > 0; stride >>= 1) {
+			for (int i = t; i < P; i += 256) {
+				int l = i ^ stride;
+				if (l > i) {
+					int first = (i & size) == 0;
+					int sw = first ? kk_draw_before(ckey[l], cid[l], ckey[i], cid[i]) : kk_draw_before(ckey[i], cid[i], ckey[l], cid[l]);
+					if (sw) {
+						kk_u32 tk = ckey[i];
+						int ti = cid[i];
+						ckey[i] = ckey[l];
+						cid[i] = cid[l];
+						ckey[l] = tk;
+						cid[l] = ti;
+					}
+				}
+			}
+			__syncthreads();
+		}
+	}
+	const double maxl = (double)kk_key_logit(ckey[0]);
+	const double inv = 1.0 / (double)p->temperature;
+	for (int i = t; i < k; i += 256)
+		cprob[i] = kk_exp64(kk_dmul(kk_dsub((double)kk_key_logit(ckey[i]), maxl), inv));
+	__syncthreads();
+	if (t != 0)
+		return -1;
+	double sum = 0;
+	for (int i = 0; i < k; i++)
+		sum = kk_dadd(sum, cprob[i]);
+	int n = k;
+	if (p->min_p > 0) {
+		double floor = kk_dmul((double)p->min_p, cprob[0]);
+		while (n > 1 && cprob[n - 1] < floor) {
+			sum = kk_dsub(sum, cprob[n - 1]);
+			n--;
+		}
+	}
+	double tp = (double)p->top_p;
+	if (tp > 0 && tp < 1) {
+		double cum = 0;
+		for (int i = 0; i < n; i++) {
+			cum = kk_dadd(cum, cprob[i]);
+			if (cum >= kk_dmul(tp, sum)) {
+				sum = cum;
+				n = i + 1;
+				break;
+			}
+		}
+	}
+	double r = kk_dmul(p->u, sum);
+	for (int i = 0; i < n; i++) {
+		r = kk_dsub(r, cprob[i]);
+		if (r < 0)
+			return cid[i];
+	}
+	return cid[n - 1];
+}
+
+// kk_draw_topp: the block (256 threads) draws row's token with a top-p
+// and no top-k, as pick.DrawFiltered does, without sorting: row becomes
+// its weights (kk_draw_weight, the host's bit for bit) and their sum S;
+// kk_radix_find by weight finds the weight w at which the tokens in
+// descending order (ties by index) reach top-p times S, the host's cut:
+// those of larger weights and the first j of weight w, j the fewest that
+// reach it; the walk's target u times the cut's weight C then gives the
+// weight group the token is in (kk_radix_find again, over the cut), and
+// its place in the group, in index order (kk_nth_key). The sums are
+// associated otherwise than the host's running ones, so the cut and the
+// token can differ from the host's only where top-p times S or u times C
+// lies within their roundings of a boundary. Returns the token to every
+// thread.
+KK_DEVICE int kk_draw_topp(float *row, int cols, const struct kk_draw_row *p, double maxl, int top, double *big, double *part, int *hn, int *sl, double *ss, struct kk_radix *res, int *misc) {
+	int t = threadIdx.x;
+	const double inv = 1.0 / (double)p->temperature;
+	double s = 0;
+	for (int c = t; c < cols; c += 256) {
+		float w = kk_draw_weight(row[c], maxl, inv, p->min_p);
+		row[c] = w;
+		if (w > 0)
+			s = kk_dadd(s, (double)w);
+	}
+	ss[t] = s;
+	__syncthreads();
+	for (int o = 128; o > 0; o >>= 1) {
+		if (t < o)
+			ss[t] = kk_dadd(ss[t], ss[t + o]);
+		__syncthreads();
+	}
+	double S = ss[0];
+	if (!(S > 0)) // nothing kept (the largest logit is infinite): the arg max
+		return top;
+	kk_radix_find(row, cols, 1, 1, 1, kk_dmul((double)p->top_p, S), big, part, hn, res);
+	kk_u32 vcut = res->key;
+	double w = (double)__builtin_bit_cast(float, vcut);
+	double above = res->above;
+	int ncut = res->n;
+	// j, the fewest tokens of weight w after the larger ones that reach
+	// top-p times S, and the cut's weight.
+	double q = kk_dsub(kk_dmul((double)p->top_p, S), above) / w;
+	int j = ncut;
+	if (q < (double)ncut) {
+		j = (int)q;
+		if ((double)j < q)
+			j++;
+		if (j < 1)
+			j = 1;
+	}
+	double C = kk_dadd(above, kk_dmul((double)j, w));
+	__syncthreads(); // res read before the next search writes it
+	kk_radix_find(row, cols, 1, 0, vcut, kk_dmul(p->u, C), big, part, hn, res);
+	kk_u32 v = res->key;
+	double wv = (double)__builtin_bit_cast(float, v);
+	int n = v == vcut ? j : res->n;
+	double qi = kk_dsub(kk_dmul(p->u, C), res->above) / wv;
+	int i = n - 1;
+	if (qi < (double)(n - 1)) {
+		i = (int)qi;
+		if (i < 0)
+			i = 0;
+	}
+	kk_nth_key(row, cols, 1, v, i, sl, &misc[1], 0, 0);
+	return misc[1] >= 0 ? misc[1] : top;
+}
+
 // draw_rows: block r (256 threads) draws row r of x (cols values) with
 // rows[r] (at temperature 0 its arg max, as argmax picks it, so that a
 // step of greedy and sampled rows is one launch) and sets out[2r] to the
-// token and out[2r+1] to the index of the
-// row's first NaN or ±Inf, -1 if none (the token is -1 for a row of NaN
-// only, as argmax's).
+// token and out[2r+1] to the index of the row's first NaN or ±Inf, -1 if
+// none (the token is -1 for a row of NaN only, as argmax's). A row with
+// top-p and no top-k is overwritten with its weights.
 //
-// A max pass (argmax's rules) gives the most likely token. The walk then
-// narrows a range of the row, the whole row first: each thread sums the
-// weights of its contiguous chunk of the range in float64, a scan of the
-// 256 chunk sums gives each chunk's start in the cumulative weight, and
-// the chunk holding the target (u times the row's sum at the first level)
-// becomes the next range, the target less the weight before it; a range
-// of at most 256 tokens ends it at one token (3 levels for 151,936
-// tokens). Where rounding leaves the target past the range's weight, the
-// draw takes the range's last kept token, as the host's walk does when it
-// runs past its sum.
-KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, const float *__restrict__ x, const struct kk_draw_row *__restrict__ rows, int cols) {
+// A max pass (argmax's rules) gives the most likely token. With a top-k,
+// kk_draw_topk; with a top-p, kk_draw_topp. Otherwise the walk narrows a
+// range of the row, the whole row first: each thread sums the weights of
+// its contiguous chunk of the range in float64, a scan of the 256 chunk
+// sums gives each chunk's start in the cumulative weight, and the chunk
+// holding the target (u times the row's sum at the first level) becomes
+// the next range, the target less the weight before it; a range of at
+// most 256 tokens ends it at one token (3 levels for 151,936 tokens).
+// Where rounding leaves the target past the range's weight, the draw
+// takes the range's last kept token, as the host's walk does when it runs
+// past its sum.
+KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, float *__restrict__ x, const struct kk_draw_row *__restrict__ rows, int cols) {
 	__shared__ float sv[256];
 	__shared__ int si[256], sb[256];
 	__shared__ double ss[256];
 	__shared__ int sl[256];
 	__shared__ int next_lo, next_hi;
 	__shared__ double next_r;
-	const float *row = x + (long long)blockIdx.x * cols;
+	__shared__ double big[16 * 256]; // kk_radix_find's sums, then top-k's candidates
+	__shared__ int hn[16];
+	__shared__ struct kk_radix res;
+	__shared__ int misc[2];
+	float *row = x + (long long)blockIdx.x * cols;
 	int t = threadIdx.x;
 	kk_row_argmax(row, cols, sv, si, sb); // the max pass
 	if (si[0] < 0) { // NaN only
@@ -121,6 +499,23 @@ KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, const flo
 		return;
 	}
 	const double maxl = sv[0];
+	if (p.top_k > 0 && p.top_k < cols) {
+		int tok = kk_draw_topk(row, cols, &p, big, ss, hn, sl, &res, misc);
+		if (t == 0) {
+			out[2 * blockIdx.x] = tok;
+			out[2 * blockIdx.x + 1] = sb[0];
+		}
+		return;
+	}
+	if (p.top_p > 0 && p.top_p < 1) {
+		int bad = sb[0], top = si[0];
+		int tok = kk_draw_topp(row, cols, &p, maxl, top, big, ss, hn, sl, ss, &res, misc);
+		if (t == 0) {
+			out[2 * blockIdx.x] = tok;
+			out[2 * blockIdx.x + 1] = bad;
+		}
+		return;
+	}
 	const double inv = 1.0 / (double)p.temperature;
 	const float floor = p.min_p;
 	int lo = 0, hi = cols;
