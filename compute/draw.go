@@ -21,7 +21,6 @@ type DrawRow struct {
 // k candidates are sorted in a block's shared memory.
 const MaxDrawTopK = 1024
 
-
 // Draw is implemented by a backend that draws sampled tokens on its
 // device, as Greedy picks greedy ones: only each row's token id, and
 // where its first non-finite value is, cross back to the host, not the
