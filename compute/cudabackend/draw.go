@@ -19,7 +19,8 @@ var _ [unsafe.Sizeof(compute.DrawRow{}) - drawRowBytes]struct{}
 const drawRowBytes = 32
 
 // Draw draws each row's sampled token on the device (compute.Draw): one
-// draw_rows kernel, queued like argmax at the end of the step, its rows'
+// draw_rows kernel (or, for a few rows of a large vocabulary, the pair
+// draw_split_max and draw_split, a row over several blocks), queued like argmax at the end of the step, its rows'
 // parameters in the step's parameter slots (32 bytes a row, copied with
 // the step's other slots, so a decode step's graph ends with the draw and
 // replays with new uniforms), then 8 bytes per row read back rather than
@@ -43,6 +44,10 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.pickRows(n)
+	// The scratch first: allocating it flushes, which would drop step
+	// slots taken before.
+	parts, ps := b.drawSplit(n, cols)
+	split := parts > 1 && b.splitScratch(n, n*splitStride(parts))
 	recs := unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), drawRowBytes*n)
 	params, dynamic := b.stepSlots(recs), false
 	if params == 0 && b.err == nil {
@@ -66,6 +71,70 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 		}
 		params, dynamic = b.drawDev, true
 	}
-	b.enqueue(drawLaunch(b.pickDev, ptr(x), params, n, cols), dynamic)
+	if split {
+		ls := drawSplitLaunches(b.pickDev, ptr(x), params, b.splitDev, b.splitCounts, n, cols, parts, ps)
+		b.enqueue(ls[0], false)
+		b.enqueue(ls[1], dynamic)
+	} else {
+		b.enqueue(drawLaunch(b.pickDev, ptr(x), params, n, cols), dynamic)
+	}
 	b.readPicks(ids, bad)
+}
+
+// A row of at least splitMinCols tokens, in a draw of at most
+// splitMaxRows rows, is spread over up to splitMaxParts blocks of at
+// least splitPartCols tokens: a single sequence's draw at Qwen2.5's
+// vocabulary takes 32 blocks rather than one SM (see docs/cuda.md).
+const (
+	splitMinCols  = 32768
+	splitMaxRows  = 4
+	splitMaxParts = 32
+	splitPartCols = 4096
+)
+
+// drawSplit returns how many blocks draw each of rows rows of cols
+// tokens, and the tokens of each but the last block (a multiple of 32,
+// so that no 128-byte line holds two parts), or 1 and cols for one block
+// a row (draw_rows).
+func (b *Backend) drawSplit(rows, cols int) (parts, ps int) {
+	parts = b.drawParts
+	if parts == 0 {
+		if rows > splitMaxRows || cols < splitMinCols {
+			return 1, cols
+		}
+		parts = min(splitMaxParts, cols/splitPartCols)
+	}
+	ps = (cols + parts - 1) / parts
+	ps = (ps + 31) &^ 31
+	return (cols + ps - 1) / ps, ps
+}
+
+// splitScratch makes room for bytes of draw_split's scratch at splitDev
+// and rows rows' counters at splitCounts (zeroed when allocated), and
+// reports whether it has. Called with mu held, before the draw takes
+// step slots: allocating flushes the queue.
+func (b *Backend) splitScratch(rows, bytes int) bool {
+	grow := func(p *Ptr, c *int, need, zero int, what string) {
+		if b.err != nil || *c >= need {
+			return
+		}
+		b.flush() // queued launches may use the old one
+		if *p != 0 {
+			b.freeLater(*p)
+		}
+		*p, *c = 0, 0
+		q, err := b.allocRaw(zero)
+		if err == nil {
+			err = b.drv.zero(q, zero)
+		}
+		if err != nil {
+			b.fail(fmt.Errorf("cuda: Draw's %s: %w", what, err))
+			return
+		}
+		*p, *c = q, need
+	}
+	grow(&b.splitDev, &b.splitCap, bytes, bytes, fmt.Sprintf("scratch of %d bytes", bytes))
+	rows = max(rows, splitMaxRows)
+	grow(&b.splitCounts, &b.splitRows, rows, 8*rows, fmt.Sprintf("counters of %d rows", rows))
+	return b.err == nil
 }

@@ -3,6 +3,7 @@ package cudabackend
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -27,8 +28,18 @@ import (
 // one against the host's own float64 walk, and counted (none are
 // expected: a rounding boundary is ~1e-16 of the weight wide).
 func TestDrawMatchesSampler(t *testing.T) {
-	needKernels(t, "draw_rows")
-	b, _ := newFakeBackend(t, Options{})
+	needKernels(t, "draw_rows", "draw_split")
+	// One block a row (rows of Qwen2.5's vocabulary go to draw_split by
+	// themselves, at most 4 at once), and every row over 5 blocks.
+	for _, parts := range []int{0, 5} {
+		t.Run(fmt.Sprintf("parts %d", parts), func(t *testing.T) {
+			b, _ := newFakeBackend(t, Options{drawParts: parts})
+			drawMatchesSampler(t, b)
+		})
+	}
+}
+
+func drawMatchesSampler(t *testing.T, b *Backend) {
 	r := rand.New(rand.NewPCG(5, 6))
 	inf := float32(math.Inf(1))
 	type tc struct {
@@ -258,8 +269,16 @@ func TestDrawGreedyRows(t *testing.T) {
 // A non-finite row reports its first NaN or ±Inf as argmax does, and a
 // row of NaN only draws -1.
 func TestDrawNonFinite(t *testing.T) {
-	needKernels(t, "draw_rows")
-	b, _ := newFakeBackend(t, Options{})
+	needKernels(t, "draw_rows", "draw_split")
+	for _, parts := range []int{0, 3} { // one block a row, and three
+		t.Run(fmt.Sprintf("parts %d", parts), func(t *testing.T) {
+			b, _ := newFakeBackend(t, Options{drawParts: parts})
+			drawNonFinite(t, b)
+		})
+	}
+}
+
+func drawNonFinite(t *testing.T, b *Backend) {
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	const cols = 600
 	x := make([]float32, 4*cols)
@@ -339,48 +358,56 @@ func TestDrawOnDevice(t *testing.T) {
 				l, err = s.Forward(want[len(want)-1:], false)
 			}
 
-			gpu, f := newFakeBackend(t, Options{})
-			gpu.Launches()
-			m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
-			if !m.DeviceDraw() {
-				t.Fatal("the CUDA backend's model does not draw on the device")
-			}
-			bt, err := m.NewBatch(16)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := m.NewSequence()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			items := []model.BatchItem{{Seq: g, IDs: ids, Draw: &draws[0]}}
-			var got []int
-			for i := range tokens {
-				items[0].Draw = &draws[i]
-				before := gpu.Launches()
-				if err := bt.Forward(items); err != nil {
+			// One block a row, and (a row of 3 blocks: draw_split_max
+			// and draw_split, a graph node pair) the split draw.
+			for _, parts := range []int{0, 3} {
+				lastKernel := "draw_rows"
+				if parts > 1 {
+					lastKernel = "draw_split"
+				}
+				gpu, f := newFakeBackend(t, Options{drawParts: parts})
+				gpu.Launches()
+				m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+				if !m.DeviceDraw() {
+					t.Fatal("the CUDA backend's model does not draw on the device")
+				}
+				bt, err := m.NewBatch(16)
+				if err != nil {
 					t.Fatal(err)
 				}
-				st := gpu.Launches().Sub(before)
-				it := items[0]
-				if it.Logits != nil || it.NonFinite != -1 {
-					t.Fatalf("token %d: logits %d values, first non-finite at %d; want none and -1", i, len(it.Logits), it.NonFinite)
+				g, err := m.NewSequence()
+				if err != nil {
+					t.Fatal(err)
 				}
-				if i > 0 && st.CopiesOut != 1 {
-					t.Errorf("decode step %d: %d copies out, want the token's alone", i, st.CopiesOut)
+				defer g.Close()
+				items := []model.BatchItem{{Seq: g, IDs: ids, Draw: &draws[0]}}
+				var got []int
+				for i := range tokens {
+					items[0].Draw = &draws[i]
+					before := gpu.Launches()
+					if err := bt.Forward(items); err != nil {
+						t.Fatal(err)
+					}
+					st := gpu.Launches().Sub(before)
+					it := items[0]
+					if it.Logits != nil || it.NonFinite != -1 {
+						t.Fatalf("token %d: logits %d values, first non-finite at %d; want none and -1", i, len(it.Logits), it.NonFinite)
+					}
+					if i > 0 && st.CopiesOut != 1 {
+						t.Errorf("decode step %d: %d copies out, want the token's alone", i, st.CopiesOut)
+					}
+					if i >= 2 && prompt+i < 16 && (st.Graphs != 1 || st.Kernels != 0) {
+						t.Errorf("decode step %d: %+v, want one graph launch", i, st)
+					}
+					if last := f.launched[len(f.launched)-1]; last != lastKernel {
+						t.Errorf("step %d ends with %s, want the draw", i, last)
+					}
+					got = append(got, it.Token)
+					items[0].IDs = got[len(got)-1:]
 				}
-				if i >= 2 && prompt+i < 16 && (st.Graphs != 1 || st.Kernels != 0) {
-					t.Errorf("decode step %d: %+v, want one graph launch", i, st)
+				if !slices.Equal(got, want) {
+					t.Errorf("drawn tokens on the device %v, the CPU's %v", got, want)
 				}
-				if last := f.launched[len(f.launched)-1]; last != "draw_rows" {
-					t.Errorf("step %d ends with %s, want the draw", i, last)
-				}
-				got = append(got, it.Token)
-				items[0].IDs = got[len(got)-1:]
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("drawn tokens on the device %v, the CPU's %v", got, want)
 			}
 		})
 	}

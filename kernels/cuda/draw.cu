@@ -132,11 +132,24 @@ KK_DEVICE float kk_key_logit(kk_u32 k) {
 	return __builtin_bit_cast(float, (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+// kk_ldcg loads a float cached in L2 only (ld.global.cg): the weights a
+// top-p draw wrote over the row, which other blocks of draw_split wrote,
+// so that no stale line of this SM's L1 is read.
+#ifdef KK_EMU
+KK_DEVICE float kk_ldcg(const float *p) { return *p; }
+#else
+KK_DEVICE float kk_ldcg(const float *p) {
+	float v;
+	asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+	return v;
+}
+#endif
+
 // kk_row_key is token c's key in a top-k search (weights 0: its logit's)
 // or in a top-p one (weights 1: the bits of its weight, which row holds,
 // in the weights' order).
 KK_DEVICE kk_u32 kk_row_key(const float *row, int c, int weights) {
-	return weights ? __builtin_bit_cast(kk_u32, row[c]) : kk_logit_key(row[c]);
+	return weights ? __builtin_bit_cast(kk_u32, kk_ldcg(row + c)) : kk_logit_key(row[c]);
 }
 
 // kk_radix is what kk_radix_find leaves in shared memory: the key found,
@@ -187,7 +200,7 @@ KK_DEVICE void kk_radix_find(const float *row, int cols, int weights, int ge, kk
 			int d = (k >> shift) & 15;
 			n[d]++;
 			if (weights)
-				m[d] = kk_dadd(m[d], (double)row[c]);
+				m[d] = kk_dadd(m[d], (double)__builtin_bit_cast(float, k));
 		}
 		for (int d = 0; d < 16; d++) {
 			if (n[d])
@@ -385,6 +398,36 @@ KK_DEVICE int kk_draw_topk(const float *row, int cols, const struct kk_draw_row 
 	return cid[n - 1];
 }
 
+// kk_draw_weigh: the block (256 threads) weighs the tokens lo..hi of row
+// (kk_draw_weight), writing each weight over its logit where store, and
+// returns to every thread their float64 sum (per thread in stride order,
+// then a tree through ss).
+KK_DEVICE double kk_draw_weigh(float *row, int lo, int hi, const struct kk_draw_row *p, double maxl, int store, double *ss) {
+	int t = threadIdx.x;
+	const double inv = 1.0 / (double)p->temperature;
+	double s = 0;
+	for (int c = lo + t; c < hi; c += 256) {
+		float w = kk_draw_weight(row[c], maxl, inv, p->min_p);
+		if (store)
+			row[c] = w;
+		if (w > 0)
+			s = kk_dadd(s, (double)w);
+	}
+	__syncthreads(); // ss's last readers are done
+	ss[t] = s;
+	__syncthreads();
+	for (int o = 128; o > 0; o >>= 1) {
+		if (t < o)
+			ss[t] = kk_dadd(ss[t], ss[t + o]);
+		__syncthreads();
+	}
+	double S = ss[0];
+	__syncthreads(); // S read before ss is written again
+	return S;
+}
+
+KK_DEVICE int kk_draw_cut(const float *row, int cols, const struct kk_draw_row *p, double S, int top, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc);
+
 // kk_draw_topp: the block (256 threads) draws row's token with a top-p
 // and no top-k, as pick.DrawFiltered does, without sorting: row becomes
 // its weights (kk_draw_weight, the host's bit for bit) and their sum S;
@@ -399,23 +442,13 @@ KK_DEVICE int kk_draw_topk(const float *row, int cols, const struct kk_draw_row 
 // lies within their roundings of a boundary. Returns the token to every
 // thread.
 KK_DEVICE int kk_draw_topp(float *row, int cols, const struct kk_draw_row *p, double maxl, int top, double *big, double *part, int *hn, int *sl, double *ss, struct kk_radix *res, int *misc) {
-	int t = threadIdx.x;
-	const double inv = 1.0 / (double)p->temperature;
-	double s = 0;
-	for (int c = t; c < cols; c += 256) {
-		float w = kk_draw_weight(row[c], maxl, inv, p->min_p);
-		row[c] = w;
-		if (w > 0)
-			s = kk_dadd(s, (double)w);
-	}
-	ss[t] = s;
-	__syncthreads();
-	for (int o = 128; o > 0; o >>= 1) {
-		if (t < o)
-			ss[t] = kk_dadd(ss[t], ss[t + o]);
-		__syncthreads();
-	}
-	double S = ss[0];
+	double S = kk_draw_weigh(row, 0, cols, p, maxl, 1, ss);
+	return kk_draw_cut(row, cols, p, S, top, big, part, hn, sl, res, misc);
+}
+
+// kk_draw_cut is kk_draw_topp once row holds its weights and S their sum:
+// the two searches and the token. Returns the token to every thread.
+KK_DEVICE int kk_draw_cut(const float *row, int cols, const struct kk_draw_row *p, double S, int top, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc) {
 	if (!(S > 0)) // nothing kept (the largest logit is infinite): the arg max
 		return top;
 	kk_radix_find(row, cols, 1, 1, 1, kk_dmul((double)p->top_p, S), big, part, hn, res);
@@ -451,6 +484,73 @@ KK_DEVICE int kk_draw_topp(float *row, int cols, const struct kk_draw_row *p, do
 	return misc[1] >= 0 ? misc[1] : top;
 }
 
+// kk_draw_walk: the block (256 threads) finds the token of row's range
+// lo..hi (kept weights, kk_draw_weight) at which the cumulative weight in
+// index order passes r (u times the range's weight where scale is set),
+// narrowing the range: each thread sums the weights of its contiguous
+// chunk in float64, a scan of the 256 chunk sums gives each chunk's start
+// in the cumulative weight, and the chunk holding the target becomes the
+// next range, the target less the weight before it; a range of at most
+// 256 tokens ends it at one token (3 levels for 151,936 tokens). Where
+// rounding leaves the target past the range's weight, it takes the
+// range's last kept token (0 if none), as the host's walk does when it
+// runs past its sum. Returns the token to thread 0.
+KK_DEVICE int kk_draw_walk(const float *row, int lo, int hi, const struct kk_draw_row *p, double maxl, double r, int scale, double *ss, int *sl, int *nx, double *nr) {
+	int t = threadIdx.x;
+	const double inv = 1.0 / (double)p->temperature;
+	const float floor = p->min_p;
+	for (int level = 0;; level++) {
+		int ch = (hi - lo + 255) / 256;
+		int a = lo + t * ch < hi ? lo + t * ch : hi;
+		int e = a + ch < hi ? a + ch : hi;
+		double s = 0;
+		int last = -1;
+		for (int c = a; c < e; c++) {
+			float w = kk_draw_weight(row[c], maxl, inv, floor);
+			if (w > 0) {
+				s = kk_dadd(s, (double)w);
+				last = c;
+			}
+		}
+		__syncthreads(); // the last level's nx, nr and scans are read
+		ss[t] = s;
+		sl[t] = last;
+		if (t == 0)
+			nx[0] = -1;
+		__syncthreads();
+		// Inclusive scans: the chunk sums' (in chunk order) and the
+		// largest kept index's.
+		for (int o = 1; o < 256; o <<= 1) {
+			double sv2 = t >= o ? ss[t - o] : 0.0;
+			int lv = t >= o ? sl[t - o] : -1;
+			__syncthreads();
+			ss[t] = kk_dadd(ss[t], sv2);
+			if (lv > sl[t])
+				sl[t] = lv;
+			__syncthreads();
+		}
+		if (level == 0 && scale)
+			r = kk_dmul(p->u, ss[255]);
+		double before = t > 0 ? ss[t - 1] : 0.0;
+		if (r >= before && r < ss[t]) { // one thread at most: the scan is monotone
+			nx[0] = a;
+			nx[1] = e;
+			nr[0] = kk_dsub(r, before);
+		}
+		__syncthreads();
+		if (nx[0] < 0 || ch == 1) {
+			int tok = nx[0];
+			if (tok < 0) // past the range's weight by rounding
+				tok = sl[255] >= 0 ? sl[255] : 0;
+			__syncthreads(); // nx and sl read before a later use
+			return tok;
+		}
+		lo = nx[0];
+		hi = nx[1];
+		r = nr[0];
+	}
+}
+
 // draw_rows: block r (256 threads) draws row r of x (cols values) with
 // rows[r] (at temperature 0 its arg max, as argmax picks it, so that a
 // step of greedy and sampled rows is one launch) and sets out[2r] to the
@@ -474,8 +574,8 @@ KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, float *__
 	__shared__ int si[256], sb[256];
 	__shared__ double ss[256];
 	__shared__ int sl[256];
-	__shared__ int next_lo, next_hi;
-	__shared__ double next_r;
+	__shared__ int nx[2];
+	__shared__ double nr[1];
 	__shared__ double big[16 * 256]; // kk_radix_find's sums, then top-k's candidates
 	__shared__ int hn[16];
 	__shared__ struct kk_radix res;
@@ -516,61 +616,169 @@ KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, float *__
 		}
 		return;
 	}
-	const double inv = 1.0 / (double)p.temperature;
-	const float floor = p.min_p;
-	int lo = 0, hi = cols;
-	double r = 0;
-	for (int level = 0;; level++) {
-		int ch = (hi - lo + 255) / 256;
-		int a = lo + t * ch < hi ? lo + t * ch : hi;
-		int e = a + ch < hi ? a + ch : hi;
-		double s = 0;
-		int last = -1;
-		for (int c = a; c < e; c++) {
-			float w = kk_draw_weight(row[c], maxl, inv, floor);
-			if (w > 0) {
-				s = kk_dadd(s, (double)w);
-				last = c;
+	int tok = kk_draw_walk(row, 0, cols, &p, maxl, p.u, 1, ss, sl, nx, nr);
+	if (t == 0) {
+		out[2 * blockIdx.x] = tok;
+		out[2 * blockIdx.x + 1] = sb[0];
+	}
+}
+
+// A row drawn by several blocks (draw_split_max, then draw_split): the
+// row's parts, ps tokens each (a multiple of 32, so that no 128-byte line
+// holds two parts' tokens), one block each, a scratch area per row
+// (stride bytes: a kk_split_head and a kk_split_part per part) and two
+// counters per row in counts (the blocks of each kernel done), which start
+// at 0 (the backend zeroes them once, apart from the scratch, whose
+// layout changes with the parts) and are left at 0 by the last block of
+// each kernel, so the pair replays in a graph.
+struct kk_split_head {
+	int pad0[2];
+	int top;      // the row's arg max (-1 for a row of NaN only)
+	int bad;      // its first NaN or ±Inf (-1 if none)
+	float maxv;   // its largest value
+	int pad[3];
+};
+struct kk_split_part {
+	double sum; // the part's kept weight
+	float maxv; // its largest value and that value's index
+	int idx;
+	int bad; // its first NaN or ±Inf
+	int pad;
+};
+
+// kk_split_arrive: after every thread of the block wrote what the last
+// block reads, the block counts itself in at *count; returns to every
+// thread whether it is the row's last block (which then resets *count).
+KK_DEVICE int kk_split_arrive(int *count, int parts, int *last) {
+	__threadfence(); // this thread's writes before the count
+	__syncthreads();
+	if (threadIdx.x == 0)
+		*last = atomicAdd(count, 1) == parts - 1;
+	__syncthreads();
+	if (!*last)
+		return 0;
+	__threadfence(); // the other blocks' writes before this block's reads
+	if (threadIdx.x == 0)
+		*(volatile int *)count = 0;
+	return 1;
+}
+
+// draw_split_max: block (b, r) (256 threads) takes the largest value of
+// part b of row r of x (argmax's rules) and its first NaN or ±Inf; the
+// row's last block reduces the parts' in part order into the row's head.
+KK_KERNEL void __launch_bounds__(256) draw_split_max(const float *__restrict__ x, int cols, int ps, char *__restrict__ scratch, int stride, int *__restrict__ counts) {
+	__shared__ float sv[256];
+	__shared__ int si[256], sb[256];
+	__shared__ int last;
+	int r = blockIdx.y, b = blockIdx.x, parts = gridDim.x;
+	int lo = b * ps, hi = lo + ps < cols ? lo + ps : cols;
+	struct kk_split_head *h = (struct kk_split_head *)(scratch + (long long)r * stride);
+	struct kk_split_part *pp = (struct kk_split_part *)(h + 1);
+	kk_row_argmax(x + (long long)r * cols + lo, hi - lo, sv, si, sb);
+	if (threadIdx.x == 0) {
+		pp[b].maxv = sv[0];
+		pp[b].idx = si[0] >= 0 ? si[0] + lo : -1;
+		pp[b].bad = sb[0] >= 0 ? sb[0] + lo : -1;
+	}
+	if (!kk_split_arrive(&counts[2 * r], parts, &last) || threadIdx.x != 0)
+		return;
+	volatile struct kk_split_part *vp = pp;
+	float bv = 0.0f;
+	int bi = -1, bad = -1;
+	for (int i = 0; i < parts; i++) {
+		float v = vp[i].maxv;
+		int vi = vp[i].idx, vb = vp[i].bad;
+		if (kk_better(v, vi, bv, bi)) {
+			bv = v;
+			bi = vi;
+		}
+		if (vb >= 0 && (bad < 0 || vb < bad))
+			bad = vb;
+	}
+	volatile struct kk_split_head *vh = h;
+	vh->maxv = bv;
+	vh->top = bi;
+	vh->bad = bad;
+}
+
+// draw_split: block (b, r) (256 threads) draws row r of x with rows[r] as
+// draw_rows does, after draw_split_max, part b's tokens weighed by this
+// block: their weight summed (and, with top-p and no top-k, written over
+// the logits); the row's last block then draws. Without top-k and top-p
+// it finds the part holding u times the row's weight (the parts' sums in
+// part order) and walks that part (kk_draw_walk); with top-p it runs
+// kk_draw_cut over the row's weights; with a top-k (the logits untouched)
+// kk_draw_topk over the row. It sets out[2r] and out[2r+1] as draw_rows.
+KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *__restrict__ x, const struct kk_draw_row *__restrict__ rows, int cols, int ps, char *__restrict__ scratch, int stride, int *__restrict__ counts) {
+	__shared__ double ss[256];
+	__shared__ int sl[256];
+	__shared__ int nx[2];
+	__shared__ double nr[1];
+	__shared__ double big[16 * 256];
+	__shared__ int hn[16];
+	__shared__ struct kk_radix res;
+	__shared__ int misc[2];
+	__shared__ int last;
+	int r = blockIdx.y, b = blockIdx.x, parts = gridDim.x, t = threadIdx.x;
+	int lo = b * ps, hi = lo + ps < cols ? lo + ps : cols;
+	float *row = x + (long long)r * cols;
+	struct kk_split_head *h = (struct kk_split_head *)(scratch + (long long)r * stride);
+	struct kk_split_part *pp = (struct kk_split_part *)(h + 1);
+	volatile struct kk_split_head *vh = h;
+	const int top = vh->top;
+	const double maxl = vh->maxv;
+	const struct kk_draw_row p = rows[r];
+	// 0: the arg max (or a row of NaN only); 1: top-k; 2: top-p; 3: the walk.
+	int mode = top < 0 || p.temperature == 0 ? 0 : p.top_k > 0 && p.top_k < cols ? 1 : p.top_p > 0 && p.top_p < 1 ? 2 : 3;
+	double s = 0;
+	if (mode >= 2)
+		s = kk_draw_weigh(row, lo, hi, &p, maxl, mode == 2, ss);
+	if (t == 0)
+		pp[b].sum = s;
+	if (!kk_split_arrive(&counts[2 * r + 1], parts, &last))
+		return;
+	int tok = top;
+	volatile struct kk_split_part *vp = pp;
+	if (mode == 1) {
+		tok = kk_draw_topk(row, cols, &p, big, ss, hn, sl, &res, misc);
+	} else if (mode == 2) {
+		double S = 0;
+		for (int i = 0; i < parts; i++)
+			S = kk_dadd(S, vp[i].sum);
+		tok = kk_draw_cut(row, cols, &p, S, top, big, ss, hn, sl, &res, misc);
+	} else if (mode == 3) {
+		// The part holding u times the row's weight, and the target
+		// within it; past the weight by rounding, the last part with
+		// weight, whose walk then takes its last kept token.
+		double S = 0;
+		for (int i = 0; i < parts; i++)
+			S = kk_dadd(S, vp[i].sum);
+		double target = kk_dmul(p.u, S), before = 0;
+		int q = -1, lastq = 0;
+		double lastb = 0;
+		for (int i = 0; i < parts; i++) {
+			double si = vp[i].sum;
+			if (si > 0) {
+				lastq = i;
+				lastb = before;
 			}
-		}
-		__syncthreads(); // the last level's next_* and result are read
-		ss[t] = s;
-		sl[t] = last;
-		if (t == 0)
-			next_lo = -1;
-		__syncthreads();
-		// Inclusive scans: the chunk sums' (in chunk order) and the
-		// largest kept index's.
-		for (int o = 1; o < 256; o <<= 1) {
-			double sv2 = t >= o ? ss[t - o] : 0.0;
-			int lv = t >= o ? sl[t - o] : -1;
-			__syncthreads();
-			ss[t] = kk_dadd(ss[t], sv2);
-			if (lv > sl[t])
-				sl[t] = lv;
-			__syncthreads();
-		}
-		if (level == 0)
-			r = kk_dmul(p.u, ss[255]);
-		double before = t > 0 ? ss[t - 1] : 0.0;
-		if (r >= before && r < ss[t]) { // one thread at most: the scan is monotone
-			next_lo = a;
-			next_hi = e;
-			next_r = kk_dsub(r, before);
-		}
-		__syncthreads();
-		if (next_lo < 0 || ch == 1) {
-			if (t == 0) {
-				int tok = next_lo;
-				if (tok < 0) // past the range's weight by rounding
-					tok = sl[255] >= 0 ? sl[255] : 0;
-				out[2 * blockIdx.x] = tok;
-				out[2 * blockIdx.x + 1] = sb[0];
+			double next = kk_dadd(before, si);
+			if (target >= before && target < next) {
+				q = i;
+				break;
 			}
-			return;
+			before = next;
 		}
-		lo = next_lo;
-		hi = next_hi;
-		r = next_r;
+		if (q < 0) {
+			q = lastq;
+			before = lastb;
+			target = kk_dadd(before, vp[q].sum);
+		}
+		int qlo = q * ps, qhi = qlo + ps < cols ? qlo + ps : cols;
+		tok = kk_draw_walk(row, qlo, qhi, &p, maxl, kk_dsub(target, before), 0, ss, sl, nx, nr);
+	}
+	if (t == 0) {
+		out[2 * r] = tok;
+		out[2 * r + 1] = vh->bad;
 	}
 }
