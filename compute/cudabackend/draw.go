@@ -47,7 +47,13 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 	// The scratch first: allocating it flushes, which would drop step
 	// slots taken before.
 	parts, ps := b.drawSplit(n, cols)
-	split := parts > 1 && b.splitScratch(n, n*splitStride(parts))
+	kmax := 0 // the largest top-k below the row
+	for _, r := range rows {
+		if r.TopK > 0 && int(r.TopK) < cols {
+			kmax = max(kmax, int(r.TopK))
+		}
+	}
+	split := parts > 1 && b.splitScratch(n, n*splitStride(parts, kmax))
 	recs := unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), drawRowBytes*n)
 	params, dynamic := b.stepSlots(recs), false
 	if params == 0 && b.err == nil {
@@ -72,7 +78,7 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 		params, dynamic = b.drawDev, true
 	}
 	if split {
-		ls := drawSplitLaunches(b.pickDev, ptr(x), params, b.splitDev, b.splitCounts, n, cols, parts, ps)
+		ls := drawSplitLaunches(b.pickDev, ptr(x), params, b.splitDev, b.splitCounts, n, cols, parts, ps, kmax)
 		b.enqueue(ls[0], false)
 		b.enqueue(ls[1], dynamic)
 	} else {

@@ -145,10 +145,13 @@ KK_DEVICE float kk_ldcg(const float *p) {
 }
 #endif
 
-// kk_row_key is token c's key in a top-k search (weights 0: its logit's)
-// or in a top-p one (weights 1: the bits of its weight, which row holds,
-// in the weights' order).
+// kk_row_key is entry c's key in a search over row: in a top-k one
+// (weights 0: the logit's key), in a top-p one (weights 1: the bits of the
+// weight row holds, in the weights' order), or over candidates (weights
+// 2: row holds the keys themselves).
 KK_DEVICE kk_u32 kk_row_key(const float *row, int c, int weights) {
+	if (weights == 2)
+		return ((const kk_u32 *)row)[c];
 	return weights ? __builtin_bit_cast(kk_u32, kk_ldcg(row + c)) : kk_logit_key(row[c]);
 }
 
@@ -199,7 +202,7 @@ KK_DEVICE void kk_radix_find(const float *row, int cols, int weights, int ge, kk
 				continue;
 			int d = (k >> shift) & 15;
 			n[d]++;
-			if (weights)
+			if (weights == 1)
 				m[d] = kk_dadd(m[d], (double)__builtin_bit_cast(float, k));
 		}
 		for (int d = 0; d < 16; d++) {
@@ -224,7 +227,7 @@ KK_DEVICE void kk_radix_find(const float *row, int cols, int weights, int ge, kk
 				if (hn[d] == 0)
 					continue;
 				double md = (double)hn[d];
-				if (weights) {
+				if (weights == 1) {
 					md = 0;
 					for (int g = 0; g < 16; g++)
 						md = kk_dadd(md, part[d * 16 + g]);
@@ -257,9 +260,10 @@ KK_DEVICE void kk_radix_find(const float *row, int cols, int weights, int ge, kk
 // key v that is nth (from 0) in index order among those with key v, each
 // thread over its contiguous chunk of the row with a scan (sl) of the
 // chunks' counts; *found is -1 where there is none, for every thread
-// after the last barrier. With dst (top-k), it instead writes the
-// indexes and keys of the first nth such tokens to dst and dkey.
-KK_DEVICE void kk_nth_key(const float *row, int cols, int weights, kk_u32 v, int nth, int *sl, int *found, int *dst, kk_u32 *dkey) {
+// after the last barrier. With dst (top-k), it instead writes the tokens
+// (ids[c], or c + base without ids) and keys of the first nth such
+// entries to dst and dkey.
+KK_DEVICE void kk_nth_key(const float *row, int cols, int weights, kk_u32 v, int nth, int *sl, int *found, int *dst, kk_u32 *dkey, const int *ids, int base) {
 	int t = threadIdx.x;
 	int ch = (cols + 255) / 256;
 	int a = t * ch < cols ? t * ch : cols;
@@ -281,7 +285,7 @@ KK_DEVICE void kk_nth_key(const float *row, int cols, int weights, kk_u32 v, int
 	if (dst) {
 		for (int c = a; c < e && before < nth; c++)
 			if (kk_row_key(row, c, weights) == v) {
-				dst[before] = c;
+				dst[before] = ids ? ids[c] : c + base;
 				dkey[before] = v;
 				before++;
 			}
@@ -301,44 +305,44 @@ KK_DEVICE int kk_draw_before(kk_u32 ka, int ia, kk_u32 kb, int ib) {
 	return ka > kb || (ka == kb && ia < ib);
 }
 
-// kk_draw_topk: the block (256 threads) draws row's token with a top-k
-// (0 < k < cols, k <= KK_DRAW_KMAX) as pick.DrawFiltered does: the k
-// largest logits (ties at the k-th value to the lower index; kk_radix_find
-// by count gives the k-th's key), sorted in shared memory (a bitonic sort
-// of key and index, larger logit first, lower index first), each
-// candidate's exp in float64 in parallel (kk_exp64), then thread 0 runs
-// the host's sums, min-p, top-p and walk over them in the host's order,
-// each operation rounded as the host's. Returns the token to thread 0.
-KK_DEVICE int kk_draw_topk(const float *row, int cols, const struct kk_draw_row *p, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc) {
+// kk_topk_select: the block (256 threads) leaves in shared memory (ckey,
+// cid: big's first 4 KB and next 4 KB) the kk = min(k, n) best entries of
+// src (n entries, keys kk_row_key(src, c, mode): mode 0 logits, mode 2
+// candidates' keys), sorted, and returns kk: the kk largest keys, ties at
+// the kk-th key going to the entry first in src (kk_radix_find by count
+// gives the kk-th's key, the entries above it go to shared memory, then
+// the first of those equal to it, kk_nth_key), then a bitonic sort of
+// (key, token), larger key first, lower token first. An entry's token is
+// ids[c], or c + base without ids. k <= KK_DRAW_KMAX.
+KK_DEVICE int kk_topk_select(const float *src, int n, int mode, const int *ids, int base, int k, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc) {
 	int t = threadIdx.x;
-	int k = p->top_k;
-	kk_radix_find(row, cols, 0, 1, 0, (double)k, big, part, hn, res);
+	if (k > n)
+		k = n;
+	kk_radix_find(src, n, mode, 1, 0, (double)k, big, part, hn, res);
 	kk_u32 v = res->key;
 	int above = (int)res->above;
-	// Candidates: keys, indexes and weights in big (after the search).
 	kk_u32 *ckey = (kk_u32 *)big;
 	int *cid = (int *)(ckey + KK_DRAW_KMAX);
-	double *cprob = big + KK_DRAW_KMAX;
 	int P = 1;
 	while (P < k)
 		P <<= 1;
 	if (t == 0)
 		misc[0] = 0;
-	for (int i = k + t; i < P; i += 256) { // padding, after every token
+	for (int i = k + t; i < P; i += 256) { // padding, after every entry
 		ckey[i] = 0;
 		cid[i] = 0x7fffffff;
 	}
 	__syncthreads();
-	for (int c = t; c < cols; c += 256) { // the keys above the k-th's
-		kk_u32 key = kk_logit_key(row[c]);
+	for (int c = t; c < n; c += 256) { // the keys above the k-th's
+		kk_u32 key = kk_row_key(src, c, mode);
 		if (key > v) {
 			int slot = atomicAdd(&misc[0], 1);
 			ckey[slot] = key;
-			cid[slot] = c;
+			cid[slot] = ids ? ids[c] : c + base;
 		}
 	}
-	// The k-th's key: the first k - above of them in index order.
-	kk_nth_key(row, cols, 0, v, k - above, sl, &misc[1], cid + above, ckey + above);
+	// The k-th's key: the first k - above of them in src's order.
+	kk_nth_key(src, n, mode, v, k - above, sl, &misc[1], cid + above, ckey + above, ids, base);
 	for (int size = 2; size <= P; size <<= 1) {
 		for (int stride = size >> 1; stride > 0; stride >>= 1) {
 			for (int i = t; i < P; i += 256) {
@@ -359,6 +363,19 @@ KK_DEVICE int kk_draw_topk(const float *row, int cols, const struct kk_draw_row 
 			__syncthreads();
 		}
 	}
+	return k;
+}
+
+// kk_topk_draw: the block (256 threads) draws from the k candidates
+// kk_topk_select left, as pick.DrawFiltered does: each candidate's exp in
+// float64 in parallel (kk_exp64), then thread 0 runs the host's sums,
+// min-p, top-p and walk over them in the host's order, each operation
+// rounded as the host's. Returns the token to thread 0.
+KK_DEVICE int kk_topk_draw(const struct kk_draw_row *p, int k, double *big) {
+	int t = threadIdx.x;
+	kk_u32 *ckey = (kk_u32 *)big;
+	int *cid = (int *)(ckey + KK_DRAW_KMAX);
+	double *cprob = big + KK_DRAW_KMAX;
 	const double maxl = (double)kk_key_logit(ckey[0]);
 	const double inv = 1.0 / (double)p->temperature;
 	for (int i = t; i < k; i += 256)
@@ -396,6 +413,15 @@ KK_DEVICE int kk_draw_topk(const float *row, int cols, const struct kk_draw_row 
 			return cid[i];
 	}
 	return cid[n - 1];
+}
+
+// kk_draw_topk: the block (256 threads) draws row's token with a top-k
+// (0 < k < cols, k <= KK_DRAW_KMAX) as pick.DrawFiltered does: the k
+// largest logits (ties at the k-th value to the lower index), sorted
+// (kk_topk_select), then kk_topk_draw. Returns the token to thread 0.
+KK_DEVICE int kk_draw_topk(const float *row, int cols, const struct kk_draw_row *p, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc) {
+	int k = kk_topk_select(row, cols, 0, 0, 0, p->top_k, big, part, hn, sl, res, misc);
+	return kk_topk_draw(p, k, big);
 }
 
 // kk_draw_weigh: the block (256 threads) weighs the tokens lo..hi of row
@@ -480,7 +506,7 @@ KK_DEVICE int kk_draw_cut(const float *row, int cols, const struct kk_draw_row *
 		if (i < 0)
 			i = 0;
 	}
-	kk_nth_key(row, cols, 1, v, i, sl, &misc[1], 0, 0);
+	kk_nth_key(row, cols, 1, v, i, sl, &misc[1], 0, 0, 0, 0);
 	return misc[1] >= 0 ? misc[1] : top;
 }
 
@@ -626,7 +652,9 @@ KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, float *__
 // A row drawn by several blocks (draw_split_max, then draw_split): the
 // row's parts, ps tokens each (a multiple of 32, so that no 128-byte line
 // holds two parts' tokens), one block each, a scratch area per row
-// (stride bytes: a kk_split_head and a kk_split_part per part) and two
+// (stride bytes: a kk_split_head, a kk_split_part per part, then for a
+// top-k of at most kmax, kmax keys and kmax tokens per part twice: each
+// part's candidates, then all of them gathered) and two
 // counters per row in counts (the blocks of each kernel done), which start
 // at 0 (the backend zeroes them once, apart from the scratch, whose
 // layout changes with the parts) and are left at 0 by the last block of
@@ -643,8 +671,19 @@ struct kk_split_part {
 	float maxv; // its largest value and that value's index
 	int idx;
 	int bad; // its first NaN or ±Inf
-	int pad;
+	int cnt; // its top-k candidates
 };
+
+// kk_ldcg_u32 loads a 32-bit word cached in L2 only, as kk_ldcg.
+#ifdef KK_EMU
+KK_DEVICE kk_u32 kk_ldcg_u32(const kk_u32 *p) { return *p; }
+#else
+KK_DEVICE kk_u32 kk_ldcg_u32(const kk_u32 *p) {
+	kk_u32 v;
+	asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p));
+	return v;
+}
+#endif
 
 // kk_split_arrive: after every thread of the block wrote what the last
 // block reads, the block counts itself in at *count; returns to every
@@ -707,8 +746,11 @@ KK_KERNEL void __launch_bounds__(256) draw_split_max(const float *__restrict__ x
 // the logits); the row's last block then draws. Without top-k and top-p
 // it finds the part holding u times the row's weight (the parts' sums in
 // part order) and walks that part (kk_draw_walk); with top-p it runs
-// kk_draw_cut over the row's weights; with a top-k (the logits untouched)
-// kk_draw_topk over the row. It sets out[2r] and out[2r+1] as draw_rows.
+// kk_draw_cut over the row's weights; with a top-k, each block leaves its
+// part's k best (kk_topk_select) in the scratch, and the last block
+// gathers them in part order (so that equal keys stay in index order) and
+// selects and draws the row's k best from them. It sets out[2r] and
+// out[2r+1] as draw_rows.
 KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *__restrict__ x, const struct kk_draw_row *__restrict__ rows, int cols, int ps, char *__restrict__ scratch, int stride, int *__restrict__ counts) {
 	__shared__ double ss[256];
 	__shared__ int sl[256];
@@ -733,14 +775,42 @@ KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *_
 	double s = 0;
 	if (mode >= 2)
 		s = kk_draw_weigh(row, lo, hi, &p, maxl, mode == 2, ss);
-	if (t == 0)
+	const int kmax = (stride - (int)sizeof(struct kk_split_head) - parts * (int)sizeof(struct kk_split_part)) / (16 * parts);
+	kk_u32 *gkey = (kk_u32 *)(pp + parts); // each part's candidates
+	int *gid = (int *)(gkey + parts * kmax);
+	kk_u32 *akey = (kk_u32 *)(gid + parts * kmax); // all of them, gathered
+	int *aid = (int *)(akey + parts * kmax);
+	int cnt = 0;
+	if (mode == 1) {
+		cnt = kk_topk_select(row + lo, hi - lo, 0, 0, lo, p.top_k, big, ss, hn, sl, &res, misc);
+		kk_u32 *ckey = (kk_u32 *)big;
+		int *cid = (int *)(ckey + KK_DRAW_KMAX);
+		for (int i = t; i < cnt; i += 256) {
+			gkey[b * kmax + i] = ckey[i];
+			gid[b * kmax + i] = cid[i];
+		}
+	}
+	if (t == 0) {
 		pp[b].sum = s;
+		pp[b].cnt = cnt;
+	}
 	if (!kk_split_arrive(&counts[2 * r + 1], parts, &last))
 		return;
 	int tok = top;
 	volatile struct kk_split_part *vp = pp;
 	if (mode == 1) {
-		tok = kk_draw_topk(row, cols, &p, big, ss, hn, sl, &res, misc);
+		int n = 0;
+		for (int i = 0; i < parts; i++) {
+			int ci = vp[i].cnt;
+			for (int j = t; j < ci; j += 256) {
+				akey[n + j] = kk_ldcg_u32(gkey + i * kmax + j);
+				aid[n + j] = (int)kk_ldcg_u32((const kk_u32 *)gid + i * kmax + j);
+			}
+			n += ci;
+		}
+		__syncthreads();
+		int k = kk_topk_select((const float *)akey, n, 2, aid, 0, p.top_k, big, ss, hn, sl, &res, misc);
+		tok = kk_topk_draw(&p, k, big);
 	} else if (mode == 2) {
 		double S = 0;
 		for (int i = 0; i < parts; i++)
