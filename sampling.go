@@ -123,6 +123,11 @@ func (s *Sampler) DrawRow(vocab int) (compute.DrawRow, bool) {
 // DrawRow draws a new uniform.
 func (s *Sampler) Drawn() { s.pending = false }
 
+// Drawable reports whether DrawRow gives this sampler's draws over a
+// vocabulary of vocab tokens (a backend that draws on its device can
+// draw them), without drawing a uniform.
+func (s *Sampler) Drawable(vocab int) bool { return s.drawable(vocab) }
+
 // drawable reports whether DrawRow gives this sampler's draws over a
 // vocabulary of vocab tokens.
 func (s *Sampler) drawable(vocab int) bool {

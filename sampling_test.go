@@ -315,6 +315,9 @@ func TestSamplerDrawRow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if s.Drawable(vocab) != tc.ok {
+			t.Errorf("%+v: Drawable %v, want %v", tc.opt, !tc.ok, tc.ok)
+		}
 		d, ok := s.DrawRow(vocab)
 		if ok != tc.ok {
 			t.Errorf("%+v: DrawRow ok %v, want %v", tc.opt, ok, tc.ok)

@@ -164,7 +164,7 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 						return
 					}
 					req.Pick, req.Next = nil, sampled(sm)
-					if _, ok := sm.DrawRow(vocab); ok && m.DeviceDraw() {
+					if m.DeviceDraw() && sm.Drawable(vocab) {
 						// Drawn on the device from sm's uniforms: only
 						// the token crosses to the host.
 						req.Pick, req.Draw = drawn(sm), func() compute.DrawRow {
