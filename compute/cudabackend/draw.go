@@ -47,12 +47,9 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 	// The scratch first: allocating it flushes, which would drop step
 	// slots taken before.
 	parts, ps := b.drawSplit(n, cols)
-	kmax := 0 // the largest top-k below the row
-	for _, r := range rows {
-		if r.TopK > 0 && int(r.TopK) < cols {
-			kmax = max(kmax, int(r.TopK))
-		}
-	}
+	// Room for any top-k, so that the pair's arguments do not change
+	// with the rows' filters and a step's graph replays.
+	const kmax = compute.MaxDrawTopK
 	split := parts > 1 && b.splitScratch(n, n*splitStride(parts, kmax))
 	recs := unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), drawRowBytes*n)
 	params, dynamic := b.stepSlots(recs), false

@@ -341,7 +341,14 @@ func TestDrawOnDevice(t *testing.T) {
 			draws := make([]compute.DrawRow, tokens)
 			for i := range draws {
 				draws[i] = compute.DrawRow{U: r.Float64(), Temperature: 1.3, MinP: 0.01}
+				switch i % 3 { // the same graph draws with each filter
+				case 1:
+					draws[i].TopK, draws[i].TopP = 8, 0.9
+				case 2:
+					draws[i].TopP = 0.7
+				}
 			}
+			var sc pick.Scratch
 			s, err := cpuM.NewSequence()
 			if err != nil {
 				t.Fatal(err)
@@ -354,7 +361,8 @@ func TestDrawOnDevice(t *testing.T) {
 					t.Fatal(err)
 				}
 				d := draws[i]
-				want = append(want, pick.Draw(append([]float32(nil), l...), d.Temperature, d.MinP, d.U))
+				f := pick.Filter{TopK: int(d.TopK), TopP: d.TopP, MinP: d.MinP}
+				want = append(want, pick.DrawFiltered(append([]float32(nil), l...), d.Temperature, f, d.U, &sc))
 				l, err = s.Forward(want[len(want)-1:], false)
 			}
 

@@ -829,8 +829,8 @@ func drawLaunch(out, x, params Ptr, rows, cols int) Launch {
 }
 
 // drawSplitLaunches are Draw's pair for rows spread over parts blocks of
-// ps tokens each (see drawSplit), kmax the largest top-k below cols of
-// the rows (0 if none): draw_split_max, then draw_split, with scratch
+// ps tokens each (see drawSplit), kmax the largest top-k below cols the
+// rows may have: draw_split_max, then draw_split, with scratch
 // splitStride(parts, kmax) bytes a row and counts two int32 a row, 0
 // before and after the pair.
 // Kernels: draw_split_max(const float *x, int cols, int ps, char *scratch, int stride, int *counts),
