@@ -50,7 +50,7 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 	// Room for any top-k, so that the pair's arguments do not change
 	// with the rows' filters and a step's graph replays.
 	const kmax = compute.MaxDrawTopK
-	split := parts > 1 && b.splitScratch(n, n*splitStride(parts, kmax))
+	split := parts > 1 && b.splitScratch(n, max(n, splitMaxRows)*splitStride(parts, kmax))
 	recs := unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), drawRowBytes*n)
 	params, dynamic := b.stepSlots(recs), false
 	if params == 0 && b.err == nil {
