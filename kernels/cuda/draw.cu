@@ -585,16 +585,8 @@ KK_DEVICE int kk_draw_walk(const float *row, int lo, int hi, const struct kk_dra
 // top-p and no top-k is overwritten with its weights.
 //
 // A max pass (argmax's rules) gives the most likely token. With a top-k,
-// kk_draw_topk; with a top-p, kk_draw_topp. Otherwise the walk narrows a
-// range of the row, the whole row first: each thread sums the weights of
-// its contiguous chunk of the range in float64, a scan of the 256 chunk
-// sums gives each chunk's start in the cumulative weight, and the chunk
-// holding the target (u times the row's sum at the first level) becomes
-// the next range, the target less the weight before it; a range of at
-// most 256 tokens ends it at one token (3 levels for 151,936 tokens).
-// Where rounding leaves the target past the range's weight, the draw
-// takes the range's last kept token, as the host's walk does when it runs
-// past its sum.
+// kk_draw_topk; with a top-p, kk_draw_topp; otherwise the walk over the
+// whole row, kk_draw_walk.
 KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, float *__restrict__ x, const struct kk_draw_row *__restrict__ rows, int cols) {
 	__shared__ float sv[256];
 	__shared__ int si[256], sb[256];
