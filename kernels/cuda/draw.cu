@@ -147,10 +147,11 @@ KK_DEVICE float kk_ldcg(const float *p) {
 
 // kk_row_key is entry c's key in a search over row: in a top-k one
 // (weights 0: the logit's key), in a top-p one (weights 1: the bits of the
-// weight row holds, in the weights' order), or over candidates (weights
-// 2: row holds the keys themselves).
+// weight row holds, in the weights' order), or over candidates (row holds
+// the keys themselves: weights 2, top-k's logit keys; weights 3, top-p's
+// weights' bits). Searches by weight (weights 1 and 3) sum the weights.
 KK_DEVICE kk_u32 kk_row_key(const float *row, int c, int weights) {
-	if (weights == 2)
+	if (weights >= 2)
 		return ((const kk_u32 *)row)[c];
 	return weights ? __builtin_bit_cast(kk_u32, kk_ldcg(row + c)) : kk_logit_key(row[c]);
 }
@@ -202,7 +203,7 @@ KK_DEVICE void kk_radix_find(const float *row, int cols, int weights, int ge, kk
 				continue;
 			int d = (k >> shift) & 15;
 			n[d]++;
-			if (weights == 1)
+			if (weights & 1)
 				m[d] = kk_dadd(m[d], (double)__builtin_bit_cast(float, k));
 		}
 		for (int d = 0; d < 16; d++) {
@@ -227,7 +228,7 @@ KK_DEVICE void kk_radix_find(const float *row, int cols, int weights, int ge, kk
 				if (hn[d] == 0)
 					continue;
 				double md = (double)hn[d];
-				if (weights == 1) {
+				if (weights & 1) {
 					md = 0;
 					for (int g = 0; g < 16; g++)
 						md = kk_dadd(md, part[d * 16 + g]);
@@ -292,7 +293,7 @@ KK_DEVICE void kk_nth_key(const float *row, int cols, int weights, kk_u32 v, int
 	} else if (nth >= before && nth < sl[t]) {
 		for (int c = a; c < e; c++)
 			if (kk_row_key(row, c, weights) == v && before++ == nth) {
-				*found = c;
+				*found = ids ? ids[c] : c + base;
 				break;
 			}
 	}
@@ -452,7 +453,7 @@ KK_DEVICE double kk_draw_weigh(float *row, int lo, int hi, const struct kk_draw_
 	return S;
 }
 
-KK_DEVICE int kk_draw_cut(const float *row, int cols, const struct kk_draw_row *p, double S, int top, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc);
+KK_DEVICE int kk_draw_cut(const float *row, int cols, int mode, const int *ids, const struct kk_draw_row *p, double S, int top, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc);
 
 // kk_draw_topp: the block (256 threads) draws row's token with a top-p
 // and no top-k, as pick.DrawFiltered does, without sorting: row becomes
@@ -469,15 +470,17 @@ KK_DEVICE int kk_draw_cut(const float *row, int cols, const struct kk_draw_row *
 // thread.
 KK_DEVICE int kk_draw_topp(float *row, int cols, const struct kk_draw_row *p, double maxl, int top, double *big, double *part, int *hn, int *sl, double *ss, struct kk_radix *res, int *misc) {
 	double S = kk_draw_weigh(row, 0, cols, p, maxl, 1, ss);
-	return kk_draw_cut(row, cols, p, S, top, big, part, hn, sl, res, misc);
+	return kk_draw_cut(row, cols, 1, 0, p, S, top, big, part, hn, sl, res, misc);
 }
 
-// kk_draw_cut is kk_draw_topp once row holds its weights and S their sum:
-// the two searches and the token. Returns the token to every thread.
-KK_DEVICE int kk_draw_cut(const float *row, int cols, const struct kk_draw_row *p, double S, int top, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc) {
+// kk_draw_cut is kk_draw_topp once row holds its weights (mode 1) and S
+// their sum, or once row holds the weights' bits of candidates that hold
+// the cut (mode 3, their tokens in ids, in index order): the two searches
+// and the token. Returns the token to every thread.
+KK_DEVICE int kk_draw_cut(const float *row, int cols, int mode, const int *ids, const struct kk_draw_row *p, double S, int top, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc) {
 	if (!(S > 0)) // nothing kept (the largest logit is infinite): the arg max
 		return top;
-	kk_radix_find(row, cols, 1, 1, 1, kk_dmul((double)p->top_p, S), big, part, hn, res);
+	kk_radix_find(row, cols, mode, 1, 1, kk_dmul((double)p->top_p, S), big, part, hn, res);
 	kk_u32 vcut = res->key;
 	double w = (double)__builtin_bit_cast(float, vcut);
 	double above = res->above;
@@ -495,7 +498,7 @@ KK_DEVICE int kk_draw_cut(const float *row, int cols, const struct kk_draw_row *
 	}
 	double C = kk_dadd(above, kk_dmul((double)j, w));
 	__syncthreads(); // res read before the next search writes it
-	kk_radix_find(row, cols, 1, 0, vcut, kk_dmul(p->u, C), big, part, hn, res);
+	kk_radix_find(row, cols, mode, 0, vcut, kk_dmul(p->u, C), big, part, hn, res);
 	kk_u32 v = res->key;
 	double wv = (double)__builtin_bit_cast(float, v);
 	int n = v == vcut ? j : res->n;
@@ -506,7 +509,7 @@ KK_DEVICE int kk_draw_cut(const float *row, int cols, const struct kk_draw_row *
 		if (i < 0)
 			i = 0;
 	}
-	kk_nth_key(row, cols, 1, v, i, sl, &misc[1], 0, 0, 0, 0);
+	kk_nth_key(row, cols, mode, v, i, sl, &misc[1], 0, 0, ids, 0);
 	return misc[1] >= 0 ? misc[1] : top;
 }
 
@@ -753,6 +756,8 @@ KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *_
 	__shared__ struct kk_radix res;
 	__shared__ int misc[2];
 	__shared__ int last;
+	__shared__ int hn2[128];
+	__shared__ int pre[2];
 	int r = blockIdx.y, b = blockIdx.x, parts = gridDim.x, t = threadIdx.x;
 	int lo = b * ps, hi = lo + ps < cols ? lo + ps : cols;
 	float *row = x + (long long)r * cols;
@@ -773,6 +778,20 @@ KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *_
 	kk_u32 *akey = (kk_u32 *)(gid + parts * kmax); // all of them, gathered
 	int *aid = (int *)(akey + parts * kmax);
 	int cnt = 0;
+	if (mode == 2) { // the part's kept tokens by binary exponent of weight
+		int *oct = (int *)gkey + b * 128;
+		for (int i = t; i < 128; i += 256)
+			hn2[i] = 0;
+		__syncthreads();
+		for (int c = lo + t; c < hi; c += 256) {
+			kk_u32 k = __builtin_bit_cast(kk_u32, row[c]);
+			if (k)
+				atomicAdd(&hn2[k >> 23], 1);
+		}
+		__syncthreads();
+		for (int i = t; i < 128; i += 256)
+			oct[i] = hn2[i];
+	}
 	if (mode == 1) {
 		cnt = kk_topk_select(row + lo, hi - lo, 0, 0, lo, p.top_k, big, ss, hn, sl, &res, misc);
 		kk_u32 *ckey = (kk_u32 *)big;
@@ -807,7 +826,79 @@ KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *_
 		double S = 0;
 		for (int i = 0; i < parts; i++)
 			S = kk_dadd(S, vp[i].sum);
-		tok = kk_draw_cut(row, cols, &p, S, top, big, ss, hn, sl, &res, misc);
+		// The prefilter: the kept tokens by octave, summed over the
+		// parts, give (counting each token at its octave's least
+		// weight, 0 for subnormals) the highest octave e above which the
+		// weight surely reaches top-p times S; the tokens of weight at
+		// least 2^(e-127) then hold the cut and the walk, and where they
+		// are few they are gathered, in index order, and searched in
+		// place of the row.
+		for (int i = t; i < 128; i += 256) {
+			int n = 0;
+			for (int j = 0; j < parts; j++)
+				n += (int)kk_ldcg_u32((const kk_u32 *)gkey + j * 128 + i);
+			hn2[i] = n;
+		}
+		__syncthreads();
+		const int cap = parts * kmax < 16384 ? parts * kmax : 16384;
+		if (t == 0) {
+			// Octave e (1..127) holds weights in [2^(e-127), 2^(e-126));
+			// the weight at or above 2^(e-127) is at least what its
+			// tokens hold at their octaves' least weights, and at least
+			// S less what the tokens below can hold at most (S within
+			// 2^-30 of the exact sum).
+			double ub = 0;
+			for (int e = 0; e < 128; e++)
+				ub = kk_dadd(ub, kk_dmul((double)hn2[e], __builtin_bit_cast(double, (kk_u64)(e - 126 + 1023) << 52)));
+			double need = kk_dmul(kk_dmul((double)p.top_p, S), 1 + 0x1p-20), lb = 0, above = 0;
+			int e = 127, n = 0;
+			for (; e > 0; e--) {
+				n += hn2[e];
+				lb = kk_dadd(lb, kk_dmul((double)hn2[e], __builtin_bit_cast(double, (kk_u64)(e - 127 + 1023) << 52)));
+				above = kk_dadd(above, kk_dmul((double)hn2[e], __builtin_bit_cast(double, (kk_u64)(e - 126 + 1023) << 52)));
+				double lb2 = kk_dsub(kk_dsub(S, kk_dsub(ub, above)), kk_dmul(S, 0x1p-30));
+				if (lb >= need || lb2 >= need)
+					break;
+			}
+			if (e == 0)
+				n += hn2[0];
+			pre[0] = e;
+			pre[1] = n <= cap ? n : -1;
+		}
+		__syncthreads();
+		if (pre[1] < 0 || !(S > 0)) {
+			tok = kk_draw_cut(row, cols, 1, 0, &p, S, top, big, ss, hn, sl, &res, misc);
+		} else {
+			// Gather the tokens of weight >= 2^(e-127) (any kept one at
+			// e = 0) in index order: contiguous chunks, a scan of their
+			// counts.
+			kk_u32 kmin = pre[0] > 0 ? (kk_u32)pre[0] << 23 : 1;
+			int ch = (cols + 255) / 256;
+			int a = t * ch < cols ? t * ch : cols;
+			int e2 = a + ch < cols ? a + ch : cols;
+			int n = 0;
+			for (int c = a; c < e2; c++)
+				n += __builtin_bit_cast(kk_u32, kk_ldcg(row + c)) >= kmin;
+			sl[t] = n;
+			__syncthreads();
+			for (int o = 1; o < 256; o <<= 1) {
+				int v = t >= o ? sl[t - o] : 0;
+				__syncthreads();
+				sl[t] += v;
+				__syncthreads();
+			}
+			int at = sl[t] - n;
+			for (int c = a; c < e2; c++) {
+				kk_u32 k = __builtin_bit_cast(kk_u32, kk_ldcg(row + c));
+				if (k >= kmin) {
+					akey[at] = k;
+					aid[at] = c;
+					at++;
+				}
+			}
+			__syncthreads();
+			tok = kk_draw_cut((const float *)akey, pre[1], 3, aid, &p, S, top, big, ss, hn, sl, &res, misc);
+		}
 	} else if (mode == 3) {
 		// The part holding u times the row's weight, and the target
 		// within it; past the weight by rounding, the last part with
