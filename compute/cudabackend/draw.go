@@ -20,8 +20,9 @@ const drawRowBytes = 32
 
 // Draw draws each row's sampled token on the device (compute.Draw): one
 // draw_rows kernel (or, for a few rows of a large vocabulary, the pair
-// draw_split_max and draw_split, a row over several blocks), queued like argmax at the end of the step, its rows'
-// parameters in the step's parameter slots (32 bytes a row, copied with
+// draw_split_max and draw_split, a row over several blocks), queued like
+// argmax at the end of the step, its rows' parameters in the step's
+// parameter slots (32 bytes a row, copied with
 // the step's other slots, so a decode step's graph ends with the draw and
 // replays with new uniforms), then 8 bytes per row read back rather than
 // the row's logits.
@@ -119,7 +120,7 @@ func (b *Backend) drawSplit(rows, cols int) (parts, ps int) {
 func (b *Backend) splitScratch(rows, bytes int) bool {
 	grow := func(p *Ptr, c *int, need, zero int, what string) {
 		if b.err != nil || *c >= need {
-			return
+			return // what is a constant: no formatting on this path
 		}
 		b.flush() // queued launches may use the old one
 		if *p != 0 {
@@ -131,13 +132,13 @@ func (b *Backend) splitScratch(rows, bytes int) bool {
 			err = b.drv.zero(q, zero)
 		}
 		if err != nil {
-			b.fail(fmt.Errorf("cuda: Draw's %s: %w", what, err))
+			b.fail(fmt.Errorf("cuda: Draw's %s of %d bytes: %w", what, zero, err))
 			return
 		}
 		*p, *c = q, need
 	}
-	grow(&b.splitDev, &b.splitCap, bytes, bytes, fmt.Sprintf("scratch of %d bytes", bytes))
+	grow(&b.splitDev, &b.splitCap, bytes, bytes, "scratch")
 	rows = max(rows, splitMaxRows)
-	grow(&b.splitCounts, &b.splitRows, rows, 8*rows, fmt.Sprintf("counters of %d rows", rows))
+	grow(&b.splitCounts, &b.splitRows, rows, 8*rows, "row counters")
 	return b.err == nil
 }
