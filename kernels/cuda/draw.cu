@@ -428,8 +428,10 @@ KK_DEVICE int kk_draw_topk(const float *row, int cols, const struct kk_draw_row 
 // kk_draw_weigh: the block (256 threads) weighs the tokens lo..hi of row
 // (kk_draw_weight), writing each weight over its logit where store, and
 // returns to every thread their float64 sum (per thread in stride order,
-// then a tree through ss).
-KK_DEVICE double kk_draw_weigh(float *row, int lo, int hi, const struct kk_draw_row *p, double maxl, int store, double *ss) {
+// then a tree through ss); with oct (128 ints in shared memory, zeroed
+// before a barrier), it also counts the kept tokens by binary exponent
+// of weight there.
+KK_DEVICE double kk_draw_weigh(float *row, int lo, int hi, const struct kk_draw_row *p, double maxl, int store, double *ss, int *oct) {
 	int t = threadIdx.x;
 	const double inv = 1.0 / (double)p->temperature;
 	double s = 0;
@@ -437,8 +439,11 @@ KK_DEVICE double kk_draw_weigh(float *row, int lo, int hi, const struct kk_draw_
 		float w = kk_draw_weight(row[c], maxl, inv, p->min_p);
 		if (store)
 			row[c] = w;
-		if (w > 0)
+		if (w > 0) {
 			s = kk_dadd(s, (double)w);
+			if (oct)
+				atomicAdd(&oct[__builtin_bit_cast(kk_u32, w) >> 23], 1);
+		}
 	}
 	__syncthreads(); // ss's last readers are done
 	ss[t] = s;
@@ -454,6 +459,11 @@ KK_DEVICE double kk_draw_weigh(float *row, int lo, int hi, const struct kk_draw_
 }
 
 KK_DEVICE int kk_draw_cut(const float *row, int cols, int mode, const int *ids, const struct kk_draw_row *p, double S, int top, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc);
+KK_DEVICE int kk_topp_prefiltered(const float *row, int cols, const struct kk_draw_row *p, double S, int top, const int *oct, int cap, kk_u32 *akey, int *aid, int *pre, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc);
+
+// KK_TOPP_SHARED is the most tokens draw_rows gathers for a top-p's
+// searches (in shared memory: 8 KB).
+#define KK_TOPP_SHARED 1024
 
 // kk_draw_topp: the block (256 threads) draws row's token with a top-p
 // and no top-k, as pick.DrawFiltered does, without sorting: row becomes
@@ -468,9 +478,16 @@ KK_DEVICE int kk_draw_cut(const float *row, int cols, int mode, const int *ids, 
 // token can differ from the host's only where top-p times S or u times C
 // lies within their roundings of a boundary. Returns the token to every
 // thread.
-KK_DEVICE int kk_draw_topp(float *row, int cols, const struct kk_draw_row *p, double maxl, int top, double *big, double *part, int *hn, int *sl, double *ss, struct kk_radix *res, int *misc) {
-	double S = kk_draw_weigh(row, 0, cols, p, maxl, 1, ss);
-	return kk_draw_cut(row, cols, 1, 0, p, S, top, big, part, hn, sl, res, misc);
+//
+// The tokens that hold the cut are found first where they are few
+// (kk_topp_prefiltered, up to KK_TOPP_SHARED gathered into akey and aid
+// in shared memory), which spares most passes over the row.
+KK_DEVICE int kk_draw_topp(float *row, int cols, const struct kk_draw_row *p, double maxl, int top, double *big, double *part, int *hn, int *sl, double *ss, struct kk_radix *res, int *misc, int *oct, kk_u32 *akey, int *aid, int *pre) {
+	for (int i = threadIdx.x; i < 128; i += 256)
+		oct[i] = 0;
+	__syncthreads();
+	double S = kk_draw_weigh(row, 0, cols, p, maxl, 1, ss, oct);
+	return kk_topp_prefiltered(row, cols, p, S, top, oct, KK_TOPP_SHARED, akey, aid, pre, big, part, hn, sl, res, misc);
 }
 
 // kk_draw_cut is kk_draw_topp once row holds its weights (mode 1) and S
@@ -511,6 +528,77 @@ KK_DEVICE int kk_draw_cut(const float *row, int cols, int mode, const int *ids, 
 	}
 	kk_nth_key(row, cols, mode, v, i, sl, &misc[1], 0, 0, ids, 0);
 	return misc[1] >= 0 ? misc[1] : top;
+}
+
+// kk_topp_octave is run by one thread: from the kept tokens' counts by
+// binary exponent of weight (oct: octave e, 1..127, holds weights in
+// [2^(e-127), 2^(e-126)), 0 the subnormal ones) and their sum S, it sets
+// pre[0] to the highest octave e above which the weight surely reaches
+// top-p times S (counting each token at its octave's least weight, or S
+// less the most the tokens below could hold, S within 2^-30 of the exact
+// sum), 0 where none is sure, and pre[1] to how many tokens are at or
+// above it, -1 if more than cap. The tokens of weight at least 2^(e-127)
+// (any kept one at e = 0) hold top-p's cut and walk.
+KK_DEVICE void kk_topp_octave(const int *oct, double S, float top_p, int cap, int *pre) {
+	double ub = 0;
+	for (int e = 0; e < 128; e++)
+		ub = kk_dadd(ub, kk_dmul((double)oct[e], __builtin_bit_cast(double, (kk_u64)(e - 126 + 1023) << 52)));
+	double need = kk_dmul(kk_dmul((double)top_p, S), 1 + 0x1p-20), lb = 0, above = 0;
+	int e = 127, n = 0;
+	for (; e > 0; e--) {
+		n += oct[e];
+		lb = kk_dadd(lb, kk_dmul((double)oct[e], __builtin_bit_cast(double, (kk_u64)(e - 127 + 1023) << 52)));
+		above = kk_dadd(above, kk_dmul((double)oct[e], __builtin_bit_cast(double, (kk_u64)(e - 126 + 1023) << 52)));
+		double lb2 = kk_dsub(kk_dsub(S, kk_dsub(ub, above)), kk_dmul(S, 0x1p-30));
+		if (lb >= need || lb2 >= need)
+			break;
+	}
+	if (e == 0)
+		n += oct[0];
+	pre[0] = e;
+	pre[1] = n <= cap ? n : -1;
+}
+
+// kk_topp_prefiltered: the block (256 threads) draws a top-p row whose
+// weights row holds (their sum S, their counts by octave oct, in shared
+// memory) as kk_draw_cut does, over only the tokens kk_topp_octave says
+// hold the cut where they are at most cap: gathered in index order
+// (contiguous chunks, a scan of their counts) into akey and aid, the
+// weights read through L2 (other blocks may have written them). Returns
+// the token to every thread.
+KK_DEVICE int kk_topp_prefiltered(const float *row, int cols, const struct kk_draw_row *p, double S, int top, const int *oct, int cap, kk_u32 *akey, int *aid, int *pre, double *big, double *part, int *hn, int *sl, struct kk_radix *res, int *misc) {
+	int t = threadIdx.x;
+	if (t == 0)
+		kk_topp_octave(oct, S, p->top_p, cap, pre);
+	__syncthreads();
+	if (pre[1] < 0 || !(S > 0))
+		return kk_draw_cut(row, cols, 1, 0, p, S, top, big, part, hn, sl, res, misc);
+	kk_u32 kmin = pre[0] > 0 ? (kk_u32)pre[0] << 23 : 1;
+	int ch = (cols + 255) / 256;
+	int a = t * ch < cols ? t * ch : cols;
+	int e = a + ch < cols ? a + ch : cols;
+	int n = 0;
+	for (int c = a; c < e; c++)
+		n += __builtin_bit_cast(kk_u32, kk_ldcg(row + c)) >= kmin;
+	sl[t] = n;
+	__syncthreads();
+	for (int o = 1; o < 256; o <<= 1) {
+		int v = t >= o ? sl[t - o] : 0;
+		__syncthreads();
+		sl[t] += v;
+		__syncthreads();
+	}
+	int at = sl[t] - n;
+	for (int c = a; c < e; c++) {
+		kk_u32 k = __builtin_bit_cast(kk_u32, kk_ldcg(row + c));
+		if (k >= kmin) {
+			akey[at] = k;
+			aid[at] = c;
+			at++;
+		}
+	}
+	__syncthreads();
+	return kk_draw_cut((const float *)akey, pre[1], 3, aid, p, S, top, big, part, hn, sl, res, misc);
 }
 
 // kk_draw_walk: the block (256 threads) finds the token of row's range
@@ -601,6 +689,9 @@ KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, float *__
 	__shared__ int hn[16];
 	__shared__ struct kk_radix res;
 	__shared__ int misc[2];
+	__shared__ int oct[128], pre[2];
+	__shared__ kk_u32 akey[KK_TOPP_SHARED];
+	__shared__ int aid[KK_TOPP_SHARED];
 	float *row = x + (long long)blockIdx.x * cols;
 	int t = threadIdx.x;
 	kk_row_argmax(row, cols, sv, si, sb); // the max pass
@@ -630,7 +721,7 @@ KK_KERNEL void __launch_bounds__(256) draw_rows(int *__restrict__ out, float *__
 	}
 	if (p.top_p > 0 && p.top_p < 1) {
 		int bad = sb[0], top = si[0];
-		int tok = kk_draw_topp(row, cols, &p, maxl, top, big, ss, hn, sl, ss, &res, misc);
+		int tok = kk_draw_topp(row, cols, &p, maxl, top, big, ss, hn, sl, ss, &res, misc, oct, akey, aid, pre);
 		if (t == 0) {
 			out[2 * blockIdx.x] = tok;
 			out[2 * blockIdx.x + 1] = bad;
@@ -770,28 +861,20 @@ KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *_
 	// 0: the arg max (or a row of NaN only); 1: top-k; 2: top-p; 3: the walk.
 	int mode = top < 0 || p.temperature == 0 ? 0 : p.top_k > 0 && p.top_k < cols ? 1 : p.top_p > 0 && p.top_p < 1 ? 2 : 3;
 	double s = 0;
+	for (int i = t; i < 128; i += 256)
+		hn2[i] = 0;
+	__syncthreads();
 	if (mode >= 2)
-		s = kk_draw_weigh(row, lo, hi, &p, maxl, mode == 2, ss);
+		s = kk_draw_weigh(row, lo, hi, &p, maxl, mode == 2, ss, mode == 2 ? hn2 : 0);
 	const int kmax = (stride - (int)sizeof(struct kk_split_head) - parts * (int)sizeof(struct kk_split_part)) / (16 * parts);
 	kk_u32 *gkey = (kk_u32 *)(pp + parts); // each part's candidates
 	int *gid = (int *)(gkey + parts * kmax);
 	kk_u32 *akey = (kk_u32 *)(gid + parts * kmax); // all of them, gathered
 	int *aid = (int *)(akey + parts * kmax);
 	int cnt = 0;
-	if (mode == 2) { // the part's kept tokens by binary exponent of weight
-		int *oct = (int *)gkey + b * 128;
+	if (mode == 2) // the part's kept tokens by binary exponent of weight
 		for (int i = t; i < 128; i += 256)
-			hn2[i] = 0;
-		__syncthreads();
-		for (int c = lo + t; c < hi; c += 256) {
-			kk_u32 k = __builtin_bit_cast(kk_u32, row[c]);
-			if (k)
-				atomicAdd(&hn2[k >> 23], 1);
-		}
-		__syncthreads();
-		for (int i = t; i < 128; i += 256)
-			oct[i] = hn2[i];
-	}
+			((int *)gkey)[b * 128 + i] = hn2[i];
 	if (mode == 1) {
 		cnt = kk_topk_select(row + lo, hi - lo, 0, 0, lo, p.top_k, big, ss, hn, sl, &res, misc);
 		kk_u32 *ckey = (kk_u32 *)big;
@@ -826,13 +909,7 @@ KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *_
 		double S = 0;
 		for (int i = 0; i < parts; i++)
 			S = kk_dadd(S, vp[i].sum);
-		// The prefilter: the kept tokens by octave, summed over the
-		// parts, give (counting each token at its octave's least
-		// weight, 0 for subnormals) the highest octave e above which the
-		// weight surely reaches top-p times S; the tokens of weight at
-		// least 2^(e-127) then hold the cut and the walk, and where they
-		// are few they are gathered, in index order, and searched in
-		// place of the row.
+		// The prefilter (kk_topp_octave): the parts' counts summed.
 		for (int i = t; i < 128; i += 256) {
 			int n = 0;
 			for (int j = 0; j < parts; j++)
@@ -841,64 +918,7 @@ KK_KERNEL void __launch_bounds__(256) draw_split(int *__restrict__ out, float *_
 		}
 		__syncthreads();
 		const int cap = parts * kmax < 16384 ? parts * kmax : 16384;
-		if (t == 0) {
-			// Octave e (1..127) holds weights in [2^(e-127), 2^(e-126));
-			// the weight at or above 2^(e-127) is at least what its
-			// tokens hold at their octaves' least weights, and at least
-			// S less what the tokens below can hold at most (S within
-			// 2^-30 of the exact sum).
-			double ub = 0;
-			for (int e = 0; e < 128; e++)
-				ub = kk_dadd(ub, kk_dmul((double)hn2[e], __builtin_bit_cast(double, (kk_u64)(e - 126 + 1023) << 52)));
-			double need = kk_dmul(kk_dmul((double)p.top_p, S), 1 + 0x1p-20), lb = 0, above = 0;
-			int e = 127, n = 0;
-			for (; e > 0; e--) {
-				n += hn2[e];
-				lb = kk_dadd(lb, kk_dmul((double)hn2[e], __builtin_bit_cast(double, (kk_u64)(e - 127 + 1023) << 52)));
-				above = kk_dadd(above, kk_dmul((double)hn2[e], __builtin_bit_cast(double, (kk_u64)(e - 126 + 1023) << 52)));
-				double lb2 = kk_dsub(kk_dsub(S, kk_dsub(ub, above)), kk_dmul(S, 0x1p-30));
-				if (lb >= need || lb2 >= need)
-					break;
-			}
-			if (e == 0)
-				n += hn2[0];
-			pre[0] = e;
-			pre[1] = n <= cap ? n : -1;
-		}
-		__syncthreads();
-		if (pre[1] < 0 || !(S > 0)) {
-			tok = kk_draw_cut(row, cols, 1, 0, &p, S, top, big, ss, hn, sl, &res, misc);
-		} else {
-			// Gather the tokens of weight >= 2^(e-127) (any kept one at
-			// e = 0) in index order: contiguous chunks, a scan of their
-			// counts.
-			kk_u32 kmin = pre[0] > 0 ? (kk_u32)pre[0] << 23 : 1;
-			int ch = (cols + 255) / 256;
-			int a = t * ch < cols ? t * ch : cols;
-			int e2 = a + ch < cols ? a + ch : cols;
-			int n = 0;
-			for (int c = a; c < e2; c++)
-				n += __builtin_bit_cast(kk_u32, kk_ldcg(row + c)) >= kmin;
-			sl[t] = n;
-			__syncthreads();
-			for (int o = 1; o < 256; o <<= 1) {
-				int v = t >= o ? sl[t - o] : 0;
-				__syncthreads();
-				sl[t] += v;
-				__syncthreads();
-			}
-			int at = sl[t] - n;
-			for (int c = a; c < e2; c++) {
-				kk_u32 k = __builtin_bit_cast(kk_u32, kk_ldcg(row + c));
-				if (k >= kmin) {
-					akey[at] = k;
-					aid[at] = c;
-					at++;
-				}
-			}
-			__syncthreads();
-			tok = kk_draw_cut((const float *)akey, pre[1], 3, aid, &p, S, top, big, ss, hn, sl, &res, misc);
-		}
+		tok = kk_topp_prefiltered(row, cols, &p, S, top, hn2, cap, akey, aid, pre, big, ss, hn, sl, &res, misc);
 	} else if (mode == 3) {
 		// The part holding u times the row's weight, and the target
 		// within it; past the weight by rounding, the last part with
