@@ -530,9 +530,9 @@ func (g *generation) greedy() bool {
 }
 
 // drawn reports whether the generation takes tokens drawn on the device
-// (scheduler.Request.Draw): sampled at a temperature with min-p only
-// (no top-k below the vocabulary, no top-p below 1: Sampler.DrawRow),
-// with no repetition penalty, no log-probabilities and no grammar, on a
+// (scheduler.Request.Draw): sampled at a temperature with min-p, top-p
+// and a top-k of at most compute.MaxDrawTopK (Sampler.DrawRow), with no
+// repetition penalty, no log-probabilities and no grammar, on a
 // backend that draws on its device, so that only the token ids cross
 // back to the host. The tokens are those the sampler draws from the
 // logits (compute.Draw says where a rounding may part them).

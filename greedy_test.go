@@ -83,12 +83,13 @@ func TestGenerateGreedyOnDevice(t *testing.T) {
 }
 
 // drawingBackend is the CPU backend with compute.Draw done on the host by
-// pick.Draw: a stand-in for a device that draws sampled tokens, counting
-// the rows it drew.
+// pick.DrawFiltered: a stand-in for a device that draws sampled tokens,
+// counting the rows it drew.
 type drawingBackend struct {
 	compute.Backend
 	rows int
 	row  []float32
+	sc   pick.Scratch
 }
 
 func (p *drawingBackend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []compute.DrawRow) {
@@ -103,15 +104,16 @@ func (p *drawingBackend) Draw(ids, bad []int, x compute.Buffer, cols int, rows [
 		if d.Temperature == 0 {
 			ids[i] = pick.ArgMax(row)
 		} else {
-			ids[i] = pick.Draw(row, d.Temperature, d.MinP, d.U)
+			ids[i] = pick.DrawFiltered(row, d.Temperature, pick.Filter{TopK: int(d.TopK), TopP: d.TopP, MinP: d.MinP}, d.U, &p.sc)
 		}
 	}
 }
 
 // Sampled generation on a backend that draws tokens on its device takes
 // its draws (one per generated token, no logits read back) and writes
-// the text the host Sampler writes from the same seed; top-k, top-p, a
-// repetition penalty or log-probabilities still read the logits.
+// the text the host Sampler writes from the same seed, with top-k (up to
+// compute.MaxDrawTopK) and top-p too; a repetition penalty or
+// log-probabilities still read the logits.
 func TestGenerateDrawnOnDevice(t *testing.T) {
 	dir := shareddata.File(t, "models", "stories260K")
 	ctx := context.Background()
@@ -137,8 +139,9 @@ func TestGenerateDrawnOnDevice(t *testing.T) {
 		{"temperature", GenerateOptions{MaxTokens: 40, Sampling: SamplingOptions{Temperature: 0.8, Seed: 5}}, true},
 		{"hot, min-p", GenerateOptions{MaxTokens: 40, Sampling: SamplingOptions{Temperature: 1.5, MinP: 0.05, Seed: 6}}, true},
 		{"top-p 1, top-k at the vocabulary", GenerateOptions{MaxTokens: 30, Sampling: SamplingOptions{Temperature: 1, TopP: 1, TopK: 512, Seed: 7}}, true},
-		{"top-k", GenerateOptions{MaxTokens: 20, Sampling: SamplingOptions{Temperature: 1, TopK: 40, Seed: 8}}, false},
-		{"top-p", GenerateOptions{MaxTokens: 20, Sampling: SamplingOptions{Temperature: 1, TopP: 0.9, Seed: 9}}, false},
+		{"top-k", GenerateOptions{MaxTokens: 20, Sampling: SamplingOptions{Temperature: 1, TopK: 40, Seed: 8}}, true},
+		{"top-p", GenerateOptions{MaxTokens: 20, Sampling: SamplingOptions{Temperature: 1, TopP: 0.9, Seed: 9}}, true},
+		{"top-k, top-p, min-p", GenerateOptions{MaxTokens: 20, Sampling: SamplingOptions{Temperature: 0.7, TopK: 50, TopP: 0.95, MinP: 0.05, Seed: 12}}, true},
 		{"penalty", GenerateOptions{MaxTokens: 20, Sampling: SamplingOptions{Temperature: 1, RepetitionPenalty: 1.3, Seed: 10}}, false},
 		{"logprobs", GenerateOptions{MaxTokens: 20, Logprobs: true, Sampling: SamplingOptions{Temperature: 1, Seed: 11}}, false},
 	} {

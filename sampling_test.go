@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/pick"
 )
 
@@ -305,13 +306,17 @@ func TestSamplerDrawRow(t *testing.T) {
 		{SamplingOptions{Temperature: 1, TopK: vocab, TopP: 1}, true},
 		{SamplingOptions{Temperature: 1, RepetitionPenalty: 1}, true},
 		{SamplingOptions{}, false},
-		{SamplingOptions{Temperature: 1, TopK: vocab - 1}, false},
-		{SamplingOptions{Temperature: 1, TopP: 0.95}, false},
+		{SamplingOptions{Temperature: 1, TopK: vocab - 1}, true},
+		{SamplingOptions{Temperature: 1, TopP: 0.95}, true},
+		{SamplingOptions{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.05}, true},
 		{SamplingOptions{Temperature: 1, RepetitionPenalty: 1.1}, false},
 	} {
 		s, err := NewSampler(tc.opt)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if s.Drawable(vocab) != tc.ok {
+			t.Errorf("%+v: Drawable %v, want %v", tc.opt, !tc.ok, tc.ok)
 		}
 		d, ok := s.DrawRow(vocab)
 		if ok != tc.ok {
@@ -324,7 +329,11 @@ func TestSamplerDrawRow(t *testing.T) {
 		if d2, _ := s.DrawRow(vocab); d2 != d {
 			t.Errorf("%+v: a second DrawRow before Drawn gave %+v, want %+v", tc.opt, d2, d)
 		}
-		if d.Temperature != tc.opt.Temperature || d.MinP != tc.opt.MinP || !(d.U >= 0 && d.U < 1) {
+		wantK := int32(tc.opt.TopK)
+		if tc.opt.TopK >= vocab {
+			wantK = 0 // off: the whole row
+		}
+		if d.Temperature != tc.opt.Temperature || d.MinP != tc.opt.MinP || d.TopP != tc.opt.TopP || d.TopK != wantK || !(d.U >= 0 && d.U < 1) {
 			t.Errorf("%+v: draw %+v", tc.opt, d)
 		}
 		// The draws from the uniforms are Sample's tokens.
@@ -336,11 +345,20 @@ func TestSamplerDrawRow(t *testing.T) {
 				logits[j] = float32(r.NormFloat64() * 2)
 			}
 			want := host.Sample(slices.Clone(logits), nil)
-			if got := pick.Draw(logits, d.Temperature, d.MinP, d.U); got != want {
-				t.Errorf("%+v, token %d: pick.Draw from DrawRow's uniform %d, Sample %d", tc.opt, i, got, want)
+			f := pick.Filter{TopK: int(d.TopK), TopP: d.TopP, MinP: d.MinP}
+			var sc pick.Scratch
+			if got := pick.DrawFiltered(logits, d.Temperature, f, d.U, &sc); got != want {
+				t.Errorf("%+v, token %d: pick.DrawFiltered from DrawRow's uniform %d, Sample %d", tc.opt, i, got, want)
 			}
 			s.Drawn()
 			d, _ = s.DrawRow(vocab)
+		}
+	}
+	// A top-k the device cannot sort keeps the logits path.
+	for _, k := range []int{compute.MaxDrawTopK, compute.MaxDrawTopK + 1, 5000} {
+		s, _ := NewSampler(SamplingOptions{Temperature: 1, TopK: k})
+		if _, ok := s.DrawRow(5000); ok != (k <= compute.MaxDrawTopK || k >= 5000) {
+			t.Errorf("top-k %d of 5000: DrawRow ok %v", k, ok)
 		}
 	}
 }

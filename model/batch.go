@@ -37,14 +37,16 @@ type BatchItem struct {
 	// back and the arg max taken on the host, with the same result.
 	Greedy bool
 	// Draw, when set, asks for the last position's token drawn at its
-	// temperature and min-p with its uniform (not with All, Hidden or
-	// Greedy), as pick.Draw draws it: Forward sets Token and NonFinite.
+	// temperature with its filters (min-p, top-p, top-k) and uniform (not
+	// with All, Hidden or Greedy), as pick.DrawFiltered draws it: Forward
+	// sets Token and NonFinite.
 	// Where every item of the step is Greedy or has a Draw and the model
 	// draws on its device (Model.DeviceDraw; Model.DeviceGreedy for a step
 	// of Greedy items only), only the token ids cross back to the host;
 	// otherwise the logits are read back and the token drawn on the host.
 	// compute.Draw says where the two may differ: a float64 rounding at a
-	// boundary between two tokens.
+	// boundary between two tokens. A top-k above compute.MaxDrawTopK (and
+	// below the vocabulary) is drawn on the host.
 	Draw *DrawRow
 	// Token is the index of the largest logit (NaN skipped, the first of
 	// equal ones; -1 when every logit is NaN) for a Greedy item, the drawn
@@ -78,6 +80,7 @@ type Batch struct {
 	picks   []int             // Greedy items' tokens picked on the device
 	draws   []compute.DrawRow // a step's draws on the device, one per item
 	bad     []int             // and where their first non-finite logits are
+	pick    pick.Scratch      // the host's draws
 }
 
 // NewBatch returns a Batch whose steps hold at most maxRows tokens in
@@ -145,8 +148,9 @@ func (bt *Batch) Forward(items []BatchItem) error {
 	// them, every row is drawn (a greedy one at temperature 0).
 	device, drawn := !hidden, false
 	for i := range items {
-		device = device && (items[i].Greedy || items[i].Draw != nil)
-		drawn = drawn || items[i].Draw != nil
+		d := items[i].Draw
+		device = device && (items[i].Greedy || d != nil && (d.TopK <= compute.MaxDrawTopK || int(d.TopK) >= vocab))
+		drawn = drawn || d != nil
 	}
 	device = device && (drawn && m.draw != nil || !drawn && m.greedy != nil)
 	bt.sc.picks, bt.sc.bad, bt.sc.draws = nil, nil, nil
@@ -214,7 +218,8 @@ func (bt *Batch) Forward(items []BatchItem) error {
 			if d := it.Draw; d.Temperature == 0 {
 				it.Token = pick.ArgMax(row)
 			} else {
-				it.Token = pick.Draw(row, d.Temperature, d.MinP, d.U) // overwrites row
+				f := pick.Filter{TopK: int(d.TopK), TopP: d.TopP, MinP: d.MinP}
+				it.Token = pick.DrawFiltered(row, d.Temperature, f, d.U, &bt.pick) // overwrites row
 			}
 		default:
 			it.Logits = bt.logits[off : off+w : off+w]

@@ -1,10 +1,12 @@
 // Package pick holds the picks made over a row of logits that every
 // device must agree on: the greedy token (ArgMax) and where a row first
-// holds a non-finite value (FirstNonFinite), and the sampled draw at a
-// temperature and min-p from a given uniform (Draw). The CPU engine, the
-// batched model step, the samplers and the CUDA backend's argmax and
-// draw_rows kernels all follow these rules, so a greedy run picks, and a
-// seeded sampled run draws, the same tokens on every backend.
+// holds a non-finite value (FirstNonFinite), the sampled draw at a
+// temperature and min-p from a given uniform (Draw), and the host
+// Sampler's whole draw with top-k and top-p too (DrawFiltered). The CPU
+// engine, the batched model step, the samplers and the CUDA backend's
+// argmax, draw_rows and draw_split kernels all follow these rules, so a
+// greedy run picks, and a seeded sampled run draws, the same tokens on
+// every backend.
 //
 // It is a leaf but for internal/mathx (Draw's exp), and any package may
 // use it.

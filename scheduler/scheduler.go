@@ -79,6 +79,11 @@ type Config struct {
 	DecodeReserve int
 	// Policy orders admission and preemption; nil means FCFS.
 	Policy Policy
+
+	// forward, when set (by this package's tests), runs a step in place
+	// of the Batch's Forward, so that a test can fail a step after its
+	// planning as a pool that ran out of bytes fails it.
+	forward func(*model.Batch, []model.BatchItem) error
 }
 
 // A Request is a prompt to continue.
@@ -730,7 +735,12 @@ func (s *Scheduler) admit(h *Handle, n int) error {
 // step runs the planned items and hands each request whose history is in
 // the token Next picks.
 func (s *Scheduler) step() {
-	err := s.bt.Forward(s.items)
+	var err error
+	if f := s.cfg.forward; f != nil {
+		err = f(s.bt, s.items)
+	} else {
+		err = s.bt.Forward(s.items)
+	}
 	s.count(func(st *Stats) { st.Steps++ })
 	if err != nil {
 		s.stepFailed(err)

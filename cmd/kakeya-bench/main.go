@@ -122,7 +122,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.serve.requests, "requests", 0, "serving mode: requests per level (0: one per client); a client sends its next when its last ended")
 	fs.IntVar(&o.serve.stepTokens, "step-tokens", 512, "serving mode: the most tokens one batched step runs")
 	fs.BoolVar(&o.serve.json, "json", false, "serving mode: print the rows as JSON instead of a table")
-	fs.Float64Var(&o.serve.temperature, "temperature", 0, "serving mode: 0 takes the most likely token (on the device where the backend picks there); above 0 each request samples at this temperature with no top-k or top-p, the OpenAI API's defaults at 1: drawn on the device where the backend draws there (only the token crosses to the host), else from the logits on the host")
+	fs.Float64Var(&o.serve.temperature, "temperature", 0, "serving mode: 0 takes the most likely token (on the device where the backend picks there); above 0 each request samples at this temperature (with --top-p and --top-k): drawn on the device where the backend draws there (only the token crosses to the host), else from the logits on the host")
+	fs.Float64Var(&o.serve.topP, "top-p", 0, "serving mode, with --temperature: each request's top-p (0 or 1: off)")
+	fs.IntVar(&o.serve.topK, "top-k", 0, "serving mode, with --temperature: each request's top-k (0: off; above 1024, below the vocabulary, drawn on the host)")
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
 		io.WriteString(w, usage)
 		cli.PrintDefaults(fs, w)
@@ -194,6 +196,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--step-tokens %d must be >= 1", o.serve.stepTokens)
 		case !(o.serve.temperature >= 0 && o.serve.temperature <= 2):
 			return fmt.Errorf("--temperature %v must be in [0, 2]", o.serve.temperature)
+		case !(o.serve.topP >= 0 && o.serve.topP <= 1):
+			return fmt.Errorf("--top-p %v must be in [0, 1]", o.serve.topP)
+		case o.serve.topK < 0:
+			return fmt.Errorf("--top-k %d must be >= 0", o.serve.topK)
 		}
 	}
 

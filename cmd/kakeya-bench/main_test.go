@@ -160,7 +160,7 @@ func TestServe(t *testing.T) {
 	// says so, and every request still generates its 5 tokens.
 	out.Reset()
 	err = run(context.Background(), []string{"--model", dir, "--cache", "plain", "--threads", "1", "--concurrency", "2",
-		"--requests", "3", "--prompt-len", "40", "--gen", "5", "--kv-memory", "8M", "--temperature", "1", "--json", "--progress=false"}, &out, io.Discard)
+		"--requests", "3", "--prompt-len", "40", "--gen", "5", "--kv-memory", "8M", "--temperature", "1", "--top-p", "0.9", "--top-k", "40", "--json", "--progress=false"}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +168,11 @@ func TestServe(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &rows); err != nil || len(rows) != 1 {
 		t.Fatalf("--temperature 1 --json output %q: %v", out.String(), err)
 	}
-	if r := rows[0]; r.Temperature != 1 || r.OutputRate <= 0 || math.Abs(r.OutputRate*r.Seconds-15) > 1e-6 {
-		t.Errorf("--temperature 1: %+v, want temperature 1 and 3 x 5 tokens", r)
+	if r := rows[0]; r.Temperature != 1 || r.TopP != 0.9 || r.TopK != 40 || r.OutputRate <= 0 || math.Abs(r.OutputRate*r.Seconds-15) > 1e-6 {
+		t.Errorf("--temperature 1 --top-p 0.9 --top-k 40: %+v, want temperature 1, top-p 0.9, top-k 40 and 3 x 5 tokens", r)
 	}
 	var bad strings.Builder
-	for _, args := range [][]string{{"--shared-prefix", "2"}, {"--prompt-len", "0"}, {"--concurrency", "0"}, {"--kv-memory", "x"}, {"--temperature", "-1"}, {"--temperature", "NaN"}} {
+	for _, args := range [][]string{{"--shared-prefix", "2"}, {"--prompt-len", "0"}, {"--concurrency", "0"}, {"--kv-memory", "x"}, {"--temperature", "-1"}, {"--temperature", "NaN"}, {"--top-p", "1.5"}, {"--top-k", "-1"}} {
 		bad.Reset()
 		err := run(context.Background(), append([]string{"--model", dir, "--concurrency", "1"}, args...), &bad, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {

@@ -29,6 +29,8 @@ type serveOptions struct {
 	stepTokens   int
 	json         bool
 	temperature  float64 // 0: greedy (Request.Pick); else sampled (Request.Draw on a backend that draws on its device, else Next on the host)
+	topP         float64 // sampled requests' top-p (0 or 1: off)
+	topK         int     // and top-k (0: off)
 }
 
 // picking says how the serving mode's requests pick their tokens.
@@ -36,7 +38,14 @@ func (o serveOptions) picking() string {
 	if o.temperature == 0 {
 		return "greedy"
 	}
-	return fmt.Sprintf("sampled at temperature %g on the host", o.temperature)
+	f := ""
+	if o.topP > 0 && o.topP < 1 {
+		f += fmt.Sprintf(", top-p %g", o.topP)
+	}
+	if o.topK > 0 {
+		f += fmt.Sprintf(", top-k %d", o.topK)
+	}
+	return fmt.Sprintf("sampled at temperature %g%s (drawn on the device where the backend draws there)", o.temperature, f)
 }
 
 // serveRow is one (cache, threads, concurrency) level of the serving mode.
@@ -53,6 +62,9 @@ type serveRow struct {
 	// Temperature is the requests' (0: greedy, picked on the device
 	// where the backend can).
 	Temperature float64 `json:"temperature"`
+	// TopP and TopK are the sampled requests' filters (0: off).
+	TopP float64 `json:"top_p,omitempty"`
+	TopK int     `json:"top_k,omitempty"`
 	// OutputRate is every generated token over the whole run; DecodeRate
 	// the tokens after each request's first over the decode window (the
 	// first request's first token to the last request's end).
@@ -146,13 +158,13 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 				if so.temperature > 0 {
 					// Each request its own sampler (Next runs on the
 					// scheduler's sampling goroutines, one per row).
-					sm, err := kakeya.NewSampler(kakeya.SamplingOptions{Temperature: float32(so.temperature), Seed: uint64(i)})
+					sm, err := kakeya.NewSampler(kakeya.SamplingOptions{Temperature: float32(so.temperature), TopP: float32(so.topP), TopK: so.topK, Seed: uint64(i)})
 					if err != nil {
 						errs <- err
 						return
 					}
 					req.Pick, req.Next = nil, sampled(sm)
-					if m.DeviceDraw() {
+					if m.DeviceDraw() && sm.Drawable(vocab) {
 						// Drawn on the device from sm's uniforms: only
 						// the token crosses to the host.
 						req.Pick, req.Draw = drawn(sm), func() compute.DrawRow {
@@ -193,7 +205,7 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 	st := s.Stats()
 	r := serveRow{
 		Concurrency: c, Requests: n, PromptLen: so.promptLen, GenLen: o.gen, KVMemory: so.kvMemory,
-		Seconds: end.Sub(start).Seconds(), Temperature: so.temperature, PeakRunning: st.PeakRunning, Preemptions: st.Preemptions,
+		Seconds: end.Sub(start).Seconds(), Temperature: so.temperature, TopP: so.topP, TopK: so.topK, PeakRunning: st.PeakRunning, Preemptions: st.Preemptions,
 		PeakKVMiB: float64(st.Pool.Peak) / (1 << 20), MaxTokens: st.MaxTokens,
 	}
 	var gen, after, hit int

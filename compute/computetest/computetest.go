@@ -454,16 +454,19 @@ func (s *suite) checkOptional(b compute.Backend) {
 	}
 	if d, ok := b.(compute.Draw); ok {
 		const cols = 300
-		rows := [][]float32{randFloats(r, cols), randFloats(r, cols), randFloats(r, cols), make([]float32, cols)}
+		rows := [][]float32{randFloats(r, cols), randFloats(r, cols), randFloats(r, cols), make([]float32, cols), randFloats(r, cols), randFloats(r, cols)}
 		rows[2][7] = float32(math.Inf(-1)) // masked
-		draws := []compute.DrawRow{{U: 0.3, Temperature: 1}, {U: 0.9, Temperature: 0.5, MinP: 0.1}, {U: 0.5, Temperature: 2}, {U: 0.7}}
+		draws := []compute.DrawRow{{U: 0.3, Temperature: 1}, {U: 0.9, Temperature: 0.5, MinP: 0.1}, {U: 0.5, Temperature: 2}, {U: 0.7},
+			{U: 0.6, Temperature: 0.8, TopK: 20, TopP: 0.9, MinP: 0.01}, {U: 0.2, Temperature: 1.2, TopP: 0.8}}
 		host := slices.Concat(rows...)
 		ids, bad := make([]int, len(rows)), make([]int, len(rows))
 		d.Draw(ids, bad, upload(b, host), cols, draws)
 		for i, row := range rows {
 			want := pick.ArgMax(row)
 			if dr := draws[i]; dr.Temperature > 0 {
-				want = pick.Draw(slices.Clone(row), dr.Temperature, dr.MinP, dr.U)
+				var sc pick.Scratch
+				f := pick.Filter{TopK: int(dr.TopK), TopP: dr.TopP, MinP: dr.MinP}
+				want = pick.DrawFiltered(slices.Clone(row), dr.Temperature, f, dr.U, &sc)
 			}
 			if ids[i] != want || bad[i] != pick.FirstNonFinite(row) {
 				s.errorf("Draw row %d: id %d, first non-finite %d; want %d, %d (pick)", i, ids[i], bad[i], want, pick.FirstNonFinite(row))

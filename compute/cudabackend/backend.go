@@ -56,6 +56,10 @@ type Options struct {
 	// as before a decode step became one graph (see step.go), rather than
 	// reading them from the step parameters: for comparisons.
 	NoStepGraph bool
+
+	// drawParts, when above 0, makes Draw spread every row over that many
+	// blocks (draw_split), whatever its shape: for this package's tests.
+	drawParts int
 }
 
 // EnvSync names the environment variable that sets Options.Sync for New.
@@ -137,6 +141,14 @@ type Backend struct {
 	pickCap int     // rows pickDev holds
 	drawDev Ptr     // Draw's rows where the step's slots lack room
 	drawCap int     // rows drawDev holds
+	// splitDev is draw_split's scratch (splitCap bytes), splitCounts its
+	// counters (splitRows rows, zeroed when allocated), drawParts
+	// Options.drawParts.
+	splitDev    Ptr
+	splitCap    int
+	splitCounts Ptr
+	splitRows   int
+	drawParts   int
 
 	batch batchState // AttendBatch's directories and scratch
 	enc   encBatch   // EncodeParts' jobs and their device tables
@@ -174,7 +186,7 @@ func New(opts Options) (*Backend, error) {
 
 // newBackend returns a backend on an opened driver.
 func newBackend(d driver, opts Options) *Backend {
-	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats, sync: opts.Sync, noFusion: opts.NoFusion, noStep: opts.NoStepGraph}
+	b := &Backend{drv: d, dev: d.info(), live: map[Ptr]int{}, tf32: !opts.ExactGEMM, wideMax: wideFloats, sync: opts.Sync, noFusion: opts.NoFusion, noStep: opts.NoStepGraph, drawParts: opts.drawParts}
 	if !opts.NoGraphs && !opts.Sync {
 		b.graphs = newGraphCache()
 	}

@@ -1,7 +1,9 @@
 package cudabackend
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -26,8 +28,18 @@ import (
 // one against the host's own float64 walk, and counted (none are
 // expected: a rounding boundary is ~1e-16 of the weight wide).
 func TestDrawMatchesSampler(t *testing.T) {
-	needKernels(t, "draw_rows")
-	b, _ := newFakeBackend(t, Options{})
+	needKernels(t, "draw_rows", "draw_split")
+	// One block a row (rows of Qwen2.5's vocabulary go to draw_split by
+	// themselves, at most 4 at once), and every row over 5 blocks.
+	for _, parts := range []int{0, 5} {
+		t.Run(fmt.Sprintf("parts %d", parts), func(t *testing.T) {
+			b, _ := newFakeBackend(t, Options{drawParts: parts})
+			drawMatchesSampler(t, b)
+		})
+	}
+}
+
+func drawMatchesSampler(t *testing.T, b *Backend) {
 	r := rand.New(rand.NewPCG(5, 6))
 	inf := float32(math.Inf(1))
 	type tc struct {
@@ -64,6 +76,55 @@ func TestDrawMatchesSampler(t *testing.T) {
 		}},
 		{"Qwen2.5 vocab", 151936, 4, 4, kakeya.SamplingOptions{Temperature: 0.7}, nil},
 		{"Qwen2.5 vocab, min-p", 151936, 2, 4, kakeya.SamplingOptions{Temperature: 1, MinP: 0.05}, nil},
+		// Top-k: the host's candidates and arithmetic, so the same token.
+		{"top-k 1", 500, 8, 2, kakeya.SamplingOptions{Temperature: 1, TopK: 1}, nil},
+		{"top-k 40", 4096, 16, 3, kakeya.SamplingOptions{Temperature: 0.8, TopK: 40}, nil},
+		{"top-k at vocab less one", 300, 8, 1, kakeya.SamplingOptions{Temperature: 2, TopK: 299}, nil},
+		{"top-k 50, top-p 0.9, min-p", 5000, 16, 2, kakeya.SamplingOptions{Temperature: 0.7, TopK: 50, TopP: 0.9, MinP: 0.05}, nil},
+		{"top-k, min-p 1", 999, 8, 3, kakeya.SamplingOptions{Temperature: 1, TopK: 20, MinP: 1}, nil},
+		{"top-k ties at the k-th", 2000, 8, 1, kakeya.SamplingOptions{Temperature: 1, TopK: 10}, func(i int, x []float32) {
+			for j := range x {
+				x[j] = float32(r.IntN(6)) // ~333 tokens share each value
+			}
+		}},
+		{"top-k signed zeros", 600, 8, 1, kakeya.SamplingOptions{Temperature: 0.5, TopK: 7}, func(i int, x []float32) {
+			for j := range x {
+				x[j] = float32(-1 - r.IntN(3))
+				if j%5 == i%5 {
+					x[j] = float32(math.Copysign(0, float64(j%2)-0.5))
+				}
+			}
+		}},
+		{"top-k over masked", 3000, 8, 2, kakeya.SamplingOptions{Temperature: 0.9, TopK: 64}, func(i int, x []float32) {
+			for j := range x {
+				if j%100 != i {
+					x[j] = -inf // 30 tokens left, fewer than k
+				}
+			}
+		}},
+		{"top-k 1024, Qwen2.5 vocab", 151936, 2, 4, kakeya.SamplingOptions{Temperature: 1.1, TopK: 1024, TopP: 0.95}, nil},
+		{"top-k 40, Qwen2.5 vocab", 151936, 2, 4, kakeya.SamplingOptions{Temperature: 0.7, TopK: 40, TopP: 0.9, MinP: 0.02}, nil},
+		// Top-p without top-k: the same weights, sums associated otherwise.
+		{"top-p 0.9", 4096, 16, 3, kakeya.SamplingOptions{Temperature: 0.8, TopP: 0.9}, nil},
+		{"top-p 0.01", 4096, 8, 3, kakeya.SamplingOptions{Temperature: 1, TopP: 0.01}, nil},
+		{"top-p, min-p", 5000, 16, 2, kakeya.SamplingOptions{Temperature: 1.2, TopP: 0.5, MinP: 0.1}, nil},
+		{"top-p, top-k at vocab", 300, 8, 2, kakeya.SamplingOptions{Temperature: 1, TopK: 300, TopP: 0.7}, nil},
+		{"top-p flat", 4096, 8, 0.01, kakeya.SamplingOptions{Temperature: 1, TopP: 0.95}, nil},
+		{"top-p ties", 2000, 16, 1, kakeya.SamplingOptions{Temperature: 1, TopP: 0.6}, func(i int, x []float32) {
+			for j := range x {
+				x[j] = float32(r.IntN(4)) // the cut falls inside a group of equal weights
+			}
+		}},
+		{"top-p one token", 1, 4, 1, kakeya.SamplingOptions{Temperature: 1, TopP: 0.5}, nil},
+		{"top-p masked", 3000, 8, 2, kakeya.SamplingOptions{Temperature: 0.9, TopP: 0.8}, func(i int, x []float32) {
+			for j := range x {
+				if j%3 != i%3 {
+					x[j] = -inf
+				}
+			}
+		}},
+		{"top-p 0.95, Qwen2.5 vocab", 151936, 4, 4, kakeya.SamplingOptions{Temperature: 0.7, TopP: 0.95}, nil},
+		{"top-p 0.9 hot, Qwen2.5 vocab", 151936, 2, 2, kakeya.SamplingOptions{Temperature: 1.5, TopP: 0.9, MinP: 0.001}, nil},
 	}
 	boundary := 0
 	for ci, c := range cases {
@@ -108,7 +169,7 @@ func TestDrawMatchesSampler(t *testing.T) {
 				if ids[i] == want[i] {
 					continue
 				}
-				if !atBoundary(row, draws[i], ids[i], want[i]) {
+				if draws[i].TopK > 0 || !atBoundary(row, draws[i], ids[i], want[i]) {
 					t.Errorf("row %d (u %v): device drew %d, the host Sampler %d", i, draws[i].U, ids[i], want[i])
 				} else {
 					boundary++
@@ -124,7 +185,10 @@ func TestDrawMatchesSampler(t *testing.T) {
 
 // atBoundary reports whether the draws a and b of row with d differ only
 // by rounding: the host's float64 walk puts u times the sum within 1e-12
-// of the sum from the cumulative weight at the end of the lower token.
+// of the sum from the cumulative weight at the end of the lower token (in
+// index order; with top-p, in descending weight, or top-p times the sum
+// within 1e-12 of the sum from a cumulative weight, where the cut may
+// fall otherwise).
 func atBoundary(row []float32, d compute.DrawRow, a, b int) bool {
 	maxL := float64(row[pick.ArgMax(row)])
 	inv := 1 / float64(d.Temperature)
@@ -138,12 +202,36 @@ func atBoundary(row []float32, d compute.DrawRow, a, b int) bool {
 		w[i] = float64(v)
 		sum += w[i]
 	}
-	lo := min(a, b)
-	cum := 0.0
-	for i := range lo + 1 {
-		cum += w[i]
+	order := make([]int, len(row))
+	for i := range order {
+		order[i] = i
 	}
-	return math.Abs(cum-d.U*sum) <= 1e-12*sum
+	topP := d.TopP > 0 && d.TopP < 1
+	if topP {
+		slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(w[j], w[i]) })
+	}
+	total, cut := sum, len(order)
+	if topP {
+		cum := 0.0
+		for k, i := range order {
+			cum += w[i]
+			if math.Abs(cum-float64(d.TopP)*sum) <= 1e-12*sum {
+				return true // the cut itself is at a rounding boundary
+			}
+			if cum >= float64(d.TopP)*sum {
+				total, cut = cum, k+1
+				break
+			}
+		}
+	}
+	cum := 0.0
+	for _, i := range order[:cut] {
+		cum += w[i]
+		if i == a || i == b {
+			break
+		}
+	}
+	return math.Abs(cum-d.U*total) <= 1e-12*sum
 }
 
 // At temperature 0 a row's draw is its arg max, in the same launch as
@@ -181,33 +269,57 @@ func TestDrawGreedyRows(t *testing.T) {
 // A non-finite row reports its first NaN or ±Inf as argmax does, and a
 // row of NaN only draws -1.
 func TestDrawNonFinite(t *testing.T) {
-	needKernels(t, "draw_rows")
-	b, _ := newFakeBackend(t, Options{})
+	needKernels(t, "draw_rows", "draw_split")
+	for _, parts := range []int{0, 3} { // one block a row, and three
+		t.Run(fmt.Sprintf("parts %d", parts), func(t *testing.T) {
+			b, _ := newFakeBackend(t, Options{drawParts: parts})
+			drawNonFinite(t, b)
+		})
+	}
+}
+
+func drawNonFinite(t *testing.T, b *Backend) {
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	const cols = 600
-	x := make([]float32, 3*cols)
+	x := make([]float32, 4*cols)
 	for i := range x {
 		x[i] = float32(i%17) / 4
 	}
 	x[123], x[400] = nan, inf
 	for j := range cols {
 		x[cols+j] = nan
+		x[3*cols+j] = -inf
 	}
 	x[2*cols+599] = -inf
-	ids, bad := make([]int, 3), make([]int, 3)
-	d := compute.DrawRow{U: 0.5, Temperature: 1}
-	b.Draw(ids, bad, upload(b, x), cols, []compute.DrawRow{d, d, d})
-	if err := b.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if bad[0] != 123 || bad[1] != 0 || bad[2] != 599 {
-		t.Errorf("first non-finite %v, want [123 0 599]", bad)
-	}
-	if ids[1] != -1 {
-		t.Errorf("a row of NaN only drew %d, want -1", ids[1])
-	}
-	if ids[2] < 0 || ids[2] >= 599 {
-		t.Errorf("a row with a -Inf logit drew %d, want a finite one's", ids[2])
+	for _, d := range []compute.DrawRow{
+		{U: 0.5, Temperature: 1},
+		{U: 0.5, Temperature: 1, TopK: 5},
+		{U: 0.5, Temperature: 1, TopP: 0.9},
+		{U: 0.5, Temperature: 1, TopK: 5, TopP: 0.9, MinP: 0.1},
+	} {
+		ids, bad := make([]int, 4), make([]int, 4)
+		b.Draw(ids, bad, upload(b, x), cols, []compute.DrawRow{d, d, d, d})
+		if err := b.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if bad[0] != 123 || bad[1] != 0 || bad[2] != 599 || bad[3] != 0 {
+			t.Errorf("%+v: first non-finite %v, want [123 0 599 0]", d, bad)
+		}
+		if ids[0] < 0 || ids[0] >= cols {
+			t.Errorf("%+v: a row with NaN and +Inf drew %d", d, ids[0])
+		}
+		if ids[1] != -1 {
+			t.Errorf("%+v: a row of NaN only drew %d, want -1", d, ids[1])
+		}
+		// A -Inf among finite logits, and a row of -Inf only: the host's.
+		var sc pick.Scratch
+		for _, i := range []int{2, 3} {
+			row := slices.Clone(x[i*cols : (i+1)*cols])
+			f := pick.Filter{TopK: int(d.TopK), TopP: d.TopP, MinP: d.MinP}
+			if want := pick.DrawFiltered(row, d.Temperature, f, d.U, &sc); ids[i] != want {
+				t.Errorf("%+v: row %d drew %d, the host %d", d, i, ids[i], want)
+			}
+		}
 	}
 }
 
@@ -229,7 +341,14 @@ func TestDrawOnDevice(t *testing.T) {
 			draws := make([]compute.DrawRow, tokens)
 			for i := range draws {
 				draws[i] = compute.DrawRow{U: r.Float64(), Temperature: 1.3, MinP: 0.01}
+				switch i % 3 { // the same graph draws with each filter
+				case 1:
+					draws[i].TopK, draws[i].TopP = 8, 0.9
+				case 2:
+					draws[i].TopP = 0.7
+				}
 			}
+			var sc pick.Scratch
 			s, err := cpuM.NewSequence()
 			if err != nil {
 				t.Fatal(err)
@@ -242,52 +361,61 @@ func TestDrawOnDevice(t *testing.T) {
 					t.Fatal(err)
 				}
 				d := draws[i]
-				want = append(want, pick.Draw(append([]float32(nil), l...), d.Temperature, d.MinP, d.U))
+				f := pick.Filter{TopK: int(d.TopK), TopP: d.TopP, MinP: d.MinP}
+				want = append(want, pick.DrawFiltered(append([]float32(nil), l...), d.Temperature, f, d.U, &sc))
 				l, err = s.Forward(want[len(want)-1:], false)
 			}
 
-			gpu, f := newFakeBackend(t, Options{})
-			gpu.Launches()
-			m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
-			if !m.DeviceDraw() {
-				t.Fatal("the CUDA backend's model does not draw on the device")
-			}
-			bt, err := m.NewBatch(16)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := m.NewSequence()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Close()
-			items := []model.BatchItem{{Seq: g, IDs: ids, Draw: &draws[0]}}
-			var got []int
-			for i := range tokens {
-				items[0].Draw = &draws[i]
-				before := gpu.Launches()
-				if err := bt.Forward(items); err != nil {
+			// One block a row, and (a row of 3 blocks: draw_split_max
+			// and draw_split, a graph node pair) the split draw.
+			for _, parts := range []int{0, 3} {
+				lastKernel := "draw_rows"
+				if parts > 1 {
+					lastKernel = "draw_split"
+				}
+				gpu, f := newFakeBackend(t, Options{drawParts: parts})
+				gpu.Launches()
+				m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+				if !m.DeviceDraw() {
+					t.Fatal("the CUDA backend's model does not draw on the device")
+				}
+				bt, err := m.NewBatch(16)
+				if err != nil {
 					t.Fatal(err)
 				}
-				st := gpu.Launches().Sub(before)
-				it := items[0]
-				if it.Logits != nil || it.NonFinite != -1 {
-					t.Fatalf("token %d: logits %d values, first non-finite at %d; want none and -1", i, len(it.Logits), it.NonFinite)
+				g, err := m.NewSequence()
+				if err != nil {
+					t.Fatal(err)
 				}
-				if i > 0 && st.CopiesOut != 1 {
-					t.Errorf("decode step %d: %d copies out, want the token's alone", i, st.CopiesOut)
+				defer g.Close()
+				items := []model.BatchItem{{Seq: g, IDs: ids, Draw: &draws[0]}}
+				var got []int
+				for i := range tokens {
+					items[0].Draw = &draws[i]
+					before := gpu.Launches()
+					if err := bt.Forward(items); err != nil {
+						t.Fatal(err)
+					}
+					st := gpu.Launches().Sub(before)
+					it := items[0]
+					if it.Logits != nil || it.NonFinite != -1 {
+						t.Fatalf("token %d: logits %d values, first non-finite at %d; want none and -1", i, len(it.Logits), it.NonFinite)
+					}
+					if i > 0 && st.CopiesOut != 1 {
+						t.Errorf("decode step %d: %d copies out, want the token's alone", i, st.CopiesOut)
+					}
+					if i >= 2 && prompt+i < 16 && (st.Graphs != 1 || st.Kernels != 0) {
+						t.Errorf("decode step %d: %+v, want one graph launch", i, st)
+					}
+					if last := f.launched[len(f.launched)-1]; last != lastKernel {
+						t.Errorf("step %d ends with %s, want the draw", i, last)
+					}
+					got = append(got, it.Token)
+					items[0].IDs = got[len(got)-1:]
 				}
-				if i >= 2 && prompt+i < 16 && (st.Graphs != 1 || st.Kernels != 0) {
-					t.Errorf("decode step %d: %+v, want one graph launch", i, st)
+				if !slices.Equal(got, want) {
+					t.Errorf("drawn tokens on the device %v, the CPU's %v", got, want)
 				}
-				if last := f.launched[len(f.launched)-1]; last != "draw_rows" {
-					t.Errorf("step %d ends with %s, want the draw", i, last)
-				}
-				got = append(got, it.Token)
-				items[0].IDs = got[len(got)-1:]
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("drawn tokens on the device %v, the CPU's %v", got, want)
 			}
 		})
 	}

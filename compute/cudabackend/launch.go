@@ -819,14 +819,40 @@ func argMaxLaunch(out, x Ptr, rows, cols int) Launch {
 
 // drawLaunch sets out (2*rows int32) to each row's drawn token and the
 // index of its first non-finite value, x being rows rows of cols float32
-// and params rows 16-byte draw parameters (compute.DrawRow).
-// Kernel: draw_rows(int *out, const float *x, const kk_draw_row *rows, int cols).
+// and params rows 32-byte draw parameters (compute.DrawRow).
+// Kernel: draw_rows(int *out, float *x, const kk_draw_row *rows, int cols).
 func drawLaunch(out, x, params Ptr, rows, cols int) Launch {
 	positive("draw_rows", rows, cols)
 	int32Of("draw_rows input", rows*cols)
 	p := new(args).ptr(out).ptr(x).ptr(params).i32("cols", cols)
 	return Launch{Kernel: "draw_rows", Grid: Dim3{u32("draw_rows rows", rows), 1, 1}, Block: Dim3{256, 1, 1}, Args: p.b, Params: p.offs}
 }
+
+// drawSplitLaunches are Draw's pair for rows spread over parts blocks of
+// ps tokens each (see drawSplit), kmax the largest top-k below cols the
+// rows may have: draw_split_max, then draw_split, with scratch
+// splitStride(parts, kmax) bytes a row and counts two int32 a row, 0
+// before and after the pair.
+// Kernels: draw_split_max(const float *x, int cols, int ps, char *scratch, int stride, int *counts),
+// draw_split(int *out, float *x, const kk_draw_row *rows, int cols, int ps, char *scratch, int stride, int *counts).
+func drawSplitLaunches(out, x, params, scratch, counts Ptr, rows, cols, parts, ps, kmax int) []Launch {
+	positive("draw_split", rows, cols, parts, ps)
+	int32Of("draw_split input", rows*cols)
+	stride := splitStride(parts, kmax)
+	grid := Dim3{u32("draw_split parts", parts), u32("draw_split rows", rows), 1}
+	m := new(args).ptr(x).i32("cols", cols).i32("part", ps).ptr(scratch).i32("stride", stride).ptr(counts)
+	d := new(args).ptr(out).ptr(x).ptr(params).i32("cols", cols).i32("part", ps).ptr(scratch).i32("stride", stride).ptr(counts)
+	return []Launch{
+		{Kernel: "draw_split_max", Grid: grid, Block: Dim3{256, 1, 1}, Args: m.b, Params: m.offs},
+		{Kernel: "draw_split", Grid: grid, Block: Dim3{256, 1, 1}, Args: d.b, Params: d.offs},
+	}
+}
+
+// splitStride is the bytes of draw_split's scratch per row of parts
+// parts and a top-k of at most kmax: a 32-byte kk_split_head, a 24-byte
+// kk_split_part per part, then each part's top-k candidates and all of
+// them gathered (a key and a token each).
+func splitStride(parts, kmax int) int { return 32 + 24*parts + 16*parts*kmax }
 
 // attnArgs are one attention call over a paged KV layer.
 //

@@ -103,6 +103,15 @@ func TestReportGreedy(t *testing.T) {
 	greedyRows(r, "greedy", goldenShared(t, goldenCases), goldenCases, openGPU(t, Options{MatMul: "f32"}), 128)
 }
 
+// Sampled tokens drawn on the GPU (draw_rows) at Qwen2.5's vocabulary of
+// 151,936 tokens, 1 and 64 rows, with top-p, top-k and top-p, and min-p:
+// the time per draw and per row, and the tokens against the host
+// Sampler's from the same uniforms.
+func TestReportDraw(t *testing.T) {
+	r := newReporter(t, os.Stdout)
+	drawRows(r, "draw", openGPU(t, Options{}), testmodel.Presets["qwen2.5-0.5b"].Vocab, []int{1, 64}, 100*time.Millisecond)
+}
+
 // Gemma 2 and Gemma 3 (tiny presets) on the GPU: logits against the
 // float64 reference past the sliding window, with prefill's products in
 // float32 (exact-gemm), and greedy tokens against the CPU's.

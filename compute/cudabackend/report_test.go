@@ -42,6 +42,7 @@ import (
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
+	"github.com/kakeya-ai/kakeya/pick"
 	"github.com/kakeya-ai/kakeya/tensor"
 )
 
@@ -1454,6 +1455,7 @@ func TestReportFake(t *testing.T) {
 		{name: "stand-in", opts: model.Options{Backend: host}, decTol: 1e-3, preTol: 1e-3, rel: true},
 	})
 	greedyRows(r, "greedy", shared, goldenCases[:1], host, 6)
+	drawRows(r, "draw", gpu, 4096, []int{1, 4}, time.Millisecond)
 	gemmaRows(r, "gemma", host, 12)
 
 	dir := filepath.Join(t.TempDir(), "qwen2")
@@ -1470,13 +1472,18 @@ func TestReportFake(t *testing.T) {
 		caches: []string{"plain"}, contexts: []int{20}, steps: 3, block: 16, weights: "q8_0"}).run()
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 4 attention
-	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 4
-	// Gemma rows, 2 throughput rows, 4 launch rows, a quant and a
-	// quant-throughput row and the device.
-	if len(r.rows) != 1+18+12+3+2+1+4+2+4+2+4 {
+	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 6
+	// draw rows (2 row counts x 3 filters), 4 Gemma rows, 2 throughput
+	// rows, 4 launch rows, a quant and a quant-throughput row and the
+	// device.
+	if len(r.rows) != 1+18+12+3+2+1+6+4+2+4+2+4 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
+	drawn := 0
 	for _, row := range r.rows {
+		if row["step"] == "draw" && row["kernel"] == "draw_rows" && row["filter"] == "top-p 0.9" && row["us_row"] != nil && row["vocab"] == 4096 {
+			drawn++ // the bundle's draw rows, with their time per row
+		}
 		if row["name"] == "qwen2-tiny cublas matmul o_proj" && row["tol"] != 5e-3 {
 			t.Errorf("a TF32 cuBLAS product is held to %v", row["tol"])
 		}
@@ -1485,6 +1492,9 @@ func TestReportFake(t *testing.T) {
 		if row["kernel"] == "attention" && row["cache"] == "bf16" && row["bytes"] != int64(20*2*16*2*2+2*14*16*4) {
 			t.Errorf("attention over bf16 blocks reads %v bytes", row["bytes"])
 		}
+	}
+	if drawn != 2 {
+		t.Errorf("%d draw rows with top-p, want 2 (1 and 4 rows)", drawn)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	b, err := os.ReadFile(r.json)
@@ -1622,6 +1632,82 @@ func (k *kernelBench) gemmRows(ns []int) {
 					"predicted_us": float64(here) / 1e3, "predicted_h100_us": float64(h100) / 1e3, "predicted_h200_us": float64(h200) / 1e3,
 				})
 			}
+		}
+	}
+}
+
+// drawRows reports draw_rows (compute.Draw) over rows of vocab logits,
+// for each n of ns rows: at temperature 0.7 with top-p 0.9, with top-k 40
+// and top-p 0.95, and with min-p 0.05 alone (no sort, one walk), each
+// timed per Draw (the launch, the kernel and the 8 bytes a row read back,
+// waited for) and per row, and checked against the host Sampler's draw
+// (pick.DrawFiltered) from the same uniforms: a token may differ only at a
+// float64 rounding boundary (atBoundary, counted; top-k never). A top-p
+// draw overwrites its rows with their weights, so its repetitions draw
+// over the first one's weights: the same passes over the row.
+func drawRows(r *reporter, step string, b *Backend, vocab int, ns []int, timing time.Duration) {
+	settings := []struct {
+		label string
+		d     compute.DrawRow
+	}{
+		{"top-p 0.9", compute.DrawRow{Temperature: 0.7, TopP: 0.9}},
+		{"top-k 40, top-p 0.95", compute.DrawRow{Temperature: 0.7, TopK: 40, TopP: 0.95}},
+		{"min-p 0.05", compute.DrawRow{Temperature: 0.7, MinP: 0.05}},
+	}
+	var sc pick.Scratch
+	for _, n := range ns {
+		x := randNormal(seedOf(fmt.Sprintf("draw %d", n)), n*vocab)
+		for i := range x {
+			x[i] *= 2.5 // logits' spread: a few likely tokens, a long tail
+		}
+		for _, s := range settings {
+			label := fmt.Sprintf("draw %d rows of %d, %s", n, vocab, s.label)
+			if r.left() <= 0 {
+				r.row(step, label, statusSkip, "out of the time budget", nil)
+				continue
+			}
+			u := rand.New(rand.NewPCG(seedOf(label), 1))
+			rows := make([]compute.DrawRow, n)
+			for i := range rows {
+				rows[i] = s.d
+				rows[i].U = u.Float64()
+			}
+			ids, bad := make([]int, n), make([]int, n)
+			xb := upload(b, x)
+			b.Draw(ids, bad, xb, vocab, rows)
+			wrong, boundary := 0, 0
+			for i := range n {
+				row := x[i*vocab : (i+1)*vocab]
+				d := rows[i]
+				f := pick.Filter{TopK: int(d.TopK), TopP: d.TopP, MinP: d.MinP}
+				want := pick.DrawFiltered(slices.Clone(row), d.Temperature, f, d.U, &sc)
+				switch {
+				case ids[i] == want && bad[i] == -1:
+				case d.TopK == 0 && bad[i] == -1 && atBoundary(row, d, ids[i], want):
+					boundary++
+				default:
+					wrong++
+				}
+			}
+			draw := func() { b.Draw(ids, bad, xb, vocab, rows) }
+			draw()
+			t0 := time.Now()
+			draw()
+			reps := int(min(1000, max(1, timing/max(time.Since(t0), time.Microsecond))))
+			t0 = time.Now()
+			for range reps {
+				draw()
+			}
+			per := time.Since(t0) / time.Duration(reps)
+			if err := b.Err(); err != nil {
+				r.row(step, label, statusFail, err.Error(), nil)
+				return
+			}
+			r.row(step, label, status(wrong == 0), fmt.Sprintf("%s a draw, %s a row (8 bytes a row read back, not %d KB); %d of %d tokens the host Sampler's, %d more at a rounding boundary",
+				fmtDur(per), fmtDur(per/time.Duration(n)), 4*vocab/1000, n-wrong-boundary, n, boundary), map[string]any{
+				"kernel": "draw_rows", "vocab": vocab, "rows": n, "filter": s.label, "reps": reps,
+				"us": float64(per) / 1e3, "us_row": float64(per) / 1e3 / float64(n), "wrong": wrong, "boundary": boundary,
+			})
 		}
 	}
 }

@@ -19,6 +19,8 @@
 #   cpu-generate     cpu     30  kakeya-run --device cpu, greedy (the reference text)
 #   golden           gpu     45  CUDA logits vs the golden files
 #   greedy           gpu     45  greedy tokens on CUDA = on the CPU, token for token
+#   draw             gpu     20  draw_rows at 151,936 tokens, 1 and 64 rows, top-p / top-k + top-p / min-p:
+#                                time per draw and per row, tokens = the host Sampler's
 #   gemma            gpu     30  Gemma 2/3 tiny: CUDA logits vs the float64 reference past the window, greedy vs CPU
 #   generate         gpu     30  kakeya-run --device cuda = --device cpu, byte for byte
 #   kernels          gpu     80  every kernel at Qwen2.5 0.5B/1.5B/7B shapes vs references
@@ -33,7 +35,7 @@
 #   quant-0.5b       gpu     40  prefill/decode tok/s quantized on load (q4_k, q8_0), plain cache, ctx 512
 #   serve-0.5b       gpu     60  kakeya-bench --concurrency 1,16,64,256, plain/int8/kakeya preset
 #   sample-0.5b      gpu     30  the same at temperature 1 (the OpenAI API's default), plain, 1 and 64:
-#                                each step's logits read back and sampled on the host
+#                                each step's tokens drawn on the device (draw_rows)
 #   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
 #   model-7b         gpu     60  then throughput-7b (gpu, 60), profile-7b (gpu, 30), serve-7b (gpu, 75),
@@ -221,7 +223,7 @@ if [[ ${1:-} == __step ]]; then
 		case $name in
 		serve-*) args=(--concurrency "${KAKEYA_SERVE_CONCURRENCY:-1,16,64,256}" --prompt-len 128 --gen 32 --kv-memory 16G) ;;
 		# sample-SIZE: requests that sample at temperature 1 (no top-k or
-		# top-p), so each step reads every row's logits back to the host.
+		# top-p), each step's tokens drawn on the device (draw_rows).
 		sample-*) args=(--concurrency "${KAKEYA_SAMPLE_CONCURRENCY:-1,64}" --prompt-len 128 --gen 32 --temperature 1 --kv-memory 16G) ;;
 		kvbound-*) args=(--concurrency 48 --prompt-len 2016 --gen "${KAKEYA_KVBOUND_GEN:-256}" --kv-memory 1792M) ;;
 		esac
@@ -465,6 +467,7 @@ step cpu-golden cpu 30 bash -c 'gotest TestReportCPUGolden'
 step cpu-generate cpu 30 bash "$SELF" __step cpu-generate
 step golden gpu 45 bash -c 'gotest TestReportGolden'
 step greedy gpu 45 bash -c 'gotest TestReportGreedy'
+step draw gpu 20 bash -c 'gotest TestReportDraw'
 step gemma gpu 30 bash -c 'gotest TestReportGemma'
 step generate gpu 30 bash "$SELF" __step generate
 step kernels gpu 80 bash -c 'gotest TestReportKernels'

@@ -16,7 +16,9 @@
 // enc_pc: full KV blocks encoded as codec.Int8, codec.Int4 and
 // codec.KakeyaPC do, header and CRC included), sample.cu (argmax, the
 // greedy token on the device) and draw.cu (draw_rows, a sampled token on
-// the device from the host's uniform, as the host Sampler draws it).
+// the device from the host's uniform, as the host Sampler draws it, with
+// top-k, top-p and min-p; draw_split_max and draw_split, the same with a
+// row over several blocks).
 // They use only what prelude.cuh declares. For the device, clang compiles
 // them to PTX without the CUDA SDK (make ptx; the PTX is committed as
 // kernels_sm80.ptx and embedded here; compute/cudabackend's launch.go
