@@ -103,7 +103,10 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 				if err := gpu.Err(); err != nil {
 					t.Fatal(err)
 				}
-				ks := f.launched[before:]
+				// The block tables' updates (copy_runs: the device ran
+				// work before, so they go through the step parameters)
+				// precede the attention launch.
+				ks := withoutKernel(f.launched[before:], "copy_runs")
 				if len(ks) == 0 || ks[0] != c.kernel || len(ks) > 2 || len(ks) == 2 && ks[1] != "attn_combine" {
 					t.Fatalf("launched %v, want %s (and attn_combine)", ks, c.kernel)
 				}

@@ -110,6 +110,9 @@ func (b *Backend) flushQueue() {
 			}
 		}
 	}
+	if len(b.enc.queued) > 0 {
+		b.releaseQueued() // after the encoders that read the hot slots
+	}
 	b.step.n, b.step.up = 0, 0
 	b.step.gen++
 }
@@ -131,4 +134,55 @@ func (b *Backend) stepSlots(recs []byte) Ptr {
 	s.n += k - 1
 	copy(s.host[int(first-s.dev):], recs)
 	return first
+}
+
+// copySpan is bytes to copy to dst through the step parameters
+// (stageCopies): a whole number of 32-bit words, dst aligned to 4 bytes.
+type copySpan struct {
+	dst Ptr
+	src []byte
+}
+
+// stageCopies queues the copies of spans through the step parameters: a
+// 16-byte record per span (its destination, then its word count and the
+// offset of its words, as copy_runs reads them) and then the spans' bytes
+// go into the next slots, and one copy_runs launch joins the queue. The
+// bytes reach the device with the step's other slots, in the one copy made
+// when the queue goes to the driver, and land in stream order: after the
+// launches queued before, before those queued after. So a table rewritten
+// while the device runs launched work costs the host no synchronous copy,
+// which would wait for that work. It returns false, having queued nothing,
+// where the step parameters cannot take the spans (off, full, their memory
+// not had): the caller copies them itself. Called with mu held, nothing
+// held back and no deferred cache write (the launch joins the queue as
+// is, right after its slots).
+func (b *Backend) stageCopies(spans []copySpan) bool {
+	if len(spans) == 0 || b.noStep || b.err != nil {
+		return len(spans) == 0
+	}
+	size := stepSlotBytes * len(spans)
+	for _, sp := range spans {
+		size += roundUp(len(sp.src), stepSlotBytes)
+	}
+	if b.step.n+size/stepSlotBytes > maxStepSlots {
+		return false
+	}
+	recs := make([]byte, size)
+	off := stepSlotBytes * len(spans)
+	for i, sp := range spans {
+		if len(sp.src)%4 != 0 || sp.dst%4 != 0 {
+			panic(fmt.Sprintf("cuda: staged copy of %d bytes to %#x: not whole aligned words", len(sp.src), uint64(sp.dst)))
+		}
+		binary.LittleEndian.PutUint64(recs[stepSlotBytes*i:], uint64(sp.dst))
+		binary.LittleEndian.PutUint64(recs[stepSlotBytes*i+8:], uint64(len(sp.src)/4)|uint64(off/4)<<32)
+		copy(recs[off:], sp.src)
+		off += roundUp(len(sp.src), stepSlotBytes)
+	}
+	runs := b.stepSlots(recs)
+	if runs == 0 {
+		return false
+	}
+	b.gen++
+	b.queue = append(b.queue, copyRunsLaunch(runs, len(spans)))
+	return true
 }

@@ -277,6 +277,7 @@ func (s *store) Read(dst []float32, p compute.Part) error {
 func (b *Backend) copyOut(dst []byte, p Ptr) error {
 	b.flush()
 	b.fail(b.drv.copyOut(dst, p))
+	b.busy = false
 	if b.err == nil {
 		b.freePending()
 	}
