@@ -135,10 +135,19 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	if t.pc {
 		args.KPTab, args.VPTab = t.dev+Ptr(24*len(t.k)), t.dev+Ptr(32*len(t.k))
 	}
-	// Prefill on the tensor cores where the kernel reads every part.
-	if prefillAttention(n, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec) {
-		b.enqueue(prefillLaunch(args), true)
-		return b.err
+	// Prefill on the tensor cores where the kernel reads every part, once
+	// kakeya_pc parts are decoded for the call where that pays and
+	// kakeya_pc_ec parts always (pconce.go): no tensor-core kernel reads
+	// those.
+	if prefillAttention(n, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, false) {
+		unpacked := t.pc && b.unpackPC(&args, t, a.firstBlock(start), blocks, t.pcec)
+		if b.err != nil {
+			return b.err
+		}
+		if unpacked || !t.pcec {
+			b.enqueue(prefillLaunch(args), true)
+			return b.err
+		}
 	}
 	if need := attentionScratch(args); need > a.scratchN {
 		if a.scratch != 0 {

@@ -153,6 +153,11 @@ type Backend struct {
 
 	batch batchState // AttendBatch's directories and scratch
 	enc   encBatch   // EncodeParts' jobs and their device tables
+	// unpack is pc_unpack's scratch (pconce.go); pcOnce chooses when
+	// prefill decodes kakeya_pc parts once (pcOnceModel, or in tests
+	// pcOnceAlways or pcOnceNever).
+	unpack pcUnpack
+	pcOnce int
 
 	heldPos  []int  // the held norm_qkv's positions of several sequences' rows
 	posBytes []byte // and as step parameter slots

@@ -38,6 +38,7 @@ type stepParams struct {
 	n, up int
 	dev   Ptr
 	gen   uint64 // starts of a step's slots so far (flushQueue)
+	stage []byte // stageCopies' scratch
 }
 
 // stepSlot writes tab, row and start to the next slot and returns its
@@ -167,7 +168,9 @@ func (b *Backend) stageCopies(spans []copySpan) bool {
 	if b.step.n+size/stepSlotBytes > maxStepSlots {
 		return false
 	}
-	recs := make([]byte, size)
+	recs := grow(b.step.stage, size)
+	b.step.stage = recs
+	clear(recs)
 	off := stepSlotBytes * len(spans)
 	for i, sp := range spans {
 		if len(sp.src)%4 != 0 || sp.dst%4 != 0 {

@@ -143,3 +143,27 @@ func TestPCStepsHostWaits(t *testing.T) {
 		t.Errorf("kakeya-pc: the path before waited %d times in the step that fills a block: the test no longer tells the paths apart", pc[1].fill.Waits())
 	}
 }
+
+// The decode-once model: pc_unpack where the _pc kernel's row tiles would
+// decode the call's kakeya_pc blocks twice as often or more.
+func TestPCUnpackPays(t *testing.T) {
+	for _, c := range []struct {
+		name                               string
+		pcBlock                            []bool
+		first, n, start, group, window, bs int
+		want                               bool
+	}{
+		{"no kakeya-pc block", []bool{false, false}, 0, 128, 0, 7, 0, 64, false},
+		{"one row tile", []bool{true, true, false}, 0, 9, 128, 7, 0, 64, false},  // 63 rows: one tile
+		{"two row tiles", []bool{true, true, false}, 0, 10, 128, 7, 0, 64, true}, // 70 rows
+		{"7B prefill 512", []bool{true, true, true, true, true, true, true, false}, 0, 512, 0, 7, 0, 64, true},
+		{"causal: later blocks unseen", []bool{false, false, true}, 0, 20, 100, 4, 0, 64, false}, // block 2 starts at 128
+		{"decode rows", []bool{true}, 0, 2, 64, 7, 0, 64, false},
+		{"window past the blocks", []bool{true, false, false}, 0, 64, 128, 4, 16, 64, false},
+		{"window over them", []bool{false, true, false}, 1, 64, 128, 4, 100, 64, true},
+	} {
+		if got := pcUnpackPays(c.pcBlock, c.first, c.n, c.start, c.group, c.window, c.bs); got != c.want {
+			t.Errorf("%s: pc_unpack pays %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -196,7 +196,7 @@ const Entry kernels[] = {
     KK_ENTRY(to_bf16), KK_ENTRY(to_f16_rows), KK_ENTRY(scale_rows), KK_ENTRY(gemm_bf16), KK_ENTRY(gemm_f16),
     KK_ENTRY(attn_prefill_d64), KK_ENTRY(attn_prefill_batch_d64), KK_ENTRY(attn_prefill_d128),
     KK_ENTRY(attn_prefill_batch_d128), KK_ENTRY(attn_prefill_pc_d64), KK_ENTRY(attn_prefill_batch_pc_d64),
-    KK_ENTRY(attn_prefill_pc_d128), KK_ENTRY(attn_prefill_batch_pc_d128),
+    KK_ENTRY(attn_prefill_pc_d128), KK_ENTRY(attn_prefill_batch_pc_d128), KK_ENTRY(pc_unpack),
     KK_ENTRY(quant_x_q8_0), KK_ENTRY(quant_x_q8_k),
     KK_ENTRY(matvec_q8_q8_0), KK_ENTRY(matmul_q_q8_0), KK_ENTRY(embed_q_q8_0), KK_ENTRY(dequant_q_q8_0),
     KK_ENTRY(matvec_q8_q4_0), KK_ENTRY(matmul_q_q4_0), KK_ENTRY(embed_q_q4_0), KK_ENTRY(dequant_q_q4_0),
