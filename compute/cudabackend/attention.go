@@ -280,7 +280,7 @@ func (a *attention) table(kv compute.KVLayer, first, blocks int) (*blockTable, e
 		return t, nil
 	}
 	all := bytesOf(t.host)[:40*n+4*n]
-	if b.busy {
+	if b.busy && !b.asyncCopies() {
 		// The device may still run launched work, which a synchronous
 		// copy would wait for (a prefill's layers, a decode step that
 		// encodes a block): the changed entries of each array go
@@ -308,10 +308,9 @@ func (a *attention) table(kv compute.KVLayer, first, blocks int) (*blockTable, e
 	// format: a copy costs the driver call more than its bytes. Where
 	// nothing was launched since the last host wait (a decode step's
 	// first tables), it waits for nothing.
-	if err := b.drv.copyIn(t.dev+Ptr(8*lo), all[8*lo:40*n+4*hi]); err != nil {
+	if err := b.copyInNoWait(t.dev+Ptr(8*lo), all[8*lo:40*n+4*hi]); err != nil {
 		b.fail(err)
 		return nil, err
 	}
-	b.busy = false
 	return t, nil
 }

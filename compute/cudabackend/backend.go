@@ -129,6 +129,9 @@ type Backend struct {
 	// parameters (stageCopies). Cleared only at the main waits; a stale
 	// true costs a staged copy, never correctness.
 	busy bool
+	// stage is the page-locked memory copies in that must not wait go
+	// through (copyInNoWait).
+	stage hostStage
 
 	live       map[Ptr]int // device allocations and their sizes in bytes
 	used, peak int64       // bytes of live, and its high-water mark
@@ -303,6 +306,9 @@ func (b *Backend) Close() error {
 	}
 	b.flush()
 	b.fail(b.drv.sync())
+	if b.err == nil {
+		b.waited()
+	}
 	if b.graphs != nil {
 		b.fail(b.graphs.destroy(b.drv))
 	}
@@ -359,6 +365,7 @@ func (b *Backend) allocRaw(bytes int) (Ptr, error) {
 		if b.fail(b.drv.sync()); b.err != nil {
 			return 0, b.err
 		}
+		b.waited()
 		runtime.GC()
 		for pause := time.Millisecond; ; pause *= 2 {
 			b.freePending()
@@ -565,7 +572,9 @@ func (b *Backend) read(dst []float32, p Ptr) {
 	if b.err == nil {
 		b.flush()
 		b.fail(b.drv.copyOut(bytesOf(dst), p))
-		b.busy = false
+		if b.err == nil {
+			b.waited()
+		}
 		if b.err == nil {
 			b.freePending() // the stream is idle
 		}
@@ -773,7 +782,7 @@ func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 		}
 		b.idsDev, b.idsCap = p, max(len(ids), 64)
 	}
-	if err := b.drv.copyIn(b.idsDev, bytesOf(b.ids)); err != nil {
+	if err := b.copyInNoWait(b.idsDev, bytesOf(b.ids)); err != nil {
 		b.fail(err)
 		return
 	}

@@ -279,7 +279,7 @@ func (b *Backend) seqDirUpdate(dir *seqDir, entries []uint64) error {
 	if dir.queued == b.epoch && len(b.queue) > 0 {
 		b.flush() // a queued launch reads the entries as they are
 	}
-	return b.drv.copyIn(dir.dev+Ptr(8*lo), bytesOf(entries[lo:hi]))
+	return b.copyInNoWait(dir.dev+Ptr(8*lo), bytesOf(entries[lo:hi]))
 }
 
 // passRecords copies the pass records to a device array of their own (the
@@ -297,7 +297,7 @@ func (b *Backend) passRecords(st *batchState) (Ptr, error) {
 		}
 		st.recDev, st.recCap = p, max(n, 16)
 	}
-	return st.recDev, b.drv.copyIn(st.recDev, st.recs)
+	return st.recDev, b.copyInNoWait(st.recDev, st.recs)
 }
 
 // writeRun is one run of block-store writes for queueWrites: n parts

@@ -378,7 +378,7 @@ func (b *Backend) emitEncodes() {
 		}
 		// Launched encoders read the table before this copy lands: the
 		// stream orders them.
-		if err := b.drv.copyIn(eb.tab, bytesOf(host)); err != nil {
+		if err := b.copyInNoWait(eb.tab, bytesOf(host)); err != nil {
 			b.fail(err)
 			return
 		}

@@ -56,7 +56,9 @@ func (b *Backend) readPicks(ids, bad []int) {
 	if b.err == nil {
 		b.flush()
 		b.fail(b.drv.copyOut(bytesOf(picks), b.pickDev))
-		b.busy = false
+		if b.err == nil {
+			b.waited()
+		}
 		if b.err == nil {
 			b.freePending() // the stream is idle
 		}

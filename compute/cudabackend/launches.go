@@ -16,7 +16,11 @@ type LaunchStats struct {
 	// CopiesIn and CopiesOut are host-to-device and device-to-host copies;
 	// each copy out waits for the stream, as does each Syncs.
 	CopiesIn, CopiesOut, Syncs int64
-	// CopiesInBehind counts the copies in made while launched work was
+	// CopiesInAsync counts the copies in among CopiesIn made
+	// asynchronously, from the backend's page-locked staging memory: they
+	// wait for nothing.
+	CopiesInAsync int64
+	// CopiesInBehind counts the synchronous copies in made while launched work was
 	// outstanding (a kernel or graph launched since the last copy or
 	// sync): each is a host wait on a GPU, since a synchronous copy from
 	// pageable memory (cuMemcpyHtoD) waits for the stream's work before
@@ -37,7 +41,7 @@ func (s LaunchStats) Sub(t LaunchStats) LaunchStats {
 	return LaunchStats{
 		Kernels: s.Kernels - t.Kernels, Graphs: s.Graphs - t.Graphs, GraphKernels: s.GraphKernels - t.GraphKernels,
 		Captures: s.Captures - t.Captures, CopiesIn: s.CopiesIn - t.CopiesIn, CopiesOut: s.CopiesOut - t.CopiesOut, Syncs: s.Syncs - t.Syncs,
-		CopiesInBehind: s.CopiesInBehind - t.CopiesInBehind,
+		CopiesInBehind: s.CopiesInBehind - t.CopiesInBehind, CopiesInAsync: s.CopiesInAsync - t.CopiesInAsync,
 	}
 }
 
@@ -123,6 +127,11 @@ func (c *launchCounter) copyIn(dst Ptr, src []byte) error {
 		c.busy = false // the copy waited for the stream
 	})
 	return c.driver.copyIn(dst, src)
+}
+
+func (c *launchCounter) copyInAsync(dst Ptr, src []byte) error {
+	c.add(func(n *LaunchStats) { n.CopiesIn++; n.CopiesInAsync++ })
+	return c.driver.copyInAsync(dst, src)
 }
 
 func (c *launchCounter) copyOut(dst []byte, src Ptr) error {

@@ -90,7 +90,7 @@ func stepStart(p Ptr) Ptr { return p + 12 }
 func (b *Backend) uploadStep() {
 	s := &b.step
 	if s.up < s.n {
-		b.fail(b.drv.copyIn(s.dev+Ptr(s.up*stepSlotBytes), s.host[s.up*stepSlotBytes:s.n*stepSlotBytes]))
+		b.fail(b.copyInNoWait(s.dev+Ptr(s.up*stepSlotBytes), s.host[s.up*stepSlotBytes:s.n*stepSlotBytes]))
 		s.up = s.n
 	}
 }
@@ -188,4 +188,74 @@ func (b *Backend) stageCopies(spans []copySpan) bool {
 	b.gen++
 	b.queue = append(b.queue, copyRunsLaunch(runs, len(spans)))
 	return true
+}
+
+// stageBytes is the backend's page-locked staging memory for copies in
+// that do not wait (copyInNoWait); a copy of more than half of it is
+// made synchronously.
+const stageBytes = 4 << 20
+
+// hostStage is the page-locked staging memory copies in go through so
+// that they wait for nothing (cuMemcpyHtoDAsync): filled from off on, and
+// reused from its start only after a host wait (a copy back or a sync),
+// once the stream has passed every copy from it. Guarded by Backend.mu.
+type hostStage struct {
+	buf  []byte
+	off  int
+	none bool // the driver has none: copies in are synchronous
+	size int  // bytes to get, stageBytes if 0 (tests make it small)
+}
+
+// asyncCopies reports whether copyInNoWait copies without waiting,
+// getting the staging memory on its first call. Called with mu held.
+func (b *Backend) asyncCopies() bool {
+	st := &b.stage
+	if st.buf == nil && !st.none {
+		size := st.size
+		if size == 0 {
+			size = stageBytes
+		}
+		buf, err := b.drv.hostStage(size)
+		st.buf, st.none = buf, err != nil
+	}
+	return !st.none
+}
+
+// copyInNoWait copies src to dst in stream order, as copyIn, but without
+// waiting for the work queued before it where the driver has page-locked
+// memory (asyncCopies): src goes into the staging memory and
+// copyInAsync copies it from there. The staging memory is reused only
+// after a host wait (waited); when it is full the backend waits for the
+// stream once (a sync) to reuse it. Called with mu held.
+func (b *Backend) copyInNoWait(dst Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	st := &b.stage
+	n := roundUp(len(src), 16)
+	if !b.asyncCopies() || n > len(st.buf)/2 {
+		err := b.drv.copyIn(dst, src)
+		if err == nil {
+			b.busy = false // it waited for the stream
+		}
+		return err
+	}
+	if st.off+n > len(st.buf) {
+		if err := b.drv.sync(); err != nil {
+			return err
+		}
+		b.waited()
+	}
+	buf := st.buf[st.off : st.off+len(src) : st.off+len(src)]
+	copy(buf, src)
+	st.off += n
+	return b.drv.copyInAsync(dst, buf)
+}
+
+// waited records a host wait that the stream passed everything queued
+// before it: launched work is done, and the staging memory is free again.
+// Called with mu held, after a successful copy back or sync.
+func (b *Backend) waited() {
+	b.busy = false
+	b.stage.off = 0
 }
