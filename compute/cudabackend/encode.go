@@ -363,6 +363,9 @@ func (b *Backend) emitEncodes() {
 	tab := b.stepSlots(bytesOf(host))
 	queued = tab != 0
 	if !queued {
+		// Launched at once: the queued launches (a held norm_qkv that
+		// wrote the parts' last rows among them) go first.
+		b.flushQueue()
 		if n := 4 * len(jobs); n > eb.tabN {
 			if eb.tab != 0 {
 				b.freeLater(eb.tab)
