@@ -138,8 +138,17 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 		}
 		tc = prefillAttention(maxN, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec)
 	}
+	var ctabs []Ptr
+	var unpacks []Launch
 	if tc {
 		rowsPer = prefillRows
+		// Prefill passes' kakeya_pc parts decoded once where that pays
+		// (pconce.go): their entries then point at the call tables.
+		var err error
+		if ctabs, unpacks, err = b.batchUnpack(passes); err != nil {
+			b.fail(err)
+			return err
+		}
 	}
 	entries := slices.Grow(st.entries[:0], 8*len(passes))[:8*len(passes)]
 	st.entries = entries
@@ -163,8 +172,14 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 			e[4], e[5] = uint64(t.dev)+uint64(24*n), uint64(t.dev)+uint64(32*n)
 		}
 		e[6], e[7] = uint64(t.kprm), uint64(t.vprm)
+		pc := t.pc
+		if ctabs != nil && ctabs[i] != 0 {
+			c := ctabs[i]
+			e[0], e[1], e[2], e[4], e[5] = uint64(c), uint64(c)+uint64(8*n), uint64(c)+uint64(16*n), 0, 0
+			pc = false
+		}
 		args.Pre = args.Pre || t.pre
-		args.PC = args.PC || t.pc
+		args.PC = args.PC || pc
 		st.recs = binary.LittleEndian.AppendUint32(st.recs, uint32(int32Of("attention rows", row)))
 		st.recs = binary.LittleEndian.AppendUint32(st.recs, uint32(int32(ps.N)))
 		st.recs = binary.LittleEndian.AppendUint32(st.recs, uint32(int32(ps.Start)))
@@ -212,6 +227,13 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 	}
 	if b.err != nil {
 		return b.err
+	}
+	// The decodes go before the attention launch, which reads their
+	// tables (appended as they are: no flush between the records' slot
+	// and the launch).
+	for _, l := range unpacks {
+		b.gen++
+		b.queue = append(b.queue, l)
 	}
 	dynamic := false
 	if st.lastSlot != 0 && st.lastGen == b.step.gen && string(st.lastRecs) == string(st.recs) {

@@ -16,7 +16,11 @@ package cudabackend
 // cores rather than on attn_split_pc, the float32 split kernel that
 // decodes every key tile's stream in each split.
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kakeya-ai/kakeya/compute"
+)
 
 // Settings of Backend.pcOnce, which chooses how prefill reads kakeya_pc
 // parts: by pcUnpackPays (the default), or always or never by pc_unpack
@@ -32,8 +36,12 @@ const (
 // stream runs the calls one after another.
 type pcUnpack struct {
 	rows, tab   Ptr
-	rowsN, tabN int    // bytes
-	pcBlock     []bool // unpackPC's scratch
+	rowsN, tabN int // bytes
+	// unpackPays' and batchUnpack's scratch.
+	pcBlock  []bool
+	ctabs    []Ptr
+	launches []Launch
+	regions  []int
 }
 
 // pcUnpackPays reports whether decoding a prefill call's kakeya_pc parts
@@ -81,20 +89,9 @@ func (b *Backend) unpackPC(a *attnArgs, t *blockTable, first, blocks int, ec boo
 	if ec {
 		return b.runUnpack(a, t, first, blocks)
 	}
-	kv := a.KVHeads
-	e0, e1 := first*kv, blocks*kv
-	if b.pcOnce == pcOnceModel {
-		pcBlock := grow(b.unpack.pcBlock, blocks-first)
-		b.unpack.pcBlock = pcBlock
-		clear(pcBlock)
-		for e := e0; e < e1; e++ {
-			if t.kp[e] != 0 || t.vp[e] != 0 {
-				pcBlock[e/kv-first] = true
-			}
-		}
-		if !pcUnpackPays(pcBlock, first, a.N, a.Start, a.Heads/kv, a.Window, a.BlockSize) {
-			return false
-		}
+	p := compute.AttentionParams{Heads: a.Heads, KVHeads: a.KVHeads, Window: a.Window, BlockSize: a.BlockSize}
+	if b.pcOnce == pcOnceModel && !b.unpackPays(t, first, blocks, a.N, a.Start, p) {
+		return false
 	}
 	return b.runUnpack(a, t, first, blocks)
 }
@@ -141,4 +138,84 @@ func pcUnpackLaunch(ctab, ktab, vtab, fmts, kptab, vptab, scratch Ptr, e0, entri
 		Shared: uint32(4 * 32 * (d + 1)),
 		Args:   a.b, Params: a.offs,
 	}
+}
+
+// batchUnpack plans pc_unpack for a batched step on the tensor cores: a
+// pass whose table holds kakeya_pc parts (and no entropy-coded ones,
+// which keep such a step off the tensor cores) and whose rows make
+// decoding them once pay (pcUnpackPays, or Backend.pcOnce) gets a region
+// of the scratch and a call table. It returns each pass's call table (0:
+// the pass reads its own table) and the pc_unpack launches, which must
+// run before the attention launch. Called with mu held, the passes'
+// tables up to date.
+func (b *Backend) batchUnpack(passes []compute.AttentionPass) ([]Ptr, []Launch, error) {
+	u := &b.unpack
+	u.ctabs = grow(u.ctabs, len(passes))
+	clear(u.ctabs)
+	u.launches = u.launches[:0]
+	if b.pcOnce == pcOnceNever {
+		return u.ctabs, nil, nil
+	}
+	type region struct{ rows, tab int } // byte offsets
+	at := region{}
+	regions := u.regions[:0]
+	for i := range passes {
+		ps := &passes[i]
+		a := ps.Attention.(*attention)
+		t := a.tables[ps.KV]
+		p := a.p
+		first, blocks := a.firstBlock(ps.Start), ceilDiv(ps.Start+ps.N, p.BlockSize)
+		if t == nil || !t.pc || t.pcec || !b.unpackPays(t, first, blocks, ps.N, ps.Start, p) {
+			regions = append(regions, -1, -1)
+			continue
+		}
+		regions = append(regions, at.rows, at.tab)
+		at.rows += roundUp((blocks-first)*p.KVHeads*2*p.BlockSize*p.HeadDim*2, encAlign)
+		at.tab += roundUp(len(t.k)*(8+8+4), 16)
+	}
+	u.regions = regions
+	if at.rows == 0 {
+		return u.ctabs, nil, nil
+	}
+	if err := b.growScratch(&u.rows, &u.rowsN, at.rows); err != nil {
+		return nil, nil, fmt.Errorf("cuda: kakeya-pc batched prefill scratch: %w", err)
+	}
+	if err := b.growScratch(&u.tab, &u.tabN, at.tab); err != nil {
+		return nil, nil, fmt.Errorf("cuda: kakeya-pc batched prefill tables: %w", err)
+	}
+	for i := range passes {
+		if regions[2*i] < 0 {
+			continue
+		}
+		ps := &passes[i]
+		a := ps.Attention.(*attention)
+		t, p := a.tables[ps.KV], a.p
+		n := len(t.k)
+		e0, e1 := a.firstBlock(ps.Start)*p.KVHeads, ceilDiv(ps.Start+ps.N, p.BlockSize)*p.KVHeads
+		ctab := u.tab + Ptr(regions[2*i+1])
+		u.ctabs[i] = ctab
+		u.launches = append(u.launches, pcUnpackLaunch(ctab, t.dev, t.dev+Ptr(8*n), t.dev+Ptr(40*n), t.dev+Ptr(24*n), t.dev+Ptr(32*n),
+			u.rows+Ptr(regions[2*i]), e0, e1-e0, n, p.BlockSize, p.HeadDim))
+	}
+	return u.ctabs, u.launches, nil
+}
+
+// unpackPays reports whether a call of n queries from position start over
+// blocks first..blocks-1 of t decodes its kakeya_pc parts once: always
+// under pcOnceAlways, else where pcUnpackPays says so. Called with mu
+// held.
+func (b *Backend) unpackPays(t *blockTable, first, blocks, n, start int, p compute.AttentionParams) bool {
+	if b.pcOnce == pcOnceAlways {
+		return true
+	}
+	kv := p.KVHeads
+	pcBlock := grow(b.unpack.pcBlock, blocks-first)
+	b.unpack.pcBlock = pcBlock
+	clear(pcBlock)
+	for e := first * kv; e < blocks*kv; e++ {
+		if t.kp[e] != 0 || t.vp[e] != 0 {
+			pcBlock[e/kv-first] = true
+		}
+	}
+	return pcUnpackPays(pcBlock, first, n, start, p.Heads/kv, p.Window, p.BlockSize)
 }

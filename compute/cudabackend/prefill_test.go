@@ -154,30 +154,56 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 			if k, ok := strings.CutPrefix(c.kernel, "attn_split"); ok {
 				batchKernel = "attn_batch" + k
 			}
-			for _, rotate := range []bool{false, true} {
-				in := qrd
-				if rotate {
-					in = qd
-				}
-				out := gpu.Alloc(rows * row)
-				before := len(f.launched)
-				if err := gpu.AttendBatch(out, in, rotate, 0, passes, cd, sd); err != nil {
-					t.Fatal(err)
-				}
-				got := read(gpu, out)
-				if err := gpu.Err(); err != nil {
-					t.Fatal(err)
-				}
-				if ks := f.launched[before:]; len(ks) == 0 || ks[0] != batchKernel {
-					t.Fatalf("batched (rotate %v): launched %v, want %s first", rotate, ks, batchKernel)
-				}
-				at = 0
-				for i, s := range c.seqs {
-					checkPrefill(t, fmt.Sprintf("batched (rotate %v): sequence %d (%+v)", rotate, i, s),
-						got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], strings.HasPrefix(batchKernel, "attn_batch"))
-					at += s.n
+			// A batch with kakeya_pc passes on the tensor cores also runs
+			// with them decoded once (pc_unpack per pass, then the plain
+			// batched kernel where no pass keeps kakeya_pc parts) and in
+			// the kernel, besides the model's choice.
+			bmodes := []int{pcOnceModel}
+			if strings.Contains(batchKernel, "_pc_") {
+				bmodes = append(bmodes, pcOnceNever, pcOnceAlways)
+			}
+			plainBatch := fmt.Sprintf("attn_prefill_batch_d%d", c.d)
+			for _, mode := range bmodes {
+				gpu.pcOnce = mode
+				for _, rotate := range []bool{false, true} {
+					in := qrd
+					if rotate {
+						in = qd
+					}
+					out := gpu.Alloc(rows * row)
+					before := len(f.launched)
+					if err := gpu.AttendBatch(out, in, rotate, 0, passes, cd, sd); err != nil {
+						t.Fatal(err)
+					}
+					got := read(gpu, out)
+					if err := gpu.Err(); err != nil {
+						t.Fatal(err)
+					}
+					all := withoutKernel(f.launched[before:], "copy_runs")
+					ks := withoutKernel(all, "pc_unpack")
+					unpacks := len(all) - len(ks)
+					switch {
+					case len(ks) == 0:
+						t.Fatalf("batched (rotate %v, pc_unpack mode %d): launched nothing", rotate, mode)
+					case mode == pcOnceAlways && (ks[0] != plainBatch || unpacks == 0):
+						t.Fatalf("batched (rotate %v), decoded once: launched %v, want pc_unpack then %s", rotate, all, plainBatch)
+					case mode == pcOnceNever && (ks[0] != batchKernel || unpacks != 0):
+						t.Fatalf("batched (rotate %v), not decoded once: launched %v, want %s", rotate, all, batchKernel)
+					case mode == pcOnceModel && ks[0] != batchKernel && !(ks[0] == plainBatch && unpacks > 0):
+						t.Fatalf("batched (rotate %v): launched %v, want %s first", rotate, all, batchKernel)
+					}
+					if mode == pcOnceModel && unpacks > 0 && !rotate {
+						t.Logf("batched: the model decodes %d passes' kakeya_pc parts once, then %s", unpacks, ks[0])
+					}
+					at = 0
+					for i, s := range c.seqs {
+						checkPrefill(t, fmt.Sprintf("batched (rotate %v, pc_unpack mode %d): sequence %d (%+v)", rotate, mode, i, s),
+							got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], strings.HasPrefix(batchKernel, "attn_batch"))
+						at += s.n
+					}
 				}
 			}
+			gpu.pcOnce = pcOnceModel
 		})
 	}
 }
