@@ -136,7 +136,8 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 		if err != nil {
 			return fmt.Errorf("batch pass %d: %w", i, err)
 		}
-		tc = prefillAttention(maxN, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec)
+		// Format 9 parts only pc_unpack reads for the tensor cores.
+		tc = prefillAttention(maxN, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec && b.pcOnce == pcOnceNever)
 	}
 	var ctabs []Ptr
 	var unpacks []Launch

@@ -141,10 +141,11 @@ func pcUnpackLaunch(ctab, ktab, vtab, fmts, kptab, vptab, scratch Ptr, e0, entri
 }
 
 // batchUnpack plans pc_unpack for a batched step on the tensor cores: a
-// pass whose table holds kakeya_pc parts (and no entropy-coded ones,
-// which keep such a step off the tensor cores) and whose rows make
-// decoding them once pay (pcUnpackPays, or Backend.pcOnce) gets a region
-// of the scratch and a call table. It returns each pass's call table (0:
+// pass whose table holds kakeya_pc parts and whose rows make decoding
+// them once pay (pcUnpackPays, or Backend.pcOnce), or that holds
+// kakeya_pc_ec parts (which no tensor-core kernel reads: decoded once
+// whatever its rows, as attn_batch_pc would decode each of their tiles
+// for a decode row), gets a region of the scratch and a call table. It returns each pass's call table (0:
 // the pass reads its own table) and the pc_unpack launches, which must
 // run before the attention launch. Called with mu held, the passes'
 // tables up to date.
@@ -165,7 +166,7 @@ func (b *Backend) batchUnpack(passes []compute.AttentionPass) ([]Ptr, []Launch, 
 		t := a.tables[ps.KV]
 		p := a.p
 		first, blocks := a.firstBlock(ps.Start), ceilDiv(ps.Start+ps.N, p.BlockSize)
-		if t == nil || !t.pc || t.pcec || !b.unpackPays(t, first, blocks, ps.N, ps.Start, p) {
+		if t == nil || !t.pc || !t.pcec && !b.unpackPays(t, first, blocks, ps.N, ps.Start, p) {
 			regions = append(regions, -1, -1)
 			continue
 		}

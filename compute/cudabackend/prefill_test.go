@@ -159,8 +159,14 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 			// batched kernel where no pass keeps kakeya_pc parts) and in
 			// the kernel, besides the model's choice.
 			bmodes := []int{pcOnceModel}
-			if strings.Contains(batchKernel, "_pc_") {
+			ec := strings.HasPrefix(c.name, "pcec")
+			switch {
+			case strings.Contains(batchKernel, "_pc_"):
 				bmodes = append(bmodes, pcOnceNever, pcOnceAlways)
+			case ec:
+				// Format 9: decoded once for the tensor cores (the
+				// model), or attn_batch_pc (never).
+				bmodes = append(bmodes, pcOnceNever)
 			}
 			plainBatch := fmt.Sprintf("attn_prefill_batch_d%d", c.d)
 			for _, mode := range bmodes {
@@ -185,6 +191,8 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 					switch {
 					case len(ks) == 0:
 						t.Fatalf("batched (rotate %v, pc_unpack mode %d): launched nothing", rotate, mode)
+					case ec && mode == pcOnceModel && (ks[0] != plainBatch || unpacks == 0):
+						t.Fatalf("batched (rotate %v), format 9: launched %v, want pc_unpack then %s", rotate, all, plainBatch)
 					case mode == pcOnceAlways && (ks[0] != plainBatch || unpacks == 0):
 						t.Fatalf("batched (rotate %v), decoded once: launched %v, want pc_unpack then %s", rotate, all, plainBatch)
 					case mode == pcOnceNever && (ks[0] != batchKernel || unpacks != 0):
@@ -198,7 +206,7 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 					at = 0
 					for i, s := range c.seqs {
 						checkPrefill(t, fmt.Sprintf("batched (rotate %v, pc_unpack mode %d): sequence %d (%+v)", rotate, mode, i, s),
-							got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], strings.HasPrefix(batchKernel, "attn_batch"))
+							got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], strings.HasPrefix(ks[0], "attn_batch"))
 						at += s.n
 					}
 				}
