@@ -135,10 +135,19 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	if t.pc {
 		args.KPTab, args.VPTab = t.dev+Ptr(24*len(t.k)), t.dev+Ptr(32*len(t.k))
 	}
-	// Prefill on the tensor cores where the kernel reads every part.
-	if prefillAttention(n, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec) {
-		b.enqueue(prefillLaunch(args), true)
-		return b.err
+	// Prefill on the tensor cores where the kernel reads every part, once
+	// kakeya_pc parts are decoded for the call where that pays and
+	// kakeya_pc_ec parts always (pconce.go): no tensor-core kernel reads
+	// those.
+	if prefillAttention(n, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, false) {
+		unpacked := t.pc && b.unpackPC(&args, t, a.firstBlock(start), blocks, t.pcec)
+		if b.err != nil {
+			return b.err
+		}
+		if unpacked || !t.pcec {
+			b.enqueue(prefillLaunch(args), true)
+			return b.err
+		}
 	}
 	if need := attentionScratch(args); need > a.scratchN {
 		if a.scratch != 0 {
@@ -270,13 +279,36 @@ func (a *attention) table(kv compute.KVLayer, first, blocks int) (*blockTable, e
 	if lo >= hi {
 		return t, nil
 	}
+	all := bytesOf(t.host)[:40*n+4*n]
+	if b.busy && !b.asyncCopies() {
+		// The device may still run launched work, which a synchronous
+		// copy would wait for (a prefill's layers, a decode step that
+		// encodes a block): the changed entries of each array go
+		// through the step parameters instead, after the launches
+		// queued before (which read the entries as they were).
+		if b.holding {
+			b.resolveHeld()
+		}
+		if len(b.writes) > 0 {
+			b.flush()
+		}
+		var spans [6]copySpan
+		for i := range 5 {
+			spans[i] = copySpan{t.dev + Ptr(8*(i*n+lo)), all[8*(i*n+lo) : 8*(i*n+hi)]}
+		}
+		spans[5] = copySpan{t.dev + Ptr(40*n+4*lo), all[40*n+4*lo : 40*n+4*hi]}
+		if b.stageCopies(spans[:]) {
+			return t, b.err
+		}
+	}
 	if t.queued == b.epoch && len(b.queue) > 0 {
 		b.flush() // a queued launch reads the entries as they are
 	}
 	// One copy from the first changed address to the last changed
-	// format: a copy costs the driver call more than its bytes.
-	all := bytesOf(t.host)[:40*n+4*n]
-	if err := b.drv.copyIn(t.dev+Ptr(8*lo), all[8*lo:40*n+4*hi]); err != nil {
+	// format: a copy costs the driver call more than its bytes. Where
+	// nothing was launched since the last host wait (a decode step's
+	// first tables), it waits for nothing.
+	if err := b.copyInNoWait(t.dev+Ptr(8*lo), all[8*lo:40*n+4*hi]); err != nil {
 		b.fail(err)
 		return nil, err
 	}

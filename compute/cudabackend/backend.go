@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -111,6 +112,12 @@ type Backend struct {
 
 	queue  []Launch  // launches not yet given to the driver
 	writes []kvWrite // block-store writes not yet launched
+	// kvLaunches, kvTabs and kvRetire are kvWrites' scratch: the kv_write
+	// launches of a flush not yet launched, their tables, and the writes
+	// leading runs that fill their parts.
+	kvLaunches []Launch
+	kvTabs     []*writeTable
+	kvRetire   []kvWrite
 	// held is a norm_qkv launch kept back until the next device
 	// operation (while holding), to make the cache writes that follow it
 	// (see fused.go); fold is foldWrites' scratch.
@@ -120,6 +127,15 @@ type Backend struct {
 	graphs  *graphCache
 	step    stepParams // the queued launches' step parameters
 	epoch   uint64     // queues given to the driver so far
+	// busy says that work went to the driver since the backend last
+	// waited for the device (a copy back, a sync): a synchronous copy in
+	// would wait for it, so tables rewritten then go through the step
+	// parameters (stageCopies). Cleared only at the main waits; a stale
+	// true costs a staged copy, never correctness.
+	busy bool
+	// stage is the page-locked memory copies in that must not wait go
+	// through (copyInNoWait).
+	stage hostStage
 
 	live       map[Ptr]int // device allocations and their sizes in bytes
 	used, peak int64       // bytes of live, and its high-water mark
@@ -152,6 +168,11 @@ type Backend struct {
 
 	batch batchState // AttendBatch's directories and scratch
 	enc   encBatch   // EncodeParts' jobs and their device tables
+	// unpack is pc_unpack's scratch (pconce.go); pcOnce chooses when
+	// prefill decodes kakeya_pc parts once (pcOnceModel, or in tests
+	// pcOnceAlways or pcOnceNever).
+	unpack pcUnpack
+	pcOnce int
 
 	heldPos  []int  // the held norm_qkv's positions of several sequences' rows
 	posBytes []byte // and as step parameter slots
@@ -297,6 +318,9 @@ func (b *Backend) Close() error {
 	}
 	b.flush()
 	b.fail(b.drv.sync())
+	if b.err == nil {
+		b.waited()
+	}
 	if b.graphs != nil {
 		b.fail(b.graphs.destroy(b.drv))
 	}
@@ -353,6 +377,7 @@ func (b *Backend) allocRaw(bytes int) (Ptr, error) {
 		if b.fail(b.drv.sync()); b.err != nil {
 			return 0, b.err
 		}
+		b.waited()
 		runtime.GC()
 		for pause := time.Millisecond; ; pause *= 2 {
 			b.freePending()
@@ -560,6 +585,9 @@ func (b *Backend) read(dst []float32, p Ptr) {
 		b.flush()
 		b.fail(b.drv.copyOut(bytesOf(dst), p))
 		if b.err == nil {
+			b.waited()
+		}
+		if b.err == nil {
 			b.freePending() // the stream is idle
 		}
 	}
@@ -605,6 +633,7 @@ func (b *Backend) launch(ls []Launch, graphs bool) error {
 	if !graphs {
 		b.gen++ // a launch not queued (a queued run counted at enqueue)
 	}
+	b.busy = true
 	switch {
 	case !b.sync && graphs && b.graphs != nil:
 		return b.graphs.run(b.drv, ls)
@@ -628,6 +657,7 @@ func (b *Backend) launch(ls []Launch, graphs bool) error {
 // Options.Sync. Called with mu held.
 func (b *Backend) sgemm(out, x, w Ptr, n, rows, cols, ldc int) error {
 	b.gen++ // out changes outside the launch queue
+	b.busy = true
 	err := b.gemm.sgemm(out, x, w, n, rows, cols, ldc, b.tf32)
 	if err == nil && b.sync {
 		if err = b.drv.sync(); err != nil {
@@ -674,23 +704,54 @@ func (b *Backend) kvWrites() {
 		clear(ws) // hold no store or part
 		b.writes = ws[:0]
 	}()
+	// Every run's table first, then the launches: the tables' copies
+	// (where a run's parts or sources changed: a prefill's layers) follow
+	// one another, so that only the first can wait for launched work.
 	for rest := ws; len(rest) > 0 && b.err == nil; {
 		w, n := rest[0], 1
 		for n < len(rest) && n < maxKVWrites && rest[n].s == w.s && rest[n].row == w.row && rest[n].rows == w.rows && rest[n].stride == w.stride {
 			n++
 		}
-		tab, err := w.s.writeTable(rest[:n])
+		if t := w.pt.wtab; t != nil && slices.Contains(b.kvTabs, t) {
+			// Its table is an earlier run's, not launched yet: that
+			// goes first, before the table is rewritten.
+			b.launchKVWrites()
+		}
+		// A run that fills its parts retires its table once launched,
+		// not before: a later run could take it up and rewrite it.
+		tab, full, err := w.s.table(rest[:n])
 		if err != nil {
 			b.fail(err)
-			return
+			break
 		}
 		format := int32(partF32)
 		if w.s.bf16 {
 			format = partBF16
 		}
-		b.fail(b.launch([]Launch{kvWriteLaunch(tab, n, w.row, w.rows, w.s.d, w.stride, format)}, false))
+		b.kvLaunches = append(b.kvLaunches, kvWriteLaunch(tab, n, w.row, w.rows, w.s.d, w.stride, format))
+		b.kvTabs = append(b.kvTabs, w.pt.wtab)
+		if full {
+			b.kvRetire = append(b.kvRetire, w)
+		}
 		rest = rest[n:]
 	}
+	b.launchKVWrites()
+}
+
+// launchKVWrites launches the kv_write launches kvWrites gathered, then
+// retires the tables of the runs that filled their parts. Called with mu
+// held.
+func (b *Backend) launchKVWrites() {
+	if b.err == nil && len(b.kvLaunches) > 0 {
+		b.fail(b.launch(b.kvLaunches, false))
+	}
+	for _, w := range b.kvRetire {
+		w.s.retire(w.pt)
+	}
+	clear(b.kvLaunches)
+	clear(b.kvTabs)
+	clear(b.kvRetire)
+	b.kvLaunches, b.kvTabs, b.kvRetire = b.kvLaunches[:0], b.kvTabs[:0], b.kvRetire[:0]
 }
 
 // op queues one launch of an operation, unless an earlier failure stopped
@@ -733,7 +794,7 @@ func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 		}
 		b.idsDev, b.idsCap = p, max(len(ids), 64)
 	}
-	if err := b.drv.copyIn(b.idsDev, bytesOf(b.ids)); err != nil {
+	if err := b.copyInNoWait(b.idsDev, bytesOf(b.ids)); err != nil {
 		b.fail(err)
 		return
 	}

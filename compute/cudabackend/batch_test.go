@@ -162,3 +162,14 @@ func kernelCount(f *fakeDriver, kernel string) int {
 	}
 	return n
 }
+
+// withoutKernel returns the kernels of ks but those named kernel.
+func withoutKernel(ks []string, kernel string) []string {
+	var out []string
+	for _, k := range ks {
+		if k != kernel {
+			out = append(out, k)
+		}
+	}
+	return out
+}

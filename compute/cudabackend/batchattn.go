@@ -136,10 +136,20 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 		if err != nil {
 			return fmt.Errorf("batch pass %d: %w", i, err)
 		}
-		tc = prefillAttention(maxN, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec)
+		// Format 9 parts only pc_unpack reads for the tensor cores.
+		tc = prefillAttention(maxN, d, b.g16.exact, t.kprm != 0 || t.vprm != 0, t.pre, t.pcec && b.pcOnce == pcOnceNever)
 	}
+	var ctabs []Ptr
+	var unpacks []Launch
 	if tc {
 		rowsPer = prefillRows
+		// Prefill passes' kakeya_pc parts decoded once where that pays
+		// (pconce.go): their entries then point at the call tables.
+		var err error
+		if ctabs, unpacks, err = b.batchUnpack(passes); err != nil {
+			b.fail(err)
+			return err
+		}
 	}
 	entries := slices.Grow(st.entries[:0], 8*len(passes))[:8*len(passes)]
 	st.entries = entries
@@ -163,8 +173,14 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 			e[4], e[5] = uint64(t.dev)+uint64(24*n), uint64(t.dev)+uint64(32*n)
 		}
 		e[6], e[7] = uint64(t.kprm), uint64(t.vprm)
+		pc := t.pc
+		if ctabs != nil && ctabs[i] != 0 {
+			c := ctabs[i]
+			e[0], e[1], e[2], e[4], e[5] = uint64(c), uint64(c)+uint64(8*n), uint64(c)+uint64(16*n), 0, 0
+			pc = false
+		}
 		args.Pre = args.Pre || t.pre
-		args.PC = args.PC || t.pc
+		args.PC = args.PC || pc
 		st.recs = binary.LittleEndian.AppendUint32(st.recs, uint32(int32Of("attention rows", row)))
 		st.recs = binary.LittleEndian.AppendUint32(st.recs, uint32(int32(ps.N)))
 		st.recs = binary.LittleEndian.AppendUint32(st.recs, uint32(int32(ps.Start)))
@@ -212,6 +228,13 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 	}
 	if b.err != nil {
 		return b.err
+	}
+	// The decodes go before the attention launch, which reads their
+	// tables (appended as they are: no flush between the records' slot
+	// and the launch).
+	for _, l := range unpacks {
+		b.gen++
+		b.queue = append(b.queue, l)
 	}
 	dynamic := false
 	if st.lastSlot != 0 && st.lastGen == b.step.gen && string(st.lastRecs) == string(st.recs) {
@@ -279,7 +302,7 @@ func (b *Backend) seqDirUpdate(dir *seqDir, entries []uint64) error {
 	if dir.queued == b.epoch && len(b.queue) > 0 {
 		b.flush() // a queued launch reads the entries as they are
 	}
-	return b.drv.copyIn(dir.dev+Ptr(8*lo), bytesOf(entries[lo:hi]))
+	return b.copyInNoWait(dir.dev+Ptr(8*lo), bytesOf(entries[lo:hi]))
 }
 
 // passRecords copies the pass records to a device array of their own (the
@@ -297,7 +320,7 @@ func (b *Backend) passRecords(st *batchState) (Ptr, error) {
 		}
 		st.recDev, st.recCap = p, max(n, 16)
 	}
-	return st.recDev, b.drv.copyIn(st.recDev, st.recs)
+	return st.recDev, b.copyInNoWait(st.recDev, st.recs)
 }
 
 // writeRun is one run of block-store writes for queueWrites: n parts

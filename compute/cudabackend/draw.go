@@ -71,7 +71,7 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 			}
 		}
 		if b.err == nil {
-			b.fail(b.drv.copyIn(b.drawDev, recs))
+			b.fail(b.copyInNoWait(b.drawDev, recs))
 		}
 		params, dynamic = b.drawDev, true
 	}

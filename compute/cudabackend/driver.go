@@ -21,8 +21,19 @@ type driver interface {
 	// zero sets bytes bytes at p to zero, in stream order.
 	zero(p Ptr, bytes int) error
 	// copyIn copies src to dst after the work queued before it and before
-	// the work queued after; src may be reused once copyIn returns.
+	// the work queued after; src may be reused once copyIn returns. It
+	// waits for the work queued before it (cuMemcpyHtoD from pageable
+	// memory).
 	copyIn(dst Ptr, src []byte) error
+	// hostStage returns bytes bytes of host memory that copyInAsync copies
+	// from (page-locked on a GPU), alive until close; an error where the
+	// driver has none (the backend then copies in synchronously).
+	hostStage(bytes int) ([]byte, error)
+	// copyInAsync copies src, which lies in hostStage's memory, to dst
+	// after the work queued before it and before the work queued after,
+	// without waiting for either: src must stay unchanged until the stream
+	// has passed the copy (until a copyOut or sync returns).
+	copyInAsync(dst Ptr, src []byte) error
 	// copyOut waits for the work queued before it and copies the device
 	// bytes at src to dst.
 	copyOut(dst []byte, src Ptr) error

@@ -166,8 +166,17 @@ func (s *store) EncodeParts(ps []compute.Part, decs []compute.Decoder) error {
 	}
 	// The parts' last rows may still wait among the deferred writes,
 	// through the parts' write tables: they go first, before the tables
-	// return to the store and the parts' addresses move.
-	b.flush()
+	// return to the store and the parts' addresses move. A held norm_qkv
+	// launch that makes them joins the queue (resolveHeld), before the
+	// encoders; only writes of their own (kv_write, launched at once)
+	// need the queue given to the driver, so a decode step that fills a
+	// block stays one run of launches.
+	if b.holding {
+		b.resolveHeld()
+	}
+	if len(b.writes) > 0 {
+		b.flush()
+	}
 	var err error
 	for i, p := range ps {
 		if err = s.queueEncode(own(p), decs[i], es[i]); err != nil {
@@ -264,26 +273,44 @@ type encJob struct {
 // Backend.mu.
 type encBatch struct {
 	jobs []encJob
-	tab  Ptr // the jobs' kk_enc_job entries on the device
+	tab  Ptr // the jobs' kk_enc_job entries on the device, without step parameters
 	tabN int // entries tab holds
 	y    Ptr // enc_pc's scratch, every job's
 	yN   int // bytes y holds
 	host []uint64
+	// queued are the jobs whose encoders wait in the launch queue: their
+	// hot slots go back to their stores once the queue is given to the
+	// driver (releaseQueued), so that whatever writes a slot next is
+	// ordered after the encoder that reads it.
+	queued []encJob
 }
 
 // emitEncodes launches the jobs EncodeParts made, after the work queued
-// and the cache writes deferred before them (EncodeParts flushed them):
+// and the cache writes deferred before them (EncodeParts launched those
+// or folded them into the held norm_qkv):
 // one launch per kernel and hot format (enc_int8, enc_int4, enc_pc; bf16 or float32
-// parts), a block each. Then the parts' hot slots go back to their
-// stores: whatever writes them next is queued after the encoders that
-// read them. Called with mu held, the queue empty.
+// parts), a block each. The jobs' table (kk_enc_job entries) goes into
+// the step parameters and the launches join the queue, so that neither
+// the table's copy nor the launches cost the host a wait of their own:
+// the table reaches the device with the step's other slots, in the one
+// copy made when the queue goes to the driver, and a decode step's
+// encoders are part of its run of launches. The parts' hot slots go back
+// to their stores when the queue goes to the driver. Without step
+// parameters (Options.NoStepGraph, or the step's slots full) the table is
+// copied in and the encoders launched at once, as before, and the hot
+// slots given back then. Called with mu held, no cache write deferred.
 func (b *Backend) emitEncodes() {
 	eb := &b.enc
 	jobs := eb.jobs
 	eb.jobs = nil
+	queued := false
 	defer func() {
-		for _, j := range jobs {
-			j.s.release(j.src, j.hotSize)
+		if queued {
+			eb.queued = append(eb.queued, jobs...)
+		} else {
+			for _, j := range jobs {
+				j.s.release(j.src, j.hotSize)
+			}
 		}
 		clear(jobs)
 		eb.jobs = jobs[:0]
@@ -309,19 +336,6 @@ func (b *Backend) emitEncodes() {
 		}
 		eb.y, eb.yN = p, size
 	}
-	if n := 4 * len(jobs); n > eb.tabN {
-		if eb.tab != 0 {
-			b.freeLater(eb.tab)
-		}
-		size := max(n, 2*eb.tabN, 256)
-		eb.tab, eb.tabN = 0, 0
-		p, err := b.allocRaw(8 * size)
-		if err != nil {
-			b.fail(fmt.Errorf("cuda: table of %d batched encodes: %w", len(jobs), err))
-			return
-		}
-		eb.tab, eb.tabN = p, size
-	}
 	// A launch per kernel, hot format and block shape: the jobs sorted by
 	// them (stably: each launch's parts in the order asked), a launch per
 	// run of equal ones.
@@ -345,30 +359,71 @@ func (b *Backend) emitEncodes() {
 		host = append(host, uint64(j.dst), uint64(j.src), third, uint64(jy))
 	}
 	eb.host = host
-	// Launched encoders read the table before this copy lands: the
-	// stream orders them.
-	if err := b.drv.copyIn(eb.tab, bytesOf(host)); err != nil {
-		b.fail(err)
-		return
+	// A job's entry is 32 bytes: two step slots.
+	tab := b.stepSlots(bytesOf(host))
+	queued = tab != 0
+	if !queued {
+		// Launched at once: the queued launches (a held norm_qkv that
+		// wrote the parts' last rows among them) go first.
+		b.flushQueue()
+		if n := 4 * len(jobs); n > eb.tabN {
+			if eb.tab != 0 {
+				b.freeLater(eb.tab)
+			}
+			size := max(n, 2*eb.tabN, 256)
+			eb.tab, eb.tabN = 0, 0
+			p, err := b.allocRaw(8 * size)
+			if err != nil {
+				b.fail(fmt.Errorf("cuda: table of %d batched encodes: %w", len(jobs), err))
+				return
+			}
+			eb.tab, eb.tabN = p, size
+		}
+		// Launched encoders read the table before this copy lands: the
+		// stream orders them.
+		if err := b.copyInNoWait(eb.tab, bytesOf(host)); err != nil {
+			b.fail(err)
+			return
+		}
+		tab = eb.tab
 	}
 	for first := 0; first < len(jobs); {
 		j, end, shared := jobs[first], first, 0
 		for ; end < len(jobs) && kind(jobs[end]) == kind(j); end++ {
 			shared = max(shared, jobs[end].e.shared)
 		}
-		tab := eb.tab + Ptr(32*first)
+		jt := tab + Ptr(32*first)
 		var l Launch
 		switch j.e.format {
 		case partInt8:
-			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, shared, tab, end-first)
+			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, shared, jt, end-first)
 		case partInt4:
-			l = encInt4Launch(0, 0, j.bf16, j.s.rows, j.s.d, 0, shared, tab, end-first)
+			l = encInt4Launch(0, 0, j.bf16, j.s.rows, j.s.d, 0, shared, jt, end-first)
 		default:
-			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, tab, end-first)
+			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
 		}
-		b.fail(b.launch([]Launch{l}, false))
+		if queued {
+			// Static: a decode step that fills a block has the same
+			// encoders, reading their parts from the step parameters.
+			b.gen++
+			b.queue = append(b.queue, l)
+		} else {
+			b.fail(b.launch([]Launch{l}, false))
+		}
 		first = end
 	}
+}
+
+// releaseQueued gives the hot slots of the encoded parts whose encoders
+// were in the queue just given to the driver back to their stores.
+// Called with mu held by flushQueue.
+func (b *Backend) releaseQueued() {
+	eb := &b.enc
+	for _, j := range eb.queued {
+		j.s.release(j.src, j.hotSize)
+	}
+	clear(eb.queued)
+	eb.queued = eb.queued[:0]
 }
 
 func b2i(v bool) int {

@@ -45,6 +45,14 @@ type fakeDriver struct {
 	fault   string
 	faulted error
 
+	// noStage refuses hostStage, so that the backend copies in
+	// synchronously; pending holds the asynchronous copies not yet made:
+	// they read their source when the next stream operation runs, as the
+	// device does at some point before it, so a source overwritten in
+	// between lands as overwritten.
+	noStage bool
+	pending []asyncCopy
+
 	launched []string // kernels run, in order (graph replays included)
 	calls    map[string]int
 	graphs   map[graphExec][]Launch
@@ -119,7 +127,43 @@ func (f *fakeDriver) within(p Ptr, n int, call string) error {
 	return newError(fmt.Sprintf("%s of %d bytes at %#x outside every allocation", call, n, uint64(p)), Result(700))
 }
 
+// asyncCopy is a copyInAsync the fake has not made yet.
+type asyncCopy struct {
+	dst Ptr
+	src []byte
+}
+
+// drain makes the pending asynchronous copies, in order: called first by
+// every stream operation.
+func (f *fakeDriver) drain() {
+	for _, c := range f.pending {
+		emu.CopyIn(uint64(c.dst), c.src)
+	}
+	clear(f.pending)
+	f.pending = f.pending[:0]
+}
+
+func (f *fakeDriver) hostStage(bytes int) ([]byte, error) {
+	if f.noStage {
+		return nil, newError("fake: cuMemHostAlloc", Result(801))
+	}
+	return make([]byte, bytes), nil
+}
+
+func (f *fakeDriver) copyInAsync(dst Ptr, src []byte) error {
+	if err := f.check("copyIn", "cuMemcpyHtoDAsync"); err != nil {
+		return err
+	}
+	f.calls["copyInAsync"]++
+	if err := f.within(dst, len(src), "copy in"); err != nil {
+		return err
+	}
+	f.pending = append(f.pending, asyncCopy{dst, src})
+	return nil
+}
+
 func (f *fakeDriver) zero(p Ptr, bytes int) error {
+	f.drain()
 	if err := f.check("zero", "cuMemsetD8Async"); err != nil {
 		return err
 	}
@@ -131,6 +175,7 @@ func (f *fakeDriver) zero(p Ptr, bytes int) error {
 }
 
 func (f *fakeDriver) copyIn(dst Ptr, src []byte) error {
+	f.drain()
 	if err := f.check("copyIn", "cuMemcpyHtoD"); err != nil {
 		return err
 	}
@@ -142,6 +187,7 @@ func (f *fakeDriver) copyIn(dst Ptr, src []byte) error {
 }
 
 func (f *fakeDriver) copyOut(dst []byte, src Ptr) error {
+	f.drain()
 	if err := f.check("copyOut", "cuMemcpyDtoHAsync"); err != nil {
 		return err
 	}
@@ -156,6 +202,7 @@ func (f *fakeDriver) copyOut(dst []byte, src Ptr) error {
 }
 
 func (f *fakeDriver) copyDevice(dst, src Ptr, bytes int) error {
+	f.drain()
 	if err := f.check("copyDevice", "cuMemcpyDtoDAsync"); err != nil {
 		return err
 	}
@@ -172,6 +219,7 @@ func (f *fakeDriver) copyDevice(dst, src Ptr, bytes int) error {
 }
 
 func (f *fakeDriver) run(ls []Launch) error {
+	f.drain()
 	if f.noop {
 		f.calls["kernels"] += len(ls)
 		if f.names {
@@ -203,6 +251,7 @@ func (f *fakeDriver) launch(ls []Launch) error {
 }
 
 func (f *fakeDriver) sync() error {
+	f.drain()
 	if f.faulted != nil {
 		return f.faulted
 	}
@@ -295,6 +344,7 @@ func (f *fakeDriver) blas() error {
 // sgemm is cuBLAS's product computed on the host in float64, with the
 // driver's checks of the operands' memory.
 func (f *fakeDriver) sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) error {
+	f.drain()
 	if err := f.check("sgemm", "cublasGemmEx"); err != nil {
 		return err
 	}
@@ -317,6 +367,7 @@ func (f *fakeDriver) sgemm(out, x, w Ptr, n, rows, cols, ldc int, tf32 bool) err
 // gemmEx is cuBLAS's 16-bit product: the operands widened exactly, then
 // sgemm's float64 sums.
 func (f *fakeDriver) gemmEx(out, x, w Ptr, n, rows, cols, ldc int, dt tensor.DType) error {
+	f.drain()
 	if err := f.check("gemmEx", "cublasGemmEx"); err != nil {
 		return err
 	}

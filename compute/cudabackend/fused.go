@@ -332,7 +332,7 @@ func (b *Backend) positions(pos []int) (Ptr, error) {
 	for _, at := range pos {
 		b.posHost = append(b.posHost, int32(at))
 	}
-	if err := b.drv.copyIn(b.posDev, bytesOf(b.posHost)); err != nil {
+	if err := b.copyInNoWait(b.posDev, bytesOf(b.posHost)); err != nil {
 		b.posHost = b.posHost[:0]
 		return 0, err
 	}

@@ -170,6 +170,7 @@ func (b *Backend) matMul16(out, x Ptr, n int, w *weight) error {
 			return b.err
 		}
 		b.gen++ // out changes outside the launch queue
+		b.busy = true
 		err := b.gemm.gemmEx(out, g.act, w.mem.ptr, n, w.rows, w.cols, w.rows, w.dt)
 		if err == nil && b.sync {
 			if err = b.drv.sync(); err != nil {

@@ -57,6 +57,9 @@ func (b *Backend) readPicks(ids, bad []int) {
 		b.flush()
 		b.fail(b.drv.copyOut(bytesOf(picks), b.pickDev))
 		if b.err == nil {
+			b.waited()
+		}
+		if b.err == nil {
 			b.freePending() // the stream is idle
 		}
 	}

@@ -316,6 +316,17 @@ func kvWriteRunsLaunch(slots Ptr, runs, n, rows, d, stride int, format int32) La
 	}
 }
 
+// copyRunsLaunch copies n runs of 32-bit words described by the 16-byte
+// records at runs (each its destination, then its word count and the
+// offset of its words from runs, in words; see stageCopies): a block a
+// run.
+// Kernel: copy_runs(const uint64 *runs, int n).
+func copyRunsLaunch(runs Ptr, n int) Launch {
+	positive("copy_runs", n)
+	a := new(args).ptr(runs).i32("n", n)
+	return Launch{Kernel: "copy_runs", Grid: Dim3{u32("copy_runs runs", n), 1, 1}, Block: Dim3{elemThreads, 1, 1}, Args: a.b, Params: a.offs}
+}
+
 // matVecLaunch sets out (n rows of rows values) to x (n rows of cols)
 // times w (rows x cols of dt) transposed, for decode's few rows: wpr warps
 // share one output row and read it once, with 16-byte loads, for all n

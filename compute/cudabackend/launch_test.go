@@ -860,7 +860,7 @@ func sampleLaunches() []Launch {
 	}
 	ls = append(ls, rmsNormLaunch(0, 0, 0, 512, 8192, 1e-6), rmsNormAddLaunch(0, 0, 0, 512, 8192, 1e-6), addRowsLaunch(0, 0, 512, 8192), addLaunch(0, 0, 1<<24),
 		siluMulLaunch(0, 0, 1<<24), geluTanhMulLaunch(0, 0, 1<<24), scalarMulLaunch(0, 48, 1<<20), softcapLaunch(0, 30, 1<<24), ropeLaunch(0, 512, 64, 128, 32768, 0, 0), kvWriteLaunch(0, 512, 0, 64, 128, 1024, partBF16),
-		kvWriteRunsLaunch(0, 256, 16, 64, 128, 1024, partBF16),
+		kvWriteRunsLaunch(0, 256, 16, 64, 128, 1024, partBF16), copyRunsLaunch(0, 6), pcUnpackLaunch(0, 0, 0, 0, 0, 0, 0, 0, 256, 4096, 64, 128),
 		encInt8Launch(0, 0, true, 256, 256, 4*(2*encThreads+33), 0, 1), encPCLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap, 0, 1),
 		encInt8Launch(0, 0, false, 64, 128, 4*(2*encThreads+33), 1, 4096), encPCLaunch(0, 0, true, 64, 128, 0, 0, attnSharedCap, 1, 4096),
 		encInt4Launch(0, 0, true, 256, 256, 4|32<<8, attnSharedCap, 0, 1), encInt4Launch(0, 0, false, 64, 128, 0, 4*(2*encThreads+35), 1, 4096),

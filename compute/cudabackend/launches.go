@@ -16,7 +16,22 @@ type LaunchStats struct {
 	// CopiesIn and CopiesOut are host-to-device and device-to-host copies;
 	// each copy out waits for the stream, as does each Syncs.
 	CopiesIn, CopiesOut, Syncs int64
+	// CopiesInAsync counts the copies in among CopiesIn made
+	// asynchronously, from the backend's page-locked staging memory: they
+	// wait for nothing.
+	CopiesInAsync int64
+	// CopiesInBehind counts the synchronous copies in made while launched work was
+	// outstanding (a kernel or graph launched since the last copy or
+	// sync): each is a host wait on a GPU, since a synchronous copy from
+	// pageable memory (cuMemcpyHtoD) waits for the stream's work before
+	// it, which then idles while the host queues the next launches. A
+	// copy in at a step's start, or after another copy, waits for nothing.
+	CopiesInBehind int64
 }
+
+// Waits returns the host waits: copies out, syncs and the copies in made
+// behind launched work.
+func (s LaunchStats) Waits() int64 { return s.CopiesOut + s.Syncs + s.CopiesInBehind }
 
 // Calls returns the launches the host made: kernels and graphs.
 func (s LaunchStats) Calls() int64 { return s.Kernels + s.Graphs }
@@ -26,6 +41,7 @@ func (s LaunchStats) Sub(t LaunchStats) LaunchStats {
 	return LaunchStats{
 		Kernels: s.Kernels - t.Kernels, Graphs: s.Graphs - t.Graphs, GraphKernels: s.GraphKernels - t.GraphKernels,
 		Captures: s.Captures - t.Captures, CopiesIn: s.CopiesIn - t.CopiesIn, CopiesOut: s.CopiesOut - t.CopiesOut, Syncs: s.Syncs - t.Syncs,
+		CopiesInBehind: s.CopiesInBehind - t.CopiesInBehind, CopiesInAsync: s.CopiesInAsync - t.CopiesInAsync,
 	}
 }
 
@@ -70,6 +86,7 @@ type launchCounter struct {
 	mu    sync.Mutex
 	n     LaunchStats
 	sizes map[graphExec]int64 // kernels of each graph captured through it
+	busy  bool                // work launched since the last copy or sync
 }
 
 func (c *launchCounter) add(f func(n *LaunchStats)) {
@@ -79,7 +96,7 @@ func (c *launchCounter) add(f func(n *LaunchStats)) {
 }
 
 func (c *launchCounter) launch(ls []Launch) error {
-	c.add(func(n *LaunchStats) { n.Kernels += int64(len(ls)) })
+	c.add(func(n *LaunchStats) { n.Kernels += int64(len(ls)); c.busy = c.busy || len(ls) > 0 })
 	return c.driver.launch(ls)
 }
 
@@ -92,7 +109,7 @@ func (c *launchCounter) capture(ls []Launch) (graphExec, error) {
 }
 
 func (c *launchCounter) launchGraph(g graphExec) error {
-	c.add(func(n *LaunchStats) { n.Graphs++; n.GraphKernels += c.sizes[g] })
+	c.add(func(n *LaunchStats) { n.Graphs++; n.GraphKernels += c.sizes[g]; c.busy = true })
 	return c.driver.launchGraph(g)
 }
 
@@ -102,16 +119,27 @@ func (c *launchCounter) destroyGraph(g graphExec) error {
 }
 
 func (c *launchCounter) copyIn(dst Ptr, src []byte) error {
-	c.add(func(n *LaunchStats) { n.CopiesIn++ })
+	c.add(func(n *LaunchStats) {
+		n.CopiesIn++
+		if c.busy {
+			n.CopiesInBehind++
+		}
+		c.busy = false // the copy waited for the stream
+	})
 	return c.driver.copyIn(dst, src)
 }
 
+func (c *launchCounter) copyInAsync(dst Ptr, src []byte) error {
+	c.add(func(n *LaunchStats) { n.CopiesIn++; n.CopiesInAsync++ })
+	return c.driver.copyInAsync(dst, src)
+}
+
 func (c *launchCounter) copyOut(dst []byte, src Ptr) error {
-	c.add(func(n *LaunchStats) { n.CopiesOut++ })
+	c.add(func(n *LaunchStats) { n.CopiesOut++; c.busy = false })
 	return c.driver.copyOut(dst, src)
 }
 
 func (c *launchCounter) sync() error {
-	c.add(func(n *LaunchStats) { n.Syncs++ })
+	c.add(func(n *LaunchStats) { n.Syncs++; c.busy = false })
 	return c.driver.sync()
 }

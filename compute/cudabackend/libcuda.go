@@ -63,6 +63,11 @@ typedef struct {
 	CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
 	CUresult (*cuGraphExecDestroy)(CUgraphExec);
 	CUresult (*cuGraphDestroy)(CUgraph);
+	// Page-locked host memory and asynchronous copies from it: optional
+	// (without them every copy in is synchronous).
+	CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
+	CUresult (*cuMemFreeHost)(void *);
+	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 
 	// cuBLAS: optional, from its own library.
 	void *blas;
@@ -122,6 +127,9 @@ static const char *kk_open(kk_drv *d, const char *lib, const char **missing) {
 	SYM(cuGraphLaunch, "cuGraphLaunch", 0)
 	SYM(cuGraphExecDestroy, "cuGraphExecDestroy", 0)
 	SYM(cuGraphDestroy, "cuGraphDestroy", 0)
+	SYM(cuMemHostAlloc, "cuMemHostAlloc", 0)
+	SYM(cuMemFreeHost, "cuMemFreeHost", 0)
+	SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", 0)
 #undef SYM
 	return NULL;
 }
@@ -211,6 +219,27 @@ static CUresult kk_zero(kk_drv *d, uint64_t p, size_t n) {
 static CUresult kk_htod(kk_drv *d, uint64_t dst, const void *src, size_t n) {
 	CUresult r = d->cuCtxSetCurrent(d->ctx);
 	return r ? r : d->cuMemcpyHtoD(dst, src, n);
+}
+
+// kk_host_alloc returns n bytes of page-locked host memory (portable, so
+// any context may copy from it), or NULL where the driver lacks the
+// calls; kk_htod_async copies from such memory in stream order without
+// waiting.
+static CUresult kk_host_alloc(kk_drv *d, void **p, size_t n) {
+	*p = NULL;
+	if (!d->cuMemHostAlloc || !d->cuMemFreeHost || !d->cuMemcpyHtoDAsync) return 801; // CUDA_ERROR_NOT_SUPPORTED
+	CUresult r = d->cuCtxSetCurrent(d->ctx);
+	return r ? r : d->cuMemHostAlloc(p, n, 1); // CU_MEMHOSTALLOC_PORTABLE
+}
+
+static CUresult kk_host_free(kk_drv *d, void *p) {
+	CUresult r = d->cuCtxSetCurrent(d->ctx);
+	return r ? r : d->cuMemFreeHost(p);
+}
+
+static CUresult kk_htod_async(kk_drv *d, uint64_t dst, const void *src, size_t n) {
+	CUresult r = d->cuCtxSetCurrent(d->ctx);
+	return r ? r : d->cuMemcpyHtoDAsync(dst, src, n, d->stream);
 }
 
 static CUresult kk_dtoh(kk_drv *d, void *dst, uint64_t src, size_t n) {
@@ -413,7 +442,8 @@ type libcuda struct {
 	shared  map[uint64]uint32 // dynamic shared memory each function was allowed past 48 KiB
 	batch   []C.kk_launch
 	args    []byte
-	offs    []uint32 // parameter offsets of the batch's launches
+	offs    []uint32         // parameter offsets of the batch's launches
+	hosts   []unsafe.Pointer // hostStage's page-locked memory, freed by close
 }
 
 // openLibrary is openDriver with the libraries named (tests load stubs).
@@ -612,6 +642,29 @@ func (l *libcuda) copyIn(dst Ptr, src []byte) error {
 	return l.err(fmt.Sprintf("cuMemcpyHtoD(%#x, %d bytes)", uint64(dst), len(src)), r)
 }
 
+// hostStage returns bytes bytes of page-locked host memory, for
+// copyInAsync, freed by close (cuMemHostAlloc; a driver without it
+// returns an error and the backend copies synchronously).
+func (l *libcuda) hostStage(bytes int) ([]byte, error) {
+	var p unsafe.Pointer
+	if err := l.err(fmt.Sprintf("cuMemHostAlloc(%d bytes)", bytes), C.kk_host_alloc(l.d, &p, C.size_t(bytes))); err != nil {
+		return nil, err
+	}
+	l.hosts = append(l.hosts, p)
+	return unsafe.Slice((*byte)(p), bytes), nil
+}
+
+// copyInAsync copies src, which lies in hostStage's memory, to dst in
+// stream order without waiting (cuMemcpyHtoDAsync): the caller leaves src
+// unchanged until the stream has passed the copy.
+func (l *libcuda) copyInAsync(dst Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	r := C.kk_htod_async(l.d, C.uint64_t(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)))
+	return l.err(fmt.Sprintf("cuMemcpyHtoDAsync(%#x, %d bytes)", uint64(dst), len(src)), r)
+}
+
 func (l *libcuda) copyOut(dst []byte, src Ptr) error {
 	if len(dst) == 0 {
 		return l.sync()
@@ -721,7 +774,16 @@ func (l *libcuda) close() error {
 	if l.d == nil {
 		return nil
 	}
-	err := l.err("release of the stream, module and context", C.kk_shutdown(l.d))
+	var err error
+	for _, p := range l.hosts {
+		if e := l.err("cuMemFreeHost", C.kk_host_free(l.d, p)); err == nil {
+			err = e
+		}
+	}
+	l.hosts = nil
+	if e := l.err("release of the stream, module and context", C.kk_shutdown(l.d)); err == nil {
+		err = e
+	}
 	// The library stays loaded: unloading libcuda while the driver's own
 	// threads may still run is not safe, and a process loads it once.
 	C.free(unsafe.Pointer(l.d))

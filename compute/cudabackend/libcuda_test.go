@@ -3,6 +3,7 @@
 package cudabackend
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -106,6 +107,11 @@ CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { NEED_
 CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { NEED_CTX; memcpy((void *)(uintptr_t)d, s, n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *d, uint64_t s, size_t n, void *st) { NEED_CTX; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, size_t n, void *st) { NEED_CTX; memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
+#ifndef NO_PINNED
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) { NEED_CTX; if (f != 1) return 1; *p = calloc(1, n); return 0; }
+CUresult cuMemFreeHost(void *p) { NEED_CTX; free(p); return 0; }
+CUresult cuMemcpyHtoDAsync_v2(uint64_t d, const void *s, size_t n, void *st) { NEED_CTX; memcpy((void *)(uintptr_t)d, s, n); return 0; }
+#endif
 CUresult cuStreamCreate(void **s, unsigned f) { NEED_CTX; *s = &ctx; return 0; }
 CUresult cuStreamDestroy_v2(void *s) { NEED_CTX; return 0; }
 CUresult cuStreamSynchronize(void *s) { NEED_CTX; return 0; }
@@ -229,6 +235,57 @@ func TestLibcudaErrors(t *testing.T) {
 			}
 			if tc.code != 0 && !errors.Is(err, tc.code) {
 				t.Errorf("error %q does not match %v", err, tc.code)
+			}
+		})
+	}
+}
+
+// Through the real driver's trampolines, hostStage gets page-locked
+// memory (cuMemHostAlloc, portable) that copyInAsync copies from
+// (cuMemcpyHtoDAsync on the backend's stream), freed by close; a driver
+// without those calls refuses hostStage, and the backend copies in
+// synchronously.
+func TestLibcudaHostStage(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		defines []string
+	}{{"pinned", nil}, {"none", []string{"-DNO_PINNED"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := openLibrary(buildStub(t, stubLibcuda, tc.defines...), nil, 0, stubPTX)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.close()
+			buf, err := d.hostStage(64)
+			if tc.defines != nil {
+				if err == nil || !strings.Contains(err.Error(), "cuMemHostAlloc(64 bytes)") {
+					t.Fatalf("hostStage without the calls: %v", err)
+				}
+				b := newBackend(d, Options{})
+				if b.asyncCopies() {
+					t.Error("the backend copies asynchronously without page-locked memory")
+				}
+				return
+			}
+			if err != nil || len(buf) != 64 {
+				t.Fatalf("hostStage: %d bytes, %v", len(buf), err)
+			}
+			p, err := d.alloc(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range buf {
+				buf[i] = byte(3 * i)
+			}
+			if err := d.copyInAsync(p+8, buf[:40]); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, 40)
+			if err := d.copyOut(got, p+8); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, buf[:40]) {
+				t.Fatalf("copied %v, want %v", got, buf[:40])
 			}
 		})
 	}

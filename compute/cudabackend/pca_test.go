@@ -195,6 +195,12 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 			}
 			for _, ref := range refs {
 				gpu, f := newFakeBackend(t, Options{})
+				// The float32 kernel, checked to the CPU's float
+				// tolerance: prefill chunks over format 9 parts would
+				// otherwise be decoded once (pc_unpack) for the bf16
+				// tensor cores, which TestPrefillAttentionMatchesReference
+				// checks at their own tolerance.
+				gpu.pcOnce = pcOnceNever
 				outs, gpuParts, encLen := layer.attend(t, gpu, ref, ap, c.n, q, cos, sin)
 				// Encoded parts hold the codec's bytes, each key codec's
 				// settings once (one per KV head), the values' once.

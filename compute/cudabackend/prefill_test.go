@@ -3,6 +3,7 @@ package cudabackend
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,7 +27,7 @@ import (
 // the call stays on attn_split.
 func TestPrefillAttentionMatchesReference(t *testing.T) {
 	needKernels(t, "attn_prefill_d64", "attn_prefill_d128", "attn_prefill_batch_d64", "attn_prefill_batch_d128", "attn_split",
-		"attn_prefill_pc_d64", "attn_prefill_pc_d128", "attn_prefill_batch_pc_d64", "attn_prefill_batch_pc_d128")
+		"attn_prefill_pc_d64", "attn_prefill_pc_d128", "attn_prefill_batch_pc_d64", "attn_prefill_batch_pc_d128", "pc_unpack")
 	for _, c := range []struct {
 		name                       string
 		heads, kvHeads, d, bs, win int
@@ -53,7 +54,11 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 		{"pc/gqa4/d128/bs64", 8, 2, 128, 64, 0, true, false, []batchSeq{{0, 100, "pc"}, {64, 40, "pc"}}, "attn_prefill_pc_d128", 0, 0},
 		{"pc/gqa4/d64/bs64/window", 8, 2, 64, 64, 50, true, false, []batchSeq{{70, 30, "pc"}}, "attn_prefill_pc_d64", 0, 0},
 		{"pc/gemma/d128", 8, 4, 128, 16, 0, true, false, []batchSeq{{5, 40, "pc"}}, "attn_prefill_pc_d128", 1.0 / 12, 5},
+		// Entropy-coded kakeya-pc (format 9): decoded once by pc_unpack
+		// for the tensor cores in a sequence's own call, attn_split_pc
+		// otherwise (pc_unpack off, and batched).
 		{"pcec", 7, 1, 64, 16, 0, true, false, []batchSeq{{20, 12, "pcec"}}, "attn_split_pc", 0, 0},
+		{"pcec/gqa4/d128", 8, 2, 128, 16, 0, true, false, []batchSeq{{0, 40, "pcec"}, {30, 19, "pc/pcec"}}, "attn_split_pc", 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := Options{}
@@ -81,27 +86,62 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 			for i, s := range c.seqs {
 				pass, sqr, w := batchPass(t, r, gpu, gstore, rstore, ap, s, q[at*row:(at+s.n)*row], cos, sin)
 				passes, qr, want = append(passes, pass), append(qr, sqr...), append(want, w...)
-				// The sequence's own call, its queries rotated before.
-				gout := gpu.Alloc(s.n * row)
-				before := len(f.launched)
-				if err := pass.Attention.Forward(gout, upload(gpu, sqr), s.n, s.start, pass.KV, cd, sd); err != nil {
-					t.Fatal(err)
+				// The sequence's own call, its queries rotated before. A
+				// call over kakeya_pc parts also runs with them decoded
+				// once (pc_unpack, then the plain kernel) and in every
+				// row tile (the _pc kernel), besides the model's choice;
+				// one over entropy-coded ones decodes them once (the
+				// model) or stays on attn_split_pc (never).
+				pcCall := strings.Contains(s.enc, "pc") && s.n > maxMatVecRows && !c.exact
+				ec := strings.Contains(s.enc, "pcec")
+				modes := []int{pcOnceModel}
+				if pcCall {
+					modes = append(modes, pcOnceNever, pcOnceAlways)
 				}
-				got := read(gpu, gout)
-				if err := gpu.Err(); err != nil {
-					t.Fatal(err)
-				}
-				kernel := c.kernel
-				if s.n <= maxMatVecRows {
-					kernel = "attn_split"
-					if strings.Contains(s.enc, "pc") {
-						kernel = "attn_split_pc"
+				var outs [][]float32
+				for _, mode := range modes {
+					gpu.pcOnce = mode
+					gout := gpu.Alloc(s.n * row)
+					before := len(f.launched)
+					if err := pass.Attention.Forward(gout, upload(gpu, sqr), s.n, s.start, pass.KV, cd, sd); err != nil {
+						t.Fatal(err)
 					}
+					got := read(gpu, gout)
+					if err := gpu.Err(); err != nil {
+						t.Fatal(err)
+					}
+					kernel := c.kernel
+					if s.n <= maxMatVecRows {
+						kernel = "attn_split"
+						if strings.Contains(s.enc, "pc") {
+							kernel = "attn_split_pc"
+						}
+					}
+					unpacked := []string{"pc_unpack", fmt.Sprintf("attn_prefill_d%d", c.d)}
+					ks := withoutKernel(f.launched[before:], "copy_runs")
+					switch {
+					case pcCall && (mode == pcOnceAlways || mode == pcOnceModel && ec):
+						if !slices.Equal(ks, unpacked) {
+							t.Fatalf("sequence %d (pc_unpack mode %d): launched %v, want %v", i, mode, ks, unpacked)
+						}
+					case pcCall && mode == pcOnceModel && len(ks) > 0 && ks[0] == "pc_unpack":
+						if !slices.Equal(ks, unpacked) {
+							t.Fatalf("sequence %d: launched %v, want %v", i, ks, unpacked)
+						}
+						t.Logf("sequence %d (%d rows from %d): the model decodes the kakeya_pc parts once", i, s.n, s.start)
+					case len(ks) == 0 || ks[0] != kernel:
+						t.Fatalf("sequence %d (pc_unpack mode %d): launched %v, want %s first", i, mode, ks, kernel)
+					}
+					checkPrefill(t, fmt.Sprintf("sequence %d (%+v) alone, pc_unpack mode %d", i, s, mode), got, w, c.exact || strings.HasPrefix(ks[0], "attn_split"))
+					outs = append(outs, got)
 				}
-				if ks := f.launched[before:]; len(ks) == 0 || ks[0] != kernel {
-					t.Fatalf("sequence %d: launched %v, want %s first", i, ks, kernel)
+				gpu.pcOnce = pcOnceModel
+				if len(outs) == 3 {
+					// Both read the same decoded rows; decoded once, the
+					// keys are rounded to bf16 before RoPE too.
+					d, scale := maxAbsDiff(outs[1], outs[2]), max(1, maxAbs(w))
+					t.Logf("sequence %d: decoded once vs in every row tile: %.3g of the output's scale apart", i, d/scale)
 				}
-				checkPrefill(t, fmt.Sprintf("sequence %d (%+v) alone", i, s), got, w, c.exact || strings.HasPrefix(kernel, "attn_split"))
 				at += s.n
 			}
 			// The batched step: on the tensor cores when a pass is a
@@ -114,30 +154,64 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 			if k, ok := strings.CutPrefix(c.kernel, "attn_split"); ok {
 				batchKernel = "attn_batch" + k
 			}
-			for _, rotate := range []bool{false, true} {
-				in := qrd
-				if rotate {
-					in = qd
-				}
-				out := gpu.Alloc(rows * row)
-				before := len(f.launched)
-				if err := gpu.AttendBatch(out, in, rotate, 0, passes, cd, sd); err != nil {
-					t.Fatal(err)
-				}
-				got := read(gpu, out)
-				if err := gpu.Err(); err != nil {
-					t.Fatal(err)
-				}
-				if ks := f.launched[before:]; len(ks) == 0 || ks[0] != batchKernel {
-					t.Fatalf("batched (rotate %v): launched %v, want %s first", rotate, ks, batchKernel)
-				}
-				at = 0
-				for i, s := range c.seqs {
-					checkPrefill(t, fmt.Sprintf("batched (rotate %v): sequence %d (%+v)", rotate, i, s),
-						got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], strings.HasPrefix(batchKernel, "attn_batch"))
-					at += s.n
+			// A batch with kakeya_pc passes on the tensor cores also runs
+			// with them decoded once (pc_unpack per pass, then the plain
+			// batched kernel where no pass keeps kakeya_pc parts) and in
+			// the kernel, besides the model's choice.
+			bmodes := []int{pcOnceModel}
+			ec := strings.HasPrefix(c.name, "pcec")
+			switch {
+			case strings.Contains(batchKernel, "_pc_"):
+				bmodes = append(bmodes, pcOnceNever, pcOnceAlways)
+			case ec:
+				// Format 9: decoded once for the tensor cores (the
+				// model), or attn_batch_pc (never).
+				bmodes = append(bmodes, pcOnceNever)
+			}
+			plainBatch := fmt.Sprintf("attn_prefill_batch_d%d", c.d)
+			for _, mode := range bmodes {
+				gpu.pcOnce = mode
+				for _, rotate := range []bool{false, true} {
+					in := qrd
+					if rotate {
+						in = qd
+					}
+					out := gpu.Alloc(rows * row)
+					before := len(f.launched)
+					if err := gpu.AttendBatch(out, in, rotate, 0, passes, cd, sd); err != nil {
+						t.Fatal(err)
+					}
+					got := read(gpu, out)
+					if err := gpu.Err(); err != nil {
+						t.Fatal(err)
+					}
+					all := withoutKernel(f.launched[before:], "copy_runs")
+					ks := withoutKernel(all, "pc_unpack")
+					unpacks := len(all) - len(ks)
+					switch {
+					case len(ks) == 0:
+						t.Fatalf("batched (rotate %v, pc_unpack mode %d): launched nothing", rotate, mode)
+					case ec && mode == pcOnceModel && (ks[0] != plainBatch || unpacks == 0):
+						t.Fatalf("batched (rotate %v), format 9: launched %v, want pc_unpack then %s", rotate, all, plainBatch)
+					case mode == pcOnceAlways && (ks[0] != plainBatch || unpacks == 0):
+						t.Fatalf("batched (rotate %v), decoded once: launched %v, want pc_unpack then %s", rotate, all, plainBatch)
+					case mode == pcOnceNever && (ks[0] != batchKernel || unpacks != 0):
+						t.Fatalf("batched (rotate %v), not decoded once: launched %v, want %s", rotate, all, batchKernel)
+					case mode == pcOnceModel && ks[0] != batchKernel && !(ks[0] == plainBatch && unpacks > 0):
+						t.Fatalf("batched (rotate %v): launched %v, want %s first", rotate, all, batchKernel)
+					}
+					if mode == pcOnceModel && unpacks > 0 && !rotate {
+						t.Logf("batched: the model decodes %d passes' kakeya_pc parts once, then %s", unpacks, ks[0])
+					}
+					at = 0
+					for i, s := range c.seqs {
+						checkPrefill(t, fmt.Sprintf("batched (rotate %v, pc_unpack mode %d): sequence %d (%+v)", rotate, mode, i, s),
+							got[at*row:(at+s.n)*row], want[at*row:(at+s.n)*row], strings.HasPrefix(ks[0], "attn_batch"))
+						at += s.n
+					}
 				}
 			}
+			gpu.pcOnce = pcOnceModel
 		})
 	}
 }

@@ -294,19 +294,24 @@ func TestProfileRows(t *testing.T) {
 	if err := testmodel.Write(dir, sp); err != nil {
 		t.Fatal(err)
 	}
-	gpu, _ := newFakeBackend(t, Options{NoGraphs: true})
+	gpu, f := newFakeBackend(t, Options{NoGraphs: true})
 	var out bytes.Buffer
 	r := newReporter(t, &out)
 	profileRows(r, "profile", "tiny", gpu, dir, []string{"plain", "int8", "kakeya-pc"}, []int{40, 20}, []int{2}, 16)
 	text := out.String()
 	// The kakeya-pc prefill of 40 tokens (the bundle's profile row of the
 	// preset's codec) encodes its first block on the device (the newest
-	// 16 tokens stay hot) and runs its attention over it on the tensor
-	// cores.
+	// 16 tokens stay hot), decodes it once (pc_unpack: 40 rows x 2 query
+	// heads per KV head are two row tiles, which would each decode it)
+	// and runs its attention over it on the tensor cores.
 	if i := strings.Index(text, "[profile] tiny kakeya-pc prefill 40:"); i < 0 {
 		t.Errorf("profile rows lack the kakeya-pc prefill:\n%s", text)
-	} else if row, _, _ := strings.Cut(text[i:], "\n"); !strings.Contains(row, "attn_prefill_pc_d64") || strings.Contains(row, "attn_split") {
-		t.Errorf("the kakeya-pc prefill row names %q, want attn_prefill_pc_d64, no attn_split", row)
+	} else if row, _, _ := strings.Cut(text[i:], "\n"); strings.Contains(row, "attn_prefill_pc") || strings.Contains(row, "attn_split") {
+		t.Errorf("the kakeya-pc prefill row names %q, want no attn_prefill_pc or attn_split", row)
+	}
+	// The row names the 8 slowest kernels only: the counts say which ran.
+	if kernelCount(f, "pc_unpack") == 0 || kernelCount(f, "attn_prefill_pc_d64") != 0 {
+		t.Errorf("%d pc_unpack and %d attn_prefill_pc_d64 launches, want some and none", kernelCount(f, "pc_unpack"), kernelCount(f, "attn_prefill_pc_d64"))
 	}
 	for _, want := range []string{"[profile] tiny plain prefill 40:", "attn_prefill_d64", "%, 1x)", "[profile] tiny plain decode after 40:", "attn_split", "[profile] tiny plain prefill 20:", "[profile] tiny int8 decode after 40:", "[profile] tiny plain batched decode of 2:", "attn_batch"} {
 		if !strings.Contains(text, want) {

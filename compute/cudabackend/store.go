@@ -278,6 +278,9 @@ func (b *Backend) copyOut(dst []byte, p Ptr) error {
 	b.flush()
 	b.fail(b.drv.copyOut(dst, p))
 	if b.err == nil {
+		b.waited()
+	}
+	if b.err == nil {
 		b.freePending()
 	}
 	return b.err
@@ -428,7 +431,7 @@ func (s *store) upload(b []byte) (Ptr, error) {
 		return 0, err
 	}
 	s.b.flush()
-	if err := s.b.drv.copyIn(p, b); err != nil {
+	if err := s.b.copyInNoWait(p, b); err != nil {
 		s.b.fail(err)
 		return 0, err
 	}
@@ -450,7 +453,7 @@ func (s *store) inverseFactor(p codec.Whitened) (Ptr, error) {
 		return 0, err
 	}
 	s.b.flush()
-	if err := s.b.drv.copyIn(a, bytesOf(lay)); err != nil {
+	if err := s.b.copyInNoWait(a, bytesOf(lay)); err != nil {
 		s.b.fail(err)
 		return 0, err
 	}
@@ -521,7 +524,7 @@ func (s *store) table(ws []kvWrite) (Ptr, bool, error) {
 		if s.b.stepReads(t.addr) {
 			s.b.flushQueue()
 		}
-		if err := s.b.drv.copyIn(t.addr, bytesOf(want)); err != nil {
+		if err := s.b.copyInNoWait(t.addr, bytesOf(want)); err != nil {
 			t.host = t.host[:0]
 			return 0, false, err
 		}

@@ -157,6 +157,24 @@ KK_KERNEL void kv_write(const kk_u64 *__restrict__ tab, int n, int row, int rows
 		((kk_u16 *)tab[e])[at] = kk_f32_to_bf16(v);
 }
 
+// copy_runs copies n runs of 32-bit words in stream order, from the
+// backend's step parameters to device tables that launches queued after it
+// read (a layer's block table when a block starts or is encoded): run r
+// (blockIdx.x) is the 16-byte record runs[2r], runs[2r+1]: its destination,
+// then its word count in the low 32 bits and where its words lie in the
+// high 32, counted in words from runs. A table so updated costs the host no
+// synchronous copy behind the queued work.
+KK_KERNEL void copy_runs(const kk_u64 *__restrict__ runs, int n) {
+	if ((int)blockIdx.x >= n)
+		return;
+	kk_u32 *dst = (kk_u32 *)runs[2 * blockIdx.x];
+	kk_u64 w = runs[2 * blockIdx.x + 1];
+	int words = (int)(w & 0xffffffffu);
+	const kk_u32 *src = (const kk_u32 *)runs + (w >> 32);
+	for (int i = threadIdx.x; i < words; i += blockDim.x)
+		dst[i] = src[i];
+}
+
 // kv_write_runs is kv_write for several runs of writes at once (a step's
 // sequences, each at its own cache row): run z (blockIdx.z) takes its
 // table and row from the 16-byte slot z of the backend's step parameters

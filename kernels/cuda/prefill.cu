@@ -374,3 +374,55 @@ KK_ATTN_PREFILL(128, , false)
 KK_ATTN_PREFILL(64, _pc, true)
 KK_ATTN_PREFILL(128, _pc, true)
 #undef KK_ATTN_PREFILL
+
+// pc_unpack decodes a prefill call's kakeya_pc parts once, for
+// attn_prefill_d<D> to read as hot bf16 blocks, where the _pc kernels
+// decode every key and value tile again in each row tile's CTA that walks
+// it (a chunk of n rows: about n x group / 64 times), and its
+// kakeya_pc_ec parts (entropy coded), which no tensor-core kernel reads
+// (attn_split_pc decodes them per key tile and split). Block (x, y, z)
+// takes rows 32x.. of entry e0 + y of the layer's block table (ktab,
+// vtab, fmts, kptab, vptab as attn_split_pc reads them), keys (z = 0) or
+// values (z = 1): a part of either format is decoded as kk_pc_tile or
+// kk_pcec_tile does (its latents, then their basis product on the tensor
+// cores, plus the calibration mean) into a float32 tile of 32 x (d + 1)
+// in dynamic shared memory, and its rows are rounded to bf16 into
+// scratch, at entry e's slot of 2 x bs x d values (keys first): keys as
+// stored, before RoPE, which attn_prefill applies to hot keys. The call's
+// table ctab (n entries: key addresses, value addresses, then the formats
+// as int32) gets each entry's parts, the scratch slot in place of a
+// decoded part and bf16 as its format; entries before e0 are left as
+// they are (the call reads none).
+KK_KERNEL void __launch_bounds__(256)
+    pc_unpack(kk_u64 *__restrict__ ctab, const kk_u64 *__restrict__ ktab, const kk_u64 *__restrict__ vtab,
+              const int *__restrict__ fmts, const kk_u64 *__restrict__ kptab, const kk_u64 *__restrict__ vptab,
+              kk_u16 *__restrict__ scratch, int e0, int n, int bs, int d) {
+	KK_DYN_SHARED(float, tile);
+	int e = e0 + blockIdx.y, side = blockIdx.z, row0 = blockIdx.x * 32;
+	int fmt = fmts[e], kf = fmt & 0xff, vf = fmt >> 16 ? (fmt >> 8) & 0xff : kf;
+	int f = side ? vf : kf;
+	const kk_u64 *tab = side ? vtab : ktab;
+	kk_u16 *dst = scratch + ((long long)blockIdx.y * 2 + side) * bs * d;
+	bool kpc = kf == kkPartKakeyaPC || kf == kkPartKakeyaPCEC, vpc = vf == kkPartKakeyaPC || vf == kkPartKakeyaPCEC;
+	bool pc = side ? vpc : kpc;
+	if (blockIdx.x == 0 && threadIdx.x == 0) {
+		ctab[(long long)side * n + e] = pc ? (kk_u64)dst : tab[e];
+		if (side == 0) {
+			int k2 = kpc ? kkPartBF16 : kf, v2 = vpc ? kkPartBF16 : vf;
+			((int *)(ctab + 2 * (long long)n))[e] = k2 == v2 ? k2 : (k2 | v2 << 8 | 1 << 16);
+		}
+	}
+	int tn = bs - row0 < 32 ? bs - row0 : 32;
+	if (!pc || tn <= 0) // block-uniform
+		return;
+	int ld = d + 1;
+	const float *prm = (const float *)(side ? vptab : kptab)[e];
+	if (f == kkPartKakeyaPC)
+		kk_pc_tile(tile, ld, (const kk_u8 *)tab[e], prm, bs, d, row0, tn); // syncs
+	else
+		kk_pcec_tile(tile, ld, (const kk_u8 *)tab[e], prm, bs, d, row0, tn); // syncs
+	for (int i = threadIdx.x; i < tn * d; i += blockDim.x) {
+		int j = i / d, c = i - j * d;
+		dst[(long long)(row0 + j) * d + c] = kk_f32_to_bf16(tile[j * ld + c]);
+	}
+}

@@ -184,7 +184,7 @@ namespace {
 const Entry kernels[] = {
     KK_ENTRY(embed_f32), KK_ENTRY(embed_bf16), KK_ENTRY(embed_f16), KK_ENTRY(rmsnorm), KK_ENTRY(rmsnorm_add), KK_ENTRY(add_rows),
     KK_ENTRY(add),       KK_ENTRY(silu_mul),   KK_ENTRY(gelu_tanh_mul), KK_ENTRY(scalar_mul), KK_ENTRY(softcap),
-    KK_ENTRY(rope),       KK_ENTRY(kv_write), KK_ENTRY(kv_write_runs),
+    KK_ENTRY(rope),       KK_ENTRY(kv_write), KK_ENTRY(copy_runs), KK_ENTRY(kv_write_runs),
     KK_ENTRY(matvec_f32), KK_ENTRY(matvec_bf16), KK_ENTRY(matvec_f16),
     KK_ENTRY(norm_qkv_f32), KK_ENTRY(norm_swiglu_f32), KK_ENTRY(matvec_add_f32), KK_ENTRY(norm_matvec_f32),
     KK_ENTRY(norm_qkv_bf16), KK_ENTRY(norm_swiglu_bf16), KK_ENTRY(matvec_add_bf16), KK_ENTRY(norm_matvec_bf16),
@@ -196,7 +196,7 @@ const Entry kernels[] = {
     KK_ENTRY(to_bf16), KK_ENTRY(to_f16_rows), KK_ENTRY(scale_rows), KK_ENTRY(gemm_bf16), KK_ENTRY(gemm_f16),
     KK_ENTRY(attn_prefill_d64), KK_ENTRY(attn_prefill_batch_d64), KK_ENTRY(attn_prefill_d128),
     KK_ENTRY(attn_prefill_batch_d128), KK_ENTRY(attn_prefill_pc_d64), KK_ENTRY(attn_prefill_batch_pc_d64),
-    KK_ENTRY(attn_prefill_pc_d128), KK_ENTRY(attn_prefill_batch_pc_d128),
+    KK_ENTRY(attn_prefill_pc_d128), KK_ENTRY(attn_prefill_batch_pc_d128), KK_ENTRY(pc_unpack),
     KK_ENTRY(quant_x_q8_0), KK_ENTRY(quant_x_q8_k),
     KK_ENTRY(matvec_q8_q8_0), KK_ENTRY(matmul_q_q8_0), KK_ENTRY(embed_q_q8_0), KK_ENTRY(dequant_q_q8_0),
     KK_ENTRY(matvec_q8_q4_0), KK_ENTRY(matmul_q_q4_0), KK_ENTRY(embed_q_q4_0), KK_ENTRY(dequant_q_q4_0),

@@ -1,0 +1,204 @@
+package cudabackend
+
+import (
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/model"
+)
+
+// waitRun is what stepWaits measured of one backend: the host waits
+// (LaunchStats.Waits: copies back, syncs and synchronous copies in behind
+// launched work) of a prefill chunk into a new sequence, once the codecs'
+// settings are on the device, and of the decode step that filled (and
+// encoded) a block, with every logit row.
+type waitRun struct {
+	prefill, fill LaunchStats
+	fills         int // decode steps that encoded a block on the device
+	syncs         int64
+	logits        [][]float32
+}
+
+// copyMode is how a stepWaits backend copies in: staged (the default:
+// asynchronously from page-locked staging memory), synchronously (the
+// fake offers no staging memory), or staged through a staging area small
+// enough to fill (stage bytes).
+type copyMode struct {
+	name  string
+	sync  bool
+	stage int
+}
+
+// stepWaits prefills prompt tokens into a sequence of cache (a
+// report cache name), decodes steps tokens one at a time, then prefills
+// the prompt again into a second sequence, on a fake driver running the
+// kernels' emulation, and counts the driver calls.
+func stepWaits(t *testing.T, dir, cache string, opts Options, mode copyMode, prompt, steps, block int) waitRun {
+	t.Helper()
+	gpu, f := newFakeBackend(t, opts)
+	f.noStage = mode.sync
+	gpu.stage.size = mode.stage
+	start := gpu.Launches()
+	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 128})
+	pol, _, err := kvplan.NewPolicy(cacheSpec(cache, block), m.CacheShape(), cacheCalibration(cache, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := m.Config().VocabSize
+	var r waitRun
+	forward := func(s *model.Sequence, ids []int) LaunchStats {
+		before := gpu.Launches()
+		l, err := s.Forward(ids, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.logits = append(r.logits, slices.Clone(l))
+		return gpu.Launches().Sub(before)
+	}
+	encoders := func() int {
+		return kernelCount(f, "enc_pc") + kernelCount(f, "enc_int8")
+	}
+	for seq := range 2 {
+		s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol, BlockSize: block})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := forward(s, testIDs(prompt, vocab))
+		if seq == 1 {
+			r.prefill = st
+			s.Close()
+			break
+		}
+		for i := range steps {
+			enc := encoders()
+			st := forward(s, []int{(7*i + 3) % vocab})
+			if encoders() > enc {
+				r.fills++
+				r.fill = st
+			}
+		}
+		s.Close()
+	}
+	if err := gpu.Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.syncs = gpu.Launches().Sub(start).Syncs
+	return r
+}
+
+// A prefill chunk and a decode step that fills a block make no host wait
+// but the logits' copy back, for kakeya-pc, int8 and plain caches alike:
+// copies in go asynchronously from page-locked staging memory
+// (copyInNoWait: the step parameters, block and write tables, the codecs'
+// settings), reused only after a host wait; the encoders' table of jobs
+// goes into the step parameters and the encoders join the launch queue
+// (their hot slots given back once the queue goes to the driver). Where
+// the driver has no page-locked memory (the fake told so), copies are
+// synchronous, and a block table rewritten while the device runs launched
+// work goes through the step parameters (copy_runs) instead: a
+// kakeya-pc chunk then waits as often as a plain one (2 a layer: the
+// cache writes' tables, copied one after the other, and the step
+// parameters; and the logits), a layer fewer than the path before
+// (Options.NoStepGraph keeps it: the jobs' table and the block table
+// copied in behind the encoders), and the decode step that fills a block
+// once. A staging area too small for a chunk makes the backend wait
+// (sync) to reuse it. The logits are bit for bit the same every way, for
+// kakeya-pc, int8 (also encoded on the device) and kakeya-block:b=3
+// (encoded on the host: read back, encoded, copied in); the fake makes
+// an asynchronous copy only at the next stream operation, so a staging
+// area reused too early would land as overwritten.
+func TestPCStepsHostWaits(t *testing.T) {
+	needKernels(t, "attn_prefill_d64", "enc_pc", "copy_runs", "pc_unpack", "gemm_bf16")
+	dir := filepath.Join(t.TempDir(), "m")
+	sp := testmodel.Qwen2Tiny
+	sp.Heads, sp.KVHeads, sp.HeadDim, sp.Hidden, sp.Layers = 4, 2, 64, 256, 2
+	if err := testmodel.Write(dir, sp); err != nil {
+		t.Fatal(err)
+	}
+	const prompt, steps, block = 40, 10, 16 // the decode step at position 47 fills a block past the hot window
+	async, syncCopies, small := copyMode{name: "async"}, copyMode{name: "sync", sync: true}, copyMode{name: "small stage", stage: 1536}
+	type result struct{ async, small, staged, before waitRun }
+	runs := map[string]result{}
+	for _, cache := range []string{"plain", "kakeya-pc", "int8", "kakeya-block:b=3"} {
+		r := result{
+			async:  stepWaits(t, dir, cache, Options{}, async, prompt, steps, block),
+			small:  stepWaits(t, dir, cache, Options{}, small, prompt, steps, block),
+			staged: stepWaits(t, dir, cache, Options{}, syncCopies, prompt, steps, block),
+			before: stepWaits(t, dir, cache, Options{NoStepGraph: true}, syncCopies, prompt, steps, block),
+		}
+		runs[cache] = r
+		for k, o := range []waitRun{r.small, r.staged, r.before} {
+			for i := range r.async.logits {
+				for j := range r.async.logits[i] {
+					if g, w := r.async.logits[i][j], o.logits[i][j]; math.Float32bits(g) != math.Float32bits(w) {
+						t.Fatalf("%s: forward call %d logit %d: %v, %v copied %s", cache, i, j, g, w, []string{"through a small stage", "synchronously", "synchronously, the path before"}[k])
+					}
+				}
+			}
+		}
+		t.Logf("%s: host waits of a prefill chunk of %d: %d (%d copies in, %d asynchronous), %d copying synchronously (%d behind launched work), %d the path before; of the decode step that fills a block: %d, %d, %d",
+			cache, prompt, r.async.prefill.Waits(), r.async.prefill.CopiesIn, r.async.prefill.CopiesInAsync,
+			r.staged.prefill.Waits(), r.staged.prefill.CopiesInBehind, r.before.prefill.Waits(),
+			r.async.fill.Waits(), r.staged.fill.Waits(), r.before.fill.Waits())
+		if cache == "kakeya-block:b=3" {
+			continue // its read-backs wait, and free the staging area
+		}
+		if r.small.syncs == 0 {
+			t.Errorf("%s: a staging area of 1.5 KiB never filled", cache)
+		}
+		if w := r.async.prefill.Waits(); w != 1 || r.async.prefill.CopiesOut != 1 {
+			t.Errorf("%s: a prefill chunk makes %d host waits (%+v), want 1: the logits' copy back", cache, w, r.async.prefill)
+		}
+	}
+	plain, pc, i8 := runs["plain"], runs["kakeya-pc"], runs["int8"]
+	if pc.staged.prefill.Waits() != plain.staged.prefill.Waits() {
+		t.Errorf("copying synchronously, a kakeya-pc prefill chunk makes %d host waits, a plain one %d: want no more", pc.staged.prefill.Waits(), plain.staged.prefill.Waits())
+	}
+	if got, want := pc.before.prefill.Waits()-pc.staged.prefill.Waits(), int64(sp.Layers); got != want {
+		t.Errorf("copying synchronously, a kakeya-pc prefill chunk makes %d host waits fewer than before, want %d (one a layer)", got, want)
+	}
+	for _, c := range []struct {
+		name string
+		r    result
+	}{{"kakeya-pc", pc}, {"int8", i8}} {
+		if c.r.async.fills != 1 {
+			t.Fatalf("%s: %d decode steps encoded a block on the device, want 1", c.name, c.r.async.fills)
+		}
+		for _, r := range []waitRun{c.r.async, c.r.staged} {
+			if w := r.fill.Waits(); w != 1 || r.fill.CopiesOut != 1 {
+				t.Errorf("%s: the decode step that fills a block makes %d host waits (%+v), want 1: the logits' copy back", c.name, w, r.fill)
+			}
+		}
+		if c.r.before.fill.Waits() <= 1 {
+			t.Errorf("%s: the path before waited %d times in the step that fills a block: the test no longer tells the paths apart", c.name, c.r.before.fill.Waits())
+		}
+	}
+}
+
+// The decode-once model: pc_unpack where the _pc kernel's row tiles would
+// decode the call's kakeya_pc blocks twice as often or more.
+func TestPCUnpackPays(t *testing.T) {
+	for _, c := range []struct {
+		name                               string
+		pcBlock                            []bool
+		first, n, start, group, window, bs int
+		want                               bool
+	}{
+		{"no kakeya-pc block", []bool{false, false}, 0, 128, 0, 7, 0, 64, false},
+		{"one row tile", []bool{true, true, false}, 0, 9, 128, 7, 0, 64, false},  // 63 rows: one tile
+		{"two row tiles", []bool{true, true, false}, 0, 10, 128, 7, 0, 64, true}, // 70 rows
+		{"7B prefill 512", []bool{true, true, true, true, true, true, true, false}, 0, 512, 0, 7, 0, 64, true},
+		{"causal: later blocks unseen", []bool{false, false, true}, 0, 20, 100, 4, 0, 64, false}, // block 2 starts at 128
+		{"decode rows", []bool{true}, 0, 2, 64, 7, 0, 64, false},
+		{"window past the blocks", []bool{true, false, false}, 0, 64, 128, 4, 16, 64, false},
+		{"window over them", []bool{false, true, false}, 1, 64, 128, 4, 100, 64, true},
+	} {
+		if got := pcUnpackPays(c.pcBlock, c.first, c.n, c.start, c.group, c.window, c.bs); got != c.want {
+			t.Errorf("%s: pc_unpack pays %v, want %v", c.name, got, c.want)
+		}
+	}
+}
