@@ -384,3 +384,217 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2xn(
 		return kk_rans2_streams2(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
 	}
 }
+
+// The gather-free lookup (kernels/cpu/rans.go's RANSLookup): a table's
+// symbols, frequencies and starts found in registers, for CPUs with
+// AVX512_VBMI (VPERMI2B) and AVX512_VPOPCNTDQ, where a gather of 16 lanes
+// costs as much as some thirty permutes (AMD Zen 5).
+
+// kk_rans2f_supported reports whether the CPU and OS run the kernels below.
+int kk_rans2f_supported(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+	       __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
+	       __builtin_cpu_supports("avx512vpopcntdq");
+}
+
+#define KK_RF_FIRST 0
+#define KK_RF_LINK 32
+#define KK_RF_BOUND 64
+#define KK_RF_FS 128
+#define KK_RF_BASE 192
+#define KK_RF_COUNT 193
+#define KK_RF_MODE 194
+#define KK_RF_WORDS 256
+#define KK_RF_GATHER 0
+#define KK_RF_NARROW 1
+#define KK_RF_WIDE 2
+
+#define KK_RF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,avx512vpopcntdq,popcnt")))
+
+// A kk_rf holds one table's lookup in registers, and its window's levels.
+typedef struct {
+	__m512i first0, first1, link0, link1, b0, b1, b2, b3, f0, f1, f2, f3;
+	__m512 l0, l1, l2, l3;
+} kk_rf;
+
+// kk_rf_load reads the lookup a and the levels of its window from l (the
+// table's levels, ns of them) into t, and returns its mode.
+KK_RF_TARGET KK_INLINE int kk_rf_load(kk_rf *t, const uint32_t *a, const float *l, int ns) {
+	int mode = (int)a[KK_RF_MODE];
+	// The window's levels, read with masks so as not to pass the table's
+	// end: the gather mode's from 0 (used for tables of up to 64).
+	int base = mode == KK_RF_GATHER ? 0 : (int)a[KK_RF_BASE];
+	int w = mode == KK_RF_GATHER ? 64 : (int)a[KK_RF_COUNT];
+	if (w > ns - base) w = ns - base;
+	const float *lw = l + base;
+	__m512 z = _mm512_setzero_ps();
+	t->l0 = w > 0 ? _mm512_maskz_loadu_ps((__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1), lw) : z;
+	t->l1 = w > 16 ? _mm512_maskz_loadu_ps((__mmask16)(w >= 32 ? 0xffff : (1u << (w - 16)) - 1), lw + 16) : z;
+	t->l2 = w > 32 ? _mm512_maskz_loadu_ps((__mmask16)(w >= 48 ? 0xffff : (1u << (w - 32)) - 1), lw + 32) : z;
+	t->l3 = w > 48 ? _mm512_maskz_loadu_ps((__mmask16)(w >= 64 ? 0xffff : (1u << (w - 48)) - 1), lw + 48) : z;
+	if (mode == KK_RF_GATHER) return mode;
+	t->first0 = _mm512_loadu_si512(a + KK_RF_FIRST), t->first1 = _mm512_loadu_si512(a + KK_RF_FIRST + 16);
+	t->link0 = _mm512_loadu_si512(a + KK_RF_LINK), t->link1 = _mm512_loadu_si512(a + KK_RF_LINK + 16);
+	t->b0 = _mm512_loadu_si512(a + KK_RF_BOUND), t->b1 = _mm512_loadu_si512(a + KK_RF_BOUND + 16);
+	t->b2 = _mm512_loadu_si512(a + KK_RF_BOUND + 32), t->b3 = _mm512_loadu_si512(a + KK_RF_BOUND + 48);
+	t->f0 = _mm512_loadu_si512(a + KK_RF_FS), t->f1 = _mm512_loadu_si512(a + KK_RF_FS + 16);
+	t->f2 = _mm512_loadu_si512(a + KK_RF_FS + 32), t->f3 = _mm512_loadu_si512(a + KK_RF_FS + 48);
+	return mode;
+}
+
+// kk_rf_step decodes 16 lanes x of a group by the lookup t: their states
+// advanced (before the refill) and their levels (unscaled) in *v. In the
+// wide mode it returns 0, x and *v untouched, when a lane lies outside
+// the window, for the gather to decode the 16.
+KK_RF_TARGET KK_INLINE int kk_rf_step(const int wide, __m512i *x, __m512 *v, const kk_rf *t) {
+	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m31 = _mm512_set1_epi32(31);
+	const __m512i m16 = _mm512_set1_epi32(0xffff), ones = _mm512_set1_epi32(-1), bit5 = _mm512_set1_epi32(32);
+	const __mmask64 byte0 = 0x1111111111111111ull;
+	__m512i slot = _mm512_and_si512(*x, m12);
+	__m512i hi = _mm512_srli_epi32(slot, 5);
+	__m512i first = _mm512_maskz_permutex2var_epi8(byte0, t->first0, hi, t->first1);
+	__m512i link = _mm512_maskz_permutex2var_epi8(byte0, t->link0, hi, t->link1);
+	__m512i bm = _mm512_permutex2var_epi32(t->b0, link, t->b1);
+	if (wide) bm = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(link, bit5), bm, _mm512_permutex2var_epi32(t->b2, link, t->b3));
+	// Bits 0..slot%32: all ones shifted right by 31 - slot%32.
+	__m512i low = _mm512_srlv_epi32(ones, _mm512_andnot_si512(slot, m31));
+	__m512i r = _mm512_add_epi32(first, _mm512_popcnt_epi32(_mm512_and_si512(bm, low)));
+	__m512i fs;
+	if (wide) {
+		if (_mm512_test_epi32_mask(r, _mm512_set1_epi32(0xc0))) return 0;
+		__mmask16 up = _mm512_test_epi32_mask(r, bit5);
+		fs = _mm512_mask_blend_epi32(up, _mm512_permutex2var_epi32(t->f0, r, t->f1), _mm512_permutex2var_epi32(t->f2, r, t->f3));
+		*v = _mm512_mask_blend_ps(up, _mm512_permutex2var_ps(t->l0, r, t->l1), _mm512_permutex2var_ps(t->l2, r, t->l3));
+	} else {
+		fs = _mm512_permutex2var_epi32(t->f0, r, t->f1);
+		*v = _mm512_permutex2var_ps(t->l0, r, t->l1);
+	}
+	*x = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(fs, m16), _mm512_srli_epi32(*x, KK_RANS_SCALE)),
+			      _mm512_sub_epi32(slot, _mm512_srli_epi32(fs, 16)));
+	return 1;
+}
+
+// kk_rf_gather is kk_rf_step by the gather of the packed entries e, the
+// levels gathered from l (tables of more than 64 levels) or permuted from
+// the registers of t (whose window then starts at 0).
+KK_RF_TARGET KK_INLINE void kk_rf_gather(__m512i *x, __m512 *v, const int *e, const float *l, int ns, const kk_rf *t) {
+	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm512_set1_epi32(255);
+	const __m512i bit5 = _mm512_set1_epi32(32);
+	__m512i en = _mm512_i32gather_epi32(_mm512_and_si512(*x, m12), e, 4);
+	__m512i s = _mm512_and_si512(en, m8);
+	*x = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(en, 8), m12), _mm512_srli_epi32(*x, KK_RANS_SCALE)),
+			      _mm512_srli_epi32(en, 20));
+	if (ns <= 64)
+		*v = _mm512_mask_blend_ps(_mm512_test_epi32_mask(s, bit5), _mm512_permutex2var_ps(t->l0, s, t->l1),
+					  _mm512_permutex2var_ps(t->l2, s, t->l3));
+	else
+		*v = _mm512_i32gather_ps(s, l, 4);
+}
+
+// kk_rans2f_streams is kk_rans2_streams (ns = 1 to 4 streams side by
+// side) with each component's symbols looked up by its table's lookup in
+// aux (aux + KK_RF_WORDS * (ent_off[c] >> KK_RANS_SCALE)): the narrow and
+// wide modes in registers, the gather mode (and a wide mode's vectors with
+// a lane outside the window) by the gather.
+KK_RF_TARGET KK_INLINE long kk_rans2f_streams(const int ns, float *const *out, long total, long g0, const uint8_t *const *src,
+					     const long *len, long *pos, long per, const uint32_t *ent, const int32_t *ent_off,
+					     const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *const *scale,
+					     const uint32_t *aux, uint32_t *xs) {
+	__m512i x[8];
+	long p[4];
+#pragma GCC unroll 8
+	for (int j = 0; j < 2 * ns; j++) x[j] = _mm512_loadu_si512(xs + 16 * j);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) p[j] = pos[j];
+	const __m512i word = _mm512_set1_epi32(KK_RANS_WORD);
+	long k = 0;
+	const long nc = (g0 + total) / per;
+	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
+		const int *e = (const int *)(ent + ent_off[c]);
+		const float *l = lv + lev_off[c];
+		const int nsy = nsym[c];
+		kk_rf t;
+		int mode = kk_rf_load(&t, aux + (long)KK_RF_WORDS * (ent_off[c] >> KK_RANS_SCALE), l, nsy);
+		__m512 sc[4];
+#pragma GCC unroll 4
+		for (int j = 0; j < ns; j++) sc[j] = _mm512_set1_ps(scale[j][c]);
+		long g = g0;
+		for (; g < per; g += KK_RANS_LANES) {
+			int room = 1;
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) room &= p[j] + 2 * KK_RANS_LANES <= len[j];
+			if (!room) break;
+			__m512 v[8];
+			if (mode == KK_RF_NARROW) {
+#pragma GCC unroll 8
+				for (int h = 0; h < 2 * ns; h++) kk_rf_step(0, &x[h], &v[h], &t);
+			} else if (mode == KK_RF_WIDE) {
+#pragma GCC unroll 8
+				for (int h = 0; h < 2 * ns; h++)
+					if (!kk_rf_step(1, &x[h], &v[h], &t)) kk_rf_gather(&x[h], &v[h], e, l, nsy, &t);
+			} else {
+#pragma GCC unroll 8
+				for (int h = 0; h < 2 * ns; h++) kk_rf_gather(&x[h], &v[h], e, l, nsy, &t);
+			}
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) {
+				// The refill of all 32 lanes at once: the group's 32
+				// words at p expanded into the lanes below 2^16 (16-bit
+				// lanes), whose load waits on no lane of this group.
+				__mmask16 r0 = _mm512_cmplt_epu32_mask(x[2 * j], word), r1 = _mm512_cmplt_epu32_mask(x[2 * j + 1], word);
+				__m512i w = _mm512_maskz_expand_epi16(_mm512_kunpackw(r1, r0), _mm512_loadu_si512(src[j] + p[j]));
+				x[2 * j] = _mm512_mask_or_epi32(x[2 * j], r0, _mm512_slli_epi32(x[2 * j], 16), _mm512_cvtepu16_epi32(_mm512_castsi512_si256(w)));
+				x[2 * j + 1] = _mm512_mask_or_epi32(x[2 * j + 1], r1, _mm512_slli_epi32(x[2 * j + 1], 16),
+								    _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(w, 1)));
+				p[j] += 2 * (__builtin_popcount(r0) + __builtin_popcount(r1));
+			}
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) {
+				_mm512_storeu_ps(out[j] + at + g, _mm512_mul_ps(v[2 * j], sc[j]));
+				_mm512_storeu_ps(out[j] + at + g + 16, _mm512_mul_ps(v[2 * j + 1], sc[j]));
+			}
+		}
+		k += g - g0;
+		if (g < per) break;
+	}
+#pragma GCC unroll 8
+	for (int j = 0; j < 2 * ns; j++) _mm512_storeu_si512(xs + 16 * j, x[j]);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) pos[j] = p[j];
+	return k;
+}
+
+// kk_rans2f_decode is kk_rans2f_streams for ns = 2, 3 or 4 streams, the
+// unused ones' pointers null.
+KK_RF_TARGET long kk_rans2f_decode(long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0,
+				   const uint8_t *src0, const uint8_t *src1, const uint8_t *src2, const uint8_t *src3,
+				   const long *len, long *pos, long per, const uint32_t *ent, const int32_t *ent_off,
+				   const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale0,
+				   const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux,
+				   uint32_t *xs) {
+	float *const out[4] = {out0, out1, out2, out3};
+	const uint8_t *const src[4] = {src0, src1, src2, src3};
+	const float *const scale[4] = {scale0, scale1, scale2, scale3};
+	switch (ns) {
+	case 2:
+		return kk_rans2f_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+	case 3:
+		return kk_rans2f_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+	default:
+		return kk_rans2f_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+	}
+}
+
+// kk_rans2f_decode1 is kk_rans2f_streams of one stream, called as
+// kk_rans2_decode512: it returns the symbols decoded and, shifted left by
+// 32, the position after them.
+KK_RF_TARGET long kk_rans2f_decode1(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per,
+				    const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off,
+				    const int32_t *nsym, const float *scale, const uint32_t *aux, uint32_t *xs) {
+	float *const o[1] = {out};
+	const uint8_t *const s[1] = {src};
+	const float *const sc[1] = {scale};
+	long k = kk_rans2f_streams(1, o, total, g0, s, &len, &pos, per, ent, ent_off, lv, lev_off, nsym, sc, aux, xs);
+	return pos << 32 | k;
+}
