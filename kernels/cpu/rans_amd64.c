@@ -449,17 +449,19 @@ KK_RF_TARGET KK_INLINE int kk_rf_load(kk_rf *t, const uint32_t *a, const float *
 // the window, for the gather to decode the 16.
 KK_RF_TARGET KK_INLINE int kk_rf_step(const int wide, __m512i *x, __m512 *v, const kk_rf *t) {
 	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m31 = _mm512_set1_epi32(31);
-	const __m512i m16 = _mm512_set1_epi32(0xffff), ones = _mm512_set1_epi32(-1), bit5 = _mm512_set1_epi32(32);
+	const __m512i m16 = _mm512_set1_epi32(0xffff), bit5 = _mm512_set1_epi32(32);
 	const __mmask64 byte0 = 0x1111111111111111ull;
 	__m512i slot = _mm512_and_si512(*x, m12);
-	__m512i hi = _mm512_srli_epi32(slot, 5);
+	// The bucket, slot >> 5, is bits 0-6 of byte 0 of x >> 5, which is
+	// all VPERMI2B reads of a lane's byte 0 (the others are zeroed).
+	__m512i hi = _mm512_srli_epi32(*x, 5);
 	__m512i first = _mm512_maskz_permutex2var_epi8(byte0, t->first0, hi, t->first1);
 	__m512i link = _mm512_maskz_permutex2var_epi8(byte0, t->link0, hi, t->link1);
 	__m512i bm = _mm512_permutex2var_epi32(t->b0, link, t->b1);
 	if (wide) bm = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(link, bit5), bm, _mm512_permutex2var_epi32(t->b2, link, t->b3));
-	// Bits 0..slot%32: all ones shifted right by 31 - slot%32.
-	__m512i low = _mm512_srlv_epi32(ones, _mm512_andnot_si512(slot, m31));
-	__m512i r = _mm512_add_epi32(first, _mm512_popcnt_epi32(_mm512_and_si512(bm, low)));
+	// The starts at bits 0..slot%32 of the bitmap: those left after a
+	// shift left by 31 - slot%32.
+	__m512i r = _mm512_add_epi32(first, _mm512_popcnt_epi32(_mm512_sllv_epi32(bm, _mm512_andnot_si512(*x, m31))));
 	__m512i fs;
 	if (wide) {
 		if (_mm512_test_epi32_mask(r, _mm512_set1_epi32(0xc0))) return 0;
@@ -596,5 +598,161 @@ KK_RF_TARGET long kk_rans2f_decode1(float *out, long total, long g0, const uint8
 	const uint8_t *const s[1] = {src};
 	const float *const sc[1] = {scale};
 	long k = kk_rans2f_streams(1, o, total, g0, s, &len, &pos, per, ent, ent_off, lv, lev_off, nsym, sc, aux, xs);
+	return pos << 32 | k;
+}
+
+// The AVX2 kernels' lookup for tables of up to 16 symbols (the narrow
+// mode's, whose window starts at 0): a lane's symbol is the number of the
+// table's starts past the first at or below its slot, counted by 16-bit
+// compares of 16 lanes' slots against each start broadcast, its frequency
+// and start (the lookup's fs words) and its level permuted from two
+// registers each. The gather of 8 lanes costs about as much as 30
+// compares on AMD Zen 5, and tables over 8 levels gathered their levels
+// too. Larger tables take the gather, their levels permuted from
+// registers up to 16.
+
+#define KK_RC_MAX 16
+
+// kk_rans2c_streams is kk_rans2_streams2 (ns = 1 to 4 streams of 8-lane
+// chains side by side) with aux's lookups: the narrow mode's tables of up
+// to 16 symbols by compares, the rest by the gather.
+__attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2c_streams(
+	const int ns, float *const *out, long total, long g0, const uint8_t *const *src, const long *len, long *pos, long per,
+	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *const *scale, const uint32_t *aux, uint32_t *xs) {
+	__m256i x[16], v[16];
+	long p[4];
+#pragma GCC unroll 16
+	for (int j = 0; j < 4 * ns; j++) x[j] = _mm256_loadu_si256((const __m256i *)(xs + 8 * j));
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) p[j] = pos[j];
+	const __m256i m12 = _mm256_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm256_set1_epi32(255);
+	const __m256i m16 = _mm256_set1_epi32(0xffff), zero = _mm256_setzero_si256();
+	long k = 0;
+	const long nc = (g0 + total) / per;
+	for (long c = 0, at = -g0; c < nc; c++, at += per, g0 = 0) {
+		const int *e = (const int *)(ent + ent_off[c]);
+		const float *l = lv + lev_off[c];
+		const int nsy = nsym[c];
+		const uint32_t *a = aux + (long)KK_RF_WORDS * (ent_off[c] >> KK_RANS_SCALE);
+		const int cmp = a[KK_RF_MODE] == KK_RF_NARROW && nsy <= KK_RC_MAX;
+		// The starts less 1 as 16-bit words, the fs words and the levels
+		// of up to 16 symbols.
+		__m256i bnd[KK_RC_MAX - 1], f0 = zero, f1 = zero;
+		if (cmp) {
+			for (int i = 1; i < nsy; i++) bnd[i - 1] = _mm256_set1_epi16((short)((a[KK_RF_FS + i] >> 16) - 1));
+			f0 = _mm256_loadu_si256((const __m256i *)(a + KK_RF_FS)), f1 = _mm256_loadu_si256((const __m256i *)(a + KK_RF_FS + 8));
+		}
+		const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+		const __m256 l0 = _mm256_maskload_ps(l, _mm256_cmpgt_epi32(_mm256_set1_epi32(nsy), idx));
+		const __m256 l1 = nsy > 8 ? _mm256_maskload_ps(l + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(nsy - 8), idx)) : l0;
+		long g = g0;
+		for (; g < per; g += KK_RANS_LANES) {
+			int room = 1;
+#pragma GCC unroll 4
+			for (int j = 0; j < ns; j++) room &= p[j] + 2 * KK_RANS_LANES <= len[j];
+			if (!room) break;
+			if (cmp) {
+#pragma GCC unroll 4
+				for (int j = 0; j < ns; j++) {
+					const __m256 sc = _mm256_set1_ps(scale[j][c]);
+					// Lanes 0-7 and 8-15 packed to 16 words (in the
+					// order of packus: 0-3, 8-11, 4-7, 12-15), 16-31 too.
+					__m256i s[4], w[2], n0 = zero, n1 = zero;
+#pragma GCC unroll 4
+					for (int q = 0; q < 4; q++) s[q] = _mm256_and_si256(x[4 * j + q], m12);
+					w[0] = _mm256_packus_epi32(s[0], s[1]), w[1] = _mm256_packus_epi32(s[2], s[3]);
+					for (int i = 0; i < nsy - 1; i++) {
+						n0 = _mm256_sub_epi16(n0, _mm256_cmpgt_epi16(w[0], bnd[i]));
+						n1 = _mm256_sub_epi16(n1, _mm256_cmpgt_epi16(w[1], bnd[i]));
+					}
+					__m256i sy[4] = {_mm256_unpacklo_epi16(n0, zero), _mm256_unpackhi_epi16(n0, zero),
+							 _mm256_unpacklo_epi16(n1, zero), _mm256_unpackhi_epi16(n1, zero)};
+#pragma GCC unroll 4
+					for (int q = 0; q < 4; q++) {
+						const int h = 4 * j + q;
+						// Bit 3 of the symbol to the sign: which register.
+						__m256 up = _mm256_castsi256_ps(_mm256_slli_epi32(sy[q], 28));
+						__m256i fs = _mm256_castps_si256(_mm256_blendv_ps(
+							_mm256_castsi256_ps(_mm256_permutevar8x32_epi32(f0, sy[q])),
+							_mm256_castsi256_ps(_mm256_permutevar8x32_epi32(f1, sy[q])), up));
+						__m256 v_ = _mm256_blendv_ps(_mm256_permutevar8x32_ps(l0, sy[q]), _mm256_permutevar8x32_ps(l1, sy[q]), up);
+						x[h] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(fs, m16), _mm256_srli_epi32(x[h], KK_RANS_SCALE)),
+									_mm256_sub_epi32(s[q], _mm256_srli_epi32(fs, 16)));
+						_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_mul_ps(v_, sc));
+						v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
+					}
+				}
+			} else {
+#pragma GCC unroll 16
+				for (int h = 0; h < 4 * ns; h++) {
+					const int j = h / 4, q = h % 4;
+					const __m256 sc = _mm256_set1_ps(scale[j][c]);
+					__m256i e_ = _mm256_i32gather_epi32(e, _mm256_and_si256(x[h], m12), 4);
+					__m256i s_ = _mm256_and_si256(e_, m8);
+					x[h] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(e_, 8), m12),
+										   _mm256_srli_epi32(x[h], KK_RANS_SCALE)),
+								_mm256_srli_epi32(e_, 20));
+					__m256 v_;
+					if (nsy <= 16)
+						v_ = _mm256_blendv_ps(_mm256_permutevar8x32_ps(l0, s_), _mm256_permutevar8x32_ps(l1, s_),
+								      _mm256_castsi256_ps(_mm256_slli_epi32(s_, 28)));
+					else
+						v_ = _mm256_i32gather_ps(l, s_, 4);
+					_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_mul_ps(v_, sc));
+					v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
+				}
+			}
+#pragma GCC unroll 16
+			for (int h = 0; h < 4 * ns; h++) {
+				// Lanes 0-7 of every stream, then 8-15, ...
+				const int j = h % ns, q = h / ns, i = 4 * j + q;
+				int m_ = _mm256_movemask_ps(_mm256_castsi256_ps(v[i]));
+				__m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src[j] + p[j])));
+				w_ = _mm256_permutevar8x32_epi32(w_, _mm256_loadu_si256((const __m256i *)kk_rans2_expand[m_]));
+				x[i] = _mm256_blendv_epi8(x[i], _mm256_or_si256(_mm256_slli_epi32(x[i], 16), w_), v[i]);
+				p[j] += 2 * __builtin_popcount(m_);
+			}
+		}
+		k += g - g0;
+		if (g < per) break;
+	}
+#pragma GCC unroll 16
+	for (int j = 0; j < 4 * ns; j++) _mm256_storeu_si256((__m256i *)(xs + 8 * j), x[j]);
+#pragma GCC unroll 4
+	for (int j = 0; j < ns; j++) pos[j] = p[j];
+	return k;
+}
+
+// kk_rans2c_decode is kk_rans2c_streams for ns = 2, 3 or 4 streams, the
+// unused ones' pointers null.
+__attribute__((target("avx2,fma,popcnt"))) long kk_rans2c_decode(
+	long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
+	const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
+	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+	const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, uint32_t *xs) {
+	float *const out[4] = {out0, out1, out2, out3};
+	const uint8_t *const src[4] = {src0, src1, src2, src3};
+	const float *const scale[4] = {scale0, scale1, scale2, scale3};
+	switch (ns) {
+	case 2:
+		return kk_rans2c_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+	case 3:
+		return kk_rans2c_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+	default:
+		return kk_rans2c_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+	}
+}
+
+// kk_rans2c_decode1 is kk_rans2c_streams of one stream, called as
+// kk_rans2_decode2.
+__attribute__((target("avx2,fma,popcnt"))) long kk_rans2c_decode1(float *out, long total, long g0, const uint8_t *src, long len,
+								     long pos, long per, const uint32_t *ent, const int32_t *ent_off,
+								     const float *lv, const int32_t *lev_off, const int32_t *nsym,
+								     const float *scale, const uint32_t *aux, uint32_t *xs) {
+	float *const o[1] = {out};
+	const uint8_t *const s[1] = {src};
+	const float *const sc[1] = {scale};
+	long k = kk_rans2c_streams(1, o, total, g0, s, &len, &pos, per, ent, ent_off, lv, lev_off, nsym, sc, aux, xs);
 	return pos << 32 | k;
 }
