@@ -172,6 +172,7 @@ type pcTables struct {
 	// ent2 their packed entries, option b's at b << rans2ScaleBits.
 	ans2 [pcMaxOptions + 1]*ransTable
 	ent2 []uint32
+	lk2  *cpu.RANSLookup // ent2's gather-free lookups (finish)
 	// lv2 holds every option's levels end to end, option b's from
 	// lv2Off[b]: what a layout-2 decode picks its levels from.
 	lv2    []float32
@@ -237,7 +238,16 @@ func newPCTables(quant func(bits int) (*Codebook, error)) (*pcTables, error) {
 		}
 		t.set(b, b, cb)
 	}
-	return t, nil
+	return t, t.finish()
+}
+
+// finish makes what the family's decoders read of all its options at once.
+func (t *pcTables) finish() error {
+	var err error
+	if t.lk2, err = cpu.NewRANSLookup(t.ent2); err != nil {
+		return fmt.Errorf("codec: layout-2 tables: %w", err)
+	}
+	return nil
 }
 
 // ecsqTables computes once the entropy-constrained quantizers of entropy
@@ -259,7 +269,7 @@ var ecsqTables = sync.OnceValues(func() (*pcTables, error) {
 		}
 		t.set(b, (b+1)/2, cb)
 	}
-	return t, nil
+	return t, t.finish()
 })
 
 // gaussianECSQ returns the uniform quantizer of least mean squared error
@@ -544,7 +554,7 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 			k.plan2.nsym = append(k.plan2.nsym, int32(len(tab.levels[a])))
 		}
 	}
-	k.plan2.ent, k.plan2.lv = tab.ent2, tab.lv2
+	k.plan2.ent, k.plan2.lk, k.plan2.lv = tab.ent2, tab.lk2, tab.lv2
 	if k.rowBits > math.MaxUint16 {
 		return nil, fmt.Errorf("codec: kakeya-pc: %d code bits per row exceed the block's 16-bit field; lower the rate or max bits", k.rowBits)
 	}

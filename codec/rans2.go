@@ -78,8 +78,9 @@ func rans2Encode(dst, buf []byte, syms []uint8, tabs []*ransTable, per int, hide
 // coded component its table's offset in the family's entries (ent), its
 // levels' offset in the family's levels (lv) and its symbol count.
 type rans2Plan struct {
-	ent    []uint32  // the family's packed entries, option after option, 1 << rans2ScaleBits each
-	lv     []float32 // the family's levels, option after option
+	ent    []uint32        // the family's packed entries, option after option, 1 << rans2ScaleBits each
+	lk     *cpu.RANSLookup // the gather-free lookups of ent's tables, or nil
+	lv     []float32       // the family's levels, option after option
 	entOff []int32
 	levOff []int32
 	nsym   []int32
@@ -155,7 +156,7 @@ func rans2DecodeStreams(out [][]float32, src [][]byte, per int, pl *rans2Plan, s
 		for j := range ns {
 			outK[j], scaleC[j] = out[j][k:], scale[j][c:]
 		}
-		k += cpu.RANSDecode2Streams(outK[:ns], k%per, cur[:ns], per, pl.ent, pl.entOff[c:], pl.lv, pl.levOff[c:], pl.nsym[c:], scaleC[:ns], st)
+		k += cpu.RANSDecode2Streams(outK[:ns], k%per, cur[:ns], per, pl.ent, pl.lk, pl.entOff[c:], pl.lv, pl.levOff[c:], pl.nsym[c:], scaleC[:ns], st)
 		moved := false
 		for j := range ns {
 			if at[j] == 0 && len(src[j])-st.Pos[j] < 2*rans2Lanes {
@@ -298,7 +299,7 @@ func rans2Finish(src []byte, pos int, x *[rans2Lanes]uint32, hide []uint16) erro
 func rans2Groups(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, scale []float32, x *[rans2Lanes]uint32) (int, int) {
 	if k < len(out) {
 		var n int
-		n, pos = cpu.RANSDecode2(out[k:], k%per, src, pos, per, pl.ent, pl.entOff[k/per:], pl.lv, pl.levOff[k/per:], pl.nsym[k/per:], scale[k/per:], x)
+		n, pos = cpu.RANSDecode2(out[k:], k%per, src, pos, per, pl.ent, pl.lk, pl.entOff[k/per:], pl.lv, pl.levOff[k/per:], pl.nsym[k/per:], scale[k/per:], x)
 		k += n
 	}
 	for c := k / per; c < len(out)/per; c++ {

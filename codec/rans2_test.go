@@ -17,7 +17,7 @@ import (
 // family tab, with level j of component c at 1000*c + j and scales
 // that round (1 + (c mod 5)/3).
 func rans2Case(rng *rand.Rand, tab *pcTables, opts []int, comps, per int) (syms []uint8, tabs []*ransTable, pl *rans2Plan, scale []float32) {
-	pl = &rans2Plan{ent: tab.ent2}
+	pl = &rans2Plan{ent: tab.ent2, lk: tab.lk2}
 	for c := range comps {
 		o := opts[c%len(opts)]
 		tabs = append(tabs, tab.ans2[o])
@@ -190,8 +190,12 @@ func FuzzRANS2Decode(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1}, 3, 64)
+	// Options of one and of two registers' windows (2, 1; 6), of a window
+	// with lanes outside it (9) and gathered (12).
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1, 9, 6}, 5, 64)
 	good, _ := rans2Encode(nil, nil, syms, tabs, 64, []uint16{1, 2, 3})
+	gather := *pl
+	gather.lk = nil
 	f.Add(good, uint8(63), uint8(3))
 	f.Add(good, uint8(4), uint8(0))
 	f.Add(good[:len(good)-20], uint8(63), uint8(3))
@@ -199,9 +203,14 @@ func FuzzRANS2Decode(f *testing.F) {
 	f.Add(append([]byte{0xff, 0xff, 0xff, 0xff}, make([]byte, 4*rans2Lanes)...), uint8(31), uint8(0))
 	f.Fuzz(func(t *testing.T, stream []byte, per, hidden uint8) {
 		p := int(per)%96 + 1
-		out := make([]float32, len(tabs)*p)
-		hide := make([]uint16, int(hidden)%(rans2Lanes+1))
-		_ = rans2Decode(out, slices.Clone(stream), p, pl, scale, hide, new(rans2Scratch))
+		out, want := make([]float32, len(tabs)*p), make([]float32, len(tabs)*p)
+		hide, whide := make([]uint16, int(hidden)%(rans2Lanes+1)), make([]uint16, int(hidden)%(rans2Lanes+1))
+		err := rans2Decode(out, slices.Clone(stream), p, pl, scale, hide, new(rans2Scratch))
+		// The gather-free lookup decodes as the gather, bit for bit.
+		werr := rans2Decode(want, slices.Clone(stream), p, &gather, scale, whide, new(rans2Scratch))
+		if (err == nil) != (werr == nil) || err == nil && (!slices.Equal(out, want) || !slices.Equal(hide, whide)) {
+			t.Fatalf("lookup: %v, gather: %v; values equal %v", err, werr, slices.Equal(out, want))
+		}
 	})
 }
 
@@ -313,8 +322,10 @@ func FuzzRANS2DecodeStreams(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1, 7}, 12, 64)
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1, 7, 9}, 12, 64)
 	good, _ := rans2Encode(nil, nil, syms, tabs, 64, []uint16{1, 2, 3})
+	gather := *pl // each stream alone by the gather: the lookup's reference
+	gather.lk = nil
 	f.Add(good, good, uint8(3))
 	f.Add(good, good[:len(good)-20], uint8(3))
 	f.Add(flip(good, len(good)/2), good, uint8(3))
@@ -329,7 +340,7 @@ func FuzzRANS2DecodeStreams(f *testing.F) {
 			for j := range ns {
 				src[j] = slices.Clone(streams[j])
 				want[j], out[j] = make([]float32, len(syms)), make([]float32, len(syms))
-				werr[j] = rans2Decode(want[j], src[j], 64, pl, scale, make([]uint16, h), new(rans2Scratch))
+				werr[j] = rans2Decode(want[j], src[j], 64, &gather, scale, make([]uint16, h), new(rans2Scratch))
 				hide[j], sc[j], scales[j] = make([]uint16, h), new(rans2Scratch), scale
 			}
 			j, err := rans2DecodeStreams(out, src, 64, pl, scales, hide, sc, new(cpu.RANSStreams))
@@ -439,43 +450,68 @@ func TestKakeyaPCStreamLayouts(t *testing.T) {
 	}
 }
 
-// BenchmarkRANS2DecodeStreams times two and four streams like
-// BenchmarkRANS2Decode's decoded side by side (rans2DecodeStreams); Msym
-// counts every stream's.
+// BenchmarkRANS2DecodeStreams times one, two and four streams like
+// BenchmarkRANS2Decode's decoded side by side (rans2DecodeStreams), by
+// the gather-free lookup where the CPU runs it and by the gather, over
+// three sets of options; Msym counts every stream's.
 func BenchmarkRANS2DecodeStreams(b *testing.B) {
 	tab, err := ecsqTables()
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
-	for _, ns := range []int{2, 4} {
-		b.Run(fmt.Sprint(ns), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(5, 6))
-			out, src, scale := make([][]float32, ns), make([][]byte, ns), make([][]float32, ns)
-			hide, sc := make([][]uint16, ns), make([]*rans2Scratch, ns)
-			var pl *rans2Plan
-			n := 0
-			for j := range ns {
-				var syms []uint8
-				var tabs []*ransTable
-				syms, tabs, pl, scale[j] = rans2Case(rng, tab, opts, 44, 64)
-				src[j], _ = rans2Encode(nil, nil, syms, tabs, 64, make([]uint16, 32))
-				out[j], hide[j], sc[j] = make([]float32, len(syms)), make([]uint16, 32), new(rans2Scratch)
-				n += len(syms)
-			}
-			st := new(cpu.RANSStreams)
-			cpu0 := cputime.Seconds()
-			for b.Loop() {
-				if _, err := rans2DecodeStreams(out, src, 64, pl, scale, hide, sc, st); err != nil {
-					b.Fatal(err)
+	// all: options 1 to 12 in turn; narrow: 1-5 (up to 16 symbols, looked
+	// up in one register per table); wide: 6-9 (33 to 95, a window of 64).
+	for _, set := range []struct {
+		name string
+		opts []int
+	}{{"all", []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}, {"narrow", []int{1, 2, 3, 4, 5}}, {"wide", []int{6, 7, 8, 9}}} {
+		for _, ns := range []int{1, 2, 4} {
+			for _, lookup := range []bool{true, false} {
+				name := fmt.Sprintf("%s/%d/gather", set.name, ns)
+				if lookup {
+					name = fmt.Sprintf("%s/%d/lookup", set.name, ns)
 				}
+				b.Run(name, func(b *testing.B) { benchStreams(b, tab, set.opts, ns, lookup) })
 			}
-			msym := float64(n) * float64(b.N) / 1e6
-			b.ReportMetric(msym/b.Elapsed().Seconds(), "Msym/s")
-			if cpu := cputime.Seconds() - cpu0; cpu > 0 {
-				b.ReportMetric(msym/cpu, "Msym/cpu-s")
+		}
+	}
+}
+
+// benchStreams times ns streams of 44 components of 64 over opts decoded
+// side by side (one alone by rans2Decode), by the gather-free lookup or
+// by the gather.
+func benchStreams(b *testing.B, tab *pcTables, opts []int, ns int, lookup bool) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	out, src, scale := make([][]float32, ns), make([][]byte, ns), make([][]float32, ns)
+	hide, sc := make([][]uint16, ns), make([]*rans2Scratch, ns)
+	var pl *rans2Plan
+	n := 0
+	for j := range ns {
+		var syms []uint8
+		var tabs []*ransTable
+		syms, tabs, pl, scale[j] = rans2Case(rng, tab, opts, 44, 64)
+		src[j], _ = rans2Encode(nil, nil, syms, tabs, 64, make([]uint16, 32))
+		out[j], hide[j], sc[j] = make([]float32, len(syms)), make([]uint16, 32), new(rans2Scratch)
+		n += len(syms)
+	}
+	if !lookup {
+		pl.lk = nil
+	}
+	st := new(cpu.RANSStreams)
+	cpu0 := cputime.Seconds()
+	for b.Loop() {
+		if ns == 1 {
+			if err := rans2Decode(out[0], src[0], 64, pl, scale[0], hide[0], sc[0]); err != nil {
+				b.Fatal(err)
 			}
-		})
+		} else if _, err := rans2DecodeStreams(out, src, 64, pl, scale, hide, sc, st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	msym := float64(n) * float64(b.N) / 1e6
+	b.ReportMetric(msym/b.Elapsed().Seconds(), "Msym/s")
+	if cpu := cputime.Seconds() - cpu0; cpu > 0 {
+		b.ReportMetric(msym/cpu, "Msym/cpu-s")
 	}
 }
 

@@ -46,6 +46,21 @@ long kk_rans2_decode2xn(long ns, float *out0, float *out1, float *out2, float *o
 			const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
 			const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
 			const float *scale0, const float *scale1, const float *scale2, const float *scale3, uint32_t *xs);
+int kk_rans2f_supported(void);
+long kk_rans2f_decode(long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
+		      const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
+		      const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+		      const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, uint32_t *xs);
+long kk_rans2f_decode1(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
+		       const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale,
+		       const uint32_t *aux, uint32_t *x);
+long kk_rans2c_decode(long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
+		      const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
+		      const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
+		      const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, uint32_t *xs);
+long kk_rans2c_decode1(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
+		       const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale,
+		       const uint32_t *aux, uint32_t *x);
 void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
@@ -76,6 +91,11 @@ var (
 	// and up).
 	cpuQuant512 = C.kq512_supported() != 0
 	hasQuant512 = cpuQuant512 && isaCap >= levelAVX512
+	// cpuRANSLookup reports whether this CPU runs rans_amd64.c's
+	// gather-free rANS kernels (AVX-512 F, BW, VL, VBMI and VPOPCNTDQ);
+	// hasRANSLookup whether they run, as far as $KAKEYA_CPU allows.
+	cpuRANSLookup = C.kk_rans2f_supported() != 0
+	hasRANSLookup = cpuRANSLookup && isaCap >= levelAVX512
 )
 
 // The wrappers below check the extent of every slice they pass, since C
@@ -304,7 +324,7 @@ func widenActsC(a *qActs, lo, hi, cols int) {
 
 // ransDecode2C is RANSDecode2's kernel call; RANSDecode2 checked the
 // tables' extents.
-func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
+func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
 	if len(src)-pos < 2*RANSLanes {
 		return 0, pos
 	}
@@ -312,9 +332,14 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 		f32p(lv), (*C.int32_t)(&levOff[0]), (*C.int32_t)(&nsym[0]), (*C.uint32_t)(&x[0])
 	sc := f32p(scale)
 	var k C.long
-	if hasAVX512 {
+	switch {
+	case lk != nil && hasRANSLookup:
+		k = C.kk_rans2f_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), xs)
+	case hasAVX512:
 		k = C.kk_rans2_decode512(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
-	} else {
+	case lk != nil:
+		k = C.kk_rans2c_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), xs)
+	default:
 		k = C.kk_rans2_decode2(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
 	}
 	return int(k & (1<<32 - 1)), int(k >> 32)
@@ -322,7 +347,7 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 
 // ransDecode2StreamsC is RANSDecode2Streams's kernel call;
 // RANSDecode2Streams checked the extents.
-func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
+func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
 	var o [RANSMaxStreams]*C.float
 	var s [RANSMaxStreams]*C.uint8_t
 	var sc [RANSMaxStreams]*C.float
@@ -332,9 +357,14 @@ func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []u
 	ns, n, l, p := C.long(len(out)), C.long(len(out[0])), (*C.long)(unsafe.Pointer(&st.len[0])), (*C.long)(unsafe.Pointer(&st.Pos[0]))
 	e, eo, lv0, lo, nsy, x := (*C.uint32_t)(&ent[0]), (*C.int32_t)(&entOff[0]), f32p(lv), (*C.int32_t)(&levOff[0]), (*C.int32_t)(&nsym[0]), (*C.uint32_t)(&st.X[0][0])
 	var k C.long
-	if hasAVX512 {
+	switch {
+	case lk != nil && hasRANSLookup:
+		k = C.kk_rans2f_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), x)
+	case hasAVX512:
 		k = C.kk_rans2_decode512xn(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], x)
-	} else {
+	case lk != nil:
+		k = C.kk_rans2c_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), x)
+	default:
 		k = C.kk_rans2_decode2xn(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], x)
 	}
 	return int(k)

@@ -1,6 +1,10 @@
 package cpu
 
-import "fmt"
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+)
 
 // RANSLanes is the lane count of the rANS streams RANSDecode2 reads
 // (codec's stream layout 2).
@@ -25,9 +29,15 @@ const RANSScaleBits = 12
 // ent[entOff[c]:][:1<<RANSScaleBits], each entry symbol | freq<<8 |
 // bias<<20 (the state becomes freq*(x>>RANSScaleBits) + bias), and
 // out[j] = lv[levOff[c] + symbol] * scale[c]; nsym[c] bounds the symbols
-// of component c's table (at most 256). The kernels stop before a group
-// whose 64 bytes of words might run past src, and never read past it.
-func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
+// of component c's table (its symbol count, at most 256). The kernels
+// stop before a group whose 64 bytes of words might run past src, and
+// never read past it.
+//
+// lk, when not nil, is NewRANSLookup(ent)'s (every entOff then a multiple
+// of 1 << RANSScaleBits): where the CPU has AVX512_VBMI and
+// AVX512_VPOPCNTDQ the kernels look most symbols up in registers instead
+// of gathering their entries, with the same results bit for bit.
+func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
 	if (!hasAVX512 && !hasAVX2C) || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || len(out) == 0 {
 		return 0, pos
 	}
@@ -44,7 +54,8 @@ func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, 
 			panic(fmt.Sprintf("cpu: RANSDecode2: component %d's table at %d (%d entries) or %d levels at %d (%d)", t, entOff[t], len(ent), nsym[t], levOff[t], len(lv)))
 		}
 	}
-	return ransDecode2C(out, g0, src, pos, per, ent, entOff, lv, levOff, nsym, scale, x)
+	checkLookup("RANSDecode2", ent, lk, entOff[:c])
+	return ransDecode2C(out, g0, src, pos, per, ent, lk, entOff, lv, levOff, nsym, scale, x)
 }
 
 // RANSStreams holds the lanes, positions and lengths of up to
@@ -68,7 +79,7 @@ const RANSMaxStreams = 4
 // left, and returns how many symbols of each it decoded, leaving the
 // streams' positions in st.Pos; without the kernels (AVX-512 or AVX2)
 // it returns 0 and the caller decodes each with RANSDecode2.
-func RANSDecode2Streams(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
+func RANSDecode2Streams(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
 	ns, n := len(out), len(out[0])
 	if (!hasAVX512 && !hasAVX2C) || ns < 2 || ns > RANSMaxStreams || len(src) != ns || len(scale) != ns || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || n == 0 || (g0+n)%per != 0 {
 		return 0
@@ -92,5 +103,208 @@ func RANSDecode2Streams(out [][]float32, g0 int, src [][]byte, per int, ent []ui
 			panic(fmt.Sprintf("cpu: RANSDecode2Streams: component %d's table at %d (%d entries) or %d levels at %d (%d)", t, entOff[t], len(ent), nsym[t], levOff[t], len(lv)))
 		}
 	}
-	return ransDecode2StreamsC(out, g0, src, per, ent, entOff, lv, levOff, nsym, scale, st)
+	checkLookup("RANSDecode2Streams", ent, lk, entOff[:c])
+	return ransDecode2StreamsC(out, g0, src, per, ent, lk, entOff, lv, levOff, nsym, scale, st)
+}
+
+// The gather-free slot lookup. A layout-2 table maps each of its 4,096
+// slots to a packed entry; the AVX-512 kernels' first form reads it with
+// a gather per 16 lanes, which some CPUs (AMD Zen) run slowly. The second
+// form, for CPUs with AVX512_VBMI and AVX512_VPOPCNTDQ, finds a lane's
+// symbol, frequency and start in registers. The slots fall in 128 buckets
+// of 32; for a window of at most 64 consecutive symbols from base (all of
+// a table's symbols, up to 64),
+//
+//	r = first[bucket] + popcount(bound[link[bucket]] & bits 0..slot%32)
+//
+// is the symbol less base, modulo 256: first[bucket] is that of the
+// bucket's first slot (a byte), link[bucket] names one of 64 bitmaps of
+// the starts of symbols in the bucket (bit i: slot 32*bucket + i starts
+// one; bitmap 0 is empty, for buckets of one symbol). first and link are
+// byte tables the kernel permutes with VPERMI2B, the bitmaps and each
+// window symbol's frequency and start (fs: freq | start<<16) dword tables
+// it permutes with VPERMI2D. A lane whose r has bit 6 or 7 set (in 64 to
+// 255, or 256 and up) lies outside the window; a bucket with no slot in
+// the window has first = ransOutside. A vector of 16 lanes with one lane
+// outside takes the gather. The frequencies and starts are those of the
+// packed entries, so the lanes' states, symbols and levels are the
+// gather's bit for bit, on any stream, corrupt or not.
+const (
+	ransBuckets     = 128 // slots >> ransBucketShift
+	ransBucketShift = 5
+	ransWindow      = 64 // symbols a lookup holds
+	ransLinks       = 64 // bitmaps a lookup holds, the empty one first
+	ransOutside     = 0xc0
+	// One table's lookup, in uint32 words: first (128 bytes), link (128
+	// bytes), 64 bitmaps, 64 fs words, then base, the window's symbols and
+	// the table's mode.
+	ransAuxFirst = 0
+	ransAuxLink  = 32
+	ransAuxBound = 64
+	ransAuxFS    = 128
+	ransAuxBase  = 192
+	ransAuxCount = 193
+	ransAuxMode  = 194
+	ransAuxOut   = 195 // the slots the kernels gather (not read by them)
+	ransAuxWords = 256
+)
+
+// The modes of a table's lookup: how the kernels decode its symbols.
+const (
+	ransModeGather = 0 // the gather: too many lanes fall outside the window
+	ransModeNarrow = 1 // at most 32 symbols, none outside the window: one permute per table
+	ransModeWide   = 2 // a window of up to 64, lanes outside it gathered
+)
+
+// ransMaxOutside is the most of a table's 4,096 slots that may lie
+// outside its window for the kernels to look its symbols up in registers:
+// 1%, about one vector of 16 lanes in seven gathered.
+const ransMaxOutside = 41
+
+// A RANSLookup holds the gather-free lookups of every table of one array
+// of layout-2 packed entries (each 1 << RANSScaleBits entries, symbol |
+// freq<<8 | (slot-start)<<20), for RANSDecode2 and RANSDecode2Streams.
+// It is read only once made, and may be shared.
+type RANSLookup struct {
+	ent []uint32
+	aux []uint32
+}
+
+// NewRANSLookup makes the lookups of ent's tables. It fails on a table
+// that is not a layout-2 table: entries whose symbols do not run in order
+// over consecutive slots, or whose frequency or bias disagree with them.
+// A table of zeros (an unused option) is read by the gather.
+func NewRANSLookup(ent []uint32) (*RANSLookup, error) {
+	const slots = 1 << RANSScaleBits
+	if len(ent)%slots != 0 {
+		return nil, fmt.Errorf("cpu: rANS lookup: %d entries, not whole tables of %d", len(ent), slots)
+	}
+	lk := &RANSLookup{ent: ent, aux: make([]uint32, len(ent)/slots*ransAuxWords)}
+	for t := range len(ent) / slots {
+		if err := ransAux(lk.aux[t*ransAuxWords:][:ransAuxWords], ent[t*slots:][:slots]); err != nil {
+			return nil, fmt.Errorf("cpu: rANS lookup: table %d: %w", t, err)
+		}
+	}
+	return lk, nil
+}
+
+// ransAux fills one table's lookup.
+func ransAux(aux, ent []uint32) error {
+	const slots = 1 << RANSScaleBits
+	if !slices.ContainsFunc(ent, func(e uint32) bool { return e != 0 }) {
+		aux[ransAuxMode], aux[ransAuxOut] = ransModeGather, slots
+		return nil
+	}
+	// The symbols' starts and frequencies, checked against every entry.
+	var start, freq [257]uint32
+	n := 0
+	for x, e := range ent {
+		s, f, bias := int(e&0xff), e>>8&(slots-1), e>>20
+		if s != n-1 && !(s == n && start[max(n-1, 0)]+freq[max(n-1, 0)] == uint32(x)) {
+			return fmt.Errorf("slot %d's symbol %d does not follow slot %d's", x, s, x-1)
+		}
+		if s == n {
+			start[s], freq[s] = uint32(x), f
+			n++
+		}
+		if f == 0 || f != freq[s] || bias != uint32(x)-start[s] {
+			return fmt.Errorf("slot %d's entry %#x disagrees with symbol %d's start %d and frequency %d", x, e, s, start[s], freq[s])
+		}
+	}
+	if start[n-1]+freq[n-1] != slots {
+		return fmt.Errorf("symbol %d's frequency %d ends at slot %d, not %d", n-1, freq[n-1], start[n-1]+freq[n-1], slots)
+	}
+	// The window: the ransWindow consecutive symbols of most slots.
+	base, w := 0, min(n, ransWindow)
+	best := uint32(0)
+	for b := 0; b+w <= n; b++ {
+		if m := start[b+w-1] + freq[b+w-1] - start[b]; m > best {
+			best, base = m, b
+		}
+	}
+	in := func(s uint32) bool { return int(s) >= base && int(s) < base+w }
+	var first, link [ransBuckets]byte
+	bound := aux[ransAuxBound:][:ransLinks]
+	links := 1
+	for bk := range ransBuckets {
+		lo := bk << ransBucketShift
+		s0, s1 := ent[lo]&0xff, ent[lo+1<<ransBucketShift-1]&0xff
+		if s1 < uint32(base) || s0 >= uint32(base+w) || (s0 != s1 && links == ransLinks) {
+			first[bk] = ransOutside // no slot in the window, or no bitmap left
+			continue
+		}
+		first[bk] = byte(int(s0) - base)
+		if s0 == s1 {
+			continue // link 0, the empty bitmap
+		}
+		var m uint32
+		for i := 1; i < 1<<ransBucketShift; i++ {
+			if start[ent[lo+i]&0xff] == uint32(lo+i) {
+				m |= 1 << i
+			}
+		}
+		link[bk] = byte(links)
+		bound[links] = m
+		links++
+	}
+	outside := 0
+	for x, e := range ent {
+		if first[x>>ransBucketShift] == ransOutside || !in(e&0xff) {
+			outside++
+		}
+	}
+	for i := range w {
+		aux[ransAuxFS+i] = freq[base+i] | start[base+i]<<16
+	}
+	for i := range ransBuckets / 4 {
+		aux[ransAuxFirst+i] = uint32(first[4*i]) | uint32(first[4*i+1])<<8 | uint32(first[4*i+2])<<16 | uint32(first[4*i+3])<<24
+		aux[ransAuxLink+i] = uint32(link[4*i]) | uint32(link[4*i+1])<<8 | uint32(link[4*i+2])<<16 | uint32(link[4*i+3])<<24
+	}
+	aux[ransAuxBase], aux[ransAuxCount], aux[ransAuxOut] = uint32(base), uint32(w), uint32(outside)
+	switch {
+	case outside == 0 && n <= 32:
+		aux[ransAuxMode] = ransModeNarrow
+	case outside <= ransMaxOutside:
+		aux[ransAuxMode] = ransModeWide
+	default:
+		aux[ransAuxMode], aux[ransAuxOut] = ransModeGather, slots
+	}
+	return nil
+}
+
+// Gathered returns how many of table t's slots the gather-free kernels
+// leave to the gather: 0 for a table looked up in registers alone, 1 <<
+// RANSScaleBits for one they always gather.
+func (lk *RANSLookup) Gathered(t int) int { return int(lk.aux[t*ransAuxWords+ransAuxOut]) }
+
+// ransAuxLookup is what the kernels compute from one table's lookup for
+// slot x: the symbol, its frequency and start, or ok false for a slot
+// they leave to the gather.
+func ransAuxLookup(aux []uint32, x uint32) (sym, freq, start uint32, ok bool) {
+	bk := x >> ransBucketShift
+	first := aux[ransAuxFirst+bk/4] >> (8 * (bk % 4)) & 0xff
+	link := aux[ransAuxLink+bk/4] >> (8 * (bk % 4)) & 0xff
+	lowBits := ^uint32(0) >> (31 - x&31)
+	r := first + uint32(bits.OnesCount32(aux[ransAuxBound+link&63]&lowBits))
+	if r&0xc0 != 0 {
+		return 0, 0, 0, false
+	}
+	fs := aux[ransAuxFS+r&63]
+	return aux[ransAuxBase] + r&63, fs & 0xffff, fs >> 16, true
+}
+
+// checkLookup panics unless lk is nil or made from ent, with every
+// table in entOff at a whole table's offset.
+func checkLookup(fn string, ent []uint32, lk *RANSLookup, entOff []int32) {
+	if lk == nil {
+		return
+	}
+	if len(lk.ent) != len(ent) || &lk.ent[0] != &ent[0] {
+		panic(fmt.Sprintf("cpu: %s: a lookup of %d entries made from other tables than these %d", fn, len(lk.ent), len(ent)))
+	}
+	for t, o := range entOff {
+		if o%(1<<RANSScaleBits) != 0 {
+			panic(fmt.Sprintf("cpu: %s: component %d's table at %d, inside a table of the lookup's", fn, t, o))
+		}
+	}
 }

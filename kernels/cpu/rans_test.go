@@ -1,0 +1,249 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// ransTestFreqs returns frequencies of n symbols summing to 1 <<
+// RANSScaleBits in the given shape: "gauss" (a bell over the symbols with
+// tails of frequency 1, as the codec's quantizers' tables), "flat",
+// "spike" (one symbol taking almost every slot) or "random".
+func ransTestFreqs(rng *rand.Rand, n int, shape string) []uint32 {
+	const total = 1 << RANSScaleBits
+	w := make([]float64, n)
+	for i := range w {
+		switch shape {
+		case "gauss":
+			z := (float64(i) - float64(n-1)/2) / (float64(n) / 7)
+			w[i] = math.Exp(-z * z / 2)
+		case "flat":
+			w[i] = 1
+		case "spike":
+			w[i] = 1e-9
+			if i == n/3 {
+				w[i] = 1
+			}
+		default:
+			w[i] = rng.Float64() * rng.Float64()
+		}
+	}
+	var sum float64
+	for _, v := range w {
+		sum += v
+	}
+	f := make([]uint32, n)
+	left := total
+	for i, v := range w {
+		f[i] = uint32(max(1, int(v/sum*float64(total-n)))) // at least 1, leaving room
+		left -= int(f[i])
+	}
+	for i := 0; left > 0; i = (i + 1) % n { // the rest spread from the middle
+		f[(n/2+i)%n]++
+		left--
+	}
+	return f
+}
+
+// ransTestTable packs the layout-2 entries of freq.
+func ransTestTable(freq []uint32) []uint32 {
+	ent := make([]uint32, 0, 1<<RANSScaleBits)
+	for s, f := range freq {
+		for b := range f {
+			ent = append(ent, uint32(s)|f<<8|b<<20)
+		}
+	}
+	return ent
+}
+
+// ransTestSizes are alphabet sizes of every class the kernels tell apart:
+// up to 16 and 32 (one register's window), up to 64 (two), past 64 (a
+// window of the 64 likeliest, the rest gathered) up to 256.
+var ransTestSizes = []int{2, 3, 4, 6, 10, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 68, 95, 128, 134, 191, 255, 256}
+
+var ransTestShapes = []string{"gauss", "flat", "spike", "random"}
+
+// TestRANSLookup: for tables of every size class and shape, the lookup
+// gives every slot's symbol, frequency and start as the packed entry does,
+// or leaves the slot to the gather, as many slots as Gathered says, none
+// for tables of up to 64 symbols.
+func TestRANSLookup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range ransTestSizes {
+		for _, shape := range ransTestShapes {
+			freq := ransTestFreqs(rng, n, shape)
+			ent := ransTestTable(freq)
+			// Two tables, and a table of zeros (an unused option) first.
+			all := append(make([]uint32, 1<<RANSScaleBits), ent...)
+			all = append(all, ent...)
+			lk, err := NewRANSLookup(all)
+			if err != nil {
+				t.Fatalf("%d symbols, %s: %v", n, shape, err)
+			}
+			if g := lk.Gathered(0); g != 1<<RANSScaleBits {
+				t.Fatalf("the zero table: %d slots gathered", g)
+			}
+			for tb := 1; tb <= 2; tb++ {
+				aux := lk.aux[tb*ransAuxWords:][:ransAuxWords]
+				mode, out := aux[ransAuxMode], 0
+				for x, e := range ent {
+					sym, f, st, ok := ransAuxLookup(aux, uint32(x))
+					if !ok {
+						out++
+						continue
+					}
+					if sym != e&0xff || f != e>>8&0xfff || uint32(x)-st != e>>20 {
+						t.Fatalf("%d symbols, %s: slot %d: symbol %d freq %d start %d, entry %#x", n, shape, x, sym, f, st, e)
+					}
+				}
+				if mode != ransModeGather && out != lk.Gathered(tb) {
+					t.Fatalf("%d symbols, %s: %d slots outside the window, Gathered %d", n, shape, out, lk.Gathered(tb))
+				}
+				switch {
+				case n <= 32 && mode != ransModeNarrow, n > 32 && n <= 64 && mode != ransModeWide:
+					t.Errorf("%d symbols, %s: mode %d", n, shape, mode)
+				case n <= 64 && out != 0:
+					t.Errorf("%d symbols, %s: %d slots outside the window", n, shape, out)
+				case mode == ransModeWide && out > ransMaxOutside, mode == ransModeGather && lk.Gathered(tb) != 1<<RANSScaleBits:
+					t.Errorf("%d symbols, %s: mode %d with %d slots outside, Gathered %d", n, shape, mode, out, lk.Gathered(tb))
+				}
+				if tb == 1 {
+					t.Logf("%3d symbols, %-6s: mode %d, %d slots outside the window", n, shape, mode, out)
+				}
+			}
+		}
+	}
+}
+
+// TestRANSDecodeLookup: the gather-free kernels decode exactly as the
+// gather's, states, positions and values bit for bit, one stream or up to
+// four side by side, over tables of every size class and shape, on
+// streams of random bytes from random states (any corrupt stream is one),
+// cut at random lengths so the kernels stop at different groups.
+func TestRANSDecodeLookup(t *testing.T) {
+	const per = 64
+	rng := rand.New(rand.NewPCG(3, 4))
+	t.Logf("lookup kernels: %v", hasRANSLookup)
+	// One family of every size and shape, and its levels.
+	var ent []uint32
+	var lv []float32
+	var tabs, levOff, nsym []int32
+	for _, n := range ransTestSizes {
+		for _, shape := range ransTestShapes {
+			tabs = append(tabs, int32(len(ent)))
+			ent = append(ent, ransTestTable(ransTestFreqs(rng, n, shape))...)
+			levOff, nsym = append(levOff, int32(len(lv))), append(nsym, int32(n))
+			for i := range n {
+				lv = append(lv, float32(rng.NormFloat64())+float32(i))
+			}
+		}
+	}
+	lk, err := NewRANSLookup(ent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded := 0
+	for round := range 400 {
+		ns := 1 + round%RANSMaxStreams
+		comps := 1 + rng.IntN(12)
+		// The components' tables: a run of one size class, or any.
+		var eo, lo, nsy []int32
+		for range comps {
+			i := rng.IntN(len(tabs))
+			if round%3 == 0 {
+				i = (round / 3 * len(ransTestShapes)) % len(tabs)
+			}
+			eo, lo, nsy = append(eo, tabs[i]), append(lo, levOff[i]), append(nsy, nsym[i])
+		}
+		g0 := 0 // whole components, or from the second group
+		if round%2 == 1 {
+			g0 = RANSLanes
+		}
+		n := comps*per - g0
+		var st [2]RANSStreams
+		var out [2][][]float32
+		src, scale := make([][]byte, ns), make([][]float32, ns)
+		for j := range ns {
+			src[j] = make([]byte, 64+rng.IntN(2*n+64))
+			for i := range src[j] {
+				src[j][i] = byte(rng.Uint32())
+			}
+			scale[j] = make([]float32, comps)
+			for c := range scale[j] {
+				scale[j][c] = 0.5 + rng.Float32()
+			}
+			for i := range st[0].X[j] {
+				st[0].X[j][i] = 1<<16 + rng.Uint32N(1<<32-1<<16)
+			}
+			st[0].Pos[j] = rng.IntN(8)
+		}
+		st[1] = st[0]
+		var k [2]int
+		for v, l := range []*RANSLookup{lk, nil} {
+			out[v] = make([][]float32, ns)
+			for j := range ns {
+				out[v][j] = make([]float32, n)
+			}
+			if ns == 1 {
+				k[v], st[v].Pos[0] = RANSDecode2(out[v][0], g0, src[0], st[v].Pos[0], per, ent, l, eo, lv, lo, nsy, scale[0], &st[v].X[0])
+			} else {
+				k[v] = RANSDecode2Streams(out[v], g0, src, per, ent, l, eo, lv, lo, nsy, scale, &st[v])
+			}
+		}
+		if k[0] != k[1] || st[0].X != st[1].X || st[0].Pos != st[1].Pos {
+			t.Fatalf("round %d, %d streams: lookup decoded %d symbols to positions %v, the gather %d to %v (states equal %v)",
+				round, ns, k[0], st[0].Pos[:ns], k[1], st[1].Pos[:ns], st[0].X == st[1].X)
+		}
+		for j := range ns {
+			for i := range k[0] {
+				if math.Float32bits(out[0][j][i]) != math.Float32bits(out[1][j][i]) {
+					t.Fatalf("round %d, stream %d of %d, symbol %d (component %d, %d symbols): lookup %v, gather %v",
+						round, j, ns, i, (g0+i)/per, nsy[(g0+i)/per], out[0][j][i], out[1][j][i])
+				}
+			}
+		}
+		decoded += k[0] * ns
+	}
+	t.Logf("%d symbols decoded", decoded)
+	if (hasAVX512 || hasAVX2C) && decoded < 10000 {
+		t.Errorf("%d symbols decoded: the kernels stopped early", decoded)
+	}
+}
+
+// TestNewRANSLookupErrors: tables that are not layout-2 tables are
+// errors naming the table, never a panic.
+func TestNewRANSLookupErrors(t *testing.T) {
+	good := ransTestTable(ransTestFreqs(rand.New(rand.NewPCG(5, 6)), 10, "gauss"))
+	for _, tc := range []struct {
+		name string
+		edit func(e []uint32) []uint32
+		want string
+	}{
+		{"short", func(e []uint32) []uint32 { return e[:len(e)-1] }, "not whole tables"},
+		{"symbol skipped", func(e []uint32) []uint32 { e[len(e)-1] += 2; return e }, "table 1: slot 4095"},
+		{"symbol back", func(e []uint32) []uint32 {
+			const i = 1<<RANSScaleBits + 2000
+			e[i] = e[i]&^0xff | (e[i]&0xff - 1)
+			return e
+		}, "table 1: slot 2000"},
+		{"frequency", func(e []uint32) []uint32 { e[1<<RANSScaleBits+100] += 1 << 8; return e }, "table 1: slot 100"},
+		{"bias", func(e []uint32) []uint32 { e[1<<RANSScaleBits+3000] += 1 << 20; return e }, "table 1: slot 3000"},
+		{"one symbol", func(e []uint32) []uint32 {
+			for i := range e[1<<RANSScaleBits:] {
+				e[1<<RANSScaleBits+i] = uint32(i) << 20
+			}
+			return e
+		}, "table 1: slot 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ent := append(slices.Clone(good), good...)
+			_, err := NewRANSLookup(tc.edit(ent))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+}
