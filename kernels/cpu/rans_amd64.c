@@ -307,6 +307,23 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode
 
 // kk_rans2_streams2 is kk_rans2_decode2 (AVX2) over ns streams side by
 // side, as kk_rans2_streams: 4*ns chains of 8 lanes.
+// kk_rans2_refill2 renormalizes the 4*ns chains of 8 lanes of the AVX2
+// stream kernels (kk_rans2_streams2, kk_rans2c_streams): each lane set in
+// v (its state below 2^16) shifts in its stream's next 16-bit word, in
+// lane order, lanes 0-7 of every stream first, then 8-15, ...
+__attribute__((target("avx2,fma,popcnt"))) KK_INLINE void kk_rans2_refill2(const int ns, __m256i *x, const __m256i *v,
+									      const uint8_t *const *src, long *p) {
+#pragma GCC unroll 16
+	for (int h = 0; h < 4 * ns; h++) {
+		const int j = h % ns, q = h / ns, i = 4 * j + q;
+		int m_ = _mm256_movemask_ps(_mm256_castsi256_ps(v[i]));
+		__m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src[j] + p[j])));
+		w_ = _mm256_permutevar8x32_epi32(w_, _mm256_loadu_si256((const __m256i *)kk_rans2_expand[m_]));
+		x[i] = _mm256_blendv_epi8(x[i], _mm256_or_si256(_mm256_slli_epi32(x[i], 16), w_), v[i]);
+		p[j] += 2 * __builtin_popcount(m_);
+	}
+}
+
 __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2_streams2(
 	const int ns, float *const *out, long total, long g0, const uint8_t *const *src, const long *len, long *pos, long per,
 	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
@@ -345,16 +362,7 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2_streams2(
 				_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_mul_ps(v_, sc));
 				v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
 			}
-#pragma GCC unroll 16
-			for (int h = 0; h < 4 * ns; h++) {
-				// Lanes 0-7 of every stream, then 8-15, ...
-				const int j = h % ns, q = h / ns, i = 4 * j + q;
-				int m_ = _mm256_movemask_ps(_mm256_castsi256_ps(v[i]));
-				__m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src[j] + p[j])));
-				w_ = _mm256_permutevar8x32_epi32(w_, _mm256_loadu_si256((const __m256i *)kk_rans2_expand[m_]));
-				x[i] = _mm256_blendv_epi8(x[i], _mm256_or_si256(_mm256_slli_epi32(x[i], 16), w_), v[i]);
-				p[j] += 2 * __builtin_popcount(m_);
-			}
+			kk_rans2_refill2(ns, x, v, src, p);
 		}
 		k += g - g0;
 		if (g < per) break;
@@ -717,16 +725,7 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2c_streams(
 					v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
 				}
 			}
-#pragma GCC unroll 16
-			for (int h = 0; h < 4 * ns; h++) {
-				// Lanes 0-7 of every stream, then 8-15, ...
-				const int j = h % ns, q = h / ns, i = 4 * j + q;
-				int m_ = _mm256_movemask_ps(_mm256_castsi256_ps(v[i]));
-				__m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src[j] + p[j])));
-				w_ = _mm256_permutevar8x32_epi32(w_, _mm256_loadu_si256((const __m256i *)kk_rans2_expand[m_]));
-				x[i] = _mm256_blendv_epi8(x[i], _mm256_or_si256(_mm256_slli_epi32(x[i], 16), w_), v[i]);
-				p[j] += 2 * __builtin_popcount(m_);
-			}
+			kk_rans2_refill2(ns, x, v, src, p);
 		}
 		k += g - g0;
 		if (g < per) break;
