@@ -54,17 +54,10 @@ KK_DEVICE double kk_dadd(double a, double b) {
 #endif
 KK_DEVICE double kk_dsub(double a, double b) { return kk_dadd(a, -b); }
 
-// kk_exp_weight is mathx.ExpWeight: exp(x) for x <= 0, in float64 and
-// rounded once to float32, by the same reduction and polynomial with the
-// same roundings in the same order (no fused multiply-adds), so that the
-// device's weights are the host's bit for bit.
-KK_DEVICE float kk_exp_weight(double x) {
-	if (x != x)
-		return (float)x;
-	if (x < -104)
-		return 0;
-	if (x > -0x1p-28)
-		return (float)kk_dadd(1, x);
+// kk_exp_poly is the reduction and polynomial of Go's math.Exp (for x <= 0)
+// that kk_exp_weight and kk_exp64 share, each step rounded on its own:
+// e**x = y * 2**k, y returned.
+KK_DEVICE double kk_exp_poly(double x, int *kp) {
 	int k = (int)kk_dsub(kk_dmul(1.44269504088896338700e+00, x), 0.5);
 	double hi = kk_dsub(x, kk_dmul((double)k, 6.93147180369123816490e-01));
 	double lo = kk_dmul((double)k, 1.90821492927058770002e-10);
@@ -76,6 +69,23 @@ KK_DEVICE float kk_exp_weight(double x) {
 	q = kk_dadd(1.66666666666666657415e-01, kk_dmul(t, q));
 	double c = kk_dsub(r, kk_dmul(t, q));
 	double y = kk_dsub(1, kk_dsub(kk_dsub(lo, kk_dmul(r, c) / kk_dsub(2, c)), hi));
+	*kp = k;
+	return y;
+}
+
+// kk_exp_weight is mathx.ExpWeight: exp(x) for x <= 0, in float64 and
+// rounded once to float32, by the same reduction and polynomial with the
+// same roundings in the same order (no fused multiply-adds), so that the
+// device's weights are the host's bit for bit.
+KK_DEVICE float kk_exp_weight(double x) {
+	if (x != x)
+		return (float)x;
+	if (x < -104)
+		return 0;
+	if (x > -0x1p-28)
+		return (float)kk_dadd(1, x);
+	int k;
+	double y = kk_exp_poly(x, &k);
 	return (float)kk_dmul(y, __builtin_bit_cast(double, (kk_u64)(k + 1023) << 52));
 }
 
@@ -90,17 +100,8 @@ KK_DEVICE double kk_exp64(double x) {
 		return 0;
 	if (-0x1p-28 < x && x < 0x1p-28)
 		return kk_dadd(1, x);
-	int k = (int)kk_dsub(kk_dmul(1.44269504088896338700e+00, x), 0.5);
-	double hi = kk_dsub(x, kk_dmul((double)k, 6.93147180369123816490e-01));
-	double lo = kk_dmul((double)k, 1.90821492927058770002e-10);
-	double r = kk_dsub(hi, lo);
-	double t = kk_dmul(r, r);
-	double q = kk_dadd(-1.65339022054652515390e-06, kk_dmul(t, 4.13813679705723846039e-08));
-	q = kk_dadd(6.61375632143793436117e-05, kk_dmul(t, q));
-	q = kk_dadd(-2.77777777770155933842e-03, kk_dmul(t, q));
-	q = kk_dadd(1.66666666666666657415e-01, kk_dmul(t, q));
-	double c = kk_dsub(r, kk_dmul(t, q));
-	double y = kk_dsub(1, kk_dsub(kk_dsub(lo, kk_dmul(r, c) / kk_dsub(2, c)), hi));
+	int k;
+	double y = kk_exp_poly(x, &k);
 	if (k >= -1022)
 		return kk_dmul(y, __builtin_bit_cast(double, (kk_u64)(k + 1023) << 52));
 	return kk_dmul(kk_dmul(y, __builtin_bit_cast(double, (kk_u64)(k + 53 + 1023) << 52)), 0x1p-53);
