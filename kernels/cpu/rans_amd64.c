@@ -27,6 +27,22 @@
 #define KK_RANS_SCALE 12
 #define KK_RANS_WORD (1u << 16)
 
+// kk_rans2_next16 and kk_rans2_next8 are the state update of 16 (AVX-512)
+// or 8 (AVX2) lanes from their packed table entries e (bits 8-19 the
+// symbol's frequency, 20-31 the state's offset within it): x = freq *
+// (x >> KK_RANS_SCALE) + offset.
+__attribute__((target("avx512f"))) KK_INLINE __m512i kk_rans2_next16(__m512i x, __m512i e) {
+	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1);
+	return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), m12), _mm512_srli_epi32(x, KK_RANS_SCALE)),
+				_mm512_srli_epi32(e, 20));
+}
+
+__attribute__((target("avx2"))) KK_INLINE __m256i kk_rans2_next8(__m256i x, __m256i e) {
+	const __m256i m12 = _mm256_set1_epi32((1 << KK_RANS_SCALE) - 1);
+	return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), m12), _mm256_srli_epi32(x, KK_RANS_SCALE)),
+				_mm256_srli_epi32(e, 20));
+}
+
 // kk_rans2_decode512 decodes whole groups of component-major symbols
 // (per symbols per component, a multiple of 32; out[j] is symbol g0 + j,
 // the first g0 of the first component decoded before) into out, starting at
@@ -63,10 +79,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode
 			__m512i e0 = _mm512_i32gather_epi32(_mm512_and_si512(x0, m12), e, 4);
 			__m512i e1 = _mm512_i32gather_epi32(_mm512_and_si512(x1, m12), e, 4);
 			__m512i s0 = _mm512_and_si512(e0, m8), s1 = _mm512_and_si512(e1, m8);
-			x0 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(e0, 8), m12), _mm512_srli_epi32(x0, KK_RANS_SCALE)),
-					      _mm512_srli_epi32(e0, 20));
-			x1 = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(e1, 8), m12), _mm512_srli_epi32(x1, KK_RANS_SCALE)),
-					      _mm512_srli_epi32(e1, 20));
+			x0 = kk_rans2_next16(x0, e0);
+			x1 = kk_rans2_next16(x1, e1);
 			__m512 v0, v1;
 			if (ns <= 16) {
 				v0 = _mm512_permutexvar_ps(s0, l0);
@@ -124,9 +138,7 @@ __attribute__((constructor)) static void kk_rans2_init(void) {
 	do {                                                                                                                \
 		__m256i e_ = _mm256_i32gather_epi32(e, _mm256_and_si256(x[q], m12), 4);                                    \
 		__m256i s_ = _mm256_and_si256(e_, m8);                                                                      \
-		x[q] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(e_, 8), m12),               \
-							   _mm256_srli_epi32(x[q], KK_RANS_SCALE)),                       \
-					_mm256_srli_epi32(e_, 20));                                                         \
+		x[q] = kk_rans2_next8(x[q], e_);                                                                            \
 		__m256 v_ = ns <= 8 ? _mm256_permutevar8x32_ps(l0, s_) : _mm256_mul_ps(_mm256_i32gather_ps(l, s_, 4), sc); \
 		_mm256_storeu_ps(out + at + g + 8 * (q), v_);                                                                \
 		v[q] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[q], 16), zero);                                              \
@@ -202,11 +214,6 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2(float *out, lon
 		v1 = _mm512_mul_ps(v1, sc);                                                                                 \
 	} while (0)
 
-// KK_R2P_UPDATE is one half's state update from its gathered entry e.
-#define KK_R2P_UPDATE(x, e)                                                                                                 \
-	x = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), m12), _mm512_srli_epi32(x, KK_RANS_SCALE)), \
-			     _mm512_srli_epi32(e, 20))
-
 // KK_R2P_REFILL gives the lanes of x below 2^16 the next words of src at
 // p, in lane order.
 #define KK_R2P_REFILL(x, src, p)                                                                                            \
@@ -259,7 +266,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) KK_INLINE long kk_ra
 #pragma GCC unroll 8
 			for (int h = 0; h < 2 * ns; h++) en[h] = _mm512_i32gather_epi32(_mm512_and_si512(x[h], m12), e, 4);
 #pragma GCC unroll 8
-			for (int h = 0; h < 2 * ns; h++) KK_R2P_UPDATE(x[h], en[h]);
+			for (int h = 0; h < 2 * ns; h++) x[h] = kk_rans2_next16(x[h], en[h]);
 #pragma GCC unroll 8
 			for (int h = 0; h < 2 * ns; h++) {
 				// Lanes 0-15 of every stream, then lanes 16-31.
@@ -355,9 +362,7 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2_streams2(
 				const __m256 sc = _mm256_set1_ps(scale[j][c]);
 				__m256i e_ = _mm256_i32gather_epi32(e, _mm256_and_si256(x[h], m12), 4);
 				__m256i s_ = _mm256_and_si256(e_, m8);
-				x[h] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(e_, 8), m12),
-									   _mm256_srli_epi32(x[h], KK_RANS_SCALE)),
-							_mm256_srli_epi32(e_, 20));
+				x[h] = kk_rans2_next8(x[h], e_);
 				__m256 v_ = nsy <= 8 ? _mm256_permutevar8x32_ps(l0, s_) : _mm256_i32gather_ps(l, s_, 4);
 				_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_mul_ps(v_, sc));
 				v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
@@ -493,8 +498,7 @@ KK_RF_TARGET KK_INLINE void kk_rf_gather(__m512i *x, __m512 *v, const int *e, co
 	const __m512i bit5 = _mm512_set1_epi32(32);
 	__m512i en = _mm512_i32gather_epi32(_mm512_and_si512(*x, m12), e, 4);
 	__m512i s = _mm512_and_si512(en, m8);
-	*x = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(_mm512_srli_epi32(en, 8), m12), _mm512_srli_epi32(*x, KK_RANS_SCALE)),
-			      _mm512_srli_epi32(en, 20));
+	*x = kk_rans2_next16(*x, en);
 	if (ns <= 64)
 		*v = _mm512_mask_blend_ps(_mm512_test_epi32_mask(s, bit5), _mm512_permutex2var_ps(t->l0, s, t->l1),
 					  _mm512_permutex2var_ps(t->l2, s, t->l3));
@@ -712,9 +716,7 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2c_streams(
 					const __m256 sc = _mm256_set1_ps(scale[j][c]);
 					__m256i e_ = kk_load8(e, _mm256_and_si256(x[h], m12));
 					__m256i s_ = _mm256_and_si256(e_, m8);
-					x[h] = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(_mm256_srli_epi32(e_, 8), m12),
-										   _mm256_srli_epi32(x[h], KK_RANS_SCALE)),
-								_mm256_srli_epi32(e_, 20));
+					x[h] = kk_rans2_next8(x[h], e_);
 					__m256 v_;
 					if (nsy <= 16)
 						v_ = _mm256_blendv_ps(_mm256_permutevar8x32_ps(l0, s_), _mm256_permutevar8x32_ps(l1, s_),
