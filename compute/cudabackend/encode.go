@@ -51,7 +51,7 @@ func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
 // encodingOf is deviceEncoding with the backend's mu held.
 func (s *store) encodingOf(dec compute.Decoder) (encoding, bool) {
 	_, f, ok := builtinFormat(dec)
-	if !ok || f.ID != codec.FormatKakeyaPC {
+	if !ok || f.ID != codec.FormatKakeyaPC && f.ID != codec.FormatKakeyaPCEC {
 		return deviceEncoding(dec, s.rows, s.d)
 	}
 	// A built-in format's codec: *codec.KakeyaPC, a valid map key.
@@ -119,8 +119,35 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 		xs := roundUp(max(pcChunk(n, d, m, encThreads)*d, 16*m), 4) // staged rows, then the scale errors
 		e.shared = 4*(xs+2*m+len(coded)+ceilDiv(codes, 4)) + seal
 		return e, e.shared <= attnSharedCap
+	case codec.FormatKakeyaPCEC:
+		pc := c.Settings().PC
+		if pc == nil || !pc.Entropy || len(pc.Mean) != d || pc.Param != 1 && pc.Param != 2 {
+			return encoding{}, false
+		}
+		_, off, off2, off3, ok := ransTables(pc)
+		if !ok {
+			return encoding{}, false
+		}
+		if _, ok := pcecParams(dec, n, d, 0, off, off2, off3); !ok {
+			return encoding{}, false // enc_pcec reads its settings there
+		}
+		m, c := len(pc.Stored), len(pc.Coded())
+		slot := pcecSlot(pc, n, d)
+		e := encoding{format: partKakeyaPCEC, size: slot, slot: slot, scratch: pcecScratch(n, m, c, len(pc.ScaleSteps), pcecLanes(pc.Param))}
+		e.shared = 4*(roundUp(pcChunk(n, d, m, encThreads)*d, 4)+2*m+c) + seal + 4
+		return e, e.shared <= attnSharedCap
 	}
 	return encoding{}, false
+}
+
+// pcecScratch returns the bytes of device scratch enc_pcec takes for a
+// block of n rows of m stored components, c coded, with steps scale steps
+// and lanes rANS lanes (encode.cu): y (n x m floats, rounded up to 16
+// bytes), each trial's squared error and code length (c x steps float64
+// each), a symbol word per code (c x n) and the stream's buffer (4 + 4
+// lanes + 2 c n bytes).
+func pcecScratch(n, m, c, steps, lanes int) int {
+	return roundUp(4*n*m, 16) + 16*c*steps + 4*c*n + 4 + 4*lanes + 2*c*n
 }
 
 // EncodedLen implements compute.PartEncoder: int8, int4 (as attention
@@ -200,10 +227,10 @@ func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
 	}
 	s.retire(pt) // an encoded part takes no more writes
 	var prm Ptr
-	if e.format == partKakeyaPC {
+	if e.format == partKakeyaPC || e.format == partKakeyaPCEC {
 		var ok bool
 		var err error
-		if prm, ok, err = s.codecParams(dec, partKakeyaPC); err != nil {
+		if prm, ok, err = s.codecParams(dec, e.format); err != nil {
 			return err
 		}
 		if !ok {
@@ -256,6 +283,20 @@ func encPCLaunch(dst, src Ptr, bf16 bool, n, d int, prm, y Ptr, shared int, jobs
 	int32Of("enc_pc values", n*d)
 	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(prm).ptr(y).ptr(jobs)
 	return Launch{Kernel: "enc_pc", Grid: Dim3{u32("enc_pc parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
+}
+
+// encPCECLaunch encodes the hot part at src (n rows of d values, bf16 or
+// float32) as codec.KakeyaPC's entropy-coded format (kakeya_pc_ec, the
+// codec's stream layout) into dst, a slot of the bytes its pcecParams
+// say, header and CRC included, in one block, with the codec's pcecParams
+// at prm and pcecScratch bytes of scratch; with jobs set, count parts, as
+// encInt8Launch.
+// Kernel: enc_pcec(uint8 *dst, const void *src, int bf16, int n, int d, const float *prm, uint8 *scratch, const uint64 *jobs).
+func encPCECLaunch(dst, src Ptr, bf16 bool, n, d int, prm, scratch Ptr, shared int, jobs Ptr, count int) Launch {
+	positive("enc_pcec", n, d, count)
+	int32Of("enc_pcec values", n*d)
+	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(prm).ptr(scratch).ptr(jobs)
+	return Launch{Kernel: "enc_pcec", Grid: Dim3{u32("enc_pcec parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
 }
 
 // encJob is one part's encode, launched with the others of its
@@ -348,7 +389,7 @@ func (b *Backend) emitEncodes() {
 	y := eb.y
 	for _, j := range jobs {
 		var jy Ptr
-		if j.e.format == partKakeyaPC {
+		if j.e.scratch > 0 {
 			jy = y
 			y += Ptr(roundUp(j.e.scratch, encAlign))
 		}
@@ -399,6 +440,8 @@ func (b *Backend) emitEncodes() {
 			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, shared, jt, end-first)
 		case partInt4:
 			l = encInt4Launch(0, 0, j.bf16, j.s.rows, j.s.d, 0, shared, jt, end-first)
+		case partKakeyaPCEC:
+			l = encPCECLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
 		default:
 			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
 		}
