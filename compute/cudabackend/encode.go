@@ -134,10 +134,24 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 		m, c := len(pc.Stored), len(pc.Coded())
 		slot := pcecSlot(pc, n, d)
 		e := encoding{format: partKakeyaPCEC, size: slot, slot: slot, scratch: pcecScratch(n, m, c, len(pc.ScaleSteps), pcecLanes(pc.Param))}
-		e.shared = 4*(roundUp(pcChunk(n, d, m, encThreads)*d, 4)+2*m+c) + seal + 4
+		e.shared = 4*(pcecStaged(pcChunk(n, d, m, encThreads), d, m, c, len(pc.ScaleSteps), encThreads)+2*m+c) + seal + 4
 		return e, e.shared <= attnSharedCap
 	}
 	return encoding{}, false
+}
+
+// pcecStaged returns the floats of enc_pcec's shared memory where it
+// stages rows (r rows of d), in which the c x steps trials' errors and
+// lengths (float64) lie after the projection where the kernel's shared
+// memory then stays within attnSharedCap (else they lie in the scratch),
+// as kk_pcec_staged (kernels/cuda/encode.cu) does.
+func pcecStaged(r, d, m, c, steps, threads int) int {
+	rows, trials := roundUp(r*d, 4), 4*c*steps
+	with := 4*(max(trials, rows)+2*m+c) + 4*(2*threads+32) + 8
+	if with <= attnSharedCap && trials > rows {
+		return trials
+	}
+	return rows
 }
 
 // pcecScratch returns the bytes of device scratch enc_pcec takes for a

@@ -96,6 +96,7 @@ func TestEncodePCECOnDevice(t *testing.T) {
 		{"identity/kvtc", 16, 64, false, 3, 2, true, true},
 		{"identity/d32", 32, 32, false, 4, 2, false, true},
 		{"identity/high rate", 16, 64, false, 6, 2, false, true},
+		{"identity/d256", 16, 256, true, 8, 2, false, true}, // the trials' results in the scratch
 		{"f32", 16, 64, false, 2.5, 2, false, false},
 		{"bf16/d128/block 64", 64, 128, true, 2.5, 2, false, false},
 		{"layout 1/d128", 64, 128, true, 2.5, 1, false, false},
@@ -142,7 +143,13 @@ func TestEncodePCECOnDevice(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t.Logf("%d of %d blocks byte for byte the codec's", same, blocks)
+			pc := cd.Settings().PC
+			m, cc := len(pc.Stored), len(pc.Coded())
+			where := "shared memory"
+			if pcecStaged(pcChunk(c.n, c.d, m, encThreads), c.d, m, cc, len(pc.ScaleSteps), encThreads) < 4*cc*len(pc.ScaleSteps) {
+				where = "the scratch"
+			}
+			t.Logf("%d of %d blocks byte for byte the codec's (%d stored, %d coded components; the trials in %s)", same, blocks, m, cc, where)
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)
 			}

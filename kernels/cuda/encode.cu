@@ -708,6 +708,41 @@ KK_KERNEL void __launch_bounds__(256) enc_int4(kk_u8 *__restrict__ dst, const vo
 // enc_pcec's attempt a charges: all of it (the host's rule), then less.
 KK_DEVICE double kk_ec_factor(int a) { return a <= 0 ? 1.0 : a == 1 ? 0.875 : a == 2 ? 0.75 : a == 3 ? 0.5 : 0.25; }
 
+// KK_ENC_SHARED_CAP is the most dynamic shared memory an encoder takes
+// (attnSharedCap in launch.go: the most without opting in).
+#define KK_ENC_SHARED_CAP 49152
+
+// kk_pcec_staged returns the floats enc_pcec stages rows in (R rows of
+// d), where the C x S trials' errors and lengths (float64) then lie if
+// the kernel's shared memory holds them within KK_ENC_SHARED_CAP (else
+// they lie in the scratch): pcecStaged in encode.go is the same.
+KK_DEVICE int kk_pcec_staged(int R, int d, int M, int C, int S, int threads) {
+	int rows = (R * d + 3) & ~3, trials = 4 * C * S;
+	long long with = 4LL * ((trials > rows ? trials : rows) + 2 * M + C) + 4LL * (2 * threads + 32) + 8;
+	return with <= KK_ENC_SHARED_CAP && trials > rows ? trials : rows;
+}
+
+// kk_shfl_f64 returns lane src's v.
+KK_DEVICE double kk_shfl_f64(double v, int src) {
+	kk_u64 u = __builtin_bit_cast(kk_u64, v);
+	int lo = __shfl_sync(0xffffffffu, (int)(kk_u32)u, src), hi = __shfl_sync(0xffffffffu, (int)(kk_u32)(u >> 32), src);
+	return __builtin_bit_cast(double, (kk_u64)(kk_u32)lo | (kk_u64)(kk_u32)hi << 32);
+}
+
+// kk_ec_pick returns, to every lane of the warp, the index of the least
+// (key, index) pair over its lanes: the first lane of least key.
+KK_DEVICE int kk_ec_pick(double key, int idx) {
+	for (int o = 16; o > 0; o >>= 1) {
+		kk_u64 u = __builtin_bit_cast(kk_u64, key);
+		int lo = __shfl_xor_sync(0xffffffffu, (int)(kk_u32)u, o), hi = __shfl_xor_sync(0xffffffffu, (int)(kk_u32)(u >> 32), o);
+		double k2 = __builtin_bit_cast(double, (kk_u64)(kk_u32)lo | (kk_u64)(kk_u32)hi << 32);
+		int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+		if (k2 < key || (k2 == key && i2 < idx))
+			key = k2, idx = i2;
+	}
+	return idx;
+}
+
 // kk_ec_round16 rounds n up to a multiple of 16.
 KK_DEVICE long long kk_ec_round16(long long n) { return (n + 15) & ~15LL; }
 
@@ -729,14 +764,17 @@ KK_DEVICE long long kk_ec_round16(long long n) { return (n + 15) & ~15LL; }
 // positive), its squared error and, for the entropy-constrained rule,
 // its codes' length under the layout-1 costs, each summed over the rows
 // in order in float64, products rounded (kk_dmul_rn, kk_mul_rn: no fused
-// multiply-add, as Go's arithmetic); one thread then walks the coded
-// components in order, each taking the host's scale: the least error
-// (kvtc), or the least error among the scales whose codes fit n times the
-// option's expected bits plus what the components before left unspent,
-// else the cheapest (the first of equal ones); a thread per code, its
+// multiply-add, as Go's arithmetic), in shared memory where it holds them
+// (kk_pcec_staged); warp 0 then walks the coded components in order, a
+// lane per scale step, each component taking the host's scale: the least
+// error (kvtc), or the least error among the scales whose codes fit n
+// times the option's expected bits plus what the components before left
+// unspent, else the cheapest (the first of equal ones: a warp reduction
+// of (key, step), kk_ec_pick); a thread per code, its
 // cell (the middle one at scale 0) and its symbol's frequency and first
 // slot. Then the lanes (warp 0 for layout 2's 32, threads 0..7 for
-// layout 1's 8) code the symbols from the last group to the first, as
+// layout 1's 8; each lane's next symbol word loaded a step ahead) code
+// the symbols from the last group to the first, as
 // the host's ransPut: each lane whose state would pass the bound hands
 // out its low 16 bits, the lanes that do vote (__ballot_sync) and each
 // writes its word below the group's others in lane order (a prefix count
@@ -749,8 +787,8 @@ KK_DEVICE long long kk_ec_round16(long long n) { return (n + 15) & ~15LL; }
 // calibration of the rate makes) gives an empty stream and magic 0, as
 // does input the host refuses. The stream is copied behind the fields,
 // code_bytes set to its length, and the block sealed over that length.
-// Dynamic shared memory (words): the staged rows (kk_pc_chunk * d,
-// rounded up to 4), M means, M RMS, C scales, kk_seal's 2*blockDim.x +
+// Dynamic shared memory (words): the staged rows (kk_pcec_staged: the
+// trials' results after them where they fit), M means, M RMS, C scales, kk_seal's 2*blockDim.x +
 // 32, a flag and the stream's length.
 KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n,
                                                int d, const float *__restrict__ prm, kk_u8 *__restrict__ scratch,
@@ -779,8 +817,12 @@ KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const vo
 	kk_u32 *sym = (kk_u32 *)(lens + (long long)C * S);
 	kk_u8 *buf = (kk_u8 *)(sym + total);
 	long long bufLen = 4 + 4 * lanes + 2LL * total;
-	int R = kk_pc_chunk(n, d, M, blockDim.x), xsn = (R * d + 3) & ~3;
+	int R = kk_pc_chunk(n, d, M, blockDim.x), xsn = kk_pcec_staged(R, d, M, C, S, blockDim.x);
 	float *xs = sme, *means = xs + xsn, *rmsv = means + M, *scales = rmsv + M;
+	if (xsn >= 4 * C * S) { // the trials' results fit where the rows were staged
+		errs = (double *)xs;
+		lens = errs + C * S;
+	}
 	kk_u32 *seal = (kk_u32 *)(scales + C), *bad = seal + 2 * blockDim.x + 32, *slen = bad + 1;
 	if (threadIdx.x == 0)
 		*bad = 0, *slen = 0;
@@ -835,9 +877,14 @@ KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const vo
 	__syncthreads();
 	long long len = 0;
 	for (int attempt = 0;; attempt++) {
-		if (threadIdx.x == 0) {
-			// The scales, component after component: the budget of each
-			// takes what the ones before left unspent.
+		if (threadIdx.x < 32) {
+			// The scales, component after component, lane f trying step
+			// f: the budget of each takes what the ones before left
+			// unspent. The host keeps the first scale of least error among
+			// those that fit (or, for kvtc, among all), and where none
+			// fits the first of least length: the least (key, step) over
+			// the candidates (kk_ec_pick).
+			const int f = threadIdx.x;
 			bool constrained = rule || attempt > 0, zero = attempt == KK_EC_ATTEMPTS - 1;
 			double slack = 0.0;
 			for (int t = 0; t < C; t++) {
@@ -848,26 +895,22 @@ KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const vo
 				if (attempt > 0)
 					budget = kk_dmul_rn(budget, kk_ec_factor(attempt));
 				budget += slack;
+				double e = -1.0, l = 0.0;
+				if (f < S && !zero)
+					e = errs[t * S + f], l = lens[t * S + f];
+				bool valid = e >= 0.0, fits = valid && l <= budget;
+				unsigned vm = __ballot_sync(0xffffffffu, valid), fm = __ballot_sync(0xffffffffu, fits);
+				bool cand = constrained && fm ? fits : valid;
+				int w = kk_ec_pick(cand ? (constrained && !fm ? l : e) : __builtin_inf(), cand ? f : 32);
 				float best = 0.0f;
-				double bestErr = __builtin_inf(), bestLen = __builtin_inf();
-				for (int f = 0; f < S && !zero; f++) {
-					double e = errs[t * S + f], l = lens[t * S + f];
-					if (e < 0.0)
-						continue;
-					bool better = e < bestErr;
-					if (constrained) {
-						bool fits = l <= budget, bestFits = bestLen <= budget;
-						better = (fits && (!bestFits || e < bestErr)) || (!fits && !bestFits && l < bestLen);
-					}
-					if (better) {
-						best = kk_round_f16(rmsv[k] * steps[f]);
-						bestErr = e;
-						bestLen = l;
-					}
+				if (vm) {
+					best = kk_round_f16(rmsv[k] * steps[w]);
+					double bestLen = kk_shfl_f64(l, w);
+					if (constrained && best != 0.0f)
+						slack = budget - bestLen;
 				}
-				if (constrained && best != 0.0f)
-					slack = budget - bestLen;
-				scales[t] = best;
+				if (f == 0)
+					scales[t] = best;
 			}
 		}
 		__syncthreads();
@@ -889,12 +932,17 @@ KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const vo
 			if (ln < h)
 				x += kk_f16_bits(means[ln]); // layout 2: lane ln carries stored mean ln
 			long long p = bufLen;
-			for (int g = (total + lanes - 1) / lanes - 1; g >= 0; g--) {
+			int G = (total + lanes - 1) / lanes;
+			kk_u32 next = G > 0 && (G - 1) * lanes + ln < total ? sym[(G - 1) * lanes + ln] : 0u;
+			for (int g = G - 1; g >= 0; g--) {
 				int k = g * lanes + ln;
+				kk_u32 w = next; // loaded a step ahead: off the lanes' chain
+				if (g > 0)
+					next = sym[k - lanes];
 				bool emit = false;
 				kk_u32 wd = 0;
 				if (k < total) {
-					kk_u32 w = sym[k], f = w & 0xffffu, st = w >> 16;
+					kk_u32 f = w & 0xffffu, st = w >> 16;
 					if (x >= f << (32 - sbits)) {
 						emit = true;
 						wd = x & 0xffffu;
