@@ -897,12 +897,17 @@ func pcecLanes(param byte) int {
 }
 
 // pcecSlot returns the bytes of a slot of a kakeya_pc_ec block of n rows
-// of d values that enc_pcec writes: the rate's bits (codec.PCSettings.
-// Rate: its means, scales and codes' expected lengths), the lanes' final
-// states (4 bytes each, and layout 2's mask) and a sixteenth of the rate
-// for the codes of blocks that take more than their expected length,
-// rounded up to fixedAlign. A block longer than that (enc_pcec codes it
-// again under a smaller budget) takes no more than the slot.
+// of d values that enc_pcec writes: the header, the rate's bits
+// (codec.PCSettings.Rate: its means, scales and codes' expected
+// lengths), the lanes' final states (4 bytes each, and layout 2's mask)
+// and a thirty-second of the rate for the codes of blocks longer than
+// their expected length, rounded up to fixedAlign. The host's blocks of
+// Gaussian rows run at most 26 bytes past the header and the rate
+// (kakeya-pc, 200 blocks at head dims 64 and 128, rates 1 to 4, both
+// layouts), kvtc's (whose scales do not look at lengths) at most 80: 7B's
+// 64 x 128 blocks at rate 2.5 take 2,800-byte slots (layout 2), 5.9x
+// below bf16. A stream longer than its slot is coded again under a
+// smaller budget (enc_pcec).
 func pcecSlot(pc *codec.PCSettings, n, d int) int {
 	rate := int(math.Ceil(pc.Rate * float64(n*d) / 8))
 	lanes := pcecLanes(pc.Param)
@@ -912,7 +917,7 @@ func pcecSlot(pc *codec.PCSettings, n, d int) int {
 		h = min(m, lanes)
 	}
 	least := 24 + 2*(m-h) + 2*c + 4 + 4*lanes // the fields and the states: a stream of no words
-	return roundUp(max(24+rate+rate/16+4+4*lanes, least+rate/16), fixedAlign)
+	return roundUp(max(24+rate+rate/32+4+4*lanes, least+rate/32), fixedAlign)
 }
 
 // pcLevelWords is the room pcParams gives the quantizers' levels (and
