@@ -96,7 +96,7 @@ func TestEncodePCECOnDevice(t *testing.T) {
 		{"identity/kvtc", 16, 64, false, 3, 2, true, true},
 		{"identity/d32", 32, 32, false, 4, 2, false, true},
 		{"identity/high rate", 16, 64, false, 6, 2, false, true},
-		{"identity/d256", 16, 256, true, 8, 2, false, true}, // the trials' results in the scratch
+		{"identity/d256", 16, 256, true, 8, 2, false, true},         // the trials' results in the scratch
 		{"identity/bounded rows", 64, 32, false, 1, 2, false, true}, // rows within ±1.8 RMS: ties of error between scales
 		{"f32", 16, 64, false, 2.5, 2, false, false},
 		{"bf16/d128/block 64", 64, 128, true, 2.5, 2, false, false},
