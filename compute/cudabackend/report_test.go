@@ -1691,8 +1691,9 @@ func TestReportBudget(t *testing.T) {
 		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
 	// Kernel rows: 13 products and norms, attention over bf16, int8,
-	// the preset's kakeya-pc (rate 2.5) and entropy-coded kakeya-pc.
-	if len(r.rows) != 17+3+4+4 {
+	// the preset's kakeya-pc (rate 2.5) and entropy-coded kakeya-pc, and
+	// the encoders of both kakeya-pc formats.
+	if len(r.rows) != 17+2+3+4+4 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {
