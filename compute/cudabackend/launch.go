@@ -897,28 +897,45 @@ func pcecLanes(param byte) int {
 }
 
 // pcecSlot returns the bytes of a slot of a kakeya_pc_ec block of n rows
-// of d values that enc_pcec writes: the header, the rate's bits
-// (codec.PCSettings.Rate: its means, scales and codes' expected
-// lengths), the lanes' final states (4 bytes each, and layout 2's mask)
-// and a thirty-second of the rate for the codes of blocks longer than
-// their expected length, rounded up to fixedAlign. The host's blocks of
-// Gaussian rows run at most 26 bytes past the header and the rate
-// (kakeya-pc, 200 blocks at head dims 64 and 128, rates 1 to 4, both
-// layouts), kvtc's (whose scales do not look at lengths) at most 80: 7B's
-// 64 x 128 blocks at rate 2.5 take 2,800-byte slots (layout 2), 5.9x
-// below bf16. A stream longer than its slot is coded again under a
-// smaller budget (enc_pcec).
+// of d values that enc_pcec writes: its fields (header, counts, the means
+// the lanes do not carry, the scales), the lanes' final states (4 bytes
+// each, and layout 2's mask), the codes' expected length (n times each
+// coded component's option's expected bits, codec.PCSettings.CodeBits:
+// what the encoder's budget charges them, whatever the allocation's
+// block) and a sixteenth of that plus 16 bytes for blocks longer than
+// expected, rounded up to pcecAlign. The host's blocks of Gaussian
+// rows fit it with 26 bytes to spare or more before the rounding
+// (kakeya-pc and kvtc, 300 blocks each at head dims 64 and 128, blocks
+// of 16 and 64 rows, codecs allocated for 16 or 64, rates 1 to 4, both
+// layouts; kvtc, whose scales do not look at lengths, is the closer):
+// 7B's 64 x 128 blocks at rate 2.5 take 2,816-byte slots (5.8x below bf16;
+// their blocks ≈ 2,590 bytes). A stream
+// longer than its slot is coded again under a smaller budget (enc_pcec).
 func pcecSlot(pc *codec.PCSettings, n, d int) int {
-	rate := int(math.Ceil(pc.Rate * float64(n*d) / 8))
 	lanes := pcecLanes(pc.Param)
-	m, c := len(pc.Stored), len(pc.Coded())
+	m := len(pc.Stored)
 	h := 0
 	if pc.Param == 2 {
 		h = min(m, lanes)
 	}
-	least := 24 + 2*(m-h) + 2*c + 4 + 4*lanes // the fields and the states: a stream of no words
-	return roundUp(max(24+rate+rate/32+4+4*lanes, least+rate/32), fixedAlign)
+	var bits float64
+	c := 0
+	for _, w := range pc.Widths {
+		if w > 0 {
+			c++
+			if w < len(pc.CodeBits) {
+				bits += pc.CodeBits[w]
+			}
+		}
+	}
+	codes := int(math.Ceil(float64(n) * bits / 8))
+	return roundUp(24+2*(m-h)+2*c+4+4*lanes+codes+codes/16+16, pcecAlign)
 }
+
+// pcecAlign is what enc_pcec's slots are rounded up to: the codecs of a
+// cache, each allocating its bits a little differently, then share a few
+// size classes (a slab each) rather than one per 16 bytes.
+const pcecAlign = 64
 
 // pcLevelWords is the room pcParams gives the quantizers' levels (and
 // their bounds): widths 1..6, 2^b levels each at 2^b - 2; pcStepWords

@@ -107,12 +107,15 @@ func TestPCECForwardMatchesCPU(t *testing.T) {
 				t.Errorf("greedy tokens on CUDA %v, the CPU's %v", gotTok, wantTok)
 			}
 			// The device encodes its parts (enc_pcec) into slots of the
-			// most the rate allows (pcecSlot), which the cache counts;
-			// the CPU's blocks, of their own lengths, fit them.
+			// most they are expected to take (pcecSlot), which the cache
+			// counts; the CPU's blocks, of their own lengths, fit them.
+			// Blocks of 16 rows by codecs allocated for 64 carry their
+			// lanes' states and fields over few codes, so the slots' margin
+			// is a larger share: within a quarter.
 			parts := stW.CompressedBF16 / int64(16*64*2)
 			slot := stG.Compressed / max(parts, 1)
-			if stW.Compressed == 0 || stG.Compressed != parts*slot || slot%fixedAlign != 0 || stW.Compressed > stG.Compressed ||
-				stG.Compressed > stW.Compressed+stW.Compressed/8 || stG.Hot != stW.Hot {
+			if stW.Compressed == 0 || stG.Compressed != parts*slot || slot%pcecAlign != 0 || stW.Compressed > stG.Compressed ||
+				stG.Compressed > stW.Compressed+stW.Compressed/4 || stG.Hot != stW.Hot {
 				t.Errorf("CUDA holds %d hot + %d encoded bytes (%d parts in slots of %d), the CPU %d + %d", stG.Hot, stG.Compressed, parts, slot, stW.Hot, stW.Compressed)
 			}
 			if !slices.Contains(f.launched, "attn_split_pc") {

@@ -782,8 +782,9 @@ KK_DEVICE long long kk_ec_round16(long long n) { return (n + 15) & ~15LL; }
 // the final states (layout 2: the mask of 4-byte ones and each state in
 // 3 or 4 bytes; layout 1: 4 bytes each) before them. A stream that does
 // not fit the slot is coded again (the selection, codes and lanes) under
-// a smaller budget (kk_ec_factor, the entropy-constrained rule for kvtc
-// too), last with every scale 0; one that still does not (which no
+// a smaller budget (kk_ec_factor; kvtc, whose rule looks at no budget,
+// first takes the entropy-constrained rule at its whole budget), last
+// with every scale 0; one that still does not (which no
 // calibration of the rate makes) gives an empty stream and magic 0, as
 // does input the host refuses. The stream is copied behind the fields,
 // code_bytes set to its length, and the block sealed over that length.
@@ -892,8 +893,8 @@ KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const vo
 				const int *ei = einfo + 8 * t;
 				double bits = __builtin_bit_cast(double, (kk_u64)(kk_u32)ei[4] | (kk_u64)(kk_u32)ei[5] << 32);
 				double budget = kk_dmul_rn((double)n, bits);
-				if (attempt > 0)
-					budget = kk_dmul_rn(budget, kk_ec_factor(attempt));
+				if (attempt > 0) // kvtc's first retry: its whole budget
+					budget = kk_dmul_rn(budget, kk_ec_factor(rule ? attempt : attempt - 1));
 				budget += slack;
 				double e = -1.0, l = 0.0;
 				if (f < S && !zero)
