@@ -21,7 +21,7 @@ import (
 // and the same scale rule, then the lanes' rANS coding, so that they are
 // its bytes where the rotation gives the host's values (and otherwise
 // differ as enc_pc's may). A kakeya_pc_ec block's length depends on its
-// data: it takes a slot of the most its rate allows (pcecSlot), which
+// data: it takes a slot of the most it is expected to take (pcecSlot), which
 // EncodedLen gives and the cache counts, and writes its length into its
 // code_bytes field on the device, which the kernels that read it take
 // from there (nothing is read back; Read trims the slot to the block).

@@ -607,7 +607,7 @@ func checkPCEC(c codec.Described, enc []byte) error {
 
 // blockBytes returns the block at the start of slot, the bytes of a
 // variable-length format's block (kakeya_pc_ec's, as enc_pcec writes it
-// into a slot of the most its rate allows) by the lengths its fields
+// into a slot of the most it is expected to take) by the lengths its fields
 // give, or all of slot when they do not fit it (the codec's decoder then
 // says what is wrong).
 func blockBytes(dec compute.Decoder, slot []byte) []byte {
