@@ -45,6 +45,19 @@ type PCSettings struct {
 	// ScaleSteps are the factors of a coded component's RMS the encoder
 	// tries as its scale, in order, keeping the first of least error.
 	ScaleSteps []float32
+	// CodeCost and CodeBits are, with Entropy, what the encoder's scale
+	// rule charges a code: CodeCost[b][s] the length in bits of option
+	// b's symbol s (layout 1's tables, whatever the stream layout) and
+	// CodeBits[b] the option's expected length per symbol on N(0, 1)
+	// (index 0 empty). With Constrained (kakeya-pc with ec=true, not
+	// kvtc) a coded component of option b takes, of ScaleSteps, the scale
+	// of least squared error whose n codes cost at most n·CodeBits[b]
+	// plus what the components before it left unspent, or where none
+	// does the cheapest (see KakeyaPC.Encode); without it the scale of
+	// least error. Read only.
+	CodeCost    [][]float32
+	CodeBits    []float64
+	Constrained bool
 	// Tag is the blocks' configuration tag (header bytes 10..11), Param
 	// their parameter byte (header byte 3: the code layout).
 	Tag   uint16
@@ -166,6 +179,14 @@ func (k *KakeyaPC) pcSettings() *PCSettings {
 	for b := 1; b <= k.tab.n; b++ {
 		s.Levels[b] = append([]float32(nil), k.tab.levels[b]...)
 		s.Bounds[b] = append([]float32(nil), k.tab.bounds[b]...)
+	}
+	if k.opt.Entropy {
+		s.Constrained = !k.opt.Uniform
+		s.CodeCost = make([][]float32, k.tab.n+1)
+		s.CodeBits = make([]float64, k.tab.n+1)
+		for b := 1; b <= k.tab.n; b++ {
+			s.CodeCost[b], s.CodeBits[b] = k.tab.ans[b].cost, k.tab.ans[b].bits
+		}
 	}
 	if k.opt.Entropy {
 		s.RANS = k.tab.ransExport()

@@ -16,14 +16,16 @@
 //
 // The KV cache stays on the device as the cache encodes it: the attention
 // kernel reads blocks of the int8, int4, int2 (per token or per channel,
-// any power-of-two group, no rotation), Kakeya and kakeya-pc (fixed rate;
+// any power-of-two group, no rotation), Kakeya and kakeya-pc (fixed rate and
+// entropy-coded;
 // its calibrated basis uploaded once per codec) codecs from their bytes,
 // decoding each tile of keys and
 // values in shared memory, and keys of a preconditioned codec
 // (codec.Preconditioned, whitened per layer and KV head) likewise, each
 // decoded key row multiplied there by its head's inverse factor, uploaded
 // once, before RoPE and the dot products. Blocks of other codecs hold
-// their decoded values. Full int8 and kakeya-pc blocks are encoded on the
+// their decoded values. Full int8, int4 (as attention reads it) and
+// kakeya-pc blocks (fixed rate and entropy-coded) are encoded on the
 // device (the store is a compute.PartEncoder, encode.go), the others on
 // the host.
 //

@@ -9,16 +9,25 @@ import (
 )
 
 // The store encodes full parts on the device (compute.PartEncoder) for
-// three codecs: codec.Int8, whose bytes enc_int8 makes bit for bit;
-// codec.Int4 without rotation (int4, int2, int4-k, int2-k, a group of a
-// power of two: the blocks attention reads), whose bytes enc_int4 makes
-// bit for bit; and
-// codec.KakeyaPC's fixed-rate format, whose bytes enc_pc makes by the same
-// steps as its Encode, the rotation into the basis summed in another
-// order (so a code on a quantizer cell's boundary may differ by one level,
-// and a block mean by one fp16 step). Both write the header and its
-// CRC-32C; the part's bytes are then read by attention as SetEncoded's
-// are, and by Read decoded on the host after a copy back.
+// four kinds of codec: codec.Int8, whose bytes enc_int8 makes bit for
+// bit; codec.Int4 without rotation (int4, int2, int4-k, int2-k, a group
+// of a power of two: the blocks attention reads), whose bytes enc_int4
+// makes bit for bit; codec.KakeyaPC's fixed-rate format, whose bytes
+// enc_pc makes by the same steps as its Encode, the rotation into the
+// basis summed in another order (so a code on a quantizer cell's boundary
+// may differ by one level, and a block mean by one fp16 step); and its
+// entropy-coded format (kakeya_pc_ec: kakeya-pc with ec=true and kvtc,
+// stream layouts 1 and 2), whose blocks enc_pcec makes by the same steps
+// and the same scale rule, then the lanes' rANS coding, so that they are
+// its bytes where the rotation gives the host's values (and otherwise
+// differ as enc_pc's may). A kakeya_pc_ec block's length depends on its
+// data: it takes a slot of the most it is expected to take (pcecSlot), which
+// EncodedLen gives and the cache counts, and writes its length into its
+// code_bytes field on the device, which the kernels that read it take
+// from there (nothing is read back; Read trims the slot to the block).
+// Every encoder writes the header and its CRC-32C; the part's bytes are
+// then read by attention as SetEncoded's are, and by Read decoded on the
+// host after a copy back.
 
 // encThreads is the block size of the encoders (a power of two: kk_seal
 // combines the threads' CRCs pairwise).
@@ -27,21 +36,23 @@ const encThreads = 256
 // encoding is how the device encodes one codec's blocks: its kernel, the
 // encoded size and its slot's, and for kakeya_pc its settings' shape.
 type encoding struct {
-	format  int32 // partInt8, partInt4 or partKakeyaPC
-	size    int   // the encoded length
+	format  int32 // partInt8, partInt4, partKakeyaPC or partKakeyaPCEC
+	size    int   // the encoded length (kakeya_pc_ec: the most, its slot's)
 	slot    int   // the size of the slot a block takes (see slotSize)
 	shared  int   // dynamic shared bytes of the kernel
-	scratch int   // kakeya_pc: bytes of device scratch (y)
+	scratch int   // kakeya_pc, kakeya_pc_ec: bytes of device scratch
 	cfg     int   // int4: the header's parameter byte plus the group times 256
 	ok      bool  // the device encodes the codec's blocks
 }
 
 // deviceEncoding returns how the device encodes dec's blocks of the
 // store's shape, and false when it does not (any codec but int8, int4
-// as attention reads it and kakeya_pc, a whitened codec, a head past maxHeadDim, a kakeya_pc block
-// whose codes do not fit shared memory or whose settings pcParams cannot
-// hold). A kakeya_pc codec's result is kept: its settings are a copy of
-// its calibration, too large to make per block.
+// as attention reads it, kakeya_pc and kakeya_pc_ec, a whitened codec, a
+// head past maxHeadDim, a kakeya_pc block whose codes do not fit shared
+// memory or whose settings pcParams cannot hold, a kakeya_pc_ec codec
+// whose tables ransTables or pcecParams cannot hold). A kakeya_pc or
+// kakeya_pc_ec codec's result is kept: its settings are a copy of its
+// calibration, too large to make per block.
 func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
@@ -51,7 +62,7 @@ func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
 // encodingOf is deviceEncoding with the backend's mu held.
 func (s *store) encodingOf(dec compute.Decoder) (encoding, bool) {
 	_, f, ok := builtinFormat(dec)
-	if !ok || f.ID != codec.FormatKakeyaPC {
+	if !ok || f.ID != codec.FormatKakeyaPC && f.ID != codec.FormatKakeyaPCEC {
 		return deviceEncoding(dec, s.rows, s.d)
 	}
 	// A built-in format's codec: *codec.KakeyaPC, a valid map key.
@@ -119,12 +130,55 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 		xs := roundUp(max(pcChunk(n, d, m, encThreads)*d, 16*m), 4) // staged rows, then the scale errors
 		e.shared = 4*(xs+2*m+len(coded)+ceilDiv(codes, 4)) + seal
 		return e, e.shared <= attnSharedCap
+	case codec.FormatKakeyaPCEC:
+		pc := c.Settings().PC
+		if pc == nil || !pc.Entropy || len(pc.Mean) != d || pc.Param != 1 && pc.Param != 2 {
+			return encoding{}, false
+		}
+		_, off, off2, off3, ok := ransTables(pc)
+		if !ok {
+			return encoding{}, false
+		}
+		if _, ok := pcecParams(dec, n, d, 0, off, off2, off3); !ok {
+			return encoding{}, false // enc_pcec reads its settings there
+		}
+		m, c := len(pc.Stored), len(pc.Coded())
+		slot := pcecSlot(pc, n, d)
+		e := encoding{format: partKakeyaPCEC, size: slot, slot: slot, scratch: pcecScratch(n, m, c, len(pc.ScaleSteps), pcecLanes(pc.Param))}
+		e.shared = 4*(pcecStaged(pcChunk(n, d, m, encThreads), d, m, c, len(pc.ScaleSteps), encThreads)+2*m+c) + seal + 4
+		return e, e.shared <= attnSharedCap
 	}
 	return encoding{}, false
 }
 
+// pcecStaged returns the floats of enc_pcec's shared memory where it
+// stages rows (r rows of d), in which the c x steps trials' errors and
+// lengths (float64) lie after the projection where the kernel's shared
+// memory then stays within attnSharedCap (else they lie in the scratch),
+// as kk_pcec_staged (kernels/cuda/encode.cu) does.
+func pcecStaged(r, d, m, c, steps, threads int) int {
+	rows, trials := roundUp(r*d, 4), 4*c*steps
+	with := 4*(max(trials, rows)+2*m+c) + 4*(2*threads+32) + 8
+	if with <= attnSharedCap && trials > rows {
+		return trials
+	}
+	return rows
+}
+
+// pcecScratch returns the bytes of device scratch enc_pcec takes for a
+// block of n rows of m stored components, c coded, with steps scale steps
+// and lanes rANS lanes (encode.cu): y (n x m floats, rounded up to 16
+// bytes), each trial's squared error and code length (c x steps float64
+// each), a symbol word per code (c x n) and the stream's buffer (4 + 4
+// lanes + 2 c n bytes).
+func pcecScratch(n, m, c, steps, lanes int) int {
+	return roundUp(4*n*m, 16) + 16*c*steps + 4*c*n + 4 + 4*lanes + 2*c*n
+}
+
 // EncodedLen implements compute.PartEncoder: int8, int4 (as attention
-// reads it) and kakeya_pc (fixed rate) blocks are encoded on the device.
+// reads it), kakeya_pc (fixed rate) and kakeya_pc_ec (entropy-coded:
+// the length of its slot, pcecSlot, the most its blocks take) blocks are
+// encoded on the device.
 func (s *store) EncodedLen(dec compute.Decoder) (int, bool) {
 	e, ok := s.deviceEncoding(dec)
 	return e.size, ok
@@ -137,7 +191,7 @@ func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 	return s.EncodeParts([]compute.Part{p}, []compute.Decoder{dec})
 }
 
-// EncodeParts implements compute.PartsEncoder: enc_int8, enc_int4 or enc_pc writes
+// EncodeParts implements compute.PartsEncoder: enc_int8, enc_int4, enc_pc or enc_pcec writes
 // each part's encoding into an encoded slot, which takes the place of its
 // hot slot; nothing crosses to the host. The parts are encoded by one
 // launch per kernel and hot format (emitEncodes) before EncodeParts
@@ -200,10 +254,10 @@ func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
 	}
 	s.retire(pt) // an encoded part takes no more writes
 	var prm Ptr
-	if e.format == partKakeyaPC {
+	if e.format == partKakeyaPC || e.format == partKakeyaPCEC {
 		var ok bool
 		var err error
-		if prm, ok, err = s.codecParams(dec, partKakeyaPC); err != nil {
+		if prm, ok, err = s.codecParams(dec, e.format); err != nil {
 			return err
 		}
 		if !ok {
@@ -258,13 +312,27 @@ func encPCLaunch(dst, src Ptr, bf16 bool, n, d int, prm, y Ptr, shared int, jobs
 	return Launch{Kernel: "enc_pc", Grid: Dim3{u32("enc_pc parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
 }
 
+// encPCECLaunch encodes the hot part at src (n rows of d values, bf16 or
+// float32) as codec.KakeyaPC's entropy-coded format (kakeya_pc_ec, the
+// codec's stream layout) into dst, a slot of the bytes its pcecParams
+// say, header and CRC included, in one block, with the codec's pcecParams
+// at prm and pcecScratch bytes of scratch; with jobs set, count parts, as
+// encInt8Launch.
+// Kernel: enc_pcec(uint8 *dst, const void *src, int bf16, int n, int d, const float *prm, uint8 *scratch, const uint64 *jobs).
+func encPCECLaunch(dst, src Ptr, bf16 bool, n, d int, prm, scratch Ptr, shared int, jobs Ptr, count int) Launch {
+	positive("enc_pcec", n, d, count)
+	int32Of("enc_pcec values", n*d)
+	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(prm).ptr(scratch).ptr(jobs)
+	return Launch{Kernel: "enc_pcec", Grid: Dim3{u32("enc_pcec parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
+}
+
 // encJob is one part's encode, launched with the others of its
 // EncodeParts call (emitEncodes).
 type encJob struct {
 	s        *store
 	e        encoding
 	dst, src Ptr // the encoded slot, the hot slot
-	prm      Ptr // kakeya_pc: the codec's pcParams
+	prm      Ptr // kakeya_pc: the codec's pcParams; kakeya_pc_ec: its pcecParams
 	bf16     bool
 	hotSize  int // the hot slot's size, released once the encode is queued
 }
@@ -275,7 +343,7 @@ type encBatch struct {
 	jobs []encJob
 	tab  Ptr // the jobs' kk_enc_job entries on the device, without step parameters
 	tabN int // entries tab holds
-	y    Ptr // enc_pc's scratch, every job's
+	y    Ptr // enc_pc's and enc_pcec's scratch, every job's
 	yN   int // bytes y holds
 	host []uint64
 	// queued are the jobs whose encoders wait in the launch queue: their
@@ -288,8 +356,8 @@ type encBatch struct {
 // emitEncodes launches the jobs EncodeParts made, after the work queued
 // and the cache writes deferred before them (EncodeParts launched those
 // or folded them into the held norm_qkv):
-// one launch per kernel and hot format (enc_int8, enc_int4, enc_pc; bf16 or float32
-// parts), a block each. The jobs' table (kk_enc_job entries) goes into
+// one launch per kernel and hot format (enc_int8, enc_int4, enc_pc,
+// enc_pcec; bf16 or float32 parts), a block each. The jobs' table (kk_enc_job entries) goes into
 // the step parameters and the launches join the queue, so that neither
 // the table's copy nor the launches cost the host a wait of their own:
 // the table reaches the device with the step's other slots, in the one
@@ -318,7 +386,8 @@ func (b *Backend) emitEncodes() {
 	if b.err != nil {
 		return
 	}
-	// The pcParams scratch: each enc_pc job's n x M floats.
+	// The encoders' scratch: each enc_pc job's n x M floats, each
+	// enc_pcec job's pcecScratch.
 	need := 0
 	for _, j := range jobs {
 		need += roundUp(j.e.scratch, encAlign)
@@ -348,7 +417,7 @@ func (b *Backend) emitEncodes() {
 	y := eb.y
 	for _, j := range jobs {
 		var jy Ptr
-		if j.e.format == partKakeyaPC {
+		if j.e.scratch > 0 {
 			jy = y
 			y += Ptr(roundUp(j.e.scratch, encAlign))
 		}
@@ -399,6 +468,8 @@ func (b *Backend) emitEncodes() {
 			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, shared, jt, end-first)
 		case partInt4:
 			l = encInt4Launch(0, 0, j.bf16, j.s.rows, j.s.d, 0, shared, jt, end-first)
+		case partKakeyaPCEC:
+			l = encPCECLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
 		default:
 			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
 		}

@@ -178,8 +178,8 @@ func sq(v float64) float64 { return v * v }
 
 // Input the host encoders refuse (a non-finite value) gives a block every
 // decoder rejects, so Read fails with the codec's error rather than
-// returning garbage; codecs the device does not encode (kakeya, the
-// entropy-coded kakeya-pc, preconditioned ones) are declined.
+// returning garbage; codecs the device does not encode (kakeya,
+// preconditioned ones) are declined.
 func TestEncodeOnDeviceRefuses(t *testing.T) {
 	needKernels(t, "enc_int8", "enc_pc", "kv_write")
 	const n, d = 16, 64
@@ -209,9 +209,7 @@ func TestEncodeOnDeviceRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eo := o
-	eo.Entropy = true
-	for _, cd := range []codec.Codec{ko, newPC(t, eo, st), randPreconditioned(t, r, i8, d)} {
+	for _, cd := range []codec.Codec{ko, randPreconditioned(t, r, i8, d)} {
 		if _, ok := store.EncodedLen(cd); ok {
 			t.Errorf("%s: encoded on the device", cd.Name())
 		}

@@ -690,19 +690,22 @@ func pcBasisFrags(b []byte, basis []float32, m, d int) []byte {
 // table (codec.PCSettings.RANS: a byte per slot, the slot's symbol), then
 // a word per symbol, its frequency | its first slot << 16; then for each
 // option layout 2's packed entries as the codec holds them
-// (codec.PCSettings.RANS2: a word per slot); and off[b], off2[b], the
-// byte offsets of option b's. It reports false for tables that do not
-// fit those words (frequencies and starts of 16 bits, symbols of 8),
-// layout 2 tables of another size than the format's, or a layout 2 of
-// other than 32 lanes (attention_ec.cu decodes it with one warp).
-func ransTables(pc *codec.PCSettings) (b []byte, off, off2 []int, ok bool) {
-	off, off2 = make([]int, len(pc.RANS)), make([]int, len(pc.RANS))
+// (codec.PCSettings.RANS2: a word per slot); then for each option a word
+// per symbol of layout 2's tables, its frequency | its first slot << 16,
+// read from the packed entries (what enc_pcec codes layout 2 with); and
+// off[b], off2[b], off3[b], the byte offsets of option b's. It reports
+// false for tables that do not fit those words (frequencies and starts
+// of 16 bits, symbols of 8), layout 2 tables of another size than the
+// format's, or a layout 2 of other than 32 lanes (attention_ec.cu decodes
+// it with one warp).
+func ransTables(pc *codec.PCSettings) (b []byte, off, off2, off3 []int, ok bool) {
+	off, off2, off3 = make([]int, len(pc.RANS)), make([]int, len(pc.RANS)), make([]int, len(pc.RANS))
 	for o, t := range pc.RANS {
 		if o == 0 {
 			continue
 		}
 		if len(t.Slot) > 1<<16 || len(t.Slot)%4 != 0 || len(t.Freq) != len(t.Start) || len(t.Freq) > 256 {
-			return nil, nil, nil, false
+			return nil, nil, nil, nil, false
 		}
 		off[o] = len(b)
 		b = append(b, t.Slot...)
@@ -711,7 +714,7 @@ func ransTables(pc *codec.PCSettings) (b []byte, off, off2 []int, ok bool) {
 		}
 	}
 	if len(pc.RANS2) != len(pc.RANS)<<rans2ScaleBits || rans2Lanes != 32 { // a lane per thread of a warp
-		return nil, nil, nil, false
+		return nil, nil, nil, nil, false
 	}
 	for o := 1; o < len(pc.RANS); o++ {
 		off2[o] = len(b)
@@ -719,7 +722,22 @@ func ransTables(pc *codec.PCSettings) (b []byte, off, off2 []int, ok bool) {
 			b = binary.LittleEndian.AppendUint32(b, e)
 		}
 	}
-	return b, off, off2, true
+	mask := uint32(1)<<rans2ScaleBits - 1
+	for o := 1; o < len(pc.RANS); o++ {
+		off3[o] = len(b)
+		sym := make([]uint32, len(pc.RANS[o].Freq))
+		for x, e := range pc.RANS2[o<<rans2ScaleBits : (o+1)<<rans2ScaleBits] {
+			s := int(e & 0xff)
+			if s >= len(sym) {
+				return nil, nil, nil, nil, false
+			}
+			sym[s] = e>>8&mask | (uint32(x)-e>>20)<<16
+		}
+		for _, w := range sym {
+			b = binary.LittleEndian.AppendUint32(b, w)
+		}
+	}
+	return b, off, off2, off3, true
 }
 
 // rans2ScaleBits and rans2Lanes are stream layout 2's frequency bits and
@@ -741,13 +759,14 @@ func pcecQuantity(name string) int {
 
 // pcecParams returns the device form of what attention needs to read
 // kakeya_pc_ec blocks of n rows of d values encoded by dec beyond their
-// bytes, with the family's ransTables at tabs (off and off2 their
-// offsets), all 4-byte words (kernels/cuda/attention_ec.cu reads them):
+// bytes, and what enc_pcec needs to write them, with the family's
+// ransTables at tabs (off, off2 and off3 their offsets), all 4-byte words
+// (kernels/cuda/attention_ec.cu and encode.cu read them):
 //
 //	[0..7]         M (stored components), C (coded), d, n, the blocks'
 //	               tag, the options' count, the level words L, the
 //	               header's parameter byte
-//	[8..9]         tabs, [10..11] 0
+//	[8..9]         tabs, [10] E, the encoder's words' first, [11] 0
 //	[12+4t..15+4t] coded component t: its stored index, the word of its
 //	               option's first level (from 12+4C), and the byte
 //	               offsets from tabs of its option's layout-1 tables
@@ -757,16 +776,35 @@ func pcecQuantity(name string) int {
 //	[..+M*d]       the stored components' basis rows, float32
 //	[..]           where d is a multiple of 8, the same basis in the
 //	               tensor-core product's fragment order (pcBasisFrags)
+//	[E..E+3]       the scale steps S, the scale rule (1: entropy-
+//	               constrained, codec.PCSettings.Constrained; 0: least
+//	               error), ||mean|| (float32), the slot's bytes
+//	               (pcecSlot: the most a block may take)
+//	[E+4+8t..]     coded component t: the word of its option's bounds
+//	               (from E), their count, the word of its option's code
+//	               costs (from E, CodeCost), its option's
+//	               symbols, its expected bits per symbol (float64, two
+//	               words), and the byte offsets from tabs of its
+//	               option's symbol words (freq | start << 16) of layout
+//	               1 and of layout 2 (off3)
+//	[E+4+8C..+S]   the scale steps, float32
+//	[..]           every option's bounds, then every option's code
+//	               costs, float32, option after option
 //
 // It reports false for any other decoder and for head dims past
 // maxHeadDim.
-func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off, off2 []int) ([]byte, bool) {
+func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off, off2, off3 []int) ([]byte, bool) {
 	c, f, ok := builtinFormat(dec)
 	if !ok || f.ID != codec.FormatKakeyaPCEC || d > maxHeadDim {
 		return nil, false
 	}
 	pc := c.Settings().PC
-	if pc == nil || !pc.Entropy || len(pc.Mean) != d || len(pc.Basis) != len(pc.Stored)*d || len(off) != len(pc.Levels) || len(off2) != len(off) {
+	if pc == nil || !pc.Entropy || len(pc.Mean) != d || len(pc.Basis) != len(pc.Stored)*d || len(off) != len(pc.Levels) ||
+		len(off2) != len(off) || len(off3) != len(off) || len(pc.Bounds) != len(pc.Levels) {
+		return nil, false
+	}
+	rule := pc.Constrained
+	if len(pc.CodeCost) != len(pc.Levels) || len(pc.CodeBits) != len(pc.Levels) {
 		return nil, false
 	}
 	lvOff := make([]int, len(pc.Levels))
@@ -778,7 +816,8 @@ func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off, off2 []int) ([]byt
 	var coded [][2]int // stored index, option
 	for k, w := range pc.Widths {
 		if w > 0 {
-			if w >= len(pc.Levels) || len(pc.Levels[w]) != len(pc.RANS[w].Freq) {
+			if w >= len(pc.Levels) || len(pc.Levels[w]) != len(pc.RANS[w].Freq) || len(pc.Bounds[w]) != len(pc.Levels[w])-1 ||
+				len(pc.CodeCost[w]) != len(pc.Levels[w]) {
 				return nil, false
 			}
 			coded = append(coded, [2]int{k, w})
@@ -807,8 +846,96 @@ func pcecParams(dec compute.Decoder, n, d int, tabs Ptr, off, off2 []int) ([]byt
 	for _, v := range pc.Basis {
 		put(math.Float32bits(v))
 	}
-	return pcBasisFrags(b, pc.Basis, m, d), true
+	b = pcBasisFrags(b, pc.Basis, m, d)
+	// The encoder's words.
+	e := len(b) / 4
+	binary.LittleEndian.PutUint32(b[40:], uint32(e))
+	var mn float64
+	for _, v := range pc.Mean {
+		mn += float64(v) * float64(v)
+	}
+	steps := len(pc.ScaleSteps)
+	put(uint32(steps), uint32(b2i(rule)), math.Float32bits(float32(math.Sqrt(mn))), uint32(pcecSlot(pc, n, d)))
+	bdOff, costOff := make([]int, len(pc.Levels)), make([]int, len(pc.Levels))
+	at := 4 + 8*len(coded) + steps
+	for o := range pc.Levels {
+		bdOff[o] = at
+		at += len(pc.Bounds[o])
+	}
+	for o := range pc.Levels {
+		costOff[o] = at
+		at += len(pc.CodeCost[o])
+	}
+	for _, c := range coded {
+		o := c[1]
+		bits := math.Float64bits(pc.CodeBits[o])
+		put(uint32(bdOff[o]), uint32(len(pc.Bounds[o])), uint32(costOff[o]), uint32(len(pc.Levels[o])),
+			uint32(bits), uint32(bits>>32), uint32(off[o]+len(pc.RANS[o].Slot)), uint32(off3[o]))
+	}
+	for _, v := range pc.ScaleSteps {
+		put(math.Float32bits(v))
+	}
+	for _, bd := range pc.Bounds {
+		for _, v := range bd {
+			put(math.Float32bits(v))
+		}
+	}
+	for _, cs := range pc.CodeCost {
+		for _, v := range cs {
+			put(math.Float32bits(v))
+		}
+	}
+	return b, true
 }
+
+// pcecLanes returns the rANS lanes of the stream layout param (1 or 2).
+func pcecLanes(param byte) int {
+	if param == 2 {
+		return rans2Lanes
+	}
+	return pcecQuantity("lanes")
+}
+
+// pcecSlot returns the bytes of a slot of a kakeya_pc_ec block of n rows
+// of d values that enc_pcec writes: its fields (header, counts, the means
+// the lanes do not carry, the scales), the lanes' final states (4 bytes
+// each, and layout 2's mask), the codes' expected length (n times each
+// coded component's option's expected bits, codec.PCSettings.CodeBits:
+// what the encoder's budget charges them, whatever the allocation's
+// block) and a sixteenth of that plus 16 bytes for blocks longer than
+// expected, rounded up to pcecAlign. The host's blocks of Gaussian
+// rows fit it with 26 bytes to spare or more before the rounding
+// (kakeya-pc and kvtc, 300 blocks each at head dims 64 and 128, blocks
+// of 16 and 64 rows, codecs allocated for 16 or 64, rates 1 to 4, both
+// layouts; kvtc, whose scales do not look at lengths, is the closer):
+// 7B's 64 x 128 blocks at rate 2.5 take 2,816-byte slots (5.8x below bf16;
+// their blocks ≈ 2,590 bytes). A stream
+// longer than its slot is coded again under a smaller budget (enc_pcec).
+func pcecSlot(pc *codec.PCSettings, n, d int) int {
+	lanes := pcecLanes(pc.Param)
+	m := len(pc.Stored)
+	h := 0
+	if pc.Param == 2 {
+		h = min(m, lanes)
+	}
+	var bits float64
+	c := 0
+	for _, w := range pc.Widths {
+		if w > 0 {
+			c++
+			if w < len(pc.CodeBits) {
+				bits += pc.CodeBits[w]
+			}
+		}
+	}
+	codes := int(math.Ceil(float64(n) * bits / 8))
+	return roundUp(24+2*(m-h)+2*c+4+4*lanes+codes+codes/16+16, pcecAlign)
+}
+
+// pcecAlign is what enc_pcec's slots are rounded up to: the codecs of a
+// cache, each allocating its bits a little differently, then share a few
+// size classes (a slab each) rather than one per 16 bytes.
+const pcecAlign = 64
 
 // pcLevelWords is the room pcParams gives the quantizers' levels (and
 // their bounds): widths 1..6, 2^b levels each at 2^b - 2; pcStepWords

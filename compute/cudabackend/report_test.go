@@ -16,6 +16,7 @@ package cudabackend
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -173,7 +174,9 @@ type kernelBench struct {
 // of every weight shape, matrix products (prefill's) of the layers' ones,
 // RMSNorm over one row and prefill rows, and a decode step's attention at
 // each context over bf16, int8, the kakeya preset's fixed-rate kakeya-pc
-// (format 8) and entropy-coded kakeya-pc blocks.
+// (format 8) and entropy-coded kakeya-pc blocks, then the device encoders
+// of both kakeya-pc formats over a layer's full parts of a 512-token
+// prefill.
 func (k *kernelBench) run() {
 	s := k.spec
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
@@ -203,6 +206,160 @@ func (k *kernelBench) run() {
 			runtime.GC()
 		}
 	}
+	for _, cache := range []string{"kakeya-pc:rate=2.5", "kakeya-pc:ec=true"} {
+		k.encoder(cache)
+		runtime.GC()
+	}
+}
+
+// encoder reports one batched launch of the device encoder of a layer's
+// full parts of a 512-token prefill at 64-token blocks (7 blocks of every
+// KV head, keys and values, a CTA each): enc_pc for the kakeya preset's
+// fixed-rate kakeya-pc (format 8, "kakeya-pc:rate=2.5"), enc_pcec for
+// entropy-coded kakeya-pc (format 9, "kakeya-pc:ec=true", stream layout
+// 2), from bf16 rows, against the host codec: every block the device
+// wrote decodes by the codec within 1% of the squared error of the
+// codec's own encoding of the same rows. The calibration is white with an
+// identity basis (every component coded, as attention's rows), so the
+// rotation into the basis is exact on both and the blocks are the
+// codec's bytes where the device rounds as the host does: the row counts
+// them.
+func (k *kernelBench) encoder(cache string) {
+	s, bs, d := k.spec, k.block, k.spec.HeadDim
+	parts := 7 * 2 * s.KVHeads
+	label := fmt.Sprintf("%s encode %d parts %s", k.shape, parts, cache)
+	if k.skip(label) {
+		return
+	}
+	fail := func(err error) { k.r.row("kernels", label, statusFail, err.Error(), nil) }
+	st := &codec.PCAStats{Mean: make([]float32, d), Basis: make([]float32, d*d), Var: make([]float32, d), Between: make([]float32, d)}
+	for j := range d {
+		st.Basis[j*d+j], st.Var[j], st.Between[j] = 1, 1, 0.01
+	}
+	o := codec.DefaultKakeyaPCOptions()
+	o.Block = bs
+	if cache == "kakeya-pc:ec=true" {
+		o.Entropy = true
+	} else {
+		o.Rate = 2.5
+	}
+	cd, err := codec.NewKakeyaPC(o, st, nil)
+	if err != nil {
+		fail(err)
+		return
+	}
+	b := k.b
+	bst := b.NewBlockStore(bs, d, true).(*store)
+	e, ok := bst.deviceEncoding(cd)
+	if !ok {
+		fail(fmt.Errorf("%s blocks of %dx%d are not encoded on the device", cd.Name(), bs, d))
+		return
+	}
+	rows := randNormal(seedOf(label), parts*bs*d)
+	hot, x := make([]uint16, len(rows)), make([]float32, len(rows))
+	for i, v := range rows {
+		hot[i] = tensor.F32ToBF16(v)
+		x[i] = tensor.BF16ToF32(hot[i])
+	}
+	scratch := roundUp(max(e.scratch, 4), encAlign)
+	b.mu.Lock()
+	prm, ok, err := bst.codecParams(cd, e.format)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s: no device settings", cd.Name())
+	}
+	var src, dst, y, tab Ptr
+	alloc := func(p *Ptr, n int) {
+		if err == nil {
+			*p, err = b.allocRaw(n)
+		}
+	}
+	alloc(&src, 2*len(hot))
+	alloc(&dst, e.slot*parts)
+	alloc(&y, scratch*parts)
+	alloc(&tab, 32*parts)
+	var l Launch
+	if err == nil {
+		jobs := make([]uint64, 0, 4*parts)
+		for i := range parts {
+			jobs = append(jobs, uint64(dst)+uint64(i*e.slot), uint64(src)+uint64(2*i*bs*d), uint64(prm), uint64(y)+uint64(i*scratch))
+		}
+		b.flushQueue()
+		if err = b.drv.copyIn(src, bytesOf(hot)); err == nil {
+			err = b.drv.copyIn(tab, bytesOf(jobs))
+		}
+		if e.format == partKakeyaPCEC {
+			l = encPCECLaunch(0, 0, true, bs, d, 0, 0, e.shared, tab, parts)
+		} else {
+			l = encPCLaunch(0, 0, true, bs, d, 0, 0, e.shared, tab, parts)
+		}
+	}
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		for _, p := range []Ptr{src, dst, y, tab} {
+			if p != 0 {
+				b.freeLater(p)
+			}
+		}
+		b.mu.Unlock()
+	}()
+	if err != nil {
+		fail(err)
+		return
+	}
+	sync := b.Alloc(1)
+	per, reps := k.timeOp(sync, func() {
+		b.mu.Lock()
+		b.flushQueue()
+		b.fail(b.launch([]Launch{l}, false))
+		b.mu.Unlock()
+	})
+	out := make([]byte, e.slot*parts)
+	b.mu.Lock()
+	err = b.copyOut(out, dst)
+	b.mu.Unlock()
+	if err != nil {
+		fail(err)
+		return
+	}
+	var eGot, eRef float64
+	same, inBytes, outBytes, worst := 0, 2*len(hot), 0, 0.0
+	dec, ref := make([]float32, bs*d), make([]float32, bs*d)
+	for i := range parts {
+		blk := out[i*e.slot : i*e.slot+e.size]
+		if e.format == partKakeyaPCEC {
+			blk = blockBytes(cd, blk) // its length is its fields'
+		}
+		xi := x[i*bs*d : (i+1)*bs*d]
+		want, err := cd.Encode(nil, xi, bs, d)
+		if err == nil {
+			err = cd.Decode(dec, blk, bs, d)
+		}
+		if err == nil {
+			err = cd.Decode(ref, want, bs, d)
+		}
+		if err != nil {
+			fail(fmt.Errorf("part %d: %w", i, err))
+			return
+		}
+		var eg, er float64
+		for j, v := range xi {
+			eg += sq(float64(dec[j] - v))
+			er += sq(float64(ref[j] - v))
+		}
+		eGot, eRef, outBytes = eGot+eg, eRef+er, outBytes+len(blk)
+		worst = max(worst, eg/max(er, 1e-30)-1)
+		if bytes.Equal(blk, want) {
+			same++
+		}
+	}
+	tol := 0.01
+	text := fmt.Sprintf("%d parts of %dx%d bf16 (%.1f KB in, %.1f KB out in slots of %d bytes): %s a launch (%s a part); %d of %d blocks the codec's bytes; squared error %.4g, the codec's %.4g (worst part %+.2g, tol %.0g)",
+		parts, bs, d, float64(inBytes)/1e3, float64(outBytes)/1e3, e.slot, fmtDur(per), fmtDur(per/time.Duration(parts)), same, parts, eGot, eRef, worst, tol)
+	k.r.row("kernels", label, status(worst <= tol), text, map[string]any{
+		"shape": k.shape, "kernel": l.Kernel, "cache": cache, "parts": parts, "reps": reps, "us": float64(per) / 1e3,
+		"bytes_in": inBytes, "bytes_out": outBytes, "slot": e.slot, "same": same, "rel_err": worst, "tol": tol,
+	})
 }
 
 // skip reports a row not measured for want of time, and reports whether
@@ -1472,11 +1629,11 @@ func TestReportFake(t *testing.T) {
 		caches: []string{"plain"}, contexts: []int{20}, steps: 3, block: 16, weights: "q8_0"}).run()
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 4 attention
-	// rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 6
+	// rows, 2 encoder rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 6
 	// draw rows (2 row counts x 3 filters), 4 Gemma rows, 2 throughput
 	// rows, 4 launch rows, a quant and a quant-throughput row and the
 	// device.
-	if len(r.rows) != 1+18+12+3+2+1+6+4+2+4+2+4 {
+	if len(r.rows) != 1+20+12+3+2+1+6+4+2+4+2+4 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	drawn := 0
@@ -1534,8 +1691,9 @@ func TestReportBudget(t *testing.T) {
 		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
 	// Kernel rows: 13 products and norms, attention over bf16, int8,
-	// the preset's kakeya-pc (rate 2.5) and entropy-coded kakeya-pc.
-	if len(r.rows) != 17+3+4+4 {
+	// the preset's kakeya-pc (rate 2.5) and entropy-coded kakeya-pc, and
+	// the encoders of both kakeya-pc formats.
+	if len(r.rows) != 17+2+3+4+4 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

@@ -264,6 +264,9 @@ func (s *store) Read(dst []float32, p compute.Part) error {
 	default:
 		enc := make([]byte, pt.encLen)
 		if b.copyOut(enc, pt.addr) == nil {
+			if pt.format == partKakeyaPCEC {
+				enc = blockBytes(pt.dec, enc)
+			}
 			if err := pt.dec.Decode(dst[:n], enc, s.rows, s.d); err != nil {
 				return fmt.Errorf("cuda: %s: %w", pt.dec.Name(), err)
 			}
@@ -396,7 +399,7 @@ func (s *store) codecParams(dec compute.Decoder, format int32) (Ptr, bool, error
 		// The rANS tables first, shared by every codec of the quantizer
 		// family; the codec's params point at them.
 		c, _, _ := builtinFormat(dec)
-		tabs, off, off2, tok := ransTables(c.Settings().PC)
+		tabs, off, off2, off3, tok := ransTables(c.Settings().PC)
 		if !tok {
 			return 0, false, nil
 		}
@@ -404,7 +407,7 @@ func (s *store) codecParams(dec compute.Decoder, format int32) (Ptr, bool, error
 		if err != nil {
 			return 0, false, err
 		}
-		prm, ok = pcecParams(dec, s.rows, s.d, at, off, off2)
+		prm, ok = pcecParams(dec, s.rows, s.d, at, off, off2, off3)
 	default:
 		prm, ok = kakeyaParams(dec, s.d)
 	}
@@ -600,4 +603,25 @@ func checkPCEC(c codec.Described, enc []byte) error {
 		return fmt.Errorf("cuda: %s: block of %d bytes; its fields make it %d (code_bytes %d)", c.Name(), len(enc), l.Size(), v[codec.VarCodeBytes])
 	}
 	return nil
+}
+
+// blockBytes returns the block at the start of slot, the bytes of a
+// variable-length format's block (kakeya_pc_ec's, as enc_pcec writes it
+// into a slot of the most it is expected to take) by the lengths its fields
+// give, or all of slot when they do not fit it (the codec's decoder then
+// says what is wrong).
+func blockBytes(dec compute.Decoder, slot []byte) []byte {
+	_, f, ok := builtinFormat(dec)
+	if !ok {
+		return slot
+	}
+	var v codec.Vars
+	if f.ReadFields(slot, &v) != nil {
+		return slot
+	}
+	if l := f.Layout(&v); l.Size() > 0 && l.Size() <= len(slot) {
+		n := l.Size()
+		return slot[:n]
+	}
+	return slot
 }

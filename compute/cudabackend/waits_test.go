@@ -60,7 +60,7 @@ func stepWaits(t *testing.T, dir, cache string, opts Options, mode copyMode, pro
 		return gpu.Launches().Sub(before)
 	}
 	encoders := func() int {
-		return kernelCount(f, "enc_pc") + kernelCount(f, "enc_int8")
+		return kernelCount(f, "enc_pc") + kernelCount(f, "enc_int8") + kernelCount(f, "enc_pcec")
 	}
 	for seq := range 2 {
 		s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol, BlockSize: block})
@@ -91,7 +91,9 @@ func stepWaits(t *testing.T, dir, cache string, opts Options, mode copyMode, pro
 }
 
 // A prefill chunk and a decode step that fills a block make no host wait
-// but the logits' copy back, for kakeya-pc, int8 and plain caches alike:
+// but the logits' copy back, for kakeya-pc (fixed rate, format 8, and
+// entropy-coded, format 9, each encoded on the device), int8 and plain
+// caches alike:
 // copies in go asynchronously from page-locked staging memory
 // (copyInNoWait: the step parameters, block and write tables, the codecs'
 // settings), reused only after a host wait; the encoders' table of jobs
@@ -112,7 +114,7 @@ func stepWaits(t *testing.T, dir, cache string, opts Options, mode copyMode, pro
 // an asynchronous copy only at the next stream operation, so a staging
 // area reused too early would land as overwritten.
 func TestPCStepsHostWaits(t *testing.T) {
-	needKernels(t, "attn_prefill_d64", "enc_pc", "copy_runs", "pc_unpack", "gemm_bf16")
+	needKernels(t, "attn_prefill_d64", "enc_pc", "enc_pcec", "copy_runs", "pc_unpack", "gemm_bf16")
 	dir := filepath.Join(t.TempDir(), "m")
 	sp := testmodel.Qwen2Tiny
 	sp.Heads, sp.KVHeads, sp.HeadDim, sp.Hidden, sp.Layers = 4, 2, 64, 256, 2
@@ -123,7 +125,7 @@ func TestPCStepsHostWaits(t *testing.T) {
 	async, syncCopies, small := copyMode{name: "async"}, copyMode{name: "sync", sync: true}, copyMode{name: "small stage", stage: 1536}
 	type result struct{ async, small, staged, before waitRun }
 	runs := map[string]result{}
-	for _, cache := range []string{"plain", "kakeya-pc", "int8", "kakeya-block:b=3"} {
+	for _, cache := range []string{"plain", "kakeya-pc", "kakeya-pc:ec=true", "int8", "kakeya-block:b=3"} {
 		r := result{
 			async:  stepWaits(t, dir, cache, Options{}, async, prompt, steps, block),
 			small:  stepWaits(t, dir, cache, Options{}, small, prompt, steps, block),
@@ -154,17 +156,35 @@ func TestPCStepsHostWaits(t *testing.T) {
 			t.Errorf("%s: a prefill chunk makes %d host waits (%+v), want 1: the logits' copy back", cache, w, r.async.prefill)
 		}
 	}
-	plain, pc, i8 := runs["plain"], runs["kakeya-pc"], runs["int8"]
-	if pc.staged.prefill.Waits() != plain.staged.prefill.Waits() {
-		t.Errorf("copying synchronously, a kakeya-pc prefill chunk makes %d host waits, a plain one %d: want no more", pc.staged.prefill.Waits(), plain.staged.prefill.Waits())
+	plain, pc, ec, i8 := runs["plain"], runs["kakeya-pc"], runs["kakeya-pc:ec=true"], runs["int8"]
+	for _, c := range []struct {
+		name string
+		r    result
+	}{{"kakeya-pc", pc}, {"kakeya-pc:ec=true", ec}} {
+		if c.r.staged.prefill.Waits() != plain.staged.prefill.Waits() {
+			t.Errorf("copying synchronously, a %s prefill chunk makes %d host waits, a plain one %d: want no more", c.name, c.r.staged.prefill.Waits(), plain.staged.prefill.Waits())
+		}
+		if got, want := c.r.before.prefill.Waits()-c.r.staged.prefill.Waits(), int64(sp.Layers); got != want {
+			t.Errorf("copying synchronously, a %s prefill chunk makes %d host waits fewer than before, want %d (one a layer)", c.name, got, want)
+		}
 	}
-	if got, want := pc.before.prefill.Waits()-pc.staged.prefill.Waits(), int64(sp.Layers); got != want {
-		t.Errorf("copying synchronously, a kakeya-pc prefill chunk makes %d host waits fewer than before, want %d (one a layer)", got, want)
+	// Format 9 (entropy-coded) is encoded on the device as format 8 is
+	// (enc_pcec): the same waits every way.
+	for k, pair := range [][2]waitRun{{ec.async, pc.async}, {ec.staged, pc.staged}, {ec.before, pc.before}} {
+		if g, w := pair[0].prefill.Waits(), pair[1].prefill.Waits(); g != w {
+			t.Errorf("%s: a format-9 prefill chunk makes %d host waits, a format-8 one %d", []string{"staged", "synchronous copies", "the path before"}[k], g, w)
+		}
+		if g, w := pair[0].fill.Waits(), pair[1].fill.Waits(); g != w {
+			t.Errorf("%s: a format-9 decode step that fills a block makes %d host waits, a format-8 one %d", []string{"staged", "synchronous copies", "the path before"}[k], g, w)
+		}
+	}
+	if n := ec.async.prefill.CopiesOut + ec.async.fill.CopiesOut; n != 2 {
+		t.Errorf("format 9: %d copies back in the prefill chunk and the step that fills a block, want 2 (the logits'): no block read back", n)
 	}
 	for _, c := range []struct {
 		name string
 		r    result
-	}{{"kakeya-pc", pc}, {"int8", i8}} {
+	}{{"kakeya-pc", pc}, {"kakeya-pc:ec=true", ec}, {"int8", i8}} {
 		if c.r.async.fills != 1 {
 			t.Fatalf("%s: %d decode steps encoded a block on the device, want 1", c.name, c.r.async.fills)
 		}

@@ -266,6 +266,49 @@ KK_DEVICE void kk_pc_project(float *__restrict__ y, const float *__restrict__ xs
 			y[(long long)(c0 + sub + G * j) * M + k] = acc[j];
 }
 
+// kk_pc_rotate checks a hot part's values (finite, and small enough for
+// fp16 means and scales: |y_j| <= sqrt(d) max|x| + ||mu||, a scale at
+// most 1.6 times a component's RMS; *bad counts a refusal) and sets y =
+// B(x - mu), row-major n x M, staging x - mu in xs R rows at a time
+// (kk_pc_chunk) for kk_pc_project. enc_pc's and enc_pcec's first step.
+KK_DEVICE void kk_pc_rotate(float *__restrict__ y, float *__restrict__ xs, const void *__restrict__ src, int bf16, int n,
+                            int d, int M, int R, float meanNorm, const float *__restrict__ mu,
+                            const float *__restrict__ basis, kk_u32 *bad) {
+	float am = 0.0f;
+	for (int i = threadIdx.x; i < n * d; i += blockDim.x) {
+		float a = __builtin_fabsf(kk_hot_value(src, bf16, i));
+		if (!(a <= 3.40282347e38f))
+			a = __builtin_inff();
+		am = a > am ? a : am;
+	}
+	if (2.0f * (am * __builtin_sqrtf((float)d) + meanNorm) > 65504.0f)
+		atomicAdd((int *)bad, 1);
+	if (M > 0 && M <= (int)blockDim.x) {
+		for (int c0 = 0; c0 < n; c0 += R) {
+			int rn = n - c0 < R ? n - c0 : R;
+			__syncthreads(); // the previous chunk is read
+			for (int i = threadIdx.x; i < rn * d; i += blockDim.x) {
+				int a = i % d;
+				xs[i] = kk_hot_value(src, bf16, (long long)c0 * d + i) - mu[a];
+			}
+			__syncthreads();
+			if ((d & 3) == 0)
+				kk_pc_project<true>(y, xs, basis, M, d, c0, rn);
+			else
+				kk_pc_project<false>(y, xs, basis, M, d, c0, rn);
+		}
+	} else {
+		for (int i = threadIdx.x; i < n * M; i += blockDim.x) {
+			int r = i / M, k = i - r * M;
+			const float *bk = basis + (long long)k * d;
+			float s = 0.0f;
+			for (int a = 0; a < d; a++)
+				s += bk[a] * (kk_hot_value(src, bf16, (long long)r * d + a) - mu[a]);
+			y[i] = s;
+		}
+	}
+}
+
 // enc_pc: block 0 encodes a hot part of n rows of d values (bf16 or
 // float32) at src as codec.KakeyaPC.Encode does (fixed-rate format
 // kakeya_pc) into dst, with the codec's pcParams prm (launch.go) and y, n
@@ -311,43 +354,7 @@ KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void
 	if (threadIdx.x == 0)
 		*bad = 0;
 	__syncthreads();
-	// The input's check: finite, and small enough for fp16 means and
-	// scales (|y_j| <= sqrt(d) max|x| + ||mu||; a scale is at most 1.6
-	// times a component's RMS).
-	float am = 0.0f;
-	for (int i = threadIdx.x; i < n * d; i += blockDim.x) {
-		float a = __builtin_fabsf(kk_hot_value(src, bf16, i));
-		if (!(a <= 3.40282347e38f))
-			a = __builtin_inff();
-		am = a > am ? a : am;
-	}
-	if (2.0f * (am * __builtin_sqrtf((float)d) + kk_bits_f32((kk_u32)pi[6])) > 65504.0f)
-		atomicAdd((int *)bad, 1);
-	// y = B(x - mu), row-major n x M.
-	if (M > 0 && M <= (int)blockDim.x) {
-		for (int c0 = 0; c0 < n; c0 += R) {
-			int rn = n - c0 < R ? n - c0 : R;
-			__syncthreads(); // the previous chunk is read
-			for (int i = threadIdx.x; i < rn * d; i += blockDim.x) {
-				int a = i % d;
-				xs[i] = kk_hot_value(src, bf16, (long long)c0 * d + i) - mu[a];
-			}
-			__syncthreads();
-			if ((d & 3) == 0)
-				kk_pc_project<true>(y, xs, basis, M, d, c0, rn);
-			else
-				kk_pc_project<false>(y, xs, basis, M, d, c0, rn);
-		}
-	} else {
-		for (int i = threadIdx.x; i < n * M; i += blockDim.x) {
-			int r = i / M, k = i - r * M;
-			const float *bk = basis + (long long)k * d;
-			float s = 0.0f;
-			for (int a = 0; a < d; a++)
-				s += bk[a] * (kk_hot_value(src, bf16, (long long)r * d + a) - mu[a]);
-			y[i] = s;
-		}
-	}
+	kk_pc_rotate(y, xs, src, bf16, n, d, M, R, kk_bits_f32((kk_u32)pi[6]), mu, basis, bad);
 	__syncthreads();
 	kk_u8 *mb = dst + kk_kakeya_pc_means_off(n, d, M, C, cbytes), *sb = dst + kk_kakeya_pc_scales_off(n, d, M, C, cbytes);
 	for (int k = threadIdx.x; k < M; k += blockDim.x) {
@@ -496,10 +503,16 @@ KK_DEVICE int kk_step_code(float q) {
 // is never contracted by ptxas. The emulator's g++ targets no FMA.
 #ifdef KK_EMU
 KK_DEVICE float kk_mul_rn(float a, float b) { return a * b; }
+KK_DEVICE double kk_dmul_rn(double a, double b) { return a * b; }
 #else
 KK_DEVICE float kk_mul_rn(float a, float b) {
 	float r;
 	asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+	return r;
+}
+KK_DEVICE double kk_dmul_rn(double a, double b) {
+	double r;
+	asm("mul.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(a), "d"(b));
 	return r;
 }
 #endif
@@ -684,4 +697,304 @@ KK_KERNEL void __launch_bounds__(256) enc_int4(kk_u8 *__restrict__ dst, const vo
 	if (threadIdx.x == 0)
 		kk_header(dst, KK_FORMAT_INT4, param, n, d, g, *bad == 0);
 	kk_seal(dst, kk_int4_size(n, d, bits, g, perChannel, 0, byteParams), seal);
+}
+
+// KK_EC_ATTEMPTS is how many codings enc_pcec tries before it gives up on
+// fitting a block in its slot: the host's rule, then four smaller
+// budgets (kk_ec_factor), then every coded component at scale 0.
+#define KK_EC_ATTEMPTS 6
+
+// kk_ec_factor returns the share of the entropy-constrained budget
+// enc_pcec's attempt a charges: all of it (the host's rule), then less.
+KK_DEVICE double kk_ec_factor(int a) { return a <= 0 ? 1.0 : a == 1 ? 0.875 : a == 2 ? 0.75 : a == 3 ? 0.5 : 0.25; }
+
+// KK_ENC_SHARED_CAP is the most dynamic shared memory an encoder takes
+// (attnSharedCap in launch.go: the most without opting in).
+#define KK_ENC_SHARED_CAP 49152
+
+// kk_pcec_staged returns the floats enc_pcec stages rows in (R rows of
+// d), where the C x S trials' errors and lengths (float64) then lie if
+// the kernel's shared memory holds them within KK_ENC_SHARED_CAP (else
+// they lie in the scratch): pcecStaged in encode.go is the same.
+KK_DEVICE int kk_pcec_staged(int R, int d, int M, int C, int S, int threads) {
+	int rows = (R * d + 3) & ~3, trials = 4 * C * S;
+	long long with = 4LL * ((trials > rows ? trials : rows) + 2 * M + C) + 4LL * (2 * threads + 32) + 8;
+	return with <= KK_ENC_SHARED_CAP && trials > rows ? trials : rows;
+}
+
+// kk_shfl_f64 returns lane src's v.
+KK_DEVICE double kk_shfl_f64(double v, int src) {
+	kk_u64 u = __builtin_bit_cast(kk_u64, v);
+	int lo = __shfl_sync(0xffffffffu, (int)(kk_u32)u, src), hi = __shfl_sync(0xffffffffu, (int)(kk_u32)(u >> 32), src);
+	return __builtin_bit_cast(double, (kk_u64)(kk_u32)lo | (kk_u64)(kk_u32)hi << 32);
+}
+
+// kk_ec_pick returns, to every lane of the warp, the index of the least
+// (key, index) pair over its lanes: the first lane of least key.
+KK_DEVICE int kk_ec_pick(double key, int idx) {
+	for (int o = 16; o > 0; o >>= 1) {
+		kk_u64 u = __builtin_bit_cast(kk_u64, key);
+		int lo = __shfl_xor_sync(0xffffffffu, (int)(kk_u32)u, o), hi = __shfl_xor_sync(0xffffffffu, (int)(kk_u32)(u >> 32), o);
+		double k2 = __builtin_bit_cast(double, (kk_u64)(kk_u32)lo | (kk_u64)(kk_u32)hi << 32);
+		int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+		if (k2 < key || (k2 == key && i2 < idx))
+			key = k2, idx = i2;
+	}
+	return idx;
+}
+
+// kk_ec_round16 rounds n up to a multiple of 16.
+KK_DEVICE long long kk_ec_round16(long long n) { return (n + 15) & ~15LL; }
+
+// enc_pcec: block 0 encodes a hot part of n rows of d values (bf16 or
+// float32) at src as codec.KakeyaPC.Encode does with entropy coding
+// (format kakeya_pc_ec, kakeya-pc with ec=true and kvtc), in the stream
+// layout of the codec's parameter byte (1 or 2), into dst, a slot of the
+// bytes pcecParams' encoder words give, with the codec's pcecParams prm
+// (launch.go) and scratch (pcecScratch in encode.go: y, n x M floats;
+// each trial's squared error and code length, C x S float64 each; a
+// symbol word per code, C x n; the stream's buffer, 4 + 4 lanes + 2 C n
+// bytes). The steps are enc_pc's and the host's: y = B(x - mu)
+// (kk_pc_rotate, summed in another order than the host's SIMD dot
+// products, so y differs by float rounding); each stored component's
+// block mean (float64 in row order, rounded to fp16), written to the
+// means section unless layout 2's lanes carry it (the first min(M, 32))
+// and its RMS; a thread per coded component and scale step, the step's
+// scale (its RMS times the step, rounded to fp16; none where that is not
+// positive), its squared error and, for the entropy-constrained rule,
+// its codes' length under the layout-1 costs, each summed over the rows
+// in order in float64, products rounded (kk_dmul_rn, kk_mul_rn: no fused
+// multiply-add, as Go's arithmetic), in shared memory where it holds them
+// (kk_pcec_staged); warp 0 then walks the coded components in order, a
+// lane per scale step, each component taking the host's scale: the least
+// error (kvtc), or the least error among the scales whose codes fit n
+// times the option's expected bits plus what the components before left
+// unspent, else the cheapest (the first of equal ones: a warp reduction
+// of (key, step), kk_ec_pick); a thread per code, its
+// cell (the middle one at scale 0) and its symbol's frequency and first
+// slot. Then the lanes (warp 0 for layout 2's 32, threads 0..7 for
+// layout 1's 8; each lane's next symbol word loaded a step ahead) code
+// the symbols from the last group to the first, as
+// the host's ransPut: each lane whose state would pass the bound hands
+// out its low 16 bits, the lanes that do vote (__ballot_sync) and each
+// writes its word below the group's others in lane order (a prefix count
+// of the vote), so the words lie in the order a decoder reads them; then
+// the final states (layout 2: the mask of 4-byte ones and each state in
+// 3 or 4 bytes; layout 1: 4 bytes each) before them. A stream that does
+// not fit the slot is coded again (the selection, codes and lanes) under
+// a smaller budget (kk_ec_factor; kvtc, whose rule looks at no budget,
+// first takes the entropy-constrained rule at its whole budget), last
+// with every scale 0; one that still does not (which no
+// calibration of the rate makes) gives an empty stream and magic 0, as
+// does input the host refuses. The stream is copied behind the fields,
+// code_bytes set to its length, and the block sealed over that length.
+// Dynamic shared memory (words): the staged rows (kk_pcec_staged: the
+// trials' results after them where they fit), M means, M RMS, C scales, kk_seal's 2*blockDim.x +
+// 32, a flag and the stream's length.
+KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n,
+                                               int d, const float *__restrict__ prm, kk_u8 *__restrict__ scratch,
+                                               const kk_u64 *__restrict__ jobs) {
+	if (jobs) { // a batch: block b encodes job b (kk_enc_job)
+		dst = (kk_u8 *)jobs[4 * blockIdx.x];
+		src = (const void *)jobs[4 * blockIdx.x + 1];
+		prm = (const float *)jobs[4 * blockIdx.x + 2];
+		scratch = (kk_u8 *)jobs[4 * blockIdx.x + 3];
+	}
+	KK_DYN_SHARED(float, sme);
+	const int *pi = (const int *)prm;
+	int M = pi[0], C = pi[1], lw = pi[6], param = pi[7] & 0xff, E = pi[10];
+	const int *info = pi + 12;
+	const float *levels = prm + 12 + 4 * C, *mu = levels + lw, *basis = mu + d;
+	const kk_u8 *tabs = (const kk_u8 *)*(const kk_u64 *)(pi + 8);
+	const int *ew = pi + E, *einfo = ew + 4;
+	int S = ew[0], rule = ew[1];
+	long long cap = ew[3];
+	const float *steps = (const float *)(ew + 4 + 8 * C);
+	bool two = param == 2;
+	int lanes = two ? KK_EC2_LANES : KK_EC_LANES, sbits = two ? KK_EC2_SCALE_BITS : KK_EC_SCALE_BITS;
+	int h = two ? (M < lanes ? M : lanes) : 0, total = C * n;
+	float *y = (float *)scratch;
+	double *errs = (double *)(scratch + kk_ec_round16(4LL * n * M)), *lens = errs + (long long)C * S;
+	kk_u32 *sym = (kk_u32 *)(lens + (long long)C * S);
+	kk_u8 *buf = (kk_u8 *)(sym + total);
+	long long bufLen = 4 + 4 * lanes + 2LL * total;
+	int R = kk_pc_chunk(n, d, M, blockDim.x), xsn = kk_pcec_staged(R, d, M, C, S, blockDim.x);
+	float *xs = sme, *means = xs + xsn, *rmsv = means + M, *scales = rmsv + M;
+	if (xsn >= 4 * C * S) { // the trials' results fit where the rows were staged
+		errs = (double *)xs;
+		lens = errs + C * S;
+	}
+	kk_u32 *seal = (kk_u32 *)(scales + C), *bad = seal + 2 * blockDim.x + 32, *slen = bad + 1;
+	if (threadIdx.x == 0)
+		*bad = 0, *slen = 0;
+	__syncthreads();
+	kk_pc_rotate(y, xs, src, bf16, n, d, M, R, kk_bits_f32((kk_u32)ew[2]), mu, basis, bad);
+	__syncthreads();
+	kk_u8 *mb = dst + kk_kakeya_pc_ec_means_off(n, d, M - h, C, 0), *sb = dst + kk_kakeya_pc_ec_scales_off(n, d, M - h, C, 0);
+	long long codesOff = kk_kakeya_pc_ec_codes_off(n, d, M - h, C, 0);
+	for (int k = threadIdx.x; k < M; k += blockDim.x) {
+		double s = 0.0;
+		for (int r = 0; r < n; r++)
+			s += (double)y[r * M + k];
+		kk_u16 hb = kk_f16_bits((float)(s / (double)n));
+		float m = kk_f16(hb);
+		means[k] = m;
+		if (k >= h)
+			kk_put_u16(mb + 2 * (k - h), hb);
+		double ss = 0.0;
+		for (int r = 0; r < n; r++) {
+			double v = (double)(y[r * M + k] - m);
+			ss += kk_dmul_rn(v, v);
+		}
+		rmsv[k] = (float)__builtin_sqrt(ss / (double)n);
+	}
+	__syncthreads();
+	// Every coded component's trial scales, a thread each: the squared
+	// error and the codes' cost, or -1 where the step's scale is not
+	// positive (the host skips it).
+	for (int p = threadIdx.x; p < C * S; p += blockDim.x) {
+		int t = p / S, f = p - t * S, k = info[4 * t];
+		const int *ei = einfo + 8 * t;
+		float s = kk_round_f16(rmsv[k] * steps[f]);
+		double e = -1.0, l = 0.0;
+		if (s > 0.0f) {
+			const float *lv = levels + info[4 * t + 1], *bd = (const float *)(ew + ei[0]);
+			const float *cost = (const float *)(ew + ei[2]);
+			int nb = ei[1];
+			float m = means[k], inv = 1.0f / s;
+			e = 0.0;
+			for (int r = 0; r < n; r++) {
+				float v = y[r * M + k] - m;
+				int q = kk_quantize(bd, nb, v * inv);
+				double dq = (double)(v - kk_mul_rn(lv[q], s));
+				e += kk_dmul_rn(dq, dq);
+				if (ei[2])
+					l += (double)cost[q];
+			}
+		}
+		errs[p] = e;
+		lens[p] = l;
+	}
+	__syncthreads();
+	long long len = 0;
+	for (int attempt = 0;; attempt++) {
+		if (threadIdx.x < 32) {
+			// The scales, component after component, lane f trying step
+			// f: the budget of each takes what the ones before left
+			// unspent. The host keeps the first scale of least error among
+			// those that fit (or, for kvtc, among all), and where none
+			// fits the first of least length: the least (key, step) over
+			// the candidates (kk_ec_pick).
+			const int f = threadIdx.x;
+			bool constrained = rule || attempt > 0, zero = attempt == KK_EC_ATTEMPTS - 1;
+			double slack = 0.0;
+			for (int t = 0; t < C; t++) {
+				int k = info[4 * t];
+				const int *ei = einfo + 8 * t;
+				double bits = __builtin_bit_cast(double, (kk_u64)(kk_u32)ei[4] | (kk_u64)(kk_u32)ei[5] << 32);
+				double budget = kk_dmul_rn((double)n, bits);
+				if (attempt > 0) // kvtc's first retry: its whole budget
+					budget = kk_dmul_rn(budget, kk_ec_factor(rule ? attempt : attempt - 1));
+				budget += slack;
+				double e = -1.0, l = 0.0;
+				if (f < S && !zero)
+					e = errs[t * S + f], l = lens[t * S + f];
+				bool valid = e >= 0.0, fits = valid && l <= budget;
+				unsigned vm = __ballot_sync(0xffffffffu, valid), fm = __ballot_sync(0xffffffffu, fits);
+				bool cand = constrained && fm ? fits : valid;
+				int w = kk_ec_pick(cand ? (constrained && !fm ? l : e) : __builtin_inf(), cand ? f : 32);
+				float best = 0.0f;
+				if (vm) {
+					best = kk_round_f16(rmsv[k] * steps[w]);
+					double bestLen = kk_shfl_f64(l, w);
+					if (constrained && best != 0.0f)
+						slack = budget - bestLen;
+				}
+				if (f == 0)
+					scales[t] = best;
+			}
+		}
+		__syncthreads();
+		// Each code's symbol word of its layout's table.
+		for (int p = threadIdx.x; p < total; p += blockDim.x) {
+			int t = p / n, r = p - t * n, k = info[4 * t];
+			const int *ei = einfo + 8 * t;
+			float s = scales[t];
+			int q = ei[3] / 2; // a constant component: the middle code
+			if (s != 0.0f)
+				q = kk_quantize((const float *)(ew + ei[0]), ei[1], (y[r * M + k] - means[k]) * (1.0f / s));
+			sym[p] = ((const kk_u32 *)(tabs + (two ? ei[7] : ei[6])))[q];
+		}
+		__syncthreads();
+		if ((int)threadIdx.x < lanes) {
+			const int ln = threadIdx.x;
+			const unsigned grp = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1, below = (1u << ln) - 1;
+			kk_u32 x = 1u << 16;
+			if (ln < h)
+				x += kk_f16_bits(means[ln]); // layout 2: lane ln carries stored mean ln
+			long long p = bufLen;
+			int G = (total + lanes - 1) / lanes;
+			kk_u32 next = G > 0 && (G - 1) * lanes + ln < total ? sym[(G - 1) * lanes + ln] : 0u;
+			for (int g = G - 1; g >= 0; g--) {
+				int k = g * lanes + ln;
+				kk_u32 w = next; // loaded a step ahead: off the lanes' chain
+				if (g > 0)
+					next = sym[k - lanes];
+				bool emit = false;
+				kk_u32 wd = 0;
+				if (k < total) {
+					kk_u32 f = w & 0xffffu, st = w >> 16;
+					if (x >= f << (32 - sbits)) {
+						emit = true;
+						wd = x & 0xffffu;
+						x >>= 16;
+					}
+					x = ((x / f) << sbits) + x % f + st;
+				}
+				unsigned want = __ballot_sync(grp, emit);
+				if (emit) {
+					long long at = p - 2 * __builtin_popcount(want) + 2 * __builtin_popcount(want & below);
+					buf[at] = (kk_u8)wd;
+					buf[at + 1] = (kk_u8)(wd >> 8);
+				}
+				p -= 2 * __builtin_popcount(want);
+			}
+			long long start;
+			if (two) {
+				unsigned longs = __ballot_sync(grp, x >= (1u << 24));
+				start = p - 4 - 3 * lanes - __builtin_popcount(longs);
+				if (ln == 0)
+					kk_put_u32(buf + start, longs);
+				long long at = start + 4 + 3 * ln + __builtin_popcount(longs & below);
+				int nb = 3 + (int)(longs >> ln & 1);
+				for (int i = 0; i < nb; i++)
+					buf[at + i] = (kk_u8)(x >> (8 * i));
+			} else {
+				start = p - 4 * lanes;
+				kk_put_u32(buf + start + 4 * ln, x);
+			}
+			if (ln == 0)
+				*slen = (kk_u32)(bufLen - start);
+		}
+		__syncthreads();
+		len = *slen;
+		if (codesOff + len <= cap || attempt == KK_EC_ATTEMPTS - 1)
+			break;
+		__syncthreads(); // every thread read the length before the next attempt
+	}
+	bool fits = codesOff + len <= cap;
+	if (!fits)
+		len = 0;
+	for (long long i = threadIdx.x; i < len; i += blockDim.x)
+		dst[codesOff + i] = buf[bufLen - len + i];
+	for (int t = threadIdx.x; t < C; t += blockDim.x)
+		kk_put_u16(sb + 2 * t, kk_f16_bits(scales[t]));
+	__syncthreads(); // the refusals counted
+	if (threadIdx.x == 0) {
+		kk_header(dst, KK_FORMAT_KAKEYA_PC_EC, param, n, d, pi[4], *bad == 0 && fits);
+		kk_put_u16(dst + 16, (kk_u32)(M - h));
+		kk_put_u16(dst + 18, (kk_u32)C);
+		kk_put_u32(dst + 20, (kk_u32)len);
+	}
+	kk_seal(dst, codesOff + len, seal);
 }
