@@ -618,10 +618,11 @@ void kk2_transpose(float *dst, long ldd, const float *src, long lds, long rows, 
 // score_rows2 is kk2_scores with eight keys per reduction (reduce8's tree
 // over FMAs from zero in 8-lane chunks, so the same bits) and no work on
 // repeated query rows.
-KK_INLINE void score_rows2(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds) {
+KK_INLINE void score_rows2_dv(const int dv, const float *q, long m, const float *keys, long n, float scale, float *s,
+			       long lds) {
+	const long d = 8 * dv;
 	const __m256 sc = _mm256_set1_ps(scale);
 	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d % 8 ? d % 8 : 8)), lane);
 	for (long i = 0; i < m; i++) {
 		const float *qi = q + i * d;
 		for (long k0 = 0; k0 < n; k0 += 8) {
@@ -631,10 +632,8 @@ KK_INLINE void score_rows2(const float *q, long m, long d, const float *keys, lo
 			for (int c = 0; c < 8; c++) {
 				const float *kr = keys + (k0 + (c < nk ? c : nk - 1)) * d;
 				__m256 a = _mm256_setzero_ps();
-				for (long j = 0; j < d; j += 8) {
-					__m256i mk = j + 8 <= d ? _mm256_set1_epi32(-1) : tail;
-					a = _mm256_fmadd_ps(_mm256_maskload_ps(qi + j, mk), _mm256_maskload_ps(kr + j, mk), a);
-				}
+#pragma GCC unroll 16
+				for (int j = 0; j < dv; j++) a = _mm256_fmadd_ps(_mm256_loadu_ps(qi + 8 * j), _mm256_loadu_ps(kr + 8 * j), a);
 				acc[c] = a;
 			}
 			__m256 y = _mm256_mul_ps(reduce8(acc), sc);
@@ -645,6 +644,18 @@ KK_INLINE void score_rows2(const float *q, long m, long d, const float *keys, lo
 			}
 		}
 	}
+}
+
+// score_rows2 is kk2_scores with eight keys per reduction (reduce8's tree
+// over FMAs from zero in 8-lane chunks, so the same bits) and no work on
+// repeated query rows, for d a multiple of 16.
+KK_INLINE void score_rows2(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds) {
+	switch (d) {
+	case 32: score_rows2_dv(4, q, m, keys, n, scale, s, lds); return;
+	case 64: score_rows2_dv(8, q, m, keys, n, scale, s, lds); return;
+	case 128: score_rows2_dv(16, q, m, keys, n, scale, s, lds); return;
+	}
+	kk2_scores(q, m, d, keys, n, scale, s, lds);
 }
 
 void kk2_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
@@ -677,6 +688,43 @@ KK_INLINE float hsum8(__m256 a) {
 	return _mm_cvtss_f32(x);
 }
 
+// pc_values_rows2 is kk2_pc_values's sums for one block of nv <= 8
+// vectors of rows, two components at a time so their FMA chains overlap.
+KK_INLINE void pc_values_rows2(const int nv, long m, const float *w, long ldw, const __m256i rm[8], const __m256i lm[8],
+			       const float *l, long n, long c, const float *means, long mc, float *acc, float *macc,
+			       float *wsum) {
+	for (long i = 0; i < m; i++) {
+		const float *wi = w + i * ldw;
+		__m256 wv[8], tot = _mm256_setzero_ps();
+#pragma GCC unroll 8
+		for (int v = 0; v < nv; v++) {
+			wv[v] = _mm256_maskload_ps(wi + 8 * v, rm[v]);
+			tot = _mm256_add_ps(tot, wv[v]);
+		}
+		float wt = hsum8(tot);
+		wsum[i] += wt;
+		for (long t = 0; t < mc; t++) macc[i * mc + t] += wt * means[t];
+		float *ai = acc + i * c * 16;
+		long t = 0;
+		for (; t + 2 <= c; t += 2) {
+			__m256 a0 = _mm256_loadu_ps(ai + 16 * t), a1 = _mm256_loadu_ps(ai + 16 * (t + 1));
+#pragma GCC unroll 8
+			for (int v = 0; v < nv; v++) {
+				a0 = _mm256_fmadd_ps(wv[v], _mm256_maskload_ps(l + t * n + 8 * v, lm[v]), a0);
+				a1 = _mm256_fmadd_ps(wv[v], _mm256_maskload_ps(l + (t + 1) * n + 8 * v, lm[v]), a1);
+			}
+			_mm256_storeu_ps(ai + 16 * t, a0);
+			_mm256_storeu_ps(ai + 16 * (t + 1), a1);
+		}
+		for (; t < c; t++) {
+			__m256 a = _mm256_loadu_ps(ai + 16 * t);
+#pragma GCC unroll 8
+			for (int v = 0; v < nv; v++) a = _mm256_fmadd_ps(wv[v], _mm256_maskload_ps(l + t * n + 8 * v, lm[v]), a);
+			_mm256_storeu_ps(ai + 16 * t, a);
+		}
+	}
+}
+
 void kk2_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
 		   const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
 		   float *acc, float *macc, float *wsum, float *work) {
@@ -698,23 +746,15 @@ void kk2_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const fl
 						 _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), r));
 			lm[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), r);
 		}
-		for (long i = 0; i < m; i++) {
-			const float *wi = w + i * ldw + j * n;
-			__m256 wv[8], tot = _mm256_setzero_ps();
-			for (long v = 0; v < 8; v++) {
-				wv[v] = v < nv ? _mm256_maskload_ps(wi + 8 * v, rm[v]) : _mm256_setzero_ps();
-				tot = _mm256_add_ps(tot, wv[v]);
-			}
-			float wt = hsum8(tot);
-			wsum[i] += wt;
-			for (long t = 0; t < mc; t++) macc[i * mc + t] += wt * means[t];
-			float *ai = acc + i * c * 16;
-			for (long t = 0; t < c; t++) {
-				__m256 a = _mm256_loadu_ps(ai + 16 * t);
-				const float *lt = l + t * n;
-				for (long v = 0; v < nv; v++) a = _mm256_fmadd_ps(wv[v], _mm256_maskload_ps(lt + 8 * v, lm[v]), a);
-				_mm256_storeu_ps(ai + 16 * t, a);
-			}
+		switch (nv) {
+		case 1: pc_values_rows2(1, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 2: pc_values_rows2(2, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 3: pc_values_rows2(3, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 4: pc_values_rows2(4, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 5: pc_values_rows2(5, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 6: pc_values_rows2(6, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 7: pc_values_rows2(7, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		default: pc_values_rows2(8, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
 		}
 	}
 }

@@ -585,11 +585,14 @@ void kk_fwht_rows64(float *out, const float *v, const float *signs, const float 
 // in 16-lane chunks from zero, then reduce16's tree), so the same bits,
 // with sixteen keys per reduction rather than kk_scores's four keys of four
 // query rows: no work on repeated rows when m is below four.
-KK_INLINE void score_rows(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds) {
+KK_INLINE void score_rows_dv(const int dv, const float *q, long m, const float *keys, long n, float scale, float *s,
+			      long lds) {
+	const long d = 16 * dv;
 	const __m512 sc = _mm512_set1_ps(scale);
-	const __mmask16 tail = d % 16 ? (__mmask16)((1u << (d % 16)) - 1) : 0xffff;
 	for (long i = 0; i < m; i++) {
-		const float *qi = q + i * d;
+		__m512 qv[8];
+#pragma GCC unroll 8
+		for (int j = 0; j < dv; j++) qv[j] = _mm512_loadu_ps(q + i * d + 16 * j);
 		for (long k0 = 0; k0 < n; k0 += 16) {
 			long nk = n - k0 < 16 ? n - k0 : 16;
 			__m512 acc[16];
@@ -597,14 +600,21 @@ KK_INLINE void score_rows(const float *q, long m, long d, const float *keys, lon
 			for (int c = 0; c < 16; c++) {
 				const float *kr = keys + (k0 + (c < nk ? c : nk - 1)) * d;
 				__m512 a = _mm512_setzero_ps();
-				for (long j = 0; j < d; j += 16) {
-					__mmask16 mk = j + 16 <= d ? 0xffff : tail;
-					a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qi + j), _mm512_maskz_loadu_ps(mk, kr + j), a);
-				}
+#pragma GCC unroll 8
+				for (int j = 0; j < dv; j++) a = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kr + 16 * j), a);
 				acc[c] = a;
 			}
 			_mm512_mask_storeu_ps(s + i * lds + k0, (__mmask16)((1u << nk) - 1), _mm512_mul_ps(reduce16(acc), sc));
 		}
+	}
+}
+
+// score_rows is score_rows_dv for d = 32, 64 or 128.
+KK_INLINE void score_rows(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds) {
+	switch (d) {
+	case 32: score_rows_dv(2, q, m, keys, n, scale, s, lds); break;
+	case 64: score_rows_dv(4, q, m, keys, n, scale, s, lds); break;
+	default: score_rows_dv(8, q, m, keys, n, scale, s, lds); break;
 	}
 }
 
@@ -638,6 +648,45 @@ void kk_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, con
 	}
 }
 
+// pc_values_rows is kk_pc_values's sums for one block of nv <= 4 vectors
+// of rows, four components at a time so their FMA chains overlap.
+KK_INLINE void pc_values_rows(const int nv, long m, const float *w, long ldw, const __mmask16 rm[4],
+			      const __mmask16 lm[4], const float *l, long n, long c, const float *means, long mc,
+			      float *acc, float *macc, float *wsum) {
+	for (long i = 0; i < m; i++) {
+		const float *wi = w + i * ldw;
+		__m512 wv[4], tot = _mm512_setzero_ps();
+#pragma GCC unroll 4
+		for (int v = 0; v < nv; v++) {
+			wv[v] = _mm512_maskz_loadu_ps(rm[v], wi + 16 * v);
+			tot = _mm512_add_ps(tot, wv[v]);
+		}
+		float wt = _mm512_reduce_add_ps(tot);
+		wsum[i] += wt;
+		for (long t = 0; t < mc; t++) macc[i * mc + t] += wt * means[t];
+		float *ai = acc + i * c * 16;
+		long t = 0;
+		for (; t + 4 <= c; t += 4) {
+			__m512 a[4];
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++) a[u] = _mm512_loadu_ps(ai + 16 * (t + u));
+#pragma GCC unroll 4
+			for (int v = 0; v < nv; v++)
+#pragma GCC unroll 4
+				for (int u = 0; u < 4; u++)
+					a[u] = _mm512_fmadd_ps(wv[v], _mm512_maskz_loadu_ps(lm[v], l + (t + u) * n + 16 * v), a[u]);
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++) _mm512_storeu_ps(ai + 16 * (t + u), a[u]);
+		}
+		for (; t < c; t++) {
+			__m512 a = _mm512_loadu_ps(ai + 16 * t);
+#pragma GCC unroll 4
+			for (int v = 0; v < nv; v++) a = _mm512_fmadd_ps(wv[v], _mm512_maskz_loadu_ps(lm[v], l + t * n + 16 * v), a);
+			_mm512_storeu_ps(ai + 16 * t, a);
+		}
+	}
+}
+
 // kk_pc_values adds, for the m weight rows of w (row i's weight of block
 // j's row r at w[i*ldw + j*n + r], rows outside [lo, hi) weighing
 // nothing), the weighted sums of each block's latents to acc (m x c
@@ -666,23 +715,11 @@ void kk_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const flo
 			rm[v] = x1 > x0 ? (__mmask16)(((1u << (x1 - a)) - 1) & ~((1u << (x0 - a)) - 1)) : 0;
 			lm[v] = y1 > a ? (__mmask16)((1u << (y1 - a)) - 1) : 0;
 		}
-		for (long i = 0; i < m; i++) {
-			const float *wi = w + i * ldw + j * n;
-			__m512 wv[4], tot = _mm512_setzero_ps();
-			for (long v = 0; v < 4; v++) {
-				wv[v] = v < nv ? _mm512_maskz_loadu_ps(rm[v], wi + 16 * v) : _mm512_setzero_ps();
-				tot = _mm512_add_ps(tot, wv[v]);
-			}
-			float wt = _mm512_reduce_add_ps(tot);
-			wsum[i] += wt;
-			for (long t = 0; t < mc; t++) macc[i * mc + t] += wt * means[t];
-			float *ai = acc + i * c * 16;
-			for (long t = 0; t < c; t++) {
-				__m512 a = _mm512_loadu_ps(ai + 16 * t);
-				const float *lt = l + t * n;
-				for (long v = 0; v < nv; v++) a = _mm512_fmadd_ps(wv[v], _mm512_maskz_loadu_ps(lm[v], lt + 16 * v), a);
-				_mm512_storeu_ps(ai + 16 * t, a);
-			}
+		switch (nv) {
+		case 1: pc_values_rows(1, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 2: pc_values_rows(2, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 3: pc_values_rows(3, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		default: pc_values_rows(4, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
 		}
 	}
 }
