@@ -165,9 +165,9 @@ func TestForwardRuns(t *testing.T) {
 	be := newBackend(2)
 	defer be.Close()
 	for _, tc := range []struct {
-		spec                  string
+		spec                 string
 		total, maxCtx, bs, d int
-		p                     compute.AttentionParams
+		p                    compute.AttentionParams
 	}{
 		{"kakeya-pc", 150, 160, 16, 32, compute.AttentionParams{Heads: 6, KVHeads: 2}},
 		{"kakeya-pc", 150, 160, 16, 32, compute.AttentionParams{Heads: 4, KVHeads: 2, Window: 37}},
