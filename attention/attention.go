@@ -347,7 +347,7 @@ func (t *task) blocksOf(s *scratch, g, b, kv, kEnd int) (codec.BlocksDecoder, in
 // runOf sets s.runSrc to the blocks of KV head g's keys (kv 0) or values
 // (kv 1) from block b on while they are encoded by one RunAttender, hold
 // keys before kEnd and, for keys, have RoPE tables covering them whole,
-// and returns their RunAttender; none is nil.
+// and returns their RunAttender, or nil where block b is not so encoded.
 func (t *task) runOf(s *scratch, g, b, kv, kEnd int) codec.RunAttender {
 	bs, half := t.a.blockSize, t.a.p.HeadDim/2
 	p0, ok := t.kv.Part(g, b, kv).(*part)
