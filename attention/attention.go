@@ -45,6 +45,7 @@ type scratch struct {
 	bCos     [codec.MaxBlocks][]float32
 	bSin     [codec.MaxBlocks][]float32
 	bLo, bHi [codec.MaxBlocks]int
+	runSrc   [][]byte // a RunAttender call's blocks
 }
 
 // A Scratch is the scratch memory of the attentions of one shape (query
@@ -76,6 +77,7 @@ func NewScratch(pool *kern.Pool, p compute.AttentionParams) *Scratch {
 			dec:    make([]float32, p.BlockSize*p.HeadDim),
 			rot:    make([]float32, p.BlockSize*p.HeadDim),
 			rots:   make([]float32, codec.MaxBlocks*p.BlockSize*p.HeadDim),
+			runSrc: make([][]byte, 0, p.MaxContext/p.BlockSize+1),
 		}
 	}
 	return s
@@ -219,6 +221,10 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 	// tiled kernel call per block.
 	for b := kBeg / bs; b*bs < kEnd; b++ {
 		r0, r1 := max(kBeg-b*bs, 0), min(bs, kEnd-b*bs)
+		if nb := t.scoreRun(s, qs, m, sc, stride, g, b, r0, kEnd); nb > 0 {
+			b += nb - 1
+			continue
+		}
 		if nb := t.rotatedBlocks(s, g, b, kEnd); nb > 1 {
 			// Blocks b to b+nb-1 decoded at once (rows from 0 after b).
 			for j := range nb {
@@ -262,6 +268,10 @@ func (t *task) unit(s *scratch, g, chunk int) error {
 			// One query (decode): a codec that sums encoded rows itself
 			// skips reconstructing every value row of the block, and
 			// one that does several blocks at once takes them so.
+			if nb := t.valueRun(s, os, sc, stride, g, b, r0, kEnd); nb > 0 {
+				b += nb - 1
+				continue
+			}
 			if nb := t.combineBlocks(s, os, sc, stride, g, b, r0, kEnd); nb > 1 {
 				b += nb - 1
 				continue
@@ -332,6 +342,74 @@ func (t *task) blocksOf(s *scratch, g, b, kv, kEnd int) (codec.BlocksDecoder, in
 		s.bParts[nb] = p
 	}
 	return p0.multi, nb
+}
+
+// runOf sets s.runSrc to the blocks of KV head g's keys (kv 0) or values
+// (kv 1) from block b on while they are encoded by one RunAttender, hold
+// keys before kEnd and, for keys, have RoPE tables covering them whole,
+// and returns their RunAttender, or nil where block b is not so encoded.
+func (t *task) runOf(s *scratch, g, b, kv, kEnd int) codec.RunAttender {
+	bs, half := t.a.blockSize, t.a.p.HeadDim/2
+	p0, ok := t.kv.Part(g, b, kv).(*part)
+	if !ok || p0.run == nil {
+		return nil
+	}
+	tables := min(len(t.cos), len(t.sin))
+	s.runSrc = s.runSrc[:0]
+	for j := b; j*bs < kEnd; j++ {
+		if kv == 0 && (j+1)*bs*half > tables {
+			break // the kernels rotate whole blocks
+		}
+		p, ok := t.kv.Part(g, j, kv).(*part)
+		if !ok || p.dec != p0.dec {
+			break
+		}
+		s.runSrc = append(s.runSrc, p.enc)
+	}
+	if len(s.runSrc) == 0 {
+		return nil
+	}
+	return p0.run
+}
+
+// scoreRun sets the scores of the m query rows qs against KV head g's
+// keys from block b on (rows from r0 in b, before kEnd) in one
+// RunAttender call where one encodes them, and returns how many blocks it
+// took; 0 where it did not. On an error it returns 0, and the calls block
+// by block return the error naming the block.
+func (t *task) scoreRun(s *scratch, qs []float32, m int, sc []float32, stride, g, b, r0, kEnd int) int {
+	ra := t.runOf(s, g, b, 0, kEnd)
+	if ra == nil {
+		return 0
+	}
+	a := t.a
+	bs, d, half := a.blockSize, a.p.HeadDim, a.p.HeadDim/2
+	nb := len(s.runSrc)
+	r1 := min(bs, kEnd-(b+nb-1)*bs)
+	if err := ra.ScoreRun(sc[b*bs:], stride, qs, m, s.runSrc, bs, d, t.cos[b*bs*half:], t.sin[b*bs*half:], a.scale, r0, r1); err != nil {
+		return 0
+	}
+	return nb
+}
+
+// valueRun adds to o the probability-weighted sums of KV head g's values
+// from block b on (rows from r0 in b, before kEnd) in one RunAttender call
+// where one encodes them, and returns how many blocks it took; 0 where it
+// did not. On an error it returns 0 with o as it was, and the calls block
+// by block return the error naming the block.
+func (t *task) valueRun(s *scratch, o, sc []float32, stride, g, b, r0, kEnd int) int {
+	ra := t.runOf(s, g, b, 1, kEnd)
+	if ra == nil {
+		return 0
+	}
+	a := t.a
+	bs, d := a.blockSize, a.p.HeadDim
+	nb := len(s.runSrc)
+	r1 := min(bs, kEnd-(b+nb-1)*bs)
+	if err := ra.AddWeightedRun(o, a.group, sc[b*bs:], stride, s.runSrc, bs, d, r0, r1); err != nil {
+		return 0
+	}
+	return nb
 }
 
 // rotatedBlocks sets s.rots to the whole rotated keys of KV head g's

@@ -21,6 +21,7 @@ type part struct {
 	rot   codec.RotaryDecoder
 	comb  codec.RowCombiner
 	multi codec.BlocksDecoder
+	run   codec.RunAttender // nil also where its kernels do not run for the store's blocks
 }
 
 func (p *part) Encoded() bool { return p.dec != nil }
@@ -69,7 +70,7 @@ func (s *store) NewPart() (compute.Part, error) {
 	} else {
 		p = new(part)
 	}
-	p.enc, p.dec, p.rot, p.comb, p.multi = p.enc[:0], nil, nil, nil, nil
+	p.enc, p.dec, p.rot, p.comb, p.multi, p.run = p.enc[:0], nil, nil, nil, nil, nil
 	n := s.rows * s.d
 	if s.bf16 {
 		if k := len(s.free16); k > 0 {
@@ -131,6 +132,9 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	pt.rot, _ = dec.(codec.RotaryDecoder)
 	pt.comb, _ = dec.(codec.RowCombiner)
 	pt.multi, _ = dec.(codec.BlocksDecoder)
+	if r, ok := dec.(codec.RunAttender); ok && r.RunSupported(s.rows, s.d) {
+		pt.run = r
+	}
 	s.releaseHot(pt)
 	return nil
 }
@@ -138,7 +142,7 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 func (s *store) Release(p compute.Part) {
 	pt := own(p)
 	s.releaseHot(pt)
-	pt.dec, pt.rot, pt.comb, pt.multi = nil, nil, nil, nil
+	pt.dec, pt.rot, pt.comb, pt.multi, pt.run = nil, nil, nil, nil, nil
 	s.parts = append(s.parts, pt)
 }
 

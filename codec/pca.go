@@ -429,6 +429,7 @@ type KakeyaPC struct {
 	tab               *pcTables
 	tag               uint16
 	pool              sync.Pool
+	runPool           sync.Pool // *pcRunScratch
 }
 
 type pcScratch struct {

@@ -610,3 +610,171 @@ void kk2_transpose(float *dst, long ldd, const float *src, long lds, long rows, 
 	for (long t = r8; t < rows; t++)
 		for (long i = 0; i < cols; i++) dst[i * ldd + t] = src[t * lds + i];
 }
+
+// Runs of kakeya-pc blocks: avx512_amd64.c's kk_pc_keys, kk_pc_values and
+// kk_pc_values_end with AVX2, the same arguments and arithmetic but eight
+// lanes (acc's vectors use the first 8 of their 16 floats).
+
+// score_rows2 is kk2_scores with eight keys per reduction (reduce8's tree
+// over FMAs from zero in 8-lane chunks, so the same bits) and no work on
+// repeated query rows.
+KK_INLINE void score_rows2_dv(const int dv, const float *q, long m, const float *keys, long n, float scale, float *s,
+			       long lds) {
+	const long d = 8 * dv;
+	const __m256 sc = _mm256_set1_ps(scale);
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	for (long i = 0; i < m; i++) {
+		const float *qi = q + i * d;
+		for (long k0 = 0; k0 < n; k0 += 8) {
+			long nk = n - k0 < 8 ? n - k0 : 8;
+			__m256 acc[8];
+#pragma GCC unroll 8
+			for (int c = 0; c < 8; c++) {
+				const float *kr = keys + (k0 + (c < nk ? c : nk - 1)) * d;
+				__m256 a = _mm256_setzero_ps();
+#pragma GCC unroll 16
+				for (int j = 0; j < dv; j++) a = _mm256_fmadd_ps(_mm256_loadu_ps(qi + 8 * j), _mm256_loadu_ps(kr + 8 * j), a);
+				acc[c] = a;
+			}
+			__m256 y = _mm256_mul_ps(reduce8(acc), sc);
+			if (nk == 8) {
+				_mm256_storeu_ps(s + i * lds + k0, y);
+			} else {
+				_mm256_maskstore_ps(s + i * lds + k0, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nk), lane), y);
+			}
+		}
+	}
+}
+
+// score_rows2 is kk2_scores with eight keys per reduction (reduce8's tree
+// over FMAs from zero in 8-lane chunks, so the same bits) and no work on
+// repeated query rows, for d a multiple of 16.
+KK_INLINE void score_rows2(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds) {
+	switch (d) {
+	case 32: score_rows2_dv(4, q, m, keys, n, scale, s, lds); return;
+	case 64: score_rows2_dv(8, q, m, keys, n, scale, s, lds); return;
+	case 128: score_rows2_dv(16, q, m, keys, n, scale, s, lds); return;
+	}
+	kk2_scores(q, m, d, keys, n, scale, s, lds);
+}
+
+void kk2_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
+		 long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
+		 const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
+		 long lds, long r0, long r1, float *work) {
+	const long h = d / 2;
+	float *base = work, *rot = work + d, *lt = rot + n * d;
+	for (long j = 0; j < nb; j++) {
+		const float *means = fields + j * (mc + c), *scales = means + mc;
+		for (long i = 0; i < d; i++) base[i] = mu[i];
+		if (mc > 0) kk2_mix(base, 1, d, means, mc, mean_rows, mc);
+		const float *l = lt;
+		if (planes) {
+			kk2_unpack_planes(lt, n, n, planes + j * pbytes, pbytes, widths, c, scales, levels);
+		} else {
+			l = lat + j * c * n;
+		}
+		kk2_mixt_rope(rot, n, d, l, n, coded, c, base, cos + j * n * h, sin + j * n * h);
+		long lo = j == 0 ? r0 : 0, hi = j == nb - 1 ? r1 : n;
+		score_rows2(q, m, d, rot + lo * d, hi - lo, scale, s + j * n + lo, lds);
+	}
+}
+
+// hsum8 returns the sum of a's lanes.
+KK_INLINE float hsum8(__m256 a) {
+	__m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+	x = _mm_add_ss(x, _mm_movehdup_ps(x));
+	return _mm_cvtss_f32(x);
+}
+
+// pc_values_rows2 is kk2_pc_values's sums for one block of nv <= 8
+// vectors of rows, two components at a time so their FMA chains overlap.
+KK_INLINE void pc_values_rows2(const int nv, long m, const float *w, long ldw, const __m256i rm[8], const __m256i lm[8],
+			       const float *l, long n, long c, const float *means, long mc, float *acc, float *macc,
+			       float *wsum) {
+	for (long i = 0; i < m; i++) {
+		const float *wi = w + i * ldw;
+		__m256 wv[8], tot = _mm256_setzero_ps();
+#pragma GCC unroll 8
+		for (int v = 0; v < nv; v++) {
+			wv[v] = _mm256_maskload_ps(wi + 8 * v, rm[v]);
+			tot = _mm256_add_ps(tot, wv[v]);
+		}
+		float wt = hsum8(tot);
+		wsum[i] += wt;
+		for (long t = 0; t < mc; t++) macc[i * mc + t] += wt * means[t];
+		float *ai = acc + i * c * 16;
+		long t = 0;
+		for (; t + 2 <= c; t += 2) {
+			__m256 a0 = _mm256_loadu_ps(ai + 16 * t), a1 = _mm256_loadu_ps(ai + 16 * (t + 1));
+#pragma GCC unroll 8
+			for (int v = 0; v < nv; v++) {
+				a0 = _mm256_fmadd_ps(wv[v], _mm256_maskload_ps(l + t * n + 8 * v, lm[v]), a0);
+				a1 = _mm256_fmadd_ps(wv[v], _mm256_maskload_ps(l + (t + 1) * n + 8 * v, lm[v]), a1);
+			}
+			_mm256_storeu_ps(ai + 16 * t, a0);
+			_mm256_storeu_ps(ai + 16 * (t + 1), a1);
+		}
+		for (; t < c; t++) {
+			__m256 a = _mm256_loadu_ps(ai + 16 * t);
+#pragma GCC unroll 8
+			for (int v = 0; v < nv; v++) a = _mm256_fmadd_ps(wv[v], _mm256_maskload_ps(l + t * n + 8 * v, lm[v]), a);
+			_mm256_storeu_ps(ai + 16 * t, a);
+		}
+	}
+}
+
+void kk2_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
+		   const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
+		   float *acc, float *macc, float *wsum, float *work) {
+	const long nv = (n + 7) / 8;
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	for (long j = 0; j < nb; j++) {
+		const float *means = fields + j * (mc + c), *scales = means + mc;
+		const float *l = work;
+		if (planes) {
+			kk2_unpack_planes(work, n, n, planes + j * pbytes, pbytes, widths, c, scales, levels);
+		} else {
+			l = lat + j * c * n;
+		}
+		long lo = j == 0 ? r0 : 0, hi = j == nb - 1 ? r1 : n;
+		__m256i rm[8], lm[8];
+		for (long v = 0; v < 8; v++) {
+			__m256i r = _mm256_add_epi32(lane, _mm256_set1_epi32((int)(8 * v)));
+			rm[v] = _mm256_and_si256(_mm256_cmpgt_epi32(r, _mm256_set1_epi32((int)lo - 1)),
+						 _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), r));
+			lm[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), r);
+		}
+		switch (nv) {
+		case 1: pc_values_rows2(1, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 2: pc_values_rows2(2, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 3: pc_values_rows2(3, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 4: pc_values_rows2(4, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 5: pc_values_rows2(5, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 6: pc_values_rows2(6, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 7: pc_values_rows2(7, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		default: pc_values_rows2(8, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		}
+	}
+}
+
+void kk2_pc_values_end(float *o, long m, long d, const float *acc, long c, const float *coded, const float *macc,
+		       long mc, const float *mean_rows, const float *wsum, const float *mu) {
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	for (long i = 0; i < m; i++) {
+		const float *ai = acc + i * c * 16;
+		for (long j = 0; j < d; j += 8) {
+			__m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d - j)), lane);
+			float *oi = o + i * d + j;
+			__m256 x = _mm256_maskload_ps(oi, mk);
+			for (long t = 0; t < c; t++)
+				x = _mm256_fmadd_ps(_mm256_set1_ps(hsum8(_mm256_loadu_ps(ai + 16 * t))),
+						    _mm256_maskload_ps(coded + t * d + j, mk), x);
+			for (long t = 0; t < mc; t++)
+				x = _mm256_fmadd_ps(_mm256_set1_ps(macc[i * mc + t]), _mm256_maskload_ps(mean_rows + t * d + j, mk), x);
+			x = _mm256_fmadd_ps(_mm256_set1_ps(wsum[i]), _mm256_maskload_ps(mu + j, mk), x);
+			_mm256_maskstore_ps(oi, mk, x);
+		}
+	}
+}

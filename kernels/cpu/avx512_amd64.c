@@ -570,3 +570,180 @@ void kk_fwht_rows64(float *out, const float *v, const float *signs, const float 
 		for (int c = 0; c < 4; c++) _mm512_storeu_ps(out + i * 64 + 16 * c, x[c]);
 	}
 }
+
+// Runs of kakeya-pc blocks (codec.KakeyaPC's ScoreRun and AddWeightedRun):
+// nb consecutive blocks of one KV head, each n rows of d values, taken in
+// one call rather than several per block. Block j's fields are its mc
+// stored means then its c scales at fields[j*(mc+c)]; its latents (c x n,
+// scale times level, one component per row) come from its code planes,
+// pbytes of them at planes + j*pbytes, or, when planes is NULL, are
+// lat[j*c*n:]. Block j's rows are [lo, hi): [r0, n) for the first, [0, r1)
+// for the last, [0, n) between (r0 and r1 both for a run of one).
+
+// score_rows sets s[i*lds + k] = scale * (q[i*d:]·keys[k*d:]) for the m
+// query rows and n key rows, each sum as kk_scores makes it (FMAs over d
+// in 16-lane chunks from zero, then reduce16's tree), so the same bits,
+// with sixteen keys per reduction rather than kk_scores's four keys of four
+// query rows: no work on repeated rows when m is below four.
+KK_INLINE void score_rows_dv(const int dv, const float *q, long m, const float *keys, long n, float scale, float *s,
+			      long lds) {
+	const long d = 16 * dv;
+	const __m512 sc = _mm512_set1_ps(scale);
+	for (long i = 0; i < m; i++) {
+		__m512 qv[8];
+#pragma GCC unroll 8
+		for (int j = 0; j < dv; j++) qv[j] = _mm512_loadu_ps(q + i * d + 16 * j);
+		for (long k0 = 0; k0 < n; k0 += 16) {
+			long nk = n - k0 < 16 ? n - k0 : 16;
+			__m512 acc[16];
+#pragma GCC unroll 16
+			for (int c = 0; c < 16; c++) {
+				const float *kr = keys + (k0 + (c < nk ? c : nk - 1)) * d;
+				__m512 a = _mm512_setzero_ps();
+#pragma GCC unroll 8
+				for (int j = 0; j < dv; j++) a = _mm512_fmadd_ps(qv[j], _mm512_loadu_ps(kr + 16 * j), a);
+				acc[c] = a;
+			}
+			_mm512_mask_storeu_ps(s + i * lds + k0, (__mmask16)((1u << nk) - 1), _mm512_mul_ps(reduce16(acc), sc));
+		}
+	}
+}
+
+// score_rows is score_rows_dv for d = 32, 64 or 128.
+KK_INLINE void score_rows(const float *q, long m, long d, const float *keys, long n, float scale, float *s, long lds) {
+	switch (d) {
+	case 32: score_rows_dv(2, q, m, keys, n, scale, s, lds); break;
+	case 64: score_rows_dv(4, q, m, keys, n, scale, s, lds); break;
+	default: score_rows_dv(8, q, m, keys, n, scale, s, lds); break;
+	}
+}
+
+// kk_pc_keys sets s[i*lds + j*n + r] to scale times query row i's product
+// with row r of block j's keys rotated at their positions (cos and sin
+// from row 0 of block 0, d/2 per row), for the m query rows of q and each
+// block's rows [lo, hi): per block its constant row (mu plus the means
+// times mean_rows, as kk_mix sums them), its latents, its rows rebuilt
+// and rotated (kk_mixt_rope) and scored (score_rows), the arithmetic of
+// those kernels called one by one. work holds d + n*d + c*n floats. d is
+// 32, 64 or 128.
+void kk_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
+		long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
+		const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
+		long lds, long r0, long r1, float *work) {
+	const long h = d / 2;
+	float *base = work, *rot = work + d, *lt = rot + n * d;
+	for (long j = 0; j < nb; j++) {
+		const float *means = fields + j * (mc + c), *scales = means + mc;
+		for (long i = 0; i < d; i++) base[i] = mu[i];
+		if (mc > 0) kk_mix(base, 1, d, means, mc, mean_rows, mc);
+		const float *l = lt;
+		if (planes) {
+			kk_unpack_planes(lt, n, n, planes + j * pbytes, pbytes, widths, c, scales, levels);
+		} else {
+			l = lat + j * c * n;
+		}
+		kk_mixt_rope(rot, n, d, l, n, coded, c, base, cos + j * n * h, sin + j * n * h);
+		long lo = j == 0 ? r0 : 0, hi = j == nb - 1 ? r1 : n;
+		score_rows(q, m, d, rot + lo * d, hi - lo, scale, s + j * n + lo, lds);
+	}
+}
+
+// pc_values_rows is kk_pc_values's sums for one block of nv <= 4 vectors
+// of rows, four components at a time so their FMA chains overlap.
+KK_INLINE void pc_values_rows(const int nv, long m, const float *w, long ldw, const __mmask16 rm[4],
+			      const __mmask16 lm[4], const float *l, long n, long c, const float *means, long mc,
+			      float *acc, float *macc, float *wsum) {
+	for (long i = 0; i < m; i++) {
+		const float *wi = w + i * ldw;
+		__m512 wv[4], tot = _mm512_setzero_ps();
+#pragma GCC unroll 4
+		for (int v = 0; v < nv; v++) {
+			wv[v] = _mm512_maskz_loadu_ps(rm[v], wi + 16 * v);
+			tot = _mm512_add_ps(tot, wv[v]);
+		}
+		float wt = _mm512_reduce_add_ps(tot);
+		wsum[i] += wt;
+		for (long t = 0; t < mc; t++) macc[i * mc + t] += wt * means[t];
+		float *ai = acc + i * c * 16;
+		long t = 0;
+		for (; t + 4 <= c; t += 4) {
+			__m512 a[4];
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++) a[u] = _mm512_loadu_ps(ai + 16 * (t + u));
+#pragma GCC unroll 4
+			for (int v = 0; v < nv; v++)
+#pragma GCC unroll 4
+				for (int u = 0; u < 4; u++)
+					a[u] = _mm512_fmadd_ps(wv[v], _mm512_maskz_loadu_ps(lm[v], l + (t + u) * n + 16 * v), a[u]);
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++) _mm512_storeu_ps(ai + 16 * (t + u), a[u]);
+		}
+		for (; t < c; t++) {
+			__m512 a = _mm512_loadu_ps(ai + 16 * t);
+#pragma GCC unroll 4
+			for (int v = 0; v < nv; v++) a = _mm512_fmadd_ps(wv[v], _mm512_maskz_loadu_ps(lm[v], l + t * n + 16 * v), a);
+			_mm512_storeu_ps(ai + 16 * t, a);
+		}
+	}
+}
+
+// kk_pc_values adds, for the m weight rows of w (row i's weight of block
+// j's row r at w[i*ldw + j*n + r], rows outside [lo, hi) weighing
+// nothing), the weighted sums of each block's latents to acc (m x c
+// vectors of 16 lanes: lane k sums the rows r = k mod 16), of its means to
+// macc (m x mc, each weighted by the block's sum of weights) and of the
+// weights to wsum (m): the value rows' sums in the basis, which
+// kk_pc_values_end turns into rows. n is at most 64; work holds c*n
+// floats.
+void kk_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
+		  const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
+		  float *acc, float *macc, float *wsum, float *work) {
+	const long nv = (n + 15) / 16;
+	for (long j = 0; j < nb; j++) {
+		const float *means = fields + j * (mc + c), *scales = means + mc;
+		const float *l = work;
+		if (planes) {
+			kk_unpack_planes(work, n, n, planes + j * pbytes, pbytes, widths, c, scales, levels);
+		} else {
+			l = lat + j * c * n;
+		}
+		long lo = j == 0 ? r0 : 0, hi = j == nb - 1 ? r1 : n;
+		__mmask16 rm[4], lm[4];
+		for (long v = 0; v < 4; v++) {
+			long a = 16 * v, b = a + 16;
+			long x0 = lo > a ? lo : a, x1 = hi < b ? hi : b, y1 = n < b ? n : b;
+			rm[v] = x1 > x0 ? (__mmask16)(((1u << (x1 - a)) - 1) & ~((1u << (x0 - a)) - 1)) : 0;
+			lm[v] = y1 > a ? (__mmask16)((1u << (y1 - a)) - 1) : 0;
+		}
+		switch (nv) {
+		case 1: pc_values_rows(1, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 2: pc_values_rows(2, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		case 3: pc_values_rows(3, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		default: pc_values_rows(4, m, w + j * n, ldw, rm, lm, l, n, c, means, mc, acc, macc, wsum); break;
+		}
+	}
+}
+
+// kk_pc_values_end adds to each of the m rows of o (d values) the sums
+// kk_pc_values left: each component's lanes summed times its basis row
+// (coded, c x d), the means' sums times theirs (mean_rows, mc x d), and
+// the weights' sum times mu.
+void kk_pc_values_end(float *o, long m, long d, const float *acc, long c, const float *coded, const float *macc,
+		      long mc, const float *mean_rows, const float *wsum, const float *mu) {
+	const __mmask16 tail = d % 16 ? (__mmask16)((1u << (d % 16)) - 1) : 0xffff;
+	for (long i = 0; i < m; i++) {
+		const float *ai = acc + i * c * 16;
+		for (long j = 0; j < d; j += 16) {
+			__mmask16 mk = j + 16 <= d ? 0xffff : tail;
+			float *oi = o + i * d + j;
+			__m512 x = _mm512_maskz_loadu_ps(mk, oi);
+			for (long t = 0; t < c; t++)
+				x = _mm512_fmadd_ps(_mm512_set1_ps(_mm512_reduce_add_ps(_mm512_loadu_ps(ai + 16 * t))),
+						    _mm512_maskz_loadu_ps(mk, coded + t * d + j), x);
+			for (long t = 0; t < mc; t++)
+				x = _mm512_fmadd_ps(_mm512_set1_ps(macc[i * mc + t]), _mm512_maskz_loadu_ps(mk, mean_rows + t * d + j), x);
+			x = _mm512_fmadd_ps(_mm512_set1_ps(wsum[i]), _mm512_maskz_loadu_ps(mk, mu + j), x);
+			_mm512_mask_storeu_ps(oi, mk, x);
+		}
+	}
+}

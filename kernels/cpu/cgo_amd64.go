@@ -33,6 +33,24 @@ void kk2_unpack_planes(float *dst, long ldd, long n, const uint8_t *src, long le
 		       const float *scales, const float *levels);
 void kk_fwht_rows64(float *out, const float *v, const float *signs, const float *z, const float *w, long r,
 		    const float *rows, long n, const float *cos, const float *sin);
+void kk_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
+		long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
+		const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
+		long lds, long r0, long r1, float *work);
+void kk2_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
+		 long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
+		 const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
+		 long lds, long r0, long r1, float *work);
+void kk_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
+		  const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
+		  float *acc, float *macc, float *wsum, float *work);
+void kk2_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
+		   const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
+		   float *acc, float *macc, float *wsum, float *work);
+void kk_pc_values_end(float *o, long m, long d, const float *acc, long c, const float *coded, const float *macc,
+		      long mc, const float *mean_rows, const float *wsum, const float *mu);
+void kk2_pc_values_end(float *o, long m, long d, const float *acc, long c, const float *coded, const float *macc,
+		       long mc, const float *mean_rows, const float *wsum, const float *mu);
 int kq512_supported(void);
 long kk_rans2_decode512(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
 			const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale, uint32_t *x);
@@ -383,4 +401,62 @@ func quantizeActsC(q *qQuant, lo, hi int) {
 	}
 	d := q.a.d[lo*c/32 : hi*c/32]
 	C.kq_quant_q8_0(f32p(x), C.long(len(d)), (*C.int8_t)(unsafe.Pointer(&qs[0])), f32p(d))
+}
+
+// pcLatents returns the C pointers of r's planes and latents: one of them
+// nil.
+func pcLatents(r *PCRun) (*C.uint8_t, *C.float) {
+	if r.Planes != nil {
+		return (*C.uint8_t)(&r.Planes[0]), nil
+	}
+	return nil, f32p(r.Lat)
+}
+
+// f32pOrEmpty is f32p, nil for an empty slice.
+func f32pOrEmpty(s []float32) *C.float {
+	if len(s) == 0 {
+		return nil
+	}
+	return f32p(s)
+}
+
+// pcScoreRun is PCScoreRun's kernel call; the lengths are checked.
+func pcScoreRun(r *PCRun, nb int, s []float32, lds int, q []float32, m int, scale float32, cos, sin []float32, r0, r1 int, work []float32) {
+	planes, lat := pcLatents(r)
+	if hasAVX512 {
+		C.kk_pc_keys(C.long(nb), C.long(r.N), C.long(r.D), planes, C.long(r.PlaneBytes), lat, (*C.uint8_t)(&r.Widths[0]),
+			C.long(r.C), f32p(r.Levels[:]), f32p(r.Fields), C.long(r.M), f32p(r.Mu), f32pOrEmpty(r.MeanRows),
+			f32p(r.Coded), f32p(q), C.long(m), C.float(scale), f32p(cos), f32p(sin), f32p(s), C.long(lds),
+			C.long(r0), C.long(r1), f32p(work))
+		return
+	}
+	C.kk2_pc_keys(C.long(nb), C.long(r.N), C.long(r.D), planes, C.long(r.PlaneBytes), lat, (*C.uint8_t)(&r.Widths[0]),
+		C.long(r.C), f32p(r.Levels[:]), f32p(r.Fields), C.long(r.M), f32p(r.Mu), f32pOrEmpty(r.MeanRows),
+		f32p(r.Coded), f32p(q), C.long(m), C.float(scale), f32p(cos), f32p(sin), f32p(s), C.long(lds),
+		C.long(r0), C.long(r1), f32p(work))
+}
+
+// pcAddRun is PCAddRun's kernel call; the lengths are checked.
+func pcAddRun(r *PCRun, nb int, w []float32, ldw, m, r0, r1 int, acc, macc, wsum, work []float32) {
+	planes, lat := pcLatents(r)
+	if hasAVX512 {
+		C.kk_pc_values(C.long(nb), C.long(r.N), planes, C.long(r.PlaneBytes), lat, (*C.uint8_t)(&r.Widths[0]), C.long(r.C),
+			f32p(r.Levels[:]), f32p(r.Fields), C.long(r.M), f32p(w), C.long(ldw), C.long(m), C.long(r0), C.long(r1),
+			f32p(acc), f32pOrEmpty(macc), f32p(wsum), f32p(work))
+		return
+	}
+	C.kk2_pc_values(C.long(nb), C.long(r.N), planes, C.long(r.PlaneBytes), lat, (*C.uint8_t)(&r.Widths[0]), C.long(r.C),
+		f32p(r.Levels[:]), f32p(r.Fields), C.long(r.M), f32p(w), C.long(ldw), C.long(m), C.long(r0), C.long(r1),
+		f32p(acc), f32pOrEmpty(macc), f32p(wsum), f32p(work))
+}
+
+// pcAddRunEnd is PCAddRunEnd's kernel call; the lengths are checked.
+func pcAddRunEnd(r *PCRun, o []float32, m int, acc, macc, wsum []float32) {
+	if hasAVX512 {
+		C.kk_pc_values_end(f32p(o), C.long(m), C.long(r.D), f32p(acc), C.long(r.C), f32p(r.Coded), f32pOrEmpty(macc),
+			C.long(r.M), f32pOrEmpty(r.MeanRows), f32p(wsum), f32p(r.Mu))
+		return
+	}
+	C.kk2_pc_values_end(f32p(o), C.long(m), C.long(r.D), f32p(acc), C.long(r.C), f32p(r.Coded), f32pOrEmpty(macc),
+		C.long(r.M), f32pOrEmpty(r.MeanRows), f32p(wsum), f32p(r.Mu))
 }

@@ -98,3 +98,13 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
 	return 0
 }
+
+func pcScoreRun(r *PCRun, nb int, s []float32, lds int, q []float32, m int, scale float32, cos, sin []float32, r0, r1 int, work []float32) {
+	panic("cpu: no C kernels")
+}
+
+func pcAddRun(r *PCRun, nb int, w []float32, ldw, m, r0, r1 int, acc, macc, wsum, work []float32) {
+	panic("cpu: no C kernels")
+}
+
+func pcAddRunEnd(r *PCRun, o []float32, m int, acc, macc, wsum []float32) { panic("cpu: no C kernels") }
