@@ -90,11 +90,3 @@ func quantizeActsC(q *qQuant, lo, hi int) { panic("cpu: no C kernels") }
 func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels") }
 
 func widenActsC(a *qActs, lo, hi, cols int) { panic("cpu: no C kernels") }
-
-func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
-	return 0, pos
-}
-
-func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
-	return 0
-}
