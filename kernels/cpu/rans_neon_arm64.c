@@ -45,8 +45,11 @@
 #define KKN_MODE 194
 #define KKN_WORDS 256
 #define KKN_NARROW 1
-// KKN_CMP is the most symbols a table may have for the compare lookup.
-#define KKN_CMP 16
+// KKN_CMP_MAX is the most symbols a table may have for the compare lookup:
+// past 4, its compares (one per symbol per 8 lanes) cost as many
+// instructions as the loads of the entries (9.2-9.3 a symbol at 6, 8 and
+// 16 symbols, where 4 take 7.8).
+#define KKN_CMP_MAX 4
 
 // kkn_rans2_expand[m] are the TBL indices that put the words of 16 bytes
 // (8 words) into the lanes of the 8-lane mask m, the j-th lane set in m
@@ -85,9 +88,10 @@ KKN_INLINE uint8x16_t kkn_byte_index(uint32x4_t s) {
 	return vreinterpretq_u8_u32(vorrq_u32(vmulq_n_u32(s, 0x04040404u), vdupq_n_u32(0x03020100u)));
 }
 
-// kkn_table32 reads the 32-bit words of a table of up to 32 in t (t[1]
-// the upper 16, when wide) at the byte indices idx.
-KKN_INLINE uint32x4_t kkn_table32(const uint8x16x4_t *t, uint8x16_t idx, int wide) {
+// kkn_table32 reads the 32-bit words of a table of up to 16 (wide 0) or
+// 32 (wide 1) in t (t[w] its words 16w to 16w+15, 64 bytes) at the byte
+// indices idx (kkn_byte_index). Past 32 the TBLs cost more than loads.
+KKN_INLINE uint32x4_t kkn_table32(const uint8x16x4_t *t, uint8x16_t idx, const int wide) {
 	uint8x16_t v = vqtbl4q_u8(t[0], idx);
 	if (wide) v = vqtbx4q_u8(v, t[1], vsubq_u8(idx, vdupq_n_u8(64)));
 	return vreinterpretq_u32_u8(v);
@@ -109,35 +113,46 @@ KKN_INLINE void kkn_refill8(uint32x4_t *x0, uint32x4_t *x1, const uint8_t *src, 
 	*p += kkn_rans2_bytes[m];
 }
 
+// A component's decode: how it finds its lanes' symbols and levels.
+enum {
+	KKN_CMP,   // the compare lookup (narrow mode, up to KKN_CMP_MAX symbols), levels by TBL
+	KKN_TBL16, // entries loaded, levels by TBL from up to 16 in registers
+	KKN_TBL32, // ... up to 32
+	KKN_LOAD,  // entries and levels loaded
+};
+
 // A kkn_tab holds what a component's decode keeps in registers: the
-// levels of up to 32 symbols and, for the compare lookup, the fs words
-// and the starts less 1.
+// levels of up to 32 symbols, zeros past the table's end, and for the
+// compare lookup the fs words and the starts less 1.
 typedef struct {
 	uint8x16x4_t lv[2], fs;
-	uint16x8_t bnd[KKN_CMP - 1];
-	int cmp;
+	uint16x8_t bnd[KKN_CMP_MAX - 1];
 } kkn_tab;
 
 // kkn_group decodes one group of a stream: the 32 lanes x, their values
-// into out (the group's 32), times sc, words from src at *p.
-KKN_INLINE void kkn_group(uint32x4_t *x, float *out, float32_t sc, const uint8_t *src, long *p, const uint32_t *e,
-			  const float *l, int ns, const kkn_tab *t) {
+// into out (the group's 32), times sc, words from src at *p, in mode
+// (a constant once inlined), from the table's entries e, levels l (ns of
+// them) and t.
+KKN_INLINE void kkn_group(const int mode, uint32x4_t *x, float *out, float32_t sc, const uint8_t *src, long *p,
+			  const uint32_t *e, const float *l, int ns, const kkn_tab *t) {
 	const uint32x4_t m12 = vdupq_n_u32((1 << KKN_SCALE) - 1), m8 = vdupq_n_u32(255), m16 = vdupq_n_u32(0xffff);
 #pragma GCC unroll 4
 	for (int h = 0; h < 4; h++) {
 		uint32x4_t *xq = x + 2 * h;
-		if (t->cmp) {
+		if (mode == KKN_CMP) {
 			// The 8 lanes' slots as 16-bit words; the symbol is the
 			// number of starts past the first at or below the slot.
 			uint32x4_t s0 = vandq_u32(xq[0], m12), s1 = vandq_u32(xq[1], m12);
 			uint16x8_t w = vuzp1q_u16(vreinterpretq_u16_u32(s0), vreinterpretq_u16_u32(s1)), n = vdupq_n_u16(0);
-			for (int i = 0; i < ns - 1; i++) n = vsubq_u16(n, vcgtq_u16(w, t->bnd[i]));
+#pragma GCC unroll 4
+			for (int i = 0; i < KKN_CMP_MAX - 1; i++) n = vsubq_u16(n, vcgtq_u16(w, t->bnd[i]));
 			uint32x4_t sy[2] = {vmovl_u16(vget_low_u16(n)), vmovl_high_u16(n)}, sl[2] = {s0, s1};
 #pragma GCC unroll 2
 			for (int q = 0; q < 2; q++) {
 				uint8x16_t ix = kkn_byte_index(sy[q]);
 				uint32x4_t fs = kkn_table32(&t->fs, ix, 0);
 				float32x4_t v = vreinterpretq_f32_u32(kkn_table32(t->lv, ix, 0));
+				// x = freq * (x >> 12) + slot - start.
 				xq[q] = vaddq_u32(vmulq_u32(vandq_u32(fs, m16), vshrq_n_u32(xq[q], KKN_SCALE)), vsubq_u32(sl[q], vshrq_n_u32(fs, 16)));
 				vst1q_f32(out + 8 * h + 4 * q, vmulq_n_f32(v, sc));
 			}
@@ -149,15 +164,33 @@ KKN_INLINE void kkn_group(uint32x4_t *x, float *out, float32_t sc, const uint8_t
 				// x = freq * (x >> 12) + offset.
 				xq[q] = vsraq_n_u32(vmulq_u32(vandq_u32(vshrq_n_u32(en, 8), m12), vshrq_n_u32(xq[q], KKN_SCALE)), en, 20);
 				float32x4_t v;
-				if (ns <= 32)
-					v = vreinterpretq_f32_u32(kkn_table32(t->lv, kkn_byte_index(s), ns > 16));
-				else
+				if (mode == KKN_LOAD)
 					v = vreinterpretq_f32_u32(kkn_load4((const uint32_t *)l, s));
+				else
+					v = vreinterpretq_f32_u32(kkn_table32(t->lv, kkn_byte_index(s), mode - KKN_TBL16));
 				vst1q_f32(out + 8 * h + 4 * q, vmulq_n_f32(v, sc));
 			}
 		}
 		kkn_refill8(&xq[0], &xq[1], src, p);
 	}
+}
+
+// kkn_groups decodes the groups of a component of ns streams from g0 to
+// per in mode, while each stream has 64 bytes left, and returns where it
+// stopped.
+KKN_INLINE long kkn_groups(const int ns, const int mode, uint32x4_t (*x)[8], long *p, float *const *out, long at, long g0,
+			   long per, const uint8_t *const *src, const long *len, const float32_t *sc, const uint32_t *e,
+			   const float *l, int nsy, const kkn_tab *t) {
+	long g = g0;
+	for (; g < per; g += KKN_LANES) {
+		int room = 1;
+#pragma GCC unroll 4
+		for (int j = 0; j < ns; j++) room &= p[j] + 2 * KKN_LANES <= len[j];
+		if (!room) break;
+#pragma GCC unroll 4
+		for (int j = 0; j < ns; j++) kkn_group(mode, x[j], out[j] + at + g, sc[j], src[j], &p[j], e, l, nsy, t);
+	}
+	return g;
 }
 
 // kkn_rans2_streams decodes whole groups of component-major symbols of ns
@@ -192,23 +225,30 @@ KKN_INLINE long kkn_rans2_streams(const int ns, float *const *out, long total, l
 		for (int i = 0; i < nsy && i < 32; i++) lw[i] = l[i];
 		t.lv[0] = vld1q_u8_x4((const uint8_t *)lw), t.lv[1] = vld1q_u8_x4((const uint8_t *)(lw + 16));
 		const uint32_t *a = aux ? aux + (long)KKN_WORDS * (ent_off[c] >> KKN_SCALE) : 0;
-		t.cmp = a && a[KKN_MODE] == KKN_NARROW && nsy <= KKN_CMP;
-		if (t.cmp) {
-			// The narrow mode's window starts at symbol 0.
+		int mode = nsy <= 16 ? KKN_TBL16 : nsy <= 32 ? KKN_TBL32 : KKN_LOAD;
+		if (a && a[KKN_MODE] == KKN_NARROW && nsy <= KKN_CMP_MAX) {
+			// The narrow mode's window starts at symbol 0; the starts
+			// past the table's symbols are 2^16, which no slot reaches.
+			mode = KKN_CMP;
 			t.fs = vld1q_u8_x4((const uint8_t *)(a + KKN_FS));
-			for (int i = 1; i < nsy; i++) t.bnd[i - 1] = vdupq_n_u16((uint16_t)((a[KKN_FS + i] >> 16) - 1));
+			for (int i = 1; i < KKN_CMP_MAX; i++) t.bnd[i - 1] = vdupq_n_u16(i < nsy ? (uint16_t)((a[KKN_FS + i] >> 16) - 1) : 0xffff);
 		}
 		float32_t sc[KKN_STREAMS];
 #pragma GCC unroll 4
 		for (int j = 0; j < ns; j++) sc[j] = scale[j][c];
-		long g = g0;
-		for (; g < per; g += KKN_LANES) {
-			int room = 1;
-#pragma GCC unroll 4
-			for (int j = 0; j < ns; j++) room &= p[j] + 2 * KKN_LANES <= len[j];
-			if (!room) break;
-#pragma GCC unroll 4
-			for (int j = 0; j < ns; j++) kkn_group(x[j], out[j] + at + g, sc[j], src[j], &p[j], e, l, nsy, &t);
+		long g;
+		switch (mode) {
+		case KKN_CMP:
+			g = kkn_groups(ns, KKN_CMP, x, p, out, at, g0, per, src, len, sc, e, l, nsy, &t);
+			break;
+		case KKN_TBL16:
+			g = kkn_groups(ns, KKN_TBL16, x, p, out, at, g0, per, src, len, sc, e, l, nsy, &t);
+			break;
+		case KKN_TBL32:
+			g = kkn_groups(ns, KKN_TBL32, x, p, out, at, g0, per, src, len, sc, e, l, nsy, &t);
+			break;
+		default:
+			g = kkn_groups(ns, KKN_LOAD, x, p, out, at, g0, per, src, len, sc, e, l, nsy, &t);
 		}
 		k += g - g0;
 		if (g < per) break;
