@@ -3,19 +3,21 @@
 // Decoding of codec's rANS stream layout 2 (cpu.RANSDecode2 and
 // RANSDecode2Streams) with NEON, the arm64 counterpart of rans_amd64.c:
 // 32 lanes of 32-bit states sharing one stream of 16-bit words, decoded a
-// group of 32 symbols at a time, as eight q registers of 4 lanes. NEON has
-// no gather: a lane's packed table entry (symbol | freq << 8 | bias << 20)
-// is read by a scalar load, four to a register (kkn_load4). Tables of up
-// to 16 symbols whose lookup (kernels/cpu/rans.go's RANSLookup) is in the
+// group of 32 symbols at a time, as eight q registers of 4 lanes, up to
+// four streams (blocks of one codec) side by side. NEON has no gather: a
+// lane's packed table entry (symbol | freq << 8 | bias << 20) is read by
+// a scalar load, four to a register (kkn_load4). Tables of up to 4
+// symbols whose lookup (kernels/cpu/rans.go's RANSLookup) is in the
 // narrow mode skip those loads: a lane's symbol is the count of the
 // table's starts at or below its slot, taken by 16-bit compares of 8
 // lanes at a time, and its frequency and start come from the lookup's fs
 // words by TBL (vqtbl4q_u8 over 64 bytes). Levels of tables of up to 32
 // symbols are read by TBL from registers, larger ones by scalar loads.
-// The refill takes the lanes below 2^16 eight at a time: the next 16 bytes
-// of words put in place by one TBL whose indices come from a table
-// indexed by the 8 lanes' mask, the position advanced by that mask's word
-// count.
+// Each component's table picks one of these modes before its groups, so
+// the group loop does not branch on it. The refill takes the lanes below
+// 2^16 eight at a time: the next 16 bytes of words put in place by TBLs
+// whose indices come from a table indexed by the 8 lanes' mask, the
+// position advanced by that mask's word count.
 //
 // Each group reads at most 64 bytes of words; a kernel decodes a group
 // only while 64 bytes remain, so it never reads past the stream, and
@@ -51,18 +53,18 @@
 // 16 symbols, where 4 take 7.8).
 #define KKN_CMP_MAX 4
 
-// kkn_rans2_expand[m] are the TBL indices that put the words of 16 bytes
-// (8 words) into the lanes of the 8-lane mask m, the j-th lane set in m
-// getting word j in its low half; every other byte is out of range, so
-// zero. kkn_rans2_bytes[m] is the bytes those lanes take.
-static uint8_t kkn_rans2_expand[256][32];
+// kkn_rans2_expand[h][m] are the TBL indices that put the words of 16
+// bytes (8 words) into lanes 4h to 4h+3 of the 8-lane mask m, the j-th
+// lane set in m getting word j in its low half; every other byte is out
+// of range, so zero. kkn_rans2_bytes[m] is the bytes the lanes of m take.
+static uint8_t kkn_rans2_expand[2][256][16];
 static uint8_t kkn_rans2_bytes[256];
 
 __attribute__((constructor)) static void kkn_rans2_init(void) {
 	for (int m = 0; m < 256; m++) {
 		int j = 0;
 		for (int lane = 0; lane < 8; lane++) {
-			uint8_t *b = kkn_rans2_expand[m] + 4 * lane;
+			uint8_t *b = kkn_rans2_expand[lane / 4][m] + 4 * (lane % 4);
 			b[0] = b[1] = b[2] = b[3] = 0xff;
 			if (m >> lane & 1) {
 				b[0] = (uint8_t)(2 * j), b[1] = (uint8_t)(2 * j + 1);
@@ -106,8 +108,8 @@ KKN_INLINE void kkn_refill8(uint32x4_t *x0, uint32x4_t *x1, const uint8_t *src, 
 	uint16x8_t r = vuzp1q_u16(vreinterpretq_u16_u32(r0), vreinterpretq_u16_u32(r1));
 	unsigned m = vaddvq_u16(vandq_u16(r, vld1q_u16(bit)));
 	uint8x16_t w = vld1q_u8(src + *p);
-	uint8x16x2_t ix = vld1q_u8_x2(kkn_rans2_expand[m]);
-	uint32x4_t w0 = vreinterpretq_u32_u8(vqtbl1q_u8(w, ix.val[0])), w1 = vreinterpretq_u32_u8(vqtbl1q_u8(w, ix.val[1]));
+	uint32x4_t w0 = vreinterpretq_u32_u8(vqtbl1q_u8(w, vld1q_u8(kkn_rans2_expand[0][m])));
+	uint32x4_t w1 = vreinterpretq_u32_u8(vqtbl1q_u8(w, vld1q_u8(kkn_rans2_expand[1][m])));
 	*x0 = vbslq_u32(r0, vsliq_n_u32(w0, *x0, 16), *x0);
 	*x1 = vbslq_u32(r1, vsliq_n_u32(w1, *x1, 16), *x1);
 	*p += kkn_rans2_bytes[m];
