@@ -222,12 +222,22 @@ KKN_INLINE long kkn_rans2_streams(const int ns, float *const *out, long total, l
 		const float *l = lv + lev_off[c];
 		const int nsy = nsym[c];
 		kkn_tab t;
-		// The levels of up to 32 symbols, zeros past the table's end.
-		float lw[32] = {0};
-		for (int i = 0; i < nsy && i < 32; i++) lw[i] = l[i];
-		t.lv[0] = vld1q_u8_x4((const uint8_t *)lw), t.lv[1] = vld1q_u8_x4((const uint8_t *)(lw + 16));
 		const uint32_t *a = aux ? aux + (long)KKN_WORDS * (ent_off[c] >> KKN_SCALE) : 0;
 		int mode = nsy <= 16 ? KKN_TBL16 : nsy <= 32 ? KKN_TBL32 : KKN_LOAD;
+		if (mode != KKN_LOAD) {
+			// The levels of up to 32 symbols in registers, read from a
+			// copy with zeros past the table's end unless whole.
+			const int w = nsy <= 16 ? 16 : 32;
+			const float *lr = l;
+			float lw[32];
+			if (nsy < w) {
+				for (int i = 0; i < 32; i++) lw[i] = 0;
+				__builtin_memcpy(lw, l, (unsigned long)nsy * sizeof(float));
+				lr = lw;
+			}
+			t.lv[0] = vld1q_u8_x4((const uint8_t *)lr);
+			if (w == 32) t.lv[1] = vld1q_u8_x4((const uint8_t *)(lr + 16));
+		}
 		if (a && a[KKN_MODE] == KKN_NARROW && nsy <= KKN_CMP_MAX) {
 			// The narrow mode's window starts at symbol 0; the starts
 			// past the table's symbols are 2^16, which no slot reaches.
