@@ -49,8 +49,8 @@
 #define KKN_NARROW 1
 // KKN_CMP_MAX is the most symbols a table may have for the compare lookup:
 // past 4, its compares (one per symbol per 8 lanes) cost as many
-// instructions as the loads of the entries (9.2-9.3 a symbol at 6, 8 and
-// 16 symbols, where 4 take 7.8).
+// instructions as the loads of the entries (seven compares, for up to 8
+// symbols, took 9.3 a symbol against the loads' 9.2; three take 7.5).
 #define KKN_CMP_MAX 4
 
 // kkn_rans2_expand[h][m] are the TBL indices that put the words of 16
