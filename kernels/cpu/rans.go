@@ -42,8 +42,8 @@ const RANSScaleBits = 12
 // lk, when not nil, is NewRANSLookup(ent)'s (every entOff then a multiple
 // of 1 << RANSScaleBits): where the CPU has AVX512_VBMI and
 // AVX512_VPOPCNTDQ the kernels look most symbols up in registers instead
-// of gathering their entries, at AVX2 and NEON those of tables of up to 16
-// symbols, with the same results bit for bit.
+// of gathering their entries, at AVX2 those of tables of up to 16 symbols
+// and at NEON up to 4, with the same results bit for bit.
 func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
 	if !hasRANSKernels || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || len(out) == 0 {
 		return 0, pos
