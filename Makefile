@@ -281,14 +281,15 @@ gpu-check:
 	$(SIMD) $(GO) test -tags gpu -count=1 -timeout 30m -run '^TestGPU' -v ./compute/cudabackend/
 
 # test-arm64 runs the tests built for linux/arm64 (cgo, so the NEON kernels
-# of kernels/cpu/neon_arm64.c and quant_neon_arm64.c run, and
+# of kernels/cpu/neon_arm64.c, quant_neon_arm64.c and rans_neon_arm64.c run, and
 # TestKernelLevels reruns at scalar) under qemu-user, through go test
 # -exec. It installs the pinned qemu-user-static and aarch64 cross
 # compiler from Debian when missing (about 150 MB; it says so first).
-# The quantized kernels' tests and the Features check run again on an
-# emulated Cortex-A72, which lacks DotProd: the plain NEON kernels, as
-# such a CPU picks them. Emulation says nothing of speed: that needs real
-# arm64 hardware. It also builds for darwin/arm64 (pure Go, as
+# The quantized kernels' tests, the rANS decoders' and the Features check
+# run again on an emulated Cortex-A72, which lacks DotProd: the plain NEON
+# kernels, as such a CPU picks them (the rANS kernels need only ARMv8.0).
+# Emulation says nothing of speed: that needs real arm64 hardware. It
+# also builds for darwin/arm64 (pure Go, as
 # a cross build without an Apple SDK must) and compiles the NEON kernels
 # for macOS with clang, Apple's compiler.
 ARM64_PKGS := qemu-user-static=1:7.2+dfsg-7+deb12u18+b3 gcc-aarch64-linux-gnu=4:12.2.0-3 libc6-dev-arm64-cross=2.36-8cross1
@@ -306,10 +307,11 @@ test-arm64: clang
 	KAKEYA_TEST_EXEC='$(ARM64_RUN)' CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc \
 		$(GO) test -count=1 -timeout 60m -exec '$(ARM64_RUN)' $(ARM64_PKGS_TESTED)
 	QEMU_CPU=cortex-a72 CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc \
-		$(GO) test -count=1 -exec '$(ARM64_RUN)' -run 'Quant|^TestKernels$$' ./kernels/cpu/ .
+		$(GO) test -count=1 -exec '$(ARM64_RUN)' -run 'Quant|^TestKernels$$|RANS' ./kernels/cpu/ ./codec/ .
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 	$(CLANG) --target=arm64-apple-macos11 -ffreestanding -O2 -Wall -Werror -c -o /dev/null kernels/cpu/neon_arm64.c
 	$(CLANG) --target=arm64-apple-macos11 -ffreestanding -O2 -Wall -Werror -c -o /dev/null kernels/cpu/quant_neon_arm64.c
+	$(CLANG) --target=arm64-apple-macos11 -ffreestanding -O2 -Wall -Werror -c -o /dev/null kernels/cpu/rans_neon_arm64.c
 
 # make gpu-bundle writes gpu-bundle/ (GPU_BUNDLE=DIR for another place):
 # everything the GPU report needs on a machine with an NVIDIA GPU and its

@@ -91,14 +91,6 @@ func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels"
 
 func widenActsC(a *qActs, lo, hi, cols int) { panic("cpu: no C kernels") }
 
-func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
-	return 0, pos
-}
-
-func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
-	return 0
-}
-
 func pcScoreRun(r *PCRun, nb int, s []float32, lds int, q []float32, m int, scale float32, cos, sin []float32, r0, r1 int, work []float32) {
 	panic("cpu: no C kernels")
 }

@@ -6,6 +6,11 @@ import (
 	"slices"
 )
 
+// hasRANSKernels reports whether RANSDecode2 and RANSDecode2Streams have
+// C kernels to run, as far as $KAKEYA_CPU allows: rans_amd64.c's at AVX2
+// and up, rans_neon_arm64.c's at NEON.
+var hasRANSKernels = hasAVX512 || hasAVX2C || hasNEON
+
 // RANSLanes is the lane count of the rANS streams RANSDecode2 reads
 // (codec's stream layout 2).
 const RANSLanes = 32
@@ -18,7 +23,8 @@ const RANSScaleBits = 12
 // interleaved rANS stream (codec's layout 2: 32-bit states in x, 16-bit
 // words read after each group by the lanes below 2^16, in lane order)
 // that it can decode without a bound check, from stream position pos,
-// with the C kernels where this CPU runs them, and returns how many
+// with the C kernels where this CPU runs them (AVX-512 or AVX2 on amd64,
+// NEON on arm64), and returns how many
 // symbols it decoded and the stream position after them; without kernels
 // it returns (0, pos), and the caller's loop decodes them.
 //
@@ -36,9 +42,10 @@ const RANSScaleBits = 12
 // lk, when not nil, is NewRANSLookup(ent)'s (every entOff then a multiple
 // of 1 << RANSScaleBits): where the CPU has AVX512_VBMI and
 // AVX512_VPOPCNTDQ the kernels look most symbols up in registers instead
-// of gathering their entries, with the same results bit for bit.
+// of gathering their entries, at AVX2 those of tables of up to 16 symbols
+// and at NEON up to 4, with the same results bit for bit.
 func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
-	if (!hasAVX512 && !hasAVX2C) || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || len(out) == 0 {
+	if !hasRANSKernels || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || len(out) == 0 {
 		return 0, pos
 	}
 	c := (g0 + len(out)) / per
@@ -77,11 +84,11 @@ const RANSMaxStreams = 4
 // from symbol g0 of the first component, as RANSDecode2. It decodes the
 // same whole groups of every stream while each has a group's 64 bytes
 // left, and returns how many symbols of each it decoded, leaving the
-// streams' positions in st.Pos; without the kernels (AVX-512 or AVX2)
-// it returns 0 and the caller decodes each with RANSDecode2.
+// streams' positions in st.Pos; without the kernels (AVX-512, AVX2 or
+// NEON) it returns 0 and the caller decodes each with RANSDecode2.
 func RANSDecode2Streams(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
 	ns, n := len(out), len(out[0])
-	if (!hasAVX512 && !hasAVX2C) || ns < 2 || ns > RANSMaxStreams || len(src) != ns || len(scale) != ns || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || n == 0 || (g0+n)%per != 0 {
+	if !hasRANSKernels || ns < 2 || ns > RANSMaxStreams || len(src) != ns || len(scale) != ns || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || n == 0 || (g0+n)%per != 0 {
 		return 0
 	}
 	c := (g0 + n) / per
