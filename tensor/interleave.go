@@ -34,24 +34,25 @@ func (f *InterleavedFormat) Field(name string) QuantField {
 
 // Q4_Kx8 is Q4_K with eight rows interleaved, for the AVX2 kernels, which
 // take one 256-bit vector of 4-bit codes as eight rows' four bytes each: a
-// 32-bit lane a row. A group block (1,184 bytes for the rows' 8 x 144)
-// holds, for rows r = 0..7 of the group:
+// 32-bit lane a row. A group block (1,152 bytes, the rows' 8 x 144: the
+// layout takes no more memory than the rows) holds, for rows r = 0..7 of
+// the group:
 //
 //   - "d", "dmin": the rows' f16 scale and min scale, row r at element r;
-//   - "scales": the rows' 6-bit sub-block scales unpacked to bytes, scale
-//     j (0..7) of row r at byte 8j + r;
-//   - "mins": their 6-bit mins unpacked, min 2k+i (k 0..3, i 0..1) of row
-//     r at byte 16k + 2r + i (a row's two mins of a 64-value part in
-//     one 16-bit lane once widened);
+//   - "scales": the rows' 6-bit sub-block scales and mins, 128 values v
+//     in 96 bytes: scale j (0..7) of row r is v[8j + r], min 2k+i (k
+//     0..3, i 0..1) of row r is v[64 + 16k + 2r + i] (a row's two mins of
+//     a 64-value part in one 16-bit lane once widened); byte p (0..63)
+//     holds v[p] in its low 6 bits and the low 2 bits of v[64 + p] in its
+//     top 2, byte 64 + q (q 0..31) the top 4 bits of v[64 + q] in its low
+//     nibble and those of v[96 + q] in its high one, so that a few vector
+//     operations unpack the eight rows' scales and mins together;
 //   - "qs": the codes, byte 32c + 4k + i of row r's qs (c 0..3, k 0..7,
 //     i 0..3; its low nibbles are values 64c + 4k + i, its high ones
 //     64c + 32 + 4k + i) at byte 256c + 32k + 4r + i.
-//
-// The scales and mins unpacked (128 bytes where the rows' packed ones take
-// 96) make it 2.8% larger than the rows it holds.
 var Q4_Kx8 = InterleavedFormat{
-	Base: Q4_K, Name: "Q4_Kx8", Rows: 8, Block: 256, Bytes: 1184,
-	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"dmin", FieldF16, 16, 8}, {"scales", FieldU8, 32, 64}, {"mins", FieldU8, 96, 64}, {"qs", FieldU8, 160, 1024}},
+	Base: Q4_K, Name: "Q4_Kx8", Rows: 8, Block: 256, Bytes: 1152,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"dmin", FieldF16, 16, 8}, {"scales", FieldU8, 32, 96}, {"qs", FieldU8, 128, 1024}},
 }
 
 // Interleaved returns the interleaved format of rows of d, nil where there
@@ -125,12 +126,11 @@ func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in b
 
 // q4kOffsets are the field offsets moveQ4K reads: a group block's (Q4_Kx8)
 // and a row block's (Q4_K), looked up once.
-type q4kOffsets struct{ d, dmin, scales, mins, qs, bd, bdmin, bsc, bqs int }
+type q4kOffsets struct{ d, dmin, scales, qs, bd, bdmin, bsc, bqs int }
 
 var q4kOff = func() q4kOffsets {
 	f, bf := &Q4_Kx8, Q4_K.Format()
-	return q4kOffsets{f.Field("d").Offset, f.Field("dmin").Offset, f.Field("scales").Offset, f.Field("mins").Offset,
-		f.Field("qs").Offset, bf.Field("d").Offset, bf.Field("dmin").Offset, bf.Field("scales").Offset, bf.Field("qs").Offset}
+	return q4kOffsets{f.Field("d").Offset, f.Field("dmin").Offset, f.Field("scales").Offset, f.Field("qs").Offset, bf.Field("d").Offset, bf.Field("dmin").Offset, bf.Field("scales").Offset, bf.Field("qs").Offset}
 }()
 
 // moveQ4K moves row r's Q4_K block blk into (in) or out of the group
@@ -142,15 +142,15 @@ func moveQ4K(g, blk []byte, r int, in bool) {
 		copy(g[o.dmin+2*r:o.dmin+2*r+2], blk[o.bdmin:o.bdmin+2])
 		for j := range 8 {
 			sc, m := ScaleMinK4(j, blk[o.bsc:o.bsc+12])
-			g[o.scales+8*j+r] = sc
-			g[o.mins+16*(j/2)+2*r+j%2] = m
+			setX8Value(g[o.scales:o.scales+96], 8*j+r, sc)
+			setX8Value(g[o.scales:o.scales+96], 64+16*(j/2)+2*r+j%2, m)
 		}
 	} else {
 		copy(blk[o.bd:o.bd+2], g[o.d+2*r:o.d+2*r+2])
 		copy(blk[o.bdmin:o.bdmin+2], g[o.dmin+2*r:o.dmin+2*r+2])
 		var sc, m [8]uint8
 		for j := range 8 {
-			sc[j], m[j] = g[o.scales+8*j+r], g[o.mins+16*(j/2)+2*r+j%2]
+			sc[j], m[j] = x8Value(g[o.scales:o.scales+96], 8*j+r), x8Value(g[o.scales:o.scales+96], 64+16*(j/2)+2*r+j%2)
 		}
 		packScaleMinK4(blk[o.bsc:o.bsc+12], &sc, &m)
 	}
@@ -165,6 +165,36 @@ func moveQ4K(g, blk []byte, r int, in bool) {
 			}
 		}
 	}
+}
+
+// x8Value returns value i (0..127) of a Q4_Kx8 group block's 96 bytes of
+// packed scales and mins (see Q4_Kx8).
+func x8Value(sm []byte, i int) uint8 {
+	if i < 64 {
+		return sm[i] & 63
+	}
+	if q := i - 64; q < 32 {
+		return sm[q]>>6 | (sm[64+q]&0xF)<<2
+	}
+	q := i - 96
+	return sm[32+q]>>6 | (sm[64+q]>>4)<<2
+}
+
+// setX8Value sets value i (0..127, 6 bits) of a Q4_Kx8 group block's
+// packed scales and mins, leaving the others.
+func setX8Value(sm []byte, i int, v uint8) {
+	if i < 64 {
+		sm[i] = sm[i]&0xC0 | v&63
+		return
+	}
+	if q := i - 64; q < 32 {
+		sm[q] = sm[q]&63 | (v&3)<<6
+		sm[64+q] = sm[64+q]&0xF0 | v>>2&0xF
+		return
+	}
+	q := i - 96
+	sm[32+q] = sm[32+q]&63 | (v&3)<<6
+	sm[64+q] = sm[64+q]&0x0F | (v>>2&0xF)<<4
 }
 
 // packScaleMinK4 packs eight 6-bit scales and mins into a Q4_K/Q5_K

@@ -40,7 +40,8 @@ func TestInterleaveRoundTrip(t *testing.T) {
 				}
 				for j := range 8 {
 					sc, m := ScaleMinK4(j, blk[bf.Field("scales").Offset:])
-					if g[f.Field("scales").Offset+8*j+rr] != sc || g[f.Field("mins").Offset+16*(j/2)+2*rr+j%2] != m {
+					sm := g[f.Field("scales").Offset:][:96]
+					if x8Value(sm, 8*j+rr) != sc || x8Value(sm, 64+16*(j/2)+2*rr+j%2) != m {
 						t.Fatalf("row %d block %d: scale or min %d moved wrong", row, b, j)
 					}
 				}
@@ -62,6 +63,27 @@ func TestInterleaveRoundTrip(t *testing.T) {
 	}
 }
 
+// The packed scales and mins of Q4_Kx8 hold 128 independent 6-bit values
+// in its 96 bytes: setting each in turn to a random value reads back
+// every value set, none disturbing another.
+func TestX8Values(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 6))
+	sm := make([]byte, 96)
+	for i := range sm {
+		sm[i] = byte(r.Uint32())
+	}
+	var want [128]uint8
+	for i := range want {
+		want[i] = uint8(r.IntN(64))
+		setX8Value(sm, i, want[i])
+	}
+	for i, w := range want {
+		if g := x8Value(sm, i); g != w {
+			t.Fatalf("value %d: %d, want %d", i, g, w)
+		}
+	}
+}
+
 // Shapes that are not whole groups or blocks are refused with the sizes.
 func TestInterleaveBadShapes(t *testing.T) {
 	f := &Q4_Kx8
@@ -71,9 +93,9 @@ func TestInterleaveBadShapes(t *testing.T) {
 		dst, src int
 		cols     int
 	}{
-		{"cols", 1184, 144 * 8, 100},
-		{"rows", 2 * 1184, 7 * rb, 512},
-		{"short dst", 1184, 8 * rb, 512},
+		{"cols", 1152, 144 * 8, 100},
+		{"rows", 2 * 1152, 7 * rb, 512},
+		{"short dst", 1152, 8 * rb, 512},
 	} {
 		if err := InterleaveRows(make([]byte, tc.dst), f, make([]byte, tc.src), tc.cols); err == nil {
 			t.Errorf("%s: no error", tc.name)

@@ -20,11 +20,12 @@ type interleaved struct {
 }
 
 // x8Off is the C kernels' offsets (kq_rows_x8's off[]) of Q4_Kx8, read
-// from its description: group block bytes, d, dmin, scales, mins, qs.
-var x8Off = func() [6]int64 {
+// from its description: group block bytes, d, dmin, scales (with the
+// mins), qs.
+var x8Off = func() [5]int64 {
 	f := &tensor.Q4_Kx8
-	return [6]int64{int64(f.Bytes), int64(f.Field("d").Offset), int64(f.Field("dmin").Offset),
-		int64(f.Field("scales").Offset), int64(f.Field("mins").Offset), int64(f.Field("qs").Offset)}
+	return [5]int64{int64(f.Bytes), int64(f.Field("d").Offset), int64(f.Field("dmin").Offset),
+		int64(f.Field("scales").Offset), int64(f.Field("qs").Offset)}
 }()
 
 // interleaves reports whether the kernels this process runs read m's rows

@@ -937,8 +937,8 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 // 30,480), then take the eight rows' scales in one VPMADDWD. About 30
 // vector operations per 256 multiply-adds, where the row-at-a-time
 // kernels take about 60. The field offsets come from Go, in off[]:
-// group block bytes, d, dmin, scales, mins, qs.
-enum { KX_BYTES, KX_D, KX_DMIN, KX_SCALES, KX_MINS, KX_QS };
+// group block bytes, d, dmin, scales (the scales and mins packed), qs.
+enum { KX_BYTES, KX_D, KX_DMIN, KX_SCALES, KX_QS };
 
 // KX_T is the most tokens kx_q4k takes at once: their 16-bit sums (two
 // vectors a token) and the unpacked codes stay in registers.
@@ -953,6 +953,28 @@ KQ_INLINE __m256i kx_scales16(const uint8_t *p) {
 	long long v;
 	__builtin_memcpy(&v, p, 8);
 	return _mm256_shuffle_epi8(_mm256_set1_epi64x(v), ctl);
+}
+
+// kx_unpack_sm unpacks the eight rows' 6-bit scales and mins (the 96
+// packed bytes at p, as tensor.Q4_Kx8 describes them) to bytes at sm: the
+// 64 scales (scale j of row r at 8j + r), then the 64 mins (min 2k+i of
+// row r at 64 + 16k + 2r + i). Thirteen vector operations for the eight
+// rows.
+KQ_INLINE void kx_unpack_sm(const uint8_t *p, uint8_t *sm) {
+	const __m256i m6 = _mm256_set1_epi8(0x3f), m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0f);
+	__m256i a0 = _mm256_loadu_si256((const __m256i *)p), a1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+	__m256i b = _mm256_loadu_si256((const __m256i *)(p + 64));
+	_mm256_store_si256((__m256i *)sm, _mm256_and_si256(a0, m6));
+	_mm256_store_si256((__m256i *)(sm + 32), _mm256_and_si256(a1, m6));
+	// A min's low 2 bits from the top of byte q (or 32 + q), its top 4
+	// from byte 64 + q's low (high) nibble: each nibble moved to bits 2-5
+	// of its own byte by a 16-bit shift, with nothing from its neighbour
+	// once masked.
+	__m256i l0 = _mm256_and_si256(_mm256_srli_epi16(a0, 6), m3), l1 = _mm256_and_si256(_mm256_srli_epi16(a1, 6), m3);
+	__m256i h0 = _mm256_slli_epi16(_mm256_and_si256(b, m4), 2);
+	__m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), 2);
+	_mm256_store_si256((__m256i *)(sm + 64), _mm256_or_si256(l0, h0));
+	_mm256_store_si256((__m256i *)(sm + 96), _mm256_or_si256(l1, h1));
 }
 
 KQ_INLINE __m256i kx_bcast4(const int8_t *p) {
@@ -972,6 +994,7 @@ KQ_INLINE __m256i kx_bcast4(const int8_t *p) {
 KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const int8_t *x, long ldx, const float *xd,
 		      long ldd, const int32_t *bsums, long ldb, float *out, long ldo) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	uint8_t sm[128] __attribute__((aligned(32)));
 	__m256 sumv[KX_T];
 	KQ_UNROLL
 	for (int t = 0; t < nt; t++)
@@ -979,7 +1002,8 @@ KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const 
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KX_BYTES];
 		kq_prefetch(blk, off[KX_BYTES]);
-		const uint8_t *qs = blk + off[KX_QS], *sp = blk + off[KX_SCALES], *mp = blk + off[KX_MINS];
+		const uint8_t *qs = blk + off[KX_QS], *sp = sm, *mp = sm + 64;
+		kx_unpack_sm(blk + off[KX_SCALES], sm);
 		__m256i isum[KX_T], msum[KX_T], mk[4];
 		// Row r's mins 2k and 2k+1 in 32-bit lane r.
 		KQ_UNROLL
