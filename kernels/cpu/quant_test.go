@@ -506,6 +506,25 @@ func TestPrepareInterleaves(t *testing.T) {
 						t.Fatalf("%dx%d, %d tokens, %d threads: output %d: interleaved %v, stored %v", tc.rows, tc.cols, n, threads, i, b[i], a[i])
 					}
 				}
+				// And against float64 over the dequantized weights and the
+				// activations as quantized (q8_K), as TestQuantMatMul.
+				var qa qActs
+				qa.quantize(x, n, tc.cols, qLayouts[tensor.Q4_K])
+				deq := make([]float32, tc.cols)
+				for j := range tc.rows {
+					RowF32(deq, m, j)
+					for i := range n {
+						var want, mag float64
+						for c, v := range deq {
+							xv := float64(qa.qs[i*tc.cols+c]) * float64(qa.d[(i*tc.cols+c)/256])
+							want += float64(v) * xv
+							mag += math.Abs(float64(v) * xv)
+						}
+						if d := math.Abs(float64(b[i*tc.rows+j]) - want); d > 1e-5*mag+1e-9 {
+							t.Fatalf("%dx%d, %d tokens: token %d row %d: %v, float64 %v (|w||x| %v)", tc.rows, tc.cols, n, i, j, b[i*tc.rows+j], want, mag)
+						}
+					}
+				}
 			}
 			p.Close()
 		}
