@@ -585,7 +585,8 @@ func (m *Model) fuse() {
 // every matrix the forward pass multiplies (the embedding table only where
 // it is also the output head), and lets go of the mapped pages of those it
 // copied: the checkpoint's pages would otherwise stay resident beside the
-// copy. (Embed reads the few rows it needs back from the page cache.)
+// copy. (Embed reads the few rows it needs back from the page cache, or,
+// where the CPU backend interleaved a quantized table, from its copy.)
 func (m *Model) prepare(mats []namedWeight) {
 	p, ok := m.b.(compute.Preparer)
 	if !ok {

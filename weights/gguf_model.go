@@ -269,7 +269,7 @@ func (g *GGUF) store(c *Config) (*Store, error) {
 			if len(e.info.shape) != 2 || rows != heads*c.HeadDim {
 				continue // the shape check reports it
 			}
-			e.own = unpermuteRows(g.TensorData(t), rows, heads)
+			e.heads = heads
 		}
 		s.tensors[ts.Name] = e
 	}

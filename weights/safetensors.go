@@ -324,9 +324,12 @@ type mappedFile struct {
 type entry struct {
 	file *mappedFile
 	info tensorInfo
-	// own, when set, holds the tensor's bytes instead of the file: a
-	// GGUF's q and k rows put back in Hugging Face order.
-	own []byte
+	// heads, when set, is a GGUF q or k matrix's head count: each read
+	// returns its rows put back in Hugging Face order (unpermuteRows), in
+	// memory of the reader's own, which the store does not hold (so that
+	// a backend that lays the matrix out anew can let go of the only
+	// other copy).
+	heads int
 }
 
 // Store gives access to the tensors of one checkpoint, which may span several
@@ -460,9 +463,9 @@ func (s *Store) Tensor(name string) (*Tensor, error) {
 		return nil, fmt.Errorf("weights: %s: unsupported dtype %s for tensor %q (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)",
 			e.file.path, e.info.dtypeName, name)
 	}
-	data := e.own
-	if data == nil {
-		data = e.file.data[e.info.begin:e.info.end:e.info.end]
+	data := e.file.data[e.info.begin:e.info.end:e.info.end]
+	if e.heads > 0 {
+		data = unpermuteRows(data, e.info.shape[0], e.heads)
 	}
 	return &Tensor{
 		Name:  name,
@@ -479,7 +482,7 @@ func (s *Store) Tensor(name string) (*Tensor, error) {
 // Where the store read its files instead of mapping them it does nothing,
 // as it does for an unknown name or a closed store.
 func (s *Store) Evict(name string) {
-	if e, ok := s.tensors[name]; ok && !s.closed && e.own == nil {
+	if e, ok := s.tensors[name]; ok && !s.closed {
 		evict(e.file.data[e.info.begin:e.info.end])
 	}
 }

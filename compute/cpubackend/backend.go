@@ -161,8 +161,6 @@ type weight struct {
 
 func (w *weight) Shape() (rows, cols int) { return w.m.Rows, w.m.Cols }
 
-func mat(w compute.Weight) *tensor.Mat { return &w.(*weight).m }
-
 // Upload returns a Weight over m's memory: the CPU reads it in place.
 func (b *Backend) Upload(m tensor.Mat) (compute.Weight, error) {
 	switch {
@@ -192,9 +190,22 @@ func (b *Backend) Upload(m tensor.Mat) (compute.Weight, error) {
 	return &weight{m: m, mm: kern.NewMatrix(m)}, nil
 }
 
-// Prepare packs w into the panels the kernels read, where they read any
-// (see kern.Pool.Prepare), and reports whether it did.
-func (b *Backend) Prepare(w compute.Weight) bool { return b.pool.Prepare(w.(*weight).mm) }
+// Prepare packs w into the panels the kernels read, where they read any,
+// or interleaves a quantized w's rows where the kernels read them so (see
+// kern.Pool.Prepare), and reports whether it did. An interleaved w's
+// stored rows are let go of (Embed reads its rows from the interleaved
+// copy), so that a matrix quantized at load is not held twice; the caller
+// gives a mapped file's pages back.
+func (b *Backend) Prepare(w compute.Weight) bool {
+	wt := w.(*weight)
+	if !b.pool.Prepare(wt.mm) {
+		return false
+	}
+	if wt.m.DType.Quantized() {
+		wt.m.Q = nil
+	}
+	return true
+}
 
 // Write copies src into dst.
 func (b *Backend) Write(dst compute.Buffer, src []float32) { copy(compute.Host(dst), src) }
@@ -204,10 +215,10 @@ func (b *Backend) Read(dst []float32, src compute.Buffer) { copy(dst, compute.Ho
 
 // Embed widens row ids[i] of table into row i of out.
 func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
-	t := mat(table)
+	t := table.(*weight)
 	o := compute.Host(out)
 	for i, id := range ids {
-		kern.RowF32(o[i*t.Cols:(i+1)*t.Cols], *t, id)
+		t.mm.Row(o[i*t.m.Cols:(i+1)*t.m.Cols], id)
 	}
 }
 

@@ -85,6 +85,8 @@ func mixTRoPEAVX2(o []float32, m int, base, p []float32, ldp int, vals []float32
 
 func quantRowsC(t *qTask, r0, r1 int) { panic("cpu: no C kernels") }
 
+func quantRowsX8(t *qTask, r0, r1 int) { panic("cpu: no C kernels") }
+
 func quantizeActsC(q *qQuant, lo, hi int) { panic("cpu: no C kernels") }
 
 func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels") }

@@ -110,12 +110,16 @@ func (p *Pool) Kernel() string { return p.k.name }
 // A Matrix is a weight matrix as Pool.MatMul multiplies it: the rows as
 // stored (tensor.Mat), and, made on first use for the C kernels that read
 // weights in panels, the rows packed into those panels (as much memory
-// again as the matrix). A Matrix may be used by several pools and
-// goroutines at once.
+// again as the matrix); for a quantized type with an interleaved format
+// (tensor.Q4_Kx8), where the AVX2 kernels run, the rows interleaved in its
+// place, made by Prepare. A Matrix may be used by several pools and
+// goroutines at once; Prepare of a quantized matrix must come before its
+// first MatMul (as at load).
 type Matrix struct {
 	m      tensor.Mat
 	mu     sync.Mutex // held while packing
 	panels [numLayouts]atomic.Pointer[[]uint16]
+	x8     atomic.Pointer[interleaved]
 }
 
 // NewMatrix returns the Matrix of m, whose storage it shares. It panics if
@@ -125,8 +129,22 @@ func NewMatrix(m tensor.Mat) *Matrix {
 	return &Matrix{m: m}
 }
 
-// Mat returns the matrix as stored.
+// Mat returns the matrix as stored; once Prepare has interleaved a
+// quantized one, without its storage (Row reads its rows).
 func (w *Matrix) Mat() tensor.Mat { return w.m }
+
+// Row widens row r of w into dst (w.Cols values), from wherever w holds
+// it: RowF32 of the stored matrix, or its interleaved rows.
+func (w *Matrix) Row(dst []float32, r int) {
+	if iv := w.x8.Load(); iv != nil {
+		if r < 0 || r >= w.m.Rows || len(dst) < w.m.Cols {
+			panic(fmt.Sprintf("cpu: Row: row %d of %d into %d values", r, w.m.Rows, len(dst)))
+		}
+		iv.row(dst, w.m.DType, w.m.Cols, r)
+		return
+	}
+	RowF32(dst, w.m, r)
+}
 
 // layout is an arrangement of a matrix's rows for a family of kernels.
 type layout int
@@ -187,15 +205,35 @@ func (w *Matrix) packed(p *Pool, l layout) []uint16 {
 // they read any, instead of in w's first MatMul: a model pays at load, not
 // in its first request. It reports whether it packed (MatMul then no
 // longer reads the matrix as stored).
+//
+// A quantized matrix is read in its blocks, except where the kernels read
+// its type's rows interleaved (tensor.Q4_Kx8 for the AVX2 Q4_K kernels):
+// there Prepare interleaves the rows across p's threads and lets go of the
+// stored ones (Mat then has no storage; the caller may give their pages
+// back), and reports true.
 func (p *Pool) Prepare(w *Matrix) bool {
 	if w.m.DType.Quantized() {
-		return false // read in its blocks
+		return p.interleave(w)
 	}
 	l := p.k.mode(w.m.DType, p.prec).layout()
 	if l == layoutRows {
 		return false
 	}
 	w.packed(p, l)
+	return true
+}
+
+// interleave is Prepare for a quantized w.
+func (p *Pool) interleave(w *Matrix) bool {
+	if !interleaves(&w.m) {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.x8.Load() == nil {
+		w.x8.Store(interleave(&w.m, p.For))
+		w.m.Q = nil
+	}
 	return true
 }
 

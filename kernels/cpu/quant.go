@@ -212,6 +212,9 @@ type qTask struct {
 	l    *qLayout
 	n    int
 	rowB int // bytes per weight row
+	// x8, when set, holds w's rows interleaved (w.Q is then unset): the
+	// AVX2 kernels of its format read them.
+	x8 *interleaved
 }
 
 // cSums checks that t's slices hold what a C kernel reads for rows up to
@@ -235,6 +238,9 @@ func (t *qTask) Run(lo, hi int) {
 	r0, r1 := lo*qRows, min(hi*qRows, t.w.Rows)
 	switch {
 	case t.n == 0:
+	case t.x8 != nil:
+		quantRowsX8(t, r0, r1)
+		return
 	case hasAVX2C:
 		quantRowsC(t, r0, r1)
 		return
@@ -287,7 +293,7 @@ func (p *Pool) qMatMul(out, x []float32, n int, w *Matrix) {
 		a.quant.Run(0, n)
 	}
 	rb, _ := w.m.DType.RowBytes(w.m.Cols)
-	a.task = qTask{out: out, a: a, w: &w.m, l: l, n: n, rowB: rb}
+	a.task = qTask{out: out, a: a, w: &w.m, l: l, n: n, rowB: rb, x8: w.x8.Load()}
 	units := (w.m.Rows + qRows - 1) / qRows
 	if n*w.m.Rows*w.m.Cols >= minParallelWork {
 		p.Run(units, &a.task)

@@ -928,6 +928,182 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 				}
 }
 
+// The kernels of Q4_K with eight rows interleaved (tensor.Q4_Kx8, which
+// InterleaveRows makes at load where these kernels run): a group block
+// holds eight rows' block b, their codes four bytes a row in each 256-bit
+// vector, so that one VPMADDUBSW multiplies eight rows' four values by the
+// same four activations (a 32-bit broadcast from memory); a sub-block's
+// eight such products, summed in 16 bits (at most 8 x 2 x 15 x 127 =
+// 30,480), then take the eight rows' scales in one VPMADDWD. About 30
+// vector operations per 256 multiply-adds, where the row-at-a-time
+// kernels take about 60. The field offsets come from Go, in off[]:
+// group block bytes, d, dmin, scales (the scales and mins packed), qs.
+enum { KX_BYTES, KX_D, KX_DMIN, KX_SCALES, KX_QS };
+
+// KX_T is the most tokens kx_q4k takes at once: their 16-bit sums (two
+// vectors a token) and the unpacked codes stay in registers.
+#define KX_T 4
+
+// kx_scales16 is the eight rows' sub-block scales at p (row r at byte r)
+// as 16-bit pairs, row r's in 32-bit lane r (both words): VPMADDWD's
+// factors for sums laid out a row a lane.
+KQ_INLINE __m256i kx_scales16(const uint8_t *p) {
+	const __m256i ctl = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1, 4, -1, 4, -1, 5, -1,
+					     5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
+	long long v;
+	__builtin_memcpy(&v, p, 8);
+	return _mm256_shuffle_epi8(_mm256_set1_epi64x(v), ctl);
+}
+
+// kx_unpack_sm unpacks the eight rows' 6-bit scales and mins (the 96
+// packed bytes at p, as tensor.Q4_Kx8 describes them) to bytes at sm: the
+// 64 scales (scale j of row r at 8j + r), then the 64 mins (min 2k+i of
+// row r at 64 + 16k + 2r + i). Thirteen vector operations for the eight
+// rows.
+KQ_INLINE void kx_unpack_sm(const uint8_t *p, uint8_t *sm) {
+	const __m256i m6 = _mm256_set1_epi8(0x3f), m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0f);
+	__m256i a0 = _mm256_loadu_si256((const __m256i *)p), a1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+	__m256i b = _mm256_loadu_si256((const __m256i *)(p + 64));
+	_mm256_store_si256((__m256i *)sm, _mm256_and_si256(a0, m6));
+	_mm256_store_si256((__m256i *)(sm + 32), _mm256_and_si256(a1, m6));
+	// A min's low 2 bits from the top of byte q (or 32 + q), its top 4
+	// from byte 64 + q's low (high) nibble: each nibble moved to bits 2-5
+	// of its own byte by a 16-bit shift, with nothing from its neighbour
+	// once masked.
+	__m256i l0 = _mm256_and_si256(_mm256_srli_epi16(a0, 6), m3), l1 = _mm256_and_si256(_mm256_srli_epi16(a1, 6), m3);
+	__m256i h0 = _mm256_slli_epi16(_mm256_and_si256(b, m4), 2);
+	__m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), 2);
+	_mm256_store_si256((__m256i *)(sm + 64), _mm256_or_si256(l0, h0));
+	_mm256_store_si256((__m256i *)(sm + 96), _mm256_or_si256(l1, h1));
+}
+
+KQ_INLINE __m256i kx_bcast4(const int8_t *p) {
+	int v;
+	__builtin_memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+// kx_q4k sets out[t*ldo + 0..7] for the nt tokens (x, xd, bsums ldx, ldd,
+// ldb apart) and the eight rows of the group at w (nb group blocks): per
+// block, the rows' integer sums exactly as quant.go's dotQ45K takes them
+// (Σ_j scale_j·dot_j and Σ_j min_j·(bsum_2j + bsum_2j+1), in another
+// order, with the same values), then per token the Go loop's f32 scaling
+// lane by lane (d = dw·xd, dmin = dmw·xd, a = d·sumi, m = dmin·mins, sum
+// = sum + (a - m)), row r in lane r: each row's result has the Go loop's
+// bits, whatever nt is.
+KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const int8_t *x, long ldx, const float *xd,
+		      long ldd, const int32_t *bsums, long ldb, float *out, long ldo) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	uint8_t sm[128] __attribute__((aligned(32)));
+	__m256 sumv[KX_T];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		sumv[t] = _mm256_setzero_ps();
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk = w + b * off[KX_BYTES];
+		kq_prefetch(blk, off[KX_BYTES]);
+		const uint8_t *qs = blk + off[KX_QS], *sp = sm, *mp = sm + 64;
+		kx_unpack_sm(blk + off[KX_SCALES], sm);
+		__m256i isum[KX_T], msum[KX_T], mk[4];
+		// Row r's mins 2k and 2k+1 in 32-bit lane r.
+		KQ_UNROLL
+		for (int k = 0; k < 4; k++)
+			mk[k] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(mp + 16 * k)));
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			const int32_t *bs = bsums + t * ldb + 16 * b;
+			// Pair sums of 16-value groups (at most 32 x 127 in
+			// magnitude: 16 bits), as words: dword 0 (ps0, ps1), 1
+			// (ps4, ps5), 4 (ps2, ps3), 5 (ps6, ps7).
+			__m256i h = _mm256_hadd_epi32(_mm256_loadu_si256((const __m256i *)bs),
+						      _mm256_loadu_si256((const __m256i *)(bs + 8)));
+			__m256i p = _mm256_packs_epi32(h, h);
+			__m256i m01 = _mm256_add_epi32(_mm256_madd_epi16(mk[0], _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(0))),
+						       _mm256_madd_epi16(mk[1], _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(4))));
+			__m256i m23 = _mm256_add_epi32(_mm256_madd_epi16(mk[2], _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(1))),
+						       _mm256_madd_epi16(mk[3], _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(5))));
+			msum[t] = _mm256_add_epi32(m01, m23);
+			isum[t] = _mm256_setzero_si256();
+		}
+		KQ_UNROLL
+		for (int c = 0; c < 4; c++) {
+			__m256i al[KX_T], ah[KX_T];
+			KQ_UNROLL
+			for (int k = 0; k < 8; k++) {
+				__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 256 * c + 32 * k));
+				__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+				KQ_UNROLL
+				for (int t = 0; t < nt; t++) {
+					const int8_t *xs = x + t * ldx + 256 * b + 64 * c + 4 * k;
+					__m256i pl = _mm256_maddubs_epi16(lo, kx_bcast4(xs));
+					__m256i ph = _mm256_maddubs_epi16(hi, kx_bcast4(xs + 32));
+					al[t] = k ? _mm256_add_epi16(al[t], pl) : pl;
+					ah[t] = k ? _mm256_add_epi16(ah[t], ph) : ph;
+				}
+			}
+			__m256i s0 = kx_scales16(sp + 16 * c), s1 = kx_scales16(sp + 16 * c + 8);
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++)
+				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(al[t], s0), _mm256_madd_epi16(ah[t], s1)));
+		}
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
+		__m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_DMIN])));
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			__m256 xv = _mm256_set1_ps(xd[t * ldd + b]);
+			__m256 a = _mm256_mul_ps(_mm256_mul_ps(dw, xv), _mm256_cvtepi32_ps(isum[t]));
+			__m256 m = _mm256_mul_ps(_mm256_mul_ps(dm, xv), _mm256_cvtepi32_ps(msum[t]));
+			sumv[t] = _mm256_add_ps(sumv[t], _mm256_sub_ps(a, m));
+		}
+	}
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		_mm256_storeu_ps(out + t * ldo, sumv[t]);
+}
+
+// kq_rows_x8 sets out[i*ldo + 8g + r] for rows r of the groups [g0, g1)
+// of Q4_Kx8 weights w (gb bytes a group) and the n token rows of q8_K
+// activations x (cols each, xd's scales per 256, bsums per 16): tokens in
+// blocks of about KQ_XBYTES of activations, groups in chunks of about
+// KQ_WBYTES that each tile of KX_T tokens passes over in turn.
+void kq_rows_x8(const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x, const float *xd,
+		const int32_t *bsums, long n, long cols, float *out, long ldo) {
+	long nb = cols / 256, lb = cols / 16;
+	if (n == 1) {
+		for (long g = g0; g < g1; g++)
+			kx_q4k(1, w + g * gb, nb, off, x, cols, xd, nb, bsums, lb, out + 8 * g, ldo);
+		return;
+	}
+	long tb = KQ_XBYTES / cols;
+	tb = tb < KX_T ? KX_T : tb - tb % KX_T;
+	long gc = KQ_WBYTES / gb;
+	gc = gc < 1 ? 1 : gc;
+	for (long t0 = 0; t0 < n; t0 += tb)
+		for (long c0 = g0; c0 < g1; c0 += gc)
+			for (long i = t0; i < n && i < t0 + tb; i += KX_T)
+				for (long g = c0; g < g1 && g < c0 + gc; g++) {
+					const uint8_t *wg = w + g * gb;
+					const int8_t *xi = x + i * cols;
+					const float *di = xd + i * nb;
+					const int32_t *bi = bsums + i * lb;
+					float *o = out + i * ldo + 8 * g;
+					switch (n - i < KX_T ? n - i : KX_T) {
+					case 1:
+						kx_q4k(1, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);
+						break;
+					case 2:
+						kx_q4k(2, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);
+						break;
+					case 3:
+						kx_q4k(3, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);
+						break;
+					default:
+						kx_q4k(4, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);
+						break;
+					}
+				}
+}
+
 
 // kq_round_away is C's roundf on 8 lanes, exactly: the magnitude's floor,
 // plus one where the fraction (exact) is at least a half, with t's sign;

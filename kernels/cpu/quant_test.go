@@ -203,6 +203,22 @@ type quantKernel struct {
 	name       string
 	run        func(t *qTask, r0, r1 int)
 	exact, all bool
+	// x8 marks the kernels of interleaved rows (qTask.x8), for the types
+	// with an interleaved format; run wants r0 and r1 whole groups.
+	x8 bool
+}
+
+// withX8 returns t for kernel k over m: for the interleaved kernels, with
+// m's rows interleaved, and false where m's type has no such format.
+func withX8(k quantKernel, t qTask, m *tensor.Mat) (qTask, bool) {
+	if !k.x8 {
+		return t, true
+	}
+	if m.DType.Interleaved() == nil || m.Rows < m.DType.Interleaved().Rows {
+		return t, false
+	}
+	t.x8 = interleave(m, nil)
+	return t, true
 }
 
 // quantKernels returns the C kernel families this CPU and build run (as
@@ -220,16 +236,17 @@ func quantKernels() []quantKernel {
 				t.a.quant.wide = true
 			}
 			quantRowsISA(t, r0, r1, false)
-		}, true, false})
+		}, true, false, false})
+		ks = append(ks, quantKernel{"avx2x8", quantRowsX8, true, false, true})
 	}
 	if hasQuant512 {
-		ks = append(ks, quantKernel{"avx512vnni", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, true) }, false, false})
+		ks = append(ks, quantKernel{"avx512vnni", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, true) }, false, false, false})
 	}
 	if hasNEON {
-		ks = append(ks, quantKernel{"neon", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, false) }, true, true})
+		ks = append(ks, quantKernel{"neon", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, false) }, true, true, false})
 	}
 	if hasQuantDot {
-		ks = append(ks, quantKernel{"neon+dotprod", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, true) }, true, true})
+		ks = append(ks, quantKernel{"neon+dotprod", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, true) }, true, true, false})
 	}
 	return ks
 }
@@ -302,7 +319,11 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 			for _, k := range isas {
 				cOut := make([]float32, n*rows)
 				tk.out = cOut
-				k.run(&tk, 0, rows)
+				kt, ok := withX8(k, tk, &m)
+				if !ok {
+					continue
+				}
+				k.run(&kt, 0, rows)
 				// f32 lanes: exact integer dots, the scaled sums in another
 				// order than Go's.
 				lanes := !k.exact || (f.Block == 32 && !k.all)
@@ -351,15 +372,23 @@ func TestQuantKernelsTileInvariant(t *testing.T) {
 			all.quantize(x, tc.n, tc.cols, l)
 			for _, k := range isas {
 				batch := make([]float32, tc.n*tc.rows)
-				k.run(&qTask{out: batch, a: &all, w: &m, l: l, n: tc.n, rowB: rb}, 0, tc.rows)
+				bt, ok := withX8(k, qTask{out: batch, a: &all, w: &m, l: l, n: tc.n, rowB: rb}, &m)
+				if !ok {
+					continue
+				}
+				k.run(&bt, 0, tc.rows)
+				split := 7 // off a chunk's edge
+				if k.x8 {
+					split = 8 // a whole group
+				}
 				for i := range tc.n {
 					var one qActs
 					one.quantize(x[i*tc.cols:(i+1)*tc.cols], 1, tc.cols, l)
 					out := make([]float32, tc.rows)
-					tk := qTask{out: out, a: &one, w: &m, l: l, n: 1, rowB: rb}
-					// Rows in two calls, split off a chunk's edge.
-					k.run(&tk, 0, 7)
-					k.run(&tk, 7, tc.rows)
+					tk := qTask{out: out, a: &one, w: &m, l: l, n: 1, rowB: rb, x8: bt.x8}
+					// Rows in two calls.
+					k.run(&tk, 0, split)
+					k.run(&tk, split, tc.rows)
 					for j, v := range out {
 						if b := batch[i*tc.rows+j]; math.Float32bits(v) != math.Float32bits(b) {
 							t.Fatalf("%s %s %dx%d: token %d row %d: %v alone, %v among %d", k.name, f.Name, tc.rows, tc.cols, i, j, v, b, tc.n)
@@ -423,10 +452,14 @@ func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []
 			if k.name == "go" && n > 64 {
 				continue
 			}
+			kt, ok := withX8(k, tk, &m)
+			if !ok {
+				continue
+			}
 			b.Run(fmt.Sprintf("%s/%dx%d/n=%d/%s", f.Name, rows, cols, n, k.name), func(b *testing.B) {
 				cpu0 := cputime.Seconds()
 				for b.Loop() {
-					k.run(&tk, 0, rows)
+					k.run(&kt, 0, rows)
 				}
 				macs := float64(b.N) * float64(n*rows*cols) / 1e9
 				b.ReportMetric(macs/b.Elapsed().Seconds(), "GMAC/s")
@@ -436,6 +469,74 @@ func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []
 					b.ReportMetric(macs/cpu, "GMAC/cpu-s")
 				}
 			})
+		}
+	}
+}
+
+// Prepare interleaves a Q4_K matrix where the AVX2 kernels run (and only
+// there), and lets go of the stored rows: MatMul then gives the stored
+// matrix's bits (decode and prefill, one thread and three), Row its rows,
+// for rows that are whole groups, groups and a remainder, one block per
+// row, and fewer rows than a group (left as stored).
+func TestPrepareInterleaves(t *testing.T) {
+	r := rand.New(rand.NewPCG(12, 12))
+	f := tensor.Q4_K.Format()
+	for _, tc := range []struct{ rows, cols int }{{37, 512}, {16, 256}, {5, 512}, {64, 256 * 3}} {
+		m := quantMat(f, tc.rows, tc.cols, uint64(tc.rows))
+		want := interleaves(&m)
+		stored, prep := NewMatrix(m), NewMatrix(m)
+		for _, threads := range []int{1, 3} {
+			p := NewPool(threads)
+			if got := p.Prepare(prep); got != want {
+				t.Fatalf("%dx%d: Prepare %v, want %v (avx2 %v, avx512 vnni %v)", tc.rows, tc.cols, got, want, hasAVX2C, hasQuant512)
+			}
+			if want && prep.Mat().Q != nil {
+				t.Fatalf("%dx%d: the stored rows are still held", tc.rows, tc.cols)
+			}
+			for _, n := range []int{1, 5, 9} {
+				x := make([]float32, n*tc.cols)
+				for i := range x {
+					x[i] = float32(r.NormFloat64())
+				}
+				a, b := make([]float32, n*tc.rows), make([]float32, n*tc.rows)
+				p.MatMul(a, x, n, stored)
+				p.MatMul(b, x, n, prep)
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+						t.Fatalf("%dx%d, %d tokens, %d threads: output %d: interleaved %v, stored %v", tc.rows, tc.cols, n, threads, i, b[i], a[i])
+					}
+				}
+				// And against float64 over the dequantized weights and the
+				// activations as quantized (q8_K), as TestQuantMatMul.
+				var qa qActs
+				qa.quantize(x, n, tc.cols, qLayouts[tensor.Q4_K])
+				deq := make([]float32, tc.cols)
+				for j := range tc.rows {
+					RowF32(deq, m, j)
+					for i := range n {
+						var want, mag float64
+						for c, v := range deq {
+							xv := float64(qa.qs[i*tc.cols+c]) * float64(qa.d[(i*tc.cols+c)/256])
+							want += float64(v) * xv
+							mag += math.Abs(float64(v) * xv)
+						}
+						if d := math.Abs(float64(b[i*tc.rows+j]) - want); d > 1e-5*mag+1e-9 {
+							t.Fatalf("%dx%d, %d tokens: token %d row %d: %v, float64 %v (|w||x| %v)", tc.rows, tc.cols, n, i, j, b[i*tc.rows+j], want, mag)
+						}
+					}
+				}
+			}
+			p.Close()
+		}
+		ra, rb := make([]float32, tc.cols), make([]float32, tc.cols)
+		for i := range tc.rows {
+			RowF32(ra, m, i)
+			prep.Row(rb, i)
+			for c := range ra {
+				if math.Float32bits(ra[c]) != math.Float32bits(rb[c]) {
+					t.Fatalf("%dx%d: row %d value %d: %v, stored %v", tc.rows, tc.cols, i, c, rb[c], ra[c])
+				}
+			}
 		}
 	}
 }

@@ -1,0 +1,82 @@
+package cpu
+
+import (
+	"bytes"
+
+	"github.com/kakeya-ai/kakeya/tensor"
+)
+
+// interleaved is a quantized matrix's rows as Pool.Prepare lays them out
+// for the AVX2 kernels of an interleaved format (tensor.Q4_Kx8): its first
+// rows, a multiple of the format's group, in groups; the rows after them
+// as stored, in a copy of their own (so that the stored matrix's memory is
+// not held).
+type interleaved struct {
+	f      *tensor.InterleavedFormat
+	groups []byte // rows [0, rows) in f's layout
+	gb     int    // bytes per group
+	rows   int
+	rest   []byte // rows [rows, Mat.Rows) as stored
+}
+
+// x8Off is the C kernels' offsets (kq_rows_x8's off[]) of Q4_Kx8, read
+// from its description: group block bytes, d, dmin, scales (with the
+// mins), qs.
+var x8Off = func() [5]int64 {
+	f := &tensor.Q4_Kx8
+	return [5]int64{int64(f.Bytes), int64(f.Field("d").Offset), int64(f.Field("dmin").Offset),
+		int64(f.Field("scales").Offset), int64(f.Field("qs").Offset)}
+}()
+
+// interleaves reports whether the kernels this process runs read m's rows
+// interleaved: the AVX2 family's (KAKEYA_CPU=avx2, or a CPU without
+// AVX-512 VNNI; the AVX-512 kernels read the rows as stored) for a type
+// with an interleaved format and at least one whole group of rows.
+func interleaves(m *tensor.Mat) bool {
+	f := m.DType.Interleaved()
+	return hasAVX2C && !hasQuant512 && f != nil && m.Rows >= f.Rows && m.Cols%f.Block == 0
+}
+
+// interleave returns m's rows interleaved, the groups made by run (a
+// parallel for over groups; nil runs them here).
+func interleave(m *tensor.Mat, run func(n int, fn func(lo, hi int))) *interleaved {
+	f := m.DType.Interleaved()
+	gb, _ := f.GroupBytes(m.Cols)
+	rb, _ := m.DType.RowBytes(m.Cols)
+	ng := m.Rows / f.Rows
+	iv := &interleaved{f: f, groups: make([]byte, ng*gb), gb: gb, rows: ng * f.Rows,
+		rest: bytes.Clone(m.Q[ng*f.Rows*rb : m.Rows*rb])}
+	fn := func(lo, hi int) {
+		if err := tensor.InterleaveRows(iv.groups[lo*gb:hi*gb], f, m.Q[lo*f.Rows*rb:hi*f.Rows*rb], m.Cols); err != nil {
+			panic("cpu: " + err.Error()) // the shapes were checked
+		}
+	}
+	if run == nil {
+		fn(0, ng)
+	} else {
+		run(ng, fn)
+	}
+	return iv
+}
+
+// row dequantizes row r (of cols values) into dst.
+func (iv *interleaved) row(dst []float32, dt tensor.DType, cols, r int) {
+	rb, _ := dt.RowBytes(cols)
+	if r >= iv.rows {
+		if err := tensor.DequantizeRow(dst[:cols], dt, iv.rest[(r-iv.rows)*rb:(r-iv.rows+1)*rb]); err != nil {
+			panic("cpu: RowF32: " + err.Error())
+		}
+		return
+	}
+	f := iv.f
+	var blk [256]byte
+	bb := dt.Format().Bytes
+	nb := cols / f.Block
+	g := iv.groups[r/f.Rows*iv.gb:]
+	for b := range nb {
+		f.RowBlock(blk[:bb], g[b*f.Bytes:(b+1)*f.Bytes], r%f.Rows)
+		if err := tensor.DequantizeRow(dst[b*f.Block:(b+1)*f.Block], dt, blk[:bb]); err != nil {
+			panic("cpu: RowF32: " + err.Error())
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package tensor
+
+import "fmt"
+
+// An InterleavedFormat lays out groups of Rows rows of a quantized type
+// (Base) side by side, block by block, for kernels that take the rows of
+// a group at once: a group's block b holds the Rows rows' block b, in
+// Bytes bytes, as the named Fields at fixed offsets. A group is its nb
+// blocks in order (nb = cols / Block), groups one after another. It is a
+// layout a backend makes at load from the stored rows (InterleaveRows),
+// never one a file holds, and it goes back to them bit for bit
+// (DeinterleaveRows).
+type InterleavedFormat struct {
+	Base  DType
+	Name  string
+	Rows  int // rows per group
+	Block int // values per row and block (Base's)
+	Bytes int // bytes per group and block
+	// Fields are the group block's fields; see the format's comment for
+	// the order of rows and values within each.
+	Fields []QuantField
+}
+
+// Field returns the named field; it panics on a name the format lacks
+// (a programming error).
+func (f *InterleavedFormat) Field(name string) QuantField {
+	for _, fl := range f.Fields {
+		if fl.Name == name {
+			return fl
+		}
+	}
+	panic("tensor: format " + f.Name + " has no field " + name)
+}
+
+// Q4_Kx8 is Q4_K with eight rows interleaved, for the AVX2 kernels, which
+// take one 256-bit vector of 4-bit codes as eight rows' four bytes each: a
+// 32-bit lane a row. A group block (1,152 bytes, the rows' 8 x 144: the
+// layout takes no more memory than the rows) holds, for rows r = 0..7 of
+// the group:
+//
+//   - "d", "dmin": the rows' f16 scale and min scale, row r at element r;
+//   - "scales": the rows' 6-bit sub-block scales and mins, 128 values v
+//     in 96 bytes: scale j (0..7) of row r is v[8j + r], min 2k+i (k
+//     0..3, i 0..1) of row r is v[64 + 16k + 2r + i] (a row's two mins of
+//     a 64-value part in one 16-bit lane once widened); byte p (0..63)
+//     holds v[p] in its low 6 bits and the low 2 bits of v[64 + p] in its
+//     top 2, byte 64 + q (q 0..31) the top 4 bits of v[64 + q] in its low
+//     nibble and those of v[96 + q] in its high one, so that a few vector
+//     operations unpack the eight rows' scales and mins together;
+//   - "qs": the codes, byte 32c + 4k + i of row r's qs (c 0..3, k 0..7,
+//     i 0..3; its low nibbles are values 64c + 4k + i, its high ones
+//     64c + 32 + 4k + i) at byte 256c + 32k + 4r + i.
+var Q4_Kx8 = InterleavedFormat{
+	Base: Q4_K, Name: "Q4_Kx8", Rows: 8, Block: 256, Bytes: 1152,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"dmin", FieldF16, 16, 8}, {"scales", FieldU8, 32, 96}, {"qs", FieldU8, 128, 1024}},
+}
+
+// Interleaved returns the interleaved format of rows of d, nil where there
+// is none.
+func (d DType) Interleaved() *InterleavedFormat {
+	if d == Q4_K {
+		return &Q4_Kx8
+	}
+	return nil
+}
+
+// GroupBytes returns the bytes of one group of f.Rows rows of cols values
+// (a whole number of blocks), and false where cols is not.
+func (f *InterleavedFormat) GroupBytes(cols int) (int, bool) {
+	if cols <= 0 || cols%f.Block != 0 {
+		return 0, false
+	}
+	return cols / f.Block * f.Bytes, true
+}
+
+// InterleaveRows writes the groups of f.Rows rows of cols values in src
+// (rows of f.Base, one after another: a multiple of f.Rows of them) into
+// dst, which must hold len(src) / rowBytes / f.Rows groups.
+func InterleaveRows(dst []byte, f *InterleavedFormat, src []byte, cols int) error {
+	return interleave(dst, f, src, cols, true)
+}
+
+// DeinterleaveRows is InterleaveRows' inverse: the rows of the groups in
+// src, as f.Base stores them, into dst.
+func DeinterleaveRows(dst []byte, f *InterleavedFormat, src []byte, cols int) error {
+	return interleave(src, f, dst, cols, false)
+}
+
+// RowBlock writes row r's block (as f.Base stores it) of the group block
+// g into dst (f.Base's block bytes).
+func (f *InterleavedFormat) RowBlock(dst, g []byte, r int) {
+	moveQ4K(g, dst, r, false)
+}
+
+// interleave moves the rows in rows to and from the groups in groups (to
+// them where in is set).
+func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in bool) error {
+	bf := f.Base.Format()
+	gb, ok := f.GroupBytes(cols)
+	if f.Base != Q4_K {
+		return fmt.Errorf("tensor: %s: no interleaving of %v rows", f.Name, f.Base)
+	}
+	if !ok || bf.Block != f.Block {
+		return fmt.Errorf("tensor: %s: rows of %d values are not whole blocks of %d", f.Name, cols, f.Block)
+	}
+	rb := cols / bf.Block * bf.Bytes
+	if len(rows)%(rb*f.Rows) != 0 {
+		return fmt.Errorf("tensor: %s: %d bytes are not whole groups of %d rows of %d bytes", f.Name, len(rows), f.Rows, rb)
+	}
+	ng := len(rows) / (rb * f.Rows)
+	if len(groups) < ng*gb {
+		return fmt.Errorf("tensor: %s: %d groups need %d bytes, have %d", f.Name, ng, ng*gb, len(groups))
+	}
+	nb := cols / f.Block
+	for g := range ng {
+		for b := range nb {
+			gblk := groups[(g*nb+b)*f.Bytes : (g*nb+b+1)*f.Bytes]
+			for r := range f.Rows {
+				row := rows[(g*f.Rows+r)*rb+b*bf.Bytes : (g*f.Rows+r)*rb+(b+1)*bf.Bytes]
+				moveQ4K(gblk, row, r, in)
+			}
+		}
+	}
+	return nil
+}
+
+// q4kOffsets are the field offsets moveQ4K reads: a group block's (Q4_Kx8)
+// and a row block's (Q4_K), looked up once.
+type q4kOffsets struct{ d, dmin, scales, qs, bd, bdmin, bsc, bqs int }
+
+var q4kOff = func() q4kOffsets {
+	f, bf := &Q4_Kx8, Q4_K.Format()
+	return q4kOffsets{f.Field("d").Offset, f.Field("dmin").Offset, f.Field("scales").Offset, f.Field("qs").Offset, bf.Field("d").Offset, bf.Field("dmin").Offset, bf.Field("scales").Offset, bf.Field("qs").Offset}
+}()
+
+// moveQ4K moves row r's Q4_K block blk into (in) or out of the group
+// block g of Q4_Kx8.
+func moveQ4K(g, blk []byte, r int, in bool) {
+	o := &q4kOff
+	if in {
+		copy(g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2])
+		copy(g[o.dmin+2*r:o.dmin+2*r+2], blk[o.bdmin:o.bdmin+2])
+		for j := range 8 {
+			sc, m := ScaleMinK4(j, blk[o.bsc:o.bsc+12])
+			setX8Value(g[o.scales:o.scales+96], 8*j+r, sc)
+			setX8Value(g[o.scales:o.scales+96], 64+16*(j/2)+2*r+j%2, m)
+		}
+	} else {
+		copy(blk[o.bd:o.bd+2], g[o.d+2*r:o.d+2*r+2])
+		copy(blk[o.bdmin:o.bdmin+2], g[o.dmin+2*r:o.dmin+2*r+2])
+		var sc, m [8]uint8
+		for j := range 8 {
+			sc[j], m[j] = x8Value(g[o.scales:o.scales+96], 8*j+r), x8Value(g[o.scales:o.scales+96], 64+16*(j/2)+2*r+j%2)
+		}
+		packScaleMinK4(blk[o.bsc:o.bsc+12], &sc, &m)
+	}
+	for c := range 4 {
+		for k := range 8 {
+			gq := g[o.qs+256*c+32*k+4*r : o.qs+256*c+32*k+4*r+4]
+			bq := blk[o.bqs+32*c+4*k : o.bqs+32*c+4*k+4]
+			if in {
+				copy(gq, bq)
+			} else {
+				copy(bq, gq)
+			}
+		}
+	}
+}
+
+// x8Value returns value i (0..127) of a Q4_Kx8 group block's 96 bytes of
+// packed scales and mins (see Q4_Kx8).
+func x8Value(sm []byte, i int) uint8 {
+	if i < 64 {
+		return sm[i] & 63
+	}
+	if q := i - 64; q < 32 {
+		return sm[q]>>6 | (sm[64+q]&0xF)<<2
+	}
+	q := i - 96
+	return sm[32+q]>>6 | (sm[64+q]>>4)<<2
+}
+
+// setX8Value sets value i (0..127, 6 bits) of a Q4_Kx8 group block's
+// packed scales and mins, leaving the others.
+func setX8Value(sm []byte, i int, v uint8) {
+	if i < 64 {
+		sm[i] = sm[i]&0xC0 | v&63
+		return
+	}
+	if q := i - 64; q < 32 {
+		sm[q] = sm[q]&63 | (v&3)<<6
+		sm[64+q] = sm[64+q]&0xF0 | v>>2&0xF
+		return
+	}
+	q := i - 96
+	sm[32+q] = sm[32+q]&63 | (v&3)<<6
+	sm[64+q] = sm[64+q]&0x0F | (v>>2&0xF)<<4
+}
+
+// packScaleMinK4 packs eight 6-bit scales and mins into a Q4_K/Q5_K
+// block's 12 scale bytes, as ScaleMinK4 reads them (every bit of the 12
+// bytes is one of theirs, so packing what ScaleMinK4 read gives the bytes
+// back).
+func packScaleMinK4(q []byte, sc, m *[8]uint8) {
+	for j := range 4 {
+		q[j] = sc[j]&63 | (sc[j+4]>>4)<<6
+		q[j+4] = m[j]&63 | (m[j+4]>>4)<<6
+		q[j+8] = sc[j+4]&0xF | (m[j+4]&0xF)<<4
+	}
+}
