@@ -164,13 +164,7 @@ func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]by
 		// Block by block.
 		rs.out = growF32(rs.out, n*d)
 		for j, b := range src {
-			lo, hi := 0, n
-			if j == 0 {
-				lo = r0
-			}
-			if j == nb-1 {
-				hi = r1
-			}
+			lo, hi := runRows(j, j+1, nb, n, r0, r1)
 			if err := k.DecodeRotated(rs.out[:n*d], b, n, d, cos[j*n*h:(j+1)*n*h], sin[j*n*h:(j+1)*n*h]); err != nil {
 				return err
 			}
@@ -184,13 +178,7 @@ func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]by
 		if err != nil {
 			return err
 		}
-		lo, hi := 0, n
-		if j0 == 0 {
-			lo = r0
-		}
-		if j1 == nb {
-			hi = r1
-		}
+		lo, hi := runRows(j0, j1, nb, n, r0, r1)
 		cpu.PCScoreRun(&run, j1-j0, s[j0*n:], lds, q, m, scale, cos[j0*n*h:], sin[j0*n*h:], lo, hi, rs.work)
 	}
 	return nil
@@ -220,13 +208,7 @@ func (k *KakeyaPC) AddWeightedRun(dst []float32, m int, w []float32, wStride int
 		out := rs.out[:m*d]
 		copy(out, dst[:m*d])
 		for j, b := range src {
-			lo, hi := 0, n
-			if j == 0 {
-				lo = r0
-			}
-			if j == nb-1 {
-				hi = r1
-			}
+			lo, hi := runRows(j, j+1, nb, n, r0, r1)
 			if err := k.AddWeighted(out, m, w[j*n:], wStride, b, n, d, lo, hi); err != nil {
 				return err
 			}
@@ -249,15 +231,23 @@ func (k *KakeyaPC) AddWeightedRun(dst []float32, m int, w []float32, wStride int
 		if run, err = k.prepareRun(rs, src[j0:j1], n, d); err != nil {
 			return err
 		}
-		lo, hi := 0, n
-		if j0 == 0 {
-			lo = r0
-		}
-		if j1 == nb {
-			hi = r1
-		}
+		lo, hi := runRows(j0, j1, nb, n, r0, r1)
 		cpu.PCAddRun(&run, j1-j0, w[j0*n:], wStride, m, lo, hi, acc, macc, wsum, rs.work)
 	}
 	cpu.PCAddRunEnd(&run, dst, m, acc, macc, wsum)
 	return nil
+}
+
+// runRows returns the rows [lo, hi) of blocks j0 to j1 of a run of nb
+// blocks of n rows that a call reads: every row, but for the run's first
+// block, which starts at r0, and its last, which ends at r1.
+func runRows(j0, j1, nb, n, r0, r1 int) (lo, hi int) {
+	lo, hi = 0, n
+	if j0 == 0 {
+		lo = r0
+	}
+	if j1 == nb {
+		hi = r1
+	}
+	return lo, hi
 }
