@@ -66,6 +66,39 @@ var ransTestSizes = []int{2, 3, 4, 6, 10, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65
 
 var ransTestShapes = []string{"gauss", "flat", "spike", "random"}
 
+// A ransTestFamily is one table of every size class and shape
+// (ransTestSizes x ransTestShapes) in one entry array, each with its
+// levels, and their lookup: tabs, levOff and nsym give each table's
+// entry offset, level offset and symbol count.
+type ransTestFamily struct {
+	ent                []uint32
+	lv                 []float32
+	tabs, levOff, nsym []int32
+	lk                 *RANSLookup
+}
+
+// newRANSTestFamily builds the family from rng, symbol i's level of each
+// table drawn by level(i).
+func newRANSTestFamily(t *testing.T, rng *rand.Rand, level func(i int) float32) ransTestFamily {
+	t.Helper()
+	var f ransTestFamily
+	for _, n := range ransTestSizes {
+		for _, shape := range ransTestShapes {
+			f.tabs = append(f.tabs, int32(len(f.ent)))
+			f.ent = append(f.ent, ransTestTable(ransTestFreqs(rng, n, shape))...)
+			f.levOff, f.nsym = append(f.levOff, int32(len(f.lv))), append(f.nsym, int32(n))
+			for i := range n {
+				f.lv = append(f.lv, level(i))
+			}
+		}
+	}
+	var err error
+	if f.lk, err = NewRANSLookup(f.ent); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestRANSLookup: for tables of every size class and shape, the lookup
 // gives every slot's symbol, frequency and start as the packed entry does,
 // or leaves the slot to the gather, as many slots as Gathered says, none
@@ -128,23 +161,8 @@ func TestRANSDecodeLookup(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	t.Logf("lookup kernels: %v", hasRANSLookup)
 	// One family of every size and shape, and its levels.
-	var ent []uint32
-	var lv []float32
-	var tabs, levOff, nsym []int32
-	for _, n := range ransTestSizes {
-		for _, shape := range ransTestShapes {
-			tabs = append(tabs, int32(len(ent)))
-			ent = append(ent, ransTestTable(ransTestFreqs(rng, n, shape))...)
-			levOff, nsym = append(levOff, int32(len(lv))), append(nsym, int32(n))
-			for i := range n {
-				lv = append(lv, float32(rng.NormFloat64())+float32(i))
-			}
-		}
-	}
-	lk, err := NewRANSLookup(ent)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) + float32(i) })
+	ent, lv, tabs, levOff, nsym, lk := f.ent, f.lv, f.tabs, f.levOff, f.nsym, f.lk
 	decoded := 0
 	for round := range 400 {
 		ns := 1 + round%RANSMaxStreams
@@ -282,23 +300,8 @@ func ransDecode2Ref(out []float32, g0 int, src []byte, pos, per int, ent []uint3
 func TestRANSDecode2Reference(t *testing.T) {
 	const per = 96
 	rng := rand.New(rand.NewPCG(7, 8))
-	var ent []uint32
-	var lv []float32
-	var tabs, levOff, nsym []int32
-	for _, n := range ransTestSizes {
-		for _, shape := range ransTestShapes {
-			tabs = append(tabs, int32(len(ent)))
-			ent = append(ent, ransTestTable(ransTestFreqs(rng, n, shape))...)
-			levOff, nsym = append(levOff, int32(len(lv))), append(nsym, int32(n))
-			for i := range n {
-				lv = append(lv, float32(rng.NormFloat64())*float32(i+1))
-			}
-		}
-	}
-	lk, err := NewRANSLookup(ent)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) * float32(i+1) })
+	ent, lv, tabs, levOff, nsym, lk := f.ent, f.lv, f.tabs, f.levOff, f.nsym, f.lk
 	decoded := 0
 	for round := range 300 {
 		ns := 1 + round%RANSMaxStreams
