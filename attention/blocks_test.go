@@ -68,6 +68,38 @@ func (p runCounter) AddWeightedRun(dst []float32, m int, w []float32, wStride in
 	return p.KakeyaPC.AddWeightedRun(dst, m, w, wStride, src, n, d, r0, r1)
 }
 
+// forwardEachThenAll appends total tokens' keys and values one at a time
+// to a new one-layer cache of codec c (hot window bs) and attends each
+// position's queries as it comes, then every position again in one call,
+// as a prefill over the encoded cache: the outputs (one query at a time,
+// then the prefill's), the cache and the attention.
+func forwardEachThenAll(t *testing.T, name string, be *backend, p compute.AttentionParams, c codec.Codec, bs, maxCtx, total int, q, k, v, cos, sin []float32) ([]float32, *kvcache.Cache, compute.Attention) {
+	t.Helper()
+	d := p.HeadDim
+	kr, qr := p.KVHeads*d, p.Heads*d
+	kc, err := newCache(be, p.KVHeads, d, bs, maxCtx, kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{c}, V: c}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAttention(be, p, bs, maxCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, 2*len(q))
+	for pos := 0; pos < total; pos++ {
+		if err := kc.Append(0, compute.Wrap(k[pos*kr:(pos+1)*kr]), compute.Wrap(v[pos*kr:(pos+1)*kr]), 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Forward(compute.Wrap(out[pos*qr:(pos+1)*qr]), compute.Wrap(q[pos*qr:(pos+1)*qr]), 1, pos, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin)); err != nil {
+			t.Fatalf("%s: position %d: %v", name, pos, err)
+		}
+	}
+	if err := a.Forward(compute.Wrap(out[len(q):]), compute.Wrap(q), total, 0, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin)); err != nil {
+		t.Fatalf("%s: prefill: %v", name, err)
+	}
+	return out, kc, a
+}
+
 // TestForwardBlocks: attention taking blocks up to codec.MaxBlocks at a
 // time through a BlocksDecoder (kakeya-pc fixed-width, and entropy coded
 // in both stream layouts) gives the block-by-block calls' outputs bit for
@@ -94,31 +126,9 @@ func TestForwardBlocks(t *testing.T) {
 			name := fmt.Sprintf("%s/window %d", spec, p.Window)
 			q, k, v := randQKV(rand.New(rand.NewPCG(5, 6)), total, p)
 			cos, sin := ropeTables(maxCtx, d)
-			kr, qr := p.KVHeads*d, p.Heads*d
+			qr := p.Heads * d
 			run := func(c codec.Codec) ([]float32, *kvcache.Cache, compute.Attention) {
-				kc, err := newCache(be, p.KVHeads, d, bs, maxCtx, kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{c}, V: c}}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				a, err := newAttention(be, p, bs, maxCtx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out := make([]float32, 2*len(q))
-				for pos := 0; pos < total; pos++ {
-					if err := kc.Append(0, compute.Wrap(k[pos*kr:(pos+1)*kr]), compute.Wrap(v[pos*kr:(pos+1)*kr]), 1); err != nil {
-						t.Fatal(err)
-					}
-					if err := a.Forward(compute.Wrap(out[pos*qr:(pos+1)*qr]), compute.Wrap(q[pos*qr:(pos+1)*qr]), 1, pos, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin)); err != nil {
-						t.Fatalf("%s: position %d: %v", name, pos, err)
-					}
-				}
-				// Then every position again in one call, as a prefill
-				// over the encoded cache.
-				if err := a.Forward(compute.Wrap(out[len(q):]), compute.Wrap(q), total, 0, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin)); err != nil {
-					t.Fatalf("%s: prefill: %v", name, err)
-				}
-				return out, kc, a
+				return forwardEachThenAll(t, name, be, p, c, bs, maxCtx, total, q, k, v, cos, sin)
 			}
 			var keys, values, blocks atomic.Int64
 			got, kc, a := run(blocksCounter{pc, &keys, &values, &blocks})
@@ -193,27 +203,7 @@ func TestForwardRuns(t *testing.T) {
 		cos, sin := ropeTables(maxCtx, d)
 		kr, qr := p.KVHeads*d, p.Heads*d
 		run := func(c codec.Codec) ([]float32, *kvcache.Cache, compute.Attention) {
-			kc, err := newCache(be, p.KVHeads, d, bs, maxCtx, kvcache.Policy{HotWindow: bs, Layers: []kvcache.LayerCodecs{{K: []codec.Codec{c}, V: c}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := newAttention(be, p, bs, maxCtx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := make([]float32, 2*len(q))
-			for pos := 0; pos < total; pos++ {
-				if err := kc.Append(0, compute.Wrap(k[pos*kr:(pos+1)*kr]), compute.Wrap(v[pos*kr:(pos+1)*kr]), 1); err != nil {
-					t.Fatal(err)
-				}
-				if err := a.Forward(compute.Wrap(out[pos*qr:(pos+1)*qr]), compute.Wrap(q[pos*qr:(pos+1)*qr]), 1, pos, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin)); err != nil {
-					t.Fatalf("%s: position %d: %v", name, pos, err)
-				}
-			}
-			if err := a.Forward(compute.Wrap(out[len(q):]), compute.Wrap(q), total, 0, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin)); err != nil {
-				t.Fatalf("%s: prefill: %v", name, err)
-			}
-			return out, kc, a
+			return forwardEachThenAll(t, name, be, p, c, bs, maxCtx, total, q, k, v, cos, sin)
 		}
 		var keys, values, blocks atomic.Int64
 		got, kc, a := run(runCounter{pc, &keys, &values, &blocks})
