@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
@@ -32,6 +35,7 @@ type Caches struct {
 	file *codec.Calibration   // Options.Calibration's, loaded on first need
 	auto map[int]autoResult   // automatic calibrations by block size
 	used CalibrationInfo      // the calibration the last Cache used
+	told map[string]bool      // the host-encoding warnings logged, by text
 }
 
 // autoResult is an automatic calibration and where it came from.
@@ -55,7 +59,7 @@ func NewCaches(m *model.Model, opt Options) (*Caches, error) {
 	if opt.Log == nil {
 		opt.Log = slog.Default()
 	}
-	return &Caches{m: m, opt: opt, auto: map[int]autoResult{}}, nil
+	return &Caches{m: m, opt: opt, auto: map[int]autoResult{}, told: map[string]bool{}}, nil
 }
 
 // Cache resolves spec for the model: its defaults applied, its policy
@@ -86,7 +90,61 @@ func (c *Caches) cache(ctx context.Context, spec kvconfig.Checked) (model.Sequen
 	if err != nil {
 		return fail(fmt.Errorf("kakeya: cache: %w", err))
 	}
-	return model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}, st, info, nil
+	opts := model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize}
+	if err := c.warnHostEncoded(opts, st); err != nil {
+		return fail(fmt.Errorf("kakeya: cache: %w", err))
+	}
+	return opts, st, info, nil
+}
+
+// warnHostEncoded logs, once per Caches for each distinct set, the layer
+// sides of a cache whose blocks a backend that encodes blocks itself (the
+// CUDA device: int8, int4, int2 and kakeya-pc) would read back and encode
+// on the host (kakeya-block, preconditioned keys and the other codecs):
+// each block that fills waits for that round trip, one host wait per
+// block and KV head, where a decode step otherwise makes one in all. It
+// is a warning, not an error: the cache is correct and holds the same
+// bytes as on the CPU, only slower to fill (as llama.cpp runs an
+// operation its GPU backend lacks on the CPU); kakeya-eval sensitivity's
+// default choices avoid it.
+func (c *Caches) warnHostEncoded(o model.SequenceOptions, st kvconfig.Settings) error {
+	sides, err := c.m.HostEncoded(o)
+	if err != nil || len(sides) == 0 {
+		return err
+	}
+	var parts []string
+	byCodec := map[string][2][]string{}
+	var order []string
+	for _, s := range sides {
+		name := sideSpec(st, s)
+		l, ok := byCodec[name]
+		if !ok {
+			order = append(order, name)
+		}
+		l[s.KV] = append(l[s.KV], strconv.Itoa(s.Layer))
+		byCodec[name] = l
+	}
+	for _, cd := range order {
+		l := byCodec[cd]
+		var which []string
+		for kv, name := range [2]string{"keys", "values"} {
+			if len(l[kv]) > 0 {
+				which = append(which, name+" of layers "+strings.Join(l[kv], ","))
+			}
+		}
+		parts = append(parts, cd+": "+strings.Join(which, "; "))
+	}
+	text := strings.Join(parts, " | ")
+	c.mu.Lock()
+	told := c.told[text]
+	c.told[text] = true
+	c.mu.Unlock()
+	if !told {
+		c.opt.Log.Warn("KV blocks encoded on the host: each block that fills is read back from the "+c.m.Backend().Name()+
+			" device, encoded on the host and copied in, one host wait per block and KV head (int8, int4, int2 and kakeya-pc encode on the device)",
+			"layers", text)
+	}
+	return nil
 }
 
 // calibration returns the calibration of a cache of block size bs:
@@ -130,4 +188,21 @@ func (c *Caches) calibration(ctx context.Context, bs int, needPCA bool) (*codec.
 	}
 	c.auto[bs] = autoResult{cal, info}
 	return cal, info, nil
+}
+
+// sideSpec names the codec of a host-encoded side as the settings wrote
+// it (the codec's own name where they do not say), keys marked when
+// preconditioned.
+func sideSpec(st kvconfig.Settings, s kvcache.HostSide) string {
+	spec := [2]string{st.K, st.V}[s.KV]
+	if s.Layer < len(st.Layers) {
+		spec = [2]string{st.Layers[s.Layer].K, st.Layers[s.Layer].V}[s.KV]
+	}
+	if spec == "" || spec == "none" {
+		spec = s.Codec
+	}
+	if s.KV == 0 && st.Precondition && !codec.IsPrincipal(spec) {
+		spec += " (preconditioned)"
+	}
+	return spec
 }

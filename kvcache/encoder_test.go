@@ -177,3 +177,34 @@ func TestPartEncoder(t *testing.T) {
 		})
 	}
 }
+
+// HostEncoded names the layer sides a store that encodes parts itself
+// leaves to the host (each block read back, encoded, copied in): the
+// sides whose codec it cannot encode, keys named once per layer whatever
+// the KV heads; none over a store that encodes nothing itself, where the
+// host is the only way.
+func TestHostEncoded(t *testing.T) {
+	const kvh, d, bs = 2, 32, 4
+	i8, i4 := mustCodec(t, "int8"), mustCodec(t, "int4")
+	policy := Policy{HotWindow: 4, Layers: []LayerCodecs{
+		{K: []codec.Codec{i8}, V: i8},
+		{K: []codec.Codec{i8, i4}, V: nil}, // the second KV head's keys int4
+		{},                                 // uncompressed
+		{K: []codec.Codec{i4}, V: i4},
+	}}
+	for _, c := range []struct {
+		name  string
+		store compute.BlockStore
+		want  []HostSide
+	}{
+		{"encodes int8", &encodingStore{BlockStore: backend.NewBlockStore(bs, d, false), n: bs, d: d, own: "int8"},
+			[]HostSide{{Layer: 1, KV: 0, Codec: "int4"}, {Layer: 3, KV: 0, Codec: "int4"}, {Layer: 3, KV: 1, Codec: "int4"}}},
+		{"encodes int4", &encodingStore{BlockStore: backend.NewBlockStore(bs, d, false), n: bs, d: d, own: "int4"},
+			[]HostSide{{Layer: 0, KV: 0, Codec: "int8"}, {Layer: 0, KV: 1, Codec: "int8"}, {Layer: 1, KV: 0, Codec: "int8"}}},
+		{"encodes nothing itself", backend.NewBlockStore(bs, d, false), nil},
+	} {
+		if got := policy.HostEncoded(kvh, c.store); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: HostEncoded = %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}

@@ -83,6 +83,51 @@ func (p *Policy) VCodec(layer int) codec.Codec {
 	return p.Layers[layer].V
 }
 
+// A HostSide is a layer side of a policy whose full blocks a store that
+// encodes parts itself (compute.PartEncoder: a GPU's) leaves to the host:
+// the cache reads each such part back, encodes it on the host and copies
+// the bytes in, a host wait per block and KV head (see Policy.HostEncoded).
+type HostSide struct {
+	Layer int
+	KV    int    // 0 keys, 1 values
+	Codec string // the codec's name (of the layer's first KV head with one, for keys)
+}
+
+// HostEncoded returns the layer sides of p, in layer then side order, whose
+// blocks store would encode on the host although it encodes parts itself:
+// those whose codec store attends encoded (compute.EncodedAttention) and
+// cannot encode (compute.PartEncoder's EncodedLen reports false), for any
+// of kvHeads KV heads. It returns nil for a store that encodes no part
+// itself (the CPU's: encoding on the host is its only way, and costs no
+// wait).
+func (p *Policy) HostEncoded(kvHeads int, store compute.BlockStore) []HostSide {
+	pe, ok := store.(compute.PartEncoder)
+	ea, _ := store.(compute.EncodedAttention)
+	if !ok || ea == nil {
+		return nil
+	}
+	host := func(cd codec.Codec) bool {
+		if cd == nil || !ea.AttendsEncoded(cd) {
+			return false
+		}
+		_, ok := pe.EncodedLen(cd)
+		return !ok
+	}
+	var out []HostSide
+	for l := range p.Layers {
+		for h := range kvHeads {
+			if cd := p.KCodec(l, h); host(cd) {
+				out = append(out, HostSide{Layer: l, KV: 0, Codec: cd.Name()})
+				break
+			}
+		}
+		if cd := p.VCodec(l); host(cd) {
+			out = append(out, HostSide{Layer: l, KV: 1, Codec: cd.Name()})
+		}
+	}
+	return out
+}
+
 // A Shape is what a cache policy is made for: a model's layers, KV heads
 // and head dimension, and the longest sequence the cache will hold
 // (kvplan.NewPolicy takes it; model.Model.CacheShape gives it).

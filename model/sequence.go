@@ -116,6 +116,20 @@ func (m *Model) NewSequenceOpts(o SequenceOptions) (*Sequence, error) {
 	return s, nil
 }
 
+// HostEncoded returns the layer sides of o's cache whose full blocks the
+// model's backend would read back and encode on the host although its
+// block store encodes parts itself (a GPU's: kvcache.Policy.HostEncoded),
+// each such block a host wait; nil on a backend whose store encodes
+// nothing itself (the CPU's).
+func (m *Model) HostEncoded(o SequenceOptions) ([]kvcache.HostSide, error) {
+	kc, err := m.CacheConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	st := m.b.NewBlockStore(kc.BlockSize, m.headDim, o.Cache.HotBF16)
+	return o.Cache.HostEncoded(m.cfg.NumKVHeads, st), nil
+}
+
 // CacheConfig returns the configuration of the KV cache a sequence made
 // with o has, without its block store (Store is nil unless o.Pool is
 // set): what a kvcache.Ledger over o.Pool sizes.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/kakeya-ai/kakeya/internal/outfile"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/weights"
 )
 
 const sensUsage = `usage: kakeya-eval sensitivity --model DIR|HF_ID --out FILE [flags]
@@ -49,8 +51,8 @@ policy=FILE in a --config).
 Flags:
 `
 
-// defaultChoices are the codecs a sensitivity run measures by default.
-const defaultChoices = "int8 int4 kakeya-block:b=2 kakeya-block:b=3 kakeya-block:b=4"
+// choicesUsage describes --choices and its default (kvplan.DefaultChoices).
+const choicesUsage = "codec `SPECS` to measure, separated by spaces (default: int8 int4, and kakeya-pc:rate=1.5 kakeya-pc:rate=2 kakeya-pc:rate=3 kakeya-pc:rate=4 unless --calib has no principal components: codecs every device encodes itself; kakeya-block only when named here)"
 
 func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := pplFlags{cmd: "sensitivity", mode: eval.ModePassages}
@@ -63,8 +65,9 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.IntVar(&f.passages, "passages", 8, "passages (0: all of --data)")
 	fs.StringVar(&f.docs, "docs", "", "use only documents FROM:TO of --data (as ppl --docs)")
 	fs.StringVar(&f.docSep, "doc-sep", "auto", "document separator for --docs: blank, line or auto")
-	fs.StringVar(&choices, "choices", defaultChoices, "codec `SPECS` to measure, separated by spaces")
+	fs.StringVar(&choices, "choices", "", choicesUsage)
 	fs.StringVar(&f.calib, "calib", "", "calibration file: preconditioned keys and calibrated codebooks, as ppl --calib")
+	fs.StringVar(&f.calibCache, "calib-cache", "", "directory of the automatic calibrations, as ppl's: kakeya-pc choices without --calib are calibrated on the model here, once per model (default: the user cache directory's kakeya/calib)")
 	fs.StringVar(&f.out, "out", "", "write the sensitivity JSON here (required)")
 	fs.IntVar(&f.threads, "threads", 0, "compute threads per model (0: GOMAXPROCS)")
 	fs.IntVar(&f.workers, "workers", 1, "passages evaluated at once")
@@ -88,6 +91,16 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 		return errors.New("sensitivity: the codecs are --choices; drop --kv-codec, --k-codec, --v-codec, the bit widths, --boundary and --layer-codecs")
 	}
 	specs := strings.Fields(choices)
+	if !flagSet(fs, "choices") {
+		pca, err := calibrationHasPCA(f.calib)
+		if err != nil {
+			return fmt.Errorf("sensitivity: --calib: %w", err)
+		}
+		specs = kvplan.DefaultChoices(pca)
+		if !pca {
+			fmt.Fprintf(stderr, "sensitivity: %s has no principal components (kakeya-eval calibrate --pca): measuring %s, without kakeya-pc\n", f.calib, strings.Join(specs, " "))
+		}
+	}
 	if len(specs) == 0 {
 		return errors.New("sensitivity: --choices is empty")
 	}
@@ -134,6 +147,29 @@ func runSensitivity(ctx context.Context, args []string, stdout, stderr io.Writer
 	fmt.Fprintf(stdout, "sensitivity: %d layers x 2 sides x %d codecs, %d passages, %d scored tokens, %.1fs (run %.1fs)\n",
 		layers, len(specs), r.Passages, r.Tokens, r.Seconds, run.Seconds())
 	return writeSensitivityTable(stdout, sens, specs)
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// calibrationHasPCA reports whether the calibration file at path holds
+// principal components (kakeya-pc's statistics). Without a file (path
+// empty) a kakeya-pc configuration gets the automatic calibration, which
+// has them.
+func calibrationHasPCA(path string) (bool, error) {
+	if path == "" {
+		return true, nil
+	}
+	st, err := weights.OpenFile(path)
+	if err != nil {
+		return false, err
+	}
+	defer st.Close()
+	return slices.ContainsFunc(st.Names(), func(n string) bool { return strings.Contains(n, ".pca.") }), nil
 }
 
 // sideName names side kv (0 keys, 1 values) in configuration names.

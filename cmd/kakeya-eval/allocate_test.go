@@ -6,12 +6,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/calibrate"
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
+	"github.com/kakeya-ai/kakeya/weights"
 )
 
 // A sensitivity run, an allocation from it, and ppl with the policy on the
@@ -123,5 +127,69 @@ func TestSensitivityAllocatePolicy(t *testing.T) {
 	}
 	if err := runSensitivity(context.Background(), append(common, "--kv-codec", "int8", "--out", sensPath), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "the codecs are --choices") {
 		t.Errorf("sensitivity with --kv-codec: err = %v", err)
+	}
+}
+
+// Without --choices, sensitivity measures kvplan.DefaultChoices: int8,
+// int4 and kakeya-pc at four fixed rates (every one encoded on a CUDA
+// device itself), the kakeya-pc ones on the automatic calibration when
+// --calib names none; a --calib without principal components drops
+// kakeya-pc and says so. kakeya-block is never among them.
+func TestSensitivityDefaultChoices(t *testing.T) {
+	dir := shareddata.File(t, "models", "stories260K")
+	data := shareddata.File(t, "data", "tinystories", "val.txt")
+	cfg, err := weights.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.HeadDim
+	cal := &codec.Calibration{Layers: cfg.NumLayers, KVHeads: cfg.NumKVHeads, HeadDim: d, Model: "stories260K"}
+	for range cfg.NumLayers * cfg.NumKVHeads {
+		L := make([]float32, d*d)
+		for i := range d {
+			L[i*d+i] = 1
+		}
+		cal.Chol = append(cal.Chol, L)
+	}
+	tmp := t.TempDir()
+	noPCA := filepath.Join(tmp, "nopca.safetensors")
+	if err := calibrate.Save(noPCA, cal); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--model", dir, "--data", data, "--ctx", "48", "--n-eval", "8", "--passages", "1", "--block-size", "16", "--hot-window", "16",
+		"--calib-cache", filepath.Join(tmp, "auto")}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		want  []string
+		notes string
+	}{
+		{"automatic calibration", nil, []string{"int8", "int4", "kakeya-pc:rate=1.5", "kakeya-pc:rate=2", "kakeya-pc:rate=3", "kakeya-pc:rate=4"}, ""},
+		{"calibration without principal components", []string{"--calib", noPCA}, []string{"int8", "int4"}, "has no principal components"},
+	} {
+		out := filepath.Join(tmp, c.name+".json")
+		var stderr strings.Builder
+		if err := runSensitivity(context.Background(), append(append(slices.Clone(common), c.args...), "--out", out), io.Discard, &stderr); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		sens, err := readSensitivity(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var specs []string
+		for _, e := range sens.Entries {
+			if !slices.Contains(specs, e.Spec) {
+				specs = append(specs, e.Spec)
+			}
+		}
+		if !slices.Equal(specs, c.want) || len(sens.Entries) != 2*sens.Layers*len(c.want) {
+			t.Errorf("%s: measured %v (%d entries over %d layers), want %v", c.name, specs, len(sens.Entries), sens.Layers, c.want)
+		}
+		if c.notes != "" && !strings.Contains(stderr.String(), c.notes) {
+			t.Errorf("%s: stderr %q does not say %q", c.name, stderr.String(), c.notes)
+		}
+	}
+	if !slices.Equal(kvplan.DefaultChoices(false), []string{"int8", "int4"}) {
+		t.Errorf("DefaultChoices(false) = %v", kvplan.DefaultChoices(false))
 	}
 }

@@ -1,10 +1,15 @@
 package cudabackend
 
 import (
+	"context"
+	"log/slog"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
@@ -93,17 +98,60 @@ func TestAllocatorPlanMatchesCPU(t *testing.T) {
 	}
 }
 
+// defaultPlan returns the per-layer plan kakeya-eval allocate makes at a
+// ratio of 3 from a sensitivity run over kvplan.DefaultChoices(true) (the
+// default --choices with principal components in the calibration) on a
+// model of layers layers, from measured-looking bytes and KLs of a 2-layer
+// model (a layer side: 1,000 bytes in bf16; int8 530, int4 290, kakeya-pc
+// at 1.5 to 4 bits 110 to 250): layer 0's keys want int8, its values
+// int4, layer 1 takes kakeya-pc on both sides.
+func defaultPlan(t *testing.T) kvconfig.Plan {
+	t.Helper()
+	bytes := map[string]int64{"int8": 530, "int4": 290, "kakeya-pc:rate=1.5": 110, "kakeya-pc:rate=2": 135, "kakeya-pc:rate=3": 190, "kakeya-pc:rate=4": 250}
+	kl := func(layer, kv int, spec string) float64 {
+		pc := strings.HasPrefix(spec, "kakeya-pc")
+		switch {
+		case layer == 0 && kv == 0: // keys that want 8 bits
+			return map[bool]float64{true: 1, false: 0.5}[pc] * map[bool]float64{true: 0, false: 1}[spec == "int8"]
+		case layer == 0: // values that take int4
+			return map[string]float64{"int8": 0.3, "int4": 0.01}[spec] + map[bool]float64{true: 0.5}[pc]
+		}
+		return map[bool]float64{true: 0, false: 0.001}[pc] // layer 1: kakeya-pc costs nothing
+	}
+	sens := kvplan.Sensitivity{Format: kvplan.SensitivityFormat, Layers: 2, SideBF16: 1000, BF16: 4000}
+	for l := range 2 {
+		for kv := range 2 {
+			for _, spec := range kvplan.DefaultChoices(true) {
+				sens.Entries = append(sens.Entries, kvplan.SensitivityEntry{Layer: l, KV: kv, Spec: spec, Bytes: bytes[spec], KL: kl(l, kv, spec)})
+			}
+		}
+	}
+	plan, err := kvplan.PlanFor(sens, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
 // A decode step in a cache whose every layer encodes on the device (int4
-// per channel and per token, int2, int8: codecs the allocator picks among)
-// makes one host wait, the logits' copy back, also in the steps that fill
-// a block and encode it: the encoders run in the step's stream, nothing
-// is read back. A kakeya-block layer, encoded on the host, still reads
-// each filled part back (the test logs it).
+// per channel and per token, int2, int8, fixed-rate kakeya-pc: among them
+// a plan allocated from kakeya-eval sensitivity's default choices) makes
+// one host wait, the logits' copy back, also in the steps that fill a
+// block and encode it: the encoders run in the step's stream, nothing is
+// read back. A kakeya-block layer, encoded on the host, still reads each
+// filled part back (the test logs it).
 func TestPlanDecodeOneHostWait(t *testing.T) {
-	needKernels(t, "enc_int4", "enc_int8", "norm_qkv_bf16", "attn_split", "attn_combine")
+	needKernels(t, "enc_int4", "enc_int8", "enc_pc", "norm_qkv_bf16", "attn_split", "attn_split_pc", "attn_combine")
 	dir := filepath.Join(t.TempDir(), "qwen2")
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
 		t.Fatal(err)
+	}
+	plan := defaultPlan(t)
+	defaults := kvconfig.FormatLayerCodecs(plan.Layers)
+	for _, want := range []string{"int8", "int4", "kakeya-pc:rate="} {
+		if !strings.Contains(defaults, want) {
+			t.Fatalf("the default choices' plan %s holds no %s layer side", defaults, want)
+		}
 	}
 	const prompt, steps, bs = 3, 9, 4 // positions 3..11: blocks fill at 7 and 11
 	for _, c := range []struct {
@@ -112,34 +160,91 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 	}{
 		{"int4-k/int4|int8/int2", true},
 		{"int2-k/int2|int4/int4-k", true},
+		{defaults, true},
 		{"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3", false},
 	} {
 		sp := kvconfig.Spec{Layers: c.layers, BlockSize: bs, HotWindow: bs, CacheType: "bf16"}
-		_, calls, gpu := stepRun(t, dir, Options{}, sp, prompt, steps)
+		var cal func(*model.Model) *codec.Calibration
+		if strings.Contains(c.layers, "kakeya-pc") {
+			cal = func(m *model.Model) *codec.Calibration { return synthPCACalibration(m, 1) }
+		}
+		_, calls, gpu := stepRunCal(t, dir, Options{}, sp, cal, prompt, steps)
 		fills, most := 0, int64(0)
 		for i, st := range calls {
 			pos := prompt + i
 			fill := (pos+1)%bs == 0 && pos+1 > bs // the step completes a block past the hot window
-			waits := st.CopiesOut + st.Syncs
+			waits := st.Waits()
 			most = max(most, waits)
 			if fill {
 				fills++
 			}
-			if c.device && waits != 1 {
-				t.Errorf("%s: decode step %d (position %d, fills a block %v): %d host waits (%d copies back, %d syncs), want 1", c.layers, i, pos, fill, waits, st.CopiesOut, st.Syncs)
+			if c.device && (waits != 1 || st.CopiesOut != 1) {
+				t.Errorf("%s: decode step %d (position %d, fills a block %v): %d host waits (%+v), want 1: the logits' copy back", c.layers, i, pos, fill, waits, st)
 			}
 		}
 		if err := gpu.Err(); err != nil {
 			t.Fatal(err)
 		}
 		f := gpu.drv.(*launchCounter).driver.(*fakeDriver)
-		enc4, enc8 := kernelCount(f, "enc_int4"), kernelCount(f, "enc_int8")
-		t.Logf("%s: %d decode steps, %d filling a block; at most %d host waits a step; %d enc_int4 and %d enc_int8 launches", c.layers, steps, fills, most, enc4, enc8)
+		enc4, enc8, encPC := kernelCount(f, "enc_int4"), kernelCount(f, "enc_int8"), kernelCount(f, "enc_pc")
+		t.Logf("%s: %d decode steps, %d filling a block; at most %d host waits a step; %d enc_int4, %d enc_int8 and %d enc_pc launches", c.layers, steps, fills, most, enc4, enc8, encPC)
 		if enc4 == 0 {
 			t.Errorf("%s: no enc_int4 launch: the int4 layers' blocks were not encoded on the device", c.layers)
+		}
+		if c.layers == defaults && (enc8 == 0 || encPC == 0) {
+			t.Errorf("%s: %d enc_int8 and %d enc_pc launches: the int8 and kakeya-pc layers' blocks were not encoded on the device", c.layers, enc8, encPC)
 		}
 		if !c.device && most <= 1 {
 			t.Errorf("%s: kakeya-block layers encode on the host, yet no step waited more than once", c.layers)
 		}
+	}
+}
+
+// A cache built on the CUDA backend with layers the device does not encode
+// (kakeya-block, preconditioned keys) says so once, a warning naming the
+// codec, the layer sides and the cost (one host wait per block and KV
+// head); a cache whose every side encodes on the device, among them the
+// default choices' plan, says nothing.
+func TestHostEncodedWarning(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	gpu, _ := newFakeBackend(t, Options{})
+	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+	var logged strings.Builder
+	cs, err := kakeya.NewCaches(m, kakeya.Options{Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(layers string) kvconfig.Spec {
+		return kvconfig.Spec{Layers: layers, BlockSize: 4, HotWindow: 4, CacheType: "bf16"}
+	}
+	for range 2 { // the second time says nothing more
+		if _, _, _, err := cs.Cache(context.Background(), spec("int4-k/int4|kakeya-block:b=3/kakeya-block:b=3")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, _, err := cs.Cache(context.Background(), spec("int4-k/int4|int8/int2")); err != nil {
+		t.Fatal(err)
+	}
+	out := logged.String()
+	t.Logf("logged: %s", out)
+	if n := strings.Count(out, "level=WARN"); n != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", n, out)
+	}
+	for _, want := range []string{"encoded on the host", "one host wait per block and KV head", "kakeya-block:b=3: keys of layers 1; values of layers 1", "cuda"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the warning does not say %q:\n%s", want, out)
+		}
+	}
+	// The default choices' plan (kakeya-pc with a calibration) and the
+	// preset's codec: nothing for the host.
+	pol, _, err := kvplan.NewPolicy(spec(kvconfig.FormatLayerCodecs(defaultPlan(t).Layers)), m.CacheShape(), synthPCACalibration(m, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sides, err := m.HostEncoded(model.SequenceOptions{Cache: pol, BlockSize: 4}); err != nil || len(sides) != 0 {
+		t.Errorf("the default choices' plan: host-encoded sides %+v (%v), want none", sides, err)
 	}
 }

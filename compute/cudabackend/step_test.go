@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
@@ -16,10 +17,21 @@ import (
 // the logits of every decode step and the driver calls each made.
 func stepRun(t *testing.T, dir string, opts Options, sp kvconfig.Spec, prompt, steps int) ([][]float32, []LaunchStats, *Backend) {
 	t.Helper()
+	return stepRunCal(t, dir, opts, sp, nil, prompt, steps)
+}
+
+// stepRunCal is stepRun with the calibration cal makes for the loaded
+// model (nil, or cal nil, for none).
+func stepRunCal(t *testing.T, dir string, opts Options, sp kvconfig.Spec, cal func(*model.Model) *codec.Calibration, prompt, steps int) ([][]float32, []LaunchStats, *Backend) {
+	t.Helper()
 	gpu, _ := newFakeBackend(t, opts)
 	gpu.Launches()
 	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 256})
-	p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
+	var c *codec.Calibration
+	if cal != nil {
+		c = cal(m)
+	}
+	p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,3 +118,23 @@ func kvName(kv int) string {
 	}
 	return "V"
 }
+
+// DefaultChoices returns the codecs a sensitivity run measures when it is
+// not told which (kakeya-eval sensitivity without --choices): int8 and
+// int4 and, where the calibration has principal components (pca),
+// kakeya-pc at the fixed rates 1.5, 2, 3 and 4 bits a value, the rates
+// whose per-layer plans were the best configurations measured on
+// ref-qwen2-6m (docs/results/2026-11-26-per-component-bits.md: the 6x
+// whole-cache plan at KL 0.00015, the plan at uniform rate 2's ratio at a
+// tenth of its KL). Every one of them is encoded where the cache lives,
+// on the CUDA device too (enc_int8, enc_int4, enc_pc), so a plan made of
+// them makes one host wait a decode step there. kakeya-block, whose
+// blocks a GPU reads back and encodes on the host, is measured only when
+// --choices names it.
+func DefaultChoices(pca bool) []string {
+	c := []string{"int8", "int4"}
+	if pca {
+		c = append(c, "kakeya-pc:rate=1.5", "kakeya-pc:rate=2", "kakeya-pc:rate=3", "kakeya-pc:rate=4")
+	}
+	return c
+}
