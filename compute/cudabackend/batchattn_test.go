@@ -272,7 +272,9 @@ func batchLayer(t *testing.T, r *rand.Rand, gpu compute.Backend, gs, rs compute.
 // attention (no rope launch), every per-step value (positions, cache
 // rows, tables, the passes' rows) read from the step parameters. A steady
 // step makes four driver calls: the token ids and the step parameters
-// in, the graph, the logits out. Its logits are bit for bit those of
+// in, the graph, the logits out, the one host wait (TestBatchStepHostWaits
+// counts the waits of the steps that fill and encode blocks, and of a
+// step mixing a prefill chunk with decode rows). Its logits are bit for bit those of
 // launching every kernel directly (Options.NoGraphs).
 func TestBatchStepGraph(t *testing.T) {
 	needKernels(t, "attn_batch", "kv_write_runs", "attn_combine")
@@ -352,7 +354,7 @@ func testBatchStepGraph(t *testing.T, dir string, seqs int) {
 		if i < 2 {
 			continue // seen, then captured
 		}
-		if c.Kernels != 0 || c.Graphs != 1 || c.CopiesIn != 2 || c.CopiesOut != 1 || c.Calls()+c.CopiesIn+c.CopiesOut+c.Syncs != 4 {
+		if c.Kernels != 0 || c.Graphs != 1 || c.CopiesIn != 2 || c.CopiesOut != 1 || c.Calls()+c.CopiesIn+c.CopiesOut+c.Syncs != 4 || c.Waits() != 1 {
 			t.Errorf("decode step %d: %+v, want one graph launch, two copies in and one out: 4 driver calls", i, c)
 		}
 	}

@@ -222,3 +222,136 @@ func TestPCUnpackPays(t *testing.T) {
 		}
 	}
 }
+
+// batchWaits runs, on a fake driver running the kernels' emulation, 16
+// sequences in a cache of cache (a report cache name) with blocks of bs
+// tokens: a batched prefill of their prompts (sequence 0's 2bs-2 tokens,
+// the others' bs+1), then steps batched decode steps of all 16, in the
+// second of which sequence 0 fills its second block and its first leaves
+// the hot window (encoded in that step), then one batched step that mixes
+// a prefill chunk of a 17th sequence (chunk tokens) with the 16 decode
+// rows. Greedy items have their tokens picked on the device (as the
+// scheduler asks at temperature 0), else every item's logits come back.
+// It returns the driver calls of each decode step, of the mixed
+// step, and the encoder launches in each step.
+func batchWaits(t *testing.T, dir, cache string, greedy bool, bs, steps, chunk int) (decode []LaunchStats, mixed LaunchStats, encodes []int) {
+	t.Helper()
+	const seqs = 16
+	gpu, f := newFakeBackend(t, Options{})
+	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 128})
+	pol, _, err := kvplan.NewPolicy(cacheSpec(cache, bs), m.CacheShape(), cacheCalibration(cache, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := m.Config().VocabSize
+	bt, err := m.NewBatch(seqs*2*bs + chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newSeq := func() *model.Sequence {
+		s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol, BlockSize: bs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	items := make([]model.BatchItem, seqs)
+	for i := range items {
+		n := bs + 1
+		if i == 0 {
+			n = 2*bs - 2
+		}
+		items[i] = model.BatchItem{Seq: newSeq(), IDs: testIDs(n, vocab-i), Greedy: greedy}
+	}
+	if err := bt.Forward(items); err != nil {
+		t.Fatal(err)
+	}
+	encoders := func() int {
+		return kernelCount(f, "enc_pc") + kernelCount(f, "enc_int8") + kernelCount(f, "enc_int4") + kernelCount(f, "enc_pcec")
+	}
+	for st := range steps {
+		for i := range items {
+			items[i].IDs = []int{(7*st + 3*i + 1) % vocab}
+		}
+		before, e0 := gpu.Launches(), encoders()
+		if err := bt.Forward(items); err != nil {
+			t.Fatal(err)
+		}
+		decode = append(decode, gpu.Launches().Sub(before))
+		encodes = append(encodes, encoders()-e0)
+	}
+	for i := range items {
+		items[i].IDs = []int{(5*i + 2) % vocab}
+	}
+	items = append(items, model.BatchItem{Seq: newSeq(), IDs: testIDs(chunk, vocab-99), Greedy: greedy})
+	before := gpu.Launches()
+	if err := bt.Forward(items); err != nil {
+		t.Fatal(err)
+	}
+	mixed = gpu.Launches().Sub(before)
+	if err := gpu.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return decode, mixed, encodes
+}
+
+// A batched decode step of 16 sequences makes one host wait, the logits'
+// copy back, for plain, int8 and the preset's kakeya-pc (rate 2.5)
+// caches alike, also the step in which one of the sequences fills a block
+// and the device encodes the block that leaves the hot window (enc_int8,
+// enc_pc in the step's stream: nothing read back), whether the step is
+// launched kernel by kernel, captured or replayed as a graph (the steady
+// steps replay one); and so does
+// a batched step that mixes a prefill chunk of a new sequence with the 16
+// decode rows; with every logit row copied back, or with the greedy tokens
+// picked on the device (the serving scheduler's steps at temperature 0).
+func TestBatchStepHostWaits(t *testing.T) {
+	needKernels(t, "attn_batch", "attn_batch_pc", "kv_write_runs", "enc_pc", "enc_int8")
+	dir := filepath.Join(t.TempDir(), "qwen2")
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	const bs, steps, chunk = 16, 6, 20
+	for _, c := range []struct {
+		cache  string
+		greedy bool
+	}{{"plain", false}, {"int8", false}, {"kakeya-pc:rate=2.5", false}, {"plain", true}, {"kakeya-pc:rate=2.5", true}} {
+		cache := c.cache
+		if c.greedy {
+			cache += ", tokens picked on the device"
+		}
+		decode, mixed, encodes := batchWaits(t, dir, c.cache, c.greedy, bs, steps, chunk)
+		for i, st := range decode {
+			t.Logf("%s: batched decode step %d of 16 sequences: %d host waits, %d blocks' parts encoded on the device; %+v", cache, i, st.Waits(), encodes[i], st)
+			if st.Waits() != 1 || st.CopiesOut != 1 {
+				t.Errorf("%s: batched decode step %d of 16 sequences (%d parts encoded): %d host waits (%+v), want 1: the logits' copy back", cache, i, encodes[i], st.Waits(), st)
+			}
+		}
+		// Steps 2 and 3 see and capture the new shape class sequence 0's
+		// third block makes; steps 4 and 5 replay it: one graph launch.
+		for i := steps - 2; i < steps; i++ {
+			if st := decode[i]; st.Kernels != 0 || st.Graphs != 1 || st.Captures != 0 {
+				t.Errorf("%s: batched decode step %d of 16 sequences: %+v, want one graph replayed", cache, i, st)
+			}
+		}
+		t.Logf("%s: a batched step of a %d-token prefill chunk and 16 decode rows: %d host waits; %+v", cache, chunk, mixed.Waits(), mixed)
+		if mixed.Waits() != 1 || mixed.CopiesOut != 1 {
+			t.Errorf("%s: a batched step mixing a %d-token prefill chunk with 16 decode rows: %d host waits (%+v), want 1", cache, chunk, mixed.Waits(), mixed)
+		}
+		// Sequence 0 fills its second block in step 1: its first block
+		// (keys and values of 2 KV heads, 2 layers) is encoded then, and
+		// in no other decode step.
+		want := make([]int, steps)
+		if c.cache != "plain" {
+			want[1] = 1
+		}
+		got := make([]int, len(encodes))
+		for i, e := range encodes {
+			got[i] = min(e, 1)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: encoder launches per decode step %v, want some in step 1 alone", cache, encodes)
+		}
+	}
+}
