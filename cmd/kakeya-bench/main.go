@@ -97,8 +97,10 @@ type options struct {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	began := time.Now()
 	var o options
 	var caches, matmuls, threads, ctxs, conc string
+	var timeLimit time.Duration
 	kvMemory := cli.ByteSize(2 << 30)
 	fs := flag.NewFlagSet("kakeya-bench", flag.ContinueOnError)
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", ")+"; on a GPU --threads and --matmul do not apply (one run per cache and context)")
@@ -124,6 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.serve.json, "json", false, "serving mode: print the rows as JSON instead of a table")
 	fs.Float64Var(&o.serve.temperature, "temperature", 0, "serving mode: 0 takes the most likely token (on the device where the backend picks there); above 0 each request samples at this temperature (with --top-p and --top-k): drawn on the device where the backend draws there (only the token crosses to the host), else from the logits on the host")
 	fs.Float64Var(&o.serve.topP, "top-p", 0, "serving mode, with --temperature: each request's top-p (0 or 1: off)")
+	fs.DurationVar(&timeLimit, "time-limit", 0, "serving mode: stop measuring this long after kakeya-bench starts (0: never): the level running then reports what it measured so far (the requests done, the tokens generated until then, the most admitted at once), its row marked stopped, and the levels and caches after it do not run")
 	fs.IntVar(&o.serve.topK, "top-k", 0, "serving mode, with --temperature: each request's top-k (0: off; above 1024, below the vocabulary, drawn on the host)")
 	if err := cli.Parse(fs, args, stdout, stderr, func(w io.Writer) {
 		io.WriteString(w, usage)
@@ -200,7 +203,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--top-p %v must be in [0, 1]", o.serve.topP)
 		case o.serve.topK < 0:
 			return fmt.Errorf("--top-k %d must be >= 0", o.serve.topK)
+		case timeLimit < 0:
+			return fmt.Errorf("--time-limit %v must be >= 0", timeLimit)
 		}
+		if timeLimit > 0 {
+			o.serve.deadline = began.Add(timeLimit)
+		}
+	} else if timeLimit != 0 {
+		return fmt.Errorf("--time-limit applies to the serving mode (--concurrency)")
 	}
 
 	dir, desc := o.model, "model "+o.model

@@ -6,9 +6,11 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kakeya-ai/kakeya"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
@@ -178,6 +180,61 @@ func TestServe(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
 			t.Errorf("%v: err = %v, want one naming the flag", args, err)
 		}
+	}
+}
+
+// With --time-limit the serving mode stops where the limit finds it: the
+// level running reports what it measured until then (the requests done,
+// fewer than sent for; the tokens generated so far; the most admitted at
+// once), marked stopped in the table and the JSON, and the levels and
+// caches after it do not run; the command returns soon after the limit.
+func TestServeTimeLimit(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 1500 * time.Millisecond
+	args := []string{"--model", dir, "--cache", "plain,int8", "--threads", "1", "--concurrency", "4,8",
+		"--requests", "5000", "--prompt-len", "40", "--gen", "64", "--kv-memory", "8M", "--progress=false", "--time-limit", limit.String()}
+	for _, asJSON := range []bool{true, false} {
+		var out, stderr strings.Builder
+		t0 := time.Now()
+		a := slices.Clone(args)
+		if asJSON {
+			a = append(a, "--json")
+		}
+		if err := run(context.Background(), a, &out, &stderr); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took > limit+5*time.Second {
+			t.Errorf("--time-limit %v: the run took %v", limit, took)
+		}
+		if !asJSON {
+			if !strings.Contains(out.String(), "| stopped |") || !strings.Contains(out.String(), "time limit: ") || strings.Count(out.String(), "\n| plain |") != 1 {
+				t.Errorf("table:\n%s", out.String())
+			}
+			continue
+		}
+		var rows []serveRow
+		if err := json.Unmarshal([]byte(out.String()), &rows); err != nil {
+			t.Fatalf("--json output %q: %v", out.String(), err)
+		}
+		if len(rows) != 1 {
+			t.Fatalf("%d rows, want 1 (the level the limit stopped; nothing after it):\n%s", len(rows), out.String())
+		}
+		r := rows[0]
+		t.Logf("stopped row: %+v", r)
+		if !r.Stopped || r.Done >= r.Requests || r.Requests != 5000 || r.Cache != "plain" || r.Concurrency != 4 ||
+			r.OutputRate <= 0 || r.DecodeRate <= 0 || r.PeakRunning < 1 || r.PeakRunning > 4 || r.Seconds <= 0 || r.Seconds > limit.Seconds() {
+			t.Errorf("the stopped level: %+v, want plain at 4 clients, stopped, fewer than 5000 done, tokens and admissions measured", r)
+		}
+		if !strings.Contains(stderr.String(), "stopped at --time-limit") {
+			t.Errorf("stderr does not say the level stopped: %q", stderr.String())
+		}
+	}
+	var bad strings.Builder
+	if err := run(context.Background(), []string{"--model", dir, "--time-limit", "1s"}, &bad, io.Discard); err == nil || !strings.Contains(err.Error(), "--time-limit") {
+		t.Errorf("--time-limit without --concurrency: err = %v, want one naming the flag", err)
 	}
 }
 

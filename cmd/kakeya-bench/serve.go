@@ -31,6 +31,9 @@ type serveOptions struct {
 	temperature  float64 // 0: greedy (Request.Pick); else sampled (Request.Draw on a backend that draws on its device, else Next on the host)
 	topP         float64 // sampled requests' top-p (0 or 1: off)
 	topK         int     // and top-k (0: off)
+	// deadline is --time-limit's end (zero: none): the level running then
+	// stops and reports what it measured; no level starts after it.
+	deadline time.Time
 }
 
 // picking says how the serving mode's requests pick their tokens.
@@ -86,6 +89,13 @@ type serveRow struct {
 	// longest sequence the budget holds.
 	PeakKVMiB float64 `json:"peak_kv_mib"`
 	MaxTokens int     `json:"max_tokens"`
+	// Done is the requests that ended; below Requests only where Stopped:
+	// the level reached --time-limit and reports what it measured until
+	// then (the tokens generated so far, over the time it ran; the
+	// requests submitted and their first tokens; the most admitted at
+	// once).
+	Done    int  `json:"requests_done"`
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // measureServe runs the serving levels of one loaded model.
@@ -102,19 +112,35 @@ func measureServe(ctx context.Context, m *model.Model, matmul string, threads in
 			return nil, fmt.Errorf("--cache %s: %w", cache, err)
 		}
 		for _, c := range o.serve.concurrency {
+			if late(o.serve.deadline) {
+				fmt.Fprintf(stderr, "kakeya-bench: --time-limit reached: %s at concurrency %d and what follows not run\n", cache, c)
+				return rows, nil
+			}
 			r, err := serveLevel(ctx, m, opts, c, o)
 			if err != nil {
 				return nil, fmt.Errorf("--cache %s, concurrency %d: %w", cache, c, err)
 			}
 			r.Cache, r.MatMul, r.Threads = cache, matmul, threads
-			if o.progress {
-				fmt.Fprintf(stderr, "kakeya-bench: %s, %s matmul, %d threads, concurrency %d: %d requests in %.1fs, decode %.1f tok/s, TTFT p50 %.0f ms, peak running %d, prefix hits %.0f%%, preemptions %d\n",
-					cache, matmul, threads, c, r.Requests, r.Seconds, r.DecodeRate, r.TTFTp50, r.PeakRunning, 100*r.HitRate, r.Preemptions)
+			if o.progress || r.Stopped {
+				stop := ""
+				if r.Stopped {
+					stop = fmt.Sprintf(" (stopped at --time-limit: %d of %d requests done)", r.Done, r.Requests)
+				}
+				fmt.Fprintf(stderr, "kakeya-bench: %s, %s matmul, %d threads, concurrency %d: %d requests in %.1fs%s, decode %.1f tok/s, TTFT p50 %.0f ms, peak running %d, prefix hits %.0f%%, preemptions %d\n",
+					cache, matmul, threads, c, r.Requests, r.Seconds, stop, r.DecodeRate, r.TTFTp50, r.PeakRunning, 100*r.HitRate, r.Preemptions)
 			}
 			rows = append(rows, r)
+			if r.Stopped {
+				return rows, nil
+			}
 		}
 	}
 	return rows, nil
+}
+
+// late reports whether deadline (zero: none) has passed.
+func late(deadline time.Time) bool {
+	return !deadline.IsZero() && !time.Now().Before(deadline)
 }
 
 // serveLevel runs o.serve.requests synthetic requests (one per client if
@@ -143,13 +169,25 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 		prompts[i] = append(slices.Clone(prefix), randomIDs(rng, so.promptLen-shared, vocab)...)
 	}
 	outs := make([]scheduler.Outcome, n)
+	// The level stops at --time-limit: lctx ends the requests then, and
+	// each keeps what it had generated (its handle's Outcome so far).
+	lctx, cancel := ctx, context.CancelFunc(func() {})
+	if !so.deadline.IsZero() {
+		lctx, cancel = context.WithDeadline(ctx, so.deadline)
+	}
+	defer cancel()
+	stopped := func() bool { return lctx.Err() != nil && ctx.Err() == nil }
 	var next atomic.Int64
+	var done atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, c)
 	start := time.Now()
 	for range c {
 		wg.Go(func() {
 			for {
+				if stopped() {
+					return
+				}
 				i := int(next.Add(1)) - 1
 				if i >= n {
 					return
@@ -173,26 +211,35 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 						}
 					}
 				}
-				h, err := s.Submit(ctx, req)
+				h, err := s.Submit(lctx, req)
 				if err != nil {
-					errs <- err
+					if !stopped() {
+						errs <- err
+					}
 					return
 				}
 				for {
-					_, done, err := h.Tokens(ctx)
+					_, end, err := h.Tokens(lctx)
 					if err != nil {
+						if stopped() {
+							outs[i], _ = h.Outcome() // what it generated so far
+							return
+						}
 						errs <- err
 						return
 					}
-					if done {
+					if end {
 						break
 					}
 				}
 				outs[i], _ = h.Outcome()
 				if outs[i].Err != nil {
-					errs <- outs[i].Err
+					if !stopped() {
+						errs <- outs[i].Err
+					}
 					return
 				}
+				done.Add(1)
 			}
 		})
 	}
@@ -201,20 +248,31 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 	for err := range errs {
 		return serveRow{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return serveRow{}, err
+	}
 	end := time.Now()
 	st := s.Stats()
 	r := serveRow{
 		Concurrency: c, Requests: n, PromptLen: so.promptLen, GenLen: o.gen, KVMemory: so.kvMemory,
 		Seconds: end.Sub(start).Seconds(), Temperature: so.temperature, TopP: so.topP, TopK: so.topK, PeakRunning: st.PeakRunning, Preemptions: st.Preemptions,
-		PeakKVMiB: float64(st.Pool.Peak) / (1 << 20), MaxTokens: st.MaxTokens,
+		PeakKVMiB: float64(st.Pool.Peak) / (1 << 20), MaxTokens: st.MaxTokens, Done: int(done.Load()),
 	}
-	var gen, after, hit int
+	r.Stopped = r.Done < n
+	var gen, after, hit, sent int
 	firstToken := end
 	var all, cold, cached []float64
 	for _, out := range outs {
+		if out.Submitted.IsZero() {
+			continue // never sent: the level stopped first
+		}
+		sent++
 		gen += out.Generated
-		after += out.Generated - 1
 		hit += out.Reused
+		if out.FirstToken.IsZero() {
+			continue // stopped before its first token
+		}
+		after += out.Generated - 1
 		if out.FirstToken.Before(firstToken) {
 			firstToken = out.FirstToken
 		}
@@ -232,7 +290,9 @@ func serveLevel(ctx context.Context, m *model.Model, opts model.SequenceOptions,
 	}
 	r.TTFTp50, r.TTFTp99 = percentile(all, 0.5), percentile(all, 0.99)
 	r.TTFTCold, r.TTFTCached = percentile(cold, 0.5), percentile(cached, 0.5)
-	r.HitRate = float64(hit) / float64(n*so.promptLen)
+	if sent > 0 {
+		r.HitRate = float64(hit) / float64(sent*so.promptLen)
+	}
 	return r, nil
 }
 
@@ -293,8 +353,8 @@ func writeServe(w io.Writer, rows []serveRow, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	fmt.Fprintln(w, "| cache | threads | concurrency | requests | decode tok/s | vs 1 | output tok/s | TTFT p50 ms | TTFT p99 ms | cold / cached p50 ms | peak running | prefix hits | preemptions | peak KV |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| cache | threads | concurrency | requests | decode tok/s | vs 1 | output tok/s | TTFT p50 ms | TTFT p99 ms | cold / cached p50 ms | peak running | prefix hits | preemptions | peak KV | stopped |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	type key struct {
 		cache, matmul string
 		threads       int
@@ -318,9 +378,13 @@ func writeServe(w io.Writer, rows []serveRow, asJSON bool) error {
 		if r.Threads > 0 {
 			threads = strconv.Itoa(r.Threads)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f | %s | %.1f | %.0f | %.0f | %s | %d | %.0f%% | %d | %s |\n",
+		stopped := "–"
+		if r.Stopped {
+			stopped = fmt.Sprintf("time limit: %d of %d done", r.Done, r.Requests)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f | %s | %.1f | %.0f | %.0f | %s | %d | %.0f%% | %d | %s | %s |\n",
 			r.Cache, threads, r.Concurrency, r.Requests, r.DecodeRate, rel, r.OutputRate, r.TTFTp50, r.TTFTp99, split,
-			r.PeakRunning, 100*r.HitRate, r.Preemptions, cli.Bytes(int64(r.PeakKVMiB*(1<<20))))
+			r.PeakRunning, 100*r.HitRate, r.Preemptions, cli.Bytes(int64(r.PeakKVMiB*(1<<20))), stopped)
 	}
 	return nil
 }

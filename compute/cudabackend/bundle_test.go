@@ -19,10 +19,15 @@ while [[ $# -gt 0 ]]; do [[ $1 == --cache ]] && cache=$2; shift; done
 [[ $cache == int8 ]] && { echo "kakeya-bench: int8 broke" >&2; exit 1; }
 [[ $cache == ${FAKE_SLOW:-none} ]] && exec sleep 30
 echo "seeded checkpoint; serving"
-echo "| cache | threads | concurrency | requests | decode tok/s | vs 1 | output tok/s | TTFT p50 ms | TTFT p99 ms | cold / cached p50 ms | peak running | prefix hits | preemptions | peak KV |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-echo "| $cache | – | 1 | 1 | 101.5 | 1.00x | 90.0 | 12 | 13 | – | 1 | 0% | 0 | 3 MiB |"
-echo "| $cache | – | 16 | 16 | 1203.5 | 11.86x | 1100.2 | 40 | 55 | – | 16 | 0% | 2 | 48 MiB |"
+echo "| cache | threads | concurrency | requests | decode tok/s | vs 1 | output tok/s | TTFT p50 ms | TTFT p99 ms | cold / cached p50 ms | peak running | prefix hits | preemptions | peak KV | stopped |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+[[ $cache == ${FAKE_NOLEVEL:-none} ]] && exit 0
+echo "| $cache | – | 1 | 1 | 101.5 | 1.00x | 90.0 | 12 | 13 | – | 1 | 0% | 0 | 3 MiB | – |"
+if [[ $cache == ${FAKE_PARTIAL:-none} ]]; then
+	echo "| $cache | – | 16 | 48 | 310.5 | 3.06x | 250.2 | 4000 | 9000 | – | 27 | 0% | 0 | 1.7 GiB | time limit: 7 of 48 done |"
+	exit 0
+fi
+echo "| $cache | – | 16 | 16 | 1203.5 | 11.86x | 1100.2 | 40 | 55 | – | 16 | 0% | 2 | 48 MiB | – |"
 `
 
 // fakePython stands in for python3 running peer.py: two figures, or the
@@ -151,6 +156,55 @@ func TestBundleServeSteps(t *testing.T) {
 	want = "qwen2.5-7b kakeya fail|qwen2.5-7b plain x1 info|qwen2.5-7b plain x16 info|qwen2.5-7b int8 fail"
 	if got := strings.Join(names, "|"); ok || got != want || rows[0]["timed_out"] != true || rows[0]["budget_s"] != 2.0 || rows[1]["budget_s"] != 30.0 {
 		t.Errorf("kvbound-7b with a slow preset: ok %v, rows %s, want %s: %v", ok, got, want, rows)
+	}
+
+	// A cache stopped by its --time-limit reports what it measured until
+	// then (the sequences admitted at once, tok/s so far), marked so; one
+	// stopped before any level says that.
+	os.Remove(filepath.Join(dir, "args.txt"))
+	rows, ok = step("kvbound-7b", "FAKE_PARTIAL=kakeya", "FAKE_NOLEVEL=plain")
+	names = names[:0]
+	for _, r := range rows {
+		names = append(names, r["name"].(string)+" "+r["status"].(string))
+	}
+	want = "qwen2.5-7b kakeya x1 info|qwen2.5-7b kakeya x16 info|qwen2.5-7b plain fail|qwen2.5-7b int8 fail"
+	if got := strings.Join(names, "|"); ok || got != want {
+		t.Errorf("kvbound-7b with the preset stopped at its time limit: ok %v, rows %s, want %s", ok, got, want)
+	} else {
+		if r := rows[1]; r["stopped"] != true || r["requests_done"] != 7.0 || r["requests"] != 48.0 || r["peak_running"] != 27.0 || r["decode_tps"] != 310.5 ||
+			!strings.Contains(r["text"].(string), "stopped at its time limit, 7 of 48 requests done") {
+			t.Errorf("the stopped preset's row: %v", r)
+		}
+		if r := rows[0]; r["stopped"] != nil {
+			t.Errorf("a level that finished is marked stopped: %v", r)
+		}
+		if r := rows[2]; r["stopped"] != true || !strings.Contains(r["text"].(string), "before any level was measured") {
+			t.Errorf("plain stopped before any level: %v", r)
+		}
+	}
+	args, err = os.ReadFile(filepath.Join(dir, "args.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(args), "--time-limit 112s --device cuda") { // kakeya's 130 s less 5 and a tenth
+		t.Errorf("kvbound-7b ran kakeya-bench with %q, lacking its --time-limit", args)
+	}
+	// serve-*: each cache a share of the step's time too (an equal share
+	// of what is left, or KAKEYA_SERVE_BUDGETS): plain cut at its 2 s does
+	// not take the preset's time, which still runs.
+	os.Remove(filepath.Join(dir, "args.txt"))
+	rows, ok = step("serve-7b", "FAKE_SLOW=plain", "KAKEYA_SERVE_BUDGETS=plain=2", "KAKEYA_REPORT_BUDGET=55")
+	names = names[:0]
+	for _, r := range rows {
+		names = append(names, r["name"].(string)+" "+r["status"].(string))
+	}
+	want = "qwen2.5-7b plain fail|qwen2.5-7b int8 fail|qwen2.5-7b kakeya x1 info|qwen2.5-7b kakeya x16 info"
+	if got := strings.Join(names, "|"); ok || got != want || rows[0]["timed_out"] != true || rows[0]["budget_s"] != 2.0 {
+		t.Errorf("serve-7b with a slow plain cache: ok %v, rows %s, want %s: %v", ok, got, want, rows)
+	} else if b, _ := rows[2]["budget_s"].(float64); b < 25 {
+		// 65 s of step (55 s is 4/5 of 75 less 5): 63 or so left for int8
+		// and the preset after plain's 2, int8 failing at once.
+		t.Errorf("the preset's serving share is %v s, want most of what plain and int8 left", rows[2]["budget_s"])
 	}
 
 	rows, ok = step("peer-7b")

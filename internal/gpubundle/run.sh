@@ -33,7 +33,9 @@
 #   launches-0.5b    gpu     30  driver calls per decode step: one graph per step, fusions and graphs on and off
 #   profile-0.5b     gpu     20  time per kernel of a prefill (512, 2048) and a decode step, each launch waited for
 #   quant-0.5b       gpu     40  prefill/decode tok/s quantized on load (q4_k, q8_0), plain cache, ctx 512
-#   serve-0.5b       gpu     60  kakeya-bench --concurrency 1,16,64,256, plain/int8/kakeya preset
+#   serve-0.5b       gpu     60  kakeya-bench --concurrency 1,16,64,256, plain/int8/kakeya preset,
+#                                each cache an equal share of the step (a row its
+#                                --time-limit stops says what it measured so far)
 #   sample-0.5b      gpu     30  the same at temperature 1 (the OpenAI API's default), plain, 1 and 64:
 #                                each step's tokens drawn on the device (draw_rows)
 #   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
@@ -42,7 +44,9 @@
 #                                kvbound-7b (gpu, 300: a KV pool of 16 bf16 sequences of
 #                                2,048 tokens, 48 requests of 2,016 + 256 tokens,
 #                                admitted sequences and tok/s per cache, each cache
-#                                its own budget: kakeya 130, plain 65, int8 65)
+#                                its own budget: kakeya 130, plain 65, int8 65; a cache
+#                                stopped by its --time-limit reports the sequences
+#                                admitted and tok/s so far)
 #                                and peer-7b (gpu, 60)
 #   cpu-bench        cpu     45  kakeya-bench on the CPU, the 0.5B checkpoint
 #
@@ -60,6 +64,8 @@
 # rows' caches, e.g. "plain kakeya-pc"), KAKEYA_SERVE_CACHES (the serving
 # and KV-bound rows' caches, default "plain int8 kakeya"),
 # KAKEYA_SERVE_CONCURRENCY (the serving rows', default 1,16,64,256),
+# KAKEYA_SERVE_BUDGETS (each serving cache's seconds, "cache=seconds ...";
+# default an equal share of what the step has left when the cache starts),
 # KAKEYA_KVBOUND_BUDGETS (each KV-bound cache's seconds, default
 # "kakeya=130 plain=65 int8=65"), KAKEYA_KVBOUND_GEN (the KV-bound
 # requests' generated tokens, default 256), KAKEYA_MODELS
@@ -234,23 +240,37 @@ if [[ ${1:-} == __step ]]; then
 		[[ $name == sample-* ]] && caches=plain
 		temp=0
 		[[ $name == sample-* ]] && temp=1
-		# kvbound-*: each cache runs under a time budget of its own
-		# (KAKEYA_KVBOUND_BUDGETS, "cache=seconds ...", 40 for a cache not
-		# named), cut to what the step has left (its timeout, from
-		# KAKEYA_REPORT_BUDGET = 4/5 of it less 5, less 10 s) less 20 s for
-		# each cache after it, so a slow cache (the preset's prefill
-		# encodes every block) loses its own row only and never the
-		# others' time.
+		# serve-* and kvbound-*: each cache runs under a time budget of its
+		# own, so a slow cache (the preset's prefill encodes every block)
+		# loses its own row's time only, never the others'. kvbound-*:
+		# KAKEYA_KVBOUND_BUDGETS ("cache=seconds ...", 40 for a cache not
+		# named); serve-*: KAKEYA_SERVE_BUDGETS likewise, by default an equal
+		# share of what the step has left when the cache starts (so a cache
+		# done early leaves its time to those after it). Either is cut to
+		# what the step has left (its timeout, from KAKEYA_REPORT_BUDGET =
+		# 4/5 of it less 5, less 10 s) less 20 s for each cache after it.
+		# kakeya-bench gets --time-limit a little inside its budget: the
+		# level running then reports what it measured so far (requests
+		# done, tokens generated, the most admitted at once), marked
+		# stopped, rather than nothing.
 		declare -A own=()
-		for cb in ${KAKEYA_KVBOUND_BUDGETS:-kakeya=130 plain=65 int8=65}; do own[${cb%%=*}]=${cb#*=}; done
+		if [[ $name == kvbound-* ]]; then
+			for cb in ${KAKEYA_KVBOUND_BUDGETS:-kakeya=130 plain=65 int8=65}; do own[${cb%%=*}]=${cb#*=}; done
+		else
+			for cb in ${KAKEYA_SERVE_BUDGETS:-}; do own[${cb%%=*}]=${cb#*=}; done
+		fi
 		ncaches=$(wc -w <<<"$caches") i=0 t0=$SECONDS
 		stepleft=$(((${KAKEYA_REPORT_BUDGET:-100000} + 5) * 5 / 4 - 10))
 		for cache in $caches; do
 			i=$((i + 1))
 			limit=() mine=""
-			if [[ $name == kvbound-* ]]; then
-				mine=${own[$cache]:-40}
+			if [[ $name != sample-* ]]; then
 				left=$((stepleft - (SECONDS - t0) - 20 * (ncaches - i)))
+				if [[ $name == kvbound-* ]]; then
+					mine=${own[$cache]:-40}
+				else
+					mine=${own[$cache]:-$(((stepleft - (SECONDS - t0)) / (ncaches - i + 1)))}
+				fi
 				if ((left < 10)); then
 					row "$name" "qwen2.5-$size $cache" skip "not run: ${left}s left of the step for it" \
 						"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$cache"),\"budget_s\":$mine,\"kv_memory\":$(jstr "${args[-1]}")"
@@ -259,9 +279,14 @@ if [[ ${1:-} == __step ]]; then
 				fi
 				((mine > left)) && mine=$left
 				limit=(timeout -k 5 "$mine")
+				tl=$((mine - 5 - mine / 10))
+				((tl < 3)) && tl=3
+				limit+=("$BIN/kakeya-bench" --time-limit "${tl}s")
+			else
+				limit=("$BIN/kakeya-bench")
 			fi
 			c0=$SECONDS
-			"${limit[@]}" "$BIN/kakeya-bench" --device cuda --model "$dir" --cache "$cache" "${args[@]}" --progress=false >"$WORK/serve.out" 2>&1
+			"${limit[@]}" --device cuda --model "$dir" --cache "$cache" "${args[@]}" --progress=false >"$WORK/serve.out" 2>&1
 			rc=$?
 			took=$((SECONDS - c0))
 			cat "$WORK/serve.out"
@@ -269,7 +294,7 @@ if [[ ${1:-} == __step ]]; then
 			[[ -n $mine ]] && timing=",\"budget_s\":$mine,\"seconds\":$took"
 			if ((rc != 0)); then
 				if [[ -n $mine ]] && ((rc == 124 || rc == 137)); then
-					row "$name" "qwen2.5-$size $cache" fail "timed out after ${mine}s, its own budget: no sequences or tok/s measured" \
+					row "$name" "qwen2.5-$size $cache" fail "timed out after ${mine}s, its own budget, past its --time-limit ${tl}s: no sequences or tok/s measured" \
 						"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$cache"),\"timed_out\":true,\"kv_memory\":$(jstr "${args[-1]}")$timing"
 				else
 					row "$name" "qwen2.5-$size $cache" fail "kakeya-bench exit $rc: $(tail -2 "$WORK/serve.out")" \
@@ -278,12 +303,27 @@ if [[ ${1:-} == __step ]]; then
 				fail=1
 				continue
 			fi
-			while IFS='|' read -r _ c _ conc req dec rel out p50 p99 _ peak _ pre kv _; do
+			if ! grep -qE '^\| [a-z0-9]+ \| ' <(grep -v '^| cache ' "$WORK/serve.out"); then
+				row "$name" "qwen2.5-$size $cache" fail "stopped at its --time-limit ${tl:-}s before any level was measured (${took}s: loading, calibrating)" \
+					"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$cache"),\"timed_out\":true,\"stopped\":true,\"kv_memory\":$(jstr "${args[-1]}")$timing"
+				fail=1
+				continue
+			fi
+			while IFS='|' read -r _ c _ conc req dec rel out p50 p99 _ peak _ pre kv stop _; do
 				c=${c// /} conc=${conc// /} req=${req// /} dec=${dec// /} rel=${rel// /} out=${out// /}
-				p50=${p50// /} p99=${p99// /} peak=${peak// /} pre=${pre// /} kv=${kv# } kv=${kv% }
+				p50=${p50// /} p99=${p99// /} peak=${peak// /} pre=${pre// /} kv=${kv# } kv=${kv% } stop=${stop# } stop=${stop% }
 				[[ $rel == *x ]] || rel=""
-				row "$name" "qwen2.5-$size $c x$conc" info "decode $dec tok/s aggregate${rel:+ ($rel of 1)}, output $out tok/s, TTFT p50 $p50 ms, $peak admitted at once, $pre preemptions, peak KV $kv${mine:+; ${took}s of its ${mine}s}" \
-					"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$c"),\"concurrency\":$conc,\"requests\":$req,\"decode_tps\":$dec,\"output_tps\":$out,\"ttft_p50_ms\":$p50,\"ttft_p99_ms\":$p99,\"peak_running\":$peak,\"preemptions\":$pre,\"peak_kv\":$(jstr "$kv"),\"kv_memory\":$(jstr "${args[-1]}"),\"temperature\":$temp$timing"
+				# A level kakeya-bench's --time-limit stopped: "time limit: D
+				# of N done", its figures those measured until then.
+				partial="" stopped=""
+				if [[ $stop == "time limit: "* ]]; then
+					done_n=${stop#time limit: } done_n=${done_n%% *}
+					partial="stopped at its time limit, $done_n of $req requests done, figures so far: "
+					stopped=",\"stopped\":true,\"requests_done\":$done_n"
+					fail=1
+				fi
+				row "$name" "qwen2.5-$size $c x$conc" info "${partial}decode $dec tok/s aggregate${rel:+ ($rel of 1)}, output $out tok/s, TTFT p50 $p50 ms, $peak admitted at once, $pre preemptions, peak KV $kv${mine:+; ${took}s of its ${mine}s}" \
+					"\"shape\":\"qwen2.5-$size\",\"cache\":$(jstr "$c"),\"concurrency\":$conc,\"requests\":$req,\"decode_tps\":$dec,\"output_tps\":$out,\"ttft_p50_ms\":$p50,\"ttft_p99_ms\":$p99,\"peak_running\":$peak,\"preemptions\":$pre,\"peak_kv\":$(jstr "$kv"),\"kv_memory\":$(jstr "${args[-1]}"),\"temperature\":$temp$stopped$timing"
 			done < <(grep -E '^\| [a-z0-9]+ \| ' "$WORK/serve.out" | grep -v '^| cache ')
 		done
 		;;
