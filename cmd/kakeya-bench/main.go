@@ -313,6 +313,10 @@ func measureServing(ctx context.Context, dir string, o options, stderr io.Writer
 	var rows []serveRow
 	for _, mm := range o.matmuls {
 		for _, th := range o.threads {
+			if late(o.serve.deadline) {
+				fmt.Fprintf(stderr, "kakeya-bench: --time-limit reached: %s matmul, %d threads and what follows not run\n", mm, th)
+				return rows, nil
+			}
 			b, done, err := o.backend(mm, th)
 			if err != nil {
 				return nil, err

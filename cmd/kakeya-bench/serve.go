@@ -107,6 +107,10 @@ func measureServe(ctx context.Context, m *model.Model, matmul string, threads in
 	}
 	var rows []serveRow
 	for _, cache := range o.caches {
+		if late(o.serve.deadline) {
+			fmt.Fprintf(stderr, "kakeya-bench: --time-limit reached: %s and what follows not run\n", cache)
+			return rows, nil
+		}
 		opts, err := sequenceOptions(ctx, cache, o, m, threads, stderr)
 		if err != nil {
 			return nil, fmt.Errorf("--cache %s: %w", cache, err)
