@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya"
+	"github.com/kakeya-ai/kakeya/calibrate"
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
@@ -201,10 +202,11 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 }
 
 // A cache built on the CUDA backend with layers the device does not encode
-// (kakeya-block, preconditioned keys) says so once, a warning naming the
-// codec, the layer sides and the cost (one host wait per block and KV
-// head); a cache whose every side encodes on the device, among them the
-// default choices' plan, says nothing.
+// (kakeya-block, keys preconditioned by a calibration) says so once, a
+// warning naming the codec, the layer sides and the cost (one host wait
+// per block and KV head); a cache whose every side encodes on the device,
+// among them the default choices' plan and int8 with precond=0, says
+// nothing.
 func TestHostEncodedWarning(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "qwen2")
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
@@ -237,6 +239,37 @@ func TestHostEncodedWarning(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the warning does not say %q:\n%s", want, out)
 		}
+	}
+	// With a calibration file (every one has query Cholesky factors) int8
+	// keys are preconditioned by default, and preconditioned keys are
+	// encoded on the host: the warning names them so; precond=0 keeps
+	// them on the device.
+	cal := &codec.Calibration{Layers: 2, KVHeads: 2, HeadDim: 16, Model: "qwen2-tiny"}
+	for range 4 {
+		L := make([]float32, 16*16)
+		for i := range 16 {
+			L[i*16+i] = 1
+		}
+		cal.Chol = append(cal.Chol, L)
+	}
+	calPath := filepath.Join(t.TempDir(), "calib.safetensors")
+	if err := calibrate.Save(calPath, cal); err != nil {
+		t.Fatal(err)
+	}
+	logged.Reset()
+	withCal, err := kakeya.NewCaches(m, kakeya.Options{Calibration: calPath, Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := spec("int8/int8|int8/int8")
+	off.Precondition = kvconfig.Off
+	for _, sp := range []kvconfig.Spec{spec("int8/int8|int8/int8"), off} {
+		if _, _, _, err := withCal.Cache(context.Background(), sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := logged.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "int8 (preconditioned): keys of layers 0,1") {
+		t.Errorf("int8 keys preconditioned by a calibration, then precond=0: logged\n%s\nwant one warning naming the preconditioned keys", out)
 	}
 	// The default choices' plan (kakeya-pc with a calibration) and the
 	// preset's codec: nothing for the host.
