@@ -345,6 +345,54 @@ func TestForwardMatchesCPU(t *testing.T) {
 	}
 }
 
+// The kakeya preset at its own block (64) and hot window (32), on a
+// Qwen2-shaped model of head_dim 64 (the keys' cap of 16 coded components
+// binds: a synthetic calibration's allocation codes about 39 uncapped),
+// gives the CPU's logits on CUDA: a 140-token prefill, whose first two
+// blocks are encoded on the device as they fill, then decode steps past
+// the third block, and a decode of every token from the start.
+func TestPresetForwardMatchesCPU(t *testing.T) {
+	needKernels(t, "matvec_f32", "matmul_f32", "attn_split_pc", "attn_combine", "enc_pc", "kv_write")
+	dir := filepath.Join(t.TempDir(), "qwen2-d64")
+	spec := testmodel.Qwen2Tiny
+	spec.Hidden, spec.Heads, spec.KVHeads, spec.HeadDim, spec.Layers, spec.MaxPos = 256, 4, 2, 64, 2, 512
+	if err := testmodel.Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	gpu, _ := newFakeBackend(t, Options{MatMul: "f32"})
+	cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 256})
+	gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 256})
+	ids := testIDs(200, cpuM.Config().VocabSize)
+	cal := synthPCACalibration(cpuM, 17)
+	sp := kvconfig.Spec{KV: "kakeya"}
+	pol, st, err := kvplan.NewPolicy(sp, cpuM.CacheShape(), cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := pol.KCodec(0, 0).(*codec.KakeyaPC).Settings().PC; len(k.Coded()) != 16 || st.K != kvconfig.PresetKCodec || st.V != kvconfig.PresetVCodec {
+		t.Fatalf("preset keys code %d components, settings %s", len(k.Coded()), st)
+	}
+	for _, pre := range []int{140, 1} {
+		want, stW := runCal(t, cpuM, sp, cal, ids, pre)
+		got, stG := runCal(t, gpuM, sp, cal, ids, pre)
+		var worst float64
+		for p := range want {
+			d, tol := maxAbsDiff(got[p], want[p]), 1e-3*max(1, maxAbs(want[p]))
+			if math.IsNaN(d) || d > tol {
+				t.Errorf("prefill %d, position %d: max abs logit difference %.3g, CUDA vs CPU (tolerance %.3g)", pre, p, d, tol)
+			}
+			worst = max(worst, d/tol)
+		}
+		if stG.Compressed != stW.Compressed || stG.Hot != stW.Hot || stW.Compressed == 0 {
+			t.Errorf("prefill %d: CUDA holds %d hot + %d encoded bytes, the CPU %d + %d", pre, stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
+		}
+		t.Logf("prefill %d: worst difference %.2g of the tolerance; %d encoded bytes", pre, worst, stW.Compressed)
+	}
+	if err := gpu.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Sequences decoding at once on one backend (each from its own goroutine,
 // as a server would) give the logits they give alone.
 func TestConcurrentSequences(t *testing.T) {

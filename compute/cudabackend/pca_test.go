@@ -98,8 +98,10 @@ func newPC(t testing.TB, o codec.KakeyaPCOptions, st *codec.PCAStats) *codec.Kak
 // in a slot of the most bytes the rate allows (one size class for every
 // codec), format 9's, whose length varies, in encAlign's classes; each
 // codec's settings uploaded once, the rANS tables once for all. Keys
-// capped at 16 coded components (coded=16, the kakeya preset's keys), at
-// head dims 64 and 128, are checked against the float64 reference too.
+// capped at 16 coded components (coded=16, the kakeya preset's keys)
+// beside uncapped values, at head dims 32, 64 and 128, are checked
+// against the float64 reference too; their blocks take a slot of their
+// own size where the rate's bound would waste more than a quarter.
 func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split", "attn_split_pc", "attn_combine", "kv_write")
 	const heads, kvHeads = 6, 2
