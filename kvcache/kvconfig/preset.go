@@ -19,13 +19,15 @@ import "strings"
 // past it decoding at well under 0.9x plain. Chosen again per side on
 // 2026-11-29 (docs/results/2026-11-29-preset-perside.md): keys
 // kakeya-pc:rate=2.5,coded=16, values kakeya-pc:rate=2.5, 5.22x whole
-// cache (was 4.72x) at top-1 >= 97.5% and dPPL <= +0.5% on WikiText,
-// TinyStories and Go documentation under the built-in calibration, and a
-// decode at depth 2,048 above the old preset's on both CPU ISAs, since a
-// key costs C*d multiply-adds to rebuild for its C coded components
-// (docs/results/2026-11-29-pc-decode4.md). Each setting the Spec names
-// itself (its block size, hot window, boundary layers) wins over the
-// preset's.
+// cache on ref-qwen2-6m (was 4.72x) at top-1 >= 97.5% and dPPL <= +0.5%
+// on WikiText, TinyStories and Go documentation under the built-in
+// calibration, and at depth 2,048 a decode of 1.2-1.6x plain's speed
+// (AVX-512; 0.9-1.5x AVX2) where rate 2.5 on both sides runs at 0.5-0.9x:
+// a key costs C*d multiply-adds to rebuild for its C coded components
+// (docs/results/2026-11-29-pc-decode4.md). The cap is a count measured at
+// head_dim 64; at 128 it codes an eighth of the components, a quality not
+// yet measured. Each setting the Spec names itself (its block size, hot
+// window, boundary layers) wins over the preset's.
 const (
 	// PresetName is the codec name that, written alone, selects the preset.
 	PresetName = "kakeya"
