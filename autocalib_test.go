@@ -114,7 +114,7 @@ func TestAutoCalibration(t *testing.T) {
 		t.Errorf("first Load logged %q; want one line naming the file and no warning", log)
 	}
 	st := first.CacheSettings()
-	if st.K != kvconfig.PresetCodec || st.V != kvconfig.PresetCodec || st.HotWindow != kvconfig.PresetHotWindow ||
+	if st.K != kvconfig.PresetKCodec || st.V != kvconfig.PresetVCodec || st.HotWindow != kvconfig.PresetHotWindow ||
 		st.BlockSize != kvconfig.PresetBlock || len(st.Boundary) != 0 || st.Preset != kvconfig.PresetName {
 		t.Errorf("preset settings %+v", st)
 	}
@@ -154,7 +154,7 @@ func TestAutoCalibration(t *testing.T) {
 	// The preset is the spelled-out settings with that calibration.
 	explicit, err := Load(context.Background(), dir, Options{
 		Threads: 1, Calibration: info.Path,
-		Cache: kvconfig.Spec{KV: "kakeya-pc:rate=2.5", BlockSize: 64, HotWindow: 32, Boundary: "none"},
+		Cache: kvconfig.Spec{K: "kakeya-pc:rate=2.5,coded=16", V: "kakeya-pc:rate=2.5", BlockSize: 64, HotWindow: 32, Boundary: "none"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,9 @@ the bf16 reference has the same windows, or with --against all none (a
 bf16 cache of every position). Prints
 a Markdown table: one row per shape, codec,
 block and hot window (--windows) and boundary setting, one column per
---tokens. A kakeya-pc or kvtc spec without block= gets the row's block
+--tokens. An entry of --kv is one codec spec for keys and values, K/V
+for a codec per side (kakeya-pc:coded=16/kakeya-pc), or kakeya, the kakeya
+preset's codecs (` + kvconfig.PresetKCodec + `/` + kvconfig.PresetVCodec + `). A kakeya-pc or kvtc spec without block= gets the row's block
 size, so that its allocation charges its per-block costs to the blocks it
 codes.
 
@@ -91,7 +93,7 @@ func runProject(args []string, stdout, stderr io.Writer) error {
 	var f projectFlags
 	fs := newFlagSet("project", projectUsage, stderr)
 	fs.StringVar(&f.shapes, "shapes", "qwen2.5-0.5b,qwen3-0.6b,llama-3-8b", "model shapes, comma-separated: "+strings.Join(shapeNames(), ", ")+", or LAYERSxKVHEADSxHEADDIM")
-	fs.StringVar(&f.kv, "kv", "fp8 int4 kakeya-block:b=2 kakeya-pc:rate=2.5", "codec `SPECS` for keys and values, separated by spaces")
+	fs.StringVar(&f.kv, "kv", "fp8 int4 kakeya-block:b=2 kakeya-pc:rate=2.5", "codec `SPECS` for keys and values, separated by spaces: a spec, K/V (a codec per side) or kakeya (the preset's codecs)")
 	fs.StringVar(&f.windows, "windows", "64:64,32:32,16:16", "block and hot window sizes in tokens, BLOCK:HOT, comma-separated")
 	fs.StringVar(&f.tokens, "tokens", "8192,32768,131072", "context lengths in tokens, comma-separated")
 	fs.StringVar(&f.boundary, "boundary", "none,0;-1", `boundary settings, comma-separated, layers within one joined by ";" ("none": every layer coded)`)
@@ -215,11 +217,11 @@ func writeProjection(w io.Writer, f *projectFlags) error {
 			for _, bnd := range strings.Split(f.boundary, ",") {
 				for _, win := range windows {
 					block, hot := win[0], win[1]
-					spec, err := withBlock(kv, block)
+					sp, err := projectSpec(kv, block)
 					if err != nil {
 						return err
 					}
-					sp := kvconfig.Spec{KV: spec, BlockSize: block, HotWindow: hot, Boundary: strings.ReplaceAll(bnd, ";", ","), Precondition: kvconfig.Off}
+					sp.BlockSize, sp.HotWindow, sp.Boundary = block, hot, strings.ReplaceAll(bnd, ";", ",")
 					if hot == 0 {
 						sp.HotWindow = -1 // none: 0 in a Spec means one block
 					}
@@ -228,7 +230,7 @@ func writeProjection(w io.Writer, f *projectFlags) error {
 						return fmt.Errorf("%s %s: %w", name, kv, err)
 					}
 					label := kv
-					if synthetic && principal(kv) {
+					if synthetic && (principal(sp.K) || principal(sp.V)) {
 						label += " (synthetic)"
 					}
 					fmt.Fprintf(w, "| %s | %dx%dx%d | %s | %d | %d | %s |", name, sh[0], sh[1], sh[2], label, block, hot, bnd)
@@ -273,6 +275,30 @@ func parseWindows(s string) ([][2]int, error) {
 // principal reports whether the codec spec s names a codec in a
 // calibrated principal basis (codec.Registration.Principal).
 func principal(s string) bool { return codec.IsPrincipal(s) }
+
+// projectSpec returns the cache settings of a --kv entry with blocks of
+// n tokens: the codecs of keys and values (K/V one per side, kakeya the
+// preset's), each kakeya-pc or kvtc spec given block=n (withBlock), and
+// no preconditioning.
+func projectSpec(kv string, n int) (kvconfig.Spec, error) {
+	k, v, ok := strings.Cut(kv, "/")
+	switch {
+	case strings.EqualFold(kv, kvconfig.PresetName):
+		k, v = kvconfig.PresetKCodec, kvconfig.PresetVCodec
+	case !ok:
+		v = k
+	case k == "" || v == "":
+		return kvconfig.Spec{}, fmt.Errorf("--kv %q: want K/V, a codec spec on each side of /", kv)
+	}
+	var err error
+	if k, err = withBlock(k, n); err != nil {
+		return kvconfig.Spec{}, err
+	}
+	if v, err = withBlock(v, n); err != nil {
+		return kvconfig.Spec{}, err
+	}
+	return kvconfig.Spec{K: k, V: v, Precondition: kvconfig.Off}, nil
+}
 
 // withBlock returns the codec spec s with block=n added when it names
 // kakeya-pc or kvtc without a block.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -52,7 +53,33 @@ func TestProject(t *testing.T) {
 			t.Errorf("--against %s: no %q in\n%s", against, want, out.String())
 		}
 	}
+	// A codec per side (K/V), and kakeya for the preset's: the same
+	// bytes as the preset's codecs spelled out, fewer than rate 2.5 on
+	// both sides (the keys capped at 16 coded components of 128), and
+	// int8/int8 is int8.
+	out.Reset()
+	args = []string{"--shapes", "llama-3-8b", "--kv", "kakeya kakeya-pc:rate=2.5,coded=16/kakeya-pc:rate=2.5 kakeya-pc:rate=2.5 int8/int8 int8",
+		"--windows", "64:32", "--tokens", "8192", "--boundary", "none", "--bytes"}
+	if err := runProject(args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	cells := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n")[2:] {
+		f := strings.Split(line, "|")
+		cells[strings.TrimSuffix(strings.TrimSpace(f[3]), " (synthetic)")] = strings.TrimSpace(f[7])
+	}
+	preset, spelled, pc := cells["kakeya"], cells["kakeya-pc:rate=2.5,coded=16/kakeya-pc:rate=2.5"], cells["kakeya-pc:rate=2.5"]
+	ratio := func(c string) float64 {
+		v, _ := strconv.ParseFloat(strings.TrimSuffix(strings.Fields(c)[0], "x"), 64)
+		return v
+	}
+	if preset == "" || preset != spelled || !(ratio(preset) > ratio(pc)) || cells["int8/int8"] != cells["int8"] {
+		t.Errorf("per-side rows %q (preset), %q (spelled out), %q (rate 2.5), %q (int8/int8), %q (int8):\n%s", preset, spelled, pc, cells["int8/int8"], cells["int8"], out.String())
+	}
 	for _, bad := range [][]string{
+		{"--kv", "int8/"},
+		{"--kv", "/int8"},
+		{"--kv", "int8/nope"},
 		{"--against", "some"},
 		{"--shapes", "2x1"},
 		{"--windows", "16"},

@@ -245,13 +245,14 @@ func TestRunCompressed(t *testing.T) {
 
 // kakeya-run --kv-codec kakeya runs the preset: the first run calibrates
 // into --calib-cache and says so on stderr, the settings line names the
-// preset and the file, and a second run reuses the file.
+// preset, both sides' codecs and the file, and a second run reuses the
+// file.
 func TestRunPreset(t *testing.T) {
 	dir := shareddata.File(t, "models", "stories260K")
 	cache := t.TempDir()
 	args := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "120",
 		"--kv-codec", "kakeya", "--calib-cache", cache, "--threads", "1"}
-	settings := regexp.MustCompile(`KV cache: k=kakeya-pc:rate=2\.5 v=kakeya-pc:rate=2\.5 block 64, hot 32, bf16 hot blocks, preset kakeya, calibration auto: (\S+)\n`)
+	settings := regexp.MustCompile(`KV cache: k=kakeya-pc:coded=16,rate=2\.5 v=kakeya-pc:rate=2\.5 block 64, hot 32, bf16 hot blocks, preset kakeya, calibration auto: (\S+)\n`)
 	var first string
 	for i := range 2 {
 		var out, errOut bytes.Buffer

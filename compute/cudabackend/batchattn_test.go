@@ -22,8 +22,9 @@ import (
 // position start over blocks whose full ones are encoded as enc says
 // ("" all hot; "K/V" codecs, one name for both sides; "hot" keeps a side
 // hot; "pre+X" is X preconditioned by a factor of each KV head's own,
-// keys only; "pc" is kakeya-pc, a basis per KV head for keys, "pcec" the
-// same entropy coded, "kvtc" entropy coded and uniform).
+// keys only; "pc" is kakeya-pc, a basis per KV head for keys, "pc16" the
+// same capped at 16 coded components (the kakeya preset's keys), "pcec"
+// the same entropy coded, "kvtc" entropy coded and uniform).
 type batchSeq struct {
 	start, n int
 	enc      string
@@ -36,7 +37,9 @@ type batchSeq struct {
 // together, partly filled and encoded blocks of every format the kernels
 // read (hot f32 and bf16, int8, int4 and int2 by row and by channel,
 // kakeya with two codecs' settings in one layer, kakeya-pc fixed-rate
-// and entropy coded, kvtc, preconditioned keys), GQA 7:1, head dims 64 and 128, sliding windows, under several
+// and entropy coded, the kakeya preset's keys capped at 16 coded
+// components beside uncapped values, kvtc, preconditioned keys), GQA 7:1,
+// head dims 64 and 128, sliding windows, under several
 // schedules, the queries rotated before the call or by the kernel.
 func TestAttendBatchMatchesReference(t *testing.T) {
 	needKernels(t, "attn_batch", "attn_batch_pre", "attn_batch_pc", "attn_combine")
@@ -59,6 +62,10 @@ func TestAttendBatchMatchesReference(t *testing.T) {
 			{100, 1, "pcec"}, {64, 16, "pcec/kvtc"}, {90, 1, "pc/pcec"}, {70, 2, "int8"}}},
 		{"gqa2/d128/pcec/window", 4, 2, 128, 16, 24, false, "attn_batch_pc", []batchSeq{
 			{60, 1, "pcec"}, {9, 10, "kvtc/pcec"}, {50, 1, "hot/pcec"}}},
+		{"gqa2/d64/preset", 4, 2, 64, 64, 0, true, "attn_batch_pc", []batchSeq{
+			{120, 1, "pc16/pc"}, {70, 8, "pc16/pc"}, {100, 1, "pc"}, {40, 2, "int8"}}},
+		{"gqa2/d128/preset/window", 4, 2, 128, 16, 40, false, "attn_batch_pc", []batchSeq{
+			{90, 1, "pc16/pc"}, {20, 6, "pc16/pc"}, {60, 1, "pc/pc16"}}},
 		{"1to1/d64/one split", 4, 4, 64, 32, 0, true, "attn_batch", []batchSeq{
 			{10, 1, ""}, {3, 5, ""}}},
 	} {
@@ -187,11 +194,18 @@ func batchCodecs(t *testing.T, r *rand.Rand, enc string, kvHeads, d, bs int) (cs
 				o := codec.DefaultKakeyaOptions()
 				o.Bits, o.CoeffBits, o.Seed = 4, 8, 12345
 				cd, err = codec.NewKakeya(o)
-			case "pc", "pcec", "kvtc":
+			case "pc", "pc16", "pcec", "kvtc":
 				o := codec.DefaultKakeyaPCOptions()
 				o.Rate, o.Block = 2.5, bs
-				o.Entropy, o.Uniform = inner != "pc", inner == "kvtc"
-				cd = newPC(t, o, synthPCA(r, d))
+				o.Entropy, o.Uniform = inner == "pcec" || inner == "kvtc", inner == "kvtc"
+				if inner == "pc16" {
+					o.MaxCoded = 16
+				}
+				pc := newPC(t, o, synthPCA(r, d))
+				if inner == "pc16" && len(pc.Settings().PC.Coded()) != 16 {
+					t.Fatalf("pc16 at d %d, blocks of %d: %d coded components, want the cap to bind", d, bs, len(pc.Settings().PC.Coded()))
+				}
+				cd = pc
 			default:
 				cd, err = codec.New(codec.Spec{Name: inner})
 			}

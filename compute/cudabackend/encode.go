@@ -123,7 +123,13 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 		l := f.Layout(&v)
 		codes := l.Len(len(f.Sections) - 1)
 		e := encoding{format: partKakeyaPC, size: l.Size(), slot: roundUp(l.Size(), encAlign), scratch: 4 * n * len(pc.Stored)}
-		if bound, ok := pc.MaxLen(n, d); ok && e.size <= bound {
+		// The slot of the most bytes the rate allows, one size class for
+		// every layer's and KV head's codec, where that wastes at most a
+		// quarter of the block: a codec capped below its rate's bits
+		// (coded=16, the kakeya preset's keys) spends far fewer (a d=128
+		// block of 64 rows: 1,078 bytes, the rate's bound 2,582), and
+		// keeps its own size class, so the cap saves device memory too.
+		if bound, ok := pc.MaxLen(n, d); ok && e.size <= bound && bound <= e.size+e.size/4 {
 			e.slot = roundUp(bound, fixedAlign)
 		}
 		m := len(pc.Stored)

@@ -105,7 +105,11 @@ func TestEncodeInt8OnDevice(t *testing.T) {
 // counts and CRC checked) to within float rounding of its own encoding:
 // the rotation into the basis is summed in another order, so a few codes
 // on a cell boundary may move by one level and a block mean by an fp16
-// step, and nothing more.
+// step, and nothing more. A codec capped at 16 coded components (coded=16,
+// the kakeya preset's keys) at head dims 64 and 128 gets blocks of its
+// capped layout: the components past the cap take no bits, the block's
+// length and coded count are the capped codec's, and its reconstruction
+// error is the host encoder's.
 func TestEncodePCOnDevice(t *testing.T) {
 	needKernels(t, "enc_pc", "kv_write")
 	for _, c := range []struct {
@@ -114,18 +118,34 @@ func TestEncodePCOnDevice(t *testing.T) {
 		bf16    bool
 		rate    float64
 		uniform bool
+		coded   int // MaxCoded; 0: no cap
 	}{
-		{"f32", 16, 64, false, 2.5, false}, {"bf16", 16, 64, true, 2.5, false},
-		{"d128/block 64", 64, 128, true, 2.5, false}, {"uniform", 16, 64, false, 3, true},
-		{"low rate", 32, 32, false, 0.75, false}, {"high rate", 16, 64, false, 6, false},
-		{"d256/odd block", 13, 256, true, 2.5, false},
+		{"f32", 16, 64, false, 2.5, false, 0}, {"bf16", 16, 64, true, 2.5, false, 0},
+		{"d128/block 64", 64, 128, true, 2.5, false, 0}, {"uniform", 16, 64, false, 3, true, 0},
+		{"low rate", 32, 32, false, 0.75, false, 0}, {"high rate", 16, 64, false, 6, false, 0},
+		{"d256/odd block", 13, 256, true, 2.5, false, 0},
+		{"coded=16/block 64", 64, 64, true, 2.5, false, 16}, {"coded=16/d128/block 64", 64, 128, true, 2.5, false, 16},
+		{"coded=16/f32", 16, 64, false, 2.5, false, 16},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(5, uint64(c.n*c.d)))
 			st := synthPCA(r, c.d)
 			o := codec.DefaultKakeyaPCOptions()
-			o.Rate, o.Block, o.Uniform = c.rate, c.n, c.uniform
+			o.Rate, o.Block, o.Uniform, o.MaxCoded = c.rate, c.n, c.uniform, c.coded
 			cd := newPC(t, o, st)
+			if c.coded > 0 {
+				// The cap binds, and the capped allocation gives no
+				// component past it bits.
+				uo := o
+				uo.MaxCoded = 0
+				all, pc := newPC(t, uo, st).Settings().PC, cd.Settings().PC
+				if len(pc.Coded()) != c.coded || len(all.Coded()) <= c.coded {
+					t.Fatalf("%d coded components capped, %d uncapped; want %d and more", len(pc.Coded()), len(all.Coded()), c.coded)
+				}
+				if capped, uncapped := pc.CodeBytes(c.n), all.CodeBytes(c.n); capped >= uncapped {
+					t.Fatalf("capped blocks' codes take %d bytes, uncapped %d: want fewer", capped, uncapped)
+				}
+			}
 			gpu, _ := newFakeBackend(t, Options{})
 			store := gpu.NewBlockStore(c.n, c.d, c.bf16)
 			for rep := range 3 {

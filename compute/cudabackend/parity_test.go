@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
@@ -236,6 +237,18 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// KV head), encoded on the device and read by the attention
 		// kernel.
 		{"kakeya-pc", kvconfig.Spec{KV: "kakeya-pc", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
+		// The kakeya preset (--kv-codec kakeya), its block and hot window
+		// set here, and its per-side codecs spelled out: keys capped at 16
+		// coded components (which binds at head_dim 32), values uncapped.
+		// Blocks of 8, no hot window (so that a block is encoded within
+		// the 14 tokens). At blocks of 4 on qwen3 one value code of the
+		// prefill's blocks lies on a quantizer cell's boundary, and enc_pc
+		// (its rotation summed in another order than the host's) puts it
+		// one level over: that row moves by 0.32 and this random model's
+		// logits by up to 1.28, past the flip allowance below, though
+		// every other block is the host's bit for bit.
+		{"kakeya preset", kvconfig.Spec{KV: "kakeya", BlockSize: 8, HotWindow: -1, CacheType: "bf16"}},
+		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=2.5,coded=16", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -249,16 +262,36 @@ func TestForwardMatchesCPU(t *testing.T) {
 			cal := randCalibration(t, cpuM, 13)
 			pcCal := synthPCACalibration(cpuM, 17)
 			var worst float64
+			var preset [][]float32
+			var presetSt kvcache.Stats
 			for _, sp := range specs {
 				c := cal
 				if sp.spec.Precondition != kvconfig.On {
 					c = nil
 				}
-				if sp.spec.KV == "kakeya-pc" {
+				if sp.spec.KV == "kakeya-pc" || sp.spec.KV == "kakeya" || strings.HasPrefix(sp.spec.K, "kakeya-pc") {
 					c = pcCal
 				}
 				want, stW := runCal(t, cpuM, sp.spec, c, ids, pre)
 				got, stG := runCal(t, gpuM, sp.spec, c, ids, pre)
+				switch sp.name {
+				case "kakeya preset":
+					preset, presetSt = got, stG
+					if stG.Compressed == 0 {
+						t.Errorf("preset: nothing encoded (%+v)", stG)
+					}
+				case "preset spelled out":
+					// The preset builds the per-side cache its codecs
+					// name, on the device as on the CPU.
+					for p := range got {
+						if d := maxAbsDiff(got[p], preset[p]); d != 0 {
+							t.Errorf("position %d: the preset's logits differ from its spelled-out codecs' by %.3g on CUDA", p, d)
+						}
+					}
+					if stG.Compressed != presetSt.Compressed || stG.Hot != presetSt.Hot {
+						t.Errorf("preset: CUDA holds %d hot + %d encoded bytes, its codecs spelled out %d + %d", presetSt.Hot, presetSt.Compressed, stG.Hot, stG.Compressed)
+					}
+				}
 				var specWorst float64
 				lossy := !slices.Contains([]string{"f32", "bf16", "f32 codec"}, sp.name)
 				flips := 0
@@ -309,6 +342,54 @@ func TestForwardMatchesCPU(t *testing.T) {
 			}
 			t.Logf("max abs logit difference %.3g; %d graphs captured, %d replays, %d direct launches; kernels: %s", worst, captures, replays, direct, f.kernelCounts())
 		})
+	}
+}
+
+// The kakeya preset at its own block (64) and hot window (32), on a
+// Qwen2-shaped model of head_dim 64 (the keys' cap of 16 coded components
+// binds: a synthetic calibration's allocation codes about 39 uncapped),
+// gives the CPU's logits on CUDA: a 140-token prefill, whose first two
+// blocks are encoded on the device as they fill, then decode steps past
+// the third block, and a decode of every token from the start.
+func TestPresetForwardMatchesCPU(t *testing.T) {
+	needKernels(t, "matvec_f32", "matmul_f32", "attn_split_pc", "attn_combine", "enc_pc", "kv_write")
+	dir := filepath.Join(t.TempDir(), "qwen2-d64")
+	spec := testmodel.Qwen2Tiny
+	spec.Hidden, spec.Heads, spec.KVHeads, spec.HeadDim, spec.Layers, spec.MaxPos = 256, 4, 2, 64, 2, 512
+	if err := testmodel.Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	gpu, _ := newFakeBackend(t, Options{MatMul: "f32"})
+	cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 256})
+	gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 256})
+	ids := testIDs(200, cpuM.Config().VocabSize)
+	cal := synthPCACalibration(cpuM, 17)
+	sp := kvconfig.Spec{KV: "kakeya"}
+	pol, st, err := kvplan.NewPolicy(sp, cpuM.CacheShape(), cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := pol.KCodec(0, 0).(*codec.KakeyaPC).Settings().PC; len(k.Coded()) != 16 || st.K != kvconfig.PresetKCodec || st.V != kvconfig.PresetVCodec {
+		t.Fatalf("preset keys code %d components, settings %s", len(k.Coded()), st)
+	}
+	for _, pre := range []int{140, 1} {
+		want, stW := runCal(t, cpuM, sp, cal, ids, pre)
+		got, stG := runCal(t, gpuM, sp, cal, ids, pre)
+		var worst float64
+		for p := range want {
+			d, tol := maxAbsDiff(got[p], want[p]), 1e-3*max(1, maxAbs(want[p]))
+			if math.IsNaN(d) || d > tol {
+				t.Errorf("prefill %d, position %d: max abs logit difference %.3g, CUDA vs CPU (tolerance %.3g)", pre, p, d, tol)
+			}
+			worst = max(worst, d/tol)
+		}
+		if stG.Compressed != stW.Compressed || stG.Hot != stW.Hot || stW.Compressed == 0 {
+			t.Errorf("prefill %d: CUDA holds %d hot + %d encoded bytes, the CPU %d + %d", pre, stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
+		}
+		t.Logf("prefill %d: worst difference %.2g of the tolerance; %d encoded bytes", pre, worst, stW.Compressed)
+	}
+	if err := gpu.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -97,7 +97,11 @@ func newPC(t testing.TB, o codec.KakeyaPCOptions, st *codec.PCAStats) *codec.Kak
 // block's parts hold exactly the codec's bytes on the device: format 8's
 // in a slot of the most bytes the rate allows (one size class for every
 // codec), format 9's, whose length varies, in encAlign's classes; each
-// codec's settings uploaded once, the rANS tables once for all.
+// codec's settings uploaded once, the rANS tables once for all. Keys
+// capped at 16 coded components (coded=16, the kakeya preset's keys)
+// beside uncapped values, at head dims 32, 64 and 128, are checked
+// against the float64 reference too; their blocks take a slot of their
+// own size where the rate's bound would waste more than a quarter.
 func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 	needKernels(t, "attn_split", "attn_split_pc", "attn_combine", "kv_write")
 	const heads, kvHeads = 6, 2
@@ -114,6 +118,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 		kec     bool // the keys' codecs are entropy coded (format 9)
 		vec     bool // the values' codec is entropy coded (format 9; kvtc when uniform)
 		layout1 bool // format 9 in stream layout 1 (else 2, the codecs' default)
+		coded   int  // the keys' codecs code at most this many components (0: no cap)
 	}{
 		{name: "decode/bf16", d: 64, total: 5*16 + 3, n: 1, bf16: true, rate: 2.5},
 		{name: "prefill/f32", d: 64, total: 4*16 + 9, n: 7, rate: 3},
@@ -133,6 +138,16 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 		{name: "ec/decode/d128/ec keys, fixed-rate values", d: 128, total: 6*16 + 1, n: 1, bf16: true, rate: 1.5, kec: true},
 		{name: "ec/prefill/d64/bs8", d: 64, bs: 8, total: 3*8 + 6, n: 22, rate: 2.5, kec: true, vec: true},
 		{name: "ec/prefill/d64/bs8/block64", d: 64, bs: 8, block: 64, total: 3*8 + 6, n: 22, rate: 2.5, kec: true, vec: true},
+		{name: "coded=16/decode/d64/bs64", d: 64, bs: 64, total: 3*64 + 5, n: 1, bf16: true, rate: 2.5, coded: 16},
+		{name: "coded=16/decode/d128/bs64/split", d: 128, bs: 64, total: 9*64 + 7, n: 1, bf16: true, rate: 2.5, coded: 16},
+		{name: "coded=16/prefill/d64/f32", d: 64, total: 4*16 + 9, n: 7, rate: 2.5, coded: 16},
+		{name: "coded=16/prefill/d32/bs4", d: 32, bs: 4, total: 10, n: 10, bf16: true, rate: 8, coded: 16},
+		{name: "coded=16/decode/d32/bs4", d: 32, bs: 4, total: 14, n: 1, bf16: true, rate: 8, coded: 16},
+		{name: "coded=16/decode/d32/bs4/block64", d: 32, bs: 4, block: 64, total: 14, n: 1, bf16: true, rate: 2.5, coded: 16},
+		{name: "coded=16/prefill/d32/bs4/block64", d: 32, bs: 4, block: 64, total: 10, n: 10, bf16: true, rate: 2.5, coded: 16},
+		{name: "coded=16/decode/d32/bs8/block64", d: 32, bs: 8, block: 64, total: 20, n: 1, bf16: true, rate: 2.5, coded: 16},
+		{name: "coded=16/decode/d64/bs64/all stored", d: 64, bs: 64, total: 3*64 + 5, n: 1, bf16: true, rate: 8, coded: 16},
+		{name: "coded=16/decode/d128/ec keys", d: 128, bs: 64, total: 3*64 + 3, n: 1, bf16: true, rate: 2.5, kec: true, coded: 16},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d, bs := c.d, c.bs
@@ -146,7 +161,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 				o.Block = c.block
 			}
 			ko := o
-			ko.Entropy = c.kec
+			ko.Entropy, ko.MaxCoded = c.kec, c.coded
 			if c.layout1 {
 				ko.StreamLayout = 1
 			}
@@ -156,6 +171,15 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 				st := synthPCA(r, d)
 				kst = append(kst, st)
 				kc = append(kc, newPC(t, ko, st))
+				if c.coded > 0 {
+					// The cap binds: the uncapped allocation codes more.
+					uo := ko
+					uo.MaxCoded = 0
+					capped, all := len(kc[len(kc)-1].(*codec.KakeyaPC).Settings().PC.Coded()), len(newPC(t, uo, st).Settings().PC.Coded())
+					if capped != c.coded || all <= c.coded {
+						t.Fatalf("keys code %d components capped, %d uncapped; want %d and more", capped, all, c.coded)
+					}
+				}
 			}
 			vst := synthPCA(r, d)
 			vo := o
@@ -190,7 +214,7 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 				},
 			}
 			refs := []compute.Backend{host}
-			if c.kec || c.vec {
+			if c.kec || c.vec || c.coded > 0 {
 				refs = append(refs, reference.Backend{})
 			}
 			for _, ref := range refs {
@@ -218,9 +242,17 @@ func TestKakeyaPCAttentionMatchesCPU(t *testing.T) {
 						format, size := partKakeyaPCEC, roundUp(want, encAlign)
 						if !ec {
 							// Every codec's blocks take the slot of the most
-							// bytes the rate allows: one size class.
-							bound, _ := cd.Settings().PC.MaxLen(bs, d)
-							format, size = partKakeyaPC, roundUp(bound, fixedAlign)
+							// bytes the rate allows, one size class; capped
+							// keys more than a quarter below it, their own.
+							format = partKakeyaPC
+							if bound, ok := cd.Settings().PC.MaxLen(bs, d); !ok {
+								// No bound (rows not a multiple of 8): the
+								// block's own class.
+							} else if bound <= want+want/4 {
+								size = roundUp(bound, fixedAlign)
+							} else if c.coded == 0 || j%2 == 1 {
+								t.Fatalf("block %d part %d: %d bytes, a quarter under the rate's %d, uncapped", blk, j, want, bound)
+							}
 						}
 						if pt.format != format || pt.encLen != want || pt.size != size || pt.HotDecoded() {
 							t.Fatalf("block %d part %d: format %d, %d encoded bytes in a slot of %d; want format %d, the codec's %d bytes in a slot of %d",

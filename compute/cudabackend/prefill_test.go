@@ -22,7 +22,8 @@ import (
 // fixed-rate kakeya-pc blocks (format 8: keys, values or both, beside hot
 // blocks, int8 and int4 parts and sequences without them in one batch;
 // blocks of 16 and 64 rows, windows whose tiles start inside a block, a
-// query scale and softcap) run the _pc kernels. Under --matmul f32, or
+// query scale and softcap; the kakeya preset's keys, capped at 16 coded
+// components, beside uncapped values) run the _pc kernels. Under --matmul f32, or
 // with a part only attn_split reads (kakeya, entropy-coded kakeya-pc),
 // the call stays on attn_split.
 func TestPrefillAttentionMatchesReference(t *testing.T) {
@@ -54,6 +55,10 @@ func TestPrefillAttentionMatchesReference(t *testing.T) {
 		{"pc/gqa4/d128/bs64", 8, 2, 128, 64, 0, true, false, []batchSeq{{0, 100, "pc"}, {64, 40, "pc"}}, "attn_prefill_pc_d128", 0, 0},
 		{"pc/gqa4/d64/bs64/window", 8, 2, 64, 64, 50, true, false, []batchSeq{{70, 30, "pc"}}, "attn_prefill_pc_d64", 0, 0},
 		{"pc/gemma/d128", 8, 4, 128, 16, 0, true, false, []batchSeq{{5, 40, "pc"}}, "attn_prefill_pc_d128", 1.0 / 12, 5},
+		// The kakeya preset's keys, capped at 16 coded components, beside
+		// uncapped values.
+		{"preset/gqa4/d64/bs64", 8, 2, 64, 64, 0, true, false, []batchSeq{{0, 100, "pc16/pc"}, {64, 40, "pc16/pc"}}, "attn_prefill_pc_d64", 0, 0},
+		{"preset/gqa4/d128/bs64", 8, 2, 128, 64, 0, true, false, []batchSeq{{0, 100, "pc16/pc"}, {64, 40, "pc/pc16"}}, "attn_prefill_pc_d128", 0, 0},
 		// Entropy-coded kakeya-pc (format 9): decoded once by pc_unpack
 		// for the tensor cores in a sequence's own call, attn_split_pc
 		// otherwise (pc_unpack off, and batched).

@@ -35,8 +35,9 @@ const encAlign = 256
 // a length known ahead (encoding.slot): int8's, the same for every block,
 // and kakeya_pc's, at most the bytes its rate allows (codec.PCSettings'
 // MaxLen), whatever the codec's calibration, so that the key codecs of
-// every layer and KV head share one size class. It is the kernels'
-// widest load, 16 bytes.
+// every layer and KV head share one size class (a codec capped well below
+// its rate's bits, coded=N, takes encAlign classes instead). It is the
+// kernels' widest load, 16 bytes.
 const fixedAlign = 16
 
 // slotSize returns the size of the slot of an encoded block of n bytes

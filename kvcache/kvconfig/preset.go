@@ -3,25 +3,40 @@ package kvconfig
 import "strings"
 
 // The kakeya preset: what a cache written as the codec "kakeya" alone
-// (--kv-codec kakeya, Spec{KV: "kakeya"}) runs. It is the configuration
-// with the highest whole-cache ratio measured ACCEPT with a margin (top-1
-// agreement >= 96.5%) on WikiText and TinyStories with ref-qwen2-6m under
-// the calibration users get, the automatic one on the built-in text
-// (docs/results/2026-11-26-kakeya-preset.md): kakeya-pc, a principal
-// basis per layer side calibrated on the model and bits allocated per
-// component, on every layer, with a short hot window. Rate 2 (7.83x on
-// encoded blocks) fell below the margin on WikiText under that
-// calibration. Chosen again on 2026-11-28 under the broader built-in
-// text (docs/results/2026-11-28-calibration-broad.md): top-1 >= 97.5% and
-// dPPL <= +0.5% on WikiText, TinyStories and Go documentation; the
-// entropy-coded rows past it (5.47-5.55x whole cache) decode at well under
-// 0.9x plain, so it stays. Each setting the Spec names itself (its block
-// size, hot window, boundary layers) wins over the preset's.
+// (--kv-codec kakeya, Spec{KV: "kakeya"}) runs. It names a codec per side:
+// kakeya-pc, a principal basis per layer side calibrated on the model and
+// bits allocated per component, on every layer, with a short hot window;
+// the keys keep only their 16 components of most weighted variance coded
+// (coded=16), the values all the components the allocation gives bits.
+//
+// History. Chosen on 2026-11-26 (docs/results/2026-11-26-kakeya-preset.md)
+// as kakeya-pc:rate=2.5 on both sides, the highest whole-cache ratio
+// measured ACCEPT with a margin on WikiText and TinyStories with
+// ref-qwen2-6m under the calibration users get (the automatic one on the
+// built-in text); rate 2 fell below the margin on WikiText. Kept on
+// 2026-11-28 under the broader built-in text
+// (docs/results/2026-11-28-calibration-broad.md), the entropy-coded rows
+// past it decoding at well under 0.9x plain. Chosen again per side on
+// 2026-11-29 (docs/results/2026-11-29-preset-perside.md): keys
+// kakeya-pc:rate=2.5,coded=16, values kakeya-pc:rate=2.5, 5.22x whole
+// cache on ref-qwen2-6m (was 4.72x) at top-1 >= 97.5% and dPPL <= +0.5%
+// on WikiText, TinyStories and Go documentation under the built-in
+// calibration, and at depth 2,048 a decode of 1.2-1.6x plain's speed
+// (AVX-512; 0.9-1.5x AVX2) where rate 2.5 on both sides runs at 0.5-0.9x:
+// a key costs C*d multiply-adds to rebuild for its C coded components
+// (docs/results/2026-11-29-pc-decode4.md). The cap is a count measured at
+// head_dim 64; at 128 it codes an eighth of the components, a quality not
+// yet measured. Each setting the Spec names itself (its block size, hot
+// window, boundary layers) wins over the preset's.
 const (
 	// PresetName is the codec name that, written alone, selects the preset.
 	PresetName = "kakeya"
-	// PresetCodec is the preset's key and value codec.
-	PresetCodec = "kakeya-pc:rate=2.5"
+	// PresetKCodec is the preset's key codec: kakeya-pc at rate 2.5 with
+	// at most 16 coded components, written as codec.Spec.String writes it
+	// (parameters in name order), as the settings line shows it.
+	PresetKCodec = "kakeya-pc:coded=16,rate=2.5"
+	// PresetVCodec is the preset's value codec: kakeya-pc at rate 2.5.
+	PresetVCodec = "kakeya-pc:rate=2.5"
 	// PresetBlock is the preset's block size, the one its calibration
 	// measures principal components over.
 	PresetBlock = 64
@@ -46,10 +61,10 @@ func (s Spec) IsPreset() bool {
 		s.Precondition != On && s.Codebooks != On
 }
 
-// expandPreset returns the Spec the kakeya preset stands for, the settings
-// s names itself kept.
+// expandPreset returns the Spec the kakeya preset stands for, its codecs
+// named per side (K, V) and the settings s names itself kept.
 func (s Spec) expandPreset() Spec {
-	s.KV = PresetCodec
+	s.KV, s.K, s.V = "", PresetKCodec, PresetVCodec
 	if s.BlockSize == 0 {
 		s.BlockSize = PresetBlock
 	}

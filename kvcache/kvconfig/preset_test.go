@@ -2,15 +2,17 @@ package kvconfig
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
-// TestPreset: "kakeya" alone resolves to the preset, each setting the Spec
-// names itself wins over the preset's, and a Kakeya spec with anything of
+// TestPreset: "kakeya" alone resolves to the preset, a codec per side,
+// each setting the Spec names itself wins over the preset's, and a Kakeya
+// spec with anything of
 // the per-block-basis codec (a bit width, codec parameters, a per-side
 // codec, preconditioning, calibrated codebooks) keeps meaning that codec.
 func TestPreset(t *testing.T) {
-	const pc = PresetCodec
+	const pc, pk, pv = "kakeya-pc:rate=2.5", PresetKCodec, PresetVCodec
 	tests := []struct {
 		name   string
 		spec   Spec
@@ -20,15 +22,15 @@ func TestPreset(t *testing.T) {
 		hot    int
 		bound  []int
 	}{
-		{"preset", Spec{KV: "kakeya"}, true, pc, pc, 64, 32, nil},
-		{"case and spaces", Spec{KV: " Kakeya "}, true, pc, pc, 64, 32, nil},
-		{"f32 hot blocks", Spec{KV: "kakeya", CacheType: "f32"}, true, pc, pc, 64, 32, nil},
-		{"precond off", Spec{KV: "kakeya", Precondition: Off, Codebooks: Off}, true, pc, pc, 64, 32, nil},
-		{"sinks", Spec{KV: "kakeya", Sinks: 4}, true, pc, pc, 64, 32, nil},
-		{"hot window wins", Spec{KV: "kakeya", HotWindow: 64}, true, pc, pc, 64, 64, nil},
-		{"no hot window", Spec{KV: "kakeya", HotWindow: -1}, true, pc, pc, 64, -1, nil},
-		{"block size wins", Spec{KV: "kakeya", BlockSize: 32}, true, pc, pc, 32, 32, nil},
-		{"boundary wins", Spec{KV: "kakeya", Boundary: "0,-1"}, true, pc, pc, 64, 32, []int{0, -1}},
+		{"preset", Spec{KV: "kakeya"}, true, pk, pv, 64, 32, nil},
+		{"case and spaces", Spec{KV: " Kakeya "}, true, pk, pv, 64, 32, nil},
+		{"f32 hot blocks", Spec{KV: "kakeya", CacheType: "f32"}, true, pk, pv, 64, 32, nil},
+		{"precond off", Spec{KV: "kakeya", Precondition: Off, Codebooks: Off}, true, pk, pv, 64, 32, nil},
+		{"sinks", Spec{KV: "kakeya", Sinks: 4}, true, pk, pv, 64, 32, nil},
+		{"hot window wins", Spec{KV: "kakeya", HotWindow: 64}, true, pk, pv, 64, 64, nil},
+		{"no hot window", Spec{KV: "kakeya", HotWindow: -1}, true, pk, pv, 64, -1, nil},
+		{"block size wins", Spec{KV: "kakeya", BlockSize: 32}, true, pk, pv, 32, 32, nil},
+		{"boundary wins", Spec{KV: "kakeya", Boundary: "0,-1"}, true, pk, pv, 64, 32, []int{0, -1}},
 		{"b=3 unchanged", Spec{KV: "kakeya:b=3"}, false, "kakeya-block:b=3", "kakeya-block:b=3", 0, 0, []int{0, -1}},
 		{"bits", Spec{KV: "kakeya", KBits: 3, VBits: 2}, false, "kakeya-block:b=3", "kakeya-block:b=2", 0, 0, []int{0, -1}},
 		{"one side's bits", Spec{KV: "kakeya", VBits: 4}, false, "kakeya-block", "kakeya-block:b=4", 0, 0, []int{0, -1}},
@@ -37,7 +39,8 @@ func TestPreset(t *testing.T) {
 		{"per-side codec", Spec{KV: "kakeya", V: "int4"}, false, "kakeya-block", "int4", 0, 0, []int{0, -1}},
 		{"precond", Spec{KV: "kakeya", Precondition: On}, false, "kakeya-block", "kakeya-block", 0, 0, []int{0, -1}},
 		{"codebooks", Spec{KV: "kakeya", Codebooks: On}, false, "kakeya-block", "kakeya-block", 0, 0, []int{0, -1}},
-		{"kakeya-pc spelled out", Spec{KV: PresetCodec}, false, pc, pc, 0, 0, []int{0, -1}},
+		{"kakeya-pc spelled out", Spec{KV: pc}, false, pc, pc, 0, 0, []int{0, -1}},
+		{"preset's codecs spelled out", Spec{K: "kakeya-pc:rate=2.5,coded=16", V: pv}, false, pk, pv, 0, 0, []int{0, -1}},
 	}
 	for _, tt := range tests {
 		if got := tt.spec.IsPreset(); got != tt.preset {
@@ -57,6 +60,11 @@ func TestPreset(t *testing.T) {
 			t.Errorf("%s: Check = preset %q, k %q, v %q, block %d, hot %d, boundary %v; want %q, %q, %q, %d, %d, %v",
 				tt.name, c.Preset, c.KCodec, c.VCodec, c.Spec.BlockSize, c.Spec.HotWindow, c.Boundary,
 				wantPreset, tt.k, tt.v, tt.block, tt.hot, tt.bound)
+		}
+		// The preset's Spec names its codecs per side, as a Spec written
+		// with k= and v= would.
+		if tt.preset && (c.Spec.KV != "" || c.Spec.K != pk || c.Spec.V != pv) {
+			t.Errorf("%s: Check.Spec codecs kv %q, k %q, v %q; want \"\", %q, %q", tt.name, c.Spec.KV, c.Spec.K, c.Spec.V, pk, pv)
 		}
 		// The settings a preset leaves alone pass through.
 		if c.Spec.Sinks != tt.spec.Sinks || c.Spec.CacheType != tt.spec.CacheType {
@@ -88,11 +96,27 @@ func TestPresetParse(t *testing.T) {
 	}
 }
 
-// The settings line names the preset the settings came from.
+// The settings line names each side's codec and the preset the settings
+// came from.
 func TestSettingsPreset(t *testing.T) {
-	st := Settings{K: PresetCodec, V: PresetCodec, BlockSize: 64, HotWindow: 32, CacheType: "bf16", Preset: PresetName}
-	const want = "k=kakeya-pc:rate=2.5 v=kakeya-pc:rate=2.5 block 64, hot 32, bf16 hot blocks, preset kakeya"
+	st := Settings{K: PresetKCodec, V: PresetVCodec, BlockSize: 64, HotWindow: 32, CacheType: "bf16", Preset: PresetName}
+	const want = "k=kakeya-pc:coded=16,rate=2.5 v=kakeya-pc:rate=2.5 block 64, hot 32, bf16 hot blocks, preset kakeya"
 	if got := st.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
+}
+
+// The --kv-codec help names the preset's codec of each side and its hot
+// window.
+func TestPresetHelp(t *testing.T) {
+	const want = "kakeya alone is the kakeya preset: keys kakeya-pc:coded=16,rate=2.5, values kakeya-pc:rate=2.5, on every layer with a hot window of 32"
+	for _, k := range Grammar() {
+		if k.Name == "kv-codec" {
+			if !strings.Contains(k.Usage, want) {
+				t.Errorf("kv-codec usage %q does not say %q", k.Usage, want)
+			}
+			return
+		}
+	}
+	t.Fatal("no kv-codec key in Grammar()")
 }

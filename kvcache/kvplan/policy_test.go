@@ -342,7 +342,8 @@ func TestKakeyaPCPolicy(t *testing.T) {
 }
 
 // TestPresetPolicy: the kakeya preset builds kakeya-pc at the preset's rate
-// on every layer, its settings naming the preset; it needs a calibration
+// on every layer, the keys capped at 16 coded components and the values
+// not, its settings naming the preset and both sides' codecs; it needs a calibration
 // with principal components (the engine makes one when none is given), and
 // NeedsPCA says so, with the block size to measure them over.
 func TestPresetPolicy(t *testing.T) {
@@ -354,14 +355,22 @@ func TestPresetPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.K != kvconfig.PresetCodec || st.V != kvconfig.PresetCodec || st.BlockSize != 64 || st.HotWindow != 32 ||
+	if st.K != kvconfig.PresetKCodec || st.V != kvconfig.PresetVCodec || st.BlockSize != 64 || st.HotWindow != 32 ||
 		len(st.Boundary) != 0 || st.Preset != kvconfig.PresetName || st.Precondition {
 		t.Errorf("preset settings %+v", st)
 	}
 	for l := range layers {
-		if v, ok := p.VCodec(l).(*codec.KakeyaPC); !ok || v.Options().Rate != 2.5 {
-			t.Errorf("layer %d value codec %T, want kakeya-pc at rate 2.5", l, p.VCodec(l))
+		for h := range kvHeads {
+			if k, ok := p.KCodec(l, h).(*codec.KakeyaPC); !ok || k.Options().Rate != 2.5 || k.Options().MaxCoded != 16 {
+				t.Errorf("layer %d head %d key codec %T, want kakeya-pc at rate 2.5, coded=16", l, h, p.KCodec(l, h))
+			}
 		}
+		if v, ok := p.VCodec(l).(*codec.KakeyaPC); !ok || v.Options().Rate != 2.5 || v.Options().MaxCoded != 0 {
+			t.Errorf("layer %d value codec %T, want kakeya-pc at rate 2.5, uncapped", l, p.VCodec(l))
+		}
+	}
+	if !strings.HasPrefix(st.String(), "k=kakeya-pc:coded=16,rate=2.5 v=kakeya-pc:rate=2.5 ") {
+		t.Errorf("settings line %q does not name both sides' codecs", st)
 	}
 	if _, _, err := NewPolicy(kvconfig.Spec{KV: "kakeya"}, m, nil); err == nil || !strings.Contains(err.Error(), "calibrate --pca") {
 		t.Errorf("preset without a calibration: %v", err)
