@@ -297,7 +297,7 @@ func batchWaits(t *testing.T, dir, cache string, greedy bool, bs, steps, chunk i
 }
 
 // A batched decode step of 16 sequences makes one host wait, the logits'
-// copy back, for plain, int8 and the preset's kakeya-pc (rate 2.5)
+// copy back, for plain, int8 and kakeya-pc (rate 2.5, the preset's value codec)
 // caches alike, also the step in which one of the sequences fills a block
 // and the device encodes the block that leaves the hot window (enc_int8,
 // enc_pc in the step's stream: nothing read back), whether the step is
