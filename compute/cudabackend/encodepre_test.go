@@ -63,21 +63,26 @@ func checkWhitenedBlock(t *testing.T, cd *codec.Preconditioned, got, want []byte
 // dims 64 and 128, random factors whose channels' scales span two orders
 // of magnitude, float32 and bf16 parts, several blocks of one codec
 // encoded in one EncodeParts (a batch: one enc_whiten launch, one
-// encoder's). Read decodes the device's blocks as the codec does.
+// encoder's), queued with the step's launches or (Options.NoStepGraph)
+// launched at once. Read decodes the device's blocks as the codec does.
 func TestEncodePreconditionedOnDevice(t *testing.T) {
 	needKernels(t, "enc_whiten", "enc_int8", "enc_int4", "kv_write")
 	for _, c := range []struct {
-		spec string
-		n, d int
-		bf16 bool
+		spec   string
+		n, d   int
+		bf16   bool
+		noStep bool
 	}{
-		{"int8", 16, 64, false}, {"int8", 16, 64, true}, {"int8", 64, 128, true}, {"int8", 32, 128, false},
-		{"int4", 16, 64, true}, {"int4-k", 16, 64, false}, {"int4-k", 64, 128, true}, {"int4", 32, 128, false},
-		{"int2-k", 16, 128, true}, {"int4:params=f16", 16, 64, false},
+		{"int8", 16, 64, false, false}, {"int8", 16, 64, true, false}, {"int8", 64, 128, true, false}, {"int8", 32, 128, false, true},
+		{"int4", 16, 64, true, false}, {"int4-k", 16, 64, false, false}, {"int4-k", 64, 128, true, true}, {"int4", 32, 128, false, false},
+		{"int2-k", 16, 128, true, false}, {"int4:params=f16", 16, 64, false, false},
 	} {
 		name := fmt.Sprintf("%s/%dx%d", c.spec, c.n, c.d)
 		if c.bf16 {
 			name += "/bf16"
+		}
+		if c.noStep {
+			name += "/no step graph"
 		}
 		t.Run(name, func(t *testing.T) {
 			spec, err := codec.ParseSpec(c.spec)
@@ -90,7 +95,7 @@ func TestEncodePreconditionedOnDevice(t *testing.T) {
 			}
 			r := rand.New(rand.NewPCG(11, uint64(c.n*c.d)))
 			cd := randPreconditioned(t, r, inner, c.d)
-			gpu, f := newFakeBackend(t, Options{})
+			gpu, f := newFakeBackend(t, Options{NoStepGraph: c.noStep})
 			bs := gpu.NewBlockStore(c.n, c.d, c.bf16)
 			pe := bs.(*store)
 			size, ok := pe.EncodedLen(cd)
@@ -147,6 +152,34 @@ func TestEncodePreconditionedOnDevice(t *testing.T) {
 						t.Errorf("block %d: Read gives %.3g from the host block's decoding", i, diff)
 					}
 				}
+			}
+			// The whitened rows themselves, which few codes show: a
+			// part encoded alone leaves them at the start of the
+			// encoders' scratch.
+			p, err := bs.NewPart()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs.Write(p, 0, upload(gpu, randFloats(r, c.n*c.d)), c.d, c.n)
+			hot := make([]float32, c.n*c.d)
+			if err := bs.Read(hot, p); err != nil {
+				t.Fatal(err)
+			}
+			if err := pe.EncodePart(p, cd); err != nil {
+				t.Fatal(err)
+			}
+			y := make([]float32, c.n*c.d)
+			gpu.mu.Lock()
+			gpu.flushQueue()
+			err = gpu.copyOut(bytesOf(y), gpu.enc.y)
+			gpu.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, c.n*c.d)
+			cpu.MixBlock(want, c.n, hot, c.d, cd.Factor(), c.d, c.d)
+			if d := maxAbsDiff(y, want); fmaWhitening() && d != 0 || d > 1e-5*max(1, maxAbs(want)) {
+				t.Errorf("enc_whiten's rows are %.3g from the host's whitening (kernel level %s)", d, cpu.Level())
 			}
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)
