@@ -48,7 +48,7 @@ type encoding struct {
 	size    int   // the encoded length (kakeya_pc_ec: the most, its slot's)
 	slot    int   // the size of the slot a block takes (see slotSize)
 	shared  int   // dynamic shared bytes of the kernel
-	scratch int   // kakeya_pc, kakeya_pc_ec: bytes of device scratch
+	scratch int   // kakeya_pc, kakeya_pc_ec, a whitened codec: bytes of device scratch
 	cfg     int   // int4: the header's parameter byte plus the group times 256
 	whiten  bool  // a preconditioned codec's: enc_whiten goes first (scratch: n x d floats)
 	ok      bool  // the device encodes the codec's blocks
@@ -63,8 +63,9 @@ type factored interface {
 
 // deviceEncoding returns how the device encodes dec's blocks of the
 // store's shape, and false when it does not (any codec but int8, int4
-// as attention reads it, kakeya_pc and kakeya_pc_ec, a whitened codec but
-// one of int8 or int4 as attention reads it, a head past maxHeadDim, a kakeya_pc block whose codes do not fit shared
+// as attention reads it, kakeya_pc and kakeya_pc_ec, a whitened codec
+// whose inner codec is not int8 or int4 as attention reads it, a head
+// past maxHeadDim, a kakeya_pc block whose codes do not fit shared
 // memory or whose settings pcParams cannot hold, a kakeya_pc_ec codec
 // whose tables ransTables or pcecParams cannot hold). A kakeya_pc or
 // kakeya_pc_ec codec's result is kept: its settings are a copy of its
@@ -429,7 +430,7 @@ type encBatch struct {
 	jobs []encJob
 	tab  Ptr // the jobs' kk_enc_job entries on the device, without step parameters
 	tabN int // entries tab holds
-	y    Ptr // enc_pc's and enc_pcec's scratch, every job's
+	y    Ptr // enc_pc's, enc_pcec's and enc_whiten's scratch, every job's
 	yN   int // bytes y holds
 	host []uint64
 	// whiten is emitEncodes's scratch: the enc_whiten jobs of a batch.
@@ -445,7 +446,9 @@ type encBatch struct {
 // and the cache writes deferred before them (EncodeParts launched those
 // or folded them into the held norm_qkv):
 // one launch per kernel and hot format (enc_int8, enc_int4, enc_pc,
-// enc_pcec; bf16 or float32 parts), a block each. The jobs' table (kk_enc_job entries) goes into
+// enc_pcec; bf16 or float32 parts), a block each, after one enc_whiten
+// launch per hot format for the whitened parts (whose encoders read its
+// float32 rows). The jobs' table (kk_enc_job entries) goes into
 // the step parameters and the launches join the queue, so that neither
 // the table's copy nor the launches cost the host a wait of their own:
 // the table reaches the device with the step's other slots, in the one
@@ -475,7 +478,7 @@ func (b *Backend) emitEncodes() {
 		return
 	}
 	// The encoders' scratch: each enc_pc job's n x M floats, each
-	// enc_pcec job's pcecScratch.
+	// enc_pcec job's pcecScratch, each whitened job's n x d floats.
 	need := 0
 	for _, j := range jobs {
 		need += roundUp(j.e.scratch, encAlign)
