@@ -99,8 +99,9 @@ func (c *Caches) cache(ctx context.Context, spec kvconfig.Checked) (model.Sequen
 
 // warnHostEncoded logs, once per Caches for each distinct set, the layer
 // sides of a cache whose blocks a backend that encodes blocks itself (the
-// CUDA device: int8, int4, int2 and kakeya-pc) would read back and encode
-// on the host (kakeya-block, preconditioned keys and the other codecs):
+// CUDA device: int8, int4, int2 and kakeya-pc, and int8, int4 and int2
+// keys preconditioned by a calibration) would read back and encode on the
+// host (kakeya-block, also with preconditioned keys, and the other codecs):
 // each block that fills waits for that round trip, one host wait per
 // block and KV head, where a decode step otherwise makes one in all. It
 // is a warning, not an error: the cache is correct and holds the same

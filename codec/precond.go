@@ -153,6 +153,11 @@ func (p *Preconditioned) Decode(dst []float32, src []byte, n, d int) error {
 // Unwrap returns the inner codec, whose format the blocks have.
 func (p *Preconditioned) Unwrap() Codec { return p.Inner }
 
+// Factor returns L, by which Encode whitens the rows (y = x·L, summed
+// over x's values in order, one fused multiply-add a term on the SIMD
+// paths); the caller must not modify it.
+func (p *Preconditioned) Factor() []float32 { return p.L }
+
 // InverseFactor returns Linv, by which Decode multiplies the inner codec's
 // rows; the caller must not modify it.
 func (p *Preconditioned) InverseFactor() []float32 { return p.Linv }

@@ -28,6 +28,14 @@ import (
 // Every encoder writes the header and its CRC-32C; the part's bytes are
 // then read by attention as SetEncoded's are, and by Read decoded on the
 // host after a copy back.
+//
+// Keys of a preconditioned codec (codec.Whitened with a Factor, e.g.
+// codec.Preconditioned) whose inner codec is int8 or int4 as above are
+// whitened first by enc_whiten, y = x L into device scratch, one fused
+// multiply-add a term in the host's order (so y, and the block's bytes,
+// are the host's), which the inner codec's encoder then reads as a
+// float32 part; attention un-whitens them with the inverse factor as it
+// does the blocks the host encodes (SetEncoded).
 
 // encThreads is the block size of the encoders (a power of two: kk_seal
 // combines the threads' CRCs pairwise).
@@ -40,15 +48,24 @@ type encoding struct {
 	size    int   // the encoded length (kakeya_pc_ec: the most, its slot's)
 	slot    int   // the size of the slot a block takes (see slotSize)
 	shared  int   // dynamic shared bytes of the kernel
-	scratch int   // kakeya_pc, kakeya_pc_ec: bytes of device scratch
+	scratch int   // kakeya_pc, kakeya_pc_ec, a whitened codec: bytes of device scratch
 	cfg     int   // int4: the header's parameter byte plus the group times 256
+	whiten  bool  // a preconditioned codec's: enc_whiten goes first (scratch: n x d floats)
 	ok      bool  // the device encodes the codec's blocks
+}
+
+// factored is a whitened codec that gives its factor L (d x d,
+// row-major, lower triangular), by which its Encode whitens the rows.
+type factored interface {
+	codec.Whitened
+	Factor() []float32
 }
 
 // deviceEncoding returns how the device encodes dec's blocks of the
 // store's shape, and false when it does not (any codec but int8, int4
-// as attention reads it, kakeya_pc and kakeya_pc_ec, a whitened codec, a
-// head past maxHeadDim, a kakeya_pc block whose codes do not fit shared
+// as attention reads it, kakeya_pc and kakeya_pc_ec, a whitened codec
+// whose inner codec is not int8 or int4 as attention reads it, a head
+// past maxHeadDim, a kakeya_pc block whose codes do not fit shared
 // memory or whose settings pcParams cannot hold, a kakeya_pc_ec codec
 // whose tables ransTables or pcecParams cannot hold). A kakeya_pc or
 // kakeya_pc_ec codec's result is kept: its settings are a copy of its
@@ -77,8 +94,8 @@ func (s *store) encodingOf(dec compute.Decoder) (encoding, bool) {
 // deviceEncoding returns how the device encodes dec's blocks of n rows of
 // d values (see store.deviceEncoding).
 func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
-	if _, ok := dec.(codec.Whitened); ok {
-		return encoding{}, false
+	if w, ok := dec.(codec.Whitened); ok {
+		return whitenedEncoding(w, n, d)
 	}
 	c, f, ok := builtinFormat(dec)
 	if !ok || d > maxHeadDim {
@@ -155,6 +172,25 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 		return e, e.shared <= attnSharedCap
 	}
 	return encoding{}, false
+}
+
+// whitenedEncoding returns how the device encodes the blocks of the
+// whitened codec w (n rows of d values): enc_whiten, then the encoder of
+// its inner codec, when that is int8 or int4 as attention reads it, the
+// factor and its inverse are d x d, and the kernels undo w (see
+// preconditioner); else false.
+func whitenedEncoding(w codec.Whitened, n, d int) (encoding, bool) {
+	f, ok := w.(factored)
+	inner, linv := preconditioner(w, d)
+	if !ok || linv == nil || len(f.Factor()) != d*d {
+		return encoding{}, false
+	}
+	e, ok := deviceEncoding(inner, n, d)
+	if !ok || e.format != partInt8 && e.format != partInt4 {
+		return encoding{}, false
+	}
+	e.whiten, e.scratch = true, 4*n*d
+	return e, true
 }
 
 // pcecStaged returns the floats of enc_pcec's shared memory where it
@@ -258,6 +294,19 @@ func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
 	if pt.dec != nil {
 		return fmt.Errorf("cuda: part already encoded by %s", pt.dec.Name())
 	}
+	// A whitened codec's factor for enc_whiten and inverse for
+	// attention, each uploaded on the codec's first block.
+	var l, linv Ptr
+	if e.whiten {
+		var err error
+		w := dec.(factored) // whitenedEncoding checked it
+		if l, err = s.factor(w); err != nil {
+			return err
+		}
+		if linv, err = s.inverseFactor(w); err != nil {
+			return err
+		}
+	}
 	s.retire(pt) // an encoded part takes no more writes
 	var prm Ptr
 	if e.format == partKakeyaPC || e.format == partKakeyaPCEC {
@@ -275,10 +324,47 @@ func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
 	if err != nil {
 		return err
 	}
-	b.enc.jobs = append(b.enc.jobs, encJob{s: s, e: e, dst: addr, src: pt.addr, prm: prm, bf16: pt.format == partBF16, hotSize: pt.size})
-	pt.addr, pt.size, pt.format, pt.encLen, pt.dec, pt.prm, pt.linv = addr, size, e.format, e.size, dec, prm, 0
+	b.enc.jobs = append(b.enc.jobs, encJob{s: s, e: e, dst: addr, src: pt.addr, prm: prm, l: l, bf16: pt.format == partBF16, hotSize: pt.size})
+	pt.addr, pt.size, pt.format, pt.encLen, pt.dec, pt.prm, pt.linv = addr, size, e.format, e.size, dec, prm, linv
 	s.gen++
 	return nil
+}
+
+// factor returns the device copy of w's factor L (float32, row-major),
+// which enc_whiten reads, uploading it on w's first block. Called with the
+// backend's mu held.
+func (s *store) factor(w factored) (Ptr, error) {
+	if a, ok := s.lOf[w]; ok {
+		return a, nil
+	}
+	l := w.Factor()
+	a, err := s.slot(roundUp(4*len(l), encAlign))
+	if err != nil {
+		return 0, err
+	}
+	s.b.flush()
+	if err := s.b.copyInNoWait(a, bytesOf(l)); err != nil {
+		s.b.fail(err)
+		return 0, err
+	}
+	if s.lOf == nil {
+		s.lOf = map[compute.Decoder]Ptr{}
+	}
+	s.lOf[w] = a
+	return a, nil
+}
+
+// encWhitenLaunch whitens the hot part at src (n rows of d values, bf16
+// or float32) by the factor l (d x d floats, row-major, lower
+// triangular) into dst, n x d floats, in one block; with jobs set (a
+// device array of count kk_enc_job entries: dst, src, l, unused), count
+// parts, a block each, dst, src and l then unused.
+// Kernel: enc_whiten(float *dst, const void *src, int bf16, int n, int d, const float *L, const uint64 *jobs).
+func encWhitenLaunch(dst, src Ptr, bf16 bool, n, d int, l, jobs Ptr, count int) Launch {
+	positive("enc_whiten", n, d, count)
+	int32Of("enc_whiten values", n*d)
+	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(l).ptr(jobs)
+	return Launch{Kernel: "enc_whiten", Grid: Dim3{u32("enc_whiten parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Args: a.b, Params: a.offs}
 }
 
 // encInt8Launch encodes the hot part at src (n rows of d values, bf16 or
@@ -339,6 +425,7 @@ type encJob struct {
 	e        encoding
 	dst, src Ptr // the encoded slot, the hot slot
 	prm      Ptr // kakeya_pc: the codec's pcParams; kakeya_pc_ec: its pcecParams
+	l        Ptr // a whitened codec's factor: enc_whiten whitens the part into the job's scratch first
 	bf16     bool
 	hotSize  int // the hot slot's size, released once the encode is queued
 }
@@ -349,9 +436,11 @@ type encBatch struct {
 	jobs []encJob
 	tab  Ptr // the jobs' kk_enc_job entries on the device, without step parameters
 	tabN int // entries tab holds
-	y    Ptr // enc_pc's and enc_pcec's scratch, every job's
+	y    Ptr // enc_pc's, enc_pcec's and enc_whiten's scratch, every job's
 	yN   int // bytes y holds
 	host []uint64
+	// whiten is emitEncodes's scratch: the enc_whiten jobs of a batch.
+	whiten []encJob
 	// queued are the jobs whose encoders wait in the launch queue: their
 	// hot slots go back to their stores once the queue is given to the
 	// driver (releaseQueued), so that whatever writes a slot next is
@@ -363,7 +452,9 @@ type encBatch struct {
 // and the cache writes deferred before them (EncodeParts launched those
 // or folded them into the held norm_qkv):
 // one launch per kernel and hot format (enc_int8, enc_int4, enc_pc,
-// enc_pcec; bf16 or float32 parts), a block each. The jobs' table (kk_enc_job entries) goes into
+// enc_pcec; bf16 or float32 parts), a block each, after one enc_whiten
+// launch per hot format for the whitened parts (whose encoders read its
+// float32 rows). The jobs' table (kk_enc_job entries) goes into
 // the step parameters and the launches join the queue, so that neither
 // the table's copy nor the launches cost the host a wait of their own:
 // the table reaches the device with the step's other slots, in the one
@@ -393,7 +484,7 @@ func (b *Backend) emitEncodes() {
 		return
 	}
 	// The encoders' scratch: each enc_pc job's n x M floats, each
-	// enc_pcec job's pcecScratch.
+	// enc_pcec job's pcecScratch, each whitened job's n x d floats.
 	need := 0
 	for _, j := range jobs {
 		need += roundUp(j.e.scratch, encAlign)
@@ -414,13 +505,16 @@ func (b *Backend) emitEncodes() {
 	// A launch per kernel, hot format and block shape: the jobs sorted by
 	// them (stably: each launch's parts in the order asked), a launch per
 	// run of equal ones.
-	kind := func(j encJob) [4]int { return [4]int{int(j.e.format), b2i(j.bf16), j.s.rows, j.s.d} }
+	// A whitened part's encoder reads float32 rows, enc_whiten's.
+	hot16 := func(j encJob) bool { return j.bf16 && j.l == 0 }
+	kind := func(j encJob) [4]int { return [4]int{int(j.e.format), b2i(hot16(j)), j.s.rows, j.s.d} }
 	slices.SortStableFunc(jobs, func(a, b encJob) int {
 		ka, kb := kind(a), kind(b)
 		return slices.Compare(ka[:], kb[:])
 	})
 	host := eb.host[:0]
 	y := eb.y
+	whiten := eb.whiten[:0]
 	for _, j := range jobs {
 		var jy Ptr
 		if j.e.scratch > 0 {
@@ -431,9 +525,30 @@ func (b *Backend) emitEncodes() {
 		if j.e.format == partInt4 {
 			third = uint64(j.e.cfg) // enc_int4 reads its settings there
 		}
-		host = append(host, uint64(j.dst), uint64(j.src), third, uint64(jy))
+		src := j.src
+		if j.l != 0 {
+			// enc_whiten writes the whitened rows into the job's
+			// scratch, which the encoder reads as its part.
+			whiten = append(whiten, encJob{s: j.s, dst: jy, src: j.src, l: j.l, bf16: j.bf16})
+			src = jy
+		}
+		host = append(host, uint64(j.dst), uint64(src), third, uint64(jy))
+	}
+	// enc_whiten's entries follow the encoders': a launch per hot format
+	// and block shape.
+	wkind := func(j encJob) [3]int { return [3]int{b2i(j.bf16), j.s.rows, j.s.d} }
+	slices.SortStableFunc(whiten, func(a, b encJob) int {
+		ka, kb := wkind(a), wkind(b)
+		return slices.Compare(ka[:], kb[:])
+	})
+	for _, j := range whiten {
+		host = append(host, uint64(j.dst), uint64(j.src), uint64(j.l), 0)
 	}
 	eb.host = host
+	defer func() {
+		clear(whiten)
+		eb.whiten = whiten[:0]
+	}()
 	// A job's entry is 32 bytes: two step slots.
 	tab := b.stepSlots(bytesOf(host))
 	queued = tab != 0
@@ -441,7 +556,7 @@ func (b *Backend) emitEncodes() {
 		// Launched at once: the queued launches (a held norm_qkv that
 		// wrote the parts' last rows among them) go first.
 		b.flushQueue()
-		if n := 4 * len(jobs); n > eb.tabN {
+		if n := len(host); n > eb.tabN {
 			if eb.tab != 0 {
 				b.freeLater(eb.tab)
 			}
@@ -462,6 +577,21 @@ func (b *Backend) emitEncodes() {
 		}
 		tab = eb.tab
 	}
+	// The whitening first, in the same run of launches: each encoder
+	// reads what it wrote, the stream ordering them.
+	for first := 0; first < len(whiten); {
+		j, end := whiten[first], first
+		for ; end < len(whiten) && wkind(whiten[end]) == wkind(j); end++ {
+		}
+		l := encWhitenLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, tab+Ptr(32*(len(jobs)+first)), end-first)
+		if queued {
+			b.gen++
+			b.queue = append(b.queue, l)
+		} else {
+			b.fail(b.launch([]Launch{l}, false))
+		}
+		first = end
+	}
 	for first := 0; first < len(jobs); {
 		j, end, shared := jobs[first], first, 0
 		for ; end < len(jobs) && kind(jobs[end]) == kind(j); end++ {
@@ -471,9 +601,9 @@ func (b *Backend) emitEncodes() {
 		var l Launch
 		switch j.e.format {
 		case partInt8:
-			l = encInt8Launch(0, 0, j.bf16, j.s.rows, j.s.d, shared, jt, end-first)
+			l = encInt8Launch(0, 0, hot16(j), j.s.rows, j.s.d, shared, jt, end-first)
 		case partInt4:
-			l = encInt4Launch(0, 0, j.bf16, j.s.rows, j.s.d, 0, shared, jt, end-first)
+			l = encInt4Launch(0, 0, hot16(j), j.s.rows, j.s.d, 0, shared, jt, end-first)
 		case partKakeyaPCEC:
 			l = encPCECLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
 		default:

@@ -198,8 +198,9 @@ func sq(v float64) float64 { return v * v }
 
 // Input the host encoders refuse (a non-finite value) gives a block every
 // decoder rejects, so Read fails with the codec's error rather than
-// returning garbage; codecs the device does not encode (kakeya,
-// preconditioned ones) are declined.
+// returning garbage; codecs the device does not encode (kakeya, and
+// kakeya preconditioned: preconditioned int8 and int4 are encoded) are
+// declined.
 func TestEncodeOnDeviceRefuses(t *testing.T) {
 	needKernels(t, "enc_int8", "enc_pc", "kv_write")
 	const n, d = 16, 64
@@ -229,10 +230,13 @@ func TestEncodeOnDeviceRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cd := range []codec.Codec{ko, randPreconditioned(t, r, i8, d)} {
+	for _, cd := range []codec.Codec{ko, randPreconditioned(t, r, ko, d)} {
 		if _, ok := store.EncodedLen(cd); ok {
 			t.Errorf("%s: encoded on the device", cd.Name())
 		}
+	}
+	if _, ok := store.EncodedLen(randPreconditioned(t, r, i8, d)); !ok {
+		t.Errorf("pre+int8: not encoded on the device")
 	}
 }
 

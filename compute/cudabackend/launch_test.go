@@ -863,6 +863,7 @@ func sampleLaunches() []Launch {
 		kvWriteRunsLaunch(0, 256, 16, 64, 128, 1024, partBF16), copyRunsLaunch(0, 6), pcUnpackLaunch(0, 0, 0, 0, 0, 0, 0, 0, 256, 4096, 64, 128),
 		encInt8Launch(0, 0, true, 256, 256, 4*(2*encThreads+33), 0, 1), encPCLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap, 0, 1),
 		encInt8Launch(0, 0, false, 64, 128, 4*(2*encThreads+33), 1, 4096), encPCLaunch(0, 0, true, 64, 128, 0, 0, attnSharedCap, 1, 4096),
+		encWhitenLaunch(0, 0, true, 64, 128, 0, 1, 4096), encWhitenLaunch(0, 0, false, 16, 64, 1, 0, 1),
 		encInt4Launch(0, 0, true, 256, 256, 4|32<<8, attnSharedCap, 0, 1), encInt4Launch(0, 0, false, 64, 128, 0, 4*(2*encThreads+35), 1, 4096),
 		encPCECLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap, 0, 1), encPCECLaunch(0, 0, true, 64, 128, 0, 0, attnSharedCap, 1, 4096),
 		argMaxLaunch(0, 0, 64, 152064), drawLaunch(0, 0, 0, 64, 152064),

@@ -232,6 +232,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// Preconditioned keys (a random factor per layer and KV head),
 		// kept encoded and un-whitened by the attention kernel.
 		{"pre+int8", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
+		{"pre+int4-k/int4", kvconfig.Spec{K: "int4-k", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
 		{"pre+kakeya/int4", kvconfig.Spec{K: "kakeya-block", V: "int4", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16", Precondition: kvconfig.On, Codebooks: kvconfig.Off}},
 		// kakeya-pc blocks (a synthetic calibration's basis per layer and
 		// KV head), encoded on the device and read by the attention

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -136,13 +137,15 @@ func defaultPlan(t *testing.T) kvconfig.Plan {
 
 // A decode step in a cache whose every layer encodes on the device (int4
 // per channel and per token, int2, int8, fixed-rate kakeya-pc: among them
-// a plan allocated from kakeya-eval sensitivity's default choices) makes
+// a plan allocated from kakeya-eval sensitivity's default choices; also
+// with a calibration's query factors, int8 and int4 keys preconditioned,
+// whitened on the device by enc_whiten) makes
 // one host wait, the logits' copy back, also in the steps that fill a
 // block and encode it: the encoders run in the step's stream, nothing is
 // read back. A kakeya-block layer, encoded on the host, still reads each
 // filled part back (the test logs it).
 func TestPlanDecodeOneHostWait(t *testing.T) {
-	needKernels(t, "enc_int4", "enc_int8", "enc_pc", "norm_qkv_bf16", "attn_split", "attn_split_pc", "attn_combine")
+	needKernels(t, "enc_int4", "enc_int8", "enc_pc", "enc_whiten", "norm_qkv_bf16", "attn_split", "attn_split_pre", "attn_split_pc", "attn_combine")
 	dir := filepath.Join(t.TempDir(), "qwen2")
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
 		t.Fatal(err)
@@ -158,16 +161,33 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 	for _, c := range []struct {
 		layers string
 		device bool // every layer encodes on the device
+		pre    bool // a calibration with query factors: int8 and int4 keys preconditioned
 	}{
-		{"int4-k/int4|int8/int2", true},
-		{"int2-k/int2|int4/int4-k", true},
-		{defaults, true},
-		{"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3", false},
+		{"int4-k/int4|int8/int2", true, false},
+		{"int2-k/int2|int4/int4-k", true, false},
+		{defaults, true, false},
+		{"int4-k/int4|int8/int2", true, true},
+		{"int8/int4|int2-k/int8", true, true},
+		{defaults, true, true},
+		{"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3", false, false},
 	} {
 		sp := kvconfig.Spec{Layers: c.layers, BlockSize: bs, HotWindow: bs, CacheType: "bf16"}
 		var cal func(*model.Model) *codec.Calibration
-		if strings.Contains(c.layers, "kakeya-pc") {
-			cal = func(m *model.Model) *codec.Calibration { return synthPCACalibration(m, 1) }
+		if strings.Contains(c.layers, "kakeya-pc") || c.pre {
+			cal = func(m *model.Model) *codec.Calibration {
+				var cal *codec.Calibration
+				if strings.Contains(c.layers, "kakeya-pc") {
+					cal = synthPCACalibration(m, 1)
+				}
+				if c.pre {
+					rc := randCalibration(t, m, 2)
+					if cal == nil {
+						cal = rc
+					}
+					cal.Chol = rc.Chol
+				}
+				return cal
+			}
 		}
 		_, calls, gpu := stepRunCal(t, dir, Options{}, sp, cal, prompt, steps)
 		fills, most := 0, int64(0)
@@ -187,8 +207,12 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := gpu.drv.(*launchCounter).driver.(*fakeDriver)
-		enc4, enc8, encPC := kernelCount(f, "enc_int4"), kernelCount(f, "enc_int8"), kernelCount(f, "enc_pc")
-		t.Logf("%s: %d decode steps, %d filling a block; at most %d host waits a step; %d enc_int4, %d enc_int8 and %d enc_pc launches", c.layers, steps, fills, most, enc4, enc8, encPC)
+		enc4, enc8, encPC, whiten := kernelCount(f, "enc_int4"), kernelCount(f, "enc_int8"), kernelCount(f, "enc_pc"), kernelCount(f, "enc_whiten")
+		t.Logf("%s (preconditioned keys %v): %d decode steps, %d filling a block; at most %d host waits a step; %d enc_int4, %d enc_int8, %d enc_pc and %d enc_whiten launches",
+			c.layers, c.pre, steps, fills, most, enc4, enc8, encPC, whiten)
+		if c.pre != (whiten > 0) {
+			t.Errorf("%s (preconditioned keys %v): %d enc_whiten launches", c.layers, c.pre, whiten)
+		}
 		if enc4 == 0 {
 			t.Errorf("%s: no enc_int4 launch: the int4 layers' blocks were not encoded on the device", c.layers)
 		}
@@ -202,11 +226,11 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 }
 
 // A cache built on the CUDA backend with layers the device does not encode
-// (kakeya-block, keys preconditioned by a calibration) says so once, a
-// warning naming the codec, the layer sides and the cost (one host wait
-// per block and KV head); a cache whose every side encodes on the device,
-// among them the default choices' plan and int8 with precond=0, says
-// nothing.
+// (kakeya-block, also with keys preconditioned by a calibration) says so
+// once, a warning naming the codec, the layer sides and the cost (one host
+// wait per block and KV head); a cache whose every side encodes on the
+// device, among them the default choices' plan, int8 and int4 keys
+// preconditioned by a calibration and int8 with precond=0, says nothing.
 func TestHostEncodedWarning(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "qwen2")
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
@@ -241,16 +265,14 @@ func TestHostEncodedWarning(t *testing.T) {
 		}
 	}
 	// With a calibration file (every one has query Cholesky factors) int8
-	// keys are preconditioned by default, and preconditioned keys are
-	// encoded on the host: the warning names them so; precond=0 keeps
-	// them on the device.
+	// and int4 keys are preconditioned by default, and the device whitens
+	// them before it encodes them (enc_whiten): no warning, as with
+	// precond=0. Preconditioned kakeya-block keys are still encoded on the
+	// host, and the warning names them.
 	cal := &codec.Calibration{Layers: 2, KVHeads: 2, HeadDim: 16, Model: "qwen2-tiny"}
+	r := rand.New(rand.NewPCG(3, 4))
 	for range 4 {
-		L := make([]float32, 16*16)
-		for i := range 16 {
-			L[i*16+i] = 1
-		}
-		cal.Chol = append(cal.Chol, L)
+		cal.Chol = append(cal.Chol, randCholesky(t, r, 16))
 	}
 	calPath := filepath.Join(t.TempDir(), "calib.safetensors")
 	if err := calibrate.Save(calPath, cal); err != nil {
@@ -263,13 +285,30 @@ func TestHostEncodedWarning(t *testing.T) {
 	}
 	off := spec("int8/int8|int8/int8")
 	off.Precondition = kvconfig.Off
-	for _, sp := range []kvconfig.Spec{spec("int8/int8|int8/int8"), off} {
+	for _, sp := range []kvconfig.Spec{spec("int8/int8|int8/int8"), spec("int4-k/int4|int2-k/int4"), off} {
 		if _, _, _, err := withCal.Cache(context.Background(), sp); err != nil {
 			t.Fatal(err)
 		}
+		pol, _, err := kvplan.NewPolicy(sp, m.CacheShape(), cal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, pre := pol.KCodec(0, 0).(*codec.Preconditioned)
+		if pre != (sp.Precondition != kvconfig.Off) {
+			t.Fatalf("%s (precond %v): layer 0's keys preconditioned %v", sp.Layers, sp.Precondition, pre)
+		}
+		if sides, err := m.HostEncoded(model.SequenceOptions{Cache: pol, BlockSize: 4}); err != nil || len(sides) != 0 {
+			t.Errorf("%s (precond %v): host-encoded sides %+v (%v), want none", sp.Layers, sp.Precondition, sides, err)
+		}
 	}
-	if out := logged.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "int8 (preconditioned): keys of layers 0,1") {
-		t.Errorf("int8 keys preconditioned by a calibration, then precond=0: logged\n%s\nwant one warning naming the preconditioned keys", out)
+	if out := logged.String(); strings.Contains(out, "level=WARN") {
+		t.Errorf("int8 and int4 keys preconditioned by a calibration, then precond=0: logged\n%s\nwant no warning", out)
+	}
+	if _, _, _, err := withCal.Cache(context.Background(), spec("kakeya-block:b=3/int8|int8/int8")); err != nil {
+		t.Fatal(err)
+	}
+	if out := logged.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "kakeya-block:b=3 (preconditioned): keys of layers 0") {
+		t.Errorf("kakeya-block keys preconditioned by a calibration: logged\n%s\nwant one warning naming them", out)
 	}
 	// The default choices' plan (kakeya-pc with a calibration) and the
 	// preset's codec: nothing for the host.

@@ -111,8 +111,10 @@ type store struct {
 	// content (codecs of the same settings share one).
 	prmOf  map[compute.Decoder]Ptr
 	prmFor map[string]Ptr
-	// The device copies of the preconditioners' inverse factors.
+	// The device copies of the preconditioners' inverse factors, and of
+	// their factors (row-major, for enc_whiten; made on first use).
 	linvOf map[compute.Decoder]Ptr
+	lOf    map[compute.Decoder]Ptr
 	// encOf is how the device encodes each codec's blocks.
 	encOf map[compute.Decoder]encoding
 	// gen counts the changes of part addresses and formats, so attention

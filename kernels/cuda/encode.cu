@@ -188,6 +188,34 @@ KK_KERNEL void __launch_bounds__(256) enc_int8(kk_u8 *__restrict__ dst, const vo
 	kk_seal(dst, kk_int8_size(n, d), sm);
 }
 
+// enc_whiten: block 0 whitens a hot part of n rows of d values (bf16 or
+// float32) at src by the lower-triangular factor L (d x d, row-major) of a
+// preconditioned codec (codec.Preconditioned.Encode's y = x L) into dst, n
+// x d floats of device scratch, which enc_int8 or enc_int4 then encodes as
+// a float32 part. Each output y[i][j] is one thread's sum over k of
+// x[i][k] L[k][j], one fused multiply-add a term from a zero sum, k in
+// increasing order as the host's MixBlock (AVX-512 and AVX2) sums: the
+// terms k < j, zero products on a zero sum, are left out without changing
+// the sum, so y is the host's bit for bit. With jobs set, block b whitens
+// job b: dst, src and L the words 0, 1 and 2 of its entry. No shared
+// memory.
+KK_KERNEL void __launch_bounds__(256) enc_whiten(float *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d,
+                                                 const float *__restrict__ L, const kk_u64 *__restrict__ jobs) {
+	if (jobs) {
+		dst = (float *)jobs[4 * blockIdx.x];
+		src = (const void *)jobs[4 * blockIdx.x + 1];
+		L = (const float *)jobs[4 * blockIdx.x + 2];
+	}
+	for (int o = threadIdx.x; o < n * d; o += blockDim.x) {
+		int i = o / d, j = o - i * d;
+		long long row = (long long)i * d;
+		float acc = 0.0f;
+		for (int k = j; k < d; k++)
+			acc = __builtin_fmaf(kk_hot_value(src, bf16, row + k), L[(long long)k * d + j], acc);
+		dst[o] = acc;
+	}
+}
+
 // kk_quantize returns the number of the k bounds below x, by binary
 // search, as codec's quantizeBounds.
 KK_DEVICE int kk_quantize(const float *bounds, int k, float x) {

@@ -1,0 +1,241 @@
+package cudabackend
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kakeya-ai/kakeya/calibrate"
+	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/internal/shareddata"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
+	"github.com/kakeya-ai/kakeya/model"
+)
+
+// fmaWhitening reports whether codec.Preconditioned.Encode whitens in
+// this process as enc_whiten does: MixBlock's C kernels (AVX-512, AVX2)
+// sum each value's terms in order, one fused multiply-add a term. The
+// scalar loops round each product before the sum, so a value may differ
+// in its last bit and a code on a rounding boundary by one step.
+func fmaWhitening() bool {
+	switch cpu.Level() {
+	case "avx2", "avx512", "avx512bf16":
+		return true
+	}
+	return false
+}
+
+// checkWhitenedBlock checks the device's block of a preconditioned codec
+// against the host's: the same bytes where the host whitens with fused
+// multiply-adds (fmaWhitening), else blocks that decode to within one code
+// step (the inner codec's error on the host's block, per value) of each
+// other.
+func checkWhitenedBlock(t *testing.T, cd *codec.Preconditioned, got, want []byte, n, d int) {
+	t.Helper()
+	if fmaWhitening() {
+		sameBytes(t, cd.Name()+"'s", got, want)
+		return
+	}
+	a, b := make([]float32, n*d), make([]float32, n*d)
+	if err := cd.Inner.Decode(a, got, n, d); err != nil {
+		t.Fatalf("%s: the codec refuses the device's bytes: %v", cd.Name(), err)
+	}
+	if err := cd.Inner.Decode(b, want, n, d); err != nil {
+		t.Fatal(err)
+	}
+	step := 0.0
+	for _, v := range b {
+		step = max(step, math.Abs(float64(v)))
+	}
+	step /= 7 // int4's widest step over a group's range is range/15; int8's far less
+	if diff := maxAbsDiff(a, b); diff > step {
+		t.Errorf("%s (kernel level %s): the device's whitened block decodes %.3g from the host's, past a code step %.3g", cd.Name(), cpu.Level(), diff, step)
+	}
+}
+
+// enc_whiten then enc_int8 or enc_int4 write codec.Preconditioned's bytes
+// of int8 and int4 keys (per token and per channel, 8-bit and fp16 group
+// parameters, int2), header and CRC included, bit for bit where the host
+// whitens with fused multiply-adds (the AVX-512 and AVX2 kernels): head
+// dims 64 and 128, random factors whose channels' scales span two orders
+// of magnitude, float32 and bf16 parts, several blocks of one codec
+// encoded in one EncodeParts (a batch: one enc_whiten launch, one
+// encoder's), queued with the step's launches or (Options.NoStepGraph)
+// launched at once. Read decodes the device's blocks as the codec does.
+func TestEncodePreconditionedOnDevice(t *testing.T) {
+	needKernels(t, "enc_whiten", "enc_int8", "enc_int4", "kv_write")
+	for _, c := range []struct {
+		spec   string
+		n, d   int
+		bf16   bool
+		noStep bool
+	}{
+		{"int8", 16, 64, false, false}, {"int8", 16, 64, true, false}, {"int8", 64, 128, true, false}, {"int8", 32, 128, false, true},
+		{"int4", 16, 64, true, false}, {"int4-k", 16, 64, false, false}, {"int4-k", 64, 128, true, true}, {"int4", 32, 128, false, false},
+		{"int2-k", 16, 128, true, false}, {"int4:params=f16", 16, 64, false, false},
+	} {
+		name := fmt.Sprintf("%s/%dx%d", c.spec, c.n, c.d)
+		if c.bf16 {
+			name += "/bf16"
+		}
+		if c.noStep {
+			name += "/no step graph"
+		}
+		t.Run(name, func(t *testing.T) {
+			spec, err := codec.ParseSpec(c.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner, err := codec.New(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(11, uint64(c.n*c.d)))
+			cd := randPreconditioned(t, r, inner, c.d)
+			gpu, f := newFakeBackend(t, Options{NoStepGraph: c.noStep})
+			bs := gpu.NewBlockStore(c.n, c.d, c.bf16)
+			pe := bs.(*store)
+			size, ok := pe.EncodedLen(cd)
+			if !ok {
+				t.Fatalf("%s: not encoded on the device", cd.Name())
+			}
+			if in, _ := pe.EncodedLen(inner); in != size {
+				t.Fatalf("%s: %d encoded bytes, its inner codec %d", cd.Name(), size, in)
+			}
+			const blocks = 3
+			var ps []compute.Part
+			var hots [][]float32
+			for range blocks {
+				p, err := bs.NewPart()
+				if err != nil {
+					t.Fatal(err)
+				}
+				x := randFloats(r, c.n*c.d)
+				bs.Write(p, 0, upload(gpu, x), c.d, c.n)
+				hot := make([]float32, c.n*c.d)
+				if err := bs.Read(hot, p); err != nil {
+					t.Fatal(err)
+				}
+				ps, hots = append(ps, p), append(hots, hot)
+			}
+			whiten, encs := kernelCount(f, "enc_whiten"), kernelCount(f, "enc_int8")+kernelCount(f, "enc_int4")
+			if err := pe.EncodeParts(ps, []compute.Decoder{cd, cd, cd}); err != nil {
+				t.Fatal(err)
+			}
+			gpu.mu.Lock()
+			gpu.flushQueue()
+			gpu.mu.Unlock()
+			if w, e := kernelCount(f, "enc_whiten")-whiten, kernelCount(f, "enc_int8")+kernelCount(f, "enc_int4")-encs; w != 1 || e != 1 {
+				t.Errorf("%d blocks encoded by %d enc_whiten and %d encoder launches, want 1 and 1", blocks, w, e)
+			}
+			for i, p := range ps {
+				if pt := own(p); pt.encLen != size || pt.dec != cd || pt.linv == 0 {
+					t.Fatalf("block %d: part holds %d bytes of %v (inverse factor at %#x), want %d of %s with its inverse factor", i, pt.encLen, pt.dec, pt.linv, size, cd.Name())
+				}
+				want, err := cd.Encode(nil, hots[i], c.n, c.d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkWhitenedBlock(t, cd, deviceBytes(t, gpu, p), want, c.n, c.d)
+				got, ref := make([]float32, c.n*c.d), make([]float32, c.n*c.d)
+				if err := bs.Read(got, p); err != nil {
+					t.Fatal(err)
+				}
+				if err := cd.Decode(ref, want, c.n, c.d); err != nil {
+					t.Fatal(err)
+				}
+				if fmaWhitening() {
+					if diff := maxAbsDiff(got, ref); diff != 0 {
+						t.Errorf("block %d: Read gives %.3g from the host block's decoding", i, diff)
+					}
+				}
+			}
+			// The whitened rows themselves, which few codes show: a
+			// part encoded alone leaves them at the start of the
+			// encoders' scratch.
+			p, err := bs.NewPart()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs.Write(p, 0, upload(gpu, randFloats(r, c.n*c.d)), c.d, c.n)
+			hot := make([]float32, c.n*c.d)
+			if err := bs.Read(hot, p); err != nil {
+				t.Fatal(err)
+			}
+			if err := pe.EncodePart(p, cd); err != nil {
+				t.Fatal(err)
+			}
+			y := make([]float32, c.n*c.d)
+			gpu.mu.Lock()
+			gpu.flushQueue()
+			err = gpu.copyOut(bytesOf(y), gpu.enc.y)
+			gpu.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, c.n*c.d)
+			cpu.MixBlock(want, c.n, hot, c.d, cd.Factor(), c.d, c.d)
+			if d := maxAbsDiff(y, want); fmaWhitening() && d != 0 || d > 1e-5*max(1, maxAbs(want)) {
+				t.Errorf("enc_whiten's rows are %.3g from the host's whitening (kernel level %s)", d, cpu.Level())
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The query Cholesky factors of a trained model (ref-qwen2-6m, head dim
+// 64, calibrated here over 192 tokens), applied to its own keys' scale of
+// values: enc_whiten and enc_int8 or enc_int4 write the host's bytes for
+// every layer's and KV head's factor.
+func TestEncodePreconditionedRealFactor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("calibrates ref-qwen2-6m")
+	}
+	needKernels(t, "enc_whiten", "enc_int8", "enc_int4", "kv_write")
+	dir := shareddata.File(t, "models", "ref-qwen2-6m")
+	m := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 256})
+	cal, err := calibrate.RunModel(context.Background(), m, testIDs(192, m.Config().VocabSize), calibrate.Options{Ctx: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cal.HeadDim
+	const n = 16
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, spec := range []string{"int8", "int4-k", "int4"} {
+		s, err := codec.ParseSpec(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := codec.New(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpu, _ := newFakeBackend(t, Options{})
+		store := gpu.NewBlockStore(n, d, true)
+		for i, L := range cal.Chol {
+			cd, err := codec.NewPreconditioned(inner, L, d)
+			if err != nil {
+				t.Fatalf("factor %d: %v", i, err)
+			}
+			x := randFloats(r, n*d)
+			for j := range x {
+				x[j] *= 3 // keys of a few units, as the model's are
+			}
+			p, hot := encodeOnDevice(t, gpu, store, cd, x, n, d)
+			want, err := cd.Encode(nil, hot, n, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkWhitenedBlock(t, cd, deviceBytes(t, gpu, p), want, n, d)
+		}
+		if err := gpu.Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d real factors (d %d), kernel level %s: device blocks checked against the host's", spec, len(cal.Chol), d, cpu.Level())
+	}
+}
