@@ -224,8 +224,11 @@ func TestServeTimeLimit(t *testing.T) {
 		}
 		r := rows[0]
 		t.Logf("stopped row: %+v", r)
+		// The level's seconds run until the requests in flight see the
+		// limit and stop: past it by a step or so, more on a loaded
+		// machine (1.512 s at load 12), never by a second.
 		if !r.Stopped || r.Done >= r.Requests || r.Requests != 5000 || r.Cache != "plain" || r.Concurrency != 4 ||
-			r.OutputRate <= 0 || r.DecodeRate <= 0 || r.PeakRunning < 1 || r.PeakRunning > 4 || r.Seconds <= 0 || r.Seconds > limit.Seconds() {
+			r.OutputRate <= 0 || r.DecodeRate <= 0 || r.PeakRunning < 1 || r.PeakRunning > 4 || r.Seconds <= 0 || r.Seconds > limit.Seconds()+1 {
 			t.Errorf("the stopped level: %+v, want plain at 4 clients, stopped, fewer than 5000 done, tokens and admissions measured", r)
 		}
 		if !strings.Contains(stderr.String(), "stopped at --time-limit") {
