@@ -55,11 +55,36 @@ var Q4_Kx8 = InterleavedFormat{
 	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"dmin", FieldF16, 16, 8}, {"scales", FieldU8, 32, 96}, {"qs", FieldU8, 128, 1024}},
 }
 
+// Q6_Kx8 is Q6_K with eight rows interleaved, for the AVX2 kernels, which
+// take one 256-bit vector of 6-bit codes as eight rows' four values each
+// (a 32-bit lane a row), three such vectors holding a fourth one's codes
+// in their top bits. A group block (1,680 bytes, the rows' 8 x 210) holds,
+// for rows r = 0..7 of the group:
+//
+//   - "d": the rows' f16 scales, row r at element r;
+//   - "scales": the rows' signed 8-bit scales of their 16-value
+//     sub-blocks, scale j (0..15) of row r at byte 16(j/2) + 2r + j%2 (a
+//     row's scales of sub-blocks 2k and 2k+1 in one 16-bit lane once
+//     widened);
+//   - "qs": the 6-bit codes (0..63, the value plus 32), sub-block u
+//     (values 16u..16u+15, u 0..15) in bytes 96u..96u+95: byte
+//     96u + 32m + 4r + i (m 0..2, i 0..3) holds the code of row r's value
+//     16u + 4m + i in its low 6 bits and bits 2m and 2m+1 of the code of
+//     its value 16u + 12 + i in its top 2, so that one mask gives each of
+//     three vectors' codes and three masks, shifts and two ORs the fourth's.
+var Q6_Kx8 = InterleavedFormat{
+	Base: Q6_K, Name: "Q6_Kx8", Rows: 8, Block: 256, Bytes: 1680,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"scales", FieldI8, 16, 128}, {"qs", FieldU8, 144, 1536}},
+}
+
 // Interleaved returns the interleaved format of rows of d, nil where there
 // is none.
 func (d DType) Interleaved() *InterleavedFormat {
-	if d == Q4_K {
+	switch d {
+	case Q4_K:
 		return &Q4_Kx8
+	case Q6_K:
+		return &Q6_Kx8
 	}
 	return nil
 }
@@ -89,7 +114,17 @@ func DeinterleaveRows(dst []byte, f *InterleavedFormat, src []byte, cols int) er
 // RowBlock writes row r's block (as f.Base stores it) of the group block
 // g into dst (f.Base's block bytes).
 func (f *InterleavedFormat) RowBlock(dst, g []byte, r int) {
-	moveQ4K(g, dst, r, false)
+	f.move(g, dst, r, false)
+}
+
+// move moves row r's block blk (as f.Base stores it) into (in) or out of
+// the group block g.
+func (f *InterleavedFormat) move(g, blk []byte, r int, in bool) {
+	if f.Base == Q6_K {
+		moveQ6K(g, blk, r, in)
+		return
+	}
+	moveQ4K(g, blk, r, in)
 }
 
 // interleave moves the rows in rows to and from the groups in groups (to
@@ -97,7 +132,7 @@ func (f *InterleavedFormat) RowBlock(dst, g []byte, r int) {
 func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in bool) error {
 	bf := f.Base.Format()
 	gb, ok := f.GroupBytes(cols)
-	if f.Base != Q4_K {
+	if f.Base.Interleaved() != f {
 		return fmt.Errorf("tensor: %s: no interleaving of %v rows", f.Name, f.Base)
 	}
 	if !ok || bf.Block != f.Block {
@@ -117,7 +152,7 @@ func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in b
 			gblk := groups[(g*nb+b)*f.Bytes : (g*nb+b+1)*f.Bytes]
 			for r := range f.Rows {
 				row := rows[(g*f.Rows+r)*rb+b*bf.Bytes : (g*f.Rows+r)*rb+(b+1)*bf.Bytes]
-				moveQ4K(gblk, row, r, in)
+				f.move(gblk, row, r, in)
 			}
 		}
 	}
@@ -163,6 +198,76 @@ func moveQ4K(g, blk []byte, r int, in bool) {
 			} else {
 				copy(bq, gq)
 			}
+		}
+	}
+}
+
+// q6kOffsets are the field offsets moveQ6K reads: a group block's
+// (Q6_Kx8) and a row block's (Q6_K), looked up once.
+type q6kOffsets struct{ d, scales, qs, bd, bsc, bql, bqh int }
+
+var q6kOff = func() q6kOffsets {
+	f, bf := &Q6_Kx8, Q6_K.Format()
+	return q6kOffsets{f.Field("d").Offset, f.Field("scales").Offset, f.Field("qs").Offset,
+		bf.Field("d").Offset, bf.Field("scales").Offset, bf.Field("ql").Offset, bf.Field("qh").Offset}
+}()
+
+// moveQ6K moves row r's Q6_K block blk into (in) or out of the group
+// block g of Q6_Kx8: the 256 6-bit codes through an array, in Q6_K's
+// order (value 128h + 32k + l: its low 4 bits in ql byte 64h + 32(k%2) +
+// l, low nibble for k < 2, high for the others; its top 2 at bits 2k of
+// qh byte 32h + l).
+func moveQ6K(g, blk []byte, r int, in bool) {
+	o := &q6kOff
+	var c [256]uint8
+	ql, qh := blk[o.bql:o.bql+128], blk[o.bqh:o.bqh+64]
+	qs := g[o.qs : o.qs+1536]
+	if in {
+		copy(g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2])
+		for j := range 16 {
+			g[o.scales+16*(j/2)+2*r+j%2] = blk[o.bsc+j]
+		}
+		for h := range 2 {
+			for l := range 32 {
+				a, b, hb := ql[64*h+l], ql[64*h+32+l], qh[32*h+l]
+				v := c[128*h+l:]
+				v[0] = a&0xF | hb&3<<4
+				v[32] = b&0xF | hb>>2&3<<4
+				v[64] = a>>4 | hb>>4&3<<4
+				v[96] = b>>4 | hb>>6&3<<4
+			}
+		}
+		for u := range 16 {
+			for i := range 4 {
+				top := c[16*u+12+i]
+				for m := range 3 {
+					qs[96*u+32*m+4*r+i] = c[16*u+4*m+i] | (top>>(2*m)&3)<<6
+				}
+			}
+		}
+		return
+	}
+	copy(blk[o.bd:o.bd+2], g[o.d+2*r:o.d+2*r+2])
+	for j := range 16 {
+		blk[o.bsc+j] = g[o.scales+16*(j/2)+2*r+j%2]
+	}
+	for u := range 16 {
+		for i := range 4 {
+			var top uint8
+			for m := range 3 {
+				q := qs[96*u+32*m+4*r+i]
+				c[16*u+4*m+i] = q & 63
+				top |= q >> 6 << (2 * m)
+			}
+			c[16*u+12+i] = top
+		}
+	}
+	for h := range 2 {
+		for l := range 32 {
+			v := c[128*h+l:]
+			ql[64*h+l] = v[0]&0xF | v[64]<<4
+			ql[64*h+32+l] = v[32]&0xF | v[96]<<4
+			qh[32*h+l] = v[0]>>4 | v[32]>>4<<2 | v[64]>>4<<4 | v[96]>>4<<6
 		}
 	}
 }
