@@ -17,7 +17,7 @@ type interleaved struct {
 	groups []byte // rows [0, rows) in f's layout
 	gb     int    // bytes per group
 	rows   int
-	rest   []byte // rows [rows, Mat.Rows) as stored
+	rest   []byte   // rows [rows, Mat.Rows) as stored
 	off    [5]int64 // x8Offsets(f)
 }
 
