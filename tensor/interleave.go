@@ -55,6 +55,20 @@ var Q4_Kx8 = InterleavedFormat{
 	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"dmin", FieldF16, 16, 8}, {"scales", FieldU8, 32, 96}, {"qs", FieldU8, 128, 1024}},
 }
 
+// Q5_Kx8 is Q5_K with eight rows interleaved, for the same kernels as
+// Q4_Kx8 with a fifth bit a code: a group block (1,408 bytes, the rows' 8
+// x 176) holds "d", "dmin", "scales" and "qs" as Q4_Kx8 does (Q5_K's low 4
+// bits of each code where Q4_K has its code), and
+//
+//   - "qh": the codes' fifth bits, byte 4k + i of row r's qh (k 0..7, i
+//     0..3; its bit 2c the fifth bit of value 64c + 4k + i, bit 2c+1 that
+//     of value 64c + 32 + 4k + i) at byte 32k + 4r + i: one vector holds
+//     the fifth bits of the eight vectors of codes "qs" has at 32k.
+var Q5_Kx8 = InterleavedFormat{
+	Base: Q5_K, Name: "Q5_Kx8", Rows: 8, Block: 256, Bytes: 1408,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"dmin", FieldF16, 16, 8}, {"scales", FieldU8, 32, 96}, {"qs", FieldU8, 128, 1024}, {"qh", FieldU8, 1152, 256}},
+}
+
 // Q6_Kx8 is Q6_K with eight rows interleaved, for the AVX2 kernels, which
 // take one 256-bit vector of 6-bit codes as eight rows' four values each
 // (a 32-bit lane a row), three such vectors holding a fourth one's codes
@@ -83,6 +97,8 @@ func (d DType) Interleaved() *InterleavedFormat {
 	switch d {
 	case Q4_K:
 		return &Q4_Kx8
+	case Q5_K:
+		return &Q5_Kx8
 	case Q6_K:
 		return &Q6_Kx8
 	}
@@ -120,11 +136,14 @@ func (f *InterleavedFormat) RowBlock(dst, g []byte, r int) {
 // move moves row r's block blk (as f.Base stores it) into (in) or out of
 // the group block g.
 func (f *InterleavedFormat) move(g, blk []byte, r int, in bool) {
-	if f.Base == Q6_K {
+	switch f.Base {
+	case Q6_K:
 		moveQ6K(g, blk, r, in)
-		return
+	case Q5_K:
+		moveQ45K(&q5kOff, g, blk, r, in)
+	default:
+		moveQ45K(&q4kOff, g, blk, r, in)
 	}
-	moveQ4K(g, blk, r, in)
 }
 
 // interleave moves the rows in rows to and from the groups in groups (to
@@ -159,19 +178,26 @@ func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in b
 	return nil
 }
 
-// q4kOffsets are the field offsets moveQ4K reads: a group block's (Q4_Kx8)
-// and a row block's (Q4_K), looked up once.
-type q4kOffsets struct{ d, dmin, scales, qs, bd, bdmin, bsc, bqs int }
+// q45kOffsets are the field offsets moveQ45K reads: a group block's
+// (Q4_Kx8, Q5_Kx8) and a row block's (Q4_K, Q5_K), looked up once; the qh
+// offsets are -1 for Q4_K.
+type q45kOffsets struct{ d, dmin, scales, qs, qh, bd, bdmin, bsc, bqs, bqh int }
 
-var q4kOff = func() q4kOffsets {
-	f, bf := &Q4_Kx8, Q4_K.Format()
-	return q4kOffsets{f.Field("d").Offset, f.Field("dmin").Offset, f.Field("scales").Offset, f.Field("qs").Offset, bf.Field("d").Offset, bf.Field("dmin").Offset, bf.Field("scales").Offset, bf.Field("qs").Offset}
-}()
+var q4kOff, q5kOff = q45kOff(&Q4_Kx8), q45kOff(&Q5_Kx8)
 
-// moveQ4K moves row r's Q4_K block blk into (in) or out of the group
-// block g of Q4_Kx8.
-func moveQ4K(g, blk []byte, r int, in bool) {
-	o := &q4kOff
+func q45kOff(f *InterleavedFormat) q45kOffsets {
+	bf := f.Base.Format()
+	o := q45kOffsets{f.Field("d").Offset, f.Field("dmin").Offset, f.Field("scales").Offset, f.Field("qs").Offset, -1,
+		bf.Field("d").Offset, bf.Field("dmin").Offset, bf.Field("scales").Offset, bf.Field("qs").Offset, -1}
+	if f.Base == Q5_K {
+		o.qh, o.bqh = f.Field("qh").Offset, bf.Field("qh").Offset
+	}
+	return o
+}
+
+// moveQ45K moves row r's Q4_K or Q5_K block blk into (in) or out of the
+// group block g of Q4_Kx8 or Q5_Kx8 (o's).
+func moveQ45K(o *q45kOffsets, g, blk []byte, r int, in bool) {
 	if in {
 		copy(g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2])
 		copy(g[o.dmin+2*r:o.dmin+2*r+2], blk[o.bdmin:o.bdmin+2])
@@ -189,8 +215,8 @@ func moveQ4K(g, blk []byte, r int, in bool) {
 		}
 		packScaleMinK4(blk[o.bsc:o.bsc+12], &sc, &m)
 	}
-	for c := range 4 {
-		for k := range 8 {
+	for k := range 8 {
+		for c := range 4 {
 			gq := g[o.qs+256*c+32*k+4*r : o.qs+256*c+32*k+4*r+4]
 			bq := blk[o.bqs+32*c+4*k : o.bqs+32*c+4*k+4]
 			if in {
@@ -198,6 +224,16 @@ func moveQ4K(g, blk []byte, r int, in bool) {
 			} else {
 				copy(bq, gq)
 			}
+		}
+		if o.qh < 0 {
+			continue
+		}
+		gh := g[o.qh+32*k+4*r : o.qh+32*k+4*r+4]
+		bh := blk[o.bqh+4*k : o.bqh+4*k+4]
+		if in {
+			copy(gh, bh)
+		} else {
+			copy(bh, gh)
 		}
 	}
 }

@@ -9,11 +9,11 @@ import (
 
 // Interleaving rows eight at a time and back gives the stored bytes bit
 // for bit (every bit of a group block is one of the rows' bits), and each
-// value lands where the format's description says (checkQ4Kx8,
+// value lands where the format's description says (checkQ45Kx8,
 // checkQ6Kx8).
 func TestInterleaveRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 8))
-	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q6_Kx8} {
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8} {
 		bf := f.Base.Format()
 		for _, tc := range []struct{ rows, cols int }{{8, 256}, {16, 256 * 3}, {24, 256 * 14}} {
 			rb, _ := f.Base.RowBytes(tc.cols)
@@ -35,10 +35,10 @@ func TestInterleaveRoundTrip(t *testing.T) {
 					g := groups[((row/8)*nb+b)*f.Bytes:][:f.Bytes]
 					blk := src[row*rb+b*bf.Bytes:][:bf.Bytes]
 					var err error
-					if f == &Q4_Kx8 {
-						err = checkQ4Kx8(g, blk, row%8)
-					} else {
+					if f == &Q6_Kx8 {
 						err = checkQ6Kx8(g, blk, row%8)
+					} else {
+						err = checkQ45Kx8(f, g, blk, row%8)
 					}
 					if err != nil {
 						t.Fatalf("%s row %d block %d: %v", f.Name, row, b, err)
@@ -67,10 +67,11 @@ func TestInterleaveRoundTrip(t *testing.T) {
 	}
 }
 
-// checkQ4Kx8 reports where Q4_Kx8's group block g lacks row rr's Q4_K
-// block blk: the rows' d, dmin, 6-bit scales and mins and codes.
-func checkQ4Kx8(g, blk []byte, rr int) error {
-	f, bf := &Q4_Kx8, Q4_K.Format()
+// checkQ45Kx8 reports where the group block g of f (Q4_Kx8 or Q5_Kx8)
+// lacks row rr's block blk: the rows' d, dmin, 6-bit scales and mins,
+// codes and (Q5_K) fifth bits.
+func checkQ45Kx8(f *InterleavedFormat, g, blk []byte, rr int) error {
+	bf := f.Base.Format()
 	if !bytes.Equal(g[f.Field("d").Offset+2*rr:][:2], blk[bf.Field("d").Offset:][:2]) ||
 		!bytes.Equal(g[f.Field("dmin").Offset+2*rr:][:2], blk[bf.Field("dmin").Offset:][:2]) {
 		return fmt.Errorf("d or dmin moved wrong")
@@ -86,6 +87,16 @@ func checkQ4Kx8(g, blk []byte, rr int) error {
 		c, k, i := v/32, v%32/4, v%4
 		if g[f.Field("qs").Offset+256*c+32*k+4*rr+i] != blk[bf.Field("qs").Offset+v] {
 			return fmt.Errorf("code byte %d moved wrong", v)
+		}
+	}
+	if f.Base != Q5_K {
+		return nil
+	}
+	for v := range 256 { // the fifth bit of value v
+		c, hi, k, i := v/64, v%64/32, v%32/4, v%4
+		want := blk[bf.Field("qh").Offset+4*k+i] >> (2*c + hi) & 1
+		if got := g[f.Field("qh").Offset+32*k+4*rr+i] >> (2*c + hi) & 1; got != want {
+			return fmt.Errorf("fifth bit of value %d moved wrong", v)
 		}
 	}
 	return nil
@@ -147,7 +158,7 @@ func TestX8Values(t *testing.T) {
 
 // Shapes that are not whole groups or blocks are refused with the sizes.
 func TestInterleaveBadShapes(t *testing.T) {
-	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q6_Kx8} {
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8} {
 		bb := f.Base.Format().Bytes
 		rb, _ := f.Base.RowBytes(512)
 		for _, tc := range []struct {
@@ -173,7 +184,7 @@ func TestInterleaveBadShapes(t *testing.T) {
 	if err := InterleaveRows(make([]byte, 1680), &bad, make([]byte, 144*8), 256); err == nil {
 		t.Error("Q6_Kx8 over Q4_K rows: no error")
 	}
-	for _, d := range []DType{Q8_0, Q4_0, Q5_K} {
+	for _, d := range []DType{Q8_0, Q4_0, Q5_0, F32, BF16} {
 		if d.Interleaved() != nil {
 			t.Errorf("%v: an interleaved format", d)
 		}

@@ -8,7 +8,7 @@ import (
 
 // interleaved is a quantized matrix's rows as Pool.Prepare lays them out
 // for the AVX2 kernels of an interleaved format (tensor.Q4_Kx8,
-// tensor.Q6_Kx8): its first
+// tensor.Q5_Kx8, tensor.Q6_Kx8): its first
 // rows, a multiple of the format's group, in groups; the rows after them
 // as stored, in a copy of their own (so that the stored matrix's memory is
 // not held).
@@ -18,14 +18,14 @@ type interleaved struct {
 	gb     int    // bytes per group
 	rows   int
 	rest   []byte   // rows [rows, Mat.Rows) as stored
-	off    [5]int64 // x8Offsets(f)
+	off    [6]int64 // x8Offsets(f)
 }
 
 // x8Offsets returns the C kernels' offsets (kq_rows_x8's off[]) of f,
-// read from its description: group block bytes, d, dmin (-1 where f has
-// none), scales (Q4_Kx8's with the mins), qs.
-func x8Offsets(f *tensor.InterleavedFormat) [5]int64 {
-	o := [5]int64{int64(f.Bytes), -1, -1, -1, -1}
+// read from its description: group block bytes, d, dmin, scales
+// (Q4_Kx8's and Q5_Kx8's with the mins), qs, qh (-1 where f has none).
+func x8Offsets(f *tensor.InterleavedFormat) [6]int64 {
+	o := [6]int64{int64(f.Bytes), -1, -1, -1, -1, -1}
 	for _, fl := range f.Fields {
 		switch fl.Name {
 		case "d":
@@ -36,6 +36,8 @@ func x8Offsets(f *tensor.InterleavedFormat) [5]int64 {
 			o[3] = int64(fl.Offset)
 		case "qs":
 			o[4] = int64(fl.Offset)
+		case "qh":
+			o[5] = int64(fl.Offset)
 		}
 	}
 	return o

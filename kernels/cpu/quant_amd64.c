@@ -938,7 +938,7 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 // vector operations per 256 multiply-adds, where the row-at-a-time
 // kernels take about 60. The field offsets come from Go, in off[]:
 // group block bytes, d, dmin, scales (the scales and mins packed), qs.
-enum { KX_BYTES, KX_D, KX_DMIN, KX_SCALES, KX_QS };
+enum { KX_BYTES, KX_D, KX_DMIN, KX_SCALES, KX_QS, KX_QH };
 
 // KX_T is the most tokens kx_q4k takes at once: their 16-bit sums (two
 // vectors a token) and the unpacked codes stay in registers.
@@ -984,16 +984,20 @@ KQ_INLINE __m256i kx_bcast4(const int8_t *p) {
 }
 
 // kx_q4k sets out[t*ldo + 0..7] for the nt tokens (x, xd, bsums ldx, ldd,
-// ldb apart) and the eight rows of the group at w (nb group blocks): per
-// block, the rows' integer sums exactly as quant.go's dotQ45K takes them
-// (Σ_j scale_j·dot_j and Σ_j min_j·(bsum_2j + bsum_2j+1), in another
-// order, with the same values), then per token the Go loop's f32 scaling
-// lane by lane (d = dw·xd, dmin = dmw·xd, a = d·sumi, m = dmin·mins, sum
-// = sum + (a - m)), row r in lane r: each row's result has the Go loop's
-// bits, whatever nt is.
+// ldb apart) and the eight rows of the group at w (nb group blocks) of
+// Q4_Kx8 (five = 0) or Q5_Kx8: per block, the rows' integer sums exactly
+// as quant.go's dotQ45K takes them (Σ_j scale_j·dot_j and Σ_j
+// min_j·(bsum_2j + bsum_2j+1), in another order, with the same values),
+// then per token the Go loop's f32 scaling lane by lane (d = dw·xd, dmin
+// = dmw·xd, a = d·sumi, m = dmin·mins, sum = sum + (a - m)), row r in lane
+// r: each row's result has the Go loop's bits, whatever nt is. Q5_K's
+// fifth bits come from one qh vector per four values a row, moved to bit 4
+// of each code byte; its codes (up to 31) let four products' pair sums
+// share 16 bits (4 x 2 x 31 x 127 = 31,496), not eight, so its sub-block
+// sums take the scales every four.
 KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const int8_t *x, long ldx, const float *xd,
-		      long ldd, const int32_t *bsums, long ldb, float *out, long ldo) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
+		      long ldd, const int32_t *bsums, long ldb, int five, float *out, long ldo) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16);
 	uint8_t sm[128] __attribute__((aligned(32)));
 	__m256 sumv[KX_T];
 	KQ_UNROLL
@@ -1028,23 +1032,35 @@ KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const 
 		KQ_UNROLL
 		for (int c = 0; c < 4; c++) {
 			__m256i al[KX_T], ah[KX_T];
+			__m256i s0 = kx_scales16(sp + 16 * c), s1 = kx_scales16(sp + 16 * c + 8);
 			KQ_UNROLL
 			for (int k = 0; k < 8; k++) {
 				__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 256 * c + 32 * k));
 				__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+				if (five) {
+					// Bits 2c and 2c+1 of each qh byte to bit 4 (a
+					// 16-bit shift: the mask keeps the byte's own bit).
+					__m256i h = _mm256_loadu_si256((const __m256i *)(blk + off[KX_QH] + 32 * k));
+					__m256i hl = c == 0 ? _mm256_slli_epi16(h, 4) : c == 1 ? _mm256_slli_epi16(h, 2) : c == 2 ? h : _mm256_srli_epi16(h, 2);
+					__m256i hh = c == 0 ? _mm256_slli_epi16(h, 3) : c == 1 ? _mm256_slli_epi16(h, 1) : c == 2 ? _mm256_srli_epi16(h, 1) : _mm256_srli_epi16(h, 3);
+					lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b16));
+					hi = _mm256_or_si256(hi, _mm256_and_si256(hh, b16));
+				}
 				KQ_UNROLL
 				for (int t = 0; t < nt; t++) {
 					const int8_t *xs = x + t * ldx + 256 * b + 64 * c + 4 * k;
 					__m256i pl = _mm256_maddubs_epi16(lo, kx_bcast4(xs));
 					__m256i ph = _mm256_maddubs_epi16(hi, kx_bcast4(xs + 32));
-					al[t] = k ? _mm256_add_epi16(al[t], pl) : pl;
-					ah[t] = k ? _mm256_add_epi16(ah[t], ph) : ph;
+					int first = five ? k % 4 == 0 : k == 0;
+					al[t] = first ? pl : _mm256_add_epi16(al[t], pl);
+					ah[t] = first ? ph : _mm256_add_epi16(ah[t], ph);
+				}
+				if (k == 7 || (five && k == 3)) {
+					KQ_UNROLL
+					for (int t = 0; t < nt; t++)
+						isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(al[t], s0), _mm256_madd_epi16(ah[t], s1)));
 				}
 			}
-			__m256i s0 = kx_scales16(sp + 16 * c), s1 = kx_scales16(sp + 16 * c + 8);
-			KQ_UNROLL
-			for (int t = 0; t < nt; t++)
-				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(al[t], s0), _mm256_madd_epi16(ah[t], s1)));
 		}
 		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
 		__m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_DMIN])));
@@ -1152,13 +1168,15 @@ KQ_INLINE void kx_q6k(int nt, const uint8_t *w, long nb, const long *off, const 
 	do {                                                                                                       \
 		if (type == KQ_Q6_K)                                                                               \
 			kx_q6k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);                                  \
+		else if (type == KQ_Q5_K)                                                                          \
+			kx_q4k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, 1, o, ldo);                               \
 		else                                                                                               \
-			kx_q4k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);                                  \
+			kx_q4k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, 0, o, ldo);                               \
 	} while (0)
 
 // kq_rows_x8 sets out[i*ldo + 8g + r] for rows r of the groups [g0, g1)
-// of interleaved weights w (type KQ_Q4_K: tensor.Q4_Kx8, KQ_Q6_K:
-// tensor.Q6_Kx8; gb bytes a group) and the n token rows of q8_K
+// of interleaved weights w (type KQ_Q4_K: tensor.Q4_Kx8, KQ_Q5_K:
+// tensor.Q5_Kx8, KQ_Q6_K: tensor.Q6_Kx8; gb bytes a group) and the n token rows of q8_K
 // activations x (cols each, xd's scales per 256, bsums per 16): tokens in
 // blocks of about KQ_XBYTES of activations, groups in chunks of about
 // KQ_WBYTES that each tile of KX_T tokens passes over in turn.

@@ -419,13 +419,13 @@ func BenchmarkQuantRows(b *testing.B) {
 }
 
 // BenchmarkQuantRows7B is BenchmarkQuantRows at Qwen2.5-7B's MLP shapes
-// (ffn_up 18944x3584, ffn_down 3584x18944), for the types of its Q4_K_M
-// and Q8_0 files: where the 0.5B shapes' rows are short, these stream
+// (ffn_up 18944x3584, ffn_down 3584x18944), for the types of its Q4_K_M,
+// Q5_K_M and Q8_0 files: where the 0.5B shapes' rows are short, these stream
 // long rows and wide activations (go test -run - -bench QuantRows7B).
 func BenchmarkQuantRows7B(b *testing.B) {
 	isas := quantKernels()
 	for _, f := range tensor.Formats {
-		if f.DType != tensor.Q4_K && f.DType != tensor.Q6_K && f.DType != tensor.Q8_0 {
+		if f.DType != tensor.Q4_K && f.DType != tensor.Q5_K && f.DType != tensor.Q6_K && f.DType != tensor.Q8_0 {
 			continue
 		}
 		for _, sh := range [][2]int{{18944, 3584}, {3584, 18944}} {
@@ -473,7 +473,7 @@ func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []
 	}
 }
 
-// Prepare interleaves a Q4_K or Q6_K matrix where the AVX2 kernels run
+// Prepare interleaves a Q4_K, Q5_K or Q6_K matrix where the AVX2 kernels run
 // (and only there), and lets go of the stored rows: MatMul then gives the stored
 // matrix's bits (decode and prefill, one thread and three), Row its rows,
 // for rows that are whole groups, groups and a remainder, one block per
@@ -484,6 +484,7 @@ func TestPrepareInterleaves(t *testing.T) {
 		dt         tensor.DType
 		rows, cols int
 	}{{tensor.Q4_K, 37, 512}, {tensor.Q4_K, 16, 256}, {tensor.Q4_K, 5, 512}, {tensor.Q4_K, 64, 256 * 3},
+		{tensor.Q5_K, 37, 512}, {tensor.Q5_K, 16, 256}, {tensor.Q5_K, 5, 512}, {tensor.Q5_K, 64, 256 * 3},
 		{tensor.Q6_K, 37, 512}, {tensor.Q6_K, 16, 256}, {tensor.Q6_K, 5, 512}, {tensor.Q6_K, 64, 256 * 3}} {
 		m := quantMat(tc.dt.Format(), tc.rows, tc.cols, uint64(tc.rows))
 		want := interleaves(&m)
@@ -545,7 +546,7 @@ func TestPrepareInterleaves(t *testing.T) {
 }
 
 // The interleaved kernels' 16-bit sums hold at the extremes: every code at
-// its largest (Q4_K 15, Q6_K 63) or smallest, the scales at their largest
+// its largest (Q4_K 15, Q5_K 31, Q6_K 63) or smallest, the scales at their largest
 // magnitudes, against activations all +127 or all -127 (one value per
 // block at the extreme, the rest just under it, so they quantize to ±127
 // too) and alternating in sign; each output has the Go loops' bits.
@@ -554,7 +555,7 @@ func TestQuantX8Extremes(t *testing.T) {
 		t.Skip("no AVX2 C kernels on this CPU or build")
 	}
 	const rows, cols, n = 16, 512, 3
-	for _, dt := range []tensor.DType{tensor.Q4_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		f := dt.Format()
 		for _, fill := range []byte{0xFF, 0x00, 0x80} {
 			m := quantMat(f, rows, cols, 1)
