@@ -55,11 +55,52 @@ var Q4_Kx8 = InterleavedFormat{
 	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"dmin", FieldF16, 16, 8}, {"scales", FieldU8, 32, 96}, {"qs", FieldU8, 128, 1024}},
 }
 
+// Q5_Kx8 is Q5_K with eight rows interleaved, for the same kernels as
+// Q4_Kx8 with a fifth bit a code: a group block (1,408 bytes, the rows' 8
+// x 176) holds "d", "dmin", "scales" and "qs" as Q4_Kx8 does (Q5_K's low 4
+// bits of each code where Q4_K has its code), and
+//
+//   - "qh": the codes' fifth bits, byte 4k + i of row r's qh (k 0..7, i
+//     0..3; its bit 2c the fifth bit of value 64c + 4k + i, bit 2c+1 that
+//     of value 64c + 32 + 4k + i) at byte 32k + 4r + i: one vector holds
+//     the fifth bits of the eight vectors of codes "qs" has at 32k.
+var Q5_Kx8 = InterleavedFormat{
+	Base: Q5_K, Name: "Q5_Kx8", Rows: 8, Block: 256, Bytes: 1408,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"dmin", FieldF16, 16, 8}, {"scales", FieldU8, 32, 96}, {"qs", FieldU8, 128, 1024}, {"qh", FieldU8, 1152, 256}},
+}
+
+// Q6_Kx8 is Q6_K with eight rows interleaved, for the AVX2 kernels, which
+// take one 256-bit vector of 6-bit codes as eight rows' four values each
+// (a 32-bit lane a row), three such vectors holding a fourth one's codes
+// in their top bits. A group block (1,680 bytes, the rows' 8 x 210) holds,
+// for rows r = 0..7 of the group:
+//
+//   - "d": the rows' f16 scales, row r at element r;
+//   - "scales": the rows' signed 8-bit scales of their 16-value
+//     sub-blocks, scale j (0..15) of row r at byte 16(j/2) + 2r + j%2 (a
+//     row's scales of sub-blocks 2k and 2k+1 in one 16-bit lane once
+//     widened);
+//   - "qs": the 6-bit codes (0..63, the value plus 32), sub-block u
+//     (values 16u..16u+15, u 0..15) in bytes 96u..96u+95: byte
+//     96u + 32m + 4r + i (m 0..2, i 0..3) holds the code of row r's value
+//     16u + 4m + i in its low 6 bits and bits 2m and 2m+1 of the code of
+//     its value 16u + 12 + i in its top 2, so that one mask gives each of
+//     three vectors' codes and three masks, shifts and two ORs the fourth's.
+var Q6_Kx8 = InterleavedFormat{
+	Base: Q6_K, Name: "Q6_Kx8", Rows: 8, Block: 256, Bytes: 1680,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"scales", FieldI8, 16, 128}, {"qs", FieldU8, 144, 1536}},
+}
+
 // Interleaved returns the interleaved format of rows of d, nil where there
 // is none.
 func (d DType) Interleaved() *InterleavedFormat {
-	if d == Q4_K {
+	switch d {
+	case Q4_K:
 		return &Q4_Kx8
+	case Q5_K:
+		return &Q5_Kx8
+	case Q6_K:
+		return &Q6_Kx8
 	}
 	return nil
 }
@@ -89,7 +130,20 @@ func DeinterleaveRows(dst []byte, f *InterleavedFormat, src []byte, cols int) er
 // RowBlock writes row r's block (as f.Base stores it) of the group block
 // g into dst (f.Base's block bytes).
 func (f *InterleavedFormat) RowBlock(dst, g []byte, r int) {
-	moveQ4K(g, dst, r, false)
+	f.move(g, dst, r, false)
+}
+
+// move moves row r's block blk (as f.Base stores it) into (in) or out of
+// the group block g.
+func (f *InterleavedFormat) move(g, blk []byte, r int, in bool) {
+	switch f.Base {
+	case Q6_K:
+		moveQ6K(g, blk, r, in)
+	case Q5_K:
+		moveQ45K(&q5kOff, g, blk, r, in)
+	default:
+		moveQ45K(&q4kOff, g, blk, r, in)
+	}
 }
 
 // interleave moves the rows in rows to and from the groups in groups (to
@@ -97,7 +151,7 @@ func (f *InterleavedFormat) RowBlock(dst, g []byte, r int) {
 func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in bool) error {
 	bf := f.Base.Format()
 	gb, ok := f.GroupBytes(cols)
-	if f.Base != Q4_K {
+	if f.Base.Interleaved() != f {
 		return fmt.Errorf("tensor: %s: no interleaving of %v rows", f.Name, f.Base)
 	}
 	if !ok || bf.Block != f.Block {
@@ -117,26 +171,33 @@ func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in b
 			gblk := groups[(g*nb+b)*f.Bytes : (g*nb+b+1)*f.Bytes]
 			for r := range f.Rows {
 				row := rows[(g*f.Rows+r)*rb+b*bf.Bytes : (g*f.Rows+r)*rb+(b+1)*bf.Bytes]
-				moveQ4K(gblk, row, r, in)
+				f.move(gblk, row, r, in)
 			}
 		}
 	}
 	return nil
 }
 
-// q4kOffsets are the field offsets moveQ4K reads: a group block's (Q4_Kx8)
-// and a row block's (Q4_K), looked up once.
-type q4kOffsets struct{ d, dmin, scales, qs, bd, bdmin, bsc, bqs int }
+// q45kOffsets are the field offsets moveQ45K reads: a group block's
+// (Q4_Kx8, Q5_Kx8) and a row block's (Q4_K, Q5_K), looked up once; the qh
+// offsets are -1 for Q4_K.
+type q45kOffsets struct{ d, dmin, scales, qs, qh, bd, bdmin, bsc, bqs, bqh int }
 
-var q4kOff = func() q4kOffsets {
-	f, bf := &Q4_Kx8, Q4_K.Format()
-	return q4kOffsets{f.Field("d").Offset, f.Field("dmin").Offset, f.Field("scales").Offset, f.Field("qs").Offset, bf.Field("d").Offset, bf.Field("dmin").Offset, bf.Field("scales").Offset, bf.Field("qs").Offset}
-}()
+var q4kOff, q5kOff = q45kOff(&Q4_Kx8), q45kOff(&Q5_Kx8)
 
-// moveQ4K moves row r's Q4_K block blk into (in) or out of the group
-// block g of Q4_Kx8.
-func moveQ4K(g, blk []byte, r int, in bool) {
-	o := &q4kOff
+func q45kOff(f *InterleavedFormat) q45kOffsets {
+	bf := f.Base.Format()
+	o := q45kOffsets{f.Field("d").Offset, f.Field("dmin").Offset, f.Field("scales").Offset, f.Field("qs").Offset, -1,
+		bf.Field("d").Offset, bf.Field("dmin").Offset, bf.Field("scales").Offset, bf.Field("qs").Offset, -1}
+	if f.Base == Q5_K {
+		o.qh, o.bqh = f.Field("qh").Offset, bf.Field("qh").Offset
+	}
+	return o
+}
+
+// moveQ45K moves row r's Q4_K or Q5_K block blk into (in) or out of the
+// group block g of Q4_Kx8 or Q5_Kx8 (o's).
+func moveQ45K(o *q45kOffsets, g, blk []byte, r int, in bool) {
 	if in {
 		copy(g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2])
 		copy(g[o.dmin+2*r:o.dmin+2*r+2], blk[o.bdmin:o.bdmin+2])
@@ -154,8 +215,8 @@ func moveQ4K(g, blk []byte, r int, in bool) {
 		}
 		packScaleMinK4(blk[o.bsc:o.bsc+12], &sc, &m)
 	}
-	for c := range 4 {
-		for k := range 8 {
+	for k := range 8 {
+		for c := range 4 {
 			gq := g[o.qs+256*c+32*k+4*r : o.qs+256*c+32*k+4*r+4]
 			bq := blk[o.bqs+32*c+4*k : o.bqs+32*c+4*k+4]
 			if in {
@@ -163,6 +224,86 @@ func moveQ4K(g, blk []byte, r int, in bool) {
 			} else {
 				copy(bq, gq)
 			}
+		}
+		if o.qh < 0 {
+			continue
+		}
+		gh := g[o.qh+32*k+4*r : o.qh+32*k+4*r+4]
+		bh := blk[o.bqh+4*k : o.bqh+4*k+4]
+		if in {
+			copy(gh, bh)
+		} else {
+			copy(bh, gh)
+		}
+	}
+}
+
+// q6kOffsets are the field offsets moveQ6K reads: a group block's
+// (Q6_Kx8) and a row block's (Q6_K), looked up once.
+type q6kOffsets struct{ d, scales, qs, bd, bsc, bql, bqh int }
+
+var q6kOff = func() q6kOffsets {
+	f, bf := &Q6_Kx8, Q6_K.Format()
+	return q6kOffsets{f.Field("d").Offset, f.Field("scales").Offset, f.Field("qs").Offset,
+		bf.Field("d").Offset, bf.Field("scales").Offset, bf.Field("ql").Offset, bf.Field("qh").Offset}
+}()
+
+// moveQ6K moves row r's Q6_K block blk into (in) or out of the group
+// block g of Q6_Kx8: the 256 6-bit codes through an array, in Q6_K's
+// order (value 128h + 32k + l: its low 4 bits in ql byte 64h + 32(k%2) +
+// l, low nibble for k < 2, high for the others; its top 2 at bits 2k of
+// qh byte 32h + l).
+func moveQ6K(g, blk []byte, r int, in bool) {
+	o := &q6kOff
+	var c [256]uint8
+	ql, qh := blk[o.bql:o.bql+128], blk[o.bqh:o.bqh+64]
+	qs := g[o.qs : o.qs+1536]
+	if in {
+		copy(g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2])
+		for j := range 16 {
+			g[o.scales+16*(j/2)+2*r+j%2] = blk[o.bsc+j]
+		}
+		for h := range 2 {
+			for l := range 32 {
+				a, b, hb := ql[64*h+l], ql[64*h+32+l], qh[32*h+l]
+				v := c[128*h+l:]
+				v[0] = a&0xF | hb&3<<4
+				v[32] = b&0xF | hb>>2&3<<4
+				v[64] = a>>4 | hb>>4&3<<4
+				v[96] = b>>4 | hb>>6&3<<4
+			}
+		}
+		for u := range 16 {
+			for i := range 4 {
+				top := c[16*u+12+i]
+				for m := range 3 {
+					qs[96*u+32*m+4*r+i] = c[16*u+4*m+i] | (top>>(2*m)&3)<<6
+				}
+			}
+		}
+		return
+	}
+	copy(blk[o.bd:o.bd+2], g[o.d+2*r:o.d+2*r+2])
+	for j := range 16 {
+		blk[o.bsc+j] = g[o.scales+16*(j/2)+2*r+j%2]
+	}
+	for u := range 16 {
+		for i := range 4 {
+			var top uint8
+			for m := range 3 {
+				q := qs[96*u+32*m+4*r+i]
+				c[16*u+4*m+i] = q & 63
+				top |= q >> 6 << (2 * m)
+			}
+			c[16*u+12+i] = top
+		}
+	}
+	for h := range 2 {
+		for l := range 32 {
+			v := c[128*h+l:]
+			ql[64*h+l] = v[0]&0xF | v[64]<<4
+			ql[64*h+32+l] = v[32]&0xF | v[96]<<4
+			qh[32*h+l] = v[0]>>4 | v[32]>>4<<2 | v[64]>>4<<4 | v[96]>>4<<6
 		}
 	}
 }

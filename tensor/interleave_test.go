@@ -2,65 +2,137 @@ package tensor
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
 
-// Interleaving Q4_K rows eight at a time and back gives the stored bytes
-// bit for bit (every bit of the packed scales is a scale's or a min's),
-// and each value lands where Q4_Kx8's description says: the group's
-// fields read back the rows' d, dmin, 6-bit scales and mins and codes.
+// Interleaving rows eight at a time and back gives the stored bytes bit
+// for bit (every bit of a group block is one of the rows' bits), and each
+// value lands where the format's description says (checkQ45Kx8,
+// checkQ6Kx8).
 func TestInterleaveRoundTrip(t *testing.T) {
-	f := &Q4_Kx8
-	bf := f.Base.Format()
 	r := rand.New(rand.NewPCG(4, 8))
-	for _, tc := range []struct{ rows, cols int }{{8, 256}, {16, 256 * 3}, {24, 256 * 14}} {
-		rb, _ := Q4_K.RowBytes(tc.cols)
-		src := make([]byte, tc.rows*rb)
-		for i := range src {
-			src[i] = byte(r.Uint32())
-		}
-		gb, ok := f.GroupBytes(tc.cols)
-		if !ok {
-			t.Fatalf("%d columns: no group size", tc.cols)
-		}
-		groups := make([]byte, tc.rows/8*gb)
-		if err := InterleaveRows(groups, f, src, tc.cols); err != nil {
-			t.Fatal(err)
-		}
-		nb := tc.cols / 256
-		for row := range tc.rows {
-			for b := range nb {
-				g := groups[((row/8)*nb+b)*f.Bytes:]
-				blk := src[row*rb+b*bf.Bytes:]
-				rr := row % 8
-				if !bytes.Equal(g[f.Field("d").Offset+2*rr:][:2], blk[bf.Field("d").Offset:][:2]) ||
-					!bytes.Equal(g[f.Field("dmin").Offset+2*rr:][:2], blk[bf.Field("dmin").Offset:][:2]) {
-					t.Fatalf("row %d block %d: d or dmin moved wrong", row, b)
-				}
-				for j := range 8 {
-					sc, m := ScaleMinK4(j, blk[bf.Field("scales").Offset:])
-					sm := g[f.Field("scales").Offset:][:96]
-					if x8Value(sm, 8*j+rr) != sc || x8Value(sm, 64+16*(j/2)+2*rr+j%2) != m {
-						t.Fatalf("row %d block %d: scale or min %d moved wrong", row, b, j)
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8} {
+		bf := f.Base.Format()
+		for _, tc := range []struct{ rows, cols int }{{8, 256}, {16, 256 * 3}, {24, 256 * 14}} {
+			rb, _ := f.Base.RowBytes(tc.cols)
+			src := make([]byte, tc.rows*rb)
+			for i := range src {
+				src[i] = byte(r.Uint32())
+			}
+			gb, ok := f.GroupBytes(tc.cols)
+			if !ok {
+				t.Fatalf("%s %d columns: no group size", f.Name, tc.cols)
+			}
+			groups := make([]byte, tc.rows/8*gb)
+			if err := InterleaveRows(groups, f, src, tc.cols); err != nil {
+				t.Fatal(err)
+			}
+			nb := tc.cols / 256
+			for row := range tc.rows {
+				for b := range nb {
+					g := groups[((row/8)*nb+b)*f.Bytes:][:f.Bytes]
+					blk := src[row*rb+b*bf.Bytes:][:bf.Bytes]
+					var err error
+					if f == &Q6_Kx8 {
+						err = checkQ6Kx8(g, blk, row%8)
+					} else {
+						err = checkQ45Kx8(f, g, blk, row%8)
+					}
+					if err != nil {
+						t.Fatalf("%s row %d block %d: %v", f.Name, row, b, err)
 					}
 				}
-				for v := range 128 { // qs byte v: c = v/32, k = v%32/4, i = v%4
-					c, k, i := v/32, v%32/4, v%4
-					if g[f.Field("qs").Offset+256*c+32*k+4*rr+i] != blk[bf.Field("qs").Offset+v] {
-						t.Fatalf("row %d block %d: code byte %d moved wrong", row, b, v)
+			}
+			back := make([]byte, len(src))
+			if err := DeinterleaveRows(back, f, groups, tc.cols); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(back, src) {
+				t.Fatalf("%s %dx%d: the rows back differ from the stored ones", f.Name, tc.rows, tc.cols)
+			}
+			// A row's blocks read back one by one (RowBlock, as Embed
+			// reads a table's row).
+			one := make([]byte, bf.Bytes)
+			for row := range tc.rows {
+				for b := range nb {
+					f.RowBlock(one, groups[((row/8)*nb+b)*f.Bytes:][:f.Bytes], row%8)
+					if !bytes.Equal(one, src[row*rb+b*bf.Bytes:][:bf.Bytes]) {
+						t.Fatalf("%s row %d block %d: RowBlock differs from the stored block", f.Name, row, b)
 					}
 				}
 			}
 		}
-		back := make([]byte, len(src))
-		if err := DeinterleaveRows(back, f, groups, tc.cols); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(back, src) {
-			t.Fatalf("%dx%d: the rows back differ from the stored ones", tc.rows, tc.cols)
+	}
+}
+
+// checkQ45Kx8 reports where the group block g of f (Q4_Kx8 or Q5_Kx8)
+// lacks row rr's block blk: the rows' d, dmin, 6-bit scales and mins,
+// codes and (Q5_K) fifth bits.
+func checkQ45Kx8(f *InterleavedFormat, g, blk []byte, rr int) error {
+	bf := f.Base.Format()
+	if !bytes.Equal(g[f.Field("d").Offset+2*rr:][:2], blk[bf.Field("d").Offset:][:2]) ||
+		!bytes.Equal(g[f.Field("dmin").Offset+2*rr:][:2], blk[bf.Field("dmin").Offset:][:2]) {
+		return fmt.Errorf("d or dmin moved wrong")
+	}
+	for j := range 8 {
+		sc, m := ScaleMinK4(j, blk[bf.Field("scales").Offset:])
+		sm := g[f.Field("scales").Offset:][:96]
+		if x8Value(sm, 8*j+rr) != sc || x8Value(sm, 64+16*(j/2)+2*rr+j%2) != m {
+			return fmt.Errorf("scale or min %d moved wrong", j)
 		}
 	}
+	for v := range 128 { // qs byte v: c = v/32, k = v%32/4, i = v%4
+		c, k, i := v/32, v%32/4, v%4
+		if g[f.Field("qs").Offset+256*c+32*k+4*rr+i] != blk[bf.Field("qs").Offset+v] {
+			return fmt.Errorf("code byte %d moved wrong", v)
+		}
+	}
+	if f.Base != Q5_K {
+		return nil
+	}
+	for v := range 256 { // the fifth bit of value v
+		c, hi, k, i := v/64, v%64/32, v%32/4, v%4
+		want := blk[bf.Field("qh").Offset+4*k+i] >> (2*c + hi) & 1
+		if got := g[f.Field("qh").Offset+32*k+4*rr+i] >> (2*c + hi) & 1; got != want {
+			return fmt.Errorf("fifth bit of value %d moved wrong", v)
+		}
+	}
+	return nil
+}
+
+// checkQ6Kx8 reports where Q6_Kx8's group block g lacks row rr's Q6_K
+// block blk: its d, its 16 scales and its 256 codes, each read from the
+// block as DequantizeRow reads it and from the group as Q6_Kx8 describes.
+func checkQ6Kx8(g, blk []byte, rr int) error {
+	f, bf := &Q6_Kx8, Q6_K.Format()
+	if !bytes.Equal(g[f.Field("d").Offset+2*rr:][:2], blk[bf.Field("d").Offset:][:2]) {
+		return fmt.Errorf("d moved wrong")
+	}
+	for j := range 16 {
+		if g[f.Field("scales").Offset+16*(j/2)+2*rr+j%2] != blk[bf.Field("scales").Offset+j] {
+			return fmt.Errorf("scale %d moved wrong", j)
+		}
+	}
+	ql, qh, qs := blk[bf.Field("ql").Offset:], blk[bf.Field("qh").Offset:], g[f.Field("qs").Offset:]
+	for v := range 256 {
+		h, k, l := v/128, v%128/32, v%32
+		want := ql[64*h+32*(k%2)+l]>>(4*(k/2))&0xF | (qh[32*h+l]>>(2*k)&3)<<4
+		u, m, i := v/16, v%16/4, v%4
+		var got uint8
+		if m < 3 {
+			got = qs[96*u+32*m+4*rr+i] & 63
+		} else {
+			for n := range 3 {
+				got |= qs[96*u+32*n+4*rr+i] >> 6 << (2 * n)
+			}
+		}
+		if got != want {
+			return fmt.Errorf("code of value %d: %d, want %d", v, got, want)
+		}
+	}
+	return nil
 }
 
 // The packed scales and mins of Q4_Kx8 hold 128 independent 6-bit values
@@ -86,22 +158,35 @@ func TestX8Values(t *testing.T) {
 
 // Shapes that are not whole groups or blocks are refused with the sizes.
 func TestInterleaveBadShapes(t *testing.T) {
-	f := &Q4_Kx8
-	rb, _ := Q4_K.RowBytes(512)
-	for _, tc := range []struct {
-		name     string
-		dst, src int
-		cols     int
-	}{
-		{"cols", 1152, 144 * 8, 100},
-		{"rows", 2 * 1152, 7 * rb, 512},
-		{"short dst", 1152, 8 * rb, 512},
-	} {
-		if err := InterleaveRows(make([]byte, tc.dst), f, make([]byte, tc.src), tc.cols); err == nil {
-			t.Errorf("%s: no error", tc.name)
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8} {
+		bb := f.Base.Format().Bytes
+		rb, _ := f.Base.RowBytes(512)
+		for _, tc := range []struct {
+			name     string
+			dst, src int
+			cols     int
+		}{
+			{"cols", f.Bytes, bb * 8, 100},
+			{"rows", 2 * f.Bytes, 7 * rb, 512},
+			{"short dst", f.Bytes, 8 * rb, 512},
+		} {
+			if err := InterleaveRows(make([]byte, tc.dst), f, make([]byte, tc.src), tc.cols); err == nil {
+				t.Errorf("%s %s: no error", f.Name, tc.name)
+			}
+		}
+		if f.Base.Interleaved() != f || f.Bytes != 8*bb {
+			t.Errorf("%s: Interleaved or size wrong", f.Name)
 		}
 	}
-	if Q4_K.Interleaved() != f || Q6_K.Interleaved() != nil {
-		t.Error("Interleaved: wrong formats")
+	// A format over another type's rows.
+	bad := Q6_Kx8
+	bad.Base = Q4_K
+	if err := InterleaveRows(make([]byte, 1680), &bad, make([]byte, 144*8), 256); err == nil {
+		t.Error("Q6_Kx8 over Q4_K rows: no error")
+	}
+	for _, d := range []DType{Q8_0, Q4_0, Q5_0, F32, BF16} {
+		if d.Interleaved() != nil {
+			t.Errorf("%v: an interleaved format", d)
+		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // The CUDA kernels read a quantized matrix's blocks as stored: the device
-// receives the uploaded bytes unchanged (whole groups of eight Q4_K rows
+// receives the uploaded bytes unchanged (whole groups of eight Q4_K or Q6_K rows
 // and a remainder, the rows the CPU's AVX2 kernels would interleave), and
 // the backend is no compute.Preparer, so a model never has its weights
 // interleaved (kern.Pool.Prepare) or their stored rows let go of.

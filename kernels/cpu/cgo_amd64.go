@@ -83,7 +83,7 @@ void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const l
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
-void kq_rows_x8(const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x, const float *xd,
+void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x, const float *xd,
 		const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_widen(const int8_t *x, long n, long nb, int16_t *xw);
 void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d);
@@ -351,8 +351,8 @@ func quantRowsX8(t *qTask, r0, r1 int) {
 	x, bs := (*C.int8_t)(unsafe.Pointer(&t.a.qs[0])), (*C.int32_t)(unsafe.Pointer(&t.a.bsums[0]))
 	if g0, g1 := r0/iv.f.Rows, min(r1, iv.rows)/iv.f.Rows; g0 < g1 {
 		_ = iv.groups[g1*iv.gb-1]
-		C.kq_rows_x8((*C.uint8_t)(unsafe.Pointer(&iv.groups[0])), C.long(iv.gb), C.long(g0), C.long(g1),
-			(*C.long)(unsafe.Pointer(&x8Off[0])), x, f32p(t.a.d), bs, C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
+		C.kq_rows_x8(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&iv.groups[0])), C.long(iv.gb), C.long(g0), C.long(g1),
+			(*C.long)(unsafe.Pointer(&iv.off[0])), x, f32p(t.a.d), bs, C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
 	}
 	if r0 = max(r0, iv.rows); r0 < r1 {
 		_ = iv.rest[(r1-iv.rows)*t.rowB-1]

@@ -7,7 +7,8 @@ import (
 )
 
 // interleaved is a quantized matrix's rows as Pool.Prepare lays them out
-// for the AVX2 kernels of an interleaved format (tensor.Q4_Kx8): its first
+// for the AVX2 kernels of an interleaved format (tensor.Q4_Kx8,
+// tensor.Q5_Kx8, tensor.Q6_Kx8): its first
 // rows, a multiple of the format's group, in groups; the rows after them
 // as stored, in a copy of their own (so that the stored matrix's memory is
 // not held).
@@ -16,17 +17,31 @@ type interleaved struct {
 	groups []byte // rows [0, rows) in f's layout
 	gb     int    // bytes per group
 	rows   int
-	rest   []byte // rows [rows, Mat.Rows) as stored
+	rest   []byte   // rows [rows, Mat.Rows) as stored
+	off    [6]int64 // x8Offsets(f)
 }
 
-// x8Off is the C kernels' offsets (kq_rows_x8's off[]) of Q4_Kx8, read
-// from its description: group block bytes, d, dmin, scales (with the
-// mins), qs.
-var x8Off = func() [5]int64 {
-	f := &tensor.Q4_Kx8
-	return [5]int64{int64(f.Bytes), int64(f.Field("d").Offset), int64(f.Field("dmin").Offset),
-		int64(f.Field("scales").Offset), int64(f.Field("qs").Offset)}
-}()
+// x8Offsets returns the C kernels' offsets (kq_rows_x8's off[]) of f,
+// read from its description: group block bytes, d, dmin, scales
+// (Q4_Kx8's and Q5_Kx8's with the mins), qs, qh (-1 where f has none).
+func x8Offsets(f *tensor.InterleavedFormat) [6]int64 {
+	o := [6]int64{int64(f.Bytes), -1, -1, -1, -1, -1}
+	for _, fl := range f.Fields {
+		switch fl.Name {
+		case "d":
+			o[1] = int64(fl.Offset)
+		case "dmin":
+			o[2] = int64(fl.Offset)
+		case "scales":
+			o[3] = int64(fl.Offset)
+		case "qs":
+			o[4] = int64(fl.Offset)
+		case "qh":
+			o[5] = int64(fl.Offset)
+		}
+	}
+	return o
+}
 
 // interleaves reports whether the kernels this process runs read m's rows
 // interleaved: the AVX2 family's (KAKEYA_CPU=avx2, or a CPU without
@@ -44,7 +59,7 @@ func interleave(m *tensor.Mat, run func(n int, fn func(lo, hi int))) *interleave
 	gb, _ := f.GroupBytes(m.Cols)
 	rb, _ := m.DType.RowBytes(m.Cols)
 	ng := m.Rows / f.Rows
-	iv := &interleaved{f: f, groups: make([]byte, ng*gb), gb: gb, rows: ng * f.Rows,
+	iv := &interleaved{f: f, groups: make([]byte, ng*gb), gb: gb, rows: ng * f.Rows, off: x8Offsets(f),
 		rest: bytes.Clone(m.Q[ng*f.Rows*rb : m.Rows*rb])}
 	fn := func(lo, hi int) {
 		if err := tensor.InterleaveRows(iv.groups[lo*gb:hi*gb], f, m.Q[lo*f.Rows*rb:hi*f.Rows*rb], m.Cols); err != nil {

@@ -938,7 +938,7 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 // vector operations per 256 multiply-adds, where the row-at-a-time
 // kernels take about 60. The field offsets come from Go, in off[]:
 // group block bytes, d, dmin, scales (the scales and mins packed), qs.
-enum { KX_BYTES, KX_D, KX_DMIN, KX_SCALES, KX_QS };
+enum { KX_BYTES, KX_D, KX_DMIN, KX_SCALES, KX_QS, KX_QH };
 
 // KX_T is the most tokens kx_q4k takes at once: their 16-bit sums (two
 // vectors a token) and the unpacked codes stay in registers.
@@ -984,16 +984,20 @@ KQ_INLINE __m256i kx_bcast4(const int8_t *p) {
 }
 
 // kx_q4k sets out[t*ldo + 0..7] for the nt tokens (x, xd, bsums ldx, ldd,
-// ldb apart) and the eight rows of the group at w (nb group blocks): per
-// block, the rows' integer sums exactly as quant.go's dotQ45K takes them
-// (Σ_j scale_j·dot_j and Σ_j min_j·(bsum_2j + bsum_2j+1), in another
-// order, with the same values), then per token the Go loop's f32 scaling
-// lane by lane (d = dw·xd, dmin = dmw·xd, a = d·sumi, m = dmin·mins, sum
-// = sum + (a - m)), row r in lane r: each row's result has the Go loop's
-// bits, whatever nt is.
+// ldb apart) and the eight rows of the group at w (nb group blocks) of
+// Q4_Kx8 (five = 0) or Q5_Kx8: per block, the rows' integer sums exactly
+// as quant.go's dotQ45K takes them (Σ_j scale_j·dot_j and Σ_j
+// min_j·(bsum_2j + bsum_2j+1), in another order, with the same values),
+// then per token the Go loop's f32 scaling lane by lane (d = dw·xd, dmin
+// = dmw·xd, a = d·sumi, m = dmin·mins, sum = sum + (a - m)), row r in lane
+// r: each row's result has the Go loop's bits, whatever nt is. Q5_K's
+// fifth bits come from one qh vector per four values a row, moved to bit 4
+// of each code byte; its codes (up to 31) let four products' pair sums
+// share 16 bits (4 x 2 x 31 x 127 = 31,496), not eight, so its sub-block
+// sums take the scales every four.
 KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const int8_t *x, long ldx, const float *xd,
-		      long ldd, const int32_t *bsums, long ldb, float *out, long ldo) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
+		      long ldd, const int32_t *bsums, long ldb, int five, float *out, long ldo) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16);
 	uint8_t sm[128] __attribute__((aligned(32)));
 	__m256 sumv[KX_T];
 	KQ_UNROLL
@@ -1028,23 +1032,35 @@ KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const 
 		KQ_UNROLL
 		for (int c = 0; c < 4; c++) {
 			__m256i al[KX_T], ah[KX_T];
+			__m256i s0 = kx_scales16(sp + 16 * c), s1 = kx_scales16(sp + 16 * c + 8);
 			KQ_UNROLL
 			for (int k = 0; k < 8; k++) {
 				__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 256 * c + 32 * k));
 				__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+				if (five) {
+					// Bits 2c and 2c+1 of each qh byte to bit 4 (a
+					// 16-bit shift: the mask keeps the byte's own bit).
+					__m256i h = _mm256_loadu_si256((const __m256i *)(blk + off[KX_QH] + 32 * k));
+					__m256i hl = c == 0 ? _mm256_slli_epi16(h, 4) : c == 1 ? _mm256_slli_epi16(h, 2) : c == 2 ? h : _mm256_srli_epi16(h, 2);
+					__m256i hh = c == 0 ? _mm256_slli_epi16(h, 3) : c == 1 ? _mm256_slli_epi16(h, 1) : c == 2 ? _mm256_srli_epi16(h, 1) : _mm256_srli_epi16(h, 3);
+					lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b16));
+					hi = _mm256_or_si256(hi, _mm256_and_si256(hh, b16));
+				}
 				KQ_UNROLL
 				for (int t = 0; t < nt; t++) {
 					const int8_t *xs = x + t * ldx + 256 * b + 64 * c + 4 * k;
 					__m256i pl = _mm256_maddubs_epi16(lo, kx_bcast4(xs));
 					__m256i ph = _mm256_maddubs_epi16(hi, kx_bcast4(xs + 32));
-					al[t] = k ? _mm256_add_epi16(al[t], pl) : pl;
-					ah[t] = k ? _mm256_add_epi16(ah[t], ph) : ph;
+					int first = five ? k % 4 == 0 : k == 0;
+					al[t] = first ? pl : _mm256_add_epi16(al[t], pl);
+					ah[t] = first ? ph : _mm256_add_epi16(ah[t], ph);
+				}
+				if (k == 7 || (five && k == 3)) {
+					KQ_UNROLL
+					for (int t = 0; t < nt; t++)
+						isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(al[t], s0), _mm256_madd_epi16(ah[t], s1)));
 				}
 			}
-			__m256i s0 = kx_scales16(sp + 16 * c), s1 = kx_scales16(sp + 16 * c + 8);
-			KQ_UNROLL
-			for (int t = 0; t < nt; t++)
-				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(al[t], s0), _mm256_madd_epi16(ah[t], s1)));
 		}
 		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
 		__m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_DMIN])));
@@ -1061,17 +1077,121 @@ KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const 
 		_mm256_storeu_ps(out + t * ldo, sumv[t]);
 }
 
+// kx_scales6 is the eight rows' signed scales of two sub-blocks (16 bytes
+// at p, as tensor.Q6_Kx8 lays them out: row r's pair at bytes 2r, 2r+1)
+// widened to 16 bits: row r's pair in 32-bit lane r.
+KQ_INLINE __m256i kx_scales6(const uint8_t *p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)); }
+
+// kx_q6k is kx_q4k for Q6_K with eight rows interleaved (tensor.Q6_Kx8).
+// Per group block: the rows' integer sums as quant.go's dotQ6K takes them
+// (Σ_j sc_j·Σ(q - 32)·x over the 16-value sub-blocks j, as Σ_j sc_j·Σ q·x
+// less 32·Σ_j sc_j·bsum_j: the same integers), then per token the Go
+// loop's f32 scaling lane by lane (d = dw·xd, sum = sum + d·sumi), row r
+// in lane r, so each row's result has the Go loop's bits whatever nt is.
+// A sub-block's codes are four vectors (three masked from the loads, the
+// fourth gathered from their top bits); one VPMADDUBSW per vector and
+// token, two of them summed in 16 bits (4 x 63 x 127 = 32,004 at most; a
+// third would overflow), then the rows' scales by VPMADDWD.
+KQ_INLINE void kx_q6k(int nt, const uint8_t *w, long nb, const long *off, const int8_t *x, long ldx, const float *xd,
+		      long ldd, const int32_t *bsums, long ldb, float *out, long ldo) {
+	const __m256i m6 = _mm256_set1_epi8(0x3f), mc = _mm256_set1_epi8((char)0xc0);
+	// Row r's scale of the pair's first (second) sub-block in both words
+	// of lane r.
+	const __m256i dup0 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8,
+					      9, 8, 9, 12, 13, 12, 13);
+	const __m256i dup1 = _mm256_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15, 2, 3, 2, 3, 6, 7, 6,
+					      7, 10, 11, 10, 11, 14, 15, 14, 15);
+	__m256 sumv[KX_T];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		sumv[t] = _mm256_setzero_ps();
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk = w + b * off[KX_BYTES];
+		kq_prefetch(blk, off[KX_BYTES]);
+		const uint8_t *sc = blk + off[KX_SCALES], *qs = blk + off[KX_QS];
+		__m256i isum[KX_T];
+		// The codes' offset: -32·Σ_j sc_j·bsum_j, the 16 sums packed to
+		// 16 bits (at most 16 x 127), pair k (sums 2k, 2k+1) at dword
+		// 0 1 4 5 2 3 6 7 of the (lane-wise) pack, broadcast against the
+		// rows' scale pairs.
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			const int32_t *bs = bsums + t * ldb + 16 * b;
+			__m256i p = _mm256_packs_epi32(_mm256_loadu_si256((const __m256i *)bs),
+						       _mm256_loadu_si256((const __m256i *)(bs + 8)));
+			__m256i ms = _mm256_setzero_si256();
+			KQ_UNROLL
+			for (int k = 0; k < 8; k++) {
+				static const int at8[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+				int at = at8[k];
+				ms = _mm256_add_epi32(ms, _mm256_madd_epi16(kx_scales6(sc + 16 * k),
+									    _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(at))));
+			}
+			isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ms, 5));
+		}
+		KQ_UNROLL
+		for (int u = 0; u < 16; u++) {
+			__m256i s = _mm256_shuffle_epi8(kx_scales6(sc + 16 * (u / 2)), u % 2 ? dup1 : dup0);
+			const uint8_t *q = qs + 96 * u;
+			__m256i a = _mm256_loadu_si256((const __m256i *)q), b1 = _mm256_loadu_si256((const __m256i *)(q + 32));
+			__m256i c = _mm256_loadu_si256((const __m256i *)(q + 64));
+			__m256i c0 = _mm256_and_si256(a, m6), c1 = _mm256_and_si256(b1, m6), c2 = _mm256_and_si256(c, m6);
+			// Each byte's top 2 bits alone, shifted within their word to
+			// bits 0-1, 2-3 and 4-5 of their own byte.
+			__m256i c3 = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16(_mm256_and_si256(a, mc), 6),
+								     _mm256_srli_epi16(_mm256_and_si256(b1, mc), 4)),
+						     _mm256_srli_epi16(_mm256_and_si256(c, mc), 2));
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++) {
+				const int8_t *xs = x + t * ldx + 256 * b + 16 * u;
+				__m256i p0 = _mm256_maddubs_epi16(c0, kx_bcast4(xs)), p1 = _mm256_maddubs_epi16(c1, kx_bcast4(xs + 4));
+				__m256i p2 = _mm256_maddubs_epi16(c2, kx_bcast4(xs + 8)), p3 = _mm256_maddubs_epi16(c3, kx_bcast4(xs + 12));
+				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p0, p1), s),
+										     _mm256_madd_epi16(_mm256_add_epi16(p2, p3), s)));
+			}
+		}
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			__m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xd[t * ldd + b]));
+			sumv[t] = _mm256_add_ps(sumv[t], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t])));
+		}
+	}
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		_mm256_storeu_ps(out + t * ldo, sumv[t]);
+}
+
+// KX_GROUP runs one group of the interleaved type against nt tokens, nt a
+// constant.
+#define KX_GROUP(nt)                                                                                               \
+	do {                                                                                                       \
+		if (type == KQ_Q6_K)                                                                               \
+			kx_q6k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);                                  \
+		else if (type == KQ_Q5_K)                                                                          \
+			kx_q4k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, 1, o, ldo);                               \
+		else                                                                                               \
+			kx_q4k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, 0, o, ldo);                               \
+	} while (0)
+
 // kq_rows_x8 sets out[i*ldo + 8g + r] for rows r of the groups [g0, g1)
-// of Q4_Kx8 weights w (gb bytes a group) and the n token rows of q8_K
+// of interleaved weights w (type KQ_Q4_K: tensor.Q4_Kx8, KQ_Q5_K:
+// tensor.Q5_Kx8, KQ_Q6_K: tensor.Q6_Kx8; gb bytes a group) and the n token rows of q8_K
 // activations x (cols each, xd's scales per 256, bsums per 16): tokens in
 // blocks of about KQ_XBYTES of activations, groups in chunks of about
 // KQ_WBYTES that each tile of KX_T tokens passes over in turn.
-void kq_rows_x8(const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x, const float *xd,
-		const int32_t *bsums, long n, long cols, float *out, long ldo) {
+void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x,
+		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	long nb = cols / 256, lb = cols / 16;
 	if (n == 1) {
-		for (long g = g0; g < g1; g++)
-			kx_q4k(1, w + g * gb, nb, off, x, cols, xd, nb, bsums, lb, out + 8 * g, ldo);
+		const int8_t *xi = x;
+		const float *di = xd;
+		const int32_t *bi = bsums;
+		for (long g = g0; g < g1; g++) {
+			const uint8_t *wg = w + g * gb;
+			float *o = out + 8 * g;
+			KX_GROUP(1);
+		}
 		return;
 	}
 	long tb = KQ_XBYTES / cols;
@@ -1089,16 +1209,16 @@ void kq_rows_x8(const uint8_t *w, long gb, long g0, long g1, const long *off, co
 					float *o = out + i * ldo + 8 * g;
 					switch (n - i < KX_T ? n - i : KX_T) {
 					case 1:
-						kx_q4k(1, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);
+						KX_GROUP(1);
 						break;
 					case 2:
-						kx_q4k(2, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);
+						KX_GROUP(2);
 						break;
 					case 3:
-						kx_q4k(3, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);
+						KX_GROUP(3);
 						break;
 					default:
-						kx_q4k(4, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);
+						KX_GROUP(4);
 						break;
 					}
 				}

@@ -419,13 +419,13 @@ func BenchmarkQuantRows(b *testing.B) {
 }
 
 // BenchmarkQuantRows7B is BenchmarkQuantRows at Qwen2.5-7B's MLP shapes
-// (ffn_up 18944x3584, ffn_down 3584x18944), for the types of its Q4_K_M
-// and Q8_0 files: where the 0.5B shapes' rows are short, these stream
+// (ffn_up 18944x3584, ffn_down 3584x18944), for the types of its Q4_K_M,
+// Q5_K_M and Q8_0 files: where the 0.5B shapes' rows are short, these stream
 // long rows and wide activations (go test -run - -bench QuantRows7B).
 func BenchmarkQuantRows7B(b *testing.B) {
 	isas := quantKernels()
 	for _, f := range tensor.Formats {
-		if f.DType != tensor.Q4_K && f.DType != tensor.Q6_K && f.DType != tensor.Q8_0 {
+		if f.DType != tensor.Q4_K && f.DType != tensor.Q5_K && f.DType != tensor.Q6_K && f.DType != tensor.Q8_0 {
 			continue
 		}
 		for _, sh := range [][2]int{{18944, 3584}, {3584, 18944}} {
@@ -473,25 +473,29 @@ func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []
 	}
 }
 
-// Prepare interleaves a Q4_K matrix where the AVX2 kernels run (and only
-// there), and lets go of the stored rows: MatMul then gives the stored
+// Prepare interleaves a Q4_K, Q5_K or Q6_K matrix where the AVX2 kernels run
+// (and only there), and lets go of the stored rows: MatMul then gives the stored
 // matrix's bits (decode and prefill, one thread and three), Row its rows,
 // for rows that are whole groups, groups and a remainder, one block per
 // row, and fewer rows than a group (left as stored).
 func TestPrepareInterleaves(t *testing.T) {
 	r := rand.New(rand.NewPCG(12, 12))
-	f := tensor.Q4_K.Format()
-	for _, tc := range []struct{ rows, cols int }{{37, 512}, {16, 256}, {5, 512}, {64, 256 * 3}} {
-		m := quantMat(f, tc.rows, tc.cols, uint64(tc.rows))
+	for _, tc := range []struct {
+		dt         tensor.DType
+		rows, cols int
+	}{{tensor.Q4_K, 37, 512}, {tensor.Q4_K, 16, 256}, {tensor.Q4_K, 5, 512}, {tensor.Q4_K, 64, 256 * 3},
+		{tensor.Q5_K, 37, 512}, {tensor.Q5_K, 16, 256}, {tensor.Q5_K, 5, 512}, {tensor.Q5_K, 64, 256 * 3},
+		{tensor.Q6_K, 37, 512}, {tensor.Q6_K, 16, 256}, {tensor.Q6_K, 5, 512}, {tensor.Q6_K, 64, 256 * 3}} {
+		m := quantMat(tc.dt.Format(), tc.rows, tc.cols, uint64(tc.rows))
 		want := interleaves(&m)
 		stored, prep := NewMatrix(m), NewMatrix(m)
 		for _, threads := range []int{1, 3} {
 			p := NewPool(threads)
 			if got := p.Prepare(prep); got != want {
-				t.Fatalf("%dx%d: Prepare %v, want %v (avx2 %v, avx512 vnni %v)", tc.rows, tc.cols, got, want, hasAVX2C, hasQuant512)
+				t.Fatalf("%v %dx%d: Prepare %v, want %v (avx2 %v, avx512 vnni %v)", tc.dt, tc.rows, tc.cols, got, want, hasAVX2C, hasQuant512)
 			}
 			if want && prep.Mat().Q != nil {
-				t.Fatalf("%dx%d: the stored rows are still held", tc.rows, tc.cols)
+				t.Fatalf("%v %dx%d: the stored rows are still held", tc.dt, tc.rows, tc.cols)
 			}
 			for _, n := range []int{1, 5, 9} {
 				x := make([]float32, n*tc.cols)
@@ -503,13 +507,13 @@ func TestPrepareInterleaves(t *testing.T) {
 				p.MatMul(b, x, n, prep)
 				for i := range a {
 					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-						t.Fatalf("%dx%d, %d tokens, %d threads: output %d: interleaved %v, stored %v", tc.rows, tc.cols, n, threads, i, b[i], a[i])
+						t.Fatalf("%v %dx%d, %d tokens, %d threads: output %d: interleaved %v, stored %v", tc.dt, tc.rows, tc.cols, n, threads, i, b[i], a[i])
 					}
 				}
 				// And against float64 over the dequantized weights and the
 				// activations as quantized (q8_K), as TestQuantMatMul.
 				var qa qActs
-				qa.quantize(x, n, tc.cols, qLayouts[tensor.Q4_K])
+				qa.quantize(x, n, tc.cols, qLayouts[tc.dt])
 				deq := make([]float32, tc.cols)
 				for j := range tc.rows {
 					RowF32(deq, m, j)
@@ -521,7 +525,7 @@ func TestPrepareInterleaves(t *testing.T) {
 							mag += math.Abs(float64(v) * xv)
 						}
 						if d := math.Abs(float64(b[i*tc.rows+j]) - want); d > 1e-5*mag+1e-9 {
-							t.Fatalf("%dx%d, %d tokens: token %d row %d: %v, float64 %v (|w||x| %v)", tc.rows, tc.cols, n, i, j, b[i*tc.rows+j], want, mag)
+							t.Fatalf("%v %dx%d, %d tokens: token %d row %d: %v, float64 %v (|w||x| %v)", tc.dt, tc.rows, tc.cols, n, i, j, b[i*tc.rows+j], want, mag)
 						}
 					}
 				}
@@ -534,7 +538,81 @@ func TestPrepareInterleaves(t *testing.T) {
 			prep.Row(rb, i)
 			for c := range ra {
 				if math.Float32bits(ra[c]) != math.Float32bits(rb[c]) {
-					t.Fatalf("%dx%d: row %d value %d: %v, stored %v", tc.rows, tc.cols, i, c, rb[c], ra[c])
+					t.Fatalf("%v %dx%d: row %d value %d: %v, stored %v", tc.dt, tc.rows, tc.cols, i, c, rb[c], ra[c])
+				}
+			}
+		}
+	}
+}
+
+// The interleaved kernels' 16-bit sums hold at the extremes: every code at
+// its largest (Q4_K 15, Q5_K 31, Q6_K 63) or smallest, the scales at their largest
+// magnitudes, against activations all +127 or all -127 (one value per
+// block at the extreme, the rest just under it, so they quantize to ±127
+// too) and alternating in sign; each output has the Go loops' bits.
+func TestQuantX8Extremes(t *testing.T) {
+	if !hasAVX2C {
+		t.Skip("no AVX2 C kernels on this CPU or build")
+	}
+	const rows, cols, n = 16, 512, 3
+	for _, dt := range []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+		f := dt.Format()
+		for _, fill := range []byte{0xFF, 0x00, 0x80} {
+			m := quantMat(f, rows, cols, 1)
+			nb := rows * cols / f.Block
+			for k := range nb {
+				blk := m.Q[k*f.Bytes : (k+1)*f.Bytes]
+				for _, fl := range f.Fields {
+					switch {
+					case fl.Name == "qs" || fl.Name == "ql" || fl.Name == "qh":
+						for i := range fl.Count {
+							blk[fl.Offset+i] = fill
+						}
+					case fl.Name == "scales" && dt == tensor.Q6_K:
+						for i := range fl.Count {
+							blk[fl.Offset+i] = []byte{0x80, 0x7F}[(i+int(fill))%2] // -128, 127
+						}
+					case fl.Name == "scales":
+						for i := range fl.Count {
+							blk[fl.Offset+i] = 0xFF // 6-bit scales and mins 63
+						}
+					}
+				}
+			}
+			x := make([]float32, n*cols)
+			for i := range x {
+				switch i / cols {
+				case 0:
+					x[i] = 1
+				case 1:
+					x[i] = -1
+				default:
+					x[i] = float32(1 - 2*(i/2%2))
+				}
+			}
+			l := qLayouts[dt]
+			var a qActs
+			a.quantize(x, n, cols, l)
+			if a.qs[0] != 127 && a.qs[0] != -127 {
+				t.Fatalf("activations quantized to %d, want ±127", a.qs[0])
+			}
+			rb, _ := dt.RowBytes(cols)
+			want, got := make([]float32, n*rows), make([]float32, n*rows)
+			tk := qTask{out: want, a: &a, w: &m, l: l, n: n, rowB: rb}
+			tk.runGo(0, rows)
+			tk.out, tk.x8 = got, interleave(&m, nil)
+			quantRowsX8(&tk, 0, rows)
+			one := make([]float32, rows)
+			for i := range n {
+				var a1 qActs
+				a1.quantize(x[i*cols:(i+1)*cols], 1, cols, l)
+				t1 := qTask{out: one, a: &a1, w: &m, l: l, n: 1, rowB: rb, x8: tk.x8}
+				quantRowsX8(&t1, 0, rows)
+				for j := range rows {
+					w, g, o := want[i*rows+j], got[i*rows+j], one[j]
+					if math.Float32bits(w) != math.Float32bits(g) || math.Float32bits(w) != math.Float32bits(o) {
+						t.Fatalf("%v codes 0x%02x, token %d row %d: interleaved %v (alone %v), Go %v", dt, fill, i, j, g, o, w)
+					}
 				}
 			}
 		}
