@@ -1,7 +1,9 @@
 package cpu
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -278,5 +280,57 @@ func BenchmarkMixBlockT(b *testing.B) {
 				mixTAVX2(o, m, base, p, m, vals, n, d)
 			}
 		})
+	}
+}
+
+// BenchmarkUnpackPlanes times UnpackPlanes on a 64-token block of
+// kakeya-pc code planes, per kernel this machine runs: 16 planes of 6 bits
+// (the key cap coded=16, which codes its components at the widest) and the
+// mixed widths of the preset's values (52 planes of 1 to 6 bits).
+func BenchmarkUnpackPlanes(b *testing.B) {
+	const n = 64
+	var levels [PlaneLevels]float32
+	for i := range levels {
+		levels[i] = float32(i%37)*0.25 - 4
+	}
+	sets := []struct {
+		name   string
+		widths []uint8
+	}{
+		{"w6x16", bytes.Repeat([]byte{6}, 16)},
+		{"mixed52", slices.Concat(bytes.Repeat([]byte{1}, 12), bytes.Repeat([]byte{2}, 17), bytes.Repeat([]byte{3}, 11),
+			bytes.Repeat([]byte{4}, 9), bytes.Repeat([]byte{5}, 3))},
+	}
+	kernels := []struct {
+		name   string
+		unpack func(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32)
+	}{{"best", UnpackPlanes}}
+	if hasAVX2C && hasAVX512 {
+		kernels = append(kernels, struct {
+			name   string
+			unpack func(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32)
+		}{"avx2", unpackPlanesAVX2})
+	}
+	for _, s := range sets {
+		size := 0
+		for _, w := range s.widths {
+			size += PlaneBytes(n, int(w))
+		}
+		src := make([]byte, size)
+		for i := range src {
+			src[i] = byte(i*97 + 13)
+		}
+		scales := make([]float32, len(s.widths))
+		for i := range scales {
+			scales[i] = 0.5 + float32(i)/64
+		}
+		dst := make([]float32, len(s.widths)*n)
+		for _, k := range kernels {
+			b.Run(k.name+"/"+s.name, func(b *testing.B) {
+				for b.Loop() {
+					k.unpack(dst, n, n, src, s.widths, scales, &levels)
+				}
+			})
+		}
 	}
 }
