@@ -744,72 +744,75 @@ KK_INLINE void level_tables(float *tab, const uint8_t *widths, long c, const flo
 	}
 }
 
-// KK2_RT is the most rows (tokens) of a rebuild tile: 3 rows x 32 values
-// (16 and their 16 RoPE partners d/2 further) in 12 accumulators.
-#define KK2_RT 3
+// KK2_RT is the most rows (tokens) of a rebuild tile: 6 rows x 16 values
+// (8 and their 8 RoPE partners d/2 further) in 12 accumulators, beside
+// the two basis vectors and a broadcast latent: 15 of the 16 ymm
+// registers (3 rows x 32 values spilled one accumulator).
+#define KK2_RT 6
 
-// rebuild_tile sets rows [r0, r0+mr) of rot, values [j, j+16) and [j+h,
-// j+h+16): base plus Σ_k lat(k, r)·coded[k*d:], k in order (kk2_mixt's
+// rebuild_tile sets rows [r0, r0+mr) of rot, values [j, j+8) and [j+h,
+// j+h+8): base plus Σ_k lat(k, r)·coded[k*d:], k in order (kk2_mixt's
 // chains), rotated by RoPE in registers as kk2_mixt_rope's second pass
-// does. lat(k, r) is tab[k*64 + codes[k*n + r]] with codes, else
-// lat[k*n + r].
-KK_INLINE void rebuild_tile(const int mr, float *rot, long d, long j, long r0, const uint8_t *codes, const float *tab,
-			    const float *lat, long n, const float *coded, long c, const float *base, const float *cos,
-			    const float *sin) {
+// does. lat(k, r) is tab[k*64 + codes[k*n + r]] bycode, else lat[k*n + r].
+KK_INLINE void rebuild_tile(const int mr, const int bycode, float *rot, long d, long j, long r0, const uint8_t *codes,
+			    const float *tab, const float *lat, long n, const float *coded, long c, const float *base,
+			    const float *cos, const float *sin) {
 	const long h = d / 2;
-	__m256 a[KK2_RT][4];
-	const __m256 b0 = _mm256_loadu_ps(base + j), b1 = _mm256_loadu_ps(base + j + 8);
-	const __m256 b2 = _mm256_loadu_ps(base + h + j), b3 = _mm256_loadu_ps(base + h + j + 8);
-#pragma GCC unroll 3
-	for (int r = 0; r < mr; r++) a[r][0] = b0, a[r][1] = b1, a[r][2] = b2, a[r][3] = b3;
-	for (long k = 0; k < c; k++) {
+	__m256 lo[KK2_RT], hi[KK2_RT];
+	const __m256 b0 = _mm256_loadu_ps(base + j), b1 = _mm256_loadu_ps(base + h + j);
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++) lo[r] = b0, hi[r] = b1;
+	const uint8_t *cr = codes + r0;
+	const float *lr = lat + r0;
+	for (long k = 0; k < c; k++, cr += n, lr += n, tab += 64) {
 		const float *u = coded + k * d;
-		__m256 u0 = _mm256_loadu_ps(u + j), u1 = _mm256_loadu_ps(u + j + 8);
-		__m256 u2 = _mm256_loadu_ps(u + h + j), u3 = _mm256_loadu_ps(u + h + j + 8);
-#pragma GCC unroll 3
+		const __m256 u0 = _mm256_loadu_ps(u + j), u1 = _mm256_loadu_ps(u + h + j);
+#pragma GCC unroll 6
 		for (int r = 0; r < mr; r++) {
-			__m256 b = codes ? _mm256_broadcast_ss(tab + k * 64 + codes[k * n + r0 + r])
-					 : _mm256_broadcast_ss(lat + k * n + r0 + r);
-			a[r][0] = _mm256_fmadd_ps(b, u0, a[r][0]);
-			a[r][1] = _mm256_fmadd_ps(b, u1, a[r][1]);
-			a[r][2] = _mm256_fmadd_ps(b, u2, a[r][2]);
-			a[r][3] = _mm256_fmadd_ps(b, u3, a[r][3]);
+			__m256 b = bycode ? _mm256_broadcast_ss(tab + cr[r]) : _mm256_broadcast_ss(lr + r);
+			lo[r] = _mm256_fmadd_ps(b, u0, lo[r]);
+			hi[r] = _mm256_fmadd_ps(b, u1, hi[r]);
 		}
 	}
-#pragma GCC unroll 3
+#pragma GCC unroll 6
 	for (int r = 0; r < mr; r++) {
-		const float *co = cos + (r0 + r) * h + j, *si = sin + (r0 + r) * h + j;
+		const __m256 cv = _mm256_loadu_ps(cos + (r0 + r) * h + j), sv = _mm256_loadu_ps(sin + (r0 + r) * h + j);
 		float *o = rot + (r0 + r) * d + j;
-#pragma GCC unroll 2
-		for (int v = 0; v < 2; v++) {
-			__m256 x1 = a[r][v], x2 = a[r][v + 2];
-			__m256 cv = _mm256_loadu_ps(co + 8 * v), sv = _mm256_loadu_ps(si + 8 * v);
-			_mm256_storeu_ps(o + 8 * v, _mm256_sub_ps(_mm256_mul_ps(x1, cv), _mm256_mul_ps(x2, sv)));
-			_mm256_storeu_ps(o + h + 8 * v, _mm256_add_ps(_mm256_mul_ps(x2, cv), _mm256_mul_ps(x1, sv)));
-		}
+		_mm256_storeu_ps(o, _mm256_sub_ps(_mm256_mul_ps(lo[r], cv), _mm256_mul_ps(hi[r], sv)));
+		_mm256_storeu_ps(o + h, _mm256_add_ps(_mm256_mul_ps(hi[r], cv), _mm256_mul_ps(lo[r], sv)));
 	}
 }
 
+#define KK2_REBUILD_ROWS(bycode)                                                                                      \
+	for (long r0 = 0; r0 < n; r0 += KK2_RT) {                                                                      \
+		switch (n - r0 < KK2_RT ? n - r0 : KK2_RT) {                                                           \
+		case 6: rebuild_tile(6, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		case 5: rebuild_tile(5, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		case 4: rebuild_tile(4, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		case 3: rebuild_tile(3, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		case 2: rebuild_tile(2, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		default: rebuild_tile(1, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		}                                                                                                      \
+	}
+
 // rebuild_rope sets the n rows of rot to the block's keys rebuilt and
-// rotated, kk2_mixt_rope's bits, for d a multiple of 32.
+// rotated, kk2_mixt_rope's bits, for d a multiple of 16: from code bytes
+// and level tables where codes is not NULL, else from the latents lat.
 KK_INLINE void rebuild_rope(float *rot, long n, long d, const uint8_t *codes, const float *tab, const float *lat,
 			    const float *coded, long c, const float *base, const float *cos, const float *sin) {
-	for (long j = 0; j < d / 2; j += 16) {
-		for (long r0 = 0; r0 < n; r0 += KK2_RT) {
-			switch (n - r0 < KK2_RT ? n - r0 : KK2_RT) {
-			case 3: rebuild_tile(3, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break;
-			case 2: rebuild_tile(2, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break;
-			default: rebuild_tile(1, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break;
-			}
+	for (long j = 0; j < d / 2; j += 8) {
+		if (codes) {
+			KK2_REBUILD_ROWS(1)
+		} else {
+			KK2_REBUILD_ROWS(0)
 		}
 	}
 }
 
 // kk2_pc_keys is avx512_amd64.c's kk_pc_keys with AVX2 (d a multiple of
-// 16). work holds d + n*d + c*n + 64*c floats. For d a multiple of 32 the
-// keys are rebuilt from code bytes and level tables (or format 9's
-// latents) with RoPE in registers (rebuild_rope); otherwise from
-// UnpackPlanes's planes by kk2_mixt_rope. The bits are the same.
+// 16), the keys rebuilt from code bytes and level tables (or format 9's
+// latents) with RoPE in registers (rebuild_rope): kk2_unpack_planes and
+// kk2_mixt_rope's bits. work holds d + n*d + c*n + 64*c floats.
 void kk2_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
 		 long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
 		 const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
@@ -821,15 +824,7 @@ void kk2_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, co
 		const float *means = fields + j * (mc + c), *scales = means + mc;
 		base_row2(base, d, mu, means, mc, mean_rows);
 		const float *cj = cos + j * n * h, *sj = sin + j * n * h;
-		if (d % 32 != 0) {
-			const float *l = lt;
-			if (planes) {
-				kk2_unpack_planes(lt, n, n, planes + j * pbytes, pbytes, widths, c, scales, levels);
-			} else {
-				l = lat + j * c * n;
-			}
-			kk2_mixt_rope(rot, n, d, l, n, coded, c, base, cj, sj);
-		} else if (planes) {
+		if (planes) {
 			codes_to_bytes(codes, n, planes + j * pbytes, pbytes, widths, c);
 			level_tables(tab, widths, c, scales, levels);
 			rebuild_rope(rot, n, d, codes, tab, NULL, coded, c, base, cj, sj);

@@ -3,6 +3,7 @@ package cpu
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -332,5 +333,55 @@ func BenchmarkUnpackPlanes(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkPCRun times a run of 16 kakeya-pc blocks of 64 tokens (d = 64)
+// through PCScoreRun (2 query rows, a GQA group of ref-qwen2-6m) and
+// PCAddRun: keys capped at 16 components of 6 bits (48 means), the
+// preset's keys (47 components of mixed widths, 2 means) and its values
+// (52 and 2), per block.
+func BenchmarkPCRun(b *testing.B) {
+	const nb, n, d, m = 16, 64, 64, 2
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, s := range []struct {
+		name   string
+		c, mc  int
+		widths []uint8
+	}{
+		{"coded16", 16, 48, bytes.Repeat([]byte{6}, 16)},
+		{"keys47", 47, 2, slices.Concat(bytes.Repeat([]byte{1}, 9), bytes.Repeat([]byte{2}, 13), bytes.Repeat([]byte{3}, 10),
+			bytes.Repeat([]byte{4}, 7), bytes.Repeat([]byte{5}, 5), bytes.Repeat([]byte{6}, 3))},
+		{"values52", 52, 2, slices.Concat(bytes.Repeat([]byte{1}, 12), bytes.Repeat([]byte{2}, 17), bytes.Repeat([]byte{3}, 11),
+			bytes.Repeat([]byte{4}, 9), bytes.Repeat([]byte{5}, 3))},
+	} {
+		r := newPCRun(rng, pcRunCase{nb, n, d, s.c, s.mc, false})
+		r.Widths, r.PlaneBytes = s.widths, 0
+		for _, w := range s.widths {
+			r.PlaneBytes += PlaneBytes(n, int(w))
+		}
+		r.Planes = make([]byte, nb*r.PlaneBytes)
+		for i := range r.Planes {
+			r.Planes[i] = byte(rng.Uint32())
+		}
+		if !PCRunSupported(n, d, s.c) {
+			b.Skip("no run kernel at this level")
+		}
+		work := make([]float32, PCRunWorkLen(n, d, s.c))
+		q, cos, sin := randVec(rng, m*d), randVec(rng, nb*n*d/2), randVec(rng, nb*n*d/2)
+		sc := make([]float32, m*nb*n)
+		b.Run("scores/"+s.name, func(b *testing.B) {
+			for b.Loop() {
+				PCScoreRun(r, nb, sc, nb*n, q, m, 0.125, cos, sin, 0, n, work)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nb), "ns/block")
+		})
+		acc, macc, wsum := make([]float32, PCRunAccLen(m, s.c)), make([]float32, m*s.mc), make([]float32, m)
+		b.Run("values/"+s.name, func(b *testing.B) {
+			for b.Loop() {
+				PCAddRun(r, nb, sc, nb*n, m, 0, n, acc, macc, wsum, work)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nb), "ns/block")
+		})
 	}
 }
