@@ -915,22 +915,49 @@ void kk2_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const fl
 	}
 }
 
+// pc_end_nv adds to o's values [j, j+8*nv) (o at value j) Σ_t hs[t]·coded
+// rows, Σ_t mw[t]·mean rows and ws·mu (each at value j, rows d apart),
+// each value one chain of FMAs in that order: up to 64 values' chains in
+// flight, where one 8-value chain at a time waited on its own latency.
+KK_INLINE void pc_end_nv(const int nv, float *o, long d, const float *hs, long c, const float *coded, const float *mw,
+			 long mc, const float *mean_rows, float ws, const float *mu) {
+	__m256 x[8];
+#pragma GCC unroll 8
+	for (int v = 0; v < nv; v++) x[v] = _mm256_loadu_ps(o + 8 * v);
+	for (long t = 0; t < c; t++) {
+		__m256 b = _mm256_broadcast_ss(hs + t);
+#pragma GCC unroll 8
+		for (int v = 0; v < nv; v++) x[v] = _mm256_fmadd_ps(b, _mm256_loadu_ps(coded + t * d + 8 * v), x[v]);
+	}
+	for (long t = 0; t < mc; t++) {
+		__m256 b = _mm256_broadcast_ss(mw + t);
+#pragma GCC unroll 8
+		for (int v = 0; v < nv; v++) x[v] = _mm256_fmadd_ps(b, _mm256_loadu_ps(mean_rows + t * d + 8 * v), x[v]);
+	}
+	__m256 b = _mm256_set1_ps(ws);
+#pragma GCC unroll 8
+	for (int v = 0; v < nv; v++) _mm256_storeu_ps(o + 8 * v, _mm256_fmadd_ps(b, _mm256_loadu_ps(mu + 8 * v), x[v]));
+}
+
+// kk2_pc_values_end is kk_pc_values_end with AVX2, d a multiple of 16:
+// each output value gets its component sums' products with the coded
+// rows, then the means', then the total weight's with mu, one FMA each in
+// that order; each component's sum is its 8 lanes' (hsum8) once per row.
 void kk2_pc_values_end(float *o, long m, long d, const float *acc, long c, const float *coded, const float *macc,
 		       long mc, const float *mean_rows, const float *wsum, const float *mu) {
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	float hs[c > 0 ? c : 1];
 	for (long i = 0; i < m; i++) {
 		const float *ai = acc + i * c * 16;
-		for (long j = 0; j < d; j += 8) {
-			__m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d - j)), lane);
+		for (long t = 0; t < c; t++) hs[t] = hsum8(_mm256_loadu_ps(ai + 16 * t));
+		for (long j = 0; j < d; j += 64) {
 			float *oi = o + i * d + j;
-			__m256 x = _mm256_maskload_ps(oi, mk);
-			for (long t = 0; t < c; t++)
-				x = _mm256_fmadd_ps(_mm256_set1_ps(hsum8(_mm256_loadu_ps(ai + 16 * t))),
-						    _mm256_maskload_ps(coded + t * d + j, mk), x);
-			for (long t = 0; t < mc; t++)
-				x = _mm256_fmadd_ps(_mm256_set1_ps(macc[i * mc + t]), _mm256_maskload_ps(mean_rows + t * d + j, mk), x);
-			x = _mm256_fmadd_ps(_mm256_set1_ps(wsum[i]), _mm256_maskload_ps(mu + j, mk), x);
-			_mm256_maskstore_ps(oi, mk, x);
+			const float *mw = macc + i * mc, *mr = mc > 0 ? mean_rows + j : mean_rows;
+			switch (d - j >= 64 ? 8 : (d - j) / 8) {
+			case 8: pc_end_nv(8, oi, d, hs, c, coded + j, mw, mc, mr, wsum[i], mu + j); break;
+			case 6: pc_end_nv(6, oi, d, hs, c, coded + j, mw, mc, mr, wsum[i], mu + j); break;
+			case 4: pc_end_nv(4, oi, d, hs, c, coded + j, mw, mc, mr, wsum[i], mu + j); break;
+			default: pc_end_nv(2, oi, d, hs, c, coded + j, mw, mc, mr, wsum[i], mu + j); break;
+			}
 		}
 	}
 }
