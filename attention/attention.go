@@ -386,7 +386,7 @@ func (t *task) scoreRun(s *scratch, qs []float32, m int, sc []float32, stride, g
 	bs, d, half := a.blockSize, a.p.HeadDim, a.p.HeadDim/2
 	nb := len(s.runSrc)
 	r1 := min(bs, kEnd-(b+nb-1)*bs)
-	if err := ra.ScoreRun(sc[b*bs:], stride, qs, m, s.runSrc, bs, d, t.cos[b*bs*half:], t.sin[b*bs*half:], a.scale, r0, r1); err != nil {
+	if err := ra.ScoreRun(sc[b*bs:], stride, qs, m, s.runSrc, bs, d, t.cos[b*bs*half:], t.sin[b*bs*half:], a.scale, r0, r1, true); err != nil {
 		return 0
 	}
 	return nb
@@ -406,7 +406,7 @@ func (t *task) valueRun(s *scratch, o, sc []float32, stride, g, b, r0, kEnd int)
 	bs, d := a.blockSize, a.p.HeadDim
 	nb := len(s.runSrc)
 	r1 := min(bs, kEnd-(b+nb-1)*bs)
-	if err := ra.AddWeightedRun(o, a.group, sc[b*bs:], stride, s.runSrc, bs, d, r0, r1); err != nil {
+	if err := ra.AddWeightedRun(o, a.group, sc[b*bs:], stride, s.runSrc, bs, d, r0, r1, true); err != nil {
 		return 0
 	}
 	return nb

@@ -56,16 +56,16 @@ type runCounter struct {
 	keys, values, blocks *atomic.Int64
 }
 
-func (p runCounter) ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int) error {
+func (p runCounter) ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool) error {
 	p.keys.Add(1)
 	p.blocks.Add(int64(len(src)))
-	return p.KakeyaPC.ScoreRun(s, lds, q, m, src, n, d, cos, sin, scale, r0, r1)
+	return p.KakeyaPC.ScoreRun(s, lds, q, m, src, n, d, cos, sin, scale, r0, r1, checked)
 }
 
-func (p runCounter) AddWeightedRun(dst []float32, m int, w []float32, wStride int, src [][]byte, n, d int, r0, r1 int) error {
+func (p runCounter) AddWeightedRun(dst []float32, m int, w []float32, wStride int, src [][]byte, n, d int, r0, r1 int, checked bool) error {
 	p.values.Add(1)
 	p.blocks.Add(int64(len(src)))
-	return p.KakeyaPC.AddWeightedRun(dst, m, w, wStride, src, n, d, r0, r1)
+	return p.KakeyaPC.AddWeightedRun(dst, m, w, wStride, src, n, d, r0, r1, checked)
 }
 
 // forwardEachThenAll appends total tokens' keys and values one at a time
@@ -246,19 +246,43 @@ func TestForwardRuns(t *testing.T) {
 		if errRun > 2*errBlock+1e-6 || errRun > 1e-4 {
 			t.Errorf("%s: max abs difference from the float64 reference %.3g in runs, %.3g block by block", name, errRun, errBlock)
 		}
-		// A corrupt key block, then a corrupt value block: the error
-		// names it.
+		// A corrupt key block, then a corrupt value block: the store
+		// refuses a block whose bytes fail its CRC-32C where attention
+		// reads it in runs (elsewhere every read checks it), and a stored
+		// block whose header or fields go bad is an error naming it at
+		// the next step (runs check the CRC once, when stored).
 		last := (total - 1) / bs // hot
 		bad := last - 2
 		for _, c := range []struct{ g, kv int }{{1, 0}, {0, 1}} {
 			pt := kc.Layer(0).Part(c.g, bad, c.kv).(*part)
-			pt.enc[len(pt.enc)/2] ^= 0x10
-			want := fmt.Sprintf("block %d head %d %s", bad, c.g, kvName(c.kv))
-			err := a.Forward(compute.Wrap(got[:qr]), compute.Wrap(q[:qr]), 1, total-1, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin))
-			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Fatalf("%s: corrupt %s: %v", name, want, err)
+			st := NewStore(bs, d, false)
+			np, err := st.NewPart()
+			if err != nil {
+				t.Fatal(err)
 			}
-			pt.enc[len(pt.enc)/2] ^= 0x10
+			flipped := append([]byte(nil), pt.enc...)
+			flipped[len(flipped)/2] ^= 0x10
+			if err := st.SetEncoded(np, flipped, pt.dec); pc.RunSupported(bs, d) && (err == nil || !strings.Contains(err.Error(), "checksum")) {
+				t.Fatalf("%s: SetEncoded of a block with a flipped byte: %v", name, err)
+			}
+			// The codec's id; the first fixed-width field's exponent (an fp16
+			// Inf or NaN).
+			for _, at := range []struct {
+				i    int
+				bits byte
+			}{{2, 0x10}, {23, 0x7c}} {
+				old := pt.enc[at.i]
+				pt.enc[at.i] |= at.bits
+				if pt.enc[at.i] == old {
+					pt.enc[at.i] ^= at.bits
+				}
+				want := fmt.Sprintf("block %d head %d %s", bad, c.g, kvName(c.kv))
+				err := a.Forward(compute.Wrap(got[:qr]), compute.Wrap(q[:qr]), 1, total-1, kc.Layer(0), compute.Wrap(cos), compute.Wrap(sin))
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("%s: corrupt byte %d of %s: %v", name, at.i, want, err)
+				}
+				pt.enc[at.i] = old
+			}
 		}
 	}
 }

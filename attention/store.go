@@ -128,13 +128,26 @@ func (s *store) SetEncoded(p compute.Part, enc []byte, dec compute.Decoder) erro
 	if dec == nil {
 		return fmt.Errorf("cpu: encoded block without a decoder")
 	}
+	// A block that attention will read in runs is checked whole here,
+	// once, and its runs then skip the checks that read all its bytes (the
+	// fixed-width kakeya-pc CRC-32C; header, sizes and fields are read at
+	// every step still). That is safe because the bytes checked are the
+	// part's own copy, which nothing writes until Release: the cache's
+	// full blocks are immutable. What it gives up is noticing memory
+	// corruption of those bytes after the write.
+	run, ok := dec.(codec.RunAttender)
+	if ok && run.RunSupported(s.rows, s.d) {
+		if err := run.CheckBlock(enc, s.rows, s.d); err != nil {
+			return fmt.Errorf("cpu: refused encoded block: %w", err)
+		}
+	} else {
+		run = nil
+	}
 	pt.enc, pt.dec = append(pt.enc[:0], enc...), dec
 	pt.rot, _ = dec.(codec.RotaryDecoder)
 	pt.comb, _ = dec.(codec.RowCombiner)
 	pt.multi, _ = dec.(codec.BlocksDecoder)
-	if r, ok := dec.(codec.RunAttender); ok && r.RunSupported(s.rows, s.d) {
-		pt.run = r
-	}
+	pt.run = run
 	s.releaseHot(pt)
 	return nil
 }

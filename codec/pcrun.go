@@ -21,16 +21,24 @@ type RunAttender interface {
 	// kernel for blocks of n rows of d values on this CPU; where they do
 	// not, the one-block calls are as fast.
 	RunSupported(n, d int) bool
+	// CheckBlock checks one block of n rows of d values as the one-block
+	// calls do before they decode it (header, sizes, CRC-32C, fields) and
+	// returns their error.
+	CheckBlock(src []byte, n, d int) error
 	// ScoreRun sets s[i*lds + j*n + k] to scale times the product of
 	// query row i (of the m rows of q, d values each) with row k of
 	// src[j] decoded and rotated by RoPE at the run's row j*n + k (cos and
 	// sin from row 0 of src[0] on, d/2 values a row), for the run's rows.
-	// An error may leave some of them written.
-	ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int) error
+	// An error may leave some of them written. checked says that every
+	// block of src passed CheckBlock and has not changed since: the run
+	// may then skip the checks that read the whole block (the fixed-width
+	// format's CRC-32C); the header, sizes and fields are checked still.
+	ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool) error
 	// AddWeightedRun adds to dst[i*d:(i+1)*d], for each of the m weight
 	// rows, the sum over the run's rows of w[i*wStride + j*n + k] times
-	// row k of src[j] decoded. An error leaves dst as it was.
-	AddWeightedRun(dst []float32, m int, w []float32, wStride int, src [][]byte, n, d int, r0, r1 int) error
+	// row k of src[j] decoded. An error leaves dst as it was. checked is
+	// ScoreRun's.
+	AddWeightedRun(dst []float32, m int, w []float32, wStride int, src [][]byte, n, d int, r0, r1 int, checked bool) error
 }
 
 // pcRunChunk is the most blocks one kernel call of a run takes: their
@@ -74,11 +82,21 @@ func (k *KakeyaPC) checkRun(src [][]byte, n, d, r0, r1 int) error {
 	return nil
 }
 
-// prepareRun checks the blocks of src (at most pcRunChunk) as Decode does
-// and sets in rs, and in the PCRun it returns, what the kernels read of
-// them: their fields widened and their code planes copied, or, entropy
-// coded, their streams decoded to latents.
-func (k *KakeyaPC) prepareRun(rs *pcRunScratch, src [][]byte, n, d int) (cpu.PCRun, error) {
+// CheckBlock implements RunAttender.
+func (k *KakeyaPC) CheckBlock(src []byte, n, d int) error {
+	sc := k.scratch()
+	err := k.parseFields(sc, src, n, d)
+	sc.stream = nil
+	k.pool.Put(sc)
+	return err
+}
+
+// prepareRun checks the blocks of src (at most pcRunChunk) as Decode does,
+// but for the fixed-width blocks' CRC-32C when checked, and sets in rs, and
+// in the PCRun it returns, what the kernels read of them: their fields
+// widened and their code planes copied, or, entropy coded, their streams
+// decoded to latents.
+func (k *KakeyaPC) prepareRun(rs *pcRunScratch, src [][]byte, n, d int, checked bool) (cpu.PCRun, error) {
 	nb, c, mc := len(src), len(k.codedIdx), len(k.meanIdx)
 	run := cpu.PCRun{N: n, D: d, C: c, M: mc, Widths: k.width, Levels: &k.tab.plane, Mu: k.mean, MeanRows: k.meanRows, Coded: k.coded}
 	rs.fields = growF32(rs.fields, nb*(mc+c))
@@ -123,14 +141,11 @@ func (k *KakeyaPC) prepareRun(rs *pcRunScratch, src [][]byte, n, d int) (cpu.PCR
 		ok := len(b) == size && [12]byte(b[:12]) == [12]byte(want[:12]) &&
 			int(binary.LittleEndian.Uint16(b[16:])) == mc && int(binary.LittleEndian.Uint16(b[18:])) == c &&
 			int(binary.LittleEndian.Uint16(b[20:])) == k.rowBits &&
-			binary.LittleEndian.Uint32(b[12:]) == blockCRC(b) &&
+			(checked || binary.LittleEndian.Uint32(b[12:]) == blockCRC(b)) &&
 			cpu.WidenF16(run.Fields[j*(mc+c):(j+1)*(mc+c)], b[22:22+2*(mc+c)])
 		if !ok {
 			// The one-block check names what is wrong.
-			sc := k.scratch()
-			err := k.parseFields(sc, b, n, d)
-			sc.stream = nil
-			k.pool.Put(sc)
+			err := k.CheckBlock(b, n, d)
 			if err == nil {
 				err = fmt.Errorf("codec: %s: block %d of a run is corrupt", k.Name(), j)
 			}
@@ -144,7 +159,7 @@ func (k *KakeyaPC) prepareRun(rs *pcRunScratch, src [][]byte, n, d int) (cpu.PCR
 // ScoreRun implements RunAttender: per block, the latents, the rows
 // rebuilt and rotated and the scores, in one kernel call per pcRunChunk
 // blocks, the bits of DecodeRotated and cpu.ScoreBlock block by block.
-func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int) error {
+func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool) error {
 	if err := k.checkRun(src, n, d, r0, r1); err != nil {
 		return err
 	}
@@ -174,7 +189,7 @@ func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]by
 	}
 	for j0 := 0; j0 < nb; j0 += pcRunChunk {
 		j1 := min(nb, j0+pcRunChunk)
-		run, err := k.prepareRun(rs, src[j0:j1], n, d)
+		run, err := k.prepareRun(rs, src[j0:j1], n, d, checked)
 		if err != nil {
 			return err
 		}
@@ -189,7 +204,7 @@ func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]by
 // blocks, then one product with the basis rows for the whole run. The
 // sums run in another order than AddWeighted's, block by block: the
 // results agree within rounding, not bit for bit.
-func (k *KakeyaPC) AddWeightedRun(dst []float32, m int, w []float32, wStride int, src [][]byte, n, d int, r0, r1 int) error {
+func (k *KakeyaPC) AddWeightedRun(dst []float32, m int, w []float32, wStride int, src [][]byte, n, d int, r0, r1 int, checked bool) error {
 	if err := k.checkRun(src, n, d, r0, r1); err != nil {
 		return err
 	}
@@ -228,7 +243,7 @@ func (k *KakeyaPC) AddWeightedRun(dst []float32, m int, w []float32, wStride int
 	for j0 := 0; j0 < nb; j0 += pcRunChunk {
 		j1 := min(nb, j0+pcRunChunk)
 		var err error
-		if run, err = k.prepareRun(rs, src[j0:j1], n, d); err != nil {
+		if run, err = k.prepareRun(rs, src[j0:j1], n, d, checked); err != nil {
 			return err
 		}
 		lo, hi := runRows(j0, j1, nb, n, r0, r1)

@@ -65,9 +65,11 @@ func TestKakeyaPCRuns(t *testing.T) {
 				}
 				return lo, hi
 			}
-			// Keys: bit for bit.
+			// Keys: bit for bit, with and without the blocks checked
+			// beforehand (the odd runs).
+			checked := tc.nb%2 == 1
 			got, want := make([]float32, m*lds), make([]float32, m*lds)
-			if err := k.ScoreRun(got, lds, q, m, run, n, d, cos, sin, 0.125, tc.r0, tc.r1); err != nil {
+			if err := k.ScoreRun(got, lds, q, m, run, n, d, cos, sin, 0.125, tc.r0, tc.r1, checked); err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
 			rot := make([]float32, n*d)
@@ -87,7 +89,7 @@ func TestKakeyaPCRuns(t *testing.T) {
 				sum[i] = float32(i % 7)
 				ref[i] = sum[i]
 			}
-			if err := k.AddWeightedRun(sum, m, w, lds, run, n, d, tc.r0, tc.r1); err != nil {
+			if err := k.AddWeightedRun(sum, m, w, lds, run, n, d, tc.r0, tc.r1, checked); err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
 			for j, b := range run {
@@ -111,11 +113,23 @@ func TestKakeyaPCRuns(t *testing.T) {
 				bad[j] = append([]byte(nil), run[j]...)
 				bad[j][len(bad[j])-3] ^= 0x40
 				before := append([]float32(nil), sum...)
-				if err := k.AddWeightedRun(sum, m, w, lds, bad, n, d, tc.r0, tc.r1); err == nil || !bitsEqual(sum, before) {
+				if err := k.AddWeightedRun(sum, m, w, lds, bad, n, d, tc.r0, tc.r1, false); err == nil || !bitsEqual(sum, before) {
 					t.Fatalf("%s: corrupt block %d: %v, sums changed %v", what, j, err, !bitsEqual(sum, before))
 				}
-				if err := k.ScoreRun(got, lds, q, m, bad, n, d, cos, sin, 0.125, tc.r0, tc.r1); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
+				if err := k.ScoreRun(got, lds, q, m, bad, n, d, cos, sin, 0.125, tc.r0, tc.r1, false); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
 					t.Fatalf("%s: corrupt block %d: %v", what, j, err)
+				}
+				if err := k.CheckBlock(bad[j], n, d); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
+					t.Fatalf("%s: CheckBlock of corrupt block %d: %v", what, j, err)
+				}
+				// Checked runs read the header and fields still.
+				bad[j] = append([]byte(nil), run[j]...)
+				bad[j][2] ^= 0x10
+				if err := k.AddWeightedRun(sum, m, w, lds, bad, n, d, tc.r0, tc.r1, true); err == nil || !bitsEqual(sum, before) {
+					t.Fatalf("%s: checked run, corrupt header of block %d: %v, sums changed %v", what, j, err, !bitsEqual(sum, before))
+				}
+				if err := k.ScoreRun(got, lds, q, m, bad, n, d, cos, sin, 0.125, tc.r0, tc.r1, true); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
+					t.Fatalf("%s: checked run, corrupt header of block %d: %v", what, j, err)
 				}
 			}
 		}

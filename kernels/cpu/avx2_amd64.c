@@ -658,23 +658,179 @@ KK_INLINE void score_rows2(const float *q, long m, long d, const float *keys, lo
 	kk2_scores(q, m, d, keys, n, scale, s, lds);
 }
 
+// base_row2 sets base to mu plus Σ_t means[t]·rows[t*d:] for the mc rows
+// of d values (a multiple of 16), each value one chain of FMAs over t in
+// order from mu: kk2_mix's arithmetic for one output row, with up to 64
+// values' chains in flight at once where kk2_mix's one-row tile has 16.
+KK_INLINE void base_row2_nv(const int nv, float *base, const float *mu, const float *means, long mc, const float *rows,
+			    long d) {
+	__m256 a[8];
+#pragma GCC unroll 8
+	for (int v = 0; v < nv; v++) a[v] = _mm256_loadu_ps(mu + 8 * v);
+	for (long t = 0; t < mc; t++) {
+		__m256 b = _mm256_broadcast_ss(means + t);
+#pragma GCC unroll 8
+		for (int v = 0; v < nv; v++) a[v] = _mm256_fmadd_ps(b, _mm256_loadu_ps(rows + t * d + 8 * v), a[v]);
+	}
+#pragma GCC unroll 8
+	for (int v = 0; v < nv; v++) _mm256_storeu_ps(base + 8 * v, a[v]);
+}
+
+KK_INLINE void base_row2(float *base, long d, const float *mu, const float *means, long mc, const float *rows) {
+	for (long j = 0; j < d; j += 64) {
+		switch (d - j >= 64 ? 8 : (d - j) / 8) {
+		case 8: base_row2_nv(8, base + j, mu + j, means, mc, rows + j, d); break;
+		case 6: base_row2_nv(6, base + j, mu + j, means, mc, rows + j, d); break;
+		case 4: base_row2_nv(4, base + j, mu + j, means, mc, rows + j, d); break;
+		default: base_row2_nv(2, base + j, mu + j, means, mc, rows + j, d); break;
+		}
+	}
+}
+
+// Keys rebuilt from code bytes: a block's codes are first unpacked to one
+// byte each (codes_to_bytes, a few instructions per eight codes whatever
+// their width), and each component's 2^w levels scaled once into a table
+// (level_tables); the rebuild then broadcasts each latent straight from
+// its table, by the code byte, where UnpackPlanes's float planes take a
+// tree of permutes and blends per eight codes of 4 to 6 bits. A level
+// times its scale is the same product either way.
+
+// codes_to_bytes sets out[t*n + i] to code i of plane t, for the c planes
+// of n codes laid end to end at src (len bytes).
+KK_INLINE void codes_to_bytes(uint8_t *out, long n, const uint8_t *src, long len, const uint8_t *widths, long c) {
+	const uint8_t *end = src + len;
+	// The low byte of each dword: bytes 0, 4, 8, 12 of each 128-bit lane.
+	const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+					      -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+	const __m256i join = _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1);
+	for (long t = 0; t < c; t++) {
+		const int w = widths[t];
+		const __m256i kw = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(w));
+		const __m256i b = _mm256_srli_epi32(kw, 3);
+		const __m256i ctl =
+			_mm256_add_epi32(_mm256_or_si256(b, _mm256_slli_epi32(b, 8)), _mm256_set1_epi32((int)0x80800100));
+		const __m256i shift = _mm256_and_si256(kw, _mm256_set1_epi32(7));
+		const __m256i mask = _mm256_set1_epi32((1 << w) - 1);
+		const uint8_t *p = src;
+		uint8_t *o = out + t * n;
+		long i = 0;
+		for (; i < n; i += 8, p += w) {
+			__m256i x = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(codes8(p, end - p, ctl, shift, mask), pick), join);
+			if (i + 8 <= n) {
+				_mm_storel_epi64((__m128i *)(o + i), _mm256_castsi256_si128(x));
+			} else {
+				uint8_t y[8];
+				_mm_storel_epi64((__m128i *)y, _mm256_castsi256_si128(x));
+				for (long k = 0; i + k < n; k++) o[i + k] = y[k];
+			}
+		}
+		src += (n * w + 7) / 8;
+	}
+}
+
+// level_tables sets tab[t*64 + k] to levels[w*64 + k]·scales[t] for the 2^w
+// levels of each plane t of width w = widths[t].
+KK_INLINE void level_tables(float *tab, const uint8_t *widths, long c, const float *scales, const float *levels) {
+	for (long t = 0; t < c; t++) {
+		const int w = widths[t];
+		const __m256 s = _mm256_set1_ps(scales[t]);
+		const float *lv = levels + w * 64;
+		float *o = tab + t * 64;
+		if (w < 3) {
+			for (int k = 0; k < 1 << w; k++) o[k] = lv[k] * scales[t];
+			continue;
+		}
+		for (int k = 0; k < 1 << w; k += 8) _mm256_storeu_ps(o + k, _mm256_mul_ps(_mm256_loadu_ps(lv + k), s));
+	}
+}
+
+// KK2_RT is the most rows (tokens) of a rebuild tile: 6 rows x 16 values
+// (8 and their 8 RoPE partners d/2 further) in 12 accumulators, beside
+// the two basis vectors and a broadcast latent: 15 of the 16 ymm
+// registers (3 rows x 32 values spilled one accumulator).
+#define KK2_RT 6
+
+// rebuild_tile sets rows [r0, r0+mr) of rot, values [j, j+8) and [j+h,
+// j+h+8): base plus Σ_k lat(k, r)·coded[k*d:], k in order (kk2_mixt's
+// chains), rotated by RoPE in registers as kk2_mixt_rope's second pass
+// does. lat(k, r) is tab[k*64 + codes[k*n + r]] bycode, else lat[k*n + r].
+KK_INLINE void rebuild_tile(const int mr, const int bycode, float *rot, long d, long j, long r0, const uint8_t *codes,
+			    const float *tab, const float *lat, long n, const float *coded, long c, const float *base,
+			    const float *cos, const float *sin) {
+	const long h = d / 2;
+	__m256 lo[KK2_RT], hi[KK2_RT];
+	const __m256 b0 = _mm256_loadu_ps(base + j), b1 = _mm256_loadu_ps(base + h + j);
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++) lo[r] = b0, hi[r] = b1;
+	const uint8_t *cr = codes + r0;
+	const float *lr = lat + r0;
+	for (long k = 0; k < c; k++, cr += n, lr += n, tab += 64) {
+		const float *u = coded + k * d;
+		const __m256 u0 = _mm256_loadu_ps(u + j), u1 = _mm256_loadu_ps(u + h + j);
+#pragma GCC unroll 6
+		for (int r = 0; r < mr; r++) {
+			__m256 b = bycode ? _mm256_broadcast_ss(tab + cr[r]) : _mm256_broadcast_ss(lr + r);
+			lo[r] = _mm256_fmadd_ps(b, u0, lo[r]);
+			hi[r] = _mm256_fmadd_ps(b, u1, hi[r]);
+		}
+	}
+#pragma GCC unroll 6
+	for (int r = 0; r < mr; r++) {
+		const __m256 cv = _mm256_loadu_ps(cos + (r0 + r) * h + j), sv = _mm256_loadu_ps(sin + (r0 + r) * h + j);
+		float *o = rot + (r0 + r) * d + j;
+		_mm256_storeu_ps(o, _mm256_sub_ps(_mm256_mul_ps(lo[r], cv), _mm256_mul_ps(hi[r], sv)));
+		_mm256_storeu_ps(o + h, _mm256_add_ps(_mm256_mul_ps(hi[r], cv), _mm256_mul_ps(lo[r], sv)));
+	}
+}
+
+#define KK2_REBUILD_ROWS(bycode)                                                                                      \
+	for (long r0 = 0; r0 < n; r0 += KK2_RT) {                                                                      \
+		switch (n - r0 < KK2_RT ? n - r0 : KK2_RT) {                                                           \
+		case 6: rebuild_tile(6, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		case 5: rebuild_tile(5, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		case 4: rebuild_tile(4, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		case 3: rebuild_tile(3, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		case 2: rebuild_tile(2, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		default: rebuild_tile(1, bycode, rot, d, j, r0, codes, tab, lat, n, coded, c, base, cos, sin); break; \
+		}                                                                                                      \
+	}
+
+// rebuild_rope sets the n rows of rot to the block's keys rebuilt and
+// rotated, kk2_mixt_rope's bits, for d a multiple of 16: from code bytes
+// and level tables where codes is not NULL, else from the latents lat.
+KK_INLINE void rebuild_rope(float *rot, long n, long d, const uint8_t *codes, const float *tab, const float *lat,
+			    const float *coded, long c, const float *base, const float *cos, const float *sin) {
+	for (long j = 0; j < d / 2; j += 8) {
+		if (codes) {
+			KK2_REBUILD_ROWS(1)
+		} else {
+			KK2_REBUILD_ROWS(0)
+		}
+	}
+}
+
+// kk2_pc_keys is avx512_amd64.c's kk_pc_keys with AVX2 (d a multiple of
+// 16), the keys rebuilt from code bytes and level tables (or format 9's
+// latents) with RoPE in registers (rebuild_rope): kk2_unpack_planes and
+// kk2_mixt_rope's bits. work holds d + n*d + c*n + 64*c floats.
 void kk2_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
 		 long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
 		 const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
 		 long lds, long r0, long r1, float *work) {
 	const long h = d / 2;
-	float *base = work, *rot = work + d, *lt = rot + n * d;
+	float *base = work, *rot = work + d, *lt = rot + n * d, *tab = lt + c * n;
+	uint8_t *codes = (uint8_t *)lt;
 	for (long j = 0; j < nb; j++) {
 		const float *means = fields + j * (mc + c), *scales = means + mc;
-		for (long i = 0; i < d; i++) base[i] = mu[i];
-		if (mc > 0) kk2_mix(base, 1, d, means, mc, mean_rows, mc);
-		const float *l = lt;
+		base_row2(base, d, mu, means, mc, mean_rows);
+		const float *cj = cos + j * n * h, *sj = sin + j * n * h;
 		if (planes) {
-			kk2_unpack_planes(lt, n, n, planes + j * pbytes, pbytes, widths, c, scales, levels);
+			codes_to_bytes(codes, n, planes + j * pbytes, pbytes, widths, c);
+			level_tables(tab, widths, c, scales, levels);
+			rebuild_rope(rot, n, d, codes, tab, NULL, coded, c, base, cj, sj);
 		} else {
-			l = lat + j * c * n;
+			rebuild_rope(rot, n, d, NULL, NULL, lat + j * c * n, coded, c, base, cj, sj);
 		}
-		kk2_mixt_rope(rot, n, d, l, n, coded, c, base, cos + j * n * h, sin + j * n * h);
 		long lo = j == 0 ? r0 : 0, hi = j == nb - 1 ? r1 : n;
 		score_rows2(q, m, d, rot + lo * d, hi - lo, scale, s + j * n + lo, lds);
 	}
@@ -759,22 +915,49 @@ void kk2_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const fl
 	}
 }
 
+// pc_end_nv adds to o's values [j, j+8*nv) (o at value j) Σ_t hs[t]·coded
+// rows, Σ_t mw[t]·mean rows and ws·mu (each at value j, rows d apart),
+// each value one chain of FMAs in that order: up to 64 values' chains in
+// flight, where one 8-value chain at a time waited on its own latency.
+KK_INLINE void pc_end_nv(const int nv, float *o, long d, const float *hs, long c, const float *coded, const float *mw,
+			 long mc, const float *mean_rows, float ws, const float *mu) {
+	__m256 x[8];
+#pragma GCC unroll 8
+	for (int v = 0; v < nv; v++) x[v] = _mm256_loadu_ps(o + 8 * v);
+	for (long t = 0; t < c; t++) {
+		__m256 b = _mm256_broadcast_ss(hs + t);
+#pragma GCC unroll 8
+		for (int v = 0; v < nv; v++) x[v] = _mm256_fmadd_ps(b, _mm256_loadu_ps(coded + t * d + 8 * v), x[v]);
+	}
+	for (long t = 0; t < mc; t++) {
+		__m256 b = _mm256_broadcast_ss(mw + t);
+#pragma GCC unroll 8
+		for (int v = 0; v < nv; v++) x[v] = _mm256_fmadd_ps(b, _mm256_loadu_ps(mean_rows + t * d + 8 * v), x[v]);
+	}
+	__m256 b = _mm256_set1_ps(ws);
+#pragma GCC unroll 8
+	for (int v = 0; v < nv; v++) _mm256_storeu_ps(o + 8 * v, _mm256_fmadd_ps(b, _mm256_loadu_ps(mu + 8 * v), x[v]));
+}
+
+// kk2_pc_values_end is kk_pc_values_end with AVX2, d a multiple of 16:
+// each output value gets its component sums' products with the coded
+// rows, then the means', then the total weight's with mu, one FMA each in
+// that order; each component's sum is its 8 lanes' (hsum8) once per row.
 void kk2_pc_values_end(float *o, long m, long d, const float *acc, long c, const float *coded, const float *macc,
 		       long mc, const float *mean_rows, const float *wsum, const float *mu) {
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	float hs[c > 0 ? c : 1];
 	for (long i = 0; i < m; i++) {
 		const float *ai = acc + i * c * 16;
-		for (long j = 0; j < d; j += 8) {
-			__m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(d - j)), lane);
+		for (long t = 0; t < c; t++) hs[t] = hsum8(_mm256_loadu_ps(ai + 16 * t));
+		for (long j = 0; j < d; j += 64) {
 			float *oi = o + i * d + j;
-			__m256 x = _mm256_maskload_ps(oi, mk);
-			for (long t = 0; t < c; t++)
-				x = _mm256_fmadd_ps(_mm256_set1_ps(hsum8(_mm256_loadu_ps(ai + 16 * t))),
-						    _mm256_maskload_ps(coded + t * d + j, mk), x);
-			for (long t = 0; t < mc; t++)
-				x = _mm256_fmadd_ps(_mm256_set1_ps(macc[i * mc + t]), _mm256_maskload_ps(mean_rows + t * d + j, mk), x);
-			x = _mm256_fmadd_ps(_mm256_set1_ps(wsum[i]), _mm256_maskload_ps(mu + j, mk), x);
-			_mm256_maskstore_ps(oi, mk, x);
+			const float *mw = macc + i * mc, *mr = mc > 0 ? mean_rows + j : mean_rows;
+			switch (d - j >= 64 ? 8 : (d - j) / 8) {
+			case 8: pc_end_nv(8, oi, d, hs, c, coded + j, mw, mc, mr, wsum[i], mu + j); break;
+			case 6: pc_end_nv(6, oi, d, hs, c, coded + j, mw, mc, mr, wsum[i], mu + j); break;
+			case 4: pc_end_nv(4, oi, d, hs, c, coded + j, mw, mc, mr, wsum[i], mu + j); break;
+			default: pc_end_nv(2, oi, d, hs, c, coded + j, mw, mc, mr, wsum[i], mu + j); break;
+			}
 		}
 	}
 }

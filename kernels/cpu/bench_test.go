@@ -1,7 +1,10 @@
 package cpu
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -277,6 +280,108 @@ func BenchmarkMixBlockT(b *testing.B) {
 			for b.Loop() {
 				mixTAVX2(o, m, base, p, m, vals, n, d)
 			}
+		})
+	}
+}
+
+// BenchmarkUnpackPlanes times UnpackPlanes on a 64-token block of
+// kakeya-pc code planes, per kernel this machine runs: 16 planes of 6 bits
+// (the key cap coded=16, which codes its components at the widest) and the
+// mixed widths of the preset's values (52 planes of 1 to 6 bits).
+func BenchmarkUnpackPlanes(b *testing.B) {
+	const n = 64
+	var levels [PlaneLevels]float32
+	for i := range levels {
+		levels[i] = float32(i%37)*0.25 - 4
+	}
+	sets := []struct {
+		name   string
+		widths []uint8
+	}{
+		{"w6x16", bytes.Repeat([]byte{6}, 16)},
+		{"mixed52", slices.Concat(bytes.Repeat([]byte{1}, 12), bytes.Repeat([]byte{2}, 17), bytes.Repeat([]byte{3}, 11),
+			bytes.Repeat([]byte{4}, 9), bytes.Repeat([]byte{5}, 3))},
+	}
+	kernels := []struct {
+		name   string
+		unpack func(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32)
+	}{{"best", UnpackPlanes}}
+	if hasAVX2C && hasAVX512 {
+		kernels = append(kernels, struct {
+			name   string
+			unpack func(dst []float32, ldd, n int, src []byte, widths []uint8, scales []float32, levels *[PlaneLevels]float32)
+		}{"avx2", unpackPlanesAVX2})
+	}
+	for _, s := range sets {
+		size := 0
+		for _, w := range s.widths {
+			size += PlaneBytes(n, int(w))
+		}
+		src := make([]byte, size)
+		for i := range src {
+			src[i] = byte(i*97 + 13)
+		}
+		scales := make([]float32, len(s.widths))
+		for i := range scales {
+			scales[i] = 0.5 + float32(i)/64
+		}
+		dst := make([]float32, len(s.widths)*n)
+		for _, k := range kernels {
+			b.Run(k.name+"/"+s.name, func(b *testing.B) {
+				for b.Loop() {
+					k.unpack(dst, n, n, src, s.widths, scales, &levels)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPCRun times a run of 16 kakeya-pc blocks of 64 tokens (d = 64)
+// through PCScoreRun (2 query rows, a GQA group of ref-qwen2-6m) and
+// PCAddRun: keys capped at 16 components of 6 bits (48 means), the
+// preset's keys (47 components of mixed widths, 2 means) and its values
+// (52 and 2), per block.
+func BenchmarkPCRun(b *testing.B) {
+	const nb, n, d, m = 16, 64, 64, 2
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, s := range []struct {
+		name   string
+		c, mc  int
+		widths []uint8
+	}{
+		{"coded16", 16, 48, bytes.Repeat([]byte{6}, 16)},
+		{"keys47", 47, 2, slices.Concat(bytes.Repeat([]byte{1}, 9), bytes.Repeat([]byte{2}, 13), bytes.Repeat([]byte{3}, 10),
+			bytes.Repeat([]byte{4}, 7), bytes.Repeat([]byte{5}, 5), bytes.Repeat([]byte{6}, 3))},
+		{"values52", 52, 2, slices.Concat(bytes.Repeat([]byte{1}, 12), bytes.Repeat([]byte{2}, 17), bytes.Repeat([]byte{3}, 11),
+			bytes.Repeat([]byte{4}, 9), bytes.Repeat([]byte{5}, 3))},
+	} {
+		r := newPCRun(rng, pcRunCase{nb, n, d, s.c, s.mc, false})
+		r.Widths, r.PlaneBytes = s.widths, 0
+		for _, w := range s.widths {
+			r.PlaneBytes += PlaneBytes(n, int(w))
+		}
+		r.Planes = make([]byte, nb*r.PlaneBytes)
+		for i := range r.Planes {
+			r.Planes[i] = byte(rng.Uint32())
+		}
+		if !PCRunSupported(n, d, s.c) {
+			b.Skip("no run kernel at this level")
+		}
+		work := make([]float32, PCRunWorkLen(n, d, s.c))
+		q, cos, sin := randVec(rng, m*d), randVec(rng, nb*n*d/2), randVec(rng, nb*n*d/2)
+		sc := make([]float32, m*nb*n)
+		b.Run("scores/"+s.name, func(b *testing.B) {
+			for b.Loop() {
+				PCScoreRun(r, nb, sc, nb*n, q, m, 0.125, cos, sin, 0, n, work)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nb), "ns/block")
+		})
+		acc, macc, wsum := make([]float32, PCRunAccLen(m, s.c)), make([]float32, m*s.mc), make([]float32, m)
+		b.Run("values/"+s.name, func(b *testing.B) {
+			for b.Loop() {
+				PCAddRun(r, nb, sc, nb*n, m, 0, n, acc, macc, wsum, work)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*nb), "ns/block")
 		})
 	}
 }

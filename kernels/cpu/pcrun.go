@@ -26,8 +26,10 @@ type PCRun struct {
 // PCRunAccLen returns the floats of PCAddRun's acc for m weight rows.
 func PCRunAccLen(m, c int) int { return m * c * 16 }
 
-// PCRunWorkLen returns the floats of PCScoreRun's and PCAddRun's work.
-func PCRunWorkLen(n, d, c int) int { return d + n*d + c*n }
+// PCRunWorkLen returns the floats of PCScoreRun's and PCAddRun's work: a
+// block's constant row, its rows rebuilt, its latents (or code bytes) and
+// its components' scaled level tables.
+func PCRunWorkLen(n, d, c int) int { return d + n*d + c*n + PlaneLevels/(PlaneMaxBits+1)*c }
 
 // PCRunSupported reports whether PCScoreRun and PCAddRun run a kernel for
 // blocks of n rows of d values with c coded components on this CPU at the
