@@ -27,6 +27,8 @@ func newPCSpec(s Spec, a *Args) (Codec, error) {
 	a.Want("rate", o.Rate >= 0 && o.Rate <= 16, "want bits per value in 0..16")
 	a.IntIn("maxbits", &o.MaxBits, 1, pcMaxBits)
 	a.IntIn("coded", &o.MaxCoded, 0, math.MaxUint16)
+	a.Float("codedfrac", &o.CodedFrac)
+	a.Want("codedfrac", o.CodedFrac >= 0 && o.CodedFrac <= 1, "want a fraction of the head dimension in 0..1")
 	a.IntIn("block", &o.Block, 1, maxRows)
 	a.Bool("qw", &o.QueryWeighted)
 	if s.Name == "kvtc" {
@@ -116,6 +118,12 @@ type KakeyaPCOptions struct {
 	// rows x coded x d multiply-adds to reconstruct them before RoPE), so
 	// this caps it; 0 leaves the count to the allocation.
 	MaxCoded int
+	// CodedFrac, when positive, caps the coded components at this
+	// fraction of the vector dimension d (rounded, at least one), as
+	// MaxCoded caps them at a count; with both, the smaller cap holds.
+	// A fraction keeps what was measured at one head size (16 of 64
+	// key components: a quarter) the same share at another (32 of 128).
+	CodedFrac float64
 	// Block is the block length the allocation charges a component's
 	// fp16 mean and scale to (per-block costs spread over Block rows);
 	// blocks of other lengths still code, at a slightly different rate.
@@ -504,6 +512,8 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 		return nil, fmt.Errorf("codec: kakeya-pc: block %d not in 1..%d", o.Block, maxRows)
 	case o.MaxCoded < 0 || o.MaxCoded > math.MaxUint16:
 		return nil, fmt.Errorf("codec: kakeya-pc: coded components %d not in 0..%d", o.MaxCoded, math.MaxUint16)
+	case !(o.CodedFrac >= 0 && o.CodedFrac <= 1):
+		return nil, fmt.Errorf("codec: kakeya-pc: coded fraction %v not in [0, 1]", o.CodedFrac)
 	}
 	k := &KakeyaPC{opt: o}
 	if st == nil {
@@ -626,6 +636,9 @@ func (k *KakeyaPC) Name() string {
 	}
 	if k.opt.MaxCoded > 0 {
 		s += fmt.Sprintf("-c%d", k.opt.MaxCoded)
+	}
+	if k.opt.CodedFrac > 0 {
+		s += fmt.Sprintf("-cf%g", k.opt.CodedFrac)
 	}
 	if k.opt.QueryWeighted {
 		s += "-qw"
@@ -1357,8 +1370,16 @@ func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, tab *pcTables) []i
 		}
 		return float64(w[j])
 	}
-	// With MaxCoded, only the MaxCoded components of most weighted
-	// variance (the first in a tie) may be coded.
+	// With a cap (MaxCoded, or CodedFrac of d), only the capped count of
+	// components of most weighted variance (the first in a tie) may be
+	// coded.
+	maxCoded := o.MaxCoded
+	if o.CodedFrac > 0 {
+		c := max(1, int(math.Round(o.CodedFrac*float64(d))))
+		if maxCoded <= 0 || c < maxCoded {
+			maxCoded = c
+		}
+	}
 	codable := make([]bool, d)
 	order := make([]int, d)
 	for j := range order {
@@ -1368,7 +1389,7 @@ func allocatePC(st *PCAStats, w []float32, o KakeyaPCOptions, tab *pcTables) []i
 		return cmp.Compare(weight(b)*float64(st.Var[b]), weight(a)*float64(st.Var[a]))
 	})
 	for i, j := range order {
-		codable[j] = o.MaxCoded <= 0 || i < o.MaxCoded
+		codable[j] = maxCoded <= 0 || i < maxCoded
 	}
 	opts := make([][]option, d)
 	for j := 0; j < d; j++ {

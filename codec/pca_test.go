@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -773,5 +774,56 @@ func TestKakeyaPCMaxCoded(t *testing.T) {
 	}
 	if _, err := Parse("kakeya-pc:coded=-1"); err == nil {
 		t.Error("coded=-1 parsed")
+	}
+}
+
+// TestKakeyaPCCodedFrac: codedfrac=F caps the coded components at F·d
+// (rounded, at least one): at d=64 a quarter is coded=16 to the byte,
+// at d=128 it codes at most 32; with coded=N too the smaller cap holds;
+// the name says the fraction and a fraction outside [0, 1] is refused.
+func TestKakeyaPCCodedFrac(t *testing.T) {
+	const n = 64
+	for _, tt := range []struct {
+		d, coded int
+		frac     float64
+		max      int
+	}{{64, 0, 0.25, 16}, {128, 0, 0.25, 32}, {128, 16, 0.25, 16}, {64, 0, 0.001, 1}} {
+		rng := rand.New(rand.NewPCG(7, uint64(tt.d)))
+		st := pcStats(t, pcBlocks(rng, 200, n, tt.d), n, tt.d)
+		o := DefaultKakeyaPCOptions()
+		o.MaxCoded, o.CodedFrac = tt.coded, tt.frac
+		k, err := NewKakeyaPC(o, st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(k.codedIdx) > tt.max || len(k.codedIdx) < (tt.max+1)/2 {
+			t.Errorf("d=%d %s: %d coded components, want at most (and near) %d", tt.d, k.Name(), len(k.codedIdx), tt.max)
+		}
+		if !strings.Contains(k.Name(), fmt.Sprintf("-cf%g", tt.frac)) {
+			t.Errorf("name %q lacks the fraction %g", k.Name(), tt.frac)
+		}
+		o.MaxCoded, o.CodedFrac = tt.max, 0
+		byCount, err := NewKakeyaPC(o, st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := pcBlocks(rand.New(rand.NewPCG(9, uint64(tt.d))), 1, n, tt.d)[0]
+		_, a := roundTrip(t, k, x, n, tt.d)
+		_, b := roundTrip(t, byCount, x, n, tt.d)
+		if !slices.Equal(k.codedIdx, byCount.codedIdx) || !bytes.Equal(a, b) {
+			t.Errorf("d=%d: codedfrac=%g codes %v (%d bytes), coded=%d codes %v (%d bytes): want the same block", tt.d, tt.frac, k.codedIdx, len(a), tt.max, byCount.codedIdx, len(b))
+		}
+	}
+	c, err := Parse("kakeya-pc:rate=2.5,codedfrac=0.25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.(*KakeyaPC).Options().CodedFrac; got != 0.25 {
+		t.Errorf("codedfrac=0.25 parsed as %v", got)
+	}
+	for _, bad := range []string{"kakeya-pc:codedfrac=1.5", "kakeya-pc:codedfrac=-0.1"} {
+		if _, err := Parse(bad); err == nil || !strings.Contains(err.Error(), "codedfrac") {
+			t.Errorf("%s: err = %v, want one naming codedfrac", bad, err)
+		}
 	}
 }
