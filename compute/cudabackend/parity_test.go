@@ -249,7 +249,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// logits by up to 1.28, past the flip allowance below, though
 		// every other block is the host's bit for bit.
 		{"kakeya preset", kvconfig.Spec{KV: "kakeya", BlockSize: 8, HotWindow: -1, CacheType: "bf16"}},
-		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=2.5,coded=16", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
+		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=2.5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {

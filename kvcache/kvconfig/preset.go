@@ -6,8 +6,9 @@ import "strings"
 // (--kv-codec kakeya, Spec{KV: "kakeya"}) runs. It names a codec per side:
 // kakeya-pc, a principal basis per layer side calibrated on the model and
 // bits allocated per component, on every layer, with a short hot window;
-// the keys keep only their 16 components of most weighted variance coded
-// (coded=16), the values all the components the allocation gives bits.
+// the keys keep only their components of most weighted variance coded, a
+// quarter of the head dimension (codedfrac=0.25: 16 of 64, 32 of 128),
+// the values all the components the allocation gives bits.
 //
 // History. Chosen on 2026-11-26 (docs/results/2026-11-26-kakeya-preset.md)
 // as kakeya-pc:rate=2.5 on both sides, the highest whole-cache ratio
@@ -24,17 +25,21 @@ import "strings"
 // calibration, and at depth 2,048 a decode of 1.2-1.6x plain's speed
 // (AVX-512; 0.9-1.5x AVX2) where rate 2.5 on both sides runs at 0.5-0.9x:
 // a key costs C*d multiply-adds to rebuild for its C coded components
-// (docs/results/2026-11-29-pc-decode4.md). The cap is a count measured at
-// head_dim 64; at 128 it codes an eighth of the components, a quality not
-// yet measured. Each setting the Spec names itself (its block size, hot
+// (docs/results/2026-11-29-pc-decode4.md). The cap was measured as a
+// count, 16, at head_dim 64, the only head size with trained weights
+// here; the preset states it as the share that count is, a quarter of the
+// head dimension, so that a model of head_dim 128 or 256 keeps the share
+// measured rather than an eighth or a sixteenth (the same bytes at 64;
+// quality at 128 and 256 not yet measured). Each setting the Spec names itself (its block size, hot
 // window, boundary layers) wins over the preset's.
 const (
 	// PresetName is the codec name that, written alone, selects the preset.
 	PresetName = "kakeya"
 	// PresetKCodec is the preset's key codec: kakeya-pc at rate 2.5 with
-	// at most 16 coded components, written as codec.Spec.String writes it
-	// (parameters in name order), as the settings line shows it.
-	PresetKCodec = "kakeya-pc:coded=16,rate=2.5"
+	// at most a quarter of the head dimension's components coded, written
+	// as codec.Spec.String writes it (parameters in name order), as the
+	// settings line shows it.
+	PresetKCodec = "kakeya-pc:codedfrac=0.25,rate=2.5"
 	// PresetVCodec is the preset's value codec: kakeya-pc at rate 2.5.
 	PresetVCodec = "kakeya-pc:rate=2.5"
 	// PresetBlock is the preset's block size, the one its calibration
