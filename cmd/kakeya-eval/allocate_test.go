@@ -10,12 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/calibrate"
-	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
-	"github.com/kakeya-ai/kakeya/weights"
 )
 
 // A sensitivity run, an allocation from it, and ppl with the policy on the
@@ -138,24 +135,9 @@ func TestSensitivityAllocatePolicy(t *testing.T) {
 func TestSensitivityDefaultChoices(t *testing.T) {
 	dir := shareddata.File(t, "models", "stories260K")
 	data := shareddata.File(t, "data", "tinystories", "val.txt")
-	cfg, err := weights.LoadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := cfg.HeadDim
-	cal := &codec.Calibration{Layers: cfg.NumLayers, KVHeads: cfg.NumKVHeads, HeadDim: d, Model: "stories260K"}
-	for range cfg.NumLayers * cfg.NumKVHeads {
-		L := make([]float32, d*d)
-		for i := range d {
-			L[i*d+i] = 1
-		}
-		cal.Chol = append(cal.Chol, L)
-	}
 	tmp := t.TempDir()
 	noPCA := filepath.Join(tmp, "nopca.safetensors")
-	if err := calibrate.Save(noPCA, cal); err != nil {
-		t.Fatal(err)
-	}
+	writeDiagCalibration(t, dir, noPCA, 1)
 	common := []string{"--model", dir, "--data", data, "--ctx", "48", "--n-eval", "8", "--passages", "1", "--block-size", "16", "--hot-window", "16",
 		"--calib-cache", filepath.Join(tmp, "auto")}
 	for _, c := range []struct {

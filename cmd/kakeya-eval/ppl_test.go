@@ -225,23 +225,8 @@ func TestPPLCancelledWritesNothing(t *testing.T) {
 // undoes, so the preconditioned run must score like plain int8 keys.
 func TestPPLPrecond(t *testing.T) {
 	dir := shareddata.File(t, "models", "stories260K")
-	cfg, err := weights.LoadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := cfg.HeadDim
-	cal := &codec.Calibration{Layers: cfg.NumLayers, KVHeads: cfg.NumKVHeads, HeadDim: d, Model: "stories260K"}
-	for range cfg.NumLayers * cfg.NumKVHeads {
-		L := make([]float32, d*d)
-		for i := range d {
-			L[i*d+i] = 2
-		}
-		cal.Chol = append(cal.Chol, L)
-	}
 	calib := filepath.Join(t.TempDir(), "calib.safetensors")
-	if err := calibrate.Save(calib, cal); err != nil {
-		t.Fatal(err)
-	}
+	writeDiagCalibration(t, dir, calib, 2)
 	r, _ := runReport(t, "--model", dir, "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--ctx", "48", "--n-eval", "16", "--passages", "2", "--calib", calib,
 		"--config", "name=k8,k=int8,block=16,precond=0", "--config", "name=pk8,k=int8,precond=1,block=16")
@@ -389,5 +374,28 @@ func TestPPLAutoCalibration(t *testing.T) {
 	given, log := run("--calib", files[0], "--config", "name=nocb,kv=kakeya,precond=0,cb=0")
 	if strings.Contains(log, "calibrating") || given.Configs[2].Total != first.Configs[1].Total {
 		t.Errorf("--calib the cache file, precond=0, cb=0: %+v (stderr %q), want %+v", given.Configs[2].Total, log, first.Configs[1].Total)
+	}
+}
+
+// writeDiagCalibration writes to path a calibration of the stories260K
+// model in dir holding only query Cholesky factors, scale times the
+// identity for every layer and KV head: no principal components.
+func writeDiagCalibration(t *testing.T, dir, path string, scale float32) {
+	t.Helper()
+	cfg, err := weights.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.HeadDim
+	cal := &codec.Calibration{Layers: cfg.NumLayers, KVHeads: cfg.NumKVHeads, HeadDim: d, Model: "stories260K"}
+	for range cfg.NumLayers * cfg.NumKVHeads {
+		L := make([]float32, d*d)
+		for i := range d {
+			L[i*d+i] = scale
+		}
+		cal.Chol = append(cal.Chol, L)
+	}
+	if err := calibrate.Save(path, cal); err != nil {
+		t.Fatal(err)
 	}
 }
