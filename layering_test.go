@@ -96,6 +96,8 @@ var allowed = map[string][]string{
 	"internal/leveltest":   {"kernels/cpu"},
 	"internal/cli":         {"kernels/cpu"}, // --version names the CPU kernels
 	"internal/clitest":     {},
+	// Tests only: the small calibrations the commands' tests write.
+	"internal/calibtest": {"calibrate", "codec", "weights"},
 
 	// The cache flags the commands share.
 	"internal/kvflags": {"kvcache/kvconfig"},

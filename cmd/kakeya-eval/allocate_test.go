@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kakeya-ai/kakeya/internal/calibtest"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
@@ -137,7 +138,7 @@ func TestSensitivityDefaultChoices(t *testing.T) {
 	data := shareddata.File(t, "data", "tinystories", "val.txt")
 	tmp := t.TempDir()
 	noPCA := filepath.Join(tmp, "nopca.safetensors")
-	writeDiagCalibration(t, dir, noPCA, 1)
+	calibtest.Diag(t, dir, noPCA, 1)
 	common := []string{"--model", dir, "--data", data, "--ctx", "48", "--n-eval", "8", "--passages", "1", "--block-size", "16", "--hot-window", "16",
 		"--calib-cache", filepath.Join(tmp, "auto")}
 	for _, c := range []struct {

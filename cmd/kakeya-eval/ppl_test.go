@@ -10,12 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/calibrate"
-	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
+	"github.com/kakeya-ai/kakeya/internal/calibtest"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/weights"
 )
 
 type pplReport struct {
@@ -226,7 +224,7 @@ func TestPPLCancelledWritesNothing(t *testing.T) {
 func TestPPLPrecond(t *testing.T) {
 	dir := shareddata.File(t, "models", "stories260K")
 	calib := filepath.Join(t.TempDir(), "calib.safetensors")
-	writeDiagCalibration(t, dir, calib, 2)
+	calibtest.Diag(t, dir, calib, 2)
 	r, _ := runReport(t, "--model", dir, "--data", shareddata.File(t, "data", "tinystories", "val.txt"),
 		"--ctx", "48", "--n-eval", "16", "--passages", "2", "--calib", calib,
 		"--config", "name=k8,k=int8,block=16,precond=0", "--config", "name=pk8,k=int8,precond=1,block=16")
@@ -374,28 +372,5 @@ func TestPPLAutoCalibration(t *testing.T) {
 	given, log := run("--calib", files[0], "--config", "name=nocb,kv=kakeya,precond=0,cb=0")
 	if strings.Contains(log, "calibrating") || given.Configs[2].Total != first.Configs[1].Total {
 		t.Errorf("--calib the cache file, precond=0, cb=0: %+v (stderr %q), want %+v", given.Configs[2].Total, log, first.Configs[1].Total)
-	}
-}
-
-// writeDiagCalibration writes to path a calibration of the stories260K
-// model in dir holding only query Cholesky factors, scale times the
-// identity for every layer and KV head: no principal components.
-func writeDiagCalibration(t *testing.T, dir, path string, scale float32) {
-	t.Helper()
-	cfg, err := weights.LoadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := cfg.HeadDim
-	cal := &codec.Calibration{Layers: cfg.NumLayers, KVHeads: cfg.NumKVHeads, HeadDim: d, Model: "stories260K"}
-	for range cfg.NumLayers * cfg.NumKVHeads {
-		L := make([]float32, d*d)
-		for i := range d {
-			L[i*d+i] = scale
-		}
-		cal.Chol = append(cal.Chol, L)
-	}
-	if err := calibrate.Save(path, cal); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -11,12 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kakeya-ai/kakeya/calibrate"
-	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/internal/calibtest"
 	"github.com/kakeya-ai/kakeya/internal/device"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
-	"github.com/kakeya-ai/kakeya/weights"
 )
 
 // parseCache parses args after --model and --prompt.
@@ -113,26 +111,11 @@ func TestFlagErrors(t *testing.T) {
 }
 
 // writeCalibration writes a calibration with Cholesky factors 2*I for the
-// model in dir, as kakeya-eval calibrate would.
+// model in dir, as kakeya-eval calibrate would, and returns its path.
 func writeCalibration(t *testing.T, dir string) string {
 	t.Helper()
-	cfg, err := weights.LoadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := cfg.HeadDim
-	cal := &codec.Calibration{Layers: cfg.NumLayers, KVHeads: cfg.NumKVHeads, HeadDim: d, Model: "stories260K"}
-	for range cfg.NumLayers * cfg.NumKVHeads {
-		L := make([]float32, d*d)
-		for i := range d {
-			L[i*d+i] = 2
-		}
-		cal.Chol = append(cal.Chol, L)
-	}
 	path := filepath.Join(t.TempDir(), "calib.safetensors")
-	if err := calibrate.Save(path, cal); err != nil {
-		t.Fatal(err)
-	}
+	calibtest.Diag(t, dir, path, 2)
 	return path
 }
 
