@@ -49,7 +49,7 @@ at a time; each model load is warmed up first by an untimed short run.
 Caches: plain (bf16, the tools' default), or a codec spec, each compressed
 cache with every layer compressed (--boundary none, unless given),
 64-token blocks (--block-size) and a hot window of one block. kakeya
-alone is the kakeya preset (keys kakeya-pc:rate=2.5,coded=16, values
+alone is the kakeya preset (keys kakeya-pc:codedfrac=0.25,rate=2.5, values
 kakeya-pc:rate=2.5, a 32-token hot window), which, like any kakeya-pc or kvtc cache, needs a calibration: --calib, or
 else the automatic one kakeya-run and kakeya-serve make (the same file,
 read from --calib-cache or made there once on the built-in text). The
