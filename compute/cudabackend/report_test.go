@@ -281,7 +281,7 @@ func (k *kernelBench) encoder(cache string) {
 	if err == nil {
 		jobs := make([]uint64, 0, 4*parts)
 		for i := range parts {
-			jobs = append(jobs, uint64(dst)+uint64(i*e.slot), uint64(src)+uint64(2*i*bs*d), uint64(prm), uint64(y)+uint64(i*scratch))
+			jobs = append(jobs, uint64(dst)+uint64(i*e.slot), hotWord(src+Ptr(2*i*bs*d), true), uint64(prm), uint64(y)+uint64(i*scratch))
 		}
 		b.flushQueue()
 		if err = b.drv.copyIn(src, bytesOf(hot)); err == nil {
