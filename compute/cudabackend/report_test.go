@@ -522,10 +522,10 @@ func (k *kernelBench) whitened() {
 		}
 	}
 	okW := fma && sameW == parts || !fma && worstW <= 1e-5*max(1, scale)
-	k.r.row("kernels", wLabel, status(okW), fmt.Sprintf("%d parts of %dx%d bf16 by a factor per KV head: %s a launch (%s a part); predicted 10-20 µs on an H100 and an H200 (docs/cuda.md, not measured); %d of %d parts the host's rows bit for bit (host kernel level %s), max difference %.3g",
+	k.r.row("kernels", wLabel, status(okW), fmt.Sprintf("%d parts of %dx%d bf16 by a factor per KV head: %s a launch (%s a part); predicted 5-12 µs on an H100 and an H200 (docs/cuda.md, not measured); %d of %d parts the host's rows bit for bit (host kernel level %s), max difference %.3g",
 		parts, bs, d, fmtDur(perW), fmtDur(perW/time.Duration(parts)), sameW, parts, cpu.Level(), worstW), map[string]any{
 		"shape": k.shape, "kernel": lw.Kernel, "parts": parts, "reps": repsW, "us": float64(perW) / 1e3,
-		"predicted_us_lo": 10.0, "predicted_us_hi": 20.0, "same": sameW, "max_diff": worstW,
+		"predicted_us_lo": 5.0, "predicted_us_hi": 12.0, "same": sameW, "max_diff": worstW,
 	})
 	// enc_whiten then enc_pc: the blocks against the host's.
 	per, reps := timeLaunches(lw, lp)
@@ -569,10 +569,10 @@ func (k *kernelBench) whitened() {
 		}
 	}
 	tol := 0.01
-	k.r.row("kernels", pLabel, status(worst <= tol), fmt.Sprintf("%d key parts of %dx%d bf16, enc_whiten then enc_pc: %s the two launches (%s a part); predicted 45-90 µs on an H100 and an H200 (enc_whiten 10-20, enc_pc 35-70: docs/cuda.md, not measured); %d of %d blocks codec.Preconditioned's bytes; squared error %.4g, the host's %.4g (worst part %+.2g, tol %.0g)",
+	k.r.row("kernels", pLabel, status(worst <= tol), fmt.Sprintf("%d key parts of %dx%d bf16, enc_whiten then enc_pc: %s the two launches (%s a part); predicted 40-80 µs on an H100 and an H200 (enc_whiten 5-12, enc_pc 35-70: docs/cuda.md, not measured); %d of %d blocks codec.Preconditioned's bytes; squared error %.4g, the host's %.4g (worst part %+.2g, tol %.0g)",
 		parts, bs, d, fmtDur(per), fmtDur(per/time.Duration(parts)), same, parts, eGot, eRef, worst, tol), map[string]any{
 		"shape": k.shape, "kernel": lw.Kernel + "+" + lp.Kernel, "cache": "pre+kakeya-pc:rate=2.5", "parts": parts, "reps": reps, "us": float64(per) / 1e3,
-		"predicted_us_lo": 45.0, "predicted_us_hi": 90.0, "slot": e.slot, "same": same, "rel_err": worst, "tol": tol,
+		"predicted_us_lo": 40.0, "predicted_us_hi": 80.0, "slot": e.slot, "same": same, "rel_err": worst, "tol": tol,
 	})
 }
 

@@ -221,12 +221,18 @@ KK_KERNEL void __launch_bounds__(256) enc_int8(kk_u8 *__restrict__ dst, const vo
 // bf16, else float32), so that the format's test is not in the loop: the
 // loop over k is unrolled by eight, so that eight terms' loads are in
 // flight at once (rolled, each multiply-add waited for its own two loads,
-// an L1 hit's latency a term), the sum's order unchanged.
+// an L1 hit's latency a term), the sum's order unchanged. Output y[i][j]
+// sums d - j terms: a thread's outputs alternate from one pass of the
+// block to the next between column c and d - 1 - c of their rows, so that
+// where d divides the block (each thread then keeping one c) no thread
+// chains d terms an output while another chains one.
 template <bool BF16>
 KK_DEVICE void kk_whiten_rows(float *__restrict__ dst, const void *__restrict__ src, int n, int d,
                               const float *__restrict__ L) {
-	for (int o = threadIdx.x; o < n * d; o += blockDim.x) {
+	for (int o = threadIdx.x, pass = 0; o < n * d; o += blockDim.x, pass++) {
 		int i = o / d, j = o - i * d;
+		if (pass & 1)
+			j = d - 1 - j;
 		long long row = (long long)i * d;
 		float acc = 0.0f;
 #pragma unroll 8
@@ -234,7 +240,7 @@ KK_DEVICE void kk_whiten_rows(float *__restrict__ dst, const void *__restrict__ 
 			float x = BF16 ? kk_bf16(((const kk_u16 *)src)[row + k]) : ((const float *)src)[row + k];
 			acc = __builtin_fmaf(x, L[(long long)k * d + j], acc);
 		}
-		dst[o] = acc;
+		dst[(long long)i * d + j] = acc;
 	}
 }
 
