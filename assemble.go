@@ -142,7 +142,7 @@ func (c *Caches) warnHostEncoded(o model.SequenceOptions, st kvconfig.Settings) 
 	c.mu.Unlock()
 	if !told {
 		c.opt.Log.Warn("KV blocks encoded on the host: each block that fills is read back from the "+c.m.Backend().Name()+
-			" device, encoded on the host and copied in, one host wait per block and KV head (int8, int4, int2 and kakeya-pc encode on the device)",
+			" device, encoded on the host and copied in, one host wait per block and KV head (int8, int4, int2 and kakeya-pc encode on the device, their keys preconditioned or not)",
 			"layers", text)
 	}
 	return nil

@@ -26,8 +26,9 @@
 // once, before RoPE and the dot products. Blocks of other codecs hold
 // their decoded values. Full int8, int4 (as attention reads it) and
 // kakeya-pc blocks (fixed rate and entropy-coded) are encoded on the
-// device (the store is a compute.PartEncoder, encode.go), the others on
-// the host.
+// device (the store is a compute.PartEncoder, encode.go), and so are
+// preconditioned keys of those codecs, whitened there first (enc_whiten);
+// the others on the host.
 //
 // A decode step runs each decoder layer as five kernels (compute.Fused,
 // see fused.go): the normalisation, projections, biases, RoPE and cache

@@ -30,11 +30,12 @@ import (
 // host after a copy back.
 //
 // Keys of a preconditioned codec (codec.Whitened with a Factor, e.g.
-// codec.Preconditioned) whose inner codec is int8 or int4 as above are
+// codec.Preconditioned) whose inner codec is one of those four are
 // whitened first by enc_whiten, y = x L into device scratch, one fused
-// multiply-add a term in the host's order (so y, and the block's bytes,
-// are the host's), which the inner codec's encoder then reads as a
-// float32 part; attention un-whitens them with the inverse factor as it
+// multiply-add a term in the host's order (so y is the host's bit for
+// bit, and the block's bytes are the host's wherever the inner encoder
+// makes the inner codec's), which the inner codec's encoder then reads as
+// a float32 part; attention un-whitens them with the inverse factor as it
 // does the blocks the host encodes (SetEncoded).
 
 // encThreads is the block size of the encoders (a power of two: kk_seal
@@ -50,8 +51,11 @@ type encoding struct {
 	shared  int   // dynamic shared bytes of the kernel
 	scratch int   // kakeya_pc, kakeya_pc_ec, a whitened codec: bytes of device scratch
 	cfg     int   // int4: the header's parameter byte plus the group times 256
-	whiten  bool  // a preconditioned codec's: enc_whiten goes first (scratch: n x d floats)
-	ok      bool  // the device encodes the codec's blocks
+	// A preconditioned codec's: enc_whiten goes first, into the first
+	// white bytes of the scratch (n x d floats, rounded up to encAlign),
+	// the inner encoder's own scratch after them.
+	white int
+	ok    bool // the device encodes the codec's blocks
 }
 
 // factored is a whitened codec that gives its factor L (d x d,
@@ -64,12 +68,13 @@ type factored interface {
 // deviceEncoding returns how the device encodes dec's blocks of the
 // store's shape, and false when it does not (any codec but int8, int4
 // as attention reads it, kakeya_pc and kakeya_pc_ec, a whitened codec
-// whose inner codec is not int8 or int4 as attention reads it, a head
+// whose inner codec is none of those four, a head
 // past maxHeadDim, a kakeya_pc block whose codes do not fit shared
 // memory or whose settings pcParams cannot hold, a kakeya_pc_ec codec
 // whose tables ransTables or pcecParams cannot hold). A kakeya_pc or
-// kakeya_pc_ec codec's result is kept: its settings are a copy of its
-// calibration, too large to make per block.
+// kakeya_pc_ec codec's result is kept, and a whitened codec's takes its
+// inner codec's kept one: its settings are a copy of its calibration, too
+// large to make per block.
 func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
 	s.b.mu.Lock()
 	defer s.b.mu.Unlock()
@@ -78,6 +83,17 @@ func (s *store) deviceEncoding(dec compute.Decoder) (encoding, bool) {
 
 // encodingOf is deviceEncoding with the backend's mu held.
 func (s *store) encodingOf(dec compute.Decoder) (encoding, bool) {
+	if w, ok := dec.(codec.Whitened); ok {
+		inner, ok := whitenable(w, s.d)
+		if !ok {
+			return encoding{}, false
+		}
+		e, ok := s.encodingOf(inner)
+		if !ok {
+			return encoding{}, false
+		}
+		return whitened(e, s.rows, s.d), true
+	}
 	_, f, ok := builtinFormat(dec)
 	if !ok || f.ID != codec.FormatKakeyaPC && f.ID != codec.FormatKakeyaPCEC {
 		return deviceEncoding(dec, s.rows, s.d)
@@ -176,21 +192,41 @@ func deviceEncoding(dec compute.Decoder, n, d int) (encoding, bool) {
 
 // whitenedEncoding returns how the device encodes the blocks of the
 // whitened codec w (n rows of d values): enc_whiten, then the encoder of
-// its inner codec, when that is int8 or int4 as attention reads it, the
-// factor and its inverse are d x d, and the kernels undo w (see
-// preconditioner); else false.
+// its inner codec (int8, int4 as attention reads it, kakeya_pc or
+// kakeya_pc_ec), when the device encodes that and whitenable allows;
+// else false.
 func whitenedEncoding(w codec.Whitened, n, d int) (encoding, bool) {
-	f, ok := w.(factored)
-	inner, linv := preconditioner(w, d)
-	if !ok || linv == nil || len(f.Factor()) != d*d {
+	inner, ok := whitenable(w, d)
+	if !ok {
 		return encoding{}, false
 	}
 	e, ok := deviceEncoding(inner, n, d)
-	if !ok || e.format != partInt8 && e.format != partInt4 {
+	if !ok {
 		return encoding{}, false
 	}
-	e.whiten, e.scratch = true, 4*n*d
-	return e, true
+	return whitened(e, n, d), true
+}
+
+// whitenable returns the inner codec of w, and whether enc_whiten can
+// whiten its blocks of d values: w gives its factor, the factor and its
+// inverse are d x d, and the kernels undo w (see preconditioner).
+func whitenable(w codec.Whitened, d int) (compute.Decoder, bool) {
+	f, ok := w.(factored)
+	inner, linv := preconditioner(w, d)
+	if !ok || linv == nil || len(f.Factor()) != d*d {
+		return nil, false
+	}
+	return inner, true
+}
+
+// whitened returns the encoding of a whitened codec whose inner codec's
+// is e, for blocks of n rows of d values: e's kernel reads the n x d
+// floats enc_whiten writes at the start of the scratch, its own scratch
+// after them.
+func whitened(e encoding, n, d int) encoding {
+	e.white = roundUp(4*n*d, encAlign)
+	e.scratch += e.white
+	return e
 }
 
 // pcecStaged returns the floats of enc_pcec's shared memory where it
@@ -220,7 +256,8 @@ func pcecScratch(n, m, c, steps, lanes int) int {
 // EncodedLen implements compute.PartEncoder: int8, int4 (as attention
 // reads it), kakeya_pc (fixed rate) and kakeya_pc_ec (entropy-coded:
 // the length of its slot, pcecSlot, the most its blocks take) blocks are
-// encoded on the device.
+// encoded on the device, and so are those of a preconditioned codec
+// whose inner codec is one of them.
 func (s *store) EncodedLen(dec compute.Decoder) (int, bool) {
 	e, ok := s.deviceEncoding(dec)
 	return e.size, ok
@@ -297,9 +334,11 @@ func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
 	// A whitened codec's factor for enc_whiten and inverse for
 	// attention, each uploaded on the codec's first block.
 	var l, linv Ptr
-	if e.whiten {
+	inner := dec // whose settings the encoder reads
+	if e.white > 0 {
 		var err error
-		w := dec.(factored) // whitenedEncoding checked it
+		w := dec.(factored) // whitenable checked it
+		inner = w.Unwrap()
 		if l, err = s.factor(w); err != nil {
 			return err
 		}
@@ -312,7 +351,7 @@ func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
 	if e.format == partKakeyaPC || e.format == partKakeyaPCEC {
 		var ok bool
 		var err error
-		if prm, ok, err = s.codecParams(dec, e.format); err != nil {
+		if prm, ok, err = s.codecParams(inner, e.format); err != nil {
 			return err
 		}
 		if !ok {
@@ -357,8 +396,9 @@ func (s *store) factor(w factored) (Ptr, error) {
 // encWhitenLaunch whitens the hot part at src (n rows of d values, bf16
 // or float32) by the factor l (d x d floats, row-major, lower
 // triangular) into dst, n x d floats, in one block; with jobs set (a
-// device array of count kk_enc_job entries: dst, src, l, unused), count
-// parts, a block each, dst, src and l then unused.
+// device array of count kk_enc_job entries: dst, src tagged by encJobBF16
+// where its rows are bf16, l, unused), count parts, a block each, dst,
+// src, bf16 and l then unused.
 // Kernel: enc_whiten(float *dst, const void *src, int bf16, int n, int d, const float *L, const uint64 *jobs).
 func encWhitenLaunch(dst, src Ptr, bf16 bool, n, d int, l, jobs Ptr, count int) Launch {
 	positive("enc_whiten", n, d, count)
@@ -369,8 +409,9 @@ func encWhitenLaunch(dst, src Ptr, bf16 bool, n, d int, l, jobs Ptr, count int) 
 
 // encInt8Launch encodes the hot part at src (n rows of d values, bf16 or
 // float32) as codec.Int8 into dst, header and CRC included, in one block;
-// with jobs set (a device array of count kk_enc_job entries: dst, src,
-// prm, y), count parts, a block each, dst and src then unused.
+// with jobs set (a device array of count kk_enc_job entries: dst, src
+// tagged by encJobBF16 where its rows are bf16, prm, y), count parts, a
+// block each, dst, src and bf16 then unused.
 // Kernel: enc_int8(uint8 *dst, const void *src, int bf16, int n, int d, const uint64 *jobs).
 func encInt8Launch(dst, src Ptr, bf16 bool, n, d, shared int, jobs Ptr, count int) Launch {
 	positive("enc_int8", n, d, count)
@@ -418,6 +459,18 @@ func encPCECLaunch(dst, src Ptr, bf16 bool, n, d int, prm, scratch Ptr, shared i
 	return Launch{Kernel: "enc_pcec", Grid: Dim3{u32("enc_pcec parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
 }
 
+// encJobBF16 tags a kk_enc_job entry's hot part address (its second
+// word, 16-byte aligned) whose rows are bf16: the encoders read each
+// part's format from its entry, so that one launch encodes a layer's
+// whitened keys (float32 rows, enc_whiten's) and its bf16 values.
+const encJobBF16 = 1
+
+// hotWord returns a kk_enc_job entry's second word: the hot part's
+// address, tagged by encJobBF16 where its rows are bf16.
+func hotWord(src Ptr, bf16 bool) uint64 {
+	return uint64(src) | uint64(b2i(bf16))*encJobBF16
+}
+
 // encJob is one part's encode, launched with the others of its
 // EncodeParts call (emitEncodes).
 type encJob struct {
@@ -451,10 +504,11 @@ type encBatch struct {
 // emitEncodes launches the jobs EncodeParts made, after the work queued
 // and the cache writes deferred before them (EncodeParts launched those
 // or folded them into the held norm_qkv):
-// one launch per kernel and hot format (enc_int8, enc_int4, enc_pc,
-// enc_pcec; bf16 or float32 parts), a block each, after one enc_whiten
-// launch per hot format for the whitened parts (whose encoders read its
-// float32 rows). The jobs' table (kk_enc_job entries) goes into
+// one launch per kernel and block shape (enc_int8, enc_int4, enc_pc,
+// enc_pcec; bf16 and float32 parts alike, each job's entry saying which:
+// encJobBF16), a block each, after one enc_whiten launch for the whitened
+// parts (whose encoders read its float32 rows). So a layer whose keys and
+// values share a codec makes one encoder launch, whitened keys or not. The jobs' table (kk_enc_job entries) goes into
 // the step parameters and the launches join the queue, so that neither
 // the table's copy nor the launches cost the host a wait of their own:
 // the table reaches the device with the step's other slots, in the one
@@ -502,12 +556,10 @@ func (b *Backend) emitEncodes() {
 		}
 		eb.y, eb.yN = p, size
 	}
-	// A launch per kernel, hot format and block shape: the jobs sorted by
-	// them (stably: each launch's parts in the order asked), a launch per
-	// run of equal ones.
-	// A whitened part's encoder reads float32 rows, enc_whiten's.
-	hot16 := func(j encJob) bool { return j.bf16 && j.l == 0 }
-	kind := func(j encJob) [4]int { return [4]int{int(j.e.format), b2i(hot16(j)), j.s.rows, j.s.d} }
+	// A launch per kernel and block shape: the jobs sorted by them
+	// (stably: each launch's parts in the order asked), a launch per run
+	// of equal ones.
+	kind := func(j encJob) [3]int { return [3]int{int(j.e.format), j.s.rows, j.s.d} }
 	slices.SortStableFunc(jobs, func(a, b encJob) int {
 		ka, kb := kind(a), kind(b)
 		return slices.Compare(ka[:], kb[:])
@@ -525,24 +577,30 @@ func (b *Backend) emitEncodes() {
 		if j.e.format == partInt4 {
 			third = uint64(j.e.cfg) // enc_int4 reads its settings there
 		}
-		src := j.src
-		if j.l != 0 {
-			// enc_whiten writes the whitened rows into the job's
-			// scratch, which the encoder reads as its part.
+		src := hotWord(j.src, j.bf16)
+		if j.e.white > 0 {
+			// enc_whiten writes the whitened rows (float32) at the
+			// start of the job's scratch, which the encoder reads as
+			// its part, its own scratch after them.
 			whiten = append(whiten, encJob{s: j.s, dst: jy, src: j.src, l: j.l, bf16: j.bf16})
-			src = jy
+			src = hotWord(jy, false)
+			if j.e.scratch > j.e.white {
+				jy += Ptr(j.e.white)
+			} else {
+				jy = 0
+			}
 		}
-		host = append(host, uint64(j.dst), uint64(src), third, uint64(jy))
+		host = append(host, uint64(j.dst), src, third, uint64(jy))
 	}
-	// enc_whiten's entries follow the encoders': a launch per hot format
-	// and block shape.
-	wkind := func(j encJob) [3]int { return [3]int{b2i(j.bf16), j.s.rows, j.s.d} }
+	// enc_whiten's entries follow the encoders': a launch per block
+	// shape.
+	wkind := func(j encJob) [2]int { return [2]int{j.s.rows, j.s.d} }
 	slices.SortStableFunc(whiten, func(a, b encJob) int {
 		ka, kb := wkind(a), wkind(b)
 		return slices.Compare(ka[:], kb[:])
 	})
 	for _, j := range whiten {
-		host = append(host, uint64(j.dst), uint64(j.src), uint64(j.l), 0)
+		host = append(host, uint64(j.dst), hotWord(j.src, j.bf16), uint64(j.l), 0)
 	}
 	eb.host = host
 	defer func() {
@@ -583,7 +641,7 @@ func (b *Backend) emitEncodes() {
 		j, end := whiten[first], first
 		for ; end < len(whiten) && wkind(whiten[end]) == wkind(j); end++ {
 		}
-		l := encWhitenLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, tab+Ptr(32*(len(jobs)+first)), end-first)
+		l := encWhitenLaunch(0, 0, false, j.s.rows, j.s.d, 0, tab+Ptr(32*(len(jobs)+first)), end-first)
 		if queued {
 			b.gen++
 			b.queue = append(b.queue, l)
@@ -601,13 +659,13 @@ func (b *Backend) emitEncodes() {
 		var l Launch
 		switch j.e.format {
 		case partInt8:
-			l = encInt8Launch(0, 0, hot16(j), j.s.rows, j.s.d, shared, jt, end-first)
+			l = encInt8Launch(0, 0, false, j.s.rows, j.s.d, shared, jt, end-first)
 		case partInt4:
-			l = encInt4Launch(0, 0, hot16(j), j.s.rows, j.s.d, 0, shared, jt, end-first)
+			l = encInt4Launch(0, 0, false, j.s.rows, j.s.d, 0, shared, jt, end-first)
 		case partKakeyaPCEC:
-			l = encPCECLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
+			l = encPCECLaunch(0, 0, false, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
 		default:
-			l = encPCLaunch(0, 0, j.bf16, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
+			l = encPCLaunch(0, 0, false, j.s.rows, j.s.d, 0, 0, shared, jt, end-first)
 		}
 		if queued {
 			// Static: a decode step that fills a block has the same

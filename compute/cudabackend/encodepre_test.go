@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/calibrate"
@@ -191,12 +192,16 @@ func TestEncodePreconditionedOnDevice(t *testing.T) {
 // The query Cholesky factors of a trained model (ref-qwen2-6m, head dim
 // 64, calibrated here over 192 tokens), applied to its own keys' scale of
 // values: enc_whiten and enc_int8 or enc_int4 write the host's bytes for
-// every layer's and KV head's factor.
+// every layer's and KV head's factor; enc_whiten and enc_pc or enc_pcec
+// (kakeya-pc keys, fixed rate and entropy-coded, whose whitened rows are
+// drawn from the inner codec's synthetic statistics) blocks the codec
+// decodes within 1% of the host block's squared error
+// (whitenedPCBlock), most of them its bytes.
 func TestEncodePreconditionedRealFactor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("calibrates ref-qwen2-6m")
 	}
-	needKernels(t, "enc_whiten", "enc_int8", "enc_int4", "kv_write")
+	needKernels(t, "enc_whiten", "enc_int8", "enc_int4", "enc_pc", "enc_pcec", "kv_write")
 	dir := shareddata.File(t, "models", "ref-qwen2-6m")
 	m := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 256})
 	cal, err := calibrate.RunModel(context.Background(), m, testIDs(192, m.Config().VocabSize), calibrate.Options{Ctx: 64})
@@ -206,27 +211,47 @@ func TestEncodePreconditionedRealFactor(t *testing.T) {
 	d := cal.HeadDim
 	const n = 16
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, spec := range []string{"int8", "int4-k", "int4"} {
-		s, err := codec.ParseSpec(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		inner, err := codec.New(s)
-		if err != nil {
-			t.Fatal(err)
+	st := synthPCA(r, d)
+	for _, spec := range []string{"int8", "int4-k", "int4", "kakeya-pc", "kakeya-pc:ec=true"} {
+		var inner codec.Codec
+		pc := strings.HasPrefix(spec, "kakeya-pc")
+		if pc {
+			o := codec.DefaultKakeyaPCOptions()
+			o.Rate, o.Block, o.Entropy = 2.5, n, strings.Contains(spec, "ec=true")
+			inner = newPC(t, o, st)
+		} else {
+			s, err := codec.ParseSpec(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inner, err = codec.New(s); err != nil {
+				t.Fatal(err)
+			}
 		}
 		gpu, _ := newFakeBackend(t, Options{})
 		store := gpu.NewBlockStore(n, d, true)
+		same := 0
 		for i, L := range cal.Chol {
 			cd, err := codec.NewPreconditioned(inner, L, d)
 			if err != nil {
 				t.Fatalf("factor %d: %v", i, err)
 			}
-			x := randFloats(r, n*d)
-			for j := range x {
-				x[j] *= 3 // keys of a few units, as the model's are
+			var x []float32
+			if pc {
+				x = whitenedPCRows(r, cd, st, n)
+			} else {
+				x = randFloats(r, n*d)
+				for j := range x {
+					x[j] *= 3 // keys of a few units, as the model's are
+				}
 			}
 			p, hot := encodeOnDevice(t, gpu, store, cd, x, n, d)
+			if pc {
+				if whitenedPCBlock(t, cd, deviceBytes(t, gpu, p), hot, n, d) {
+					same++
+				}
+				continue
+			}
 			want, err := cd.Encode(nil, hot, n, d)
 			if err != nil {
 				t.Fatal(err)
@@ -236,6 +261,6 @@ func TestEncodePreconditionedRealFactor(t *testing.T) {
 		if err := gpu.Err(); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %d real factors (d %d), kernel level %s: device blocks checked against the host's", spec, len(cal.Chol), d, cpu.Level())
+		t.Logf("%s: %d real factors (d %d), kernel level %s: device blocks checked against the host's (%d of kakeya-pc's its bytes)", spec, len(cal.Chol), d, cpu.Level(), same)
 	}
 }

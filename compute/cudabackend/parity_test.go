@@ -136,7 +136,13 @@ func runErr(m *model.Model, spec kvconfig.Spec, cal *codec.Calibration, ids []in
 	if err != nil {
 		return nil, kvcache.Stats{}, err
 	}
-	s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: p, BlockSize: spec.BlockSize})
+	return runPolicy(m, p, spec.BlockSize, ids, pre)
+}
+
+// runPolicy is runErr in a cache of the policy p and blocks of bs tokens
+// (0: the model's default).
+func runPolicy(m *model.Model, p kvcache.Policy, bs int, ids []int, pre int) ([][]float32, kvcache.Stats, error) {
+	s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: p, BlockSize: bs})
 	if err != nil {
 		return nil, kvcache.Stats{}, err
 	}
@@ -351,7 +357,10 @@ func TestForwardMatchesCPU(t *testing.T) {
 // binds: a synthetic calibration's allocation codes about 39 uncapped),
 // gives the CPU's logits on CUDA: a 140-token prefill, whose first two
 // blocks are encoded on the device as they fill, then decode steps past
-// the third block, and a decode of every token from the start.
+// the third block, and a decode of every token from the start. The
+// calibration has query Cholesky factors, as every calibration file has:
+// the preset's keys are weighed by the queries, never whitened (kvplan
+// preconditions no principal codec), so enc_pc encodes them as they are.
 func TestPresetForwardMatchesCPU(t *testing.T) {
 	needKernels(t, "matvec_f32", "matmul_f32", "attn_split_pc", "attn_combine", "enc_pc", "kv_write")
 	dir := filepath.Join(t.TempDir(), "qwen2-d64")
@@ -364,13 +373,17 @@ func TestPresetForwardMatchesCPU(t *testing.T) {
 	cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 256})
 	gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 256})
 	ids := testIDs(200, cpuM.Config().VocabSize)
-	cal := synthPCACalibration(cpuM, 17)
+	cal := pcCholCalibration(t, cpuM, 17)
 	sp := kvconfig.Spec{KV: "kakeya"}
 	pol, st, err := kvplan.NewPolicy(sp, cpuM.CacheShape(), cal)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := pol.KCodec(0, 0).(*codec.KakeyaPC).Settings().PC; len(k.Coded()) != 16 || st.K != kvconfig.PresetKCodec || st.V != kvconfig.PresetVCodec {
+	kc, ok := pol.KCodec(0, 0).(*codec.KakeyaPC)
+	if !ok {
+		t.Fatalf("the preset's keys under a calibration with query factors: %s, want kakeya-pc, not whitened", pol.KCodec(0, 0).Name())
+	}
+	if k := kc.Settings().PC; len(k.Coded()) != 16 || st.K != kvconfig.PresetKCodec || st.V != kvconfig.PresetVCodec {
 		t.Fatalf("preset keys code %d components, settings %s", len(k.Coded()), st)
 	}
 	for _, pre := range []int{140, 1} {

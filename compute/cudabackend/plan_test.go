@@ -14,6 +14,7 @@ import (
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/eval"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
@@ -139,13 +140,19 @@ func defaultPlan(t *testing.T) kvconfig.Plan {
 // per channel and per token, int2, int8, fixed-rate kakeya-pc: among them
 // a plan allocated from kakeya-eval sensitivity's default choices; also
 // with a calibration's query factors, int8 and int4 keys preconditioned,
-// whitened on the device by enc_whiten) makes
+// whitened on the device by enc_whiten; the kakeya preset under such a
+// calibration, whose keys are weighed by the queries, not whitened; and
+// kakeya-pc keys, fixed-rate and entropy-coded, preconditioned by a
+// policy built by hand, prePCPolicy) makes
 // one host wait, the logits' copy back, also in the steps that fill a
 // block and encode it: the encoders run in the step's stream, nothing is
-// read back. A kakeya-block layer, encoded on the host, still reads each
-// filled part back (the test logs it).
+// read back. Where a layer's keys and values share a codec (int8/int8,
+// kakeya-pc), whitened keys or not, a filling step makes one encoder
+// launch per layer: as many as enc_whiten's. A kakeya-block layer,
+// encoded on the host, still reads each filled part back (the test logs
+// it).
 func TestPlanDecodeOneHostWait(t *testing.T) {
-	needKernels(t, "enc_int4", "enc_int8", "enc_pc", "enc_whiten", "norm_qkv_bf16", "attn_split", "attn_split_pre", "attn_split_pc", "attn_combine")
+	needKernels(t, "enc_int4", "enc_int8", "enc_pc", "enc_pcec", "enc_whiten", "norm_qkv_bf16", "attn_split", "attn_split_pre", "attn_split_pc", "attn_combine")
 	dir := filepath.Join(t.TempDir(), "qwen2")
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
 		t.Fatal(err)
@@ -160,23 +167,33 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 	const prompt, steps, bs = 3, 9, 4 // positions 3..11: blocks fill at 7 and 11
 	for _, c := range []struct {
 		layers string
-		device bool // every layer encodes on the device
-		pre    bool // a calibration with query factors: int8 and int4 keys preconditioned
+		device bool   // every layer encodes on the device
+		pre    bool   // a calibration with query factors: int8 and int4 keys preconditioned
+		wrap   bool   // kakeya-pc keys preconditioned by hand (prePCPolicy)
+		shared string // the codec every layer's keys and values share: one encoder launch a layer and filling step
 	}{
-		{"int4-k/int4|int8/int2", true, false},
-		{"int2-k/int2|int4/int4-k", true, false},
-		{defaults, true, false},
-		{"int4-k/int4|int8/int2", true, true},
-		{"int8/int4|int2-k/int8", true, true},
-		{defaults, true, true},
-		{"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3", false, false},
+		{"int4-k/int4|int8/int2", true, false, false, ""},
+		{"int2-k/int2|int4/int4-k", true, false, false, ""},
+		{defaults, true, false, false, ""},
+		{"int4-k/int4|int8/int2", true, true, false, ""},
+		{"int8/int4|int2-k/int8", true, true, false, ""},
+		{"int8/int8|int8/int8", true, true, false, "enc_int8"},
+		{defaults, true, true, false, ""},
+		{"kakeya", true, true, false, "enc_pc"}, // the preset: keys weighed by the queries, not whitened
+		{"kakeya-pc:rate=2.5/kakeya-pc:rate=2.5|kakeya-pc:rate=2.5/kakeya-pc:rate=2.5", true, true, true, "enc_pc"},
+		{"kakeya-pc:ec=true/kakeya-pc:ec=true|kakeya-pc:ec=true/kakeya-pc:ec=true", true, true, true, "enc_pcec"},
+		{"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3", false, false, false, ""},
 	} {
 		sp := kvconfig.Spec{Layers: c.layers, BlockSize: bs, HotWindow: bs, CacheType: "bf16"}
+		if c.layers == "kakeya" {
+			sp = kvconfig.Spec{KV: "kakeya", BlockSize: bs, HotWindow: bs}
+		}
+		pcCal := strings.Contains(c.layers, "kakeya-pc") || c.layers == "kakeya"
 		var cal func(*model.Model) *codec.Calibration
-		if strings.Contains(c.layers, "kakeya-pc") || c.pre {
+		if pcCal || c.pre {
 			cal = func(m *model.Model) *codec.Calibration {
 				var cal *codec.Calibration
-				if strings.Contains(c.layers, "kakeya-pc") {
+				if pcCal {
 					cal = synthPCACalibration(m, 1)
 				}
 				if c.pre {
@@ -189,7 +206,29 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 				return cal
 			}
 		}
-		_, calls, gpu := stepRunCal(t, dir, Options{}, sp, cal, prompt, steps)
+		pol := func(m *model.Model) kvcache.Policy {
+			if c.wrap {
+				return prePCPolicy(t, m, sp, cal(m))
+			}
+			p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), cal(m))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, whitened := p.KCodec(0, 0).(*codec.Preconditioned); c.layers == "kakeya" && whitened {
+				t.Fatalf("the preset's keys are preconditioned by a calibration's query factors")
+			}
+			return p
+		}
+		if cal == nil {
+			pol = func(m *model.Model) kvcache.Policy {
+				p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+		}
+		_, calls, gpu := stepRunPolicy(t, dir, Options{}, sp.BlockSize, pol, prompt, steps)
 		fills, most := 0, int64(0)
 		for i, st := range calls {
 			pos := prompt + i
@@ -208,10 +247,23 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 		}
 		f := gpu.drv.(*launchCounter).driver.(*fakeDriver)
 		enc4, enc8, encPC, whiten := kernelCount(f, "enc_int4"), kernelCount(f, "enc_int8"), kernelCount(f, "enc_pc"), kernelCount(f, "enc_whiten")
-		t.Logf("%s (preconditioned keys %v): %d decode steps, %d filling a block; at most %d host waits a step; %d enc_int4, %d enc_int8, %d enc_pc and %d enc_whiten launches",
-			c.layers, c.pre, steps, fills, most, enc4, enc8, encPC, whiten)
-		if c.pre != (whiten > 0) {
+		encEC := kernelCount(f, "enc_pcec")
+		t.Logf("%s (preconditioned keys %v, kakeya-pc keys wrapped %v): %d decode steps, %d filling a block; at most %d host waits a step; %d enc_int4, %d enc_int8, %d enc_pc, %d enc_pcec and %d enc_whiten launches",
+			c.layers, c.pre, c.wrap, steps, fills, most, enc4, enc8, encPC, encEC, whiten)
+		// The preset's kakeya-pc keys are never whitened, whatever the
+		// calibration.
+		if whitened := c.pre && c.layers != "kakeya"; whitened != (whiten > 0) {
 			t.Errorf("%s (preconditioned keys %v): %d enc_whiten launches", c.layers, c.pre, whiten)
+		}
+		if c.shared != "" {
+			// A layer's keys and values in one launch, the prompt's
+			// fills (none: it holds no full block past the window)
+			// and each filling step's.
+			layers := 2
+			if n := kernelCount(f, c.shared); n != fills*layers || whiten > 0 && whiten != n {
+				t.Errorf("%s: %d %s and %d enc_whiten launches over %d filling steps of %d layers, want one a layer and step", c.layers, n, c.shared, whiten, fills, layers)
+			}
+			continue
 		}
 		if enc4 == 0 {
 			t.Errorf("%s: no enc_int4 launch: the int4 layers' blocks were not encoded on the device", c.layers)
@@ -230,7 +282,11 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 // once, a warning naming the codec, the layer sides and the cost (one host
 // wait per block and KV head); a cache whose every side encodes on the
 // device, among them the default choices' plan, int8 and int4 keys
-// preconditioned by a calibration and int8 with precond=0, says nothing.
+// preconditioned by a calibration, int8 with precond=0, the kakeya preset
+// under a calibration file with query factors (its keys weighed by the
+// queries, never whitened) and kakeya-pc keys preconditioned by a policy
+// built by hand (enc_whiten, then enc_pc or enc_pcec), says nothing and
+// has no host-encoded side.
 func TestHostEncodedWarning(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "qwen2")
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
@@ -318,5 +374,37 @@ func TestHostEncodedWarning(t *testing.T) {
 	}
 	if sides, err := m.HostEncoded(model.SequenceOptions{Cache: pol, BlockSize: 4}); err != nil || len(sides) != 0 {
 		t.Errorf("the default choices' plan: host-encoded sides %+v (%v), want none", sides, err)
+	}
+	// The preset under a calibration file with principal components and
+	// query factors: kakeya-pc keys, not whitened, encoded by enc_pc.
+	pcCal := pcCholCalibration(t, m, 5)
+	pcPath := filepath.Join(t.TempDir(), "pc.safetensors")
+	if err := calibrate.Save(pcPath, pcCal); err != nil {
+		t.Fatal(err)
+	}
+	logged.Reset()
+	withPC, err := kakeya.NewCaches(m, kakeya.Options{Calibration: pcPath, Log: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	preset := kvconfig.Spec{KV: "kakeya", BlockSize: 4, HotWindow: 4}
+	if _, _, _, err := withPC.Cache(context.Background(), preset); err != nil {
+		t.Fatal(err)
+	}
+	if out := logged.String(); strings.Contains(out, "level=WARN") {
+		t.Errorf("the preset under a calibration with query factors: logged\n%s\nwant no warning", out)
+	}
+	if pol, _, err = kvplan.NewPolicy(preset, m.CacheShape(), pcCal); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pol.KCodec(0, 0).(*codec.KakeyaPC); !ok {
+		t.Errorf("the preset's keys under a calibration with query factors: %s, want kakeya-pc, not whitened", pol.KCodec(0, 0).Name())
+	}
+	// Preconditioned kakeya-pc keys, fixed-rate and entropy-coded.
+	for _, kv := range []string{"kakeya-pc:rate=2.5", "kakeya-pc:ec=true"} {
+		pol := prePCPolicy(t, m, kvconfig.Spec{KV: kv, BlockSize: 4, HotWindow: 4, Boundary: "none"}, pcCal)
+		if sides, err := m.HostEncoded(model.SequenceOptions{Cache: pol, BlockSize: 4}); err != nil || len(sides) != 0 {
+			t.Errorf("%s keys preconditioned: host-encoded sides %+v (%v), want none", pol.KCodec(0, 0).Name(), sides, err)
+		}
 	}
 }

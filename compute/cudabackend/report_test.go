@@ -39,6 +39,7 @@ import (
 	"github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/internal/shareddata"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kernels/cpu"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
@@ -176,7 +177,8 @@ type kernelBench struct {
 // each context over bf16, int8, the kakeya preset's fixed-rate kakeya-pc
 // (format 8) and entropy-coded kakeya-pc blocks, then the device encoders
 // of both kakeya-pc formats over a layer's full parts of a 512-token
-// prefill.
+// prefill, and the whitening of preconditioned keys (enc_whiten) alone and
+// before enc_pc.
 func (k *kernelBench) run() {
 	s := k.spec
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
@@ -210,6 +212,8 @@ func (k *kernelBench) run() {
 		k.encoder(cache)
 		runtime.GC()
 	}
+	k.whitened()
+	runtime.GC()
 }
 
 // encoder reports one batched launch of the device encoder of a layer's
@@ -250,6 +254,10 @@ func (k *kernelBench) encoder(cache string) {
 	}
 	b := k.b
 	bst := b.NewBlockStore(bs, d, true).(*store)
+	// The store holds the codec's device settings (codecParams) that the
+	// launches read: unreachable, its cleanup would free them under the
+	// timed launches (a fault in the emulator, garbage on a GPU).
+	defer runtime.KeepAlive(bst)
 	e, ok := bst.deviceEncoding(cd)
 	if !ok {
 		fail(fmt.Errorf("%s blocks of %dx%d are not encoded on the device", cd.Name(), bs, d))
@@ -281,7 +289,7 @@ func (k *kernelBench) encoder(cache string) {
 	if err == nil {
 		jobs := make([]uint64, 0, 4*parts)
 		for i := range parts {
-			jobs = append(jobs, uint64(dst)+uint64(i*e.slot), uint64(src)+uint64(2*i*bs*d), uint64(prm), uint64(y)+uint64(i*scratch))
+			jobs = append(jobs, uint64(dst)+uint64(i*e.slot), hotWord(src+Ptr(2*i*bs*d), true), uint64(prm), uint64(y)+uint64(i*scratch))
 		}
 		b.flushQueue()
 		if err = b.drv.copyIn(src, bytesOf(hot)); err == nil {
@@ -359,6 +367,212 @@ func (k *kernelBench) encoder(cache string) {
 	k.r.row("kernels", label, status(worst <= tol), text, map[string]any{
 		"shape": k.shape, "kernel": l.Kernel, "cache": cache, "parts": parts, "reps": reps, "us": float64(per) / 1e3,
 		"bytes_in": inBytes, "bytes_out": outBytes, "slot": e.slot, "same": same, "rel_err": worst, "tol": tol,
+	})
+}
+
+// whitened reports the device's whitening of preconditioned keys over a
+// layer's full key parts of a 512-token prefill at 64-token blocks (7
+// blocks of every KV head, a CTA each), from bf16 rows, with a random
+// query factor per KV head (randCholesky's: channels two orders of
+// magnitude apart): one enc_whiten launch alone, its rows against the
+// host's whitening (cpu.MixBlock, codec.Preconditioned.Encode's: bit for
+// bit where the host fuses its multiply-adds, else within 1e-5 of the
+// rows' scale); then enc_whiten and enc_pc in sequence, the path of
+// preconditioned kakeya-pc keys ("pre+kakeya-pc:rate=2.5": the identity
+// basis of encoder's calibration), every block against
+// codec.Preconditioned's encoding as encoder checks its blocks (in the
+// whitened space: within 1% of the host block's squared error). Each row
+// carries docs/cuda.md's prediction for an H100 and an H200 (the same
+// there: 132 SMs at the same clocks, neither launch bandwidth-bound).
+func (k *kernelBench) whitened() {
+	s, bs, d := k.spec, k.block, k.spec.HeadDim
+	parts := 7 * s.KVHeads
+	wLabel := fmt.Sprintf("%s encode %d parts enc_whiten", k.shape, parts)
+	pLabel := fmt.Sprintf("%s encode %d parts pre+kakeya-pc:rate=2.5", k.shape, parts)
+	if k.r.left() <= 0 {
+		k.skip(wLabel)
+		k.skip(pLabel)
+		return
+	}
+	fail := func(err error) {
+		k.r.row("kernels", wLabel, statusFail, err.Error(), nil)
+		k.r.row("kernels", pLabel, statusFail, err.Error(), nil)
+	}
+	st := &codec.PCAStats{Mean: make([]float32, d), Basis: make([]float32, d*d), Var: make([]float32, d), Between: make([]float32, d)}
+	for j := range d {
+		st.Basis[j*d+j], st.Var[j], st.Between[j] = 1, 1, 0.01
+	}
+	o := codec.DefaultKakeyaPCOptions()
+	o.Block, o.Rate = bs, 2.5
+	inner, err := codec.NewKakeyaPC(o, st, nil)
+	if err != nil {
+		fail(err)
+		return
+	}
+	r := rand.New(rand.NewPCG(seedOf(wLabel), 2))
+	cds := make([]*codec.Preconditioned, s.KVHeads)
+	factors := make([]float32, 0, s.KVHeads*d*d)
+	for h := range cds {
+		L := randCholesky(k.r.t, r, d)
+		if cds[h], err = codec.NewPreconditioned(inner, L, d); err != nil {
+			fail(err)
+			return
+		}
+		factors = append(factors, L...)
+	}
+	b := k.b
+	bst := b.NewBlockStore(bs, d, true).(*store)
+	defer runtime.KeepAlive(bst) // its codec settings: see encoder
+	e, ok := bst.deviceEncoding(cds[0])
+	if !ok || e.white == 0 {
+		fail(fmt.Errorf("%s blocks of %dx%d are not whitened and encoded on the device", cds[0].Name(), bs, d))
+		return
+	}
+	rows := randNormal(seedOf(pLabel), parts*bs*d)
+	hot, x := make([]uint16, len(rows)), make([]float32, len(rows))
+	for i, v := range rows {
+		hot[i] = tensor.F32ToBF16(v)
+		x[i] = tensor.BF16ToF32(hot[i])
+	}
+	scratch := roundUp(e.scratch, encAlign)
+	b.mu.Lock()
+	prm, ok, err := bst.codecParams(inner, e.format)
+	if err == nil && !ok {
+		err = fmt.Errorf("%s: no device settings", inner.Name())
+	}
+	var src, fac, dst, y, tab Ptr
+	alloc := func(p *Ptr, n int) {
+		if err == nil {
+			*p, err = b.allocRaw(n)
+		}
+	}
+	alloc(&src, 2*len(hot))
+	alloc(&fac, 4*len(factors))
+	alloc(&dst, e.slot*parts)
+	alloc(&y, scratch*parts)
+	alloc(&tab, 2*32*parts)
+	var lw, lp Launch
+	if err == nil {
+		// The encoders' entries (enc_pc reads the whitened rows as a
+		// float32 part), then enc_whiten's: part i is KV head i mod
+		// KVHeads's, as a layer's blocks are.
+		jobs := make([]uint64, 0, 8*parts)
+		for i := range parts {
+			yi := y + Ptr(i*scratch)
+			jobs = append(jobs, uint64(dst)+uint64(i*e.slot), hotWord(yi, false), uint64(prm), uint64(yi)+uint64(e.white))
+		}
+		for i := range parts {
+			jobs = append(jobs, uint64(y)+uint64(i*scratch), hotWord(src+Ptr(2*i*bs*d), true), uint64(fac)+uint64(4*(i%s.KVHeads)*d*d), 0)
+		}
+		b.flushQueue()
+		if err = b.drv.copyIn(src, bytesOf(hot)); err == nil {
+			err = b.drv.copyIn(fac, bytesOf(factors))
+		}
+		if err == nil {
+			err = b.drv.copyIn(tab, bytesOf(jobs))
+		}
+		lw = encWhitenLaunch(0, 0, false, bs, d, 0, tab+Ptr(32*parts), parts)
+		lp = encPCLaunch(0, 0, false, bs, d, 0, 0, e.shared, tab, parts)
+	}
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		for _, p := range []Ptr{src, fac, dst, y, tab} {
+			if p != 0 {
+				b.freeLater(p)
+			}
+		}
+		b.mu.Unlock()
+	}()
+	if err != nil {
+		fail(err)
+		return
+	}
+	sync := b.Alloc(1)
+	timeLaunches := func(ls ...Launch) (time.Duration, int) {
+		return k.timeOp(sync, func() {
+			b.mu.Lock()
+			b.flushQueue()
+			b.fail(b.launch(ls, false))
+			b.mu.Unlock()
+		})
+	}
+	// enc_whiten alone: its rows against the host's.
+	perW, repsW := timeLaunches(lw)
+	got := make([]float32, scratch/4*parts)
+	b.mu.Lock()
+	err = b.copyOut(bytesOf(got), y)
+	b.mu.Unlock()
+	if err != nil {
+		fail(err)
+		return
+	}
+	fma := fmaWhitening()
+	var worstW, scale float64
+	sameW := 0
+	want := make([]float32, bs*d)
+	for i := range parts {
+		clear(want)
+		cpu.MixBlock(want, bs, x[i*bs*d:(i+1)*bs*d], d, cds[i%s.KVHeads].Factor(), d, d)
+		yi := got[i*scratch/4 : i*scratch/4+bs*d]
+		diff := maxAbsDiff(yi, want)
+		worstW, scale = max(worstW, diff), max(scale, maxAbs(want))
+		if diff == 0 {
+			sameW++
+		}
+	}
+	okW := fma && sameW == parts || !fma && worstW <= 1e-5*max(1, scale)
+	k.r.row("kernels", wLabel, status(okW), fmt.Sprintf("%d parts of %dx%d bf16 by a factor per KV head: %s a launch (%s a part); predicted 5-12 µs on an H100 and an H200 (docs/cuda.md, not measured); %d of %d parts the host's rows bit for bit (host kernel level %s), max difference %.3g",
+		parts, bs, d, fmtDur(perW), fmtDur(perW/time.Duration(parts)), sameW, parts, cpu.Level(), worstW), map[string]any{
+		"shape": k.shape, "kernel": lw.Kernel, "parts": parts, "reps": repsW, "us": float64(perW) / 1e3,
+		"predicted_us_lo": 5.0, "predicted_us_hi": 12.0, "same": sameW, "max_diff": worstW,
+	})
+	// enc_whiten then enc_pc: the blocks against the host's.
+	per, reps := timeLaunches(lw, lp)
+	out := make([]byte, e.slot*parts)
+	b.mu.Lock()
+	err = b.copyOut(out, dst)
+	b.mu.Unlock()
+	if err != nil {
+		k.r.row("kernels", pLabel, statusFail, err.Error(), nil)
+		return
+	}
+	var eGot, eRef float64
+	same, worst := 0, 0.0
+	dec, ref := make([]float32, bs*d), make([]float32, bs*d)
+	for i := range parts {
+		cd := cds[i%s.KVHeads]
+		blk := out[i*e.slot : i*e.slot+e.size]
+		xi := x[i*bs*d : (i+1)*bs*d]
+		clear(want)
+		cpu.MixBlock(want, bs, xi, d, cd.Factor(), d, d)
+		hostBlk, err := cd.Encode(nil, xi, bs, d)
+		if err == nil {
+			err = inner.Decode(dec, blk, bs, d)
+		}
+		if err == nil {
+			err = inner.Decode(ref, hostBlk, bs, d)
+		}
+		if err != nil {
+			k.r.row("kernels", pLabel, statusFail, fmt.Sprintf("part %d: %v", i, err), nil)
+			return
+		}
+		var eg, er float64
+		for j, v := range want {
+			eg += sq(float64(dec[j] - v))
+			er += sq(float64(ref[j] - v))
+		}
+		eGot, eRef = eGot+eg, eRef+er
+		worst = max(worst, eg/max(er, 1e-30)-1)
+		if bytes.Equal(blk, hostBlk) {
+			same++
+		}
+	}
+	tol := 0.01
+	k.r.row("kernels", pLabel, status(worst <= tol), fmt.Sprintf("%d key parts of %dx%d bf16, enc_whiten then enc_pc: %s the two launches (%s a part); predicted 40-80 µs on an H100 and an H200 (enc_whiten 5-12, enc_pc 35-70: docs/cuda.md, not measured); %d of %d blocks codec.Preconditioned's bytes; squared error %.4g, the host's %.4g (worst part %+.2g, tol %.0g)",
+		parts, bs, d, fmtDur(per), fmtDur(per/time.Duration(parts)), same, parts, eGot, eRef, worst, tol), map[string]any{
+		"shape": k.shape, "kernel": lw.Kernel + "+" + lp.Kernel, "cache": "pre+kakeya-pc:rate=2.5", "parts": parts, "reps": reps, "us": float64(per) / 1e3,
+		"predicted_us_lo": 40.0, "predicted_us_hi": 80.0, "slot": e.slot, "same": same, "rel_err": worst, "tol": tol,
 	})
 }
 
@@ -1629,11 +1843,12 @@ func TestReportFake(t *testing.T) {
 		caches: []string{"plain"}, contexts: []int{20}, steps: 3, block: 16, weights: "q8_0"}).run()
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 4 attention
-	// rows, 2 encoder rows, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 6
+	// rows, 2 encoder rows, 2 whitening rows (enc_whiten alone and before
+	// enc_pc), 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 6
 	// draw rows (2 row counts x 3 filters), 4 Gemma rows, 2 throughput
 	// rows, 4 launch rows, a quant and a quant-throughput row and the
 	// device.
-	if len(r.rows) != 1+20+12+3+2+1+6+4+2+4+2+4 {
+	if len(r.rows) != 1+20+2+12+3+2+1+6+4+2+4+2+4 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	drawn := 0
@@ -1691,9 +1906,10 @@ func TestReportBudget(t *testing.T) {
 		caches: []string{"plain", "int8"}, contexts: []int{12, 20}, steps: 3, block: 16}).run()
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
 	// Kernel rows: 13 products and norms, attention over bf16, int8,
-	// the preset's kakeya-pc (rate 2.5) and entropy-coded kakeya-pc, and
-	// the encoders of both kakeya-pc formats.
-	if len(r.rows) != 17+2+3+4+4 {
+	// the preset's kakeya-pc (rate 2.5) and entropy-coded kakeya-pc, the
+	// encoders of both kakeya-pc formats, and enc_whiten alone and before
+	// enc_pc.
+	if len(r.rows) != 17+2+3+4+4+2 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

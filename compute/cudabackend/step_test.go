@@ -7,6 +7,7 @@ import (
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/internal/testmodel"
+	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
 	"github.com/kakeya-ai/kakeya/model"
@@ -24,18 +25,27 @@ func stepRun(t *testing.T, dir string, opts Options, sp kvconfig.Spec, prompt, s
 // model (nil, or cal nil, for none).
 func stepRunCal(t *testing.T, dir string, opts Options, sp kvconfig.Spec, cal func(*model.Model) *codec.Calibration, prompt, steps int) ([][]float32, []LaunchStats, *Backend) {
 	t.Helper()
+	return stepRunPolicy(t, dir, opts, sp.BlockSize, func(m *model.Model) kvcache.Policy {
+		var c *codec.Calibration
+		if cal != nil {
+			c = cal(m)
+		}
+		p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}, prompt, steps)
+}
+
+// stepRunPolicy is stepRun in a cache of the policy pol makes for the
+// loaded model, in blocks of bs tokens.
+func stepRunPolicy(t *testing.T, dir string, opts Options, bs int, pol func(*model.Model) kvcache.Policy, prompt, steps int) ([][]float32, []LaunchStats, *Backend) {
+	t.Helper()
 	gpu, _ := newFakeBackend(t, opts)
 	gpu.Launches()
 	m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 256})
-	var c *codec.Calibration
-	if cal != nil {
-		c = cal(m)
-	}
-	p, _, err := kvplan.NewPolicy(sp, m.CacheShape(), c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: p, BlockSize: sp.BlockSize})
+	s, err := m.NewSequenceOpts(model.SequenceOptions{Cache: pol(m), BlockSize: bs})
 	if err != nil {
 		t.Fatal(err)
 	}

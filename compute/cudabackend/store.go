@@ -614,6 +614,9 @@ func checkPCEC(c codec.Described, enc []byte) error {
 // give, or all of slot when they do not fit it (the codec's decoder then
 // says what is wrong).
 func blockBytes(dec compute.Decoder, slot []byte) []byte {
+	if w, ok := dec.(codec.Whitened); ok {
+		dec = w.Unwrap() // a preconditioned codec's blocks are its inner codec's
+	}
 	_, f, ok := builtinFormat(dec)
 	if !ok {
 		return slot

@@ -137,10 +137,41 @@ KK_DEVICE void kk_seal(kk_u8 *b, long long size, kk_u32 *sm) {
 }
 
 // A batch of encodes (jobs set, one block each) reads each block's part
-// from its job, four addresses: the encoded part's (dst), the hot part's
-// (src), enc_pc's pcParams and its n x M floats of scratch (y); the
-// launch's own dst, src, prm and y are then not read.
-//
+// from its job, an entry of four words (kk_enc_job): the encoded part's
+// address (dst); the hot part's (src), whose bit 0 says its rows are bf16
+// (a part's address is 16-byte aligned), so that one launch encodes bf16
+// and float32 parts alike (a layer's whitened keys, float32 rows of
+// enc_whiten's, beside its bf16 values); the encoder's argument (enc_pc's
+// and enc_pcec's settings, enc_int4's cfg, enc_whiten's factor); and its
+// scratch. The launch's own dst, src, bf16, argument and scratch are then
+// not read.
+struct kk_enc_job {
+	void *dst;
+	const void *src;
+	int bf16;
+	kk_u64 arg;
+	void *scratch;
+};
+
+// kk_enc_job_of returns the part block blockIdx.x encodes: job blockIdx.x
+// of the table jobs, or without one the launch's own dst, src, bf16, arg
+// and scratch.
+KK_DEVICE kk_enc_job kk_enc_job_of(const kk_u64 *__restrict__ jobs, void *dst, const void *src, int bf16, kk_u64 arg,
+                                   void *scratch) {
+	kk_enc_job j;
+	if (!jobs) {
+		j.dst = dst, j.src = src, j.bf16 = bf16, j.arg = arg, j.scratch = scratch;
+		return j;
+	}
+	const kk_u64 *e = jobs + 4 * (long long)blockIdx.x;
+	j.dst = (void *)e[0];
+	j.src = (const void *)(e[1] & ~(kk_u64)1);
+	j.bf16 = (int)(e[1] & 1);
+	j.arg = e[2];
+	j.scratch = (void *)e[3];
+	return j;
+}
+
 // enc_int8: block 0 encodes a hot part of n rows of d values (bf16 or
 // float32) at src as codec.Int8 does into dst (kk_int8_size(n, d) bytes):
 // per row and group of 32 values the fp16 scale absmax/127, then each
@@ -148,10 +179,8 @@ KK_DEVICE void kk_seal(kk_u8 *b, long long size, kk_u32 *sm) {
 // Dynamic shared memory: 2*blockDim.x + 33 words (kk_seal's, then a flag).
 KK_KERNEL void __launch_bounds__(256) enc_int8(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d,
                                                const kk_u64 *__restrict__ jobs) {
-	if (jobs) { // a batch: block b encodes job b (kk_enc_job)
-		dst = (kk_u8 *)jobs[4 * blockIdx.x];
-		src = (const void *)jobs[4 * blockIdx.x + 1];
-	}
+	kk_enc_job job = kk_enc_job_of(jobs, dst, src, bf16, 0, 0);
+	dst = (kk_u8 *)job.dst, src = job.src, bf16 = job.bf16;
 	KK_DYN_SHARED(float, smf);
 	kk_u32 *sm = (kk_u32 *)smf, *bad = sm + 2 * blockDim.x + 32;
 	if (threadIdx.x == 0)
@@ -188,32 +217,52 @@ KK_KERNEL void __launch_bounds__(256) enc_int8(kk_u8 *__restrict__ dst, const vo
 	kk_seal(dst, kk_int8_size(n, d), sm);
 }
 
+// kk_whiten_rows is enc_whiten's sum for hot rows of one format (BF16:
+// bf16, else float32), so that the format's test is not in the loop: the
+// loop over k is unrolled by eight, so that eight terms' loads are in
+// flight at once (rolled, each multiply-add waited for its own two loads,
+// an L1 hit's latency a term), the sum's order unchanged. Output y[i][j]
+// sums d - j terms: a thread's outputs alternate from one pass of the
+// block to the next between column c and d - 1 - c of their rows, so that
+// where d divides the block (each thread then keeping one c) no thread
+// chains d terms an output while another chains one.
+template <bool BF16>
+KK_DEVICE void kk_whiten_rows(float *__restrict__ dst, const void *__restrict__ src, int n, int d,
+                              const float *__restrict__ L) {
+	for (int o = threadIdx.x, pass = 0; o < n * d; o += blockDim.x, pass++) {
+		int i = o / d, j = o - i * d;
+		if (pass & 1)
+			j = d - 1 - j;
+		long long row = (long long)i * d;
+		float acc = 0.0f;
+#pragma unroll 8
+		for (int k = j; k < d; k++) {
+			float x = BF16 ? kk_bf16(((const kk_u16 *)src)[row + k]) : ((const float *)src)[row + k];
+			acc = __builtin_fmaf(x, L[(long long)k * d + j], acc);
+		}
+		dst[(long long)i * d + j] = acc;
+	}
+}
+
 // enc_whiten: block 0 whitens a hot part of n rows of d values (bf16 or
 // float32) at src by the lower-triangular factor L (d x d, row-major) of a
 // preconditioned codec (codec.Preconditioned.Encode's y = x L) into dst, n
-// x d floats of device scratch, which enc_int8 or enc_int4 then encodes as
-// a float32 part. Each output y[i][j] is one thread's sum over k of
+// x d floats of device scratch, which enc_int8, enc_int4, enc_pc or
+// enc_pcec then encodes as a float32 part. Each output y[i][j] is one thread's sum over k of
 // x[i][k] L[k][j], one fused multiply-add a term from a zero sum, k in
 // increasing order as the host's MixBlock (AVX-512 and AVX2) sums: the
 // terms k < j, zero products on a zero sum, are left out without changing
 // the sum, so y is the host's bit for bit. With jobs set, block b whitens
-// job b: dst, src and L the words 0, 1 and 2 of its entry. No shared
-// memory.
+// job b: dst, src (and its format) and L the words 0, 1 and 2 of its
+// entry (kk_enc_job_of). No shared memory.
 KK_KERNEL void __launch_bounds__(256) enc_whiten(float *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d,
                                                  const float *__restrict__ L, const kk_u64 *__restrict__ jobs) {
-	if (jobs) {
-		dst = (float *)jobs[4 * blockIdx.x];
-		src = (const void *)jobs[4 * blockIdx.x + 1];
-		L = (const float *)jobs[4 * blockIdx.x + 2];
-	}
-	for (int o = threadIdx.x; o < n * d; o += blockDim.x) {
-		int i = o / d, j = o - i * d;
-		long long row = (long long)i * d;
-		float acc = 0.0f;
-		for (int k = j; k < d; k++)
-			acc = __builtin_fmaf(kk_hot_value(src, bf16, row + k), L[(long long)k * d + j], acc);
-		dst[o] = acc;
-	}
+	kk_enc_job job = kk_enc_job_of(jobs, dst, src, bf16, (kk_u64)L, 0);
+	dst = (float *)job.dst, src = job.src, bf16 = job.bf16, L = (const float *)job.arg;
+	if (bf16)
+		kk_whiten_rows<true>(dst, src, n, d, L);
+	else
+		kk_whiten_rows<false>(dst, src, n, d, L);
 }
 
 // kk_quantize returns the number of the k bounds below x, by binary
@@ -358,12 +407,8 @@ KK_DEVICE void kk_pc_rotate(float *__restrict__ y, float *__restrict__ xs, const
 KK_KERNEL void __launch_bounds__(256) enc_pc(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n,
                                              int d, const float *__restrict__ prm, float *__restrict__ y,
                                              const kk_u64 *__restrict__ jobs) {
-	if (jobs) { // a batch: block b encodes job b (kk_enc_job)
-		dst = (kk_u8 *)jobs[4 * blockIdx.x];
-		src = (const void *)jobs[4 * blockIdx.x + 1];
-		prm = (const float *)jobs[4 * blockIdx.x + 2];
-		y = (float *)jobs[4 * blockIdx.x + 3];
-	}
+	kk_enc_job job = kk_enc_job_of(jobs, dst, src, bf16, (kk_u64)prm, y);
+	dst = (kk_u8 *)job.dst, src = job.src, bf16 = job.bf16, prm = (const float *)job.arg, y = (float *)job.scratch;
 	KK_DYN_SHARED(float, smp);
 	const int *pi = (const int *)prm;
 	int M = pi[0], C = pi[1], rb = pi[5], param = pi[7] & 0xff, cbytes = pi[7] >> 8;
@@ -620,11 +665,8 @@ KK_DEVICE void kk_int4_group_range(const void *src, int bf16, long long first, l
 // two (the flag and S).
 KK_KERNEL void __launch_bounds__(256) enc_int4(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d,
                                                int cfg, const kk_u64 *__restrict__ jobs) {
-	if (jobs) { // a batch: block b encodes job b (kk_enc_job)
-		dst = (kk_u8 *)jobs[4 * blockIdx.x];
-		src = (const void *)jobs[4 * blockIdx.x + 1];
-		cfg = (int)jobs[4 * blockIdx.x + 2];
-	}
+	kk_enc_job job = kk_enc_job_of(jobs, dst, src, bf16, (kk_u64)cfg, 0);
+	dst = (kk_u8 *)job.dst, src = job.src, bf16 = job.bf16, cfg = (int)job.arg;
 	int param = cfg & 0xff, g = cfg >> 8, bits = param & 15, perChannel = (param >> 4) & 1, byteParams = (param >> 6) & 1;
 	int top = (1 << bits) - 1;
 	float tf = (float)top;
@@ -822,12 +864,8 @@ KK_DEVICE long long kk_ec_round16(long long n) { return (n + 15) & ~15LL; }
 KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const void *__restrict__ src, int bf16, int n,
                                                int d, const float *__restrict__ prm, kk_u8 *__restrict__ scratch,
                                                const kk_u64 *__restrict__ jobs) {
-	if (jobs) { // a batch: block b encodes job b (kk_enc_job)
-		dst = (kk_u8 *)jobs[4 * blockIdx.x];
-		src = (const void *)jobs[4 * blockIdx.x + 1];
-		prm = (const float *)jobs[4 * blockIdx.x + 2];
-		scratch = (kk_u8 *)jobs[4 * blockIdx.x + 3];
-	}
+	kk_enc_job job = kk_enc_job_of(jobs, dst, src, bf16, (kk_u64)prm, scratch);
+	dst = (kk_u8 *)job.dst, src = job.src, bf16 = job.bf16, prm = (const float *)job.arg, scratch = (kk_u8 *)job.scratch;
 	KK_DYN_SHARED(float, sme);
 	const int *pi = (const int *)prm;
 	int M = pi[0], C = pi[1], lw = pi[6], param = pi[7] & 0xff, E = pi[10];
