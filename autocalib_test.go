@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -155,7 +154,7 @@ func TestAutoCalibration(t *testing.T) {
 	// The preset is the spelled-out settings with that calibration.
 	explicit, err := Load(context.Background(), dir, Options{
 		Threads: 1, Calibration: info.Path,
-		Cache: kvconfig.Spec{K: "kakeya-pc:rate=2.5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 64, HotWindow: 32, Boundary: "none"},
+		Cache: kvconfig.Spec{K: "kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 64, HotWindow: 32, Boundary: "none"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -320,23 +319,23 @@ func TestAutoCalibrationBlockSize(t *testing.T) {
 		}
 	}
 
-	// Blocks of 64 (the preset as it stands) in the same engine: another
+	// Blocks of 64 (the preset's) in the same engine: another
 	// calibration, another file, other statistics; blocks of 32 again: the
 	// first, not made again.
 	caches := e.Caches()
-	_, st64, info64, err := caches.Cache(context.Background(), kvconfig.Spec{KV: "kakeya"})
+	_, st64, info64, err := caches.Cache(context.Background(), kvconfig.Spec{KV: "kakeya", BlockSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st64.BlockSize != kvconfig.PresetBlock || !info64.Made || info64.Path == info32.Path || filepath.Dir(info64.Path) != cacheDir {
-		t.Fatalf("block-%d cache: settings %+v, calibration %+v; want a new file beside %s", kvconfig.PresetBlock, st64, info64, info32.Path)
+	if st64.BlockSize != 64 || !info64.Made || info64.Path == info32.Path || filepath.Dir(info64.Path) != cacheDir {
+		t.Fatalf("block-64 cache: settings %+v, calibration %+v; want a new file beside %s", st64, info64, info32.Path)
 	}
 	cal64, err := calibrate.Load(info64.Path, e.Model().Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cal64.Meta["block_size"] != strconv.Itoa(kvconfig.PresetBlock) || slices.Equal(cal64.KPCA[0].Var, cal32.KPCA[0].Var) {
-		t.Errorf("block-%d calibration meta %v; its key variances equal block 32's: %v", kvconfig.PresetBlock, cal64.Meta, slices.Equal(cal64.KPCA[0].Var, cal32.KPCA[0].Var))
+	if cal64.Meta["block_size"] != "64" || slices.Equal(cal64.KPCA[0].Var, cal32.KPCA[0].Var) {
+		t.Errorf("block-64 calibration meta %v; its key variances equal block 32's: %v", cal64.Meta, slices.Equal(cal64.KPCA[0].Var, cal32.KPCA[0].Var))
 	}
 	_, _, again, err := caches.Cache(context.Background(), kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16})
 	if err != nil {
@@ -360,7 +359,7 @@ func TestAutoCalibrationBlockSize(t *testing.T) {
 		spec kvconfig.Spec
 		warn bool
 	}{
-		{kvconfig.Spec{KV: "kakeya"}, false},
+		{kvconfig.Spec{KV: "kakeya", BlockSize: 64}, false},
 		{kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16}, true},
 		{kvconfig.Spec{KV: "kakeya-pc", BlockSize: 32}, false}, // told once
 		{kvconfig.Spec{KV: "int4", BlockSize: 16}, false},
