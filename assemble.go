@@ -163,6 +163,7 @@ func (c *Caches) calibration(ctx context.Context, bs int, needPCA bool) (*codec.
 			}
 			c.file = cal
 		}
+		c.warnBlockSize(bs, needPCA)
 		return c.file, CalibrationInfo{Path: c.opt.Calibration}, nil
 	case !needPCA:
 		return nil, CalibrationInfo{}, nil
@@ -189,6 +190,27 @@ func (c *Caches) calibration(ctx context.Context, bs int, needPCA bool) (*codec.
 	}
 	c.auto[bs] = autoResult{cal, info}
 	return cal, info, nil
+}
+
+// warnBlockSize logs, once per block size, that Options.Calibration's file
+// measured its principal components over blocks of another size than a
+// cache of blocks of bs whose codecs read them (needPCA): the within-block
+// covariance and the block means' variance they allocate bits from depend
+// on the block size. A warning, not an error: the cache is correct, its
+// allocation only fitted to other blocks (the automatic calibration makes
+// one per block size). c.mu is held.
+func (c *Caches) warnBlockSize(bs int, needPCA bool) {
+	made := c.file.Meta["block_size"]
+	if !needPCA || c.file.KPCA == nil || made == "" || made == strconv.Itoa(bs) {
+		return
+	}
+	key := "calibration block " + strconv.Itoa(bs)
+	if c.told[key] {
+		return
+	}
+	c.told[key] = true
+	c.opt.Log.Warn(fmt.Sprintf("kakeya: the calibration's principal components were measured over blocks of %s tokens, the cache's blocks are %d; "+
+		"kakeya-eval calibrate --pca --block-size %d measures them for this cache", made, bs, bs), "file", c.opt.Calibration)
 }
 
 // sideSpec names the codec of a host-encoded side as the settings wrote

@@ -154,7 +154,7 @@ func TestAutoCalibration(t *testing.T) {
 	// The preset is the spelled-out settings with that calibration.
 	explicit, err := Load(context.Background(), dir, Options{
 		Threads: 1, Calibration: info.Path,
-		Cache: kvconfig.Spec{K: "kakeya-pc:rate=2.5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 64, HotWindow: 32, Boundary: "none"},
+		Cache: kvconfig.Spec{K: "kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 64, HotWindow: 32, Boundary: "none"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -264,5 +264,115 @@ func TestAutoCalibrationKeyGGUF(t *testing.T) {
 	}
 	if k1 == k2 || !strings.HasPrefix(k1, "m.gguf-") {
 		t.Errorf("keys %q and %q: want distinct, named after the file", k1, k2)
+	}
+}
+
+// TestAutoCalibrationBlockSize: the automatic calibration measures the
+// principal components over blocks of the cache's own size (their
+// within-block covariance and block means depend on it), so a cache of
+// blocks of 32 gets statistics of blocks of 32 — those calibrate.RunModel
+// makes at block size 32 on the built-in text, to the bit — and a cache
+// of blocks of 64 beside it in the same engine its own, in another file.
+// Each is made once and then reused, whichever spec asks first.
+func TestAutoCalibrationBlockSize(t *testing.T) {
+	dir := shareddata.File(t, "models", "stories260K")
+	cacheDir := filepath.Join(t.TempDir(), "calib")
+	var lb logBuffer
+	e, err := Load(context.Background(), dir, Options{
+		Threads: 1, Cache: kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16},
+		CalibrationCache: cacheDir, CalibrationTokens: testCalibTokens,
+		Log: slog.New(slog.NewTextHandler(&lb, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if st := e.CacheSettings(); st.BlockSize != 32 || st.HotWindow != 16 || st.K != kvconfig.PresetKCodec {
+		t.Fatalf("settings %+v, want the preset's codecs at block 32, hot 16", st)
+	}
+	info32 := e.CalibrationInfo()
+	if !info32.Made || info32.Path == "" {
+		t.Fatalf("block-32 calibration %+v, want one made into %s", info32, cacheDir)
+	}
+	cal32, err := calibrate.Load(info32.Path, e.Model().Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The same recipe run directly at block size 32.
+	want, err := calibrate.RunModel(context.Background(), e.Model(), e.tok.Encode(calibrate.Text(), false),
+		calibrate.Options{MaxTokens: testCalibTokens, RopeAveraged: true, PCA: true, BlockSize: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cal32.Meta["block_size"] != "32" || cal32.Meta["pca_blocks"] != want.Meta["pca_blocks"] {
+		t.Errorf("automatic calibration meta %v, want block_size 32 and pca_blocks %s", cal32.Meta, want.Meta["pca_blocks"])
+	}
+	for i := range want.KPCA {
+		if !slices.Equal(cal32.KPCA[i].Basis, want.KPCA[i].Basis) || !slices.Equal(cal32.KPCA[i].Between, want.KPCA[i].Between) {
+			t.Fatalf("key statistics %d differ from calibrate.RunModel's at block size 32", i)
+		}
+	}
+	for l := range want.VPCA {
+		if !slices.Equal(cal32.VPCA[l].Var, want.VPCA[l].Var) {
+			t.Fatalf("value statistics of layer %d differ from calibrate.RunModel's at block size 32", l)
+		}
+	}
+
+	// Blocks of 64 (the preset's) in the same engine: another
+	// calibration, another file, other statistics; blocks of 32 again: the
+	// first, not made again.
+	caches := e.Caches()
+	_, st64, info64, err := caches.Cache(context.Background(), kvconfig.Spec{KV: "kakeya", BlockSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st64.BlockSize != 64 || !info64.Made || info64.Path == info32.Path || filepath.Dir(info64.Path) != cacheDir {
+		t.Fatalf("block-64 cache: settings %+v, calibration %+v; want a new file beside %s", st64, info64, info32.Path)
+	}
+	cal64, err := calibrate.Load(info64.Path, e.Model().Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cal64.Meta["block_size"] != "64" || slices.Equal(cal64.KPCA[0].Var, cal32.KPCA[0].Var) {
+		t.Errorf("block-64 calibration meta %v; its key variances equal block 32's: %v", cal64.Meta, slices.Equal(cal64.KPCA[0].Var, cal32.KPCA[0].Var))
+	}
+	_, _, again, err := caches.Cache(context.Background(), kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Made || again.Path != info32.Path {
+		t.Errorf("block 32 again: calibration %+v, want the first (%s), not made again", again, info32.Path)
+	}
+	if n := strings.Count(lb.take(), "calibrated the KV cache"); n != 2 {
+		t.Errorf("%d calibrations logged, want 2 (one per block size)", n)
+	}
+
+	// A calibration file of blocks of 64 given for a cache of blocks of
+	// 32 is used, with a warning naming both sizes, once; for blocks of
+	// 64, or a codec that reads no principal components, none.
+	file, err := NewCaches(e.Model(), Options{Calibration: info64.Path, Log: slog.New(slog.NewTextHandler(&lb, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		spec kvconfig.Spec
+		warn bool
+	}{
+		{kvconfig.Spec{KV: "kakeya", BlockSize: 64}, false},
+		{kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16}, true},
+		{kvconfig.Spec{KV: "kakeya-pc", BlockSize: 32}, false}, // told once
+		{kvconfig.Spec{KV: "int4", BlockSize: 16}, false},
+	} {
+		_, _, info, err := file.Cache(context.Background(), tt.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := lb.take()
+		warned := strings.Contains(log, "measured over blocks of 64 tokens, the cache's blocks are 32") &&
+			strings.Contains(log, "--block-size 32") && strings.Contains(log, info64.Path)
+		if info.Path != info64.Path || info.Auto || warned != tt.warn || !tt.warn && log != "" {
+			t.Errorf("%+v with a block-64 file: calibration %+v, logged %q; want the file and a warning %v", tt.spec, info, log, tt.warn)
+		}
 	}
 }

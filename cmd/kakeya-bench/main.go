@@ -48,9 +48,13 @@ prefills a prompt of ctx random tokens, then decodes --gen tokens one step
 at a time; each model load is warmed up first by an untimed short run.
 Caches: plain (bf16, the tools' default), or a codec spec, each compressed
 cache with every layer compressed (--boundary none, unless given),
-64-token blocks (--block-size) and a hot window of one block. kakeya
-alone is the kakeya preset (keys kakeya-pc:codedfrac=0.25,rate=2.5, values
-kakeya-pc:rate=2.5, a 32-token hot window), which, like any kakeya-pc or kvtc cache, needs a calibration: --calib, or
+64-token blocks (--block-size) and a hot window of one block; an entry
+in the settings grammar of kakeya-eval's configurations sets its own
+(kv=kakeya,block=32,hot=16; --boundary and --block-size fill the rest).
+kakeya alone is the kakeya preset (keys
+kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5, values kakeya-pc:rate=2.5,
+a 32-token hot window), which, like any
+kakeya-pc or kvtc cache, needs a calibration: --calib, or
 else the automatic one kakeya-run and kakeya-serve make (the same file,
 read from --calib-cache or made there once on the built-in text). The
 seeded checkpoint written without --model has no tokenizer: there (and for
@@ -109,7 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks (without it, those that need one are calibrated automatically on the built-in text, once per model, as kakeya-run does, and the file is kept in --calib-cache; a model without a tokenizer on random tokens)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations, as kakeya-run's: a cache that needs principal components (the kakeya preset, kakeya-pc, kvtc) without --calib gets the file kakeya-run would, read from here or made here once on the built-in text (default: the user cache directory's kakeya/calib)")
-	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;), or K/V, the keys' codec and the values' (kakeya-pc:coded=8/kakeya-pc); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;), or K/V, the keys' codec and the values' (kakeya-pc:coded=8/kakeya-pc), or settings in kvconfig's grammar (kv=kakeya,block=32,hot=16); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
@@ -457,7 +461,10 @@ func warmUp(m *model.Model) error {
 // without a tokenizer for the built-in text (the seeded checkpoint) and
 // without --calib.
 func sequenceOptions(ctx context.Context, cache string, o options, m *model.Model, threads int, stderr io.Writer) (model.SequenceOptions, error) {
-	spec := cacheSpec(cache, o.boundary, o.blockSize)
+	spec, err := cacheSpec(cache, o.boundary, o.blockSize)
+	if err != nil {
+		return model.SequenceOptions{}, fmt.Errorf("--cache %s: %w", cache, err)
+	}
 	if o.noTokenizer && o.calib == "" {
 		cal, err := o.cals.random(ctx, spec, m, stderr)
 		if err != nil {
@@ -544,7 +551,11 @@ func parseCaches(s, boundary string) ([]string, error) {
 			return nil, fmt.Errorf("--cache %q: %s listed twice", s, c)
 		}
 		if c != "plain" {
-			if err := cacheSpec(c, boundary, 0).Validate(); err != nil {
+			spec, err := cacheSpec(c, boundary, 0)
+			if err == nil {
+				err = spec.Validate()
+			}
+			if err != nil {
 				return nil, fmt.Errorf("--cache %s: %w", c, err)
 			}
 		}
@@ -554,16 +565,35 @@ func parseCaches(s, boundary string) ([]string, error) {
 }
 
 // cacheSpec returns the cache settings of a --cache entry: none for
-// plain, a codec spec for keys and values, or "K/V" one for each side.
-func cacheSpec(cache, boundary string, blockSize int) kvconfig.Spec {
+// plain, a codec spec for keys and values, "K/V" one for each side, or
+// settings in the grammar of kakeya-eval's configurations and kakeya-serve's
+// requests (kvconfig.Parse: an entry whose first piece is KEY=VALUE with a
+// key of kvconfig.Keys, such as kv=kakeya,block=32,hot=16). --boundary and
+// --block-size fill what the entry leaves unset.
+func cacheSpec(cache, boundary string, blockSize int) (kvconfig.Spec, error) {
 	if cache == "plain" {
-		return kvconfig.Spec{}
+		return kvconfig.Spec{}, nil
+	}
+	if name, _, ok := strings.Cut(cache, "="); ok {
+		if _, key := kvconfig.SettingName(strings.TrimSpace(name)); key {
+			spec, err := kvconfig.Parse(cache)
+			if err != nil {
+				return kvconfig.Spec{}, err
+			}
+			if spec.Boundary == "" {
+				spec.Boundary = boundary
+			}
+			if spec.BlockSize == 0 {
+				spec.BlockSize = blockSize
+			}
+			return spec, nil
+		}
 	}
 	spec := kvconfig.Spec{KV: cache, Boundary: boundary, BlockSize: blockSize}
 	if k, v, ok := strings.Cut(cache, "/"); ok {
 		spec.KV, spec.K, spec.V = "", k, v
 	}
-	return spec
+	return spec, nil
 }
 
 // parseMatMuls reads the --matmul list.

@@ -98,6 +98,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"--cache", "plain,,int8"}, "empty entry"},
 		{[]string{"--cache", "int8,int8"}, "int8 listed twice"},
 		{[]string{"--cache", "int8/int9"}, "--cache int8/int9"},
+		{[]string{"--cache", "plain;kv=kakeya,block=x"}, "--cache kv=kakeya,block=x"},
+		{[]string{"--cache", "plain;kv=kakeya,hot=4,hot=8"}, "hot-window is already set"},
 		{[]string{"--boundary", "x"}, "--cache int8"},
 		{[]string{"--threads", "0"}, `--threads "0"`},
 		{[]string{"--matmul", "fp16"}, `--matmul "fp16": "fp16" is not f32 or bf16`},
@@ -318,5 +320,29 @@ func TestCalibrationSharedWithRun(t *testing.T) {
 	log = bench("--calib-cache", empty, "--calib", files[0])
 	if again, _ := filepath.Glob(filepath.Join(empty, "*")); len(again) != 0 || strings.Contains(log, "calibration auto") {
 		t.Errorf("with --calib the calibration cache holds %v; stderr:\n%s", again, log)
+	}
+}
+
+// A --cache entry is plain, a codec spec, K/V codec specs, or settings in
+// kvconfig's grammar; --boundary and --block-size fill what it leaves
+// unset.
+func TestCacheSpec(t *testing.T) {
+	for _, tt := range []struct {
+		cache, boundary string
+		block           int
+		want            kvconfig.Spec
+	}{
+		{"plain", "none", 32, kvconfig.Spec{}},
+		{"int8", "none", 0, kvconfig.Spec{KV: "int8", Boundary: "none"}},
+		{"kakeya-pc:rate=2.5,coded=16", "", 32, kvconfig.Spec{KV: "kakeya-pc:rate=2.5,coded=16", BlockSize: 32}},
+		{"kakeya-pc:coded=8/kakeya-pc", "none", 0, kvconfig.Spec{K: "kakeya-pc:coded=8", V: "kakeya-pc", Boundary: "none"}},
+		{"kv=kakeya,block=32,hot=16", "none", 64, kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16, Boundary: "none"}},
+		{"k=kakeya-pc:codedfrac=0.25,rate=2.5,v=kakeya-pc:rate=2.3,hot=0,boundary=0", "none", 32,
+			kvconfig.Spec{K: "kakeya-pc:codedfrac=0.25,rate=2.5", V: "kakeya-pc:rate=2.3", HotWindow: -1, Boundary: "0", BlockSize: 32}},
+	} {
+		got, err := cacheSpec(tt.cache, tt.boundary, tt.block)
+		if err != nil || got != tt.want {
+			t.Errorf("cacheSpec(%q, %q, %d) = %+v, %v; want %+v", tt.cache, tt.boundary, tt.block, got, err, tt.want)
+		}
 	}
 }

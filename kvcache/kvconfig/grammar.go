@@ -41,7 +41,7 @@ func (k Key) IsSwitch() bool { return k.Name == "precond" || k.Name == "calib-co
 // them.
 func Grammar() []Key {
 	return []Key{
-		{"kv-codec", []string{"kv"}, "codec `SPEC` for keys and values: none or one of " + strings.Join(codec.Names(), ", ") + ` (a spec such as "kakeya-block:b=3,rank=4" also works; kakeya alone is the kakeya preset: keys ` + PresetKCodec + `, values ` + PresetVCodec + `, on every layer with a hot window of ` + strconv.Itoa(PresetHotWindow) + `)`,
+		{"kv-codec", []string{"kv"}, "codec `SPEC` for keys and values: none or one of " + strings.Join(codec.Names(), ", ") + ` (a spec such as "kakeya-block:b=3,rank=4" also works; kakeya alone is the kakeya preset: keys ` + PresetKCodec + `, values ` + PresetVCodec + `, on every layer in blocks of ` + strconv.Itoa(PresetBlock) + ` with a hot window of ` + strconv.Itoa(PresetHotWindow) + `)`,
 			func(_ Parser, s *Spec, v string) error { s.KV = codecValue(v); return nil },
 			func(s Spec) string { return s.KV }},
 		{"k-codec", []string{"k"}, "key codec `SPEC`, overriding --kv-codec for keys (none keeps keys uncompressed)",

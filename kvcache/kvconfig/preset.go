@@ -7,8 +7,9 @@ import "strings"
 // kakeya-pc, a principal basis per layer side calibrated on the model and
 // bits allocated per component, on every layer, with a short hot window;
 // the keys keep only their components of most weighted variance coded, a
-// quarter of the head dimension (codedfrac=0.25: 16 of 64, 32 of 128),
-// the values all the components the allocation gives bits.
+// quarter of the head dimension (codedfrac=0.25: 16 of 64, 32 of 128)
+// in codes of at most 5 bits, the values all the components the
+// allocation gives bits.
 //
 // History. Chosen on 2026-11-26 (docs/results/2026-11-26-kakeya-preset.md)
 // as kakeya-pc:rate=2.5 on both sides, the highest whole-cache ratio
@@ -30,16 +31,27 @@ import "strings"
 // here; the preset states it as the share that count is, a quarter of the
 // head dimension, so that a model of head_dim 128 or 256 keeps the share
 // measured rather than an eighth or a sixteenth (the same bytes at 64;
-// quality at 128 and 256 not yet measured). Each setting the Spec names itself (its block size, hot
-// window, boundary layers) wins over the preset's.
+// quality at 128 and 256 not yet measured). The same day
+// (docs/results/2026-11-29-preset-block32.md) the keys' codes were capped
+// at 5 bits (maxbits=5): the 16 coded components each took 6, and 5 save
+// 0.25 bit a key value (at head_dim 64 and blocks of 64; the whole cache
+// 5.43x at 1,023 tokens, was 5.22x, and 7.77x against 7.32x at 128k
+// tokens in the Qwen2.5-7B shape's projection) for a KL the measurement
+// does not tell from the preset's (0.00051 / 0.00027 / 0.00077 against
+// 0.00049 / 0.00026 / 0.00076), top-1 97.97% / 98.83% / 97.72% on the
+// three domains. Blocks of 32 (the same page) reach 5.59x at 1,023 tokens
+// within the bar, but their ratio is 10-14% lower at 8k tokens and more
+// and they decode slower, so the blocks stay 64. Each setting the Spec names
+// itself (its block size, hot window, boundary layers) wins over the
+// preset's.
 const (
 	// PresetName is the codec name that, written alone, selects the preset.
 	PresetName = "kakeya"
 	// PresetKCodec is the preset's key codec: kakeya-pc at rate 2.5 with
-	// at most a quarter of the head dimension's components coded, written
-	// as codec.Spec.String writes it (parameters in name order), as the
-	// settings line shows it.
-	PresetKCodec = "kakeya-pc:codedfrac=0.25,rate=2.5"
+	// at most a quarter of the head dimension's components coded, each in
+	// at most 5 bits, written as codec.Spec.String writes it (parameters
+	// in name order), as the settings line shows it.
+	PresetKCodec = "kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5"
 	// PresetVCodec is the preset's value codec: kakeya-pc at rate 2.5.
 	PresetVCodec = "kakeya-pc:rate=2.5"
 	// PresetBlock is the preset's block size, the one its calibration

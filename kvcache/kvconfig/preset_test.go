@@ -22,15 +22,15 @@ func TestPreset(t *testing.T) {
 		hot    int
 		bound  []int
 	}{
-		{"preset", Spec{KV: "kakeya"}, true, pk, pv, 64, 32, nil},
-		{"case and spaces", Spec{KV: " Kakeya "}, true, pk, pv, 64, 32, nil},
-		{"f32 hot blocks", Spec{KV: "kakeya", CacheType: "f32"}, true, pk, pv, 64, 32, nil},
-		{"precond off", Spec{KV: "kakeya", Precondition: Off, Codebooks: Off}, true, pk, pv, 64, 32, nil},
-		{"sinks", Spec{KV: "kakeya", Sinks: 4}, true, pk, pv, 64, 32, nil},
-		{"hot window wins", Spec{KV: "kakeya", HotWindow: 64}, true, pk, pv, 64, 64, nil},
-		{"no hot window", Spec{KV: "kakeya", HotWindow: -1}, true, pk, pv, 64, -1, nil},
-		{"block size wins", Spec{KV: "kakeya", BlockSize: 32}, true, pk, pv, 32, 32, nil},
-		{"boundary wins", Spec{KV: "kakeya", Boundary: "0,-1"}, true, pk, pv, 64, 32, []int{0, -1}},
+		{"preset", Spec{KV: "kakeya"}, true, pk, pv, PresetBlock, PresetHotWindow, nil},
+		{"case and spaces", Spec{KV: " Kakeya "}, true, pk, pv, PresetBlock, PresetHotWindow, nil},
+		{"f32 hot blocks", Spec{KV: "kakeya", CacheType: "f32"}, true, pk, pv, PresetBlock, PresetHotWindow, nil},
+		{"precond off", Spec{KV: "kakeya", Precondition: Off, Codebooks: Off}, true, pk, pv, PresetBlock, PresetHotWindow, nil},
+		{"sinks", Spec{KV: "kakeya", Sinks: 4}, true, pk, pv, PresetBlock, PresetHotWindow, nil},
+		{"hot window wins", Spec{KV: "kakeya", HotWindow: 64}, true, pk, pv, PresetBlock, 64, nil},
+		{"no hot window", Spec{KV: "kakeya", HotWindow: -1}, true, pk, pv, PresetBlock, -1, nil},
+		{"block size wins", Spec{KV: "kakeya", BlockSize: 32}, true, pk, pv, 32, PresetHotWindow, nil},
+		{"boundary wins", Spec{KV: "kakeya", Boundary: "0,-1"}, true, pk, pv, PresetBlock, PresetHotWindow, []int{0, -1}},
 		{"b=3 unchanged", Spec{KV: "kakeya:b=3"}, false, "kakeya-block:b=3", "kakeya-block:b=3", 0, 0, []int{0, -1}},
 		{"bits", Spec{KV: "kakeya", KBits: 3, VBits: 2}, false, "kakeya-block:b=3", "kakeya-block:b=2", 0, 0, []int{0, -1}},
 		{"one side's bits", Spec{KV: "kakeya", VBits: 4}, false, "kakeya-block", "kakeya-block:b=4", 0, 0, []int{0, -1}},
@@ -40,7 +40,7 @@ func TestPreset(t *testing.T) {
 		{"precond", Spec{KV: "kakeya", Precondition: On}, false, "kakeya-block", "kakeya-block", 0, 0, []int{0, -1}},
 		{"codebooks", Spec{KV: "kakeya", Codebooks: On}, false, "kakeya-block", "kakeya-block", 0, 0, []int{0, -1}},
 		{"kakeya-pc spelled out", Spec{KV: pc}, false, pc, pc, 0, 0, []int{0, -1}},
-		{"preset's codecs spelled out", Spec{K: "kakeya-pc:rate=2.5,codedfrac=0.25", V: pv}, false, pk, pv, 0, 0, []int{0, -1}},
+		{"preset's codecs spelled out", Spec{K: "kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5"}, false, pk, pv, 0, 0, []int{0, -1}},
 	}
 	for _, tt := range tests {
 		if got := tt.spec.IsPreset(); got != tt.preset {
@@ -99,17 +99,17 @@ func TestPresetParse(t *testing.T) {
 // The settings line names each side's codec and the preset the settings
 // came from.
 func TestSettingsPreset(t *testing.T) {
-	st := Settings{K: PresetKCodec, V: PresetVCodec, BlockSize: 64, HotWindow: 32, CacheType: "bf16", Preset: PresetName}
-	const want = "k=kakeya-pc:codedfrac=0.25,rate=2.5 v=kakeya-pc:rate=2.5 block 64, hot 32, bf16 hot blocks, preset kakeya"
+	st := Settings{K: PresetKCodec, V: PresetVCodec, BlockSize: PresetBlock, HotWindow: PresetHotWindow, CacheType: "bf16", Preset: PresetName}
+	const want = "k=kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5 v=kakeya-pc:rate=2.5 block 64, hot 32, bf16 hot blocks, preset kakeya"
 	if got := st.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
 
-// The --kv-codec help names the preset's codec of each side and its hot
-// window.
+// The --kv-codec help names the preset's codec of each side, its block
+// size and hot window.
 func TestPresetHelp(t *testing.T) {
-	const want = "kakeya alone is the kakeya preset: keys kakeya-pc:codedfrac=0.25,rate=2.5, values kakeya-pc:rate=2.5, on every layer with a hot window of 32"
+	const want = "kakeya alone is the kakeya preset: keys kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5, values kakeya-pc:rate=2.5, on every layer in blocks of 64 with a hot window of 32"
 	for _, k := range Grammar() {
 		if k.Name == "kv-codec" {
 			if !strings.Contains(k.Usage, want) {

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Tables of docs/results/2026-11-29-preset-block32.md from the kakeya-eval
+ppl reports eval/results/ref-qwen2-block32{,b,d}-DOMAIN.json (three runs
+over the same passages), beside rows at blocks of 64 of
+ref-qwen2-perside-DOMAIN.json (the KVTC-style baseline and the kakeya-pc
+rows past the preset's ratio; the same passages, the reference the same to
+the last digit): per configuration pooled ΔPPL, KL and top-1 with 95%
+bootstrap intervals over passages (10,000 resamples, seed 1, percentile),
+passages below 95% top-1, whether it meets the preset's bar (top-1 >=
+97.5%, ΔPPL <= +0.5%) and its margin in top-1 points; then the KL ratio of
+each kakeya-pc row of PAIRED over the KVTC-style row of the highest whole-cache ratio
+not above its own, at blocks of 32 and at blocks of 64, with intervals and
+per-passage wins. Usage, from the repository root:
+
+    python3 eval/results/ref-qwen2-block32-tables.py eval/results
+"""
+import json, math, os, random, sys
+
+B = 10000
+DOMAINS = [('WikiText-2 test, second half, 30 passages', 'wikitext2'),
+           ('TinyStories held-out, 24 passages', 'tinystories'),
+           ('Go package documentation and licences, 24 passages', 'godocs'),
+           ('WikiText-2 test, first 40 passages (the earlier pages\' passages)', 'wikitext')]
+SETS = ['block32', 'block32b', 'block32d']
+# The kakeya-pc rows set against the KVTC-style baseline.
+PAIRED = ['b64h32-k16-v2.5', 'b32h16-k16-v2.5', 'b32h31-k16-v2.3', 'b64h32-k16mb5-v2.5',
+          'b32h31-k16mb5-v2.5', 'b32h31-k16mb5-v2.4', 'b32h31-k16mb4-v2.5']
+# Rows at blocks of 64 from ref-qwen2-perside: the KVTC-style baseline and
+# the kakeya-pc rows past the preset's ratio.
+PERSIDE = ['pc-r2.5-k14-hot32', 'pc-r2.5-k16-v2.3-hot32', 'pc-r2.5-k14-v2.4-hot32',
+           'kvtc-r2.5-hot32', 'kvtc-r2.25-hot32', 'kvtc-r2.1-hot32']
+
+
+def load(path):
+    r = json.load(open(path))
+    names = [c['config']['name'] for c in r['configs']]
+    per = {n: [(p['configs'][i]['nll_sum'], p['configs'][i]['kl_sum'], p['configs'][i]['top1'], p['configs'][i]['count'])
+               for p in r['passages_detail']] for i, n in enumerate(names)}
+    return per, {c['config']['name']: c for c in r['configs']}
+
+
+def pct(v):
+    v = sorted(v)
+    return v[int(0.025 * (len(v) - 1))], v[int(0.975 * (len(v) - 1))]
+
+
+def stats(p, ref, idx):
+    nll = sum(p[i][0] for i in idx); kl = sum(p[i][1] for i in idx)
+    t = sum(p[i][2] for i in idx); c = sum(p[i][3] for i in idx)
+    rn = sum(ref[i][0] for i in idx)
+    return kl / c, 100 * t / c, 100 * (math.exp((nll - rn) / c) - 1)
+
+
+def main():
+    d = sys.argv[1]
+    for title, key in DOMAINS:
+        per, meta = {}, {}
+        for s in SETS:
+            f = f'{d}/ref-qwen2-{s}-{key}.json'
+            if not os.path.exists(f):
+                continue
+            p, m = load(f)
+            if 'ref' in per:
+                assert p['ref'] == per['ref'], (s, key)
+            per.update(p)
+            meta.update(m)
+        p64, m64 = load(f'{d}/ref-qwen2-perside-{key}.json')
+        assert p64['ref'] == per['ref'], ('perside', key)
+        for n in PERSIDE:
+            per[n], meta[n] = p64[n], m64[n]
+        ref = per['ref']
+        n = len(ref)
+        rnd = random.Random(1)
+        bs = [[rnd.randrange(n) for _ in range(n)] for _ in range(B)]
+        rppl = math.exp(sum(x[0] for x in ref) / sum(x[3] for x in ref))
+        print(f'\n**{title}** (reference PPL {rppl:.3f})\n')
+        print('| config | codec ratio | cache ratio | ΔPPL (95% CI) | KL (95% CI) | top-1 (95% CI) | < 95% | bar (margin) |')
+        print('| --- | --- | --- | --- | --- | --- | --- | --- |')
+        for name, m in meta.items():
+            if name == 'ref':
+                continue
+            p = per[name]
+            kl, t1, dp = stats(p, ref, range(n))
+            ks, ts, ds = zip(*(stats(p, ref, b) for b in bs))
+            (klo, khi), (tlo, thi), (dlo, dhi) = pct(ks), pct(ts), pct(ds)
+            below = sum(1 for x in p if 100 * x[2] / x[3] < 95)
+            ok = 'yes' if t1 >= 97.5 and dp <= 0.5 else 'no'
+            print(f"| {name} | {m['codec_ratio_vs_bf16']:.2f}x | {m['kv_ratio_vs_bf16']:.2f}x | {dp:+.2f}% ({dlo:+.2f} – {dhi:+.2f}) | "
+                  f"{kl:.5f} ({klo:.5f} – {khi:.5f}) | {t1:.2f}% ({tlo:.2f} – {thi:.2f}) | {below} | {ok} ({t1 - 97.5:+.2f}) |")
+        print('\nKL of A over B, B the KVTC-style row of the highest cache ratio not above A\'s at each block size '
+              '(pooled, 95% bootstrap interval; wins: passages where A\'s KL is lower)\n')
+        print('| A (cache ratio) | B (cache ratio) | KL ratio (95% CI) | wins |')
+        print('| --- | --- | --- | --- |')
+        ratio = lambda x: meta[x]['kv_ratio_vs_bf16']
+        block = lambda x: meta[x]['config']['settings']['block']
+        kvtc = [x for x in meta if x.startswith('kvtc')]
+        for a in PAIRED:
+            for blk in (32, 64):
+                cands = [b for b in kvtc if block(b) == blk and ratio(b) <= ratio(a) + 1e-9]
+                if not cands:
+                    continue
+                b = max(cands, key=ratio)
+                pa, pb = per[a], per[b]
+                f = lambda idx: sum(pa[i][1] for i in idx) / sum(pb[i][1] for i in idx)
+                lo, hi = pct([f(x) for x in bs])
+                wins = sum(1 for i in range(n) if pa[i][1] < pb[i][1])
+                print(f"| {a} ({ratio(a):.2f}x) | {b} ({ratio(b):.2f}x) | {f(range(n)):.2f} ({lo:.2f}–{hi:.2f}) | {wins}/{n} |")
+
+
+if __name__ == '__main__':
+    main()
