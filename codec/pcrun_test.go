@@ -1,9 +1,11 @@
 package codec
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,6 +133,119 @@ func TestKakeyaPCRuns(t *testing.T) {
 				if err := k.ScoreRun(got, lds, q, m, bad, n, d, cos, sin, 0.125, tc.r0, tc.r1, true); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
 					t.Fatalf("%s: checked run, corrupt header of block %d: %v", what, j, err)
 				}
+			}
+		}
+	}
+}
+
+// TestKakeyaPCPrepareLat: prepareLat, the runs' path for entropy-coded
+// blocks of stream layout 2, gives parseRun's latents and fields (those
+// of parseBlocks) bit for bit, for runs of 1 to 9 blocks (whole groups
+// of MaxBlocks and what is left); a CRC-32C that does not match counts
+// only where the run is not checked. It turns down every block it must
+// not take, which prepareRun then reads through parseRun, naming what is
+// wrong: another stream layout (read there), a header field or count
+// changed, a block cut short or one byte long, a stream cut short, and a
+// non-finite scale.
+func TestKakeyaPCPrepareLat(t *testing.T) {
+	const n, d, most = 64, 64, 9
+	rng := rand.New(rand.NewPCG(9, 14))
+	st := pcStats(t, pcBlocks(rng, 24, n, d), n, d)
+	x := pcBlocks(rand.New(rand.NewPCG(9, 15)), most, n, d)
+	codecs := make([]*KakeyaPC, 3)
+	for _, layout := range []int{1, 2} {
+		o := DefaultKakeyaPCOptions()
+		o.Entropy, o.StreamLayout = true, layout
+		var err error
+		if codecs[layout], err = NewKakeyaPC(o, st, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := codecs[2]
+	c, mc := len(k.codedIdx), len(k.meanIdx)
+	stored := mc - rans2Hidden(mc)
+	encode := func(k *KakeyaPC) [][]byte {
+		src := make([][]byte, most)
+		for j := range src {
+			var err error
+			if src[j], err = k.Encode(nil, x[j], n, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return src
+	}
+	src, src1 := encode(k), encode(codecs[1])
+	newRun := func(nb int) (*pcRunScratch, *cpu.PCRun) {
+		rs := &pcRunScratch{fields: make([]float32, nb*(mc+c)), lat: make([]float32, nb*c*n+pcLatRows(c)*n)}
+		return rs, &cpu.PCRun{N: n, D: d, C: c, M: mc, Lat: rs.lat[:nb*c*n], Fields: rs.fields}
+	}
+	for nb := 1; nb <= most; nb++ {
+		for _, checked := range []bool{false, true} {
+			rs, run := newRun(nb)
+			if !k.prepareLat(rs, run, src[:nb], n, d, checked) {
+				t.Fatalf("%d blocks, checked %v: prepareLat turned them down", nb, checked)
+			}
+			rs2, ref := newRun(nb)
+			if err := k.parseRun(rs2, ref, src[:nb], n, d); err != nil {
+				t.Fatalf("%d blocks: parseRun: %v", nb, err)
+			}
+			if !bitsEqual(run.Lat, ref.Lat) || !bitsEqual(run.Fields, ref.Fields) {
+				t.Fatalf("%d blocks, checked %v: latents or fields differ from parseBlocks'", nb, checked)
+			}
+		}
+		// Layout 1: turned down, read by parseRun.
+		rs, run := newRun(nb)
+		if k.prepareLat(rs, run, src1[:nb], n, d, true) {
+			t.Fatalf("%d blocks of layout 1: prepareLat took them", nb)
+		}
+		if _, err := k.prepareRun(rs, src1[:nb], n, d, true); err != nil {
+			t.Fatalf("%d blocks of layout 1: %v", nb, err)
+		}
+	}
+	// A wrong CRC-32C: turned down unchecked, read as it was checked.
+	const nb = 6
+	for _, j := range []int{0, 3, nb - 1} {
+		bad := slices.Clone(src[:nb])
+		bad[j] = flip(src[j], 12)
+		rs, run := newRun(nb)
+		if k.prepareLat(rs, run, bad, n, d, false) {
+			t.Errorf("block %d with a wrong CRC-32C, unchecked: prepareLat took it", j)
+		}
+		if !k.prepareLat(rs, run, bad, n, d, true) {
+			t.Errorf("block %d with a wrong CRC-32C, checked: prepareLat turned it down", j)
+		}
+	}
+	putU16 := func(b []byte, i, v int) { binary.LittleEndian.PutUint16(b[i:], uint16(v)) }
+	for _, tc := range []struct {
+		what string
+		edit func([]byte) []byte
+	}{
+		{"magic", func(b []byte) []byte { b[0] ^= 1; return b }},
+		{"codec id", func(b []byte) []byte { b[2] ^= 1; return b }},
+		{"n", func(b []byte) []byte { b[4]++; return b }},
+		{"d", func(b []byte) []byte { b[8]++; return b }},
+		{"tag", func(b []byte) []byte { b[10] ^= 1; return b }},
+		{"means", func(b []byte) []byte { putU16(b, 16, stored+1); return b }},
+		{"coded", func(b []byte) []byte { putU16(b, 18, c-1); return b }},
+		{"code_bytes", func(b []byte) []byte { b[20]++; return b }},
+		{"one byte long", func(b []byte) []byte { return append(b, 0) }},
+		{"cut short", func(b []byte) []byte { return b[:len(b)-2] }},
+		{"stream cut short", func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[20:], binary.LittleEndian.Uint32(b[20:])-2)
+			return b[:len(b)-2]
+		}},
+		{"infinite scale", func(b []byte) []byte { putU16(b, headerLen+8+2*stored+2*(c/2), 0x7c00); return b }},
+	} {
+		for _, j := range []int{0, 4, nb - 1} {
+			bad := slices.Clone(src[:nb])
+			bad[j] = tc.edit(slices.Clone(src[j]))
+			seal(bad[j]) // the CRC-32C matches: the other checks must catch it
+			rs, run := newRun(nb)
+			if k.prepareLat(rs, run, bad, n, d, true) {
+				t.Errorf("%s, block %d: prepareLat took it", tc.what, j)
+			}
+			if _, err := k.prepareRun(rs, bad, n, d, true); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
+				t.Errorf("%s, block %d: prepareRun: %v", tc.what, j, err)
 			}
 		}
 	}
