@@ -250,3 +250,78 @@ func TestKakeyaPCPrepareLat(t *testing.T) {
 		}
 	}
 }
+
+// FuzzKakeyaPCRunResealed edits one block of a run of entropy-coded
+// blocks behind a valid checksum (reaching the checks past the CRC-32C)
+// and requires of ScoreRun, checked or not, an error exactly where a block
+// fails DecodeRotated, and otherwise DecodeRotated's scores bit for bit;
+// of AddWeightedRun an error there too, with the sums untouched; never a
+// panic.
+func FuzzKakeyaPCRunResealed(f *testing.F) {
+	f.Add(uint8(0), uint16(4), []byte{0xff})
+	f.Add(uint8(2), uint16(2), []byte{0x00, 0x7c})
+	f.Add(uint8(4), uint16(0), []byte{1})
+	f.Add(uint8(1), uint16(8), []byte{0x30, 0x00, 0x00, 0x00})
+	f.Add(uint8(3), uint16(200), []byte{0x12, 0x34})
+	const n, d, m, nb = 64, 64, 2, 5
+	rng := rand.New(rand.NewPCG(9, 17))
+	st := pcStats(f, pcBlocks(rng, 24, n, d), n, d)
+	x := pcBlocks(rand.New(rand.NewPCG(9, 18)), nb, n, d)
+	o := DefaultKakeyaPCOptions()
+	o.Entropy, o.StreamLayout = true, 2
+	k, err := NewKakeyaPC(o, st, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	src := make([][]byte, nb)
+	for j := range src {
+		if src[j], err = k.Encode(nil, x[j], n, d); err != nil {
+			f.Fatal(err)
+		}
+	}
+	cos, sin := make([]float32, nb*n*d/2), make([]float32, nb*n*d/2)
+	for i := range cos {
+		cos[i], sin[i] = float32(math.Cos(0.01*float64(i))), float32(math.Sin(0.01*float64(i)))
+	}
+	q, w := make([]float32, m*d), make([]float32, m*nb*n)
+	for i := range q {
+		q[i] = float32(rng.NormFloat64())
+	}
+	for i := range w {
+		w[i] = rng.Float32() / (nb * n)
+	}
+	f.Fuzz(func(t *testing.T, which uint8, at uint16, patch []byte) {
+		j := int(which) % nb
+		b := slices.Clone(src[j])
+		off := headerLen + int(at)%(len(b)-headerLen)
+		for i, p := range patch {
+			if off+i < len(b) {
+				b[off+i] = p
+			}
+		}
+		seal(b)
+		run := slices.Clone(src)
+		run[j] = b
+		want := make([]float32, m*nb*n)
+		rot := make([]float32, n*d)
+		var werr error
+		for i, blk := range run {
+			if werr = k.DecodeRotated(rot, blk, n, d, cos[i*n*d/2:], sin[i*n*d/2:]); werr != nil {
+				break
+			}
+			cpu.ScoreBlock(want[i*n:], nb*n, q, m, rot, n, d, 0.125)
+		}
+		for _, checked := range []bool{false, true} {
+			got := make([]float32, m*nb*n)
+			err := k.ScoreRun(got, nb*n, q, m, run, n, d, cos, sin, 0.125, 0, n, checked)
+			if (err == nil) != (werr == nil) || err == nil && !bitsEqual(got, want) {
+				t.Fatalf("block %d edited at %d, checked %v: ScoreRun %v, DecodeRotated %v (scores equal %v)", j, off, checked, err, werr, bitsEqual(got, want))
+			}
+			sum := make([]float32, m*d)
+			err = k.AddWeightedRun(sum, m, w, nb*n, run, n, d, 0, n, checked)
+			if (err == nil) != (werr == nil) || err != nil && !bitsEqual(sum, make([]float32, m*d)) {
+				t.Fatalf("block %d edited at %d, checked %v: AddWeightedRun %v, DecodeRotated %v", j, off, checked, err, werr)
+			}
+		}
+	})
+}
