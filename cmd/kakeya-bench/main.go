@@ -93,6 +93,7 @@ type options struct {
 	gen, reps     int
 	warmup        bool
 	progress      bool
+	perf          *perfControl // --perf-ctl, or nil
 	serve         serveOptions // with --concurrency
 }
 
@@ -117,6 +118,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.reps, "reps", 3, "runs per cell (the median is reported)")
 	fs.BoolVar(&o.warmup, "warmup", true, "after each model load, run one untimed short prefill and decode step first (llama-bench's warmup): the first timed run then does not pay for paging the weights in")
 	fs.BoolVar(&o.progress, "progress", true, "print each run to stderr as it finishes")
+	var perfCtl string
+	fs.StringVar(&perfCtl, "perf-ctl", "", "`FIFO[,ACK]`: perf record's control FIFO (and ack FIFO) of --control fifo:FIFO,ACK: each timed decode loop is preceded by enable and followed by disable there, so that perf record -D -1 samples the decode steps alone, not the prefills")
 	fs.StringVar(&conc, "concurrency", "", "serving mode: client counts, comma-separated (e.g. 1,4,16,64); each level sends synthetic requests through the scheduler")
 	fs.Var(&kvMemory, "kv-memory", "serving mode: the KV block pool's budget (K, M, G suffixes, binary)")
 	fs.IntVar(&o.serve.promptLen, "prompt-len", 128, "serving mode: prompt tokens per request")
@@ -161,6 +164,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.caches, err = parseCaches(caches, o.boundary); err != nil {
 		return err
+	}
+	if perfCtl != "" {
+		if o.perf, err = openPerfControl(perfCtl); err != nil {
+			return err
+		}
+		defer o.perf.Close()
 	}
 	if o.matmuls, err = parseMatMuls(matmuls); err != nil {
 		return err
@@ -398,6 +407,10 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 					s.Close()
 					return nil, err
 				}
+				if err := o.perf.send("enable"); err != nil {
+					s.Close()
+					return nil, err
+				}
 				t1 := time.Now()
 				c0 := counts()
 				tok := prompt[n-1]
@@ -409,6 +422,10 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 					tok = 1 + (tok+i*7919)%(vocab-1)
 				}
 				t2 := time.Now()
+				if err := o.perf.send("disable"); err != nil {
+					s.Close()
+					return nil, err
+				}
 				c1 := counts()
 				r.ops, r.calls = float64(c1.Ops-c0.Ops)/float64(o.gen), float64(c1.DriverCalls-c0.DriverCalls)/float64(o.gen)
 				r.driver = c1.Driver
@@ -671,4 +688,54 @@ func (a *calibrations) random(ctx context.Context, spec kvconfig.Spec, m *model.
 	}
 	a.byBlock[bs] = cal
 	return cal, nil
+}
+
+// A perfControl is --perf-ctl: perf record's control FIFO, and its ack
+// FIFO, if given, whose "ack" a command waits for.
+type perfControl struct {
+	ctl, ack *os.File
+}
+
+// openPerfControl opens --perf-ctl's FIFO[,ACK] (FIFO for writing, ACK
+// for reading).
+func openPerfControl(arg string) (*perfControl, error) {
+	ctlPath, ackPath, _ := strings.Cut(arg, ",")
+	p := new(perfControl)
+	var err error
+	if p.ctl, err = os.OpenFile(ctlPath, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		return nil, fmt.Errorf("--perf-ctl: %w", err)
+	}
+	if ackPath != "" {
+		if p.ack, err = os.Open(ackPath); err != nil {
+			p.ctl.Close()
+			return nil, fmt.Errorf("--perf-ctl: ack: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// send writes cmd to the control FIFO and waits for perf's ack where
+// there is an ack FIFO; nil p sends nothing.
+func (p *perfControl) send(cmd string) error {
+	if p == nil {
+		return nil
+	}
+	if _, err := io.WriteString(p.ctl, cmd+"\n"); err != nil {
+		return fmt.Errorf("--perf-ctl: %s: %w", cmd, err)
+	}
+	if p.ack != nil {
+		var b [5]byte
+		if _, err := p.ack.Read(b[:]); err != nil {
+			return fmt.Errorf("--perf-ctl: waiting for the ack of %s: %w", cmd, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the FIFOs.
+func (p *perfControl) Close() {
+	p.ctl.Close()
+	if p.ack != nil {
+		p.ack.Close()
+	}
 }

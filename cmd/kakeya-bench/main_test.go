@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -86,6 +87,38 @@ func TestBoundary(t *testing.T) {
 	none, one, both := ratio("none"), ratio("0"), ratio("0,-1")
 	if !(none > one && one > both) {
 		t.Errorf("KV ratio %.2fx with --boundary none, %.2fx with 0, %.2fx with 0,-1; want them falling", none, one, both)
+	}
+}
+
+// --perf-ctl writes enable before each timed decode loop and disable
+// after it, nothing around the prefills; a path that does not open is an
+// error naming the flag.
+func TestPerfControl(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	ctl := filepath.Join(dir, "ctl")
+	if err := os.WriteFile(ctl, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--model", dir, "--cache", "plain,int8", "--threads", "1", "--ctx", "20", "--gen", "2", "--reps", "2", "--warmup=false", "--progress=false"}
+	if err := run(context.Background(), append(args, "--perf-ctl", ctl), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Repeat("enable\ndisable\n", 4); string(got) != want {
+		t.Errorf("--perf-ctl wrote %q, want %q", got, want)
+	}
+	missing := filepath.Join(dir, "none", "ctl")
+	if err := run(context.Background(), append(args, "--perf-ctl", missing), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--perf-ctl") {
+		t.Errorf("--perf-ctl %s: err = %v, want one naming --perf-ctl", missing, err)
+	}
+	if err := run(context.Background(), append(args, "--perf-ctl", ctl+","+missing), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--perf-ctl: ack") {
+		t.Errorf("--perf-ctl with a missing ack FIFO: err = %v, want one naming --perf-ctl", err)
 	}
 }
 
