@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks (without it, those that need one are calibrated automatically on the built-in text, once per model, as kakeya-run does, and the file is kept in --calib-cache; a model without a tokenizer on random tokens)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations, as kakeya-run's: a cache that needs principal components (the kakeya preset, kakeya-pc, kvtc) without --calib gets the file kakeya-run would, read from here or made here once on the built-in text (default: the user cache directory's kakeya/calib)")
-	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;), or K/V, the keys' codec and the values' (kakeya-pc:coded=8/kakeya-pc); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;, and end a single one with ;), or K/V, the keys' codec and the values' (kakeya-pc:coded=8/kakeya-pc); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
@@ -547,12 +547,14 @@ func writeTable(w io.Writer, rows []row) {
 // may hold commas), else by ','; each compressed cache is checked with the
 // --boundary value.
 func parseCaches(s, boundary string) ([]string, error) {
-	sep := ","
+	sep, list := ",", s
 	if strings.Contains(s, ";") {
-		sep = ";"
+		// One ; ending the list makes it a list of ;-separated specs
+		// even of one: a single spec holding commas.
+		sep, list = ";", strings.TrimSuffix(s, ";")
 	}
 	var out []string
-	for _, c := range strings.Split(s, sep) {
+	for _, c := range strings.Split(list, sep) {
 		c = strings.TrimSpace(c)
 		if c == "" {
 			return nil, fmt.Errorf("--cache %q: empty entry", s)

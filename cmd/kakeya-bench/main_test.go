@@ -122,6 +122,25 @@ func TestPerfControl(t *testing.T) {
 	}
 }
 
+// A list holding ; splits there, and one ; at its end makes a list of a
+// single spec holding commas.
+func TestParseCaches(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []string
+	}{
+		{"plain,int8", []string{"plain", "int8"}},
+		{"plain;kakeya-pc:rate=2.5,ec=true", []string{"plain", "kakeya-pc:rate=2.5,ec=true"}},
+		{"kakeya-pc:rate=1.95,ec=true;", []string{"kakeya-pc:rate=1.95,ec=true"}},
+		{"int8;", []string{"int8"}},
+	} {
+		got, err := parseCaches(tt.in, "none")
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("parseCaches(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
 func TestFlags(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
@@ -129,6 +148,9 @@ func TestFlags(t *testing.T) {
 	}{
 		{[]string{"--cache", "int9"}, "--cache int9"},
 		{[]string{"--cache", "plain,,int8"}, "empty entry"},
+		{[]string{"--cache", "plain;;int8"}, "empty entry"},
+		{[]string{"--cache", ";"}, "empty entry"},
+		{[]string{"--cache", "int8;;"}, "empty entry"},
 		{[]string{"--cache", "int8,int8"}, "int8 listed twice"},
 		{[]string{"--cache", "int8/int9"}, "--cache int8/int9"},
 		{[]string{"--boundary", "x"}, "--cache int8"},
