@@ -56,6 +56,15 @@ type pcRunScratch struct {
 	acc, macc, wsum []float32
 	out             []float32 // the one-block fallback's sums
 	sc              [MaxBlocks]*pcScratch
+	// The entropy-coded blocks' streams, decoded MaxBlocks at a time
+	// (prepareLat): their lanes, tails and hidden means, and the fp16
+	// bits of those means as bytes for WidenF16.
+	r2  [MaxBlocks]rans2Scratch
+	st  cpu.RANSStreams
+	hid [MaxBlocks][rans2Lanes]uint16
+	hb  [2 * rans2Lanes]byte
+	// touch keeps prepareLat's reads of the blocks' cache lines.
+	touch byte
 }
 
 func (k *KakeyaPC) runScratch() *pcRunScratch {
@@ -92,7 +101,7 @@ func (k *KakeyaPC) CheckBlock(src []byte, n, d int) error {
 }
 
 // prepareRun checks the blocks of src (at most pcRunChunk) as Decode does,
-// but for the fixed-width blocks' CRC-32C when checked, and sets in rs, and
+// but for their CRC-32C when checked, and sets in rs, and
 // in the PCRun it returns, what the kernels read of them: their fields
 // widened and their code planes copied, or, entropy coded, their streams
 // decoded to latents.
@@ -102,34 +111,14 @@ func (k *KakeyaPC) prepareRun(rs *pcRunScratch, src [][]byte, n, d int, checked 
 	rs.fields = growF32(rs.fields, nb*(mc+c))
 	run.Fields = rs.fields[:nb*(mc+c)]
 	if k.opt.Entropy {
-		// The streams decode straight into rs.lat: each scratch's latents
-		// lent a block's stretch of it (with the pcLatRows slack parseFields
-		// asks for, which the next block's decode overwrites) and given
-		// back before the scratch goes back to the pool.
 		rs.lat = growF32(rs.lat, nb*c*n+pcLatRows(c)*n)
 		run.Lat = rs.lat[:nb*c*n]
-		for j0 := 0; j0 < nb; j0 += MaxBlocks {
-			j1 := min(nb, j0+MaxBlocks)
-			sc := k.scratches(&rs.sc, j1-j0)
-			var own [MaxBlocks][]float32
-			for j, s := range sc {
-				own[j], s.lat = s.lat, rs.lat[(j0+j)*c*n:]
-			}
-			err := k.parseBlocks(sc, src[j0:j1], n, d)
-			for j, s := range sc {
-				if err == nil {
-					f := run.Fields[(j0+j)*(mc+c):]
-					copy(f[:mc], s.means[:mc])
-					copy(f[mc:mc+c], s.scale[:c])
-				}
-				s.lat = own[j]
-			}
-			k.putScratches(sc)
-			if err != nil {
-				return run, err
-			}
+		if k.prepareLat(rs, &run, src, n, d, checked) {
+			return run, nil
 		}
-		return run, nil
+		// Another stream layout, or a block the fast path would not
+		// take: parseBlocks, which names what is wrong.
+		return run, k.parseRun(rs, &run, src, n, d)
 	}
 	cb := k.codeBytes(n)
 	size := headerLen + 6 + 2*mc + 2*c + cb
@@ -154,6 +143,113 @@ func (k *KakeyaPC) prepareRun(rs *pcRunScratch, src [][]byte, n, d int, checked 
 		copy(run.Planes[j*cb:(j+1)*cb], b[size-cb:])
 	}
 	return run, nil
+}
+
+// parseRun sets run.Lat and run.Fields from the entropy-coded blocks of
+// src as prepareLat does, through parseBlocks: any stream layout, every
+// check (the CRC-32C too), and parseBlocks' errors. The streams decode
+// straight into run.Lat: each scratch's latents lent a block's stretch
+// of rs.lat (with the pcLatRows slack parseFields asks for, which the
+// next block's decode overwrites) and given back before the scratch
+// goes back to the pool.
+func (k *KakeyaPC) parseRun(rs *pcRunScratch, run *cpu.PCRun, src [][]byte, n, d int) error {
+	nb, c, mc := len(src), len(k.codedIdx), len(k.meanIdx)
+	for j0 := 0; j0 < nb; j0 += MaxBlocks {
+		j1 := min(nb, j0+MaxBlocks)
+		sc := k.scratches(&rs.sc, j1-j0)
+		var own [MaxBlocks][]float32
+		for j, s := range sc {
+			own[j], s.lat = s.lat, rs.lat[(j0+j)*c*n:]
+		}
+		err := k.parseBlocks(sc, src[j0:j1], n, d)
+		for j, s := range sc {
+			if err == nil {
+				f := run.Fields[(j0+j)*(mc+c):]
+				copy(f[:mc], s.means[:mc])
+				copy(f[mc:mc+c], s.scale[:c])
+			}
+			s.lat = own[j]
+		}
+		k.putScratches(sc)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepareLat is prepareRun's path for entropy-coded blocks of stream
+// layout 2, whose fields it checks in place and whose streams it decodes
+// into run.Lat, MaxBlocks side by side: the checks and results of
+// parseBlocks (the same header bytes, counts, lengths and finite fields,
+// the CRC-32C unless checked, and the streams' own checks), without its
+// scratches, base rows and field tables. It reports false where it did
+// not finish (another layout, or any check failing): run.Lat and
+// run.Fields are then partly written, and the caller goes block by block
+// through parseBlocks, whose error names what is wrong.
+func (k *KakeyaPC) prepareLat(rs *pcRunScratch, run *cpu.PCRun, src [][]byte, n, d int, checked bool) bool {
+	nb, c, mc := len(src), len(k.codedIdx), len(k.meanIdx)
+	hidden := rans2Hidden(mc)
+	stored := mc - hidden
+	head := headerLen + 8 + 2*(stored+c) // the header, info, means and scales
+	var want [headerLen]byte
+	appendHeader(want[:0], k.Format().ID, pcECLayout2, n, d, k.tag)
+	var (
+		out   [MaxBlocks][]float32
+		codes [MaxBlocks][]byte
+		scale [MaxBlocks][]float32
+		hide  [MaxBlocks][]uint16
+		r2    [MaxBlocks]*rans2Scratch
+	)
+	// Touch every cache line of the blocks first: their loads wait on
+	// memory together rather than one block's header after another's
+	// stream (the model's weights pass through the caches between two
+	// steps' reads of a block).
+	var touch byte
+	for _, b := range src {
+		for i := 0; i < len(b); i += 64 {
+			touch ^= b[i]
+		}
+	}
+	rs.touch = touch
+	for j0 := 0; j0 < nb; j0 += MaxBlocks {
+		j1 := min(nb, j0+MaxBlocks)
+		for j := j0; j < j1; j++ {
+			b := src[j]
+			f := run.Fields[j*(mc+c) : (j+1)*(mc+c)]
+			// The stored means and the scales are adjacent, as in Fields.
+			if len(b) < head || [12]byte(b[:12]) != [12]byte(want[:12]) ||
+				int(binary.LittleEndian.Uint16(b[16:])) != stored || int(binary.LittleEndian.Uint16(b[18:])) != c ||
+				uint64(binary.LittleEndian.Uint32(b[20:])) != uint64(len(b)-head) ||
+				!checked && binary.LittleEndian.Uint32(b[12:]) != blockCRC(b) ||
+				!cpu.WidenF16(f[hidden:], b[headerLen+8:head]) {
+				return false
+			}
+			i := j - j0
+			out[i], codes[i], scale[i], hide[i], r2[i] = run.Lat[j*c*n:(j+1)*c*n], b[head:], f[mc:], rs.hid[i][:hidden], &rs.r2[i]
+		}
+		ns := j1 - j0
+		var err error
+		if ns == 1 {
+			err = rans2Decode(out[0], codes[0], n, &k.plan2, scale[0], hide[0], r2[0])
+		} else {
+			_, err = rans2DecodeStreams(out[:ns], codes[:ns], n, &k.plan2, scale[:ns], hide[:ns], r2[:ns], &rs.st)
+		}
+		if err != nil {
+			return false
+		}
+		// The means the lanes carried, widened and checked as the
+		// stored ones.
+		for j := j0; j < j1; j++ {
+			for i, h := range hide[j-j0] {
+				binary.LittleEndian.PutUint16(rs.hb[2*i:], h)
+			}
+			if !cpu.WidenF16(run.Fields[j*(mc+c):][:hidden], rs.hb[:2*hidden]) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ScoreRun implements RunAttender: per block, the latents, the rows

@@ -243,6 +243,31 @@ func rans2Rest(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, sc
 // for its states, a state an encoder cannot end in, or words that are not
 // whole.
 func rans2Start(src []byte, x *[rans2Lanes]uint32) (int, error) {
+	if len(src) >= 4+4*rans2Lanes {
+		// Without a branch per lane: each state read as 4 bytes and cut
+		// to 3 where its bit is clear (4+4*rans2Lanes bytes cover every
+		// read), its bound checked into bad; rans2StartSlow's loop names
+		// what is wrong.
+		long := binary.LittleEndian.Uint32(src)
+		pos, bad := 4, uint64(0)
+		for i := range x {
+			b := long >> i & 1
+			v := binary.LittleEndian.Uint32(src[pos:]) & (0xffffff | -b<<24)
+			bound := int64(ransWordL) << (8 * b) // 2^16, or 2^24 for 4 bytes
+			bad |= uint64(int64(v)-bound) >> 63
+			x[i] = v
+			pos += 3 + int(b)
+		}
+		if bad == 0 && (len(src)-pos)%2 == 0 {
+			return pos, nil
+		}
+	}
+	return rans2StartSlow(src, x)
+}
+
+// rans2StartSlow is rans2Start lane by lane, for any stream, naming what
+// is wrong.
+func rans2StartSlow(src []byte, x *[rans2Lanes]uint32) (int, error) {
 	if len(src) < 4+3*rans2Lanes {
 		return 0, fmt.Errorf("code stream of %d bytes, shorter than its %d lanes' states", len(src), rans2Lanes)
 	}

@@ -97,6 +97,7 @@ type options struct {
 	gen, reps     int
 	warmup        bool
 	progress      bool
+	perf          *perfControl // --perf-ctl, or nil
 	serve         serveOptions // with --concurrency
 }
 
@@ -113,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks (without it, those that need one are calibrated automatically on the built-in text, once per model, as kakeya-run does, and the file is kept in --calib-cache; a model without a tokenizer on random tokens)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations, as kakeya-run's: a cache that needs principal components (the kakeya preset, kakeya-pc, kvtc) without --calib gets the file kakeya-run would, read from here or made here once on the built-in text (default: the user cache directory's kakeya/calib)")
-	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;), or K/V, the keys' codec and the values' (kakeya-pc:coded=8/kakeya-pc), or settings in kvconfig's grammar (kv=kakeya,block=32,hot=16); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
+	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;, and end a single one with ;), or K/V, the keys' codec and the values' (kakeya-pc:coded=8/kakeya-pc), or settings in kvconfig's grammar (kv=kakeya,block=32,hot=16); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
 	fs.StringVar(&matmuls, "matmul", "bf16", "precisions of the activations in bf16 matrix products, comma-separated: bf16 (llama.cpp's arithmetic, kakeya-run's default) and/or f32 (exact, kakeya-eval's default)")
 	fs.StringVar(&threads, "threads", "1,2", "thread counts, comma-separated")
 	fs.StringVar(&ctxs, "ctx", "128,2048", "contexts (prompt tokens before decoding), comma-separated")
@@ -121,6 +122,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.reps, "reps", 3, "runs per cell (the median is reported)")
 	fs.BoolVar(&o.warmup, "warmup", true, "after each model load, run one untimed short prefill and decode step first (llama-bench's warmup): the first timed run then does not pay for paging the weights in")
 	fs.BoolVar(&o.progress, "progress", true, "print each run to stderr as it finishes")
+	var perfCtl string
+	fs.StringVar(&perfCtl, "perf-ctl", "", "`FIFO[,ACK]`: perf record's control FIFO (and ack FIFO) of --control fifo:FIFO,ACK: each timed decode loop is preceded by enable and followed by disable there, so that perf record -D -1 samples the decode steps alone, not the prefills")
 	fs.StringVar(&conc, "concurrency", "", "serving mode: client counts, comma-separated (e.g. 1,4,16,64); each level sends synthetic requests through the scheduler")
 	fs.Var(&kvMemory, "kv-memory", "serving mode: the KV block pool's budget (K, M, G suffixes, binary)")
 	fs.IntVar(&o.serve.promptLen, "prompt-len", 128, "serving mode: prompt tokens per request")
@@ -165,6 +168,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.caches, err = parseCaches(caches, o.boundary); err != nil {
 		return err
+	}
+	if perfCtl != "" {
+		if o.perf, err = openPerfControl(perfCtl); err != nil {
+			return err
+		}
+		defer o.perf.Close()
 	}
 	if o.matmuls, err = parseMatMuls(matmuls); err != nil {
 		return err
@@ -402,6 +411,10 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 					s.Close()
 					return nil, err
 				}
+				if err := o.perf.send("enable"); err != nil {
+					s.Close()
+					return nil, err
+				}
 				t1 := time.Now()
 				c0 := counts()
 				tok := prompt[n-1]
@@ -413,6 +426,10 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 					tok = 1 + (tok+i*7919)%(vocab-1)
 				}
 				t2 := time.Now()
+				if err := o.perf.send("disable"); err != nil {
+					s.Close()
+					return nil, err
+				}
 				c1 := counts()
 				r.ops, r.calls = float64(c1.Ops-c0.Ops)/float64(o.gen), float64(c1.DriverCalls-c0.DriverCalls)/float64(o.gen)
 				r.driver = c1.Driver
@@ -537,12 +554,14 @@ func writeTable(w io.Writer, rows []row) {
 // may hold commas), else by ','; each compressed cache is checked with the
 // --boundary value.
 func parseCaches(s, boundary string) ([]string, error) {
-	sep := ","
+	sep, list := ",", s
 	if strings.Contains(s, ";") {
-		sep = ";"
+		// One ; ending the list makes it a list of ;-separated specs
+		// even of one: a single spec holding commas.
+		sep, list = ";", strings.TrimSuffix(s, ";")
 	}
 	var out []string
-	for _, c := range strings.Split(s, sep) {
+	for _, c := range strings.Split(list, sep) {
 		c = strings.TrimSpace(c)
 		if c == "" {
 			return nil, fmt.Errorf("--cache %q: empty entry", s)
@@ -701,4 +720,54 @@ func (a *calibrations) random(ctx context.Context, spec kvconfig.Spec, m *model.
 	}
 	a.byBlock[bs] = cal
 	return cal, nil
+}
+
+// A perfControl is --perf-ctl: perf record's control FIFO, and its ack
+// FIFO, if given, whose "ack" a command waits for.
+type perfControl struct {
+	ctl, ack *os.File
+}
+
+// openPerfControl opens --perf-ctl's FIFO[,ACK] (FIFO for writing, ACK
+// for reading).
+func openPerfControl(arg string) (*perfControl, error) {
+	ctlPath, ackPath, _ := strings.Cut(arg, ",")
+	p := new(perfControl)
+	var err error
+	if p.ctl, err = os.OpenFile(ctlPath, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		return nil, fmt.Errorf("--perf-ctl: %w", err)
+	}
+	if ackPath != "" {
+		if p.ack, err = os.Open(ackPath); err != nil {
+			p.ctl.Close()
+			return nil, fmt.Errorf("--perf-ctl: ack: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// send writes cmd to the control FIFO and waits for perf's ack where
+// there is an ack FIFO; nil p sends nothing.
+func (p *perfControl) send(cmd string) error {
+	if p == nil {
+		return nil
+	}
+	if _, err := io.WriteString(p.ctl, cmd+"\n"); err != nil {
+		return fmt.Errorf("--perf-ctl: %s: %w", cmd, err)
+	}
+	if p.ack != nil {
+		var b [5]byte
+		if _, err := p.ack.Read(b[:]); err != nil {
+			return fmt.Errorf("--perf-ctl: waiting for the ack of %s: %w", cmd, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the FIFOs.
+func (p *perfControl) Close() {
+	p.ctl.Close()
+	if p.ack != nil {
+		p.ack.Close()
+	}
 }

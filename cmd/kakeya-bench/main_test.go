@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -89,6 +90,57 @@ func TestBoundary(t *testing.T) {
 	}
 }
 
+// --perf-ctl writes enable before each timed decode loop and disable
+// after it, nothing around the prefills; a path that does not open is an
+// error naming the flag.
+func TestPerfControl(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	ctl := filepath.Join(dir, "ctl")
+	if err := os.WriteFile(ctl, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--model", dir, "--cache", "plain,int8", "--threads", "1", "--ctx", "20", "--gen", "2", "--reps", "2", "--warmup=false", "--progress=false"}
+	if err := run(context.Background(), append(args, "--perf-ctl", ctl), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Repeat("enable\ndisable\n", 4); string(got) != want {
+		t.Errorf("--perf-ctl wrote %q, want %q", got, want)
+	}
+	missing := filepath.Join(dir, "none", "ctl")
+	if err := run(context.Background(), append(args, "--perf-ctl", missing), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--perf-ctl") {
+		t.Errorf("--perf-ctl %s: err = %v, want one naming --perf-ctl", missing, err)
+	}
+	if err := run(context.Background(), append(args, "--perf-ctl", ctl+","+missing), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--perf-ctl: ack") {
+		t.Errorf("--perf-ctl with a missing ack FIFO: err = %v, want one naming --perf-ctl", err)
+	}
+}
+
+// A list holding ; splits there, and one ; at its end makes a list of a
+// single spec holding commas.
+func TestParseCaches(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []string
+	}{
+		{"plain,int8", []string{"plain", "int8"}},
+		{"plain;kakeya-pc:rate=2.5,ec=true", []string{"plain", "kakeya-pc:rate=2.5,ec=true"}},
+		{"kakeya-pc:rate=1.95,ec=true;", []string{"kakeya-pc:rate=1.95,ec=true"}},
+		{"int8;", []string{"int8"}},
+	} {
+		got, err := parseCaches(tt.in, "none")
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("parseCaches(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
 func TestFlags(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
@@ -96,6 +148,9 @@ func TestFlags(t *testing.T) {
 	}{
 		{[]string{"--cache", "int9"}, "--cache int9"},
 		{[]string{"--cache", "plain,,int8"}, "empty entry"},
+		{[]string{"--cache", "plain;;int8"}, "empty entry"},
+		{[]string{"--cache", ";"}, "empty entry"},
+		{[]string{"--cache", "int8;;"}, "empty entry"},
 		{[]string{"--cache", "int8,int8"}, "int8 listed twice"},
 		{[]string{"--cache", "int8/int9"}, "--cache int8/int9"},
 		{[]string{"--cache", "plain;kv=kakeya,block=x"}, "--cache kv=kakeya,block=x"},
