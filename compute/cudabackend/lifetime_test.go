@@ -39,6 +39,29 @@ func TestDroppedOperandOutOfMemory(t *testing.T) {
 				b.MatMul(out, b.Alloc(n*cols), n, w)
 			}
 		}},
+		{"NormQKV held back", func(t *testing.T, b *Backend, f *fakeDriver) func(func(int)) {
+			// The held launch is queued by the next operation, which
+			// takes the step parameters' memory (128 KiB) first.
+			const heads, kvHeads, d, cols = 2, 1, 64, 128
+			up := func(rows int) compute.Weight {
+				w, err := b.Upload(randMat(r, tensor.BF16, rows, cols))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w
+			}
+			p := &compute.QKV{Norm: b.Alloc(cols), Eps: 1e-5, Q: up(heads * d), K: up(kvHeads * d), V: up(kvHeads * d),
+				Heads: heads, KVHeads: kvHeads, HeadDim: d, Cos: b.Alloc(4 * d / 2), Sin: b.Alloc(4 * d / 2)}
+			q, k, v := b.Alloc(heads*d), b.Alloc(kvHeads*d), b.Alloc(kvHeads*d)
+			return func(allowed func(int)) {
+				const xLen = stepSlotBytes * maxStepSlots / 4 // x's memory would make room
+				allowed(4 * xLen)
+				if !b.NormQKV(q, k, v, b.Alloc(xLen), []int{0}, p) {
+					t.Fatal("NormQKV declined")
+				}
+				b.Add(q, q)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, f := newFakeBackend(t, Options{NoCUBLAS: true})
