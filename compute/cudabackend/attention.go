@@ -115,6 +115,10 @@ func (a *attention) Forward(out, q compute.Buffer, n, start int, kv compute.KVLa
 	b := a.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// The scratch, table and step slot allocations below may free
+	// collected memory after the addresses are taken (see keep).
+	defer keep(out, q, cos, sin)
+	defer runtime.KeepAlive(a) // its tables and scratch
 	if b.err != nil {
 		return b.err
 	}

@@ -576,7 +576,8 @@ func (b *Backend) Read(dst []float32, src compute.Buffer) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.read(dst, ptr(src))
+	b.read(dst, ptr(src)) // flushes, which may free: src held till the copy
+	keep(src)
 }
 
 // read copies len(dst) values at p to dst. Called with mu held.
@@ -689,6 +690,10 @@ type kvWrite struct {
 	pt                *part
 	dst, src          Ptr
 	row, rows, stride int
+	// own is src's buffer's memory, held until the write is launched or
+	// queued: Write returns with the write deferred, and the operation
+	// that launches it may free collected memory first (see keep).
+	own compute.Memory
 }
 
 // kvWrites launches the deferred block-store writes. The cache writes a
@@ -762,6 +767,22 @@ func (b *Backend) op(l Launch, dynamic bool) {
 	b.mu.Unlock()
 }
 
+// keep marks where an operation's hold on its buffers ends: once the
+// launches that read them are queued (b.queue) or made. A device address
+// taken from a buffer (ptr) is no reference the garbage collector sees,
+// and until its launch is queued, a caller's buffer it no longer holds
+// may be collected, its memory freed at an idle point the operation
+// itself reaches: a device out of memory makes allocRaw flush, collect
+// and free what the cleanups queued, and enqueue may flush deferred cache
+// writes that allocate. Once queued, the launch is safe: memory is freed
+// only where the stream is idle, after the queue went to the driver. See
+// docs/cuda.md, "Lifetimes".
+func keep(bufs ...compute.Buffer) {
+	for i := range bufs {
+		runtime.KeepAlive(bufs[i].Mem)
+	}
+}
+
 // Embed sets row i of out to row ids[i] of table; the ids go to the device
 // as int32.
 func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
@@ -801,9 +822,11 @@ func (b *Backend) Embed(out compute.Buffer, table compute.Weight, ids []int) {
 	// Static: a decode step embeds from the same ids buffer every time.
 	if w.dt.Quantized() {
 		b.enqueue(quantEmbedLaunch(w.dt, ptr(out), w.mem.ptr, b.idsDev, len(ids), w.cols), false)
-		return
+	} else {
+		b.enqueue(embedLaunch(w.dt, ptr(out), w.mem.ptr, b.idsDev, len(ids), w.cols), false)
 	}
-	b.enqueue(embedLaunch(w.dt, ptr(out), w.mem.ptr, b.idsDev, len(ids), w.cols), false)
+	keep(out)
+	runtime.KeepAlive(w)
 }
 
 // MatMul sets out to x times w transposed: a matrix-vector kernel for a
@@ -815,6 +838,8 @@ func (b *Backend) MatMul(out, x compute.Buffer, n int, w compute.Weight) {
 	if n <= 0 {
 		return
 	}
+	defer keep(out, x) // the paths below allocate scratch
+	defer runtime.KeepAlive(wt)
 	if wt.dt.Quantized() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -908,6 +933,7 @@ func (b *Backend) RMSNorm(out, x, w compute.Buffer, rows int, eps float32) {
 		return
 	}
 	b.op(rmsNormLaunch(ptr(out), ptr(x), ptr(w), rows, w.Len, eps), false)
+	keep(out, x, w)
 }
 
 // AddRows adds bias to each row of x.
@@ -916,6 +942,7 @@ func (b *Backend) AddRows(x, bias compute.Buffer, rows int) {
 		return
 	}
 	b.op(addRowsLaunch(ptr(x), ptr(bias), rows, bias.Len), false)
+	keep(x, bias)
 }
 
 // Add adds y to x.
@@ -924,6 +951,7 @@ func (b *Backend) Add(x, y compute.Buffer) {
 		return
 	}
 	b.op(addLaunch(ptr(x), ptr(y), x.Len), false)
+	keep(x, y)
 }
 
 // SiLUMul sets gate to silu(gate) * up.
@@ -932,6 +960,7 @@ func (b *Backend) SiLUMul(gate, up compute.Buffer) {
 		return
 	}
 	b.op(siluMulLaunch(ptr(gate), ptr(up), gate.Len), false)
+	keep(gate, up)
 }
 
 // GELUTanhMul sets gate to gelu_tanh(gate) * up (compute.ArchOps).
@@ -940,6 +969,7 @@ func (b *Backend) GELUTanhMul(gate, up compute.Buffer) {
 		return
 	}
 	b.op(geluTanhMulLaunch(ptr(gate), ptr(up), gate.Len), false)
+	keep(gate, up)
 }
 
 // Scale multiplies x by s (compute.ArchOps).
@@ -948,6 +978,7 @@ func (b *Backend) Scale(x compute.Buffer, s float32) {
 		return
 	}
 	b.op(scalarMulLaunch(ptr(x), s, x.Len), false)
+	keep(x)
 }
 
 // Softcap sets each value v of x to c*tanh(v/c) (compute.ArchOps).
@@ -956,6 +987,7 @@ func (b *Backend) Softcap(x compute.Buffer, c float32) {
 		return
 	}
 	b.op(softcapLaunch(ptr(x), c, x.Len), false)
+	keep(x)
 }
 
 // NormAdd adds the n rows of x normalised by RMSNorm (weight norm, eps)
@@ -975,6 +1007,7 @@ func (b *Backend) NormAdd(acc, x, norm compute.Buffer, n int, eps float32) {
 		return
 	}
 	b.op(rmsNormAddLaunch(ptr(acc), ptr(x), ptr(norm), n, norm.Len, eps), false)
+	keep(acc, x, norm)
 }
 
 // SlidingKV marks the backend's attention as reading no KV block before
@@ -990,4 +1023,5 @@ func (b *Backend) RoPE(x compute.Buffer, rows, heads, d, start int, cos, sin com
 		return
 	}
 	b.op(ropeLaunch(ptr(x), rows, heads, d, start, ptr(cos), ptr(sin)), true)
+	keep(x, cos, sin)
 }

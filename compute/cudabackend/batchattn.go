@@ -3,6 +3,7 @@ package cudabackend
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"slices"
 
 	"github.com/kakeya-ai/kakeya/compute"
@@ -105,6 +106,11 @@ func (b *Backend) AttendBatch(out, q compute.Buffer, rotate bool, layer int, pas
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// The tables, directory and scratch allocations below may free
+	// collected memory after the addresses are taken (see keep); the
+	// passes hold the attentions whose tables the launch reads.
+	defer keep(out, q, cos, sin)
+	defer runtime.KeepAlive(&passes[0])
 	if b.err != nil {
 		return b.err
 	}

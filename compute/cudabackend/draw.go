@@ -82,6 +82,7 @@ func (b *Backend) Draw(ids, bad []int, x compute.Buffer, cols int, rows []comput
 	} else {
 		b.enqueue(drawLaunch(b.pickDev, ptr(x), params, n, cols), dynamic)
 	}
+	keep(x) // enqueue may flush and free (see keep)
 	b.readPicks(ids, bad)
 }
 

@@ -1,6 +1,7 @@
 package cudabackend
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -53,6 +54,14 @@ type fakeDriver struct {
 	noStage bool
 	pending []asyncCopy
 
+	// freed are the most recently freed allocations (address and size,
+	// maxFreed at most), dropped as their addresses are allocated again:
+	// a launch whose pointer argument lies in one reads or writes freed
+	// memory, which run reports as an error naming the kernel and the
+	// address (a device would read garbage, the emulator fault or read
+	// the memory's next owner).
+	freed []span
+
 	launched []string // kernels run, in order (graph replays included)
 	calls    map[string]int
 	graphs   map[graphExec][]Launch
@@ -99,7 +108,44 @@ func (f *fakeDriver) alloc(bytes int) (Ptr, error) {
 	}
 	f.allocs[Ptr(p)] = bytes
 	f.held += bytes
+	f.freed = slices.DeleteFunc(f.freed, func(s span) bool {
+		return s.at < Ptr(p)+Ptr(bytes) && Ptr(p) < s.at+Ptr(s.n)
+	})
 	return Ptr(p), nil
+}
+
+// span is a freed allocation.
+type span struct {
+	at Ptr
+	n  int
+}
+
+// maxFreed bounds fakeDriver.freed.
+const maxFreed = 256
+
+// useAfterFree returns an error when one of l's pointer arguments (its
+// 8-byte parameters) lies in a freed allocation and in no live one.
+func (f *fakeDriver) useAfterFree(l Launch) error {
+	if len(f.freed) == 0 {
+		return nil
+	}
+	for i, off := range l.Params {
+		end := uint32(len(l.Args))
+		if i+1 < len(l.Params) {
+			end = l.Params[i+1]
+		}
+		if off%8 != 0 || end < off+8 || int(off)+8 > len(l.Args) {
+			continue
+		}
+		v := Ptr(binary.LittleEndian.Uint64(l.Args[off:]))
+		for _, s := range f.freed {
+			if v >= s.at && v < s.at+Ptr(s.n) && f.within(v, 1, "") != nil {
+				return newError(fmt.Sprintf("%s: parameter %d (%#x) points into freed memory (an allocation of %d bytes at %#x)",
+					l.Kernel, i, uint64(v), s.n, uint64(s.at)), Result(700))
+			}
+		}
+	}
+	return nil
 }
 
 func (f *fakeDriver) free(p Ptr) error {
@@ -112,6 +158,10 @@ func (f *fakeDriver) free(p Ptr) error {
 	}
 	delete(f.allocs, p)
 	f.held -= n
+	if len(f.freed) == maxFreed {
+		f.freed = append(f.freed[:0], f.freed[1:]...)
+	}
+	f.freed = append(f.freed, span{p, n})
 	emu.Free(uint64(p))
 	return nil
 }
@@ -220,6 +270,11 @@ func (f *fakeDriver) copyDevice(dst, src Ptr, bytes int) error {
 
 func (f *fakeDriver) run(ls []Launch) error {
 	f.drain()
+	for _, l := range ls {
+		if err := f.useAfterFree(l); err != nil {
+			return err
+		}
+	}
 	if f.noop {
 		f.calls["kernels"] += len(ls)
 		if f.names {

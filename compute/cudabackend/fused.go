@@ -23,6 +23,7 @@ package cudabackend
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/tensor"
@@ -63,6 +64,13 @@ type qkvArgs struct {
 	// Backend.heldPos for slots of the step parameters, taken when the
 	// launch joins the queue (resolveHeld), which then sets Pos.
 	slotPos bool
+	// own and prm hold what the addresses above come from (q, k, v and
+	// x; the layer's norm, weights, biases and RoPE tables) while the
+	// launch is held back (Backend.held), past NormQKV's return: the
+	// caller may drop them, and the operation that resolves the launch
+	// may free collected memory before it queues it (see keep).
+	own [4]compute.Memory
+	prm *compute.QKV
 }
 
 // unitGeometry returns the staged chunk, the warps per unit and the
@@ -241,6 +249,7 @@ func (b *Backend) NormQKV(q, k, v, x compute.Buffer, pos []int, p *compute.QKV) 
 		WQ: wq.mem.ptr, WK: wk.mem.ptr, WV: wv.mem.ptr, BQ: vecPtr(p.QBias), BK: vecPtr(p.KBias), BV: vecPtr(p.VBias),
 		N: n, Heads: p.Heads, KVHeads: p.KVHeads, HeadDim: p.HeadDim, Cols: cols, Start: pos[0],
 		Cos: ptr(p.Cos), Sin: ptr(p.Sin), dt: wq.dt,
+		own: [4]compute.Memory{q.Mem, k.Mem, v.Mem, x.Mem}, prm: p,
 	}
 	if !consecutive {
 		a.Start = last + 1 - n // only checked: the kernel reads Pos
@@ -356,6 +365,8 @@ func (b *Backend) NormSwiGLU(gate, x compute.Buffer, n int, p *compute.SwiGLU) b
 	}
 	b.op(normSwiGLULaunch(wg.dt, ptr(gate), ptr(x), ptr(p.Norm), p.Eps, wg.mem.ptr, wu.mem.ptr,
 		vecPtr(p.GateBias), vecPtr(p.UpBias), n, wg.rows, wg.cols, p.GELUTanh), false)
+	keep(gate, x)
+	runtime.KeepAlive(p) // its norm, weights and biases
 	return true
 }
 
@@ -374,6 +385,8 @@ func (b *Backend) MatMulAdd(acc, x compute.Buffer, n int, w compute.Weight, bias
 			n, wt.rows, wt.cols, acc.Len, x.Len, bias.Len))
 	}
 	b.op(matVecAddLaunch(wt.dt, ptr(acc), ptr(x), wt.mem.ptr, vecPtr(bias), n, wt.rows, wt.cols), false)
+	keep(acc, x, bias)
+	runtime.KeepAlive(wt)
 	return true
 }
 
@@ -392,6 +405,8 @@ func (b *Backend) NormMatMul(out, x, norm compute.Buffer, eps float32, n int, w 
 			n, wt.rows, wt.cols, out.Len, x.Len, norm.Len))
 	}
 	b.op(normMatVecLaunch(wt.dt, ptr(out), ptr(x), ptr(norm), eps, wt.mem.ptr, n, wt.rows, wt.cols), false)
+	keep(out, x, norm)
+	runtime.KeepAlive(wt)
 	return true
 }
 
@@ -405,6 +420,7 @@ func (b *Backend) NormMatMul(out, x, norm compute.Buffer, eps float32, n int, w 
 func (b *Backend) resolveHeld() {
 	a := b.held
 	b.held, b.holding = qkvArgs{}, false
+	defer a.keepOwners() // till its launch is queued or made
 	if b.err != nil {
 		return
 	}
@@ -446,6 +462,14 @@ func (b *Backend) resolveHeld() {
 	}
 	b.flushQueue()
 	b.fail(b.launch([]Launch{normQKVLaunch(a)}, false))
+}
+
+// keepOwners marks where a's hold on its operands (own, prm) ends.
+func (a *qkvArgs) keepOwners() {
+	for _, m := range a.own {
+		runtime.KeepAlive(m)
+	}
+	runtime.KeepAlive(a.prm)
 }
 
 // foldWrites sets a's cache table when the queued writes begin with the

@@ -24,6 +24,7 @@ func (b *Backend) ArgMax(ids, bad []int, x compute.Buffer, cols int) {
 	defer b.mu.Unlock()
 	b.pickRows(rows)
 	b.enqueue(argMaxLaunch(b.pickDev, ptr(x), rows, cols), false)
+	keep(x) // enqueue may flush and free (see keep)
 	b.readPicks(ids, bad)
 }
 

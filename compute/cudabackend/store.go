@@ -233,7 +233,7 @@ func (s *store) Write(p compute.Part, row int, src compute.Buffer, stride, rows 
 	}
 	// Deferred to the backend's next device operation, so that the writes
 	// of all the layer's heads become one launch (see kvWrites).
-	b.writes = append(b.writes, kvWrite{s: s, pt: pt, dst: pt.addr, src: ptr(src), row: row, rows: rows, stride: stride})
+	b.writes = append(b.writes, kvWrite{s: s, pt: pt, dst: pt.addr, src: ptr(src), row: row, rows: rows, stride: stride, own: src.Mem})
 }
 
 // Read copies p's values to dst, decoding an encoded part on the host
@@ -247,6 +247,9 @@ func (s *store) Read(dst []float32, p compute.Part) error {
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// The part's slot is its store's memory, and copyOut flushes, which
+	// may free collected memory before the copy (see keep).
+	defer runtime.KeepAlive(pt)
 	if b.err != nil {
 		return b.err
 	}
