@@ -1164,8 +1164,14 @@ KQ_INLINE void kx_q6k(int nt, const uint8_t *w, long nb, const long *off, const 
 
 // KX8_PAIR is the 32-bit word of a pair of blocks' widened activations
 // (kq_widen's layout) holding values 2p and 2p+1 of the pair's first
-// block; the second block's are the word after it.
+// block; the second block's are the word after it. For p = 4q + j that is
+// KX8_PAIR(4q) + 0, 2, 8, 10 for j = 0..3.
 #define KX8_PAIR(p) (8 * (2 * ((p) / 8) + ((p) % 4) / 2) + 4 * (((p) % 8) / 4) + 2 * ((p) % 2))
+
+// kx_bcast4l is the 32 bits at p in every lane, by VBROADCASTSS from
+// memory: a load alone, where GCC makes kx_bcast4 a VMOVD and a
+// VPBROADCASTD, an operation on a vector port per broadcast.
+KQ_INLINE __m256i kx_bcast4l(const void *p) { return _mm256_castps_si256(_mm256_broadcast_ss((const float *)p)); }
 
 // kx_q8 is kx_q4k for Q8_0 with eight rows interleaved (tensor.Q8_0x8),
 // over the nb group blocks at w, with the tokens' activations widened
@@ -1192,20 +1198,26 @@ KQ_INLINE void kx_q8(int nt, const uint8_t *w, long nb, const long *off, const i
 		const int16_t *xb = xw + 64 * (b / 2) + 2 * (b & 1);
 		__m256i isum[KX_T];
 		KQ_UNROLL
+		for (int t = 0; t < nt; t++)
+			isum[t] = _mm256_setzero_si256();
+		// A quarter of the block at a time, not unrolled: unrolled, GCC
+		// loads all 16 weight vectors at once and spills the tokens' sums.
+#pragma GCC unroll 1
 		for (int q = 0; q < 4; q++) {
 			__m256i wv[4];
 			KQ_UNROLL
 			for (int j = 0; j < 4; j++)
 				wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 64 * q + 16 * j)));
+			// Pairs 4q..4q+3 at words KX8_PAIR(4q) + 0, 2, 8, 10.
+			const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(4 * q);
 			KQ_UNROLL
 			for (int t = 0; t < nt; t++) {
-				const int8_t *xt = (const int8_t *)(xb + t * ldw);
-				__m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(wv[0], kx_bcast4(xt + 4 * KX8_PAIR(4 * q))),
-							       _mm256_madd_epi16(wv[1], kx_bcast4(xt + 4 * KX8_PAIR(4 * q + 1))));
-				__m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(wv[2], kx_bcast4(xt + 4 * KX8_PAIR(4 * q + 2))),
-							       _mm256_madd_epi16(wv[3], kx_bcast4(xt + 4 * KX8_PAIR(4 * q + 3))));
-				__m256i s = _mm256_add_epi32(s01, s23);
-				isum[t] = q == 0 ? s : _mm256_add_epi32(isum[t], s);
+				const int8_t *xt = xq + 2 * t * ldw;
+				__m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(wv[0], kx_bcast4l(xt)),
+							       _mm256_madd_epi16(wv[1], kx_bcast4l(xt + 8)));
+				__m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(wv[2], kx_bcast4l(xt + 32)),
+							       _mm256_madd_epi16(wv[3], kx_bcast4l(xt + 40)));
+				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(s01, s23));
 			}
 		}
 		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
