@@ -91,10 +91,26 @@ var Q6_Kx8 = InterleavedFormat{
 	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"scales", FieldI8, 16, 128}, {"qs", FieldU8, 144, 1536}},
 }
 
+// Q8_0x8 is Q8_0 with eight rows interleaved, for the AVX2 kernels, which
+// widen 16 bytes of codes to one 256-bit vector of eight rows' two values
+// each (a 32-bit lane a row, VPMADDWD's pair against one pair of
+// activations broadcast). A group block (272 bytes, the rows' 8 x 34)
+// holds, for rows r = 0..7 of the group:
+//
+//   - "d": the rows' f16 scales, row r at element r (one 16-byte load);
+//   - "qs": the signed 8-bit codes, row r's values 2p and 2p+1 (p 0..15)
+//     at bytes 16p + 2r and 16p + 2r + 1.
+var Q8_0x8 = InterleavedFormat{
+	Base: Q8_0, Name: "Q8_0x8", Rows: 8, Block: 32, Bytes: 272,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"qs", FieldI8, 16, 256}},
+}
+
 // Interleaved returns the interleaved format of rows of d, nil where there
 // is none.
 func (d DType) Interleaved() *InterleavedFormat {
 	switch d {
+	case Q8_0:
+		return &Q8_0x8
 	case Q4_K:
 		return &Q4_Kx8
 	case Q5_K:
@@ -137,6 +153,8 @@ func (f *InterleavedFormat) RowBlock(dst, g []byte, r int) {
 // the group block g.
 func (f *InterleavedFormat) move(g, blk []byte, r int, in bool) {
 	switch f.Base {
+	case Q8_0:
+		moveQ8_0(g, blk, r, in)
 	case Q6_K:
 		moveQ6K(g, blk, r, in)
 	case Q5_K:
@@ -234,6 +252,31 @@ func moveQ45K(o *q45kOffsets, g, blk []byte, r int, in bool) {
 			copy(gh, bh)
 		} else {
 			copy(bh, gh)
+		}
+	}
+}
+
+// q8_0Off are the field offsets moveQ8_0 reads: a group block's (Q8_0x8)
+// and a row block's (Q8_0), looked up once.
+var q8_0Off = struct{ d, qs, bd, bqs int }{Q8_0x8.Field("d").Offset, Q8_0x8.Field("qs").Offset,
+	Q8_0.Format().Field("d").Offset, Q8_0.Format().Field("qs").Offset}
+
+// moveQ8_0 moves row r's Q8_0 block blk into (in) or out of the group
+// block g of Q8_0x8.
+func moveQ8_0(g, blk []byte, r int, in bool) {
+	o := &q8_0Off
+	gd, bd := g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2]
+	if in {
+		copy(gd, bd)
+	} else {
+		copy(bd, gd)
+	}
+	for p := range 16 {
+		gq, bq := g[o.qs+16*p+2*r:o.qs+16*p+2*r+2], blk[o.bqs+2*p:o.bqs+2*p+2]
+		if in {
+			copy(gq, bq)
+		} else {
+			copy(bq, gq)
 		}
 	}
 }

@@ -10,10 +10,10 @@ import (
 // Interleaving rows eight at a time and back gives the stored bytes bit
 // for bit (every bit of a group block is one of the rows' bits), and each
 // value lands where the format's description says (checkQ45Kx8,
-// checkQ6Kx8).
+// checkQ6Kx8, checkQ8_0x8).
 func TestInterleaveRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 8))
-	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8} {
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8} {
 		bf := f.Base.Format()
 		for _, tc := range []struct{ rows, cols int }{{8, 256}, {16, 256 * 3}, {24, 256 * 14}} {
 			rb, _ := f.Base.RowBytes(tc.cols)
@@ -29,15 +29,18 @@ func TestInterleaveRoundTrip(t *testing.T) {
 			if err := InterleaveRows(groups, f, src, tc.cols); err != nil {
 				t.Fatal(err)
 			}
-			nb := tc.cols / 256
+			nb := tc.cols / f.Block
 			for row := range tc.rows {
 				for b := range nb {
 					g := groups[((row/8)*nb+b)*f.Bytes:][:f.Bytes]
 					blk := src[row*rb+b*bf.Bytes:][:bf.Bytes]
 					var err error
-					if f == &Q6_Kx8 {
+					switch f {
+					case &Q6_Kx8:
 						err = checkQ6Kx8(g, blk, row%8)
-					} else {
+					case &Q8_0x8:
+						err = checkQ8_0x8(g, blk, row%8)
+					default:
 						err = checkQ45Kx8(f, g, blk, row%8)
 					}
 					if err != nil {
@@ -102,6 +105,21 @@ func checkQ45Kx8(f *InterleavedFormat, g, blk []byte, rr int) error {
 	return nil
 }
 
+// checkQ8_0x8 reports where Q8_0x8's group block g lacks row rr's Q8_0
+// block blk: its d and each of its 32 codes where Q8_0x8 says.
+func checkQ8_0x8(g, blk []byte, rr int) error {
+	f, bf := &Q8_0x8, Q8_0.Format()
+	if !bytes.Equal(g[f.Field("d").Offset+2*rr:][:2], blk[bf.Field("d").Offset:][:2]) {
+		return fmt.Errorf("d moved wrong")
+	}
+	for v := range 32 {
+		if got, want := g[f.Field("qs").Offset+16*(v/2)+2*rr+v%2], blk[bf.Field("qs").Offset+v]; got != want {
+			return fmt.Errorf("code of value %d: %d, want %d", v, int8(got), int8(want))
+		}
+	}
+	return nil
+}
+
 // checkQ6Kx8 reports where Q6_Kx8's group block g lacks row rr's Q6_K
 // block blk: its d, its 16 scales and its 256 codes, each read from the
 // block as DequantizeRow reads it and from the group as Q6_Kx8 describes.
@@ -158,7 +176,7 @@ func TestX8Values(t *testing.T) {
 
 // Shapes that are not whole groups or blocks are refused with the sizes.
 func TestInterleaveBadShapes(t *testing.T) {
-	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8} {
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8} {
 		bb := f.Base.Format().Bytes
 		rb, _ := f.Base.RowBytes(512)
 		for _, tc := range []struct {
@@ -184,7 +202,12 @@ func TestInterleaveBadShapes(t *testing.T) {
 	if err := InterleaveRows(make([]byte, 1680), &bad, make([]byte, 144*8), 256); err == nil {
 		t.Error("Q6_Kx8 over Q4_K rows: no error")
 	}
-	for _, d := range []DType{Q8_0, Q4_0, Q5_0, F32, BF16} {
+	bad = Q8_0x8
+	bad.Base = Q4_0
+	if err := InterleaveRows(make([]byte, 272), &bad, make([]byte, 18*8), 32); err == nil {
+		t.Error("Q8_0x8 over Q4_0 rows: no error")
+	}
+	for _, d := range []DType{Q4_0, Q5_0, F32, BF16} {
 		if d.Interleaved() != nil {
 			t.Errorf("%v: an interleaved format", d)
 		}

@@ -83,8 +83,8 @@ void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const l
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
-void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x, const float *xd,
-		const int32_t *bsums, long n, long cols, float *out, long ldo);
+void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x, const int16_t *xw,
+		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_widen(const int8_t *x, long n, long nb, int16_t *xw);
 void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d);
 void kq_quant_q8_k(const float *x, long nb, int8_t *qs, float *d, int32_t *bsums);
@@ -339,25 +339,35 @@ func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) {
 // quantRowsX8 is qTask's rows [r0, r1) (r0 a multiple of the interleaved
 // group) from t.x8: its groups by the interleaved kernels (kq_rows_x8),
 // the rows after them by kq_rows over the stored rows that t.x8 keeps.
-// Both give the Go loops' bits.
+// Both give the Go loops' bits, but for Q8_0's rows after the groups
+// (kq_rows' f32 lanes, within rounding).
 func quantRowsX8(t *qTask, r0, r1 int) {
 	iv, rows, cols := t.x8, t.w.Rows, t.w.Cols
 	if gr := iv.f.Rows; r0%gr != 0 || r1 < iv.rows && r1%gr != 0 {
 		panic(fmt.Sprintf("cpu: rows [%d, %d) split a group of %d interleaved rows", r0, r1, gr))
 	}
 	_ = t.a.qs[t.n*cols-1]
-	_ = t.a.bsums[t.n*cols/16-1]
 	_ = t.out[(t.n-1)*rows+r1-1]
-	x, bs := (*C.int8_t)(unsafe.Pointer(&t.a.qs[0])), (*C.int32_t)(unsafe.Pointer(&t.a.bsums[0]))
+	x := (*C.int8_t)(unsafe.Pointer(&t.a.qs[0]))
+	bs := (*C.int32_t)(unsafe.Pointer(&t.l.off[0])) // unread for Q8_0
+	if t.l.kQuant {
+		_ = t.a.bsums[t.n*cols/16-1]
+		bs = (*C.int32_t)(unsafe.Pointer(&t.a.bsums[0]))
+	}
+	xw := (*C.int16_t)(nil)
+	if wideActs(t.l) {
+		_ = t.a.wide[t.n*wideCols(cols)-1]
+		xw = (*C.int16_t)(unsafe.Pointer(&t.a.wide[0]))
+	}
 	if g0, g1 := r0/iv.f.Rows, min(r1, iv.rows)/iv.f.Rows; g0 < g1 {
 		_ = iv.groups[g1*iv.gb-1]
 		C.kq_rows_x8(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&iv.groups[0])), C.long(iv.gb), C.long(g0), C.long(g1),
-			(*C.long)(unsafe.Pointer(&iv.off[0])), x, f32p(t.a.d), bs, C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
+			(*C.long)(unsafe.Pointer(&iv.off[0])), x, xw, f32p(t.a.d), bs, C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
 	}
 	if r0 = max(r0, iv.rows); r0 < r1 {
 		_ = iv.rest[(r1-iv.rows)*t.rowB-1]
 		C.kq_rows(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&iv.rest[0])), C.long(t.rowB), C.long(r0-iv.rows),
-			C.long(r1-iv.rows), (*C.long)(unsafe.Pointer(&t.l.off[0])), x, nil, f32p(t.a.d), bs,
+			C.long(r1-iv.rows), (*C.long)(unsafe.Pointer(&t.l.off[0])), x, xw, f32p(t.a.d), bs,
 			C.long(t.n), C.long(cols), f32p(t.out[iv.rows:]), C.long(rows))
 	}
 }

@@ -1162,68 +1162,147 @@ KQ_INLINE void kx_q6k(int nt, const uint8_t *w, long nb, const long *off, const 
 		_mm256_storeu_ps(out + t * ldo, sumv[t]);
 }
 
-// KX_GROUP runs one group of the interleaved type against nt tokens, nt a
-// constant.
+// KX8_PAIR is the 32-bit word of a pair of blocks' widened activations
+// (kq_widen's layout) holding values 2p and 2p+1 of the pair's first
+// block; the second block's are the word after it. For p = 4q + j that is
+// KX8_PAIR(4q) + 0, 2, 8, 10 for j = 0..3.
+#define KX8_PAIR(p) (8 * (2 * ((p) / 8) + ((p) % 4) / 2) + 4 * (((p) % 8) / 4) + 2 * ((p) % 2))
+
+// kx_bcast4l is the 32 bits at p in every lane, by VBROADCASTSS from
+// memory: a load alone, where GCC makes kx_bcast4 a VMOVD and a
+// VPBROADCASTD, an operation on a vector port per broadcast.
+KQ_INLINE __m256i kx_bcast4l(const void *p) { return _mm256_castps_si256(_mm256_broadcast_ss((const float *)p)); }
+
+// kx_q8 is kx_q4k for Q8_0 with eight rows interleaved (tensor.Q8_0x8),
+// over the nb group blocks at w, with the tokens' activations widened
+// (xw, kq_widen's layout from an even block, ldw values a token) and
+// their scales (xd, ldd apart). Per block: a quarter of the eight rows'
+// codes (eight values a row) widened to 16 bits once for the tile, four
+// vectors of a row's pair in each 32-bit lane; per token and vector one
+// VPMADDWD against the pair of activations broadcast from memory (16 per
+// 256 products, where the row-at-a-time kernel takes 24 on the FMA ports),
+// summed exactly in 32 bits; then the Go loop's f32 scaling lane by lane
+// (s = dw·xd, sum = sum + si·s), row r in lane r: each row's result has
+// dotQ8_0's bits whatever nt is, and however the blocks are split across
+// calls (cont: sums carried in out[t*ldo + 0..7] from the blocks before).
+KQ_INLINE void kx_q8(int nt, const uint8_t *w, long nb, const long *off, const int16_t *xw, long ldw, const float *xd,
+		     long ldd, int cont, float *out, long ldo) {
+	__m256 sumv[KX_T];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		sumv[t] = cont ? _mm256_loadu_ps(out + t * ldo) : _mm256_setzero_ps();
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk = w + b * off[KX_BYTES];
+		kq_prefetch(blk, off[KX_BYTES]);
+		const uint8_t *qs = blk + off[KX_QS];
+		const int16_t *xb = xw + 64 * (b / 2) + 2 * (b & 1);
+		__m256i isum[KX_T];
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++)
+			isum[t] = _mm256_setzero_si256();
+		// A quarter of the block at a time, not unrolled: unrolled, GCC
+		// loads all 16 weight vectors at once and spills the tokens' sums.
+#pragma GCC unroll 1
+		for (int q = 0; q < 4; q++) {
+			__m256i wv[4];
+			KQ_UNROLL
+			for (int j = 0; j < 4; j++)
+				wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 64 * q + 16 * j)));
+			// Pairs 4q..4q+3 at words KX8_PAIR(4q) + 0, 2, 8, 10.
+			const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(4 * q);
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++) {
+				const int8_t *xt = xq + 2 * t * ldw;
+				__m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(wv[0], kx_bcast4l(xt)),
+							       _mm256_madd_epi16(wv[1], kx_bcast4l(xt + 8)));
+				__m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(wv[2], kx_bcast4l(xt + 32)),
+							       _mm256_madd_epi16(wv[3], kx_bcast4l(xt + 40)));
+				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(s01, s23));
+			}
+		}
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			__m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xd[t * ldd + b]));
+			sumv[t] = _mm256_add_ps(sumv[t], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d));
+		}
+	}
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		_mm256_storeu_ps(out + t * ldo, sumv[t]);
+}
+
+// KX_GROUP runs group g of the interleaved type over blocks [b0, b1)
+// against the nt tokens from token i (nt a constant).
 #define KX_GROUP(nt)                                                                                               \
 	do {                                                                                                       \
-		if (type == KQ_Q6_K)                                                                               \
-			kx_q6k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, o, ldo);                                  \
+		const uint8_t *wg = w + g * gb + b0 * off[KX_BYTES];                                               \
+		float *o = out + i * ldo + 8 * g;                                                                  \
+		const int8_t *xi = x + i * cols + 256 * b0;                                                        \
+		const float *di = xd + i * nb + b0;                                                                \
+		const int32_t *bi = bsums + i * lb + 16 * b0;                                                      \
+		if (type == KQ_Q8_0)                                                                               \
+			kx_q8(nt, wg, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);          \
+		else if (type == KQ_Q6_K)                                                                          \
+			kx_q6k(nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, o, ldo);                             \
 		else if (type == KQ_Q5_K)                                                                          \
-			kx_q4k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, 1, o, ldo);                               \
+			kx_q4k(nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, 1, o, ldo);                          \
 		else                                                                                               \
-			kx_q4k(nt, wg, nb, off, xi, cols, di, nb, bi, lb, 0, o, ldo);                               \
+			kx_q4k(nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, 0, o, ldo);                          \
 	} while (0)
 
 // kq_rows_x8 sets out[i*ldo + 8g + r] for rows r of the groups [g0, g1)
 // of interleaved weights w (type KQ_Q4_K: tensor.Q4_Kx8, KQ_Q5_K:
-// tensor.Q5_Kx8, KQ_Q6_K: tensor.Q6_Kx8; gb bytes a group) and the n token rows of q8_K
-// activations x (cols each, xd's scales per 256, bsums per 16): tokens in
-// blocks of about KQ_XBYTES of activations, groups in chunks of about
-// KQ_WBYTES that each tile of KX_T tokens passes over in turn.
+// tensor.Q5_Kx8, KQ_Q6_K: tensor.Q6_Kx8, KQ_Q8_0: tensor.Q8_0x8; gb bytes
+// a group) and the n token rows of activations: q8_K for the K types (x,
+// cols each, xd's scales per 256, bsums per 16), q8_0 for Q8_0 (xd's
+// scales per 32, and xw: x widened by kq_widen, which is what its kernel
+// reads). One token takes the groups whole and in order (the weights'
+// stream is what it waits on). More take tokens in blocks (of about
+// KQ_XBYTES of q8_K activations, KQ_WXBYTES of widened q8_0 ones: each
+// block streams the matrix once), groups in chunks of about KQ_WBYTES
+// over a pass's blocks (whole rows for the K types, KQ_WCHUNK blocks for
+// Q8_0, whose wide rows' activations would not stay in L1), which each
+// tile of KX_T tokens of the block passes over in turn, the sums carried
+// from one pass to the next in out.
 void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x,
-		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	long nb = cols / 256, lb = cols / 16;
+		const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
+	int q8 = type == KQ_Q8_0;
+	long nb = q8 ? cols / 32 : cols / 256, lb = cols / 16, ldw = q8 ? 64 * ((nb + 1) / 2) : 0;
 	if (n == 1) {
-		const int8_t *xi = x;
-		const float *di = xd;
-		const int32_t *bi = bsums;
-		for (long g = g0; g < g1; g++) {
-			const uint8_t *wg = w + g * gb;
-			float *o = out + 8 * g;
+		long i = 0, b0 = 0, b1 = nb;
+		for (long g = g0; g < g1; g++)
 			KX_GROUP(1);
-		}
 		return;
 	}
-	long tb = KQ_XBYTES / cols;
+	long tb = q8 ? KQ_WXBYTES / (2 * cols) : KQ_XBYTES / cols;
 	tb = tb < KX_T ? KX_T : tb - tb % KX_T;
-	long gc = KQ_WBYTES / gb;
+	long cb = q8 && nb > KQ_WCHUNK ? KQ_WCHUNK : nb;
+	long gc = KQ_WBYTES / (cb * off[KX_BYTES]);
 	gc = gc < 1 ? 1 : gc;
 	for (long t0 = 0; t0 < n; t0 += tb)
 		for (long c0 = g0; c0 < g1; c0 += gc)
-			for (long i = t0; i < n && i < t0 + tb; i += KX_T)
-				for (long g = c0; g < g1 && g < c0 + gc; g++) {
-					const uint8_t *wg = w + g * gb;
-					const int8_t *xi = x + i * cols;
-					const float *di = xd + i * nb;
-					const int32_t *bi = bsums + i * lb;
-					float *o = out + i * ldo + 8 * g;
-					switch (n - i < KX_T ? n - i : KX_T) {
-					case 1:
-						KX_GROUP(1);
-						break;
-					case 2:
-						KX_GROUP(2);
-						break;
-					case 3:
-						KX_GROUP(3);
-						break;
-					default:
-						KX_GROUP(4);
-						break;
+			for (long b0 = 0; b0 < nb; b0 += cb) {
+				long b1 = b0 + cb < nb ? b0 + cb : nb;
+				for (long i = t0; i < n && i < t0 + tb; i += KX_T)
+					for (long g = c0; g < g1 && g < c0 + gc; g++) {
+						switch (n - i < KX_T ? n - i : KX_T) {
+						case 1:
+							KX_GROUP(1);
+							break;
+						case 2:
+							KX_GROUP(2);
+							break;
+						case 3:
+							KX_GROUP(3);
+							break;
+						default:
+							KX_GROUP(4);
+							break;
+						}
 					}
-				}
+			}
 }
-
 
 // kq_round_away is C's roundf on 8 lanes, exactly: the magnitude's floor,
 // plus one where the fraction (exact) is at least a half, with t's sign;

@@ -221,6 +221,16 @@ func withX8(k quantKernel, t qTask, m *tensor.Mat) (qTask, bool) {
 	return t, true
 }
 
+// widenForAVX2 widens t's Q8_0 activations for the AVX2 kernels where
+// quantize left them unwidened (where the AVX-512 kernels run).
+func widenForAVX2(t *qTask) {
+	if wideActs(t.l) && !t.a.quant.wide {
+		t.a.wide = grow(t.a.wide, t.n*wideCols(t.w.Cols))
+		widenActsC(t.a, 0, t.n, t.w.Cols)
+		t.a.quant.wide = true
+	}
+}
+
 // quantKernels returns the C kernel families this CPU and build run (as
 // far as $KAKEYA_CPU allows): AVX2 and AVX-512 VNNI on amd64, plain NEON
 // and NEON with SDOT on arm64.
@@ -228,16 +238,13 @@ func quantKernels() []quantKernel {
 	var ks []quantKernel
 	if hasAVX2C {
 		ks = append(ks, quantKernel{"avx2", func(t *qTask, r0, r1 int) {
-			// Where the AVX-512 kernels run, quantize left Q8_0's
-			// activations unwidened.
-			if wideActs(t.l) && !t.a.quant.wide {
-				t.a.wide = grow(t.a.wide, t.n*wideCols(t.w.Cols))
-				widenActsC(t.a, 0, t.n, t.w.Cols)
-				t.a.quant.wide = true
-			}
+			widenForAVX2(t)
 			quantRowsISA(t, r0, r1, false)
 		}, true, false, false})
-		ks = append(ks, quantKernel{"avx2x8", quantRowsX8, true, false, true})
+		ks = append(ks, quantKernel{"avx2x8", func(t *qTask, r0, r1 int) {
+			widenForAVX2(t)
+			quantRowsX8(t, r0, r1)
+		}, true, false, true})
 	}
 	if hasQuant512 {
 		ks = append(ks, quantKernel{"avx512vnni", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, true) }, false, false, false})
@@ -256,7 +263,9 @@ func quantKernels() []quantKernel {
 // (where the CPU has DotProd) SDOT. The AVX2 kernels' K types also give
 // their f32 scaling in the same order, bit for bit, and the NEON kernels'
 // every type. The AVX-512 kernels and the AVX2 32-value ones sum the
-// scaled blocks in f32 lanes, another order: within 1e-5 of Σ|w||x| there.
+// scaled blocks in f32 lanes, another order: within 1e-5 of Σ|w||x| there;
+// but the AVX2 Q8_0 kernel of interleaved rows (tensor.Q8_0x8) scales and
+// sums a row's blocks in one lane, the Go loop's order and bits.
 // An odd block count (17) takes the AVX-512 last-block path.
 func TestQuantKernelsMatchGo(t *testing.T) {
 	isas := quantKernels()
@@ -328,7 +337,10 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 				// order than Go's.
 				lanes := !k.exact || (f.Block == 32 && !k.all)
 				for i := range goOut {
-					if lanes {
+					// The interleaved Q8_0 kernel gives its groups' rows the
+					// Go loop's bits (the rows after them go through kq_rows'
+					// lanes).
+					if lanes := lanes && !(k.x8 && f.DType == tensor.Q8_0 && i%rows < rows/8*8); lanes {
 						if d := math.Abs(float64(goOut[i] - cOut[i])); d > 1e-5*mags[i] {
 							t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, k.name, cOut[i], goOut[i])
 						}
@@ -473,11 +485,14 @@ func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []
 	}
 }
 
-// Prepare interleaves a Q4_K, Q5_K or Q6_K matrix where the AVX2 kernels run
+// Prepare interleaves a Q4_K, Q5_K, Q6_K or Q8_0 matrix where the AVX2 kernels run
 // (and only there), and lets go of the stored rows: MatMul then gives the stored
 // matrix's bits (decode and prefill, one thread and three), Row its rows,
 // for rows that are whole groups, groups and a remainder, one block per
-// row, and fewer rows than a group (left as stored).
+// row, and fewer rows than a group (left as stored). Q8_0's interleaved
+// rows have the Go loop's bits instead (the stored rows' AVX2 kernel sums
+// in f32 lanes: within 1e-5 of Σ|w||x| of them), and its rows after the
+// groups the stored kernel's; all within 1e-5 of Σ|w||x| of float64.
 func TestPrepareInterleaves(t *testing.T) {
 	r := rand.New(rand.NewPCG(12, 12))
 	for _, tc := range []struct {
@@ -485,7 +500,8 @@ func TestPrepareInterleaves(t *testing.T) {
 		rows, cols int
 	}{{tensor.Q4_K, 37, 512}, {tensor.Q4_K, 16, 256}, {tensor.Q4_K, 5, 512}, {tensor.Q4_K, 64, 256 * 3},
 		{tensor.Q5_K, 37, 512}, {tensor.Q5_K, 16, 256}, {tensor.Q5_K, 5, 512}, {tensor.Q5_K, 64, 256 * 3},
-		{tensor.Q6_K, 37, 512}, {tensor.Q6_K, 16, 256}, {tensor.Q6_K, 5, 512}, {tensor.Q6_K, 64, 256 * 3}} {
+		{tensor.Q6_K, 37, 512}, {tensor.Q6_K, 16, 256}, {tensor.Q6_K, 5, 512}, {tensor.Q6_K, 64, 256 * 3},
+		{tensor.Q8_0, 37, 512}, {tensor.Q8_0, 16, 32}, {tensor.Q8_0, 5, 512}, {tensor.Q8_0, 64, 32 * 67}} {
 		m := quantMat(tc.dt.Format(), tc.rows, tc.cols, uint64(tc.rows))
 		want := interleaves(&m)
 		stored, prep := NewMatrix(m), NewMatrix(m)
@@ -505,22 +521,38 @@ func TestPrepareInterleaves(t *testing.T) {
 				a, b := make([]float32, n*tc.rows), make([]float32, n*tc.rows)
 				p.MatMul(a, x, n, stored)
 				p.MatMul(b, x, n, prep)
+				var qa qActs
+				qa.quantize(x, n, tc.cols, qLayouts[tc.dt])
+				if tc.dt == tensor.Q8_0 && want {
+					// The Go loop's bits for the groups' rows, the stored
+					// kernel's for the rows after them.
+					rb, _ := tc.dt.RowBytes(tc.cols)
+					goOut := make([]float32, n*tc.rows)
+					g := tc.rows / 8 * 8
+					tk := qTask{out: goOut, a: &qa, w: &m, l: qLayouts[tc.dt], n: n, rowB: rb}
+					tk.runGo(0, g)
+					for i := range n {
+						copy(a[i*tc.rows:i*tc.rows+g], goOut[i*tc.rows:])
+					}
+				}
 				for i := range a {
 					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
 						t.Fatalf("%v %dx%d, %d tokens, %d threads: output %d: interleaved %v, stored %v", tc.dt, tc.rows, tc.cols, n, threads, i, b[i], a[i])
 					}
 				}
 				// And against float64 over the dequantized weights and the
-				// activations as quantized (q8_K), as TestQuantMatMul.
-				var qa qActs
-				qa.quantize(x, n, tc.cols, qLayouts[tc.dt])
+				// activations as quantized (q8_K, q8_0), as TestQuantMatMul.
+				group := 256
+				if tc.dt == tensor.Q8_0 {
+					group = 32
+				}
 				deq := make([]float32, tc.cols)
 				for j := range tc.rows {
 					RowF32(deq, m, j)
 					for i := range n {
 						var want, mag float64
 						for c, v := range deq {
-							xv := float64(qa.qs[i*tc.cols+c]) * float64(qa.d[(i*tc.cols+c)/256])
+							xv := float64(qa.qs[i*tc.cols+c]) * float64(qa.d[(i*tc.cols+c)/group])
 							want += float64(v) * xv
 							mag += math.Abs(float64(v) * xv)
 						}
@@ -546,8 +578,8 @@ func TestPrepareInterleaves(t *testing.T) {
 }
 
 // The interleaved kernels' 16-bit sums hold at the extremes: every code at
-// its largest (Q4_K 15, Q5_K 31, Q6_K 63) or smallest, the scales at their largest
-// magnitudes, against activations all +127 or all -127 (one value per
+// its largest (Q4_K 15, Q5_K 31, Q6_K 63, Q8_0 127) or smallest (Q8_0 0
+// and -128), the scales at their largest magnitudes, against activations all +127 or all -127 (one value per
 // block at the extreme, the rest just under it, so they quantize to ±127
 // too) and alternating in sign; each output has the Go loops' bits.
 func TestQuantX8Extremes(t *testing.T) {
@@ -555,9 +587,13 @@ func TestQuantX8Extremes(t *testing.T) {
 		t.Skip("no AVX2 C kernels on this CPU or build")
 	}
 	const rows, cols, n = 16, 512, 3
-	for _, dt := range []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.Q8_0} {
 		f := dt.Format()
 		for _, fill := range []byte{0xFF, 0x00, 0x80} {
+			code := fill
+			if dt == tensor.Q8_0 && fill == 0xFF {
+				code = 0x7F // Q8_0's largest code, 127 (0x80 is -128)
+			}
 			m := quantMat(f, rows, cols, 1)
 			nb := rows * cols / f.Block
 			for k := range nb {
@@ -566,7 +602,7 @@ func TestQuantX8Extremes(t *testing.T) {
 					switch {
 					case fl.Name == "qs" || fl.Name == "ql" || fl.Name == "qh":
 						for i := range fl.Count {
-							blk[fl.Offset+i] = fill
+							blk[fl.Offset+i] = code
 						}
 					case fl.Name == "scales" && dt == tensor.Q6_K:
 						for i := range fl.Count {
@@ -601,12 +637,14 @@ func TestQuantX8Extremes(t *testing.T) {
 			tk := qTask{out: want, a: &a, w: &m, l: l, n: n, rowB: rb}
 			tk.runGo(0, rows)
 			tk.out, tk.x8 = got, interleave(&m, nil)
+			widenForAVX2(&tk)
 			quantRowsX8(&tk, 0, rows)
 			one := make([]float32, rows)
 			for i := range n {
 				var a1 qActs
 				a1.quantize(x[i*cols:(i+1)*cols], 1, cols, l)
 				t1 := qTask{out: one, a: &a1, w: &m, l: l, n: 1, rowB: rb, x8: tk.x8}
+				widenForAVX2(&t1)
 				quantRowsX8(&t1, 0, rows)
 				for j := range rows {
 					w, g, o := want[i*rows+j], got[i*rows+j], one[j]
