@@ -1,6 +1,9 @@
 package tensor
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // An InterleavedFormat lays out groups of Rows rows of a quantized type
 // (Base) side by side, block by block, for kernels that take the rows of
@@ -184,6 +187,10 @@ func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in b
 		return fmt.Errorf("tensor: %s: %d groups need %d bytes, have %d", f.Name, ng, ng*gb, len(groups))
 	}
 	nb := cols / f.Block
+	if in && f == &Q8_0x8 && q8_0Const {
+		interleaveQ8_0(groups, rows, ng, nb, rb)
+		return nil
+	}
 	for g := range ng {
 		for b := range nb {
 			gblk := groups[(g*nb+b)*f.Bytes : (g*nb+b+1)*f.Bytes]
@@ -260,6 +267,29 @@ func moveQ45K(o *q45kOffsets, g, blk []byte, r int, in bool) {
 // and a row block's (Q8_0), looked up once.
 var q8_0Off = struct{ d, qs, bd, bqs int }{Q8_0x8.Field("d").Offset, Q8_0x8.Field("qs").Offset,
 	Q8_0.Format().Field("d").Offset, Q8_0.Format().Field("qs").Offset}
+
+// q8_0Const reports whether q8_0Off holds the offsets interleaveQ8_0 has
+// as constants (the scales first, then the codes, in both layouts).
+var q8_0Const = q8_0Off == struct{ d, qs, bd, bqs int }{0, 16, 0, 2} && Q8_0x8.Bytes == 272 && Q8_0.Format().Bytes == 34
+
+// interleaveQ8_0 is interleave's loop for Q8_0 rows into Q8_0x8 groups
+// (what a load runs over every Q8_0 matrix): moveQ8_0's moves with the
+// offsets constant and two bytes a move, without a call or a copy each.
+// Moving a 7B model's 7.5 GB of rows one copy at a time took seconds.
+func interleaveQ8_0(groups, rows []byte, ng, nb, rb int) {
+	for g := range ng {
+		for b := range nb {
+			gblk := (*[272]byte)(groups[(g*nb+b)*272:])
+			for r := range 8 {
+				blk := (*[34]byte)(rows[(g*8+r)*rb+b*34:])
+				gblk[2*r], gblk[2*r+1] = blk[0], blk[1]
+				for p := range 16 {
+					binary.LittleEndian.PutUint16(gblk[16+16*p+2*r:], binary.LittleEndian.Uint16(blk[2+2*p:]))
+				}
+			}
+		}
+	}
+}
 
 // moveQ8_0 moves row r's Q8_0 block blk into (in) or out of the group
 // block g of Q8_0x8.
