@@ -14,7 +14,13 @@ per-passage wins. Usage, from the repository root:
 
     python3 eval/results/ref-qwen2-block32-tables.py eval/results
 """
-import json, math, os, random, sys
+import importlib, math, os, random, sys
+
+# The per-side page's script reads the reports, takes the percentiles and
+# pools the passages the same way: its functions serve both pages.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_perside = importlib.import_module('ref-qwen2-perside-tables')
+load, pct, stats = _perside.load, _perside.pct, _perside.stats
 
 B = 10000
 DOMAINS = [('WikiText-2 test, second half, 30 passages', 'wikitext2'),
@@ -29,26 +35,6 @@ PAIRED = ['b64h32-k16-v2.5', 'b32h16-k16-v2.5', 'b32h31-k16-v2.3', 'b64h32-k16mb
 # the kakeya-pc rows past the preset's ratio.
 PERSIDE = ['pc-r2.5-k14-hot32', 'pc-r2.5-k16-v2.3-hot32', 'pc-r2.5-k14-v2.4-hot32',
            'kvtc-r2.5-hot32', 'kvtc-r2.25-hot32', 'kvtc-r2.1-hot32']
-
-
-def load(path):
-    r = json.load(open(path))
-    names = [c['config']['name'] for c in r['configs']]
-    per = {n: [(p['configs'][i]['nll_sum'], p['configs'][i]['kl_sum'], p['configs'][i]['top1'], p['configs'][i]['count'])
-               for p in r['passages_detail']] for i, n in enumerate(names)}
-    return per, {c['config']['name']: c for c in r['configs']}
-
-
-def pct(v):
-    v = sorted(v)
-    return v[int(0.025 * (len(v) - 1))], v[int(0.975 * (len(v) - 1))]
-
-
-def stats(p, ref, idx):
-    nll = sum(p[i][0] for i in idx); kl = sum(p[i][1] for i in idx)
-    t = sum(p[i][2] for i in idx); c = sum(p[i][3] for i in idx)
-    rn = sum(ref[i][0] for i in idx)
-    return kl / c, 100 * t / c, 100 * (math.exp((nll - rn) / c) - 1)
 
 
 def main():
