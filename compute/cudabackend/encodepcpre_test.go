@@ -194,31 +194,7 @@ func TestEncodePreconditionedPCOnDevice(t *testing.T) {
 			}
 			// The whitened rows of a part encoded alone, at the start
 			// of the encoders' scratch.
-			p, err := bs.NewPart()
-			if err != nil {
-				t.Fatal(err)
-			}
-			bs.Write(p, 0, upload(gpu, whitenedPCRows(r, cd, st, c.n)), c.d, c.n)
-			hot := make([]float32, c.n*c.d)
-			if err := bs.Read(hot, p); err != nil {
-				t.Fatal(err)
-			}
-			if err := pe.EncodePart(p, cd); err != nil {
-				t.Fatal(err)
-			}
-			y := make([]float32, c.n*c.d)
-			gpu.mu.Lock()
-			gpu.flushQueue()
-			err = gpu.copyOut(bytesOf(y), gpu.enc.y)
-			gpu.mu.Unlock()
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([]float32, c.n*c.d)
-			cpu.MixBlock(want, c.n, hot, c.d, cd.Factor(), c.d, c.d)
-			if d := maxAbsDiff(y, want); fmaWhitening() && d != 0 || d > 1e-5*max(1, maxAbs(want)) {
-				t.Errorf("enc_whiten's rows are %.3g from the host's whitening (kernel level %s)", d, cpu.Level())
-			}
+			p, hot := whitenAlone(t, gpu, pe, cd, whitenedPCRows(r, cd, st, c.n), c.n, c.d)
 			if whitenedPCBlock(t, cd, deviceBytes(t, gpu, p), hot, c.n, c.d) {
 				same++
 			}

@@ -157,31 +157,7 @@ func TestEncodePreconditionedOnDevice(t *testing.T) {
 			// The whitened rows themselves, which few codes show: a
 			// part encoded alone leaves them at the start of the
 			// encoders' scratch.
-			p, err := bs.NewPart()
-			if err != nil {
-				t.Fatal(err)
-			}
-			bs.Write(p, 0, upload(gpu, randFloats(r, c.n*c.d)), c.d, c.n)
-			hot := make([]float32, c.n*c.d)
-			if err := bs.Read(hot, p); err != nil {
-				t.Fatal(err)
-			}
-			if err := pe.EncodePart(p, cd); err != nil {
-				t.Fatal(err)
-			}
-			y := make([]float32, c.n*c.d)
-			gpu.mu.Lock()
-			gpu.flushQueue()
-			err = gpu.copyOut(bytesOf(y), gpu.enc.y)
-			gpu.mu.Unlock()
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([]float32, c.n*c.d)
-			cpu.MixBlock(want, c.n, hot, c.d, cd.Factor(), c.d, c.d)
-			if d := maxAbsDiff(y, want); fmaWhitening() && d != 0 || d > 1e-5*max(1, maxAbs(want)) {
-				t.Errorf("enc_whiten's rows are %.3g from the host's whitening (kernel level %s)", d, cpu.Level())
-			}
+			whitenAlone(t, gpu, pe, cd, randFloats(r, c.n*c.d), c.n, c.d)
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -263,4 +239,40 @@ func TestEncodePreconditionedRealFactor(t *testing.T) {
 		}
 		t.Logf("%s: %d real factors (d %d), kernel level %s: device blocks checked against the host's (%d of kakeya-pc's its bytes)", spec, len(cal.Chol), d, cpu.Level(), same)
 	}
+}
+
+// whitenAlone writes rows (n x d) into a new part of s, encodes it alone
+// with the preconditioned cd, and checks the whitened rows enc_whiten
+// leaves at the start of the encoders' scratch against the host's
+// whitening (cpu.MixBlock): bit for bit where the host's products fuse as
+// the device's (fmaWhitening), else within 1e-5. It returns the part and
+// the rows it held.
+func whitenAlone(t *testing.T, gpu *Backend, s *store, cd *codec.Preconditioned, rows []float32, n, d int) (compute.Part, []float32) {
+	t.Helper()
+	p, err := s.NewPart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write(p, 0, upload(gpu, rows), d, n)
+	hot := make([]float32, n*d)
+	if err := s.Read(hot, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EncodePart(p, cd); err != nil {
+		t.Fatal(err)
+	}
+	y := make([]float32, n*d)
+	gpu.mu.Lock()
+	gpu.flushQueue()
+	err = gpu.copyOut(bytesOf(y), gpu.enc.y)
+	gpu.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, n*d)
+	cpu.MixBlock(want, n, hot, d, cd.Factor(), d, d)
+	if diff := maxAbsDiff(y, want); fmaWhitening() && diff != 0 || diff > 1e-5*max(1, maxAbs(want)) {
+		t.Errorf("enc_whiten's rows are %.3g from the host's whitening (kernel level %s)", diff, cpu.Level())
+	}
+	return p, hot
 }
