@@ -241,30 +241,19 @@ func TestEncodePreconditionedRealFactor(t *testing.T) {
 	}
 }
 
-// whitenAlone writes rows (n x d) into a new part of s, encodes it alone
-// with the preconditioned cd, and checks the whitened rows enc_whiten
+// whitenAlone writes rows (n x d) into a new part of s and encodes it
+// alone with the preconditioned cd (encodeOnDevice), and checks the whitened rows enc_whiten
 // leaves at the start of the encoders' scratch against the host's
 // whitening (cpu.MixBlock): bit for bit where the host's products fuse as
 // the device's (fmaWhitening), else within 1e-5. It returns the part and
 // the rows it held.
 func whitenAlone(t *testing.T, gpu *Backend, s *store, cd *codec.Preconditioned, rows []float32, n, d int) (compute.Part, []float32) {
 	t.Helper()
-	p, err := s.NewPart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Write(p, 0, upload(gpu, rows), d, n)
-	hot := make([]float32, n*d)
-	if err := s.Read(hot, p); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EncodePart(p, cd); err != nil {
-		t.Fatal(err)
-	}
+	p, hot := encodeOnDevice(t, gpu, s, cd, rows, n, d)
 	y := make([]float32, n*d)
 	gpu.mu.Lock()
 	gpu.flushQueue()
-	err = gpu.copyOut(bytesOf(y), gpu.enc.y)
+	err := gpu.copyOut(bytesOf(y), gpu.enc.y)
 	gpu.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
