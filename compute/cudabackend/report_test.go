@@ -302,15 +302,7 @@ func (k *kernelBench) encoder(cache string) {
 		}
 	}
 	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		for _, p := range []Ptr{src, dst, y, tab} {
-			if p != 0 {
-				b.freeLater(p)
-			}
-		}
-		b.mu.Unlock()
-	}()
+	defer freeTemps(b, src, dst, y, tab)
 	if err != nil {
 		fail(err)
 		return
@@ -475,15 +467,7 @@ func (k *kernelBench) whitened() {
 		lp = encPCLaunch(0, 0, false, bs, d, 0, 0, e.shared, tab, parts)
 	}
 	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		for _, p := range []Ptr{src, fac, dst, y, tab} {
-			if p != 0 {
-				b.freeLater(p)
-			}
-		}
-		b.mu.Unlock()
-	}()
+	defer freeTemps(b, src, fac, dst, y, tab)
 	if err != nil {
 		fail(err)
 		return
@@ -2082,6 +2066,18 @@ func drawRows(r *reporter, step string, b *Backend, vocab int, ns []int, timing 
 				"kernel": "draw_rows", "vocab": vocab, "rows": n, "filter": s.label, "reps": reps,
 				"us": float64(per) / 1e3, "us_row": float64(per) / 1e3 / float64(n), "wrong": wrong, "boundary": boundary,
 			})
+		}
+	}
+}
+
+// freeTemps frees the rows' device memory an encoder row allocated for
+// itself (each of ps that is not 0), once the stream has done with it.
+func freeTemps(b *Backend, ps ...Ptr) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range ps {
+		if p != 0 {
+			b.freeLater(p)
 		}
 	}
 }
