@@ -29,7 +29,12 @@ type fakeDriver struct {
 	fail      map[string]Result
 	failAfter map[string]int
 	noGraphs  bool
-	maxBytes  int  // 0: no limit on the memory held
+	maxBytes  int // 0: no limit on the memory held
+	// fullAfter > 0 lets that many more allocations through, the last
+	// of them taking the device's last room: maxBytes becomes the memory
+	// then held (as though another user had taken the rest).
+	fullAfter int
+	refused   int  // allocations refused for want of memory (maxBytes)
 	cublas    bool // offer sgemm (computed on the host)
 	noop      bool // record launches without running them (host-cost benchmarks)
 	names     bool // with noop, still record the kernels' names in launched
@@ -61,6 +66,11 @@ type fakeDriver struct {
 	// address (a device would read garbage, the emulator fault or read
 	// the memory's next owner).
 	freed []span
+	// reads is memory a test says its next launches read through a
+	// table (the parts a block table points at, which no parameter
+	// names): run reports a launch while some of it lies in no live
+	// allocation, before the emulator would fault on it.
+	reads []span
 
 	launched []string // kernels run, in order (graph replays included)
 	calls    map[string]int
@@ -100,6 +110,7 @@ func (f *fakeDriver) alloc(bytes int) (Ptr, error) {
 		return 0, err
 	}
 	if f.maxBytes > 0 && f.held+bytes > f.maxBytes {
+		f.refused++
 		return 0, newError("cuMemAlloc of "+mib(bytes), ErrOutOfMemory)
 	}
 	p, err := emu.Alloc(bytes)
@@ -108,6 +119,11 @@ func (f *fakeDriver) alloc(bytes int) (Ptr, error) {
 	}
 	f.allocs[Ptr(p)] = bytes
 	f.held += bytes
+	if f.fullAfter > 0 {
+		if f.fullAfter--; f.fullAfter == 0 {
+			f.maxBytes = f.held
+		}
+	}
 	f.freed = slices.DeleteFunc(f.freed, func(s span) bool {
 		return s.at < Ptr(p)+Ptr(bytes) && Ptr(p) < s.at+Ptr(s.n)
 	})
@@ -273,6 +289,11 @@ func (f *fakeDriver) run(ls []Launch) error {
 	for _, l := range ls {
 		if err := f.useAfterFree(l); err != nil {
 			return err
+		}
+		for _, r := range f.reads {
+			if f.within(r.at, r.n, "") != nil {
+				return newError(fmt.Sprintf("%s: reads %d bytes at %#x through a table: freed memory", l.Kernel, r.n, uint64(r.at)), Result(700))
+			}
 		}
 	}
 	if f.noop {
