@@ -45,7 +45,7 @@ const encThreads = 256
 // encoding is how the device encodes one codec's blocks: its kernel, the
 // encoded size and its slot's, and for kakeya_pc its settings' shape.
 type encoding struct {
-	format  int32 // partInt8, partInt4, partKakeyaPC or partKakeyaPCEC
+	format  int32 // partInt8, partInt4, partKakeyaPC or partKakeyaPCEC; partBF16: the hot slot kept
 	size    int   // the encoded length (kakeya_pc_ec: the most, its slot's)
 	slot    int   // the size of the slot a block takes (see slotSize)
 	shared  int   // dynamic shared bytes of the kernel
@@ -67,7 +67,8 @@ type factored interface {
 
 // deviceEncoding returns how the device encodes dec's blocks of the
 // store's shape, and false when it does not (any codec but int8, int4
-// as attention reads it, kakeya_pc and kakeya_pc_ec, a whitened codec
+// as attention reads it, kakeya_pc and kakeya_pc_ec, bf16 in a store of
+// bf16 rows (the hot slot kept: see queueEncode), a whitened codec
 // whose inner codec is none of those four, a head
 // past maxHeadDim, a kakeya_pc block whose codes do not fit shared
 // memory or whose settings pcParams cannot hold, a kakeya_pc_ec codec
@@ -89,12 +90,24 @@ func (s *store) encodingOf(dec compute.Decoder) (encoding, bool) {
 			return encoding{}, false
 		}
 		e, ok := s.encodingOf(inner)
-		if !ok {
+		if !ok || e.format == partBF16 { // whitened rows are no hot slot's
 			return encoding{}, false
 		}
 		return whitened(e, s.rows, s.d), true
 	}
 	_, f, ok := builtinFormat(dec)
+	if ok && f.ID == codec.FormatBF16 {
+		// A side kept uncompressed (a boundary layer, a plan's "none"):
+		// in a store of bf16 rows the hot slot holds the values bf16's
+		// Decode gives already, and the part keeps it (queueEncode);
+		// float32 rows would need a copy of their own, read back and
+		// encoded on the host as any codec the device does not encode.
+		if !s.bf16 {
+			return encoding{}, false
+		}
+		l := f.Layout(&codec.Vars{codec.VarN: s.rows, codec.VarD: s.d})
+		return encoding{format: partBF16, size: l.Size(), ok: true}, true
+	}
 	if !ok || f.ID != codec.FormatKakeyaPC && f.ID != codec.FormatKakeyaPCEC {
 		return deviceEncoding(dec, s.rows, s.d)
 	}
@@ -347,6 +360,16 @@ func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
 		}
 	}
 	s.retire(pt) // an encoded part takes no more writes
+	if e.format == partBF16 {
+		// codec.BF16 in a store of bf16 rows (encodingOf): the hot slot
+		// stays and nothing is launched. Its rows are the payload of
+		// bf16's bytes (each float32 value rounded to nearest even, as
+		// Encode rounds it), which attention and Read read as a hot
+		// part's; the cache counts the part encoded, at the bytes'
+		// length, as on the CPU (encLen set: not HotDecoded).
+		pt.dec, pt.encLen = dec, e.size
+		return nil
+	}
 	var prm Ptr
 	if e.format == partKakeyaPC || e.format == partKakeyaPCEC {
 		var ok bool

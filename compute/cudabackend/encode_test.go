@@ -398,3 +398,79 @@ func TestEncodePCBytesUnchanged(t *testing.T) {
 		t.Errorf("enc_pc's bytes hash to %s, the earlier kernel's to %s", got, want)
 	}
 }
+
+// bf16, the codec of a side kept uncompressed (a boundary layer, a
+// plan's "none"), is encoded in place in a store of bf16 rows: nothing is
+// launched or read back, the part keeps its slot and its rows, which Read
+// gives as bf16's Decode gives its bytes (the host's encoding of the
+// values the part held), and it counts as encoded at the bytes' length
+// (not HotDecoded), as on the CPU; it takes no more writes. A store of
+// float32 rows does not encode bf16 (the cache reads such a part back and
+// encodes it on the host), nor a whitened bf16.
+func TestEncodeBF16InPlace(t *testing.T) {
+	needKernels(t, "kv_write")
+	const n, d = 16, 64
+	r := rand.New(rand.NewPCG(5, 6))
+	gpu, f := newFakeBackend(t, Options{})
+	store := gpu.NewBlockStore(n, d, true)
+	var cd codec.BF16
+	x := randFloats(r, n*d)
+	p, err := store.NewPart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Write(p, 0, upload(gpu, x), d, n)
+	hot := make([]float32, n*d)
+	if err := store.Read(hot, p); err != nil {
+		t.Fatal(err)
+	}
+	want, err := cd.Encode(nil, hot, n, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pe := store.(compute.PartsEncoder)
+	if size, ok := store.(compute.PartEncoder).EncodedLen(cd); !ok || size != len(want) {
+		t.Fatalf("EncodedLen(bf16) = %d, %v; want %d, true", size, ok, len(want))
+	}
+	addr, launched, outs := own(p).addr, len(f.launched), f.calls["copyOut"]
+	if err := pe.EncodeParts([]compute.Part{p}, []compute.Decoder{cd}); err != nil {
+		t.Fatal(err)
+	}
+	if pt := own(p); !pt.Encoded() || pt.HotDecoded() || pt.addr != addr || pt.encLen != len(want) || pt.format != partBF16 {
+		t.Fatalf("part after bf16: encoded %v, hot decoded %v, at %#x (was %#x), %d encoded bytes, format %d", pt.Encoded(), pt.HotDecoded(), pt.addr, addr, pt.encLen, pt.format)
+	}
+	if k := f.launched[launched:]; len(k) != 0 || f.calls["copyOut"] != outs {
+		t.Fatalf("bf16 in place launched %v and copied back %d times", k, f.calls["copyOut"]-outs)
+	}
+	got := make([]float32, n*d)
+	if err := store.Read(got, p); err != nil {
+		t.Fatal(err)
+	}
+	dec := make([]float32, n*d)
+	if err := cd.Decode(dec, want, n, d); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(dec[i]) {
+			t.Fatalf("value %d: read %v, bf16's Decode gives %v", i, got[i], dec[i])
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a write into a part encoded as bf16 did not panic")
+			}
+		}()
+		store.Write(p, 0, upload(gpu, x), d, 1)
+	}()
+	if err := gpu.Err(); err != nil {
+		t.Fatal(err)
+	}
+	f32 := gpu.NewBlockStore(n, d, false).(compute.PartEncoder)
+	if _, ok := f32.EncodedLen(cd); ok {
+		t.Error("a store of float32 rows encodes bf16 on the device")
+	}
+	if _, ok := store.(compute.PartEncoder).EncodedLen(randPreconditioned(t, r, cd, d)); ok {
+		t.Error("a store of bf16 rows encodes a whitened bf16 on the device")
+	}
+}

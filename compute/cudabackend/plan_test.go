@@ -2,6 +2,7 @@ package cudabackend
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -137,7 +138,8 @@ func defaultPlan(t *testing.T) kvconfig.Plan {
 }
 
 // A decode step in a cache whose every layer encodes on the device (int4
-// per channel and per token, int2, int8, fixed-rate kakeya-pc: among them
+// per channel and per token, int2, int8, sides kept uncompressed (a
+// plan's "none": bf16, encoded in place), fixed-rate kakeya-pc: among them
 // a plan allocated from kakeya-eval sensitivity's default choices; also
 // with a calibration's query factors, int8 and int4 keys preconditioned,
 // whitened on the device by enc_whiten; the kakeya preset under such a
@@ -182,6 +184,7 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 		{"kakeya", true, true, false, "enc_pc"}, // the preset: keys weighed by the queries, not whitened
 		{"kakeya-pc:rate=2.5/kakeya-pc:rate=2.5|kakeya-pc:rate=2.5/kakeya-pc:rate=2.5", true, true, true, "enc_pc"},
 		{"kakeya-pc:ec=true/kakeya-pc:ec=true|kakeya-pc:ec=true/kakeya-pc:ec=true", true, true, true, "enc_pcec"},
+		{"none/int4|int8/none", true, false, false, ""}, // the allocator's "none": bf16 encoded in place
 		{"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3", false, false, false, ""},
 	} {
 		sp := kvconfig.Spec{Layers: c.layers, BlockSize: bs, HotWindow: bs, CacheType: "bf16"}
@@ -407,4 +410,109 @@ func TestHostEncodedWarning(t *testing.T) {
 			t.Errorf("%s keys preconditioned: host-encoded sides %+v (%v), want none", pol.KCodec(0, 0).Name(), sides, err)
 		}
 	}
+}
+
+// Every codec kvplan may choose for a cache on the CUDA device encodes on
+// the device (issue 34: no layer side's blocks read back and encoded on
+// the host, kvcache.Policy.HostEncoded empty), at the head dims of
+// Qwen2.5-0.5B and 7B (64, 128) and under a calibration of principal
+// components alone or with query factors (which precondition int8 and
+// int4 keys by default): the kakeya preset as the codec name alone
+// selects it (block 64, hot window 32, every layer compressed), its two
+// codecs named per side, each of kakeya-eval sensitivity's default
+// choices on every layer side at the preset's block and window, and the
+// plans kvplan.PlanFor allocates from those choices at every ratio from
+// 1.5x to the most they reach. The check is live: kakeya-block:b=3, which
+// sensitivity measures only when --choices names it, is reported
+// host-encoded (and warned of, TestHostEncodedWarning).
+func TestPlannedCodecsEncodeOnDevice(t *testing.T) {
+	for _, d := range []int{64, 128} {
+		t.Run(fmt.Sprintf("d%d", d), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "qwen2")
+			spec := testmodel.Qwen2Tiny
+			spec.Hidden, spec.Heads, spec.KVHeads, spec.HeadDim, spec.Layers = 256, 256/d, 2, d, 2
+			if err := testmodel.Write(dir, spec); err != nil {
+				t.Fatal(err)
+			}
+			gpu, _ := newFakeBackend(t, Options{})
+			m := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 256})
+			at := func(kv string) kvconfig.Spec {
+				return kvconfig.Spec{KV: kv, BlockSize: kvconfig.PresetBlock, HotWindow: kvconfig.PresetHotWindow, Boundary: "none"}
+			}
+			sides := func(name string, sp kvconfig.Spec, cal *codec.Calibration) []kvcache.HostSide {
+				t.Helper()
+				pol, st, err := kvplan.NewPolicy(sp, m.CacheShape(), cal)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if st.BlockSize != kvconfig.PresetBlock || len(st.Boundary) != 0 {
+					t.Fatalf("%s: blocks of %d, boundary layers %v: want %d and none", name, st.BlockSize, st.Boundary, kvconfig.PresetBlock)
+				}
+				got, err := m.HostEncoded(model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize})
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				return got
+			}
+			plans := allocatedPlans(t, m.CacheShape().Layers)
+			for calName, cal := range map[string]*codec.Calibration{
+				"principal components":                   synthPCACalibration(m, 1),
+				"principal components and query factors": pcCholCalibration(t, m, 2),
+			} {
+				cases := map[string]kvconfig.Spec{
+					"the preset":          {KV: kvconfig.PresetName},
+					"the preset's codecs": {K: kvconfig.PresetKCodec, V: kvconfig.PresetVCodec, BlockSize: kvconfig.PresetBlock, HotWindow: kvconfig.PresetHotWindow, Boundary: "none"},
+				}
+				for _, c := range kvplan.DefaultChoices(true) {
+					cases[c] = at(c)
+				}
+				for name, p := range plans {
+					cases[name] = at("")
+					sp := cases[name]
+					sp.KV, sp.Boundary, sp.Layers = "", "", kvconfig.FormatLayerCodecs(p.Layers)
+					cases[name] = sp
+				}
+				for name, sp := range cases {
+					if got := sides(name, sp, cal); len(got) != 0 {
+						t.Errorf("%s, a calibration of %s: host-encoded sides %+v, want none", name, calName, got)
+					}
+				}
+				if got := sides("kakeya-block:b=3", at("kakeya-block:b=3"), cal); len(got) != 2*m.CacheShape().Layers {
+					t.Errorf("kakeya-block:b=3, a calibration of %s: host-encoded sides %+v, want every layer's keys and values", calName, got)
+				}
+			}
+		})
+	}
+}
+
+// allocatedPlans returns the plans kvplan.PlanFor allocates for a model
+// of the given layers from kakeya-eval sensitivity's default choices
+// (bytes of a 64-token block of head_dim 64 per token, their cost a KL
+// that falls with the bytes and varies by layer side), at whole-cache
+// ratios from 1.5x up to the most the choices reach, by ratio.
+func allocatedPlans(t *testing.T, layers int) map[string]kvconfig.Plan {
+	t.Helper()
+	bytes := map[string]int64{"int8": 530, "int4": 290, "kakeya-pc:rate=1.5": 110, "kakeya-pc:rate=2": 135, "kakeya-pc:rate=3": 190, "kakeya-pc:rate=4": 250}
+	const side = 1000
+	sens := kvplan.Sensitivity{Format: kvplan.SensitivityFormat, Layers: layers, SideBF16: side, BF16: 2 * side * int64(layers)}
+	for l := range layers {
+		for kv := range 2 {
+			for _, spec := range kvplan.DefaultChoices(true) {
+				kl := float64(1+l+kv) / float64(bytes[spec])
+				if strings.HasPrefix(spec, "int") {
+					kl *= 1.5 // the integer codecs cost more at their bytes
+				}
+				sens.Entries = append(sens.Entries, kvplan.SensitivityEntry{Layer: l, KV: kv, Spec: spec, Bytes: bytes[spec], KL: kl})
+			}
+		}
+	}
+	plans := map[string]kvconfig.Plan{}
+	for _, ratio := range []float64{1.5, 2, 3, 4, 6, 8, 9} { // 9: about the most (1000 / 110)
+		p, err := kvplan.PlanFor(sens, ratio)
+		if err != nil {
+			t.Fatalf("ratio %.3g: %v", ratio, err)
+		}
+		plans[fmt.Sprintf("the plan at %.3gx (%s)", ratio, kvconfig.FormatLayerCodecs(p.Layers))] = p
+	}
+	return plans
 }

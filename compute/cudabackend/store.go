@@ -60,9 +60,12 @@ type part struct {
 	addr   Ptr   // the slot: hot rows, decoded float32 rows or codec bytes
 	size   int   // the slot's size class
 	format int32 // how attention reads addr (partF32, partBF16, partInt8, ...)
-	encLen int   // codec bytes at addr, 0 unless the kernels read them
-	prm    Ptr   // a partKakeya's kakeyaParams or a partKakeyaPC's pcParams, 0 for other formats
-	linv   Ptr   // a preconditioned part's inverse factor, 0 for others
+	// encLen is the codec bytes at addr, 0 unless the kernels read them;
+	// a bf16 part encoded in place (queueEncode) has its bytes' length,
+	// their payload (the rows) at addr.
+	encLen int
+	prm    Ptr // a partKakeya's kakeyaParams or a partKakeyaPC's pcParams, 0 for other formats
+	linv   Ptr // a preconditioned part's inverse factor, 0 for others
 	dec    compute.Decoder
 	// enc keeps the codec bytes on the host when the device holds their
 	// decoded values instead, so Read decodes them exactly.
