@@ -321,6 +321,8 @@ test-arm64: clang
 # run.sh and peer.py (the transformers side-by-side). There,
 # "gpu-bundle/run.sh OUTDIR" runs every GPU check and measurement
 # (kernels, GEMMs, throughput, serving, a peer) in under 8 minutes into OUTDIR/log.txt and results.json
+# (KAKEYA_PLAN=check or serve: the steps of one device session each; all of
+# them are predicted to take about 820 s, docs/cuda.md)
 # (see internal/gpubundle/run.sh). gpu-bundle-check, part of test, builds
 # it into a temporary directory: it must build, fit in 48 MiB gzipped (the
 # device carries it beside the checkout in 64), and its run.sh must parse.

@@ -2,11 +2,15 @@ package cudabackend
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeBench stands in for kakeya-bench in the bundle: it records its
@@ -214,5 +218,153 @@ func TestBundleServeSteps(t *testing.T) {
 	rows, ok = step("peer-7b", "FAKE_TORCH=1")
 	if !ok || len(rows) != 2 || rows[0]["name"] != "qwen2.5-7b prefill 512 transformers" || rows[0]["prefill_tps"] != 23298.0 || rows[1]["decode_tps"] != 900.0 {
 		t.Errorf("peer-7b: ok %v, rows %v", ok, rows)
+	}
+}
+
+// fakeCudaTest stands in for the bundle's test binary (run as "cuda.test
+// -test.run ^TestName$ ..."): a pass row for each test, the NODEVICE line
+// where FAKE_NODEV is set, and a test that hangs where FAKE_HANG names it.
+const fakeCudaTest = `#!/usr/bin/env bash
+name=${2#^}
+name=${name%$}
+if [[ $name == TestReportDevice && -n ${FAKE_NODEV:-} ]]; then echo "NODEVICE|no CUDA driver: fake"; exit 1; fi
+if [[ $name == ${FAKE_HANG:-none} ]]; then echo "ROW|[hang] $name: started"; exec sleep 120; fi
+echo "ROW|[fake] $name: fake  PASS"
+`
+
+// The bundle's driver keeps a run inside its budget: a step that hangs is
+// killed at the time it was given (what was left of the total), every
+// later step is skipped for time, and the run ends within the total and
+// timeout's grace, failed; a plan runs its own steps, in order (serve:
+// peer-7b before kvbound-7b, which takes what is left), and says which it
+// left out; an unknown plan is refused. run.sh runs on the CPU with the
+// test binary, kakeya-run, kakeya-testmodel, kakeya-bench and python3
+// faked.
+func TestBundleBudget(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	if _, err := exec.LookPath("timeout"); err != nil {
+		t.Skip("no timeout")
+	}
+	dir := t.TempDir()
+	script, err := os.ReadFile(filepath.Join("..", "..", "internal", "gpubundle", "run.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"run.sh": string(script), "bin/cuda.test": fakeCudaTest, "bin/kakeya-bench": fakeBench, "fakepy/python3": fakePython, "peer.py": "",
+		"bin/kakeya-run":       "#!/usr/bin/env bash\necho 'Once upon a time, fake.'\n",
+		"bin/kakeya-testmodel": "#!/usr/bin/env bash\nmkdir -p \"${@: -1}\" && echo 'kakeya-testmodel: wrote a fake'\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// run runs the bundle and returns its steps' records (name, status,
+	// reason) in order, its exit status and how long it took.
+	type stepRec struct {
+		name, status, reason string
+		budget, seconds      float64
+	}
+	run := func(env ...string) (steps []stepRec, summary map[string]any, code int, took time.Duration) {
+		t.Helper()
+		out := t.TempDir()
+		cmd := exec.Command(bash, filepath.Join(dir, "run.sh"), out)
+		cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir(), "PATH="+filepath.Join(dir, "fakepy")+":"+os.Getenv("PATH"))
+		cmd.Env = append(cmd.Env, env...)
+		t0 := time.Now()
+		log, err := cmd.CombinedOutput()
+		took = time.Since(t0)
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(filepath.Join(out, "results.json"))
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var row map[string]any
+			if json.Unmarshal([]byte(l), &row) != nil {
+				continue
+			}
+			switch {
+			case row["step"] == "summary":
+				summary = row
+			case row["name"] == "step":
+				s := stepRec{name: row["step"].(string), status: row["status"].(string)}
+				s.reason, _ = row["reason"].(string)
+				s.budget, _ = row["budget_s"].(float64)
+				s.seconds, _ = row["seconds"].(float64)
+				steps = append(steps, s)
+			}
+		}
+		if summary == nil || len(steps) == 0 {
+			t.Fatalf("no step records or summary in results.json:\n%s", log)
+		}
+		return steps, summary, code, took
+	}
+
+	// A hanging step: golden, with 6 s left of the total when it starts.
+	const total = 6
+	steps, summary, code, took := run("KAKEYA_PLAN=check", fmt.Sprint("KAKEYA_BUDGET=", total), "KAKEYA_MINSTEP=1", "FAKE_HANG=TestReportGolden")
+	if code != 1 || summary["status"] != "FAIL" {
+		t.Errorf("exit status %d, summary %v: want 1, FAIL", code, summary["status"])
+	}
+	if limit := time.Duration(total+5+3) * time.Second; took > limit {
+		t.Errorf("the run took %v with a hanging step, past the total of %ds and timeout's grace", took, total)
+	}
+	seen, skipped := false, 0
+	for _, s := range steps {
+		switch {
+		case s.name == "golden":
+			seen = true
+			if s.status != "timeout" || s.budget > total || s.seconds > s.budget+1 {
+				t.Errorf("the hanging step: %+v, want a timeout within the %ds left", s, total)
+			}
+		case seen && s.status == "skip":
+			skipped++
+		case seen && s.status != "not-run":
+			t.Errorf("step %s after the hanging one: %+v, want skipped for time (or not run)", s.name, s)
+		case !seen && s.status != "pass":
+			t.Errorf("step %s before the hanging one: %+v, want passed", s.name, s)
+		}
+	}
+	t.Logf("a hanging golden step, %ds in all: %v, exit %d; steps %+v", total, took.Round(time.Millisecond), code, steps)
+	if !seen || skipped == 0 {
+		t.Errorf("the hanging step seen %v, %d steps skipped for time after it: %+v", seen, skipped, steps)
+	}
+	for _, s := range steps {
+		if slices.Contains([]string{"throughput-7b", "serve-7b", "kvbound-7b", "peer-7b"}, s.name) && (s.status != "not-run" || s.reason != "not in KAKEYA_STEPS") {
+			t.Errorf("plan check ran %s: %+v", s.name, s)
+		}
+	}
+
+	// The serve plan without a GPU: its steps in order, the GPU ones not
+	// run for want of a device, the others left out of the plan.
+	steps, summary, code, _ = run("KAKEYA_PLAN=serve", "FAKE_NODEV=1")
+	if code != 2 || summary["status"] != "NO GPU" {
+		t.Errorf("serve plan without a GPU: exit status %d, summary %v: want 2, NO GPU", code, summary["status"])
+	}
+	var in []string
+	for _, s := range steps {
+		if s.reason != "not in KAKEYA_STEPS" {
+			in = append(in, s.name)
+		}
+	}
+	if got, want := strings.Join(in, " "), "env device model-7b throughput-7b serve-7b peer-7b kvbound-7b"; got != want {
+		t.Errorf("plan serve ran %s, want %s", got, want)
+	}
+
+	// A plan that is none of them.
+	cmd := exec.Command(bash, filepath.Join(dir, "run.sh"), t.TempDir())
+	cmd.Env = append(os.Environ(), "KAKEYA_PLAN=fast")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "KAKEYA_PLAN=fast: want all, check or serve") {
+		t.Errorf("KAKEYA_PLAN=fast: %v: %s", err, out)
 	}
 }

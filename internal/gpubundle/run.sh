@@ -29,7 +29,7 @@
 #   quant-kernels    gpu     30  decode's quantized products (quant_x + matvec_q8, dp4a) at 0.5B/7B FFN shapes,
 #                                Q4_K/Q6_K/Q8_0, 1 and 8 rows: time and GB/s vs the peak
 #   model-0.5b       cpu     40  writes the seeded Qwen2.5-0.5B-shaped checkpoint
-#   throughput-0.5b  gpu     60  prefill/decode tok/s, plain/int8/kakeya/kakeya-pc, ctx 512/2048/8192
+#   throughput-0.5b  gpu     60  prefill/decode tok/s, plain/int8/kakeya-pc/kakeya-block:b=3, ctx 512/2048/8192
 #   launches-0.5b    gpu     30  driver calls per decode step: one graph per step, fusions and graphs on and off
 #   profile-0.5b     gpu     20  time per kernel of a prefill (512, 2048) and a decode step, each launch waited for
 #   quant-0.5b       gpu     40  prefill/decode tok/s quantized on load (q4_k, q8_0), plain cache, ctx 512
@@ -41,13 +41,13 @@
 #   peer-0.5b        gpu     45  the same checkpoint through transformers (peer.py; needs torch)
 #   sanitizer        gpu     60  compute-sanitizer memcheck of short kakeya-run runs
 #   model-7b         gpu     60  then throughput-7b (gpu, 60), profile-7b (gpu, 30), serve-7b (gpu, 75),
-#                                kvbound-7b (gpu, 300: a KV pool of 16 bf16 sequences of
-#                                2,048 tokens, 48 requests of 2,016 + 256 tokens,
-#                                admitted sequences and tok/s per cache, each cache
-#                                its own budget: kakeya 130, plain 65, int8 65; a cache
-#                                stopped by its --time-limit reports the sequences
-#                                admitted and tok/s so far)
-#                                and peer-7b (gpu, 60)
+#                                peer-7b (gpu, 60) and last kvbound-7b (gpu, 300: a KV
+#                                pool of 16 bf16 sequences of 2,048 tokens, 48 requests
+#                                of 2,016 + 256 tokens, admitted sequences and tok/s
+#                                per cache, each cache its own budget: kakeya 130,
+#                                plain 65, int8 65, cut to what the step has left; a
+#                                cache stopped by its --time-limit reports the
+#                                sequences admitted and tok/s so far)
 #   cpu-bench        cpu     45  kakeya-bench on the CPU, the 0.5B checkpoint
 #
 # A step gets its most seconds or what is left of the total, whichever is
@@ -58,9 +58,21 @@
 # Exit status: 0 every step and row passed; 1 one failed, timed out or was
 # skipped for time; 2 no GPU, the CPU steps passed.
 #
-# Environment: KAKEYA_BUDGET (seconds in all, default 470), KAKEYA_STEPS
-# (an extended regular expression: only the steps whose names match run,
-# e.g. 'env|device|golden|.*-7b'), KAKEYA_REPORT_CACHES (the throughput
+# Plans: the steps above take about 820 s on an H200 (predicted, not
+# measured: docs/cuda.md, "The bundle's time budget"), so within 470 s a
+# run of them all ends in serve-7b, and kvbound-7b and peer-7b never run.
+# KAKEYA_PLAN picks the steps of one device session, each predicted to
+# fit the 470 s: check (correctness, kernels, GEMMs, the 0.5B rows and
+# its serving, the 7B profile; about 390 s) or serve (the 7B rows issue
+# 34 asks for: throughput, serving at 1-256, the transformers peer, then
+# the KV-bound row on what is left; about 470 s); all (the default) runs
+# every step in the order above.
+#
+# Environment: KAKEYA_BUDGET (seconds in all, default 470), KAKEYA_PLAN
+# (all, check or serve; KAKEYA_STEPS wins where both are set),
+# KAKEYA_STEPS (an extended regular expression: only the steps whose
+# names match run, e.g. 'env|device|golden|.*-7b'), KAKEYA_MINSTEP (no
+# step starts with fewer seconds left, default 15), KAKEYA_REPORT_CACHES (the throughput
 # rows' caches, e.g. "plain kakeya-pc"), KAKEYA_SERVE_CACHES (the serving
 # and KV-bound rows' caches, default "plain int8 kakeya"),
 # KAKEYA_SERVE_CONCURRENCY (the serving rows', default 1,16,64,256),
@@ -388,7 +400,21 @@ LOG=$OUTDIR/log.txt
 RAW=$OUTDIR/raw.txt
 export KAKEYA_REPORT_JSON=$OUTDIR/results.json
 TOTAL=${KAKEYA_BUDGET:-470}
-MINSTEP=15 # no step starts with less time left
+MINSTEP=${KAKEYA_MINSTEP:-15} # no step starts with less time left
+if ! [[ $TOTAL =~ ^[0-9]+$ && $MINSTEP =~ ^[0-9]+$ ]]; then
+	echo "run.sh: KAKEYA_BUDGET=$TOTAL and KAKEYA_MINSTEP=$MINSTEP: want whole seconds" >&2
+	exit 2
+fi
+PLAN=${KAKEYA_PLAN:-all}
+case $PLAN in
+all) ;;
+check) : "${KAKEYA_STEPS:=env|device|cpu-golden|cpu-generate|golden|greedy|draw|gemma|generate|kernels|gemm|quant|quant-kernels|model-0.5b|throughput-0.5b|launches-0.5b|profile-0.5b|quant-0.5b|serve-0.5b|sample-0.5b|peer-0.5b|sanitizer|model-7b|profile-7b|cpu-bench}" ;;
+serve) : "${KAKEYA_STEPS:=env|device|model-7b|throughput-7b|serve-7b|peer-7b|kvbound-7b}" ;;
+*)
+	echo "run.sh: KAKEYA_PLAN=$PLAN: want all, check or serve" >&2
+	exit 2
+	;;
+esac
 export MODELS=${KAKEYA_MODELS:-${TMPDIR:-/tmp}/kakeya-gpu-models}
 export WORK
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kakeya-gpu-report.XXXXXX") || exit 1
@@ -497,9 +523,9 @@ export BIN SELF
 
 touch "$KAKEYA_REPORT_JSON"
 JSON0=$(wc -l <"$KAKEYA_REPORT_JSON")
-say "== kakeya GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ): $(head -1 "$HERE/BUILD.txt" 2>/dev/null); budget ${TOTAL}s; rows in $OUTDIR"
-printf '{"step":"start","name":"report","status":"info","build":%s,"budget_s":%d,"time":%s}\n' \
-	"$(jstr "$(head -1 "$HERE/BUILD.txt" 2>/dev/null)")" "$TOTAL" "$(jstr "$(date -u +%Y-%m-%dT%H:%M:%SZ)")" >>"$KAKEYA_REPORT_JSON"
+say "== kakeya GPU report, $(date -u +%Y-%m-%dT%H:%M:%SZ): $(head -1 "$HERE/BUILD.txt" 2>/dev/null); budget ${TOTAL}s; plan $PLAN; rows in $OUTDIR"
+printf '{"step":"start","name":"report","status":"info","build":%s,"budget_s":%d,"plan":%s,"time":%s}\n' \
+	"$(jstr "$(head -1 "$HERE/BUILD.txt" 2>/dev/null)")" "$TOTAL" "$(jstr "$PLAN")" "$(jstr "$(date -u +%Y-%m-%dT%H:%M:%SZ)")" >>"$KAKEYA_REPORT_JSON"
 
 step env cpu 10 bash "$SELF" __step env
 step device probe 45 bash -c 'gotest TestReportDevice'
@@ -527,8 +553,8 @@ step model-7b gpu 60 bash "$SELF" __step model-7b
 withmodel 7b throughput-7b gpu 60 bash -c 'gotest TestReportThroughput'
 withmodel 7b profile-7b gpu 30 bash -c 'gotest TestReportProfile'
 withmodel 7b serve-7b gpu 75 bash "$SELF" __step serve-7b
-withmodel 7b kvbound-7b gpu 300 bash "$SELF" __step kvbound-7b
 withmodel 7b peer-7b gpu 60 bash "$SELF" __step peer-7b
+withmodel 7b kvbound-7b gpu 300 bash "$SELF" __step kvbound-7b
 [[ ${KAKEYA_KEEP_MODELS:-} == 1 ]] || rm -rf "$MODELS/qwen2.5-7b"
 step cpu-bench cpu 45 bash "$SELF" __step cpu-bench
 
