@@ -139,32 +139,16 @@ func TestEncodePreconditionedPCOnDevice(t *testing.T) {
 				t.Fatalf("%s: %d encoded bytes, its inner codec %d", cd.Name(), size, in)
 			}
 			const blocks = 3
-			var ps []compute.Part
-			var hots [][]float32
+			var rows [][]float32
 			for range blocks {
-				p, err := bs.NewPart()
-				if err != nil {
-					t.Fatal(err)
-				}
-				bs.Write(p, 0, upload(gpu, whitenedPCRows(r, cd, st, c.n)), c.d, c.n)
-				hot := make([]float32, c.n*c.d)
-				if err := bs.Read(hot, p); err != nil {
-					t.Fatal(err)
-				}
-				ps, hots = append(ps, p), append(hots, hot)
+				rows = append(rows, whitenedPCRows(r, cd, st, c.n))
 			}
 			encoder := "enc_pc"
 			if c.ec {
 				encoder = "enc_pcec"
 			}
-			whiten, encs := kernelCount(f, "enc_whiten"), kernelCount(f, encoder)
-			if err := pe.EncodeParts(ps, []compute.Decoder{cd, cd, cd}); err != nil {
-				t.Fatal(err)
-			}
-			gpu.mu.Lock()
-			gpu.flushQueue()
-			gpu.mu.Unlock()
-			if w, e := kernelCount(f, "enc_whiten")-whiten, kernelCount(f, encoder)-encs; w != 1 || e != 1 {
+			ps, hots, w, e := encodeBatch(t, gpu, f, pe, cd, rows, c.n, c.d, encoder)
+			if w != 1 || e != 1 {
 				t.Errorf("%d blocks encoded by %d enc_whiten and %d %s launches, want 1 and 1", blocks, w, e, encoder)
 			}
 			same := 0

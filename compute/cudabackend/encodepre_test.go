@@ -107,29 +107,12 @@ func TestEncodePreconditionedOnDevice(t *testing.T) {
 				t.Fatalf("%s: %d encoded bytes, its inner codec %d", cd.Name(), size, in)
 			}
 			const blocks = 3
-			var ps []compute.Part
-			var hots [][]float32
+			var rows [][]float32
 			for range blocks {
-				p, err := bs.NewPart()
-				if err != nil {
-					t.Fatal(err)
-				}
-				x := randFloats(r, c.n*c.d)
-				bs.Write(p, 0, upload(gpu, x), c.d, c.n)
-				hot := make([]float32, c.n*c.d)
-				if err := bs.Read(hot, p); err != nil {
-					t.Fatal(err)
-				}
-				ps, hots = append(ps, p), append(hots, hot)
+				rows = append(rows, randFloats(r, c.n*c.d))
 			}
-			whiten, encs := kernelCount(f, "enc_whiten"), kernelCount(f, "enc_int8")+kernelCount(f, "enc_int4")
-			if err := pe.EncodeParts(ps, []compute.Decoder{cd, cd, cd}); err != nil {
-				t.Fatal(err)
-			}
-			gpu.mu.Lock()
-			gpu.flushQueue()
-			gpu.mu.Unlock()
-			if w, e := kernelCount(f, "enc_whiten")-whiten, kernelCount(f, "enc_int8")+kernelCount(f, "enc_int4")-encs; w != 1 || e != 1 {
+			ps, hots, w, e := encodeBatch(t, gpu, f, pe, cd, rows, c.n, c.d, "enc_int8", "enc_int4")
+			if w != 1 || e != 1 {
 				t.Errorf("%d blocks encoded by %d enc_whiten and %d encoder launches, want 1 and 1", blocks, w, e)
 			}
 			for i, p := range ps {
@@ -239,6 +222,47 @@ func TestEncodePreconditionedRealFactor(t *testing.T) {
 		}
 		t.Logf("%s: %d real factors (d %d), kernel level %s: device blocks checked against the host's (%d of kakeya-pc's its bytes)", spec, len(cal.Chol), d, cpu.Level(), same)
 	}
+}
+
+// encodeBatch writes each of rows (n x d values) into a new part of s,
+// reads back the hot values each part then holds (the rows, rounded to
+// bf16 in a bf16 store), encodes every part by cd in one EncodeParts and
+// gives the queue to the driver. It returns the parts, their hot values,
+// and the enc_whiten launches and the launches of the encoders named
+// that the encoding made.
+func encodeBatch(t *testing.T, gpu *Backend, f *fakeDriver, s *store, cd compute.Decoder, rows [][]float32, n, d int, encoders ...string) (ps []compute.Part, hots [][]float32, whitens, encs int) {
+	t.Helper()
+	for _, x := range rows {
+		p, err := s.NewPart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write(p, 0, upload(gpu, x), d, n)
+		hot := make([]float32, n*d)
+		if err := s.Read(hot, p); err != nil {
+			t.Fatal(err)
+		}
+		ps, hots = append(ps, p), append(hots, hot)
+	}
+	count := func() int {
+		k := 0
+		for _, e := range encoders {
+			k += kernelCount(f, e)
+		}
+		return k
+	}
+	whiten, enc := kernelCount(f, "enc_whiten"), count()
+	decs := make([]compute.Decoder, len(ps))
+	for i := range decs {
+		decs[i] = cd
+	}
+	if err := s.EncodeParts(ps, decs); err != nil {
+		t.Fatal(err)
+	}
+	gpu.mu.Lock()
+	gpu.flushQueue()
+	gpu.mu.Unlock()
+	return ps, hots, kernelCount(f, "enc_whiten") - whiten, count() - enc
 }
 
 // whitenAlone writes rows (n x d) into a new part of s and encodes it

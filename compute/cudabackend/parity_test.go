@@ -72,6 +72,32 @@ func cpuF32(t testing.TB, threads int) compute.Backend {
 	return b
 }
 
+// cpuAndFake loads the checkpoint at dir twice, both with contexts of
+// maxCtx: on the CPU (cpuF32, one thread) and on a fake CUDA backend with
+// float32 products (Options.MatMul "f32"), the pair the tests holding
+// CUDA's forward passes to the CPU's compare.
+func cpuAndFake(t testing.TB, dir string, maxCtx int) (cpuM, gpuM *model.Model, gpu *Backend, f *fakeDriver) {
+	t.Helper()
+	gpu, f = newFakeBackend(t, Options{MatMul: "f32"})
+	cpuM = loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: maxCtx})
+	gpuM = loadModel(t, dir, model.Options{Backend: gpu, MaxContext: maxCtx})
+	return cpuM, gpuM, gpu, f
+}
+
+// writeQwen2D64 writes a Qwen2-shaped checkpoint of head_dim 64 (two
+// layers, 4 query heads over 2 KV heads, hidden 256) and returns its
+// directory.
+func writeQwen2D64(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "qwen2-d64")
+	spec := testmodel.Qwen2Tiny
+	spec.Hidden, spec.Heads, spec.KVHeads, spec.HeadDim, spec.Layers, spec.MaxPos = 256, 4, 2, 64, 2, 512
+	if err := testmodel.Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func loadModel(t testing.TB, dir string, opt model.Options) *model.Model {
 	t.Helper()
 	m, err := model.Load(dir, opt)
@@ -265,9 +291,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 			t.Parallel()
 			// Prefill's products in float32, as the CPU's here;
 			// TestForwardBF16MatchesCPU compares the default bf16 ones.
-			gpu, f := newFakeBackend(t, Options{MatMul: "f32"})
-			cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 64})
-			gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+			cpuM, gpuM, gpu, f := cpuAndFake(t, dir, 64)
 			ids := testIDs(tokens, cpuM.Config().VocabSize)
 			cal := randCalibration(t, cpuM, 13)
 			pcCal := synthPCACalibration(cpuM, 17)
@@ -372,15 +396,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 // preconditions no principal codec), so enc_pc encodes them as they are.
 func TestPresetForwardMatchesCPU(t *testing.T) {
 	needKernels(t, "matvec_f32", "matmul_f32", "attn_split_pc", "attn_combine", "enc_pc", "kv_write")
-	dir := filepath.Join(t.TempDir(), "qwen2-d64")
-	spec := testmodel.Qwen2Tiny
-	spec.Hidden, spec.Heads, spec.KVHeads, spec.HeadDim, spec.Layers, spec.MaxPos = 256, 4, 2, 64, 2, 512
-	if err := testmodel.Write(dir, spec); err != nil {
-		t.Fatal(err)
-	}
-	gpu, _ := newFakeBackend(t, Options{MatMul: "f32"})
-	cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 256})
-	gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 256})
+	cpuM, gpuM, gpu, _ := cpuAndFake(t, writeQwen2D64(t), 256)
 	ids := testIDs(200, cpuM.Config().VocabSize)
 	for _, tt := range []struct {
 		name string

@@ -48,9 +48,7 @@ func TestPCECForwardMatchesCPU(t *testing.T) {
 	for _, kv := range caches {
 		t.Run(kv, func(t *testing.T) {
 			spec := kvconfig.Spec{KV: kv, BlockSize: 16, HotWindow: 4, Boundary: "none", CacheType: "bf16"}
-			gpu, f := newFakeBackend(t, Options{MatMul: "f32"})
-			cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 128})
-			gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 128})
+			cpuM, gpuM, gpu, f := cpuAndFake(t, dir, 128)
 			cal := synthPCACalibration(cpuM, 29)
 			ids := testIDs(tokens, cpuM.Config().VocabSize)
 			want, wantTok, stW := decodeGreedy(t, cpuM, spec, cal, ids, pre, gen)

@@ -66,9 +66,7 @@ func TestAllocatorPlanMatchesCPU(t *testing.T) {
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
 		t.Fatal(err)
 	}
-	gpu, _ := newFakeBackend(t, Options{MatMul: "f32"})
-	cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 64})
-	gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 64})
+	cpuM, gpuM, gpu, _ := cpuAndFake(t, dir, 64)
 	prompt := testIDs(6, cpuM.Config().VocabSize)
 	for _, layers := range []string{
 		"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3",

@@ -2,13 +2,11 @@ package cudabackend
 
 import (
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/eval"
-	"github.com/kakeya-ai/kakeya/internal/testmodel"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/kvcache/kvconfig"
 	"github.com/kakeya-ai/kakeya/kvcache/kvplan"
@@ -80,15 +78,8 @@ func TestPreconditionedPCForwardMatchesCPU(t *testing.T) {
 		t.Skip("emulates every kernel of a forward pass per token")
 	}
 	needKernels(t, "matvec_f32", "matmul_f32", "attn_split_pc", "attn_combine", "enc_whiten", "enc_pc", "enc_pcec", "kv_write")
-	dir := filepath.Join(t.TempDir(), "qwen2-d64")
-	spec := testmodel.Qwen2Tiny
-	spec.Hidden, spec.Heads, spec.KVHeads, spec.HeadDim, spec.Layers, spec.MaxPos = 256, 4, 2, 64, 2, 512
-	if err := testmodel.Write(dir, spec); err != nil {
-		t.Fatal(err)
-	}
-	gpu, f := newFakeBackend(t, Options{MatMul: "f32"})
-	cpuM := loadModel(t, dir, model.Options{Backend: cpuF32(t, 1), MaxContext: 128})
-	gpuM := loadModel(t, dir, model.Options{Backend: gpu, MaxContext: 128})
+	dir := writeQwen2D64(t)
+	cpuM, gpuM, gpu, f := cpuAndFake(t, dir, 128)
 	const tokens, pre, bs = 72, 40, 16
 	ids := testIDs(tokens, cpuM.Config().VocabSize)
 	cal := pcCholCalibration(t, cpuM, 23)
