@@ -361,10 +361,12 @@ func TestForwardMatchesCPU(t *testing.T) {
 // the third block, and a decode of every token from the start. So do the
 // preset's codecs at blocks of 32 with a hot window of 16 and of 31 (the
 // block size the 2026-11-29 block-32 page scores; three or four blocks
-// encoded after the prefill), allocated for blocks of 64 (their default,
-// whose blocks the rate does not bound, so each takes a slot of its own
-// size), the block-32 page's candidate (values at rate 2.4), and codecs
-// allocated for blocks of 32 (block=32: the rate bounds the slot). The
+// encoded after the prefill), allocated for the cache's blocks of 32 (as
+// kvplan allocates a spec without block=: the rate bounds the slot), the
+// block-32 page's candidate (values at rate 2.4), and codecs allocated for
+// blocks of 64 at blocks of 32 (block=64, as every cache allocated before
+// 2026-11-29's ecq branch: blocks the rate does not bound, so each takes a
+// slot of its own size). The
 // calibrations have query Cholesky factors, as every calibration file has:
 // the preset's keys are weighed by the queries, never whitened (kvplan
 // preconditions no principal codec), so enc_pc encodes them as they are.
@@ -406,8 +408,8 @@ func TestPresetForwardMatchesCPU(t *testing.T) {
 		// seeds 18 and 19 to 0.34.
 		{"candidate's codecs block 64", kvconfig.Spec{K: kvconfig.PresetKCodec, V: "kakeya-pc:rate=2.4", BlockSize: 64, HotWindow: 32, Boundary: "none"},
 			kvconfig.PresetKCodec, "kakeya-pc:rate=2.4", 64, 18},
-		{"block=32 codecs", kvconfig.Spec{K: "kakeya-pc:block=32,codedfrac=0.25,rate=2.5", V: "kakeya-pc:block=32,rate=2.5", BlockSize: 32, HotWindow: 16, Boundary: "none"},
-			"kakeya-pc:block=32,codedfrac=0.25,rate=2.5", "kakeya-pc:block=32,rate=2.5", 32, 17},
+		{"block=64 codecs", kvconfig.Spec{K: "kakeya-pc:block=64,codedfrac=0.25,rate=2.5", V: "kakeya-pc:block=64,rate=2.5", BlockSize: 32, HotWindow: 16, Boundary: "none"},
+			"kakeya-pc:block=64,codedfrac=0.25,rate=2.5", "kakeya-pc:block=64,rate=2.5", 32, 17},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cal := pcCholCalibration(t, cpuM, tt.seed)

@@ -469,3 +469,80 @@ func TestSlidingLayersHot(t *testing.T) {
 		t.Errorf("bf16 cache of 4096 tokens: %d bytes with windows (want %d), %d without", slid, want, full)
 	}
 }
+
+// TestPCBlockFollowsCache: kakeya-pc and kvtc allocate for the cache's
+// own block size unless the spec names block=, so a cache's bytes are
+// those of its codecs written with block=<its block size> (what
+// kakeya-eval project counts), and a spec's explicit block= is kept.
+func TestPCBlockFollowsCache(t *testing.T) {
+	const layers, kvHeads, d, tokens = 2, 2, 64, 1023
+	m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: d, MaxContext: 4096}
+	cal := testCalibration(layers, kvHeads, d)
+	pcCalibration(cal)
+	withBlock := func(spec string, n int) string {
+		name, params, _ := strings.Cut(spec, ":")
+		return fmt.Sprintf("%s:block=%d,%s", name, n, params)
+	}
+	policy := func(k, v string, bs int) (kvcache.Policy, int64) {
+		t.Helper()
+		p, _, err := NewPolicy(kvconfig.Spec{K: k, V: v, BlockSize: bs, Boundary: "none"}, m, cal)
+		if err != nil {
+			t.Fatalf("%s / %s, blocks of %d: %v", k, v, bs, err)
+		}
+		n, err := CacheBytes(p, m, bs, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, n
+	}
+	blocks := func(p kvcache.Policy) []int {
+		var out []int
+		for l := range layers {
+			for h := range kvHeads {
+				out = append(out, p.KCodec(l, h).(*codec.KakeyaPC).Options().Block)
+			}
+			out = append(out, p.VCodec(l).(*codec.KakeyaPC).Options().Block)
+		}
+		return out
+	}
+	for _, kv := range [][2]string{
+		{kvconfig.PresetKCodec, kvconfig.PresetVCodec},
+		{"kakeya-pc:rate=2.5", "kakeya-pc:rate=2.4,ec=true"},
+		{"kvtc:rate=2", "kvtc:rate=2"},
+	} {
+		k, v := kv[0], kv[1]
+		for _, bs := range []int{16, 32, 48, 64, 128} {
+			p, got := policy(k, v, bs)
+			for i, b := range blocks(p) {
+				if b != bs {
+					t.Errorf("%s / %s, blocks of %d: codec %d allocates for blocks of %d", k, v, bs, i, b)
+				}
+			}
+			if _, want := policy(withBlock(k, bs), withBlock(v, bs), bs); got != want {
+				t.Errorf("%s / %s, blocks of %d: %d bytes, with block=%d written %d", k, v, bs, got, bs, want)
+			}
+			p64, got64 := policy(withBlock(k, 64), withBlock(v, 64), bs)
+			for i, b := range blocks(p64) {
+				if b != 64 {
+					t.Errorf("%s / %s with block=64, blocks of %d: codec %d allocates for blocks of %d", k, v, bs, i, b)
+				}
+			}
+			// At another block size the allocation's budget moves: the
+			// per-block means and scales are charged to other rows.
+			if bs != 64 && got == got64 {
+				t.Errorf("%s / %s, blocks of %d: %d bytes, the same as allocated for blocks of 64", k, v, bs, got)
+			}
+		}
+	}
+	// The preset at blocks of 32 (kv=kakeya, block 32): its codecs
+	// allocate for 32.
+	p, _, err := NewPolicy(kvconfig.Spec{KV: "kakeya", BlockSize: 32}, m, cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range blocks(p) {
+		if b != 32 {
+			t.Errorf("the preset at blocks of 32: codec %d allocates for blocks of %d", i, b)
+		}
+	}
+}
