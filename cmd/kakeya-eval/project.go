@@ -33,7 +33,7 @@ block and hot window (--windows) and boundary setting, one column per
 for a codec per side (kakeya-pc:coded=16/kakeya-pc), or kakeya, the kakeya
 preset's codecs (` + kvconfig.PresetKCodec + `/` + kvconfig.PresetVCodec + `). A kakeya-pc or kvtc spec without block= gets the row's block
 size, so that its allocation charges its per-block costs to the blocks it
-codes.
+codes, as a cache of that block size allocates it.
 
 kakeya-pc's and kvtc's blocks depend on their calibration mostly through
 the allocation, which fills the rate's budget (entropy-coded blocks also
