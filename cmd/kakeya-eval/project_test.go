@@ -59,7 +59,7 @@ func TestProject(t *testing.T) {
 	// in codes of at most 5 bits), and
 	// int8/int8 is int8.
 	out.Reset()
-	args = []string{"--shapes", "llama-3-8b", "--kv", "kakeya kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25/kakeya-pc:rate=2.5 kakeya-pc:rate=2.5 int8/int8 int8",
+	args = []string{"--shapes", "llama-3-8b", "--kv", "kakeya kakeya-pc:rate=1.3,maxbits=5,codedfrac=0.25/kakeya-pc:rate=2.5 kakeya-pc:rate=2.5 int8/int8 int8",
 		"--windows", "64:32", "--tokens", "8192", "--boundary", "none", "--bytes"}
 	if err := runProject(args, &out, io.Discard); err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestProject(t *testing.T) {
 		f := strings.Split(line, "|")
 		cells[strings.TrimSuffix(strings.TrimSpace(f[3]), " (synthetic)")] = strings.TrimSpace(f[7])
 	}
-	preset, spelled, pc := cells["kakeya"], cells["kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25/kakeya-pc:rate=2.5"], cells["kakeya-pc:rate=2.5"]
+	preset, spelled, pc := cells["kakeya"], cells["kakeya-pc:rate=1.3,maxbits=5,codedfrac=0.25/kakeya-pc:rate=2.5"], cells["kakeya-pc:rate=2.5"]
 	ratio := func(c string) float64 {
 		v, _ := strconv.ParseFloat(strings.TrimSuffix(strings.Fields(c)[0], "x"), 64)
 		return v

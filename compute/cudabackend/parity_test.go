@@ -256,7 +256,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// logits by up to 1.28, past the flip allowance below, though
 		// every other block is the host's bit for bit.
 		{"kakeya preset", kvconfig.Spec{KV: "kakeya", BlockSize: 8, HotWindow: -1, CacheType: "bf16"}},
-		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
+		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=1.3,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -433,12 +433,29 @@ func TestPresetForwardMatchesCPU(t *testing.T) {
 				want, stW := runCal(t, cpuM, tt.sp, cal, ids, pre)
 				got, stG := runCal(t, gpuM, tt.sp, cal, ids, pre)
 				var worst float64
+				flips := 0
 				for p := range want {
 					d, tol := maxAbsDiff(got[p], want[p]), 1e-3*max(1, maxAbs(want[p]))
+					kl, err := eval.KL(want[p], got[p])
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d > tol && d < 100*tol && kl < 1e-5 && pick.ArgMax(got[p]) == pick.ArgMax(want[p]) {
+						// A code one level over on the device (enc_pc's
+						// rounding, as TestForwardMatchesCPU allows): the
+						// preset's keys at rate 1.3 take 4- and 5-bit
+						// codes, whose steps move these random logits past
+						// the tolerance where 6-bit ones did not.
+						flips++
+						continue
+					}
 					if math.IsNaN(d) || d > tol {
 						t.Errorf("prefill %d, position %d: max abs logit difference %.3g, CUDA vs CPU (tolerance %.3g)", pre, p, d, tol)
 					}
 					worst = max(worst, d/tol)
+				}
+				if flips > len(want)/4 {
+					t.Errorf("prefill %d: %d of %d positions past the tolerance by a rounding flip", pre, flips, len(want))
 				}
 				// An entropy-coded block takes on the device a slot of the
 				// most it is expected to take (pcecSlot: its expected
@@ -449,7 +466,7 @@ func TestPresetForwardMatchesCPU(t *testing.T) {
 					stG.Hot != stW.Hot || stW.Compressed == 0 {
 					t.Errorf("prefill %d: CUDA holds %d hot + %d encoded bytes, the CPU %d + %d", pre, stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
 				}
-				t.Logf("prefill %d: worst difference %.2g of the tolerance; %d encoded bytes", pre, worst, stW.Compressed)
+				t.Logf("prefill %d: worst difference %.2g of the tolerance (%d positions past it by a rounding flip); %d encoded bytes", pre, worst, flips, stW.Compressed)
 			}
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)

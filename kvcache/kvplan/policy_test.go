@@ -342,7 +342,7 @@ func TestKakeyaPCPolicy(t *testing.T) {
 }
 
 // TestPresetPolicy: the kakeya preset builds kakeya-pc at the preset's rates
-// on every layer, the keys capped at a quarter of the head dimension's
+// (keys 1.3, values 2.5) on every layer, the keys capped at a quarter of the head dimension's
 // components (2 of 8 here) in codes of at most 5 bits and the values not, its settings naming the preset and both sides' codecs; it needs a calibration
 // with principal components (the engine makes one when none is given), and
 // NeedsPCA says so, with the block size to measure them over.
@@ -361,16 +361,16 @@ func TestPresetPolicy(t *testing.T) {
 	}
 	for l := range layers {
 		for h := range kvHeads {
-			if k, ok := p.KCodec(l, h).(*codec.KakeyaPC); !ok || k.Options().Rate != 2.5 || k.Options().CodedFrac != 0.25 || k.Options().MaxBits != 5 ||
+			if k, ok := p.KCodec(l, h).(*codec.KakeyaPC); !ok || k.Options().Rate != 1.3 || k.Options().CodedFrac != 0.25 || k.Options().MaxBits != 5 ||
 				len(k.Settings().PC.Coded()) > d/4 || slices.Max(k.Settings().PC.Coded()) > 5 {
-				t.Errorf("layer %d head %d key codec %T, want kakeya-pc at rate 2.5 coding at most %d components (codedfrac=0.25) in at most 5 bits", l, h, p.KCodec(l, h), d/4)
+				t.Errorf("layer %d head %d key codec %T, want kakeya-pc at rate 1.3 coding at most %d components (codedfrac=0.25) in at most 5 bits", l, h, p.KCodec(l, h), d/4)
 			}
 		}
 		if v, ok := p.VCodec(l).(*codec.KakeyaPC); !ok || v.Options().Rate != 2.5 || v.Options().MaxCoded != 0 || v.Options().CodedFrac != 0 || v.Options().MaxBits != 6 {
 			t.Errorf("layer %d value codec %T, want kakeya-pc at rate 2.5, uncapped", l, p.VCodec(l))
 		}
 	}
-	if !strings.HasPrefix(st.String(), "k=kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5 v=kakeya-pc:rate=2.5 ") {
+	if !strings.HasPrefix(st.String(), "k=kakeya-pc:codedfrac=0.25,maxbits=5,rate=1.3 v=kakeya-pc:rate=2.5 ") {
 		t.Errorf("settings line %q does not name both sides' codecs", st)
 	}
 	if _, _, err := NewPolicy(kvconfig.Spec{KV: "kakeya"}, m, nil); err == nil || !strings.Contains(err.Error(), "calibrate --pca") {
