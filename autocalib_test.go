@@ -154,7 +154,7 @@ func TestAutoCalibration(t *testing.T) {
 	// The preset is the spelled-out settings with that calibration.
 	explicit, err := Load(context.Background(), dir, Options{
 		Threads: 1, Calibration: info.Path,
-		Cache: kvconfig.Spec{K: "kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 64, HotWindow: 32, Boundary: "none"},
+		Cache: kvconfig.Spec{K: "kakeya-pc:rate=1.3,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 64, HotWindow: 32, Boundary: "none"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ cache with every layer compressed (--boundary none, unless given),
 in the settings grammar of kakeya-eval's configurations sets its own
 (kv=kakeya,block=32,hot=16; --boundary and --block-size fill the rest).
 kakeya alone is the kakeya preset (keys
-kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5, values kakeya-pc:rate=2.5,
+kakeya-pc:codedfrac=0.25,maxbits=5,rate=1.3, values kakeya-pc:rate=2.5,
 a 32-token hot window), which, like any
 kakeya-pc or kvtc cache, needs a calibration: --calib, or
 else the automatic one kakeya-run and kakeya-serve make (the same file,

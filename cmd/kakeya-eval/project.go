@@ -33,7 +33,7 @@ block and hot window (--windows) and boundary setting, one column per
 for a codec per side (kakeya-pc:coded=16/kakeya-pc), or kakeya, the kakeya
 preset's codecs (` + kvconfig.PresetKCodec + `/` + kvconfig.PresetVCodec + `). A kakeya-pc or kvtc spec without block= gets the row's block
 size, so that its allocation charges its per-block costs to the blocks it
-codes.
+codes, as a cache of that block size allocates it.
 
 kakeya-pc's and kvtc's blocks depend on their calibration mostly through
 the allocation, which fills the rate's budget (entropy-coded blocks also
@@ -217,7 +217,7 @@ func writeProjection(w io.Writer, f *projectFlags) error {
 			for _, bnd := range strings.Split(f.boundary, ",") {
 				for _, win := range windows {
 					block, hot := win[0], win[1]
-					sp, err := projectSpec(kv, block)
+					sp, err := projectSpec(kv)
 					if err != nil {
 						return err
 					}
@@ -276,11 +276,12 @@ func parseWindows(s string) ([][2]int, error) {
 // calibrated principal basis (codec.Registration.Principal).
 func principal(s string) bool { return codec.IsPrincipal(s) }
 
-// projectSpec returns the cache settings of a --kv entry with blocks of
-// n tokens: the codecs of keys and values (K/V one per side, kakeya the
-// preset's), each kakeya-pc or kvtc spec given block=n (withBlock), and
-// no preconditioning.
-func projectSpec(kv string, n int) (kvconfig.Spec, error) {
+// projectSpec returns the cache settings of a --kv entry: the codecs of
+// keys and values (K/V one per side, kakeya the preset's) and no
+// preconditioning. A kakeya-pc or kvtc spec without block= allocates for
+// the row's block size, as a cache of that block size allocates it
+// (kvplan.Build).
+func projectSpec(kv string) (kvconfig.Spec, error) {
 	k, v, ok := strings.Cut(kv, "/")
 	switch {
 	case strings.EqualFold(kv, kvconfig.PresetName):
@@ -290,31 +291,12 @@ func projectSpec(kv string, n int) (kvconfig.Spec, error) {
 	case k == "" || v == "":
 		return kvconfig.Spec{}, fmt.Errorf("--kv %q: want K/V, a codec spec on each side of /", kv)
 	}
-	var err error
-	if k, err = withBlock(k, n); err != nil {
-		return kvconfig.Spec{}, err
-	}
-	if v, err = withBlock(v, n); err != nil {
-		return kvconfig.Spec{}, err
+	for _, s := range []string{k, v} {
+		if _, err := codec.ParseSpec(s); err != nil {
+			return kvconfig.Spec{}, fmt.Errorf("--kv: %w", err)
+		}
 	}
 	return kvconfig.Spec{K: k, V: v, Precondition: kvconfig.Off}, nil
-}
-
-// withBlock returns the codec spec s with block=n added when it names
-// kakeya-pc or kvtc without a block.
-func withBlock(s string, n int) (string, error) {
-	sp, err := codec.ParseSpec(s)
-	if err != nil {
-		return "", fmt.Errorf("--kv: %w", err)
-	}
-	if !principal(s) || sp.Params["block"] != "" {
-		return s, nil
-	}
-	if sp.Params == nil {
-		sp.Params = map[string]string{}
-	}
-	sp.Params["block"] = strconv.Itoa(n)
-	return sp.String(), nil
 }
 
 // tokenLabel writes 8192 as "8k" and 1000 as "1000".

@@ -59,7 +59,7 @@ func TestProject(t *testing.T) {
 	// in codes of at most 5 bits), and
 	// int8/int8 is int8.
 	out.Reset()
-	args = []string{"--shapes", "llama-3-8b", "--kv", "kakeya kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25/kakeya-pc:rate=2.5 kakeya-pc:rate=2.5 int8/int8 int8",
+	args = []string{"--shapes", "llama-3-8b", "--kv", "kakeya kakeya-pc:rate=1.3,maxbits=5,codedfrac=0.25/kakeya-pc:rate=2.5 kakeya-pc:rate=2.5 int8/int8 int8",
 		"--windows", "64:32", "--tokens", "8192", "--boundary", "none", "--bytes"}
 	if err := runProject(args, &out, io.Discard); err != nil {
 		t.Fatal(err)
@@ -69,13 +69,30 @@ func TestProject(t *testing.T) {
 		f := strings.Split(line, "|")
 		cells[strings.TrimSuffix(strings.TrimSpace(f[3]), " (synthetic)")] = strings.TrimSpace(f[7])
 	}
-	preset, spelled, pc := cells["kakeya"], cells["kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25/kakeya-pc:rate=2.5"], cells["kakeya-pc:rate=2.5"]
+	preset, spelled, pc := cells["kakeya"], cells["kakeya-pc:rate=1.3,maxbits=5,codedfrac=0.25/kakeya-pc:rate=2.5"], cells["kakeya-pc:rate=2.5"]
 	ratio := func(c string) float64 {
 		v, _ := strconv.ParseFloat(strings.TrimSuffix(strings.Fields(c)[0], "x"), 64)
 		return v
 	}
 	if preset == "" || preset != spelled || !(ratio(preset) > ratio(pc)) || cells["int8/int8"] != cells["int8"] {
 		t.Errorf("per-side rows %q (preset), %q (spelled out), %q (rate 2.5), %q (int8/int8), %q (int8):\n%s", preset, spelled, pc, cells["int8/int8"], cells["int8"], out.String())
+	}
+	// A kakeya-pc spec without block= allocates for the row's block size,
+	// as a cache of that block size does (kvplan): at blocks of 32 the
+	// same bytes as block=32 written, other bytes than block=64.
+	out.Reset()
+	args = []string{"--shapes", "llama-3-8b", "--kv", "kakeya-pc:rate=2.5 kakeya-pc:block=32,rate=2.5 kakeya-pc:block=64,rate=2.5",
+		"--windows", "32:31", "--tokens", "1023,8192", "--boundary", "none", "--bytes"}
+	if err := runProject(args, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n")[2:] {
+		f := strings.Split(line, "|")
+		rows[strings.TrimSuffix(strings.TrimSpace(f[3]), " (synthetic)")] = strings.Join(f[7:], "|")
+	}
+	if own, b32, b64 := rows["kakeya-pc:rate=2.5"], rows["kakeya-pc:block=32,rate=2.5"], rows["kakeya-pc:block=64,rate=2.5"]; own == "" || own != b32 || own == b64 {
+		t.Errorf("blocks of 32: %q (no block=), %q (block=32), %q (block=64):\n%s", own, b32, b64, out.String())
 	}
 	for _, bad := range [][]string{
 		{"--kv", "int8/"},

@@ -235,7 +235,7 @@ func TestRunPreset(t *testing.T) {
 	cache := t.TempDir()
 	args := []string{"--model", dir, "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "120",
 		"--kv-codec", "kakeya", "--calib-cache", cache, "--threads", "1"}
-	settings := regexp.MustCompile(`KV cache: k=kakeya-pc:codedfrac=0\.25,maxbits=5,rate=2\.5 v=kakeya-pc:rate=2\.5 block 64, hot 32, bf16 hot blocks, preset kakeya, calibration auto: (\S+)\n`)
+	settings := regexp.MustCompile(`KV cache: k=kakeya-pc:codedfrac=0\.25,maxbits=5,rate=1\.3 v=kakeya-pc:rate=2\.5 block 64, hot 32, bf16 hot blocks, preset kakeya, calibration auto: (\S+)\n`)
 	var first string
 	for i := range 2 {
 		var out, errOut bytes.Buffer

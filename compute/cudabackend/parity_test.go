@@ -284,7 +284,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 		// logits by up to 1.28, past the flip allowance below, though
 		// every other block is the host's bit for bit.
 		{"kakeya preset", kvconfig.Spec{KV: "kakeya", BlockSize: 8, HotWindow: -1, CacheType: "bf16"}},
-		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
+		{"preset spelled out", kvconfig.Spec{K: "kakeya-pc:rate=1.3,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5", BlockSize: 8, HotWindow: -1, Boundary: "none", CacheType: "bf16"}},
 	}
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
@@ -387,10 +387,12 @@ func TestForwardMatchesCPU(t *testing.T) {
 // the third block, and a decode of every token from the start. So do the
 // preset's codecs at blocks of 32 with a hot window of 16 and of 31 (the
 // block size the 2026-11-29 block-32 page scores; three or four blocks
-// encoded after the prefill), allocated for blocks of 64 (their default,
-// whose blocks the rate does not bound, so each takes a slot of its own
-// size), the block-32 page's candidate (values at rate 2.4), and codecs
-// allocated for blocks of 32 (block=32: the rate bounds the slot). The
+// encoded after the prefill), allocated for the cache's blocks of 32 (as
+// kvplan allocates a spec without block=: the rate bounds the slot), the
+// block-32 page's candidate (values at rate 2.4), and codecs allocated for
+// blocks of 64 at blocks of 32 (block=64, as every cache allocated before
+// 2026-11-29's ecq branch: blocks the rate does not bound, so each takes a
+// slot of its own size). The
 // calibrations have query Cholesky factors, as every calibration file has:
 // the preset's keys are weighed by the queries, never whitened (kvplan
 // preconditions no principal codec), so enc_pc encodes them as they are.
@@ -424,8 +426,13 @@ func TestPresetForwardMatchesCPU(t *testing.T) {
 		// seeds 18 and 19 to 0.34.
 		{"candidate's codecs block 64", kvconfig.Spec{K: kvconfig.PresetKCodec, V: "kakeya-pc:rate=2.4", BlockSize: 64, HotWindow: 32, Boundary: "none"},
 			kvconfig.PresetKCodec, "kakeya-pc:rate=2.4", 64, 18},
-		{"block=32 codecs", kvconfig.Spec{K: "kakeya-pc:block=32,codedfrac=0.25,rate=2.5", V: "kakeya-pc:block=32,rate=2.5", BlockSize: 32, HotWindow: 16, Boundary: "none"},
-			"kakeya-pc:block=32,codedfrac=0.25,rate=2.5", "kakeya-pc:block=32,rate=2.5", 32, 17},
+		// Entropy-coded values (format 9, enc_pcec and the attention
+		// kernels' stream decode) beside the preset's keys: the
+		// 2026-11-29 preset-ec page's rows.
+		{"ec values", kvconfig.Spec{K: kvconfig.PresetKCodec, V: "kakeya-pc:rate=2.3,ec=true", BlockSize: 64, HotWindow: 32, Boundary: "none"},
+			kvconfig.PresetKCodec, "kakeya-pc:ec=true,rate=2.3", 64, 18},
+		{"block=64 codecs", kvconfig.Spec{K: "kakeya-pc:block=64,codedfrac=0.25,rate=2.5", V: "kakeya-pc:block=64,rate=2.5", BlockSize: 32, HotWindow: 16, Boundary: "none"},
+			"kakeya-pc:block=64,codedfrac=0.25,rate=2.5", "kakeya-pc:block=64,rate=2.5", 32, 17},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cal := pcCholCalibration(t, cpuM, tt.seed)
@@ -444,17 +451,40 @@ func TestPresetForwardMatchesCPU(t *testing.T) {
 				want, stW := runCal(t, cpuM, tt.sp, cal, ids, pre)
 				got, stG := runCal(t, gpuM, tt.sp, cal, ids, pre)
 				var worst float64
+				flips := 0
 				for p := range want {
 					d, tol := maxAbsDiff(got[p], want[p]), 1e-3*max(1, maxAbs(want[p]))
+					kl, err := eval.KL(want[p], got[p])
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d > tol && d < 100*tol && kl < 1e-5 && pick.ArgMax(got[p]) == pick.ArgMax(want[p]) {
+						// A code one level over on the device (enc_pc's
+						// rounding, as TestForwardMatchesCPU allows): the
+						// preset's keys at rate 1.3 take 4- and 5-bit
+						// codes, whose steps move these random logits past
+						// the tolerance where 6-bit ones did not.
+						flips++
+						continue
+					}
 					if math.IsNaN(d) || d > tol {
 						t.Errorf("prefill %d, position %d: max abs logit difference %.3g, CUDA vs CPU (tolerance %.3g)", pre, p, d, tol)
 					}
 					worst = max(worst, d/tol)
 				}
-				if stG.Compressed != stW.Compressed || stG.Hot != stW.Hot || stW.Compressed == 0 {
+				if flips > len(want)/4 {
+					t.Errorf("prefill %d: %d of %d positions past the tolerance by a rounding flip", pre, flips, len(want))
+				}
+				// An entropy-coded block takes on the device a slot of the
+				// most it is expected to take (pcecSlot: its expected
+				// length, a sixteenth more and 16 bytes, rounded up to 64),
+				// a few percent over the CPU's exact length.
+				ec := strings.Contains(tt.v, "ec=true")
+				if ec && (stG.Compressed < stW.Compressed || stG.Compressed > stW.Compressed*9/8) || !ec && stG.Compressed != stW.Compressed ||
+					stG.Hot != stW.Hot || stW.Compressed == 0 {
 					t.Errorf("prefill %d: CUDA holds %d hot + %d encoded bytes, the CPU %d + %d", pre, stG.Hot, stG.Compressed, stW.Hot, stW.Compressed)
 				}
-				t.Logf("prefill %d: worst difference %.2g of the tolerance; %d encoded bytes", pre, worst, stW.Compressed)
+				t.Logf("prefill %d: worst difference %.2g of the tolerance (%d positions past it by a rounding flip); %d encoded bytes", pre, worst, flips, stW.Compressed)
 			}
 			if err := gpu.Err(); err != nil {
 				t.Fatal(err)

@@ -2,6 +2,7 @@ package cudabackend
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
@@ -83,8 +84,10 @@ func TestPreconditionedPCForwardMatchesCPU(t *testing.T) {
 	const tokens, pre, bs = 72, 40, 16
 	ids := testIDs(tokens, cpuM.Config().VocabSize)
 	cal := pcCholCalibration(t, cpuM, 23)
-	for _, kv := range []string{"kakeya-pc:rate=2.5", "kakeya-pc:ec=true"} {
-		ec := kv == "kakeya-pc:ec=true"
+	// The codecs allocate for blocks of 64 (block=64), not the cache's 16,
+	// as every cache did before kvplan followed the cache's block size.
+	for _, kv := range []string{"kakeya-pc:block=64,rate=2.5", "kakeya-pc:block=64,ec=true"} {
+		ec := strings.HasSuffix(kv, "ec=true")
 		sp := kvconfig.Spec{KV: kv, BlockSize: bs, HotWindow: bs, Boundary: "none", CacheType: "bf16"}
 		whiten, encs := kernelCount(f, "enc_whiten"), kernelCount(f, "enc_pc")+kernelCount(f, "enc_pcec")
 		want, stW, err := runPolicy(cpuM, prePCPolicy(t, cpuM, sp, cal), bs, ids, pre)

@@ -37,11 +37,16 @@ PERSIDE = ['pc-r2.5-k14-hot32', 'pc-r2.5-k16-v2.3-hot32', 'pc-r2.5-k14-v2.4-hot3
            'kvtc-r2.5-hot32', 'kvtc-r2.25-hot32', 'kvtc-r2.1-hot32']
 
 
-def main():
-    d = sys.argv[1]
-    for title, key in DOMAINS:
+def tables(d, sets, paired, extra, domains=DOMAINS):
+    """Prints, for each of domains, the rows of the reports
+    ref-qwen2-SET-DOMAIN.json of sets (a domain none of them has is left
+    out), then the rows NAMES of each (SET, NAMES) of extra (the same
+    passages, the reference the same to the last digit), then the KL
+    ratio of each row of paired over the KVTC-style row of the highest
+    whole-cache ratio not above its own, at blocks of 32 and of 64."""
+    for title, key in domains:
         per, meta = {}, {}
-        for s in SETS:
+        for s in sets:
             f = f'{d}/ref-qwen2-{s}-{key}.json'
             if not os.path.exists(f):
                 continue
@@ -50,10 +55,13 @@ def main():
                 assert p['ref'] == per['ref'], (s, key)
             per.update(p)
             meta.update(m)
-        p64, m64 = load(f'{d}/ref-qwen2-perside-{key}.json')
-        assert p64['ref'] == per['ref'], ('perside', key)
-        for n in PERSIDE:
-            per[n], meta[n] = p64[n], m64[n]
+        if not per:
+            continue
+        for s, names in extra:
+            p64, m64 = load(f'{d}/ref-qwen2-{s}-{key}.json')
+            assert p64['ref'] == per['ref'], (s, key)
+            for n in names:
+                per[n], meta[n] = p64[n], m64[n]
         ref = per['ref']
         n = len(ref)
         rnd = random.Random(1)
@@ -80,7 +88,7 @@ def main():
         ratio = lambda x: meta[x]['kv_ratio_vs_bf16']
         block = lambda x: meta[x]['config']['settings']['block']
         kvtc = [x for x in meta if x.startswith('kvtc')]
-        for a in PAIRED:
+        for a in paired:
             for blk in (32, 64):
                 cands = [b for b in kvtc if block(b) == blk and ratio(b) <= ratio(a) + 1e-9]
                 if not cands:
@@ -91,6 +99,10 @@ def main():
                 lo, hi = pct([f(x) for x in bs])
                 wins = sum(1 for i in range(n) if pa[i][1] < pb[i][1])
                 print(f"| {a} ({ratio(a):.2f}x) | {b} ({ratio(b):.2f}x) | {f(range(n)):.2f} ({lo:.2f}–{hi:.2f}) | {wins}/{n} |")
+
+
+def main():
+    tables(sys.argv[1], SETS, PAIRED, [('perside', PERSIDE)])
 
 
 if __name__ == '__main__':

@@ -40,7 +40,7 @@ func TestPreset(t *testing.T) {
 		{"precond", Spec{KV: "kakeya", Precondition: On}, false, "kakeya-block", "kakeya-block", 0, 0, []int{0, -1}},
 		{"codebooks", Spec{KV: "kakeya", Codebooks: On}, false, "kakeya-block", "kakeya-block", 0, 0, []int{0, -1}},
 		{"kakeya-pc spelled out", Spec{KV: pc}, false, pc, pc, 0, 0, []int{0, -1}},
-		{"preset's codecs spelled out", Spec{K: "kakeya-pc:rate=2.5,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5"}, false, pk, pv, 0, 0, []int{0, -1}},
+		{"preset's codecs spelled out", Spec{K: "kakeya-pc:rate=1.3,maxbits=5,codedfrac=0.25", V: "kakeya-pc:rate=2.5"}, false, pk, pv, 0, 0, []int{0, -1}},
 	}
 	for _, tt := range tests {
 		if got := tt.spec.IsPreset(); got != tt.preset {
@@ -100,7 +100,7 @@ func TestPresetParse(t *testing.T) {
 // came from.
 func TestSettingsPreset(t *testing.T) {
 	st := Settings{K: PresetKCodec, V: PresetVCodec, BlockSize: PresetBlock, HotWindow: PresetHotWindow, CacheType: "bf16", Preset: PresetName}
-	const want = "k=kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5 v=kakeya-pc:rate=2.5 block 64, hot 32, bf16 hot blocks, preset kakeya"
+	const want = "k=kakeya-pc:codedfrac=0.25,maxbits=5,rate=1.3 v=kakeya-pc:rate=2.5 block 64, hot 32, bf16 hot blocks, preset kakeya"
 	if got := st.String(); got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
@@ -109,7 +109,7 @@ func TestSettingsPreset(t *testing.T) {
 // The --kv-codec help names the preset's codec of each side, its block
 // size and hot window.
 func TestPresetHelp(t *testing.T) {
-	const want = "kakeya alone is the kakeya preset: keys kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5, values kakeya-pc:rate=2.5, on every layer in blocks of 64 with a hot window of 32"
+	const want = "kakeya alone is the kakeya preset: keys kakeya-pc:codedfrac=0.25,maxbits=5,rate=1.3, values kakeya-pc:rate=2.5, on every layer in blocks of 64 with a hot window of 32"
 	for _, k := range Grammar() {
 		if k.Name == "kv-codec" {
 			if !strings.Contains(k.Usage, want) {

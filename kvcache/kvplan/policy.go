@@ -89,7 +89,7 @@ func Build(c kvconfig.Checked, m kvcache.Shape, cal *codec.Calibration) (kvcache
 	if s.Codebooks == kvconfig.On && cal == nil {
 		return fail(kvconfig.Errorf("{calib-codebooks} needs a calibration{calib}"))
 	}
-	b := builder{cal: cal, codebooks: s.Codebooks, precond: st.Precondition, built: map[side]codec.Codec{}}
+	b := builder{cal: cal, codebooks: s.Codebooks, precond: st.Precondition, block: st.BlockSize, built: map[side]codec.Codec{}}
 	if p.Layers, err = b.layers(plan, m.KVHeads); err != nil {
 		return fail(err)
 	}
@@ -229,6 +229,7 @@ type builder struct {
 	cal          *codec.Calibration // nil for none
 	codebooks    kvconfig.Switch
 	precond      bool
+	block        int // the cache's block size: what kakeya-pc and kvtc allocate for
 	built        map[side]codec.Codec
 	usedCodebook bool // some codec took a calibrated codebook
 }
@@ -245,7 +246,7 @@ func (b *builder) layers(plan []kvconfig.LayerPlan, kvHeads int) ([]kvcache.Laye
 			return nil, err
 		}
 		if pc, ok := out[l].V.(*codec.KakeyaPC); ok {
-			if out[l].V, err = b.pcValues(pc, l); err != nil {
+			if out[l].V, err = b.pcValues(b.pcOptions(pc, lp.V), l); err != nil {
 				return nil, err
 			}
 		}
@@ -253,7 +254,7 @@ func (b *builder) layers(plan []kvconfig.LayerPlan, kvHeads int) ([]kvcache.Laye
 		switch {
 		case k == nil:
 		case isPC:
-			if out[l].K, err = b.pcKeys(pc, l, kvHeads); err != nil {
+			if out[l].K, err = b.pcKeys(b.pcOptions(pc, lp.K), l, kvHeads); err != nil {
 				return nil, err
 			}
 		case b.precond && coded(lp.K):
@@ -276,13 +277,28 @@ func (b *builder) pcCalibration() error {
 	return nil
 }
 
-// pcValues returns the value codec of layer l for the kakeya-pc settings
-// of pc: the layer's value statistics (its KV heads pooled).
-func (b *builder) pcValues(pc *codec.KakeyaPC, l int) (codec.Codec, error) {
+// pcOptions returns the options of the kakeya-pc (or kvtc) codec pc,
+// parsed from spec, with the allocation's block the cache's own block
+// size where spec does not name one (block=): the budget then charges
+// each component's mean and scale to the rows a block of this cache
+// holds, as kakeya-eval project counts them. An explicit block= is kept.
+// Before 2026-11-29 every cache allocated for the codec's default block
+// (64), whatever its own block size.
+func (b *builder) pcOptions(pc *codec.KakeyaPC, spec string) codec.KakeyaPCOptions {
+	o := pc.Options()
+	if sp, err := codec.ParseSpec(spec); err == nil && sp.Params["block"] == "" && b.block > 0 {
+		o.Block = b.block
+	}
+	return o
+}
+
+// pcValues returns the value codec of layer l for the kakeya-pc options
+// o: the layer's value statistics (its KV heads pooled).
+func (b *builder) pcValues(o codec.KakeyaPCOptions, l int) (codec.Codec, error) {
 	if err := b.pcCalibration(); err != nil {
 		return nil, err
 	}
-	c, err := codec.NewKakeyaPC(pc.Options(), b.cal.VPCA[l], nil)
+	c, err := codec.NewKakeyaPC(o, b.cal.VPCA[l], nil)
 	if err != nil {
 		return nil, fmt.Errorf("layer %d value codec: %w", l, err)
 	}
@@ -290,15 +306,14 @@ func (b *builder) pcValues(pc *codec.KakeyaPC, l int) (codec.Codec, error) {
 }
 
 // pcKeys returns the key codecs of layer l, one per KV head, for the
-// kakeya-pc settings of pc: each head's statistics and, with
+// kakeya-pc options o: each head's statistics and, with
 // QueryWeighted, each component u weighed by uᵀ L Lᵀ u, the queries'
 // second moment along it (L the head's factor). Keys coded in a principal
 // basis are not whitened: the weights take the queries into account.
-func (b *builder) pcKeys(pc *codec.KakeyaPC, l, kvHeads int) ([]codec.Codec, error) {
+func (b *builder) pcKeys(o codec.KakeyaPCOptions, l, kvHeads int) ([]codec.Codec, error) {
 	if err := b.pcCalibration(); err != nil {
 		return nil, err
 	}
-	o := pc.Options()
 	ks := make([]codec.Codec, kvHeads)
 	for h := range ks {
 		i := l*b.cal.KVHeads + h

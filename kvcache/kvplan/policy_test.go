@@ -342,7 +342,7 @@ func TestKakeyaPCPolicy(t *testing.T) {
 }
 
 // TestPresetPolicy: the kakeya preset builds kakeya-pc at the preset's rates
-// on every layer, the keys capped at a quarter of the head dimension's
+// (keys 1.3, values 2.5) on every layer, the keys capped at a quarter of the head dimension's
 // components (2 of 8 here) in codes of at most 5 bits and the values not, its settings naming the preset and both sides' codecs; it needs a calibration
 // with principal components (the engine makes one when none is given), and
 // NeedsPCA says so, with the block size to measure them over.
@@ -361,16 +361,16 @@ func TestPresetPolicy(t *testing.T) {
 	}
 	for l := range layers {
 		for h := range kvHeads {
-			if k, ok := p.KCodec(l, h).(*codec.KakeyaPC); !ok || k.Options().Rate != 2.5 || k.Options().CodedFrac != 0.25 || k.Options().MaxBits != 5 ||
+			if k, ok := p.KCodec(l, h).(*codec.KakeyaPC); !ok || k.Options().Rate != 1.3 || k.Options().CodedFrac != 0.25 || k.Options().MaxBits != 5 ||
 				len(k.Settings().PC.Coded()) > d/4 || slices.Max(k.Settings().PC.Coded()) > 5 {
-				t.Errorf("layer %d head %d key codec %T, want kakeya-pc at rate 2.5 coding at most %d components (codedfrac=0.25) in at most 5 bits", l, h, p.KCodec(l, h), d/4)
+				t.Errorf("layer %d head %d key codec %T, want kakeya-pc at rate 1.3 coding at most %d components (codedfrac=0.25) in at most 5 bits", l, h, p.KCodec(l, h), d/4)
 			}
 		}
 		if v, ok := p.VCodec(l).(*codec.KakeyaPC); !ok || v.Options().Rate != 2.5 || v.Options().MaxCoded != 0 || v.Options().CodedFrac != 0 || v.Options().MaxBits != 6 {
 			t.Errorf("layer %d value codec %T, want kakeya-pc at rate 2.5, uncapped", l, p.VCodec(l))
 		}
 	}
-	if !strings.HasPrefix(st.String(), "k=kakeya-pc:codedfrac=0.25,maxbits=5,rate=2.5 v=kakeya-pc:rate=2.5 ") {
+	if !strings.HasPrefix(st.String(), "k=kakeya-pc:codedfrac=0.25,maxbits=5,rate=1.3 v=kakeya-pc:rate=2.5 ") {
 		t.Errorf("settings line %q does not name both sides' codecs", st)
 	}
 	if _, _, err := NewPolicy(kvconfig.Spec{KV: "kakeya"}, m, nil); err == nil || !strings.Contains(err.Error(), "calibrate --pca") {
@@ -467,5 +467,82 @@ func TestSlidingLayersHot(t *testing.T) {
 	// 4032..4095, which the next query, at 4096, still sees from 4033).
 	if want := int64(2*256+4*4) * 2 * 16 * 32 * 2; slid != want || full != int64(6*256)*2*16*32*2 {
 		t.Errorf("bf16 cache of 4096 tokens: %d bytes with windows (want %d), %d without", slid, want, full)
+	}
+}
+
+// TestPCBlockFollowsCache: kakeya-pc and kvtc allocate for the cache's
+// own block size unless the spec names block=, so a cache's bytes are
+// those of its codecs written with block=<its block size> (what
+// kakeya-eval project counts), and a spec's explicit block= is kept.
+func TestPCBlockFollowsCache(t *testing.T) {
+	const layers, kvHeads, d, tokens = 2, 2, 64, 1023
+	m := kvcache.Shape{Layers: layers, KVHeads: kvHeads, HeadDim: d, MaxContext: 4096}
+	cal := testCalibration(layers, kvHeads, d)
+	pcCalibration(cal)
+	withBlock := func(spec string, n int) string {
+		name, params, _ := strings.Cut(spec, ":")
+		return fmt.Sprintf("%s:block=%d,%s", name, n, params)
+	}
+	policy := func(k, v string, bs int) (kvcache.Policy, int64) {
+		t.Helper()
+		p, _, err := NewPolicy(kvconfig.Spec{K: k, V: v, BlockSize: bs, Boundary: "none"}, m, cal)
+		if err != nil {
+			t.Fatalf("%s / %s, blocks of %d: %v", k, v, bs, err)
+		}
+		n, err := CacheBytes(p, m, bs, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, n
+	}
+	blocks := func(p kvcache.Policy) []int {
+		var out []int
+		for l := range layers {
+			for h := range kvHeads {
+				out = append(out, p.KCodec(l, h).(*codec.KakeyaPC).Options().Block)
+			}
+			out = append(out, p.VCodec(l).(*codec.KakeyaPC).Options().Block)
+		}
+		return out
+	}
+	for _, kv := range [][2]string{
+		{kvconfig.PresetKCodec, kvconfig.PresetVCodec},
+		{"kakeya-pc:rate=2.5", "kakeya-pc:rate=2.4,ec=true"},
+		{"kvtc:rate=2", "kvtc:rate=2"},
+	} {
+		k, v := kv[0], kv[1]
+		for _, bs := range []int{16, 32, 48, 64, 128} {
+			p, got := policy(k, v, bs)
+			for i, b := range blocks(p) {
+				if b != bs {
+					t.Errorf("%s / %s, blocks of %d: codec %d allocates for blocks of %d", k, v, bs, i, b)
+				}
+			}
+			if _, want := policy(withBlock(k, bs), withBlock(v, bs), bs); got != want {
+				t.Errorf("%s / %s, blocks of %d: %d bytes, with block=%d written %d", k, v, bs, got, bs, want)
+			}
+			p64, got64 := policy(withBlock(k, 64), withBlock(v, 64), bs)
+			for i, b := range blocks(p64) {
+				if b != 64 {
+					t.Errorf("%s / %s with block=64, blocks of %d: codec %d allocates for blocks of %d", k, v, bs, i, b)
+				}
+			}
+			// At another block size the allocation's budget moves: the
+			// per-block means and scales are charged to other rows.
+			if bs != 64 && got == got64 {
+				t.Errorf("%s / %s, blocks of %d: %d bytes, the same as allocated for blocks of 64", k, v, bs, got)
+			}
+		}
+	}
+	// The preset at blocks of 32 (kv=kakeya, block 32): its codecs
+	// allocate for 32.
+	p, _, err := NewPolicy(kvconfig.Spec{KV: "kakeya", BlockSize: 32}, m, cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range blocks(p) {
+		if b != 32 {
+			t.Errorf("the preset at blocks of 32: codec %d allocates for blocks of %d", i, b)
+		}
 	}
 }
