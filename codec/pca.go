@@ -252,7 +252,7 @@ func newPCTables(quant func(bits int) (*Codebook, error)) (*pcTables, error) {
 // finish makes what the family's decoders read of all its options at once.
 func (t *pcTables) finish() error {
 	var err error
-	if t.lk2, err = cpu.NewRANSLookup(t.ent2); err != nil {
+	if t.lk2, err = cpu.NewRANSLookupLevels(t.ent2, t.lv2, t.lv2Off[:len(t.ent2)>>rans2ScaleBits]); err != nil {
 		return fmt.Errorf("codec: layout-2 tables: %w", err)
 	}
 	return nil

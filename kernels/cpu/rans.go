@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 )
@@ -39,11 +40,13 @@ const RANSScaleBits = 12
 // stop before a group whose 64 bytes of words might run past src, and
 // never read past it.
 //
-// lk, when not nil, is NewRANSLookup(ent)'s (every entOff then a multiple
-// of 1 << RANSScaleBits): where the CPU has AVX512_VBMI and
-// AVX512_VPOPCNTDQ the kernels look most symbols up in registers instead
-// of gathering their entries, at AVX2 those of tables of up to 16 symbols
-// and at NEON up to 4, with the same results bit for bit.
+// lk, when not nil, is NewRANSLookup(ent)'s or NewRANSLookupLevels's
+// (every entOff then a multiple of 1 << RANSScaleBits): where the CPU has
+// AVX512_VBMI and AVX512_VPOPCNTDQ the kernels look most symbols up in
+// registers instead of gathering their entries, at AVX2 those of tables
+// of up to 16 symbols (and read the larger tables' entries and levels
+// with one load a lane where lk holds this decode's levels) and at NEON
+// up to 4, with the same results bit for bit.
 func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
 	if !hasRANSKernels || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || len(out) == 0 {
 		return 0, pos
@@ -153,6 +156,7 @@ const (
 	ransAuxCount = 193
 	ransAuxMode  = 194
 	ransAuxOut   = 195 // the slots the kernels gather (not read by them)
+	ransAuxEL    = 196 // the table's block of el + 1, or 0 for none
 	ransAuxWords = 256
 )
 
@@ -175,6 +179,83 @@ const ransMaxOutside = 41
 type RANSLookup struct {
 	ent []uint32
 	aux []uint32
+	// With levels (NewRANSLookupLevels): lv and each table's levels'
+	// offset in it (-1 for a table without slot entries), and el the slot
+	// entries of the tables of more than ransElMin symbols, 1 <<
+	// RANSScaleBits each: slot x's packed entry, then the bits of its
+	// symbol's level, which the AVX2 kernels read with one load.
+	lv     []float32
+	levOff []int32
+	el     []uint64
+}
+
+// ransElMin is the most symbols of a table that gets no slot entries:
+// the AVX2 kernels count its symbols by compares (2 instructions a symbol
+// per 16 lanes), which beats the loads up to about 6 symbols; the tables
+// of 10 and 16 symbols decoded 4-5% faster from slot entries than by
+// compares (BenchmarkRANS2DecodeStreams/narrow/4/levels, load 3-4).
+const ransElMin = 6
+
+// NewRANSLookupLevels is NewRANSLookup with the tables' levels: table t's
+// symbol s has level lv[levOff[t]+s] (levOff holding one offset per
+// table). The AVX2 kernels then read a slot's entry and level with one
+// load, for tables of more than 16 symbols, when a decode's levels are
+// these (the same lv, and each component's levels at its table's
+// offset); otherwise, as NewRANSLookup's, they read the level after the
+// entry. The slot entries take 32 KiB per table.
+func NewRANSLookupLevels(ent []uint32, lv []float32, levOff []int32) (*RANSLookup, error) {
+	const slots = 1 << RANSScaleBits
+	lk, err := NewRANSLookup(ent)
+	if err != nil {
+		return nil, err
+	}
+	nt := len(ent) / slots
+	if len(levOff) != nt {
+		return nil, fmt.Errorf("cpu: rANS lookup: %d level offsets for %d tables", len(levOff), nt)
+	}
+	lk.lv, lk.levOff = lv, make([]int32, nt)
+	blocks := 0
+	for t := range nt {
+		lk.levOff[t] = -1
+		tab := ent[t*slots:][:slots]
+		n := int(tab[slots-1]&0xff) + 1 // the symbol count: the last slot's symbol + 1
+		if tab[slots-1] == 0 || n <= ransElMin {
+			continue // an unused option, or counted by compares
+		}
+		if o := levOff[t]; o < 0 || int(o)+n > len(lv) {
+			return nil, fmt.Errorf("cpu: rANS lookup: table %d's %d levels at %d, past %d levels", t, n, o, len(lv))
+		}
+		lk.levOff[t] = levOff[t]
+		blocks++
+		lk.aux[t*ransAuxWords+ransAuxEL] = uint32(blocks)
+	}
+	lk.el = make([]uint64, blocks*slots)
+	for t := range nt {
+		b := int(lk.aux[t*ransAuxWords+ransAuxEL])
+		if b == 0 {
+			continue
+		}
+		l, w := lv[levOff[t]:], lk.el[(b-1)*slots:][:slots]
+		for x, e := range ent[t*slots:][:slots] {
+			w[x] = uint64(e) | uint64(math.Float32bits(l[e&0xff]))<<32
+		}
+	}
+	return lk, nil
+}
+
+// levelsMatch reports whether lk holds slot entries and the levels of
+// the components whose tables are at entOff are those of lv from levOff,
+// every component with slot entries at its table's offset.
+func (lk *RANSLookup) levelsMatch(lv []float32, entOff, levOff []int32) bool {
+	if len(lk.el) == 0 || len(lv) != len(lk.lv) || &lv[0] != &lk.lv[0] {
+		return false
+	}
+	for c, o := range entOff {
+		if t := o >> RANSScaleBits; lk.levOff[t] >= 0 && lk.levOff[t] != levOff[c] {
+			return false
+		}
+	}
+	return true
 }
 
 // NewRANSLookup makes the lookups of ent's tables. It fails on a table

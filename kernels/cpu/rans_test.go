@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -75,6 +76,8 @@ type ransTestFamily struct {
 	lv                 []float32
 	tabs, levOff, nsym []int32
 	lk                 *RANSLookup
+	// lkl is the lookup with the tables' levels (NewRANSLookupLevels).
+	lkl *RANSLookup
 }
 
 // newRANSTestFamily builds the family from rng, symbol i's level of each
@@ -96,7 +99,63 @@ func newRANSTestFamily(t *testing.T, rng *rand.Rand, level func(i int) float32) 
 	if f.lk, err = NewRANSLookup(f.ent); err != nil {
 		t.Fatal(err)
 	}
+	if f.lkl, err = NewRANSLookupLevels(f.ent, f.lv, f.levOff); err != nil {
+		t.Fatal(err)
+	}
 	return f
+}
+
+// TestRANSLookupLevels: NewRANSLookupLevels's slot entries hold each
+// slot's packed entry and its symbol's level, for the tables of more than
+// ransElMin symbols alone; levelsMatch takes the levels they were made
+// from and no others; a level offset past the levels, or a count of
+// offsets not that of the tables, is an error.
+func TestRANSLookupLevels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) })
+	lk := f.lkl
+	withEl := 0
+	for i, o := range f.tabs {
+		tb := int(o) >> RANSScaleBits
+		b := int(lk.aux[tb*ransAuxWords+ransAuxEL])
+		if (b != 0) != (f.nsym[i] > ransElMin) {
+			t.Fatalf("table %d of %d symbols: slot entries %d", tb, f.nsym[i], b)
+		}
+		if b == 0 {
+			continue
+		}
+		withEl++
+		for x, e := range f.ent[o:][:1<<RANSScaleBits] {
+			w := lk.el[(b-1)<<RANSScaleBits+x]
+			if uint32(w) != e || math.Float32frombits(uint32(w>>32)) != f.lv[int(f.levOff[i])+int(e&0xff)] {
+				t.Fatalf("table %d slot %d: slot entry %#x, entry %#x level %v", tb, x, w, e, f.lv[int(f.levOff[i])+int(e&0xff)])
+			}
+		}
+	}
+	if withEl == 0 || len(lk.el) != withEl<<RANSScaleBits {
+		t.Fatalf("%d tables with slot entries in %d", withEl, len(lk.el))
+	}
+	if !lk.levelsMatch(f.lv, f.tabs, f.levOff) {
+		t.Error("the tables' own levels do not match")
+	}
+	if f.lk.levelsMatch(f.lv, f.tabs, f.levOff) {
+		t.Error("a lookup without levels matches")
+	}
+	if lk.levelsMatch(slices.Clone(f.lv), f.tabs, f.levOff) {
+		t.Error("a copy of the levels matches")
+	}
+	last := len(f.tabs) - 1 // 256 symbols
+	moved := slices.Clone(f.levOff)
+	moved[last]++
+	if lk.levelsMatch(f.lv, f.tabs, moved) {
+		t.Error("a component's levels at another offset match")
+	}
+	if _, err := NewRANSLookupLevels(f.ent, f.lv, f.levOff[:last]); err == nil || !strings.Contains(err.Error(), "level offsets") {
+		t.Errorf("too few offsets: %v", err)
+	}
+	if _, err := NewRANSLookupLevels(f.ent, f.lv[:len(f.lv)-1], f.levOff); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("table %d", last)) {
+		t.Errorf("levels cut short: %v", err)
+	}
 }
 
 // TestRANSLookup: for tables of every size class and shape, the lookup
@@ -163,6 +222,9 @@ func TestRANSDecodeLookup(t *testing.T) {
 	// One family of every size and shape, and its levels.
 	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) + float32(i) })
 	ent, lv, tabs, levOff, nsym, lk := f.ent, f.lv, f.tabs, f.levOff, f.nsym, f.lk
+	// Every fifth round passes a copy of the levels: the lookup with
+	// levels then reads them from lv, as the one without.
+	lvCopy := slices.Clone(lv)
 	decoded := 0
 	for round := range 400 {
 		ns := 1 + round%RANSMaxStreams
@@ -181,8 +243,8 @@ func TestRANSDecodeLookup(t *testing.T) {
 			g0 = RANSLanes
 		}
 		n := comps*per - g0
-		var st [2]RANSStreams
-		var out [2][][]float32
+		var st [3]RANSStreams
+		var out [3][][]float32
 		src, scale := make([][]byte, ns), make([][]float32, ns)
 		for j := range ns {
 			src[j] = make([]byte, 64+rng.IntN(2*n+64))
@@ -198,28 +260,35 @@ func TestRANSDecodeLookup(t *testing.T) {
 			}
 			st[0].Pos[j] = rng.IntN(8)
 		}
-		st[1] = st[0]
-		var k [2]int
-		for v, l := range []*RANSLookup{lk, nil} {
+		st[1], st[2] = st[0], st[0]
+		lvr := lv
+		if round%5 == 4 {
+			lvr = lvCopy
+		}
+		var k [3]int
+		// The lookup, the lookup with levels, and the gather last.
+		for v, l := range []*RANSLookup{lk, f.lkl, nil} {
 			out[v] = make([][]float32, ns)
 			for j := range ns {
 				out[v][j] = make([]float32, n)
 			}
 			if ns == 1 {
-				k[v], st[v].Pos[0] = RANSDecode2(out[v][0], g0, src[0], st[v].Pos[0], per, ent, l, eo, lv, lo, nsy, scale[0], &st[v].X[0])
+				k[v], st[v].Pos[0] = RANSDecode2(out[v][0], g0, src[0], st[v].Pos[0], per, ent, l, eo, lvr, lo, nsy, scale[0], &st[v].X[0])
 			} else {
-				k[v] = RANSDecode2Streams(out[v], g0, src, per, ent, l, eo, lv, lo, nsy, scale, &st[v])
+				k[v] = RANSDecode2Streams(out[v], g0, src, per, ent, l, eo, lvr, lo, nsy, scale, &st[v])
 			}
 		}
-		if k[0] != k[1] || st[0].X != st[1].X || st[0].Pos != st[1].Pos {
-			t.Fatalf("round %d, %d streams: lookup decoded %d symbols to positions %v, the gather %d to %v (states equal %v)",
-				round, ns, k[0], st[0].Pos[:ns], k[1], st[1].Pos[:ns], st[0].X == st[1].X)
-		}
-		for j := range ns {
-			for i := range k[0] {
-				if math.Float32bits(out[0][j][i]) != math.Float32bits(out[1][j][i]) {
-					t.Fatalf("round %d, stream %d of %d, symbol %d (component %d, %d symbols): lookup %v, gather %v",
-						round, j, ns, i, (g0+i)/per, nsy[(g0+i)/per], out[0][j][i], out[1][j][i])
+		for v := range 2 {
+			if k[v] != k[2] || st[v].X != st[2].X || st[v].Pos != st[2].Pos {
+				t.Fatalf("round %d, %d streams: lookup %d decoded %d symbols to positions %v, the gather %d to %v (states equal %v)",
+					round, ns, v, k[v], st[v].Pos[:ns], k[2], st[2].Pos[:ns], st[v].X == st[2].X)
+			}
+			for j := range ns {
+				for i := range k[v] {
+					if math.Float32bits(out[v][j][i]) != math.Float32bits(out[2][j][i]) {
+						t.Fatalf("round %d, stream %d of %d, symbol %d (component %d, %d symbols): lookup %d %v, gather %v",
+							round, j, ns, i, (g0+i)/per, nsy[(g0+i)/per], v, out[v][j][i], out[2][j][i])
+					}
 				}
 			}
 		}
@@ -302,6 +371,9 @@ func TestRANSDecode2Reference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) * float32(i+1) })
 	ent, lv, tabs, levOff, nsym, lk := f.ent, f.lv, f.tabs, f.levOff, f.nsym, f.lk
+	// Every fifth round passes a copy of the levels: the lookup with
+	// levels then reads them from lv, as the one without.
+	lvCopy := slices.Clone(lv)
 	decoded := 0
 	for round := range 300 {
 		ns := 1 + round%RANSMaxStreams
@@ -337,7 +409,11 @@ func TestRANSDecode2Reference(t *testing.T) {
 			want[j] = make([]float32, n)
 			kr[j], ref.Pos[j] = ransDecode2Ref(want[j], g0, src[j], st0.Pos[j], per, ent, eo, lv, lo, scale[j], &ref.X[j])
 		}
-		for _, l := range []*RANSLookup{lk, nil} {
+		lvr := lv
+		if round%5 == 4 {
+			lvr = lvCopy
+		}
+		for _, l := range []*RANSLookup{lk, f.lkl, nil} {
 			st := st0
 			out := make([][]float32, ns)
 			for j := range ns {
@@ -345,9 +421,9 @@ func TestRANSDecode2Reference(t *testing.T) {
 			}
 			var k int
 			if ns == 1 {
-				k, st.Pos[0] = RANSDecode2(out[0], g0, src[0], st.Pos[0], per, ent, l, eo, lv, lo, nsy, scale[0], &st.X[0])
+				k, st.Pos[0] = RANSDecode2(out[0], g0, src[0], st.Pos[0], per, ent, l, eo, lvr, lo, nsy, scale[0], &st.X[0])
 			} else {
-				k = RANSDecode2Streams(out, g0, src, per, ent, l, eo, lv, lo, nsy, scale, &st)
+				k = RANSDecode2Streams(out, g0, src, per, ent, l, eo, lvr, lo, nsy, scale, &st)
 			}
 			if k == 0 {
 				continue // no kernel, or a stream too short: nothing decoded, nothing moved
