@@ -68,10 +68,11 @@ int kk_rans2f_supported(void);
 long kk_rans2f_decode(long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
 		      const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
 		      const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
-		      const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, uint32_t *xs);
+		      const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux,
+		      const uint64_t *el, uint32_t *xs);
 long kk_rans2f_decode1(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
 		       const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale,
-		       const uint32_t *aux, uint32_t *x);
+		       const uint32_t *aux, const uint64_t *el, uint32_t *x);
 long kk_rans2c_decode(long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
 		      const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
 		      const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
@@ -394,7 +395,7 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 	var k C.long
 	switch {
 	case lk != nil && hasRANSLookup:
-		k = C.kk_rans2f_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), xs)
+		k = C.kk_rans2f_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), ransElC(lk, lv, entOff, levOff, (g0+len(out))/per), xs)
 	case hasAVX512:
 		k = C.kk_rans2_decode512(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
 	case lk != nil:
@@ -405,7 +406,8 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 	return int(k & (1<<32 - 1)), int(k >> 32)
 }
 
-// ransElC is lk's slot entries for the AVX2 kernels (kk_rans2c_*), or
+// ransElC is lk's slot entries for the lookup kernels (kk_rans2c_* at
+// AVX2, and kk_rans2f_* for the lanes they do not find in registers), or
 // null where the c components' levels (lv from levOff) are not those lk
 // holds: the kernels then read the levels from lv.
 func ransElC(lk *RANSLookup, lv []float32, entOff, levOff []int32, c int) *C.uint64_t {
@@ -429,7 +431,7 @@ func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []u
 	var k C.long
 	switch {
 	case lk != nil && hasRANSLookup:
-		k = C.kk_rans2f_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), x)
+		k = C.kk_rans2f_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), ransElC(lk, lv, entOff, levOff, (g0+len(out[0]))/per), x)
 	case hasAVX512:
 		k = C.kk_rans2_decode512xn(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], x)
 	case lk != nil:
