@@ -566,6 +566,11 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 		}
 	}
 	k.plan2.ent, k.plan2.lk, k.plan2.lv = tab.ent2, tab.lk2, tab.lv2
+	if len(k.plan2.entOff) > 0 {
+		if k.plan2.tabs, err = cpu.NewRANSTables(tab.ent2, tab.lk2, k.plan2.entOff, tab.lv2, k.plan2.levOff, k.plan2.nsym); err != nil {
+			return nil, fmt.Errorf("codec: kakeya-pc: %w", err)
+		}
+	}
 	if k.rowBits > math.MaxUint16 {
 		return nil, fmt.Errorf("codec: kakeya-pc: %d code bits per row exceed the block's 16-bit field; lower the rate or max bits", k.rowBits)
 	}

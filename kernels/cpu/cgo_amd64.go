@@ -384,8 +384,8 @@ func widenActsC(a *qActs, lo, hi, cols int) {
 }
 
 // ransDecode2C is RANSDecode2's kernel call; RANSDecode2 checked the
-// tables' extents.
-func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
+// tables' extents, and whether lk's slot entries hold their levels (el).
+func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32, el bool) (int, int) {
 	if len(src)-pos < 2*RANSLanes {
 		return 0, pos
 	}
@@ -395,11 +395,11 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 	var k C.long
 	switch {
 	case lk != nil && hasRANSLookup:
-		k = C.kk_rans2f_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), ransElC(lk, lv, entOff, levOff, (g0+len(out))/per), xs)
+		k = C.kk_rans2f_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), ransElC(lk, el), xs)
 	case hasAVX512:
 		k = C.kk_rans2_decode512(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
 	case lk != nil:
-		k = C.kk_rans2c_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), ransElC(lk, lv, entOff, levOff, (g0+len(out))/per), xs)
+		k = C.kk_rans2c_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), ransElC(lk, el), xs)
 	default:
 		k = C.kk_rans2_decode2(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
 	}
@@ -407,11 +407,11 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 }
 
 // ransElC is lk's slot entries for the lookup kernels (kk_rans2c_* at
-// AVX2, and kk_rans2f_* for the lanes they do not find in registers), or
-// null where the c components' levels (lv from levOff) are not those lk
-// holds: the kernels then read the levels from lv.
-func ransElC(lk *RANSLookup, lv []float32, entOff, levOff []int32, c int) *C.uint64_t {
-	if !lk.levelsMatch(lv, entOff[:c], levOff[:c]) {
+// AVX2, and kk_rans2f_* for the lanes they do not find in registers)
+// where el says they hold the decode's levels, else null: the kernels
+// then read the levels from lv.
+func ransElC(lk *RANSLookup, el bool) *C.uint64_t {
+	if !el {
 		return nil
 	}
 	return (*C.uint64_t)(&lk.el[0])
@@ -419,7 +419,7 @@ func ransElC(lk *RANSLookup, lv []float32, entOff, levOff []int32, c int) *C.uin
 
 // ransDecode2StreamsC is RANSDecode2Streams's kernel call;
 // RANSDecode2Streams checked the extents.
-func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
+func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams, el bool) int {
 	var o [RANSMaxStreams]*C.float
 	var s [RANSMaxStreams]*C.uint8_t
 	var sc [RANSMaxStreams]*C.float
@@ -431,11 +431,11 @@ func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []u
 	var k C.long
 	switch {
 	case lk != nil && hasRANSLookup:
-		k = C.kk_rans2f_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), ransElC(lk, lv, entOff, levOff, (g0+len(out[0]))/per), x)
+		k = C.kk_rans2f_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), ransElC(lk, el), x)
 	case hasAVX512:
 		k = C.kk_rans2_decode512xn(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], x)
 	case lk != nil:
-		k = C.kk_rans2c_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), ransElC(lk, lv, entOff, levOff, (g0+len(out[0]))/per), x)
+		k = C.kk_rans2c_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), ransElC(lk, el), x)
 	default:
 		k = C.kk_rans2_decode2xn(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], x)
 	}

@@ -65,7 +65,8 @@ func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, 
 		}
 	}
 	checkLookup("RANSDecode2", ent, lk, entOff[:c])
-	return ransDecode2C(out, g0, src, pos, per, ent, lk, entOff, lv, levOff, nsym, scale, x)
+	el := lk != nil && lk.levelsMatch(lv, entOff[:c], levOff[:c])
+	return ransDecode2C(out, g0, src, pos, per, ent, lk, entOff, lv, levOff, nsym, scale, x, el)
 }
 
 // RANSStreams holds the lanes, positions and lengths of up to
@@ -114,7 +115,84 @@ func RANSDecode2Streams(out [][]float32, g0 int, src [][]byte, per int, ent []ui
 		}
 	}
 	checkLookup("RANSDecode2Streams", ent, lk, entOff[:c])
-	return ransDecode2StreamsC(out, g0, src, per, ent, lk, entOff, lv, levOff, nsym, scale, st)
+	el := lk != nil && lk.levelsMatch(lv, entOff[:c], levOff[:c])
+	return ransDecode2StreamsC(out, g0, src, per, ent, lk, entOff, lv, levOff, nsym, scale, st, el)
+}
+
+// A RANSTables holds the tables of a decode's components (one codec's:
+// component c's packed entries at entOff[c] in ent, its nsym[c] levels at
+// levOff[c] in lv, and the lookup lk of ent or nil), checked once where
+// RANSDecode2 and RANSDecode2Streams check every component's on every
+// call. It is read only once made, and may be shared.
+type RANSTables struct {
+	ent                  []uint32
+	lk                   *RANSLookup
+	entOff, levOff, nsym []int32
+	lv                   []float32
+	el                   bool // lk's slot entries hold these levels
+}
+
+// NewRANSTables checks the tables of every component as RANSDecode2 does
+// and returns them, or an error naming the first component whose table
+// or levels fall outside ent or lv, or whose table is not one of lk's.
+func NewRANSTables(ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32) (*RANSTables, error) {
+	if len(levOff) != len(entOff) || len(nsym) != len(entOff) {
+		return nil, fmt.Errorf("cpu: rANS tables: %d table offsets, %d level offsets and %d symbol counts", len(entOff), len(levOff), len(nsym))
+	}
+	for c := range entOff {
+		if entOff[c] < 0 || int(entOff[c])+1<<RANSScaleBits > len(ent) || nsym[c] < 1 || nsym[c] > 256 || levOff[c] < 0 || int(levOff[c])+int(nsym[c]) > len(lv) {
+			return nil, fmt.Errorf("cpu: rANS tables: component %d's table at %d (%d entries) or %d levels at %d (%d)", c, entOff[c], len(ent), nsym[c], levOff[c], len(lv))
+		}
+		if lk != nil && entOff[c]%(1<<RANSScaleBits) != 0 {
+			return nil, fmt.Errorf("cpu: rANS tables: component %d's table at %d, inside a table of the lookup's", c, entOff[c])
+		}
+	}
+	if lk != nil && (len(lk.ent) != len(ent) || &lk.ent[0] != &ent[0]) {
+		return nil, fmt.Errorf("cpu: rANS tables: a lookup of %d entries made from other tables than these %d", len(lk.ent), len(ent))
+	}
+	return &RANSTables{ent: ent, lk: lk, entOff: entOff, levOff: levOff, nsym: nsym, lv: lv,
+		el: lk != nil && len(entOff) > 0 && lk.levelsMatch(lv, entOff, levOff)}, nil
+}
+
+// Decode2 is RANSDecode2 from component c0 of t on: out[j] is symbol g0
+// + j from component c0's first, under the tables of components c0,
+// c0+1, ...
+func (t *RANSTables) Decode2(out []float32, g0 int, src []byte, pos, per, c0 int, scale []float32, x *[RANSLanes]uint32) (int, int) {
+	if !hasRANSKernels || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || len(out) == 0 {
+		return 0, pos
+	}
+	c := (g0 + len(out)) / per
+	if (g0+len(out))%per != 0 || c0 < 0 || c0+c > len(t.entOff) || len(scale) < c || pos < 0 || pos > len(src) {
+		panic(fmt.Sprintf("cpu: RANSTables.Decode2: %d symbols from %d in components of %d from component %d of %d with %d scales, stream position %d of %d",
+			len(out), g0, per, c0, len(t.entOff), len(scale), pos, len(src)))
+	}
+	if len(src) >= 1<<31 || len(out) >= 1<<31 {
+		return 0, pos // past what the kernels' packed return holds
+	}
+	return ransDecode2C(out, g0, src, pos, per, t.ent, t.lk, t.entOff[c0:], t.lv, t.levOff[c0:], t.nsym[c0:], scale, x, t.el)
+}
+
+// Decode2Streams is RANSDecode2Streams from component c0 of t on.
+func (t *RANSTables) Decode2Streams(out [][]float32, g0 int, src [][]byte, per, c0 int, scale [][]float32, st *RANSStreams) int {
+	ns, n := len(out), len(out[0])
+	if !hasRANSKernels || ns < 2 || ns > RANSMaxStreams || len(src) != ns || len(scale) != ns || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || n == 0 || (g0+n)%per != 0 {
+		return 0
+	}
+	c := (g0 + n) / per
+	if c0 < 0 || c0+c > len(t.entOff) {
+		panic(fmt.Sprintf("cpu: RANSTables.Decode2Streams: %d components from component %d of %d", c, c0, len(t.entOff)))
+	}
+	for j := range ns {
+		if len(out[j]) != n || len(scale[j]) < c || st.Pos[j] < 0 || st.Pos[j] > len(src[j]) {
+			panic(fmt.Sprintf("cpu: RANSTables.Decode2Streams: stream %d: %d symbols (want %d), %d scales for %d components, position %d of %d",
+				j, len(out[j]), n, len(scale[j]), c, st.Pos[j], len(src[j])))
+		}
+		if len(src[j]) >= 1<<31 || len(src[j])-st.Pos[j] < 2*RANSLanes {
+			return 0
+		}
+		st.len[j] = len(src[j])
+	}
+	return ransDecode2StreamsC(out, g0, src, per, t.ent, t.lk, t.entOff[c0:], t.lv, t.levOff[c0:], t.nsym[c0:], scale, st, t.el)
 }
 
 // The gather-free slot lookup. A layout-2 table maps each of its 4,096

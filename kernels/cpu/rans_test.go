@@ -458,3 +458,113 @@ func TestRANSDecode2Reference(t *testing.T) {
 		t.Errorf("%d symbols decoded without kernels", decoded)
 	}
 }
+
+// TestRANSTables: a table set checked once decodes as RANSDecode2 and
+// RANSDecode2Streams do with the same tables, states, positions and
+// values bit for bit, from any first component, with and without a
+// lookup holding its levels; tables outside ent or lv, or not the
+// lookup's, are errors naming the component.
+func TestRANSTables(t *testing.T) {
+	const per = 64
+	rng := rand.New(rand.NewPCG(11, 12))
+	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) + float32(i) })
+	decoded := 0
+	for round := range 120 {
+		ns := 1 + round%RANSMaxStreams
+		comps := 2 + rng.IntN(10)
+		var eo, lo, nsy []int32
+		for range comps {
+			i := rng.IntN(len(f.tabs))
+			eo, lo, nsy = append(eo, f.tabs[i]), append(lo, f.levOff[i]), append(nsy, f.nsym[i])
+		}
+		lk := []*RANSLookup{f.lkl, f.lk, nil}[round%3]
+		tabs, err := NewRANSTables(f.ent, lk, eo, f.lv, lo, nsy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tabs.el != (lk == f.lkl) {
+			t.Fatalf("round %d: slot entries %v with lookup %d", round, tabs.el, round%3)
+		}
+		c0 := rng.IntN(comps - 1)
+		g0 := RANSLanes * rng.IntN(per/RANSLanes)
+		n := (comps-c0)*per - g0
+		src, scale := make([][]byte, ns), make([][]float32, ns)
+		var st [2]RANSStreams
+		for j := range ns {
+			src[j] = make([]byte, 64+rng.IntN(2*n+64))
+			for i := range src[j] {
+				src[j][i] = byte(rng.Uint32())
+			}
+			scale[j] = make([]float32, comps-c0)
+			for c := range scale[j] {
+				scale[j][c] = 0.5 + rng.Float32()
+			}
+			for i := range st[0].X[j] {
+				st[0].X[j][i] = 1<<16 + rng.Uint32N(1<<32-1<<16)
+			}
+			st[0].Pos[j] = rng.IntN(8)
+		}
+		st[1] = st[0]
+		var out [2][][]float32
+		var k [2]int
+		for v := range 2 {
+			out[v] = make([][]float32, ns)
+			for j := range ns {
+				out[v][j] = make([]float32, n)
+			}
+			switch {
+			case ns == 1 && v == 0:
+				k[v], st[v].Pos[0] = tabs.Decode2(out[v][0], g0, src[0], st[v].Pos[0], per, c0, scale[0], &st[v].X[0])
+			case ns == 1:
+				k[v], st[v].Pos[0] = RANSDecode2(out[v][0], g0, src[0], st[v].Pos[0], per, f.ent, lk, eo[c0:], f.lv, lo[c0:], nsy[c0:], scale[0], &st[v].X[0])
+			case v == 0:
+				k[v] = tabs.Decode2Streams(out[v], g0, src, per, c0, scale, &st[v])
+			default:
+				k[v] = RANSDecode2Streams(out[v], g0, src, per, f.ent, lk, eo[c0:], f.lv, lo[c0:], nsy[c0:], scale, &st[v])
+			}
+		}
+		if k[0] != k[1] || st[0].X != st[1].X || st[0].Pos != st[1].Pos {
+			t.Fatalf("round %d, %d streams: the table set decoded %d symbols to %v, RANSDecode2 %d to %v", round, ns, k[0], st[0].Pos[:ns], k[1], st[1].Pos[:ns])
+		}
+		for j := range ns {
+			for i := range k[0] {
+				if math.Float32bits(out[0][j][i]) != math.Float32bits(out[1][j][i]) {
+					t.Fatalf("round %d, stream %d, symbol %d: %v, RANSDecode2 %v", round, j, i, out[0][j][i], out[1][j][i])
+				}
+			}
+		}
+		decoded += k[0] * ns
+	}
+	if hasRANSKernels && decoded < 10000 {
+		t.Errorf("%d symbols decoded: the kernels stopped early", decoded)
+	}
+	eo, lo, nsy := slices.Clone(f.tabs[:3]), slices.Clone(f.levOff[:3]), slices.Clone(f.nsym[:3])
+	for _, tc := range []struct {
+		name, want string
+		edit       func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32)
+	}{
+		{"counts", "2 level offsets", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			return f.ent, f.lk, eo, lo[:2], nsy
+		}},
+		{"table past ent", "component 1's table", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			eo[1] = int32(len(f.ent))
+			return f.ent, f.lk, eo, lo, nsy
+		}},
+		{"levels past lv", "component 2's table", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			lo[2] = int32(len(f.lv))
+			return f.ent, f.lk, eo, lo, nsy
+		}},
+		{"inside a table", "component 0's table at 1", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			eo[0] = 1
+			return f.ent, f.lk, eo, lo, nsy
+		}},
+		{"other lookup", "other tables", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			return slices.Clone(f.ent), f.lk, eo, lo, nsy
+		}},
+	} {
+		ent, lk, e, l, s := tc.edit(slices.Clone(eo), slices.Clone(lo), slices.Clone(nsy))
+		if _, err := NewRANSTables(ent, lk, e, f.lv, l, s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
