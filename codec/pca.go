@@ -252,7 +252,7 @@ func newPCTables(quant func(bits int) (*Codebook, error)) (*pcTables, error) {
 // finish makes what the family's decoders read of all its options at once.
 func (t *pcTables) finish() error {
 	var err error
-	if t.lk2, err = cpu.NewRANSLookup(t.ent2); err != nil {
+	if t.lk2, err = cpu.NewRANSLookupLevels(t.ent2, t.lv2, t.lv2Off[:len(t.ent2)>>rans2ScaleBits]); err != nil {
 		return fmt.Errorf("codec: layout-2 tables: %w", err)
 	}
 	return nil
@@ -566,6 +566,11 @@ func NewKakeyaPC(o KakeyaPCOptions, st *PCAStats, w []float32) (*KakeyaPC, error
 		}
 	}
 	k.plan2.ent, k.plan2.lk, k.plan2.lv = tab.ent2, tab.lk2, tab.lv2
+	if len(k.plan2.entOff) > 0 {
+		if k.plan2.tabs, err = cpu.NewRANSTables(tab.ent2, tab.lk2, k.plan2.entOff, tab.lv2, k.plan2.levOff, k.plan2.nsym); err != nil {
+			return nil, fmt.Errorf("codec: kakeya-pc: %w", err)
+		}
+	}
 	if k.rowBits > math.MaxUint16 {
 		return nil, fmt.Errorf("codec: kakeya-pc: %d code bits per row exceed the block's 16-bit field; lower the rate or max bits", k.rowBits)
 	}

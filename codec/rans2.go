@@ -84,6 +84,25 @@ type rans2Plan struct {
 	entOff []int32
 	levOff []int32
 	nsym   []int32
+	// tabs is the above checked once (a codec's plan), for the kernels'
+	// calls without their per-call checks; nil for a plan made otherwise.
+	tabs *cpu.RANSTables
+}
+
+// decode2 is cpu.RANSDecode2 of pl from component c0 on.
+func (pl *rans2Plan) decode2(out []float32, g0 int, src []byte, pos, per, c0 int, scale []float32, x *[rans2Lanes]uint32) (int, int) {
+	if pl.tabs != nil {
+		return pl.tabs.Decode2(out, g0, src, pos, per, c0, scale, x)
+	}
+	return cpu.RANSDecode2(out, g0, src, pos, per, pl.ent, pl.lk, pl.entOff[c0:], pl.lv, pl.levOff[c0:], pl.nsym[c0:], scale, x)
+}
+
+// decode2Streams is cpu.RANSDecode2Streams of pl from component c0 on.
+func (pl *rans2Plan) decode2Streams(out [][]float32, g0 int, src [][]byte, per, c0 int, scale [][]float32, st *cpu.RANSStreams) int {
+	if pl.tabs != nil {
+		return pl.tabs.Decode2Streams(out, g0, src, per, c0, scale, st)
+	}
+	return cpu.RANSDecode2Streams(out, g0, src, per, pl.ent, pl.lk, pl.entOff[c0:], pl.lv, pl.levOff[c0:], pl.nsym[c0:], scale, st)
 }
 
 // A rans2Scratch holds a layout-2 decode's lanes and the stream's padded
@@ -156,7 +175,7 @@ func rans2DecodeStreams(out [][]float32, src [][]byte, per int, pl *rans2Plan, s
 		for j := range ns {
 			outK[j], scaleC[j] = out[j][k:], scale[j][c:]
 		}
-		k += cpu.RANSDecode2Streams(outK[:ns], k%per, cur[:ns], per, pl.ent, pl.lk, pl.entOff[c:], pl.lv, pl.levOff[c:], pl.nsym[c:], scaleC[:ns], st)
+		k += pl.decode2Streams(outK[:ns], k%per, cur[:ns], per, c, scaleC[:ns], st)
 		moved := false
 		for j := range ns {
 			if at[j] == 0 && len(src[j])-st.Pos[j] < 2*rans2Lanes {
@@ -324,7 +343,7 @@ func rans2Finish(src []byte, pos int, x *[rans2Lanes]uint32, hide []uint16) erro
 func rans2Groups(out []float32, k int, src []byte, pos, per int, pl *rans2Plan, scale []float32, x *[rans2Lanes]uint32) (int, int) {
 	if k < len(out) {
 		var n int
-		n, pos = cpu.RANSDecode2(out[k:], k%per, src, pos, per, pl.ent, pl.lk, pl.entOff[k/per:], pl.lv, pl.levOff[k/per:], pl.nsym[k/per:], scale[k/per:], x)
+		n, pos = pl.decode2(out[k:], k%per, src, pos, per, k/per, scale[k/per:], x)
 		k += n
 	}
 	for c := k / per; c < len(out)/per; c++ {

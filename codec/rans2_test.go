@@ -466,21 +466,20 @@ func BenchmarkRANS2DecodeStreams(b *testing.B) {
 		opts []int
 	}{{"all", []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}, {"narrow", []int{1, 2, 3, 4, 5}}, {"wide", []int{6, 7, 8, 9}}} {
 		for _, ns := range []int{1, 2, 4} {
-			for _, lookup := range []bool{true, false} {
-				name := fmt.Sprintf("%s/%d/gather", set.name, ns)
-				if lookup {
-					name = fmt.Sprintf("%s/%d/lookup", set.name, ns)
-				}
-				b.Run(name, func(b *testing.B) { benchStreams(b, tab, set.opts, ns, lookup) })
+			for _, how := range []string{"levels", "lookup", "gather"} {
+				b.Run(fmt.Sprintf("%s/%d/%s", set.name, ns, how), func(b *testing.B) { benchStreams(b, tab, set.opts, ns, how) })
 			}
 		}
 	}
 }
 
 // benchStreams times ns streams of 44 components of 64 over opts decoded
-// side by side (one alone by rans2Decode), by the gather-free lookup or
-// by the gather.
-func benchStreams(b *testing.B, tab *pcTables, opts []int, ns int, lookup bool) {
+// side by side (one alone by rans2Decode): how is "levels" for the
+// gather-free lookup with the family's levels, as the codec decodes
+// (the AVX2 kernels then read a slot's entry and level at once),
+// "lookup" for the lookup with levels of the components' own, and
+// "gather" for the gather.
+func benchStreams(b *testing.B, tab *pcTables, opts []int, ns int, how string) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	out, src, scale := make([][]float32, ns), make([][]byte, ns), make([][]float32, ns)
 	hide, sc := make([][]uint16, ns), make([]*rans2Scratch, ns)
@@ -494,8 +493,14 @@ func benchStreams(b *testing.B, tab *pcTables, opts []int, ns int, lookup bool) 
 		out[j], hide[j], sc[j] = make([]float32, len(syms)), make([]uint16, 32), new(rans2Scratch)
 		n += len(syms)
 	}
-	if !lookup {
+	switch how {
+	case "gather":
 		pl.lk = nil
+	case "levels":
+		pl.lv = tab.lv2
+		for c := range pl.levOff {
+			pl.levOff[c] = tab.lv2Off[pl.entOff[c]>>rans2ScaleBits]
+		}
 	}
 	st := new(cpu.RANSStreams)
 	cpu0 := cputime.Seconds()

@@ -68,17 +68,19 @@ int kk_rans2f_supported(void);
 long kk_rans2f_decode(long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
 		      const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
 		      const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
-		      const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, uint32_t *xs);
+		      const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux,
+		      const uint64_t *el, uint32_t *xs);
 long kk_rans2f_decode1(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
 		       const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale,
-		       const uint32_t *aux, uint32_t *x);
+		       const uint32_t *aux, const uint64_t *el, uint32_t *x);
 long kk_rans2c_decode(long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
 		      const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
 		      const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
-		      const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, uint32_t *xs);
+		      const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux,
+		      const uint64_t *el, uint32_t *xs);
 long kk_rans2c_decode1(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per, const uint32_t *ent,
 		       const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale,
-		       const uint32_t *aux, uint32_t *x);
+		       const uint32_t *aux, const uint64_t *el, uint32_t *x);
 void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
@@ -382,8 +384,8 @@ func widenActsC(a *qActs, lo, hi, cols int) {
 }
 
 // ransDecode2C is RANSDecode2's kernel call; RANSDecode2 checked the
-// tables' extents.
-func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
+// tables' extents, and whether lk's slot entries hold their levels (el).
+func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32, el bool) (int, int) {
 	if len(src)-pos < 2*RANSLanes {
 		return 0, pos
 	}
@@ -393,20 +395,31 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 	var k C.long
 	switch {
 	case lk != nil && hasRANSLookup:
-		k = C.kk_rans2f_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), xs)
+		k = C.kk_rans2f_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), ransElC(lk, el), xs)
 	case hasAVX512:
 		k = C.kk_rans2_decode512(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
 	case lk != nil:
-		k = C.kk_rans2c_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), xs)
+		k = C.kk_rans2c_decode1(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, (*C.uint32_t)(&lk.aux[0]), ransElC(lk, el), xs)
 	default:
 		k = C.kk_rans2_decode2(o, C.long(len(out)), C.long(g0), s, C.long(len(src)), C.long(pos), C.long(per), e, eo, l, lo, ns, sc, xs)
 	}
 	return int(k & (1<<32 - 1)), int(k >> 32)
 }
 
+// ransElC is lk's slot entries for the lookup kernels (kk_rans2c_* at
+// AVX2, and kk_rans2f_* for the lanes they do not find in registers)
+// where el says they hold the decode's levels, else null: the kernels
+// then read the levels from lv.
+func ransElC(lk *RANSLookup, el bool) *C.uint64_t {
+	if !el {
+		return nil
+	}
+	return (*C.uint64_t)(&lk.el[0])
+}
+
 // ransDecode2StreamsC is RANSDecode2Streams's kernel call;
 // RANSDecode2Streams checked the extents.
-func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
+func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams, el bool) int {
 	var o [RANSMaxStreams]*C.float
 	var s [RANSMaxStreams]*C.uint8_t
 	var sc [RANSMaxStreams]*C.float
@@ -418,11 +431,11 @@ func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []u
 	var k C.long
 	switch {
 	case lk != nil && hasRANSLookup:
-		k = C.kk_rans2f_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), x)
+		k = C.kk_rans2f_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), ransElC(lk, el), x)
 	case hasAVX512:
 		k = C.kk_rans2_decode512xn(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], x)
 	case lk != nil:
-		k = C.kk_rans2c_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), x)
+		k = C.kk_rans2c_decode(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], (*C.uint32_t)(&lk.aux[0]), ransElC(lk, el), x)
 	default:
 		k = C.kk_rans2_decode2xn(ns, o[0], o[1], o[2], o[3], n, C.long(g0), s[0], s[1], s[2], s[3], l, p, C.long(per), e, eo, lv0, lo, nsy, sc[0], sc[1], sc[2], sc[3], x)
 	}

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 )
@@ -39,11 +40,13 @@ const RANSScaleBits = 12
 // stop before a group whose 64 bytes of words might run past src, and
 // never read past it.
 //
-// lk, when not nil, is NewRANSLookup(ent)'s (every entOff then a multiple
-// of 1 << RANSScaleBits): where the CPU has AVX512_VBMI and
-// AVX512_VPOPCNTDQ the kernels look most symbols up in registers instead
-// of gathering their entries, at AVX2 those of tables of up to 16 symbols
-// and at NEON up to 4, with the same results bit for bit.
+// lk, when not nil, is NewRANSLookup(ent)'s or NewRANSLookupLevels's
+// (every entOff then a multiple of 1 << RANSScaleBits): where the CPU has
+// AVX512_VBMI and AVX512_VPOPCNTDQ the kernels look most symbols up in
+// registers instead of gathering their entries, at AVX2 those of tables
+// of up to 16 symbols (and read the larger tables' entries and levels
+// with one load a lane where lk holds this decode's levels) and at NEON
+// up to 4, with the same results bit for bit.
 func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
 	if !hasRANSKernels || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || len(out) == 0 {
 		return 0, pos
@@ -62,7 +65,8 @@ func RANSDecode2(out []float32, g0 int, src []byte, pos, per int, ent []uint32, 
 		}
 	}
 	checkLookup("RANSDecode2", ent, lk, entOff[:c])
-	return ransDecode2C(out, g0, src, pos, per, ent, lk, entOff, lv, levOff, nsym, scale, x)
+	el := lk != nil && lk.levelsMatch(lv, entOff[:c], levOff[:c])
+	return ransDecode2C(out, g0, src, pos, per, ent, lk, entOff, lv, levOff, nsym, scale, x, el)
 }
 
 // RANSStreams holds the lanes, positions and lengths of up to
@@ -111,7 +115,84 @@ func RANSDecode2Streams(out [][]float32, g0 int, src [][]byte, per int, ent []ui
 		}
 	}
 	checkLookup("RANSDecode2Streams", ent, lk, entOff[:c])
-	return ransDecode2StreamsC(out, g0, src, per, ent, lk, entOff, lv, levOff, nsym, scale, st)
+	el := lk != nil && lk.levelsMatch(lv, entOff[:c], levOff[:c])
+	return ransDecode2StreamsC(out, g0, src, per, ent, lk, entOff, lv, levOff, nsym, scale, st, el)
+}
+
+// A RANSTables holds the tables of a decode's components (one codec's:
+// component c's packed entries at entOff[c] in ent, its nsym[c] levels at
+// levOff[c] in lv, and the lookup lk of ent or nil), checked once where
+// RANSDecode2 and RANSDecode2Streams check every component's on every
+// call. It is read only once made, and may be shared.
+type RANSTables struct {
+	ent                  []uint32
+	lk                   *RANSLookup
+	entOff, levOff, nsym []int32
+	lv                   []float32
+	el                   bool // lk's slot entries hold these levels
+}
+
+// NewRANSTables checks the tables of every component as RANSDecode2 does
+// and returns them, or an error naming the first component whose table
+// or levels fall outside ent or lv, or whose table is not one of lk's.
+func NewRANSTables(ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32) (*RANSTables, error) {
+	if len(levOff) != len(entOff) || len(nsym) != len(entOff) {
+		return nil, fmt.Errorf("cpu: rANS tables: %d table offsets, %d level offsets and %d symbol counts", len(entOff), len(levOff), len(nsym))
+	}
+	for c := range entOff {
+		if entOff[c] < 0 || int(entOff[c])+1<<RANSScaleBits > len(ent) || nsym[c] < 1 || nsym[c] > 256 || levOff[c] < 0 || int(levOff[c])+int(nsym[c]) > len(lv) {
+			return nil, fmt.Errorf("cpu: rANS tables: component %d's table at %d (%d entries) or %d levels at %d (%d)", c, entOff[c], len(ent), nsym[c], levOff[c], len(lv))
+		}
+		if lk != nil && entOff[c]%(1<<RANSScaleBits) != 0 {
+			return nil, fmt.Errorf("cpu: rANS tables: component %d's table at %d, inside a table of the lookup's", c, entOff[c])
+		}
+	}
+	if lk != nil && (len(lk.ent) != len(ent) || &lk.ent[0] != &ent[0]) {
+		return nil, fmt.Errorf("cpu: rANS tables: a lookup of %d entries made from other tables than these %d", len(lk.ent), len(ent))
+	}
+	return &RANSTables{ent: ent, lk: lk, entOff: entOff, levOff: levOff, nsym: nsym, lv: lv,
+		el: lk != nil && len(entOff) > 0 && lk.levelsMatch(lv, entOff, levOff)}, nil
+}
+
+// Decode2 is RANSDecode2 from component c0 of t on: out[j] is symbol g0
+// + j from component c0's first, under the tables of components c0,
+// c0+1, ...
+func (t *RANSTables) Decode2(out []float32, g0 int, src []byte, pos, per, c0 int, scale []float32, x *[RANSLanes]uint32) (int, int) {
+	if !hasRANSKernels || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || len(out) == 0 {
+		return 0, pos
+	}
+	c := (g0 + len(out)) / per
+	if (g0+len(out))%per != 0 || c0 < 0 || c0+c > len(t.entOff) || len(scale) < c || pos < 0 || pos > len(src) {
+		panic(fmt.Sprintf("cpu: RANSTables.Decode2: %d symbols from %d in components of %d from component %d of %d with %d scales, stream position %d of %d",
+			len(out), g0, per, c0, len(t.entOff), len(scale), pos, len(src)))
+	}
+	if len(src) >= 1<<31 || len(out) >= 1<<31 {
+		return 0, pos // past what the kernels' packed return holds
+	}
+	return ransDecode2C(out, g0, src, pos, per, t.ent, t.lk, t.entOff[c0:], t.lv, t.levOff[c0:], t.nsym[c0:], scale, x, t.el)
+}
+
+// Decode2Streams is RANSDecode2Streams from component c0 of t on.
+func (t *RANSTables) Decode2Streams(out [][]float32, g0 int, src [][]byte, per, c0 int, scale [][]float32, st *RANSStreams) int {
+	ns, n := len(out), len(out[0])
+	if !hasRANSKernels || ns < 2 || ns > RANSMaxStreams || len(src) != ns || len(scale) != ns || per <= 0 || per%RANSLanes != 0 || g0%RANSLanes != 0 || g0 < 0 || g0 >= per || n == 0 || (g0+n)%per != 0 {
+		return 0
+	}
+	c := (g0 + n) / per
+	if c0 < 0 || c0+c > len(t.entOff) {
+		panic(fmt.Sprintf("cpu: RANSTables.Decode2Streams: %d components from component %d of %d", c, c0, len(t.entOff)))
+	}
+	for j := range ns {
+		if len(out[j]) != n || len(scale[j]) < c || st.Pos[j] < 0 || st.Pos[j] > len(src[j]) {
+			panic(fmt.Sprintf("cpu: RANSTables.Decode2Streams: stream %d: %d symbols (want %d), %d scales for %d components, position %d of %d",
+				j, len(out[j]), n, len(scale[j]), c, st.Pos[j], len(src[j])))
+		}
+		if len(src[j]) >= 1<<31 || len(src[j])-st.Pos[j] < 2*RANSLanes {
+			return 0
+		}
+		st.len[j] = len(src[j])
+	}
+	return ransDecode2StreamsC(out, g0, src, per, t.ent, t.lk, t.entOff[c0:], t.lv, t.levOff[c0:], t.nsym[c0:], scale, st, t.el)
 }
 
 // The gather-free slot lookup. A layout-2 table maps each of its 4,096
@@ -153,6 +234,7 @@ const (
 	ransAuxCount = 193
 	ransAuxMode  = 194
 	ransAuxOut   = 195 // the slots the kernels gather (not read by them)
+	ransAuxEL    = 196 // the table's block of el + 1, or 0 for none
 	ransAuxWords = 256
 )
 
@@ -175,6 +257,83 @@ const ransMaxOutside = 41
 type RANSLookup struct {
 	ent []uint32
 	aux []uint32
+	// With levels (NewRANSLookupLevels): lv and each table's levels'
+	// offset in it (-1 for a table without slot entries), and el the slot
+	// entries of the tables of more than ransElMin symbols, 1 <<
+	// RANSScaleBits each: slot x's packed entry, then the bits of its
+	// symbol's level, which the AVX2 kernels read with one load.
+	lv     []float32
+	levOff []int32
+	el     []uint64
+}
+
+// ransElMin is the most symbols of a table that gets no slot entries:
+// the AVX2 kernels count its symbols by compares (2 instructions a symbol
+// per 16 lanes), which beats the loads up to about 6 symbols; the tables
+// of 10 and 16 symbols decoded 4-5% faster from slot entries than by
+// compares (BenchmarkRANS2DecodeStreams/narrow/4/levels, load 3-4).
+const ransElMin = 6
+
+// NewRANSLookupLevels is NewRANSLookup with the tables' levels: table t's
+// symbol s has level lv[levOff[t]+s] (levOff holding one offset per
+// table). The AVX2 kernels then read a slot's entry and level with one
+// load, for tables of more than 16 symbols, when a decode's levels are
+// these (the same lv, and each component's levels at its table's
+// offset); otherwise, as NewRANSLookup's, they read the level after the
+// entry. The slot entries take 32 KiB per table.
+func NewRANSLookupLevels(ent []uint32, lv []float32, levOff []int32) (*RANSLookup, error) {
+	const slots = 1 << RANSScaleBits
+	lk, err := NewRANSLookup(ent)
+	if err != nil {
+		return nil, err
+	}
+	nt := len(ent) / slots
+	if len(levOff) != nt {
+		return nil, fmt.Errorf("cpu: rANS lookup: %d level offsets for %d tables", len(levOff), nt)
+	}
+	lk.lv, lk.levOff = lv, make([]int32, nt)
+	blocks := 0
+	for t := range nt {
+		lk.levOff[t] = -1
+		tab := ent[t*slots:][:slots]
+		n := int(tab[slots-1]&0xff) + 1 // the symbol count: the last slot's symbol + 1
+		if tab[slots-1] == 0 || n <= ransElMin {
+			continue // an unused option, or counted by compares
+		}
+		if o := levOff[t]; o < 0 || int(o)+n > len(lv) {
+			return nil, fmt.Errorf("cpu: rANS lookup: table %d's %d levels at %d, past %d levels", t, n, o, len(lv))
+		}
+		lk.levOff[t] = levOff[t]
+		blocks++
+		lk.aux[t*ransAuxWords+ransAuxEL] = uint32(blocks)
+	}
+	lk.el = make([]uint64, blocks*slots)
+	for t := range nt {
+		b := int(lk.aux[t*ransAuxWords+ransAuxEL])
+		if b == 0 {
+			continue
+		}
+		l, w := lv[levOff[t]:], lk.el[(b-1)*slots:][:slots]
+		for x, e := range ent[t*slots:][:slots] {
+			w[x] = uint64(e) | uint64(math.Float32bits(l[e&0xff]))<<32
+		}
+	}
+	return lk, nil
+}
+
+// levelsMatch reports whether lk holds slot entries and the levels of
+// the components whose tables are at entOff are those of lv from levOff,
+// every component with slot entries at its table's offset.
+func (lk *RANSLookup) levelsMatch(lv []float32, entOff, levOff []int32) bool {
+	if len(lk.el) == 0 || len(lv) != len(lk.lv) || &lv[0] != &lk.lv[0] {
+		return false
+	}
+	for c, o := range entOff {
+		if t := o >> RANSScaleBits; lk.levOff[t] >= 0 && lk.levOff[t] != levOff[c] {
+			return false
+		}
+	}
+	return true
 }
 
 // NewRANSLookup makes the lookups of ent's tables. It fails on a table

@@ -418,6 +418,7 @@ int kk_rans2f_supported(void) {
 #define KK_RF_BASE 192
 #define KK_RF_COUNT 193
 #define KK_RF_MODE 194
+#define KK_RF_EL 196
 #define KK_RF_WORDS 256
 #define KK_RF_GATHER 0
 #define KK_RF_NARROW 1
@@ -490,12 +491,50 @@ KK_RF_TARGET KK_INLINE int kk_rf_step(const int wide, __m512i *x, __m512 *v, con
 	return 1;
 }
 
+// kk_load8el reads the 8 slots idx of a table's slot entries w (each
+// the packed entry, then its symbol's level's bits: RANSLookup's el) by
+// eight 64-bit loads straight into vector halves, and splits them into
+// the entries *e and the levels *lv: one load a lane for both, where
+// kk_load8 of the entries and then of the levels took two, the second
+// waiting on the first.
+__attribute__((target("avx2"))) KK_INLINE void kk_load8el(const uint64_t *w, __m256i idx, __m256i *e, __m256 *lv) {
+	__m128i lo = _mm256_castsi256_si128(idx), hi = _mm256_extracti128_si256(idx, 1);
+	uint64_t a = (uint64_t)_mm_cvtsi128_si64(lo), b = (uint64_t)_mm_extract_epi64(lo, 1);
+	uint64_t c = (uint64_t)_mm_cvtsi128_si64(hi), d = (uint64_t)_mm_extract_epi64(hi, 1);
+	__m128d q01 = _mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i *)(w + (uint32_t)a))), (const double *)(w + (a >> 32)));
+	__m128d q23 = _mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i *)(w + (uint32_t)b))), (const double *)(w + (b >> 32)));
+	__m128d q45 = _mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i *)(w + (uint32_t)c))), (const double *)(w + (c >> 32)));
+	__m128d q67 = _mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i *)(w + (uint32_t)d))), (const double *)(w + (d >> 32)));
+	// Lanes 0, 1, 4, 5 and 2, 3, 6, 7: the even dwords are the entries
+	// in lane order, the odd ones the levels.
+	__m256 x0 = _mm256_castpd_ps(_mm256_insertf128_pd(_mm256_castpd128_pd256(q01), q45, 1));
+	__m256 x1 = _mm256_castpd_ps(_mm256_insertf128_pd(_mm256_castpd128_pd256(q23), q67, 1));
+	*e = _mm256_castps_si256(_mm256_shuffle_ps(x0, x1, 0x88));
+	*lv = _mm256_shuffle_ps(x0, x1, 0xdd);
+}
+
 // kk_rf_gather is kk_rf_step by the gather of the packed entries e, the
 // levels gathered from l (tables of more than 64 levels) or permuted from
-// the registers of t (whose window then starts at 0).
-KK_RF_TARGET KK_INLINE void kk_rf_gather(__m512i *x, __m512 *v, const int *e, const float *l, int ns, const kk_rf *t) {
+// the registers of t (whose window then starts at 0); or, where the table
+// has slot entries w, by loads of each lane's entry and level at once
+// (kk_load8el), which on AMD Zen 5 run 1.2-1.3x the two gathers' rate
+// (BenchmarkRANS2DecodeStreams/all/4/levels, load 8).
+KK_RF_TARGET KK_INLINE void kk_rf_gather(__m512i *x, __m512 *v, const int *e, const float *l, int ns, const kk_rf *t,
+					  const uint64_t *w) {
 	const __m512i m12 = _mm512_set1_epi32((1 << KK_RANS_SCALE) - 1), m8 = _mm512_set1_epi32(255);
 	const __m512i bit5 = _mm512_set1_epi32(32);
+	if (w) {
+		// The slot entries: each lane's entry and level by one load, in
+		// two halves of 8 lanes.
+		__m512i slot = _mm512_and_si512(*x, m12);
+		__m256i e0, e1;
+		__m256 v0, v1;
+		kk_load8el(w, _mm512_castsi512_si256(slot), &e0, &v0);
+		kk_load8el(w, _mm512_extracti64x4_epi64(slot, 1), &e1, &v1);
+		*x = kk_rans2_next16(*x, _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1));
+		*v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(v0)), _mm256_castps_pd(v1), 1));
+		return;
+	}
 	__m512i en = _mm512_i32gather_epi32(_mm512_and_si512(*x, m12), e, 4);
 	__m512i s = _mm512_and_si512(en, m8);
 	*x = kk_rans2_next16(*x, en);
@@ -514,7 +553,7 @@ KK_RF_TARGET KK_INLINE void kk_rf_gather(__m512i *x, __m512 *v, const int *e, co
 KK_RF_TARGET KK_INLINE long kk_rans2f_streams(const int ns, float *const *out, long total, long g0, const uint8_t *const *src,
 					     const long *len, long *pos, long per, const uint32_t *ent, const int32_t *ent_off,
 					     const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *const *scale,
-					     const uint32_t *aux, uint32_t *xs) {
+					     const uint32_t *aux, const uint64_t *el, uint32_t *xs) {
 	__m512i x[8];
 	long p[4];
 #pragma GCC unroll 8
@@ -530,6 +569,8 @@ KK_RF_TARGET KK_INLINE long kk_rans2f_streams(const int ns, float *const *out, l
 		const int nsy = nsym[c];
 		kk_rf t;
 		int mode = kk_rf_load(&t, aux + (long)KK_RF_WORDS * (ent_off[c] >> KK_RANS_SCALE), l, nsy);
+		const uint32_t *a = aux + (long)KK_RF_WORDS * (ent_off[c] >> KK_RANS_SCALE);
+		const uint64_t *w = el && a[KK_RF_EL] ? el + (long)(a[KK_RF_EL] - 1) * (1 << KK_RANS_SCALE) : 0;
 		__m512 sc[4];
 #pragma GCC unroll 4
 		for (int j = 0; j < ns; j++) sc[j] = _mm512_set1_ps(scale[j][c]);
@@ -546,10 +587,10 @@ KK_RF_TARGET KK_INLINE long kk_rans2f_streams(const int ns, float *const *out, l
 			} else if (mode == KK_RF_WIDE) {
 #pragma GCC unroll 8
 				for (int h = 0; h < 2 * ns; h++)
-					if (!kk_rf_step(1, &x[h], &v[h], &t)) kk_rf_gather(&x[h], &v[h], e, l, nsy, &t);
+					if (!kk_rf_step(1, &x[h], &v[h], &t)) kk_rf_gather(&x[h], &v[h], e, l, nsy, &t, w);
 			} else {
 #pragma GCC unroll 8
-				for (int h = 0; h < 2 * ns; h++) kk_rf_gather(&x[h], &v[h], e, l, nsy, &t);
+				for (int h = 0; h < 2 * ns; h++) kk_rf_gather(&x[h], &v[h], e, l, nsy, &t, w);
 			}
 #pragma GCC unroll 4
 			for (int j = 0; j < ns; j++) {
@@ -585,18 +626,18 @@ KK_RF_TARGET long kk_rans2f_decode(long ns, float *out0, float *out1, float *out
 				   const uint8_t *src0, const uint8_t *src1, const uint8_t *src2, const uint8_t *src3,
 				   const long *len, long *pos, long per, const uint32_t *ent, const int32_t *ent_off,
 				   const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale0,
-				   const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux,
+				   const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, const uint64_t *el,
 				   uint32_t *xs) {
 	float *const out[4] = {out0, out1, out2, out3};
 	const uint8_t *const src[4] = {src0, src1, src2, src3};
 	const float *const scale[4] = {scale0, scale1, scale2, scale3};
 	switch (ns) {
 	case 2:
-		return kk_rans2f_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+		return kk_rans2f_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
 	case 3:
-		return kk_rans2f_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+		return kk_rans2f_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
 	default:
-		return kk_rans2f_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+		return kk_rans2f_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
 	}
 }
 
@@ -605,11 +646,11 @@ KK_RF_TARGET long kk_rans2f_decode(long ns, float *out0, float *out1, float *out
 // 32, the position after them.
 KK_RF_TARGET long kk_rans2f_decode1(float *out, long total, long g0, const uint8_t *src, long len, long pos, long per,
 				    const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off,
-				    const int32_t *nsym, const float *scale, const uint32_t *aux, uint32_t *xs) {
+				    const int32_t *nsym, const float *scale, const uint32_t *aux, const uint64_t *el, uint32_t *xs) {
 	float *const o[1] = {out};
 	const uint8_t *const s[1] = {src};
 	const float *const sc[1] = {scale};
-	long k = kk_rans2f_streams(1, o, total, g0, s, &len, &pos, per, ent, ent_off, lv, lev_off, nsym, sc, aux, xs);
+	long k = kk_rans2f_streams(1, o, total, g0, s, &len, &pos, per, ent, ent_off, lv, lev_off, nsym, sc, aux, el, xs);
 	return pos << 32 | k;
 }
 
@@ -620,8 +661,11 @@ KK_RF_TARGET long kk_rans2f_decode1(float *out, long total, long g0, const uint8
 // and start (the lookup's fs words) and its level permuted from two
 // registers each. The gather of 8 lanes costs about as much as 30
 // compares on AMD Zen 5, and tables over 8 levels gathered their levels
-// too. Larger tables take the gather, their levels permuted from
-// registers up to 16.
+// too. Larger tables, and those of over 6 symbols where the lookup has
+// slot entries (NewRANSLookupLevels: a slot's packed entry and its
+// level in 64 bits), read each lane's entry and level by one load
+// (kk_load8el); without slot entries, its entry and then its level by
+// two (kk_load8), their levels permuted from registers up to 16.
 
 #define KK_RC_MAX 16
 
@@ -641,11 +685,13 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE __m256i kk_load8(const int 
 
 // kk_rans2c_streams is kk_rans2_streams2 (ns = 1 to 4 streams of 8-lane
 // chains side by side) with aux's lookups: the narrow mode's tables of up
-// to 16 symbols by compares, the rest by the gather.
+// to 16 symbols by compares, the rest by loads, of each slot's entry and
+// level at once where el holds the table's slot entries (aux's word
+// KK_RF_EL is their block + 1), else of the entry and then the level.
 __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2c_streams(
 	const int ns, float *const *out, long total, long g0, const uint8_t *const *src, const long *len, long *pos, long per,
 	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
-	const float *const *scale, const uint32_t *aux, uint32_t *xs) {
+	const float *const *scale, const uint32_t *aux, const uint64_t *el, uint32_t *xs) {
 	__m256i x[16], v[16];
 	long p[4];
 #pragma GCC unroll 16
@@ -661,7 +707,8 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2c_streams(
 		const float *l = lv + lev_off[c];
 		const int nsy = nsym[c];
 		const uint32_t *a = aux + (long)KK_RF_WORDS * (ent_off[c] >> KK_RANS_SCALE);
-		const int cmp = a[KK_RF_MODE] == KK_RF_NARROW && nsy <= KK_RC_MAX;
+		const uint64_t *w = el && a[KK_RF_EL] ? el + (long)(a[KK_RF_EL] - 1) * (1 << KK_RANS_SCALE) : 0;
+		const int cmp = !w && a[KK_RF_MODE] == KK_RF_NARROW && nsy <= KK_RC_MAX;
 		// The starts less 1 as 16-bit words, the fs words and the levels
 		// of up to 16 symbols.
 		__m256i bnd[KK_RC_MAX - 1], f0 = zero, f1 = zero;
@@ -709,6 +756,17 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2c_streams(
 						v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
 					}
 				}
+			} else if (w) {
+#pragma GCC unroll 16
+				for (int h = 0; h < 4 * ns; h++) {
+					const int j = h / 4, q = h % 4;
+					__m256i e_;
+					__m256 v_;
+					kk_load8el(w, _mm256_and_si256(x[h], m12), &e_, &v_);
+					x[h] = kk_rans2_next8(x[h], e_);
+					_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_mul_ps(v_, _mm256_set1_ps(scale[j][c])));
+					v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
+				}
 			} else {
 #pragma GCC unroll 16
 				for (int h = 0; h < 4 * ns; h++) {
@@ -745,17 +803,18 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2c_decode(
 	long ns, float *out0, float *out1, float *out2, float *out3, long total, long g0, const uint8_t *src0,
 	const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
 	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
-	const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, uint32_t *xs) {
+	const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, const uint64_t *el,
+	uint32_t *xs) {
 	float *const out[4] = {out0, out1, out2, out3};
 	const uint8_t *const src[4] = {src0, src1, src2, src3};
 	const float *const scale[4] = {scale0, scale1, scale2, scale3};
 	switch (ns) {
 	case 2:
-		return kk_rans2c_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+		return kk_rans2c_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
 	case 3:
-		return kk_rans2c_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+		return kk_rans2c_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
 	default:
-		return kk_rans2c_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, xs);
+		return kk_rans2c_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
 	}
 }
 
@@ -764,10 +823,10 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2c_decode(
 __attribute__((target("avx2,fma,popcnt"))) long kk_rans2c_decode1(float *out, long total, long g0, const uint8_t *src, long len,
 								     long pos, long per, const uint32_t *ent, const int32_t *ent_off,
 								     const float *lv, const int32_t *lev_off, const int32_t *nsym,
-								     const float *scale, const uint32_t *aux, uint32_t *xs) {
+								     const float *scale, const uint32_t *aux, const uint64_t *el, uint32_t *xs) {
 	float *const o[1] = {out};
 	const uint8_t *const s[1] = {src};
 	const float *const sc[1] = {scale};
-	long k = kk_rans2c_streams(1, o, total, g0, s, &len, &pos, per, ent, ent_off, lv, lev_off, nsym, sc, aux, xs);
+	long k = kk_rans2c_streams(1, o, total, g0, s, &len, &pos, per, ent, ent_off, lv, lev_off, nsym, sc, aux, el, xs);
 	return pos << 32 | k;
 }

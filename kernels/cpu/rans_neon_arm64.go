@@ -28,8 +28,9 @@ func ransAuxC(lk *RANSLookup) *C.uint32_t {
 }
 
 // ransDecode2C is RANSDecode2's kernel call (rans_neon_arm64.c);
-// RANSDecode2 checked the tables' extents.
-func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32) (int, int) {
+// RANSDecode2 checked the tables' extents. The NEON kernels read no slot
+// entries (el).
+func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale []float32, x *[RANSLanes]uint32, el bool) (int, int) {
 	if len(src)-pos < 2*RANSLanes {
 		return 0, pos
 	}
@@ -41,7 +42,7 @@ func ransDecode2C(out []float32, g0 int, src []byte, pos, per int, ent []uint32,
 
 // ransDecode2StreamsC is RANSDecode2Streams's kernel call
 // (rans_neon_arm64.c); RANSDecode2Streams checked the extents.
-func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams) int {
+func ransDecode2StreamsC(out [][]float32, g0 int, src [][]byte, per int, ent []uint32, lk *RANSLookup, entOff []int32, lv []float32, levOff, nsym []int32, scale [][]float32, st *RANSStreams, el bool) int {
 	var o [RANSMaxStreams]*C.float
 	var s [RANSMaxStreams]*C.uint8_t
 	var sc [RANSMaxStreams]*C.float

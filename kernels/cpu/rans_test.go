@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -75,6 +76,8 @@ type ransTestFamily struct {
 	lv                 []float32
 	tabs, levOff, nsym []int32
 	lk                 *RANSLookup
+	// lkl is the lookup with the tables' levels (NewRANSLookupLevels).
+	lkl *RANSLookup
 }
 
 // newRANSTestFamily builds the family from rng, symbol i's level of each
@@ -96,7 +99,63 @@ func newRANSTestFamily(t *testing.T, rng *rand.Rand, level func(i int) float32) 
 	if f.lk, err = NewRANSLookup(f.ent); err != nil {
 		t.Fatal(err)
 	}
+	if f.lkl, err = NewRANSLookupLevels(f.ent, f.lv, f.levOff); err != nil {
+		t.Fatal(err)
+	}
 	return f
+}
+
+// TestRANSLookupLevels: NewRANSLookupLevels's slot entries hold each
+// slot's packed entry and its symbol's level, for the tables of more than
+// ransElMin symbols alone; levelsMatch takes the levels they were made
+// from and no others; a level offset past the levels, or a count of
+// offsets not that of the tables, is an error.
+func TestRANSLookupLevels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) })
+	lk := f.lkl
+	withEl := 0
+	for i, o := range f.tabs {
+		tb := int(o) >> RANSScaleBits
+		b := int(lk.aux[tb*ransAuxWords+ransAuxEL])
+		if (b != 0) != (f.nsym[i] > ransElMin) {
+			t.Fatalf("table %d of %d symbols: slot entries %d", tb, f.nsym[i], b)
+		}
+		if b == 0 {
+			continue
+		}
+		withEl++
+		for x, e := range f.ent[o:][:1<<RANSScaleBits] {
+			w := lk.el[(b-1)<<RANSScaleBits+x]
+			if uint32(w) != e || math.Float32frombits(uint32(w>>32)) != f.lv[int(f.levOff[i])+int(e&0xff)] {
+				t.Fatalf("table %d slot %d: slot entry %#x, entry %#x level %v", tb, x, w, e, f.lv[int(f.levOff[i])+int(e&0xff)])
+			}
+		}
+	}
+	if withEl == 0 || len(lk.el) != withEl<<RANSScaleBits {
+		t.Fatalf("%d tables with slot entries in %d", withEl, len(lk.el))
+	}
+	if !lk.levelsMatch(f.lv, f.tabs, f.levOff) {
+		t.Error("the tables' own levels do not match")
+	}
+	if f.lk.levelsMatch(f.lv, f.tabs, f.levOff) {
+		t.Error("a lookup without levels matches")
+	}
+	if lk.levelsMatch(slices.Clone(f.lv), f.tabs, f.levOff) {
+		t.Error("a copy of the levels matches")
+	}
+	last := len(f.tabs) - 1 // 256 symbols
+	moved := slices.Clone(f.levOff)
+	moved[last]++
+	if lk.levelsMatch(f.lv, f.tabs, moved) {
+		t.Error("a component's levels at another offset match")
+	}
+	if _, err := NewRANSLookupLevels(f.ent, f.lv, f.levOff[:last]); err == nil || !strings.Contains(err.Error(), "level offsets") {
+		t.Errorf("too few offsets: %v", err)
+	}
+	if _, err := NewRANSLookupLevels(f.ent, f.lv[:len(f.lv)-1], f.levOff); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("table %d", last)) {
+		t.Errorf("levels cut short: %v", err)
+	}
 }
 
 // TestRANSLookup: for tables of every size class and shape, the lookup
@@ -163,6 +222,9 @@ func TestRANSDecodeLookup(t *testing.T) {
 	// One family of every size and shape, and its levels.
 	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) + float32(i) })
 	ent, lv, tabs, levOff, nsym, lk := f.ent, f.lv, f.tabs, f.levOff, f.nsym, f.lk
+	// Every fifth round passes a copy of the levels: the lookup with
+	// levels then reads them from lv, as the one without.
+	lvCopy := slices.Clone(lv)
 	decoded := 0
 	for round := range 400 {
 		ns := 1 + round%RANSMaxStreams
@@ -181,8 +243,8 @@ func TestRANSDecodeLookup(t *testing.T) {
 			g0 = RANSLanes
 		}
 		n := comps*per - g0
-		var st [2]RANSStreams
-		var out [2][][]float32
+		var st [3]RANSStreams
+		var out [3][][]float32
 		src, scale := make([][]byte, ns), make([][]float32, ns)
 		for j := range ns {
 			src[j] = make([]byte, 64+rng.IntN(2*n+64))
@@ -198,28 +260,35 @@ func TestRANSDecodeLookup(t *testing.T) {
 			}
 			st[0].Pos[j] = rng.IntN(8)
 		}
-		st[1] = st[0]
-		var k [2]int
-		for v, l := range []*RANSLookup{lk, nil} {
+		st[1], st[2] = st[0], st[0]
+		lvr := lv
+		if round%5 == 4 {
+			lvr = lvCopy
+		}
+		var k [3]int
+		// The lookup, the lookup with levels, and the gather last.
+		for v, l := range []*RANSLookup{lk, f.lkl, nil} {
 			out[v] = make([][]float32, ns)
 			for j := range ns {
 				out[v][j] = make([]float32, n)
 			}
 			if ns == 1 {
-				k[v], st[v].Pos[0] = RANSDecode2(out[v][0], g0, src[0], st[v].Pos[0], per, ent, l, eo, lv, lo, nsy, scale[0], &st[v].X[0])
+				k[v], st[v].Pos[0] = RANSDecode2(out[v][0], g0, src[0], st[v].Pos[0], per, ent, l, eo, lvr, lo, nsy, scale[0], &st[v].X[0])
 			} else {
-				k[v] = RANSDecode2Streams(out[v], g0, src, per, ent, l, eo, lv, lo, nsy, scale, &st[v])
+				k[v] = RANSDecode2Streams(out[v], g0, src, per, ent, l, eo, lvr, lo, nsy, scale, &st[v])
 			}
 		}
-		if k[0] != k[1] || st[0].X != st[1].X || st[0].Pos != st[1].Pos {
-			t.Fatalf("round %d, %d streams: lookup decoded %d symbols to positions %v, the gather %d to %v (states equal %v)",
-				round, ns, k[0], st[0].Pos[:ns], k[1], st[1].Pos[:ns], st[0].X == st[1].X)
-		}
-		for j := range ns {
-			for i := range k[0] {
-				if math.Float32bits(out[0][j][i]) != math.Float32bits(out[1][j][i]) {
-					t.Fatalf("round %d, stream %d of %d, symbol %d (component %d, %d symbols): lookup %v, gather %v",
-						round, j, ns, i, (g0+i)/per, nsy[(g0+i)/per], out[0][j][i], out[1][j][i])
+		for v := range 2 {
+			if k[v] != k[2] || st[v].X != st[2].X || st[v].Pos != st[2].Pos {
+				t.Fatalf("round %d, %d streams: lookup %d decoded %d symbols to positions %v, the gather %d to %v (states equal %v)",
+					round, ns, v, k[v], st[v].Pos[:ns], k[2], st[2].Pos[:ns], st[v].X == st[2].X)
+			}
+			for j := range ns {
+				for i := range k[v] {
+					if math.Float32bits(out[v][j][i]) != math.Float32bits(out[2][j][i]) {
+						t.Fatalf("round %d, stream %d of %d, symbol %d (component %d, %d symbols): lookup %d %v, gather %v",
+							round, j, ns, i, (g0+i)/per, nsy[(g0+i)/per], v, out[v][j][i], out[2][j][i])
+					}
 				}
 			}
 		}
@@ -302,6 +371,9 @@ func TestRANSDecode2Reference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) * float32(i+1) })
 	ent, lv, tabs, levOff, nsym, lk := f.ent, f.lv, f.tabs, f.levOff, f.nsym, f.lk
+	// Every fifth round passes a copy of the levels: the lookup with
+	// levels then reads them from lv, as the one without.
+	lvCopy := slices.Clone(lv)
 	decoded := 0
 	for round := range 300 {
 		ns := 1 + round%RANSMaxStreams
@@ -337,7 +409,11 @@ func TestRANSDecode2Reference(t *testing.T) {
 			want[j] = make([]float32, n)
 			kr[j], ref.Pos[j] = ransDecode2Ref(want[j], g0, src[j], st0.Pos[j], per, ent, eo, lv, lo, scale[j], &ref.X[j])
 		}
-		for _, l := range []*RANSLookup{lk, nil} {
+		lvr := lv
+		if round%5 == 4 {
+			lvr = lvCopy
+		}
+		for _, l := range []*RANSLookup{lk, f.lkl, nil} {
 			st := st0
 			out := make([][]float32, ns)
 			for j := range ns {
@@ -345,9 +421,9 @@ func TestRANSDecode2Reference(t *testing.T) {
 			}
 			var k int
 			if ns == 1 {
-				k, st.Pos[0] = RANSDecode2(out[0], g0, src[0], st.Pos[0], per, ent, l, eo, lv, lo, nsy, scale[0], &st.X[0])
+				k, st.Pos[0] = RANSDecode2(out[0], g0, src[0], st.Pos[0], per, ent, l, eo, lvr, lo, nsy, scale[0], &st.X[0])
 			} else {
-				k = RANSDecode2Streams(out, g0, src, per, ent, l, eo, lv, lo, nsy, scale, &st)
+				k = RANSDecode2Streams(out, g0, src, per, ent, l, eo, lvr, lo, nsy, scale, &st)
 			}
 			if k == 0 {
 				continue // no kernel, or a stream too short: nothing decoded, nothing moved
@@ -380,5 +456,115 @@ func TestRANSDecode2Reference(t *testing.T) {
 	}
 	if !hasRANSKernels && decoded != 0 {
 		t.Errorf("%d symbols decoded without kernels", decoded)
+	}
+}
+
+// TestRANSTables: a table set checked once decodes as RANSDecode2 and
+// RANSDecode2Streams do with the same tables, states, positions and
+// values bit for bit, from any first component, with and without a
+// lookup holding its levels; tables outside ent or lv, or not the
+// lookup's, are errors naming the component.
+func TestRANSTables(t *testing.T) {
+	const per = 64
+	rng := rand.New(rand.NewPCG(11, 12))
+	f := newRANSTestFamily(t, rng, func(i int) float32 { return float32(rng.NormFloat64()) + float32(i) })
+	decoded := 0
+	for round := range 120 {
+		ns := 1 + round%RANSMaxStreams
+		comps := 2 + rng.IntN(10)
+		var eo, lo, nsy []int32
+		for range comps {
+			i := rng.IntN(len(f.tabs))
+			eo, lo, nsy = append(eo, f.tabs[i]), append(lo, f.levOff[i]), append(nsy, f.nsym[i])
+		}
+		lk := []*RANSLookup{f.lkl, f.lk, nil}[round%3]
+		tabs, err := NewRANSTables(f.ent, lk, eo, f.lv, lo, nsy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tabs.el != (lk == f.lkl) {
+			t.Fatalf("round %d: slot entries %v with lookup %d", round, tabs.el, round%3)
+		}
+		c0 := rng.IntN(comps - 1)
+		g0 := RANSLanes * rng.IntN(per/RANSLanes)
+		n := (comps-c0)*per - g0
+		src, scale := make([][]byte, ns), make([][]float32, ns)
+		var st [2]RANSStreams
+		for j := range ns {
+			src[j] = make([]byte, 64+rng.IntN(2*n+64))
+			for i := range src[j] {
+				src[j][i] = byte(rng.Uint32())
+			}
+			scale[j] = make([]float32, comps-c0)
+			for c := range scale[j] {
+				scale[j][c] = 0.5 + rng.Float32()
+			}
+			for i := range st[0].X[j] {
+				st[0].X[j][i] = 1<<16 + rng.Uint32N(1<<32-1<<16)
+			}
+			st[0].Pos[j] = rng.IntN(8)
+		}
+		st[1] = st[0]
+		var out [2][][]float32
+		var k [2]int
+		for v := range 2 {
+			out[v] = make([][]float32, ns)
+			for j := range ns {
+				out[v][j] = make([]float32, n)
+			}
+			switch {
+			case ns == 1 && v == 0:
+				k[v], st[v].Pos[0] = tabs.Decode2(out[v][0], g0, src[0], st[v].Pos[0], per, c0, scale[0], &st[v].X[0])
+			case ns == 1:
+				k[v], st[v].Pos[0] = RANSDecode2(out[v][0], g0, src[0], st[v].Pos[0], per, f.ent, lk, eo[c0:], f.lv, lo[c0:], nsy[c0:], scale[0], &st[v].X[0])
+			case v == 0:
+				k[v] = tabs.Decode2Streams(out[v], g0, src, per, c0, scale, &st[v])
+			default:
+				k[v] = RANSDecode2Streams(out[v], g0, src, per, f.ent, lk, eo[c0:], f.lv, lo[c0:], nsy[c0:], scale, &st[v])
+			}
+		}
+		if k[0] != k[1] || st[0].X != st[1].X || st[0].Pos != st[1].Pos {
+			t.Fatalf("round %d, %d streams: the table set decoded %d symbols to %v, RANSDecode2 %d to %v", round, ns, k[0], st[0].Pos[:ns], k[1], st[1].Pos[:ns])
+		}
+		for j := range ns {
+			for i := range k[0] {
+				if math.Float32bits(out[0][j][i]) != math.Float32bits(out[1][j][i]) {
+					t.Fatalf("round %d, stream %d, symbol %d: %v, RANSDecode2 %v", round, j, i, out[0][j][i], out[1][j][i])
+				}
+			}
+		}
+		decoded += k[0] * ns
+	}
+	if hasRANSKernels && decoded < 10000 {
+		t.Errorf("%d symbols decoded: the kernels stopped early", decoded)
+	}
+	eo, lo, nsy := slices.Clone(f.tabs[:3]), slices.Clone(f.levOff[:3]), slices.Clone(f.nsym[:3])
+	for _, tc := range []struct {
+		name, want string
+		edit       func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32)
+	}{
+		{"counts", "2 level offsets", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			return f.ent, f.lk, eo, lo[:2], nsy
+		}},
+		{"table past ent", "component 1's table", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			eo[1] = int32(len(f.ent))
+			return f.ent, f.lk, eo, lo, nsy
+		}},
+		{"levels past lv", "component 2's table", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			lo[2] = int32(len(f.lv))
+			return f.ent, f.lk, eo, lo, nsy
+		}},
+		{"inside a table", "component 0's table at 1", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			eo[0] = 1
+			return f.ent, f.lk, eo, lo, nsy
+		}},
+		{"other lookup", "other tables", func(eo, lo, nsy []int32) ([]uint32, *RANSLookup, []int32, []int32, []int32) {
+			return slices.Clone(f.ent), f.lk, eo, lo, nsy
+		}},
+	} {
+		ent, lk, e, l, s := tc.edit(slices.Clone(eo), slices.Clone(lo), slices.Clone(nsy))
+		if _, err := NewRANSTables(ent, lk, e, f.lv, l, s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }
