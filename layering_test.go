@@ -59,7 +59,7 @@ var allowed = map[string][]string{
 	"tokenizer": {"tokenizer/chattmpl", "internal/boundedfile"},
 	// Chat templates: a Jinja engine in transformers' environment.
 	"tokenizer/chattmpl": {},
-	"model":              {"compute", "kvcache", "weights", "pick", "model/arch"},
+	"model":              {"compute", "kvcache", "weights", "pick", "model/arch", "tensor"}, // tensor: the interleaved layout a backend names for quantize-on-load (compute.Interleaver)
 	// The architectures: one file per decoder family, read by the forward pass.
 	"model/arch": {"weights"},
 	"calibrate":  {"model", "codec", "weights", "kvcache", "compute", "compute/cpubackend"},
@@ -91,7 +91,7 @@ var allowed = map[string][]string{
 	"internal/mathx": {},
 	// Reading a small file no further than a limit (the model loaders).
 	"internal/boundedfile": {},
-	"internal/device":      {"compute", "compute/cpubackend", "compute/cudabackend", "compute/reference"}, // imported for their registration (compute.RegisterBackend)
+	"internal/device":      {"compute", "compute/cpubackend", "compute/cudabackend", "compute/reference", "tensor"}, // the backends imported for their registration (compute.RegisterBackend); tensor for compute.Interleaver's signature
 	"internal/testmodel":   {"tensor"},
 	"internal/leveltest":   {"kernels/cpu"},
 	"internal/cli":         {"kernels/cpu"}, // --version names the CPU kernels

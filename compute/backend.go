@@ -213,6 +213,23 @@ type Preparer interface {
 	Prepare(w Weight) (copied bool)
 }
 
+// Interleaver is implemented by a backend whose kernels read some
+// quantized types' rows interleaved (a tensor.InterleavedFormat), a layout
+// its Prepare would otherwise make from the stored rows, in a second copy.
+// A loader that writes a matrix's rows itself (quantizing on load) asks
+// Interleaved for the layout of each matrix, writes the rows in it at
+// once, and uploads them with UploadInterleaved: one pass, one buffer.
+type Interleaver interface {
+	// Interleaved returns the layout in which the backend reads a matrix
+	// of rows x cols values of d, nil where it reads the rows as stored.
+	Interleaved(d tensor.DType, rows, cols int) *tensor.InterleavedFormat
+	// UploadInterleaved is Upload for a quantized m whose bytes hold its
+	// rows in f, the layout Interleaved named for it (its first rows, a
+	// multiple of f.Rows, in f's groups, then the rows after them as
+	// stored).
+	UploadInterleaved(m tensor.Mat, f *tensor.InterleavedFormat) (Weight, error)
+}
+
 // Describer is implemented by a backend that describes itself for logs
 // and run statistics: the device and the kernels it runs, e.g. "avx2+fma
 // (GOEXPERIMENT=simd)" for the CPU or a GPU's name and its GEMM path.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
+	"github.com/kakeya-ai/kakeya/compute/cpubackend"
 	refbackend "github.com/kakeya-ai/kakeya/compute/reference"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/pick"
@@ -258,6 +259,49 @@ func TestQuantizeOnLoadK(t *testing.T) {
 		})
 	}
 }
+
+// Quantizing on load for a backend whose kernels read the rows
+// interleaved (the CPU's AVX2 family: this test's rerun at the avx2 level)
+// writes them so in one pass (compute.Interleaver); the logits are bit
+// for bit those of the two passes, quantizing and then Prepare's
+// interleaving, which a backend that names no layout takes. Where the
+// kernels read the rows as stored both loads are the same path.
+func TestQuantizeOnLoadOnePass(t *testing.T) {
+	ids, _ := reference(t, "ref-qwen2-6m_logits.txt")
+	ids = ids[:8]
+	dir := shareddata.File(t, "models", "ref-qwen2-6m")
+	for _, w := range []string{"q8_0", "q4_k", "q5_k", "q6_k"} {
+		t.Run(w, func(t *testing.T) {
+			b, err := cpubackend.NewMatMul(2, "f32")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			one, err := load(t, dir, Options{Backend: cpuBackend(t, 2, "f32"), Weights: w}).Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			two, err := load(t, dir, Options{Backend: noLayout{b}, Weights: w}).Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range one {
+				for j := range one[i] {
+					if math.Float32bits(one[i][j]) != math.Float32bits(two[i][j]) {
+						t.Fatalf("position %d logit %d: %v in one pass, %v in two", i, j, one[i][j], two[i][j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// noLayout is the CPU backend naming no interleaved layout to a loader
+// (compute.Interleaver), so that quantizing on load writes the rows as
+// stored and Prepare interleaves them: the two passes.
+type noLayout struct{ *cpubackend.Backend }
+
+func (noLayout) Interleaved(tensor.DType, int, int) *tensor.InterleavedFormat { return nil }
 
 // The K quantizers are llama.cpp's: ref-qwen2-6m's matrices quantized on
 // load are, byte for byte, the blocks llama-quantize --pure writes for the

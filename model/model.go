@@ -17,6 +17,7 @@ import (
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/kvcache"
 	"github.com/kakeya-ai/kakeya/model/arch"
+	"github.com/kakeya-ai/kakeya/tensor"
 	"github.com/kakeya-ai/kakeya/weights"
 )
 
@@ -427,14 +428,22 @@ func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
 	if t == nil {
 		return nil
 	}
+	// Quantizing on load for a backend that reads the type's rows
+	// interleaved writes them so at once (one pass, one buffer) rather
+	// than have its Prepare copy them.
+	var layout *tensor.InterleavedFormat
 	if ld.weights != "" {
-		q, ok, err := t.Quantize(ld.weights)
+		var interleaved func(d tensor.DType, rows, cols int) *tensor.InterleavedFormat
+		if iv, ok := ld.b.(compute.Interleaver); ok {
+			interleaved = iv.Interleaved
+		}
+		q, f, ok, err := t.QuantizeInterleaved(ld.weights, interleaved)
 		if err != nil {
 			ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
 			return nil
 		}
 		if ok {
-			t = q
+			t, layout = q, f
 			ld.store.Evict(name) // the stored matrix is not read again
 		}
 	}
@@ -443,7 +452,12 @@ func (ld *loader) mat(ts weights.TensorSpec) compute.Weight {
 		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
 		return nil
 	}
-	w, err := ld.b.Upload(m)
+	var w compute.Weight
+	if layout != nil {
+		w, err = ld.b.(compute.Interleaver).UploadInterleaved(m, layout)
+	} else {
+		w, err = ld.b.Upload(m)
+	}
 	if err != nil {
 		ld.err = fmt.Errorf("model: %s: tensor %s: %w", ld.dir, name, err)
 		return nil

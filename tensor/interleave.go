@@ -187,8 +187,10 @@ func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in b
 		return fmt.Errorf("tensor: %s: %d groups need %d bytes, have %d", f.Name, ng, ng*gb, len(groups))
 	}
 	nb := cols / f.Block
-	if in && f == &Q8_0x8 && q8_0Const {
-		interleaveQ8_0(groups, rows, ng, nb, rb)
+	if in {
+		for g := range ng {
+			interleaveGroup(f, groups[g*gb:(g+1)*gb], rows[g*f.Rows*rb:(g+1)*f.Rows*rb], nb, rb)
+		}
 		return nil
 	}
 	for g := range ng {
@@ -196,11 +198,41 @@ func interleave(groups []byte, f *InterleavedFormat, rows []byte, cols int, in b
 			gblk := groups[(g*nb+b)*f.Bytes : (g*nb+b+1)*f.Bytes]
 			for r := range f.Rows {
 				row := rows[(g*f.Rows+r)*rb+b*bf.Bytes : (g*f.Rows+r)*rb+(b+1)*bf.Bytes]
-				f.move(gblk, row, r, in)
+				f.move(gblk, row, r, false)
 			}
 		}
 	}
 	return nil
+}
+
+// interleaveGroup writes the group g (nb blocks of f) of the f.Rows rows
+// in rows (rb bytes each): the loop a load runs over every byte of an
+// interleaved type's matrices, so each format has one of its own, moving
+// whole words with the offsets looked up once (a copy call per field, as
+// move makes, took seconds for a 7B model).
+func interleaveGroup(f *InterleavedFormat, g, rows []byte, nb, rb int) {
+	switch f.Base {
+	case Q8_0:
+		if q8_0Const {
+			interleaveQ8_0(g, rows, nb, rb)
+			return
+		}
+	case Q6_K:
+		interleaveQ6K(g, rows, nb, rb)
+		return
+	case Q5_K:
+		interleaveQ45K(&q5kOff, f.Bytes, g, rows, nb, rb)
+		return
+	case Q4_K:
+		interleaveQ45K(&q4kOff, f.Bytes, g, rows, nb, rb)
+		return
+	}
+	bb := f.Base.Format().Bytes
+	for b := range nb {
+		for r := range f.Rows {
+			f.move(g[b*f.Bytes:(b+1)*f.Bytes], rows[r*rb+b*bb:r*rb+(b+1)*bb], r, true)
+		}
+	}
 }
 
 // q45kOffsets are the field offsets moveQ45K reads: a group block's
@@ -272,19 +304,130 @@ var q8_0Off = struct{ d, qs, bd, bqs int }{Q8_0x8.Field("d").Offset, Q8_0x8.Fiel
 // as constants (the scales first, then the codes, in both layouts).
 var q8_0Const = q8_0Off == struct{ d, qs, bd, bqs int }{0, 16, 0, 2} && Q8_0x8.Bytes == 272 && Q8_0.Format().Bytes == 34
 
-// interleaveQ8_0 is interleave's loop for Q8_0 rows into Q8_0x8 groups
-// (what a load runs over every Q8_0 matrix): moveQ8_0's moves with the
-// offsets constant and two bytes a move, without a call or a copy each.
-// Moving a 7B model's 7.5 GB of rows one copy at a time took seconds.
-func interleaveQ8_0(groups, rows []byte, ng, nb, rb int) {
-	for g := range ng {
-		for b := range nb {
-			gblk := (*[272]byte)(groups[(g*nb+b)*272:])
-			for r := range 8 {
-				blk := (*[34]byte)(rows[(g*8+r)*rb+b*34:])
-				gblk[2*r], gblk[2*r+1] = blk[0], blk[1]
-				for p := range 16 {
-					binary.LittleEndian.PutUint16(gblk[16+16*p+2*r:], binary.LittleEndian.Uint16(blk[2+2*p:]))
+// interleaveQ8_0 is interleaveGroup for Q8_0 rows into Q8_0x8 (what a
+// load runs over every Q8_0 matrix): per block, the eight rows' scales as
+// two words, and their codes four pairs a row at a time, a 4x4 transpose
+// of 16-bit pairs in 64-bit words making each 8-byte half of a group
+// line (four rows' pair p).
+func interleaveQ8_0(g, rows []byte, nb, rb int) {
+	le := binary.LittleEndian
+	var x [8]*[34]byte
+	for b := range nb {
+		gb := (*[272]byte)(g[b*272:])
+		for r := range x {
+			x[r] = (*[34]byte)(rows[r*rb+b*34:])
+		}
+		for h := range 2 {
+			y := x[4*h : 4*h+4 : 4*h+4]
+			le.PutUint64(gb[8*h:], uint64(le.Uint16(y[0][0:]))|uint64(le.Uint16(y[1][0:]))<<16|
+				uint64(le.Uint16(y[2][0:]))<<32|uint64(le.Uint16(y[3][0:]))<<48)
+			for k := range 4 {
+				o0, o1, o2, o3 := transpose16(le.Uint64(y[0][2+8*k:]), le.Uint64(y[1][2+8*k:]), le.Uint64(y[2][2+8*k:]), le.Uint64(y[3][2+8*k:]))
+				le.PutUint64(gb[16+16*(4*k)+8*h:], o0)
+				le.PutUint64(gb[16+16*(4*k+1)+8*h:], o1)
+				le.PutUint64(gb[16+16*(4*k+2)+8*h:], o2)
+				le.PutUint64(gb[16+16*(4*k+3)+8*h:], o3)
+			}
+		}
+	}
+}
+
+// transpose16 transposes four words of four 16-bit lanes (lane 0 the low
+// bits): word j of the result holds lane j of a, b, c and d, in order.
+func transpose16(a, b, c, d uint64) (o0, o1, o2, o3 uint64) {
+	const m = 0x0000FFFF0000FFFF
+	abLo, abHi := a&m|(b&m)<<16, a>>16&m|b&^m // a0 b0 a2 b2, a1 b1 a3 b3
+	cdLo, cdHi := c&m|(d&m)<<16, c>>16&m|d&^m
+	const lo = 0x00000000FFFFFFFF
+	return abLo&lo | cdLo<<32, abHi&lo | cdHi<<32, abLo>>32 | cdLo&^lo, abHi>>32 | cdHi&^lo
+}
+
+// interleaveQ45K is interleaveGroup for Q4_K or Q5_K rows into Q4_Kx8 or
+// Q5_Kx8 (o's; gbytes a group block's bytes): per block, each row's d,
+// dmin and codes (and fifth bits) moved four bytes at a time, its scales
+// and mins unpacked into the 128 values, which are then packed into the
+// 96 bytes once for the eight rows.
+func interleaveQ45K(o *q45kOffsets, gbytes int, g, rows []byte, nb, rb int) {
+	le := binary.LittleEndian
+	bb := rb / nb
+	var v [128]uint8
+	for b := range nb {
+		gblk := g[b*gbytes : (b+1)*gbytes]
+		gq := (*[1024]byte)(gblk[o.qs:])
+		for r := range 8 {
+			blk := rows[r*rb+b*bb : r*rb+(b+1)*bb]
+			le.PutUint16(gblk[o.d+2*r:], le.Uint16(blk[o.bd:]))
+			le.PutUint16(gblk[o.dmin+2*r:], le.Uint16(blk[o.bdmin:]))
+			sc := blk[o.bsc : o.bsc+12]
+			for j := range 8 {
+				s, m := scaleMin(j, sc)
+				v[8*j+r], v[64+16*(j/2)+2*r+j%2] = s, m
+			}
+			qs := (*[128]byte)(blk[o.bqs:])
+			for c := range 4 {
+				for k := range 8 {
+					le.PutUint32(gq[256*c+32*k+4*r:], le.Uint32(qs[32*c+4*k:]))
+				}
+			}
+			if o.qh >= 0 {
+				gh, qh := (*[256]byte)(gblk[o.qh:]), (*[32]byte)(blk[o.bqh:])
+				for k := range 8 {
+					le.PutUint32(gh[32*k+4*r:], le.Uint32(qh[4*k:]))
+				}
+			}
+		}
+		sm := (*[96]byte)(gblk[o.scales:])
+		for p := range 64 {
+			sm[p] = v[p]&63 | v[64+p]<<6
+		}
+		for q := range 32 {
+			sm[64+q] = v[64+q]>>2&0xF | v[96+q]>>2<<4
+		}
+	}
+}
+
+// interleaveQ6K is interleaveGroup for Q6_K rows into Q6_Kx8: per row,
+// half (h) and four-byte word j of ql's and qh's 32-byte lines, the codes
+// of values 128h + 32k + 4j + i (i 0..3) for the four k at once (ql's
+// low or high nibbles, qh's bits 2k), which are sub-block 8h + 2k + j/4's
+// word j%4; then per sub-block three words written, each with two bits
+// of the fourth's codes on top.
+func interleaveQ6K(g, rows []byte, nb, rb int) {
+	le := binary.LittleEndian
+	o := &q6kOff
+	gbytes := Q6_Kx8.Bytes
+	const m4, m2 = 0x0F0F0F0F, 0x03030303
+	for b := range nb {
+		gblk := g[b*gbytes : (b+1)*gbytes]
+		qs := (*[1536]byte)(gblk[o.qs:])
+		for r := range 8 {
+			blk := rows[r*rb+b*210 : r*rb+(b+1)*210]
+			le.PutUint16(gblk[o.d+2*r:], le.Uint16(blk[o.bd:]))
+			for j := range 8 {
+				le.PutUint16(gblk[o.scales+16*j+2*r:], le.Uint16(blk[o.bsc+2*j:]))
+			}
+			ql, qh := (*[128]byte)(blk[o.bql:]), (*[64]byte)(blk[o.bqh:])
+			put := func(u int, c *[4]uint32) {
+				q := qs[96*u : 96*u+96 : 96*u+96]
+				le.PutUint32(q[4*r:], c[0]|(c[3]&m2)<<6)
+				le.PutUint32(q[32+4*r:], c[1]|(c[3]>>2&m2)<<6)
+				le.PutUint32(q[64+4*r:], c[2]|(c[3]>>4&m2)<<6)
+			}
+			for h := range 2 {
+				for jj := range 2 {
+					var c0, c1, c2, c3 [4]uint32
+					for m := range 4 {
+						j := 4*jj + m
+						a, b, q := le.Uint32(ql[64*h+4*j:]), le.Uint32(ql[64*h+32+4*j:]), le.Uint32(qh[32*h+4*j:])
+						c0[m] = a&m4 | (q&m2)<<4
+						c1[m] = b&m4 | (q>>2&m2)<<4
+						c2[m] = a>>4&m4 | (q>>4&m2)<<4
+						c3[m] = b>>4&m4 | (q>>6&m2)<<4
+					}
+					put(8*h+jj, &c0)
+					put(8*h+2+jj, &c1)
+					put(8*h+4+jj, &c2)
+					put(8*h+6+jj, &c3)
 				}
 			}
 		}

@@ -30,6 +30,18 @@ func TestInterleaveRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			nb := tc.cols / f.Block
+			// The load's loops (interleaveGroup) write what moving
+			// each row's block alone (move, the loop RowBlock and
+			// DeinterleaveRows run the other way) writes.
+			ref := make([]byte, len(groups))
+			for row := range tc.rows {
+				for b := range nb {
+					f.move(ref[((row/8)*nb+b)*f.Bytes:][:f.Bytes], src[row*rb+b*bf.Bytes:][:bf.Bytes], row%8, true)
+				}
+			}
+			if !bytes.Equal(groups, ref) {
+				t.Fatalf("%s %dx%d: InterleaveRows differs from the rows moved one block at a time", f.Name, tc.rows, tc.cols)
+			}
 			for row := range tc.rows {
 				for b := range nb {
 					g := groups[((row/8)*nb+b)*f.Bytes:][:f.Bytes]
@@ -211,5 +223,30 @@ func TestInterleaveBadShapes(t *testing.T) {
 		if d.Interleaved() != nil {
 			t.Errorf("%v: an interleaved format", d)
 		}
+	}
+}
+
+// BenchmarkInterleaveRows moves 64 rows of a 7B model's width (3,584
+// values) into groups, as a load does for every matrix of an
+// interleaved type; bytes/s are the rows' bytes.
+func BenchmarkInterleaveRows(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8} {
+		const rows, cols = 64, 3584
+		rb, _ := f.Base.RowBytes(cols)
+		gb, _ := f.GroupBytes(cols)
+		src := make([]byte, rows*rb)
+		for i := range src {
+			src[i] = byte(r.Uint32())
+		}
+		dst := make([]byte, rows/f.Rows*gb)
+		b.Run(f.Name, func(b *testing.B) {
+			b.SetBytes(int64(len(src)))
+			for b.Loop() {
+				if err := InterleaveRows(dst, f, src, cols); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -366,58 +366,109 @@ func fallback(d tensor.DType) tensor.DType {
 // fits; "bf16" rounds F32 and F16 matrices to BF16. ok is false, and t is
 // returned as it is, for another tensor, or one no format fits.
 func (t *Tensor) Quantize(format string) (q *Tensor, ok bool, err error) {
+	q, _, ok, err = t.QuantizeInterleaved(format, nil)
+	return q, ok, err
+}
+
+// QuantizeInterleaved is Quantize for a backend whose kernels read some
+// quantized types' rows interleaved (compute.Interleaver): where
+// layout(d, rows, cols) names a format f for the type d the matrix
+// quantizes to, q.Data holds the rows in f at once (its first rows, a
+// multiple of f.Rows, in f's groups, then the rows after them as stored:
+// the bytes tensor.InterleaveRows writes from Quantize's rows, bit for
+// bit) and f is returned. Each group's rows are quantized into a buffer of
+// the worker's own and moved from there into place, so the matrix is
+// written once, in one buffer, where Quantize and then interleaving held
+// two. A nil layout, or one that returns nil, is Quantize (f nil).
+func (t *Tensor) QuantizeInterleaved(format string, layout func(d tensor.DType, rows, cols int) *tensor.InterleavedFormat) (q *Tensor, f *tensor.InterleavedFormat, ok bool, err error) {
 	d, err := ParseWeightFormat(format)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	if len(t.Shape) != 2 || t.DType.Size() == 0 || d == 0 {
-		return t, false, nil
+		return t, nil, false, nil
 	}
 	if err := t.check(); err != nil {
-		return nil, false, fmt.Errorf("weights: %w", err)
+		return nil, nil, false, fmt.Errorf("weights: %w", err)
 	}
 	if d == tensor.BF16 {
 		if t.DType == tensor.BF16 {
-			return t, false, nil
+			return t, nil, false, nil
 		}
 		v, err := t.Float32s()
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		out := make([]byte, 2*len(v))
 		for i, f := range v {
 			binary.LittleEndian.PutUint16(out[2*i:], tensor.F32ToBF16(f))
 		}
-		return &Tensor{Name: t.Name, DType: tensor.BF16, Shape: t.Shape, Data: out}, true, nil
+		return &Tensor{Name: t.Name, DType: tensor.BF16, Shape: t.Shape, Data: out}, nil, true, nil
 	}
 	if t.Shape[1]%d.Format().Block != 0 {
 		d = fallback(d)
 		if d == 0 || t.Shape[1]%d.Format().Block != 0 {
-			return t, false, nil
+			return t, nil, false, nil
 		}
 	}
 	rows, cols := t.Shape[0], t.Shape[1]
 	rb, _ := d.RowBytes(cols)
+	// Work units: the groups of f's rows (none without f), then the rows
+	// after them one by one, whose bytes follow the groups'.
+	ng, gb, gr := 0, 0, 1
+	if layout != nil {
+		f = layout(d, rows, cols)
+	}
+	if f != nil {
+		var fits bool
+		gb, fits = f.GroupBytes(cols)
+		if f.Base != d || !fits || gb != f.Rows*rb {
+			return nil, nil, false, fmt.Errorf("weights: tensor %q: layout %s does not fit %v rows of %d values", t.Name, f.Name, d, cols)
+		}
+		ng, gr = rows/f.Rows, f.Rows
+	}
+	units := ng + rows - ng*gr
 	out := make([]byte, rows*rb)
 	es := t.DType.Size()
-	// The rows go to one goroutine per CPU in contiguous runs: the K
+	quantRow := func(dst []byte, row []float32, r int) error {
+		src := &Tensor{Name: t.Name, DType: t.DType, Shape: []int{cols}, Data: t.Data[r*cols*es : (r+1)*cols*es]}
+		v, err := src.Float32s()
+		if err == nil {
+			copy(row, v)
+			err = tensor.QuantizeRow(dst, d, row)
+		}
+		if err != nil {
+			return fmt.Errorf("weights: tensor %q row %d: %w", t.Name, r, err)
+		}
+		return nil
+	}
+	// The units go to one goroutine per CPU in contiguous runs: the K
 	// types' scale search costs ~100 ns a value, minutes for a 7B model
 	// on one core.
-	workers := min(runtime.GOMAXPROCS(0), max(1, rows*cols/quantizeGrain))
+	workers := min(runtime.GOMAXPROCS(0), max(1, rows*cols/quantizeGrain), units)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			row := make([]float32, cols)
-			for r := w * rows / workers; r < (w+1)*rows/workers; r++ {
-				src := &Tensor{Name: t.Name, DType: t.DType, Shape: []int{cols}, Data: t.Data[r*cols*es : (r+1)*cols*es]}
-				v, err := src.Float32s()
-				if err == nil {
-					copy(row, v)
-					err = tensor.QuantizeRow(out[r*rb:(r+1)*rb], d, row)
+			var group []byte
+			if f != nil {
+				group = make([]byte, gr*rb)
+			}
+			for u := w * units / workers; u < (w+1)*units/workers; u++ {
+				if u >= ng {
+					r := ng*gr + u - ng
+					if errs[w] = quantRow(out[r*rb:(r+1)*rb], row, r); errs[w] != nil {
+						return
+					}
+					continue
 				}
-				if err != nil {
-					errs[w] = fmt.Errorf("weights: tensor %q row %d: %w", t.Name, r, err)
+				for i := range gr {
+					if errs[w] = quantRow(group[i*rb:(i+1)*rb], row, u*gr+i); errs[w] != nil {
+						return
+					}
+				}
+				if errs[w] = tensor.InterleaveRows(out[u*gb:(u+1)*gb], f, group, cols); errs[w] != nil {
 					return
 				}
 			}
@@ -425,9 +476,9 @@ func (t *Tensor) Quantize(format string) (q *Tensor, ok bool, err error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	return &Tensor{Name: t.Name, DType: d, Shape: []int{rows, cols}, Data: out}, true, nil
+	return &Tensor{Name: t.Name, DType: d, Shape: []int{rows, cols}, Data: out}, f, true, nil
 }
 
 // quantizeGrain is about the fewest values worth a goroutine of their own

@@ -190,6 +190,25 @@ func (b *Backend) Upload(m tensor.Mat) (compute.Weight, error) {
 	return &weight{m: m, mm: kern.NewMatrix(m)}, nil
 }
 
+// Interleaved returns the interleaved layout in which the CPU's kernels
+// read a quantized matrix of d (kern.InterleavedLayout), nil where they
+// read its rows as stored (compute.Interleaver).
+func (b *Backend) Interleaved(d tensor.DType, rows, cols int) *tensor.InterleavedFormat {
+	return kern.InterleavedLayout(d, rows, cols)
+}
+
+// UploadInterleaved returns a Weight over m's bytes, which hold its rows
+// in f (compute.Interleaver): the kernels read them in place, as they read
+// the copy Prepare makes of stored rows.
+func (b *Backend) UploadInterleaved(m tensor.Mat, f *tensor.InterleavedFormat) (compute.Weight, error) {
+	mm, err := kern.NewInterleavedMatrix(m, f)
+	if err != nil {
+		return nil, err
+	}
+	b.dtypes.Or(1 << m.DType)
+	return &weight{m: mm.Mat(), mm: mm}, nil
+}
+
 // Prepare packs w into the panels the kernels read, where they read any,
 // or interleaves a quantized w's rows where the kernels read them so (see
 // kern.Pool.Prepare), and reports whether it did. An interleaved w's

@@ -1,10 +1,12 @@
 package device
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/kakeya-ai/kakeya/compute"
 	"github.com/kakeya-ai/kakeya/compute/cudabackend"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // Counts are what a backend was asked to do since counting began.
@@ -135,6 +137,23 @@ func (c *counting) Prepare(w compute.Weight) bool {
 		return p.Prepare(w)
 	}
 	return false
+}
+
+// Interleaved forwards to the backend's compute.Interleaver, if it has
+// one (nil otherwise: the rows are uploaded as stored).
+func (c *counting) Interleaved(d tensor.DType, rows, cols int) *tensor.InterleavedFormat {
+	if iv, ok := c.Backend.(compute.Interleaver); ok {
+		return iv.Interleaved(d, rows, cols)
+	}
+	return nil
+}
+
+// UploadInterleaved forwards to the backend's compute.Interleaver.
+func (c *counting) UploadInterleaved(m tensor.Mat, f *tensor.InterleavedFormat) (compute.Weight, error) {
+	if iv, ok := c.Backend.(compute.Interleaver); ok {
+		return iv.UploadInterleaved(m, f)
+	}
+	return nil, fmt.Errorf("device: %s reads no interleaved layout (%s)", c.Name(), f.Name)
 }
 
 // Describe forwards to the backend's compute.Describer, if it has one.

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"bytes"
+	"fmt"
 
 	"github.com/kakeya-ai/kakeya/tensor"
 )
@@ -50,6 +51,51 @@ func x8Offsets(f *tensor.InterleavedFormat) [6]int64 {
 func interleaves(m *tensor.Mat) bool {
 	f := m.DType.Interleaved()
 	return hasAVX2C && !hasQuant512 && f != nil && m.Rows >= f.Rows && m.Cols%f.Block == 0
+}
+
+// InterleavedLayout returns the interleaved format in which this
+// process's kernels read a quantized matrix of rows x cols values of d
+// (the AVX2 family's, see Pool.Prepare), nil where they read its rows as
+// stored. A loader that writes a matrix's rows itself (quantizing on
+// load) may write them so at once and make the Matrix with
+// NewInterleavedMatrix, rather than have Prepare copy them.
+func InterleavedLayout(d tensor.DType, rows, cols int) *tensor.InterleavedFormat {
+	if !interleaves(&tensor.Mat{DType: d, Rows: rows, Cols: cols}) {
+		return nil
+	}
+	return d.Interleaved()
+}
+
+// NewInterleavedMatrix returns the Matrix of the quantized matrix m whose
+// bytes m.Q already hold its rows in f, the layout InterleavedLayout
+// names for it: its first rows, a multiple of f.Rows, in f's groups
+// (what tensor.InterleaveRows writes), then the rows after them as
+// stored; as many bytes as the stored rows. The Matrix reads m.Q in place
+// (Mat then has no storage, as after Prepare). It returns an error where
+// f is not that layout or the bytes do not fit the shape.
+func NewInterleavedMatrix(m tensor.Mat, f *tensor.InterleavedFormat) (*Matrix, error) {
+	if want := InterleavedLayout(m.DType, m.Rows, m.Cols); f == nil || f != want {
+		have := "none"
+		if want != nil {
+			have = want.Name
+		}
+		name := "none"
+		if f != nil {
+			name = f.Name
+		}
+		return nil, fmt.Errorf("cpu: %v weight of %dx%d laid out as %s, where this CPU's kernels read %s", m.DType, m.Rows, m.Cols, name, have)
+	}
+	rb, _ := m.DType.RowBytes(m.Cols)
+	if len(m.Q) != m.Rows*rb || len(m.F32) != 0 || len(m.U16) != 0 {
+		return nil, fmt.Errorf("cpu: %v weight of %dx%d in %s has %d bytes, want %d", m.DType, m.Rows, m.Cols, f.Name, len(m.Q), m.Rows*rb)
+	}
+	gb, _ := f.GroupBytes(m.Cols)
+	ng := m.Rows / f.Rows
+	q := m.Q
+	m.Q = nil
+	w := &Matrix{m: m}
+	w.x8.Store(&interleaved{f: f, groups: q[: ng*gb : ng*gb], gb: gb, rows: ng * f.Rows, off: x8Offsets(f), rest: q[ng*gb:]})
+	return w, nil
 }
 
 // interleave returns m's rows interleaved, the groups made by run (a

@@ -656,3 +656,92 @@ func TestQuantX8Extremes(t *testing.T) {
 		}
 	}
 }
+
+// A matrix whose rows a loader wrote interleaved itself
+// (NewInterleavedMatrix over InterleaveRows' groups and the rows after
+// them as stored, as quantizing on load writes them) multiplies and reads
+// back bit for bit as the same rows interleaved by Prepare; where this
+// process's kernels read the rows as stored, or the layout or bytes do
+// not fit, NewInterleavedMatrix says so.
+func TestNewInterleavedMatrix(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 13))
+	p := NewPool(2)
+	for _, tc := range []struct {
+		dt         tensor.DType
+		rows, cols int
+	}{{tensor.Q4_K, 37, 512}, {tensor.Q5_K, 16, 256}, {tensor.Q6_K, 21, 512}, {tensor.Q8_0, 37, 512}, {tensor.Q8_0, 5, 64}} {
+		m := quantMat(tc.dt.Format(), tc.rows, tc.cols, uint64(tc.rows))
+		f := InterleavedLayout(tc.dt, tc.rows, tc.cols)
+		if want := interleaves(&m); (f != nil) != want {
+			t.Fatalf("%v %dx%d: InterleavedLayout %v, Prepare interleaves %v", tc.dt, tc.rows, tc.cols, f, want)
+		}
+		if f == nil {
+			if _, err := NewInterleavedMatrix(m, tc.dt.Interleaved()); err == nil {
+				t.Fatalf("%v %dx%d: NewInterleavedMatrix took a layout this CPU's kernels do not read", tc.dt, tc.rows, tc.cols)
+			}
+			continue
+		}
+		rb, _ := tc.dt.RowBytes(tc.cols)
+		gb, _ := f.GroupBytes(tc.cols)
+		ng := tc.rows / f.Rows
+		q := make([]byte, len(m.Q))
+		if err := tensor.InterleaveRows(q[:ng*gb], f, m.Q[:ng*f.Rows*rb], tc.cols); err != nil {
+			t.Fatal(err)
+		}
+		copy(q[ng*gb:], m.Q[ng*f.Rows*rb:])
+		lm := m
+		lm.Q = q
+		for _, bad := range []struct {
+			what string
+			m    tensor.Mat
+			f    *tensor.InterleavedFormat
+		}{{"another type's layout", lm, otherLayout(f)}, {"no layout", lm, nil}, {"a byte short", tensor.Mat{DType: m.DType, Rows: m.Rows, Cols: m.Cols, Q: q[:len(q)-1]}, f}} {
+			if _, err := NewInterleavedMatrix(bad.m, bad.f); err == nil {
+				t.Fatalf("%v %dx%d: NewInterleavedMatrix took %s", tc.dt, tc.rows, tc.cols, bad.what)
+			}
+		}
+		loaded, err := NewInterleavedMatrix(lm, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loaded.Mat().Q != nil {
+			t.Fatalf("%v %dx%d: the Matrix's Mat still has storage", tc.dt, tc.rows, tc.cols)
+		}
+		prep := NewMatrix(m)
+		if !p.Prepare(prep) || !p.Prepare(loaded) {
+			t.Fatalf("%v %dx%d: Prepare did not report interleaved rows", tc.dt, tc.rows, tc.cols)
+		}
+		for _, n := range []int{1, 6} {
+			x := make([]float32, n*tc.cols)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			a, b := make([]float32, n*tc.rows), make([]float32, n*tc.rows)
+			p.MatMul(a, x, n, prep)
+			p.MatMul(b, x, n, loaded)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("%v %dx%d, %d tokens: output %d: loaded interleaved %v, prepared %v", tc.dt, tc.rows, tc.cols, n, i, b[i], a[i])
+				}
+			}
+		}
+		ra, rb2 := make([]float32, tc.cols), make([]float32, tc.cols)
+		for row := range tc.rows {
+			prep.Row(ra, row)
+			loaded.Row(rb2, row)
+			for i := range ra {
+				if math.Float32bits(ra[i]) != math.Float32bits(rb2[i]) {
+					t.Fatalf("%v %dx%d: row %d value %d: %v, prepared %v", tc.dt, tc.rows, tc.cols, row, i, rb2[i], ra[i])
+				}
+			}
+		}
+	}
+}
+
+// otherLayout returns an interleaved format other than f.
+func otherLayout(f *tensor.InterleavedFormat) *tensor.InterleavedFormat {
+	if f == &tensor.Q8_0x8 {
+		return &tensor.Q4_Kx8
+	}
+	return &tensor.Q8_0x8
+}
