@@ -753,6 +753,67 @@ KQ_INLINE void kq_q45_k_r8(const uint8_t *w, long rowb, const long *off, const i
 	_mm256_storeu_ps(out, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(sumv), 0xd8)));
 }
 
+// KQ_R32 is how many rows the one-token Q4_0/Q5_0 kernel (kq_32_r4) takes
+// at once.
+#define KQ_R32 4
+
+// kq_32_r4 is kq_32 for one token and KQ_R32 rows (rowb apart) at once,
+// out[0..3]: a decode's matrix-vector product. Each row's eight int32 lane
+// sums are kq_32's, taken without its sign trick: the codes unsigned
+// (Q4_0's nibbles, Q5_0's with the fifth bit: 0..15 or 0..31) straight
+// into VPMADDUBSW against the activations, less 8 or 16 times the
+// activations' own lane sums (one VPMADDUBSW and VPMADDWD per block for
+// the rows together): Σ(u-o)·x = Σu·x - o·Σx, exactly, in each lane. Each
+// row's f32 scaling and final sum are then kq_32's (dw·xd in f32, one FMA
+// per block, the same horizontal sum), so every row has the bits kq_32
+// gives it. Per row and block about 16 vector operations where kq_32
+// takes about 22: the nibbles split by one VPSRLVQ of the 16 bytes
+// broadcast to both halves, the fifth bits' word broadcast from memory (a
+// load alone), no VPSIGNB; and four rows' independent sums, where one
+// row's FMA chain paced kq_32.
+KQ_INLINE void kq_32_r4(int type, const uint8_t *w, long rowb, const long *off, const int8_t *x, const float *xd,
+			long nb, float *out) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16), ones8 = _mm256_set1_epi8(1);
+	const __m256i ones16 = _mm256_set1_epi16(1), nib = _mm256_setr_epi64x(0, 0, 4, 4);
+	const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+					      3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+	__m256 acc[KQ_R32];
+	KQ_UNROLL
+	for (int r = 0; r < KQ_R32; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk0 = w + b * off[KQ_BYTES];
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
+		// The activations' lane sums times the codes' offset.
+		__m256i xo = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16),
+					       type == KQ_Q4_0 ? 3 : 4);
+		float xb = xd[b];
+		KQ_UNROLL
+		for (int r = 0; r < KQ_R32; r++) {
+			const uint8_t *blk = blk0 + r * rowb;
+			kq_prefetch(blk, off[KQ_BYTES]);
+			__m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + off[KQ_QS])));
+			__m256i u = _mm256_and_si256(_mm256_srlv_epi64(p, nib), m4);
+			if (type == KQ_Q5_0) {
+				__m256i qh = _mm256_castps_si256(_mm256_broadcast_ss((const float *)(blk + off[KQ_QH])));
+				__m256i v = _mm256_shuffle_epi8(qh, shuf);
+				__m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+				u = _mm256_or_si256(u, _mm256_and_si256(set, b16));
+			}
+			__m256i si = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones16), xo);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(kq_f16(blk + off[KQ_D]) * xb), acc[r]);
+		}
+	}
+	KQ_UNROLL
+	for (int r = 0; r < KQ_R32; r++) {
+		__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+		s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+		s = _mm_add_ss(s, _mm_movehdup_ps(s));
+		out[r] = _mm_cvtss_f32(s);
+	}
+}
+
 // KQ_TILE32 runs one row of a 32-value type against nt tokens, nt and g
 // (the scales gathered in xs) constants.
 #define KQ_TILE32(nt, g)                                                                                           \
@@ -781,6 +842,14 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	long rc = KQ_WBYTES / rowb;
 	rc = rc < 1 ? 1 : rc;
+	// One token (a decode): rows KQ_R32 at a time, the rest alone.
+	if (n == 1)
+		for (; r0 + KQ_R32 <= r1; r0 += KQ_R32) {
+			if (type == KQ_Q4_0)
+				kq_32_r4(KQ_Q4_0, w + r0 * rowb, rowb, off, x, xd, nb, out + r0);
+			else
+				kq_32_r4(KQ_Q5_0, w + r0 * rowb, rowb, off, x, xd, nb, out + r0);
+		}
 	for (long t0 = 0; t0 < n; t0 += tb)
 		for (long c0 = r0; c0 < r1; c0 += rc)
 			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
