@@ -753,6 +753,67 @@ KQ_INLINE void kq_q45_k_r8(const uint8_t *w, long rowb, const long *off, const i
 	_mm256_storeu_ps(out, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(sumv), 0xd8)));
 }
 
+// KQ_R32 is how many rows the one-token Q4_0/Q5_0 kernel (kq_32_r4) takes
+// at once.
+#define KQ_R32 4
+
+// kq_32_r4 is kq_32 for one token and KQ_R32 rows (rowb apart) at once,
+// out[0..3]: a decode's matrix-vector product. Each row's eight int32 lane
+// sums are kq_32's, taken without its sign trick: the codes unsigned
+// (Q4_0's nibbles, Q5_0's with the fifth bit: 0..15 or 0..31) straight
+// into VPMADDUBSW against the activations, less 8 or 16 times the
+// activations' own lane sums (one VPMADDUBSW and VPMADDWD per block for
+// the rows together): Σ(u-o)·x = Σu·x - o·Σx, exactly, in each lane. Each
+// row's f32 scaling and final sum are then kq_32's (dw·xd in f32, one FMA
+// per block, the same horizontal sum), so every row has the bits kq_32
+// gives it. Per row and block about 16 vector operations where kq_32
+// takes about 22: the nibbles split by one VPSRLVQ of the 16 bytes
+// broadcast to both halves, the fifth bits' word broadcast from memory (a
+// load alone), no VPSIGNB; and four rows' independent sums, where one
+// row's FMA chain paced kq_32.
+KQ_INLINE void kq_32_r4(int type, const uint8_t *w, long rowb, const long *off, const int8_t *x, const float *xd,
+			long nb, float *out) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16), ones8 = _mm256_set1_epi8(1);
+	const __m256i ones16 = _mm256_set1_epi16(1), nib = _mm256_setr_epi64x(0, 0, 4, 4);
+	const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+					      3, 3, 3, 3, 3, 3);
+	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+	__m256 acc[KQ_R32];
+	KQ_UNROLL
+	for (int r = 0; r < KQ_R32; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk0 = w + b * off[KQ_BYTES];
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
+		// The activations' lane sums times the codes' offset.
+		__m256i xo = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16),
+					       type == KQ_Q4_0 ? 3 : 4);
+		float xb = xd[b];
+		KQ_UNROLL
+		for (int r = 0; r < KQ_R32; r++) {
+			const uint8_t *blk = blk0 + r * rowb;
+			kq_prefetch(blk, off[KQ_BYTES]);
+			__m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + off[KQ_QS])));
+			__m256i u = _mm256_and_si256(_mm256_srlv_epi64(p, nib), m4);
+			if (type == KQ_Q5_0) {
+				__m256i qh = _mm256_castps_si256(_mm256_broadcast_ss((const float *)(blk + off[KQ_QH])));
+				__m256i v = _mm256_shuffle_epi8(qh, shuf);
+				__m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+				u = _mm256_or_si256(u, _mm256_and_si256(set, b16));
+			}
+			__m256i si = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones16), xo);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(kq_f16(blk + off[KQ_D]) * xb), acc[r]);
+		}
+	}
+	KQ_UNROLL
+	for (int r = 0; r < KQ_R32; r++) {
+		__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+		s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+		s = _mm_add_ss(s, _mm_movehdup_ps(s));
+		out[r] = _mm_cvtss_f32(s);
+	}
+}
+
 // KQ_TILE32 runs one row of a 32-value type against nt tokens, nt and g
 // (the scales gathered in xs) constants.
 #define KQ_TILE32(nt, g)                                                                                           \
@@ -781,6 +842,14 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	long rc = KQ_WBYTES / rowb;
 	rc = rc < 1 ? 1 : rc;
+	// One token (a decode): rows KQ_R32 at a time, the rest alone.
+	if (n == 1)
+		for (; r0 + KQ_R32 <= r1; r0 += KQ_R32) {
+			if (type == KQ_Q4_0)
+				kq_32_r4(KQ_Q4_0, w + r0 * rowb, rowb, off, x, xd, nb, out + r0);
+			else
+				kq_32_r4(KQ_Q5_0, w + r0 * rowb, rowb, off, x, xd, nb, out + r0);
+		}
 	for (long t0 = 0; t0 < n; t0 += tb)
 		for (long c0 = r0; c0 < r1; c0 += rc)
 			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
@@ -1173,67 +1242,98 @@ KQ_INLINE void kx_q6k(int nt, const uint8_t *w, long nb, const long *off, const 
 // VPBROADCASTD, an operation on a vector port per broadcast.
 KQ_INLINE __m256i kx_bcast4l(const void *p) { return _mm256_castps_si256(_mm256_broadcast_ss((const float *)p)); }
 
+// kx_madd_acc is acc + VPMADDWD(a, b), as one asm statement: written in
+// intrinsics, GCC pairs the products before adding them to the sums (a
+// register more per pair) and, with kx_q8's sixteen rows and four tokens,
+// spills sums to the stack in the inner loop.
+KQ_INLINE __m256i kx_madd_acc(__m256i acc, __m256i a, __m256i b) {
+	__m256i t;
+	__asm__("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+x"(acc), "=&x"(t) : "x"(a), "x"(b));
+	return acc;
+}
+
 // kx_q8 is kx_q4k for Q8_0 with eight rows interleaved (tensor.Q8_0x8),
-// over the nb group blocks at w, with the tokens' activations widened
-// (xw, kq_widen's layout from an even block, ldw values a token) and
-// their scales (xd, ldd apart). Per block: a quarter of the eight rows'
-// codes (eight values a row) widened to 16 bits once for the tile, four
-// vectors of a row's pair in each 32-bit lane; per token and vector one
-// VPMADDWD against the pair of activations broadcast from memory (16 per
-// 256 products, where the row-at-a-time kernel takes 24 on the FMA ports),
+// for ng (1 or 2) groups gb bytes apart, the second's rows in out[t*ldo +
+// 8..15], over the nb group blocks at w, with the tokens' activations
+// widened (xw, kq_widen's layout from an even block, ldw values a token)
+// and their scales (xd, ldd apart). Per block, two pairs at a time: the
+// groups' codes of those pairs (eight values a row) widened to 16 bits
+// once for the tile, a row's pair in each 32-bit lane; per token the two
+// pairs of activations broadcast from memory, each serving both groups
+// (16 rows per load), one VPMADDWD per vector and group (16 per 256
+// products, where the row-at-a-time kernel takes 24 on the FMA ports),
 // summed exactly in 32 bits; then the Go loop's f32 scaling lane by lane
-// (s = dw·xd, sum = sum + si·s), row r in lane r: each row's result has
-// dotQ8_0's bits whatever nt is, and however the blocks are split across
-// calls (cont: sums carried in out[t*ldo + 0..7] from the blocks before).
-KQ_INLINE void kx_q8(int nt, const uint8_t *w, long nb, const long *off, const int16_t *xw, long ldw, const float *xd,
-		     long ldd, int cont, float *out, long ldo) {
-	__m256 sumv[KX_T];
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		sumv[t] = cont ? _mm256_loadu_ps(out + t * ldo) : _mm256_setzero_ps();
-	for (long b = 0; b < nb; b++) {
-		const uint8_t *blk = w + b * off[KX_BYTES];
-		kq_prefetch(blk, off[KX_BYTES]);
-		const uint8_t *qs = blk + off[KX_QS];
-		const int16_t *xb = xw + 64 * (b / 2) + 2 * (b & 1);
-		__m256i isum[KX_T];
+// (s = dw·xd, sum = sum + si·s), row r in lane r, the sums kept in out:
+// each row's result has dotQ8_0's bits whatever nt and ng are, and however
+// the blocks are split across calls (cont: sums carried in out from the
+// blocks before; else they start at zero).
+KQ_INLINE void kx_q8(int ng, int nt, const uint8_t *w, long gb, long nb, const long *off, const int16_t *xw, long ldw,
+		     const float *xd, long ldd, int cont, float *out, long ldo) {
+	if (!cont) {
 		KQ_UNROLL
 		for (int t = 0; t < nt; t++)
-			isum[t] = _mm256_setzero_si256();
-		// A quarter of the block at a time, not unrolled: unrolled, GCC
-		// loads all 16 weight vectors at once and spills the tokens' sums.
-#pragma GCC unroll 1
-		for (int q = 0; q < 4; q++) {
-			__m256i wv[4];
 			KQ_UNROLL
-			for (int j = 0; j < 4; j++)
-				wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 64 * q + 16 * j)));
-			// Pairs 4q..4q+3 at words KX8_PAIR(4q) + 0, 2, 8, 10.
-			const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(4 * q);
+			for (int g = 0; g < ng; g++)
+				_mm256_storeu_ps(out + t * ldo + 8 * g, _mm256_setzero_ps());
+	}
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk = w + b * off[KX_BYTES];
+		KQ_UNROLL
+		for (int g = 0; g < ng; g++)
+			kq_prefetch(blk + g * gb, off[KX_BYTES]);
+		const uint8_t *qs = blk + off[KX_QS];
+		const int16_t *xb = xw + 64 * (b / 2) + 2 * (b & 1);
+		__m256i isum[2][KX_T];
+		KQ_UNROLL
+		for (int g = 0; g < ng; g++)
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++)
+				isum[g][t] = _mm256_setzero_si256();
+		// Pairs 2h and 2h+1, not unrolled: unrolled, GCC loads all the
+		// weight vectors at once and spills the tokens' sums.
+#pragma GCC unroll 1
+		for (int h = 0; h < 8; h++) {
+			__m256i wv[2][2];
+			KQ_UNROLL
+			for (int g = 0; g < ng; g++)
+				KQ_UNROLL
+				for (int j = 0; j < 2; j++)
+					wv[g][j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + g * gb + 32 * h + 16 * j)));
+			// Pair 2h at word KX8_PAIR(2h), pair 2h+1 two words on.
+			const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(2 * h);
 			KQ_UNROLL
 			for (int t = 0; t < nt; t++) {
 				const int8_t *xt = xq + 2 * t * ldw;
-				__m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(wv[0], kx_bcast4l(xt)),
-							       _mm256_madd_epi16(wv[1], kx_bcast4l(xt + 8)));
-				__m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(wv[2], kx_bcast4l(xt + 32)),
-							       _mm256_madd_epi16(wv[3], kx_bcast4l(xt + 40)));
-				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(s01, s23));
+				__m256i x0 = kx_bcast4l(xt);
+				KQ_UNROLL
+				for (int g = 0; g < ng; g++)
+					isum[g][t] = kx_madd_acc(isum[g][t], wv[g][0], x0);
+				__m256i x1 = kx_bcast4l(xt + 8);
+				KQ_UNROLL
+				for (int g = 0; g < ng; g++)
+					isum[g][t] = kx_madd_acc(isum[g][t], wv[g][1], x1);
 			}
 		}
-		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
+		__m256 dw[2];
+		KQ_UNROLL
+		for (int g = 0; g < ng; g++)
+			dw[g] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + g * gb + off[KX_D])));
 		KQ_UNROLL
 		for (int t = 0; t < nt; t++) {
-			__m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xd[t * ldd + b]));
-			sumv[t] = _mm256_add_ps(sumv[t], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d));
+			__m256 xs = _mm256_set1_ps(xd[t * ldd + b]);
+			KQ_UNROLL
+			for (int g = 0; g < ng; g++) {
+				float *o = out + t * ldo + 8 * g;
+				__m256 d = _mm256_mul_ps(dw[g], xs);
+				_mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(_mm256_cvtepi32_ps(isum[g][t]), d)));
+			}
 		}
 	}
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		_mm256_storeu_ps(out + t * ldo, sumv[t]);
 }
 
 // KX_GROUP runs group g of the interleaved type over blocks [b0, b1)
-// against the nt tokens from token i (nt a constant).
+// against the nt tokens from token i (nt a constant); for Q8_0, groups g
+// and g+1 together where gs is 2.
 #define KX_GROUP(nt)                                                                                               \
 	do {                                                                                                       \
 		const uint8_t *wg = w + g * gb + b0 * off[KX_BYTES];                                               \
@@ -1241,8 +1341,10 @@ KQ_INLINE void kx_q8(int nt, const uint8_t *w, long nb, const long *off, const i
 		const int8_t *xi = x + i * cols + 256 * b0;                                                        \
 		const float *di = xd + i * nb + b0;                                                                \
 		const int32_t *bi = bsums + i * lb + 16 * b0;                                                      \
-		if (type == KQ_Q8_0)                                                                               \
-			kx_q8(nt, wg, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);          \
+		if (type == KQ_Q8_0 && gs == 2)                                                                    \
+			kx_q8(2, nt, wg, gb, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);  \
+		else if (type == KQ_Q8_0)                                                                          \
+			kx_q8(1, nt, wg, gb, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);  \
 		else if (type == KQ_Q6_K)                                                                          \
 			kx_q6k(nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, o, ldo);                             \
 		else if (type == KQ_Q5_K)                                                                          \
@@ -1269,6 +1371,7 @@ void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const lon
 		const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	int q8 = type == KQ_Q8_0;
 	long nb = q8 ? cols / 32 : cols / 256, lb = cols / 16, ldw = q8 ? 64 * ((nb + 1) / 2) : 0;
+	long gs = 1; // groups per call: Q8_0's tiles take two where there are two
 	if (n == 1) {
 		long i = 0, b0 = 0, b1 = nb;
 		for (long g = g0; g < g1; g++)
@@ -1279,13 +1382,14 @@ void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const lon
 	tb = tb < KX_T ? KX_T : tb - tb % KX_T;
 	long cb = q8 && nb > KQ_WCHUNK ? KQ_WCHUNK : nb;
 	long gc = KQ_WBYTES / (cb * off[KX_BYTES]);
-	gc = gc < 1 ? 1 : gc;
+	gc = gc < 1 ? 1 : q8 && gc > 2 ? gc - gc % 2 : gc; // Q8_0: whole pairs of groups
 	for (long t0 = 0; t0 < n; t0 += tb)
 		for (long c0 = g0; c0 < g1; c0 += gc)
 			for (long b0 = 0; b0 < nb; b0 += cb) {
 				long b1 = b0 + cb < nb ? b0 + cb : nb;
 				for (long i = t0; i < n && i < t0 + tb; i += KX_T)
-					for (long g = c0; g < g1 && g < c0 + gc; g++) {
+					for (long g = c0, ge = g1 < c0 + gc ? g1 : c0 + gc; g < ge; g += gs) {
+						gs = q8 && g + 1 < ge ? 2 : 1;
 						switch (n - i < KX_T ? n - i : KX_T) {
 						case 1:
 							KX_GROUP(1);
