@@ -29,10 +29,10 @@ func deviceBytes(t *testing.T, b *Backend, p compute.Part) []byte {
 	return out
 }
 
-// encodeOnDevice writes x (n x d) into a new part of store, encodes it by
-// cd on the device and returns the part and the hot values it held (x,
-// rounded to bf16 in a bf16 store).
-func encodeOnDevice(t *testing.T, gpu *Backend, store compute.BlockStore, cd codec.Codec, x []float32, n, d int) (compute.Part, []float32) {
+// writePart writes x's n rows of d into a new part of store and returns
+// the part and the hot values it holds (x, rounded to bf16 in a bf16
+// store).
+func writePart(t *testing.T, gpu *Backend, store compute.BlockStore, x []float32, n, d int) (compute.Part, []float32) {
 	t.Helper()
 	p, err := store.NewPart()
 	if err != nil {
@@ -43,6 +43,15 @@ func encodeOnDevice(t *testing.T, gpu *Backend, store compute.BlockStore, cd cod
 	if err := store.Read(hot, p); err != nil {
 		t.Fatal(err)
 	}
+	return p, hot
+}
+
+// encodeOnDevice writes x (n x d) into a new part of store, encodes it by
+// cd on the device and returns the part and the hot values it held (x,
+// rounded to bf16 in a bf16 store).
+func encodeOnDevice(t *testing.T, gpu *Backend, store compute.BlockStore, cd codec.Codec, x []float32, n, d int) (compute.Part, []float32) {
+	t.Helper()
+	p, hot := writePart(t, gpu, store, x, n, d)
 	pe := store.(compute.PartEncoder)
 	size, ok := pe.EncodedLen(cd)
 	if !ok {
@@ -415,15 +424,7 @@ func TestEncodeBF16InPlace(t *testing.T) {
 	store := gpu.NewBlockStore(n, d, true)
 	var cd codec.BF16
 	x := randFloats(r, n*d)
-	p, err := store.NewPart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.Write(p, 0, upload(gpu, x), d, n)
-	hot := make([]float32, n*d)
-	if err := store.Read(hot, p); err != nil {
-		t.Fatal(err)
-	}
+	p, hot := writePart(t, gpu, store, x, n, d)
 	want, err := cd.Encode(nil, hot, n, d)
 	if err != nil {
 		t.Fatal(err)
