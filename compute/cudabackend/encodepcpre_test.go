@@ -128,16 +128,7 @@ func TestEncodePreconditionedPCOnDevice(t *testing.T) {
 			o.Rate, o.Block, o.Entropy, o.MaxCoded = 2.5, c.n, c.ec, c.coded
 			inner := newPC(t, o, st)
 			cd := randPreconditioned(t, r, inner, c.d)
-			gpu, f := newFakeBackend(t, Options{NoStepGraph: c.noStep})
-			bs := gpu.NewBlockStore(c.n, c.d, c.bf16)
-			pe := bs.(*store)
-			size, ok := pe.EncodedLen(cd)
-			if !ok {
-				t.Fatalf("%s: not encoded on the device", cd.Name())
-			}
-			if in, _ := pe.EncodedLen(inner); in != size {
-				t.Fatalf("%s: %d encoded bytes, its inner codec %d", cd.Name(), size, in)
-			}
+			gpu, f, pe, size := preconditionedStore(t, cd, inner, c.n, c.d, c.bf16, c.noStep)
 			const blocks = 3
 			var rows [][]float32
 			for range blocks {
@@ -163,7 +154,7 @@ func TestEncodePreconditionedPCOnDevice(t *testing.T) {
 				// Read decodes the block (its length trimmed from the
 				// slot's for format 9) as the codec does.
 				dec, ref := make([]float32, c.n*c.d), make([]float32, c.n*c.d)
-				if err := bs.Read(dec, p); err != nil {
+				if err := pe.Read(dec, p); err != nil {
 					t.Fatal(err)
 				}
 				if c.ec {

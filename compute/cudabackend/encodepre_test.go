@@ -96,16 +96,7 @@ func TestEncodePreconditionedOnDevice(t *testing.T) {
 			}
 			r := rand.New(rand.NewPCG(11, uint64(c.n*c.d)))
 			cd := randPreconditioned(t, r, inner, c.d)
-			gpu, f := newFakeBackend(t, Options{NoStepGraph: c.noStep})
-			bs := gpu.NewBlockStore(c.n, c.d, c.bf16)
-			pe := bs.(*store)
-			size, ok := pe.EncodedLen(cd)
-			if !ok {
-				t.Fatalf("%s: not encoded on the device", cd.Name())
-			}
-			if in, _ := pe.EncodedLen(inner); in != size {
-				t.Fatalf("%s: %d encoded bytes, its inner codec %d", cd.Name(), size, in)
-			}
+			gpu, f, pe, size := preconditionedStore(t, cd, inner, c.n, c.d, c.bf16, c.noStep)
 			const blocks = 3
 			var rows [][]float32
 			for range blocks {
@@ -125,7 +116,7 @@ func TestEncodePreconditionedOnDevice(t *testing.T) {
 				}
 				checkWhitenedBlock(t, cd, deviceBytes(t, gpu, p), want, c.n, c.d)
 				got, ref := make([]float32, c.n*c.d), make([]float32, c.n*c.d)
-				if err := bs.Read(got, p); err != nil {
+				if err := pe.Read(got, p); err != nil {
 					t.Fatal(err)
 				}
 				if err := cd.Decode(ref, want, c.n, c.d); err != nil {
@@ -222,6 +213,23 @@ func TestEncodePreconditionedRealFactor(t *testing.T) {
 		}
 		t.Logf("%s: %d real factors (d %d), kernel level %s: device blocks checked against the host's (%d of kakeya-pc's its bytes)", spec, len(cal.Chol), d, cpu.Level(), same)
 	}
+}
+
+// preconditionedStore makes a fake backend (without the step graph where
+// noStep) and a block store of n x d rows (bf16 or float32) that encodes
+// cd on the device, at the bytes of its inner codec.
+func preconditionedStore(t *testing.T, cd, inner codec.Codec, n, d int, bf16, noStep bool) (*Backend, *fakeDriver, *store, int) {
+	t.Helper()
+	gpu, f := newFakeBackend(t, Options{NoStepGraph: noStep})
+	pe := gpu.NewBlockStore(n, d, bf16).(*store)
+	size, ok := pe.EncodedLen(cd)
+	if !ok {
+		t.Fatalf("%s: not encoded on the device", cd.Name())
+	}
+	if in, _ := pe.EncodedLen(inner); in != size {
+		t.Fatalf("%s: %d encoded bytes, its inner codec %d", cd.Name(), size, in)
+	}
+	return gpu, f, pe, size
 }
 
 // encodeBatch writes each of rows (n x d values) into a new part of s,
