@@ -14,7 +14,7 @@ per-passage wins. Usage, from the repository root:
 
     python3 eval/results/ref-qwen2-block32-tables.py eval/results
 """
-import importlib, math, os, random, sys
+import importlib, os, sys
 
 # The per-side page's script reads the reports, takes the percentiles and
 # pools the passages the same way: its functions serve both pages.
@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 _perside = importlib.import_module('ref-qwen2-perside-tables')
 load, pct, stats = _perside.load, _perside.pct, _perside.stats
 
-B = 10000
 DOMAINS = [('WikiText-2 test, second half, 30 passages', 'wikitext2'),
            ('TinyStories held-out, 24 passages', 'tinystories'),
            ('Go package documentation and licences, 24 passages', 'godocs'),
@@ -62,25 +61,7 @@ def tables(d, sets, paired, extra, domains=DOMAINS):
             assert p64['ref'] == per['ref'], (s, key)
             for n in names:
                 per[n], meta[n] = p64[n], m64[n]
-        ref = per['ref']
-        n = len(ref)
-        rnd = random.Random(1)
-        bs = [[rnd.randrange(n) for _ in range(n)] for _ in range(B)]
-        rppl = math.exp(sum(x[0] for x in ref) / sum(x[3] for x in ref))
-        print(f'\n**{title}** (reference PPL {rppl:.3f})\n')
-        print('| config | codec ratio | cache ratio | ΔPPL (95% CI) | KL (95% CI) | top-1 (95% CI) | < 95% | bar (margin) |')
-        print('| --- | --- | --- | --- | --- | --- | --- | --- |')
-        for name, m in meta.items():
-            if name == 'ref':
-                continue
-            p = per[name]
-            kl, t1, dp = stats(p, ref, range(n))
-            ks, ts, ds = zip(*(stats(p, ref, b) for b in bs))
-            (klo, khi), (tlo, thi), (dlo, dhi) = pct(ks), pct(ts), pct(ds)
-            below = sum(1 for x in p if 100 * x[2] / x[3] < 95)
-            ok = 'yes' if t1 >= 97.5 and dp <= 0.5 else 'no'
-            print(f"| {name} | {m['codec_ratio_vs_bf16']:.2f}x | {m['kv_ratio_vs_bf16']:.2f}x | {dp:+.2f}% ({dlo:+.2f} – {dhi:+.2f}) | "
-                  f"{kl:.5f} ({klo:.5f} – {khi:.5f}) | {t1:.2f}% ({tlo:.2f} – {thi:.2f}) | {below} | {ok} ({t1 - 97.5:+.2f}) |")
+        ref, n, bs = _perside.quality_table(title, per, meta, margin=True)
         print('\nKL of A over B, B the KVTC-style row of the highest cache ratio not above A\'s at each block size '
               '(pooled, 95% bootstrap interval; wins: passages where A\'s KL is lower)\n')
         print('| A (cache ratio) | B (cache ratio) | KL ratio (95% CI) | wins |')

@@ -47,6 +47,36 @@ def stats(p, ref, idx):
     return kl / c, 100 * t / c, 100 * (math.exp((nll - rn) / c) - 1)
 
 
+def quality_table(title, per, meta, margin=False):
+    """Prints a domain's title and its quality table (one row a config, with
+    bootstrap intervals; margin: the bar column says top-1's margin over
+    97.5%) and returns the reference, the passage count and the bootstrap
+    samples, for the tables that follow."""
+    ref = per['ref']
+    n = len(ref)
+    rnd = random.Random(1)
+    bs = [[rnd.randrange(n) for _ in range(n)] for _ in range(B)]
+    rppl = math.exp(sum(x[0] for x in ref) / sum(x[3] for x in ref))
+    print(f'\n**{title}** (reference PPL {rppl:.3f})\n')
+    print('| config | codec ratio | cache ratio | ΔPPL (95% CI) | KL (95% CI) | top-1 (95% CI) | < 95% | '
+          + ('bar (margin) |' if margin else 'bar |'))
+    print('| --- | --- | --- | --- | --- | --- | --- | --- |')
+    for name, m in meta.items():
+        if name == 'ref':
+            continue
+        p = per[name]
+        kl, t1, dp = stats(p, ref, range(n))
+        ks, ts, ds = zip(*(stats(p, ref, b) for b in bs))
+        (klo, khi), (tlo, thi), (dlo, dhi) = pct(ks), pct(ts), pct(ds)
+        below = sum(1 for x in p if 100 * x[2] / x[3] < 95)
+        ok = 'yes' if t1 >= 97.5 and dp <= 0.5 else 'no'
+        if margin:
+            ok += f' ({t1 - 97.5:+.2f})'
+        print(f"| {name} | {m['codec_ratio_vs_bf16']:.2f}x | {m['kv_ratio_vs_bf16']:.2f}x | {dp:+.2f}% ({dlo:+.2f} – {dhi:+.2f}) | "
+              f"{kl:.5f} ({klo:.5f} – {khi:.5f}) | {t1:.2f}% ({tlo:.2f} – {thi:.2f}) | {below} | {ok} |")
+    return ref, n, bs
+
+
 def main():
     d = sys.argv[1]
     for title, key in DOMAINS:
@@ -55,25 +85,7 @@ def main():
         assert per2['ref'] == per['ref'], key
         per.update(per2)
         meta.update({k: v for k, v in meta2.items() if k != 'ref'})
-        ref = per['ref']
-        n = len(ref)
-        rnd = random.Random(1)
-        bs = [[rnd.randrange(n) for _ in range(n)] for _ in range(B)]
-        rppl = math.exp(sum(x[0] for x in ref) / sum(x[3] for x in ref))
-        print(f'\n**{title}** (reference PPL {rppl:.3f})\n')
-        print('| config | codec ratio | cache ratio | ΔPPL (95% CI) | KL (95% CI) | top-1 (95% CI) | < 95% | bar |')
-        print('| --- | --- | --- | --- | --- | --- | --- | --- |')
-        for name, m in meta.items():
-            if name == 'ref':
-                continue
-            p = per[name]
-            kl, t1, dp = stats(p, ref, range(n))
-            ks, ts, ds = zip(*(stats(p, ref, b) for b in bs))
-            (klo, khi), (tlo, thi), (dlo, dhi) = pct(ks), pct(ts), pct(ds)
-            below = sum(1 for x in p if 100 * x[2] / x[3] < 95)
-            ok = 'yes' if t1 >= 97.5 and dp <= 0.5 else 'no'
-            print(f"| {name} | {m['codec_ratio_vs_bf16']:.2f}x | {m['kv_ratio_vs_bf16']:.2f}x | {dp:+.2f}% ({dlo:+.2f} – {dhi:+.2f}) | "
-                  f"{kl:.5f} ({klo:.5f} – {khi:.5f}) | {t1:.2f}% ({tlo:.2f} – {thi:.2f}) | {below} | {ok} |")
+        ref, n, bs = quality_table(title, per, meta)
         print('\nKL of A over B (pooled, 95% bootstrap interval; wins: passages where A\'s KL is lower)\n')
         print('| A (cache ratio) | B (cache ratio) | KL ratio (95% CI) | wins |')
         print('| --- | --- | --- | --- |')
