@@ -101,9 +101,9 @@ func (c *Caches) cache(ctx context.Context, spec kvconfig.Checked) (model.Sequen
 // sides of a cache whose blocks a backend that encodes blocks itself (the
 // CUDA device: int8, int4, int2 and kakeya-pc, int8, int4 and int2 keys
 // preconditioned by a calibration, and bf16, the boundary layers' and a
-// plan's "none", over bf16 hot rows) would read back and encode on the
-// host (kakeya-block, also with preconditioned keys, bf16 over float32 hot
-// rows, and the other codecs):
+// plan's "none", over bf16 or float32 hot rows) would read back and encode
+// on the host (kakeya-block, also with preconditioned keys, and the other
+// codecs):
 // each block that fills waits for that round trip, one host wait per
 // block and KV head, where a decode step otherwise makes one in all. It
 // is a warning, not an error: the cache is correct and holds the same
@@ -144,7 +144,7 @@ func (c *Caches) warnHostEncoded(o model.SequenceOptions, st kvconfig.Settings) 
 	c.mu.Unlock()
 	if !told {
 		c.opt.Log.Warn("KV blocks encoded on the host: each block that fills is read back from the "+c.m.Backend().Name()+
-			" device, encoded on the host and copied in, one host wait per block and KV head (int8, int4, int2 and kakeya-pc encode on the device, their keys preconditioned or not, and bf16 over bf16 hot rows)",
+			" device, encoded on the host and copied in, one host wait per block and KV head (int8, int4, int2 and kakeya-pc encode on the device, their keys preconditioned or not, and bf16)",
 			"layers", text)
 	}
 	return nil

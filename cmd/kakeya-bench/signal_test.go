@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,9 +21,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// SIGINT and SIGTERM stop kakeya-bench within a second while it writes its
-// 1 GB checkpoint (which goes with it) and while it measures; it exits 130
-// or 143 with one line saying so.
+// SIGINT and SIGTERM stop kakeya-bench at once (clitest.Interrupt: the
+// exit status and line, at most a second of CPU time after the signal)
+// while it writes its 1 GB checkpoint (which goes with it) and while it
+// measures; each signal comes in its phase, however loaded the machine:
+// once the checkpoint's directory is there and no run has finished, and
+// once the measurement has used a second of CPU time (the model's load
+// takes milliseconds) and no run has finished.
 func TestSignalPhases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the command twice, each run a second or two")
@@ -33,21 +38,30 @@ func TestSignalPhases(t *testing.T) {
 	}
 	t.Run("writing the checkpoint", func(t *testing.T) {
 		p := clitest.Start(t, []string{"--threads", "1", "--ctx", "16", "--reps", "1"}, nil)
-		p.WaitOutput(true, "checkpoint to ", 20*time.Second)
+		p.WaitOutput(true, "checkpoint to ", clitest.HangBound)
 		time.Sleep(300 * time.Millisecond)
 		tmp := regexp.MustCompile(`checkpoint to (\S+)`).FindStringSubmatch(p.Stderr())[1]
+		if _, err := os.Stat(tmp); err != nil || !p.Running() || strings.Contains(p.Stderr(), "run 1:") {
+			t.Fatalf("not writing the checkpoint: %s (%v), running %v\nstderr: %s", tmp, err, p.Running(), p.Stderr())
+		}
 		p.Interrupt(syscall.SIGINT, "kakeya-bench")
 		if _, err := os.Stat(tmp); !os.IsNotExist(err) {
 			t.Errorf("the checkpoint directory %s is still there (%v)", tmp, err)
 			os.RemoveAll(tmp)
 		}
+		if strings.Contains(p.Stderr(), "run 1:") || p.Stdout() != "" {
+			t.Errorf("a run finished: stdout %q\nstderr: %s", p.Stdout(), p.Stderr())
+		}
 	})
 	t.Run("measuring", func(t *testing.T) {
 		p := clitest.Start(t, []string{"--model", long, "--threads", "1", "--ctx", "30000", "--reps", "1", "--cache", "plain"}, nil)
-		time.Sleep(1500 * time.Millisecond)
+		p.WaitCPU(time.Second)
+		if strings.Contains(p.Stderr(), "run 1:") || !p.Running() {
+			t.Fatalf("not measuring: running %v\nstderr: %s", p.Running(), p.Stderr())
+		}
 		p.Interrupt(syscall.SIGTERM, "kakeya-bench")
-		if p.Stdout() != "" {
-			t.Errorf("stdout %q, want no table", p.Stdout())
+		if p.Stdout() != "" || strings.Contains(p.Stderr(), "run 1:") {
+			t.Errorf("stdout %q, want no table\nstderr: %s", p.Stdout(), p.Stderr())
 		}
 	})
 }

@@ -21,10 +21,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// SIGINT and SIGTERM stop kakeya-eval within a second in every phase:
-// reading --data (a FIFO no one writes), evaluating, calibrating,
-// measuring sensitivity; it exits 130 or 143 with one line saying so and
-// leaves no output file.
+// SIGINT and SIGTERM stop kakeya-eval at once in every phase (exit 130
+// or 143 with one line saying so, at most a second of CPU time after the
+// signal: clitest.Interrupt) and leave no output file: reading --data (a
+// FIFO no one writes: signalled once the command is blocked, its FIFO
+// open for reading), evaluating, calibrating (signalled once their first
+// progress line is out), measuring sensitivity (once it has used a second
+// of CPU time, past the model's load). Each signal comes in its phase
+// however loaded the machine, and only a hang fails on time.
 func TestSignalPhases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the command several times, each run a second or two")
@@ -35,9 +39,12 @@ func TestSignalPhases(t *testing.T) {
 		name string
 		sig  syscall.Signal
 		args []string
-		wait string // stderr shows the phase has begun; "" waits 1.5 s
+		// stderr shows the phase has begun; "" waits for a second of CPU
+		// time (clitest.WaitCPU), "blocked" for the command to block
+		// (clitest.WaitBlocked).
+		wait string
 	}{
-		{"ppl reading a FIFO", syscall.SIGINT, []string{"ppl", "--model", model, "--data", "FIFO"}, ""},
+		{"ppl reading a FIFO", syscall.SIGINT, []string{"ppl", "--model", model, "--data", "FIFO"}, "blocked"},
 		// Progress lines come at each tenth of the work (stderr is no
 		// terminal): a tenth of 400 documents, or of 40k tokens, is
 		// under a second, and nine tenths are left to interrupt (of the
@@ -59,10 +66,20 @@ func TestSignalPhases(t *testing.T) {
 				}
 			}
 			p := clitest.Start(t, args, nil)
-			if tc.wait == "" {
-				time.Sleep(1500 * time.Millisecond)
-			} else {
-				p.WaitOutput(true, tc.wait, 60*time.Second) // a bound, not a wait: a loaded 2-core machine took over 20 s
+			switch tc.wait {
+			case "":
+				p.WaitCPU(time.Second)
+			case "blocked":
+				p.WaitBlocked()
+				// Blocked in the FIFO's open: a writer opened without
+				// blocking finds the command's end open (else ENXIO).
+				w, err := os.OpenFile(filepath.Join(dir, "fifo"), os.O_WRONLY|syscall.O_NONBLOCK, 0)
+				if err != nil {
+					t.Fatalf("the command is blocked, but not with the FIFO open for reading: %v\nstderr: %s", err, p.Stderr())
+				}
+				defer w.Close() // no one writes: the command blocks in its read now
+			default:
+				p.WaitOutput(true, tc.wait, clitest.HangBound) // a loaded 2-core machine took over 20 s
 				time.Sleep(300 * time.Millisecond)
 			}
 			if !p.Running() {

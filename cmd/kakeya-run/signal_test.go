@@ -73,9 +73,14 @@ func stallingHub(t *testing.T) (string, <-chan struct{}) {
 	return "http://" + ln.Addr().String(), got
 }
 
-// SIGINT and SIGTERM stop kakeya-run within a second in every phase:
-// reading the prompt, fetching the model, prefill and decode; it exits 130
-// or 143 with one line saying so.
+// SIGINT and SIGTERM stop kakeya-run at once in every phase (exit 130 or
+// 143 with one line saying so, at most a second of CPU time after the
+// signal: clitest.Interrupt): reading the prompt (signalled once the
+// command is blocked on its stdin), fetching the model (once the request
+// reached the hub), prefill (once it has used a second of CPU time, past
+// the model's load, with no token out) and decode (once tokens come).
+// Each signal comes in its phase however loaded the machine, and only a
+// hang fails on time.
 func TestSignalPhases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the command several times, each run a second or two")
@@ -93,7 +98,10 @@ func TestSignalPhases(t *testing.T) {
 	}{
 		{"reading stdin", syscall.SIGINT, func(t *testing.T) *clitest.Proc {
 			p := clitest.Start(t, []string{"--model", long, "--prompt", "-"}, clitest.Stalled(t))
-			time.Sleep(300 * time.Millisecond)
+			p.WaitBlocked()
+			if p.Stdout() != "" {
+				t.Fatalf("blocked with output %q, want none before the prompt is read", p.Stdout())
+			}
 			return p
 		}},
 		{"fetching the model", syscall.SIGTERM, func(t *testing.T) *clitest.Proc {
@@ -102,22 +110,22 @@ func TestSignalPhases(t *testing.T) {
 				"HF_ENDPOINT="+endpoint, "HF_HUB_CACHE="+t.TempDir(), "HF_HUB_OFFLINE=0", "HF_TOKEN=")
 			select {
 			case <-got:
-			case <-time.After(10 * time.Second):
+			case <-time.After(clitest.HangBound):
 				t.Fatalf("no request reached the hub\nstderr: %s", p.Stderr())
 			}
 			return p
 		}},
 		{"prefill", syscall.SIGTERM, func(t *testing.T) *clitest.Proc {
 			p := clitest.Start(t, []string{"--model", long, "--prompt", "-", "--max-tokens", "1", "--ctx", "32768"}, bytes.NewReader(prompt))
-			time.Sleep(1500 * time.Millisecond)
+			p.WaitCPU(time.Second)
 			if p.Stdout() != "" || !p.Running() {
-				t.Fatalf("not in prefill after 1.5 s: stdout %q\nstderr: %s", p.Stdout(), p.Stderr())
+				t.Fatalf("not in prefill after a second of CPU time: stdout %q\nstderr: %s", p.Stdout(), p.Stderr())
 			}
 			return p
 		}},
 		{"decode", syscall.SIGINT, func(t *testing.T) *clitest.Proc {
 			p := clitest.Start(t, []string{"--model", long, "--prompt", "Once upon a time", "--max-tokens", "0", "--ctx", "32768", "--seed", "1"}, nil)
-			p.WaitOutput(false, " ", 20*time.Second)
+			p.WaitOutput(false, " ", clitest.HangBound)
 			return p
 		}},
 	} {

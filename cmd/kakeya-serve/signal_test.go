@@ -134,10 +134,16 @@ func TestSIGTERM(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.WaitOutput(true, `"msg":"draining"`, 5*time.Second)
-		code, took := p.Signal(syscall.SIGINT, 5*time.Second)
-		if code != 130 || took > time.Second || !strings.HasSuffix(strings.TrimSpace(p.Stderr()), "kakeya-serve: interrupted during the drain") {
-			t.Fatalf("exit %d after %v, want 130 at once\nstderr:\n%s", code, took, p.Stderr())
+		// At once: at most a second of CPU time after the signal (a
+		// loaded machine stretches wall time, not work), the request in
+		// flight not finished; where the platform gives no CPU times,
+		// within a second.
+		code, took, used, counted := p.SignalCPU(syscall.SIGINT)
+		if code != 130 || counted && used > clitest.MaxExitCPU || !counted && took > time.Second ||
+			!strings.HasSuffix(strings.TrimSpace(p.Stderr()), "kakeya-serve: interrupted during the drain") {
+			t.Fatalf("exit %d after %v (%v of CPU time), want 130 at once\nstderr:\n%s", code, took, used, p.Stderr())
 		}
+		t.Logf("exit %d in %v, %v of CPU time after the second signal", code, took, used)
 	})
 }
 

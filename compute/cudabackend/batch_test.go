@@ -14,8 +14,9 @@ import (
 
 // A batched forward step on the GPU computes for each sequence what the
 // sequence computes alone, attention running once per layer over every
-// sequence of a step (compute.BatchAttention): three sequences with a cache type each (hot
-// bf16, int8, kakeya), prompts of different lengths joining at different
+// sequence of a step (compute.BatchAttention): four sequences with a cache type each (hot
+// bf16, int8, kakeya, and bf16 blocks over float32 hot rows, which
+// enc_bf16 encodes), prompts of different lengths joining at different
 // steps, so steps mix prefill chunks with decode tokens and a step's rows
 // cross maxMatVecRows, then greedy decoding (the decode fusions run over
 // the sequences' rows at once). Logits agree within 1e-5 of each row's
@@ -41,7 +42,17 @@ func TestBatchMatchesSequences(t *testing.T) {
 		{spec: kvconfig.Spec{KV: "none", BlockSize: 4, CacheType: "bf16"}, prompt: testIDs(10, vocab), join: 0},
 		{spec: kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(3, vocab-1), join: 0},
 		{spec: kvconfig.Spec{KV: "kakeya-block:b=3", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}, prompt: testIDs(6, vocab-2), join: 1},
+		// float32 hot rows, every side kept bf16 (a plan's "none"):
+		// its blocks encoded by enc_bf16 in the batched steps. (An int8
+		// cache over float32 rows differs from its solo run by int8
+		// codes a last-bit difference flips, batched products summing
+		// in another order: 8e-4 of the largest logit here, with or
+		// without a bf16 boundary layer.)
+		{spec: kvconfig.Spec{Layers: "none/none|none/none", BlockSize: 4, HotWindow: 4, CacheType: "f32"}, prompt: testIDs(5, vocab-3), join: 0},
 	})
+	if kernelCount(f, "enc_bf16") == 0 {
+		t.Error("no enc_bf16 launch: the float32 cache's bf16 blocks were not encoded on the device")
+	}
 	// The decode steps of several sequences ran the fused attention
 	// input, each row at its own position.
 	if len(gpu.heldPos) == 0 && gpu.posDev == 0 {
@@ -136,7 +147,7 @@ func checkBatchMatchesSolo(t *testing.T, m *model.Model, f *fakeDriver, decodeSt
 			}
 			d := maxAbsDiff(l, r.logits[st]) / maxAbs(l)
 			if !(d <= 1e-5) {
-				t.Errorf("sequence %d (%s): step %d: logits differ by %.3g of the largest from its solo run, want <= 1e-5", i, r.spec.KV, st, d)
+				t.Errorf("sequence %d (%s): step %d: logits differ by %.3g of the largest from its solo run, want <= 1e-5", i, r.spec.KV+r.spec.Layers, st, d)
 			}
 			worst = max(worst, d)
 			if st < decodeSteps {
@@ -146,9 +157,9 @@ func checkBatchMatchesSolo(t *testing.T, m *model.Model, f *fakeDriver, decodeSt
 			}
 		}
 		if !slices.Equal(tokens, r.tokens) {
-			t.Errorf("sequence %d (%s): greedy tokens %v batched, %v alone", i, r.spec.KV, r.tokens, tokens)
+			t.Errorf("sequence %d (%s): greedy tokens %v batched, %v alone", i, r.spec.KV+r.spec.Layers, r.tokens, tokens)
 		}
-		t.Logf("sequence %d (%s): worst relative logit difference batched vs alone %.3g", i, r.spec.KV, worst)
+		t.Logf("sequence %d (%s): worst relative logit difference batched vs alone %.3g", i, r.spec.KV+r.spec.Layers, worst)
 	}
 }
 

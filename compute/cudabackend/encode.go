@@ -27,7 +27,12 @@ import (
 // from there (nothing is read back; Read trims the slot to the block).
 // Every encoder writes the header and its CRC-32C; the part's bytes are
 // then read by attention as SetEncoded's are, and by Read decoded on the
-// host after a copy back.
+// host after a copy back. codec.BF16 (a side kept uncompressed: a
+// boundary layer, a plan's "none") is kept as the payload of its bytes,
+// the rows rounded to bf16, read as a bf16 hot part: in a store of bf16
+// rows the hot slot already holds it, and in one of float32 rows enc_bf16
+// rounds them into a slot of bf16 rows, bit for bit codec.BF16.Encode's
+// rounding; either way the part counts at the bytes' length.
 //
 // Keys of a preconditioned codec (codec.Whitened with a Factor, e.g.
 // codec.Preconditioned) whose inner codec is one of those four are
@@ -45,12 +50,15 @@ const encThreads = 256
 // encoding is how the device encodes one codec's blocks: its kernel, the
 // encoded size and its slot's, and for kakeya_pc its settings' shape.
 type encoding struct {
-	format  int32 // partInt8, partInt4, partKakeyaPC or partKakeyaPCEC; partBF16: the hot slot kept
-	size    int   // the encoded length (kakeya_pc_ec: the most, its slot's)
-	slot    int   // the size of the slot a block takes (see slotSize)
-	shared  int   // dynamic shared bytes of the kernel
-	scratch int   // kakeya_pc, kakeya_pc_ec, a whitened codec: bytes of device scratch
-	cfg     int   // int4: the header's parameter byte plus the group times 256
+	// partInt8, partInt4, partKakeyaPC or partKakeyaPCEC; partBF16:
+	// codec.BF16, its rows the hot slot's where that holds bf16 (slot 0),
+	// else rounded into a slot of bf16 rows by enc_bf16.
+	format  int32
+	size    int // the encoded length (kakeya_pc_ec: the most, its slot's)
+	slot    int // the size of the slot a block takes (see slotSize); 0: the hot slot kept
+	shared  int // dynamic shared bytes of the kernel
+	scratch int // kakeya_pc, kakeya_pc_ec, a whitened codec: bytes of device scratch
+	cfg     int // int4: the header's parameter byte plus the group times 256
 	// A preconditioned codec's: enc_whiten goes first, into the first
 	// white bytes of the scratch (n x d floats, rounded up to encAlign),
 	// the inner encoder's own scratch after them.
@@ -67,8 +75,9 @@ type factored interface {
 
 // deviceEncoding returns how the device encodes dec's blocks of the
 // store's shape, and false when it does not (any codec but int8, int4
-// as attention reads it, kakeya_pc and kakeya_pc_ec, bf16 in a store of
-// bf16 rows (the hot slot kept: see queueEncode), a whitened codec
+// as attention reads it, kakeya_pc and kakeya_pc_ec, bf16 (in a store of
+// bf16 rows the hot slot kept, of float32 rows enc_bf16's: see
+// queueEncode), a whitened codec
 // whose inner codec is none of those four, a head
 // past maxHeadDim, a kakeya_pc block whose codes do not fit shared
 // memory or whose settings pcParams cannot hold, a kakeya_pc_ec codec
@@ -100,13 +109,14 @@ func (s *store) encodingOf(dec compute.Decoder) (encoding, bool) {
 		// A side kept uncompressed (a boundary layer, a plan's "none"):
 		// in a store of bf16 rows the hot slot holds the values bf16's
 		// Decode gives already, and the part keeps it (queueEncode);
-		// float32 rows would need a copy of their own, read back and
-		// encoded on the host as any codec the device does not encode.
-		if !s.bf16 {
-			return encoding{}, false
-		}
+		// float32 rows are rounded by enc_bf16 into a slot of bf16 rows,
+		// half the hot slot's size.
 		l := f.Layout(&codec.Vars{codec.VarN: s.rows, codec.VarD: s.d})
-		return encoding{format: partBF16, size: l.Size(), ok: true}, true
+		e := encoding{format: partBF16, size: l.Size(), ok: true}
+		if !s.bf16 {
+			e.slot = roundUp(2*s.rows*s.d, encAlign)
+		}
+		return e, true
 	}
 	if !ok || f.ID != codec.FormatKakeyaPC && f.ID != codec.FormatKakeyaPCEC {
 		return deviceEncoding(dec, s.rows, s.d)
@@ -267,10 +277,10 @@ func pcecScratch(n, m, c, steps, lanes int) int {
 }
 
 // EncodedLen implements compute.PartEncoder: int8, int4 (as attention
-// reads it), kakeya_pc (fixed rate) and kakeya_pc_ec (entropy-coded:
-// the length of its slot, pcecSlot, the most its blocks take) blocks are
-// encoded on the device, and so are those of a preconditioned codec
-// whose inner codec is one of them.
+// reads it), kakeya_pc (fixed rate), kakeya_pc_ec (entropy-coded: the
+// length of its slot, pcecSlot, the most its blocks take) and bf16 blocks
+// are encoded on the device, and so are those of a preconditioned codec
+// whose inner codec is one of the first four.
 func (s *store) EncodedLen(dec compute.Decoder) (int, bool) {
 	e, ok := s.deviceEncoding(dec)
 	return e.size, ok
@@ -283,9 +293,10 @@ func (s *store) EncodePart(p compute.Part, dec compute.Decoder) error {
 	return s.EncodeParts([]compute.Part{p}, []compute.Decoder{dec})
 }
 
-// EncodeParts implements compute.PartsEncoder: enc_int8, enc_int4, enc_pc or enc_pcec writes
-// each part's encoding into an encoded slot, which takes the place of its
-// hot slot; nothing crosses to the host. The parts are encoded by one
+// EncodeParts implements compute.PartsEncoder: enc_int8, enc_int4,
+// enc_pc, enc_pcec or enc_bf16 writes each part's encoding into an encoded
+// slot, which takes the place of its hot slot (bf16 over bf16 rows keeps
+// the hot slot); nothing crosses to the host. The parts are encoded by one
 // launch per kernel and hot format (emitEncodes) before EncodeParts
 // returns: a step's filled blocks of a layer, keys and values of every
 // KV head (64 parts for a 512-token 7B prefill), a launch, not one each.
@@ -360,13 +371,15 @@ func (s *store) queueEncode(pt *part, dec compute.Decoder, e encoding) error {
 		}
 	}
 	s.retire(pt) // an encoded part takes no more writes
-	if e.format == partBF16 {
+	if e.format == partBF16 && e.slot == 0 {
 		// codec.BF16 in a store of bf16 rows (encodingOf): the hot slot
 		// stays and nothing is launched. Its rows are the payload of
 		// bf16's bytes (each float32 value rounded to nearest even, as
 		// Encode rounds it), which attention and Read read as a hot
 		// part's; the cache counts the part encoded, at the bytes'
-		// length, as on the CPU (encLen set: not HotDecoded).
+		// length, as on the CPU (encLen set: not HotDecoded). Over
+		// float32 rows enc_bf16 writes that payload into a slot of its
+		// own (the job below), which the part then reads as bf16 rows.
 		pt.dec, pt.encLen = dec, e.size
 		return nil
 	}
@@ -441,6 +454,19 @@ func encInt8Launch(dst, src Ptr, bf16 bool, n, d, shared int, jobs Ptr, count in
 	int32Of("enc_int8 values", n*d)
 	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(jobs)
 	return Launch{Kernel: "enc_int8", Grid: Dim3{u32("enc_int8 parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Shared: uint32(shared), Args: a.b, Params: a.offs}
+}
+
+// encBF16Launch rounds the hot part at src (n rows of d float32 values)
+// to bf16, to nearest even as codec.BF16.Encode rounds them, into dst (n
+// x d bf16 values: the payload of bf16's bytes, which attention reads as
+// a bf16 hot part), in one block; bf16 rows are copied as they are. With
+// jobs set, count parts, as encInt8Launch, dst, src and bf16 then unused.
+// Kernel: enc_bf16(uint16 *dst, const void *src, int bf16, int n, int d, const uint64 *jobs).
+func encBF16Launch(dst, src Ptr, bf16 bool, n, d int, jobs Ptr, count int) Launch {
+	positive("enc_bf16", n, d, count)
+	int32Of("enc_bf16 values", n*d)
+	a := new(args).ptr(dst).ptr(src).i32("bf16", b2i(bf16)).i32("n", n).i32("d", d).ptr(jobs)
+	return Launch{Kernel: "enc_bf16", Grid: Dim3{u32("enc_bf16 parts", count), 1, 1}, Block: Dim3{encThreads, 1, 1}, Args: a.b, Params: a.offs}
 }
 
 // encInt4Launch encodes the hot part at src (n rows of d values, bf16 or
@@ -528,7 +554,7 @@ type encBatch struct {
 // and the cache writes deferred before them (EncodeParts launched those
 // or folded them into the held norm_qkv):
 // one launch per kernel and block shape (enc_int8, enc_int4, enc_pc,
-// enc_pcec; bf16 and float32 parts alike, each job's entry saying which:
+// enc_pcec, enc_bf16; bf16 and float32 parts alike, each job's entry saying which:
 // encJobBF16), a block each, after one enc_whiten launch for the whitened
 // parts (whose encoders read its float32 rows). So a layer whose keys and
 // values share a codec makes one encoder launch, whitened keys or not. The jobs' table (kk_enc_job entries) goes into
@@ -681,6 +707,8 @@ func (b *Backend) emitEncodes() {
 		jt := tab + Ptr(32*first)
 		var l Launch
 		switch j.e.format {
+		case partBF16:
+			l = encBF16Launch(0, 0, false, j.s.rows, j.s.d, jt, end-first)
 		case partInt8:
 			l = encInt8Launch(0, 0, false, j.s.rows, j.s.d, shared, jt, end-first)
 		case partInt4:

@@ -3,15 +3,19 @@ package cudabackend
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kakeya-ai/kakeya/codec"
 	"github.com/kakeya-ai/kakeya/compute"
+	"github.com/kakeya-ai/kakeya/kernels/cuda/emu"
 	"github.com/kakeya-ai/kakeya/kvcache"
+	"github.com/kakeya-ai/kakeya/tensor"
 )
 
 // deviceBytes returns the encoded bytes an encoded part holds on the
@@ -413,9 +417,9 @@ func TestEncodePCBytesUnchanged(t *testing.T) {
 // launched or read back, the part keeps its slot and its rows, which Read
 // gives as bf16's Decode gives its bytes (the host's encoding of the
 // values the part held), and it counts as encoded at the bytes' length
-// (not HotDecoded), as on the CPU; it takes no more writes. A store of
-// float32 rows does not encode bf16 (the cache reads such a part back and
-// encodes it on the host), nor a whitened bf16.
+// (not HotDecoded), as on the CPU; it takes no more writes. A whitened
+// bf16 is not encoded on the device. (Over float32 rows enc_bf16 rounds
+// the rows into a slot of their own: TestEncodeBF16FromF32.)
 func TestEncodeBF16InPlace(t *testing.T) {
 	needKernels(t, "kv_write")
 	const n, d = 16, 64
@@ -467,11 +471,202 @@ func TestEncodeBF16InPlace(t *testing.T) {
 	if err := gpu.Err(); err != nil {
 		t.Fatal(err)
 	}
-	f32 := gpu.NewBlockStore(n, d, false).(compute.PartEncoder)
-	if _, ok := f32.EncodedLen(cd); ok {
-		t.Error("a store of float32 rows encodes bf16 on the device")
-	}
 	if _, ok := store.(compute.PartEncoder).EncodedLen(randPreconditioned(t, r, cd, d)); ok {
 		t.Error("a store of bf16 rows encodes a whitened bf16 on the device")
+	}
+}
+
+// bf16Specials returns float32 values on every edge of rounding to
+// bfloat16: signed zeros, subnormals (the smallest, ties to even either
+// way, just past a tie, the largest, which rounds up to the smallest
+// normal), ties to even on both sides and of both signs, just below a
+// tie, the largest finite float (rounding to an infinity) and the largest
+// bf16, infinities, and NaNs quiet and signalling, whose payload lies
+// only in the bits rounding drops (a NaN that must not become an
+// infinity), of both signs.
+func bf16Specials() []float32 {
+	bits := []uint32{
+		0x00000000, 0x80000000, // +-0
+		0x00000001, 0x80000001, // the smallest subnormals: +-0
+		0x00008000, 0x00018000, 0x80018000, // subnormal ties: to 0, up to 2, down to -2
+		0x00008001, 0x007fffff, 0x00800000, // past a tie; the largest subnormal, up to the smallest normal
+		0x3f808000, 0x3f818000, 0xbf818000, 0x3f807fff, // ties to even (down, up, negative), below a tie
+		0x7f7fffff, 0xff7fffff, 0x7f7f7fff, // to +-Inf; to the largest bf16
+		0x7f800000, 0xff800000, // +-Inf
+		0x7fc00000, 0xffc00000, 0x7f800001, 0xff800001, 0x7fbfffff, 0x7fffffff, // NaNs
+	}
+	x := make([]float32, len(bits))
+	for i, b := range bits {
+		x[i] = math.Float32frombits(b)
+	}
+	return x
+}
+
+// enc_bf16 encodes bf16 (a side kept uncompressed: a boundary layer, a
+// plan's "none") over float32 hot rows on the device, where the store read
+// each part back and encoded it on the host: EncodeParts launches one
+// enc_bf16 for its parts, copies nothing back, and each part moves to a
+// slot of bf16 rows (half its hot slot's size) holding, bit for bit, the
+// payload of codec.BF16.Encode's bytes (tensor.F32ToBF16's rounding: to
+// nearest, ties to even; NaN kept a NaN) for random values and for every
+// rounding edge (bf16Specials, and each of them negated); it counts as
+// encoded at the bytes' length (not HotDecoded), Read gives bf16's Decode
+// of those bytes, and it takes no more writes. Parts of other codecs in
+// the same call take their own launch. The kernel also converts rows of
+// no multiple of four values or misaligned (its one-value path) and
+// copies bf16 rows as they are, launched directly.
+func TestEncodeBF16FromF32(t *testing.T) {
+	needKernels(t, "enc_bf16", "enc_int8", "kv_write")
+	const n, d = 16, 64
+	r := rand.New(rand.NewPCG(7, 8))
+	var cd codec.BF16
+	i8, err := codec.New(codec.Spec{Name: "int8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specials := bf16Specials()
+	for _, noGraph := range []bool{false, true} {
+		gpu, f := newFakeBackend(t, Options{NoStepGraph: noGraph})
+		store := gpu.NewBlockStore(n, d, false)
+		pe := store.(compute.PartsEncoder)
+		size, ok := store.(compute.PartEncoder).EncodedLen(cd)
+		if want := 16 + 2*n*d; !ok || size != want {
+			t.Fatalf("EncodedLen(bf16) over float32 rows = %d, %v; want %d, true", size, ok, want)
+		}
+		// Three bf16 parts (the rounding edges in the first, negated in
+		// the second, amid random values) and an int8 part.
+		var ps []compute.Part
+		var decs []compute.Decoder
+		var xs [][]float32
+		for i := range 4 {
+			x := randFloats(r, n*d)
+			for j, v := range specials {
+				switch i {
+				case 0:
+					x[3*j] = v
+				case 1:
+					x[5*j+1] = -v
+				}
+			}
+			p, hot := writePart(t, gpu, store, x, n, d)
+			for j := range x {
+				if math.Float32bits(hot[j]) != math.Float32bits(x[j]) {
+					t.Fatalf("part %d value %d: the float32 part holds %#x, written %#x", i, j, math.Float32bits(hot[j]), math.Float32bits(x[j]))
+				}
+			}
+			ps, xs = append(ps, p), append(xs, x)
+			decs = append(decs, map[bool]compute.Decoder{true: i8, false: cd}[i == 2])
+		}
+		hotSize := own(ps[0]).size
+		launched, outs := len(f.launched), f.calls["copyOut"]
+		if err := pe.EncodeParts(ps, decs); err != nil {
+			t.Fatal(err)
+		}
+		gpu.mu.Lock()
+		gpu.flushQueue()
+		gpu.mu.Unlock()
+		count := func(k []string, kernel string) int {
+			return len(slices.DeleteFunc(slices.Clone(k), func(s string) bool { return s != kernel }))
+		}
+		if k := f.launched[launched:]; count(k, "enc_bf16") != 1 || count(k, "enc_int8") != 1 || f.calls["copyOut"] != outs {
+			t.Fatalf("no step graph %v: EncodeParts of 3 bf16 parts and an int8 one launched %v and copied back %d times; want one enc_bf16 and one enc_int8, none", noGraph, k, f.calls["copyOut"]-outs)
+		}
+		for i, p := range ps {
+			if decs[i] != cd {
+				continue
+			}
+			want, err := cd.Encode(nil, xs[i], n, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pt := own(p)
+			if !pt.Encoded() || pt.HotDecoded() || pt.encLen != len(want) || pt.format != partBF16 || pt.size != roundUp(2*n*d, encAlign) || pt.size >= hotSize {
+				t.Fatalf("part %d after bf16: encoded %v, hot decoded %v, %d encoded bytes (want %d), format %d, a slot of %d bytes (hot %d)",
+					i, pt.Encoded(), pt.HotDecoded(), pt.encLen, len(want), pt.format, pt.size, hotSize)
+			}
+			rows := make([]byte, 2*n*d)
+			gpu.mu.Lock()
+			err = gpu.copyOut(rows, pt.addr)
+			gpu.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range n * d {
+				g, w := binary.LittleEndian.Uint16(rows[2*j:]), binary.LittleEndian.Uint16(want[16+2*j:])
+				if g != w {
+					t.Fatalf("part %d value %d (%#x): enc_bf16 wrote %#04x, codec.BF16.Encode %#04x", i, j, math.Float32bits(xs[i][j]), g, w)
+				}
+				if v := xs[i][j]; math.IsNaN(float64(v)) && !math.IsNaN(float64(tensor.BF16ToF32(g))) {
+					t.Fatalf("part %d value %d: NaN %#x became %#04x", i, j, math.Float32bits(v), g)
+				}
+			}
+			got, dec := make([]float32, n*d), make([]float32, n*d)
+			if err := store.Read(got, p); err != nil {
+				t.Fatal(err)
+			}
+			if err := cd.Decode(dec, want, n, d); err != nil {
+				t.Fatal(err)
+			}
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(dec[j]) {
+					t.Fatalf("part %d value %d: read %#x, bf16's Decode gives %#x", i, j, math.Float32bits(got[j]), math.Float32bits(dec[j]))
+				}
+			}
+		}
+		// The int8 part beside them: codec.Int8's bytes.
+		want, err := i8.Encode(nil, xs[2], n, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameBytes(t, "enc_int8 beside enc_bf16", deviceBytes(t, gpu, ps[2]), want)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("a write into a part encoded as bf16 over float32 rows did not panic")
+				}
+			}()
+			store.Write(ps[0], 0, upload(gpu, xs[0]), d, 1)
+		}()
+		if err := gpu.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Launched directly: 3 x 5 values (three groups of four, then three
+	// one at a time), misaligned rows (every value one at a time), and
+	// bf16 rows copied.
+	m := newDevMem(t)
+	x := append(slices.Clone(specials), randFloats(r, 3)...)
+	x = append(x, x...)
+	for _, c := range []struct {
+		name     string
+		n, d, at int // at: the rows' offset in bytes from an aligned address
+	}{{"3x5", 3, 5, 0}, {"misaligned", 5, 8, 4}, {"specials", len(x) / 8, 8, 0}} {
+		src := x[:c.n*c.d]
+		raw := append(make([]byte, c.at), f32Bytes(src)...)
+		in, out := m.bytes(raw)+Ptr(c.at), m.bytes(make([]byte, 2*len(src)))
+		for _, seed := range emuSeeds[:2] {
+			runLaunches(t, seed, encBF16Launch(out, in, false, c.n, c.d, 0, 1))
+			got := make([]byte, 2*len(src))
+			emu.CopyOut(got, uint64(out))
+			for j, v := range src {
+				if g, w := binary.LittleEndian.Uint16(got[2*j:]), tensor.F32ToBF16(v); g != w {
+					t.Fatalf("%s value %d (%#x): %#04x, tensor.F32ToBF16 %#04x", c.name, j, math.Float32bits(v), g, w)
+				}
+			}
+		}
+	}
+	h := make([]uint16, 37)
+	for i := range h {
+		h[i] = uint16(r.Uint32())
+	}
+	in, out := m.u16(h), m.bytes(make([]byte, 2*len(h)))
+	runLaunches(t, emuSeeds[0], encBF16Launch(out, in, true, 1, len(h), 0, 1))
+	got := make([]byte, 2*len(h))
+	emu.CopyOut(got, uint64(out))
+	for j, v := range h {
+		if g := binary.LittleEndian.Uint16(got[2*j:]); g != v {
+			t.Fatalf("bf16 rows: value %d copied as %#04x, was %#04x", j, g, v)
+		}
 	}
 }

@@ -866,6 +866,7 @@ func sampleLaunches() []Launch {
 		encWhitenLaunch(0, 0, true, 64, 128, 0, 1, 4096), encWhitenLaunch(0, 0, false, 16, 64, 1, 0, 1),
 		encInt4Launch(0, 0, true, 256, 256, 4|32<<8, attnSharedCap, 0, 1), encInt4Launch(0, 0, false, 64, 128, 0, 4*(2*encThreads+35), 1, 4096),
 		encPCECLaunch(0, 0, false, 256, 256, 0, 0, attnSharedCap, 0, 1), encPCECLaunch(0, 0, true, 64, 128, 0, 0, attnSharedCap, 1, 4096),
+		encBF16Launch(0, 0, false, 256, 256, 0, 1), encBF16Launch(0, 0, false, 64, 128, 1, 4096),
 		argMaxLaunch(0, 0, 64, 152064), drawLaunch(0, 0, 0, 64, 152064),
 		drawSplitLaunches(0, 0, 0, 0, 0, 4, 151936, 32, 4768, 40)[0], drawSplitLaunches(0, 0, 0, 0, 0, 4, 151936, 32, 4768, 40)[1],
 		toBF16Launch(0, 0, 2048*18944), toF16RowsLaunch(0, 0, 0, 2048, 18944), scaleRowsLaunch(0, 0, 2048, 152064),

@@ -254,6 +254,9 @@ func TestForwardMatchesCPU(t *testing.T) {
 		{"int8 (f32 hot)", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "f32"}},
 		// Layer 0 a boundary layer: its blocks bf16-encoded in place.
 		{"int8, bf16 boundary", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "0", CacheType: "bf16"}},
+		// The same over float32 hot rows: the boundary layer's blocks
+		// rounded to bf16 by enc_bf16 into slots of their own.
+		{"int8, bf16 boundary (f32 hot)", kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, Boundary: "0", CacheType: "f32"}},
 		// Keys encoded, values hot bf16: entries of two formats.
 		{"int8 keys", kvconfig.Spec{K: "int8", V: "none", BlockSize: 4, HotWindow: 4, Boundary: "none", CacheType: "bf16"}},
 		// KIVI's layout: per-channel int4 keys, per-token int4 values.

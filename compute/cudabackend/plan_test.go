@@ -146,7 +146,10 @@ func defaultPlan(t *testing.T) kvconfig.Plan {
 // policy built by hand, prePCPolicy) makes
 // one host wait, the logits' copy back, also in the steps that fill a
 // block and encode it: the encoders run in the step's stream, nothing is
-// read back. Where a layer's keys and values share a codec (int8/int8,
+// read back. So do sides kept uncompressed (a plan's "none", a boundary
+// layer) over float32 hot rows (--cache-type f32), which enc_bf16 rounds
+// into bf16 slots on the device (over bf16 rows they are encoded in
+// place, no launch). Where a layer's keys and values share a codec (int8/int8,
 // kakeya-pc), whitened keys or not, a filling step makes one encoder
 // launch per layer: as many as enc_whiten's. A kakeya-block layer,
 // encoded on the host, still reads each filled part back (the test logs
@@ -171,23 +174,39 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 		pre    bool   // a calibration with query factors: int8 and int4 keys preconditioned
 		wrap   bool   // kakeya-pc keys preconditioned by hand (prePCPolicy)
 		shared string // the codec every layer's keys and values share: one encoder launch a layer and filling step
+		f32    bool   // float32 hot rows
+		// With boundary set, the cache is layers (one codec) with those
+		// boundary layers kept bf16, not a per-layer plan.
+		boundary string
 	}{
-		{"int4-k/int4|int8/int2", true, false, false, ""},
-		{"int2-k/int2|int4/int4-k", true, false, false, ""},
-		{defaults, true, false, false, ""},
-		{"int4-k/int4|int8/int2", true, true, false, ""},
-		{"int8/int4|int2-k/int8", true, true, false, ""},
-		{"int8/int8|int8/int8", true, true, false, "enc_int8"},
-		{defaults, true, true, false, ""},
-		{"kakeya", true, true, false, "enc_pc"}, // the preset: keys weighed by the queries, not whitened
-		{"kakeya-pc:rate=2.5/kakeya-pc:rate=2.5|kakeya-pc:rate=2.5/kakeya-pc:rate=2.5", true, true, true, "enc_pc"},
-		{"kakeya-pc:ec=true/kakeya-pc:ec=true|kakeya-pc:ec=true/kakeya-pc:ec=true", true, true, true, "enc_pcec"},
-		{"none/int4|int8/none", true, false, false, ""}, // the allocator's "none": bf16 encoded in place
-		{"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3", false, false, false, ""},
+		{"int4-k/int4|int8/int2", true, false, false, "", false, ""},
+		{"int2-k/int2|int4/int4-k", true, false, false, "", false, ""},
+		{defaults, true, false, false, "", false, ""},
+		{"int4-k/int4|int8/int2", true, true, false, "", false, ""},
+		{"int8/int4|int2-k/int8", true, true, false, "", false, ""},
+		{"int8/int8|int8/int8", true, true, false, "enc_int8", false, ""},
+		{defaults, true, true, false, "", false, ""},
+		{"kakeya", true, true, false, "enc_pc", false, ""}, // the preset: keys weighed by the queries, not whitened
+		{"kakeya-pc:rate=2.5/kakeya-pc:rate=2.5|kakeya-pc:rate=2.5/kakeya-pc:rate=2.5", true, true, true, "enc_pc", false, ""},
+		{"kakeya-pc:ec=true/kakeya-pc:ec=true|kakeya-pc:ec=true/kakeya-pc:ec=true", true, true, true, "enc_pcec", false, ""},
+		{"none/int4|int8/none", true, false, false, "", false, ""}, // the allocator's "none": bf16 encoded in place
+		// The same over float32 hot rows, and a boundary layer over
+		// them: bf16 encoded by enc_bf16.
+		{"none/int4|int8/none", true, false, false, "", true, ""},
+		{"int4", true, false, false, "", true, "0"},
+		{"int4-k/int4|kakeya-block:b=3/kakeya-block:b=3", false, false, false, "", false, ""},
 	} {
-		sp := kvconfig.Spec{Layers: c.layers, BlockSize: bs, HotWindow: bs, CacheType: "bf16"}
-		if c.layers == "kakeya" {
+		hot := map[bool]string{false: "bf16", true: "f32"}[c.f32]
+		sp := kvconfig.Spec{Layers: c.layers, BlockSize: bs, HotWindow: bs, CacheType: hot}
+		switch {
+		case c.layers == "kakeya":
 			sp = kvconfig.Spec{KV: "kakeya", BlockSize: bs, HotWindow: bs}
+		case c.boundary != "":
+			sp = kvconfig.Spec{KV: c.layers, Boundary: c.boundary, BlockSize: bs, HotWindow: bs, CacheType: hot}
+		}
+		name := fmt.Sprintf("%s (%s hot rows)", c.layers, hot)
+		if c.boundary != "" {
+			name = fmt.Sprintf("%s, boundary layers %s (%s hot rows)", c.layers, c.boundary, hot)
 		}
 		pcCal := strings.Contains(c.layers, "kakeya-pc") || c.layers == "kakeya"
 		var cal func(*model.Model) *codec.Calibration
@@ -240,7 +259,7 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 				fills++
 			}
 			if c.device && (waits != 1 || st.CopiesOut != 1) {
-				t.Errorf("%s: decode step %d (position %d, fills a block %v): %d host waits (%+v), want 1: the logits' copy back", c.layers, i, pos, fill, waits, st)
+				t.Errorf("%s: decode step %d (position %d, fills a block %v): %d host waits (%+v), want 1: the logits' copy back", name, i, pos, fill, waits, st)
 			}
 		}
 		if err := gpu.Err(); err != nil {
@@ -248,13 +267,29 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 		}
 		f := gpu.drv.(*launchCounter).driver.(*fakeDriver)
 		enc4, enc8, encPC, whiten := kernelCount(f, "enc_int4"), kernelCount(f, "enc_int8"), kernelCount(f, "enc_pc"), kernelCount(f, "enc_whiten")
-		encEC := kernelCount(f, "enc_pcec")
-		t.Logf("%s (preconditioned keys %v, kakeya-pc keys wrapped %v): %d decode steps, %d filling a block; at most %d host waits a step; %d enc_int4, %d enc_int8, %d enc_pc, %d enc_pcec and %d enc_whiten launches",
-			c.layers, c.pre, c.wrap, steps, fills, most, enc4, enc8, encPC, encEC, whiten)
+		encEC, encBF16 := kernelCount(f, "enc_pcec"), kernelCount(f, "enc_bf16")
+		t.Logf("%s (preconditioned keys %v, kakeya-pc keys wrapped %v): %d decode steps, %d filling a block; at most %d host waits a step; %d enc_int4, %d enc_int8, %d enc_pc, %d enc_pcec, %d enc_whiten and %d enc_bf16 launches",
+			name, c.pre, c.wrap, steps, fills, most, enc4, enc8, encPC, encEC, whiten, encBF16)
+		// bf16 sides over float32 rows: one enc_bf16 launch a layer that
+		// holds any (its keys and values together) and filling step;
+		// none over bf16 rows.
+		bf16Layers := 0
+		if c.boundary != "" {
+			bf16Layers = len(strings.Split(c.boundary, ","))
+		} else {
+			for _, l := range strings.Split(c.layers, "|") {
+				if strings.Contains(l, "none") {
+					bf16Layers++
+				}
+			}
+		}
+		if want := map[bool]int{true: fills * bf16Layers}[c.f32]; encBF16 != want {
+			t.Errorf("%s: %d enc_bf16 launches over %d filling steps, %d layers with bf16 sides; want %d", name, encBF16, fills, bf16Layers, want)
+		}
 		// The preset's kakeya-pc keys are never whitened, whatever the
 		// calibration.
 		if whitened := c.pre && c.layers != "kakeya"; whitened != (whiten > 0) {
-			t.Errorf("%s (preconditioned keys %v): %d enc_whiten launches", c.layers, c.pre, whiten)
+			t.Errorf("%s (preconditioned keys %v): %d enc_whiten launches", name, c.pre, whiten)
 		}
 		if c.shared != "" {
 			// A layer's keys and values in one launch, the prompt's
@@ -262,18 +297,18 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 			// and each filling step's.
 			layers := 2
 			if n := kernelCount(f, c.shared); n != fills*layers || whiten > 0 && whiten != n {
-				t.Errorf("%s: %d %s and %d enc_whiten launches over %d filling steps of %d layers, want one a layer and step", c.layers, n, c.shared, whiten, fills, layers)
+				t.Errorf("%s: %d %s and %d enc_whiten launches over %d filling steps of %d layers, want one a layer and step", name, n, c.shared, whiten, fills, layers)
 			}
 			continue
 		}
 		if enc4 == 0 {
-			t.Errorf("%s: no enc_int4 launch: the int4 layers' blocks were not encoded on the device", c.layers)
+			t.Errorf("%s: no enc_int4 launch: the int4 layers' blocks were not encoded on the device", name)
 		}
 		if c.layers == defaults && (enc8 == 0 || encPC == 0) {
-			t.Errorf("%s: %d enc_int8 and %d enc_pc launches: the int8 and kakeya-pc layers' blocks were not encoded on the device", c.layers, enc8, encPC)
+			t.Errorf("%s: %d enc_int8 and %d enc_pc launches: the int8 and kakeya-pc layers' blocks were not encoded on the device", name, enc8, encPC)
 		}
 		if !c.device && most <= 1 {
-			t.Errorf("%s: kakeya-block layers encode on the host, yet no step waited more than once", c.layers)
+			t.Errorf("%s: kakeya-block layers encode on the host, yet no step waited more than once", name)
 		}
 	}
 }
@@ -286,8 +321,10 @@ func TestPlanDecodeOneHostWait(t *testing.T) {
 // preconditioned by a calibration, int8 with precond=0, the kakeya preset
 // under a calibration file with query factors (its keys weighed by the
 // queries, never whitened) and kakeya-pc keys preconditioned by a policy
-// built by hand (enc_whiten, then enc_pc or enc_pcec), says nothing and
-// has no host-encoded side.
+// built by hand (enc_whiten, then enc_pc or enc_pcec), and sides kept
+// bf16 (a plan's "none", the boundary layers) over float32 hot rows as
+// over bf16 ones (enc_bf16; in place), says nothing and has no
+// host-encoded side.
 func TestHostEncodedWarning(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "qwen2")
 	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
@@ -310,6 +347,28 @@ func TestHostEncodedWarning(t *testing.T) {
 	}
 	if _, _, _, err := cs.Cache(context.Background(), spec("int4-k/int4|int8/int2")); err != nil {
 		t.Fatal(err)
+	}
+	// bf16 sides, a plan's "none" and the default boundary layers (0 and
+	// the last), over float32 and bf16 hot rows: on the device.
+	for _, hot := range []string{"f32", "bf16"} {
+		none := spec("none/int4|int8/none")
+		none.CacheType = hot
+		boundary := kvconfig.Spec{KV: "int8", BlockSize: 4, HotWindow: 4, CacheType: hot}
+		for _, sp := range []kvconfig.Spec{none, boundary} {
+			if _, _, _, err := cs.Cache(context.Background(), sp); err != nil {
+				t.Fatal(err)
+			}
+			pol, _, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k, v := pol.KCodec(0, 0), pol.VCodec(1); pol.HotBF16 != (hot == "bf16") || k == nil || k.Name() != "bf16" || v == nil || v.Name() != "bf16" {
+				t.Fatalf("%+v: hot bf16 %v, layer 0's keys %v, layer 1's values %v; want %s hot rows and bf16 sides", sp, pol.HotBF16, k, v, hot)
+			}
+			if sides, err := m.HostEncoded(model.SequenceOptions{Cache: pol, BlockSize: 4}); err != nil || len(sides) != 0 {
+				t.Errorf("%+v: host-encoded sides %+v (%v), want none", sp, sides, err)
+			}
+		}
 	}
 	out := logged.String()
 	t.Logf("logged: %s", out)
@@ -420,7 +479,10 @@ func TestHostEncodedWarning(t *testing.T) {
 // codecs named per side, each of kakeya-eval sensitivity's default
 // choices on every layer side at the preset's block and window, and the
 // plans kvplan.PlanFor allocates from those choices at every ratio from
-// 1.5x to the most they reach. The check is live: kakeya-block:b=3, which
+// 1.5x to the most they reach, over bf16 and float32 hot rows
+// (--cache-type f32: the plans' "none" sides, bf16, encoded by enc_bf16);
+// also a compressed cache's default boundary layers (bf16), over either.
+// The check is live: kakeya-block:b=3, which
 // sensitivity measures only when --choices names it, is reported
 // host-encoded (and warned of, TestHostEncodedWarning).
 func TestPlannedCodecsEncodeOnDevice(t *testing.T) {
@@ -453,30 +515,56 @@ func TestPlannedCodecsEncodeOnDevice(t *testing.T) {
 				return got
 			}
 			plans := allocatedPlans(t, m.CacheShape().Layers)
-			for calName, cal := range map[string]*codec.Calibration{
-				"principal components":                   synthPCACalibration(m, 1),
-				"principal components and query factors": pcCholCalibration(t, m, 2),
-			} {
-				cases := map[string]kvconfig.Spec{
-					"the preset":          {KV: kvconfig.PresetName},
-					"the preset's codecs": {K: kvconfig.PresetKCodec, V: kvconfig.PresetVCodec, BlockSize: kvconfig.PresetBlock, HotWindow: kvconfig.PresetHotWindow, Boundary: "none"},
+			nones := 0
+			for _, p := range plans {
+				nones += strings.Count(kvconfig.FormatLayerCodecs(p.Layers), "none")
+			}
+			if nones == 0 {
+				t.Fatal("no allocated plan keeps a side uncompressed (bf16): the check of bf16 sides is not live")
+			}
+			for _, hot := range []string{"bf16", "f32"} {
+				sp := kvconfig.Spec{KV: "int8", BlockSize: kvconfig.PresetBlock, HotWindow: kvconfig.PresetHotWindow, CacheType: hot}
+				pol, st, err := kvplan.NewPolicy(sp, m.CacheShape(), nil)
+				if err != nil {
+					t.Fatal(err)
 				}
-				for _, c := range kvplan.DefaultChoices(true) {
-					cases[c] = at(c)
+				if len(st.Boundary) == 0 || pol.HotBF16 != (hot == "bf16") {
+					t.Fatalf("int8 over %s hot rows: boundary layers %v, hot bf16 %v; want the default boundary", hot, st.Boundary, pol.HotBF16)
 				}
-				for name, p := range plans {
-					cases[name] = at("")
-					sp := cases[name]
-					sp.KV, sp.Boundary, sp.Layers = "", "", kvconfig.FormatLayerCodecs(p.Layers)
-					cases[name] = sp
+				got, err := m.HostEncoded(model.SequenceOptions{Cache: pol, BlockSize: st.BlockSize})
+				if err != nil || len(got) != 0 {
+					t.Errorf("int8 over %s hot rows, boundary layers %v (bf16): host-encoded sides %+v (%v), want none", hot, st.Boundary, got, err)
 				}
-				for name, sp := range cases {
-					if got := sides(name, sp, cal); len(got) != 0 {
-						t.Errorf("%s, a calibration of %s: host-encoded sides %+v, want none", name, calName, got)
+			}
+			for _, hot := range []string{"bf16", "f32"} {
+				for calName, cal := range map[string]*codec.Calibration{
+					"principal components":                   synthPCACalibration(m, 1),
+					"principal components and query factors": pcCholCalibration(t, m, 2),
+				} {
+					cases := map[string]kvconfig.Spec{
+						"the preset":          {KV: kvconfig.PresetName},
+						"the preset's codecs": {K: kvconfig.PresetKCodec, V: kvconfig.PresetVCodec, BlockSize: kvconfig.PresetBlock, HotWindow: kvconfig.PresetHotWindow, Boundary: "none"},
 					}
-				}
-				if got := sides("kakeya-block:b=3", at("kakeya-block:b=3"), cal); len(got) != 2*m.CacheShape().Layers {
-					t.Errorf("kakeya-block:b=3, a calibration of %s: host-encoded sides %+v, want every layer's keys and values", calName, got)
+					for _, c := range kvplan.DefaultChoices(true) {
+						cases[c] = at(c)
+					}
+					for name, p := range plans {
+						cases[name] = at("")
+						sp := cases[name]
+						sp.KV, sp.Boundary, sp.Layers = "", "", kvconfig.FormatLayerCodecs(p.Layers)
+						cases[name] = sp
+					}
+					for name, sp := range cases {
+						sp.CacheType = hot
+						if got := sides(name, sp, cal); len(got) != 0 {
+							t.Errorf("%s over %s hot rows, a calibration of %s: host-encoded sides %+v, want none", name, hot, calName, got)
+						}
+					}
+					kb := at("kakeya-block:b=3")
+					kb.CacheType = hot
+					if got := sides("kakeya-block:b=3", kb, cal); len(got) != 2*m.CacheShape().Layers {
+						t.Errorf("kakeya-block:b=3 over %s hot rows, a calibration of %s: host-encoded sides %+v, want every layer's keys and values", hot, calName, got)
+					}
 				}
 			}
 		})

@@ -177,8 +177,8 @@ type kernelBench struct {
 // each context over bf16, int8, the kakeya preset's fixed-rate kakeya-pc
 // (format 8) and entropy-coded kakeya-pc blocks, then the device encoders
 // of both kakeya-pc formats over a layer's full parts of a 512-token
-// prefill, and the whitening of preconditioned keys (enc_whiten) alone and
-// before enc_pc.
+// prefill, the whitening of preconditioned keys (enc_whiten) alone and
+// before enc_pc, and enc_bf16 over those parts.
 func (k *kernelBench) run() {
 	s := k.spec
 	q, kv := s.Heads*s.HeadDim, s.KVHeads*s.HeadDim
@@ -214,6 +214,82 @@ func (k *kernelBench) run() {
 	}
 	k.whitened()
 	runtime.GC()
+	k.bf16Blocks()
+	runtime.GC()
+}
+
+// bf16Blocks reports enc_bf16, the encoder of blocks kept bf16 (the
+// boundary layers, a plan's "none") over float32 hot rows, over a layer's
+// full parts of a 512-token prefill at 64-token blocks (7 blocks of every
+// KV head, keys and values, a CTA each) in one launch, every value against
+// tensor.F32ToBF16 (codec.BF16.Encode's rounding) bit for bit, beside
+// docs/cuda.md's prediction (the same on an H100 and an H200: latency,
+// not bandwidth, bounds the launch).
+func (k *kernelBench) bf16Blocks() {
+	s, bs, d := k.spec, k.block, k.spec.HeadDim
+	parts := 7 * 2 * s.KVHeads
+	label := fmt.Sprintf("%s encode %d parts enc_bf16", k.shape, parts)
+	if k.skip(label) {
+		return
+	}
+	fail := func(err error) { k.r.row("kernels", label, statusFail, err.Error(), nil) }
+	rows := randNormal(seedOf(label), parts*bs*d)
+	b := k.b
+	b.mu.Lock()
+	var src, dst, tab Ptr
+	var err error
+	alloc := func(p *Ptr, n int) {
+		if err == nil {
+			*p, err = b.allocRaw(n)
+		}
+	}
+	alloc(&src, 4*len(rows))
+	alloc(&dst, 2*len(rows))
+	alloc(&tab, 32*parts)
+	var l Launch
+	if err == nil {
+		jobs := make([]uint64, 0, 4*parts)
+		for i := range parts {
+			jobs = append(jobs, uint64(dst)+uint64(2*i*bs*d), hotWord(src+Ptr(4*i*bs*d), false), 0, 0)
+		}
+		b.flushQueue()
+		if err = b.drv.copyIn(src, bytesOf(rows)); err == nil {
+			err = b.drv.copyIn(tab, bytesOf(jobs))
+		}
+		l = encBF16Launch(0, 0, false, bs, d, tab, parts)
+	}
+	b.mu.Unlock()
+	defer freeTemps(b, src, dst, tab)
+	if err != nil {
+		fail(err)
+		return
+	}
+	per, reps := k.timeOp(b.Alloc(1), func() {
+		b.mu.Lock()
+		b.flushQueue()
+		b.fail(b.launch([]Launch{l}, false))
+		b.mu.Unlock()
+	})
+	got := make([]uint16, len(rows))
+	b.mu.Lock()
+	err = b.copyOut(bytesOf(got), dst)
+	b.mu.Unlock()
+	if err != nil {
+		fail(err)
+		return
+	}
+	bad := 0
+	for i, v := range rows {
+		if got[i] != tensor.F32ToBF16(v) {
+			bad++
+		}
+	}
+	rate, _ := k.rate(int64(6*len(rows)), per)
+	k.r.row("kernels", label, status(bad == 0), fmt.Sprintf("%d parts of %dx%d float32 rounded to bf16: %s a launch (%s a part, %s); predicted 5-10 µs on an H100 and an H200 (docs/cuda.md, not measured); %d of %d values not tensor.F32ToBF16's",
+		parts, bs, d, fmtDur(per), fmtDur(per/time.Duration(parts)), rate, bad, len(rows)), map[string]any{
+		"shape": k.shape, "kernel": l.Kernel, "parts": parts, "reps": reps, "us": float64(per) / 1e3,
+		"predicted_us_lo": 5.0, "predicted_us_hi": 10.0, "wrong": bad,
+	})
 }
 
 // encoder reports one batched launch of the device encoder of a layer's
@@ -1828,11 +1904,11 @@ func TestReportFake(t *testing.T) {
 
 	// 6 matrix-vector rows, 5+1 matrix rows, 2 RMSNorm rows, 4 attention
 	// rows, 2 encoder rows, 2 whitening rows (enc_whiten alone and before
-	// enc_pc), 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 6
+	// enc_pc), an enc_bf16 row, 3 fused rows; 12 GEMM rows; 2 golden rows, 1 greedy row, 6
 	// draw rows (2 row counts x 3 filters), 4 Gemma rows, 2 throughput
 	// rows, 4 launch rows, a quant and a quant-throughput row and the
 	// device.
-	if len(r.rows) != 1+20+2+12+3+2+1+6+4+2+4+2+4 {
+	if len(r.rows) != 1+21+2+12+3+2+1+6+4+2+4+2+4 {
 		t.Errorf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	drawn := 0
@@ -1891,9 +1967,9 @@ func TestReportBudget(t *testing.T) {
 	launchRows(r, "launches", func(Options) *Backend { return gpu }, "qwen2-tiny", testmodel.Qwen2Tiny, dir, 12, 3, 16)
 	// Kernel rows: 13 products and norms, attention over bf16, int8,
 	// the preset's kakeya-pc (rate 2.5) and entropy-coded kakeya-pc, the
-	// encoders of both kakeya-pc formats, and enc_whiten alone and before
-	// enc_pc.
-	if len(r.rows) != 17+2+3+4+4+2 {
+	// encoders of both kakeya-pc formats, enc_whiten alone and before
+	// enc_pc, and enc_bf16.
+	if len(r.rows) != 17+2+3+4+4+2+1 {
 		t.Fatalf("%d rows:\n%s", len(r.rows), out.String())
 	}
 	for _, row := range r.rows {

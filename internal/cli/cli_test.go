@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -31,8 +33,14 @@ func TestByteSize(t *testing.T) {
 	}
 }
 
-// ReadAll returns what it read, stops with the limit named, and returns at
-// once when its context ends while a read blocks.
+// ReadAll returns what it read, stops with the limit named, and returns
+// with its context's error (cancelled, or past its deadline) when the
+// context ends while a read blocks, without waiting for that read: the
+// read is released only after ReadAll returned. Nothing is timed but a
+// bound on a hang (the one-second bound this test had measured how soon
+// a loaded machine ran the test's goroutines after a 50 ms timer, and
+// once, at load 10, it was later); ReadAll past a deadline returns no
+// sooner than the deadline.
 func TestReadAll(t *testing.T) {
 	ctx := context.Background()
 	if b, err := ReadAll(ctx, strings.NewReader("hello"), 5, "input", "--max-input"); err != nil || string(b) != "hello" {
@@ -41,14 +49,76 @@ func TestReadAll(t *testing.T) {
 	if _, err := ReadAll(ctx, strings.NewReader("hello!"), 5, "input", "--max-input"); err == nil || err.Error() != "input holds more than 5 bytes, the input limit (--max-input raises it)" {
 		t.Errorf("6 bytes at a limit of 5: %v", err)
 	}
-	r, w := io.Pipe()
-	defer w.Close()
-	ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	if _, err := ReadAll(ctx, r, 5, "standard input", "--max-input"); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > time.Second {
-		t.Errorf("blocked read: %v after %v", err, time.Since(start))
+	const deadline = 50 * time.Millisecond
+	for _, tt := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancelled", func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }, context.Canceled},
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, deadline) }, context.DeadlineExceeded},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &blockedReader{reading: make(chan struct{}), release: make(chan struct{})}
+			defer close(r.release)
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			start := time.Now()
+			type result struct {
+				b   []byte
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				b, err := ReadAll(ctx, r, 5, "standard input", "--max-input")
+				done <- result{b, err}
+			}()
+			select {
+			case <-r.reading:
+			case <-time.After(time.Minute):
+				t.Fatal("ReadAll did not read within a minute")
+			}
+			if tt.want == context.Canceled {
+				select {
+				case res := <-done:
+					t.Fatalf("ReadAll returned (%q, %v) while its read blocked and its context was live", res.b, res.err)
+				default:
+				}
+				cancel()
+			}
+			var res result
+			select {
+			case res = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("ReadAll did not return within a minute of its context's end")
+			}
+			if !errors.Is(res.err, tt.want) || res.b != nil || !strings.Contains(res.err.Error(), "reading standard input") {
+				t.Errorf("blocked read: %q, %v; want %v naming standard input", res.b, res.err, tt.want)
+			}
+			if r.returned.Load() {
+				t.Error("ReadAll waited for the blocked read to return")
+			}
+			if took := time.Since(start); tt.want == context.DeadlineExceeded && took < deadline {
+				t.Errorf("returned after %v, before the %v deadline", took, deadline)
+			}
+		})
 	}
+}
+
+// blockedReader's Read closes reading on its first call and blocks until
+// release is closed, then reports the end of the input, marking that it
+// returned.
+type blockedReader struct {
+	reading, release chan struct{}
+	once             sync.Once
+	returned         atomic.Bool
+}
+
+func (r *blockedReader) Read([]byte) (int, error) {
+	r.once.Do(func() { close(r.reading) })
+	<-r.release
+	r.returned.Store(true)
+	return 0, io.EOF
 }
 
 // Run reports an error once, a usage error before its usage, help as

@@ -121,19 +121,133 @@ func (p *Proc) Signal(sig syscall.Signal, timeout time.Duration) (int, time.Dura
 	return p.Wait(timeout), time.Since(start)
 }
 
-// Interrupt sends sig and checks that the command named name exits the way
-// every tool must: within a second, with status 128+sig, its last line on
-// stderr "name: interrupted..." and the only one saying so.
+// HangBound bounds the waits of a test of a command's phases: how long
+// a step may take before the test calls it a hang. It bounds no speed:
+// other work on the machine (a loaded 2-core machine ran a 1 s exit in
+// 1.3 s) stretches every wall-clock time, so what a test asserts of speed
+// it asserts in CPU time (Interrupt, WaitCPU).
+const HangBound = 60 * time.Second
+
+// MaxExitCPU is the most CPU time a command may use between a signal
+// and its exit (Interrupt): it stops at once, whatever it was doing,
+// rather than finishing a phase (a prefill, a measurement, a write of
+// seconds of work) or a step of one. Exits take a few milliseconds.
+const MaxExitCPU = time.Second
+
+// Interrupt sends sig and checks that the command named name exits the
+// way every tool must: at once, with status 128+sig, its last line on
+// stderr "name: interrupted..." and the only one saying so. At once is
+// work, not wall time, which a loaded machine stretches: the command uses
+// at most MaxExitCPU of CPU time after the signal (where the platform
+// gives CPU times: Linux; elsewhere it exits within 5 s) and exits within
+// HangBound.
 func (p *Proc) Interrupt(sig syscall.Signal, name string) {
 	p.t.Helper()
-	code, took := p.Signal(sig, 5*time.Second)
+	code, took, used, counted := p.SignalCPU(sig)
 	lines := strings.Split(strings.TrimSpace(p.Stderr()), "\n")
 	last := lines[len(lines)-1]
-	if want := 128 + int(sig); code != want || took > time.Second || !strings.HasPrefix(last, name+": interrupted") {
-		p.t.Errorf("after %v: exit %d in %v, last stderr line %q; want %d within 1s and %s: interrupted", sig, code, took, last, want, name)
+	if want := 128 + int(sig); code != want || !strings.HasPrefix(last, name+": interrupted") {
+		p.t.Errorf("after %v: exit %d in %v, last stderr line %q; want %d and %s: interrupted", sig, code, took, last, want, name)
 	}
 	if n := strings.Count(p.Stderr(), "interrupted"); n != 1 {
 		p.t.Errorf("%d lines say interrupted, want 1:\n%s", n, p.Stderr())
+	}
+	switch {
+	case counted:
+		if used > MaxExitCPU {
+			p.t.Errorf("after %v: %v of CPU time before the exit (in %v), want at most %v", sig, used, took, MaxExitCPU)
+		}
+		p.t.Logf("%v: exit %d in %v, %v of CPU time after the signal", sig, code, took, used)
+	case took > 5*time.Second:
+		p.t.Errorf("after %v: exit in %v, want within 5 s (no CPU times on this platform)", sig, took)
+	}
+}
+
+// SignalCPU sends sig and waits for the command to exit, at most
+// HangBound (then it is killed and the test fails); it returns the exit
+// status, how long the exit took, and the CPU time, user and system, the
+// command used between the signal and its exit (to within a tick of 10
+// ms), which counted reports false for where the platform does not say
+// (Linux's /proc does).
+func (p *Proc) SignalCPU(sig syscall.Signal) (code int, took, used time.Duration, counted bool) {
+	p.t.Helper()
+	before, counted := cpuTime(p.cmd.Process.Pid)
+	code, took = p.Signal(sig, HangBound)
+	after, ok := p.cpuUsed()
+	return code, took, after - before, counted && ok
+}
+
+// cpuUsed returns the CPU time, user and system, the command used in
+// all, once it has exited, and false where the platform does not say.
+func (p *Proc) cpuUsed() (time.Duration, bool) {
+	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}
+
+// WaitCPU waits until the command has used d of CPU time, so that it is
+// in a phase of work that its start-up (loading a small model, reading
+// its input: a fraction of d) comes before, however loaded the machine;
+// it fails the test if the command exits first or HangBound passes.
+// Where the platform gives no CPU times (Linux's /proc does) it waits d.
+func (p *Proc) WaitCPU(d time.Duration) {
+	p.t.Helper()
+	if _, ok := cpuTime(p.cmd.Process.Pid); !ok {
+		time.Sleep(d)
+		return
+	}
+	deadline := time.Now().Add(HangBound)
+	for {
+		used, ok := cpuTime(p.cmd.Process.Pid)
+		if ok && used >= d {
+			return
+		}
+		select {
+		case <-p.done:
+			p.t.Fatalf("the command ended (%v) before using %v of CPU time\nstdout: %s\nstderr: %s", p.err, d, p.stdout.String(), p.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%v of CPU time used in %v, want %v\nstderr: %s", used, HangBound, d, p.stderr.String())
+		}
+	}
+}
+
+// WaitBlocked waits until the command is blocked (in a read of input no
+// one writes, on a peer that does not answer): every thread asleep, and
+// no CPU time used, over 100 ms, which a command still starting up or at
+// work does not show however loaded the machine (a thread waiting for a
+// CPU is not asleep); it fails the test if the command exits first or
+// HangBound passes. Where the platform does not say (Linux's /proc does)
+// it waits 300 ms.
+func (p *Proc) WaitBlocked() {
+	p.t.Helper()
+	pid := p.cmd.Process.Pid
+	if _, ok := asleep(pid); !ok {
+		time.Sleep(300 * time.Millisecond)
+		return
+	}
+	deadline := time.Now().Add(HangBound)
+	quiet := 0 // consecutive samples asleep with no CPU time used
+	last, _ := cpuTime(pid)
+	for quiet < 5 {
+		select {
+		case <-p.done:
+			p.t.Fatalf("the command ended (%v) before it blocked\nstdout: %s\nstderr: %s", p.err, p.stdout.String(), p.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		used, _ := cpuTime(pid)
+		if a, _ := asleep(pid); a && used == last {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = used
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the command did not block within %v\nstderr: %s", HangBound, p.stderr.String())
+		}
 	}
 }
 

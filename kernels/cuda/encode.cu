@@ -1064,3 +1064,39 @@ KK_KERNEL void __launch_bounds__(256) enc_pcec(kk_u8 *__restrict__ dst, const vo
 	}
 	kk_seal(dst, codesOff + len, seal);
 }
+
+// enc_bf16: block 0 rounds a hot part of n rows of d float32 values at src
+// to bfloat16 into dst, n x d bf16 values row-major: the payload of
+// codec.BF16's block (its bytes past the header), which attention and the
+// store's Read then take as a bf16 hot part. This is how a side kept
+// uncompressed (a boundary layer, a plan's "none") is encoded over float32
+// hot rows; over bf16 rows the hot slot is that payload already and
+// nothing is launched. Each value is rounded as codec.BF16.Encode rounds
+// it (tensor.F32ToBF16, kk_f32_to_bf16): to nearest, ties to even,
+// subnormals and infinities alike, a NaN kept a quiet NaN of its sign.
+// Rows already bf16 (the job's flag) are copied as they are. Four values
+// a thread and step where the rows are 16-byte aligned and the output
+// 8-byte aligned (16 bytes read, 8 written), the rest one at a time. With
+// jobs set, block b converts job b: dst and src (and its format) the
+// words 0 and 1 of its entry (kk_enc_job_of). No shared memory.
+KK_KERNEL void __launch_bounds__(256) enc_bf16(kk_u16 *__restrict__ dst, const void *__restrict__ src, int bf16, int n, int d,
+                                               const kk_u64 *__restrict__ jobs) {
+	kk_enc_job job = kk_enc_job_of(jobs, dst, src, bf16, 0, 0);
+	kk_u16 *o = (kk_u16 *)job.dst;
+	long long total = (long long)n * d;
+	if (job.bf16) {
+		const kk_u16 *x = (const kk_u16 *)job.src;
+		for (long long i = threadIdx.x; i < total; i += blockDim.x)
+			o[i] = x[i];
+		return;
+	}
+	const float *x = (const float *)job.src;
+	long long quads = ((unsigned long long)x & 15) == 0 && ((unsigned long long)o & 7) == 0 ? total >> 2 : 0;
+	for (long long q = threadIdx.x; q < quads; q += blockDim.x) {
+		kk_f32x4 v = kk_ldg4(x + 4 * q);
+		((kk_u64 *)o)[q] = (kk_u64)kk_f32_to_bf16(v[0]) | (kk_u64)kk_f32_to_bf16(v[1]) << 16 |
+		                   (kk_u64)kk_f32_to_bf16(v[2]) << 32 | (kk_u64)kk_f32_to_bf16(v[3]) << 48;
+	}
+	for (long long i = 4 * quads + threadIdx.x; i < total; i += blockDim.x)
+		o[i] = kk_f32_to_bf16(x[i]);
+}

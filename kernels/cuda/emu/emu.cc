@@ -192,7 +192,7 @@ const Entry kernels[] = {
     KK_ENTRY(matmul_f32), KK_ENTRY(matmul_bf16), KK_ENTRY(matmul_f16),
     KK_ENTRY(attn_split), KK_ENTRY(attn_split_pre), KK_ENTRY(attn_split_pc), KK_ENTRY(attn_batch),
     KK_ENTRY(attn_batch_pre), KK_ENTRY(attn_batch_pc), KK_ENTRY(attn_combine),
-    KK_ENTRY(enc_int8), KK_ENTRY(enc_whiten), KK_ENTRY(enc_pc), KK_ENTRY(enc_pcec), KK_ENTRY(enc_int4), KK_ENTRY(argmax), KK_ENTRY(draw_rows), KK_ENTRY(draw_split_max), KK_ENTRY(draw_split),
+    KK_ENTRY(enc_int8), KK_ENTRY(enc_whiten), KK_ENTRY(enc_pc), KK_ENTRY(enc_pcec), KK_ENTRY(enc_int4), KK_ENTRY(enc_bf16), KK_ENTRY(argmax), KK_ENTRY(draw_rows), KK_ENTRY(draw_split_max), KK_ENTRY(draw_split),
     KK_ENTRY(to_bf16), KK_ENTRY(to_f16_rows), KK_ENTRY(scale_rows), KK_ENTRY(gemm_bf16), KK_ENTRY(gemm_f16),
     KK_ENTRY(attn_prefill_d64), KK_ENTRY(attn_prefill_batch_d64), KK_ENTRY(attn_prefill_d128),
     KK_ENTRY(attn_prefill_batch_d128), KK_ENTRY(attn_prefill_pc_d64), KK_ENTRY(attn_prefill_batch_pc_d64),
