@@ -46,6 +46,7 @@ type scratch struct {
 	bSin     [codec.MaxBlocks][]float32
 	bLo, bHi [codec.MaxBlocks]int
 	runSrc   [][]byte // a RunAttender call's blocks
+	runNext  [][]byte // the values of a ScoreRun call's blocks, for it to prefetch
 }
 
 // A Scratch is the scratch memory of the attentions of one shape (query
@@ -71,13 +72,14 @@ func NewScratch(pool *kern.Pool, p compute.AttentionParams) *Scratch {
 	s.ch = make(chan *scratch, n)
 	for range n {
 		s.ch <- &scratch{
-			scores: make([]float32, queryChunk*group*p.MaxContext),
-			q:      make([]float32, queryChunk*group*p.HeadDim),
-			o:      make([]float32, queryChunk*group*p.HeadDim),
-			dec:    make([]float32, p.BlockSize*p.HeadDim),
-			rot:    make([]float32, p.BlockSize*p.HeadDim),
-			rots:   make([]float32, codec.MaxBlocks*p.BlockSize*p.HeadDim),
-			runSrc: make([][]byte, 0, p.MaxContext/p.BlockSize+1),
+			scores:  make([]float32, queryChunk*group*p.MaxContext),
+			q:       make([]float32, queryChunk*group*p.HeadDim),
+			o:       make([]float32, queryChunk*group*p.HeadDim),
+			dec:     make([]float32, p.BlockSize*p.HeadDim),
+			rot:     make([]float32, p.BlockSize*p.HeadDim),
+			rots:    make([]float32, codec.MaxBlocks*p.BlockSize*p.HeadDim),
+			runSrc:  make([][]byte, 0, p.MaxContext/p.BlockSize+1),
+			runNext: make([][]byte, 0, p.MaxContext/p.BlockSize+1),
 		}
 	}
 	return s
@@ -386,10 +388,24 @@ func (t *task) scoreRun(s *scratch, qs []float32, m int, sc []float32, stride, g
 	bs, d, half := a.blockSize, a.p.HeadDim, a.p.HeadDim/2
 	nb := len(s.runSrc)
 	r1 := min(bs, kEnd-(b+nb-1)*bs)
-	if err := ra.ScoreRun(sc[b*bs:], stride, qs, m, s.runSrc, bs, d, t.cos[b*bs*half:], t.sin[b*bs*half:], a.scale, r0, r1, true); err != nil {
+	if err := ra.ScoreRun(sc[b*bs:], stride, qs, m, s.runSrc, bs, d, t.cos[b*bs*half:], t.sin[b*bs*half:], a.scale, r0, r1, true, t.valuesOf(s, g, b, nb)); err != nil {
 		return 0
 	}
 	return nb
+}
+
+// valuesOf sets s.runNext to the encoded bytes of KV head g's value
+// parts of blocks b to b+nb-1 that are encoded, which pass 3 reads after
+// their keys' scores, and returns it: ScoreRun prefetches them as it
+// ends, so that their misses overlap its arithmetic.
+func (t *task) valuesOf(s *scratch, g, b, nb int) [][]byte {
+	s.runNext = s.runNext[:0]
+	for j := b; j < b+nb; j++ {
+		if p, ok := t.kv.Part(g, j, 1).(*part); ok && p.dec != nil {
+			s.runNext = append(s.runNext, p.enc)
+		}
+	}
+	return s.runNext
 }
 
 // valueRun adds to o the probability-weighted sums of KV head g's values

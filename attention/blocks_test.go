@@ -56,10 +56,10 @@ type runCounter struct {
 	keys, values, blocks *atomic.Int64
 }
 
-func (p runCounter) ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool) error {
+func (p runCounter) ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool, next [][]byte) error {
 	p.keys.Add(1)
 	p.blocks.Add(int64(len(src)))
-	return p.KakeyaPC.ScoreRun(s, lds, q, m, src, n, d, cos, sin, scale, r0, r1, checked)
+	return p.KakeyaPC.ScoreRun(s, lds, q, m, src, n, d, cos, sin, scale, r0, r1, checked, next)
 }
 
 func (p runCounter) AddWeightedRun(dst []float32, m int, w []float32, wStride int, src [][]byte, n, d int, r0, r1 int, checked bool) error {

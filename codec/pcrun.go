@@ -33,7 +33,9 @@ type RunAttender interface {
 	// block of src passed CheckBlock and has not changed since: the run
 	// may then skip the checks that read the whole block (the fixed-width
 	// format's CRC-32C); the header, sizes and fields are checked still.
-	ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool) error
+	// next, which may be nil, holds the blocks the caller reads after
+	// these (the run's values): their bytes may be prefetched, never read.
+	ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool, next [][]byte) error
 	// AddWeightedRun adds to dst[i*d:(i+1)*d], for each of the m weight
 	// rows, the sum over the run's rows of w[i*wStride + j*n + k] times
 	// row k of src[j] decoded. An error leaves dst as it was. checked is
@@ -65,6 +67,18 @@ type pcRunScratch struct {
 	hb  [2 * rans2Lanes]byte
 	// touch keeps prepareLat's reads of the blocks' cache lines.
 	touch byte
+	// pf holds the next chunk's blocks for the kernels to prefetch
+	// (cpu.PCRun.Prefetch).
+	pf []uintptr
+}
+
+// prefetchNext sets run.Prefetch to the blocks of src from j1 on that the
+// next kernel call takes (at most pcRunChunk), or to none. The kernel
+// prefetches a share of them with each of its blocks: their misses then
+// overlap its arithmetic, where prepareLat's touch waited on them.
+func (rs *pcRunScratch) prefetchNext(run *cpu.PCRun, src [][]byte, j1 int) {
+	rs.pf = cpu.PrefetchPairs(rs.pf[:0], src[j1:min(len(src), j1+pcRunChunk)])
+	run.Prefetch = rs.pf
 }
 
 func (k *KakeyaPC) runScratch() *pcRunScratch {
@@ -255,7 +269,7 @@ func (k *KakeyaPC) prepareLat(rs *pcRunScratch, run *cpu.PCRun, src [][]byte, n,
 // ScoreRun implements RunAttender: per block, the latents, the rows
 // rebuilt and rotated and the scores, in one kernel call per pcRunChunk
 // blocks, the bits of DecodeRotated and cpu.ScoreBlock block by block.
-func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool) error {
+func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]byte, n, d int, cos, sin []float32, scale float32, r0, r1 int, checked bool, next [][]byte) error {
 	if err := k.checkRun(src, n, d, r0, r1); err != nil {
 		return err
 	}
@@ -290,6 +304,11 @@ func (k *KakeyaPC) ScoreRun(s []float32, lds int, q []float32, m int, src [][]by
 			return err
 		}
 		lo, hi := runRows(j0, j1, nb, n, r0, r1)
+		if j1 < nb {
+			rs.prefetchNext(&run, src, j1)
+		} else {
+			rs.prefetchNext(&run, next, 0) // the run's last call: what the caller reads next
+		}
 		cpu.PCScoreRun(&run, j1-j0, s[j0*n:], lds, q, m, scale, cos[j0*n*h:], sin[j0*n*h:], lo, hi, rs.work)
 	}
 	return nil
@@ -343,6 +362,7 @@ func (k *KakeyaPC) AddWeightedRun(dst []float32, m int, w []float32, wStride int
 			return err
 		}
 		lo, hi := runRows(j0, j1, nb, n, r0, r1)
+		rs.prefetchNext(&run, src, j1)
 		cpu.PCAddRun(&run, j1-j0, w[j0*n:], wStride, m, lo, hi, acc, macc, wsum, rs.work)
 	}
 	cpu.PCAddRunEnd(&run, dst, m, acc, macc, wsum)

@@ -71,7 +71,7 @@ func TestKakeyaPCRuns(t *testing.T) {
 			// beforehand (the odd runs).
 			checked := tc.nb%2 == 1
 			got, want := make([]float32, m*lds), make([]float32, m*lds)
-			if err := k.ScoreRun(got, lds, q, m, run, n, d, cos, sin, 0.125, tc.r0, tc.r1, checked); err != nil {
+			if err := k.ScoreRun(got, lds, q, m, run, n, d, cos, sin, 0.125, tc.r0, tc.r1, checked, src); err != nil { // src: blocks to prefetch, never read
 				t.Fatalf("%s: %v", what, err)
 			}
 			rot := make([]float32, n*d)
@@ -118,7 +118,7 @@ func TestKakeyaPCRuns(t *testing.T) {
 				if err := k.AddWeightedRun(sum, m, w, lds, bad, n, d, tc.r0, tc.r1, false); err == nil || !bitsEqual(sum, before) {
 					t.Fatalf("%s: corrupt block %d: %v, sums changed %v", what, j, err, !bitsEqual(sum, before))
 				}
-				if err := k.ScoreRun(got, lds, q, m, bad, n, d, cos, sin, 0.125, tc.r0, tc.r1, false); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
+				if err := k.ScoreRun(got, lds, q, m, bad, n, d, cos, sin, 0.125, tc.r0, tc.r1, false, nil); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
 					t.Fatalf("%s: corrupt block %d: %v", what, j, err)
 				}
 				if err := k.CheckBlock(bad[j], n, d); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
@@ -130,7 +130,7 @@ func TestKakeyaPCRuns(t *testing.T) {
 				if err := k.AddWeightedRun(sum, m, w, lds, bad, n, d, tc.r0, tc.r1, true); err == nil || !bitsEqual(sum, before) {
 					t.Fatalf("%s: checked run, corrupt header of block %d: %v, sums changed %v", what, j, err, !bitsEqual(sum, before))
 				}
-				if err := k.ScoreRun(got, lds, q, m, bad, n, d, cos, sin, 0.125, tc.r0, tc.r1, true); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
+				if err := k.ScoreRun(got, lds, q, m, bad, n, d, cos, sin, 0.125, tc.r0, tc.r1, true, nil); err == nil || !strings.Contains(err.Error(), "kakeya-pc") {
 					t.Fatalf("%s: checked run, corrupt header of block %d: %v", what, j, err)
 				}
 			}
@@ -313,7 +313,7 @@ func FuzzKakeyaPCRunResealed(f *testing.F) {
 		}
 		for _, checked := range []bool{false, true} {
 			got := make([]float32, m*nb*n)
-			err := k.ScoreRun(got, nb*n, q, m, run, n, d, cos, sin, 0.125, 0, n, checked)
+			err := k.ScoreRun(got, nb*n, q, m, run, n, d, cos, sin, 0.125, 0, n, checked, run)
 			if (err == nil) != (werr == nil) || err == nil && !bitsEqual(got, want) {
 				t.Fatalf("block %d edited at %d, checked %v: ScoreRun %v, DecodeRotated %v (scores equal %v)", j, off, checked, err, werr, bitsEqual(got, want))
 			}

@@ -809,18 +809,31 @@ KK_INLINE void rebuild_rope(float *rot, long n, long d, const uint8_t *codes, co
 	}
 }
 
+// pc_prefetch asks for the cache lines of block j's share (of nb) of the
+// npf blocks in pf, (address, length) pairs: the blocks a run reads next,
+// whose misses then overlap this block's arithmetic rather than stall the
+// next call. A prefetch does not fault: any address is harmless.
+KK_INLINE void pc_prefetch2(const uint64_t *pf, long npf, long j, long nb) {
+	for (long k = j * npf / nb; k < (j + 1) * npf / nb; k++) {
+		const uintptr_t a = (uintptr_t)pf[2 * k], e = a + (uintptr_t)pf[2 * k + 1];
+		for (uintptr_t p = a & ~(uintptr_t)63; p < e; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T0);
+	}
+}
+
 // kk2_pc_keys is avx512_amd64.c's kk_pc_keys with AVX2 (d a multiple of
 // 16), the keys rebuilt from code bytes and level tables (or format 9's
 // latents) with RoPE in registers (rebuild_rope): kk2_unpack_planes and
-// kk2_mixt_rope's bits. work holds d + n*d + c*n + 64*c floats.
+// kk2_mixt_rope's bits. work holds d + n*d + c*n + 64*c floats; the npf
+// blocks of pf are prefetched as it goes (pc_prefetch2).
 void kk2_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
 		 long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
 		 const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
-		 long lds, long r0, long r1, float *work) {
+		 long lds, long r0, long r1, float *work, const uint64_t *pf, long npf) {
 	const long h = d / 2;
 	float *base = work, *rot = work + d, *lt = rot + n * d, *tab = lt + c * n;
 	uint8_t *codes = (uint8_t *)lt;
 	for (long j = 0; j < nb; j++) {
+		pc_prefetch2(pf, npf, j, nb);
 		const float *means = fields + j * (mc + c), *scales = means + mc;
 		base_row2(base, d, mu, means, mc, mean_rows);
 		const float *cj = cos + j * n * h, *sj = sin + j * n * h;
@@ -883,10 +896,11 @@ KK_INLINE void pc_values_rows2(const int nv, long m, const float *w, long ldw, c
 
 void kk2_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
 		   const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
-		   float *acc, float *macc, float *wsum, float *work) {
+		   float *acc, float *macc, float *wsum, float *work, const uint64_t *pf, long npf) {
 	const long nv = (n + 7) / 8;
 	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
 	for (long j = 0; j < nb; j++) {
+		pc_prefetch2(pf, npf, j, nb);
 		const float *means = fields + j * (mc + c), *scales = means + mc;
 		const float *l = work;
 		if (planes) {

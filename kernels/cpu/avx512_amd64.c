@@ -618,6 +618,17 @@ KK_INLINE void score_rows(const float *q, long m, long d, const float *keys, lon
 	}
 }
 
+// pc_prefetch asks for the cache lines of block j's share (of nb) of the
+// npf blocks in pf, (address, length) pairs: the blocks a run reads next,
+// whose misses then overlap this block's arithmetic rather than stall the
+// next call. A prefetch does not fault: any address is harmless.
+KK_INLINE void pc_prefetch(const uint64_t *pf, long npf, long j, long nb) {
+	for (long k = j * npf / nb; k < (j + 1) * npf / nb; k++) {
+		const uintptr_t a = (uintptr_t)pf[2 * k], e = a + (uintptr_t)pf[2 * k + 1];
+		for (uintptr_t p = a & ~(uintptr_t)63; p < e; p += 64) _mm_prefetch((const char *)p, _MM_HINT_T0);
+	}
+}
+
 // kk_pc_keys sets s[i*lds + j*n + r] to scale times query row i's product
 // with row r of block j's keys rotated at their positions (cos and sin
 // from row 0 of block 0, d/2 per row), for the m query rows of q and each
@@ -625,14 +636,16 @@ KK_INLINE void score_rows(const float *q, long m, long d, const float *keys, lon
 // times mean_rows, as kk_mix sums them), its latents, its rows rebuilt
 // and rotated (kk_mixt_rope) and scored (score_rows), the arithmetic of
 // those kernels called one by one. work holds d + n*d + c*n floats. d is
-// 32, 64 or 128.
+// 32, 64 or 128. The npf blocks of pf, (address, length) pairs, are
+// prefetched as it goes, block j's share with block j (pc_prefetch).
 void kk_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
 		long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
 		const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
-		long lds, long r0, long r1, float *work) {
+		long lds, long r0, long r1, float *work, const uint64_t *pf, long npf) {
 	const long h = d / 2;
 	float *base = work, *rot = work + d, *lt = rot + n * d;
 	for (long j = 0; j < nb; j++) {
+		pc_prefetch(pf, npf, j, nb);
 		const float *means = fields + j * (mc + c), *scales = means + mc;
 		for (long i = 0; i < d; i++) base[i] = mu[i];
 		if (mc > 0) kk_mix(base, 1, d, means, mc, mean_rows, mc);
@@ -694,12 +707,13 @@ KK_INLINE void pc_values_rows(const int nv, long m, const float *w, long ldw, co
 // macc (m x mc, each weighted by the block's sum of weights) and of the
 // weights to wsum (m): the value rows' sums in the basis, which
 // kk_pc_values_end turns into rows. n is at most 64; work holds c*n
-// floats.
+// floats. The npf blocks of pf are prefetched as in kk_pc_keys.
 void kk_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
 		  const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
-		  float *acc, float *macc, float *wsum, float *work) {
+		  float *acc, float *macc, float *wsum, float *work, const uint64_t *pf, long npf) {
 	const long nv = (n + 15) / 16;
 	for (long j = 0; j < nb; j++) {
+		pc_prefetch(pf, npf, j, nb);
 		const float *means = fields + j * (mc + c), *scales = means + mc;
 		const float *l = work;
 		if (planes) {

@@ -36,17 +36,17 @@ void kk_fwht_rows64(float *out, const float *v, const float *signs, const float 
 void kk_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
 		long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
 		const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
-		long lds, long r0, long r1, float *work);
+		long lds, long r0, long r1, float *work, const uint64_t *pf, long npf);
 void kk2_pc_keys(long nb, long n, long d, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths,
 		 long c, const float *levels, const float *fields, long mc, const float *mu, const float *mean_rows,
 		 const float *coded, const float *q, long m, float scale, const float *cos, const float *sin, float *s,
-		 long lds, long r0, long r1, float *work);
+		 long lds, long r0, long r1, float *work, const uint64_t *pf, long npf);
 void kk_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
 		  const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
-		  float *acc, float *macc, float *wsum, float *work);
+		  float *acc, float *macc, float *wsum, float *work, const uint64_t *pf, long npf);
 void kk2_pc_values(long nb, long n, const uint8_t *planes, long pbytes, const float *lat, const uint8_t *widths, long c,
 		   const float *levels, const float *fields, long mc, const float *w, long ldw, long m, long r0, long r1,
-		   float *acc, float *macc, float *wsum, float *work);
+		   float *acc, float *macc, float *wsum, float *work, const uint64_t *pf, long npf);
 void kk_pc_values_end(float *o, long m, long d, const float *acc, long c, const float *coded, const float *macc,
 		      long mc, const float *mean_rows, const float *wsum, const float *mu);
 void kk2_pc_values_end(float *o, long m, long d, const float *acc, long c, const float *coded, const float *macc,
@@ -466,6 +466,16 @@ func pcLatents(r *PCRun) (*C.uint8_t, *C.float) {
 	return nil, f32p(r.Lat)
 }
 
+// pcPrefetch returns r.Prefetch's pairs for the kernels and their count:
+// nil and 0 where there are none. The pairs are integers, not pointers,
+// so cgo's checks let them pass.
+func pcPrefetch(r *PCRun) (*C.uint64_t, C.long) {
+	if len(r.Prefetch) < 2 {
+		return nil, 0
+	}
+	return (*C.uint64_t)(unsafe.Pointer(&r.Prefetch[0])), C.long(len(r.Prefetch) / 2)
+}
+
 // f32pOrEmpty is f32p, nil for an empty slice.
 func f32pOrEmpty(s []float32) *C.float {
 	if len(s) == 0 {
@@ -477,31 +487,33 @@ func f32pOrEmpty(s []float32) *C.float {
 // pcScoreRun is PCScoreRun's kernel call; the lengths are checked.
 func pcScoreRun(r *PCRun, nb int, s []float32, lds int, q []float32, m int, scale float32, cos, sin []float32, r0, r1 int, work []float32) {
 	planes, lat := pcLatents(r)
+	pf, npf := pcPrefetch(r)
 	if hasAVX512 {
 		C.kk_pc_keys(C.long(nb), C.long(r.N), C.long(r.D), planes, C.long(r.PlaneBytes), lat, (*C.uint8_t)(&r.Widths[0]),
 			C.long(r.C), f32p(r.Levels[:]), f32p(r.Fields), C.long(r.M), f32p(r.Mu), f32pOrEmpty(r.MeanRows),
 			f32p(r.Coded), f32p(q), C.long(m), C.float(scale), f32p(cos), f32p(sin), f32p(s), C.long(lds),
-			C.long(r0), C.long(r1), f32p(work))
+			C.long(r0), C.long(r1), f32p(work), pf, npf)
 		return
 	}
 	C.kk2_pc_keys(C.long(nb), C.long(r.N), C.long(r.D), planes, C.long(r.PlaneBytes), lat, (*C.uint8_t)(&r.Widths[0]),
 		C.long(r.C), f32p(r.Levels[:]), f32p(r.Fields), C.long(r.M), f32p(r.Mu), f32pOrEmpty(r.MeanRows),
 		f32p(r.Coded), f32p(q), C.long(m), C.float(scale), f32p(cos), f32p(sin), f32p(s), C.long(lds),
-		C.long(r0), C.long(r1), f32p(work))
+		C.long(r0), C.long(r1), f32p(work), pf, npf)
 }
 
 // pcAddRun is PCAddRun's kernel call; the lengths are checked.
 func pcAddRun(r *PCRun, nb int, w []float32, ldw, m, r0, r1 int, acc, macc, wsum, work []float32) {
 	planes, lat := pcLatents(r)
+	pf, npf := pcPrefetch(r)
 	if hasAVX512 {
 		C.kk_pc_values(C.long(nb), C.long(r.N), planes, C.long(r.PlaneBytes), lat, (*C.uint8_t)(&r.Widths[0]), C.long(r.C),
 			f32p(r.Levels[:]), f32p(r.Fields), C.long(r.M), f32p(w), C.long(ldw), C.long(m), C.long(r0), C.long(r1),
-			f32p(acc), f32pOrEmpty(macc), f32p(wsum), f32p(work))
+			f32p(acc), f32pOrEmpty(macc), f32p(wsum), f32p(work), pf, npf)
 		return
 	}
 	C.kk2_pc_values(C.long(nb), C.long(r.N), planes, C.long(r.PlaneBytes), lat, (*C.uint8_t)(&r.Widths[0]), C.long(r.C),
 		f32p(r.Levels[:]), f32p(r.Fields), C.long(r.M), f32p(w), C.long(ldw), C.long(m), C.long(r0), C.long(r1),
-		f32p(acc), f32pOrEmpty(macc), f32p(wsum), f32p(work))
+		f32p(acc), f32pOrEmpty(macc), f32p(wsum), f32p(work), pf, npf)
 }
 
 // pcAddRunEnd is PCAddRunEnd's kernel call; the lengths are checked.

@@ -1,6 +1,9 @@
 package cpu
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // PCRun describes a run of consecutive blocks of one KV head stored by
 // codec.KakeyaPC, for PCScoreRun and PCAddRun: N rows of D values per
@@ -21,6 +24,23 @@ type PCRun struct {
 	Mu         []float32
 	MeanRows   []float32
 	Coded      []float32
+	// Prefetch holds (address, length) pairs of the blocks the caller
+	// reads next (PrefetchPairs): the kernels ask for their cache lines as
+	// they go, a share with each block, so that those blocks' misses
+	// overlap this run's arithmetic. They are hints: no byte is read
+	// through them, and a prefetch of any address is harmless.
+	Prefetch []uintptr
+}
+
+// PrefetchPairs appends to dst the address and length of each block of
+// src (those of any length): PCRun.Prefetch's pairs.
+func PrefetchPairs(dst []uintptr, src [][]byte) []uintptr {
+	for _, b := range src {
+		if len(b) > 0 {
+			dst = append(dst, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)))
+		}
+	}
+	return dst
 }
 
 // PCRunAccLen returns the floats of PCAddRun's acc for m weight rows.
@@ -53,7 +73,7 @@ func PCRunSupported(n, d, c int) bool {
 // the first block, r1 in the last) the kernels may take.
 func (r *PCRun) check(name string, nb, r0, r1 int) {
 	n, d, c, mc := r.N, r.D, r.C, r.M
-	ok := nb > 0 && PCRunSupported(n, d, c) && mc >= 0 && len(r.Widths) == c && r.Levels != nil &&
+	ok := nb > 0 && PCRunSupported(n, d, c) && len(r.Prefetch)%2 == 0 && mc >= 0 && len(r.Widths) == c && r.Levels != nil &&
 		len(r.Fields) >= nb*(mc+c) && len(r.Mu) >= d && len(r.MeanRows) >= mc*d && len(r.Coded) >= c*d &&
 		r0 >= 0 && r0 < n && r1 > 0 && r1 <= n && (nb > 1 || r0 < r1)
 	if ok && r.Planes != nil {

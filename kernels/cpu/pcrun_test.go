@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"unsafe"
 )
 
 // pcRunCase is a run of blocks of random codes for PCScoreRun and
@@ -65,6 +67,43 @@ func pcRunCases() []pcRunCase {
 	return out
 }
 
+// prefetchBlocks returns PCRun.Prefetch's pairs for nb blocks of 0 to 2,000
+// bytes at odd offsets (empty ones are left out), as a run's next blocks.
+func prefetchBlocks(rng *rand.Rand, nb int) []uintptr {
+	src := make([][]byte, nb)
+	for j := range src {
+		b := make([]byte, 2048)
+		off := rng.IntN(48)
+		src[j] = b[off : off+rng.IntN(2001)]
+	}
+	return PrefetchPairs(nil, src)
+}
+
+// TestPrefetchPairs: each non-empty block's address and length, in order;
+// a run whose pairs are cut (an odd count) is a panic, not a kernel call.
+func TestPrefetchPairs(t *testing.T) {
+	a, b := make([]byte, 100), make([]byte, 7)
+	got := PrefetchPairs([]uintptr{1, 2}, [][]byte{a[3:50], nil, b, a[:0]})
+	want := []uintptr{1, 2, uintptr(unsafe.Pointer(&a[3])), 47, uintptr(unsafe.Pointer(&b[0])), 7}
+	if !slices.Equal(got, want) {
+		t.Fatalf("PrefetchPairs = %v, want %v", got, want)
+	}
+	cases := pcRunCases()
+	if len(cases) == 0 {
+		t.Skip("no PCScoreRun kernel at this level")
+	}
+	tc := cases[0]
+	r := newPCRun(rand.New(rand.NewPCG(1, 2)), tc)
+	r.Prefetch = got[:3]
+	defer func() {
+		if recover() == nil {
+			t.Fatal("PCScoreRun took an odd count of prefetch pairs")
+		}
+	}()
+	PCScoreRun(r, tc.nb, make([]float32, tc.nb*tc.n), tc.nb*tc.n, make([]float32, tc.d), 1, 1, make([]float32, tc.nb*tc.n*tc.d/2),
+		make([]float32, tc.nb*tc.n*tc.d/2), 0, tc.n, make([]float32, PCRunWorkLen(tc.n, tc.d, tc.c)))
+}
+
 // TestPCScoreRun checks PCScoreRun bit for bit against its blocks decoded
 // one by one (UnpackPlanes, the constant row by MixBlock, MixBlockTRoPE,
 // ScoreBlock), for every shape of pcRunCases and runs that start and end
@@ -91,6 +130,7 @@ func TestPCScoreRun(t *testing.T) {
 			for i := range got {
 				got[i], want[i] = 42, 42
 			}
+			r.Prefetch = prefetchBlocks(rng, tc.nb) // hints only: the same bits
 			PCScoreRun(r, tc.nb, got, lds, q, m, 0.125, cos, sin, r0, r1, make([]float32, PCRunWorkLen(n, d, tc.c)))
 			base, rot := make([]float32, d), make([]float32, n*d)
 			for j := range tc.nb {
@@ -176,6 +216,7 @@ func TestPCAddRun(t *testing.T) {
 			}
 			acc, macc, wsum := make([]float32, PCRunAccLen(m, c)), make([]float32, m*mc), make([]float32, m)
 			work := make([]float32, PCRunWorkLen(n, d, c))
+			r.Prefetch = prefetchBlocks(rng, tc.nb+2)
 			// The run in two parts, the second from block 1 on where there is one.
 			split := min(1, tc.nb-1)
 			if split > 0 {
