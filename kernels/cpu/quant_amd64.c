@@ -1252,6 +1252,76 @@ KQ_INLINE __m256i kx_madd_acc(__m256i acc, __m256i a, __m256i b) {
 	return acc;
 }
 
+// kx_q32 is kx_q4k for Q4_0 (five = 0) and Q5_0 with eight rows
+// interleaved (tensor.Q4_0x8, tensor.Q5_0x8): per group block, the four
+// vectors of codes (eight rows' four bytes each) unpacked once for the
+// tile, their low nibbles and their high ones (values 16 on) unsigned, with
+// Q5_0's fifth bits moved to bit 4 from the one qh vector (a 16-bit shift
+// and a mask per vector, the trick of Q5_Kx8); per token one VPMADDUBSW of
+// each against four activations broadcast from memory, summed in 16 bits
+// (Q5_0: the four low and the four high products apart, at most 4 x 2 x 31
+// x 127 = 31,496 each; Q4_0: all eight, at most 8 x 2 x 15 x 127 =
+// 30,480), widened by VPMADDWD, less the codes' offset (16 or 8) times the
+// block's activation sum (sums, lds apart: Σ(u - o)·x = Σu·x - o·Σx, the
+// same integer); then the Go loop's f32 scaling lane by lane (s = dw·xd,
+// sum = sum + si·s), row r in lane r: each row's result has dotQ4_0's or
+// dotQ5_0's bits whatever nt is.
+KQ_INLINE void kx_q32(int five, int nt, const uint8_t *w, long nb, const long *off, const int8_t *x, long ldx,
+		      const float *xd, long ldd, const int32_t *sums, long lds, float *out, long ldo) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16), ones = _mm256_set1_epi16(1);
+	__m256 sumv[KX_T];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		sumv[t] = _mm256_setzero_ps();
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk = w + b * off[KX_BYTES];
+		kq_prefetch(blk, off[KX_BYTES]);
+		const uint8_t *qs = blk + off[KX_QS];
+		__m256i h = five ? _mm256_loadu_si256((const __m256i *)(blk + off[KX_QH])) : _mm256_setzero_si256();
+		__m256i al[KX_T], ah[KX_T];
+		KQ_UNROLL
+		for (int k = 0; k < 4; k++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+			__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+			if (five) {
+				// Bits 2k and 2k+1 of each qh byte to bit 4 (the
+				// mask keeps the byte's own bit).
+				__m256i hl = k == 0 ? _mm256_slli_epi16(h, 4) : k == 1 ? _mm256_slli_epi16(h, 2) : k == 2 ? h : _mm256_srli_epi16(h, 2);
+				__m256i hh = k == 0 ? _mm256_slli_epi16(h, 3) : k == 1 ? _mm256_slli_epi16(h, 1) : k == 2 ? _mm256_srli_epi16(h, 1) : _mm256_srli_epi16(h, 3);
+				lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b16));
+				hi = _mm256_or_si256(hi, _mm256_and_si256(hh, b16));
+			}
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++) {
+				const int8_t *xs = x + t * ldx + 32 * b + 4 * k;
+				__m256i pl = _mm256_maddubs_epi16(lo, kx_bcast4l(xs));
+				__m256i ph = _mm256_maddubs_epi16(hi, kx_bcast4l(xs + 16));
+				if (five) {
+					al[t] = k == 0 ? pl : _mm256_add_epi16(al[t], pl);
+					ah[t] = k == 0 ? ph : _mm256_add_epi16(ah[t], ph);
+				} else {
+					__m256i p = _mm256_add_epi16(pl, ph);
+					al[t] = k == 0 ? p : _mm256_add_epi16(al[t], p);
+				}
+			}
+		}
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			__m256i si = _mm256_madd_epi16(al[t], ones);
+			if (five)
+				si = _mm256_add_epi32(si, _mm256_madd_epi16(ah[t], ones));
+			__m256i o = _mm256_slli_epi32(_mm256_set1_epi32(sums[t * lds + b]), five ? 4 : 3);
+			si = _mm256_sub_epi32(si, o);
+			__m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xd[t * ldd + b]));
+			sumv[t] = _mm256_add_ps(sumv[t], _mm256_mul_ps(_mm256_cvtepi32_ps(si), d));
+		}
+	}
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		_mm256_storeu_ps(out + t * ldo, sumv[t]);
+}
+
 // kx_q8 is kx_q4k for Q8_0 with eight rows interleaved (tensor.Q8_0x8),
 // for ng (1 or 2) groups gb bytes apart, the second's rows in out[t*ldo +
 // 8..15], over the nb group blocks at w, with the tokens' activations
@@ -1389,12 +1459,16 @@ KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, cons
 	do {                                                                                                       \
 		const uint8_t *wg = w + g * gb + b0 * off[KX_BYTES];                                               \
 		float *o = out + i * ldo + 8 * g;                                                                  \
-		const int8_t *xi = x + i * cols + 256 * b0;                                                        \
+		const int8_t *xi = x + i * cols + (cols / nb) * b0;                                                \
 		const float *di = xd + i * nb + b0;                                                                \
-		const int32_t *bi = bsums + i * lb + 16 * b0;                                                      \
-		if (type == KQ_Q8_0 && n == 1)                                                                     \
+		const int32_t *bi = bsums + i * lb + (lb / nb) * b0;                                               \
+		if (type == KQ_Q5_0)                                                                               \
+			kx_q32(1, nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, o, ldo);                          \
+		else if (type == KQ_Q4_0)                                                                          \
+			kx_q32(0, nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, o, ldo);                          \
+		else if (type == KQ_Q8_0 && n == 1)                                                                \
 			kx_q8one(nt, wg, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);     \
-		else if (type == KQ_Q8_0 && gs == 2)                                                                    \
+		else if (type == KQ_Q8_0 && gs == 2)                                                               \
 			kx_q8(2, nt, wg, gb, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);  \
 		else if (type == KQ_Q8_0)                                                                          \
 			kx_q8(1, nt, wg, gb, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);  \
@@ -1408,11 +1482,12 @@ KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, cons
 
 // kq_rows_x8 sets out[i*ldo + 8g + r] for rows r of the groups [g0, g1)
 // of interleaved weights w (type KQ_Q4_K: tensor.Q4_Kx8, KQ_Q5_K:
-// tensor.Q5_Kx8, KQ_Q6_K: tensor.Q6_Kx8, KQ_Q8_0: tensor.Q8_0x8; gb bytes
-// a group) and the n token rows of activations: q8_K for the K types (x,
-// cols each, xd's scales per 256, bsums per 16), q8_0 for Q8_0 (xd's
-// scales per 32, and xw: x widened by kq_widen, which is what its kernel
-// reads). One token takes the groups whole and in order (the weights'
+// tensor.Q5_Kx8, KQ_Q6_K: tensor.Q6_Kx8, KQ_Q8_0: tensor.Q8_0x8, KQ_Q4_0:
+// tensor.Q4_0x8, KQ_Q5_0: tensor.Q5_0x8; gb bytes a group) and the n token
+// rows of activations: q8_K for the K types (x, cols each, xd's scales per
+// 256, bsums per 16), q8_0 for the 32-value types (xd's scales per 32; for
+// Q8_0 xw, x widened by kq_widen, which is what its kernel reads; for Q4_0
+// and Q5_0 x, and in bsums each block's sum). One token takes the groups whole and in order (the weights'
 // stream is what it waits on). More take tokens in blocks (of about
 // KQ_XBYTES of q8_K activations, KQ_WXBYTES of widened q8_0 ones: each
 // block streams the matrix once), groups in chunks of about KQ_WBYTES
@@ -1422,8 +1497,10 @@ KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, cons
 // from one pass to the next in out.
 void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x,
 		const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	int q8 = type == KQ_Q8_0;
-	long nb = q8 ? cols / 32 : cols / 256, lb = cols / 16, ldw = q8 ? 64 * ((nb + 1) / 2) : 0;
+	int q8 = type == KQ_Q8_0, q32 = type == KQ_Q4_0 || type == KQ_Q5_0;
+	// Blocks a row; bsums' values a token (the K types' sums of 16, the
+	// 32-value types' of 32).
+	long nb = q8 || q32 ? cols / 32 : cols / 256, lb = q32 ? nb : cols / 16, ldw = q8 ? 64 * ((nb + 1) / 2) : 0;
 	long gs = 1; // groups per call: Q8_0's tiles take two where there are two
 	if (n == 1) {
 		long i = 0, b0 = 0, b1 = nb;
@@ -1492,8 +1569,9 @@ KQ_INLINE float kq_hmax(__m256 m) {
 // kq_quant_q8_0 quantizes the nb blocks of 32 values at x as quant.go's
 // quantizeQ8_0 (ggml's quantize_row_q8_0), bit for bit: the scale
 // amax/127, each value times its inverse rounded half away from zero,
-// and the scale rounded to f16 (to nearest even) and back.
-void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d) {
+// and the scale rounded to f16 (to nearest even) and back; where sums is
+// not null, with each block's sum of its 32 quantized values.
+void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d, int32_t *sums) {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
 	for (long b = 0; b < nb; b++) {
 		const float *v = x + 32 * b;
@@ -1510,6 +1588,8 @@ void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d) {
 		for (int i = 0; i < 4; i++)
 			q[i] = kq_round_away(_mm256_mul_ps(f[i], id));
 		kq_pack32(qs + 32 * b, q);
+		if (sums)
+			sums[b] = kq_hsum(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
 		d[b] = _cvtsh_ss(_cvtss_sh(s, _MM_FROUND_TO_NEAREST_INT));
 	}
 }
