@@ -1326,25 +1326,40 @@ KQ_INLINE void kx_q32(int five, int nt, const uint8_t *w, long nb, const long *o
 // for ng (1 or 2) groups gb bytes apart, the second's rows in out[t*ldo +
 // 8..15], over the nb group blocks at w, with the tokens' activations
 // widened (xw, kq_widen's layout from an even block, ldw values a token)
-// and their scales (xd, ldd apart). Per block, two pairs at a time: the
-// groups' codes of those pairs (eight values a row) widened to 16 bits
-// once for the tile, a row's pair in each 32-bit lane; per token the two
-// pairs of activations broadcast from memory, each serving both groups
-// (16 rows per load), one VPMADDWD per vector and group (16 per 256
-// products, where the row-at-a-time kernel takes 24 on the FMA ports),
-// summed exactly in 32 bits; then the Go loop's f32 scaling lane by lane
-// (s = dw·xd, sum = sum + si·s), row r in lane r, the sums kept in out:
-// each row's result has dotQ8_0's bits whatever nt and ng are, and however
-// the blocks are split across calls (cont: sums carried in out from the
-// blocks before; else they start at zero).
+// and their scales (xd, ldd apart). Per block, the codes widened to 16
+// bits once for the tile (a row's pair of values in each 32-bit lane), per
+// token the activation pairs broadcast from memory, one VPMADDWD per
+// vector and group (16 per 256 products, where the row-at-a-time kernel
+// takes 24 on the FMA ports), summed exactly in 32 bits; then the Go
+// loop's f32 scaling lane by lane (s = dw·xd, sum = sum + si·s), row r in
+// lane r: each row's result has dotQ8_0's bits whatever nt and ng are, and
+// however the blocks are split across calls (cont: sums carried in out
+// from the blocks before; else they start at zero).
+//
+// The inner loop is the group count's:
+//   - two groups (prefill tiles): pairs 2h and 2h+1 of both groups at a
+//     time, each broadcast serving 16 rows (half the loads), each product
+//     added to its sum by kx_madd_acc so that GCC keeps the 8 sums, 4
+//     weight vectors and the broadcast in 14 registers; the f32 sums then
+//     live in out (loaded, added, stored once per block: the same
+//     operations in the same order);
+//   - one group (one token, and a tile's odd last group): a quarter of the
+//     block (four pairs) at a time, its four products summed as a tree and
+//     the f32 sums in registers, where the two-group loop's serial chain
+//     of multiply-adds and its sums in out cost a decode 18% (0.5B Q8_0,
+//     AVX2, one thread: 55 -> 45 tok/s).
 KQ_INLINE void kx_q8(int ng, int nt, const uint8_t *w, long gb, long nb, const long *off, const int16_t *xw, long ldw,
 		     const float *xd, long ldd, int cont, float *out, long ldo) {
-	if (!cont) {
-		KQ_UNROLL
-		for (int t = 0; t < nt; t++)
+	__m256 sumv[KX_T];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++) {
+		if (ng == 1) {
+			sumv[t] = cont ? _mm256_loadu_ps(out + t * ldo) : _mm256_setzero_ps();
+		} else if (!cont) {
 			KQ_UNROLL
 			for (int g = 0; g < ng; g++)
 				_mm256_storeu_ps(out + t * ldo + 8 * g, _mm256_setzero_ps());
+		}
 	}
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KX_BYTES];
@@ -1359,29 +1374,51 @@ KQ_INLINE void kx_q8(int ng, int nt, const uint8_t *w, long gb, long nb, const l
 			KQ_UNROLL
 			for (int t = 0; t < nt; t++)
 				isum[g][t] = _mm256_setzero_si256();
-		// Pairs 2h and 2h+1, not unrolled: unrolled, GCC loads all the
-		// weight vectors at once and spills the tokens' sums.
+		if (ng == 1) {
+			// Not unrolled: unrolled, GCC loads all 16 weight vectors
+			// at once and spills the tokens' sums.
 #pragma GCC unroll 1
-		for (int h = 0; h < 8; h++) {
-			__m256i wv[2][2];
-			KQ_UNROLL
-			for (int g = 0; g < ng; g++)
+			for (int q = 0; q < 4; q++) {
+				__m256i wv[4];
 				KQ_UNROLL
-				for (int j = 0; j < 2; j++)
-					wv[g][j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + g * gb + 32 * h + 16 * j)));
-			// Pair 2h at word KX8_PAIR(2h), pair 2h+1 two words on.
-			const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(2 * h);
-			KQ_UNROLL
-			for (int t = 0; t < nt; t++) {
-				const int8_t *xt = xq + 2 * t * ldw;
-				__m256i x0 = kx_bcast4l(xt);
+				for (int j = 0; j < 4; j++)
+					wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 64 * q + 16 * j)));
+				// Pairs 4q..4q+3 at words KX8_PAIR(4q) + 0, 2, 8, 10.
+				const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(4 * q);
+				KQ_UNROLL
+				for (int t = 0; t < nt; t++) {
+					const int8_t *xt = xq + 2 * t * ldw;
+					__m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(wv[0], kx_bcast4l(xt)),
+								       _mm256_madd_epi16(wv[1], kx_bcast4l(xt + 8)));
+					__m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(wv[2], kx_bcast4l(xt + 32)),
+								       _mm256_madd_epi16(wv[3], kx_bcast4l(xt + 40)));
+					isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_add_epi32(s01, s23));
+				}
+			}
+		} else {
+			// Not unrolled, for the same reason.
+#pragma GCC unroll 1
+			for (int h = 0; h < 8; h++) {
+				__m256i wv[2][2];
 				KQ_UNROLL
 				for (int g = 0; g < ng; g++)
-					isum[g][t] = kx_madd_acc(isum[g][t], wv[g][0], x0);
-				__m256i x1 = kx_bcast4l(xt + 8);
+					KQ_UNROLL
+					for (int j = 0; j < 2; j++)
+						wv[g][j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + g * gb + 32 * h + 16 * j)));
+				// Pair 2h at word KX8_PAIR(2h), pair 2h+1 two words on.
+				const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(2 * h);
 				KQ_UNROLL
-				for (int g = 0; g < ng; g++)
-					isum[g][t] = kx_madd_acc(isum[g][t], wv[g][1], x1);
+				for (int t = 0; t < nt; t++) {
+					const int8_t *xt = xq + 2 * t * ldw;
+					__m256i x0 = kx_bcast4l(xt);
+					KQ_UNROLL
+					for (int g = 0; g < ng; g++)
+						isum[g][t] = kx_madd_acc(isum[g][t], wv[g][0], x0);
+					__m256i x1 = kx_bcast4l(xt + 8);
+					KQ_UNROLL
+					for (int g = 0; g < ng; g++)
+						isum[g][t] = kx_madd_acc(isum[g][t], wv[g][1], x1);
+				}
 			}
 		}
 		__m256 dw[2];
@@ -1393,63 +1430,21 @@ KQ_INLINE void kx_q8(int ng, int nt, const uint8_t *w, long gb, long nb, const l
 			__m256 xs = _mm256_set1_ps(xd[t * ldd + b]);
 			KQ_UNROLL
 			for (int g = 0; g < ng; g++) {
+				__m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[g][t]), _mm256_mul_ps(dw[g], xs));
+				if (ng == 1) {
+					sumv[t] = _mm256_add_ps(sumv[t], p);
+					continue;
+				}
 				float *o = out + t * ldo + 8 * g;
-				__m256 d = _mm256_mul_ps(dw[g], xs);
-				_mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(_mm256_cvtepi32_ps(isum[g][t]), d)));
+				_mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), p));
 			}
 		}
 	}
-}
-
-// kx_q8one is kx_q8 for one group with the sums in registers and the
-// block's four pairs summed as a tree, the one-token path's kernel: there
-// kx_q8's serial multiply-add chain and sums kept in out cost decode 18%
-// (0.5B Q8_0, AVX2, one thread: 55 -> 45 tok/s). Same bits: dotQ8_0's.
-KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, const int16_t *xw, long ldw, const float *xd,
-		     long ldd, int cont, float *out, long ldo) {
-	__m256 sumv[KX_T];
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		sumv[t] = cont ? _mm256_loadu_ps(out + t * ldo) : _mm256_setzero_ps();
-	for (long b = 0; b < nb; b++) {
-		const uint8_t *blk = w + b * off[KX_BYTES];
-		kq_prefetch(blk, off[KX_BYTES]);
-		const uint8_t *qs = blk + off[KX_QS];
-		const int16_t *xb = xw + 64 * (b / 2) + 2 * (b & 1);
-		__m256i isum[KX_T];
+	if (ng == 1) {
 		KQ_UNROLL
 		for (int t = 0; t < nt; t++)
-			isum[t] = _mm256_setzero_si256();
-		// A quarter of the block at a time, not unrolled: unrolled, GCC
-		// loads all 16 weight vectors at once and spills the tokens' sums.
-#pragma GCC unroll 1
-		for (int q = 0; q < 4; q++) {
-			__m256i wv[4];
-			KQ_UNROLL
-			for (int j = 0; j < 4; j++)
-				wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 64 * q + 16 * j)));
-			// Pairs 4q..4q+3 at words KX8_PAIR(4q) + 0, 2, 8, 10.
-			const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(4 * q);
-			KQ_UNROLL
-			for (int t = 0; t < nt; t++) {
-				const int8_t *xt = xq + 2 * t * ldw;
-				__m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(wv[0], kx_bcast4l(xt)),
-							       _mm256_madd_epi16(wv[1], kx_bcast4l(xt + 8)));
-				__m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(wv[2], kx_bcast4l(xt + 32)),
-							       _mm256_madd_epi16(wv[3], kx_bcast4l(xt + 40)));
-				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(s01, s23));
-			}
-		}
-		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
-		KQ_UNROLL
-		for (int t = 0; t < nt; t++) {
-			__m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xd[t * ldd + b]));
-			sumv[t] = _mm256_add_ps(sumv[t], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d));
-		}
+			_mm256_storeu_ps(out + t * ldo, sumv[t]);
 	}
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		_mm256_storeu_ps(out + t * ldo, sumv[t]);
 }
 
 // KX_GROUP runs group g of the interleaved type over blocks [b0, b1)
@@ -1466,8 +1461,6 @@ KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, cons
 			kx_q32(1, nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, o, ldo);                          \
 		else if (type == KQ_Q4_0)                                                                          \
 			kx_q32(0, nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, o, ldo);                          \
-		else if (type == KQ_Q8_0 && n == 1)                                                                \
-			kx_q8one(nt, wg, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);     \
 		else if (type == KQ_Q8_0 && gs == 2)                                                               \
 			kx_q8(2, nt, wg, gb, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);  \
 		else if (type == KQ_Q8_0)                                                                          \
