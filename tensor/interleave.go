@@ -108,12 +108,44 @@ var Q8_0x8 = InterleavedFormat{
 	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"qs", FieldI8, 16, 256}},
 }
 
+// Q5_0x8 is Q5_0 with eight rows interleaved, for the AVX2 kernels, which
+// take one 256-bit vector of 4-bit codes as eight rows' four bytes each (a
+// 32-bit lane a row: its low nibbles four values, its high ones the four
+// 16 on), and move each code's fifth bit to bit 4 from one vector of the
+// rows' fifth bits that serves all four vectors of codes. A group block
+// (176 bytes, the rows' 8 x 22) holds, for rows r = 0..7 of the group:
+//
+//   - "d": the rows' f16 scales, row r at element r;
+//   - "qs": the codes' low 4 bits, byte 4k + i of row r's qs (k 0..3, i
+//     0..3; its low nibble is value 4k + i, its high one value
+//     16 + 4k + i) at byte 32k + 4r + i;
+//   - "qh": the fifth bits, byte 4r + i holding at bit 2k that of row r's
+//     value 4k + i and at bit 2k + 1 that of its value 16 + 4k + i (so
+//     that, beside the codes at 32k, one 16-bit shift and a mask move
+//     each byte's bits to bit 4).
+var Q5_0x8 = InterleavedFormat{
+	Base: Q5_0, Name: "Q5_0x8", Rows: 8, Block: 32, Bytes: 176,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"qs", FieldU8, 16, 128}, {"qh", FieldU8, 144, 32}},
+}
+
+// Q4_0x8 is Q4_0 with eight rows interleaved as Q5_0x8 interleaves Q5_0,
+// without the fifth bits: a group block (144 bytes, the rows' 8 x 18)
+// holds "d" and "qs" as Q5_0x8 does.
+var Q4_0x8 = InterleavedFormat{
+	Base: Q4_0, Name: "Q4_0x8", Rows: 8, Block: 32, Bytes: 144,
+	Fields: []QuantField{{"d", FieldF16, 0, 8}, {"qs", FieldU8, 16, 128}},
+}
+
 // Interleaved returns the interleaved format of rows of d, nil where there
 // is none.
 func (d DType) Interleaved() *InterleavedFormat {
 	switch d {
 	case Q8_0:
 		return &Q8_0x8
+	case Q4_0:
+		return &Q4_0x8
+	case Q5_0:
+		return &Q5_0x8
 	case Q4_K:
 		return &Q4_Kx8
 	case Q5_K:
@@ -158,6 +190,10 @@ func (f *InterleavedFormat) move(g, blk []byte, r int, in bool) {
 	switch f.Base {
 	case Q8_0:
 		moveQ8_0(g, blk, r, in)
+	case Q4_0:
+		moveQ32(&q4_0Off, g, blk, r, in)
+	case Q5_0:
+		moveQ32(&q5_0Off, g, blk, r, in)
 	case Q6_K:
 		moveQ6K(g, blk, r, in)
 	case Q5_K:
@@ -217,6 +253,12 @@ func interleaveGroup(f *InterleavedFormat, g, rows []byte, nb, rb int) {
 			interleaveQ8_0(g, rows, nb, rb)
 			return
 		}
+	case Q4_0:
+		interleaveQ32(&q4_0Off, f.Bytes, g, rows, nb, rb)
+		return
+	case Q5_0:
+		interleaveQ32(&q5_0Off, f.Bytes, g, rows, nb, rb)
+		return
 	case Q6_K:
 		interleaveQ6K(g, rows, nb, rb)
 		return
@@ -563,5 +605,94 @@ func packScaleMinK4(q []byte, sc, m *[8]uint8) {
 		q[j] = sc[j]&63 | (sc[j+4]>>4)<<6
 		q[j+4] = m[j]&63 | (m[j+4]>>4)<<6
 		q[j+8] = sc[j+4]&0xF | (m[j+4]&0xF)<<4
+	}
+}
+
+// q32Offsets are the field offsets moveQ32 and interleaveQ32 read: a group
+// block's (Q4_0x8, Q5_0x8) and a row block's (Q4_0, Q5_0), looked up once;
+// the qh offsets are -1 for Q4_0.
+type q32Offsets struct{ d, qs, qh, bd, bqs, bqh int }
+
+var q4_0Off, q5_0Off = q32Off(&Q4_0x8), q32Off(&Q5_0x8)
+
+func q32Off(f *InterleavedFormat) q32Offsets {
+	bf := f.Base.Format()
+	o := q32Offsets{f.Field("d").Offset, f.Field("qs").Offset, -1, bf.Field("d").Offset, bf.Field("qs").Offset, -1}
+	if f.Base == Q5_0 {
+		o.qh, o.bqh = f.Field("qh").Offset, bf.Field("qh").Offset
+	}
+	return o
+}
+
+// q5_0Planes returns a Q5_0 block's fifth bits (qh as a little-endian
+// word: bit j that of value j) as Q5_0x8 lays out a row's four bytes of
+// them: bit 2k of byte i that of value 4k + i, bit 2k + 1 that of value
+// 16 + 4k + i.
+func q5_0Planes(h uint32) uint32 {
+	var v uint32
+	for j := range 16 {
+		at := 8*(j%4) + 2*(j/4)
+		v |= (h>>j&1)<<at | (h>>(16+j)&1)<<(at+1)
+	}
+	return v
+}
+
+// q5_0Bits is q5_0Planes' inverse.
+func q5_0Bits(v uint32) uint32 {
+	var h uint32
+	for j := range 16 {
+		at := 8*(j%4) + 2*(j/4)
+		h |= (v>>at&1)<<j | (v>>(at+1)&1)<<(16+j)
+	}
+	return h
+}
+
+// moveQ32 moves row r's Q4_0 or Q5_0 block blk into (in) or out of the
+// group block g of Q4_0x8 or Q5_0x8 (o's).
+func moveQ32(o *q32Offsets, g, blk []byte, r int, in bool) {
+	le := binary.LittleEndian
+	gd, bd := g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2]
+	if in {
+		copy(gd, bd)
+	} else {
+		copy(bd, gd)
+	}
+	for k := range 4 {
+		gq, bq := g[o.qs+32*k+4*r:o.qs+32*k+4*r+4], blk[o.bqs+4*k:o.bqs+4*k+4]
+		if in {
+			copy(gq, bq)
+		} else {
+			copy(bq, gq)
+		}
+	}
+	if o.qh < 0 {
+		return
+	}
+	if in {
+		le.PutUint32(g[o.qh+4*r:], q5_0Planes(le.Uint32(blk[o.bqh:])))
+	} else {
+		le.PutUint32(blk[o.bqh:], q5_0Bits(le.Uint32(g[o.qh+4*r:])))
+	}
+}
+
+// interleaveQ32 is interleaveGroup for Q4_0 or Q5_0 rows into Q4_0x8 or
+// Q5_0x8 (o's; gbytes a group block's bytes): per block and row, the
+// scale and codes moved as words, the fifth bits spread once.
+func interleaveQ32(o *q32Offsets, gbytes int, g, rows []byte, nb, rb int) {
+	le := binary.LittleEndian
+	bb := rb / nb
+	for b := range nb {
+		gblk := g[b*gbytes : (b+1)*gbytes]
+		for r := range 8 {
+			blk := rows[r*rb+b*bb : r*rb+(b+1)*bb]
+			le.PutUint16(gblk[o.d+2*r:], le.Uint16(blk[o.bd:]))
+			qs := (*[16]byte)(blk[o.bqs:])
+			for k := range 4 {
+				le.PutUint32(gblk[o.qs+32*k+4*r:], le.Uint32(qs[4*k:]))
+			}
+			if o.qh >= 0 {
+				le.PutUint32(gblk[o.qh+4*r:], q5_0Planes(le.Uint32(blk[o.bqh:])))
+			}
+		}
 	}
 }

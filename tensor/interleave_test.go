@@ -10,10 +10,10 @@ import (
 // Interleaving rows eight at a time and back gives the stored bytes bit
 // for bit (every bit of a group block is one of the rows' bits), and each
 // value lands where the format's description says (checkQ45Kx8,
-// checkQ6Kx8, checkQ8_0x8).
+// checkQ6Kx8, checkQ8_0x8, checkQ32x8).
 func TestInterleaveRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 8))
-	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8} {
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8, &Q4_0x8, &Q5_0x8} {
 		bf := f.Base.Format()
 		for _, tc := range []struct{ rows, cols int }{{8, 256}, {16, 256 * 3}, {24, 256 * 14}} {
 			rb, _ := f.Base.RowBytes(tc.cols)
@@ -52,6 +52,8 @@ func TestInterleaveRoundTrip(t *testing.T) {
 						err = checkQ6Kx8(g, blk, row%8)
 					case &Q8_0x8:
 						err = checkQ8_0x8(g, blk, row%8)
+					case &Q4_0x8, &Q5_0x8:
+						err = checkQ32x8(f, g, blk, row%8)
 					default:
 						err = checkQ45Kx8(f, g, blk, row%8)
 					}
@@ -132,6 +134,34 @@ func checkQ8_0x8(g, blk []byte, rr int) error {
 	return nil
 }
 
+// checkQ32x8 reports where the group block g of f (Q4_0x8 or Q5_0x8)
+// lacks row rr's block blk: its d, and each of its 32 codes (Q5_0's with
+// the fifth bit), read from the block as DequantizeRow reads it and from
+// the group as the format describes.
+func checkQ32x8(f *InterleavedFormat, g, blk []byte, rr int) error {
+	bf := f.Base.Format()
+	if !bytes.Equal(g[f.Field("d").Offset+2*rr:][:2], blk[bf.Field("d").Offset:][:2]) {
+		return fmt.Errorf("d moved wrong")
+	}
+	qs, gq := blk[bf.Field("qs").Offset:], g[f.Field("qs").Offset:]
+	for v := range 32 {
+		j, hi := v%16, v/16
+		want := qs[j] >> (4 * hi) & 0xF
+		k, i := j/4, j%4
+		got := gq[32*k+4*rr+i] >> (4 * hi) & 0xF
+		if f.Base == Q5_0 {
+			qh := uint32(blk[bf.Field("qh").Offset]) | uint32(blk[bf.Field("qh").Offset+1])<<8 |
+				uint32(blk[bf.Field("qh").Offset+2])<<16 | uint32(blk[bf.Field("qh").Offset+3])<<24
+			want |= uint8(qh>>v&1) << 4
+			got |= (g[f.Field("qh").Offset+4*rr+i] >> (2*k + hi) & 1) << 4
+		}
+		if got != want {
+			return fmt.Errorf("code of value %d: %d, want %d", v, got, want)
+		}
+	}
+	return nil
+}
+
 // checkQ6Kx8 reports where Q6_Kx8's group block g lacks row rr's Q6_K
 // block blk: its d, its 16 scales and its 256 codes, each read from the
 // block as DequantizeRow reads it and from the group as Q6_Kx8 describes.
@@ -188,7 +218,7 @@ func TestX8Values(t *testing.T) {
 
 // Shapes that are not whole groups or blocks are refused with the sizes.
 func TestInterleaveBadShapes(t *testing.T) {
-	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8} {
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8, &Q4_0x8, &Q5_0x8} {
 		bb := f.Base.Format().Bytes
 		rb, _ := f.Base.RowBytes(512)
 		for _, tc := range []struct {
@@ -219,7 +249,12 @@ func TestInterleaveBadShapes(t *testing.T) {
 	if err := InterleaveRows(make([]byte, 272), &bad, make([]byte, 18*8), 32); err == nil {
 		t.Error("Q8_0x8 over Q4_0 rows: no error")
 	}
-	for _, d := range []DType{Q4_0, Q5_0, F32, BF16} {
+	bad = Q5_0x8
+	bad.Base = Q4_0
+	if err := InterleaveRows(make([]byte, 176), &bad, make([]byte, 18*8), 32); err == nil {
+		t.Error("Q5_0x8 over Q4_0 rows: no error")
+	}
+	for _, d := range []DType{F32, BF16} {
 		if d.Interleaved() != nil {
 			t.Errorf("%v: an interleaved format", d)
 		}
@@ -231,7 +266,7 @@ func TestInterleaveBadShapes(t *testing.T) {
 // interleaved type; bytes/s are the rows' bytes.
 func BenchmarkInterleaveRows(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8} {
+	for _, f := range []*InterleavedFormat{&Q4_Kx8, &Q5_Kx8, &Q6_Kx8, &Q8_0x8, &Q4_0x8, &Q5_0x8} {
 		const rows, cols = 64, 3584
 		rb, _ := f.Base.RowBytes(cols)
 		gb, _ := f.GroupBytes(cols)

@@ -15,8 +15,8 @@ import (
 // interleaved) writes the bytes that quantizing and then interleaving
 // write, bit for bit: the groups tensor.InterleaveRows makes of
 // Quantize's rows, then the rows after the last group as Quantize wrote
-// them. A layout that names nothing, or a type the layout does not
-// interleave (the Q5_0 fallback of q4_k), is Quantize.
+// them (the fallbacks' types too: q4_k's Q5_0, q6_k's Q8_0). A layout
+// that names nothing is Quantize.
 func TestQuantizeInterleaved(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 1))
 	everyType := func(d tensor.DType, rows, cols int) *tensor.InterleavedFormat { return d.Interleaved() }
@@ -33,7 +33,7 @@ func TestQuantizeInterleaved(t *testing.T) {
 		{"q5_k", tensor.F16, 19, 512, tensor.Q5_K},
 		{"q6_k", tensor.BF16, 43, 256, tensor.Q6_K},
 		{"q6_k", tensor.F32, 5, 256, tensor.Q6_K},  // no whole group
-		{"q4_k", tensor.BF16, 24, 96, tensor.Q5_0}, // the fallback: no layout
+		{"q4_k", tensor.BF16, 24, 96, tensor.Q5_0}, // the fallback, interleaved
 		{"q6_k", tensor.F32, 16, 96, tensor.Q8_0},  // the fallback, interleaved
 	} {
 		src := randomTensor(r, tc.dt, tc.rows, tc.cols)

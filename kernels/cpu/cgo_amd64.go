@@ -88,7 +88,7 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x, const int16_t *xw,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_widen(const int8_t *x, long n, long nb, int16_t *xw);
-void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d);
+void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d, int32_t *sums);
 void kq_quant_q8_k(const float *x, long nb, int8_t *qs, float *d, int32_t *bsums);
 */
 import "C"
@@ -341,8 +341,8 @@ func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) {
 // quantRowsX8 is qTask's rows [r0, r1) (r0 a multiple of the interleaved
 // group) from t.x8: its groups by the interleaved kernels (kq_rows_x8),
 // the rows after them by kq_rows over the stored rows that t.x8 keeps.
-// Both give the Go loops' bits, but for Q8_0's rows after the groups
-// (kq_rows' f32 lanes, within rounding).
+// Both give the Go loops' bits, but for the 32-value types' rows after
+// the groups (kq_rows' f32 lanes, within rounding).
 func quantRowsX8(t *qTask, r0, r1 int) {
 	iv, rows, cols := t.x8, t.w.Rows, t.w.Cols
 	if gr := iv.f.Rows; r0%gr != 0 || r1 < iv.rows && r1%gr != 0 {
@@ -352,9 +352,13 @@ func quantRowsX8(t *qTask, r0, r1 int) {
 	_ = t.out[(t.n-1)*rows+r1-1]
 	x := (*C.int8_t)(unsafe.Pointer(&t.a.qs[0]))
 	bs := (*C.int32_t)(unsafe.Pointer(&t.l.off[0])) // unread for Q8_0
-	if t.l.kQuant {
+	switch {
+	case t.l.kQuant:
 		_ = t.a.bsums[t.n*cols/16-1]
 		bs = (*C.int32_t)(unsafe.Pointer(&t.a.bsums[0]))
+	case blockSums(t.l):
+		_ = t.a.sums[t.n*cols/32-1]
+		bs = (*C.int32_t)(unsafe.Pointer(&t.a.sums[0]))
 	}
 	xw := (*C.int16_t)(nil)
 	if wideActs(t.l) {
@@ -454,7 +458,11 @@ func quantizeActsC(q *qQuant, lo, hi int) {
 		return
 	}
 	d := q.a.d[lo*c/32 : hi*c/32]
-	C.kq_quant_q8_0(f32p(x), C.long(len(d)), (*C.int8_t)(unsafe.Pointer(&qs[0])), f32p(d))
+	sums := (*C.int32_t)(nil)
+	if q.sums {
+		sums = (*C.int32_t)(unsafe.Pointer(&q.a.sums[lo*c/32 : hi*c/32][0]))
+	}
+	C.kq_quant_q8_0(f32p(x), C.long(len(d)), (*C.int8_t)(unsafe.Pointer(&qs[0])), f32p(d), sums)
 }
 
 // pcLatents returns the C pointers of r's planes and latents: one of them

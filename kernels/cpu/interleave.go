@@ -9,7 +9,8 @@ import (
 
 // interleaved is a quantized matrix's rows as Pool.Prepare lays them out
 // for the AVX2 kernels of an interleaved format (tensor.Q4_Kx8,
-// tensor.Q5_Kx8, tensor.Q6_Kx8, tensor.Q8_0x8): its first
+// tensor.Q5_Kx8, tensor.Q6_Kx8, tensor.Q8_0x8, tensor.Q4_0x8,
+// tensor.Q5_0x8): its first
 // rows, a multiple of the format's group, in groups; the rows after them
 // as stored, in a copy of their own (so that the stored matrix's memory is
 // not held).

@@ -67,7 +67,11 @@ type qActs struct {
 	bsums []int32
 	// wide, for the AVX2 Q8_0 kernel, holds qs widened to 16 bits, the
 	// values of each pair of blocks interleaved (wideCols per row).
-	wide  []int16
+	wide []int16
+	// sums, for the AVX2 Q4_0 and Q5_0 kernels of interleaved rows, holds
+	// the sum of each q8_0 block's 32 values (cols/32 per row): their
+	// codes' offset times it is what they take off.
+	sums  []int32
 	quant qQuant
 	task  qTask
 }
@@ -75,6 +79,11 @@ type qActs struct {
 // wideActs reports whether the AVX2 kernel for l's weights reads the
 // activations widened (qActs.wide): Q8_0's, which multiplies in 16 bits.
 func wideActs(l *qLayout) bool { return l.f.DType == tensor.Q8_0 }
+
+// blockSums reports whether the AVX2 kernels of l's weights read the
+// activations' block sums (qActs.sums): Q4_0's and Q5_0's, whose
+// interleaved kernel multiplies the codes unsigned.
+func blockSums(l *qLayout) bool { return l.f.DType == tensor.Q4_0 || l.f.DType == tensor.Q5_0 }
 
 // wideCols is the length of a row of cols activations widened: 64 values
 // per pair of 32-value blocks, an odd last block paired with zeros.
@@ -139,6 +148,17 @@ func quantizeQ8_K(qs []int8, d []float32, bsums []int32, x []float32) {
 	}
 }
 
+// sumBlocks sets sums[b] to the sum of the 32 values of block b of qs.
+func sumBlocks(sums []int32, qs []int8) {
+	for b := range sums {
+		var s int32
+		for _, v := range qs[32*b : 32*b+32] {
+			s += int32(v)
+		}
+		sums[b] = s
+	}
+}
+
 // roundHalfAway is C's roundf.
 func roundHalfAway(f float32) float32 { return float32(math.Round(float64(f))) }
 
@@ -166,6 +186,12 @@ func (a *qActs) prepare(x []float32, n, cols int, l *qLayout) {
 		a.wide = grow(a.wide, n*wideCols(cols))
 		a.quant.wide = true
 	}
+	// Block sums wherever the C quantizer runs (a sum a block, taken from
+	// the vectors it packs), for the AVX2 kernels of interleaved rows.
+	if hasAVX2C && blockSums(l) {
+		a.sums = grow(a.sums, n*cols/32)
+		a.quant.sums = true
+	}
 }
 
 // qQuant quantizes token rows [lo, hi) of x into a: a Task, so that a
@@ -176,6 +202,7 @@ type qQuant struct {
 	cols int
 	k    bool // q8_K, else q8_0
 	wide bool // also a.wide (hasAVX2C)
+	sums bool // also a.sums (q8_0)
 }
 
 func (q *qQuant) Run(lo, hi int) {
@@ -198,6 +225,9 @@ func (q *qQuant) runGo(lo, hi int) {
 		return
 	}
 	quantizeQ8_0(q.a.qs[lo*c:hi*c], q.a.d[lo*c/32:hi*c/32], q.x[lo*c:hi*c])
+	if q.sums {
+		sumBlocks(q.a.sums[lo*c/32:hi*c/32], q.a.qs[lo*c:hi*c])
+	}
 }
 
 // qRows is how many weight rows one unit of a quantized MatMul covers:

@@ -43,6 +43,15 @@ KQ_INLINE int32_t kq_hsum128(__m128i s) {
 	return _mm_cvtsi128_si32(s);
 }
 
+// kq_hsum_ps is the sum of v's 8 f32 lanes, in the one order the
+// kernels that sum a row's blocks in lanes all use (halves, then pairs).
+KQ_INLINE float kq_hsum_ps(__m256 v) {
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
 // Σ a[i]*b[i] for unsigned a (at most 128) and signed b, as 8 int32 partial
 // sums: lanes 0-3 hold bytes 0-15, lanes 4-7 bytes 16-31.
 KQ_INLINE __m256i kq_dot_us(__m256i a, __m256i b) {
@@ -73,12 +82,6 @@ KQ_INLINE __m256i kq_dot_ss(__m256i a, __m256i b) {
 KQ_INLINE void kq_prefetch(const uint8_t *blk, long n) {
 	for (long o = 0; o < n; o += 64)
 		_mm_prefetch((const char *)(blk + KQ_PF + o), _MM_HINT_T0);
-}
-
-// kq_prefetch_at asks for the cache lines of the n bytes at p.
-KQ_INLINE void kq_prefetch_at(const uint8_t *p, long n) {
-	for (long o = 0; o < n; o += 64)
-		_mm_prefetch((const char *)(p + o), _MM_HINT_T0);
 }
 
 // kq_bits32 spreads the 32 bits of qh over 32 bytes: 0xFF where bit j of
@@ -188,10 +191,7 @@ KQ_INLINE void kq_32(int type, int nt, int gathered, const uint8_t *w, const lon
 	}
 	KQ_UNROLL
 	for (int t = 0; t < nt; t++) {
-		__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-		s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-		s = _mm_add_ss(s, _mm_movehdup_ps(s));
-		out[t * ldo] = _mm_cvtss_f32(s);
+		out[t * ldo] = kq_hsum_ps(acc[t]);
 	}
 }
 
@@ -331,15 +331,47 @@ KQ_INLINE void kq_q8w(int nt, int gathered, const uint8_t *w, const long *off, c
 
 // KQ_GATHERED runs TILE(nt, g), a tile macro taking the gathered-scales
 // flag as a constant, with g as the tile has its scales (gathered, set
-// per tile): both instantiations, one branch.
+// per tile): both instantiations, one branch; one token never has them
+// gathered (one instantiation).
 #define KQ_GATHERED(TILE, nt)                                                                                      \
 	do {                                                                                                       \
-		if (gathered) {                                                                                    \
+		if ((nt) > 1 && gathered) {                                                                        \
 			TILE(nt, 1);                                                                               \
 		} else {                                                                                           \
 			TILE(nt, 0);                                                                               \
 		}                                                                                                  \
 	} while (0)
+
+// KQ_BY_T runs TILE(k) for the constant k equal to nt, the tokens of a
+// tile (1 to 8; more run as 8), so that each token count has its own
+// instantiation of the kernel, its loops over tokens unrolled.
+#define KQ_BY_T(nt, TILE)                                                                                          \
+	switch (nt) {                                                                                              \
+	case 1:                                                                                                    \
+		TILE(1);                                                                                           \
+		break;                                                                                             \
+	case 2:                                                                                                    \
+		TILE(2);                                                                                           \
+		break;                                                                                             \
+	case 3:                                                                                                    \
+		TILE(3);                                                                                           \
+		break;                                                                                             \
+	case 4:                                                                                                    \
+		TILE(4);                                                                                           \
+		break;                                                                                             \
+	case 5:                                                                                                    \
+		TILE(5);                                                                                           \
+		break;                                                                                             \
+	case 6:                                                                                                    \
+		TILE(6);                                                                                           \
+		break;                                                                                             \
+	case 7:                                                                                                    \
+		TILE(7);                                                                                           \
+		break;                                                                                             \
+	default:                                                                                                   \
+		TILE(8);                                                                                           \
+		break;                                                                                             \
+	}
 
 // KQ_TILEQ8G is KQ_TILEQ8 with the scales gathered or not as the tile has
 // them (gathered): a constant inside.
@@ -389,41 +421,11 @@ static void kq_rows_q8w(const uint8_t *w, long rowb, long r0, long r1, const lon
 						acc[r][t] = _mm256_setzero_ps();
 				for (long b0 = 0; b0 < nb; b0 += cb) {
 					long b1 = b0 + cb < nb ? b0 + cb : nb;
-					switch (nt) {
-					case 1:
-						KQ_TILEQ8(1, 0);
-						break;
-					case 2:
-						KQ_TILEQ8G(2);
-						break;
-					case 3:
-						KQ_TILEQ8G(3);
-						break;
-					case 4:
-						KQ_TILEQ8G(4);
-						break;
-					case 5:
-						KQ_TILEQ8G(5);
-						break;
-					case 6:
-						KQ_TILEQ8G(6);
-						break;
-					case 7:
-						KQ_TILEQ8G(7);
-						break;
-					default:
-						KQ_TILEQ8G(8);
-						break;
-					}
+					KQ_BY_T(nt, KQ_TILEQ8G);
 				}
 				for (long r = c0; r < ce; r++)
-					for (long t = 0; t < nt; t++) {
-						__m256 v = acc[r - c0][t];
-						__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-						s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-						s = _mm_add_ss(s, _mm_movehdup_ps(s));
-						out[(i + t) * ldo + r] = _mm_cvtss_f32(s);
-					}
+					for (long t = 0; t < nt; t++)
+						out[(i + t) * ldo + r] = kq_hsum_ps(acc[r - c0][t]);
 			}
 		}
 }
@@ -665,155 +667,6 @@ KQ_INLINE void kq_q6_k(int nt, const uint8_t *w, const long *off, const int8_t *
 	kq_store_sums(nt, sum1, sumv, out, ldo);
 }
 
-// KQ_R8 is how many rows the one-token Q4_K/Q5_K kernel (kq_q45_k_r8) takes
-// at once. (Q6_K keeps one row at a time: eight rows measured no faster,
-// 32-33 GMAC per CPU-second against 32-33.5, BenchmarkQuantRows7B n=1.)
-#define KQ_R8 8
-
-// KQ_R8G is how many groups of KQ_R8 rows ahead those kernels prefetch:
-// each row's block b of the group that many groups on, so the prefetch
-// runs ahead of the eight rows' streams together (KQ_PF bytes ahead of
-// each row's own block, the one-row kernels' distance, lands in another
-// row of the group for short rows: an eight-row Q6_K kernel at 3584
-// values went from 34 to 13-17 GMAC per CPU-second with it).
-#ifndef KQ_R8G
-#define KQ_R8G 2
-#endif
-
-// kq_dd8 returns the f16 pairs at byte o of the 8 rows' block b (rows
-// rowb apart; for Q4_K and Q5_K d then dmin) as 8 u32 lanes in the order
-// rows 0 1 4 5 2 3 6 7, the order kq_q45_k_r8's sums come out in.
-KQ_INLINE __m256i kq_dd8(const uint8_t *blk, long rowb, long o) {
-	return _mm256_setr_epi32((int)kq_u32(blk + o), (int)kq_u32(blk + rowb + o), (int)kq_u32(blk + 4 * rowb + o),
-				 (int)kq_u32(blk + 5 * rowb + o), (int)kq_u32(blk + 2 * rowb + o),
-				 (int)kq_u32(blk + 3 * rowb + o), (int)kq_u32(blk + 6 * rowb + o),
-				 (int)kq_u32(blk + 7 * rowb + o));
-}
-
-// kq_q45_k_r8 is kq_q45_k for one token and KQ_R8 rows (rowb apart) at
-// once, out[0..7]: a decode's matrix-vector product. Each row's integer
-// sums are kq_q45_k's; the rows' two sums (scaled runs, mins) are then
-// reduced together — per row one VPHADDD of the pair, per two rows one
-// more, per eight rows two exchanges of 128-bit halves — where kq_q45_k
-// reduces each row's alone, and the block's f32 scaling is done for the
-// eight rows in one vector, lane by lane the one-token arithmetic (d =
-// dw·xd, dmin = dmw·xd, a = d·sumi, m = dmin·mins, sum = sum + (a - m)),
-// so each row's result has the bits kq_q45_k gives it. The lanes hold
-// rows 0 1 4 5 2 3 6 7 until the store. Needs dmin two bytes after d.
-KQ_INLINE void kq_q45_k_r8(const uint8_t *w, long rowb, const long *off, const int8_t *x, const float *xd,
-			   const int32_t *bsums, long nb, int five, float *out) {
-	// Per 128-bit lane, the low 16 bits of each u32 (d) then the high (dmin).
-	const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9,
-					       12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-	__m256 sumv = _mm256_setzero_ps();
-	for (long b = 0; b < nb; b++) {
-		const uint8_t *blk0 = w + b * off[KQ_BYTES];
-		// The token's pair sums of 16-value groups, for every row.
-		__m256i ps = _mm256_hadd_epi32(_mm256_loadu_si256((const __m256i *)(bsums + 16 * b)),
-					       _mm256_loadu_si256((const __m256i *)(bsums + 16 * b + 8)));
-		__m256i g[KQ_R8 / 2], h0 = _mm256_setzero_si256();
-		KQ_UNROLL
-		for (int r = 0; r < KQ_R8; r++) {
-			const uint8_t *blk = blk0 + r * rowb;
-			kq_prefetch_at(blk + KQ_R8G * KQ_R8 * rowb, off[KQ_BYTES]);
-			const uint8_t *sp = blk + off[KQ_SCALES];
-			__m256i sc, mn;
-			kq_k4_scales(sp, &sc, &mn);
-			__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + off[KQ_QH])) : _mm256_setzero_si256();
-			__m256i acc = _mm256_setzero_si256();
-			KQ_UNROLL
-			for (int c = 0; c < 4; c++) {
-				__m256i lo, hi;
-				kq_q45_runs(blk, off, qh, c, five, &lo, &hi);
-				__m256i sv0 = kq_bcast16(sc, 2 * c, 2 * c), sv1 = kq_bcast16(sc, 2 * c + 1, 2 * c + 1);
-				const int8_t *xs = x + 256 * b + 64 * c;
-				__m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xs));
-				__m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xs + 32)));
-				acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(p0, sv0), _mm256_madd_epi16(p1, sv1)));
-			}
-			// [a lanes 0-3 pairs, m pairs | a lanes 4-7 pairs, m pairs]
-			__m256i h = _mm256_hadd_epi32(acc, _mm256_mullo_epi32(ps, mn));
-			if (r & 1)
-				g[r / 2] = _mm256_hadd_epi32(h0, h); // [a_r-1 m_r-1 a_r m_r] per half
-			else
-				h0 = h;
-		}
-		// [a0 m0 a1 m1 | a2 m2 a3 m3] and [a4 m4 a5 m5 | a6 m6 a7 m7]
-		__m256i v0 = _mm256_add_epi32(_mm256_permute2x128_si256(g[0], g[1], 0x20), _mm256_permute2x128_si256(g[0], g[1], 0x31));
-		__m256i v1 = _mm256_add_epi32(_mm256_permute2x128_si256(g[2], g[3], 0x20), _mm256_permute2x128_si256(g[2], g[3], 0x31));
-		__m256 f0 = _mm256_cvtepi32_ps(v0), f1 = _mm256_cvtepi32_ps(v1);
-		__m256 im = _mm256_shuffle_ps(f0, f1, 0x88), mm = _mm256_shuffle_ps(f0, f1, 0xdd); // rows 0 1 4 5 2 3 6 7
-		// dw and dmw of the 8 rows, in the same order.
-		__m256i dd = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(kq_dd8(blk0, rowb, off[KQ_D]), split), 0xd8);
-		__m256 xv = _mm256_set1_ps(xd[b]);
-		__m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(dd)), xv);
-		__m256 dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(dd, 1)), xv);
-		sumv = _mm256_add_ps(sumv, _mm256_sub_ps(_mm256_mul_ps(d, im), _mm256_mul_ps(dmin, mm)));
-	}
-	_mm256_storeu_ps(out, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(sumv), 0xd8)));
-}
-
-// KQ_R32 is how many rows the one-token Q4_0/Q5_0 kernel (kq_32_r4) takes
-// at once.
-#define KQ_R32 4
-
-// kq_32_r4 is kq_32 for one token and KQ_R32 rows (rowb apart) at once,
-// out[0..3]: a decode's matrix-vector product. Each row's eight int32 lane
-// sums are kq_32's, taken without its sign trick: the codes unsigned
-// (Q4_0's nibbles, Q5_0's with the fifth bit: 0..15 or 0..31) straight
-// into VPMADDUBSW against the activations, less 8 or 16 times the
-// activations' own lane sums (one VPMADDUBSW and VPMADDWD per block for
-// the rows together): Σ(u-o)·x = Σu·x - o·Σx, exactly, in each lane. Each
-// row's f32 scaling and final sum are then kq_32's (dw·xd in f32, one FMA
-// per block, the same horizontal sum), so every row has the bits kq_32
-// gives it. Per row and block about 16 vector operations where kq_32
-// takes about 22: the nibbles split by one VPSRLVQ of the 16 bytes
-// broadcast to both halves, the fifth bits' word broadcast from memory (a
-// load alone), no VPSIGNB; and four rows' independent sums, where one
-// row's FMA chain paced kq_32.
-KQ_INLINE void kq_32_r4(int type, const uint8_t *w, long rowb, const long *off, const int8_t *x, const float *xd,
-			long nb, float *out) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16), ones8 = _mm256_set1_epi8(1);
-	const __m256i ones16 = _mm256_set1_epi16(1), nib = _mm256_setr_epi64x(0, 0, 4, 4);
-	const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-					      3, 3, 3, 3, 3, 3);
-	const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-	__m256 acc[KQ_R32];
-	KQ_UNROLL
-	for (int r = 0; r < KQ_R32; r++)
-		acc[r] = _mm256_setzero_ps();
-	for (long b = 0; b < nb; b++) {
-		const uint8_t *blk0 = w + b * off[KQ_BYTES];
-		__m256i xv = _mm256_loadu_si256((const __m256i *)(x + 32 * b));
-		// The activations' lane sums times the codes' offset.
-		__m256i xo = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16),
-					       type == KQ_Q4_0 ? 3 : 4);
-		float xb = xd[b];
-		KQ_UNROLL
-		for (int r = 0; r < KQ_R32; r++) {
-			const uint8_t *blk = blk0 + r * rowb;
-			kq_prefetch(blk, off[KQ_BYTES]);
-			__m256i p = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + off[KQ_QS])));
-			__m256i u = _mm256_and_si256(_mm256_srlv_epi64(p, nib), m4);
-			if (type == KQ_Q5_0) {
-				__m256i qh = _mm256_castps_si256(_mm256_broadcast_ss((const float *)(blk + off[KQ_QH])));
-				__m256i v = _mm256_shuffle_epi8(qh, shuf);
-				__m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-				u = _mm256_or_si256(u, _mm256_and_si256(set, b16));
-			}
-			__m256i si = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones16), xo);
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(kq_f16(blk + off[KQ_D]) * xb), acc[r]);
-		}
-	}
-	KQ_UNROLL
-	for (int r = 0; r < KQ_R32; r++) {
-		__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
-		s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-		s = _mm_add_ss(s, _mm_movehdup_ps(s));
-		out[r] = _mm_cvtss_f32(s);
-	}
-}
-
 // KQ_TILE32 runs one row of a 32-value type against nt tokens, nt and g
 // (the scales gathered in xs) constants.
 #define KQ_TILE32(nt, g)                                                                                           \
@@ -842,14 +695,6 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 	tb = tb < KQ_T ? KQ_T : tb - tb % KQ_T;
 	long rc = KQ_WBYTES / rowb;
 	rc = rc < 1 ? 1 : rc;
-	// One token (a decode): rows KQ_R32 at a time, the rest alone.
-	if (n == 1)
-		for (; r0 + KQ_R32 <= r1; r0 += KQ_R32) {
-			if (type == KQ_Q4_0)
-				kq_32_r4(KQ_Q4_0, w + r0 * rowb, rowb, off, x, xd, nb, out + r0);
-			else
-				kq_32_r4(KQ_Q5_0, w + r0 * rowb, rowb, off, x, xd, nb, out + r0);
-		}
 	for (long t0 = 0; t0 < n; t0 += tb)
 		for (long c0 = r0; c0 < r1; c0 += rc)
 			for (long i = t0; i < n && i < t0 + tb; i += KQ_T) {
@@ -864,57 +709,9 @@ static void kq_rows32(int type, const uint8_t *w, long rowb, long r0, long r1, c
 					const uint8_t *wr = w + r * rowb;
 					const int8_t *xi = x + i * cols;
 					float *o = out + i * ldo + r;
-					switch (nt) {
-					case 1:
-						KQ_TILE32(1, 0);
-						break;
-					case 2:
-						KQ_TILE32G(2);
-						break;
-					case 3:
-						KQ_TILE32G(3);
-						break;
-					case 4:
-						KQ_TILE32G(4);
-						break;
-					case 5:
-						KQ_TILE32G(5);
-						break;
-					case 6:
-						KQ_TILE32G(6);
-						break;
-					case 7:
-						KQ_TILE32G(7);
-						break;
-					default:
-						KQ_TILE32G(8);
-						break;
-					}
+					KQ_BY_T(nt, KQ_TILE32G);
 				}
 			}
-}
-
-// kq_rows_k1 is kq_rows for one token and Q4_K or Q5_K: out[r] for the rows
-// from r0 taken KQ_R8 at a time while whole groups remain; it returns the
-// first row it left (kq_rows' one-row loops take the rest, with the same
-// bits).
-static long kq_rows_k1(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
-		       const float *xd, const int32_t *bsums, long nb, float *out) {
-	if (type == KQ_Q6_K || off[KQ_DMIN] != off[KQ_D] + 2)
-		return r0;
-	long r = r0;
-	for (; r + KQ_R8 <= r1; r += KQ_R8) {
-		const uint8_t *wr = w + r * rowb;
-		switch (type) {
-		case KQ_Q5_K:
-			kq_q45_k_r8(wr, rowb, off, x, xd, bsums, nb, 1, out + r);
-			break;
-		default:
-			kq_q45_k_r8(wr, rowb, off, x, xd, bsums, nb, 0, out + r);
-			break;
-		}
-	}
-	return r;
 }
 
 // KQ_TILE runs one row of a K type against nt tokens, nt a constant.
@@ -935,7 +732,11 @@ static long kq_rows_k1(int type, const uint8_t *w, long rowb, long r0, long r1, 
 // the n token rows of quantized activations x (cols int8 each, with xd's
 // scales per group of 32 or 256 and, for the K types, bsums per 16; for
 // Q8_0, xw: x widened by kq_widen, which is what its kernel reads): each
-// row is unpacked once per KQ_T tokens.
+// row is unpacked once per KQ_T tokens. Where these kernels run, Pool.Prepare
+// interleaves every type's matrices of eight rows or more (kq_rows_x8), so
+// in a model they take the few rows past a matrix's last group; the
+// one-token kernels of several stored rows at once (four of Q4_0/Q5_0,
+// eight of Q4_K/Q5_K) went when every type's groups took their place.
 void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long *off, const int8_t *x,
 	     const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
 	if (type == KQ_Q8_0) {
@@ -947,9 +748,6 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 		return;
 	}
 	long nb = cols / 256;
-	// One token (a decode): rows KQ_R8 at a time, the rest alone.
-	if (n == 1)
-		r0 = kq_rows_k1(type, w, rowb, r0, r1, off, x, xd, bsums, nb, out);
 	// Tokens in blocks of about 256 KiB of activations, which stay in the
 	// L2 cache while the rows pass over them.
 	long tb = KQ_XBYTES / cols;
@@ -968,32 +766,7 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 					const float *di = xd + i * nb;
 					const int32_t *bi = bsums + i * (cols / 16);
 					float *o = out + i * ldo + r;
-					switch (n - i < KQ_T ? n - i : KQ_T) {
-					case 1:
-						KQ_TILE(1);
-						break;
-					case 2:
-						KQ_TILE(2);
-						break;
-					case 3:
-						KQ_TILE(3);
-						break;
-					case 4:
-						KQ_TILE(4);
-						break;
-					case 5:
-						KQ_TILE(5);
-						break;
-					case 6:
-						KQ_TILE(6);
-						break;
-					case 7:
-						KQ_TILE(7);
-						break;
-					default:
-						KQ_TILE(8);
-						break;
-					}
+					KQ_BY_T(n - i < KQ_T ? n - i : KQ_T, KQ_TILE);
 				}
 }
 
@@ -1046,6 +819,30 @@ KQ_INLINE void kx_unpack_sm(const uint8_t *p, uint8_t *sm) {
 	_mm256_store_si256((__m256i *)(sm + 96), _mm256_or_si256(l1, h1));
 }
 
+// kx_bit4 is bit k (0..7) of each byte of h moved to bit 4, the byte's
+// other bits cleared (one 16-bit shift and a mask: a byte's bit k lands
+// on bit 4 of the same byte, and the mask keeps it alone): the fifth bits
+// of Q5_Kx8's and Q5_0x8's codes.
+KQ_INLINE __m256i kx_bit4(__m256i h, int k) {
+	__m256i v = k < 4 ? _mm256_slli_epi16(h, 4 - k) : k == 4 ? h : _mm256_srli_epi16(h, k - 4);
+	return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
+// kx_zero and kx_store start the nt tokens' f32 sums of eight rows at
+// zero and store them to out (ldo apart): the interleaved kernels' first
+// and last steps.
+KQ_INLINE void kx_zero(int nt, __m256 *sumv) {
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		sumv[t] = _mm256_setzero_ps();
+}
+
+KQ_INLINE void kx_store(int nt, const __m256 *sumv, float *out, long ldo) {
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++)
+		_mm256_storeu_ps(out + t * ldo, sumv[t]);
+}
+
 KQ_INLINE __m256i kx_bcast4(const int8_t *p) {
 	int v;
 	__builtin_memcpy(&v, p, 4);
@@ -1066,12 +863,10 @@ KQ_INLINE __m256i kx_bcast4(const int8_t *p) {
 // sums take the scales every four.
 KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const int8_t *x, long ldx, const float *xd,
 		      long ldd, const int32_t *bsums, long ldb, int five, float *out, long ldo) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), b16 = _mm256_set1_epi8(16);
+	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	uint8_t sm[128] __attribute__((aligned(32)));
 	__m256 sumv[KX_T];
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		sumv[t] = _mm256_setzero_ps();
+	kx_zero(nt, sumv);
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KX_BYTES];
 		kq_prefetch(blk, off[KX_BYTES]);
@@ -1110,10 +905,8 @@ KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const 
 					// Bits 2c and 2c+1 of each qh byte to bit 4 (a
 					// 16-bit shift: the mask keeps the byte's own bit).
 					__m256i h = _mm256_loadu_si256((const __m256i *)(blk + off[KX_QH] + 32 * k));
-					__m256i hl = c == 0 ? _mm256_slli_epi16(h, 4) : c == 1 ? _mm256_slli_epi16(h, 2) : c == 2 ? h : _mm256_srli_epi16(h, 2);
-					__m256i hh = c == 0 ? _mm256_slli_epi16(h, 3) : c == 1 ? _mm256_slli_epi16(h, 1) : c == 2 ? _mm256_srli_epi16(h, 1) : _mm256_srli_epi16(h, 3);
-					lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b16));
-					hi = _mm256_or_si256(hi, _mm256_and_si256(hh, b16));
+					lo = _mm256_or_si256(lo, kx_bit4(h, 2 * c));
+					hi = _mm256_or_si256(hi, kx_bit4(h, 2 * c + 1));
 				}
 				KQ_UNROLL
 				for (int t = 0; t < nt; t++) {
@@ -1141,9 +934,7 @@ KQ_INLINE void kx_q4k(int nt, const uint8_t *w, long nb, const long *off, const 
 			sumv[t] = _mm256_add_ps(sumv[t], _mm256_sub_ps(a, m));
 		}
 	}
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		_mm256_storeu_ps(out + t * ldo, sumv[t]);
+	kx_store(nt, sumv, out, ldo);
 }
 
 // kx_scales6 is the eight rows' signed scales of two sub-blocks (16 bytes
@@ -1171,9 +962,7 @@ KQ_INLINE void kx_q6k(int nt, const uint8_t *w, long nb, const long *off, const 
 	const __m256i dup1 = _mm256_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15, 2, 3, 2, 3, 6, 7, 6,
 					      7, 10, 11, 10, 11, 14, 15, 14, 15);
 	__m256 sumv[KX_T];
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		sumv[t] = _mm256_setzero_ps();
+	kx_zero(nt, sumv);
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KX_BYTES];
 		kq_prefetch(blk, off[KX_BYTES]);
@@ -1226,9 +1015,7 @@ KQ_INLINE void kx_q6k(int nt, const uint8_t *w, long nb, const long *off, const 
 			sumv[t] = _mm256_add_ps(sumv[t], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t])));
 		}
 	}
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		_mm256_storeu_ps(out + t * ldo, sumv[t]);
+	kx_store(nt, sumv, out, ldo);
 }
 
 // KX8_PAIR is the 32-bit word of a pair of blocks' widened activations
@@ -1252,29 +1039,108 @@ KQ_INLINE __m256i kx_madd_acc(__m256i acc, __m256i a, __m256i b) {
 	return acc;
 }
 
+// kx_q32 is kx_q4k for Q4_0 (five = 0) and Q5_0 with eight rows
+// interleaved (tensor.Q4_0x8, tensor.Q5_0x8): per group block, the four
+// vectors of codes (eight rows' four bytes each) unpacked once for the
+// tile, their low nibbles and their high ones (values 16 on) unsigned, with
+// Q5_0's fifth bits moved to bit 4 from the one qh vector (a 16-bit shift
+// and a mask per vector, the trick of Q5_Kx8); per token one VPMADDUBSW of
+// each against four activations broadcast from memory, summed in 16 bits
+// (Q5_0: the four low and the four high products apart, at most 4 x 2 x 31
+// x 127 = 31,496 each; Q4_0: all eight, at most 8 x 2 x 15 x 127 =
+// 30,480), widened by VPMADDWD, less the codes' offset (16 or 8) times the
+// block's activation sum (sums, lds apart: Σ(u - o)·x = Σu·x - o·Σx, the
+// same integer); then the Go loop's f32 scaling lane by lane (s = dw·xd,
+// sum = sum + si·s), row r in lane r: each row's result has dotQ4_0's or
+// dotQ5_0's bits whatever nt is.
+KQ_INLINE void kx_q32(int five, int nt, const uint8_t *w, long nb, const long *off, const int8_t *x, long ldx,
+		      const float *xd, long ldd, const int32_t *sums, long lds, float *out, long ldo) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+	__m256 sumv[KX_T];
+	kx_zero(nt, sumv);
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *blk = w + b * off[KX_BYTES];
+		kq_prefetch(blk, off[KX_BYTES]);
+		const uint8_t *qs = blk + off[KX_QS];
+		__m256i h = five ? _mm256_loadu_si256((const __m256i *)(blk + off[KX_QH])) : _mm256_setzero_si256();
+		__m256i al[KX_T], ah[KX_T];
+		KQ_UNROLL
+		for (int k = 0; k < 4; k++) {
+			__m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+			__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+			if (five) {
+				// Bits 2k and 2k+1 of each qh byte to bit 4 (the
+				// mask keeps the byte's own bit).
+				lo = _mm256_or_si256(lo, kx_bit4(h, 2 * k));
+				hi = _mm256_or_si256(hi, kx_bit4(h, 2 * k + 1));
+			}
+			KQ_UNROLL
+			for (int t = 0; t < nt; t++) {
+				const int8_t *xs = x + t * ldx + 32 * b + 4 * k;
+				__m256i pl = _mm256_maddubs_epi16(lo, kx_bcast4l(xs));
+				__m256i ph = _mm256_maddubs_epi16(hi, kx_bcast4l(xs + 16));
+				if (five) {
+					al[t] = k == 0 ? pl : _mm256_add_epi16(al[t], pl);
+					ah[t] = k == 0 ? ph : _mm256_add_epi16(ah[t], ph);
+				} else {
+					__m256i p = _mm256_add_epi16(pl, ph);
+					al[t] = k == 0 ? p : _mm256_add_epi16(al[t], p);
+				}
+			}
+		}
+		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
+		KQ_UNROLL
+		for (int t = 0; t < nt; t++) {
+			__m256i si = _mm256_madd_epi16(al[t], ones);
+			if (five)
+				si = _mm256_add_epi32(si, _mm256_madd_epi16(ah[t], ones));
+			__m256i o = _mm256_slli_epi32(_mm256_set1_epi32(sums[t * lds + b]), five ? 4 : 3);
+			si = _mm256_sub_epi32(si, o);
+			__m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xd[t * ldd + b]));
+			sumv[t] = _mm256_add_ps(sumv[t], _mm256_mul_ps(_mm256_cvtepi32_ps(si), d));
+		}
+	}
+	kx_store(nt, sumv, out, ldo);
+}
+
 // kx_q8 is kx_q4k for Q8_0 with eight rows interleaved (tensor.Q8_0x8),
 // for ng (1 or 2) groups gb bytes apart, the second's rows in out[t*ldo +
 // 8..15], over the nb group blocks at w, with the tokens' activations
 // widened (xw, kq_widen's layout from an even block, ldw values a token)
-// and their scales (xd, ldd apart). Per block, two pairs at a time: the
-// groups' codes of those pairs (eight values a row) widened to 16 bits
-// once for the tile, a row's pair in each 32-bit lane; per token the two
-// pairs of activations broadcast from memory, each serving both groups
-// (16 rows per load), one VPMADDWD per vector and group (16 per 256
-// products, where the row-at-a-time kernel takes 24 on the FMA ports),
-// summed exactly in 32 bits; then the Go loop's f32 scaling lane by lane
-// (s = dw·xd, sum = sum + si·s), row r in lane r, the sums kept in out:
-// each row's result has dotQ8_0's bits whatever nt and ng are, and however
-// the blocks are split across calls (cont: sums carried in out from the
-// blocks before; else they start at zero).
+// and their scales (xd, ldd apart). Per block, the codes widened to 16
+// bits once for the tile (a row's pair of values in each 32-bit lane), per
+// token the activation pairs broadcast from memory, one VPMADDWD per
+// vector and group (16 per 256 products, where the row-at-a-time kernel
+// takes 24 on the FMA ports), summed exactly in 32 bits; then the Go
+// loop's f32 scaling lane by lane (s = dw·xd, sum = sum + si·s), row r in
+// lane r: each row's result has dotQ8_0's bits whatever nt and ng are, and
+// however the blocks are split across calls (cont: sums carried in out
+// from the blocks before; else they start at zero).
+//
+// The inner loop is the group count's:
+//   - two groups (prefill tiles): pairs 2h and 2h+1 of both groups at a
+//     time, each broadcast serving 16 rows (half the loads), each product
+//     added to its sum by kx_madd_acc so that GCC keeps the 8 sums, 4
+//     weight vectors and the broadcast in 14 registers; the f32 sums then
+//     live in out (loaded, added, stored once per block: the same
+//     operations in the same order);
+//   - one group (one token, and a tile's odd last group): a quarter of the
+//     block (four pairs) at a time, its four products summed as a tree and
+//     the f32 sums in registers, where the two-group loop's serial chain
+//     of multiply-adds and its sums in out cost a decode 18% (0.5B Q8_0,
+//     AVX2, one thread: 55 -> 45 tok/s).
 KQ_INLINE void kx_q8(int ng, int nt, const uint8_t *w, long gb, long nb, const long *off, const int16_t *xw, long ldw,
 		     const float *xd, long ldd, int cont, float *out, long ldo) {
-	if (!cont) {
-		KQ_UNROLL
-		for (int t = 0; t < nt; t++)
+	__m256 sumv[KX_T];
+	KQ_UNROLL
+	for (int t = 0; t < nt; t++) {
+		if (ng == 1) {
+			sumv[t] = cont ? _mm256_loadu_ps(out + t * ldo) : _mm256_setzero_ps();
+		} else if (!cont) {
 			KQ_UNROLL
 			for (int g = 0; g < ng; g++)
 				_mm256_storeu_ps(out + t * ldo + 8 * g, _mm256_setzero_ps());
+		}
 	}
 	for (long b = 0; b < nb; b++) {
 		const uint8_t *blk = w + b * off[KX_BYTES];
@@ -1289,29 +1155,51 @@ KQ_INLINE void kx_q8(int ng, int nt, const uint8_t *w, long gb, long nb, const l
 			KQ_UNROLL
 			for (int t = 0; t < nt; t++)
 				isum[g][t] = _mm256_setzero_si256();
-		// Pairs 2h and 2h+1, not unrolled: unrolled, GCC loads all the
-		// weight vectors at once and spills the tokens' sums.
+		if (ng == 1) {
+			// Not unrolled: unrolled, GCC loads all 16 weight vectors
+			// at once and spills the tokens' sums.
 #pragma GCC unroll 1
-		for (int h = 0; h < 8; h++) {
-			__m256i wv[2][2];
-			KQ_UNROLL
-			for (int g = 0; g < ng; g++)
+			for (int q = 0; q < 4; q++) {
+				__m256i wv[4];
 				KQ_UNROLL
-				for (int j = 0; j < 2; j++)
-					wv[g][j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + g * gb + 32 * h + 16 * j)));
-			// Pair 2h at word KX8_PAIR(2h), pair 2h+1 two words on.
-			const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(2 * h);
-			KQ_UNROLL
-			for (int t = 0; t < nt; t++) {
-				const int8_t *xt = xq + 2 * t * ldw;
-				__m256i x0 = kx_bcast4l(xt);
+				for (int j = 0; j < 4; j++)
+					wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 64 * q + 16 * j)));
+				// Pairs 4q..4q+3 at words KX8_PAIR(4q) + 0, 2, 8, 10.
+				const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(4 * q);
+				KQ_UNROLL
+				for (int t = 0; t < nt; t++) {
+					const int8_t *xt = xq + 2 * t * ldw;
+					__m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(wv[0], kx_bcast4l(xt)),
+								       _mm256_madd_epi16(wv[1], kx_bcast4l(xt + 8)));
+					__m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(wv[2], kx_bcast4l(xt + 32)),
+								       _mm256_madd_epi16(wv[3], kx_bcast4l(xt + 40)));
+					isum[0][t] = _mm256_add_epi32(isum[0][t], _mm256_add_epi32(s01, s23));
+				}
+			}
+		} else {
+			// Not unrolled, for the same reason.
+#pragma GCC unroll 1
+			for (int h = 0; h < 8; h++) {
+				__m256i wv[2][2];
 				KQ_UNROLL
 				for (int g = 0; g < ng; g++)
-					isum[g][t] = kx_madd_acc(isum[g][t], wv[g][0], x0);
-				__m256i x1 = kx_bcast4l(xt + 8);
+					KQ_UNROLL
+					for (int j = 0; j < 2; j++)
+						wv[g][j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + g * gb + 32 * h + 16 * j)));
+				// Pair 2h at word KX8_PAIR(2h), pair 2h+1 two words on.
+				const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(2 * h);
 				KQ_UNROLL
-				for (int g = 0; g < ng; g++)
-					isum[g][t] = kx_madd_acc(isum[g][t], wv[g][1], x1);
+				for (int t = 0; t < nt; t++) {
+					const int8_t *xt = xq + 2 * t * ldw;
+					__m256i x0 = kx_bcast4l(xt);
+					KQ_UNROLL
+					for (int g = 0; g < ng; g++)
+						isum[g][t] = kx_madd_acc(isum[g][t], wv[g][0], x0);
+					__m256i x1 = kx_bcast4l(xt + 8);
+					KQ_UNROLL
+					for (int g = 0; g < ng; g++)
+						isum[g][t] = kx_madd_acc(isum[g][t], wv[g][1], x1);
+				}
 			}
 		}
 		__m256 dw[2];
@@ -1323,63 +1211,18 @@ KQ_INLINE void kx_q8(int ng, int nt, const uint8_t *w, long gb, long nb, const l
 			__m256 xs = _mm256_set1_ps(xd[t * ldd + b]);
 			KQ_UNROLL
 			for (int g = 0; g < ng; g++) {
+				__m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[g][t]), _mm256_mul_ps(dw[g], xs));
+				if (ng == 1) {
+					sumv[t] = _mm256_add_ps(sumv[t], p);
+					continue;
+				}
 				float *o = out + t * ldo + 8 * g;
-				__m256 d = _mm256_mul_ps(dw[g], xs);
-				_mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), _mm256_mul_ps(_mm256_cvtepi32_ps(isum[g][t]), d)));
+				_mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), p));
 			}
 		}
 	}
-}
-
-// kx_q8one is kx_q8 for one group with the sums in registers and the
-// block's four pairs summed as a tree, the one-token path's kernel: there
-// kx_q8's serial multiply-add chain and sums kept in out cost decode 18%
-// (0.5B Q8_0, AVX2, one thread: 55 -> 45 tok/s). Same bits: dotQ8_0's.
-KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, const int16_t *xw, long ldw, const float *xd,
-		     long ldd, int cont, float *out, long ldo) {
-	__m256 sumv[KX_T];
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		sumv[t] = cont ? _mm256_loadu_ps(out + t * ldo) : _mm256_setzero_ps();
-	for (long b = 0; b < nb; b++) {
-		const uint8_t *blk = w + b * off[KX_BYTES];
-		kq_prefetch(blk, off[KX_BYTES]);
-		const uint8_t *qs = blk + off[KX_QS];
-		const int16_t *xb = xw + 64 * (b / 2) + 2 * (b & 1);
-		__m256i isum[KX_T];
-		KQ_UNROLL
-		for (int t = 0; t < nt; t++)
-			isum[t] = _mm256_setzero_si256();
-		// A quarter of the block at a time, not unrolled: unrolled, GCC
-		// loads all 16 weight vectors at once and spills the tokens' sums.
-#pragma GCC unroll 1
-		for (int q = 0; q < 4; q++) {
-			__m256i wv[4];
-			KQ_UNROLL
-			for (int j = 0; j < 4; j++)
-				wv[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 64 * q + 16 * j)));
-			// Pairs 4q..4q+3 at words KX8_PAIR(4q) + 0, 2, 8, 10.
-			const int8_t *xq = (const int8_t *)xb + 4 * KX8_PAIR(4 * q);
-			KQ_UNROLL
-			for (int t = 0; t < nt; t++) {
-				const int8_t *xt = xq + 2 * t * ldw;
-				__m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(wv[0], kx_bcast4l(xt)),
-							       _mm256_madd_epi16(wv[1], kx_bcast4l(xt + 8)));
-				__m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(wv[2], kx_bcast4l(xt + 32)),
-							       _mm256_madd_epi16(wv[3], kx_bcast4l(xt + 40)));
-				isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(s01, s23));
-			}
-		}
-		__m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + off[KX_D])));
-		KQ_UNROLL
-		for (int t = 0; t < nt; t++) {
-			__m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(xd[t * ldd + b]));
-			sumv[t] = _mm256_add_ps(sumv[t], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), d));
-		}
-	}
-	KQ_UNROLL
-	for (int t = 0; t < nt; t++)
-		_mm256_storeu_ps(out + t * ldo, sumv[t]);
+	if (ng == 1)
+		kx_store(nt, sumv, out, ldo);
 }
 
 // KX_GROUP runs group g of the interleaved type over blocks [b0, b1)
@@ -1389,12 +1232,14 @@ KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, cons
 	do {                                                                                                       \
 		const uint8_t *wg = w + g * gb + b0 * off[KX_BYTES];                                               \
 		float *o = out + i * ldo + 8 * g;                                                                  \
-		const int8_t *xi = x + i * cols + 256 * b0;                                                        \
+		const int8_t *xi = x + i * cols + (cols / nb) * b0;                                                \
 		const float *di = xd + i * nb + b0;                                                                \
-		const int32_t *bi = bsums + i * lb + 16 * b0;                                                      \
-		if (type == KQ_Q8_0 && n == 1)                                                                     \
-			kx_q8one(nt, wg, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);     \
-		else if (type == KQ_Q8_0 && gs == 2)                                                                    \
+		const int32_t *bi = bsums + i * lb + (lb / nb) * b0;                                               \
+		if (type == KQ_Q5_0)                                                                               \
+			kx_q32(1, nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, o, ldo);                          \
+		else if (type == KQ_Q4_0)                                                                          \
+			kx_q32(0, nt, wg, b1 - b0, off, xi, cols, di, nb, bi, lb, o, ldo);                          \
+		else if (type == KQ_Q8_0 && gs == 2)                                                               \
 			kx_q8(2, nt, wg, gb, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);  \
 		else if (type == KQ_Q8_0)                                                                          \
 			kx_q8(1, nt, wg, gb, b1 - b0, off, xw + i * ldw + 32 * b0, ldw, di, nb, b0 > 0, o, ldo);  \
@@ -1408,11 +1253,12 @@ KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, cons
 
 // kq_rows_x8 sets out[i*ldo + 8g + r] for rows r of the groups [g0, g1)
 // of interleaved weights w (type KQ_Q4_K: tensor.Q4_Kx8, KQ_Q5_K:
-// tensor.Q5_Kx8, KQ_Q6_K: tensor.Q6_Kx8, KQ_Q8_0: tensor.Q8_0x8; gb bytes
-// a group) and the n token rows of activations: q8_K for the K types (x,
-// cols each, xd's scales per 256, bsums per 16), q8_0 for Q8_0 (xd's
-// scales per 32, and xw: x widened by kq_widen, which is what its kernel
-// reads). One token takes the groups whole and in order (the weights'
+// tensor.Q5_Kx8, KQ_Q6_K: tensor.Q6_Kx8, KQ_Q8_0: tensor.Q8_0x8, KQ_Q4_0:
+// tensor.Q4_0x8, KQ_Q5_0: tensor.Q5_0x8; gb bytes a group) and the n token
+// rows of activations: q8_K for the K types (x, cols each, xd's scales per
+// 256, bsums per 16), q8_0 for the 32-value types (xd's scales per 32; for
+// Q8_0 xw, x widened by kq_widen, which is what its kernel reads; for Q4_0
+// and Q5_0 x, and in bsums each block's sum). One token takes the groups whole and in order (the weights'
 // stream is what it waits on). More take tokens in blocks (of about
 // KQ_XBYTES of q8_K activations, KQ_WXBYTES of widened q8_0 ones: each
 // block streams the matrix once), groups in chunks of about KQ_WBYTES
@@ -1422,8 +1268,10 @@ KQ_INLINE void kx_q8one(int nt, const uint8_t *w, long nb, const long *off, cons
 // from one pass to the next in out.
 void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x,
 		const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
-	int q8 = type == KQ_Q8_0;
-	long nb = q8 ? cols / 32 : cols / 256, lb = cols / 16, ldw = q8 ? 64 * ((nb + 1) / 2) : 0;
+	int q8 = type == KQ_Q8_0, q32 = type == KQ_Q4_0 || type == KQ_Q5_0;
+	// Blocks a row; bsums' values a token (the K types' sums of 16, the
+	// 32-value types' of 32).
+	long nb = q8 || q32 ? cols / 32 : cols / 256, lb = q32 ? nb : cols / 16, ldw = q8 ? 64 * ((nb + 1) / 2) : 0;
 	long gs = 1; // groups per call: Q8_0's tiles take two where there are two
 	if (n == 1) {
 		long i = 0, b0 = 0, b1 = nb;
@@ -1492,8 +1340,9 @@ KQ_INLINE float kq_hmax(__m256 m) {
 // kq_quant_q8_0 quantizes the nb blocks of 32 values at x as quant.go's
 // quantizeQ8_0 (ggml's quantize_row_q8_0), bit for bit: the scale
 // amax/127, each value times its inverse rounded half away from zero,
-// and the scale rounded to f16 (to nearest even) and back.
-void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d) {
+// and the scale rounded to f16 (to nearest even) and back; where sums is
+// not null, with each block's sum of its 32 quantized values.
+void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d, int32_t *sums) {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
 	for (long b = 0; b < nb; b++) {
 		const float *v = x + 32 * b;
@@ -1510,6 +1359,8 @@ void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d) {
 		for (int i = 0; i < 4; i++)
 			q[i] = kq_round_away(_mm256_mul_ps(f[i], id));
 		kq_pack32(qs + 32 * b, q);
+		if (sums)
+			sums[b] = kq_hsum(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
 		d[b] = _cvtsh_ss(_cvtss_sh(s, _MM_FROUND_TO_NEAREST_INT));
 	}
 }

@@ -167,11 +167,10 @@ func TestQuantizeActivationsMatchGo(t *testing.T) {
 		x = append(x, row...)
 	}
 	clear(x[cols+256 : cols+512]) // a zero block in a row of others
-	for _, k := range []bool{false, true} {
-		l := qLayouts[tensor.Q8_0]
-		if k {
-			l = qLayouts[tensor.Q4_K]
-		}
+	// q8_0 for Q8_0 weights, for Q5_0's (with the block sums) and q8_K.
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q5_0, tensor.Q4_K} {
+		l := qLayouts[dt]
+		k := l.kQuant
 		var g, c qActs
 		g.prepare(x, n, cols, l)
 		g.quant.runGo(0, n)
@@ -191,6 +190,18 @@ func TestQuantizeActivationsMatchGo(t *testing.T) {
 		for i := range g.bsums {
 			if g.bsums[i] != c.bsums[i] {
 				t.Fatalf("q8_K: sum %d: C %d, Go %d", i, c.bsums[i], g.bsums[i])
+			}
+		}
+		if len(c.sums) != n*cols/32 && blockSums(l) {
+			t.Fatalf("%v: %d block sums, want %d", dt, len(c.sums), n*cols/32)
+		}
+		for i := range g.sums {
+			var want int32
+			for _, v := range c.qs[32*i : 32*i+32] {
+				want += int32(v)
+			}
+			if g.sums[i] != want || c.sums[i] != want {
+				t.Fatalf("%v: block sum %d: C %d, Go %d, want %d", dt, i, c.sums[i], g.sums[i], want)
 			}
 		}
 	}
@@ -264,8 +275,9 @@ func quantKernels() []quantKernel {
 // their f32 scaling in the same order, bit for bit, and the NEON kernels'
 // every type. The AVX-512 kernels and the AVX2 32-value ones sum the
 // scaled blocks in f32 lanes, another order: within 1e-5 of Σ|w||x| there;
-// but the AVX2 Q8_0 kernel of interleaved rows (tensor.Q8_0x8) scales and
-// sums a row's blocks in one lane, the Go loop's order and bits.
+// but the AVX2 Q8_0, Q4_0 and Q5_0 kernels of interleaved rows
+// (tensor.Q8_0x8, Q4_0x8, Q5_0x8) scale and sum a row's blocks in one
+// lane, the Go loop's order and bits.
 // An odd block count (17) takes the AVX-512 last-block path.
 func TestQuantKernelsMatchGo(t *testing.T) {
 	isas := quantKernels()
@@ -337,10 +349,10 @@ func TestQuantKernelsMatchGo(t *testing.T) {
 				// order than Go's.
 				lanes := !k.exact || (f.Block == 32 && !k.all)
 				for i := range goOut {
-					// The interleaved Q8_0 kernel gives its groups' rows the
-					// Go loop's bits (the rows after them go through kq_rows'
-					// lanes).
-					if lanes := lanes && !(k.x8 && f.DType == tensor.Q8_0 && i%rows < rows/8*8); lanes {
+					// The interleaved kernels of the 32-value types give
+					// their groups' rows the Go loop's bits (the rows after
+					// them go through kq_rows' lanes).
+					if lanes := lanes && !(k.x8 && f.Block == 32 && i%rows < rows/8*8); lanes {
 						if d := math.Abs(float64(goOut[i] - cOut[i])); d > 1e-5*mags[i] {
 							t.Fatalf("%s %d columns: output %d: %s %v, Go %v", f.Name, cols, i, k.name, cOut[i], goOut[i])
 						}
@@ -485,14 +497,15 @@ func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []
 	}
 }
 
-// Prepare interleaves a Q4_K, Q5_K, Q6_K or Q8_0 matrix where the AVX2 kernels run
-// (and only there), and lets go of the stored rows: MatMul then gives the stored
-// matrix's bits (decode and prefill, one thread and three), Row its rows,
-// for rows that are whole groups, groups and a remainder, one block per
-// row, and fewer rows than a group (left as stored). Q8_0's interleaved
-// rows have the Go loop's bits instead (the stored rows' AVX2 kernel sums
-// in f32 lanes: within 1e-5 of Σ|w||x| of them), and its rows after the
-// groups the stored kernel's; all within 1e-5 of Σ|w||x| of float64.
+// Prepare interleaves a Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or Q5_0 matrix where
+// the AVX2 kernels run (and only there), and lets go of the stored rows:
+// MatMul then gives the stored matrix's bits (decode and prefill, one
+// thread and three), Row its rows, for rows that are whole groups, groups
+// and a remainder, one block per row, and fewer rows than a group (left as
+// stored). The 32-value types' interleaved rows have the Go loop's bits
+// instead (the stored rows' AVX2 kernels sum in f32 lanes: within 1e-5 of
+// Σ|w||x| of them), and their rows after the groups the stored kernel's;
+// all within 1e-5 of Σ|w||x| of float64.
 func TestPrepareInterleaves(t *testing.T) {
 	r := rand.New(rand.NewPCG(12, 12))
 	for _, tc := range []struct {
@@ -501,7 +514,9 @@ func TestPrepareInterleaves(t *testing.T) {
 	}{{tensor.Q4_K, 37, 512}, {tensor.Q4_K, 16, 256}, {tensor.Q4_K, 5, 512}, {tensor.Q4_K, 64, 256 * 3},
 		{tensor.Q5_K, 37, 512}, {tensor.Q5_K, 16, 256}, {tensor.Q5_K, 5, 512}, {tensor.Q5_K, 64, 256 * 3},
 		{tensor.Q6_K, 37, 512}, {tensor.Q6_K, 16, 256}, {tensor.Q6_K, 5, 512}, {tensor.Q6_K, 64, 256 * 3},
-		{tensor.Q8_0, 37, 512}, {tensor.Q8_0, 16, 32}, {tensor.Q8_0, 5, 512}, {tensor.Q8_0, 64, 32 * 67}} {
+		{tensor.Q8_0, 37, 512}, {tensor.Q8_0, 16, 32}, {tensor.Q8_0, 5, 512}, {tensor.Q8_0, 64, 32 * 67},
+		{tensor.Q5_0, 37, 512}, {tensor.Q5_0, 16, 32}, {tensor.Q5_0, 5, 512}, {tensor.Q5_0, 64, 32 * 67},
+		{tensor.Q4_0, 37, 512}, {tensor.Q4_0, 16, 32}, {tensor.Q4_0, 5, 512}, {tensor.Q4_0, 64, 32 * 67}} {
 		m := quantMat(tc.dt.Format(), tc.rows, tc.cols, uint64(tc.rows))
 		want := interleaves(&m)
 		stored, prep := NewMatrix(m), NewMatrix(m)
@@ -523,7 +538,7 @@ func TestPrepareInterleaves(t *testing.T) {
 				p.MatMul(b, x, n, prep)
 				var qa qActs
 				qa.quantize(x, n, tc.cols, qLayouts[tc.dt])
-				if tc.dt == tensor.Q8_0 && want {
+				if tc.dt.Format().Block == 32 && want {
 					// The Go loop's bits for the groups' rows, the stored
 					// kernel's for the rows after them.
 					rb, _ := tc.dt.RowBytes(tc.cols)
@@ -542,10 +557,7 @@ func TestPrepareInterleaves(t *testing.T) {
 				}
 				// And against float64 over the dequantized weights and the
 				// activations as quantized (q8_K, q8_0), as TestQuantMatMul.
-				group := 256
-				if tc.dt == tensor.Q8_0 {
-					group = 32
-				}
+				group := tc.dt.Format().Block
 				deq := make([]float32, tc.cols)
 				for j := range tc.rows {
 					RowF32(deq, m, j)
@@ -578,8 +590,8 @@ func TestPrepareInterleaves(t *testing.T) {
 }
 
 // The interleaved kernels' 16-bit sums hold at the extremes: every code at
-// its largest (Q4_K 15, Q5_K 31, Q6_K 63, Q8_0 127) or smallest (Q8_0 0
-// and -128), the scales at their largest magnitudes, against activations all +127 or all -127 (one value per
+// its largest (Q4_K and Q4_0 15, Q5_K and Q5_0 31, Q6_K 63, Q8_0 127) or
+// smallest (Q8_0 0 and -128), the scales at their largest magnitudes, against activations all +127 or all -127 (one value per
 // block at the extreme, the rest just under it, so they quantize to ±127
 // too) and alternating in sign; each output has the Go loops' bits.
 func TestQuantX8Extremes(t *testing.T) {
@@ -587,7 +599,7 @@ func TestQuantX8Extremes(t *testing.T) {
 		t.Skip("no AVX2 C kernels on this CPU or build")
 	}
 	const rows, cols, n = 16, 512, 3
-	for _, dt := range []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.Q8_0} {
+	for _, dt := range []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.Q8_0, tensor.Q4_0, tensor.Q5_0} {
 		f := dt.Format()
 		for _, fill := range []byte{0xFF, 0x00, 0x80} {
 			code := fill
@@ -669,7 +681,8 @@ func TestNewInterleavedMatrix(t *testing.T) {
 	for _, tc := range []struct {
 		dt         tensor.DType
 		rows, cols int
-	}{{tensor.Q4_K, 37, 512}, {tensor.Q5_K, 16, 256}, {tensor.Q6_K, 21, 512}, {tensor.Q8_0, 37, 512}, {tensor.Q8_0, 5, 64}} {
+	}{{tensor.Q4_K, 37, 512}, {tensor.Q5_K, 16, 256}, {tensor.Q6_K, 21, 512}, {tensor.Q8_0, 37, 512}, {tensor.Q8_0, 5, 64},
+		{tensor.Q5_0, 21, 96}, {tensor.Q4_0, 40, 512}} {
 		m := quantMat(tc.dt.Format(), tc.rows, tc.cols, uint64(tc.rows))
 		f := InterleavedLayout(tc.dt, tc.rows, tc.cols)
 		if want := interleaves(&m); (f != nil) != want {
