@@ -60,10 +60,21 @@ func ransTestTable(freq []uint32) []uint32 {
 	return ent
 }
 
+// ransTestStart returns symbol s's start: the frequencies before it.
+func ransTestStart(freq []uint32, s int) uint32 {
+	var st uint32
+	for _, f := range freq[:s] {
+		st += f
+	}
+	return st
+}
+
 // ransTestSizes are alphabet sizes of every class the kernels tell apart:
-// up to 16 and 32 (one register's window), up to 64 (two), past 64 (a
-// window of the 64 likeliest, the rest gathered) up to 256.
-var ransTestSizes = []int{2, 3, 4, 6, 10, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 68, 95, 128, 134, 191, 255, 256}
+// up to 8 (counted by compares, frequencies and levels in one register)
+// and 9 (past them), up to 16 and 32 (one register's window), up to 64
+// (two), past 64 (a window of the 64 likeliest, the rest gathered) up to
+// 256.
+var ransTestSizes = []int{2, 3, 4, 6, 7, 8, 9, 10, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 68, 95, 128, 134, 191, 255, 256}
 
 var ransTestShapes = []string{"gauss", "flat", "spike", "random"}
 
@@ -189,6 +200,18 @@ func TestRANSLookup(t *testing.T) {
 					}
 					if sym != e&0xff || f != e>>8&0xfff || uint32(x)-st != e>>20 {
 						t.Fatalf("%d symbols, %s: slot %d: symbol %d freq %d start %d, entry %#x", n, shape, x, sym, f, st, e)
+					}
+				}
+				// A table of up to ransCmpMax symbols: their
+				// frequencies and starts apart (zeros past them), for
+				// the compares.
+				for i := 0; n <= ransCmpMax && i < ransCmpMax; i++ {
+					f, st := uint32(0), uint32(0)
+					if i < n {
+						f, st = freq[i], ransTestStart(freq, i)
+					}
+					if aux[ransAuxFreq+i] != f || aux[ransAuxStart+i] != st {
+						t.Fatalf("%d symbols, %s: symbol %d's frequency %d and start %d, want %d and %d", n, shape, i, aux[ransAuxFreq+i], aux[ransAuxStart+i], f, st)
 					}
 				}
 				if mode != ransModeGather && out != lk.Gathered(tb) {
