@@ -202,17 +202,32 @@ func TestRANSLookup(t *testing.T) {
 						t.Fatalf("%d symbols, %s: slot %d: symbol %d freq %d start %d, entry %#x", n, shape, x, sym, f, st, e)
 					}
 				}
-				// A table of up to ransCmpMax symbols: their
-				// frequencies and starts apart (zeros past them), for
-				// the compares.
-				for i := 0; n <= ransCmpMax && i < ransCmpMax; i++ {
+				// The compares' window: all of a table of up to
+				// ransCmpMax symbols; for up to twice that, the
+				// ransCmpMax symbols of most slots where at most
+				// ransCmpOutside slots lie outside them; their
+				// frequencies and starts apart (zeros past them).
+				cw, cb, cout := min(n, ransCmpMax), 0, 1<<RANSScaleBits
+				for b := 0; b+cw <= n; b++ {
+					if o := 1<<RANSScaleBits - int(ransTestStart(freq, b+cw)-ransTestStart(freq, b)); o < cout {
+						cb, cout = b, o
+					}
+				}
+				want := n <= ransCmpMax || n <= 2*ransCmpMax && cout <= ransCmpOutside
+				if (aux[ransAuxCmp] == 1) != want || want && int(aux[ransAuxCmpBase]) != cb {
+					t.Fatalf("%d symbols, %s: compares' window %d from %d, want %v from %d (%d slots outside)", n, shape, aux[ransAuxCmp], aux[ransAuxCmpBase], want, cb, cout)
+				}
+				for i := 0; want && i < ransCmpMax; i++ {
 					f, st := uint32(0), uint32(0)
-					if i < n {
-						f, st = freq[i], ransTestStart(freq, i)
+					if i < cw {
+						f, st = freq[cb+i], ransTestStart(freq, cb+i)
 					}
 					if aux[ransAuxFreq+i] != f || aux[ransAuxStart+i] != st {
-						t.Fatalf("%d symbols, %s: symbol %d's frequency %d and start %d, want %d and %d", n, shape, i, aux[ransAuxFreq+i], aux[ransAuxStart+i], f, st)
+						t.Fatalf("%d symbols, %s: window symbol %d's frequency %d and start %d, want %d and %d", n, shape, i, aux[ransAuxFreq+i], aux[ransAuxStart+i], f, st)
 					}
+				}
+				if tb == 1 && want && n > ransCmpMax {
+					t.Logf("%3d symbols, %-6s: compares' window from %d, %d slots outside", n, shape, cb, cout)
 				}
 				if mode != ransModeGather && out != lk.Gathered(tb) {
 					t.Fatalf("%d symbols, %s: %d slots outside the window, Gathered %d", n, shape, out, lk.Gathered(tb))
