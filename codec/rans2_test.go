@@ -322,7 +322,7 @@ func FuzzRANS2DecodeStreams(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1, 7, 9}, 12, 64)
+	syms, tabs, pl, scale := rans2Case(rand.New(rand.NewPCG(1, 2)), tab, []int{2, 12, 1, 7, 9, 4, 5}, 12, 64)
 	good, _ := rans2Encode(nil, nil, syms, tabs, 64, []uint16{1, 2, 3})
 	gather := *pl // each stream alone by the gather: the lookup's reference
 	gather.lk = nil
@@ -461,10 +461,13 @@ func BenchmarkRANS2DecodeStreams(b *testing.B) {
 	}
 	// all: options 1 to 12 in turn; narrow: 1-5 (up to 16 symbols, looked
 	// up in one register per table); wide: 6-9 (33 to 95, a window of 64).
+	// The size classes the kernels tell apart: small 1-3 (3 to 6 symbols),
+	// mid 4-5 (10 and 16), large 10-12 (134 to 255).
 	for _, set := range []struct {
 		name string
 		opts []int
-	}{{"all", []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}, {"narrow", []int{1, 2, 3, 4, 5}}, {"wide", []int{6, 7, 8, 9}}} {
+	}{{"all", []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}, {"narrow", []int{1, 2, 3, 4, 5}}, {"wide", []int{6, 7, 8, 9}},
+		{"small", []int{1, 2, 3}}, {"mid", []int{4, 5}}, {"large", []int{10, 11, 12}}} {
 		for _, ns := range []int{1, 2, 4} {
 			for _, how := range []string{"levels", "lookup", "gather"} {
 				b.Run(fmt.Sprintf("%s/%d/%s", set.name, ns, how), func(b *testing.B) { benchStreams(b, tab, set.opts, ns, how) })

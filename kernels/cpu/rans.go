@@ -235,8 +235,29 @@ const (
 	ransAuxMode  = 194
 	ransAuxOut   = 195 // the slots the kernels gather (not read by them)
 	ransAuxEL    = 196 // the table's block of el + 1, or 0 for none
-	ransAuxWords = 256
+	// The compares' window of up to ransCmpMax symbols from symbol
+	// ransAuxCmpBase (a table's all, up to ransCmpMax symbols): each
+	// window symbol's frequency, then each one's start, for the AVX2
+	// kernel, which counts a lane's symbol by compares and permutes these
+	// from one register each; ransAuxCmp is 1 where the window holds all
+	// but at most ransCmpOutside of a table of up to 2*ransCmpMax symbols
+	// (the lanes outside take the slot entries), else 0.
+	ransAuxCmp     = 197
+	ransAuxCmpBase = 198
+	ransAuxFreq    = 208
+	ransAuxStart   = 224
+	ransAuxWords   = 256
 )
+
+// ransCmpMax is the most symbols of the compares' window, whose
+// frequencies and starts the lookup holds apart (ransAuxFreq,
+// ransAuxStart): one AVX2 register's.
+const ransCmpMax = 8
+
+// ransCmpOutside is the most slots of a table of more than ransCmpMax
+// symbols that may lie outside its compares' window (0.4% of the lanes:
+// about one vector of 32 in eight falls back to the slot entries).
+const ransCmpOutside = 16
 
 // The modes of a table's lookup: how the kernels decode its symbols.
 const (
@@ -268,11 +289,13 @@ type RANSLookup struct {
 }
 
 // ransElMin is the most symbols of a table that gets no slot entries:
-// the AVX2 kernels count its symbols by compares (2 instructions a symbol
-// per 16 lanes), which beats the loads up to about 6 symbols; the tables
-// of 10 and 16 symbols decoded 4-5% faster from slot entries than by
-// compares (BenchmarkRANS2DecodeStreams/narrow/4/levels, load 3-4).
-const ransElMin = 6
+// the AVX2 kernel counts its symbols by compares (2 instructions a symbol
+// per 16 lanes), which beats the loads up to 8 symbols (the AVX-512
+// kernels look them up in registers); the tables of 10 and 16 symbols
+// decode 4-5% faster from slot entries than by compares
+// (BenchmarkRANS2DecodeStreams/narrow/4/levels, load 3-4), and 14-16%
+// (mid/4/levels, load 5-10).
+const ransElMin = ransCmpMax
 
 // NewRANSLookupLevels is NewRANSLookup with the tables' levels: table t's
 // symbol s has level lv[levOff[t]+s] (levOff holding one offset per
@@ -421,6 +444,26 @@ func ransAux(aux, ent []uint32) error {
 	}
 	for i := range w {
 		aux[ransAuxFS+i] = freq[base+i] | start[base+i]<<16
+	}
+	// The compares' window: the ransCmpMax consecutive symbols of most
+	// slots (all of a table of up to ransCmpMax).
+	if n <= 2*ransCmpMax {
+		cw, cb, most := min(n, ransCmpMax), 0, uint32(0)
+		for b := 0; b+cw <= n; b++ {
+			if m := start[b+cw-1] + freq[b+cw-1] - start[b]; m > most {
+				most, cb = m, b
+			}
+		}
+		limit := uint32(0)
+		if n > ransCmpMax {
+			limit = ransCmpOutside
+		}
+		if slots-most <= limit {
+			aux[ransAuxCmp], aux[ransAuxCmpBase] = 1, uint32(cb)
+			for i := range cw {
+				aux[ransAuxFreq+i], aux[ransAuxStart+i] = freq[cb+i], start[cb+i]
+			}
+		}
 	}
 	for i := range ransBuckets / 4 {
 		aux[ransAuxFirst+i] = uint32(first[4*i]) | uint32(first[4*i+1])<<8 | uint32(first[4*i+2])<<16 | uint32(first[4*i+3])<<24

@@ -419,6 +419,10 @@ int kk_rans2f_supported(void) {
 #define KK_RF_COUNT 193
 #define KK_RF_MODE 194
 #define KK_RF_EL 196
+#define KK_RF_CMP 197
+#define KK_RF_CMPBASE 198
+#define KK_RF_FREQ 208
+#define KK_RF_START 224
 #define KK_RF_WORDS 256
 #define KK_RF_GATHER 0
 #define KK_RF_NARROW 1
@@ -659,7 +663,9 @@ KK_RF_TARGET long kk_rans2f_decode1(float *out, long total, long g0, const uint8
 // table's starts past the first at or below its slot, counted by 16-bit
 // compares of 16 lanes' slots against each start broadcast, its frequency
 // and start (the lookup's fs words) and its level permuted from two
-// registers each. The gather of 8 lanes costs about as much as 30
+// registers each; up to 8 symbols, its frequency, its start and its level
+// times the scale from one register each (the lookup's frequencies and
+// starts apart, and the levels scaled once per 32 lanes). The gather of 8 lanes costs about as much as 30
 // compares on AMD Zen 5, and tables over 8 levels gathered their levels
 // too. Larger tables, and those of over 6 symbols where the lookup has
 // slot entries (NewRANSLookupLevels: a slot's packed entry and its
@@ -682,6 +688,18 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE __m256i kk_load8(const int 
 	r1 = _mm_insert_epi32(r1, t[c >> 32], 1), r1 = _mm_insert_epi32(r1, t[(uint32_t)d], 2), r1 = _mm_insert_epi32(r1, t[d >> 32], 3);
 	return _mm256_inserti128_si256(_mm256_castsi128_si256(r0), r1, 1);
 }
+
+// KK_RC_EL decodes chain h (lanes 8*q to 8*q+7 of stream j) of a group
+// of kk_rans2c_streams by the slot entries w.
+#define KK_RC_EL(h, j, q)                                                                                             \
+	do {                                                                                                          \
+		__m256i e_;                                                                                           \
+		__m256 v_;                                                                                            \
+		kk_load8el(w, _mm256_and_si256(x[h], m12), &e_, &v_);                                                 \
+		x[h] = kk_rans2_next8(x[h], e_);                                                                      \
+		_mm256_storeu_ps(out[j] + at + g + 8 * (q), _mm256_mul_ps(v_, _mm256_set1_ps(scale[j][c])));        \
+		v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);                                        \
+	} while (0)
 
 // kk_rans2c_streams is kk_rans2_streams2 (ns = 1 to 4 streams of 8-lane
 // chains side by side) with aux's lookups: the narrow mode's tables of up
@@ -708,24 +726,72 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2c_streams(
 		const int nsy = nsym[c];
 		const uint32_t *a = aux + (long)KK_RF_WORDS * (ent_off[c] >> KK_RANS_SCALE);
 		const uint64_t *w = el && a[KK_RF_EL] ? el + (long)(a[KK_RF_EL] - 1) * (1 << KK_RANS_SCALE) : 0;
-		const int cmp = !w && a[KK_RF_MODE] == KK_RF_NARROW && nsy <= KK_RC_MAX;
-		// The starts less 1 as 16-bit words, the fs words and the levels
-		// of up to 16 symbols.
-		__m256i bnd[KK_RC_MAX - 1], f0 = zero, f1 = zero;
+		// The compares' window: all of a table of up to 8 symbols, or 8
+		// of up to 16 symbols with slot entries, its lanes outside them
+		// read from the slot entries.
+		const int cmp8 = a[KK_RF_MODE] == KK_RF_NARROW && a[KK_RF_CMP] && (nsy <= 8 || (nsy <= 16 && w));
+		const int cb = cmp8 ? (int)a[KK_RF_CMPBASE] : 0, cw = nsy < 8 ? nsy : 8;
+		const int cmp = !cmp8 && !w && a[KK_RF_MODE] == KK_RF_NARROW && nsy <= KK_RC_MAX;
+		// The starts less 1 as 16-bit words, the fs words (the window's:
+		// the frequencies and the starts apart) and the levels of up to 16
+		// symbols (the window's from cb).
+		__m256i bnd[KK_RC_MAX - 1], f0 = zero, f1 = zero, lo = zero, hi = zero;
 		if (cmp) {
 			for (int i = 1; i < nsy; i++) bnd[i - 1] = _mm256_set1_epi16((short)((a[KK_RF_FS + i] >> 16) - 1));
 			f0 = _mm256_loadu_si256((const __m256i *)(a + KK_RF_FS)), f1 = _mm256_loadu_si256((const __m256i *)(a + KK_RF_FS + 8));
+		} else if (cmp8) {
+			for (int i = 1; i < cw; i++) bnd[i - 1] = _mm256_set1_epi16((short)(a[KK_RF_START + i] - 1));
+			f0 = _mm256_loadu_si256((const __m256i *)(a + KK_RF_FREQ)), f1 = _mm256_loadu_si256((const __m256i *)(a + KK_RF_START));
+			// A slot below lo or above hi lies outside the window.
+			lo = _mm256_set1_epi16((short)a[KK_RF_START]);
+			hi = _mm256_set1_epi16((short)(a[KK_RF_START + cw - 1] + a[KK_RF_FREQ + cw - 1] - 1));
 		}
 		const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-		const __m256 l0 = _mm256_maskload_ps(l, _mm256_cmpgt_epi32(_mm256_set1_epi32(nsy), idx));
-		const __m256 l1 = nsy > 8 ? _mm256_maskload_ps(l + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(nsy - 8), idx)) : l0;
+		const __m256 l0 = _mm256_maskload_ps(l + cb, _mm256_cmpgt_epi32(_mm256_set1_epi32(nsy - cb), idx));
+		const __m256 l1 = nsy > 8 && !cmp8 ? _mm256_maskload_ps(l + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(nsy - 8), idx)) : l0;
 		long g = g0;
 		for (; g < per; g += KK_RANS_LANES) {
 			int room = 1;
 #pragma GCC unroll 4
 			for (int j = 0; j < ns; j++) room &= p[j] + 2 * KK_RANS_LANES <= len[j];
 			if (!room) break;
-			if (cmp) {
+			if (cmp8) {
+#pragma GCC unroll 4
+				for (int j = 0; j < ns; j++) {
+					// The levels times the scale, then permuted: the
+					// same products as permuted, then scaled.
+					const __m256 ls = _mm256_mul_ps(l0, _mm256_set1_ps(scale[j][c]));
+					__m256i s[4], sw[2], n0 = zero, n1 = zero;
+#pragma GCC unroll 4
+					for (int q = 0; q < 4; q++) s[q] = _mm256_and_si256(x[4 * j + q], m12);
+					sw[0] = _mm256_packus_epi32(s[0], s[1]), sw[1] = _mm256_packus_epi32(s[2], s[3]);
+					if (nsy > 8) {
+						// A lane outside the window: the stream's 32
+						// lanes from the slot entries.
+						__m256i o = _mm256_or_si256(_mm256_or_si256(_mm256_cmpgt_epi16(lo, sw[0]), _mm256_cmpgt_epi16(sw[0], hi)),
+									    _mm256_or_si256(_mm256_cmpgt_epi16(lo, sw[1]), _mm256_cmpgt_epi16(sw[1], hi)));
+						if (__builtin_expect(!_mm256_testz_si256(o, o), 0)) {
+#pragma GCC unroll 4
+							for (int q = 0; q < 4; q++) KK_RC_EL(4 * j + q, j, q);
+							continue;
+						}
+					}
+					for (int i = 0; i < cw - 1; i++) {
+						n0 = _mm256_sub_epi16(n0, _mm256_cmpgt_epi16(sw[0], bnd[i]));
+						n1 = _mm256_sub_epi16(n1, _mm256_cmpgt_epi16(sw[1], bnd[i]));
+					}
+					__m256i sy[4] = {_mm256_unpacklo_epi16(n0, zero), _mm256_unpackhi_epi16(n0, zero),
+							 _mm256_unpacklo_epi16(n1, zero), _mm256_unpackhi_epi16(n1, zero)};
+#pragma GCC unroll 4
+					for (int q = 0; q < 4; q++) {
+						const int h = 4 * j + q;
+						__m256i fr = _mm256_permutevar8x32_epi32(f0, sy[q]), st = _mm256_permutevar8x32_epi32(f1, sy[q]);
+						x[h] = _mm256_add_epi32(_mm256_mullo_epi32(fr, _mm256_srli_epi32(x[h], KK_RANS_SCALE)), _mm256_sub_epi32(s[q], st));
+						_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_permutevar8x32_ps(ls, sy[q]));
+						v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
+					}
+				}
+			} else if (cmp) {
 #pragma GCC unroll 4
 				for (int j = 0; j < ns; j++) {
 					const __m256 sc = _mm256_set1_ps(scale[j][c]);
@@ -758,15 +824,7 @@ __attribute__((target("avx2,fma,popcnt"))) KK_INLINE long kk_rans2c_streams(
 				}
 			} else if (w) {
 #pragma GCC unroll 16
-				for (int h = 0; h < 4 * ns; h++) {
-					const int j = h / 4, q = h % 4;
-					__m256i e_;
-					__m256 v_;
-					kk_load8el(w, _mm256_and_si256(x[h], m12), &e_, &v_);
-					x[h] = kk_rans2_next8(x[h], e_);
-					_mm256_storeu_ps(out[j] + at + g + 8 * q, _mm256_mul_ps(v_, _mm256_set1_ps(scale[j][c])));
-					v[h] = _mm256_cmpeq_epi32(_mm256_srli_epi32(x[h], 16), zero);
-				}
+				for (int h = 0; h < 4 * ns; h++) KK_RC_EL(h, h / 4, h % 4);
 			} else {
 #pragma GCC unroll 16
 				for (int h = 0; h < 4 * ns; h++) {

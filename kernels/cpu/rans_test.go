@@ -60,10 +60,21 @@ func ransTestTable(freq []uint32) []uint32 {
 	return ent
 }
 
+// ransTestStart returns symbol s's start: the frequencies before it.
+func ransTestStart(freq []uint32, s int) uint32 {
+	var st uint32
+	for _, f := range freq[:s] {
+		st += f
+	}
+	return st
+}
+
 // ransTestSizes are alphabet sizes of every class the kernels tell apart:
-// up to 16 and 32 (one register's window), up to 64 (two), past 64 (a
-// window of the 64 likeliest, the rest gathered) up to 256.
-var ransTestSizes = []int{2, 3, 4, 6, 10, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 68, 95, 128, 134, 191, 255, 256}
+// up to 8 (counted by compares, frequencies and levels in one register)
+// and 9 (past them), up to 16 and 32 (one register's window), up to 64
+// (two), past 64 (a window of the 64 likeliest, the rest gathered) up to
+// 256.
+var ransTestSizes = []int{2, 3, 4, 6, 7, 8, 9, 10, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 68, 95, 128, 134, 191, 255, 256}
 
 var ransTestShapes = []string{"gauss", "flat", "spike", "random"}
 
@@ -190,6 +201,33 @@ func TestRANSLookup(t *testing.T) {
 					if sym != e&0xff || f != e>>8&0xfff || uint32(x)-st != e>>20 {
 						t.Fatalf("%d symbols, %s: slot %d: symbol %d freq %d start %d, entry %#x", n, shape, x, sym, f, st, e)
 					}
+				}
+				// The compares' window: all of a table of up to
+				// ransCmpMax symbols; for up to twice that, the
+				// ransCmpMax symbols of most slots where at most
+				// ransCmpOutside slots lie outside them; their
+				// frequencies and starts apart (zeros past them).
+				cw, cb, cout := min(n, ransCmpMax), 0, 1<<RANSScaleBits
+				for b := 0; b+cw <= n; b++ {
+					if o := 1<<RANSScaleBits - int(ransTestStart(freq, b+cw)-ransTestStart(freq, b)); o < cout {
+						cb, cout = b, o
+					}
+				}
+				want := n <= ransCmpMax || n <= 2*ransCmpMax && cout <= ransCmpOutside
+				if (aux[ransAuxCmp] == 1) != want || want && int(aux[ransAuxCmpBase]) != cb {
+					t.Fatalf("%d symbols, %s: compares' window %d from %d, want %v from %d (%d slots outside)", n, shape, aux[ransAuxCmp], aux[ransAuxCmpBase], want, cb, cout)
+				}
+				for i := 0; want && i < ransCmpMax; i++ {
+					f, st := uint32(0), uint32(0)
+					if i < cw {
+						f, st = freq[cb+i], ransTestStart(freq, cb+i)
+					}
+					if aux[ransAuxFreq+i] != f || aux[ransAuxStart+i] != st {
+						t.Fatalf("%d symbols, %s: window symbol %d's frequency %d and start %d, want %d and %d", n, shape, i, aux[ransAuxFreq+i], aux[ransAuxStart+i], f, st)
+					}
+				}
+				if tb == 1 && want && n > ransCmpMax {
+					t.Logf("%3d symbols, %-6s: compares' window from %d, %d slots outside", n, shape, cb, cout)
 				}
 				if mode != ransModeGather && out != lk.Gathered(tb) {
 					t.Fatalf("%d symbols, %s: %d slots outside the window, Gathered %d", n, shape, out, lk.Gathered(tb))
