@@ -318,22 +318,14 @@ func moveQ45K(o *q45kOffsets, g, blk []byte, r int, in bool) {
 		for c := range 4 {
 			gq := g[o.qs+256*c+32*k+4*r : o.qs+256*c+32*k+4*r+4]
 			bq := blk[o.bqs+32*c+4*k : o.bqs+32*c+4*k+4]
-			if in {
-				copy(gq, bq)
-			} else {
-				copy(bq, gq)
-			}
+			moveBytes(gq, bq, in)
 		}
 		if o.qh < 0 {
 			continue
 		}
 		gh := g[o.qh+32*k+4*r : o.qh+32*k+4*r+4]
 		bh := blk[o.bqh+4*k : o.bqh+4*k+4]
-		if in {
-			copy(gh, bh)
-		} else {
-			copy(bh, gh)
-		}
+		moveBytes(gh, bh, in)
 	}
 }
 
@@ -481,18 +473,10 @@ func interleaveQ6K(g, rows []byte, nb, rb int) {
 func moveQ8_0(g, blk []byte, r int, in bool) {
 	o := &q8_0Off
 	gd, bd := g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2]
-	if in {
-		copy(gd, bd)
-	} else {
-		copy(bd, gd)
-	}
+	moveBytes(gd, bd, in)
 	for p := range 16 {
 		gq, bq := g[o.qs+16*p+2*r:o.qs+16*p+2*r+2], blk[o.bqs+2*p:o.bqs+2*p+2]
-		if in {
-			copy(gq, bq)
-		} else {
-			copy(bq, gq)
-		}
+		moveBytes(gq, bq, in)
 	}
 }
 
@@ -652,18 +636,10 @@ func q5_0Bits(v uint32) uint32 {
 func moveQ32(o *q32Offsets, g, blk []byte, r int, in bool) {
 	le := binary.LittleEndian
 	gd, bd := g[o.d+2*r:o.d+2*r+2], blk[o.bd:o.bd+2]
-	if in {
-		copy(gd, bd)
-	} else {
-		copy(bd, gd)
-	}
+	moveBytes(gd, bd, in)
 	for k := range 4 {
 		gq, bq := g[o.qs+32*k+4*r:o.qs+32*k+4*r+4], blk[o.bqs+4*k:o.bqs+4*k+4]
-		if in {
-			copy(gq, bq)
-		} else {
-			copy(bq, gq)
-		}
+		moveBytes(gq, bq, in)
 	}
 	if o.qh < 0 {
 		return
@@ -694,5 +670,15 @@ func interleaveQ32(o *q32Offsets, gbytes int, g, rows []byte, nb, rb int) {
 				le.PutUint32(gblk[o.qh+4*r:], q5_0Planes(le.Uint32(blk[o.bqh:])))
 			}
 		}
+	}
+}
+
+// moveBytes copies a row's bytes b into their place g in a group block
+// (in), or back out of it: the one step every move* function repeats.
+func moveBytes(g, b []byte, in bool) {
+	if in {
+		copy(g, b)
+	} else {
+		copy(b, g)
 	}
 }
