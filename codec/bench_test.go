@@ -59,16 +59,7 @@ func BenchmarkCodecs(b *testing.B) {
 func BenchmarkKakeyaPC(b *testing.B) {
 	const n = 64
 	for _, d := range []int{64, 128} {
-		acc := NewPCAAccumulator(d)
-		for s := range 64 {
-			if err := acc.AddBlock(synth(keyLike, n, d, 1, uint64(s+2)), n); err != nil {
-				b.Fatal(err)
-			}
-		}
-		st, err := acc.Stats()
-		if err != nil {
-			b.Fatal(err)
-		}
+		st := benchKeyStats(b, n, d)
 		var pcs []RowCombiner
 		for _, mode := range [][2]bool{{false, false}, {true, false}, {true, true}} {
 			o := DefaultKakeyaPCOptions()
@@ -130,16 +121,7 @@ func BenchmarkKakeyaPC(b *testing.B) {
 // each time a block leaves its hot window.
 func BenchmarkPCEncode(b *testing.B) {
 	const n, d = 64, 64
-	acc := NewPCAAccumulator(d)
-	for s := range 64 {
-		if err := acc.AddBlock(synth(keyLike, n, d, 1, uint64(s+2)), n); err != nil {
-			b.Fatal(err)
-		}
-	}
-	st, err := acc.Stats()
-	if err != nil {
-		b.Fatal(err)
-	}
+	st := benchKeyStats(b, n, d)
 	x := synth(keyLike, n, d, 1, 1)
 	for _, spec := range []string{"kakeya-pc", "kakeya-pc:ec=true", "kakeya-pc:rate=1.95,ec=true", "kvtc:rate=2.5"} {
 		cd, err := Parse(spec)
@@ -165,4 +147,14 @@ func BenchmarkPCEncode(b *testing.B) {
 			b.ReportMetric(float64(len(buf)), "bytes/block")
 		})
 	}
+}
+
+// benchKeyStats returns the statistics (pcStats) of 64 key-like blocks of
+// n rows of d, the calibration the kakeya-pc benchmarks code against.
+func benchKeyStats(tb testing.TB, n, d int) *PCAStats {
+	blocks := make([][]float32, 64)
+	for s := range blocks {
+		blocks[s] = synth(keyLike, n, d, 1, uint64(s+2))
+	}
+	return pcStats(tb, blocks, n, d)
 }
