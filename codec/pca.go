@@ -218,6 +218,9 @@ func (t *pcTables) set(b, width int, cb *Codebook) {
 	t.dist[b] = codebookDistortion(cb)
 	p := cellProbs(cb.Bounds)
 	t.ans[b] = newRANSTable(p, ransScaleBits)
+	if g := t.cells[b].grid; g != nil && !g.SetCells(cb.Levels, t.ans[b].cost) {
+		t.cells[b].grid = nil // not one level and cost a cell: the loop's search
+	}
 	t.ans2[b] = newRANSTable(p, rans2ScaleBits)
 	if need := (b + 1) << rans2ScaleBits; len(t.ent2) < need {
 		t.ent2 = append(t.ent2, make([]uint32, need-len(t.ent2))...)
@@ -819,7 +822,7 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 		ecCost, ecBudget = k.ans[t].cost, float64(n)*k.ans[t].bits+*slack
 	}
 	if cells.grid != nil {
-		if s, ok := k.codeTrials(codes, stride, sc, cells.grid, col, rms, steps, lv, ecCost, ecBudget, slack); ok {
+		if s, ok := k.codeTrials(codes, stride, sc, cells.grid, col, rms, steps, ecCost, ecBudget, slack); ok {
 			return s
 		}
 	}
@@ -880,9 +883,11 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 
 // codeTrials is codeComponent's search through cpu.PCScaleTrials: the
 // trial scales of the factors steps of rms that are above 0 in one
-// kernel call, then the loop's choice among them, in order, from their
-// sums. It reports false where the CPU has no kernel.
-func (k *KakeyaPC) codeTrials(codes []uint8, stride int, sc *pcScratch, g *cpu.CellGrid, col []float32, rms float32, steps []float32, lv, ecCost []float32, ecBudget float64, slack *float64) (float32, bool) {
+// kernel call (the cells' levels and costs the grid's, set from the
+// option's codebook and rANS table, which ecCost is: costs are summed
+// where it is not nil), then the loop's choice among them, in order,
+// from their sums. It reports false where the CPU has no kernel.
+func (k *KakeyaPC) codeTrials(codes []uint8, stride int, sc *pcScratch, g *cpu.CellGrid, col []float32, rms float32, steps []float32, ecCost []float32, ecBudget float64, slack *float64) (float32, bool) {
 	tr := &sc.trials
 	nt := 0
 	for _, f := range steps {
@@ -893,7 +898,7 @@ func (k *KakeyaPC) codeTrials(codes []uint8, stride int, sc *pcScratch, g *cpu.C
 	}
 	n := len(col)
 	sc.trial = growU8(sc.trial, n*cpu.PCMaxTrials)
-	if nt == 0 || !cpu.PCScaleTrials(g, col, tr.scale[:nt], tr.inv[:nt], lv, ecCost, tr.e[:nt], tr.l[:nt], sc.trial) {
+	if nt == 0 || !cpu.PCScaleTrials(g, col, tr.scale[:nt], tr.inv[:nt], ecCost != nil, tr.e[:nt], tr.l[:nt], sc.trial) {
 		return 0, false
 	}
 	best, bestErr, bestLen, at := float32(0), math.Inf(1), math.Inf(1), 0

@@ -27,7 +27,24 @@ type CellGrid struct {
 	// bounds are the quantizer's bounds, then +Inf: the bound above a
 	// count of len(bounds)-1 compares false with every value.
 	bounds []float32
+	// ent holds, per step, what PCScaleTrials's kernel reads of it in one
+	// load: cellEntry's fields (SetCells).
+	ent     []float32
+	hasCost bool
 }
+
+// A step's entry in CellGrid.ent: the count at its lowest float (as
+// int32 bits), the bound above that count, the levels and costs of that
+// cell and the next; 8 floats, 32 bytes.
+const (
+	entBase = iota
+	entBound
+	entLevel0
+	entLevel1
+	entCost0
+	entCost1
+	cellEntry = 8
+)
 
 // NewCellGrid returns the grid of bounds, sorted ascending, finite, at
 // least 1 and at most 255 of them (codes are bytes), with the grid spaced
@@ -95,6 +112,28 @@ func (c *CellGrid) Cell(x float32) int {
 	return int(q)
 }
 
+// SetCells gives the grid its quantizer's levels and, unless cost is
+// nil, each cell's cost (both one per cell, Bounds()+1), which
+// PCScaleTrials reads; it reports false, setting nothing, where their
+// lengths are not that.
+func (c *CellGrid) SetCells(levels, cost []float32) bool {
+	cells := len(c.bounds)
+	if len(levels) != cells || cost != nil && len(cost) != cells {
+		return false
+	}
+	c.ent, c.hasCost = make([]float32, CellGridSteps*cellEntry), cost != nil
+	for g, q := range c.base {
+		e := c.ent[g*cellEntry : (g+1)*cellEntry]
+		up := min(int(q)+1, cells-1) // the last cell's next is never taken: its bound is +Inf
+		e[entBase], e[entBound] = math.Float32frombits(uint32(q)), c.bounds[q]
+		e[entLevel0], e[entLevel1] = levels[q], levels[up]
+		if cost != nil {
+			e[entCost0], e[entCost1] = cost[q], cost[up]
+		}
+	}
+	return true
+}
+
 // Bounds returns the number of the grid's bounds.
 func (c *CellGrid) Bounds() int { return len(c.bounds) - 1 }
 
@@ -124,23 +163,23 @@ const PCMaxTrials = 16
 // codec.KakeyaPC's scale search over the n = len(col) values of a coded
 // component: each value r's cell q = g.Cell(r*inv[k]), its squared error
 // (r - levels[q]*scale[k])² (in float32 but for the square, taken in
-// float64, as is the sum) summed in value order into e[k], the cells'
-// costs cost[q] (nil: none) summed likewise into l[k], and q at
-// codes[i*PCMaxTrials + k] for value i: the arithmetic of the Go loop,
-// value by value, so the same sums bit for bit. levels and cost hold a
-// value per cell (g.Bounds()+1). It reports false, doing nothing, where
-// this CPU has no kernel for it (the caller runs its loop); it panics if
-// the lengths do not match.
-func PCScaleTrials(g *CellGrid, col, scale, inv, levels, cost []float32, e, l []float64, codes []uint8) bool {
-	if !hasAVX512 && !hasAVX2C {
+// float64, as is the sum) summed in value order into e[k], with costs the
+// cells' costs cost[q] summed likewise into l[k], and q at
+// codes[i*PCMaxTrials + k] for value i, levels and cost being those
+// SetCells gave g: the arithmetic of the Go loop, value by value, so the
+// same sums bit for bit. It reports false, doing nothing, where this CPU
+// has no kernel for it or g has no cells set (the caller runs its loop);
+// it panics if the lengths do not match or g has no costs and costs are
+// asked for.
+func PCScaleTrials(g *CellGrid, col, scale, inv []float32, costs bool, e, l []float64, codes []uint8) bool {
+	if !hasAVX512 && !hasAVX2C || g.ent == nil {
 		return false
 	}
-	k, n, cells := len(scale), len(col), g.Bounds()+1
-	if k < 1 || k > PCMaxTrials || len(inv) != k || len(e) < k || len(levels) < cells || (cost != nil && (len(cost) < cells || len(l) < k)) ||
-		len(codes) < n*PCMaxTrials || n < 1 {
-		panic(fmt.Sprintf("cpu: PCScaleTrials: %d trials (%d inverses, %d and %d sums), %d values, %d cells with %d levels and %d costs, %d codes",
-			k, len(inv), len(e), len(l), n, cells, len(levels), len(cost), len(codes)))
+	k, n := len(scale), len(col)
+	if k < 1 || k > PCMaxTrials || len(inv) != k || len(e) < k || costs && (!g.hasCost || len(l) < k) || len(codes) < n*PCMaxTrials || n < 1 {
+		panic(fmt.Sprintf("cpu: PCScaleTrials: %d trials (%d inverses, %d and %d sums), %d values, costs %v (grid's %v), %d codes",
+			k, len(inv), len(e), len(l), n, costs, g.hasCost, len(codes)))
 	}
-	pcScaleTrials(g, col, scale, inv, levels, cost, e, l, codes)
+	pcScaleTrials(g, col, scale, inv, costs, e, l, codes)
 	return true
 }

@@ -106,7 +106,8 @@ func scaleTrialsRef(g *CellGrid, col, scale, inv, levels, cost []float32, e, l [
 // TestPCScaleTrials holds the kernel to the Go loop, sums bit for bit and
 // every code, over 1 to 16 trials, with and without costs, on values of
 // every kind (Gaussian, heavy-tailed, tiny, ties and zeros, far outside the
-// bounds) and every grid of cellGridCases.
+// bounds) and every grid of cellGridCases; SetCells takes one level and
+// cost a cell, nothing else.
 func TestPCScaleTrials(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	ran := false
@@ -122,6 +123,9 @@ func TestPCScaleTrials(t *testing.T) {
 			cost[i] = float32(rng.Float64() * 9)
 		}
 		slices.Sort(levels)
+		if !g.SetCells(levels, cost) || g.SetCells(levels[1:], cost) || g.SetCells(levels, cost[1:]) {
+			t.Fatalf("%s: SetCells of %d levels and costs: want true, and false for one short", name, cells)
+		}
 		for trial := range 40 {
 			n := []int{64, 1, 17, 64, 63}[trial%5]
 			k := 1 + trial%PCMaxTrials
@@ -150,7 +154,7 @@ func TestPCScaleTrials(t *testing.T) {
 				}
 				e, l, codes := make([]float64, k), make([]float64, k), make([]uint8, n*PCMaxTrials)
 				we, wl, wcodes := make([]float64, k), make([]float64, k), make([]uint8, n*PCMaxTrials)
-				if !PCScaleTrials(g, col, scale, inv, levels, cs, e, l, codes) {
+				if !PCScaleTrials(g, col, scale, inv, withCost, e, l, codes) {
 					t.Skipf("no kernel at %s", Features())
 				}
 				ran = true
@@ -177,5 +181,6 @@ func TestPCScaleTrials(t *testing.T) {
 		}
 	}()
 	g := NewCellGrid([]float32{0})
-	PCScaleTrials(g, make([]float32, 4), make([]float32, 17), make([]float32, 17), make([]float32, 2), nil, make([]float64, 17), nil, make([]uint8, 64))
+	g.SetCells(make([]float32, 2), nil)
+	PCScaleTrials(g, make([]float32, 4), make([]float32, 17), make([]float32, 17), false, make([]float64, 17), nil, make([]uint8, 64))
 }
