@@ -218,6 +218,9 @@ func (t *pcTables) set(b, width int, cb *Codebook) {
 	t.dist[b] = codebookDistortion(cb)
 	p := cellProbs(cb.Bounds)
 	t.ans[b] = newRANSTable(p, ransScaleBits)
+	if g := t.cells[b].grid; g != nil && !g.SetCells(cb.Levels, t.ans[b].cost) {
+		t.cells[b].grid = nil // not one level and cost a cell: the loop's search
+	}
 	t.ans2[b] = newRANSTable(p, rans2ScaleBits)
 	if need := (b + 1) << rans2ScaleBits; len(t.ent2) < need {
 		t.ent2 = append(t.ent2, make([]uint32, need-len(t.ent2))...)
@@ -451,7 +454,7 @@ type pcScratch struct {
 	lv    []float32          // decode: every coded component's levels times its scale
 	codes []uint8            // Encode: the C x n codes
 	col   []float32          // Encode: a coded component's n deviations from its mean
-	trial []uint8            // Encode: a trial scale's n codes and the best one's
+	trial []uint8            // Encode: a trial scale's n codes and the best one's, or every trial's (codeTrials)
 	hide  []uint16           // layout 2: the means the lanes carry, fp16 bits
 	r2    rans2Scratch       // layout 2: the lanes' states and the stream's tail (here, not on the stack, for the kernel's pointers)
 	hid2  [rans2Lanes]uint16 // layout 2: the payloads decoded
@@ -463,6 +466,8 @@ type pcScratch struct {
 	stream []byte
 	param  byte
 	hidden int
+	// trials are codeTrials's scales and sums (Encode).
+	trials pcTrials
 }
 
 // pcLayout is kakeya_pc's parameter byte: the code layout. 1 is the
@@ -784,7 +789,10 @@ func (k *KakeyaPC) Encode(dst []byte, x []float32, n, d int) ([]byte, error) {
 // components before it left unspent, and leaves there what it does not.
 // Each trial scale's cells come from the quantizer's cellIndex, and the
 // best trial's codes are kept rather than found again: the same codes,
-// scale and slack a binary search of the bounds per value gives.
+// scale and slack a binary search of the bounds per value gives. Where
+// the CPU has a kernel for it (cpu.PCScaleTrials: AVX2 and AVX-512) the
+// trials run side by side in its lanes, each trial's sums those of the
+// loop below bit for bit; the choice among them is the loop's.
 func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j, n, d int, slack *float64) float32 {
 	b := int(k.width[t])
 	m := sc.means[j]
@@ -812,6 +820,11 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 	if k.opt.Entropy && !k.opt.Uniform {
 		steps = pcECSQScales[:]
 		ecCost, ecBudget = k.ans[t].cost, float64(n)*k.ans[t].bits+*slack
+	}
+	if cells.grid != nil {
+		if s, ok := k.codeTrials(codes, stride, sc, cells.grid, col, rms, steps, ecCost, ecBudget, slack); ok {
+			return s
+		}
 	}
 	sc.trial = growU8(sc.trial, 2*n)
 	cur, kept := sc.trial[:n], sc.trial[n:]
@@ -868,6 +881,54 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 	return best
 }
 
+// codeTrials is codeComponent's search through cpu.PCScaleTrials: the
+// trial scales of the factors steps of rms that are above 0 in one
+// kernel call (the cells' levels and costs the grid's, set from the
+// option's codebook and rANS table, which ecCost is: costs are summed
+// where it is not nil), then the loop's choice among them, in order,
+// from their sums. It reports false where the CPU has no kernel.
+func (k *KakeyaPC) codeTrials(codes []uint8, stride int, sc *pcScratch, g *cpu.CellGrid, col []float32, rms float32, steps []float32, ecCost []float32, ecBudget float64, slack *float64) (float32, bool) {
+	tr := &sc.trials
+	nt := 0
+	for _, f := range steps {
+		if s := roundF16(rms * f); s > 0 {
+			tr.scale[nt], tr.inv[nt] = s, 1/s
+			nt++
+		}
+	}
+	n := len(col)
+	sc.trial = growU8(sc.trial, n*cpu.PCMaxTrials)
+	if nt == 0 || !cpu.PCScaleTrials(g, col, tr.scale[:nt], tr.inv[:nt], ecCost != nil, tr.e[:nt], tr.l[:nt], sc.trial) {
+		return 0, false
+	}
+	best, bestErr, bestLen, at := float32(0), math.Inf(1), math.Inf(1), 0
+	for i, s := range tr.scale[:nt] {
+		e, l := tr.e[i], tr.l[i]
+		better := e < bestErr
+		if ecCost != nil {
+			fits, bestFits := l <= ecBudget, bestLen <= ecBudget
+			better = fits && (!bestFits || e < bestErr) || !fits && !bestFits && l < bestLen
+		}
+		if better {
+			best, bestErr, bestLen, at = s, e, l, i
+		}
+	}
+	if ecCost != nil {
+		*slack = ecBudget - bestLen
+	}
+	for i := range n {
+		codes[i*stride] = sc.trial[i*cpu.PCMaxTrials+at]
+	}
+	return best, true
+}
+
+// pcTrials holds codeTrials's trial scales and sums (here, not on the
+// stack, for the kernel's pointers).
+type pcTrials struct {
+	scale, inv [cpu.PCMaxTrials]float32
+	e, l       [cpu.PCMaxTrials]float64
+}
+
 // A cellIndex finds which of a quantizer's cells a value falls in, the
 // number of its sorted bounds below the value, in about constant time: a
 // grid of cellGrid steps from the first bound to the last gives the
@@ -879,6 +940,11 @@ type cellIndex struct {
 	bounds  []float32
 	lo, inv float32
 	first   [cellGrid]uint8
+	// grid is the same grid as a cpu.CellGrid, where its steps each span
+	// at most one bound (every quantizer of the families here): a value's
+	// count is then its step's plus at most one, one compare; nil
+	// elsewhere.
+	grid *cpu.CellGrid
 }
 
 // cellGrid is a cellIndex's steps: 16 or more per cell for the fixed-
@@ -892,7 +958,7 @@ func newCellIndex(bounds []float32) *cellIndex {
 	if len(bounds) > math.MaxUint8 {
 		panic(fmt.Sprintf("codec: cell index of %d bounds", len(bounds)))
 	}
-	c := &cellIndex{bounds: bounds, inv: 1}
+	c := &cellIndex{bounds: bounds, inv: 1, grid: cpu.NewCellGrid(bounds)}
 	if len(bounds) == 0 {
 		return c
 	}
@@ -915,6 +981,9 @@ func newCellIndex(bounds []float32) *cellIndex {
 
 // cell returns the number of bounds below x.
 func (c *cellIndex) cell(x float32) int {
+	if c.grid != nil {
+		return c.grid.Cell(x)
+	}
 	g := 0
 	if t := (x - c.lo) * c.inv; t > 0 {
 		g = cellGrid - 1

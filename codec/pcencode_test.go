@@ -261,7 +261,8 @@ func TestPCCodeComponent(t *testing.T) {
 
 // TestCellIndex holds every family's cell index to the binary search of
 // its bounds: on a sweep across the bounds, at each bound and the floats
-// next to it, far out and at the infinities and NaN.
+// next to it, far out and at the infinities and NaN; and every option has
+// a one-compare grid (cpu.CellGrid), which the encoder's kernel reads.
 func TestCellIndex(t *testing.T) {
 	for _, tab := range []func() (*pcTables, error){gaussianTables, uniformTables, ecsqTables} {
 		tb, err := tab()
@@ -270,6 +271,11 @@ func TestCellIndex(t *testing.T) {
 		}
 		for b := 1; b <= tb.n; b++ {
 			bd, c := tb.bounds[b], tb.cells[b]
+			if c.grid == nil {
+				// Every option's cells are a grid step wide or more:
+				// the one-compare path (and the encoder's kernel) runs.
+				t.Errorf("option %d of %d bounds: no cpu.CellGrid", b, len(bd))
+			}
 			xs := []float32{float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN()), 0, float32(math.Copysign(0, -1)), 1e30, -1e30, math.MaxFloat32, -math.MaxFloat32}
 			for _, v := range bd {
 				xs = append(xs, v, math.Nextafter32(v, float32(math.Inf(-1))), math.Nextafter32(v, float32(math.Inf(1))), -v)

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -48,10 +49,15 @@ prefills a prompt of ctx random tokens, then decodes --gen tokens one step
 at a time; each model load is warmed up first by an untimed short run.
 Caches: plain (bf16, the tools' default), or a codec spec, each compressed
 cache with every layer compressed (--boundary none, unless given),
-64-token blocks (--block-size) and a hot window of one block; an entry
-in the settings grammar of kakeya-eval's configurations sets its own
-(kv=kakeya,block=32,hot=16; --boundary and --block-size fill the rest).
-kakeya alone is the kakeya preset (keys
+64-token blocks (--block-size) and one hot window for every row,
+--hot-window's (32 tokens, the kakeya preset's), so that the rows compare
+like with like: the same bf16 rows to read each step, and the same block
+encodes inside the timed steps (the last two columns). kakeya-run gives a
+codec spec a hot window of one block instead (64 tokens): write hot=64
+in an entry, or --hot-window 64, to measure that. An entry in the
+settings grammar of kakeya-eval's configurations sets its own
+(kv=kakeya,block=32,hot=16; --boundary, --block-size and --hot-window
+fill the rest). kakeya alone is the kakeya preset (keys
 kakeya-pc:codedfrac=0.25,maxbits=5,rate=1.3, values kakeya-pc:rate=2.5,
 a 32-token hot window), which, like any
 kakeya-pc or kvtc cache, needs a calibration: --calib, or
@@ -63,7 +69,14 @@ tokens like the prompts' (the speed is the same; its statistics are not a
 real text's).
 Per row, the operations a decode step asks of the device (ops/step: kernel
 launches on CUDA, counted inside replayed graphs too; the seam's operations
-on the CPU) and, on CUDA, the host's calls into the driver per step.
+on the CPU), on CUDA the host's calls into the driver per step, the hot
+window in tokens, and how many blocks each layer side of each KV head
+encodes during a run's --gen steps (encodes/run: one per --block-size
+tokens in the steady state; which steps they fall in follows from ctx,
+the hot window and the block size, so a --gen of a multiple of the block
+size measures the steady state whatever the context).
+A signal (SIGINT, SIGTERM) stops the run between two passes of a prefill
+(of at most 512 tokens) or two decode steps.
 
 With --concurrency, the serving mode instead: per cache, thread count and
 client count, synthetic requests (--prompt-len, --shared-prefix, --gen)
@@ -86,6 +99,7 @@ type options struct {
 	device        string // --device: cpu, cuda or cuda:N
 	boundary      string
 	blockSize     int
+	hotWindow     int           // --hot-window: tokens, -1 for none
 	calib         string        // --calib: a calibration file for codecs that need one
 	calibCache    string        // --calib-cache: the automatic calibrations' directory
 	noTokenizer   bool          // the model has no tokenizer (the seeded checkpoint)
@@ -111,7 +125,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.device, "device", "cpu", "compute device: "+strings.Join(device.Names(), ", ")+"; on a GPU --threads and --matmul do not apply (one run per cache and context)")
 	fs.StringVar(&o.model, "model", "", "model directory or GGUF file (default: a seeded checkpoint of Qwen2.5-0.5B's shape, written to a temporary directory)")
 	fs.StringVar(&o.boundary, "boundary", "none", "layers of compressed caches kept bf16, as kakeya-run's --boundary ("+kvconfig.DefaultBoundary+" is the tools' default)")
-	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec); the hot window is one block")
+	fs.IntVar(&o.blockSize, "block-size", 0, "tokens per block of the compressed caches, as kakeya-run's --block-size (0: the tools' default, 64 with a codec)")
+	fs.IntVar(&o.hotWindow, "hot-window", kvconfig.PresetHotWindow, "the newest `N` tokens of every compressed cache stay bf16, for each --cache entry that does not set its own (hot= in the settings grammar): one window for all rows, by default the kakeya preset's, so that they compare like with like (kakeya-run gives a codec spec one block, 64 tokens; 0: none)")
 	fs.StringVar(&o.calib, "calib", "", "calibration `FILE` from kakeya-eval calibrate, as kakeya-run's --calib: kakeya-pc and kvtc caches need one with principal components; the others use its query factors and codebooks (without it, those that need one are calibrated automatically on the built-in text, once per model, as kakeya-run does, and the file is kept in --calib-cache; a model without a tokenizer on random tokens)")
 	fs.StringVar(&o.calibCache, "calib-cache", "", "directory of the automatic calibrations, as kakeya-run's: a cache that needs principal components (the kakeya preset, kakeya-pc, kvtc) without --calib gets the file kakeya-run would, read from here or made here once on the built-in text (default: the user cache directory's kakeya/calib)")
 	fs.StringVar(&caches, "cache", "plain,int8,int4,kakeya-block:b=3,kakeya", "KV caches, comma-separated: plain or a codec spec (kakeya-block:b=3 ...; separate specs holding commas with ;, and end a single one with ;), or K/V, the keys' codec and the values' (kakeya-pc:coded=8/kakeya-pc), or settings in kvconfig's grammar (kv=kakeya,block=32,hot=16); kakeya alone is the preset, whose calibration, as for the other kakeya-pc and kvtc caches, is --calib or the automatic one (see --calib-cache)")
@@ -165,6 +180,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		b.Close()
 		// One level: the device's own arithmetic, no CPU threads.
 		matmuls, threads = "f32", "0"
+	}
+	switch {
+	case o.hotWindow < 0:
+		return fmt.Errorf("--hot-window %d must be >= 0", o.hotWindow)
+	case o.hotWindow == 0:
+		o.hotWindow = -1 // none: 0 in a kvconfig.Spec means one block
 	}
 	if o.caches, err = parseCaches(caches, o.boundary); err != nil {
 		return err
@@ -283,6 +304,11 @@ type row struct {
 	// device, and the driver calls (driver false where none are counted).
 	ops, calls float64
 	driver     bool
+	// For a compressed cache (compressed true): its hot window in
+	// tokens, and the blocks each layer side of a KV head encodes during
+	// a run's decode steps.
+	compressed   bool
+	hot, encodes int
 }
 
 // backend opens --device's backend for one level: on the CPU of th
@@ -393,7 +419,12 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 			if err != nil {
 				return nil, err
 			}
-			r := row{cache: cache, matmul: matmul, threads: threads, ctx: n}
+			r := row{cache: cache, matmul: matmul, threads: threads, ctx: n, compressed: cache != "plain"}
+			if r.compressed {
+				bs := cmp.Or(opts.BlockSize, m.BlockSize())
+				r.hot = opts.Cache.HotWindow
+				r.encodes = opts.Cache.EncodedBlocks(n+o.gen, bs) - opts.Cache.EncodedBlocks(n, bs)
+			}
 			var pre, dec []float64
 			rng := rand.New(rand.NewPCG(uint64(n), 1))
 			prompt := make([]int, n)
@@ -401,15 +432,11 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 				prompt[i] = 1 + rng.IntN(vocab-1)
 			}
 			for rep := range o.reps {
-				if err := ctx.Err(); err != nil {
-					s.Close()
-					return nil, err
-				}
 				s.Reset()
 				t0 := time.Now()
-				if _, err := s.Forward(prompt, false); err != nil {
+				if err := prefill(ctx, s, prompt, m.PassTokens()); err != nil {
 					s.Close()
-					return nil, err
+					return nil, interrupted(err, fmt.Sprintf("in the prefill of run %d of %s at ctx %d", rep+1, cache, n))
 				}
 				if err := o.perf.send("enable"); err != nil {
 					s.Close()
@@ -419,6 +446,10 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 				c0 := counts()
 				tok := prompt[n-1]
 				for i := range o.gen {
+					if err := ctx.Err(); err != nil {
+						s.Close()
+						return nil, interrupted(err, fmt.Sprintf("in decode step %d of run %d of %s at ctx %d", i+1, rep+1, cache, n))
+					}
 					if _, err := s.Forward([]int{tok}, false); err != nil {
 						s.Close()
 						return nil, err
@@ -451,6 +482,32 @@ func measureModel(ctx context.Context, m *model.Model, counts func() device.Coun
 	return rows, nil
 }
 
+// prefill runs prompt through s in passes of at most pass tokens (the
+// model's pass size, so the same passes as one Forward of the whole
+// prompt, each computing its last row's logits besides) and checks ctx
+// before each, so that a signal stops a long prefill within a pass.
+func prefill(ctx context.Context, s *model.Sequence, prompt []int, pass int) error {
+	for i := 0; i < len(prompt); i += pass {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := s.Forward(prompt[i:min(len(prompt), i+pass)], false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// interrupted returns err, or where it is the context's cancellation,
+// a *cli.InterruptedError saying where the run stopped: the line
+// cli.Main prints after a signal.
+func interrupted(err error, where string) error {
+	if errors.Is(err, context.Canceled) {
+		return &cli.InterruptedError{Detail: where}
+	}
+	return err
+}
+
 // warmUp runs a 16-token prefill and one decode step on a plain-cache
 // sequence, so every weight page has been touched and the kernels' scratch
 // grown before the clock starts.
@@ -478,7 +535,7 @@ func warmUp(m *model.Model) error {
 // without a tokenizer for the built-in text (the seeded checkpoint) and
 // without --calib.
 func sequenceOptions(ctx context.Context, cache string, o options, m *model.Model, threads int, stderr io.Writer) (model.SequenceOptions, error) {
-	spec, err := cacheSpec(cache, o.boundary, o.blockSize)
+	spec, err := cacheSpec(cache, o.boundary, o.blockSize, o.hotWindow)
 	if err != nil {
 		return model.SequenceOptions{}, fmt.Errorf("--cache %s: %w", cache, err)
 	}
@@ -518,8 +575,8 @@ func sequenceOptions(ctx context.Context, cache string, o options, m *model.Mode
 
 // writeTable prints the rows as a Markdown table.
 func writeTable(w io.Writer, rows []row) {
-	fmt.Fprintln(w, "| cache | matmul | threads | ctx | prefill tok/s | decode tok/s | decode vs plain | KV MiB | KV ratio | ops/step | driver calls/step |")
-	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| cache | matmul | threads | ctx | prefill tok/s | decode tok/s | decode vs plain | KV MiB | KV ratio | ops/step | driver calls/step | hot | encodes/run |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	type cell struct {
 		matmul       string
 		threads, ctx int
@@ -546,7 +603,11 @@ func writeTable(w io.Writer, rows []row) {
 		if r.driver {
 			calls = fmt.Sprintf("%.1f", r.calls)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %d | %.1f | %.2f | %s | %.1f | %s | %.1f | %s |\n", r.cache, r.matmul, threads, r.ctx, r.prefill, r.decode, rel, r.kvMiB, ratio, r.ops, calls)
+		hot, enc := "–", "–"
+		if r.compressed {
+			hot, enc = strconv.Itoa(max(r.hot, 0)), strconv.Itoa(r.encodes)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %.1f | %.2f | %s | %.1f | %s | %.1f | %s | %s | %s |\n", r.cache, r.matmul, threads, r.ctx, r.prefill, r.decode, rel, r.kvMiB, ratio, r.ops, calls, hot, enc)
 	}
 }
 
@@ -570,7 +631,7 @@ func parseCaches(s, boundary string) ([]string, error) {
 			return nil, fmt.Errorf("--cache %q: %s listed twice", s, c)
 		}
 		if c != "plain" {
-			spec, err := cacheSpec(c, boundary, 0)
+			spec, err := cacheSpec(c, boundary, 0, 0)
 			if err == nil {
 				err = spec.Validate()
 			}
@@ -587,9 +648,10 @@ func parseCaches(s, boundary string) ([]string, error) {
 // plain, a codec spec for keys and values, "K/V" one for each side, or
 // settings in the grammar of kakeya-eval's configurations and kakeya-serve's
 // requests (kvconfig.Parse: an entry whose first piece is KEY=VALUE with a
-// key of kvconfig.Keys, such as kv=kakeya,block=32,hot=16). --boundary and
-// --block-size fill what the entry leaves unset.
-func cacheSpec(cache, boundary string, blockSize int) (kvconfig.Spec, error) {
+// key of kvconfig.Keys, such as kv=kakeya,block=32,hot=16). --boundary,
+// --block-size and --hot-window (hot, in kvconfig.Spec.HotWindow's terms:
+// 0 the default, negative none) fill what the entry leaves unset.
+func cacheSpec(cache, boundary string, blockSize, hot int) (kvconfig.Spec, error) {
 	if cache == "plain" {
 		return kvconfig.Spec{}, nil
 	}
@@ -605,10 +667,13 @@ func cacheSpec(cache, boundary string, blockSize int) (kvconfig.Spec, error) {
 			if spec.BlockSize == 0 {
 				spec.BlockSize = blockSize
 			}
+			if spec.HotWindow == 0 {
+				spec.HotWindow = hot
+			}
 			return spec, nil
 		}
 	}
-	spec := kvconfig.Spec{KV: cache, Boundary: boundary, BlockSize: blockSize}
+	spec := kvconfig.Spec{KV: cache, Boundary: boundary, BlockSize: blockSize, HotWindow: hot}
 	if k, v, ok := strings.Cut(cache, "/"); ok {
 		spec.KV, spec.K, spec.V = "", k, v
 	}

@@ -379,25 +379,95 @@ func TestCalibrationSharedWithRun(t *testing.T) {
 }
 
 // A --cache entry is plain, a codec spec, K/V codec specs, or settings in
-// kvconfig's grammar; --boundary and --block-size fill what it leaves
-// unset.
+// kvconfig's grammar; --boundary, --block-size and --hot-window fill what
+// it leaves unset.
 func TestCacheSpec(t *testing.T) {
 	for _, tt := range []struct {
 		cache, boundary string
-		block           int
+		block, hot      int
 		want            kvconfig.Spec
 	}{
-		{"plain", "none", 32, kvconfig.Spec{}},
-		{"int8", "none", 0, kvconfig.Spec{KV: "int8", Boundary: "none"}},
-		{"kakeya-pc:rate=2.5,coded=16", "", 32, kvconfig.Spec{KV: "kakeya-pc:rate=2.5,coded=16", BlockSize: 32}},
-		{"kakeya-pc:coded=8/kakeya-pc", "none", 0, kvconfig.Spec{K: "kakeya-pc:coded=8", V: "kakeya-pc", Boundary: "none"}},
-		{"kv=kakeya,block=32,hot=16", "none", 64, kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16, Boundary: "none"}},
-		{"k=kakeya-pc:codedfrac=0.25,rate=2.5,v=kakeya-pc:rate=2.3,hot=0,boundary=0", "none", 32,
+		{"plain", "none", 32, 32, kvconfig.Spec{}},
+		{"int8", "none", 0, 0, kvconfig.Spec{KV: "int8", Boundary: "none"}},
+		{"int8", "none", 0, 32, kvconfig.Spec{KV: "int8", Boundary: "none", HotWindow: 32}},
+		{"kakeya", "none", 0, -1, kvconfig.Spec{KV: "kakeya", Boundary: "none", HotWindow: -1}},
+		{"kakeya-pc:rate=2.5,coded=16", "", 32, 32, kvconfig.Spec{KV: "kakeya-pc:rate=2.5,coded=16", BlockSize: 32, HotWindow: 32}},
+		{"kakeya-pc:coded=8/kakeya-pc", "none", 0, 32, kvconfig.Spec{K: "kakeya-pc:coded=8", V: "kakeya-pc", Boundary: "none", HotWindow: 32}},
+		{"kv=kakeya,block=32,hot=16", "none", 64, 32, kvconfig.Spec{KV: "kakeya", BlockSize: 32, HotWindow: 16, Boundary: "none"}},
+		{"kv=int8,block=32", "none", 64, 48, kvconfig.Spec{KV: "int8", BlockSize: 32, HotWindow: 48, Boundary: "none"}},
+		{"k=kakeya-pc:codedfrac=0.25,rate=2.5,v=kakeya-pc:rate=2.3,hot=0,boundary=0", "none", 32, 32,
 			kvconfig.Spec{K: "kakeya-pc:codedfrac=0.25,rate=2.5", V: "kakeya-pc:rate=2.3", HotWindow: -1, Boundary: "0", BlockSize: 32}},
 	} {
-		got, err := cacheSpec(tt.cache, tt.boundary, tt.block)
+		got, err := cacheSpec(tt.cache, tt.boundary, tt.block, tt.hot)
 		if err != nil || got != tt.want {
-			t.Errorf("cacheSpec(%q, %q, %d) = %+v, %v; want %+v", tt.cache, tt.boundary, tt.block, got, err, tt.want)
+			t.Errorf("cacheSpec(%q, %q, %d, %d) = %+v, %v; want %+v", tt.cache, tt.boundary, tt.block, tt.hot, got, err, tt.want)
 		}
+	}
+}
+
+// Every compressed row takes --hot-window (32 by default, the kakeya
+// preset's) unless its entry sets hot=, and the table says each row's
+// window and the blocks a layer side encodes during the decode steps: at
+// ctx 200 and 40 generated tokens in blocks of 64, a window of 32 encodes
+// block 2 (tokens 128-191) at token 224, inside the run (1); a window of
+// 64 encodes it at token 256, a window of 8 or none in the prefill (0).
+// The cache holds what the column says: with blocks 0-2 encoded at the
+// end where a window of 64 leaves block 2 bf16, the KV ratio is higher.
+func TestHotWindow(t *testing.T) {
+	dir := t.TempDir()
+	if err := testmodel.Write(dir, testmodel.Qwen2Tiny); err != nil {
+		t.Fatal(err)
+	}
+	table := func(args ...string) map[string][]string {
+		t.Helper()
+		var out strings.Builder
+		err := run(context.Background(), append([]string{"--model", dir, "--threads", "1", "--ctx", "200", "--gen", "40", "--reps", "1", "--warmup=false", "--progress=false"}, args...), &out, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := map[string][]string{}
+		for _, l := range strings.Split(out.String(), "\n") {
+			if f := strings.Split(l, "|"); len(f) == 15 && !strings.Contains(l, "---") {
+				rows[strings.TrimSpace(f[1])] = f
+			}
+		}
+		return rows
+	}
+	ratio := func(f []string) float64 {
+		v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(f[9]), "x"), 64)
+		if err != nil {
+			t.Fatalf("KV ratio of %q: %v", f, err)
+		}
+		return v
+	}
+	for _, tt := range []struct {
+		args     []string
+		want     map[string][2]string // hot, encodes/run
+		ratioLow string               // a row whose ratio is below ratioHigh's
+		ratioHi  string
+	}{
+		{[]string{"--cache", "plain;int8;kv=int8,hot=64;kv=int8,hot=8"},
+			map[string][2]string{"plain": {"–", "–"}, "int8": {"32", "1"}, "kv=int8,hot=64": {"64", "0"}, "kv=int8,hot=8": {"8", "0"}},
+			"kv=int8,hot=64", "int8"},
+		{[]string{"--cache", "int8;kv=int8,hot=64", "--hot-window", "0"},
+			map[string][2]string{"int8": {"0", "0"}, "kv=int8,hot=64": {"64", "0"}},
+			"kv=int8,hot=64", "int8"},
+	} {
+		rows := table(tt.args...)
+		for name, want := range tt.want {
+			f, ok := rows[name]
+			if !ok {
+				t.Fatalf("%v: no row %s in %v", tt.args, name, rows)
+			}
+			if got := [2]string{strings.TrimSpace(f[12]), strings.TrimSpace(f[13])}; got != want {
+				t.Errorf("%v: row %s: hot and encodes/run %q, want %q", tt.args, name, got, want)
+			}
+		}
+		if lo, hi := ratio(rows[tt.ratioLow]), ratio(rows[tt.ratioHi]); !(lo < hi) {
+			t.Errorf("%v: KV ratio %v for %s, %v for %s; want the first lower", tt.args, lo, tt.ratioLow, hi, tt.ratioHi)
+		}
+	}
+	if err := run(context.Background(), []string{"--hot-window", "-1"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--hot-window -1") {
+		t.Errorf("--hot-window -1: err = %v, want one naming the flag", err)
 	}
 }

@@ -64,4 +64,19 @@ func TestSignalPhases(t *testing.T) {
 			t.Errorf("stdout %q, want no table\nstderr: %s", p.Stdout(), p.Stderr())
 		}
 	})
+	// The run itself stops between two passes of a prefill or two decode
+	// steps and returns, saying where, rather than being abandoned after
+	// cli.Grace: here each pass (512 tokens over at most 2,048) takes tens
+	// of ms of CPU time at most, so the run returns well inside Grace on a
+	// loaded machine too, and the interrupted line names where it stopped
+	// (a run cli.Main abandons says "interrupted" alone).
+	t.Run("between passes", func(t *testing.T) {
+		p := clitest.Start(t, []string{"--model", long, "--threads", "1", "--ctx", "2048", "--gen", "4", "--reps", "1000000", "--cache", "plain", "--warmup=false", "--progress=false"}, nil)
+		p.WaitCPU(time.Second)
+		p.Interrupt(syscall.SIGINT, "kakeya-bench")
+		where := regexp.MustCompile(`kakeya-bench: interrupted in (the prefill|decode step [1-4]) of run [0-9]+ of plain at ctx 2048\n`)
+		if !where.MatchString(p.Stderr()) || p.Stdout() != "" {
+			t.Errorf("stdout %q, stderr %q: want no table and the line saying where the run stopped", p.Stdout(), p.Stderr())
+		}
+	})
 }
