@@ -292,6 +292,25 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) KK_INLINE long kk_ra
 	return k;
 }
 
+// KK_RANS_XN is the body of the entry points of 2 to 4 streams (ns 2, 3
+// or 4; the unused streams' pointers null): it calls the streams kernel
+// fn, inlined for each ns, with the streams' pointers as arrays and then
+// the kernel's own trailing arguments.
+#define KK_RANS_XN(fn, ...)                                                                                               \
+	do {                                                                                                              \
+		float *const out[4] = {out0, out1, out2, out3};                                                           \
+		const uint8_t *const src[4] = {src0, src1, src2, src3};                                                   \
+		const float *const scale[4] = {scale0, scale1, scale2, scale3};                                           \
+		switch (ns) {                                                                                             \
+		case 2:                                                                                                   \
+			return fn(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, __VA_ARGS__); \
+		case 3:                                                                                                   \
+			return fn(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, __VA_ARGS__); \
+		default:                                                                                                  \
+			return fn(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, __VA_ARGS__); \
+		}                                                                                                         \
+	} while (0)
+
 // kk_rans2_decode512xn is kk_rans2_streams for ns = 2, 3 or 4 streams, the
 // unused ones' pointers null.
 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode512xn(
@@ -299,17 +318,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,popcnt"))) long kk_rans2_decode
 	const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
 	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
 	const float *scale0, const float *scale1, const float *scale2, const float *scale3, uint32_t *xs) {
-	float *const out[4] = {out0, out1, out2, out3};
-	const uint8_t *const src[4] = {src0, src1, src2, src3};
-	const float *const scale[4] = {scale0, scale1, scale2, scale3};
-	switch (ns) {
-	case 2:
-		return kk_rans2_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
-	case 3:
-		return kk_rans2_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
-	default:
-		return kk_rans2_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
-	}
+	KK_RANS_XN(kk_rans2_streams, xs);
 }
 
 // kk_rans2_streams2 is kk_rans2_decode2 (AVX2) over ns streams side by
@@ -385,17 +394,7 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2_decode2xn(
 	const uint8_t *src1, const uint8_t *src2, const uint8_t *src3, const long *len, long *pos, long per,
 	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
 	const float *scale0, const float *scale1, const float *scale2, const float *scale3, uint32_t *xs) {
-	float *const out[4] = {out0, out1, out2, out3};
-	const uint8_t *const src[4] = {src0, src1, src2, src3};
-	const float *const scale[4] = {scale0, scale1, scale2, scale3};
-	switch (ns) {
-	case 2:
-		return kk_rans2_streams2(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
-	case 3:
-		return kk_rans2_streams2(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
-	default:
-		return kk_rans2_streams2(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, xs);
-	}
+	KK_RANS_XN(kk_rans2_streams2, xs);
 }
 
 // The gather-free lookup (kernels/cpu/rans.go's RANSLookup): a table's
@@ -632,17 +631,7 @@ KK_RF_TARGET long kk_rans2f_decode(long ns, float *out0, float *out1, float *out
 				   const float *lv, const int32_t *lev_off, const int32_t *nsym, const float *scale0,
 				   const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, const uint64_t *el,
 				   uint32_t *xs) {
-	float *const out[4] = {out0, out1, out2, out3};
-	const uint8_t *const src[4] = {src0, src1, src2, src3};
-	const float *const scale[4] = {scale0, scale1, scale2, scale3};
-	switch (ns) {
-	case 2:
-		return kk_rans2f_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
-	case 3:
-		return kk_rans2f_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
-	default:
-		return kk_rans2f_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
-	}
+	KK_RANS_XN(kk_rans2f_streams, aux, el, xs);
 }
 
 // kk_rans2f_decode1 is kk_rans2f_streams of one stream, called as
@@ -863,17 +852,7 @@ __attribute__((target("avx2,fma,popcnt"))) long kk_rans2c_decode(
 	const uint32_t *ent, const int32_t *ent_off, const float *lv, const int32_t *lev_off, const int32_t *nsym,
 	const float *scale0, const float *scale1, const float *scale2, const float *scale3, const uint32_t *aux, const uint64_t *el,
 	uint32_t *xs) {
-	float *const out[4] = {out0, out1, out2, out3};
-	const uint8_t *const src[4] = {src0, src1, src2, src3};
-	const float *const scale[4] = {scale0, scale1, scale2, scale3};
-	switch (ns) {
-	case 2:
-		return kk_rans2c_streams(2, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
-	case 3:
-		return kk_rans2c_streams(3, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
-	default:
-		return kk_rans2c_streams(4, out, total, g0, src, len, pos, per, ent, ent_off, lv, lev_off, nsym, scale, aux, el, xs);
-	}
+	KK_RANS_XN(kk_rans2c_streams, aux, el, xs);
 }
 
 // kk_rans2c_decode1 is kk_rans2c_streams of one stream, called as
