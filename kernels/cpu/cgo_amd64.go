@@ -350,8 +350,8 @@ func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) {
 func quantRowsX8(t *qTask, r0, r1 int) { quantRowsX8ISA(t, r0, r1, hasQuant512) }
 
 // quantRowsX8ISA is quantRowsX8 with the kernel family of the groups
-// chosen: AVX-512 VNNI when avx512 is set and t's type has such kernels
-// (x8AVX512), else AVX2.
+// chosen: AVX-512 VNNI when avx512 is set, t's type has such kernels
+// (x8AVX512) and t has more than one token, else AVX2.
 func quantRowsX8ISA(t *qTask, r0, r1 int, avx512 bool) {
 	iv, rows, cols := t.x8, t.w.Rows, t.w.Cols
 	if gr := iv.f.Rows; r0%gr != 0 || r1 < iv.rows && r1%gr != 0 {
@@ -376,7 +376,11 @@ func quantRowsX8ISA(t *qTask, r0, r1 int, avx512 bool) {
 	}
 	if g0, g1 := r0/iv.f.Rows, min(r1, iv.rows)/iv.f.Rows; g0 < g1 {
 		_ = iv.groups[g1*iv.gb-1]
-		if avx512 && x8AVX512(t.w.DType) {
+		// One token takes the AVX2 kernels: the same bits, and in a
+		// model's decode (q7l4-Q4_K_M, one thread) 28.6-31.7 tok/s
+		// against the AVX-512 ones' 25.8-26.6 (the stored rows' 30.2-32.5),
+		// where BenchmarkQuantRows7B n=1 had them the other way round.
+		if avx512 && x8AVX512(t.w.DType) && t.n > 1 {
 			C.kq512_rows_x8(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&iv.groups[0])), C.long(iv.gb), C.long(g0), C.long(g1),
 				(*C.long)(unsafe.Pointer(&iv.off[0])), x, f32p(t.a.d), bs, C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
 		} else {
