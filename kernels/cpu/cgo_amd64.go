@@ -87,6 +87,8 @@ void kq_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const long
 	     const int16_t *xw, const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x, const int16_t *xw,
 		const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
+void kq512_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x,
+		   const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo);
 void kq_widen(const int8_t *x, long n, long nb, int16_t *xw);
 void kq_quant_q8_0(const float *x, long nb, int8_t *qs, float *d, int32_t *sums);
 void kq_quant_q8_k(const float *x, long nb, int8_t *qs, float *d, int32_t *bsums);
@@ -339,11 +341,18 @@ func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) {
 }
 
 // quantRowsX8 is qTask's rows [r0, r1) (r0 a multiple of the interleaved
-// group) from t.x8: its groups by the interleaved kernels (kq_rows_x8),
-// the rows after them by kq_rows over the stored rows that t.x8 keeps.
-// Both give the Go loops' bits, but for the 32-value types' rows after
-// the groups (kq_rows' f32 lanes, within rounding).
-func quantRowsX8(t *qTask, r0, r1 int) {
+// group) from t.x8: its groups by the interleaved kernels (the AVX-512
+// ones, kq512_rows_x8, for the types that have them where they run, else
+// the AVX2 ones, kq_rows_x8), the rows after them by the AVX2 kq_rows over
+// the stored rows that t.x8 keeps. All give the Go loops' bits, but for
+// the 32-value types' rows after the groups (kq_rows' f32 lanes, within
+// rounding).
+func quantRowsX8(t *qTask, r0, r1 int) { quantRowsX8ISA(t, r0, r1, hasQuant512) }
+
+// quantRowsX8ISA is quantRowsX8 with the kernel family of the groups
+// chosen: AVX-512 VNNI when avx512 is set, t's type has such kernels
+// (x8AVX512) and t has more than one token, else AVX2.
+func quantRowsX8ISA(t *qTask, r0, r1 int, avx512 bool) {
 	iv, rows, cols := t.x8, t.w.Rows, t.w.Cols
 	if gr := iv.f.Rows; r0%gr != 0 || r1 < iv.rows && r1%gr != 0 {
 		panic(fmt.Sprintf("cpu: rows [%d, %d) split a group of %d interleaved rows", r0, r1, gr))
@@ -367,8 +376,17 @@ func quantRowsX8(t *qTask, r0, r1 int) {
 	}
 	if g0, g1 := r0/iv.f.Rows, min(r1, iv.rows)/iv.f.Rows; g0 < g1 {
 		_ = iv.groups[g1*iv.gb-1]
-		C.kq_rows_x8(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&iv.groups[0])), C.long(iv.gb), C.long(g0), C.long(g1),
-			(*C.long)(unsafe.Pointer(&iv.off[0])), x, xw, f32p(t.a.d), bs, C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
+		// One token takes the AVX2 kernels: the same bits, and in a
+		// model's decode (q7l4-Q4_K_M, one thread) 28.6-31.7 tok/s
+		// against the AVX-512 ones' 25.8-26.6 (the stored rows' 30.2-32.5),
+		// where BenchmarkQuantRows7B n=1 had them the other way round.
+		if avx512 && x8AVX512(t.w.DType) && t.n > 1 {
+			C.kq512_rows_x8(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&iv.groups[0])), C.long(iv.gb), C.long(g0), C.long(g1),
+				(*C.long)(unsafe.Pointer(&iv.off[0])), x, f32p(t.a.d), bs, C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
+		} else {
+			C.kq_rows_x8(C.int(t.l.kind), (*C.uint8_t)(unsafe.Pointer(&iv.groups[0])), C.long(iv.gb), C.long(g0), C.long(g1),
+				(*C.long)(unsafe.Pointer(&iv.off[0])), x, xw, f32p(t.a.d), bs, C.long(t.n), C.long(cols), f32p(t.out), C.long(rows))
+		}
 	}
 	if r0 = max(r0, iv.rows); r0 < r1 {
 		_ = iv.rest[(r1-iv.rows)*t.rowB-1]

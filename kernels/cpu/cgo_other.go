@@ -87,6 +87,8 @@ func quantRowsC(t *qTask, r0, r1 int) { panic("cpu: no C kernels") }
 
 func quantRowsX8(t *qTask, r0, r1 int) { panic("cpu: no C kernels") }
 
+func quantRowsX8ISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels") }
+
 func quantizeActsC(q *qQuant, lo, hi int) { panic("cpu: no C kernels") }
 
 func quantRowsISA(t *qTask, r0, r1 int, avx512 bool) { panic("cpu: no C kernels") }

@@ -8,7 +8,7 @@ import (
 )
 
 // interleaved is a quantized matrix's rows as Pool.Prepare lays them out
-// for the AVX2 kernels of an interleaved format (tensor.Q4_Kx8,
+// for the kernels of an interleaved format (tensor.Q4_Kx8,
 // tensor.Q5_Kx8, tensor.Q6_Kx8, tensor.Q8_0x8, tensor.Q4_0x8,
 // tensor.Q5_0x8): its first
 // rows, a multiple of the format's group, in groups; the rows after them
@@ -46,17 +46,24 @@ func x8Offsets(f *tensor.InterleavedFormat) [6]int64 {
 }
 
 // interleaves reports whether the kernels this process runs read m's rows
-// interleaved: the AVX2 family's (KAKEYA_CPU=avx2, or a CPU without
-// AVX-512 VNNI; the AVX-512 kernels read the rows as stored) for a type
-// with an interleaved format and at least one whole group of rows.
+// interleaved, for a type with an interleaved format and at least one
+// whole group of rows: the AVX2 family's, every such type
+// (KAKEYA_CPU=avx2, or a CPU without AVX-512 VNNI), and the AVX-512
+// family's, the K types (x8AVX512; the 32-value types' AVX-512 kernels
+// read the rows as stored).
 func interleaves(m *tensor.Mat) bool {
 	f := m.DType.Interleaved()
-	return hasAVX2C && !hasQuant512 && f != nil && m.Rows >= f.Rows && m.Cols%f.Block == 0
+	return hasAVX2C && (!hasQuant512 || x8AVX512(m.DType)) && f != nil && m.Rows >= f.Rows && m.Cols%f.Block == 0
 }
+
+// x8AVX512 reports whether the AVX-512 VNNI kernels read d's rows
+// interleaved (quant_avx512_amd64.c's kq512_rows_x8): Q4_K's, Q5_K's and
+// Q6_K's, sixteen rows (two groups) a vector.
+func x8AVX512(d tensor.DType) bool { return d == tensor.Q4_K || d == tensor.Q5_K || d == tensor.Q6_K }
 
 // InterleavedLayout returns the interleaved format in which this
 // process's kernels read a quantized matrix of rows x cols values of d
-// (the AVX2 family's, see Pool.Prepare), nil where they read its rows as
+// (see interleaves and Pool.Prepare), nil where they read its rows as
 // stored. A loader that writes a matrix's rows itself (quantizing on
 // load) may write them so at once and make the Matrix with
 // NewInterleavedMatrix, rather than have Prepare copy them.

@@ -111,8 +111,8 @@ func (p *Pool) Kernel() string { return p.k.name }
 // stored (tensor.Mat), and, made on first use for the C kernels that read
 // weights in panels, the rows packed into those panels (as much memory
 // again as the matrix); for a quantized type with an interleaved format
-// (tensor.Q4_Kx8, Q5_Kx8, Q6_Kx8, Q8_0x8, Q4_0x8, Q5_0x8), where the AVX2 kernels run, the rows
-// interleaved in its place, made by Prepare. A Matrix may be used by several pools and
+// (tensor.Q4_Kx8, Q5_Kx8, Q6_Kx8, Q8_0x8, Q4_0x8, Q5_0x8), where the AVX2 kernels run (and
+// for the K types where the AVX-512 ones do), the rows interleaved in its place, made by Prepare. A Matrix may be used by several pools and
 // goroutines at once; Prepare of a quantized matrix must come before its
 // first MatMul (as at load).
 type Matrix struct {
@@ -208,7 +208,8 @@ func (w *Matrix) packed(p *Pool, l layout) []uint16 {
 //
 // A quantized matrix is read in its blocks, except where the kernels read
 // its type's rows interleaved (tensor.Q4_Kx8, Q5_Kx8, Q6_Kx8, Q8_0x8,
-// Q4_0x8 and Q5_0x8 for the AVX2 kernels of those types): there Prepare interleaves the rows across p's threads and lets go of the
+// Q4_0x8 and Q5_0x8 for the AVX2 kernels of those types, the K types' for
+// the AVX-512 ones): there Prepare interleaves the rows across p's threads and lets go of the
 // stored ones (Mat then has no storage; the caller may give their pages
 // back), and reports true.
 func (p *Pool) Prepare(w *Matrix) bool {

@@ -525,3 +525,368 @@ void kq512_rows(int type, const uint8_t *w, long rowb, long r0, long r1, const l
 				}
 			}
 }
+
+// The kernels of the K types' eight-row interleaved layouts
+// (tensor.Q4_Kx8, Q5_Kx8, Q6_Kx8, which Pool.Prepare makes at load; the
+// AVX2 kernels of quant_amd64.c read the same bytes) with AVX-512 VNNI:
+// two groups side by side, so that a 512-bit vector holds sixteen rows'
+// four code bytes, one row a 32-bit lane (the first group's eight rows in
+// the low half). Per token, VPDPBUSD multiplies the sixteen rows' four
+// unsigned codes by the same four signed activations, broadcast from
+// memory, and adds them into the row's lane: a sub-block's products sum
+// in 32 bits without a shuffle or a horizontal step, then take the rows'
+// scales (VPMULLD) once per sub-block. Each row's integer sums are
+// quant.go's, exactly (integer addition in another order), and the
+// block's f32 scaling is the Go loop's lane by lane, so every result has
+// the Go loops' bits, for any token count, block range or pairing of
+// groups: a token's result is the same alone (decode) or in a tile.
+// Offsets come from Go in off[] (x8Offsets): group block bytes, d, dmin,
+// scales, qs, qh.
+enum { KX5_BYTES, KX5_D, KX5_DMIN, KX5_SCALES, KX5_QS, KX5_QH };
+
+// KX5_T is the most tokens one pass over a pair of groups' blocks serves:
+// each vector of codes is unpacked once for all of them.
+#define KX5_T 8
+
+// kx5_load2 is the 32 bytes at p0 (the first group's eight rows) and the
+// 32 at p1 (the second's) as one vector.
+KQ5_INLINE __m512i kx5_load2(const uint8_t *p0, const uint8_t *p1) {
+	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
+				  _mm256_loadu_si256((const __m256i *)p1), 1);
+}
+
+// kx5_load2x is kx5_load2 for 16 bytes at each.
+KQ5_INLINE __m256i kx5_load2x(const uint8_t *p0, const uint8_t *p1) {
+	return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p0)),
+				       _mm_loadu_si128((const __m128i *)p1), 1);
+}
+
+KQ5_INLINE __m512i kx5_bcast4(const void *p) {
+	int v;
+	memcpy(&v, p, 4);
+	return _mm512_set1_epi32(v);
+}
+
+// kx5_prefetch asks for the cache lines of the blocks about KQ5_PF bytes
+// ahead of block b of the pair of groups at w0 and w1 (nb blocks of bb
+// bytes each; one: w0 alone), which a decode reads in turn: each group's
+// block b + KQ5_PF / (2 bb), or past the groups' last block the next
+// pair's (the groups lie one after another), so that the stream of the
+// pair, not each group's, runs ahead (with short rows, 8 KiB ahead of a
+// group's block lands in the next group, which the pair has read).
+KQ5_INLINE void kx5_prefetch(const uint8_t *w0, const uint8_t *w1, int one, long b, long nb, long bb) {
+	long a = b + (KQ5_PF + 2 * bb - 1) / (2 * bb);
+	const uint8_t *f0 = a < nb ? w0 + a * bb : w0 + (one ? nb : 2 * nb) * bb + (a - nb) * bb;
+	for (long o = 0; o < bb; o += 64)
+		_mm_prefetch((const char *)(f0 + o), _MM_HINT_T0);
+	if (one)
+		return;
+	const uint8_t *f1 = a < nb ? w1 + a * bb : w1 + 2 * nb * bb + (a - nb) * bb;
+	for (long o = 0; o < bb; o += 64)
+		_mm_prefetch((const char *)(f1 + o), _MM_HINT_T0);
+}
+
+// kx5_sums_in starts the nt tokens' f32 sums of the sixteen rows (eight
+// where one is set: a single group) for blocks from b0: zero at the rows'
+// first block, else what the previous range of blocks left in out.
+KQ5_INLINE void kx5_sums_in(int nt, __m512 *sumv, int carry, int one, const float *out, long ldo) {
+	KQ5_UNROLL
+	for (int t = 0; t < nt; t++)
+		sumv[t] = !carry ? _mm512_setzero_ps()
+			: one	 ? _mm512_maskz_loadu_ps(0xFF, out + t * ldo)
+				 : _mm512_loadu_ps(out + t * ldo);
+}
+
+KQ5_INLINE void kx5_sums_out(int nt, const __m512 *sumv, int one, float *out, long ldo) {
+	KQ5_UNROLL
+	for (int t = 0; t < nt; t++) {
+		if (one)
+			_mm512_mask_storeu_ps(out + t * ldo, 0xFF, sumv[t]);
+		else
+			_mm512_storeu_ps(out + t * ldo, sumv[t]);
+	}
+}
+
+// kx5_q45k adds to the nt tokens' sums (out, ldo apart; carry: from a
+// previous range of blocks, else from zero) the blocks [0, nb) at w0 and
+// w1 of two groups of Q4_Kx8 (five = 0) or Q5_Kx8 (w1 = w0 and one set:
+// the first group alone). Per block, the sixteen rows' 6-bit scales and
+// mins unpacked once; per sub-block j (32 values), its eight vectors of
+// codes (four values a row each) against the tokens' activations by
+// VPDPBUSD, then times the rows' scale j; the mins once per block (four
+// VPDPWSSD of the rows' pairs of mins by the token's pairs of sub-block
+// sums); then the Go loop's f32 scaling (d = dw·xd, dmin = dmw·xd, a =
+// d·sumi, m = dmin·mins, sum = sum + (a - m)), row r in lane r.
+KQ5_INLINE void kx5_q45k(int nt, const uint8_t *w0, const uint8_t *w1, int one, long nb, const long *off,
+			 const int8_t *x, long ldx, const float *xd, long ldd, const int32_t *bsums, long ldb, int five,
+			 int pf, int carry, float *out, long ldo) {
+	const __m512i m4 = _mm512_set1_epi8(0x0f), m6 = _mm512_set1_epi8(0x3f), m3 = _mm512_set1_epi8(3);
+	const __m512i lsb = _mm512_set1_epi8(1);
+	__m512 sumv[KX5_T];
+	kx5_sums_in(nt, sumv, carry, one, out, ldo);
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *p0 = w0 + b * off[KX5_BYTES], *p1 = w1 + b * off[KX5_BYTES];
+		if (pf)
+			kx5_prefetch(w0, w1, one, b, nb, off[KX5_BYTES]);
+		// The scales and mins, as quant_amd64.c's kx_unpack_sm for both
+		// groups: a = bytes 0-31 and 32-63 of each group's packed
+		// values, h their top nibbles (bytes 64-95).
+		const uint8_t *s0 = p0 + off[KX5_SCALES], *s1 = p1 + off[KX5_SCALES];
+		__m512i a0 = kx5_load2(s0, s1), a1 = kx5_load2(s0 + 32, s1 + 32), h = kx5_load2(s0 + 64, s1 + 64);
+		// Scales 8j + r (j < 4 from a0, else a1), each group's in its half:
+		// qword j of a half is sub-block j's eight rows; lane-pairs
+		// [group 0, group 1] of sub-block j in 128-bit lane j.
+		const __m512i pq = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+		__m512i sc[2] = {_mm512_permutexvar_epi64(pq, _mm512_and_si512(a0, m6)),
+				 _mm512_permutexvar_epi64(pq, _mm512_and_si512(a1, m6))};
+		// Mins 64 + 16k + 2r + i: low 2 bits from a's top, top 4 from h.
+		__m512i mlo = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a0, 6), m3),
+					      _mm512_slli_epi16(_mm512_and_si512(h, m4), 2));
+		__m512i mhi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a1, 6), m3),
+					      _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m4), 2));
+		// Part k's pairs of mins: 16 bytes of each group's half (mlo for
+		// k < 2, mhi for k >= 2), 128-bit lanes [k, k + 2] of the half's
+		// pair, widened to 16 bits: row r's pair in 32-bit lane r.
+		__m512i mk[4];
+		{
+			__m512i lo = _mm512_shuffle_i64x2(mlo, mlo, 0xD8), hi = _mm512_shuffle_i64x2(mhi, mhi, 0xD8);
+			mk[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(lo));
+			mk[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(lo, 1));
+			mk[2] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(hi));
+			mk[3] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(hi, 1));
+		}
+		const uint8_t *q0 = p0 + off[KX5_QS], *q1 = p1 + off[KX5_QS];
+		const uint8_t *h0 = p0 + off[KX5_QH], *h1 = p1 + off[KX5_QH];
+		// The tokens' sub-block sums S_j = bsum_2j + bsum_2j+1 (at most
+		// 32 x 127: 16 bits), as pairs (S_2k, S_2k+1) in dword k.
+		int32_t bp[KX5_T][4] __attribute__((aligned(16)));
+		__m512i isum[KX5_T];
+		KQ5_UNROLL
+		for (int t = 0; t < nt; t++) {
+			isum[t] = _mm512_setzero_si512();
+			__m256i s16 = _mm512_cvtepi32_epi16(_mm512_loadu_si512((const void *)(bsums + t * ldb + 16 * b)));
+			_mm_store_si128((__m128i *)bp[t], _mm256_cvtepi32_epi16(_mm256_madd_epi16(s16, _mm256_set1_epi16(1))));
+		}
+		uint8_t scb[128] __attribute__((aligned(64)));
+		_mm512_store_si512((void *)scb, sc[0]);
+		_mm512_store_si512((void *)(scb + 64), sc[1]);
+		for (int c = 0; c < 4; c++) { // part c: sub-blocks 2c (low nibbles), 2c+1 (high)
+			KQ5_UNROLL
+			for (int hb = 0; hb < 2; hb++) {
+				int j = 2 * c + hb;
+				__m512i scj = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(scb + 16 * j)));
+				// Bit j of each qh byte (Q5_K's fifth bits) to bit 0 of its
+				// byte by a 16-bit shift, masked, then to bit 4.
+				__m128i cj = _mm_cvtsi32_si128(j);
+				__m512i acc[KX5_T];
+				KQ5_UNROLL
+				for (int t = 0; t < nt; t++)
+					acc[t] = _mm512_setzero_si512();
+				KQ5_UNROLL
+				for (int k = 0; k < 8; k++) {
+					__m512i q = kx5_load2(q0 + 256 * c + 32 * k, q1 + 256 * c + 32 * k);
+					__m512i v = hb ? _mm512_and_si512(_mm512_srli_epi16(q, 4), m4) : _mm512_and_si512(q, m4);
+					if (five) {
+						__m512i f = _mm512_and_si512(_mm512_srl_epi16(kx5_load2(h0 + 32 * k, h1 + 32 * k), cj), lsb);
+						v = _mm512_or_si512(v, _mm512_slli_epi16(f, 4));
+					}
+					KQ5_UNROLL
+					for (int t = 0; t < nt; t++)
+						acc[t] = _mm512_dpbusd_epi32(acc[t], v, kx5_bcast4(x + t * ldx + 256 * b + 32 * j + 4 * k));
+				}
+				KQ5_UNROLL
+				for (int t = 0; t < nt; t++)
+					isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(acc[t], scj));
+			}
+		}
+		__m512 dw = _mm512_cvtph_ps(kx5_load2x(p0 + off[KX5_D], p1 + off[KX5_D]));
+		__m512 dm = _mm512_cvtph_ps(kx5_load2x(p0 + off[KX5_DMIN], p1 + off[KX5_DMIN]));
+		KQ5_UNROLL
+		for (int t = 0; t < nt; t++) {
+			__m512i ms = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mk[0], kx5_bcast4(bp[t]));
+			ms = _mm512_dpwssd_epi32(ms, mk[1], kx5_bcast4(bp[t] + 1));
+			ms = _mm512_dpwssd_epi32(ms, mk[2], kx5_bcast4(bp[t] + 2));
+			ms = _mm512_dpwssd_epi32(ms, mk[3], kx5_bcast4(bp[t] + 3));
+			__m512 xv = _mm512_set1_ps(xd[t * ldd + b]);
+			__m512 a = _mm512_mul_ps(_mm512_mul_ps(dw, xv), _mm512_cvtepi32_ps(isum[t]));
+			__m512 m = _mm512_mul_ps(_mm512_mul_ps(dm, xv), _mm512_cvtepi32_ps(ms));
+			sumv[t] = _mm512_add_ps(sumv[t], _mm512_sub_ps(a, m));
+		}
+	}
+	kx5_sums_out(nt, sumv, one, out, ldo);
+}
+
+// kx5_q6k is kx5_q45k for Q6_Kx8: per 16-value sub-block u, its four
+// vectors of 6-bit codes (three masked from the loads, the fourth
+// gathered from their top bits) against the tokens' activations by
+// VPDPBUSD, times the rows' signed scale u; less 32·Σ_u scale_u·bsum_u
+// (VPDPWSSD of the rows' pairs of scales, times -32, by the token's pairs
+// of sums):
+// quant.go's dotQ6K's integers; then sum = sum + (dw·xd)·sumi, row r in
+// lane r.
+KQ5_INLINE void kx5_q6k(int nt, const uint8_t *w0, const uint8_t *w1, int one, long nb, const long *off,
+			const int8_t *x, long ldx, const float *xd, long ldd, const int32_t *bsums, long ldb, int pf,
+			int carry, float *out, long ldo) {
+	const __m512i m6 = _mm512_set1_epi8(0x3f), c03 = _mm512_set1_epi8(0x03), c0c = _mm512_set1_epi8(0x0c),
+		      c30 = _mm512_set1_epi8(0x30);
+	__m512 sumv[KX5_T];
+	kx5_sums_in(nt, sumv, carry, one, out, ldo);
+	for (long b = 0; b < nb; b++) {
+		const uint8_t *p0 = w0 + b * off[KX5_BYTES], *p1 = w1 + b * off[KX5_BYTES];
+		if (pf)
+			kx5_prefetch(w0, w1, one, b, nb, off[KX5_BYTES]);
+		const uint8_t *s0 = p0 + off[KX5_SCALES], *s1 = p1 + off[KX5_SCALES];
+		const uint8_t *q0 = p0 + off[KX5_QS], *q1 = p1 + off[KX5_QS];
+		// The tokens' sums of 16 (at most 16 x 127: 16 bits) as pairs
+		// (bsum_2p, bsum_2p+1) in dword p.
+		int32_t bp[KX5_T][8] __attribute__((aligned(32)));
+		__m512i isum[KX5_T];
+		KQ5_UNROLL
+		for (int t = 0; t < nt; t++) {
+			isum[t] = _mm512_setzero_si512();
+			_mm256_store_si256((__m256i *)bp[t],
+					   _mm512_cvtepi32_epi16(_mm512_loadu_si512((const void *)(bsums + t * ldb + 16 * b))));
+		}
+		for (int p = 0; p < 8; p++) { // sub-blocks 2p and 2p+1
+			// Row r's scales of the pair in 32-bit lane r (16-bit words).
+			__m512i sp = _mm512_cvtepi8_epi16(kx5_load2x(s0 + 16 * p, s1 + 16 * p));
+			// The codes' offset: -32 times the scales (16 bits) by the
+			// pair of sums.
+			__m512i sn = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(sp, 5));
+			KQ5_UNROLL
+			for (int t = 0; t < nt; t++)
+				isum[t] = _mm512_dpwssd_epi32(isum[t], sn, kx5_bcast4(bp[t] + p));
+			KQ5_UNROLL
+			for (int e = 0; e < 2; e++) {
+				int u = 2 * p + e;
+				__m512i scu = e ? _mm512_srai_epi32(sp, 16) : _mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16);
+				const uint8_t *c0 = q0 + 96 * u, *c1 = q1 + 96 * u;
+				__m512i r0 = kx5_load2(c0, c1), r1 = kx5_load2(c0 + 32, c1 + 32), r2 = kx5_load2(c0 + 64, c1 + 64);
+				__m512i v3 = _mm512_or_si512(
+					_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(r0, 6), c03),
+							_mm512_and_si512(_mm512_srli_epi16(r1, 4), c0c)),
+					_mm512_and_si512(_mm512_srli_epi16(r2, 2), c30));
+				__m512i v[4] = {_mm512_and_si512(r0, m6), _mm512_and_si512(r1, m6), _mm512_and_si512(r2, m6), v3};
+				__m512i acc[KX5_T];
+				KQ5_UNROLL
+				for (int t = 0; t < nt; t++) {
+					const int8_t *xs = x + t * ldx + 256 * b + 16 * u;
+					__m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[0], kx5_bcast4(xs));
+					s = _mm512_dpbusd_epi32(s, v[1], kx5_bcast4(xs + 4));
+					s = _mm512_dpbusd_epi32(s, v[2], kx5_bcast4(xs + 8));
+					acc[t] = _mm512_dpbusd_epi32(s, v[3], kx5_bcast4(xs + 12));
+				}
+				KQ5_UNROLL
+				for (int t = 0; t < nt; t++)
+					isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(acc[t], scu));
+			}
+		}
+		__m512 dw = _mm512_cvtph_ps(kx5_load2x(p0 + off[KX5_D], p1 + off[KX5_D]));
+		KQ5_UNROLL
+		for (int t = 0; t < nt; t++) {
+			__m512 xv = _mm512_set1_ps(xd[t * ldd + b]);
+			sumv[t] = _mm512_add_ps(sumv[t], _mm512_mul_ps(_mm512_mul_ps(dw, xv), _mm512_cvtepi32_ps(isum[t])));
+		}
+	}
+	kx5_sums_out(nt, sumv, one, out, ldo);
+}
+
+// KX5_GC is how many groups (a multiple of 2) a chunk of a prefill's
+// groups holds: each tile of tokens passes over the chunk's blocks of a
+// range before the next tile.
+#ifndef KX5_GC
+#define KX5_GC 4
+#endif
+
+// KX5_KC is how many blocks of a row a prefill's range takes (0: the
+// whole row): the tile's activations for them stay in L1 while the chunk's
+// groups pass over them. The sums carry from range to range in out.
+#ifndef KX5_KC
+#define KX5_KC 8
+#endif
+
+// KX5_TB is the most tokens of a prefill's token block (a multiple of
+// KX5_T), whose activations (at most KQ5_KXBYTES) stay in L2 while the
+// groups stream past.
+#ifndef KX5_TB
+#define KX5_TB 64
+#endif
+
+// KX5_PAIR runs groups g and g+1 (g alone where g+1 is not below ge) of
+// blocks [k0, k1) against the nt tokens from token i (nt a constant).
+#define KX5_PAIR(nt)                                                                                               \
+	do {                                                                                                       \
+		int one = g + 1 >= ge;                                                                             \
+		const uint8_t *wa = w + g * gb + k0 * off[KX5_BYTES], *wb = one ? wa : wa + gb;                    \
+		float *o = out + i * ldo + 8 * g;                                                                  \
+		const int8_t *xi = x + i * cols + 256 * k0;                                                        \
+		const float *di = xd + i * nb + k0;                                                                \
+		const int32_t *bi = bsums + i * lb + 16 * k0;                                                      \
+		if (type == KQ5_Q6_K)                                                                              \
+			kx5_q6k(nt, wa, wb, one, k1 - k0, off, xi, cols, di, nb, bi, lb, pf, k0 > 0, o, ldo);      \
+		else                                                                                               \
+			kx5_q45k(nt, wa, wb, one, k1 - k0, off, xi, cols, di, nb, bi, lb, type == KQ5_Q5_K, pf,     \
+				 k0 > 0, o, ldo);                                                                  \
+	} while (0)
+
+#define KX5_BY_NT(m)                                                                                               \
+	switch (m) {                                                                                               \
+	case 1:                                                                                                    \
+		KX5_PAIR(1);                                                                                       \
+		break;                                                                                             \
+	case 2:                                                                                                    \
+		KX5_PAIR(2);                                                                                       \
+		break;                                                                                             \
+	case 3:                                                                                                    \
+		KX5_PAIR(3);                                                                                       \
+		break;                                                                                             \
+	case 4:                                                                                                    \
+		KX5_PAIR(4);                                                                                       \
+		break;                                                                                             \
+	case 5:                                                                                                    \
+		KX5_PAIR(5);                                                                                       \
+		break;                                                                                             \
+	case 6:                                                                                                    \
+		KX5_PAIR(6);                                                                                       \
+		break;                                                                                             \
+	case 7:                                                                                                    \
+		KX5_PAIR(7);                                                                                       \
+		break;                                                                                             \
+	default:                                                                                                   \
+		KX5_PAIR(8);                                                                                       \
+		break;                                                                                             \
+	}
+
+// kq512_rows_x8 is quant_amd64.c's kq_rows_x8 with these kernels, for the
+// K types (KQ5_Q4_K: tensor.Q4_Kx8, KQ5_Q5_K: Q5_Kx8, KQ5_Q6_K: Q6_Kx8):
+// out[i*ldo + 8g + r] for rows r of the groups [g0, g1), two groups at a
+// time. Up to KX5_T tokens take the groups whole and in order, prefetching
+// ahead (a decode waits on the weights' stream). More take tokens in
+// blocks of up to KX5_TB, groups in chunks of KX5_GC and blocks in ranges
+// of KX5_KC, each tile of KX5_T tokens of the block passing over the
+// chunk's range in turn, the sums carried from range to range in out.
+void kq512_rows_x8(int type, const uint8_t *w, long gb, long g0, long g1, const long *off, const int8_t *x,
+		   const float *xd, const int32_t *bsums, long n, long cols, float *out, long ldo) {
+	long nb = cols / 256, lb = cols / 16;
+	if (n <= KX5_T) {
+		const int pf = 1;
+		const long i = 0, k0 = 0, k1 = nb, ge = g1;
+		for (long g = g0; g < g1; g += 2)
+			KX5_BY_NT(n);
+		return;
+	}
+	const int pf = 0;
+	long tb = KQ5_KXBYTES / cols;
+	tb = tb < KX5_T ? KX5_T : tb > KX5_TB ? KX5_TB : tb - tb % KX5_T;
+	long kc = KX5_KC > 0 && KX5_KC < nb ? KX5_KC : nb;
+	for (long t0 = 0; t0 < n; t0 += tb)
+		for (long c0 = g0; c0 < g1; c0 += KX5_GC) {
+			long ge = c0 + KX5_GC < g1 ? c0 + KX5_GC : g1;
+			for (long k0 = 0; k0 < nb; k0 += kc) {
+				long k1 = k0 + kc < nb ? k0 + kc : nb;
+				for (long i = t0; i < n && i < t0 + tb; i += KX5_T)
+					for (long g = c0; g < ge; g += 2)
+						KX5_BY_NT(n - i < KX5_T ? n - i : KX5_T);
+			}
+		}
+}

@@ -217,6 +217,9 @@ type quantKernel struct {
 	// x8 marks the kernels of interleaved rows (qTask.x8), for the types
 	// with an interleaved format; run wants r0 and r1 whole groups.
 	x8 bool
+	// x8only, where set, names the types of those that the family has
+	// kernels of its own for (the AVX-512 family's: x8AVX512).
+	x8only func(tensor.DType) bool
 }
 
 // withX8 returns t for kernel k over m: for the interleaved kernels, with
@@ -225,7 +228,7 @@ func withX8(k quantKernel, t qTask, m *tensor.Mat) (qTask, bool) {
 	if !k.x8 {
 		return t, true
 	}
-	if m.DType.Interleaved() == nil || m.Rows < m.DType.Interleaved().Rows {
+	if m.DType.Interleaved() == nil || m.Rows < m.DType.Interleaved().Rows || k.x8only != nil && !k.x8only(m.DType) {
 		return t, false
 	}
 	t.x8 = interleave(m, nil)
@@ -251,20 +254,21 @@ func quantKernels() []quantKernel {
 		ks = append(ks, quantKernel{"avx2", func(t *qTask, r0, r1 int) {
 			widenForAVX2(t)
 			quantRowsISA(t, r0, r1, false)
-		}, true, false, false})
+		}, true, false, false, nil})
 		ks = append(ks, quantKernel{"avx2x8", func(t *qTask, r0, r1 int) {
 			widenForAVX2(t)
-			quantRowsX8(t, r0, r1)
-		}, true, false, true})
+			quantRowsX8ISA(t, r0, r1, false)
+		}, true, false, true, nil})
 	}
 	if hasQuant512 {
-		ks = append(ks, quantKernel{"avx512vnni", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, true) }, false, false, false})
+		ks = append(ks, quantKernel{"avx512vnni", func(t *qTask, r0, r1 int) { quantRowsISA(t, r0, r1, true) }, false, false, false, nil})
+		ks = append(ks, quantKernel{"avx512x8", func(t *qTask, r0, r1 int) { quantRowsX8ISA(t, r0, r1, true) }, true, false, true, x8AVX512})
 	}
 	if hasNEON {
-		ks = append(ks, quantKernel{"neon", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, false) }, true, true, false})
+		ks = append(ks, quantKernel{"neon", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, false) }, true, true, false, nil})
 	}
 	if hasQuantDot {
-		ks = append(ks, quantKernel{"neon+dotprod", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, true) }, true, true, false})
+		ks = append(ks, quantKernel{"neon+dotprod", func(t *qTask, r0, r1 int) { quantRowsNEON(t, r0, r1, true) }, true, true, false, nil})
 	}
 	return ks
 }
@@ -380,7 +384,10 @@ func TestQuantKernelsTileInvariant(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	// 256 x 19 columns: the AVX-512 K kernels' prefill path takes a row's
 	// blocks in ranges of 8 (8, 8, 3), keeping the lanes between them.
-	for _, tc := range []struct{ rows, cols, n int }{{45, 32 * 67, 19}, {50, 32 * 64, 9}, {23, 256 * 3, 11}, {21, 256 * 19, 13}} {
+	// 27 x 2,304 for 70 tokens: three groups, which the AVX-512 K kernels'
+	// prefill takes as a pair and one alone, blocks in ranges of 8 and 1,
+	// tokens in blocks of 64 and 6 (tiles of 8 and a ragged one).
+	for _, tc := range []struct{ rows, cols, n int }{{45, 32 * 67, 19}, {50, 32 * 64, 9}, {23, 256 * 3, 11}, {21, 256 * 19, 13}, {27, 256 * 9, 70}} {
 		x := make([]float32, tc.n*tc.cols)
 		for i := range x {
 			x[i] = float32(r.NormFloat64())
@@ -498,14 +505,16 @@ func benchQuantRows(b *testing.B, f *tensor.QuantFormat, rows, cols int, isas []
 }
 
 // Prepare interleaves a Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 or Q5_0 matrix where
-// the AVX2 kernels run (and only there), and lets go of the stored rows:
-// MatMul then gives the stored matrix's bits (decode and prefill, one
-// thread and three), Row its rows, for rows that are whole groups, groups
-// and a remainder, one block per row, and fewer rows than a group (left as
-// stored). The 32-value types' interleaved rows have the Go loop's bits
-// instead (the stored rows' AVX2 kernels sum in f32 lanes: within 1e-5 of
-// Σ|w||x| of them), and their rows after the groups the stored kernel's;
-// all within 1e-5 of Σ|w||x| of float64.
+// the AVX2 kernels run, a Q4_K, Q5_K or Q6_K one where the AVX-512 ones
+// do (and only there), and lets go of the stored rows: MatMul then gives
+// the Go loops' bits (decode and prefill, one thread and three), which
+// are the stored matrix's where the AVX2 K kernels run, Row its rows, for
+// rows that are whole groups, groups and a remainder, one block per row,
+// and fewer rows than a group (left as stored). The 32-value types'
+// interleaved rows have the Go loop's bits too (the stored rows' AVX2
+// kernels sum in f32 lanes: within 1e-5 of Σ|w||x| of them), and their
+// rows after the groups the stored kernel's; all within 1e-5 of Σ|w||x|
+// of float64.
 func TestPrepareInterleaves(t *testing.T) {
 	r := rand.New(rand.NewPCG(12, 12))
 	for _, tc := range []struct {
@@ -538,12 +547,17 @@ func TestPrepareInterleaves(t *testing.T) {
 				p.MatMul(b, x, n, prep)
 				var qa qActs
 				qa.quantize(x, n, tc.cols, qLayouts[tc.dt])
-				if tc.dt.Format().Block == 32 && want {
-					// The Go loop's bits for the groups' rows, the stored
-					// kernel's for the rows after them.
+				if want {
+					// The Go loop's bits: for the K types every row (the
+					// AVX-512 stored kernels' lanes differ), for the 32-value
+					// types the groups' rows, the stored kernel's for the
+					// rows after them.
 					rb, _ := tc.dt.RowBytes(tc.cols)
 					goOut := make([]float32, n*tc.rows)
-					g := tc.rows / 8 * 8
+					g := tc.rows
+					if tc.dt.Format().Block == 32 {
+						g = tc.rows / 8 * 8
+					}
 					tk := qTask{out: goOut, a: &qa, w: &m, l: qLayouts[tc.dt], n: n, rowB: rb}
 					tk.runGo(0, g)
 					for i := range n {
@@ -648,20 +662,24 @@ func TestQuantX8Extremes(t *testing.T) {
 			want, got := make([]float32, n*rows), make([]float32, n*rows)
 			tk := qTask{out: want, a: &a, w: &m, l: l, n: n, rowB: rb}
 			tk.runGo(0, rows)
-			tk.out, tk.x8 = got, interleave(&m, nil)
-			widenForAVX2(&tk)
-			quantRowsX8(&tk, 0, rows)
-			one := make([]float32, rows)
-			for i := range n {
-				var a1 qActs
-				a1.quantize(x[i*cols:(i+1)*cols], 1, cols, l)
-				t1 := qTask{out: one, a: &a1, w: &m, l: l, n: 1, rowB: rb, x8: tk.x8}
-				widenForAVX2(&t1)
-				quantRowsX8(&t1, 0, rows)
-				for j := range rows {
-					w, g, o := want[i*rows+j], got[i*rows+j], one[j]
-					if math.Float32bits(w) != math.Float32bits(g) || math.Float32bits(w) != math.Float32bits(o) {
-						t.Fatalf("%v codes 0x%02x, token %d row %d: interleaved %v (alone %v), Go %v", dt, fill, i, j, g, o, w)
+			for _, k := range quantKernels() {
+				kt, ok := withX8(k, tk, &m)
+				if !k.x8 || !ok {
+					continue
+				}
+				kt.out = got
+				k.run(&kt, 0, rows)
+				one := make([]float32, rows)
+				for i := range n {
+					var a1 qActs
+					a1.quantize(x[i*cols:(i+1)*cols], 1, cols, l)
+					t1 := qTask{out: one, a: &a1, w: &m, l: l, n: 1, rowB: rb, x8: kt.x8}
+					k.run(&t1, 0, rows)
+					for j := range rows {
+						w, g, o := want[i*rows+j], got[i*rows+j], one[j]
+						if math.Float32bits(w) != math.Float32bits(g) || math.Float32bits(w) != math.Float32bits(o) {
+							t.Fatalf("%s %v codes 0x%02x, token %d row %d: interleaved %v (alone %v), Go %v", k.name, dt, fill, i, j, g, o, w)
+						}
 					}
 				}
 			}
