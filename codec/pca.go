@@ -851,15 +851,7 @@ func (k *KakeyaPC) codeComponent(codes []uint8, stride int, sc *pcScratch, t, j,
 				e += float64(r-v) * float64(r-v)
 			}
 		}
-		better := e < bestErr
-		if ecCost != nil {
-			// A scale that fits beats one that does not; among those
-			// that fit the least error wins, among those that do not the
-			// shortest.
-			fits, bestFits := l <= ecBudget, bestLen <= ecBudget
-			better = fits && (!bestFits || e < bestErr) || !fits && !bestFits && l < bestLen
-		}
-		if better {
+		if betterScale(e, l, bestErr, bestLen, ecCost != nil, ecBudget) {
 			best, bestErr, bestLen = s, e, l
 			cur, kept = kept, cur
 		}
@@ -904,12 +896,7 @@ func (k *KakeyaPC) codeTrials(codes []uint8, stride int, sc *pcScratch, g *cpu.C
 	best, bestErr, bestLen, at := float32(0), math.Inf(1), math.Inf(1), 0
 	for i, s := range tr.scale[:nt] {
 		e, l := tr.e[i], tr.l[i]
-		better := e < bestErr
-		if ecCost != nil {
-			fits, bestFits := l <= ecBudget, bestLen <= ecBudget
-			better = fits && (!bestFits || e < bestErr) || !fits && !bestFits && l < bestLen
-		}
-		if better {
+		if betterScale(e, l, bestErr, bestLen, ecCost != nil, ecBudget) {
 			best, bestErr, bestLen, at = s, e, l, i
 		}
 	}
@@ -920,6 +907,19 @@ func (k *KakeyaPC) codeTrials(codes []uint8, stride int, sc *pcScratch, g *cpu.C
 		codes[i*stride] = sc.trial[i*cpu.PCMaxTrials+at]
 	}
 	return best, true
+}
+
+// betterScale reports whether a trial scale of squared error e and code
+// length l beats the best so far (bestErr, bestLen): the least error, or,
+// entropy-coded (ec), a scale whose codes fit budget beats one whose codes
+// do not; among those that fit the least error wins, among those that do
+// not the shortest.
+func betterScale(e, l, bestErr, bestLen float64, ec bool, budget float64) bool {
+	if !ec {
+		return e < bestErr
+	}
+	fits, bestFits := l <= budget, bestLen <= budget
+	return fits && (!bestFits || e < bestErr) || !fits && !bestFits && l < bestLen
 }
 
 // pcTrials holds codeTrials's trial scales and sums (here, not on the
